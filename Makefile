@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh Debian machine:  make demo  and  make test.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install redis bench clean
+
+$(BIN)/labq: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+install: $(BIN)/labq
+
+# redis-server from Debian when missing: installed when we are root, else we say what to run.
+redis:
+	@if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	  else \
+	    echo "labq needs redis-server: run  sudo apt-get install -y redis-server  then  make demo"; exit 1; \
+	  fi; \
+	fi
+
+demo: redis install
+	$(BIN)/labq demo
+
+test: redis install
+	$(BIN)/python -m pytest -q
+
+bench: redis install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""labq's command line: one click group, one module per command family."""

@@ -1,0 +1,95 @@
+"""`labq up`, `labq scheduler`, `labq worker`: the processes, in the foreground."""
+import fcntl
+import logging
+import os
+import signal
+import sys
+import time
+
+import click
+
+from .common import pass_ctx, redis_url, state_dir
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+
+
+def _stop_flag():
+    stopping = {"now": False}
+
+    def handler(signum, frame):
+        stopping["now"] = True
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return lambda: stopping["now"]
+
+
+@click.command()
+@click.option("-v", "--verbose", is_flag=True)
+@pass_ctx
+def scheduler(ctx, verbose):
+    """The scheduler daemon (one is active; a second waits for the leader lease)."""
+    _logging(verbose)
+    from scheduler.daemon import Scheduler
+    from scheduler.store import conn
+    cfg = ctx.cfg
+    url = redis_url(cfg)
+    r = conn.connect(url)
+    conn.ping(r)
+    rq_conn = conn.connect_raw(url)
+    Scheduler(r, rq_conn, cfg).run(stop=_stop_flag())
+
+
+@click.command()
+@click.option("-v", "--verbose", is_flag=True)
+@pass_ctx
+def worker(ctx, verbose):
+    """The node agent: registers this machine and runs admitted jobs on it."""
+    _logging(verbose)
+    from scheduler.store import conn
+    from worker.agent import Agent
+    url = redis_url(ctx.cfg)
+    conn.ping(conn.connect(url))
+    Agent(ctx.cfg, url, ctx.config_path).run()
+
+
+@click.command()
+@pass_ctx
+def up(ctx):
+    """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
+    scheduler and a worker. Ctrl-C stops all three."""
+    from .stack import Stack
+    cfg = ctx.cfg
+    sdir = state_dir()
+    os.makedirs(sdir, mode=0o700, exist_ok=True)
+    lock = open(os.path.join(sdir, "up.lock"), "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        pid = lock.read().strip() or "?"
+        click.echo(f"labq is already up (pid {pid}, Redis at {redis_url(cfg)}); submit with: labq sub -- CMD")
+        return
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    stopping = _stop_flag()
+    stack = Stack(sdir, ctx.config_path, cfg.redis_url, log=None)
+    stack.start_all()
+    click.echo(f"labq is up: Redis {stack.url}, scheduler pid {stack.procs['scheduler'].pid}, "
+               f"worker pid {stack.procs['worker'].pid}")
+    click.echo("submit with: labq sub --gpus 1 --time 1h -- python train.py    (then: labq stat)")
+    code = 0
+    while not stopping():
+        dead = stack.dead()
+        if dead:
+            click.echo(f"labq: {', '.join(dead)} exited unexpectedly; stopping", err=True)
+            code = 1
+            break
+        time.sleep(0.2)
+    click.echo("stopping worker, scheduler and Redis…")
+    stack.stop_all()
+    sys.exit(code)

@@ -1,0 +1,227 @@
+"""Read and control commands: stat, show, logs, wait, del, acct, nodes, budget."""
+import csv
+import io
+import os
+import sys
+import time
+
+import click
+
+from scheduler import states
+from scheduler.errors import UsageError
+from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
+
+from . import render
+from .common import echo_json, fail, pass_ctx
+
+
+@click.command()
+@click.option("-u", "--user", help="Only this user's jobs.")
+@click.option("-A", "--account", help="Only this account's jobs.")
+@click.option("-t", "--state", "state", help="Only these states, comma-separated (PD,R).")
+@click.option("--me", is_flag=True, help="Only my jobs.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def stat(ctx, user, account, state, me, as_json):
+    """The queue: pending and running jobs, with a capacity header."""
+    c, now = ctx.client, time.time()
+    jobs = c.read.active()
+    user = c.user if me else user
+    wanted = {s.strip().upper() for s in state.split(",")} if state else None
+    shown = [j for j in sorted(jobs, key=lambda j: j.id)
+             if (not user or j.user == user) and (not account or j.account == account)
+             and (not wanted or j.state in wanted)]
+    if as_json:
+        return echo_json([render.job_dict(j, now) for j in shown])
+    click.echo(render.capacity_line(c.nodes(), jobs))
+    click.echo(render.table([render.stat_row(j, now) for j in shown], render.STAT_HEADERS))
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def show(ctx, job_id, as_json):
+    """One job in full: request, state and the reason with its numbers, attempts, cost."""
+    j = ctx.client.job(job_id)
+    d = render.job_dict(j)
+    if as_json:
+        return echo_json(d)
+    from scheduler.logpath import out_path
+    lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
+             f"  state: {j.state}" + (f"  reason: {j.reason} — {j.detail}" if j.state == states.PENDING else
+                                      f"  {j.detail}" if j.detail else ""),
+             f"  request: {j.gpus} GPU{'s' if j.gpus != 1 else ''}{' ' + j.gpu_type if j.gpu_type else ''}, "
+             f"{j.cpus} CPUs, {fmt_size(j.mem)}, time limit {fmt_duration(j.time_limit)}"
+             + (f", max wait {fmt_duration(j.max_wait)}" if j.max_wait is not None else ""),
+             f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
+             f"  submitted {_ts(j.submit_time)}, started {_ts(j.start_time)}, ended {_ts(j.end_time)}",
+             f"  restarts: {j.restart_count}  exit code: {j.exit_code}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+    if j.commit:
+        lines.append("  committed: " + ", ".join(f"{b} {fmt_money(m)}" for b, m in j.commit))
+    for a in j.attempts:
+        lines.append(f"  attempt {a.attempt}: node {a.node} gpus {','.join(a.gpus) or '-'} "
+                     f"{_ts(a.start_time or a.dispatch_time)} → {_ts(a.end_time)} {a.outcome or 'running'}"
+                     f" exit {a.exit_code} cost {fmt_money(a.cost)}"
+                     + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else ""))
+    click.echo("\n".join(lines))
+
+
+def _ts(t):
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing as the job writes, until it ends.")
+@click.option("--err", is_flag=True, help="Show the stderr file (when -e gave one).")
+@pass_ctx
+def logs(ctx, job_id, follow, err):
+    """A job's output."""
+    from scheduler.logpath import err_path, out_path
+    j = ctx.client.job(job_id)
+    path = err_path(j) if err else out_path(j)
+    pos = 0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos += len(chunk)
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+        except FileNotFoundError:
+            if not follow and j.state != states.PENDING:
+                fail(f"no output yet at {path}", 2)
+        except PermissionError:
+            fail(f"cannot read {path}: permission denied", 2)
+        if not follow or j.state in states.TERMINAL:
+            return
+        time.sleep(0.5)
+        j = ctx.client.job(job_id)
+
+
+def exit_status(j) -> int:
+    if j.state == states.COMPLETED:
+        return 0
+    if j.exit_code is not None and j.exit_code > 0:
+        return min(j.exit_code, 255)
+    if j.exit_code is not None and j.exit_code < 0:
+        return 128 + (-j.exit_code)
+    return 1
+
+
+def wait_for_jobs(client, ids, quiet=False, timeout=None) -> int:
+    jobs = [j for i in ids for j in (client.resolve(i) or _missing(i))]
+    end = time.monotonic() + timeout if timeout else None
+    code = 0
+    for job in jobs:
+        while job.state not in states.TERMINAL:
+            if end and time.monotonic() > end:
+                fail(f"timed out waiting for job {job.display_id}", 1)
+            time.sleep(0.2)
+            job = client.read.job(job.id)
+        if not quiet:
+            click.echo(f"{job.display_id} {job.state} exit={job.exit_code}")
+        code = code or exit_status(job)
+    return code
+
+
+def _missing(i):
+    raise UsageError(f"no such job: {i}")
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--timeout", help="Give up after this long (exit 1).")
+@pass_ctx
+def wait(ctx, job_ids, timeout):
+    """Block until the jobs end; exit with the (first failing) job's exit code."""
+    secs = parse_duration(timeout, "--timeout", bare_unit=1) if timeout else None
+    sys.exit(wait_for_jobs(ctx.client, list(job_ids), timeout=secs))
+
+
+@click.command("del")
+@click.argument("job_ids", nargs=-1, required=True)
+@pass_ctx
+def delete(ctx, job_ids):
+    """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait."""
+    reply = ctx.client.cancel(list(job_ids))
+    for r in reply.get("results", []):
+        if r["ok"]:
+            click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else 'cancelling'}")
+        else:
+            click.echo(f"labq: {r['error']}", err=True)
+    if not reply.get("ok"):
+        sys.exit(reply.get("code") or 2)
+
+
+def _since(text, what):
+    if not text:
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        return time.time() - parse_duration(text, what, bare_unit=1)
+
+
+@click.command()
+@click.option("--since", help="From this date (YYYY-MM-DD) or this long ago (7d).")
+@click.option("--until", help="Up to this date or this long ago.")
+@click.option("-u", "--user")
+@click.option("-A", "--account")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def acct(ctx, since, until, user, account, fmt, as_json):
+    """History of ended jobs with their costs (sacct-like)."""
+    jobs = ctx.client.read.ended(_since(since, "--since") or 0, _since(until, "--until") or float("inf"))
+    jobs = [j for j in jobs if (not user or j.user == user) and (not account or j.account == account)]
+    jobs.sort(key=lambda j: j.id)
+    if as_json or fmt == "json":
+        return echo_json([render.job_dict(j) for j in jobs])
+    headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS", "COST"]
+    rows = [[j.display_id, j.name, j.user, j.account, j.state, j.exit_code if j.exit_code is not None else "",
+             _ts(j.start_time), _ts(j.end_time), fmt_duration(render.elapsed(j, j.end_time or 0)), j.gpus,
+             len(j.attempts), f"{j.cost / MICRO:.6f}" if fmt == "csv" else fmt_money(j.cost)] for j in jobs]
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(headers)
+        w.writerows(rows)
+        return click.echo(out.getvalue(), nl=False)
+    click.echo(render.table(rows, headers))
+    click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs))}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def nodes(ctx, as_json):
+    """Nodes with free/total GPUs, CPUs and memory."""
+    jobs = ctx.client.read.active()
+    ds = [render.node_dict(n, jobs) for n in ctx.client.nodes()]
+    if as_json:
+        return echo_json(ds)
+    rows = [[d["name"], d["state"], f"{d['gpus_free']}/{d['gpus_total']}", ",".join(d["gpu_models"]) or "-",
+             f"{d['cpus_free']}/{d['cpus_total']}", f"{fmt_size(max(0, d['mem_free']))}/{fmt_size(d['mem_total'])}",
+             len(d["jobs"]), d["slots"]] for d in ds]
+    click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS"]))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def budget(ctx, as_json):
+    """Budgets: limit, spent, committed (what running jobs may still spend), available."""
+    cfg = ctx.cfg
+    bals = ctx.client.balances()
+    if as_json:
+        return echo_json([render.budget_dict(b, cfg) for b in bals])
+    if not bals:
+        click.echo(f"no budgets configured ({cfg.source})")
+        return
+    rows = [[b.name, b.unit, fmt_money(b.limit, b.unit), fmt_money(b.spent, b.unit),
+             fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit)]
+            for b in bals]
+    click.echo(render.table(rows, ["BUDGET", "UNIT", "LIMIT", "SPENT", "ACCRUED", "COMMITTED", "AVAILABLE"]))

@@ -1,0 +1,95 @@
+"""Jobs, nodes and budgets as the `--json` shapes of DESIGN §8 and as aligned tables."""
+import time
+
+from scheduler import states
+from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
+
+
+def attempt_dict(a) -> dict:
+    return {"attempt": a.attempt, "node": a.node, "gpus": list(a.gpus), "start_time": a.start_time or a.dispatch_time,
+            "end_time": a.end_time, "outcome": a.outcome, "exit_code": a.exit_code, "cost": a.cost / MICRO,
+            "charges": {b: amt / MICRO for b, amt in a.charges}, "lost_work_s": a.lost_work_s, "usage": a.usage}
+
+
+def job_dict(j, now: float | None = None) -> dict:
+    now = now or time.time()
+    committed = sum(c for _, c in j.commit) / MICRO if j.commit else 0.0
+    return {
+        "id": j.display_id, "job_id": j.id, "name": j.name, "user": j.user, "account": j.account,
+        "project": j.project, "qos": j.qos, "state": j.state,
+        "reason": j.reason if j.state == states.PENDING else None, "reason_detail": j.detail or None,
+        "submit_time": j.submit_time, "start_time": j.start_time, "end_time": j.end_time,
+        "restart_count": j.restart_count, "exit_code": j.exit_code, "node": j.node or None,
+        "gpus": list(j.gpu_uuids), "request": {"gpus": j.gpus, "gpu_type": j.gpu_type or None, "cpus": j.cpus,
+                                               "mem": j.mem, "time_limit": j.time_limit},
+        "array_job_id": j.array_id, "array_task_id": j.array_index,
+        "cost": (j.cost + running_cost(j, now)) / MICRO, "committed": committed,
+        "command": list(j.argv) if not j.script else ["<script>", *j.argv], "workdir": j.workdir,
+        "tags": dict(j.tags), "attempts": [attempt_dict(a) for a in j.attempts],
+    }
+
+
+def running_cost(j, now: float) -> int:
+    """What the running attempt has accrued so far (settled attempts are in j.cost)."""
+    a = j.current
+    if j.state not in states.ON_NODE or a is None or a.end_time or not a.dispatch_time:
+        return 0
+    return j.cost_rate * int((now - a.dispatch_time) * 1000) // 3_600_000
+
+
+def elapsed(j, now: float) -> float:
+    """Run time: of the running attempt, or of all ended attempts together."""
+    total = 0.0
+    for a in j.attempts:
+        start = a.start_time or a.dispatch_time
+        if start:
+            total += (a.end_time or now) - start
+    return total
+
+
+def table(rows, headers) -> str:
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in rows])
+
+
+def stat_row(j, now: float):
+    where = j.node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else j.node or ""
+    return [j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
+            j.gpus, fmt_money(j.cost + running_cost(j, now)), where]
+
+
+STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODE(REASON)"]
+
+
+def capacity_line(nodes, jobs) -> str:
+    up = [n for n in nodes if n.state == "up"]
+    on = [j for j in jobs if j.state in states.ON_NODE]
+    total_g = sum(len(n.gpus) for n in up)
+    used_g = sum(j.gpus for j in on if j.node in {n.name for n in up})
+    total_c, used_c = sum(n.cpus for n in up), sum(j.cpus for j in on)
+    total_m, used_m = sum(n.mem for n in up), sum(j.mem for j in on)
+    pend = sum(1 for j in jobs if j.state == states.PENDING)
+    return (f"nodes {len(up)}/{len(nodes)} up · GPUs {total_g - used_g}/{total_g} free · "
+            f"CPUs {total_c - used_c}/{total_c} free · mem {fmt_size(max(0, total_m - used_m))}/{fmt_size(total_m)} free"
+            f" · {len(on)} running, {pend} pending")
+
+
+def node_dict(n, jobs) -> dict:
+    mine = [j for j in jobs if j.node == n.name and j.state in states.ON_NODE]
+    used = {u for j in mine for u in j.gpu_uuids}
+    return {"name": n.name, "state": n.state, "gpus_total": len(n.gpus), "gpus_free": len(n.gpus) - len(used),
+            "gpu_models": sorted({g.model for g in n.gpus}), "cpus_total": n.cpus,
+            "cpus_free": n.cpus - sum(j.cpus for j in mine), "mem_total": n.mem,
+            "mem_free": n.mem - sum(j.mem for j in mine), "slots": n.slots, "jobs": [j.display_id for j in mine],
+            "last_heartbeat": n.last_heartbeat, "gpus": [{"uuid": g.uuid, "index": g.index, "model": g.model,
+                                                          "in_use": g.uuid in used} for g in n.gpus]}
+
+
+def budget_dict(b, cfg) -> dict:
+    spec = next(x for x in cfg.budgets if x.name == b.name)
+    return {"name": b.name, "unit": b.unit, "limit": b.limit / MICRO, "spent": b.spent / MICRO,
+            "accrued": b.accrued / MICRO, "committed": b.committed / MICRO, "available": b.available / MICRO,
+            "reserve": spec.reserve, "account": spec.account or None, "project": spec.project or None,
+            "alerts": []}

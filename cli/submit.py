@@ -1,0 +1,203 @@
+"""`labq sub`: argv after `--`, a script with `#LABQ` directives, or a script on stdin.
+
+Precedence: command-line flags, then environment (LABQ_SUB_ACCOUNT, LABQ_SUB_QOS, LABQ_SUB_TIME),
+then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment).
+"""
+import os
+import shlex
+import sys
+
+import click
+
+from scheduler import units
+from scheduler.errors import UsageError
+
+from .common import echo_json, pass_ctx
+
+ENV = {"account": "LABQ_SUB_ACCOUNT", "qos": "LABQ_SUB_QOS", "time": "LABQ_SUB_TIME"}
+
+
+class SubCommand(click.Command):
+    """Remembers whether `--` was given: after it, the arguments are a command, not a script."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["dashdash"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+def parse_gpus(text) -> tuple[str, int]:
+    """`2` or `MODEL:2` (the model may contain spaces and colons; the count is after the last one)."""
+    model, _, count = str(text).rpartition(":")
+    try:
+        n = int(count)
+    except ValueError:
+        raise UsageError(f"--gpus: expected N or MODEL:N, got {text!r}") from None
+    if n < 0:
+        raise UsageError(f"--gpus: expected a count ≥ 0, got {text!r}")
+    return model, n
+
+
+def parse_array(text) -> list[int]:
+    """`1-12`, `1-12:2` or `5` → [lo, hi, step]."""
+    s = str(text)
+    if "%" in s:
+        raise UsageError(f"--array: the %N throttle is not supported yet, got {text!r}")
+    rng, _, step = s.partition(":")
+    lo, _, hi = rng.partition("-")
+    try:
+        a = [int(lo), int(hi or lo), int(step or 1)]
+    except ValueError:
+        raise UsageError(f"--array: expected LO-HI or LO-HI:STEP, got {text!r}") from None
+    if a[0] < 0 or a[1] < a[0] or a[2] < 1:
+        raise UsageError(f"--array: expected 0 ≤ LO ≤ HI and STEP ≥ 1, got {text!r}")
+    return a
+
+
+def directives(script: str) -> list[str]:
+    out = []
+    for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
+        s = line.strip()
+        if s.startswith("#LABQ"):
+            out += shlex.split(s[len("#LABQ"):])
+        elif s and not s.startswith("#"):
+            break
+    return out
+
+
+OPTIONS = [
+    click.option("-J", "--name", help="Job name."),
+    click.option("-A", "--account", help="Account (team) to charge."),
+    click.option("--project", help="Project, for project budgets and reports."),
+    click.option("-q", "--qos", help="QoS class (default: normal)."),
+    click.option("--budget", "budget_name", help="A named batch budget to charge as well."),
+    click.option("-G", "--gpus", help="GPUs: N or MODEL:N."),
+    click.option("-c", "--cpus", help="CPUs (default 1)."),
+    click.option("--mem", help="Memory, like 12G (default 0: no reservation)."),
+    click.option("-t", "--time", "time_", help="Time limit: 2h, 90 (minutes), 1:30:00, 2-0."),
+    click.option("--est", help="Expected runtime (forecast budget mode)."),
+    click.option("--max-wait", help="Give up (EX) if not started within this long."),
+    click.option("-a", "--array", help="Array: 1-12 or 1-12:2."),
+    click.option("-o", "--output", help="stdout pattern (default labq-%j.out; %j %A %a %x %u %r)."),
+    click.option("-e", "--error", help="stderr pattern (default: with stdout)."),
+    click.option("-D", "--chdir", help="Working directory (default: the current one)."),
+    click.option("--tag", multiple=True, help="K=V tag, repeatable."),
+    click.option("--test-only", is_flag=True, default=None, help="Forecast and verdict; submit nothing."),
+    click.option("-W", "--wait", is_flag=True, default=None, help="Wait for the job; exit with its code."),
+    click.option("--parsable", is_flag=True, default=None, help="Print only the job id."),
+    click.option("--json", "as_json", is_flag=True, default=None, help="Print the reply as JSON."),
+]
+
+
+def _with_options(f):
+    for opt in reversed(OPTIONS):
+        f = opt(f)
+    return f
+
+
+@click.command(cls=SubCommand, context_settings={"ignore_unknown_options": False})
+@_with_options
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@pass_ctx
+@click.pass_context
+def sub(cctx, ctx, args, **opts):
+    """Submit a job: `labq sub [opts] -- CMD…`, `labq sub SCRIPT [ARGS]`, or a script on stdin."""
+    argv, script, script_name = _command(cctx, args)
+    if script is not None:
+        _merge_directives(cctx, opts, directives(script))
+        opts["name"] = opts.get("name") or script_name
+    for key, var in ENV.items():
+        opt = "time_" if key == "time" else key
+        if opts.get(opt) is None and os.environ.get(var):
+            opts[opt] = os.environ[var]
+    body = build_body(opts, argv, script)
+    reply = ctx.client.submit(body)
+    if reply.get("test_only"):
+        return _print_test_only(reply, opts)
+    if opts["as_json"]:
+        echo_json(reply)
+    elif opts["parsable"]:
+        click.echo(reply["display"])
+    else:
+        click.echo(f"Submitted job {reply['display']}")
+    if opts["wait"]:
+        from .query import wait_for_jobs
+        sys.exit(wait_for_jobs(ctx.client, [str(reply["job_id"])], quiet=True))
+
+
+def _command(cctx, args):
+    if cctx.meta.get("dashdash"):
+        if not args:
+            raise UsageError("no command after --")
+        return list(args), None, None
+    if args:
+        path = args[0]
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as e:
+            raise UsageError(f"script {path}: {e.strerror} (to run a command, put it after --)") from None
+        return list(args[1:]), text, os.path.basename(path)
+    if not sys.stdin.isatty():
+        text = sys.stdin.read()
+        if text.strip():
+            return [], text, "stdin"
+    raise UsageError("give a command after --, a script file, or a script on stdin")
+
+
+def _merge_directives(cctx, opts, dirs):
+    if not dirs:
+        return
+    try:
+        sub_ctx = sub.make_context("sub", dirs + ["--", "true"], parent=cctx.parent)
+    except click.UsageError as e:
+        raise UsageError(f"#LABQ directive: {e.format_message()}") from None
+    for k, v in sub_ctx.params.items():
+        if k != "args" and opts.get(k) in (None, ()) and v not in (None, ()):
+            opts[k] = v
+
+
+def build_body(opts, argv, script) -> dict:
+    """The submit request body from parsed options. Raises UsageError on any bad value."""
+    model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
+    body = {
+        "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
+        "name": opts.get("name") or "", "account": opts.get("account") or "", "project": opts.get("project") or "",
+        "qos": opts.get("qos") or "", "budget": opts.get("budget_name") or "",
+        "gpus": gpus, "gpu_type": model, "out": opts.get("output") or "", "err": opts.get("error") or "",
+        "test_only": bool(opts.get("test_only")),
+    }
+    if opts.get("cpus") is not None:
+        try:
+            body["cpus"] = int(opts["cpus"])
+        except ValueError:
+            raise UsageError(f"--cpus: expected an integer, got {opts['cpus']!r}") from None
+        if body["cpus"] < 1:
+            raise UsageError(f"--cpus: expected at least 1, got {opts['cpus']!r}")
+    if opts.get("mem") is not None:
+        body["mem"] = units.parse_size(opts["mem"], "--mem")
+    for key, flag, dest in (("time_", "--time", "time_limit"), ("est", "--est", "est"),
+                            ("max_wait", "--max-wait", "max_wait")):
+        if opts.get(key) is not None:
+            body[dest] = units.parse_duration(opts[key], flag)
+    if body.get("time_limit") == 0:
+        raise UsageError("--time: must be more than 0")
+    if opts.get("array") is not None:
+        body["array"] = parse_array(opts["array"])
+    tags = []
+    for t in opts.get("tag") or ():
+        k, sep, v = t.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--tag: expected KEY=VALUE, got {t!r}")
+        tags.append([k, v])
+    body["tags"] = tags
+    return body
+
+
+def _print_test_only(reply, opts):
+    if opts["as_json"]:
+        return echo_json(reply)
+    click.echo(f"forecast: {reply['forecast_text']} at ${reply['cost_per_hour']:.4f}/h for the time limit")
+    for b in reply["budgets"]:
+        click.echo(f"budget {b['budget']}: commits {b['forecast']:.4f} {b['unit']}, "
+                   f"available after: {b['available_after']:.4f} {b['unit']}")
+    click.echo(f"verdict: {reply['verdict']}")

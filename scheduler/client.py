@@ -1,0 +1,108 @@
+"""The Python API the CLI uses: requests through the user's inbox, reads straight from Redis.
+
+A request is XADDed to `labq:inbox:<user>` with a request id, then the client blocks on the reply
+list. If no reply comes it sends the same request id again: the scheduler answers a repeated id
+from its record instead of acting twice, so retries are always safe.
+"""
+import json
+import os
+import pwd
+import time
+import uuid
+
+from . import ledger
+from .config import Config
+from .errors import LabqError, RefusedError, UnreachableError, UsageError
+from .model import Job
+from .store import conn
+from .store.keys import Keys
+from .store.reads import Reader
+from .store.state import SchedulerStore
+
+_ERRORS = {2: UsageError, 3: RefusedError, 4: UnreachableError}
+
+
+def current_user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+class Client:
+    def __init__(self, cfg: Config, url: str | None = None, user: str | None = None, r=None):
+        self.cfg = cfg
+        self.url = url or cfg.redis_url
+        self.r = r if r is not None else conn.connect(self.url)
+        self.k = Keys(cfg.prefix)
+        self.user = user or current_user()
+        self.read = Reader(self.r, self.k)
+
+    # -- requests ------------------------------------------------------------------------------
+    def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
+        rid = body.get("rid") or uuid.uuid4().hex
+        fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
+        per_try = timeout / tries
+        try:
+            for _ in range(tries):
+                p = self.r.pipeline()
+                p.xadd(self.k.inbox(self.user), fields, maxlen=100_000, approximate=True)
+                p.lpush(self.k.wake, f"user:{self.user}")
+                p.execute()
+                got = self.r.blpop([self.k.reply(rid)], timeout=max(1, int(per_try)))
+                if got:
+                    return json.loads(got[1])
+        except conn.ERRORS as e:
+            raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
+        raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")
+
+    def _checked(self, reply: dict) -> dict:
+        if not reply.get("ok"):
+            raise _ERRORS.get(reply.get("code"), LabqError)(reply.get("error", "request failed"))
+        return reply
+
+    def submit(self, body: dict, timeout: float = 30.0) -> dict:
+        return self._checked(self.request("submit", body, timeout))
+
+    def cancel(self, ids: list[str]) -> dict:
+        return self.request("cancel", {"ids": [str(i) for i in ids]})
+
+    # -- reads ---------------------------------------------------------------------------------
+    def resolve(self, text: str) -> list[Job]:
+        """Jobs named by `42` (or every task of array 42) or `42_3`."""
+        try:
+            if "_" in str(text):
+                a, t = (int(x) for x in str(text).split("_", 1))
+                return [j for j in self._array(a) if j.array_index == t]
+            jid = int(text)
+        except ValueError:
+            raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
+        job = self.read.job(jid)
+        if job is None:
+            return []
+        if job.array_id == jid:
+            return self._array(jid)
+        return [job]
+
+    def _array(self, array_id: int) -> list[Job]:
+        first = self.read.job(array_id)
+        if first is None or first.array_id != array_id:
+            return []
+        return [j for j in self.read.jobs(range(array_id, array_id + first.array_count)) if j.array_id == array_id]
+
+    def job(self, text: str) -> Job:
+        jobs = self.resolve(text)
+        if not jobs:
+            raise UsageError(f"no such job: {text}")
+        if len(jobs) > 1:
+            raise UsageError(f"{text} is an array of {len(jobs)} tasks; name one, like {jobs[0].display_id}")
+        return jobs[0]
+
+    def nodes(self):
+        return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
+
+    def balances(self, now: float | None = None):
+        now = now or time.time()
+        running = [j for j in self.read.active() if j.commit]
+        spent = self.read.spent()
+        return [ledger.balance(b, spent.get(b.name, 0), running, now) for b in self.cfg.budgets]
+
+    def ping(self) -> None:
+        conn.ping(self.r)

@@ -1,0 +1,328 @@
+"""TOML configuration → validated, frozen config. Every error names the key and what is expected.
+
+The key names are a contract (DESIGN §8): add keys, rename none. Unknown keys are errors, because a
+misspelt limit that is silently ignored is worse than a refusal to start.
+"""
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+from . import units
+from .errors import ConfigError
+from .model import Budget
+
+DEFAULT_PATH = "/etc/labq/labq.toml"
+
+
+@dataclass(frozen=True)
+class Qos:
+    name: str
+    priority: int = 0
+    preemptible: bool = False
+    grace: int = 120
+    min_runtime: int = 600
+    max_preemptions: int = 3
+    rate_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    users: tuple[str, ...] = ()
+    max_running: int | None = None
+    max_gpus: int | None = None
+    share: float = 1.0
+
+
+@dataclass(frozen=True)
+class Rates:
+    currency: str = "USD"
+    gpu_hour: float = 2.0
+    gpu_hour_by_model: tuple[tuple[str, float], ...] = ()
+    cpu_hour: float = 0.0
+    mem_gib_hour: float = 0.0
+    overhead_per_attempt: float = 0.0
+    forecast_margin: float = 0.2
+
+    def gpu_rate(self, model: str) -> float:
+        return dict(self.gpu_hour_by_model).get(model, self.gpu_hour)
+
+
+@dataclass(frozen=True)
+class Config:
+    redis_url: str = ""
+    prefix: str = "labq"
+    tick: float = 1.0
+    max_pending: int = 100_000
+    max_pending_per_user: int = 10_000
+    node_lease: float = 30.0
+    default_time: int = 24 * 3600
+    kill_wait: int = 30
+    budget_mode: str = "safe"
+    priority: dict = field(default_factory=lambda: dict(_PRIORITY))
+    qos: tuple[Qos, ...] = (Qos("normal", priority=100),
+                            Qos("low", priority=0, preemptible=True, rate_factor=0.5))
+    rates: Rates = Rates()
+    accounts: tuple[Account, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+    worker: dict = field(default_factory=lambda: dict(_WORKER))
+    alerts: dict = field(default_factory=lambda: {"command": "", "webhook": ""})
+    security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
+    source: str = "<built-in defaults>"
+
+    def qos_named(self, name: str) -> Qos | None:
+        return next((q for q in self.qos if q.name == name), None)
+
+    def account_named(self, name: str) -> Account | None:
+        return next((a for a in self.accounts if a.name == name), None)
+
+    def default_account(self, user: str) -> str:
+        """The first account that lists the user, else "default"."""
+        return next((a.name for a in self.accounts if user in a.users), "default")
+
+
+_PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
+             "fairshare_weight": 50.0, "fairshare_half_life": 7 * 86400}
+_WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
+           "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False}
+
+
+def _num(key, v, lo=None, integer=False):
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if not ok or isinstance(v, bool):
+        raise ConfigError(key, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(key, f"must be at least {lo}, got {v!r}")
+    return v
+
+
+def _str(key, v, choices=None):
+    if not isinstance(v, str):
+        raise ConfigError(key, f"expected a string, got {v!r}")
+    if choices and v not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
+    return v
+
+
+def _bool(key, v):
+    if not isinstance(v, bool):
+        raise ConfigError(key, f"expected true or false, got {v!r}")
+    return v
+
+
+def _dur(key, v):
+    try:
+        return units.parse_duration(v, key, bare_unit=1)
+    except units.UsageError as e:
+        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
+
+
+def _table(key, v):
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a table, got {v!r}")
+    return v
+
+
+def _check_keys(section, table, allowed):
+    for k in table:
+        if k not in allowed:
+            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
+
+
+def load(path: str | None = None) -> Config:
+    """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
+    path = path or os.environ.get("LABQ_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    if not path:
+        return Config()
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(path, "file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, f"not valid TOML: {e}") from None
+    return from_dict(data, source=path)
+
+
+def loads(text: str, source: str = "<string>") -> Config:
+    try:
+        return from_dict(tomllib.loads(text), source=source)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(source, f"not valid TOML: {e}") from None
+
+
+def from_dict(data: dict, source: str = "<dict>") -> Config:
+    _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "budgets",
+                            "worker", "alerts", "security"})
+    kw: dict = {"source": source}
+    kw.update(_redis(_table("redis", data.get("redis", {}))))
+    kw.update(_scheduler(_table("scheduler", data.get("scheduler", {}))))
+    kw["priority"] = _priority(_table("priority", data.get("priority", {})))
+    if "qos" in data:
+        kw["qos"] = tuple(_qos(n, _table(f"qos.{n}", t)) for n, t in _table("qos", data["qos"]).items())
+    kw["rates"] = _rates(_table("rates", data.get("rates", {})))
+    kw["accounts"] = tuple(_account(n, _table(f"accounts.{n}", t))
+                           for n, t in _table("accounts", data.get("accounts", {})).items())
+    budgets = data.get("budgets", [])
+    if not isinstance(budgets, list):
+        raise ConfigError("budgets", "expected an array of tables ([[budgets]])")
+    kw["budgets"] = tuple(_budget(i, _table(f"budgets[{i}]", b)) for i, b in enumerate(budgets))
+    names = [b.name for b in kw["budgets"]]
+    if len(set(names)) != len(names):
+        raise ConfigError("budgets", f"budget names must be unique, got {names}")
+    kw["worker"] = _worker(_table("worker", data.get("worker", {})))
+    kw["alerts"] = _alerts(_table("alerts", data.get("alerts", {})))
+    kw["security"] = _security(_table("security", data.get("security", {})))
+    cfg = Config(**kw)
+    if cfg.qos_named("normal") is None:
+        raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")
+    return cfg
+
+
+def _redis(t):
+    _check_keys("redis", t, {"url", "prefix"})
+    url = _str("redis.url", t.get("url", ""))
+    if url and not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
+    prefix = _str("redis.prefix", t.get("prefix", "labq"))
+    if not prefix or ":" in prefix:
+        raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
+    return {"redis_url": url, "prefix": prefix}
+
+
+def _scheduler(t):
+    _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
+                                 "default_time", "kill_wait", "budget_mode"})
+    out = {}
+    if "tick" in t:
+        out["tick"] = max(0.05, _dur("scheduler.tick", t["tick"]) or _num("scheduler.tick", 0.05))
+    for k in ("max_pending", "max_pending_per_user"):
+        if k in t:
+            out[k] = _num(f"scheduler.{k}", t[k], lo=1, integer=True)
+    for k in ("node_lease", "default_time", "kill_wait"):
+        if k in t:
+            out[k] = _dur(f"scheduler.{k}", t[k])
+    if out.get("node_lease", 1) < 1:
+        raise ConfigError("scheduler.node_lease", "must be at least 1s")
+    if out.get("default_time", 1) < 1:
+        raise ConfigError("scheduler.default_time", "must be at least 1s")
+    if "budget_mode" in t:
+        out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
+    return out
+
+
+def _priority(t):
+    _check_keys("priority", t, set(_PRIORITY))
+    out = dict(_PRIORITY)
+    for k in ("qos_weight", "age_weight", "fairshare_weight"):
+        if k in t:
+            out[k] = float(_num(f"priority.{k}", t[k], lo=0))
+    for k in ("age_max", "fairshare_half_life"):
+        if k in t:
+            out[k] = _dur(f"priority.{k}", t[k])
+    return out
+
+
+def _qos(name, t):
+    k = f"qos.{name}"
+    _check_keys(k, t, {"priority", "preemptible", "grace", "min_runtime", "max_preemptions", "rate_factor"})
+    return Qos(
+        name=name,
+        priority=_num(f"{k}.priority", t.get("priority", 0), integer=True),
+        preemptible=_bool(f"{k}.preemptible", t.get("preemptible", False)),
+        grace=_dur(f"{k}.grace", t.get("grace", "120s")),
+        min_runtime=_dur(f"{k}.min_runtime", t.get("min_runtime", "10m")),
+        max_preemptions=_num(f"{k}.max_preemptions", t.get("max_preemptions", 3), lo=0, integer=True),
+        rate_factor=float(_num(f"{k}.rate_factor", t.get("rate_factor", 1.0), lo=0)),
+    )
+
+
+def _rates(t):
+    _check_keys("rates", t, {"currency", "gpu_hour", "gpu_hour_by_model", "cpu_hour", "mem_gib_hour",
+                             "overhead_per_attempt", "forecast_margin"})
+    by_model = _table("rates.gpu_hour_by_model", t.get("gpu_hour_by_model", {}))
+    return Rates(
+        currency=_str("rates.currency", t.get("currency", "USD")),
+        gpu_hour=float(_num("rates.gpu_hour", t.get("gpu_hour", 2.0), lo=0)),
+        gpu_hour_by_model=tuple(sorted((m, float(_num(f"rates.gpu_hour_by_model.{m}", v, lo=0)))
+                                       for m, v in by_model.items())),
+        cpu_hour=float(_num("rates.cpu_hour", t.get("cpu_hour", 0.0), lo=0)),
+        mem_gib_hour=float(_num("rates.mem_gib_hour", t.get("mem_gib_hour", 0.0), lo=0)),
+        overhead_per_attempt=float(_num("rates.overhead_per_attempt", t.get("overhead_per_attempt", 0.0), lo=0)),
+        forecast_margin=float(_num("rates.forecast_margin", t.get("forecast_margin", 0.2), lo=0)),
+    )
+
+
+def _account(name, t):
+    k = f"accounts.{name}"
+    _check_keys(k, t, {"users", "max_running", "max_gpus", "share"})
+    users = t.get("users", [])
+    if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+        raise ConfigError(f"{k}.users", f"expected a list of user names, got {users!r}")
+    caps = {c: _num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in ("max_running", "max_gpus")}
+    return Account(name=name, users=tuple(users), share=float(_num(f"{k}.share", t.get("share", 1.0), lo=0)), **caps)
+
+
+def _budget(i, t):
+    k = f"budgets[{i}]"
+    _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust"})
+    if "name" not in t:
+        raise ConfigError(f"{k}.name", "missing; every budget needs a name")
+    name = _str(f"{k}.name", t["name"])
+    k = f"budgets.{name}"
+    if "limit" not in t:
+        raise ConfigError(f"{k}.limit", "missing; expected the budget's limit in its unit")
+    if "account" in t and "project" in t:
+        raise ConfigError(k, "give account or project, not both")
+    warn = t.get("warn", [0.7, 0.9])
+    if not isinstance(warn, list) or not all(isinstance(w, (int, float)) and 0 < w <= 1 for w in warn):
+        raise ConfigError(f"{k}.warn", f"expected a list of fractions in (0, 1], got {warn!r}")
+    reserve = float(_num(f"{k}.reserve", t.get("reserve", 0.0), lo=0))
+    if reserve >= 1:
+        raise ConfigError(f"{k}.reserve", f"expected a fraction below 1, got {reserve}")
+    return Budget(
+        name=name,
+        unit=_str(f"{k}.unit", t.get("unit", "usd"), ("usd", "gpu_hours", "cpu_hours")),
+        limit=units.to_micro(_num(f"{k}.limit", t["limit"], lo=0)),
+        account=_str(f"{k}.account", t.get("account", "")),
+        project=_str(f"{k}.project", t.get("project", "")),
+        period=_str(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
+        warn=tuple(float(w) for w in warn),
+        reserve=reserve,
+        on_exhaust=_str(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
+    )
+
+
+def _worker(t):
+    _check_keys("worker", t, set(_WORKER))
+    out = dict(_WORKER)
+    out.update(t)
+    _str("worker.name", out["name"])
+    for k in ("gpus", "cpus"):
+        if out[k] != "auto":
+            _num(f"worker.{k}", out[k], lo=0, integer=True)
+    if out["mem"] != "auto":
+        try:
+            out["mem"] = units.parse_size(out["mem"], "worker.mem")
+        except units.UsageError as e:
+            raise ConfigError("worker.mem", str(e).split(": ", 1)[-1]) from None
+    _num("worker.slots", out["slots"], lo=0, integer=True)
+    _str("worker.gpu_model", out["gpu_model"])
+    _str("worker.spool", out["spool"])
+    _str("worker.run_as", out["run_as"], ("submitter", "self"))
+    _str("worker.cgroups", out["cgroups"], ("auto", "off"))
+    _bool("worker.allow_root", out["allow_root"])
+    return out
+
+
+def _alerts(t):
+    _check_keys("alerts", t, {"command", "webhook"})
+    return {"command": _str("alerts.command", t.get("command", "")), "webhook": _str("alerts.webhook", t.get("webhook", ""))}
+
+
+def _security(t):
+    _check_keys("security", t, {"acl", "admins"})
+    admins = t.get("admins", ["root"])
+    if not isinstance(admins, list) or not all(isinstance(a, str) for a in admins):
+        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
+    return {"acl": _bool("security.acl", t.get("acl", False)), "admins": tuple(admins)}

@@ -1,0 +1,226 @@
+"""The scheduler daemon: the single writer of jobs, allocations and the ledger.
+
+Each `tick(now)` holds the leader lease, then: reads requests from the users' inboxes and events from
+the agents, declares attempts on dead nodes lost, runs the pure `plan()` over a snapshot, and applies
+the plan in one fenced transaction (which also enqueues the RQ jobs). Every change is written in the
+same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
+nothing (the request or event is redelivered) or has already written everything.
+"""
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+
+from . import policy, states, transitions as tr
+from .config import Config
+from .dispatch import Dispatcher
+from .errors import LabqError, StalePlanError
+from .model import Job, Snapshot
+from .requests import Change, Handlers
+from .store import writes
+from .store.conn import ERRORS as REDIS_ERRORS
+from .store.keys import Keys
+from .store.state import SchedulerStore
+
+log = logging.getLogger("labq.scheduler")
+MAX_REQUESTS_PER_TICK = 5000
+
+
+class Scheduler:
+    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None):
+        self.cfg, self.k = cfg, Keys(cfg.prefix)
+        self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.store = SchedulerStore(r, self.k, self.me)
+        self.dispatch = Dispatcher(rq_conn, cfg.kill_wait)
+        self.jobs: dict[int, Job] = {}
+        self.inboxes: set[str] = set()
+        self.leading = False
+        self.lease_s = max(5.0, 3 * cfg.tick)
+        self.nodes = ()
+        self.handlers = Handlers(self)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def tick(self, now: float, woke=()) -> bool:
+        """One round. Returns whether this scheduler is the leader."""
+        if not self.store.acquire_leader(self.lease_s):
+            if self.leading:
+                log.warning("lost the leader lease; waiting")
+            self.leading = False
+            return False
+        try:
+            if not self.leading:
+                self._recover(now)
+            self._learn_inboxes(woke)
+            self.nodes = self.store.nodes(now)
+            self._requests(now, pending=False)
+            self._events(now, pending=False)
+            self._lost_attempts(now)
+            self._schedule(now)
+        except StalePlanError as e:
+            log.warning("%s; reloading state", e)
+            self.leading = False
+        return self.leading
+
+    def run(self, stop=lambda: False, clock=time.time) -> None:
+        log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
+        woke: list = []
+        while not stop():
+            try:
+                self.tick(clock(), woke)
+                woke = self.store.wait_wake(self.cfg.tick if self.leading else self.lease_s / 3)
+            except REDIS_ERRORS as e:
+                log.error("Redis: %s; retrying in 1s", e)
+                self.leading = False
+                time.sleep(1)
+        self.store.release_leader()
+        log.info("scheduler %s stopped", self.me)
+
+    def _recover(self, now: float) -> None:
+        """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
+        self.jobs = self.store.active_jobs()
+        self.inboxes = self.store.known_inboxes()
+        for s in [self.k.events] + [self.k.inbox(u) for u in self.inboxes]:
+            self.store.ensure_group(s)
+        self.leading = True
+        self.nodes = self.store.nodes(now)
+        self._requests(now, pending=True)
+        self._events(now, pending=True)
+        log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
+
+    def _learn_inboxes(self, woke) -> None:
+        new = {w.split(":", 1)[1] for w in woke if w.startswith("user:")} - self.inboxes
+        for user in sorted(new):
+            if not user or ":" in user:
+                continue
+            self.store.ensure_group(self.k.inbox(user))
+            self.store.txn(lambda p, u=user: p.sadd(self.k.inboxes, u))
+            self.inboxes.add(user)
+
+    # -- writing -------------------------------------------------------------------------------
+    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None) -> None:
+        """Write one change atomically, then (and only then) update the in-memory view."""
+        now = time.time()
+        charges = [c for c in charges if not self.store.charged(c.key)]
+
+        def build(p):
+            for j in jobs:
+                writes.put_job(p, self.k, j)
+            for c in charges:
+                writes.put_charge(p, self.k, c, now)
+            for key in {c.key for c in charges}:
+                writes.mark_charged(p, self.k, key)
+            for jid, value in controls:
+                p.set(self.k.control(jid), value, ex=7 * 86400)
+            for j in dispatch:
+                self.dispatch.enqueue(p, j)
+            if reply is not None:
+                writes.put_reply(p, self.k, *reply)
+            if ack is not None:
+                self.store.ack(p, *ack)
+
+        self.store.txn(build)
+        for j in jobs:
+            if j.state in states.ACTIVE:
+                self.jobs[j.id] = j
+            else:
+                self.jobs.pop(j.id, None)
+
+    # -- requests ------------------------------------------------------------------------------
+    def _requests(self, now: float, pending: bool) -> None:
+        streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
+        done = 0
+        while done < MAX_REQUESTS_PER_TICK:
+            entries = self.store.read_group(streams, pending)
+            for stream, eid, fields in entries:
+                self._request(now, stream, eid, fields or {})
+            done += len(entries)
+            if not entries or pending:
+                break
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict) -> None:
+        user = stream.rsplit(":", 1)[1]
+        rid = fields.get("rid") or eid
+        prior = self.store.r.get(self.k.done(rid))
+        if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
+            self.commit(reply=(rid, json.loads(prior)), ack=(stream, eid))
+            return
+        try:
+            body = json.loads(fields.get("body") or "{}")
+            change = self.handlers.handle(user, fields.get("op", ""), body, now)
+        except (LabqError, ValueError, TypeError) as e:
+            code = getattr(e, "exit_code", 2)
+            change = Change(reply={"ok": False, "code": code, "error": str(e)})
+        self.commit(jobs=change.jobs, controls=change.controls, reply=(rid, change.reply), ack=(stream, eid))
+
+    # -- events from agents ----------------------------------------------------------------------
+    def _events(self, now: float, pending: bool) -> None:
+        while True:
+            entries = self.store.read_group([self.k.events], pending)
+            for stream, eid, fields in entries:
+                self._event(now, stream, eid, fields or {})
+            if not entries or pending:
+                break
+
+    def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
+        try:
+            jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
+        except (ValueError, TypeError):
+            log.warning("malformed event %s dropped: %r", eid, f)
+            self.commit(ack=(stream, eid))
+            return
+        job = self.jobs.get(jid)
+        kind = f.get("kind")
+        result = None
+        if job is not None and kind == "started":
+            new = tr.started(job, attempt, body)
+            result = (new, ()) if new else None
+        elif job is not None and kind == "finished":
+            result = tr.finished(job, attempt, body, now, self.cfg)
+        if result is None:
+            self.commit(ack=(stream, eid))
+            return
+        new, charges = result
+        self.commit(jobs=[new], charges=charges, ack=(stream, eid))
+        if kind == "finished":
+            log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
+
+    def _lost_attempts(self, now: float) -> None:
+        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
+        up = {n.name: n for n in self.nodes}
+        for job in [j for j in self.jobs.values() if j.state in states.ON_NODE]:
+            node = up.get(job.node)
+            if node is not None and node.state != "down":
+                hb = self.store.attempt_status(job.id, job.current.attempt).get("hb")
+                if hb is None or now - float(hb) <= self.cfg.node_lease:
+                    continue
+                last = float(hb)
+            else:
+                last = node.last_heartbeat if node else now
+            new, charges = tr.node_failed(job, last, now, self.cfg)
+            log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
+            self.commit(jobs=[new], charges=charges)
+
+    # -- planning ------------------------------------------------------------------------------
+    def snapshot(self, now: float) -> Snapshot:
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()),
+                        spent=tuple(sorted(self.store.spent().items())))
+
+    def _schedule(self, now: float) -> None:
+        p = policy.plan(self.snapshot(now), self.cfg)
+        changed, dispatch = [], []
+        for place in p.places:
+            j = tr.admit(self.jobs[place.job_id], place, now)
+            changed.append(j)
+            dispatch.append(j)
+        for e in p.expires:
+            changed.append(tr.end_pending(self.jobs[e.job_id], states.EXPIRED, e.detail, now))
+        for pd in p.pending:
+            j = self.jobs[pd.job_id]
+            if (j.reason, j.detail) != (pd.reason, pd.detail):
+                changed.append(tr.pend(j, pd.reason, pd.detail))
+        if changed:
+            self.commit(jobs=changed, dispatch=dispatch)
+        for j in dispatch:
+            log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")

@@ -1,0 +1,32 @@
+"""Log file patterns (`-o`/`-e`): %j job id, %A array job id, %a task index, %x name, %u user,
+%r restart count, %% a literal percent. Relative paths are relative to the job's working directory."""
+import os
+import re
+
+from .model import Job
+
+DEFAULT_OUT = "labq-%j.out"
+
+
+def expand(job: Job, pattern: str) -> str:
+    values = {
+        "j": str(job.array_id if job.array_id is not None else job.id) + (
+            f"_{job.array_index}" if job.array_id is not None else ""),
+        "A": str(job.array_id if job.array_id is not None else job.id),
+        "a": str(job.array_index if job.array_index is not None else ""),
+        "x": job.name,
+        "u": job.user,
+        "r": str(job.restart_count),
+        "%": "%",
+    }
+    path = re.sub(r"%([jAaxur%])", lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
+    return path if os.path.isabs(path) else os.path.join(job.workdir, path)
+
+
+def out_path(job: Job) -> str:
+    return expand(job, job.out or DEFAULT_OUT)
+
+
+def err_path(job: Job) -> str:
+    """Where stderr goes: its own pattern, else the same file as stdout."""
+    return expand(job, job.err) if job.err else out_path(job)

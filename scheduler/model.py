@@ -1,0 +1,133 @@
+"""The data the policy reads and writes: frozen dataclasses, no behaviour beyond small derivations.
+
+A `Job` is one record for its whole life: the request as submitted plus the fields the scheduler
+changes (state, reason, allocation, attempts). Changes are made with `dataclasses.replace`, so a
+snapshot handed to `plan()` can never be mutated under it.
+"""
+from dataclasses import dataclass, field
+
+from . import states
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    uuid: str          # the CUDA_VISIBLE_DEVICES token ("GPU-…", "MIG-…")
+    index: int
+    model: str
+    mem: int = 0       # bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    cpus: int
+    mem: int                   # bytes
+    slots: int                 # max concurrent jobs
+    gpus: tuple[Gpu, ...] = ()
+    state: str = "up"          # up | drain | down
+    lease_expiry: float = 0.0  # epoch seconds; the node is down once this passes
+    last_heartbeat: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    attempt: int
+    node: str
+    gpus: tuple[str, ...]
+    start_time: float | None = None      # when the process started (from the runner)
+    end_time: float | None = None
+    outcome: str | None = None
+    exit_code: int | None = None
+    cost: int = 0                        # micro-units of the currency
+    charges: tuple[tuple[str, int], ...] = ()   # (budget, micro-units of its unit)
+    lost_work_s: float = 0.0
+    usage: dict = field(default_factory=dict, hash=False, compare=True)
+    dispatch_time: float | None = None   # when the scheduler admitted it
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    user: str
+    account: str
+    argv: tuple[str, ...] = ()            # exec'd directly when there is no script
+    script: str | None = None             # script text, captured at submit like sbatch
+    name: str = ""
+    project: str = ""
+    qos: str = "normal"
+    budget: str = ""                      # a named batch budget (sub --budget)
+    workdir: str = "/"
+    gpus: int = 0
+    gpu_type: str = ""
+    cpus: int = 1
+    mem: int = 0
+    time_limit: int = 0                   # seconds
+    est: int | None = None                # expected runtime, seconds
+    max_wait: int | None = None           # seconds of queue wait before EX
+    out: str = ""
+    err: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    array_id: int | None = None
+    array_index: int | None = None
+    array_count: int | None = None
+    submit_time: float = 0.0
+    request_id: str = ""
+    # -- changed by the scheduler --
+    state: str = states.PENDING
+    reason: str = states.NONE
+    detail: str = ""                      # the sentence with the numbers behind the reason
+    restart_count: int = 0
+    cancel_requested: bool = False        # a cancel reached a running job: never requeue it
+    node: str = ""
+    gpu_uuids: tuple[str, ...] = ()
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    commit: tuple[tuple[str, int], ...] = ()    # (budget, micro) encumbered for the running attempt
+    rates: tuple[tuple[str, int], ...] = ()     # (budget, micro per hour) of the running attempt
+    cost_rate: int = 0                          # currency micro per hour of the running attempt
+    attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def display_id(self) -> str:
+        if self.array_id is not None:
+            return f"{self.array_id}_{self.array_index}"
+        return str(self.id)
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def cost(self) -> int:
+        return sum(a.cost for a in self.attempts)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    name: str
+    unit: str                  # usd | gpu_hours | cpu_hours
+    limit: int                 # micro-units of the unit
+    account: str = ""
+    project: str = ""
+    period: str = "none"
+    warn: tuple[float, ...] = (0.7, 0.9)
+    reserve: float = 0.0
+    on_exhaust: str = "hold"
+
+    def applies_to(self, job: Job) -> bool:
+        if self.account:
+            return job.account == self.account
+        if self.project:
+            return job.project == self.project
+        return job.budget == self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything plan() may look at. `now` is an input: the policy never reads a clock."""
+    now: float
+    nodes: tuple[Node, ...]
+    jobs: tuple[Job, ...]                      # active jobs: pending and on a node
+    spent: tuple[tuple[str, int], ...] = ()    # (budget, micro) settled charges
+    version: int = 0

@@ -1,0 +1,80 @@
+"""Submit requests → job records, validated field by field. Requests come from an inbox anyone can
+write, so nothing here trusts its input: each bad field is a UsageError naming the field."""
+import os
+from dataclasses import replace
+
+from .config import Config
+from .errors import UsageError
+from .model import Job
+
+_STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
+_MAX_ARRAY = 100_000
+
+
+def _int(body, key, lo, default=None, optional=False):
+    v = body.get(key, default)
+    if v is None and optional:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        raise UsageError(f"{key}: expected an integer ≥ {lo}, got {v!r}")
+    return v
+
+
+def job_from_submit(body: dict, user: str, cfg: Config, now: float) -> Job:
+    """A pending job (id 0, to be assigned) from a submit request's body."""
+    if not isinstance(body, dict):
+        raise UsageError("submit: expected a JSON object")
+    for k in _STR:
+        if not isinstance(body.get(k, ""), str):
+            raise UsageError(f"{k}: expected a string, got {body[k]!r}")
+    argv, script = body.get("argv") or [], body.get("script")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise UsageError("argv: expected a list of strings")
+    if script is not None and not isinstance(script, str):
+        raise UsageError("script: expected the script's text")
+    if not argv and not script:
+        raise UsageError("command: give a command after --, a script file, or a script on stdin")
+    workdir = body.get("workdir", "")
+    if not isinstance(workdir, str) or not os.path.isabs(workdir):
+        raise UsageError(f"workdir: expected an absolute path, got {workdir!r}")
+    tags = body.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t)
+                                              for t in tags):
+        raise UsageError("tags: expected a list of [key, value] strings")
+    time_limit = _int(body, "time_limit", 1, optional=True) or cfg.default_time
+    qos = body.get("qos") or "normal"
+    if cfg.qos_named(qos) is None:
+        raise UsageError(f"qos: unknown QoS {qos!r} (configured: {', '.join(q.name for q in cfg.qos)})")
+    account = body.get("account") or cfg.default_account(user)
+    if cfg.accounts and account != "default" and cfg.account_named(account) is None:
+        raise UsageError(f"account: unknown account {account!r} (configured: "
+                         f"{', '.join(a.name for a in cfg.accounts)})")
+    return Job(
+        id=0, user=user, account=account, argv=tuple(argv),
+        script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
+        project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
+        gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),
+        mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=_int(body, "est", 1, optional=True),
+        max_wait=_int(body, "max_wait", 0, optional=True), out=body.get("out", ""), err=body.get("err", ""),
+        tags=tuple((k, v) for k, v in tags), submit_time=now, request_id=str(body.get("rid", "")))
+
+
+def array_range(body: dict) -> list[int] | None:
+    """The task indices of `-a LO-HI[:STEP]`, as [lo, hi, step] in the request, or None."""
+    a = body.get("array")
+    if a is None:
+        return None
+    if (not isinstance(a, list) or len(a) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in a)
+            or a[0] < 0 or a[1] < a[0] or a[2] < 1):
+        raise UsageError(f"array: expected [lo, hi, step] with 0 ≤ lo ≤ hi and step ≥ 1, got {a!r}")
+    idx = list(range(a[0], a[1] + 1, a[2]))
+    if len(idx) > _MAX_ARRAY:
+        raise UsageError(f"array: at most {_MAX_ARRAY} tasks, got {len(idx)}")
+    return idx
+
+
+def expand(template: Job, first_id: int, indices: list[int] | None) -> list[Job]:
+    if indices is None:
+        return [replace(template, id=first_id)]
+    return [replace(template, id=first_id + i, array_id=first_id, array_index=ix, array_count=len(indices))
+            for i, ix in enumerate(indices)]

@@ -1,0 +1,129 @@
+"""What the scheduler does with each request from a user's inbox: submit, cancel.
+
+A handler decides; it writes nothing. It returns a `Change` (job records, control values, the
+reply) that the daemon commits in one transaction with the acknowledgement of the request.
+"""
+from dataclasses import dataclass, field, replace
+
+from . import ledger, policy, states, transitions as tr
+from .errors import RefusedError, UsageError
+from .model import Job, Snapshot
+from .store import codec
+from .request import array_range, expand, job_from_submit
+from .units import fmt_money
+
+
+@dataclass
+class Change:
+    jobs: list = field(default_factory=list)
+    controls: list = field(default_factory=list)
+    reply: dict | None = None
+
+
+class Handlers:
+    def __init__(self, sched):
+        self.s = sched
+
+    def handle(self, user: str, op: str, body: dict, now: float) -> Change:
+        fn = {"submit": self.submit, "cancel": self.cancel}.get(op)
+        if fn is None:
+            raise UsageError(f"unknown request {op!r} (expected submit or cancel)")
+        return fn(user, body, now)
+
+    # -- submit --------------------------------------------------------------------------------
+    def submit(self, user: str, body: dict, now: float) -> Change:
+        cfg = self.s.cfg
+        template = job_from_submit(body, user, cfg, now)
+        indices = array_range(body)
+        why = policy.refusal(template, self.s.nodes, cfg)
+        if why:
+            raise RefusedError(why)
+        n = len(indices) if indices else 1
+        pending = [j for j in self.s.jobs.values() if j.state == states.PENDING]
+        if len(pending) + n > cfg.max_pending:
+            raise RefusedError(f"queue full: {len(pending)} jobs pending, {n} more would pass "
+                               f"scheduler.max_pending={cfg.max_pending}")
+        mine = sum(1 for j in pending if j.user == user)
+        if mine + n > cfg.max_pending_per_user:
+            raise RefusedError(f"user {user} has {mine} jobs pending, {n} more would pass "
+                               f"scheduler.max_pending_per_user={cfg.max_pending_per_user}")
+        if body.get("test_only"):
+            return Change(reply=self.test_only(template, now))
+        first = self.s.store.r.incrby(self.s.k.seq, n) - n + 1
+        jobs = expand(template, first, indices)
+        shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
+        return Change(jobs=jobs, reply={"ok": True, "job_id": first, "job_ids": [j.id for j in jobs],
+                                        "display": shown})
+
+    def test_only(self, job: Job, now: float) -> dict:
+        """Forecast, each budget's availability after it, and the verdict — without submitting."""
+        probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
+        snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
+                        spent=tuple(sorted(self.s.store.spent().items())))
+        plan = policy.plan(snap, self.s.cfg)
+        placed = next((p for p in plan.places if p.job_id == probe.id), None)
+        why = next((p for p in plan.pending if p.job_id == probe.id), None)
+        running = [j for j in self.s.jobs.values() if j.state in states.ON_NODE]
+        spent = dict(snap.spent)
+        budgets = []
+        model = next((g.model for n in self.s.nodes for g in n.gpus
+                      if not job.gpu_type or g.model == job.gpu_type), "")
+        for b in ledger.budgets_for(job, self.s.cfg.budgets):
+            need = dict(placed.commit)[b.name] if placed else ledger.forecast(job, b.unit, model, self.s.cfg)
+            bal = ledger.balance(b, spent.get(b.name, 0), running, now)
+            budgets.append({"budget": b.name, "unit": b.unit, "forecast": need / 1e6,
+                            "available_after": (ledger.cap(b) - bal.spent - bal.committed - bal.accrued - need) / 1e6})
+        if placed:
+            verdict = f"would start now on {placed.node}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
+        else:
+            verdict = f"would pend: {why.reason} ({why.detail})"
+        rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
+        return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,
+                "reason": why.reason if why else None, "budgets": budgets,
+                "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
+                "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+
+    # -- cancel --------------------------------------------------------------------------------
+    def cancel(self, user: str, body: dict, now: float) -> Change:
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise UsageError("cancel: expected a list of job ids")
+        admin = user in self.s.cfg.security["admins"]
+        change, results = Change(), []
+        for text in ids:
+            found = self.resolve(text)
+            if not found:
+                results.append({"id": text, "ok": False, "error": f"no such job: {text}"})
+            for job in found:
+                if job.user != user and not admin:
+                    results.append({"id": job.display_id, "ok": False, "error": f"job {job.display_id} belongs to {job.user}"})
+                elif job.state == states.PENDING:
+                    change.jobs.append(tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now))
+                    results.append({"id": job.display_id, "ok": True, "state": states.CANCELLED})
+                elif job.state in states.ON_NODE:
+                    change.jobs.append(replace(job, cancel_requested=True))
+                    change.controls.append((job.id, "cancel"))
+                    results.append({"id": job.display_id, "ok": True, "state": "cancelling"})
+                else:
+                    results.append({"id": job.display_id, "ok": False, "error": f"job {job.display_id} already ended"})
+        ok = bool(results) and all(r["ok"] for r in results)
+        return Change(jobs=change.jobs, controls=change.controls,
+                      reply={"ok": ok, "results": results, "code": 0 if ok else 2,
+                             "error": "; ".join(r["error"] for r in results if not r["ok"]) or "no such job"})
+
+    def resolve(self, text: str) -> list[Job]:
+        """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
+        try:
+            if "_" in text:
+                a, t = (int(x) for x in text.split("_", 1))
+                return [j for j in self.s.jobs.values() if j.array_id == a and j.array_index == t]
+            jid = int(text)
+        except ValueError:
+            raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
+        tasks = [j for j in self.s.jobs.values() if j.array_id == jid]
+        if tasks:
+            return sorted(tasks, key=lambda j: j.id)
+        if jid in self.s.jobs:
+            return [self.s.jobs[jid]]
+        raw = self.s.store.r.get(self.s.k.job(jid))
+        return [codec.loads(raw)] if raw else []

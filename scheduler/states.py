@@ -1,0 +1,39 @@
+"""Job state codes (SLURM's), attempt outcomes and pending reasons: the machine-readable vocabulary."""
+
+PENDING, RUNNING, COMPLETING, PREEMPTING = "PD", "R", "CG", "PR"
+COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM = "CD", "F", "CA", "TO", "OOM"
+NODE_FAIL, EXPIRED, DEADLINE, REJECTED = "NF", "EX", "DL", "RJ"
+
+ACTIVE = frozenset({PENDING, RUNNING, COMPLETING, PREEMPTING})
+ON_NODE = frozenset({RUNNING, COMPLETING, PREEMPTING})
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL, EXPIRED, DEADLINE, REJECTED})
+
+# Attempt outcomes, as the runner reports them, and the job state each one ends in.
+OUTCOME_STATE = {
+    "completed": COMPLETED,
+    "exit": FAILED,
+    "timeout": TIMEOUT,
+    "oom": OOM,
+    "cancelled": CANCELLED,
+    "node_failure": NODE_FAIL,
+    "preempted": PENDING,
+    "checkpoint_exit": PENDING,
+    "error": FAILED,  # the runner itself could not start the command (bad workdir, log path)
+}
+
+# Pending reasons: exactly one per pending job.
+PRIORITY = "Priority"
+RESOURCES = "Resources"
+HELD = "Held"
+DEPENDENCY = "Dependency"
+BEGIN_TIME = "BeginTime"
+ACCOUNT_JOB_LIMIT = "AccountJobLimit"
+ACCOUNT_GPU_LIMIT = "AccountGpuLimit"
+USER_JOB_LIMIT = "UserJobLimit"
+BUDGET_RESERVED = "BudgetReserved"
+BUDGET_EXHAUSTED = "BudgetExhausted"
+NODE_DOWN = "NodeDown"
+NONE = "None"  # just submitted, not yet planned
+
+REASONS = frozenset({PRIORITY, RESOURCES, HELD, DEPENDENCY, BEGIN_TIME, ACCOUNT_JOB_LIMIT,
+                     ACCOUNT_GPU_LIMIT, USER_JOB_LIMIT, BUDGET_RESERVED, BUDGET_EXHAUSTED, NODE_DOWN, NONE})

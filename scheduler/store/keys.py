@@ -1,0 +1,99 @@
+"""Every Redis key labq uses, with its type and who writes it. Nothing else formats key strings.
+
+Writers: S = the scheduler (single writer of jobs, allocations and the ledger), W = a node agent or
+its runners (only its own node's keys, attempt status and the events stream), U = a user's client
+(only its own inbox and the wake list).
+"""
+
+
+class Keys:
+    def __init__(self, prefix: str = "labq"):
+        self.p = prefix
+
+    # -- requests and replies --------------------------------------------------------------------
+    def inbox(self, user: str) -> str:        # STREAM (U): requests {rid, op, user, body(JSON)}
+        return f"{self.p}:inbox:{user}"
+
+    @property
+    def inboxes(self) -> str:                 # SET (S): users whose inbox the scheduler reads
+        return f"{self.p}:inboxes"
+
+    @property
+    def wake(self) -> str:                    # LIST (U, W): user names / "events"; wakes the scheduler
+        return f"{self.p}:wake"
+
+    def reply(self, rid: str) -> str:         # LIST (S): one JSON reply, expires after 10 minutes
+        return f"{self.p}:reply:{rid}"
+
+    def done(self, rid: str) -> str:          # STRING (S): the reply kept for dedup, expires after a day
+        return f"{self.p}:done:{rid}"
+
+    # -- jobs ----------------------------------------------------------------------------------
+    @property
+    def seq(self) -> str:                     # STRING (S): INCR source of job ids
+        return f"{self.p}:seq:job"
+
+    def job(self, jid: int) -> str:           # STRING (S): the job record, JSON (codec.py)
+        return f"{self.p}:job:{jid}"
+
+    @property
+    def active(self) -> str:                  # ZSET (S): ids of non-terminal jobs, score = id
+        return f"{self.p}:active"
+
+    @property
+    def history(self) -> str:                 # ZSET (S): ids of ended jobs, score = end time
+        return f"{self.p}:history"
+
+    def control(self, jid: int) -> str:       # STRING (S): "cancel" | "preempt" for the running attempt
+        return f"{self.p}:job:{jid}:control"
+
+    def attempt(self, jid: int, n: int) -> str:   # HASH (W): runner status {claimed, pid, start, hb}
+        return f"{self.p}:job:{jid}:a{n}"
+
+    # -- nodes ---------------------------------------------------------------------------------
+    @property
+    def nodes(self) -> str:                   # SET (W): registered node names
+        return f"{self.p}:nodes"
+
+    def node(self, name: str) -> str:         # HASH (W): {cpus, mem, slots, gpus(JSON), hb, pid, host}
+        return f"{self.p}:node:{name}"
+
+    def node_lease(self, name: str) -> str:   # STRING (W) with PX TTL: the agent's lease
+        return f"{self.p}:node:{name}:lease"
+
+    def node_admin(self, name: str) -> str:   # STRING (S): "drain" when the scheduler drains it
+        return f"{self.p}:node:{name}:admin"
+
+    @staticmethod
+    def rq_queue(name: str) -> str:           # the RQ queue name of a node (RQ adds its rq: prefix)
+        return f"labq-node-{name}"
+
+    # -- events, ledger, leader ------------------------------------------------------------------
+    @property
+    def events(self) -> str:                  # STREAM (W): {kind, job, attempt, node, body(JSON)}
+        return f"{self.p}:events"
+
+    @property
+    def ledger(self) -> str:                  # STREAM (S): append-only ledger entries
+        return f"{self.p}:ledger"
+
+    @property
+    def ledger_keys(self) -> str:             # SET (S): idempotency keys of ledger entries
+        return f"{self.p}:ledger:keys"
+
+    def spent(self) -> str:                   # HASH (S): budget -> settled micro-units (cache of the ledger)
+        return f"{self.p}:spent"
+
+    @property
+    def leader(self) -> str:                  # STRING (S) with PX TTL: the active scheduler's id
+        return f"{self.p}:leader"
+
+    @property
+    def stats(self) -> str:                   # HASH (S): cycle time, queue depth, admits (labq diag)
+        return f"{self.p}:stats"
+
+
+GROUP = "scheduler"   # consumer group on every inbox and on the events stream
+# One fixed consumer name: only the leader reads, and a restarted leader must see the entries its
+# predecessor read but never acknowledged.
+CONSUMER = "leader"

@@ -1,0 +1,152 @@
+"""The scheduler's view of Redis: loading state, the leader lease, and fenced transactions.
+
+Every write the scheduler makes goes through `txn()`: WATCH the leader key, check that this
+scheduler still holds it, then MULTI/EXEC. A scheduler that lost its lease (paused, partitioned)
+therefore cannot write anything, and a crash at any instant leaves either all or none of a change.
+"""
+import json
+
+import redis
+
+from ..errors import StalePlanError
+from ..model import Gpu, Job, Node
+from . import codec
+from .keys import CONSUMER, GROUP, Keys
+
+
+class SchedulerStore:
+    def __init__(self, r: redis.Redis, keys: Keys, me: str):
+        self.r, self.k, self.me = r, keys, me
+
+    # -- leader lease ------------------------------------------------------------------------
+    def acquire_leader(self, ttl_s: float) -> bool:
+        """Take or renew the lease. Returns False while another scheduler holds it."""
+        px = int(ttl_s * 1000)
+        if self.r.set(self.k.leader, self.me, nx=True, px=px):
+            return True
+        # Renew only if it is still ours; a Lua-free check-and-set under WATCH.
+        with self.r.pipeline() as p:
+            try:
+                p.watch(self.k.leader)
+                if p.get(self.k.leader) != self.me:
+                    p.reset()
+                    return False
+                p.multi()
+                p.pexpire(self.k.leader, px)
+                p.execute()
+                return True
+            except redis.WatchError:
+                return False
+
+    def release_leader(self) -> None:
+        with self.r.pipeline() as p:
+            try:
+                p.watch(self.k.leader)
+                if p.get(self.k.leader) == self.me:
+                    p.multi()
+                    p.delete(self.k.leader)
+                    p.execute()
+            except redis.WatchError:
+                pass
+
+    def txn(self, build) -> list:
+        """Run `build(pipe)` inside MULTI, fenced by the leader lease."""
+        with self.r.pipeline() as p:
+            try:
+                p.watch(self.k.leader)
+                if p.get(self.k.leader) != self.me:
+                    raise StalePlanError("this scheduler no longer holds the leader lease")
+                p.multi()
+                build(p)
+                return p.execute()
+            except redis.WatchError:
+                raise StalePlanError("the leader lease changed during a transaction") from None
+
+    # -- loading -------------------------------------------------------------------------------
+    def active_jobs(self) -> dict[int, Job]:
+        ids = self.r.zrange(self.k.active, 0, -1)
+        jobs = {}
+        for chunk in _chunks(ids, 1000):
+            for raw in self.r.mget([self.k.job(int(i)) for i in chunk]):
+                if raw:
+                    j = codec.loads(raw)
+                    jobs[j.id] = j
+        return jobs
+
+    def nodes(self, now: float) -> tuple[Node, ...]:
+        names = sorted(self.r.smembers(self.k.nodes))
+        if not names:
+            return ()
+        p = self.r.pipeline(transaction=False)
+        for n in names:
+            p.hgetall(self.k.node(n))
+            p.pttl(self.k.node_lease(n))
+            p.get(self.k.node_admin(n))
+        out = []
+        res = p.execute()
+        for i, n in enumerate(names):
+            h, pttl, admin = res[3 * i:3 * i + 3]
+            if not h:
+                continue
+            gpus = tuple(Gpu(u, int(ix), m, int(mem)) for u, ix, m, mem in json.loads(h.get("gpus", "[]")))
+            expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
+            state = "down" if expiry <= now else (admin or "up")
+            out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
+                            float(h.get("hb", 0))))
+        return tuple(out)
+
+    def spent(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
+
+    def charged(self, key: str) -> bool:
+        return bool(self.r.sismember(self.k.ledger_keys, key))
+
+    def attempt_status(self, jid: int, n: int) -> dict:
+        return self.r.hgetall(self.k.attempt(jid, n))
+
+    # -- streams -------------------------------------------------------------------------------
+    def ensure_group(self, stream: str) -> None:
+        try:
+            self.r.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+
+    def known_inboxes(self) -> set[str]:
+        return set(self.r.smembers(self.k.inboxes))
+
+    def wait_wake(self, timeout: float) -> list[str]:
+        """Block until a client or agent pushes to the wake list, or `timeout` passes; drain the rest."""
+        got = self.r.blpop([self.k.wake], timeout=max(0.01, timeout))
+        if not got:
+            return []
+        woke = [got[1]]
+        p = self.r.pipeline()
+        p.lrange(self.k.wake, 0, 999)
+        p.ltrim(self.k.wake, 1000, -1)
+        woke += p.execute()[0]
+        return woke
+
+    def read_group(self, streams: list[str], pending: bool, count: int = 500):
+        """Entries of the scheduler's group: ones delivered but not acknowledged (after a restart)
+        when `pending`, else new ones. Yields (stream, entry_id, fields)."""
+        if not streams:
+            return []
+        ident = "0" if pending else ">"
+        res = self.r.xreadgroup(GROUP, CONSUMER, {s: ident for s in streams}, count=count)
+        out = []
+        for stream, entries in res or []:
+            for eid, fields in entries:
+                if fields is None:   # deleted by trimming while pending
+                    out.append((stream, eid, None))
+                else:
+                    out.append((stream, eid, fields))
+        return out
+
+    def ack(self, p, stream: str, eid: str) -> None:
+        p.xack(stream, GROUP, eid)
+
+
+def _chunks(seq, n):
+    for i in range(0, len(seq), n):
+        yield seq[i:i + n]

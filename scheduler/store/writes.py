@@ -1,0 +1,39 @@
+"""Writes the scheduler adds to a transaction pipeline: job records, ledger entries, replies."""
+import json
+import time
+
+from .. import states
+from ..model import Job
+from . import codec
+from .keys import Keys
+
+REPLY_TTL = 600
+DONE_TTL = 86400
+
+
+def put_job(p, k: Keys, job: Job) -> None:
+    p.set(k.job(job.id), codec.dumps(job))
+    if job.state in states.ACTIVE:
+        p.zadd(k.active, {str(job.id): job.id})
+    else:
+        p.zrem(k.active, str(job.id))
+        p.zadd(k.history, {str(job.id): job.end_time or time.time()})
+        p.delete(k.control(job.id))
+
+
+def put_charge(p, k: Keys, charge, now: float) -> None:
+    """One ledger entry and the cached balance, in the same transaction as the job's end."""
+    p.xadd(k.ledger, {"type": "charge", "key": charge.key, "budget": charge.budget, "unit": charge.unit,
+                      "amount": charge.amount, "job": charge.job, "attempt": charge.attempt, "ts": now})
+    p.hincrby(k.spent(), charge.budget, charge.amount)
+
+
+def mark_charged(p, k: Keys, key: str) -> None:
+    p.sadd(k.ledger_keys, key)
+
+
+def put_reply(p, k: Keys, rid: str, reply: dict) -> None:
+    text = json.dumps(reply, separators=(",", ":"))
+    p.rpush(k.reply(rid), text)
+    p.expire(k.reply(rid), REPLY_TTL)
+    p.set(k.done(rid), text, ex=DONE_TTL)

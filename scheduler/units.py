@@ -1,0 +1,103 @@
+"""Parsing and printing of durations, sizes and money.
+
+Durations accept SLURM forms (`90` minutes, `1:30:00`, `2-0`, `2-12:00`) and suffixed forms
+(`2h30m`, `45s`, `7d`). Sizes accept `12G`, `512M`, `1.5T` and plain bytes. Money is kept as integer
+micro-units (1e-6 of the unit) so that sums are exact.
+"""
+import re
+
+from .errors import UsageError
+
+MICRO = 1_000_000
+_SUFFIX = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SUFFIXED = re.compile(r"^(?:(\d+(?:\.\d+)?)([smhdw]))+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_SIZES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_duration(text, what: str = "duration", bare_unit: int = 60) -> int:
+    """Seconds in `text`. A bare number is minutes (SLURM) unless `bare_unit` says otherwise."""
+    if isinstance(text, bool):
+        raise UsageError(f"{what}: expected a duration like 2h, 90m, 1:30:00 or 2-0, got {text!r}")
+    if isinstance(text, (int, float)):
+        return _non_negative(int(text * bare_unit), what, text)
+    s = str(text).strip().lower()
+    if _SUFFIXED.match(s):
+        return _non_negative(int(sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s))), what, text)
+    try:
+        return _non_negative(_slurm_duration(s, bare_unit), what, text)
+    except ValueError:
+        raise UsageError(f"{what}: expected a duration like 2h, 90m, 1:30:00 or 2-0, got {text!r}") from None
+
+
+def _slurm_duration(s: str, bare_unit: int) -> int:
+    days = 0
+    if "-" in s:
+        d, s = s.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in s.split(":")]  # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+        if len(parts) != 3:
+            raise ValueError(s)
+        h, m, sec = parts
+        return days * 86400 + h * 3600 + m * 60 + sec
+    parts = [int(p) for p in s.split(":")]
+    if len(parts) == 1:
+        return parts[0] * bare_unit
+    if len(parts) == 2:  # minutes:seconds
+        return parts[0] * 60 + parts[1]
+    if len(parts) == 3:
+        return parts[0] * 3600 + parts[1] * 60 + parts[2]
+    raise ValueError(s)
+
+
+def _non_negative(v: int, what: str, text) -> int:
+    if v < 0:
+        raise UsageError(f"{what}: must not be negative, got {text!r}")
+    return v
+
+
+def parse_size(text, what: str = "size") -> int:
+    """Bytes in `text` (`12G`, `512M`, `64GiB`, `1.5T`, `1048576`)."""
+    if isinstance(text, bool):
+        raise UsageError(f"{what}: expected a size like 12G or 512M, got {text!r}")
+    if isinstance(text, int):
+        return _non_negative(text, what, text)
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", str(text).lower())
+    if not m:
+        raise UsageError(f"{what}: expected a size like 12G or 512M, got {text!r}")
+    return int(float(m.group(1)) * _SIZES[m.group(2)])
+
+
+def fmt_duration(seconds) -> str:
+    """SLURM's `[D-]HH:MM:SS`."""
+    seconds = int(max(0, seconds))
+    d, rem = divmod(seconds, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def fmt_size(n: int) -> str:
+    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f}{unit}" if v == int(v) else f"{v:.1f}{unit}"
+    return f"{n}B"
+
+
+def to_micro(amount, what: str = "amount") -> int:
+    try:
+        return int(round(float(amount) * MICRO))
+    except (TypeError, ValueError):
+        raise UsageError(f"{what}: expected a number, got {amount!r}") from None
+
+
+def from_micro(micro: int) -> float:
+    return micro / MICRO
+
+
+def fmt_money(micro: int, unit: str = "usd") -> str:
+    if unit == "usd":
+        return f"${micro / MICRO:,.2f}" if abs(micro) >= 10_000 or micro == 0 else f"${micro / MICRO:.4f}"
+    return f"{micro / MICRO:,.3f} {unit.replace('_', '-')}"

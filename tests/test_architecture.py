@@ -1,0 +1,64 @@
+"""The import boundaries of DESIGN §3 and the size limits, checked on the source with ast."""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PURE = {"time", "datetime", "uuid", "random", "os", "subprocess", "socket", "redis", "rq", "psutil", "pynvml"}
+
+
+def modules(pkg):
+    return sorted((ROOT / pkg).rglob("*.py"))
+
+
+def imports(path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def rel(p):
+    return p.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("path", modules("scheduler"), ids=rel)
+def test_scheduler_imports(path):
+    got = imports(path)
+    assert not got & {"worker", "cli"}, "scheduler imports neither worker nor cli"
+    assert not got & {"psutil", "pynvml"}
+    if "redis" in got:
+        assert rel(path).startswith("scheduler/store/"), "only scheduler/store/ imports redis"
+    if "rq" in got:
+        assert rel(path) == "scheduler/dispatch.py", "only scheduler/dispatch.py imports rq"
+
+
+@pytest.mark.parametrize("path", [p for p in modules("scheduler")
+                                  if rel(p).startswith("scheduler/policy/") or rel(p) in
+                                  {"scheduler/model.py", "scheduler/plan.py", "scheduler/states.py",
+                                   "scheduler/ledger.py", "scheduler/transitions.py"}], ids=rel)
+def test_the_core_is_pure(path):
+    assert not imports(path) & PURE, "the policy core reads no clock, no randomness, no I/O"
+
+
+@pytest.mark.parametrize("path", modules("worker"), ids=rel)
+def test_worker_imports(path):
+    got = imports(path)
+    assert "cli" not in got
+    if got & {"psutil", "pynvml"}:
+        assert rel(path) == "worker/probe.py", "only worker/probe.py imports psutil/pynvml"
+
+
+@pytest.mark.parametrize("path", modules("scheduler") + modules("worker") + modules("cli"), ids=rel)
+def test_module_and_function_sizes(path):
+    text = path.read_text()
+    assert len(text.splitlines()) <= 600, "modules stay under 600 lines"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            assert length <= 80, f"{node.name} is {length} lines"

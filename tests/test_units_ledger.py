@@ -1,0 +1,65 @@
+"""Durations, sizes, money, rates, forecasts and charges — exact integer arithmetic."""
+import pytest
+from hypothesis import given, strategies as st
+
+from scheduler import ledger, units
+from scheduler.errors import UsageError
+from scheduler.model import Job
+from tests.harness import cfg
+
+
+@pytest.mark.parametrize("text,secs", [("90", 5400), (90, 5400), ("1:30:00", 5400), ("2-0", 172800),
+                                       ("2-12", 216000), ("2h30m", 9000), ("45s", 45), ("7d", 604800),
+                                       ("10:00", 600), ("1.5h", 5400)])
+def test_durations(text, secs):
+    assert units.parse_duration(text) == secs
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "2x", "-5", "1:2:3:4", True])
+def test_bad_durations_name_the_flag(bad):
+    with pytest.raises(UsageError, match="--time"):
+        units.parse_duration(bad, "--time")
+
+
+@pytest.mark.parametrize("text,n", [("12G", 12 << 30), ("512M", 512 << 20), ("64GiB", 64 << 30), ("1.5T", int(1.5 * (1 << 40))),
+                                    ("1024", 1024), ("4k", 4096)])
+def test_sizes(text, n):
+    assert units.parse_size(text) == n
+
+
+def test_bad_size():
+    with pytest.raises(UsageError, match="--mem: expected a size"):
+        units.parse_size("lots", "--mem")
+
+
+def test_rates_per_unit_and_model():
+    c = cfg("[rates]\ngpu_hour = 2.0\ncpu_hour = 0.1\nmem_gib_hour = 0.01\n"
+            "gpu_hour_by_model = { 'H100' = 4.5 }\n[qos.normal]\npriority=100\n[qos.low]\nrate_factor = 0.5\n")
+    j = Job(id=1, user="a", account="x", gpus=2, cpus=4, mem=10 << 30, time_limit=3600)
+    assert ledger.rate(j, "usd", "fake", c) == 2 * 2_000_000 + 400_000 + 100_000
+    assert ledger.rate(j, "usd", "H100", c) == 9_000_000 + 400_000 + 100_000
+    assert ledger.rate(j, "gpu_hours", "H100", c) == 2_000_000
+    assert ledger.rate(j, "cpu_hours", "H100", c) == 4_000_000
+    low = Job(id=1, user="a", account="x", gpus=1, qos="low", time_limit=3600)
+    assert ledger.rate(low, "usd", "fake", c) == (2_000_000 + 100_000) // 2   # 1 GPU + 1 CPU, half price
+
+
+def test_safe_and_forecast_modes():
+    j = Job(id=1, user="a", account="x", gpus=1, time_limit=7200, est=1800)
+    assert ledger.forecast(j, "usd", "fake", cfg()) == 4_000_000
+    f = cfg("[scheduler]\nbudget_mode = 'forecast'\n[rates]\nforecast_margin = 0.2\noverhead_per_attempt = 0.05\n")
+    assert ledger.forecast(j, "usd", "fake", f) == 1_200_000 + 50_000
+
+
+@given(st.integers(0, 10**9), st.floats(0, 10**6, allow_nan=False), st.floats(0, 10**6, allow_nan=False))
+def test_accrual_is_monotone_and_additive_within_rounding(rate, a, b):
+    lo, hi = sorted((a, b))
+    assert ledger.accrue(rate, lo) <= ledger.accrue(rate, hi)
+    whole = ledger.accrue(rate, lo + hi)
+    assert ledger.accrue(rate, lo) + ledger.accrue(rate, hi) <= whole + 1 + rate // 1_000_000
+
+
+def test_money_formatting():
+    assert units.fmt_money(4_000_000) == "$4.00"
+    assert units.fmt_money(2222) == "$0.0022"
+    assert units.fmt_money(1_500_000, "gpu_hours") == "1.500 gpu-hours"
