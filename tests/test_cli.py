@@ -1,0 +1,70 @@
+"""The CLI on bad input: one line, exit 2, nothing sent (these run without any Redis)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cli.submit import build_body, directives, parse_array, parse_gpus
+from scheduler.errors import UsageError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def labq(*args, stdin=None, env=None):
+    e = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=ROOT, **(env or {}))
+    e.pop("LABQ_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], input=stdin, capture_output=True, text=True,
+                          env=e, cwd=ROOT, timeout=60)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["sub", "-t", "soon", "--", "true"], "--time"),
+    (["sub", "--mem", "lots", "--", "true"], "--mem"),
+    (["sub", "-G", "x", "--", "true"], "--gpus"),
+    (["sub", "-c", "0", "--", "true"], "--cpus"),
+    (["sub", "-a", "5-1", "--", "true"], "--array"),
+    (["sub", "-a", "1-10%2", "--", "true"], "throttle"),
+    (["sub", "--tag", "novalue", "--", "true"], "--tag"),
+    (["sub", "/nonexistent/script.sh"], "script"),
+    (["sub", "--"], "no command"),
+    (["sub", "--bogus", "--", "true"], "--bogus"),
+])
+def test_bad_submit_input_exits_2_with_one_line(args, needle):
+    p = labq(*args, stdin="")
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr and "Traceback" not in p.stderr
+
+
+def test_unreachable_redis_exits_4():
+    p = labq("stat")
+    assert p.returncode == 4 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_config_check(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[scheduler]\nkill_wait = 'later'\n")
+    p = labq("config", "check", str(bad))
+    assert p.returncode == 2 and "scheduler.kill_wait" in p.stderr and "Traceback" not in p.stderr
+    good = tmp_path / "good.toml"
+    good.write_text("[scheduler]\nkill_wait = '10s'\n")
+    assert labq("config", "check", str(good)).returncode == 0
+
+
+def test_parsers():
+    assert parse_gpus("2") == ("", 2) and parse_gpus("NVIDIA H100 80GB HBM3:4") == ("NVIDIA H100 80GB HBM3", 4)
+    assert parse_array("1-12") == [1, 12, 1] and parse_array("1-12:2") == [1, 12, 2] and parse_array("5") == [5, 5, 1]
+    assert directives("#!/bin/bash\n#LABQ -G 1 -t 2h\n# comment\n#LABQ -J 'my job'\necho hi\n#LABQ -c 9\n") == [
+        "-G", "1", "-t", "2h", "-J", "my job"]
+    with pytest.raises(UsageError):
+        build_body({"mem": "12Q"}, ["true"], None)
+
+
+def test_script_directives_apply_and_flags_win(tmp_path):
+    """#LABQ directives fill only what the command line left unset."""
+    import click
+    from cli.submit import _merge_directives, sub
+    ctx = click.Context(sub)
+    opts = {"gpus": None, "time_": "1h", "name": None}
+    _merge_directives(ctx, opts, ["-G", "2", "-t", "5h", "-J", "d"])
+    assert opts["gpus"] == "2" and opts["time_"] == "1h" and opts["name"] == "d"
