@@ -195,7 +195,12 @@ def _scheduler(t):
                                  "default_time", "kill_wait", "budget_mode"})
     out = {}
     if "tick" in t:
-        out["tick"] = max(0.05, _dur("scheduler.tick", t["tick"]) or _num("scheduler.tick", 0.05))
+        v = t["tick"]
+        # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
+        tick = float(_num("scheduler.tick", v)) if isinstance(v, (int, float)) else _dur("scheduler.tick", v)
+        if tick < 0.05:
+            raise ConfigError("scheduler.tick", f"must be at least 0.05 seconds, got {v!r}")
+        out["tick"] = tick
     for k in ("max_pending", "max_pending_per_user"):
         if k in t:
             out[k] = _num(f"scheduler.{k}", t[k], lo=1, integer=True)

@@ -189,13 +189,15 @@ class Scheduler:
     def _lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
         up = {n.name: n for n in self.nodes}
-        for job in [j for j in self.jobs.values() if j.state in states.ON_NODE]:
+        on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
+        beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
+        for job, hb in zip(on_node, beats):
             node = up.get(job.node)
             if node is not None and node.state != "down":
-                hb = self.store.attempt_status(job.id, job.current.attempt).get("hb")
-                if hb is None or now - float(hb) <= self.cfg.node_lease:
+                # A runner that claimed the attempt and went silent (its horse was SIGKILLed) is lost too.
+                if hb is None or now - hb <= self.cfg.node_lease:
                     continue
-                last = float(hb)
+                last = hb
             else:
                 last = node.last_heartbeat if node else now
             new, charges = tr.node_failed(job, last, now, self.cfg)

@@ -101,8 +101,12 @@ class SchedulerStore:
     def charged(self, key: str) -> bool:
         return bool(self.r.sismember(self.k.ledger_keys, key))
 
-    def attempt_status(self, jid: int, n: int) -> dict:
-        return self.r.hgetall(self.k.attempt(jid, n))
+    def attempt_heartbeats(self, attempts) -> list[float | None]:
+        """The runner's last heartbeat of each (job, attempt), None where no runner has claimed it yet."""
+        p = self.r.pipeline(transaction=False)
+        for jid, n in attempts:
+            p.hget(self.k.attempt(jid, n), "hb")
+        return [float(v) if v is not None else None for v in p.execute()]
 
     # -- streams -------------------------------------------------------------------------------
     def ensure_group(self, stream: str) -> None:

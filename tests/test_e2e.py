@@ -1,0 +1,206 @@
+"""End to end: real redis-server, real `labq scheduler` and `labq worker` processes, real commands.
+
+Each test starts its own stack (cli/stack.py, the same code `labq up` runs) on a private socket.
+Waiting is by polling job state with generous timeouts, never by sleeping a guessed time.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from cli.stack import ROOT, Stack
+from scheduler import config, states
+from scheduler.client import Client, current_user
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
+if not shutil.which("redis-server"):
+    pytestmark.append(pytest.mark.skipif(not os.environ.get("CI"), reason="redis-server is not installed"))
+
+CONFIG = """
+[scheduler]
+tick = 0.2
+kill_wait = "2s"
+node_lease = "10s"
+[rates]
+gpu_hour = 2.0
+[accounts.eta]
+users = ["{user}"]
+[[budgets]]
+name = "eta-sweep"
+account = "eta"
+limit = 120.0
+reserve = 0.1
+[worker]
+name = "e2e-node"
+gpus = 4
+cpus = 16
+mem = "64G"
+spool = "{spool}"
+run_as = "self"
+"""
+
+
+class E2E:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="labq-e2e-", dir="/tmp")
+        self.work = os.path.join(self.dir, "work")
+        os.makedirs(self.work)
+        self.cfg_path = os.path.join(self.dir, "labq.toml")
+        with open(self.cfg_path, "w") as f:
+            f.write(CONFIG.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
+        self.cfg = config.load(self.cfg_path)
+        self.log = open(os.path.join(self.dir, "daemons.log"), "w")
+        self.stack = Stack(self.dir, self.cfg_path, log=self.log)
+        self.stack.start_all()
+        self.client = Client(self.cfg, url=self.stack.url)
+        wait_for(lambda: [n for n in self.client.nodes() if n.state == "up"], 60, what="the worker to register")
+
+    def labq(self, *args, stdin=None):
+        return subprocess.run(self.stack.command(*args), env=self.stack.env(), cwd=self.work, input=stdin,
+                              capture_output=True, text=True, timeout=120)
+
+    def sub(self, *args) -> int:
+        p = self.labq("sub", "--parsable", "-A", "eta", *args)
+        assert p.returncode == 0, p.stderr
+        return int(p.stdout.strip().split("_")[0])
+
+    def job(self, jid):
+        return self.client.read.job(jid)
+
+    def wait_state(self, jid, wanted, timeout=90):
+        return wait_for(lambda: (j := self.job(jid)) and j.state in wanted and j, timeout,
+                        what=f"job {jid} to reach {wanted}")
+
+    def close(self):
+        self.stack.stop_all()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def e2e():
+    e = E2E()
+    yield e
+    e.close()
+
+
+def test_sweep_of_twelve_runs_in_three_waves_and_is_charged(e2e):
+    ids = [e2e.sub("-J", f"sweep{i}", "-G", "1", "-c", "4", "--mem", "12G", "-t", "2h", "--",
+                   sys.executable, "-c", "import time; time.sleep(1.5)") for i in range(12)]
+    jobs = [e2e.wait_state(i, states.TERMINAL, 180) for i in ids]
+    assert all(j.state == states.COMPLETED and j.exit_code == 0 for j in jobs)
+    spans = [(j.attempts[0].dispatch_time, j.attempts[0].end_time) for j in jobs]
+    # Never more than 4 at once: at every start, count the attempts holding a GPU.
+    assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 4
+    assert all(len(j.attempts) == 1 for j in jobs)
+    starts = sorted(s for s, _ in spans)
+    waves = 1 + sum(1 for a, b in zip(starts, starts[1:]) if b - a > 0.75)
+    assert waves == 3
+    spent = dict(e2e.client.read.spent())["eta-sweep"]
+    assert spent == sum(c for j in jobs for a in j.attempts for _, c in a.charges) == sum(j.cost for j in jobs)
+    assert len(e2e.client.read.ledger()) == 12
+    bal = e2e.client.balances()[0]
+    assert bal.committed == 0 and bal.spent == spent
+    acct = json.loads(e2e.labq("acct", "--json").stdout)
+    assert len(acct) == 12 and {"id", "state", "cost", "attempts"} <= acct[0].keys()
+
+
+def test_time_limit_ends_TO(e2e):
+    jid = e2e.sub("-t", "3s", "--", "sleep", "120")
+    j = e2e.wait_state(jid, states.TERMINAL, 60)
+    assert j.state == states.TIMEOUT and j.attempts[0].outcome == "timeout"
+
+
+def test_max_wait_ends_EX_uncharged(e2e):
+    blocker = e2e.sub("-G", "4", "-t", "1h", "--", "sleep", "120")
+    e2e.wait_state(blocker, {states.RUNNING})
+    jid = e2e.sub("-G", "1", "--max-wait", "1s", "--", "true")
+    j = e2e.wait_state(jid, states.TERMINAL, 60)
+    assert j.state == states.EXPIRED and j.attempts == () and j.cost == 0
+    assert e2e.labq("del", str(blocker)).returncode == 0
+
+
+def test_cancel_a_running_job(e2e):
+    jid = e2e.sub("--", "sleep", "300")
+    wait_for(lambda: (j := e2e.job(jid)).current and j.current.start_time, 60, what="the job to start")
+    p = e2e.labq("del", str(jid))
+    assert p.returncode == 0 and "cancelling" in p.stdout
+    j = e2e.wait_state(jid, states.TERMINAL, 60)
+    assert j.state == states.CANCELLED and j.attempts[0].outcome == "cancelled" and j.cost > 0
+
+
+def test_refusals_at_submit(e2e):
+    p = e2e.labq("sub", "-A", "eta", "-G", "5", "--", "true")
+    assert p.returncode == 3 and "4 GPUs" in p.stderr and "Traceback" not in p.stderr
+    p = e2e.labq("sub", "-A", "eta", "-G", "4", "-t", "20h", "--", "true")
+    assert p.returncode == 3 and "$160.00" in p.stderr and "$108.00" in p.stderr
+    assert e2e.client.read.active() == []
+
+
+def test_output_logs_and_script_directives(e2e):
+    script = "#!/bin/bash\n#LABQ -J from-directive -t 5m\necho hello $LABQ_JOB_ID on $LABQ_NODE gpus=$CUDA_VISIBLE_DEVICES\n"
+    p = e2e.labq("sub", "--parsable", "-A", "eta", "-G", "1", stdin=script)
+    jid = int(p.stdout)
+    j = e2e.wait_state(jid, states.TERMINAL, 60)
+    assert j.state == states.COMPLETED and j.name == "from-directive" and j.time_limit == 300
+    out = e2e.labq("logs", str(jid)).stdout
+    assert out.startswith(f"hello {jid} on e2e-node gpus=GPU-")
+    assert os.path.exists(os.path.join(e2e.work, f"labq-{jid}.out"))
+
+
+def test_wait_exits_with_the_jobs_code(e2e):
+    jid = e2e.sub("--", "sh", "-c", "exit 7")
+    assert e2e.labq("wait", str(jid)).returncode == 7
+    assert e2e.job(jid).state == states.FAILED
+
+
+def test_kill_9_of_the_scheduler_loses_nothing_and_runs_nothing_twice(e2e):
+    ids = [e2e.sub("-G", "1", "-t", "10m", "--", sys.executable, "-c", "import time; time.sleep(2)") for _ in range(8)]
+    wait_for(lambda: sum(1 for i in ids if e2e.job(i).state == states.RUNNING) >= 2, 60, what="jobs to start")
+    e2e.stack.procs["scheduler"].send_signal(signal.SIGKILL)
+    e2e.stack.procs["scheduler"].wait(10)
+    more = []
+    # While it is down, submissions queue in the inbox; the worker's events queue in the stream.
+    sub = subprocess.Popen(e2e.stack.command("sub", "--parsable", "-A", "eta", "-G", "1", "--", "true"),
+                           env=e2e.stack.env(), cwd=e2e.work, stdout=subprocess.PIPE, text=True)
+    e2e.stack.start("scheduler", "scheduler")       # waits out the dead leader's lease, then recovers
+    out, _ = sub.communicate(timeout=120)
+    assert sub.returncode == 0
+    more.append(int(out))
+    jobs = [e2e.wait_state(i, states.TERMINAL, 180) for i in ids + more]
+    assert all(j.state == states.COMPLETED for j in jobs)
+    assert all(len(j.attempts) == 1 for j in jobs), "no job ran twice"
+    ledger = e2e.client.read.ledger()
+    assert sorted(f["key"] for f in ledger) == sorted(f"{j.id}.1" for j in jobs)
+    assert dict(e2e.client.read.spent())["eta-sweep"] == sum(j.cost for j in jobs)
+
+
+def test_a_second_labq_up_finds_the_first(tmp_path):
+    d = tempfile.mkdtemp(prefix="labq-up-", dir="/tmp")
+    env = dict(os.environ, LABQ_STATE_DIR=d, PYTHONPATH=ROOT)
+    cfg = os.path.join(d, "labq.toml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(user=current_user(), spool=os.path.join(d, "spool")))
+    cmd = [sys.executable, "-m", "cli.main", "--config", cfg]
+    out = open(os.path.join(d, "up.log"), "w+")
+    first = subprocess.Popen(cmd + ["up"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: "labq is up" in open(out.name).read(), 60, what="labq up to start")
+        second = subprocess.run(cmd + ["up"], env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0 and "already up" in second.stdout
+        p = subprocess.run(cmd + ["sub", "-A", "eta", "-W", "--", "true"], env=env, capture_output=True, text=True,
+                           timeout=120, cwd=d)
+        assert p.returncode == 0, p.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(60)
+        out.close()
+        shutil.rmtree(d, ignore_errors=True)
+    assert first.returncode == 0
