@@ -28,11 +28,13 @@ class AgentStore:
         p.lpush(self.k.wake, "node")
         p.execute()
 
-    def renew(self, name: str, lease_s: float, status: str = "") -> None:
+    def renew(self, name: str, lease_s: float, status: str = "") -> bool:
+        """Extend the lease only while it still exists (XX): an expired lease must not come back to
+        life, because the scheduler may already have declared this node's attempts lost."""
         p = self.r.pipeline()
-        p.set(self.k.node_lease(name), status or "up", px=int(lease_s * 1000))
+        p.set(self.k.node_lease(name), status or "up", px=int(lease_s * 1000), xx=True)
         p.hset(self.k.node(name), "hb", time.time())
-        p.execute()
+        return bool(p.execute()[0])
 
     def release(self, name: str) -> None:
         """Give the lease up now (clean stop), so the scheduler need not wait for it to expire."""

@@ -10,6 +10,9 @@ def connect(url: str, **kw) -> redis.Redis:
     if not url:
         raise UnreachableError("no Redis URL: set redis.url in the config, or start `labq up`")
     kw.setdefault("socket_connect_timeout", 5)
+    # redis-py 8 defaults to a 5 s read timeout, shorter than our blocking reads (BLPOP up to 10 s);
+    # keep every blocking call well under this.
+    kw.setdefault("socket_timeout", 30)
     kw.setdefault("health_check_interval", 30)
     return redis.Redis.from_url(url, decode_responses=True, **kw)
 

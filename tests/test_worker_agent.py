@@ -1,0 +1,191 @@
+"""The node agent with its real RQ worker processes on a real redis-server: registration and lease,
+a runner job end to end through RQ, refusal of foreign functions, supervision, and a clean stop."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from rq import Queue, Worker
+from rq.job import Job as RQJob, JobStatus
+from rq.serializers import JSONSerializer
+
+from conftest import ROOT, wait_for
+from scheduler import config as config_mod
+from scheduler.store import conn
+from scheduler.store.keys import Keys
+from test_worker_runner import K, events, put_job
+from worker.agent import Agent
+from worker.rqworker import RUNNER, refusal
+
+NODE = "tnode"
+
+
+def agent_config(tmp_path, slots=2, lease="3s"):
+    return config_mod.from_dict({
+        "scheduler": {"node_lease": lease, "kill_wait": "1s"},
+        "worker": {"name": NODE, "gpus": 2, "gpu_model": "fake-A100", "cpus": 4, "mem": "8G", "slots": slots,
+                   "spool": str(tmp_path / "spool"), "run_as": "self"}})
+
+
+@pytest.fixture
+def agent(redis_server, real_redis, tmp_path):
+    a = Agent(agent_config(tmp_path), redis_server.url, stop_timeout=5)
+    t = threading.Thread(target=a.run, daemon=True)
+    t.start()
+    yield a, t
+    a.stop()
+    t.join(60)
+    assert not t.is_alive(), "the agent did not stop"
+
+
+@pytest.fixture
+def rq_conn(redis_server):
+    c = conn.connect_raw(redis_server.url)
+    yield c
+    c.close()
+
+
+def rq_workers(rq_conn):
+    return Worker.all(connection=rq_conn, queue=Queue(Keys.rq_queue(NODE), connection=rq_conn))
+
+
+def queue(rq_conn):
+    return Queue(Keys.rq_queue(NODE), connection=rq_conn, serializer=JSONSerializer)
+
+
+def test_registers_node_and_lease(agent, real_redis, rq_conn):
+    wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+    node = real_redis.hgetall(K.node(NODE))
+    assert (node["cpus"], node["mem"], node["slots"]) == ("4", str(8 << 30), "2")
+    gpus = json.loads(node["gpus"])
+    assert [g[0] for g in gpus] == ["GPU-fake-tnode-0", "GPU-fake-tnode-1"] and gpus[0][2] == "fake-A100"
+    assert NODE in real_redis.smembers(K.nodes)
+    assert 0 < real_redis.pttl(K.node_lease(NODE)) <= 3000
+    ws = wait_for(lambda: (lambda w: w if len(w) == 2 else None)(rq_workers(rq_conn)), timeout=60,
+                  what="two RQ workers")
+    assert all(w.name.startswith(f"{NODE}-") for w in ws) and len({w.name for w in ws}) == 2
+    # Renewed every third of the lease: it outlives its first TTL.
+    first_hb = float(node["hb"])
+    wait_for(lambda: float(real_redis.hget(K.node(NODE), "hb")) > first_hb, timeout=30, what="lease renewal")
+    assert real_redis.exists(K.node_lease(NODE))
+
+
+def test_runs_an_enqueued_runner_job_end_to_end(agent, real_redis, rq_conn, tmp_path):
+    put_job(real_redis, jid=11, argv=(sys.executable, "-c", "import os; print('ran on', os.environ['LABQ_NODE'])"),
+            workdir=str(tmp_path), time_limit=60)
+    queue(rq_conn).enqueue_call(RUNNER, kwargs={"job_id": 11, "attempt": 1}, job_id="11-a1", timeout=400,
+                                result_ttl=600)
+    wait_for(lambda: events(real_redis, "finished"), timeout=60, what="finished event")
+    body = events(real_redis, "finished")[0]["body"]
+    assert body["outcome"] == "completed", body
+    assert (tmp_path / "labq-11.out").read_text() == f"ran on {NODE}\n"
+    rq_job = wait_for(lambda: (lambda j: j if j.get_status() == JobStatus.FINISHED else None)(
+        RQJob.fetch("11-a1", connection=rq_conn, serializer=JSONSerializer)), timeout=30, what="RQ job finished")
+    assert rq_job.return_value() == {"ran": True, "outcome": "completed", "exit_code": 0}
+
+
+def test_refuses_foreign_functions(agent, rq_conn, tmp_path):
+    target = tmp_path / "pwned"
+    q = queue(rq_conn)
+    q.enqueue_call("os.mkdir", args=[str(target)], job_id="evil-1", timeout=60)
+    q.enqueue_call(RUNNER, kwargs={"job_id": 1, "attempt": 1, "extra": "x"}, job_id="evil-2", timeout=60)
+    for jid in ("evil-1", "evil-2"):
+        j = wait_for(lambda: (lambda j: j if j.get_status() == JobStatus.FAILED else None)(
+            RQJob.fetch(jid, connection=rq_conn, serializer=JSONSerializer)), timeout=60, what=f"{jid} failed")
+        assert "refused by labq" in (j.latest_result().exc_string or "")
+    assert not target.exists()
+
+
+def test_refusal_rules():
+    class J:
+        def __init__(self, func, args=(), kwargs=None):
+            self.func_name, self.args, self.kwargs = func, args, kwargs or {}
+    assert refusal(J(RUNNER, kwargs={"job_id": 1, "attempt": 2})) is None
+    assert refusal(J("builtins.eval", args=("1",)))
+    assert refusal(J(RUNNER, args=(1, 2)))
+    assert refusal(J(RUNNER, kwargs={"job_id": "1", "attempt": 2}))
+    assert refusal(J(RUNNER, kwargs={"job_id": True, "attempt": 2}))
+
+
+def test_restarts_a_dead_worker(agent, rq_conn):
+    a, _ = agent
+    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(a.worker_pids()), timeout=30)
+    wait_for(lambda: len(rq_workers(rq_conn)) == 2, timeout=60, what="two RQ workers")
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: len(a.worker_pids()) == 2 and pids[0] not in a.worker_pids(), timeout=30,
+             what="a replacement worker")
+    assert pids[1] in a.worker_pids()
+
+
+def test_stop_releases_the_lease_and_stops_workers(redis_server, real_redis, rq_conn, tmp_path):
+    a = Agent(agent_config(tmp_path, slots=1, lease="30s"), redis_server.url, stop_timeout=5)
+    t = threading.Thread(target=a.run, daemon=True)
+    t.start()
+    wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+    pids = wait_for(lambda: a.worker_pids(), timeout=30)
+    wait_for(lambda: len(rq_workers(rq_conn)) == 1, timeout=60, what="the RQ worker")
+    a.stop()
+    t.join(60)
+    assert not t.is_alive()
+    assert not real_redis.exists(K.node_lease(NODE)), "released at once, not left to expire"
+    assert "node" in real_redis.lrange(K.wake, 0, -1)
+    assert a.worker_pids() == [] and all(not os.path.exists(f"/proc/{p}") for p in pids)
+
+
+def start_agent_process(redis_server, tmp_path):
+    cfg = tmp_path / "labq.toml"
+    cfg.write_text(f'[scheduler]\nnode_lease = "30s"\nkill_wait = "1s"\n[worker]\nname = "{NODE}"\n'
+                   f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = 1\nspool = "{tmp_path / "spool"}"\nrun_as = "self"\n')
+    code = (f"import logging, sys; sys.path.insert(0, {ROOT!r}); logging.basicConfig(level=logging.INFO)\n"
+            f"from scheduler import config; from worker.agent import Agent\n"
+            f"sys.exit(Agent(config.load({str(cfg)!r}), {redis_server.url!r}, {str(cfg)!r}, stop_timeout=1).run())")
+    return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+
+
+def start_sleeping_job(redis_server, real_redis, tmp_path) -> int:
+    """A job that runs until killed, through the agent's RQ worker; returns its pid."""
+    pidfile = tmp_path / "job.pid"
+    put_job(real_redis, jid=21, gpus=(), argv=("/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"),
+            workdir=str(tmp_path), time_limit=600)
+    rq = conn.connect_raw(redis_server.url)
+    queue(rq).enqueue_call(RUNNER, kwargs={"job_id": 21, "attempt": 1}, job_id="21-a1", timeout=900)
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=60, what="job start")
+    rq.close()
+    return int(pidfile.read_text())
+
+
+def test_agent_process_exits_0_on_sigterm_and_kills_running_job(redis_server, real_redis, tmp_path):
+    """As under systemd: SIGTERM to the agent; a job still running when the workers are stopped is
+    killed by its runner (the worker was its parent) and reported as a node failure."""
+    p = start_agent_process(redis_server, tmp_path)
+    try:
+        wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+        job_pid = start_sleeping_job(redis_server, real_redis, tmp_path)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert "node tnode: 2 CPUs" in err
+    assert not real_redis.exists(K.node_lease(NODE))
+    wait_for(lambda: events(real_redis, "finished"), timeout=30, what="finished event")
+    assert events(real_redis, "finished")[0]["body"]["outcome"] == "node_failure"
+    wait_for(lambda: not os.path.exists(f"/proc/{job_pid}"), timeout=30, what="the job to die")
+
+
+def test_agent_killed_takes_its_jobs_down(redis_server, real_redis, tmp_path):
+    """kill -9 of the agent: its workers get PDEATHSIG and stop cold, killing the job tree, so no
+    job outlives the node's lease (the scheduler requeues after it expires)."""
+    p = start_agent_process(redis_server, tmp_path)
+    try:
+        wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+        job_pid = start_sleeping_job(redis_server, real_redis, tmp_path)
+        p.kill()
+        p.communicate(timeout=30)
+        wait_for(lambda: not os.path.exists(f"/proc/{job_pid}"), timeout=30, what="the job to die")
+    finally:
+        p.kill()
+    assert real_redis.exists(K.node_lease(NODE)), "a crashed agent releases nothing: the lease expires"

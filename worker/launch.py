@@ -1,0 +1,229 @@
+"""Turning a job record into a process: who it runs as, its environment, its logs, its argv.
+
+Everything that can make an attempt fail before it starts raises `StartError`, which the runner
+reports as outcome "error" with the message, so the scheduler is never left waiting.
+"""
+import contextlib
+import os
+import pwd
+import signal
+import stat
+import subprocess
+from dataclasses import dataclass
+
+from scheduler import logpath
+from scheduler.model import Attempt, Job
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
+# job start in a directory its user may not enter (tech-notes §4.1).
+WRAPPER = 'cd -- "$1" || exit 126; shift; exec "$@"'
+# Dispositions set to SIG_IGN survive exec; the RQ horse ignores SIGINT, a job must not.
+_RESET = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class StartError(Exception):
+    """The attempt could not be started (user, workdir, log path, command)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the agent tells its RQ workers (and so the runner) through the environment."""
+    redis_url: str
+    prefix: str = "labq"
+    node: str = ""
+    kill_wait: float = 30.0
+    spool: str = "/var/spool/labq"
+    run_as: str = "submitter"
+    allow_root: bool = False
+
+    @classmethod
+    def from_environ(cls, env=None) -> "Settings":
+        env = os.environ if env is None else env
+        return cls(redis_url=env.get("LABQ_REDIS_URL", ""), prefix=env.get("LABQ_PREFIX") or "labq",
+                   node=env.get("LABQ_NODE", ""), kill_wait=float(env.get("LABQ_KILL_WAIT") or 30),
+                   spool=os.path.expanduser(env.get("LABQ_SPOOL") or "/var/spool/labq"),
+                   run_as=env.get("LABQ_RUN_AS") or "submitter", allow_root=env.get("LABQ_ALLOW_ROOT") == "1")
+
+    def environ(self) -> dict[str, str]:
+        """The inverse of from_environ, for the agent to hand to its workers."""
+        return {"LABQ_REDIS_URL": self.redis_url, "LABQ_PREFIX": self.prefix, "LABQ_NODE": self.node,
+                "LABQ_KILL_WAIT": str(self.kill_wait), "LABQ_SPOOL": self.spool, "LABQ_RUN_AS": self.run_as,
+                "LABQ_ALLOW_ROOT": "1" if self.allow_root else "0"}
+
+
+# -- identity ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Identity:
+    pw: pwd.struct_passwd
+    drop: bool            # we are root and the job runs as someone else: setuid at spawn
+
+    @property
+    def groups(self) -> list[int]:
+        # The user's own groups, never root's supplementary ones (tech-notes §4.1).
+        return os.getgrouplist(self.pw.pw_name, self.pw.pw_gid)
+
+
+def identity(job: Job, s: Settings) -> Identity:
+    me = pwd.getpwuid(os.geteuid())
+    if s.run_as == "self":
+        return Identity(me, drop=False)
+    try:
+        pw = pwd.getpwnam(job.user)
+    except KeyError:
+        raise StartError(f"no user {job.user!r} on node {s.node}") from None
+    if pw.pw_uid == 0 and not s.allow_root:
+        raise StartError("refusing to run a job as root (set worker.allow_root = true to allow it)")
+    if os.geteuid() == 0:
+        return Identity(pw, drop=pw.pw_uid != 0)
+    if pw.pw_uid == os.geteuid():
+        return Identity(pw, drop=False)
+    raise StartError(f"cannot run as {job.user}: the node agent runs as {me.pw_name}, not root "
+                     f"(set worker.run_as = \"self\" to run every job as {me.pw_name})")
+
+
+@contextlib.contextmanager
+def acting_as(ident: Identity):
+    """Touch the filesystem with the user's rights, so a workdir or log path the user controls
+    (symlinks, hard links, other people's directories) cannot make root write where they may not.
+    Safe to flip effective ids here: the RQ horse is a single-threaded fork."""
+    if not ident.drop:
+        yield
+        return
+    groups, egid = os.getgroups(), os.getegid()
+    os.setgroups(ident.groups)
+    os.setegid(ident.pw.pw_gid)
+    os.seteuid(ident.pw.pw_uid)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(egid)
+        os.setgroups(groups)
+
+
+# -- files -------------------------------------------------------------------------------------
+def _open_log(path: str) -> int:
+    # O_NONBLOCK: a FIFO planted at the path fails with ENXIO instead of hanging the runner.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        raise StartError(f"cannot open log file {path}: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StartError(f"log path {path} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_logs(job: Job, ident: Identity) -> tuple[int, int]:
+    """(stdout fd, stderr fd), the same fd when there is no separate err pattern. Appends, so a
+    restarted job's output follows its earlier attempts'."""
+    out, err = logpath.out_path(job), logpath.err_path(job)
+    with acting_as(ident):
+        try:
+            os.close(os.open(job.workdir, os.O_RDONLY | os.O_DIRECTORY))
+        except OSError as e:
+            raise StartError(f"working directory {job.workdir}: {e.strerror}") from None
+        ofd = _open_log(out)
+        try:
+            efd = ofd if err == out else _open_log(err)
+        except StartError:
+            os.close(ofd)
+            raise
+    return ofd, efd
+
+
+def checkpoint_dir(s: Settings, job: Job, ident: Identity) -> str:
+    """<spool>/checkpoints/<job id>: kept across attempts so a restart resumes; the user owns it,
+    its parent is ours, so the user cannot swap it for a link."""
+    base = os.path.join(s.spool, "checkpoints")
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    d = os.path.join(base, str(job.id))
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o700)
+    if ident.drop:
+        os.chown(d, ident.pw.pw_uid, ident.pw.pw_gid, follow_symlinks=False)
+    return d
+
+
+def write_script(s: Settings, job: Job, ident: Identity) -> str:
+    """The script text captured at submit (like sbatch), readable only by the job's user."""
+    d = os.path.join(s.spool, "scripts")
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    path = os.path.join(d, f"{job.id}.sh")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, job.script.encode())
+        if ident.drop:
+            os.fchown(fd, ident.pw.pw_uid, ident.pw.pw_gid)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def command(job: Job, script: str | None) -> list[str]:
+    if script:
+        return ["/bin/bash", script, *job.argv]
+    if not job.argv:
+        raise StartError("the job has neither a command nor a script")
+    return list(job.argv)
+
+
+# -- environment -------------------------------------------------------------------------------
+def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start: float, ckpt: str) -> dict:
+    """Built from scratch: the daemon's environment carries RQ_*, NOTIFY_SOCKET and secrets."""
+    pw, uuids = ident.pw, ",".join(attempt.gpus)
+    env = {
+        "PATH": DEFAULT_PATH, "HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name,
+        "SHELL": pw.pw_shell or "/bin/sh", "LANG": "C.UTF-8",
+        "LABQ_JOB_ID": str(job.id), "LABQ_JOB_NAME": job.name, "LABQ_RESTART_COUNT": str(job.restart_count),
+        "LABQ_ACCOUNT": job.account, "LABQ_QOS": job.qos, "LABQ_NODE": s.node, "LABQ_CPUS": str(job.cpus),
+        "LABQ_MEM_BYTES": str(job.mem), "LABQ_GPUS": str(len(attempt.gpus)), "LABQ_JOB_GPUS": uuids,
+        "LABQ_JOB_START_TIME": str(int(start)), "LABQ_CHECKPOINT_DIR": ckpt, "LABQ_SUBMIT_DIR": job.workdir,
+        "CUDA_VISIBLE_DEVICES": uuids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "OMP_NUM_THREADS": str(max(1, job.cpus)),
+        # so `labq checkpoint` inside the job can reach Redis
+        "LABQ_REDIS_URL": s.redis_url, "LABQ_PREFIX": s.prefix,
+    }
+    if job.time_limit > 0:
+        env["LABQ_JOB_END_TIME"] = str(int(start + job.time_limit))
+    if job.array_id is not None:
+        # Like SLURM, set only for array tasks: `os.environ.get("LABQ_ARRAY_TASK_ID", "0")` keeps working.
+        env.update(LABQ_ARRAY_JOB_ID=str(job.array_id), LABQ_ARRAY_TASK_ID=str(job.array_index),
+                   LABQ_ARRAY_TASK_COUNT=str(job.array_count if job.array_count is not None else ""))
+    return env
+
+
+# -- spawn -------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _default_signals():
+    saved = {s: signal.getsignal(s) for s in _RESET}
+    for s, h in saved.items():
+        if h == signal.SIG_IGN:
+            signal.signal(s, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            if h == signal.SIG_IGN:
+                signal.signal(s, h)
+
+
+def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int) -> subprocess.Popen:
+    """Start the command in a new session (its own process group, no controlling terminal)."""
+    kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
+              close_fds=True, umask=0o022)
+    if ident.drop:
+        argv = ["/bin/bash", "-c", WRAPPER, "labq-job", workdir, *cmd]
+        kw.update(cwd="/", user=ident.pw.pw_uid, group=ident.pw.pw_gid, extra_groups=ident.groups)
+    else:
+        argv = cmd
+        kw["cwd"] = workdir
+    try:
+        with _default_signals():
+            return subprocess.Popen(argv, **kw)
+    except OSError as e:
+        raise StartError(f"cannot start {cmd[0]}: {e.strerror or e}") from None

@@ -1,0 +1,111 @@
+"""The RQ worker the agent runs `slots` of: transport for labq's runner and nothing else.
+
+`python -m worker.rqworker --url URL --queue Q --node N --slot I`
+"""
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+import uuid
+
+from rq import Queue, Worker
+from rq.worker import WorkerStatus
+from rq.serializers import JSONSerializer
+
+from scheduler.store import conn
+
+from . import probe
+from .runner import RUNNER
+
+log = logging.getLogger("labq.rqworker")
+
+MONITOR_INTERVAL = 5    # how often the worker heartbeats RQ while a job runs
+WORKER_TTL = 60         # a dead worker's key expires soon, so `rq info` stays truthful
+
+
+def refusal(job) -> str | None:
+    """Why this RQ job is not labq's runner call, or None. Anyone who can write Redis can enqueue
+    anything; executing only run_job(job_id=int, attempt=int) keeps Redis access from meaning root."""
+    try:
+        func, args, kwargs = job.func_name, job.args, job.kwargs
+    except Exception as e:        # undecodable payload (not JSON, or not ours)
+        return f"undecodable job: {e!r}"
+    if func != RUNNER:
+        return f"function {func!r} is not {RUNNER}"
+    if args or set(kwargs) != {"job_id", "attempt"} or not all(
+            isinstance(kwargs[k], int) and not isinstance(kwargs[k], bool) for k in kwargs):
+        return f"{RUNNER} takes only job_id=<int>, attempt=<int>"
+    return None
+
+
+def new_name(node: str, slot: int) -> str:
+    # Unique per start: a SIGKILLed worker's key lingers, and reusing its name would fail (§1.4).
+    return f"{node}-{slot}-{uuid.uuid4().hex[:6]}"
+
+
+class LabqWorker(Worker):
+    agent_pid: int | None = None
+
+    def execute_job(self, job, queue):
+        why = refusal(job)
+        if why is None:
+            return super().execute_job(job, queue)
+        log.warning("worker %s refused RQ job %s: %s", self.name, job.id, why)
+        job.retries_left = 0          # a refused job must not come back through RQ's Retry
+        self.prepare_execution(job)
+        # Same bookkeeping as a run (off the intermediate queue, into the registries) minus the fork.
+        self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
+        self.handle_job_failure(job, queue=queue, exc_string=f"refused by labq: {why}")
+        self.set_state(WorkerStatus.IDLE)
+
+    def kill_horse(self, sig=signal.SIGKILL):
+        """Every hard stop (stop-job, cold shutdown, RQ's timeout+60) comes here. The job runs in
+        its own session, so RQ's killpg of the horse's group would miss it: kill the tree too."""
+        if self.horse_pid:
+            for pid in probe.descendants(self.horse_pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        super().kill_horse(sig)
+
+    def request_stop(self, signum, frame):
+        """A SIGTERM while the agent lives is its orderly stop: RQ's warm shutdown. A SIGTERM after
+        the agent died (PDEATHSIG) must not let a job outlive the node's lease: cold, at once."""
+        if self.agent_pid and os.getppid() != self.agent_pid:
+            log.warning("worker %s: the agent is gone, stopping cold", self.name)
+            if self.horse_pid:
+                self.kill_horse()
+                self.wait_for_horse()
+            raise SystemExit(1)
+        super().request_stop(signum, frame)
+
+
+def build(url: str, queue: str, node: str, slot: int) -> LabqWorker:
+    rq_conn = conn.connect_raw(url)     # RQ's own bytes connection: it changes socket timeouts
+    q = Queue(queue, connection=rq_conn, serializer=JSONSerializer)
+    return LabqWorker([q], connection=rq_conn, name=new_name(node, slot), serializer=JSONSerializer,
+                      job_monitoring_interval=MONITOR_INTERVAL, worker_ttl=WORKER_TTL)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m worker.rqworker")
+    p.add_argument("--url", required=True)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--node", required=True)
+    p.add_argument("--slot", type=int, required=True)
+    a = p.parse_args(argv)
+    probe.die_with_parent(signal.SIGTERM)
+    agent = int(os.environ.get("LABQ_AGENT_PID") or 0) or None
+    if agent and os.getppid() != agent:
+        return 1                      # the agent died before PDEATHSIG was armed
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    w = build(a.url, a.queue, a.node, a.slot)
+    w.agent_pid = agent
+    w.work(logging_level=os.environ.get("LABQ_RQ_LOG_LEVEL", "WARNING"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""The RQ job function: one attempt of one labq job on this node, from fencing to the `finished` event.
+
+It runs inside an RQ work horse (a fresh fork per job), which is why it may become a child
+subreaper, flip effective ids and reap every child it has: nothing else lives in this process.
+The contract is docs/internals.md; RQ is only the transport that brought (job id, attempt) here.
+"""
+import logging
+import math
+import os
+import resource
+import select
+import signal
+import threading
+import time
+
+from scheduler import states
+from scheduler.store import conn
+from scheduler.store.agentside import AgentStore
+from scheduler.store.keys import Keys
+
+from . import launch, probe
+
+log = logging.getLogger("labq.runner")
+
+RUNNER = "worker.runner.run_job"
+TICK = 1.0             # heartbeat, sample, control and parent checks
+STOP_POLL = 0.1        # while a stopping tree drains
+REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
+POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
+
+_OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted",
+             "orphaned": "node_failure", "stopped": "node_failure"}
+_MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
+             "orphaned": "the node agent went away; the job was killed (fencing)",
+             "stopped": "the runner was told to stop (SIGTERM); the job was killed"}
+
+
+def fence(job, attempt: int, node: str) -> str | None:
+    """Why this attempt must not run here, or None when it is the current attempt on this node."""
+    if job is None:
+        return "no such job"
+    if job.state != states.RUNNING:
+        return f"job is {job.state}, not {states.RUNNING}"
+    if len(job.attempts) != attempt:
+        return f"attempt {attempt} is not current (the job has {len(job.attempts)})"
+    if job.attempts[-1].node != node:
+        return f"attempt {attempt} belongs to node {job.attempts[-1].node!r}, not {node!r}"
+    return None
+
+
+def run_job(job_id: int, attempt: int) -> dict:
+    s = launch.Settings.from_environ()
+    store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
+    job = store.job(job_id)
+    why = fence(job, attempt, s.node)
+    if why is None and not store.claim(job_id, attempt, s.node, os.getpid()):
+        why = "already claimed"       # a re-delivered RQ job never runs a command twice
+    if why:
+        log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
+        return {"ran": False, "reason": why}
+    return Run(store, s, job, attempt).execute()
+
+
+class Run:
+    def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int):
+        self.store, self.s, self.job, self.n = store, s, job, attempt
+        self.proc = None
+        self.start, self.t0 = None, None
+        self.ppid = os.getppid()
+        self.stop_signal = False
+        self.peak_rss = 0
+        self.sampler = probe.TreeSampler(os.getpid(), include_root=False)
+        self.body = {"outcome": "error", "exit_code": None, "signal": None, "start_time": None,
+                     "end_time": None, "usage": {}, "message": ""}
+
+    # -- the attempt, start to end -------------------------------------------------------------
+    def execute(self) -> dict:
+        """Exactly one `finished` per claimed attempt, whatever happens in between."""
+        restore = self._catch_sigterm()
+        try:
+            self._run()
+        except launch.StartError as e:
+            self.body["message"] = str(e)
+        except BaseException as e:     # a bug, Redis gone, RQ's backstop timeout: never leave a tree behind
+            self.body.update(outcome="error", message=f"runner failed: {e!r}")
+            self._cleanup_after_error()
+            raise
+        finally:
+            restore()
+            self.body["end_time"] = self.body["end_time"] or time.time()
+            self._post_finished()
+        return {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
+
+    def _run(self) -> None:
+        job, s = self.job, self.s
+        early = self._control() or ("cancel" if job.cancel_requested else None)
+        if early in ("cancel", "preempt"):
+            outcome = "cancelled" if early == "cancel" else "preempted"
+            self.body.update(outcome=outcome, message=f"{outcome} before it started")
+            return
+        ident = launch.identity(job, s)
+        out_fd, err_fd = launch.open_logs(job, ident)
+        try:
+            try:
+                ckpt = launch.checkpoint_dir(s, job, ident)
+                script = launch.write_script(s, job, ident) if job.script else None
+            except OSError as e:
+                raise launch.StartError(f"cannot prepare the spool {s.spool}: {e}") from None
+            cmd = launch.command(job, script)
+            start = time.time()
+            env = launch.environment(job, job.attempts[-1], s, ident, start, ckpt)
+            probe.become_subreaper()
+            self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            self.proc = launch.spawn(cmd, env, ident, job.workdir, out_fd, err_fd)
+        finally:
+            os.close(out_fd)
+            if err_fd != out_fd:
+                os.close(err_fd)
+        self.start, self.t0 = start, time.monotonic()
+        self.body["start_time"] = start
+        self.store.heartbeat(job.id, self.n, pid=self.proc.pid, start=start)
+        self.store.post("started", job.id, self.n, s.node, {"pid": self.proc.pid, "start_time": start})
+        self._finish(self._watch())
+
+    # -- watching ------------------------------------------------------------------------------
+    def _watch(self) -> str:
+        """Why the attempt ended: "exited", or the stop reason once the tree is down (or kill_wait
+        has passed, after which _finish sends SIGKILL)."""
+        limit = self.job.time_limit
+        deadline = self.t0 + limit if limit > 0 else math.inf
+        next_tick, stopping, kill_at = 0.0, None, math.inf
+        waiter = _LeaderWaiter(self.proc.pid)
+        try:
+            while True:
+                exited = waiter.exited()
+                if exited and (stopping is None or not probe.live_descendants()):
+                    return stopping or "exited"
+                now = time.monotonic()
+                if stopping and now >= kill_at:
+                    return stopping
+                if stopping is None:
+                    why = self._why_stop(now >= deadline, now >= next_tick)
+                    if why in ("orphaned", "stopped"):
+                        return why          # fencing: no grace, _finish kills at once
+                    if why:
+                        log.info("job %s attempt %d: %s, SIGTERM to the tree", self.job.id, self.n, why)
+                        probe.signal_tree(self.proc.pid, signal.SIGTERM)
+                        stopping, kill_at = why, now + self.s.kill_wait
+                if now >= next_tick:
+                    next_tick = now + TICK
+                    self._tick()
+                wake = max(min(next_tick, deadline, kill_at) - time.monotonic(), 0.0)
+                waiter.wait(min(wake, STOP_POLL) if stopping else wake)
+        finally:
+            waiter.close()
+
+    def _why_stop(self, past_deadline: bool, full_check: bool) -> str | None:
+        if self.stop_signal:
+            return "stopped"
+        if full_check:
+            if os.getppid() != self.ppid:
+                return "orphaned"     # the RQ worker (and so the agent's supervision) is gone
+            ctl = self._control()
+            if ctl == "cancel":
+                return "cancelled"
+            if ctl == "preempt":
+                return "preempted"
+        return "timeout" if past_deadline else None
+
+    def _control(self) -> str | None:
+        try:
+            return self.store.control(self.job.id)
+        except conn.ERRORS as e:
+            log.warning("job %s: cannot read control: %s", self.job.id, e)
+            return None
+
+    def _tick(self) -> None:
+        t = self.sampler.sample()
+        self.peak_rss = max(self.peak_rss, t.max_rss_bytes)
+        try:
+            self.store.heartbeat(self.job.id, self.n, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs)
+        except conn.ERRORS as e:      # a Redis blip must not kill a running job
+            log.warning("job %s: heartbeat failed: %s", self.job.id, e)
+
+    # -- the end -------------------------------------------------------------------------------
+    def _finish(self, why: str) -> None:
+        pid = self.proc.pid
+        # Whatever is left (background processes, TERM-ignoring children) dies with the attempt.
+        # The leader is still an unreaped zombie here, so its pid, the pgid, cannot have been reused.
+        probe.signal_tree(pid, signal.SIGKILL)
+        _, status, _ = os.wait4(pid, 0)
+        self.proc.returncode = status      # reaped by us; keep Popen from waiting on it again
+        self._reap_all()
+        end = time.time()
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        usage = {"cpu_s": round(ru.ru_utime + ru.ru_stime - self.ru0.ru_utime - self.ru0.ru_stime, 3),
+                 # Sampled, not ru_maxrss: that counts the forked runner's image before exec.
+                 "max_rss_bytes": self.peak_rss,
+                 "wall_s": round(end - (self.start or end), 3)}
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        code = -sig if sig else os.WEXITSTATUS(status)
+        self.body.update(exit_code=code, signal=sig, end_time=end, usage=usage)
+        if why == "error":
+            return
+        if why == "exited":
+            self.body.update(outcome="completed" if code == 0 else "exit", message=_describe(code, sig))
+        elif why == "timeout":
+            self.body.update(outcome="timeout", message=f"time limit of {self.job.time_limit}s reached")
+        else:
+            self.body.update(outcome=_OUTCOMES[why], message=_MESSAGES[why])
+
+    def _cleanup_after_error(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            if self.proc.returncode is None:
+                self._finish("error")
+            else:
+                self._reap_all()
+        except Exception:       # the original error is the one worth reporting
+            log.exception("job %s: cleanup after a runner error failed", self.job.id)
+
+    def _reap_all(self) -> None:
+        """waitpid(-1) until no child is left: as subreaper we inherited the tree's orphans."""
+        give_up = time.monotonic() + REAP_LIMIT
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid:
+                continue
+            if time.monotonic() > give_up:
+                log.error("job %s: children %s would not die", self.job.id, probe.live_descendants())
+                return
+            probe.signal_tree(None, signal.SIGKILL)    # something forked after the last sweep
+            time.sleep(0.02)
+
+    def _post_finished(self) -> None:
+        for i in range(POST_TRIES):
+            try:
+                self.store.post("finished", self.job.id, self.n, self.s.node, self.body)
+                return
+            except conn.ERRORS as e:
+                if i == POST_TRIES - 1:
+                    raise
+                log.warning("job %s: posting finished failed (%s), retrying", self.job.id, e)
+                time.sleep(1.0)
+
+    def _catch_sigterm(self):
+        """The horse's SIGTERM is SIG_DFL: it would die and orphan the job. Turn it into a stop."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        old = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_signal", True))
+        return lambda: signal.signal(signal.SIGTERM, old)
+
+
+def _describe(code: int, sig: int | None) -> str:
+    if sig:
+        return f"killed by {signal.Signals(sig).name}"
+    return "exit code 0" if code == 0 else f"exit code {code}"
+
+
+class _LeaderWaiter:
+    """Sleeps until a deadline or the leader's exit, whichever comes first, without reaping it
+    (waitid WNOWAIT, tech-notes §4.2). A pidfd wakes us the moment it exits; where there is none,
+    we poll on a short interval."""
+
+    def __init__(self, pid: int):
+        self.pid, self.done = pid, False
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def exited(self) -> bool:
+        self.done = self.done or os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return self.done
+
+    def wait(self, timeout: float) -> None:
+        if self.fd is None or self.done:      # an exited leader's pidfd stays readable: don't spin
+            time.sleep(min(timeout, STOP_POLL))
+            return
+        try:
+            select.select([self.fd], [], [], timeout)
+        except InterruptedError:
+            pass
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
