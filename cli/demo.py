@@ -70,8 +70,8 @@ def demo(seconds, keep):
         click.echo("budget eta-sweep: $120.00 (10% reserve), $2.00 per GPU-hour; each job commits "
                    "1 GPU × 2 h × $2 = $4.00 while it runs\n")
         ids = _submit(client, seconds)
-        waves = _watch(client, ids)
-        _report(client, cfg, ids, waves)
+        _watch(client, ids)
+        _report(client, ids, os.path.join(d, "spool", "checkpoints"))
     finally:
         stack.stop_all()
         log.close()
@@ -101,37 +101,47 @@ def _submit(client, seconds):
     return ids
 
 
+def waves_of(jobs, gap: float = 1.0):
+    """Jobs grouped by start: a new wave begins after a pause of more than `gap` seconds."""
+    starts = sorted((j.attempts[0].dispatch_time, j.id) for j in jobs if j.attempts)
+    waves = []
+    for i, (t, jid) in enumerate(starts):
+        if not waves or t - starts[i - 1][0] > gap:
+            waves.append([])
+        waves[-1].append(jid)
+    return waves
+
+
 def _watch(client, ids, timeout=900):
-    """Print the queue as it changes; return the waves (the sets of jobs that started together)."""
-    end, last, waves, seen = time.monotonic() + timeout, None, [], set()
+    """Print the queue as it changes, until every job has ended."""
+    end, last = time.monotonic() + timeout, None
     t0 = time.monotonic()
     while time.monotonic() < end:
         jobs = client.read.jobs(ids)
         by = {s: [j for j in jobs if j.state == s] for s in (states.PENDING, states.RUNNING)}
         done = [j for j in jobs if j.state in states.TERMINAL]
-        started = {j.id for j in jobs if j.attempts} - seen
-        if started:
-            waves.append(sorted(started))
-            seen |= started
         line = (f"[{time.monotonic() - t0:5.1f}s] running {len(by[states.RUNNING]):2d} "
                 f"{[j.id for j in by[states.RUNNING]]}  pending {len(by[states.PENDING]):2d}  done {len(done):2d}")
         if line.split("]", 1)[1] != last:
             click.echo(line)
             last = line.split("]", 1)[1]
         if len(done) == len(ids):
-            return waves
+            return
         time.sleep(0.25)
     raise click.ClickException("the sweep did not finish in time")
 
 
-def _report(client, cfg, ids, waves):
+def _report(client, ids, checkpoints):
     jobs = sorted(client.read.jobs(ids), key=lambda j: j.id)
-    click.echo(f"\n{len(waves)} waves: " + "  ".join(f"{w}" for w in waves))
+    waves = waves_of(jobs)
+    click.echo(f"\n{len(waves)} waves (never more than 4 running): " + "  ".join(f"{w}" for w in waves))
     rows = [[j.display_id, j.name, j.state, j.exit_code, f"{render.elapsed(j, j.end_time):.1f}s",
              ",".join(j.gpu_uuids), fmt_money(j.cost)] for j in jobs]
     click.echo(render.table(rows, ["JOBID", "NAME", "ST", "EXIT", "ELAPSED", "GPU", "COST"]))
     total = sum(j.cost for j in jobs)
-    click.echo(f"total cost {fmt_money(total)}")
+    saved = sorted(os.listdir(checkpoints)) if os.path.isdir(checkpoints) else []
+    click.echo(f"total cost {fmt_money(total)} (billed from allocation to release, 1 GPU × $2/h each); "
+               f"checkpoints written for {len(saved)} jobs under $LABQ_CHECKPOINT_DIR")
     for b in client.balances():
         click.echo(f"budget {b.name}: limit {fmt_money(b.limit)}, spent {fmt_money(b.spent)}, "
                    f"committed {fmt_money(b.committed)}, available {fmt_money(b.available)}")
