@@ -69,7 +69,9 @@ def demo(seconds, keep):
         click.echo(render.capacity_line(client.nodes(), []))
         click.echo("budget eta-sweep: $120.00 (10% reserve), $2.00 per GPU-hour; each job commits "
                    "1 GPU × 2 h × $2 = $4.00 while it runs\n")
-        ids = _submit(client, seconds)
+        work = os.path.join(d, "work")
+        os.makedirs(work)
+        ids = _submit(client, seconds, work)
         _watch(client, ids)
         _report(client, ids, os.path.join(d, "spool", "checkpoints"))
     finally:
@@ -87,13 +89,14 @@ def _wait_for_node(client, stack, timeout=60):
         time.sleep(0.1)
 
 
-def _submit(client, seconds):
+def _submit(client, seconds, workdir):
     from .submit import build_body
     train = os.path.join(ROOT, "examples", "train.py")
     ids = []
     for i, lr in enumerate(LRS):
         argv = [sys.executable, train, "--seconds", str(seconds), "--lr", str(lr), "--seed", str(i)]
-        opts = {"name": f"sweep-lr{lr}", "account": "eta", "gpus": "1", "cpus": "4", "mem": "12G", "time_": "2h"}
+        opts = {"name": f"sweep-lr{lr}", "account": "eta", "gpus": "1", "cpus": "4", "mem": "12G", "time_": "2h",
+                "chdir": workdir}
         reply = client.submit(build_body(opts, argv, None))
         ids.append(reply["job_id"])
     click.echo(f"$ labq sub -J sweep-lr<LR> -A eta -G 1 -c 4 --mem 12G -t 2h -- python examples/train.py --lr <LR>"
@@ -145,6 +148,10 @@ def _report(client, ids, checkpoints):
     for b in client.balances():
         click.echo(f"budget {b.name}: limit {fmt_money(b.limit)}, spent {fmt_money(b.spent)}, "
                    f"committed {fmt_money(b.committed)}, available {fmt_money(b.available)}")
+    from scheduler.logpath import out_path
+    with open(out_path(jobs[0])) as f:
+        tail = f.read().strip().splitlines()[-1:]
+    click.echo(f"$ labq logs {jobs[0].display_id} | tail -1\n{tail[0] if tail else '(empty)'}")
     ok = all(j.state == states.COMPLETED for j in jobs)
     click.echo("demo finished: all 12 jobs completed" if ok else "demo finished with failures (see above)")
     if not ok:
