@@ -49,6 +49,20 @@ class ClusterBuilder:
         return Snapshot(self.now, tuple(self.nodes), tuple(self.jobs), tuple(sorted(self.spent.items())))
 
 
+# The sweep of the demo: $120 for account eta (alice), 10 % reserve, $2 per GPU-hour.
+SWEEP_TOML = """
+[rates]
+gpu_hour = 2.0
+[accounts.eta]
+users = ["alice"]
+[[budgets]]
+name = "eta-sweep"
+account = "eta"
+limit = 120.0
+reserve = 0.1
+"""
+
+
 def cfg(text: str = "") -> config_mod.Config:
     return config_mod.loads(text)
 

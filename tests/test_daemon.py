@@ -16,18 +16,9 @@ from scheduler.model import Gpu
 from scheduler.store import codec
 from scheduler.store.agentside import AgentStore
 from scheduler.store.keys import Keys
+from tests.harness import SWEEP_TOML
 
-CFG = config.loads("""
-[rates]
-gpu_hour = 2.0
-[accounts.eta]
-users = ["alice"]
-[[budgets]]
-name = "eta-sweep"
-account = "eta"
-limit = 120.0
-reserve = 0.1
-""")
+CFG = config.loads(SWEEP_TOML)
 K = Keys()
 
 

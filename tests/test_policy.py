@@ -6,19 +6,9 @@ from hypothesis import given, settings, strategies as st
 
 from scheduler import policy, states
 from scheduler.model import Job, Snapshot
-from tests.harness import G, ClusterBuilder, cfg, summarize
+from tests.harness import G, SWEEP_TOML, ClusterBuilder, cfg, summarize
 
-SWEEP = cfg("""
-[rates]
-gpu_hour = 2.0
-[accounts.eta]
-users = ["alice"]
-[[budgets]]
-name = "eta-sweep"
-account = "eta"
-limit = 120.0
-reserve = 0.1
-""")
+SWEEP = cfg(SWEEP_TOML)
 
 
 def test_sweep_admits_one_wave_of_four_and_says_why_the_rest_wait():
