@@ -14,7 +14,7 @@ COMMANDS = {
     "nodes": ("cli.query", "nodes"), "budget": ("cli.query", "budget"),
     "config": ("cli.configcmd", "config"),
     "up": ("cli.daemons", "up"), "scheduler": ("cli.daemons", "scheduler"), "worker": ("cli.daemons", "worker"),
-    "demo": ("cli.demo", "demo"),
+    "demo": ("cli.demo", "demo"), "plan": ("cli.plan", "plan"),
 }
 
 

@@ -68,3 +68,15 @@ def test_script_directives_apply_and_flags_win(tmp_path):
     opts = {"gpus": None, "time_": "1h", "name": None}
     _merge_directives(ctx, opts, ["-G", "2", "-t", "5h", "-J", "d"])
     assert opts["gpus"] == "2" and opts["time_"] == "1h" and opts["name"] == "d"
+
+
+def test_plan_worked_example_offline():
+    import json
+    p = labq("plan", "--nodes", "1x4:16:64G", "--jobs", "12", "-G", "1", "-c", "4", "--mem", "12G", "-t", "2h",
+             "--budget", "120", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["concurrency"]["overall"] == 4 and d["waves"] == 3 and d["makespan_s"] == 21600
+    assert d["cost"] == 48.0 and d["budget_remaining"] == 72.0
+    assert [w["amount"] for w in d["warn_levels"]] == [84.0, 108.0]
+    assert labq("plan", "--nodes", "4", "--jobs", "1", "-t", "1h").returncode == 2
