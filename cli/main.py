@@ -11,7 +11,7 @@ COMMANDS = {
     "stat": ("cli.query", "stat"), "q": ("cli.query", "stat"),
     "show": ("cli.query", "show"), "logs": ("cli.query", "logs"), "wait": ("cli.query", "wait"),
     "del": ("cli.query", "delete"), "acct": ("cli.query", "acct"),
-    "nodes": ("cli.query", "nodes"), "budget": ("cli.query", "budget"),
+    "nodes": ("cli.query", "nodes"), "drain": ("cli.query", "drain"), "resume": ("cli.query", "resume"), "budget": ("cli.query", "budget"),
     "config": ("cli.configcmd", "config"),
     "up": ("cli.daemons", "up"), "scheduler": ("cli.daemons", "scheduler"), "worker": ("cli.daemons", "worker"),
     "demo": ("cli.demo", "demo"), "plan": ("cli.plan", "plan"),

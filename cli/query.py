@@ -225,3 +225,21 @@ def budget(ctx, as_json):
              fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit)]
             for b in bals]
     click.echo(render.table(rows, ["BUDGET", "UNIT", "LIMIT", "SPENT", "ACCRUED", "COMMITTED", "AVAILABLE"]))
+
+
+@click.command()
+@click.argument("node")
+@pass_ctx
+def drain(ctx, node):
+    """Take no new jobs on NODE; running ones finish (admins)."""
+    ctx.client.node_admin("drain", node)
+    click.echo(f"node {node}: draining (running jobs finish; nothing new starts)")
+
+
+@click.command()
+@click.argument("node")
+@pass_ctx
+def resume(ctx, node):
+    """Let NODE take jobs again (admins)."""
+    ctx.client.node_admin("resume", node)
+    click.echo(f"node {node}: up")

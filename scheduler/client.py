@@ -64,6 +64,9 @@ class Client:
     def cancel(self, ids: list[str]) -> dict:
         return self.request("cancel", {"ids": [str(i) for i in ids]})
 
+    def node_admin(self, op: str, node: str) -> dict:
+        return self._checked(self.request(op, {"node": node}))
+
     # -- reads ---------------------------------------------------------------------------------
     def resolve(self, text: str) -> list[Job]:
         """Jobs named by `42` (or every task of array 42) or `42_3`."""

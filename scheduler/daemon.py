@@ -99,7 +99,7 @@ class Scheduler:
             self.inboxes.add(user)
 
     # -- writing -------------------------------------------------------------------------------
-    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None) -> None:
+    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=()) -> None:
         """Write one change atomically, then (and only then) update the in-memory view."""
         now = time.time()
         charges = [c for c in charges if not self.store.charged(c.key)]
@@ -115,6 +115,11 @@ class Scheduler:
                 p.set(self.k.control(jid), value, ex=7 * 86400)
             for j in dispatch:
                 self.dispatch.enqueue(p, j)
+            for name, admin in nodes:
+                if admin:
+                    p.set(self.k.node_admin(name), admin)
+                else:
+                    p.delete(self.k.node_admin(name))
             if reply is not None:
                 writes.put_reply(p, self.k, *reply)
             if ack is not None:
@@ -152,7 +157,10 @@ class Scheduler:
         except (LabqError, ValueError, TypeError) as e:
             code = getattr(e, "exit_code", 2)
             change = Change(reply={"ok": False, "code": code, "error": str(e)})
-        self.commit(jobs=change.jobs, controls=change.controls, reply=(rid, change.reply), ack=(stream, eid))
+        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
+                    ack=(stream, eid))
+        if change.nodes:
+            self.nodes = self.store.nodes(now)
 
     # -- events from agents ----------------------------------------------------------------------
     def _events(self, now: float, pending: bool) -> None:

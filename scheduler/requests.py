@@ -17,6 +17,7 @@ from .units import fmt_money
 class Change:
     jobs: list = field(default_factory=list)
     controls: list = field(default_factory=list)
+    nodes: list = field(default_factory=list)      # (node, "drain" | None)
     reply: dict | None = None
 
 
@@ -25,9 +26,9 @@ class Handlers:
         self.s = sched
 
     def handle(self, user: str, op: str, body: dict, now: float) -> Change:
-        fn = {"submit": self.submit, "cancel": self.cancel}.get(op)
+        fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume}.get(op)
         if fn is None:
-            raise UsageError(f"unknown request {op!r} (expected submit or cancel)")
+            raise UsageError(f"unknown request {op!r} (expected submit, cancel, drain or resume)")
         return fn(user, body, now)
 
     # -- submit --------------------------------------------------------------------------------
@@ -82,6 +83,22 @@ class Handlers:
                 "reason": why.reason if why else None, "budgets": budgets,
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+
+    # -- drain / resume ------------------------------------------------------------------------
+    def drain(self, user: str, body: dict, now: float) -> Change:
+        """Take nothing new on the node; what runs there finishes."""
+        return self._node_admin(user, body, "drain")
+
+    def resume(self, user: str, body: dict, now: float) -> Change:
+        return self._node_admin(user, body, None)
+
+    def _node_admin(self, user: str, body: dict, value) -> Change:
+        if user not in self.s.cfg.security["admins"]:
+            raise RefusedError(f"only admins ({', '.join(self.s.cfg.security['admins'])}) may drain or resume nodes")
+        name = body.get("node")
+        if not isinstance(name, str) or name not in {n.name for n in self.s.nodes}:
+            raise UsageError(f"node: no such node {name!r} (known: {', '.join(n.name for n in self.s.nodes)})")
+        return Change(nodes=[(name, value)], reply={"ok": True, "node": name, "state": value or "up"})
 
     # -- cancel --------------------------------------------------------------------------------
     def cancel(self, user: str, body: dict, now: float) -> Change:

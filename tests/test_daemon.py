@@ -194,3 +194,22 @@ def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
     s2.tick(now + 61)
     j = job(r, 1)
     assert j.state == states.FAILED and j.exit_code == 3 and len(r.xrange(K.ledger)) == 1
+
+
+def test_drain_takes_nothing_new_and_resume_reopens(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s.tick(now, woke(r))
+    for who, rid, op in (("alice", "d0", "drain"), ("root", "d1", "drain")):
+        r.xadd(K.inbox(who), {"rid": rid, "op": op, "body": json.dumps({"node": "n1"})})
+        r.lpush(K.wake, f"user:{who}")
+    submit(r, "alice", BODY, "b")
+    s.tick(now + 1, woke(r))
+    assert reply(r, "d0")["code"] == 3 and reply(r, "d1")["ok"]
+    assert job(r, 1).state == states.RUNNING          # what runs there finishes
+    assert job(r, 2).state == states.PENDING and job(r, 2).reason == states.NODE_DOWN
+    r.xadd(K.inbox("root"), {"rid": "r1", "op": "resume", "body": json.dumps({"node": "n1"})})
+    s.tick(now + 2, ["user:root"])
+    assert job(r, 2).state == states.RUNNING
