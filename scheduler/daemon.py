@@ -13,7 +13,7 @@ import socket
 import time
 import uuid
 
-from . import policy, states, transitions as tr
+from . import policy, sdnotify, states, transitions as tr
 from .config import Config
 from .dispatch import Dispatcher
 from .errors import LabqError, StalePlanError
@@ -66,14 +66,21 @@ class Scheduler:
     def run(self, stop=lambda: False, clock=time.time) -> None:
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         woke: list = []
+        ready = False
         while not stop():
             try:
-                self.tick(clock(), woke)
+                leading = self.tick(clock(), woke)
+                if not ready:
+                    ready = sdnotify.notify("READY=1")
+                # From the main loop only: a stuck loop must let the watchdog fire.
+                sdnotify.notify(f"WATCHDOG=1\nSTATUS={'leader' if leading else 'standby'}: "
+                                f"{len(self.jobs)} active jobs, {len(self.nodes)} nodes")
                 woke = self.store.wait_wake(self.cfg.tick if self.leading else self.lease_s / 3)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
                 self.leading = False
                 time.sleep(1)
+        sdnotify.notify("STOPPING=1")
         self.store.release_leader()
         log.info("scheduler %s stopped", self.me)
 

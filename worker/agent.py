@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from scheduler import sdnotify
 from scheduler.config import Config
 from scheduler.store import conn
 from scheduler.store.agentside import AgentStore
@@ -76,13 +77,17 @@ class Agent:
     def run(self) -> int:
         """Until stop() or SIGTERM/SIGINT; then stop the workers, give the lease up, return 0."""
         self.start()
+        sdnotify.notify("READY=1")
         restore = self._catch_signals()
         try:
             while not self._stop.is_set():
                 self.tick(time.monotonic())
+                busy = sum(1 for s in self.slots if s.proc is not None and s.proc.poll() is None)
+                sdnotify.notify(f"WATCHDOG=1\nSTATUS=node {self.name}: {busy}/{len(self.slots)} workers alive")
                 self._stop.wait(TICK)
         finally:
             restore()
+            sdnotify.notify("STOPPING=1")
             self.shutdown()
         return 0
 
