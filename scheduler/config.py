@@ -6,6 +6,7 @@ misspelt limit that is silently ignored is worse than a refusal to start.
 import os
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from . import units
 from .errors import ConfigError
@@ -71,10 +72,20 @@ class Config:
     source: str = "<built-in defaults>"
 
     def qos_named(self, name: str) -> Qos | None:
-        return next((q for q in self.qos if q.name == name), None)
+        return self._qos_index.get(name)
 
     def account_named(self, name: str) -> Account | None:
-        return next((a for a in self.accounts if a.name == name), None)
+        return self._account_index.get(name)
+
+    # Looked up once per pending job per plan pass: index them (cached_property works on a frozen
+    # dataclass because it writes the instance __dict__ directly).
+    @cached_property
+    def _qos_index(self) -> dict:
+        return {q.name: q for q in self.qos}
+
+    @cached_property
+    def _account_index(self) -> dict:
+        return {a.name: a for a in self.accounts}
 
     def default_account(self, user: str) -> str:
         """The first account that lists the user, else "default"."""

@@ -23,10 +23,10 @@ def plan(snap: Snapshot, cfg: Config) -> Plan:
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     expires, waiting = _expire(pending, snap.now)
-    free = capacity.free_capacity(snap.nodes, running, snap.now)
+    free = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
     # A copy of the free capacity at the start of the pass tells `Priority` (higher jobs took the
     # room) apart from `Resources` (there was no room to begin with).
-    initial = capacity.free_capacity(snap.nodes, running, snap.now)
+    initial = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
     usage = Usage(running)
     book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
     places, pend = [], []
@@ -54,7 +54,7 @@ def _consider(job: Job, free, initial, usage: Usage, book: BudgetBook, cfg: Conf
     capped = usage.blocked(job, cfg)
     if capped:
         return capped
-    spot = capacity.best_fit(job, free)
+    spot = free.find(job)
     if spot is None:
         return _no_room(job, free, initial)
     model = next((g.model for g in spot.matching(job)), "")
@@ -62,7 +62,7 @@ def _consider(job: Job, free, initial, usage: Usage, book: BudgetBook, cfg: Conf
     broke = book.blocked(commit)
     if broke:
         return broke
-    gpus = spot.take(job)
+    gpus = free.take(spot, job)
     usage.add(job)
     book.commit(commit)
     cost_rate = _currency_rate(job, model, cfg)
@@ -70,9 +70,9 @@ def _consider(job: Job, free, initial, usage: Usage, book: BudgetBook, cfg: Conf
 
 
 def _no_room(job: Job, free, initial):
-    if not free:
+    if not free.free:
         return states.NODE_DOWN, "no node is up"
-    if capacity.best_fit(job, initial) is not None:
+    if initial.fits_unchanged(job):
         return states.PRIORITY, "higher-priority jobs took the free resources in this pass"
     return states.RESOURCES, f"no up node has {_request(job)} free"
 

@@ -5,13 +5,14 @@ free GPUs of the requested model. Among the nodes that fit we take the tightest 
 CPUs, left over), so that large holes stay open for large jobs; ties go to the node name, which keeps
 the plan deterministic.
 """
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 from ..model import Job, Node
 from .. import states
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Free:
     """Mutable working copy of one node's free resources during one plan pass."""
     node: Node
@@ -57,11 +58,85 @@ def free_capacity(nodes, jobs, now: float) -> dict[str, Free]:
     return free
 
 
-def best_fit(job: Job, free: dict[str, Free]) -> Free | None:
-    fitting = [f for f in free.values() if f.fits(job)]
-    if not fitting:
+class Placer:
+    """Best fit with memory of failures within one pass.
+
+    Free capacity only shrinks during a pass, so once a request found no node, any request at
+    least as large (and no less specific about the GPU model) will not find one either. Keeping
+    the minimal failed requests turns the common case — thousands of pending jobs on a full
+    cluster — from jobs × nodes fit checks into jobs × a handful of comparisons.
+
+    Nodes are also kept in buckets by free GPU count, the first key of best fit, so that a GPU job
+    looks only at nodes with enough free GPUs instead of at every node.
+    """
+
+    def __init__(self, free: dict[str, Free]):
+        self.free = free
+        self.failed: list[tuple[int, str, int, int]] = []
+        self.held: list[tuple[int, str, int, int]] = []   # requests known to fit (for fits_unchanged)
+        # free GPU count -> [(free CPUs, node name)] kept sorted, so a scan in order meets the
+        # tightest fit first
+        self.buckets: dict[int, list[tuple[int, str]]] = {}
+        for f in free.values():
+            insort(self.buckets.setdefault(len(f.gpus), []), (f.cpus, f.node.name))
+
+    def best_fit(self, job: Job) -> Free | None:
+        """The tightest node: fewest GPUs left over, then fewest CPUs, then the name."""
+        for k in sorted(self.buckets):
+            if k < job.gpus:
+                continue
+            bucket = self.buckets[k]
+            for cpus, name in bucket[bisect_left(bucket, (job.cpus, "")):]:
+                f = self.free[name]
+                if f.fits(job):
+                    return f
         return None
-    return min(fitting, key=lambda f: (len(f.gpus) - job.gpus, f.cpus - job.cpus, f.node.name))
+
+    def take(self, spot: Free, job: Job) -> tuple[str, ...]:
+        bucket = self.buckets[len(spot.gpus)]
+        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+        gpus = spot.take(job)
+        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        return gpus
+
+    def find(self, job: Job) -> Free | None:
+        if any(_covers(f, job) for f in self.failed):
+            return None
+        spot = self.best_fit(job)
+        if spot is None:
+            shape = (job.gpus, job.gpu_type, job.cpus, job.mem)
+            self.failed = [f for f in self.failed if not _covers(shape, _Shape(*f))] + [shape]
+        return spot
+
+    def fits_unchanged(self, job: Job) -> bool:
+        """Whether the job fits, for a Placer whose capacity is never taken: then a request no larger
+        than one that fitted (and no more specific about the model) fits too."""
+        if any(_within(job, h) for h in self.held):
+            return True
+        if self.find(job) is None:
+            return False
+        shape = (job.gpus, job.gpu_type, job.cpus, job.mem)
+        self.held = [h for h in self.held if not _within(_Shape(*h), shape)] + [shape]
+        return True
+
+
+class _Shape:
+    __slots__ = ("gpus", "gpu_type", "cpus", "mem")
+
+    def __init__(self, gpus, gpu_type, cpus, mem):
+        self.gpus, self.gpu_type, self.cpus, self.mem = gpus, gpu_type, cpus, mem
+
+
+def _covers(failed, job) -> bool:
+    """Whether `job` is at least as hard to place as the failed request."""
+    g, model, c, m = failed
+    return job.gpus >= g and job.cpus >= c and job.mem >= m and (not model or model == job.gpu_type)
+
+
+def _within(job, held) -> bool:
+    """Whether `job` is no harder to place than a request that fitted."""
+    g, model, c, m = held
+    return job.gpus <= g and job.cpus <= c and job.mem <= m and (not job.gpu_type or job.gpu_type == model)
 
 
 def could_ever_hold(job: Job, node: Node) -> bool:
