@@ -150,6 +150,8 @@ def load(path: str | None = None) -> Config:
             data = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(path, "file not found") from None
+    except OSError as e:
+        raise ConfigError(path, f"cannot read: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, f"not valid TOML: {e}") from None
     return from_dict(data, source=path)

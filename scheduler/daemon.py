@@ -39,6 +39,7 @@ class Scheduler:
         self.leading = False
         self.lease_s = max(5.0, 3 * cfg.tick)
         self.nodes = ()
+        self.last_plan = float("-inf")
         self.handlers = Handlers(self)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -57,7 +58,11 @@ class Scheduler:
             self._requests(now, pending=False)
             self._events(now, pending=False)
             self._lost_attempts(now)
-            self._schedule(now)
+            # While requests keep streaming in, answer them first and plan at most once a tick;
+            # a lone submit on an idle queue is planned at once.
+            if now - self.last_plan >= self.cfg.tick or not self.store.wakes_waiting():
+                self._schedule(now)
+                self.last_plan = now
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False
@@ -179,6 +184,9 @@ class Scheduler:
                 break
 
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
+        # The tick's `now` was read before this event arrived; billing caps an attempt's end at
+        # `now`, so read the clock again or an end could fall before the runner's own start.
+        now = max(now, time.time())
         try:
             jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
         except (ValueError, TypeError):

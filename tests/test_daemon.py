@@ -45,7 +45,11 @@ def reply(r, rid):
 
 
 def woke(r):
-    return [w for w in r.lrange(K.wake, 0, -1)]
+    """Drain the wake list, as the daemon's run loop does before each tick."""
+    p = r.pipeline()
+    p.lrange(K.wake, 0, -1)
+    p.delete(K.wake)
+    return p.execute()[0]
 
 
 def job(r, jid):

@@ -63,3 +63,14 @@ def test_money_formatting():
     assert units.fmt_money(4_000_000) == "$4.00"
     assert units.fmt_money(2222) == "$0.0022"
     assert units.fmt_money(1_500_000, "gpu_hours") == "1.500 gpu-hours"
+
+
+def test_job_records_round_trip_through_json():
+    from dataclasses import asdict
+    import json
+    from scheduler.model import Attempt
+    from scheduler.store import codec
+    j = Job(id=7, user="a", account="b", argv=("python", "x.py"), tags=(("k", "v"),), commit=(("b", 5),),
+            attempts=(Attempt(1, "n", ("GPU-1",), charges=(("b", 3),), usage={"cpu_s": 1.5}),))
+    assert codec.loads(codec.dumps(j)) == j
+    assert json.loads(codec.dumps(j)) == json.loads(json.dumps(asdict(j)))

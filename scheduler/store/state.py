@@ -131,6 +131,9 @@ class SchedulerStore:
         woke += p.execute()[0]
         return woke
 
+    def wakes_waiting(self) -> bool:
+        return self.r.llen(self.k.wake) > 0
+
     def read_group(self, streams: list[str], pending: bool, count: int = 500):
         """Entries of the scheduler's group: ones delivered but not acknowledged (after a restart)
         when `pending`, else new ones. Yields (stream, entry_id, fields)."""

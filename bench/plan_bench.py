@@ -1,0 +1,116 @@
+"""One `plan()` pass on a large, mostly full cluster: the expensive case, where nearly every pending
+job is checked against every node and stays pending.
+
+The cluster: 8-GPU nodes (half A100, half H100), 64 CPUs, 512 GiB, 16 slots. About 95 % of the
+nodes are full (8 GPUs and 56 CPUs held by four running 2-GPU jobs); the rest have half their GPUs
+free. Pending jobs ask 0–4 GPUs (0: 15 %, 1: 40 %, 2: 25 %, 4: 20 %), 20 % of them a GPU model,
+4–16 CPUs and 16–128 GiB, across three accounts (two with caps), QoS normal/low; the jobs of two
+of the accounts are charged to an account budget. Only the plan() call is timed, not building the
+snapshot; the same snapshot is planned each run (plan() is pure).
+"""
+import random
+import statistics
+import time
+
+from scheduler import config, states
+from scheduler.model import Attempt, Gpu, Job, Node, Snapshot
+from scheduler.policy import plan
+
+G = 1 << 30
+NOW = 1_700_000_000.0
+MODELS = ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3")
+ACCOUNTS = ("eta", "phi", "chi")
+USERS = {"eta": ("alice", "bob"), "phi": ("carol", "dave"), "chi": ("erin", "frank")}
+
+CONFIG = """
+[rates]
+gpu_hour = 2.0
+gpu_hour_by_model = { "NVIDIA H100 80GB HBM3" = 4.5, "NVIDIA A100-SXM4-80GB" = 3.0 }
+cpu_hour = 0.01
+[accounts.eta]
+users = ["alice", "bob"]
+[accounts.phi]
+users = ["carol", "dave"]
+max_gpus = 100000
+[accounts.chi]
+users = ["erin", "frank"]
+max_running = 100000
+[[budgets]]
+name = "eta-q"
+account = "eta"
+limit = 1e9
+reserve = 0.1
+[[budgets]]
+name = "phi-gpuh"
+account = "phi"
+unit = "gpu_hours"
+limit = 1e8
+"""
+
+
+def snapshot(n_pending: int, n_nodes: int, seed: int = 1) -> Snapshot:
+    rng = random.Random(seed)
+    nodes, jobs, jid = [], [], 1
+    for i in range(n_nodes):
+        name, model = f"gpu{i:04d}", MODELS[i % 2]
+        gpus = tuple(Gpu(f"GPU-{name}-{g}", g, model, 80 * G) for g in range(8))
+        nodes.append(Node(name, 64, 512 * G, 16, gpus, "up", NOW + 30, NOW))
+        full = rng.random() < 0.95
+        for k in range(4 if full else 2):         # each running job: 2 GPUs, 14 CPUs, 96 GiB
+            acct = ACCOUNTS[jid % 3]
+            held = tuple(g.uuid for g in gpus[2 * k:2 * k + 2])
+            start = NOW - rng.uniform(60, 36000)
+            jobs.append(Job(id=jid, user=USERS[acct][jid % 2], account=acct, argv=("python", "train.py"),
+                            workdir="/tmp", gpus=2, cpus=14, mem=96 * G, time_limit=86400,
+                            submit_time=start - 60, state=states.RUNNING, node=name, gpu_uuids=held,
+                            start_time=start, attempts=(Attempt(1, name, held, start_time=start,
+                                                                dispatch_time=start),)))
+            jid += 1
+    for _ in range(n_pending):
+        acct = ACCOUNTS[rng.randrange(3)]
+        gpus = rng.choices((0, 1, 2, 4), weights=(15, 40, 25, 20))[0]
+        jobs.append(Job(id=jid, user=rng.choice(USERS[acct]), account=acct, argv=("python", "train.py"),
+                        workdir="/tmp", gpus=gpus, gpu_type=rng.choice(MODELS) if rng.random() < 0.2 else "",
+                        cpus=rng.choice((4, 8, 12, 16)), mem=rng.choice((16, 32, 64, 128)) * G,
+                        time_limit=rng.choice((3600, 4 * 3600, 86400)),
+                        qos="low" if rng.random() < 0.3 else "normal", submit_time=NOW - rng.uniform(0, 86400)))
+        jid += 1
+    return Snapshot(NOW, tuple(nodes), tuple(jobs))
+
+
+def time_plan(n_pending: int, n_nodes: int, runs: int, cfg=None) -> dict:
+    """Median (and min, max) seconds of plan() over `runs` passes on one snapshot."""
+    cfg = cfg or config.loads(CONFIG)
+    snap = snapshot(n_pending, n_nodes)
+    times, result = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = plan(snap, cfg)
+        times.append(time.perf_counter() - t0)
+    reasons: dict = {}
+    for p in result.pending:
+        reasons[p.reason] = reasons.get(p.reason, 0) + 1
+    return {"pending": n_pending, "nodes": n_nodes, "runs": runs, "median_s": statistics.median(times),
+            "min_s": min(times), "max_s": max(times), "placed": len(result.places),
+            "still_pending": len(result.pending), "reasons": reasons}
+
+
+# (pending, nodes) -> DESIGN §11 target in seconds, where there is one
+TARGETS = {(10_000, 50): 0.020, (100_000, 1000): 0.200}
+GRID = [(p, n) for p in (1_000, 10_000, 100_000) for n in (10, 50, 1000)]
+
+
+def runs_for(p: int, n: int, quick: bool) -> int:
+    work = p * n
+    if work >= 10**8:
+        return 1 if quick else 2
+    if work >= 10**7:
+        return 2 if quick else 3
+    return 3 if quick else 7
+
+
+if __name__ == "__main__":
+    import sys
+    for p, n in GRID if "--all" in sys.argv else [(1000, 10), (10_000, 50)]:
+        r = time_plan(p, n, runs_for(p, n, True))
+        print(f"{p:>7} x {n:>4}: median {r['median_s'] * 1000:9.1f} ms  placed {r['placed']}  {r['reasons']}")
