@@ -29,8 +29,8 @@ MAX_REQUESTS_PER_TICK = 5000
 
 
 class Scheduler:
-    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None):
-        self.cfg, self.k = cfg, Keys(cfg.prefix)
+    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time):
+        self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
         self.dispatch = Dispatcher(rq_conn, cfg.kill_wait)
@@ -61,20 +61,22 @@ class Scheduler:
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
             if now - self.last_plan >= self.cfg.tick or not self.store.wakes_waiting():
-                self._schedule(now)
+                # Admission times must not precede the ends just processed in this tick (a GPU is
+                # held until then), so the plan reads the clock afresh.
+                self._schedule(max(now, self.clock()))
                 self.last_plan = now
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False
         return self.leading
 
-    def run(self, stop=lambda: False, clock=time.time) -> None:
+    def run(self, stop=lambda: False) -> None:
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         woke: list = []
         ready = False
         while not stop():
             try:
-                leading = self.tick(clock(), woke)
+                leading = self.tick(self.clock(), woke)
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -186,7 +188,7 @@ class Scheduler:
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
         # `now`, so read the clock again or an end could fall before the runner's own start.
-        now = max(now, time.time())
+        now = max(now, self.clock())
         try:
             jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
         except (ValueError, TypeError):

@@ -22,6 +22,11 @@ CFG = config.loads(SWEEP_TOML)
 K = Keys()
 
 
+def FROZEN():
+    """The daemon's clock in these tests: time comes only from the `now` each tick is given."""
+    return 0.0
+
+
 @pytest.fixture(params=["fake", "real"])
 def conns(request):
     if request.param == "fake":
@@ -62,7 +67,7 @@ BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 1, "cpus": 4,
 
 def setup(r, raw, now):
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
-    s = Scheduler(r, raw, CFG, me="s1")
+    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
     s.tick(now)
     return s
 
@@ -174,7 +179,7 @@ def test_a_new_leader_recovers_everything_and_a_deposed_one_writes_nothing(conns
     s1.tick(now, woke(r))
     # s1 "dies" without releasing its lease; the lease expires; s2 takes over.
     r.delete(K.leader)
-    s2 = Scheduler(r, raw, CFG, me="s2")
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
     assert s2.tick(now + 10)
     assert s2.jobs[1].state == states.RUNNING
     submit(r, "alice", BODY, "b")
@@ -194,7 +199,7 @@ def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
     AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 3, "end_time": now + 60})
     s1.store.read_group([K.events], pending=False)
     r.delete(K.leader)
-    s2 = Scheduler(r, raw, CFG, me="s2")
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
     s2.tick(now + 61)
     j = job(r, 1)
     assert j.state == states.FAILED and j.exit_code == 3 and len(r.xrange(K.ledger)) == 1
