@@ -210,3 +210,17 @@ def test_a_second_labq_up_finds_the_first(tmp_path):
         out.close()
         shutil.rmtree(d, ignore_errors=True)
     assert first.returncode == 0
+
+
+def test_redis_restart_with_aof_keeps_acknowledged_work(e2e):
+    first = e2e.sub("-G", "1", "--", "true")
+    e2e.wait_state(first, {states.COMPLETED})
+    before = (e2e.job(first), e2e.client.read.spent(), e2e.client.read.ledger())
+    assert before[1]["eta-sweep"] > 0
+    # kill -9: only what appendfsync=always had written survives; same socket, same data directory.
+    e2e.stack.stop("redis", sig=signal.SIGKILL)
+    e2e.stack.start_redis()
+    assert (e2e.job(first), e2e.client.read.spent(), e2e.client.read.ledger()) == before
+    # The scheduler and the worker reconnect by themselves, and the queue works again.
+    after = e2e.sub("-G", "1", "--", "true")
+    assert e2e.wait_state(after, states.TERMINAL, 120).state == states.COMPLETED
