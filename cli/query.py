@@ -34,7 +34,8 @@ def stat(ctx, user, account, state, me, as_json):
     if as_json:
         return echo_json([render.job_dict(j, now) for j in shown])
     click.echo(render.capacity_line(c.nodes(), jobs))
-    click.echo(render.table([render.stat_row(j, now) for j in shown], render.STAT_HEADERS))
+    rows = [render.stat_row(j, now, label) for label, j in render.compact(shown)]
+    click.echo(render.table(rows, render.STAT_HEADERS))
 
 
 @click.command()

@@ -47,6 +47,31 @@ def elapsed(j, now: float) -> float:
     return total
 
 
+def compact(jobs):
+    """Pending tasks of one array with the same reason, in a run of indices, shown as one
+    `42_[5-12]` entry: (display id, first job) pairs in job order."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            a, b = run[0].array_index, run[-1].array_index
+            shown = f"{run[0].array_id}_[{a}-{b}]" if len(run) > 1 else run[0].display_id
+            out.append((shown, run[0]))
+            run.clear()
+
+    for j in sorted(jobs, key=lambda j: j.id):
+        groupable = j.state == states.PENDING and j.array_id is not None
+        if run and not (groupable and j.array_id == run[-1].array_id and j.reason == run[-1].reason
+                        and j.id == run[-1].id + 1):
+            flush()
+        if groupable:
+            run.append(j)
+        else:
+            out.append((j.display_id, j))
+    flush()
+    return out
+
+
 def table(rows, headers) -> str:
     rows = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
@@ -54,9 +79,9 @@ def table(rows, headers) -> str:
     return "\n".join([fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in rows])
 
 
-def stat_row(j, now: float):
+def stat_row(j, now: float, shown: str | None = None):
     where = j.node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else j.node or ""
-    return [j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
+    return [shown or j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
             j.gpus, fmt_money(j.cost + running_cost(j, now)), where]
 
 

@@ -37,11 +37,17 @@ def parse_gpus(text) -> tuple[str, int]:
     return model, n
 
 
-def parse_array(text) -> list[int]:
-    """`1-12`, `1-12:2` or `5` → [lo, hi, step]."""
-    s = str(text)
-    if "%" in s:
-        raise UsageError(f"--array: the %N throttle is not supported yet, got {text!r}")
+def parse_array(text) -> tuple[list[int], int | None]:
+    """`1-12`, `1-12:2`, `5`, `1-12%4` → ([lo, hi, step], throttle or None)."""
+    s, _, pct = str(text).partition("%")
+    throttle = None
+    if _:
+        try:
+            throttle = int(pct)
+        except ValueError:
+            raise UsageError(f"--array: expected LO-HI%N with N a number, got {text!r}") from None
+        if throttle < 1:
+            raise UsageError(f"--array: the %N throttle must be at least 1, got {text!r}")
     rng, _, step = s.partition(":")
     lo, _, hi = rng.partition("-")
     try:
@@ -50,7 +56,7 @@ def parse_array(text) -> list[int]:
         raise UsageError(f"--array: expected LO-HI or LO-HI:STEP, got {text!r}") from None
     if a[0] < 0 or a[1] < a[0] or a[2] < 1:
         raise UsageError(f"--array: expected 0 ≤ LO ≤ HI and STEP ≥ 1, got {text!r}")
-    return a
+    return a, throttle
 
 
 def directives(script: str) -> list[str]:
@@ -76,7 +82,7 @@ OPTIONS = [
     click.option("-t", "--time", "time_", help="Time limit: 2h, 90 (minutes), 1:30:00, 2-0."),
     click.option("--est", help="Expected runtime (forecast budget mode)."),
     click.option("--max-wait", help="Give up (EX) if not started within this long."),
-    click.option("-a", "--array", help="Array: 1-12 or 1-12:2."),
+    click.option("-a", "--array", help="Array: 1-12, 1-12:2, 1-12%4 (at most 4 at once)."),
     click.option("-o", "--output", help="stdout pattern (default labq-%j.out; %j %A %a %x %u %r)."),
     click.option("-e", "--error", help="stderr pattern (default: with stdout)."),
     click.option("-D", "--chdir", help="Working directory (default: the current one)."),
@@ -182,7 +188,9 @@ def build_body(opts, argv, script) -> dict:
     if body.get("time_limit") == 0:
         raise UsageError("--time: must be more than 0")
     if opts.get("array") is not None:
-        body["array"] = parse_array(opts["array"])
+        body["array"], throttle = parse_array(opts["array"])
+        if throttle:
+            body["array_throttle"] = throttle
     tags = []
     for t in opts.get("tag") or ():
         k, sep, v = t.partition("=")

@@ -14,6 +14,7 @@ from . import ledger
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job
+from .request import parse_task_ids
 from .store import conn
 from .store.keys import Keys
 from .store.reads import Reader
@@ -71,9 +72,10 @@ class Client:
     def resolve(self, text: str) -> list[Job]:
         """Jobs named by `42` (or every task of array 42) or `42_3`."""
         try:
-            if "_" in str(text):
-                a, t = (int(x) for x in str(text).split("_", 1))
-                return [j for j in self._array(a) if j.array_index == t]
+            tasks = parse_task_ids(str(text))
+            if tasks:
+                a, wanted = tasks
+                return [j for j in self._array(a) if j.array_index in wanted]
             jid = int(text)
         except ValueError:
             raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None

@@ -70,6 +70,7 @@ class Job:
     array_id: int | None = None
     array_index: int | None = None
     array_count: int | None = None
+    array_throttle: int | None = None      # at most this many tasks of the array run at once (%N)
     submit_time: float = 0.0
     request_id: str = ""
     # -- changed by the scheduler --

@@ -1,6 +1,7 @@
 """Submit requests → job records, validated field by field. Requests come from an inbox anyone can
 write, so nothing here trusts its input: each bad field is a UsageError naming the field."""
 import os
+import re
 from dataclasses import replace
 
 from .config import Config
@@ -73,8 +74,36 @@ def array_range(body: dict) -> list[int] | None:
     return idx
 
 
-def expand(template: Job, first_id: int, indices: list[int] | None) -> list[Job]:
+def expand(template: Job, first_id: int, indices: list[int] | None, throttle: int | None = None) -> list[Job]:
     if indices is None:
         return [replace(template, id=first_id)]
-    return [replace(template, id=first_id + i, array_id=first_id, array_index=ix, array_count=len(indices))
-            for i, ix in enumerate(indices)]
+    return [replace(template, id=first_id + i, array_id=first_id, array_index=ix, array_count=len(indices),
+                    array_throttle=throttle) for i, ix in enumerate(indices)]
+
+
+def array_throttle(body: dict) -> int | None:
+    t = body.get("array_throttle")
+    if t is None:
+        return None
+    if not isinstance(t, int) or isinstance(t, bool) or t < 1:
+        raise UsageError(f"array_throttle: expected an integer ≥ 1, got {t!r}")
+    return t
+
+
+_TASKS = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$")
+
+
+def parse_task_ids(text: str):
+    """`42_3` or `42_[1-3,7]` → (42, {1, 2, 3, 7}); None when `text` names no array task."""
+    m = _TASKS.match(text)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return int(m.group(1)), {int(m.group(2))}
+    tasks = set()
+    for part in m.group(3).split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo or (dash and not hi) or int(hi or lo) < int(lo) or int(hi or lo) - int(lo) > _MAX_ARRAY:
+            raise UsageError(f"job id: expected 42_[1-3,7], got {text!r}")
+        tasks.update(range(int(lo), int(hi or lo) + 1))
+    return int(m.group(1)), tasks

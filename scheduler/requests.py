@@ -9,7 +9,7 @@ from . import ledger, policy, states, transitions as tr
 from .errors import RefusedError, UsageError
 from .model import Job, Snapshot
 from .store import codec
-from .request import array_range, expand, job_from_submit
+from .request import array_range, array_throttle, expand, job_from_submit, parse_task_ids
 from .units import fmt_money
 
 
@@ -36,6 +36,9 @@ class Handlers:
         cfg = self.s.cfg
         template = job_from_submit(body, user, cfg, now)
         indices = array_range(body)
+        throttle = array_throttle(body)
+        if throttle and indices is None:
+            raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
         why = policy.refusal(template, self.s.nodes, cfg)
         if why:
             raise RefusedError(why)
@@ -51,7 +54,7 @@ class Handlers:
         if body.get("test_only"):
             return Change(reply=self.test_only(template, now))
         first = self.s.store.r.incrby(self.s.k.seq, n) - n + 1
-        jobs = expand(template, first, indices)
+        jobs = expand(template, first, indices, throttle)
         shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
         return Change(jobs=jobs, reply={"ok": True, "job_id": first, "job_ids": [j.id for j in jobs],
                                         "display": shown})
@@ -131,9 +134,11 @@ class Handlers:
     def resolve(self, text: str) -> list[Job]:
         """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
         try:
-            if "_" in text:
-                a, t = (int(x) for x in text.split("_", 1))
-                return [j for j in self.s.jobs.values() if j.array_id == a and j.array_index == t]
+            tasks = parse_task_ids(text)
+            if tasks:
+                a, wanted = tasks
+                return sorted((j for j in self.s.jobs.values() if j.array_id == a and j.array_index in wanted),
+                              key=lambda j: j.id)
             jid = int(text)
         except ValueError:
             raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None

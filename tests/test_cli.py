@@ -24,7 +24,7 @@ def labq(*args, stdin=None, env=None):
     (["sub", "-G", "x", "--", "true"], "--gpus"),
     (["sub", "-c", "0", "--", "true"], "--cpus"),
     (["sub", "-a", "5-1", "--", "true"], "--array"),
-    (["sub", "-a", "1-10%2", "--", "true"], "throttle"),
+    (["sub", "-a", "1-10%0", "--", "true"], "throttle"),
     (["sub", "--tag", "novalue", "--", "true"], "--tag"),
     (["sub", "/nonexistent/script.sh"], "script"),
     (["sub", "--"], "no command"),
@@ -53,7 +53,8 @@ def test_config_check(tmp_path):
 
 def test_parsers():
     assert parse_gpus("2") == ("", 2) and parse_gpus("NVIDIA H100 80GB HBM3:4") == ("NVIDIA H100 80GB HBM3", 4)
-    assert parse_array("1-12") == [1, 12, 1] and parse_array("1-12:2") == [1, 12, 2] and parse_array("5") == [5, 5, 1]
+    assert parse_array("1-12") == ([1, 12, 1], None) and parse_array("1-12:2") == ([1, 12, 2], None)
+    assert parse_array("5") == ([5, 5, 1], None) and parse_array("1-12%4") == ([1, 12, 1], 4)
     assert directives("#!/bin/bash\n#LABQ -G 1 -t 2h\n# comment\n#LABQ -J 'my job'\necho hi\n#LABQ -c 9\n") == [
         "-G", "1", "-t", "2h", "-J", "my job"]
     with pytest.raises(UsageError):
@@ -80,3 +81,23 @@ def test_plan_worked_example_offline():
     assert d["cost"] == 48.0 and d["budget_remaining"] == 72.0
     assert [w["amount"] for w in d["warn_levels"]] == [84.0, 108.0]
     assert labq("plan", "--nodes", "4", "--jobs", "1", "-t", "1h").returncode == 2
+
+
+def test_stat_compacts_pending_array_tasks():
+    from dataclasses import replace
+    from cli.render import compact
+    from scheduler.model import Job
+    base = Job(id=0, user="a", account="x", argv=("true",), state="PD", reason="Resources")
+    tasks = [replace(base, id=10 + i, array_id=10, array_index=i + 1, array_count=6) for i in range(6)]
+    tasks[0] = replace(tasks[0], state="R", node="n1")
+    tasks[4] = replace(tasks[4], reason="Priority")
+    assert [label for label, _ in compact(tasks + [replace(base, id=20)])] == [
+        "10_1", "10_[2-4]", "10_5", "10_6", "20"]
+
+
+def test_task_id_ranges():
+    from scheduler.request import parse_task_ids
+    assert parse_task_ids("42_[1-3,7]") == (42, {1, 2, 3, 7}) and parse_task_ids("42_3") == (42, {3})
+    assert parse_task_ids("42") is None
+    with pytest.raises(UsageError):
+        parse_task_ids("42_[3-1]")

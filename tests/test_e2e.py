@@ -224,3 +224,16 @@ def test_redis_restart_with_aof_keeps_acknowledged_work(e2e):
     # The scheduler and the worker reconnect by themselves, and the queue works again.
     after = e2e.sub("-G", "1", "--", "true")
     assert e2e.wait_state(after, states.TERMINAL, 120).state == states.COMPLETED
+
+
+def test_array_with_throttle_runs_two_at_a_time_and_tasks_can_be_cancelled(e2e):
+    p = e2e.labq("sub", "--parsable", "-A", "eta", "-a", "1-6%2", "-G", "1", "--", "sh", "-c",
+                 "echo task $LABQ_ARRAY_TASK_ID of $LABQ_ARRAY_TASK_COUNT; sleep 1")
+    assert p.returncode == 0 and p.stdout.strip().endswith("_[1-6]"), p.stderr
+    first = int(p.stdout.split("_")[0])
+    assert e2e.labq("del", f"{first}_[5-6]").returncode == 0
+    jobs = [e2e.wait_state(first + i, states.TERMINAL, 120) for i in range(6)]
+    assert [j.state for j in jobs] == [states.COMPLETED] * 4 + [states.CANCELLED] * 2
+    spans = [(j.attempts[0].dispatch_time, j.attempts[0].end_time) for j in jobs[:4]]
+    assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 2
+    assert e2e.labq("logs", f"{first}_3").stdout.startswith("task 3 of 6")

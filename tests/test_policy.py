@@ -193,3 +193,16 @@ def test_plan_is_pure_and_independent_of_input_order(snap: Snapshot, rnd: random
     rnd.shuffle(nodes)
     b = policy.plan(Snapshot(snap.now, tuple(nodes), tuple(jobs), snap.spent), PROP_CFG)
     assert a == b == policy.plan(snap, PROP_CFG)
+
+
+def test_array_throttle_caps_running_tasks():
+    from dataclasses import replace
+    b = ClusterBuilder().node("n", gpus=8)
+    b.running("n", gpus=1)
+    for _ in range(5):
+        b.job(gpus=1)
+    snap = b.build()
+    jobs = [replace(j, array_id=1, array_index=i + 1, array_throttle=2) for i, j in enumerate(snap.jobs)]
+    s = summarize(policy.plan(replace(snap, jobs=tuple(jobs)), cfg()))
+    # Task 1 already runs; one more may start; the rest wait on the throttle, not on resources.
+    assert list(s["places"]) == [2] and set(s["pending"].values()) == {states.ARRAY_TASK_LIMIT}
