@@ -64,7 +64,9 @@ def show(ctx, job_id, as_json):
         lines.append(f"  attempt {a.attempt}: node {a.node} gpus {','.join(a.gpus) or '-'} "
                      f"{_ts(a.start_time or a.dispatch_time)} → {_ts(a.end_time)} {a.outcome or 'running'}"
                      f" exit {a.exit_code} cost {fmt_money(a.cost)}"
-                     + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else ""))
+                     + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else "")
+                     + (f" last checkpoint {_ts(a.last_checkpoint)}" if a.last_checkpoint else "")
+                     + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
     click.echo("\n".join(lines))
 
 

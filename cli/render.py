@@ -8,7 +8,8 @@ from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 def attempt_dict(a) -> dict:
     return {"attempt": a.attempt, "node": a.node, "gpus": list(a.gpus), "start_time": a.start_time or a.dispatch_time,
             "end_time": a.end_time, "outcome": a.outcome, "exit_code": a.exit_code, "cost": a.cost / MICRO,
-            "charges": {b: amt / MICRO for b, amt in a.charges}, "lost_work_s": a.lost_work_s, "usage": a.usage}
+            "charges": {b: amt / MICRO for b, amt in a.charges}, "lost_work_s": a.lost_work_s,
+            "last_checkpoint": a.last_checkpoint, "usage": a.usage}
 
 
 def job_dict(j, now: float | None = None) -> dict:

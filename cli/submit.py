@@ -59,6 +59,15 @@ def parse_array(text) -> tuple[list[int], int | None]:
     return a, throttle
 
 
+def parse_signal(text) -> list:
+    """`USR1@60`, `SIGUSR2@2m`, `@90` (USR1) → [name, seconds]."""
+    name, at, when = str(text).rpartition("@")
+    if not at:
+        raise UsageError(f"--signal: expected [SIG]@SECS like USR1@60, got {text!r}")
+    name = (name.upper().removeprefix("SIG") or "USR1")
+    return [name, units.parse_duration(when, "--signal", bare_unit=1)]
+
+
 def directives(script: str) -> list[str]:
     out = []
     for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
@@ -83,6 +92,8 @@ OPTIONS = [
     click.option("--est", help="Expected runtime (forecast budget mode)."),
     click.option("--max-wait", help="Give up (EX) if not started within this long."),
     click.option("-a", "--array", help="Array: 1-12, 1-12:2, 1-12%4 (at most 4 at once)."),
+    click.option("--signal", "warn_signal", help="[SIG]@SECS: send SIG (default USR1) SECS before the time limit."),
+    click.option("--checkpoint-exit-code", type=int, help="Exiting with this code requeues the job at once."),
     click.option("-o", "--output", help="stdout pattern (default labq-%j.out; %j %A %a %x %u %r)."),
     click.option("-e", "--error", help="stderr pattern (default: with stdout)."),
     click.option("-D", "--chdir", help="Working directory (default: the current one)."),
@@ -187,6 +198,10 @@ def build_body(opts, argv, script) -> dict:
             body[dest] = units.parse_duration(opts[key], flag)
     if body.get("time_limit") == 0:
         raise UsageError("--time: must be more than 0")
+    if opts.get("warn_signal"):
+        body["signal"] = parse_signal(opts["warn_signal"])
+    if opts.get("checkpoint_exit_code") is not None:
+        body["checkpoint_exit_code"] = opts["checkpoint_exit_code"]
     if opts.get("array") is not None:
         body["array"], throttle = parse_array(opts["array"])
         if throttle:

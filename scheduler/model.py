@@ -41,6 +41,7 @@ class Attempt:
     cost: int = 0                        # micro-units of the currency
     charges: tuple[tuple[str, int], ...] = ()   # (budget, micro-units of its unit)
     lost_work_s: float = 0.0
+    last_checkpoint: float | None = None   # newest checkpoint seen during the attempt
     usage: dict = field(default_factory=dict, hash=False, compare=True)
     dispatch_time: float | None = None   # when the scheduler admitted it
 
@@ -66,6 +67,8 @@ class Job:
     max_wait: int | None = None           # seconds of queue wait before EX
     out: str = ""
     err: str = ""
+    warn_signal: tuple[str, int] | None = None   # --signal SIG@SECS: (name, seconds before the limit)
+    checkpoint_exit_code: int | None = None      # exiting with it means: requeue me now
     tags: tuple[tuple[str, str], ...] = ()
     array_id: int | None = None
     array_index: int | None = None

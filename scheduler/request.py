@@ -10,6 +10,8 @@ from .model import Job
 
 _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
 _MAX_ARRAY = 100_000
+# Signals a job may ask for before its limit (--signal); SIGKILL/SIGSTOP would defeat the purpose.
+SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 
 
 def _int(body, key, lo, default=None, optional=False):
@@ -43,6 +45,16 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float) -> Job:
                                               for t in tags):
         raise UsageError("tags: expected a list of [key, value] strings")
     time_limit = _int(body, "time_limit", 1, optional=True) or cfg.default_time
+    warn_signal = body.get("signal")
+    if warn_signal is not None:
+        if (not isinstance(warn_signal, list) or len(warn_signal) != 2 or warn_signal[0] not in SIGNALS
+                or not isinstance(warn_signal[1], int) or isinstance(warn_signal[1], bool) or warn_signal[1] < 1):
+            raise UsageError(f"signal: expected [NAME, seconds ≥ 1] with NAME one of {', '.join(sorted(SIGNALS))}, "
+                             f"got {warn_signal!r}")
+        warn_signal = (warn_signal[0], warn_signal[1])
+    ckpt_code = _int(body, "checkpoint_exit_code", 1, optional=True)
+    if ckpt_code is not None and ckpt_code > 255:
+        raise UsageError(f"checkpoint_exit_code: expected 1–255, got {ckpt_code}")
     qos = body.get("qos") or "normal"
     if cfg.qos_named(qos) is None:
         raise UsageError(f"qos: unknown QoS {qos!r} (configured: {', '.join(q.name for q in cfg.qos)})")
@@ -57,7 +69,8 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float) -> Job:
         gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),
         mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=_int(body, "est", 1, optional=True),
         max_wait=_int(body, "max_wait", 0, optional=True), out=body.get("out", ""), err=body.get("err", ""),
-        tags=tuple((k, v) for k, v in tags), submit_time=now, request_id=str(body.get("rid", "")))
+        tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
+        checkpoint_exit_code=ckpt_code, request_id=str(body.get("rid", "")))
 
 
 def array_range(body: dict) -> list[int] | None:

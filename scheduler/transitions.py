@@ -58,8 +58,9 @@ def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
     outcome = body.get("outcome", "error")
     # Billing stops when the allocation is released; never trust a clock ahead of ours.
     end = min(float(body.get("end_time") or now), now)
+    ckpt = body.get("last_checkpoint")
     return _close(job, cur, outcome, end, body.get("exit_code"), body.get("usage") or {},
-                  body.get("message", ""), cfg)
+                  body.get("message", ""), cfg, float(ckpt) if isinstance(ckpt, (int, float)) else None)
 
 
 def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
@@ -69,7 +70,11 @@ def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
     return _close(job, cur, "node_failure", end, None, {}, "node lease expired", cfg)
 
 
-def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: dict, message: str, cfg: Config):
+INTERRUPTED = frozenset({"timeout", "preempted", "node_failure", "cancelled"})
+
+
+def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: dict, message: str, cfg: Config,
+           checkpoint: float | None = None):
     start = cur.dispatch_time or end
     budgets = {b.name: b for b in cfg.budgets}
     rates = dict(job.rates)
@@ -77,9 +82,15 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
                            ledger.charge(rates.get(name, 0), start, end, budgets[name].unit, cfg))
                     for name, _ in job.commit if name in budgets)
     cost = ledger.charge(job.cost_rate, start, end, "usd", cfg)
+    last_ckpt = checkpoint if checkpoint else None
+    # Work lost: what ran since the last checkpoint, for an attempt cut short (not one that ended itself).
+    lost = 0.0
+    if outcome in INTERRUPTED:
+        began = cur.start_time or start
+        lost = max(0.0, end - max(began, last_ckpt or began))
     a = replace(cur, end_time=end, outcome=outcome, exit_code=exit_code, usage=usage, cost=cost,
                 charges=tuple((c.budget, c.amount) for c in charges),
-                start_time=cur.start_time or None)
+                start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
     state = states.OUTCOME_STATE.get(outcome, states.FAILED)
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
                   node="", gpu_uuids=())

@@ -101,3 +101,11 @@ def test_task_id_ranges():
     assert parse_task_ids("42") is None
     with pytest.raises(UsageError):
         parse_task_ids("42_[3-1]")
+
+
+def test_signal_flag():
+    from cli.submit import parse_signal
+    assert parse_signal("USR1@60") == ["USR1", 60] and parse_signal("@2m") == ["USR1", 120]
+    assert parse_signal("sigterm@5") == ["TERM", 5]
+    with pytest.raises(UsageError):
+        parse_signal("USR1")

@@ -227,3 +227,25 @@ def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int,
             return subprocess.Popen(argv, **kw)
     except OSError as e:
         raise StartError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
+
+
+def newest_mtime(path: str | None) -> float | None:
+    """The newest modification time in the checkpoint directory (top level and one level down:
+    frameworks write `ckpt-N/` folders), or None when it is empty or unreadable."""
+    if not path:
+        return None
+    newest = None
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                try:
+                    t = e.stat(follow_symlinks=False).st_mtime
+                    if e.is_dir(follow_symlinks=False):
+                        with os.scandir(e.path) as sub:
+                            t = max([t] + [x.stat(follow_symlinks=False).st_mtime for x in sub])
+                except OSError:
+                    continue
+                newest = t if newest is None else max(newest, t)
+    except OSError:
+        return None
+    return newest

@@ -241,7 +241,11 @@ def signal_tree(pgid: int | None, sig: int, root: int | None = None) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
     for p in _procs(root):
-        with contextlib.suppress(psutil.Error):
+        # Once each: a second USR1 (a checkpoint request) to a process of the group that killpg
+        # already reached could make a job checkpoint twice, or kill it while it exits.
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if pgid and os.getpgid(p.pid) == pgid:
+                continue
             p.send_signal(sig)
 
 

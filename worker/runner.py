@@ -65,6 +65,7 @@ class Run:
     def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int):
         self.store, self.s, self.job, self.n = store, s, job, attempt
         self.proc = None
+        self.ckpt_dir = None
         self.start, self.t0 = None, None
         self.ppid = os.getppid()
         self.stop_signal = False
@@ -102,7 +103,7 @@ class Run:
         out_fd, err_fd = launch.open_logs(job, ident)
         try:
             try:
-                ckpt = launch.checkpoint_dir(s, job, ident)
+                ckpt = self.ckpt_dir = launch.checkpoint_dir(s, job, ident)
                 script = launch.write_script(s, job, ident) if job.script else None
             except OSError as e:
                 raise launch.StartError(f"cannot prepare the spool {s.spool}: {e}") from None
@@ -128,6 +129,7 @@ class Run:
         has passed, after which _finish sends SIGKILL)."""
         limit = self.job.time_limit
         deadline = self.t0 + limit if limit > 0 else math.inf
+        warn_at = deadline - self.job.warn_signal[1] if self.job.warn_signal else math.inf
         next_tick, stopping, kill_at = 0.0, None, math.inf
         waiter = _LeaderWaiter(self.proc.pid)
         try:
@@ -146,10 +148,16 @@ class Run:
                         log.info("job %s attempt %d: %s, SIGTERM to the tree", self.job.id, self.n, why)
                         probe.signal_tree(self.proc.pid, signal.SIGTERM)
                         stopping, kill_at = why, now + self.s.kill_wait
+                if stopping is None and now >= warn_at:
+                    name = self.job.warn_signal[0]
+                    log.info("job %s attempt %d: SIG%s %ds before the limit", self.job.id, self.n, name,
+                             self.job.warn_signal[1])
+                    probe.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
+                    warn_at = math.inf
                 if now >= next_tick:
                     next_tick = now + TICK
                     self._tick()
-                wake = max(min(next_tick, deadline, kill_at) - time.monotonic(), 0.0)
+                wake = max(min(next_tick, deadline, kill_at, warn_at) - time.monotonic(), 0.0)
                 waiter.wait(min(wake, STOP_POLL) if stopping else wake)
         finally:
             waiter.close()
@@ -177,8 +185,10 @@ class Run:
     def _tick(self) -> None:
         t = self.sampler.sample()
         self.peak_rss = max(self.peak_rss, t.max_rss_bytes)
+        self._tick_checkpoint()
         try:
-            self.store.heartbeat(self.job.id, self.n, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs)
+            self.store.heartbeat(self.job.id, self.n, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
+                                 ckpt=self.body.get("last_checkpoint") or "")
         except conn.ERRORS as e:      # a Redis blip must not kill a running job
             log.warning("job %s: heartbeat failed: %s", self.job.id, e)
 
@@ -202,12 +212,23 @@ class Run:
         self.body.update(exit_code=code, signal=sig, end_time=end, usage=usage)
         if why == "error":
             return
-        if why == "exited":
+        if why == "exited" and self.ckpt_dir:
+            self._tick_checkpoint()
+        if why == "exited" and code and code == self.job.checkpoint_exit_code:
+            self.body.update(outcome="checkpoint_exit", message=f"checkpoint exit code {code}: requeued")
+        elif why == "exited":
             self.body.update(outcome="completed" if code == 0 else "exit", message=_describe(code, sig))
         elif why == "timeout":
             self.body.update(outcome="timeout", message=f"time limit of {self.job.time_limit}s reached")
         else:
             self.body.update(outcome=_OUTCOMES[why], message=_MESSAGES[why])
+
+    def _tick_checkpoint(self) -> None:
+        """Record the newest checkpoint written during this attempt (also after the exit: one
+        written in the job's last second still counts)."""
+        ckpt = launch.newest_mtime(self.ckpt_dir)
+        if ckpt and ckpt > (self.body.get("last_checkpoint") or 0) and ckpt >= (self.start or 0):
+            self.body["last_checkpoint"] = ckpt
 
     def _cleanup_after_error(self) -> None:
         if self.proc is None:
