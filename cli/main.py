@@ -14,7 +14,7 @@ COMMANDS = {
     "nodes": ("cli.query", "nodes"), "drain": ("cli.query", "drain"), "resume": ("cli.query", "resume"), "budget": ("cli.query", "budget"),
     "config": ("cli.configcmd", "config"),
     "up": ("cli.daemons", "up"), "scheduler": ("cli.daemons", "scheduler"), "worker": ("cli.daemons", "worker"),
-    "demo": ("cli.demo", "demo"), "plan": ("cli.plan", "plan"),
+    "demo": ("cli.demo", "demo"), "checkpoint": ("cli.query", "checkpoint"), "plan": ("cli.plan", "plan"),
 }
 
 

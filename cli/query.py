@@ -246,3 +246,14 @@ def resume(ctx, node):
     """Let NODE take jobs again (admins)."""
     ctx.client.node_admin("resume", node)
     click.echo(f"node {node}: up")
+
+
+@click.command()
+@pass_ctx
+def checkpoint(ctx):
+    """From inside a job: record that it has just saved a checkpoint (lost work counts from now)."""
+    jid = os.environ.get("LABQ_JOB_ID", "")
+    if not jid.isdigit():
+        raise UsageError("labq checkpoint runs inside a labq job (LABQ_JOB_ID is not set)")
+    reply = ctx.client.checkpoint(int(jid))
+    click.echo(f"job {jid}: checkpoint recorded at {_ts(reply['time'])}")

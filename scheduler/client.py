@@ -65,6 +65,9 @@ class Client:
     def cancel(self, ids: list[str]) -> dict:
         return self.request("cancel", {"ids": [str(i) for i in ids]})
 
+    def checkpoint(self, job_id: int) -> dict:
+        return self._checked(self.request("checkpoint", {"job_id": job_id}))
+
     def node_admin(self, op: str, node: str) -> dict:
         return self._checked(self.request(op, {"node": node}))
 

@@ -26,9 +26,10 @@ class Handlers:
         self.s = sched
 
     def handle(self, user: str, op: str, body: dict, now: float) -> Change:
-        fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume}.get(op)
+        fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
+              "checkpoint": self.checkpoint}.get(op)
         if fn is None:
-            raise UsageError(f"unknown request {op!r} (expected submit, cancel, drain or resume)")
+            raise UsageError(f"unknown request {op!r} (expected submit, cancel, checkpoint, drain or resume)")
         return fn(user, body, now)
 
     # -- submit --------------------------------------------------------------------------------
@@ -86,6 +87,18 @@ class Handlers:
                 "reason": why.reason if why else None, "budgets": budgets,
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+
+    # -- checkpoint ----------------------------------------------------------------------------
+    def checkpoint(self, user: str, body: dict, now: float) -> Change:
+        """A running job says it has just saved a checkpoint (`labq checkpoint`, from inside it)."""
+        jid = body.get("job_id")
+        job = self.s.jobs.get(jid) if isinstance(jid, int) and not isinstance(jid, bool) else None
+        if job is None or job.user != user:
+            raise UsageError(f"checkpoint: no running job {jid!r} of user {user}")
+        new = tr.checkpointed(job, now)
+        if new is None:
+            raise UsageError(f"checkpoint: job {job.display_id} is not running")
+        return Change(jobs=[new], reply={"ok": True, "job_id": jid, "time": now})
 
     # -- drain / resume ------------------------------------------------------------------------
     def drain(self, user: str, body: dict, now: float) -> Change:

@@ -50,6 +50,14 @@ def started(job: Job, attempt: int, body: dict) -> Job | None:
     return replace(job, attempts=job.attempts[:-1] + (a,))
 
 
+def checkpointed(job: Job, at: float) -> Job | None:
+    """`labq checkpoint` from inside the running attempt: remember when."""
+    cur = job.current
+    if job.state not in states.ON_NODE or cur is None or cur.end_time:
+        return None
+    return replace(job, attempts=job.attempts[:-1] + (replace(cur, last_checkpoint=at),))
+
+
 def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
     """(new job, charges) for the attempt's end, or None when the event is stale or a duplicate."""
     cur = job.current
@@ -82,7 +90,8 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
                            ledger.charge(rates.get(name, 0), start, end, budgets[name].unit, cfg))
                     for name, _ in job.commit if name in budgets)
     cost = ledger.charge(job.cost_rate, start, end, "usd", cfg)
-    last_ckpt = checkpoint if checkpoint else None
+    # The newest of what the runner saw in the checkpoint directory and what `labq checkpoint` said.
+    last_ckpt = max((t for t in (checkpoint, cur.last_checkpoint) if t), default=None)
     # Work lost: what ran since the last checkpoint, for an attempt cut short (not one that ended itself).
     lost = 0.0
     if outcome in INTERRUPTED:

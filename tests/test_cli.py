@@ -109,3 +109,8 @@ def test_signal_flag():
     assert parse_signal("sigterm@5") == ["TERM", 5]
     with pytest.raises(UsageError):
         parse_signal("USR1")
+
+
+def test_checkpoint_outside_a_job_is_a_usage_error():
+    p = labq("checkpoint")
+    assert p.returncode == 2 and "inside a labq job" in p.stderr

@@ -222,3 +222,20 @@ def test_drain_takes_nothing_new_and_resume_reopens(conns):
     r.xadd(K.inbox("root"), {"rid": "r1", "op": "resume", "body": json.dumps({"node": "n1"})})
     s.tick(now + 2, ["user:root"])
     assert job(r, 2).state == states.RUNNING
+
+
+def test_labq_checkpoint_is_recorded_and_bounds_lost_work(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s.tick(now, woke(r))
+    for who, rid in (("bob", "c0"), ("alice", "c1")):
+        r.xadd(K.inbox(who), {"rid": rid, "op": "checkpoint", "body": json.dumps({"job_id": 1})})
+        r.lpush(K.wake, f"user:{who}")
+    s.tick(now + 100, woke(r))
+    assert reply(r, "c0")["code"] == 2 and reply(r, "c1")["ok"]
+    assert job(r, 1).attempts[0].last_checkpoint == now + 100
+    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "timeout", "end_time": now + 130})
+    s.tick(now + 131)
+    assert job(r, 1).attempts[0].lost_work_s == 30.0
