@@ -255,5 +255,10 @@ def checkpoint(ctx):
     jid = os.environ.get("LABQ_JOB_ID", "")
     if not jid.isdigit():
         raise UsageError("labq checkpoint runs inside a labq job (LABQ_JOB_ID is not set)")
-    reply = ctx.client.checkpoint(int(jid))
+    # Inside a job the runner's environment names the Redis and key prefix the job came from.
+    from dataclasses import replace
+    from scheduler.client import Client
+    from .common import redis_url
+    cfg = replace(ctx.cfg, prefix=os.environ.get("LABQ_PREFIX") or ctx.cfg.prefix)
+    reply = Client(cfg, url=os.environ.get("LABQ_REDIS_URL") or redis_url(cfg)).checkpoint(int(jid))
     click.echo(f"job {jid}: checkpoint recorded at {_ts(reply['time'])}")

@@ -237,3 +237,13 @@ def test_array_with_throttle_runs_two_at_a_time_and_tasks_can_be_cancelled(e2e):
     spans = [(j.attempts[0].dispatch_time, j.attempts[0].end_time) for j in jobs[:4]]
     assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 2
     assert e2e.labq("logs", f"{first}_3").stdout.startswith("task 3 of 6")
+
+
+def test_labq_checkpoint_from_inside_a_job(e2e):
+    cmd = f"{sys.executable} -m cli.main checkpoint && sleep 120"
+    jid = e2e.sub("-t", "4s", "--", "sh", "-c", f"cd {ROOT} && {cmd}")
+    j = e2e.wait_state(jid, states.TERMINAL, 60)
+    a = j.attempts[0]
+    assert j.state == states.TIMEOUT and a.start_time <= a.last_checkpoint < a.end_time
+    assert abs(a.lost_work_s - (a.end_time - a.last_checkpoint)) < 0.01
+    assert "checkpoint recorded" in e2e.labq("logs", str(jid)).stdout
