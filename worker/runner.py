@@ -305,7 +305,7 @@ class _LeaderWaiter:
         try:
             select.select([self.fd], [], [], timeout)
         except InterruptedError:
-            pass
+            return   # a signal woke us early; the watch loop re-checks everything
 
     def close(self) -> None:
         if self.fd is not None:

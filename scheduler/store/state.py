@@ -47,7 +47,7 @@ class SchedulerStore:
                     p.delete(self.k.leader)
                     p.execute()
             except redis.WatchError:
-                pass
+                return   # another scheduler took the lease meanwhile: it is not ours to release
 
     def txn(self, build) -> list:
         """Run `build(pipe)` inside MULTI, fenced by the leader lease."""
