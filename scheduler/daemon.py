@@ -155,7 +155,7 @@ class Scheduler:
             for stream, eid, fields in entries:
                 self._request(now, stream, eid, fields or {})
             done += len(entries)
-            if not entries or pending:
+            if not entries:   # pending mode too: acknowledged entries leave the pending list
                 break
 
     def _request(self, now: float, stream: str, eid: str, fields: dict) -> None:
@@ -182,7 +182,7 @@ class Scheduler:
             entries = self.store.read_group([self.k.events], pending)
             for stream, eid, fields in entries:
                 self._event(now, stream, eid, fields or {})
-            if not entries or pending:
+            if not entries:   # pending mode too: acknowledged entries leave the pending list
                 break
 
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
