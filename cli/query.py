@@ -144,19 +144,39 @@ def wait(ctx, job_ids, timeout):
     sys.exit(wait_for_jobs(ctx.client, list(job_ids), timeout=secs))
 
 
+def _control(ctx, op, job_ids):
+    reply = ctx.client.cancel(list(job_ids), op)
+    for r in reply.get("results", []):
+        if r["ok"]:
+            click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else r['state']}")
+        else:
+            click.echo(f"labq: {r['error']}", err=True)
+    if not reply.get("ok"):
+        sys.exit(reply.get("code") or 2)
+
+
 @click.command("del")
 @click.argument("job_ids", nargs=-1, required=True)
 @pass_ctx
 def delete(ctx, job_ids):
     """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait."""
-    reply = ctx.client.cancel(list(job_ids))
-    for r in reply.get("results", []):
-        if r["ok"]:
-            click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else 'cancelling'}")
-        else:
-            click.echo(f"labq: {r['error']}", err=True)
-    if not reply.get("ok"):
-        sys.exit(reply.get("code") or 2)
+    _control(ctx, "cancel", job_ids)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@pass_ctx
+def hold(ctx, job_ids):
+    """Keep pending jobs from starting (reason Held) until released."""
+    _control(ctx, "hold", job_ids)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@pass_ctx
+def release(ctx, job_ids):
+    """Let held jobs start again."""
+    _control(ctx, "release", job_ids)
 
 
 def _since(text, what):

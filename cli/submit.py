@@ -59,6 +59,20 @@ def parse_array(text) -> tuple[list[int], int | None]:
     return a, throttle
 
 
+def parse_begin(text, now: float | None = None) -> float:
+    """`2026-12-03T09:00` (local time), `now+1h`, or a bare delay `30m` → epoch seconds."""
+    import datetime
+    import time
+    now = time.time() if now is None else now
+    s = str(text).strip()
+    if s[:4].isdigit() and "-" in s:
+        try:
+            return datetime.datetime.fromisoformat(s).timestamp()
+        except ValueError:
+            raise UsageError(f"--begin: expected 2026-12-03T09:00, now+1h or 30m, got {text!r}") from None
+    return now + units.parse_duration(s.removeprefix("now+"), "--begin", bare_unit=1)
+
+
 def parse_signal(text) -> list:
     """`USR1@60`, `SIGUSR2@2m`, `@90` (USR1) → [name, seconds]."""
     name, at, when = str(text).rpartition("@")
@@ -91,6 +105,8 @@ OPTIONS = [
     click.option("-t", "--time", "time_", help="Time limit: 2h, 90 (minutes), 1:30:00, 2-0."),
     click.option("--est", help="Expected runtime (forecast budget mode)."),
     click.option("--max-wait", help="Give up (EX) if not started within this long."),
+    click.option("--begin", help="Not before: a time (2026-12-03T09:00) or a delay (now+1h, 30m)."),
+    click.option("-H", "--hold", is_flag=True, default=None, help="Submit held (labq release ID starts it)."),
     click.option("-a", "--array", help="Array: 1-12, 1-12:2, 1-12%4 (at most 4 at once)."),
     click.option("--signal", "warn_signal", help="[SIG]@SECS: send SIG (default USR1) SECS before the time limit."),
     click.option("--checkpoint-exit-code", type=int, help="Exiting with this code requeues the job at once."),
@@ -198,6 +214,10 @@ def build_body(opts, argv, script) -> dict:
             body[dest] = units.parse_duration(opts[key], flag)
     if body.get("time_limit") == 0:
         raise UsageError("--time: must be more than 0")
+    if opts.get("begin"):
+        body["begin"] = parse_begin(opts["begin"])
+    if opts.get("hold"):
+        body["hold"] = True
     if opts.get("warn_signal"):
         body["signal"] = parse_signal(opts["warn_signal"])
     if opts.get("checkpoint_exit_code") is not None:

@@ -81,6 +81,8 @@ class Job:
     reason: str = states.NONE
     detail: str = ""                      # the sentence with the numbers behind the reason
     restart_count: int = 0
+    held: bool = False                    # -H / labq hold: pends `Held` until released
+    begin: float | None = None            # --begin: not eligible before this epoch time
     cancel_requested: bool = False        # a cancel reached a running job: never requeue it
     node: str = ""
     gpu_uuids: tuple[str, ...] = ()

@@ -52,6 +52,12 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float) -> Job:
             raise UsageError(f"signal: expected [NAME, seconds ≥ 1] with NAME one of {', '.join(sorted(SIGNALS))}, "
                              f"got {warn_signal!r}")
         warn_signal = (warn_signal[0], warn_signal[1])
+    begin = body.get("begin")
+    if begin is not None and (not isinstance(begin, (int, float)) or isinstance(begin, bool) or begin < 0):
+        raise UsageError(f"begin: expected an epoch time in seconds, got {begin!r}")
+    held = body.get("hold", False)
+    if not isinstance(held, bool):
+        raise UsageError(f"hold: expected true or false, got {held!r}")
     ckpt_code = _int(body, "checkpoint_exit_code", 1, optional=True)
     if ckpt_code is not None and ckpt_code > 255:
         raise UsageError(f"checkpoint_exit_code: expected 1–255, got {ckpt_code}")
@@ -70,7 +76,7 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float) -> Job:
         mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=_int(body, "est", 1, optional=True),
         max_wait=_int(body, "max_wait", 0, optional=True), out=body.get("out", ""), err=body.get("err", ""),
         tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
-        checkpoint_exit_code=ckpt_code, request_id=str(body.get("rid", "")))
+        checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")))
 
 
 def array_range(body: dict) -> list[int] | None:

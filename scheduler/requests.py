@@ -27,9 +27,10 @@ class Handlers:
 
     def handle(self, user: str, op: str, body: dict, now: float) -> Change:
         fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
-              "checkpoint": self.checkpoint}.get(op)
+              "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release}.get(op)
         if fn is None:
-            raise UsageError(f"unknown request {op!r} (expected submit, cancel, checkpoint, drain or resume)")
+            raise UsageError(f"unknown request {op!r} "
+                             "(expected submit, cancel, hold, release, checkpoint, drain or resume)")
         return fn(user, body, now)
 
     # -- submit --------------------------------------------------------------------------------
@@ -88,6 +89,49 @@ class Handlers:
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
 
+    # -- hold / release --------------------------------------------------------------------------
+    def hold(self, user: str, body: dict, now: float) -> Change:
+        return self._set_held(user, body, True)
+
+    def release(self, user: str, body: dict, now: float) -> Change:
+        return self._set_held(user, body, False)
+
+    def _set_held(self, user: str, body: dict, held: bool) -> Change:
+        def act(job):
+            if job.state != states.PENDING:
+                return None, f"job {job.display_id} is {job.state}, not pending"
+            return replace(job, held=held), "held" if held else "released"
+        return self._each_job(user, body, act)
+
+    def _each_job(self, user: str, body: dict, act) -> Change:
+        """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch."""
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise UsageError("expected a list of job ids")
+        admin = user in self.s.cfg.security["admins"]
+        change, results = Change(), []
+        for text in ids:
+            found = self.resolve(text)
+            if not found:
+                results.append({"id": text, "ok": False, "error": f"no such job: {text}"})
+            for job in found:
+                if job.user != user and not admin:
+                    results.append({"id": job.display_id, "ok": False,
+                                    "error": f"job {job.display_id} belongs to {job.user}"})
+                    continue
+                new, said = act(job)
+                if new is None:
+                    results.append({"id": job.display_id, "ok": False, "error": said})
+                    continue
+                change.jobs.append(new)
+                if new.cancel_requested and not job.cancel_requested:
+                    change.controls.append((job.id, "cancel"))
+                results.append({"id": job.display_id, "ok": True, "state": said})
+        ok = all(r["ok"] for r in results)
+        change.reply = {"ok": ok, "results": results, "code": 0 if ok else 2,
+                        "error": "; ".join(r["error"] for r in results if not r["ok"])}
+        return change
+
     # -- checkpoint ----------------------------------------------------------------------------
     def checkpoint(self, user: str, body: dict, now: float) -> Change:
         """A running job says it has just saved a checkpoint (`labq checkpoint`, from inside it)."""
@@ -118,31 +162,14 @@ class Handlers:
 
     # -- cancel --------------------------------------------------------------------------------
     def cancel(self, user: str, body: dict, now: float) -> Change:
-        ids = body.get("ids")
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-            raise UsageError("cancel: expected a list of job ids")
-        admin = user in self.s.cfg.security["admins"]
-        change, results = Change(), []
-        for text in ids:
-            found = self.resolve(text)
-            if not found:
-                results.append({"id": text, "ok": False, "error": f"no such job: {text}"})
-            for job in found:
-                if job.user != user and not admin:
-                    results.append({"id": job.display_id, "ok": False, "error": f"job {job.display_id} belongs to {job.user}"})
-                elif job.state == states.PENDING:
-                    change.jobs.append(tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now))
-                    results.append({"id": job.display_id, "ok": True, "state": states.CANCELLED})
-                elif job.state in states.ON_NODE:
-                    change.jobs.append(replace(job, cancel_requested=True))
-                    change.controls.append((job.id, "cancel"))
-                    results.append({"id": job.display_id, "ok": True, "state": "cancelling"})
-                else:
-                    results.append({"id": job.display_id, "ok": False, "error": f"job {job.display_id} already ended"})
-        ok = bool(results) and all(r["ok"] for r in results)
-        return Change(jobs=change.jobs, controls=change.controls,
-                      reply={"ok": ok, "results": results, "code": 0 if ok else 2,
-                             "error": "; ".join(r["error"] for r in results if not r["ok"]) or "no such job"})
+        def act(job):
+            if job.state == states.PENDING:
+                return tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now), states.CANCELLED
+            if job.state in states.ON_NODE:
+                # The runner sees the control key, TERMs the tree and reports `cancelled`.
+                return replace(job, cancel_requested=True), "cancelling"
+            return None, f"job {job.display_id} already ended"
+        return self._each_job(user, body, act)
 
     def resolve(self, text: str) -> list[Job]:
         """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""

@@ -114,3 +114,11 @@ def test_signal_flag():
 def test_checkpoint_outside_a_job_is_a_usage_error():
     p = labq("checkpoint")
     assert p.returncode == 2 and "inside a labq job" in p.stderr
+
+
+def test_begin_forms():
+    from cli.submit import parse_begin
+    assert parse_begin("now+1h", now=1000.0) == 4600.0 and parse_begin("30m", now=0.0) == 1800.0
+    assert parse_begin("2026-12-03T09:00") > 0
+    with pytest.raises(UsageError):
+        parse_begin("2026-13-40T99:00")

@@ -239,3 +239,20 @@ def test_labq_checkpoint_is_recorded_and_bounds_lost_work(conns):
     AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "timeout", "end_time": now + 130})
     s.tick(now + 131)
     assert job(r, 1).attempts[0].lost_work_s == 30.0
+
+
+def test_hold_and_release(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", {**BODY, "gpus": 4}, "a")
+    submit(r, "alice", {**BODY, "hold": True}, "b")
+    s.tick(now, woke(r))
+    assert job(r, 2).reason == states.HELD
+    r.xadd(K.inbox("alice"), {"rid": "h", "op": "hold", "body": json.dumps({"ids": ["1"]})})
+    r.xadd(K.inbox("alice"), {"rid": "r", "op": "release", "body": json.dumps({"ids": ["2"]})})
+    r.lpush(K.wake, "user:alice")
+    s.tick(now + 1, woke(r))
+    assert reply(r, "h")["ok"] is False and "not pending" in reply(r, "h")["error"]
+    assert reply(r, "r")["ok"] and not job(r, 2).held
+    assert job(r, 2).reason == states.RESOURCES      # released: now it waits only for the GPUs job 1 holds

@@ -206,3 +206,10 @@ def test_array_throttle_caps_running_tasks():
     s = summarize(policy.plan(replace(snap, jobs=tuple(jobs)), cfg()))
     # Task 1 already runs; one more may start; the rest wait on the throttle, not on resources.
     assert list(s["places"]) == [2] and set(s["pending"].values()) == {states.ARRAY_TASK_LIMIT}
+
+
+def test_held_and_begin_time_pend_with_their_reasons():
+    b = ClusterBuilder().node("n", gpus=4).job(gpus=1, held=True).job(gpus=1, begin=ClusterBuilder().now + 60)
+    b.job(gpus=1, begin=ClusterBuilder().now - 1)
+    s = summarize(policy.plan(b.build(), cfg()))
+    assert s["pending"] == {1: states.HELD, 2: states.BEGIN_TIME} and list(s["places"]) == [3]

@@ -51,6 +51,10 @@ def _expire(pending, now: float):
 
 def _consider(job: Job, free, initial, usage: Usage, book: BudgetBook, cfg: Config):
     """A Place for the job, or the (reason, detail) that keeps it pending."""
+    if job.held:
+        return states.HELD, "held (labq release ID to let it run)"
+    if job.begin is not None and job.begin > book.now:
+        return states.BEGIN_TIME, f"not before --begin, {job.begin - book.now:.0f}s from now"
     capped = usage.blocked(job, cfg)
     if capped:
         return capped

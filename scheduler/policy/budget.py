@@ -15,7 +15,7 @@ class BudgetBook:
     """Per-budget spent and committed amounts during one plan pass."""
 
     def __init__(self, cfg: Config, spent: dict, running, now: float):
-        self.cfg = cfg
+        self.cfg, self.now = cfg, now
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
         self.committed = {b.name: 0 for b in cfg.budgets}
         for j in running:
