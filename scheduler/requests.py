@@ -1,4 +1,5 @@
-"""What the scheduler does with each request from a user's inbox: submit, cancel.
+"""What the scheduler does with each request from a user's inbox: submit, cancel, hold, release,
+checkpoint, and (admins) drain and resume.
 
 A handler decides; it writes nothing. It returns a `Change` (job records, control values, the
 reply) that the daemon commits in one transaction with the acknowledgement of the request.

@@ -256,3 +256,22 @@ def test_hold_and_release(conns):
     assert reply(r, "h")["ok"] is False and "not pending" in reply(r, "h")["error"]
     assert reply(r, "r")["ok"] and not job(r, 2).held
     assert job(r, 2).reason == states.RESOURCES      # released: now it waits only for the GPUs job 1 holds
+
+
+def test_the_queue_is_bounded(conns):
+    r, raw = conns
+    now = time.time()
+    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [], "h", 1, 3600)
+    small = config.loads(SWEEP_TOML + "[scheduler]\nmax_pending = 4\nmax_pending_per_user = 2\n")
+    s = Scheduler(r, raw, small, me="s1", clock=FROZEN)
+    s.tick(now)
+    body = {**BODY, "gpus": 0, "cpus": 16}    # each fills the node, so all but the first pend
+    users = ["alice", "alice", "alice", "alice", "bob", "carol", "carol"]
+    for i, user in enumerate(users):
+        submit(r, user, body, f"q{i}")
+        s.tick(now + i, woke(r))
+    got = [reply(r, f"q{i}") for i in range(len(users))]
+    # q0 runs; q1, q2 pend; q3 would be alice's third pending job; q4, q5 fill the queue to 4; q6 overflows.
+    assert [g.get("code", 0) if not g["ok"] else 0 for g in got] == [0, 0, 0, 3, 0, 0, 3]
+    assert "max_pending_per_user=2" in got[3]["error"] and "max_pending=4" in got[6]["error"]
+    assert r.zcard(K.active) == 5
