@@ -145,7 +145,7 @@ def wait(ctx, job_ids, timeout):
 
 
 def _control(ctx, op, job_ids):
-    reply = ctx.client.cancel(list(job_ids), op)
+    reply = ctx.client.act_on(op, list(job_ids))
     for r in reply.get("results", []):
         if r["ok"]:
             click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else r['state']}")

@@ -1,7 +1,7 @@
 """Jobs, nodes and budgets as the `--json` shapes of DESIGN §8 and as aligned tables."""
 import time
 
-from scheduler import states
+from scheduler import ledger, states
 from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
 
@@ -35,7 +35,7 @@ def running_cost(j, now: float) -> int:
     a = j.current
     if j.state not in states.ON_NODE or a is None or a.end_time or not a.dispatch_time:
         return 0
-    return j.cost_rate * int((now - a.dispatch_time) * 1000) // 3_600_000
+    return ledger.accrue(j.cost_rate, now - a.dispatch_time)
 
 
 def elapsed(j, now: float) -> float:

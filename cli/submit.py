@@ -39,9 +39,9 @@ def parse_gpus(text) -> tuple[str, int]:
 
 def parse_array(text) -> tuple[list[int], int | None]:
     """`1-12`, `1-12:2`, `5`, `1-12%4` → ([lo, hi, step], throttle or None)."""
-    s, _, pct = str(text).partition("%")
+    s, percent, pct = str(text).partition("%")
     throttle = None
-    if _:
+    if percent:
         try:
             throttle = int(pct)
         except ValueError:

@@ -62,9 +62,12 @@ class Client:
     def submit(self, body: dict, timeout: float = 30.0) -> dict:
         return self._checked(self.request("submit", body, timeout))
 
-    def cancel(self, ids: list[str], op: str = "cancel") -> dict:
-        """Cancel (or, with op "hold"/"release", hold or release) jobs; the reply lists each one."""
+    def act_on(self, op: str, ids: list[str]) -> dict:
+        """`cancel`, `hold` or `release` jobs; the reply lists each one's result."""
         return self.request(op, {"ids": [str(i) for i in ids]})
+
+    def cancel(self, ids: list[str]) -> dict:
+        return self.act_on("cancel", ids)
 
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))

@@ -62,13 +62,11 @@ def cap(b: Budget) -> int:
 def outstanding(job: Job, budget: str, now: float) -> int:
     """A running job's commitment to `budget` minus what it has accrued so far (never below 0)."""
     committed = dict(job.commit).get(budget, 0)
-    if not committed:
-        return 0
-    started = job.current.dispatch_time if job.current and job.current.dispatch_time else now
-    return max(0, committed - accrue(dict(job.rates).get(budget, 0), now - started))
+    return max(0, committed - accrued(job, budget, now)) if committed else 0
 
 
 def accrued(job: Job, budget: str, now: float) -> int:
+    """What the running attempt has cost `budget` since it was admitted."""
     started = job.current.dispatch_time if job.current and job.current.dispatch_time else now
     return accrue(dict(job.rates).get(budget, 0), now - started)
 

@@ -103,7 +103,8 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
     state = states.OUTCOME_STATE.get(outcome, states.FAILED)
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
                   node="", gpu_uuids=())
-    if job.cancel_requested and state == states.PENDING or job.cancel_requested and outcome == "node_failure":
+    # A job whose cancel was asked for is never requeued, whatever ended the attempt.
+    if job.cancel_requested and (state == states.PENDING or outcome == "node_failure"):
         new = replace(job, state=states.CANCELLED, reason=states.NONE, detail="cancelled", end_time=end,
                       **{**common, "node": cur.node, "gpu_uuids": cur.gpus})
     elif outcome == "node_failure":

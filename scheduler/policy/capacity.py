@@ -100,43 +100,36 @@ class Placer:
         return gpus
 
     def find(self, job: Job) -> Free | None:
-        if any(_covers(f, job) for f in self.failed):
+        shape = _shape(job)
+        if any(_covers(f, shape) for f in self.failed):
             return None
         spot = self.best_fit(job)
         if spot is None:
-            shape = (job.gpus, job.gpu_type, job.cpus, job.mem)
-            self.failed = [f for f in self.failed if not _covers(shape, _Shape(*f))] + [shape]
+            self.failed = [f for f in self.failed if not _covers(shape, f)] + [shape]
         return spot
 
     def fits_unchanged(self, job: Job) -> bool:
         """Whether the job fits, for a Placer whose capacity is never taken: then a request no larger
         than one that fitted (and no more specific about the model) fits too."""
-        if any(_within(job, h) for h in self.held):
+        shape = _shape(job)
+        if any(_covers(shape, h) for h in self.held):
             return True
         if self.find(job) is None:
             return False
-        shape = (job.gpus, job.gpu_type, job.cpus, job.mem)
-        self.held = [h for h in self.held if not _within(_Shape(*h), shape)] + [shape]
+        self.held = [h for h in self.held if not _covers(h, shape)] + [shape]
         return True
 
 
-class _Shape:
-    __slots__ = ("gpus", "gpu_type", "cpus", "mem")
-
-    def __init__(self, gpus, gpu_type, cpus, mem):
-        self.gpus, self.gpu_type, self.cpus, self.mem = gpus, gpu_type, cpus, mem
+def _shape(job: Job) -> tuple[int, str, int, int]:
+    return (job.gpus, job.gpu_type, job.cpus, job.mem)
 
 
-def _covers(failed, job) -> bool:
-    """Whether `job` is at least as hard to place as the failed request."""
-    g, model, c, m = failed
-    return job.gpus >= g and job.cpus >= c and job.mem >= m and (not model or model == job.gpu_type)
-
-
-def _within(job, held) -> bool:
-    """Whether `job` is no harder to place than a request that fitted."""
-    g, model, c, m = held
-    return job.gpus <= g and job.cpus <= c and job.mem <= m and (not job.gpu_type or job.gpu_type == model)
+def _covers(small, big) -> bool:
+    """Whether request `big` is at least as hard to place as `small`: no smaller anywhere, and asking
+    for a GPU model whenever `small` does (an untyped request can use any model)."""
+    g, model, c, m = small
+    bg, bmodel, bc, bm = big
+    return bg >= g and bc >= c and bm >= m and (not model or model == bmodel)
 
 
 def could_ever_hold(job: Job, node: Node) -> bool:
