@@ -24,6 +24,7 @@ class Qos:
     min_runtime: int = 600
     max_preemptions: int = 3
     rate_factor: float = 1.0
+    reserved: int = 0          # GPUs protected for this class and higher: never given to lower ones
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,22 @@ class Account:
     max_running: int | None = None
     max_gpus: int | None = None
     share: float = 1.0
+    max_cpus: int | None = None
+    max_submit: int | None = None       # pending + running jobs; beyond it a submit is refused
+    guarantee: int = 0                  # GPUs the account is owed; others' work on them is reclaimed
+    borrow_limit: int | None = None     # GPUs beyond the guarantee it may borrow while others idle
+    on_limit: str = "pend"              # "pend" | "refuse": a submit over max_running/max_gpus/max_cpus
+
+
+@dataclass(frozen=True)
+class User:
+    """Per-user caps ([users.NAME]); `default` applies to users without a table of their own."""
+    name: str
+    max_running: int | None = None
+    max_gpus: int | None = None
+    max_cpus: int | None = None
+    max_submit: int | None = None
+    on_limit: str = "pend"
 
 
 @dataclass(frozen=True)
@@ -65,7 +82,10 @@ class Config:
                             Qos("low", priority=0, preemptible=True, rate_factor=0.5))
     rates: Rates = Rates()
     accounts: tuple[Account, ...] = ()
+    users: tuple[User, ...] = ()
     budgets: tuple[Budget, ...] = ()
+    backfill_depth: int = 1        # blocked jobs that get a reservation; 0 turns backfill off
+    preemption: bool = True
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": ""})
     security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
@@ -77,6 +97,9 @@ class Config:
     def account_named(self, name: str) -> Account | None:
         return self._account_index.get(name)
 
+    def user_named(self, name: str) -> User | None:
+        return self._user_index.get(name) or self._user_index.get("default")
+
     # Looked up once per pending job per plan pass: index them (cached_property works on a frozen
     # dataclass because it writes the instance __dict__ directly).
     @cached_property
@@ -87,13 +110,20 @@ class Config:
     def _account_index(self) -> dict:
         return {a.name: a for a in self.accounts}
 
+    @cached_property
+    def _user_index(self) -> dict:
+        return {u.name: u for u in self.users}
+
     def default_account(self, user: str) -> str:
         """The first account that lists the user, else "default"."""
         return next((a.name for a in self.accounts if user in a.users), "default")
 
 
 _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
-             "fairshare_weight": 50.0, "fairshare_half_life": 7 * 86400}
+             "fairshare_weight": 50.0, "fairshare_half_life": 7 * 86400,
+             # A user who submits more than burst_jobs within burst_window has those extra jobs
+             # ranked burst_penalty lower, so one script's 5,000 submits do not bury everyone else.
+             "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False}
 
@@ -165,7 +195,7 @@ def loads(text: str, source: str = "<string>") -> Config:
 
 
 def from_dict(data: dict, source: str = "<dict>") -> Config:
-    _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "budgets",
+    _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "users", "budgets",
                             "worker", "alerts", "security"})
     kw: dict = {"source": source}
     kw.update(_redis(_table("redis", data.get("redis", {}))))
@@ -176,6 +206,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     kw["rates"] = _rates(_table("rates", data.get("rates", {})))
     kw["accounts"] = tuple(_account(n, _table(f"accounts.{n}", t))
                            for n, t in _table("accounts", data.get("accounts", {})).items())
+    kw["users"] = tuple(_user(n, _table(f"users.{n}", t)) for n, t in _table("users", data.get("users", {})).items())
     budgets = data.get("budgets", [])
     if not isinstance(budgets, list):
         raise ConfigError("budgets", "expected an array of tables ([[budgets]])")
@@ -205,7 +236,7 @@ def _redis(t):
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
-                                 "default_time", "kill_wait", "budget_mode"})
+                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -224,6 +255,10 @@ def _scheduler(t):
         raise ConfigError("scheduler.node_lease", "must be at least 1s")
     if out.get("default_time", 1) < 1:
         raise ConfigError("scheduler.default_time", "must be at least 1s")
+    if "backfill_depth" in t:
+        out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True)
+    if "preemption" in t:
+        out["preemption"] = _bool("scheduler.preemption", t["preemption"])
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
     return out
@@ -232,10 +267,12 @@ def _scheduler(t):
 def _priority(t):
     _check_keys("priority", t, set(_PRIORITY))
     out = dict(_PRIORITY)
-    for k in ("qos_weight", "age_weight", "fairshare_weight"):
+    for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty"):
         if k in t:
             out[k] = float(_num(f"priority.{k}", t[k], lo=0))
-    for k in ("age_max", "fairshare_half_life"):
+    if "burst_jobs" in t:
+        out["burst_jobs"] = _num("priority.burst_jobs", t["burst_jobs"], lo=1, integer=True)
+    for k in ("age_max", "fairshare_half_life", "burst_window"):
         if k in t:
             out[k] = _dur(f"priority.{k}", t[k])
     return out
@@ -243,7 +280,8 @@ def _priority(t):
 
 def _qos(name, t):
     k = f"qos.{name}"
-    _check_keys(k, t, {"priority", "preemptible", "grace", "min_runtime", "max_preemptions", "rate_factor"})
+    _check_keys(k, t, {"priority", "preemptible", "grace", "min_runtime", "max_preemptions", "rate_factor",
+                       "reserved"})
     return Qos(
         name=name,
         priority=_num(f"{k}.priority", t.get("priority", 0), integer=True),
@@ -252,6 +290,7 @@ def _qos(name, t):
         min_runtime=_dur(f"{k}.min_runtime", t.get("min_runtime", "10m")),
         max_preemptions=_num(f"{k}.max_preemptions", t.get("max_preemptions", 3), lo=0, integer=True),
         rate_factor=float(_num(f"{k}.rate_factor", t.get("rate_factor", 1.0), lo=0)),
+        reserved=_num(f"{k}.reserved", t.get("reserved", 0), lo=0, integer=True),
     )
 
 
@@ -271,14 +310,33 @@ def _rates(t):
     )
 
 
+_CAPS = ("max_running", "max_gpus", "max_cpus", "max_submit")
+
+
+def _caps(k, t) -> dict:
+    caps = {c: _num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in _CAPS}
+    caps["on_limit"] = _str(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
+    return caps
+
+
 def _account(name, t):
     k = f"accounts.{name}"
-    _check_keys(k, t, {"users", "max_running", "max_gpus", "share"})
+    _check_keys(k, t, {"users", "share", "guarantee", "borrow_limit", "on_limit", "max_running", "max_gpus",
+                       "max_cpus", "max_submit"})
     users = t.get("users", [])
     if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
         raise ConfigError(f"{k}.users", f"expected a list of user names, got {users!r}")
-    caps = {c: _num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in ("max_running", "max_gpus")}
-    return Account(name=name, users=tuple(users), share=float(_num(f"{k}.share", t.get("share", 1.0), lo=0)), **caps)
+    borrow = t.get("borrow_limit")
+    return Account(name=name, users=tuple(users), share=float(_num(f"{k}.share", t.get("share", 1.0), lo=0)),
+                   guarantee=_num(f"{k}.guarantee", t.get("guarantee", 0), lo=0, integer=True),
+                   borrow_limit=None if borrow is None else _num(f"{k}.borrow_limit", borrow, lo=0, integer=True),
+                   **_caps(k, t))
+
+
+def _user(name, t):
+    k = f"users.{name}"
+    _check_keys(k, t, {"on_limit", "max_running", "max_gpus", "max_cpus", "max_submit"})
+    return User(name=name, **_caps(k, t))
 
 
 def _budget(i, t):

@@ -242,12 +242,17 @@ class Scheduler:
             changed.append(j)
             dispatch.append(j)
         for e in p.expires:
-            changed.append(tr.end_pending(self.jobs[e.job_id], states.EXPIRED, e.detail, now))
+            changed.append(tr.end_pending(self.jobs[e.job_id], e.state, e.detail, now))
+        controls = []
+        for pr in p.preempts:
+            changed.append(tr.preempting(self.jobs[pr.job_id], pr.for_job, pr.detail, now))
+            controls.append((pr.job_id, f"preempt:{pr.grace}"))
+            log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
         for pd in p.pending:
             j = self.jobs[pd.job_id]
             if (j.reason, j.detail) != (pd.reason, pd.detail):
                 changed.append(tr.pend(j, pd.reason, pd.detail))
         if changed:
-            self.commit(jobs=changed, dispatch=dispatch)
+            self.commit(jobs=changed, dispatch=dispatch, controls=controls)
         for j in dispatch:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")

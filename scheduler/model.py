@@ -76,6 +76,15 @@ class Job:
     array_throttle: int | None = None      # at most this many tasks of the array run at once (%N)
     submit_time: float = 0.0
     request_id: str = ""
+    mem_limit: int = 0                    # --mem-limit bytes (0: the request, `mem`)
+    deadline: float | None = None         # --deadline epoch: ends `DL` once a start could not finish by it
+    deps: tuple[tuple[str, tuple[int, ...]], ...] = ()   # -d: (("afterok", (12, 13)), ("singleton", ()))
+    kill_on_invalid_dep: bool = False     # DependencyNeverSatisfied cancels the job instead of pending
+    preemptible: bool | None = None       # --preemptible/--no-preemptible; None: the QoS decides
+    requeue: bool = True                  # --no-requeue: node failure ends the job `NF`
+    retries: int = 0                      # --retries N for node_failure and --retry-on exit codes
+    retry_on: tuple[int, ...] = ()        # --retry-on CODES
+    requeue_on_timeout: bool = False      # --requeue-on-timeout: a timeout after a checkpoint requeues
     # -- changed by the scheduler --
     state: str = states.PENDING
     reason: str = states.NONE
@@ -84,6 +93,12 @@ class Job:
     held: bool = False                    # -H / labq hold: pends `Held` until released
     begin: float | None = None            # --begin: not eligible before this epoch time
     cancel_requested: bool = False        # a cancel reached a running job: never requeue it
+    retries_used: int = 0                 # retries spent of --retries
+    eligible_time: float | None = None    # retry backoff: not eligible before this epoch time
+    preempt_count: int = 0                # times this job was preempted (max_preemptions)
+    preempted_for: int | None = None      # while PR: the job its resources are drained for
+    preempt_time: float | None = None     # while PR: when the preempt control was sent
+    borrowed: bool = False                # the running attempt uses GPUs lent by other accounts
     node: str = ""
     gpu_uuids: tuple[str, ...] = ()
     start_time: float | None = None
@@ -137,3 +152,5 @@ class Snapshot:
     jobs: tuple[Job, ...]                      # active jobs: pending and on a node
     spent: tuple[tuple[str, int], ...] = ()    # (budget, micro) settled charges
     version: int = 0
+    usage: tuple[tuple[str, float], ...] = ()  # (account, decayed fair-share usage), see fairshare.py
+    ended: tuple[tuple[int, str], ...] = ()    # (id, state) of ended jobs that pending jobs depend on

@@ -15,9 +15,29 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class Expire:
-    """The job waited past its --max-wait: it ends `EX`, never charged."""
+    """The pending job ends without running, never charged: `EX` (waited past --max-wait), `DL` (could
+    no longer finish before --deadline) or `CA` (a dependency can never be satisfied, with --kill)."""
     job_id: int
     detail: str
+    state: str = "EX"
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Send the running `job_id` the preempt control for `for_job`: checkpoint signal, `grace`
+    seconds, then kill; it is requeued with the same id."""
+    job_id: int
+    for_job: int | None      # None: the budget's on_exhaust = "preempt"
+    grace: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Backfill's reservation: the blocked `job_id` is expected to start at `at` on `node`."""
+    job_id: int
+    at: float
+    node: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +53,8 @@ class Plan:
     places: tuple[Place, ...] = ()
     expires: tuple[Expire, ...] = ()
     pending: tuple[Pending, ...] = ()
+    preempts: tuple[Preempt, ...] = ()
+    starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
 
     def is_noop(self) -> bool:
-        return not self.places and not self.expires
+        return not self.places and not self.expires and not self.preempts

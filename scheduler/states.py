@@ -34,7 +34,18 @@ BUDGET_RESERVED = "BudgetReserved"
 BUDGET_EXHAUSTED = "BudgetExhausted"
 NODE_DOWN = "NodeDown"
 ARRAY_TASK_LIMIT = "JobArrayTaskLimit"  # the array's %N throttle
+DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+USER_GPU_LIMIT = "UserGpuLimit"
+USER_CPU_LIMIT = "UserCpuLimit"
+ACCOUNT_CPU_LIMIT = "AccountCpuLimit"
+PREEMPTING_FOR = "Preempting"             # victims are draining for this job
+PREEMPTION_DEFERRED = "PreemptionDeferred"  # the victims it needs have not run min_runtime yet
+RESERVED_CAPACITY = "ReservedCapacity"    # the free GPUs are protected for a higher QoS
+RESERVATION = "Reservation"               # backfill: starting now would delay a reserved job
+CRASH_GUARD = "CrashCascade"              # held: the user's jobs failed too often, too fast
 NONE = "None"  # just submitted, not yet planned
 
 REASONS = frozenset({PRIORITY, RESOURCES, HELD, DEPENDENCY, BEGIN_TIME, ACCOUNT_JOB_LIMIT,
-                     ACCOUNT_GPU_LIMIT, USER_JOB_LIMIT, ARRAY_TASK_LIMIT, BUDGET_RESERVED, BUDGET_EXHAUSTED, NODE_DOWN, NONE})
+                     ACCOUNT_GPU_LIMIT, USER_JOB_LIMIT, ARRAY_TASK_LIMIT, BUDGET_RESERVED, BUDGET_EXHAUSTED, NODE_DOWN, NONE,
+                     DEPENDENCY_NEVER, USER_GPU_LIMIT, USER_CPU_LIMIT, ACCOUNT_CPU_LIMIT, PREEMPTING_FOR,
+                     PREEMPTION_DEFERRED, RESERVED_CAPACITY, RESERVATION, CRASH_GUARD})

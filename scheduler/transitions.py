@@ -33,6 +33,11 @@ def admit(job: Job, place: Place, now: float) -> Job:
                    rates=place.rates, cost_rate=place.cost_rate, attempts=job.attempts + (a,))
 
 
+def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
+    """The preempt control went out: the job drains (`PR`) for `for_job` during its grace."""
+    return replace(job, state=states.PREEMPTING, preempted_for=for_job, preempt_time=now, detail=detail)
+
+
 def pend(job: Job, reason: str, detail: str) -> Job:
     return replace(job, reason=reason, detail=detail)
 
@@ -102,7 +107,8 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
     state = states.OUTCOME_STATE.get(outcome, states.FAILED)
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
-                  node="", gpu_uuids=())
+                  node="", gpu_uuids=(), preempted_for=None, preempt_time=None, borrowed=False,
+                  preempt_count=job.preempt_count + (outcome == "preempted"))
     # A job whose cancel was asked for is never requeued, whatever ended the attempt.
     if job.cancel_requested and (state == states.PENDING or outcome == "node_failure"):
         new = replace(job, state=states.CANCELLED, reason=states.NONE, detail="cancelled", end_time=end,

@@ -83,7 +83,7 @@ def example_keys(data: dict) -> dict[str, set[str]]:
     """The same shape, for the keys the example actually sets (the union over qos/accounts/budgets)."""
     out: dict[str, set[str]] = {"": set(data)}
     for sec, v in data.items():
-        if sec in ("qos", "accounts"):
+        if sec in ("qos", "accounts", "users"):
             for table in v.values():
                 out.setdefault(f"{sec}.*", set()).update(table)
         elif sec == "budgets":
@@ -96,7 +96,7 @@ def example_keys(data: dict) -> dict[str, set[str]]:
 
 def test_introspection_finds_every_section():
     acc = accepted_keys()
-    assert set(acc) == {"", "redis", "scheduler", "priority", "qos.*", "rates", "accounts.*", "budgets[*]",
+    assert set(acc) == {"", "redis", "scheduler", "priority", "qos.*", "rates", "accounts.*", "users.*", "budgets[*]",
                         "worker", "alerts", "security"}
     assert {"kill_wait", "budget_mode"} <= acc["scheduler"] and "allow_root" in acc["worker"]
     assert {"name", "limit", "unit", "on_exhaust"} <= acc["budgets[*]"]

@@ -39,7 +39,7 @@ def fence(job, attempt: int, node: str) -> str | None:
     """Why this attempt must not run here, or None when it is the current attempt on this node."""
     if job is None:
         return "no such job"
-    if job.state != states.RUNNING:
+    if job.state not in (states.RUNNING, states.PREEMPTING):
         return f"job is {job.state}, not {states.RUNNING}"
     if len(job.attempts) != attempt:
         return f"attempt {attempt} is not current (the job has {len(job.attempts)})"
@@ -61,6 +61,16 @@ def run_job(job_id: int, attempt: int) -> dict:
     return Run(store, s, job, attempt).execute()
 
 
+def _verb(control: str | None) -> str | None:
+    """The control's verb: "cancel", or "preempt" from "preempt" / "preempt:GRACE"."""
+    return control.split(":", 1)[0] if control else None
+
+
+def _grace(control: str) -> int | None:
+    _, _, grace = control.partition(":")
+    return int(grace) if grace.isdigit() else None
+
+
 class Run:
     def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int):
         self.store, self.s, self.job, self.n = store, s, job, attempt
@@ -69,6 +79,7 @@ class Run:
         self.start, self.t0 = None, None
         self.ppid = os.getppid()
         self.stop_signal = False
+        self.grace = None       # seconds, from a "preempt:GRACE" control
         self.peak_rss = 0
         self.sampler = probe.TreeSampler(os.getpid(), include_root=False)
         self.body = {"outcome": "error", "exit_code": None, "signal": None, "start_time": None,
@@ -94,7 +105,7 @@ class Run:
 
     def _run(self) -> None:
         job, s = self.job, self.s
-        early = self._control() or ("cancel" if job.cancel_requested else None)
+        early = _verb(self._control()) or ("cancel" if job.cancel_requested else None)
         if early in ("cancel", "preempt"):
             outcome = "cancelled" if early == "cancel" else "preempted"
             self.body.update(outcome=outcome, message=f"{outcome} before it started")
@@ -145,9 +156,11 @@ class Run:
                     if why in ("orphaned", "stopped"):
                         return why          # fencing: no grace, _finish kills at once
                     if why:
-                        log.info("job %s attempt %d: %s, SIGTERM to the tree", self.job.id, self.n, why)
-                        probe.signal_tree(self.proc.pid, signal.SIGTERM)
-                        stopping, kill_at = why, now + self.s.kill_wait
+                        sig, wait = self._stop_signal(why)
+                        log.info("job %s attempt %d: %s, %s to the tree, %ds to exit", self.job.id, self.n, why,
+                                 sig.name, wait)
+                        probe.signal_tree(self.proc.pid, sig)
+                        stopping, kill_at = why, now + wait
                 if stopping is None and now >= warn_at:
                     name = self.job.warn_signal[0]
                     log.info("job %s attempt %d: SIG%s %ds before the limit", self.job.id, self.n, name,
@@ -169,11 +182,21 @@ class Run:
             if os.getppid() != self.ppid:
                 return "orphaned"     # the RQ worker (and so the agent's supervision) is gone
             ctl = self._control()
-            if ctl == "cancel":
+            if _verb(ctl) == "cancel":
                 return "cancelled"
-            if ctl == "preempt":
+            if _verb(ctl) == "preempt":
+                self.grace = _grace(ctl)
                 return "preempted"
         return "timeout" if past_deadline else None
+
+    def _stop_signal(self, why: str):
+        """A preempted job gets its checkpoint signal (--signal's, else SIGTERM) and the QoS grace;
+        everything else gets SIGTERM and kill_wait."""
+        if why == "preempted":
+            name = self.job.warn_signal[0] if self.job.warn_signal else "TERM"
+            grace = self.grace if self.grace is not None else self.s.kill_wait
+            return getattr(signal, f"SIG{name}"), grace
+        return signal.SIGTERM, self.s.kill_wait
 
     def _control(self) -> str | None:
         try:

@@ -85,6 +85,14 @@ class Keys:
         return f"{self.p}:spent"
 
     @property
+    def alerts(self) -> str:                  # STREAM (S): {kind, scope, level, message, ts, data(JSON)}
+        return f"{self.p}:alerts"
+
+    @property
+    def usage(self) -> str:                   # HASH (S): account -> JSON [decayed usage, as of epoch]
+        return f"{self.p}:usage"
+
+    @property
     def leader(self) -> str:                  # STRING (S) with PX TTL: the active scheduler's id
         return f"{self.p}:leader"
 
