@@ -11,6 +11,7 @@ class Place:
     commit: tuple[tuple[str, int], ...]
     rates: tuple[tuple[str, int], ...]
     cost_rate: int
+    borrowed: bool = False     # beyond the account's guarantee: preemptible, reclaimed by lenders
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,13 @@
 """plan(snapshot, config) -> Plan: the whole scheduling decision, as a pure function.
 
-Passes, in order: expire jobs past their queue wait; order the rest (QoS, age, id); for each, check
-account caps, find the best-fit node, then check every budget at that node's rate. Everything that
-fits is admitted in this one pass. Each job left pending gets exactly one reason.
+Passes, in order: end the jobs that can no longer run (queue wait past --max-wait, a start that
+could not finish before --deadline, a dependency that can never be satisfied with
+--kill-on-invalid-dep); order the rest by multifactor priority (priority.py); then, for each job:
+hold/begin/dependency gates, caps and quotas (quota.py), a best-fit node that delays no backfill
+reservation (capacity.py, backfill.py), protected capacity, and every budget at that node's rate
+(budget.py). Everything that fits is admitted in this one pass. A job that is blocked on capacity may
+preempt lower-QoS or borrowed work (preempt.py), else the top `backfill_depth` blocked jobs get a
+reservation. Each job left pending gets exactly one reason.
 
 No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is in sorted order.
 """
@@ -10,11 +15,12 @@ from .. import ledger, states
 from ..units import fmt_size
 from ..config import Config
 from ..model import Job, Snapshot
-from ..plan import Expire, Pending, Place, Plan
-from . import capacity
+from ..plan import Expire, Pending, Place, Plan, Preempt, Start
+from . import capacity, preempt, priority
+from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
-from .order import ordered
-from .quota import Usage
+from .depend import Dependencies
+from .quota import Usage, over_alone
 
 __all__ = ["plan", "refusal"]
 
@@ -22,63 +28,177 @@ __all__ = ["plan", "refusal"]
 def plan(snap: Snapshot, cfg: Config) -> Plan:
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
-    expires, waiting = _expire(pending, snap.now)
-    free = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
-    # A copy of the free capacity at the start of the pass tells `Priority` (higher jobs took the
-    # room) apart from `Resources` (there was no room to begin with).
-    initial = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
-    usage = Usage(running)
-    book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
-    places, pend = [], []
-    for job in ordered(waiting, cfg):
-        verdict = _consider(job, free, initial, usage, book, cfg)
-        if isinstance(verdict, Place):
-            places.append(verdict)
-        else:
-            pend.append(Pending(job.id, *verdict))
-    return Plan(tuple(places), tuple(expires), tuple(pend))
+    deps = Dependencies(snap)
+    expires, waiting = _expire(pending, snap.now, deps)
+    order, _ = priority.ordered(waiting, snap.now, dict(snap.usage), cfg)
+    p = _Pass(snap, cfg, running, deps)
+    for job in order:
+        p.consider(job)
+    return Plan(tuple(p.places), tuple(expires), tuple(p.pending), tuple(p.preempts), tuple(p.starts))
 
 
-def _expire(pending, now: float):
+def _expire(pending, now: float, deps: Dependencies):
     expires, waiting = [], []
     for j in sorted(pending, key=lambda j: j.id):
+        dep = deps.verdict(j)
         if j.max_wait is not None and now - j.submit_time >= j.max_wait:
             expires.append(Expire(j.id, f"waited {now - j.submit_time:.0f}s, over --max-wait {j.max_wait}s"))
+        elif j.deadline is not None and now + j.time_limit > j.deadline:
+            expires.append(Expire(j.id, f"a start now could not finish its {j.time_limit}s before --deadline "
+                                        f"({j.deadline - now:.0f}s from now)", states.DEADLINE))
+        elif dep and dep[0] == states.DEPENDENCY_NEVER and j.kill_on_invalid_dep:
+            expires.append(Expire(j.id, f"cancelled: {dep[1]} (--kill-on-invalid-dep)", states.CANCELLED))
         else:
             waiting.append(j)
     return expires, waiting
 
 
-def _consider(job: Job, free, initial, usage: Usage, book: BudgetBook, cfg: Config):
-    """A Place for the job, or the (reason, detail) that keeps it pending."""
-    if job.held:
-        return states.HELD, "held (labq release ID to let it run)"
-    if job.begin is not None and job.begin > book.now:
-        return states.BEGIN_TIME, f"not before --begin, {job.begin - book.now:.0f}s from now"
-    capped = usage.blocked(job, cfg)
-    if capped:
-        return capped
-    spot = free.find(job)
-    if spot is None:
-        return _no_room(job, free, initial)
-    model = next((g.model for g in spot.matching(job)), "")
-    commit, rates = book.quote(job, model)
-    broke = book.blocked(commit)
-    if broke:
-        return broke
-    gpus = free.take(spot, job)
-    usage.add(job)
-    book.commit(commit)
-    cost_rate = _currency_rate(job, model, cfg)
-    return Place(job.id, spot.node.name, gpus, commit, rates, cost_rate)
+class _Pass:
+    """The working state of one pass: free capacity, quota usage, budget commitments, reservations."""
 
+    def __init__(self, snap: Snapshot, cfg: Config, running, deps: Dependencies):
+        self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
+        self.free = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
+        # A copy of the free capacity at the start of the pass tells `Priority` (higher jobs took the
+        # room) apart from `Resources` (there was no room to begin with).
+        self.initial = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
+        self.usage = Usage(running, cfg, sum(len(f.gpus) for f in self.free.free.values()))
+        self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
+        self.places, self.pending, self.preempts, self.starts = [], [], [], []
+        self.placed: list[tuple[Job, str, tuple]] = []
+        self.timelines: Timelines | None = None
+        self.blocker: Job | None = None      # backfill off: the first job blocked on capacity
+        self.doomed: set[int] = set()         # victims chosen in this pass
+        self.draining: dict[int, list[Job]] = {}
+        for j in running:
+            if j.state == states.PREEMPTING and j.preempted_for is not None:
+                self.draining.setdefault(j.preempted_for, []).append(j)
 
-def _no_room(job: Job, free, initial):
-    if not free.free:
-        return states.NODE_DOWN, "no node is up"
-    if initial.fits_unchanged(job):
-        return states.PRIORITY, "higher-priority jobs took the free resources in this pass"
-    return states.RESOURCES, f"no up node has {_request(job)} free"
+    def consider(self, job: Job) -> None:
+        verdict = self._verdict(job)
+        if isinstance(verdict, Place):
+            self.places.append(verdict)
+        else:
+            self.pending.append(Pending(job.id, *verdict))
+
+    def _verdict(self, job: Job):
+        """A Place for the job, or the (reason, detail) that keeps it pending."""
+        now = self.now
+        if job.held:
+            if job.reason == states.CRASH_GUARD:
+                return states.CRASH_GUARD, job.detail
+            return states.HELD, "held (labq release ID to let it run)"
+        if job.begin is not None and job.begin > now:
+            return states.BEGIN_TIME, f"not before --begin, {job.begin - now:.0f}s from now"
+        if job.eligible_time is not None and job.eligible_time > now:
+            return states.BEGIN_TIME, f"retry backoff: eligible again in {job.eligible_time - now:.0f}s"
+        dep = self.deps.verdict(job)
+        if dep:
+            return dep
+        capped = self.usage.blocked(job)
+        if capped:
+            return capped
+        if self.blocker is not None:
+            return states.PRIORITY, f"behind job {self.blocker.display_id}, which waits for resources (backfill off)"
+        accept = None
+        if self.timelines is not None and self.timelines.reserved:
+            accept = lambda f: self.timelines.fits_now(job, f.node.name)   # noqa: E731
+        spot, roomy = self.free.find(job, accept)
+        if spot is not None:
+            return self._admit(job, spot)
+        return self._blocked(job, roomy)
+
+    def _admit(self, job: Job, spot: capacity.Free):
+        protected = self.usage.protected_for(job)
+        if protected:
+            return protected
+        model = next((g.model for g in spot.matching(job)), "")
+        commit, rates = self.book.quote(job, model)
+        broke = self.book.blocked(commit)
+        if broke:
+            return broke
+        borrowed = self.usage.borrows(job)
+        gpus = self.free.take(spot, job)
+        self.usage.add(job)
+        self.book.commit(commit)
+        self.placed.append((job, spot.node.name, gpus))
+        if self.timelines is not None:
+            self.timelines.place(job, spot.node.name, gpus)
+        return Place(job.id, spot.node.name, gpus, commit, rates, ledger.rate(job, "usd", model, self.cfg), borrowed)
+
+    def _blocked(self, job: Job, roomy: bool):
+        """The job found no node it may start on now: wait for its victims, preempt, or reserve."""
+        victims = self.draining.get(job.id)
+        if victims:
+            node = victims[0].node
+            if node in self.free.free:
+                self.free.hold(self.free.free[node], job)
+            return states.PREEMPTING_FOR, (f"waiting for {len(victims)} preempted job(s) on {node} to stop: "
+                                           + ", ".join(v.display_id for v in victims))
+        if roomy:
+            return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
+        broke = self._budget_even_if_room(job)
+        if broke:
+            return broke
+        deferred = None
+        if self.cfg.preemption:
+            got = self._preempt(job)
+            if isinstance(got, tuple):
+                return got
+            deferred = got
+        if self.cfg.backfill_depth == 0:
+            self.blocker = self.blocker or job
+        elif len(self.starts) < self.cfg.backfill_depth:
+            self._reserve(job)
+        return deferred or self._no_room(job)
+
+    def _budget_even_if_room(self, job: Job):
+        """Preempting or reserving for a job its budgets would not admit helps nobody."""
+        model = next((g.model for n in self.snap.nodes for g in n.gpus
+                      if not job.gpu_type or g.model == job.gpu_type), "")
+        return self.book.blocked(self.book.quote(job, model)[0])
+
+    def _preempt(self, job: Job):
+        """(reason, detail) once victims are chosen; else the PreemptionDeferred verdict, or None."""
+        reclaim = self.usage.within_guarantee(job)
+        pool = [v for v in self.running if v.id not in self.doomed]
+        ok, later = preempt.candidates(job, pool, self.now, self.cfg, reclaim)
+        nodes = {n: f for n, f in self.free.free.items() if capacity.could_ever_hold(job, f.node)}
+        choice = preempt.choose(job, nodes, ok, self.now) if ok else None
+        if choice is None:
+            if later and preempt.choose(job, nodes, ok + [v for v, _ in later], self.now):
+                wait = min(w for _, w in later)
+                return (states.PREEMPTION_DEFERRED,
+                        f"lower-QoS jobs it could preempt reach min_runtime in {wait:.0f}s at the earliest")
+            return None
+        why = "reclaiming its account's guarantee" if reclaim else f"QoS {job.qos}"
+        for v in choice.victims:
+            q = self.cfg.qos_named(v.qos)
+            self.doomed.add(v.id)
+            self.preempts.append(Preempt(v.id, job.id, q.grace if q else 0,
+                                         f"preempted for job {job.display_id} ({why}); "
+                                         f"{preempt.lost_work(v, self.now):.0f}s since its last checkpoint"))
+        self.draining[job.id] = list(choice.victims)
+        self.free.hold(self.free.free[choice.node], job)
+        return states.PREEMPTING_FOR, (f"preempting {len(choice.victims)} job(s) on {choice.node}: "
+                                       + ", ".join(v.display_id for v in choice.victims))
+
+    def _reserve(self, job: Job) -> None:
+        if self.timelines is None:
+            self.timelines = Timelines([f.node for f in self.free.free.values()], self.running, self.placed,
+                                       self.now, self.cfg)
+        got = self.timelines.reserve(job, capacity.could_ever_hold)
+        if got is not None:
+            self.starts.append(Start(job.id, got[1], got[0]))
+
+    def _no_room(self, job: Job):
+        if not self.free.free:
+            return states.NODE_DOWN, "no node is up"
+        start = next((s for s in self.starts if s.job_id == job.id), None)
+        when = f"; expected to start in {start.at - self.now:.0f}s on {start.node}" if start else ""
+        if self.initial.fits_unchanged(job):
+            return states.PRIORITY, "higher-priority jobs took the free resources in this pass" + when
+        return states.RESOURCES, f"no up node has {_request(job)} free" + when
 
 
 def _request(job: Job) -> str:
@@ -86,18 +206,18 @@ def _request(job: Job) -> str:
     return f"{gpu}{job.cpus} CPUs, {fmt_size(job.mem)} and a slot"
 
 
-def _currency_rate(job: Job, model: str, cfg: Config) -> int:
-    return ledger.rate(job, "usd", model, cfg)
-
-
 def refusal(job: Job, nodes, cfg: Config) -> str | None:
-    """Why the job must be refused at submit: no node could ever hold it, or no budget ever afford it."""
+    """Why the job must be refused at submit: no node could ever hold it, a cap configured to refuse
+    is exceeded by the job alone, or no budget could ever afford it."""
     holders = [n for n in nodes if capacity.could_ever_hold(job, n)]
     if not holders:
         biggest = max(nodes, key=lambda n: (len(n.gpus), n.cpus, n.mem), default=None)
         have = (f"largest node {biggest.name} has {len(biggest.gpus)} GPUs, {biggest.cpus} CPUs, "
                 f"{biggest.mem >> 30}G" if biggest else "no node is registered")
         return f"no node could ever hold {_request(job)}: {have}"
+    capped = over_alone(job, cfg)
+    if capped:
+        return capped
     cheapest = min((g.model for n in holders for g in n.gpus if not job.gpu_type or g.model == job.gpu_type),
                    key=lambda m: cfg.rates.gpu_rate(m), default="")
     return never_affordable(job, cheapest, cfg)

@@ -28,8 +28,8 @@ class Free:
     def matching(self, job: Job):
         return [g for g in self.gpus if not job.gpu_type or g.model == job.gpu_type]
 
-    def take(self, job: Job) -> tuple[str, ...]:
-        chosen = self.matching(job)[:job.gpus]
+    def take(self, job: Job, gpus: int | None = None) -> tuple[str, ...]:
+        chosen = self.matching(job)[:job.gpus if gpus is None else gpus]
         taken = {g.uuid for g in chosen}
         self.gpus = [g for g in self.gpus if g.uuid not in taken]
         self.cpus -= job.cpus
@@ -80,8 +80,10 @@ class Placer:
         for f in free.values():
             insort(self.buckets.setdefault(len(f.gpus), []), (f.cpus, f.node.name))
 
-    def best_fit(self, job: Job) -> Free | None:
-        """The tightest node: fewest GPUs left over, then fewest CPUs, then the name."""
+    def best_fit(self, job: Job, accept=None) -> tuple[Free | None, bool]:
+        """The tightest node that `accept`s the job: fewest GPUs left over, then fewest CPUs, then the
+        name; and whether any node had the room at all (before `accept` was asked)."""
+        roomy = False
         for k in sorted(self.buckets):
             if k < job.gpus:
                 continue
@@ -89,24 +91,41 @@ class Placer:
             for cpus, name in bucket[bisect_left(bucket, (job.cpus, "")):]:
                 f = self.free[name]
                 if f.fits(job):
-                    return f
-        return None
+                    if accept is None or accept(f):
+                        return f, True
+                    roomy = True
+        return None, roomy
 
-    def take(self, spot: Free, job: Job) -> tuple[str, ...]:
+    def take(self, spot: Free, job: Job, gpus: int | None = None) -> tuple[str, ...]:
+        """Allocate the job's request on `spot` (or, for a hold, only `gpus` of its GPUs and the
+        part of its CPUs and memory the node has free)."""
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
-        gpus = spot.take(job)
+        taken = spot.take(job, gpus)
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
-        return gpus
+        return taken
 
-    def find(self, job: Job) -> Free | None:
+    def hold(self, spot: Free, job: Job) -> None:
+        """Set aside for a preemptor whatever part of its request the node has free now, so that the
+        room its victims leave is not short by what others took meanwhile."""
+        bucket = self.buckets[len(spot.gpus)]
+        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+        keep = spot.matching(job)[:job.gpus]
+        spot.gpus = [g for g in spot.gpus if g not in keep]
+        spot.cpus -= min(spot.cpus, job.cpus)
+        spot.mem -= min(spot.mem, job.mem)
+        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+
+    def find(self, job: Job, accept=None) -> tuple[Free | None, bool]:
+        """(spot, roomy): the best node that has room for the job and `accept`s it, and whether any
+        node had room. A request that found no room is remembered, so that larger ones skip the scan."""
         shape = _shape(job)
         if any(_covers(f, shape) for f in self.failed):
-            return None
-        spot = self.best_fit(job)
-        if spot is None:
+            return None, False
+        spot, roomy = self.best_fit(job, accept)
+        if not roomy:
             self.failed = [f for f in self.failed if not _covers(shape, f)] + [shape]
-        return spot
+        return spot, roomy
 
     def fits_unchanged(self, job: Job) -> bool:
         """Whether the job fits, for a Placer whose capacity is never taken: then a request no larger
@@ -114,7 +133,7 @@ class Placer:
         shape = _shape(job)
         if any(_covers(shape, h) for h in self.held):
             return True
-        if self.find(job) is None:
+        if self.find(job)[0] is None:
             return False
         self.held = [h for h in self.held if not _covers(h, shape)] + [shape]
         return True

@@ -1,5 +1,10 @@
-"""Array throttles (`-a 1-12%4`) and account caps (`max_running`, `max_gpus`): a job that would
-exceed one pends with its reason."""
+"""Caps that pend a job whatever the free capacity: array throttles (`-a 1-12%4`), account and user
+caps (running jobs, GPUs, CPUs), an account's borrow limit, and GPUs protected for a higher QoS.
+
+Guarantee and borrow: an account is owed `guarantee` GPUs. GPUs it holds beyond that are borrowed
+(marked on the attempt, preemptible, reclaimed when a lender wants its guarantee back); it may hold
+at most `guarantee + borrow_limit`.
+"""
 from collections import Counter
 
 from .. import states
@@ -8,34 +13,118 @@ from ..model import Job
 
 
 class Usage:
-    """Running jobs and GPUs per account, counting what this pass has already admitted."""
+    """What running jobs hold, per account, user, array and QoS, counting this pass's admissions."""
 
-    def __init__(self, running):
+    def __init__(self, running, cfg: Config, total_gpus: int):
+        self.cfg = cfg
         self.jobs: Counter = Counter()
         self.gpus: Counter = Counter()
+        self.cpus: Counter = Counter()
+        self.user_jobs: Counter = Counter()
+        self.user_gpus: Counter = Counter()
+        self.user_cpus: Counter = Counter()
         self.tasks: Counter = Counter()   # running tasks per array
+        self.qos_gpus: Counter = Counter()   # GPUs held per QoS priority level
+        self.free_gpus = total_gpus
+        self.guarantees = any(a.guarantee for a in cfg.accounts)
+        # (priority, reserved GPUs) of each class that protects capacity, highest first
+        self.protected = sorted(((q.priority, q.reserved) for q in cfg.qos if q.reserved), reverse=True)
         for j in running:
-            self.add(j)
+            self.add(j, freed=False)
 
-    def add(self, job: Job) -> None:
+    def add(self, job: Job, freed: bool = True) -> None:
         self.jobs[job.account] += 1
         self.gpus[job.account] += job.gpus
+        self.cpus[job.account] += job.cpus
+        self.user_jobs[job.user] += 1
+        self.user_gpus[job.user] += job.gpus
+        self.user_cpus[job.user] += job.cpus
+        self.qos_gpus[self._prio(job)] += job.gpus
+        if freed:
+            self.free_gpus -= job.gpus
         if job.array_id is not None:
             self.tasks[job.array_id] += 1
 
-    def blocked(self, job: Job, cfg: Config):
-        """(reason, detail) when an array throttle or an account cap stops the job now, else None."""
+    def _prio(self, job: Job) -> int:
+        q = self.cfg.qos_named(job.qos)
+        return q.priority if q else 0
+
+    def borrows(self, job: Job) -> bool:
+        """Whether admitting the job takes its account beyond its guarantee (the GPUs are lent)."""
+        if not self.guarantees or not job.gpus:
+            return False
+        acct = self.cfg.account_named(job.account)
+        return self.gpus[job.account] + job.gpus > (acct.guarantee if acct else 0)
+
+    def within_guarantee(self, job: Job) -> bool:
+        acct = self.cfg.account_named(job.account)
+        return bool(acct and acct.guarantee and job.gpus
+                    and self.gpus[job.account] + job.gpus <= acct.guarantee)
+
+    def blocked(self, job: Job):
+        """(reason, detail) when a throttle or cap stops the job now, else None."""
         if job.array_throttle and self.tasks[job.array_id] >= job.array_throttle:
             return (states.ARRAY_TASK_LIMIT,
                     f"array {job.array_id} runs {self.tasks[job.array_id]} tasks, throttle %{job.array_throttle}")
-        acct = cfg.account_named(job.account)
-        if acct is None:
-            return None
-        if acct.max_running is not None and self.jobs[job.account] + 1 > acct.max_running:
-            return (states.ACCOUNT_JOB_LIMIT,
-                    f"account {job.account} runs {self.jobs[job.account]} of max_running={acct.max_running} jobs")
-        if acct.max_gpus is not None and self.gpus[job.account] + job.gpus > acct.max_gpus:
-            return (states.ACCOUNT_GPU_LIMIT,
-                    f"account {job.account} uses {self.gpus[job.account]} GPUs, needs {job.gpus} more, "
-                    f"max_gpus={acct.max_gpus}")
+        acct = self.cfg.account_named(job.account)
+        if acct is not None:
+            hit = _over(acct, f"account {job.account}", self.jobs[job.account], self.gpus[job.account],
+                        self.cpus[job.account], job, states.ACCOUNT_JOB_LIMIT, states.ACCOUNT_GPU_LIMIT,
+                        states.ACCOUNT_CPU_LIMIT)
+            if hit:
+                return hit
+            if acct.borrow_limit is not None and job.gpus:
+                most = acct.guarantee + acct.borrow_limit
+                if self.gpus[job.account] + job.gpus > most:
+                    return (states.ACCOUNT_GPU_LIMIT,
+                            f"account {job.account} holds {self.gpus[job.account]} GPUs, needs {job.gpus} more; "
+                            f"guarantee {acct.guarantee} + borrow_limit {acct.borrow_limit} = {most}")
+        user = self.cfg.user_named(job.user)
+        if user is not None:
+            hit = _over(user, f"user {job.user}", self.user_jobs[job.user], self.user_gpus[job.user],
+                        self.user_cpus[job.user], job, states.USER_JOB_LIMIT, states.USER_GPU_LIMIT,
+                        states.USER_CPU_LIMIT)
+            if hit:
+                return hit
         return None
+
+    def protected_for(self, job: Job):
+        """(reason, detail) when the job's GPUs would eat into capacity protected for a higher QoS."""
+        if not self.protected or not job.gpus:
+            return None
+        mine = self._prio(job)
+        owed = 0
+        for prio, reserved in self.protected:
+            if prio <= mine:
+                break
+            held = sum(n for p, n in self.qos_gpus.items() if p >= prio)
+            owed = max(owed, reserved - held)
+        if owed > 0 and self.free_gpus - job.gpus < owed:
+            return (states.RESERVED_CAPACITY,
+                    f"{owed} of the {self.free_gpus} free GPUs are protected for higher QoS classes")
+        return None
+
+
+def _over(cap, who: str, jobs: int, gpus: int, cpus: int, job: Job, r_jobs: str, r_gpus: str, r_cpus: str):
+    if cap.max_running is not None and jobs + 1 > cap.max_running:
+        return r_jobs, f"{who} runs {jobs} of max_running={cap.max_running} jobs"
+    if cap.max_gpus is not None and gpus + job.gpus > cap.max_gpus:
+        return r_gpus, f"{who} holds {gpus} GPUs, needs {job.gpus} more, max_gpus={cap.max_gpus}"
+    if cap.max_cpus is not None and cpus + job.cpus > cap.max_cpus:
+        return r_cpus, f"{who} holds {cpus} CPUs, needs {job.cpus} more, max_cpus={cap.max_cpus}"
+    return None
+
+
+def over_alone(job: Job, cfg: Config) -> str | None:
+    """The refusal line for a job that alone exceeds a cap configured with on_limit = "refuse"."""
+    for cap, who in ((cfg.account_named(job.account), f"account {job.account}"),
+                     (cfg.user_named(job.user), f"user {job.user}")):
+        if cap is None or cap.on_limit != "refuse":
+            continue
+        for key, need in (("max_gpus", job.gpus), ("max_cpus", job.cpus)):
+            most = getattr(cap, key)
+            if most is not None and need > most:
+                return f"{who}: the job asks for {need} {key[4:].upper()}, {key}={most}"
+        if cap.max_running == 0:
+            return f"{who}: max_running=0"
+    return None

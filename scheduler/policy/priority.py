@@ -1,0 +1,75 @@
+"""Multifactor priority: the order in which pending jobs are considered.
+
+    priority = qos_weight × QoS priority
+             + age_weight × min(wait / age_max, 1)
+             + fairshare_weight × fair-share factor of the account (fairshare.factors, in (0, 1])
+             − burst_penalty  for a user's jobs beyond the first burst_jobs submitted within burst_window
+
+Fair share comes from decayed usage (`Snapshot.usage`), never from budgets. The sort key is total —
+(−priority, submit time, id) — so shuffling the input never changes the plan, and equal priorities
+go to the older job.
+"""
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .. import fairshare
+from ..config import Config
+from ..model import Job
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """One pending job's factors (each in its own scale) and their weighted sum: `labq prio`'s row."""
+    job_id: int
+    qos: float          # the QoS class's priority
+    age: float          # 0..1
+    fairshare: float    # 0..1
+    burst: float        # 0 or 1: beyond the user's burst allowance
+    priority: float     # the weighted sum
+
+    def as_json(self) -> dict:
+        return {"id": self.job_id, "priority": round(self.priority, 4), "qos": self.qos,
+                "age": round(self.age, 4), "fairshare": round(self.fairshare, 4), "burst": self.burst}
+
+
+def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[int, Factors]:
+    w = cfg.priority
+    shares = {a.name: a.share for a in cfg.accounts}
+    fs = fairshare.factors(usage, shares) if w["fairshare_weight"] else {}
+    bursting = _bursting(pending, w["burst_jobs"], w["burst_window"]) if w["burst_penalty"] else set()
+    age_max = w["age_max"] or 1
+    out = {}
+    for j in pending:
+        qos = cfg.qos_named(j.qos)
+        q = float(qos.priority if qos else 0)
+        age = min(max(now - j.submit_time, 0.0) / age_max, 1.0)
+        share = fs.get(j.account, 1.0)
+        burst = 1.0 if j.id in bursting else 0.0
+        total = (w["qos_weight"] * q + w["age_weight"] * age + w["fairshare_weight"] * share
+                 - w["burst_penalty"] * burst)
+        out[j.id] = Factors(j.id, q, age, share, burst, total)
+    return out
+
+
+def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> tuple[list[Job], dict[int, Factors]]:
+    f = factors(pending, now, usage, cfg)
+    return sorted(pending, key=lambda j: (-f[j.id].priority, j.submit_time, j.id)), f
+
+
+def _bursting(pending, allowance: int, window: float) -> set[int]:
+    """Ids of jobs that had at least `allowance` earlier jobs of the same user submitted within
+    `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)"""
+    by_user = defaultdict(list)
+    for j in pending:
+        by_user[j.user].append(j)
+    out = set()
+    for jobs in by_user.values():
+        if len(jobs) <= allowance:
+            continue
+        jobs.sort(key=lambda j: (j.submit_time, j.id))
+        times = [j.submit_time for j in jobs]
+        for i, j in enumerate(jobs):
+            if i - bisect_left(times, j.submit_time - window) >= allowance:
+                out.add(j.id)
+    return out
