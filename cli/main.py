@@ -10,11 +10,12 @@ COMMANDS = {
     "sub": ("cli.submit", "sub"),
     "stat": ("cli.query", "stat"), "q": ("cli.query", "stat"),
     "show": ("cli.query", "show"), "logs": ("cli.query", "logs"), "wait": ("cli.query", "wait"),
-    "del": ("cli.query", "delete"), "hold": ("cli.query", "hold"), "release": ("cli.query", "release"), "acct": ("cli.query", "acct"),
+    "del": ("cli.query", "delete"), "hold": ("cli.query", "hold"), "release": ("cli.query", "release"), "requeue": ("cli.query", "requeue"), "acct": ("cli.query", "acct"),
     "nodes": ("cli.query", "nodes"), "drain": ("cli.query", "drain"), "resume": ("cli.query", "resume"), "budget": ("cli.query", "budget"),
     "config": ("cli.configcmd", "config"),
     "up": ("cli.daemons", "up"), "scheduler": ("cli.daemons", "scheduler"), "worker": ("cli.daemons", "worker"),
     "demo": ("cli.demo", "demo"), "checkpoint": ("cli.query", "checkpoint"), "plan": ("cli.plan", "plan"),
+    "prio": ("cli.prio", "prio"),
 }
 
 

@@ -20,12 +20,15 @@ from .common import echo_json, fail, pass_ctx
 @click.option("-A", "--account", help="Only this account's jobs.")
 @click.option("-t", "--state", "state", help="Only these states, comma-separated (PD,R).")
 @click.option("--me", is_flag=True, help="Only my jobs.")
+@click.option("--start", is_flag=True, help="Expected start of pending jobs (from running jobs' time limits).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def stat(ctx, user, account, state, me, as_json):
+def stat(ctx, user, account, state, me, start, as_json):
     """The queue: pending and running jobs, with a capacity header."""
     c, now = ctx.client, time.time()
     jobs = c.read.active()
+    if start:
+        return _stat_start(c, jobs, now, user or (c.user if me else None), account, as_json)
     user = c.user if me else user
     wanted = {s.strip().upper() for s in state.split(",")} if state else None
     shown = [j for j in sorted(jobs, key=lambda j: j.id)
@@ -36,6 +39,26 @@ def stat(ctx, user, account, state, me, as_json):
     click.echo(render.capacity_line(c.nodes(), jobs))
     rows = [render.stat_row(j, now, label) for label, j in render.compact(shown)]
     click.echo(render.table(rows, render.STAT_HEADERS))
+
+
+def _stat_start(c, jobs, now, user, account, as_json):
+    from scheduler.policy import expected_starts
+    starts = expected_starts(c.snapshot(now, jobs), c.cfg)
+    shown = [j for j in sorted(jobs, key=lambda j: j.id) if j.state == states.PENDING
+             and (not user or j.user == user) and (not account or j.account == account)]
+    if as_json:
+        return echo_json([{"id": j.display_id, "job_id": j.id, "expected_start": starts.get(j.id),
+                           "reason": j.reason} for j in shown])
+    rows = [(j.display_id, j.name, j.user, j.account, j.qos, _when(starts.get(j.id), now), j.reason) for j in shown]
+    click.echo(render.table(rows, ("JOBID", "NAME", "USER", "ACCOUNT", "QOS", "START_TIME", "REASON")))
+
+
+def _when(t, now):
+    if t is None:
+        return "N/A"
+    if t <= now + 1:
+        return "now"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) + f" (in {fmt_duration(t - now)})"
 
 
 @click.command()
@@ -58,6 +81,15 @@ def show(ctx, job_id, as_json):
              f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
              f"  submitted {_ts(j.submit_time)}, started {_ts(j.start_time)}, ended {_ts(j.end_time)}",
              f"  restarts: {j.restart_count}  exit code: {j.exit_code}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+    if j.deps:
+        lines.append(f"  dependency: {d['dependency']}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep else ""))
+    if j.deadline:
+        lines.append(f"  deadline: {_ts(j.deadline)}")
+    if j.retries:
+        lines.append(f"  retries: {j.retries_used}/{j.retries} used"
+                     + (f", on exit codes {','.join(map(str, j.retry_on))}" if j.retry_on else "")
+                     + (f"; eligible again {_ts(j.eligible_time)}" if j.state == states.PENDING and j.eligible_time
+                        else ""))
     if j.commit:
         lines.append("  committed: " + ", ".join(f"{b} {fmt_money(m)}" for b, m in j.commit))
     for a in j.attempts:
@@ -177,6 +209,14 @@ def hold(ctx, job_ids):
 def release(ctx, job_ids):
     """Let held jobs start again."""
     _control(ctx, "release", job_ids)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@pass_ctx
+def requeue(ctx, job_ids):
+    """Stop running jobs and put them back in the queue with the same id (your own; admins any)."""
+    _control(ctx, "requeue", job_ids)
 
 
 def _since(text, what):

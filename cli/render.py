@@ -2,6 +2,7 @@
 import time
 
 from scheduler import ledger, states
+from scheduler.request import describe_deps
 from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
 
@@ -27,6 +28,8 @@ def job_dict(j, now: float | None = None) -> dict:
         "cost": (j.cost + running_cost(j, now)) / MICRO, "committed": committed,
         "command": list(j.argv) if not j.script else ["<script>", *j.argv], "workdir": j.workdir,
         "tags": dict(j.tags), "attempts": [attempt_dict(a) for a in j.attempts],
+        "dependency": describe_deps(j.deps) or None, "deadline": j.deadline, "retries": j.retries,
+        "retries_used": j.retries_used, "eligible_time": j.eligible_time,
     }
 
 

@@ -11,6 +11,7 @@ import click
 
 from scheduler import units
 from scheduler.errors import UsageError
+from scheduler.request import parse_dependency
 
 from .common import echo_json, pass_ctx
 
@@ -59,7 +60,7 @@ def parse_array(text) -> tuple[list[int], int | None]:
     return a, throttle
 
 
-def parse_begin(text, now: float | None = None) -> float:
+def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
     """`2026-12-03T09:00` (local time), `now+1h`, or a bare delay `30m` → epoch seconds."""
     import datetime
     import time
@@ -69,8 +70,19 @@ def parse_begin(text, now: float | None = None) -> float:
         try:
             return datetime.datetime.fromisoformat(s).timestamp()
         except ValueError:
-            raise UsageError(f"--begin: expected 2026-12-03T09:00, now+1h or 30m, got {text!r}") from None
-    return now + units.parse_duration(s.removeprefix("now+"), "--begin", bare_unit=1)
+            raise UsageError(f"{what}: expected 2026-12-03T09:00, now+1h or 30m, got {text!r}") from None
+    return now + units.parse_duration(s.removeprefix("now+"), what, bare_unit=1)
+
+
+def parse_codes(text) -> list[int]:
+    """`3,75` → [3, 75]: exit codes 1–255."""
+    try:
+        codes = [int(c) for c in str(text).split(",")]
+    except ValueError:
+        raise UsageError(f"--retry-on: expected exit codes like 3,75, got {text!r}") from None
+    if not all(1 <= c <= 255 for c in codes):
+        raise UsageError(f"--retry-on: exit codes are 1–255, got {text!r}")
+    return codes
 
 
 def parse_signal(text) -> list:
@@ -107,6 +119,17 @@ OPTIONS = [
     click.option("--max-wait", help="Give up (EX) if not started within this long."),
     click.option("--begin", help="Not before: a time (2026-12-03T09:00) or a delay (now+1h, 30m)."),
     click.option("-H", "--hold", is_flag=True, default=None, help="Submit held (labq release ID starts it)."),
+    click.option("--deadline", help="End the job (DL) once it could no longer finish by this time (forms of --begin)."),
+    click.option("-d", "--dependency", help="afterok:ID[:ID],afternotok:ID,afterany:ID,singleton (',' = all of)."),
+    click.option("--kill-on-invalid-dep", is_flag=True, default=None,
+                 help="Cancel the job when a dependency can never be satisfied (else it pends)."),
+    click.option("--retries", type=int, help="Retry up to N times on node failure and on --retry-on exit codes."),
+    click.option("--retry-on", help="Exit codes that are retried (with --retries), comma-separated: 3,75."),
+    click.option("--requeue/--no-requeue", default=None, help="Requeue on node failure (default) or end NF."),
+    click.option("--requeue-on-timeout", is_flag=True, default=None,
+                 help="A timeout after a checkpoint taken in that attempt requeues the job."),
+    click.option("--preemptible/--no-preemptible", default=None, help="Override the QoS's preemptibility."),
+    click.option("--mem-limit", help="Memory the job may use before it is killed (default: --mem)."),
     click.option("-a", "--array", help="Array: 1-12, 1-12:2, 1-12%4 (at most 4 at once)."),
     click.option("--signal", "warn_signal", help="[SIG]@SECS: send SIG (default USR1) SECS before the time limit."),
     click.option("--checkpoint-exit-code", type=int, help="Exiting with this code requeues the job at once."),
@@ -216,6 +239,26 @@ def build_body(opts, argv, script) -> dict:
         raise UsageError("--time: must be more than 0")
     if opts.get("begin"):
         body["begin"] = parse_begin(opts["begin"])
+    if opts.get("deadline"):
+        body["deadline"] = parse_begin(opts["deadline"], what="--deadline")
+    if opts.get("dependency"):
+        parse_dependency(opts["dependency"])    # the scheduler parses it again; bad syntax fails here, offline
+        body["dependency"] = opts["dependency"]
+    if opts.get("kill_on_invalid_dep"):
+        body["kill_on_invalid_dep"] = True
+    if opts.get("retries") is not None:
+        if opts["retries"] < 0:
+            raise UsageError(f"--retries: expected a count ≥ 0, got {opts['retries']}")
+        body["retries"] = opts["retries"]
+    if opts.get("retry_on") is not None:
+        body["retry_on"] = parse_codes(opts["retry_on"])
+    for key in ("requeue", "preemptible"):
+        if opts.get(key) is not None:
+            body[key] = opts[key]
+    if opts.get("requeue_on_timeout"):
+        body["requeue_on_timeout"] = True
+    if opts.get("mem_limit") is not None:
+        body["mem_limit"] = units.parse_size(opts["mem_limit"], "--mem-limit")
     if opts.get("hold"):
         body["hold"] = True
     if opts.get("warn_signal"):

@@ -10,10 +10,10 @@ import pwd
 import time
 import uuid
 
-from . import ledger
+from . import fairshare, ledger, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
-from .model import Job
+from .model import Job, Snapshot
 from .request import parse_task_ids
 from .store import conn
 from .store.keys import Keys
@@ -63,7 +63,7 @@ class Client:
         return self._checked(self.request("submit", body, timeout))
 
     def act_on(self, op: str, ids: list[str]) -> dict:
-        """`cancel`, `hold` or `release` jobs; the reply lists each one's result."""
+        """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
         return self.request(op, {"ids": [str(i) for i in ids]})
 
     def cancel(self, ids: list[str]) -> dict:
@@ -109,6 +109,15 @@ class Client:
 
     def nodes(self):
         return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
+
+    def snapshot(self, now: float, jobs=None) -> Snapshot:
+        """What the scheduler's plan would see now (for labq prio and stat --start): the same pure
+        policy, run here over what Redis holds."""
+        jobs = self.read.active() if jobs is None else jobs
+        running = [j for j in jobs if j.state in states.ON_NODE]
+        usage = fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
+        return Snapshot(now=now, nodes=self.nodes(), jobs=tuple(jobs), spent=tuple(sorted(self.read.spent().items())),
+                        usage=tuple(sorted(usage.items())))
 
     def balances(self, now: float | None = None):
         now = now or time.time()

@@ -86,6 +86,10 @@ class Config:
     budgets: tuple[Budget, ...] = ()
     backfill_depth: int = 1        # blocked jobs that get a reservation; 0 turns backfill off
     preemption: bool = True
+    crash_guard_failures: int = 5  # a user's failed attempts within crash_guard_window that hold their jobs; 0 = off
+    crash_guard_window: int = 600
+    retry_backoff: int = 30        # --retries: the first retry waits this long, each next one twice as long
+    retry_backoff_max: int = 3600
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": ""})
     security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
@@ -236,7 +240,8 @@ def _redis(t):
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
-                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption"})
+                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
+                                 "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -259,6 +264,12 @@ def _scheduler(t):
         out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True)
     if "preemption" in t:
         out["preemption"] = _bool("scheduler.preemption", t["preemption"])
+    if "crash_guard_failures" in t:
+        out["crash_guard_failures"] = _num("scheduler.crash_guard_failures", t["crash_guard_failures"], lo=0,
+                                           integer=True)
+    for k in ("crash_guard_window", "retry_backoff", "retry_backoff_max"):
+        if k in t:
+            out[k] = _dur(f"scheduler.{k}", t[k])
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
     return out

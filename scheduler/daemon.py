@@ -13,7 +13,7 @@ import socket
 import time
 import uuid
 
-from . import policy, sdnotify, states, transitions as tr
+from . import crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .dispatch import Dispatcher
 from .errors import LabqError, StalePlanError
@@ -21,7 +21,9 @@ from .model import Job, Snapshot
 from .requests import Change, Handlers
 from .store import writes
 from .store.conn import ERRORS as REDIS_ERRORS
+from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
+from .store.reads import Reader
 from .store.state import SchedulerStore
 
 log = logging.getLogger("labq.scheduler")
@@ -41,6 +43,9 @@ class Scheduler:
         self.nodes = ()
         self.last_plan = float("-inf")
         self.handlers = Handlers(self)
+        self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
+        self.guard = crashguard.CrashGuard.from_config(cfg)
+        self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -99,6 +104,9 @@ class Scheduler:
             self.store.ensure_group(s)
         self.leading = True
         self.nodes = self.store.nodes(now)
+        self.usage = Reader(self.store.r, self.k).usage()
+        if self.guard.on:   # the failures of the last window, as the previous leader counted them
+            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k).ended(now - self.guard.window)], now)
         self._requests(now, pending=True)
         self._events(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
@@ -113,7 +121,7 @@ class Scheduler:
             self.inboxes.add(user)
 
     # -- writing -------------------------------------------------------------------------------
-    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=()) -> None:
+    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=()) -> None:
         """Write one change atomically, then (and only then) update the in-memory view."""
         now = time.time()
         charges = [c for c in charges if not self.store.charged(c.key)]
@@ -127,6 +135,8 @@ class Scheduler:
                 writes.mark_charged(p, self.k, key)
             for jid, value in controls:
                 p.set(self.k.control(jid), value, ex=7 * 86400)
+            for a in alerts:
+                p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
             for j in dispatch:
                 self.dispatch.enqueue(p, j)
             for name, admin in nodes:
@@ -139,12 +149,35 @@ class Scheduler:
             if ack is not None:
                 self.store.ack(p, *ack)
 
-        self.store.txn(build)
+        usage = self._usage_after(jobs, now)
+
+        def build_all(p):
+            build(p)
+            for acct in [a for a in usage if usage[a] != self.usage.get(a)]:
+                writes.put_usage(p, self.k, acct, *usage[acct])
+
+        self.store.txn(build_all)
+        self.usage = usage
         for j in jobs:
             if j.state in states.ACTIVE:
                 self.jobs[j.id] = j
             else:
                 self.jobs.pop(j.id, None)
+
+    def _usage_after(self, ended, now: float) -> dict:
+        """Fair-share usage with every attempt that ends in this change added (GPU-equivalent
+        seconds, decayed from then on): an attempt counts once, when the record first shows its end."""
+        usage = self.usage
+        half = self.cfg.priority["fairshare_half_life"]
+        for j in ended:
+            a, old = j.current, self.jobs.get(j.id)
+            was = old.current if old is not None else None
+            if a is None or a.end_time is None or was is None or was.attempt != a.attempt or was.end_time:
+                continue
+            ran = a.end_time - (a.dispatch_time or a.end_time)
+            if ran > 0:
+                usage = fairshare.add(usage, j.account, fairshare.weight(old) * ran, now, half)
+        return usage
 
     # -- requests ------------------------------------------------------------------------------
     def _requests(self, now: float, pending: bool) -> None:
@@ -207,9 +240,25 @@ class Scheduler:
             self.commit(ack=(stream, eid))
             return
         new, charges = result
-        self.commit(jobs=[new], charges=charges, ack=(stream, eid))
+        jobs, alerts = self._crash_guard(new, now) if kind == "finished" else ([new], ())
+        self.commit(jobs=jobs, charges=charges, alerts=alerts, ack=(stream, eid))
         if kind == "finished":
             log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
+
+    def _crash_guard(self, new: Job, now: float):
+        """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
+        every pending job of theirs (this one too, if it was requeued) is held, in the same
+        transaction as the event, with a crash_cascade alert."""
+        a = new.attempts[-1]
+        count = self.guard.record(new.user, a.outcome, a.end_time or now)
+        if not count:
+            return [new], ()
+        pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
+        held = crashguard.hold(pool, new.user, self.guard.detail(count))
+        log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
+                    new.user, count, self.guard.window, len(held))
+        jobs = held if any(h.id == new.id for h in held) else [new, *held]
+        return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
 
     def _lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
@@ -231,8 +280,22 @@ class Scheduler:
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()),
-                        spent=tuple(sorted(self.store.spent().items())))
+        running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
+        usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()), usage=tuple(sorted(usage.items())),
+                        spent=tuple(sorted(self.store.spent().items())), ended=self._ended_states())
+
+    def _ended_states(self) -> tuple:
+        """(id, state) of each ended job a pending job depends on. An ended job never changes, so
+        each is read from Redis once and kept while some pending job still depends on it."""
+        want = dependency_targets(j for j in self.jobs.values() if j.deps and j.state == states.PENDING)
+        want -= self.jobs.keys()
+        missing = sorted(want - self.ended.keys())
+        if missing:
+            found = {j.id: j.state for j in Reader(self.store.r, self.k).jobs(missing)}
+            self.ended.update((i, found.get(i, "")) for i in missing)
+        self.ended = {i: self.ended[i] for i in want}
+        return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
         p = policy.plan(self.snapshot(now), self.cfg)

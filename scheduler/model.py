@@ -93,6 +93,7 @@ class Job:
     held: bool = False                    # -H / labq hold: pends `Held` until released
     begin: float | None = None            # --begin: not eligible before this epoch time
     cancel_requested: bool = False        # a cancel reached a running job: never requeue it
+    requeue_requested: bool = False       # labq requeue reached a running job: back to PD when it stops
     retries_used: int = 0                 # retries spent of --retries
     eligible_time: float | None = None    # retry backoff: not eligible before this epoch time
     preempt_count: int = 0                # times this job was preempted (max_preemptions)
@@ -135,6 +136,10 @@ class Budget:
     warn: tuple[float, ...] = (0.7, 0.9)
     reserve: float = 0.0
     on_exhaust: str = "hold"
+    timezone: str = "UTC"      # periods are calendar-aligned in this zone
+    # Filled in by the scheduler from Redis, not the config: active overrides add `overrides`
+    # micro-units to the cap until they expire (`labq budget override`); `labq budget set` replaces `limit`.
+    overrides: int = 0
 
     def applies_to(self, job: Job) -> bool:
         if self.account:

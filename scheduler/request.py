@@ -23,8 +23,17 @@ def _int(body, key, lo, default=None, optional=False):
     return v
 
 
-def job_from_submit(body: dict, user: str, cfg: Config, now: float) -> Job:
-    """A pending job (id 0, to be assigned) from a submit request's body."""
+def _bool(body, key, default=False):
+    v = body.get(key, default)
+    if not isinstance(v, bool):
+        raise UsageError(f"{key}: expected true or false, got {v!r}")
+    return v
+
+
+def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None) -> Job:
+    """A pending job (id 0, to be assigned) from a submit request's body. `lookup(text)` gives the
+    ids of the jobs a dependency names (`42`: the job, or every task of array 42; `42_3`: one
+    task), empty when there is none; without it a submit with dependencies is refused."""
     if not isinstance(body, dict):
         raise UsageError("submit: expected a JSON object")
     for k in _STR:
@@ -76,7 +85,42 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float) -> Job:
         mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=_int(body, "est", 1, optional=True),
         max_wait=_int(body, "max_wait", 0, optional=True), out=body.get("out", ""), err=body.get("err", ""),
         tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
-        checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")))
+        checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")),
+        **_run_policy(body, now, time_limit, begin, ckpt_code, lookup))
+
+
+def _run_policy(body: dict, now: float, time_limit: int, begin, ckpt_code, lookup) -> dict:
+    """Dependencies, deadline, retries and requeue, preemptibility, memory limit: Job fields."""
+    deps = resolve_deps(parse_dependency(body.get("dependency")), lookup or (lambda text: []))
+    retries = _int(body, "retries", 0, 0)
+    if retries > MAX_RETRIES:
+        raise UsageError(f"retries: at most {MAX_RETRIES}, got {retries}")
+    retry_on = body.get("retry_on", [])
+    if (not isinstance(retry_on, list) or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 255
+                                                   for c in retry_on)):
+        raise UsageError(f"retry_on: expected a list of exit codes 1–255, got {retry_on!r}")
+    if retry_on and not retries:
+        raise UsageError("retry_on: give --retries N too (how many times to retry on those exit codes)")
+    if ckpt_code is not None and ckpt_code in retry_on:
+        raise UsageError(f"retry_on: {ckpt_code} is the checkpoint exit code, which always requeues")
+    mem_limit = _int(body, "mem_limit", 0, 0)
+    if mem_limit and mem_limit < _int(body, "mem", 0, 0):
+        raise UsageError(f"mem_limit: {mem_limit} bytes is below the --mem reservation ({body['mem']} bytes)")
+    preemptible = body.get("preemptible")
+    if preemptible is not None and not isinstance(preemptible, bool):
+        raise UsageError(f"preemptible: expected true, false or null (the QoS decides), got {preemptible!r}")
+    deadline = body.get("deadline")
+    if deadline is not None:
+        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or not deadline >= 0:
+            raise UsageError(f"deadline: expected an epoch time in seconds, got {deadline!r}")
+        earliest = max(now, begin or 0)
+        if earliest + time_limit > deadline:
+            raise UsageError(f"deadline: the job could not finish by it: starting {earliest - now:.0f}s from now "
+                             f"with time limit {time_limit}s ends {earliest + time_limit - deadline:.0f}s after it")
+    return dict(deps=deps, kill_on_invalid_dep=_bool(body, "kill_on_invalid_dep"),
+                deadline=float(deadline) if deadline is not None else None, retries=retries,
+                retry_on=tuple(sorted(set(retry_on))), requeue=_bool(body, "requeue", True),
+                requeue_on_timeout=_bool(body, "requeue_on_timeout"), preemptible=preemptible, mem_limit=mem_limit)
 
 
 def array_range(body: dict) -> list[int] | None:
@@ -107,6 +151,59 @@ def array_throttle(body: dict) -> int | None:
     if not isinstance(t, int) or isinstance(t, bool) or t < 1:
         raise UsageError(f"array_throttle: expected an integer ≥ 1, got {t!r}")
     return t
+
+
+MAX_RETRIES = 100
+MAX_DEP_JOBS = 10_000       # job ids one job may depend on, array tasks counted one by one
+DEP_KINDS = ("afterok", "afternotok", "afterany", "singleton")
+_DEP_ID = re.compile(r"^\d+(?:_\d+)?$")
+
+
+def parse_dependency(text) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`afterok:12:13,afternotok:14,singleton` (SLURM's syntax; `,` = all of) → ((kind, (id text, …)), …).
+    An id is a job (`42`, every task when 42 is an array) or one array task (`42_3`)."""
+    if text is None or text == "":
+        return ()
+    if not isinstance(text, str):
+        raise UsageError(f"dependency: expected text like afterok:12:13,singleton, got {text!r}")
+    if "?" in text:
+        raise UsageError(f"dependency: '?' (any of) is not supported, only ',' (all of): {text!r}")
+    out = []
+    for part in text.split(","):
+        kind, _, rest = part.strip().partition(":")
+        if kind not in DEP_KINDS:
+            raise UsageError(f"dependency: unknown type {kind!r} in {text!r} "
+                             f"(expected {', '.join(DEP_KINDS[:-1])} or singleton, like afterok:12:13)")
+        ids = tuple(rest.split(":")) if rest else ()
+        if kind == "singleton":
+            if ids:
+                raise UsageError(f"dependency: singleton takes no job ids, got {part!r}")
+        elif not ids or not all(_DEP_ID.match(i) for i in ids):
+            raise UsageError(f"dependency: expected {kind}:ID[:ID…] with ids like 42 or 42_3, got {part!r}")
+        out.append((kind, ids))
+    return tuple(out)
+
+
+def describe_deps(deps) -> str:
+    """`afterok:12:13,singleton`, the SLURM spelling (an array's tasks appear one by one)."""
+    return ",".join(kind + "".join(f":{i}" for i in ids) for kind, ids in deps)
+
+
+def resolve_deps(parsed, lookup) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Each id text → the job ids it names, through `lookup`; an unknown id is a UsageError."""
+    out, total = [], 0
+    for kind, texts in parsed:
+        ids = []
+        for t in texts:
+            found = lookup(t)
+            if not found:
+                raise UsageError(f"dependency: no such job {t} (in {kind}:{':'.join(texts)})")
+            ids += [i for i in found if i not in ids]
+        total += len(ids)
+        if total > MAX_DEP_JOBS:
+            raise UsageError(f"dependency: at most {MAX_DEP_JOBS} jobs (array tasks count one by one)")
+        out.append((kind, tuple(ids)))
+    return tuple(out)
 
 
 _TASKS = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$")

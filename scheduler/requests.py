@@ -10,6 +10,7 @@ from . import ledger, policy, states, transitions as tr
 from .errors import RefusedError, UsageError
 from .model import Job, Snapshot
 from .store import codec
+from .store.reads import Reader
 from .request import array_range, array_throttle, expand, job_from_submit, parse_task_ids
 from .units import fmt_money
 
@@ -28,16 +29,17 @@ class Handlers:
 
     def handle(self, user: str, op: str, body: dict, now: float) -> Change:
         fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
-              "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release}.get(op)
+              "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release,
+              "requeue": self.requeue}.get(op)
         if fn is None:
             raise UsageError(f"unknown request {op!r} "
-                             "(expected submit, cancel, hold, release, checkpoint, drain or resume)")
+                             "(expected submit, cancel, hold, release, requeue, checkpoint, drain or resume)")
         return fn(user, body, now)
 
     # -- submit --------------------------------------------------------------------------------
     def submit(self, user: str, body: dict, now: float) -> Change:
         cfg = self.s.cfg
-        template = job_from_submit(body, user, cfg, now)
+        template = job_from_submit(body, user, cfg, now, self.dep_ids)
         indices = array_range(body)
         throttle = array_throttle(body)
         if throttle and indices is None:
@@ -54,6 +56,7 @@ class Handlers:
         if mine + n > cfg.max_pending_per_user:
             raise RefusedError(f"user {user} has {mine} jobs pending, {n} more would pass "
                                f"scheduler.max_pending_per_user={cfg.max_pending_per_user}")
+        _max_submit(template, n, self.s.jobs.values(), cfg)
         if body.get("test_only"):
             return Change(reply=self.test_only(template, now))
         first = self.s.store.r.incrby(self.s.k.seq, n) - n + 1
@@ -125,8 +128,9 @@ class Handlers:
                     results.append({"id": job.display_id, "ok": False, "error": said})
                     continue
                 change.jobs.append(new)
-                if new.cancel_requested and not job.cancel_requested:
-                    change.controls.append((job.id, "cancel"))
+                if (new.cancel_requested and not job.cancel_requested) or (new.requeue_requested
+                                                                           and not job.requeue_requested):
+                    change.controls.append((job.id, "cancel"))   # requeue: transitions._close sends it back
                 results.append({"id": job.display_id, "ok": True, "state": said})
         ok = all(r["ok"] for r in results)
         change.reply = {"ok": ok, "results": results, "code": 0 if ok else 2,
@@ -172,6 +176,43 @@ class Handlers:
             return None, f"job {job.display_id} already ended"
         return self._each_job(user, body, act)
 
+    # -- requeue -------------------------------------------------------------------------------
+    def requeue(self, user: str, body: dict, now: float) -> Change:
+        """`labq requeue`: a running job is stopped (SIGTERM, SIGKILL after kill_wait) and goes back to
+        PD with the same id and restart_count + 1. An ended job stays ended: jobs that depend on it
+        have already been judged by its state."""
+        def act(job):
+            if job.state == states.PENDING:
+                return job, "pending (nothing to requeue)"
+            if job.state in states.ON_NODE and job.cancel_requested:
+                return None, f"job {job.display_id} is being cancelled"
+            if job.state == states.PREEMPTING or job.requeue_requested:
+                return job, "requeueing"
+            if job.state in states.ON_NODE:
+                return replace(job, requeue_requested=True), "requeueing"
+            return None, f"job {job.display_id} already ended ({job.state}); only running jobs can be requeued"
+        return self._each_job(user, body, act)
+
+    def dep_ids(self, text: str) -> list[int]:
+        """The job ids a dependency on `text` means: `42` (the job, or every task of array 42) or
+        `42_3` (one task); empty when there is no such job. Ended jobs are read from Redis."""
+        tasks = parse_task_ids(text)
+        head = self._record(tasks[0] if tasks else int(text))
+        if head is None or (tasks and head.array_id != head.id):
+            return []
+        if head.array_id != head.id:
+            return [head.id]
+        ids = range(head.id, head.id + (head.array_count or 1))
+        if not tasks:
+            return list(ids)
+        return [j.id for j in Reader(self.s.store.r, self.s.k).jobs(ids) if j.array_index in tasks[1]]
+
+    def _record(self, jid: int) -> Job | None:
+        if jid in self.s.jobs:
+            return self.s.jobs[jid]
+        raw = self.s.store.r.get(self.s.k.job(jid))
+        return codec.loads(raw) if raw else None
+
     def resolve(self, text: str) -> list[Job]:
         """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
         try:
@@ -190,3 +231,14 @@ class Handlers:
             return [self.s.jobs[jid]]
         raw = self.s.store.r.get(self.s.k.job(jid))
         return [codec.loads(raw)] if raw else []
+
+
+def _max_submit(job: Job, n: int, active, cfg) -> None:
+    """max_submit counts pending and running jobs, like SLURM's MaxSubmitJobs: beyond it, refuse."""
+    for cap, who, mine in ((cfg.account_named(job.account), f"account {job.account}", lambda j: j.account == job.account),
+                           (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user)):
+        if cap is None or cap.max_submit is None:
+            continue
+        have = sum(1 for j in active if mine(j))
+        if have + n > cap.max_submit:
+            raise RefusedError(f"{who} has {have} jobs pending or running, {n} more would pass max_submit={cap.max_submit}")

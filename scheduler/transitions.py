@@ -30,7 +30,8 @@ def admit(job: Job, place: Place, now: float) -> Job:
     a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now)
     return replace(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
                    gpu_uuids=place.gpus, start_time=job.start_time or now, commit=place.commit,
-                   rates=place.rates, cost_rate=place.cost_rate, attempts=job.attempts + (a,))
+                   rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed,
+                   attempts=job.attempts + (a,))
 
 
 def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
@@ -105,22 +106,66 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
     a = replace(cur, end_time=end, outcome=outcome, exit_code=exit_code, usage=usage, cost=cost,
                 charges=tuple((c.budget, c.amount) for c in charges),
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
-    state = states.OUTCOME_STATE.get(outcome, states.FAILED)
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
                   node="", gpu_uuids=(), preempted_for=None, preempt_time=None, borrowed=False,
-                  preempt_count=job.preempt_count + (outcome == "preempted"))
-    # A job whose cancel was asked for is never requeued, whatever ended the attempt.
-    if job.cancel_requested and (state == states.PENDING or outcome == "node_failure"):
-        new = replace(job, state=states.CANCELLED, reason=states.NONE, detail="cancelled", end_time=end,
-                      **{**common, "node": cur.node, "gpu_uuids": cur.gpus})
-    elif outcome == "node_failure":
-        # SLURM requeues on node failure by default; the job keeps its id and counts the restart.
-        new = replace(job, state=states.PENDING, reason=states.NONE, detail=f"requeued: {message}",
-                      restart_count=job.restart_count + 1, **common)
-    elif state == states.PENDING:
-        new = replace(job, state=states.PENDING, reason=states.NONE, detail=f"requeued after {outcome}",
-                      restart_count=job.restart_count + 1, **common)
+                  preempt_count=job.preempt_count + (outcome == "preempted"), requeue_requested=False)
+    state, detail, more = after_attempt(job, outcome, exit_code, cur.start_time or start, end, last_ckpt, message, cfg)
+    if state == states.PENDING:
+        new = replace(job, state=state, reason=states.NONE, detail=detail, restart_count=job.restart_count + 1,
+                      **common, **more)
     else:
-        new = replace(job, state=state, reason=states.NONE, detail=message, end_time=end,
+        new = replace(job, state=state, reason=states.NONE, detail=detail, end_time=end,
                       **{**common, "node": cur.node, "gpu_uuids": cur.gpus})
     return new, charges
+
+
+def after_attempt(job: Job, outcome: str, exit_code, began: float, end: float, last_ckpt: float | None,
+                  message: str, cfg: Config) -> tuple[str, str, dict]:
+    """What an ended attempt makes of the job: (state, detail, fields a requeue changes).
+
+    A requeue (state PD) keeps the id and counts a restart. What requeues:
+    - a preemption, a checkpoint exit code, or `labq requeue`: at once, never counted;
+    - a node failure: at once (SLURM's default), unless --no-requeue (then `NF`); with --retries N
+      it is a counted retry instead, with backoff, and `NF` once the N are spent;
+    - an exit code listed in --retry-on: a counted retry with backoff while --retries last;
+    - a timeout only with --requeue-on-timeout and a checkpoint taken during this attempt (the
+      next attempt resumes from it): at once, not counted. OOM is never retried unchanged.
+    """
+    state = states.OUTCOME_STATE.get(outcome, states.FAILED)
+    # A job whose cancel was asked for is never requeued, whatever ended the attempt.
+    if job.cancel_requested and (state == states.PENDING or outcome in ("node_failure", "cancelled")):
+        return states.CANCELLED, "cancelled", {}
+    if job.requeue_requested and outcome == "cancelled":
+        return states.PENDING, "requeued (labq requeue)", {}
+    if state == states.PENDING:
+        return states.PENDING, f"requeued after {outcome}", {}
+    if outcome == "node_failure":
+        if not job.requeue:
+            return states.NODE_FAIL, f"{message} (--no-requeue)", {}
+        if not job.retries:
+            return states.PENDING, f"requeued: {message}", {}
+        return _retry(job, end, message, cfg) or (states.NODE_FAIL, f"{message}; {_spent(job)}", {})
+    if outcome == "timeout" and job.requeue_on_timeout and last_ckpt is not None and last_ckpt >= began:
+        return states.PENDING, "requeued after timeout (--requeue-on-timeout, checkpoint taken)", {}
+    if outcome == "exit" and exit_code in job.retry_on:
+        return _retry(job, end, f"exit code {exit_code}", cfg) or (state, f"{message or f'exit code {exit_code}'}; "
+                                                                          f"{_spent(job)}", {})
+    return state, message, {}
+
+
+def retry_delay(retries_used: int, cfg: Config) -> int:
+    """Exponential backoff: retry_backoff, then twice as long for each further retry, capped."""
+    return min(cfg.retry_backoff * 2 ** min(retries_used, 32), cfg.retry_backoff_max)
+
+
+def _retry(job: Job, end: float, why: str, cfg: Config):
+    if job.retries_used >= job.retries:
+        return None
+    n = job.retries_used + 1
+    delay = retry_delay(job.retries_used, cfg)
+    return (states.PENDING, f"retry {n}/{job.retries} after {why}, backoff {delay}s",
+            {"retries_used": n, "eligible_time": end + delay})
+
+
+def _spent(job: Job) -> str:
+    return f"retries exhausted ({job.retries_used}/{job.retries})"

@@ -15,6 +15,10 @@ def put_job(p, k: Keys, job: Job) -> None:
     p.set(k.job(job.id), codec.dumps(job))
     if job.state in states.ACTIVE:
         p.zadd(k.active, {str(job.id): job.id})
+        if job.state == states.PENDING and job.attempts:
+            # Requeued: the control that stopped the last attempt (cancel for labq requeue, preempt)
+            # must not stop the next one before it starts.
+            p.delete(k.control(job.id))
     else:
         p.zrem(k.active, str(job.id))
         p.zadd(k.history, {str(job.id): job.end_time or time.time()})
@@ -37,3 +41,7 @@ def put_reply(p, k: Keys, rid: str, reply: dict) -> None:
     p.rpush(k.reply(rid), text)
     p.expire(k.reply(rid), REPLY_TTL)
     p.set(k.done(rid), text, ex=DONE_TTL)
+
+
+def put_usage(p, k: Keys, account: str, value: float, since: float) -> None:
+    p.hset(k.usage, account, json.dumps([round(value, 3), since]))
