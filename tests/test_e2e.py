@@ -50,13 +50,13 @@ run_as = "self"
 
 
 class E2E:
-    def __init__(self):
+    def __init__(self, text: str = CONFIG):
         self.dir = tempfile.mkdtemp(prefix="labq-e2e-", dir="/tmp")
         self.work = os.path.join(self.dir, "work")
         os.makedirs(self.work)
         self.cfg_path = os.path.join(self.dir, "labq.toml")
         with open(self.cfg_path, "w") as f:
-            f.write(CONFIG.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
+            f.write(text.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
         self.cfg = config.load(self.cfg_path)
         self.log = open(os.path.join(self.dir, "daemons.log"), "w")
         self.stack = Stack(self.dir, self.cfg_path, log=self.log)

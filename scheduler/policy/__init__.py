@@ -22,7 +22,7 @@ from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
 from .quota import Usage, over_alone
 
-__all__ = ["plan", "refusal"]
+__all__ = ["plan", "refusal", "expected_starts"]
 
 
 def plan(snap: Snapshot, cfg: Config) -> Plan:
@@ -35,6 +35,17 @@ def plan(snap: Snapshot, cfg: Config) -> Plan:
     for job in order:
         p.consider(job)
     return Plan(tuple(p.places), tuple(expires), tuple(p.pending), tuple(p.preempts), tuple(p.starts))
+
+
+def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, float]:
+    """When each pending job is expected to start (`labq stat --start`, `sub --test-only`): the plan
+    run with a reservation for every blocked job, up to `depth` of them (conservative backfill over
+    running jobs' time limits). Jobs that would start now get `snap.now`; unknown ones are absent."""
+    from dataclasses import replace
+    p = plan(snap, replace(cfg, backfill_depth=max(depth, cfg.backfill_depth), preemption=False))
+    out = {x.job_id: snap.now for x in p.places}
+    out.update((s.job_id, s.at) for s in p.starts)
+    return out
 
 
 def _expire(pending, now: float, deps: Dependencies):

@@ -28,9 +28,12 @@ class Factors:
     burst: float        # 0 or 1: beyond the user's burst allowance
     priority: float     # the weighted sum
 
-    def as_json(self) -> dict:
-        return {"id": self.job_id, "priority": round(self.priority, 4), "qos": self.qos,
-                "age": round(self.age, 4), "fairshare": round(self.fairshare, 4), "burst": self.burst}
+    def as_json(self, weights: dict) -> dict:
+        raw = {"qos": self.qos, "age": round(self.age, 4), "fairshare": round(self.fairshare, 4), "burst": self.burst}
+        return {"priority": round(self.priority, 4), "factors": raw,
+                "weighted": {"qos": weights["qos_weight"] * self.qos, "age": round(weights["age_weight"] * self.age, 4),
+                             "fairshare": round(weights["fairshare_weight"] * self.fairshare, 4),
+                             "burst": -weights["burst_penalty"] * self.burst}}
 
 
 def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[int, Factors]:

@@ -1,4 +1,6 @@
 """Read-only queries for the CLI and the Python client. Nothing here writes."""
+import json
+
 from ..model import Job
 from . import codec
 from .keys import Keys
@@ -28,8 +30,48 @@ class Reader:
     def spent(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
 
+    def usage(self) -> dict[str, tuple[float, float]]:
+        return usage_from(self.r.hgetall(self.k.usage))
+
     def ledger(self, count: int = 100_000) -> list[dict]:
         return [f for _, f in self.r.xrange(self.k.ledger, count=count)]
 
     def attempt_status(self, jid: int, n: int) -> dict:
         return self.r.hgetall(self.k.attempt(jid, n))
+
+
+def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
+    """The fair-share usage hash, account -> (decayed value, as of epoch); bad entries are skipped."""
+    out = {}
+    for acct, text in raw.items():
+        try:
+            value, since = json.loads(text)
+            out[acct] = (float(value), float(since))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+    def overrides(self) -> list:
+        from ..ledger import Override
+        return sorted((Override.loads(v) for v in self.r.hvals(self.k.overrides)), key=lambda o: o.id)
+
+    def limits(self) -> dict[str, dict]:
+        import json
+        return {k: json.loads(v) for k, v in self.r.hgetall(self.k.limits).items()}
+
+    def alerts(self, count: int = 1000) -> list[dict]:
+        """The newest `count` alerts, oldest first."""
+        return [f for _, f in self.r.xrevrange(self.k.alerts, count=count)][::-1]
+
+    def ledger_all(self, page: int = 10_000) -> list[dict]:
+        """Every ledger entry, oldest first, read in pages."""
+        out, start = [], "-"
+        while True:
+            got = self.r.xrange(self.k.ledger, start, "+", count=page)
+            out += [f for _, f in got]
+            if len(got) < page:
+                return out
+            start = "(" + got[-1][0]
+
+    def ledger_keys(self) -> set[str]:
+        return set(self.r.smembers(self.k.ledger_keys))

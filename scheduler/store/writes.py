@@ -3,6 +3,7 @@ import json
 import time
 
 from .. import states
+from ..ledger import spent_field
 from ..model import Job
 from . import codec
 from .keys import Keys
@@ -25,11 +26,31 @@ def put_job(p, k: Keys, job: Job) -> None:
         p.delete(k.control(job.id))
 
 
-def put_charge(p, k: Keys, charge, now: float) -> None:
-    """One ledger entry and the cached balance, in the same transaction as the job's end."""
+def put_charge(p, k: Keys, charge, now: float, period: str = "") -> None:
+    """One ledger entry and the cached balance (of the budget's current `period`), in the same
+    transaction as the job's end."""
     p.xadd(k.ledger, {"type": "charge", "key": charge.key, "budget": charge.budget, "unit": charge.unit,
-                      "amount": charge.amount, "job": charge.job, "attempt": charge.attempt, "ts": now})
-    p.hincrby(k.spent(), charge.budget, charge.amount)
+                      "amount": charge.amount, "job": charge.job, "attempt": charge.attempt, "ts": now,
+                      "period": period})
+    p.hincrby(k.spent(), spent_field(charge.budget, period), charge.amount)
+
+
+def put_books(p, k: Keys, books, now: float) -> None:
+    """Ledger entries, overrides, limits, period labels and fired alert keys (ledger.Books)."""
+    for e in books.entries:
+        p.xadd(k.ledger, e.fields(now))
+        p.sadd(k.ledger_keys, e.key)
+    for o in books.overrides:
+        p.hset(k.overrides, str(o.id), o.dumps())
+    for name, record in books.limits:
+        if record is None:
+            p.hdel(k.limits, name)
+        else:
+            p.hset(k.limits, name, record)
+    for name, label in books.periods:
+        p.hset(k.periods, name, label)
+    if books.fired:
+        p.sadd(k.alerts_fired, *books.fired)
 
 
 def mark_charged(p, k: Keys, key: str) -> None:

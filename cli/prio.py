@@ -1,0 +1,45 @@
+"""`labq prio`: each pending job's priority factors and their weights, sprio-style."""
+import time
+
+import click
+
+from scheduler import states
+from scheduler.policy import priority
+
+from . import render
+from .common import echo_json, pass_ctx
+
+HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
+
+
+@click.command()
+@click.option("-u", "--user", help="Only this user's jobs.")
+@click.option("-A", "--account", help="Only this account's jobs.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def prio(ctx, user, account, as_json):
+    """Pending jobs in the order the scheduler considers them, with each factor's weighted part.
+
+    priority = qos_weight × QoS + age_weight × age (0..1 over age_max) + fairshare_weight × fair share
+    (0..1, 2^(−usage share ÷ account share)) − burst_penalty × burst (0 or 1)."""
+    c, now = ctx.client, time.time()
+    snap = c.snapshot(now)
+    pending = [j for j in snap.jobs if j.state == states.PENDING]
+    order, f = priority.ordered(pending, now, dict(snap.usage), c.cfg)
+    shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
+    w = c.cfg.priority
+    if as_json:
+        return echo_json({"weights": {k: w[k] for k in ("qos_weight", "age_weight", "fairshare_weight",
+                                                         "burst_penalty")},
+                          "usage": dict(snap.usage),
+                          "jobs": [{"id": j.display_id, "job_id": j.id, "user": j.user, "account": j.account,
+                                    "qos": j.qos, **f[j.id].as_json(w)} for j in shown]})
+    click.echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "
+               f"fairshare {w['fairshare_weight']:g}, burst penalty {w['burst_penalty']:g}")
+    rows = []
+    for j in shown:
+        x = f[j.id]
+        rows.append((j.display_id, j.user, j.account, j.qos, f"{x.priority:.2f}", f"{w['qos_weight'] * x.qos:.2f}",
+                     f"{w['age_weight'] * x.age:.2f}", f"{w['fairshare_weight'] * x.fairshare:.2f}",
+                     f"-{w['burst_penalty'] * x.burst:.2f}" if x.burst else "0"))
+    click.echo(render.table(rows, HEADERS))
