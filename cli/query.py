@@ -273,24 +273,6 @@ def nodes(ctx, as_json):
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def budget(ctx, as_json):
-    """Budgets: limit, spent, committed (what running jobs may still spend), available."""
-    cfg = ctx.cfg
-    bals = ctx.client.balances()
-    if as_json:
-        return echo_json([render.budget_dict(b, cfg) for b in bals])
-    if not bals:
-        click.echo(f"no budgets configured ({cfg.source})")
-        return
-    rows = [[b.name, b.unit, fmt_money(b.limit, b.unit), fmt_money(b.spent, b.unit),
-             fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit)]
-            for b in bals]
-    click.echo(render.table(rows, ["BUDGET", "UNIT", "LIMIT", "SPENT", "ACCRUED", "COMMITTED", "AVAILABLE"]))
-
-
-@click.command()
 @click.argument("node")
 @pass_ctx
 def drain(ctx, node):

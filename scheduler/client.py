@@ -5,12 +5,13 @@ list. If no reply comes it sends the same request id again: the scheduler answer
 from its record instead of acting twice, so retries are always safe.
 """
 import json
+from dataclasses import replace
 import os
 import pwd
 import time
 import uuid
 
-from . import fairshare, ledger, states
+from . import fairshare, ledger, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job, Snapshot
@@ -72,6 +73,10 @@ class Client:
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))
 
+    def books(self, op: str, body: dict) -> dict:
+        """A budget or ledger request (budget_set, budget_override, budget_revoke, ledger_import)."""
+        return self._checked(self.request(op, body))
+
     def node_admin(self, op: str, node: str) -> dict:
         return self._checked(self.request(op, {"node": node}))
 
@@ -116,14 +121,34 @@ class Client:
         jobs = self.read.active() if jobs is None else jobs
         running = [j for j in jobs if j.state in states.ON_NODE]
         usage = fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
-        return Snapshot(now=now, nodes=self.nodes(), jobs=tuple(jobs), spent=tuple(sorted(self.read.spent().items())),
+        spent = periods.spent_now(self.budgets(now), self.read.spent(), now)
+        return Snapshot(now=now, nodes=self.nodes(), jobs=tuple(jobs), spent=tuple(sorted(spent.items())),
                         usage=tuple(sorted(usage.items())))
 
-    def balances(self, now: float | None = None):
+    def budgets(self, now: float | None = None):
+        """The configured budgets with the limits of `labq budget set` and the active overrides."""
+        limits = {k: int(v["limit"]) for k, v in self.read.limits().items()}
+        return ledger.effective(self.cfg.budgets, limits, self.read.overrides(), now or time.time())
+
+    def balances(self, now: float | None = None, period: str | None = None):
+        """Each budget's balance in its current period, or in `period` (a label like 2026-11: settled
+        spending only, for the budgets whose periods are named that way)."""
         now = now or time.time()
         running = [j for j in self.read.active() if j.commit]
         spent = self.read.spent()
-        return [ledger.balance(b, spent.get(b.name, 0), running, now) for b in self.cfg.budgets]
+        out = []
+        for b in self.budgets(now):
+            label = periods.current(b, now)
+            if period is not None and period != label:
+                try:
+                    periods.bounds(b.period, period, b.timezone)
+                except ValueError:
+                    continue
+                out.append(ledger.balance(replace(b, overrides=0), spent.get(periods.field(b.name, period), 0), (),
+                                          now, period))
+                continue
+            out.append(ledger.balance(b, spent.get(periods.field(b.name, label), 0), running, now, label))
+        return out
 
     def ping(self) -> None:
         conn.ping(self.r)

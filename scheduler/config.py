@@ -91,7 +91,7 @@ class Config:
     retry_backoff: int = 30        # --retries: the first retry waits this long, each next one twice as long
     retry_backoff_max: int = 3600
     worker: dict = field(default_factory=lambda: dict(_WORKER))
-    alerts: dict = field(default_factory=lambda: {"command": "", "webhook": ""})
+    alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
     security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
     source: str = "<built-in defaults>"
 
@@ -129,7 +129,8 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
              # ranked burst_penalty lower, so one script's 5,000 submits do not bury everyone else.
              "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
-           "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False}
+           "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
+           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300}
 
 
 def _num(key, v, lo=None, integer=False):
@@ -352,7 +353,8 @@ def _user(name, t):
 
 def _budget(i, t):
     k = f"budgets[{i}]"
-    _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust"})
+    _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
+                       "timezone"})
     if "name" not in t:
         raise ConfigError(f"{k}.name", "missing; every budget needs a name")
     name = _str(f"{k}.name", t["name"])
@@ -377,7 +379,17 @@ def _budget(i, t):
         warn=tuple(float(w) for w in warn),
         reserve=reserve,
         on_exhaust=_str(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
+        timezone=_zone(f"{k}.timezone", t.get("timezone", "UTC")),
     )
+
+
+def _zone(key, v):
+    from .periods import zone
+    try:
+        zone(_str(key, v))
+    except ValueError as e:
+        raise ConfigError(key, str(e)) from None
+    return v
 
 
 def _worker(t):
@@ -386,7 +398,8 @@ def _worker(t):
     out.update(t)
     _str("worker.name", out["name"])
     for k in ("gpus", "cpus"):
-        if out[k] != "auto":
+        # worker.gpus may also name a JSON file of fake GPUs with scripted samples (tests, demos)
+        if out[k] != "auto" and not (k == "gpus" and isinstance(out[k], str) and out[k].endswith(".json")):
             _num(f"worker.{k}", out[k], lo=0, integer=True)
     if out["mem"] != "auto":
         try:
@@ -399,12 +412,24 @@ def _worker(t):
     _str("worker.run_as", out["run_as"], ("submitter", "self"))
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
     _bool("worker.allow_root", out["allow_root"])
+    _bool("worker.limit_cpus", out["limit_cpus"])
+    _num("worker.pids_max", out["pids_max"], lo=0, integer=True)
+    if _num("worker.idle_gpu_util", out["idle_gpu_util"], lo=0) > 100:
+        raise ConfigError("worker.idle_gpu_util", f"a percentage is at most 100, got {out['idle_gpu_util']!r}")
+    for k in ("idle_gpu_after", "stop_grace"):
+        out[k] = _dur(f"worker.{k}", out[k])
     return out
 
 
 def _alerts(t):
-    _check_keys("alerts", t, {"command", "webhook"})
-    return {"command": _str("alerts.command", t.get("command", "")), "webhook": _str("alerts.webhook", t.get("webhook", ""))}
+    _check_keys("alerts", t, {"command", "webhook", "timeout"})
+    hook = _str("alerts.webhook", t.get("webhook", ""))
+    if hook and not hook.startswith(("http://", "https://")):
+        raise ConfigError("alerts.webhook", f"expected an http:// or https:// URL, got {hook!r}")
+    timeout = _dur("alerts.timeout", t.get("timeout", "10s"))
+    if timeout < 1:
+        raise ConfigError("alerts.timeout", "must be at least 1s")
+    return {"command": _str("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}
 
 
 def _security(t):

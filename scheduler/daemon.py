@@ -13,8 +13,9 @@ import socket
 import time
 import uuid
 
-from . import crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import alerts as budget_alerts, crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
+from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
 from .errors import LabqError, StalePlanError
 from .model import Job, Snapshot
@@ -46,6 +47,10 @@ class Scheduler:
         self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
         self.guard = crashguard.CrashGuard.from_config(cfg)
         self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
+        # Budget limits, overrides, periods, alerts and the stop policy. It keeps `self.cfg.budgets`
+        # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
+        self.books = Bookkeeper(self, cfg)
+        self.now = 0.0                     # the time of what is being processed (the injected clock)
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -56,6 +61,7 @@ class Scheduler:
             self.leading = False
             return False
         try:
+            self.now = now
             if not self.leading:
                 self._recover(now)
             self._learn_inboxes(woke)
@@ -63,6 +69,7 @@ class Scheduler:
             self._requests(now, pending=False)
             self._events(now, pending=False)
             self._lost_attempts(now)
+            self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
             if now - self.last_plan >= self.cfg.tick or not self.store.wakes_waiting():
@@ -104,6 +111,7 @@ class Scheduler:
             self.store.ensure_group(s)
         self.leading = True
         self.nodes = self.store.nodes(now)
+        self.books.load(now)
         self.usage = Reader(self.store.r, self.k).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
             self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k).ended(now - self.guard.window)], now)
@@ -121,22 +129,25 @@ class Scheduler:
             self.inboxes.add(user)
 
     # -- writing -------------------------------------------------------------------------------
-    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=()) -> None:
+    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
+               books=None) -> None:
         """Write one change atomically, then (and only then) update the in-memory view."""
-        now = time.time()
+        now = max(self.now, self.clock())
         charges = [c for c in charges if not self.store.charged(c.key)]
 
         def build(p):
             for j in jobs:
                 writes.put_job(p, self.k, j)
             for c in charges:
-                writes.put_charge(p, self.k, c, now)
+                writes.put_charge(p, self.k, c, now, self.books.period(c.budget, now))
             for key in {c.key for c in charges}:
                 writes.mark_charged(p, self.k, key)
             for jid, value in controls:
                 p.set(self.k.control(jid), value, ex=7 * 86400)
             for a in alerts:
                 p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
+            if books:
+                writes.put_books(p, self.k, books, now)
             for j in dispatch:
                 self.dispatch.enqueue(p, j)
             for name, admin in nodes:
@@ -158,6 +169,9 @@ class Scheduler:
 
         self.store.txn(build_all)
         self.usage = usage
+        self.books.applied(books, now)
+        for a in alerts:
+            self.books.hooks.deliver(a)
         for j in jobs:
             if j.state in states.ACTIVE:
                 self.jobs[j.id] = j
@@ -205,7 +219,7 @@ class Scheduler:
             code = getattr(e, "exit_code", 2)
             change = Change(reply={"ok": False, "code": code, "error": str(e)})
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
-                    ack=(stream, eid))
+                    ack=(stream, eid), alerts=change.alerts, books=change.books)
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
@@ -221,7 +235,10 @@ class Scheduler:
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
         # `now`, so read the clock again or an end could fall before the runner's own start.
-        now = max(now, self.clock())
+        now = self.now = max(now, self.clock())
+        if f.get("kind") == "alert":   # an agent's own alert (idle GPUs, …): recorded and delivered like ours
+            self._agent_alert(now, stream, eid, f)
+            return
         try:
             jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
         except (ValueError, TypeError):
@@ -260,6 +277,16 @@ class Scheduler:
         jobs = held if any(h.id == new.id for h in held) else [new, *held]
         return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
 
+    def _agent_alert(self, now: float, stream: str, eid: str, f: dict) -> None:
+        try:
+            body = json.loads(f.get("body") or "{}")
+        except ValueError:
+            body = None
+        a = budget_alerts.from_event(eid, f.get("node", ""), body, now) if isinstance(body, dict) else None
+        if a is None:
+            log.warning("malformed alert event %s dropped: %r", eid, f)
+        self.commit(ack=(stream, eid), alerts=[a.fields()] if a else ())
+
     def _lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
         up = {n.name: n for n in self.nodes}
@@ -283,7 +310,7 @@ class Scheduler:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
         return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()), usage=tuple(sorted(usage.items())),
-                        spent=tuple(sorted(self.store.spent().items())), ended=self._ended_states())
+                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self._ended_states())
 
     def _ended_states(self) -> tuple:
         """(id, state) of each ended job a pending job depends on. An ended job never changes, so

@@ -4,7 +4,8 @@ A job's rate is what its allocation costs per hour, in each budget's unit. Alloc
 what is reserved, for as long as it is reserved. The scheduler commits `forecast()` when it admits
 an attempt; the commitment shrinks as the attempt accrues and is replaced by the charge when it ends.
 """
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field, replace
 
 from .config import Config
 from .model import Budget, Job
@@ -55,8 +56,13 @@ def budgets_for(job: Job, budgets) -> tuple[Budget, ...]:
 
 
 def cap(b: Budget) -> int:
-    """The part of the limit that admission may commit: limit × (1 − reserve)."""
-    return int(b.limit * (1 - b.reserve))
+    """The part of the limit that admission may commit: limit × (1 − reserve), plus active overrides."""
+    return int(b.limit * (1 - b.reserve)) + b.overrides
+
+
+def hard_limit(b: Budget) -> int:
+    """What spending may reach before the budget is exhausted (on_exhaust acts): limit + overrides."""
+    return b.limit + b.overrides
 
 
 def outstanding(job: Job, budget: str, now: float) -> int:
@@ -79,15 +85,123 @@ class Balance:
     spent: int
     committed: int
     accrued: int
+    overrides: int = 0         # what active overrides add to the limit
+    period: str = ""           # the label of the period `spent` belongs to ("" = no period)
 
     @property
     def available(self) -> int:
-        return self.limit - self.spent - self.committed - self.accrued
+        return self.limit + self.overrides - self.spent - self.committed - self.accrued
 
 
-def balance(b: Budget, spent: int, running, now: float) -> Balance:
+def balance(b: Budget, spent: int, running, now: float, period: str = "") -> Balance:
     """The budget as `labq budget` shows it. `committed` is what running jobs may still spend."""
     mine = [j for j in running if b.name in dict(j.commit)]
     return Balance(b.name, b.unit, b.limit, spent,
                    committed=sum(outstanding(j, b.name, now) for j in mine),
-                   accrued=sum(min(accrued(j, b.name, now), dict(j.commit)[b.name]) for j in mine))
+                   # Not capped at the commitment: an attempt that outruns it (forecast mode, kill_wait
+                   # past the limit) really costs that much, and the stop policy must see it.
+                   accrued=sum(accrued(j, b.name, now) for j in mine),
+                   overrides=b.overrides, period=period)
+
+
+def spent_field(name: str, period: str) -> str:
+    """The `spent` hash field of budget `name` in period `period` (see periods.py)."""
+    return f"{name}@{period}" if period else name
+
+
+# -- the ledger's other entries: overrides, limits, periods --------------------------------------
+@dataclass(frozen=True)
+class Override:
+    """A time-boxed raise of a budget's cap, approved by someone (`labq budget override`)."""
+    id: int
+    budget: str
+    amount: int                # micro-units of the budget's unit
+    approver: str
+    reason: str
+    by: str                    # the admin who asked for it
+    created: float
+    expires: float
+    state: str = "active"      # active | expired | revoked
+    ended: float | None = None
+
+    def active(self, now: float) -> bool:
+        return self.state == "active" and now < self.expires
+
+    def dumps(self) -> str:
+        return json.dumps(self.__dict__, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str) -> "Override":
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger entry other than a charge. `key` is its idempotency key; `data` its other fields."""
+    type: str                  # override | override_expired | override_revoked | limit | period | import
+    key: str
+    budget: str = ""
+    amount: int = 0
+    data: tuple[tuple[str, str], ...] = ()
+
+    def fields(self, ts: float) -> dict:
+        return {"type": self.type, "key": self.key, "budget": self.budget, "amount": self.amount,
+                **dict(self.data), "ts": ts}
+
+
+@dataclass
+class Books:
+    """What a change writes besides jobs and charges, in the same transaction (store/writes.put_books)."""
+    entries: list = field(default_factory=list)     # Entry
+    overrides: list = field(default_factory=list)   # Override, written whole
+    limits: list = field(default_factory=list)      # (budget, JSON record or None = back to the config's)
+    periods: list = field(default_factory=list)     # (budget, label of its current period)
+    fired: list = field(default_factory=list)       # alert keys (alerts.Alert.key): each fires once
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.overrides or self.limits or self.periods or self.fired)
+
+
+def effective(budgets, limits: dict, overrides, now: float) -> tuple[Budget, ...]:
+    """The configured budgets with `labq budget set` limits (budget -> micro) and active overrides."""
+    extra: dict[str, int] = {}
+    for o in overrides:
+        if o.active(now):
+            extra[o.budget] = extra.get(o.budget, 0) + o.amount
+    return tuple(replace(b, limit=limits.get(b.name, b.limit), overrides=extra.get(b.name, 0)) for b in budgets)
+
+
+# -- verification ----------------------------------------------------------------------------
+def verify(entries, spent: dict, keys, jobs=()) -> list[str]:
+    """Every problem in the ledger: a cached balance that the entries do not add up to, an entry
+    without or with a repeated idempotency key, a key without an entry, an attempt whose recorded
+    charges differ from its ledger entries. Empty when the ledger holds."""
+    problems, seen, sums, by_key = [], set(), {}, {}
+    for e in entries:
+        k = e.get("key", "")
+        if not k:
+            problems.append(f"entry {e.get('type', '?')} of {e.get('budget', '?')} has no idempotency key")
+        elif k in seen and e.get("type") == "charge" and (k, e.get("budget")) in by_key:
+            problems.append(f"attempt {k} is charged twice to {e.get('budget')}")
+        elif k in seen and e.get("type") != "charge":
+            problems.append(f"idempotency key {k} is used by two entries")
+        seen.add(k)
+        if e.get("type") == "charge":
+            f = spent_field(e["budget"], e.get("period", ""))
+            sums[f] = sums.get(f, 0) + int(e["amount"])
+            by_key[(k, e["budget"])] = by_key.get((k, e["budget"]), 0) + int(e["amount"])
+    for f in sorted(set(sums) | set(spent)):
+        want, have = sums.get(f, 0), int(spent.get(f, 0))
+        if want != have:
+            problems.append(f"balance {f}: cached {have}, the entries add up to {want} (micro-units)")
+    keys = set(keys)
+    problems += [f"idempotency key {k} has no entry" for k in sorted(keys - seen)]
+    problems += [f"entry {k} is missing from the idempotency keys" for k in sorted(seen - keys) if k]
+    for j in jobs:
+        for a in j.attempts:
+            for name, amount in a.charges:
+                got = by_key.get((f"{j.id}.{a.attempt}", name))
+                if got != amount:
+                    problems.append(f"job {j.id} attempt {a.attempt}: charged {amount} to {name}, "
+                                    f"ledger says {got}")
+    return problems

@@ -14,6 +14,8 @@ from .store.reads import Reader
 from .request import array_range, array_throttle, expand, job_from_submit, parse_task_ids
 from .units import fmt_money
 
+BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
+
 
 @dataclass
 class Change:
@@ -21,6 +23,8 @@ class Change:
     controls: list = field(default_factory=list)
     nodes: list = field(default_factory=list)      # (node, "drain" | None)
     reply: dict | None = None
+    alerts: list = field(default_factory=list)     # alert stream entries (alerts.Alert.fields())
+    books: object = None                           # ledger.Books: ledger entries, overrides, limits
 
 
 class Handlers:
@@ -28,6 +32,8 @@ class Handlers:
         self.s = sched
 
     def handle(self, user: str, op: str, body: dict, now: float) -> Change:
+        if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/bookkeeper.py
+            return self.s.books.request(op, user, body, now)
         fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
               "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release,
               "requeue": self.requeue}.get(op)
@@ -69,7 +75,7 @@ class Handlers:
         """Forecast, each budget's availability after it, and the verdict — without submitting."""
         probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
         snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
-                        spent=tuple(sorted(self.s.store.spent().items())))
+                        spent=tuple(sorted(self.s.books.spent_now(now).items())))
         plan = policy.plan(snap, self.s.cfg)
         placed = next((p for p in plan.places if p.job_id == probe.id), None)
         why = next((p for p in plan.pending if p.job_id == probe.id), None)

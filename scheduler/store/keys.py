@@ -81,12 +81,28 @@ class Keys:
     def ledger_keys(self) -> str:             # SET (S): idempotency keys of ledger entries
         return f"{self.p}:ledger:keys"
 
-    def spent(self) -> str:                   # HASH (S): budget -> settled micro-units (cache of the ledger)
-        return f"{self.p}:spent"
+    def spent(self) -> str:                   # HASH (S): budget, or budget@PERIOD -> settled micro-units
+        return f"{self.p}:spent"              # (a cache of the ledger's charges; periods.py)
 
     @property
-    def alerts(self) -> str:                  # STREAM (S): {kind, scope, level, message, ts, data(JSON)}
+    def overrides(self) -> str:               # HASH (S): override id -> JSON (ledger.Override)
+        return f"{self.p}:budget:overrides"
+
+    @property
+    def limits(self) -> str:                  # HASH (S): budget -> JSON {limit, by, at, prev} of `budget set`
+        return f"{self.p}:budget:limits"
+
+    @property
+    def periods(self) -> str:                 # HASH (S): budget -> label of the period last rolled into
+        return f"{self.p}:budget:periods"
+
+    @property
+    def alerts(self) -> str:                  # STREAM (S): {kind, scope, level, message, ts, key, data(JSON)}
         return f"{self.p}:alerts"
+
+    @property
+    def alerts_fired(self) -> str:            # SET (S): keys of the alerts raised (each fires once)
+        return f"{self.p}:alerts:fired"
 
     @property
     def usage(self) -> str:                   # HASH (S): account -> JSON [decayed usage, as of epoch]

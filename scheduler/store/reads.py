@@ -39,24 +39,11 @@ class Reader:
     def attempt_status(self, jid: int, n: int) -> dict:
         return self.r.hgetall(self.k.attempt(jid, n))
 
-
-def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
-    """The fair-share usage hash, account -> (decayed value, as of epoch); bad entries are skipped."""
-    out = {}
-    for acct, text in raw.items():
-        try:
-            value, since = json.loads(text)
-            out[acct] = (float(value), float(since))
-        except (ValueError, TypeError):
-            continue
-    return out
-
     def overrides(self) -> list:
         from ..ledger import Override
         return sorted((Override.loads(v) for v in self.r.hvals(self.k.overrides)), key=lambda o: o.id)
 
     def limits(self) -> dict[str, dict]:
-        import json
         return {k: json.loads(v) for k, v in self.r.hgetall(self.k.limits).items()}
 
     def alerts(self, count: int = 1000) -> list[dict]:
@@ -75,3 +62,15 @@ def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
 
     def ledger_keys(self) -> set[str]:
         return set(self.r.smembers(self.k.ledger_keys))
+
+
+def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
+    """The fair-share usage hash, account -> (decayed value, as of epoch); bad entries are skipped."""
+    out = {}
+    for acct, text in raw.items():
+        try:
+            value, since = json.loads(text)
+            out[acct] = (float(value), float(since))
+        except (ValueError, TypeError):
+            continue
+    return out

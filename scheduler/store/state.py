@@ -98,6 +98,25 @@ class SchedulerStore:
     def spent(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
 
+    def books(self) -> dict:
+        """The budget state the scheduler keeps in Redis: overrides, limits, period labels, fired alerts."""
+        p = self.r.pipeline(transaction=False)
+        p.hgetall(self.k.overrides)
+        p.hgetall(self.k.limits)
+        p.hgetall(self.k.periods)
+        p.smembers(self.k.alerts_fired)
+        o, lim, per, fired = p.execute()
+        return {"overrides": o, "limits": lim, "periods": per, "fired": set(fired)}
+
+    def known_keys(self, keys) -> set[str]:
+        """Which of `keys` are idempotency keys of ledger entries already."""
+        keys = list(keys)
+        found = set()
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i:i + 1000]
+            found |= {k for k, hit in zip(chunk, self.r.smismember(self.k.ledger_keys, chunk)) if hit}
+        return found
+
     def charged(self, key: str) -> bool:
         return bool(self.r.sismember(self.k.ledger_keys, key))
 

@@ -1,0 +1,138 @@
+"""`labq budget` (balances; `set`, `override` for admins) and `labq alerts`."""
+import json
+import time
+
+import click
+
+from scheduler.errors import UsageError
+from scheduler.units import fmt_money, parse_duration
+
+from . import render
+from .common import echo_json, pass_ctx
+
+
+def _ts(t) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t))) if t else "-"
+
+
+def _budget_alerts(all_alerts, name: str, period: str) -> list[dict]:
+    out = []
+    for a in all_alerts:
+        try:
+            data = json.loads(a.get("data") or "{}")
+        except ValueError:
+            data = {}
+        if a.get("scope") == f"budget:{name}" and data.get("period", period) == period:
+            out.append(a)
+    return out
+
+
+@click.group(invoke_without_command=True)
+@click.option("--period", help="A past period's settled balance: 2026-11 (month), 2026-Q4, 2026-W47.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def budget(cctx, period, as_json):
+    """Budgets: limit, spent, accrued, committed (what running jobs may still spend), available, alerts."""
+    if cctx.invoked_subcommand:
+        return
+    ctx = cctx.obj
+    cfg, c = ctx.cfg, ctx.client
+    bals = c.balances(period=period)
+    if period is not None and not bals and cfg.budgets:
+        raise UsageError(f"--period: no budget has a period named {period!r} (expected like 2026-11, 2026-Q4, 2026-W47)")
+    recent = c.read.alerts(2000)
+    ds = [render.budget_dict(b, cfg, _budget_alerts(recent, b.name, b.period)) for b in bals]
+    if as_json:
+        return echo_json(ds)
+    if not bals:
+        click.echo(f"no budgets configured ({cfg.source})")
+        return
+    rows = [[b.name, b.period or "-", b.unit, fmt_money(b.limit, b.unit),
+             fmt_money(b.overrides, b.unit) if b.overrides else "-", fmt_money(b.spent, b.unit),
+             fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit),
+             ",".join(sorted({a["kind"] for a in d["alerts"]})) or "-"] for b, d in zip(bals, ds)]
+    click.echo(render.table(rows, ["BUDGET", "PERIOD", "UNIT", "LIMIT", "OVERRIDE", "SPENT", "ACCRUED",
+                                   "COMMITTED", "AVAILABLE", "ALERTS"]))
+
+
+def _amount(text, what) -> float:
+    try:
+        return float(str(text).lstrip("$"))
+    except ValueError:
+        raise UsageError(f"{what}: expected a number in the budget's unit, got {text!r}") from None
+
+
+@budget.command("set")
+@click.argument("name")
+@click.option("--limit", help="The new limit, in the budget's unit (takes effect at the next tick).")
+@click.option("--reset", is_flag=True, help="Back to the config file's limit.")
+@pass_ctx
+def budget_set(ctx, name, limit, reset):
+    """Change a budget's limit (admins). Lowering it below what running jobs were admitted under
+    stops new starts only; running jobs finish."""
+    if (limit is None) == (not reset):
+        raise UsageError("budget set: give --limit AMOUNT or --reset")
+    body = {"budget": name, "reset": True} if reset else {"budget": name, "limit": _amount(limit, "--limit")}
+    r = ctx.client.books("budget_set", body)
+    click.echo(f"budget {name}: limit {fmt_money(round(r['prev'] * 1e6), r['unit'])} -> "
+               f"{fmt_money(round(r['limit'] * 1e6), r['unit'])}")
+
+
+@budget.command("override")
+@click.argument("name", required=False)
+@click.option("--amount", help="How much to raise the cap by, in the budget's unit.")
+@click.option("--approver", help="Who approved it (recorded in the ledger).")
+@click.option("--expires", help="How long it lasts: 2h, 3d, 1w.")
+@click.option("--reason", help="Why (recorded in the ledger).")
+@click.option("--list", "listing", is_flag=True, help="List overrides (active and past).")
+@click.option("--revoke", "revoke", type=int, help="End override ID now.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def budget_override(ctx, name, amount, approver, expires, reason, listing, revoke, as_json):
+    """A time-boxed raise of a budget's cap (admins): --amount, --approver, --expires, --reason."""
+    c = ctx.client
+    if listing:
+        os_ = [o for o in c.read.overrides() if not name or o.budget == name]
+        now = time.time()
+        if as_json:
+            return echo_json([{**o.__dict__, "amount": o.amount / 1e6, "active": o.active(now)} for o in os_])
+        units = {b.name: b.unit for b in ctx.cfg.budgets}
+        rows = [[o.id, o.budget, fmt_money(o.amount, units.get(o.budget, "usd")),
+                 o.state if o.state != "active" or o.active(now) else "expiring", o.approver, o.by, _ts(o.created),
+                 _ts(o.ended or o.expires), o.reason] for o in os_]
+        return click.echo(render.table(rows, ["ID", "BUDGET", "AMOUNT", "STATE", "APPROVER", "BY", "CREATED",
+                                              "ENDS", "REASON"]))
+    if revoke is not None:
+        r = c.books("budget_revoke", {"id": revoke})
+        return click.echo(f"override {revoke} on budget {r['override']['budget']}: revoked")
+    missing = [f for f, v in (("NAME", name), ("--amount", amount), ("--approver", approver), ("--expires", expires),
+                              ("--reason", reason)) if not v]
+    if missing:
+        raise UsageError(f"budget override: missing {', '.join(missing)} (or use --list, --revoke ID)")
+    secs = parse_duration(expires, "--expires", bare_unit=60)
+    r = c.books("budget_override", {"budget": name, "amount": _amount(amount, "--amount"), "approver": approver,
+                                    "expires": secs, "reason": reason})
+    o = r["override"]
+    if as_json:
+        return echo_json(o)
+    click.echo(f"override {o['id']} on budget {name}: +{fmt_money(o['amount'], r['unit'])} until {_ts(o['expires'])}")
+
+
+@click.command()
+@click.option("--budget", "name", help="Only this budget's alerts.")
+@click.option("--since", help="Only alerts from this long ago (7d) or this date (YYYY-MM-DD) on.")
+@click.option("-n", "--count", type=int, default=50, help="At most this many, the newest (default 50).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def alerts(ctx, name, since, count, as_json):
+    """Alerts: budget warnings, forecast overruns, exhaustion, overrides, and the agents' (idle GPUs, …)."""
+    from .query import _since
+    start = _since(since, "--since") or 0
+    got = [a for a in ctx.client.read.alerts(100_000 if (name or since) else count)
+           if float(a.get("ts") or 0) >= start and (not name or a.get("scope") == f"budget:{name}")][-count:]
+    if as_json:
+        return echo_json([{**a, "ts": float(a.get("ts") or 0), "data": json.loads(a.get("data") or "{}")} for a in got])
+    if not got:
+        return click.echo("no alerts")
+    click.echo(render.table([[_ts(a.get("ts")), a.get("level", ""), a.get("kind", ""), a.get("scope", ""),
+                              a.get("message", "")] for a in got], ["TIME", "LEVEL", "KIND", "SCOPE", "MESSAGE"]))

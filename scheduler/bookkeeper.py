@@ -1,0 +1,233 @@
+"""The scheduler's budget duties: effective limits, overrides, period rollover, alerts and the stop
+policy each tick, and the budget requests from the inbox (set, override, revoke, ledger import).
+
+The decisions are pure (ledger.py, alerts.py, budgetwatch.py, periods.py); this module feeds them
+the daemon's state and commits what they return through `Scheduler.commit`, so every override,
+expiry, revocation, limit change, period start and fired alert is written in one transaction with
+its ledger entry. What is kept in Redis (overrides, limits, period labels, fired alerts) is loaded
+again by a new leader, so nothing fires twice across restarts.
+
+The effective budgets — the configured ones with `budget set` limits and active overrides — replace
+`sched.cfg.budgets`, so the admission gate, submit refusals and --test-only all see them.
+"""
+import hashlib
+import json
+import logging
+import re
+from dataclasses import replace
+
+from . import alerts, budgetwatch, ledger, periods, states, transitions as tr
+from .errors import RefusedError, UsageError
+from .hooks import Hooks
+from .ledger import Books, Entry, Override
+from .units import fmt_money, to_micro
+
+log = logging.getLogger("labq.scheduler")
+MAX_OVERRIDE_S = 366 * 86400
+MAX_IMPORT_ROWS = 10_000
+_DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
+
+
+class Bookkeeper:
+    def __init__(self, sched, cfg):
+        self.s, self.base = sched, cfg
+        self.overrides: dict[int, Override] = {}
+        self.limits: dict[str, dict] = {}       # budget -> {limit, by, at, prev}
+        self.periods: dict[str, str] = {}       # budget -> label last rolled into
+        self.fired: set[str] = set()
+        self.hooks = Hooks(cfg.alerts)
+        self._seq = 0
+
+    # -- state ---------------------------------------------------------------------------------
+    def load(self, now: float) -> None:
+        st = self.s.store.books()
+        self.overrides = {int(k): Override.loads(v) for k, v in st["overrides"].items()}
+        self.limits = {k: json.loads(v) for k, v in st["limits"].items()}
+        self.periods, self.fired = dict(st["periods"]), set(st["fired"])
+        self.refresh(now)
+
+    def refresh(self, now: float) -> None:
+        """Put the effective budgets into the scheduler's config."""
+        budgets = self._effective(self.overrides.values(), now)
+        if budgets != self.s.cfg.budgets:
+            self.s.cfg = replace(self.s.cfg, budgets=budgets)
+
+    def _effective(self, overrides, now: float):
+        limits = {k: int(v["limit"]) for k, v in self.limits.items()}
+        return ledger.effective(self.base.budgets, limits, overrides, now)
+
+    def applied(self, books: Books | None, now: float) -> None:
+        """After a commit: the in-memory view follows what was written."""
+        if not books:
+            return
+        for o in books.overrides:
+            self.overrides[o.id] = o
+        for name, record in books.limits:
+            if record is None:
+                self.limits.pop(name, None)
+            else:
+                self.limits[name] = json.loads(record)
+        self.periods.update(books.periods)
+        self.fired.update(books.fired)
+        if books.overrides or books.limits:
+            self.refresh(now)
+
+    def spent_now(self, now: float) -> dict[str, int]:
+        """budget -> settled in its current period."""
+        return periods.spent_now(self.s.cfg.budgets, self.s.store.spent(), now)
+
+    def period(self, budget: str, now: float) -> str:
+        """The period a charge to `budget` settled at `now` belongs to."""
+        b = next((b for b in self.base.budgets if b.name == budget), None)
+        return periods.current(b, now) if b else ""
+
+    # -- each tick -----------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        if not self.base.budgets:
+            return
+        books, raised = Books(), []
+        for o in self.overrides.values():
+            if o.state == "active" and o.expires <= now:
+                gone = replace(o, state="expired", ended=now)
+                books.overrides.append(gone)
+                books.entries.append(Entry("override_expired", f"override:{o.id}:expired", o.budget, o.amount,
+                                           (("id", str(o.id)),)))
+                raised.append(alerts.override_alert(gone, "override_expired", now, self._unit(o.budget)))
+        live = {**self.overrides, **{o.id: o for o in books.overrides}}
+        budgets = self._effective(live.values(), now)
+        spent = self.s.store.spent()
+        for b in budgets:
+            lab = periods.current(b, now)
+            if b.period != "none" and self.periods.get(b.name) != lab:
+                prev = self.periods.get(b.name, "")
+                closed = int(spent.get(periods.field(b.name, prev), 0)) if prev else 0
+                books.entries.append(Entry("period", f"period:{b.name}:{lab}", b.name, 0,
+                                           (("period", lab), ("prev", prev), ("closed", str(closed)))))
+                books.periods.append((b.name, lab))
+        books.entries = [e for e in books.entries if e.type != "period" or not self.s.store.charged(e.key)]
+        now_spent = periods.spent_now(budgets, spent, now)
+        running = [j for j in self.s.jobs.values() if j.state in states.ON_NODE]
+        statuses = [budgetwatch.status(b, now_spent[b.name], running, now, periods.current(b, now)) for b in budgets]
+        raised += alerts.evaluate(statuses, self.fired, now)
+        books.fired += [a.key for a in raised]
+        cfg = replace(self.s.cfg, budgets=budgets)
+        stop = budgetwatch.stop(budgets, now_spent, running, cfg, now, lead=self.s.cfg.tick,
+                                protected=self._protected())
+        jobs, controls = [], []
+        for pr in stop.preempts:
+            jobs.append(tr.preempting(self.s.jobs[pr.job_id], None, pr.detail, now))
+            controls.append((pr.job_id, f"preempt:{pr.grace}"))
+            log.info("job %s preempted: %s", self.s.jobs[pr.job_id].display_id, pr.detail)
+        for jid, detail in stop.cancels:
+            jobs.append(replace(self.s.jobs[jid], cancel_requested=True, detail=detail))
+            controls.append((jid, "cancel"))
+            log.info("job %s %s", self.s.jobs[jid].display_id, detail)
+        if books or jobs:
+            self.s.commit(jobs=jobs, controls=controls, alerts=[a.fields() for a in raised], books=books)
+
+    def _protected(self) -> dict:
+        """budget -> when `budget set` last lowered its limit (jobs running since before are left alone)."""
+        return {k: float(v["at"]) for k, v in self.limits.items() if v.get("prev") is not None
+                and int(v["limit"]) < int(v["prev"])}
+
+    def _unit(self, budget: str) -> str:
+        return next((b.unit for b in self.base.budgets if b.name == budget), "usd")
+
+    # -- requests ------------------------------------------------------------------------------
+    def request(self, op: str, user: str, body: dict, now: float):
+        from .requests import Change
+        admins = self.s.cfg.security["admins"]
+        if user not in admins:
+            raise RefusedError(f"only admins ({', '.join(admins)}) may {op.replace('_', ' ')}")
+        reply, books, raised = getattr(self, "_" + op)(user, body, now)
+        return Change(reply={"ok": True, **reply}, books=books, alerts=[a.fields() for a in raised])
+
+    def _budget(self, body: dict):
+        name = body.get("budget")
+        b = next((b for b in self.s.cfg.budgets if b.name == name), None)
+        if b is None:
+            known = ", ".join(b.name for b in self.base.budgets) or "none configured"
+            raise UsageError(f"budget: no such budget {name!r} (known: {known})")
+        return b
+
+    def _budget_set(self, user: str, body: dict, now: float):
+        b = self._budget(body)
+        base = next(x for x in self.base.budgets if x.name == b.name)
+        if body.get("reset"):
+            new, record = base.limit, None
+        else:
+            new = _amount(body.get("limit"), "limit", zero=True)
+            record = json.dumps({"limit": new, "by": user, "at": now, "prev": b.limit}, separators=(",", ":"))
+        self._seq += 1   # unique within this leader; `now` makes it unique across leaders
+        key = f"limit:{b.name}:{now:.6f}:{self._seq}"
+        entry = Entry("limit", key, b.name, new, (("prev", str(b.limit)), ("by", user)))
+        books = Books(entries=[entry], limits=[(b.name, record)])
+        a = alerts.Alert(key, "limit", f"budget:{b.name}", "info",
+                         f"budget {b.name}: limit {fmt_money(b.limit, b.unit)} -> {fmt_money(new, b.unit)} by {user}",
+                         now, {"budget": b.name, "limit": new / 1e6, "prev": b.limit / 1e6, "by": user})
+        books.fired.append(key)
+        return {"budget": b.name, "limit": new / 1e6, "prev": b.limit / 1e6, "unit": b.unit}, books, [a]
+
+    def _budget_override(self, user: str, body: dict, now: float):
+        b = self._budget(body)
+        amount = _amount(body.get("amount"), "amount")
+        secs = body.get("expires")
+        if not isinstance(secs, (int, float)) or isinstance(secs, bool) or not 0 < secs <= MAX_OVERRIDE_S:
+            raise UsageError(f"expires: expected a duration up to 366 days, got {secs!r}")
+        approver, reason = _text(body.get("approver"), "approver", 100), _text(body.get("reason"), "reason", 500)
+        oid = max(self.overrides, default=0) + 1
+        o = Override(oid, b.name, amount, approver, reason, user, now, now + secs)
+        entry = Entry("override", f"override:{oid}", b.name, amount,
+                      (("id", str(oid)), ("approver", approver), ("reason", reason), ("by", user),
+                       ("expires", str(o.expires))))
+        a = alerts.override_alert(o, "override", now, b.unit)
+        return {"override": o.__dict__, "unit": b.unit}, Books(entries=[entry], overrides=[o], fired=[a.key]), [a]
+
+    def _budget_revoke(self, user: str, body: dict, now: float):
+        oid = body.get("id")
+        o = self.overrides.get(oid) if isinstance(oid, int) and not isinstance(oid, bool) else None
+        if o is None:
+            raise UsageError(f"revoke: no such override {oid!r}")
+        if o.state != "active":
+            raise UsageError(f"revoke: override {oid} is already {o.state}")
+        gone = replace(o, state="revoked", ended=now)
+        entry = Entry("override_revoked", f"override:{oid}:revoked", o.budget, o.amount,
+                      (("id", str(oid)), ("by", user)))
+        a = alerts.override_alert(gone, "override_revoked", now, self._unit(o.budget), user)
+        return {"override": gone.__dict__}, Books(entries=[entry], overrides=[gone], fired=[a.key]), [a]
+
+    def _ledger_import(self, user: str, body: dict, now: float):
+        rows, source = body.get("rows"), str(body.get("source") or "")[:200]
+        if not isinstance(rows, list) or not rows or len(rows) > MAX_IMPORT_ROWS:
+            raise UsageError(f"rows: expected 1 to {MAX_IMPORT_ROWS} rows of [date, scope, amount]")
+        entries, seen = [], {}
+        for i, row in enumerate(rows, 1):
+            if (not isinstance(row, list) or len(row) != 3 or not isinstance(row[0], str) or not _DATE.match(row[0])
+                    or not isinstance(row[1], str) or not row[1]):
+                raise UsageError(f"row {i}: expected [YYYY-MM-DD, account or tag:K=V, amount], got {row!r}")
+            amount = _amount(row[2], f"row {i}: amount", zero=True, negative=True)
+            text = f"{row[0]}|{row[1]}|{amount}"
+            seen[text] = seen.get(text, 0) + 1        # identical rows in one file are distinct rows
+            key = "import:" + hashlib.sha1(f"{text}|{seen[text]}".encode()).hexdigest()[:20]
+            entries.append(Entry("import", key, "", amount,
+                                 (("date", row[0]), ("scope", row[1][:200]), ("source", source), ("by", user))))
+        known = self.s.store.known_keys([e.key for e in entries])
+        fresh = [e for e in entries if e.key not in known]
+        return {"imported": len(fresh), "duplicates": len(entries) - len(fresh)}, Books(entries=fresh), []
+
+
+def _amount(v, what: str, zero: bool = False, negative: bool = False) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise UsageError(f"{what}: expected a number, got {v!r}")
+    m = to_micro(v, what)
+    if m < 0 and not negative or m == 0 and not zero:
+        raise UsageError(f"{what}: expected a positive amount, got {v!r}")
+    return m
+
+
+def _text(v, what: str, most: int) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise UsageError(f"{what}: required (a non-empty text)")
+    if len(v) > most:
+        raise UsageError(f"{what}: at most {most} characters")
+    return v.strip()
