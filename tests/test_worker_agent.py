@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from rq import Queue, Worker
@@ -135,45 +136,62 @@ def test_stop_releases_the_lease_and_stops_workers(redis_server, real_redis, rq_
     assert a.worker_pids() == [] and all(not os.path.exists(f"/proc/{p}") for p in pids)
 
 
-def start_agent_process(redis_server, tmp_path):
+def start_agent_process(redis_server, tmp_path, slots=1, extra=""):
     cfg = tmp_path / "labq.toml"
     cfg.write_text(f'[scheduler]\nnode_lease = "30s"\nkill_wait = "1s"\n[worker]\nname = "{NODE}"\n'
-                   f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = 1\nspool = "{tmp_path / "spool"}"\nrun_as = "self"\n')
+                   f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = {slots}\nspool = "{tmp_path / "spool"}"\n'
+                   f'run_as = "self"\n{extra}')
     code = (f"import logging, sys; sys.path.insert(0, {ROOT!r}); logging.basicConfig(level=logging.INFO)\n"
             f"from scheduler import config; from worker.agent import Agent\n"
             f"sys.exit(Agent(config.load({str(cfg)!r}), {redis_server.url!r}, {str(cfg)!r}, stop_timeout=1).run())")
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
 
 
-def start_sleeping_job(redis_server, real_redis, tmp_path) -> int:
+def start_sleeping_job(redis_server, real_redis, tmp_path, jid=21, script=None, **kw) -> int:
     """A job that runs until killed, through the agent's RQ worker; returns its pid."""
-    pidfile = tmp_path / "job.pid"
-    put_job(real_redis, jid=21, gpus=(), argv=("/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"),
-            workdir=str(tmp_path), time_limit=600)
+    pidfile = tmp_path / f"job{jid}.pid"
+    script = script or "exec sleep 300"
+    put_job(real_redis, jid=jid, gpus=(), argv=("/bin/bash", "-c", f"echo $$ > {pidfile}; {script}"),
+            workdir=str(tmp_path), time_limit=600, **kw)
     rq = conn.connect_raw(redis_server.url)
-    queue(rq).enqueue_call(RUNNER, kwargs={"job_id": 21, "attempt": 1}, job_id="21-a1", timeout=900)
+    queue(rq).enqueue_call(RUNNER, kwargs={"job_id": jid, "attempt": 1}, job_id=f"{jid}-a1", timeout=900)
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=60, what="job start")
     rq.close()
     return int(pidfile.read_text())
 
 
-def test_agent_process_exits_0_on_sigterm_and_kills_running_job(redis_server, real_redis, tmp_path):
-    """As under systemd: SIGTERM to the agent; a job still running when the workers are stopped is
-    killed by its runner (the worker was its parent) and reported as a node failure."""
-    p = start_agent_process(redis_server, tmp_path)
+CHECKPOINTER = "trap 'echo checkpointed > ckpt-$LABQ_JOB_ID; exit 0' USR1; while true; do sleep 0.1; done"
+STUBBORN = "trap '' USR1 TERM; while true; do sleep 0.1; done"
+
+
+def test_sigterm_preempts_running_jobs_with_their_checkpoint_signal(redis_server, real_redis, tmp_path):
+    """systemctl stop: SIGTERM to the agent only (KillMode=mixed). Each running job gets its
+    checkpoint signal (--signal USR1) and its QoS grace, capped by worker.stop_grace; one that
+    checkpoints and exits and one that ignores it and is killed at the end of the grace both end
+    `preempted`, which the scheduler requeues. The agent exits 0 and gives its lease up."""
+    p = start_agent_process(redis_server, tmp_path, slots=2, extra='stop_grace = "3s"\n')
     try:
         wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
-        job_pid = start_sleeping_job(redis_server, real_redis, tmp_path)
+        good = start_sleeping_job(redis_server, real_redis, tmp_path, jid=31, script=CHECKPOINTER,
+                                  warn_signal=("USR1", 60))
+        bad = start_sleeping_job(redis_server, real_redis, tmp_path, jid=32, script=STUBBORN, warn_signal=("USR1", 60))
+        wait_for(lambda: len(events(real_redis, "started")) == 2, timeout=30, what="both started")
+        stopped_at = time.time()
         p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=90)
     finally:
         p.kill()
     assert p.returncode == 0, err
-    assert "node tnode: 2 CPUs" in err
     assert not real_redis.exists(K.node_lease(NODE))
-    wait_for(lambda: events(real_redis, "finished"), timeout=30, what="finished event")
-    assert events(real_redis, "finished")[0]["body"]["outcome"] == "node_failure"
-    wait_for(lambda: not os.path.exists(f"/proc/{job_pid}"), timeout=30, what="the job to die")
+    fin = {int(e["job"]): e["body"] for e in events(real_redis, "finished")}
+    assert set(fin) == {31, 32}, err
+    assert all(b["outcome"] == "preempted" and "stopping" in b["message"] for b in fin.values()), fin
+    assert (tmp_path / "ckpt-31").read_text() == "checkpointed\n", "the checkpoint signal reached the job"
+    assert fin[31]["exit_code"] == 0 and fin[32]["signal"] == signal.SIGKILL
+    assert fin[32]["end_time"] - stopped_at >= 3 - 0.1, "SIGKILL only once the grace (stop_grace) had passed"
+    assert "preempted 2 running job(s)" in err
+    for pid in (good, bad):
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30, what="the job to die")
 
 
 def test_agent_killed_takes_its_jobs_down(redis_server, real_redis, tmp_path):

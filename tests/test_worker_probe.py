@@ -90,9 +90,65 @@ def test_nvml_backend_enumerates_mig_and_turns_unsupported_calls_into_none():
     s = {x.uuid: x for x in b.sample()}
     assert s["GPU-gpu0"].util == 42 and s["MIG-mig-gpu1-0"].util is None
     assert s["GPU-gpu0"].power_mw is None and s["GPU-gpu0"].energy_mj == 1000
-    assert s["GPU-gpu0"].procs == {9: 256}           # N/A memory is left out, not guessed
-    assert probe.gpu_procs(b) == {9: 768}
+    # N/A memory is None, not guessed; the pid still counts (the placement check needs it)
+    assert s["GPU-gpu0"].procs == {9: 256, 10: None}
+    assert probe.gpu_procs(b) == {9: 768, 10: 0}
+    assert not any(x.lost for x in s.values())
     b.close()
+
+
+def test_nvml_lost_gpu_is_reported_not_raised_and_a_broken_one_is_left_out():
+    """A GPU that fails to enumerate must not turn the node into a CPU node; one lost later is
+    reported in its samples (the agent takes it out of service) while the others keep sampling."""
+    nv = _fake_nvml(mig_on_gpu1=False)
+    nv.NVMLError_GpuIsLost = type("GpuIsLost", (_NVMLError,), {})
+    nv.NVMLError_Unknown = type("Unknown", (_NVMLError,), {})
+    count, handle = 3, nv.nvmlDeviceGetHandleByIndex
+
+    def by_index(i):
+        if i == 2:
+            raise nv.NVMLError_Unknown("GPU 2 fell off the bus")
+        return handle(i)
+    nv.nvmlDeviceGetCount, nv.nvmlDeviceGetHandleByIndex = (lambda: count), by_index
+    b = probe.NvmlBackend(nv)
+    assert [g.uuid for g in b.devices()] == ["GPU-gpu0", "GPU-gpu1"] and b.broken == [(2, "GPU 2 fell off the bus")]
+    util = nv.nvmlDeviceGetUtilizationRates
+
+    def lost_util(h):
+        if h == "gpu1":
+            raise nv.NVMLError_GpuIsLost("gpu is lost")
+        return util(h)
+    nv.nvmlDeviceGetUtilizationRates = lost_util
+    for _ in range(3):      # every second; logged once, never raised
+        s = {x.uuid: x for x in b.sample()}
+    assert s["GPU-gpu1"].lost and s["GPU-gpu1"].error == "gpu is lost" and s["GPU-gpu1"].util is None
+    assert not s["GPU-gpu0"].lost and s["GPU-gpu0"].util == 42
+    assert len(b._logged) == 1
+
+
+def test_nvml_graphics_processes_count_too():
+    nv = _fake_nvml(mig_on_gpu1=False)
+    nv.nvmlDeviceGetGraphicsRunningProcesses = lambda h: [types.SimpleNamespace(pid=9, usedGpuMemory=100),
+                                                          types.SimpleNamespace(pid=11, usedGpuMemory=50)]
+    s = probe.NvmlBackend(nv).sample()[0]
+    assert s.procs == {9: 256, 10: None, 11: 50}
+
+
+def test_fake_backend_json_script_repeats_its_last_step(tmp_path):
+    spec = {"count": 2, "model": "H100", "mem": 1 << 30, "samples": [
+        {"0": {"util": 90, "energy_mj": 1000, "procs": {"77": 5}}},
+        {"GPU-fake-n1-1": {"util": 3, "lost": True}}]}
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(spec))
+    b = probe.make_gpu_backend(str(path), "n1")
+    assert [(g.uuid, g.model, g.mem) for g in b.devices()] == [("GPU-fake-n1-0", "H100", 1 << 30),
+                                                                ("GPU-fake-n1-1", "H100", 1 << 30)]
+    first = {s.uuid: s for s in b.sample()}
+    assert first["GPU-fake-n1-0"].util == 90 and first["GPU-fake-n1-0"].procs == {77: 5}
+    assert first["GPU-fake-n1-1"].util == 0 and not first["GPU-fake-n1-1"].lost
+    for _ in range(2):
+        later = {s.uuid: s for s in b.sample()}
+        assert later["GPU-fake-n1-1"].lost and later["GPU-fake-n1-0"].util == 0
 
 
 def test_host_facts():

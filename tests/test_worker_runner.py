@@ -107,7 +107,9 @@ def test_runs_command_with_clean_env_cwd_and_log(real_redis, redis_server, tmp_p
     body = finished(real_redis)
     assert body["outcome"] == "completed" and body["exit_code"] == 0 and body["signal"] is None
     assert body["start_time"] == started[0]["body"]["start_time"] <= body["end_time"]
-    assert set(body["usage"]) == {"cpu_s", "max_rss_bytes", "wall_s"} and body["usage"]["cpu_s"] > 0
+    assert {"cpu_s", "max_rss_bytes", "wall_s"} <= set(body["usage"]) and body["usage"]["cpu_s"] > 0
+    assert body["usage"]["mem_limit_bytes"] == 1 << 30, "no --mem-limit: the request is the limit"
+    assert not {k for k in body["usage"] if k.startswith("gpu_")}, "no GPU samples, no GPU figures"
     st = real_redis.hgetall(K.attempt(5, 1))
     assert st["claimed"].startswith(f"{NODE}:") and float(st["hb"]) > 0 and st["pid"] == str(started[0]["body"]["pid"])
 

@@ -4,7 +4,13 @@ the node's queue. The jobs themselves are run by worker.runner inside those work
 Fencing: the scheduler requeues a node's jobs once its lease has expired, so jobs here must not
 outlive the lease. If the agent cannot renew for two thirds of it, or finds it already gone, it
 kills its workers; their runners see their parent die and kill the job trees.
+
+Stopping (SIGTERM, `systemctl stop`): no worker takes a new job, and every running job is
+preempted exactly as a preempt control would: its checkpoint signal, its QoS grace (capped by
+worker.stop_grace), SIGKILL, outcome `preempted`, so the scheduler requeues it. Then the lease is
+given up. TimeoutStopSec must exceed stop_grace + kill_wait + a margin.
 """
+import contextlib
 import logging
 import os
 import signal
@@ -13,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler import sdnotify
 from scheduler.config import Config
@@ -22,7 +28,7 @@ from scheduler.store.agentside import AgentStore
 from scheduler.store.keys import Keys
 from scheduler.units import fmt_size
 
-from . import launch, probe
+from . import cgroup, gpuwatch, launch, probe
 
 log = logging.getLogger("labq.agent")
 
@@ -30,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = 0.5            # supervision loop; lease renewal runs on its own schedule within it
 QUICK_DEATH = 10.0    # a worker that dies sooner than this after starting counts as failing
 MAX_BACKOFF = 30.0
+STOP_MARGIN = 15.0    # beyond grace + kill_wait: the runners' last reaping and their `finished` posts
 
 
 @dataclass
@@ -52,27 +59,52 @@ class Agent:
         self.gpus = self.backend.devices()
         self.slots = [Slot(i) for i in range(w["slots"] or self.cpus)]
         self.lease = float(cfg.node_lease)
-        self.settings = launch.Settings(redis_url, cfg.prefix, self.name, float(cfg.kill_wait),
-                                        os.path.expanduser(w["spool"]), w["run_as"], bool(w["allow_root"]))
+        self.settings = launch.Settings(
+            redis_url, cfg.prefix, self.name, float(cfg.kill_wait), os.path.expanduser(w["spool"]), w["run_as"],
+            bool(w["allow_root"]), limit_cpus=bool(w["limit_cpus"]), pids_max=int(w["pids_max"]),
+            idle_gpu_util=float(w["idle_gpu_util"]), idle_gpu_after=float(w["idle_gpu_after"]),
+            stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos))
         self.queue = Keys.rq_queue(self.name)
         self.store = AgentStore(conn.connect(redis_url), Keys(cfg.prefix))
         self._stop = threading.Event()
         self._next_renew = self._last_renew = 0.0
         self.fenced = False
+        self.delegation: cgroup.Delegation | None = None
+        self.monitor: gpuwatch.Monitor | None = None
+        self.lost_gpus: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         # 0755: runners make per-job checkpoint dirs (0700, the user's) and scripts (0600) in here.
         os.makedirs(self.settings.spool, mode=0o755, exist_ok=True)
+        self._setup_cgroups()      # before any worker exists: under systemd we move into a leaf first
         self._register()
         now = time.monotonic()
         self._last_renew, self._next_renew = now, now + self.lease / 3
         for s in self.slots:
             self._spawn(s, now)
+        if self.gpus:
+            self.monitor = gpuwatch.Monitor(self.backend, gpuwatch.snapshot_path(self.settings.spool), self.name)
+            self.monitor.start()
+        for index, err in getattr(self.backend, "broken", []):
+            self._alert("gpu_lost", f"GPU {index} on node {self.name} failed to initialise ({err}); it is not offered",
+                        gpu_index=index, error=err)
         models = sorted({g.model for g in self.gpus})
         log.info("node %s: %d CPUs, %s memory, %d GPUs%s, %d slots, queue %s", self.name, self.cpus,
                  fmt_size(self.mem), len(self.gpus), f" ({', '.join(models)})" if models else "",
                  len(self.slots), self.queue)
+
+    def _setup_cgroups(self) -> None:
+        d, why = cgroup.detect(self.cfg.worker["cgroups"], self.name)
+        if d is None:
+            log.info("no job cgroups (%s): the runners enforce memory limits themselves", why)
+            return
+        swept = cgroup.sweep(d.base)
+        if swept:
+            log.warning("removed %d job cgroups left by an earlier agent: %s", len(swept), ", ".join(swept))
+        log.info("%s", d.describe())
+        self.delegation = d
+        self.settings = replace(self.settings, cgroup_base=d.base)
 
     def run(self) -> int:
         """Until stop() or SIGTERM/SIGINT; then stop the workers, give the lease up, return 0."""
@@ -100,30 +132,88 @@ class Agent:
             self._renew(now)
         for s in self.slots:
             self._supervise(s, now)
+        if self.monitor is not None:
+            self._check_gpus()
 
     def shutdown(self) -> None:
-        """Warm stop (idle workers exit, busy ones finish) for stop_timeout, then SIGKILL: their
-        runners see the parent die and kill the job trees; we wait for those, then release."""
+        """Stop taking jobs (RQ's warm shutdown of every worker) and preempt the running ones
+        (SIGTERM to each runner); wait for them, bounded by the grace, then SIGKILL what is left:
+        those runners see their parent die and kill their trees. Then give the lease up."""
         procs = [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
-        tree = [pid for p in procs for pid in probe.descendants(p.pid)]
         for p in procs:
             p.send_signal(signal.SIGTERM)
-        end = time.monotonic() + self.stop_timeout
-        for p in procs:
-            try:
-                p.wait(max(0.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("worker pid %d did not stop in %.0fs; killing it", p.pid, self.stop_timeout)
-                p.kill()
-                p.wait()
-        if not probe.wait_gone(tree, self.settings.kill_wait + 5):
+        budget = self.stop_budget()
+        # Tell systemd the stop takes this long at most (it also caps it at TimeoutStopSec).
+        sdnotify.notify(f"EXTEND_TIMEOUT_USEC={int((budget + STOP_MARGIN) * 1e6)}")
+        end, told, tree = time.monotonic() + budget, set(), set()
+        while True:
+            alive = [p for p in procs if p.poll() is None]
+            for p in alive:
+                tree.update(probe.descendants(p.pid))
+                for runner in probe.children(p.pid):     # a worker's only child is its horse: the runner
+                    if runner not in told:
+                        told.add(runner)
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(runner, signal.SIGTERM)
+            if not alive or time.monotonic() >= end:
+                break
+            time.sleep(0.1)
+        for p in alive:
+            log.warning("worker pid %d did not stop in %.0fs; killing it", p.pid, budget)
+            p.kill()
+            p.wait()
+        if told:
+            log.info("node %s: preempted %d running job(s) for the stop", self.name, len(told))
+        if not probe.wait_gone(sorted(tree), self.settings.kill_wait + 5):
             log.warning("job processes still alive after the workers stopped")
+        self._close()
+
+    def stop_budget(self) -> float:
+        """How long a stop may take: the longest grace a running job can get, kill_wait, a margin."""
+        graces = [g for _, g in self.settings.qos_grace] or [self.settings.stop_grace]
+        return min(max(graces), self.settings.stop_grace) + self.settings.kill_wait + self.stop_timeout
+
+    def _close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.delegation is not None:
+            cgroup.sweep(self.delegation.base)
         try:
             self.store.release(self.name)
         except conn.ERRORS as e:
             log.warning("could not release the lease (it will expire): %s", e)
         self.backend.close()
         log.info("node %s stopped", self.name)
+
+    # -- GPUs ----------------------------------------------------------------------------------
+    def _check_gpus(self) -> None:
+        """A GPU NVML reports lost leaves service: an alert, and the node re-registered without
+        it, so nothing new is placed there. Its job's runner sees it in the snapshot and stops
+        the job as a node failure (requeued)."""
+        new = {u: why for u, why in self.monitor.lost.items() if u not in self.lost_gpus}
+        if not new:
+            return
+        gpus = [g for g in self.gpus if g.uuid not in new]
+        try:
+            self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
+                                os.getpid(), self.lease)
+        except conn.ERRORS as e:
+            log.warning("node %s: cannot take lost GPUs out of service yet: %s", self.name, e)
+            return
+        self.gpus = gpus
+        for u, why in new.items():
+            self.lost_gpus.add(u)
+            self._alert("gpu_lost", f"GPU {u} on node {self.name} is lost ({why}): out of service until the "
+                        f"agent restarts; a job on it is requeued", gpu=u, error=why)
+
+    def _alert(self, kind: str, message: str, **data) -> None:
+        body = {"kind": kind, "scope": f"node:{self.name}", "level": "error", "message": message,
+                "data": {"node": self.name, **data}}
+        log.error("%s", message)
+        try:
+            self.store.post("alert", 0, 0, self.name, body)
+        except conn.ERRORS as e:
+            log.warning("cannot post the alert: %s", e)
 
     # -- lease ---------------------------------------------------------------------------------
     def _register(self) -> None:

@@ -36,20 +36,43 @@ class Settings:
     spool: str = "/var/spool/labq"
     run_as: str = "submitter"
     allow_root: bool = False
+    cgroup_base: str = ""           # where job cgroups go ("" = none: the runner's watchdog)
+    limit_cpus: bool = False        # cap each job at its --cpus (cpu.max)
+    pids_max: int = 0               # per-job pids.max (0 = no limit)
+    idle_gpu_util: float = 5.0      # percent
+    idle_gpu_after: float = 1800.0  # seconds under idle_gpu_util before an alert (0 = never)
+    stop_grace: float = 300.0       # at most this much checkpoint grace when the node stops
+    qos_grace: tuple = ()           # ((qos, seconds), ...): the grace a preemption would give
 
     @classmethod
     def from_environ(cls, env=None) -> "Settings":
         env = os.environ if env is None else env
+        grace = tuple((q, int(g)) for q, _, g in (x.partition("=") for x in (env.get("LABQ_QOS_GRACE") or "").split(","))
+                      if q and g.isdigit())
         return cls(redis_url=env.get("LABQ_REDIS_URL", ""), prefix=env.get("LABQ_PREFIX") or "labq",
                    node=env.get("LABQ_NODE", ""), kill_wait=float(env.get("LABQ_KILL_WAIT") or 30),
                    spool=os.path.expanduser(env.get("LABQ_SPOOL") or "/var/spool/labq"),
-                   run_as=env.get("LABQ_RUN_AS") or "submitter", allow_root=env.get("LABQ_ALLOW_ROOT") == "1")
+                   run_as=env.get("LABQ_RUN_AS") or "submitter", allow_root=env.get("LABQ_ALLOW_ROOT") == "1",
+                   cgroup_base=env.get("LABQ_CGROUP_BASE", ""), limit_cpus=env.get("LABQ_LIMIT_CPUS") == "1",
+                   pids_max=int(env.get("LABQ_PIDS_MAX") or 0),
+                   idle_gpu_util=float(env.get("LABQ_IDLE_GPU_UTIL") or 5),
+                   idle_gpu_after=float(env.get("LABQ_IDLE_GPU_AFTER") or 1800),
+                   stop_grace=float(env.get("LABQ_STOP_GRACE") or 300), qos_grace=grace)
 
     def environ(self) -> dict[str, str]:
         """The inverse of from_environ, for the agent to hand to its workers."""
         return {"LABQ_REDIS_URL": self.redis_url, "LABQ_PREFIX": self.prefix, "LABQ_NODE": self.node,
                 "LABQ_KILL_WAIT": str(self.kill_wait), "LABQ_SPOOL": self.spool, "LABQ_RUN_AS": self.run_as,
-                "LABQ_ALLOW_ROOT": "1" if self.allow_root else "0"}
+                "LABQ_ALLOW_ROOT": "1" if self.allow_root else "0", "LABQ_CGROUP_BASE": self.cgroup_base,
+                "LABQ_LIMIT_CPUS": "1" if self.limit_cpus else "0", "LABQ_PIDS_MAX": str(self.pids_max),
+                "LABQ_IDLE_GPU_UTIL": str(self.idle_gpu_util), "LABQ_IDLE_GPU_AFTER": str(self.idle_gpu_after),
+                "LABQ_STOP_GRACE": str(self.stop_grace),
+                "LABQ_QOS_GRACE": ",".join(f"{q}={g}" for q, g in self.qos_grace)}
+
+    def shutdown_grace(self, qos: str) -> float:
+        """The checkpoint grace a job gets when the node stops: its QoS's preemption grace, capped
+        by worker.stop_grace (systemd's TimeoutStopSec must cover it)."""
+        return min(dict(self.qos_grace).get(qos, self.stop_grace), self.stop_grace)
 
 
 # -- identity ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ and tested without either of them behaving like hardware.
 """
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -30,7 +31,9 @@ class GpuSample:
     mem_used: int | None = None        # bytes
     power_mw: int | None = None
     energy_mj: int | None = None       # counter since driver load; a job's energy is its delta
-    procs: dict[int, int] = field(default_factory=dict)   # host pid -> GPU memory bytes
+    procs: dict[int, int | None] = field(default_factory=dict)   # host pid -> GPU memory bytes (None: N/A)
+    lost: bool = False                 # the GPU fell off the bus / needs a reset (NVML GpuIsLost)
+    error: str = ""                    # why this sample is empty, when it is
 
 
 class NullBackend:
@@ -48,21 +51,42 @@ class NullBackend:
 
 class FakeBackend:
     """`n` declared GPUs for tests and demos. UUIDs depend only on the node name and index, so a
-    restarted agent advertises the same devices and the scheduler's allocations stay valid."""
+    restarted agent advertises the same devices and the scheduler's allocations stay valid.
 
-    def __init__(self, n: int, model: str = "fake", node: str = "local", mem: int = 80 << 30):
+    `script` is a list of samples, one per call (the last one repeats): each maps a GPU (its
+    uuid, or its index as a string) to GpuSample fields; a GPU a step leaves out reads idle."""
+
+    def __init__(self, n: int, model: str = "fake", node: str = "local", mem: int = 80 << 30,
+                 script: list | None = None):
         self._devs = [Gpu(f"GPU-fake-{node}-{i}", i, model, mem) for i in range(n)]
         self.procs: dict[str, dict[int, int]] = {}    # uuid -> {pid: bytes}, set by tests
+        self.script = list(script or [])
+        self.calls = 0
+
+    @classmethod
+    def from_json(cls, path: str, node: str) -> "FakeBackend":
+        """{"count": 2, "model": "H100", "mem": bytes, "samples": [...]} (worker.gpus = "PATH.json")."""
+        with open(path) as f:
+            spec = json.load(f)
+        return cls(int(spec.get("count", 1)), spec.get("model", "fake"), node, int(spec.get("mem", 80 << 30)),
+                   spec.get("samples") or [])
 
     def devices(self) -> list[Gpu]:
         return list(self._devs)
 
     def sample(self) -> list[GpuSample]:
+        step = self.script[min(self.calls, len(self.script) - 1)] if self.script else {}
+        self.calls += 1
         out = []
         for d in self._devs:
             procs = dict(self.procs.get(d.uuid, {}))
-            out.append(GpuSample(d.uuid, util=0, mem_used=sum(procs.values()), power_mw=0, energy_mj=0,
-                                 procs=procs))
+            s = GpuSample(d.uuid, util=0, mem_used=sum(procs.values()), power_mw=0, energy_mj=0, procs=procs)
+            fields = step.get(d.uuid) or step.get(str(d.index)) or {}
+            for k, v in fields.items():
+                if k == "procs":
+                    v = {int(p): b for p, b in v.items()}
+                setattr(s, k, v)
+            out.append(s)
         return out
 
     def close(self) -> None:
@@ -71,12 +95,16 @@ class FakeBackend:
 
 class NvmlBackend:
     """Real GPUs through NVML (tech-notes §3.2). MIG slices are advertised instead of their parent,
-    because a MIG job gets exactly one slice and its UUID is the CUDA_VISIBLE_DEVICES token."""
+    because a MIG job gets exactly one slice and its UUID is the CUDA_VISIBLE_DEVICES token.
+    A GPU that fails to enumerate is left out (`broken`) instead of making the node a CPU node;
+    one that is lost later is reported in its samples (`lost`), never raised."""
 
     def __init__(self, nv):
         self.nv = nv
         self._handles: dict[str, object] = {}
         self._devs: list[Gpu] = []
+        self.broken: list[tuple[int, str]] = []      # (NVML index, error) of GPUs left out
+        self._logged: set[tuple[str, str]] = set()
         nv.nvmlInit()
         try:
             self._enumerate()
@@ -87,12 +115,16 @@ class NvmlBackend:
     def _enumerate(self) -> None:
         nv = self.nv
         for i in range(nv.nvmlDeviceGetCount()):
-            g = nv.nvmlDeviceGetHandleByIndex(i)
-            for h in self._migs(g) or [g]:
-                uuid = nv.nvmlDeviceGetUUID(h)
-                mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
-                self._handles[uuid] = h
-                self._devs.append(Gpu(uuid, i, nv.nvmlDeviceGetName(h), mem.total if mem else 0))
+            try:
+                g = nv.nvmlDeviceGetHandleByIndex(i)
+                for h in self._migs(g) or [g]:
+                    uuid = nv.nvmlDeviceGetUUID(h)
+                    mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
+                    self._handles[uuid] = h
+                    self._devs.append(Gpu(uuid, i, nv.nvmlDeviceGetName(h), mem.total if mem else 0))
+            except nv.NVMLError as e:
+                log.error("GPU %d left out: NVML says %s", i, e)
+                self.broken.append((i, str(e)))
 
     def _opt(self, fn, *args):
         """A call that some GPUs, drivers or privileges do not support: None instead of an error."""
@@ -123,21 +155,33 @@ class NvmlBackend:
         for d in self._devs:
             try:
                 out.append(self._sample_one(d.uuid, self._handles[d.uuid]))
-            except nv.NVMLError as e:     # a lost or resetting GPU: report it empty, keep the others
-                log.warning("NVML sample of %s failed: %s", d.uuid, e)
-                out.append(GpuSample(d.uuid))
+            except nv.NVMLError as e:     # a lost or resetting GPU: report it, keep the others
+                lost = isinstance(e, getattr(nv, "NVMLError_GpuIsLost", ()))
+                if (d.uuid, type(e).__name__) not in self._logged:      # once per GPU and error, not per second
+                    self._logged.add((d.uuid, type(e).__name__))
+                    log.warning("NVML sample of %s failed: %s", d.uuid, e)
+                out.append(GpuSample(d.uuid, lost=lost, error=str(e)))
         return out
 
     def _sample_one(self, uuid: str, h) -> GpuSample:
         nv = self.nv
         mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
         util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
-        procs = self._opt(nv.nvmlDeviceGetComputeRunningProcesses, h) or []
         return GpuSample(
             uuid, util=util.gpu if util else None, mem_used=mem.used if mem else None,
             power_mw=self._opt(nv.nvmlDeviceGetPowerUsage, h),
-            energy_mj=self._opt(nv.nvmlDeviceGetTotalEnergyConsumption, h),
-            procs={p.pid: p.usedGpuMemory for p in procs if p.usedGpuMemory is not None})
+            energy_mj=self._opt(nv.nvmlDeviceGetTotalEnergyConsumption, h), procs=self._procs(h))
+
+    def _procs(self, h) -> dict[int, int | None]:
+        """Compute and graphics processes on the device: pid -> GPU memory, None where NVML says
+        N/A (the pid still counts: the placement check needs to know it is there)."""
+        out: dict[int, int | None] = {}
+        for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            fn = getattr(self.nv, name, None)
+            for p in (self._opt(fn, h) or []) if fn else []:
+                b = p.usedGpuMemory
+                out[p.pid] = max(out.get(p.pid) or 0, b) if b is not None else out.get(p.pid)
+        return out
 
     def close(self) -> None:
         with contextlib.suppress(self.nv.NVMLError):
@@ -158,17 +202,19 @@ def _nvml_or_none():
 
 
 def make_gpu_backend(spec, node_name: str, model: str = "fake"):
-    """`spec` is config worker.gpus: "auto" (NVML where it works, else none), "none", or a number
-    of fake GPUs."""
+    """`spec` is config worker.gpus: "auto" (NVML where it works, else none), "none", a number of
+    fake GPUs, or the path of a JSON file of fake GPUs with scripted samples."""
     if spec in ("auto", None, ""):
         return _nvml_or_none() or NullBackend()
     if spec == "none":
         return NullBackend()
+    if isinstance(spec, str) and spec.endswith(".json"):
+        return FakeBackend.from_json(os.path.expanduser(spec), node_name)
     if isinstance(spec, str) and spec.isdigit():
         spec = int(spec)
     if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
         return FakeBackend(spec, model, node_name) if spec else NullBackend()
-    raise ValueError(f"worker.gpus: expected \"auto\" or a number of fake GPUs, got {spec!r}")
+    raise ValueError(f"worker.gpus: expected \"auto\", a number of fake GPUs or a .json file, got {spec!r}")
 
 
 def gpu_procs(backend) -> dict[int, int]:
@@ -176,7 +222,7 @@ def gpu_procs(backend) -> dict[int, int]:
     out: dict[int, int] = {}
     for s in backend.sample():
         for pid, b in s.procs.items():
-            out[pid] = out.get(pid, 0) + b
+            out[pid] = out.get(pid, 0) + (b or 0)
     return out
 
 
@@ -216,6 +262,41 @@ def _procs(pid: int | None) -> list:
         return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid` (the agent finds its workers' horses, the runners, this way)."""
+    try:
+        return [p.pid for p in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def zombie_children(exclude: int | None = None) -> list[int]:
+    """Our children that have exited and wait to be reaped (orphans adopted as subreaper)."""
+    out = []
+    for p in _direct():
+        with contextlib.suppress(psutil.Error):
+            if p.pid != exclude and p.status() == psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+    return out
+
+
+def _direct() -> list:
+    try:
+        return psutil.Process().children()
+    except psutil.Error:
+        return []
+
+
+def tree_pss(pids) -> int:
+    """Proportional set size of the processes, summed: shared pages counted once in all. Costs
+    a read of /proc/<pid>/smaps_rollup each (24 ms for a 2 GiB process), so it is sampled rarely."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error, OSError):
+            total += psutil.Process(pid).memory_full_info().pss
+    return total
 
 
 def descendants(pid: int | None = None) -> list[int]:

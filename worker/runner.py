@@ -4,6 +4,7 @@ It runs inside an RQ work horse (a fresh fork per job), which is why it may beco
 subreaper, flip effective ids and reap every child it has: nothing else lives in this process.
 The contract is docs/internals.md; RQ is only the transport that brought (job id, attempt) here.
 """
+import contextlib
 import logging
 import math
 import os
@@ -17,8 +18,9 @@ from scheduler import states
 from scheduler.store import conn
 from scheduler.store.agentside import AgentStore
 from scheduler.store.keys import Keys
+from scheduler.units import fmt_size
 
-from . import launch, probe
+from . import cgroup, gpuwatch, launch, memwatch, probe, procscan
 
 log = logging.getLogger("labq.runner")
 
@@ -27,12 +29,15 @@ TICK = 1.0             # heartbeat, sample, control and parent checks
 STOP_POLL = 0.1        # while a stopping tree drains
 REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
 POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
+PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms per 2 GiB process)
 
-_OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted",
-             "orphaned": "node_failure", "stopped": "node_failure"}
+_OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted", "shutdown": "preempted",
+             "orphaned": "node_failure", "gpu_lost": "node_failure", "oom": "oom"}
 _MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
-             "orphaned": "the node agent went away; the job was killed (fencing)",
-             "stopped": "the runner was told to stop (SIGTERM); the job was killed"}
+             "shutdown": "preempted: the node agent is stopping (checkpoint signal, grace, requeued)",
+             "orphaned": "the node agent went away; the job was killed (fencing)"}
+# Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded.
+_HARD = ("orphaned", "oom")
 
 
 def fence(job, attempt: int, node: str) -> str | None:
@@ -49,16 +54,37 @@ def fence(job, attempt: int, node: str) -> str | None:
 
 
 def run_job(job_id: int, attempt: int) -> dict:
-    s = launch.Settings.from_environ()
-    store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
-    job = store.job(job_id)
-    why = fence(job, attempt, s.node)
-    if why is None and not store.claim(job_id, attempt, s.node, os.getpid()):
-        why = "already claimed"       # a re-delivered RQ job never runs a command twice
-    if why:
-        log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
-        return {"ran": False, "reason": why}
-    return Run(store, s, job, attempt).execute()
+    term = _Sigterm()     # from the first instant: the horse's SIGTERM is SIG_DFL, and would orphan the job
+    try:
+        s = launch.Settings.from_environ()
+        store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
+        job = store.job(job_id)
+        why = fence(job, attempt, s.node)
+        if why is None and not store.claim(job_id, attempt, s.node, os.getpid()):
+            why = "already claimed"       # a re-delivered RQ job never runs a command twice
+        if why:
+            log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
+            return {"ran": False, "reason": why}
+        return Run(store, s, job, attempt, term).execute()
+    finally:
+        term.restore()
+
+
+class _Sigterm:
+    """SIGTERM to a runner is the agent's orderly stop (systemctl stop): preempt the job."""
+
+    def __init__(self):
+        self.got, self._old = False, None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._set)
+
+    def _set(self, *_):
+        self.got = True
+
+    def restore(self) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+            self._old = None
 
 
 def _verb(control: str | None) -> str | None:
@@ -72,23 +98,29 @@ def _grace(control: str) -> int | None:
 
 
 class Run:
-    def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int):
+    def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int, term: _Sigterm | None = None):
         self.store, self.s, self.job, self.n = store, s, job, attempt
+        self.term = term or _Sigterm()
         self.proc = None
         self.ckpt_dir = None
         self.start, self.t0 = None, None
         self.ppid = os.getppid()
-        self.stop_signal = False
         self.grace = None       # seconds, from a "preempt:GRACE" control
-        self.peak_rss = 0
-        self.sampler = probe.TreeSampler(os.getpid(), include_root=False)
+        self.peak_rss, self.peak_pss, self.next_pss = 0, None, 0.0
+        self.mem_limit = job.mem_limit or job.mem
+        self.cg: cgroup.JobCgroup | None = None
+        self.watchdog: memwatch.Watchdog | None = None
+        self.table = procscan.ProcTable()
+        self.kill_now: tuple[str, str] | None = None     # (stop reason, message) found by a tick
+        self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, job.attempts[-1].gpus, s.node,
+                                    s.idle_gpu_util, s.idle_gpu_after)
+        self.oom0 = self.kmsg0 = None
         self.body = {"outcome": "error", "exit_code": None, "signal": None, "start_time": None,
                      "end_time": None, "usage": {}, "message": ""}
 
     # -- the attempt, start to end -------------------------------------------------------------
     def execute(self) -> dict:
         """Exactly one `finished` per claimed attempt, whatever happens in between."""
-        restore = self._catch_sigterm()
         try:
             self._run()
         except launch.StartError as e:
@@ -98,7 +130,7 @@ class Run:
             self._cleanup_after_error()
             raise
         finally:
-            restore()
+            self._release_cgroup()
             self.body["end_time"] = self.body["end_time"] or time.time()
             self._post_finished()
         return {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
@@ -106,9 +138,10 @@ class Run:
     def _run(self) -> None:
         job, s = self.job, self.s
         early = _verb(self._control()) or ("cancel" if job.cancel_requested else None)
-        if early in ("cancel", "preempt"):
+        if early in ("cancel", "preempt") or self.term.got:
             outcome = "cancelled" if early == "cancel" else "preempted"
-            self.body.update(outcome=outcome, message=f"{outcome} before it started")
+            self.body.update(outcome=outcome, message=f"{outcome} before it started"
+                             + (" (the node agent is stopping)" if self.term.got and early != "cancel" else ""))
             return
         ident = launch.identity(job, s)
         out_fd, err_fd = launch.open_logs(job, ident)
@@ -123,7 +156,8 @@ class Run:
             env = launch.environment(job, job.attempts[-1], s, ident, start, ckpt)
             probe.become_subreaper()
             self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            self.proc = launch.spawn(cmd, env, ident, job.workdir, out_fd, err_fd)
+            self._limits()
+            self._spawn(cmd, env, ident, out_fd, err_fd)
         finally:
             os.close(out_fd)
             if err_fd != out_fd:
@@ -134,9 +168,46 @@ class Run:
         self.store.post("started", job.id, self.n, s.node, {"pid": self.proc.pid, "start_time": start})
         self._finish(self._watch())
 
+    # -- limits --------------------------------------------------------------------------------
+    def _limits(self) -> None:
+        """The job's cgroup where the agent found a delegated subtree; the watchdog for whatever
+        memory limit the kernel will not enforce; the host OOM counters for the evidence."""
+        s, job = self.s, self.job
+        if s.cgroup_base:
+            cg = cgroup.JobCgroup.for_attempt(s.cgroup_base, job.id, self.n)
+            try:
+                cg.create(mem_max=self.mem_limit, cpus=job.cpus if s.limit_cpus else 0, pids_max=s.pids_max)
+                self.cg = cg
+            except OSError as e:
+                log.warning("job %s: no cgroup at %s (%s); the runner enforces the memory limit", job.id, cg.path, e)
+        if self.mem_limit > 0 and not (self.cg and "memory" in self.cg.controllers):
+            self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
+        self.oom0, self.kmsg0 = memwatch.host_oom_kills(), memwatch.monotonic_us()
+
+    def _spawn(self, cmd, env, ident, out_fd: int, err_fd: int) -> None:
+        if self.cg is not None:
+            try:
+                self.cg.enter()
+            except OSError as e:
+                log.warning("job %s: cannot enter %s (%s); running without it", self.job.id, self.cg.path, e)
+                self._release_cgroup()
+                if self.mem_limit > 0:
+                    self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
+        try:
+            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd)
+        finally:
+            if self.cg is not None:
+                self.cg.leave()
+
+    def _release_cgroup(self) -> None:
+        cg, self.cg = self.cg, None
+        if cg is not None:
+            cg.kill()
+            cg.remove()
+
     # -- watching ------------------------------------------------------------------------------
     def _watch(self) -> str:
-        """Why the attempt ended: "exited", or the stop reason once the tree is down (or kill_wait
+        """Why the attempt ended: "exited", or the stop reason once the tree is down (or its grace
         has passed, after which _finish sends SIGKILL)."""
         limit = self.job.time_limit
         deadline = self.t0 + limit if limit > 0 else math.inf
@@ -151,10 +222,14 @@ class Run:
                 now = time.monotonic()
                 if stopping and now >= kill_at:
                     return stopping
+                due = now >= next_tick
+                if due:
+                    next_tick = now + TICK
+                    self._tick()
                 if stopping is None:
-                    why = self._why_stop(now >= deadline, now >= next_tick)
-                    if why in ("orphaned", "stopped"):
-                        return why          # fencing: no grace, _finish kills at once
+                    why = self._why_stop(now >= deadline, due)
+                    if why in _HARD:
+                        return why          # no grace: _finish kills at once
                     if why:
                         sig, wait = self._stop_signal(why)
                         log.info("job %s attempt %d: %s, %s to the tree, %ds to exit", self.job.id, self.n, why,
@@ -167,17 +242,16 @@ class Run:
                              self.job.warn_signal[1])
                     probe.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
                     warn_at = math.inf
-                if now >= next_tick:
-                    next_tick = now + TICK
-                    self._tick()
                 wake = max(min(next_tick, deadline, kill_at, warn_at) - time.monotonic(), 0.0)
                 waiter.wait(min(wake, STOP_POLL) if stopping else wake)
         finally:
             waiter.close()
 
     def _why_stop(self, past_deadline: bool, full_check: bool) -> str | None:
-        if self.stop_signal:
-            return "stopped"
+        if self.kill_now:
+            return self.kill_now[0]
+        if self.term.got:
+            return "shutdown"
         if full_check:
             if os.getppid() != self.ppid:
                 return "orphaned"     # the RQ worker (and so the agent's supervision) is gone
@@ -190,11 +264,15 @@ class Run:
         return "timeout" if past_deadline else None
 
     def _stop_signal(self, why: str):
-        """A preempted job gets its checkpoint signal (--signal's, else SIGTERM) and the QoS grace;
+        """A preempted job gets its checkpoint signal (--signal's, else SIGTERM) and the QoS grace
+        (from the control; a node stop gives the QoS grace capped by worker.stop_grace);
         everything else gets SIGTERM and kill_wait."""
-        if why == "preempted":
+        if why in ("preempted", "shutdown"):
             name = self.job.warn_signal[0] if self.job.warn_signal else "TERM"
-            grace = self.grace if self.grace is not None else self.s.kill_wait
+            if why == "shutdown":
+                grace = self.s.shutdown_grace(self.job.qos)
+            else:
+                grace = self.grace if self.grace is not None else self.s.kill_wait
             return getattr(signal, f"SIG{name}"), grace
         return signal.SIGTERM, self.s.kill_wait
 
@@ -206,8 +284,24 @@ class Run:
             return None
 
     def _tick(self) -> None:
-        t = self.sampler.sample()
+        pids = self.cg.pids() if self.cg is not None else self.table.pids()
+        t = procscan.stats(pids, None if self.cg is not None else self.table, self.table.seen)
         self.peak_rss = max(self.peak_rss, t.max_rss_bytes)
+        now = time.monotonic()
+        if now >= self.next_pss:
+            self.next_pss = now + PSS_EVERY
+            self.peak_pss = max(self.peak_pss or 0, probe.tree_pss(t.pids))
+        if self.watchdog is not None and self.kill_now is None:
+            why = self.watchdog.check(t.rss_bytes, t.pids)
+            if self.watchdog.last_pss is not None:
+                self.peak_pss = max(self.peak_pss or 0, self.watchdog.last_pss)
+            if why:
+                log.warning("job %s attempt %d: %s", self.job.id, self.n, why)
+                self.kill_now = ("oom", why)
+        for alert in self.gpu.tick(t.pids):
+            self._post("alert", alert)
+        if self.gpu.lost and self.kill_now is None:
+            self.kill_now = ("gpu_lost", f"GPU {self.gpu.lost} was lost (NVML); the job was stopped and requeued")
         self._tick_checkpoint()
         try:
             self.store.heartbeat(self.job.id, self.n, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
@@ -215,36 +309,84 @@ class Run:
         except conn.ERRORS as e:      # a Redis blip must not kill a running job
             log.warning("job %s: heartbeat failed: %s", self.job.id, e)
 
+    def _post(self, kind: str, body: dict) -> None:
+        try:
+            self.store.post(kind, self.job.id, self.n, self.s.node, body)
+        except conn.ERRORS as e:
+            log.warning("job %s: cannot post %s: %s", self.job.id, kind, e)
+
     # -- the end -------------------------------------------------------------------------------
     def _finish(self, why: str) -> None:
         pid = self.proc.pid
+        # Orphans that died on their own, before we kill anything: their statuses are OOM evidence.
+        early_kill = self._reap_early(pid)
         # Whatever is left (background processes, TERM-ignoring children) dies with the attempt.
         # The leader is still an unreaped zombie here, so its pid, the pgid, cannot have been reused.
+        if self.cg is not None:
+            self.cg.kill()
         probe.signal_tree(pid, signal.SIGKILL)
         _, status, _ = os.wait4(pid, 0)
         self.proc.returncode = status      # reaped by us; keep Popen from waiting on it again
         self._reap_all()
         end = time.time()
-        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        usage = {"cpu_s": round(ru.ru_utime + ru.ru_stime - self.ru0.ru_utime - self.ru0.ru_stime, 3),
-                 # Sampled, not ru_maxrss: that counts the forked runner's image before exec.
-                 "max_rss_bytes": self.peak_rss,
-                 "wall_s": round(end - (self.start or end), 3)}
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = -sig if sig else os.WEXITSTATUS(status)
-        self.body.update(exit_code=code, signal=sig, end_time=end, usage=usage)
+        self.body.update(exit_code=code, signal=sig, end_time=end, usage=self._usage(end))
         if why == "error":
             return
+        oom = self._oom(why, sig == signal.SIGKILL and why == "exited" or early_kill)
         if why == "exited" and self.ckpt_dir:
             self._tick_checkpoint()
-        if why == "exited" and code and code == self.job.checkpoint_exit_code:
+        if oom:
+            self.body.update(outcome="oom", message=oom)
+        elif why == "exited" and code and code == self.job.checkpoint_exit_code:
             self.body.update(outcome="checkpoint_exit", message=f"checkpoint exit code {code}: requeued")
         elif why == "exited":
             self.body.update(outcome="completed" if code == 0 else "exit", message=_describe(code, sig))
         elif why == "timeout":
             self.body.update(outcome="timeout", message=f"time limit of {self.job.time_limit}s reached")
         else:
-            self.body.update(outcome=_OUTCOMES[why], message=_MESSAGES[why])
+            message = self.kill_now[1] if self.kill_now and self.kill_now[0] == why else _MESSAGES[why]
+            self.body.update(outcome=_OUTCOMES[why], message=message)
+
+    def _usage(self, end: float) -> dict:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        usage = {"cpu_s": round(ru.ru_utime + ru.ru_stime - self.ru0.ru_utime - self.ru0.ru_stime, 3),
+                 # Sampled, not ru_maxrss: that counts the forked runner's image before exec.
+                 "max_rss_bytes": self.peak_rss,
+                 "wall_s": round(end - (self.start or end), 3)}
+        if self.peak_pss is not None:
+            usage["max_pss_bytes"] = self.peak_pss
+        if self.mem_limit > 0:
+            usage["mem_limit_bytes"] = self.mem_limit
+        if self.cg is not None:
+            usage.update(self.cg.usage())
+        usage.update(self.gpu.usage())
+        return usage
+
+    def _oom(self, why: str, sigkilled_unsent: bool) -> str | None:
+        """Why this attempt ran out of memory, on evidence only (worker.memwatch), or None. A
+        cancel or a preemption keeps its own outcome: the job was being stopped anyway."""
+        if why == "oom":
+            return self.kill_now[1]
+        if why not in ("exited", "timeout"):
+            return None
+        if self.cg is not None and "memory" in self.cg.controllers:
+            killed = self.cg.memory_events().get("oom_kill", 0)
+            if not killed:
+                return None
+            limit = f"its limit of {fmt_size(self.cg.mem_max)}" if self.cg.mem_max else "no limit: the host ran out"
+            return f"out of memory: the kernel's OOM killer killed {killed} process(es) of the job ({limit})"
+        return memwatch.host_oom(self.oom0, memwatch.host_oom_kills(), sigkilled_unsent, self.table.seen, self.kmsg0)
+
+    def _reap_early(self, leader: int) -> bool:
+        """Reap exited orphans (not the leader); True if one of them died of SIGKILL."""
+        killed = False
+        for pid in probe.zombie_children(exclude=leader):
+            with contextlib.suppress(ChildProcessError):
+                got, status = os.waitpid(pid, os.WNOHANG)
+                killed = killed or bool(got and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL)
+        return killed
 
     def _tick_checkpoint(self) -> None:
         """Record the newest checkpoint written during this attempt (also after the exit: one
@@ -290,13 +432,6 @@ class Run:
                     raise
                 log.warning("job %s: posting finished failed (%s), retrying", self.job.id, e)
                 time.sleep(1.0)
-
-    def _catch_sigterm(self):
-        """The horse's SIGTERM is SIG_DFL: it would die and orphan the job. Turn it into a stop."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        old = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_signal", True))
-        return lambda: signal.signal(signal.SIGTERM, old)
 
 
 def _describe(code: int, sig: int | None) -> str:
