@@ -310,12 +310,14 @@ class Scheduler:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
         return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()), usage=tuple(sorted(usage.items())),
-                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self._ended_states())
+                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states())
 
-    def _ended_states(self) -> tuple:
-        """(id, state) of each ended job a pending job depends on. An ended job never changes, so
-        each is read from Redis once and kept while some pending job still depends on it."""
-        want = dependency_targets(j for j in self.jobs.values() if j.deps and j.state == states.PENDING)
+    def ended_states(self, extra: Job | None = None) -> tuple:
+        """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
+        An ended job never changes, so each is read from Redis once and kept while some pending job
+        still depends on it."""
+        want = dependency_targets([j for j in self.jobs.values() if j.deps and j.state == states.PENDING]
+                                  + ([extra] if extra else []))
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:

@@ -75,7 +75,7 @@ class Handlers:
         """Forecast, each budget's availability after it, and the verdict — without submitting."""
         probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
         snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
-                        spent=tuple(sorted(self.s.books.spent_now(now).items())))
+                        spent=tuple(sorted(self.s.books.spent_now(now).items())), ended=self.s.ended_states(probe))
         plan = policy.plan(snap, self.s.cfg)
         placed = next((p for p in plan.places if p.job_id == probe.id), None)
         why = next((p for p in plan.pending if p.job_id == probe.id), None)

@@ -88,3 +88,19 @@ def test_the_ended_cache_is_rebuilt_by_a_new_leader(conns):
     r.xadd(K.inbox("alice"), {"rid": "c", "op": "submit", "body": json.dumps({**BODY, "dependency": "afterok:1"})})
     s2.tick(now + 10, ["user:alice"])
     assert job(r, 3).reason == states.DEPENDENCY_NEVER and "afterok:1 (F)" in job(r, 3).detail
+
+
+def test_test_only_judges_dependencies_on_ended_jobs(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s.tick(now, woke(r))
+    finish(r, 1, 1, "completed", 0, now + 5)
+    s.tick(now + 6)
+    submit(r, "alice", {**BODY, "dependency": "afterok:1", "test_only": True}, "t1")
+    submit(r, "alice", {**BODY, "dependency": "afternotok:1", "test_only": True}, "t2")
+    s.tick(now + 7, woke(r))
+    assert reply(r, "t1")["starts_now"] is True
+    assert reply(r, "t2")["reason"] == states.DEPENDENCY_NEVER
+    assert r.zcard(K.active) == 0
