@@ -25,7 +25,8 @@ def prio(ctx, user, account, as_json):
     c, now = ctx.client, time.time()
     snap = c.snapshot(now)
     pending = [j for j in snap.jobs if j.state == states.PENDING]
-    order, f = priority.ordered(pending, now, dict(snap.usage), c.cfg)
+    order = priority.ordered(pending, now, dict(snap.usage), c.cfg)
+    f = priority.factors(pending, now, dict(snap.usage), c.cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
     w = c.cfg.priority
     if as_json:

@@ -45,15 +45,30 @@ def test_burst_penalty_ranks_a_users_flood_below_another_users_job():
     text = "[priority]\nburst_jobs = 3\nburst_window = \"10m\"\n"
     f = priority.factors([j for j in snap.jobs], snap.now, {}, cfg(text))
     assert [f[i].burst for i in range(1, 6)] == [0, 0, 0, 1, 1] and f[6].burst == 0
-    order, _ = priority.ordered(list(snap.jobs), snap.now, {}, cfg(text))
+    order = priority.ordered(list(snap.jobs), snap.now, {}, cfg(text))
     assert [j.id for j in order].index(6) < [j.id for j in order].index(4)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["normal", "low"]), st.integers(-10 ** 6, 100), st.sampled_from("abc"),
+                          st.sampled_from("xy")), max_size=30))
+def test_the_fast_order_is_the_order_of_the_factors(rows):
+    b = ClusterBuilder()
+    for q, off, acct, user in rows:
+        b.job(qos=q, submit_offset=off, account=acct, user=user)
+    snap = b.build()
+    c = cfg("[priority]\nburst_jobs = 2\n[accounts.a]\nshare = 2.0\n")
+    usage = {"a": 100.0, "b": 5000.0}
+    f = priority.factors(list(snap.jobs), snap.now, usage, c)
+    slow = sorted(snap.jobs, key=lambda j: (-f[j.id].priority, j.submit_time, j.id))
+    assert [j.id for j in priority.ordered(list(snap.jobs), snap.now, usage, c)] == [j.id for j in slow]
 
 
 def test_priority_factors_are_deterministic_and_total():
     b = ClusterBuilder().node("n", gpus=1)
     for _ in range(4):
         b.job(gpus=1)        # identical priorities and submit times: the id decides
-    order, _ = priority.ordered(list(reversed(b.build().jobs)), b.now, {}, cfg())
+    order = priority.ordered(list(reversed(b.build().jobs)), b.now, {}, cfg())
     assert [j.id for j in order] == [1, 2, 3, 4]
 
 

@@ -30,7 +30,7 @@ def plan(snap: Snapshot, cfg: Config) -> Plan:
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
     expires, waiting = _expire(pending, snap.now, deps)
-    order, _ = priority.ordered(waiting, snap.now, dict(snap.usage), cfg)
+    order = priority.ordered(waiting, snap.now, dict(snap.usage), cfg)
     p = _Pass(snap, cfg, running, deps)
     for job in order:
         p.consider(job)
@@ -81,6 +81,11 @@ class _Pass:
         self.blocker: Job | None = None      # backfill off: the first job blocked on capacity
         self.doomed: set[int] = set()         # victims chosen in this pass
         self.draining: dict[int, list[Job]] = {}
+        self.models: dict[str, str] = {}      # gpu_type -> a model that serves it (budget quotes)
+        self.no_victims: list = []            # (QoS priority, reclaim, request shape) that found none
+        prios = [self.cfg.qos_named(j.qos).priority for j in running
+                 if j.state == states.RUNNING and self.cfg.qos_named(j.qos) and preempt.preemptible(j, cfg)]
+        self.lowest_victim = min(prios, default=None)
         for j in running:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
                 self.draining.setdefault(j.preempted_for, []).append(j)
@@ -103,9 +108,10 @@ class _Pass:
             return states.BEGIN_TIME, f"not before --begin, {job.begin - now:.0f}s from now"
         if job.eligible_time is not None and job.eligible_time > now:
             return states.BEGIN_TIME, f"retry backoff: eligible again in {job.eligible_time - now:.0f}s"
-        dep = self.deps.verdict(job)
-        if dep:
-            return dep
+        if job.deps:
+            dep = self.deps.verdict(job)
+            if dep:
+                return dep
         capped = self.usage.blocked(job)
         if capped:
             return capped
@@ -148,26 +154,43 @@ class _Pass:
                                            + ", ".join(v.display_id for v in victims))
         if roomy:
             return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
-        broke = self._budget_even_if_room(job)
-        if broke:
-            return broke
+        may_preempt = self.cfg.preemption and self._may_preempt(job)
+        may_reserve = self.cfg.backfill_depth > len(self.starts)
+        if may_preempt or may_reserve:
+            broke = self._budget_even_if_room(job)
+            if broke:
+                return broke
         deferred = None
-        if self.cfg.preemption:
+        if may_preempt:
             got = self._preempt(job)
             if isinstance(got, tuple):
                 return got
             deferred = got
         if self.cfg.backfill_depth == 0:
             self.blocker = self.blocker or job
-        elif len(self.starts) < self.cfg.backfill_depth:
+        elif may_reserve:
             self._reserve(job)
         return deferred or self._no_room(job)
 
     def _budget_even_if_room(self, job: Job):
         """Preempting or reserving for a job its budgets would not admit helps nobody."""
-        model = next((g.model for n in self.snap.nodes for g in n.gpus
-                      if not job.gpu_type or g.model == job.gpu_type), "")
-        return self.book.blocked(self.book.quote(job, model)[0])
+        if job.gpu_type not in self.models:
+            self.models[job.gpu_type] = next((g.model for n in self.snap.nodes for g in n.gpus
+                                              if not job.gpu_type or g.model == job.gpu_type), "")
+        return self.book.blocked(self.book.quote(job, self.models[job.gpu_type])[0])
+
+    def _may_preempt(self, job: Job) -> bool:
+        """A cheap test before the victim search: some running job could be a victim, and no request
+        at least as large, of no higher QoS, already found none in this pass (victims only get fewer
+        and free room only shrinks during a pass)."""
+        if self.lowest_victim is None and not self.usage.guarantees:
+            return False
+        q = self.cfg.qos_named(job.qos)
+        prio, reclaim = (q.priority if q else 0), self.usage.within_guarantee(job)
+        if not reclaim and (self.lowest_victim is None or prio <= self.lowest_victim):
+            return False
+        shape = capacity._shape(job)
+        return not any(r == reclaim and p >= prio and capacity._covers(f, shape) for p, r, f in self.no_victims)
 
     def _preempt(self, job: Job):
         """(reason, detail) once victims are chosen; else the PreemptionDeferred verdict, or None."""
@@ -176,6 +199,9 @@ class _Pass:
         ok, later = preempt.candidates(job, pool, self.now, self.cfg, reclaim)
         nodes = {n: f for n, f in self.free.free.items() if capacity.could_ever_hold(job, f.node)}
         choice = preempt.choose(job, nodes, ok, self.now) if ok else None
+        if choice is None and not later:
+            q = self.cfg.qos_named(job.qos)
+            self.no_victims.append((q.priority if q else 0, reclaim, capacity._shape(job)))
         if choice is None:
             if later and preempt.choose(job, nodes, ok + [v for v, _ in later], self.now):
                 wait = min(w for _, w in later)
@@ -205,7 +231,7 @@ class _Pass:
     def _no_room(self, job: Job):
         if not self.free.free:
             return states.NODE_DOWN, "no node is up"
-        start = next((s for s in self.starts if s.job_id == job.id), None)
+        start = self.starts[-1] if self.starts and self.starts[-1].job_id == job.id else None
         when = f"; expected to start in {start.at - self.now:.0f}s on {start.node}" if start else ""
         if self.initial.fits_unchanged(job):
             return states.PRIORITY, "higher-priority jobs took the free resources in this pass" + when

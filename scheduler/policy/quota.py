@@ -27,6 +27,11 @@ class Usage:
         self.qos_gpus: Counter = Counter()   # GPUs held per QoS priority level
         self.free_gpus = total_gpus
         self.guarantees = any(a.guarantee for a in cfg.accounts)
+        # Most pending jobs meet no cap at all: knowing which accounts have one skips the checks.
+        self.capped = {a.name for a in cfg.accounts
+                       if a.borrow_limit is not None or any(getattr(a, c) is not None for c in
+                                                            ("max_running", "max_gpus", "max_cpus"))}
+        self.user_caps = bool(cfg.users)
         # (priority, reserved GPUs) of each class that protects capacity, highest first
         self.protected = sorted(((q.priority, q.reserved) for q in cfg.qos if q.reserved), reverse=True)
         for j in running:
@@ -63,6 +68,8 @@ class Usage:
 
     def blocked(self, job: Job):
         """(reason, detail) when a throttle or cap stops the job now, else None."""
+        if not (job.array_throttle or self.user_caps or job.account in self.capped):
+            return None
         if job.array_throttle and self.tasks[job.array_id] >= job.array_throttle:
             return (states.ARRAY_TASK_LIMIT,
                     f"array {job.array_id} runs {self.tasks[job.array_id]} tasks, throttle %{job.array_throttle}")
