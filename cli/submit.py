@@ -287,3 +287,10 @@ def _print_test_only(reply, opts):
         click.echo(f"budget {b['budget']}: commits {b['forecast']:.4f} {b['unit']}, "
                    f"available after: {b['available_after']:.4f} {b['unit']}")
     click.echo(f"verdict: {reply['verdict']}")
+    start = reply.get("expected_start")
+    if start is not None and not reply.get("starts_now"):
+        import time
+        click.echo(f"expected start: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start))} "
+                   f"(from running jobs' time limits)")
+    elif start is None and not reply.get("starts_now"):
+        click.echo("expected start: unknown (no reservation could be computed)")

@@ -93,9 +93,10 @@ class Handlers:
             verdict = f"would start now on {placed.node}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
         else:
             verdict = f"would pend: {why.reason} ({why.detail})"
+        start = now if placed else policy.expected_starts(snap, self.s.cfg).get(probe.id)
         rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
         return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,
-                "reason": why.reason if why else None, "budgets": budgets,
+                "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
 

@@ -81,3 +81,15 @@ def test_a_lender_asking_for_its_guarantee_reclaims_borrowed_gpus(conns):
     s.tick(NOW + 5, woke(r))   # no min_runtime for a reclaim: at once
     assert job(r, 1).state == states.PREEMPTING and r.get(K.control(1)) == "preempt:120"
     assert "guarantee" in job(r, 1).detail
+
+
+def test_test_only_gives_the_expected_start_of_a_job_that_would_wait(conns):
+    from tests.test_daemon import reply
+    r, raw = conns
+    s = _setup(r, raw)
+    submit(r, "alice", {**BODY, "gpus": 2, "account": "a", "time_limit": 3600}, "run")
+    s.tick(NOW, woke(r))
+    submit(r, "alice", {**BODY, "gpus": 2, "account": "a", "test_only": True}, "ask")
+    s.tick(NOW + 10, woke(r))
+    got = reply(r, "ask")
+    assert got["starts_now"] is False and got["expected_start"] == NOW + 3600 + CFG.kill_wait
