@@ -75,12 +75,14 @@ def kernel_victims(since_us: int, path: str = "/dev/kmsg") -> set[int]:
                 continue
             if not rec:
                 break
-            head, _, msg = rec.partition(b";")
-            parts = head.split(b",")
-            if len(parts) < 3 or not parts[2].isdigit() or int(parts[2]) < since_us:
-                continue
-            for m in _VICTIM.finditer(msg):
-                out.add(int(m.group(1) or m.group(2)))
+            # /dev/kmsg gives one record per read; a copy in a file gives many: parse by line.
+            for line in rec.split(b"\n"):
+                head, _, msg = line.partition(b";")
+                parts = head.split(b",")
+                if len(parts) < 3 or not parts[2].isdigit() or int(parts[2]) < since_us:
+                    continue      # continuation lines (" KEY=value") and older records
+                for m in _VICTIM.finditer(msg):
+                    out.add(int(m.group(1) or m.group(2)))
     finally:
         os.close(fd)
     return out
