@@ -6,8 +6,8 @@ Pure: the daemon feeds it attempt ends and writes what it returns. Once it trips
 starts again from zero, so a released sweep gets a fresh allowance instead of tripping at the next
 failure.
 """
+import bisect
 import json
-from collections import deque
 from dataclasses import replace
 
 from . import states
@@ -21,7 +21,7 @@ FAILURES = frozenset({"exit", "oom", "error"})
 class CrashGuard:
     def __init__(self, failures: int, window: float):
         self.failures, self.window = failures, window
-        self.recent: dict[str, deque] = {}
+        self.recent: dict[str, list[float]] = {}   # user -> failure times in the window
 
     @classmethod
     def from_config(cls, cfg: Config) -> "CrashGuard":
@@ -36,10 +36,10 @@ class CrashGuard:
         guard, else 0."""
         if not self.on or outcome not in FAILURES:
             return 0
-        times = self.recent.setdefault(user, deque())
-        times.append(at)
-        while times and times[0] <= at - self.window:
-            times.popleft()
+        times = self.recent.setdefault(user, [])
+        bisect.insort(times, at)          # events from several nodes may arrive out of order
+        while times and times[0] <= times[-1] - self.window:
+            times.pop(0)
         if len(times) < self.failures:
             return 0
         n = len(times)
