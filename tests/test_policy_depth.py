@@ -340,3 +340,52 @@ def test_backfill_never_delays_a_reserved_job(snap):
     for start in p.starts[:1]:
         began = _forward(snap, c, start.job_id, start.at + 1)
         assert began is not None and began <= start.at + 1e-6, (start, began)
+
+
+CAPPED = cfg("""
+[scheduler]
+backfill_depth = 2
+[qos.normal]
+priority = 100
+reserved = 1
+[qos.low]
+priority = 0
+preemptible = true
+[accounts.a]
+guarantee = 2
+borrow_limit = 1
+max_cpus = 20
+[accounts.b]
+max_running = 3
+[users.default]
+max_gpus = 5
+""")
+
+
+@settings(max_examples=150, deadline=None)
+@given(busy_clusters())
+def test_running_plus_admitted_never_exceed_a_node_a_cap_or_a_borrow_limit(snap):
+    p = policy.plan(snap, CAPPED)
+    jobs = {j.id: j for j in snap.jobs}
+    on = [j for j in snap.jobs if j.state in states.ON_NODE]
+    admitted = [jobs[x.job_id] for x in p.places]
+    for n in snap.nodes:
+        here = [(j, j.gpu_uuids) for j in on if j.node == n.name]
+        here += [(jobs[x.job_id], x.gpus) for x in p.places if x.node == n.name]
+        assert len(here) <= n.slots and sum(j.cpus for j, _ in here) <= n.cpus
+        uuids = [u for _, gs in here for u in gs]
+        assert len(uuids) == len(set(uuids)) <= len(n.gpus)
+
+    def total(acct, field, pool):
+        return sum(getattr(j, field) for j in pool if j.account == acct)
+    # Caps bind what is admitted on top of what runs (what already ran over a cap is not undone).
+    for acct, cap in (("a", 20),):
+        if total(acct, "cpus", on) <= cap:
+            assert total(acct, "cpus", on + admitted) <= cap
+    if sum(1 for j in on if j.account == "b") <= 3:
+        assert sum(1 for j in on + admitted if j.account == "b") <= 3
+    if total("a", "gpus", on) <= 3:
+        assert total("a", "gpus", on + admitted) <= 3       # guarantee 2 + borrow_limit 1
+    for user in {j.user for j in admitted}:
+        if sum(j.gpus for j in on if j.user == user) <= 5:
+            assert sum(j.gpus for j in on + admitted if j.user == user) <= 5
