@@ -33,14 +33,17 @@ class Dependencies:
         self.snap = snap
         self._state: dict[int, str] | None = None
         self._named: dict[tuple[str, str], list[Job]] | None = None
-        self._verdicts: dict[int, tuple[str, str] | None] = {}
+        self._verdicts: dict = {}     # job id (singleton) or deps -> verdict
 
     def verdict(self, job: Job) -> tuple[str, str] | None:
         if not job.deps:
             return None
-        if job.id not in self._verdicts:
-            self._verdicts[job.id] = self._judge(job)
-        return self._verdicts[job.id]
+        # The tasks of an array share their dependencies: judge each distinct list once. A
+        # singleton's verdict depends on the job itself (its name, its place in line).
+        key = job.id if any(k == "singleton" for k, _ in job.deps) else job.deps
+        if key not in self._verdicts:
+            self._verdicts[key] = self._judge(job)
+        return self._verdicts[key]
 
     def _judge(self, job: Job):
         waiting, never = [], []
