@@ -85,6 +85,10 @@ def show(ctx, job_id, as_json):
         lines.append(f"  dependency: {d['dependency']}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep else ""))
     if j.deadline:
         lines.append(f"  deadline: {_ts(j.deadline)}")
+    if j.preempt_count or j.borrowed or j.state == states.PREEMPTING:
+        lines.append(f"  preempted {j.preempt_count} time(s)" + ("; runs on borrowed GPUs (may be reclaimed)"
+                                                                  if j.borrowed else "")
+                     + (f"; draining for job {j.preempted_for}" if j.preempted_for else ""))
     if j.retries:
         lines.append(f"  retries: {j.retries_used}/{j.retries} used"
                      + (f", on exit codes {','.join(map(str, j.retry_on))}" if j.retry_on else "")
@@ -241,12 +245,20 @@ def acct(ctx, since, until, user, account, fmt, as_json):
     jobs = ctx.client.read.ended(_since(since, "--since") or 0, _since(until, "--until") or float("inf"))
     jobs = [j for j in jobs if (not user or j.user == user) and (not account or j.account == account)]
     jobs.sort(key=lambda j: j.id)
+    # Committed: what admission encumbered for each attempt (rate × planned time); final: the charges.
+    from scheduler.report import committed_cost
+    models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
+    committed = {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", ctx.cfg)
+                           for a in j.attempts) for j in jobs}
     if as_json or fmt == "json":
-        return echo_json([render.job_dict(j) for j in jobs])
-    headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS", "COST"]
+        return echo_json([{**render.job_dict(j), "committed_cost": committed[j.id] / MICRO,
+                           "final_cost": j.cost / MICRO} for j in jobs])
+    headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
+               "COMMITTED", "COST"]
+    money = (lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money
     rows = [[j.display_id, j.name, j.user, j.account, j.state, j.exit_code if j.exit_code is not None else "",
              _ts(j.start_time), _ts(j.end_time), fmt_duration(render.elapsed(j, j.end_time or 0)), j.gpus,
-             len(j.attempts), f"{j.cost / MICRO:.6f}" if fmt == "csv" else fmt_money(j.cost)] for j in jobs]
+             len(j.attempts), money(committed[j.id]), money(j.cost)] for j in jobs]
     if fmt == "csv":
         out = io.StringIO()
         w = csv.writer(out)

@@ -30,6 +30,7 @@ def job_dict(j, now: float | None = None) -> dict:
         "tags": dict(j.tags), "attempts": [attempt_dict(a) for a in j.attempts],
         "dependency": describe_deps(j.deps) or None, "deadline": j.deadline, "retries": j.retries,
         "retries_used": j.retries_used, "eligible_time": j.eligible_time,
+        "preempt_count": j.preempt_count, "preempted_for": j.preempted_for, "borrowed": j.borrowed,
     }
 
 
