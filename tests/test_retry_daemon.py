@@ -8,10 +8,7 @@ from scheduler.model import Gpu
 from scheduler.store.agentside import AgentStore
 from tests.harness import SWEEP_TOML
 from tests.test_daemon import BODY, FROZEN, K, conns, job, reply, setup, submit, woke   # noqa: F401 (conns)
-
-
-def finish(r, jid, attempt, outcome, code, at):
-    AgentStore(r, K).post("finished", jid, attempt, "n1", {"outcome": outcome, "exit_code": code, "end_time": at})
+from tests.test_depend_daemon import finish
 
 
 def ask(r, user, op, ids, rid):
