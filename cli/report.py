@@ -1,0 +1,100 @@
+"""`labq report`: cost by account, user, QoS, GPU type, node, status or tag; forecast accuracy;
+reconciliation against imported bills; a plot of spending against the limit."""
+import csv
+import io
+from datetime import datetime, timezone
+
+import click
+
+from scheduler import report as rep
+from scheduler.errors import UsageError
+
+from . import render
+from .common import echo_json, fail, pass_ctx
+
+COLUMNS = [("jobs", "JOBS"), ("attempts", "ATTEMPTS"), ("gpu_hours", "GPU-H"), ("cpu_hours", "CPU-H"),
+           ("cost", "COST"), ("success_rate", "SUCCESS"), ("cost_per_success", "COST/OK"),
+           ("failed_cost", "FAILED"), ("preempt_lost_cost", "PREEMPT-LOST"), ("idle_gpu_hours", "IDLE-GPU-H"),
+           ("gpu_util_mean", "GPU-UTIL%")]
+
+
+def _cell(k, v) -> str:
+    if v is None:
+        return "-"
+    if k == "success_rate":
+        return f"{v:.0%}"
+    if isinstance(v, float):
+        return f"{v:,.2f}" if k in ("cost", "cost_per_success", "failed_cost", "preempt_lost_cost") else f"{v:g}"
+    return str(v)
+
+
+def _emit(rows, keys, fmt, headers=None):
+    """rows of dicts as a table, CSV or JSON; `keys` the columns in order."""
+    if fmt == "json":
+        return echo_json(rows)
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(keys)
+        w.writerows([["" if r.get(k) is None else r.get(k) for k in keys] for r in rows])
+        return click.echo(out.getvalue(), nl=False)
+    if not rows:
+        return click.echo("nothing in that window")
+    click.echo(render.table([[_cell(k, r.get(k)) for k in keys] for r in rows], headers or [k.upper() for k in keys]))
+
+
+@click.command()
+@click.option("--by", "by_", default="account", help="Group by account,user,qos,gpu_type,node,status,project,tag:KEY.")
+@click.option("--since", help="Attempts that ended from this date (YYYY-MM-DD) or this long ago (7d).")
+@click.option("--until", help="... up to this date or this long ago.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--forecast-accuracy", is_flag=True, help="--est against actual run time per user: p50, p90, margin.")
+@click.option("--reconcile", is_flag=True, help="Imported bills (labq ledger import) against labq's costs.")
+@click.option("--tz", default="UTC", help="Time zone of the days --reconcile compares (default UTC).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write spending against the limit to a PNG.")
+@click.option("--budget", "budget_name", help="The budget to --plot (default: all).")
+@click.option("--period", help="The period to --plot (default: the current one).")
+@pass_ctx
+def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, tz, plot_path, budget_name, period):
+    """Cost reports: GPU-hours, cost, success rate, cost per success, failed and preempted cost, idle GPUs."""
+    from .query import _since
+    fmt = "json" if as_json else fmt
+    lo, hi = _since(since, "--since") or 0, _since(until, "--until") or float("inf")
+    if plot_path:
+        from .spendplot import plot
+        return plot(ctx, plot_path, budget_name, period)
+    c = ctx.client
+    jobs = c.read.ended(lo) + c.read.active()
+    if forecast_accuracy:
+        return _emit(rep.forecast_accuracy(jobs, lo, hi), ["user", "jobs", "p50", "p90", "margin_90"], fmt,
+                     ["USER", "JOBS", "ACTUAL/EST P50", "P90", "MARGIN FOR 90%"])
+    if reconcile:
+        from scheduler.periods import zone
+        try:
+            z = zone(tz)
+        except ValueError as e:
+            raise UsageError(f"--tz: {e}") from None
+        rows = [(e["date"], e["scope"], int(e["amount"])) for e in c.read.ledger_all() if e.get("type") == "import"]
+        if not rows:
+            fail("no imported bills: run `labq ledger import FILE.csv` first", 2)
+        out = rep.reconcile(rows, jobs, lambda t: datetime.fromtimestamp(t, z).strftime("%Y-%m-%d"))
+        return _emit(out, ["date", "scope", "imported", "labq", "diff", "diff_pct"], fmt,
+                     ["DATE", "SCOPE", "IMPORTED", "LABQ", "DIFF", "DIFF%"])
+    try:
+        keys = rep.parse_by(by_)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    models = {g.uuid: g.model for n in c.nodes() for g in n.gpus}
+    rows = rep.by(jobs, keys, models, lo, hi)
+    if fmt == "table" and rows:
+        rows = rows + [rep.total(rows, keys)]
+    _emit(rows, [*keys, *(k for k, _ in COLUMNS)], fmt, [*(k.upper() for k in keys), *(h for _, h in COLUMNS)])
+    if fmt == "table" and rows:
+        click.echo(f"cost in {ctx.cfg.rates.currency}; window "
+                   f"{_day(lo) if lo else 'start'} .. {_day(hi) if hi != float('inf') else 'now'}", err=False)
+
+
+def _day(t) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d")
+
