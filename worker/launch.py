@@ -208,8 +208,9 @@ def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start:
         "LABQ_MEM_BYTES": str(job.mem), "LABQ_GPUS": str(len(attempt.gpus)), "LABQ_JOB_GPUS": uuids,
         "LABQ_JOB_START_TIME": str(int(start)), "LABQ_CHECKPOINT_DIR": ckpt, "LABQ_SUBMIT_DIR": job.workdir,
         "CUDA_VISIBLE_DEVICES": uuids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "OMP_NUM_THREADS": str(max(1, job.cpus)),
-        # so `labq checkpoint` inside the job can reach Redis
-        "LABQ_REDIS_URL": s.redis_url, "LABQ_PREFIX": s.prefix,
+        # so `labq checkpoint` inside the job can reach Redis: where, never the agent's password
+        # (Redis write access is root on every node, tech-notes §1.9)
+        "LABQ_REDIS_URL": public_url(s.redis_url), "LABQ_PREFIX": s.prefix,
     }
     if job.time_limit > 0:
         env["LABQ_JOB_END_TIME"] = str(int(start + job.time_limit))
@@ -218,6 +219,18 @@ def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start:
         env.update(LABQ_ARRAY_JOB_ID=str(job.array_id), LABQ_ARRAY_TASK_ID=str(job.array_index),
                    LABQ_ARRAY_TASK_COUNT=str(job.array_count if job.array_count is not None else ""))
     return env
+
+
+def public_url(url: str) -> str:
+    """`url` without its user and password: redis://:secret@host:6379/0 -> redis://host:6379/0
+    (also unix:///run/redis.sock?password=secret&db=1 -> unix:///run/redis.sock?db=1)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    path, q, query = path.partition("?")
+    kept = "&".join(x for x in query.split("&") if x and x.split("=", 1)[0] not in ("password", "username"))
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}" + (f"?{kept}" if q and kept else "")
 
 
 # -- spawn -------------------------------------------------------------------------------------
