@@ -389,3 +389,14 @@ def test_running_plus_admitted_never_exceed_a_node_a_cap_or_a_borrow_limit(snap)
     for user in {j.user for j in admitted}:
         if sum(j.gpus for j in on if j.user == user) <= 5:
             assert sum(j.gpus for j in on + admitted if j.user == user) <= 5
+
+
+def test_max_wait_of_a_requeued_job_counts_from_its_last_attempt():
+    from scheduler.model import Attempt
+    b = ClusterBuilder().node("n", gpus=1)
+    b.running("n", gpus=1)
+    ran = Attempt(1, "n", ("GPU-n-0",), start_time=b.now - 5000, end_time=b.now - 30, outcome="preempted")
+    b.job(gpus=1, max_wait=60, attempts=(ran,), restart_count=1)     # submitted long ago, requeued 30s ago
+    b.job(gpus=1, max_wait=60)                                      # never ran: waited 100s
+    s = summarize(_plan(b))
+    assert s["expires"] == [3] and 2 in s["pending"]

@@ -52,8 +52,10 @@ def _expire(pending, now: float, deps: Dependencies):
     expires, waiting = [], []
     for j in sorted(pending, key=lambda j: j.id):
         dep = deps.verdict(j)
-        if j.max_wait is not None and now - j.submit_time >= j.max_wait:
-            expires.append(Expire(j.id, f"waited {now - j.submit_time:.0f}s, over --max-wait {j.max_wait}s"))
+        # A requeued job (preempted, retried, node failure) waits again from its last attempt's end.
+        queued = j.attempts[-1].end_time or j.submit_time if j.attempts else j.submit_time
+        if j.max_wait is not None and now - queued >= j.max_wait:
+            expires.append(Expire(j.id, f"waited {now - queued:.0f}s, over --max-wait {j.max_wait}s"))
         elif j.deadline is not None and now + j.time_limit > j.deadline:
             expires.append(Expire(j.id, f"a start now could not finish its {j.time_limit}s before --deadline "
                                         f"({j.deadline - now:.0f}s from now)", states.DEADLINE))
