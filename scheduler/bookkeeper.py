@@ -111,7 +111,7 @@ class Bookkeeper:
         raised += alerts.evaluate(statuses, self.fired, now)
         books.fired += [a.key for a in raised]
         cfg = replace(self.s.cfg, budgets=budgets)
-        stop = budgetwatch.stop(budgets, now_spent, running, cfg, now, lead=self.s.cfg.tick,
+        stop = budgetwatch.stop(budgets, now_spent, running, cfg, now, lead=self.s.cfg.tick + budgetwatch.CONTROL_POLL,
                                 protected=self._protected())
         jobs, controls = [], []
         for pr in stop.preempts:

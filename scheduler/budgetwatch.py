@@ -7,9 +7,10 @@
   priority first; it checkpoints, is requeued, and pends BudgetExhausted. Others finish.
 - `cancel`: every running job charged to it is cancelled (SIGTERM, SIGKILL after kill_wait).
 
-The daemon evaluates this each tick, projecting accrual `lead` seconds ahead (one tick): the
-controls go out before the limit is passed, not a tick after, so the overshoot is bounded by
-grace (or kill_wait) × the budget's running rate, not by the scheduler's lag.
+The daemon evaluates this each tick, projecting accrual `lead` seconds ahead (one tick plus
+CONTROL_POLL, how long a runner may take to see its control key): the controls take effect when
+the limit is reached, not a tick and a poll after, so the overshoot is bounded by grace (or
+kill_wait) × the budget's running rate, not by the scheduler's lag.
 
 A job that was running when an admin lowered the limit (`labq budget set`) is never stopped by
 it: lowering a limit below what running jobs were admitted under stops new starts only.
@@ -22,6 +23,9 @@ from .config import Config
 from .model import Job
 from .plan import Preempt
 from .units import fmt_money
+
+
+CONTROL_POLL = 1.0     # seconds: the runner reads labq:job:<id>:control once a second (worker/runner.py)
 
 
 @dataclass(frozen=True)
