@@ -103,6 +103,8 @@ def show(ctx, job_id, as_json):
                      + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else "")
                      + (f" last checkpoint {_ts(a.last_checkpoint)}" if a.last_checkpoint else "")
                      + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
+        if render.usage_text(a.usage):
+            lines.append(f"    usage: {render.usage_text(a.usage)}")
     click.echo("\n".join(lines))
 
 

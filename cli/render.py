@@ -6,6 +6,30 @@ from scheduler.request import describe_deps
 from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
 
+def usage_text(u: dict) -> str:
+    """An attempt's `usage` (worker/runner.py) as one line for `labq show`; "" when there is none."""
+    if not u:
+        return ""
+    parts = [f"cpu {u.get('cpu_s', 0):.1f}s"]
+    mem = [f"max RSS {fmt_size(u['max_rss_bytes'])}"] if u.get("max_rss_bytes") else []
+    mem += [f"PSS {fmt_size(u['max_pss_bytes'])}"] if u.get("max_pss_bytes") else []
+    mem += [f"cgroup peak {fmt_size(u['mem_peak_bytes'])}"] if u.get("mem_peak_bytes") else []
+    mem += [f"limit {fmt_size(u['mem_limit_bytes'])}"] if u.get("mem_limit_bytes") else []
+    parts += [", ".join(mem)] if mem else []
+    if u.get("cpu_throttled_periods"):
+        parts.append(f"throttled {u['cpu_throttled_s']:.1f}s in {u['cpu_throttled_periods']} periods")
+    if u.get("oom_kills"):
+        parts.append(f"{u['oom_kills']} OOM kills")
+    if "gpu_util_mean" in u:
+        parts.append(f"GPU util mean {u['gpu_util_mean']:.0f}% peak {u['gpu_util_peak']:.0f}%, "
+                     f"idle {fmt_duration(u.get('gpu_idle_s', 0))}")
+    if u.get("gpu_mem_peak"):
+        parts.append(f"GPU memory peak {fmt_size(u['gpu_mem_peak'])}")
+    if "energy_j" in u:
+        parts.append(f"energy {u['energy_j'] / 3.6e6:.3f} kWh ({u['energy_j']:.0f} J)")
+    return "; ".join(parts)
+
+
 def attempt_dict(a) -> dict:
     return {"attempt": a.attempt, "node": a.node, "gpus": list(a.gpus), "start_time": a.start_time or a.dispatch_time,
             "end_time": a.end_time, "outcome": a.outcome, "exit_code": a.exit_code, "cost": a.cost / MICRO,

@@ -247,3 +247,21 @@ def test_labq_checkpoint_from_inside_a_job(e2e):
     assert j.state == states.TIMEOUT and a.start_time <= a.last_checkpoint < a.end_time
     assert abs(a.lost_work_s - (a.end_time - a.last_checkpoint)) < 0.01
     assert "checkpoint recorded" in e2e.labq("logs", str(jid)).stdout
+
+
+def test_kill_9_of_the_worker_ends_the_attempt_NF_and_a_restarted_worker_completes_it(e2e):
+    """Fencing: kill -9 of the agent takes its job down with it (PDEATHSIG, cold stop); the
+    scheduler sees the attempt's runner go silent, ends it `node_failure` and requeues it; the
+    restarted agent runs the second attempt to completion."""
+    jid = e2e.sub("-G", "1", "-t", "10m", "--", "sh", "-c",
+                  'echo "attempt $LABQ_RESTART_COUNT"; test "$LABQ_RESTART_COUNT" -gt 0 || exec sleep 300')
+    first = e2e.wait_state(jid, {states.RUNNING})
+    wait_for(lambda: (j := e2e.job(jid)).attempts and j.attempts[0].start_time, 60, what="the process to start")
+    e2e.stack.procs["worker"].send_signal(signal.SIGKILL)
+    e2e.stack.procs["worker"].wait(10)
+    e2e.stack.start("worker", "worker")
+    j = e2e.wait_state(jid, states.TERMINAL, 180)
+    assert first.node == "e2e-node"
+    assert j.state == states.COMPLETED, (j.state, j.detail, [a.outcome for a in j.attempts])
+    assert [a.outcome for a in j.attempts] == ["node_failure", "completed"] and j.restart_count == 1
+    assert e2e.labq("logs", str(jid)).stdout.splitlines() == ["attempt 0", "attempt 1"]

@@ -204,3 +204,13 @@ def test_agent_monitor_feeds_the_runner_and_takes_a_lost_gpu_out(gpu_agent, real
     assert lost[0]["scope"] == f"node:{NODE}" and lost[0]["data"]["gpu"] == G1 and lost[0]["level"] == "error"
     gpus = json.loads(real_redis.hget(K.node(NODE), "gpus"))
     assert [g[0] for g in gpus] == [G0], "re-registered without the lost GPU"
+
+
+def test_labq_show_renders_the_usage_line():
+    from cli.render import usage_text
+    u = {"cpu_s": 12.34, "max_rss_bytes": 3 << 30, "max_pss_bytes": 2 << 30, "mem_limit_bytes": 4 << 30,
+         "wall_s": 100.0, "gpu_util_mean": 43.2, "gpu_util_peak": 99, "gpu_idle_s": 600.0, "gpu_mem_peak": 30 << 30,
+         "energy_j": 7200.0, "gpu_samples": 100, "oom_kills": 1}
+    assert usage_text(u) == ("cpu 12.3s; max RSS 3G, PSS 2G, limit 4G; 1 OOM kills; GPU util mean 43% peak 99%, "
+                             "idle 00:10:00; GPU memory peak 30G; energy 0.002 kWh (7200 J)")
+    assert usage_text({}) == "" and usage_text({"cpu_s": 1.0, "wall_s": 1.0}) == "cpu 1.0s"
