@@ -61,6 +61,7 @@ class Rates:
     mem_gib_hour: float = 0.0
     overhead_per_attempt: float = 0.0
     forecast_margin: float = 0.2
+    billing: str = "second"    # "second" | "started_hour": the granularity an attempt is billed in
 
     def gpu_rate(self, model: str) -> float:
         return dict(self.gpu_hour_by_model).get(model, self.gpu_hour)
@@ -308,7 +309,7 @@ def _qos(name, t):
 
 def _rates(t):
     _check_keys("rates", t, {"currency", "gpu_hour", "gpu_hour_by_model", "cpu_hour", "mem_gib_hour",
-                             "overhead_per_attempt", "forecast_margin"})
+                             "overhead_per_attempt", "forecast_margin", "billing"})
     by_model = _table("rates.gpu_hour_by_model", t.get("gpu_hour_by_model", {}))
     return Rates(
         currency=_str("rates.currency", t.get("currency", "USD")),
@@ -319,6 +320,7 @@ def _rates(t):
         mem_gib_hour=float(_num("rates.mem_gib_hour", t.get("mem_gib_hour", 0.0), lo=0)),
         overhead_per_attempt=float(_num("rates.overhead_per_attempt", t.get("overhead_per_attempt", 0.0), lo=0)),
         forecast_margin=float(_num("rates.forecast_margin", t.get("forecast_margin", 0.2), lo=0)),
+        billing=_str("rates.billing", t.get("billing", "second"), ("second", "started_hour")),
     )
 
 

@@ -42,13 +42,20 @@ def accrue(rate_per_hour: int, seconds: float) -> int:
     return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR
 
 
+def billed(seconds: float, cfg: Config) -> float:
+    """The seconds an attempt of this length is billed for (rates.billing)."""
+    if cfg.rates.billing == "started_hour" and seconds > 0:
+        return -(-int(seconds * 1000) // MS_PER_HOUR) * 3600.0
+    return seconds
+
+
 def forecast(job: Job, unit: str, gpu_model: str, cfg: Config) -> int:
-    return accrue(rate(job, unit, gpu_model, cfg), planned_seconds(job, cfg)) + overhead(unit, cfg)
+    return accrue(rate(job, unit, gpu_model, cfg), billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
 
 
 def charge(rate_per_hour: int, start: float, end: float, unit: str, cfg: Config) -> int:
     """The settled charge of one attempt: allocation × wall time × rate, plus the per-attempt overhead."""
-    return accrue(rate_per_hour, end - start) + overhead(unit, cfg)
+    return accrue(rate_per_hour, billed(end - start, cfg)) + overhead(unit, cfg)
 
 
 def budgets_for(job: Job, budgets) -> tuple[Budget, ...]:

@@ -134,3 +134,18 @@ def test_verify_finds_a_corrupted_balance_and_bad_keys():
     assert got == ["attempt 1.1 is charged twice to b", "idempotency key 9.9 has no entry"]
     assert ledger.verify(e, {"b": "5", "m@2026-11": "3"}, keys - {"2.1"}) == [
         "entry 2.1 is missing from the idempotency keys"]
+
+
+def test_billing_per_started_hour():
+    from scheduler.model import Job
+    c = config.loads("[rates]\ngpu_hour = 2.0\nbilling = 'started_hour'\n")
+    assert ledger.charge(2_000_000, 0, 1, "usd", c) == 2_000_000          # one second: one started hour
+    assert ledger.charge(2_000_000, 0, 3600, "usd", c) == 2_000_000
+    assert ledger.charge(2_000_000, 0, 3601, "usd", c) == 4_000_000
+    assert ledger.charge(2_000_000, 0, 0, "usd", c) == 0
+    assert ledger.charge(2_000_000, 0, 3601, "usd", config.loads("")) == 2_000_555
+    j = Job(id=1, user="a", account="x", gpus=1, time_limit=5400)
+    assert ledger.forecast(j, "usd", "fake", c) == 4_000_000             # 1 h 30 m commits two hours
+    with pytest.raises(config.ConfigError) as e:
+        config.loads("[rates]\nbilling = 'minute'\n")
+    assert e.value.key == "rates.billing"
