@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .units import fmt_money
 
-LEVELS = ("info", "warn", "critical")
+LEVELS = ("info", "warn", "error", "critical")   # the agents use "error" for a lost GPU
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import urllib.request
 
 log = logging.getLogger("labq.alerts")
 MAX_IN_FLIGHT = 16          # beyond this many deliveries still running, new ones are dropped (logged)
+_LOG_LEVEL = {"info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR, "critical": logging.ERROR}
 _KEEP_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
 
 
@@ -48,7 +49,7 @@ class Hooks:
         self.threads: list[threading.Thread] = []     # the deliveries started, so tests can join them
 
     def deliver(self, alert: dict) -> None:
-        level = logging.INFO if alert.get("level") == "info" else logging.WARNING
+        level = _LOG_LEVEL.get(alert.get("level"), logging.WARNING)
         log.log(level, "alert %s %s: %s", alert.get("kind"), alert.get("scope"), alert.get("message"))
         if self.command:
             self._spawn(self._run_command, alert)

@@ -58,6 +58,7 @@ def test_agent_alert_events():
     assert (a.key, a.kind, a.scope, a.data) == ("event:1-0", "idle_gpu", "node:n1", {"g": 1, "node": "n1"})
     assert alerts.from_event("1-1", "n1", {"kind": "x", "level": "bogus", "message": "m", "scope": "job:4"}, 9).level == "warn"
     assert alerts.from_event("1-2", "n1", {"message": "no kind"}, 9) is None
+    assert alerts.from_event("1-3", "n1", {"kind": "gpu_lost", "level": "error", "message": "m"}, 9).level == "error"
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
