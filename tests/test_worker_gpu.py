@@ -100,7 +100,7 @@ def test_monitor_writes_snapshots_from_the_fake_script_and_survives_backend_erro
     m = gpuwatch.Monitor(b, str(tmp_path / "gpu.json"), NODE, clock=lambda: 123.0)
     m.once()
     doc = json.loads((tmp_path / "gpu.json").read_text())
-    assert doc["ts"] == 123.0 and doc["gpus"][G0]["util"] == 70 and doc["gpus"][G1]["util"] == 0
+    assert doc["ts"] == 123.0 and doc["gpus"][G0]["util"] == 70 and doc["gpus"][G1]["util"] is None
     m.once()
     assert m.lost == {G1: "gpu is lost"} and m.samples == 2
     b.sample = lambda: (_ for _ in ()).throw(RuntimeError("driver gone"))

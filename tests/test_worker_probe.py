@@ -145,10 +145,10 @@ def test_fake_backend_json_script_repeats_its_last_step(tmp_path):
                                                                 ("GPU-fake-n1-1", "H100", 1 << 30)]
     first = {s.uuid: s for s in b.sample()}
     assert first["GPU-fake-n1-0"].util == 90 and first["GPU-fake-n1-0"].procs == {77: 5}
-    assert first["GPU-fake-n1-1"].util == 0 and not first["GPU-fake-n1-1"].lost
+    assert first["GPU-fake-n1-1"].util is None and not first["GPU-fake-n1-1"].lost, "unscripted: unknown"
     for _ in range(2):
         later = {s.uuid: s for s in b.sample()}
-        assert later["GPU-fake-n1-1"].lost and later["GPU-fake-n1-0"].util == 0
+        assert later["GPU-fake-n1-1"].lost and later["GPU-fake-n1-0"].util is None
 
 
 def test_host_facts():

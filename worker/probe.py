@@ -54,7 +54,8 @@ class FakeBackend:
     restarted agent advertises the same devices and the scheduler's allocations stay valid.
 
     `script` is a list of samples, one per call (the last one repeats): each maps a GPU (its
-    uuid, or its index as a string) to GpuSample fields; a GPU a step leaves out reads idle."""
+    uuid, or its index as a string) to GpuSample fields; a GPU a step leaves out reports no
+    utilisation, power or energy."""
 
     def __init__(self, n: int, model: str = "fake", node: str = "local", mem: int = 80 << 30,
                  script: list | None = None):
@@ -80,7 +81,9 @@ class FakeBackend:
         out = []
         for d in self._devs:
             procs = dict(self.procs.get(d.uuid, {}))
-            s = GpuSample(d.uuid, util=0, mem_used=sum(procs.values()), power_mw=0, energy_mj=0, procs=procs)
+            # Unscripted fake GPUs report no utilisation, power or energy (None, as MIG does), so a
+            # demo's jobs are neither "idle" nor charged energy they never used.
+            s = GpuSample(d.uuid, mem_used=sum(b or 0 for b in procs.values()), procs=procs)
             fields = step.get(d.uuid) or step.get(str(d.index)) or {}
             for k, v in fields.items():
                 if k == "procs":
