@@ -33,8 +33,9 @@ def plot(ctx, path: str, budget_name: str | None, period: str | None) -> None:
         except ValueError as e:
             fail(f"--period: {e}", 2)
         series = spend_series(entries, b.name, label)
-        start = max(lo, min([t for t, _ in series] + [now])) if series else max(lo, now - 86400)
-        end = min(hi, now)
+        first = series[0][0] if series else now - 86400
+        start = max(lo, min(first, min((o.created for o in overrides if o.budget == b.name), default=first)))
+        end = max(min(hi, now), series[-1][0] if series else start)
         xs, ys = [start], [0]
         for t, v in series:
             xs += [t, t]
@@ -49,9 +50,10 @@ def plot(ctx, path: str, budget_name: str | None, period: str | None) -> None:
         steps = limit_steps(b.limit, overrides, b.name, start, end)
         ax.step([datetime.fromtimestamp(t) for t, _ in steps], [v / MICRO for _, v in steps], where="post",
                 color="tab:red", label="limit + overrides")
-        for w in b.warn:
-            ax.axhline(w * b.limit / MICRO, color="tab:orange", linestyle="--", linewidth=0.8)
-            ax.text(dt[0], w * b.limit / MICRO, f" warn {w:.0%}", va="bottom", fontsize=7, color="tab:orange")
+        for w in b.warn:    # the levels follow the limit + overrides, as the alerts do
+            ax.step([datetime.fromtimestamp(t) for t, _ in steps], [w * v / MICRO for _, v in steps], where="post",
+                    color="tab:orange", linestyle="--", linewidth=0.8)
+            ax.text(dt[0], w * steps[0][1] / MICRO, f" warn {w:.0%}", va="bottom", fontsize=7, color="tab:orange")
         for o in overrides:
             if o.budget == b.name and o.created <= end and (o.ended or o.expires) >= start:
                 ax.axvspan(datetime.fromtimestamp(max(o.created, start)),
@@ -60,7 +62,7 @@ def plot(ctx, path: str, budget_name: str | None, period: str | None) -> None:
                         f" override {o.id} +{o.amount / MICRO:g}", fontsize=7, color="tab:green", va="top")
         ax.set_title(f"{b.name}" + (f" — {label}" if label else ""), fontsize=10)
         ax.set_ylabel(b.unit)
-        ax.legend(loc="upper left", fontsize=7)
+        ax.legend(loc="lower right", fontsize=7)
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
