@@ -140,6 +140,8 @@ class Client:
         for b in self.budgets(now):
             label = periods.current(b, now)
             if period is not None and period != label:
+                if b.period == "none":
+                    continue
                 try:
                     periods.bounds(b.period, period, b.timezone)
                 except ValueError:

@@ -103,6 +103,10 @@ def test_override_set_and_the_balance(bench):
     assert [a["kind"] for a in json.loads(out)] == ["override", "limit", "override_revoked"]
     code, out, _ = bench.labq("budget", scheduler=False)
     assert "eta-sweep" in out and "$2.00" in out and "ALERTS" in out
+    code, out, err = bench.labq("budget", "--period", "2026-11", scheduler=False)
+    assert code == 2 and "no budget has a period named '2026-11'" in err
+    code, out, err = bench.labq("budget", "set", "eta-sweep", scheduler=False)
+    assert code == 2 and "give --limit AMOUNT or --reset" in err
 
 
 def test_reports_in_every_format_and_the_plot(bench, tmp_path):
