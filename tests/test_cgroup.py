@@ -77,6 +77,13 @@ def test_systemd_delegation_moves_the_agent_into_a_leaf_and_enables_controllers(
     for name, text in {"cgroup.controllers": "cpu io memory pids\n", "cgroup.subtree_control": "",
                        "cgroup.procs": f"{os.getpid()}\n"}.items():
         (unit / name).write_text(text)
+    env = {"INVOCATION_ID": "abc"}
+    # Without Delegate=yes systemd sets no delegate mark: the unit's tree is systemd's, not ours.
+    assert cgroup._delegate_mark(str(unit)) is not True
+    if cgroup._delegate_mark(str(unit)) is False:
+        d, why = cgroup.detect("auto", "n1", mount=str(fakefs), own="/system.slice/labq-worker.service", env=env)
+        assert d is None and "Delegate=yes" in why
+    os.setxattr(unit, "user.delegate", b"1")      # what systemd >= 251 sets with Delegate=yes
     d, why = cgroup.detect("auto", "n1", mount=str(fakefs), own="/system.slice/labq-worker.service",
                            env={"INVOCATION_ID": "abc"})
     assert why == "" and d.base == str(unit) and d.how == "systemd"

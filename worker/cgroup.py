@@ -125,6 +125,9 @@ def detect(mode: str, node: str, mount: str | None = None, own: str | None = Non
         unit = _systemd_unit(mount, own, env)
         if unit:
             return _delegated(unit, "systemd"), ""
+        if env.get("INVOCATION_ID") and own.rstrip("/").endswith(".service"):
+            # Moving jobs out of a unit systemd did not delegate would hide them from its stop.
+            return None, "the systemd unit has no Delegate=yes"
         if os.geteuid() != 0:
             return None, "not root, and not in a systemd unit with Delegate=yes"
         return _root_subtree(mount, node), ""
@@ -144,7 +147,22 @@ def _systemd_unit(mount: str, own: str, env) -> str | None:
         return None
     d = mount + path
     ok = os.access(os.path.join(d, "cgroup.procs"), os.W_OK) and os.access(d, os.W_OK)
-    return d if ok else None
+    # Root may write any cgroup, delegated or not; systemd marks the ones it delegated. Making
+    # job cgroups inside a unit without Delegate=yes would fight systemd over its own tree.
+    return d if ok and _delegate_mark(d) is not False else None
+
+
+def _delegate_mark(d: str) -> bool | None:
+    """True where systemd marked `d` delegated (trusted.delegate, or user.delegate since v251),
+    False where the filesystem has xattrs and neither mark is set, None where it cannot tell."""
+    unknown = False
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(d, name).strip() == b"1":
+                return True
+        except OSError as e:
+            unknown = unknown or e.errno != errno.ENODATA
+    return None if unknown else False
 
 
 def _delegated(unit_dir: str, how: str) -> Delegation:
