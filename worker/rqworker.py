@@ -16,7 +16,7 @@ from rq.serializers import JSONSerializer
 
 from scheduler.store import conn
 
-from . import probe
+from . import cgroup, probe
 from .runner import RUNNER
 
 log = logging.getLogger("labq.rqworker")
@@ -68,6 +68,25 @@ class LabqWorker(Worker):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         super().kill_horse(sig)
+        self._kill_job_cgroup()
+
+    def _kill_job_cgroup(self) -> None:
+        """The runner dies here without cleaning up: kill and remove its job's cgroup (RQ job id
+        "<job>-a<attempt>" names it), so nothing in it outlives the attempt."""
+        base = os.environ.get("LABQ_CGROUP_BASE")
+        if not base:
+            return
+        try:
+            rq_id = self.get_current_job_id()     # from Redis: it may be down on this path
+        except Exception as e:
+            log.warning("worker %s: cannot tell the job to clean up after (%r); the agent's sweep will", self.name, e)
+            return
+        job, sep, attempt = (rq_id or "").rpartition("-a")
+        if sep and job.isdigit() and attempt.isdigit():
+            cg = cgroup.JobCgroup.for_attempt(base, int(job), int(attempt))
+            if os.path.isdir(cg.path):
+                cg.kill()
+                cg.remove(timeout=5.0)
 
     def request_stop(self, signum, frame):
         """A SIGTERM while the agent lives is its orderly stop: RQ's warm shutdown. A SIGTERM after
