@@ -214,3 +214,35 @@ def test_labq_show_renders_the_usage_line():
     assert usage_text(u) == ("cpu 12.3s; max RSS 3G, PSS 2G, limit 4G; 1 OOM kills; GPU util mean 43% peak 99%, "
                              "idle 00:10:00; GPU memory peak 30G; energy 0.002 kWh (7200 J)")
     assert usage_text({}) == "" and usage_text({"cpu_s": 1.0, "wall_s": 1.0}) == "cpu 1.0s"
+
+
+def test_monitor_refreshes_a_stale_backend_and_flags_the_change(tmp_path):
+    class Stale(probe.FakeBackend):
+        stale, refreshed = True, 0
+
+        def refresh(self):
+            self.stale, self.refreshed = False, self.refreshed + 1
+            self._devs = self._devs[:1]
+            return True
+    b = Stale(2, "A100", NODE)
+    m = gpuwatch.Monitor(b, str(tmp_path / "gpu.json"), NODE)
+    m.once()
+    assert m.changed and b.refreshed == 1 and [g.uuid for g in b.devices()] == [G0]
+    m.changed = False
+    m.once()
+    assert not m.changed and b.refreshed == 1
+
+
+def test_agent_re_registers_changed_gpus_and_alerts(redis_server, real_redis, tmp_path):
+    a = Agent(agent_config(tmp_path), redis_server.url)
+    a._register()
+    a.backend = probe.FakeBackend(3, "A100", NODE)         # one more device than registered
+    a.monitor = gpuwatch.Monitor(a.backend, str(tmp_path / "gpu.json"), NODE)
+    a.monitor.changed = True
+    a.monitor.lost = {f"GPU-fake-{NODE}-2": "GPU is lost"}
+    a._check_gpus()
+    assert [g[0] for g in json.loads(real_redis.hget(K.node(NODE), "gpus"))] == [G0, G1]
+    kinds = [(e["body"]["kind"], e["body"]["level"]) for e in events(real_redis, "alert")]
+    assert kinds == [("gpu_lost", "error"), ("gpu_changed", "warn")] and not a.monitor.changed
+    a._check_gpus()
+    assert len(events(real_redis, "alert")) == 2, "each change alerts once"

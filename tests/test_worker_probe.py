@@ -227,3 +227,26 @@ def test_wait_gone_and_wait_tree_death_time_out_on_live_processes():
         p.kill()
         p.wait()
     assert probe.wait_gone([p.pid], 5) is True
+
+
+def test_nvml_stale_mig_handles_are_enumerated_again():
+    """Reconfigured MIG instances invalidate their handles: the failing sample marks the backend
+    stale, refresh() enumerates again and says whether the devices changed."""
+    nv = _fake_nvml()
+    nv.NVMLError_InvalidArgument = type("InvalidArgument", (_NVMLError,), {})
+    b = probe.NvmlBackend(nv)
+    assert [g.uuid for g in b.devices()][1:] == ["MIG-mig-gpu1-0", "MIG-mig-gpu1-2"]
+    mem = nv.nvmlDeviceGetMemoryInfo
+
+    def stale(h):
+        if h == "mig-gpu1-0":
+            raise nv.NVMLError_InvalidArgument("invalid argument")
+        return mem(h)
+    nv.nvmlDeviceGetMemoryInfo = stale
+    s = {x.uuid: x for x in b.sample()}
+    assert s["MIG-mig-gpu1-0"].error and not s["MIG-mig-gpu1-0"].lost and b.stale
+    nv.nvmlDeviceGetMemoryInfo = mem
+    nv.nvmlDeviceGetMigDeviceHandleByIndex = lambda g, j: f"mig-{g}-{j}"     # now three instances
+    assert b.refresh() is True and not b.stale
+    assert [g.uuid for g in b.devices()][1:] == ["MIG-mig-gpu1-0", "MIG-mig-gpu1-1", "MIG-mig-gpu1-2"]
+    assert b.refresh() is False, "unchanged"

@@ -189,25 +189,31 @@ class Agent:
     def _check_gpus(self) -> None:
         """A GPU NVML reports lost leaves service: an alert, and the node re-registered without
         it, so nothing new is placed there. Its job's runner sees it in the snapshot and stops
-        the job as a node failure (requeued)."""
+        the job as a node failure (requeued). A changed device list (MIG instances reconfigured)
+        is re-registered as well."""
         new = {u: why for u, why in self.monitor.lost.items() if u not in self.lost_gpus}
-        if not new:
+        changed = self.monitor.changed
+        if not new and not changed:
             return
-        gpus = [g for g in self.gpus if g.uuid not in new]
+        out = self.lost_gpus | set(new)
+        gpus = [g for g in (self.backend.devices() if changed else self.gpus) if g.uuid not in out]
         try:
             self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
                                 os.getpid(), self.lease)
         except conn.ERRORS as e:
-            log.warning("node %s: cannot take lost GPUs out of service yet: %s", self.name, e)
+            log.warning("node %s: cannot re-register its GPUs yet: %s", self.name, e)
             return
-        self.gpus = gpus
+        self.gpus, self.monitor.changed = gpus, False
         for u, why in new.items():
             self.lost_gpus.add(u)
             self._alert("gpu_lost", f"GPU {u} on node {self.name} is lost ({why}): out of service until the "
                         f"agent restarts; a job on it is requeued", gpu=u, error=why)
+        if changed:
+            self._alert("gpu_changed", f"the GPUs of node {self.name} changed (MIG reconfigured?): now "
+                        f"{', '.join(g.uuid for g in gpus) or 'none'}", level="warn", gpus=[g.uuid for g in gpus])
 
-    def _alert(self, kind: str, message: str, **data) -> None:
-        body = {"kind": kind, "scope": f"node:{self.name}", "level": "error", "message": message,
+    def _alert(self, kind: str, message: str, level: str = "error", **data) -> None:
+        body = {"kind": kind, "scope": f"node:{self.name}", "level": level, "message": message,
                 "data": {"node": self.name, **data}}
         log.error("%s", message)
         try:

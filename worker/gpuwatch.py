@@ -39,6 +39,7 @@ class Monitor:
         self.lost: dict[str, str] = {}
         self.samples = 0
         self.last_ok: float | None = None
+        self.changed = False        # the device list changed (MIG reconfigured): re-register
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="labq-gpu-monitor", daemon=True)
         self._failing = False
@@ -65,6 +66,9 @@ class Monitor:
             self._failing = True
             return
         self._failing = False
+        if getattr(self.backend, "stale", False) and self.backend.refresh():
+            log.warning("GPU devices changed: %s", ", ".join(g.uuid for g in self.backend.devices()))
+            self.changed = True
         for s in samples:
             if s.lost and s.uuid not in self.lost:
                 self.lost[s.uuid] = s.error or "lost"

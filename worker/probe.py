@@ -107,6 +107,7 @@ class NvmlBackend:
         self._handles: dict[str, object] = {}
         self._devs: list[Gpu] = []
         self.broken: list[tuple[int, str]] = []      # (NVML index, error) of GPUs left out
+        self.stale = False                            # a MIG handle failed: enumerate again
         self._logged: set[tuple[str, str]] = set()
         nv.nvmlInit()
         try:
@@ -116,18 +117,33 @@ class NvmlBackend:
             raise
 
     def _enumerate(self) -> None:
-        nv = self.nv
+        """(Re)build the device list; assigned at the end, so another thread's devices() never
+        sees half of it."""
+        nv, handles, devs, broken = self.nv, {}, [], []
         for i in range(nv.nvmlDeviceGetCount()):
             try:
                 g = nv.nvmlDeviceGetHandleByIndex(i)
                 for h in self._migs(g) or [g]:
                     uuid = nv.nvmlDeviceGetUUID(h)
                     mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
-                    self._handles[uuid] = h
-                    self._devs.append(Gpu(uuid, i, nv.nvmlDeviceGetName(h), mem.total if mem else 0))
+                    handles[uuid] = h
+                    devs.append(Gpu(uuid, i, nv.nvmlDeviceGetName(h), mem.total if mem else 0))
             except nv.NVMLError as e:
                 log.error("GPU %d left out: NVML says %s", i, e)
-                self.broken.append((i, str(e)))
+                broken.append((i, str(e)))
+        self._handles, self._devs, self.broken = handles, devs, broken
+
+    def refresh(self) -> bool:
+        """Enumerate again after a MIG handle went stale (instances were reconfigured); True when
+        the devices changed (the agent then re-registers the node)."""
+        before = [g.uuid for g in self._devs]
+        try:
+            self._enumerate()
+        except self.nv.NVMLError as e:
+            log.warning("NVML re-enumeration failed: %s", e)
+            return False
+        self.stale = False
+        return [g.uuid for g in self._devs] != before
 
     def _opt(self, fn, *args):
         """A call that some GPUs, drivers or privileges do not support: None instead of an error."""
@@ -160,6 +176,7 @@ class NvmlBackend:
                 out.append(self._sample_one(d.uuid, self._handles[d.uuid]))
             except nv.NVMLError as e:     # a lost or resetting GPU: report it, keep the others
                 lost = isinstance(e, getattr(nv, "NVMLError_GpuIsLost", ()))
+                self.stale = self.stale or (d.uuid.startswith("MIG-") and not lost)
                 if (d.uuid, type(e).__name__) not in self._logged:      # once per GPU and error, not per second
                     self._logged.add((d.uuid, type(e).__name__))
                     log.warning("NVML sample of %s failed: %s", d.uuid, e)
