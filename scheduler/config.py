@@ -62,6 +62,10 @@ class Rates:
     overhead_per_attempt: float = 0.0
     forecast_margin: float = 0.2
     billing: str = "second"    # "second" | "started_hour": the granularity an attempt is billed in
+    node_hour: tuple[tuple[str, float], ...] = ()   # node -> whole-instance price per hour
+
+    def node_price(self, node: str) -> float:
+        return dict(self.node_hour).get(node, 0.0)
 
     def gpu_rate(self, model: str) -> float:
         return dict(self.gpu_hour_by_model).get(model, self.gpu_hour)
@@ -309,8 +313,9 @@ def _qos(name, t):
 
 def _rates(t):
     _check_keys("rates", t, {"currency", "gpu_hour", "gpu_hour_by_model", "cpu_hour", "mem_gib_hour",
-                             "overhead_per_attempt", "forecast_margin", "billing"})
+                             "overhead_per_attempt", "forecast_margin", "billing", "node_hour"})
     by_model = _table("rates.gpu_hour_by_model", t.get("gpu_hour_by_model", {}))
+    by_node = _table("rates.node_hour", t.get("node_hour", {}))
     return Rates(
         currency=_str("rates.currency", t.get("currency", "USD")),
         gpu_hour=float(_num("rates.gpu_hour", t.get("gpu_hour", 2.0), lo=0)),
@@ -321,6 +326,7 @@ def _rates(t):
         overhead_per_attempt=float(_num("rates.overhead_per_attempt", t.get("overhead_per_attempt", 0.0), lo=0)),
         forecast_margin=float(_num("rates.forecast_margin", t.get("forecast_margin", 0.2), lo=0)),
         billing=_str("rates.billing", t.get("billing", "second"), ("second", "started_hour")),
+        node_hour=tuple(sorted((n, float(_num(f"rates.node_hour.{n}", v, lo=0))) for n, v in by_node.items())),
     )
 
 

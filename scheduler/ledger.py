@@ -8,22 +8,37 @@ import json
 from dataclasses import dataclass, field, replace
 
 from .config import Config
-from .model import Budget, Job
+from .model import Budget, Job, Node
 from .units import MICRO
 
 MS_PER_HOUR = 3_600_000
 
 
-def rate(job: Job, unit: str, gpu_model: str, cfg: Config) -> int:
-    """Micro-units of `unit` per hour of this job's allocation on a node with `gpu_model` GPUs."""
+def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:
+    """Micro-units of `unit` per hour of this job's allocation on a node with `gpu_model` GPUs.
+
+    On a node with a whole-instance price (rates.node_hour), the job pays that price times its
+    dominant share of the node (the largest of its GPU, CPU and memory fractions), so a node that
+    is fully allocated is paid exactly once, whatever shapes share it."""
     if unit == "gpu_hours":
         return job.gpus * MICRO
     if unit == "cpu_hours":
         return job.cpus * MICRO
     r = cfg.rates
-    per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour
+    price = r.node_price(node.name) if node is not None else 0.0
+    if price:
+        per_hour = price * dominant_share(job, node)
+    else:
+        per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour
     qos = cfg.qos_named(job.qos)
     return round(per_hour * (qos.rate_factor if qos else 1.0) * MICRO)
+
+
+def dominant_share(job: Job, node: Node) -> float:
+    shares = [job.cpus / node.cpus if node.cpus else 0.0, job.mem / node.mem if node.mem else 0.0]
+    if node.gpus:
+        shares.append(job.gpus / len(node.gpus))
+    return min(max(shares), 1.0)
 
 
 def overhead(unit: str, cfg: Config) -> int:
@@ -49,8 +64,8 @@ def billed(seconds: float, cfg: Config) -> float:
     return seconds
 
 
-def forecast(job: Job, unit: str, gpu_model: str, cfg: Config) -> int:
-    return accrue(rate(job, unit, gpu_model, cfg), billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
+def forecast(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:
+    return accrue(rate(job, unit, gpu_model, cfg, node), billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
 
 
 def charge(rate_per_hour: int, start: float, end: float, unit: str, cfg: Config) -> int:

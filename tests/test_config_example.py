@@ -148,7 +148,7 @@ def test_example_states_the_real_defaults():
               "kill_wait", "budget_mode", "priority", "qos", "worker", "alerts", "security"):
         assert getattr(ex, f) == getattr(d, f), f
     from dataclasses import replace
-    assert replace(ex.rates, gpu_hour_by_model=()) == d.rates
+    assert replace(ex.rates, gpu_hour_by_model=(), node_hour=()) == d.rates
 
 
 # -- validation: bad values in the example name their key --------------------------------------

@@ -132,7 +132,7 @@ class _Pass:
         if protected:
             return protected
         model = next((g.model for g in spot.matching(job)), "")
-        commit, rates = self.book.quote(job, model)
+        commit, rates = self.book.quote(job, model, spot.node)
         broke = self.book.blocked(commit)
         if broke:
             return broke
@@ -143,7 +143,8 @@ class _Pass:
         self.placed.append((job, spot.node.name, gpus))
         if self.timelines is not None:
             self.timelines.place(job, spot.node.name, gpus)
-        return Place(job.id, spot.node.name, gpus, commit, rates, ledger.rate(job, "usd", model, self.cfg), borrowed)
+        return Place(job.id, spot.node.name, gpus, commit, rates, ledger.rate(job, "usd", model, self.cfg, spot.node),
+                     borrowed)
 
     def _blocked(self, job: Job, roomy: bool):
         """The job found no node it may start on now: wait for its victims, preempt, or reserve."""

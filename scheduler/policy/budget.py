@@ -24,11 +24,11 @@ class BudgetBook:
                     # What has accrued is not yet settled: it still counts against the budget.
                     self.committed[name] += ledger.outstanding(j, name, now) + ledger.accrued(j, name, now)
 
-    def quote(self, job: Job, gpu_model: str):
-        """(commit, rates) the job would take on a node with `gpu_model` GPUs."""
+    def quote(self, job: Job, gpu_model: str, node=None):
+        """(commit, rates) the job would take on `node`, which has `gpu_model` GPUs."""
         bs = ledger.budgets_for(job, self.cfg.budgets)
-        commit = tuple((b.name, ledger.forecast(job, b.unit, gpu_model, self.cfg)) for b in bs)
-        rates = tuple((b.name, ledger.rate(job, b.unit, gpu_model, self.cfg)) for b in bs)
+        commit = tuple((b.name, ledger.forecast(job, b.unit, gpu_model, self.cfg, node)) for b in bs)
+        rates = tuple((b.name, ledger.rate(job, b.unit, gpu_model, self.cfg, node)) for b in bs)
         return commit, rates
 
     def blocked(self, commit):
