@@ -43,7 +43,7 @@ def stat(ctx, user, account, state, me, start, as_json):
 
 def _stat_start(c, jobs, now, user, account, as_json):
     from scheduler.policy import expected_starts
-    starts = expected_starts(c.snapshot(now, jobs), c.cfg)
+    starts = expected_starts(c.snapshot(now, jobs), c.effective_config(now))
     shown = [j for j in sorted(jobs, key=lambda j: j.id) if j.state == states.PENDING
              and (not user or j.user == user) and (not account or j.account == account)]
     if as_json:

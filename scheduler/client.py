@@ -125,6 +125,10 @@ class Client:
         return Snapshot(now=now, nodes=self.nodes(), jobs=tuple(jobs), spent=tuple(sorted(spent.items())),
                         usage=tuple(sorted(usage.items())))
 
+    def effective_config(self, now: float):
+        """The config the scheduler plans with now: budgets with `budget set` limits and overrides."""
+        return replace(self.cfg, budgets=self.budgets(now))
+
     def budgets(self, now: float | None = None):
         """The configured budgets with the limits of `labq budget set` and the active overrides."""
         limits = {k: int(v["limit"]) for k, v in self.read.limits().items()}
