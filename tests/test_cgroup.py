@@ -105,6 +105,9 @@ def test_root_subtree_per_node(fakefs, monkeypatch):
     monkeypatch.setattr(cgroup.os, "geteuid", lambda: 0)
     d, _ = cgroup.detect("auto", "gpu/node 7", mount=str(fakefs), own="/", env={})
     assert d.base == str(fakefs / "labq" / "gpu_node_7") and d.how == "root"
+    other, _ = cgroup.detect("auto", "gpu/node 7", mount=str(fakefs), own="/", env={}, instance="labq@unix:///a")
+    assert other.base.startswith(str(fakefs / "labq" / "gpu_node_7-")) and other.base != d.base, \
+        "another installation's node of the same name gets its own subtree"
     assert set((fakefs / "cgroup.subtree_control").read_text().split()) == {"cpu", "memory", "pids"}
     assert d.controllers == {"cpu", "memory", "pids"}
     assert "watchdog" not in d.describe()

@@ -95,7 +95,7 @@ class Agent:
                  len(self.slots), self.queue)
 
     def _setup_cgroups(self) -> None:
-        d, why = cgroup.detect(self.cfg.worker["cgroups"], self.name)
+        d, why = cgroup.detect(self.cfg.worker["cgroups"], self.name, instance=f"{self.cfg.prefix}@{self.url}")
         if d is None:
             log.info("no job cgroups (%s): the runners enforce memory limits themselves", why)
             return

@@ -5,7 +5,8 @@ Where the job cgroups live (`detect`, run once by the agent at start):
 - under systemd with Delegate=yes, the unit's own cgroup. A cgroup that has controllers enabled for
   its children may hold no processes itself ("no internal processes"), so the agent first moves
   itself into a leaf `<unit>/agent`; its workers and their horses are born there.
-- as root anywhere else, `<cgroup2 mount>/labq/<node>`, made here and holding only job cgroups.
+- as root anywhere else, `<cgroup2 mount>/labq/<node>-<instance hash>`, made here and holding
+  only job cgroups.
 - otherwise nowhere: the runner enforces the memory limit itself (worker.memwatch).
 
 A delegated subtree may still lack controllers (a hybrid host binds memory to cgroup v1). The job
@@ -14,6 +15,7 @@ left to the runner's own watchdog. Only files are touched here; no psutil, no si
 """
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import re
@@ -109,9 +111,11 @@ def _number(path: str) -> int | None:
 
 # -- finding a delegated subtree -----------------------------------------------------------------
 def detect(mode: str, node: str, mount: str | None = None, own: str | None = None,
-           env=None) -> tuple[Delegation | None, str]:
+           env=None, instance: str = "") -> tuple[Delegation | None, str]:
     """(delegation, why) for worker.cgroups = `mode`. Never raises: a host without a usable
-    cgroup v2 is a host where the runner enforces limits itself, and `why` says so."""
+    cgroup v2 is a host where the runner enforces limits itself, and `why` says so. `instance`
+    (the agent's Redis URL and prefix) keeps two labq installations on one host, whose nodes may
+    share a name, out of each other's job cgroups: an agent sweeps its own subtree at start."""
     if mode == "off":
         return None, "worker.cgroups = \"off\""
     env = os.environ if env is None else env
@@ -130,7 +134,7 @@ def detect(mode: str, node: str, mount: str | None = None, own: str | None = Non
             return None, "the systemd unit has no Delegate=yes"
         if os.geteuid() != 0:
             return None, "not root, and not in a systemd unit with Delegate=yes"
-        return _root_subtree(mount, node), ""
+        return _root_subtree(mount, node, instance), ""
     except OSError as e:
         return None, f"cannot set up job cgroups: {e}"
 
@@ -177,8 +181,10 @@ def _delegated(unit_dir: str, how: str) -> Delegation:
     return Delegation(unit_dir, frozenset(_words(os.path.join(unit_dir, "cgroup.subtree_control"))), how)
 
 
-def _root_subtree(mount: str, node: str) -> Delegation:
+def _root_subtree(mount: str, node: str, instance: str = "") -> Delegation:
     name = re.sub(r"[^A-Za-z0-9._-]", "_", node) or "node"
+    if instance:
+        name += "-" + hashlib.sha1(instance.encode()).hexdigest()[:8]
     top, base = os.path.join(mount, "labq"), os.path.join(mount, "labq", name)
     for d in (top, base):
         with contextlib.suppress(FileExistsError):
