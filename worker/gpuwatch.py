@@ -209,6 +209,8 @@ class Account:
             out.update(gpu_util_mean=round(self.util_sum / self.util_n, 1), gpu_util_peak=self.util_peak,
                        gpu_idle_s=round(self.idle_s, 1))
         if self.mem_peak is not None:
+            # Device memory in use on the job's GPUs (each is the job's alone), summed: unlike the
+            # per-process figures it needs no pid namespace match and sees CUDA contexts too.
             out["gpu_mem_peak"] = self.mem_peak
         # A whole GPU is allocated to one job at a time, so its counter's delta is the job's; a MIG
         # slice shares its parent's counter with other slices' jobs.
