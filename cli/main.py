@@ -17,6 +17,7 @@ COMMANDS = {
     "up": ("cli.daemons", "up"), "scheduler": ("cli.daemons", "scheduler"), "worker": ("cli.daemons", "worker"),
     "demo": ("cli.demo", "demo"), "checkpoint": ("cli.query", "checkpoint"), "plan": ("cli.plan", "plan"),
     "prio": ("cli.prio", "prio"),
+    "simulate": ("cli.simulate", "simulate"),
 }
 
 

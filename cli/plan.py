@@ -1,4 +1,6 @@
-"""`labq plan`: what-if for N identical jobs, before anything is submitted."""
+"""`labq plan`: what-if for N identical jobs, or a list of different ones, before anything is submitted."""
+import os
+
 import click
 
 from scheduler import units
@@ -10,39 +12,76 @@ from .common import echo_json, pass_ctx
 from .submit import parse_gpus
 
 
-def parse_nodes(text: str, model: str = "fake") -> tuple[Node, ...]:
-    """`COUNTxGPUS[:CPUS[:MEM]]`, comma-separated groups: `1x4:16:64G`, `8x4`, `2x8:64:512G,4x0:32:128G`."""
+def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tuple[Node, ...]:
+    """`COUNTxGPUS[:CPUS[:MEM]]`, comma-separated groups: `1x4:16:64G`, `8x4`, `2x8:64:512G,4x0:32:128G`.
+    A group without CPUS gets `cpus` (default 16), without MEM 64G; each node has a job slot per CPU."""
     nodes = []
     for group in text.split(","):
         try:
-            count, _, rest = group.strip().partition("x")
+            count, x, rest = group.strip().partition("x")
             parts = rest.split(":")
-            gpus, cpus = int(parts[0]), int(parts[1]) if len(parts) > 1 else 16
+            if not x or len(parts) > 3:
+                raise ValueError(group)
+            gpus, n_cpus = int(parts[0]), int(parts[1]) if len(parts) > 1 else (cpus or 16)
             mem = units.parse_size(parts[2]) if len(parts) > 2 else 64 << 30
             count = int(count)
+            if count < 1 or gpus < 0 or n_cpus < 1:
+                raise ValueError(group)
         except (ValueError, IndexError, UsageError):
-            raise UsageError(f"--nodes: expected COUNTxGPUS[:CPUS[:MEM]] like 1x4:16:64G, got {group!r}") from None
+            raise UsageError(f"--nodes: expected COUNTxGPUS[:CPUS[:MEM]] like 1x4:16:64G (count ≥ 1, CPUs ≥ 1), "
+                             f"got {group!r}") from None
         for _ in range(count):
             i = len(nodes)
-            nodes.append(Node(f"n{i}", cpus, mem, cpus, tuple(Gpu(f"GPU-{i}-{g}", g, model) for g in range(gpus))))
+            nodes.append(Node(f"n{i}", n_cpus, mem, n_cpus, tuple(Gpu(f"GPU-{i}-{g}", g, model) for g in range(gpus))))
     return tuple(nodes)
 
 
 @click.command("plan")
-@click.option("--jobs", "count", type=int, required=True, help="How many identical jobs.")
-@click.option("-G", "--gpus", default="0", help="GPUs per job: N or MODEL:N.")
-@click.option("-c", "--cpus", type=int, default=1, help="CPUs per job.")
-@click.option("--mem", default="0", help="Memory per job, like 12G.")
-@click.option("-t", "--time", "time_", required=True, help="Time limit per job.")
+@click.option("--jobs", "count", type=int, help="How many identical jobs (with -G, -c, --mem, -t).")
+@click.option("--file", "path", metavar="JOBS.csv", help="A list of different jobs, replayed by the simulator (see above).")
+@click.option("-G", "--gpus", help="GPUs per job: N or MODEL:N.  [default: 0]")
+@click.option("-c", "--cpus", type=int, help="CPUs per job.  [default: 1]")
+@click.option("--mem", help="Memory per job, like 12G.  [default: 0]")
+@click.option("-t", "--time", "time_", help="Time limit per job (required with --jobs).")
 @click.option("--nodes", help="The cluster, COUNTxGPUS[:CPUS[:MEM]] (default: the registered nodes).")
-@click.option("--budget", help="A configured budget's name, or an amount in the currency.")
-@click.option("-q", "--qos", default="normal")
+@click.option("--budget", help="A configured budget's name (its limit), or an amount in the currency.")
+@click.option("-q", "--qos", default="normal", help="The QoS of --jobs (a --file gives its own).")
+@click.option("--progress/--no-progress", default=None, help="--file: a progress bar on stderr (default: when it is a terminal).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def plan(ctx, count, gpus, cpus, mem, time_, nodes, budget, qos, as_json):
-    """Concurrency per resource, waves, makespan, cost and what is left of the budget."""
+def plan(ctx, count, path, gpus, cpus, mem, time_, nodes, budget, qos, progress, as_json):
+    """Concurrency per resource, waves, makespan, cost and what is left of the budget.
+
+    With --jobs N: N identical jobs, by arithmetic (every job uses its whole limit).
+
+    With --file JOBS.csv: a list of different jobs, all submitted now, replayed through the
+    scheduler's own plan() by the simulator (as `labq simulate` does), with the same report plus
+    what is left of the budget. A CSV with a header; only `time` is required:
+
+    \b
+      count  how many such jobs            (default 1)
+      gpus   N or MODEL:N                  (default 0)
+      cpus   CPUs per job                  (default 1)
+      mem    memory per job, like 12G      (default 0)
+      time   time limit: 2h, 90 (minutes), 1:30:00, 2-0
+      est    how long each job runs        (default: its whole time limit)
+      name   a label
+      qos    a QoS class                   (default normal)
+
+    \b
+      count,gpus,cpus,mem,time,name
+      12,1,4,12G,2h,sweep
+      2,A100:4,32,128G,1-0,pretrain
+    """
     from scheduler.whatif import what_if
     cfg = ctx.cfg
+    if path is not None:
+        if count is not None or any(v is not None for v in (gpus, cpus, mem, time_)):
+            raise UsageError("--file: the jobs come from the file; drop --jobs, -G, -c, --mem and -t")
+        return _plan_file(ctx, path, nodes, budget, progress, as_json)
+    if count is None or time_ is None:
+        raise UsageError("give --jobs N with -t TIME (and -G, -c, --mem), or --file JOBS.csv")
+    gpus, cpus, mem = gpus or "0", 1 if cpus is None else cpus, mem or "0"
     if count < 1 or cpus < 1:
         raise UsageError("--jobs and --cpus must be at least 1")
     model, n = parse_gpus(gpus)
@@ -63,6 +102,39 @@ def plan(ctx, count, gpus, cpus, mem, time_, nodes, budget, qos, as_json):
     if limit is not None:
         click.echo(f"budget: {fmt_money(limit)}, left after: {fmt_money(w.budget_remaining)}; warn at "
                    + ", ".join(f"{f:.0%} = {fmt_money(a)}" for f, a in w.warn_levels))
+
+
+def _plan_file(ctx, path, nodes, budget, progress, as_json):
+    from scheduler.whatif import PLAN_BUDGET, plan_file
+    from .simulate import cluster, progress_for, report_lines
+    cfg = ctx.cfg
+    named = amount = None
+    if budget:
+        b = next((b for b in cfg.budgets if b.name == budget), None)
+        if b is not None:
+            named = b.name
+        else:
+            amount = to_micro(budget.lstrip("$"), "--budget")
+    res, rep = plan_file(path, cluster(ctx, nodes, None), cfg, named, amount, progress_for(progress, "planning"))
+    rep = {"trace": os.path.basename(path), "policy": "config", "config": _describe(cfg), **rep}
+    name = named or (PLAN_BUDGET if amount is not None else None)
+    if name:
+        rep["budget"] = {"name": name, **rep["budgets"][name], "held_jobs": rep["held_by_budget"]["jobs"]}
+    if as_json:
+        return echo_json(rep)
+    for line in report_lines(rep):
+        click.echo(line)
+    if name:
+        b = rep["budget"]
+        amount = ((lambda v: fmt_money(round(v * 1e6))) if b["unit"] == "usd"
+                  else (lambda v: f"{v:,.3f} {b['unit'].replace('_', '-')}"))
+        click.echo(f"{'budget left':<15}{amount(b['left'])} of {amount(b['limit'])} ({name})"
+                   + (f"; {b['held_jobs']:,} jobs waited for it" if b["held_jobs"] else ""))
+
+
+def _describe(cfg) -> str:
+    from scheduler.sim import describe
+    return describe(cfg)
 
 
 def _budget(cfg, text):

@@ -1,11 +1,13 @@
 """`labq plan`: what N identical jobs would do on a cluster — concurrency per resource, waves,
-makespan, cost and what is left of the budget. Pure arithmetic over nodes, a request and rates."""
+makespan, cost and what is left of the budget (pure arithmetic over nodes, a request and rates);
+and, for a heterogeneous job list (`--file`), the simulator's replay of it."""
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from . import ledger
+from . import ledger, units
 from .config import Config
-from .model import Job, Node
+from .errors import UsageError
+from .model import Budget, Job, Node
 from .units import MICRO
 
 
@@ -58,3 +60,83 @@ def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None =
     remaining = None if budget_limit is None else budget_limit - cost
     levels = tuple((w, int(budget_limit * w)) for w in warn) if budget_limit is not None else ()
     return WhatIf(conc, binding, waves, waves * job.time_limit, cost, budget_limit, remaining, levels)
+
+
+# -- labq plan --file: a heterogeneous job list, replayed by the simulator --------------------------
+FILE_COLUMNS = ("count", "gpus", "cpus", "mem", "time", "est", "name", "qos")
+PLAN_BUDGET = "what-if"   # the budget of `--budget AMOUNT`
+
+
+def load_jobs(path: str, cfg: Config) -> list:
+    """The job list of `labq plan --file`: a CSV with a header; `time` is required, the rest optional.
+
+        count  how many such jobs (1)          gpus  N or MODEL:N (0)      cpus  N (1)
+        mem    a size like 12G (0)             time  the time limit: 2h, 90 (minutes), 1:30:00, 2-0
+        est    how long each runs (its time)   name  a label              qos   a QoS class (normal)
+
+    Every job is submitted at once; lines starting with # are comments."""
+    from .sim.trace import TraceJob, read_rows
+    header, rows = read_rows(path, "--file")
+    if "time" not in header:
+        raise UsageError(f"--file: {path}: missing column 'time' (have: {', '.join(header) or 'none'}; "
+                         f"columns: {', '.join(FILE_COLUMNS)})")
+    unknown = [h for h in header if h not in FILE_COLUMNS]
+    if unknown:
+        raise UsageError(f"--file: {path}: unknown column {unknown[0]!r} (columns: {', '.join(FILE_COLUMNS)})")
+    jobs = []
+    for line, row in enumerate(rows, start=2):
+        where = f"--file: {path}:{line}"
+        cell = {k: (v or "").strip() for k, v in row.items() if k}
+        try:
+            count = int(cell.get("count") or 1)
+            model, gpus = _gpus(cell.get("gpus") or "0")
+            cpus = int(cell.get("cpus") or 1)
+            mem = units.parse_size(cell.get("mem") or "0", "mem")
+            limit = units.parse_duration(cell["time"], "time") if cell.get("time") else 0
+            est = units.parse_duration(cell["est"], "est") if cell.get("est") else limit
+        except ValueError:
+            raise UsageError(f"{where}: expected whole numbers in count and cpus, got {row!r}") from None
+        except UsageError as e:
+            raise UsageError(f"{where}: {e}") from None
+        if count < 1 or cpus < 1 or limit < 1:
+            raise UsageError(f"{where}: count and cpus must be at least 1 and time at least 1s")
+        qos = cell.get("qos") or "normal"
+        if cfg.qos_named(qos) is None:
+            raise UsageError(f"{where}: qos: unknown QoS {qos!r} (configured: {', '.join(q.name for q in cfg.qos)})")
+        name = cell.get("name") or f"line{line}"
+        for i in range(count):
+            jobs.append(TraceJob(name=f"{name}[{i + 1}]" if count > 1 else name, submit=0.0, duration=min(est, limit),
+                                 time_limit=limit, gpus=gpus, cpus=cpus, mem=mem, user="plan", qos=qos,
+                                 gpu_type=model))
+    if not jobs:
+        raise UsageError(f"--file: {path}: no jobs")
+    return jobs
+
+
+def _gpus(text: str) -> tuple[str, int]:
+    model, _, count = text.rpartition(":")
+    try:
+        n = int(count)
+    except ValueError:
+        raise UsageError(f"gpus: expected N or MODEL:N, got {text!r}") from None
+    if n < 0:
+        raise UsageError(f"gpus: expected a count ≥ 0, got {text!r}")
+    return model, n
+
+
+def plan_file(path: str, nodes, cfg: Config, budget: str | None = None, amount: int | None = None,
+              progress=None):
+    """(simulator Result, report) for the job list at `path` on `nodes`, every job charged to the
+    configured budget `budget`, or to a budget of `amount` micro-dollars (`PLAN_BUDGET`)."""
+    from . import sim
+    template = {}
+    if amount is not None:
+        cfg = replace(cfg, budgets=tuple(b for b in cfg.budgets if b.name != PLAN_BUDGET)
+                      + (Budget(PLAN_BUDGET, "usd", amount),))
+        template["budget"] = PLAN_BUDGET
+    elif budget is not None:
+        b = next(b for b in cfg.budgets if b.name == budget)
+        template.update({"account": b.account} if b.account else {"project": b.project} if b.project
+                        else {"budget": b.name})
+    res = sim.simulate(load_jobs(path, cfg), nodes, cfg, progress=progress, template=template)
+    return res, sim.report(res)

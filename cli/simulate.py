@@ -1,0 +1,182 @@
+"""`labq simulate TRACE.csv`: replay a workload through the scheduler's own plan() on a virtual
+clock (scheduler/sim/), and report what it did. Also the report's text form, which `labq plan
+--file` prints too."""
+import math
+import os
+import sys
+import time
+
+import click
+
+from scheduler.errors import LabqError, UsageError
+from scheduler.units import fmt_duration, fmt_money
+
+from .common import echo_json, pass_ctx
+from .plan import parse_nodes
+
+
+def cluster(ctx, nodes: str | None, cpus: str | None):
+    """The nodes of --nodes (with --cpus per node where a group gives none), one CPU machine of
+    --cpus processors, or else the registered nodes."""
+    per_node = _int(cpus, "--cpus", 1) if cpus is not None else None
+    if nodes:
+        return parse_nodes(nodes, cpus=per_node)
+    if per_node is not None:
+        return parse_nodes(f"1x0:{per_node}")
+    from scheduler.store.conn import ERRORS
+    try:
+        found = ctx.client.nodes()
+    except (LabqError, *ERRORS) as e:
+        raise UsageError(f"no --nodes given and the registered nodes cannot be read ({e}): "
+                         "give --nodes COUNTxGPUS[:CPUS[:MEM]] or --cpus N") from None
+    if not found:
+        raise UsageError("no nodes: give --nodes COUNTxGPUS[:CPUS[:MEM]] or --cpus N, or start a worker")
+    return found
+
+
+def _int(text, what: str, lo: int) -> int:
+    try:
+        v = int(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what}: expected a whole number, got {text!r}") from None
+    if v < lo:
+        raise UsageError(f"{what}: expected a whole number ≥ {lo}, got {v}")
+    return v
+
+
+def _float(text, what: str) -> float:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what}: expected a number, got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise UsageError(f"{what}: expected a number > 0, got {text!r}")
+    return v
+
+
+def need_matplotlib(path: str | None) -> None:
+    """Fail before the replay, not after it, when --plot cannot be drawn."""
+    if not path:
+        return
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, the optional extra `plot`: pip install 'labq[plot]'") from None
+
+
+class Progress:
+    """A one-line bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self, label: str):
+        self.label, self.last = label, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.last < 0.1:
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {frac:4.0%} {done:,}/{total:,} jobs")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def progress_for(flag: bool | None, label: str):
+    on = sys.stderr.isatty() if flag is None else flag
+    return Progress(label) if on else None
+
+
+@click.command("simulate")
+@click.argument("trace", metavar="TRACE.csv")
+@click.option("--nodes", help="The cluster: COUNTxGPUS[:CPUS[:MEM]] groups, comma-separated, e.g. 8x4 or "
+                              "2x8:64:512G,4x0:32:128G (default: the registered nodes).")
+@click.option("--cpus", help="CPUs (and job slots) per node for --nodes groups that give none (default 16). "
+                             "Alone: one CPU-only machine of N processors (--cpus 100 = --nodes 1x0:100).")
+@click.option("--policy", default="config", show_default=True,
+              help="fifo | priority | backfill | fairshare | config (the configuration as it is).")
+@click.option("--backfill-depth", help="Override scheduler.backfill_depth (backfill: default 1).")
+@click.option("--extra", help="A CSV keyed by job_id whose columns join the trace's (like kth_sp2_1996_extra.csv).")
+@click.option("--time-column", help="The column (trace or --extra) with each job's time limit in seconds "
+                                    "(default: time_limit_s when the trace has it).")
+@click.option("--time-factor", default="1.0", show_default=True,
+              help="Without a time column (or where it is empty): time limit = duration × this.")
+@click.option("--gpus-from-cpus", is_flag=True, help="Replay a CPU trace on a GPU pool: each job asks for its cpus as GPUs, and 1 CPU.")
+@click.option("--plot", "plot_path", metavar="FILE.png",
+              help="Draw utilisation over time and a Gantt chart of the busiest nodes (needs matplotlib: pip install 'labq[plot]').")
+@click.option("--progress/--no-progress", default=None, help="A progress bar on stderr (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column, time_factor, gpus_from_cpus,
+             plot_path, progress, as_json):
+    """Replay a workload trace (docs/internals.md, "The simulator") through the scheduler's own plan()
+    on a virtual clock: makespan, utilisation, wait, bounded slowdown, completion time, cost,
+    refusals, budget holds, preemptions and lost work.
+
+    TRACE.csv: job_id,submit_s,duration_s[,gpus,cpus,mem_gib,user,group,status,time_limit_s,account,qos,gpu_type]
+    (the format of the shared traces' README). Rates, budgets, accounts and QoS come from the config."""
+    from scheduler import sim
+    need_matplotlib(plot_path)
+    depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None
+    cfg = sim.policy_config(ctx.cfg, policy, depth)
+    jobs = sim.load(trace, extra=extra, time_column=time_column, time_factor=_float(time_factor, "--time-factor"),
+                    cpus_as_gpus=gpus_from_cpus)
+    if not jobs:
+        raise UsageError(f"trace: {trace}: no jobs")
+    cluster_nodes = cluster(ctx, nodes, cpus)
+    t0 = time.monotonic()
+    res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"))
+    rep = sim.report(res)
+    rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg), **rep,
+           "wall_s": round(time.monotonic() - t0, 2)}
+    if plot_path:
+        from scheduler.sim.plot import plot
+        plot(res, plot_path, f"{os.path.basename(trace)} — {policy}")
+    if as_json:
+        return echo_json(rep)
+    for line in report_lines(rep):
+        click.echo(line)
+    if plot_path:
+        click.echo(f"{'plot':<15}{plot_path}")
+
+
+def report_lines(rep: dict) -> list[str]:
+    """The report as aligned lines (labq simulate, labq plan --file)."""
+    c, j = rep["cluster"], rep["jobs"]
+    money = lambda v: fmt_money(round(v * 1e6))   # noqa: E731
+    w = rep["wait_s"]
+    util = rep["utilisation"]
+    lines = []
+    if "trace" in rep:
+        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"))
+    lines += [
+        ("cluster", f"{c['nodes']:,} node{'s' * (c['nodes'] != 1)}: {c['gpus']:,} GPUs, {c['cpus']:,} CPUs"),
+        ("policy", f"{rep['policy']}: {rep['config']}"),
+        ("jobs", f"{j['completed']:,} completed, {j['timeout']:,} timed out, {j['expired']:,} expired, "
+                 f"{j['never_started']:,} never started" + (f", {j['requeued_unfinished']:,} requeued and not finished"
+                                                           if j["requeued_unfinished"] else "")),
+        ("makespan", fmt_duration(rep["makespan_s"])),
+        ("utilisation", "n/a" if util is None else f"{util:.1%} of {'GPUs' if rep['utilisation_of'] == 'gpus' else 'CPUs'}"),
+        ("wait", f"mean {fmt_duration(w['mean'])}, p50 {fmt_duration(w['p50'])}, p95 {fmt_duration(w['p95'])}"),
+        ("slowdown", f"mean {rep['bounded_slowdown']['mean']:,.2f} (bounded at {rep['bounded_slowdown']['bound_s']:g} s)"),
+        ("completion", f"mean {fmt_duration(rep['completion_time_s']['mean'])} (submit to end)"),
+        ("cost", money(rep["cost"])),
+    ]
+    for name, b in rep["budgets"].items():
+        amount = money if b["unit"] == "usd" else (lambda v, u=b["unit"]: f"{v:,.3f} {u.replace('_', '-')}")
+        lines.append(("budget", f"{name}: spent {amount(b['spent'])} of {amount(b['limit'])}, left {amount(b['left'])}"
+                                + (f" (in the last of {b['periods']} {b['period']}s)" if b["period"] != "none" else "")))
+    r, h = rep["refused"], rep["held_by_budget"]
+    kinds = ", ".join(f"{k} {n:,}" for k, n in r["by_kind"].items())
+    lines.append(("refused", f"{r['count']:,}" + (f" ({kinds}; first: {r['first']})" if r["count"] else "")))
+    lines.append(("held by budget", f"{h['jobs']:,} jobs" + (f", {h['never_started']:,} never started" if h["never_started"] else "")))
+    for key, label in (("preemptions", "preemptions"), ("timeouts", "timeouts")):
+        p = rep[key]
+        jobs = f" ({p['jobs']:,} jobs)" if p.get("jobs") else ""
+        lines.append((label, f"{p['count']:,}{jobs}, lost work {fmt_duration(p['lost_work_s'])}"
+                             + (f" ({p['lost_gpu_hours']:,.1f} GPU-h)" if p["lost_gpu_hours"] else "")
+                             + (f" ({p['lost_cpu_hours']:,.1f} CPU-h)" if not p["lost_gpu_hours"] and p["lost_cpu_hours"] else "")))
+    lines.append(("replay", f"{rep['plan']['calls']:,} plan() passes, {rep['plan']['skipped']:,} skipped"
+                            + (f", {rep['wall_s']:.1f} s" if "wall_s" in rep else "")))
+    return [f"{k:<15}{v}" for k, v in lines]

@@ -1,0 +1,332 @@
+"""The replay: a trace through the daemon's own `policy.plan()` on a virtual clock. Pure: no Redis,
+no wall clock; the same trace, cluster and config give the same result, always.
+
+At each instant where something happens the simulator does what the daemon does in one tick:
+it applies the attempt ends (`transitions.finished`; charges into the `spent` balance of the
+budget's current period, as `periods` names it; fair-share usage via `fairshare.add`), takes the
+submits (refused as `labq sub` would be: `policy.refusal`, the queue bounds, max_submit), then calls
+`plan(snapshot, cfg)` once and applies the Plan with the daemon's transitions: `admit` for a Place
+(the attempt then runs min(duration, time limit): outcome `completed` or `timeout`), `end_pending`
+for an Expire, `preempting` for a Preempt (the victim ends at now + min(grace, what it has left),
+outcome `preempted`, requeued by `finished` with its lost work recorded), and the Pending reasons.
+A periodic budget's rollover is an instant too, because spending starts again from zero there.
+
+plan() is not called where it provably could not change anything, and in strict priority order
+it is given only the part of the queue that provably decides the pass (`_plan`): the result is
+identical to calling it on the whole queue at every instant (`skip=False`; tests/test_sim.py).
+"""
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from .. import fairshare, ledger, periods, policy, states, transitions as tr
+from ..config import Config
+from ..model import Job, Node, Snapshot
+from .clock import Clock
+from .queue import Queue
+from .room import Room, shape
+from .trace import TraceJob
+
+# Trace time 0 on the virtual clock. Never 0.0: the transitions read a zero time as "unset".
+EPOCH = 1_000_000_000.0
+BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
+WINDOW = 4      # pending jobs in a strict-order pass before it is widened (see Simulator._plan)
+# Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.
+ROLLOVER = ("rollover",)    # a periodic budget's new period: its spending starts from zero
+WAKE = ("wake",)            # a running job reaches its QoS min_runtime and may be preempted
+
+
+@dataclass
+class Refused:
+    trace: TraceJob
+    kind: str          # capacity | budget | queue | max_submit | qos
+    message: str
+
+
+@dataclass
+class Result:
+    """What the replay did: every job that entered the queue, as its final record."""
+    cfg: Config
+    nodes: tuple[Node, ...]
+    trace: list[TraceJob]
+    jobs: dict[int, Job]                    # id -> final record (ended, or still pending at the end)
+    refused: list[Refused]
+    budget_held: set[int] = field(default_factory=set)   # ids that pended for a budget at some pass
+    spent: dict[str, int] = field(default_factory=dict)  # the `spent` hash: NAME or NAME@PERIOD -> micro
+    plan_calls: int = 0
+    plan_skipped: int = 0
+    end_time: float = EPOCH
+
+    def trace_of(self, job_id: int) -> TraceJob:
+        return self.trace[job_id - 1]
+
+
+def prepare_nodes(nodes) -> tuple[Node, ...]:
+    """The cluster as always up: no lease to expire on a virtual clock."""
+    return tuple(replace(n, state="up", lease_expiry=math.inf) for n in nodes)
+
+
+class Simulator:
+    def __init__(self, trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
+                 template: dict | None = None):
+        self.trace, self.cfg, self.skip, self.progress = trace, cfg, skip, progress
+        self.nodes = prepare_nodes(nodes)
+        self.template = {"argv": ("trace",), "workdir": "/", **(template or {})}
+        self.queue = Queue(cfg)
+        self.running: dict[int, Job] = {}
+        self.ended: dict[int, Job] = {}
+        self.natural_end: dict[int, float] = {}
+        self.refused: list[Refused] = []
+        self.budgets = {b.name: b for b in cfg.budgets}
+        self.spent: dict[str, int] = {}       # the `spent` hash: NAME or NAME@PERIOD -> settled micro-units
+        self.rollovers = any(b.period != "none" for b in cfg.budgets)
+        self.half_life = cfg.priority["fairshare_half_life"]
+        # Fair-share usage is what plan() ranks accounts by; it reads it only with a fair-share weight.
+        self.fairshare = bool(cfg.priority["fairshare_weight"])
+        self.usage: dict = {}
+        self.budget_held: set[int] = set()
+        # The last Pending of each pending job. The daemon writes it into the record (`pend`); here it
+        # waits beside it until the end, which saves a record copy per pending job per pass. plan()
+        # reads a pending job's reason only when the job is held, and no job is held in a replay.
+        self.reasons: dict = {}
+        self.room = Room(self.nodes)
+        self.preemptible_running = self.draining = 0
+        self.active_by: Counter = Counter()
+        self._refusals: dict = {}
+        self.calls = self.skipped = 0
+        # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
+        self.never_skip = cfg.preemption and any(a.guarantee for a in cfg.accounts)
+        # No gate but capacity: no budget, cap or protected capacity can pend a job that fits.
+        self.ungated = not (self.never_skip or cfg.budgets or cfg.users or any(q.reserved for q in cfg.qos)
+                            or any(a.borrow_limit is not None or a.max_running is not None
+                                   or a.max_gpus is not None or a.max_cpus is not None for a in cfg.accounts))
+        self.clock = Clock([(EPOCH + t.submit, i) for i, t in enumerate(trace)])
+        if self.rollovers and trace:
+            self.clock.at(self._rollover(EPOCH + trace[0].submit), ROLLOVER)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> Result:
+        total, step = len(self.trace), max(1, len(self.trace) // 200)
+        shown = 0
+        for t, ends, arrivals in self.clock.batches():
+            rolled = ROLLOVER in ends
+            for end in ends:
+                if len(end) == 3:
+                    self._end(t, *end)
+            for i in arrivals:
+                self._arrive(t, i)
+            self._plan(t)
+            # The next rollover matters while anything may still happen: arrivals, running jobs
+            # (an idle cluster whose queue this rollover did not start stays so at the next one).
+            if rolled and (self.clock.waiting() or self.running):
+                self.clock.at(self._rollover(t), ROLLOVER)
+            if self.progress and self.clock.arrived() - shown >= step:
+                shown = self.clock.arrived()
+                self.progress(shown, total)
+        if self.progress:
+            self.progress(total, total)
+        stuck = {i: tr.pend(j, self.reasons[i].reason, self.reasons[i].detail) if i in self.reasons else j
+                 for i, j in self.queue.jobs.items()}
+        jobs = {**self.ended, **stuck}
+        return Result(self.cfg, self.nodes, self.trace, dict(sorted(jobs.items())), self.refused,
+                      self.budget_held, dict(self.spent), self.calls, self.skipped, self._end_time())
+
+    def _rollover(self, t: float) -> float:
+        """The next start of a period of some periodic budget after t."""
+        return min(periods.bounds(b.period, periods.current(b, t), b.timezone)[1]
+                   for b in self.cfg.budgets if b.period != "none")
+
+    def _end_time(self) -> float:
+        return max((a.end_time for j in self.ended.values() for a in j.attempts if a.end_time), default=EPOCH)
+
+    # -- submits -----------------------------------------------------------------------------
+    def _arrive(self, t: float, i: int) -> None:
+        tj = self.trace[i]
+        account = tj.account or self.template.get("account") or self.cfg.default_account(tj.user)
+        job = Job(**{**self.template, "account": account}, id=i + 1, name=tj.name, user=tj.user, qos=tj.qos,
+                  gpus=tj.gpus, gpu_type=tj.gpu_type, cpus=tj.cpus, mem=tj.mem, time_limit=tj.time_limit,
+                  submit_time=t)
+        why = self._refusal(job)
+        if why:
+            self.refused.append(Refused(tj, *why))
+            return
+        self.active_by[("account", job.account)] += 1
+        self.active_by[("user", job.user)] += 1
+        self.queue.add(job)
+
+    def _refusal(self, job: Job):
+        """(kind, message) when `labq sub` would refuse the job, else None."""
+        cfg = self.cfg
+        if cfg.qos_named(job.qos) is None:
+            return "qos", f"qos: unknown QoS {job.qos!r}"
+        key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.time_limit, job.qos, job.account, job.project,
+               job.budget, job.user)
+        if key not in self._refusals:
+            why = policy.refusal(job, self.nodes, cfg)
+            self._refusals[key] = None if why is None else (
+                "capacity" if why.startswith("no node") else "budget" if why.startswith("budget") else "cap", why)
+        if self._refusals[key]:
+            return self._refusals[key]
+        if len(self.queue) + 1 > cfg.max_pending:
+            return "queue", f"queue full: {len(self.queue)} jobs pending, scheduler.max_pending={cfg.max_pending}"
+        mine = self.queue.per_user[job.user]
+        if mine + 1 > cfg.max_pending_per_user:
+            return "queue", f"user {job.user} has {mine} jobs pending, scheduler.max_pending_per_user={cfg.max_pending_per_user}"
+        for cap, who in ((cfg.account_named(job.account), ("account", job.account)),
+                         (cfg.user_named(job.user), ("user", job.user))):
+            if cap is not None and cap.max_submit is not None and self.active_by[who] + 1 > cap.max_submit:
+                return "max_submit", (f"{who[0]} {who[1]} has {self.active_by[who]} jobs pending or running, "
+                                      f"max_submit={cap.max_submit}")
+        return None
+
+    def _unqueue(self, job_id: int) -> Job:
+        self.reasons.pop(job_id, None)
+        return self.queue.remove(job_id)
+
+    def _leave(self, job: Job) -> None:
+        self.active_by[("account", job.account)] -= 1
+        self.active_by[("user", job.user)] -= 1
+        self.ended[job.id] = job
+
+    # -- ends --------------------------------------------------------------------------------
+    def _end(self, t: float, jid: int, attempt: int, outcome: str) -> None:
+        job = self.running.get(jid)
+        if job is None:
+            return
+        body = {"outcome": outcome, "end_time": t, "exit_code": 0 if outcome == "completed" else None}
+        done = tr.finished(job, attempt, body, t, self.cfg)
+        if done is None:      # stale: the attempt already ended (preempted before its natural end)
+            return
+        new, charges = done
+        del self.running[jid]
+        self.room.give(job)
+        self.preemptible_running -= self._preemptible(job)
+        self.draining -= job.state == states.PREEMPTING
+        for c in charges:
+            b = self.budgets.get(c.budget)
+            key = ledger.spent_field(c.budget, periods.current(b, t) if b else "")
+            self.spent[key] = self.spent.get(key, 0) + c.amount
+        a = new.attempts[-1]
+        if self.fairshare and a.end_time > a.dispatch_time:
+            self.usage = fairshare.add(self.usage, job.account,
+                                       fairshare.weight(job) * (a.end_time - a.dispatch_time), t, self.half_life)
+        if new.state == states.PENDING:
+            self.queue.add(new)
+        else:
+            self._leave(new)
+
+    # -- planning ----------------------------------------------------------------------------
+    def _inert(self) -> bool:
+        """Whether plan() provably changes nothing now: no Place (no pending request fits any node's
+        free room), no Preempt (no preemptible job runs, no budget or guarantee could preempt), no
+        Expire (no pending job has a --max-wait, --deadline, --begin, retry time or dependency)."""
+        if not self.queue:
+            return True           # no pending job: nothing to place, expire or preempt for
+        if self.never_skip or self.queue.timed or (self.cfg.preemption and self.preemptible_running):
+            return False
+        return not self.room.fits_somewhere(self.queue.shapes.minimal())
+
+    def _strict(self, t: float) -> bool:
+        """Whether plan() provably starts pending jobs in its order and nothing past the first that
+        does not fit: backfill off (backfill_depth 0: `blocker` in policy/__init__.py), nothing that
+        could preempt or be waited for, no gate but capacity (no budget, cap, protected capacity, hold,
+        begin or dependency), and each account's jobs in submit order (queue.py)."""
+        return (self.cfg.backfill_depth == 0 and self.ungated and not self.queue.timed and not self.draining
+                and not (self.cfg.preemption and self.preemptible_running)
+                and self.queue.accounts_in_submit_order(t))
+
+    def _plan(self, t: float) -> None:
+        if not self.skip:
+            return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
+        if self._inert():
+            self.skipped += 1
+            return
+        if not self._strict(t):
+            return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
+        # Strict order: the first job decides whether anything starts; when it fits, a pass over a
+        # window that holds the first n jobs decides the same as the whole pass as soon as fewer than
+        # n start: one of the n stayed pending, on capacity, and nothing after it starts.
+        q = self.queue
+        if not self.room.fits_somewhere([shape(j) for j in q.heads()]):
+            self.skipped += 1          # the first job is one of these, and none fits
+            return
+        usage = self._usage(t)
+        ranked = q.ranked_heads(t, usage)
+        if not self.room.fits_somewhere([shape(ranked[0])]):
+            self.skipped += 1
+            return
+        n = WINDOW
+        while True:
+            window = q.window(n, ranked)
+            p = self._call(t, window, usage)
+            if len(p.places) < n or len(window) == len(q):
+                return self._apply(t, p)
+            n *= 4
+
+    def _usage(self, t: float) -> dict:
+        if not self.fairshare:
+            return {}
+        return fairshare.current(self.usage, self.running.values(), t, self.half_life)
+
+    def _call(self, t: float, pending, usage: dict | None = None):
+        self.calls += 1
+        usage = self._usage(t) if usage is None else usage
+        spent = periods.spent_now(self.cfg.budgets, self.spent, t) if self.cfg.budgets else {}
+        snap = Snapshot(now=t, nodes=self.nodes, jobs=(*pending, *self.running.values()),
+                        spent=tuple(sorted(spent.items())), usage=tuple(sorted(usage.items())))
+        return policy.plan(snap, self.cfg)
+
+    def _apply(self, t: float, p) -> None:
+        """The Plan, applied as the daemon applies it (Scheduler._schedule)."""
+        for place in p.places:
+            self._start(t, place)
+        for e in p.expires:
+            self._leave(tr.end_pending(self._unqueue(e.job_id), e.state, e.detail, t))
+        for pr in p.preempts:
+            self._preempt(t, pr)
+        reasons = self.reasons
+        for pd in p.pending:
+            reasons[pd.job_id] = pd
+            if pd.reason in BUDGET_REASONS:
+                self.budget_held.add(pd.job_id)
+
+    def _start(self, t: float, place) -> None:
+        job = tr.admit(self._unqueue(place.job_id), place, t)
+        self.running[job.id] = job
+        self.room.take(job)
+        if self._preemptible(job):
+            self.preemptible_running += 1
+            qos = self.cfg.qos_named(job.qos)
+            if self.cfg.preemption and qos and qos.min_runtime:
+                # From then on it may be preempted: a blocked job that deferred (PreemptionDeferred) can act.
+                self.clock.at(t + qos.min_runtime, WAKE)
+        duration = self.trace[job.id - 1].duration
+        run = min(duration, job.time_limit)
+        self.natural_end[job.id] = t + run
+        self.clock.at(t + run, (job.id, job.current.attempt, "completed" if duration <= job.time_limit else "timeout"))
+
+    def _preempt(self, t: float, pr) -> None:
+        job = self.running.get(pr.job_id)
+        if job is None:
+            return
+        self.draining += job.state != states.PREEMPTING
+        self.running[job.id] = tr.preempting(job, pr.for_job, pr.detail, t)
+        cut = t + max(0, pr.grace)
+        if cut < self.natural_end[job.id]:   # it would not finish within its grace: it is cut short
+            self.natural_end[job.id] = cut
+            self.clock.at(cut, (job.id, job.current.attempt, "preempted"))
+
+    def _preemptible(self, job: Job) -> bool:
+        if job.borrowed:
+            return True
+        if job.preemptible is not None:
+            return job.preemptible
+        qos = self.cfg.qos_named(job.qos)
+        return bool(qos and qos.preemptible)
+
+
+def simulate(trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
+             template: dict | None = None) -> Result:
+    """Replay `trace` on `nodes` under `cfg`. `template`: Job fields every job gets (budget, project,
+    account). `skip=False` calls plan() at every instant with the whole queue (the reference)."""
+    return Simulator(trace, nodes, cfg, skip, progress, template).run()

@@ -1,0 +1,132 @@
+"""The pending jobs of a replay, kept in the orders that let the simulator know plan()'s order
+without a pass.
+
+plan() considers pending jobs by (−priority, submit time, id) (policy/priority.py), with
+
+    priority = qos_weight × QoS priority + age_weight × age + fairshare_weight × account factor
+               − burst_penalty × (1 if the job is the tail of its user's submit burst)
+
+`age` never favours a younger job and the account factor is the same for every job of an
+account. So, while every pending job has the same QoS priority (or qos_weight is 0) and no pending
+job is the tail of a burst (or burst_penalty is 0), **each account's jobs come in submit order**;
+and when, besides, fair share is off (or a single account pends), the whole queue does. Those two
+facts are all `window()` relies on; the order of the accounts' first jobs is priority.factors' own.
+
+Whether a job is the tail of a burst depends only on the pending jobs of its user, and only a
+user with more than `burst_jobs` pending can have one; `priority.factors` says, for those users,
+whenever their pending jobs change. With no tail in the whole queue there is none in any part of
+it either (a part has fewer earlier jobs within the window), so a pass over a part ranks alike.
+"""
+from bisect import bisect_left, insort
+from collections import Counter
+
+from ..config import Config
+from ..model import Job
+from ..policy import priority
+from .room import Shapes
+
+
+def timed(job: Job) -> bool:
+    """Whether plan() could act on the job because time passed: --max-wait, --deadline, --begin,
+    a retry backoff, a hold or a dependency (a replay sets none of them; a caller might)."""
+    return (job.max_wait is not None or job.deadline is not None or job.begin is not None
+            or job.eligible_time is not None or job.held or bool(job.deps))
+
+
+class Queue:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.jobs: dict[int, Job] = {}
+        self.fifo: list[tuple[float, int]] = []             # (submit time, id), sorted
+        self.by_account: dict[str, list[tuple[float, int]]] = {}
+        self.qos_levels: Counter = Counter()                 # QoS priority -> pending jobs
+        self.per_user: Counter = Counter()
+        self.crowded: dict[str, bool | None] = {}            # users with more than burst_jobs pending ->
+                                                             # whether one of their jobs is a burst's tail
+        self.shapes = Shapes()
+        self.timed = 0
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def _qos(self, job: Job) -> int:
+        q = self.cfg.qos_named(job.qos)
+        return q.priority if q else 0
+
+    def add(self, job: Job) -> None:
+        key = (job.submit_time, job.id)
+        self.jobs[job.id] = job
+        insort(self.fifo, key)
+        insort(self.by_account.setdefault(job.account, []), key)
+        self.qos_levels[self._qos(job)] += 1
+        self.per_user[job.user] += 1
+        self._touch(job.user)
+        self.shapes.add(job)
+        self.timed += timed(job)
+
+    def remove(self, job_id: int) -> Job:
+        job = self.jobs.pop(job_id)
+        key = (job.submit_time, job.id)
+        del self.fifo[bisect_left(self.fifo, key)]
+        mine = self.by_account[job.account]
+        del mine[bisect_left(mine, key)]
+        if not mine:
+            del self.by_account[job.account]
+        self.qos_levels[self._qos(job)] -= 1
+        if not self.qos_levels[self._qos(job)]:
+            del self.qos_levels[self._qos(job)]
+        self.per_user[job.user] -= 1
+        self._touch(job.user)
+        self.shapes.remove(job)
+        self.timed -= timed(job)
+        return job
+
+    def _touch(self, user: str) -> None:
+        if self.per_user[user] > self.cfg.priority["burst_jobs"]:
+            self.crowded[user] = None          # to be asked again
+        else:
+            self.crowded.pop(user, None)
+
+    def bursting(self, now: float) -> bool:
+        """Whether some pending job is the tail of its user's submit burst (priority.factors says)."""
+        for user, known in self.crowded.items():
+            if known is None:
+                mine = [j for j in self.jobs.values() if j.user == user]
+                self.crowded[user] = known = any(f.burst for f in priority.factors(mine, now, {}, self.cfg).values())
+            if known:
+                return True
+        return False
+
+    def accounts_in_submit_order(self, now: float) -> bool:
+        """Whether each account's pending jobs come in submit order in plan()'s order (see above).
+        Then also no job is the tail of a burst, in the whole queue or in any part of it."""
+        w = self.cfg.priority
+        return ((not w["qos_weight"] or len(self.qos_levels) <= 1)
+                and (not w["burst_penalty"] or not self.bursting(now)))
+
+    def one_order(self) -> bool:
+        """Whether, given accounts_in_submit_order(), the whole queue is in submit order."""
+        return not self.cfg.priority["fairshare_weight"] or len(self.by_account) <= 1
+
+    def heads(self) -> list[Job]:
+        """Each account's first pending job: given accounts_in_submit_order(), plan()'s first job is one of them."""
+        if self.one_order():
+            return [self.jobs[self.fifo[0][1]]] if self.fifo else []
+        return [self.jobs[keys[0][1]] for keys in self.by_account.values()]
+
+    def ranked_heads(self, now: float, usage: dict) -> list[Job]:
+        """heads() in plan()'s order, which priority.factors gives."""
+        heads = self.heads()
+        if len(heads) > 1:
+            f = priority.factors(heads, now, usage, self.cfg)
+            heads.sort(key=lambda j: (-f[j.id].priority, j.submit_time, j.id))
+        return heads
+
+    def window(self, n: int, ranked: list[Job]) -> list[Job]:
+        """Pending jobs that include the first `n` of plan()'s order, given accounts_in_submit_order()
+        and the ranked heads: those n then come first in the window's own order too. A job of an
+        account whose head is not among the n best heads has n jobs before it (the heads), so the
+        first n are among the first n jobs of the accounts with the n best heads."""
+        if self.one_order():
+            return [self.jobs[i] for _, i in self.fifo[:n]]
+        return [self.jobs[i] for h in ranked[:n] for _, i in self.by_account[h.account][:n]]

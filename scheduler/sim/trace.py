@@ -1,0 +1,142 @@
+"""Trace files → `TraceJob`s, validated row by row. Pure apart from reading the file.
+
+The format is `/work/shared/traces/README.md`'s: a CSV with a header,
+
+    job_id,submit_s,duration_s,gpus,cpus,mem_gib,user,group,status
+
+`job_id`, `submit_s` and `duration_s` are required; the other columns may be missing or empty
+(unknown): gpus 0, cpus 1, mem 0, user "user", account from the group. Optional columns the
+simulator also reads: `time_limit_s`, `account`, `qos`, `gpu_type`. Unknown columns are ignored.
+An `extra` file keyed by `job_id` (like `kth_sp2_1996_extra.csv`) adds its columns to each row.
+"""
+import csv
+import math
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+REQUIRED = ("job_id", "submit_s", "duration_s")
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    name: str             # the trace's job_id
+    submit: float         # seconds after the trace's start
+    duration: float       # the recorded service time: how long the job runs if nothing stops it
+    time_limit: int       # seconds; the job times out there
+    gpus: int = 0
+    cpus: int = 1
+    mem: int = 0          # bytes
+    user: str = "user"
+    account: str = ""     # "" = the config's default account of the user
+    qos: str = "normal"
+    gpu_type: str = ""
+    status: str = ""      # the trace's own outcome (informational)
+
+
+def read_rows(path: str, what: str):
+    try:
+        f = open(path, newline="")
+    except FileNotFoundError:
+        raise UsageError(f"{what}: no such file: {path}") from None
+    except OSError as e:
+        raise UsageError(f"{what}: cannot read {path}: {e.strerror}") from None
+    with f:
+        reader = csv.DictReader(line for line in f if line.strip() and not line.lstrip().startswith("#"))
+        try:
+            header = reader.fieldnames or []
+            rows = list(reader)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise UsageError(f"{what}: {path}: not a CSV file ({e})") from None
+    return [h.strip() for h in header], rows
+
+
+def read_extra(path: str) -> dict[str, dict]:
+    """job_id → the row of an extra file."""
+    header, rows = read_rows(path, "--extra")
+    if "job_id" not in header:
+        raise UsageError(f"--extra: {path}: missing column 'job_id' (have: {', '.join(header) or 'none'})")
+    return {(r.get("job_id") or "").strip(): r for r in rows}
+
+
+def _num(row: dict, col: str, where: str, default=None, integer=False, lo=0.0):
+    raw = (row.get(col) or "").strip()
+    if raw == "":
+        if default is None:
+            raise UsageError(f"{where}: {col}: missing value")
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise UsageError(f"{where}: {col}: expected a number, got {raw!r}") from None
+    if not math.isfinite(v) or v < lo:
+        raise UsageError(f"{where}: {col}: expected a number ≥ {lo:g}, got {raw!r}")
+    if integer:
+        if v != int(v):
+            raise UsageError(f"{where}: {col}: expected a whole number, got {raw!r}")
+        return int(v)
+    return v
+
+
+def load(path: str, extra: str | None = None, time_column: str | None = None, time_factor: float = 1.0,
+         cpus_as_gpus: bool = False) -> list[TraceJob]:
+    """The trace's jobs, sorted by submit time (stable). Time limits: `time_column` (from the trace
+    or the extra file; `time_limit_s` when the trace has it), else ceil(duration × time_factor);
+    a row whose limit is empty or not positive falls back to the factor. At least 1 s."""
+    if not (time_factor > 0 and math.isfinite(time_factor)):
+        raise UsageError(f"--time-factor: expected a number > 0, got {time_factor!r}")
+    header, rows = read_rows(path, "trace")
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise UsageError(f"trace: {path}: missing column {missing[0]!r} (have: {', '.join(header) or 'none'}; "
+                         f"expected at least {', '.join(REQUIRED)})")
+    joined = read_extra(extra) if extra else {}
+    extra_cols = set(next(iter(joined.values()), {})) if joined else set()
+    if time_column is None and "time_limit_s" in header:
+        time_column = "time_limit_s"
+    if time_column and time_column not in header and time_column not in extra_cols:
+        raise UsageError(f"--time-column: no column {time_column!r} in the trace"
+                         + (" or the extra file" if extra else ""))
+    jobs, seen = [], set()
+    for i, row in enumerate(rows, start=2):
+        where = f"trace: {path}:{i}"
+        name = (row.get("job_id") or "").strip()
+        if not name:
+            raise UsageError(f"{where}: job_id: missing value")
+        if name in seen:
+            raise UsageError(f"{where}: job_id: {name!r} appears twice")
+        seen.add(name)
+        if joined:
+            row = {**joined.get(name, {}), **{k: v for k, v in row.items() if (v or "").strip()}}
+        jobs.append(_job(row, name, where, time_column, time_factor, cpus_as_gpus))
+    jobs.sort(key=lambda j: j.submit)
+    return jobs
+
+
+def _job(row, name, where, time_column, time_factor, cpus_as_gpus) -> TraceJob:
+    duration = _num(row, "duration_s", where)
+    limit = None
+    if time_column:
+        raw = (row.get(time_column) or "").strip()
+        try:
+            limit = float(raw) if raw else None
+        except ValueError:
+            raise UsageError(f"{where}: {time_column}: expected a number, got {raw!r}") from None
+        if limit is not None and not (math.isfinite(limit) and limit > 0):
+            limit = None      # SWF writes -1 for unknown
+    if limit is None:
+        limit = duration * time_factor
+    gpus = _num(row, "gpus", where, default=0, integer=True)
+    cpus = _num(row, "cpus", where, default=1, integer=True)
+    if cpus_as_gpus:
+        gpus, cpus = cpus, 1
+    return TraceJob(
+        name=name, submit=_num(row, "submit_s", where), duration=duration,
+        time_limit=max(1, math.ceil(limit)), gpus=gpus, cpus=cpus,
+        mem=int(_num(row, "mem_gib", where, default=0.0) * GIB),
+        user=(row.get("user") or "").strip() or "user",
+        account=(row.get("account") or "").strip() or (row.get("group") or "").strip(),
+        qos=(row.get("qos") or "").strip() or "normal",
+        gpu_type=(row.get("gpu_type") or "").strip(),
+        status=(row.get("status") or "").strip())
