@@ -119,7 +119,12 @@ def _plan_file(ctx, path, nodes, budget, progress, as_json):
     rep = {"trace": os.path.basename(path), "policy": "config", "config": _describe(cfg), **rep}
     name = named or (PLAN_BUDGET if amount is not None else None)
     if name:
-        rep["budget"] = {"name": name, **rep["budgets"][name], "held_jobs": rep["held_by_budget"]["jobs"]}
+        b = rep["budgets"][name]
+        warn = next((x.warn for x in res.cfg.budgets if x.name == name), ())
+        rep["budget"] = {"name": name, **b, "held_jobs": rep["held_by_budget"]["jobs"]}
+        # the keys `labq plan --jobs --json` has for the budget (DESIGN §8)
+        rep["budget_remaining"] = b["left"]
+        rep["warn_levels"] = [{"fraction": f, "amount": round(b["limit"] * f, 6)} for f in warn]
     if as_json:
         return echo_json(rep)
     for line in report_lines(rep):

@@ -90,17 +90,17 @@ def progress_for(flag: bool | None, label: str):
 
 @click.command("simulate")
 @click.argument("trace", metavar="TRACE.csv")
-@click.option("--nodes", help="The cluster: COUNTxGPUS[:CPUS[:MEM]] groups, comma-separated, e.g. 8x4 or "
+@click.option("--nodes", metavar="SPEC", help="The cluster: COUNTxGPUS[:CPUS[:MEM]] groups, comma-separated, e.g. 8x4 or "
                               "2x8:64:512G,4x0:32:128G (default: the registered nodes).")
-@click.option("--cpus", help="CPUs (and job slots) per node for --nodes groups that give none (default 16). "
+@click.option("--cpus", metavar="N", help="CPUs (and job slots) per node for --nodes groups that give none (default 16). "
                              "Alone: one CPU-only machine of N processors (--cpus 100 = --nodes 1x0:100).")
-@click.option("--policy", default="config", show_default=True,
+@click.option("--policy", metavar="NAME", default="config", show_default=True,
               help="fifo | priority | backfill | fairshare | config (the configuration as it is).")
-@click.option("--backfill-depth", help="Override scheduler.backfill_depth (backfill: default 1).")
-@click.option("--extra", help="A CSV keyed by job_id whose columns join the trace's (like kth_sp2_1996_extra.csv).")
-@click.option("--time-column", help="The column (trace or --extra) with each job's time limit in seconds "
+@click.option("--backfill-depth", metavar="N", help="Override scheduler.backfill_depth (backfill: default 1).")
+@click.option("--extra", metavar="FILE.csv", help="A CSV keyed by job_id whose columns join the trace's (like kth_sp2_1996_extra.csv).")
+@click.option("--time-column", metavar="COLUMN", help="The column (trace or --extra) with each job's time limit in seconds "
                                     "(default: time_limit_s when the trace has it).")
-@click.option("--time-factor", default="1.0", show_default=True,
+@click.option("--time-factor", metavar="F", default="1.0", show_default=True,
               help="Without a time column (or where it is empty): time limit = duration × this.")
 @click.option("--gpus-from-cpus", is_flag=True, help="Replay a CPU trace on a GPU pool: each job asks for its cpus as GPUs, and 1 CPU.")
 @click.option("--plot", "plot_path", metavar="FILE.png",
@@ -114,8 +114,14 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     on a virtual clock: makespan, utilisation, wait, bounded slowdown, completion time, cost,
     refusals, budget holds, preemptions and lost work.
 
-    TRACE.csv: job_id,submit_s,duration_s[,gpus,cpus,mem_gib,user,group,status,time_limit_s,account,qos,gpu_type]
-    (the format of the shared traces' README). Rates, budgets, accounts and QoS come from the config."""
+    TRACE.csv has a header and at least job_id, submit_s (seconds from the trace's start) and
+    duration_s; it may also give gpus, cpus, mem_gib, user, group (the account), status,
+    time_limit_s, account, qos and gpu_type. Rates, budgets, accounts and QoS come from the config.
+
+    \b
+    The KTH SP2 log on its 100 processors, each job's requested time as its limit:
+      labq simulate kth_sp2_1996.csv --cpus 100 --extra kth_sp2_1996_extra.csv \\
+          --time-column req_time_s --policy backfill"""
     from scheduler import sim
     need_matplotlib(plot_path)
     depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None

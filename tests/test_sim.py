@@ -245,6 +245,29 @@ def test_skipping_plan_passes_changes_nothing(policy, case):
         assert fast.plan_calls < full.plan_calls / 2      # the point of it: strict order needs few passes
 
 
+@pytest.mark.parametrize("spacing", [1, 30])
+def test_a_submit_burst_turns_off_the_submit_order_shortcut(spacing):
+    """One user submits 300 one-GPU jobs, every `spacing` s (1 s: far past burst_jobs = 100 within
+    10 minutes, so the pending tail is penalised; 30 s: never), and another user 20 more. Under
+    `priority` (burst_penalty 20) a pending burst tail means the queue is not in submit order and
+    the simulator makes whole passes; without one it uses windowed passes, as always under fifo
+    (burst_penalty 0). Either way skipping changes nothing."""
+    from scheduler.model import Job
+    from scheduler.sim.queue import Queue
+    trace = [tj(f"u{i}", i * spacing, 600, gpus=1, user="una") for i in range(300)]
+    trace += [tj(f"v{i}", 150 * spacing + 60 * i, 300, gpus=1, user="vic") for i in range(20)]
+    trace.sort(key=lambda j: j.submit)
+    for policy in ("priority", "fifo"):
+        c = policy_config(cfg(), policy)
+        fast, full = simulate(trace, nodes(1), c), simulate(trace, nodes(1), c, skip=False)
+        assert schedule(fast) == schedule(full)
+        assert without_plan_counts(report(fast)) == without_plan_counts(report(full))
+        q = Queue(c)
+        for i, t in enumerate(trace):
+            q.add(Job(id=i + 1, user=t.user, account="x", gpus=1, submit_time=EPOCH + t.submit))
+        assert q.accounts_in_submit_order(EPOCH + 9000) == (policy == "fifo" or spacing == 30)
+
+
 def test_a_wide_strict_pass_widens_its_window():
     """Forty 1-CPU jobs at once on an empty 100-CPU machine: the first window (4 jobs) starts all
     of its jobs, so the pass is widened until one stays pending or the window is the queue."""
