@@ -184,10 +184,14 @@ def test_a_deferred_preemption_happens_when_the_victim_reaches_min_runtime():
     assert res.jobs[2].attempts[0].dispatch_time - EPOCH == 720
 
 
-def test_a_victim_that_finishes_within_its_grace_completes():
+def test_a_victim_whose_work_ends_within_its_grace_still_ends_preempted():
+    """As the runner reports it: once the preempt control is seen the attempt ends `preempted`,
+    here when its work is done (60 s into the 120-s grace); with no checkpoint it runs again."""
     trace = [tj("low", 0, 1260, 7200, gpus=4, qos="low"), tj("high", 1200, 600, gpus=4)]
     low = simulate(trace, nodes(1), cfg()).jobs[1]
-    assert [a.outcome for a in low.attempts] == ["completed"] and low.attempts[0].end_time - EPOCH == 1260
+    assert [a.outcome for a in low.attempts] == ["preempted", "completed"]
+    assert low.attempts[0].end_time - EPOCH == 1260 and low.attempts[0].lost_work_s == 1260
+    assert low.attempts[1].dispatch_time - EPOCH == 1860
 
 
 def test_budgets_hold_jobs_and_charge_what_ran():

@@ -8,7 +8,8 @@ submits (refused as `labq sub` would be: `policy.refusal`, the queue bounds, max
 `plan(snapshot, cfg)` once and applies the Plan with the daemon's transitions: `admit` for a Place
 (the attempt then runs min(duration, time limit): outcome `completed` or `timeout`), `end_pending`
 for an Expire, `preempting` for a Preempt (the victim ends at now + min(grace, what it has left),
-outcome `preempted`, requeued by `finished` with its lost work recorded), and the Pending reasons.
+outcome `preempted` as the runner reports it, requeued by `finished` with its lost work recorded),
+and the Pending reasons.
 A periodic budget's rollover is an instant too, because spending starts again from zero there.
 
 plan() is not called where it provably could not change anything, and in strict priority order
@@ -191,8 +192,8 @@ class Simulator:
     # -- ends --------------------------------------------------------------------------------
     def _end(self, t: float, jid: int, attempt: int, outcome: str) -> None:
         job = self.running.get(jid)
-        if job is None:
-            return
+        if job is None or (job.state == states.PREEMPTING and outcome != "preempted"):
+            return            # its natural end, after it was preempted: the preempted end stands
         body = {"outcome": outcome, "end_time": t, "exit_code": 0 if outcome == "completed" else None}
         done = tr.finished(job, attempt, body, t, self.cfg)
         if done is None:      # stale: the attempt already ended (preempted before its natural end)
@@ -309,12 +310,15 @@ class Simulator:
         job = self.running.get(pr.job_id)
         if job is None:
             return
-        self.draining += job.state != states.PREEMPTING
+        if job.state == states.PREEMPTING:
+            return
+        self.draining += 1
         self.running[job.id] = tr.preempting(job, pr.for_job, pr.detail, t)
-        cut = t + max(0, pr.grace)
-        if cut < self.natural_end[job.id]:   # it would not finish within its grace: it is cut short
-            self.natural_end[job.id] = cut
-            self.clock.at(cut, (job.id, job.current.attempt, "preempted"))
+        # As the runner does: once it has seen the control the attempt ends `preempted`, after the
+        # grace or when the job exits first (here: when its work would have been done).
+        end = min(t + max(0, pr.grace), self.natural_end[job.id])
+        self.natural_end[job.id] = end
+        self.clock.at(end, (job.id, job.current.attempt, "preempted"))
 
     def _preemptible(self, job: Job) -> bool:
         if job.borrowed:

@@ -108,7 +108,7 @@ def plot(res: Result, path: str, title: str = "") -> None:
     gantt.set_ylim(0, max(base, 1))
     gantt.set_yticks([y for y, _ in ticks], [name for _, name in ticks])
     gantt.set_ylabel(f"busiest nodes ({'a lane per GPU' if gpus else 'CPU lanes'})")
-    gantt.set_xlabel(f"{unit} from the first submit")
+    gantt.set_xlabel(f"{unit} from the start of the trace")
     gantt.set_xlim(0, span / per)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
