@@ -13,26 +13,28 @@ from .submit import parse_gpus
 
 
 def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tuple[Node, ...]:
-    """`COUNTxGPUS[:CPUS[:MEM]]`, comma-separated groups: `1x4:16:64G`, `8x4`, `2x8:64:512G,4x0:32:128G`.
-    A group without CPUS gets `cpus` (default 16), without MEM 64G; each node has a job slot per CPU."""
+    """`COUNTxGPUS[:CPUS[:MEM[:MODEL]]]`, comma-separated groups: `1x4:16:64G`, `8x4`,
+    `2x8:64:512G:A100,4x0:32:128G`. A group without CPUS gets `cpus` (default 16), without MEM 64G,
+    without MODEL `model`; each node has a job slot per CPU."""
     nodes = []
     for group in text.split(","):
         try:
             count, x, rest = group.strip().partition("x")
             parts = rest.split(":")
-            if not x or len(parts) > 3:
+            if not x or (len(parts) > 3 and not ":".join(parts[3:])):
                 raise ValueError(group)
-            gpus, n_cpus = int(parts[0]), int(parts[1]) if len(parts) > 1 else (cpus or 16)
-            mem = units.parse_size(parts[2]) if len(parts) > 2 else 64 << 30
+            gpus, n_cpus = int(parts[0]), int(parts[1]) if len(parts) > 1 and parts[1] else (cpus or 16)
+            mem = units.parse_size(parts[2]) if len(parts) > 2 and parts[2] else 64 << 30
+            kind = ":".join(parts[3:]) or model
             count = int(count)
             if count < 1 or gpus < 0 or n_cpus < 1:
                 raise ValueError(group)
         except (ValueError, IndexError, UsageError):
-            raise UsageError(f"--nodes: expected COUNTxGPUS[:CPUS[:MEM]] like 1x4:16:64G (count ≥ 1, CPUs ≥ 1), "
-                             f"got {group!r}") from None
+            raise UsageError(f"--nodes: expected COUNTxGPUS[:CPUS[:MEM[:MODEL]]] like 1x4:16:64G (count ≥ 1, "
+                             f"CPUs ≥ 1), got {group!r}") from None
         for _ in range(count):
             i = len(nodes)
-            nodes.append(Node(f"n{i}", n_cpus, mem, n_cpus, tuple(Gpu(f"GPU-{i}-{g}", g, model) for g in range(gpus))))
+            nodes.append(Node(f"n{i}", n_cpus, mem, n_cpus, tuple(Gpu(f"GPU-{i}-{g}", g, kind) for g in range(gpus))))
     return tuple(nodes)
 
 
@@ -43,7 +45,7 @@ def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tupl
 @click.option("-c", "--cpus", type=int, help="CPUs per job.  [default: 1]")
 @click.option("--mem", help="Memory per job, like 12G.  [default: 0]")
 @click.option("-t", "--time", "time_", help="Time limit per job (required with --jobs).")
-@click.option("--nodes", help="The cluster, COUNTxGPUS[:CPUS[:MEM]] (default: the registered nodes).")
+@click.option("--nodes", help="The cluster, COUNTxGPUS[:CPUS[:MEM[:MODEL]]] (default: the registered nodes).")
 @click.option("--budget", help="A configured budget's name (its limit), or an amount in the currency.")
 @click.option("-q", "--qos", default="normal", help="The QoS of --jobs (a --file gives its own).")
 @click.option("--progress/--no-progress", default=None, help="--file: a progress bar on stderr (default: when it is a terminal).")

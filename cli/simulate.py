@@ -90,8 +90,8 @@ def progress_for(flag: bool | None, label: str):
 
 @click.command("simulate")
 @click.argument("trace", metavar="TRACE.csv")
-@click.option("--nodes", metavar="SPEC", help="The cluster: COUNTxGPUS[:CPUS[:MEM]] groups, comma-separated, e.g. 8x4 or "
-                              "2x8:64:512G,4x0:32:128G (default: the registered nodes).")
+@click.option("--nodes", metavar="SPEC", help="The cluster: COUNTxGPUS[:CPUS[:MEM[:MODEL]]] groups, comma-separated, "
+                                             "e.g. 8x4 or 2x8:64:512G:A100,4x0:32:128G (default: the registered nodes).")
 @click.option("--cpus", metavar="N", help="CPUs (and job slots) per node for --nodes groups that give none (default 16). "
                              "Alone: one CPU-only machine of N processors (--cpus 100 = --nodes 1x0:100).")
 @click.option("--policy", metavar="NAME", default="config", show_default=True,

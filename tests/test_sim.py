@@ -152,6 +152,14 @@ def test_fifo_replay_by_hand():
     assert rep["timeouts"]["lost_work_s"] == 40
 
 
+def test_rates_come_from_the_config_by_gpu_model():
+    """A100 nodes at $3/GPU-h (rates.gpu_hour_by_model); a job asking for an H100 could never run."""
+    a100 = tuple(Node(f"n{i}", 16, 64 * G, 16, tuple(Gpu(f"GPU-{i}-{g}", g, "A100") for g in range(4))) for i in range(2))
+    trace = [tj("a", 0, 3600, gpus=2), tj("b", 0, 1800, gpus=4, gpu_type="A100"), tj("h", 0, 60, gpus=1, gpu_type="H100")]
+    rep = report(simulate(trace, a100, cfg('[rates]\ngpu_hour_by_model = { "A100" = 3.0 }\n')))
+    assert rep["cost"] == 2 * 3.0 + 4 * 0.5 * 3.0 and rep["refused"]["by_kind"] == {"capacity": 1}
+
+
 def test_refused_at_submit_like_labq_sub():
     trace = [tj("ok", 0, 10, gpus=1), tj("big", 0, 10, gpus=8), tj("odd", 0, 10, qos="platinum")]
     rep = report(simulate(trace, nodes(1), cfg()))

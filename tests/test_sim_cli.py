@@ -93,3 +93,6 @@ def test_the_cpu_form_of_a_cluster():
     assert (one.cpus, one.slots, len(one.gpus)) == (100, 100, 0)
     assert [n.cpus for n in cluster(None, "2x4,1x0", "32")] == [32, 32, 32]
     assert [n.cpus for n in parse_nodes("2x4:8,1x0")] == [8, 8, 16]
+    a, b = parse_nodes("1x2:8:128G:NVIDIA A100-SXM4-80GB,1x1::")
+    assert {g.model for g in a.gpus} == {"NVIDIA A100-SXM4-80GB"} and a.mem == 128 << 30
+    assert (b.cpus, b.mem, b.gpus[0].model) == (16, 64 << 30, "fake")
