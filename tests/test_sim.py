@@ -218,6 +218,18 @@ def test_budgets_hold_jobs_and_charge_what_ran():
     assert [j.reason for j in stuck] == [states.BUDGET_EXHAUSTED]
 
 
+def test_a_job_that_fits_neither_room_nor_budget_counts_as_held_by_budget():
+    """B arrives while A holds every GPU and A's $16 commitment leaves B's $2 no room in the $17
+    budget: plan() gives B BudgetReserved though it does not fit the node either. No skipping may
+    lose that (a pending job charged to a budget keeps every instant's pass)."""
+    text = '[accounts.eta]\nusers = ["alice"]\n[[budgets]]\nname = "eta"\naccount = "eta"\nlimit = 17.0\n'
+    trace = [tj("a", 0, 3600, 7200, gpus=4, user="alice"), tj("b", 60, 600, 3600, gpus=1, user="alice")]
+    c = cfg(text)
+    fast, full = simulate(trace, nodes(1), c), simulate(trace, nodes(1), c, skip=False)
+    assert report(fast)["held_by_budget"] == report(full)["held_by_budget"] == {"jobs": 1, "never_started": 0}
+    assert fast.jobs[2].attempts[0].dispatch_time - EPOCH == 3600
+
+
 def test_a_periodic_budget_starts_again_at_its_rollover():
     """A weekly budget spent in week one: the waiting job starts when week two begins, with no
     event of its own then (the rollover is an instant of the replay)."""

@@ -219,11 +219,14 @@ class Simulator:
     # -- planning ----------------------------------------------------------------------------
     def _inert(self) -> bool:
         """Whether plan() provably changes nothing now: no Place (no pending request fits any node's
-        free room), no Preempt (no preemptible job runs, no budget or guarantee could preempt), no
-        Expire (no pending job has a --max-wait, --deadline, --begin, retry time or dependency)."""
+        free room), no Preempt (no preemptible job runs, no guarantee could be reclaimed), no Expire
+        (no pending job has a --max-wait, --deadline, --begin, retry time or dependency), and no
+        budget reason to record (no pending job is charged to a budget: plan() gives a job that
+        does not fit a budget's reason when the budget would not admit it either)."""
         if not self.queue:
             return True           # no pending job: nothing to place, expire or preempt for
-        if self.never_skip or self.queue.timed or (self.cfg.preemption and self.preemptible_running):
+        if (self.never_skip or self.queue.timed or self.queue.budgeted
+                or (self.cfg.preemption and self.preemptible_running)):
             return False
         return not self.room.fits_somewhere(self.queue.shapes.minimal())
 

@@ -20,6 +20,7 @@ it either (a part has fewer earlier jobs within the window), so a pass over a pa
 from bisect import bisect_left, insort
 from collections import Counter
 
+from .. import ledger
 from ..config import Config
 from ..model import Job
 from ..policy import priority
@@ -45,6 +46,7 @@ class Queue:
                                                              # whether one of their jobs is a burst's tail
         self.shapes = Shapes()
         self.timed = 0
+        self.budgeted = 0                                    # pending jobs charged to some budget
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -63,6 +65,7 @@ class Queue:
         self._touch(job.user)
         self.shapes.add(job)
         self.timed += timed(job)
+        self.budgeted += self._budgeted(job)
 
     def remove(self, job_id: int) -> Job:
         job = self.jobs.pop(job_id)
@@ -79,7 +82,11 @@ class Queue:
         self._touch(job.user)
         self.shapes.remove(job)
         self.timed -= timed(job)
+        self.budgeted -= self._budgeted(job)
         return job
+
+    def _budgeted(self, job: Job) -> bool:
+        return bool(self.cfg.budgets) and bool(ledger.budgets_for(job, self.cfg.budgets))
 
     def _touch(self, user: str) -> None:
         if self.per_user[user] > self.cfg.priority["burst_jobs"]:
