@@ -51,12 +51,14 @@ def _emit(rows, keys, fmt, headers=None):
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--forecast-accuracy", is_flag=True, help="--est against actual run time per user: p50, p90, margin.")
 @click.option("--reconcile", is_flag=True, help="Imported bills (labq ledger import) against labq's costs.")
+@click.option("--node-idle", is_flag=True, help="Rented nodes (rates.node_hour): instance cost, paid by jobs, idle cost.")
 @click.option("--tz", default="UTC", help="Time zone of the days --reconcile compares (default UTC).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write spending against the limit to a PNG.")
 @click.option("--budget", "budget_name", help="The budget to --plot (default: all).")
 @click.option("--period", help="The period to --plot (default: the current one).")
 @pass_ctx
-def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, tz, plot_path, budget_name, period):
+def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node_idle, tz, plot_path, budget_name,
+           period):
     """Cost reports: GPU-hours, cost, success rate, cost per success, failed and preempted cost, idle GPUs."""
     from .query import _since
     fmt = "json" if as_json else fmt
@@ -69,6 +71,16 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, t
     if forecast_accuracy:
         return _emit(rep.forecast_accuracy(jobs, lo, hi), ["user", "jobs", "p50", "p90", "margin_90"], fmt,
                      ["USER", "JOBS", "ACTUAL/EST P50", "P90", "MARGIN FOR 90%"])
+    if node_idle:
+        prices = dict(ctx.cfg.rates.node_hour)
+        if not prices:
+            fail("no rented nodes: rates.node_hour gives no whole-instance prices", 2)
+        import time
+        # Up to --until, else up to now (or the last recorded end, should a clock be ahead of ours).
+        ends = [a.end_time for j in jobs for a in j.attempts if a.end_time and a.node in prices]
+        rows = rep.node_idle(jobs, prices, lo, hi if hi != float("inf") else max([time.time(), *ends]))
+        return _emit(rows, ["node", "hours", "instance_cost", "paid", "idle_cost", "utilisation"], fmt,
+                     ["NODE", "HOURS", "INSTANCE", "PAID BY JOBS", "IDLE COST", "PAID/INSTANCE"])
     if reconcile:
         from scheduler.periods import zone
         try:

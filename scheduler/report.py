@@ -136,6 +136,34 @@ def total(rows, keys) -> dict:
     return t
 
 
+def node_idle(jobs, prices: dict[str, float], since: float, until: float) -> list[dict]:
+    """Rented nodes (rates.node_hour): what the instance cost over the window, what its jobs paid
+    for their dominant shares, and the rest — the idle cost nobody was charged. The window is
+    [since, until), or from a node's first attempt when `since` is 0."""
+    out = []
+    for name in sorted(prices):
+        spans = [(_began(a), a) for j in jobs for a in j.attempts if a.node == name and _began(a) is not None]
+        if not spans:
+            continue
+        lo = since or min(start for start, _ in spans)
+        paid = 0.0
+        for start, a in spans:
+            end = a.end_time if a.end_time is not None else until
+            overlap = max(0.0, min(end, until) - max(start, lo))
+            if overlap and end > start:
+                paid += a.cost * overlap / (end - start)
+        hours = max(0.0, until - lo) / 3600
+        instance = prices[name] * hours
+        out.append({"node": name, "hours": round(hours, 3), "instance_cost": round(instance, 4),
+                    "paid": round(paid / MICRO, 4), "idle_cost": round(max(0.0, instance - paid / MICRO), 4),
+                    "utilisation": round(paid / MICRO / instance, 4) if instance else None})
+    return out
+
+
+def _began(a):
+    return a.dispatch_time if a.dispatch_time is not None else a.start_time
+
+
 def committed_cost(j, gpu_model: str, cfg) -> int:
     """What admitting one attempt of `j` commits, in the currency (the forecast of DESIGN §5)."""
     return ledger.forecast(j, "usd", gpu_model, cfg)

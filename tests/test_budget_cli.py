@@ -165,3 +165,17 @@ def test_ledger_import_reconcile_and_verify(bench, tmp_path):
     bench.r.hincrby(K.spent(), "eta-sweep", 7)          # corrupt the cached balance
     code, out, err = bench.labq("ledger", "verify", scheduler=False)
     assert code == 1 and "balance eta-sweep: cached 300007, the entries add up to 300000" in err
+
+
+def test_report_node_idle_of_a_rented_node(bench):
+    code, out, err = bench.labq("report", "--node-idle", scheduler=False)
+    assert code == 2 and err.strip() == "labq: no rented nodes: rates.node_hour gives no whole-instance prices"
+    bench.run_job(30)
+    text = bench.cfg_path.read_text().replace("gpu_hour = 36.0", 'gpu_hour = 36.0\nnode_hour = { "n1" = 72.0 }')
+    bench.cfg_path.write_text(text)
+    code, out, err = bench.labq("report", "--node-idle", "--json", scheduler=False)
+    assert code == 0, err
+    [row] = json.loads(out)
+    # The job paid 30 s × $36/h = $0.30 of an instance that costs $72/h over the window since it started.
+    assert row["node"] == "n1" and row["paid"] == pytest.approx(0.3, abs=1e-3)
+    assert row["idle_cost"] == pytest.approx(row["instance_cost"] - row["paid"], abs=1e-3)

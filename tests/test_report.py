@@ -92,3 +92,16 @@ def test_spend_series_and_limit_steps():
     assert report.spend_series(e, "b", "2026-11") == [(10.0, 3), (20.0, 8)]
     o = [Override(1, "b", 50, "pi", "r", "root", 10, 30), Override(2, "b", 5, "pi", "r", "root", 20, 99, "revoked", 25)]
     assert report.limit_steps(100, o, "b", 0, 40) == [(0, 100), (10, 150), (20, 155), (25, 150), (30, 100), (40, 100)]
+
+
+def test_node_idle_cost_of_a_rented_node():
+    # n1 at $4/h over 0..7200 s = $8; its jobs paid $2 (job 1) + $1 + $2 (job 2) + $1/3 (job 3),
+    # of which only what falls inside the window counts.
+    rows = report.node_idle(JOBS, {"n1": 4.0, "absent": 9.0}, 0.0, 7200.0)
+    [n1] = rows
+    assert n1["node"] == "n1" and n1["hours"] == 2.0 and n1["instance_cost"] == 8.0
+    assert n1["paid"] == round(2 + 1 + 2 + 1 / 3, 4)
+    assert n1["idle_cost"] == round(8 - (2 + 1 + 2 + 1 / 3), 4)
+    # A window that cuts job 2's second attempt in half counts half of what it paid.
+    [half] = report.node_idle(JOBS, {"n1": 4.0}, 0.0, 3800.0)
+    assert half["paid"] == round(2 + 1 + 1 / 3 + 2 * 1800 / 3600, 4)
