@@ -27,15 +27,7 @@ class SubCommand(click.Command):
 
 
 def parse_gpus(text) -> tuple[str, int]:
-    """`2` or `MODEL:2` (the model may contain spaces and colons; the count is after the last one)."""
-    model, _, count = str(text).rpartition(":")
-    try:
-        n = int(count)
-    except ValueError:
-        raise UsageError(f"--gpus: expected N or MODEL:N, got {text!r}") from None
-    if n < 0:
-        raise UsageError(f"--gpus: expected a count ≥ 0, got {text!r}")
-    return model, n
+    return units.parse_gpus(text, "--gpus")
 
 
 def parse_array(text) -> tuple[list[int], int | None]:

@@ -57,6 +57,18 @@ def _non_negative(v: int, what: str, text) -> int:
     return v
 
 
+def parse_gpus(text, what: str = "--gpus") -> tuple[str, int]:
+    """`2` or `MODEL:2` (the model may contain spaces and colons; the count is after the last one)."""
+    model, _, count = str(text).rpartition(":")
+    try:
+        n = int(count)
+    except ValueError:
+        raise UsageError(f"{what}: expected N or MODEL:N, got {text!r}") from None
+    if n < 0:
+        raise UsageError(f"{what}: expected a count ≥ 0, got {text!r}")
+    return model, n
+
+
 def parse_size(text, what: str = "size") -> int:
     """Bytes in `text` (`12G`, `512M`, `64GiB`, `1.5T`, `1048576`)."""
     if isinstance(text, bool):

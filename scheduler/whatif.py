@@ -89,7 +89,7 @@ def load_jobs(path: str, cfg: Config) -> list:
         cell = {k: (v or "").strip() for k, v in row.items() if k}
         try:
             count = int(cell.get("count") or 1)
-            model, gpus = _gpus(cell.get("gpus") or "0")
+            model, gpus = units.parse_gpus(cell.get("gpus") or "0", "gpus")
             cpus = int(cell.get("cpus") or 1)
             mem = units.parse_size(cell.get("mem") or "0", "mem")
             limit = units.parse_duration(cell["time"], "time") if cell.get("time") else 0
@@ -111,17 +111,6 @@ def load_jobs(path: str, cfg: Config) -> list:
     if not jobs:
         raise UsageError(f"--file: {path}: no jobs")
     return jobs
-
-
-def _gpus(text: str) -> tuple[str, int]:
-    model, _, count = text.rpartition(":")
-    try:
-        n = int(count)
-    except ValueError:
-        raise UsageError(f"gpus: expected N or MODEL:N, got {text!r}") from None
-    if n < 0:
-        raise UsageError(f"gpus: expected a count ≥ 0, got {text!r}")
-    return model, n
 
 
 def plan_file(path: str, nodes, cfg: Config, budget: str | None = None, amount: int | None = None,
