@@ -28,8 +28,12 @@ demo: redis install
 test: redis install
 	$(BIN)/python -m pytest -q
 
+# The peers (task-spooler, SLURM) are used when installed and skipped when not; py-spy, for the
+# profiles of missed targets, comes from the `bench` extra. `make bench BENCH_ARGS=--quick` for a short run.
 bench: redis install
-	$(BIN)/python bench/run.py
+	@[ -x $(BIN)/py-spy ] || $(BIN)/pip install -q -e '.[test,bench]' > $(VENV)/pip-bench.log 2>&1 || \
+	  echo "py-spy could not be installed (see $(VENV)/pip-bench.log): the profiles will be skipped"
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -4,6 +4,7 @@
 scheduler; `labq stat` reads the queue (run after the submission benchmark, with its parked jobs
 pending). Median of several runs each.
 """
+import os
 import statistics
 import subprocess
 import time
@@ -25,25 +26,27 @@ def _wall(argv, env, cwd, n: int) -> tuple[float, list[float]]:
 
 def how() -> str:
     cmd = labq_command()
-    return cmd[0] if len(cmd) == 1 else "python -m cli.main (no labq console script installed)"
+    return os.path.relpath(cmd[0]) if len(cmd) == 1 else "python -m cli.main (no labq console script installed)"
 
 
 def run_help(quick: bool, cwd: str) -> list[Row]:
     n = 5 if quick else 15
     med, ts = _wall(labq_command() + ["--help"], labq_env(), cwd, n)
-    return [Row("`labq --help` wall", med, "ms", None, note=f"median of {n}, min {min(ts):.0f} ms; {how()}")]
+    return [Row("`labq --help` wall", med, "ms", None, note=f"median of {n}, min {min(ts):.0f} ms; {how()}",
+                key="help.wall")]
 
 
 def run_with_stack(bs, quick: bool) -> list[Row]:
-    n = 5 if quick else 15
+    n = 5 if quick else 11
     env = bs.stack.env()
     rows = []
-    for label, args in (("`labq sub --test-only -- true` wall", ("sub", "--test-only", "-A", "bench", "--", "true")),
-                        ("`labq sub -- true` wall", ("sub", "-A", "parked", "--", "true"))):
+    for key, label, args in (("subtest.wall", "`labq sub --test-only -- true` wall",
+                              ("sub", "--test-only", "-A", "bench", "--", "true")),
+                             ("sub.wall", "`labq sub -- true` wall", ("sub", "-A", "parked", "--", "true"))):
         med, ts = _wall(bs.labq_argv(*args), env, bs.work, n)
-        rows.append(Row(label, med, "ms", 150, note=f"median of {n}, min {min(ts):.0f} ms"))
+        rows.append(Row(label, med, "ms", 150, note=f"median of {n}, min {min(ts):.0f} ms", key=key))
     queued = len(bs.client.read.active())
     med, ts = _wall(bs.labq_argv("stat"), env, bs.work, n)
     rows.append(Row(f"`labq stat` wall, {queued:,} queued", med, "ms", 200 if queued >= 10_000 else None,
-                    note=f"median of {n}, min {min(ts):.0f} ms"))
+                    note=f"median of {n}, min {min(ts):.0f} ms", key="stat.wall"))
     return rows

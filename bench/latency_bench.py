@@ -3,12 +3,19 @@
 Each sample submits `date +%s.%N` (an exec that prints its own start time, with no interpreter
 start-up to blur it) and takes the time it printed minus the time just before the submit call.
 Samples are sequential, each on an idle node: the next is submitted only after the previous job
-has ended. For the CLI the figure includes the `labq sub` process's own start-up.
+has ended. For the CLI the figure includes the `labq sub` process's own start-up. Each sample is
+split into four stages from the records the job leaves: scheduler (submit → the tick that admitted
+it, Attempt.dispatch_time), RQ (→ the RQ horse has begun it: the RQ job's started_at, after the
+dequeue and the fork), runner (→ the runner is about to spawn the command: Attempt.start_time) and
+spawn (→ the time the command printed).
 """
 import os
 import time
+from datetime import timezone
 
 from rows import Row
+
+SAMPLES, SAMPLES_QUICK = 30, 8      # CLI samples; task-spooler's latency uses the same counts
 
 
 def percentile(xs, p: float) -> float:
@@ -51,27 +58,57 @@ def _sample_cli(bs, i: int) -> tuple[float, int]:
     return _started_at(out) - t0, int(p.stdout.strip()), t0
 
 
-def measure(bs, how: str, n: int) -> tuple[list[float], list[float]]:
-    """(submit → process start, submit → scheduler's dispatch) in ms, per sample."""
+STAGES = ("scheduler", "RQ", "runner", "spawn")      # see the module's docstring
+
+
+def _horse_started(rq_conn, job) -> float | None:
+    """When RQ's horse began the attempt (the RQ job's started_at), or None."""
+    from rq.job import Job as RQJob
+    from rq.serializers import JSONSerializer
+    from scheduler.dispatch import rq_job_id
+    try:
+        got = RQJob.fetch(rq_job_id(job.id, 1), connection=rq_conn, serializer=JSONSerializer).started_at
+    except Exception:        # expired or never written: the split is then left out for this sample
+        return None
+    return got.replace(tzinfo=got.tzinfo or timezone.utc).timestamp() if got else None
+
+
+def measure(bs, how: str, n: int) -> tuple[list[float], dict[str, list[float]]]:
+    """(submit → process start in ms per sample, {stage: ms per sample}) — see STAGES."""
+    from scheduler.store import conn
+    rq_conn = conn.connect_raw(bs.stack.url)
     sample = _sample_api if how == "api" else _sample_cli
-    lat, disp = [], []
+    lat, split = [], {k: [] for k in STAGES}
     for i in range(n):
         dt, jid, t0 = sample(bs, i)
         lat.append(dt * 1000)
         (job,) = bs.wait_terminal([jid], 30, interval=0.005)   # the node is idle again before the next sample
-        if job.attempts and job.attempts[0].dispatch_time:
-            disp.append((job.attempts[0].dispatch_time - t0) * 1000)
-    return lat, disp
+        a = job.attempts[0] if job.attempts else None
+        horse = _horse_started(rq_conn, job)
+        if a and a.dispatch_time and a.start_time and horse:
+            marks = (t0, a.dispatch_time, horse, a.start_time, t0 + dt)
+            for k, lo, hi in zip(STAGES, marks, marks[1:]):
+                split[k].append((hi - lo) * 1000)
+    return lat, split
+
+
+def split_text(split: dict) -> str:
+    if not split[STAGES[0]]:
+        return ""
+    return "median split: " + ", ".join(f"{k} {percentile(split[k], 50):.1f} ms" for k in STAGES)
 
 
 def run(bs, quick: bool) -> list[Row]:
     rows = []
     for how, label, n in (("api", "Python API (Client.submit)", 15 if quick else 50),
-                          ("cli", "CLI (`labq sub` subprocess)", 8 if quick else 30)):
-        lat, disp = measure(bs, how, n)
+                          ("cli", "CLI (`labq sub` subprocess)", SAMPLES_QUICK if quick else SAMPLES)):
+        lat, split = measure(bs, how, n)
         note = f"{n} sequential samples, min {min(lat):.1f} ms, max {max(lat):.1f} ms"
-        if disp:
-            note += f"; submit → the admitting scheduler tick (Attempt.dispatch_time): median {percentile(disp, 50):.1f} ms"
-        rows.append(Row(f"submit → start p50, {label}", percentile(lat, 50), "ms", 20, note=note))
-        rows.append(Row(f"submit → start p99, {label}", percentile(lat, 99), "ms", 100, note=note))
+        if split_text(split):
+            note += "; " + split_text(split)
+        data = {k: percentile(v, 50) for k, v in split.items() if v}
+        rows.append(Row(f"submit → start p50, {label}", percentile(lat, 50), "ms", 20, note=note,
+                        key=f"lat.{how}.p50", data=data))
+        rows.append(Row(f"submit → start p99, {label}", percentile(lat, 99), "ms", 100, note=note,
+                        key=f"lat.{how}.p99", data=data))
     return rows

@@ -8,6 +8,7 @@ free. Pending jobs ask 0–4 GPUs (0: 15 %, 1: 40 %, 2: 25 %, 4: 20 %), 20 % of 
 of the accounts are charged to an account budget. Only the plan() call is timed, not building the
 snapshot; the same snapshot is planned each run (plan() is pure).
 """
+import math
 import random
 import statistics
 import time
@@ -104,9 +105,67 @@ def runs_for(p: int, n: int, quick: bool) -> int:
     work = p * n
     if work >= 10**8:
         return 1 if quick else 2
-    if work >= 10**7:
+    if work >= 10**7 or p >= 100_000:
         return 2 if quick else 3
     return 3 if quick else 7
+
+
+# -- how the cost grows ------------------------------------------------------------------------
+def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
+    """Least squares by the normal equations (tiny systems; no numpy needed)."""
+    k = len(xs[0])
+    a = [[sum(x[i] * x[j] for x in xs) for j in range(k)] + [sum(x[i] * y for x, y in zip(xs, ys))]
+         for i in range(k)]
+    for c in range(k):                       # Gauss-Jordan with partial pivoting
+        p = max(range(c, k), key=lambda r: abs(a[r][c]))
+        a[c], a[p] = a[p], a[c]
+        for r in range(k):
+            if r != c:
+                f = a[r][c] / a[c][c]
+                a[r] = [v - f * w for v, w in zip(a[r], a[c])]
+    return [a[i][k] / a[i][i] for i in range(k)]
+
+
+def exponent(points: list[tuple[float, float]]) -> float:
+    """k in t ∝ x^k, fitted on log-log."""
+    return _lstsq([[1.0, math.log(x)] for x, _ in points], [math.log(t) for _, t in points])[1]
+
+
+def in_words(k: float) -> str:
+    if k < 0.15:
+        return "about flat"
+    if k < 0.85:
+        return "sub-linear"
+    if k <= 1.15:
+        return "about linear"
+    if k < 1.85:
+        return "between linear and quadratic"
+    if k <= 2.15:
+        return "about quadratic"
+    return "worse than quadratic"
+
+
+def growth(medians: dict) -> list[str]:
+    """Sentences on how plan()'s median time grows with pending jobs and with nodes, from the grid."""
+    out = []
+    pend = sorted({p for p, _ in medians})
+    nodes = sorted({n for _, n in medians})
+    if len(medians) >= 3 and len(pend) >= 2 and len(nodes) >= 2:
+        a, alpha, beta = _lstsq([[1.0, math.log(p), math.log(n)] for p, n in medians],
+                                [math.log(t) for t in medians.values()])
+        out.append(f"Over the whole grid, time ≈ {math.exp(a) * 1e6:.2f} µs × pending^{alpha:.2f} × nodes^{beta:.2f}: "
+                   f"{in_words(alpha)} in pending jobs and {in_words(beta)} in nodes.")
+    for n in nodes:
+        pts = [(p, medians[(p, n)]) for p in pend if (p, n) in medians]
+        if len(pts) >= 2:
+            k = exponent(pts)
+            out.append(f"At {n:,} nodes, from {pts[0][0]:,} to {pts[-1][0]:,} pending: exponent {k:.2f} ({in_words(k)}).")
+    for p in pend:
+        pts = [(n, medians[(p, n)]) for n in nodes if (p, n) in medians]
+        if len(pts) >= 2:
+            k = exponent(pts)
+            out.append(f"At {p:,} pending, from {pts[0][0]:,} to {pts[-1][0]:,} nodes: exponent {k:.2f} ({in_words(k)}).")
+    return out
 
 
 if __name__ == "__main__":

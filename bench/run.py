@@ -1,11 +1,33 @@
-"""Run every labq benchmark and write bench/RESULTS.md: `python bench/run.py [--quick]`.
+"""Run every labq benchmark and write bench/RESULTS.md: `make bench` (= .venv/bin/python bench/run.py).
 
-Each figure is printed beside its DESIGN §11 target with pass/miss. Nothing is hard-coded: a
-benchmark that cannot run (no redis-server, the worker does not start) gets a "skipped: <reason>"
-row instead of a number. The live benchmarks start their own private Redis, scheduler and worker.
+Each figure stands beside its DESIGN §11 target and, where a peer does the same work, beside the
+peer's figure from the same run (task-spooler, single-node SLURM) and the ratio. Nothing is
+hard-coded: what cannot run (no redis-server, a peer not installed, py-spy absent) gets a
+"skipped: <reason>" cell instead of a number. Where a target is missed the report says by how much,
+why (from figures taken in the run), and shows the top of a py-spy profile of the hot path.
+
+Groups, in the order they run (`--only NAME`, repeatable or comma-separated):
+  plan    plan() over 1k/10k/100k pending × 10/50/1,000 nodes, and how its cost grows
+  live    a private labq stack: submit → start, throughput, API submission, arrays, CLI walls
+  memory  scheduler RSS and Redis bytes per job with 100,000 pending (a second private stack)
+  tsp     task-spooler doing the same work (its own server; skipped when `tsp` is missing)
+  slurm   single-node SLURM doing the same work (munged + slurmctld + slurmd on loopback, as root)
+  runner  runner CPU overhead per running job: bench/watch_bench.py, when it exists
+  kth     the KTH SP2 trace replay: bench/kth_replay.py writes bench/results/kth.md, when it exists
+
+Contracts with the two benchmarks other people own: bench/watch_bench.py provides
+`measure(window=SECONDS)` returning {name, value (% of a core), unit, target, note} (or `run(quick)`
+/ `run(bs, quick)` returning rows.Row, bs a stackutil.BenchStack); bench/kth_replay.py runs as `python bench/kth_replay.py` (with --quick under --quick, when its
+source mentions that flag) within KTH_TIMEOUT_S and writes bench/results/kth.md, which is copied
+into the report.
+
+A full run writes bench/RESULTS.md; --quick or --only write bench/out/RESULTS.md unless --out says
+otherwise, so a partial run does not replace the full report.
 """
 import argparse
 import datetime
+import importlib.util
+import inspect
 import os
 import platform
 import shlex
@@ -20,9 +42,12 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from rows import Row  # noqa: E402
+from rows import Fig, Row, fmt  # noqa: E402
 
+GROUPS = ("plan", "live", "memory", "tsp", "slurm", "runner", "kth")
 QUICK_PLAN_BUDGET_S = 60
+KTH_TIMEOUT_S = 240
+KTH_MD = os.path.join(HERE, "results", "kth.md")
 
 
 # -- the machine -------------------------------------------------------------------------------
@@ -55,54 +80,116 @@ def _cmd(argv) -> str:
         return ""
 
 
+def _cpu_busy(seconds: float = 1.0) -> float:
+    """% of all CPUs busy (every process, ours included) over the next `seconds`, from /proc/stat."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]          # total, idle + iowait
+    try:
+        t0, i0 = snap()
+        time.sleep(seconds)
+        t1, i1 = snap()
+        return 100 * (1 - (i1 - i0) / max(1, t1 - t0))
+    except OSError:
+        return float("nan")
+
+
+def _busy_seconds() -> float:
+    """CPU seconds all processes have used (every CPU together), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    """CPU seconds this process and its waited-for descendants have used (the stacks, peers and
+    py-spy are our children and are reaped at the end of each group)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class Others:
+    """CPU used by processes that are not the benchmark's, over an interval, in % of the machine."""
+    def __init__(self):
+        self.busy, self.own, self.wall = _busy_seconds(), _own_seconds(), time.monotonic()
+
+    def percent(self) -> float:
+        wall = max(1e-6, time.monotonic() - self.wall)
+        other = (_busy_seconds() - self.busy) - (_own_seconds() - self.own)
+        return max(0.0, 100 * other / (wall * len(os.sched_getaffinity(0))))
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def machine() -> list[tuple[str, str]]:
     redis = _cmd(["redis-server", "--version"]) or "not installed"
     commit = _cmd(["git", "rev-parse", "--short", "HEAD"])
     dirty = " (with uncommitted changes)" if _cmd(["git", "status", "--porcelain", "--untracked-files=no"]) else ""
+    cores = _cmd(["sh", "-c", "lscpu -p=core,socket 2>/dev/null | grep -v '^#' | sort -u | wc -l"])
     return [
-        ("CPUs (nproc)", f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()}"),
+        ("CPUs", f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} logical"
+                 + (f", {cores} physical cores" if cores and cores != "0" else "")),
         ("CPU model", _cpu_model()),
         ("memory", _mem()),
-        ("load average at start", " ".join(f"{x:.2f}" for x in os.getloadavg())),
-        ("OS", f"{platform.system()} {platform.release()}"),
-        ("Python", f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})"),
+        ("kernel", f"{platform.system()} {platform.release()} {platform.version()}"),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()} ({os.path.relpath(sys.executable, ROOT)})"),
         ("redis-server", redis.replace("Redis server ", "")),
         ("labq", f"{commit}{dirty}" if commit else "unknown"),
+        ("load average (1, 5, 15 min) at start", _load()),
+        ("CPU busy in the second before the run", f"{_cpu_busy():.0f} % (all processes; the machine is shared)"),
     ]
 
 
-# -- the benchmarks ----------------------------------------------------------------------------
-def plan_rows(quick: bool) -> list[Row]:
+# -- plan() ------------------------------------------------------------------------------------
+def plan_rows(quick: bool, medians: dict) -> list[Row]:
     import plan_bench
-    rows, measured = [], {}
+    rows = []
     for p, n in plan_bench.GRID:
+        key = f"plan.{p}x{n}"
+        target = _ms(plan_bench.TARGETS.get((p, n)))
         if (p, n) == (100_000, 1000) and quick:
-            # About 40 s on a 2-core machine: run once if the smaller case says it will fit.
-            base = measured.get((10_000, 1000))
+            base = medians.get((10_000, 1000))
             projected = base * 10 if base is not None else None
             if projected is None or projected > QUICK_PLAN_BUDGET_S:
                 why = (f"not run with --quick: projected ≈ {projected:.0f} s (10 × the 10,000 × 1,000 median) "
                        f"is over {QUICK_PLAN_BUDGET_S} s; run without --quick" if projected is not None
                        else "not run with --quick")
-                rows.append(Row(f"plan() {p:,} pending × {n:,} nodes", unit="ms",
-                                target=_ms(plan_bench.TARGETS.get((p, n))), skipped=why))
+                rows.append(Row(f"plan() {p:,} pending × {n:,} nodes", unit="ms", target=target, skipped=why, key=key))
                 print(_line(rows[-1]), flush=True)
                 continue
         r = plan_bench.time_plan(p, n, plan_bench.runs_for(p, n, quick))
-        measured[(p, n)] = r["median_s"]
+        medians[(p, n)] = r["median_s"]
         reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(r["reasons"].items(), key=lambda kv: -kv[1]))
-        rows.append(Row(f"plan() {p:,} pending × {n:,} nodes", r["median_s"] * 1000, "ms", _ms(plan_bench.TARGETS.get((p, n))),
+        rows.append(Row(f"plan() {p:,} pending × {n:,} nodes", r["median_s"] * 1000, "ms", target, key=key,
                         note=f"median of {r['runs']} (min {r['min_s'] * 1000:.0f}, max {r['max_s'] * 1000:.0f} ms); "
-                             f"placed {r['placed']}, pending {r['still_pending']:,} ({reasons})"))
+                             f"placed {r['placed']}, pending {r['still_pending']:,} ({reasons})",
+                        data={"pending": p, "nodes": n}))
         print(_line(rows[-1]), flush=True)
     return rows
+
+
+def plan_profiles(rows: list[Row], quick: bool, profiles: list) -> None:
+    import profile_bench
+    for r in rows:
+        if r.key.startswith("plan.") and r.verdict == "miss":
+            p, n = r.data["pending"], r.data["nodes"]
+            profiles.append(_profile(lambda: profile_bench.plan_profile(p, n, 3 if quick else 6),
+                                     f"plan:{p}x{n}", f"plan(), {p:,} pending × {n:,} nodes"))
 
 
 def _ms(seconds):
     return None if seconds is None else seconds * 1000
 
 
-def live_rows(quick: bool) -> list[Row]:
+# -- the live labq stack -----------------------------------------------------------------------
+LIVE_NAMES = ("submit → start (API, CLI)", "trivial jobs end to end", "API submission", "10,000-task array",
+              "`labq sub` / `labq stat` wall")
+
+
+def live_rows(quick: bool, profiles: list, profile: bool) -> list[Row]:
     import cli_bench
     import latency_bench
     import submit_bench
@@ -113,22 +200,210 @@ def live_rows(quick: bool) -> list[Row]:
     try:
         bs = BenchStack(slots=4).__enter__()
     except Unusable as e:
-        reason = f"labq stack not usable ({e})"
-        return rows + [Row(name, skipped=reason) for name in (
-            "submit → start (API, CLI)", "trivial jobs end to end", "API submission", "10,000-task array",
-            "`labq sub` / `labq stat` wall")]
+        return rows + [Row(name, skipped=f"labq stack not usable ({e})") for name in LIVE_NAMES]
     try:
         rows += _guard("submit → start latency", lambda: latency_bench.run(bs, quick))
         rows += _guard("trivial jobs end to end", lambda: throughput_bench.run(bs, quick))
         rows += _guard("API submission", lambda: submit_bench.run(bs, quick))
         rows += _guard("`labq sub` / `labq stat` wall", lambda: cli_bench.run_with_stack(bs, quick))
+        if profile:
+            try:
+                live_profiles(bs, {r.key for r in rows if r.verdict == "miss"}, quick, profiles)
+            except Exception as e:     # the measured rows stand; the report says which profiles are missing
+                import profile_bench
+                profiles.append(profile_bench.Profile("live", "the live stack's hot paths", "",
+                                                      skipped=f"{type(e).__name__}: {str(e)[:300]}"))
     finally:
+        t0 = time.monotonic()
         bs.close()
+        print(f"  (stopping the stack: {time.monotonic() - t0:.0f} s)", flush=True)
     return rows
 
 
+def live_profiles(bs, missed: set, quick: bool, profiles: list) -> None:
+    """Profiles of the hot paths behind the live rows that missed (untimed, after the timed runs)."""
+    import profile_bench
+    import submit_bench
+    from scheduler import states
+    if "stat.wall" in missed:
+        profiles.append(_profile(lambda: profile_bench.stat_profile(bs), "stat", "`labq stat`"))
+    if missed & {"lat.cli.p50", "lat.cli.p99", "sub.wall", "subtest.wall"}:
+        profiles.append(_profile(lambda: profile_bench.cli_profile(bs), "cli", "`labq sub` start-up: imports"))
+    # From here on the profiles want the submission benchmark's empty queue back.
+    pending = [j.display_id for j in bs.client.read.active() if j.state == states.PENDING]
+    submit_bench._cancel(bs, pending)
+    if missed & {"sub.api", "sub.api4"}:
+        n = 200 if quick else 500
+        body = bs.body(["true"], account="parked")
+        ids: list = []
+
+        def loop():
+            for _ in range(n):
+                ids.append(bs.client.submit(dict(body))["job_id"])
+        profiles.append(_profile(lambda: profile_bench.scheduler_profile(bs, loop, f"{n} sequential API submits"),
+                                 "scheduler", "the scheduler during API submits"))
+        submit_bench._cancel(bs, ids)
+    if "array10k" in missed:
+        got: list = []
+
+        def array():
+            got.append(bs.client.submit(bs.body(["true"], account="parked", array="1-10000"), timeout=120)["job_id"])
+        profiles.append(_profile(lambda: profile_bench.scheduler_profile(bs, array, "a 10,000-task array submit", "array"),
+                                 "array", "the scheduler during a 10,000-task array submit"))
+        submit_bench._cancel(bs, got)
+    if missed & {"lat.api.p50", "lat.api.p99", "tput"}:
+        m = 100 if quick else 200
+
+        def tput():
+            reply = bs.client.submit(bs.body(["true"], output="prof-%j.out", array=f"1-{m}"))
+            bs.wait_terminal(reply["job_ids"], 300, interval=0.05)
+        profiles += _profiles(lambda: profile_bench.node_profiles(bs, tput, f"{m} trivial jobs"),
+                              "worker", "the worker and the scheduler during trivial jobs")
+
+
+def _profile(fn, key: str, title: str):
+    return _profiles(lambda: [fn()], key, title)[0]
+
+
+def _profiles(fn, key: str, title: str) -> list:
+    """fn() -> [Profile]; or one skipped Profile saying why not."""
+    import profile_bench
+    t0 = time.monotonic()
+    why = profile_bench.unavailable()
+    try:
+        got = [profile_bench.Profile(key, title, "", skipped=why)] if why else fn()
+    except Exception as e:
+        got = [profile_bench.Profile(key, title, "", skipped=f"{type(e).__name__}: {str(e)[:300]}")]
+    for p in got:
+        print(f"profile: {p.title}" + (f" — skipped: {p.skipped}" if p.skipped else
+                                       f" ({p.samples:,} samples)" if p.samples else "")
+              + f" ({time.monotonic() - t0:.0f} s)", flush=True)
+    return got
+
+
+def memory_rows(quick: bool) -> list[Row]:
+    import memory_bench
+    return _guard("scheduler and Redis memory, 100,000 pending", lambda: memory_bench.run(quick))
+
+
+# -- the peers ---------------------------------------------------------------------------------
+def peer_group(name: str, quick: bool, peers: dict) -> None:
+    import peer_bench
+    t0 = time.monotonic()
+    figs, how = peer_bench.run(name, quick)
+    peers[name] = (figs, how)
+    print(f"{name}: {how} ({time.monotonic() - t0:.0f} s)", flush=True)
+    for key, f in figs.items():
+        shown = fmt(f.value, peer_bench.UNITS.get(key, "ms")) if f.value is not None else f.skipped
+        print(f"  {key:<14} {shown}", flush=True)
+
+
+def attach_peers(rows: list[Row], peers: dict) -> None:
+    import peer_bench
+    by_key = {r.key: r for r in rows if r.key}
+    for name, (figs, how) in peers.items():
+        if not figs:             # the peer did not run at all: its cells say so, the Peers section says why
+            for key in peer_bench.COMPARED:
+                if key in by_key:
+                    by_key[key].peers[name] = Fig(skipped="skipped (see Peers)")
+            continue
+        for key, f in figs.items():
+            row = by_key.get(key)
+            if row is None:
+                if f.value is None:
+                    continue
+                label, unit, better = peer_bench.LABELS[key]
+                row = by_key[key] = Row(label, unit=unit, better=better, key=key,
+                                        skipped="labq not measured in this run (--only)")
+                rows.append(row)
+            row.peers[name] = f
+
+
+# -- the benchmarks others own -----------------------------------------------------------------
+def _load_module(name: str):
+    path = os.path.join(HERE, f"{name}.py")
+    if not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+RUNNER_ROW = ("runner CPU overhead per running job (1 Hz sampling)", "%", 1.0)
+
+
+def runner_rows(quick: bool) -> list[Row]:
+    name, unit, target = RUNNER_ROW
+    if not os.path.exists(os.path.join(HERE, "watch_bench.py")):
+        return [Row(name, unit=unit, target=target, key="runner",
+                    skipped="not measured yet: bench/watch_bench.py (runner overhead, issue 5) is not in this checkout")]
+
+    def run():
+        mod = _load_module("watch_bench")
+        if hasattr(mod, "measure"):          # measure(window=…) -> {name, value, unit, target, note}
+            d = mod.measure(window=10.0 if quick else 32.0)
+            return [Row(d.get("name", name), d["value"], unit, d.get("target", target), note=d.get("note", ""),
+                        key="runner")]
+        fn = getattr(mod, "run", None)
+        if fn is None:
+            raise RuntimeError("bench/watch_bench.py has neither measure() nor run(quick) / run(bs, quick)")
+        params = list(inspect.signature(fn).parameters)
+        if params and params[0] == "bs":
+            from stackutil import BenchStack
+            with BenchStack(slots=4) as bs:
+                got = fn(bs, quick)
+        else:
+            got = fn(quick) if params else fn()
+        got = [got] if isinstance(got, Row) else list(got)
+        for r in got:
+            r.key = r.key or "runner"
+        return got
+    rows = _guard(name, run)
+    for r in rows:
+        if r.skipped and not r.key:
+            r.key, r.unit, r.target = "runner", unit, target
+    return rows
+
+
+def kth_section(quick: bool, started: float) -> tuple[list[str], str]:
+    """(the report's lines for the KTH replay, a one-line status for the run log)."""
+    script = os.path.join(HERE, "kth_replay.py")
+    if not os.path.exists(script):
+        return ["Not measured yet: bench/kth_replay.py (the KTH SP2 replay) is not in this checkout."], "absent"
+    with open(script) as f:
+        argv = [sys.executable, script] + (["--quick"] if quick and "--quick" in f.read() else [])
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=KTH_TIMEOUT_S)
+        status = (f"`{' '.join(['python', 'bench/kth_replay.py'] + argv[2:])}` exited {p.returncode} "
+                  f"after {time.monotonic() - t0:.0f} s")
+        said = (p.stdout or "").strip().splitlines()
+        if p.returncode != 0:
+            status += f": {(p.stderr or p.stdout).strip()[-300:]}"
+        elif said and said[-1].startswith("skipped"):
+            status += f": {said[-1]}"
+    except subprocess.TimeoutExpired:
+        status = f"bench/kth_replay.py did not finish within {KTH_TIMEOUT_S} s and was stopped"
+    print(f"kth: {status}", flush=True)
+    if not os.path.exists(KTH_MD):
+        return [f"No bench/results/kth.md ({status})."], status
+    fresh = os.path.getmtime(KTH_MD) >= started
+    when = datetime.datetime.fromtimestamp(os.path.getmtime(KTH_MD)).astimezone()
+    out = ["From `bench/results/kth.md`, " + ("written in this run" if fresh else
+           f"written {when:%Y-%m-%d %H:%M %Z}, not in this run") + f" ({status}):", ""]
+    with open(KTH_MD) as f:
+        for line in f.read().splitlines():
+            if len(out) == 2 and (line.startswith("## ") or not line.strip()):
+                continue                       # the file's own title (this section has one) and blank lines
+            out.append("#" + line if line.startswith("#") else line)
+    return out, status
+
+
+# -- reporting helpers -------------------------------------------------------------------------
 def _guard(name, fn) -> list[Row]:
     """A benchmark that fails becomes one skipped row with the reason, and the run goes on."""
+    t0 = time.monotonic()
     try:
         rows = fn()
     except Exception as e:
@@ -137,54 +412,81 @@ def _guard(name, fn) -> list[Row]:
                                   f"({os.path.basename(where.filename)}:{where.lineno})")]
     for r in rows:
         print(_line(r), flush=True)
+    print(f"  ({name}: {time.monotonic() - t0:.0f} s)", flush=True)
     return rows
 
 
 def _line(r: Row) -> str:
-    return f"{r.name:<62} {r.measured():>16}  {r.target_text():>14}  {r.verdict}"
-
-
-# -- the report --------------------------------------------------------------------------------
-def markdown(rows, mach, command: str, elapsed: float, quick: bool) -> str:
-    out = ["# labq benchmark results", "",
-           f"Written by `bench/run.py` on {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} "
-           f"in {elapsed:.0f} s. Targets are DESIGN §11's; \"miss\" means the figure does not meet it.",
-           "", f"Command: `{command}`" + (" (quick: fewer samples and runs)" if quick else ""), "",
-           "## Machine", "", "| | |", "|---|---|"]
-    out += [f"| {k} | {v} |" for k, v in mach]
-    out += ["", "## Results", "", "| benchmark | measured | target | result | notes |", "|---|---:|---:|---|---|"]
-    for r in rows:
-        out.append(f"| {r.name} | {r.measured()} | {r.target_text()} | {r.verdict} | {r.note} |")
-    out += ["", "## How each figure is measured", ""]
-    for mod in ("plan_bench", "latency_bench", "throughput_bench", "submit_bench", "cli_bench"):
-        doc = (__import__(mod).__doc__ or "").strip()
-        out += [f"- **bench/{mod}.py**: " + " ".join(doc.split()), ""]
-    out.append("Peers (task-spooler, SLURM) are not measured yet.")
-    return "\n".join(out) + "\n"
+    return f"{r.name:<62} {r.measured():>16}  {r.target_text():>14}  {r.result()}"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer samples and runs (about 2 minutes on 2 cores)")
-    ap.add_argument("--only", choices=("plan", "live"), help="run one group only")
-    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="where to write the report")
+    ap = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0],
+                                 epilog="groups: " + ", ".join(GROUPS))
+    ap.add_argument("--quick", action="store_true", help="fewer samples and runs, shorter windows, no 100,000-task "
+                                                           "probe at the default tick (about 4 minutes)")
+    ap.add_argument("--only", action="append", metavar="NAME",
+                    help="run only these groups (repeat, or comma-separate): " + ", ".join(GROUPS))
+    ap.add_argument("--no-profile", action="store_true", help="do not profile the hot paths of missed targets")
+    ap.add_argument("--out", help="where to write the report (default: bench/RESULTS.md for a full run, "
+                                  "bench/out/RESULTS.md for --quick or --only)")
     a = ap.parse_args(argv)
-    command = "python bench/run.py" + "".join(f" {shlex.quote(x)}" for x in (argv if argv is not None else sys.argv[1:]))
+    only = [g.strip() for x in (a.only or []) for g in x.split(",") if g.strip()]
+    bad = [g for g in only if g not in GROUPS]
+    if bad:
+        ap.error(f"unknown group {', '.join(bad)} (expected {', '.join(GROUPS)})")
+    groups = [g for g in GROUPS if not only or g in only]
+    out = a.out or os.path.join(HERE, *(("out", "RESULTS.md") if (a.quick or only) else ("RESULTS.md",)))
+    args = argv if argv is not None else sys.argv[1:]
+    command = f"{os.path.relpath(sys.executable, ROOT)} bench/run.py" + "".join(f" {shlex.quote(x)}" for x in args)
+
     mach = machine()
     for k, v in mach:
         print(f"{k}: {v}")
-    t0 = time.monotonic()
-    rows = []
-    if a.only in (None, "plan"):
-        rows += plan_rows(a.quick)
-    if a.only in (None, "live"):
-        rows += live_rows(a.quick)
+    started, t0 = time.time(), time.monotonic()
+    rows, profiles, peers, log, medians = [], [], {}, [], {}
+    kth_lines = ["Not run (`--only`)."]
+    profile = not a.no_profile
+    whole = Others()
+    for g in groups:
+        busy = _cpu_busy(0.5)
+        g0, load, others = time.monotonic(), _load(), Others()
+        print(f"\n== {g} (load {load}, CPU {busy:.0f} % busy)", flush=True)
+        status = ""
+        if g == "plan":
+            got = plan_rows(a.quick, medians)
+            rows += got
+            if profile:
+                plan_profiles(got, a.quick, profiles)
+        elif g == "live":
+            rows += live_rows(a.quick, profiles, profile)
+        elif g == "memory":
+            rows += memory_rows(a.quick)
+        elif g in ("tsp", "slurm"):
+            name = "task-spooler" if g == "tsp" else "SLURM"
+            peer_group(name, a.quick, peers)
+            status = peers[name][1]
+        elif g == "runner":
+            rows += runner_rows(a.quick)
+        elif g == "kth":
+            kth_lines, status = kth_section(a.quick, started)
+        log.append((g, load, busy, others.percent(), time.monotonic() - g0, status))
+        print(f"  (other processes used {log[-1][3]:.0f} % of the CPUs during {g})", flush=True)
+    attach_peers(rows, peers)
     elapsed = time.monotonic() - t0
-    with open(a.out, "w") as f:
-        f.write(markdown(rows, mach, command, elapsed, a.quick))
+    mach.append(("load average at the end", _load()))
+    mach.append(("CPU used by other processes during the run",
+                 f"{whole.percent():.0f} % of the machine on average (per group: Run log)"))
+
+    import report
+    text = report.markdown(rows=rows, mach=mach, command=command, elapsed=elapsed, quick=a.quick, only=only,
+                           medians=medians, peers=peers, profiles=profiles, kth=kth_lines, log=log)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        f.write(text)
     misses = [r.name for r in rows if r.verdict == "miss"]
     print(f"\n{len(rows)} rows, {len(misses)} miss, {sum(r.verdict == 'skipped' for r in rows)} skipped, "
-          f"{elapsed:.0f} s; wrote {os.path.relpath(a.out)}")
+          f"{elapsed:.0f} s; wrote {os.path.relpath(out)}")
     return 0
 
 

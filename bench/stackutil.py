@@ -13,10 +13,11 @@ from scheduler.client import Client, current_user
 
 CONFIG = """
 [scheduler]
-tick = "1s"
+tick = "{tick}"
 kill_wait = "5s"
-# The submission benchmark leaves 10,000+ parked jobs pending.
-max_pending_per_user = 100000
+# The submission benchmark leaves 10,000+ parked jobs pending; the memory benchmark 100,000.
+max_pending = {max_pending}
+max_pending_per_user = {max_pending}
 [accounts.bench]
 users = ["{user}"]
 # Jobs charged here stay pending (AccountJobLimit): submission is measured without running them.
@@ -38,7 +39,7 @@ class Unusable(Exception):
 
 
 class BenchStack:
-    def __init__(self, slots: int = 4):
+    def __init__(self, slots: int = 4, max_pending: int = 100_000, tick: str = "1s"):
         if not shutil.which("redis-server") and not os.path.exists("/usr/bin/redis-server"):
             raise Unusable("redis-server is not installed")
         self.dir = tempfile.mkdtemp(prefix="labq-bench-", dir="/tmp")
@@ -46,7 +47,8 @@ class BenchStack:
         os.makedirs(self.work)
         self.cfg_path = os.path.join(self.dir, "labq.toml")
         with open(self.cfg_path, "w") as f:
-            f.write(CONFIG.format(user=current_user(), slots=slots, spool=os.path.join(self.dir, "spool")))
+            f.write(CONFIG.format(user=current_user(), slots=slots, spool=os.path.join(self.dir, "spool"),
+                                  max_pending=max_pending, tick=tick))
         self.cfg = config.load(self.cfg_path)
         self.slots = slots
         self.log_path = os.path.join(self.dir, "daemons.log")
