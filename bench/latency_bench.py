@@ -6,8 +6,9 @@ Samples are sequential, each on an idle node: the next is submitted only after t
 has ended. For the CLI the figure includes the `labq sub` process's own start-up. Each sample is
 split into four stages from the records the job leaves: scheduler (submit → the tick that admitted
 it, Attempt.dispatch_time), RQ (→ the RQ horse has begun it: the RQ job's started_at, after the
-dequeue and the fork), runner (→ the runner is about to spawn the command: Attempt.start_time) and
-spawn (→ the time the command printed).
+dequeue and the fork), runner (→ Attempt.start_time, which the runner takes after reading the record,
+claiming the attempt and opening the logs) and spawn (→ the time the command printed: the runner's
+environment, limits and cgroup, then the fork/exec).
 """
 import os
 import time

@@ -1,17 +1,26 @@
 """bench/RESULTS.md from the rows, the peers' figures and the profiles of one run."""
+import ast
 import datetime
+import os
 
 from rows import PEERS, Row, fmt
 
 MODULES = ("plan_bench", "latency_bench", "throughput_bench", "submit_bench", "cli_bench", "memory_bench",
            "peers", "peer_bench", "profile_bench")
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 NOISY_PERCENT = 15      # others' CPU share during a group above which the report flags its figures
 
 # Which profile explains which row.
 PROFILE_OF = {"stat.wall": "stat", "lat.cli.p50": "cli", "lat.cli.p99": "cli", "sub.wall": "cli",
               "subtest.wall": "cli", "sub.api": "scheduler", "sub.api4": "scheduler", "array10k": "array",
               "lat.api.p50": "worker", "lat.api.p99": "worker", "tput": "worker"}
+
+
+def _docstring(mod: str) -> str:
+    """A benchmark module's docstring, read from its file (so modules a partial run did not use need no import)."""
+    with open(os.path.join(HERE, f"{mod}.py")) as f:
+        return ast.get_docstring(ast.parse(f.read())) or ""
 
 
 def _cell(s: str) -> str:
@@ -70,8 +79,8 @@ def explain(r: Row, by_key: dict, profiles: dict, medians: dict) -> str:
         node = sum(d.get(s, 0) for s in ("RQ", "runner", "spawn"))
         why.append(f"median split: scheduler {d.get('scheduler', 0):.1f} ms, then on the node RQ {d.get('RQ', 0):.1f} ms "
                    f"(dequeue, fork of a horse per job), runner {d.get('runner', 0):.1f} ms (record, claim, logs), "
-                   f"spawn {d.get('spawn', 0):.1f} ms (the command's fork/exec until it runs): the node side is "
-                   f"{node:.1f} ms of the {r.value:.1f}")
+                   f"spawn {d.get('spawn', 0):.1f} ms (environment, limits, cgroup, fork/exec until the command "
+                   f"runs): the node side is {node:.1f} ms of the {r.value:.1f}")
     elif k in ("lat.cli.p50", "lat.cli.p99"):
         sub = by_key.get("sub.wall")
         if d:
@@ -194,8 +203,7 @@ def markdown(*, rows, mach, command, elapsed, quick, only, medians, peers, profi
 
     out += ["", "## How each figure is measured", ""]
     for mod in MODULES:
-        doc = (__import__(mod).__doc__ or "").strip()
-        out += [f"- **bench/{mod}.py**: " + " ".join(doc.split()), ""]
+        out += [f"- **bench/{mod}.py**: " + " ".join(_docstring(mod).split()), ""]
 
     out += ["## Run log", "", "Other engineers share this machine. \"Others during it\" is the CPU that processes "
             "other than the benchmark's (its stacks, peers, profilers and their children are its own) used while "
