@@ -28,7 +28,8 @@ def percentile(xs, p: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def _started_at(path: str, timeout: float = 30.0) -> float:
+def started_at(path: str, timeout: float = 30.0) -> float:
+    """The time a job's `date +%s.%N` wrote to `path`, once it is there."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:
@@ -47,7 +48,7 @@ def _sample_api(bs, i: int) -> tuple[float, int, float]:
     body = bs.body(["date", "+%s.%N"], output=out)
     t0 = time.time()
     jid = bs.client.submit(body)["job_id"]
-    return _started_at(out) - t0, jid, t0
+    return started_at(out) - t0, jid, t0
 
 
 def _sample_cli(bs, i: int) -> tuple[float, int]:
@@ -56,7 +57,7 @@ def _sample_cli(bs, i: int) -> tuple[float, int]:
     p = bs.run_labq("sub", "--parsable", "-A", "bench", "-t", "10m", "-o", out, "--", "date", "+%s.%N")
     if p.returncode != 0:
         raise RuntimeError(f"labq sub exited {p.returncode}: {p.stderr.strip()}")
-    return _started_at(out) - t0, int(p.stdout.strip()), t0
+    return started_at(out) - t0, int(p.stdout.strip()), t0
 
 
 STAGES = ("scheduler", "RQ", "runner", "spawn")      # see the module's docstring

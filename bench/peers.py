@@ -27,6 +27,8 @@ import subprocess
 import tempfile
 import time
 
+from latency_bench import started_at
+
 TSP_MAXCONN = 1000
 
 
@@ -45,20 +47,6 @@ def _wall_ms(argv, env) -> float:
     t0 = time.perf_counter()
     _run(argv, env)
     return (time.perf_counter() - t0) * 1000
-
-
-def _printed_time(path: str, timeout: float = 60.0) -> float:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-            if text:
-                return float(text)
-        except FileNotFoundError:
-            pass
-        time.sleep(0.001)
-    raise TimeoutError(f"no start time in {path} after {timeout:.0f}s")
 
 
 def _until(pred, timeout: float, what: str, interval: float):
@@ -136,7 +124,7 @@ class TaskSpooler:
             t0 = time.time()
             jid = self.tsp("date", "+%s.%N")
             self.tsp("-w", jid)
-            out.append((_printed_time(self.tsp("-o", jid)) - t0) * 1000)
+            out.append((started_at(self.tsp("-o", jid)) - t0) * 1000)
         return out
 
     def throughput(self, m: int) -> tuple[float, str]:
@@ -355,7 +343,7 @@ class Slurm:
             path = os.path.join(work, f"lat-{i}.out")
             t0 = time.time()
             self.cmd("sbatch", "--parsable", "-o", path, "--wrap", "date +%s.%N")
-            out.append((_printed_time(path) - t0) * 1000)
+            out.append((started_at(path) - t0) * 1000)
         self.wait_idle()
         return out
 
