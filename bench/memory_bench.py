@@ -63,8 +63,8 @@ def _measure() -> list[Row]:
         t0 = time.perf_counter()
         reply = client.submit(body, timeout=SUBMIT_TIMEOUT)
         took = time.perf_counter() - t0
-        if len(reply["job_ids"]) != JOBS:
-            raise RuntimeError(f"array reply has {len(reply['job_ids'])} ids: {reply.get('display')}")
+        if reply["count"] != JOBS:
+            raise RuntimeError(f"array reply has {reply['count']} tasks: {reply.get('display')}")
         # Let the scheduler plan the full queue again so any per-pass structure is counted too.
         time.sleep(bs.cfg.tick + 1)
         after, used1 = proc_status(pid), _used_memory(r)

@@ -48,12 +48,22 @@ class Client:
                 p.xadd(self.k.inbox(self.user), fields, maxlen=100_000, approximate=True)
                 p.lpush(self.k.wake, f"user:{self.user}")
                 p.execute()
-                got = self.r.blpop([self.k.reply(rid)], timeout=max(1, int(per_try)))
+                got = self._await_reply(rid, per_try)
                 if got:
                     return json.loads(got[1])
         except conn.ERRORS as e:
             raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
         raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")
+
+    def _await_reply(self, rid: str, seconds: float):
+        """BLPOP in slices shorter than the connection's socket timeout (30 s), so that a caller
+        may wait minutes (a 100,000-task array) without the socket giving up first."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            got = self.r.blpop([self.k.reply(rid)], timeout=max(1, min(20, int(left))))
+            if got or left <= 20:
+                return got
 
     def _checked(self, reply: dict) -> dict:
         if not reply.get("ok"):

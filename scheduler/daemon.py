@@ -40,7 +40,8 @@ class Scheduler:
         self.jobs: dict[int, Job] = {}
         self.inboxes: set[str] = set()
         self.leading = False
-        self.lease_s = max(5.0, 3 * cfg.tick)
+        self.lease_s = max(10.0, 3 * cfg.tick)
+        self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
         self.handlers = Handlers(self)
@@ -55,7 +56,12 @@ class Scheduler:
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
         """One round. Returns whether this scheduler is the leader."""
-        if not self.store.acquire_leader(self.lease_s):
+        try:
+            held = self._renew(self.lease_s)
+        except StalePlanError as e:
+            log.warning("%s; reloading", e)
+            held = True
+        if not held:
             if self.leading:
                 log.warning("lost the leader lease; waiting")
             self.leading = False
@@ -134,10 +140,12 @@ class Scheduler:
         """Write one change atomically, then (and only then) update the in-memory view."""
         now = max(self.now, self.clock())
         charges = [c for c in charges if not self.store.charged(c.key)]
+        usage = self._usage_after(jobs, now)
 
         def build(p):
-            for j in jobs:
-                writes.put_job(p, self.k, j)
+            writes.put_jobs(p, self.k, jobs)
+            for acct in [a for a in usage if usage[a] != self.usage.get(a)]:
+                writes.put_usage(p, self.k, acct, *usage[acct])
             for c in charges:
                 writes.put_charge(p, self.k, c, now, self.books.period(c.budget, now))
             for key in {c.key for c in charges}:
@@ -160,14 +168,12 @@ class Scheduler:
             if ack is not None:
                 self.store.ack(p, *ack)
 
-        usage = self._usage_after(jobs, now)
-
-        def build_all(p):
-            build(p)
-            for acct in [a for a in usage if usage[a] != self.usage.get(a)]:
-                writes.put_usage(p, self.k, acct, *usage[acct])
-
-        self.store.txn(build_all)
+        # A big change (a 100,000-task array) takes seconds to build and send; the lease must
+        # outlive it, or the commit would be refused and the same request redone forever.
+        if len(jobs) >= 1000 or time.monotonic() - self.renewed > self.lease_s / 3:
+            if not self._renew(self.lease_s + len(jobs) * 1e-4):
+                raise StalePlanError("lost the leader lease while working")
+        self.store.txn(build)
         self.usage = usage
         self.books.applied(books, now)
         for a in alerts:
@@ -177,6 +183,18 @@ class Scheduler:
                 self.jobs[j.id] = j
             else:
                 self.jobs.pop(j.id, None)
+
+    def _renew(self, ttl: float) -> bool:
+        """Keep the lease. A lease that lapsed and was taken afresh means another scheduler may have
+        led meanwhile: what this one holds in memory is then stale, so it must reload (StalePlanError)."""
+        got = self.store.acquire_leader(ttl)
+        if not got:
+            return False
+        self.renewed = time.monotonic()
+        if got == "taken" and self.leading:
+            self.leading = False
+            raise StalePlanError("the leader lease lapsed")
+        return True
 
     def _usage_after(self, ended, now: float) -> dict:
         """Fair-share usage with every attempt that ends in this change added (GPU-equivalent

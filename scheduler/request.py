@@ -2,7 +2,7 @@
 write, so nothing here trusts its input: each bad field is a UsageError naming the field."""
 import os
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from .config import Config
 from .errors import UsageError
@@ -140,8 +140,10 @@ def array_range(body: dict) -> list[int] | None:
 def expand(template: Job, first_id: int, indices: list[int] | None, throttle: int | None = None) -> list[Job]:
     if indices is None:
         return [replace(template, id=first_id)]
-    return [replace(template, id=first_id + i, array_id=first_id, array_index=ix, array_count=len(indices),
-                    array_throttle=throttle) for i, ix in enumerate(indices)]
+    # Job(**kw) with the fields copied once: dataclasses.replace re-reads every field per task.
+    base = {f.name: getattr(template, f.name) for f in fields(Job)}
+    base.update(array_id=first_id, array_count=len(indices), array_throttle=throttle)
+    return [Job(**{**base, "id": first_id + i, "array_index": ix}) for i, ix in enumerate(indices)]
 
 
 def array_throttle(body: dict) -> int | None:

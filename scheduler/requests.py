@@ -68,7 +68,9 @@ class Handlers:
         first = self.s.store.r.incrby(self.s.k.seq, n) - n + 1
         jobs = expand(template, first, indices, throttle)
         shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
-        return Change(jobs=jobs, reply={"ok": True, "job_id": first, "job_ids": [j.id for j in jobs],
+        # Ids are consecutive; a huge array's reply names the range rather than every id.
+        ids = {"job_ids": [j.id for j in jobs]} if n <= 1000 else {}
+        return Change(jobs=jobs, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
                                         "display": shown})
 
     def test_only(self, job: Job, now: float) -> dict:

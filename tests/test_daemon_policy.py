@@ -93,3 +93,32 @@ def test_test_only_gives_the_expected_start_of_a_job_that_would_wait(conns):
     s.tick(NOW + 10, woke(r))
     got = reply(r, "ask")
     assert got["starts_now"] is False and got["expected_start"] == NOW + 3600 + CFG.kill_wait
+
+
+def test_a_big_commit_extends_the_lease_to_outlive_it(conns):
+    from tests.test_daemon import reply
+    r, raw = conns
+    s = _setup(r, raw)
+    seen = []
+    real_txn = s.store.txn
+
+    def txn(build):
+        seen.append(r.pttl(K.leader))
+        return real_txn(build)
+    s.store.txn = txn
+    submit(r, "alice", {**BODY, "account": "a", "array": [1, 5000, 1]}, "big")
+    s.tick(NOW, woke(r))
+    assert reply(r, "big")["count"] == 5000 and "job_ids" not in reply(r, "big")
+    assert max(seen) > s.lease_s * 1000          # lease + 0.1 ms per job written, before the write
+
+
+def test_a_lapsed_lease_taken_afresh_reloads_what_another_leader_wrote(conns):
+    r, raw = conns
+    s1 = _setup(r, raw)
+    r.delete(K.leader)                      # s1 stalls past its lease...
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    submit(r, "alice", {**BODY, "account": "a"}, "by-s2")
+    assert s2.tick(NOW + 1, woke(r))        # ...s2 leads meanwhile and admits a job...
+    s2.store.release_leader()               # ...and stops
+    assert s1.tick(NOW + 2)                 # s1 takes the free lease: it must not trust its memory
+    assert 1 in s1.jobs and s1.jobs[1].state == job(r, 1).state

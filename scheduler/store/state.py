@@ -19,11 +19,12 @@ class SchedulerStore:
         self.r, self.k, self.me = r, keys, me
 
     # -- leader lease ------------------------------------------------------------------------
-    def acquire_leader(self, ttl_s: float) -> bool:
-        """Take or renew the lease. Returns False while another scheduler holds it."""
+    def acquire_leader(self, ttl_s: float) -> str | bool:
+        """Take or renew the lease: "taken" (it was free), "renewed" (it was ours), or False while
+        another scheduler holds it."""
         px = int(ttl_s * 1000)
         if self.r.set(self.k.leader, self.me, nx=True, px=px):
-            return True
+            return "taken"
         # Renew only if it is still ours; a Lua-free check-and-set under WATCH.
         with self.r.pipeline() as p:
             try:
@@ -34,7 +35,7 @@ class SchedulerStore:
                 p.multi()
                 p.pexpire(self.k.leader, px)
                 p.execute()
-                return True
+                return "renewed"
             except redis.WatchError:
                 return False
 
