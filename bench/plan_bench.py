@@ -15,6 +15,7 @@ import time
 
 from scheduler import config, states
 from scheduler.model import Attempt, Gpu, Job, Node, Snapshot
+from scheduler.daemon import tune_gc
 from scheduler.policy import plan
 
 G = 1 << 30
@@ -83,6 +84,7 @@ def time_plan(n_pending: int, n_nodes: int, runs: int, cfg=None) -> dict:
     """Median (and min, max) seconds of plan() over `runs` passes on one snapshot."""
     cfg = cfg or config.loads(CONFIG)
     snap = snapshot(n_pending, n_nodes)
+    tune_gc()          # the collector settings the scheduler runs plan() under
     times, result = [], None
     for _ in range(runs):
         t0 = time.perf_counter()

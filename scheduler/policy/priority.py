@@ -9,7 +9,6 @@ Fair share comes from decayed usage (`Snapshot.usage`), never from budgets. The 
 (−priority, submit time, id) — so shuffling the input never changes the plan, and equal priorities
 go to the older job.
 """
-from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -66,13 +65,13 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     bursting = _bursting(pending, w["burst_jobs"], w["burst_window"]) if bw else ()
     per_s = aw / (w["age_max"] or 1)
     keyed = []
-    for j in pending:
+    for i, j in enumerate(pending):
         age = now - j.submit_time
         score = (qos.get(j.qos, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
                  + fs.get(j.account, fw) - (bw if j.id in bursting else 0.0))
-        keyed.append((-score, j.submit_time, j.id, j))
-    keyed.sort(key=lambda t: t[:3])
-    return [t[3] for t in keyed]
+        keyed.append((-score, j.submit_time, j.id, i))
+    keyed.sort()      # plain tuples, no key function: ids are unique, so the index never decides
+    return [pending[t[3]] for t in keyed]
 
 
 def _bursting(pending, allowance: int, window: float) -> set[int]:
@@ -80,14 +79,16 @@ def _bursting(pending, allowance: int, window: float) -> set[int]:
     `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)"""
     by_user = defaultdict(list)
     for j in pending:
-        by_user[j.user].append(j)
+        by_user[j.user].append((j.submit_time, j.id))
     out = set()
     for jobs in by_user.values():
         if len(jobs) <= allowance:
             continue
-        jobs.sort(key=lambda j: (j.submit_time, j.id))
-        times = [j.submit_time for j in jobs]
-        for i, j in enumerate(jobs):
-            if i - bisect_left(times, j.submit_time - window) >= allowance:
-                out.add(j.id)
+        jobs.sort()
+        lo = 0
+        for i, (t, jid) in enumerate(jobs):
+            while jobs[lo][0] < t - window:
+                lo += 1
+            if i - lo >= allowance:
+                out.add(jid)
     return out
