@@ -62,12 +62,14 @@ class LabqWorker(Worker):
 
     def kill_horse(self, sig=signal.SIGKILL):
         """Every hard stop (stop-job, cold shutdown, RQ's timeout+60) comes here. The job runs in
-        its own session, so RQ's killpg of the horse's group would miss it: kill the tree too."""
-        if self.horse_pid:
-            for pid in probe.descendants(self.horse_pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        its own session, so RQ's killpg of the horse's group would miss it: kill the tree too.
+        The runner goes first: alive, it would see its job die and report that as the job's own
+        exit (`F`), where the truth is a node failure (`NF`, requeued)."""
+        tree = probe.descendants(self.horse_pid) if self.horse_pid else []
         super().kill_horse(sig)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self._kill_job_cgroup()
 
     def _kill_job_cgroup(self) -> None:
