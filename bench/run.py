@@ -256,7 +256,7 @@ def live_profiles(bs, missed: set, quick: bool, profiles: list) -> None:
 
         def tput():
             reply = bs.client.submit(bs.body(["true"], output="prof-%j.out", array=f"1-{m}"))
-            bs.wait_terminal(reply["job_ids"], 300, interval=0.05)
+            bs.wait_terminal(range(reply["job_id"], reply["last_job_id"] + 1), 300, interval=0.05)
         profiles += _profiles(lambda: profile_bench.node_profiles(bs, tput, f"{m} trivial jobs"),
                               "worker", "the worker and the scheduler during trivial jobs")
 

@@ -17,7 +17,7 @@ def run(bs, quick: bool) -> list[Row]:
     body = bs.body(["true"], output="tput-%j.out", array="1-%d" % m)
     t0 = time.time()
     reply = bs.client.submit(body)
-    jobs = bs.wait_terminal(reply["job_ids"], 300, interval=0.05)
+    jobs = bs.wait_terminal(range(reply["job_id"], reply["last_job_id"] + 1), 300, interval=0.05)
     wall = time.time() - t0
     ok = sum(1 for j in jobs if j.state == states.COMPLETED)
     starts = [a.start_time for j in jobs for a in j.attempts if a.start_time]
