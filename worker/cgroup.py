@@ -66,8 +66,8 @@ def own_cgroup(pid: int | str = "self") -> str | None:
             for line in f:
                 if line.startswith("0::"):
                     return line[3:].strip()
-    except OSError:
-        pass
+    except OSError:     # gone, or not ours to read: no answer, not an error
+        return None
     return None
 
 
@@ -96,8 +96,8 @@ def keyed(path: str) -> dict[str, int]:
             k, _, v = line.partition(" ")
             if v.strip().lstrip("-").isdigit():
                 out[k] = int(v)
-    except OSError:
-        pass
+    except OSError:     # the cgroup went away with its job: what was read so far
+        return out
     return out
 
 

@@ -50,8 +50,8 @@ def host_oom_kills(path: str = "/proc/vmstat") -> int | None:
             for line in f:
                 if line.startswith(b"oom_kill "):
                     return int(line.split()[1])
-    except OSError:
-        pass
+    except OSError:     # gone, or not ours to read: no answer, not an error
+        return None
     return None
 
 
