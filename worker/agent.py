@@ -99,12 +99,30 @@ class Agent:
         if d is None:
             log.info("no job cgroups (%s): the runners enforce memory limits themselves", why)
             return
+        self._await_old_runners(d.base)
         swept = cgroup.sweep(d.base)
         if swept:
             log.warning("removed %d job cgroups left by an earlier agent: %s", len(swept), ", ".join(swept))
         log.info("%s", d.describe())
         self.delegation = d
         self.settings = replace(self.settings, cgroup_base=d.base)
+
+    def _await_old_runners(self, base: str, most: float = 10.0) -> None:
+        """A runner orphaned by the previous agent's death fences its own job within a tick or two
+        and reports the attempt as a node failure. Sweeping its cgroup first would kill the job
+        under a live runner, which would then report it as the job's own exit (`F`, not requeued)."""
+        deadline = time.monotonic() + most
+        for name in cgroup.job_names(base):
+            jid, _, n = name[len(cgroup.JOB_PREFIX):].partition("-a")
+            if not (jid.isdigit() and n.isdigit()):
+                continue
+            try:
+                claim = self.store.r.hget(self.store.k.attempt(int(jid), int(n)), "claimed") or ""
+            except conn.ERRORS:
+                return
+            node, _, pid = claim.rpartition(":")
+            while node == self.name and pid.isdigit() and _alive(int(pid)) and time.monotonic() < deadline:
+                time.sleep(0.1)
 
     def run(self) -> int:
         """Until stop() or SIGTERM/SIGINT; then stop the workers, give the lease up, return 0."""
@@ -281,3 +299,13 @@ class Agent:
             return lambda: None
         old = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
         return lambda: [signal.signal(sig, h) for sig, h in old.items()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

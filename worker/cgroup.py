@@ -207,15 +207,19 @@ def _enable(d: str) -> None:
                 log.info("cannot enable the %s controller in %s: %s", c, d, e.strerror)
 
 
+def job_names(base: str) -> list[str]:
+    """Names of the job cgroups under `base` (job-<id>-a<attempt>)."""
+    try:
+        return sorted(n for n in os.listdir(base) if n.startswith(JOB_PREFIX))
+    except OSError:
+        return []
+
+
 def sweep(base: str) -> list[str]:
     """Kill and remove job cgroups left in `base` by an earlier agent of this node (a crash, a
     kill -9): their attempts were declared lost, so nothing in them may keep running."""
     removed = []
-    try:
-        names = [n for n in os.listdir(base) if n.startswith(JOB_PREFIX)]
-    except OSError:
-        return removed
-    for n in names:
+    for n in job_names(base):
         cg = JobCgroup(base, n)
         if cg.populated():
             log.warning("killing the processes left in %s by an earlier agent", cg.path)

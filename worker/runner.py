@@ -218,6 +218,11 @@ class Run:
             while True:
                 exited = waiter.exited()
                 if exited and (stopping is None or not probe.live_descendants()):
+                    if stopping is None and os.getppid() != self.ppid:
+                        # The agent died and its fencing (a cold stop, the next agent's sweep of
+                        # stale cgroups) killed the job before this loop noticed: a node failure,
+                        # not the job's own exit.
+                        return "orphaned"
                     return stopping or "exited"
                 now = time.monotonic()
                 if stopping and now >= kill_at:
