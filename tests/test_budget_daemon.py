@@ -5,38 +5,19 @@ monthly budget rolls over at midnight in its time zone."""
 import json
 from datetime import datetime, timezone
 
-import fakeredis
 import pytest
-import redis
 
 from scheduler import config, states
 from scheduler.client import Client
 from scheduler.daemon import Scheduler
 from scheduler.ledger import verify
 from scheduler.model import Gpu
-from scheduler.store import codec
 from scheduler.store.agentside import AgentStore
-from scheduler.store.keys import Keys
 from scheduler.store.reads import Reader
 
-K = Keys()
+from tests.test_daemon import FROZEN, K, conns, job, reply, woke  # noqa: F401  (conns is a fixture)
+
 T0 = datetime(2026, 11, 30, 22, 0, tzinfo=timezone.utc).timestamp()
-
-
-def FROZEN():
-    return 0.0
-
-
-@pytest.fixture(params=["fake", "real"])
-def conns(request):
-    if request.param == "fake":
-        server = fakeredis.FakeServer(version=(7, 0))
-        yield fakeredis.FakeRedis(server=server, decode_responses=True), fakeredis.FakeRedis(server=server)
-    else:
-        rp = request.getfixturevalue("redis_server")
-        c = rp.client()
-        c.flushall()
-        yield c, redis.Redis(unix_socket_path=rp.sock)
 
 
 # $36 per GPU-hour = $0.01 per GPU-second: a $1 budget lasts 100 GPU-seconds.
@@ -73,22 +54,6 @@ BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 1, "cpus": 1,
 def request(r, user, op, body, rid):
     r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps(body)})
     r.lpush(K.wake, f"user:{user}")
-
-
-def reply(r, rid):
-    got = r.lrange(K.reply(rid), 0, -1)
-    return json.loads(got[-1]) if got else None
-
-
-def woke(r):
-    p = r.pipeline()
-    p.lrange(K.wake, 0, -1)
-    p.delete(K.wake)
-    return p.execute()[0]
-
-
-def job(r, jid):
-    return codec.loads(r.get(K.job(jid)))
 
 
 def start(r, raw, cfg, now, gpus=8, me="s1"):
