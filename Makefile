@@ -1,5 +1,7 @@
 # Two commands do everything on a fresh Debian machine:  make demo  and  make test.
-PY ?= python3
+# The system interpreter: a venv built from a python3 under a private home (pyenv in /root) is
+# unusable by every other user ("bad interpreter: Permission denied").
+PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 

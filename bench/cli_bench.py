@@ -26,7 +26,7 @@ def _wall(argv, env, cwd, n: int) -> tuple[float, list[float]]:
 
 def how() -> str:
     cmd = labq_command()
-    return os.path.relpath(cmd[0]) if len(cmd) == 1 else "python -m cli.main (no labq console script installed)"
+    return os.path.relpath(cmd[0]) if len(cmd) == 1 else "python -m labq.cli.main (no labq console script installed)"
 
 
 def run_help(quick: bool, cwd: str) -> list[Row]:

@@ -22,11 +22,11 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from scheduler import config as config_mod  # noqa: E402
-from scheduler.model import Node  # noqa: E402
-from scheduler.sim import describe, load, policy_config, report, simulate  # noqa: E402
-from scheduler.sim.metrics import BSLD_BOUND_S, percentile  # noqa: E402
-from scheduler.units import fmt_duration  # noqa: E402
+from labq.scheduler import config as config_mod  # noqa: E402
+from labq.scheduler.model import Node  # noqa: E402
+from labq.scheduler.sim import describe, load, policy_config, report, simulate  # noqa: E402
+from labq.scheduler.sim.metrics import BSLD_BOUND_S, percentile  # noqa: E402
+from labq.scheduler.units import fmt_duration  # noqa: E402
 
 TRACES = os.path.join(os.path.dirname(ROOT), "shared", "traces")
 TRACE = os.path.join(TRACES, "kth_sp2_1996.csv")

@@ -67,7 +67,7 @@ def _horse_started(rq_conn, job) -> float | None:
     """When RQ's horse began the attempt (the RQ job's started_at), or None."""
     from rq.job import Job as RQJob
     from rq.serializers import JSONSerializer
-    from scheduler.dispatch import rq_job_id
+    from labq.scheduler.dispatch import rq_job_id
     try:
         got = RQJob.fetch(rq_job_id(job.id, 1), connection=rq_conn, serializer=JSONSerializer).started_at
     except Exception:        # expired or never written: the split is then left out for this sample
@@ -77,7 +77,7 @@ def _horse_started(rq_conn, job) -> float | None:
 
 def measure(bs, how: str, n: int) -> tuple[list[float], dict[str, list[float]]]:
     """(submit → process start in ms per sample, {stage: ms per sample}) — see STAGES."""
-    from scheduler.store import conn
+    from labq.scheduler.store import conn
     rq_conn = conn.connect_raw(bs.stack.url)
     sample = _sample_api if how == "api" else _sample_cli
     lat, split = [], {k: [] for k in STAGES}

@@ -14,8 +14,8 @@ happens (`probe_default_tick`); before that extension the 100,000-task request w
 """
 import time
 
-from scheduler.client import Client
-from scheduler.store import conn
+from labq.scheduler.client import Client
+from labq.scheduler.store import conn
 
 from rows import Row
 from stackutil import BenchStack
@@ -94,7 +94,7 @@ def _measure() -> list[Row]:
 def job_object_bytes(record: str, n: int = 10_000) -> float:
     """Python heap bytes per Job decoded from `record` (tracemalloc over n decodes, all kept alive)."""
     import tracemalloc
-    from scheduler.store import codec
+    from labq.scheduler.store import codec
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]

@@ -13,10 +13,10 @@ import random
 import statistics
 import time
 
-from scheduler import config, states
-from scheduler.model import Attempt, Gpu, Job, Node, Snapshot
-from scheduler.daemon import tune_gc
-from scheduler.policy import plan
+from labq.scheduler import config, states
+from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
+from labq.scheduler.daemon import tune_gc
+from labq.scheduler.policy import plan
 
 G = 1 << 30
 NOW = 1_700_000_000.0

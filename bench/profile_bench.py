@@ -208,7 +208,7 @@ def plan_profile(pending: int, nodes: int, seconds: float) -> Profile:
     code = (f"import sys; sys.path[:0] = [{HERE!r}, {ROOT!r}]\n"
             f"import plan_bench, time\n"
             f"from scheduler import config\n"
-            f"from scheduler.policy import plan\n"
+            f"from labq.scheduler.policy import plan\n"
             f"snap, cfg = plan_bench.snapshot({pending}, {nodes}), config.loads(plan_bench.CONFIG)\n"
             f"end = time.monotonic() + {seconds}\n"
             f"while time.monotonic() < end: plan(snap, cfg)\n")
@@ -225,10 +225,10 @@ def stat_profile(bs) -> Profile:
 
 
 def cli_profile(bs) -> Profile:
-    tree, total = importtime(["-m", "cli.main", "--config", bs.cfg_path, "sub", "--test-only", "-A", "bench",
+    tree, total = importtime(["-m", "labq.cli.main", "--config", bs.cfg_path, "sub", "--test-only", "-A", "bench",
                               "--", "true"], bs.stack.env(), bs.work)
     return Profile("cli", "`labq sub` start-up: imports",
-                   f"`python -X importtime -m cli.main sub --test-only -- true`: the import tree to three levels, "
+                   f"`python -X importtime -m labq.cli.main sub --test-only -- true`: the import tree to three levels, "
                    f"modules of 4 ms or more (all top-level imports together: {total:.0f} ms)",
                    tree, kind="importtime")
 

@@ -7,9 +7,9 @@ import sys
 import tempfile
 import time
 
-from cli.stack import ROOT, Stack
-from scheduler import config, states
-from scheduler.client import Client, current_user
+from labq.cli.stack import ROOT, Stack
+from labq.scheduler import config, states
+from labq.scheduler.client import Client, current_user
 
 CONFIG = """
 [scheduler]
@@ -105,7 +105,7 @@ class BenchStack:
             time.sleep(interval)
 
     def body(self, argv, **kw) -> dict:
-        from cli.submit import build_body
+        from labq.cli.submit import build_body
         opts = {"account": "bench", "chdir": self.work, "time_": "10m"}
         opts.update(kw)
         return build_body(opts, list(argv), None)
@@ -129,11 +129,11 @@ class BenchStack:
 
 
 def labq_command() -> list[str]:
-    """The installed console script when there is one, else `python -m cli.main` from the checkout."""
+    """The installed console script when there is one, else `python -m labq.cli.main` from the checkout."""
     for cand in (os.path.join(os.path.dirname(sys.executable), "labq"), shutil.which("labq")):
         if cand and os.access(cand, os.X_OK):
             return [cand]
-    return [sys.executable, "-m", "cli.main"]
+    return [sys.executable, "-m", "labq.cli.main"]
 
 
 def labq_env() -> dict:

@@ -10,7 +10,7 @@ queue, and exactly one 10,000-task array is left pending for `labq stat`.
 import threading
 import time
 
-from scheduler.client import Client
+from labq.scheduler.client import Client
 
 from rows import Row
 

@@ -7,7 +7,7 @@ client round trips), and the clock runs from just before the submit call until a
 """
 import time
 
-from scheduler import states
+from labq.scheduler import states
 
 from rows import Row
 

@@ -1,6 +1,6 @@
 """The cost of watching one running job: CPU the runner itself uses per second of the job.
 
-A real runner (worker.runner.run_job, in its own process as in an RQ horse) watches a real job
+A real runner (labq.worker.runner.run_job, in its own process as in an RQ horse) watches a real job
 tree (a shell and N sleeping children) against a private redis-server, with a GPU snapshot file
 rewritten every second as the agent's monitor does. Over a window that includes one PSS sample
 (every 30 s), the runner's own utime+stime (not its children's) divided by the wall time is the
@@ -25,11 +25,11 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from cli.stack import Stack  # noqa: E402
-from scheduler import states  # noqa: E402
-from scheduler.model import Attempt, Job  # noqa: E402
-from scheduler.store import codec, conn  # noqa: E402
-from scheduler.store.keys import Keys  # noqa: E402
+from labq.cli.stack import Stack  # noqa: E402
+from labq.scheduler import states  # noqa: E402
+from labq.scheduler.model import Attempt, Job  # noqa: E402
+from labq.scheduler.store import codec, conn  # noqa: E402
+from labq.scheduler.store.keys import Keys  # noqa: E402
 
 NAME = "runner overhead per running job (1 Hz sampling)"
 TARGET = 1.0        # percent of one core
@@ -68,7 +68,7 @@ def _scan_costs(root_pid: int, rounds: int = 20) -> tuple[float, float]:
     """(ms per tick of the runner's incremental scan, ms per psutil children(recursive)) for the
     same tree, measured here from outside (the figures depend on the machine's process count)."""
     import psutil
-    from worker import procscan
+    from labq.worker import procscan
     table = procscan.ProcTable(root=root_pid)
     table.pids()
     t0 = time.perf_counter()
@@ -101,7 +101,7 @@ def measure(window: float = 32.0, children: int = 4) -> dict:
         threading.Thread(target=_snapshots, args=(os.path.join(spool, "gpu.json"), gpu, stop), daemon=True).start()
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LABQ_REDIS_URL": url, "LABQ_NODE": "bench",
                "LABQ_SPOOL": spool, "LABQ_RUN_AS": "self", "LABQ_KILL_WAIT": "1", "PYTHONPATH": ROOT}
-        code = "from worker.runner import run_job; run_job(1, 1)"
+        code = "from labq.worker.runner import run_job; run_job(1, 1)"
         runner = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         end = time.monotonic() + 30

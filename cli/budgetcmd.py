@@ -4,8 +4,8 @@ import time
 
 import click
 
-from scheduler.errors import UsageError
-from scheduler.units import fmt_money, parse_duration
+from labq.scheduler.errors import UsageError
+from labq.scheduler.units import fmt_money, parse_duration
 
 from . import render
 from .common import echo_json, pass_ctx

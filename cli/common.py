@@ -5,8 +5,8 @@ import sys
 
 import click
 
-from scheduler import config as config_mod
-from scheduler.errors import LabqError
+from labq.scheduler import config as config_mod
+from labq.scheduler.errors import LabqError
 
 
 def state_dir() -> str:
@@ -40,7 +40,7 @@ class Ctx:
     @property
     def client(self):
         if self._client is None:
-            from scheduler.client import Client
+            from labq.scheduler.client import Client
             self._client = Client(self.cfg, url=redis_url(self.cfg))
         return self._client
 
@@ -66,7 +66,7 @@ def run_guarded(fn):
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except Exception as e:  # a Redis client error class we did not map, for one
-        from scheduler.store.conn import ERRORS
+        from labq.scheduler.store.conn import ERRORS
         if isinstance(e, ERRORS):
             fail(f"Redis does not answer: {e}", 4)
         raise

@@ -1,7 +1,7 @@
 """`labq config check FILE`."""
 import click
 
-from scheduler import config as config_mod
+from labq.scheduler import config as config_mod
 
 
 @click.group()

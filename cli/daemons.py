@@ -32,8 +32,8 @@ def _stop_flag():
 def scheduler(ctx, verbose):
     """The scheduler daemon (one is active; a second waits for the leader lease)."""
     _logging(verbose)
-    from scheduler.daemon import Scheduler
-    from scheduler.store import conn
+    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.store import conn
     cfg = ctx.cfg
     url = redis_url(cfg)
     r = conn.connect(url)
@@ -48,8 +48,8 @@ def scheduler(ctx, verbose):
 def worker(ctx, verbose):
     """The node agent: registers this machine and runs admitted jobs on it."""
     _logging(verbose)
-    from scheduler.store import conn
-    from worker.agent import Agent
+    from labq.scheduler.store import conn
+    from labq.worker.agent import Agent
     url = redis_url(ctx.cfg)
     conn.ping(conn.connect(url))
     Agent(ctx.cfg, url, ctx.config_path).run()

@@ -9,8 +9,8 @@ import time
 
 import click
 
-from scheduler import config as config_mod, states
-from scheduler.units import fmt_money
+from labq.scheduler import config as config_mod, states
+from labq.scheduler.units import fmt_money
 
 from . import render
 from .stack import ROOT, Stack
@@ -55,7 +55,7 @@ LRS = [0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 0.2, 0.05, 0.02, 0.005, 0.002, 0.0005
 @click.option("--keep", is_flag=True, help="Keep the demo's state directory.")
 def demo(seconds, keep):
     """Run the 12-job sweep demo end to end and show waves, costs and the budget."""
-    from scheduler.client import Client, current_user
+    from labq.scheduler.client import Client, current_user
     d = tempfile.mkdtemp(prefix="labq-demo-", dir="/tmp")
     cfg_path = os.path.join(d, "labq.toml")
     with open(cfg_path, "w") as f:
@@ -150,7 +150,7 @@ def _report(client, ids, checkpoints):
     for b in client.balances():
         click.echo(f"budget {b.name}: limit {fmt_money(b.limit)}, spent {fmt_money(b.spent)}, "
                    f"committed {fmt_money(b.committed)}, available {fmt_money(b.available)}")
-    from scheduler.logpath import out_path
+    from labq.scheduler.logpath import out_path
     with open(out_path(jobs[0])) as f:
         tail = f.read().strip().splitlines()[-1:]
     click.echo(f"$ labq logs {jobs[0].display_id} | tail -1\n{tail[0] if tail else '(empty)'}")

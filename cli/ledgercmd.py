@@ -7,8 +7,8 @@ import time
 
 import click
 
-from scheduler import ledger as ledger_mod
-from scheduler.errors import UsageError
+from labq.scheduler import ledger as ledger_mod
+from labq.scheduler.errors import UsageError
 
 from . import render
 from .common import echo_json, pass_ctx

@@ -7,17 +7,17 @@ from .common import Ctx, run_guarded
 
 # command name -> (module, attribute)
 COMMANDS = {
-    "sub": ("cli.submit", "sub"),
-    "stat": ("cli.query", "stat"), "q": ("cli.query", "stat"),
-    "show": ("cli.query", "show"), "logs": ("cli.query", "logs"), "wait": ("cli.query", "wait"),
-    "del": ("cli.query", "delete"), "hold": ("cli.query", "hold"), "release": ("cli.query", "release"), "requeue": ("cli.query", "requeue"), "acct": ("cli.query", "acct"),
-    "nodes": ("cli.query", "nodes"), "drain": ("cli.query", "drain"), "resume": ("cli.query", "resume"), "budget": ("cli.budgetcmd", "budget"),
-    "alerts": ("cli.budgetcmd", "alerts"), "report": ("cli.report", "report"), "ledger": ("cli.ledgercmd", "ledger"),
-    "config": ("cli.configcmd", "config"),
-    "up": ("cli.daemons", "up"), "scheduler": ("cli.daemons", "scheduler"), "worker": ("cli.daemons", "worker"),
-    "demo": ("cli.demo", "demo"), "checkpoint": ("cli.query", "checkpoint"), "plan": ("cli.plan", "plan"),
-    "prio": ("cli.prio", "prio"),
-    "simulate": ("cli.simulate", "simulate"),
+    "sub": ("labq.cli.submit", "sub"),
+    "stat": ("labq.cli.query", "stat"), "q": ("labq.cli.query", "stat"),
+    "show": ("labq.cli.query", "show"), "logs": ("labq.cli.query", "logs"), "wait": ("labq.cli.query", "wait"),
+    "del": ("labq.cli.query", "delete"), "hold": ("labq.cli.query", "hold"), "release": ("labq.cli.query", "release"), "requeue": ("labq.cli.query", "requeue"), "acct": ("labq.cli.query", "acct"),
+    "nodes": ("labq.cli.query", "nodes"), "drain": ("labq.cli.query", "drain"), "resume": ("labq.cli.query", "resume"), "budget": ("labq.cli.budgetcmd", "budget"),
+    "alerts": ("labq.cli.budgetcmd", "alerts"), "report": ("labq.cli.report", "report"), "ledger": ("labq.cli.ledgercmd", "ledger"),
+    "config": ("labq.cli.configcmd", "config"),
+    "up": ("labq.cli.daemons", "up"), "scheduler": ("labq.cli.daemons", "scheduler"), "worker": ("labq.cli.daemons", "worker"),
+    "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.query", "checkpoint"), "plan": ("labq.cli.plan", "plan"),
+    "prio": ("labq.cli.prio", "prio"),
+    "simulate": ("labq.cli.simulate", "simulate"),
 }
 
 

@@ -3,10 +3,10 @@ import os
 
 import click
 
-from scheduler import units
-from scheduler.errors import UsageError
-from scheduler.model import Gpu, Job, Node
-from scheduler.units import fmt_duration, fmt_money, to_micro
+from labq.scheduler import units
+from labq.scheduler.errors import UsageError
+from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.units import fmt_duration, fmt_money, to_micro
 
 from .common import echo_json, pass_ctx
 from .submit import parse_gpus
@@ -75,7 +75,7 @@ def plan(ctx, count, path, gpus, cpus, mem, time_, nodes, budget, qos, progress,
       12,1,4,12G,2h,sweep
       2,A100:4,32,128G,1-0,pretrain
     """
-    from scheduler.whatif import what_if
+    from labq.scheduler.whatif import what_if
     cfg = ctx.cfg
     if path is not None:
         if count is not None or any(v is not None for v in (gpus, cpus, mem, time_)):
@@ -107,7 +107,7 @@ def plan(ctx, count, path, gpus, cpus, mem, time_, nodes, budget, qos, progress,
 
 
 def _plan_file(ctx, path, nodes, budget, progress, as_json):
-    from scheduler.whatif import PLAN_BUDGET, plan_file
+    from labq.scheduler.whatif import PLAN_BUDGET, plan_file
     from .simulate import cluster, progress_for, report_lines
     cfg = ctx.cfg
     named = amount = None
@@ -140,7 +140,7 @@ def _plan_file(ctx, path, nodes, budget, progress, as_json):
 
 
 def _describe(cfg) -> str:
-    from scheduler.sim import describe
+    from labq.scheduler.sim import describe
     return describe(cfg)
 
 

@@ -3,8 +3,8 @@ import time
 
 import click
 
-from scheduler import states
-from scheduler.policy import priority
+from labq.scheduler import states
+from labq.scheduler.policy import priority
 
 from . import render
 from .common import echo_json, pass_ctx

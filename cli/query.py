@@ -7,9 +7,9 @@ import time
 
 import click
 
-from scheduler import states
-from scheduler.errors import UsageError
-from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
+from labq.scheduler import states
+from labq.scheduler.errors import UsageError
+from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
 
 from . import render
 from .common import echo_json, fail, pass_ctx
@@ -42,7 +42,7 @@ def stat(ctx, user, account, state, me, start, as_json):
 
 
 def _stat_start(c, jobs, now, user, account, as_json):
-    from scheduler.policy import expected_starts
+    from labq.scheduler.policy import expected_starts
     starts = expected_starts(c.snapshot(now, jobs), c.effective_config(now))
     shown = [j for j in sorted(jobs, key=lambda j: j.id) if j.state == states.PENDING
              and (not user or j.user == user) and (not account or j.account == account)]
@@ -71,7 +71,7 @@ def show(ctx, job_id, as_json):
     d = render.job_dict(j)
     if as_json:
         return echo_json(d)
-    from scheduler.logpath import out_path
+    from labq.scheduler.logpath import out_path
     lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
              f"  state: {j.state}" + (f"  reason: {j.reason} — {j.detail}" if j.state == states.PENDING else
                                       f"  {j.detail}" if j.detail else ""),
@@ -119,7 +119,7 @@ def _ts(t):
 @pass_ctx
 def logs(ctx, job_id, follow, err):
     """A job's output."""
-    from scheduler.logpath import err_path, out_path
+    from labq.scheduler.logpath import err_path, out_path
     j = ctx.client.job(job_id)
     path = err_path(j) if err else out_path(j)
     pos = 0
@@ -248,7 +248,7 @@ def acct(ctx, since, until, user, account, fmt, as_json):
     jobs = [j for j in jobs if (not user or j.user == user) and (not account or j.account == account)]
     jobs.sort(key=lambda j: j.id)
     # Committed: what admission encumbered for each attempt (rate × planned time); final: the charges.
-    from scheduler.report import committed_cost
+    from labq.scheduler.report import committed_cost
     models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
     committed = {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", ctx.cfg)
                            for a in j.attempts) for j in jobs}
@@ -313,7 +313,7 @@ def checkpoint(ctx):
         raise UsageError("labq checkpoint runs inside a labq job (LABQ_JOB_ID is not set)")
     # Inside a job the runner's environment names the Redis and key prefix the job came from.
     from dataclasses import replace
-    from scheduler.client import Client
+    from labq.scheduler.client import Client
     from .common import redis_url
     cfg = replace(ctx.cfg, prefix=os.environ.get("LABQ_PREFIX") or ctx.cfg.prefix)
     reply = Client(cfg, url=os.environ.get("LABQ_REDIS_URL") or redis_url(cfg)).checkpoint(int(jid))

@@ -1,9 +1,9 @@
 """Jobs, nodes and budgets as the `--json` shapes of DESIGN §8 and as aligned tables."""
 import time
 
-from scheduler import ledger, states
-from scheduler.request import describe_deps
-from scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
+from labq.scheduler import ledger, states
+from labq.scheduler.request import describe_deps
+from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
 
 def usage_text(u: dict) -> str:

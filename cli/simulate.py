@@ -8,8 +8,8 @@ import time
 
 import click
 
-from scheduler.errors import LabqError, UsageError
-from scheduler.units import fmt_duration, fmt_money
+from labq.scheduler.errors import LabqError, UsageError
+from labq.scheduler.units import fmt_duration, fmt_money
 
 from .common import echo_json, pass_ctx
 from .plan import parse_nodes
@@ -23,7 +23,7 @@ def cluster(ctx, nodes: str | None, cpus: str | None):
         return parse_nodes(nodes, cpus=per_node)
     if per_node is not None:
         return parse_nodes(f"1x0:{per_node}")
-    from scheduler.store.conn import ERRORS
+    from labq.scheduler.store.conn import ERRORS
     try:
         found = ctx.client.nodes()
     except (LabqError, *ERRORS) as e:
@@ -122,7 +122,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     The KTH SP2 log on its 100 processors, each job's requested time as its limit:
       labq simulate kth_sp2_1996.csv --cpus 100 --extra kth_sp2_1996_extra.csv \\
           --time-column req_time_s --policy backfill"""
-    from scheduler import sim
+    from labq.scheduler import sim
     need_matplotlib(plot_path)
     depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None
     cfg = sim.policy_config(ctx.cfg, policy, depth)
@@ -137,7 +137,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg), **rep,
            "wall_s": round(time.monotonic() - t0, 2)}
     if plot_path:
-        from scheduler.sim.plot import plot
+        from labq.scheduler.sim.plot import plot
         plot(res, plot_path, f"{os.path.basename(trace)} — {policy}")
     if as_json:
         return echo_json(rep)

@@ -5,9 +5,9 @@ from datetime import datetime
 
 import click
 
-from scheduler import ledger, periods
-from scheduler.report import limit_steps, spend_series
-from scheduler.units import MICRO
+from labq.scheduler import ledger, periods
+from labq.scheduler.report import limit_steps, spend_series
+from labq.scheduler.units import MICRO
 
 from .common import fail
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from scheduler.errors import UsageError
+from labq.scheduler.errors import UsageError
 
 PR_SET_PDEATHSIG = 1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,7 @@ class Stack:
             stdout=self.log, stderr=self.log, process_group=0, preexec_fn=_die_with_parent)
         self.url = f"unix://{sock}"
         end = time.monotonic() + timeout
-        from scheduler.store import conn
+        from labq.scheduler.store import conn
         r = conn.connect(self.url, socket_connect_timeout=1)
         while True:
             if self.procs["redis"].poll() is not None:
@@ -68,7 +68,7 @@ class Stack:
     # -- labq daemons --------------------------------------------------------------------------
     def command(self, *args) -> list[str]:
         cfg = ["--config", self.config_path] if self.config_path else []
-        return [sys.executable, "-m", "cli.main", *cfg, *args]
+        return [sys.executable, "-m", "labq.cli.main", *cfg, *args]
 
     def env(self) -> dict:
         env = dict(os.environ, LABQ_REDIS_URL=self.url, PYTHONUNBUFFERED="1")

@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from scheduler import units
-from scheduler.errors import UsageError
-from scheduler.request import parse_dependency
+from labq.scheduler import units
+from labq.scheduler.errors import UsageError
+from labq.scheduler.request import parse_dependency
 
 from .common import echo_json, pass_ctx
 

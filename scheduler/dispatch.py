@@ -11,7 +11,7 @@ from rq.serializers import JSONSerializer
 from .model import Job
 from .store.keys import Keys
 
-RUNNER = "worker.runner.run_job"
+RUNNER = "labq.worker.runner.run_job"
 BACKSTOP_S = 300    # RQ's own timeout only catches a runner that failed to enforce the deadline itself
 
 

@@ -1,8 +1,8 @@
 """ClusterBuilder: snapshots for pure policy tests, and summarize(plan) for readable assertions."""
 from dataclasses import replace
 
-from scheduler import config as config_mod, states
-from scheduler.model import Attempt, Gpu, Job, Node, Snapshot
+from labq.scheduler import config as config_mod, states
+from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
 
 G = 1 << 30
 

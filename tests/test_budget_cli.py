@@ -1,4 +1,4 @@
-"""The budget, alerts, report and ledger commands as a user runs them (`python -m cli.main`), against
+"""The budget, alerts, report and ledger commands as a user runs them (`python -m labq.cli.main`), against
 the real redis-server fixture, with the scheduler ticking in this process while each command runs."""
 import json
 import os
@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from scheduler import config
-from scheduler.client import current_user
-from scheduler.daemon import Scheduler
-from scheduler.model import Gpu
-from scheduler.store.agentside import AgentStore
-from scheduler.store.keys import Keys
+from labq.scheduler import config
+from labq.scheduler.client import current_user
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
 
 pytestmark = pytest.mark.redis
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,7 +49,7 @@ class Bench:
 
     def labq(self, *args, env=None, scheduler=True):
         e = {**os.environ, "LABQ_REDIS_URL": self.rp.url, "PYTHONPATH": ROOT, **(env or {})}
-        p = subprocess.Popen([sys.executable, "-m", "cli.main", "--config", str(self.cfg_path), *args], cwd=ROOT,
+        p = subprocess.Popen([sys.executable, "-m", "labq.cli.main", "--config", str(self.cfg_path), *args], cwd=ROOT,
                              env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         while scheduler and p.poll() is None:
             self.s.tick(time.time(), [f"user:{current_user()}"])

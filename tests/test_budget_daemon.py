@@ -7,13 +7,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from scheduler import config, states
-from scheduler.client import Client
-from scheduler.daemon import Scheduler
-from scheduler.ledger import verify
-from scheduler.model import Gpu
-from scheduler.store.agentside import AgentStore
-from scheduler.store.reads import Reader
+from labq.scheduler import config, states
+from labq.scheduler.client import Client
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.ledger import verify
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.reads import Reader
 
 from tests.test_daemon import FROZEN, K, conns, job, reply, woke  # noqa: F401  (conns is a fixture)
 

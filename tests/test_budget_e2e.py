@@ -11,9 +11,9 @@ import tempfile
 
 import pytest
 
-from cli.stack import Stack
-from scheduler import config, states
-from scheduler.client import Client, current_user
+from labq.cli.stack import Stack
+from labq.scheduler import config, states
+from labq.scheduler.client import Client, current_user
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]

@@ -5,9 +5,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from scheduler import budgetwatch, config, ledger, periods, states
-from scheduler.ledger import Override
-from scheduler.model import Budget
+from labq.scheduler import budgetwatch, config, ledger, periods, states
+from labq.scheduler.ledger import Override
+from labq.scheduler.model import Budget
 from tests.harness import ClusterBuilder
 
 UTC = timezone.utc
@@ -137,7 +137,7 @@ def test_verify_finds_a_corrupted_balance_and_bad_keys():
 
 
 def test_billing_per_started_hour():
-    from scheduler.model import Job
+    from labq.scheduler.model import Job
     c = config.loads("[rates]\ngpu_hour = 2.0\nbilling = 'started_hour'\n")
     assert ledger.charge(2_000_000, 0, 1, "usd", c) == 2_000_000          # one second: one started hour
     assert ledger.charge(2_000_000, 0, 3600, "usd", c) == 2_000_000

@@ -1,4 +1,4 @@
-"""worker.cgroup: finding a delegated subtree, one cgroup per job, placement at spawn, kill, usage.
+"""labq.worker.cgroup: finding a delegated subtree, one cgroup per job, placement at spawn, kill, usage.
 
 Two halves. A fake cgroupfs (a directory whose control files the test pre-creates) checks what is
 written and parsed on any machine. Real cgroup v2 tests run where this process is root and a
@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from conftest import wait_for
-from worker import cgroup
+from labq.worker import cgroup
 
 
 # -- a fake cgroupfs ---------------------------------------------------------------------------

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from cli.submit import build_body, directives, parse_array, parse_gpus
-from scheduler.errors import UsageError
+from labq.cli.submit import build_body, directives, parse_array, parse_gpus
+from labq.scheduler.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def labq(*args, stdin=None, env=None):
     e = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=ROOT, **(env or {}))
     e.pop("LABQ_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], input=stdin, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "labq.cli.main", *args], input=stdin, capture_output=True, text=True,
                           env=e, cwd=ROOT, timeout=60)
 
 
@@ -64,7 +64,7 @@ def test_parsers():
 def test_script_directives_apply_and_flags_win(tmp_path):
     """#LABQ directives fill only what the command line left unset."""
     import click
-    from cli.submit import _merge_directives, sub
+    from labq.cli.submit import _merge_directives, sub
     ctx = click.Context(sub)
     opts = {"gpus": None, "time_": "1h", "name": None}
     _merge_directives(ctx, opts, ["-G", "2", "-t", "5h", "-J", "d"])
@@ -85,8 +85,8 @@ def test_plan_worked_example_offline():
 
 def test_stat_compacts_pending_array_tasks():
     from dataclasses import replace
-    from cli.render import compact
-    from scheduler.model import Job
+    from labq.cli.render import compact
+    from labq.scheduler.model import Job
     base = Job(id=0, user="a", account="x", argv=("true",), state="PD", reason="Resources")
     tasks = [replace(base, id=10 + i, array_id=10, array_index=i + 1, array_count=6) for i in range(6)]
     tasks[0] = replace(tasks[0], state="R", node="n1")
@@ -96,7 +96,7 @@ def test_stat_compacts_pending_array_tasks():
 
 
 def test_task_id_ranges():
-    from scheduler.request import parse_task_ids
+    from labq.scheduler.request import parse_task_ids
     assert parse_task_ids("42_[1-3,7]") == (42, {1, 2, 3, 7}) and parse_task_ids("42_3") == (42, {3})
     assert parse_task_ids("42") is None
     with pytest.raises(UsageError):
@@ -104,7 +104,7 @@ def test_task_id_ranges():
 
 
 def test_signal_flag():
-    from cli.submit import parse_signal
+    from labq.cli.submit import parse_signal
     assert parse_signal("USR1@60") == ["USR1", 60] and parse_signal("@2m") == ["USR1", 120]
     assert parse_signal("sigterm@5") == ["TERM", 5]
     with pytest.raises(UsageError):
@@ -117,7 +117,7 @@ def test_checkpoint_outside_a_job_is_a_usage_error():
 
 
 def test_begin_forms():
-    from cli.submit import parse_begin
+    from labq.cli.submit import parse_begin
     assert parse_begin("now+1h", now=1000.0) == 4600.0 and parse_begin("30m", now=0.0) == 1800.0
     assert parse_begin("2026-12-03T09:00") > 0
     with pytest.raises(UsageError):

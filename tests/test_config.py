@@ -1,8 +1,8 @@
 """Config validation: every error names its key; nothing half-loaded."""
 import pytest
 
-from scheduler import config
-from scheduler.errors import ConfigError
+from labq.scheduler import config
+from labq.scheduler.errors import ConfigError
 
 
 @pytest.mark.parametrize("text,key", [

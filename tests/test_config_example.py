@@ -13,8 +13,8 @@ import tomllib
 
 import pytest
 
-from scheduler import config
-from scheduler.errors import ConfigError
+from labq.scheduler import config
+from labq.scheduler.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "config.example.toml")
@@ -189,7 +189,7 @@ def test_unknown_key_lists_the_known_ones():
 # -- `labq config check` -----------------------------------------------------------------------
 def _check(path):
     env = {k: v for k, v in os.environ.items() if k != "LABQ_CONFIG"}
-    return subprocess.run([sys.executable, "-m", "cli.main", "config", "check", str(path)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "labq.cli.main", "config", "check", str(path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
 

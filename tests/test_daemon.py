@@ -10,12 +10,12 @@ import fakeredis
 import pytest
 import redis
 
-from scheduler import config, states
-from scheduler.daemon import Scheduler
-from scheduler.model import Gpu
-from scheduler.store import codec
-from scheduler.store.agentside import AgentStore
-from scheduler.store.keys import Keys
+from labq.scheduler import config, states
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store import codec
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
 from tests.harness import SWEEP_TOML
 
 CFG = config.loads(SWEEP_TOML)

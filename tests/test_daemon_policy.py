@@ -2,11 +2,11 @@
 usage kept in Redis, and reclaim of borrowed GPUs — on fakeredis and a real redis-server."""
 import json
 
-from scheduler import config, states
-from scheduler.daemon import Scheduler
-from scheduler.model import Gpu
-from scheduler.store.agentside import AgentStore
-from scheduler.store.reads import Reader
+from labq.scheduler import config, states
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.reads import Reader
 
 from tests.test_daemon import K, FROZEN, conns, job, submit, woke  # noqa: F401  (conns is a fixture)
 

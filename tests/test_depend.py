@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduler import policy, states
-from scheduler.errors import UsageError
-from scheduler.policy.depend import Dependencies, satisfied, targets
-from scheduler.request import describe_deps, job_from_submit, parse_dependency, resolve_deps
+from labq.scheduler import policy, states
+from labq.scheduler.errors import UsageError
+from labq.scheduler.policy.depend import Dependencies, satisfied, targets
+from labq.scheduler.request import describe_deps, job_from_submit, parse_dependency, resolve_deps
 from tests.harness import SWEEP_TOML, ClusterBuilder, cfg, summarize
 
 SWEEP = cfg(SWEEP_TOML)
@@ -104,7 +104,7 @@ def test_submit_fields_are_stored():
 def _labq(*args):
     env = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=ROOT)
     env.pop("LABQ_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], input="", capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "labq.cli.main", *args], input="", capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=60)
 
 
@@ -126,7 +126,7 @@ def test_bad_flags_exit_2_before_anything_is_sent(args, needle):
 
 
 def test_directives_carry_dependencies_and_retries():
-    from cli.submit import build_body, directives, sub
+    from labq.cli.submit import build_body, directives, sub
     dirs = directives("#!/bin/sh\n#LABQ -d afterok:4 --retries 2 --retry-on 3,75 --no-requeue --deadline now+2h\n")
     ctx = sub.make_context("sub", dirs + ["--", "true"])
     body = build_body({**ctx.params, "chdir": "/tmp"}, ["true"], None)

@@ -3,8 +3,8 @@ ended targets read from Redis into Snapshot.ended, afterok chains, never-satisfi
 import json
 import time
 
-from scheduler import states
-from scheduler.store.agentside import AgentStore
+from labq.scheduler import states
+from labq.scheduler.store.agentside import AgentStore
 from tests.test_daemon import BODY, K, conns, job, reply, setup, submit, woke   # noqa: F401 (conns: fixture)
 
 
@@ -71,7 +71,7 @@ def test_array_targets_mean_every_task_or_one(conns):
 
 
 def test_the_ended_cache_is_rebuilt_by_a_new_leader(conns):
-    from scheduler.daemon import Scheduler
+    from labq.scheduler.daemon import Scheduler
     from tests.test_daemon import CFG, FROZEN
     r, raw = conns
     now = time.time()

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from cli.stack import ROOT, Stack
-from scheduler import config, states
-from scheduler.client import Client, current_user
+from labq.cli.stack import ROOT, Stack
+from labq.scheduler import config, states
+from labq.scheduler.client import Client, current_user
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
@@ -94,7 +94,7 @@ def e2e():
 
 
 def test_sweep_of_twelve_runs_in_three_waves_and_is_charged(e2e):
-    from cli.submit import build_body
+    from labq.cli.submit import build_body
     # Submitted through the API in a burst (a CLI call takes ~0.4 s here, which would blur the waves).
     opts = {"account": "eta", "gpus": "1", "cpus": "4", "mem": "12G", "time_": "2h", "chdir": e2e.work}
     ids = [e2e.client.submit(build_body({**opts, "name": f"sweep{i}"},
@@ -194,7 +194,7 @@ def test_a_second_labq_up_finds_the_first(tmp_path):
     cfg = os.path.join(d, "labq.toml")
     with open(cfg, "w") as f:
         f.write(CONFIG.format(user=current_user(), spool=os.path.join(d, "spool")))
-    cmd = [sys.executable, "-m", "cli.main", "--config", cfg]
+    cmd = [sys.executable, "-m", "labq.cli.main", "--config", cfg]
     out = open(os.path.join(d, "up.log"), "w+")
     first = subprocess.Popen(cmd + ["up"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
@@ -240,7 +240,7 @@ def test_array_with_throttle_runs_two_at_a_time_and_tasks_can_be_cancelled(e2e):
 
 
 def test_labq_checkpoint_from_inside_a_job(e2e):
-    cmd = f"{sys.executable} -m cli.main checkpoint && sleep 120"
+    cmd = f"{sys.executable} -m labq.cli.main checkpoint && sleep 120"
     jid = e2e.sub("-t", "4s", "--", "sh", "-c", f"cd {ROOT} && {cmd}")
     j = e2e.wait_state(jid, states.TERMINAL, 60)
     a = j.attempts[0]

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from scheduler import states
+from labq.scheduler import states
 from tests import test_e2e
 from tests.conftest import wait_for
 from tests.test_e2e import E2E

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from cli.stack import ROOT
-from scheduler import states
+from labq.cli.stack import ROOT
+from labq.scheduler import states
 from tests.conftest import wait_for
 from tests.test_e2e import E2E, pytestmark  # noqa: F401  (the e2e/redis marks and skips)
 

@@ -7,13 +7,13 @@ import json
 import fakeredis
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from scheduler import config, ledger, states
-from scheduler.client import Client
-from scheduler.daemon import Scheduler
-from scheduler.model import Gpu
-from scheduler.store.agentside import AgentStore
-from scheduler.store.keys import Keys
-from scheduler.store.reads import Reader
+from labq.scheduler import config, ledger, states
+from labq.scheduler.client import Client
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+from labq.scheduler.store.reads import Reader
 
 K = Keys()
 CFG = config.loads("""

@@ -4,8 +4,8 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduler import policy, states
-from scheduler.model import Job, Snapshot
+from labq.scheduler import policy, states
+from labq.scheduler.model import Job, Snapshot
 from tests.harness import G, SWEEP_TOML, ClusterBuilder, cfg, summarize
 
 SWEEP = cfg(SWEEP_TOML)

@@ -2,9 +2,9 @@
 utilisation, forecast accuracy, reconciliation, the spending series of the plot."""
 import pytest
 
-from scheduler import report
-from scheduler.ledger import Override
-from scheduler.model import Attempt, Job
+from labq.scheduler import report
+from labq.scheduler.ledger import Override
+from labq.scheduler.model import Attempt, Job
 
 M = 1_000_000
 

@@ -2,10 +2,10 @@
 import json
 import time
 
-from scheduler import config, states
-from scheduler.daemon import Scheduler
-from scheduler.model import Gpu
-from scheduler.store.agentside import AgentStore
+from labq.scheduler import config, states
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
 from tests.harness import SWEEP_TOML
 from tests.test_daemon import BODY, FROZEN, K, conns, job, reply, setup, submit, woke   # noqa: F401 (conns)
 from tests.test_depend_daemon import finish

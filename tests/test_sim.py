@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler import config as config_mod, states
-from scheduler.errors import UsageError
-from scheduler.model import Gpu, Node
-from scheduler.sim import EPOCH, TraceJob, load, policy_config, report, simulate
-from scheduler.sim.clock import Clock
-from scheduler.sim.metrics import percentile
+from labq.scheduler import config as config_mod, states
+from labq.scheduler.errors import UsageError
+from labq.scheduler.model import Gpu, Node
+from labq.scheduler.sim import EPOCH, TraceJob, load, policy_config, report, simulate
+from labq.scheduler.sim.clock import Clock
+from labq.scheduler.sim.metrics import percentile
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SMALL = os.path.join(DATA, "sim_small.csv")
@@ -237,7 +237,7 @@ def test_a_periodic_budget_starts_again_at_its_rollover():
             'period = "week"\n')
     trace = [tj("a", 0, 3600, gpus=2, user="alice"), tj("b", 60, 3600, gpus=2, user="alice")]
     res = simulate(trace, nodes(1), cfg(text))
-    from scheduler import periods
+    from labq.scheduler import periods
     b = res.cfg.budgets[0]
     week_two = periods.bounds("week", periods.current(b, EPOCH), "UTC")[1]
     assert res.jobs[2].attempts[0].dispatch_time == week_two
@@ -276,8 +276,8 @@ def test_a_submit_burst_turns_off_the_submit_order_shortcut(spacing):
     `priority` (burst_penalty 20) a pending burst tail means the queue is not in submit order and
     the simulator makes whole passes; without one it uses windowed passes, as always under fifo
     (burst_penalty 0). Either way skipping changes nothing."""
-    from scheduler.model import Job
-    from scheduler.sim.queue import Queue
+    from labq.scheduler.model import Job
+    from labq.scheduler.sim.queue import Queue
     trace = [tj(f"u{i}", i * spacing, 600, gpus=1, user="una") for i in range(300)]
     trace += [tj(f"v{i}", 150 * spacing + 60 * i, 300, gpus=1, user="vic") for i in range(20)]
     trace.sort(key=lambda j: j.submit)

@@ -17,7 +17,7 @@ KTH = os.path.join(DATA, "kth_sp2_excerpt.csv")
 def labq(*args):
     env = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=ROOT)
     env.pop("LABQ_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "labq.cli.main", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=120)
 
 
@@ -69,7 +69,7 @@ def test_plot_without_matplotlib_is_one_line_and_exit_2(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
     env = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=f"{fake.parent}:{ROOT}")
     env.pop("LABQ_CONFIG", None)
-    p = subprocess.run([sys.executable, "-m", "cli.main", "simulate", SMALL, "--nodes", "2x4", "--plot",
+    p = subprocess.run([sys.executable, "-m", "labq.cli.main", "simulate", SMALL, "--nodes", "2x4", "--plot",
                         str(tmp_path / "x.png")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert p.returncode == 2 and "pip install 'labq[plot]'" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.png").exists()
@@ -77,7 +77,7 @@ def test_plot_without_matplotlib_is_one_line_and_exit_2(tmp_path):
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from cli.main import cli
+    from labq.cli.main import cli
     empty = tmp_path / "labq.toml"
     empty.write_text("")
     out = tmp_path / "replay.png"
@@ -87,8 +87,8 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_the_cpu_form_of_a_cluster():
-    from cli.plan import parse_nodes
-    from cli.simulate import cluster
+    from labq.cli.plan import parse_nodes
+    from labq.cli.simulate import cluster
     (one,) = cluster(None, None, "100")
     assert (one.cpus, one.slots, len(one.gpus)) == (100, 100, 0)
     assert [n.cpus for n in cluster(None, "2x4,1x0", "32")] == [32, 32, 32]

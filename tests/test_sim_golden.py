@@ -10,7 +10,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
+from labq.cli.main import cli
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 GOLDEN = os.path.join(DATA, "sim_golden.json")

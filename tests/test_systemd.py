@@ -3,7 +3,7 @@
 tech-notes §5.4: a bad value or unknown key only prints "…, ignoring" on stderr with exit code 0,
 so the check fails on ANY output, not just on a non-zero exit. verify also needs ExecStart's binary
 to exist and be executable on this machine, so each unit is copied to a temporary directory with
-/usr/local/bin/labq replaced by the real `labq` (or `python -m cli.main` when labq is not installed
+/usr/local/bin/labq replaced by the real `labq` (or `python -m labq.cli.main` when labq is not installed
 as a console script).
 
 Environment noise: in the development container (systemd 252, no systemd as PID 1, no D-Bus)
@@ -48,7 +48,7 @@ def _labq_command() -> str:
                  os.path.join(ROOT, ".venv", "bin", "labq")):
         if cand and os.access(cand, os.X_OK):
             return cand
-    return f"{sys.executable} -m cli.main"
+    return f"{sys.executable} -m labq.cli.main"
 
 
 def _unit_text(name: str) -> str:
@@ -116,7 +116,7 @@ def test_execstart_puts_the_group_option_before_the_subcommand(name, sub):
     (cmd,) = _service(name)["ExecStart"]
     assert cmd == f"{INSTALLED} --config /etc/labq/labq.toml {sub}"
     # The CLI accepts exactly this order (the group's --config, then the command).
-    p = subprocess.run([sys.executable, "-m", "cli.main", "--config", "/nonexistent.toml", sub, "--help"],
+    p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", "/nonexistent.toml", sub, "--help"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
 
@@ -209,7 +209,7 @@ def test_daemons_send_ready_watchdog_and_stopping_from_the_main_pid(sub, redis_s
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("LABQ_", "WATCHDOG_"))}
             env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="20000000", PYTHONPATH=ROOT)
-            p = subprocess.Popen([sys.executable, "-m", "cli.main", "--config", str(cfg), sub], cwd=ROOT, env=env,
+            p = subprocess.Popen([sys.executable, "-m", "labq.cli.main", "--config", str(cfg), sub], cwd=ROOT, env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             try:
                 seen, pids = [], set()

@@ -2,9 +2,9 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from scheduler import ledger, units
-from scheduler.errors import UsageError
-from scheduler.model import Job
+from labq.scheduler import ledger, units
+from labq.scheduler.errors import UsageError
+from labq.scheduler.model import Job
 from tests.harness import cfg
 
 
@@ -68,8 +68,8 @@ def test_money_formatting():
 def test_job_records_round_trip_through_json():
     from dataclasses import asdict
     import json
-    from scheduler.model import Attempt
-    from scheduler.store import codec
+    from labq.scheduler.model import Attempt
+    from labq.scheduler.store import codec
     j = Job(id=7, user="a", account="b", argv=("python", "x.py"), tags=(("k", "v"),), commit=(("b", 5),),
             attempts=(Attempt(1, "n", ("GPU-1",), charges=(("b", 3),), usage={"cpu_s": 1.5}),))
     assert codec.loads(codec.dumps(j)) == j

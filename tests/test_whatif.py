@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from scheduler.errors import UsageError
-from scheduler.model import Job
-from scheduler.whatif import PLAN_BUDGET, load_jobs, plan_file, what_if
+from labq.scheduler.errors import UsageError
+from labq.scheduler.model import Job
+from labq.scheduler.whatif import PLAN_BUDGET, load_jobs, plan_file, what_if
 from tests.harness import G, SWEEP_TOML, ClusterBuilder, cfg
 
 
@@ -91,7 +91,7 @@ def test_a_bad_job_list_names_the_problem(tmp_path, text, needle):
 def _labq(*args):
     env = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=ROOT)
     env.pop("LABQ_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "labq.cli.main", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=120)
 
 

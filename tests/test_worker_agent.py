@@ -14,12 +14,12 @@ from rq.job import Job as RQJob, JobStatus
 from rq.serializers import JSONSerializer
 
 from conftest import ROOT, wait_for
-from scheduler import config as config_mod
-from scheduler.store import conn
-from scheduler.store.keys import Keys
+from labq.scheduler import config as config_mod
+from labq.scheduler.store import conn
+from labq.scheduler.store.keys import Keys
 from test_worker_runner import K, events, put_job
-from worker.agent import Agent
-from worker.rqworker import RUNNER, refusal
+from labq.worker.agent import Agent
+from labq.worker.rqworker import RUNNER, refusal
 
 NODE = "tnode"
 
@@ -142,7 +142,7 @@ def start_agent_process(redis_server, tmp_path, slots=1, extra=""):
                    f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = {slots}\nspool = "{tmp_path / "spool"}"\n'
                    f'run_as = "self"\n{extra}')
     code = (f"import logging, sys; sys.path.insert(0, {ROOT!r}); logging.basicConfig(level=logging.INFO)\n"
-            f"from scheduler import config; from worker.agent import Agent\n"
+            f"from scheduler import config; from labq.worker.agent import Agent\n"
             f"sys.exit(Agent(config.load({str(cfg)!r}), {redis_server.url!r}, {str(cfg)!r}, stop_timeout=1).run())")
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
 

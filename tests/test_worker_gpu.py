@@ -10,12 +10,12 @@ import time
 import pytest
 
 from conftest import wait_for
-from scheduler.model import Job
+from labq.scheduler.model import Job
 from test_worker_agent import agent_config, queue, rq_conn  # noqa: F401 (fixture)
 from test_worker_runner import K, NODE, events, finished, put_job, runner_env, start_runner
-from worker import gpuwatch, probe
-from worker.agent import Agent
-from worker.rqworker import RUNNER
+from labq.worker import gpuwatch, probe
+from labq.worker.agent import Agent
+from labq.worker.rqworker import RUNNER
 
 G0, G1 = f"GPU-fake-{NODE}-0", f"GPU-fake-{NODE}-1"
 JOB = Job(id=7, user="alice", account="eta")
@@ -207,7 +207,7 @@ def test_agent_monitor_feeds_the_runner_and_takes_a_lost_gpu_out(gpu_agent, real
 
 
 def test_labq_show_renders_the_usage_line():
-    from cli.render import usage_text
+    from labq.cli.render import usage_text
     u = {"cpu_s": 12.34, "max_rss_bytes": 3 << 30, "max_pss_bytes": 2 << 30, "mem_limit_bytes": 4 << 30,
          "wall_s": 100.0, "gpu_util_mean": 43.2, "gpu_util_peak": 99, "gpu_idle_s": 600.0, "gpu_mem_peak": 30 << 30,
          "energy_j": 7200.0, "gpu_samples": 100, "oom_kills": 1}

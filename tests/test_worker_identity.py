@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from test_worker_runner import finished, put_job, run, runner_env
-from worker import launch
+from labq.worker import launch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
                                 reason="creating a user and dropping privileges need root and useradd")

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import wait_for
 from test_worker_runner import finished, put_job, run, runner_env
-from worker import cgroup, memwatch
+from labq.worker import cgroup, memwatch
 
 PY = sys.executable
 MB = 1 << 20

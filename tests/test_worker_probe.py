@@ -1,4 +1,4 @@
-"""worker.probe: GPU backends (Null, Fake, NVML against a scripted stand-in), host facts, and process
+"""labq.worker.probe: GPU backends (Null, Fake, NVML against a scripted stand-in), host facts, and process
 trees of real processes: sampling, signalling escapees, waiting for death."""
 import json
 import os
@@ -10,8 +10,8 @@ import types
 import pytest
 
 from conftest import ROOT, wait_for
-from scheduler.model import Gpu
-from worker import probe
+from labq.scheduler.model import Gpu
+from labq.worker import probe
 
 
 # -- GPU backends ------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_sample_tree_of_a_busy_child():
 TREE_KILLER = textwrap.dedent("""
     import json, os, signal, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
-    from worker import probe
+    from labq.worker import probe
     probe.become_subreaper()
     pidfile = sys.argv[2]
     # A TERM-trapping leader, a setsid escapee (own session) and a double fork (orphaned).

@@ -1,4 +1,4 @@
-"""worker.procscan: the incremental process table finds the same tree psutil does (escapees
+"""labq.worker.procscan: the incremental process table finds the same tree psutil does (escapees
 included, strangers excluded), notices exits and pid reuse, and reads CPU and RSS from one stat."""
 import json
 import os
@@ -7,14 +7,14 @@ import sys
 import textwrap
 
 from conftest import ROOT
-from worker import procscan
+from labq.worker import procscan
 
 # In a child that is a subreaper, like the runner: a setsid escapee and a double-forked orphan
 # stay its descendants; a stranger (a sibling of the child, not below it) must not be counted.
 SCAN = textwrap.dedent("""
     import json, os, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
-    from worker import probe, procscan
+    from labq.worker import probe, procscan
     probe.become_subreaper()
     t = procscan.ProcTable()
     assert t.pids() == []

@@ -1,4 +1,4 @@
-"""worker.runner.run_job against a real redis-server, each call in its own process (it becomes a
+"""labq.worker.runner.run_job against a real redis-server, each call in its own process (it becomes a
 child subreaper and reaps every child it has, which the test process must not do)."""
 import json
 import os
@@ -14,11 +14,11 @@ import threading
 import pytest
 
 from conftest import ROOT, wait_for
-from scheduler import states
-from scheduler.model import Attempt, Job
-from scheduler.store import codec
-from scheduler.store.keys import Keys
-from worker import launch
+from labq.scheduler import states
+from labq.scheduler.model import Attempt, Job
+from labq.scheduler.store import codec
+from labq.scheduler.store.keys import Keys
+from labq.worker import launch
 
 K = Keys("labq")
 NODE = "tnode"
@@ -45,7 +45,7 @@ def runner_env(redis_server, tmp_path, **over):
 
 
 def start_runner(env, jid=1, attempt=1):
-    code = (f"import json, sys; sys.path.insert(0, {ROOT!r}); from worker.runner import run_job; "
+    code = (f"import json, sys; sys.path.insert(0, {ROOT!r}); from labq.worker.runner import run_job; "
             f"print(json.dumps(run_job({jid}, {attempt})))")
     return subprocess.Popen([PY, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -197,7 +197,7 @@ def test_runner_killed_parent_kills_the_tree(real_redis, redis_server, tmp_path)
     """The RQ worker dying (the agent is gone) orphans the runner: it must kill the job (fencing)."""
     pids = tmp_path / "pids"
     put_job(real_redis, argv=("/bin/bash", "-c", f"echo $$ > {pids}; exec sleep 300"), workdir=str(tmp_path))
-    inner = f"import sys; sys.path.insert(0, {ROOT!r}); from worker.runner import run_job; run_job(1, 1)"
+    inner = f"import sys; sys.path.insert(0, {ROOT!r}); from labq.worker.runner import run_job; run_job(1, 1)"
     code = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {inner!r}]); "
             f"print(p.pid, flush=True); time.sleep(300)")
     middle = subprocess.Popen([PY, "-c", code], env=runner_env(redis_server, tmp_path), stdout=subprocess.PIPE, text=True)

@@ -1,5 +1,5 @@
 """The node agent: advertises this machine, holds its lease, and supervises `slots` RQ workers on
-the node's queue. The jobs themselves are run by worker.runner inside those workers' horses.
+the node's queue. The jobs themselves are run by labq.worker.runner inside those workers' horses.
 
 Fencing: the scheduler requeues a node's jobs once its lease has expired, so jobs here must not
 outlive the lease. If the agent cannot renew for two thirds of it, or finds it already gone, it
@@ -21,12 +21,12 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from scheduler import sdnotify
-from scheduler.config import Config
-from scheduler.store import conn
-from scheduler.store.agentside import AgentStore
-from scheduler.store.keys import Keys
-from scheduler.units import fmt_size
+from labq.scheduler import sdnotify
+from labq.scheduler.config import Config
+from labq.scheduler.store import conn
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+from labq.scheduler.units import fmt_size
 
 from . import cgroup, gpuwatch, launch, probe
 
@@ -285,7 +285,7 @@ class Agent:
                    PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
         if self.config_path:
             env["LABQ_CONFIG"] = self.config_path
-        argv = [sys.executable, "-m", "worker.rqworker", "--url", self.url, "--queue", self.queue,
+        argv = [sys.executable, "-m", "labq.worker.rqworker", "--url", self.url, "--queue", self.queue,
                 "--node", self.name, "--slot", str(s.index)]
         # Own process group: a terminal's Ctrl-C reaches only the agent, which stops them in order.
         s.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, close_fds=True, process_group=0)

@@ -7,7 +7,7 @@ Where the job cgroups live (`detect`, run once by the agent at start):
   itself into a leaf `<unit>/agent`; its workers and their horses are born there.
 - as root anywhere else, `<cgroup2 mount>/labq/<node>-<instance hash>`, made here and holding
   only job cgroups.
-- otherwise nowhere: the runner enforces the memory limit itself (worker.memwatch).
+- otherwise nowhere: the runner enforces the memory limit itself (labq.worker.memwatch).
 
 A delegated subtree may still lack controllers (a hybrid host binds memory to cgroup v1). The job
 cgroup is used anyway for membership, cgroup.kill and cpu.stat; whatever controller is missing is

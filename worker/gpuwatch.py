@@ -15,7 +15,7 @@ import os
 import threading
 import time
 
-from scheduler.units import fmt_duration
+from labq.scheduler.units import fmt_duration
 
 log = logging.getLogger("labq.gpuwatch")
 

@@ -11,8 +11,8 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
-from scheduler import logpath
-from scheduler.model import Attempt, Job
+from labq.scheduler import logpath
+from labq.scheduler.model import Attempt, Job
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a

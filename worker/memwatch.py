@@ -2,7 +2,7 @@
 
 The exit code never says OOM by itself: `bash -c 'train.py; true'` exits 0 after the kernel
 SIGKILLed train.py (tech-notes §4.4). So an attempt is `oom` only on evidence:
-- its cgroup's memory.events counted an oom_kill (worker.cgroup; the runner reads it);
+- its cgroup's memory.events counted an oom_kill (labq.worker.cgroup; the runner reads it);
 - the watchdog here killed it: the tree's RSS went over the limit and PSS confirmed it (RSS alone
   counts shared pages once per process: forked DataLoader workers would look several times bigger);
 - the host's oom_kill counter (/proc/vmstat) rose while it ran, and one of its processes died of a
@@ -12,7 +12,7 @@ import os
 import re
 import time
 
-from scheduler.units import fmt_size
+from labq.scheduler.units import fmt_size
 
 CONFIRM_EVERY = 5.0      # seconds between PSS confirmations while RSS stays over the limit
 _VICTIM = re.compile(rb"Killed process (\d+)|oom-kill:.*?[,:]pid=(\d+)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from scheduler.model import Gpu
+from labq.scheduler.model import Gpu
 
 log = logging.getLogger("labq.probe")
 

@@ -1,6 +1,6 @@
 """The RQ worker the agent runs `slots` of: transport for labq's runner and nothing else.
 
-`python -m worker.rqworker --url URL --queue Q --node N --slot I`
+`python -m labq.worker.rqworker --url URL --queue Q --node N --slot I`
 """
 import argparse
 import contextlib
@@ -14,7 +14,7 @@ from rq import Queue, Worker
 from rq.worker import WorkerStatus
 from rq.serializers import JSONSerializer
 
-from scheduler.store import conn
+from labq.scheduler.store import conn
 
 from . import cgroup, probe
 from .runner import RUNNER
@@ -110,7 +110,7 @@ def build(url: str, queue: str, node: str, slot: int) -> LabqWorker:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m worker.rqworker")
+    p = argparse.ArgumentParser(prog="python -m labq.worker.rqworker")
     p.add_argument("--url", required=True)
     p.add_argument("--queue", required=True)
     p.add_argument("--node", required=True)

@@ -14,17 +14,17 @@ import signal
 import threading
 import time
 
-from scheduler import states
-from scheduler.store import conn
-from scheduler.store.agentside import AgentStore
-from scheduler.store.keys import Keys
-from scheduler.units import fmt_size
+from labq.scheduler import states
+from labq.scheduler.store import conn
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+from labq.scheduler.units import fmt_size
 
 from . import cgroup, gpuwatch, launch, memwatch, probe, procscan
 
 log = logging.getLogger("labq.runner")
 
-RUNNER = "worker.runner.run_job"
+RUNNER = "labq.worker.runner.run_job"
 TICK = 1.0             # heartbeat, sample, control and parent checks
 STOP_POLL = 0.1        # while a stopping tree drains
 REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
@@ -373,7 +373,7 @@ class Run:
         return usage
 
     def _oom(self, why: str, sigkilled_unsent: bool) -> str | None:
-        """Why this attempt ran out of memory, on evidence only (worker.memwatch), or None. A
+        """Why this attempt ran out of memory, on evidence only (labq.worker.memwatch), or None. A
         cancel or a preemption keeps its own outcome: the job was being stopped anyway."""
         if why == "oom":
             return self.kill_now[1]
