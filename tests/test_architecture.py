@@ -29,20 +29,7 @@ def top(name: str) -> str:
     return parts[1] if parts[0] == "labq" and len(parts) > 1 else parts[0]
 
 
-def raw_imports(path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.add(node.module.split(".")[0])
-    return out
 
-
-@pytest.mark.parametrize("path", sorted(p for d in ("scheduler", "worker", "cli", "tests", "bench", "labq")
-                                        for p in (ROOT / d).rglob("*.py")), ids=rel)
-def test_labq_packages_are_imported_under_the_labq_namespace(path):
-    assert not raw_imports(path) & {"scheduler", "worker", "cli"}, "import labq.scheduler, never scheduler"
 
 
 def rel(p):
@@ -87,3 +74,19 @@ def test_module_and_function_sizes(path):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = node.end_lineno - node.lineno + 1
             assert length <= 80, f"{node.name} is {length} lines"
+
+
+def raw_imports(path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(p for d in ("scheduler", "worker", "cli", "tests", "bench", "labq")
+                                        for p in (ROOT / d).rglob("*.py")), ids=rel)
+def test_labq_packages_are_imported_under_the_labq_namespace(path):
+    assert not raw_imports(path) & {"scheduler", "worker", "cli"}, "import labq.scheduler, never scheduler"
