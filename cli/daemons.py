@@ -60,7 +60,7 @@ def worker(ctx, verbose):
 def up(ctx):
     """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
     scheduler and a worker. Ctrl-C stops all three."""
-    from .stack import Stack
+    from .embedded import Stack
     cfg = ctx.cfg
     sdir = state_dir()
     os.makedirs(sdir, mode=0o700, exist_ok=True)

@@ -11,7 +11,7 @@ import click
 
 from labq.scheduler import units
 from labq.scheduler.errors import UsageError
-from labq.scheduler.request import parse_dependency
+from labq.scheduler.jobspec import parse_dependency
 
 from .common import echo_json, pass_ctx
 

@@ -11,7 +11,7 @@ from .errors import RefusedError, UsageError
 from .model import Job, Snapshot
 from .store import codec
 from .store.reads import Reader
-from .request import array_range, array_throttle, expand, job_from_submit, parse_task_ids
+from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids
 from .units import fmt_money
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
