@@ -136,7 +136,8 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
              "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
-           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300}
+           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
+           "slurm_env": True}
 
 
 def _num(key, v, lo=None, integer=False):
@@ -436,6 +437,7 @@ def _worker(t):
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
     _bool("worker.allow_root", out["allow_root"])
     _bool("worker.limit_cpus", out["limit_cpus"])
+    _bool("worker.slurm_env", out["slurm_env"])
     _num("worker.pids_max", out["pids_max"], lo=0, integer=True)
     if _num("worker.idle_gpu_util", out["idle_gpu_util"], lo=0) > 100:
         raise ConfigError("worker.idle_gpu_util", f"a percentage is at most 100, got {out['idle_gpu_util']!r}")
