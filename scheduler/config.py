@@ -82,6 +82,7 @@ class Config:
     default_time: int = 24 * 3600
     kill_wait: int = 30
     budget_mode: str = "safe"
+    metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
     qos: tuple[Qos, ...] = (Qos("normal", priority=100),
                             Qos("low", priority=0, preemptible=True, rate_factor=0.5))
@@ -248,7 +249,8 @@ def _redis(t):
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
-                                 "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max"})
+                                 "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
+                                 "metrics"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -279,7 +281,20 @@ def _scheduler(t):
             out[k] = _dur(f"scheduler.{k}", t[k])
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
+    if "metrics" in t:
+        out["metrics"] = _address("scheduler.metrics", t["metrics"])
     return out
+
+
+def _address(key: str, v) -> str:
+    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
+    v = _str(key, v)
+    if v == "":
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
+    return v
 
 
 def _priority(t):
