@@ -14,10 +14,9 @@ import tempfile
 
 import pytest
 
-from conftest import wait_for
+from tests.harness import ROOT, wait_for
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-GUIDE = ROOT / "docs" / "admin.md"
+GUIDE = pathlib.Path(ROOT) / "docs" / "admin.md"
 SYSTEM_TOOLS = {"apt-get", "systemctl", "useradd"}
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0, reason="make install-system runs as root")]
 

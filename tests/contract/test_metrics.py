@@ -4,19 +4,16 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import wait_for
-from harness import ClusterBuilder, cfg
 from labq.scheduler import config as config_mod
 from labq.scheduler import metrics, states
 from labq.scheduler.errors import ConfigError
+from tests.harness import ROOT, ClusterBuilder, cfg, wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _rows(fams, name):

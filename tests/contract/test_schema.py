@@ -8,8 +8,8 @@ import pytest
 from labq.scheduler.errors import UsageError
 from labq.scheduler.store import schema
 from labq.scheduler.store.keys import Keys
+from tests.harness import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("store", ["fake_redis", "real_redis"])
