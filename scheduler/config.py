@@ -85,6 +85,7 @@ class Config:
     default_time: int = 24 * 3600
     kill_wait: int = 30
     budget_mode: str = "safe"
+    metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
     qos: tuple[Qos, ...] = (Qos("normal", priority=100),
                             Qos("low", priority=0, preemptible=True, rate_factor=0.5))
@@ -138,7 +139,8 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
              "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
-           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300}
+           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
+           "slurm_env": True}
 
 
 def _num(key, v, lo=None, integer=False):
@@ -253,7 +255,8 @@ def _redis(t):
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
-                                 "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max"})
+                                 "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
+                                 "metrics"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -284,7 +287,20 @@ def _scheduler(t):
             out[k] = _dur(f"scheduler.{k}", t[k])
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
+    if "metrics" in t:
+        out["metrics"] = _address("scheduler.metrics", t["metrics"])
     return out
+
+
+def _address(key: str, v) -> str:
+    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
+    v = _str(key, v)
+    if v == "":
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
+    return v
 
 
 def _priority(t):
@@ -427,6 +443,7 @@ def _worker(t):
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
     _bool("worker.allow_root", out["allow_root"])
     _bool("worker.limit_cpus", out["limit_cpus"])
+    _bool("worker.slurm_env", out["slurm_env"])
     _num("worker.pids_max", out["pids_max"], lo=0, integer=True)
     if _num("worker.idle_gpu_util", out["idle_gpu_util"], lo=0) > 100:
         raise ConfigError("worker.idle_gpu_util", f"a percentage is at most 100, got {out['idle_gpu_util']!r}")

@@ -61,6 +61,7 @@ class Scheduler:
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
+        self.metrics = None                # metrics.Metrics when scheduler.metrics is set
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -104,7 +105,10 @@ class Scheduler:
         ready = False
         while not stop():
             try:
+                started = time.monotonic()
                 leading = self.tick(self.clock(), woke)
+                if self.metrics:
+                    self.metrics.after_tick(self, time.monotonic() - started)
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -189,6 +193,8 @@ class Scheduler:
         self.books.applied(books, now)
         for a in alerts:
             self.books.hooks.deliver(a)
+            if self.metrics:
+                self.metrics.alert(a)
         for j in jobs:
             if j.state in states.ACTIVE:
                 self.jobs[j.id] = j
@@ -256,6 +262,8 @@ class Scheduler:
             change = Change(reply={"ok": False, "code": code, "error": str(e)})
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
                     ack=(stream, eid), alerts=change.alerts, books=change.books)
+        if self.metrics:
+            self.metrics.requests.inc()
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
@@ -363,7 +371,10 @@ class Scheduler:
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
+        started = time.monotonic()
         p = policy.plan(self.snapshot(now), self.cfg)
+        if self.metrics:
+            self.metrics.plan_seconds.observe(time.monotonic() - started)
         changed, dispatch = [], []
         for place in p.places:
             j = tr.admit(self.jobs[place.job_id], place, now)

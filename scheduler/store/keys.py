@@ -10,6 +10,10 @@ class Keys:
     def __init__(self, prefix: str = "labq"):
         self.p = prefix
 
+    @property
+    def schema(self) -> str:                  # STRING (S): layout version of the data (store/schema.py)
+        return f"{self.p}:schema"
+
     # -- requests and replies --------------------------------------------------------------------
     def inbox(self, user: str) -> str:        # STREAM (U): requests {rid, op, user, body(JSON)}
         return f"{self.p}:inbox:{user}"
