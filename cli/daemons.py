@@ -8,6 +8,8 @@ import time
 import click
 
 from . import daemonlog
+from labq.scheduler.errors import UsageError
+
 from .common import pass_ctx, redis_url, state_dir
 
 
@@ -37,8 +39,18 @@ def scheduler(ctx, verbose):
     url = redis_url(cfg)
     r = conn.connect(url)
     conn.ping(r)
+    from labq.scheduler.store import schema
+    from labq.scheduler.store.keys import Keys
+    schema.check(r, Keys(cfg.prefix))
     rq_conn = conn.connect_raw(url)
-    Scheduler(r, rq_conn, cfg).run(stop=_stop_flag())
+    sched = Scheduler(r, rq_conn, cfg)
+    if cfg.metrics:
+        from labq.scheduler.metrics import Metrics
+        try:
+            sched.metrics = Metrics(cfg.metrics)
+        except OSError as e:
+            raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
+    sched.run(stop=_stop_flag())
 
 
 @click.command()
