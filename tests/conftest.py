@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.harness import start_redis  # noqa: E402  (needs ROOT on sys.path)
+from tests.harness import start_munged, start_redis  # noqa: E402  (needs ROOT on sys.path)
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +23,15 @@ def redis_server():
     rp.proc.terminate()
     rp.proc.wait(10)
     shutil.rmtree(rp.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def munged():
+    mp = start_munged()
+    yield mp
+    mp.proc.terminate()
+    mp.proc.wait(10)
+    shutil.rmtree(mp.dir, ignore_errors=True)
 
 
 @pytest.fixture
