@@ -1,6 +1,7 @@
 """`labq up`, `labq scheduler`, `labq worker`: the processes, in the foreground."""
 import fcntl
 import os
+import socket
 import signal
 import sys
 import time
@@ -34,9 +35,10 @@ def scheduler(ctx, verbose):
     """The scheduler daemon (one is active; a second waits for the leader lease)."""
     _logging(verbose)
     from labq.scheduler.daemon import Scheduler
-    from labq.scheduler.store import conn
+    from labq.scheduler.store import acl, conn
     cfg = ctx.cfg
     url = redis_url(cfg)
+    conn.login_as(acl.SCHEDULER, cfg.redis_password_file)
     r = conn.connect(url)
     conn.ping(r)
     from labq.scheduler.store import schema
@@ -59,9 +61,10 @@ def scheduler(ctx, verbose):
 def worker(ctx, verbose):
     """The node agent: registers this machine and runs admitted jobs on it."""
     _logging(verbose)
-    from labq.scheduler.store import conn
+    from labq.scheduler.store import acl, conn
     from labq.worker.agent import Agent
     url = redis_url(ctx.cfg)
+    conn.login_as(acl.node_role(ctx.cfg.worker["name"] or socket.gethostname()), ctx.cfg.redis_password_file)
     conn.ping(conn.connect(url))
     Agent(ctx.cfg, url, ctx.config_path).run()
 
