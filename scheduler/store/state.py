@@ -93,7 +93,7 @@ class SchedulerStore:
             expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
             state = "down" if expiry <= now else (admin or "up")
             out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
-                            float(h.get("hb", 0))))
+                            float(h.get("hb", 0)), h.get("runs", "")))
         return tuple(out)
 
     def spent(self) -> dict[str, int]:
