@@ -19,8 +19,9 @@ from labq.scheduler.model import Gpu
 from labq.scheduler.store import acl, codec, conn
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.conftest import start_redis, wait_for
+from tests.harness import BODY as SBODY, E2E_MARKS, job, start_redis, submit, wait_for, woke
 
+pytestmark = E2E_MARKS
 K = Keys()
 BODY = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "mem": 1 << 20, "time_limit": 600}
 
@@ -183,7 +184,6 @@ def test_a_readable_password_file_is_refused(locked):
 
 def test_an_event_from_another_node_is_dropped(real_redis, redis_server):
     """Attack: a forged `finished` from a node the attempt does not run on marked a running job CD."""
-    from tests.test_daemon import BODY as SBODY, woke, submit, job
     r = real_redis
     raw = redis.Redis(unix_socket_path=redis_server.sock)
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
