@@ -170,3 +170,4 @@ class Snapshot:
     version: int = 0
     usage: tuple[tuple[str, float], ...] = ()  # (account, decayed fair-share usage), see fairshare.py
     ended: tuple[tuple[int, str], ...] = ()    # (id, state) of ended jobs that pending jobs depend on
+    shown: tuple[tuple[int, str], ...] = ()    # (id, "126_7") of those that are array tasks, for reasons
