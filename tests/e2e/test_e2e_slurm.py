@@ -3,8 +3,9 @@ resources, limit and output file."""
 import os
 
 from labq.scheduler import states
-from tests.test_e2e import pytestmark  # noqa: F401
-from tests.test_e2e_env import labq, stack, user_env  # noqa: F401  (the module's stack fixture)
+from tests.harness import E2E_MARKS, labq, user_env
+
+pytestmark = E2E_MARKS
 
 SCRIPT = """#!/bin/bash
 #SBATCH --job-name=sb-test
