@@ -74,6 +74,9 @@ class SchedulerStore:
                     jobs[j.id] = j
         return jobs
 
+    def job_seq(self) -> int:
+        return int(self.r.get(self.k.seq) or 0)
+
     def nodes(self, now: float) -> tuple[Node, ...]:
         names = sorted(self.r.smembers(self.k.nodes))
         if not names:
@@ -170,8 +173,12 @@ class SchedulerStore:
                     out.append((stream, eid, fields))
         return out
 
-    def ack(self, p, stream: str, eid: str) -> None:
-        p.xack(stream, GROUP, eid)
+    def replies_done(self, rids: list[str]) -> list:
+        """The kept reply of each request id already answered (None where not): one MGET per batch."""
+        return self.r.mget([self.k.done(r) for r in rids]) if rids else []
+
+    def ack(self, p, stream: str, *eids: str) -> None:
+        p.xack(stream, GROUP, *eids)
 
 
 def _chunks(seq, n):
