@@ -127,8 +127,8 @@ class Committer:
                     p.set(self.k.node_admin(name), admin)
                 else:
                     p.delete(self.k.node_admin(name))
-            for rid, reply in b.replies:
-                writes.put_reply(p, self.k, rid, reply)
+            for reply in b.replies:
+                writes.put_reply(p, self.k, *reply)
             by_stream: dict = {}
             for stream, eid in b.acks:
                 by_stream.setdefault(stream, []).append(eid)
@@ -142,6 +142,8 @@ class Committer:
             self.books.applied(books, now)
         for a in b.alerts:
             self.books.hooks.deliver(a)
+            if self.metrics:
+                self.metrics.alert(a)
         if b.size() >= BIG_COMMIT:
             release_memory()
 

@@ -14,15 +14,15 @@ import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import alerts as budget_alerts, auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .batch import Batch, Tally
 from .commit import Committer
 from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
-from .errors import LabqError, StalePlanError
+from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
-from .requests import BUDGET_OPS, Change, Handlers
+from .handlers import BUDGET_OPS, Change, Handlers
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
@@ -69,6 +69,7 @@ class Scheduler(Committer):
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
+        self.metrics = None                # metrics.Metrics when scheduler.metrics is set
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -111,7 +112,10 @@ class Scheduler(Committer):
         ready = False
         while not stop():
             try:
+                started = time.monotonic()
                 leading = self.tick(self.clock(), woke)
+                if self.metrics:
+                    self.metrics.after_tick(self, time.monotonic() - started)
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -202,8 +206,15 @@ class Scheduler(Committer):
             self.commit(reply=reply, ack=(stream, eid))
 
     def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None) -> None:
-        user = stream.rsplit(":", 1)[1]
         rid = fields.get("rid") or eid
+        sec = self.cfg.security
+        try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
+            user = auth.identify(fields, stream.rsplit(":", 1)[1], sec, now,
+                                 lambda key: self.store.claim_credential(key, f"{stream}/{eid}", sec["credential_ttl"]))
+        except RefusedError as e:
+            log.warning("inbox %s entry %s: %s", stream, eid, e)
+            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
+            return
         if prior is None and rid in self.answered:
             prior = self.answered[rid]
         elif prior is not None:
@@ -225,6 +236,8 @@ class Scheduler(Committer):
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
                     ack=(stream, eid), alerts=change.alerts, books=change.books)
         self.answered[rid] = change.reply
+        if self.metrics:
+            self.metrics.requests.inc()
         if solo:
             self.flush()
             self.batch = Batch(usage=self.usage)
@@ -330,7 +343,10 @@ class Scheduler(Committer):
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
+        started = time.monotonic()
         p = policy.plan(self.snapshot(now), self.cfg)
+        if self.metrics:
+            self.metrics.plan_seconds.observe(time.monotonic() - started)
         changed, dispatch = [], []
         for place in p.places:
             j = tr.admit(self.jobs[place.job_id], place, now)
