@@ -13,6 +13,8 @@ from .errors import ConfigError
 from .model import Budget
 
 DEFAULT_PATH = "/etc/labq/labq.toml"
+# [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
+_SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Rates:
 class Config:
     redis_url: str = ""
     prefix: str = "labq"
+    redis_password_file: str = ""  # daemons: root-only file of "ROLE PASSWORD" lines (store/conn.py)
     tick: float = 1.0
     max_pending: int = 100_000
     max_pending_per_user: int = 10_000
@@ -98,7 +101,7 @@ class Config:
     retry_backoff_max: int = 3600
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
-    security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
+    security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
 
     def qos_named(self, name: str) -> Qos | None:
@@ -236,14 +239,17 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 
 def _redis(t):
-    _check_keys("redis", t, {"url", "prefix"})
+    _check_keys("redis", t, {"url", "prefix", "password_file"})
     url = _str("redis.url", t.get("url", ""))
     if url and not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
     prefix = _str("redis.prefix", t.get("prefix", "labq"))
     if not prefix or ":" in prefix:
         raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    return {"redis_url": url, "prefix": prefix}
+    pw = _str("redis.password_file", t.get("password_file", ""))
+    if pw and not os.path.isabs(pw):
+        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
+    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw}
 
 
 def _scheduler(t):
@@ -255,7 +261,10 @@ def _scheduler(t):
     if "tick" in t:
         v = t["tick"]
         # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
-        tick = float(_num("scheduler.tick", v)) if isinstance(v, (int, float)) else _dur("scheduler.tick", v)
+        try:
+            tick = units.parse_seconds(v, "scheduler.tick")
+        except units.UsageError as e:
+            raise ConfigError("scheduler.tick", str(e).split(": ", 1)[-1]) from None
         if tick < 0.05:
             raise ConfigError("scheduler.tick", f"must be at least 0.05 seconds, got {v!r}")
         out["tick"] = tick
@@ -458,8 +467,18 @@ def _alerts(t):
 
 
 def _security(t):
-    _check_keys("security", t, {"acl", "admins"})
+    if "acl" in t:
+        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
+                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+    _check_keys("security", t, set(_SECURITY))
     admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) for a in admins):
+    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
         raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
-    return {"acl": _bool("security.acl", t.get("acl", False)), "admins": tuple(admins)}
+    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
+    if not 10 <= ttl <= 3600:
+        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
+    sock = _str("security.munge_socket", t.get("munge_socket", ""))
+    if sock and not os.path.isabs(sock):
+        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
+    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
+            "munge_socket": sock, "credential_ttl": ttl}

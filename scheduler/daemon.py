@@ -14,13 +14,13 @@ import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import alerts as budget_alerts, auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
-from .errors import LabqError, StalePlanError
+from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
-from .requests import Change, Handlers
+from .handlers import Change, Handlers
 from .store import writes
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
@@ -241,8 +241,15 @@ class Scheduler:
                 break
 
     def _request(self, now: float, stream: str, eid: str, fields: dict) -> None:
-        user = stream.rsplit(":", 1)[1]
         rid = fields.get("rid") or eid
+        sec = self.cfg.security
+        try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
+            user = auth.identify(fields, stream.rsplit(":", 1)[1], sec, now,
+                                 lambda key: self.store.claim_credential(key, f"{stream}/{eid}", sec["credential_ttl"]))
+        except RefusedError as e:
+            log.warning("inbox %s entry %s: %s", stream, eid, e)
+            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
+            return
         prior = self.store.r.get(self.k.done(rid))
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
             self.commit(reply=(rid, json.loads(prior)), ack=(stream, eid))
@@ -284,6 +291,13 @@ class Scheduler:
             return
         job = self.jobs.get(jid)
         kind = f.get("kind")
+        # Only the node the attempt was placed on speaks for it. On a per-node stream
+        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else f.get("node")
+        if job is not None and (job.node is None or sender != job.node):
+            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
+                        eid, job.display_id, sender, job.node)
+            job = None
         result = None
         if job is not None and kind == "started":
             new = tr.started(job, attempt, body)

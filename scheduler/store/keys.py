@@ -32,6 +32,9 @@ class Keys:
     def done(self, rid: str) -> str:          # STRING (S): the reply kept for dedup, expires after a day
         return f"{self.p}:done:{rid}"
 
+    def credential(self, key: str) -> str:    # STRING (S): inbox entry that first used a munge credential
+        return f"{self.p}:cred:{key}"         # (replay guard, expires after 2 x security.credential_ttl)
+
     # -- jobs ----------------------------------------------------------------------------------
     @property
     def seq(self) -> str:                     # STRING (S): INCR source of job ids
