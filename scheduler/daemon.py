@@ -260,6 +260,13 @@ class Scheduler(Committer):
             return
         job = self.jobs.get(jid)
         kind = f.get("kind")
+        # Only the node the attempt was placed on speaks for it. On a per-node stream
+        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else f.get("node")
+        if job is not None and (job.node is None or sender != job.node):
+            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
+                        eid, job.display_id, sender, job.node)
+            job = None
         result = None
         if job is not None and kind == "started":
             new = tr.started(job, attempt, body)
