@@ -1,6 +1,7 @@
-"""A job's environment, end to end: the submitter's venv reaches the job (sbatch's --export=ALL),
---export=NONE and --export=VAR[=value] behave as SLURM documents, labq's and SLURM's job variables
-are set, and the daemons' own environment never leaks into a job.
+"""A SLURM user's first day, end to end. A job's environment: the submitter's venv reaches the job
+(sbatch's --export=ALL), --export=NONE and --export=VAR[=value] behave as SLURM documents, labq's and
+SLURM's job variables are set, and the daemons' own environment never leaks into a job. An sbatch
+script runs with its #SBATCH resources, limit and output file.
 
 One stack for the module (real redis-server, scheduler and worker processes); the CLI runs as a
 user would run it, with an environment of the test's choosing.
@@ -70,3 +71,62 @@ def test_job_variables_and_no_daemon_secret(stack):
 def test_an_environment_over_the_bound_is_refused_at_the_client(stack):
     p = labq(stack, "sub", "--", "true", env=user_env(stack, **{f"HUGE{i}": "x" * 100_000 for i in range(3)}))
     assert p.returncode == 2 and "--export=NONE" in p.stderr and "Traceback" not in p.stderr
+
+SCRIPT = """#!/bin/bash
+#SBATCH --job-name=sb-test
+#SBATCH --gres=gpu:1
+#SBATCH --time=00:01:00
+#SBATCH --output=sb-%j.out
+#SBATCH -c 2 --mem=1G
+#SBATCH --partition=gpu          # labq has no partitions
+#SBATCH --mail-type=END
+#SBATCH --signal=B:USR1@30
+echo "gpus=$CUDA_VISIBLE_DEVICES cpus=$SLURM_CPUS_PER_TASK name=$SLURM_JOB_NAME"
+#SBATCH --gres=gpu:4            (after the first command: not a directive, as in sbatch)
+"""
+
+
+def test_an_sbatch_script_runs_with_its_directives(stack):
+    path = os.path.join(stack.work, "job.sbatch")
+    with open(path, "w") as f:
+        f.write(SCRIPT)
+    p = labq(stack, "sub", "--parsable", "-A", "eta", "job.sbatch", env=user_env(stack))
+    assert p.returncode == 0, p.stderr
+    warnings = [line for line in p.stderr.splitlines() if "warning" in line]
+    assert warnings == ["labq: warning: #SBATCH directives ignored: --partition=gpu --mail-type=END"]
+    jid = int(p.stdout)
+    j = stack.wait_state(jid, states.TERMINAL, 90)
+    assert j.state == states.COMPLETED, j.detail
+    assert (j.gpus, j.cpus, j.mem, j.time_limit, j.name) == (1, 2, 1 << 30, 60, "sb-test")
+    assert tuple(j.warn_signal) == ("USR1", 30)
+    with open(os.path.join(stack.work, f"sb-{jid}.out")) as f:
+        out = f.read()
+    assert out.startswith("gpus=GPU-") and "cpus=2 name=sb-test" in out
+
+
+def test_a_command_line_flag_beats_the_directive(stack):
+    path = os.path.join(stack.work, "t.sbatch")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n#SBATCH -t 5\n#SBATCH -J from-script\ntrue\n")
+    p = labq(stack, "sub", "--parsable", "-A", "eta", "-t", "7", "t.sbatch", env=user_env(stack))
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    j = stack.wait_state(int(p.stdout), states.TERMINAL, 90)
+    assert (j.time_limit, j.name) == (7 * 60, "from-script")
+
+
+def test_begin_as_slurm_writes_it(stack):
+    import datetime as dt
+    import time
+    env = user_env(stack)
+    ids = {}
+    for text in ("16:00", "tomorrow", "now+30minutes"):
+        p = labq(stack, "sub", "--parsable", "-A", "eta", "--begin", text, "--mem", "1Gi", "--", "true", env=env)
+        assert p.returncode == 0, p.stderr
+        ids[text] = int(p.stdout)
+    jobs = {t: stack.job(i) for t, i in ids.items()}
+    four = dt.datetime.fromtimestamp(jobs["16:00"].begin)
+    assert (four.hour, four.minute) == (16, 0) and 0 < jobs["16:00"].begin - time.time() <= 86400
+    midnight = dt.datetime.combine(dt.date.today() + dt.timedelta(days=1), dt.time())
+    assert jobs["tomorrow"].begin == midnight.timestamp() and jobs["tomorrow"].mem == 1 << 30
+    assert abs(jobs["now+30minutes"].begin - jobs["now+30minutes"].submit_time - 1800) < 60
+    assert labq(stack, "del", *map(str, ids.values()), env=env).returncode == 0
