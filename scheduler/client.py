@@ -28,6 +28,12 @@ def current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
+def current_umask() -> int:
+    mask = os.umask(0o077)    # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 class Client:
     def __init__(self, cfg: Config, url: str | None = None, user: str | None = None, r=None):
         self.cfg = cfg
@@ -78,7 +84,8 @@ class Client:
         return reply
 
     def submit(self, body: dict, timeout: float = 30.0) -> dict:
-        return self._checked(self.request("submit", body, timeout))
+        # The job and its log files get the submitter's umask, as under SLURM.
+        return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
 
     def act_on(self, op: str, ids: list[str]) -> dict:
         """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""

@@ -79,8 +79,11 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
         raise UsageError(f"account: unknown account {account!r} (configured: "
                          f"{', '.join(a.name for a in cfg.accounts)})")
     export, env = exportenv.validate(body)
+    umask = _int(body, "umask", 0, 0o022)
+    if umask > 0o777:
+        raise UsageError(f"umask: expected 0–0o777 (an octal file mode mask), got {umask!r}")
     return Job(
-        id=0, user=user, account=account, argv=tuple(argv), export=export, env=env,
+        id=0, user=user, account=account, argv=tuple(argv), export=export, env=env, umask=umask,
         script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
         project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
         gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),

@@ -99,6 +99,7 @@ class Job:
     retry_on: tuple[int, ...] = ()        # --retry-on CODES
     requeue_on_timeout: bool = False      # --requeue-on-timeout: a timeout after a checkpoint requeues
     export: str = "NONE"                  # --export: "ALL" (the submitter's environment) or "NONE" (a clean one)
+    umask: int = 0o022                    # the submitter's umask at submit: the job's, and its log files' (SLURM)
     env: tuple[tuple[str, str], ...] = () # the variables captured at submit (all of them with ALL, else those named)
     # -- changed by the scheduler --
     state: str = states.PENDING
