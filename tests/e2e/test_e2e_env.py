@@ -8,11 +8,11 @@ user would run it, with an environment of the test's choosing.
 """
 import os
 
-
 from labq.scheduler import logpath, states
 from tests.harness import E2E_MARKS, ROOT, SECRET, VENV_BIN, labq, user_env, wait_for
 
 pytestmark = E2E_MARKS  # the same markers and skip as test_e2e
+
 
 def run(e, *args, env) -> str:
     """Submit, wait for the end, return the job's output."""
