@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from labq.scheduler import units
+from labq.scheduler import exportenv, units
 from labq.scheduler.errors import UsageError
 from labq.scheduler.request import parse_dependency
 
@@ -128,6 +128,7 @@ OPTIONS = [
     click.option("-o", "--output", help="stdout pattern (default labq-%j.out; %j %A %a %x %u %r)."),
     click.option("-e", "--error", help="stderr pattern (default: with stdout)."),
     click.option("-D", "--chdir", help="Working directory (default: the current one)."),
+    click.option("--export", help="Environment the job gets: ALL (default: yours, now), NONE, or VAR[,VAR=value…]."),
     click.option("--tag", multiple=True, help="K=V tag, repeatable."),
     click.option("--test-only", is_flag=True, default=None, help="Forecast and verdict; submit nothing."),
     click.option("-W", "--wait", is_flag=True, default=None, help="Wait for the job; exit with its code."),
@@ -164,7 +165,7 @@ def sub(cctx, ctx, args, **opts):
     if opts["as_json"]:
         echo_json(reply)
     elif opts["parsable"]:
-        click.echo(reply["display"])
+        click.echo(reply["job_id"])     # sbatch: an array's id alone, which `-d afterok:ID` accepts
     else:
         click.echo(f"Submitted job {reply['display']}")
     if opts["wait"]:
@@ -213,6 +214,8 @@ def build_body(opts, argv, script) -> dict:
         "qos": opts.get("qos") or "", "budget": opts.get("budget_name") or "",
         "gpus": gpus, "gpu_type": model, "out": opts.get("output") or "", "err": opts.get("error") or "",
         "test_only": bool(opts.get("test_only")),
+        # sbatch's default: the job gets the environment the user submits from (their venv's PATH…)
+        **exportenv.capture(opts.get("export"), os.environ),
     }
     if opts.get("cpus") is not None:
         try:

@@ -93,7 +93,7 @@ class SchedulerStore:
             expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
             state = "down" if expiry <= now else (admin or "up")
             out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
-                            float(h.get("hb", 0))))
+                            float(h.get("hb", 0)), h.get("runs", "")))
         return tuple(out)
 
     def spent(self) -> dict[str, int]:
@@ -170,6 +170,13 @@ class SchedulerStore:
                 else:
                     out.append((stream, eid, fields))
         return out
+
+    def claim_credential(self, key: str, entry: str, ttl: float):
+        """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
+        claimed it before a restart) or None (another entry did: a replay)."""
+        if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
+            return "new"
+        return "same" if self.r.get(self.k.credential(key)) == entry else None
 
     def ack(self, p, stream: str, eid: str) -> None:
         p.xack(stream, GROUP, eid)
