@@ -80,7 +80,7 @@ def up(ctx, verbose):
     """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
     scheduler and a worker. Ctrl-C stops all three. Their logs go to files in the state directory
     (printed at start)."""
-    from .stack import Stack
+    from .embedded import Stack
     cfg = ctx.cfg
     sdir = state_dir()
     os.makedirs(sdir, mode=0o700, exist_ok=True)

@@ -1,7 +1,8 @@
 """`labq sub`: argv after `--`, a script with `#LABQ` directives, or a script on stdin.
 
 Precedence: command-line flags, then environment (LABQ_SUB_ACCOUNT, LABQ_SUB_QOS, LABQ_SUB_TIME),
-then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment).
+then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment), or,
+when it has none, its `#SBATCH` lines (cli/sbatch.py).
 """
 import os
 import shlex
@@ -11,8 +12,9 @@ import click
 
 from labq.scheduler import exportenv, units
 from labq.scheduler.errors import UsageError
-from labq.scheduler.request import parse_dependency
+from labq.scheduler.jobspec import parse_dependency
 
+from . import sbatch
 from .common import echo_json, pass_ctx
 
 ENV = {"account": "LABQ_SUB_ACCOUNT", "qos": "LABQ_SUB_QOS", "time": "LABQ_SUB_TIME"}
@@ -98,13 +100,14 @@ def directives(script: str) -> list[str]:
 
 
 OPTIONS = [
-    click.option("-J", "--name", help="Job name."),
+    click.option("-J", "--name", "--job-name", "name", help="Job name."),
     click.option("-A", "--account", help="Account (team) to charge."),
     click.option("--project", help="Project, for project budgets and reports."),
     click.option("-q", "--qos", help="QoS class (default: normal)."),
     click.option("--budget", "budget_name", help="A named batch budget to charge as well."),
     click.option("-G", "--gpus", help="GPUs: N or MODEL:N."),
-    click.option("-c", "--cpus", help="CPUs (default 1)."),
+    click.option("--gres", help="SLURM's gpu[:MODEL]:N (the same as --gpus [MODEL:]N)."),
+    click.option("-c", "--cpus", "--cpus-per-task", "cpus", help="CPUs (default 1)."),
     click.option("--mem", help="Memory, like 12G (default 0: no reservation)."),
     click.option("-t", "--time", "time_", help="Time limit: 2h, 90 (minutes), 1:30:00, 2-0."),
     click.option("--est", help="Expected runtime (forecast budget mode)."),
@@ -152,7 +155,7 @@ def sub(cctx, ctx, args, **opts):
     """Submit a job: `labq sub [opts] -- CMD…`, `labq sub SCRIPT [ARGS]`, or a script on stdin."""
     argv, script, script_name = _command(cctx, args)
     if script is not None:
-        _merge_directives(cctx, opts, directives(script))
+        _script_directives(cctx, opts, script)
         opts["name"] = opts.get("name") or script_name
     for key, var in ENV.items():
         opt = "time_" if key == "time" else key
@@ -193,13 +196,24 @@ def _command(cctx, args):
     raise UsageError("give a command after --, a script file, or a script on stdin")
 
 
-def _merge_directives(cctx, opts, dirs):
+def _script_directives(cctx, opts, script: str) -> None:
+    """`#LABQ` lines, else `#SBATCH` lines (translated; what labq ignores is named in one warning)."""
+    dirs, what = directives(script), "#LABQ"
+    if not dirs:
+        dirs, ignored = sbatch.translate(sbatch.directives(script))
+        what = "#SBATCH"
+        if ignored:
+            click.echo(f"labq: warning: #SBATCH directives ignored: {' '.join(ignored)}", err=True)
+    _merge_directives(cctx, opts, dirs, what)
+
+
+def _merge_directives(cctx, opts, dirs, what: str = "#LABQ"):
     if not dirs:
         return
     try:
         sub_ctx = sub.make_context("sub", dirs + ["--", "true"], parent=cctx.parent)
     except click.UsageError as e:
-        raise UsageError(f"#LABQ directive: {e.format_message()}") from None
+        raise UsageError(f"{what} directive: {e.format_message()}") from None
     for k, v in sub_ctx.params.items():
         if k != "args" and opts.get(k) in (None, ()) and v not in (None, ()):
             opts[k] = v
@@ -207,6 +221,11 @@ def _merge_directives(cctx, opts, dirs):
 
 def build_body(opts, argv, script) -> dict:
     """The submit request body from parsed options. Raises UsageError on any bad value."""
+    if opts.get("gres") is not None and opts.get("gpus") is None:
+        gres = sbatch.gres(opts["gres"])
+        if gres is None:
+            raise UsageError(f"--gres: expected gpu[:MODEL]:N, got {opts['gres']!r}")
+        opts = {**opts, "gpus": gres[1]}
     model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
     body = {
         "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),

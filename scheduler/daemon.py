@@ -20,7 +20,7 @@ from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
 from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
-from .requests import Change, Handlers
+from .handlers import Change, Handlers
 from .store import writes
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
