@@ -55,18 +55,18 @@ class Handlers:
         if why:
             raise RefusedError(why)
         n = len(indices) if indices else 1
-        pending = [j for j in self.s.jobs.values() if j.state == states.PENDING]
-        if len(pending) + n > cfg.max_pending:
-            raise RefusedError(f"queue full: {len(pending)} jobs pending, {n} more would pass "
+        tally = self.s.tally
+        if tally.pending + n > cfg.max_pending:
+            raise RefusedError(f"queue full: {tally.pending} jobs pending, {n} more would pass "
                                f"scheduler.max_pending={cfg.max_pending}")
-        mine = sum(1 for j in pending if j.user == user)
+        mine = tally.pending_by_user[user]
         if mine + n > cfg.max_pending_per_user:
             raise RefusedError(f"user {user} has {mine} jobs pending, {n} more would pass "
                                f"scheduler.max_pending_per_user={cfg.max_pending_per_user}")
-        _max_submit(template, n, self.s.jobs.values(), cfg)
+        _max_submit(template, n, tally, cfg)
         if body.get("test_only"):
             return Change(reply=self.test_only(template, now))
-        first = self.s.store.r.incrby(self.s.k.seq, n) - n + 1
+        first = self.s.next_ids(n)
         jobs = expand(template, first, indices, throttle)
         shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
         # Ids are consecutive; a huge array's reply names the range rather than every id.
@@ -249,12 +249,12 @@ class Handlers:
         return [codec.loads(raw)] if raw else []
 
 
-def _max_submit(job: Job, n: int, active, cfg) -> None:
+def _max_submit(job: Job, n: int, tally, cfg) -> None:
     """max_submit counts pending and running jobs, like SLURM's MaxSubmitJobs: beyond it, refuse."""
-    for cap, who, mine in ((cfg.account_named(job.account), f"account {job.account}", lambda j: j.account == job.account),
-                           (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user)):
+    for cap, who, have in ((cfg.account_named(job.account), f"account {job.account}",
+                            tally.active_by_account[job.account]),
+                           (cfg.user_named(job.user), f"user {job.user}", tally.active_by_user[job.user])):
         if cap is None or cap.max_submit is None:
             continue
-        have = sum(1 for j in active if mine(j))
         if have + n > cap.max_submit:
             raise RefusedError(f"{who} has {have} jobs pending or running, {n} more would pass max_submit={cap.max_submit}")

@@ -99,3 +99,15 @@ def test_a_running_scheduler_serves_metrics_prometheus_can_parse(real_redis, red
         for p in procs:
             p.wait(60)
         log.close()
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_scheduler_serves():
+    import json
+    import re
+    dash = json.load(open(os.path.join(ROOT, "docs", "grafana-labq.json")))
+    served = {"labq_jobs_pending", "labq_jobs_running", "labq_gpus_total", "labq_gpus_allocated", "labq_node",
+              "labq_leader", "labq_budget_limit", "labq_budget_spent", "labq_budget_committed",
+              "labq_budget_available", "labq_dead_letters", "labq_tick_seconds_bucket", "labq_plan_seconds_bucket",
+              "labq_requests_total", "labq_alerts_total"}
+    used = {m for p in dash["panels"] for t in p["targets"] for m in re.findall(r"labq_\w+", t["expr"])}
+    assert used and used <= served, used - served

@@ -24,10 +24,10 @@ from labq.scheduler.model import Gpu
 from labq.scheduler.store import codec
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import start_redis, wait_for
+from tests.harness import E2E_MARKS, start_redis, wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
-                                reason="creating users and acting as them need root and useradd")
+pytestmark = [*E2E_MARKS, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
+                                             reason="creating users and acting as them need root and useradd")]
 K = Keys()
 BODY = {"argv": ["sh", "-c", "id > /tmp/p"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "mem": 1 << 20,
         "time_limit": 600}

@@ -145,3 +145,21 @@ def test_a_command_line_flag_beats_the_directive(stack):
     assert p.returncode == 0 and not p.stderr, p.stderr
     j = stack.wait_state(int(p.stdout), states.TERMINAL, 90)
     assert (j.time_limit, j.name) == (7 * 60, "from-script")
+
+
+def test_begin_as_slurm_writes_it(stack):
+    import datetime as dt
+    import time
+    env = user_env(stack)
+    ids = {}
+    for text in ("16:00", "tomorrow", "now+30minutes"):
+        p = labq(stack, "sub", "--parsable", "-A", "eta", "--begin", text, "--mem", "1Gi", "--", "true", env=env)
+        assert p.returncode == 0, p.stderr
+        ids[text] = int(p.stdout)
+    jobs = {t: stack.job(i) for t, i in ids.items()}
+    four = dt.datetime.fromtimestamp(jobs["16:00"].begin)
+    assert (four.hour, four.minute) == (16, 0) and 0 < jobs["16:00"].begin - time.time() <= 86400
+    midnight = dt.datetime.combine(dt.date.today() + dt.timedelta(days=1), dt.time())
+    assert jobs["tomorrow"].begin == midnight.timestamp() and jobs["tomorrow"].mem == 1 << 30
+    assert abs(jobs["now+30minutes"].begin - jobs["now+30minutes"].submit_time - 1800) < 60
+    assert labq(stack, "del", *map(str, ids.values()), env=env).returncode == 0
