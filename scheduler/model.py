@@ -55,6 +55,10 @@ class Attempt:
     dispatch_time: float | None = None   # when the scheduler admitted it
 
 
+# The kinds of `-d` (Job.deps), as SLURM names them: parsed in jobspec.py, judged in policy/depend.py.
+DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany", "singleton")
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     id: int
@@ -168,6 +172,5 @@ class Snapshot:
     nodes: tuple[Node, ...]
     jobs: tuple[Job, ...]                      # active jobs: pending and on a node
     spent: tuple[tuple[str, int], ...] = ()    # (budget, micro) settled charges
-    version: int = 0
     usage: tuple[tuple[str, float], ...] = ()  # (account, decayed fair-share usage), see fairshare.py
     ended: tuple[tuple[int, str], ...] = ()    # (id, state) of ended jobs that pending jobs depend on
