@@ -2,8 +2,8 @@
 
 Each `tick(now)` holds the leader lease, then: reads requests from the users' inboxes and events from
 the agents, declares attempts on dead nodes lost, runs the pure `plan()` over a snapshot, and applies
-the plan in one fenced transaction (which also enqueues the RQ jobs). Every change is written in the
-same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
+the plan in one fenced transaction (which also pushes each admitted attempt onto its node's dispatch
+list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
 nothing (the request or event is redelivered) or has already written everything.
 """
 import gc
@@ -17,11 +17,11 @@ import uuid
 from . import alerts as budget_alerts, crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .bookkeeper import Bookkeeper
-from .dispatch import Dispatcher
+from . import dispatch as dispatching
 from .errors import LabqError, StalePlanError
 from .model import Job, Snapshot
 from .requests import Change, Handlers
-from .store import writes
+from .store import dispatchq, writes
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
@@ -41,11 +41,14 @@ MAX_REQUESTS_PER_TICK = 5000
 
 
 class Scheduler:
-    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time):
+    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time):
+        # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
+        # in the signature so that callers written for the RQ transport keep working.
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
-        self.dispatch = Dispatcher(rq_conn, cfg.kill_wait)
+        self.down_since: dict[str, float] = {}     # node -> when this scheduler first saw its lease gone
+        self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
         self.inboxes: set[str] = set()
         self.leading = False
@@ -84,6 +87,7 @@ class Scheduler:
             self._requests(now, pending=False)
             self._events(now, pending=False)
             self._lost_attempts(now)
+            self._unclaimed(now)
             self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
@@ -127,6 +131,8 @@ class Scheduler:
             self.store.ensure_group(s)
         self.leading = True
         self.nodes = self.store.nodes(now)
+        self.event_streams = set()
+        self._node_streams()
         self.books.load(now)
         self.usage = Reader(self.store.r, self.k).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
@@ -152,6 +158,7 @@ class Scheduler:
         now = max(self.now, self.clock())
         charges = [c for c in charges if not self.store.charged(c.key)]
         usage = self._usage_after(jobs, now)
+        nodes_of = {j.id: j.node for j in jobs}
 
         def build(p):
             writes.put_jobs(p, self.k, jobs)
@@ -163,12 +170,15 @@ class Scheduler:
                 writes.mark_charged(p, self.k, key)
             for jid, value in controls:
                 p.set(self.k.control(jid), value, ex=7 * 86400)
+                node = nodes_of.get(jid) or getattr(self.jobs.get(jid), "node", "")
+                if node:
+                    dispatchq.wake_runner(p, self.k, node, jid, value)
             for a in alerts:
                 p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
             if books:
                 writes.put_books(p, self.k, books, now)
             for j in dispatch:
-                self.dispatch.enqueue(p, j)
+                dispatchq.push(p, self.k, j.current.node, j.id, j.current.attempt)
             for name, admin in nodes:
                 if admin:
                     p.set(self.k.node_admin(name), admin)
@@ -253,9 +263,20 @@ class Scheduler:
             self.nodes = self.store.nodes(now)
 
     # -- events from agents ----------------------------------------------------------------------
+    def _node_streams(self) -> list[str]:
+        """The events streams to read: the shared one (older agents, tools) and each node's own,
+        whose writer (the node's Redis user) proves the node an event comes from."""
+        for n in self.nodes:
+            s = self.k.node_events(n.name)
+            if s not in self.event_streams:
+                self.store.ensure_group(s)
+                self.event_streams.add(s)
+        return [self.k.events, *sorted(self.event_streams)]
+
     def _events(self, now: float, pending: bool) -> None:
+        streams = self._node_streams()
         while True:
-            entries = self.store.read_group([self.k.events], pending)
+            entries = self.store.read_group(streams, pending)
             for stream, eid, fields in entries:
                 self._event(now, stream, eid, fields or {})
             if not entries:   # pending mode too: acknowledged entries leave the pending list
@@ -317,22 +338,50 @@ class Scheduler:
         self.commit(ack=(stream, eid), alerts=[a.fields()] if a else ())
 
     def _lost_attempts(self, now: float) -> None:
-        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
+        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
+
+        Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
+        so an attempt is declared lost only `fence_margin` after this scheduler first saw the
+        lease gone; until then the job may still be running there and must not start elsewhere."""
         up = {n.name: n for n in self.nodes}
+        for n in self.nodes:
+            if n.state == "down":
+                self.down_since.setdefault(n.name, now)
+            else:
+                self.down_since.pop(n.name, None)
         on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
         for job, hb in zip(on_node, beats):
             node = up.get(job.node)
             if node is not None and node.state != "down":
-                # A runner that claimed the attempt and went silent (its horse was SIGKILLed) is lost too.
-                if hb is None or now - hb <= self.cfg.node_lease:
+                # A runner that claimed the attempt and went silent is lost too; its agent, alive,
+                # kills a runner that stops heart-beating (worker/agent.py) well within this.
+                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
                     continue
                 last = hb
             else:
+                if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
+                    continue
                 last = node.last_heartbeat if node else now
             new, charges = tr.node_failed(job, last, now, self.cfg)
             log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
             self.commit(jobs=[new], charges=charges)
+
+    def _unclaimed(self, now: float) -> None:
+        """Take back attempts no runner claimed: cancelled ones at once, others after
+        scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
+        waiting = [j for j in self.jobs.values()
+                   if j.state in states.ON_NODE and j.current and not j.current.start_time]
+        if not waiting:
+            return
+        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
+        managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
+        for u in dispatching.unclaimed(waiting, claims, now, self.cfg.start_timeout, managed):
+            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, u.job.current.attempt):
+                continue      # a runner claimed it meanwhile: it runs, and its events will tell
+            log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
+                        u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
+            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)])
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:

@@ -32,6 +32,8 @@ def put_job(r, jid=1, attempt=1, node=NODE, gpus=("GPU-fake-tnode-0",), **kw):
     job = Job(id=jid, account="eta", state=kw.pop("state", states.RUNNING), node=node, gpu_uuids=gpus,
               attempts=tuple(Attempt(n, node, gpus) for n in range(1, attempt + 1)), **kw)
     r.set(K.job(jid), codec.dumps(job))
+    # The node's lease, without expiry: a runner starts nothing on a node whose lease is gone.
+    r.set(K.node_lease(node), "up", nx=True)
     return job
 
 
@@ -57,9 +59,9 @@ def run(env, jid=1, attempt=1, timeout=60):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def events(r, kind=None):
+def events(r, kind=None, node=NODE):
     out = []
-    for _, f in r.xrange(K.events):
+    for _, f in r.xrange(K.node_events(node)):
         if kind is None or f["kind"] == kind:
             out.append({**f, "body": json.loads(f["body"])})
     return out
@@ -194,7 +196,7 @@ def test_leftover_processes_die_with_the_attempt(real_redis, redis_server, tmp_p
 
 
 def test_runner_killed_parent_kills_the_tree(real_redis, redis_server, tmp_path):
-    """The RQ worker dying (the agent is gone) orphans the runner: it must kill the job (fencing)."""
+    """The slot runner dying orphans the attempt's runner: it must kill the job (fencing)."""
     pids = tmp_path / "pids"
     put_job(real_redis, argv=("/bin/bash", "-c", f"echo $$ > {pids}; exec sleep 300"), workdir=str(tmp_path))
     inner = f"import sys; sys.path.insert(0, {ROOT!r}); from labq.worker.runner import run_job; run_job(1, 1)"
