@@ -1,19 +1,21 @@
 """`labq up`, `labq scheduler`, `labq worker`: the processes, in the foreground."""
 import fcntl
-import logging
 import os
+import socket
 import signal
 import sys
 import time
 
 import click
 
+from . import daemonlog
+from labq.scheduler.errors import UsageError
+
 from .common import pass_ctx, redis_url, state_dir
 
 
 def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    daemonlog.setup(verbose)
 
 
 def _stop_flag():
@@ -33,34 +35,54 @@ def scheduler(ctx, verbose):
     """The scheduler daemon (one is active; a second waits for the leader lease)."""
     _logging(verbose)
     from labq.scheduler.daemon import Scheduler
-    from labq.scheduler.store import conn
+    from labq.scheduler.store import acl, conn
     cfg = ctx.cfg
     url = redis_url(cfg)
+    conn.login_as(acl.SCHEDULER, cfg.redis_password_file)
     r = conn.connect(url)
     conn.ping(r)
-    rq_conn = conn.connect_raw(url)
-    Scheduler(r, rq_conn, cfg).run(stop=_stop_flag())
+    from labq.scheduler.store import schema
+    from labq.scheduler.store.keys import Keys
+    schema.check(r, Keys(cfg.prefix))
+    sched = Scheduler(r, cfg=cfg)
+    if cfg.metrics:
+        from labq.scheduler.metrics import Metrics
+        try:
+            sched.metrics = Metrics(cfg.metrics)
+        except OSError as e:
+            raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
+    sched.run(stop=_stop_flag())
 
 
 @click.command()
 @click.option("-v", "--verbose", is_flag=True)
+# `labq up` run by root: the machine is root's own, so root's jobs run (worker.allow_root for this run).
+@click.option("--allow-root", is_flag=True, hidden=True)
 @pass_ctx
-def worker(ctx, verbose):
+def worker(ctx, verbose, allow_root):
     """The node agent: registers this machine and runs admitted jobs on it."""
     _logging(verbose)
-    from labq.scheduler.store import conn
+    import dataclasses
+
+    from labq.scheduler.store import acl, conn
     from labq.worker.agent import Agent
-    url = redis_url(ctx.cfg)
+    cfg = ctx.cfg
+    if allow_root:
+        cfg = dataclasses.replace(cfg, worker={**cfg.worker, "allow_root": True})
+    url = redis_url(cfg)
+    conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
     conn.ping(conn.connect(url))
-    Agent(ctx.cfg, url, ctx.config_path).run()
+    Agent(cfg, url, ctx.config_path).run()
 
 
 @click.command()
+@click.option("-v", "--verbose", is_flag=True, help="Debug lines in the daemons' logs.")
 @pass_ctx
-def up(ctx):
+def up(ctx, verbose):
     """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
-    scheduler and a worker. Ctrl-C stops all three."""
-    from .stack import Stack
+    scheduler and a worker. Ctrl-C stops all three. Their logs go to files in the state directory
+    (printed at start)."""
+    from .embedded import Stack
     cfg = ctx.cfg
     sdir = state_dir()
     os.makedirs(sdir, mode=0o700, exist_ok=True)
@@ -77,16 +99,23 @@ def up(ctx):
     lock.write(str(os.getpid()))
     lock.flush()
     stopping = _stop_flag()
-    stack = Stack(sdir, ctx.config_path, cfg.redis_url, log=None)
+    logdir = os.path.join(sdir, "log")
+    stack = Stack(sdir, ctx.config_path, cfg.redis_url, log_dir=logdir, verbose=verbose)
+    if os.geteuid() == 0 and not cfg.worker["allow_root"]:
+        # One-user mode on root's own machine: refusing root's jobs would refuse every job.
+        click.echo("labq: warning: running as root: jobs submitted by root run as root "
+                   "(worker.allow_root is taken as true for labq up)", err=True)
+        stack.worker_args = ("--allow-root",)
     stack.start_all()
     click.echo(f"labq is up: Redis {stack.url}, scheduler pid {stack.procs['scheduler'].pid}, "
                f"worker pid {stack.procs['worker'].pid}")
+    click.echo(f"logs: {logdir}/{{scheduler,worker,redis}}.log")
     click.echo("submit with: labq sub --gpus 1 --time 1h -- python train.py    (then: labq stat)")
     code = 0
     while not stopping():
         dead = stack.dead()
         if dead:
-            click.echo(f"labq: {', '.join(dead)} exited unexpectedly; stopping", err=True)
+            click.echo(f"labq: {', '.join(dead)} exited unexpectedly (see {logdir}); stopping", err=True)
             code = 1
             break
         time.sleep(0.2)

@@ -1,7 +1,8 @@
 """`labq sub`: argv after `--`, a script with `#LABQ` directives, or a script on stdin.
 
 Precedence: command-line flags, then environment (LABQ_SUB_ACCOUNT, LABQ_SUB_QOS, LABQ_SUB_TIME),
-then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment).
+then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment), or,
+when it has none, its `#SBATCH` lines (cli/sbatch.py).
 """
 import os
 import shlex
@@ -9,10 +10,11 @@ import sys
 
 import click
 
-from labq.scheduler import units
+from labq.scheduler import exportenv, units, when
 from labq.scheduler.errors import UsageError
-from labq.scheduler.request import parse_dependency
+from labq.scheduler.jobspec import parse_dependency
 
+from . import sbatch
 from .common import echo_json, pass_ctx
 
 ENV = {"account": "LABQ_SUB_ACCOUNT", "qos": "LABQ_SUB_QOS", "time": "LABQ_SUB_TIME"}
@@ -53,17 +55,9 @@ def parse_array(text) -> tuple[list[int], int | None]:
 
 
 def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
-    """`2026-12-03T09:00` (local time), `now+1h`, or a bare delay `30m` → epoch seconds."""
-    import datetime
+    """A time as sbatch --begin takes it (scheduler/when.py) → epoch seconds."""
     import time
-    now = time.time() if now is None else now
-    s = str(text).strip()
-    if s[:4].isdigit() and "-" in s:
-        try:
-            return datetime.datetime.fromisoformat(s).timestamp()
-        except ValueError:
-            raise UsageError(f"{what}: expected 2026-12-03T09:00, now+1h or 30m, got {text!r}") from None
-    return now + units.parse_duration(s.removeprefix("now+"), what, bare_unit=1)
+    return when.parse(text, time.time() if now is None else now, what)
 
 
 def parse_codes(text) -> list[int]:
@@ -98,18 +92,19 @@ def directives(script: str) -> list[str]:
 
 
 OPTIONS = [
-    click.option("-J", "--name", help="Job name."),
+    click.option("-J", "--name", "--job-name", "name", help="Job name."),
     click.option("-A", "--account", help="Account (team) to charge."),
     click.option("--project", help="Project, for project budgets and reports."),
     click.option("-q", "--qos", help="QoS class (default: normal)."),
     click.option("--budget", "budget_name", help="A named batch budget to charge as well."),
     click.option("-G", "--gpus", help="GPUs: N or MODEL:N."),
-    click.option("-c", "--cpus", help="CPUs (default 1)."),
+    click.option("--gres", help="SLURM's gpu[:MODEL]:N (the same as --gpus [MODEL:]N)."),
+    click.option("-c", "--cpus", "--cpus-per-task", "cpus", help="CPUs (default 1)."),
     click.option("--mem", help="Memory, like 12G (default 0: no reservation)."),
     click.option("-t", "--time", "time_", help="Time limit: 2h, 90 (minutes), 1:30:00, 2-0."),
     click.option("--est", help="Expected runtime (forecast budget mode)."),
     click.option("--max-wait", help="Give up (EX) if not started within this long."),
-    click.option("--begin", help="Not before: a time (2026-12-03T09:00) or a delay (now+1h, 30m)."),
+    click.option("--begin", help="Not before: 16:00, tomorrow, now+30minutes, 2026-12-03T09:00, 30m."),
     click.option("-H", "--hold", is_flag=True, default=None, help="Submit held (labq release ID starts it)."),
     click.option("--deadline", help="End the job (DL) once it could no longer finish by this time (forms of --begin)."),
     click.option("-d", "--dependency", help="afterok:ID[:ID],afternotok:ID,afterany:ID,singleton (',' = all of)."),
@@ -128,6 +123,7 @@ OPTIONS = [
     click.option("-o", "--output", help="stdout pattern (default labq-%j.out; %j %A %a %x %u %r)."),
     click.option("-e", "--error", help="stderr pattern (default: with stdout)."),
     click.option("-D", "--chdir", help="Working directory (default: the current one)."),
+    click.option("--export", help="Environment the job gets: ALL (default: yours, now), NONE, or VAR[,VAR=value…]."),
     click.option("--tag", multiple=True, help="K=V tag, repeatable."),
     click.option("--test-only", is_flag=True, default=None, help="Forecast and verdict; submit nothing."),
     click.option("-W", "--wait", is_flag=True, default=None, help="Wait for the job; exit with its code."),
@@ -151,7 +147,7 @@ def sub(cctx, ctx, args, **opts):
     """Submit a job: `labq sub [opts] -- CMD…`, `labq sub SCRIPT [ARGS]`, or a script on stdin."""
     argv, script, script_name = _command(cctx, args)
     if script is not None:
-        _merge_directives(cctx, opts, directives(script))
+        _script_directives(cctx, opts, script)
         opts["name"] = opts.get("name") or script_name
     for key, var in ENV.items():
         opt = "time_" if key == "time" else key
@@ -164,7 +160,7 @@ def sub(cctx, ctx, args, **opts):
     if opts["as_json"]:
         echo_json(reply)
     elif opts["parsable"]:
-        click.echo(reply["display"])
+        click.echo(reply["job_id"])     # sbatch: an array's id alone, which `-d afterok:ID` accepts
     else:
         click.echo(f"Submitted job {reply['display']}")
     if opts["wait"]:
@@ -192,13 +188,24 @@ def _command(cctx, args):
     raise UsageError("give a command after --, a script file, or a script on stdin")
 
 
-def _merge_directives(cctx, opts, dirs):
+def _script_directives(cctx, opts, script: str) -> None:
+    """`#LABQ` lines, else `#SBATCH` lines (translated; what labq ignores is named in one warning)."""
+    dirs, what = directives(script), "#LABQ"
+    if not dirs:
+        dirs, ignored = sbatch.translate(sbatch.directives(script))
+        what = "#SBATCH"
+        if ignored:
+            click.echo(f"labq: warning: #SBATCH directives ignored: {' '.join(ignored)}", err=True)
+    _merge_directives(cctx, opts, dirs, what)
+
+
+def _merge_directives(cctx, opts, dirs, what: str = "#LABQ"):
     if not dirs:
         return
     try:
         sub_ctx = sub.make_context("sub", dirs + ["--", "true"], parent=cctx.parent)
     except click.UsageError as e:
-        raise UsageError(f"#LABQ directive: {e.format_message()}") from None
+        raise UsageError(f"{what} directive: {e.format_message()}") from None
     for k, v in sub_ctx.params.items():
         if k != "args" and opts.get(k) in (None, ()) and v not in (None, ()):
             opts[k] = v
@@ -206,6 +213,11 @@ def _merge_directives(cctx, opts, dirs):
 
 def build_body(opts, argv, script) -> dict:
     """The submit request body from parsed options. Raises UsageError on any bad value."""
+    if opts.get("gres") is not None and opts.get("gpus") is None:
+        gres = sbatch.gres(opts["gres"])
+        if gres is None:
+            raise UsageError(f"--gres: expected gpu[:MODEL]:N, got {opts['gres']!r}")
+        opts = {**opts, "gpus": gres[1]}
     model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
     body = {
         "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
@@ -213,6 +225,8 @@ def build_body(opts, argv, script) -> dict:
         "qos": opts.get("qos") or "", "budget": opts.get("budget_name") or "",
         "gpus": gpus, "gpu_type": model, "out": opts.get("output") or "", "err": opts.get("error") or "",
         "test_only": bool(opts.get("test_only")),
+        # sbatch's default: the job gets the environment the user submits from (their venv's PATH…)
+        **exportenv.capture(opts.get("export"), os.environ),
     }
     if opts.get("cpus") is not None:
         try:

@@ -15,6 +15,8 @@ from .model import Budget
 DEFAULT_PATH = "/etc/labq/labq.toml"
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
 QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
+# [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
+_SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Rates:
 class Config:
     redis_url: str = ""
     prefix: str = "labq"
+    redis_password_file: str = ""  # daemons: root-only file of "ROLE PASSWORD" lines (store/conn.py)
     tick: float = 1.0
     max_pending: int = 100_000
     max_pending_per_user: int = 10_000
@@ -87,6 +90,7 @@ class Config:
     start_timeout: float = 60.0    # an attempt no runner claimed by then is withdrawn and requeued uncharged
     fence_margin: float = 5.0      # after a node's lease is gone, wait this long before requeueing its attempts
     budget_mode: str = "safe"
+    metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
     qos: tuple[Qos, ...] = (Qos("normal", priority=100),
                             Qos("low", priority=0, preemptible=True, rate_factor=0.5))
@@ -102,7 +106,7 @@ class Config:
     retry_backoff_max: int = 3600
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
-    security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
+    security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
 
     def qos_named(self, name: str) -> Qos | None:
@@ -140,7 +144,8 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
              "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
-           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300}
+           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
+           "slurm_env": True}
 
 
 def _num(key, v, lo=None, integer=False):
@@ -239,26 +244,32 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 
 def _redis(t):
-    _check_keys("redis", t, {"url", "prefix"})
+    _check_keys("redis", t, {"url", "prefix", "password_file"})
     url = _str("redis.url", t.get("url", ""))
     if url and not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
     prefix = _str("redis.prefix", t.get("prefix", "labq"))
     if not prefix or ":" in prefix:
         raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    return {"redis_url": url, "prefix": prefix}
+    pw = _str("redis.password_file", t.get("password_file", ""))
+    if pw and not os.path.isabs(pw):
+        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
+    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw}
 
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
-                                 "start_timeout", "fence_margin"})
+                                 "metrics", "start_timeout", "fence_margin"})
     out = {}
     if "tick" in t:
         v = t["tick"]
         # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
-        tick = float(_num("scheduler.tick", v)) if isinstance(v, (int, float)) else _dur("scheduler.tick", v)
+        try:
+            tick = units.parse_seconds(v, "scheduler.tick")
+        except units.UsageError as e:
+            raise ConfigError("scheduler.tick", str(e).split(": ", 1)[-1]) from None
         if tick < 0.05:
             raise ConfigError("scheduler.tick", f"must be at least 0.05 seconds, got {v!r}")
         out["tick"] = tick
@@ -289,7 +300,20 @@ def _scheduler(t):
             out[k] = _dur(f"scheduler.{k}", t[k])
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
+    if "metrics" in t:
+        out["metrics"] = _address("scheduler.metrics", t["metrics"])
     return out
+
+
+def _address(key: str, v) -> str:
+    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
+    v = _str(key, v)
+    if v == "":
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
+    return v
 
 
 def _priority(t):
@@ -436,6 +460,7 @@ def _worker(t):
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
     _bool("worker.allow_root", out["allow_root"])
     _bool("worker.limit_cpus", out["limit_cpus"])
+    _bool("worker.slurm_env", out["slurm_env"])
     _num("worker.pids_max", out["pids_max"], lo=0, integer=True)
     if _num("worker.idle_gpu_util", out["idle_gpu_util"], lo=0) > 100:
         raise ConfigError("worker.idle_gpu_util", f"a percentage is at most 100, got {out['idle_gpu_util']!r}")
@@ -456,8 +481,18 @@ def _alerts(t):
 
 
 def _security(t):
-    _check_keys("security", t, {"acl", "admins"})
+    if "acl" in t:
+        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
+                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+    _check_keys("security", t, set(_SECURITY))
     admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) for a in admins):
+    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
         raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
-    return {"acl": _bool("security.acl", t.get("acl", False)), "admins": tuple(admins)}
+    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
+    if not 10 <= ttl <= 3600:
+        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
+    sock = _str("security.munge_socket", t.get("munge_socket", ""))
+    if sock and not os.path.isabs(sock):
+        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
+    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
+            "munge_socket": sock, "credential_ttl": ttl}

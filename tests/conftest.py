@@ -1,12 +1,9 @@
-"""Shared fixtures: a private redis-server per session on a unix socket, fakeredis, signal hygiene."""
+"""Shared fixtures: a private redis-server per session on a unix socket, fakeredis, the store pair on both,
+signal hygiene. Helpers (functions, constants) live in tests/harness.py: `from tests.harness import ...`."""
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass
 
 import fakeredis
 import pytest
@@ -16,43 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-
-@dataclass
-class RedisProc:
-    proc: subprocess.Popen
-    sock: str
-    dir: str
-
-    @property
-    def url(self) -> str:
-        return f"unix://{self.sock}"
-
-    def client(self, **kw) -> redis.Redis:
-        return redis.Redis(unix_socket_path=self.sock, decode_responses=True, **kw)
-
-
-def start_redis(timeout: float = 20.0, appendonly: bool = False) -> RedisProc:
-    exe = shutil.which("redis-server")
-    if not exe:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("redis-server is not installed")
-    d = tempfile.mkdtemp(prefix="labq-redis-", dir="/tmp")  # a unix socket path must stay under 108 bytes
-    sock = os.path.join(d, "redis.sock")
-    proc = subprocess.Popen(
-        [exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir", d, "--save", "",
-         "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    c, end = redis.Redis(unix_socket_path=sock), time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(proc.stderr.read().decode())
-        try:
-            c.ping()
-            return RedisProc(proc, sock, d)
-        except (redis.ConnectionError, FileNotFoundError):
-            if time.monotonic() > end:
-                proc.kill()
-                raise
-            time.sleep(0.01)
+from tests.harness import start_munged, start_redis  # noqa: E402  (needs ROOT on sys.path)
 
 
 @pytest.fixture(scope="session")
@@ -62,6 +23,15 @@ def redis_server():
     rp.proc.terminate()
     rp.proc.wait(10)
     shutil.rmtree(rp.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def munged():
+    mp = start_munged()
+    yield mp
+    mp.proc.terminate()
+    mp.proc.wait(10)
+    shutil.rmtree(mp.dir, ignore_errors=True)
 
 
 @pytest.fixture
@@ -77,24 +47,26 @@ def fake_redis():
     return fakeredis.FakeRedis(server=fakeredis.FakeServer(version=(7, 0)), decode_responses=True)
 
 
+@pytest.fixture(params=["fake", "real"])
+def conns(request):
+    """(decoded, raw) clients on one server: fakeredis, then a real redis-server, for the same tests."""
+    if request.param == "fake":
+        server = fakeredis.FakeServer(version=(7, 0))
+        yield (fakeredis.FakeRedis(server=server, decode_responses=True), fakeredis.FakeRedis(server=server))
+    else:
+        rp = request.getfixturevalue("redis_server")
+        c = rp.client()
+        c.flushall()
+        yield c, redis.Redis(unix_socket_path=rp.sock)
+
+
 @pytest.fixture(autouse=True)
 def _restore_signals():
-    """rq.Worker.work() leaves SIGINT/SIGTERM handlers installed; restore them after each test."""
+    """Code under test (an agent run in a thread, a runner) installs SIGINT/SIGTERM handlers;
+    restore them after each test."""
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGCHLD)
     saved = {s: signal.getsignal(s) for s in sigs}
     yield
     signal.alarm(0)
     for s, h in saved.items():
         signal.signal(s, h)
-
-
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.05, what: str = "condition"):
-    """Poll until predicate() is truthy; generous timeouts keep this deterministic on a loaded machine."""
-    end = time.monotonic() + timeout
-    while True:
-        v = predicate()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)

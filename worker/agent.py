@@ -69,7 +69,7 @@ class Agent:
             bool(w["allow_root"]), limit_cpus=bool(w["limit_cpus"]), pids_max=int(w["pids_max"]),
             idle_gpu_util=float(w["idle_gpu_util"]), idle_gpu_after=float(w["idle_gpu_after"]),
             stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos),
-            qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease)
+            slurm_env=bool(w["slurm_env"]), qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease)
         self.queue = Keys(cfg.prefix).dispatch(self.name)
         self.store = AgentStore(conn.connect(redis_url), Keys(cfg.prefix))
         self._stop = threading.Event()
@@ -226,7 +226,7 @@ class Agent:
         gpus = [g for g in (self.backend.devices() if changed else self.gpus) if g.uuid not in out]
         try:
             self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
-                                os.getpid(), self.lease)
+                                os.getpid(), self.lease, runs=launch.runs_for(self.settings))
         except conn.ERRORS as e:
             log.warning("node %s: cannot re-register its GPUs yet: %s", self.name, e)
             return
@@ -251,7 +251,7 @@ class Agent:
     # -- lease ---------------------------------------------------------------------------------
     def _register(self) -> None:
         self.store.register(self.name, self.cpus, self.mem, len(self.slots), self.gpus, socket.gethostname(),
-                            os.getpid(), self.lease)
+                            os.getpid(), self.lease, runs=launch.runs_for(self.settings))
 
     def _renew(self, now: float) -> None:
         try:

@@ -1,0 +1,229 @@
+"""Submit requests → job records, validated field by field. Requests come from an inbox anyone can
+write, so nothing here trusts its input: each bad field is a UsageError naming the field."""
+import os
+import re
+from dataclasses import fields, replace
+
+from . import exportenv
+from .config import Config
+from .errors import UsageError
+from .model import Job
+
+_STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
+_MAX_ARRAY = 100_000
+# Signals a job may ask for before its limit (--signal); SIGKILL/SIGSTOP would defeat the purpose.
+SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
+
+
+def _int(body, key, lo, default=None, optional=False):
+    v = body.get(key, default)
+    if v is None and optional:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        raise UsageError(f"{key}: expected an integer ≥ {lo}, got {v!r}")
+    return v
+
+
+def _bool(body, key, default=False):
+    v = body.get(key, default)
+    if not isinstance(v, bool):
+        raise UsageError(f"{key}: expected true or false, got {v!r}")
+    return v
+
+
+def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None) -> Job:
+    """A pending job (id 0, to be assigned) from a submit request's body. `lookup(text)` gives the
+    ids of the jobs a dependency names (`42`: the job, or every task of array 42; `42_3`: one
+    task), empty when there is none; without it a submit with dependencies is refused."""
+    if not isinstance(body, dict):
+        raise UsageError("submit: expected a JSON object")
+    for k in _STR:
+        if not isinstance(body.get(k, ""), str):
+            raise UsageError(f"{k}: expected a string, got {body[k]!r}")
+    argv, script = body.get("argv") or [], body.get("script")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise UsageError("argv: expected a list of strings")
+    if script is not None and not isinstance(script, str):
+        raise UsageError("script: expected the script's text")
+    if not argv and not script:
+        raise UsageError("command: give a command after --, a script file, or a script on stdin")
+    workdir = body.get("workdir", "")
+    if not isinstance(workdir, str) or not os.path.isabs(workdir):
+        raise UsageError(f"workdir: expected an absolute path, got {workdir!r}")
+    tags = body.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t)
+                                              for t in tags):
+        raise UsageError("tags: expected a list of [key, value] strings")
+    time_limit = _int(body, "time_limit", 1, optional=True) or cfg.default_time
+    warn_signal = body.get("signal")
+    if warn_signal is not None:
+        if (not isinstance(warn_signal, list) or len(warn_signal) != 2 or warn_signal[0] not in SIGNALS
+                or not isinstance(warn_signal[1], int) or isinstance(warn_signal[1], bool) or warn_signal[1] < 1):
+            raise UsageError(f"signal: expected [NAME, seconds ≥ 1] with NAME one of {', '.join(sorted(SIGNALS))}, "
+                             f"got {warn_signal!r}")
+        warn_signal = (warn_signal[0], warn_signal[1])
+    begin = body.get("begin")
+    if begin is not None and (not isinstance(begin, (int, float)) or isinstance(begin, bool) or begin < 0):
+        raise UsageError(f"begin: expected an epoch time in seconds, got {begin!r}")
+    held = body.get("hold", False)
+    if not isinstance(held, bool):
+        raise UsageError(f"hold: expected true or false, got {held!r}")
+    ckpt_code = _int(body, "checkpoint_exit_code", 1, optional=True)
+    if ckpt_code is not None and ckpt_code > 255:
+        raise UsageError(f"checkpoint_exit_code: expected 1–255, got {ckpt_code}")
+    qos = body.get("qos") or "normal"
+    if cfg.qos_named(qos) is None:
+        raise UsageError(f"qos: unknown QoS {qos!r} (configured: {', '.join(q.name for q in cfg.qos)})")
+    account = body.get("account") or cfg.default_account(user)
+    if cfg.accounts and account != "default" and cfg.account_named(account) is None:
+        raise UsageError(f"account: unknown account {account!r} (configured: "
+                         f"{', '.join(a.name for a in cfg.accounts)})")
+    export, env = exportenv.validate(body)
+    return Job(
+        id=0, user=user, account=account, argv=tuple(argv), export=export, env=env,
+        script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
+        project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
+        gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),
+        mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=_int(body, "est", 1, optional=True),
+        max_wait=_int(body, "max_wait", 0, optional=True), out=body.get("out", ""), err=body.get("err", ""),
+        tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
+        checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")),
+        **_run_policy(body, now, time_limit, begin, ckpt_code, lookup))
+
+
+def _run_policy(body: dict, now: float, time_limit: int, begin, ckpt_code, lookup) -> dict:
+    """Dependencies, deadline, retries and requeue, preemptibility, memory limit: Job fields."""
+    deps = resolve_deps(parse_dependency(body.get("dependency")), lookup or (lambda text: []))
+    retries = _int(body, "retries", 0, 0)
+    if retries > MAX_RETRIES:
+        raise UsageError(f"retries: at most {MAX_RETRIES}, got {retries}")
+    retry_on = body.get("retry_on", [])
+    if (not isinstance(retry_on, list) or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 255
+                                                   for c in retry_on)):
+        raise UsageError(f"retry_on: expected a list of exit codes 1–255, got {retry_on!r}")
+    if retry_on and not retries:
+        raise UsageError("retry_on: give --retries N too (how many times to retry on those exit codes)")
+    if ckpt_code is not None and ckpt_code in retry_on:
+        raise UsageError(f"retry_on: {ckpt_code} is the checkpoint exit code, which always requeues")
+    mem_limit = _int(body, "mem_limit", 0, 0)
+    if mem_limit and mem_limit < _int(body, "mem", 0, 0):
+        raise UsageError(f"mem_limit: {mem_limit} bytes is below the --mem reservation ({body['mem']} bytes)")
+    preemptible = body.get("preemptible")
+    if preemptible is not None and not isinstance(preemptible, bool):
+        raise UsageError(f"preemptible: expected true, false or null (the QoS decides), got {preemptible!r}")
+    deadline = body.get("deadline")
+    if deadline is not None:
+        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or not deadline >= 0:
+            raise UsageError(f"deadline: expected an epoch time in seconds, got {deadline!r}")
+        earliest = max(now, begin or 0)
+        if earliest + time_limit > deadline:
+            raise UsageError(f"deadline: the job could not finish by it: starting {earliest - now:.0f}s from now "
+                             f"with time limit {time_limit}s ends {earliest + time_limit - deadline:.0f}s after it")
+    return dict(deps=deps, kill_on_invalid_dep=_bool(body, "kill_on_invalid_dep"),
+                deadline=float(deadline) if deadline is not None else None, retries=retries,
+                retry_on=tuple(sorted(set(retry_on))), requeue=_bool(body, "requeue", True),
+                requeue_on_timeout=_bool(body, "requeue_on_timeout"), preemptible=preemptible, mem_limit=mem_limit)
+
+
+def array_range(body: dict) -> list[int] | None:
+    """The task indices of `-a LO-HI[:STEP]`, as [lo, hi, step] in the request, or None."""
+    a = body.get("array")
+    if a is None:
+        return None
+    if (not isinstance(a, list) or len(a) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in a)
+            or a[0] < 0 or a[1] < a[0] or a[2] < 1):
+        raise UsageError(f"array: expected [lo, hi, step] with 0 ≤ lo ≤ hi and step ≥ 1, got {a!r}")
+    idx = list(range(a[0], a[1] + 1, a[2]))
+    if len(idx) > _MAX_ARRAY:
+        raise UsageError(f"array: at most {_MAX_ARRAY} tasks, got {len(idx)}")
+    return idx
+
+
+def expand(template: Job, first_id: int, indices: list[int] | None, throttle: int | None = None) -> list[Job]:
+    if indices is None:
+        return [replace(template, id=first_id)]
+    # Job(**kw) with the fields copied once: dataclasses.replace re-reads every field per task.
+    base = {f.name: getattr(template, f.name) for f in fields(Job)}
+    base.update(array_id=first_id, array_count=len(indices), array_throttle=throttle)
+    return [Job(**{**base, "id": first_id + i, "array_index": ix}) for i, ix in enumerate(indices)]
+
+
+def array_throttle(body: dict) -> int | None:
+    t = body.get("array_throttle")
+    if t is None:
+        return None
+    if not isinstance(t, int) or isinstance(t, bool) or t < 1:
+        raise UsageError(f"array_throttle: expected an integer ≥ 1, got {t!r}")
+    return t
+
+
+MAX_RETRIES = 100
+MAX_DEP_JOBS = 10_000       # job ids one job may depend on, array tasks counted one by one
+DEP_KINDS = ("afterok", "afternotok", "afterany", "singleton")
+_DEP_ID = re.compile(r"^\d+(?:_\d+)?$")
+
+
+def parse_dependency(text) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`afterok:12:13,afternotok:14,singleton` (SLURM's syntax; `,` = all of) → ((kind, (id text, …)), …).
+    An id is a job (`42`, every task when 42 is an array) or one array task (`42_3`)."""
+    if text is None or text == "":
+        return ()
+    if not isinstance(text, str):
+        raise UsageError(f"dependency: expected text like afterok:12:13,singleton, got {text!r}")
+    if "?" in text:
+        raise UsageError(f"dependency: '?' (any of) is not supported, only ',' (all of): {text!r}")
+    out = []
+    for part in text.split(","):
+        kind, _, rest = part.strip().partition(":")
+        if kind not in DEP_KINDS:
+            raise UsageError(f"dependency: unknown type {kind!r} in {text!r} "
+                             f"(expected {', '.join(DEP_KINDS[:-1])} or singleton, like afterok:12:13)")
+        ids = tuple(rest.split(":")) if rest else ()
+        if kind == "singleton":
+            if ids:
+                raise UsageError(f"dependency: singleton takes no job ids, got {part!r}")
+        elif not ids or not all(_DEP_ID.match(i) for i in ids):
+            raise UsageError(f"dependency: expected {kind}:ID[:ID…] with ids like 42 or 42_3, got {part!r}")
+        out.append((kind, ids))
+    return tuple(out)
+
+
+def describe_deps(deps) -> str:
+    """`afterok:12:13,singleton`, the SLURM spelling (an array's tasks appear one by one)."""
+    return ",".join(kind + "".join(f":{i}" for i in ids) for kind, ids in deps)
+
+
+def resolve_deps(parsed, lookup) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Each id text → the job ids it names, through `lookup`; an unknown id is a UsageError."""
+    out, total = [], 0
+    for kind, texts in parsed:
+        ids = []
+        for t in texts:
+            found = lookup(t)
+            if not found:
+                raise UsageError(f"dependency: no such job {t} (in {kind}:{':'.join(texts)})")
+            ids += [i for i in found if i not in ids]
+        total += len(ids)
+        if total > MAX_DEP_JOBS:
+            raise UsageError(f"dependency: at most {MAX_DEP_JOBS} jobs (array tasks count one by one)")
+        out.append((kind, tuple(ids)))
+    return tuple(out)
+
+
+_TASKS = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$")
+
+
+def parse_task_ids(text: str):
+    """`42_3` or `42_[1-3,7]` → (42, {1, 2, 3, 7}); None when `text` names no array task."""
+    m = _TASKS.match(text)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return int(m.group(1)), {int(m.group(2))}
+    tasks = set()
+    for part in m.group(3).split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo or (dash and not hi) or int(hi or lo) < int(lo) or int(hi or lo) - int(lo) > _MAX_ARRAY:
+            raise UsageError(f"job id: expected 42_[1-3,7], got {text!r}")
+        tasks.update(range(int(lo), int(hi or lo) + 1))
+    return int(m.group(1)), tasks

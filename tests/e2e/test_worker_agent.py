@@ -1,0 +1,171 @@
+"""The node agent with its real persistent runner processes on a real redis-server: registration and
+lease, an attempt end to end through the node's dispatch list, malformed entries dropped,
+supervision, and a clean stop."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from labq.scheduler import dispatch
+from labq.worker.agent import Agent
+from tests.harness import (agent_config, events, idle_runners, K, NODE, put_job, ROOT, runner_states, send,
+                           wait_for)
+
+
+@pytest.fixture
+def agent(redis_server, real_redis, tmp_path):
+    a = Agent(agent_config(tmp_path), redis_server.url, stop_timeout=5)
+    t = threading.Thread(target=a.run, daemon=True)
+    t.start()
+    yield a, t
+    a.stop()
+    t.join(60)
+    assert not t.is_alive(), "the agent did not stop"
+
+
+def test_registers_node_and_lease(agent, real_redis):
+    wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+    node = real_redis.hgetall(K.node(NODE))
+    assert (node["cpus"], node["mem"], node["slots"]) == ("4", str(8 << 30), "2")
+    gpus = json.loads(node["gpus"])
+    assert [g[0] for g in gpus] == ["GPU-fake-tnode-0", "GPU-fake-tnode-1"] and gpus[0][2] == "fake-A100"
+    assert NODE in real_redis.smembers(K.nodes)
+    assert 0 < real_redis.pttl(K.node_lease(NODE)) <= 3000
+    states = idle_runners(real_redis, 2)
+    assert sorted(states) == ["0", "1"] and len({v.split()[1] for v in states.values()}) == 2, states
+    # Renewed every third of the lease: it outlives its first TTL.
+    first_hb = float(node["hb"])
+    wait_for(lambda: float(real_redis.hget(K.node(NODE), "hb")) > first_hb, timeout=30, what="lease renewal")
+    assert real_redis.exists(K.node_lease(NODE))
+
+
+def test_runs_a_dispatched_attempt_end_to_end(agent, real_redis, tmp_path):
+    put_job(real_redis, jid=11, argv=(sys.executable, "-c", "import os; print('ran on', os.environ['LABQ_NODE'])"),
+            workdir=str(tmp_path), time_limit=60)
+    send(real_redis, 11)
+    wait_for(lambda: events(real_redis, "finished"), timeout=60, what="finished event")
+    body = events(real_redis, "finished")[0]["body"]
+    assert body["outcome"] == "completed", body
+    assert (tmp_path / "labq-11.out").read_text() == f"ran on {NODE}\n"
+    # Taken off the node's list into a runner's own, and off that once done.
+    wait_for(lambda: not any(real_redis.llen(K.dispatch_slot(NODE, i)) for i in range(2)), timeout=30,
+             what="the slot lists to empty")
+    assert real_redis.llen(K.dispatch(NODE)) == 0
+
+
+def test_drops_malformed_entries_and_runs_nothing_else(agent, real_redis, tmp_path):
+    target = tmp_path / "pwned"
+    put_job(real_redis, jid=12, argv=("/bin/sh", "-c", f"touch {target}"), workdir=str(tmp_path), node="elsewhere")
+    for raw in ("os.mkdir", "12:1:x", "-1:1", "12"):
+        real_redis.lpush(K.dispatch(NODE), raw)
+    send(real_redis, 12)               # another node's attempt: fenced
+    wait_for(lambda: real_redis.llen(K.dispatch(NODE)) == 0, timeout=60, what="the entries taken")
+    idle_runners(real_redis, 2)
+    assert not target.exists() and events(real_redis) == []
+
+
+def test_dispatch_entry_rules():
+    assert dispatch.parse(dispatch.entry(12, 3)) == (12, 3)
+    for bad in ("12", "12:x", "a:1", "12:1:2", "-1:1", "1:-1", "", "9" * 50 + ":1"):
+        assert dispatch.parse(bad) is None, bad
+
+
+def test_restarts_a_dead_runner(agent, real_redis):
+    a, _ = agent
+    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(a.worker_pids()), timeout=30)
+    idle_runners(real_redis, 2)
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: len(a.worker_pids()) == 2 and pids[0] not in a.worker_pids(), timeout=30,
+             what="a replacement runner")
+    assert pids[1] in a.worker_pids()
+
+
+def test_stop_releases_the_lease_and_stops_runners(redis_server, real_redis, tmp_path):
+    a = Agent(agent_config(tmp_path, slots=1, lease="30s"), redis_server.url, stop_timeout=5)
+    t = threading.Thread(target=a.run, daemon=True)
+    t.start()
+    wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+    pids = wait_for(lambda: a.worker_pids(), timeout=30)
+    idle_runners(real_redis, 1)
+    a.stop()
+    t.join(60)
+    assert not t.is_alive()
+    assert not real_redis.exists(K.node_lease(NODE)), "released at once, not left to expire"
+    assert "node" in real_redis.lrange(K.wake, 0, -1)
+    assert a.worker_pids() == [] and all(not os.path.exists(f"/proc/{p}") for p in pids)
+
+
+def start_agent_process(redis_server, tmp_path, slots=1, extra=""):
+    cfg = tmp_path / "labq.toml"
+    cfg.write_text(f'[scheduler]\nnode_lease = "30s"\nkill_wait = "1s"\n[worker]\nname = "{NODE}"\n'
+                   f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = {slots}\nspool = "{tmp_path / "spool"}"\n'
+                   f'run_as = "self"\n{extra}')
+    code = (f"import logging, sys; sys.path.insert(0, {ROOT!r}); logging.basicConfig(level=logging.INFO)\n"
+            f"from labq.scheduler import config; from labq.worker.agent import Agent\n"
+            f"sys.exit(Agent(config.load({str(cfg)!r}), {redis_server.url!r}, {str(cfg)!r}, stop_timeout=1).run())")
+    return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+
+
+def start_sleeping_job(redis_server, real_redis, tmp_path, jid=21, script=None, **kw) -> int:
+    """A job that runs until killed, through the agent's runners; returns its pid."""
+    pidfile = tmp_path / f"job{jid}.pid"
+    script = script or "exec sleep 300"
+    put_job(real_redis, jid=jid, gpus=(), argv=("/bin/bash", "-c", f"echo $$ > {pidfile}; {script}"),
+            workdir=str(tmp_path), time_limit=600, **kw)
+    send(real_redis, jid)
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=60, what="job start")
+    return int(pidfile.read_text())
+
+
+CHECKPOINTER = "trap 'echo checkpointed > ckpt-$LABQ_JOB_ID; exit 0' USR1; while true; do sleep 0.1; done"
+STUBBORN = "trap '' USR1 TERM; while true; do sleep 0.1; done"
+
+
+def test_sigterm_preempts_running_jobs_with_their_checkpoint_signal(redis_server, real_redis, tmp_path):
+    """systemctl stop: SIGTERM to the agent only (KillMode=mixed). Each running job gets its
+    checkpoint signal (--signal USR1) and its QoS grace, capped by worker.stop_grace; one that
+    checkpoints and exits and one that ignores it and is killed at the end of the grace both end
+    `preempted`, which the scheduler requeues. The agent exits 0 and gives its lease up."""
+    p = start_agent_process(redis_server, tmp_path, slots=2, extra='stop_grace = "3s"\n')
+    try:
+        wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+        good = start_sleeping_job(redis_server, real_redis, tmp_path, jid=31, script=CHECKPOINTER,
+                                  warn_signal=("USR1", 60))
+        bad = start_sleeping_job(redis_server, real_redis, tmp_path, jid=32, script=STUBBORN, warn_signal=("USR1", 60))
+        wait_for(lambda: len(events(real_redis, "started")) == 2, timeout=30, what="both started")
+        stopped_at = time.time()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=90)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert not real_redis.exists(K.node_lease(NODE))
+    fin = {int(e["job"]): e["body"] for e in events(real_redis, "finished")}
+    assert set(fin) == {31, 32}, err
+    assert all(b["outcome"] == "preempted" and "stopping" in b["message"] for b in fin.values()), fin
+    assert (tmp_path / "ckpt-31").read_text() == "checkpointed\n", "the checkpoint signal reached the job"
+    assert fin[31]["exit_code"] == 0 and fin[32]["signal"] == signal.SIGKILL
+    assert fin[32]["end_time"] - stopped_at >= 3 - 0.1, "SIGKILL only once the grace (stop_grace) had passed"
+    assert "preempted 2 running job(s)" in err
+    for pid in (good, bad):
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30, what="the job to die")
+
+
+def test_agent_killed_takes_its_jobs_down(redis_server, real_redis, tmp_path):
+    """kill -9 of the agent: its workers get PDEATHSIG and stop cold, killing the job tree, so no
+    job outlives the node's lease (the scheduler requeues after it expires)."""
+    p = start_agent_process(redis_server, tmp_path)
+    try:
+        wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
+        job_pid = start_sleeping_job(redis_server, real_redis, tmp_path)
+        p.kill()
+        p.communicate(timeout=30)
+        wait_for(lambda: not os.path.exists(f"/proc/{job_pid}"), timeout=30, what="the job to die")
+    finally:
+        p.kill()
+    assert real_redis.exists(K.node_lease(NODE)), "a crashed agent releases nothing: the lease expires"
