@@ -161,11 +161,16 @@ def acting_as(ident: Identity):
 
 
 # -- files -------------------------------------------------------------------------------------
-def _open_log(path: str) -> int:
+def _open_log(path: str, umask: int = 0o022) -> int:
     # O_NONBLOCK: a FIFO planted at the path fails with ENXIO instead of hanging the runner.
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    mode = 0o666 & ~umask        # the submitter's umask, not the runner's (SLURM's behaviour)
     try:
-        fd = os.open(path, flags, 0o644)
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+            os.fchmod(fd, mode)  # os.open's mode passes through the runner's own umask too
+        except FileExistsError:  # a restarted job appends; the file keeps the mode it has
+            fd = os.open(path, flags)
     except OSError as e:
         raise StartError(f"cannot open log file {path}: {e.strerror}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -184,9 +189,9 @@ def open_logs(job: Job, ident: Identity) -> tuple[int, int]:
             os.close(os.open(job.workdir, os.O_RDONLY | os.O_DIRECTORY))
         except OSError as e:
             raise StartError(f"working directory {job.workdir}: {e.strerror}") from None
-        ofd = _open_log(out)
+        ofd = _open_log(out, job.umask)
         try:
-            efd = ofd if err == out else _open_log(err)
+            efd = ofd if err == out else _open_log(err, job.umask)
         except StartError:
             os.close(ofd)
             raise
@@ -291,11 +296,12 @@ def _child_setup(ident: Identity, cgroup_procs: str):
 
 
 def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int,
-          cgroup_procs: str = "") -> subprocess.Popen:
-    """Start the command in a new session (its own process group, no controlling terminal), in
-    the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the job's user, dying with us."""
+          umask: int = 0o022, cgroup_procs: str = "") -> subprocess.Popen:
+    """Start the command in a new session (its own process group, no controlling terminal), with
+    the submitter's umask, in the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the
+    job's user, dying with us."""
     kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
-              close_fds=True, umask=0o022, preexec_fn=_child_setup(ident, cgroup_procs))
+              close_fds=True, umask=umask, preexec_fn=_child_setup(ident, cgroup_procs))
     if ident.drop:
         argv = ["/bin/bash", "-c", WRAPPER, "labq-job", workdir, *cmd]
         kw["cwd"] = "/"

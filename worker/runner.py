@@ -244,7 +244,8 @@ class Run:
         exec (launch.spawn), so this runner never moves."""
         procs = os.path.join(self.cg.path, "cgroup.procs") if self.cg is not None else ""
         try:
-            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, cgroup_procs=procs)
+            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,
+                                     cgroup_procs=procs)
         except launch.StartError:
             if not procs:
                 raise
@@ -252,7 +253,7 @@ class Run:
             self._release_cgroup()
             if self.mem_limit > 0:
                 self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
-            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd)
+            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask)
 
     def _release_cgroup(self) -> None:
         cg, self.cg = self.cg, None
