@@ -89,6 +89,7 @@ class Config:
     kill_wait: int = 30
     start_timeout: float = 60.0    # an attempt no runner claimed by then is withdrawn and requeued uncharged
     fence_margin: float = 5.0      # after a node's lease is gone, wait this long before requeueing its attempts
+    lease: float = 0.0             # the leader lease; 0: max(10s, 3 ticks)
     budget_mode: str = "safe"
     metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
@@ -259,7 +260,7 @@ def _redis(t):
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
-                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
+                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
                                  "metrics", "start_timeout", "fence_margin"})
     out = {}
@@ -286,6 +287,10 @@ def _scheduler(t):
             out[k] = float(_num(f"scheduler.{k}", v, lo=0)) if isinstance(v, (int, float)) else _dur(f"scheduler.{k}", v)
     if out.get("node_lease", 1) < 1:
         raise ConfigError("scheduler.node_lease", "must be at least 1s")
+    if "lease" in t:
+        out["lease"] = float(_dur("scheduler.lease", t["lease"]))
+        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
+            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
     if out.get("default_time", 1) < 1:
         raise ConfigError("scheduler.default_time", "must be at least 1s")
     if "backfill_depth" in t:
