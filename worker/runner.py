@@ -422,10 +422,11 @@ class Run:
         if why == "exited" and self.ckpt_dir:
             self._tick_checkpoint()
         if oom:
-            self.body.update(outcome="oom", message=oom)
             self._say(jobmsg.oom(self.job.display_id, limit=fmt_size(self.mem_limit) if self.mem_limit else ""))
-        elif why in _HARD:
+        elif why in _HARD:       # stopped without a grace, so no line was written when the stop began
             self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, end))
+        if oom:
+            self.body.update(outcome="oom", message=oom)
         elif why == "exited" and code and code == self.job.checkpoint_exit_code:
             self.body.update(outcome="checkpoint_exit", message=f"checkpoint exit code {code}: requeued")
         elif why == "exited":
