@@ -162,7 +162,7 @@ class Scheduler:
             for acct in [a for a in usage if usage[a] != self.usage.get(a)]:
                 writes.put_usage(p, self.k, acct, *usage[acct])
             for c in charges:
-                writes.put_charge(p, self.k, c, now, self.books.period(c.budget, now))
+                writes.put_charge(p, self.k, c, now, c.period or self.books.period(c.budget, now))
             for key in {c.key for c in charges}:
                 writes.mark_charged(p, self.k, key)
             for jid, value in controls:
