@@ -15,7 +15,7 @@ from . import auth, fairshare, ledger, munge, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job, Snapshot
-from .jobspec import parse_task_ids
+from .jobspec import resolve_ref
 from .store import conn
 from .store.keys import Keys
 from .store.reads import Reader
@@ -26,6 +26,12 @@ _ERRORS = {2: UsageError, 3: RefusedError, 4: UnreachableError}
 
 def current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def current_umask() -> int:
+    mask = os.umask(0o077)    # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 class Client:
@@ -78,7 +84,8 @@ class Client:
         return reply
 
     def submit(self, body: dict, timeout: float = 30.0) -> dict:
-        return self._checked(self.request("submit", body, timeout))
+        # The job and its log files get the submitter's umask, as under SLURM.
+        return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
 
     def act_on(self, op: str, ids: list[str]) -> dict:
         """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
@@ -100,20 +107,7 @@ class Client:
     # -- reads ---------------------------------------------------------------------------------
     def resolve(self, text: str) -> list[Job]:
         """Jobs named by `42` (or every task of array 42) or `42_3`."""
-        try:
-            tasks = parse_task_ids(str(text))
-            if tasks:
-                a, wanted = tasks
-                return [j for j in self._array(a) if j.array_index in wanted]
-            jid = int(text)
-        except ValueError:
-            raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
-        job = self.read.job(jid)
-        if job is None:
-            return []
-        if job.array_id == jid:
-            return self._array(jid)
-        return [job]
+        return resolve_ref(text, self.read.job, self._array)
 
     def _array(self, array_id: int) -> list[Job]:
         first = self.read.job(array_id)

@@ -56,6 +56,3 @@ class Plan:
     pending: tuple[Pending, ...] = ()
     preempts: tuple[Preempt, ...] = ()
     starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
-
-    def is_noop(self) -> bool:
-        return not self.places and not self.expires and not self.preempts

@@ -192,8 +192,8 @@ class _Pass:
         prio, reclaim = (q.priority if q else 0), self.usage.within_guarantee(job)
         if not reclaim and (self.lowest_victim is None or prio <= self.lowest_victim):
             return False
-        shape = capacity._shape(job)
-        return not any(r == reclaim and p >= prio and capacity._covers(f, shape) for p, r, f in self.no_victims)
+        shape = capacity.shape(job)
+        return not any(r == reclaim and p >= prio and capacity.covers(f, shape) for p, r, f in self.no_victims)
 
     def _preempt(self, job: Job):
         """(reason, detail) once victims are chosen; else the PreemptionDeferred verdict, or None."""
@@ -204,7 +204,7 @@ class _Pass:
         choice = preempt.choose(job, nodes, ok, self.now) if ok else None
         if choice is None and not later:
             q = self.cfg.qos_named(job.qos)
-            self.no_victims.append((q.priority if q else 0, reclaim, capacity._shape(job)))
+            self.no_victims.append((q.priority if q else 0, reclaim, capacity.shape(job)))
         if choice is None:
             if later and preempt.choose(job, nodes, ok + [v for v, _ in later], self.now):
                 wait = min(w for _, w in later)

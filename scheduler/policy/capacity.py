@@ -119,31 +119,31 @@ class Placer:
     def find(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """(spot, roomy): the best node that has room for the job and `accept`s it, and whether any
         node had room. A request that found no room is remembered, so that larger ones skip the scan."""
-        shape = _shape(job)
-        if any(_covers(f, shape) for f in self.failed):
+        req = shape(job)
+        if any(covers(f, req) for f in self.failed):
             return None, False
         spot, roomy = self.best_fit(job, accept)
         if not roomy:
-            self.failed = [f for f in self.failed if not _covers(shape, f)] + [shape]
+            self.failed = [f for f in self.failed if not covers(req, f)] + [req]
         return spot, roomy
 
     def fits_unchanged(self, job: Job) -> bool:
         """Whether the job fits, for a Placer whose capacity is never taken: then a request no larger
         than one that fitted (and no more specific about the model) fits too."""
-        shape = _shape(job)
-        if any(_covers(shape, h) for h in self.held):
+        req = shape(job)
+        if any(covers(req, h) for h in self.held):
             return True
         if self.find(job)[0] is None:
             return False
-        self.held = [h for h in self.held if not _covers(h, shape)] + [shape]
+        self.held = [h for h in self.held if not covers(h, req)] + [req]
         return True
 
 
-def _shape(job: Job) -> tuple[int, str, int, int]:
+def shape(job: Job) -> tuple[int, str, int, int]:
     return (job.gpus, job.gpu_type, job.cpus, job.mem)
 
 
-def _covers(small, big) -> bool:
+def covers(small, big) -> bool:
     """Whether request `big` is at least as hard to place as `small`: no smaller anywhere, and asking
     for a GPU model whenever `small` does (an untyped request can use any model)."""
     g, model, c, m = small

@@ -10,8 +10,8 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
-from . import codec
 from .keys import CONSUMER, GROUP, Keys
+from .reads import load_job, load_jobs
 
 
 class SchedulerStore:
@@ -65,14 +65,17 @@ class SchedulerStore:
 
     # -- loading -------------------------------------------------------------------------------
     def active_jobs(self) -> dict[int, Job]:
-        ids = self.r.zrange(self.k.active, 0, -1)
-        jobs = {}
-        for chunk in _chunks(ids, 1000):
-            for raw in self.r.mget([self.k.job(int(i)) for i in chunk]):
-                if raw:
-                    j = codec.loads(raw)
-                    jobs[j.id] = j
-        return jobs
+        return {j.id: j for j in load_jobs(self.r, self.k, self.r.zrange(self.k.active, 0, -1))}
+
+    def job(self, jid: int) -> Job | None:
+        """One job record (an ended job, which the scheduler does not keep in memory)."""
+        return load_job(self.r, self.k, jid)
+
+    def jobs(self, ids) -> list[Job]:
+        return load_jobs(self.r, self.k, ids)
+
+    def job_seq(self) -> int:
+        return int(self.r.get(self.k.seq) or 0)
 
     def nodes(self, now: float) -> tuple[Node, ...]:
         names = sorted(self.r.smembers(self.k.nodes))
@@ -170,17 +173,16 @@ class SchedulerStore:
                     out.append((stream, eid, fields))
         return out
 
+    def replies_done(self, rids: list[str]) -> list:
+        """The kept reply of each request id already answered (None where not): one MGET per batch."""
+        return self.r.mget([self.k.done(r) for r in rids]) if rids else []
+
+    def ack(self, p, stream: str, *eids: str) -> None:
+        p.xack(stream, GROUP, *eids)
+
     def claim_credential(self, key: str, entry: str, ttl: float):
         """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
         claimed it before a restart) or None (another entry did: a replay)."""
         if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
             return "new"
         return "same" if self.r.get(self.k.credential(key)) == entry else None
-
-    def ack(self, p, stream: str, eid: str) -> None:
-        p.xack(stream, GROUP, eid)
-
-
-def _chunks(seq, n):
-    for i in range(0, len(seq), n):
-        yield seq[i:i + n]
