@@ -74,6 +74,7 @@ class Scheduler(Committer):
         self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
         self.guard = crashguard.CrashGuard.from_config(cfg)
         self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
+        self.ended_shown: dict[int, str] = {}   # their display ids, where not the id ("126_7")
         # Budget limits, overrides, periods, alerts and the stop policy. It keeps `self.cfg.budgets`
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
@@ -409,7 +410,8 @@ class Scheduler(Committer):
                 if j is not None and j.current and at > (j.current.last_checkpoint or 0):
                     jobs[jid] = tr.checkpointed(j, at) or j
         return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
-                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states())
+                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states(),
+                        shown=tuple(sorted(self.ended_shown.items())))
 
     def ended_states(self, extra: Job | None = None) -> tuple:
         """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
@@ -420,9 +422,12 @@ class Scheduler(Committer):
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
-            found = {j.id: j.state for j in Reader(self.store.r, self.k).jobs(missing)}
-            self.ended.update((i, found.get(i, "")) for i in missing)
+            found = Reader(self.store.r, self.k).jobs(missing)
+            states_ = {j.id: j.state for j in found}
+            self.ended.update((i, states_.get(i, "")) for i in missing)
+            self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
         self.ended = {i: self.ended[i] for i in want}
+        self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
