@@ -11,7 +11,7 @@ import pwd
 import time
 import uuid
 
-from . import auth, fairshare, ledger, munge, periods, states
+from . import auth, fairshare, ledger, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job
@@ -63,9 +63,10 @@ class Client:
         raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")
 
     def _sign(self, fields: dict) -> dict:
+        from .munge import MungeError
         try:
             return auth.sign(fields, self.cfg.security)
-        except munge.MungeError as e:
+        except MungeError as e:
             raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
 
     def _await_reply(self, rid: str, seconds: float):
