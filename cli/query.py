@@ -2,7 +2,6 @@
 import csv
 import io
 import os
-import sys
 import time
 
 import click
@@ -11,34 +10,20 @@ from labq.scheduler import states
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
 
-from . import render
-from .common import echo_json, fail, pass_ctx
+from . import hot, render, spec
+from .common import echo_json, pass_ctx
+from .spec import with_options
 
 
 @click.command()
-@click.option("-u", "--user", help="Only this user's jobs.")
-@click.option("-A", "--account", help="Only this account's jobs.")
-@click.option("-t", "--state", "state", help="Only these states, comma-separated (PD,R).")
-@click.option("--me", is_flag=True, help="Only my jobs.")
-@click.option("--start", is_flag=True, help="Expected start of pending jobs (from running jobs' time limits).")
-@click.option("--json", "as_json", is_flag=True)
+@with_options(spec.STAT)
 @pass_ctx
 def stat(ctx, user, account, state, me, start, as_json):
     """The queue: pending and running jobs, with a capacity header."""
-    c, now = ctx.client, time.time()
-    jobs = c.read.active()
     if start:
-        return _stat_start(c, jobs, now, user or (c.user if me else None), account, as_json)
-    user = c.user if me else user
-    wanted = {s.strip().upper() for s in state.split(",")} if state else None
-    shown = [j for j in sorted(jobs, key=lambda j: j.id)
-             if (not user or j.user == user) and (not account or j.account == account)
-             and (not wanted or j.state in wanted)]
-    if as_json:
-        return echo_json([render.job_dict(j, now) for j in shown])
-    click.echo(render.capacity_line(c.nodes(), jobs))
-    rows = [render.stat_row(j, now, label) for label, j in render.compact(shown)]
-    click.echo(render.table(rows, render.STAT_HEADERS))
+        c, now = ctx.client, time.time()
+        return _stat_start(c, c.read.active(), now, user or (c.user if me else None), account, as_json)
+    hot.stat(ctx.thin, user=user, account=account, state=state, me=me, as_json=as_json)
 
 
 def _stat_start(c, jobs, now, user, account, as_json):
@@ -63,134 +48,35 @@ def _when(t, now):
 
 @click.command()
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True)
+@with_options(spec.SHOW)
 @pass_ctx
 def show(ctx, job_id, as_json):
     """One job in full: request, state and the reason with its numbers, attempts, cost."""
-    j = ctx.client.job(job_id)
-    d = render.job_dict(j)
-    if as_json:
-        return echo_json(d)
-    from labq.scheduler.logpath import out_path
-    lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
-             f"  state: {j.state}" + (f"  reason: {j.reason} — {j.detail}" if j.state == states.PENDING else
-                                      f"  {j.detail}" if j.detail else ""),
-             f"  request: {j.gpus} GPU{'s' if j.gpus != 1 else ''}{' ' + j.gpu_type if j.gpu_type else ''}, "
-             f"{j.cpus} CPUs, {fmt_size(j.mem)}, time limit {fmt_duration(j.time_limit)}"
-             + (f", max wait {fmt_duration(j.max_wait)}" if j.max_wait is not None else ""),
-             f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
-             f"  submitted {_ts(j.submit_time)}, started {_ts(j.start_time)}, ended {_ts(j.end_time)}",
-             f"  restarts: {j.restart_count}  exit code: {j.exit_code}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
-    if j.deps:
-        lines.append(f"  dependency: {d['dependency']}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep else ""))
-    if j.deadline:
-        lines.append(f"  deadline: {_ts(j.deadline)}")
-    if j.preempt_count or j.borrowed or j.state == states.PREEMPTING:
-        lines.append(f"  preempted {j.preempt_count} time(s)" + ("; runs on borrowed GPUs (may be reclaimed)"
-                                                                  if j.borrowed else "")
-                     + (f"; draining for job {j.preempted_for}" if j.preempted_for else ""))
-    if j.retries:
-        lines.append(f"  retries: {j.retries_used}/{j.retries} used"
-                     + (f", on exit codes {','.join(map(str, j.retry_on))}" if j.retry_on else "")
-                     + (f"; eligible again {_ts(j.eligible_time)}" if j.state == states.PENDING and j.eligible_time
-                        else ""))
-    if j.commit:
-        lines.append("  committed: " + ", ".join(f"{b} {fmt_money(m)}" for b, m in j.commit))
-    for a in j.attempts:
-        lines.append(f"  attempt {a.attempt}: node {a.node} gpus {','.join(a.gpus) or '-'} "
-                     f"{_ts(a.start_time or a.dispatch_time)} → {_ts(a.end_time)} {a.outcome or 'running'}"
-                     f" exit {a.exit_code} cost {fmt_money(a.cost)}"
-                     + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else "")
-                     + (f" last checkpoint {_ts(a.last_checkpoint)}" if a.last_checkpoint else "")
-                     + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
-        if render.usage_text(a.usage):
-            lines.append(f"    usage: {render.usage_text(a.usage)}")
-    click.echo("\n".join(lines))
+    hot.show(ctx.thin, job_id, as_json=as_json)
 
 
-def _ts(t):
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+_ts = hot.ts
 
 
 @click.command()
 @click.argument("job_id")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing as the job writes, until it ends.")
-@click.option("--err", is_flag=True, help="Show the stderr file (when -e gave one).")
+@with_options(spec.LOGS)
 @pass_ctx
 def logs(ctx, job_id, follow, err):
     """A job's output."""
-    from labq.scheduler.logpath import err_path, out_path
-    j = ctx.client.job(job_id)
-    path = err_path(j) if err else out_path(j)
-    pos = 0
-    while True:
-        try:
-            with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-                pos += len(chunk)
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-        except FileNotFoundError:
-            if not follow and j.state != states.PENDING:
-                fail(f"no output yet at {path}", 2)
-        except PermissionError:
-            fail(f"cannot read {path}: permission denied", 2)
-        if not follow or j.state in states.TERMINAL:
-            return
-        time.sleep(0.5)
-        j = ctx.client.job(job_id)
+    hot.logs(ctx.thin, job_id, follow=follow, err=err)
 
 
-def exit_status(j) -> int:
-    if j.state == states.COMPLETED:
-        return 0
-    if j.exit_code is not None and j.exit_code > 0:
-        return min(j.exit_code, 255)
-    if j.exit_code is not None and j.exit_code < 0:
-        return 128 + (-j.exit_code)
-    return 1
-
-
-def wait_for_jobs(client, ids, quiet=False, timeout=None) -> int:
-    jobs = [j for i in ids for j in (client.resolve(i) or _missing(i))]
-    end = time.monotonic() + timeout if timeout else None
-    code = 0
-    for job in jobs:
-        while job.state not in states.TERMINAL:
-            if end and time.monotonic() > end:
-                fail(f"timed out waiting for job {job.display_id}", 1)
-            time.sleep(0.2)
-            job = client.read.job(job.id)
-        if not quiet:
-            click.echo(f"{job.display_id} {job.state} exit={job.exit_code}")
-        code = code or exit_status(job)
-    return code
-
-
-def _missing(i):
-    raise UsageError(f"no such job: {i}")
+exit_status, wait_for_jobs = hot.exit_status, hot.wait_for_jobs
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True)
-@click.option("--timeout", help="Give up after this long (exit 1).")
+@with_options(spec.WAIT)
 @pass_ctx
 def wait(ctx, job_ids, timeout):
     """Block until the jobs end; exit with the (first failing) job's exit code."""
-    secs = parse_duration(timeout, "--timeout", bare_unit=1) if timeout else None
-    sys.exit(wait_for_jobs(ctx.client, list(job_ids), timeout=secs))
-
-
-def _control(ctx, op, job_ids):
-    reply = ctx.client.act_on(op, list(job_ids))
-    for r in reply.get("results", []):
-        if r["ok"]:
-            click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else r['state']}")
-        else:
-            click.echo(f"labq: {r['error']}", err=True)
-    if not reply.get("ok"):
-        sys.exit(reply.get("code") or 2)
+    hot.wait(ctx.thin, job_ids, timeout=timeout)
 
 
 @click.command("del")
@@ -198,7 +84,7 @@ def _control(ctx, op, job_ids):
 @pass_ctx
 def delete(ctx, job_ids):
     """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait."""
-    _control(ctx, "cancel", job_ids)
+    hot.delete(ctx.thin, job_ids)
 
 
 @click.command()
@@ -206,7 +92,7 @@ def delete(ctx, job_ids):
 @pass_ctx
 def hold(ctx, job_ids):
     """Keep pending jobs from starting (reason Held) until released."""
-    _control(ctx, "hold", job_ids)
+    hot.control(ctx.thin, "hold", job_ids)
 
 
 @click.command()
@@ -214,7 +100,7 @@ def hold(ctx, job_ids):
 @pass_ctx
 def release(ctx, job_ids):
     """Let held jobs start again."""
-    _control(ctx, "release", job_ids)
+    hot.control(ctx.thin, "release", job_ids)
 
 
 @click.command()
@@ -222,7 +108,7 @@ def release(ctx, job_ids):
 @pass_ctx
 def requeue(ctx, job_ids):
     """Stop running jobs and put them back in the queue with the same id (your own; admins any)."""
-    _control(ctx, "requeue", job_ids)
+    hot.control(ctx.thin, "requeue", job_ids)
 
 
 def _since(text, what):

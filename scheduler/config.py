@@ -3,16 +3,14 @@
 The key names are a contract (DESIGN §8): add keys, rename none. Unknown keys are errors, because a
 misspelt limit that is silently ignored is worse than a refusal to start.
 """
-import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import units
 from .errors import ConfigError
+from .clientconf import DEFAULT_PATH, _check_keys, _str, _table, read_toml, redis_table, resolve_path  # noqa: F401
 from .model import Budget
-
-DEFAULT_PATH = "/etc/labq/labq.toml"
 
 
 @dataclass(frozen=True)
@@ -147,14 +145,6 @@ def _num(key, v, lo=None, integer=False):
     return v
 
 
-def _str(key, v, choices=None):
-    if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {v!r}")
-    if choices and v not in choices:
-        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
-    return v
-
-
 def _bool(key, v):
     if not isinstance(v, bool):
         raise ConfigError(key, f"expected true or false, got {v!r}")
@@ -168,33 +158,12 @@ def _dur(key, v):
         raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
 
 
-def _table(key, v):
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a table, got {v!r}")
-    return v
-
-
-def _check_keys(section, table, allowed):
-    for k in table:
-        if k not in allowed:
-            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
-
-
 def load(path: str | None = None) -> Config:
     """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
-    path = path or os.environ.get("LABQ_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    path = resolve_path(path)
     if not path:
         return Config()
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(path, "file not found") from None
-    except OSError as e:
-        raise ConfigError(path, f"cannot read: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(path, f"not valid TOML: {e}") from None
-    return from_dict(data, source=path)
+    return from_dict(read_toml(path), source=path)
 
 
 def loads(text: str, source: str = "<string>") -> Config:
@@ -235,13 +204,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 def _redis(t):
     _check_keys("redis", t, {"url", "prefix"})
-    url = _str("redis.url", t.get("url", ""))
-    if url and not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
-    prefix = _str("redis.prefix", t.get("prefix", "labq"))
-    if not prefix or ":" in prefix:
-        raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    return {"redis_url": url, "prefix": prefix}
+    return redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
 
 
 def _scheduler(t):

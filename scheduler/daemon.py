@@ -122,6 +122,7 @@ class Scheduler:
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         self.jobs = self.store.active_jobs()
+        self.store.rebuild_stat_rows(self.jobs.values())
         self.inboxes = self.store.known_inboxes()
         for s in [self.k.events] + [self.k.inbox(u) for u in self.inboxes]:
             self.store.ensure_group(s)

@@ -10,7 +10,7 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
-from . import codec
+from . import codec, statrows
 from .keys import CONSUMER, GROUP, Keys
 
 
@@ -62,6 +62,17 @@ class SchedulerStore:
                 return p.execute()
             except redis.WatchError:
                 raise StalePlanError("the leader lease changed during a transaction") from None
+
+    def rebuild_stat_rows(self, jobs) -> None:
+        """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
+        scheduler becomes leader, so rows of an older shape or an older labq are replaced."""
+        rows = {str(j.id): statrows.dumps(j) for j in jobs}
+
+        def build(p):
+            p.delete(self.k.stat_rows)
+            for chunk in _chunks(list(rows.items()), 10_000):
+                p.hset(self.k.stat_rows, mapping=dict(chunk))
+        self.txn(build)
 
     # -- loading -------------------------------------------------------------------------------
     def active_jobs(self) -> dict[int, Job]:

@@ -5,7 +5,7 @@ import time
 from .. import states
 from ..ledger import spent_field
 from ..model import Job
-from . import codec
+from . import codec, statrows
 from .keys import Keys
 
 REPLY_TTL = 600
@@ -17,13 +17,14 @@ def put_job(p, k: Keys, job: Job) -> None:
 
 
 def put_jobs(p, k: Keys, jobs) -> None:
-    """Job records and the active/history indexes, one ZADD/ZREM per index for the lot (a
-    100,000-task array is 100,000 SETs and three index commands, not 300,000 commands)."""
-    active, ended, stale = {}, {}, []
+    """Job records, their `stat` rows and the active/history indexes, one ZADD/ZREM/HSET per index
+    for the lot (a 100,000-task array is 100,000 SETs and four index commands, not 400,000)."""
+    active, ended, stale, rows = {}, {}, [], {}
     for job in jobs:
         p.set(k.job(job.id), codec.dumps(job))
         if job.state in states.ACTIVE:
             active[str(job.id)] = job.id
+            rows[str(job.id)] = statrows.dumps(job)
             if job.state == states.PENDING and job.attempts:
                 # Requeued: the control that stopped the last attempt (cancel for labq requeue,
                 # preempt) must not stop the next one before it starts.
@@ -33,8 +34,10 @@ def put_jobs(p, k: Keys, jobs) -> None:
             stale.append(k.control(job.id))
     if active:
         p.zadd(k.active, active)
+        p.hset(k.stat_rows, mapping=rows)
     if ended:
         p.zrem(k.active, *ended)
+        p.hdel(k.stat_rows, *ended)
         p.zadd(k.history, ended)
     if stale:
         p.delete(*stale)
