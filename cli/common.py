@@ -31,7 +31,7 @@ class Ctx:
             from labq.scheduler.clientconf import client_settings
             from labq.scheduler.thinclient import ThinClient
             s = client_settings(self.config_path)
-            self._thin = ThinClient(url_or_default(s["redis_url"]), s["prefix"])
+            self._thin = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
         return self._thin
 
     @property

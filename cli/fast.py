@@ -106,7 +106,7 @@ def _dispatch(config, command: str, params: dict) -> None:
 
     from .out import url_or_default
     s = client_settings(config)
-    client = ThinClient(url_or_default(s["redis_url"]), s["prefix"])
+    client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
     if command == "sub":
         from . import subcore
         return subcore.run(client, params, params.pop("args"), params.pop("dashdash"), _merge)

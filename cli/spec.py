@@ -37,6 +37,7 @@ SUB = [
     (("-o", "--output"), "str", "stdout pattern (default labq-%j.out; %j %A %a %x %u %r).", None),
     (("-e", "--error"), "str", "stderr pattern (default: with stdout).", None),
     (("-D", "--chdir"), "str", "Working directory (default: the current one).", None),
+    (("--export",), "str", "Environment the job gets: ALL (default: yours, now), NONE, or VAR[,VAR=value…].", None),
     (("--tag",), "multi", "K=V tag, repeatable.", ()),
     (("--test-only",), "flag", "Forecast and verdict; submit nothing.", None),
     (("-W", "--wait"), "flag", "Wait for the job; exit with its code.", None),

@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 
-from labq.scheduler import units
+from labq.scheduler import exportenv, units
 from labq.scheduler.errors import UsageError
 
 from .out import echo, echo_json
@@ -107,7 +107,7 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
     if opts["as_json"]:
         echo_json(reply)
     elif opts["parsable"]:
-        echo(reply["display"])
+        echo(reply["job_id"])     # sbatch: an array's id alone, which `-d afterok:ID` accepts
     else:
         echo(f"Submitted job {reply['display']}")
     if opts["wait"]:
@@ -144,6 +144,8 @@ def build_body(opts, argv, script) -> dict:
         "qos": opts.get("qos") or "", "budget": opts.get("budget_name") or "",
         "gpus": gpus, "gpu_type": model, "out": opts.get("output") or "", "err": opts.get("error") or "",
         "test_only": bool(opts.get("test_only")),
+        # sbatch's default: the job gets the environment the user submits from (their venv's PATH…)
+        **exportenv.capture(opts.get("export"), os.environ),
     }
     if opts.get("cpus") is not None:
         try:

@@ -23,10 +23,14 @@ class Client(ClientBase):
         self.user = user or current_user()
         self.read = Reader(self.r, self.k)
 
+    @property
+    def security(self) -> dict:
+        return self.cfg.security
+
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
         try:
-            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries)
+            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign)
         except conn.ERRORS as e:
             raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
 

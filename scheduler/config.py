@@ -9,8 +9,12 @@ from functools import cached_property
 
 from . import units
 from .errors import ConfigError
-from .clientconf import DEFAULT_PATH, _check_keys, _str, _table, read_toml, redis_table, resolve_path  # noqa: F401
+from .clientconf import (DEFAULT_PATH, _check_keys, _dur, _str, _table, read_toml, redis_table,  # noqa: F401
+                         refuse_removed, resolve_path, security_table)
 from .model import Budget
+
+# [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
+_SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Rates:
 class Config:
     redis_url: str = ""
     prefix: str = "labq"
+    redis_password_file: str = ""  # daemons: root-only file of "ROLE PASSWORD" lines (store/conn.py)
     tick: float = 1.0
     max_pending: int = 100_000
     max_pending_per_user: int = 10_000
@@ -80,6 +85,7 @@ class Config:
     default_time: int = 24 * 3600
     kill_wait: int = 30
     budget_mode: str = "safe"
+    metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
     qos: tuple[Qos, ...] = (Qos("normal", priority=100),
                             Qos("low", priority=0, preemptible=True, rate_factor=0.5))
@@ -95,7 +101,7 @@ class Config:
     retry_backoff_max: int = 3600
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
-    security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
+    security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
 
     def qos_named(self, name: str) -> Qos | None:
@@ -133,7 +139,8 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
              "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
-           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300}
+           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
+           "slurm_env": True}
 
 
 def _num(key, v, lo=None, integer=False):
@@ -149,13 +156,6 @@ def _bool(key, v):
     if not isinstance(v, bool):
         raise ConfigError(key, f"expected true or false, got {v!r}")
     return v
-
-
-def _dur(key, v):
-    try:
-        return units.parse_duration(v, key, bare_unit=1)
-    except units.UsageError as e:
-        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
 
 
 def load(path: str | None = None) -> Config:
@@ -203,14 +203,15 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 
 def _redis(t):
-    _check_keys("redis", t, {"url", "prefix"})
+    _check_keys("redis", t, {"url", "prefix", "password_file"})
     return redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
 
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
-                                 "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max"})
+                                 "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
+                                 "metrics"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -241,7 +242,20 @@ def _scheduler(t):
             out[k] = _dur(f"scheduler.{k}", t[k])
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
+    if "metrics" in t:
+        out["metrics"] = _address("scheduler.metrics", t["metrics"])
     return out
+
+
+def _address(key: str, v) -> str:
+    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
+    v = _str(key, v)
+    if v == "":
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
+    return v
 
 
 def _priority(t):
@@ -384,6 +398,7 @@ def _worker(t):
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
     _bool("worker.allow_root", out["allow_root"])
     _bool("worker.limit_cpus", out["limit_cpus"])
+    _bool("worker.slurm_env", out["slurm_env"])
     _num("worker.pids_max", out["pids_max"], lo=0, integer=True)
     if _num("worker.idle_gpu_util", out["idle_gpu_util"], lo=0) > 100:
         raise ConfigError("worker.idle_gpu_util", f"a percentage is at most 100, got {out['idle_gpu_util']!r}")
@@ -404,8 +419,6 @@ def _alerts(t):
 
 
 def _security(t):
-    _check_keys("security", t, {"acl", "admins"})
-    admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) for a in admins):
-        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
-    return {"acl": _bool("security.acl", t.get("acl", False)), "admins": tuple(admins)}
+    refuse_removed(t)
+    _check_keys("security", t, set(_SECURITY))
+    return security_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)

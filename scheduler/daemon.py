@@ -14,11 +14,11 @@ import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import alerts as budget_alerts, auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
-from .errors import LabqError, StalePlanError
+from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
 from .requests import Change, Handlers
 from .store import writes
@@ -61,6 +61,7 @@ class Scheduler:
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
+        self.metrics = None                # metrics.Metrics when scheduler.metrics is set
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -104,7 +105,10 @@ class Scheduler:
         ready = False
         while not stop():
             try:
+                started = time.monotonic()
                 leading = self.tick(self.clock(), woke)
+                if self.metrics:
+                    self.metrics.after_tick(self, time.monotonic() - started)
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -190,6 +194,8 @@ class Scheduler:
         self.books.applied(books, now)
         for a in alerts:
             self.books.hooks.deliver(a)
+            if self.metrics:
+                self.metrics.alert(a)
         for j in jobs:
             if j.state in states.ACTIVE:
                 self.jobs[j.id] = j
@@ -236,8 +242,15 @@ class Scheduler:
                 break
 
     def _request(self, now: float, stream: str, eid: str, fields: dict) -> None:
-        user = stream.rsplit(":", 1)[1]
         rid = fields.get("rid") or eid
+        sec = self.cfg.security
+        try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
+            user = auth.identify(fields, stream.rsplit(":", 1)[1], sec, now,
+                                 lambda key: self.store.claim_credential(key, f"{stream}/{eid}", sec["credential_ttl"]))
+        except RefusedError as e:
+            log.warning("inbox %s entry %s: %s", stream, eid, e)
+            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
+            return
         prior = self.store.r.get(self.k.done(rid))
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
             self.commit(reply=(rid, json.loads(prior)), ack=(stream, eid))
@@ -250,6 +263,8 @@ class Scheduler:
             change = Change(reply={"ok": False, "code": code, "error": str(e)})
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
                     ack=(stream, eid), alerts=change.alerts, books=change.books)
+        if self.metrics:
+            self.metrics.requests.inc()
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
@@ -357,7 +372,10 @@ class Scheduler:
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
+        started = time.monotonic()
         p = policy.plan(self.snapshot(now), self.cfg)
+        if self.metrics:
+            self.metrics.plan_seconds.observe(time.monotonic() - started)
         changed, dispatch = [], []
         for place in p.places:
             j = tr.admit(self.jobs[place.job_id], place, now)

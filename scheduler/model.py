@@ -85,6 +85,8 @@ class Job:
     retries: int = 0                      # --retries N for node_failure and --retry-on exit codes
     retry_on: tuple[int, ...] = ()        # --retry-on CODES
     requeue_on_timeout: bool = False      # --requeue-on-timeout: a timeout after a checkpoint requeues
+    export: str = "NONE"                  # --export: "ALL" (the submitter's environment) or "NONE" (a clean one)
+    env: tuple[tuple[str, str], ...] = () # the variables captured at submit (all of them with ALL, else those named)
     # -- changed by the scheduler --
     state: str = states.PENDING
     reason: str = states.NONE

@@ -20,8 +20,18 @@ def current_user() -> str:
 
 
 class ClientBase:
-    """What both clients do the same way over their own `request()` and `read` (a store Reader or a
-    ThinReader): replies to errors, and job names to records."""
+    """What both clients do the same way over their own `request()`, `read` (a store Reader or a
+    ThinReader) and `security` (config [security]): credentials, replies to errors, job names."""
+
+    def _sign(self, fields: dict) -> dict:
+        """The request with a munge credential in multi-user mode (auth.py), else as it is."""
+        if self.security.get("auth") != "munge":
+            return fields
+        from . import auth, munge
+        try:
+            return auth.sign(fields, self.security)
+        except munge.MungeError as e:
+            raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
 
     def _checked(self, reply: dict) -> dict:
         if not reply.get("ok"):
@@ -72,7 +82,7 @@ class ClientBase:
 
 
 class ThinClient(ClientBase):
-    def __init__(self, url: str, prefix: str = "labq", user: str | None = None, conn=None):
+    def __init__(self, url: str, prefix: str = "labq", user: str | None = None, conn=None, security=None):
         if not url:
             raise UnreachableError("no Redis URL: set redis.url in the config, or start `labq up`")
         self.url = url
@@ -82,6 +92,7 @@ class ThinClient(ClientBase):
             raise UsageError(f"redis.url: {e}") from None
         self.k = Keys(prefix)
         self.user = user or current_user()
+        self.security = security or {"auth": "none"}
         self.read = ThinReader(self.conn, self.k, self._unreachable)
 
     def _unreachable(self, e: Exception) -> UnreachableError:
@@ -90,7 +101,7 @@ class ThinClient(ClientBase):
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
         try:
-            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries)
+            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign)
         except (resp.ConnectionLost, resp.RespError) as e:
             raise self._unreachable(e) from None
 

@@ -63,7 +63,8 @@ class Agent:
             redis_url, cfg.prefix, self.name, float(cfg.kill_wait), os.path.expanduser(w["spool"]), w["run_as"],
             bool(w["allow_root"]), limit_cpus=bool(w["limit_cpus"]), pids_max=int(w["pids_max"]),
             idle_gpu_util=float(w["idle_gpu_util"]), idle_gpu_after=float(w["idle_gpu_after"]),
-            stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos))
+            stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos),
+            slurm_env=bool(w["slurm_env"]))
         self.queue = Keys.rq_queue(self.name)
         self.store = AgentStore(conn.connect(redis_url), Keys(cfg.prefix))
         self._stop = threading.Event()

@@ -46,14 +46,15 @@ def await_reply(pop, k: Keys, rid: str, seconds: float):
             return got
 
 
-def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
+def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float = 30.0, tries: int = 3,
+         sign=None) -> dict:
     """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
-    times. Connection errors are the caller's to map (each client knows its own)."""
+    times. `sign(fields) -> fields` adds a credential (scheduler/auth.py): a fresh one per try, as
+    each is valid once. Connection errors are the caller's to map (each client knows its own)."""
     fields = request_fields(op, body)
-    cmds = send_commands(k, user, fields)
     per_try = timeout / tries
     for _ in range(tries):
-        send(cmds)
+        send(send_commands(k, user, sign(fields) if sign else fields))
         got = await_reply(pop, k, fields["rid"], per_try)
         if got:
             return json.loads(got[1])

@@ -181,6 +181,13 @@ class SchedulerStore:
                     out.append((stream, eid, fields))
         return out
 
+    def claim_credential(self, key: str, entry: str, ttl: float):
+        """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
+        claimed it before a restart) or None (another entry did: a replay)."""
+        if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
+            return "new"
+        return "same" if self.r.get(self.k.credential(key)) == entry else None
+
     def ack(self, p, stream: str, eid: str) -> None:
         p.xack(stream, GROUP, eid)
 
