@@ -1,6 +1,7 @@
 """`labq up`, `labq scheduler`, `labq worker`: the processes, in the foreground."""
 import fcntl
 import os
+import socket
 import signal
 import sys
 import time
@@ -34,9 +35,10 @@ def scheduler(ctx, verbose):
     """The scheduler daemon (one is active; a second waits for the leader lease)."""
     _logging(verbose)
     from labq.scheduler.daemon import Scheduler
-    from labq.scheduler.store import conn
+    from labq.scheduler.store import acl, conn
     cfg = ctx.cfg
     url = redis_url(cfg)
+    conn.login_as(acl.SCHEDULER, cfg.redis_password_file)
     r = conn.connect(url)
     conn.ping(r)
     from labq.scheduler.store import schema
@@ -55,15 +57,23 @@ def scheduler(ctx, verbose):
 
 @click.command()
 @click.option("-v", "--verbose", is_flag=True)
+# `labq up` run by root: the machine is root's own, so root's jobs run (worker.allow_root for this run).
+@click.option("--allow-root", is_flag=True, hidden=True)
 @pass_ctx
-def worker(ctx, verbose):
+def worker(ctx, verbose, allow_root):
     """The node agent: registers this machine and runs admitted jobs on it."""
     _logging(verbose)
-    from labq.scheduler.store import conn
+    import dataclasses
+
+    from labq.scheduler.store import acl, conn
     from labq.worker.agent import Agent
-    url = redis_url(ctx.cfg)
+    cfg = ctx.cfg
+    if allow_root:
+        cfg = dataclasses.replace(cfg, worker={**cfg.worker, "allow_root": True})
+    url = redis_url(cfg)
+    conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
     conn.ping(conn.connect(url))
-    Agent(ctx.cfg, url, ctx.config_path).run()
+    Agent(cfg, url, ctx.config_path).run()
 
 
 @click.command()
@@ -73,7 +83,7 @@ def up(ctx, verbose):
     """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
     scheduler and a worker. Ctrl-C stops all three. Their logs go to files in the state directory
     (printed at start)."""
-    from .stack import Stack
+    from .embedded import Stack
     cfg = ctx.cfg
     sdir = state_dir()
     os.makedirs(sdir, mode=0o700, exist_ok=True)
@@ -92,6 +102,11 @@ def up(ctx, verbose):
     stopping = _stop_flag()
     logdir = os.path.join(sdir, "log")
     stack = Stack(sdir, ctx.config_path, cfg.redis_url, log_dir=logdir, verbose=verbose)
+    if os.geteuid() == 0 and not cfg.worker["allow_root"]:
+        # One-user mode on root's own machine: refusing root's jobs would refuse every job.
+        click.echo("labq: warning: running as root: jobs submitted by root run as root "
+                   "(worker.allow_root is taken as true for labq up)", err=True)
+        stack.worker_args = ("--allow-root",)
     stack.start_all()
     click.echo(f"labq is up: Redis {stack.url}, scheduler pid {stack.procs['scheduler'].pid}, "
                f"worker pid {stack.procs['worker'].pid}")

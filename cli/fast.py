@@ -116,15 +116,15 @@ def _dispatch(config, command: str, params: dict) -> None:
      "del": hot.delete}[command](client, **params)
 
 
-def _merge(opts: dict, dirs: list[str]) -> None:
-    """#LABQ directives fill the flags the command line left unset; a directive this parser does not
-    take goes to click's (submit.py), for click's message."""
+def _merge(opts: dict, dirs: list[str], what: str) -> None:
+    """A script's directives fill the flags the command line left unset; directives this parser does
+    not take go to click's (submit.py), for click's message."""
     got = parse("sub", dirs + ["--", "true"])
     if got is None:
         import click
 
         from .submit import _merge_directives, sub
-        return _merge_directives(click.Context(sub), opts, dirs)
+        return _merge_directives(click.Context(sub), opts, dirs, what)
     for k, v in got.items():
         if k not in ("args", "dashdash") and opts.get(k) in (None, ()) and v not in (None, ()):
             opts[k] = v

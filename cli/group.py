@@ -11,14 +11,15 @@ COMMANDS = {
     "sub": ("labq.cli.submit", "sub"),
     "stat": ("labq.cli.query", "stat"), "q": ("labq.cli.query", "stat"),
     "show": ("labq.cli.query", "show"), "logs": ("labq.cli.query", "logs"), "wait": ("labq.cli.query", "wait"),
-    "del": ("labq.cli.query", "delete"), "hold": ("labq.cli.query", "hold"), "release": ("labq.cli.query", "release"), "requeue": ("labq.cli.query", "requeue"), "acct": ("labq.cli.query", "acct"),
-    "nodes": ("labq.cli.query", "nodes"), "drain": ("labq.cli.query", "drain"), "resume": ("labq.cli.query", "resume"), "budget": ("labq.cli.budgetcmd", "budget"),
+    "del": ("labq.cli.control", "delete"), "hold": ("labq.cli.control", "hold"), "release": ("labq.cli.control", "release"), "requeue": ("labq.cli.control", "requeue"), "acct": ("labq.cli.query", "acct"),
+    "nodes": ("labq.cli.query", "nodes"), "drain": ("labq.cli.control", "drain"), "resume": ("labq.cli.control", "resume"), "budget": ("labq.cli.budgetcmd", "budget"),
     "alerts": ("labq.cli.budgetcmd", "alerts"), "report": ("labq.cli.report", "report"), "ledger": ("labq.cli.ledgercmd", "ledger"),
     "config": ("labq.cli.configcmd", "config"),
     "up": ("labq.cli.daemons", "up"), "scheduler": ("labq.cli.daemons", "scheduler"), "worker": ("labq.cli.daemons", "worker"),
-    "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.query", "checkpoint"), "plan": ("labq.cli.plan", "plan"),
+    "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.control", "checkpoint"), "plan": ("labq.cli.plan", "plan"),
     "prio": ("labq.cli.prio", "prio"),
     "simulate": ("labq.cli.simulate", "simulate"),
+    "admin": ("labq.cli.admin", "admin"),
 }
 
 

@@ -7,18 +7,19 @@ An option is (declarations, kind, help, default), the declarations exactly as cl
 """
 
 SUB = [
-    (("-J", "--name"), "str", "Job name.", None),
+    (("-J", "--name", "--job-name", "name"), "str", "Job name.", None),
     (("-A", "--account"), "str", "Account (team) to charge.", None),
     (("--project",), "str", "Project, for project budgets and reports.", None),
     (("-q", "--qos"), "str", "QoS class (default: normal).", None),
     (("--budget", "budget_name"), "str", "A named batch budget to charge as well.", None),
     (("-G", "--gpus"), "str", "GPUs: N or MODEL:N.", None),
-    (("-c", "--cpus"), "str", "CPUs (default 1).", None),
+    (("--gres",), "str", "SLURM's gpu[:MODEL]:N (the same as --gpus [MODEL:]N).", None),
+    (("-c", "--cpus", "--cpus-per-task", "cpus"), "str", "CPUs (default 1).", None),
     (("--mem",), "str", "Memory, like 12G (default 0: no reservation).", None),
     (("-t", "--time", "time_"), "str", "Time limit: 2h, 90 (minutes), 1:30:00, 2-0.", None),
     (("--est",), "str", "Expected runtime (forecast budget mode).", None),
     (("--max-wait",), "str", "Give up (EX) if not started within this long.", None),
-    (("--begin",), "str", "Not before: a time (2026-12-03T09:00) or a delay (now+1h, 30m).", None),
+    (("--begin",), "str", "Not before: 16:00, tomorrow, now+30minutes, 2026-12-03T09:00, 30m.", None),
     (("-H", "--hold"), "flag", "Submit held (labq release ID starts it).", None),
     (("--deadline",), "str", "End the job (DL) once it could no longer finish by this time (forms of --begin).", None),
     (("-d", "--dependency"), "str", "afterok:ID[:ID],afternotok:ID,afterany:ID,singleton (',' = all of).", None),

@@ -1,7 +1,8 @@
 """`labq sub` without click: the flags' values → a submit request → the reply printed.
 
 Precedence: command-line flags, then environment (LABQ_SUB_ACCOUNT, LABQ_SUB_QOS, LABQ_SUB_TIME),
-then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment).
+then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment), or,
+when it has none, its `#SBATCH` lines (cli/sbatch.py).
 The click command (submit.py) and the fast path (fast.py) both call `run`.
 """
 import os
@@ -43,17 +44,11 @@ def parse_array(text) -> tuple[list[int], int | None]:
 
 
 def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
-    """`2026-12-03T09:00` (local time), `now+1h`, or a bare delay `30m` → epoch seconds."""
-    import datetime
+    """A time as sbatch --begin takes it (scheduler/when.py) → epoch seconds."""
     import time
-    now = time.time() if now is None else now
-    s = str(text).strip()
-    if s[:4].isdigit() and "-" in s:
-        try:
-            return datetime.datetime.fromisoformat(s).timestamp()
-        except ValueError:
-            raise UsageError(f"{what}: expected 2026-12-03T09:00, now+1h or 30m, got {text!r}") from None
-    return now + units.parse_duration(s.removeprefix("now+"), what, bare_unit=1)
+
+    from labq.scheduler import when
+    return when.parse(text, time.time() if now is None else now, what)
 
 
 def parse_codes(text) -> list[int]:
@@ -88,13 +83,11 @@ def directives(script: str) -> list[str]:
 
 
 def run(client, opts: dict, args, dashdash: bool, merge) -> None:
-    """Submit with the parsed flags `opts`; `merge(opts, directives)` fills what the flags left unset
-    from a script's #LABQ lines (each parser brings its own, so that errors read the same)."""
+    """Submit with the parsed flags `opts`; `merge(opts, directives, what)` fills what the flags left
+    unset from a script's directives (each parser brings its own, so that errors read the same)."""
     argv, script, script_name = command(dashdash, args)
     if script is not None:
-        dirs = directives(script)
-        if dirs:
-            merge(opts, dirs)
+        script_directives(opts, script, merge)
         opts["name"] = opts.get("name") or script_name
     for key, var in ENV.items():
         opt = "time_" if key == "time" else key
@@ -113,6 +106,19 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
     if opts["wait"]:
         from .hot import wait_for_jobs
         sys.exit(wait_for_jobs(client, [str(reply["job_id"])], quiet=True))
+
+
+def script_directives(opts, script: str, merge) -> None:
+    """`#LABQ` lines, else `#SBATCH` lines (translated; what labq ignores is named in one warning)."""
+    dirs, what = directives(script), "#LABQ"
+    if not dirs:
+        from . import sbatch
+        dirs, ignored = sbatch.translate(sbatch.directives(script))
+        what = "#SBATCH"
+        if ignored:
+            echo(f"labq: warning: #SBATCH directives ignored: {' '.join(ignored)}", err=True)
+    if dirs:
+        merge(opts, dirs, what)
 
 
 def command(dashdash: bool, args):
@@ -137,6 +143,12 @@ def command(dashdash: bool, args):
 
 def build_body(opts, argv, script) -> dict:
     """The submit request body from parsed options. Raises UsageError on any bad value."""
+    if opts.get("gres") is not None and opts.get("gpus") is None:
+        from . import sbatch
+        gres = sbatch.gres(opts["gres"])
+        if gres is None:
+            raise UsageError(f"--gres: expected gpu[:MODEL]:N, got {opts['gres']!r}")
+        opts = {**opts, "gpus": gres[1]}
     model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
     body = {
         "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
@@ -167,7 +179,7 @@ def build_body(opts, argv, script) -> dict:
     if opts.get("deadline"):
         body["deadline"] = parse_begin(opts["deadline"], what="--deadline")
     if opts.get("dependency"):
-        from labq.scheduler.request import parse_dependency
+        from labq.scheduler.jobspec import parse_dependency
         parse_dependency(opts["dependency"])    # the scheduler parses it again; bad syntax fails here, offline
         body["dependency"] = opts["dependency"]
     if opts.get("kill_on_invalid_dep"):

@@ -7,7 +7,7 @@ from labq.scheduler.errors import UsageError
 from . import spec
 from .common import pass_ctx
 from .subcore import (ENV, build_body, directives, parse_array, parse_begin, parse_codes,  # noqa: F401 - API
-                      parse_gpus, parse_signal, run)
+                      parse_gpus, parse_signal, run, script_directives)
 
 
 class SubCommand(click.Command):
@@ -25,14 +25,17 @@ class SubCommand(click.Command):
 @click.pass_context
 def sub(cctx, ctx, args, **opts):
     """Submit a job: `labq sub [opts] -- CMD…`, `labq sub SCRIPT [ARGS]`, or a script on stdin."""
-    run(ctx.thin, opts, args, bool(cctx.meta.get("dashdash")), lambda o, dirs: _merge_directives(cctx, o, dirs))
+    run(ctx.thin, opts, args, bool(cctx.meta.get("dashdash")),
+        lambda o, dirs, what: _merge_directives(cctx, o, dirs, what))
 
 
-def _merge_directives(cctx, opts, dirs):
+def _merge_directives(cctx, opts, dirs, what: str = "#LABQ"):
+    if not dirs:
+        return
     try:
         sub_ctx = sub.make_context("sub", dirs + ["--", "true"], parent=cctx.parent)
     except click.UsageError as e:
-        raise UsageError(f"#LABQ directive: {e.format_message()}") from None
+        raise UsageError(f"{what} directive: {e.format_message()}") from None
     for k, v in sub_ctx.params.items():
         if k != "args" and opts.get(k) in (None, ()) and v not in (None, ()):
             opts[k] = v

@@ -16,12 +16,13 @@ import uuid
 
 from . import alerts as budget_alerts, auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
+from .batch import Batch, Tally
+from .commit import Committer
 from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
 from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
-from .requests import Change, Handlers
-from .store import writes
+from .handlers import BUDGET_OPS, Change, Handlers
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
@@ -37,16 +38,23 @@ def tune_gc() -> None:
     of plan()'s time). Job records hold no cycles, so collect rarely and leave loaded state frozen."""
     gc.set_threshold(100_000, 50, 100)
     gc.freeze()
-MAX_REQUESTS_PER_TICK = 5000
 
 
-class Scheduler:
+MAX_REQUESTS_PER_TICK = 20_000
+SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
+
+
+class Scheduler(Committer):
     def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time):
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
         self.dispatch = Dispatcher(rq_conn, cfg.kill_wait)
         self.jobs: dict[int, Job] = {}
+        self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
+        self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
+        self.batch: Batch | None = None      # what is staged for the next transaction (group commit)
+        self.answered: dict = {}             # rid -> reply, for the requests of the read being handled
         self.inboxes: set[str] = set()
         self.leading = False
         self.lease_s = max(10.0, 3 * cfg.tick)
@@ -82,8 +90,7 @@ class Scheduler:
                 self._recover(now)
             self._learn_inboxes(woke)
             self.nodes = self.store.nodes(now)
-            self._requests(now, pending=False)
-            self._events(now, pending=False)
+            self._intake(now, pending=False)
             self._lost_attempts(now)
             self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
@@ -127,6 +134,8 @@ class Scheduler:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         self.jobs = self.store.active_jobs()
         self.store.rebuild_stat_rows(self.jobs.values())
+        self.seq = self.seq_written = self.store.job_seq()
+        self.tally = Tally(self.jobs.values())
         self.inboxes = self.store.known_inboxes()
         for s in [self.k.events] + [self.k.inbox(u) for u in self.inboxes]:
             self.store.ensure_group(s)
@@ -136,8 +145,7 @@ class Scheduler:
         self.usage = Reader(self.store.r, self.k).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
             self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k).ended(now - self.guard.window)], now)
-        self._requests(now, pending=True)
-        self._events(now, pending=True)
+        self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
@@ -149,58 +157,6 @@ class Scheduler:
             self.store.ensure_group(self.k.inbox(user))
             self.store.txn(lambda p, u=user: p.sadd(self.k.inboxes, u))
             self.inboxes.add(user)
-
-    # -- writing -------------------------------------------------------------------------------
-    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
-               books=None) -> None:
-        """Write one change atomically, then (and only then) update the in-memory view."""
-        now = max(self.now, self.clock())
-        charges = [c for c in charges if not self.store.charged(c.key)]
-        usage = self._usage_after(jobs, now)
-
-        def build(p):
-            writes.put_jobs(p, self.k, jobs)
-            for acct in [a for a in usage if usage[a] != self.usage.get(a)]:
-                writes.put_usage(p, self.k, acct, *usage[acct])
-            for c in charges:
-                writes.put_charge(p, self.k, c, now, self.books.period(c.budget, now))
-            for key in {c.key for c in charges}:
-                writes.mark_charged(p, self.k, key)
-            for jid, value in controls:
-                p.set(self.k.control(jid), value, ex=7 * 86400)
-            for a in alerts:
-                p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
-            if books:
-                writes.put_books(p, self.k, books, now)
-            for j in dispatch:
-                self.dispatch.enqueue(p, j)
-            for name, admin in nodes:
-                if admin:
-                    p.set(self.k.node_admin(name), admin)
-                else:
-                    p.delete(self.k.node_admin(name))
-            if reply is not None:
-                writes.put_reply(p, self.k, *reply)
-            if ack is not None:
-                self.store.ack(p, *ack)
-
-        # A big change (a 100,000-task array) takes seconds to build and send; the lease must
-        # outlive it, or the commit would be refused and the same request redone forever.
-        if len(jobs) >= 1000 or time.monotonic() - self.renewed > self.lease_s / 3:
-            if not self._renew(self.lease_s + len(jobs) * 1e-4):
-                raise StalePlanError("lost the leader lease while working")
-        self.store.txn(build)
-        self.usage = usage
-        self.books.applied(books, now)
-        for a in alerts:
-            self.books.hooks.deliver(a)
-            if self.metrics:
-                self.metrics.alert(a)
-        for j in jobs:
-            if j.state in states.ACTIVE:
-                self.jobs[j.id] = j
-            else:
-                self.jobs.pop(j.id, None)
 
     def _renew(self, ttl: float) -> bool:
         """Keep the lease. A lease that lapsed and was taken afresh means another scheduler may have
@@ -214,34 +170,43 @@ class Scheduler:
             raise StalePlanError("the leader lease lapsed")
         return True
 
-    def _usage_after(self, ended, now: float) -> dict:
-        """Fair-share usage with every attempt that ends in this change added (GPU-equivalent
-        seconds, decayed from then on): an attempt counts once, when the record first shows its end."""
-        usage = self.usage
-        half = self.cfg.priority["fairshare_half_life"]
-        for j in ended:
-            a, old = j.current, self.jobs.get(j.id)
-            was = old.current if old is not None else None
-            if a is None or a.end_time is None or was is None or was.attempt != a.attempt or was.end_time:
-                continue
-            ran = a.end_time - (a.dispatch_time or a.end_time)
-            if ran > 0:
-                usage = fairshare.add(usage, j.account, fairshare.weight(old) * ran, now, half)
-        return usage
-
-    # -- requests ------------------------------------------------------------------------------
-    def _requests(self, now: float, pending: bool) -> None:
+    # -- requests and events: read in batches, each batch one transaction ----------------------
+    def _intake(self, now: float, pending: bool) -> None:
+        """Read the inboxes and the event stream, handle what was read, commit it as one batch; again
+        until both are empty (pending mode too: acknowledged entries leave the pending list)."""
         streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
-            entries = self.store.read_group(streams, pending)
-            for stream, eid, fields in entries:
-                self._request(now, stream, eid, fields or {})
-            done += len(entries)
-            if not entries:   # pending mode too: acknowledged entries leave the pending list
+            requests = self.store.read_group(streams, pending)
+            events = self.store.read_group([self.k.events], pending)
+            if not requests and not events:
                 break
+            self.batch, self.answered = Batch(usage=self.usage), {}
+            try:
+                prior = self.store.replies_done([(f or {}).get("rid") or eid for _, eid, f in requests])
+                for (stream, eid, fields), old in zip(requests, prior):
+                    self._isolated(self._request, now, stream, eid, fields or {}, old)
+                for stream, eid, fields in events:
+                    self._isolated(self._event, now, stream, eid, fields or {})
+            finally:
+                self.flush()
+            done += len(requests)
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict) -> None:
+    def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
+        """Handle one entry; one that raises stages nothing and is answered (a request) or dropped
+        (an event) on its own, so that the rest of its batch still commits."""
+        try:
+            handle(now, stream, eid, fields, *extra)
+        except (StalePlanError, *REDIS_ERRORS):
+            raise
+        except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
+            log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
+            reply = None
+            if stream != self.k.events:
+                reply = (fields.get("rid") or eid, {"ok": False, "code": 2, "error": f"internal error: {e}"})
+            self.commit(reply=reply, ack=(stream, eid))
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None) -> None:
         rid = fields.get("rid") or eid
         sec = self.cfg.security
         try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
@@ -251,32 +216,36 @@ class Scheduler:
             log.warning("inbox %s entry %s: %s", stream, eid, e)
             self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
             return
-        prior = self.store.r.get(self.k.done(rid))
+        if prior is None and rid in self.answered:
+            prior = self.answered[rid]
+        elif prior is not None:
+            prior = json.loads(prior)
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
-            self.commit(reply=(rid, json.loads(prior)), ack=(stream, eid))
+            self.commit(reply=(rid, prior), ack=(stream, eid))
             return
+        op = fields.get("op", "")
+        solo = op in SOLO_OPS     # budget and node changes: later requests must see them applied
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
         try:
             body = json.loads(fields.get("body") or "{}")
-            change = self.handlers.handle(user, fields.get("op", ""), body, now)
+            change = self.handlers.handle(user, op, body, now)
         except (LabqError, ValueError, TypeError) as e:
             code = getattr(e, "exit_code", 2)
             change = Change(reply={"ok": False, "code": code, "error": str(e)})
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
                     ack=(stream, eid), alerts=change.alerts, books=change.books)
+        self.answered[rid] = change.reply
         if self.metrics:
             self.metrics.requests.inc()
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
     # -- events from agents ----------------------------------------------------------------------
-    def _events(self, now: float, pending: bool) -> None:
-        while True:
-            entries = self.store.read_group([self.k.events], pending)
-            for stream, eid, fields in entries:
-                self._event(now, stream, eid, fields or {})
-            if not entries:   # pending mode too: acknowledged entries leave the pending list
-                break
-
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
         # `now`, so read the clock again or an end could fall before the runner's own start.
@@ -292,6 +261,13 @@ class Scheduler:
             return
         job = self.jobs.get(jid)
         kind = f.get("kind")
+        # Only the node the attempt was placed on speaks for it. On a per-node stream
+        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else f.get("node")
+        if job is not None and (job.node is None or sender != job.node):
+            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
+                        eid, job.display_id, sender, job.node)
+            job = None
         result = None
         if job is not None and kind == "started":
             new = tr.started(job, attempt, body)
@@ -337,6 +313,7 @@ class Scheduler:
         up = {n.name: n for n in self.nodes}
         on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
+        lost = []
         for job, hb in zip(on_node, beats):
             node = up.get(job.node)
             if node is not None and node.state != "down":
@@ -348,7 +325,9 @@ class Scheduler:
                 last = node.last_heartbeat if node else now
             new, charges = tr.node_failed(job, last, now, self.cfg)
             log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
-            self.commit(jobs=[new], charges=charges)
+            lost.append((new, charges))
+        if lost:
+            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:

@@ -27,6 +27,15 @@ class Node:
     state: str = "up"          # up | drain | down
     lease_expiry: float = 0.0  # epoch seconds; the node is down once this passes
     last_heartbeat: float = 0.0
+    runs: str = ""             # whose jobs its agent can run: "*" anyone, "!root" anyone but root, else one
+                               # user ("": an agent too old to say, taken as anyone)
+
+    def runs_jobs_of(self, user: str) -> bool:
+        if self.runs in ("", "*"):
+            return True
+        if self.runs == "!root":
+            return user != "root"
+        return user == self.runs
 
 
 @dataclass(frozen=True, slots=True)

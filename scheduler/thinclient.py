@@ -50,7 +50,7 @@ class ClientBase:
 
     def resolve(self, text: str) -> list:
         """Jobs named by `42` (or every task of array 42) or `42_3` (model.Job records)."""
-        from .request import parse_task_ids
+        from .jobspec import parse_task_ids
         try:
             tasks = parse_task_ids(str(text))
             if tasks:

@@ -218,7 +218,7 @@ class Agent:
         gpus = [g for g in (self.backend.devices() if changed else self.gpus) if g.uuid not in out]
         try:
             self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
-                                os.getpid(), self.lease)
+                                os.getpid(), self.lease, runs=launch.runs_for(self.settings))
         except conn.ERRORS as e:
             log.warning("node %s: cannot re-register its GPUs yet: %s", self.name, e)
             return
@@ -243,7 +243,7 @@ class Agent:
     # -- lease ---------------------------------------------------------------------------------
     def _register(self) -> None:
         self.store.register(self.name, self.cpus, self.mem, len(self.slots), self.gpus, socket.gethostname(),
-                            os.getpid(), self.lease)
+                            os.getpid(), self.lease, runs=launch.runs_for(self.settings))
 
     def _renew(self, now: float) -> None:
         try:

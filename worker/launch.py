@@ -110,6 +110,16 @@ def identity(job: Job, s: Settings) -> Identity:
                      f"(set worker.run_as = \"self\" to run every job as {me.pw_name})")
 
 
+def runs_for(s: Settings) -> str:
+    """Whose jobs `identity` lets this agent run, for the scheduler to refuse the others at submit
+    (Node.runs): everyone's as root, only its own user's otherwise."""
+    if s.run_as == "self":
+        return "*"
+    if os.geteuid() == 0:
+        return "*" if s.allow_root else "!root"
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
 @contextlib.contextmanager
 def acting_as(ident: Identity):
     """Touch the filesystem with the user's rights, so a workdir or log path the user controls

@@ -85,6 +85,9 @@ class SchedulerStore:
                     jobs[j.id] = j
         return jobs
 
+    def job_seq(self) -> int:
+        return int(self.r.get(self.k.seq) or 0)
+
     def nodes(self, now: float) -> tuple[Node, ...]:
         names = sorted(self.r.smembers(self.k.nodes))
         if not names:
@@ -104,7 +107,7 @@ class SchedulerStore:
             expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
             state = "down" if expiry <= now else (admin or "up")
             out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
-                            float(h.get("hb", 0))))
+                            float(h.get("hb", 0)), h.get("runs", "")))
         return tuple(out)
 
     def spent(self) -> dict[str, int]:
@@ -181,15 +184,19 @@ class SchedulerStore:
                     out.append((stream, eid, fields))
         return out
 
+    def replies_done(self, rids: list[str]) -> list:
+        """The kept reply of each request id already answered (None where not): one MGET per batch."""
+        return self.r.mget([self.k.done(r) for r in rids]) if rids else []
+
+    def ack(self, p, stream: str, *eids: str) -> None:
+        p.xack(stream, GROUP, *eids)
+
     def claim_credential(self, key: str, entry: str, ttl: float):
         """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
         claimed it before a restart) or None (another entry did: a replay)."""
         if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
             return "new"
         return "same" if self.r.get(self.k.credential(key)) == entry else None
-
-    def ack(self, p, stream: str, eid: str) -> None:
-        p.xack(stream, GROUP, eid)
 
 
 def _chunks(seq, n):

@@ -64,16 +64,24 @@ class ThinReader:
         return self.jobs(self._pipe([("ZRANGE", self.k.active, 0, -1)])[0])
 
     def stat_rows(self):
-        """(rows, node names) read in one MULTI, so that rows and the active set agree; rows is None
-        when the index does not cover every active job (a scheduler that predates it has not
-        restarted yet): the caller reads the records instead."""
-        got = self._pipe([("MULTI",), ("HVALS", self.k.stat_rows), ("ZCARD", self.k.active),
-                          ("SMEMBERS", self.k.nodes), ("EXEC",)])[-1]
-        texts, n_active, names = got
-        if len(texts) != n_active:
-            return None, names
+        """(rows, node names), rows and the active index read in one MULTI so that they agree.
+        Rows of jobs not in the index (written ahead of a big array's transaction, or left by a
+        crash before it) are skipped; rows is None when some active job has no row (a scheduler
+        that predates the index has not restarted yet): the caller reads the records instead."""
+        texts, n_active, names = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active),
+                                             ("SMEMBERS", self.k.nodes))
         from .statrows import loads_many
-        return loads_many(texts), names
+        if len(texts) == n_active:
+            return loads_many(texts), names
+        if len(texts) < n_active:
+            return None, names
+        texts, ids = self._multi(("HVALS", self.k.stat_rows), ("ZRANGE", self.k.active, 0, -1))
+        active = {int(i) for i in ids}
+        rows = [r for r in loads_many(texts) if r.id in active]
+        return (rows if len(rows) == len(active) else None), names
+
+    def _multi(self, *cmds) -> list:
+        return self._pipe([("MULTI",), *cmds, ("EXEC",)])[-1]
 
     def nodes(self, names=None) -> list[NodeView]:
         now = time.time()
