@@ -3,6 +3,7 @@
 The click commands (query.py) and the fast path (fast.py) both call these with the parsed flags
 and the thin client (scheduler/thinclient.py), so their output is the same by construction.
 """
+import os
 import sys
 import time
 
@@ -89,6 +90,12 @@ def logs(c, job_id, follow=False, err=False, **_) -> None:
     from labq.scheduler.logpath import err_path, out_path
     j = c.job(job_id)
     path = err_path(j) if err else out_path(j)
+    # Another user's output is theirs: shown only where its mode lets the caller read it (the
+    # submitter's umask decided), or to an admin.
+    me = c.user
+    if j.user != me and me not in c.security.get("admins", ("root",)) and os.path.exists(path) \
+            and not os.access(path, os.R_OK):
+        fail(f"job {j.display_id} belongs to {j.user}: its output {path} is not readable by {me}", 3)
     pos = 0
     while True:
         try:

@@ -25,8 +25,9 @@ def stat(ctx, user, account, state, me, start, as_json):
 
 
 def _stat_start(c, jobs, now, user, account, as_json):
-    from labq.scheduler.policy import expected_starts
-    starts = expected_starts(c.snapshot(now, jobs), c.effective_config(now))
+    # The scheduler plans over its own snapshot (ended jobs that dependencies name, effective budgets):
+    # asking it is the only way to get the start it will really give.
+    starts = {int(k): v for k, v in c.expected_starts().items()}
     shown = [j for j in sorted(jobs, key=lambda j: j.id) if j.state == states.PENDING
              and (not user or j.user == user) and (not account or j.account == account)]
     if as_json:

@@ -84,6 +84,7 @@ class Config:
     node_lease: float = 30.0
     default_time: int = 24 * 3600
     kill_wait: int = 30
+    lease: float = 0.0             # the leader lease; 0: max(10s, 3 ticks)
     budget_mode: str = "safe"
     metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
@@ -209,7 +210,7 @@ def _redis(t):
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
-                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
+                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
                                  "metrics"})
     out = {}
@@ -231,6 +232,10 @@ def _scheduler(t):
             out[k] = _dur(f"scheduler.{k}", t[k])
     if out.get("node_lease", 1) < 1:
         raise ConfigError("scheduler.node_lease", "must be at least 1s")
+    if "lease" in t:
+        out["lease"] = float(_dur("scheduler.lease", t["lease"]))
+        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
+            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
     if out.get("default_time", 1) < 1:
         raise ConfigError("scheduler.default_time", "must be at least 1s")
     if "backfill_depth" in t:

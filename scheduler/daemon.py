@@ -44,6 +44,11 @@ MAX_REQUESTS_PER_TICK = 20_000
 SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
 
 
+def _sleep_until(deadline: float, stop) -> None:
+    while not stop() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
 class Scheduler(Committer):
     def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time):
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
@@ -57,7 +62,7 @@ class Scheduler(Committer):
         self.answered: dict = {}             # rid -> reply, for the requests of the read being handled
         self.inboxes: set[str] = set()
         self.leading = False
-        self.lease_s = max(10.0, 3 * cfg.tick)
+        self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
@@ -69,6 +74,7 @@ class Scheduler(Committer):
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
+        self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
 
     # -- the loop --------------------------------------------------------------------------------
@@ -108,6 +114,18 @@ class Scheduler(Committer):
     def run(self, stop=lambda: False) -> None:
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
+        try:
+            self._loop(stop)
+        finally:
+            # Whatever ends the loop, a lease left behind would stall a restart until it lapsed.
+            sdnotify.notify("STOPPING=1")
+            try:
+                self.store.release_leader()
+            except REDIS_ERRORS as e:
+                log.warning("could not release the leader lease: %s", e)
+            log.info("scheduler %s stopped", self.me)
+
+    def _loop(self, stop) -> None:
         woke: list = []
         ready = False
         while not stop():
@@ -121,14 +139,17 @@ class Scheduler(Committer):
                 # From the main loop only: a stuck loop must let the watchdog fire.
                 sdnotify.notify(f"WATCHDOG=1\nSTATUS={'leader' if leading else 'standby'}: "
                                 f"{len(self.jobs)} active jobs, {len(self.nodes)} nodes")
-                woke = self.store.wait_wake(self.cfg.tick if self.leading else self.lease_s / 3)
+                if self.leading:
+                    woke = self.store.wait_wake(self.cfg.tick)
+                else:
+                    # A standby must not pop the wake list: a wake-up is the leader's only news of a
+                    # new user's inbox, and one taken here would leave that user unanswered.
+                    woke = []
+                    _sleep_until(time.monotonic() + self.lease_s / 3, stop)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
                 self.leading = False
                 time.sleep(1)
-        sdnotify.notify("STOPPING=1")
-        self.store.release_leader()
-        log.info("scheduler %s stopped", self.me)
 
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
@@ -313,8 +334,10 @@ class Scheduler(Committer):
         up = {n.name: n for n in self.nodes}
         on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
+        # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
+        self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
         lost = []
-        for job, hb in zip(on_node, beats):
+        for job, (hb, _) in zip(on_node, beats):
             node = up.get(job.node)
             if node is not None and node.state != "down":
                 # A runner that claimed the attempt and went silent (its horse was SIGKILLed) is lost too.
@@ -333,7 +356,15 @@ class Scheduler(Committer):
     def snapshot(self, now: float) -> Snapshot:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()), usage=tuple(sorted(usage.items())),
+        jobs = self.jobs
+        if self.file_checkpoints:
+            # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.
+            jobs = dict(jobs)
+            for jid, at in self.file_checkpoints.items():
+                j = jobs.get(jid)
+                if j is not None and j.current and at > (j.current.last_checkpoint or 0):
+                    jobs[jid] = tr.checkpointed(j, at) or j
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
                         spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states())
 
     def ended_states(self, extra: Job | None = None) -> tuple:
@@ -369,8 +400,8 @@ class Scheduler(Committer):
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail) != (pd.reason, pd.detail):
-                changed.append(tr.pend(j, pd.reason, pd.detail))
+            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
+                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
         if changed:
             self.commit(jobs=changed, dispatch=dispatch, controls=controls)
         for j in dispatch:

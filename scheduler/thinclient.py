@@ -19,6 +19,12 @@ def current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
+def current_umask() -> int:
+    mask = os.umask(0o077)    # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 class ClientBase:
     """What both clients do the same way over their own `request()`, `read` (a store Reader or a
     ThinReader) and `security` (config [security]): credentials, replies to errors, job names."""
@@ -39,7 +45,8 @@ class ClientBase:
         return reply
 
     def submit(self, body: dict, timeout: float = 30.0) -> dict:
-        return self._checked(self.request("submit", body, timeout))
+        # The job and its log files get the submitter's umask, as under SLURM.
+        return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
 
     def act_on(self, op: str, ids: list[str]) -> dict:
         """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
@@ -50,21 +57,8 @@ class ClientBase:
 
     def resolve(self, text: str) -> list:
         """Jobs named by `42` (or every task of array 42) or `42_3` (model.Job records)."""
-        from .jobspec import parse_task_ids
-        try:
-            tasks = parse_task_ids(str(text))
-            if tasks:
-                a, wanted = tasks
-                return [j for j in self._array(a) if j.array_index in wanted]
-            jid = int(text)
-        except ValueError:
-            raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
-        job = self.read.job(jid)
-        if job is None:
-            return []
-        if job.array_id == jid:
-            return self._array(jid)
-        return [job]
+        from .jobspec import resolve_ref
+        return resolve_ref(text, self.read.job, self._array)
 
     def _array(self, array_id: int) -> list:
         first = self.read.job(array_id)

@@ -10,8 +10,9 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
-from . import codec, statrows
+from . import statrows
 from .keys import CONSUMER, GROUP, Keys
+from .reads import load_job, load_jobs
 
 
 class SchedulerStore:
@@ -66,24 +67,24 @@ class SchedulerStore:
     def rebuild_stat_rows(self, jobs) -> None:
         """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
         scheduler becomes leader, so rows of an older shape or an older labq are replaced."""
-        rows = {str(j.id): statrows.dumps(j) for j in jobs}
+        rows = [(str(j.id), statrows.dumps(j)) for j in jobs]
 
         def build(p):
             p.delete(self.k.stat_rows)
-            for chunk in _chunks(list(rows.items()), 10_000):
-                p.hset(self.k.stat_rows, mapping=dict(chunk))
+            for i in range(0, len(rows), 10_000):
+                p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
         self.txn(build)
 
     # -- loading -------------------------------------------------------------------------------
     def active_jobs(self) -> dict[int, Job]:
-        ids = self.r.zrange(self.k.active, 0, -1)
-        jobs = {}
-        for chunk in _chunks(ids, 1000):
-            for raw in self.r.mget([self.k.job(int(i)) for i in chunk]):
-                if raw:
-                    j = codec.loads(raw)
-                    jobs[j.id] = j
-        return jobs
+        return {j.id: j for j in load_jobs(self.r, self.k, self.r.zrange(self.k.active, 0, -1))}
+
+    def job(self, jid: int) -> Job | None:
+        """One job record (an ended job, which the scheduler does not keep in memory)."""
+        return load_job(self.r, self.k, jid)
+
+    def jobs(self, ids) -> list[Job]:
+        return load_jobs(self.r, self.k, ids)
 
     def job_seq(self) -> int:
         return int(self.r.get(self.k.seq) or 0)
@@ -135,12 +136,13 @@ class SchedulerStore:
     def charged(self, key: str) -> bool:
         return bool(self.r.sismember(self.k.ledger_keys, key))
 
-    def attempt_heartbeats(self, attempts) -> list[float | None]:
-        """The runner's last heartbeat of each (job, attempt), None where no runner has claimed it yet."""
+    def attempt_heartbeats(self, attempts) -> list[tuple[float | None, float | None]]:
+        """(last heartbeat, newest checkpoint file the runner saw) of each (job, attempt); None where
+        no runner has claimed it yet, or no checkpoint was written."""
         p = self.r.pipeline(transaction=False)
         for jid, n in attempts:
-            p.hget(self.k.attempt(jid, n), "hb")
-        return [float(v) if v is not None else None for v in p.execute()]
+            p.hmget(self.k.attempt(jid, n), ["hb", "ckpt"])
+        return [(_float(hb), _float(ckpt)) for hb, ckpt in p.execute()]
 
     # -- streams -------------------------------------------------------------------------------
     def ensure_group(self, stream: str) -> None:
@@ -199,6 +201,9 @@ class SchedulerStore:
         return "same" if self.r.get(self.k.credential(key)) == entry else None
 
 
-def _chunks(seq, n):
-    for i in range(0, len(seq), n):
-        yield seq[i:i + n]
+def _float(v) -> float | None:
+    try:
+        return float(v) if v else None
+    except ValueError:
+        return None
+

@@ -4,16 +4,11 @@ import time
 
 from .. import states
 from ..ledger import spent_field
-from ..model import Job
 from . import codec, statrows
 from .keys import Keys
 
 REPLY_TTL = 600
 DONE_TTL = 86400
-
-
-def put_job(p, k: Keys, job: Job) -> None:
-    put_jobs(p, k, [job])
 
 
 def put_jobs(p, k: Keys, jobs) -> None:
