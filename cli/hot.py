@@ -15,33 +15,81 @@ from . import statview
 from .out import echo, echo_json, fail
 
 
-def stat(c, user=None, account=None, state=None, me=False, as_json=False, **_) -> None:
-    """The queue from the `stat` index; from the records for --json, or while the index is being built."""
+def stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=None, noheader=False, expand=False,
+         as_json=False, **_) -> None:
+    """The queue from the `stat` index; from the records for --json and -o (their fields are not in
+    a row), or while the index is being built."""
     now = time.time()
+    wanted, picked = _states(state), _id_filter(job_ids)
     user = c.user if me else user
-    wanted = {s.strip().upper() for s in state.split(",")} if state else None
+    if as_json or fmt:
+        jobs = c.read.active()
+        rows, nodes = None, None
+    else:
+        rows, names = c.read.stat_rows()
+        nodes = c.read.nodes(names)
+        jobs = rows if rows is not None else c.read.active()   # rows not (yet) kept for every active job
+    shown = [j for j in statview.select(jobs, user, account, wanted) if picked(j)]
     if as_json:
         from . import render
-        shown = statview.select(c.read.active(), user, account, wanted)
         return echo_json([render.job_dict(j, now) for j in shown])
-    rows, names = c.read.stat_rows()
-    nodes = c.read.nodes(names)
-    if rows is None:     # rows not (yet) kept for every active job: print from the records
+    pairs = [(j.display_id, j) for j in shown] if expand else statview.compact(shown)
+    if fmt:
+        from . import slurmfmt
+        return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader))
+    if rows is not None:
+        cells = [statview.row_cells(r, now, label) for label, r in pairs]
+    else:
         from . import render
-        jobs = c.read.active()
-        shown = statview.select(jobs, user, account, wanted)
-        cells = [render.stat_row(j, now, label) for label, j in statview.compact(shown)]
+        cells = [render.stat_row(j, now, label) for label, j in pairs]
+    if not noheader:
         echo(statview.capacity_line(nodes, jobs))
-        return echo(statview.table(cells, statview.STAT_HEADERS))
-    echo(statview.stat_text(nodes, rows, statview.select(rows, user, account, wanted), now))
+    lines = statview.table(cells, statview.STAT_HEADERS).splitlines()
+    if lines[noheader:]:
+        echo("\n".join(lines[noheader:]))
+
+
+def _states(text):
+    if not text:
+        return None
+    try:
+        return states.parse_states(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _id_filter(text):
+    """`42,43_7,44_[1-3]` → a predicate on jobs (42 names the job or every task of array 42)."""
+    if not text:
+        return lambda j: True
+    import re
+
+    from labq.scheduler.jobspec import parse_task_ids
+    whole, tasks = set(), {}
+    for item in (x.strip() for x in re.split(r",(?![^\[]*\])", text) if x.strip()):
+        t = parse_task_ids(item)
+        if t:
+            tasks.setdefault(t[0], set()).update(t[1])
+        elif item.isdigit():
+            whole.add(int(item))
+        else:
+            raise UsageError(f"--jobs: expected ids like 42,43_7,44_[1-3], got {item!r}")
+    return lambda j: (j.id in whole or j.array_id in whole
+                      or (j.array_id in tasks and j.array_index in tasks[j.array_id]))
 
 
 def show(c, job_id, as_json=False, **_) -> None:
-    """One job in full: request, state and the reason with its numbers, attempts, cost."""
+    """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
+    id: a summary of its tasks (name one, like 42_3, for the full view)."""
     from labq.scheduler.logpath import out_path
 
     from . import render
-    j = c.job(job_id)
+    found = c.resolve(job_id)
+    if not found:
+        raise UsageError(f"no such job: {job_id}")
+    if len(found) > 1:
+        return _show_array(found, as_json)
+    j = found[0]
     d = render.job_dict(j)
     if as_json:
         return echo_json(d)
@@ -78,6 +126,31 @@ def show(c, job_id, as_json=False, **_) -> None:
                      + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
         if render.usage_text(a.usage):
             lines.append(f"    usage: {render.usage_text(a.usage)}")
+    echo("\n".join(lines))
+
+
+def _show_array(tasks, as_json):
+    """An array parent: its request once, and how many tasks are in each state (ids compact)."""
+    from . import render
+    now, first = time.time(), tasks[0]
+    by_state: dict[str, list[str]] = {}
+    for t in sorted(tasks, key=lambda t: t.id):
+        by_state.setdefault(t.state, []).append(t.display_id)
+    cost = sum(t.cost + render.running_cost(t, now) for t in tasks)
+    d = {"array_job_id": first.array_id, "name": first.name, "user": first.user, "account": first.account,
+         "qos": first.qos, "tasks": len(tasks), "states": {s: len(ids) for s, ids in by_state.items()},
+         "task_ids": {s: statview.compact_ids(ids) for s, ids in by_state.items()}, "cost": cost / MICRO,
+         "request": render.job_dict(first, now)["request"]}
+    if as_json:
+        return echo_json(d)
+    lines = [f"Array {first.array_id} ({first.name}) user={first.user} account={first.account} qos={first.qos}: "
+             f"{len(tasks)} tasks",
+             f"  request per task: {first.gpus} GPU{'s' if first.gpus != 1 else ''}"
+             f"{' ' + first.gpu_type if first.gpu_type else ''}, {first.cpus} CPUs, {fmt_size(first.mem)}, "
+             f"time limit {fmt_duration(first.time_limit)}"]
+    lines += [f"  {states.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(statview.compact_ids(ids))}"
+              for s, ids in by_state.items()]
+    lines.append(f"  cost so far: {fmt_money(cost)}")
     echo("\n".join(lines))
 
 
@@ -154,11 +227,18 @@ def wait(c, job_ids, timeout=None, **_) -> None:
 
 def control(c, op, job_ids) -> None:
     reply = c.act_on(op, list(job_ids))
+    said = []     # runs of results with the same outcome: one line for a 9,000-task array, not 9,000
     for r in reply.get("results", []):
         if r["ok"]:
-            echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else r['state']}")
+            what = "cancelled" if r["state"] == states.CANCELLED else r["state"]
+            if said and said[-1][0] == what:
+                said[-1][1].append(r["id"])
+            else:
+                said.append((what, [r["id"]]))
         else:
             echo(f"labq: {r['error']}", err=True)
+    for what, ids in said:
+        echo(f"job {', '.join(statview.compact_ids(ids))}: {what}")
     if not reply.get("ok"):
         sys.exit(reply.get("code") or 2)
 

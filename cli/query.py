@@ -1,12 +1,10 @@
-"""Read commands: stat, show, logs, wait, acct, nodes (the control commands are in control.py)."""
-import csv
-import io
+"""Read commands: stat, show, logs, wait, nodes (acct is in acct.py, the control commands in control.py)."""
 import time
 
 import click
 
 from labq.scheduler import states
-from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
+from labq.scheduler.units import fmt_duration, fmt_size
 
 from . import hot, render, spec
 from .common import echo_json, pass_ctx
@@ -16,12 +14,15 @@ from .spec import with_options
 @click.command()
 @with_options(spec.STAT)
 @pass_ctx
-def stat(ctx, user, account, state, me, start, as_json):
+def stat(ctx, user, account, state, job_ids, me, start, fmt, noheader, expand, as_json):
     """The queue: pending and running jobs, with a capacity header."""
     if start:
         c, now = ctx.client, time.time()
-        return _stat_start(c, c.read.active(), now, user or (c.user if me else None), account, as_json)
-    hot.stat(ctx.thin, user=user, account=account, state=state, me=me, as_json=as_json)
+        hot._states(state)
+        return _stat_start(c, [j for j in c.read.active() if hot._id_filter(job_ids)(j)], now,
+                           user or (c.user if me else None), account, as_json)
+    hot.stat(ctx.thin, user=user, account=account, state=state, job_ids=job_ids, me=me, fmt=fmt,
+             noheader=noheader, expand=expand, as_json=as_json)
 
 
 def _stat_start(c, jobs, now, user, account, as_json):
@@ -50,11 +51,13 @@ def _when(t, now):
 @with_options(spec.SHOW)
 @pass_ctx
 def show(ctx, job_id, as_json):
-    """One job in full: request, state and the reason with its numbers, attempts, cost."""
+    """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
+    id: a summary of its tasks (name one, like 42_3, for the full view)."""
     hot.show(ctx.thin, job_id, as_json=as_json)
 
 
 _ts = hot.ts
+_states, _id_filter = hot._states, hot._id_filter   # acct.py filters the same way
 
 
 @click.command()
@@ -76,52 +79,6 @@ exit_status, wait_for_jobs = hot.exit_status, hot.wait_for_jobs
 def wait(ctx, job_ids, timeout):
     """Block until the jobs end; exit with the (first failing) job's exit code."""
     hot.wait(ctx.thin, job_ids, timeout=timeout)
-
-
-def _since(text, what):
-    if not text:
-        return None
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%d"))
-    except ValueError:
-        return time.time() - parse_duration(text, what, bare_unit=1)
-
-
-@click.command()
-@click.option("--since", help="From this date (YYYY-MM-DD) or this long ago (7d).")
-@click.option("--until", help="Up to this date or this long ago.")
-@click.option("-u", "--user")
-@click.option("-A", "--account")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def acct(ctx, since, until, user, account, fmt, as_json):
-    """History of ended jobs with their costs (sacct-like)."""
-    jobs = ctx.client.read.ended(_since(since, "--since") or 0, _since(until, "--until") or float("inf"))
-    jobs = [j for j in jobs if (not user or j.user == user) and (not account or j.account == account)]
-    jobs.sort(key=lambda j: j.id)
-    # Committed: what admission encumbered for each attempt (rate × planned time); final: the charges.
-    from labq.scheduler.report import committed_cost
-    models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
-    committed = {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", ctx.cfg)
-                           for a in j.attempts) for j in jobs}
-    if as_json or fmt == "json":
-        return echo_json([{**render.job_dict(j), "committed_cost": committed[j.id] / MICRO,
-                           "final_cost": j.cost / MICRO} for j in jobs])
-    headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
-               "COMMITTED", "COST"]
-    money = (lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money
-    rows = [[j.display_id, j.name, j.user, j.account, j.state, j.exit_code if j.exit_code is not None else "",
-             _ts(j.start_time), _ts(j.end_time), fmt_duration(render.elapsed(j, j.end_time or 0)), j.gpus,
-             len(j.attempts), money(committed[j.id]), money(j.cost)] for j in jobs]
-    if fmt == "csv":
-        out = io.StringIO()
-        w = csv.writer(out)
-        w.writerow(headers)
-        w.writerows(rows)
-        return click.echo(out.getvalue(), nl=False)
-    click.echo(render.table(rows, headers))
-    click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs))}")
 
 
 @click.command()

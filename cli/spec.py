@@ -49,9 +49,13 @@ SUB = [
 STAT = [
     (("-u", "--user"), "str", "Only this user's jobs.", None),
     (("-A", "--account"), "str", "Only this account's jobs.", None),
-    (("-t", "--state", "state"), "str", "Only these states, comma-separated (PD,R).", None),
+    (("-t", "--state", "--states", "state"), "str", "Only these states: PD,R or PENDING,RUNNING.", None),
+    (("-j", "--jobs", "job_ids"), "str", "Only these jobs: 42,43_7,44_[1-3] (42: the job, or all its tasks).", None),
     (("--me",), "flag", "Only my jobs.", False),
     (("--start",), "flag", "Expected start of pending jobs (from running jobs' time limits).", False),
+    (("-o", "--format", "fmt"), "str", 'squeue fields, like "%.10i %.9T %.8u %.10M %.10l %b %R".', None),
+    (("--noheader",), "flag", "No header lines.", False),
+    (("-r", "--array", "expand"), "flag", "One line per array task (else pending tasks compact).", False),
     (("--json", "as_json"), "flag", None, False),
 ]
 SHOW = [(("--json", "as_json"), "flag", None, False)]

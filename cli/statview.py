@@ -73,3 +73,27 @@ def stat_text(nodes, rows, shown, now: float) -> str:
     """The capacity line (over every active job) and the table of the shown rows."""
     cells = [row_cells(r, now, label) for label, r in compact(shown)]
     return capacity_line(nodes, rows) + "\n" + table(cells, STAT_HEADERS)
+
+
+def compact_ids(ids) -> list[str]:
+    """`["57_0", "57_1", …, "57_8999", "60"]` → `["57_[0-8999]", "60"]`: runs of one array's
+    consecutive task indices, in the given order."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            a, lo, hi = run[0][0], run[0][1], run[-1][1]
+            out.append(f"{a}_[{lo}-{hi}]" if hi != lo else f"{a}_{lo}")
+            run.clear()
+
+    for i in ids:
+        arr, sep, idx = str(i).partition("_")
+        if sep and idx.isdigit():
+            if run and (run[-1][0] != arr or run[-1][1] + 1 != int(idx)):
+                flush()
+            run.append((arr, int(idx)))
+        else:
+            flush()
+            out.append(str(i))
+    flush()
+    return out

@@ -12,7 +12,6 @@ PARKED = """
 tick = 0.2
 [accounts.parked]
 users = ["{user}"]
-max_running = 0
 [worker]
 name = "fast-node"
 gpus = 0
@@ -25,7 +24,7 @@ run_as = "self"
 
 
 def test_each_hot_command_says_the_same_through_both_paths():
-    """Jobs stay pending (max_running = 0), so every column is stable between the two runs."""
+    """Jobs stay pending (held), so every column is stable between the two runs."""
     e = E2E(PARKED)
     try:
         def both(*args, stdin=""):
@@ -35,11 +34,11 @@ def test_each_hot_command_says_the_same_through_both_paths():
                                     text=True, timeout=120)
             return fast_p, slow_p
 
-        a, b = both("sub", "-A", "parked", "-J", "same", "--", "true")
+        a, b = both("sub", "-A", "parked", "-H", "-J", "same", "--", "true")
         assert a.returncode == b.returncode == 0, (a.stderr, b.stderr)
         first, second = (int(p.stdout.split()[-1]) for p in (a, b))
         assert (a.stdout, b.stdout) == (f"Submitted job {first}\n", f"Submitted job {second}\n")
-        a, b = both("sub", "-A", "parked", "--parsable", stdin="#!/bin/sh\n#LABQ -J fromscript -a 1-3\ntrue\n")
+        a, b = both("sub", "-A", "parked", "-H", "--parsable", stdin="#!/bin/sh\n#LABQ -J fromscript -a 1-3\ntrue\n")
         assert a.returncode == b.returncode == 0 and a.stdout.strip().isdigit(), (a.stderr, b.stderr)
         for args in (("stat",), ("stat", "-t", "PD", "-A", "parked"), ("stat", "--json"), ("q", "--me"),
                      ("show", str(first)), ("show", f"{a.stdout.strip()}_2", "--json"),
