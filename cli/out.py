@@ -54,6 +54,8 @@ def guarded(fn, redis_errors=None):
         sys.stderr.close()   # `labq stat | head`: the reader left; nothing more to say
         sys.exit(1)
     except Exception as e:
+        if isinstance(e, OSError) and e.filename and not str(e.filename).endswith(".sock"):
+            fail(f"{e.filename}: {e.strerror or e}", 2)    # a file of ours, not the Redis socket
         if isinstance(e, ConnectionLost) or (redis_errors and isinstance(e, redis_errors())):
             fail(f"Redis does not answer: {e}", 4)
         raise
