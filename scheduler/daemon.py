@@ -399,8 +399,8 @@ class Scheduler(Committer):
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
-                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
+            if (j.reason, j.detail, j.earmark, j.earmark_gpus) != (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
+                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus))
         if changed:
             self.commit(jobs=changed, dispatch=dispatch, controls=controls)
         for j in dispatch:
