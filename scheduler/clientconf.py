@@ -41,6 +41,9 @@ def client_settings(path: str | None = None) -> dict:
     refuse_removed(sec)
     out["security"] = security_table(sec)
     out["history_url"] = history_table(_table("history", data.get("history", {})))["url"]
+    currency = _table("rates", data.get("rates", {})).get("currency", "USD")
+    if isinstance(currency, str):
+        units.set_currency(currency)       # the thin commands print money too (stat's COST column)
     return out
 
 

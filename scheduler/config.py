@@ -111,6 +111,9 @@ class Config:
     security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
 
+    def __post_init__(self):
+        units.set_currency(self.rates.currency)
+
     def qos_named(self, name: str) -> Qos | None:
         return self._qos_index.get(name)
 
