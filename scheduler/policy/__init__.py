@@ -151,9 +151,7 @@ class _Pass:
         if self.blocker is not None:
             return states.PRIORITY, f"behind job {self.blocker.display_id}, which waits for resources (backfill off)"
         accept = None
-        # A backfill reservation never holds up work within its account's guarantee: it could
-        # reclaim that room anyway, and would, grace later.
-        if self.timelines is not None and self.timelines.reserved and not self.usage.within_guarantee(job):
+        if self.timelines is not None and self.timelines.reserved:
             accept = lambda f: self.timelines.fits_now(job, f.node.name)   # noqa: E731
         spot, roomy = self.free.find(job, accept)
         if spot is not None:

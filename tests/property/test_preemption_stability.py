@@ -184,8 +184,9 @@ class World:
             held = sum(j.gpus for j in on if j.account == acct)
             room = unclaimed + sum(j.gpus for j in on if j.state == states.RUNNING and j.borrowed
                                    and j.account != acct and j.preempt_count < MAX_PREEMPTIONS)
+            # (A higher job's backfill reservation may hold a guaranteed job back longer: not counted.)
             wants = [j for j in self.jobs.values() if j.account == acct and j.state == states.PENDING
-                     and j.gpus <= min(owed - held, room)]
+                     and j.gpus <= min(owed - held, room) and j.reason != states.RESERVATION]
             if not wants:
                 self.short_since.pop(acct, None)
                 continue
