@@ -50,6 +50,7 @@ _MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
 # Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded.
 _HARD = ("orphaned", "fenced", "oom")
 CONTROL_BLOCK = 5.0    # one blocking read of the control list; the thread then reads again
+CONTROL_AFTER = 0.05   # the control watch starts this long after the job
 
 
 def end_message(why: str, detail: str = "") -> str:
@@ -75,7 +76,7 @@ def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict
     try:
         s = s or launch.Settings.from_environ()
         store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
-        job = store.job(job_id)
+        job, control = store.job_and_control(job_id)
         why = fence(job, attempt, s.node)
         pttl = -2
         if why is None:
@@ -90,6 +91,7 @@ def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict
             return {"ran": False, "reason": why}
         run = Run(store, s, job, attempt, term)
         run.lease_seen(time.monotonic(), pttl)
+        run.control0 = control
         return run.execute()
     finally:
         term.restore()
@@ -149,6 +151,7 @@ class Run:
         self.ppid = self.term.ppid
         self.lease_until = math.inf     # monotonic time by which the job must be dead (the lease's end)
         self.control_due = False        # the control thread saw a push: read the control key now
+        self.control0 = None            # the control as read with the record, before the start
         self.grace = None       # seconds, from a "preempt:GRACE" control
         self.peak_rss, self.peak_pss, self.next_pss = 0, None, 0.0
         self.mem_limit = job.mem_limit or job.mem
@@ -188,7 +191,7 @@ class Run:
 
     def _run(self) -> None:
         job, s = self.job, self.s
-        early = _verb(self._control()) or ("cancel" if job.cancel_requested else None)
+        early = _verb(self.control0) or ("cancel" if job.cancel_requested else None)
         if early in ("cancel", "preempt") or self.term.got:
             outcome = "cancelled" if early == "cancel" else "preempted"
             self.body.update(outcome=outcome, message=f"{outcome} before it started"
@@ -218,9 +221,7 @@ class Run:
         self.start, self.t0 = start, time.monotonic()
         self.body["start_time"] = start
         sent = time.monotonic()
-        self.lease_seen(sent, self.store.heartbeat(job.id, self.n, s.node, pid=self.proc.pid, start=start))
-        self.store.post("started", job.id, self.n, s.node, {"pid": self.proc.pid, "start_time": start})
-        _ControlWatch(self).start()
+        self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start))
         self._finish(self._watch())
 
     # -- limits --------------------------------------------------------------------------------
@@ -268,7 +269,11 @@ class Run:
         limit = self.job.time_limit
         deadline = self.t0 + limit if limit > 0 else math.inf
         warn_at = deadline - self.job.warn_signal[1] if self.job.warn_signal else math.inf
-        next_tick, stopping, kill_at, phases = 0.0, None, math.inf, []
+        tick_s = min(TICK, self.s.lease / 3)     # the lease must be re-read well within its length
+        next_tick, stopping, kill_at, phases = self.t0 + tick_s, None, math.inf, []
+        # The control watch starts once the job has run a moment: a job that ends at once never
+        # pays for its thread and connection, and a push made before it starts waits in the list.
+        watch_at = self.t0 + CONTROL_AFTER
         waiter = _LeaderWaiter(self.proc.pid, self.term.rfd)
         try:
             while True:
@@ -287,10 +292,12 @@ class Run:
                     if not phases:
                         return stopping
                     kill_at = self._signal_phase(stopping, phases, now)
+                if now >= watch_at:
+                    _ControlWatch(self).start()
+                    watch_at = math.inf
                 due = now >= next_tick
                 if due:
-                    # The lease must be re-read well within its length (a 1 s lease in tests).
-                    next_tick = now + min(TICK, self.s.lease / 3)
+                    next_tick = now + tick_s
                     self._tick()
                 if stopping is None:
                     why = self._why_stop(now >= deadline, due or self.control_due)
@@ -305,7 +312,8 @@ class Run:
                              self.job.warn_signal[1])
                     probe.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
                     warn_at = math.inf
-                wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until) - time.monotonic(), 0.0)
+                wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until, watch_at)
+                           - time.monotonic(), 0.0)
                 waiter.wait(min(wake, STOP_POLL) if stopping else wake)
         finally:
             waiter.close()
