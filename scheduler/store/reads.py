@@ -28,6 +28,15 @@ class Reader:
     def jobs(self, ids) -> list[Job]:
         return load_jobs(self.r, self.k, ids)
 
+    def runners(self, nodes) -> dict[str, dict[str, str]]:
+        """node -> {slot: "idle pid=…", "running <job>.<attempt> pid=…", … with the time it was set},
+        as each node's persistent runners report themselves."""
+        nodes = list(nodes)
+        p = self.r.pipeline(transaction=False)
+        for n in nodes:
+            p.hgetall(self.k.node_runners(n))
+        return dict(zip(nodes, p.execute()))
+
     def active(self) -> list[Job]:
         return self.jobs(self.r.zrange(self.k.active, 0, -1))
 
