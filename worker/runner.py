@@ -177,9 +177,13 @@ class Run:
             self._cleanup_after_error()
             raise
         finally:
-            self._release_cgroup()
+            if self.cg is not None:
+                self.cg.kill()
             self.body["end_time"] = self.body["end_time"] or time.time()
-            self._post_finished()
+            try:
+                self._post_finished()     # first: removing the cgroup waits for the kernel to empty it
+            finally:
+                self._release_cgroup()
         return {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
 
     def lease_seen(self, sent: float, pttl: int | None) -> None:
