@@ -226,6 +226,8 @@ class Run:
         self.body["start_time"] = start
         sent = time.monotonic()
         self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start))
+        if self.gpu.gpus:
+            self.gpu.tick((self.proc.pid,))     # the GPUs' counters at the start (energy is a delta)
         self._finish(self._watch())
 
     # -- limits --------------------------------------------------------------------------------
