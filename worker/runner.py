@@ -14,9 +14,7 @@ import logging
 import math
 import os
 import resource
-import select
 import signal
-import threading
 import time
 
 from labq.scheduler import states
@@ -25,13 +23,13 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gpuwatch, jobmsg, launch, memwatch, probe, procscan
+from . import cgroup, gpuwatch, jobmsg, launch, memwatch, probe, procscan, waiting
 
 log = logging.getLogger("labq.runner")
 
 RUNNER = "labq.worker.runner.run_job"
 TICK = 1.0             # heartbeat, sample, control and parent checks
-STOP_POLL = 0.1        # while a stopping tree drains
+STOP_POLL = waiting.STOP_POLL
 REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
 POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
 PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms per 2 GiB process)
@@ -49,7 +47,6 @@ _MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
              "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)"}
 # Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded.
 _HARD = ("orphaned", "fenced", "oom")
-CONTROL_BLOCK = 5.0    # one blocking read of the control list; the thread then reads again
 CONTROL_AFTER = 0.05   # the control watch starts this long after the job
 
 
@@ -72,7 +69,7 @@ def fence(job, attempt: int, node: str) -> str | None:
 
 
 def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict:
-    term = _Sigterm()     # from the first instant: a SIGTERM now would otherwise orphan the job
+    term = waiting.Sigterm()     # from the first instant: a SIGTERM now would otherwise orphan the job
     try:
         s = s or launch.Settings.from_environ()
         store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
@@ -97,40 +94,6 @@ def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict
         term.restore()
 
 
-class _Sigterm:
-    """SIGTERM to a runner is either the agent's orderly stop (systemctl stop), passed on by the
-    slot runner: preempt the job; or PDEATHSIG, its slot runner died: `orphaned`, kill at once.
-    The handler writes to a pipe the watch loop sleeps on, so either is acted on at once."""
-
-    def __init__(self):
-        self.got, self.orphaned, self._old = False, False, None
-        self.ppid = os.getppid()
-        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, self._set)
-
-    def _set(self, *_):
-        if os.getppid() != self.ppid:
-            self.orphaned = True
-        else:
-            self.got = True
-        self.poke()
-
-    def poke(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self.wfd, b"x")
-
-    def drain(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self.rfd, 512):
-                pass
-
-    def restore(self) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
-            self._old = None
-
-
 def _verb(control: str | None) -> str | None:
     """The control's verb: "cancel", or "preempt" from "preempt" / "preempt:GRACE"."""
     return control.split(":", 1)[0] if control else None
@@ -142,9 +105,10 @@ def _grace(control: str) -> int | None:
 
 
 class Run:
-    def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int, term: _Sigterm | None = None):
+    def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int,
+                 term: waiting.Sigterm | None = None):
         self.store, self.s, self.job, self.n = store, s, job, attempt
-        self.term = term or _Sigterm()
+        self.term = term or waiting.Sigterm()
         self.proc = None
         self.ckpt_dir = None
         self.start, self.t0 = None, None
@@ -281,7 +245,7 @@ class Run:
         # The control watch starts once the job has run a moment: a job that ends at once never
         # pays for its thread and connection, and a push made before it starts waits in the list.
         watch_at = self.t0 + CONTROL_AFTER
-        waiter = _LeaderWaiter(self.proc.pid, self.term.rfd)
+        waiter = waiting.LeaderWaiter(self.proc.pid, self.term.rfd)
         try:
             while True:
                 exited = waiter.exited()
@@ -300,7 +264,7 @@ class Run:
                         return stopping
                     kill_at = self._signal_phase(stopping, phases, now)
                 if now >= watch_at:
-                    _ControlWatch(self).start()
+                    waiting.ControlWatch(self).start()
                     watch_at = math.inf
                 due = now >= next_tick
                 if due:
@@ -547,57 +511,3 @@ def _describe(code: int, sig: int | None) -> str:
     if sig:
         return f"killed by {signal.Signals(sig).name}"
     return "exit code 0" if code == 0 else f"exit code {code}"
-
-
-class _ControlWatch(threading.Thread):
-    """Blocks on the job's control list on this node (the scheduler pushes to it with every
-    preempt or cancel) and wakes the watch loop at once, instead of a poll once a second."""
-
-    def __init__(self, run: "Run"):
-        super().__init__(daemon=True, name=f"control-{run.job.id}")
-        self.run_, self.store = run, AgentStore(conn.connect(run.s.redis_url), Keys(run.s.prefix))
-
-    def run(self) -> None:
-        r = self.run_
-        while True:
-            try:
-                got = self.store.wait_control(r.s.node, r.job.id, CONTROL_BLOCK)
-            except conn.ERRORS:
-                time.sleep(TICK)      # the tick reads the control key meanwhile
-                continue
-            if got:
-                r.control_due = True
-                r.term.poke()
-
-
-class _LeaderWaiter:
-    """Sleeps until a deadline, the leader's exit or a poke on `wake_fd` (a signal, a control),
-    whichever comes first, without reaping the leader (waitid WNOWAIT, tech-notes §4.2). A pidfd
-    wakes us the moment it exits; where there is none, we poll on a short interval."""
-
-    def __init__(self, pid: int, wake_fd: int | None = None):
-        self.pid, self.done, self.wake_fd = pid, False, wake_fd
-        try:
-            self.fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.fd = None
-
-    def exited(self) -> bool:
-        self.done = self.done or os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        return self.done
-
-    def wait(self, timeout: float) -> None:
-        fds = [] if self.wake_fd is None else [self.wake_fd]
-        if self.fd is None or self.done:      # an exited leader's pidfd stays readable: don't spin
-            timeout = min(timeout, STOP_POLL)
-        else:
-            fds.append(self.fd)
-        try:
-            select.select(fds, [], [], timeout)
-        except InterruptedError:
-            return   # a signal woke us early; the watch loop re-checks everything
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
