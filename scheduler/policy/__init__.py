@@ -16,16 +16,29 @@ from ..units import fmt_size
 from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Expire, Pending, Place, Plan, Preempt, Start
-from . import capacity, preempt, priority
+from . import capacity, classes, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
 from .quota import Usage, over_alone
 
-__all__ = ["plan", "refusal", "expected_starts"]
+__all__ = ["plan", "plan_per_job", "refusal", "expected_starts"]
 
 
 def plan(snap: Snapshot, cfg: Config) -> Plan:
+    """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
+    as `plan_per_job`, without looking at every blocked job one by one."""
+    running = [j for j in snap.jobs if j.state in states.ON_NODE]
+    pending = [j for j in snap.jobs if j.state == states.PENDING]
+    deps = Dependencies(snap)
+    expires, waiting = _expire(pending, snap.now, deps)
+    p = _Pass(snap, cfg, running, deps)
+    classes.run(p, waiting, cfg)
+    return Plan(tuple(p.places), tuple(expires), tuple(p.pending), tuple(p.preempts), tuple(p.starts))
+
+
+def plan_per_job(snap: Snapshot, cfg: Config) -> Plan:
+    """Every pending job judged in priority order, one by one: the reference `plan` must equal."""
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
@@ -50,7 +63,10 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
 
 def _expire(pending, now: float, deps: Dependencies):
     expires, waiting = [], []
-    for j in sorted(pending, key=lambda j: j.id):
+    for j in pending:
+        if j.max_wait is None and j.deadline is None and not j.deps:   # most jobs: nothing can end them
+            waiting.append(j)
+            continue
         dep = deps.verdict(j)
         # A requeued job (preempted, retried, node failure) waits again from its last attempt's end.
         queued = j.attempts[-1].end_time or j.submit_time if j.attempts else j.submit_time
@@ -63,7 +79,7 @@ def _expire(pending, now: float, deps: Dependencies):
             expires.append(Expire(j.id, f"cancelled: {dep[1]} (--kill-on-invalid-dep)", states.CANCELLED))
         else:
             waiting.append(j)
-    return expires, waiting
+    return sorted(expires, key=lambda e: e.job_id), waiting
 
 
 class _Pass:
@@ -91,6 +107,13 @@ class _Pass:
         for j in running:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
                 self.draining.setdefault(j.preempted_for, []).append(j)
+
+    def version(self) -> tuple:
+        """What a verdict may have changed in this pass's state (classes.py caches verdicts per
+        version): admissions, preemptions, reservations, takes and holds of free capacity, the
+        backfill-off blocker, requests found to have no victims."""
+        return (len(self.places), len(self.preempts), len(self.starts), self.free.changes, id(self.blocker),
+                len(self.no_victims))
 
     def consider(self, job: Job) -> None:
         verdict = self._verdict(job)
