@@ -1,24 +1,16 @@
 """Control commands: del, hold, release, requeue (jobs), drain, resume (nodes), checkpoint (from a job)."""
 import os
-import sys
 
 import click
 
-from labq.scheduler import states
 from labq.scheduler.errors import UsageError
 
+from . import hot
 from .common import pass_ctx
 
 
 def _control(ctx, op, job_ids):
-    reply = ctx.client.act_on(op, list(job_ids))
-    for r in reply.get("results", []):
-        if r["ok"]:
-            click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else r['state']}")
-        else:
-            click.echo(f"labq: {r['error']}", err=True)
-    if not reply.get("ok"):
-        sys.exit(reply.get("code") or 2)
+    hot.control(ctx.thin, op, job_ids)    # `del` is a hot command: the fast path (fast.py) runs it too
 
 
 @click.command("del")
@@ -83,6 +75,8 @@ def checkpoint(ctx):
     from labq.scheduler.client import Client
     from .common import redis_url
     cfg = replace(ctx.cfg, prefix=os.environ.get("LABQ_PREFIX") or ctx.cfg.prefix)
-    reply = Client(cfg, url=os.environ.get("LABQ_REDIS_URL") or redis_url(cfg)).checkpoint(int(jid))
+    # redis.url first: on a lab with ACL roles it carries the client role's login, which the job's
+    # $LABQ_REDIS_URL (the address alone, never a daemon's password) does not.
+    reply = Client(cfg, url=redis_url(cfg)).checkpoint(int(jid))
     from .query import _ts
     click.echo(f"job {jid}: checkpoint recorded at {_ts(reply['time'])}")

@@ -3,16 +3,18 @@
 The key names are a contract (DESIGN §8): add keys, rename none. Unknown keys are errors, because a
 misspelt limit that is silently ignored is worse than a refusal to start.
 """
-import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import units
 from .errors import ConfigError
+from .clientconf import (DEFAULT_PATH, _check_keys, _dur, _str, _table, read_toml, redis_table,  # noqa: F401
+                         refuse_removed, resolve_path, security_table)
 from .model import Budget
 
-DEFAULT_PATH = "/etc/labq/labq.toml"
+# Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
+QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 # [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
 _SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
@@ -27,6 +29,7 @@ class Qos:
     max_preemptions: int = 3
     rate_factor: float = 1.0
     reserved: int = 0          # GPUs protected for this class and higher: never given to lower ones
+    signal: str = "TERM"       # the checkpoint signal a preempted job gets first (a job's --signal overrides)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,9 @@ class Config:
     node_lease: float = 30.0
     default_time: int = 24 * 3600
     kill_wait: int = 30
+    start_timeout: float = 60.0    # an attempt no runner claimed by then is withdrawn and requeued uncharged
+    fence_margin: float = 5.0      # after a node's lease is gone, wait this long before requeueing its attempts
+    lease: float = 0.0             # the leader lease; 0: max(10s, 3 ticks)
     budget_mode: str = "safe"
     metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
@@ -152,54 +158,18 @@ def _num(key, v, lo=None, integer=False):
     return v
 
 
-def _str(key, v, choices=None):
-    if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {v!r}")
-    if choices and v not in choices:
-        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
-    return v
-
-
 def _bool(key, v):
     if not isinstance(v, bool):
         raise ConfigError(key, f"expected true or false, got {v!r}")
     return v
 
 
-def _dur(key, v):
-    try:
-        return units.parse_duration(v, key, bare_unit=1)
-    except units.UsageError as e:
-        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
-
-
-def _table(key, v):
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a table, got {v!r}")
-    return v
-
-
-def _check_keys(section, table, allowed):
-    for k in table:
-        if k not in allowed:
-            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
-
-
 def load(path: str | None = None) -> Config:
     """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
-    path = path or os.environ.get("LABQ_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    path = resolve_path(path)
     if not path:
         return Config()
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(path, "file not found") from None
-    except OSError as e:
-        raise ConfigError(path, f"cannot read: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(path, f"not valid TOML: {e}") from None
-    return from_dict(data, source=path)
+    return from_dict(read_toml(path), source=path)
 
 
 def loads(text: str, source: str = "<string>") -> Config:
@@ -240,23 +210,14 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 def _redis(t):
     _check_keys("redis", t, {"url", "prefix", "password_file"})
-    url = _str("redis.url", t.get("url", ""))
-    if url and not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
-    prefix = _str("redis.prefix", t.get("prefix", "labq"))
-    if not prefix or ":" in prefix:
-        raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    pw = _str("redis.password_file", t.get("password_file", ""))
-    if pw and not os.path.isabs(pw):
-        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
-    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw}
+    return redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
 
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
-                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
+                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
-                                 "metrics"})
+                                 "metrics", "start_timeout", "fence_margin"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -274,8 +235,17 @@ def _scheduler(t):
     for k in ("node_lease", "default_time", "kill_wait"):
         if k in t:
             out[k] = _dur(f"scheduler.{k}", t[k])
+    for k in ("start_timeout", "fence_margin"):
+        if k in t:
+            v = t[k]
+            # Sub-second values help tests; a bare number is seconds.
+            out[k] = float(_num(f"scheduler.{k}", v, lo=0)) if isinstance(v, (int, float)) else _dur(f"scheduler.{k}", v)
     if out.get("node_lease", 1) < 1:
         raise ConfigError("scheduler.node_lease", "must be at least 1s")
+    if "lease" in t:
+        out["lease"] = float(_dur("scheduler.lease", t["lease"]))
+        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
+            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
     if out.get("default_time", 1) < 1:
         raise ConfigError("scheduler.default_time", "must be at least 1s")
     if "backfill_depth" in t:
@@ -323,7 +293,10 @@ def _priority(t):
 def _qos(name, t):
     k = f"qos.{name}"
     _check_keys(k, t, {"priority", "preemptible", "grace", "min_runtime", "max_preemptions", "rate_factor",
-                       "reserved"})
+                       "reserved", "signal"})
+    sig = _str(f"{k}.signal", t.get("signal", "TERM")).upper().removeprefix("SIG")
+    if sig not in QOS_SIGNALS:
+        raise ConfigError(f"{k}.signal", f"expected one of {', '.join(sorted(QOS_SIGNALS))}, got {t['signal']!r}")
     return Qos(
         name=name,
         priority=_num(f"{k}.priority", t.get("priority", 0), integer=True),
@@ -333,6 +306,7 @@ def _qos(name, t):
         max_preemptions=_num(f"{k}.max_preemptions", t.get("max_preemptions", 3), lo=0, integer=True),
         rate_factor=float(_num(f"{k}.rate_factor", t.get("rate_factor", 1.0), lo=0)),
         reserved=_num(f"{k}.reserved", t.get("reserved", 0), lo=0, integer=True),
+        signal=sig,
     )
 
 
@@ -467,18 +441,6 @@ def _alerts(t):
 
 
 def _security(t):
-    if "acl" in t:
-        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
-                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+    refuse_removed(t)
     _check_keys("security", t, set(_SECURITY))
-    admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
-        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
-    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
-    if not 10 <= ttl <= 3600:
-        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
-    sock = _str("security.munge_socket", t.get("munge_socket", ""))
-    if sock and not os.path.isabs(sock):
-        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
-    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
-            "munge_socket": sock, "credential_ttl": ttl}
+    return security_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)

@@ -2,8 +2,8 @@
 
 Each `tick(now)` holds the leader lease, then: reads requests from the users' inboxes and events from
 the agents, declares attempts on dead nodes lost, runs the pure `plan()` over a snapshot, and applies
-the plan in one fenced transaction (which also enqueues the RQ jobs). Every change is written in the
-same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
+the plan in one fenced transaction (which also pushes each admitted attempt onto its node's dispatch
+list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
 nothing (the request or event is redelivered) or has already written everything.
 """
 import gc
@@ -19,10 +19,11 @@ from .config import Config
 from .batch import Batch, Tally
 from .commit import Committer
 from .bookkeeper import Bookkeeper
-from .dispatch import Dispatcher
+from . import dispatch as dispatching
 from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
 from .handlers import BUDGET_OPS, Change, Handlers
+from .store import dispatchq
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
@@ -44,12 +45,20 @@ MAX_REQUESTS_PER_TICK = 20_000
 SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
 
 
+def _sleep_until(deadline: float, stop) -> None:
+    while not stop() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
 class Scheduler(Committer):
-    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time):
+    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time):
+        # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
+        # in the signature so that callers written for the RQ transport keep working.
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
-        self.dispatch = Dispatcher(rq_conn, cfg.kill_wait)
+        self.down_since: dict[str, float] = {}     # node -> when this scheduler first saw its lease gone
+        self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
         self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
         self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
@@ -57,7 +66,7 @@ class Scheduler(Committer):
         self.answered: dict = {}             # rid -> reply, for the requests of the read being handled
         self.inboxes: set[str] = set()
         self.leading = False
-        self.lease_s = max(10.0, 3 * cfg.tick)
+        self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
@@ -65,10 +74,12 @@ class Scheduler(Committer):
         self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
         self.guard = crashguard.CrashGuard.from_config(cfg)
         self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
+        self.ended_shown: dict[int, str] = {}   # their display ids, where not the id ("126_7")
         # Budget limits, overrides, periods, alerts and the stop policy. It keeps `self.cfg.budgets`
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
+        self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
 
     # -- the loop --------------------------------------------------------------------------------
@@ -92,6 +103,7 @@ class Scheduler(Committer):
             self.nodes = self.store.nodes(now)
             self._intake(now, pending=False)
             self._lost_attempts(now)
+            self._unclaimed(now)
             self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
@@ -108,6 +120,18 @@ class Scheduler(Committer):
     def run(self, stop=lambda: False) -> None:
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
+        try:
+            self._loop(stop)
+        finally:
+            # Whatever ends the loop, a lease left behind would stall a restart until it lapsed.
+            sdnotify.notify("STOPPING=1")
+            try:
+                self.store.release_leader()
+            except REDIS_ERRORS as e:
+                log.warning("could not release the leader lease: %s", e)
+            log.info("scheduler %s stopped", self.me)
+
+    def _loop(self, stop) -> None:
         woke: list = []
         ready = False
         while not stop():
@@ -121,18 +145,22 @@ class Scheduler(Committer):
                 # From the main loop only: a stuck loop must let the watchdog fire.
                 sdnotify.notify(f"WATCHDOG=1\nSTATUS={'leader' if leading else 'standby'}: "
                                 f"{len(self.jobs)} active jobs, {len(self.nodes)} nodes")
-                woke = self.store.wait_wake(self.cfg.tick if self.leading else self.lease_s / 3)
+                if self.leading:
+                    woke = self.store.wait_wake(self.cfg.tick)
+                else:
+                    # A standby must not pop the wake list: a wake-up is the leader's only news of a
+                    # new user's inbox, and one taken here would leave that user unanswered.
+                    woke = []
+                    _sleep_until(time.monotonic() + self.lease_s / 3, stop)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
                 self.leading = False
                 time.sleep(1)
-        sdnotify.notify("STOPPING=1")
-        self.store.release_leader()
-        log.info("scheduler %s stopped", self.me)
 
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         self.jobs = self.store.active_jobs()
+        self.store.rebuild_stat_rows(self.jobs.values())
         self.seq = self.seq_written = self.store.job_seq()
         self.tally = Tally(self.jobs.values())
         self.inboxes = self.store.known_inboxes()
@@ -140,6 +168,8 @@ class Scheduler(Committer):
             self.store.ensure_group(s)
         self.leading = True
         self.nodes = self.store.nodes(now)
+        self.event_streams = set()
+        self._node_streams()
         self.books.load(now)
         self.usage = Reader(self.store.r, self.k).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
@@ -177,14 +207,15 @@ class Scheduler(Committer):
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
             requests = self.store.read_group(streams, pending)
-            events = self.store.read_group([self.k.events], pending)
+            events = self.store.read_group(self._node_streams(), pending)
             if not requests and not events:
                 break
             self.batch, self.answered = Batch(usage=self.usage), {}
             try:
                 prior = self.store.replies_done([(f or {}).get("rid") or eid for _, eid, f in requests])
-                for (stream, eid, fields), old in zip(requests, prior):
-                    self._isolated(self._request, now, stream, eid, fields or {}, old)
+                who = self._senders(requests, now)
+                for (stream, eid, fields), old, sender in zip(requests, prior, who):
+                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender)
                 for stream, eid, fields in events:
                     self._isolated(self._event, now, stream, eid, fields or {})
             finally:
@@ -201,17 +232,26 @@ class Scheduler(Committer):
         except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
             log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
             reply = None
-            if stream != self.k.events:
+            if not (stream == self.k.events or stream.startswith(self.k.events + ":")):
                 reply = (fields.get("rid") or eid, {"ok": False, "code": 2, "error": f"internal error: {e}"})
             self.commit(reply=reply, ack=(stream, eid))
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None) -> None:
-        rid = fields.get("rid") or eid
+    def _senders(self, requests, now: float) -> list:
+        """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
+        otherwise (decoded concurrently, claimed in one round trip); a RefusedError where refused."""
         sec = self.cfg.security
-        try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
-            user = auth.identify(fields, stream.rsplit(":", 1)[1], sec, now,
-                                 lambda key: self.store.claim_credential(key, f"{stream}/{eid}", sec["credential_ttl"]))
-        except RefusedError as e:
+        entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
+
+        def claim_many(claims):
+            return self.store.claim_credentials(claims, sec["credential_ttl"])
+        return auth.identify_many(entries, sec, now, claim_many)
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
+        rid = fields.get("rid") or eid
+        if user is None:
+            user = self._senders([(stream, eid, fields)], now)[0]
+        if isinstance(user, RefusedError):
+            e = user
             log.warning("inbox %s entry %s: %s", stream, eid, e)
             self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
             return
@@ -245,6 +285,16 @@ class Scheduler(Committer):
             self.nodes = self.store.nodes(now)
 
     # -- events from agents ----------------------------------------------------------------------
+    def _node_streams(self) -> list[str]:
+        """The events streams to read: the shared one (older agents, tools) and each node's own,
+        whose writer (the node's Redis user) proves the node an event comes from."""
+        for n in self.nodes:
+            s = self.k.node_events(n.name)
+            if s not in self.event_streams:
+                self.store.ensure_group(s)
+                self.event_streams.add(s)
+        return [self.k.events, *sorted(self.event_streams)]
+
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
         # `now`, so read the clock again or an end could fall before the runner's own start.
@@ -308,19 +358,33 @@ class Scheduler(Committer):
         self.commit(ack=(stream, eid), alerts=[a.fields()] if a else ())
 
     def _lost_attempts(self, now: float) -> None:
-        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
+        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
+
+        Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
+        so an attempt is declared lost only `fence_margin` after this scheduler first saw the
+        lease gone; until then the job may still be running there and must not start elsewhere."""
         up = {n.name: n for n in self.nodes}
+        for n in self.nodes:
+            if n.state == "down":
+                self.down_since.setdefault(n.name, now)
+            else:
+                self.down_since.pop(n.name, None)
         on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
+        # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
+        self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
         lost = []
-        for job, hb in zip(on_node, beats):
+        for job, (hb, _) in zip(on_node, beats):
             node = up.get(job.node)
             if node is not None and node.state != "down":
-                # A runner that claimed the attempt and went silent (its horse was SIGKILLed) is lost too.
-                if hb is None or now - hb <= self.cfg.node_lease:
+                # A runner that claimed the attempt and went silent is lost too; its agent, alive,
+                # kills a runner that stops heart-beating (worker/agent.py) well within this.
+                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
                     continue
                 last = hb
             else:
+                if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
+                    continue
                 last = node.last_heartbeat if node else now
             new, charges = tr.node_failed(job, last, now, self.cfg)
             log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
@@ -328,12 +392,37 @@ class Scheduler(Committer):
         if lost:
             self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
 
+    def _unclaimed(self, now: float) -> None:
+        """Take back attempts no runner claimed: cancelled ones at once, others after
+        scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
+        waiting = [j for j in self.jobs.values()
+                   if j.state in states.ON_NODE and j.current and not j.current.start_time]
+        if not waiting:
+            return
+        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
+        managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
+        for u in dispatching.unclaimed(waiting, claims, now, self.cfg.start_timeout, managed):
+            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, u.job.current.attempt):
+                continue      # a runner claimed it meanwhile: it runs, and its events will tell
+            log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
+                        u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
+            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)])
+
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()), usage=tuple(sorted(usage.items())),
-                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states())
+        jobs = self.jobs
+        if self.file_checkpoints:
+            # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.
+            jobs = dict(jobs)
+            for jid, at in self.file_checkpoints.items():
+                j = jobs.get(jid)
+                if j is not None and j.current and at > (j.current.last_checkpoint or 0):
+                    jobs[jid] = tr.checkpointed(j, at) or j
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
+                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states(),
+                        shown=tuple(sorted(self.ended_shown.items())))
 
     def ended_states(self, extra: Job | None = None) -> tuple:
         """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
@@ -344,9 +433,12 @@ class Scheduler(Committer):
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
-            found = {j.id: j.state for j in Reader(self.store.r, self.k).jobs(missing)}
-            self.ended.update((i, found.get(i, "")) for i in missing)
+            found = Reader(self.store.r, self.k).jobs(missing)
+            states_ = {j.id: j.state for j in found}
+            self.ended.update((i, states_.get(i, "")) for i in missing)
+            self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
         self.ended = {i: self.ended[i] for i in want}
+        self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
@@ -368,8 +460,8 @@ class Scheduler(Committer):
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail) != (pd.reason, pd.detail):
-                changed.append(tr.pend(j, pd.reason, pd.detail))
+            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
+                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
         if changed:
             self.commit(jobs=changed, dispatch=dispatch, controls=controls)
         for j in dispatch:

@@ -5,7 +5,7 @@ request or event acknowledged, the ledger entries, the reply).
 """
 from dataclasses import dataclass, replace
 
-from . import ledger, states
+from . import ledger, periods, states
 from .config import Config
 from .model import Attempt, Job
 from .plan import Place
@@ -19,10 +19,11 @@ class Charge:
     budget: str
     unit: str
     amount: int
+    period: str = ""           # a periodic budget's part of the attempt in one period (periods.split)
 
     @property
     def key(self) -> str:
-        return f"{self.job}.{self.attempt}"
+        return f"{self.job}.{self.attempt}.{self.budget}@{self.period}" if self.period else f"{self.job}.{self.attempt}"
 
 
 def admit(job: Job, place: Place, now: float) -> Job:
@@ -30,7 +31,7 @@ def admit(job: Job, place: Place, now: float) -> Job:
     a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now)
     return replace(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
                    gpu_uuids=place.gpus, start_time=job.start_time or now, commit=place.commit,
-                   rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed,
+                   rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed, earmark="",
                    attempts=job.attempts + (a,))
 
 
@@ -39,13 +40,14 @@ def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
     return replace(job, state=states.PREEMPTING, preempted_for=for_job, preempt_time=now, detail=detail)
 
 
-def pend(job: Job, reason: str, detail: str) -> Job:
-    return replace(job, reason=reason, detail=detail)
+def pend(job: Job, reason: str, detail: str, earmark: str = "") -> Job:
+    """The plan's reason for a pending job; the earmark stays only while the plan keeps it."""
+    return replace(job, reason=reason, detail=detail, earmark=earmark)
 
 
 def end_pending(job: Job, state: str, detail: str, now: float) -> Job:
     """A job that never ran ends (expired, cancelled while pending): no attempt, no charge."""
-    return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now)
+    return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now, earmark="")
 
 
 def started(job: Job, attempt: int, body: dict) -> Job | None:
@@ -84,6 +86,21 @@ def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
     return _close(job, cur, "node_failure", end, None, {}, "node lease expired", cfg)
 
 
+def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
+    """An attempt no runner claimed, taken back by the scheduler (dispatch.py): nothing ran, so
+    nothing is charged and no restart is counted. `why` "cancel" ends the job `CA` at once (labq
+    del); "timeout" (not claimed within scheduler.start_timeout) puts it back in the queue."""
+    cur = job.current
+    a = replace(cur, end_time=cur.dispatch_time or now, outcome="withdrawn")
+    common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
+                  preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
+    if why == "cancel":
+        return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
+                       detail="cancelled before a runner took it", **common)
+    return replace(job, state=states.PENDING, reason=states.NONE, **common,
+                   detail=f"requeued: no runner on node {cur.node} took it within {start_timeout:.0f}s")
+
+
 INTERRUPTED = frozenset({"timeout", "preempted", "node_failure", "cancelled"})
 
 
@@ -92,9 +109,12 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
     start = cur.dispatch_time or end
     budgets = {b.name: b for b in cfg.budgets}
     rates = dict(job.rates)
-    charges = tuple(Charge(job.id, cur.attempt, name, budgets[name].unit,
-                           ledger.charge(rates.get(name, 0), start, end, budgets[name].unit, cfg))
-                    for name, _ in job.commit if name in budgets)
+    # In safe mode the commitment is a promise: the attempt is billed at most what was committed
+    # (time limit + kill_wait; what a slow start or a late reap adds beyond it is not the user's).
+    most = dict(job.commit) if cfg.budget_mode == "safe" else {}
+    charges = tuple(c for name, _ in job.commit if name in budgets
+                    for c in attempt_charges(job, cur, budgets[name], rates.get(name, 0), start, end, cfg,
+                                             most.get(name)))
     cost = ledger.charge(job.cost_rate, start, end, "usd", cfg)
     # The newest of what the runner saw in the checkpoint directory and what `labq checkpoint` said.
     last_ckpt = max((t for t in (checkpoint, cur.last_checkpoint) if t), default=None)
@@ -104,7 +124,7 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
         began = cur.start_time or start
         lost = max(0.0, end - max(began, last_ckpt or began))
     a = replace(cur, end_time=end, outcome=outcome, exit_code=exit_code, usage=usage, cost=cost,
-                charges=tuple((c.budget, c.amount) for c in charges),
+                charges=_totals(charges),
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
                   node="", gpu_uuids=(), preempted_for=None, preempt_time=None, borrowed=False,
@@ -117,6 +137,32 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
         new = replace(job, state=state, reason=states.NONE, detail=detail, end_time=end,
                       **{**common, "node": cur.node, "gpu_uuids": cur.gpus})
     return new, charges
+
+
+def attempt_charges(job: Job, cur: Attempt, b, rate: int, start: float, end: float, cfg: Config,
+                    most: int | None = None) -> list:
+    """The ledger entries of one attempt for budget `b`: one charge, or for a periodic budget one
+    per period the allocation was held in (each period pays for the time used in it). `most`
+    caps the total; the cut comes off the latest periods, so parts booked at earlier edges stand."""
+    if b.period == "none":
+        amount = ledger.charge(rate, start, end, b.unit, cfg)
+        return [Charge(job.id, cur.attempt, b.name, b.unit, amount if most is None else min(amount, most))]
+    parts = periods.split(b, rate, start, end, ledger.overhead(b.unit, cfg), lambda s: ledger.billed(s, cfg))
+    over = sum(parts.values()) - most if most is not None else 0
+    for lab in reversed(list(parts)):
+        if over <= 0:
+            break
+        cut = min(over, parts[lab])
+        parts[lab] -= cut
+        over -= cut
+    return [Charge(job.id, cur.attempt, b.name, b.unit, amount, lab) for lab, amount in parts.items()]
+
+
+def _totals(charges) -> tuple:
+    out: dict[str, int] = {}
+    for c in charges:
+        out[c.budget] = out.get(c.budget, 0) + c.amount
+    return tuple(out.items())
 
 
 def after_attempt(job: Job, outcome: str, exit_code, began: float, end: float, last_ckpt: float | None,

@@ -9,6 +9,7 @@ import re
 from .errors import UsageError
 
 MICRO = 1_000_000
+MS_PER_HOUR = 3_600_000
 _SUFFIX = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SUFFIXED = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|[smhdw]))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhdw])")
@@ -119,6 +120,11 @@ def to_micro(amount, what: str = "amount") -> int:
 
 def from_micro(micro: int) -> float:
     return micro / MICRO
+
+
+def accrue(rate_per_hour: int, seconds: float) -> int:
+    """What `seconds` of an allocation costs at `rate_per_hour`, rounded down to whole micro-units."""
+    return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR
 
 
 def fmt_money(micro: int, unit: str = "usd") -> str:

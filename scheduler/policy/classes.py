@@ -32,8 +32,9 @@ def class_key(j) -> tuple:
 
 
 def _own(j, draining) -> bool:
-    """Whether the job's verdict may name the job itself: then it is judged on its own."""
-    return j.id in draining or bool(j.deps) and any(k == "singleton" for k, _ in j.deps)
+    """Whether the job's verdict may name the job itself (a singleton, a preemptor whose victims
+    drain, one whose room is earmarked): then it is judged on its own."""
+    return bool(j.earmark) or j.id in draining or bool(j.deps) and any(k == "singleton" for k, _ in j.deps)
 
 
 # Grouping pays when classes hold many jobs each (arrays, sweeps); with a class per few jobs the
@@ -92,8 +93,8 @@ def _scorer(waiting, p, cfg):
 # How long a verdict judged without changing anything stays true (the property test checks each):
 # gates (hold, begin, dependencies) for the whole pass; caps and "no room" until an admission of the
 # same account, user or array, or a change to preemptions, reservations, the blocker or the victims
-# found; anything that quoted a budget, tried an admission or a preemption only while the whole state
-# is unchanged.
+# found, or room coming back (an earmark given up); anything that quoted a budget, tried an
+# admission, a preemption or a reservation only while the whole state is unchanged.
 STATIC = frozenset((states.HELD, states.CRASH_GUARD, states.BEGIN_TIME, states.DEPENDENCY, states.DEPENDENCY_NEVER))
 CAPS = frozenset((states.PRIORITY, states.RESOURCES, states.NODE_DOWN, states.ARRAY_TASK_LIMIT,
                   states.ACCOUNT_JOB_LIMIT, states.ACCOUNT_GPU_LIMIT, states.ACCOUNT_CPU_LIMIT,
@@ -112,8 +113,8 @@ class _Walk:
         heapq.heapify(self.heads)
         self.cache: dict = {}               # class key -> (state version, kind, stamp, verdict)
         self.admitted: dict = {}            # ("a", account) / ("u", user) / ("t", array): admissions so far
-        self.touched = 0                    # calls into budget quotes, admission and preemption
-        for name in ("_admit", "_budget_even_if_room", "_preempt"):
+        self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
+        for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
             setattr(p, name, self._counting(getattr(p, name)))
 
     def _counting(self, fn):
@@ -125,7 +126,7 @@ class _Walk:
     def _stamp(self, key) -> tuple:
         p, n = self.p, self.admitted
         return (n.get(("a", key[1]), 0), n.get(("u", key[2]), 0), n.get(("t", key[16]), 0), len(p.preempts),
-                len(p.starts), id(p.blocker), len(p.no_victims))
+                len(p.starts), id(p.blocker), len(p.no_victims), p.free.grown)
 
     def _valid(self, key, version):
         hit = self.cache.get(key)
@@ -167,7 +168,7 @@ class _Walk:
 
     def _judge(self, job, key, version):
         p, touched = self.p, self.touched
-        verdict = p._verdict(job)
+        verdict = p.judge(job)
         if isinstance(verdict, Place):
             p.places.append(verdict)
             for k in (("a", job.account), ("u", job.user), ("t", job.array_id)):

@@ -83,12 +83,13 @@ def test_the_client_role_writes_requests_and_reads_state_only(locked):
     assert c.zrange(K.active, 0, -1) == [] and c.hgetall(K.node("n1")) == {}
     # Attack 3: a hand-written job record and a dispatch push by a client are refused.
     assert denied(c.set, K.job(99), json.dumps({"user": "daemon"}))
-    assert denied(c.lpush, "rq:queue:labq-node-n1", "x")
+    assert denied(c.lpush, K.dispatch("n1"), "99:1")
+    assert denied(c.lpush, K.node_control("n1", 1), "cancel")
     assert denied(c.xadd, K.events, {"kind": "finished", "job": 1, "attempt": 1, "node": "n1"})
     assert denied(c.hset, K.node("n1"), "cpus", 1)
     assert denied(c.set, K.control(1), "cancel")
     assert denied(c.xrange, K.inbox("victim")), "other people's requests (and credentials) stay unread"
-    assert denied(c.publish, "rq:pubsub:x", "kill-horse")
+    assert denied(c.publish, "labq:anything", "kill-horse"), "no pub/sub control a client can send"
     for cmd in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "SET", "save", ""), ("ACL", "LIST"), ("SET", "x", "1"),
                 ("XGROUP", "DESTROY", K.inbox("me"), "scheduler")):
         assert denied(c.execute_command, *cmd), cmd
@@ -100,7 +101,20 @@ def test_a_node_role_writes_its_own_node_only(locked):
     store = AgentStore(n1, K)
     store.register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 30)
     n1.hset(K.attempt(5, 1), mapping={"claimed": 1})
-    n1.xadd(K.events, {"kind": "started", "job": 5, "attempt": 1, "node": "n1", "body": "{}"})
+    n1.xadd(K.node_events("n1"), {"kind": "started", "job": 5, "attempt": 1, "node": "n1", "body": "{}"})
+    n1.hset(K.node_runners("n1"), "0", "idle")
+    s = as_role(rp, pw, acl.SCHEDULER)
+    s.lpush(K.dispatch("n1"), "5:1")
+    s.lpush(K.dispatch("n2"), "6:1")
+    assert store.take("n1", 0, 1) == "5:1" and store.taken("n1", 0) == ["5:1"]
+    store.done("n1", 0, "5:1")
+    # Another node's events (its identity), dispatch queue and runners are not n1's to touch.
+    assert denied(n1.xadd, K.node_events("n2"), {"kind": "finished", "job": 6, "attempt": 1, "node": "n2"})
+    assert denied(n1.xadd, K.events, {"kind": "finished", "job": 6, "attempt": 1, "node": "n2"})
+    assert denied(n1.lmove, K.dispatch("n2"), K.dispatch_slot("n1", 0))
+    assert denied(n1.lpush, K.dispatch("n1"), "7:1"), "a node cannot make work runnable, even for itself"
+    assert denied(n1.hset, K.node_runners("n2"), "0", "idle")
+    assert denied(n1.set, K.control(6), "cancel")
     assert denied(n1.hset, K.node("n2"), "cpus", 99)
     assert denied(n1.set, K.node_lease("n2"), "x")
     assert denied(n1.set, K.job(5), "{}")
@@ -117,7 +131,7 @@ def test_the_scheduler_role_has_labq_keys_but_no_dangerous_commands(locked):
     s.xadd(K.ledger, {"x": 1})
     assert denied(s.execute_command, "FLUSHALL")
     assert denied(s.execute_command, "CONFIG", "SET", "appendonly", "no")
-    assert denied(s.publish, "rq:pubsub:x", "kill-horse")
+    assert denied(s.publish, "labq:anything", "kill-horse")
     assert denied(s.set, "elsewhere", 1)
 
 
@@ -205,3 +219,54 @@ def test_an_event_from_another_node_is_dropped(real_redis, redis_server):
     AgentStore(r, K).post("finished", 1, a, "n1", {"outcome": "completed", "exit_code": 0, "end": now + 3})
     s.tick(now + 3, woke(r))
     assert job(r, 1).state == "CD"
+
+
+LAB = """
+[redis]
+url = "{url}"
+password_file = "{pw}"
+[scheduler]
+tick = 0.2
+node_lease = "10s"
+[worker]
+name = "n1"
+gpus = 0
+cpus = 2
+mem = "4G"
+slots = 1
+spool = "{spool}"
+run_as = "self"
+allow_root = true
+"""
+
+
+def test_a_lab_stack_under_the_roles_leaks_no_password_to_ps_or_jobs(locked):
+    """The real scheduler and worker, each logged in as its role from the password file; a job that
+    prints its environment and every command line on the machine sees no password."""
+    rp, pw, _, pw_path, _ = locked
+    d = tempfile.mkdtemp(prefix="labq-lab-", dir="/tmp")
+    path = os.path.join(d, "labq.toml")
+    client_url = f"unix://{acl.CLIENT}:{pw[acl.CLIENT]}@{rp.sock}"
+    with open(path, "w") as f:
+        f.write(LAB.format(url=client_url, pw=pw_path, spool=os.path.join(d, "spool")))
+    procs = [subprocess.Popen([sys.executable, "-m", "labq", "--config", path, what], stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(d, f"{what}.log"), "w")) for what in ("scheduler", "worker")]
+    try:
+        cfg = config.load(path)
+        client = Client(cfg, url=client_url, user="root", r=as_role(rp, pw, acl.CLIENT))
+        wait_for(lambda: client.nodes(), 60, what="node n1 to register as labq-node-n1")
+        jid = client.submit({"argv": ["/bin/sh", "-c", "env; ps -eo args"], "workdir": d, "time_limit": 600,
+                             "cpus": 1})["job_id"]
+        wait_for(lambda: client.job(str(jid)).state in ("CD", "F", "NF", "CA"), 120, what="the job to end")
+        assert client.job(str(jid)).state == "CD", open(os.path.join(d, "worker.log")).read()[-3000:]
+        seen = open(os.path.join(d, f"labq-{jid}.out")).read()
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        for role, secret in pw.items():
+            assert secret not in seen, f"the {role} password reached a job"
+            assert secret not in ps, f"the {role} password is on a command line"
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+        shutil.rmtree(d, ignore_errors=True)

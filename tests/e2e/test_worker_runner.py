@@ -140,7 +140,7 @@ def test_leftover_processes_die_with_the_attempt(real_redis, redis_server, tmp_p
 
 
 def test_runner_killed_parent_kills_the_tree(real_redis, redis_server, tmp_path):
-    """The RQ worker dying (the agent is gone) orphans the runner: it must kill the job (fencing)."""
+    """The slot runner dying orphans the attempt's runner: it must kill the job (fencing)."""
     pids = tmp_path / "pids"
     put_job(real_redis, argv=("/bin/bash", "-c", f"echo $$ > {pids}; exec sleep 300"), workdir=str(tmp_path))
     inner = f"import sys; sys.path.insert(0, {ROOT!r}); from labq.worker.runner import run_job; run_job(1, 1)"
@@ -153,7 +153,7 @@ def test_runner_killed_parent_kills_the_tree(real_redis, redis_server, tmp_path)
     middle.kill()
     middle.wait()
     wait_for(lambda: events(real_redis, "finished"), timeout=30, what="finished event")
-    assert finished(real_redis)["outcome"] == "node_failure"
+    assert finished(real_redis)["outcome"] == "node_failure", finished(real_redis)["message"]
     wait_for(lambda: not os.path.exists(f"/proc/{job_pid}") and not os.path.exists(f"/proc/{runner_pid}")
              or _zombie(job_pid), timeout=30, what="job and runner gone")
 

@@ -51,7 +51,7 @@ TEMPLATES = st.fixed_dictionaries({
     "time_limit": st.sampled_from([600, 3600, 7200, 86400]),
     "qos": st.sampled_from(["normal", "low", "high"]),
     "who": st.sampled_from([("eta", "alice"), ("eta", "bob"), ("phi", "carol"), ("default", "dave")]),
-    "extra": st.sampled_from(["", "", "", "held", "begin", "dep", "singleton", "throttle", "crash"]),
+    "extra": st.sampled_from(["", "", "", "held", "begin", "dep", "singleton", "throttle", "crash", "earmark"]),
 })
 
 
@@ -94,6 +94,8 @@ def scenes(draw):
             kw["deps"] = (("afterok", (ended,)),)
         elif t["extra"] == "singleton":
             kw["deps"] = (("singleton", ()),)
+        elif t["extra"] == "earmark":
+            kw["earmark"] = draw(st.sampled_from([n.name for n in b.nodes]))
         elif t["extra"] == "throttle":
             kw.update(array_id=1000, array_index=k, array_throttle=2)
         b.job(gpus=t["gpus"], cpus=t["cpus"], mem=t["mem"], time_limit=t["time_limit"], qos=t["qos"],
@@ -125,6 +127,9 @@ def always_grouped(monkeypatch):
 def test_the_class_walk_decides_as_the_per_job_pass(always_grouped, scene):
     snap, c = scene
     same(policy.plan(snap, c), policy.plan_per_job(snap, c))
+    # expected_starts' pass: --begin jobs reserved from their begin, a reservation for each blocked job
+    deep = replace(c, backfill_depth=50, preemption=False)
+    same(policy.plan(snap, deep, _begins=True), policy.plan_per_job(snap, deep, _begins=True))
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
