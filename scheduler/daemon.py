@@ -81,6 +81,8 @@ class Scheduler(Committer):
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
+        self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
+        self.history = None                # store/archive.History: what the archiver moved, for reads
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -140,6 +142,8 @@ class Scheduler(Committer):
                 leading = self.tick(self.clock(), woke)
                 if self.metrics:
                     self.metrics.after_tick(self, time.monotonic() - started)
+                if leading and self.archiver:
+                    self.archiver.step(self.clock())
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -171,9 +175,9 @@ class Scheduler(Committer):
         self.event_streams = set()
         self._node_streams()
         self.books.load(now)
-        self.usage = Reader(self.store.r, self.k).usage()
+        self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
-            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k).ended(now - self.guard.window)], now)
+            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
@@ -433,7 +437,7 @@ class Scheduler(Committer):
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
-            found = Reader(self.store.r, self.k).jobs(missing)
+            found = Reader(self.store.r, self.k, self.history).jobs(missing)
             states_ = {j.id: j.state for j in found}
             self.ended.update((i, states_.get(i, "")) for i in missing)
             self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
