@@ -9,9 +9,10 @@ import sys
 
 import click
 
-from labq.scheduler import units
+from labq.scheduler import bounds, units
+from labq.scheduler.config import Config
 from labq.scheduler.errors import UsageError
-from labq.scheduler.request import parse_dependency
+from labq.scheduler.request import MAX_RETRIES, parse_dependency
 
 from .common import echo_json, pass_ctx
 
@@ -34,9 +35,11 @@ def parse_array(text) -> tuple[list[int], int | None]:
     """`1-12`, `1-12:2`, `5`, `1-12%4` → ([lo, hi, step], throttle or None)."""
     s, percent, pct = str(text).partition("%")
     throttle = None
+    if len(str(text)) > 100:
+        raise UsageError(f"--array: expected LO-HI[:STEP][%N], got {len(str(text))} characters")
     if percent:
         try:
-            throttle = int(pct)
+            throttle = bounds.integer("--array %N throttle", int(pct), 1)
         except ValueError:
             raise UsageError(f"--array: expected LO-HI%N with N a number, got {text!r}") from None
         if throttle < 1:
@@ -49,6 +52,8 @@ def parse_array(text) -> tuple[list[int], int | None]:
         raise UsageError(f"--array: expected LO-HI or LO-HI:STEP, got {text!r}") from None
     if a[0] < 0 or a[1] < a[0] or a[2] < 1:
         raise UsageError(f"--array: expected 0 ≤ LO ≤ HI and STEP ≥ 1, got {text!r}")
+    for x in a:
+        bounds.integer("--array", x, 0)
     return a, throttle
 
 
@@ -60,16 +65,18 @@ def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
     s = str(text).strip()
     if s[:4].isdigit() and "-" in s:
         try:
-            return datetime.datetime.fromisoformat(s).timestamp()
-        except ValueError:
+            at = datetime.datetime.fromisoformat(s).timestamp()
+        except (ValueError, OverflowError):
             raise UsageError(f"{what}: expected 2026-12-03T09:00, now+1h or 30m, got {text!r}") from None
-    return now + units.parse_duration(s.removeprefix("now+"), what, bare_unit=1)
+    else:
+        at = now + units.parse_duration(s.removeprefix("now+"), what, bare_unit=1)
+    return bounds.epoch(what, at, now)
 
 
 def parse_codes(text) -> list[int]:
     """`3,75` → [3, 75]: exit codes 1–255."""
     try:
-        codes = [int(c) for c in str(text).split(",")]
+        codes = [int(c) if len(c) < 10 else 0 for c in str(text).split(",")]   # a long one is out of range
     except ValueError:
         raise UsageError(f"--retry-on: expected exit codes like 3,75, got {text!r}") from None
     if not all(1 <= c <= 255 for c in codes):
@@ -157,7 +164,7 @@ def sub(cctx, ctx, args, **opts):
         opt = "time_" if key == "time" else key
         if opts.get(opt) is None and os.environ.get(var):
             opts[opt] = os.environ[var]
-    body = build_body(opts, argv, script)
+    body = build_body(opts, argv, script, ctx.cfg)
     reply = ctx.client.submit(body)
     if reply.get("test_only"):
         return _print_test_only(reply, opts)
@@ -204,8 +211,25 @@ def _merge_directives(cctx, opts, dirs):
             opts[k] = v
 
 
-def build_body(opts, argv, script) -> dict:
-    """The submit request body from parsed options. Raises UsageError on any bad value."""
+def build_body(opts, argv, script, cfg: Config | None = None) -> dict:
+    """The submit request body from parsed options. Raises UsageError on any bad value, and a
+    RefusedError beyond the bounds of `cfg` (the scheduler checks them again: this is feedback)."""
+    body = _body(opts, argv, script)
+    cfg = cfg or Config()
+    if "time_limit" in body:
+        bounds.time_limit("--time", body["time_limit"], cfg.max_time_limit)
+    if "est" in body:
+        bounds.time_limit("--est", body["est"], cfg.max_time_limit)
+    if "array" in body:
+        bounds.array_tasks("--array", *body["array"], cfg.max_array_size)
+    size = bounds.encoded_size(body)
+    if size > cfg.max_request_bytes:
+        raise bounds.RefusedError(f"request: {size} bytes (the script included) is above "
+                                  f"scheduler.max_request_bytes = {cfg.max_request_bytes}")
+    return body
+
+
+def _body(opts, argv, script) -> dict:
     model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
     body = {
         "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
@@ -216,11 +240,10 @@ def build_body(opts, argv, script) -> dict:
     }
     if opts.get("cpus") is not None:
         try:
-            body["cpus"] = int(opts["cpus"])
+            body["cpus"] = int(opts["cpus"]) if len(str(opts["cpus"])) < 20 else None
         except ValueError:
-            raise UsageError(f"--cpus: expected an integer, got {opts['cpus']!r}") from None
-        if body["cpus"] < 1:
-            raise UsageError(f"--cpus: expected at least 1, got {opts['cpus']!r}")
+            body["cpus"] = None
+        bounds.integer("--cpus", body["cpus"], 1)
     if opts.get("mem") is not None:
         body["mem"] = units.parse_size(opts["mem"], "--mem")
     for key, flag, dest in (("time_", "--time", "time_limit"), ("est", "--est", "est"),
@@ -239,9 +262,7 @@ def build_body(opts, argv, script) -> dict:
     if opts.get("kill_on_invalid_dep"):
         body["kill_on_invalid_dep"] = True
     if opts.get("retries") is not None:
-        if opts["retries"] < 0:
-            raise UsageError(f"--retries: expected a count ≥ 0, got {opts['retries']}")
-        body["retries"] = opts["retries"]
+        body["retries"] = bounds.integer("--retries", opts["retries"], 0, MAX_RETRIES)
     if opts.get("retry_on") is not None:
         body["retry_on"] = parse_codes(opts["retry_on"])
     for key in ("requeue", "preemptible"):
@@ -256,7 +277,7 @@ def build_body(opts, argv, script) -> dict:
     if opts.get("warn_signal"):
         body["signal"] = parse_signal(opts["warn_signal"])
     if opts.get("checkpoint_exit_code") is not None:
-        body["checkpoint_exit_code"] = opts["checkpoint_exit_code"]
+        body["checkpoint_exit_code"] = bounds.integer("--checkpoint-exit-code", opts["checkpoint_exit_code"], 1, 255)
     if opts.get("array") is not None:
         body["array"], throttle = parse_array(opts["array"])
         if throttle:

@@ -14,11 +14,11 @@ import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import alerts as budget_alerts, crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
-from .errors import LabqError, StalePlanError
+from .errors import LabqError, StalePlanError, UsageError
 from .model import Job, Snapshot
 from .requests import Change, Handlers
 from .store import writes
@@ -38,6 +38,9 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
     gc.freeze()
 MAX_REQUESTS_PER_TICK = 5000
+# What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
+# stays unacknowledged for the next leader (it is not the entry's fault).
+POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
 
 
 class Scheduler:
@@ -147,7 +150,7 @@ class Scheduler:
 
     # -- writing -------------------------------------------------------------------------------
     def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
-               books=None) -> None:
+               books=None, dead=None) -> None:
         """Write one change atomically, then (and only then) update the in-memory view."""
         now = max(self.now, self.clock())
         charges = [c for c in charges if not self.store.charged(c.key)]
@@ -178,6 +181,8 @@ class Scheduler:
                 writes.put_reply(p, self.k, *reply)
             if ack is not None:
                 self.store.ack(p, *ack)
+            if dead is not None:
+                writes.put_dead(p, self.k, *dead, now)
 
         # A big change (a 100,000-task array) takes seconds to build and send; the lease must
         # outlive it, or the commit would be refused and the same request redone forever.
@@ -228,68 +233,119 @@ class Scheduler:
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
             entries = self.store.read_group(streams, pending)
+            poisoned = self._poisoned(entries) if pending else set()
             for stream, eid, fields in entries:
-                self._request(now, stream, eid, fields or {})
+                self._request(now, stream, eid, fields or {}, (stream, eid) in poisoned)
             done += len(entries)
             if not entries:   # pending mode too: acknowledged entries leave the pending list
                 break
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict) -> None:
+    def _poisoned(self, entries) -> set:
+        """Entries redelivered after the leader died on them more than once: never handled again."""
+        out = set()
+        for stream in {s for s, _, _ in entries}:
+            counts = self.store.deliveries(stream, [e for s, e, _ in entries if s == stream])
+            out |= {(stream, e) for e, n in counts.items() if n >= intake.MAX_DELIVERIES}
+        return out
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, poisoned: bool = False) -> None:
+        """Validate → handle → commit, for this one entry. Whatever goes wrong is this entry's
+        error reply: a handler decides and writes nothing, so a failed entry leaves no partial
+        writes (its Change is dropped, the error reply is committed in its place)."""
         user = stream.rsplit(":", 1)[1]
-        rid = fields.get("rid") or eid
+        rid = intake.reply_id(fields, eid)
+        if poisoned:
+            return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
+                                dead=True)
         prior = self.store.r.get(self.k.done(rid))
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
             self.commit(reply=(rid, json.loads(prior)), ack=(stream, eid))
             return
         try:
-            body = json.loads(fields.get("body") or "{}")
-            change = self.handlers.handle(user, fields.get("op", ""), body, now)
-        except (LabqError, ValueError, TypeError) as e:
-            code = getattr(e, "exit_code", 2)
-            change = Change(reply={"ok": False, "code": code, "error": str(e)})
-        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
-                    ack=(stream, eid), alerts=change.alerts, books=change.books)
+            req = intake.request(fields, eid, self.cfg.max_request_bytes)
+            if req.expires is not None and now > req.expires:
+                return self._refuse(stream, eid, rid, fields, f"expired: read {now - req.expires:.1f}s after "
+                                    "the client gave up waiting; not submitted", code=4)
+            change = self.handlers.handle(user, req.op, req.body, now)
+        except LabqError as e:
+            change = Change(reply={"ok": False, "code": getattr(e, "exit_code", 2), "error": str(e)})
+        except Exception as e:   # a handler bug: this entry's error, never the scheduler's end
+            log.exception("request %s (%s) from %s failed", eid, fields.get("op"), user)
+            return self._refuse(stream, eid, rid, fields, f"internal error: {type(e).__name__}: {e}", dead=True)
+        try:
+            self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes,
+                        reply=(rid, change.reply), ack=(stream, eid), alerts=change.alerts, books=change.books)
+        except POISON_PASSES:
+            raise
+        except Exception as e:   # Redis refused the write itself (a value it cannot hold)
+            log.exception("request %s from %s could not be committed", eid, user)
+            return self._refuse(stream, eid, rid, fields, f"internal error: {type(e).__name__}: {e}", dead=True)
         if change.nodes:
             self.nodes = self.store.nodes(now)
+
+    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
+                dead: bool = False) -> None:
+        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too."""
+        reply = {"ok": False, "code": code, "error": error, "rid": rid}
+        self.commit(reply=(rid, reply), ack=(stream, eid), dead=(stream, eid, fields, error) if dead else None)
+        if dead:
+            log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
 
     # -- events from agents ----------------------------------------------------------------------
     def _events(self, now: float, pending: bool) -> None:
         while True:
             entries = self.store.read_group([self.k.events], pending)
+            poisoned = self._poisoned(entries) if pending else set()
             for stream, eid, fields in entries:
+                if (stream, eid) in poisoned:
+                    self._dead(stream, eid, fields or {}, "this event stopped the scheduler twice; not run again")
+                    continue
                 self._event(now, stream, eid, fields or {})
             if not entries:   # pending mode too: acknowledged entries leave the pending list
                 break
+
+    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
+        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
+        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
+        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
 
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
         # `now`, so read the clock again or an end could fall before the runner's own start.
         now = self.now = max(now, self.clock())
-        if f.get("kind") == "alert":   # an agent's own alert (idle GPUs, …): recorded and delivered like ours
-            self._agent_alert(now, stream, eid, f)
-            return
         try:
-            jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
-        except (ValueError, TypeError):
-            log.warning("malformed event %s dropped: %r", eid, f)
-            self.commit(ack=(stream, eid))
-            return
-        job = self.jobs.get(jid)
-        kind = f.get("kind")
+            ev = intake.event(f, self.cfg.max_request_bytes)
+            write = self._agent_alert(now, eid, ev) if ev.kind == "alert" else self._attempt_event(now, ev)
+        except LabqError as e:
+            return self._dead(stream, eid, f, str(e))
+        except Exception as e:   # a transition's bug on odd input: this event's end, not the scheduler's
+            log.exception("event %s failed", eid)
+            return self._dead(stream, eid, f, f"internal error: {type(e).__name__}: {e}")
+        try:
+            self.commit(ack=(stream, eid), **write)
+        except POISON_PASSES:
+            raise
+        except Exception as e:
+            log.exception("event %s could not be committed", eid)
+            return self._dead(stream, eid, f, f"internal error: {type(e).__name__}: {e}")
+        new = (write.get("jobs") or [None])[0]
+        if ev.kind == "finished" and new is not None:
+            log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
+
+    def _attempt_event(self, now: float, ev) -> dict:
+        """What a started/finished event writes (commit's keyword arguments), decided, not written."""
+        job = self.jobs.get(ev.job)
         result = None
-        if job is not None and kind == "started":
-            new = tr.started(job, attempt, body)
+        if job is not None and ev.kind == "started":
+            new = tr.started(job, ev.attempt, ev.body)
             result = (new, ()) if new else None
-        elif job is not None and kind == "finished":
-            result = tr.finished(job, attempt, body, now, self.cfg)
+        elif job is not None and ev.kind == "finished":
+            result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
         if result is None:
-            self.commit(ack=(stream, eid))
-            return
+            return {}
         new, charges = result
-        jobs, alerts = self._crash_guard(new, now) if kind == "finished" else ([new], ())
-        self.commit(jobs=jobs, charges=charges, alerts=alerts, ack=(stream, eid))
-        if kind == "finished":
-            log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
+        jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
+        return {"jobs": jobs, "charges": charges, "alerts": alerts}
 
     def _crash_guard(self, new: Job, now: float):
         """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
@@ -306,15 +362,12 @@ class Scheduler:
         jobs = held if any(h.id == new.id for h in held) else [new, *held]
         return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
 
-    def _agent_alert(self, now: float, stream: str, eid: str, f: dict) -> None:
-        try:
-            body = json.loads(f.get("body") or "{}")
-        except ValueError:
-            body = None
-        a = budget_alerts.from_event(eid, f.get("node", ""), body, now) if isinstance(body, dict) else None
+    def _agent_alert(self, now: float, eid: str, ev) -> dict:
+        """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
+        a = budget_alerts.from_event(eid, ev.node, ev.body, now)
         if a is None:
-            log.warning("malformed alert event %s dropped: %r", eid, f)
-        self.commit(ack=(stream, eid), alerts=[a.fields()] if a else ())
+            raise UsageError("alert: expected {kind, scope, level, message, data}")
+        return {"alerts": [a.fields()]}
 
     def _lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""

@@ -74,6 +74,10 @@ class Keys:
         return f"{self.p}:events"
 
     @property
+    def dead(self) -> str:                    # STREAM (S): dead letters {source, id, reason, entry(JSON), ts}
+        return f"{self.p}:dead"
+
+    @property
     def ledger(self) -> str:                  # STREAM (S): append-only ledger entries
         return f"{self.p}:ledger"
 

@@ -170,6 +170,14 @@ class SchedulerStore:
                     out.append((stream, eid, fields))
         return out
 
+    def deliveries(self, stream: str, eids) -> dict[str, int]:
+        """How many times each pending entry of `stream` was delivered (a restart's read counts)."""
+        eids = sorted(eids, key=lambda e: tuple(int(x) for x in e.split("-")))
+        if not eids:
+            return {}
+        got = self.r.xpending_range(stream, GROUP, min=eids[0], max=eids[-1], count=len(eids) + 1000)
+        return {e["message_id"]: e["times_delivered"] for e in got}
+
     def ack(self, p, stream: str, eid: str) -> None:
         p.xack(stream, GROUP, eid)
 

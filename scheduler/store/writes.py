@@ -80,3 +80,14 @@ def put_reply(p, k: Keys, rid: str, reply: dict) -> None:
 
 def put_usage(p, k: Keys, account: str, value: float, since: float) -> None:
     p.hset(k.usage, account, json.dumps([round(value, 3), since]))
+
+
+DEAD_MAXLEN = 10_000
+DEAD_ENTRY_CHARS = 4096   # what is kept of a dead entry: enough to see it, never its 1 MB body
+
+
+def put_dead(p, k: Keys, source: str, eid: str, fields: dict, reason: str, now: float) -> None:
+    """A stream entry no handler could take, kept with the reason for `labq admin dead`."""
+    entry = json.dumps({str(f)[:64]: str(v)[:DEAD_ENTRY_CHARS] for f, v in list((fields or {}).items())[:32]})
+    p.xadd(k.dead, {"source": source, "id": eid, "reason": reason[:1000], "entry": entry[:DEAD_ENTRY_CHARS],
+                    "ts": now}, maxlen=DEAD_MAXLEN, approximate=True)
