@@ -5,7 +5,7 @@ PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install redis bench clean
+.PHONY: demo test install install-system redis bench clean
 
 $(BIN)/labq: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,6 +13,14 @@ $(BIN)/labq: pyproject.toml
 	@touch $@
 
 install: $(BIN)/labq
+
+# For every user of a machine (root): /opt/labq (a venv of /usr/bin/python3 with labq as a wheel),
+# /usr/local/bin/labq, /etc/labq/labq.toml when absent, the systemd units, /usr/share/doc/labq.
+# PREFIX, BINDIR, SYSCONFDIR, UNITDIR and DOCDIR move each part.
+install-system:
+	PREFIX=$(or $(PREFIX),/opt/labq) BINDIR=$(or $(BINDIR),/usr/local/bin) \
+	SYSCONFDIR=$(or $(SYSCONFDIR),/etc/labq) UNITDIR=$(or $(UNITDIR),/etc/systemd/system) \
+	DOCDIR=$(or $(DOCDIR),/usr/share/doc/labq) sh systemd/install-system.sh
 
 # redis-server from Debian when missing: installed when we are root, else we say what to run.
 redis:

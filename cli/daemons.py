@@ -1,6 +1,5 @@
 """`labq up`, `labq scheduler`, `labq worker`: the processes, in the foreground."""
 import fcntl
-import logging
 import os
 import signal
 import sys
@@ -8,12 +7,12 @@ import time
 
 import click
 
+from . import daemonlog
 from .common import pass_ctx, redis_url, state_dir
 
 
 def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    daemonlog.setup(verbose)
 
 
 def _stop_flag():
@@ -56,10 +55,12 @@ def worker(ctx, verbose):
 
 
 @click.command()
+@click.option("-v", "--verbose", is_flag=True, help="Debug lines in the daemons' logs.")
 @pass_ctx
-def up(ctx):
+def up(ctx, verbose):
     """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
-    scheduler and a worker. Ctrl-C stops all three."""
+    scheduler and a worker. Ctrl-C stops all three. Their logs go to files in the state directory
+    (printed at start)."""
     from .stack import Stack
     cfg = ctx.cfg
     sdir = state_dir()
@@ -77,16 +78,18 @@ def up(ctx):
     lock.write(str(os.getpid()))
     lock.flush()
     stopping = _stop_flag()
-    stack = Stack(sdir, ctx.config_path, cfg.redis_url, log=None)
+    logdir = os.path.join(sdir, "log")
+    stack = Stack(sdir, ctx.config_path, cfg.redis_url, log_dir=logdir, verbose=verbose)
     stack.start_all()
     click.echo(f"labq is up: Redis {stack.url}, scheduler pid {stack.procs['scheduler'].pid}, "
                f"worker pid {stack.procs['worker'].pid}")
+    click.echo(f"logs: {logdir}/{{scheduler,worker,redis}}.log")
     click.echo("submit with: labq sub --gpus 1 --time 1h -- python train.py    (then: labq stat)")
     code = 0
     while not stopping():
         dead = stack.dead()
         if dead:
-            click.echo(f"labq: {', '.join(dead)} exited unexpectedly; stopping", err=True)
+            click.echo(f"labq: {', '.join(dead)} exited unexpectedly (see {logdir}); stopping", err=True)
             code = 1
             break
         time.sleep(0.2)

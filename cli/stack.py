@@ -31,11 +31,26 @@ def redis_server_path() -> str:
 
 
 class Stack:
-    def __init__(self, state_dir: str, config_path: str | None, redis_url: str = "", log=None):
+    def __init__(self, state_dir: str, config_path: str | None, redis_url: str = "", log=None,
+                 log_dir: str | None = None, verbose: bool = False):
+        """`log`: one open file for every process's output (tests); `log_dir`: a file per process
+        (`labq up`), appended to across runs; neither: output discarded."""
         self.state_dir, self.config_path = state_dir, config_path
         self.url = redis_url
         self.procs: dict[str, subprocess.Popen] = {}
         self.log = log if log is not None else subprocess.DEVNULL
+        self.log_dir, self.verbose = log_dir, verbose
+        if log_dir:
+            os.makedirs(log_dir, mode=0o700, exist_ok=True)
+
+    def _out(self, name: str):
+        if not self.log_dir:
+            return self.log
+        return open(os.path.join(self.log_dir, f"{name}.log"), "ab", buffering=0)
+
+    def _close(self, out) -> None:
+        if self.log_dir:        # the child has its own copy
+            out.close()
 
     # -- redis ---------------------------------------------------------------------------------
     def start_redis(self, timeout: float = 20.0) -> str:
@@ -45,11 +60,13 @@ class Stack:
         sock = os.path.join(d, "redis.sock")
         if len(sock) > 100:
             raise UsageError(f"state directory path too long for a unix socket: {sock}")
+        out = self._out("redis")
         self.procs["redis"] = subprocess.Popen(
             [redis_server_path(), "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir", d,
              "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
              "--loglevel", "warning"],
-            stdout=self.log, stderr=self.log, process_group=0, preexec_fn=_die_with_parent)
+            stdout=out, stderr=out, process_group=0, preexec_fn=_die_with_parent)
+        self._close(out)
         self.url = f"unix://{sock}"
         end = time.monotonic() + timeout
         from labq.scheduler.store import conn
@@ -76,8 +93,12 @@ class Stack:
         return env
 
     def start(self, name: str, *args) -> subprocess.Popen:
-        p = subprocess.Popen(self.command(*args), env=self.env(), stdout=self.log, stderr=self.log,
+        out = self._out(name)
+        if self.verbose and args and args[0] in ("scheduler", "worker"):
+            args = (*args, "-v")
+        p = subprocess.Popen(self.command(*args), env=self.env(), stdout=out, stderr=out,
                              process_group=0, preexec_fn=_die_with_parent)
+        self._close(out)
         self.procs[name] = p
         return p
 
