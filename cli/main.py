@@ -18,6 +18,7 @@ COMMANDS = {
     "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.query", "checkpoint"), "plan": ("labq.cli.plan", "plan"),
     "prio": ("labq.cli.prio", "prio"),
     "simulate": ("labq.cli.simulate", "simulate"),
+    "admin": ("labq.cli.admin", "admin"),
 }
 
 

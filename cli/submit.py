@@ -52,8 +52,6 @@ def parse_array(text) -> tuple[list[int], int | None]:
         raise UsageError(f"--array: expected LO-HI or LO-HI:STEP, got {text!r}") from None
     if a[0] < 0 or a[1] < a[0] or a[2] < 1:
         raise UsageError(f"--array: expected 0 ≤ LO ≤ HI and STEP ≥ 1, got {text!r}")
-    for x in a:
-        bounds.integer("--array", x, 0)
     return a, throttle
 
 
@@ -98,7 +96,10 @@ def directives(script: str) -> list[str]:
     for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
         s = line.strip()
         if s.startswith("#LABQ"):
-            out += shlex.split(s[len("#LABQ"):])
+            try:
+                out += shlex.split(s[len("#LABQ"):])
+            except ValueError as e:
+                raise UsageError(f"#LABQ directive: {e} in {s[:80]!r}") from None
         elif s and not s.startswith("#"):
             break
     return out
@@ -191,9 +192,14 @@ def _command(cctx, args):
                 text = f.read()
         except OSError as e:
             raise UsageError(f"script {path}: {e.strerror} (to run a command, put it after --)") from None
+        except UnicodeDecodeError as e:
+            raise UsageError(f"script {path}: not UTF-8 text (byte {e.start})") from None
         return list(args[1:]), text, os.path.basename(path)
     if not sys.stdin.isatty():
-        text = sys.stdin.read()
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise UsageError(f"script on stdin: not UTF-8 text (byte {e.start})") from None
         if text.strip():
             return [], text, "stdin"
     raise UsageError("give a command after --, a script file, or a script on stdin")

@@ -28,7 +28,7 @@ def is_int(v) -> bool:
 def integer(what: str, v, lo: int = 0, hi: int = MAX_INT) -> int:
     """`v` when it is an integer in [lo, hi]; else a UsageError naming `what`."""
     if not is_int(v) or not lo <= v <= hi:
-        raise UsageError(f"{what}: expected an integer from {lo} to {hi}, got {_short(v)}")
+        raise UsageError(f"{what}: expected an integer ≥ {lo} and ≤ {hi}, got {_short(v)}")
     return v
 
 
@@ -55,19 +55,22 @@ def time_limit(what: str, seconds: int, max_time_limit: int) -> int:
 
 def array_tasks(what: str, lo: int, hi: int, step: int, max_array: int) -> int:
     """How many tasks `lo-hi:step` makes, by arithmetic: a range of 10^19 is never materialised."""
-    for name, v in (("LO", lo), ("HI", hi), ("STEP", step)):
-        integer(f"{what} {name}", v, 0, MAX_INT)
-    if hi < lo or step < 1:
-        raise UsageError(f"{what}: expected 0 ≤ LO ≤ HI and STEP ≥ 1, got {lo}-{hi}:{step}")
+    if not all(is_int(v) for v in (lo, hi, step)) or lo < 0 or hi < lo or step < 1:
+        raise UsageError(f"{what}: expected 0 ≤ LO ≤ HI and STEP ≥ 1, got {_short([lo, hi, step])}")
     n = (hi - lo) // step + 1
     if n > max_array:
-        raise RefusedError(f"{what}: {n} tasks is above scheduler.max_array_size = {max_array}")
+        raise RefusedError(f"{what}: {_short(n)} tasks is above scheduler.max_array_size = {max_array}")
+    integer(f"{what} HI", hi, 0, MAX_INT)
     return n
 
 
 def epoch(what: str, v, now: float) -> float:
     """An absolute time (begin, deadline): finite, not negative, within MAX_AHEAD of now."""
-    return number(what, v, 0, now + MAX_AHEAD)
+    try:
+        return number(what, v, 0, now + MAX_AHEAD)
+    except UsageError:
+        raise UsageError(f"{what}: expected an epoch time in seconds, at most 100 years from now, "
+                         f"got {_short(v)}") from None
 
 
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
@@ -89,6 +92,13 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _finite(text: str) -> float:
+    f = float(text)
+    if not math.isfinite(f):
+        raise ValueError(f"{text[:20]} is beyond a float")
+    return f
+
+
 def loads(text, what: str, max_bytes: int, max_depth: int = MAX_DEPTH):
     """Parse a request body: at most `max_bytes` (scripts included), nested at most `max_depth`,
     no NaN/Infinity. A UsageError/RefusedError names `what` and the bound."""
@@ -106,7 +116,7 @@ def loads(text, what: str, max_bytes: int, max_depth: int = MAX_DEPTH):
     if d > max_depth:
         raise UsageError(f"{what}: JSON nested {d} deep, at most {max_depth}")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, RecursionError) as e:
         raise UsageError(f"{what}: not valid JSON: {str(e)[:200]}") from None
 

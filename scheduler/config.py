@@ -304,7 +304,7 @@ def _scheduler(t):
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
     if "state_file" in t:
         out["state_file"] = _str("scheduler.state_file", t["state_file"])
-    if out.get("default_time", 0) > out.get("max_time_limit", bounds.DEFAULT_MAX_TIME_LIMIT):
+    if out.get("default_time", Config.default_time) > out.get("max_time_limit", bounds.DEFAULT_MAX_TIME_LIMIT):
         raise ConfigError("scheduler.default_time", "must not be above scheduler.max_time_limit")
     return out
 
