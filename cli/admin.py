@@ -3,6 +3,8 @@ import time
 
 import click
 
+from labq.scheduler.errors import LabqError
+
 from .common import echo_json, pass_ctx
 
 
@@ -28,3 +30,24 @@ def dead(ctx, count, as_json):
         entry = row.get("entry", "")
         click.echo(f"{when}  {row.get('source', '?')} {row.get('id', '?')}: {row.get('reason', '')}")
         click.echo(f"    {entry if len(entry) <= 200 else entry[:200] + '…'}")
+
+
+@admin.command("accept-loss")
+@pass_ctx
+def accept_loss(ctx):
+    """Accept what Redis holds now as the truth, after the scheduler refused a Redis that went
+    backwards (the jobs and ledger entries it lost stay lost). Run it as the scheduler's user."""
+    from labq.scheduler.durability import StateFile, default_path
+    from labq.scheduler.store.state import SchedulerStore
+    from .common import redis_url
+    c, cfg = ctx.client, ctx.cfg
+    f = StateFile(cfg.state_file or default_path(cfg.prefix, redis_url(cfg)))
+    try:
+        before = f.load()
+    except LabqError:
+        before = None
+    now = SchedulerStore(c.r, c.k, "accept-loss").figures()
+    f.save(now)
+    if f.saved != now:
+        raise LabqError(f"could not write {f.path}")
+    click.echo(f"{f.path}: {before.describe() if before else 'no figures'} -> {now.describe()} (Redis's, accepted)")

@@ -70,3 +70,15 @@ def run_guarded(fn):
         if isinstance(e, ERRORS):
             fail(f"Redis does not answer: {e}", 4)
         raise
+
+
+def volatile_header(ctx) -> None:
+    """Say so when the scheduler leads a Redis without AOF (redis.allow_volatile = true): one INFO,
+    only where the config allows it (a volatile Redis is refused otherwise)."""
+    if not ctx.cfg.allow_volatile:
+        return
+    from labq.scheduler.durability import volatile_line
+    from labq.scheduler.store.state import SchedulerStore
+    c = ctx.client
+    if SchedulerStore(c.r, c.k, "reader").aof_enabled() is False:
+        click.echo(f"WARNING: {volatile_line(c.url).split(';')[0]} (redis.allow_volatile = true)")

@@ -38,7 +38,17 @@ def scheduler(ctx, verbose):
     r = conn.connect(url)
     conn.ping(r)
     rq_conn = conn.connect_raw(url)
-    Scheduler(r, rq_conn, cfg).run(stop=_stop_flag())
+    Scheduler(r, rq_conn, cfg, durable=durability(cfg, r, url)).run(stop=_stop_flag())
+
+
+def durability(cfg, r, url):
+    """The checks the scheduler passes before it may lead: AOF on (or allowed off), Redis not behind
+    its state file."""
+    from labq.scheduler.durability import Durability, default_path
+    from labq.scheduler.store.keys import Keys
+    from labq.scheduler.store.state import SchedulerStore
+    return Durability(SchedulerStore(r, Keys(cfg.prefix), "durability"), url, cfg.allow_volatile,
+                      cfg.state_file or default_path(cfg.prefix, url))
 
 
 @click.command()

@@ -12,7 +12,7 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
 
 from . import render
-from .common import echo_json, fail, pass_ctx
+from .common import echo_json, fail, pass_ctx, volatile_header
 
 
 @click.command()
@@ -36,6 +36,7 @@ def stat(ctx, user, account, state, me, start, as_json):
              and (not wanted or j.state in wanted)]
     if as_json:
         return echo_json([render.job_dict(j, now) for j in shown])
+    volatile_header(ctx)
     click.echo(render.capacity_line(c.nodes(), jobs))
     rows = [render.stat_row(j, now, label) for label, j in render.compact(shown)]
     click.echo(render.table(rows, render.STAT_HEADERS))
@@ -283,6 +284,7 @@ def nodes(ctx, as_json):
     rows = [[d["name"], d["state"], f"{d['gpus_free']}/{d['gpus_total']}", ",".join(d["gpu_models"]) or "-",
              f"{d['cpus_free']}/{d['cpus_total']}", f"{fmt_size(max(0, d['mem_free']))}/{fmt_size(d['mem_total'])}",
              len(d["jobs"]), d["slots"]] for d in ds]
+    volatile_header(ctx)
     click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS"]))
 
 

@@ -88,7 +88,8 @@ class Stack:
         return [sys.executable, "-m", "labq.cli.main", *cfg, *args]
 
     def env(self) -> dict:
-        env = dict(os.environ, LABQ_REDIS_URL=self.url, PYTHONUNBUFFERED="1")
+        # The scheduler's state file lives in this stack's state directory (tests, benches: their own).
+        env = dict(os.environ, LABQ_REDIS_URL=self.url, LABQ_STATE_DIR=self.state_dir, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env
 

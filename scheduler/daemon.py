@@ -18,7 +18,7 @@ from . import alerts as budget_alerts, crashguard, fairshare, intake, policy, sd
 from .config import Config
 from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
-from .errors import LabqError, StalePlanError, UsageError
+from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .model import Job, Snapshot
 from .requests import Change, Handlers
 from .store import writes
@@ -44,7 +44,7 @@ POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
 
 
 class Scheduler:
-    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time):
+    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time, durable=None):
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
@@ -64,6 +64,7 @@ class Scheduler:
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
+        self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -81,6 +82,8 @@ class Scheduler:
         try:
             self.now = now
             if not self.leading:
+                if not self._durable_ok():
+                    return False
                 self._recover(now)
             self._learn_inboxes(woke)
             self.nodes = self.store.nodes(now)
@@ -95,12 +98,30 @@ class Scheduler:
                 # held until then), so the plan reads the clock afresh.
                 self._schedule(max(now, self.clock()))
                 self.last_plan = now
+            if self.durable is not None:
+                self.durable.seen()
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False
         return self.leading
 
+    def _durable_ok(self) -> bool:
+        """Lead only a Redis that keeps what it acknowledged (durability.py); else step aside."""
+        if self.durable is None:
+            return True
+        try:
+            self.durable.check()
+            return True
+        except RefusedError as e:
+            if str(e) != getattr(self, "_refused", None):
+                log.error("%s", e)
+                self._refused = str(e)
+            self.store.release_leader()
+            return False
+
     def run(self, stop=lambda: False) -> None:
+        if self.durable is not None:
+            self.durable.check()    # refused at start: one line and exit 3, before anything is read
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
         woke: list = []

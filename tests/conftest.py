@@ -31,7 +31,9 @@ class RedisProc:
         return redis.Redis(unix_socket_path=self.sock, decode_responses=True, **kw)
 
 
-def start_redis(timeout: float = 20.0, appendonly: bool = False) -> RedisProc:
+def start_redis(timeout: float = 20.0, appendonly: bool = True) -> RedisProc:
+    """A private redis-server. With AOF by default, as the scheduler requires (fsync once a second:
+    tests never kill this one)."""
     exe = shutil.which("redis-server")
     if not exe:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("redis-server is not installed")
@@ -39,7 +41,8 @@ def start_redis(timeout: float = 20.0, appendonly: bool = False) -> RedisProc:
     sock = os.path.join(d, "redis.sock")
     proc = subprocess.Popen(
         [exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir", d, "--save", "",
-         "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning"],
+         "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec",
+         "--daemonize", "no", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     c, end = redis.Redis(unix_socket_path=sock), time.monotonic() + timeout
     while True:

@@ -128,6 +128,40 @@ class SchedulerStore:
             p.hget(self.k.attempt(jid, n), "hb")
         return [float(v) if v is not None else None for v in p.execute()]
 
+    # -- durability (scheduler/durability.py) -------------------------------------------------
+    def aof_enabled(self) -> bool | None:
+        """INFO persistence, readable where an ACL denies CONFIG GET; None when even that is denied."""
+        try:
+            return str(self.r.info("persistence").get("aof_enabled", 0)) == "1"
+        except redis.ResponseError:
+            return None
+
+    def figures(self):
+        from ..durability import Figures, entry_hash
+        p = self.r.pipeline(transaction=False)
+        p.get(self.k.seq)
+        p.xinfo_stream(self.k.ledger)
+        p.xrevrange(self.k.ledger, count=1)
+        seq, info, last = p.execute(raise_on_error=False)
+        if isinstance(info, Exception):   # no ledger yet
+            info = {}
+        count = info.get("entries-added", info.get("length", 0)) or 0
+        lid, fields = last[0] if isinstance(last, list) and last else ("", {})
+        return Figures(int(seq or 0), int(count), lid, entry_hash(fields) if lid else "")
+
+    def ledger_entry_is(self, eid: str, digest: str) -> bool | None:
+        """Is ledger entry `eid` still there with fields hashing to `digest`? None when it was
+        trimmed away (archived: older than the oldest entry kept), which is no loss."""
+        from ..durability import entry_hash
+        if not eid:
+            return None
+        got = self.r.xrange(self.k.ledger, eid, eid)
+        if got:
+            return entry_hash(got[0][1]) == digest
+        first = self.r.xrange(self.k.ledger, count=1)
+        key = lambda e: tuple(int(x) for x in e.split("-"))   # noqa: E731
+        return None if first and key(first[0][0]) > key(eid) else False
+
     # -- streams -------------------------------------------------------------------------------
     def ensure_group(self, stream: str) -> None:
         try:
