@@ -24,6 +24,18 @@ from .store.state import SchedulerStore
 _ERRORS = {2: UsageError, 3: RefusedError, 4: UnreachableError}
 
 
+def request_timeout() -> float:
+    """How long a request waits for the scheduler: $LABQ_TIMEOUT seconds, default 30."""
+    text = os.environ.get("LABQ_TIMEOUT") or "30"
+    try:
+        t = float(text) if len(text) < 20 else float("nan")
+    except ValueError:
+        t = float("nan")
+    if not 1 <= t <= 86400:
+        raise UsageError(f"LABQ_TIMEOUT: expected seconds from 1 to 86400, got {text[:40]!r}")
+    return t
+
+
 def current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
@@ -38,9 +50,16 @@ class Client:
         self.read = Reader(self.r, self.k)
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
+    def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
+        """Send `op` and wait for its reply. Every try sends the same request id (a retry is answered,
+        never redone) and the same expiry: the scheduler drops a request it reads after that, so a
+        client that gives up can say for sure that nothing was done."""
+        timeout = request_timeout() if timeout is None else timeout
         rid = body.get("rid") or uuid.uuid4().hex
-        fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
+        # The margin leaves the scheduler time to commit what it read just before the expiry; the
+        # last look at the done key below then finds it.
+        expires = time.time() + timeout - min(5.0, timeout / 4)
+        fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":")), "expires": f"{expires:.3f}"}
         per_try = timeout / tries
         try:
             for _ in range(tries):
@@ -51,9 +70,14 @@ class Client:
                 got = self._await_reply(rid, per_try)
                 if got:
                     return json.loads(got[1])
+            late = self.r.get(self.k.done(rid))
         except conn.ERRORS as e:
-            raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
-        raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")
+            raise UnreachableError(f"Redis at {self.url} does not answer: {e}; request {rid} may not have been "
+                                   "submitted") from None
+        if late:
+            return json.loads(late)
+        raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not "
+                               "submitted (the scheduler drops it once it expires; is `labq scheduler` running?)")
 
     def _await_reply(self, rid: str, seconds: float):
         """BLPOP in slices shorter than the connection's socket timeout (30 s), so that a caller
@@ -70,7 +94,7 @@ class Client:
             raise _ERRORS.get(reply.get("code"), LabqError)(reply.get("error", "request failed"))
         return reply
 
-    def submit(self, body: dict, timeout: float = 30.0) -> dict:
+    def submit(self, body: dict, timeout: float | None = None) -> dict:
         return self._checked(self.request("submit", body, timeout))
 
     def act_on(self, op: str, ids: list[str]) -> dict:

@@ -178,7 +178,7 @@ class Scheduler:
         usage = self._usage_after(jobs, now)
 
         def build(p):
-            writes.put_jobs(p, self.k, jobs)
+            writes.put_jobs(p, self.k, jobs, fresh={j.id for j in jobs if j.id not in self.jobs})
             for acct in [a for a in usage if usage[a] != self.usage.get(a)]:
                 writes.put_usage(p, self.k, acct, *usage[acct])
             for c in charges:
@@ -284,9 +284,10 @@ class Scheduler:
             return
         try:
             req = intake.request(fields, eid, self.cfg.max_request_bytes)
-            if req.expires is not None and now > req.expires:
-                return self._refuse(stream, eid, rid, fields, f"expired: read {now - req.expires:.1f}s after "
-                                    "the client gave up waiting; not submitted", code=4)
+            late = max(now, self.clock()) - (req.expires or float("inf"))
+            if late > 0:   # the client has given up and told its user nothing was done: keep it so
+                return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
+                                    "deadline; not done", code=4)
             change = self.handlers.handle(user, req.op, req.body, now)
         except LabqError as e:
             change = Change(reply={"ok": False, "code": getattr(e, "exit_code", 2), "error": str(e)})

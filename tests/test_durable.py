@@ -34,9 +34,13 @@ class Site:
         self.r = self.rp.client()
         self.procs = []
 
-    def labq(self, *args, **kw):
-        return subprocess.run([sys.executable, "-m", "labq", "--config", self.cfg, *args], env=self.env,
-                              capture_output=True, text=True, timeout=120, **kw)
+    def labq(self, *args, env=None):
+        return subprocess.run([sys.executable, "-m", "labq", "--config", self.cfg, *args], env=env or self.env,
+                              capture_output=True, text=True, timeout=120)
+
+    def labq_user(self) -> str:
+        from labq.scheduler.client import current_user
+        return current_user()
 
     def scheduler(self):
         p = subprocess.Popen([sys.executable, "-m", "labq", "--config", self.cfg, "scheduler"], env=self.env,

@@ -44,6 +44,9 @@ class Keys:
     def history(self) -> str:                 # ZSET (S): ids of ended jobs, score = end time
         return f"{self.p}:history"
 
+    def spec(self, array_id: int) -> str:     # STRING (S): an array's shared {script, argv} (codec.py)
+        return f"{self.p}:job:{array_id}:spec"
+
     def control(self, jid: int) -> str:       # STRING (S): "cancel" | "preempt" for the running attempt
         return f"{self.p}:job:{jid}:control"
 

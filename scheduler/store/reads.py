@@ -13,8 +13,10 @@ class Reader:
     def jobs(self, ids) -> list[Job]:
         out = []
         ids = list(ids)
+        specs = Specs(self.r, self.k)
         for i in range(0, len(ids), 2000):
-            out += [codec.loads(raw) for raw in self.r.mget([self.k.job(int(j)) for j in ids[i:i + 2000]]) if raw]
+            out += [codec.loads(raw, specs) for raw in self.r.mget([self.k.job(int(j)) for j in ids[i:i + 2000]])
+                    if raw]
         return out
 
     def active(self) -> list[Job]:
@@ -25,7 +27,7 @@ class Reader:
 
     def job(self, jid: int) -> Job | None:
         raw = self.r.get(self.k.job(jid))
-        return codec.loads(raw) if raw else None
+        return codec.loads(raw, Specs(self.r, self.k)) if raw else None
 
     def spent(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
@@ -74,3 +76,16 @@ def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
         except (ValueError, TypeError):
             continue
     return out
+
+
+class Specs:
+    """Arrays' shared specs, each read once (codec.loads calls this per task that refers to one)."""
+
+    def __init__(self, r, keys: Keys):
+        self.r, self.k, self.seen = r, keys, {}
+
+    def __call__(self, array_id: int) -> dict | None:
+        if array_id not in self.seen:
+            raw = self.r.get(self.k.spec(int(array_id)))
+            self.seen[array_id] = json.loads(raw) if raw else None
+        return self.seen[array_id]

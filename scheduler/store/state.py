@@ -12,6 +12,7 @@ from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
 from . import codec
 from .keys import CONSUMER, GROUP, Keys
+from .reads import Specs
 
 
 class SchedulerStore:
@@ -67,10 +68,11 @@ class SchedulerStore:
     def active_jobs(self) -> dict[int, Job]:
         ids = self.r.zrange(self.k.active, 0, -1)
         jobs = {}
+        specs = Specs(self.r, self.k)
         for chunk in _chunks(ids, 1000):
             for raw in self.r.mget([self.k.job(int(i)) for i in chunk]):
                 if raw:
-                    j = codec.loads(raw)
+                    j = codec.loads(raw, specs)
                     jobs[j.id] = j
         return jobs
 

@@ -16,11 +16,16 @@ def put_job(p, k: Keys, job: Job) -> None:
     put_jobs(p, k, [job])
 
 
-def put_jobs(p, k: Keys, jobs) -> None:
+def put_jobs(p, k: Keys, jobs, fresh=()) -> None:
     """Job records and the active/history indexes, one ZADD/ZREM per index for the lot (a
-    100,000-task array is 100,000 SETs and three index commands, not 300,000 commands)."""
+    100,000-task array is 100,000 SETs and three index commands, not 300,000 commands). The
+    shared spec of an array is written with its first tasks (`fresh`: ids not written before)."""
     active, ended, stale = {}, {}, []
+    specs = set()
     for job in jobs:
+        if job.id in fresh and job.array_id not in specs and codec.shares_spec(job):
+            specs.add(job.array_id)
+            p.set(k.spec(job.array_id), codec.spec(job))
         p.set(k.job(job.id), codec.dumps(job))
         if job.state in states.ACTIVE:
             active[str(job.id)] = job.id
