@@ -5,7 +5,7 @@ PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-system redis bench clean
+.PHONY: demo test install install-system docs-check redis bench clean
 
 $(BIN)/labq: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,10 @@ demo: redis install
 
 test: redis install
 	$(BIN)/python -m pytest -q
+
+# Runs every `docs-check` block of docs/admin.md in a scratch directory (also part of make test).
+docs-check: redis install
+	$(BIN)/python -m pytest -q tests/test_admin_guide.py
 
 # The peers (task-spooler, SLURM) are used when installed and skipped when not; py-spy, for the
 # profiles of missed targets, comes from the `bench` extra. `make bench BENCH_ARGS=--quick` for a short run.

@@ -8,6 +8,8 @@ import time
 import click
 
 from . import daemonlog
+from labq.scheduler.errors import UsageError
+
 from .common import pass_ctx, redis_url, state_dir
 
 
@@ -37,8 +39,18 @@ def scheduler(ctx, verbose):
     url = redis_url(cfg)
     r = conn.connect(url)
     conn.ping(r)
+    from labq.scheduler.store import schema
+    from labq.scheduler.store.keys import Keys
+    schema.check(r, Keys(cfg.prefix))
     rq_conn = conn.connect_raw(url)
-    Scheduler(r, rq_conn, cfg, durable=durability(cfg, r, url)).run(stop=_stop_flag())
+    sched = Scheduler(r, rq_conn, cfg, durable=durability(cfg, r, url))
+    if cfg.metrics:
+        from labq.scheduler.metrics import Metrics
+        try:
+            sched.metrics = Metrics(cfg.metrics)
+        except OSError as e:
+            raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
+    sched.run(stop=_stop_flag())
 
 
 def durability(cfg, r, url):
@@ -53,15 +65,22 @@ def durability(cfg, r, url):
 
 @click.command()
 @click.option("-v", "--verbose", is_flag=True)
+# `labq up` run by root: the machine is root's own, so root's jobs run (worker.allow_root for this run).
+@click.option("--allow-root", is_flag=True, hidden=True)
 @pass_ctx
-def worker(ctx, verbose):
+def worker(ctx, verbose, allow_root):
     """The node agent: registers this machine and runs admitted jobs on it."""
     _logging(verbose)
+    import dataclasses
+
     from labq.scheduler.store import conn
     from labq.worker.agent import Agent
-    url = redis_url(ctx.cfg)
+    cfg = ctx.cfg
+    if allow_root:
+        cfg = dataclasses.replace(cfg, worker={**cfg.worker, "allow_root": True})
+    url = redis_url(cfg)
     conn.ping(conn.connect(url))
-    Agent(ctx.cfg, url, ctx.config_path).run()
+    Agent(cfg, url, ctx.config_path).run()
 
 
 @click.command()
@@ -90,6 +109,11 @@ def up(ctx, verbose):
     stopping = _stop_flag()
     logdir = os.path.join(sdir, "log")
     stack = Stack(sdir, ctx.config_path, cfg.redis_url, log_dir=logdir, verbose=verbose)
+    if os.geteuid() == 0 and not cfg.worker["allow_root"]:
+        # One-user mode on root's own machine: refusing root's jobs would refuse every job.
+        click.echo("labq: warning: running as root: jobs submitted by root run as root "
+                   "(worker.allow_root is taken as true for labq up)", err=True)
+        stack.worker_args = ("--allow-root",)
     stack.start_all()
     click.echo(f"labq is up: Redis {stack.url}, scheduler pid {stack.procs['scheduler'].pid}, "
                f"worker pid {stack.procs['worker'].pid}")

@@ -40,6 +40,7 @@ class Stack:
         self.procs: dict[str, subprocess.Popen] = {}
         self.log = log if log is not None else subprocess.DEVNULL
         self.log_dir, self.verbose = log_dir, verbose
+        self.worker_args: tuple[str, ...] = ()     # extra `labq worker` flags (labq up as root: --allow-root)
         if log_dir:
             os.makedirs(log_dir, mode=0o700, exist_ok=True)
 
@@ -107,7 +108,7 @@ class Stack:
         if not self.url:
             self.start_redis()
         self.start("scheduler", "scheduler")
-        self.start("worker", "worker")
+        self.start("worker", "worker", *self.worker_args)
 
     def dead(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is not None]

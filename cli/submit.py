@@ -1,7 +1,8 @@
 """`labq sub`: argv after `--`, a script with `#LABQ` directives, or a script on stdin.
 
 Precedence: command-line flags, then environment (LABQ_SUB_ACCOUNT, LABQ_SUB_QOS, LABQ_SUB_TIME),
-then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment).
+then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment), or,
+when it has none, its `#SBATCH` lines (cli/sbatch.py).
 """
 import os
 import shlex
@@ -9,11 +10,12 @@ import sys
 
 import click
 
-from labq.scheduler import bounds, units
+from labq.scheduler import bounds, exportenv, units
 from labq.scheduler.config import Config
 from labq.scheduler.errors import UsageError
 from labq.scheduler.request import MAX_RETRIES, parse_dependency
 
+from . import sbatch
 from .common import echo_json, pass_ctx
 
 ENV = {"account": "LABQ_SUB_ACCOUNT", "qos": "LABQ_SUB_QOS", "time": "LABQ_SUB_TIME"}
@@ -106,13 +108,14 @@ def directives(script: str) -> list[str]:
 
 
 OPTIONS = [
-    click.option("-J", "--name", help="Job name."),
+    click.option("-J", "--name", "--job-name", "name", help="Job name."),
     click.option("-A", "--account", help="Account (team) to charge."),
     click.option("--project", help="Project, for project budgets and reports."),
     click.option("-q", "--qos", help="QoS class (default: normal)."),
     click.option("--budget", "budget_name", help="A named batch budget to charge as well."),
     click.option("-G", "--gpus", help="GPUs: N or MODEL:N."),
-    click.option("-c", "--cpus", help="CPUs (default 1)."),
+    click.option("--gres", help="SLURM's gpu[:MODEL]:N (the same as --gpus [MODEL:]N)."),
+    click.option("-c", "--cpus", "--cpus-per-task", "cpus", help="CPUs (default 1)."),
     click.option("--mem", help="Memory, like 12G (default 0: no reservation)."),
     click.option("-t", "--time", "time_", help="Time limit: 2h, 90 (minutes), 1:30:00, 2-0."),
     click.option("--est", help="Expected runtime (forecast budget mode)."),
@@ -136,6 +139,7 @@ OPTIONS = [
     click.option("-o", "--output", help="stdout pattern (default labq-%j.out; %j %A %a %x %u %r)."),
     click.option("-e", "--error", help="stderr pattern (default: with stdout)."),
     click.option("-D", "--chdir", help="Working directory (default: the current one)."),
+    click.option("--export", help="Environment the job gets: ALL (default: yours, now), NONE, or VAR[,VAR=value…]."),
     click.option("--tag", multiple=True, help="K=V tag, repeatable."),
     click.option("--test-only", is_flag=True, default=None, help="Forecast and verdict; submit nothing."),
     click.option("-W", "--wait", is_flag=True, default=None, help="Wait for the job; exit with its code."),
@@ -159,7 +163,7 @@ def sub(cctx, ctx, args, **opts):
     """Submit a job: `labq sub [opts] -- CMD…`, `labq sub SCRIPT [ARGS]`, or a script on stdin."""
     argv, script, script_name = _command(cctx, args)
     if script is not None:
-        _merge_directives(cctx, opts, directives(script))
+        _script_directives(cctx, opts, script)
         opts["name"] = opts.get("name") or script_name
     for key, var in ENV.items():
         opt = "time_" if key == "time" else key
@@ -172,7 +176,7 @@ def sub(cctx, ctx, args, **opts):
     if opts["as_json"]:
         echo_json(reply)
     elif opts["parsable"]:
-        click.echo(reply["display"])
+        click.echo(reply["job_id"])     # sbatch: an array's id alone, which `-d afterok:ID` accepts
     else:
         click.echo(f"Submitted job {reply['display']}")
     if opts["wait"]:
@@ -205,13 +209,24 @@ def _command(cctx, args):
     raise UsageError("give a command after --, a script file, or a script on stdin")
 
 
-def _merge_directives(cctx, opts, dirs):
+def _script_directives(cctx, opts, script: str) -> None:
+    """`#LABQ` lines, else `#SBATCH` lines (translated; what labq ignores is named in one warning)."""
+    dirs, what = directives(script), "#LABQ"
+    if not dirs:
+        dirs, ignored = sbatch.translate(sbatch.directives(script))
+        what = "#SBATCH"
+        if ignored:
+            click.echo(f"labq: warning: #SBATCH directives ignored: {' '.join(ignored)}", err=True)
+    _merge_directives(cctx, opts, dirs, what)
+
+
+def _merge_directives(cctx, opts, dirs, what: str = "#LABQ"):
     if not dirs:
         return
     try:
         sub_ctx = sub.make_context("sub", dirs + ["--", "true"], parent=cctx.parent)
     except click.UsageError as e:
-        raise UsageError(f"#LABQ directive: {e.format_message()}") from None
+        raise UsageError(f"{what} directive: {e.format_message()}") from None
     for k, v in sub_ctx.params.items():
         if k != "args" and opts.get(k) in (None, ()) and v not in (None, ()):
             opts[k] = v
@@ -236,6 +251,11 @@ def build_body(opts, argv, script, cfg: Config | None = None) -> dict:
 
 
 def _body(opts, argv, script) -> dict:
+    if opts.get("gres") is not None and opts.get("gpus") is None:
+        gres = sbatch.gres(opts["gres"])
+        if gres is None:
+            raise UsageError(f"--gres: expected gpu[:MODEL]:N, got {opts['gres']!r}")
+        opts = {**opts, "gpus": gres[1]}
     model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
     body = {
         "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
@@ -243,6 +263,8 @@ def _body(opts, argv, script) -> dict:
         "qos": opts.get("qos") or "", "budget": opts.get("budget_name") or "",
         "gpus": gpus, "gpu_type": model, "out": opts.get("output") or "", "err": opts.get("error") or "",
         "test_only": bool(opts.get("test_only")),
+        # sbatch's default: the job gets the environment the user submits from (their venv's PATH…)
+        **exportenv.capture(opts.get("export"), os.environ),
     }
     if opts.get("cpus") is not None:
         try:

@@ -11,7 +11,7 @@ import pwd
 import time
 import uuid
 
-from . import fairshare, ledger, periods, states
+from . import auth, fairshare, ledger, munge, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job, Snapshot
@@ -63,8 +63,9 @@ class Client:
         per_try = timeout / tries
         try:
             for _ in range(tries):
+                signed = self._sign(fields)   # a fresh credential per try: each is valid once
                 p = self.r.pipeline()
-                p.xadd(self.k.inbox(self.user), fields, maxlen=100_000, approximate=True)
+                p.xadd(self.k.inbox(self.user), signed, maxlen=100_000, approximate=True)
                 p.lpush(self.k.wake, f"user:{self.user}")
                 p.execute()
                 got = self._await_reply(rid, per_try)
@@ -78,6 +79,12 @@ class Client:
             return json.loads(late)
         raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not "
                                "submitted (the scheduler drops it once it expires; is `labq scheduler` running?)")
+
+    def _sign(self, fields: dict) -> dict:
+        try:
+            return auth.sign(fields, self.cfg.security)
+        except munge.MungeError as e:
+            raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
 
     def _await_reply(self, rid: str, seconds: float):
         """BLPOP in slices shorter than the connection's socket timeout (30 s), so that a caller

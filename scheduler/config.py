@@ -14,6 +14,8 @@ from .errors import ConfigError, UsageError
 from .model import Budget
 
 DEFAULT_PATH = "/etc/labq/labq.toml"
+# [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
+_SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Rates:
 class Config:
     redis_url: str = ""
     prefix: str = "labq"
+    redis_password_file: str = ""  # daemons: root-only file of "ROLE PASSWORD" lines (store/conn.py)
     tick: float = 1.0
     max_pending: int = 100_000
     max_pending_per_user: int = 10_000
@@ -83,6 +86,7 @@ class Config:
     default_time: int = 24 * 3600
     kill_wait: int = 30
     budget_mode: str = "safe"
+    metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
     qos: tuple[Qos, ...] = (Qos("normal", priority=100),
                             Qos("low", priority=0, preemptible=True, rate_factor=0.5))
@@ -103,7 +107,7 @@ class Config:
     state_file: str = ""           # scheduler.state_file: figures that detect a Redis gone backwards
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
-    security: dict = field(default_factory=lambda: {"acl": False, "admins": ("root",)})
+    security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
 
     def qos_named(self, name: str) -> Qos | None:
@@ -141,7 +145,8 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
              "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
-           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300}
+           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
+           "slurm_env": True}
 
 
 MAX_CONFIG_DURATION = 10 * 365 * 86400   # any configured duration; leases and ticks have tighter ones
@@ -252,14 +257,17 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 
 def _redis(t):
-    _check_keys("redis", t, {"url", "prefix", "allow_volatile"})
+    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})
     url = _str("redis.url", t.get("url", ""))
     if url and not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
     prefix = _str("redis.prefix", t.get("prefix", "labq"))
     if not prefix or ":" in prefix:
         raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    return {"redis_url": url, "prefix": prefix,
+    pw = _str("redis.password_file", t.get("password_file", ""))
+    if pw and not os.path.isabs(pw):
+        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
+    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw,
             "allow_volatile": _bool("redis.allow_volatile", t.get("allow_volatile", False))}
 
 
@@ -274,7 +282,8 @@ def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
-                                 "max_time_limit", "max_array_size", "max_request_bytes", "state_file"})
+                                 "max_time_limit", "max_array_size", "max_request_bytes", "state_file",
+                                 "metrics"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -302,11 +311,24 @@ def _scheduler(t):
                                            integer=True)
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
+    if "metrics" in t:
+        out["metrics"] = _address("scheduler.metrics", t["metrics"])
     if "state_file" in t:
         out["state_file"] = _str("scheduler.state_file", t["state_file"])
     if out.get("default_time", Config.default_time) > out.get("max_time_limit", bounds.DEFAULT_MAX_TIME_LIMIT):
         raise ConfigError("scheduler.default_time", "must not be above scheduler.max_time_limit")
     return out
+
+
+def _address(key: str, v) -> str:
+    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
+    v = _str(key, v)
+    if v == "":
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
+    return v
 
 
 def _priority(t):
@@ -453,6 +475,7 @@ def _worker(t):
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
     _bool("worker.allow_root", out["allow_root"])
     _bool("worker.limit_cpus", out["limit_cpus"])
+    _bool("worker.slurm_env", out["slurm_env"])
     _num("worker.pids_max", out["pids_max"], lo=0, integer=True)
     if _num("worker.idle_gpu_util", out["idle_gpu_util"], lo=0) > 100:
         raise ConfigError("worker.idle_gpu_util", f"a percentage is at most 100, got {out['idle_gpu_util']!r}")
@@ -473,8 +496,18 @@ def _alerts(t):
 
 
 def _security(t):
-    _check_keys("security", t, {"acl", "admins"})
+    if "acl" in t:
+        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
+                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+    _check_keys("security", t, set(_SECURITY))
     admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) for a in admins):
+    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
         raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
-    return {"acl": _bool("security.acl", t.get("acl", False)), "admins": tuple(admins)}
+    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
+    if not 10 <= ttl <= 3600:
+        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
+    sock = _str("security.munge_socket", t.get("munge_socket", ""))
+    if sock and not os.path.isabs(sock):
+        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
+    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
+            "munge_socket": sock, "credential_ttl": ttl}

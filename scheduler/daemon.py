@@ -14,7 +14,7 @@ import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
+from . import alerts as budget_alerts, auth, crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
@@ -65,6 +65,7 @@ class Scheduler:
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
+        self.metrics = None                # metrics.Metrics when scheduler.metrics is set
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -128,7 +129,10 @@ class Scheduler:
         ready = False
         while not stop():
             try:
+                started = time.monotonic()
                 leading = self.tick(self.clock(), woke)
+                if self.metrics:
+                    self.metrics.after_tick(self, time.monotonic() - started)
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -215,6 +219,8 @@ class Scheduler:
         self.books.applied(books, now)
         for a in alerts:
             self.books.hooks.deliver(a)
+            if self.metrics:
+                self.metrics.alert(a)
         for j in jobs:
             if j.state in states.ACTIVE:
                 self.jobs[j.id] = j
@@ -273,11 +279,24 @@ class Scheduler:
         """Validate → handle → commit, for this one entry. Whatever goes wrong is this entry's
         error reply: a handler decides and writes nothing, so a failed entry leaves no partial
         writes (its Change is dropped, the error reply is committed in its place)."""
-        user = stream.rsplit(":", 1)[1]
         rid = intake.reply_id(fields, eid)
         if poisoned:
             return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
-                                dead=True)
+                                dead=True, remember=False)
+        sec = self.cfg.security
+        try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
+            user = auth.identify(fields, stream.rsplit(":", 1)[1], sec, now,
+                                 lambda key: self.store.claim_credential(key, f"{stream}/{eid}", sec["credential_ttl"]))
+        except RefusedError as e:
+            log.warning("inbox %s entry %s: %s", stream, eid, e)
+            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
+            return
+        except POISON_PASSES:
+            raise
+        except Exception as e:   # a credential no decoder expected: this entry's error
+            log.exception("inbox %s entry %s: identifying the sender failed", stream, eid)
+            return self._refuse(stream, eid, rid, fields, f"internal error: {type(e).__name__}: {e}", dead=True,
+                                remember=False)
         prior = self.store.r.get(self.k.done(rid))
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
             self.commit(reply=(rid, json.loads(prior)), ack=(stream, eid))
@@ -302,14 +321,18 @@ class Scheduler:
         except Exception as e:   # Redis refused the write itself (a value it cannot hold)
             log.exception("request %s from %s could not be committed", eid, user)
             return self._refuse(stream, eid, rid, fields, f"internal error: {type(e).__name__}: {e}", dead=True)
+        if self.metrics:
+            self.metrics.requests.inc()
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
     def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
-                dead: bool = False) -> None:
-        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too."""
+                dead: bool = False, remember: bool = True) -> None:
+        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
+        `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
         reply = {"ok": False, "code": code, "error": error, "rid": rid}
-        self.commit(reply=(rid, reply), ack=(stream, eid), dead=(stream, eid, fields, error) if dead else None)
+        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
+                    dead=(stream, eid, fields, error) if dead else None)
         if dead:
             log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
 
@@ -431,7 +454,10 @@ class Scheduler:
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
+        started = time.monotonic()
         p = policy.plan(self.snapshot(now), self.cfg)
+        if self.metrics:
+            self.metrics.plan_seconds.observe(time.monotonic() - started)
         changed, dispatch = [], []
         for place in p.places:
             j = tr.admit(self.jobs[place.job_id], place, now)

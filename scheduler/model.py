@@ -27,6 +27,15 @@ class Node:
     state: str = "up"          # up | drain | down
     lease_expiry: float = 0.0  # epoch seconds; the node is down once this passes
     last_heartbeat: float = 0.0
+    runs: str = ""             # whose jobs its agent can run: "*" anyone, "!root" anyone but root, else one
+                               # user ("": an agent too old to say, taken as anyone)
+
+    def runs_jobs_of(self, user: str) -> bool:
+        if self.runs in ("", "*"):
+            return True
+        if self.runs == "!root":
+            return user != "root"
+        return user == self.runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,8 @@ class Job:
     retries: int = 0                      # --retries N for node_failure and --retry-on exit codes
     retry_on: tuple[int, ...] = ()        # --retry-on CODES
     requeue_on_timeout: bool = False      # --requeue-on-timeout: a timeout after a checkpoint requeues
+    export: str = "NONE"                  # --export: "ALL" (the submitter's environment) or "NONE" (a clean one)
+    env: tuple[tuple[str, str], ...] = () # the variables captured at submit (all of them with ALL, else those named)
     # -- changed by the scheduler --
     state: str = states.PENDING
     reason: str = states.NONE

@@ -4,7 +4,7 @@ import os
 import re
 from dataclasses import fields, replace
 
-from . import bounds
+from . import bounds, exportenv
 from .config import Config
 from .errors import UsageError
 from .model import Job
@@ -84,8 +84,9 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
     if budget and budget not in {b.name for b in cfg.budgets}:
         raise UsageError(f"budget: unknown budget {budget!r} (configured: "
                          f"{', '.join(b.name for b in cfg.budgets) or 'none'})")
+    export, env = exportenv.validate(body)
     return Job(
-        id=0, user=user, account=account, argv=tuple(argv),
+        id=0, user=user, account=account, argv=tuple(argv), export=export, env=env,
         script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
         project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
         gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),

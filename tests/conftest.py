@@ -31,7 +31,7 @@ class RedisProc:
         return redis.Redis(unix_socket_path=self.sock, decode_responses=True, **kw)
 
 
-def start_redis(timeout: float = 20.0, appendonly: bool = True) -> RedisProc:
+def start_redis(timeout: float = 20.0, appendonly: bool = True, perm: str = "700") -> RedisProc:
     """A private redis-server. With AOF by default, as the scheduler requires (fsync once a second:
     tests never kill this one)."""
     exe = shutil.which("redis-server")
@@ -40,10 +40,12 @@ def start_redis(timeout: float = 20.0, appendonly: bool = True) -> RedisProc:
     d = tempfile.mkdtemp(prefix="labq-redis-", dir="/tmp")  # a unix socket path must stay under 108 bytes
     sock = os.path.join(d, "redis.sock")
     proc = subprocess.Popen(
-        [exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir", d, "--save", "",
+        [exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", perm, "--dir", d, "--save", "",
          "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec",
          "--daemonize", "no", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if perm != "700":
+        os.chmod(d, 0o755)    # other users (tests/test_auth_*.py) must reach the socket
     c, end = redis.Redis(unix_socket_path=sock), time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -65,6 +67,47 @@ def redis_server():
     rp.proc.terminate()
     rp.proc.wait(10)
     shutil.rmtree(rp.dir, ignore_errors=True)
+
+
+@dataclass
+class MungeProc:
+    proc: subprocess.Popen
+    dir: str
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.dir, "munge.sock")
+
+
+def start_munged(timeout: float = 20.0) -> MungeProc:
+    """A private munged: its own key (mungekey), socket, pid, seed and log files in a temp dir."""
+    exe = shutil.which("munged") or ("/usr/sbin/munged" if os.path.exists("/usr/sbin/munged") else None)
+    if not exe or not shutil.which("mungekey"):
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("munge is not installed (apt-get install munge)")
+    d = tempfile.mkdtemp(prefix="labq-munge-", dir="/tmp")
+    os.chmod(d, 0o755)        # the socket is for every user; the key stays 0600
+    subprocess.run([shutil.which("mungekey"), "-c", "-k", f"{d}/munge.key"], check=True)
+    proc = subprocess.Popen([exe, "-F", "-f", f"--socket={d}/munge.sock", f"--key-file={d}/munge.key",
+                             f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log",
+                             f"--seed-file={d}/munged.seed"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    mp, end = MungeProc(proc, d), time.monotonic() + timeout
+    while not os.path.exists(mp.socket):
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stderr.read().decode())
+        if time.monotonic() > end:
+            proc.kill()
+            raise RuntimeError("munged did not create its socket")
+        time.sleep(0.01)
+    return mp
+
+
+@pytest.fixture(scope="session")
+def munged():
+    mp = start_munged()
+    yield mp
+    mp.proc.terminate()
+    mp.proc.wait(10)
+    shutil.rmtree(mp.dir, ignore_errors=True)
 
 
 @pytest.fixture

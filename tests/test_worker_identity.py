@@ -70,7 +70,8 @@ def test_job_runs_as_the_created_user_with_only_their_groups(real_redis, redis_s
     assert cwd == wd and umask == "0022"
     assert os.stat(log).st_uid == pw.pw_uid and os.stat(os.path.join(wd, "made-by-job")).st_uid == pw.pw_uid
     assert job_env["USER"] == job_env["LOGNAME"] == pw.pw_name and job_env["HOME"] == pw.pw_dir
-    leaked = {k for k in job_env if not k.startswith("LABQ_")} - ALLOWED_ENV
+    # labq's own variables and their SLURM names (worker/jobenv.py); the job record exported nothing
+    leaked = {k for k in job_env if not k.startswith(("LABQ_", "SLURM_", "SLURMD_"))} - ALLOWED_ENV
     assert not leaked, f"not built from scratch: {leaked}"
     assert "agentsecret" not in open(log).read(), "the agent's Redis password never reaches a job"
     assert job_env["LABQ_REDIS_URL"] == launch.public_url(url) == redis_server.url

@@ -63,7 +63,8 @@ class Agent:
             redis_url, cfg.prefix, self.name, float(cfg.kill_wait), os.path.expanduser(w["spool"]), w["run_as"],
             bool(w["allow_root"]), limit_cpus=bool(w["limit_cpus"]), pids_max=int(w["pids_max"]),
             idle_gpu_util=float(w["idle_gpu_util"]), idle_gpu_after=float(w["idle_gpu_after"]),
-            stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos))
+            stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos),
+            slurm_env=bool(w["slurm_env"]))
         self.queue = Keys.rq_queue(self.name)
         self.store = AgentStore(conn.connect(redis_url), Keys(cfg.prefix))
         self._stop = threading.Event()
@@ -217,7 +218,7 @@ class Agent:
         gpus = [g for g in (self.backend.devices() if changed else self.gpus) if g.uuid not in out]
         try:
             self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
-                                os.getpid(), self.lease)
+                                os.getpid(), self.lease, runs=launch.runs_for(self.settings))
         except conn.ERRORS as e:
             log.warning("node %s: cannot re-register its GPUs yet: %s", self.name, e)
             return
@@ -242,7 +243,7 @@ class Agent:
     # -- lease ---------------------------------------------------------------------------------
     def _register(self) -> None:
         self.store.register(self.name, self.cpus, self.mem, len(self.slots), self.gpus, socket.gethostname(),
-                            os.getpid(), self.lease)
+                            os.getpid(), self.lease, runs=launch.runs_for(self.settings))
 
     def _renew(self, now: float) -> None:
         try:

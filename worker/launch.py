@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from labq.scheduler import logpath
 from labq.scheduler.model import Attempt, Job
 
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+from . import jobenv
+
+DEFAULT_PATH = jobenv.DEFAULT_PATH
 # Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
 # job start in a directory its user may not enter (tech-notes §4.1).
 WRAPPER = 'cd -- "$1" || exit 126; shift; exec "$@"'
@@ -43,6 +45,7 @@ class Settings:
     idle_gpu_after: float = 1800.0  # seconds under idle_gpu_util before an alert (0 = never)
     stop_grace: float = 300.0       # at most this much checkpoint grace when the node stops
     qos_grace: tuple = ()           # ((qos, seconds), ...): the grace a preemption would give
+    slurm_env: bool = True          # SLURM_* aliases in jobs' environment (worker.slurm_env)
 
     @classmethod
     def from_environ(cls, env=None) -> "Settings":
@@ -57,7 +60,8 @@ class Settings:
                    pids_max=int(env.get("LABQ_PIDS_MAX") or 0),
                    idle_gpu_util=float(env.get("LABQ_IDLE_GPU_UTIL") or 5),
                    idle_gpu_after=float(env.get("LABQ_IDLE_GPU_AFTER") or 1800),
-                   stop_grace=float(env.get("LABQ_STOP_GRACE") or 300), qos_grace=grace)
+                   stop_grace=float(env.get("LABQ_STOP_GRACE") or 300), qos_grace=grace,
+                   slurm_env=env.get("LABQ_SLURM_ENV", "1") != "0")
 
     def environ(self) -> dict[str, str]:
         """The inverse of from_environ, for the agent to hand to its workers."""
@@ -67,7 +71,8 @@ class Settings:
                 "LABQ_LIMIT_CPUS": "1" if self.limit_cpus else "0", "LABQ_PIDS_MAX": str(self.pids_max),
                 "LABQ_IDLE_GPU_UTIL": str(self.idle_gpu_util), "LABQ_IDLE_GPU_AFTER": str(self.idle_gpu_after),
                 "LABQ_STOP_GRACE": str(self.stop_grace),
-                "LABQ_QOS_GRACE": ",".join(f"{q}={g}" for q, g in self.qos_grace)}
+                "LABQ_QOS_GRACE": ",".join(f"{q}={g}" for q, g in self.qos_grace),
+                "LABQ_SLURM_ENV": "1" if self.slurm_env else "0"}
 
     def shutdown_grace(self, qos: str) -> float:
         """The checkpoint grace a job gets when the node stops: its QoS's preemption grace, capped
@@ -103,6 +108,16 @@ def identity(job: Job, s: Settings) -> Identity:
         return Identity(pw, drop=False)
     raise StartError(f"cannot run as {job.user}: the node agent runs as {me.pw_name}, not root "
                      f"(set worker.run_as = \"self\" to run every job as {me.pw_name})")
+
+
+def runs_for(s: Settings) -> str:
+    """Whose jobs `identity` lets this agent run, for the scheduler to refuse the others at submit
+    (Node.runs): everyone's as root, only its own user's otherwise."""
+    if s.run_as == "self":
+        return "*"
+    if os.geteuid() == 0:
+        return "*" if s.allow_root else "!root"
+    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 @contextlib.contextmanager
@@ -198,27 +213,12 @@ def command(job: Job, script: str | None) -> list[str]:
 
 # -- environment -------------------------------------------------------------------------------
 def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start: float, ckpt: str) -> dict:
-    """Built from scratch: the daemon's environment carries RQ_*, NOTIFY_SOCKET and secrets."""
-    pw, uuids = ident.pw, ",".join(attempt.gpus)
-    env = {
-        "PATH": DEFAULT_PATH, "HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name,
-        "SHELL": pw.pw_shell or "/bin/sh", "LANG": "C.UTF-8",
-        "LABQ_JOB_ID": str(job.id), "LABQ_JOB_NAME": job.name, "LABQ_RESTART_COUNT": str(job.restart_count),
-        "LABQ_ACCOUNT": job.account, "LABQ_QOS": job.qos, "LABQ_NODE": s.node, "LABQ_CPUS": str(job.cpus),
-        "LABQ_MEM_BYTES": str(job.mem), "LABQ_GPUS": str(len(attempt.gpus)), "LABQ_JOB_GPUS": uuids,
-        "LABQ_JOB_START_TIME": str(int(start)), "LABQ_CHECKPOINT_DIR": ckpt, "LABQ_SUBMIT_DIR": job.workdir,
-        "CUDA_VISIBLE_DEVICES": uuids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "OMP_NUM_THREADS": str(max(1, job.cpus)),
-        # so `labq checkpoint` inside the job can reach Redis: where, never the agent's password
-        # (Redis write access is root on every node, tech-notes §1.9)
-        "LABQ_REDIS_URL": public_url(s.redis_url), "LABQ_PREFIX": s.prefix,
-    }
-    if job.time_limit > 0:
-        env["LABQ_JOB_END_TIME"] = str(int(start + job.time_limit))
-    if job.array_id is not None:
-        # Like SLURM, set only for array tasks: `os.environ.get("LABQ_ARRAY_TASK_ID", "0")` keeps working.
-        env.update(LABQ_ARRAY_JOB_ID=str(job.array_id), LABQ_ARRAY_TASK_ID=str(job.array_index),
-                   LABQ_ARRAY_TASK_COUNT=str(job.array_count if job.array_count is not None else ""))
-    return env
+    """The job's environment (worker/jobenv.py); never the daemon's, which carries RQ_*, NOTIFY_SOCKET
+    and secrets."""
+    pw = ident.pw
+    return jobenv.build(job, jobenv.Place(
+        node=s.node, user=pw.pw_name, home=pw.pw_dir, shell=pw.pw_shell, gpus=tuple(attempt.gpus), start=start,
+        checkpoint_dir=ckpt, redis_url=public_url(s.redis_url), prefix=s.prefix, slurm_env=s.slurm_env))
 
 
 def public_url(url: str) -> str:

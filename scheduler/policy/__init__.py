@@ -255,9 +255,20 @@ def refusal(job: Job, nodes, cfg: Config) -> str | None:
         have = (f"largest node {biggest.name} has {len(biggest.gpus)} GPUs, {biggest.cpus} CPUs, "
                 f"{biggest.mem >> 30}G" if biggest else "no node is registered")
         return f"no node could ever hold {_request(job)}: {have}"
+    if not any(n.runs_jobs_of(job.user) for n in holders):
+        return _who_runs(job.user, holders)
     capped = over_alone(job, cfg)
     if capped:
         return capped
     cheapest = min((g.model for n in holders for g in n.gpus if not job.gpu_type or g.model == job.gpu_type),
                    key=lambda m: cfg.rates.gpu_rate(m), default="")
     return never_affordable(job, cheapest, cfg)
+
+
+def _who_runs(user: str, nodes) -> str:
+    if user == "root":
+        return ("no node runs jobs as root: every worker has worker.allow_root = false "
+                "(set it to true on a node, or submit as another user)")
+    agents = sorted({n.runs for n in nodes})
+    return (f"no node runs jobs as {user}: the workers run as {', '.join(agents)}, not root, and can run only "
+            f"their own user's jobs (run the worker as root, or set worker.run_as = \"self\")")

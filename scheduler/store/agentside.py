@@ -18,11 +18,11 @@ class AgentStore:
 
     # -- node registration and lease ----------------------------------------------------------
     def register(self, name: str, cpus: int, mem: int, slots: int, gpus: list[Gpu], host: str, pid: int,
-                 lease_s: float) -> None:
+                 lease_s: float, runs: str = "") -> None:
         now = time.time()
         p = self.r.pipeline()
         p.hset(self.k.node(name), mapping={
-            "cpus": cpus, "mem": mem, "slots": slots, "host": host, "pid": pid, "hb": now, "started": now,
+            "cpus": cpus, "mem": mem, "slots": slots, "host": host, "pid": pid, "hb": now, "started": now, "runs": runs,
             "gpus": json.dumps([[g.uuid, g.index, g.model, g.mem] for g in gpus])})
         p.sadd(self.k.nodes, name)
         p.set(self.k.node_lease(name), f"{host}:{pid}", px=int(lease_s * 1000))

@@ -4,7 +4,7 @@ from dataclasses import fields
 
 from ..model import Attempt, Job
 
-_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on"}
+_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "env"}
 _ATTEMPT_TUPLES = {"gpus", "charges"}
 _JOB_FIELDS = {f.name for f in fields(Job)}
 _ATTEMPT_FIELDS = {f.name for f in fields(Attempt)}

@@ -10,6 +10,10 @@ class Keys:
     def __init__(self, prefix: str = "labq"):
         self.p = prefix
 
+    @property
+    def schema(self) -> str:                  # STRING (S): layout version of the data (store/schema.py)
+        return f"{self.p}:schema"
+
     # -- requests and replies --------------------------------------------------------------------
     def inbox(self, user: str) -> str:        # STREAM (U): requests {rid, op, user, body(JSON)}
         return f"{self.p}:inbox:{user}"
@@ -27,6 +31,9 @@ class Keys:
 
     def done(self, rid: str) -> str:          # STRING (S): the reply kept for dedup, expires after a day
         return f"{self.p}:done:{rid}"
+
+    def credential(self, key: str) -> str:    # STRING (S): inbox entry that first used a munge credential
+        return f"{self.p}:cred:{key}"         # (replay guard, expires after 2 x security.credential_ttl)
 
     # -- jobs ----------------------------------------------------------------------------------
     @property

@@ -95,7 +95,7 @@ class SchedulerStore:
             expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
             state = "down" if expiry <= now else (admin or "up")
             out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
-                            float(h.get("hb", 0))))
+                            float(h.get("hb", 0)), h.get("runs", "")))
         return tuple(out)
 
     def spent(self) -> dict[str, int]:
@@ -213,6 +213,17 @@ class SchedulerStore:
             return {}
         got = self.r.xpending_range(stream, GROUP, min=eids[0], max=eids[-1], count=len(eids) + 1000)
         return {e["message_id"]: e["times_delivered"] for e in got}
+
+    def claim_credential(self, key: str, entry: str, ttl: float):
+        """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
+        claimed it before a restart) or None (another entry did: a replay)."""
+        if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
+            return "new"
+        return "same" if self.r.get(self.k.credential(key)) == entry else None
+
+    def dead_letters(self) -> int:
+        """Entries in the dead-letter stream (labq admin dead; the metrics gauge)."""
+        return self.r.xlen(self.k.dead)
 
     def ack(self, p, stream: str, eid: str) -> None:
         p.xack(stream, GROUP, eid)
