@@ -1,5 +1,5 @@
 """A private labq for the live benchmarks: redis-server, `labq scheduler`, `labq worker` — the same
-processes `labq up` starts (cli/stack.py), on a unix socket in a temporary directory."""
+processes `labq up` starts (cli/embedded.py), on a unix socket in a temporary directory."""
 import os
 import shutil
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 
-from labq.cli.stack import ROOT, Stack
+from labq.cli.embedded import ROOT, Stack
 from labq.scheduler import config, states
 from labq.scheduler.client import Client, current_user
 

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from labq.cli.stack import Stack  # noqa: E402
+from labq.cli.embedded import Stack  # noqa: E402
 from labq.scheduler import states  # noqa: E402
 from labq.scheduler.model import Attempt, Job  # noqa: E402
 from labq.scheduler.store import codec, conn  # noqa: E402

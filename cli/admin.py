@@ -1,16 +1,77 @@
-"""`labq admin`: operators' commands. A plain click group: other modules add subcommands to it."""
+"""`labq admin`: the lab administrator's commands (Redis ACL roles, dead letters, accepting a
+Redis loss, …). A plain click group: other modules add subcommands to it."""
+import os
+import socket
 import time
 
 import click
 
-from labq.scheduler.errors import LabqError
+from labq.scheduler.errors import LabqError, UnreachableError, UsageError
 
-from .common import echo_json, pass_ctx
+from .common import echo_json, pass_ctx, redis_url
+
+DEFAULT_PASSWORD_FILE = "/etc/labq/redis.secret"
 
 
 @click.group()
 def admin():
-    """Operators' commands (dead letters, …)."""
+    """Administration: Redis ACL roles (`labq admin acl`), dead letters, accept-loss."""
+
+
+@admin.command()
+@click.option("--apply", "do_apply", is_flag=True, help="Create the roles in Redis now and switch its default user off.")
+@click.option("--aclfile", type=click.Path(dir_okay=False), help="Write them as a Redis aclfile (hashed passwords).")
+@click.option("--node", "nodes", multiple=True, help="A node agent's role to include (repeatable); registered "
+              "nodes and worker.name are included anyway.")
+@click.option("--password-file", type=click.Path(dir_okay=False),
+              help=f"ROLE PASSWORD file (default: redis.password_file, else {DEFAULT_PASSWORD_FILE}).")
+@pass_ctx
+def acl(ctx, do_apply, aclfile, nodes, password_file):
+    """Print the Redis ACL roles (default off; labq-client; labq-node-NAME per node; labq-scheduler;
+    labq-admin). With --apply or --aclfile, passwords missing from the password file are made and
+    written to it (mode 0600): copy each node's line to that node's own file."""
+    from labq.scheduler.store import acl as roles_mod, conn
+    from labq.scheduler.store.keys import Keys
+    cfg = ctx.cfg
+    path = password_file or cfg.redis_password_file or DEFAULT_PASSWORD_FILE
+    if not os.path.isabs(path):
+        raise UsageError(f"--password-file: expected an absolute path, got {path!r}")
+    passwords = roles_mod.read_passwords(path)
+    r = None
+    if do_apply or not nodes:
+        if roles_mod.ADMIN in passwords:
+            conn.login_as(roles_mod.ADMIN, path)
+        r = conn.connect(redis_url(cfg))
+    names = set(nodes) | ({cfg.worker["name"]} if cfg.worker["name"] else set())
+    if r is not None:
+        try:
+            names |= set(r.smembers(Keys(cfg.prefix).nodes))
+        except conn.ERRORS as e:
+            if do_apply:
+                raise UnreachableError(f"Redis at {redis_url(cfg)} does not answer: {e}") from None
+    rules = roles_mod.roles(Keys(cfg.prefix), sorted(names))
+    if do_apply or aclfile:
+        for role in rules:
+            passwords.setdefault(role, roles_mod.new_password())
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        roles_mod.write_passwords(path, passwords)
+    text = roles_mod.aclfile(rules, passwords)
+    if aclfile:
+        fd = os.open(aclfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        click.echo(f"wrote {aclfile} (redis.conf: aclfile {aclfile})")
+    if do_apply:
+        roles_mod.apply(r, rules, passwords)
+        click.echo(f"applied {len(rules)} roles; the default user is off; passwords in {path} (0600)")
+    if do_apply or aclfile:
+        host = socket.gethostname()
+        click.echo(f"clients (world-readable config): url = \"redis://{roles_mod.CLIENT}:"
+                   f"{passwords[roles_mod.CLIENT]}@{host}:6379/0\"")
+        click.echo(f"daemons: password_file = \"{path}\" with the line of their role "
+                   f"({roles_mod.SCHEDULER}, labq-node-NAME)")
+    else:
+        click.echo(text, nl=False)
 
 
 @admin.command()
@@ -39,7 +100,6 @@ def accept_loss(ctx):
     backwards (the jobs and ledger entries it lost stay lost). Run it as the scheduler's user."""
     from labq.scheduler.durability import StateFile, default_path
     from labq.scheduler.store.state import SchedulerStore
-    from .common import redis_url
     c, cfg = ctx.client, ctx.cfg
     f = StateFile(cfg.state_file or default_path(cfg.prefix, redis_url(cfg)))
     try:

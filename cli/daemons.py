@@ -1,6 +1,7 @@
 """`labq up`, `labq scheduler`, `labq worker`: the processes, in the foreground."""
 import fcntl
 import os
+import socket
 import signal
 import sys
 import time
@@ -34,9 +35,10 @@ def scheduler(ctx, verbose):
     """The scheduler daemon (one is active; a second waits for the leader lease)."""
     _logging(verbose)
     from labq.scheduler.daemon import Scheduler
-    from labq.scheduler.store import conn
+    from labq.scheduler.store import acl, conn
     cfg = ctx.cfg
     url = redis_url(cfg)
+    conn.login_as(acl.SCHEDULER, cfg.redis_password_file)
     r = conn.connect(url)
     conn.ping(r)
     from labq.scheduler.store import schema
@@ -73,12 +75,13 @@ def worker(ctx, verbose, allow_root):
     _logging(verbose)
     import dataclasses
 
-    from labq.scheduler.store import conn
+    from labq.scheduler.store import acl, conn
     from labq.worker.agent import Agent
     cfg = ctx.cfg
     if allow_root:
         cfg = dataclasses.replace(cfg, worker={**cfg.worker, "allow_root": True})
     url = redis_url(cfg)
+    conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
     conn.ping(conn.connect(url))
     Agent(cfg, url, ctx.config_path).run()
 
@@ -90,7 +93,7 @@ def up(ctx, verbose):
     """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
     scheduler and a worker. Ctrl-C stops all three. Their logs go to files in the state directory
     (printed at start)."""
-    from .stack import Stack
+    from .embedded import Stack
     cfg = ctx.cfg
     sdir = state_dir()
     os.makedirs(sdir, mode=0o700, exist_ok=True)

@@ -13,7 +13,7 @@ from labq.scheduler import config as config_mod, states
 from labq.scheduler.units import fmt_money
 
 from . import render
-from .stack import ROOT, Stack
+from .embedded import ROOT, Stack
 
 DEMO_CONFIG = """\
 # The demo's embedded configuration (see config.example.toml for every key).

@@ -1,7 +1,6 @@
-"""Read and control commands: stat, show, logs, wait, del, acct, nodes, budget."""
+"""Read commands: stat, show, logs, wait, acct, nodes (the control commands are in control.py)."""
 import csv
 import io
-import os
 import sys
 import time
 
@@ -183,49 +182,6 @@ def wait(ctx, job_ids, timeout):
     sys.exit(wait_for_jobs(ctx.client, list(job_ids), timeout=secs))
 
 
-def _control(ctx, op, job_ids):
-    reply = ctx.client.act_on(op, list(job_ids))
-    for r in reply.get("results", []):
-        if r["ok"]:
-            click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else r['state']}")
-        else:
-            click.echo(f"labq: {r['error']}", err=True)
-    if not reply.get("ok"):
-        sys.exit(reply.get("code") or 2)
-
-
-@click.command("del")
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def delete(ctx, job_ids):
-    """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait."""
-    _control(ctx, "cancel", job_ids)
-
-
-@click.command()
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def hold(ctx, job_ids):
-    """Keep pending jobs from starting (reason Held) until released."""
-    _control(ctx, "hold", job_ids)
-
-
-@click.command()
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def release(ctx, job_ids):
-    """Let held jobs start again."""
-    _control(ctx, "release", job_ids)
-
-
-@click.command()
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def requeue(ctx, job_ids):
-    """Stop running jobs and put them back in the queue with the same id (your own; admins any)."""
-    _control(ctx, "requeue", job_ids)
-
-
 def _since(text, what):
     if not text:
         return None
@@ -286,37 +242,3 @@ def nodes(ctx, as_json):
              len(d["jobs"]), d["slots"]] for d in ds]
     volatile_header(ctx)
     click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS"]))
-
-
-@click.command()
-@click.argument("node")
-@pass_ctx
-def drain(ctx, node):
-    """Take no new jobs on NODE; running ones finish (admins)."""
-    ctx.client.node_admin("drain", node)
-    click.echo(f"node {node}: draining (running jobs finish; nothing new starts)")
-
-
-@click.command()
-@click.argument("node")
-@pass_ctx
-def resume(ctx, node):
-    """Let NODE take jobs again (admins)."""
-    ctx.client.node_admin("resume", node)
-    click.echo(f"node {node}: up")
-
-
-@click.command()
-@pass_ctx
-def checkpoint(ctx):
-    """From inside a job: record that it has just saved a checkpoint (lost work counts from now)."""
-    jid = os.environ.get("LABQ_JOB_ID", "")
-    if not jid.isdigit():
-        raise UsageError("labq checkpoint runs inside a labq job (LABQ_JOB_ID is not set)")
-    # Inside a job the runner's environment names the Redis and key prefix the job came from.
-    from dataclasses import replace
-    from labq.scheduler.client import Client
-    from .common import redis_url
-    cfg = replace(ctx.cfg, prefix=os.environ.get("LABQ_PREFIX") or ctx.cfg.prefix)
-    reply = Client(cfg, url=os.environ.get("LABQ_REDIS_URL") or redis_url(cfg)).checkpoint(int(jid))
-    click.echo(f"job {jid}: checkpoint recorded at {_ts(reply['time'])}")

@@ -2,7 +2,7 @@
 import time
 
 from labq.scheduler import ledger, states
-from labq.scheduler.request import describe_deps
+from labq.scheduler.jobspec import describe_deps
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
 

@@ -10,10 +10,10 @@ import sys
 
 import click
 
-from labq.scheduler import bounds, exportenv, units
+from labq.scheduler import bounds, exportenv, units, when
 from labq.scheduler.config import Config
 from labq.scheduler.errors import UsageError
-from labq.scheduler.request import MAX_RETRIES, parse_dependency
+from labq.scheduler.jobspec import MAX_RETRIES, parse_dependency
 
 from . import sbatch
 from .common import echo_json, pass_ctx
@@ -58,19 +58,10 @@ def parse_array(text) -> tuple[list[int], int | None]:
 
 
 def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
-    """`2026-12-03T09:00` (local time), `now+1h`, or a bare delay `30m` → epoch seconds."""
-    import datetime
+    """A time as sbatch --begin takes it (scheduler/when.py) → epoch seconds."""
     import time
     now = time.time() if now is None else now
-    s = str(text).strip()
-    if s[:4].isdigit() and "-" in s:
-        try:
-            at = datetime.datetime.fromisoformat(s).timestamp()
-        except (ValueError, OverflowError):
-            raise UsageError(f"{what}: expected 2026-12-03T09:00, now+1h or 30m, got {text!r}") from None
-    else:
-        at = now + units.parse_duration(s.removeprefix("now+"), what, bare_unit=1)
-    return bounds.epoch(what, at, now)
+    return bounds.epoch(what, when.parse(text, now, what), now)
 
 
 def parse_codes(text) -> list[int]:
@@ -120,7 +111,7 @@ OPTIONS = [
     click.option("-t", "--time", "time_", help="Time limit: 2h, 90 (minutes), 1:30:00, 2-0."),
     click.option("--est", help="Expected runtime (forecast budget mode)."),
     click.option("--max-wait", help="Give up (EX) if not started within this long."),
-    click.option("--begin", help="Not before: a time (2026-12-03T09:00) or a delay (now+1h, 30m)."),
+    click.option("--begin", help="Not before: 16:00, tomorrow, now+30minutes, 2026-12-03T09:00, 30m."),
     click.option("-H", "--hold", is_flag=True, default=None, help="Submit held (labq release ID starts it)."),
     click.option("--deadline", help="End the job (DL) once it could no longer finish by this time (forms of --begin)."),
     click.option("-d", "--dependency", help="afterok:ID[:ID],afternotok:ID,afterany:ID,singleton (',' = all of)."),

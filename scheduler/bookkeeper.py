@@ -135,7 +135,7 @@ class Bookkeeper:
 
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, user: str, body: dict, now: float):
-        from .requests import Change
+        from .handlers import Change
         admins = self.s.cfg.security["admins"]
         if user not in admins:
             raise RefusedError(f"only admins ({', '.join(admins)}) may {op.replace('_', ' ')}")

@@ -15,7 +15,7 @@ from . import auth, fairshare, ledger, munge, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job, Snapshot
-from .request import parse_task_ids
+from .jobspec import parse_task_ids
 from .store import conn
 from .store.keys import Keys
 from .store.reads import Reader

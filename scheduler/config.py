@@ -288,8 +288,12 @@ def _scheduler(t):
     if "tick" in t:
         v = t["tick"]
         # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
-        tick = float(_num("scheduler.tick", v, hi=3600)) if isinstance(v, (int, float)) \
-            else _dur("scheduler.tick", v, hi=3600)
+        try:
+            tick = units.parse_seconds(v, "scheduler.tick")
+        except units.UsageError as e:
+            raise ConfigError("scheduler.tick", str(e).split(": ", 1)[-1]) from None
+        if tick > 3600:
+            raise ConfigError("scheduler.tick", f"must be at most 3600 seconds, got {bounds._short(v)}")
         if tick < 0.05:
             raise ConfigError("scheduler.tick", f"must be at least 0.05 seconds, got {v!r}")
         out["tick"] = tick

@@ -20,7 +20,7 @@ from .bookkeeper import Bookkeeper
 from .dispatch import Dispatcher
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .model import Job, Snapshot
-from .requests import Change, Handlers
+from .handlers import Change, Handlers
 from .store import writes
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
@@ -360,7 +360,8 @@ class Scheduler:
         now = self.now = max(now, self.clock())
         try:
             ev = intake.event(f, self.cfg.max_request_bytes)
-            write = self._agent_alert(now, eid, ev) if ev.kind == "alert" else self._attempt_event(now, ev)
+            write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
+                     else self._attempt_event(now, stream, eid, ev))
         except LabqError as e:
             return self._dead(stream, eid, f, str(e))
         except Exception as e:   # a transition's bug on odd input: this event's end, not the scheduler's
@@ -377,9 +378,16 @@ class Scheduler:
         if ev.kind == "finished" and new is not None:
             log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
 
-    def _attempt_event(self, now: float, ev) -> dict:
+    def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
         """What a started/finished event writes (commit's keyword arguments), decided, not written."""
         job = self.jobs.get(ev.job)
+        # Only the node the attempt was placed on speaks for it. On a per-node stream
+        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
+        if job is not None and (job.node is None or sender != job.node):
+            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
+                        eid, job.display_id, sender, job.node)
+            job = None
         result = None
         if job is not None and ev.kind == "started":
             new = tr.started(job, ev.attempt, ev.body)

@@ -10,9 +10,9 @@ import re
 from .errors import UsageError
 
 MICRO = 1_000_000
-_SUFFIX = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SUFFIXED = re.compile(r"^(?:(\d+(?:\.\d+)?)([smhdw]))+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_SUFFIX = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SUFFIXED = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|[smhdw]))+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhdw])")
 _SIZES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -41,13 +41,27 @@ def parse_duration(text, what: str = "duration", bare_unit: int = 60) -> int:
 
 def _bounded(v, what: str, text) -> int:
     if not math.isfinite(v) or abs(v) > MAX_SECONDS:
-        raise UsageError(f"{what}: {_shown(text)} is beyond {MAX_SECONDS}")
+        raise UsageError(f"{what}: expected a finite number up to {MAX_SECONDS}, got {_shown(text)}")
     return _non_negative(int(v), what, text)
 
 
 def _shown(text) -> str:
     s = repr(text)
     return s if len(s) <= 40 else f"{s[:20]}… ({len(s)} characters)"
+
+
+def parse_seconds(text, what: str = "duration") -> float:
+    """Seconds in `text`, fractions kept: `0.5s`, `500ms`, `1m30s`, a bare number of seconds (config
+    keys like scheduler.tick, where a sub-second value is the point)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        _bounded(text, what, text)      # finite, within 2^53: NaN would pass any comparison
+        return float(_non_negative(text, what, text))
+    s = str(text).strip().lower()
+    if _SUFFIXED.match(s) and len(s) <= _TOO_LONG:
+        v = sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s))
+        _bounded(v, what, text)
+        return v
+    return float(parse_duration(text, what, bare_unit=1))
 
 
 def _slurm_duration(s: str, bare_unit: int) -> int:
@@ -97,7 +111,8 @@ def parse_size(text, what: str = "size") -> int:
         raise UsageError(f"{what}: expected a size like 12G or 512M, got {text!r}")
     if isinstance(text, int):
         return _bounded(text, what, text)
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", str(text).lower())
+    # 12G, 12GB, 12GiB and 12Gi (Kubernetes' spelling) are all 12 × 2^30, as SLURM counts
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:ib|i|b)?\s*$", str(text).lower())
     if not m or len(str(text)) > _TOO_LONG:
         raise UsageError(f"{what}: expected a size like 12G or 512M, got {_shown(text)}")
     return _bounded(float(m.group(1)) * _SIZES[m.group(2)], what, text)

@@ -1,8 +1,37 @@
-"""ClusterBuilder: snapshots for pure policy tests, and summarize(plan) for readable assertions."""
-from dataclasses import replace
+"""What the tests share; test modules import helpers from here only (fixtures live in conftest.py).
 
-from labq.scheduler import config as config_mod, states
+- paths and polling: ROOT, DATA, wait_for, start_redis, start_munged;
+- pure policy: ClusterBuilder (snapshots), SWEEP_TOML, cfg, summarize(plan);
+- the daemon over a store, with the agent played by hand: K, CFG, FROZEN, BODY, setup, submit, reply, woke,
+  job, finish;
+- the node side on a real redis-server: NODE, PY, put_job, runner_env, start_runner, run, events, finished,
+  agent_config, queue;
+- end to end with real processes: E2E (a private stack per instance), E2E_CONFIG, E2E_MARKS.
+"""
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+
+import pytest
+import redis
+
+from labq.cli.embedded import Stack
+from labq.scheduler import config, config as config_mod, states
+from labq.scheduler.client import Client, current_user
+from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
+from labq.scheduler.store import codec
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data")
 
 G = 1 << 30
 
@@ -71,3 +100,270 @@ def summarize(plan) -> dict:
     return {"places": {p.job_id: (p.node, p.gpus) for p in plan.places},
             "expires": sorted(e.job_id for e in plan.expires),
             "pending": {p.job_id: p.reason for p in plan.pending}}
+
+
+# -- paths and polling ---------------------------------------------------------------------------
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.05, what: str = "condition"):
+    """Poll until predicate() is truthy; generous timeouts keep this deterministic on a loaded machine."""
+    end = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class RedisProc:
+    proc: subprocess.Popen
+    sock: str
+    dir: str
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.sock}"
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis(unix_socket_path=self.sock, decode_responses=True, **kw)
+
+
+def start_redis(timeout: float = 20.0, appendonly: bool = True, perm: str = "700") -> RedisProc:
+    """A private redis-server, with AOF by default as the scheduler requires (fsync once a second:
+    tests never kill this one; appendonly=False makes the volatile Redis labq refuses)."""
+    exe = shutil.which("redis-server")
+    if not exe:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("redis-server is not installed")
+    d = tempfile.mkdtemp(prefix="labq-redis-", dir="/tmp")  # a unix socket path must stay under 108 bytes
+    sock = os.path.join(d, "redis.sock")
+    proc = subprocess.Popen(
+        [exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", perm, "--dir", d, "--save", "",
+         "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec",
+         "--daemonize", "no", "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if perm != "700":
+        os.chmod(d, 0o755)    # other users (tests/test_auth_*.py) must reach the socket
+    c, end = redis.Redis(unix_socket_path=sock), time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stderr.read().decode())
+        try:
+            c.ping()
+            return RedisProc(proc, sock, d)
+        except (redis.ConnectionError, FileNotFoundError):
+            if time.monotonic() > end:
+                proc.kill()
+                raise
+            time.sleep(0.01)
+
+
+@dataclass
+class MungeProc:
+    proc: subprocess.Popen
+    dir: str
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.dir, "munge.sock")
+
+
+def start_munged(timeout: float = 20.0) -> MungeProc:
+    """A private munged: its own key (mungekey), socket, pid, seed and log files in a temp dir."""
+    exe = shutil.which("munged") or ("/usr/sbin/munged" if os.path.exists("/usr/sbin/munged") else None)
+    if not exe or not shutil.which("mungekey"):
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("munge is not installed (apt-get install munge)")
+    d = tempfile.mkdtemp(prefix="labq-munge-", dir="/tmp")
+    os.chmod(d, 0o755)        # the socket is for every user; the key stays 0600
+    subprocess.run([shutil.which("mungekey"), "-c", "-k", f"{d}/munge.key"], check=True)
+    proc = subprocess.Popen([exe, "-F", "-f", f"--socket={d}/munge.sock", f"--key-file={d}/munge.key",
+                             f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log",
+                             f"--seed-file={d}/munged.seed"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    mp, end = MungeProc(proc, d), time.monotonic() + timeout
+    while not os.path.exists(mp.socket):
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stderr.read().decode())
+        if time.monotonic() > end:
+            proc.kill()
+            raise RuntimeError("munged did not create its socket")
+        time.sleep(0.01)
+    return mp
+
+
+# -- the daemon over a store, the agent played by hand (fixture: conns, in conftest.py) -----------
+CFG = config.loads(SWEEP_TOML)
+K = Keys()
+
+
+def FROZEN():
+    """The daemon's clock in these tests: time comes only from the `now` each tick is given."""
+    return 0.0
+
+
+def submit(r, user, body, rid):
+    r.xadd(K.inbox(user), {"rid": rid, "op": "submit", "body": json.dumps(body)})
+    r.lpush(K.wake, f"user:{user}")
+
+
+def reply(r, rid):
+    got = r.lrange(K.reply(rid), 0, -1)
+    return json.loads(got[-1]) if got else None
+
+
+def woke(r):
+    """Drain the wake list, as the daemon's run loop does before each tick."""
+    p = r.pipeline()
+    p.lrange(K.wake, 0, -1)
+    p.delete(K.wake)
+    return p.execute()[0]
+
+
+def job(r, jid):
+    return codec.loads(r.get(K.job(jid)))
+
+
+BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 1, "cpus": 4, "mem": 12 << 30,
+        "time_limit": 7200, "account": "eta"}
+
+
+def setup(r, raw, now):
+    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
+    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s.tick(now)
+    return s
+
+
+def finish(r, jid, attempt, outcome, code, at):
+    AgentStore(r, K).post("finished", jid, attempt, "n1", {"outcome": outcome, "exit_code": code, "end_time": at})
+
+
+# -- the node side on a real redis-server (fixtures: redis_server, real_redis, rq_conn) ------------
+NODE = "tnode"
+ME = pwd.getpwuid(os.geteuid()).pw_name
+PY = sys.executable
+
+
+def put_job(r, jid=1, attempt=1, node=NODE, gpus=("GPU-fake-tnode-0",), **kw):
+    kw.setdefault("argv", (PY, "-c", "print('hello')"))
+    kw.setdefault("user", ME)
+    job = Job(id=jid, account="eta", state=kw.pop("state", states.RUNNING), node=node, gpu_uuids=gpus,
+              attempts=tuple(Attempt(n, node, gpus) for n in range(1, attempt + 1)), **kw)
+    r.set(K.job(jid), codec.dumps(job))
+    return job
+
+
+def runner_env(redis_server, tmp_path, **over):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LABQ_REDIS_URL": redis_server.url,
+           "LABQ_PREFIX": "labq", "LABQ_NODE": NODE, "LABQ_KILL_WAIT": "1",
+           "LABQ_SPOOL": str(tmp_path / "spool"), "LABQ_RUN_AS": "self", "LABQ_ALLOW_ROOT": "0",
+           "AGENT_SECRET": "do-not-leak"}
+    env.update(over)
+    return env
+
+
+def start_runner(env, jid=1, attempt=1):
+    code = (f"import json, sys; sys.path.insert(0, {ROOT!r}); from labq.worker.runner import run_job; "
+            f"print(json.dumps(run_job({jid}, {attempt})))")
+    return subprocess.Popen([PY, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run(env, jid=1, attempt=1, timeout=60):
+    p = start_runner(env, jid, attempt)
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def events(r, kind=None):
+    out = []
+    for _, f in r.xrange(K.events):
+        if kind is None or f["kind"] == kind:
+            out.append({**f, "body": json.loads(f["body"])})
+    return out
+
+
+def finished(r):
+    fin = events(r, "finished")
+    assert len(fin) == 1, fin
+    return fin[0]["body"]
+
+
+def agent_config(tmp_path, slots=2, lease="3s"):
+    return config_mod.from_dict({
+        "scheduler": {"node_lease": lease, "kill_wait": "1s"},
+        "worker": {"name": NODE, "gpus": 2, "gpu_model": "fake-A100", "cpus": 4, "mem": "8G", "slots": slots,
+                   "spool": str(tmp_path / "spool"), "run_as": "self"}})
+
+
+def queue(rq_conn):
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+    return Queue(Keys.rq_queue(NODE), connection=rq_conn, serializer=JSONSerializer)
+
+
+# -- end to end: real redis-server, `labq scheduler`, `labq worker` (cli/embedded.py) --------------
+E2E_MARKS = [pytest.mark.e2e, pytest.mark.redis]
+if not shutil.which("redis-server"):
+    E2E_MARKS.append(pytest.mark.skipif(not os.environ.get("CI"), reason="redis-server is not installed"))
+
+E2E_CONFIG = """
+[scheduler]
+tick = 0.2
+kill_wait = "2s"
+node_lease = "10s"
+[rates]
+gpu_hour = 2.0
+[accounts.eta]
+users = ["{user}"]
+[[budgets]]
+name = "eta-sweep"
+account = "eta"
+limit = 120.0
+reserve = 0.1
+[worker]
+name = "e2e-node"
+gpus = 4
+cpus = 16
+mem = "64G"
+# 6 job slots (RQ worker processes): the 4 GPUs, not the slots, are what limits the sweep.
+slots = 6
+spool = "{spool}"
+run_as = "self"
+"""
+
+
+class E2E:
+    def __init__(self, text: str = E2E_CONFIG):
+        self.dir = tempfile.mkdtemp(prefix="labq-e2e-", dir="/tmp")
+        self.work = os.path.join(self.dir, "work")
+        os.makedirs(self.work)
+        self.cfg_path = os.path.join(self.dir, "labq.toml")
+        with open(self.cfg_path, "w") as f:
+            f.write(text.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
+        self.cfg = config.load(self.cfg_path)
+        self.log = open(os.path.join(self.dir, "daemons.log"), "w")
+        self.stack = Stack(self.dir, self.cfg_path, log=self.log)
+        self.stack.start_all()
+        self.client = Client(self.cfg, url=self.stack.url)
+        wait_for(lambda: [n for n in self.client.nodes() if n.state == "up"], 60, what="the worker to register")
+
+    def labq(self, *args, stdin=None):
+        return subprocess.run(self.stack.command(*args), env=self.stack.env(), cwd=self.work, input=stdin,
+                              capture_output=True, text=True, timeout=120)
+
+    def sub(self, *args) -> int:
+        p = self.labq("sub", "--parsable", "-A", "eta", *args)
+        assert p.returncode == 0, p.stderr
+        return int(p.stdout.strip().split("_")[0])
+
+    def job(self, jid):
+        return self.client.read.job(jid)
+
+    def wait_state(self, jid, wanted, timeout=90):
+        return wait_for(lambda: (j := self.job(jid)) and j.state in wanted and j, timeout,
+                        what=f"job {jid} to reach {wanted}")
+
+    def close(self):
+        self.stack.stop_all()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -14,7 +14,7 @@ A periodic budget's rollover is an instant too, because spending starts again fr
 
 plan() is not called where it provably could not change anything, and in strict priority order
 it is given only the part of the queue that provably decides the pass (`_plan`): the result is
-identical to calling it on the whole queue at every instant (`skip=False`; tests/test_sim.py).
+identical to calling it on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 """
 import math
 from collections import Counter

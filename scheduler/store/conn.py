@@ -1,4 +1,7 @@
 """Redis connections from a URL (redis://, rediss://, unix://)."""
+import os
+from urllib.parse import urlsplit
+
 import redis
 
 from ..errors import UnreachableError
@@ -6,9 +9,51 @@ from ..errors import UnreachableError
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
 
 
+# A daemon logs in as its ACL role with a password from a root-only file (redis.password_file). The
+# role and the file's *path* are passed down to its child processes (runners) in these variables;
+# the password itself is never in a URL, a command line or an environment.
+ROLE_ENV, FILE_ENV = "LABQ_REDIS_ROLE", "LABQ_REDIS_PASSWORD_FILE"
+
+
+def login_as(role: str, password_file: str) -> None:
+    """This process and its children connect as `role` (no-op without a password file)."""
+    if password_file:
+        credentials(role, password_file)        # fail now, with a clear message, not at first use
+        os.environ[ROLE_ENV], os.environ[FILE_ENV] = role, password_file
+
+
+def credentials(role: str, path: str) -> tuple[str, str]:
+    try:
+        st = os.stat(path)
+        with open(path) as f:
+            lines = dict(x.split(None, 1) for x in (y.strip() for y in f) if x and not x.startswith("#"))
+    except OSError as e:
+        raise UnreachableError(f"redis.password_file: cannot read {path}: {e.strerror}") from None
+    if st.st_mode & 0o077:
+        raise UnreachableError(f"redis.password_file: {path} is readable by others (mode {st.st_mode & 0o777:o}); "
+                               "chmod 600 it")
+    if role not in lines:
+        raise UnreachableError(f"redis.password_file: {path} has no line for role {role} "
+                               "(`labq admin acl --apply` writes it)")
+    return role, lines[role].strip()
+
+
+def _login(url: str, kw: dict) -> str:
+    role, path = os.environ.get(ROLE_ENV), os.environ.get(FILE_ENV)
+    if not (role and path):
+        return url
+    kw["username"], kw["password"] = credentials(role, path)
+    # from_url lets the URL's own user and password win over keyword arguments: drop them.
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = "&".join(q for q in parts.query.split("&") if q and q.split("=", 1)[0] not in ("password", "username"))
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+
+
 def connect(url: str, **kw) -> redis.Redis:
     if not url:
         raise UnreachableError("no Redis URL: set redis.url in the config, or start `labq up`")
+    url = _login(url, kw)
     kw.setdefault("socket_connect_timeout", 5)
     # redis-py 8 defaults to a 5 s read timeout, shorter than our blocking reads (BLPOP up to 10 s);
     # keep every blocking call well under this.
@@ -32,4 +77,5 @@ def describe(r: redis.Redis) -> str:
 def connect_raw(url: str, **kw) -> redis.Redis:
     """A bytes connection of its own for RQ (RQ needs undecoded replies and changes socket timeouts)."""
     kw.setdefault("socket_connect_timeout", 5)
+    url = _login(url, kw)
     return redis.Redis.from_url(url, **kw)

@@ -1,0 +1,253 @@
+"""What the scheduler does with each request from a user's inbox: submit, cancel, hold, release,
+checkpoint, and (admins) drain and resume.
+
+A handler decides; it writes nothing. It returns a `Change` (job records, control values, the
+reply) that the daemon commits in one transaction with the acknowledgement of the request.
+"""
+from dataclasses import dataclass, field, replace
+
+from . import ledger, policy, states, transitions as tr
+from .errors import RefusedError, UsageError
+from .model import Job, Snapshot
+from .store import codec
+from .store.reads import Reader
+from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids
+from .units import fmt_money
+
+BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
+
+
+@dataclass
+class Change:
+    jobs: list = field(default_factory=list)
+    controls: list = field(default_factory=list)
+    nodes: list = field(default_factory=list)      # (node, "drain" | None)
+    reply: dict | None = None
+    alerts: list = field(default_factory=list)     # alert stream entries (alerts.Alert.fields())
+    books: object = None                           # ledger.Books: ledger entries, overrides, limits
+
+
+class Handlers:
+    def __init__(self, sched):
+        self.s = sched
+
+    def handle(self, user: str, op: str, body: dict, now: float) -> Change:
+        if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/bookkeeper.py
+            return self.s.books.request(op, user, body, now)
+        fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
+              "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release,
+              "requeue": self.requeue}.get(op)
+        if fn is None:
+            raise UsageError(f"unknown request {op!r} "
+                             "(expected submit, cancel, hold, release, requeue, checkpoint, drain or resume)")
+        return fn(user, body, now)
+
+    # -- submit --------------------------------------------------------------------------------
+    def submit(self, user: str, body: dict, now: float) -> Change:
+        cfg = self.s.cfg
+        template = job_from_submit(body, user, cfg, now, self.dep_ids)
+        indices = array_range(body, cfg.max_array_size)
+        throttle = array_throttle(body)
+        if throttle and indices is None:
+            raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
+        why = policy.refusal(template, self.s.nodes, cfg)
+        if why:
+            raise RefusedError(why)
+        n = len(indices) if indices else 1
+        pending = [j for j in self.s.jobs.values() if j.state == states.PENDING]
+        if len(pending) + n > cfg.max_pending:
+            raise RefusedError(f"queue full: {len(pending)} jobs pending, {n} more would pass "
+                               f"scheduler.max_pending={cfg.max_pending}")
+        mine = sum(1 for j in pending if j.user == user)
+        if mine + n > cfg.max_pending_per_user:
+            raise RefusedError(f"user {user} has {mine} jobs pending, {n} more would pass "
+                               f"scheduler.max_pending_per_user={cfg.max_pending_per_user}")
+        _max_submit(template, n, self.s.jobs.values(), cfg)
+        if body.get("test_only"):
+            return Change(reply=self.test_only(template, now))
+        first = self.s.store.r.incrby(self.s.k.seq, n) - n + 1
+        jobs = expand(template, first, indices, throttle)
+        shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
+        # Ids are consecutive; a huge array's reply names the range rather than every id.
+        ids = {"job_ids": [j.id for j in jobs]} if n <= 1000 else {}
+        return Change(jobs=jobs, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
+                                        "display": shown})
+
+    def test_only(self, job: Job, now: float) -> dict:
+        """Forecast, each budget's availability after it, and the verdict — without submitting."""
+        probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
+        snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
+                        spent=tuple(sorted(self.s.books.spent_now(now).items())), ended=self.s.ended_states(probe))
+        plan = policy.plan(snap, self.s.cfg)
+        placed = next((p for p in plan.places if p.job_id == probe.id), None)
+        why = next((p for p in plan.pending if p.job_id == probe.id), None)
+        running = [j for j in self.s.jobs.values() if j.state in states.ON_NODE]
+        spent = dict(snap.spent)
+        budgets = []
+        model = next((g.model for n in self.s.nodes for g in n.gpus
+                      if not job.gpu_type or g.model == job.gpu_type), "")
+        for b in ledger.budgets_for(job, self.s.cfg.budgets):
+            need = dict(placed.commit)[b.name] if placed else ledger.forecast(job, b.unit, model, self.s.cfg)
+            bal = ledger.balance(b, spent.get(b.name, 0), running, now)
+            budgets.append({"budget": b.name, "unit": b.unit, "forecast": need / 1e6,
+                            "available_after": (ledger.cap(b) - bal.spent - bal.committed - bal.accrued - need) / 1e6})
+        if placed:
+            verdict = f"would start now on {placed.node}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
+        else:
+            verdict = f"would pend: {why.reason} ({why.detail})"
+        start = now if placed else policy.expected_starts(snap, self.s.cfg).get(probe.id)
+        rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
+        return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,
+                "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
+                "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
+                "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+
+    # -- hold / release --------------------------------------------------------------------------
+    def hold(self, user: str, body: dict, now: float) -> Change:
+        return self._set_held(user, body, True)
+
+    def release(self, user: str, body: dict, now: float) -> Change:
+        return self._set_held(user, body, False)
+
+    def _set_held(self, user: str, body: dict, held: bool) -> Change:
+        def act(job):
+            if job.state != states.PENDING:
+                return None, f"job {job.display_id} is {job.state}, not pending"
+            return replace(job, held=held), "held" if held else "released"
+        return self._each_job(user, body, act)
+
+    def _each_job(self, user: str, body: dict, act) -> Change:
+        """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch."""
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise UsageError("expected a list of job ids")
+        admin = user in self.s.cfg.security["admins"]
+        change, results = Change(), []
+        for text in ids:
+            found = self.resolve(text)
+            if not found:
+                results.append({"id": text, "ok": False, "error": f"no such job: {text}"})
+            for job in found:
+                if job.user != user and not admin:
+                    results.append({"id": job.display_id, "ok": False,
+                                    "error": f"job {job.display_id} belongs to {job.user}"})
+                    continue
+                new, said = act(job)
+                if new is None:
+                    results.append({"id": job.display_id, "ok": False, "error": said})
+                    continue
+                change.jobs.append(new)
+                if (new.cancel_requested and not job.cancel_requested) or (new.requeue_requested
+                                                                           and not job.requeue_requested):
+                    change.controls.append((job.id, "cancel"))   # requeue: transitions._close sends it back
+                results.append({"id": job.display_id, "ok": True, "state": said})
+        ok = all(r["ok"] for r in results)
+        change.reply = {"ok": ok, "results": results, "code": 0 if ok else 2,
+                        "error": "; ".join(r["error"] for r in results if not r["ok"])}
+        return change
+
+    # -- checkpoint ----------------------------------------------------------------------------
+    def checkpoint(self, user: str, body: dict, now: float) -> Change:
+        """A running job says it has just saved a checkpoint (`labq checkpoint`, from inside it)."""
+        jid = body.get("job_id")
+        job = self.s.jobs.get(jid) if isinstance(jid, int) and not isinstance(jid, bool) else None
+        if job is None or job.user != user:
+            raise UsageError(f"checkpoint: no running job {jid!r} of user {user}")
+        new = tr.checkpointed(job, now)
+        if new is None:
+            raise UsageError(f"checkpoint: job {job.display_id} is not running")
+        return Change(jobs=[new], reply={"ok": True, "job_id": jid, "time": now})
+
+    # -- drain / resume ------------------------------------------------------------------------
+    def drain(self, user: str, body: dict, now: float) -> Change:
+        """Take nothing new on the node; what runs there finishes."""
+        return self._node_admin(user, body, "drain")
+
+    def resume(self, user: str, body: dict, now: float) -> Change:
+        return self._node_admin(user, body, None)
+
+    def _node_admin(self, user: str, body: dict, value) -> Change:
+        if user not in self.s.cfg.security["admins"]:
+            raise RefusedError(f"only admins ({', '.join(self.s.cfg.security['admins'])}) may drain or resume nodes")
+        name = body.get("node")
+        if not isinstance(name, str) or name not in {n.name for n in self.s.nodes}:
+            raise UsageError(f"node: no such node {name!r} (known: {', '.join(n.name for n in self.s.nodes)})")
+        return Change(nodes=[(name, value)], reply={"ok": True, "node": name, "state": value or "up"})
+
+    # -- cancel --------------------------------------------------------------------------------
+    def cancel(self, user: str, body: dict, now: float) -> Change:
+        def act(job):
+            if job.state == states.PENDING:
+                return tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now), states.CANCELLED
+            if job.state in states.ON_NODE:
+                # The runner sees the control key, TERMs the tree and reports `cancelled`.
+                return replace(job, cancel_requested=True), "cancelling"
+            return None, f"job {job.display_id} already ended"
+        return self._each_job(user, body, act)
+
+    # -- requeue -------------------------------------------------------------------------------
+    def requeue(self, user: str, body: dict, now: float) -> Change:
+        """`labq requeue`: a running job is stopped (SIGTERM, SIGKILL after kill_wait) and goes back to
+        PD with the same id and restart_count + 1. An ended job stays ended: jobs that depend on it
+        have already been judged by its state."""
+        def act(job):
+            if job.state == states.PENDING:
+                return job, "pending (nothing to requeue)"
+            if job.state in states.ON_NODE and job.cancel_requested:
+                return None, f"job {job.display_id} is being cancelled"
+            if job.state == states.PREEMPTING or job.requeue_requested:
+                return job, "requeueing"
+            if job.state in states.ON_NODE:
+                return replace(job, requeue_requested=True), "requeueing"
+            return None, f"job {job.display_id} already ended ({job.state}); only running jobs can be requeued"
+        return self._each_job(user, body, act)
+
+    def dep_ids(self, text: str) -> list[int]:
+        """The job ids a dependency on `text` means: `42` (the job, or every task of array 42) or
+        `42_3` (one task); empty when there is no such job. Ended jobs are read from Redis."""
+        tasks = parse_task_ids(text)
+        head = self._record(tasks[0] if tasks else int(text))
+        if head is None or (tasks and head.array_id != head.id):
+            return []
+        if head.array_id != head.id:
+            return [head.id]
+        ids = range(head.id, head.id + (head.array_count or 1))
+        if not tasks:
+            return list(ids)
+        return [j.id for j in Reader(self.s.store.r, self.s.k).jobs(ids) if j.array_index in tasks[1]]
+
+    def _record(self, jid: int) -> Job | None:
+        if jid in self.s.jobs:
+            return self.s.jobs[jid]
+        raw = self.s.store.r.get(self.s.k.job(jid))
+        return codec.loads(raw) if raw else None
+
+    def resolve(self, text: str) -> list[Job]:
+        """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
+        try:
+            tasks = parse_task_ids(text)
+            if tasks:
+                a, wanted = tasks
+                return sorted((j for j in self.s.jobs.values() if j.array_id == a and j.array_index in wanted),
+                              key=lambda j: j.id)
+            jid = int(text)
+        except ValueError:
+            raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
+        tasks = [j for j in self.s.jobs.values() if j.array_id == jid]
+        if tasks:
+            return sorted(tasks, key=lambda j: j.id)
+        if jid in self.s.jobs:
+            return [self.s.jobs[jid]]
+        raw = self.s.store.r.get(self.s.k.job(jid))
+        return [codec.loads(raw)] if raw else []
+
+
+def _max_submit(job: Job, n: int, active, cfg) -> None:
+    """max_submit counts pending and running jobs, like SLURM's MaxSubmitJobs: beyond it, refuse."""
+    for cap, who, mine in ((cfg.account_named(job.account), f"account {job.account}", lambda j: j.account == job.account),
+                           (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user)):
+        if cap is None or cap.max_submit is None:
+            continue
+        have = sum(1 for j in active if mine(j))
+        if have + n > cap.max_submit:
+            raise RefusedError(f"{who} has {have} jobs pending or running, {n} more would pass max_submit={cap.max_submit}")

@@ -1,0 +1,133 @@
+"""Redis ACL roles, generated from keys.py so that they follow its renames (DESIGN §9).
+
+- `default`: off. Nobody talks to the lab's Redis without a role.
+- `labq-client`: append to inboxes, wake the scheduler, pop its replies, read what the read commands
+  read. Its password may sit in the world-readable config: munge, not Redis, says who asks.
+- `labq-node-NAME`: one per node agent: that node's hash, lease and events, the attempt hashes its
+  runners write, the job records and controls they read, its dispatch queue.
+- `labq-scheduler`: every labq key; no pub/sub, no dangerous commands.
+- `labq-admin`: what `labq admin acl --apply` itself needs later (ACL SETUSER, …).
+
+Redis 7 selectors `(…)` tie commands to key patterns: a command is allowed only where both match.
+"""
+import hashlib
+import inspect
+import os
+import secrets
+
+from .keys import Keys
+
+CLIENT, SCHEDULER, ADMIN = "labq-client", "labq-scheduler", "labq-admin"
+BASE = ["+ping", "+echo", "+hello", "+client|setname", "+select", "+multi", "+exec",
+        "+discard", "+watch", "+unwatch", "+readonly"]
+READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget", "+hmget", "+hgetall", "+hvals",
+        "+hkeys", "+hlen", "+hexists", "+smembers", "+sismember", "+smismember", "+scard", "+zrange",
+        "+zrangebyscore", "+zrevrange", "+zrevrangebyscore", "+zcard", "+zscore", "+zcount", "+xrange",
+        "+xrevrange", "+xlen", "+lrange", "+llen", "+lindex"]
+# Keys a client may not read: other people's requests (with their credentials), replay records.
+NOT_READ = {"inbox", "credential", "done"}
+
+
+def node_role(node: str) -> str:
+    return f"labq-node-{node}"
+
+
+def patterns(k: Keys, exclude=()) -> list[str]:
+    """One glob per key Keys names (its arguments as `*`), minus `exclude`: read access follows
+    every key added to keys.py without a change here."""
+    out = set()
+    for name, member in inspect.getmembers(type(k)):
+        if name.startswith("_") or name in exclude:
+            continue
+        if isinstance(member, property):
+            key = getattr(k, name)
+        elif inspect.isfunction(member):
+            params = [p for p in inspect.signature(member).parameters if p != "self"]
+            if len(params) != len(inspect.signature(member).parameters) - 1:
+                continue                      # a staticmethod: not a key of ours (RQ names)
+            key = getattr(k, name)(*["*"] * len(params))
+        else:
+            continue
+        if isinstance(key, str) and key.startswith(k.p + ":"):
+            out.add(key)
+    return sorted(out)
+
+
+def _node_keys(k: Keys, node: str) -> tuple[list[str], list[str]]:
+    """(keys the node writes, keys it reads). Per-node events and dispatch queues when keys.py has
+    them (issue 12), else the shared events stream and RQ's keys."""
+    write = [k.node(node), k.node_lease(node), k.nodes, k.wake, k.attempt("*", "*")]
+    for name in ("node_events", "events_of", "dispatch", "dispatch_queue"):
+        if hasattr(k, name):
+            write.append(getattr(k, name)(node))
+    if not any(hasattr(k, n) for n in ("node_events", "events_of")):
+        write.append(k.events)
+    read = [k.job("*"), k.node_admin(node), k.schema, k.leader]
+    return write, read
+
+
+def roles(k: Keys, nodes) -> dict[str, list[str]]:
+    """Role -> ACL rules (without `on` and the password)."""
+    reads = " ".join(f"%R~{p}" for p in patterns(k, NOT_READ))
+    out = {
+        CLIENT: ["resetkeys", "resetchannels", "-@all", *BASE,
+                 f"(~{k.inbox('*')} +xadd)", f"(~{k.wake} +lpush)", f"(~{k.reply('*')} +blpop +lpop +llen)",
+                 f"({reads} {' '.join(READ)})"],
+        SCHEDULER: ["resetkeys", "resetchannels", f"~{k.p}:*", "~rq:*", "+@all", "-@dangerous", "+info",
+                    "+config|get", "+client|setname"],
+        ADMIN: ["resetkeys", "resetchannels", "~*", "&*", "+@all"],
+    }
+    for node in nodes:
+        write, read = _node_keys(k, node)
+        rules = ["resetkeys", "resetchannels", "-@all", *BASE, *READ,
+                 *(f"~{p}" for p in write), *(f"%R~{p}" for p in read),
+                 "+hset", "+hsetnx", "+hdel", "+hincrby", "+set", "+del", "+expire", "+pexpire", "+sadd", "+xadd",
+                 "+lpush", "+rpush", "+lpop", "+rpop", "+blpop", "+brpop", "+lmove", "+blmove", "+lrem"]
+        if not hasattr(k, "dispatch") and not hasattr(k, "dispatch_queue"):
+            # RQ (until issue 12 replaces it) needs its own keys and pub/sub: the weak spot.
+            rules += ["~rq:*", "&rq:*", "+@all", "-@dangerous"]
+        out[node_role(node)] = rules
+    return out
+
+
+def password_hash(password: str) -> str:
+    return hashlib.sha256(password.encode()).hexdigest()
+
+
+def aclfile(rules: dict[str, list[str]], passwords: dict[str, str]) -> str:
+    """The text of a Redis `aclfile` (passwords as SHA-256, never in clear)."""
+    lines = ["user default off resetkeys resetchannels -@all nopass"]
+    for role, r in rules.items():
+        pw = f"#{password_hash(passwords[role])}" if role in passwords else f">PASSWORD-OF-{role}"
+        lines.append(" ".join(["user", role, "on", "resetpass", pw, *r]))
+    return "\n".join(lines) + "\n"
+
+
+def apply(r, rules: dict[str, list[str]], passwords: dict[str, str]) -> None:
+    """Create or reset each role, then switch the default user off (last: this connection may be it)."""
+    for role, rs in rules.items():
+        r.execute_command("ACL", "SETUSER", role, "reset", "on", f"#{password_hash(passwords[role])}", *rs)
+    r.execute_command("ACL", "SETUSER", "default", "off", "resetkeys", "resetchannels", "-@all")
+
+
+def read_passwords(path: str) -> dict[str, str]:
+    """ROLE PASSWORD lines of a password file; {} when it does not exist."""
+    try:
+        with open(path) as f:
+            return dict(line.split(None, 1) for line in (x.strip() for x in f) if line and not line.startswith("#"))
+    except FileNotFoundError:
+        return {}
+
+
+def write_passwords(path: str, passwords: dict[str, str]) -> None:
+    """Root-only (0600), written whole through a temporary file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("# labq Redis ACL passwords: ROLE PASSWORD (labq admin acl --apply)\n")
+        f.writelines(f"{k} {v}\n" for k, v in sorted(passwords.items()))
+    os.replace(tmp, path)
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(24)

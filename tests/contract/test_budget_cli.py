@@ -1,0 +1,181 @@
+"""The budget, alerts, report and ledger commands as a user runs them (`python -m labq.cli.main`), against
+the real redis-server fixture, with the scheduler ticking in this process while each command runs."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from labq.scheduler import config
+from labq.scheduler.client import current_user
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+from tests.harness import ROOT
+
+pytestmark = pytest.mark.redis
+K = Keys()
+CONFIG = """
+[scheduler]
+budget_mode = "forecast"
+[rates]
+gpu_hour = 36.0
+[accounts.eta]
+users = ["{user}"]
+[security]
+admins = ["{user}"]
+[[budgets]]
+name = "eta-sweep"
+account = "eta"
+limit = 1.0
+"""
+
+
+class Bench:
+    def __init__(self, rp, tmp_path):
+        self.rp, self.r = rp, rp.client()
+        self.r.flushall()
+        self.cfg_path = tmp_path / "labq.toml"
+        self.cfg_path.write_text(CONFIG.format(user=current_user()))
+        self.cfg = config.load(str(self.cfg_path))
+        AgentStore(self.r, K).register("n1", 16, 64 << 30, 8, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h",
+                                       1, 10 ** 9)
+        import redis
+        self.s = Scheduler(self.r, redis.Redis(unix_socket_path=rp.sock), self.cfg, me="s1")
+        self.s.tick(time.time())
+
+    def labq(self, *args, env=None, scheduler=True):
+        e = {**os.environ, "LABQ_REDIS_URL": self.rp.url, "PYTHONPATH": ROOT, **(env or {})}
+        p = subprocess.Popen([sys.executable, "-m", "labq.cli.main", "--config", str(self.cfg_path), *args], cwd=ROOT,
+                             env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while scheduler and p.poll() is None:
+            self.s.tick(time.time(), [f"user:{current_user()}"])
+            time.sleep(0.02)
+        out, err = p.communicate(timeout=120)
+        return p.returncode, out, err
+
+    def run_job(self, seconds, **body):
+        rid = f"r{time.monotonic_ns()}"
+        b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "est": 10,
+             "account": "eta", **body}
+        self.r.xadd(K.inbox(current_user()), {"rid": rid, "op": "submit", "body": json.dumps(b)})
+        self.r.delete(K.wake)           # as the run loop drains it: nothing else is waiting, so it plans now
+        self.s.tick(time.time(), [f"user:{current_user()}"])
+        jid = json.loads(self.r.lrange(K.reply(rid), 0, -1)[-1])["job_id"]
+        a = self.s.jobs[jid].current
+        AgentStore(self.r, K).post("finished", jid, a.attempt, "n1", {"outcome": "completed", "exit_code": 0,
+                                                                      "end_time": a.dispatch_time + seconds})
+        self.s.tick(a.dispatch_time + seconds + 0.5)
+        return jid
+
+
+@pytest.fixture
+def bench(redis_server, tmp_path):
+    return Bench(redis_server, tmp_path)
+
+
+def test_override_set_and_the_balance(bench):
+    code, out, err = bench.labq("budget", "override", "eta-sweep", "--amount", "0.5", "--approver", "pi",
+                                "--expires", "2h", "--reason", "paper deadline")
+    assert code == 0 and "override 1 on budget eta-sweep: +$0.50" in out, err
+    code, out, _ = bench.labq("budget", "override", "--list", "--json", scheduler=False)
+    (o,) = json.loads(out)
+    assert (o["id"], o["amount"], o["approver"], o["reason"], o["active"]) == (1, 0.5, "pi", "paper deadline", True)
+    code, out, _ = bench.labq("budget", "set", "eta-sweep", "--limit", "2")
+    assert code == 0 and "$1.00 -> $2.00" in out
+    code, out, _ = bench.labq("budget", "--json", scheduler=False)
+    (b,) = json.loads(out)
+    assert (b["limit"], b["overrides"], b["available"]) == (2.0, 0.5, 2.5)
+    assert [a["kind"] for a in b["alerts"]] == ["override", "limit"]
+    code, out, _ = bench.labq("budget", "override", "--revoke", "1")
+    assert code == 0 and "revoked" in out
+    code, out, err = bench.labq("budget", "override", "--revoke", "1")
+    assert code == 2 and "already revoked" in err and err.count("\n") == 1
+    code, out, err = bench.labq("budget", "override", "eta-sweep", "--amount", "1", scheduler=False)
+    assert code == 2 and "missing --approver, --expires, --reason" in err
+    code, out, err = bench.labq("budget", "override", "nope", "--amount", "1", "--approver", "x", "--expires", "1h",
+                                "--reason", "y")
+    assert code == 2 and "no such budget 'nope'" in err
+    code, out, _ = bench.labq("alerts", "--json", scheduler=False)
+    assert [a["kind"] for a in json.loads(out)] == ["override", "limit", "override_revoked"]
+    code, out, _ = bench.labq("budget", scheduler=False)
+    assert "eta-sweep" in out and "$2.00" in out and "ALERTS" in out
+    code, out, err = bench.labq("budget", "--period", "2026-11", scheduler=False)
+    assert code == 2 and "no budget has a period named '2026-11'" in err
+    code, out, err = bench.labq("budget", "set", "eta-sweep", scheduler=False)
+    assert code == 2 and "give --limit AMOUNT or --reset" in err
+
+
+def test_reports_in_every_format_and_the_plot(bench, tmp_path):
+    for secs in (20, 40):
+        bench.run_job(secs, tags=[["model", "eta"]])
+    code, out, err = bench.labq("report", "--by", "user,gpu_type", "--format", "json", scheduler=False)
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert (row["gpu_type"], row["jobs"], row["success_rate"]) == ("fake", 2, 1.0)
+    assert row["cost"] == pytest.approx(0.6, abs=1e-4) and row["gpu_hours"] == pytest.approx(60 / 3600, abs=1e-4)
+    code, out, _ = bench.labq("report", "--by", "tag:model", "--format", "csv", scheduler=False)
+    assert out.splitlines()[0].startswith("tag:model,jobs,attempts,gpu_hours") and out.splitlines()[1].startswith("eta,2,2")
+    code, out, _ = bench.labq("report", "--by", "status", scheduler=False)
+    assert "TOTAL" in out and "CD" in out
+    code, out, err = bench.labq("report", "--by", "colour", scheduler=False)
+    assert code == 2 and "unknown key 'colour'" in err
+    code, out, _ = bench.labq("report", "--forecast-accuracy", "--json", scheduler=False)
+    assert [(r["user"], r["p50"], r["p90"]) for r in json.loads(out)][-1] == ("*", 2.0, 4.0)
+    code, out, _ = bench.labq("acct", "--json", scheduler=False)
+    assert [(r["committed_cost"], r["final_cost"]) for r in json.loads(out)] == [(0.12, 0.2), (0.12, 0.4)]
+    png = tmp_path / "spend.png"
+    code, out, err = bench.labq("report", "--plot", str(png), scheduler=False)
+    if code == 2 and "needs matplotlib" in err:
+        pytest.skip("matplotlib (the plot extra) is not installed")
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", err
+
+
+def test_plot_without_matplotlib_is_one_line_exit_2(bench, tmp_path):
+    fake = tmp_path / "nomatplotlib" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    code, out, err = bench.labq("report", "--plot", str(tmp_path / "x.png"), scheduler=False,
+                                env={"PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}"})
+    assert code == 2 and "pip install 'labq[plot]'" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_ledger_import_reconcile_and_verify(bench, tmp_path):
+    bench.run_job(30)
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    bill = tmp_path / "bill.csv"
+    bill.write_text(f"date,account,amount\n{day},eta,0.25\n{day},tag:model=x,1.00\n")
+    code, out, err = bench.labq("ledger", "import", str(bill))
+    assert code == 0 and "imported 2 rows" in out, err
+    code, out, err = bench.labq("ledger", "import", str(bill))
+    assert code == 0 and "imported 0 rows" in out and "2 already imported" in out
+    code, out, err = bench.labq("report", "--reconcile", "--format", "json", scheduler=False)
+    got = {r["scope"]: r for r in json.loads(out)}
+    assert got["eta"]["imported"] == 0.25 and got["eta"]["labq"] == pytest.approx(0.3) and got["eta"]["diff"] == pytest.approx(-0.05)
+    assert got["tag:model=x"]["labq"] == 0.0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("2026-11-01,eta\n")
+    code, out, err = bench.labq("ledger", "import", str(bad), scheduler=False)
+    assert code == 2 and "row 1: expected 3 columns" in err
+    code, out, err = bench.labq("ledger", "verify", scheduler=False)
+    assert code == 0 and "ledger ok" in out, err
+    bench.r.hincrby(K.spent(), "eta-sweep", 7)          # corrupt the cached balance
+    code, out, err = bench.labq("ledger", "verify", scheduler=False)
+    assert code == 1 and "balance eta-sweep: cached 300007, the entries add up to 300000" in err
+
+
+def test_report_node_idle_of_a_rented_node(bench):
+    code, out, err = bench.labq("report", "--node-idle", scheduler=False)
+    assert code == 2 and err.strip() == "labq: no rented nodes: rates.node_hour gives no whole-instance prices"
+    bench.run_job(30)
+    text = bench.cfg_path.read_text().replace("gpu_hour = 36.0", 'gpu_hour = 36.0\nnode_hour = { "n1" = 72.0 }')
+    bench.cfg_path.write_text(text)
+    code, out, err = bench.labq("report", "--node-idle", "--json", scheduler=False)
+    assert code == 0, err
+    [row] = json.loads(out)
+    # The job paid 30 s × $36/h = $0.30 of an instance that costs $72/h over the window since it started.
+    assert row["node"] == "n1" and row["paid"] == pytest.approx(0.3, abs=1e-3)
+    assert row["idle_cost"] == pytest.approx(row["instance_cost"] - row["paid"], abs=1e-3)

@@ -1,0 +1,217 @@
+"""The scheduler daemon over a store, with the agent played by hand through AgentStore.
+
+Runs on fakeredis and on a real redis-server (the same tests, like huey's StorageTests), so the
+transaction, stream and lease logic is checked against the real thing, not only the fake.
+"""
+import json
+import time
+
+
+from labq.scheduler import config, states
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.store.agentside import AgentStore
+from tests.harness import BODY, CFG, FROZEN, job, K, reply, setup, submit, SWEEP_TOML, woke
+
+def test_submit_admit_dispatch_finish_charge(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    for i in range(6):
+        submit(r, "alice", BODY, f"r{i}")
+    s.tick(now, woke(r))
+    assert [reply(r, f"r{i}")["job_id"] for i in range(6)] == [1, 2, 3, 4, 5, 6]
+    jobs = [job(r, i) for i in range(1, 7)]
+    assert [j.state for j in jobs] == ["R"] * 4 + ["PD"] * 2
+    assert {u for j in jobs[:4] for u in j.gpu_uuids} == {"GPU-0", "GPU-1", "GPU-2", "GPU-3"}
+    assert jobs[4].reason == states.PRIORITY    # the same pass gave the room to older jobs
+    # One RQ job per admitted attempt, on the node's queue, with only (job, attempt) as arguments.
+    assert raw.llen("rq:queue:labq-node-n1") == 4
+    assert raw.exists("rq:job:1-a1")
+    agent = AgentStore(r, K)
+    agent.post("started", 1, 1, "n1", {"pid": 123, "start_time": now + 1})
+    agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": now + 1801})
+    agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": now + 1801})  # duplicate
+    s.tick(now + 1802)
+    j1 = job(r, 1)
+    assert j1.state == states.COMPLETED and j1.exit_code == 0
+    assert j1.attempts[0].cost == 1_000_555   # $2/h × 1801 s, billed from admission (rounded down)
+    assert r.hgetall(K.spent()) == {"eta-sweep": str(1_000_555)}
+    assert len(r.xrange(K.ledger)) == 1          # the duplicate event charged nothing
+    assert job(r, 5).state == states.RUNNING     # the freed GPU went to the next job at once
+
+
+def test_a_repeated_request_id_is_answered_not_redone(conns):
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    submit(r, "alice", BODY, "same")
+    s.tick(time.time(), woke(r))
+    submit(r, "alice", BODY, "same")
+    s.tick(time.time(), woke(r))
+    assert r.zcard(K.active) == 1 and r.llen(K.reply("same")) == 2
+
+
+def test_refusals_and_bad_requests_change_nothing(conns):
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    submit(r, "alice", {**BODY, "gpus": 5}, "big")
+    submit(r, "alice", {**BODY, "gpus": 4, "time_limit": 20 * 3600}, "costly")
+    submit(r, "alice", {**BODY, "cpus": "four"}, "bad")
+    r.xadd(K.inbox("alice"), {"rid": "junk", "op": "submit", "body": "{not json"})
+    s.tick(time.time(), woke(r))
+    assert reply(r, "big")["code"] == 3 and "4 GPUs" in reply(r, "big")["error"]
+    assert reply(r, "costly")["code"] == 3 and "$160.00" in reply(r, "costly")["error"]
+    assert reply(r, "bad")["code"] == 2 and "cpus" in reply(r, "bad")["error"]
+    assert reply(r, "junk")["code"] == 2
+    assert r.zcard(K.active) == 0 and not r.exists(K.seq)
+
+
+def test_max_wait_expires_uncharged(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", {**BODY, "gpus": 4}, "a")
+    submit(r, "alice", {**BODY, "gpus": 1, "max_wait": 30}, "b")
+    s.tick(now, woke(r))
+    s.tick(now + 31)
+    b = job(r, 2)
+    assert b.state == states.EXPIRED and b.attempts == () and b.cost == 0
+    assert r.zscore(K.history, "2") is not None and not r.zscore(K.active, "2")
+
+
+def test_cancel_pending_and_running(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", {**BODY, "gpus": 4}, "a")
+    submit(r, "alice", BODY, "b")
+    s.tick(now, woke(r))
+    r.xadd(K.inbox("bob"), {"rid": "c0", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+    r.lpush(K.wake, "user:bob")
+    r.xadd(K.inbox("alice"), {"rid": "c1", "op": "cancel", "body": json.dumps({"ids": ["1", "2"]})})
+    s.tick(now + 1, woke(r))
+    assert reply(r, "c0")["ok"] is False and "belongs to alice" in reply(r, "c0")["error"]
+    assert job(r, 2).state == states.CANCELLED
+    assert r.get(K.control(1)) == "cancel" and job(r, 1).state == states.RUNNING
+    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "cancelled", "exit_code": -15, "end_time": now + 2})
+    s.tick(now + 3)
+    assert job(r, 1).state == states.CANCELLED and not r.exists(K.control(1))
+
+
+def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s.tick(now, woke(r))
+    r.hset(K.node("n1"), "hb", now + 360)
+    r.delete(K.node_lease("n1"))
+    s.tick(now + 1000)
+    j = job(r, 1)
+    assert j.state == states.PENDING and j.restart_count == 1 and j.reason == states.NODE_DOWN
+    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].cost == 200_000   # 360 s at $2/h
+
+
+def test_a_new_leader_recovers_everything_and_a_deposed_one_writes_nothing(conns):
+    r, raw = conns
+    now = time.time()
+    s1 = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s1.tick(now, woke(r))
+    # s1 "dies" without releasing its lease; the lease expires; s2 takes over.
+    r.delete(K.leader)
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    assert s2.tick(now + 10)
+    assert s2.jobs[1].state == states.RUNNING
+    submit(r, "alice", BODY, "b")
+    assert s1.tick(now + 11, woke(r)) is False           # s1 cannot act without the lease
+    assert reply(r, "b") is None
+    s2.tick(now + 12, ["user:alice"])
+    assert reply(r, "b")["job_id"] == 2
+
+
+def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
+    r, raw = conns
+    now = time.time()
+    s1 = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s1.tick(now, woke(r))
+    # s1 read the event but died before acknowledging it (simulated by reading without a tick).
+    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 3, "end_time": now + 60})
+    s1.store.read_group([K.events], pending=False)
+    r.delete(K.leader)
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2.tick(now + 61)
+    j = job(r, 1)
+    assert j.state == states.FAILED and j.exit_code == 3 and len(r.xrange(K.ledger)) == 1
+
+
+def test_drain_takes_nothing_new_and_resume_reopens(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s.tick(now, woke(r))
+    for who, rid, op in (("alice", "d0", "drain"), ("root", "d1", "drain")):
+        r.xadd(K.inbox(who), {"rid": rid, "op": op, "body": json.dumps({"node": "n1"})})
+        r.lpush(K.wake, f"user:{who}")
+    submit(r, "alice", BODY, "b")
+    s.tick(now + 1, woke(r))
+    assert reply(r, "d0")["code"] == 3 and reply(r, "d1")["ok"]
+    assert job(r, 1).state == states.RUNNING          # what runs there finishes
+    assert job(r, 2).state == states.PENDING and job(r, 2).reason == states.NODE_DOWN
+    r.xadd(K.inbox("root"), {"rid": "r1", "op": "resume", "body": json.dumps({"node": "n1"})})
+    s.tick(now + 2, ["user:root"])
+    assert job(r, 2).state == states.RUNNING
+
+
+def test_labq_checkpoint_is_recorded_and_bounds_lost_work(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s.tick(now, woke(r))
+    for who, rid in (("bob", "c0"), ("alice", "c1")):
+        r.xadd(K.inbox(who), {"rid": rid, "op": "checkpoint", "body": json.dumps({"job_id": 1})})
+        r.lpush(K.wake, f"user:{who}")
+    s.tick(now + 100, woke(r))
+    assert reply(r, "c0")["code"] == 2 and reply(r, "c1")["ok"]
+    assert job(r, 1).attempts[0].last_checkpoint == now + 100
+    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "timeout", "end_time": now + 130})
+    s.tick(now + 131)
+    assert job(r, 1).attempts[0].lost_work_s == 30.0
+
+
+def test_hold_and_release(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", {**BODY, "gpus": 4}, "a")
+    submit(r, "alice", {**BODY, "hold": True}, "b")
+    s.tick(now, woke(r))
+    assert job(r, 2).reason == states.HELD
+    r.xadd(K.inbox("alice"), {"rid": "h", "op": "hold", "body": json.dumps({"ids": ["1"]})})
+    r.xadd(K.inbox("alice"), {"rid": "r", "op": "release", "body": json.dumps({"ids": ["2"]})})
+    r.lpush(K.wake, "user:alice")
+    s.tick(now + 1, woke(r))
+    assert reply(r, "h")["ok"] is False and "not pending" in reply(r, "h")["error"]
+    assert reply(r, "r")["ok"] and not job(r, 2).held
+    assert job(r, 2).reason == states.RESOURCES      # released: now it waits only for the GPUs job 1 holds
+
+
+def test_the_queue_is_bounded(conns):
+    r, raw = conns
+    now = time.time()
+    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [], "h", 1, 3600)
+    small = config.loads(SWEEP_TOML + "[scheduler]\nmax_pending = 4\nmax_pending_per_user = 2\n")
+    s = Scheduler(r, raw, small, me="s1", clock=FROZEN)
+    s.tick(now)
+    body = {**BODY, "gpus": 0, "cpus": 16}    # each fills the node, so all but the first pend
+    users = ["alice", "alice", "alice", "alice", "bob", "carol", "carol"]
+    for i, user in enumerate(users):
+        submit(r, user, body, f"q{i}")
+        s.tick(now + i, woke(r))
+    got = [reply(r, f"q{i}") for i in range(len(users))]
+    # q0 runs; q1, q2 pend; q3 would be alice's third pending job; q4, q5 fill the queue to 4; q6 overflows.
+    assert [g.get("code", 0) if not g["ok"] else 0 for g in got] == [0, 0, 0, 3, 0, 0, 3]
+    assert "max_pending_per_user=2" in got[3]["error"] and "max_pending=4" in got[6]["error"]
+    assert r.zcard(K.active) == 5

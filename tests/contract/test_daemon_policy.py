@@ -1,0 +1,124 @@
+"""The daemon applying the deeper policy: preemption (control, PR, requeue with lost work), fair-share
+usage kept in Redis, and reclaim of borrowed GPUs — on fakeredis and a real redis-server."""
+import json
+
+from labq.scheduler import config, states
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.reads import Reader
+from tests.harness import FROZEN, job, K, submit, woke
+
+
+CFG = config.loads("""
+[qos.normal]
+priority = 100
+[qos.low]
+priority = 0
+preemptible = true
+grace = "45s"
+min_runtime = "1m"
+[accounts.a]
+users = ["alice"]
+guarantee = 2
+[accounts.b]
+users = ["bob"]
+guarantee = 2
+""")
+BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 7200}
+NOW = 1_800_000_000.0
+
+
+def _setup(r, raw, gpus=2):
+    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(gpus)], "h", 1,
+                              10 ** 9)
+    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s.tick(NOW)
+    return s
+
+
+def test_preemption_end_to_end_through_the_store(conns):
+    r, raw = conns
+    s = _setup(r, raw)
+    submit(r, "alice", {**BODY, "gpus": 2, "qos": "low", "account": "a"}, "low")
+    s.tick(NOW, woke(r))
+    agent = AgentStore(r, K)
+    agent.post("started", 1, 1, "n1", {"start_time": NOW})
+    agent.post("checkpoint", 1, 1, "n1", {})
+    s.tick(NOW + 1)
+    # A normal job arrives before the low one has run min_runtime: deferred, nothing preempted.
+    submit(r, "alice", {**BODY, "account": "a"}, "hi")
+    s.tick(NOW + 30, woke(r))
+    assert job(r, 2).reason == states.PREEMPTION_DEFERRED and job(r, 1).state == states.RUNNING
+    s.tick(NOW + 120)
+    low = job(r, 1)
+    assert low.state == states.PREEMPTING and low.preempted_for == 2
+    assert r.get(K.control(1)) == "preempt:45"
+    assert job(r, 2).reason == states.PREEMPTING_FOR
+    s.tick(NOW + 130)                       # draining: no second preemption, still waiting
+    assert job(r, 2).reason == states.PREEMPTING_FOR
+    agent.post("finished", 1, 1, "n1", {"outcome": "preempted", "exit_code": None, "end_time": NOW + 150,
+                                        "last_checkpoint": NOW + 100})
+    s.tick(NOW + 151)
+    low, hi = job(r, 1), job(r, 2)
+    assert hi.state == states.RUNNING
+    assert low.state == states.PENDING and low.restart_count == 1 and low.preempt_count == 1
+    assert low.attempts[0].outcome == "preempted" and low.attempts[0].lost_work_s == 50.0
+    # The low job's usage went into fair share: (2 GPUs + 1 CPU / 16) × 150 s.
+    usage = Reader(r, K).usage()
+    assert usage["a"][0] == 309.375 and usage["a"][1] > 0
+    assert json.loads(r.hget(K.usage, "a"))[0] == 309.375
+
+
+def test_a_lender_asking_for_its_guarantee_reclaims_borrowed_gpus(conns):
+    r, raw = conns
+    s = _setup(r, raw, gpus=4)
+    submit(r, "bob", {**BODY, "gpus": 4, "account": "b"}, "big")        # 2 own + 2 lent by a
+    s.tick(NOW, woke(r))
+    assert job(r, 1).state == states.RUNNING and job(r, 1).borrowed
+    AgentStore(r, K).post("started", 1, 1, "n1", {"start_time": NOW})
+    submit(r, "alice", {**BODY, "gpus": 2, "account": "a"}, "mine")
+    s.tick(NOW + 5, woke(r))   # no min_runtime for a reclaim: at once
+    assert job(r, 1).state == states.PREEMPTING and r.get(K.control(1)) == "preempt:120"
+    assert "guarantee" in job(r, 1).detail
+
+
+def test_test_only_gives_the_expected_start_of_a_job_that_would_wait(conns):
+    from tests.harness import reply
+    r, raw = conns
+    s = _setup(r, raw)
+    submit(r, "alice", {**BODY, "gpus": 2, "account": "a", "time_limit": 3600}, "run")
+    s.tick(NOW, woke(r))
+    submit(r, "alice", {**BODY, "gpus": 2, "account": "a", "test_only": True}, "ask")
+    s.tick(NOW + 10, woke(r))
+    got = reply(r, "ask")
+    assert got["starts_now"] is False and got["expected_start"] == NOW + 3600 + CFG.kill_wait
+
+
+def test_a_big_commit_extends_the_lease_to_outlive_it(conns):
+    from tests.harness import reply
+    r, raw = conns
+    s = _setup(r, raw)
+    seen = []
+    real_txn = s.store.txn
+
+    def txn(build):
+        seen.append(r.pttl(K.leader))
+        return real_txn(build)
+    s.store.txn = txn
+    submit(r, "alice", {**BODY, "account": "a", "array": [1, 5000, 1]}, "big")
+    s.tick(NOW, woke(r))
+    assert reply(r, "big")["count"] == 5000 and "job_ids" not in reply(r, "big")
+    assert max(seen) > s.lease_s * 1000          # lease + 0.1 ms per job written, before the write
+
+
+def test_a_lapsed_lease_taken_afresh_reloads_what_another_leader_wrote(conns):
+    r, raw = conns
+    s1 = _setup(r, raw)
+    r.delete(K.leader)                      # s1 stalls past its lease...
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    submit(r, "alice", {**BODY, "account": "a"}, "by-s2")
+    assert s2.tick(NOW + 1, woke(r))        # ...s2 leads meanwhile and admits a job...
+    s2.store.release_leader()               # ...and stops
+    assert s1.tick(NOW + 2)                 # s1 takes the free lease: it must not trust its memory
+    assert 1 in s1.jobs and s1.jobs[1].state == job(r, 1).state

@@ -1,0 +1,207 @@
+"""Redis ACL roles (`labq admin acl --apply`) on a real redis-server: each role can do what it must
+and nothing else; the daemons log in with passwords from a root-only file, never from a command
+line; an event from a node the attempt does not run on is dropped."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import redis
+
+from labq.scheduler import config
+from labq.scheduler.client import Client
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store import acl, codec, conn
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+from tests.harness import BODY as SBODY, E2E_MARKS, job, start_redis, submit, wait_for, woke
+
+pytestmark = E2E_MARKS
+K = Keys()
+BODY = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "mem": 1 << 20, "time_limit": 600}
+
+
+@pytest.fixture
+def locked():
+    """A private redis-server with the roles applied by the real CLI, and the password file."""
+    rp = start_redis()
+    d = tempfile.mkdtemp(prefix="labq-acl-", dir="/tmp")
+    cfg_path, pw_path = os.path.join(d, "labq.toml"), os.path.join(d, "redis.secret")
+    with open(cfg_path, "w") as f:
+        f.write(f'[redis]\nurl = "{rp.url}"\npassword_file = "{pw_path}"\n[worker]\nname = "n1"\n')
+    p = subprocess.run([sys.executable, "-m", "labq", "--config", cfg_path, "admin", "acl", "--apply", "--node", "n2"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    yield rp, acl.read_passwords(pw_path), cfg_path, pw_path, p.stdout
+    rp.proc.terminate()
+    rp.proc.wait(10)
+    shutil.rmtree(rp.dir, ignore_errors=True)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def as_role(rp, pw, role, raw=False):
+    return redis.Redis(unix_socket_path=rp.sock, username=role, password=pw[role], decode_responses=not raw)
+
+
+def denied(fn, *a, **kw) -> bool:
+    try:
+        fn(*a, **kw)
+    except redis.exceptions.NoPermissionError:
+        return True
+    except redis.ResponseError as e:
+        return "NOPERM" in str(e)
+    return False
+
+
+def test_the_password_file_is_root_only_and_the_default_user_is_off(locked):
+    rp, pw, _, pw_path, out = locked
+    assert os.stat(pw_path).st_mode & 0o777 == 0o600
+    assert {acl.CLIENT, acl.SCHEDULER, acl.ADMIN, acl.node_role("n1"), acl.node_role("n2")} <= set(pw)
+    anon = redis.Redis(unix_socket_path=rp.sock)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        anon.get("labq:job:1")
+    for role, secret in pw.items():
+        if role != acl.CLIENT:
+            assert secret not in out, f"the {role} password was printed"
+
+
+def test_the_client_role_writes_requests_and_reads_state_only(locked):
+    rp, pw, *_ = locked
+    root = as_role(rp, pw, acl.SCHEDULER)
+    root.set(K.job(1), "{}")
+    root.xadd(K.inbox("victim"), {"rid": "secret", "op": "submit", "body": "{}", "cred": "MUNGE:x:"})
+    c = as_role(rp, pw, acl.CLIENT)
+    c.xadd(K.inbox("me"), {"rid": "r", "op": "submit", "body": "{}"})
+    c.lpush(K.wake, "user:me")
+    root.rpush(K.reply("r"), "{}")
+    assert c.blpop([K.reply("r")], 1) and c.get(K.job(1)) == "{}" and c.smembers(K.nodes) == set()
+    assert c.zrange(K.active, 0, -1) == [] and c.hgetall(K.node("n1")) == {}
+    # Attack 3: a hand-written job record and a dispatch push by a client are refused.
+    assert denied(c.set, K.job(99), json.dumps({"user": "daemon"}))
+    assert denied(c.lpush, "rq:queue:labq-node-n1", "x")
+    assert denied(c.xadd, K.events, {"kind": "finished", "job": 1, "attempt": 1, "node": "n1"})
+    assert denied(c.hset, K.node("n1"), "cpus", 1)
+    assert denied(c.set, K.control(1), "cancel")
+    assert denied(c.xrange, K.inbox("victim")), "other people's requests (and credentials) stay unread"
+    assert denied(c.publish, "rq:pubsub:x", "kill-horse")
+    for cmd in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "SET", "save", ""), ("ACL", "LIST"), ("SET", "x", "1"),
+                ("XGROUP", "DESTROY", K.inbox("me"), "scheduler")):
+        assert denied(c.execute_command, *cmd), cmd
+
+
+def test_a_node_role_writes_its_own_node_only(locked):
+    rp, pw, *_ = locked
+    n1 = as_role(rp, pw, acl.node_role("n1"))
+    store = AgentStore(n1, K)
+    store.register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 30)
+    n1.hset(K.attempt(5, 1), mapping={"claimed": 1})
+    n1.xadd(K.events, {"kind": "started", "job": 5, "attempt": 1, "node": "n1", "body": "{}"})
+    assert denied(n1.hset, K.node("n2"), "cpus", 99)
+    assert denied(n1.set, K.node_lease("n2"), "x")
+    assert denied(n1.set, K.job(5), "{}")
+    assert denied(n1.set, K.node_admin("n1"), "")
+    assert denied(n1.xadd, K.inbox("root"), {"op": "drain"})
+    assert denied(n1.hset, K.spent(), "b", 0)
+    assert denied(n1.execute_command, "FLUSHALL")
+
+
+def test_the_scheduler_role_has_labq_keys_but_no_dangerous_commands(locked):
+    rp, pw, *_ = locked
+    s = as_role(rp, pw, acl.SCHEDULER)
+    s.set(K.job(1), "{}")
+    s.xadd(K.ledger, {"x": 1})
+    assert denied(s.execute_command, "FLUSHALL")
+    assert denied(s.execute_command, "CONFIG", "SET", "appendonly", "no")
+    assert denied(s.publish, "rq:pubsub:x", "kill-horse")
+    assert denied(s.set, "elsewhere", 1)
+
+
+def test_submit_and_run_bookkeeping_work_through_the_roles(locked):
+    """The real Scheduler as labq-scheduler, a Client as labq-client, the agent side as labq-node-n1."""
+    rp, pw, *_ = locked
+    cfg = config.loads("")
+    sched = Scheduler(as_role(rp, pw, acl.SCHEDULER), as_role(rp, pw, acl.SCHEDULER, raw=True), cfg, me="s1",
+                      clock=lambda: 0.0)
+    AgentStore(as_role(rp, pw, acl.node_role("n1")), K).register("n1", 4, 8 << 30, 4, [], "h", 1, 3600)
+    now = time.time()
+    sched.tick(now)
+    client = Client(cfg, url="unix://x", user="alice", r=as_role(rp, pw, acl.CLIENT))
+    client.request = _ticking(client.request, sched)
+    reply = client.submit(dict(BODY))
+    assert reply["ok"], reply
+    assert client.job(str(reply["job_id"])).user == "alice"
+    view = as_role(rp, pw, acl.CLIENT)
+    assert codec.loads(view.get(K.job(reply["job_id"]))).state in ("PD", "R", "CF")
+
+
+def _ticking(request, sched):
+    """Client.request blocks on the reply; tick the in-process scheduler from a thread meanwhile."""
+    import threading
+
+    def call(*a, **kw):
+        stop = threading.Event()
+
+        def loop():
+            while not stop.is_set():
+                sched.tick(time.time(), sched.store.wait_wake(0.05))
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        try:
+            return request(*a, **kw)
+        finally:
+            stop.set()
+            t.join(10)
+    return call
+
+
+def test_daemons_read_their_password_from_the_file_and_ps_never_shows_it(locked):
+    rp, pw, cfg_path, pw_path, _ = locked
+    p = subprocess.Popen([sys.executable, "-m", "labq", "--config", cfg_path, "scheduler"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        s = as_role(rp, pw, acl.SCHEDULER)
+        wait_for(lambda: s.get(K.leader), 60, what="the scheduler to lead as labq-scheduler")
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert all(secret not in ps for secret in pw.values())
+        env = open(f"/proc/{p.pid}/environ", "rb").read().decode(errors="replace")
+        assert all(secret not in env for secret in pw.values())
+    finally:
+        p.terminate()
+        p.wait(30)
+
+
+def test_a_readable_password_file_is_refused(locked):
+    *_, pw_path, _ = locked
+    os.chmod(pw_path, 0o644)
+    with pytest.raises(Exception, match="readable by others"):
+        conn.credentials(acl.SCHEDULER, pw_path)
+
+
+def test_an_event_from_another_node_is_dropped(real_redis, redis_server):
+    """Attack: a forged `finished` from a node the attempt does not run on marked a running job CD."""
+    r = real_redis
+    raw = redis.Redis(unix_socket_path=redis_server.sock)
+    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
+    AgentStore(r, K).register("n2", 16, 64 << 30, 16, [], "h", 1, 3600)
+    cfg = config.loads('[[budgets]]\nname = "b"\naccount = "eta"\nlimit = 120.0\n[accounts.eta]\nusers = ["alice"]')
+    s = Scheduler(r, raw, cfg, me="s1", clock=lambda: 0.0)
+    now = time.time()
+    s.tick(now)
+    submit(r, "alice", SBODY, "r1")
+    s.tick(now, woke(r))
+    j = job(r, 1)
+    assert j.node == "n1"
+    a = j.current.attempt
+    AgentStore(r, K).post("started", 1, a, "n1", {"pid": 1, "start": now})
+    s.tick(now + 1, woke(r))
+    AgentStore(r, K).post("finished", 1, a, "n2", {"outcome": "completed", "exit_code": 0, "end": now + 2})
+    s.tick(now + 2, woke(r))
+    assert job(r, 1).state == "R", "a forged end from n2 changed nothing"
+    AgentStore(r, K).post("finished", 1, a, "n1", {"outcome": "completed", "exit_code": 0, "end": now + 3})
+    s.tick(now + 3, woke(r))
+    assert job(r, 1).state == "CD"

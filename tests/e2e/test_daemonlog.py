@@ -1,0 +1,89 @@
+"""The daemons' logs: `labq up` writes one file per process and says where; under systemd
+(JOURNAL_STREAM naming our stderr) each line carries its `<N>` priority and no timestamp of ours."""
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from labq.cli import daemonlog
+from tests.harness import ROOT, wait_for
+
+STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def _record(level, msg):
+    return logging.LogRecord("labq.scheduler", level, __file__, 1, msg, (), None)
+
+
+def test_journal_lines_carry_the_priority_on_every_line_and_no_timestamp():
+    f = daemonlog.JournalFormatter()
+    assert f.format(_record(logging.ERROR, "Redis: gone")) == "<3>labq.scheduler: Redis: gone"
+    assert f.format(_record(logging.WARNING, "a\nb")) == "<4>labq.scheduler: a\n<4>b"
+    assert f.format(_record(logging.INFO, "x")).startswith("<6>")
+    assert f.format(_record(logging.DEBUG, "x")).startswith("<7>")
+
+
+def test_journal_stream_is_trusted_only_for_the_stream_it_names(monkeypatch, tmp_path):
+    mine, other = open(tmp_path / "a", "w"), open(tmp_path / "b", "w")
+    st = os.fstat(mine.fileno())
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+    assert daemonlog.under_journal(mine)
+    assert not daemonlog.under_journal(other), "inherited variable, different stderr: plain lines"
+    monkeypatch.delenv("JOURNAL_STREAM")
+    assert not daemonlog.under_journal(mine)
+
+
+def test_the_scheduler_under_systemd_logs_priorities(redis_server, tmp_path):
+    cfg = tmp_path / "labq.toml"
+    cfg.write_text(f'[redis]\nurl = "{redis_server.url}"\nprefix = "jlog"\n[scheduler]\ntick = 0.2\n')
+    err = open(tmp_path / "stderr", "w")
+    st = os.fstat(err.fileno())
+    env = dict(os.environ, JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}", PYTHONPATH=ROOT)
+    p = subprocess.Popen([sys.executable, "-m", "labq", "--config", str(cfg), "scheduler"], stderr=err,
+                         stdout=subprocess.DEVNULL, env=env)
+    try:
+        wait_for(lambda: "starting" in (tmp_path / "stderr").read_text(), 60, what="the scheduler to log")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+        err.close()
+    lines = (tmp_path / "stderr").read_text().splitlines()
+    assert lines and all(re.match(r"<[0-7]>", ln) for ln in lines), lines
+    assert any(ln.startswith("<6>labq.scheduler: scheduler ") for ln in lines), lines
+    assert not any(STAMP.search(ln) for ln in lines), "journald adds the timestamp"
+
+
+def test_labq_up_writes_each_daemons_log_and_logs_admission_and_end_by_job_id():
+    d = tempfile.mkdtemp(prefix="labq-uplog-", dir="/tmp")
+    env = dict(os.environ, LABQ_STATE_DIR=d, PYTHONPATH=ROOT)
+    env.pop("JOURNAL_STREAM", None)
+    cfg = os.path.join(d, "labq.toml")
+    with open(cfg, "w") as f:
+        f.write(f'[worker]\nname = "uplog"\nslots = 1\nspool = "{d}/spool"\nrun_as = "self"\nallow_root = true\n')
+    cmd = [sys.executable, "-m", "labq", "--config", cfg]
+    out = open(os.path.join(d, "up.out"), "w+")
+    up = subprocess.Popen(cmd + ["up", "-v"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    logdir = os.path.join(d, "log")
+    try:
+        wait_for(lambda: "labq is up" in open(out.name).read(), 60, what="labq up to start")
+        assert f"logs: {logdir}/" in open(out.name).read()
+        p = subprocess.run(cmd + ["sub", "--parsable", "-W", "--", "true"], env=env, capture_output=True,
+                           text=True, timeout=120, cwd=d)
+        assert p.returncode == 0, p.stderr
+        jid = p.stdout.strip()
+        sched = os.path.join(logdir, "scheduler.log")
+        wait_for(lambda: f"job {jid} attempt 1" in open(sched).read(), 60, what="the end to be logged")
+        text = open(sched).read()
+        assert re.search(rf"INFO job {jid} -> uplog", text), text
+        assert STAMP.search(text), "outside systemd, lines carry their own time"
+        assert os.path.getsize(os.path.join(logdir, "worker.log")) > 0
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(60)
+        out.close()
+        shutil.rmtree(d, ignore_errors=True)
+    assert up.returncode == 0

@@ -1,0 +1,56 @@
+"""Root on their own machine: `labq up` run by root runs root's jobs (one warning at start), and a
+job that no registered node would ever run is refused at submit with the reason, never accepted and
+then failed. Real redis-server, scheduler and worker processes; the tests need to run as root."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from labq.scheduler.client import current_user
+from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, ROOT, wait_for
+
+pytestmark = E2E_MARKS
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+# The default config's worker: jobs run as their submitter, and not as root (worker.allow_root = false).
+SUBMITTER = E2E_CONFIG.replace('run_as = "self"', 'run_as = "submitter"')
+
+
+@root_only
+def test_labq_up_as_root_runs_roots_jobs_with_one_warning():
+    d = tempfile.mkdtemp(prefix="labq-uproot-", dir="/tmp")
+    env = dict(os.environ, LABQ_STATE_DIR=d, PYTHONPATH=ROOT)
+    cfg = os.path.join(d, "labq.toml")
+    with open(cfg, "w") as f:
+        f.write(SUBMITTER.format(user=current_user(), spool=os.path.join(d, "spool")))
+    cmd = [sys.executable, "-m", "labq.cli.main", "--config", cfg]
+    out = open(os.path.join(d, "up.log"), "w+")
+    up = subprocess.Popen(cmd + ["up"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: "labq is up" in open(out.name).read(), 60, what="labq up to start")
+        p = subprocess.run(cmd + ["sub", "-A", "eta", "-W", "--", "true"], env=env, capture_output=True, text=True,
+                           timeout=120, cwd=d)
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(60)
+        out.close()
+        text = open(out.name).read()
+        shutil.rmtree(d, ignore_errors=True)
+    assert text.count("warning") == 1 and "root" in text.split("warning", 1)[1].splitlines()[0], text
+
+
+@root_only
+def test_a_job_no_node_would_run_is_refused_at_submit():
+    e = E2E(SUBMITTER)
+    try:
+        p = e.labq("sub", "-A", "eta", "--", "true")
+        assert p.returncode == 3, (p.returncode, p.stdout, p.stderr)
+        assert "root" in p.stderr and "allow_root" in p.stderr and "Traceback" not in p.stderr
+        assert e.job(1) is None, "nothing was accepted"
+    finally:
+        e.close()
