@@ -15,7 +15,7 @@ COMMANDS = {
     "alerts": ("labq.cli.budgetcmd", "alerts"), "report": ("labq.cli.report", "report"), "ledger": ("labq.cli.ledgercmd", "ledger"),
     "config": ("labq.cli.configcmd", "config"),
     "up": ("labq.cli.daemons", "up"), "scheduler": ("labq.cli.daemons", "scheduler"), "worker": ("labq.cli.daemons", "worker"),
-    "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.control", "checkpoint"), "plan": ("labq.cli.plan", "plan"),
+    "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.control", "checkpoint"), "plan": ("labq.cli.whatif", "plan"),
     "prio": ("labq.cli.prio", "prio"),
     "simulate": ("labq.cli.simulate", "simulate"),
     "admin": ("labq.cli.admin", "admin"),

@@ -23,16 +23,17 @@ def prio(ctx, user, account, as_json):
     priority = qos_weight × QoS + age_weight × age (0..1 over age_max) + fairshare_weight × fair share
     (0..1, 2^(−usage share ÷ account share)) − burst_penalty × burst (0 or 1)."""
     c, now = ctx.client, time.time()
-    snap = c.snapshot(now)
-    pending = [j for j in snap.jobs if j.state == states.PENDING]
-    order = priority.ordered(pending, now, dict(snap.usage), c.cfg)
-    f = priority.factors(pending, now, dict(snap.usage), c.cfg)
+    jobs = c.read.active()
+    usage = c.fairshare(now, jobs)
+    pending = [j for j in jobs if j.state == states.PENDING]
+    order = priority.ordered(pending, now, dict(usage), c.cfg)
+    f = priority.factors(pending, now, dict(usage), c.cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
     w = c.cfg.priority
     if as_json:
         return echo_json({"weights": {k: w[k] for k in ("qos_weight", "age_weight", "fairshare_weight",
                                                          "burst_penalty")},
-                          "usage": dict(snap.usage),
+                          "usage": dict(sorted(usage.items())),
                           "jobs": [{"id": j.display_id, "job_id": j.id, "user": j.user, "account": j.account,
                                     "qos": j.qos, **f[j.id].as_json(w)} for j in shown]})
     click.echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "

@@ -1,6 +1,7 @@
 """Read commands: stat, show, logs, wait, acct, nodes (the control commands are in control.py)."""
 import csv
 import io
+import os
 import sys
 import time
 
@@ -42,8 +43,9 @@ def stat(ctx, user, account, state, me, start, as_json):
 
 
 def _stat_start(c, jobs, now, user, account, as_json):
-    from labq.scheduler.policy import expected_starts
-    starts = expected_starts(c.snapshot(now, jobs), c.effective_config(now))
+    # The scheduler plans over its own snapshot (ended jobs that dependencies name, effective budgets):
+    # asking it is the only way to get the start it will really give.
+    starts = {int(k): v for k, v in c.expected_starts().items()}
     shown = [j for j in sorted(jobs, key=lambda j: j.id) if j.state == states.PENDING
              and (not user or j.user == user) and (not account or j.account == account)]
     if as_json:
@@ -119,9 +121,16 @@ def _ts(t):
 @pass_ctx
 def logs(ctx, job_id, follow, err):
     """A job's output."""
+    from labq.scheduler.client import current_user
     from labq.scheduler.logpath import err_path, out_path
     j = ctx.client.job(job_id)
     path = err_path(j) if err else out_path(j)
+    me = current_user()
+    # Another user's output is theirs: shown only where its mode lets the caller read it (the
+    # submitter's umask decided), or to an admin.
+    if j.user != me and me not in ctx.cfg.security["admins"] and os.path.exists(path) \
+            and not os.access(path, os.R_OK):
+        fail(f"job {j.display_id} belongs to {j.user}: its output {path} is not readable by {me}", 3)
     pos = 0
     while True:
         try:

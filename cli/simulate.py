@@ -12,7 +12,7 @@ from labq.scheduler.errors import LabqError, UsageError
 from labq.scheduler.units import fmt_duration, fmt_money
 
 from .common import echo_json, pass_ctx
-from .plan import parse_nodes
+from .whatif import parse_nodes
 
 
 def cluster(ctx, nodes: str | None, cpus: str | None):

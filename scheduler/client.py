@@ -14,8 +14,8 @@ import uuid
 from . import auth, fairshare, ledger, munge, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
-from .model import Job, Snapshot
-from .jobspec import parse_task_ids
+from .model import Job
+from .jobspec import resolve_ref
 from .store import conn
 from .store.keys import Keys
 from .store.reads import Reader
@@ -38,6 +38,12 @@ def request_timeout() -> float:
 
 def current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def current_umask() -> int:
+    mask = os.umask(0o077)    # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 class Client:
@@ -102,7 +108,8 @@ class Client:
         return reply
 
     def submit(self, body: dict, timeout: float | None = None) -> dict:
-        return self._checked(self.request("submit", body, timeout))
+        # The job and its log files get the submitter's umask, as under SLURM.
+        return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
 
     def act_on(self, op: str, ids: list[str]) -> dict:
         """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
@@ -124,20 +131,7 @@ class Client:
     # -- reads ---------------------------------------------------------------------------------
     def resolve(self, text: str) -> list[Job]:
         """Jobs named by `42` (or every task of array 42) or `42_3`."""
-        try:
-            tasks = parse_task_ids(str(text))
-            if tasks:
-                a, wanted = tasks
-                return [j for j in self._array(a) if j.array_index in wanted]
-            jid = int(text)
-        except ValueError:
-            raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
-        job = self.read.job(jid)
-        if job is None:
-            return []
-        if job.array_id == jid:
-            return self._array(jid)
-        return [job]
+        return resolve_ref(text, self.read.job, self._array)
 
     def _array(self, array_id: int) -> list[Job]:
         first = self.read.job(array_id)
@@ -156,15 +150,14 @@ class Client:
     def nodes(self):
         return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
 
-    def snapshot(self, now: float, jobs=None) -> Snapshot:
-        """What the scheduler's plan would see now (for labq prio and stat --start): the same pure
-        policy, run here over what Redis holds."""
-        jobs = self.read.active() if jobs is None else jobs
+    def expected_starts(self) -> dict:
+        """job id (a string) -> expected start, as the scheduler plans it (`labq stat --start`)."""
+        return self._checked(self.request("starts", {}))["starts"]
+
+    def fairshare(self, now: float, jobs) -> dict[str, float]:
+        """Each account's decayed usage now, running jobs included (`labq prio`)."""
         running = [j for j in jobs if j.state in states.ON_NODE]
-        usage = fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
-        spent = periods.spent_now(self.budgets(now), self.read.spent(), now)
-        return Snapshot(now=now, nodes=self.nodes(), jobs=tuple(jobs), spent=tuple(sorted(spent.items())),
-                        usage=tuple(sorted(usage.items())))
+        return fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
 
     def effective_config(self, now: float):
         """The config the scheduler plans with now: budgets with `budget set` limits and overrides."""

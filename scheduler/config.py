@@ -85,6 +85,7 @@ class Config:
     node_lease: float = 30.0
     default_time: int = 24 * 3600
     kill_wait: int = 30
+    lease: float = 0.0             # the leader lease; 0: max(10s, 3 ticks)
     budget_mode: str = "safe"
     metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
@@ -280,7 +281,7 @@ _SCHED_DURS = {"node_lease": 86400, "default_time": None, "kill_wait": 86400, "c
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
-                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
+                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
                                  "max_time_limit", "max_array_size", "max_request_bytes", "state_file",
                                  "metrics"})
@@ -306,6 +307,10 @@ def _scheduler(t):
     for k in ("node_lease", "default_time", "max_time_limit"):
         if out.get(k, 1) < 1:
             raise ConfigError(f"scheduler.{k}", "must be at least 1s")
+    if "lease" in t:
+        out["lease"] = float(_dur("scheduler.lease", t["lease"], hi=86400))
+        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
+            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
     if "backfill_depth" in t:
         out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True, hi=10 ** 6)
     if "preemption" in t:

@@ -2,8 +2,8 @@
 
 Each `tick(now)` holds the leader lease, then: reads requests from the users' inboxes and events from
 the agents, declares attempts on dead nodes lost, runs the pure `plan()` over a snapshot, and applies
-the plan in one fenced transaction (which also enqueues the RQ jobs). Every change is written in the
-same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
+the plan in one fenced transaction (which also pushes each admitted attempt onto its node's dispatch
+list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
 nothing (the request or event is redelivered) or has already written everything.
 """
 import gc
@@ -16,12 +16,14 @@ import uuid
 
 from . import alerts as budget_alerts, auth, crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
 from .config import Config
+from .batch import Batch, Tally
+from .commit import Committer
 from .bookkeeper import Bookkeeper
-from .dispatch import Dispatcher
+from . import dispatch as dispatching
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .model import Job, Snapshot
-from .handlers import Change, Handlers
-from .store import writes
+from .handlers import BUDGET_OPS, Change, Handlers
+from .store import dispatchq
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
@@ -37,22 +39,37 @@ def tune_gc() -> None:
     of plan()'s time). Job records hold no cycles, so collect rarely and leave loaded state frozen."""
     gc.set_threshold(100_000, 50, 100)
     gc.freeze()
-MAX_REQUESTS_PER_TICK = 5000
+
+
+MAX_REQUESTS_PER_TICK = 20_000
 # What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
 # stays unacknowledged for the next leader (it is not the entry's fault).
 POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
+SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
 
 
-class Scheduler:
-    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time, durable=None):
+def _sleep_until(deadline: float, stop) -> None:
+    while not stop() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+class Scheduler(Committer):
+    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
+        # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
+        # in the signature so that callers written for the RQ transport keep working.
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
-        self.dispatch = Dispatcher(rq_conn, cfg.kill_wait)
+        self.down_since: dict[str, float] = {}     # node -> when this scheduler first saw its lease gone
+        self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
+        self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
+        self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
+        self.batch: Batch | None = None      # what is staged for the next transaction (group commit)
+        self.answered: dict = {}             # rid -> reply, for the requests of the read being handled
         self.inboxes: set[str] = set()
         self.leading = False
-        self.lease_s = max(10.0, 3 * cfg.tick)
+        self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
@@ -64,8 +81,10 @@ class Scheduler:
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
-        self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
+        self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
+        self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
+        self._refused = ""                 # the last durability refusal logged (each is logged once)
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -88,9 +107,9 @@ class Scheduler:
                 self._recover(now)
             self._learn_inboxes(woke)
             self.nodes = self.store.nodes(now)
-            self._requests(now, pending=False)
-            self._events(now, pending=False)
+            self._intake(now, pending=False)
             self._lost_attempts(now)
+            self._unclaimed(now)
             self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
@@ -114,7 +133,7 @@ class Scheduler:
             self.durable.check()
             return True
         except RefusedError as e:
-            if str(e) != getattr(self, "_refused", None):
+            if str(e) != self._refused:
                 log.error("%s", e)
                 self._refused = str(e)
             self.store.release_leader()
@@ -125,6 +144,18 @@ class Scheduler:
             self.durable.check()    # refused at start: one line and exit 3, before anything is read
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
+        try:
+            self._loop(stop)
+        finally:
+            # Whatever ends the loop, a lease left behind would stall a restart until it lapsed.
+            sdnotify.notify("STOPPING=1")
+            try:
+                self.store.release_leader()
+            except REDIS_ERRORS as e:
+                log.warning("could not release the leader lease: %s", e)
+            log.info("scheduler %s stopped", self.me)
+
+    def _loop(self, stop) -> None:
         woke: list = []
         ready = False
         while not stop():
@@ -138,29 +169,35 @@ class Scheduler:
                 # From the main loop only: a stuck loop must let the watchdog fire.
                 sdnotify.notify(f"WATCHDOG=1\nSTATUS={'leader' if leading else 'standby'}: "
                                 f"{len(self.jobs)} active jobs, {len(self.nodes)} nodes")
-                woke = self.store.wait_wake(self.cfg.tick if self.leading else self.lease_s / 3)
+                if self.leading:
+                    woke = self.store.wait_wake(self.cfg.tick)
+                else:
+                    # A standby must not pop the wake list: a wake-up is the leader's only news of a
+                    # new user's inbox, and one taken here would leave that user unanswered.
+                    woke = []
+                    _sleep_until(time.monotonic() + self.lease_s / 3, stop)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
                 self.leading = False
                 time.sleep(1)
-        sdnotify.notify("STOPPING=1")
-        self.store.release_leader()
-        log.info("scheduler %s stopped", self.me)
 
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         self.jobs = self.store.active_jobs()
+        self.seq = self.seq_written = self.store.job_seq()
+        self.tally = Tally(self.jobs.values())
         self.inboxes = self.store.known_inboxes()
         for s in [self.k.events] + [self.k.inbox(u) for u in self.inboxes]:
             self.store.ensure_group(s)
         self.leading = True
         self.nodes = self.store.nodes(now)
+        self.event_streams = set()
+        self._node_streams()
         self.books.load(now)
         self.usage = Reader(self.store.r, self.k).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
             self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k).ended(now - self.guard.window)], now)
-        self._requests(now, pending=True)
-        self._events(now, pending=True)
+        self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
@@ -172,60 +209,6 @@ class Scheduler:
             self.store.ensure_group(self.k.inbox(user))
             self.store.txn(lambda p, u=user: p.sadd(self.k.inboxes, u))
             self.inboxes.add(user)
-
-    # -- writing -------------------------------------------------------------------------------
-    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
-               books=None, dead=None) -> None:
-        """Write one change atomically, then (and only then) update the in-memory view."""
-        now = max(self.now, self.clock())
-        charges = [c for c in charges if not self.store.charged(c.key)]
-        usage = self._usage_after(jobs, now)
-
-        def build(p):
-            writes.put_jobs(p, self.k, jobs, fresh={j.id for j in jobs if j.id not in self.jobs})
-            for acct in [a for a in usage if usage[a] != self.usage.get(a)]:
-                writes.put_usage(p, self.k, acct, *usage[acct])
-            for c in charges:
-                writes.put_charge(p, self.k, c, now, self.books.period(c.budget, now))
-            for key in {c.key for c in charges}:
-                writes.mark_charged(p, self.k, key)
-            for jid, value in controls:
-                p.set(self.k.control(jid), value, ex=7 * 86400)
-            for a in alerts:
-                p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
-            if books:
-                writes.put_books(p, self.k, books, now)
-            for j in dispatch:
-                self.dispatch.enqueue(p, j)
-            for name, admin in nodes:
-                if admin:
-                    p.set(self.k.node_admin(name), admin)
-                else:
-                    p.delete(self.k.node_admin(name))
-            if reply is not None:
-                writes.put_reply(p, self.k, *reply)
-            if ack is not None:
-                self.store.ack(p, *ack)
-            if dead is not None:
-                writes.put_dead(p, self.k, *dead, now)
-
-        # A big change (a 100,000-task array) takes seconds to build and send; the lease must
-        # outlive it, or the commit would be refused and the same request redone forever.
-        if len(jobs) >= 1000 or time.monotonic() - self.renewed > self.lease_s / 3:
-            if not self._renew(self.lease_s + len(jobs) * 1e-4):
-                raise StalePlanError("lost the leader lease while working")
-        self.store.txn(build)
-        self.usage = usage
-        self.books.applied(books, now)
-        for a in alerts:
-            self.books.hooks.deliver(a)
-            if self.metrics:
-                self.metrics.alert(a)
-        for j in jobs:
-            if j.state in states.ACTIVE:
-                self.jobs[j.id] = j
-            else:
-                self.jobs.pop(j.id, None)
 
     def _renew(self, ttl: float) -> bool:
         """Keep the lease. A lease that lapsed and was taken afresh means another scheduler may have
@@ -239,33 +222,31 @@ class Scheduler:
             raise StalePlanError("the leader lease lapsed")
         return True
 
-    def _usage_after(self, ended, now: float) -> dict:
-        """Fair-share usage with every attempt that ends in this change added (GPU-equivalent
-        seconds, decayed from then on): an attempt counts once, when the record first shows its end."""
-        usage = self.usage
-        half = self.cfg.priority["fairshare_half_life"]
-        for j in ended:
-            a, old = j.current, self.jobs.get(j.id)
-            was = old.current if old is not None else None
-            if a is None or a.end_time is None or was is None or was.attempt != a.attempt or was.end_time:
-                continue
-            ran = a.end_time - (a.dispatch_time or a.end_time)
-            if ran > 0:
-                usage = fairshare.add(usage, j.account, fairshare.weight(old) * ran, now, half)
-        return usage
-
-    # -- requests ------------------------------------------------------------------------------
-    def _requests(self, now: float, pending: bool) -> None:
+    # -- requests and events: read in batches, each batch one transaction ----------------------
+    def _intake(self, now: float, pending: bool) -> None:
+        """Read the inboxes and the event stream, handle what was read, commit it as one batch; again
+        until both are empty (pending mode too: acknowledged entries leave the pending list)."""
         streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
-            entries = self.store.read_group(streams, pending)
-            poisoned = self._poisoned(entries) if pending else set()
-            for stream, eid, fields in entries:
-                self._request(now, stream, eid, fields or {}, (stream, eid) in poisoned)
-            done += len(entries)
-            if not entries:   # pending mode too: acknowledged entries leave the pending list
+            requests = self.store.read_group(streams, pending)
+            events = self.store.read_group(self._node_streams(), pending)
+            if not requests and not events:
                 break
+            self.batch, self.answered = Batch(usage=self.usage), {}
+            poisoned = self._poisoned(requests + events) if pending else set()
+            try:
+                prior = self.store.replies_done([intake.reply_id(f or {}, eid) for _, eid, f in requests])
+                for (stream, eid, fields), old in zip(requests, prior):
+                    self._isolated(self._request, now, stream, eid, fields or {}, old, (stream, eid) in poisoned)
+                for stream, eid, fields in events:
+                    if (stream, eid) in poisoned:
+                        self._dead(stream, eid, fields or {}, "this event stopped the scheduler twice; not run again")
+                        continue
+                    self._isolated(self._event, now, stream, eid, fields or {})
+            finally:
+                self.flush()
+            done += len(requests)
 
     def _poisoned(self, entries) -> set:
         """Entries redelivered after the leader died on them more than once: never handled again."""
@@ -275,10 +256,40 @@ class Scheduler:
             out |= {(stream, e) for e, n in counts.items() if n >= intake.MAX_DELIVERIES}
         return out
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict, poisoned: bool = False) -> None:
-        """Validate → handle → commit, for this one entry. Whatever goes wrong is this entry's
-        error reply: a handler decides and writes nothing, so a failed entry leaves no partial
-        writes (its Change is dropped, the error reply is committed in its place)."""
+    def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
+        """Handle one entry; one that raises stages nothing (a handler decides, commit() stages a
+        change whole or not at all) and is answered (a request) and dead-lettered on its own, so
+        that the rest of its batch still commits, whatever the commit granularity."""
+        try:
+            handle(now, stream, eid, fields, *extra)
+        except POISON_PASSES:
+            raise
+        except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
+            log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
+            why = f"internal error: {type(e).__name__}: {str(e)[:300]}"
+            if stream == self.k.events or stream.startswith(self.k.events + ":"):
+                self._dead(stream, eid, fields, why)
+            else:
+                self._refuse(stream, eid, intake.reply_id(fields, eid), fields, why, dead=True)
+
+    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
+                dead: bool = False, remember: bool = True) -> None:
+        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
+        `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
+        reply = {"ok": False, "code": code, "error": error, "rid": rid}
+        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
+                    dead=(stream, eid, fields, error) if dead else None)
+        if dead:
+            log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
+
+    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
+        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
+        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
+        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, poisoned=False) -> None:
+        """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a
+        handler raises becomes this entry's error reply (in _isolated)."""
         rid = intake.reply_id(fields, eid)
         if poisoned:
             return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
@@ -291,68 +302,50 @@ class Scheduler:
             log.warning("inbox %s entry %s: %s", stream, eid, e)
             self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
             return
-        except POISON_PASSES:
-            raise
-        except Exception as e:   # a credential no decoder expected: this entry's error
-            log.exception("inbox %s entry %s: identifying the sender failed", stream, eid)
-            return self._refuse(stream, eid, rid, fields, f"internal error: {type(e).__name__}: {e}", dead=True,
-                                remember=False)
-        prior = self.store.r.get(self.k.done(rid))
+        if prior is None and rid in self.answered:
+            prior = self.answered[rid]
+        elif prior is not None:
+            prior = json.loads(prior)
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
-            self.commit(reply=(rid, json.loads(prior)), ack=(stream, eid))
+            self.commit(reply=(rid, prior), ack=(stream, eid))
             return
         try:
             req = intake.request(fields, eid, self.cfg.max_request_bytes)
-            late = max(now, self.clock()) - (req.expires or float("inf"))
-            if late > 0:   # the client has given up and told its user nothing was done: keep it so
-                return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
-                                    "deadline; not done", code=4)
+        except LabqError as e:
+            return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
+        late = max(now, self.clock()) - (req.expires or float("inf"))
+        if late > 0:   # the client has given up and told its user nothing was done: keep it so
+            return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
+                                "deadline; not done", code=4)
+        solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
+        try:
             change = self.handlers.handle(user, req.op, req.body, now)
         except LabqError as e:
-            change = Change(reply={"ok": False, "code": getattr(e, "exit_code", 2), "error": str(e)})
-        except Exception as e:   # a handler bug: this entry's error, never the scheduler's end
-            log.exception("request %s (%s) from %s failed", eid, fields.get("op"), user)
-            return self._refuse(stream, eid, rid, fields, f"internal error: {type(e).__name__}: {e}", dead=True)
-        try:
-            self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes,
-                        reply=(rid, change.reply), ack=(stream, eid), alerts=change.alerts, books=change.books)
-        except POISON_PASSES:
-            raise
-        except Exception as e:   # Redis refused the write itself (a value it cannot hold)
-            log.exception("request %s from %s could not be committed", eid, user)
-            return self._refuse(stream, eid, rid, fields, f"internal error: {type(e).__name__}: {e}", dead=True)
+            change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
+        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
+                    ack=(stream, eid), alerts=change.alerts, books=change.books)
+        self.answered[rid] = change.reply
         if self.metrics:
             self.metrics.requests.inc()
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
-    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
-                dead: bool = False, remember: bool = True) -> None:
-        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
-        `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
-        reply = {"ok": False, "code": code, "error": error, "rid": rid}
-        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
-                    dead=(stream, eid, fields, error) if dead else None)
-        if dead:
-            log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
-
     # -- events from agents ----------------------------------------------------------------------
-    def _events(self, now: float, pending: bool) -> None:
-        while True:
-            entries = self.store.read_group([self.k.events], pending)
-            poisoned = self._poisoned(entries) if pending else set()
-            for stream, eid, fields in entries:
-                if (stream, eid) in poisoned:
-                    self._dead(stream, eid, fields or {}, "this event stopped the scheduler twice; not run again")
-                    continue
-                self._event(now, stream, eid, fields or {})
-            if not entries:   # pending mode too: acknowledged entries leave the pending list
-                break
-
-    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
-        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
-        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
-        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
+    def _node_streams(self) -> list[str]:
+        """The events streams to read: the shared one (older agents, tools) and each node's own,
+        whose writer (the node's Redis user) proves the node an event comes from."""
+        for n in self.nodes:
+            s = self.k.node_events(n.name)
+            if s not in self.event_streams:
+                self.store.ensure_group(s)
+                self.event_streams.add(s)
+        return [self.k.events, *sorted(self.event_streams)]
 
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
@@ -360,20 +353,11 @@ class Scheduler:
         now = self.now = max(now, self.clock())
         try:
             ev = intake.event(f, self.cfg.max_request_bytes)
-            write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
-                     else self._attempt_event(now, stream, eid, ev))
         except LabqError as e:
             return self._dead(stream, eid, f, str(e))
-        except Exception as e:   # a transition's bug on odd input: this event's end, not the scheduler's
-            log.exception("event %s failed", eid)
-            return self._dead(stream, eid, f, f"internal error: {type(e).__name__}: {e}")
-        try:
-            self.commit(ack=(stream, eid), **write)
-        except POISON_PASSES:
-            raise
-        except Exception as e:
-            log.exception("event %s could not be committed", eid)
-            return self._dead(stream, eid, f, f"internal error: {type(e).__name__}: {e}")
+        write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
+                 else self._attempt_event(now, stream, eid, ev))
+        self.commit(ack=(stream, eid), **write)
         new = (write.get("jobs") or [None])[0]
         if ev.kind == "finished" and new is not None:
             log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
@@ -423,28 +407,69 @@ class Scheduler:
         return {"alerts": [a.fields()]}
 
     def _lost_attempts(self, now: float) -> None:
-        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
+        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
+
+        Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
+        so an attempt is declared lost only `fence_margin` after this scheduler first saw the
+        lease gone; until then the job may still be running there and must not start elsewhere."""
         up = {n.name: n for n in self.nodes}
+        for n in self.nodes:
+            if n.state == "down":
+                self.down_since.setdefault(n.name, now)
+            else:
+                self.down_since.pop(n.name, None)
         on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
-        for job, hb in zip(on_node, beats):
+        # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
+        self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
+        lost = []
+        for job, (hb, _) in zip(on_node, beats):
             node = up.get(job.node)
             if node is not None and node.state != "down":
-                # A runner that claimed the attempt and went silent (its horse was SIGKILLed) is lost too.
-                if hb is None or now - hb <= self.cfg.node_lease:
+                # A runner that claimed the attempt and went silent is lost too; its agent, alive,
+                # kills a runner that stops heart-beating (worker/agent.py) well within this.
+                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
                     continue
                 last = hb
             else:
+                if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
+                    continue
                 last = node.last_heartbeat if node else now
             new, charges = tr.node_failed(job, last, now, self.cfg)
             log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
-            self.commit(jobs=[new], charges=charges)
+            lost.append((new, charges))
+        if lost:
+            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
+
+    def _unclaimed(self, now: float) -> None:
+        """Take back attempts no runner claimed: cancelled ones at once, others after
+        scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
+        waiting = [j for j in self.jobs.values()
+                   if j.state in states.ON_NODE and j.current and not j.current.start_time]
+        if not waiting:
+            return
+        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
+        managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
+        for u in dispatching.unclaimed(waiting, claims, now, self.cfg.start_timeout, managed):
+            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, u.job.current.attempt):
+                continue      # a runner claimed it meanwhile: it runs, and its events will tell
+            log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
+                        u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
+            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)])
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()), usage=tuple(sorted(usage.items())),
+        jobs = self.jobs
+        if self.file_checkpoints:
+            # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.
+            jobs = dict(jobs)
+            for jid, at in self.file_checkpoints.items():
+                j = jobs.get(jid)
+                if j is not None and j.current and at > (j.current.last_checkpoint or 0):
+                    jobs[jid] = tr.checkpointed(j, at) or j
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
                         spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states())
 
     def ended_states(self, extra: Job | None = None) -> tuple:
@@ -480,8 +505,8 @@ class Scheduler:
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail) != (pd.reason, pd.detail):
-                changed.append(tr.pend(j, pd.reason, pd.detail))
+            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
+                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
         if changed:
             self.commit(jobs=changed, dispatch=dispatch, controls=controls)
         for j in dispatch:

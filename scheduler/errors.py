@@ -28,11 +28,5 @@ class UnreachableError(LabqError):
     exit_code = 4
 
 
-class JobNotFound(UsageError):
-    def __init__(self, job_id):
-        super().__init__(f"no such job: {job_id}")
-        self.job_id = job_id
-
-
 class StalePlanError(LabqError):
     """The store changed under a plan (leader lease lost); the daemon re-plans."""

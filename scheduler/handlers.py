@@ -9,9 +9,7 @@ from dataclasses import dataclass, field, replace
 from . import ledger, policy, states, transitions as tr
 from .errors import RefusedError, UsageError
 from .model import Job, Snapshot
-from .store import codec
-from .store.reads import Reader
-from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids
+from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
 from .units import fmt_money
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
@@ -36,10 +34,10 @@ class Handlers:
             return self.s.books.request(op, user, body, now)
         fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
               "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release,
-              "requeue": self.requeue}.get(op)
+              "requeue": self.requeue, "starts": self.starts}.get(op)
         if fn is None:
             raise UsageError(f"unknown request {op!r} "
-                             "(expected submit, cancel, hold, release, requeue, checkpoint, drain or resume)")
+                             "(expected submit, cancel, hold, release, requeue, checkpoint, drain, resume or starts)")
         return fn(user, body, now)
 
     # -- submit --------------------------------------------------------------------------------
@@ -50,22 +48,23 @@ class Handlers:
         throttle = array_throttle(body)
         if throttle and indices is None:
             raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
-        why = policy.refusal(template, self.s.nodes, cfg)
+        why = policy.refusal(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
+                             [j for j in self.s.jobs.values() if j.state in states.ON_NODE])
         if why:
             raise RefusedError(why)
         n = len(indices) if indices else 1
-        pending = [j for j in self.s.jobs.values() if j.state == states.PENDING]
-        if len(pending) + n > cfg.max_pending:
-            raise RefusedError(f"queue full: {len(pending)} jobs pending, {n} more would pass "
+        tally = self.s.tally
+        if tally.pending + n > cfg.max_pending:
+            raise RefusedError(f"queue full: {tally.pending} jobs pending, {n} more would pass "
                                f"scheduler.max_pending={cfg.max_pending}")
-        mine = sum(1 for j in pending if j.user == user)
+        mine = tally.pending_by_user[user]
         if mine + n > cfg.max_pending_per_user:
             raise RefusedError(f"user {user} has {mine} jobs pending, {n} more would pass "
                                f"scheduler.max_pending_per_user={cfg.max_pending_per_user}")
-        _max_submit(template, n, self.s.jobs.values(), cfg)
+        _max_submit(template, n, tally, cfg)
         if body.get("test_only"):
             return Change(reply=self.test_only(template, now))
-        first = self.s.store.r.incrby(self.s.k.seq, n) - n + 1
+        first = self.s.next_ids(n)
         jobs = expand(template, first, indices, throttle)
         shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
         # Ids are consecutive; a huge array's reply names the range rather than every id.
@@ -101,6 +100,12 @@ class Handlers:
                 "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+
+    def starts(self, user: str, body: dict, now: float) -> Change:
+        """Expected starts of the pending jobs (`labq stat --start`), from the scheduler's own snapshot:
+        the ended jobs that dependencies name and the budgets' effective limits are in it."""
+        got = policy.expected_starts(self.s.snapshot(now), self.s.cfg)
+        return Change(reply={"ok": True, "now": now, "starts": {str(k): v for k, v in got.items()}})
 
     # -- hold / release --------------------------------------------------------------------------
     def hold(self, user: str, body: dict, now: float) -> Change:
@@ -214,40 +219,25 @@ class Handlers:
         ids = range(head.id, head.id + (head.array_count or 1))
         if not tasks:
             return list(ids)
-        return [j.id for j in Reader(self.s.store.r, self.s.k).jobs(ids) if j.array_index in tasks[1]]
+        return [j.id for j in self.s.store.jobs(ids) if j.array_index in tasks[1]]
 
     def _record(self, jid: int) -> Job | None:
         if jid in self.s.jobs:
             return self.s.jobs[jid]
-        raw = self.s.store.r.get(self.s.k.job(jid))
-        return codec.loads(raw) if raw else None
+        return self.s.store.job(jid)
 
     def resolve(self, text: str) -> list[Job]:
         """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
-        try:
-            tasks = parse_task_ids(text)
-            if tasks:
-                a, wanted = tasks
-                return sorted((j for j in self.s.jobs.values() if j.array_id == a and j.array_index in wanted),
-                              key=lambda j: j.id)
-            jid = int(text)
-        except ValueError:
-            raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
-        tasks = [j for j in self.s.jobs.values() if j.array_id == jid]
-        if tasks:
-            return sorted(tasks, key=lambda j: j.id)
-        if jid in self.s.jobs:
-            return [self.s.jobs[jid]]
-        raw = self.s.store.r.get(self.s.k.job(jid))
-        return [codec.loads(raw)] if raw else []
+        return resolve_ref(text, self._record, lambda a: sorted(
+            (j for j in self.s.jobs.values() if j.array_id == a), key=lambda j: j.id))
 
 
-def _max_submit(job: Job, n: int, active, cfg) -> None:
+def _max_submit(job: Job, n: int, tally, cfg) -> None:
     """max_submit counts pending and running jobs, like SLURM's MaxSubmitJobs: beyond it, refuse."""
-    for cap, who, mine in ((cfg.account_named(job.account), f"account {job.account}", lambda j: j.account == job.account),
-                           (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user)):
+    for cap, who, have in ((cfg.account_named(job.account), f"account {job.account}",
+                            tally.active_by_account[job.account]),
+                           (cfg.user_named(job.user), f"user {job.user}", tally.active_by_user[job.user])):
         if cap is None or cap.max_submit is None:
             continue
-        have = sum(1 for j in active if mine(j))
         if have + n > cap.max_submit:
             raise RefusedError(f"{who} has {have} jobs pending or running, {n} more would pass max_submit={cap.max_submit}")

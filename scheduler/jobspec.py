@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from . import bounds, exportenv
 from .config import Config
 from .errors import UsageError
-from .model import Job
+from .model import DEPENDENCY_KINDS, Job
 
 _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
 _MAX_ARRAY = bounds.DEFAULT_MAX_ARRAY    # job-id ranges like 42_[1-9] (no config at hand there)
@@ -85,8 +85,11 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
         raise UsageError(f"budget: unknown budget {budget!r} (configured: "
                          f"{', '.join(b.name for b in cfg.budgets) or 'none'})")
     export, env = exportenv.validate(body)
+    umask = _int(body, "umask", 0, 0o022)
+    if umask > 0o777:
+        raise UsageError(f"umask: expected 0–0o777 (an octal file mode mask), got {umask!r}")
     return Job(
-        id=0, user=user, account=account, argv=tuple(argv), export=export, env=env,
+        id=0, user=user, account=account, argv=tuple(argv), export=export, env=env, umask=umask,
         script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
         project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
         gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),
@@ -160,7 +163,6 @@ def array_throttle(body: dict) -> int | None:
 
 MAX_RETRIES = 100
 MAX_DEP_JOBS = 10_000       # job ids one job may depend on, array tasks counted one by one
-DEP_KINDS = ("afterok", "afternotok", "afterany", "singleton")
 _DEP_ID = re.compile(r"^\d+(?:_\d+)?$")
 
 
@@ -176,9 +178,9 @@ def parse_dependency(text) -> tuple[tuple[str, tuple[str, ...]], ...]:
     out = []
     for part in text.split(","):
         kind, _, rest = part.strip().partition(":")
-        if kind not in DEP_KINDS:
+        if kind not in DEPENDENCY_KINDS:
             raise UsageError(f"dependency: unknown type {kind!r} in {text!r} "
-                             f"(expected {', '.join(DEP_KINDS[:-1])} or singleton, like afterok:12:13)")
+                             f"(expected {', '.join(DEPENDENCY_KINDS[:-1])} or singleton, like afterok:12:13)")
         ids = tuple(rest.split(":")) if rest else ()
         if kind == "singleton":
             if ids:
@@ -228,3 +230,23 @@ def parse_task_ids(text: str):
             raise UsageError(f"job id: expected 42_[1-3,7], got {text!r}")
         tasks.update(range(int(lo), int(hi or lo) + 1))
     return int(m.group(1)), tasks
+
+
+def resolve_ref(text: str, job_of, tasks_of) -> list[Job]:
+    """The jobs `text` names: `42` (a job, or the tasks of array 42) or `42_3`/`42_[1-3]` (tasks),
+    looked up through `job_of(id)` and `tasks_of(array id)`. One rule for the client (which reads
+    Redis) and the scheduler's handlers (which look in memory first); [] when nothing matches."""
+    try:
+        tasks = parse_task_ids(str(text))
+        if tasks:
+            a, wanted = tasks
+            return [j for j in tasks_of(a) if j.array_index in wanted]
+        jid = int(text)
+    except ValueError:
+        raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
+    job = job_of(jid)
+    if job is None:
+        return []
+    if job.array_id == jid:
+        return tasks_of(jid) or [job]
+    return [job]

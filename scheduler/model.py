@@ -55,6 +55,10 @@ class Attempt:
     dispatch_time: float | None = None   # when the scheduler admitted it
 
 
+# The kinds of `-d` (Job.deps), as SLURM names them: parsed in jobspec.py, judged in policy/depend.py.
+DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany", "singleton")
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     id: int
@@ -95,6 +99,7 @@ class Job:
     retry_on: tuple[int, ...] = ()        # --retry-on CODES
     requeue_on_timeout: bool = False      # --requeue-on-timeout: a timeout after a checkpoint requeues
     export: str = "NONE"                  # --export: "ALL" (the submitter's environment) or "NONE" (a clean one)
+    umask: int = 0o022                    # the submitter's umask at submit: the job's, and its log files' (SLURM)
     env: tuple[tuple[str, str], ...] = () # the variables captured at submit (all of them with ALL, else those named)
     # -- changed by the scheduler --
     state: str = states.PENDING
@@ -111,6 +116,7 @@ class Job:
     preempted_for: int | None = None      # while PR: the job its resources are drained for
     preempt_time: float | None = None     # while PR: when the preempt control was sent
     borrowed: bool = False                # the running attempt uses GPUs lent by other accounts
+    earmark: str = ""                     # while PD after preempting: the node whose room is kept for it
     node: str = ""
     gpu_uuids: tuple[str, ...] = ()
     start_time: float | None = None
@@ -167,6 +173,5 @@ class Snapshot:
     nodes: tuple[Node, ...]
     jobs: tuple[Job, ...]                      # active jobs: pending and on a node
     spent: tuple[tuple[str, int], ...] = ()    # (budget, micro) settled charges
-    version: int = 0
     usage: tuple[tuple[str, float], ...] = ()  # (account, decayed fair-share usage), see fairshare.py
     ended: tuple[tuple[int, str], ...] = ()    # (id, state) of ended jobs that pending jobs depend on

@@ -43,10 +43,12 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """The job stays pending for exactly this reason; `detail` gives the numbers."""
+    """The job stays pending for exactly this reason; `detail` gives the numbers. `earmark`: the node
+    whose room is kept for the job while it waits for its victims (PreemptingFor); "" gives it up."""
     job_id: int
     reason: str
     detail: str
+    earmark: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,3 @@ class Plan:
     pending: tuple[Pending, ...] = ()
     preempts: tuple[Preempt, ...] = ()
     starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
-
-    def is_noop(self) -> bool:
-        return not self.places and not self.expires and not self.preempts

@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.harness import start_munged, start_redis  # noqa: E402  (needs ROOT on sys.path)
+from tests.harness import E2E, SECRET, start_munged, start_redis  # noqa: E402  (needs ROOT on sys.path)
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +66,19 @@ def rq_conn(redis_server):
     c = conn.connect_raw(redis_server.url)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="module")
+def stack():
+    """One E2E stack per module whose daemons hold a variable (SECRET) no job may see."""
+    # The daemons inherit this variable; no job may see it.
+    os.environ["LABQ_TEST_DAEMON_SECRET"] = SECRET
+    try:
+        e = E2E()
+    finally:
+        del os.environ["LABQ_TEST_DAEMON_SECRET"]
+    yield e
+    e.close()
 
 
 @pytest.fixture(autouse=True)

@@ -367,3 +367,22 @@ class E2E:
         self.stack.stop_all()
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- a researcher's shell against an E2E stack (fixture: stack, in conftest.py) ----------------
+VENV_BIN = os.path.dirname(sys.executable)     # the test's own venv: it has `python`, /usr/bin has not
+SECRET = "daemon-only-secret-7f3a"
+
+
+def user_env(e, **extra) -> dict:
+    """A researcher's shell inside a venv: the venv first on PATH, no daemon variables."""
+    env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "VIRTUAL_ENV": os.path.dirname(VENV_BIN),
+           "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "LABQ_REDIS_URL": e.stack.url,
+           "PYTHONPATH": ROOT}
+    env.update(extra)
+    return env
+
+
+def labq(e, *args, env):
+    cmd = [sys.executable, "-m", "labq.cli.main", "--config", e.cfg_path, *args]
+    return subprocess.run(cmd, env=env, cwd=e.work, capture_output=True, text=True, timeout=120)

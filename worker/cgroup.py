@@ -1,5 +1,5 @@
 """One cgroup v2 per job: its memory limit, OOM evidence, exact CPU and peak memory, and a kill
-that reaches every process it ever forked (tech-notes §4.4).
+that reaches every process it ever forked.
 
 Where the job cgroups live (`detect`, run once by the agent at start):
 - under systemd with Delegate=yes, the unit's own cgroup. A cgroup that has controllers enabled for

@@ -1,6 +1,6 @@
 """GPU samples: taken once per node, on their own thread, and accounted per job by its runner.
 
-NVML calls can block for seconds on a sick GPU (tech-notes §3.1), so they never run on the agent's
+NVML calls can block for seconds on a sick GPU, so they never run on the agent's
 main loop (lease, watchdog pings) nor in a runner's watch loop (deadlines, signals). The agent's
 `Monitor` thread samples every GPU once a second and replaces `<spool>/gpu.json` atomically; each
 runner reads that file on its tick and keeps its own job's figures (`Account`). A stalled monitor

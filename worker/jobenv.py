@@ -71,7 +71,7 @@ def labq_vars(job, where: Place) -> dict[str, str]:
         "LABQ_JOB_START_TIME": str(int(where.start)), "LABQ_CHECKPOINT_DIR": where.checkpoint_dir,
         "LABQ_SUBMIT_DIR": job.workdir,
         # so `labq checkpoint` inside the job can reach Redis: where, never the agent's password
-        # (Redis write access is root on every node, tech-notes §1.9)
+        # (Redis write access is root on every node)
         "LABQ_REDIS_URL": where.redis_url, "LABQ_PREFIX": where.prefix,
     }
     if job.time_limit > 0:

@@ -141,11 +141,16 @@ def acting_as(ident: Identity):
 
 
 # -- files -------------------------------------------------------------------------------------
-def _open_log(path: str) -> int:
+def _open_log(path: str, umask: int = 0o022) -> int:
     # O_NONBLOCK: a FIFO planted at the path fails with ENXIO instead of hanging the runner.
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    mode = 0o666 & ~umask        # the submitter's umask, not the runner's (SLURM's behaviour)
     try:
-        fd = os.open(path, flags, 0o644)
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+            os.fchmod(fd, mode)  # os.open's mode passes through the runner's own umask too
+        except FileExistsError:  # a restarted job appends; the file keeps the mode it has
+            fd = os.open(path, flags)
     except OSError as e:
         raise StartError(f"cannot open log file {path}: {e.strerror}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -164,9 +169,9 @@ def open_logs(job: Job, ident: Identity) -> tuple[int, int]:
             os.close(os.open(job.workdir, os.O_RDONLY | os.O_DIRECTORY))
         except OSError as e:
             raise StartError(f"working directory {job.workdir}: {e.strerror}") from None
-        ofd = _open_log(out)
+        ofd = _open_log(out, job.umask)
         try:
-            efd = ofd if err == out else _open_log(err)
+            efd = ofd if err == out else _open_log(err, job.umask)
         except StartError:
             os.close(ofd)
             raise
@@ -248,10 +253,12 @@ def _default_signals():
                 signal.signal(s, h)
 
 
-def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int) -> subprocess.Popen:
-    """Start the command in a new session (its own process group, no controlling terminal)."""
+def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int,
+          umask: int = 0o022) -> subprocess.Popen:
+    """Start the command in a new session (its own process group, no controlling terminal), with
+    the submitter's umask."""
     kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
-              close_fds=True, umask=0o022)
+              close_fds=True, umask=umask)
     if ident.drop:
         argv = ["/bin/bash", "-c", WRAPPER, "labq-job", workdir, *cmd]
         kw.update(cwd="/", user=ident.pw.pw_uid, group=ident.pw.pw_gid, extra_groups=ident.groups)

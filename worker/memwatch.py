@@ -1,7 +1,7 @@
 """Out-of-memory without a memory cgroup: the runner's own limit, and the host's OOM evidence.
 
 The exit code never says OOM by itself: `bash -c 'train.py; true'` exits 0 after the kernel
-SIGKILLed train.py (tech-notes §4.4). So an attempt is `oom` only on evidence:
+SIGKILLed train.py. So an attempt is `oom` only on evidence:
 - its cgroup's memory.events counted an oom_kill (labq.worker.cgroup; the runner reads it);
 - the watchdog here killed it: the tree's RSS went over the limit and PSS confirmed it (RSS alone
   counts shared pages once per process: forked DataLoader workers would look several times bigger);

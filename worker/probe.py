@@ -97,7 +97,7 @@ class FakeBackend:
 
 
 class NvmlBackend:
-    """Real GPUs through NVML (tech-notes §3.2). MIG slices are advertised instead of their parent,
+    """Real GPUs through NVML. MIG slices are advertised instead of their parent,
     because a MIG job gets exactly one slice and its UUID is the CUDA_VISIBLE_DEVICES token.
     A GPU that fails to enumerate is left out (`broken`) instead of making the node a CPU node;
     one that is lost later is reported in its samples (`lost`), never raised."""
@@ -358,54 +358,6 @@ def wait_tree_death(timeout: float, root: int | None = None, interval: float = 0
             return False
         time.sleep(interval)
     return True
-
-
-@dataclass(frozen=True)
-class TreeSample:
-    cpu_s: float        # user+system of live processes plus what they reaped (children_*)
-    rss_bytes: int      # sum over processes (over-counts shared pages; PSS is too costly per second)
-    max_rss_bytes: int  # the largest single process
-    procs: int
-
-
-class TreeSampler:
-    """Samples a process tree once per call. Keeps psutil.Process objects across calls: they are
-    cheaper than re-reading /proc and guard against pid reuse (create_time)."""
-
-    def __init__(self, pid: int | None = None, include_root: bool = False):
-        self.pid, self.include_root = pid if pid is not None else os.getpid(), include_root
-        self._known: dict[int, psutil.Process] = {}
-
-    def _members(self) -> list:
-        try:
-            root = psutil.Process(self.pid)
-            found = root.children(recursive=True) + ([root] if self.include_root else [])
-        except psutil.Error:
-            return []
-        members = []
-        for p in found:
-            known = self._known.get(p.pid)
-            members.append(known if known is not None and known.is_running() else p)
-        self._known = {p.pid: p for p in members}
-        return members
-
-    def sample(self) -> TreeSample:
-        cpu, rss, top, n = 0.0, 0, 0, 0
-        for p in self._members():
-            try:
-                with p.oneshot():
-                    if p.status() == psutil.STATUS_ZOMBIE:
-                        continue
-                    t, m = p.cpu_times(), p.memory_info().rss
-            except psutil.Error:
-                continue
-            cpu += t.user + t.system + t.children_user + t.children_system
-            rss, top, n = rss + m, max(top, m), n + 1
-        return TreeSample(cpu, rss, top, n)
-
-
-def sample_tree(pid: int, include_root: bool = True) -> TreeSample:
-    return TreeSampler(pid, include_root).sample()
 
 
 def wait_gone(pids: list[int], timeout: float, interval: float = 0.05) -> bool:

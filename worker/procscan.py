@@ -1,4 +1,4 @@
-"""A job's processes and what they use, every second, for little CPU (tech-notes §4.3).
+"""A job's processes and what they use, every second, for little CPU.
 
 psutil's `children(recursive=True)` reads /proc/<pid>/stat of every process on the machine on
 each call (28 ms at 425 pids). `ProcTable` lists /proc instead and reads the stat only of pids it

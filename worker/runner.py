@@ -194,7 +194,7 @@ class Run:
                 if self.mem_limit > 0:
                     self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
         try:
-            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd)
+            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask)
         finally:
             if self.cg is not None:
                 self.cg.leave()

@@ -105,45 +105,59 @@ class Placer:
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
         return taken
 
-    def hold(self, spot: Free, job: Job) -> None:
+    def hold(self, spot: Free, job: Job) -> tuple:
         """Set aside for a preemptor whatever part of its request the node has free now, so that the
-        room its victims leave is not short by what others took meanwhile."""
+        room its victims leave is not short by what others took meanwhile. Returns what was held."""
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         keep = spot.matching(job)[:job.gpus]
+        held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem))
         spot.gpus = [g for g in spot.gpus if g not in keep]
-        spot.cpus -= min(spot.cpus, job.cpus)
-        spot.mem -= min(spot.mem, job.mem)
+        spot.cpus -= held[1]
+        spot.mem -= held[2]
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        return held
+
+    def unhold(self, spot: Free, held: tuple) -> None:
+        """Give back what `hold` set aside (the preemptor's turn has come: it may take it now)."""
+        bucket = self.buckets[len(spot.gpus)]
+        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+        gpus, cpus, mem = held
+        spot.gpus = sorted(spot.gpus + list(gpus), key=lambda g: g.index)
+        spot.cpus += cpus
+        spot.mem += mem
+        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        # Room came back: requests that failed before may fit now.
+        self.failed = []
 
     def find(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """(spot, roomy): the best node that has room for the job and `accept`s it, and whether any
         node had room. A request that found no room is remembered, so that larger ones skip the scan."""
-        shape = _shape(job)
-        if any(_covers(f, shape) for f in self.failed):
+        req = shape(job)
+        if any(covers(f, req) for f in self.failed):
             return None, False
         spot, roomy = self.best_fit(job, accept)
         if not roomy:
-            self.failed = [f for f in self.failed if not _covers(shape, f)] + [shape]
+            self.failed = [f for f in self.failed if not covers(req, f)] + [req]
         return spot, roomy
 
     def fits_unchanged(self, job: Job) -> bool:
         """Whether the job fits, for a Placer whose capacity is never taken: then a request no larger
         than one that fitted (and no more specific about the model) fits too."""
-        shape = _shape(job)
-        if any(_covers(shape, h) for h in self.held):
+        req = shape(job)
+        if any(covers(req, h) for h in self.held):
             return True
         if self.find(job)[0] is None:
             return False
-        self.held = [h for h in self.held if not _covers(h, shape)] + [shape]
+        self.held = [h for h in self.held if not covers(h, req)] + [req]
         return True
 
 
-def _shape(job: Job) -> tuple[int, str, int, int]:
+def shape(job: Job) -> tuple[int, str, int, int]:
     return (job.gpus, job.gpu_type, job.cpus, job.mem)
 
 
-def _covers(small, big) -> bool:
+def covers(small, big) -> bool:
     """Whether request `big` is at least as hard to place as `small`: no smaller anywhere, and asking
     for a GPU model whenever `small` does (an untyped request can use any model)."""
     g, model, c, m = small

@@ -12,8 +12,6 @@ ever say it succeeded. Pure: no Redis, no clock.
 from .. import states
 from ..model import Job, Snapshot
 
-KINDS = ("afterok", "afternotok", "afterany", "singleton")
-
 
 def satisfied(kind: str, state: str) -> bool | None:
     """True when a target in `state` satisfies `kind`, False when it never will, None while it may."""

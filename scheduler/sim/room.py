@@ -7,19 +7,9 @@ plan() never places a job that fails it, so "no pending request fits any node" m
 from collections import Counter
 
 from ..model import Job, Node
+from ..policy.capacity import covers, shape
 
-Shape = tuple  # (gpus, gpu_type, cpus, mem)
-
-
-def shape(job: Job) -> Shape:
-    return (job.gpus, job.gpu_type, job.cpus, job.mem)
-
-
-def covers(small: Shape, big: Shape) -> bool:
-    """Whether `big` is at least as hard to place as `small` (capacity._covers)."""
-    g, model, c, m = small
-    bg, bmodel, bc, bm = big
-    return bg >= g and bc >= c and bm >= m and (not model or model == bmodel)
+__all__ = ["Room", "Shapes", "covers", "shape"]
 
 
 class Room:

@@ -7,9 +7,8 @@ import json
 import time
 
 from ..model import Gpu, Job
-from . import codec
 from .keys import Keys
-from .reads import Specs
+from .reads import load_job
 
 
 class AgentStore:
@@ -49,8 +48,7 @@ class AgentStore:
 
     # -- attempts ------------------------------------------------------------------------------
     def job(self, jid: int) -> Job | None:
-        raw = self.r.get(self.k.job(jid))
-        return codec.loads(raw, Specs(self.r, self.k)) if raw else None
+        return load_job(self.r, self.k, jid)
 
     def claim(self, jid: int, attempt: int, node: str, pid: int) -> bool:
         """First runner to claim an attempt wins: a re-delivered RQ job never runs a command twice."""

@@ -126,10 +126,6 @@ class Keys:
     def leader(self) -> str:                  # STRING (S) with PX TTL: the active scheduler's id
         return f"{self.p}:leader"
 
-    @property
-    def stats(self) -> str:                   # HASH (S): cycle time, queue depth, admits (labq diag)
-        return f"{self.p}:stats"
-
 
 GROUP = "scheduler"   # consumer group on every inbox and on the events stream
 # One fixed consumer name: only the leader reads, and a restarted leader must see the entries its

@@ -6,18 +6,28 @@ from . import codec
 from .keys import Keys
 
 
+def load_jobs(r, k: Keys, ids, chunk: int = 1000) -> list[Job]:
+    """The job records of `ids` that exist, in order: the one job reader of the client, the
+    scheduler and the agent (one MGET per `chunk` ids)."""
+    out = []
+    ids = list(ids)
+    specs = Specs(r, k)
+    for i in range(0, len(ids), chunk):
+        out += [codec.loads(raw, specs) for raw in r.mget([k.job(int(j)) for j in ids[i:i + chunk]]) if raw]
+    return out
+
+
+def load_job(r, k: Keys, jid: int) -> Job | None:
+    raw = r.get(k.job(jid))
+    return codec.loads(raw, Specs(r, k)) if raw else None
+
+
 class Reader:
     def __init__(self, r, keys: Keys):
         self.r, self.k = r, keys
 
     def jobs(self, ids) -> list[Job]:
-        out = []
-        ids = list(ids)
-        specs = Specs(self.r, self.k)
-        for i in range(0, len(ids), 2000):
-            out += [codec.loads(raw, specs) for raw in self.r.mget([self.k.job(int(j)) for j in ids[i:i + 2000]])
-                    if raw]
-        return out
+        return load_jobs(self.r, self.k, ids)
 
     def active(self) -> list[Job]:
         return self.jobs(self.r.zrange(self.k.active, 0, -1))
@@ -26,8 +36,7 @@ class Reader:
         return self.jobs(self.r.zrangebyscore(self.k.history, since, "+inf" if until == float("inf") else until))
 
     def job(self, jid: int) -> Job | None:
-        raw = self.r.get(self.k.job(jid))
-        return codec.loads(raw, Specs(self.r, self.k)) if raw else None
+        return load_job(self.r, self.k, jid)
 
     def spent(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}

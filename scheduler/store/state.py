@@ -10,9 +10,8 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
-from . import codec
 from .keys import CONSUMER, GROUP, Keys
-from .reads import Specs
+from .reads import load_job, load_jobs
 
 
 class SchedulerStore:
@@ -66,15 +65,17 @@ class SchedulerStore:
 
     # -- loading -------------------------------------------------------------------------------
     def active_jobs(self) -> dict[int, Job]:
-        ids = self.r.zrange(self.k.active, 0, -1)
-        jobs = {}
-        specs = Specs(self.r, self.k)
-        for chunk in _chunks(ids, 1000):
-            for raw in self.r.mget([self.k.job(int(i)) for i in chunk]):
-                if raw:
-                    j = codec.loads(raw, specs)
-                    jobs[j.id] = j
-        return jobs
+        return {j.id: j for j in load_jobs(self.r, self.k, self.r.zrange(self.k.active, 0, -1))}
+
+    def job(self, jid: int) -> Job | None:
+        """One job record (an ended job, which the scheduler does not keep in memory)."""
+        return load_job(self.r, self.k, jid)
+
+    def jobs(self, ids) -> list[Job]:
+        return load_jobs(self.r, self.k, ids)
+
+    def job_seq(self) -> int:
+        return int(self.r.get(self.k.seq) or 0)
 
     def nodes(self, now: float) -> tuple[Node, ...]:
         names = sorted(self.r.smembers(self.k.nodes))
@@ -123,12 +124,13 @@ class SchedulerStore:
     def charged(self, key: str) -> bool:
         return bool(self.r.sismember(self.k.ledger_keys, key))
 
-    def attempt_heartbeats(self, attempts) -> list[float | None]:
-        """The runner's last heartbeat of each (job, attempt), None where no runner has claimed it yet."""
+    def attempt_heartbeats(self, attempts) -> list[tuple[float | None, float | None]]:
+        """(last heartbeat, newest checkpoint file the runner saw) of each (job, attempt); None where
+        no runner has claimed it yet, or no checkpoint was written."""
         p = self.r.pipeline(transaction=False)
         for jid, n in attempts:
-            p.hget(self.k.attempt(jid, n), "hb")
-        return [float(v) if v is not None else None for v in p.execute()]
+            p.hmget(self.k.attempt(jid, n), ["hb", "ckpt"])
+        return [(_float(hb), _float(ckpt)) for hb, ckpt in p.execute()]
 
     # -- durability (scheduler/durability.py) -------------------------------------------------
     def aof_enabled(self) -> bool | None:
@@ -214,6 +216,17 @@ class SchedulerStore:
         got = self.r.xpending_range(stream, GROUP, min=eids[0], max=eids[-1], count=len(eids) + 1000)
         return {e["message_id"]: e["times_delivered"] for e in got}
 
+    def replies_done(self, rids: list[str]) -> list:
+        """The kept reply of each request id already answered (None where not): one MGET per batch."""
+        return self.r.mget([self.k.done(r) for r in rids]) if rids else []
+
+    def dead_letters(self) -> int:
+        """Entries in the dead-letter stream (labq admin dead; the metrics gauge)."""
+        return self.r.xlen(self.k.dead)
+
+    def ack(self, p, stream: str, *eids: str) -> None:
+        p.xack(stream, GROUP, *eids)
+
     def claim_credential(self, key: str, entry: str, ttl: float):
         """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
         claimed it before a restart) or None (another entry did: a replay)."""
@@ -221,14 +234,10 @@ class SchedulerStore:
             return "new"
         return "same" if self.r.get(self.k.credential(key)) == entry else None
 
-    def dead_letters(self) -> int:
-        """Entries in the dead-letter stream (labq admin dead; the metrics gauge)."""
-        return self.r.xlen(self.k.dead)
 
-    def ack(self, p, stream: str, eid: str) -> None:
-        p.xack(stream, GROUP, eid)
+def _float(v) -> float | None:
+    try:
+        return float(v) if v else None
+    except ValueError:
+        return None
 
-
-def _chunks(seq, n):
-    for i in range(0, len(seq), n):
-        yield seq[i:i + n]

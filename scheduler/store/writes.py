@@ -4,7 +4,6 @@ import time
 
 from .. import states
 from ..ledger import spent_field
-from ..model import Job
 from . import codec
 from .keys import Keys
 
@@ -12,21 +11,12 @@ REPLY_TTL = 600
 DONE_TTL = 86400
 
 
-def put_job(p, k: Keys, job: Job) -> None:
-    put_jobs(p, k, [job])
-
-
-def put_jobs(p, k: Keys, jobs, fresh=()) -> None:
+def put_jobs(p, k: Keys, jobs) -> None:
     """Job records and the active/history indexes, one ZADD/ZREM per index for the lot (a
-    100,000-task array is 100,000 SETs and three index commands, not 300,000 commands). The
-    shared spec of an array is written with its first tasks (`fresh`: ids not written before)."""
-    active, ended, stale = {}, {}, []
-    specs = set()
+    100,000-task array is 100,000 SETs and three index commands, not 300,000 commands)."""
+    active, ended, stale, records = {}, {}, [], {}
     for job in jobs:
-        if job.id in fresh and job.array_id not in specs and codec.shares_spec(job):
-            specs.add(job.array_id)
-            p.set(k.spec(job.array_id), codec.spec(job))
-        p.set(k.job(job.id), codec.dumps(job))
+        records[k.job(job.id)] = codec.dumps(job)
         if job.state in states.ACTIVE:
             active[str(job.id)] = job.id
             if job.state == states.PENDING and job.attempts:
@@ -36,6 +26,8 @@ def put_jobs(p, k: Keys, jobs, fresh=()) -> None:
         else:
             ended[str(job.id)] = job.end_time or time.time()
             stale.append(k.control(job.id))
+    if records:   # one MSET: a command per record cost more to pack and parse than to run
+        p.mset(records)
     if active:
         p.zadd(k.active, active)
     if ended:
@@ -99,3 +91,53 @@ def put_dead(p, k: Keys, source: str, eid: str, fields: dict, reason: str, now: 
     entry = json.dumps({str(f)[:64]: str(v)[:DEAD_ENTRY_CHARS] for f, v in list((fields or {}).items())[:32]})
     p.xadd(k.dead, {"source": source, "id": eid, "reason": reason[:1000], "entry": entry[:DEAD_ENTRY_CHARS],
                     "ts": now}, maxlen=DEAD_MAXLEN, approximate=True)
+
+
+CHUNK_BYTES = 4 << 20
+PREWRITE_MIN = 1000      # new jobs in one change from which their records are written ahead
+
+
+def put_specs(p, k: Keys, new) -> None:
+    """The shared spec (script, argv) of each array among the jobs a change creates, written once:
+    its tasks' records refer to it (codec.shares_spec) and are indexed in the same transaction."""
+    seen = set()
+    for job in new:
+        if job.array_id not in seen and codec.shares_spec(job):
+            seen.add(job.array_id)
+            p.set(k.spec(job.array_id), codec.spec(job))
+
+
+def put_new_jobs(r, k: Keys, jobs) -> set[int]:
+    """Records of jobs created by a big change, written ahead of its transaction in pipelines of at
+    most CHUNK_BYTES, so that a 100,000-task array never sits in memory as one ~240 MB MULTI. A
+    record is invisible until `index_jobs` adds its id to the active index in the transaction; a crash
+    in between leaves unindexed records under ids the sequence never hands out again. Returns the
+    ids written (none for a small change, which goes into the transaction whole)."""
+    if len(jobs) < PREWRITE_MIN:
+        return set()
+    # Each chunk is one MSET in a MULTI/EXEC: Redis fsyncs a transaction once, while a plain
+    # pipeline of the same commands is fsynced at every read of its socket.
+    done, records, size = set(), {}, 0
+    for job in jobs:
+        text = records[k.job(job.id)] = codec.dumps(job)
+        done.add(job.id)
+        size += len(text) + 32
+        if size >= CHUNK_BYTES:
+            _mset(r, records)
+            records, size = {}, 0
+    if records:
+        _mset(r, records)
+    return done
+
+
+def _mset(r, records: dict) -> None:
+    with r.pipeline() as p:
+        p.mset(records)
+        p.execute()
+
+
+def index_jobs(p, k: Keys, jobs) -> None:
+    """The active index of jobs whose records `put_new_jobs` wrote ahead, in chunks of one ZADD."""
+    ids = [j.id for j in jobs if j.state in states.ACTIVE]
+    for i in range(0, len(ids), 10_000):
+        p.zadd(k.active, {str(x): x for x in ids[i:i + 10_000]})

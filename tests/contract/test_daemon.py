@@ -59,7 +59,7 @@ def test_refusals_and_bad_requests_change_nothing(conns):
     r.xadd(K.inbox("alice"), {"rid": "junk", "op": "submit", "body": "{not json"})
     s.tick(time.time(), woke(r))
     assert reply(r, "big")["code"] == 3 and "4 GPUs" in reply(r, "big")["error"]
-    assert reply(r, "costly")["code"] == 3 and "$160.00" in reply(r, "costly")["error"]
+    assert reply(r, "costly")["code"] == 3 and "$160.07" in reply(r, "costly")["error"]
     assert reply(r, "bad")["code"] == 2 and "cpus" in reply(r, "bad")["error"]
     assert reply(r, "junk")["code"] == 2
     assert r.zcard(K.active) == 0 and not r.exists(K.seq)

@@ -86,7 +86,7 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_the_cpu_form_of_a_cluster():
-    from labq.cli.plan import parse_nodes
+    from labq.cli.whatif import parse_nodes
     from labq.cli.simulate import cluster
     (one,) = cluster(None, None, "100")
     assert (one.cpus, one.slots, len(one.gpus)) == (100, 100, 0)

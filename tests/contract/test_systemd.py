@@ -1,6 +1,6 @@
 """The systemd units in systemd/ pass `systemd-analyze verify` with no output at all.
 
-tech-notes §5.4: a bad value or unknown key only prints "…, ignoring" on stderr with exit code 0,
+systemd: a bad value or unknown key only prints "…, ignoring" on stderr with exit code 0,
 so the check fails on ANY output, not just on a non-zero exit. verify also needs ExecStart's binary
 to exist and be executable on this machine, so each unit is copied to a temporary directory with
 /usr/local/bin/labq replaced by the real `labq` (or `python -m labq.cli.main` when labq is not installed
@@ -146,7 +146,7 @@ def test_worker_unit_signal_and_cgroup_semantics():
     assert s["Delegate"] == ["yes"]
     assert s["OOMPolicy"] == ["continue"]
     assert _seconds(s["TimeoutStopSec"][0]) >= 300, "must exceed QoS grace + kill_wait"
-    # Options that break jobs (tech-notes §5.3) must not appear in the worker unit.
+    # Options that break jobs must not appear in the worker unit.
     for bad in ("PrivateDevices", "ProtectHome", "PrivateTmp", "MemoryDenyWriteExecute", "SystemCallFilter",
                 "RestrictNamespaces", "RestrictAddressFamilies", "ProtectControlGroups", "DevicePolicy"):
         assert bad not in s, bad

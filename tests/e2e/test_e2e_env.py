@@ -7,45 +7,12 @@ One stack for the module (real redis-server, scheduler and worker processes); th
 user would run it, with an environment of the test's choosing.
 """
 import os
-import subprocess
-import sys
 
-import pytest
 
 from labq.scheduler import logpath, states
-from tests.harness import E2E, E2E_MARKS, ROOT
+from tests.harness import E2E_MARKS, ROOT, SECRET, VENV_BIN, labq, user_env
 
 pytestmark = E2E_MARKS  # the same markers and skip as test_e2e
-
-VENV_BIN = os.path.dirname(sys.executable)     # the test's own venv: it has `python`, /usr/bin has not
-SECRET = "daemon-only-secret-7f3a"
-
-
-@pytest.fixture(scope="module")
-def stack():
-    # The daemons inherit this variable; no job may see it.
-    os.environ["LABQ_TEST_DAEMON_SECRET"] = SECRET
-    try:
-        e = E2E()
-    finally:
-        del os.environ["LABQ_TEST_DAEMON_SECRET"]
-    yield e
-    e.close()
-
-
-def user_env(e, **extra) -> dict:
-    """A researcher's shell inside a venv: the venv first on PATH, no daemon variables."""
-    env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "VIRTUAL_ENV": os.path.dirname(VENV_BIN),
-           "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "LABQ_REDIS_URL": e.stack.url,
-           "PYTHONPATH": ROOT}
-    env.update(extra)
-    return env
-
-
-def labq(e, *args, env):
-    cmd = [sys.executable, "-m", "labq.cli.main", "--config", e.cfg_path, *args]
-    return subprocess.run(cmd, env=env, cwd=e.work, capture_output=True, text=True, timeout=120)
-
 
 def run(e, *args, env) -> str:
     """Submit, wait for the end, return the job's output."""

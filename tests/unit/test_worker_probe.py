@@ -10,7 +10,7 @@ import types
 import pytest
 
 from labq.scheduler.model import Gpu
-from labq.worker import probe
+from labq.worker import probe, procscan
 from tests.harness import ROOT, wait_for
 
 
@@ -161,11 +161,13 @@ def test_sample_tree_of_a_busy_child():
     code = "import time\nx = bytearray(64 << 20)\nt = time.time()\nwhile time.time() - t < 30: pass"
     p = subprocess.Popen([sys.executable, "-c", code])
     try:
+        # procscan is the one process-tree sampler (the runner's): the child with its descendants
         s = wait_for(lambda: (lambda t: t if t.cpu_s > 0.3 and t.max_rss_bytes > 60 << 20 else None)(
-            probe.sample_tree(p.pid)), timeout=30, what="CPU time and RSS of the busy child")
+            procscan.stats([p.pid, *procscan.ProcTable(root=p.pid).pids()])), timeout=30,
+            what="CPU time and RSS of the busy child")
         assert s.procs == 1 and s.rss_bytes >= s.max_rss_bytes
-        sampler = probe.TreeSampler(os.getpid())      # ourselves, excluding the root: the child
-        assert sampler.sample().cpu_s >= s.cpu_s * 0.9
+        table = procscan.ProcTable()                  # ourselves, excluding the root: the child
+        assert procscan.stats(table.pids(), table).cpu_s >= s.cpu_s * 0.9
     finally:
         p.kill()
         p.wait()

@@ -1,0 +1,118 @@
+"""How fast the scheduler drains its inboxes: N submit requests are queued first (XADD straight into
+the users' inboxes, as clients would leave them), then the scheduler's ticks are timed until every
+one is answered. Redis runs with appendonly + appendfsync always, like the stack, so each
+transaction costs an fsync. Also: one 10,000-task array request, from read to reply.
+
+The scheduler runs in this process (no daemon loop, no wake-up latency): what is timed is the
+intake, the handlers and the commits. Jobs go to the account `parked` (max_running = 0), so the plan
+admits nothing and writes nothing.
+
+    .venv/bin/python bench/drain_bench.py [N]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import redis
+
+from labq.scheduler import config
+from labq.scheduler.daemon import Scheduler, tune_gc
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+
+CFG = """
+[scheduler]
+max_pending = 1000000
+max_pending_per_user = 1000000
+[accounts.parked]
+users = [{users}]
+max_running = 0
+"""
+USERS = [f"u{i}" for i in range(8)]
+BODY = {"argv": ["true"], "workdir": "/tmp", "cpus": 1, "mem": 1 << 20, "time_limit": 60, "account": "parked"}
+
+
+class Redis:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="labq-drain-", dir="/tmp")
+        self.sock = os.path.join(self.dir, "r.sock")
+        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.proc = subprocess.Popen([exe, "--port", "0", "--unixsocket", self.sock, "--dir", self.dir, "--save", "",
+                                      "--appendonly", "yes", "--appendfsync", "always"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.monotonic() + 20
+        while True:
+            try:
+                redis.Redis(unix_socket_path=self.sock).ping()
+                return
+            except (redis.ConnectionError, FileNotFoundError):
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.02)
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def scheduler(sock: str) -> Scheduler:
+    r = redis.Redis(unix_socket_path=sock, decode_responses=True)
+    raw = redis.Redis(unix_socket_path=sock)
+    AgentStore(r, Keys()).register("n1", 64, 256 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(8)],
+                                   "h", 1, 3600)
+    cfg = config.loads(CFG.format(users=", ".join(f'"{u}"' for u in USERS)))
+    s = Scheduler(r, raw, cfg, me="bench")
+    for u in USERS:
+        s.store.ensure_group(s.k.inbox(u))
+        r.sadd(s.k.inboxes, u)
+    s.tick(time.time())
+    return s
+
+
+def queue(r, k: Keys, n: int, body=BODY, tag="r") -> list[str]:
+    rids = [f"{tag}{i}" for i in range(n)]
+    text = json.dumps(body)
+    p = r.pipeline(transaction=False)
+    for i, rid in enumerate(rids):
+        p.xadd(k.inbox(USERS[i % len(USERS)]), {"rid": rid, "op": "submit", "body": text})
+        if i % 1000 == 999:
+            p.execute()
+    p.execute()
+    return rids
+
+
+def drain(n: int) -> dict:
+    rs = Redis()
+    try:
+        s = scheduler(rs.sock)
+        tune_gc()
+        rids = queue(s.store.r, s.k, n)
+        t0 = time.perf_counter()
+        ticks = 0
+        while not s.store.r.exists(s.k.reply(rids[-1])):
+            s.tick(time.time())
+            ticks += 1
+        dt = time.perf_counter() - t0
+        rate = n / dt
+        s.last_plan = time.time()   # the array is timed from read to reply, not the plan after it
+        rid = queue(s.store.r, s.k, 1, {**BODY, "array": [1, 10_000, 1]}, tag="arr")[0]
+        t0 = time.perf_counter()
+        while not s.store.r.exists(s.k.reply(rid)):
+            s.tick(time.time())
+        arr = time.perf_counter() - t0
+        return {"requests": n, "seconds": dt, "rate": rate, "ticks": ticks, "array10k_s": arr}
+    finally:
+        rs.close()
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    r = drain(n)
+    print(f"{r['requests']} requests drained in {r['seconds']:.3f} s over {r['ticks']} ticks: "
+          f"{r['rate']:,.0f} requests/s; 10,000-task array {r['array10k_s'] * 1000:.0f} ms")

@@ -1,0 +1,169 @@
+"""The scheduler's writes: each change is staged into the open batch and the batch is written as one
+fenced transaction (group commit, see batch.py). A mixin of `Scheduler`, which holds the state."""
+import ctypes
+import gc
+import time
+
+from . import fairshare, states
+from .batch import Batch
+from .errors import StalePlanError
+from .model import Job
+from .store import writes
+
+BIG_COMMIT = 5000
+
+
+def release_memory() -> None:
+    """After a big commit, hand the freed arenas back to the system (glibc keeps them otherwise)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class Committer:
+    # -- writing -------------------------------------------------------------------------------
+    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
+               books=None, dead=None) -> None:
+        """Stage one change: the in-memory view takes it now; Redis gets it with the open batch
+        (`flush`), or at once when no batch is open."""
+        solo = self.batch is None
+        if solo:
+            self.batch = Batch(usage=self.usage)
+        try:
+            self._stage(jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead)
+        finally:
+            if solo:
+                self.flush()
+
+    def _stage(self, jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead=None) -> None:
+        b = self.batch
+        now = max(self.now, self.clock())
+        charges = [c for c in charges if c.key not in b.charged and not self.store.charged(c.key)]
+        usage = self._usage_after(jobs, now)
+        # Everything that could raise is done: from here on the change is staged whole or not at all.
+        for j in jobs:
+            if j.id not in self.jobs and j.id not in b.jobs:
+                b.new.add(j.id)
+            b.jobs[j.id] = j
+            self._put(j)
+        b.charges += charges
+        b.charged.update(c.key for c in charges)
+        b.controls += controls
+        b.dispatch += dispatch
+        b.nodes += nodes
+        b.alerts += alerts
+        if books:
+            b.books.append(books)
+        if reply is not None:
+            b.replies.append(reply)
+        if ack is not None:
+            b.acks.append(ack)
+        if dead is not None:
+            b.dead.append(dead)
+        self.usage = usage
+
+    def next_ids(self, n: int) -> int:
+        """The first of `n` new consecutive job ids. The leader hands ids out from memory and writes
+        the sequence with the batch (an INCRBY per submit was an fsync per submit). A big array's
+        records are written ahead of the transaction (writes.put_new_jobs), so its ids are taken
+        from Redis at once: a deposed leader that does not know it yet then gets ids no one else
+        holds, or finds the sequence moved and stops."""
+        first = self.seq + 1
+        if n >= writes.PREWRITE_MIN:
+            got = self.store.r.incrby(self.k.seq, self.seq - self.seq_written + n)
+            if got != self.seq + n:
+                raise StalePlanError("the job id sequence moved under this scheduler")
+            self.seq_written = got
+        self.seq += n
+        return first
+
+    def _put(self, j: Job) -> None:
+        old = self.jobs.get(j.id)
+        if j.state in states.ACTIVE:
+            self.jobs[j.id] = j
+            self.tally.replace(old, j)
+        elif old is not None:
+            del self.jobs[j.id]
+            self.tally.replace(old, None)
+
+    def flush(self) -> None:
+        """Write everything staged since the batch began in one fenced transaction."""
+        b, self.batch = self.batch, None
+        if not b:
+            return
+        now = max(self.now, self.clock())
+        # A big change (a 100,000-task array) takes seconds to build and send; the lease must
+        # outlive it, or the commit would be refused and the same request redone forever.
+        if b.size() >= 1000 or time.monotonic() - self.renewed > self.lease_s / 3:
+            if not self._renew(self.lease_s + b.size() * 1e-4):
+                raise StalePlanError("lost the leader lease while working")
+        new = [b.jobs[i] for i in sorted(b.new) if b.jobs[i].state in states.ACTIVE]
+        fresh = writes.put_new_jobs(self.store.r, self.k, new) if new else set()
+        usage0 = b.usage if b.usage is not None else {}
+
+        seq = self.seq if self.seq > self.seq_written else None
+
+        def build(p):
+            if seq is not None:
+                p.set(self.k.seq, seq)
+            writes.put_jobs(p, self.k, [j for j in b.jobs.values() if j.id not in fresh])
+            writes.index_jobs(p, self.k, [b.jobs[i] for i in sorted(fresh)])
+            writes.put_specs(p, self.k, new)
+            for acct in [a for a in self.usage if self.usage[a] != usage0.get(a)]:
+                writes.put_usage(p, self.k, acct, *self.usage[acct])
+            for c in b.charges:
+                writes.put_charge(p, self.k, c, now, self.books.period(c.budget, now))
+            for key in b.charged:
+                writes.mark_charged(p, self.k, key)
+            for jid, value in b.controls:
+                p.set(self.k.control(jid), value, ex=7 * 86400)
+            for a in b.alerts:
+                p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
+            for books in b.books:
+                writes.put_books(p, self.k, books, now)
+            for j in b.dispatch:
+                self.dispatch.enqueue(p, j)
+            for name, admin in b.nodes:
+                if admin:
+                    p.set(self.k.node_admin(name), admin)
+                else:
+                    p.delete(self.k.node_admin(name))
+            for reply in b.replies:
+                writes.put_reply(p, self.k, *reply)
+            for d in b.dead:
+                writes.put_dead(p, self.k, *d, now)
+            by_stream: dict = {}
+            for stream, eid in b.acks:
+                by_stream.setdefault(stream, []).append(eid)
+            for stream, eids in by_stream.items():
+                self.store.ack(p, stream, *eids)
+
+        self.store.txn(build)
+        if seq is not None:
+            self.seq_written = seq
+        for books in b.books:
+            self.books.applied(books, now)
+        for a in b.alerts:
+            self.books.hooks.deliver(a)
+            if self.metrics:
+                self.metrics.alert(a)
+        if b.size() >= BIG_COMMIT:
+            release_memory()
+
+    def _usage_after(self, ended, now: float) -> dict:
+        """Fair-share usage with every attempt that ends in this change added (GPU-equivalent
+        seconds, decayed from then on): an attempt counts once, when the record first shows its end."""
+        usage = self.usage
+        half = self.cfg.priority["fairshare_half_life"]
+        for j in ended:
+            a, old = j.current, self.jobs.get(j.id)
+            was = old.current if old is not None else None
+            if a is None or a.end_time is None or was is None or was.attempt != a.attempt or was.end_time:
+                continue
+            ran = a.end_time - (a.dispatch_time or a.end_time)
+            if ran > 0:
+                usage = fairshare.add(usage, j.account, fairshare.weight(old) * ran, now, half)
+        return usage
+

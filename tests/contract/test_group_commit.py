@@ -1,0 +1,157 @@
+"""Group commit on a real redis-server: everything read in one batch is one fenced transaction, the
+replies come with it, one failing entry is answered alone while the rest commits, pending counts are
+kept as jobs change, and a big array is written in bounded chunks ahead of its transaction."""
+import json
+from dataclasses import replace
+
+import pytest
+import redis
+
+from labq.scheduler import config, states
+from labq.scheduler.batch import Tally
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.handlers import Handlers
+from labq.scheduler.store import codec
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+from tests.harness import SWEEP_TOML
+
+K = Keys()
+NOW = 1_800_000_000.0
+BODY = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "mem": 1 << 20, "time_limit": 60,
+        "account": "eta", "hold": True}     # held: they stay pending, so the plan writes nothing
+
+
+@pytest.fixture
+def real_conns(redis_server):
+    c = redis_server.client()
+    c.flushall()
+    yield c, redis.Redis(unix_socket_path=redis_server.sock)
+    c.close()
+
+
+def started(r, raw, cfg=None, now=NOW):
+    AgentStore(r, K).register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
+    s = Scheduler(r, raw, cfg or config.loads(SWEEP_TOML), me="s1", clock=lambda: now)
+    s.tick(now)
+    return s
+
+
+def send(r, user, rid, op="submit", body=BODY):
+    r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps(body)})
+    r.sadd(K.inboxes, user)
+
+
+def reply(r, rid):
+    got = r.lrange(K.reply(rid), 0, -1)
+    return json.loads(got[-1]) if got else None
+
+
+def execs(r) -> int:
+    return int(r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+
+def reload_inboxes(s):
+    s.inboxes = s.store.known_inboxes()
+    for u in s.inboxes:
+        s.store.ensure_group(K.inbox(u))
+
+
+def test_one_transaction_for_all_requests_read_together(real_conns):
+    r, raw = real_conns
+    s = started(r, raw)
+    for i in range(40):
+        send(r, "alice" if i % 2 else "bob", f"r{i}")
+    reload_inboxes(s)
+    before = execs(r)
+    s.tick(NOW + 1)
+    # The batch, the lease renewal and the plan: a handful, not one per request.
+    assert execs(r) - before <= 4
+    got = [reply(r, f"r{i}") for i in range(40)]
+    assert all(g and g["ok"] for g in got), got
+    ids = {g["job_id"] for g in got}
+    assert len(ids) == 40
+    assert {int(x) for x in r.zrange(K.active, 0, -1)} == ids
+    assert r.xpending(K.inbox("alice"), "scheduler")["pending"] == 0
+
+
+def test_a_failing_entry_is_answered_alone_and_the_rest_commits(real_conns, monkeypatch):
+    r, raw = real_conns
+    s = started(r, raw)
+    real = Handlers.submit
+
+    def submit(self, user, body, now):
+        if body.get("name") == "poison":
+            raise KeyError("boom")
+        return real(self, user, body, now)
+
+    monkeypatch.setattr(Handlers, "submit", submit)
+    send(r, "alice", "a1")
+    send(r, "alice", "bad", body={**BODY, "name": "poison"})
+    send(r, "alice", "a2")
+    reload_inboxes(s)
+    s.tick(NOW + 1)
+    assert reply(r, "a1")["ok"] and reply(r, "a2")["ok"]
+    bad = reply(r, "bad")
+    assert bad["ok"] is False and "internal error" in bad["error"]
+    assert len(r.zrange(K.active, 0, -1)) == 2
+    assert r.xpending(K.inbox("alice"), "scheduler")["pending"] == 0
+
+
+def test_a_retry_in_the_same_batch_is_answered_not_redone(real_conns):
+    r, raw = real_conns
+    s = started(r, raw)
+    send(r, "alice", "same")
+    send(r, "alice", "same")
+    reload_inboxes(s)
+    s.tick(NOW + 1)
+    assert len(r.lrange(K.reply("same"), 0, -1)) == 2
+    assert len(r.zrange(K.active, 0, -1)) == 1
+
+
+def test_pending_counts_are_kept_across_a_batch(real_conns):
+    r, raw = real_conns
+    cfg = replace(config.loads(SWEEP_TOML), max_pending_per_user=3)
+    s = started(r, raw, cfg)
+    for i in range(5):
+        send(r, "alice", f"p{i}")
+    reload_inboxes(s)
+    s.tick(NOW + 1)
+    oks = [reply(r, f"p{i}")["ok"] for i in range(5)]
+    assert oks == [True, True, True, False, False]
+    assert "max_pending_per_user=3" in reply(r, "p3")["error"]
+    send(r, "alice", "c", op="cancel", body={"ids": [str(reply(r, "p0")["job_id"])]})
+    send(r, "alice", "p5")
+    s.tick(NOW + 2)
+    assert reply(r, "c")["ok"] and reply(r, "p5")["ok"]
+    fresh = Tally(s.jobs.values())
+    assert (s.tally.pending, s.tally.pending_by_user, s.tally.active_by_user) == \
+        (fresh.pending, +fresh.pending_by_user, +fresh.active_by_user)
+
+
+def test_a_big_array_is_written_ahead_in_chunks_and_survives_a_restart(real_conns, monkeypatch):
+    from labq.scheduler.store import writes
+    r, raw = real_conns
+    s = started(r, raw)
+    sizes = []
+    real = writes.put_new_jobs
+
+    def spy(rr, k, jobs):
+        sizes.append(len(jobs))
+        return real(rr, k, jobs)
+
+    monkeypatch.setattr(writes, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(writes, "put_new_jobs", spy)
+    send(r, "alice", "arr", body={**BODY, "array": [0, 2499, 1]})
+    reload_inboxes(s)
+    s.tick(NOW + 1)
+    got = reply(r, "arr")
+    assert got["ok"] and got["count"] == 2500
+    assert sizes == [2500]
+    assert r.zcard(K.active) == 2500
+    j = codec.loads(r.get(K.job(got["last_job_id"])))
+    assert (j.state, j.array_index) == (states.PENDING, 2499)
+    again = Scheduler(r, raw, config.loads(SWEEP_TOML), me="s1", clock=lambda: NOW + 2)
+    again.tick(NOW + 2)
+    assert len(again.jobs) == 2500 and again.tally.pending == 2500
