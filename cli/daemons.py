@@ -46,8 +46,7 @@ def scheduler(ctx, verbose):
     from labq.scheduler.store import schema
     from labq.scheduler.store.keys import Keys
     schema.check(r, Keys(cfg.prefix))
-    rq_conn = conn.connect_raw(url)
-    sched = Scheduler(r, rq_conn, cfg, durable=durability(cfg, r, url))
+    sched = Scheduler(r, cfg=cfg, durable=durability(cfg, r, url))
     if cfg.metrics:
         from labq.scheduler.metrics import Metrics
         try:

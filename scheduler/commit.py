@@ -8,7 +8,7 @@ from . import fairshare, states
 from .batch import Batch
 from .errors import StalePlanError
 from .model import Job
-from .store import writes
+from .store import dispatchq, writes
 
 BIG_COMMIT = 5000
 
@@ -119,12 +119,15 @@ class Committer:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:
                 p.set(self.k.control(jid), value, ex=7 * 86400)
+                node = getattr(b.jobs.get(jid) or self.jobs.get(jid), "node", "")
+                if node:    # wakes the runner's blocking read; the control key stays the truth
+                    dispatchq.wake_runner(p, self.k, node, jid, value)
             for a in b.alerts:
                 p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
             for books in b.books:
                 writes.put_books(p, self.k, books, now)
             for j in b.dispatch:
-                self.dispatch.enqueue(p, j)
+                dispatchq.push(p, self.k, j.current.node, j.id, j.current.attempt)
             for name, admin in b.nodes:
                 if admin:
                     p.set(self.k.node_admin(name), admin)

@@ -14,6 +14,8 @@ from .errors import ConfigError, UsageError
 from .model import Budget
 
 DEFAULT_PATH = "/etc/labq/labq.toml"
+# Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
+QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 # [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
 _SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
@@ -28,6 +30,7 @@ class Qos:
     max_preemptions: int = 3
     rate_factor: float = 1.0
     reserved: int = 0          # GPUs protected for this class and higher: never given to lower ones
+    signal: str = "TERM"       # the checkpoint signal a preempted job gets first (a job's --signal overrides)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ class Config:
     node_lease: float = 30.0
     default_time: int = 24 * 3600
     kill_wait: int = 30
+    start_timeout: float = 60.0    # an attempt no runner claimed by then is withdrawn and requeued uncharged
+    fence_margin: float = 5.0      # after a node's lease is gone, wait this long before requeueing its attempts
     lease: float = 0.0             # the leader lease; 0: max(10s, 3 ticks)
     budget_mode: str = "safe"
     metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
@@ -284,7 +289,7 @@ def _scheduler(t):
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
                                  "max_time_limit", "max_array_size", "max_request_bytes", "state_file",
-                                 "metrics"})
+                                 "metrics", "start_timeout", "fence_margin"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -304,6 +309,12 @@ def _scheduler(t):
     for k, hi in _SCHED_DURS.items():
         if k in t:
             out[k] = _dur(f"scheduler.{k}", t[k], *((hi,) if hi else ()))
+    for k in ("start_timeout", "fence_margin"):
+        if k in t:
+            v = t[k]
+            # Sub-second values help tests; a bare number is seconds.
+            out[k] = float(_num(f"scheduler.{k}", v, lo=0, hi=86400)) if isinstance(v, (int, float)) \
+                else _dur(f"scheduler.{k}", v, hi=86400)
     for k in ("node_lease", "default_time", "max_time_limit"):
         if out.get(k, 1) < 1:
             raise ConfigError(f"scheduler.{k}", "must be at least 1s")
@@ -357,7 +368,10 @@ def _priority(t):
 def _qos(name, t):
     k = f"qos.{name}"
     _check_keys(k, t, {"priority", "preemptible", "grace", "min_runtime", "max_preemptions", "rate_factor",
-                       "reserved"})
+                       "reserved", "signal"})
+    sig = _str(f"{k}.signal", t.get("signal", "TERM")).upper().removeprefix("SIG")
+    if sig not in QOS_SIGNALS:
+        raise ConfigError(f"{k}.signal", f"expected one of {', '.join(sorted(QOS_SIGNALS))}, got {t['signal']!r}")
     return Qos(
         name=name,
         priority=_num(f"{k}.priority", t.get("priority", 0), integer=True),
@@ -367,6 +381,7 @@ def _qos(name, t):
         max_preemptions=_num(f"{k}.max_preemptions", t.get("max_preemptions", 3), lo=0, integer=True),
         rate_factor=float(_num(f"{k}.rate_factor", t.get("rate_factor", 1.0), lo=0)),
         reserved=_num(f"{k}.reserved", t.get("reserved", 0), lo=0, integer=True),
+        signal=sig,
     )
 
 

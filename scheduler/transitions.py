@@ -85,6 +85,21 @@ def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
     return _close(job, cur, "node_failure", end, None, {}, "node lease expired", cfg)
 
 
+def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
+    """An attempt no runner claimed, taken back by the scheduler (dispatch.py): nothing ran, so
+    nothing is charged and no restart is counted. `why` "cancel" ends the job `CA` at once (labq
+    del); "timeout" (not claimed within scheduler.start_timeout) puts it back in the queue."""
+    cur = job.current
+    a = replace(cur, end_time=cur.dispatch_time or now, outcome="withdrawn")
+    common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
+                  preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
+    if why == "cancel":
+        return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
+                       detail="cancelled before a runner took it", **common)
+    return replace(job, state=states.PENDING, reason=states.NONE, **common,
+                   detail=f"requeued: no runner on node {cur.node} took it within {start_timeout:.0f}s")
+
+
 INTERRUPTED = frozenset({"timeout", "preempted", "node_failure", "cancelled"})
 
 

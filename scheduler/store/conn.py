@@ -77,10 +77,3 @@ def ping(r: redis.Redis) -> None:
 def describe(r: redis.Redis) -> str:
     kw = r.connection_pool.connection_kwargs
     return kw.get("path") or f"{kw.get('host')}:{kw.get('port')}"
-
-
-def connect_raw(url: str, **kw) -> redis.Redis:
-    """A bytes connection of its own for RQ (RQ needs undecoded replies and changes socket timeouts)."""
-    kw.setdefault("socket_connect_timeout", 5)
-    url = _login(url, kw)
-    return redis.Redis.from_url(url, **kw)
