@@ -67,6 +67,8 @@ def run_guarded(fn):
         fail("interrupted", 130)
     except Exception as e:  # a Redis client error class we did not map, for one
         from labq.scheduler.store.conn import ERRORS
+        if isinstance(e, OSError) and e.filename and not str(e.filename).endswith(".sock"):
+            fail(f"{e.filename}: {e.strerror or e}", 2)    # a file of ours, not the Redis socket
         if isinstance(e, ERRORS):
             fail(f"Redis does not answer: {e}", 4)
         raise

@@ -6,7 +6,7 @@ import click
 from labq.scheduler import states
 from labq.scheduler.policy import priority
 
-from . import render
+from . import render, slurmfmt
 from .common import echo_json, pass_ctx
 
 HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
@@ -15,9 +15,10 @@ HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHA
 @click.command()
 @click.option("-u", "--user", help="Only this user's jobs.")
 @click.option("-A", "--account", help="Only this account's jobs.")
+@click.option("-r", "--array", "expand", is_flag=True, help="One line per array task.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def prio(ctx, user, account, as_json):
+def prio(ctx, user, account, expand, as_json):
     """Pending jobs in the order the scheduler considers them, with each factor's weighted part.
 
     priority = qos_weight × QoS + age_weight × age (0..1 over age_max) + fairshare_weight × fair share
@@ -41,7 +42,13 @@ def prio(ctx, user, account, as_json):
     rows = []
     for j in shown:
         x = f[j.id]
-        rows.append((j.display_id, j.user, j.account, j.qos, f"{x.priority:.2f}", f"{w['qos_weight'] * x.qos:.2f}",
-                     f"{w['age_weight'] * x.age:.2f}", f"{w['fairshare_weight'] * x.fairshare:.2f}",
-                     f"-{w['burst_penalty'] * x.burst:.2f}" if x.burst else "0"))
-    click.echo(render.table(rows, HEADERS))
+        row = (j.user, j.account, j.qos, f"{x.priority:.2f}", f"{w['qos_weight'] * x.qos:.2f}",
+               f"{w['age_weight'] * x.age:.2f}", f"{w['fairshare_weight'] * x.fairshare:.2f}",
+               f"-{w['burst_penalty'] * x.burst:.2f}" if x.burst else "0")
+        # An array's tasks with the same factors, one after another: one `42_[5-9000]` row (-r: each).
+        if (not expand and rows and rows[-1][1] == row and j.array_id is not None
+                and rows[-1][0][-1].startswith(f"{j.array_id}_")):
+            rows[-1][0].append(j.display_id)
+        else:
+            rows.append(([j.display_id], row))
+    click.echo(render.table([(", ".join(slurmfmt.compact_ids(ids)), *row) for ids, row in rows], HEADERS))

@@ -11,7 +11,7 @@ import pwd
 import time
 import uuid
 
-from . import auth, fairshare, ledger, munge, periods, states
+from . import auth, fairshare, ledger, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job
@@ -87,9 +87,10 @@ class Client:
                                "submitted (the scheduler drops it once it expires; is `labq scheduler` running?)")
 
     def _sign(self, fields: dict) -> dict:
+        from .munge import MungeError
         try:
             return auth.sign(fields, self.cfg.security)
-        except munge.MungeError as e:
+        except MungeError as e:
             raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
 
     def _await_reply(self, rid: str, seconds: float):
@@ -187,7 +188,8 @@ class Client:
                 out.append(ledger.balance(replace(b, overrides=0), spent.get(periods.field(b.name, period), 0), (),
                                           now, period))
                 continue
-            out.append(ledger.balance(b, spent.get(periods.field(b.name, label), 0), running, now, label))
+            out.append(ledger.balance(b, spent.get(periods.field(b.name, label), 0), running, now, label,
+                                      periods.span_at(b, now, label)))
         return out
 
     def ping(self) -> None:

@@ -77,6 +77,7 @@ class Scheduler(Committer):
         self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
         self.guard = crashguard.CrashGuard.from_config(cfg)
         self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
+        self.ended_shown: dict[int, str] = {}   # their display ids, where not the id ("126_7")
         # Budget limits, overrides, periods, alerts and the stop policy. It keeps `self.cfg.budgets`
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
@@ -237,8 +238,10 @@ class Scheduler(Committer):
             poisoned = self._poisoned(requests + events) if pending else set()
             try:
                 prior = self.store.replies_done([intake.reply_id(f or {}, eid) for _, eid, f in requests])
-                for (stream, eid, fields), old in zip(requests, prior):
-                    self._isolated(self._request, now, stream, eid, fields or {}, old, (stream, eid) in poisoned)
+                who = self._all_senders(requests, now)
+                for (stream, eid, fields), old, sender in zip(requests, prior, who):
+                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender,
+                                   (stream, eid) in poisoned)
                 for stream, eid, fields in events:
                     if (stream, eid) in poisoned:
                         self._dead(stream, eid, fields or {}, "this event stopped the scheduler twice; not run again")
@@ -287,18 +290,39 @@ class Scheduler(Committer):
         log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
         self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, poisoned=False) -> None:
+    def _all_senders(self, requests, now: float) -> list:
+        """The batch's senders at once; if one entry breaks that, each is identified on its own
+        inside its isolation (_request with user None), so a poison credential harms only itself."""
+        try:
+            return self._senders(requests, now)
+        except POISON_PASSES:
+            raise
+        except Exception:   # noqa: BLE001
+            log.exception("identifying a batch of %d requests failed; one by one instead", len(requests))
+            return [None] * len(requests)
+
+    def _senders(self, requests, now: float) -> list:
+        """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
+        otherwise (decoded concurrently, claimed in one round trip); a RefusedError where refused."""
+        sec = self.cfg.security
+        entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
+
+        def claim_many(claims):
+            return self.store.claim_credentials(claims, sec["credential_ttl"])
+        return auth.identify_many(entries, sec, now, claim_many)
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
+                 poisoned=False) -> None:
         """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a
         handler raises becomes this entry's error reply (in _isolated)."""
         rid = intake.reply_id(fields, eid)
         if poisoned:
             return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
                                 dead=True, remember=False)
-        sec = self.cfg.security
-        try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
-            user = auth.identify(fields, stream.rsplit(":", 1)[1], sec, now,
-                                 lambda key: self.store.claim_credential(key, f"{stream}/{eid}", sec["credential_ttl"]))
-        except RefusedError as e:
+        if user is None:
+            user = self._senders([(stream, eid, fields)], now)[0]
+        if isinstance(user, RefusedError):
+            e = user
             log.warning("inbox %s entry %s: %s", stream, eid, e)
             self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
             return
@@ -470,7 +494,8 @@ class Scheduler(Committer):
                 if j is not None and j.current and at > (j.current.last_checkpoint or 0):
                     jobs[jid] = tr.checkpointed(j, at) or j
         return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
-                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states())
+                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states(),
+                        shown=tuple(sorted(self.ended_shown.items())))
 
     def ended_states(self, extra: Job | None = None) -> tuple:
         """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
@@ -481,9 +506,12 @@ class Scheduler(Committer):
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
-            found = {j.id: j.state for j in Reader(self.store.r, self.k).jobs(missing)}
-            self.ended.update((i, found.get(i, "")) for i in missing)
+            found = Reader(self.store.r, self.k).jobs(missing)
+            states_ = {j.id: j.state for j in found}
+            self.ended.update((i, states_.get(i, "")) for i in missing)
+            self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
         self.ended = {i: self.ended[i] for i in want}
+        self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:

@@ -175,3 +175,4 @@ class Snapshot:
     spent: tuple[tuple[str, int], ...] = ()    # (budget, micro) settled charges
     usage: tuple[tuple[str, float], ...] = ()  # (account, decayed fair-share usage), see fairshare.py
     ended: tuple[tuple[int, str], ...] = ()    # (id, state) of ended jobs that pending jobs depend on
+    shown: tuple[tuple[int, str], ...] = ()    # (id, "126_7") of those that are array tasks, for reasons

@@ -227,13 +227,20 @@ class SchedulerStore:
     def ack(self, p, stream: str, *eids: str) -> None:
         p.xack(stream, GROUP, *eids)
 
-    def claim_credential(self, key: str, entry: str, ttl: float):
-        """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
-        claimed it before a restart) or None (another entry did: a replay)."""
-        if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
-            return "new"
-        return "same" if self.r.get(self.k.credential(key)) == entry else None
-
+    def claim_credentials(self, claims: list[tuple[str, str]], ttl: float) -> list:
+        """Record that inbox entry `entry` uses the credential `key`, for each (key, entry): "new",
+        "same" (this entry claimed it before a restart) or None (another entry did: a replay).
+        Two round trips for a whole batch."""
+        p = self.r.pipeline(transaction=False)
+        for key, entry in claims:
+            p.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl)))
+        won = p.execute()
+        p = self.r.pipeline(transaction=False)
+        for (key, _), ok in zip(claims, won):
+            if not ok:
+                p.get(self.k.credential(key))
+        holders = iter(p.execute())
+        return ["new" if ok else ("same" if next(holders) == entry else None) for (_, entry), ok in zip(claims, won)]
 
 def _float(v) -> float | None:
     try:
