@@ -39,6 +39,9 @@ def credential_key(cred: str) -> str:
     return hashlib.sha256(cred.encode()).hexdigest()[:32]
 
 
+REPLAYED = "request refused: replayed credential (already used by another request)"
+
+
 @dataclass(frozen=True)
 class Vouched:
     """What munge says of one request: who made it, and whether munged had decoded it before."""
@@ -68,13 +71,22 @@ def identify_many(entries, security: dict, now: float, claim_many) -> list:
         return [user for user, _, _ in entries]
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(fields):
+    first: dict = {}     # a credential seen earlier in this batch is a replay: never decoded twice at once
+
+    def one(i_fields):
+        i, fields = i_fields
+        cred = fields.get("cred")
+        if isinstance(cred, str) and first[cred] != i:
+            return RefusedError(REPLAYED)
         try:
             return vouch(fields, security, now)
         except RefusedError as e:
             return e
+    for i, (_, f, _) in enumerate(entries):
+        if isinstance(f.get("cred"), str):
+            first.setdefault(f["cred"], i)
     with ThreadPoolExecutor(max_workers=min(4, max(1, len(entries)))) as pool:
-        vouched = list(pool.map(one, [f for _, f, _ in entries]))
+        vouched = list(pool.map(one, enumerate(f for _, f, _ in entries)))
     claims = [(v.key, entry) for v, (_, _, entry) in zip(vouched, entries) if isinstance(v, Vouched)]
     held = iter(claim_many(claims) if claims else ())
     out = []
@@ -114,7 +126,7 @@ def settle(v: Vouched, held) -> str:
     decode; so does a redelivery of an entry the scheduler decoded before it crashed. The claim
     tells them apart: it is held by the first entry only."""
     if held is None or (v.replayed and held != "same"):
-        raise RefusedError("request refused: replayed credential (already used by another request)")
+        raise RefusedError(REPLAYED)
     try:
         return pwd.getpwuid(v.uid).pw_name
     except KeyError:

@@ -438,23 +438,11 @@ class Run:
             self.body.update(outcome=_OUTCOMES[why], message=message)
 
     def _say(self, line: str | None) -> None:
-        """Append labq's line about the job's end to its stderr log (its stdout one without -e),
-        opened as the job's user, as the job's own output was."""
-        if not line or self.ident is None:
-            return
-        try:
-            out, err = launch.open_logs(self.job, self.ident)
-        except launch.StartError as e:
-            log.warning("job %s: cannot write to its log: %s", self.job.id, e)
-            return
-        try:
-            os.write(err, (line + "\n").encode())
-        except OSError as e:
-            log.warning("job %s: cannot write to its log: %s", self.job.id, e)
-        finally:
-            os.close(out)
-            if err != out:
-                os.close(err)
+        """labq's line about the job's end (worker/jobmsg.py), into the job's own log."""
+        if line and self.ident is not None:
+            why = launch.append_line(self.job, self.ident, line)
+            if why:
+                log.warning("job %s: cannot write to its log: %s", self.job.id, why)
 
     def _usage(self, end: float) -> dict:
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
