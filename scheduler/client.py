@@ -1,52 +1,19 @@
-"""The Python API the CLI uses: requests through the user's inbox, reads straight from Redis.
-
-A request is XADDed to `labq:inbox:<user>` with a request id, then the client blocks on the reply
-list. If no reply comes it sends the same request id again: the scheduler answers a repeated id
-from its record instead of acting twice, so retries are always safe.
-"""
-import json
+"""The Python API the CLI uses: requests through the user's inbox (store/inbox.py), reads straight
+from Redis. The hot CLI commands use the thin client (thinclient.py) instead, without redis-py."""
 from dataclasses import replace
-import os
-import pwd
 import time
-import uuid
 
-from . import auth, fairshare, ledger, periods, states
+from . import fairshare, ledger, periods, states
 from .config import Config
-from .errors import LabqError, RefusedError, UnreachableError, UsageError
-from .model import Job
-from .jobspec import resolve_ref
-from .store import conn
+from .errors import UnreachableError
+from .store import conn, inbox
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore
-
-_ERRORS = {2: UsageError, 3: RefusedError, 4: UnreachableError}
-
-
-def request_timeout() -> float:
-    """How long a request waits for the scheduler: $LABQ_TIMEOUT seconds, default 30."""
-    text = os.environ.get("LABQ_TIMEOUT") or "30"
-    try:
-        t = float(text) if len(text) < 20 else float("nan")
-    except ValueError:
-        t = float("nan")
-    if not 1 <= t <= 86400:
-        raise UsageError(f"LABQ_TIMEOUT: expected seconds from 1 to 86400, got {text[:40]!r}")
-    return t
+from .thinclient import ClientBase, current_umask, current_user  # noqa: F401 - part of this API
 
 
-def current_user() -> str:
-    return pwd.getpwuid(os.getuid()).pw_name
-
-
-def current_umask() -> int:
-    mask = os.umask(0o077)    # the only way to read it is to set it: put it straight back
-    os.umask(mask)
-    return mask
-
-
-class Client:
+class Client(ClientBase):
     def __init__(self, cfg: Config, url: str | None = None, user: str | None = None, r=None):
         self.cfg = cfg
         self.url = url or cfg.redis_url
@@ -55,69 +22,27 @@ class Client:
         self.user = user or current_user()
         self.read = Reader(self.r, self.k)
 
+    @property
+    def security(self) -> dict:
+        return self.cfg.security
+
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
-        """Send `op` and wait for its reply. Every try sends the same request id (a retry is answered,
-        never redone) and the same expiry: the scheduler drops a request it reads after that, so a
-        client that gives up can say for sure that nothing was done."""
-        timeout = request_timeout() if timeout is None else timeout
-        rid = body.get("rid") or uuid.uuid4().hex
-        # The margin leaves the scheduler time to commit what it read just before the expiry; the
-        # last look at the done key below then finds it.
-        expires = time.time() + timeout - min(5.0, timeout / 4)
-        fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":")), "expires": f"{expires:.3f}"}
-        per_try = timeout / tries
         try:
-            for _ in range(tries):
-                signed = self._sign(fields)   # a fresh credential per try: each is valid once
-                p = self.r.pipeline()
-                p.xadd(self.k.inbox(self.user), signed, maxlen=100_000, approximate=True)
-                p.lpush(self.k.wake, f"user:{self.user}")
-                p.execute()
-                got = self._await_reply(rid, per_try)
-                if got:
-                    return json.loads(got[1])
-            late = self.r.get(self.k.done(rid))
+            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign,
+                              get=self.r.get)
         except conn.ERRORS as e:
-            raise UnreachableError(f"Redis at {self.url} does not answer: {e}; request {rid} may not have been "
+            raise UnreachableError(f"Redis at {self.url} does not answer: {e}; a request may not have been "
                                    "submitted") from None
-        if late:
-            return json.loads(late)
-        raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not "
-                               "submitted (the scheduler drops it once it expires; is `labq scheduler` running?)")
 
-    def _sign(self, fields: dict) -> dict:
-        from .munge import MungeError
-        try:
-            return auth.sign(fields, self.cfg.security)
-        except MungeError as e:
-            raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
+    def _send(self, cmds) -> None:
+        p = self.r.pipeline(transaction=False)
+        for c in cmds:
+            p.execute_command(*c)
+        p.execute()
 
-    def _await_reply(self, rid: str, seconds: float):
-        """BLPOP in slices shorter than the connection's socket timeout (30 s), so that a caller
-        may wait minutes (a 100,000-task array) without the socket giving up first."""
-        deadline = time.monotonic() + seconds
-        while True:
-            left = deadline - time.monotonic()
-            got = self.r.blpop([self.k.reply(rid)], timeout=max(1, min(20, int(left))))
-            if got or left <= 20:
-                return got
-
-    def _checked(self, reply: dict) -> dict:
-        if not reply.get("ok"):
-            raise _ERRORS.get(reply.get("code"), LabqError)(reply.get("error", "request failed"))
-        return reply
-
-    def submit(self, body: dict, timeout: float | None = None) -> dict:
-        # The job and its log files get the submitter's umask, as under SLURM.
-        return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
-
-    def act_on(self, op: str, ids: list[str]) -> dict:
-        """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
-        return self.request(op, {"ids": [str(i) for i in ids]})
-
-    def cancel(self, ids: list[str]) -> dict:
-        return self.act_on("cancel", ids)
+    def _pop(self, key: str, seconds: int):
+        return self.r.blpop([key], timeout=seconds)
 
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))
@@ -129,25 +54,7 @@ class Client:
     def node_admin(self, op: str, node: str) -> dict:
         return self._checked(self.request(op, {"node": node}))
 
-    # -- reads ---------------------------------------------------------------------------------
-    def resolve(self, text: str) -> list[Job]:
-        """Jobs named by `42` (or every task of array 42) or `42_3`."""
-        return resolve_ref(text, self.read.job, self._array)
-
-    def _array(self, array_id: int) -> list[Job]:
-        first = self.read.job(array_id)
-        if first is None or first.array_id != array_id:
-            return []
-        return [j for j in self.read.jobs(range(array_id, array_id + first.array_count)) if j.array_id == array_id]
-
-    def job(self, text: str) -> Job:
-        jobs = self.resolve(text)
-        if not jobs:
-            raise UsageError(f"no such job: {text}")
-        if len(jobs) > 1:
-            raise UsageError(f"{text} is an array of {len(jobs)} tasks; name one, like {jobs[0].display_id}")
-        return jobs[0]
-
+    # -- reads (resolve, job: thinclient.ClientBase) -----------------------------------------------
     def nodes(self):
         return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
 

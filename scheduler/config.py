@@ -4,16 +4,16 @@ The key names are a contract (DESIGN §8): add keys, rename none. Unknown keys a
 misspelt limit that is silently ignored is worse than a refusal to start.
 """
 import math
-import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import bounds, units
 from .errors import ConfigError, UsageError
+from .clientconf import (DEFAULT_PATH, MAX_CONFIG_DURATION, _check_keys, _dur, _str, _table,  # noqa: F401
+                         read_toml, redis_table, refuse_removed, resolve_path, security_table)
 from .model import Budget
 
-DEFAULT_PATH = "/etc/labq/labq.toml"
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
 QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 # [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
@@ -116,6 +116,9 @@ class Config:
     security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
 
+    def __post_init__(self):
+        units.set_currency(self.rates.currency)
+
     def qos_named(self, name: str) -> Qos | None:
         return self._qos_index.get(name)
 
@@ -155,9 +158,6 @@ _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem
            "slurm_env": True}
 
 
-MAX_CONFIG_DURATION = 10 * 365 * 86400   # any configured duration; leases and ticks have tighter ones
-
-
 def _num(key, v, lo=None, integer=False, hi=bounds.MAX_INT):
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if not ok or isinstance(v, bool):
@@ -171,59 +171,18 @@ def _num(key, v, lo=None, integer=False, hi=bounds.MAX_INT):
     return v
 
 
-def _str(key, v, choices=None):
-    if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {v!r}")
-    if choices and v not in choices:
-        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
-    return v
-
-
 def _bool(key, v):
     if not isinstance(v, bool):
         raise ConfigError(key, f"expected true or false, got {v!r}")
     return v
 
 
-def _dur(key, v, hi=MAX_CONFIG_DURATION):
-    try:
-        s = units.parse_duration(v, key, bare_unit=1)
-    except UsageError as e:
-        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
-    if s > hi:
-        raise ConfigError(key, f"must be at most {hi}s, got {bounds._short(v)}")
-    return s
-
-
-def _table(key, v):
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a table, got {v!r}")
-    return v
-
-
-def _check_keys(section, table, allowed):
-    for k in table:
-        if k not in allowed:
-            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
-
-
 def load(path: str | None = None) -> Config:
     """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
-    path = path or os.environ.get("LABQ_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    path = resolve_path(path)
     if not path:
         return Config()
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(path, "file not found") from None
-    except OSError as e:
-        raise ConfigError(path, f"cannot read: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(path, f"not valid TOML: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(path, f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
-    return from_dict(data, source=path)
+    return from_dict(read_toml(path), source=path)
 
 
 def loads(text: str, source: str = "<string>") -> Config:
@@ -264,17 +223,9 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 def _redis(t):
     _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})
-    url = _str("redis.url", t.get("url", ""))
-    if url and not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
-    prefix = _str("redis.prefix", t.get("prefix", "labq"))
-    if not prefix or ":" in prefix:
-        raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    pw = _str("redis.password_file", t.get("password_file", ""))
-    if pw and not os.path.isabs(pw):
-        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
-    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw,
-            "allow_volatile": _bool("redis.allow_volatile", t.get("allow_volatile", False))}
+    out = redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
+    out["allow_volatile"] = _bool("redis.allow_volatile", t.get("allow_volatile", False))
+    return out
 
 
 _SCHED_INTS = {"max_pending": 10 ** 7, "max_pending_per_user": 10 ** 7, "max_array_size": 10 ** 6,
@@ -520,18 +471,6 @@ def _alerts(t):
 
 
 def _security(t):
-    if "acl" in t:
-        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
-                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+    refuse_removed(t)
     _check_keys("security", t, set(_SECURITY))
-    admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
-        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
-    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
-    if not 10 <= ttl <= 3600:
-        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
-    sock = _str("security.munge_socket", t.get("munge_socket", ""))
-    if sock and not os.path.isabs(sock):
-        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
-    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
-            "munge_socket": sock, "credential_ttl": ttl}
+    return security_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)

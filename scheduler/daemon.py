@@ -185,6 +185,7 @@ class Scheduler(Committer):
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         self.jobs = self.store.active_jobs()
+        self.store.rebuild_stat_rows(self.jobs.values())
         self.seq = self.seq_written = self.store.job_seq()
         self.tally = Tally(self.jobs.values())
         self.inboxes = self.store.known_inboxes()

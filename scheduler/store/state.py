@@ -10,6 +10,7 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
+from . import statrows
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
 
@@ -62,6 +63,17 @@ class SchedulerStore:
                 return p.execute()
             except redis.WatchError:
                 raise StalePlanError("the leader lease changed during a transaction") from None
+
+    def rebuild_stat_rows(self, jobs) -> None:
+        """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
+        scheduler becomes leader, so rows of an older shape or an older labq are replaced."""
+        rows = [(str(j.id), statrows.dumps(j)) for j in jobs]
+
+        def build(p):
+            p.delete(self.k.stat_rows)
+            for i in range(0, len(rows), 10_000):
+                p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
+        self.txn(build)
 
     # -- loading -------------------------------------------------------------------------------
     def active_jobs(self) -> dict[int, Job]:

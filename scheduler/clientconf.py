@@ -1,0 +1,133 @@
+"""The part of the config a client needs (the Redis URL and key prefix), read without the rest.
+
+The hot CLI commands start in a few tens of milliseconds; validating the whole config (every
+dataclass of config.py, the model) would cost as much as the command itself. They read only the
+[redis] table, validated here by the same code config.py uses for it; the other tables (and
+misspelt table names) are the daemons' and `labq config check`'s to refuse.
+"""
+import os
+
+from . import units
+from .errors import ConfigError
+
+DEFAULT_PATH = "/etc/labq/labq.toml"
+
+
+def resolve_path(path: str | None) -> str | None:
+    """`path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else None (built-in defaults)."""
+    return path or os.environ.get("LABQ_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+
+
+def read_toml(path: str) -> dict:
+    import tomllib   # here, not at the top: without a config file the client never needs it
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(path, "file not found") from None
+    except OSError as e:
+        raise ConfigError(path, f"cannot read: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, f"not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
+
+
+def client_settings(path: str | None = None) -> dict:
+    """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
+    config.load does): what a client needs to reach Redis and to sign its requests."""
+    path = resolve_path(path)
+    data = read_toml(path) if path else {}
+    out = redis_table(_table("redis", data.get("redis", {})))
+    sec = _table("security", data.get("security", {}))
+    refuse_removed(sec)
+    out["security"] = security_table(sec)
+    out["limits"] = limits(_table("scheduler", data.get("scheduler", {})))
+    out["allow_volatile"] = _table("redis", data.get("redis", {})).get("allow_volatile") is True
+    currency = _table("rates", data.get("rates", {})).get("currency", "USD")
+    if isinstance(currency, str):
+        units.set_currency(currency)       # the thin commands print money too (stat's COST column)
+    return out
+
+
+def limits(t: dict) -> dict:
+    """The request bounds of [scheduler] that `labq sub` checks for fast feedback. Values config.py
+    would refuse are left out here: the scheduler refuses to start on them, and it checks again."""
+    out = {}
+    for k in ("max_array_size", "max_request_bytes"):
+        if isinstance(t.get(k), int) and not isinstance(t.get(k), bool):
+            out[k] = t[k]
+    if "max_time_limit" in t:
+        try:
+            out["max_time_limit"] = units.parse_duration(t["max_time_limit"], "max_time_limit", bare_unit=1)
+        except units.UsageError:
+            pass
+    return out
+
+
+def redis_table(t):
+    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})   # the last: config.py's
+    url = _str("redis.url", t.get("url", ""))
+    if url and not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
+    prefix = _str("redis.prefix", t.get("prefix", "labq"))
+    if not prefix or ":" in prefix:
+        raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
+    pw = _str("redis.password_file", t.get("password_file", ""))
+    if pw and not os.path.isabs(pw):
+        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
+    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw}
+
+
+def refuse_removed(t):
+    if "acl" in t:
+        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
+                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+
+
+def security_table(t):
+    """[security]'s values (config.py checks the key names: its _SECURITY lists them)."""
+    admins = t.get("admins", ["root"])
+    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
+        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
+    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
+    if not 10 <= ttl <= 3600:
+        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
+    sock = _str("security.munge_socket", t.get("munge_socket", ""))
+    if sock and not os.path.isabs(sock):
+        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
+    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
+            "munge_socket": sock, "credential_ttl": ttl}
+
+
+MAX_CONFIG_DURATION = 10 * 365 * 86400   # any configured duration; leases and ticks have tighter ones
+
+
+def _dur(key, v, hi=MAX_CONFIG_DURATION):
+    try:
+        s = units.parse_duration(v, key, bare_unit=1)
+    except units.UsageError as e:
+        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
+    if s > hi:
+        raise ConfigError(key, f"must be at most {hi}s, got {str(v)[:40]!r}")
+    return s
+
+
+def _str(key, v, choices=None):
+    if not isinstance(v, str):
+        raise ConfigError(key, f"expected a string, got {v!r}")
+    if choices and v not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
+    return v
+
+
+def _table(key, v):
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a table, got {v!r}")
+    return v
+
+
+def _check_keys(section, table, allowed):
+    for k in table:
+        if k not in allowed:
+            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")

@@ -1,0 +1,86 @@
+"""Requests and replies, the client's side: the one place a request is built, sent and answered.
+
+A request is XADDed to `labq:inbox:<user>` with a request id, and the user's name is LPUSHed on the
+wake list; the client then blocks on `labq:reply:<rid>`. If no reply comes it sends the same request
+id again: the scheduler answers a repeated id from its record instead of acting twice, so retries are
+always safe.
+
+Both clients use this module: the full one (redis-py, scheduler/client.py) and the thin one of the hot
+CLI commands (resp.py, scheduler/thinclient.py). It works on raw commands through two callables, so
+it imports no Redis library itself:
+  send(cmds)            runs a list of commands (tuples of words) as one pipeline;
+  pop(key, seconds)     BLPOPs one key for up to `seconds` (whole), returning (key, value) or None.
+"""
+import json
+import os
+import time
+
+from ..errors import UnreachableError, UsageError
+from .keys import Keys
+
+INBOX_MAXLEN = 100_000
+POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
+
+
+def request_fields(op: str, body: dict, rid: str | None = None, expires: float | None = None) -> dict:
+    """The stream fields of one request. Everything a request carries is added here, and only here."""
+    rid = rid or body.get("rid") or os.urandom(16).hex()   # uuid4().hex's shape, without importing uuid
+    fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
+    if expires is not None:
+        fields["expires"] = f"{expires:.3f}"
+    return fields
+
+
+def request_timeout() -> float:
+    """How long a request waits for the scheduler: $LABQ_TIMEOUT seconds, default 30."""
+    text = os.environ.get("LABQ_TIMEOUT") or "30"
+    try:
+        t = float(text) if len(text) < 20 else float("nan")
+    except ValueError:
+        t = float("nan")
+    if not 1 <= t <= 86400:
+        raise UsageError(f"LABQ_TIMEOUT: expected seconds from 1 to 86400, got {text[:40]!r}")
+    return t
+
+
+def send_commands(k: Keys, user: str, fields: dict) -> list[tuple]:
+    xadd = ["XADD", k.inbox(user), "MAXLEN", "~", INBOX_MAXLEN, "*"]
+    for name, value in fields.items():
+        xadd += [name, value]
+    return [tuple(xadd), ("LPUSH", k.wake, f"user:{user}")]
+
+
+def await_reply(pop, k: Keys, rid: str, seconds: float):
+    """BLPOP in slices shorter than the connection's socket timeout, so that a caller may wait
+    minutes (a 100,000-task array) without the socket giving up first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        got = pop(k.reply(rid), max(1, min(POP_SLICE, int(left))))
+        if got or left <= POP_SLICE:
+            return got
+
+
+def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None = None, tries: int = 3,
+         sign=None, get=None) -> dict:
+    """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
+    times. `sign(fields) -> fields` adds a credential (scheduler/auth.py): a fresh one per try, as
+    each is valid once. Connection errors are the caller's to map (each client knows its own).
+
+    Every try carries the same expiry: the scheduler drops a request it reads after it, so a client
+    that gives up can say for sure that nothing was done. The margin leaves the scheduler time to
+    commit what it read just before the expiry; `get(key)` then finds that answer in the done key."""
+    timeout = request_timeout() if timeout is None else timeout
+    fields = request_fields(op, body, expires=time.time() + timeout - min(5.0, timeout / 4))
+    rid = fields["rid"]
+    per_try = timeout / tries
+    for _ in range(tries):
+        send(send_commands(k, user, sign(fields) if sign else fields))
+        got = await_reply(pop, k, rid, per_try)
+        if got:
+            return json.loads(got[1])
+    late = get(k.done(rid)) if get else None
+    if late:
+        return json.loads(late)
+    raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not submitted "
+                           "(the scheduler drops it once it expires; is `labq scheduler` running?)")
