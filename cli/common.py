@@ -33,6 +33,8 @@ class Ctx:
             s = client_settings(self.config_path)
             self._thin = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
             self._thin.limits, self._thin.allow_volatile = s["limits"], s["allow_volatile"]
+            from labq.scheduler.store.history import History, default_path
+            self._thin.read.history = History(default_path(s["history_url"]))
         return self._thin
 
     @property
@@ -40,6 +42,8 @@ class Ctx:
         if self._client is None:
             from labq.scheduler.client import Client
             self._client = Client(self.cfg, url=redis_url(self.cfg))
+            from labq.scheduler.store.history import History, default_path
+            self._client.read.history = History(default_path(self.cfg.history["url"]))
         return self._client
 
 
