@@ -49,6 +49,7 @@ class Tally:
         self.pending_by_user: Counter = Counter()
         self.active_by_user: Counter = Counter()
         self.active_by_account: Counter = Counter()
+        self.on_node: dict = {}            # id -> job, the jobs holding a node (on_limit = "refuse" counts them)
         for j in jobs:
             self.add(j, +1)
 
@@ -58,6 +59,11 @@ class Tally:
         if job.state == states.PENDING:
             self.pending += sign
             self.pending_by_user[job.user] += sign
+        elif job.state in states.ON_NODE:
+            if sign > 0:
+                self.on_node[job.id] = job
+            else:
+                self.on_node.pop(job.id, None)
 
     def replace(self, old, new) -> None:
         """`old` (or None) left the active table, `new` (or None, when it ended) entered it."""

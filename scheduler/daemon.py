@@ -17,7 +17,7 @@ import uuid
 from . import alerts as budget_alerts, auth, crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .batch import Batch, Tally
-from .commit import Committer
+from .commit import BIG_COMMIT, Committer, release_memory
 from .bookkeeper import Bookkeeper
 from . import dispatch as dispatching
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
@@ -45,6 +45,7 @@ MAX_REQUESTS_PER_TICK = 20_000
 # What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
 # stays unacknowledged for the next leader (it is not the entry's fault).
 POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
+REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
 
 
@@ -546,11 +547,20 @@ class Scheduler(Committer):
             changed.append(tr.preempting(self.jobs[pr.job_id], pr.for_job, pr.detail, now))
             controls.append((pr.job_id, f"preempt:{pr.grace}"))
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
+        pended = []
         for pd in p.pending:
             j = self.jobs[pd.job_id]
             if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
-                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
-        if changed:
-            self.commit(jobs=changed, dispatch=dispatch, controls=controls)
+                pended.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
+        if changed or len(pended) <= REASON_CHUNK:
+            self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=dispatch,
+                        controls=controls)
+        if len(pended) > REASON_CHUNK:
+            # New reasons alone need no atomicity with anything: written in fenced chunks, so that the
+            # first pass over a 100,000-task array never builds one 100 MB transaction.
+            for i in range(0, len(pended), REASON_CHUNK):
+                self.commit(jobs=pended[i:i + REASON_CHUNK])
+            if len(pended) >= BIG_COMMIT:
+                release_memory()
         for j in dispatch:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")

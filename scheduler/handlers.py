@@ -49,7 +49,7 @@ class Handlers:
         if throttle and indices is None:
             raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
         why = policy.refusal(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
-                             [j for j in self.s.jobs.values() if j.state in states.ON_NODE])
+                             self.s.tally.on_node.values())
         if why:
             raise RefusedError(why)
         n = len(indices) if indices else 1

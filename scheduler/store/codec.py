@@ -1,6 +1,7 @@
 """Job records to and from JSON. Tuples become lists on the way out and come back as tuples."""
 import json
 from dataclasses import fields
+from sys import intern
 
 from ..model import Attempt, Job
 
@@ -52,10 +53,22 @@ def loads(text, specs=None) -> Job:
     return from_dict(d)
 
 
+# Text that many records share (users, accounts, QoS, reasons, one array's script): interned on
+# decode, so 100,000 loaded jobs hold one copy of each, not 100,000.
+_SHARED = ("user", "account", "qos", "project", "budget", "workdir", "gpu_type", "node", "state", "reason", "detail",
+           "name", "out", "err", "script", "earmark")
+
+
 def from_dict(d: dict) -> Job:
     kw = {k: v for k, v in d.items() if k in _JOB_FIELDS}
     for k in _TUPLE_FIELDS & kw.keys():
         kw[k] = _tuples(kw[k])
+    for k in _SHARED:
+        v = kw.get(k)
+        if type(v) is str:
+            kw[k] = intern(v)
+    if "argv" in kw and all(type(a) is str for a in kw["argv"]):
+        kw["argv"] = tuple(map(intern, kw["argv"]))
     kw["attempts"] = tuple(_attempt(a) for a in kw.get("attempts", ()))
     return Job(**kw)
 
