@@ -73,6 +73,8 @@ def verify(ctx):
     r = ctx.client.read
     entries = r.ledger_all()
     problems = ledger_mod.verify(entries, r.spent(), r.ledger_keys(), r.ended() + r.active())
+    if r.history is not None:
+        problems += r.history.broken_chain()
     if problems:
         for p in problems:
             click.echo(f"labq: ledger: {p}", err=True)
