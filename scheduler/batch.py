@@ -29,11 +29,12 @@ class Batch:
     new: set = field(default_factory=set)          # ids of jobs created in this batch
     replies: list = field(default_factory=list)    # (rid, reply)
     acks: list = field(default_factory=list)       # (stream, entry id)
+    dead: list = field(default_factory=list)       # (stream, entry id, fields, reason): dead letters
     usage: dict | None = None                      # fair-share usage when the batch began
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.alerts
-                    or self.books or self.replies or self.acks)
+                    or self.books or self.replies or self.acks or self.dead)
 
     def size(self) -> int:
         return len(self.jobs)

@@ -44,7 +44,7 @@ class Handlers:
     def submit(self, user: str, body: dict, now: float) -> Change:
         cfg = self.s.cfg
         template = job_from_submit(body, user, cfg, now, self.dep_ids)
-        indices = array_range(body)
+        indices = array_range(body, cfg.max_array_size)
         throttle = array_throttle(body)
         if throttle and indices is None:
             raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
