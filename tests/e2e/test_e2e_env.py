@@ -165,6 +165,7 @@ def test_queue_views_as_squeue_and_sacct_show_them(stack):
     assert q("acct", "-j", f"{failed},{killed}", "--format=JobID,JobName,State,ExitCode", "-P", "--noheader") == \
         f"{failed}|exit3|FAILED|3:0\n{killed}|sh|FAILED|0:15"
     assert str(failed) in q("acct")                                   # today's jobs by default
+    assert "exit code: 0:15" in q("show", str(killed)) and q("wait", str(failed), code=3).endswith("exit=3:0")
     assert q("acct", "-E", "2000-01-01", "-P", "-n") == ""
     assert "unknown field 'Bogus'" in labq(stack, "acct", "--format=JobID,Bogus", env=env).stderr
     share = q("share", "-P").splitlines()
