@@ -32,6 +32,8 @@ class Ctx:
             from labq.scheduler.thinclient import ThinClient
             s = client_settings(self.config_path)
             self._thin = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
+            from labq.scheduler.store.history import History, default_path
+            self._thin.read.history = History(default_path(s["history_url"]))
         return self._thin
 
     @property
@@ -39,6 +41,8 @@ class Ctx:
         if self._client is None:
             from labq.scheduler.client import Client
             self._client = Client(self.cfg, url=redis_url(self.cfg))
+            from labq.scheduler.store.history import History, default_path
+            self._client.read.history = History(default_path(self.cfg.history["url"]))
         return self._client
 
 

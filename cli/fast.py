@@ -107,6 +107,8 @@ def _dispatch(config, command: str, params: dict) -> None:
     from .out import url_or_default
     s = client_settings(config)
     client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
+    from labq.scheduler.store.history import History, default_path
+    client.read.history = History(default_path(s["history_url"]))    # archived jobs, opened on a miss
     if command == "sub":
         from . import subcore
         return subcore.run(client, params, params.pop("args"), params.pop("dashdash"), _merge)

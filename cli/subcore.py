@@ -220,7 +220,8 @@ def build_body(opts, argv, script) -> dict:
 def print_test_only(reply, opts):
     if opts["as_json"]:
         return echo_json(reply)
-    echo(f"forecast: {reply['forecast_text']} at ${reply['cost_per_hour']:.4f}/h for the time limit")
+    rate = units.fmt_money(round(reply["cost_per_hour"] * units.MICRO))
+    echo(f"forecast: {reply['forecast_text']} at {rate}/h for the time limit")
     for b in reply["budgets"]:
         echo(f"budget {b['budget']}: commits {b['forecast']:.4f} {b['unit']}, "
                    f"available after: {b['available_after']:.4f} {b['unit']}")

@@ -60,6 +60,10 @@ def _settings(data: dict) -> dict:
     sec = _table("security", data.get("security", {}))
     refuse_removed(sec)
     out["security"] = security_table(sec)
+    out["history_url"] = history_table(_table("history", data.get("history", {})))["url"]
+    currency = _table("rates", data.get("rates", {})).get("currency", "USD")
+    if isinstance(currency, str):
+        units.set_currency(currency)       # the thin commands print money too (stat's COST column)
     return out
 
 
@@ -150,3 +154,20 @@ def _check_keys(section, table, allowed):
     for k in table:
         if k not in allowed:
             raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
+
+
+def history_table(t) -> dict:
+    """[history]: keep (how long ended jobs and ledger entries stay in Redis before the scheduler
+    archives them; 0 = at once), url (the archive: sqlite:///PATH; "" = history.db in the
+    scheduler's state directory), purge_after (archived jobs deleted after this long; "" = never)."""
+    _check_keys("history", t, {"keep", "url", "purge_after"})
+
+    def seconds(key, v):
+        return float(_dur(f"history.{key}", v))
+
+    url = _str("history.url", t.get("url", ""))
+    if url and not (url.startswith("sqlite:///") or url.startswith("/")):
+        raise ConfigError("history.url", f"expected sqlite:///ABSOLUTE/PATH (or \"\" for the state directory), got {url!r}")
+    purge = t.get("purge_after", "")
+    return {"keep": seconds("keep", t.get("keep", "7d")), "url": url,
+            "purge_after": None if purge == "" else seconds("purge_after", purge)}

@@ -10,7 +10,7 @@ from functools import cached_property
 from . import units
 from .errors import ConfigError
 from .clientconf import (DEFAULT_PATH, _check_keys, _dur, _str, _table, read_toml, redis_table,  # noqa: F401
-                         refuse_removed, resolve_path, security_table)
+                         history_table, refuse_removed, resolve_path, security_table)
 from .model import Budget
 
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
@@ -107,8 +107,12 @@ class Config:
     retry_backoff_max: int = 3600
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
+    history: dict = field(default_factory=lambda: {"keep": 7 * 86400.0, "url": "", "purge_after": None})
     security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
+
+    def __post_init__(self):
+        units.set_currency(self.rates.currency)
 
     def qos_named(self, name: str) -> Qos | None:
         return self._qos_index.get(name)
@@ -181,7 +185,7 @@ def loads(text: str, source: str = "<string>") -> Config:
 
 def from_dict(data: dict, source: str = "<dict>") -> Config:
     _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "users", "budgets",
-                            "worker", "alerts", "security"})
+                            "worker", "alerts", "security", "history"})
     kw: dict = {"source": source}
     kw.update(_redis(_table("redis", data.get("redis", {}))))
     kw.update(_scheduler(_table("scheduler", data.get("scheduler", {}))))
@@ -202,6 +206,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     kw["worker"] = _worker(_table("worker", data.get("worker", {})))
     kw["alerts"] = _alerts(_table("alerts", data.get("alerts", {})))
     kw["security"] = _security(_table("security", data.get("security", {})))
+    kw["history"] = history_table(_table("history", data.get("history", {})))
     cfg = Config(**kw)
     if cfg.qos_named("normal") is None:
         raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")

@@ -70,6 +70,8 @@ class Scheduler(Committer):
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
+        self.freed = False                 # an attempt ended since the last plan (room to refill)
+        self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
         self.handlers = Handlers(self)
         self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
         self.guard = crashguard.CrashGuard.from_config(cfg)
@@ -81,6 +83,8 @@ class Scheduler(Committer):
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
+        self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
+        self.history = None                # store/archive.History: what the archiver moved, for reads
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -107,11 +111,18 @@ class Scheduler(Committer):
             self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
-            if now - self.last_plan >= self.cfg.tick or not self.store.wakes_waiting():
+            # An attempt's end freed room: plan again at once, unless planning would take more than
+            # a third of the loop (at most every 2 x the last plan's own time), or a busy node
+            # drains at one job per slot per tick.
+            refill = self.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
+            if now - self.last_plan >= self.cfg.tick or refill or not self.store.wakes_waiting():
                 # Admission times must not precede the ends just processed in this tick (a GPU is
                 # held until then), so the plan reads the clock afresh.
+                began = time.monotonic()
                 self._schedule(max(now, self.clock()))
-                self.last_plan = now
+                self.last_plan, self.freed = now, False
+                self.plan_done = time.monotonic()
+                self.plan_cost = self.plan_done - began
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False
@@ -140,6 +151,8 @@ class Scheduler(Committer):
                 leading = self.tick(self.clock(), woke)
                 if self.metrics:
                     self.metrics.after_tick(self, time.monotonic() - started)
+                if leading and self.archiver:
+                    self.archiver.step(self.clock())
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -171,9 +184,9 @@ class Scheduler(Committer):
         self.event_streams = set()
         self._node_streams()
         self.books.load(now)
-        self.usage = Reader(self.store.r, self.k).usage()
+        self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
-            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k).ended(now - self.guard.window)], now)
+            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
@@ -330,6 +343,7 @@ class Scheduler(Committer):
         jobs, alerts = self._crash_guard(new, now) if kind == "finished" else ([new], ())
         self.commit(jobs=jobs, charges=charges, alerts=alerts, ack=(stream, eid))
         if kind == "finished":
+            self.freed = True
             log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
 
     def _crash_guard(self, new: Job, now: float):
@@ -433,7 +447,7 @@ class Scheduler(Committer):
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
-            found = Reader(self.store.r, self.k).jobs(missing)
+            found = Reader(self.store.r, self.k, self.history).jobs(missing)
             states_ = {j.id: j.state for j in found}
             self.ended.update((i, states_.get(i, "")) for i in missing)
             self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)

@@ -127,7 +127,27 @@ def accrue(rate_per_hour: int, seconds: float) -> int:
     return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR
 
 
+# rates.currency: every amount of money labq prints is in it. Set once from the config (Config's
+# __post_init__), so the dozens of places that print money need not carry it; "usd" below is the
+# budget unit meaning "money", whatever the currency.
+_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CNY": "¥", "INR": "₹", "KRW": "₩"}
+_currency = {"code": "USD"}
+
+
+def set_currency(code: str) -> None:
+    _currency["code"] = code.upper()
+
+
+def currency_symbol() -> str:
+    return _SYMBOLS.get(_currency["code"], "")
+
+
 def fmt_money(micro: int, unit: str = "usd") -> str:
     if unit == "usd":
-        return f"${micro / MICRO:,.2f}" if abs(micro) >= 10_000 or micro == 0 else f"${micro / MICRO:.4f}"
+        v = micro / MICRO
+        text = f"{v:,.2f}" if abs(micro) >= 10_000 or micro == 0 else f"{v:.4f}"
+        sym = currency_symbol()
+        if not sym:
+            return f"{text} {_currency['code']}"
+        return f"-{sym}{text[1:]}" if text.startswith("-") else f"{sym}{text}"
     return f"{micro / MICRO:,.3f} {unit.replace('_', '-')}"

@@ -31,8 +31,9 @@ def _hash(reply) -> dict:
 
 
 class ThinReader:
-    def __init__(self, conn, keys: Keys, unreachable):
+    def __init__(self, conn, keys: Keys, unreachable, history=None):
         self.c, self.k, self._unreachable = conn, keys, unreachable
+        self.history = history      # store/archive.History: where ended jobs go after history.keep
 
     def _pipe(self, cmds) -> list:
         try:
@@ -47,7 +48,7 @@ class ThinReader:
     def job(self, jid: int):
         raw = self._pipe([("GET", self.k.job(jid))])[0]
         if not raw:
-            return None
+            return self.history.jobs([jid]).get(int(jid)) if self.history is not None else None
         from . import codec
         return codec.loads(raw)
 
@@ -58,6 +59,9 @@ class ThinReader:
         for i in range(0, len(ids), 2000):
             raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
             out += [codec.loads(raw) for raw in raws if raw]
+        if self.history is not None and len(out) < len(ids):
+            by_id = {**self.history.jobs(sorted(set(ids) - {j.id for j in out})), **{j.id: j for j in out}}
+            out = [by_id[i] for i in ids if i in by_id]
         return out
 
     def active(self) -> list:
