@@ -39,7 +39,12 @@ def read_toml(path: str) -> dict:
 def client_settings(path: str | None = None) -> dict:
     """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
     config.load does): what a client needs to reach Redis and to sign its requests."""
-    path = resolve_path(path)
+    got = _read(resolve_path(path))
+    units.set_currency(got["currency"])     # the thin commands print money too (stat's COST column)
+    return got
+
+
+def _read(path: str | None) -> dict:
     if not path:
         return _settings({})
     try:
@@ -49,7 +54,7 @@ def client_settings(path: str | None = None) -> dict:
     stamp = [os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns]
     cache = _cache_file()
     got = _cached(cache, stamp)
-    if got is None:
+    if got is None or "currency" not in got or "history_url" not in got:   # or kept by an older labq
         got = _settings(read_toml(path))
         _keep(cache, stamp, got)
     return got
@@ -62,8 +67,7 @@ def _settings(data: dict) -> dict:
     out["security"] = security_table(sec)
     out["history_url"] = history_table(_table("history", data.get("history", {})))["url"]
     currency = _table("rates", data.get("rates", {})).get("currency", "USD")
-    if isinstance(currency, str):
-        units.set_currency(currency)       # the thin commands print money too (stat's COST column)
+    out["currency"] = currency if isinstance(currency, str) else "USD"
     return out
 
 

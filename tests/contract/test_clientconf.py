@@ -30,6 +30,7 @@ def test_same_values_as_the_full_config_fresh_and_cached(tmp_path):
     p.write_text(GOOD)
     want = _settings_of(config.load(str(p)))
     want["security"]["admins"] = list(want["security"]["admins"])
+    want["history_url"], want["currency"] = "", "USD"
     fresh = clientconf.client_settings(str(p))
     cached = clientconf.client_settings(str(p))
     for got in (fresh, cached):
@@ -67,3 +68,16 @@ def test_a_cached_config_spares_the_toml_parser(tmp_path, cache_home):
     second = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert first.returncode == second.returncode == 4, second.stderr[-300:]
     assert "| tomllib" in first.stderr and "| tomllib" not in second.stderr
+
+
+def test_the_currency_is_set_from_the_cache_too(tmp_path):
+    from labq.scheduler import units
+    p = tmp_path / "labq.toml"
+    p.write_text(GOOD + '[rates]\ncurrency = "EUR"\n')
+    try:
+        for _ in range(2):              # parsed, then cached
+            units.set_currency("USD")
+            clientconf.client_settings(str(p))
+            assert units.fmt_money(2_000_000).startswith("€")
+    finally:
+        units.set_currency("USD")
