@@ -122,6 +122,14 @@ class AgentStore:
     def done(self, node: str, slot: int, raw: str) -> None:
         self.r.lrem(self.k.dispatch_slot(node, slot), 1, raw)
 
+    def runners(self, node: str) -> dict[str, str]:
+        return self.r.hgetall(self.k.node_runners(node))
+
+    def attempt_status(self, jid: int, attempt: int) -> tuple[str | None, float | None]:
+        """(claimed, last heartbeat) of an attempt."""
+        claimed, hb = self.r.hmget(self.k.attempt(jid, attempt), ["claimed", "hb"])
+        return claimed, float(hb) if hb else None
+
     def reset_runners(self, node: str) -> None:
         self.r.delete(self.k.node_runners(node))
 

@@ -200,6 +200,17 @@ def test_kill_9_of_a_runner(nodes, which):
     assert_once_cd(nodes, j, spans)
 
 
+def test_sigstop_of_the_attempt_runner(nodes):
+    """A runner that stops heart-beating (SIGSTOP) cannot fence its job: its agent kills both."""
+    jid, stamps = nodes.submit()
+    _, pid = nodes.running(jid, stamps)
+    attempt, _ = runner_of(pid)
+    os.kill(attempt, signal.SIGSTOP)
+    j, spans = nodes.finish(jid, stamps)
+    assert j.attempts[0].outcome == "node_failure", j.attempts
+    assert_once_cd(nodes, j, spans)
+
+
 def test_sigstop_of_the_agent_past_its_lease(nodes):
     jid, stamps = nodes.submit()
     node, _ = nodes.running(jid, stamps)
