@@ -107,7 +107,8 @@ def show(c, job_id, as_json=False, **_) -> None:
              f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
              f"  restarts: {j.restart_count}  exit code: {j.exit_code}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
     if j.deps:
-        lines.append(f"  dependency: {d['dependency']}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep else ""))
+        lines.append(f"  dependency: {_deps_shown(c, j.deps)}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep
+                                                                   else ""))
     if j.deadline:
         lines.append(f"  deadline: {ts(j.deadline)}")
     if j.preempt_count or j.borrowed or j.state == states.PREEMPTING:
@@ -131,6 +132,45 @@ def show(c, job_id, as_json=False, **_) -> None:
         if render.usage_text(a.usage):
             lines.append(f"    usage: {render.usage_text(a.usage)}")
     echo("\n".join(lines))
+
+
+def _deps_shown(c, deps) -> str:
+    """`afterok:126:200_3,singleton` as the user wrote it: an array by its id, a task as `A_I`,
+    never the internal task ids (a whole 9,000-task array is one word, read in two lookups)."""
+    parts = []
+    for kind, ids in deps:
+        shown, run = [], []
+        for i in list(ids) + [None]:
+            if run and (i is None or i != run[-1] + 1):
+                shown += _run_shown(c, run)
+                run = []
+            if i is not None:
+                run.append(i)
+        parts.append(kind + "".join(f":{s}" for s in shown))
+    return ",".join(parts)
+
+
+def _run_shown(c, run) -> list[str]:
+    """Consecutive job ids: each array's tasks compact (the whole array by its id), other jobs by
+    their display id. Two lookups per array, whatever its size."""
+    out = []
+    while run:
+        first = c.read.job(run[0])
+        if first is None or first.array_id is None:
+            out.append(first.display_id if first else str(run[0]))
+            run = run[1:]
+            continue
+        n = min(len(run), first.array_id + first.array_count - run[0])     # this array's part of the run
+        part, run = run[:n], run[n:]
+        last = c.read.job(part[-1]) if n > 1 else first
+        if part[0] == first.array_id and n == first.array_count:
+            out.append(str(first.array_id))
+        elif last is not None and last.array_index - first.array_index == n - 1:
+            out.append(first.display_id if n == 1 else f"{first.array_id}_[{first.array_index}-{last.array_index}]")
+        else:                                            # a stepped array (-a 0-15:4): each task
+            found = {j.id: j.display_id for j in c.read.jobs(part)}
+            out += [found.get(i, str(i)) for i in part]
+    return out
 
 
 def _show_array(tasks, as_json):

@@ -170,3 +170,18 @@ def test_queue_views_as_squeue_and_sacct_show_them(stack):
     share = q("share", "-P").splitlines()
     assert share[0] == "Account|RawShares|NormShares|RawUsage|EffectvUsage|FairShare"
     assert any(line.startswith("eta|1|") for line in share[1:])
+
+
+def test_show_names_dependencies_as_the_user_wrote_them(stack):
+    env = user_env(stack)
+
+    def sub(*args):
+        p = labq(stack, "sub", "--parsable", "-A", "eta", "--hold", *args, env=env)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.strip()
+
+    arr, one = sub("-a", "0-9", "--", "true"), sub("--", "true")
+    dep = sub("-d", f"afterok:{arr}:{one},afterany:{arr}_3:{arr}_5:{arr}_6:{arr}_7", "--", "true")
+    out = labq(stack, "show", dep, env=env).stdout
+    assert f"dependency: afterok:{arr}:{one},afterany:{arr}_3:{arr}_[5-7]" in out, out
+    labq(stack, "del", arr, one, dep, env=env)
