@@ -2,7 +2,8 @@
 at 1,000, 10,000 and 100,000 pending, exponents fitted on log-log, and the largest queue that plans
 within one tick (1 s). Prints a markdown section for bench/RESULTS.md.
 
-    .venv/bin/python bench/scaling_bench.py
+    .venv/bin/python bench/scaling_bench.py            # prints the section
+    .venv/bin/python bench/scaling_bench.py --write    # also writes bench/scaling.md, which RESULTS.md includes
 
 plan() is timed on plan_bench's cluster (1,000 nodes, 95 % full) twice: pending jobs as independent
 random requests (a class per few jobs: the per-job order) and as 20 arrays (plan() judges each
@@ -59,6 +60,22 @@ def within(points: dict[int, float], budget: float) -> float:
 
 
 def main() -> None:
+    if "--write" in sys.argv:
+        import contextlib
+        import io
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            measure()
+        text = (f"Written by `.venv/bin/python bench/scaling_bench.py --write` on "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n" + buf.getvalue())
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling.md"), "w") as f:
+            f.write(text)
+        print(text)
+    else:
+        measure()
+
+
+def measure() -> None:
     load0 = os.getloadavg()
     rows = []
     drain = {n: child(f"import drain_bench, json; print(json.dumps(drain_bench.drain({n})))") for n in SIZES[:2]}

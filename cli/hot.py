@@ -38,7 +38,8 @@ def stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=Non
         from . import slurmfmt
         return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader))
     if rows is not None:
-        cells = [statview.row_cells(r, now, label) for label, r in pairs]
+        memo: dict = {}
+        cells = [statview.row_cells(r, now, label, memo) for label, r in pairs]
     else:
         from . import render
         cells = [render.stat_row(j, now, label) for label, j in pairs]
