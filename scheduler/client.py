@@ -27,11 +27,13 @@ class Client(ClientBase):
         return self.cfg.security
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
+    def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
         try:
-            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign)
+            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign,
+                              get=self.r.get)
         except conn.ERRORS as e:
-            raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
+            raise UnreachableError(f"Redis at {self.url} does not answer: {e}; a request may not have been "
+                                   "submitted") from None
 
     def _send(self, cmds) -> None:
         p = self.r.pipeline(transaction=False)

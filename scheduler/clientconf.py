@@ -2,9 +2,14 @@
 
 The hot CLI commands start in a few tens of milliseconds; validating the whole config (every
 dataclass of config.py, the model) would cost as much as the command itself. They read only the
-[redis] table, validated here by the same code config.py uses for it; the other tables (and
-misspelt table names) are the daemons' and `labq config check`'s to refuse.
+[redis] and [security] tables, validated here by the same code config.py uses for them; the other
+tables (and misspelt table names) are the daemons' and `labq config check`'s to refuse.
+
+Even parsing TOML costs more than the rest of the settings (tomllib and what it imports): the
+settings read from a file are kept in the user's cache directory, stamped with the file's inode,
+size and mtime, and read back while the stamp still matches.
 """
+import json
 import os
 
 from . import units
@@ -29,26 +34,91 @@ def read_toml(path: str) -> dict:
         raise ConfigError(path, f"cannot read: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, f"not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
 
 
 def client_settings(path: str | None = None) -> dict:
     """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
     config.load does): what a client needs to reach Redis and to sign its requests."""
-    path = resolve_path(path)
-    data = read_toml(path) if path else {}
+    got = _read(resolve_path(path))
+    units.set_currency(got["currency"])     # the thin commands print money too (stat's COST column)
+    return got
+
+
+def _read(path: str | None) -> dict:
+    if not path:
+        return _settings({})
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _settings(read_toml(path))     # read_toml says what is wrong with it
+    stamp = [os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns]
+    cache = _cache_file()
+    got = _cached(cache, stamp)
+    if got is None or not {"currency", "history_url", "limits", "allow_volatile"} <= got.keys():   # an older labq's
+        got = _settings(read_toml(path))
+        _keep(cache, stamp, got)
+    return got
+
+
+def _settings(data: dict) -> dict:
     out = redis_table(_table("redis", data.get("redis", {})))
     sec = _table("security", data.get("security", {}))
     refuse_removed(sec)
     out["security"] = security_table(sec)
+    out["limits"] = limits(_table("scheduler", data.get("scheduler", {})))
+    out["allow_volatile"] = _table("redis", data.get("redis", {})).get("allow_volatile") is True
     out["history_url"] = history_table(_table("history", data.get("history", {})))["url"]
     currency = _table("rates", data.get("rates", {})).get("currency", "USD")
-    if isinstance(currency, str):
-        units.set_currency(currency)       # the thin commands print money too (stat's COST column)
+    out["currency"] = currency if isinstance(currency, str) else "USD"
+    return out
+
+
+def _cache_file() -> str:
+    """One file, for the config last read (its path is in the stamp): a user has one config."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "labq", "client-settings.json")
+
+
+def _cached(cache: str, stamp: list):
+    try:
+        with open(cache) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return d.get("settings") if isinstance(d, dict) and d.get("stamp") == stamp else None
+
+
+def _keep(cache: str, stamp: list, settings: dict) -> None:
+    """Best effort: without a writable cache directory the next command parses the file again."""
+    try:
+        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({"stamp": stamp, "settings": settings}, f)
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+
+
+def limits(t: dict) -> dict:
+    """The request bounds of [scheduler] that `labq sub` checks for fast feedback. Values config.py
+    would refuse are left out here: the scheduler refuses to start on them, and it checks again."""
+    out = {}
+    for k in ("max_array_size", "max_request_bytes"):
+        if isinstance(t.get(k), int) and not isinstance(t.get(k), bool):
+            out[k] = t[k]
+    if "max_time_limit" in t:
+        try:
+            out["max_time_limit"] = units.parse_duration(t["max_time_limit"], "max_time_limit", bare_unit=1)
+        except units.UsageError:
+            pass
     return out
 
 
 def redis_table(t):
-    _check_keys("redis", t, {"url", "prefix", "password_file"})
+    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})   # the last: config.py's
     url = _str("redis.url", t.get("url", ""))
     if url and not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
@@ -82,11 +152,17 @@ def security_table(t):
             "munge_socket": sock, "credential_ttl": ttl}
 
 
-def _dur(key, v):
+MAX_CONFIG_DURATION = 10 * 365 * 86400   # any configured duration; leases and ticks have tighter ones
+
+
+def _dur(key, v, hi=MAX_CONFIG_DURATION):
     try:
-        return units.parse_duration(v, key, bare_unit=1)
+        s = units.parse_duration(v, key, bare_unit=1)
     except units.UsageError as e:
         raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
+    if s > hi:
+        raise ConfigError(key, f"must be at most {hi}s, got {str(v)[:40]!r}")
+    return s
 
 
 def _str(key, v, choices=None):

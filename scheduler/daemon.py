@@ -14,13 +14,13 @@ import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import alerts as budget_alerts, auth, crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .batch import Batch, Tally
-from .commit import Committer
+from .commit import BIG_COMMIT, Committer, release_memory
 from .bookkeeper import Bookkeeper
 from . import dispatch as dispatching
-from .errors import LabqError, RefusedError, StalePlanError
+from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .model import Job, Snapshot
 from .handlers import BUDGET_OPS, Change, Handlers
 from .store import dispatchq
@@ -42,6 +42,10 @@ def tune_gc() -> None:
 
 
 MAX_REQUESTS_PER_TICK = 20_000
+# What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
+# stays unacknowledged for the next leader (it is not the entry's fault).
+POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
+REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
 
 
@@ -51,7 +55,7 @@ def _sleep_until(deadline: float, stop) -> None:
 
 
 class Scheduler(Committer):
-    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time):
+    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
         # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
         # in the signature so that callers written for the RQ transport keep working.
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
@@ -83,6 +87,8 @@ class Scheduler(Committer):
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
+        self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
+        self._refused = ""                 # the last durability refusal logged (each is logged once)
         self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = None                # store/archive.History: what the archiver moved, for reads
 
@@ -102,6 +108,8 @@ class Scheduler(Committer):
         try:
             self.now = now
             if not self.leading:
+                if not self._durable_ok():
+                    return False
                 self._recover(now)
             self._learn_inboxes(woke)
             self.nodes = self.store.nodes(now)
@@ -123,12 +131,30 @@ class Scheduler(Committer):
                 self.last_plan, self.freed = now, False
                 self.plan_done = time.monotonic()
                 self.plan_cost = self.plan_done - began
+            if self.durable is not None:
+                self.durable.seen()
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False
         return self.leading
 
+    def _durable_ok(self) -> bool:
+        """Lead only a Redis that keeps what it acknowledged (durability.py); else step aside."""
+        if self.durable is None:
+            return True
+        try:
+            self.durable.check()
+            return True
+        except RefusedError as e:
+            if str(e) != self._refused:
+                log.error("%s", e)
+                self._refused = str(e)
+            self.store.release_leader()
+            return False
+
     def run(self, stop=lambda: False) -> None:
+        if self.durable is not None:
+            self.durable.check()    # refused at start: one line and exit 3, before anything is read
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
         try:
@@ -224,30 +250,71 @@ class Scheduler(Committer):
             if not requests and not events:
                 break
             self.batch, self.answered = Batch(usage=self.usage), {}
+            poisoned = self._poisoned(requests + events) if pending else set()
             try:
-                prior = self.store.replies_done([(f or {}).get("rid") or eid for _, eid, f in requests])
-                who = self._senders(requests, now)
+                prior = self.store.replies_done([intake.reply_id(f or {}, eid) for _, eid, f in requests])
+                who = self._all_senders(requests, now)
                 for (stream, eid, fields), old, sender in zip(requests, prior, who):
-                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender)
+                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender,
+                                   (stream, eid) in poisoned)
                 for stream, eid, fields in events:
+                    if (stream, eid) in poisoned:
+                        self._dead(stream, eid, fields or {}, "this event stopped the scheduler twice; not run again")
+                        continue
                     self._isolated(self._event, now, stream, eid, fields or {})
             finally:
                 self.flush()
             done += len(requests)
 
+    def _poisoned(self, entries) -> set:
+        """Entries redelivered after the leader died on them more than once: never handled again."""
+        out = set()
+        for stream in {s for s, _, _ in entries}:
+            counts = self.store.deliveries(stream, [e for s, e, _ in entries if s == stream])
+            out |= {(stream, e) for e, n in counts.items() if n >= intake.MAX_DELIVERIES}
+        return out
+
     def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
-        """Handle one entry; one that raises stages nothing and is answered (a request) or dropped
-        (an event) on its own, so that the rest of its batch still commits."""
+        """Handle one entry; one that raises stages nothing (a handler decides, commit() stages a
+        change whole or not at all) and is answered (a request) and dead-lettered on its own, so
+        that the rest of its batch still commits, whatever the commit granularity."""
         try:
             handle(now, stream, eid, fields, *extra)
-        except (StalePlanError, *REDIS_ERRORS):
+        except POISON_PASSES:
             raise
         except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
             log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
-            reply = None
-            if not (stream == self.k.events or stream.startswith(self.k.events + ":")):
-                reply = (fields.get("rid") or eid, {"ok": False, "code": 2, "error": f"internal error: {e}"})
-            self.commit(reply=reply, ack=(stream, eid))
+            why = f"internal error: {type(e).__name__}: {str(e)[:300]}"
+            if stream == self.k.events or stream.startswith(self.k.events + ":"):
+                self._dead(stream, eid, fields, why)
+            else:
+                self._refuse(stream, eid, intake.reply_id(fields, eid), fields, why, dead=True)
+
+    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
+                dead: bool = False, remember: bool = True) -> None:
+        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
+        `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
+        reply = {"ok": False, "code": code, "error": error, "rid": rid}
+        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
+                    dead=(stream, eid, fields, error) if dead else None)
+        if dead:
+            log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
+
+    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
+        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
+        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
+        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
+
+    def _all_senders(self, requests, now: float) -> list:
+        """The batch's senders at once; if one entry breaks that, each is identified on its own
+        inside its isolation (_request with user None), so a poison credential harms only itself."""
+        try:
+            return self._senders(requests, now)
+        except POISON_PASSES:
+            raise
+        except Exception:   # noqa: BLE001
+            log.exception("identifying a batch of %d requests failed; one by one instead", len(requests))
+            return [None] * len(requests)
 
     def _senders(self, requests, now: float) -> list:
         """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
@@ -259,8 +326,14 @@ class Scheduler(Committer):
             return self.store.claim_credentials(claims, sec["credential_ttl"])
         return auth.identify_many(entries, sec, now, claim_many)
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
-        rid = fields.get("rid") or eid
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
+                 poisoned=False) -> None:
+        """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a
+        handler raises becomes this entry's error reply (in _isolated)."""
+        rid = intake.reply_id(fields, eid)
+        if poisoned:
+            return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
+                                dead=True, remember=False)
         if user is None:
             user = self._senders([(stream, eid, fields)], now)[0]
         if isinstance(user, RefusedError):
@@ -275,17 +348,22 @@ class Scheduler(Committer):
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
             self.commit(reply=(rid, prior), ack=(stream, eid))
             return
-        op = fields.get("op", "")
-        solo = op in SOLO_OPS     # budget and node changes: later requests must see them applied
+        try:
+            req = intake.request(fields, eid, self.cfg.max_request_bytes)
+        except LabqError as e:
+            return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
+        late = max(now, self.clock()) - (req.expires or float("inf"))
+        if late > 0:   # the client has given up and told its user nothing was done: keep it so
+            return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
+                                "deadline; not done", code=4)
+        solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
         if solo:
             self.flush()
             self.batch = Batch(usage=self.usage)
         try:
-            body = json.loads(fields.get("body") or "{}")
-            change = self.handlers.handle(user, op, body, now)
-        except (LabqError, ValueError, TypeError) as e:
-            code = getattr(e, "exit_code", 2)
-            change = Change(reply={"ok": False, "code": code, "error": str(e)})
+            change = self.handlers.handle(user, req.op, req.body, now)
+        except LabqError as e:
+            change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
                     ack=(stream, eid), alerts=change.alerts, books=change.books)
         self.answered[rid] = change.reply
@@ -312,39 +390,39 @@ class Scheduler(Committer):
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
         # `now`, so read the clock again or an end could fall before the runner's own start.
         now = self.now = max(now, self.clock())
-        if f.get("kind") == "alert":   # an agent's own alert (idle GPUs, …): recorded and delivered like ours
-            self._agent_alert(now, stream, eid, f)
-            return
         try:
-            jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
-        except (ValueError, TypeError):
-            log.warning("malformed event %s dropped: %r", eid, f)
-            self.commit(ack=(stream, eid))
-            return
-        job = self.jobs.get(jid)
-        kind = f.get("kind")
+            ev = intake.event(f, self.cfg.max_request_bytes)
+        except LabqError as e:
+            return self._dead(stream, eid, f, str(e))
+        write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
+                 else self._attempt_event(now, stream, eid, ev))
+        self.commit(ack=(stream, eid), **write)
+        new = (write.get("jobs") or [None])[0]
+        if ev.kind == "finished" and new is not None:
+            self.freed = True
+            log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
+
+    def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
+        """What a started/finished event writes (commit's keyword arguments), decided, not written."""
+        job = self.jobs.get(ev.job)
         # Only the node the attempt was placed on speaks for it. On a per-node stream
         # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
-        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else f.get("node")
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
         if job is not None and (job.node is None or sender != job.node):
             log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
                         eid, job.display_id, sender, job.node)
             job = None
         result = None
-        if job is not None and kind == "started":
-            new = tr.started(job, attempt, body)
+        if job is not None and ev.kind == "started":
+            new = tr.started(job, ev.attempt, ev.body)
             result = (new, ()) if new else None
-        elif job is not None and kind == "finished":
-            result = tr.finished(job, attempt, body, now, self.cfg)
+        elif job is not None and ev.kind == "finished":
+            result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
         if result is None:
-            self.commit(ack=(stream, eid))
-            return
+            return {}
         new, charges = result
-        jobs, alerts = self._crash_guard(new, now) if kind == "finished" else ([new], ())
-        self.commit(jobs=jobs, charges=charges, alerts=alerts, ack=(stream, eid))
-        if kind == "finished":
-            self.freed = True
-            log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
+        jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
+        return {"jobs": jobs, "charges": charges, "alerts": alerts}
 
     def _crash_guard(self, new: Job, now: float):
         """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
@@ -361,15 +439,12 @@ class Scheduler(Committer):
         jobs = held if any(h.id == new.id for h in held) else [new, *held]
         return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
 
-    def _agent_alert(self, now: float, stream: str, eid: str, f: dict) -> None:
-        try:
-            body = json.loads(f.get("body") or "{}")
-        except ValueError:
-            body = None
-        a = budget_alerts.from_event(eid, f.get("node", ""), body, now) if isinstance(body, dict) else None
+    def _agent_alert(self, now: float, eid: str, ev) -> dict:
+        """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
+        a = budget_alerts.from_event(eid, ev.node, ev.body, now)
         if a is None:
-            log.warning("malformed alert event %s dropped: %r", eid, f)
-        self.commit(ack=(stream, eid), alerts=[a.fields()] if a else ())
+            raise UsageError("alert: expected {kind, scope, level, message, data}")
+        return {"alerts": [a.fields()]}
 
     def _lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
@@ -472,11 +547,20 @@ class Scheduler(Committer):
             changed.append(tr.preempting(self.jobs[pr.job_id], pr.for_job, pr.detail, now))
             controls.append((pr.job_id, f"preempt:{pr.grace}"))
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
+        pended = []
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
-                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
-        if changed:
-            self.commit(jobs=changed, dispatch=dispatch, controls=controls)
+            if (j.reason, j.detail, j.earmark, j.earmark_gpus) != (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
+                pended.append(tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus))
+        if changed or len(pended) <= REASON_CHUNK:
+            self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=dispatch,
+                        controls=controls)
+        if len(pended) > REASON_CHUNK:
+            # New reasons alone need no atomicity with anything: written in fenced chunks, so that the
+            # first pass over a 100,000-task array never builds one 100 MB transaction.
+            for i in range(0, len(pended), REASON_CHUNK):
+                self.commit(jobs=pended[i:i + REASON_CHUNK])
+            if len(pended) >= BIG_COMMIT:
+                release_memory()
         for j in dispatch:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")
