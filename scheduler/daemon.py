@@ -550,8 +550,8 @@ class Scheduler(Committer):
         pended = []
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
-                pended.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
+            if (j.reason, j.detail, j.earmark, j.earmark_gpus) != (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
+                pended.append(tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus))
         if changed or len(pended) <= REASON_CHUNK:
             self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=dispatch,
                         controls=controls)

@@ -5,7 +5,7 @@ from sys import intern
 
 from ..model import Attempt, Job
 
-_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "env"}
+_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env"}
 _ATTEMPT_TUPLES = {"gpus", "charges"}
 _JOB_FIELDS = {f.name for f in fields(Job)}
 _ATTEMPT_FIELDS = {f.name for f in fields(Attempt)}
@@ -16,6 +16,7 @@ def _tuples(v):
 
 
 _JOB_NAMES = tuple(f.name for f in fields(Job) if f.name != "attempts")
+JOB_NAMES = _JOB_NAMES
 _ATTEMPT_NAMES = tuple(f.name for f in fields(Attempt))
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
