@@ -100,6 +100,21 @@ def worker(ctx, verbose, allow_root):
     Agent(cfg, url, ctx.config_path).run()
 
 
+def _await_worker(stack, prefix: str, timeout: float = 60.0) -> None:
+    """Say "up" only once the worker has registered: a submit before that is refused ("no node is
+    registered"), which is not what the first `labq sub` after `labq up` should meet."""
+    from labq.scheduler.store import conn
+    from labq.scheduler.store.keys import Keys
+    r, end = conn.connect(stack.url), time.monotonic() + timeout
+    while time.monotonic() < end and not stack.dead():
+        try:
+            if r.scard(Keys(prefix).nodes):
+                return
+        except conn.ERRORS:
+            pass
+        time.sleep(0.1)
+
+
 @click.command()
 @click.option("-v", "--verbose", is_flag=True, help="Debug lines in the daemons' logs.")
 @pass_ctx
@@ -132,6 +147,7 @@ def up(ctx, verbose):
                    "(worker.allow_root is taken as true for labq up)", err=True)
         stack.worker_args = ("--allow-root",)
     stack.start_all()
+    _await_worker(stack, cfg.prefix)
     click.echo(f"labq is up: Redis {stack.url}, scheduler pid {stack.procs['scheduler'].pid}, "
                f"worker pid {stack.procs['worker'].pid}")
     click.echo(f"logs: {logdir}/{{scheduler,worker,redis}}.log")
