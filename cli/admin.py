@@ -30,6 +30,7 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
     written to it (mode 0600): copy each node's line to that node's own file."""
     from labq.scheduler.store import acl as roles_mod, conn
     from labq.scheduler.store.keys import Keys
+    from labq.scheduler.store.reads import Reader
     cfg = ctx.cfg
     path = password_file or cfg.redis_password_file or DEFAULT_PASSWORD_FILE
     if not os.path.isabs(path):
@@ -43,7 +44,7 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
     names = set(nodes) | ({cfg.worker["name"]} if cfg.worker["name"] else set())
     if r is not None:
         try:
-            names |= set(r.smembers(Keys(cfg.prefix).nodes))
+            names |= Reader(r, Keys(cfg.prefix)).node_names()
         except conn.ERRORS as e:
             if do_apply:
                 raise UnreachableError(f"Redis at {redis_url(cfg)} does not answer: {e}") from None

@@ -243,6 +243,20 @@ def build_body(opts, argv, script) -> dict:
             body[dest] = units.parse_duration(opts[key], flag)
     if body.get("time_limit") == 0:
         raise UsageError("--time: must be more than 0")
+    _run_options(opts, body)
+    tags = []
+    for t in opts.get("tag") or ():
+        k, sep, v = t.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--tag: expected KEY=VALUE, got {t!r}")
+        tags.append([k, v])
+    body["tags"] = tags
+    return body
+
+
+def _run_options(opts, body: dict) -> None:
+    """When and how the job runs: start and deadline, dependencies, retries and requeue, limits,
+    signals, arrays."""
     if opts.get("begin"):
         body["begin"] = parse_begin(opts["begin"])
     if opts.get("deadline"):
@@ -275,14 +289,6 @@ def build_body(opts, argv, script) -> dict:
         body["array"], throttle = parse_array(opts["array"])
         if throttle:
             body["array_throttle"] = throttle
-    tags = []
-    for t in opts.get("tag") or ():
-        k, sep, v = t.partition("=")
-        if not sep or not k:
-            raise UsageError(f"--tag: expected KEY=VALUE, got {t!r}")
-        tags.append([k, v])
-    body["tags"] = tags
-    return body
 
 
 def _print_test_only(reply, opts):

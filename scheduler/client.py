@@ -16,7 +16,7 @@ from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .model import Job, Snapshot
 from .jobspec import resolve_ref
-from .store import conn
+from .store import conn, inbox
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore
@@ -51,13 +51,10 @@ class Client:
         try:
             for _ in range(tries):
                 signed = self._sign(fields)   # a fresh credential per try: each is valid once
-                p = self.r.pipeline()
-                p.xadd(self.k.inbox(self.user), signed, maxlen=100_000, approximate=True)
-                p.lpush(self.k.wake, f"user:{self.user}")
-                p.execute()
-                got = self._await_reply(rid, per_try)
+                inbox.send(self.r, self.k, self.user, signed)
+                got = inbox.await_reply(self.r, self.k, rid, per_try)
                 if got:
-                    return json.loads(got[1])
+                    return json.loads(got)
         except conn.ERRORS as e:
             raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
         raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")
@@ -67,16 +64,6 @@ class Client:
             return auth.sign(fields, self.cfg.security)
         except munge.MungeError as e:
             raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
-
-    def _await_reply(self, rid: str, seconds: float):
-        """BLPOP in slices shorter than the connection's socket timeout (30 s), so that a caller
-        may wait minutes (a 100,000-task array) without the socket giving up first."""
-        deadline = time.monotonic() + seconds
-        while True:
-            left = deadline - time.monotonic()
-            got = self.r.blpop([self.k.reply(rid)], timeout=max(1, min(20, int(left))))
-            if got or left <= 20:
-                return got
 
     def _checked(self, reply: dict) -> dict:
         if not reply.get("ok"):

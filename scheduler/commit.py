@@ -70,7 +70,7 @@ class Committer:
         holds, or finds the sequence moved and stops."""
         first = self.seq + 1
         if n >= writes.PREWRITE_MIN:
-            got = self.store.r.incrby(self.k.seq, self.seq - self.seq_written + n)
+            got = self.store.advance_seq(self.seq - self.seq_written + n)
             if got != self.seq + n:
                 raise StalePlanError("the job id sequence moved under this scheduler")
             self.seq_written = got
@@ -98,14 +98,14 @@ class Committer:
             if not self._renew(self.lease_s + b.size() * 1e-4):
                 raise StalePlanError("lost the leader lease while working")
         new = [b.jobs[i] for i in sorted(b.new) if b.jobs[i].state in states.ACTIVE]
-        fresh = writes.put_new_jobs(self.store.r, self.k, new) if new else set()
+        fresh = self.store.put_new_jobs(new) if new else set()
         usage0 = b.usage if b.usage is not None else {}
 
         seq = self.seq if self.seq > self.seq_written else None
 
         def build(p):
             if seq is not None:
-                p.set(self.k.seq, seq)
+                writes.put_seq(p, self.k, seq)
             writes.put_jobs(p, self.k, [j for j in b.jobs.values() if j.id not in fresh])
             writes.index_jobs(p, self.k, [b.jobs[i] for i in sorted(fresh)])
             for acct in [a for a in self.usage if self.usage[a] != usage0.get(a)]:
@@ -115,18 +115,15 @@ class Committer:
             for key in b.charged:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:
-                p.set(self.k.control(jid), value, ex=7 * 86400)
+                writes.put_control(p, self.k, jid, value)
             for a in b.alerts:
-                p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
+                writes.add_alert(p, self.k, a)
             for books in b.books:
                 writes.put_books(p, self.k, books, now)
             for j in b.dispatch:
                 self.dispatch.enqueue(p, j)
             for name, admin in b.nodes:
-                if admin:
-                    p.set(self.k.node_admin(name), admin)
-                else:
-                    p.delete(self.k.node_admin(name))
+                writes.put_node_admin(p, self.k, name, admin)
             for reply in b.replies:
                 writes.put_reply(p, self.k, *reply)
             by_stream: dict = {}

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import units
+from .configcheck import (address as _address, alerts as _alerts, boolean as _bool, budget as _budget,
+                          check_keys as _check_keys, duration as _dur, num as _num, string as _str, table as _table)
 from .errors import ConfigError
 from .model import Budget
 
@@ -143,51 +145,10 @@ _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem
            "slurm_env": True}
 
 
-def _num(key, v, lo=None, integer=False):
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if not ok or isinstance(v, bool):
-        raise ConfigError(key, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
-    if lo is not None and v < lo:
-        raise ConfigError(key, f"must be at least {lo}, got {v!r}")
-    return v
-
-
-def _str(key, v, choices=None):
-    if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {v!r}")
-    if choices and v not in choices:
-        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
-    return v
-
-
-def _bool(key, v):
-    if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {v!r}")
-    return v
-
-
-def _dur(key, v):
-    try:
-        return units.parse_duration(v, key, bare_unit=1)
-    except units.UsageError as e:
-        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
-
-
-def _table(key, v):
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a table, got {v!r}")
-    return v
-
-
-def _check_keys(section, table, allowed):
-    for k in table:
-        if k not in allowed:
-            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
-
-
 def load(path: str | None = None) -> Config:
-    """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
-    path = path or os.environ.get("LABQ_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    """The config at `path`, else /etc/labq/labq.toml if present, else defaults. $LABQ_CONFIG is the
+    CLI's default for --config (click reads it), so this module reads no environment."""
+    path = path or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
     if not path:
         return Config()
     try:
@@ -295,17 +256,6 @@ def _scheduler(t):
     return out
 
 
-def _address(key: str, v) -> str:
-    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
-    v = _str(key, v)
-    if v == "":
-        return v
-    host, sep, port = v.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
-    return v
-
-
 def _priority(t):
     _check_keys("priority", t, set(_PRIORITY))
     out = dict(_PRIORITY)
@@ -384,47 +334,6 @@ def _user(name, t):
     return User(name=name, **_caps(k, t))
 
 
-def _budget(i, t):
-    k = f"budgets[{i}]"
-    _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
-                       "timezone"})
-    if "name" not in t:
-        raise ConfigError(f"{k}.name", "missing; every budget needs a name")
-    name = _str(f"{k}.name", t["name"])
-    k = f"budgets.{name}"
-    if "limit" not in t:
-        raise ConfigError(f"{k}.limit", "missing; expected the budget's limit in its unit")
-    if "account" in t and "project" in t:
-        raise ConfigError(k, "give account or project, not both")
-    warn = t.get("warn", [0.7, 0.9])
-    if not isinstance(warn, list) or not all(isinstance(w, (int, float)) and 0 < w <= 1 for w in warn):
-        raise ConfigError(f"{k}.warn", f"expected a list of fractions in (0, 1], got {warn!r}")
-    reserve = float(_num(f"{k}.reserve", t.get("reserve", 0.0), lo=0))
-    if reserve >= 1:
-        raise ConfigError(f"{k}.reserve", f"expected a fraction below 1, got {reserve}")
-    return Budget(
-        name=name,
-        unit=_str(f"{k}.unit", t.get("unit", "usd"), ("usd", "gpu_hours", "cpu_hours")),
-        limit=units.to_micro(_num(f"{k}.limit", t["limit"], lo=0)),
-        account=_str(f"{k}.account", t.get("account", "")),
-        project=_str(f"{k}.project", t.get("project", "")),
-        period=_str(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
-        warn=tuple(float(w) for w in warn),
-        reserve=reserve,
-        on_exhaust=_str(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
-        timezone=_zone(f"{k}.timezone", t.get("timezone", "UTC")),
-    )
-
-
-def _zone(key, v):
-    from .periods import zone
-    try:
-        zone(_str(key, v))
-    except ValueError as e:
-        raise ConfigError(key, str(e)) from None
-    return v
-
-
 def _worker(t):
     _check_keys("worker", t, set(_WORKER))
     out = dict(_WORKER)
@@ -453,17 +362,6 @@ def _worker(t):
     for k in ("idle_gpu_after", "stop_grace"):
         out[k] = _dur(f"worker.{k}", out[k])
     return out
-
-
-def _alerts(t):
-    _check_keys("alerts", t, {"command", "webhook", "timeout"})
-    hook = _str("alerts.webhook", t.get("webhook", ""))
-    if hook and not hook.startswith(("http://", "https://")):
-        raise ConfigError("alerts.webhook", f"expected an http:// or https:// URL, got {hook!r}")
-    timeout = _dur("alerts.timeout", t.get("timeout", "10s"))
-    if timeout < 1:
-        raise ConfigError("alerts.timeout", "must be at least 1s")
-    return {"command": _str("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}
 
 
 def _security(t):

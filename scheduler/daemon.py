@@ -23,6 +23,7 @@ from .dispatch import Dispatcher
 from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
 from .handlers import BUDGET_OPS, Change, Handlers
+from .store import inbox
 from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
@@ -149,12 +150,8 @@ class Scheduler(Committer):
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
     def _learn_inboxes(self, woke) -> None:
-        new = {w.split(":", 1)[1] for w in woke if w.startswith("user:")} - self.inboxes
-        for user in sorted(new):
-            if not user or ":" in user:
-                continue
-            self.store.ensure_group(self.k.inbox(user))
-            self.store.txn(lambda p, u=user: p.sadd(self.k.inboxes, u))
+        for user in sorted(inbox.woken_users(woke) - self.inboxes):
+            self.store.add_inbox(user)
             self.inboxes.add(user)
 
     def _renew(self, ttl: float) -> bool:

@@ -37,6 +37,10 @@ class Reader:
     def job(self, jid: int) -> Job | None:
         return load_job(self.r, self.k, jid)
 
+    def node_names(self) -> set[str]:
+        """The nodes that ever registered."""
+        return set(self.r.smembers(self.k.nodes))
+
     def spent(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
 

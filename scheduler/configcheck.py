@@ -1,0 +1,110 @@
+"""The checks behind scheduler/config.py: typed values (each error names the key and what is expected),
+addresses, time zones, and the [[budgets]] and [alerts] sections."""
+from . import units
+from .errors import ConfigError
+from .model import Budget
+
+
+def num(key, v, lo=None, integer=False):
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if not ok or isinstance(v, bool):
+        raise ConfigError(key, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(key, f"must be at least {lo}, got {v!r}")
+    return v
+
+
+def string(key, v, choices=None):
+    if not isinstance(v, str):
+        raise ConfigError(key, f"expected a string, got {v!r}")
+    if choices and v not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
+    return v
+
+
+def boolean(key, v):
+    if not isinstance(v, bool):
+        raise ConfigError(key, f"expected true or false, got {v!r}")
+    return v
+
+
+def duration(key, v):
+    try:
+        return units.parse_duration(v, key, bare_unit=1)
+    except units.UsageError as e:
+        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
+
+
+def table(key, v):
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a table, got {v!r}")
+    return v
+
+
+def check_keys(section, table, allowed):
+    for k in table:
+        if k not in allowed:
+            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
+
+
+def address(key: str, v) -> str:
+    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
+    v = string(key, v)
+    if v == "":
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
+    return v
+
+
+def budget(i, t):
+    k = f"budgets[{i}]"
+    check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
+                       "timezone"})
+    if "name" not in t:
+        raise ConfigError(f"{k}.name", "missing; every budget needs a name")
+    name = string(f"{k}.name", t["name"])
+    k = f"budgets.{name}"
+    if "limit" not in t:
+        raise ConfigError(f"{k}.limit", "missing; expected the budget's limit in its unit")
+    if "account" in t and "project" in t:
+        raise ConfigError(k, "give account or project, not both")
+    warn = t.get("warn", [0.7, 0.9])
+    if not isinstance(warn, list) or not all(isinstance(w, (int, float)) and 0 < w <= 1 for w in warn):
+        raise ConfigError(f"{k}.warn", f"expected a list of fractions in (0, 1], got {warn!r}")
+    reserve = float(num(f"{k}.reserve", t.get("reserve", 0.0), lo=0))
+    if reserve >= 1:
+        raise ConfigError(f"{k}.reserve", f"expected a fraction below 1, got {reserve}")
+    return Budget(
+        name=name,
+        unit=string(f"{k}.unit", t.get("unit", "usd"), ("usd", "gpu_hours", "cpu_hours")),
+        limit=units.to_micro(num(f"{k}.limit", t["limit"], lo=0)),
+        account=string(f"{k}.account", t.get("account", "")),
+        project=string(f"{k}.project", t.get("project", "")),
+        period=string(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
+        warn=tuple(float(w) for w in warn),
+        reserve=reserve,
+        on_exhaust=string(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
+        timezone=zone(f"{k}.timezone", t.get("timezone", "UTC")),
+    )
+
+
+def zone(key, v):
+    from .periods import zone as tz
+    try:
+        tz(string(key, v))
+    except ValueError as e:
+        raise ConfigError(key, str(e)) from None
+    return v
+
+
+def alerts(t):
+    check_keys("alerts", t, {"command", "webhook", "timeout"})
+    hook = string("alerts.webhook", t.get("webhook", ""))
+    if hook and not hook.startswith(("http://", "https://")):
+        raise ConfigError("alerts.webhook", f"expected an http:// or https:// URL, got {hook!r}")
+    timeout = duration("alerts.timeout", t.get("timeout", "10s"))
+    if timeout < 1:
+        raise ConfigError("alerts.timeout", "must be at least 1s")
+    return {"command": string("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}
