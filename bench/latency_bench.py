@@ -5,14 +5,13 @@ start-up to blur it) and takes the time it printed minus the time just before th
 Samples are sequential, each on an idle node: the next is submitted only after the previous job
 has ended. For the CLI the figure includes the `labq sub` process's own start-up. Each sample is
 split into four stages from the records the job leaves: scheduler (submit → the tick that admitted
-it, Attempt.dispatch_time), RQ (→ the RQ horse has begun it: the RQ job's started_at, after the
-dequeue and the fork), runner (→ Attempt.start_time, which the runner takes after reading the record,
-claiming the attempt and opening the logs) and spawn (→ the time the command printed: the runner's
-environment, limits and cgroup, then the fork/exec).
+it, Attempt.dispatch_time), dispatch (→ a runner claimed it: the attempt hash's claimed_at, after
+the blocking pop of the node's dispatch list, the runner's fork and its read of the record),
+runner (→ Attempt.start_time, which the runner takes after opening the logs and building the
+environment) and spawn (→ the time the command printed: limits, then the fork/exec into its cgroup).
 """
 import os
 import time
-from datetime import timezone
 
 from rows import Row
 
@@ -60,25 +59,20 @@ def _sample_cli(bs, i: int) -> tuple[float, int]:
     return started_at(out) - t0, int(p.stdout.strip()), t0
 
 
-STAGES = ("scheduler", "RQ", "runner", "spawn")      # see the module's docstring
+STAGES = ("scheduler", "dispatch", "runner", "spawn")      # see the module's docstring
 
 
-def _horse_started(rq_conn, job) -> float | None:
-    """When RQ's horse began the attempt (the RQ job's started_at), or None."""
-    from rq.job import Job as RQJob
-    from rq.serializers import JSONSerializer
-    from labq.scheduler.dispatch import rq_job_id
-    try:
-        got = RQJob.fetch(rq_job_id(job.id, 1), connection=rq_conn, serializer=JSONSerializer).started_at
-    except Exception:        # expired or never written: the split is then left out for this sample
-        return None
-    return got.replace(tzinfo=got.tzinfo or timezone.utc).timestamp() if got else None
+def _claimed(r, keys, job) -> float | None:
+    """When a runner claimed the attempt (the attempt hash's claimed_at), or None."""
+    got = r.hget(keys.attempt(job.id, 1), "claimed_at")
+    return float(got) if got else None
 
 
 def measure(bs, how: str, n: int) -> tuple[list[float], dict[str, list[float]]]:
     """(submit → process start in ms per sample, {stage: ms per sample}) — see STAGES."""
     from labq.scheduler.store import conn
-    rq_conn = conn.connect_raw(bs.stack.url)
+    from labq.scheduler.store.keys import Keys
+    r, keys = conn.connect(bs.stack.url), Keys(bs.cfg.prefix)
     sample = _sample_api if how == "api" else _sample_cli
     lat, split = [], {k: [] for k in STAGES}
     for i in range(n):
@@ -86,9 +80,9 @@ def measure(bs, how: str, n: int) -> tuple[list[float], dict[str, list[float]]]:
         lat.append(dt * 1000)
         (job,) = bs.wait_terminal([jid], 30, interval=0.005)   # the node is idle again before the next sample
         a = job.attempts[0] if job.attempts else None
-        horse = _horse_started(rq_conn, job)
-        if a and a.dispatch_time and a.start_time and horse:
-            marks = (t0, a.dispatch_time, horse, a.start_time, t0 + dt)
+        claimed = _claimed(r, keys, job)
+        if a and a.dispatch_time and a.start_time and claimed:
+            marks = (t0, a.dispatch_time, claimed, a.start_time, t0 + dt)
             for k, lo, hi in zip(STAGES, marks, marks[1:]):
                 split[k].append((hi - lo) * 1000)
     return lat, split

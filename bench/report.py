@@ -76,10 +76,10 @@ def explain(r: Row, by_key: dict, profiles: dict, medians: dict) -> str:
         if top:
             why.append(f"most sampled inside plan(): {top}")
     elif k in ("lat.api.p50", "lat.api.p99") and d:
-        node = sum(d.get(s, 0) for s in ("RQ", "runner", "spawn"))
-        why.append(f"median split: scheduler {d.get('scheduler', 0):.1f} ms, then on the node RQ {d.get('RQ', 0):.1f} ms "
-                   f"(dequeue, fork of a horse per job), runner {d.get('runner', 0):.1f} ms (record, claim, logs), "
-                   f"spawn {d.get('spawn', 0):.1f} ms (environment, limits, cgroup, fork/exec until the command "
+        node = sum(d.get(s, 0) for s in ("dispatch", "runner", "spawn"))
+        why.append(f"median split: scheduler {d.get('scheduler', 0):.1f} ms, then on the node dispatch {d.get('dispatch', 0):.1f} ms "
+                   f"(blocking pop, the runner's fork, record, claim), runner {d.get('runner', 0):.1f} ms (logs, "
+                   f"environment), spawn {d.get('spawn', 0):.1f} ms (limits, fork/exec into the cgroup until the command "
                    f"runs): the node side is {node:.1f} ms of the {r.value:.1f}")
     elif k in ("lat.cli.p50", "lat.cli.p99"):
         sub = by_key.get("sub.wall")
@@ -95,9 +95,10 @@ def explain(r: Row, by_key: dict, profiles: dict, medians: dict) -> str:
         per = slots / r.value * 1000
         why.append(f"each of the {slots} slots spends {per:.0f} ms per trivial job")
         if api and api.data:
-            node = sum(api.data.get(s, 0) for s in ("RQ", "runner", "spawn"))
-            why.append(f"one job's node-side start alone (RQ + runner + spawn, from the API latency split) is {node:.0f} ms, "
-                       f"before its end is reported, the scheduler admits the next job and a slot's RQ worker takes it")
+            node = sum(api.data.get(s, 0) for s in ("dispatch", "runner", "spawn"))
+            why.append(f"one job's node-side start alone (dispatch + runner + spawn, from the API latency split) is "
+                       f"{node:.0f} ms, before its end is reported, the scheduler admits the next job and a slot's runner "
+                       f"takes it")
         top = _top(profiles.get("tput-scheduler"))
         if top:
             why.append(f"profile \"{profiles['tput-scheduler'].title}\": {top}")

@@ -126,7 +126,7 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
 @pass_ctx
 def alerts(ctx, name, since, count, as_json):
     """Alerts: budget warnings, forecast overruns, exhaustion, overrides, and the agents' (idle GPUs, …)."""
-    from .query import _since
+    from .acct import _since
     start = _since(since, "--since") or 0
     got = [a for a in ctx.client.read.alerts(100_000 if (name or since) else count)
            if float(a.get("ts") or 0) >= start and (not name or a.get("scope") == f"budget:{name}")][-count:]

@@ -14,5 +14,27 @@ def config():
 def check(path):
     """Validate a config file: exit 0 and a summary, or exit 2 naming the bad key."""
     cfg = config_mod.load(path)
+    shown = "private (labq up)" if not cfg.redis_url else _without_password(cfg.redis_url)
     click.echo(f"{path}: ok — {len(cfg.qos)} QoS, {len(cfg.accounts)} accounts, {len(cfg.budgets)} budgets, "
-               f"budget_mode={cfg.budget_mode}, redis={'private (labq up)' if not cfg.redis_url else cfg.redis_url}")
+               f"budget_mode={cfg.budget_mode}, redis={shown}, auth={cfg.security['auth']}")
+    for w in warnings(cfg):
+        click.echo(f"{path}: warning: {w}", err=True)
+
+
+def warnings(cfg) -> list[str]:
+    """What is valid but unsafe."""
+    out = []
+    if cfg.redis_url.startswith(("redis://", "rediss://")) and cfg.security["auth"] != "munge":
+        out.append(f"redis.url is TCP ({_without_password(cfg.redis_url)}) but security.auth is "
+                   f"\"{cfg.security['auth']}\": whoever reaches Redis can act as any user, root included; "
+                   "set security.auth = \"munge\" and apply `labq admin acl` (systemd/README.md)")
+    return out
+
+
+def _without_password(url: str) -> str:
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    user, host = parts.netloc.rsplit("@", 1)
+    return url.replace(parts.netloc, f"{user.split(':', 1)[0]}:***@{host}" if ":" in user else parts.netloc, 1)

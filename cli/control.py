@@ -7,16 +7,24 @@ import click
 from labq.scheduler import states
 from labq.scheduler.errors import UsageError
 
+from . import slurmfmt
 from .common import pass_ctx
 
 
 def _control(ctx, op, job_ids):
     reply = ctx.client.act_on(op, list(job_ids))
+    said = []     # runs of results with the same outcome: one line for a 9,000-task array, not 9,000
     for r in reply.get("results", []):
         if r["ok"]:
-            click.echo(f"job {r['id']}: {'cancelled' if r['state'] == states.CANCELLED else r['state']}")
+            what = "cancelled" if r["state"] == states.CANCELLED else r["state"]
+            if said and said[-1][0] == what:
+                said[-1][1].append(r["id"])
+            else:
+                said.append((what, [r["id"]]))
         else:
             click.echo(f"labq: {r['error']}", err=True)
+    for what, ids in said:
+        click.echo(f"job {', '.join(slurmfmt.compact_ids(ids))}: {what}")
     if not reply.get("ok"):
         sys.exit(reply.get("code") or 2)
 

@@ -39,13 +39,14 @@ def scheduler(ctx, verbose):
     cfg = ctx.cfg
     url = redis_url(cfg)
     conn.login_as(acl.SCHEDULER, cfg.redis_password_file)
+    if cfg.redis_password_file:
+        url = conn.without_credentials(url)
     r = conn.connect(url)
     conn.ping(r)
     from labq.scheduler.store import schema
     from labq.scheduler.store.keys import Keys
     schema.check(r, Keys(cfg.prefix))
-    rq_conn = conn.connect_raw(url)
-    sched = Scheduler(r, rq_conn, cfg)
+    sched = Scheduler(r, cfg=cfg)
     if cfg.metrics:
         from labq.scheduler.metrics import Metrics
         try:
@@ -72,6 +73,8 @@ def worker(ctx, verbose, allow_root):
         cfg = dataclasses.replace(cfg, worker={**cfg.worker, "allow_root": True})
     url = redis_url(cfg)
     conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
+    if cfg.redis_password_file:   # runners get the address only: the role's password comes from the file
+        url = conn.without_credentials(url)
     conn.ping(conn.connect(url))
     Agent(cfg, url, ctx.config_path).run()
 

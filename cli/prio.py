@@ -6,7 +6,7 @@ import click
 from labq.scheduler import states
 from labq.scheduler.policy import priority
 
-from . import render
+from . import render, slurmfmt
 from .common import echo_json, pass_ctx
 
 HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
@@ -15,24 +15,26 @@ HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHA
 @click.command()
 @click.option("-u", "--user", help="Only this user's jobs.")
 @click.option("-A", "--account", help="Only this account's jobs.")
+@click.option("-r", "--array", "expand", is_flag=True, help="One line per array task.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def prio(ctx, user, account, as_json):
+def prio(ctx, user, account, expand, as_json):
     """Pending jobs in the order the scheduler considers them, with each factor's weighted part.
 
     priority = qos_weight × QoS + age_weight × age (0..1 over age_max) + fairshare_weight × fair share
     (0..1, 2^(−usage share ÷ account share)) − burst_penalty × burst (0 or 1)."""
     c, now = ctx.client, time.time()
-    snap = c.snapshot(now)
-    pending = [j for j in snap.jobs if j.state == states.PENDING]
-    order = priority.ordered(pending, now, dict(snap.usage), c.cfg)
-    f = priority.factors(pending, now, dict(snap.usage), c.cfg)
+    jobs = c.read.active()
+    usage = c.fairshare(now, jobs)
+    pending = [j for j in jobs if j.state == states.PENDING]
+    order = priority.ordered(pending, now, dict(usage), c.cfg)
+    f = priority.factors(pending, now, dict(usage), c.cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
     w = c.cfg.priority
     if as_json:
         return echo_json({"weights": {k: w[k] for k in ("qos_weight", "age_weight", "fairshare_weight",
                                                          "burst_penalty")},
-                          "usage": dict(snap.usage),
+                          "usage": dict(sorted(usage.items())),
                           "jobs": [{"id": j.display_id, "job_id": j.id, "user": j.user, "account": j.account,
                                     "qos": j.qos, **f[j.id].as_json(w)} for j in shown]})
     click.echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "
@@ -40,7 +42,13 @@ def prio(ctx, user, account, as_json):
     rows = []
     for j in shown:
         x = f[j.id]
-        rows.append((j.display_id, j.user, j.account, j.qos, f"{x.priority:.2f}", f"{w['qos_weight'] * x.qos:.2f}",
-                     f"{w['age_weight'] * x.age:.2f}", f"{w['fairshare_weight'] * x.fairshare:.2f}",
-                     f"-{w['burst_penalty'] * x.burst:.2f}" if x.burst else "0"))
-    click.echo(render.table(rows, HEADERS))
+        row = (j.user, j.account, j.qos, f"{x.priority:.2f}", f"{w['qos_weight'] * x.qos:.2f}",
+               f"{w['age_weight'] * x.age:.2f}", f"{w['fairshare_weight'] * x.fairshare:.2f}",
+               f"-{w['burst_penalty'] * x.burst:.2f}" if x.burst else "0")
+        # An array's tasks with the same factors, one after another: one `42_[5-9000]` row (-r: each).
+        if (not expand and rows and rows[-1][1] == row and j.array_id is not None
+                and rows[-1][0][-1].startswith(f"{j.array_id}_")):
+            rows[-1][0].append(j.display_id)
+        else:
+            rows.append(([j.display_id], row))
+    click.echo(render.table([(", ".join(slurmfmt.compact_ids(ids)), *row) for ids, row in rows], HEADERS))

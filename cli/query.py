@@ -1,7 +1,6 @@
-"""Read commands: stat, show, logs, wait, acct, nodes (the control commands are in control.py)."""
-import csv
-import io
+"""Read commands: stat, show, logs, wait, nodes (acct is in acct.py, the control commands in control.py)."""
 import os
+import re
 import sys
 import time
 
@@ -11,39 +10,77 @@ from labq.scheduler import states
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
 
-from . import render
+from . import render, slurmfmt
 from .common import echo_json, fail, pass_ctx
 
 
 @click.command()
 @click.option("-u", "--user", help="Only this user's jobs.")
 @click.option("-A", "--account", help="Only this account's jobs.")
-@click.option("-t", "--state", "state", help="Only these states, comma-separated (PD,R).")
+@click.option("-t", "--state", "--states", "state", help="Only these states: PD,R or PENDING,RUNNING.")
+@click.option("-j", "--jobs", "job_ids", help="Only these jobs: 42,43_7,44_[1-3] (42: the job, or all its tasks).")
 @click.option("--me", is_flag=True, help="Only my jobs.")
 @click.option("--start", is_flag=True, help="Expected start of pending jobs (from running jobs' time limits).")
+@click.option("-o", "--format", "fmt", help='squeue fields, like "%.10i %.9T %.8u %.10M %.10l %b %R".')
+@click.option("--noheader", is_flag=True, help="No header lines.")
+@click.option("-r", "--array", "expand", is_flag=True, help="One line per array task (else pending tasks compact).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def stat(ctx, user, account, state, me, start, as_json):
+def stat(ctx, user, account, state, job_ids, me, start, fmt, noheader, expand, as_json):
     """The queue: pending and running jobs, with a capacity header."""
     c, now = ctx.client, time.time()
+    wanted = _states(state)
+    picked = _id_filter(job_ids)
     jobs = c.read.active()
     if start:
         return _stat_start(c, jobs, now, user or (c.user if me else None), account, as_json)
     user = c.user if me else user
-    wanted = {s.strip().upper() for s in state.split(",")} if state else None
     shown = [j for j in sorted(jobs, key=lambda j: j.id)
              if (not user or j.user == user) and (not account or j.account == account)
-             and (not wanted or j.state in wanted)]
+             and (not wanted or j.state in wanted) and picked(j)]
     if as_json:
         return echo_json([render.job_dict(j, now) for j in shown])
-    click.echo(render.capacity_line(c.nodes(), jobs))
-    rows = [render.stat_row(j, now, label) for label, j in render.compact(shown)]
-    click.echo(render.table(rows, render.STAT_HEADERS))
+    rows = [(j.display_id, j) for j in shown] if expand else render.compact(shown)
+    if fmt:
+        return click.echo(slurmfmt.squeue(fmt, rows, now, header=not noheader))
+    if not noheader:
+        click.echo(render.capacity_line(c.nodes(), jobs))
+    lines = render.table([render.stat_row(j, now, label) for label, j in rows], render.STAT_HEADERS).splitlines()
+    if lines[noheader:]:
+        click.echo("\n".join(lines[noheader:]))
+
+
+def _states(text):
+    if not text:
+        return None
+    try:
+        return states.parse_states(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _id_filter(text):
+    """`42,43_7,44_[1-3]` → a predicate on jobs (42 names the job or every task of array 42)."""
+    if not text:
+        return lambda j: True
+    from labq.scheduler.jobspec import parse_task_ids
+    whole, tasks = set(), {}
+    for item in (x.strip() for x in re.split(r",(?![^\[]*\])", text) if x.strip()):
+        t = parse_task_ids(item)
+        if t:
+            tasks.setdefault(t[0], set()).update(t[1])
+        elif item.isdigit():
+            whole.add(int(item))
+        else:
+            raise UsageError(f"--jobs: expected ids like 42,43_7,44_[1-3], got {item!r}")
+    return lambda j: (j.id in whole or j.array_id in whole
+                      or (j.array_id in tasks and j.array_index in tasks[j.array_id]))
 
 
 def _stat_start(c, jobs, now, user, account, as_json):
-    from labq.scheduler.policy import expected_starts
-    starts = expected_starts(c.snapshot(now, jobs), c.effective_config(now))
+    # The scheduler plans over its own snapshot (ended jobs that dependencies name, effective budgets):
+    # asking it is the only way to get the start it will really give.
+    starts = {int(k): v for k, v in c.expected_starts().items()}
     shown = [j for j in sorted(jobs, key=lambda j: j.id) if j.state == states.PENDING
              and (not user or j.user == user) and (not account or j.account == account)]
     if as_json:
@@ -66,8 +103,14 @@ def _when(t, now):
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def show(ctx, job_id, as_json):
-    """One job in full: request, state and the reason with its numbers, attempts, cost."""
-    j = ctx.client.job(job_id)
+    """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
+    id: a summary of its tasks (name one, like 42_3, for the full view)."""
+    found = ctx.client.resolve(job_id)
+    if not found:
+        raise UsageError(f"no such job: {job_id}")
+    if len(found) > 1:
+        return _show_array(found, as_json)
+    j = found[0]
     d = render.job_dict(j)
     if as_json:
         return echo_json(d)
@@ -105,6 +148,30 @@ def show(ctx, job_id, as_json):
                      + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
         if render.usage_text(a.usage):
             lines.append(f"    usage: {render.usage_text(a.usage)}")
+    click.echo("\n".join(lines))
+
+
+def _show_array(tasks, as_json):
+    """An array parent: its request once, and how many tasks are in each state (ids compact)."""
+    now, first = time.time(), tasks[0]
+    by_state: dict[str, list[str]] = {}
+    for t in sorted(tasks, key=lambda t: t.id):
+        by_state.setdefault(t.state, []).append(t.display_id)
+    cost = sum(t.cost + render.running_cost(t, now) for t in tasks)
+    d = {"array_job_id": first.array_id, "name": first.name, "user": first.user, "account": first.account,
+         "qos": first.qos, "tasks": len(tasks), "states": {s: len(ids) for s, ids in by_state.items()},
+         "task_ids": {s: slurmfmt.compact_ids(ids) for s, ids in by_state.items()}, "cost": cost / MICRO,
+         "request": render.job_dict(first, now)["request"]}
+    if as_json:
+        return echo_json(d)
+    lines = [f"Array {first.array_id} ({first.name}) user={first.user} account={first.account} qos={first.qos}: "
+             f"{len(tasks)} tasks",
+             f"  request per task: {first.gpus} GPU{'s' if first.gpus != 1 else ''}"
+             f"{' ' + first.gpu_type if first.gpu_type else ''}, {first.cpus} CPUs, {fmt_size(first.mem)}, "
+             f"time limit {fmt_duration(first.time_limit)}"]
+    lines += [f"  {states.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(slurmfmt.compact_ids(ids))}"
+              for s, ids in by_state.items()]
+    lines.append(f"  cost so far: {fmt_money(cost)}")
     click.echo("\n".join(lines))
 
 
@@ -187,52 +254,6 @@ def wait(ctx, job_ids, timeout):
     """Block until the jobs end; exit with the (first failing) job's exit code."""
     secs = parse_duration(timeout, "--timeout", bare_unit=1) if timeout else None
     sys.exit(wait_for_jobs(ctx.client, list(job_ids), timeout=secs))
-
-
-def _since(text, what):
-    if not text:
-        return None
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%d"))
-    except ValueError:
-        return time.time() - parse_duration(text, what, bare_unit=1)
-
-
-@click.command()
-@click.option("--since", help="From this date (YYYY-MM-DD) or this long ago (7d).")
-@click.option("--until", help="Up to this date or this long ago.")
-@click.option("-u", "--user")
-@click.option("-A", "--account")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def acct(ctx, since, until, user, account, fmt, as_json):
-    """History of ended jobs with their costs (sacct-like)."""
-    jobs = ctx.client.read.ended(_since(since, "--since") or 0, _since(until, "--until") or float("inf"))
-    jobs = [j for j in jobs if (not user or j.user == user) and (not account or j.account == account)]
-    jobs.sort(key=lambda j: j.id)
-    # Committed: what admission encumbered for each attempt (rate × planned time); final: the charges.
-    from labq.scheduler.report import committed_cost
-    models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
-    committed = {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", ctx.cfg)
-                           for a in j.attempts) for j in jobs}
-    if as_json or fmt == "json":
-        return echo_json([{**render.job_dict(j), "committed_cost": committed[j.id] / MICRO,
-                           "final_cost": j.cost / MICRO} for j in jobs])
-    headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
-               "COMMITTED", "COST"]
-    money = (lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money
-    rows = [[j.display_id, j.name, j.user, j.account, j.state, j.exit_code if j.exit_code is not None else "",
-             _ts(j.start_time), _ts(j.end_time), fmt_duration(render.elapsed(j, j.end_time or 0)), j.gpus,
-             len(j.attempts), money(committed[j.id]), money(j.cost)] for j in jobs]
-    if fmt == "csv":
-        out = io.StringIO()
-        w = csv.writer(out)
-        w.writerow(headers)
-        w.writerows(rows)
-        return click.echo(out.getvalue(), nl=False)
-    click.echo(render.table(rows, headers))
-    click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs))}")
 
 
 @click.command()

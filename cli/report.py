@@ -60,7 +60,7 @@ def _emit(rows, keys, fmt, headers=None):
 def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node_idle, tz, plot_path, budget_name,
            period):
     """Cost reports: GPU-hours, cost, success rate, cost per success, failed and preempted cost, idle GPUs."""
-    from .query import _since
+    from .acct import _since
     fmt = "json" if as_json else fmt
     lo, hi = _since(since, "--since") or 0, _since(until, "--until") or float("inf")
     if plot_path:

@@ -14,7 +14,7 @@ import uuid
 from . import auth, fairshare, ledger, munge, periods, states
 from .config import Config
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
-from .model import Job, Snapshot
+from .model import Job
 from .jobspec import resolve_ref
 from .store import conn, inbox
 from .store.keys import Keys
@@ -113,15 +113,14 @@ class Client:
     def nodes(self):
         return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
 
-    def snapshot(self, now: float, jobs=None) -> Snapshot:
-        """What the scheduler's plan would see now (for labq prio and stat --start): the same pure
-        policy, run here over what Redis holds."""
-        jobs = self.read.active() if jobs is None else jobs
+    def expected_starts(self) -> dict:
+        """job id (a string) -> expected start, as the scheduler plans it (`labq stat --start`)."""
+        return self._checked(self.request("starts", {}))["starts"]
+
+    def fairshare(self, now: float, jobs) -> dict[str, float]:
+        """Each account's decayed usage now, running jobs included (`labq prio`)."""
         running = [j for j in jobs if j.state in states.ON_NODE]
-        usage = fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
-        spent = periods.spent_now(self.budgets(now), self.read.spent(), now)
-        return Snapshot(now=now, nodes=self.nodes(), jobs=tuple(jobs), spent=tuple(sorted(spent.items())),
-                        usage=tuple(sorted(usage.items())))
+        return fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
 
     def effective_config(self, now: float):
         """The config the scheduler plans with now: budgets with `budget set` limits and overrides."""

@@ -8,7 +8,7 @@ from . import fairshare, states
 from .batch import Batch
 from .errors import StalePlanError
 from .model import Job
-from .store import writes
+from .store import dispatchq, writes
 
 BIG_COMMIT = 5000
 
@@ -116,12 +116,15 @@ class Committer:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:
                 writes.put_control(p, self.k, jid, value)
+                node = getattr(b.jobs.get(jid) or self.jobs.get(jid), "node", "")
+                if node:    # wakes the runner's blocking read; the control key stays the truth
+                    dispatchq.wake_runner(p, self.k, node, jid, value)
             for a in b.alerts:
                 writes.add_alert(p, self.k, a)
             for books in b.books:
                 writes.put_books(p, self.k, books, now)
             for j in b.dispatch:
-                self.dispatch.enqueue(p, j)
+                dispatchq.push(p, self.k, j.current.node, j.id, j.current.attempt)
             for name, admin in b.nodes:
                 writes.put_node_admin(p, self.k, name, admin)
             for reply in b.replies:

@@ -11,10 +11,13 @@ from functools import cached_property
 from . import units
 from .configcheck import (address as _address, alerts as _alerts, boolean as _bool, budget as _budget,
                           check_keys as _check_keys, duration as _dur, num as _num, string as _str, table as _table)
+from .configcheck import caps as _caps
 from .errors import ConfigError
 from .model import Budget
 
 DEFAULT_PATH = "/etc/labq/labq.toml"
+# Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
+QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 # [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
 _SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
@@ -29,6 +32,7 @@ class Qos:
     max_preemptions: int = 3
     rate_factor: float = 1.0
     reserved: int = 0          # GPUs protected for this class and higher: never given to lower ones
+    signal: str = "TERM"       # the checkpoint signal a preempted job gets first (a job's --signal overrides)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,9 @@ class Config:
     node_lease: float = 30.0
     default_time: int = 24 * 3600
     kill_wait: int = 30
+    start_timeout: float = 60.0    # an attempt no runner claimed by then is withdrawn and requeued uncharged
+    fence_margin: float = 5.0      # after a node's lease is gone, wait this long before requeueing its attempts
+    lease: float = 0.0             # the leader lease; 0: max(10s, 3 ticks)
     budget_mode: str = "safe"
     metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
     priority: dict = field(default_factory=lambda: dict(_PRIORITY))
@@ -215,9 +222,9 @@ def _redis(t):
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
-                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption",
+                                 "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
-                                 "metrics"})
+                                 "metrics", "start_timeout", "fence_margin"})
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -235,8 +242,17 @@ def _scheduler(t):
     for k in ("node_lease", "default_time", "kill_wait"):
         if k in t:
             out[k] = _dur(f"scheduler.{k}", t[k])
+    for k in ("start_timeout", "fence_margin"):
+        if k in t:
+            v = t[k]
+            # Sub-second values help tests; a bare number is seconds.
+            out[k] = float(_num(f"scheduler.{k}", v, lo=0)) if isinstance(v, (int, float)) else _dur(f"scheduler.{k}", v)
     if out.get("node_lease", 1) < 1:
         raise ConfigError("scheduler.node_lease", "must be at least 1s")
+    if "lease" in t:
+        out["lease"] = float(_dur("scheduler.lease", t["lease"]))
+        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
+            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
     if out.get("default_time", 1) < 1:
         raise ConfigError("scheduler.default_time", "must be at least 1s")
     if "backfill_depth" in t:
@@ -273,7 +289,10 @@ def _priority(t):
 def _qos(name, t):
     k = f"qos.{name}"
     _check_keys(k, t, {"priority", "preemptible", "grace", "min_runtime", "max_preemptions", "rate_factor",
-                       "reserved"})
+                       "reserved", "signal"})
+    sig = _str(f"{k}.signal", t.get("signal", "TERM")).upper().removeprefix("SIG")
+    if sig not in QOS_SIGNALS:
+        raise ConfigError(f"{k}.signal", f"expected one of {', '.join(sorted(QOS_SIGNALS))}, got {t['signal']!r}")
     return Qos(
         name=name,
         priority=_num(f"{k}.priority", t.get("priority", 0), integer=True),
@@ -283,6 +302,7 @@ def _qos(name, t):
         max_preemptions=_num(f"{k}.max_preemptions", t.get("max_preemptions", 3), lo=0, integer=True),
         rate_factor=float(_num(f"{k}.rate_factor", t.get("rate_factor", 1.0), lo=0)),
         reserved=_num(f"{k}.reserved", t.get("reserved", 0), lo=0, integer=True),
+        signal=sig,
     )
 
 
@@ -303,15 +323,6 @@ def _rates(t):
         billing=_str("rates.billing", t.get("billing", "second"), ("second", "started_hour")),
         node_hour=tuple(sorted((n, float(_num(f"rates.node_hour.{n}", v, lo=0))) for n, v in by_node.items())),
     )
-
-
-_CAPS = ("max_running", "max_gpus", "max_cpus", "max_submit")
-
-
-def _caps(k, t) -> dict:
-    caps = {c: _num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in _CAPS}
-    caps["on_limit"] = _str(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
-    return caps
 
 
 def _account(name, t):

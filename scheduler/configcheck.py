@@ -1,5 +1,5 @@
 """The checks behind scheduler/config.py: typed values (each error names the key and what is expected),
-addresses, time zones, and the [[budgets]] and [alerts] sections."""
+addresses, time zones, per-account/user caps, and the [[budgets]] and [alerts] sections."""
 from . import units
 from .errors import ConfigError
 from .model import Budget
@@ -108,3 +108,12 @@ def alerts(t):
     if timeout < 1:
         raise ConfigError("alerts.timeout", "must be at least 1s")
     return {"command": string("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}
+
+
+CAPS = ("max_running", "max_gpus", "max_cpus", "max_submit")
+
+
+def caps(k, t) -> dict:
+    out = {c: num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in CAPS}
+    out["on_limit"] = string(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
+    return out

@@ -2,8 +2,8 @@
 
 Each `tick(now)` holds the leader lease, then: reads requests from the users' inboxes and events from
 the agents, declares attempts on dead nodes lost, runs the pure `plan()` over a snapshot, and applies
-the plan in one fenced transaction (which also enqueues the RQ jobs). Every change is written in the
-same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
+the plan in one fenced transaction (which also pushes each admitted attempt onto its node's dispatch
+list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
 nothing (the request or event is redelivered) or has already written everything.
 """
 import gc
@@ -14,12 +14,12 @@ import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .config import Config
 from .batch import Batch, Tally
 from .commit import Committer
+from .events import NodeEvents
 from .bookkeeper import Bookkeeper
-from .dispatch import Dispatcher
 from .errors import LabqError, RefusedError, StalePlanError
 from .model import Job, Snapshot
 from .handlers import BUDGET_OPS, Change, Handlers
@@ -45,12 +45,20 @@ MAX_REQUESTS_PER_TICK = 20_000
 SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
 
 
-class Scheduler(Committer):
-    def __init__(self, r, rq_conn, cfg: Config, me: str | None = None, clock=time.time):
+def _sleep_until(deadline: float, stop) -> None:
+    while not stop() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+class Scheduler(Committer, NodeEvents):
+    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time):
+        # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
+        # in the signature so that callers written for the RQ transport keep working.
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
-        self.dispatch = Dispatcher(rq_conn, cfg.kill_wait)
+        self.down_since: dict[str, float] = {}     # node -> when this scheduler first saw its lease gone
+        self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
         self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
         self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
@@ -58,7 +66,7 @@ class Scheduler(Committer):
         self.answered: dict = {}             # rid -> reply, for the requests of the read being handled
         self.inboxes: set[str] = set()
         self.leading = False
-        self.lease_s = max(10.0, 3 * cfg.tick)
+        self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
@@ -66,10 +74,12 @@ class Scheduler(Committer):
         self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
         self.guard = crashguard.CrashGuard.from_config(cfg)
         self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
+        self.ended_shown: dict[int, str] = {}   # their display ids, where not the id ("126_7")
         # Budget limits, overrides, periods, alerts and the stop policy. It keeps `self.cfg.budgets`
         # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
         self.books = Bookkeeper(self, cfg)
         self.now = 0.0                     # the time of what is being processed (the injected clock)
+        self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
 
     # -- the loop --------------------------------------------------------------------------------
@@ -93,6 +103,7 @@ class Scheduler(Committer):
             self.nodes = self.store.nodes(now)
             self._intake(now, pending=False)
             self._lost_attempts(now)
+            self._unclaimed(now)
             self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
@@ -109,6 +120,18 @@ class Scheduler(Committer):
     def run(self, stop=lambda: False) -> None:
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
+        try:
+            self._loop(stop)
+        finally:
+            # Whatever ends the loop, a lease left behind would stall a restart until it lapsed.
+            sdnotify.notify("STOPPING=1")
+            try:
+                self.store.release_leader()
+            except REDIS_ERRORS as e:
+                log.warning("could not release the leader lease: %s", e)
+            log.info("scheduler %s stopped", self.me)
+
+    def _loop(self, stop) -> None:
         woke: list = []
         ready = False
         while not stop():
@@ -122,14 +145,17 @@ class Scheduler(Committer):
                 # From the main loop only: a stuck loop must let the watchdog fire.
                 sdnotify.notify(f"WATCHDOG=1\nSTATUS={'leader' if leading else 'standby'}: "
                                 f"{len(self.jobs)} active jobs, {len(self.nodes)} nodes")
-                woke = self.store.wait_wake(self.cfg.tick if self.leading else self.lease_s / 3)
+                if self.leading:
+                    woke = self.store.wait_wake(self.cfg.tick)
+                else:
+                    # A standby must not pop the wake list: a wake-up is the leader's only news of a
+                    # new user's inbox, and one taken here would leave that user unanswered.
+                    woke = []
+                    _sleep_until(time.monotonic() + self.lease_s / 3, stop)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
                 self.leading = False
                 time.sleep(1)
-        sdnotify.notify("STOPPING=1")
-        self.store.release_leader()
-        log.info("scheduler %s stopped", self.me)
 
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
@@ -141,6 +167,8 @@ class Scheduler(Committer):
             self.store.ensure_group(s)
         self.leading = True
         self.nodes = self.store.nodes(now)
+        self.event_streams = set()
+        self._node_streams()
         self.books.load(now)
         self.usage = Reader(self.store.r, self.k).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
@@ -174,7 +202,7 @@ class Scheduler(Committer):
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
             requests = self.store.read_group(streams, pending)
-            events = self.store.read_group([self.k.events], pending)
+            events = self.store.read_group(self._node_streams(), pending)
             if not requests and not events:
                 break
             self.batch, self.answered = Batch(usage=self.usage), {}
@@ -198,7 +226,7 @@ class Scheduler(Committer):
         except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
             log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
             reply = None
-            if stream != self.k.events:
+            if not (stream == self.k.events or stream.startswith(self.k.events + ":")):
                 reply = (fields.get("rid") or eid, {"ok": False, "code": 2, "error": f"internal error: {e}"})
             self.commit(reply=reply, ack=(stream, eid))
 
@@ -241,96 +269,21 @@ class Scheduler(Committer):
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
-    # -- events from agents ----------------------------------------------------------------------
-    def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
-        # The tick's `now` was read before this event arrived; billing caps an attempt's end at
-        # `now`, so read the clock again or an end could fall before the runner's own start.
-        now = self.now = max(now, self.clock())
-        if f.get("kind") == "alert":   # an agent's own alert (idle GPUs, …): recorded and delivered like ours
-            self._agent_alert(now, stream, eid, f)
-            return
-        try:
-            jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
-        except (ValueError, TypeError):
-            log.warning("malformed event %s dropped: %r", eid, f)
-            self.commit(ack=(stream, eid))
-            return
-        job = self.jobs.get(jid)
-        kind = f.get("kind")
-        # Only the node the attempt was placed on speaks for it. On a per-node stream
-        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
-        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else f.get("node")
-        if job is not None and (job.node is None or sender != job.node):
-            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
-                        eid, job.display_id, sender, job.node)
-            job = None
-        result = None
-        if job is not None and kind == "started":
-            new = tr.started(job, attempt, body)
-            result = (new, ()) if new else None
-        elif job is not None and kind == "finished":
-            result = tr.finished(job, attempt, body, now, self.cfg)
-        if result is None:
-            self.commit(ack=(stream, eid))
-            return
-        new, charges = result
-        jobs, alerts = self._crash_guard(new, now) if kind == "finished" else ([new], ())
-        self.commit(jobs=jobs, charges=charges, alerts=alerts, ack=(stream, eid))
-        if kind == "finished":
-            log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
-
-    def _crash_guard(self, new: Job, now: float):
-        """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
-        every pending job of theirs (this one too, if it was requeued) is held, in the same
-        transaction as the event, with a crash_cascade alert."""
-        a = new.attempts[-1]
-        count = self.guard.record(new.user, a.outcome, a.end_time or now)
-        if not count:
-            return [new], ()
-        pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
-        held = crashguard.hold(pool, new.user, self.guard.detail(count))
-        log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
-                    new.user, count, self.guard.window, len(held))
-        jobs = held if any(h.id == new.id for h in held) else [new, *held]
-        return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
-
-    def _agent_alert(self, now: float, stream: str, eid: str, f: dict) -> None:
-        try:
-            body = json.loads(f.get("body") or "{}")
-        except ValueError:
-            body = None
-        a = budget_alerts.from_event(eid, f.get("node", ""), body, now) if isinstance(body, dict) else None
-        if a is None:
-            log.warning("malformed alert event %s dropped: %r", eid, f)
-        self.commit(ack=(stream, eid), alerts=[a.fields()] if a else ())
-
-    def _lost_attempts(self, now: float) -> None:
-        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued."""
-        up = {n.name: n for n in self.nodes}
-        on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
-        beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
-        lost = []
-        for job, hb in zip(on_node, beats):
-            node = up.get(job.node)
-            if node is not None and node.state != "down":
-                # A runner that claimed the attempt and went silent (its horse was SIGKILLed) is lost too.
-                if hb is None or now - hb <= self.cfg.node_lease:
-                    continue
-                last = hb
-            else:
-                last = node.last_heartbeat if node else now
-            new, charges = tr.node_failed(job, last, now, self.cfg)
-            log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
-            lost.append((new, charges))
-        if lost:
-            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
-
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(self.jobs.values()), usage=tuple(sorted(usage.items())),
-                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states())
+        jobs = self.jobs
+        if self.file_checkpoints:
+            # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.
+            jobs = dict(jobs)
+            for jid, at in self.file_checkpoints.items():
+                j = jobs.get(jid)
+                if j is not None and j.current and at > (j.current.last_checkpoint or 0):
+                    jobs[jid] = tr.checkpointed(j, at) or j
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
+                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states(),
+                        shown=tuple(sorted(self.ended_shown.items())))
 
     def ended_states(self, extra: Job | None = None) -> tuple:
         """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
@@ -341,9 +294,12 @@ class Scheduler(Committer):
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
-            found = {j.id: j.state for j in Reader(self.store.r, self.k).jobs(missing)}
-            self.ended.update((i, found.get(i, "")) for i in missing)
+            found = Reader(self.store.r, self.k).jobs(missing)
+            states_ = {j.id: j.state for j in found}
+            self.ended.update((i, states_.get(i, "")) for i in missing)
+            self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
         self.ended = {i: self.ended[i] for i in want}
+        self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
         return tuple(sorted(self.ended.items()))
 
     def _schedule(self, now: float) -> None:
@@ -365,8 +321,8 @@ class Scheduler(Committer):
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail) != (pd.reason, pd.detail):
-                changed.append(tr.pend(j, pd.reason, pd.detail))
+            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
+                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
         if changed:
             self.commit(jobs=changed, dispatch=dispatch, controls=controls)
         for j in dispatch:

@@ -1,42 +1,57 @@
-"""RQ as transport only: one RQ job per admitted attempt, on the node's queue.
+"""Dispatch: how an admitted attempt reaches its node, and when an undelivered one is taken back.
 
-The RQ job carries nothing but (job id, attempt): the spec stays in labq's record, so a stale or
-forged RQ job can at most ask a runner to check a record that says no. Enqueueing goes into the
-scheduler's own transaction pipeline, so an attempt is admitted and dispatched together or not at all.
+Each node has one labq-owned list, `labq:dispatch:<node>`. Admitting an attempt LPUSHes
+"<job>:<attempt>" in the scheduler's own transaction (admitted and dispatched together or not at
+all); the node's persistent runners BLMOVE from it into a list of their own, so a claim survives a
+runner's crash (worker/slot.py). The entry carries nothing but (job id, attempt): the spec stays in
+the job record, so a stale or forged entry can at most make a runner read a record that says no.
+
+An attempt is *claimed* when a runner wins HSETNX `claimed` on the attempt's hash. The scheduler
+withdraws an attempt by winning that same HSETNX first, so exactly one of them happens: a runner
+never starts an attempt the scheduler took back, and the scheduler never requeues one that started.
 """
-from rq import Queue
-from rq.job import Job as RQJob
-from rq.serializers import JSONSerializer
+from dataclasses import dataclass
 
+from . import states
 from .model import Job
-from .store.keys import Keys
 
-RUNNER = "labq.worker.runner.run_job"
-BACKSTOP_S = 300    # RQ's own timeout only catches a runner that failed to enforce the deadline itself
+WITHDRAWN = "withdrawn"      # the `claimed` value the scheduler writes when it takes an attempt back
 
 
-def rq_job_id(job_id: int, attempt: int) -> str:
-    return f"{job_id}-a{attempt}"
+def entry(job_id: int, attempt: int) -> str:
+    return f"{job_id}:{attempt}"
 
 
-class Dispatcher:
-    def __init__(self, rq_conn, kill_wait: int):
-        self.rq, self.kill_wait = rq_conn, kill_wait
-        self._queues: dict[str, Queue] = {}
+def parse(raw: str) -> tuple[int, int] | None:
+    """(job id, attempt) of a dispatch entry, or None for anything else."""
+    jid, sep, n = raw.partition(":")
+    if not sep or not (jid.isdigit() and n.isdigit()) or len(raw) > 40:
+        return None
+    return int(jid), int(n)
 
-    def queue(self, node: str) -> Queue:
-        q = self._queues.get(node)
-        if q is None:
-            q = self._queues[node] = Queue(Keys.rq_queue(node), connection=self.rq, serializer=JSONSerializer)
-        return q
 
-    def enqueue(self, pipe, job: Job) -> None:
-        """Add the RQ job of `job`'s current attempt to `pipe` (a MULTI pipeline)."""
-        a = job.current
-        self.queue(a.node).enqueue_call(
-            RUNNER, kwargs={"job_id": job.id, "attempt": a.attempt}, job_id=rq_job_id(job.id, a.attempt),
-            timeout=job.time_limit + self.kill_wait + BACKSTOP_S, result_ttl=86400, failure_ttl=7 * 86400,
-            description=f"labq job {job.id} attempt {a.attempt}", pipeline=pipe)
+@dataclass(frozen=True)
+class Unclaimed:
+    """An attempt no runner has claimed, to take back: `why` is "cancel" or "timeout"."""
+    job: Job
+    why: str
 
-    def exists(self, job: Job) -> bool:
-        return RQJob.exists(rq_job_id(job.id, job.current.attempt), connection=self.rq)
+
+def unclaimed(jobs, claims: dict[tuple[int, int], str | None], now: float, start_timeout: float,
+              managed: set[str]) -> list[Unclaimed]:
+    """The running attempts to withdraw: unclaimed (no runner took them) and either cancelled (labq
+    del ends such a job at once) or dispatched longer than `start_timeout` ago. `claims` maps
+    (job, attempt) to the attempt's `claimed` field (None: nobody yet). Only on `managed` nodes,
+    whose agents report their runners: elsewhere nothing tells a lost entry from a slow node."""
+    out = []
+    for j in jobs:
+        a = j.current
+        if j.state not in states.ON_NODE or a is None or a.start_time or a.end_time or j.node not in managed:
+            continue
+        if claims.get((j.id, a.attempt)) is not None:
+            continue
+        if j.cancel_requested:
+            out.append(Unclaimed(j, "cancel"))
+        elif start_timeout > 0 and now - (a.dispatch_time or now) > start_timeout:
+            out.append(Unclaimed(j, "timeout"))
+    return out

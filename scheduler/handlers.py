@@ -34,10 +34,10 @@ class Handlers:
             return self.s.books.request(op, user, body, now)
         fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
               "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release,
-              "requeue": self.requeue}.get(op)
+              "requeue": self.requeue, "starts": self.starts}.get(op)
         if fn is None:
             raise UsageError(f"unknown request {op!r} "
-                             "(expected submit, cancel, hold, release, requeue, checkpoint, drain or resume)")
+                             "(expected submit, cancel, hold, release, requeue, checkpoint, drain, resume or starts)")
         return fn(user, body, now)
 
     # -- submit --------------------------------------------------------------------------------
@@ -48,7 +48,8 @@ class Handlers:
         throttle = array_throttle(body)
         if throttle and indices is None:
             raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
-        why = policy.refusal(template, self.s.nodes, cfg)
+        why = policy.refusal(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
+                             [j for j in self.s.jobs.values() if j.state in states.ON_NODE])
         if why:
             raise RefusedError(why)
         n = len(indices) if indices else 1
@@ -99,6 +100,12 @@ class Handlers:
                 "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+
+    def starts(self, user: str, body: dict, now: float) -> Change:
+        """Expected starts of the pending jobs (`labq stat --start`), from the scheduler's own snapshot:
+        the ended jobs that dependencies name and the budgets' effective limits are in it."""
+        got = policy.expected_starts(self.s.snapshot(now), self.s.cfg)
+        return Change(reply={"ok": True, "now": now, "starts": {str(k): v for k, v in got.items()}})
 
     # -- hold / release --------------------------------------------------------------------------
     def hold(self, user: str, body: dict, now: float) -> Change:

@@ -46,10 +46,11 @@ def overhead(unit: str, cfg: Config) -> int:
 
 
 def planned_seconds(job: Job, cfg: Config) -> float:
-    """`safe`: the time limit (an admitted job can always finish); `forecast`: est × (1 + margin)."""
+    """`safe`: the time limit plus kill_wait, everything an attempt can be billed for (a job that
+    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin)."""
     if cfg.budget_mode == "forecast" and job.est:
         return min(job.time_limit, job.est * (1 + cfg.rates.forecast_margin))
-    return job.time_limit
+    return job.time_limit + cfg.kill_wait
 
 
 def accrue(rate_per_hour: int, seconds: float) -> int:

@@ -116,6 +116,7 @@ class Job:
     preempted_for: int | None = None      # while PR: the job its resources are drained for
     preempt_time: float | None = None     # while PR: when the preempt control was sent
     borrowed: bool = False                # the running attempt uses GPUs lent by other accounts
+    earmark: str = ""                     # while PD after preempting: the node whose room is kept for it
     node: str = ""
     gpu_uuids: tuple[str, ...] = ()
     start_time: float | None = None
@@ -174,3 +175,4 @@ class Snapshot:
     spent: tuple[tuple[str, int], ...] = ()    # (budget, micro) settled charges
     usage: tuple[tuple[str, float], ...] = ()  # (account, decayed fair-share usage), see fairshare.py
     ended: tuple[tuple[int, str], ...] = ()    # (id, state) of ended jobs that pending jobs depend on
+    shown: tuple[tuple[int, str], ...] = ()    # (id, "126_7") of those that are array tasks, for reasons

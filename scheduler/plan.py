@@ -43,10 +43,12 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """The job stays pending for exactly this reason; `detail` gives the numbers."""
+    """The job stays pending for exactly this reason; `detail` gives the numbers. `earmark`: the node
+    whose room is kept for the job while it waits for its victims (PreemptingFor); "" gives it up."""
     job_id: int
     reason: str
     detail: str
+    earmark: str = ""
 
 
 @dataclass(frozen=True, slots=True)

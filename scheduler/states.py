@@ -4,6 +4,12 @@ PENDING, RUNNING, COMPLETING, PREEMPTING = "PD", "R", "CG", "PR"
 COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM = "CD", "F", "CA", "TO", "OOM"
 NODE_FAIL, EXPIRED, DEADLINE, REJECTED = "NF", "EX", "DL", "RJ"
 
+# SLURM's long names (squeue %T, sacct State); labq's PR is a job draining for a preemptor.
+LONG = {PENDING: "PENDING", RUNNING: "RUNNING", COMPLETING: "COMPLETING", PREEMPTING: "PREEMPTED",
+        COMPLETED: "COMPLETED", FAILED: "FAILED", CANCELLED: "CANCELLED", TIMEOUT: "TIMEOUT", OOM: "OUT_OF_MEMORY",
+        NODE_FAIL: "NODE_FAIL", EXPIRED: "EXPIRED", DEADLINE: "DEADLINE", REJECTED: "REJECTED"}
+_BY_NAME = {**{v: k for k, v in LONG.items()}, **{k: k for k in LONG}, "PREEMPTING": PREEMPTING, "OOM": OOM}
+
 ACTIVE = frozenset({PENDING, RUNNING, COMPLETING, PREEMPTING})
 ON_NODE = frozenset({RUNNING, COMPLETING, PREEMPTING})
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL, EXPIRED, DEADLINE, REJECTED})
@@ -49,3 +55,16 @@ REASONS = frozenset({PRIORITY, RESOURCES, HELD, DEPENDENCY, BEGIN_TIME, ACCOUNT_
                      ACCOUNT_GPU_LIMIT, USER_JOB_LIMIT, ARRAY_TASK_LIMIT, BUDGET_RESERVED, BUDGET_EXHAUSTED, NODE_DOWN, NONE,
                      DEPENDENCY_NEVER, USER_GPU_LIMIT, USER_CPU_LIMIT, ACCOUNT_CPU_LIMIT, PREEMPTING_FOR,
                      PREEMPTION_DEFERRED, RESERVED_CAPACITY, RESERVATION, CRASH_GUARD})
+
+
+def parse_states(text: str, what: str = "--state") -> frozenset[str]:
+    """`PD,R`, `pending,running` (any case, SLURM's short or long names) → state codes; an unknown
+    name is a ValueError naming the known ones (a filter that matches nothing would look like an empty queue)."""
+    out = set()
+    for name in (x.strip().upper() for x in str(text).split(",") if x.strip()):
+        if name not in _BY_NAME:
+            raise ValueError(f"{what}: unknown state {name!r} (known: {', '.join(f'{k}/{v}' for k, v in LONG.items())})")
+        out.add(_BY_NAME[name])
+    if not out:
+        raise ValueError(f"{what}: expected states like PD,R or PENDING,RUNNING, got {text!r}")
+    return frozenset(out)

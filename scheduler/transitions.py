@@ -30,7 +30,7 @@ def admit(job: Job, place: Place, now: float) -> Job:
     a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now)
     return replace(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
                    gpu_uuids=place.gpus, start_time=job.start_time or now, commit=place.commit,
-                   rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed,
+                   rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed, earmark="",
                    attempts=job.attempts + (a,))
 
 
@@ -39,13 +39,14 @@ def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
     return replace(job, state=states.PREEMPTING, preempted_for=for_job, preempt_time=now, detail=detail)
 
 
-def pend(job: Job, reason: str, detail: str) -> Job:
-    return replace(job, reason=reason, detail=detail)
+def pend(job: Job, reason: str, detail: str, earmark: str = "") -> Job:
+    """The plan's reason for a pending job; the earmark stays only while the plan keeps it."""
+    return replace(job, reason=reason, detail=detail, earmark=earmark)
 
 
 def end_pending(job: Job, state: str, detail: str, now: float) -> Job:
     """A job that never ran ends (expired, cancelled while pending): no attempt, no charge."""
-    return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now)
+    return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now, earmark="")
 
 
 def started(job: Job, attempt: int, body: dict) -> Job | None:
@@ -84,6 +85,21 @@ def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
     return _close(job, cur, "node_failure", end, None, {}, "node lease expired", cfg)
 
 
+def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
+    """An attempt no runner claimed, taken back by the scheduler (dispatch.py): nothing ran, so
+    nothing is charged and no restart is counted. `why` "cancel" ends the job `CA` at once (labq
+    del); "timeout" (not claimed within scheduler.start_timeout) puts it back in the queue."""
+    cur = job.current
+    a = replace(cur, end_time=cur.dispatch_time or now, outcome="withdrawn")
+    common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
+                  preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
+    if why == "cancel":
+        return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
+                       detail="cancelled before a runner took it", **common)
+    return replace(job, state=states.PENDING, reason=states.NONE, **common,
+                   detail=f"requeued: no runner on node {cur.node} took it within {start_timeout:.0f}s")
+
+
 INTERRUPTED = frozenset({"timeout", "preempted", "node_failure", "cancelled"})
 
 
@@ -92,8 +108,12 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
     start = cur.dispatch_time or end
     budgets = {b.name: b for b in cfg.budgets}
     rates = dict(job.rates)
+    # In safe mode the commitment is a promise: the attempt is billed at most what was committed
+    # (time limit + kill_wait; what a slow start or a late reap adds beyond it is not the user's).
+    most = dict(job.commit) if cfg.budget_mode == "safe" else {}
     charges = tuple(Charge(job.id, cur.attempt, name, budgets[name].unit,
-                           ledger.charge(rates.get(name, 0), start, end, budgets[name].unit, cfg))
+                           min(ledger.charge(rates.get(name, 0), start, end, budgets[name].unit, cfg),
+                               most.get(name, float("inf"))))
                     for name, _ in job.commit if name in budgets)
     cost = ledger.charge(job.cost_rate, start, end, "usd", cfg)
     # The newest of what the runner saw in the checkpoint directory and what `labq checkpoint` said.

@@ -27,13 +27,15 @@ _US_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})(?:/(\d{2}|\d{4}))?$")
 FORMS = "16:00, now+30minutes, tomorrow, midnight, 2026-12-03T09:00 or 30m"
 
 
-def parse(text, now: float, what: str = "--begin", tz=None) -> float:
+def parse(text, now: float, what: str = "--begin", tz=None, future: bool = True) -> float:
+    """`future`: a time of day not yet reached today is today, a passed one tomorrow (sbatch
+    --begin); False: always today's (sacct -S 08:00 means this morning), and `now-2hours` is allowed."""
     s = str(text).strip().lower()
     # Naive local time unless a zone is given: its .timestamp() asks the C library, which knows the
     # DST rules, where a fixed-offset aware datetime would be an hour off across a change.
     here = dt.datetime.fromtimestamp(now, tz) if tz else dt.datetime.fromtimestamp(now)
     try:
-        t = _parse(s, now, here)
+        t = _parse(s, now, here, future)
     except ValueError:
         t = None
     if t is None:
@@ -41,9 +43,12 @@ def parse(text, now: float, what: str = "--begin", tz=None) -> float:
     return t
 
 
-def _parse(s: str, now: float, here: dt.datetime) -> float | None:
+def _parse(s: str, now: float, here: dt.datetime, future: bool = True) -> float | None:
     if s == "now":
         return now
+    if not future and s.startswith("now-"):
+        back = _parse("now+" + s[4:], now, here)
+        return None if back is None else 2 * now - back
     m = _NOW_PLUS.match(s)
     if m:                                              # a bare number: seconds from now, as after now+
         if m.group(2) not in _UNITS:
@@ -57,7 +62,7 @@ def _parse(s: str, now: float, here: dt.datetime) -> float | None:
     if s == "tomorrow":
         return _day_after(midnight).timestamp()
     if s in _NAMED:
-        return _next(here, *_NAMED[s], 0)
+        return _next(here, *_NAMED[s], 0) if future else _today(here, *_NAMED[s], 0)
     m = _CLOCK.match(s)
     if m:
         h, mi, sec, ampm = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), m.group(4)
@@ -65,7 +70,7 @@ def _parse(s: str, now: float, here: dt.datetime) -> float | None:
             if not 1 <= h <= 12:
                 return None
             h = h % 12 + (12 if ampm == "pm" else 0)
-        return _next(here, h, mi, sec)
+        return _next(here, h, mi, sec) if future else _today(here, h, mi, sec)
     m = _US_DATE.match(s)
     if m:
         year = int(m.group(3)) if m.group(3) else here.year
@@ -82,6 +87,10 @@ def _day_after(d: dt.datetime) -> dt.datetime:
     # Through the date, not +86400 s: a DST change makes some days 23 or 25 hours long.
     nxt = d.date() + dt.timedelta(days=1)
     return d.replace(year=nxt.year, month=nxt.month, day=nxt.day)
+
+
+def _today(here: dt.datetime, h: int, m: int, s: int) -> float:
+    return here.replace(hour=h, minute=m, second=s, microsecond=0).timestamp()
 
 
 def _next(here: dt.datetime, h: int, m: int, s: int) -> float:

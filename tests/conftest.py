@@ -60,14 +60,6 @@ def conns(request):
         yield c, redis.Redis(unix_socket_path=rp.sock)
 
 
-@pytest.fixture
-def rq_conn(redis_server):
-    from labq.scheduler.store import conn
-    c = conn.connect_raw(redis_server.url)
-    yield c
-    c.close()
-
-
 @pytest.fixture(scope="module")
 def stack():
     """One E2E stack per module whose daemons hold a variable (SECRET) no job may see."""
@@ -83,7 +75,8 @@ def stack():
 
 @pytest.fixture(autouse=True)
 def _restore_signals():
-    """rq.Worker.work() leaves SIGINT/SIGTERM handlers installed; restore them after each test."""
+    """Code under test (an agent run in a thread, a runner) installs SIGINT/SIGTERM handlers;
+    restore them after each test."""
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGCHLD)
     saved = {s: signal.getsignal(s) for s in sigs}
     yield

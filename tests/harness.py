@@ -234,7 +234,7 @@ def finish(r, jid, attempt, outcome, code, at):
     AgentStore(r, K).post("finished", jid, attempt, "n1", {"outcome": outcome, "exit_code": code, "end_time": at})
 
 
-# -- the node side on a real redis-server (fixtures: redis_server, real_redis, rq_conn) ------------
+# -- the node side on a real redis-server (fixtures: redis_server, real_redis) ---------------------
 NODE = "tnode"
 ME = pwd.getpwuid(os.geteuid()).pw_name
 PY = sys.executable
@@ -246,6 +246,8 @@ def put_job(r, jid=1, attempt=1, node=NODE, gpus=("GPU-fake-tnode-0",), **kw):
     job = Job(id=jid, account="eta", state=kw.pop("state", states.RUNNING), node=node, gpu_uuids=gpus,
               attempts=tuple(Attempt(n, node, gpus) for n in range(1, attempt + 1)), **kw)
     r.set(K.job(jid), codec.dumps(job))
+    # The node's lease, without expiry: a runner starts nothing on a node whose lease is gone.
+    r.set(K.node_lease(node), "up", nx=True)
     return job
 
 
@@ -271,9 +273,10 @@ def run(env, jid=1, attempt=1, timeout=60):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def events(r, kind=None):
+def events(r, kind=None, node=NODE):
+    """The events a node's runners and agent posted (on its own stream)."""
     out = []
-    for _, f in r.xrange(K.events):
+    for _, f in r.xrange(K.node_events(node)):
         if kind is None or f["kind"] == kind:
             out.append({**f, "body": json.loads(f["body"])})
     return out
@@ -292,10 +295,20 @@ def agent_config(tmp_path, slots=2, lease="3s"):
                    "spool": str(tmp_path / "spool"), "run_as": "self"}})
 
 
-def queue(rq_conn):
-    from rq import Queue
-    from rq.serializers import JSONSerializer
-    return Queue(Keys.rq_queue(NODE), connection=rq_conn, serializer=JSONSerializer)
+def send(r, jid, attempt=1, node=NODE):
+    """What the scheduler's admission transaction pushes for an attempt: its node's dispatch entry."""
+    from labq.scheduler import dispatch
+    r.lpush(K.dispatch(node), dispatch.entry(jid, attempt))
+
+
+def runner_states(r, node=NODE) -> dict:
+    return r.hgetall(K.node_runners(node))
+
+
+def idle_runners(r, n, node=NODE):
+    """Wait until `n` runners of the node report idle; their states."""
+    return wait_for(lambda: (lambda s: s if sum(v.startswith("idle") for v in s.values()) == n else None)(
+        runner_states(r, node)), timeout=60, what=f"{n} idle runners")
 
 
 # -- end to end: real redis-server, `labq scheduler`, `labq worker` (cli/embedded.py) --------------

@@ -28,9 +28,10 @@ EDGES = {
     "labq.scheduler.store": "Redis: the only package that talks to it",
     "labq.scheduler.daemon": "the scheduler's run loop: clock, lease, signals, hooks",
     "labq.scheduler.commit": "the daemon's group commit (a mixin of Scheduler): the lease clock",
+    "labq.scheduler.events": "the daemon's side of the nodes' events (a mixin of Scheduler): reads the store",
     "labq.scheduler.bookkeeper": "budget periods and stop policy in the daemon: alert hooks",
     "labq.scheduler.client": "the Python client: request ids, wall clock, Redis",
-    "labq.scheduler.dispatch": "hands jobs to nodes (RQ, being replaced by node, issue 12)",
+    "labq.scheduler.dispatch": "hands attempts to nodes (owned by node, issue 12)",
     "labq.scheduler.hooks": "alert delivery: HTTP and commands, in threads",
     "labq.scheduler.sdnotify": "systemd notify socket",
     "labq.scheduler.munge": "the munge credential daemon (a subprocess)",
@@ -50,7 +51,7 @@ REDIS_GENERIC = {"get", "set", "delete", "exists", "execute", "ping", "keys", "e
 CONNECTIONS = {"r", "p", "rq", "redis", "pipe"}
 
 # Files that break a rule today, each with the owner who is changing them and why; shrink, never grow.
-NODE = "node (issue 12) is rewriting the node side; the runner entry point and RQ go with it"
+NODE = "node (issue 12) owns the node side (agent, runner, slot): its Redis and its size are theirs to move"
 REDIS_OUTSIDE_STORE = {
     "worker/agent.py": NODE,
 }
@@ -178,8 +179,7 @@ def redis_outside_store(g: Graph, allowed=REDIS_OUTSIDE_STORE) -> list[str]:
         rel = g.rel(mod)
         if rel.startswith("scheduler/store/") or rel in allowed:
             continue
-        out += [f"{rel}:{line}: imports {name}" for name, line in g.outer[mod].items() if name in ("redis", "rq")
-                and rel != "scheduler/dispatch.py" and not rel.startswith("worker/rqworker")]
+        out += [f"{rel}:{line}: imports {name}" for name, line in g.outer[mod].items() if name in ("redis", "rq")]
         for n in ast.walk(ast.parse(path.read_text())):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
                 recv = ast.unparse(n.func.value)

@@ -1,9 +1,12 @@
-"""The node agent: advertises this machine, holds its lease, and supervises `slots` RQ workers on
-the node's queue. The jobs themselves are run by labq.worker.runner inside those workers' horses.
+"""The node agent: advertises this machine, holds its lease, and supervises `slots` persistent
+runners (labq.worker.slot) that take attempts from the node's dispatch list, `labq:dispatch:<node>`.
+Each attempt runs in a fork of its slot's runner (labq.worker.runner).
 
-Fencing: the scheduler requeues a node's jobs once its lease has expired, so jobs here must not
-outlive the lease. If the agent cannot renew for two thirds of it, or finds it already gone, it
-kills its workers; their runners see their parent die and kill the job trees.
+Fencing: the scheduler requeues a node's jobs only after its lease has expired plus
+scheduler.fence_margin, so jobs here must not outlive the lease. Every hop between the agent and a
+job dies with its parent (PR_SET_PDEATHSIG); the runners also watch the lease themselves (an agent
+stopped with SIGSTOP cannot renew, nor kill anything). If the agent cannot renew for two thirds of
+the lease, or finds it already gone, it kills its runners, whose attempt children kill their jobs.
 
 Stopping (SIGTERM, `systemctl stop`): no worker takes a new job, and every running job is
 preempted exactly as a preempt control would: its checkpoint signal, its QoS grace (capped by
@@ -11,6 +14,7 @@ worker.stop_grace), SIGKILL, outcome `preempted`, so the scheduler requeues it. 
 given up. TimeoutStopSec must exceed stop_grace + kill_wait + a margin.
 """
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -19,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from labq.scheduler import sdnotify
 from labq.scheduler.config import Config
@@ -34,8 +38,9 @@ log = logging.getLogger("labq.agent")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = 0.5            # supervision loop; lease renewal runs on its own schedule within it
-QUICK_DEATH = 10.0    # a worker that dies sooner than this after starting counts as failing
+QUICK_DEATH = 10.0    # a runner that dies sooner than this after starting counts as failing
 MAX_BACKOFF = 30.0
+STRAY_GRACE = 10.0    # an orphan of a dead runner may live this long (to report its node failure)
 STOP_MARGIN = 15.0    # beyond grace + kill_wait: the runners' last reaping and their `finished` posts
 
 
@@ -64,8 +69,8 @@ class Agent:
             bool(w["allow_root"]), limit_cpus=bool(w["limit_cpus"]), pids_max=int(w["pids_max"]),
             idle_gpu_util=float(w["idle_gpu_util"]), idle_gpu_after=float(w["idle_gpu_after"]),
             stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos),
-            slurm_env=bool(w["slurm_env"]))
-        self.queue = Keys.rq_queue(self.name)
+            slurm_env=bool(w["slurm_env"]), qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease)
+        self.queue = Keys(cfg.prefix).dispatch(self.name)
         self.store = AgentStore(conn.connect(redis_url), Keys(cfg.prefix))
         self._stop = threading.Event()
         self._next_renew = self._last_renew = 0.0
@@ -73,13 +78,17 @@ class Agent:
         self.delegation: cgroup.Delegation | None = None
         self.monitor: gpuwatch.Monitor | None = None
         self.lost_gpus: set[str] = set()
+        self._strays: dict[int, float] = {}      # pid -> when first seen: orphans of dead runners
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         # 0755: runners make per-job checkpoint dirs (0700, the user's) and scripts (0600) in here.
         os.makedirs(self.settings.spool, mode=0o755, exist_ok=True)
-        self._setup_cgroups()      # before any worker exists: under systemd we move into a leaf first
+        self._setup_cgroups()      # before any runner exists: under systemd we move into a leaf first
+        # Orphans of a runner killed outright come to us, not to PID 1: reaped (and killed) here.
+        probe.become_subreaper()
         self._register()
+        self.store.reset_runners(self.name)
         now = time.monotonic()
         self._last_renew, self._next_renew = now, now + self.lease / 3
         for s in self.slots:
@@ -134,7 +143,7 @@ class Agent:
             while not self._stop.is_set():
                 self.tick(time.monotonic())
                 busy = sum(1 for s in self.slots if s.proc is not None and s.proc.poll() is None)
-                sdnotify.notify(f"WATCHDOG=1\nSTATUS=node {self.name}: {busy}/{len(self.slots)} workers alive")
+                sdnotify.notify(f"WATCHDOG=1\nSTATUS=node {self.name}: {busy}/{len(self.slots)} runners alive")
                 self._stop.wait(TICK)
         finally:
             restore()
@@ -146,45 +155,44 @@ class Agent:
         self._stop.set()
 
     def tick(self, now: float) -> None:
-        """One round: renew the lease when due, restart workers that died. `now` is monotonic."""
+        """One round: renew the lease when due, restart runners that died, reap or kill the orphans
+        they left. `now` is monotonic."""
         if now >= self._next_renew:
             self._renew(now)
         for s in self.slots:
             self._supervise(s, now)
+        self._reap_strays(now)
         if self.monitor is not None:
             self._check_gpus()
 
     def shutdown(self) -> None:
-        """Stop taking jobs (RQ's warm shutdown of every worker) and preempt the running ones
-        (SIGTERM to each runner); wait for them, bounded by the grace, then SIGKILL what is left:
-        those runners see their parent die and kill their trees. Then give the lease up."""
+        """Stop taking jobs and preempt the running ones: SIGTERM to each runner, which passes it to
+        its attempt (checkpoint signal, grace, TERM, kill_wait, KILL, outcome `preempted`). Wait for
+        them, bounded by that; then SIGKILL what is left: those runners' children see their parent
+        die and kill their trees. Then give the lease up."""
         procs = [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
+        busy = [p for p in procs if probe.children(p.pid)]
         for p in procs:
             p.send_signal(signal.SIGTERM)
         budget = self.stop_budget()
         # Tell systemd the stop takes this long at most (it also caps it at TimeoutStopSec).
         sdnotify.notify(f"EXTEND_TIMEOUT_USEC={int((budget + STOP_MARGIN) * 1e6)}")
-        end, told, tree = time.monotonic() + budget, set(), set()
+        end, tree = time.monotonic() + budget, set()
         while True:
             alive = [p for p in procs if p.poll() is None]
             for p in alive:
                 tree.update(probe.descendants(p.pid))
-                for runner in probe.children(p.pid):     # a worker's only child is its horse: the runner
-                    if runner not in told:
-                        told.add(runner)
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(runner, signal.SIGTERM)
             if not alive or time.monotonic() >= end:
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
         for p in alive:
-            log.warning("worker pid %d did not stop in %.0fs; killing it", p.pid, budget)
+            log.warning("runner pid %d did not stop in %.0fs; killing it", p.pid, budget)
             p.kill()
             p.wait()
-        if told:
-            log.info("node %s: preempted %d running job(s) for the stop", self.name, len(told))
+        if busy:
+            log.info("node %s: preempted %d running job(s) for the stop", self.name, len(busy))
         if not probe.wait_gone(sorted(tree), self.settings.kill_wait + 5):
-            log.warning("job processes still alive after the workers stopped")
+            log.warning("job processes still alive after the runners stopped")
         self._close()
 
     def stop_budget(self) -> float:
@@ -268,29 +276,52 @@ class Agent:
                 s.proc.wait()
             s.proc, s.failures, s.restart_at = None, 0, now
 
-    # -- workers -------------------------------------------------------------------------------
+    # -- runners -------------------------------------------------------------------------------
     def _supervise(self, s: Slot, now: float) -> None:
         if s.proc is not None and s.proc.poll() is not None:
             lived = now - s.started
             s.failures = s.failures + 1 if lived < QUICK_DEATH else 0
             delay = min(2.0 ** (s.failures - 1), MAX_BACKOFF) if s.failures else 0.0
-            log.warning("worker slot %d (pid %d) exited with %s after %.1fs; restarting in %.0fs",
+            log.warning("runner slot %d (pid %d) exited with %s after %.1fs; restarting in %.0fs",
                         s.index, s.proc.pid, s.proc.returncode, lived, delay)
             s.proc, s.restart_at = None, now + delay
         if s.proc is None and not self.fenced and now >= s.restart_at:
             self._spawn(s, now)
 
     def _spawn(self, s: Slot, now: float) -> None:
-        env = dict(os.environ)        # the daemons' own environment; jobs get a clean one (launch.py)
-        env.update(self.settings.environ(), LABQ_AGENT_PID=str(os.getpid()),
-                   PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
-        if self.config_path:
-            env["LABQ_CONFIG"] = self.config_path
-        argv = [sys.executable, "-m", "labq.worker.rqworker", "--url", self.url, "--queue", self.queue,
-                "--node", self.name, "--slot", str(s.index)]
+        """Start slot `s`'s runner. Its settings, the Redis URL with any password among them, go
+        over a pipe: never argv (anyone can read it) nor an environment."""
+        env = {k: v for k, v in os.environ.items() if k != "LABQ_REDIS_URL"}   # jobs get a clean one anyway
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
         # Own process group: a terminal's Ctrl-C reaches only the agent, which stops them in order.
-        s.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, close_fds=True, process_group=0)
+        s.proc = subprocess.Popen([sys.executable, "-m", "labq.worker.slot"], env=env, stdin=subprocess.PIPE,
+                                  close_fds=True, process_group=0)
+        line = json.dumps({**asdict(self.settings), "slot": s.index, "agent_pid": os.getpid()})
+        try:
+            s.proc.stdin.write(line.encode() + b"\n")
+            s.proc.stdin.close()
+        except BrokenPipeError:
+            pass          # it died at once; supervision restarts it
         s.started = now
+
+    def _reap_strays(self, now: float) -> None:
+        """Reap children that are not our runners (orphans adopted as subreaper); kill any still
+        alive STRAY_GRACE after we first saw them (an attempt child whose runner died reports its
+        node failure within that)."""
+        ours = {s.proc.pid for s in self.slots if s.proc is not None}
+        for pid in probe.children(os.getpid()):
+            if pid in ours:
+                continue
+            try:
+                got, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                got = pid
+            if got:
+                self._strays.pop(pid, None)
+            elif now - self._strays.setdefault(pid, now) > STRAY_GRACE:
+                log.warning("killing pid %d, left behind by a runner that died", pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def worker_pids(self) -> list[int]:
         return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]

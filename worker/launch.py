@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from labq.scheduler import logpath
 from labq.scheduler.model import Attempt, Job
 
-from . import jobenv
+from . import jobenv, probe
 
 DEFAULT_PATH = jobenv.DEFAULT_PATH
 # Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
@@ -46,6 +46,8 @@ class Settings:
     stop_grace: float = 300.0       # at most this much checkpoint grace when the node stops
     qos_grace: tuple = ()           # ((qos, seconds), ...): the grace a preemption would give
     slurm_env: bool = True          # SLURM_* aliases in jobs' environment (worker.slurm_env)
+    qos_signal: tuple = ()          # ((qos, "USR1"), ...): a QoS's checkpoint signal ([qos.*].signal)
+    lease: float = 30.0             # scheduler.node_lease: runners fence their jobs by its expiry
 
     @classmethod
     def from_environ(cls, env=None) -> "Settings":
@@ -61,7 +63,18 @@ class Settings:
                    idle_gpu_util=float(env.get("LABQ_IDLE_GPU_UTIL") or 5),
                    idle_gpu_after=float(env.get("LABQ_IDLE_GPU_AFTER") or 1800),
                    stop_grace=float(env.get("LABQ_STOP_GRACE") or 300), qos_grace=grace,
-                   slurm_env=env.get("LABQ_SLURM_ENV", "1") != "0")
+                   slurm_env=env.get("LABQ_SLURM_ENV", "1") != "0",
+                   qos_signal=tuple(tuple(x.split("=", 1)) for x in (env.get("LABQ_QOS_SIGNAL") or "").split(",")
+                                    if "=" in x),
+                   lease=float(env.get("LABQ_LEASE") or 30))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Settings":
+        """From what the agent hands its runners over a pipe (asdict's JSON)."""
+        d = dict(d)
+        for k in ("qos_grace", "qos_signal"):
+            d[k] = tuple(tuple(x) for x in d.get(k, ()))
+        return cls(**d)
 
     def environ(self) -> dict[str, str]:
         """The inverse of from_environ, for the agent to hand to its workers."""
@@ -72,12 +85,19 @@ class Settings:
                 "LABQ_IDLE_GPU_UTIL": str(self.idle_gpu_util), "LABQ_IDLE_GPU_AFTER": str(self.idle_gpu_after),
                 "LABQ_STOP_GRACE": str(self.stop_grace),
                 "LABQ_QOS_GRACE": ",".join(f"{q}={g}" for q, g in self.qos_grace),
-                "LABQ_SLURM_ENV": "1" if self.slurm_env else "0"}
+                "LABQ_SLURM_ENV": "1" if self.slurm_env else "0",
+                "LABQ_QOS_SIGNAL": ",".join(f"{q}={g}" for q, g in self.qos_signal), "LABQ_LEASE": str(self.lease)}
 
     def shutdown_grace(self, qos: str) -> float:
         """The checkpoint grace a job gets when the node stops: its QoS's preemption grace, capped
         by worker.stop_grace (systemd's TimeoutStopSec must cover it)."""
         return min(dict(self.qos_grace).get(qos, self.stop_grace), self.stop_grace)
+
+    def checkpoint_signal(self, job: Job) -> str:
+        """The signal a preempted job gets first: its own --signal's, else its QoS's, else TERM."""
+        if job.warn_signal:
+            return job.warn_signal[0]
+        return dict(self.qos_signal).get(job.qos, "TERM")
 
 
 # -- identity ----------------------------------------------------------------------------------
@@ -253,21 +273,46 @@ def _default_signals():
                 signal.signal(s, h)
 
 
+def _child_setup(ident: Identity, cgroup_procs: str):
+    """What the forked child does before exec (Popen's preexec_fn runs after setsid): enter the
+    job's cgroup while still root, so that the job is born there and not a runner moved in and out
+    (tech-notes §4.4); drop to the user; then PR_SET_PDEATHSIG, which a change of ids would clear,
+    so that the job dies with its runner (fencing)."""
+    groups = ident.groups if ident.drop else None
+
+    def setup():
+        if cgroup_procs:
+            fd = os.open(cgroup_procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        if groups is not None:
+            os.setgroups(groups)
+            os.setresgid(ident.pw.pw_gid, ident.pw.pw_gid, ident.pw.pw_gid)
+            os.setresuid(ident.pw.pw_uid, ident.pw.pw_uid, ident.pw.pw_uid)
+        probe.die_with_parent(signal.SIGKILL)
+    return setup
+
+
 def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int,
-          umask: int = 0o022) -> subprocess.Popen:
+          umask: int = 0o022, cgroup_procs: str = "") -> subprocess.Popen:
     """Start the command in a new session (its own process group, no controlling terminal), with
-    the submitter's umask."""
+    the submitter's umask, in the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the
+    job's user, dying with us."""
     kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
-              close_fds=True, umask=umask)
+              close_fds=True, umask=umask, preexec_fn=_child_setup(ident, cgroup_procs))
     if ident.drop:
         argv = ["/bin/bash", "-c", WRAPPER, "labq-job", workdir, *cmd]
-        kw.update(cwd="/", user=ident.pw.pw_uid, group=ident.pw.pw_gid, extra_groups=ident.groups)
+        kw["cwd"] = "/"
     else:
         argv = cmd
         kw["cwd"] = workdir
     try:
         with _default_signals():
             return subprocess.Popen(argv, **kw)
+    except subprocess.SubprocessError as e:      # the child setup failed (preexec_fn raised)
+        raise StartError(f"cannot start {cmd[0]}: {e}") from None
     except OSError as e:
         raise StartError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
 

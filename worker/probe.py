@@ -260,8 +260,12 @@ def host_mem() -> int:
 
 
 # -- process control ---------------------------------------------------------------------------
+_LIBC = None
+
+
 def _prctl(option: int, arg: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
+    global _LIBC
+    libc = _LIBC = _LIBC or ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, arg, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
@@ -275,6 +279,17 @@ def become_subreaper() -> None:
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def has_children() -> bool:
+    """Whether this process has any child left, without scanning /proc (its children file lists
+    them per thread; all of ours are forked from the main thread)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as f:
+            return bool(f.read().strip())
+    except OSError:
+        return bool(descendants())
 
 
 def _procs(pid: int | None) -> list:

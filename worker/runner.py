@@ -1,8 +1,13 @@
-"""The RQ job function: one attempt of one labq job on this node, from fencing to the `finished` event.
+"""One attempt of one labq job on this node, from fencing to the `finished` event.
 
-It runs inside an RQ work horse (a fresh fork per job), which is why it may become a child
-subreaper, flip effective ids and reap every child it has: nothing else lives in this process.
-The contract is docs/internals.md; RQ is only the transport that brought (job id, attempt) here.
+It runs in a fresh fork of the slot's persistent runner (worker/slot.py), which is why it may
+become a child subreaper, flip effective ids and reap every child it has: nothing else lives in
+this process. The contract is docs/internals.md.
+
+Fencing: the job's leader dies with this process (PR_SET_PDEATHSIG), this process with its slot
+runner, that with the agent. And the runner reads the node lease's remaining time with every
+heartbeat: when the lease would lapse (the agent stopped, or cut off from Redis) it kills the job
+by then, before the scheduler may requeue it elsewhere (lease + scheduler.fence_margin).
 """
 import contextlib
 import logging
@@ -31,13 +36,25 @@ REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from
 POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
 PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms per 2 GiB process)
 
+# Why an attempt was stopped -> its outcome, and the message the job's record shows. Every
+# end-of-job reason the runner gives is here (and in end_message), nowhere else.
 _OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted", "shutdown": "preempted",
-             "orphaned": "node_failure", "gpu_lost": "node_failure", "oom": "oom"}
+             "orphaned": "node_failure", "fenced": "node_failure", "runner_killed": "node_failure",
+             "gpu_lost": "node_failure", "oom": "oom"}
 _MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
              "shutdown": "preempted: the node agent is stopping (checkpoint signal, grace, requeued)",
-             "orphaned": "the node agent went away; the job was killed (fencing)"}
+             "orphaned": "the node agent went away; the job was killed (fencing)",
+             "fenced": "the node's lease was about to lapse (agent stopped or cut off from Redis); "
+                       "the job was killed so that it cannot run twice (fencing)",
+             "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)"}
 # Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded.
-_HARD = ("orphaned", "oom")
+_HARD = ("orphaned", "fenced", "oom")
+CONTROL_BLOCK = 5.0    # one blocking read of the control list; the thread then reads again
+
+
+def end_message(why: str, detail: str = "") -> str:
+    """The message of an attempt stopped for `why` (a key of _MESSAGES)."""
+    return _MESSAGES[why].format(detail)
 
 
 def fence(job, attempt: int, node: str) -> str | None:
@@ -53,33 +70,58 @@ def fence(job, attempt: int, node: str) -> str | None:
     return None
 
 
-def run_job(job_id: int, attempt: int) -> dict:
-    term = _Sigterm()     # from the first instant: the horse's SIGTERM is SIG_DFL, and would orphan the job
+def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict:
+    term = _Sigterm()     # from the first instant: a SIGTERM now would otherwise orphan the job
     try:
-        s = launch.Settings.from_environ()
+        s = s or launch.Settings.from_environ()
         store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
         job = store.job(job_id)
         why = fence(job, attempt, s.node)
-        if why is None and not store.claim(job_id, attempt, s.node, os.getpid()):
-            why = "already claimed"       # a re-delivered RQ job never runs a command twice
+        pttl = -2
+        if why is None:
+            won, pttl = store.claim(job_id, attempt, s.node, os.getpid())
+            if not won:
+                why = "already claimed"      # by another runner, or withdrawn by the scheduler
+            elif pttl <= 0 and pttl != -1:
+                # Ours now, but the lease is gone: the scheduler requeues it once it sees that.
+                why = "the node's lease has lapsed"
         if why:
             log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
             return {"ran": False, "reason": why}
-        return Run(store, s, job, attempt, term).execute()
+        run = Run(store, s, job, attempt, term)
+        run.lease_seen(time.monotonic(), pttl)
+        return run.execute()
     finally:
         term.restore()
 
 
 class _Sigterm:
-    """SIGTERM to a runner is the agent's orderly stop (systemctl stop): preempt the job."""
+    """SIGTERM to a runner is either the agent's orderly stop (systemctl stop), passed on by the
+    slot runner: preempt the job; or PDEATHSIG, its slot runner died: `orphaned`, kill at once.
+    The handler writes to a pipe the watch loop sleeps on, so either is acted on at once."""
 
     def __init__(self):
-        self.got, self._old = False, None
+        self.got, self.orphaned, self._old = False, False, None
+        self.ppid = os.getppid()
+        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGTERM, self._set)
 
     def _set(self, *_):
-        self.got = True
+        if os.getppid() != self.ppid:
+            self.orphaned = True
+        else:
+            self.got = True
+        self.poke()
+
+    def poke(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self.wfd, b"x")
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self.rfd, 512):
+                pass
 
     def restore(self) -> None:
         if self._old is not None:
@@ -104,7 +146,9 @@ class Run:
         self.proc = None
         self.ckpt_dir = None
         self.start, self.t0 = None, None
-        self.ppid = os.getppid()
+        self.ppid = self.term.ppid
+        self.lease_until = math.inf     # monotonic time by which the job must be dead (the lease's end)
+        self.control_due = False        # the control thread saw a push: read the control key now
         self.grace = None       # seconds, from a "preempt:GRACE" control
         self.peak_rss, self.peak_pss, self.next_pss = 0, None, 0.0
         self.mem_limit = job.mem_limit or job.mem
@@ -135,6 +179,13 @@ class Run:
             self._post_finished()
         return {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
 
+    def lease_seen(self, sent: float, pttl: int | None) -> None:
+        """A PTTL of the node lease read by a request sent at monotonic `sent`: the lease lasts at
+        least until sent + pttl. -2 (gone) fences at once; -1 (no expiry) and None tell nothing."""
+        if pttl is None or pttl == -1:
+            return
+        self.lease_until = sent + max(pttl, 0) / 1000.0
+
     def _run(self) -> None:
         job, s = self.job, self.s
         early = _verb(self._control()) or ("cancel" if job.cancel_requested else None)
@@ -157,6 +208,8 @@ class Run:
             probe.become_subreaper()
             self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             self._limits()
+            if time.monotonic() >= self.lease_until or self.term.orphaned:
+                raise launch.StartError("not started: the node's lease lapsed before the job could start")
             self._spawn(cmd, env, ident, out_fd, err_fd)
         finally:
             os.close(out_fd)
@@ -164,8 +217,10 @@ class Run:
                 os.close(err_fd)
         self.start, self.t0 = start, time.monotonic()
         self.body["start_time"] = start
-        self.store.heartbeat(job.id, self.n, pid=self.proc.pid, start=start)
+        sent = time.monotonic()
+        self.lease_seen(sent, self.store.heartbeat(job.id, self.n, s.node, pid=self.proc.pid, start=start))
         self.store.post("started", job.id, self.n, s.node, {"pid": self.proc.pid, "start_time": start})
+        _ControlWatch(self).start()
         self._finish(self._watch())
 
     # -- limits --------------------------------------------------------------------------------
@@ -185,19 +240,20 @@ class Run:
         self.oom0, self.kmsg0 = memwatch.host_oom_kills(), memwatch.monotonic_us()
 
     def _spawn(self, cmd, env, ident, out_fd: int, err_fd: int) -> None:
-        if self.cg is not None:
-            try:
-                self.cg.enter()
-            except OSError as e:
-                log.warning("job %s: cannot enter %s (%s); running without it", self.job.id, self.cg.path, e)
-                self._release_cgroup()
-                if self.mem_limit > 0:
-                    self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
+        """The job is born in its cgroup: the forked child writes itself into cgroup.procs before
+        exec (launch.spawn), so this runner never moves."""
+        procs = os.path.join(self.cg.path, "cgroup.procs") if self.cg is not None else ""
         try:
+            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,
+                                     cgroup_procs=procs)
+        except launch.StartError:
+            if not procs:
+                raise
+            log.warning("job %s: cannot start it in %s; running without it", self.job.id, self.cg.path)
+            self._release_cgroup()
+            if self.mem_limit > 0:
+                self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
             self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask)
-        finally:
-            if self.cg is not None:
-                self.cg.leave()
 
     def _release_cgroup(self) -> None:
         cg, self.cg = self.cg, None
@@ -207,59 +263,72 @@ class Run:
 
     # -- watching ------------------------------------------------------------------------------
     def _watch(self) -> str:
-        """Why the attempt ended: "exited", or the stop reason once the tree is down (or its grace
-        has passed, after which _finish sends SIGKILL)."""
+        """Why the attempt ended: "exited", or the stop reason once the tree is down (or its last
+        stop phase has passed, after which _finish sends SIGKILL)."""
         limit = self.job.time_limit
         deadline = self.t0 + limit if limit > 0 else math.inf
         warn_at = deadline - self.job.warn_signal[1] if self.job.warn_signal else math.inf
-        next_tick, stopping, kill_at = 0.0, None, math.inf
-        waiter = _LeaderWaiter(self.proc.pid)
+        next_tick, stopping, kill_at, phases = 0.0, None, math.inf, []
+        waiter = _LeaderWaiter(self.proc.pid, self.term.rfd)
         try:
             while True:
                 exited = waiter.exited()
                 if exited and (stopping is None or not probe.live_descendants()):
-                    if stopping is None and os.getppid() != self.ppid:
-                        # The agent died and its fencing (a cold stop, the next agent's sweep of
-                        # stale cgroups) killed the job before this loop noticed: a node failure,
-                        # not the job's own exit.
+                    if stopping is None and (os.getppid() != self.ppid or self.term.orphaned):
+                        # The slot runner died and its fencing killed the job before this loop
+                        # noticed: a node failure, not the job's own exit.
                         return "orphaned"
                     return stopping or "exited"
+                self.term.drain()
                 now = time.monotonic()
+                if stopping and (self.term.orphaned or now >= self.lease_until):
+                    return "orphaned" if self.term.orphaned else "fenced"    # no more grace: kill now
                 if stopping and now >= kill_at:
-                    return stopping
+                    if not phases:
+                        return stopping
+                    kill_at = self._signal_phase(stopping, phases, now)
                 due = now >= next_tick
                 if due:
-                    next_tick = now + TICK
+                    # The lease must be re-read well within its length (a 1 s lease in tests).
+                    next_tick = now + min(TICK, self.s.lease / 3)
                     self._tick()
                 if stopping is None:
-                    why = self._why_stop(now >= deadline, due)
+                    why = self._why_stop(now >= deadline, due or self.control_due)
                     if why in _HARD:
                         return why          # no grace: _finish kills at once
                     if why:
-                        sig, wait = self._stop_signal(why)
-                        log.info("job %s attempt %d: %s, %s to the tree, %ds to exit", self.job.id, self.n, why,
-                                 sig.name, wait)
-                        probe.signal_tree(self.proc.pid, sig)
-                        stopping, kill_at = why, now + wait
+                        stopping, phases = why, self._stop_phases(why)
+                        kill_at = self._signal_phase(why, phases, now)
                 if stopping is None and now >= warn_at:
                     name = self.job.warn_signal[0]
                     log.info("job %s attempt %d: SIG%s %ds before the limit", self.job.id, self.n, name,
                              self.job.warn_signal[1])
                     probe.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
                     warn_at = math.inf
-                wake = max(min(next_tick, deadline, kill_at, warn_at) - time.monotonic(), 0.0)
+                wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until) - time.monotonic(), 0.0)
                 waiter.wait(min(wake, STOP_POLL) if stopping else wake)
         finally:
             waiter.close()
 
-    def _why_stop(self, past_deadline: bool, full_check: bool) -> str | None:
+    def _signal_phase(self, why: str, phases: list, now: float) -> float:
+        """Send the next stop signal to the tree; returns when the phase after it is due."""
+        sig, wait = phases.pop(0)
+        log.info("job %s attempt %d: %s, %s to the tree, %ds before the next step", self.job.id, self.n, why,
+                 sig.name, wait)
+        probe.signal_tree(self.proc.pid, sig)
+        return now + wait
+
+    def _why_stop(self, past_deadline: bool, check_control: bool) -> str | None:
         if self.kill_now:
             return self.kill_now[0]
+        if self.term.orphaned or os.getppid() != self.ppid:
+            return "orphaned"         # the slot runner (and so the agent's supervision) is gone
+        if time.monotonic() >= self.lease_until:
+            return "fenced"
         if self.term.got:
             return "shutdown"
-        if full_check:
-            if os.getppid() != self.ppid:
-                return "orphaned"     # the RQ worker (and so the agent's supervision) is gone
+        if check_control:
+            self.control_due = False
             ctl = self._control()
             if _verb(ctl) == "cancel":
                 return "cancelled"
@@ -268,18 +337,19 @@ class Run:
                 return "preempted"
         return "timeout" if past_deadline else None
 
-    def _stop_signal(self, why: str):
-        """A preempted job gets its checkpoint signal (--signal's, else SIGTERM) and the QoS grace
-        (from the control; a node stop gives the QoS grace capped by worker.stop_grace);
-        everything else gets SIGTERM and kill_wait."""
-        if why in ("preempted", "shutdown"):
-            name = self.job.warn_signal[0] if self.job.warn_signal else "TERM"
-            if why == "shutdown":
-                grace = self.s.shutdown_grace(self.job.qos)
-            else:
-                grace = self.grace if self.grace is not None else self.s.kill_wait
-            return getattr(signal, f"SIG{name}"), grace
-        return signal.SIGTERM, self.s.kill_wait
+    def _stop_phases(self, why: str) -> list:
+        """The signals of a stop, each with the wait before the next (SIGKILL after the last).
+        A preemption: the checkpoint signal (--signal's, else the QoS's, else TERM) and the grace
+        (from the control; a node stop gives the QoS grace capped by worker.stop_grace), then SIGTERM
+        and kill_wait. Everything else: SIGTERM and kill_wait."""
+        term = (signal.SIGTERM, self.s.kill_wait)
+        if why not in ("preempted", "shutdown"):
+            return [term]
+        if why == "shutdown":
+            grace = self.s.shutdown_grace(self.job.qos)
+        else:
+            grace = self.grace if self.grace is not None else self.s.kill_wait
+        return [(getattr(signal, f"SIG{self.s.checkpoint_signal(self.job)}"), grace), term]
 
     def _control(self) -> str | None:
         try:
@@ -312,9 +382,11 @@ class Run:
             self.kill_now = ("gpu_lost", f"GPU {self.gpu.lost} was lost (NVML); the job was stopped and requeued")
         self._tick_checkpoint()
         try:
-            self.store.heartbeat(self.job.id, self.n, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
-                                 ckpt=self.body.get("last_checkpoint") or "")
-        except conn.ERRORS as e:      # a Redis blip must not kill a running job
+            sent = time.monotonic()
+            self.lease_seen(sent, self.store.heartbeat(
+                self.job.id, self.n, self.s.node, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
+                ckpt=self.body.get("last_checkpoint") or ""))
+        except conn.ERRORS as e:      # a Redis blip must not kill a running job (unless it outlasts the lease)
             log.warning("job %s: heartbeat failed: %s", self.job.id, e)
 
     def _post(self, kind: str, body: dict) -> None:
@@ -354,7 +426,7 @@ class Run:
         elif why == "timeout":
             self.body.update(outcome="timeout", message=f"time limit of {self.job.time_limit}s reached")
         else:
-            message = self.kill_now[1] if self.kill_now and self.kill_now[0] == why else _MESSAGES[why]
+            message = self.kill_now[1] if self.kill_now and self.kill_now[0] == why else end_message(why)
             self.body.update(outcome=_OUTCOMES[why], message=message)
 
     def _usage(self, end: float) -> dict:
@@ -448,13 +520,34 @@ def _describe(code: int, sig: int | None) -> str:
     return "exit code 0" if code == 0 else f"exit code {code}"
 
 
-class _LeaderWaiter:
-    """Sleeps until a deadline or the leader's exit, whichever comes first, without reaping it
-    (waitid WNOWAIT, tech-notes §4.2). A pidfd wakes us the moment it exits; where there is none,
-    we poll on a short interval."""
+class _ControlWatch(threading.Thread):
+    """Blocks on the job's control list on this node (the scheduler pushes to it with every
+    preempt or cancel) and wakes the watch loop at once, instead of a poll once a second."""
 
-    def __init__(self, pid: int):
-        self.pid, self.done = pid, False
+    def __init__(self, run: "Run"):
+        super().__init__(daemon=True, name=f"control-{run.job.id}")
+        self.run_, self.store = run, AgentStore(conn.connect(run.s.redis_url), Keys(run.s.prefix))
+
+    def run(self) -> None:
+        r = self.run_
+        while True:
+            try:
+                got = self.store.wait_control(r.s.node, r.job.id, CONTROL_BLOCK)
+            except conn.ERRORS:
+                time.sleep(TICK)      # the tick reads the control key meanwhile
+                continue
+            if got:
+                r.control_due = True
+                r.term.poke()
+
+
+class _LeaderWaiter:
+    """Sleeps until a deadline, the leader's exit or a poke on `wake_fd` (a signal, a control),
+    whichever comes first, without reaping the leader (waitid WNOWAIT, tech-notes §4.2). A pidfd
+    wakes us the moment it exits; where there is none, we poll on a short interval."""
+
+    def __init__(self, pid: int, wake_fd: int | None = None):
+        self.pid, self.done, self.wake_fd = pid, False, wake_fd
         try:
             self.fd = os.pidfd_open(pid)
         except (AttributeError, OSError):
@@ -465,11 +558,13 @@ class _LeaderWaiter:
         return self.done
 
     def wait(self, timeout: float) -> None:
+        fds = [] if self.wake_fd is None else [self.wake_fd]
         if self.fd is None or self.done:      # an exited leader's pidfd stays readable: don't spin
-            time.sleep(min(timeout, STOP_POLL))
-            return
+            timeout = min(timeout, STOP_POLL)
+        else:
+            fds.append(self.fd)
         try:
-            select.select([self.fd], [], [], timeout)
+            select.select(fds, [], [], timeout)
         except InterruptedError:
             return   # a signal woke us early; the watch loop re-checks everything
 

@@ -25,13 +25,15 @@ from .quota import Usage, over_alone
 __all__ = ["plan", "refusal", "expected_starts"]
 
 
-def plan(snap: Snapshot, cfg: Config) -> Plan:
+def plan(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
     expires, waiting = _expire(pending, snap.now, deps)
     order = priority.ordered(waiting, snap.now, dict(snap.usage), cfg)
     p = _Pass(snap, cfg, running, deps)
+    p.reserve_begins = _begins
+    p.keep_earmarks(pending)
     for job in order:
         p.consider(job)
     return Plan(tuple(p.places), tuple(expires), tuple(p.pending), tuple(p.preempts), tuple(p.starts))
@@ -42,7 +44,7 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
     run with a reservation for every blocked job, up to `depth` of them (conservative backfill over
     running jobs' time limits). Jobs that would start now get `snap.now`; unknown ones are absent."""
     from dataclasses import replace
-    p = plan(snap, replace(cfg, backfill_depth=max(depth, cfg.backfill_depth), preemption=False))
+    p = plan(snap, replace(cfg, backfill_depth=max(depth, cfg.backfill_depth), preemption=False), _begins=True)
     out = {x.job_id: snap.now for x in p.places}
     out.update((s.job_id, s.at) for s in p.starts)
     return out
@@ -84,6 +86,8 @@ class _Pass:
         self.doomed: set[int] = set()         # victims chosen in this pass
         self.draining: dict[int, list[Job]] = {}
         self.models: dict[str, str] = {}      # gpu_type -> a model that serves it (budget quotes)
+        self.earmarked: dict[int, tuple] = {}  # job id -> (node, what is held for it until its turn)
+        self.reserve_begins = False           # expected_starts: a --begin job is reserved from its begin
         self.no_victims: list = []            # (QoS priority, reclaim, request shape) that found none
         prios = [self.cfg.qos_named(j.qos).priority for j in running
                  if j.state == states.RUNNING and self.cfg.qos_named(j.qos) and preempt.preemptible(j, cfg)]
@@ -92,7 +96,20 @@ class _Pass:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
                 self.draining.setdefault(j.preempted_for, []).append(j)
 
+    def keep_earmarks(self, pending) -> None:
+        """Before anyone is placed, set aside the room of each preemptor that waits for its victims
+        (or whose victims have just stopped): the GPUs it preempted for are its own until it starts or
+        gives up, whatever ranks above it now. Else a borrower ranked higher would take them back and
+        the reclaim would start over, for ever."""
+        for j in sorted((j for j in pending if j.earmark), key=lambda j: j.id):
+            spot = self.free.free.get(j.earmark)
+            if spot is not None:
+                self.earmarked[j.id] = (spot, self.free.hold(spot, j))
+
     def consider(self, job: Job) -> None:
+        kept = self.earmarked.pop(job.id, None)
+        if kept is not None:
+            self.free.unhold(*kept)
         verdict = self._verdict(job)
         if isinstance(verdict, Place):
             self.places.append(verdict)
@@ -107,6 +124,8 @@ class _Pass:
                 return states.CRASH_GUARD, job.detail
             return states.HELD, "held (labq release ID to let it run)"
         if job.begin is not None and job.begin > now:
+            if self.reserve_begins and self.cfg.backfill_depth > len(self.starts):
+                self._reserve(job, job.begin)
             return states.BEGIN_TIME, f"not before --begin, {job.begin - now:.0f}s from now"
         if job.eligible_time is not None and job.eligible_time > now:
             return states.BEGIN_TIME, f"retry backoff: eligible again in {job.eligible_time - now:.0f}s"
@@ -117,6 +136,10 @@ class _Pass:
         capped = self.usage.blocked(job)
         if capped:
             return capped
+        kept = self.free.free.get(job.earmark) if job.earmark else None
+        if kept is not None and kept.fits(job):
+            # Its own room, set aside since it preempted: no reservation or blocker was ever given it.
+            return self._admit(job, kept)
         if self.blocker is not None:
             return states.PRIORITY, f"behind job {self.blocker.display_id}, which waits for resources (backfill off)"
         accept = None
@@ -154,7 +177,7 @@ class _Pass:
             if node in self.free.free:
                 self.free.hold(self.free.free[node], job)
             return states.PREEMPTING_FOR, (f"waiting for {len(victims)} preempted job(s) on {node} to stop: "
-                                           + ", ".join(v.display_id for v in victims))
+                                           + ", ".join(v.display_id for v in victims)), node
         if roomy:
             return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
         may_preempt = self.cfg.preemption and self._may_preempt(job)
@@ -221,13 +244,13 @@ class _Pass:
         self.draining[job.id] = list(choice.victims)
         self.free.hold(self.free.free[choice.node], job)
         return states.PREEMPTING_FOR, (f"preempting {len(choice.victims)} job(s) on {choice.node}: "
-                                       + ", ".join(v.display_id for v in choice.victims))
+                                       + ", ".join(v.display_id for v in choice.victims)), choice.node
 
-    def _reserve(self, job: Job) -> None:
+    def _reserve(self, job: Job, not_before: float | None = None) -> None:
         if self.timelines is None:
             self.timelines = Timelines([f.node for f in self.free.free.values()], self.running, self.placed,
                                        self.now, self.cfg)
-        got = self.timelines.reserve(job, capacity.could_ever_hold)
+        got = self.timelines.reserve(job, capacity.could_ever_hold, not_before)
         if got is not None:
             self.starts.append(Start(job.id, got[1], got[0]))
 
@@ -246,9 +269,10 @@ def _request(job: Job) -> str:
     return f"{gpu}{job.cpus} CPUs, {fmt_size(job.mem)} and a slot"
 
 
-def refusal(job: Job, nodes, cfg: Config) -> str | None:
-    """Why the job must be refused at submit: no node could ever hold it, a cap configured to refuse
-    is exceeded by the job alone, or no budget could ever afford it."""
+def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=()) -> str | None:
+    """Why the job must be refused at submit: no node could ever hold it, a cap is exceeded by the
+    job alone (or now, with on_limit = "refuse", counting `running`), or a budget could never pay
+    for it (`spent`: settled spending, which a budget without periods never gets back)."""
     holders = [n for n in nodes if capacity.could_ever_hold(job, n)]
     if not holders:
         biggest = max(nodes, key=lambda n: (len(n.gpus), n.cpus, n.mem), default=None)
@@ -257,12 +281,12 @@ def refusal(job: Job, nodes, cfg: Config) -> str | None:
         return f"no node could ever hold {_request(job)}: {have}"
     if not any(n.runs_jobs_of(job.user) for n in holders):
         return _who_runs(job.user, holders)
-    capped = over_alone(job, cfg)
+    capped = over_alone(job, cfg, running)
     if capped:
         return capped
     cheapest = min((g.model for n in holders for g in n.gpus if not job.gpu_type or g.model == job.gpu_type),
                    key=lambda m: cfg.rates.gpu_rate(m), default="")
-    return never_affordable(job, cheapest, cfg)
+    return never_affordable(job, cheapest, cfg, spent)
 
 
 def _who_runs(user: str, nodes) -> str:

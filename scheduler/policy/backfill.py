@@ -57,14 +57,14 @@ class Timelines:
             return True
         return self._fits(job, node, self.now, self.now + _limit(job))
 
-    def reserve(self, job: Job, could_hold) -> tuple[str, float] | None:
+    def reserve(self, job: Job, could_hold, not_before: float | None = None) -> tuple[str, float] | None:
         """Reserve the earliest (time, node) that holds the job for its time limit, or None."""
         best = None
         for name in sorted(self.allocs):
             node = self.nodes[name]
             if not could_hold(job, node):
                 continue
-            t = self._earliest(job, name)
+            t = self._earliest(job, name, not_before or self.now)
             if t is not None and (best is None or t < best[1]):
                 best = (name, t)
         if best is None:
@@ -76,9 +76,9 @@ class Timelines:
         return best
 
     # -- the arithmetic ----------------------------------------------------------------------------
-    def _earliest(self, job: Job, node: str) -> float | None:
-        ends = sorted({a.end for a in self.allocs[node] if a.end > self.now and a.end != _FOREVER})
-        for t in [self.now] + ends:
+    def _earliest(self, job: Job, node: str, after: float) -> float | None:
+        ends = sorted({a.end for a in self.allocs[node] if a.end > after and a.end != _FOREVER})
+        for t in [after] + ends:
             if self._fits(job, node, t, t + _limit(job)):
                 return t
         return None

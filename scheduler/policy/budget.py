@@ -53,12 +53,21 @@ class BudgetBook:
             self.committed[name] += amount
 
 
-def never_affordable(job: Job, gpu_model: str, cfg: Config) -> str | None:
-    """The refusal line for a job whose forecast exceeds what a budget could ever allow."""
+def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict | None = None) -> str | None:
+    """The refusal line for a job whose forecast exceeds what a budget could ever allow: its cap, or,
+    for a budget without periods (spending never starts again), what is left of it after `spent`.
+    What running jobs have committed is not counted: it settles, and the job can then be paid
+    (it pends BudgetReserved meanwhile)."""
     for b in ledger.budgets_for(job, cfg.budgets):
         need = ledger.forecast(job, b.unit, gpu_model, cfg)
         if need > ledger.cap(b):
             return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)}, "
                     f"limit {fmt_money(b.limit, b.unit)}, available at most {fmt_money(ledger.cap(b), b.unit)}"
                     f" (reserve {b.reserve:.0%})")
+        used = (spent or {}).get(b.name, 0) if b.period == "none" else 0
+        if need > ledger.cap(b) - used:
+            return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)}, only "
+                    f"{fmt_money(max(0, ledger.cap(b) - used), b.unit)} is left of its limit "
+                    f"{fmt_money(b.limit, b.unit)} (spent {fmt_money(used, b.unit)}, reserve {b.reserve:.0%}, "
+                    f"no period: it is never renewed)")
     return None

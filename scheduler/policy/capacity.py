@@ -105,16 +105,30 @@ class Placer:
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
         return taken
 
-    def hold(self, spot: Free, job: Job) -> None:
+    def hold(self, spot: Free, job: Job) -> tuple:
         """Set aside for a preemptor whatever part of its request the node has free now, so that the
-        room its victims leave is not short by what others took meanwhile."""
+        room its victims leave is not short by what others took meanwhile. Returns what was held."""
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         keep = spot.matching(job)[:job.gpus]
+        held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem))
         spot.gpus = [g for g in spot.gpus if g not in keep]
-        spot.cpus -= min(spot.cpus, job.cpus)
-        spot.mem -= min(spot.mem, job.mem)
+        spot.cpus -= held[1]
+        spot.mem -= held[2]
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        return held
+
+    def unhold(self, spot: Free, held: tuple) -> None:
+        """Give back what `hold` set aside (the preemptor's turn has come: it may take it now)."""
+        bucket = self.buckets[len(spot.gpus)]
+        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+        gpus, cpus, mem = held
+        spot.gpus = sorted(spot.gpus + list(gpus), key=lambda g: g.index)
+        spot.cpus += cpus
+        spot.mem += mem
+        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        # Room came back: requests that failed before may fit now.
+        self.failed = []
 
     def find(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """(spot, roomy): the best node that has room for the job and `accept`s it, and whether any

@@ -30,6 +30,7 @@ class Dependencies:
     def __init__(self, snap: Snapshot):
         self.snap = snap
         self._state: dict[int, str] | None = None
+        self._shown: dict[int, str] | None = None
         self._named: dict[tuple[str, str], list[Job]] | None = None
         self._verdicts: dict = {}     # job id (singleton) or deps -> verdict
 
@@ -55,9 +56,9 @@ class Dependencies:
                 state = self.states().get(tid, "")
                 ok = satisfied(kind, state) if state else False
                 if ok is None:
-                    waiting.append(f"{kind}:{tid} ({state})")
+                    waiting.append(f"{kind}:{self.shown(tid)} ({state})")
                 elif not ok:
-                    never.append(f"{kind}:{tid} ({state or 'no record'})")
+                    never.append(f"{kind}:{self.shown(tid)} ({state or 'no record'})")
         if never:
             return states.DEPENDENCY_NEVER, f"can never start: {', '.join(never)}"
         if waiting:
@@ -77,6 +78,13 @@ class Dependencies:
                     and any(k == "singleton" for k, _ in o.deps)):
                 return f"singleton: job {o.display_id} ({job.name!r}) is ahead of it"
         return None
+
+    def shown(self, jid: int) -> str:
+        """The id as users know it: `126_7` for an array task, never the internal task id."""
+        if self._shown is None:
+            self._shown = dict(self.snap.shown)
+            self._shown.update((j.id, j.display_id) for j in self.snap.jobs if j.array_id is not None)
+        return self._shown.get(jid, str(jid))
 
     def states(self) -> dict[int, str]:
         if self._state is None:

@@ -3,7 +3,9 @@
 A job may preempt running jobs of a strictly lower QoS that are preemptible (the job's own
 --preemptible, else its QoS), have been preempted fewer than `max_preemptions` times and have run
 `min_runtime`. A job asking for GPUs within its account's guarantee may also reclaim borrowed GPUs of
-other accounts, whatever their QoS and run time: the guarantee must be honoured within grace + a tick.
+other accounts, whatever their QoS and run time (but not past their `max_preemptions`): the guarantee
+must be honoured within grace + a tick. The room a preemptor frees is earmarked for it (policy's
+`keep_earmarks`) until it starts or gives up.
 
 The victim set lives on one node; the smallest set wins, then the least work lost since the last
 checkpoint, then the most recently started; needless victims are never included.
@@ -29,7 +31,14 @@ class Choice:
 def preemptible(victim: Job, cfg: Config) -> bool:
     q = cfg.qos_named(victim.qos)
     able = victim.preemptible if victim.preemptible is not None else bool(q and q.preemptible)
-    return able and victim.preempt_count < (q.max_preemptions if q else 0)
+    return able and may_be_preempted_again(victim, cfg)
+
+
+def may_be_preempted_again(victim: Job, cfg: Config) -> bool:
+    """`max_preemptions` of the victim's QoS bounds every path, QoS preemption and reclaim alike:
+    a job is never requeued more often than that, whoever wants its GPUs."""
+    q = cfg.qos_named(victim.qos)
+    return victim.preempt_count < (q.max_preemptions if q else 0)
 
 
 def lost_work(victim: Job, now: float) -> float:
@@ -47,7 +56,7 @@ def candidates(job: Job, running, now: float, cfg: Config, reclaim: bool):
     for v in running:
         if v.state != states.RUNNING:
             continue
-        if reclaim and v.borrowed and v.account != job.account:
+        if reclaim and v.borrowed and v.account != job.account and may_be_preempted_again(v, cfg):
             ok.append(v)
             continue
         q = cfg.qos_named(v.qos)

@@ -122,16 +122,24 @@ def _over(cap, who: str, jobs: int, gpus: int, cpus: int, job: Job, r_jobs: str,
     return None
 
 
-def over_alone(job: Job, cfg: Config) -> str | None:
-    """The refusal line for a job that alone exceeds a cap configured with on_limit = "refuse"."""
-    for cap, who in ((cfg.account_named(job.account), f"account {job.account}"),
-                     (cfg.user_named(job.user), f"user {job.user}")):
-        if cap is None or cap.on_limit != "refuse":
+def over_alone(job: Job, cfg: Config, running=()) -> str | None:
+    """The refusal line for a job that alone exceeds a cap (it could never run, whatever on_limit
+    says: pending would be for ever), or, with on_limit = "refuse", one over a cap now, counting
+    the `running` jobs."""
+    for cap, who, mine in ((cfg.account_named(job.account), f"account {job.account}",
+                            lambda j: j.account == job.account),
+                           (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user)):
+        if cap is None:
             continue
         for key, need in (("max_gpus", job.gpus), ("max_cpus", job.cpus)):
             most = getattr(cap, key)
             if most is not None and need > most:
-                return f"{who}: the job asks for {need} {key[4:].upper()}, {key}={most}"
+                return f"{who}: the job asks for {need} {key[4:].upper()}, {key}={most}: it could never run"
         if cap.max_running == 0:
             return f"{who}: max_running=0"
+        if cap.on_limit == "refuse":
+            held = [j for j in running if mine(j)]
+            hit = _over(cap, who, len(held), sum(j.gpus for j in held), sum(j.cpus for j in held), job, "", "", "")
+            if hit:
+                return f"{hit[1]} (on_limit = \"refuse\")"
     return None

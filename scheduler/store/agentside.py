@@ -50,21 +50,60 @@ class AgentStore:
     def job(self, jid: int) -> Job | None:
         return load_job(self.r, self.k, jid)
 
-    def claim(self, jid: int, attempt: int, node: str, pid: int) -> bool:
-        """First runner to claim an attempt wins: a re-delivered RQ job never runs a command twice."""
-        return bool(self.r.hsetnx(self.k.attempt(jid, attempt), "claimed", f"{node}:{pid}"))
+    def claim(self, jid: int, attempt: int, node: str, pid: int) -> tuple[bool, int]:
+        """(won, the node lease's PTTL in ms). The first to claim an attempt wins: a runner that
+        takes the same entry again, or the scheduler withdrawing it (dispatch.py), never both run it."""
+        p = self.r.pipeline(transaction=False)
+        p.hsetnx(self.k.attempt(jid, attempt), "claimed", f"{node}:{pid}")
+        p.hsetnx(self.k.attempt(jid, attempt), "claimed_at", time.time())    # the latency split's mark
+        p.pttl(self.k.node_lease(node))
+        won, _, pttl = p.execute()
+        return bool(won), int(pttl)
 
-    def heartbeat(self, jid: int, attempt: int, **fields) -> None:
-        self.r.hset(self.k.attempt(jid, attempt), mapping={"hb": time.time(), **fields})
+    def claimed_by(self, jid: int, attempt: int) -> str | None:
+        return self.r.hget(self.k.attempt(jid, attempt), "claimed")
+
+    def heartbeat(self, jid: int, attempt: int, node: str = "", **fields) -> int | None:
+        """Record the runner's heartbeat; returns the node lease's PTTL in ms (-2: gone) when `node`."""
+        p = self.r.pipeline(transaction=False)
+        p.hset(self.k.attempt(jid, attempt), mapping={"hb": time.time(), **fields})
+        if node:
+            p.pttl(self.k.node_lease(node))
+        got = p.execute()
+        return int(got[1]) if node else None
 
     def control(self, jid: int) -> str | None:
         return self.r.get(self.k.control(jid))
 
+    def wait_control(self, node: str, jid: int, timeout: float) -> bool:
+        """Block until the scheduler pushes a control for `jid` (True) or `timeout` passes."""
+        return self.r.blpop([self.k.node_control(node, jid)], timeout=timeout) is not None
+
     def post(self, kind: str, jid: int, attempt: int, node: str, body: dict) -> None:
-        """Append an event for the scheduler and wake it."""
+        """Append an event to the node's own stream and wake the scheduler."""
         p = self.r.pipeline()
-        p.xadd(self.k.events, {"kind": kind, "job": jid, "attempt": attempt, "node": node,
-                               "body": json.dumps(body, separators=(",", ":"))},
+        p.xadd(self.k.node_events(node), {"kind": kind, "job": jid, "attempt": attempt, "node": node,
+                                          "body": json.dumps(body, separators=(",", ":"))},
                maxlen=100_000, approximate=True)
         p.lpush(self.k.wake, "events")
         p.execute()
+
+    # -- the node's dispatch list ----------------------------------------------------------------
+    def take(self, node: str, slot: int, timeout: float) -> str | None:
+        """Block until an attempt is dispatched to `node` and move it to this slot's own list (a
+        claim that survives the runner's crash); None after `timeout`."""
+        return self.r.blmove(self.k.dispatch(node), self.k.dispatch_slot(node, slot), timeout, "RIGHT", "LEFT")
+
+    def taken(self, node: str, slot: int) -> list[str]:
+        """What this slot took and never finished (its previous runner died), oldest first."""
+        return list(reversed(self.r.lrange(self.k.dispatch_slot(node, slot), 0, -1)))
+
+    def done(self, node: str, slot: int, raw: str) -> None:
+        self.r.lrem(self.k.dispatch_slot(node, slot), 1, raw)
+
+    def reset_runners(self, node: str) -> None:
+        self.r.delete(self.k.node_runners(node))
+
+    def runner_state(self, node: str, slot: int, state: str) -> None:
+        """What each runner is doing, for `labq nodes`."""
+        self.r.hset(self.k.node_runners(node), str(slot), f"{state} {time.time():.3f}")

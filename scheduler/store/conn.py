@@ -44,6 +44,11 @@ def _login(url: str, kw: dict) -> str:
         return url
     kw["username"], kw["password"] = credentials(role, path)
     # from_url lets the URL's own user and password win over keyword arguments: drop them.
+    return without_credentials(url)
+
+
+def without_credentials(url: str) -> str:
+    """`url` without user and password (in the netloc or the query)."""
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
     query = "&".join(q for q in parts.query.split("&") if q and q.split("=", 1)[0] not in ("password", "username"))
@@ -72,10 +77,3 @@ def ping(r: redis.Redis) -> None:
 def describe(r: redis.Redis) -> str:
     kw = r.connection_pool.connection_kwargs
     return kw.get("path") or f"{kw.get('host')}:{kw.get('port')}"
-
-
-def connect_raw(url: str, **kw) -> redis.Redis:
-    """A bytes connection of its own for RQ (RQ needs undecoded replies and changes socket timeouts)."""
-    kw.setdefault("socket_connect_timeout", 5)
-    url = _login(url, kw)
-    return redis.Redis.from_url(url, **kw)

@@ -71,9 +71,21 @@ class Keys:
     def node_admin(self, name: str) -> str:   # STRING (S): "drain" when the scheduler drains it
         return f"{self.p}:node:{name}:admin"
 
-    @staticmethod
-    def rq_queue(name: str) -> str:           # the RQ queue name of a node (RQ adds its rq: prefix)
-        return f"labq-node-{name}"
+    def node_runners(self, name: str) -> str:  # HASH (W): slot -> "idle" | "running <job>.<attempt>" | ...
+        return f"{self.p}:node:{name}:runners"
+
+    # -- dispatch to a node (scheduler -> its runners) ---------------------------------------------
+    def dispatch(self, node: str) -> str:     # LIST (S LPUSH, W BLMOVE): "<job>:<attempt>" admitted there
+        return f"{self.p}:dispatch:{node}"
+
+    def dispatch_slot(self, node: str, slot: int) -> str:   # LIST (W): what runner `slot` took, until done
+        return f"{self.p}:dispatch:{node}:{slot}"
+
+    def node_control(self, node: str, jid: int) -> str:     # LIST (S LPUSH, W BLPOP): wakes the runner
+        return f"{self.p}:control:{node}:{jid}"              # of job `jid` for a new control value
+
+    def node_events(self, node: str) -> str:  # STREAM (W): that node's events (who wrote it proves the node)
+        return f"{self.p}:events:{node}"
 
     # -- events, ledger, leader ------------------------------------------------------------------
     @property

@@ -125,12 +125,13 @@ class SchedulerStore:
     def charged(self, key: str) -> bool:
         return bool(self.r.sismember(self.k.ledger_keys, key))
 
-    def attempt_heartbeats(self, attempts) -> list[float | None]:
-        """The runner's last heartbeat of each (job, attempt), None where no runner has claimed it yet."""
+    def attempt_heartbeats(self, attempts) -> list[tuple[float | None, float | None]]:
+        """(last heartbeat, newest checkpoint file the runner saw) of each (job, attempt); None where
+        no runner has claimed it yet, or no checkpoint was written."""
         p = self.r.pipeline(transaction=False)
         for jid, n in attempts:
-            p.hget(self.k.attempt(jid, n), "hb")
-        return [float(v) if v is not None else None for v in p.execute()]
+            p.hmget(self.k.attempt(jid, n), ["hb", "ckpt"])
+        return [(_float(hb), _float(ckpt)) for hb, ckpt in p.execute()]
 
     # -- streams -------------------------------------------------------------------------------
     def ensure_group(self, stream: str) -> None:
@@ -201,3 +202,11 @@ class SchedulerStore:
         if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
             return "new"
         return "same" if self.r.get(self.k.credential(key)) == entry else None
+
+
+def _float(v) -> float | None:
+    try:
+        return float(v) if v else None
+    except ValueError:
+        return None
+

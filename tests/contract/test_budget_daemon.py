@@ -161,6 +161,8 @@ def test_budget_set_lowers_the_limit_but_never_kills_running_jobs(conns):
 
 
 SAFE = """
+[scheduler]
+kill_wait = "0s"     # the amounts below are rate × time limit (safe mode adds kill_wait)
 [rates]
 gpu_hour = 2.0
 [accounts.eta]
@@ -218,6 +220,8 @@ def test_an_override_admits_a_job_held_by_budget_and_expires(conns):
 
 
 MONTHLY = """
+[scheduler]
+kill_wait = "0s"     # the amounts below are rate × time limit (safe mode adds kill_wait)
 [rates]
 gpu_hour = 2.0
 [accounts.eta]

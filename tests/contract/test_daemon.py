@@ -24,9 +24,8 @@ def test_submit_admit_dispatch_finish_charge(conns):
     assert [j.state for j in jobs] == ["R"] * 4 + ["PD"] * 2
     assert {u for j in jobs[:4] for u in j.gpu_uuids} == {"GPU-0", "GPU-1", "GPU-2", "GPU-3"}
     assert jobs[4].reason == states.PRIORITY    # the same pass gave the room to older jobs
-    # One RQ job per admitted attempt, on the node's queue, with only (job, attempt) as arguments.
-    assert raw.llen("rq:queue:labq-node-n1") == 4
-    assert raw.exists("rq:job:1-a1")
+    # One entry per admitted attempt on the node's dispatch list, with only (job, attempt), oldest last.
+    assert r.lrange(K.dispatch("n1"), 0, -1) == ["4:1", "3:1", "2:1", "1:1"]
     agent = AgentStore(r, K)
     agent.post("started", 1, 1, "n1", {"pid": 123, "start_time": now + 1})
     agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": now + 1801})
@@ -59,7 +58,7 @@ def test_refusals_and_bad_requests_change_nothing(conns):
     r.xadd(K.inbox("alice"), {"rid": "junk", "op": "submit", "body": "{not json"})
     s.tick(time.time(), woke(r))
     assert reply(r, "big")["code"] == 3 and "4 GPUs" in reply(r, "big")["error"]
-    assert reply(r, "costly")["code"] == 3 and "$160.00" in reply(r, "costly")["error"]
+    assert reply(r, "costly")["code"] == 3 and "$160.07" in reply(r, "costly")["error"]
     assert reply(r, "bad")["code"] == 2 and "cpus" in reply(r, "bad")["error"]
     assert reply(r, "junk")["code"] == 2
     assert r.zcard(K.active) == 0 and not r.exists(K.seq)
@@ -85,6 +84,7 @@ def test_cancel_pending_and_running(conns):
     submit(r, "alice", {**BODY, "gpus": 4}, "a")
     submit(r, "alice", BODY, "b")
     s.tick(now, woke(r))
+    r.hset(K.attempt(1, 1), "claimed", "n1:123")       # a runner took it: the cancel goes through it
     r.xadd(K.inbox("bob"), {"rid": "c0", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
     r.lpush(K.wake, "user:bob")
     r.xadd(K.inbox("alice"), {"rid": "c1", "op": "cancel", "body": json.dumps({"ids": ["1", "2"]})})
@@ -92,9 +92,49 @@ def test_cancel_pending_and_running(conns):
     assert reply(r, "c0")["ok"] is False and "belongs to alice" in reply(r, "c0")["error"]
     assert job(r, 2).state == states.CANCELLED
     assert r.get(K.control(1)) == "cancel" and job(r, 1).state == states.RUNNING
+    assert r.lrange(K.node_control("n1", 1), 0, -1) == ["cancel"], "the runner's blocking read wakes"
     AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "cancelled", "exit_code": -15, "end_time": now + 2})
     s.tick(now + 3)
     assert job(r, 1).state == states.CANCELLED and not r.exists(K.control(1))
+
+
+def test_an_unclaimed_attempt_is_withdrawn_uncharged_and_del_ends_it_at_once(conns):
+    """Dispatched, but no runner took it (none came, or the entry was lost with Redis): after
+    scheduler.start_timeout it is withdrawn and requeued, charged nothing, and its GPU is free;
+    `labq del` of such a job ends it at once instead of "cancelling" forever."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", {**BODY, "gpus": 4}, "a")
+    AgentStore(r, K).runner_state("n1", 0, "idle")      # the node's agent runs persistent runners
+    s.tick(now, woke(r))
+    r.delete(K.dispatch("n1"))                          # lost: no runner will ever see it
+    s.tick(now + CFG.start_timeout - 1)
+    assert job(r, 1).state == states.RUNNING
+    s.tick(now + CFG.start_timeout + 1)
+    j = job(r, 1)
+    assert j.attempts[0].outcome == "withdrawn" and j.attempts[0].cost == 0 and j.restart_count == 0
+    assert r.hget(K.attempt(1, 1), "claimed") == "withdrawn", "a late runner cannot claim it now"
+    assert len(r.xrange(K.ledger)) == 0 and j.cost == 0
+    # Requeued, and placed again at once (its GPUs were freed): attempt 2, on the dispatch list.
+    assert j.state == states.RUNNING and len(j.attempts) == 2 and r.lrange(K.dispatch("n1"), 0, -1) == ["1:2"]
+    r.xadd(K.inbox("alice"), {"rid": "d", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+    r.lpush(K.wake, "user:alice")
+    s.tick(now + CFG.start_timeout + 2, woke(r))
+    j = job(r, 1)
+    assert j.state == states.CANCELLED and j.attempts[1].outcome == "withdrawn" and j.cost == 0
+
+
+def test_a_claimed_attempt_is_never_withdrawn(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY, "a")
+    s.tick(now, woke(r))
+    AgentStore(r, K).runner_state("n1", 0, "running 1.1")
+    r.hset(K.attempt(1, 1), mapping={"claimed": "n1:1", "hb": now + 10 * CFG.start_timeout})
+    s.tick(now + 10 * CFG.start_timeout)
+    assert job(r, 1).state == states.RUNNING and len(job(r, 1).attempts) == 1
 
 
 def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns):
@@ -103,9 +143,16 @@ def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns):
     s = setup(r, raw, now)
     submit(r, "alice", BODY, "a")
     s.tick(now, woke(r))
+    r.hset(K.attempt(1, 1), "claimed", "n1:123")
     r.hset(K.node("n1"), "hb", now + 360)
     r.delete(K.node_lease("n1"))
     s.tick(now + 1000)
+    # Fencing: the node's runners kill their jobs by the lease's end; the scheduler gives them
+    # fence_margin more before it may start the job anywhere else.
+    assert job(r, 1).state == states.RUNNING
+    s.tick(now + 1000 + CFG.fence_margin - 0.1)
+    assert job(r, 1).state == states.RUNNING
+    s.tick(now + 1000 + CFG.fence_margin)
     j = job(r, 1)
     assert j.state == states.PENDING and j.restart_count == 1 and j.reason == states.NODE_DOWN
     assert j.attempts[0].outcome == "node_failure" and j.attempts[0].cost == 200_000   # 360 s at $2/h
@@ -137,7 +184,7 @@ def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
     s1.tick(now, woke(r))
     # s1 read the event but died before acknowledging it (simulated by reading without a tick).
     AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 3, "end_time": now + 60})
-    s1.store.read_group([K.events], pending=False)
+    s1.store.read_group([K.node_events("n1")], pending=False)
     r.delete(K.leader)
     s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
     s2.tick(now + 61)

@@ -205,3 +205,54 @@ def test_an_event_from_another_node_is_dropped(real_redis, redis_server):
     AgentStore(r, K).post("finished", 1, a, "n1", {"outcome": "completed", "exit_code": 0, "end": now + 3})
     s.tick(now + 3, woke(r))
     assert job(r, 1).state == "CD"
+
+
+LAB = """
+[redis]
+url = "{url}"
+password_file = "{pw}"
+[scheduler]
+tick = 0.2
+node_lease = "10s"
+[worker]
+name = "n1"
+gpus = 0
+cpus = 2
+mem = "4G"
+slots = 1
+spool = "{spool}"
+run_as = "self"
+allow_root = true
+"""
+
+
+def test_a_lab_stack_under_the_roles_leaks_no_password_to_ps_or_jobs(locked):
+    """The real scheduler and worker, each logged in as its role from the password file; a job that
+    prints its environment and every command line on the machine sees no password."""
+    rp, pw, _, pw_path, _ = locked
+    d = tempfile.mkdtemp(prefix="labq-lab-", dir="/tmp")
+    path = os.path.join(d, "labq.toml")
+    client_url = f"unix://{acl.CLIENT}:{pw[acl.CLIENT]}@{rp.sock}"
+    with open(path, "w") as f:
+        f.write(LAB.format(url=client_url, pw=pw_path, spool=os.path.join(d, "spool")))
+    procs = [subprocess.Popen([sys.executable, "-m", "labq", "--config", path, what], stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(d, f"{what}.log"), "w")) for what in ("scheduler", "worker")]
+    try:
+        cfg = config.load(path)
+        client = Client(cfg, url=client_url, user="root", r=as_role(rp, pw, acl.CLIENT))
+        wait_for(lambda: client.nodes(), 60, what="node n1 to register as labq-node-n1")
+        jid = client.submit({"argv": ["/bin/sh", "-c", "env; ps -eo args"], "workdir": d, "time_limit": 600,
+                             "cpus": 1})["job_id"]
+        wait_for(lambda: client.job(str(jid)).state in ("CD", "F", "NF", "CA"), 120, what="the job to end")
+        assert client.job(str(jid)).state == "CD", open(os.path.join(d, "worker.log")).read()[-3000:]
+        seen = open(os.path.join(d, f"labq-{jid}.out")).read()
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        for role, secret in pw.items():
+            assert secret not in seen, f"the {role} password reached a job"
+            assert secret not in ps, f"the {role} password is on a command line"
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+        shutil.rmtree(d, ignore_errors=True)

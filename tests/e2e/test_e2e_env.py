@@ -8,11 +8,11 @@ user would run it, with an environment of the test's choosing.
 """
 import os
 
-
 from labq.scheduler import logpath, states
-from tests.harness import E2E_MARKS, ROOT, SECRET, VENV_BIN, labq, user_env
+from tests.harness import E2E_MARKS, ROOT, SECRET, VENV_BIN, labq, user_env, wait_for
 
 pytestmark = E2E_MARKS  # the same markers and skip as test_e2e
+
 
 def run(e, *args, env) -> str:
     """Submit, wait for the end, return the job's output."""
@@ -130,3 +130,43 @@ def test_begin_as_slurm_writes_it(stack):
     assert jobs["tomorrow"].begin == midnight.timestamp() and jobs["tomorrow"].mem == 1 << 30
     assert abs(jobs["now+30minutes"].begin - jobs["now+30minutes"].submit_time - 1800) < 60
     assert labq(stack, "del", *map(str, ids.values()), env=env).returncode == 0
+
+
+def test_queue_views_as_squeue_and_sacct_show_them(stack):
+    env = user_env(stack)
+
+    def q(*args, code=0):
+        p = labq(stack, *args, env=env)
+        assert p.returncode == code, (args, p.stdout, p.stderr)
+        return p.stdout.strip()
+
+    arr = int(q("sub", "--parsable", "-A", "eta", "-a", "0-29", "-G", "1", "-t", "10m", "--", "sleep", "300"))
+    wait_for(lambda: len(q("stat", "-t", "RUNNING", "-o", "%i", "--noheader").split()) == 4, 60,
+             what="four tasks to run")
+    assert q("stat", "-t", "pending", "-o", "%i %T %b", "--noheader") == f"{arr}_[4-29] PENDING gres/gpu:1"
+    assert len(q("stat", "-r", "-t", "PD", "-o", "%i", "--noheader").splitlines()) == 26
+    assert q("stat", "-j", f"{arr}_5", "-o", "%t|%.8i|%j", "--noheader") == "PD|" + f"{arr}_5".rjust(8) + "|sleep"
+    assert "unknown state 'BOGUS'" in labq(stack, "stat", "-t", "BOGUS", env=env).stderr
+    assert labq(stack, "stat", "-t", "BOGUS", env=env).returncode == 2
+    shown = q("show", str(arr))
+    assert "30 tasks" in shown and f"RUNNING" in shown and f"{arr}_[4-29]" in shown
+    prio = q("prio").splitlines()
+    assert len(prio) == 3 and prio[2].startswith(f"{arr}_[4-29]")      # weights line, header, one row
+    dep = int(q("sub", "--parsable", "-A", "eta", "-d", f"afterok:{arr}", "--", "true"))
+    wait_for(lambda: stack.job(dep).reason == states.DEPENDENCY, 30, what="the dependent to be planned")
+    assert f"afterok:{arr}_0 (R)" in stack.job(dep).detail
+    out = q("del", str(arr), str(dep)).splitlines()
+    assert len(out) <= 3 and f"{arr}_[4-29]" in "\n".join(out)
+
+    failed = int(q("sub", "--parsable", "-A", "eta", "-J", "exit3", "--", "sh", "-c", "exit 3"))
+    killed = int(q("sub", "--parsable", "-A", "eta", "--", "sh", "-c", "kill -TERM $$"))
+    for jid in (failed, killed):
+        stack.wait_state(jid, states.TERMINAL, 60)
+    assert q("acct", "-j", f"{failed},{killed}", "--format=JobID,JobName,State,ExitCode", "-P", "--noheader") == \
+        f"{failed}|exit3|FAILED|3:0\n{killed}|sh|FAILED|0:15"
+    assert str(failed) in q("acct")                                   # today's jobs by default
+    assert q("acct", "-E", "2000-01-01", "-P", "-n") == ""
+    assert "unknown field 'Bogus'" in labq(stack, "acct", "--format=JobID,Bogus", env=env).stderr
+    share = q("share", "-P").splitlines()
+    assert share[0] == "Account|RawShares|NormShares|RawUsage|EffectvUsage|FairShare"
+    assert any(line.startswith("eta|1|") for line in share[1:])

@@ -1,5 +1,6 @@
-"""The node agent with its real RQ worker processes on a real redis-server: registration and lease,
-a runner job end to end through RQ, refusal of foreign functions, supervision, and a clean stop."""
+"""The node agent with its real persistent runner processes on a real redis-server: registration and
+lease, an attempt end to end through the node's dispatch list, malformed entries dropped,
+supervision, and a clean stop."""
 import json
 import os
 import signal
@@ -9,15 +10,12 @@ import threading
 import time
 
 import pytest
-from rq import Queue, Worker
-from rq.job import Job as RQJob, JobStatus
-from rq.serializers import JSONSerializer
 
-from labq.scheduler.store import conn
-from labq.scheduler.store.keys import Keys
+from labq.scheduler import dispatch
 from labq.worker.agent import Agent
-from labq.worker.rqworker import RUNNER, refusal
-from tests.harness import agent_config, events, K, NODE, put_job, queue, ROOT, wait_for
+from tests.harness import (agent_config, events, idle_runners, K, NODE, put_job, ROOT, send,
+                           wait_for)
+
 
 @pytest.fixture
 def agent(redis_server, real_redis, tmp_path):
@@ -30,11 +28,7 @@ def agent(redis_server, real_redis, tmp_path):
     assert not t.is_alive(), "the agent did not stop"
 
 
-def rq_workers(rq_conn):
-    return Worker.all(connection=rq_conn, queue=Queue(Keys.rq_queue(NODE), connection=rq_conn))
-
-
-def test_registers_node_and_lease(agent, real_redis, rq_conn):
+def test_registers_node_and_lease(agent, real_redis):
     wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
     node = real_redis.hgetall(K.node(NODE))
     assert (node["cpus"], node["mem"], node["slots"]) == ("4", str(8 << 30), "2")
@@ -42,69 +36,62 @@ def test_registers_node_and_lease(agent, real_redis, rq_conn):
     assert [g[0] for g in gpus] == ["GPU-fake-tnode-0", "GPU-fake-tnode-1"] and gpus[0][2] == "fake-A100"
     assert NODE in real_redis.smembers(K.nodes)
     assert 0 < real_redis.pttl(K.node_lease(NODE)) <= 3000
-    ws = wait_for(lambda: (lambda w: w if len(w) == 2 else None)(rq_workers(rq_conn)), timeout=60,
-                  what="two RQ workers")
-    assert all(w.name.startswith(f"{NODE}-") for w in ws) and len({w.name for w in ws}) == 2
+    states = idle_runners(real_redis, 2)
+    assert sorted(states) == ["0", "1"] and len({v.split()[1] for v in states.values()}) == 2, states
     # Renewed every third of the lease: it outlives its first TTL.
     first_hb = float(node["hb"])
     wait_for(lambda: float(real_redis.hget(K.node(NODE), "hb")) > first_hb, timeout=30, what="lease renewal")
     assert real_redis.exists(K.node_lease(NODE))
 
 
-def test_runs_an_enqueued_runner_job_end_to_end(agent, real_redis, rq_conn, tmp_path):
+def test_runs_a_dispatched_attempt_end_to_end(agent, real_redis, tmp_path):
     put_job(real_redis, jid=11, argv=(sys.executable, "-c", "import os; print('ran on', os.environ['LABQ_NODE'])"),
             workdir=str(tmp_path), time_limit=60)
-    queue(rq_conn).enqueue_call(RUNNER, kwargs={"job_id": 11, "attempt": 1}, job_id="11-a1", timeout=400,
-                                result_ttl=600)
+    send(real_redis, 11)
     wait_for(lambda: events(real_redis, "finished"), timeout=60, what="finished event")
     body = events(real_redis, "finished")[0]["body"]
     assert body["outcome"] == "completed", body
     assert (tmp_path / "labq-11.out").read_text() == f"ran on {NODE}\n"
-    rq_job = wait_for(lambda: (lambda j: j if j.get_status() == JobStatus.FINISHED else None)(
-        RQJob.fetch("11-a1", connection=rq_conn, serializer=JSONSerializer)), timeout=30, what="RQ job finished")
-    assert rq_job.return_value() == {"ran": True, "outcome": "completed", "exit_code": 0}
+    # Taken off the node's list into a runner's own, and off that once done.
+    wait_for(lambda: not any(real_redis.llen(K.dispatch_slot(NODE, i)) for i in range(2)), timeout=30,
+             what="the slot lists to empty")
+    assert real_redis.llen(K.dispatch(NODE)) == 0
 
 
-def test_refuses_foreign_functions(agent, rq_conn, tmp_path):
+def test_drops_malformed_entries_and_runs_nothing_else(agent, real_redis, tmp_path):
     target = tmp_path / "pwned"
-    q = queue(rq_conn)
-    q.enqueue_call("os.mkdir", args=[str(target)], job_id="evil-1", timeout=60)
-    q.enqueue_call(RUNNER, kwargs={"job_id": 1, "attempt": 1, "extra": "x"}, job_id="evil-2", timeout=60)
-    for jid in ("evil-1", "evil-2"):
-        j = wait_for(lambda: (lambda j: j if j.get_status() == JobStatus.FAILED else None)(
-            RQJob.fetch(jid, connection=rq_conn, serializer=JSONSerializer)), timeout=60, what=f"{jid} failed")
-        assert "refused by labq" in (j.latest_result().exc_string or "")
-    assert not target.exists()
+    put_job(real_redis, jid=12, argv=("/bin/sh", "-c", f"touch {target}"), workdir=str(tmp_path), node="elsewhere")
+    for raw in ("os.mkdir", "12:1:x", "-1:1", "12"):
+        real_redis.lpush(K.dispatch(NODE), raw)
+    send(real_redis, 12)               # another node's attempt: fenced
+    wait_for(lambda: real_redis.llen(K.dispatch(NODE)) == 0, timeout=60, what="the entries taken")
+    idle_runners(real_redis, 2)
+    assert not target.exists() and events(real_redis) == []
 
 
-def test_refusal_rules():
-    class J:
-        def __init__(self, func, args=(), kwargs=None):
-            self.func_name, self.args, self.kwargs = func, args, kwargs or {}
-    assert refusal(J(RUNNER, kwargs={"job_id": 1, "attempt": 2})) is None
-    assert refusal(J("builtins.eval", args=("1",)))
-    assert refusal(J(RUNNER, args=(1, 2)))
-    assert refusal(J(RUNNER, kwargs={"job_id": "1", "attempt": 2}))
-    assert refusal(J(RUNNER, kwargs={"job_id": True, "attempt": 2}))
+def test_dispatch_entry_rules():
+    assert dispatch.parse(dispatch.entry(12, 3)) == (12, 3)
+    for bad in ("12", "12:x", "a:1", "12:1:2", "-1:1", "1:-1", "", "9" * 50 + ":1"):
+        assert dispatch.parse(bad) is None, bad
 
 
-def test_restarts_a_dead_worker(agent, rq_conn):
+def test_restarts_a_dead_runner(agent, real_redis):
     a, _ = agent
     pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(a.worker_pids()), timeout=30)
-    wait_for(lambda: len(rq_workers(rq_conn)) == 2, timeout=60, what="two RQ workers")
+    idle_runners(real_redis, 2)
     os.kill(pids[0], signal.SIGKILL)
     wait_for(lambda: len(a.worker_pids()) == 2 and pids[0] not in a.worker_pids(), timeout=30,
-             what="a replacement worker")
+             what="a replacement runner")
     assert pids[1] in a.worker_pids()
 
 
-def test_stop_releases_the_lease_and_stops_workers(redis_server, real_redis, rq_conn, tmp_path):
+def test_stop_releases_the_lease_and_stops_runners(redis_server, real_redis, tmp_path):
     a = Agent(agent_config(tmp_path, slots=1, lease="30s"), redis_server.url, stop_timeout=5)
     t = threading.Thread(target=a.run, daemon=True)
     t.start()
     wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
     pids = wait_for(lambda: a.worker_pids(), timeout=30)
-    wait_for(lambda: len(rq_workers(rq_conn)) == 1, timeout=60, what="the RQ worker")
+    idle_runners(real_redis, 1)
     a.stop()
     t.join(60)
     assert not t.is_alive()
@@ -119,21 +106,19 @@ def start_agent_process(redis_server, tmp_path, slots=1, extra=""):
                    f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = {slots}\nspool = "{tmp_path / "spool"}"\n'
                    f'run_as = "self"\n{extra}')
     code = (f"import logging, sys; sys.path.insert(0, {ROOT!r}); logging.basicConfig(level=logging.INFO)\n"
-            f"from scheduler import config; from labq.worker.agent import Agent\n"
+            f"from labq.scheduler import config; from labq.worker.agent import Agent\n"
             f"sys.exit(Agent(config.load({str(cfg)!r}), {redis_server.url!r}, {str(cfg)!r}, stop_timeout=1).run())")
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
 
 
 def start_sleeping_job(redis_server, real_redis, tmp_path, jid=21, script=None, **kw) -> int:
-    """A job that runs until killed, through the agent's RQ worker; returns its pid."""
+    """A job that runs until killed, through the agent's runners; returns its pid."""
     pidfile = tmp_path / f"job{jid}.pid"
     script = script or "exec sleep 300"
     put_job(real_redis, jid=jid, gpus=(), argv=("/bin/bash", "-c", f"echo $$ > {pidfile}; {script}"),
             workdir=str(tmp_path), time_limit=600, **kw)
-    rq = conn.connect_raw(redis_server.url)
-    queue(rq).enqueue_call(RUNNER, kwargs={"job_id": jid, "attempt": 1}, job_id=f"{jid}-a1", timeout=900)
+    send(real_redis, jid)
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=60, what="job start")
-    rq.close()
     return int(pidfile.read_text())
 
 

@@ -12,8 +12,7 @@ import pytest
 from labq.scheduler.model import Job
 from labq.worker import gpuwatch, probe
 from labq.worker.agent import Agent
-from labq.worker.rqworker import RUNNER
-from tests.harness import agent_config, events, finished, K, NODE, put_job, queue, runner_env, start_runner, wait_for
+from tests.harness import agent_config, events, finished, K, NODE, put_job, runner_env, send, start_runner, wait_for
 
 G0, G1 = f"GPU-fake-{NODE}-0", f"GPU-fake-{NODE}-1"
 JOB = Job(id=7, user="alice", account="eta")
@@ -188,10 +187,10 @@ def gpu_agent(redis_server, real_redis, tmp_path):
     assert not t.is_alive()
 
 
-def test_agent_monitor_feeds_the_runner_and_takes_a_lost_gpu_out(gpu_agent, real_redis, rq_conn, tmp_path):  # noqa: F811
+def test_agent_monitor_feeds_the_runner_and_takes_a_lost_gpu_out(gpu_agent, real_redis, tmp_path):
     put_job(real_redis, jid=41, argv=(sys.executable, "-c", "import time; time.sleep(3)"), workdir=str(tmp_path),
             gpus=(G0,), time_limit=60)
-    queue(rq_conn).enqueue_call(RUNNER, kwargs={"job_id": 41, "attempt": 1}, job_id="41-a1", timeout=400)
+    send(real_redis, 41)
     wait_for(lambda: events(real_redis, "finished"), 60, what="finished")
     u = events(real_redis, "finished")[0]["body"]["usage"]
     assert u["gpu_util_mean"] == 0 and u["gpu_idle_s"] >= 1 and u["energy_j"] >= 2, u

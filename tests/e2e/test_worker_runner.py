@@ -140,7 +140,7 @@ def test_leftover_processes_die_with_the_attempt(real_redis, redis_server, tmp_p
 
 
 def test_runner_killed_parent_kills_the_tree(real_redis, redis_server, tmp_path):
-    """The RQ worker dying (the agent is gone) orphans the runner: it must kill the job (fencing)."""
+    """The slot runner dying orphans the attempt's runner: it must kill the job (fencing)."""
     pids = tmp_path / "pids"
     put_job(real_redis, argv=("/bin/bash", "-c", f"echo $$ > {pids}; exec sleep 300"), workdir=str(tmp_path))
     inner = f"import sys; sys.path.insert(0, {ROOT!r}); from labq.worker.runner import run_job; run_job(1, 1)"

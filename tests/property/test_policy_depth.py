@@ -97,12 +97,21 @@ def test_account_cpu_cap_and_borrow_limit():
 
 
 def test_refuse_at_submit_where_configured():
-    b = ClusterBuilder().node("n", gpus=8).build()
+    b = ClusterBuilder().node("n", gpus=8)
+    b.running("n", gpus=2, account="eta")
+    snap = b.build()
     from labq.scheduler.model import Job
-    job = Job(id=1, user="alice", account="eta", argv=("x",), gpus=4)
-    assert policy.refusal(job, b.nodes, cfg("[accounts.eta]\nmax_gpus = 2\n")) is None     # pends
-    msg = policy.refusal(job, b.nodes, cfg("[accounts.eta]\nmax_gpus = 2\non_limit = \"refuse\"\n"))
-    assert msg == "account eta: the job asks for 4 GPUS, max_gpus=2"
+    job = Job(id=9, user="alice", account="eta", argv=("x",), gpus=4)
+    # Alone over max_gpus it could never run: refused whatever on_limit says (pending would be for ever).
+    for extra in ("", 'on_limit = "refuse"\n'):
+        msg = policy.refusal(job, snap.nodes, cfg("[accounts.eta]\nmax_gpus = 2\n" + extra), running=snap.jobs)
+        assert msg == "account eta: the job asks for 4 GPUS, max_gpus=2: it could never run"
+    small = replace(job, gpus=2)
+    # Over the cap only because of what runs now: pends by default, refused with on_limit = "refuse".
+    assert policy.refusal(small, snap.nodes, cfg("[accounts.eta]\nmax_gpus = 3\n"), running=snap.jobs) is None
+    msg = policy.refusal(small, snap.nodes, cfg('[accounts.eta]\nmax_gpus = 3\non_limit = "refuse"\n'),
+                         running=snap.jobs)
+    assert msg == 'account eta holds 2 GPUs, needs 2 more, max_gpus=3 (on_limit = "refuse")'
 
 
 def test_protected_capacity_is_never_given_to_a_lower_class():

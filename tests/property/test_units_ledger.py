@@ -46,7 +46,7 @@ def test_rates_per_unit_and_model():
 
 def test_safe_and_forecast_modes():
     j = Job(id=1, user="a", account="x", gpus=1, time_limit=7200, est=1800)
-    assert ledger.forecast(j, "usd", "fake", cfg()) == 4_000_000
+    assert ledger.forecast(j, "usd", "fake", cfg()) == 4_016_666   # 2 h + kill_wait 30 s at $2/h
     f = cfg("[scheduler]\nbudget_mode = 'forecast'\n[rates]\nforecast_margin = 0.2\noverhead_per_attempt = 0.05\n")
     assert ledger.forecast(j, "usd", "fake", f) == 1_200_000 + 50_000
 

@@ -225,3 +225,16 @@ def test_deadline_ends_DL_once_a_start_could_not_finish_by_it():
     p = policy.plan(b.build(), cfg())
     assert [(e.job_id, e.state) for e in p.expires] == [(2, states.DEADLINE)]
     assert summarize(p)["pending"] == {1: states.NODE_DOWN}
+
+
+def test_reasons_name_array_tasks_as_users_know_them():
+    """`afterok:126_7`, never the internal task id 133 (active task, and ended task via Snapshot.shown)."""
+    from dataclasses import replace
+    b = ClusterBuilder().node("n", gpus=4).running("n", gpus=1).job(gpus=1, deps=(("afterok", (1, 50)),))
+    snap = _snap(b, ((50, states.FAILED),))
+    task = replace(snap.jobs[0], array_id=126, array_index=7)
+    snap = replace(snap, jobs=(task, snap.jobs[1]), shown=((50, "126_9"),))
+    got = Dependencies(snap).verdict(snap.jobs[1])
+    assert got == (states.DEPENDENCY_NEVER, "can never start: afterok:126_9 (F)")
+    snap = replace(snap, ended=((50, states.COMPLETED),))
+    assert Dependencies(snap).verdict(snap.jobs[1]) == (states.DEPENDENCY, "waiting for afterok:126_7 (R)")

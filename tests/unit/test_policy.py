@@ -21,7 +21,8 @@ def test_sweep_admits_one_wave_of_four_and_says_why_the_rest_wait():
     # The first pass took the free room: the others wait on Priority, not on a budget.
     assert set(s["pending"].values()) == {states.PRIORITY}
     p = policy.plan(b.build(), SWEEP).places[0]
-    assert p.commit == (("eta-sweep", 4_000_000),)   # 1 GPU × 2 h × $2, in micro-dollars
+    # 1 GPU × (2 h + kill_wait 30 s) × $2, in micro-dollars: safe mode commits all that can be billed
+    assert p.commit == (("eta-sweep", 4_016_666),)
     assert p.cost_rate == 2_000_000
 
 
@@ -92,7 +93,7 @@ def test_gpu_hours_budget():
     b = ClusterBuilder().node("n", gpus=8).job(gpus=2, time_limit=7200, account="eta").job(
         gpus=1, time_limit=7200, account="eta")
     plan = policy.plan(b.build(), c)
-    assert plan.places[0].commit == (("gh", 4_000_000),)   # 2 GPUs × 2 h
+    assert plan.places[0].commit == (("gh", 4_016_666),)   # 2 GPUs × (2 h + kill_wait 30 s)
     assert summarize(plan)["pending"] == {2: states.BUDGET_RESERVED}
 
 
@@ -125,7 +126,7 @@ def test_refusal_at_submit_names_the_numbers():
     assert "largest node n1 has 4 GPUs" in policy.refusal(big, b.nodes, SWEEP)
     costly = Job(id=1, user="alice", account="eta", argv=("x",), gpus=4, time_limit=20 * 3600)
     msg = policy.refusal(costly, b.nodes, SWEEP)
-    assert "$160.00" in msg and "$120.00" in msg and "$108.00" in msg
+    assert "$160.07" in msg and "$120.00" in msg and "$108.00" in msg
     assert policy.refusal(Job(id=1, user="a", account="eta", argv=("x",), gpus=1, time_limit=3600), b.nodes, SWEEP) is None
 
 

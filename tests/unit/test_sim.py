@@ -233,8 +233,8 @@ def test_a_job_that_fits_neither_room_nor_budget_counts_as_held_by_budget():
 def test_a_periodic_budget_starts_again_at_its_rollover():
     """A weekly budget spent in week one: the waiting job starts when week two begins, with no
     event of its own then (the rollover is an instant of the replay)."""
-    text = ('[accounts.eta]\nusers = ["alice"]\n[[budgets]]\nname = "eta"\naccount = "eta"\nlimit = 4.0\n'
-            'period = "week"\n')
+    text = ('[accounts.eta]\nusers = ["alice"]\n[[budgets]]\nname = "eta"\naccount = "eta"\nlimit = 4.1\n'
+            'period = "week"\n')   # one job: 2 GPUs × (1 h + kill_wait) × $2 = $4.03
     trace = [tj("a", 0, 3600, gpus=2, user="alice"), tj("b", 60, 3600, gpus=2, user="alice")]
     res = simulate(trace, nodes(1), cfg(text))
     from labq.scheduler import periods

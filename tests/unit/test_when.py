@@ -57,3 +57,10 @@ def test_tick_too_small_or_malformed_names_the_key():
     for v in ('"10ms"', '"fast"'):
         with pytest.raises(ConfigError, match="scheduler.tick"):
             config.loads(f"[scheduler]\ntick = {v}\n")
+
+
+@pytest.mark.parametrize("text, expected", [("08:00", at(2026, 12, 2, 8)), ("16:00", at(2026, 12, 2, 16)),
+                                            ("midnight", at(2026, 12, 2)), ("now-2hours", NOW - 7200),
+                                            ("today", at(2026, 12, 2)), ("2026-11-01", at(2026, 11, 1))])
+def test_window_times_are_not_rolled_forward(text, expected):
+    assert when.parse(text, NOW, "-S", tz=UTC, future=False) == expected

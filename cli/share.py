@@ -1,0 +1,51 @@
+"""`labq share`: each account's share, recent usage and fair-share factor, as sshare shows them.
+
+RawShares is the configured `share`; NormShares its fraction of all shares; RawUsage the decayed
+usage in GPU-equivalent seconds (scheduler/fairshare.py, half-life priority.fairshare_half_life);
+EffectvUsage its fraction of all usage; FairShare the factor priority uses, 2^(-EffectvUsage/NormShares).
+"""
+import time
+
+import click
+
+from labq.scheduler import fairshare
+
+from . import render
+from .common import echo_json, pass_ctx
+
+HEADERS = ("Account", "RawShares", "NormShares", "RawUsage", "EffectvUsage", "FairShare")
+
+
+def rows(usage: dict[str, float], shares: dict[str, float]) -> list[dict]:
+    names = sorted(set(usage) | set(shares))
+    total_share = sum(shares.get(a, 1.0) for a in names) or 1.0
+    total_use = sum(usage.values())
+    factor = fairshare.factors(usage, shares)
+    return [{"account": a, "raw_shares": shares.get(a, 1.0), "norm_shares": shares.get(a, 1.0) / total_share,
+             "raw_usage": usage.get(a, 0.0), "effective_usage": usage.get(a, 0.0) / total_use if total_use else 0.0,
+             "fairshare": factor[a]} for a in names]
+
+
+@click.command()
+@click.option("-A", "--accounts", "account", help="Only these accounts, comma-separated.")
+@click.option("-n", "--noheader", is_flag=True)
+@click.option("-P", "--parsable2", is_flag=True, help="Fields separated by |.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def share(ctx, account, noheader, parsable2, as_json):
+    """Accounts' shares, decayed usage and fair-share factors (sshare-like)."""
+    c = ctx.client
+    snap = c.snapshot(time.time())
+    wanted = {a.strip() for a in account.split(",")} if account else None
+    ds = [d for d in rows(dict(snap.usage), {a.name: a.share for a in c.cfg.accounts})
+          if not wanted or d["account"] in wanted]
+    if as_json:
+        return echo_json(ds)
+    table = [(d["account"], f"{d['raw_shares']:g}", f"{d['norm_shares']:.6f}", f"{d['raw_usage']:.0f}",
+              f"{d['effective_usage']:.6f}", f"{d['fairshare']:.6f}") for d in ds]
+    if parsable2:
+        lines = ([] if noheader else ["|".join(HEADERS)]) + ["|".join(r) for r in table]
+    else:
+        lines = render.table(table, HEADERS).splitlines()[noheader:]
+    if lines:
+        click.echo("\n".join(lines))

@@ -1,0 +1,183 @@
+"""squeue's `-o "%.18i %.8j %T"` and sacct's `--format=JobID,JobName%30,State` for labq's jobs.
+
+One place for the field letters and names, so `stat`, `acct` (and a thin client) print the same
+thing. Pure: jobs and `now` in, text out.
+"""
+import re
+import time
+
+from labq.scheduler import states
+from labq.scheduler.errors import UsageError
+from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
+
+from . import render
+
+
+def exit_code(j) -> str:
+    """SLURM's `code:signal`: `0:0`, `1:0`, `0:15` (killed by SIGTERM); "" before the end."""
+    c = j.exit_code
+    if c is None:
+        return "0:0" if j.state == states.COMPLETED else ""
+    return f"0:{-c}" if c < 0 else f"{c}:0"
+
+
+def _gres(j) -> str:
+    if not j.gpus:
+        return "N/A"
+    return f"gres/gpu:{j.gpu_type}:{j.gpus}" if j.gpu_type else f"gres/gpu:{j.gpus}"
+
+
+def _ts(t) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if t else "N/A"
+
+
+def _limit(j) -> str:
+    return fmt_duration(j.time_limit) if j.time_limit else "UNLIMITED"
+
+
+def _left(j, now) -> str:
+    if not j.time_limit:
+        return "UNLIMITED"
+    return fmt_duration(max(0, j.time_limit - render.elapsed(j, now)))
+
+
+def _where(j) -> str:
+    return f"({j.reason})" if j.state == states.PENDING else j.node or ""
+
+
+# squeue letter -> (header, value(job, now, shown id))
+SQUEUE = {
+    "i": ("JOBID", lambda j, now, shown: shown), "A": ("JOBID", lambda j, now, shown: str(j.id)),
+    "F": ("ARRAY_JOB_ID", lambda j, now, shown: str(j.array_id if j.array_id is not None else j.id)),
+    "K": ("ARRAY_TASK_ID", lambda j, now, shown: shown.partition("_")[2] or "N/A"),
+    "j": ("NAME", lambda j, now, shown: j.name), "u": ("USER", lambda j, now, shown: j.user),
+    "a": ("ACCOUNT", lambda j, now, shown: j.account), "q": ("QOS", lambda j, now, shown: j.qos),
+    "P": ("PARTITION", lambda j, now, shown: "labq"),
+    "T": ("STATE", lambda j, now, shown: states.LONG.get(j.state, j.state)),
+    "t": ("ST", lambda j, now, shown: j.state),
+    "M": ("TIME", lambda j, now, shown: fmt_duration(render.elapsed(j, now))),
+    "l": ("TIME_LIMIT", lambda j, now, shown: _limit(j)), "L": ("TIME_LEFT", lambda j, now, shown: _left(j, now)),
+    "D": ("NODES", lambda j, now, shown: "1"), "C": ("CPUS", lambda j, now, shown: str(j.cpus)),
+    "m": ("MIN_MEMORY", lambda j, now, shown: fmt_size(j.mem) if j.mem else "0"),
+    "b": ("TRES_PER_NODE", lambda j, now, shown: _gres(j)),
+    "R": ("NODELIST(REASON)", lambda j, now, shown: _where(j)),
+    "r": ("REASON", lambda j, now, shown: j.reason if j.state == states.PENDING else "None"),
+    "N": ("NODELIST", lambda j, now, shown: j.node or ""),
+    "V": ("SUBMIT_TIME", lambda j, now, shown: _ts(j.submit_time)),
+    "S": ("START_TIME", lambda j, now, shown: _ts(j.start_time)),
+    "e": ("END_TIME", lambda j, now, shown: _ts(j.end_time)),
+    "Z": ("WORK_DIR", lambda j, now, shown: j.workdir),
+    "o": ("COMMAND", lambda j, now, shown: " ".join(j.argv) if not j.script else "<script>"),
+    "$": ("COST", lambda j, now, shown: fmt_money(j.cost + render.running_cost(j, now))),
+}
+_FIELD = re.compile(r"%(\.?)(\d*)([A-Za-z$%])")
+
+
+def squeue(fmt: str, rows, now: float, header: bool = True) -> str:
+    """`rows`: (shown id, job) pairs. Fields `%[.][width]X`: `.` right-aligns; a width truncates
+    and pads, as squeue does; other text is copied."""
+    parts, pos = [], 0
+    for m in _FIELD.finditer(fmt):
+        parts.append(fmt[pos:m.start()])
+        if m.group(3) == "%":
+            parts.append("%")
+        elif m.group(3) not in SQUEUE:
+            raise UsageError(f"--format: unknown field %{m.group(3)} (known: "
+                             f"{' '.join('%' + k for k in SQUEUE)})")
+        else:
+            parts.append((m.group(3), m.group(1) == ".", int(m.group(2)) if m.group(2) else None))
+        pos = m.end()
+    parts.append(fmt[pos:])
+
+    def line(values):
+        out = []
+        for p in parts:
+            if isinstance(p, str):
+                out.append(p)
+                continue
+            letter, right, width = p
+            v = values(letter)
+            out.append(v if width is None else (v[:width].rjust(width) if right else v[:width].ljust(width)))
+        return "".join(out).rstrip()
+
+    lines = [line(lambda k: SQUEUE[k][0])] if header else []
+    lines += [line(lambda k, j=j, s=s: str(SQUEUE[k][1](j, now, s))) for s, j in rows]
+    return "\n".join(lines)
+
+
+# sacct field (lower case) -> (header, value(job, extra)); `extra` carries costs computed by the caller.
+SACCT = {
+    "jobid": ("JobID", lambda j, x: j.display_id), "jobidraw": ("JobIDRaw", lambda j, x: str(j.id)),
+    "jobname": ("JobName", lambda j, x: j.name), "user": ("User", lambda j, x: j.user),
+    "account": ("Account", lambda j, x: j.account), "qos": ("QOS", lambda j, x: j.qos),
+    "partition": ("Partition", lambda j, x: "labq"),
+    "state": ("State", lambda j, x: states.LONG.get(j.state, j.state)),
+    "exitcode": ("ExitCode", lambda j, x: exit_code(j)),
+    "submit": ("Submit", lambda j, x: _ts(j.submit_time)), "start": ("Start", lambda j, x: _ts(j.start_time)),
+    "end": ("End", lambda j, x: _ts(j.end_time)),
+    "elapsed": ("Elapsed", lambda j, x: fmt_duration(render.elapsed(j, j.end_time or 0))),
+    "elapsedraw": ("ElapsedRaw", lambda j, x: str(int(render.elapsed(j, j.end_time or 0)))),
+    "timelimit": ("Timelimit", lambda j, x: _limit(j)),
+    "alloccpus": ("AllocCPUS", lambda j, x: str(j.cpus)), "reqcpus": ("ReqCPUS", lambda j, x: str(j.cpus)),
+    "reqmem": ("ReqMem", lambda j, x: fmt_size(j.mem) if j.mem else "0"),
+    "reqtres": ("ReqTRES", lambda j, x: f"cpu={j.cpus},mem={fmt_size(j.mem)},node=1"
+                + (f",gres/gpu={j.gpus}" if j.gpus else "")),
+    "nnodes": ("NNodes", lambda j, x: "1"), "nodelist": ("NodeList", lambda j, x: j.node or "None assigned"),
+    "restarts": ("Restarts", lambda j, x: str(j.restart_count)), "workdir": ("WorkDir", lambda j, x: j.workdir),
+    "reason": ("Reason", lambda j, x: j.reason), "cost": ("Cost", lambda j, x: x.get("cost", "")),
+    "committed": ("Committed", lambda j, x: x.get("committed", "")),
+}
+DEFAULT_SACCT = "JobID,JobName,Account,AllocCPUS,State,ExitCode,Elapsed,Cost"
+
+
+def sacct_fields(text: str) -> list[tuple[str, int | None]]:
+    """`jobid,jobname%30,state` → [(key, width or None)]; an unknown field is a UsageError."""
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, _, width = item.partition("%")
+        key = name.lower()
+        if key not in SACCT:
+            raise UsageError(f"--format: unknown field {name!r} (known: {', '.join(v[0] for v in SACCT.values())})")
+        out.append((key, int(width) if width.isdigit() else None))
+    if not out:
+        raise UsageError(f"--format: expected fields like JobID,JobName,State, got {text!r}")
+    return out
+
+
+def sacct(fields, jobs, extra: dict, header: bool = True, sep: str | None = None, trailing: bool = False) -> str:
+    """Aligned columns (a field's width truncates, sacct's default is 10... we fit the widest), or
+    `sep`-separated (`|` for --parsable2; --parsable adds a trailing one)."""
+    head = [SACCT[k][0] for k, _ in fields]
+    rows = [[str(SACCT[k][1](j, extra.get(j.id, {}))) for k, _ in fields] for j in jobs]
+    if sep is not None:
+        end = sep if trailing else ""
+        return "\n".join(sep.join(r) + end for r in ([head] if header else []) + rows)
+    widths = [w or max([len(h)] + [len(r[i]) for r in rows]) for i, (h, (_, w)) in enumerate(zip(head, fields))]
+    lines = ([" ".join(h[:w].rjust(w) for h, w in zip(head, widths)),
+              " ".join("-" * w for w in widths)] if header else [])
+    lines += [" ".join(v[:w].rjust(w) for v, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def compact_ids(ids) -> list[str]:
+    """`["57_0", "57_1", …, "57_8999", "60"]` → `["57_[0-8999]", "60"]`: runs of one array's
+    consecutive task indices, in the given order."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            a, lo, hi = run[0][0], run[0][1], run[-1][1]
+            out.append(f"{a}_[{lo}-{hi}]" if hi != lo else f"{a}_{lo}")
+            run.clear()
+
+    for i in ids:
+        arr, sep, idx = str(i).partition("_")
+        if sep and idx.isdigit():
+            if run and (run[-1][0] != arr or run[-1][1] + 1 != int(idx)):
+                flush()
+            run.append((arr, int(idx)))
+        else:
+            flush()
+            out.append(str(i))
+    flush()
+    return out

@@ -1,0 +1,45 @@
+"""The scheduler's side of dispatch (see scheduler/dispatch.py): the per-node dispatch lists, the
+runners' wake-up lists for controls, and taking back an attempt no runner claimed."""
+from ..dispatch import WITHDRAWN, entry
+from .keys import Keys
+
+CONTROL_TTL = 7 * 86400
+
+
+def push(p, k: Keys, node: str, job_id: int, attempt: int) -> None:
+    """Into a MULTI pipeline: the attempt goes out with the transaction that admits it."""
+    p.lpush(k.dispatch(node), entry(job_id, attempt))
+
+
+def wake_runner(p, k: Keys, node: str, job_id: int, value: str) -> None:
+    """Wake the runner of `job_id` blocked on its control list; the control key stays the truth."""
+    key = k.node_control(node, job_id)
+    p.lpush(key, value)
+    p.expire(key, CONTROL_TTL)
+
+
+def claims(r, k: Keys, attempts) -> dict[tuple[int, int], str | None]:
+    """The `claimed` field of each (job, attempt): who took it, WITHDRAWN, or None (nobody yet)."""
+    attempts = list(attempts)
+    if not attempts:
+        return {}
+    p = r.pipeline(transaction=False)
+    for jid, n in attempts:
+        p.hget(k.attempt(jid, n), "claimed")
+    return dict(zip(attempts, p.execute()))
+
+
+def with_runners(r, k: Keys, nodes) -> set[str]:
+    """The nodes whose agent reports persistent runners (labq:node:<n>:runners): only there is an
+    unclaimed attempt known to be undelivered rather than waiting for a node-side that never claims."""
+    nodes = sorted(set(nodes))
+    p = r.pipeline(transaction=False)
+    for n in nodes:
+        p.exists(k.node_runners(n))
+    return {n for n, hit in zip(nodes, p.execute()) if hit}
+
+
+def withdraw(r, k: Keys, job_id: int, attempt: int) -> bool:
+    """Take an unclaimed attempt back: True when the scheduler won the claim (no runner will run it),
+    False when a runner claimed it first (it started; its events will tell)."""
+    return bool(r.hsetnx(k.attempt(job_id, attempt), "claimed", WITHDRAWN))
