@@ -91,6 +91,8 @@ def checkpoint(ctx):
     from labq.scheduler.client import Client
     from .common import redis_url
     cfg = replace(ctx.cfg, prefix=os.environ.get("LABQ_PREFIX") or ctx.cfg.prefix)
-    reply = Client(cfg, url=os.environ.get("LABQ_REDIS_URL") or redis_url(cfg)).checkpoint(int(jid))
+    # redis.url first: on a lab with ACL roles it carries the client role's login, which the job's
+    # $LABQ_REDIS_URL (the address alone, never a daemon's password) does not.
+    reply = Client(cfg, url=redis_url(cfg)).checkpoint(int(jid))
     from .query import _ts
     click.echo(f"job {jid}: checkpoint recorded at {_ts(reply['time'])}")

@@ -35,9 +35,9 @@ def rows(usage: dict[str, float], shares: dict[str, float]) -> list[dict]:
 def share(ctx, account, noheader, parsable2, as_json):
     """Accounts' shares, decayed usage and fair-share factors (sshare-like)."""
     c = ctx.client
-    snap = c.snapshot(time.time())
+    usage = c.fairshare(time.time(), c.read.active())
     wanted = {a.strip() for a in account.split(",")} if account else None
-    ds = [d for d in rows(dict(snap.usage), {a.name: a.share for a in c.cfg.accounts})
+    ds = [d for d in rows(dict(usage), {a.name: a.share for a in c.cfg.accounts})
           if not wanted or d["account"] in wanted]
     if as_json:
         return echo_json(ds)

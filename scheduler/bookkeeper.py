@@ -96,11 +96,15 @@ class Bookkeeper:
         live = {**self.overrides, **{o.id: o for o in books.overrides}}
         budgets = self._effective(live.values(), now)
         spent = self.s.store.spent()
+        booked = []
         for b in budgets:
             lab = periods.current(b, now)
             if b.period != "none" and self.periods.get(b.name) != lab:
                 prev = self.periods.get(b.name, "")
+                closing = self._close_period(b, prev) if prev else []
+                booked += closing
                 closed = int(spent.get(periods.field(b.name, prev), 0)) if prev else 0
+                closed += sum(c.amount for c in closing if c.period == prev)
                 books.entries.append(Entry("period", f"period:{b.name}:{lab}", b.name, 0,
                                            (("period", lab), ("prev", prev), ("closed", str(closed)))))
                 books.periods.append((b.name, lab))
@@ -122,8 +126,26 @@ class Bookkeeper:
             jobs.append(replace(self.s.jobs[jid], cancel_requested=True, detail=detail))
             controls.append((jid, "cancel"))
             log.info("job %s %s", self.s.jobs[jid].display_id, detail)
-        if books or jobs:
-            self.s.commit(jobs=jobs, controls=controls, alerts=[a.fields() for a in raised], books=books)
+        if books or jobs or booked:
+            self.s.commit(jobs=jobs, charges=booked, controls=controls, alerts=[a.fields() for a in raised],
+                          books=books)
+
+    def _close_period(self, b, prev: str) -> list:
+        """Charges booking what each running attempt used of periodic budget `b` up to the end of
+        period `prev`, one per period (the parts already booked at earlier edges repeat their
+        idempotency keys and are dropped by the commit). The attempt's end books only the rest."""
+        end = periods.bounds(b.period, prev, b.timezone)[1]
+        out = []
+        for j in self.s.jobs.values():
+            cur = j.current
+            if j.state not in states.ON_NODE or b.name not in dict(j.commit) or cur is None or cur.end_time:
+                continue
+            start = cur.dispatch_time or end
+            if start < end:
+                out += tr.attempt_charges(j, cur, b, dict(j.rates).get(b.name, 0), start, end, self.s.cfg)
+        if out:
+            log.info("budget %s: period %s closed with %d running attempt(s) booked", b.name, prev, len(out))
+        return out
 
     def _protected(self) -> dict:
         """budget -> when `budget set` last lowered its limit (jobs running since before are left alone)."""

@@ -17,7 +17,7 @@ it: lowering a limit below what running jobs were admitted under stops new start
 """
 from dataclasses import dataclass
 
-from . import ledger, states
+from . import ledger, periods, states
 from .alerts import Status
 from .config import Config
 from .model import Job
@@ -35,7 +35,7 @@ class Stop:
 
 
 def status(b, spent: int, running, now: float, period: str = "") -> Status:
-    bal = ledger.balance(b, spent, running, now, period)
+    bal = ledger.balance(b, spent, running, now, period, periods.span_at(b, now, period))
     return Status(b.name, b.unit, period, ledger.hard_limit(b), spent, bal.accrued, bal.committed, b.warn)
 
 

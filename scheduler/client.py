@@ -150,7 +150,8 @@ class Client:
                 out.append(ledger.balance(replace(b, overrides=0), spent.get(periods.field(b.name, period), 0), (),
                                           now, period))
                 continue
-            out.append(ledger.balance(b, spent.get(periods.field(b.name, label), 0), running, now, label))
+            out.append(ledger.balance(b, spent.get(periods.field(b.name, label), 0), running, now, label,
+                                      periods.span_at(b, now, label)))
         return out
 
     def ping(self) -> None:

@@ -111,7 +111,7 @@ class Committer:
             for acct in [a for a in self.usage if self.usage[a] != usage0.get(a)]:
                 writes.put_usage(p, self.k, acct, *self.usage[acct])
             for c in b.charges:
-                writes.put_charge(p, self.k, c, now, self.books.period(c.budget, now))
+                writes.put_charge(p, self.k, c, now, c.period or self.books.period(c.budget, now))
             for key in b.charged:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:

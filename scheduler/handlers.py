@@ -6,7 +6,7 @@ reply) that the daemon commits in one transaction with the acknowledgement of th
 """
 from dataclasses import dataclass, field, replace
 
-from . import ledger, policy, states, transitions as tr
+from . import ledger, periods, policy, states, transitions as tr
 from .errors import RefusedError, UsageError
 from .model import Job, Snapshot
 from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
@@ -87,7 +87,7 @@ class Handlers:
                       if not job.gpu_type or g.model == job.gpu_type), "")
         for b in ledger.budgets_for(job, self.s.cfg.budgets):
             need = dict(placed.commit)[b.name] if placed else ledger.forecast(job, b.unit, model, self.s.cfg)
-            bal = ledger.balance(b, spent.get(b.name, 0), running, now)
+            bal = ledger.balance(b, spent.get(b.name, 0), running, now, span=periods.span_at(b, now))
             budgets.append({"budget": b.name, "unit": b.unit, "forecast": need / 1e6,
                             "available_after": (ledger.cap(b) - bal.spent - bal.committed - bal.accrued - need) / 1e6})
         if placed:

@@ -100,6 +100,23 @@ def accrued(job: Job, budget: str, now: float) -> int:
     return accrue(dict(job.rates).get(budget, 0), now - started)
 
 
+def in_span(job: Job, budget: str, now: float, span: tuple[float, float]) -> tuple[int, int]:
+    """(accrued, outstanding) of a running job's commitment to `budget` inside one period
+    `span` = [from, to): what it has cost there so far, and what its commitment still holds there.
+
+    The commitment covers [dispatch, dispatch + commit / rate); a periodic budget is held, and
+    spends, in each period only the part of it that falls in that period."""
+    rate = dict(job.rates).get(budget, 0)
+    d = job.current.dispatch_time if job.current and job.current.dispatch_time else now
+    lo, hi = max(d, span[0]), span[1]
+    acc = accrue(rate, min(now, hi) - lo) if now > lo else 0
+    committed = dict(job.commit).get(budget, 0)
+    if not committed or not rate:
+        return acc, 0
+    part = accrue(rate, min(d + committed * 3600 / rate, hi) - lo)
+    return acc, max(0, part - acc)
+
+
 @dataclass(frozen=True)
 class Balance:
     name: str
@@ -116,9 +133,15 @@ class Balance:
         return self.limit + self.overrides - self.spent - self.committed - self.accrued
 
 
-def balance(b: Budget, spent: int, running, now: float, period: str = "") -> Balance:
-    """The budget as `labq budget` shows it. `committed` is what running jobs may still spend."""
+def balance(b: Budget, spent: int, running, now: float, period: str = "",
+            span: tuple[float, float] | None = None) -> Balance:
+    """The budget as `labq budget` shows it. `committed` is what running jobs may still spend;
+    with `span` (a periodic budget's current period), only what they spend and hold inside it."""
     mine = [j for j in running if b.name in dict(j.commit)]
+    if span is not None:
+        parts = [in_span(j, b.name, now, span) for j in mine]
+        return Balance(b.name, b.unit, b.limit, spent, committed=sum(o for _, o in parts),
+                       accrued=sum(a for a, _ in parts), overrides=b.overrides, period=period)
     return Balance(b.name, b.unit, b.limit, spent,
                    committed=sum(outstanding(j, b.name, now) for j in mine),
                    # Not capped at the commitment: an attempt that outruns it (forecast mode, kill_wait
@@ -199,7 +222,7 @@ def verify(entries, spent: dict, keys, jobs=()) -> list[str]:
     """Every problem in the ledger: a cached balance that the entries do not add up to, an entry
     without or with a repeated idempotency key, a key without an entry, an attempt whose recorded
     charges differ from its ledger entries. Empty when the ledger holds."""
-    problems, seen, sums, by_key = [], set(), {}, {}
+    problems, seen, sums, by_key, by_attempt = [], set(), {}, {}, {}
     for e in entries:
         k = e.get("key", "")
         if not k:
@@ -213,6 +236,9 @@ def verify(entries, spent: dict, keys, jobs=()) -> list[str]:
             f = spent_field(e["budget"], e.get("period", ""))
             sums[f] = sums.get(f, 0) + int(e["amount"])
             by_key[(k, e["budget"])] = by_key.get((k, e["budget"]), 0) + int(e["amount"])
+            # A periodic budget's attempt is charged per period: JOB.ATTEMPT.BUDGET@PERIOD.
+            att = (".".join(k.split(".")[:2]), e["budget"])
+            by_attempt[att] = by_attempt.get(att, 0) + int(e["amount"])
     for f in sorted(set(sums) | set(spent)):
         want, have = sums.get(f, 0), int(spent.get(f, 0))
         if want != have:
@@ -223,7 +249,7 @@ def verify(entries, spent: dict, keys, jobs=()) -> list[str]:
     for j in jobs:
         for a in j.attempts:
             for name, amount in a.charges:
-                got = by_key.get((f"{j.id}.{a.attempt}", name))
+                got = by_attempt.get((f"{j.id}.{a.attempt}", name))
                 if got != amount:
                     problems.append(f"job {j.id} attempt {a.attempt}: charged {amount} to {name}, "
                                     f"ledger says {got}")

@@ -46,7 +46,7 @@ def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: i
     budget_rows: dict[str, list] = {"limit": [], "spent": [], "committed": [], "available": []}
     for b in budgets:
         label = periods.current(b, now)
-        bal = ledger.balance(b, spent.get(b.name, 0), live, now, label)
+        bal = ledger.balance(b, spent.get(b.name, 0), live, now, label, periods.span_at(b, now, label))
         lab = {"budget": b.name, "unit": b.unit, "period": label or "none"}
         for k, v in (("limit", bal.limit + bal.overrides), ("spent", bal.spent + bal.accrued),
                      ("committed", bal.committed), ("available", bal.available)):

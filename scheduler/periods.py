@@ -13,6 +13,7 @@ import re
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .ledger import accrue
 from .ledger import spent_field as field
 
 PERIODS = ("none", "week", "month", "quarter")
@@ -85,3 +86,40 @@ def history(b, spent: dict) -> list[tuple[str, int]]:
         return [("", int(spent.get(b.name, 0)))]
     prefix = f"{b.name}@"
     return sorted((k[len(prefix):], int(v)) for k, v in spent.items() if k.startswith(prefix))
+
+
+def spans(b, start: float, end: float) -> list[tuple[str, float, float]]:
+    """(label, from, to) of each of `b`'s periods that [start, end) overlaps, clipped to it, oldest
+    first. A budget without periods has one span, the whole interval."""
+    if b.period == "none" or end <= start:
+        return [("", start, end)]
+    out, t = [], start
+    while t < end:
+        lab = current(b, t)
+        _, stop = bounds(b.period, lab, b.timezone)
+        out.append((lab, t, min(stop, end)))
+        t = stop
+    return out
+
+
+def split(b, rate_per_hour: int, start: float, end: float, extra: int, billed) -> dict[str, int]:
+    """The cost of an allocation held over [start, end) at `rate_per_hour`, per period of `b`.
+
+    Each period gets what accrues inside it: the cumulative cost at its end minus at its start, so
+    the parts add up exactly to the whole (rounding and `billed`'s started hours included) and the
+    same instant always splits the same way — a part booked when a period closed and the same part
+    computed again when the attempt ends are equal. `extra` (the per-attempt overhead) goes to the
+    first period."""
+    def cum(t: float) -> int:
+        return accrue(rate_per_hour, billed(t - start))
+    out: dict[str, int] = {}
+    for i, (lab, s, e) in enumerate(spans(b, start, end)):
+        out[lab] = out.get(lab, 0) + cum(e) - cum(s) + (extra if i == 0 else 0)
+    return out or {current(b, start) if b.period != "none" else "": extra}
+
+
+def span_at(b, t: float, lab: str = "") -> tuple[float, float] | None:
+    """[start, end) of `b`'s period at `t` (or of the period named `lab`); None without periods."""
+    if b.period == "none":
+        return None
+    return bounds(b.period, lab or current(b, t), b.timezone)

@@ -5,7 +5,7 @@ request or event acknowledged, the ledger entries, the reply).
 """
 from dataclasses import dataclass, replace
 
-from . import ledger, states
+from . import ledger, periods, states
 from .config import Config
 from .model import Attempt, Job
 from .plan import Place
@@ -19,10 +19,11 @@ class Charge:
     budget: str
     unit: str
     amount: int
+    period: str = ""           # a periodic budget's part of the attempt in one period (periods.split)
 
     @property
     def key(self) -> str:
-        return f"{self.job}.{self.attempt}"
+        return f"{self.job}.{self.attempt}.{self.budget}@{self.period}" if self.period else f"{self.job}.{self.attempt}"
 
 
 def admit(job: Job, place: Place, now: float) -> Job:
@@ -111,10 +112,9 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
     # In safe mode the commitment is a promise: the attempt is billed at most what was committed
     # (time limit + kill_wait; what a slow start or a late reap adds beyond it is not the user's).
     most = dict(job.commit) if cfg.budget_mode == "safe" else {}
-    charges = tuple(Charge(job.id, cur.attempt, name, budgets[name].unit,
-                           min(ledger.charge(rates.get(name, 0), start, end, budgets[name].unit, cfg),
-                               most.get(name, float("inf"))))
-                    for name, _ in job.commit if name in budgets)
+    charges = tuple(c for name, _ in job.commit if name in budgets
+                    for c in attempt_charges(job, cur, budgets[name], rates.get(name, 0), start, end, cfg,
+                                             most.get(name)))
     cost = ledger.charge(job.cost_rate, start, end, "usd", cfg)
     # The newest of what the runner saw in the checkpoint directory and what `labq checkpoint` said.
     last_ckpt = max((t for t in (checkpoint, cur.last_checkpoint) if t), default=None)
@@ -124,7 +124,7 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
         began = cur.start_time or start
         lost = max(0.0, end - max(began, last_ckpt or began))
     a = replace(cur, end_time=end, outcome=outcome, exit_code=exit_code, usage=usage, cost=cost,
-                charges=tuple((c.budget, c.amount) for c in charges),
+                charges=_totals(charges),
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
                   node="", gpu_uuids=(), preempted_for=None, preempt_time=None, borrowed=False,
@@ -137,6 +137,32 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
         new = replace(job, state=state, reason=states.NONE, detail=detail, end_time=end,
                       **{**common, "node": cur.node, "gpu_uuids": cur.gpus})
     return new, charges
+
+
+def attempt_charges(job: Job, cur: Attempt, b, rate: int, start: float, end: float, cfg: Config,
+                    most: int | None = None) -> list:
+    """The ledger entries of one attempt for budget `b`: one charge, or for a periodic budget one
+    per period the allocation was held in (each period pays for the time used in it). `most`
+    caps the total; the cut comes off the latest periods, so parts booked at earlier edges stand."""
+    if b.period == "none":
+        amount = ledger.charge(rate, start, end, b.unit, cfg)
+        return [Charge(job.id, cur.attempt, b.name, b.unit, amount if most is None else min(amount, most))]
+    parts = periods.split(b, rate, start, end, ledger.overhead(b.unit, cfg), lambda s: ledger.billed(s, cfg))
+    over = sum(parts.values()) - most if most is not None else 0
+    for lab in reversed(list(parts)):
+        if over <= 0:
+            break
+        cut = min(over, parts[lab])
+        parts[lab] -= cut
+        over -= cut
+    return [Charge(job.id, cur.attempt, b.name, b.unit, amount, lab) for lab, amount in parts.items()]
+
+
+def _totals(charges) -> tuple:
+    out: dict[str, int] = {}
+    for c in charges:
+        out[c.budget] = out.get(c.budget, 0) + c.amount
+    return tuple(out.items())
 
 
 def after_attempt(job: Job, outcome: str, exit_code, began: float, end: float, last_ckpt: float | None,

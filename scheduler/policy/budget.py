@@ -4,8 +4,14 @@ For each budget B of the job: spent(B) + committed(B) + forecast(job) ≤ limit(
 `committed` is what running jobs may still spend (their commitment minus what they have accrued),
 plus what this pass has already admitted. A job that would fit once those commitments settle pends
 `BudgetReserved`; one that would not fit even then pends `BudgetExhausted`.
+
+A periodic budget is checked period by period: the job's forecast is split over the periods its
+allocation would span if it started now (periods.split), and each part must fit that period's cap
+next to what is spent there (only the current period has spending) and what running jobs hold
+there. A long job thus holds each week only the week's share of its cost, not its whole cost in
+every week it touches.
 """
-from .. import ledger, states
+from .. import ledger, periods, states
 from ..config import Config
 from ..model import Job
 from ..units import fmt_money
@@ -18,6 +24,8 @@ class BudgetBook:
         self.cfg, self.now = cfg, now
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
         self.committed = {b.name: 0 for b in cfg.budgets}
+        self.running = [j for j in running if j.commit]
+        self.held: dict[tuple[str, str], int] = {}       # (periodic budget, period) -> held there
         for j in running:
             for name, _ in j.commit:
                 if name in self.committed:
@@ -25,17 +33,50 @@ class BudgetBook:
                     self.committed[name] += ledger.outstanding(j, name, now) + ledger.accrued(j, name, now)
 
     def quote(self, job: Job, gpu_model: str, node=None):
-        """(commit, rates) the job would take on `node`, which has `gpu_model` GPUs."""
+        """(commit, rates) the job would take on `node`, which has `gpu_model` GPUs. `commit` is a
+        Quote: a periodic budget's forecast also split over the periods it would span from now."""
         bs = ledger.budgets_for(job, self.cfg.budgets)
-        commit = tuple((b.name, ledger.forecast(job, b.unit, gpu_model, self.cfg, node)) for b in bs)
+        commit = Quote((b.name, ledger.forecast(job, b.unit, gpu_model, self.cfg, node)) for b in bs)
         rates = tuple((b.name, ledger.rate(job, b.unit, gpu_model, self.cfg, node)) for b in bs)
+        seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
+        for b, (_, rate) in zip(bs, rates):
+            if b.period != "none":
+                commit.parts[b.name] = periods.split(b, rate, self.now, self.now + seconds,
+                                                     ledger.overhead(b.unit, self.cfg), lambda s: s)
         return commit, rates
+
+    def _held(self, b, lab: str) -> int:
+        """What running jobs hold in period `lab` of periodic budget `b` (accrued there included)."""
+        if (b.name, lab) not in self.held:
+            span = periods.bounds(b.period, lab, b.timezone)
+            self.held[(b.name, lab)] = sum(sum(ledger.in_span(j, b.name, self.now, span)) for j in self.running
+                                           if b.name in dict(j.commit))
+        return self.held[(b.name, lab)]
+
+    def _blocked_periods(self, b, parts: dict):
+        cap, current = ledger.cap(b), periods.current(b, self.now)
+        for lab, need in sorted(parts.items()):
+            spent = self.spent[b.name] if lab == current else 0
+            held = self._held(b, lab)
+            if spent + held + need <= cap:
+                continue
+            detail = (f"needs {fmt_money(need, b.unit)} in {lab}; budget {b.name} {lab}: limit "
+                      f"{fmt_money(b.limit, b.unit)} (reserve {b.reserve:.0%}), spent {fmt_money(spent, b.unit)},"
+                      f" committed {fmt_money(held, b.unit)}, available {fmt_money(cap - spent - held, b.unit)}")
+            return (states.BUDGET_RESERVED if spent + need <= cap else states.BUDGET_EXHAUSTED), detail
+        return None
 
     def blocked(self, commit):
         """(reason, detail) for the first budget without room for `commit`, else None."""
+        parts = getattr(commit, "parts", {})
         for b in self.cfg.budgets:
             need = dict(commit).get(b.name)
             if need is None:
+                continue
+            if b.name in parts:
+                broke = self._blocked_periods(b, parts[b.name])
+                if broke:
+                    return broke
                 continue
             cap, spent, held = ledger.cap(b), self.spent[b.name], self.committed[b.name]
             if spent + held + need <= cap:
@@ -51,6 +92,25 @@ class BudgetBook:
     def commit(self, commit) -> None:
         for name, amount in commit:
             self.committed[name] += amount
+        for name, parts in getattr(commit, "parts", {}).items():
+            b = next(b for b in self.cfg.budgets if b.name == name)
+            for lab, amount in parts.items():
+                self.held[(name, lab)] = self._held(b, lab) + amount
+
+
+# The shortest a period can be (a DST change takes an hour away): a job whose time limit covers one
+# whole period pays at least this much of its allocation in some period.
+SHORTEST = {"week": 7 * 86400 - 3600, "month": 28 * 86400 - 3600, "quarter": 90 * 86400 - 3600}
+
+
+class Quote(tuple):
+    """A job's commitment per budget, (name, amount) pairs, with `parts`: for each periodic budget,
+    period label -> the part of the amount that falls in that period."""
+
+    def __new__(cls, pairs=()):
+        q = super().__new__(cls, pairs)
+        q.parts = {}
+        return q
 
 
 def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict | None = None) -> str | None:
@@ -60,6 +120,16 @@ def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict | None =
     (it pends BudgetReserved meanwhile)."""
     for b in ledger.budgets_for(job, cfg.budgets):
         need = ledger.forecast(job, b.unit, gpu_model, cfg)
+        if b.period != "none":
+            # Its cost is spread over the periods it spans: what no start time can avoid is the
+            # share of one whole (shortest) period, or all of it when it fits in one period.
+            seconds = min(ledger.billed(ledger.planned_seconds(job, cfg), cfg), SHORTEST[b.period])
+            need = ledger.accrue(ledger.rate(job, b.unit, gpu_model, cfg), seconds) + ledger.overhead(b.unit, cfg)
+            if need > ledger.cap(b):
+                return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)} in one {b.period}, "
+                        f"limit {fmt_money(b.limit, b.unit)} a {b.period}, available at most "
+                        f"{fmt_money(ledger.cap(b), b.unit)} (reserve {b.reserve:.0%})")
+            continue
         if need > ledger.cap(b):
             return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)}, "
                     f"limit {fmt_money(b.limit, b.unit)}, available at most {fmt_money(ledger.cap(b), b.unit)}"

@@ -205,7 +205,7 @@ class Simulator:
         self.draining -= job.state == states.PREEMPTING
         for c in charges:
             b = self.budgets.get(c.budget)
-            key = ledger.spent_field(c.budget, periods.current(b, t) if b else "")
+            key = ledger.spent_field(c.budget, c.period or (periods.current(b, t) if b else ""))
             self.spent[key] = self.spent.get(key, 0) + c.amount
         a = new.attempts[-1]
         if self.fairshare and a.end_time > a.dispatch_time:

@@ -53,17 +53,19 @@ def patterns(k: Keys, exclude=()) -> list[str]:
     return sorted(out)
 
 
-def _node_keys(k: Keys, node: str) -> tuple[list[str], list[str]]:
-    """(keys the node writes, keys it reads). Per-node events and dispatch queues when keys.py has
-    them (issue 12), else the shared events stream and RQ's keys."""
-    write = [k.node(node), k.node_lease(node), k.nodes, k.wake, k.attempt("*", "*")]
-    for name in ("node_events", "events_of", "dispatch", "dispatch_queue"):
-        if hasattr(k, name):
-            write.append(getattr(k, name)(node))
-    if not any(hasattr(k, n) for n in ("node_events", "events_of")):
-        write.append(k.events)
-    read = [k.job("*"), k.node_admin(node), k.schema, k.leader]
-    return write, read
+def _node_rules(k: Keys, node: str) -> list[str]:
+    """A node agent and its runners: write its own node's keys and events, pop (never push) its own
+    dispatch queue, wake its runners' control lists, read job records and its drain flag."""
+    own = [k.node(node), k.node_lease(node), k.node_runners(node), k.node_events(node), k.nodes,
+           k.attempt("*", "*")]
+    writes = ["+hset", "+hsetnx", "+hdel", "+hincrby", "+set", "+del", "+expire", "+pexpire", "+sadd", "+xadd"]
+    return ["resetkeys", "resetchannels", "-@all", *BASE,
+            f"({' '.join('~' + p for p in own)} {' '.join(READ)} {' '.join(writes)})",
+            f"(~{k.wake} +lpush)",
+            # BLMOVE from the queue into a slot's own list; the slot list is read and trimmed.
+            f"(~{k.dispatch(node)} ~{k.dispatch_slot(node, '*')} +blmove +lmove +lrange +llen +lrem)",
+            f"(~{k.node_control(node, '*')} +blpop +lpop +del)",
+            f"(%R~{k.job('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} {' '.join(READ)})"]
 
 
 def roles(k: Keys, nodes) -> dict[str, list[str]]:
@@ -73,20 +75,12 @@ def roles(k: Keys, nodes) -> dict[str, list[str]]:
         CLIENT: ["resetkeys", "resetchannels", "-@all", *BASE,
                  f"(~{k.inbox('*')} +xadd)", f"(~{k.wake} +lpush)", f"(~{k.reply('*')} +blpop +lpop +llen)",
                  f"({reads} {' '.join(READ)})"],
-        SCHEDULER: ["resetkeys", "resetchannels", f"~{k.p}:*", "~rq:*", "+@all", "-@dangerous", "+info",
+        SCHEDULER: ["resetkeys", "resetchannels", f"~{k.p}:*", "+@all", "-@dangerous", "+info",
                     "+config|get", "+client|setname"],
         ADMIN: ["resetkeys", "resetchannels", "~*", "&*", "+@all"],
     }
     for node in nodes:
-        write, read = _node_keys(k, node)
-        rules = ["resetkeys", "resetchannels", "-@all", *BASE, *READ,
-                 *(f"~{p}" for p in write), *(f"%R~{p}" for p in read),
-                 "+hset", "+hsetnx", "+hdel", "+hincrby", "+set", "+del", "+expire", "+pexpire", "+sadd", "+xadd",
-                 "+lpush", "+rpush", "+lpop", "+rpop", "+blpop", "+brpop", "+lmove", "+blmove", "+lrem"]
-        if not hasattr(k, "dispatch") and not hasattr(k, "dispatch_queue"):
-            # RQ (until issue 12 replaces it) needs its own keys and pub/sub: the weak spot.
-            rules += ["~rq:*", "&rq:*", "+@all", "-@dangerous"]
-        out[node_role(node)] = rules
+        out[node_role(node)] = _node_rules(k, node)
     return out
 
 

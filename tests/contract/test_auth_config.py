@@ -60,7 +60,7 @@ def test_acl_roles_follow_keys_py():
     default = acl.roles(Keys(), ["n1"])
     renamed = acl.roles(Renamed(), ["n1"])
     assert "%R~labq:job:*" in " ".join(default[acl.CLIENT]) and "%R~labq:j:*" in " ".join(renamed[acl.CLIENT])
-    assert "%R~labq:j:*" in renamed[acl.node_role("n1")]
+    assert "%R~labq:j:*" in " ".join(renamed[acl.node_role("n1")])
     client = " ".join(default[acl.CLIENT])
     assert "labq:inbox:*" not in client.split("(~labq:inbox:* +xadd)")[1], "inboxes are never readable"
     assert "labq:cred:" not in client

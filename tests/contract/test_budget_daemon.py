@@ -253,18 +253,24 @@ def test_monthly_rollover_at_midnight_in_the_budget_time_zone(conns):
     s.tick(T0 + 1802, woke(r))
     assert job(r, 2).state == states.RUNNING
     s.tick(T0 + 1803)
-    # Midnight in Berlin is 23:00 UTC: December starts from zero while job 2 is still running.
+    # Midnight in Berlin is 23:00 UTC: November closes with job 2's 1,798 s in it booked ($4/h:
+    # $1.997777), and December starts from zero spent, holding only the rest of job 2's commitment.
     s.tick(T0 + 3600 + 5)
+    nov_part = 4_000_000 * 1_798_000 // 3_600_000
     periods = [f for f in Reader(r, K).ledger_all() if f["type"] == "period"]
-    assert [(p["period"], p["prev"], p["closed"]) for p in periods] == [("2026-11", "", "0"), ("2026-12", "2026-11", "2000000")]
+    assert [(p["period"], p["prev"], p["closed"]) for p in periods] == [
+        ("2026-11", "", "0"), ("2026-12", "2026-11", str(2_000_000 + nov_part))]
+    assert r.hgetall(K.spent()) == {"m@2026-11": str(2_000_000 + nov_part)}
     c = Client(cfg, r=r, user="alice")
     dec = c.balances(T0 + 3605)[0]
-    assert dec.period == "2026-12" and dec.spent == 0 and dec.committed + dec.accrued == 8_000_000
+    assert dec.period == "2026-12" and dec.spent == 0
+    assert dec.committed + dec.accrued == 4_000_000 * 5_402_000 // 3_600_000, "December holds its part only (5,402 s)"
     AgentStore(r, K).post("finished", 2, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": T0 + 1802 + 3600})
-    s.tick(T0 + 1802 + 3601)                              # settled in December: all of its $4
-    assert r.hgetall(K.spent()) == {"m@2026-11": "2000000", "m@2026-12": "4000000"}
+    s.tick(T0 + 1802 + 3601)                              # its hour: $4, split at midnight
+    assert r.hgetall(K.spent()) == {"m@2026-11": str(2_000_000 + nov_part), "m@2026-12": str(4_000_000 - nov_part)}
+    assert job(r, 2).attempts[0].charges == (("m", 4_000_000),), "the attempt's own record keeps its total"
     nov = c.balances(T0 + 9999, period="2026-11")[0]
-    assert (nov.period, nov.spent, nov.committed, nov.accrued) == ("2026-11", 2_000_000, 0, 0)
+    assert (nov.period, nov.spent, nov.committed, nov.accrued) == ("2026-11", 2_000_000 + nov_part, 0, 0)
     # Each period has its own warn alert (50 % = $5 is not reached in either): none fired.
     assert alerts_of(r) == []
     assert verify(Reader(r, K).ledger_all(), Reader(r, K).spent(), Reader(r, K).ledger_keys(),

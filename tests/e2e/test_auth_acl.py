@@ -83,12 +83,13 @@ def test_the_client_role_writes_requests_and_reads_state_only(locked):
     assert c.zrange(K.active, 0, -1) == [] and c.hgetall(K.node("n1")) == {}
     # Attack 3: a hand-written job record and a dispatch push by a client are refused.
     assert denied(c.set, K.job(99), json.dumps({"user": "daemon"}))
-    assert denied(c.lpush, "rq:queue:labq-node-n1", "x")
+    assert denied(c.lpush, K.dispatch("n1"), "99:1")
+    assert denied(c.lpush, K.node_control("n1", 1), "cancel")
     assert denied(c.xadd, K.events, {"kind": "finished", "job": 1, "attempt": 1, "node": "n1"})
     assert denied(c.hset, K.node("n1"), "cpus", 1)
     assert denied(c.set, K.control(1), "cancel")
     assert denied(c.xrange, K.inbox("victim")), "other people's requests (and credentials) stay unread"
-    assert denied(c.publish, "rq:pubsub:x", "kill-horse")
+    assert denied(c.publish, "labq:anything", "kill-horse"), "no pub/sub control a client can send"
     for cmd in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "SET", "save", ""), ("ACL", "LIST"), ("SET", "x", "1"),
                 ("XGROUP", "DESTROY", K.inbox("me"), "scheduler")):
         assert denied(c.execute_command, *cmd), cmd
@@ -100,7 +101,20 @@ def test_a_node_role_writes_its_own_node_only(locked):
     store = AgentStore(n1, K)
     store.register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 30)
     n1.hset(K.attempt(5, 1), mapping={"claimed": 1})
-    n1.xadd(K.events, {"kind": "started", "job": 5, "attempt": 1, "node": "n1", "body": "{}"})
+    n1.xadd(K.node_events("n1"), {"kind": "started", "job": 5, "attempt": 1, "node": "n1", "body": "{}"})
+    n1.hset(K.node_runners("n1"), "0", "idle")
+    s = as_role(rp, pw, acl.SCHEDULER)
+    s.lpush(K.dispatch("n1"), "5:1")
+    s.lpush(K.dispatch("n2"), "6:1")
+    assert store.take("n1", 0, 1) == "5:1" and store.taken("n1", 0) == ["5:1"]
+    store.done("n1", 0, "5:1")
+    # Another node's events (its identity), dispatch queue and runners are not n1's to touch.
+    assert denied(n1.xadd, K.node_events("n2"), {"kind": "finished", "job": 6, "attempt": 1, "node": "n2"})
+    assert denied(n1.xadd, K.events, {"kind": "finished", "job": 6, "attempt": 1, "node": "n2"})
+    assert denied(n1.lmove, K.dispatch("n2"), K.dispatch_slot("n1", 0))
+    assert denied(n1.lpush, K.dispatch("n1"), "7:1"), "a node cannot make work runnable, even for itself"
+    assert denied(n1.hset, K.node_runners("n2"), "0", "idle")
+    assert denied(n1.set, K.control(6), "cancel")
     assert denied(n1.hset, K.node("n2"), "cpus", 99)
     assert denied(n1.set, K.node_lease("n2"), "x")
     assert denied(n1.set, K.job(5), "{}")
@@ -117,7 +131,7 @@ def test_the_scheduler_role_has_labq_keys_but_no_dangerous_commands(locked):
     s.xadd(K.ledger, {"x": 1})
     assert denied(s.execute_command, "FLUSHALL")
     assert denied(s.execute_command, "CONFIG", "SET", "appendonly", "no")
-    assert denied(s.publish, "rq:pubsub:x", "kill-horse")
+    assert denied(s.publish, "labq:anything", "kill-horse")
     assert denied(s.set, "elsewhere", 1)
 
 

@@ -294,3 +294,18 @@ def test_two_users_submit_through_the_real_cli_and_daemon(shared_redis, munged, 
         daemon.terminate()
         daemon.wait(30)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_forged_cancel_of_the_victims_job_is_refused(sched, people, shared_redis, munged):
+    """Attack: a cancel sent as the victim (their inbox) cancelled their job."""
+    s, r = sched
+    mallory, victim = people
+    sub, _ = forge(victim, shared_redis, munged, victim.pw_name, sign=True)
+    s.tick(time.time(), woke(r))
+    jid = reply(r, sub)["job_id"]
+    cancel, _ = forge(mallory, shared_redis, munged, victim.pw_name, op="cancel", body={"ids": [str(jid)]}, sign=True)
+    s.tick(time.time(), woke(r))
+    got = reply(r, cancel)
+    assert got["ok"] is False and f"belongs to {victim.pw_name}" in got["error"]
+    assert [(j.user, j.cancel_requested) for j in jobs(r)] == [(victim.pw_name, False)]
+    assert jobs(r)[0].state not in ("CA", "CG")
