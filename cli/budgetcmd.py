@@ -57,7 +57,7 @@ def budget(cctx, period, as_json):
 
 def _amount(text, what) -> float:
     try:
-        return float(str(text).lstrip("$"))
+        return float(str(text).lstrip("$€£¥"))
     except ValueError:
         raise UsageError(f"{what}: expected a number in the budget's unit, got {text!r}") from None
 

@@ -1,28 +1,14 @@
 """What every command needs: the config, the Redis URL, a client, and turning errors into exit codes."""
-import json
-import os
-import sys
-
 import click
 
 from labq.scheduler import config as config_mod
-from labq.scheduler.errors import LabqError
 
-
-def state_dir() -> str:
-    """Per-user state: the private Redis of `labq up`, its data and pid file."""
-    base = os.environ.get("LABQ_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq")
-    return base
-
-
-def private_socket() -> str:
-    return os.path.join(state_dir(), "redis", "redis.sock")
+from .out import echo_json, fail, guarded, private_socket, state_dir, url_or_default  # noqa: F401 - shared
 
 
 def redis_url(cfg) -> str:
     """redis.url from the config, else $LABQ_REDIS_URL, else the private Redis of `labq up`."""
-    return cfg.redis_url or os.environ.get("LABQ_REDIS_URL") or f"unix://{private_socket()}"
+    return url_or_default(cfg.redis_url)
 
 
 class Ctx:
@@ -30,6 +16,7 @@ class Ctx:
         self.config_path = config_path
         self._cfg = None
         self._client = None
+        self._thin = None
 
     @property
     def cfg(self):
@@ -38,35 +25,33 @@ class Ctx:
         return self._cfg
 
     @property
+    def thin(self):
+        """The thin client (no redis-py) of the hot commands, from the config's [redis] table alone."""
+        if self._thin is None:
+            from labq.scheduler.clientconf import client_settings
+            from labq.scheduler.thinclient import ThinClient
+            s = client_settings(self.config_path)
+            self._thin = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
+            from labq.scheduler.store.history import History, default_path
+            self._thin.read.history = History(default_path(s["history_url"]))
+        return self._thin
+
+    @property
     def client(self):
         if self._client is None:
             from labq.scheduler.client import Client
             self._client = Client(self.cfg, url=redis_url(self.cfg))
+            from labq.scheduler.store.history import History, default_path
+            self._client.read.history = History(default_path(self.cfg.history["url"]))
         return self._client
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
-def fail(message: str, code: int = 2):
-    click.echo(f"labq: {message}", err=True)
-    sys.exit(code)
-
-
-def echo_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=False))
-
-
 def run_guarded(fn):
     """Call fn(); user errors become one line on stderr and their exit code, never a traceback."""
-    try:
-        return fn()
-    except LabqError as e:
-        fail(str(e), e.exit_code)
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
-    except Exception as e:  # a Redis client error class we did not map, for one
+    def redis_errors():   # a Redis client error class we did not map, for one
         from labq.scheduler.store.conn import ERRORS
-        if isinstance(e, ERRORS):
-            fail(f"Redis does not answer: {e}", 4)
-        raise
+        return ERRORS
+    return guarded(fn, redis_errors)

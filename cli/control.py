@@ -1,32 +1,16 @@
 """Control commands: del, hold, release, requeue (jobs), drain, resume (nodes), checkpoint (from a job)."""
 import os
-import sys
 
 import click
 
-from labq.scheduler import states
 from labq.scheduler.errors import UsageError
 
-from . import slurmfmt
+from . import hot
 from .common import pass_ctx
 
 
 def _control(ctx, op, job_ids):
-    reply = ctx.client.act_on(op, list(job_ids))
-    said = []     # runs of results with the same outcome: one line for a 9,000-task array, not 9,000
-    for r in reply.get("results", []):
-        if r["ok"]:
-            what = "cancelled" if r["state"] == states.CANCELLED else r["state"]
-            if said and said[-1][0] == what:
-                said[-1][1].append(r["id"])
-            else:
-                said.append((what, [r["id"]]))
-        else:
-            click.echo(f"labq: {r['error']}", err=True)
-    for what, ids in said:
-        click.echo(f"job {', '.join(slurmfmt.compact_ids(ids))}: {what}")
-    if not reply.get("ok"):
-        sys.exit(reply.get("code") or 2)
+    hot.control(ctx.thin, op, job_ids)    # `del` is a hot command: the fast path (fast.py) runs it too
 
 
 @click.command("del")

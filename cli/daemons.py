@@ -46,7 +46,7 @@ def scheduler(ctx, verbose):
     from labq.scheduler.store import schema
     from labq.scheduler.store.keys import Keys
     schema.check(r, Keys(cfg.prefix))
-    sched = Scheduler(r, cfg=cfg)
+    sched = _with_history(Scheduler(r, cfg=cfg), r, cfg)
     if cfg.metrics:
         from labq.scheduler.metrics import Metrics
         try:
@@ -54,6 +54,17 @@ def scheduler(ctx, verbose):
         except OSError as e:
             raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
     sched.run(stop=_stop_flag())
+
+
+def _with_history(sched, r, cfg):
+    """The scheduler archives ended jobs and old ledger entries (history.keep) into its archive."""
+    from labq.scheduler.store.archive import Archiver
+    from labq.scheduler.store.history import History, default_path
+    from labq.scheduler.store.keys import Keys
+    path = default_path(cfg.history["url"])
+    sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"])
+    sched.history = History(path)
+    return sched
 
 
 @click.command()

@@ -34,7 +34,7 @@ def read_bill(path: str) -> list[list]:
             raise UsageError(f"{path}: row {n}: expected 3 columns (date, account or tag, amount), got {len(r)}")
         date, scope, amount = (c.strip() for c in r)
         try:
-            value = float(amount.lstrip("$").replace(",", ""))
+            value = float(amount.lstrip("$€£¥").replace(",", ""))
         except ValueError:
             raise UsageError(f"{path}: row {n}: amount: expected a number, got {amount!r}") from None
         if tag_col and not scope.startswith("tag:"):
@@ -73,6 +73,8 @@ def verify(ctx):
     r = ctx.client.read
     entries = r.ledger_all()
     problems = ledger_mod.verify(entries, r.spent(), r.ledger_keys(), r.ended() + r.active())
+    if r.history is not None:
+        problems += r.history.broken_chain()
     if problems:
         for p in problems:
             click.echo(f"labq: ledger: {p}", err=True)

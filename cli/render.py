@@ -5,6 +5,8 @@ from labq.scheduler import ledger, states
 from labq.scheduler.jobspec import describe_deps
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
+from .statview import STAT_HEADERS, capacity_line, compact, table  # noqa: F401 - shared with the thin `stat`
+
 
 def usage_text(u: dict) -> str:
     """An attempt's `usage` (worker/runner.py) as one line for `labq show`; "" when there is none."""
@@ -76,58 +78,10 @@ def elapsed(j, now: float) -> float:
     return total
 
 
-def compact(jobs):
-    """Pending tasks of one array with the same reason, in a run of indices, shown as one
-    `42_[5-12]` entry: (display id, first job) pairs in job order."""
-    out, run = [], []
-
-    def flush():
-        if run:
-            a, b = run[0].array_index, run[-1].array_index
-            shown = f"{run[0].array_id}_[{a}-{b}]" if len(run) > 1 else run[0].display_id
-            out.append((shown, run[0]))
-            run.clear()
-
-    for j in sorted(jobs, key=lambda j: j.id):
-        groupable = j.state == states.PENDING and j.array_id is not None
-        if run and not (groupable and j.array_id == run[-1].array_id and j.reason == run[-1].reason
-                        and j.id == run[-1].id + 1):
-            flush()
-        if groupable:
-            run.append(j)
-        else:
-            out.append((j.display_id, j))
-    flush()
-    return out
-
-
-def table(rows, headers) -> str:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in rows])
-
-
 def stat_row(j, now: float, shown: str | None = None):
     where = j.node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else j.node or ""
     return [shown or j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
             j.gpus, fmt_money(j.cost + running_cost(j, now)), where]
-
-
-STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODE(REASON)"]
-
-
-def capacity_line(nodes, jobs) -> str:
-    up = [n for n in nodes if n.state == "up"]
-    on = [j for j in jobs if j.state in states.ON_NODE]
-    total_g = sum(len(n.gpus) for n in up)
-    used_g = sum(j.gpus for j in on if j.node in {n.name for n in up})
-    total_c, used_c = sum(n.cpus for n in up), sum(j.cpus for j in on)
-    total_m, used_m = sum(n.mem for n in up), sum(j.mem for j in on)
-    pend = sum(1 for j in jobs if j.state == states.PENDING)
-    return (f"nodes {len(up)}/{len(nodes)} up · GPUs {total_g - used_g}/{total_g} free · "
-            f"CPUs {total_c - used_c}/{total_c} free · mem {fmt_size(max(0, total_m - used_m))}/{fmt_size(total_m)} free"
-            f" · {len(on)} running, {pend} pending")
 
 
 def node_dict(n, jobs) -> dict:

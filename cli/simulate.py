@@ -55,9 +55,14 @@ def _float(text, what: str) -> float:
 
 
 def need_matplotlib(path: str | None) -> None:
-    """Fail before the replay, not after it, when --plot cannot be drawn."""
+    """Fail before the replay, not after it, when --plot cannot be drawn or written."""
     if not path:
         return
+    where = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(where):
+        raise UsageError(f"--plot: no such directory: {where}")
+    if not os.access(where, os.W_OK):
+        raise UsageError(f"--plot: cannot write in {where}")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -106,10 +111,13 @@ def progress_for(flag: bool | None, label: str):
 @click.option("--plot", "plot_path", metavar="FILE.png",
               help="Draw utilisation over time and a Gantt chart of the busiest nodes (needs matplotlib: pip install 'labq[plot]').")
 @click.option("--progress/--no-progress", default=None, help="A progress bar on stderr (default: when stderr is a terminal).")
+@click.option("--enforce-queue-limits", is_flag=True,
+              help="Refuse submits beyond scheduler.max_pending(_per_user) as the daemon would (off: the trace's "
+                   "scheduler had no such bound).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column, time_factor, gpus_from_cpus,
-             plot_path, progress, as_json):
+             plot_path, progress, enforce_queue_limits, as_json):
     """Replay a workload trace (docs/internals.md, "The simulator") through the scheduler's own plan()
     on a virtual clock: makespan, utilisation, wait, bounded slowdown, completion time, cost,
     refusals, budget holds, preemptions and lost work.
@@ -132,7 +140,8 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
         raise UsageError(f"trace: {trace}: no jobs")
     cluster_nodes = cluster(ctx, nodes, cpus)
     t0 = time.monotonic()
-    res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"))
+    res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
+                       queue_limits=enforce_queue_limits)
     rep = sim.report(res)
     rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg), **rep,
            "wall_s": round(time.monotonic() - t0, 2)}

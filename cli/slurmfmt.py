@@ -11,6 +11,7 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
 
 from . import render
+from .statview import compact_ids  # noqa: F401 - with stat's table: the thin commands use it
 
 
 def exit_code(j) -> str:
@@ -157,27 +158,3 @@ def sacct(fields, jobs, extra: dict, header: bool = True, sep: str | None = None
               " ".join("-" * w for w in widths)] if header else [])
     lines += [" ".join(v[:w].rjust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
-
-
-def compact_ids(ids) -> list[str]:
-    """`["57_0", "57_1", …, "57_8999", "60"]` → `["57_[0-8999]", "60"]`: runs of one array's
-    consecutive task indices, in the given order."""
-    out, run = [], []
-
-    def flush():
-        if run:
-            a, lo, hi = run[0][0], run[0][1], run[-1][1]
-            out.append(f"{a}_[{lo}-{hi}]" if hi != lo else f"{a}_{lo}")
-            run.clear()
-
-    for i in ids:
-        arr, sep, idx = str(i).partition("_")
-        if sep and idx.isdigit():
-            if run and (run[-1][0] != arr or run[-1][1] + 1 != int(idx)):
-                flush()
-            run.append((arr, int(idx)))
-        else:
-            flush()
-            out.append(str(i))
-    flush()
-    return out

@@ -116,7 +116,7 @@ def _plan_file(ctx, path, nodes, budget, progress, as_json):
         if b is not None:
             named = b.name
         else:
-            amount = to_micro(budget.lstrip("$"), "--budget")
+            amount = to_micro(budget.lstrip("$€£¥"), "--budget")
     res, rep = plan_file(path, cluster(ctx, nodes, None), cfg, named, amount, progress_for(progress, "planning"))
     rep = {"trace": os.path.basename(path), "policy": "config", "config": _describe(cfg), **rep}
     name = named or (PLAN_BUDGET if amount is not None else None)
@@ -152,4 +152,4 @@ def _budget(cfg, text):
         if b.unit != "usd":
             raise UsageError(f"--budget: {b.name} is in {b.unit}; plan reports money")
         return b.limit, b.warn
-    return to_micro(text.lstrip("$"), "--budget"), (0.7, 0.9)
+    return to_micro(text.lstrip("$€£¥"), "--budget"), (0.7, 0.9)

@@ -1,40 +1,19 @@
-"""The Python API the CLI uses: requests through the user's inbox, reads straight from Redis.
-
-A request is XADDed to `labq:inbox:<user>` with a request id, then the client blocks on the reply
-list. If no reply comes it sends the same request id again: the scheduler answers a repeated id
-from its record instead of acting twice, so retries are always safe.
-"""
-import json
+"""The Python API the CLI uses: requests through the user's inbox (store/inbox.py), reads straight
+from Redis. The hot CLI commands use the thin client (thinclient.py) instead, without redis-py."""
 from dataclasses import replace
-import os
-import pwd
 import time
-import uuid
 
-from . import auth, fairshare, ledger, munge, periods, states
+from . import fairshare, ledger, periods, states
 from .config import Config
-from .errors import LabqError, RefusedError, UnreachableError, UsageError
-from .model import Job
-from .jobspec import resolve_ref
+from .errors import UnreachableError
 from .store import conn, inbox
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore
-
-_ERRORS = {2: UsageError, 3: RefusedError, 4: UnreachableError}
-
-
-def current_user() -> str:
-    return pwd.getpwuid(os.getuid()).pw_name
+from .thinclient import ClientBase, current_umask, current_user  # noqa: F401 - part of this API
 
 
-def current_umask() -> int:
-    mask = os.umask(0o077)    # the only way to read it is to set it: put it straight back
-    os.umask(mask)
-    return mask
-
-
-class Client:
+class Client(ClientBase):
     def __init__(self, cfg: Config, url: str | None = None, user: str | None = None, r=None):
         self.cfg = cfg
         self.url = url or cfg.redis_url
@@ -43,43 +22,16 @@ class Client:
         self.user = user or current_user()
         self.read = Reader(self.r, self.k)
 
+    @property
+    def security(self) -> dict:
+        return self.cfg.security
+
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
-        rid = body.get("rid") or uuid.uuid4().hex
-        fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
-        per_try = timeout / tries
         try:
-            for _ in range(tries):
-                signed = self._sign(fields)   # a fresh credential per try: each is valid once
-                inbox.send(self.r, self.k, self.user, signed)
-                got = inbox.await_reply(self.r, self.k, rid, per_try)
-                if got:
-                    return json.loads(got)
+            return inbox.call(*conn.send_and_pop(self.r), self.k, self.user, op, body, timeout, tries, self._sign)
         except conn.ERRORS as e:
             raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
-        raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")
-
-    def _sign(self, fields: dict) -> dict:
-        try:
-            return auth.sign(fields, self.cfg.security)
-        except munge.MungeError as e:
-            raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
-
-    def _checked(self, reply: dict) -> dict:
-        if not reply.get("ok"):
-            raise _ERRORS.get(reply.get("code"), LabqError)(reply.get("error", "request failed"))
-        return reply
-
-    def submit(self, body: dict, timeout: float = 30.0) -> dict:
-        # The job and its log files get the submitter's umask, as under SLURM.
-        return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
-
-    def act_on(self, op: str, ids: list[str]) -> dict:
-        """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
-        return self.request(op, {"ids": [str(i) for i in ids]})
-
-    def cancel(self, ids: list[str]) -> dict:
-        return self.act_on("cancel", ids)
 
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))
@@ -91,25 +43,7 @@ class Client:
     def node_admin(self, op: str, node: str) -> dict:
         return self._checked(self.request(op, {"node": node}))
 
-    # -- reads ---------------------------------------------------------------------------------
-    def resolve(self, text: str) -> list[Job]:
-        """Jobs named by `42` (or every task of array 42) or `42_3`."""
-        return resolve_ref(text, self.read.job, self._array)
-
-    def _array(self, array_id: int) -> list[Job]:
-        first = self.read.job(array_id)
-        if first is None or first.array_id != array_id:
-            return []
-        return [j for j in self.read.jobs(range(array_id, array_id + first.array_count)) if j.array_id == array_id]
-
-    def job(self, text: str) -> Job:
-        jobs = self.resolve(text)
-        if not jobs:
-            raise UsageError(f"no such job: {text}")
-        if len(jobs) > 1:
-            raise UsageError(f"{text} is an array of {len(jobs)} tasks; name one, like {jobs[0].display_id}")
-        return jobs[0]
-
+    # -- reads (resolve, job: thinclient.ClientBase) -----------------------------------------------
     def nodes(self):
         return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
 

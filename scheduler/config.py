@@ -3,19 +3,18 @@
 The key names are a contract (DESIGN §8): add keys, rename none. Unknown keys are errors, because a
 misspelt limit that is silently ignored is worse than a refusal to start.
 """
-import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import units
-from .configcheck import (address as _address, alerts as _alerts, boolean as _bool, budget as _budget,
-                          check_keys as _check_keys, duration as _dur, num as _num, string as _str, table as _table)
-from .configcheck import caps as _caps
 from .errors import ConfigError
+from .clientconf import (DEFAULT_PATH, _check_keys, _dur, _str, _table, read_toml, redis_table,  # noqa: F401
+                         history_table, refuse_removed, resolve_path, security_table)
 from .model import Budget
+from .configcheck import (address as _address, alerts as _alerts, boolean as _bool, budget as _budget,
+                          caps as _caps, num as _num)
 
-DEFAULT_PATH = "/etc/labq/labq.toml"
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
 QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 # [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
@@ -110,8 +109,12 @@ class Config:
     retry_backoff_max: int = 3600
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
+    history: dict = field(default_factory=lambda: {"keep": 7 * 86400.0, "url": "", "purge_after": None})
     security: dict = field(default_factory=lambda: dict(_SECURITY))
     source: str = "<built-in defaults>"
+
+    def __post_init__(self):
+        units.set_currency(self.rates.currency)
 
     def qos_named(self, name: str) -> Qos | None:
         return self._qos_index.get(name)
@@ -153,21 +156,11 @@ _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem
 
 
 def load(path: str | None = None) -> Config:
-    """The config at `path`, else /etc/labq/labq.toml if present, else defaults. $LABQ_CONFIG is the
-    CLI's default for --config (click reads it), so this module reads no environment."""
-    path = path or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
+    path = resolve_path(path)
     if not path:
         return Config()
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(path, "file not found") from None
-    except OSError as e:
-        raise ConfigError(path, f"cannot read: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(path, f"not valid TOML: {e}") from None
-    return from_dict(data, source=path)
+    return from_dict(read_toml(path), source=path)
 
 
 def loads(text: str, source: str = "<string>") -> Config:
@@ -179,7 +172,7 @@ def loads(text: str, source: str = "<string>") -> Config:
 
 def from_dict(data: dict, source: str = "<dict>") -> Config:
     _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "users", "budgets",
-                            "worker", "alerts", "security"})
+                            "worker", "alerts", "security", "history"})
     kw: dict = {"source": source}
     kw.update(_redis(_table("redis", data.get("redis", {}))))
     kw.update(_scheduler(_table("scheduler", data.get("scheduler", {}))))
@@ -200,6 +193,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     kw["worker"] = _worker(_table("worker", data.get("worker", {})))
     kw["alerts"] = _alerts(_table("alerts", data.get("alerts", {})))
     kw["security"] = _security(_table("security", data.get("security", {})))
+    kw["history"] = history_table(_table("history", data.get("history", {})))
     cfg = Config(**kw)
     if cfg.qos_named("normal") is None:
         raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")
@@ -208,16 +202,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 def _redis(t):
     _check_keys("redis", t, {"url", "prefix", "password_file"})
-    url = _str("redis.url", t.get("url", ""))
-    if url and not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
-    prefix = _str("redis.prefix", t.get("prefix", "labq"))
-    if not prefix or ":" in prefix:
-        raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    pw = _str("redis.password_file", t.get("password_file", ""))
-    if pw and not os.path.isabs(pw):
-        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
-    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw}
+    return redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
 
 
 def _scheduler(t):
@@ -225,6 +210,26 @@ def _scheduler(t):
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
                                  "metrics", "start_timeout", "fence_margin"})
+    out = _scheduler_times(t)
+    if "backfill_depth" in t:
+        out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True)
+    if "preemption" in t:
+        out["preemption"] = _bool("scheduler.preemption", t["preemption"])
+    if "crash_guard_failures" in t:
+        out["crash_guard_failures"] = _num("scheduler.crash_guard_failures", t["crash_guard_failures"], lo=0,
+                                           integer=True)
+    for k in ("crash_guard_window", "retry_backoff", "retry_backoff_max"):
+        if k in t:
+            out[k] = _dur(f"scheduler.{k}", t[k])
+    if "budget_mode" in t:
+        out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
+    if "metrics" in t:
+        out["metrics"] = _address("scheduler.metrics", t["metrics"])
+    return out
+
+
+def _scheduler_times(t) -> dict:
+    """[scheduler]'s durations and counts of the loop: tick, queue bounds, leases, timeouts, backoffs."""
     out = {}
     if "tick" in t:
         v = t["tick"]
@@ -255,20 +260,6 @@ def _scheduler(t):
             raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
     if out.get("default_time", 1) < 1:
         raise ConfigError("scheduler.default_time", "must be at least 1s")
-    if "backfill_depth" in t:
-        out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True)
-    if "preemption" in t:
-        out["preemption"] = _bool("scheduler.preemption", t["preemption"])
-    if "crash_guard_failures" in t:
-        out["crash_guard_failures"] = _num("scheduler.crash_guard_failures", t["crash_guard_failures"], lo=0,
-                                           integer=True)
-    for k in ("crash_guard_window", "retry_backoff", "retry_backoff_max"):
-        if k in t:
-            out[k] = _dur(f"scheduler.{k}", t[k])
-    if "budget_mode" in t:
-        out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
-    if "metrics" in t:
-        out["metrics"] = _address("scheduler.metrics", t["metrics"])
     return out
 
 
@@ -376,18 +367,6 @@ def _worker(t):
 
 
 def _security(t):
-    if "acl" in t:
-        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
-                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+    refuse_removed(t)
     _check_keys("security", t, set(_SECURITY))
-    admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
-        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
-    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
-    if not 10 <= ttl <= 3600:
-        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
-    sock = _str("security.munge_socket", t.get("munge_socket", ""))
-    if sock and not os.path.isabs(sock):
-        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
-    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
-            "munge_socket": sock, "credential_ttl": ttl}
+    return security_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)

@@ -1,6 +1,8 @@
-"""The checks behind scheduler/config.py: typed values (each error names the key and what is expected),
-addresses, time zones, per-account/user caps, and the [[budgets]] and [alerts] sections."""
+"""The checks behind scheduler/config.py: numbers and booleans (each error names the key and what is
+expected), addresses, time zones, per-account/user caps, and the [[budgets]] and [alerts] sections.
+Strings, durations and tables are checked by clientconf.py, which the thin client shares."""
 from . import units
+from .clientconf import _check_keys, _dur, _str
 from .errors import ConfigError
 from .model import Budget
 
@@ -14,42 +16,15 @@ def num(key, v, lo=None, integer=False):
     return v
 
 
-def string(key, v, choices=None):
-    if not isinstance(v, str):
-        raise ConfigError(key, f"expected a string, got {v!r}")
-    if choices and v not in choices:
-        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
-    return v
-
-
 def boolean(key, v):
     if not isinstance(v, bool):
         raise ConfigError(key, f"expected true or false, got {v!r}")
     return v
 
 
-def duration(key, v):
-    try:
-        return units.parse_duration(v, key, bare_unit=1)
-    except units.UsageError as e:
-        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
-
-
-def table(key, v):
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a table, got {v!r}")
-    return v
-
-
-def check_keys(section, table, allowed):
-    for k in table:
-        if k not in allowed:
-            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
-
-
 def address(key: str, v) -> str:
     """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
-    v = string(key, v)
+    v = _str(key, v)
     if v == "":
         return v
     host, sep, port = v.rpartition(":")
@@ -58,13 +33,22 @@ def address(key: str, v) -> str:
     return v
 
 
+CAPS = ("max_running", "max_gpus", "max_cpus", "max_submit")
+
+
+def caps(k, t) -> dict:
+    out = {c: num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in CAPS}
+    out["on_limit"] = _str(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
+    return out
+
+
 def budget(i, t):
     k = f"budgets[{i}]"
-    check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
+    _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
                        "timezone"})
     if "name" not in t:
         raise ConfigError(f"{k}.name", "missing; every budget needs a name")
-    name = string(f"{k}.name", t["name"])
+    name = _str(f"{k}.name", t["name"])
     k = f"budgets.{name}"
     if "limit" not in t:
         raise ConfigError(f"{k}.limit", "missing; expected the budget's limit in its unit")
@@ -78,14 +62,14 @@ def budget(i, t):
         raise ConfigError(f"{k}.reserve", f"expected a fraction below 1, got {reserve}")
     return Budget(
         name=name,
-        unit=string(f"{k}.unit", t.get("unit", "usd"), ("usd", "gpu_hours", "cpu_hours")),
+        unit=_str(f"{k}.unit", t.get("unit", "usd"), ("usd", "gpu_hours", "cpu_hours")),
         limit=units.to_micro(num(f"{k}.limit", t["limit"], lo=0)),
-        account=string(f"{k}.account", t.get("account", "")),
-        project=string(f"{k}.project", t.get("project", "")),
-        period=string(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
+        account=_str(f"{k}.account", t.get("account", "")),
+        project=_str(f"{k}.project", t.get("project", "")),
+        period=_str(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
         warn=tuple(float(w) for w in warn),
         reserve=reserve,
-        on_exhaust=string(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
+        on_exhaust=_str(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
         timezone=zone(f"{k}.timezone", t.get("timezone", "UTC")),
     )
 
@@ -93,27 +77,18 @@ def budget(i, t):
 def zone(key, v):
     from .periods import zone as tz
     try:
-        tz(string(key, v))
+        tz(_str(key, v))
     except ValueError as e:
         raise ConfigError(key, str(e)) from None
     return v
 
 
 def alerts(t):
-    check_keys("alerts", t, {"command", "webhook", "timeout"})
-    hook = string("alerts.webhook", t.get("webhook", ""))
+    _check_keys("alerts", t, {"command", "webhook", "timeout"})
+    hook = _str("alerts.webhook", t.get("webhook", ""))
     if hook and not hook.startswith(("http://", "https://")):
         raise ConfigError("alerts.webhook", f"expected an http:// or https:// URL, got {hook!r}")
-    timeout = duration("alerts.timeout", t.get("timeout", "10s"))
+    timeout = _dur("alerts.timeout", t.get("timeout", "10s"))
     if timeout < 1:
         raise ConfigError("alerts.timeout", "must be at least 1s")
-    return {"command": string("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}
-
-
-CAPS = ("max_running", "max_gpus", "max_cpus", "max_submit")
-
-
-def caps(k, t) -> dict:
-    out = {c: num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in CAPS}
-    out["on_limit"] = string(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
-    return out
+    return {"command": _str("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}

@@ -81,6 +81,8 @@ class Scheduler(Committer, NodeEvents):
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
+        self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
+        self.history = None                # store/archive.History: what the archiver moved, for reads
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -140,6 +142,8 @@ class Scheduler(Committer, NodeEvents):
                 leading = self.tick(self.clock(), woke)
                 if self.metrics:
                     self.metrics.after_tick(self, time.monotonic() - started)
+                if leading and self.archiver:
+                    self.archiver.step(self.clock())
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -160,6 +164,7 @@ class Scheduler(Committer, NodeEvents):
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         self.jobs = self.store.active_jobs()
+        self.store.rebuild_stat_rows(self.jobs.values())
         self.seq = self.seq_written = self.store.job_seq()
         self.tally = Tally(self.jobs.values())
         self.inboxes = self.store.known_inboxes()
@@ -170,9 +175,9 @@ class Scheduler(Committer, NodeEvents):
         self.event_streams = set()
         self._node_streams()
         self.books.load(now)
-        self.usage = Reader(self.store.r, self.k).usage()
+        self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
-            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k).ended(now - self.guard.window)], now)
+            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
@@ -208,8 +213,9 @@ class Scheduler(Committer, NodeEvents):
             self.batch, self.answered = Batch(usage=self.usage), {}
             try:
                 prior = self.store.replies_done([(f or {}).get("rid") or eid for _, eid, f in requests])
-                for (stream, eid, fields), old in zip(requests, prior):
-                    self._isolated(self._request, now, stream, eid, fields or {}, old)
+                who = self._senders(requests, now)
+                for (stream, eid, fields), old, sender in zip(requests, prior, who):
+                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender)
                 for stream, eid, fields in events:
                     self._isolated(self._event, now, stream, eid, fields or {})
             finally:
@@ -230,13 +236,22 @@ class Scheduler(Committer, NodeEvents):
                 reply = (fields.get("rid") or eid, {"ok": False, "code": 2, "error": f"internal error: {e}"})
             self.commit(reply=reply, ack=(stream, eid))
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None) -> None:
-        rid = fields.get("rid") or eid
+    def _senders(self, requests, now: float) -> list:
+        """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
+        otherwise (decoded concurrently, claimed in one round trip); a RefusedError where refused."""
         sec = self.cfg.security
-        try:   # who asks: the inbox's name in single-host mode, whom munge vouches for otherwise
-            user = auth.identify(fields, stream.rsplit(":", 1)[1], sec, now,
-                                 lambda key: self.store.claim_credential(key, f"{stream}/{eid}", sec["credential_ttl"]))
-        except RefusedError as e:
+        entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
+
+        def claim_many(claims):
+            return self.store.claim_credentials(claims, sec["credential_ttl"])
+        return auth.identify_many(entries, sec, now, claim_many)
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
+        rid = fields.get("rid") or eid
+        if user is None:
+            user = self._senders([(stream, eid, fields)], now)[0]
+        if isinstance(user, RefusedError):
+            e = user
             log.warning("inbox %s entry %s: %s", stream, eid, e)
             self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
             return
@@ -294,7 +309,7 @@ class Scheduler(Committer, NodeEvents):
         want -= self.jobs.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
-            found = Reader(self.store.r, self.k).jobs(missing)
+            found = Reader(self.store.r, self.k, self.history).jobs(missing)
             states_ = {j.id: j.state for j in found}
             self.ended.update((i, states_.get(i, "")) for i in missing)
             self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)

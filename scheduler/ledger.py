@@ -9,9 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from .config import Config
 from .model import Budget, Job, Node
-from .units import MICRO
-
-MS_PER_HOUR = 3_600_000
+from .units import MICRO, MS_PER_HOUR, accrue  # noqa: F401 - accrue lives in units: the thin CLI needs it without this module
 
 
 def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:
@@ -51,11 +49,6 @@ def planned_seconds(job: Job, cfg: Config) -> float:
     if cfg.budget_mode == "forecast" and job.est:
         return min(job.time_limit, job.est * (1 + cfg.rates.forecast_margin))
     return job.time_limit + cfg.kill_wait
-
-
-def accrue(rate_per_hour: int, seconds: float) -> int:
-    """What `seconds` of an allocation costs at `rate_per_hour`, rounded down to whole micro-units."""
-    return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR
 
 
 def billed(seconds: float, cfg: Config) -> float:

@@ -9,6 +9,7 @@ import re
 from .errors import UsageError
 
 MICRO = 1_000_000
+MS_PER_HOUR = 3_600_000
 _SUFFIX = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SUFFIXED = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|[smhdw]))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhdw])")
@@ -121,7 +122,32 @@ def from_micro(micro: int) -> float:
     return micro / MICRO
 
 
+def accrue(rate_per_hour: int, seconds: float) -> int:
+    """What `seconds` of an allocation costs at `rate_per_hour`, rounded down to whole micro-units."""
+    return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR
+
+
+# rates.currency: every amount of money labq prints is in it. Set once from the config (Config's
+# __post_init__), so the dozens of places that print money need not carry it; "usd" below is the
+# budget unit meaning "money", whatever the currency.
+_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CNY": "¥", "INR": "₹", "KRW": "₩"}
+_currency = {"code": "USD"}
+
+
+def set_currency(code: str) -> None:
+    _currency["code"] = code.upper()
+
+
+def currency_symbol() -> str:
+    return _SYMBOLS.get(_currency["code"], "")
+
+
 def fmt_money(micro: int, unit: str = "usd") -> str:
     if unit == "usd":
-        return f"${micro / MICRO:,.2f}" if abs(micro) >= 10_000 or micro == 0 else f"${micro / MICRO:.4f}"
+        v = micro / MICRO
+        text = f"{v:,.2f}" if abs(micro) >= 10_000 or micro == 0 else f"{v:.4f}"
+        sym = currency_symbol()
+        if not sym:
+            return f"{text} {_currency['code']}"
+        return f"-{sym}{text[1:]}" if text.startswith("-") else f"{sym}{text}"
     return f"{micro / MICRO:,.3f} {unit.replace('_', '-')}"

@@ -198,6 +198,24 @@ def open_logs(job: Job, ident: Identity) -> tuple[int, int]:
     return ofd, efd
 
 
+def append_line(job: Job, ident: Identity, line: str) -> str | None:
+    """Append `line` to the job's stderr log (its stdout one without -e), opened as the job's user
+    as its own output was; the error, or None."""
+    try:
+        out, err = open_logs(job, ident)
+    except StartError as e:
+        return str(e)
+    try:
+        os.write(err, (line + "\n").encode())
+    except OSError as e:
+        return str(e)
+    finally:
+        os.close(out)
+        if err != out:
+            os.close(err)
+    return None
+
+
 def checkpoint_dir(s: Settings, job: Job, ident: Identity) -> str:
     """<spool>/checkpoints/<job id>: kept across attempts so a restart resumes; the user owns it,
     its parent is ours, so the user cannot swap it for a link."""

@@ -25,7 +25,7 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gpuwatch, launch, memwatch, probe, procscan
+from . import cgroup, gpuwatch, jobmsg, launch, memwatch, probe, procscan
 
 log = logging.getLogger("labq.runner")
 
@@ -156,6 +156,7 @@ class Run:
         self.watchdog: memwatch.Watchdog | None = None
         self.table = procscan.ProcTable()
         self.kill_now: tuple[str, str] | None = None     # (stop reason, message) found by a tick
+        self.ident: launch.Identity | None = None        # whom the job runs as (its log files are theirs)
         self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, job.attempts[-1].gpus, s.node,
                                     s.idle_gpu_util, s.idle_gpu_after)
         self.oom0 = self.kmsg0 = None
@@ -194,7 +195,7 @@ class Run:
             self.body.update(outcome=outcome, message=f"{outcome} before it started"
                              + (" (the node agent is stopping)" if self.term.got and early != "cancel" else ""))
             return
-        ident = launch.identity(job, s)
+        ident = self.ident = launch.identity(job, s)
         out_fd, err_fd = launch.open_logs(job, ident)
         try:
             try:
@@ -298,6 +299,9 @@ class Run:
                         return why          # no grace: _finish kills at once
                     if why:
                         stopping, phases = why, self._stop_phases(why)
+                        self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, time.time(),
+                                                 phases[0][0].name.removeprefix("SIG"),
+                                                 phases[0][1] if len(phases) > 1 else None))
                         kill_at = self._signal_phase(why, phases, now)
                 if stopping is None and now >= warn_at:
                     name = self.job.warn_signal[0]
@@ -418,6 +422,10 @@ class Run:
         if why == "exited" and self.ckpt_dir:
             self._tick_checkpoint()
         if oom:
+            self._say(jobmsg.oom(self.job.display_id, limit=fmt_size(self.mem_limit) if self.mem_limit else ""))
+        elif why in _HARD:       # stopped without a grace, so no line was written when the stop began
+            self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, end))
+        if oom:
             self.body.update(outcome="oom", message=oom)
         elif why == "exited" and code and code == self.job.checkpoint_exit_code:
             self.body.update(outcome="checkpoint_exit", message=f"checkpoint exit code {code}: requeued")
@@ -428,6 +436,13 @@ class Run:
         else:
             message = self.kill_now[1] if self.kill_now and self.kill_now[0] == why else end_message(why)
             self.body.update(outcome=_OUTCOMES[why], message=message)
+
+    def _say(self, line: str | None) -> None:
+        """labq's line about the job's end (worker/jobmsg.py), into the job's own log."""
+        if line and self.ident is not None:
+            why = launch.append_line(self.job, self.ident, line)
+            if why:
+                log.warning("job %s: cannot write to its log: %s", self.job.id, why)
 
     def _usage(self, end: float) -> dict:
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -69,8 +69,11 @@ def prepare_nodes(nodes) -> tuple[Node, ...]:
 
 class Simulator:
     def __init__(self, trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
-                 template: dict | None = None):
+                 template: dict | None = None, queue_limits: bool = False):
         self.trace, self.cfg, self.skip, self.progress = trace, cfg, skip, progress
+        # The daemon's max_pending bounds protect a live scheduler; a trace's own scheduler had
+        # none of them, so a replay applies them only when asked (--enforce-queue-limits).
+        self.queue_limits = queue_limits
         self.nodes = prepare_nodes(nodes)
         self.template = {"argv": ("trace",), "workdir": "/", **(template or {})}
         self.queue = Queue(cfg)
@@ -168,10 +171,10 @@ class Simulator:
                 "capacity" if why.startswith("no node") else "budget" if why.startswith("budget") else "cap", why)
         if self._refusals[key]:
             return self._refusals[key]
-        if len(self.queue) + 1 > cfg.max_pending:
+        if self.queue_limits and len(self.queue) + 1 > cfg.max_pending:
             return "queue", f"queue full: {len(self.queue)} jobs pending, scheduler.max_pending={cfg.max_pending}"
         mine = self.queue.per_user[job.user]
-        if mine + 1 > cfg.max_pending_per_user:
+        if self.queue_limits and mine + 1 > cfg.max_pending_per_user:
             return "queue", f"user {job.user} has {mine} jobs pending, scheduler.max_pending_per_user={cfg.max_pending_per_user}"
         for cap, who in ((cfg.account_named(job.account), ("account", job.account)),
                          (cfg.user_named(job.user), ("user", job.user))):
@@ -333,7 +336,8 @@ class Simulator:
 
 
 def simulate(trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
-             template: dict | None = None) -> Result:
+             template: dict | None = None, queue_limits: bool = False) -> Result:
     """Replay `trace` on `nodes` under `cfg`. `template`: Job fields every job gets (budget, project,
-    account). `skip=False` calls plan() at every instant with the whole queue (the reference)."""
-    return Simulator(trace, nodes, cfg, skip, progress, template).run()
+    account). `skip=False` calls plan() at every instant with the whole queue (the reference).
+    `queue_limits`: refuse submits beyond scheduler.max_pending(_per_user), as the daemon does."""
+    return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits).run()

@@ -37,7 +37,7 @@ class TraceJob:
 
 def read_rows(path: str, what: str):
     try:
-        f = open(path, newline="")
+        f = open(path, newline="", encoding="utf-8-sig")     # a BOM (spreadsheet exports) is not a column
     except FileNotFoundError:
         raise UsageError(f"{what}: no such file: {path}") from None
     except OSError as e:
@@ -92,6 +92,8 @@ def load(path: str, extra: str | None = None, time_column: str | None = None, ti
         raise UsageError(f"trace: {path}: missing column {missing[0]!r} (have: {', '.join(header) or 'none'}; "
                          f"expected at least {', '.join(REQUIRED)})")
     joined = read_extra(extra) if extra else {}
+    if joined and not {(r.get("job_id") or "").strip() for r in rows} & joined.keys():
+        raise UsageError(f"--extra: {extra}: no job_id in it matches one of the trace's {len(rows)} jobs")
     extra_cols = set(next(iter(joined.values()), {})) if joined else set()
     if time_column is None and "time_limit_s" in header:
         time_column = "time_limit_s"
@@ -129,6 +131,8 @@ def _job(row, name, where, time_column, time_factor, cpus_as_gpus) -> TraceJob:
         limit = duration * time_factor
     gpus = _num(row, "gpus", where, default=0, integer=True)
     cpus = _num(row, "cpus", where, default=1, integer=True)
+    if cpus == 0 and not cpus_as_gpus:
+        cpus = 1       # as `labq sub` and SLURM: every job holds at least one CPU (GPU traces often say 0)
     if cpus_as_gpus:
         gpus, cpus = cpus, 1
     return TraceJob(

@@ -1,51 +1,74 @@
-"""The request/reply protocol over Redis, both sides in one module.
+"""Requests and replies: the one place a request is built, sent and answered, and the wake token
+written (here, by clients) and parsed (here, by the scheduler).
 
-A client XADDs a request to its user's inbox stream `labq:inbox:<user>` (fields: rid, op, body and,
-under munge, the credential) and pushes a wake token onto `labq:wake`; the scheduler drains the
-wake list (SchedulerStore.wait_wake), learns new inboxes from the tokens, reads its consumer group,
-and answers by RPUSHing the reply onto `labq:reply:<rid>` (writes.put_reply, inside the transaction
-that applies the request). The client BLPOPs that list. A repeated rid is answered from the
-remembered reply (`labq:done:<rid>`, SchedulerStore.replies_done), so a client may resend the same
-request safely.
+A request is XADDed to `labq:inbox:<user>` with a request id, and the user's name is LPUSHed on the
+wake list; the client then blocks on `labq:reply:<rid>`. If no reply comes it sends the same request
+id again: the scheduler answers a repeated id from its record instead of acting twice, so retries are
+always safe.
 
-The wake token is written and parsed here only: `user:<name>` (a client's request).
+Both clients use this module: the full one (redis-py, scheduler/client.py) and the thin one of the hot
+CLI commands (resp.py, scheduler/thinclient.py). It works on raw commands through two callables, so
+it imports no Redis library itself:
+  send(cmds)            runs a list of commands (tuples of words) as one pipeline;
+  pop(key, seconds)     BLPOPs one key for up to `seconds` (whole), returning (key, value) or None.
 """
+import json
+import os
 import time
 
+from ..errors import UnreachableError
 from .keys import Keys
 
-INBOX_MAXLEN = 100_000     # per user; approximate trimming keeps XADD O(1)
+INBOX_MAXLEN = 100_000
 _USER = "user:"
+POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
+
+
+def request_fields(op: str, body: dict, rid: str | None = None) -> dict:
+    """The stream fields of one request. Everything a request carries is added here, and only here."""
+    rid = rid or body.get("rid") or os.urandom(16).hex()   # uuid4().hex's shape, without importing uuid
+    return {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
 
 
 def wake_token(user: str) -> str:
+    """What a client pushes on the wake list: `user:<name>`, naming the inbox to read."""
     return _USER + user
 
 
 def woken_users(tokens) -> set[str]:
-    """The users whose inbox the wake tokens name; tokens of other kinds and malformed names are
-    skipped (a name with ':' cannot be an inbox)."""
+    """The scheduler's side: the users whose inbox the wake tokens name. Tokens of other kinds and
+    names that cannot be an inbox (empty, or with ':') are skipped."""
     return {t[len(_USER):] for t in tokens if t.startswith(_USER) and t[len(_USER):] and ":" not in t[len(_USER):]}
 
 
-def send(r, k: Keys, user: str, fields: dict) -> None:
-    """Post one request to the user's inbox and wake the scheduler, in one round trip."""
-    p = r.pipeline()
-    p.xadd(k.inbox(user), fields, maxlen=INBOX_MAXLEN, approximate=True)
-    p.lpush(k.wake, wake_token(user))
-    p.execute()
+def send_commands(k: Keys, user: str, fields: dict) -> list[tuple]:
+    xadd = ["XADD", k.inbox(user), "MAXLEN", "~", INBOX_MAXLEN, "*"]
+    for name, value in fields.items():
+        xadd += [name, value]
+    return [tuple(xadd), ("LPUSH", k.wake, wake_token(user))]
 
 
-def await_reply(r, k: Keys, rid: str, seconds: float) -> str | None:
-    """The reply to `rid` (JSON text), or None after `seconds`. BLPOP in slices shorter than the
-    connection's socket timeout (30 s), so that a caller may wait minutes (a 100,000-task array)
-    without the socket giving up first."""
+def await_reply(pop, k: Keys, rid: str, seconds: float):
+    """BLPOP in slices shorter than the connection's socket timeout, so that a caller may wait
+    minutes (a 100,000-task array) without the socket giving up first."""
     deadline = time.monotonic() + seconds
     while True:
         left = deadline - time.monotonic()
-        got = r.blpop([k.reply(rid)], timeout=max(1, min(20, int(left))))
-        if got:
-            return got[1]
-        if left <= 20:
-            return None
+        got = pop(k.reply(rid), max(1, min(POP_SLICE, int(left))))
+        if got or left <= POP_SLICE:
+            return got
 
+
+def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float = 30.0, tries: int = 3,
+         sign=None) -> dict:
+    """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
+    times. `sign(fields) -> fields` adds a credential (scheduler/auth.py): a fresh one per try, as
+    each is valid once. Connection errors are the caller's to map (each client knows its own)."""
+    fields = request_fields(op, body)
+    per_try = timeout / tries
+    for _ in range(tries):
+        send(send_commands(k, user, sign(fields) if sign else fields))
+        got = await_reply(pop, k, fields["rid"], per_try)
+        if got:
+            return json.loads(got[1])
+    raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")

@@ -5,6 +5,8 @@ its runners (only its own node's keys, attempt status and the events stream), U 
 (only its own inbox and the wake list).
 """
 
+ROWS_VERSION = 1    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
+
 
 class Keys:
     def __init__(self, prefix: str = "labq"):
@@ -50,6 +52,10 @@ class Keys:
     @property
     def history(self) -> str:                 # ZSET (S): ids of ended jobs, score = end time
         return f"{self.p}:history"
+
+    @property
+    def stat_rows(self) -> str:               # HASH (S): id of each active job -> its `stat` row (statrows.py)
+        return f"{self.p}:statrows:v{ROWS_VERSION}"
 
     def control(self, jid: int) -> str:       # STRING (S): "cancel" | "preempt" for the running attempt
         return f"{self.p}:job:{jid}:control"

@@ -22,20 +22,38 @@ def load_job(r, k: Keys, jid: int) -> Job | None:
 
 
 class Reader:
-    def __init__(self, r, keys: Keys):
-        self.r, self.k = r, keys
+    """`history`: the accounting archive (store/archive.History) that ended jobs and old ledger
+    entries move to; reads take the union, so answers do not change when rows move there."""
+
+    def __init__(self, r, keys: Keys, history=None):
+        self.r, self.k, self.history = r, keys, history
 
     def jobs(self, ids) -> list[Job]:
-        return load_jobs(self.r, self.k, ids)
+        ids = [int(i) for i in ids]
+        found = load_jobs(self.r, self.k, ids)
+        if self.history is not None and len(found) < len(ids):
+            have = {j.id for j in found}
+            old = self.history.jobs([i for i in ids if i not in have])
+            by_id = {**old, **{j.id: j for j in found}}
+            found = [by_id[i] for i in ids if i in by_id]
+        return found
 
     def active(self) -> list[Job]:
         return self.jobs(self.r.zrange(self.k.active, 0, -1))
 
     def ended(self, since: float = 0, until: float = float("inf")) -> list[Job]:
-        return self.jobs(self.r.zrangebyscore(self.k.history, since, "+inf" if until == float("inf") else until))
+        recent = load_jobs(self.r, self.k, self.r.zrangebyscore(self.k.history, since,
+                                                                 "+inf" if until == float("inf") else until))
+        if self.history is None:
+            return recent
+        have = {j.id for j in recent}
+        return [j for j in self.history.ended(since, until) if j.id not in have] + recent
 
     def job(self, jid: int) -> Job | None:
-        return load_job(self.r, self.k, jid)
+        j = load_job(self.r, self.k, jid)
+        if j is None and self.history is not None:
+            j = self.history.jobs([jid]).get(int(jid))
+        return j
 
     def node_names(self) -> set[str]:
         """The nodes that ever registered."""
@@ -65,17 +83,21 @@ class Reader:
         return [f for _, f in self.r.xrevrange(self.k.alerts, count=count)][::-1]
 
     def ledger_all(self, page: int = 10_000) -> list[dict]:
-        """Every ledger entry, oldest first, read in pages."""
-        out, start = [], "-"
+        """Every ledger entry, oldest first, read in pages: the archived ones, then Redis's (an
+        entry in both — a crash between the archive's two steps — counts once)."""
+        archived = self.history.ledger() if self.history is not None else []
+        seen = {i for i, _ in archived}
+        out, start = [f for _, f in archived], "-"
         while True:
             got = self.r.xrange(self.k.ledger, start, "+", count=page)
-            out += [f for _, f in got]
+            out += [f for i, f in got if i not in seen]
             if len(got) < page:
                 return out
             start = "(" + got[-1][0]
 
     def ledger_keys(self) -> set[str]:
-        return set(self.r.smembers(self.k.ledger_keys))
+        keys = set(self.r.smembers(self.k.ledger_keys))
+        return keys | self.history.keys() if self.history is not None else keys
 
 
 def usage_from(raw: dict) -> dict[str, tuple[float, float]]:

@@ -10,7 +10,7 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
-from . import writes
+from . import statrows, writes
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
 
@@ -63,6 +63,17 @@ class SchedulerStore:
                 return p.execute()
             except redis.WatchError:
                 raise StalePlanError("the leader lease changed during a transaction") from None
+
+    def rebuild_stat_rows(self, jobs) -> None:
+        """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
+        scheduler becomes leader, so rows of an older shape or an older labq are replaced."""
+        rows = [(str(j.id), statrows.dumps(j)) for j in jobs]
+
+        def build(p):
+            p.delete(self.k.stat_rows)
+            for i in range(0, len(rows), 10_000):
+                p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
+        self.txn(build)
 
     # -- loading -------------------------------------------------------------------------------
     def active_jobs(self) -> dict[int, Job]:
@@ -196,13 +207,20 @@ class SchedulerStore:
     def ack(self, p, stream: str, *eids: str) -> None:
         p.xack(stream, GROUP, *eids)
 
-    def claim_credential(self, key: str, entry: str, ttl: float):
-        """Record that inbox entry `entry` uses the credential `key`: "new", "same" (this entry
-        claimed it before a restart) or None (another entry did: a replay)."""
-        if self.r.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl))):
-            return "new"
-        return "same" if self.r.get(self.k.credential(key)) == entry else None
-
+    def claim_credentials(self, claims: list[tuple[str, str]], ttl: float) -> list:
+        """Record that inbox entry `entry` uses the credential `key`, for each (key, entry): "new",
+        "same" (this entry claimed it before a restart) or None (another entry did: a replay).
+        Two round trips for a whole batch."""
+        p = self.r.pipeline(transaction=False)
+        for key, entry in claims:
+            p.set(self.k.credential(key), entry, nx=True, ex=max(1, int(2 * ttl)))
+        won = p.execute()
+        p = self.r.pipeline(transaction=False)
+        for (key, _), ok in zip(claims, won):
+            if not ok:
+                p.get(self.k.credential(key))
+        holders = iter(p.execute())
+        return ["new" if ok else ("same" if next(holders) == entry else None) for (_, entry), ok in zip(claims, won)]
 
 def _float(v) -> float | None:
     try:

@@ -4,7 +4,7 @@ import time
 
 from .. import states
 from ..ledger import spent_field
-from . import codec
+from . import codec, statrows
 from .keys import Keys
 
 REPLY_TTL = 600
@@ -14,13 +14,14 @@ ALERTS_MAXLEN = 100_000
 
 
 def put_jobs(p, k: Keys, jobs) -> None:
-    """Job records and the active/history indexes, one ZADD/ZREM per index for the lot (a
-    100,000-task array is 100,000 SETs and three index commands, not 300,000 commands)."""
-    active, ended, stale, records = {}, {}, [], {}
+    """Job records, their `stat` rows (statrows.py) and the active/history indexes, one MSET, ZADD,
+    ZREM and HSET for the lot (a 100,000-task array is a few commands, not 400,000)."""
+    active, ended, stale, records, rows = {}, {}, [], {}, {}
     for job in jobs:
         records[k.job(job.id)] = codec.dumps(job)
         if job.state in states.ACTIVE:
             active[str(job.id)] = job.id
+            rows[str(job.id)] = statrows.dumps(job)
             if job.state == states.PENDING and job.attempts:
                 # Requeued: the control that stopped the last attempt (cancel for labq requeue,
                 # preempt) must not stop the next one before it starts.
@@ -32,8 +33,10 @@ def put_jobs(p, k: Keys, jobs) -> None:
         p.mset(records)
     if active:
         p.zadd(k.active, active)
+        p.hset(k.stat_rows, mapping=rows)
     if ended:
         p.zrem(k.active, *ended)
+        p.hdel(k.stat_rows, *ended)
         p.zadd(k.history, ended)
     if stale:
         p.delete(*stale)
@@ -98,22 +101,26 @@ def put_new_jobs(r, k: Keys, jobs) -> set[int]:
         return set()
     # Each chunk is one MSET in a MULTI/EXEC: Redis fsyncs a transaction once, while a plain
     # pipeline of the same commands is fsynced at every read of its socket.
-    done, records, size = set(), {}, 0
+    # Their `stat` rows go with them: a row whose job is not (yet) indexed is skipped by readers
+    # (thinreads.ThinReader.stat_rows), and the next leader rebuilds the rows from the records.
+    done, records, rows, size = set(), {}, {}, 0
     for job in jobs:
         text = records[k.job(job.id)] = codec.dumps(job)
+        row = rows[str(job.id)] = statrows.dumps(job)
         done.add(job.id)
-        size += len(text) + 32
+        size += len(text) + len(row) + 48
         if size >= CHUNK_BYTES:
-            _mset(r, records)
-            records, size = {}, 0
+            _mset(r, k, records, rows)
+            records, rows, size = {}, {}, 0
     if records:
-        _mset(r, records)
+        _mset(r, k, records, rows)
     return done
 
 
-def _mset(r, records: dict) -> None:
+def _mset(r, k: Keys, records: dict, rows: dict) -> None:
     with r.pipeline() as p:
         p.mset(records)
+        p.hset(k.stat_rows, mapping=rows)
         p.execute()
 
 

@@ -17,7 +17,7 @@ import pytest
 from tests.harness import ROOT, wait_for
 
 GUIDE = pathlib.Path(ROOT) / "docs" / "admin.md"
-SYSTEM_TOOLS = {"apt-get", "systemctl", "useradd"}
+SYSTEM_TOOLS = {"apt-get", "systemctl", "useradd", "sqlite3"}
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0, reason="make install-system runs as root")]
 
 

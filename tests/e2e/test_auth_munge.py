@@ -309,3 +309,16 @@ def test_a_forged_cancel_of_the_victims_job_is_refused(sched, people, shared_red
     assert got["ok"] is False and f"belongs to {victim.pw_name}" in got["error"]
     assert [(j.user, j.cancel_requested) for j in jobs(r)] == [(victim.pw_name, False)]
     assert jobs(r)[0].state not in ("CA", "CG")
+
+
+def test_a_credential_used_twice_in_one_batch_serves_once(sched, people, shared_redis, munged):
+    """Both copies are read in the same batch (decoded concurrently, claimed together)."""
+    s, r = sched
+    mallory, _ = people
+    rid, fields = forge(mallory, shared_redis, munged, mallory.pw_name, sign=True)
+    r.xadd(K.inbox("other"), {**fields, "rid": rid})
+    r.lpush(K.wake, "user:other")
+    s.tick(time.time(), woke(r))
+    answers = [json.loads(x) for x in r.lrange(K.reply(rid), 0, -1)]
+    assert sorted(a["ok"] for a in answers) == [False, True], answers
+    assert any("replayed" in a.get("error", "") for a in answers) and len(jobs(r)) == 1

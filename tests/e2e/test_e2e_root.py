@@ -54,3 +54,19 @@ def test_a_job_no_node_would_run_is_refused_at_submit():
         assert e.job(1) is None, "nothing was accepted"
     finally:
         e.close()
+
+
+def test_money_is_printed_in_the_configured_currency():
+    e = E2E(E2E_CONFIG.replace("[rates]\n", '[rates]\ncurrency = "EUR"\n'))
+    try:
+        jid = e.sub("-G", "1", "-t", "10m", "--", "sleep", "60")
+        e.wait_state(jid, {"R"}, 60)
+        outs = [e.labq("stat").stdout]
+        assert e.labq("del", str(jid)).returncode == 0
+        e.wait_state(jid, {"CA"}, 60)
+        outs += [e.labq(*a).stdout for a in (("acct",), ("budget",), ("sub", "-A", "eta", "--test-only", "-G", "1",
+                                                                       "--", "true"))]
+        for out in outs:
+            assert "€" in out and "$" not in out, out
+    finally:
+        e.close()

@@ -153,7 +153,7 @@ def test_runner_killed_parent_kills_the_tree(real_redis, redis_server, tmp_path)
     middle.kill()
     middle.wait()
     wait_for(lambda: events(real_redis, "finished"), timeout=30, what="finished event")
-    assert finished(real_redis)["outcome"] == "node_failure"
+    assert finished(real_redis)["outcome"] == "node_failure", finished(real_redis)["message"]
     wait_for(lambda: not os.path.exists(f"/proc/{job_pid}") and not os.path.exists(f"/proc/{runner_pid}")
              or _zombie(job_pid), timeout=30, what="job and runner gone")
 

@@ -44,7 +44,10 @@ SCAN = textwrap.dedent("""
 def test_table_matches_psutil_and_follows_exits():
     stranger = subprocess.Popen(["sleep", "60"])
     try:
-        out = subprocess.run([sys.executable, "-c", SCAN, ROOT], capture_output=True, text=True, timeout=90)
+        # This interpreter, not `python3` from PATH: a pyenv shim is a chain of processes that, on a
+        # loaded machine, has not yet exec'd into Python when the table is compared.
+        scan = SCAN.replace("exec python3 ", f"exec {sys.executable} ")
+        out = subprocess.run([sys.executable, "-c", scan, ROOT], capture_output=True, text=True, timeout=90)
     finally:
         stranger.kill()
         stranger.wait()

@@ -1,0 +1,248 @@
+"""The hot read and control commands — stat, show, logs, wait, del — without click.
+
+The click commands (query.py) and the fast path (fast.py) both call these with the parsed flags
+and the thin client (scheduler/thinclient.py), so their output is the same by construction.
+"""
+import os
+import sys
+import time
+
+from labq.scheduler import states
+from labq.scheduler.errors import UsageError
+from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
+
+from . import statview
+from .out import echo, echo_json, fail
+
+
+def stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=None, noheader=False, expand=False,
+         as_json=False, **_) -> None:
+    """The queue from the `stat` index; from the records for --json and -o (their fields are not in
+    a row), or while the index is being built."""
+    now = time.time()
+    wanted, picked = _states(state), _id_filter(job_ids)
+    user = c.user if me else user
+    if as_json or fmt:
+        jobs = c.read.active()
+        rows, nodes = None, None
+    else:
+        rows, names = c.read.stat_rows()
+        nodes = c.read.nodes(names)
+        jobs = rows if rows is not None else c.read.active()   # rows not (yet) kept for every active job
+    shown = [j for j in statview.select(jobs, user, account, wanted) if picked(j)]
+    if as_json:
+        from . import render
+        return echo_json([render.job_dict(j, now) for j in shown])
+    pairs = [(j.display_id, j) for j in shown] if expand else statview.compact(shown)
+    if fmt:
+        from . import slurmfmt
+        return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader))
+    if rows is not None:
+        cells = [statview.row_cells(r, now, label) for label, r in pairs]
+    else:
+        from . import render
+        cells = [render.stat_row(j, now, label) for label, j in pairs]
+    if not noheader:
+        echo(statview.capacity_line(nodes, jobs))
+    lines = statview.table(cells, statview.STAT_HEADERS).splitlines()
+    if lines[noheader:]:
+        echo("\n".join(lines[noheader:]))
+
+
+def _states(text):
+    if not text:
+        return None
+    try:
+        return states.parse_states(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _id_filter(text):
+    """`42,43_7,44_[1-3]` → a predicate on jobs (42 names the job or every task of array 42)."""
+    if not text:
+        return lambda j: True
+    import re
+
+    from labq.scheduler.jobspec import parse_task_ids
+    whole, tasks = set(), {}
+    for item in (x.strip() for x in re.split(r",(?![^\[]*\])", text) if x.strip()):
+        t = parse_task_ids(item)
+        if t:
+            tasks.setdefault(t[0], set()).update(t[1])
+        elif item.isdigit():
+            whole.add(int(item))
+        else:
+            raise UsageError(f"--jobs: expected ids like 42,43_7,44_[1-3], got {item!r}")
+    return lambda j: (j.id in whole or j.array_id in whole
+                      or (j.array_id in tasks and j.array_index in tasks[j.array_id]))
+
+
+def show(c, job_id, as_json=False, **_) -> None:
+    """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
+    id: a summary of its tasks (name one, like 42_3, for the full view)."""
+    from labq.scheduler.logpath import out_path
+
+    from . import render
+    found = c.resolve(job_id)
+    if not found:
+        raise UsageError(f"no such job: {job_id}")
+    if len(found) > 1:
+        return _show_array(found, as_json)
+    j = found[0]
+    d = render.job_dict(j)
+    if as_json:
+        return echo_json(d)
+    lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
+             f"  state: {j.state}" + (f"  reason: {j.reason} — {j.detail}" if j.state == states.PENDING else
+                                      f"  {j.detail}" if j.detail else ""),
+             f"  request: {j.gpus} GPU{'s' if j.gpus != 1 else ''}{' ' + j.gpu_type if j.gpu_type else ''}, "
+             f"{j.cpus} CPUs, {fmt_size(j.mem)}, time limit {fmt_duration(j.time_limit)}"
+             + (f", max wait {fmt_duration(j.max_wait)}" if j.max_wait is not None else ""),
+             f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
+             f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
+             f"  restarts: {j.restart_count}  exit code: {j.exit_code}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+    if j.deps:
+        lines.append(f"  dependency: {d['dependency']}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep else ""))
+    if j.deadline:
+        lines.append(f"  deadline: {ts(j.deadline)}")
+    if j.preempt_count or j.borrowed or j.state == states.PREEMPTING:
+        lines.append(f"  preempted {j.preempt_count} time(s)" + ("; runs on borrowed GPUs (may be reclaimed)"
+                                                                  if j.borrowed else "")
+                     + (f"; draining for job {j.preempted_for}" if j.preempted_for else ""))
+    if j.retries:
+        lines.append(f"  retries: {j.retries_used}/{j.retries} used"
+                     + (f", on exit codes {','.join(map(str, j.retry_on))}" if j.retry_on else "")
+                     + (f"; eligible again {ts(j.eligible_time)}" if j.state == states.PENDING and j.eligible_time
+                        else ""))
+    if j.commit:
+        lines.append("  committed: " + ", ".join(f"{b} {fmt_money(m)}" for b, m in j.commit))
+    for a in j.attempts:
+        lines.append(f"  attempt {a.attempt}: node {a.node} gpus {','.join(a.gpus) or '-'} "
+                     f"{ts(a.start_time or a.dispatch_time)} → {ts(a.end_time)} {a.outcome or 'running'}"
+                     f" exit {a.exit_code} cost {fmt_money(a.cost)}"
+                     + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else "")
+                     + (f" last checkpoint {ts(a.last_checkpoint)}" if a.last_checkpoint else "")
+                     + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
+        if render.usage_text(a.usage):
+            lines.append(f"    usage: {render.usage_text(a.usage)}")
+    echo("\n".join(lines))
+
+
+def _show_array(tasks, as_json):
+    """An array parent: its request once, and how many tasks are in each state (ids compact)."""
+    from . import render
+    now, first = time.time(), tasks[0]
+    by_state: dict[str, list[str]] = {}
+    for t in sorted(tasks, key=lambda t: t.id):
+        by_state.setdefault(t.state, []).append(t.display_id)
+    cost = sum(t.cost + render.running_cost(t, now) for t in tasks)
+    d = {"array_job_id": first.array_id, "name": first.name, "user": first.user, "account": first.account,
+         "qos": first.qos, "tasks": len(tasks), "states": {s: len(ids) for s, ids in by_state.items()},
+         "task_ids": {s: statview.compact_ids(ids) for s, ids in by_state.items()}, "cost": cost / MICRO,
+         "request": render.job_dict(first, now)["request"]}
+    if as_json:
+        return echo_json(d)
+    lines = [f"Array {first.array_id} ({first.name}) user={first.user} account={first.account} qos={first.qos}: "
+             f"{len(tasks)} tasks",
+             f"  request per task: {first.gpus} GPU{'s' if first.gpus != 1 else ''}"
+             f"{' ' + first.gpu_type if first.gpu_type else ''}, {first.cpus} CPUs, {fmt_size(first.mem)}, "
+             f"time limit {fmt_duration(first.time_limit)}"]
+    lines += [f"  {states.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(statview.compact_ids(ids))}"
+              for s, ids in by_state.items()]
+    lines.append(f"  cost so far: {fmt_money(cost)}")
+    echo("\n".join(lines))
+
+
+def ts(t):
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def logs(c, job_id, follow=False, err=False, **_) -> None:
+    """A job's output."""
+    from labq.scheduler.logpath import err_path, out_path
+    j = c.job(job_id)
+    path = err_path(j) if err else out_path(j)
+    # Another user's output is theirs: shown only where its mode lets the caller read it (the
+    # submitter's umask decided), or to an admin.
+    me = c.user
+    if j.user != me and me not in c.security.get("admins", ("root",)) and os.path.exists(path) \
+            and not os.access(path, os.R_OK):
+        fail(f"job {j.display_id} belongs to {j.user}: its output {path} is not readable by {me}", 3)
+    pos = 0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos += len(chunk)
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+        except FileNotFoundError:
+            if not follow and j.state != states.PENDING:
+                fail(f"no output yet at {path}", 2)
+        except PermissionError:
+            fail(f"cannot read {path}: permission denied", 2)
+        if not follow or j.state in states.TERMINAL:
+            return
+        time.sleep(0.5)
+        j = c.job(job_id)
+
+
+def exit_status(j) -> int:
+    if j.state == states.COMPLETED:
+        return 0
+    if j.exit_code is not None and j.exit_code > 0:
+        return min(j.exit_code, 255)
+    if j.exit_code is not None and j.exit_code < 0:
+        return 128 + (-j.exit_code)
+    return 1
+
+
+def wait_for_jobs(client, ids, quiet=False, timeout=None) -> int:
+    jobs = [j for i in ids for j in (client.resolve(i) or _missing(i))]
+    end = time.monotonic() + timeout if timeout else None
+    code = 0
+    for job in jobs:
+        while job.state not in states.TERMINAL:
+            if end and time.monotonic() > end:
+                fail(f"timed out waiting for job {job.display_id}", 1)
+            time.sleep(0.2)
+            job = client.read.job(job.id)
+        if not quiet:
+            echo(f"{job.display_id} {job.state} exit={job.exit_code}")
+        code = code or exit_status(job)
+    return code
+
+
+def _missing(i):
+    raise UsageError(f"no such job: {i}")
+
+
+def wait(c, job_ids, timeout=None, **_) -> None:
+    """Block until the jobs end; exit with the (first failing) job's exit code."""
+    secs = parse_duration(timeout, "--timeout", bare_unit=1) if timeout else None
+    sys.exit(wait_for_jobs(c, list(job_ids), timeout=secs))
+
+
+def control(c, op, job_ids) -> None:
+    reply = c.act_on(op, list(job_ids))
+    said = []     # runs of results with the same outcome: one line for a 9,000-task array, not 9,000
+    for r in reply.get("results", []):
+        if r["ok"]:
+            what = "cancelled" if r["state"] == states.CANCELLED else r["state"]
+            if said and said[-1][0] == what:
+                said[-1][1].append(r["id"])
+            else:
+                said.append((what, [r["id"]]))
+        else:
+            echo(f"labq: {r['error']}", err=True)
+    for what, ids in said:
+        echo(f"job {', '.join(statview.compact_ids(ids))}: {what}")
+    if not reply.get("ok"):
+        sys.exit(reply.get("code") or 2)
+
+
+def delete(c, job_ids, **_) -> None:
+    """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait."""
+    control(c, "cancel", job_ids)

@@ -1,0 +1,61 @@
+"""Output, exit codes and where the private Redis lives: what every command needs, without click
+(the fast path of the hot commands, fast.py, imports this and not click)."""
+import json
+import os
+import sys
+
+from labq.scheduler.errors import LabqError
+from labq.scheduler.store.resp import ConnectionLost
+
+
+def echo(text: str = "", err: bool = False) -> None:
+    """click.echo's behaviour for text: one line, flushed."""
+    f = sys.stderr if err else sys.stdout
+    f.write(f"{text}\n")
+    f.flush()
+
+
+def echo_json(obj) -> None:
+    echo(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def fail(message: str, code: int = 2):
+    echo(f"labq: {message}", err=True)
+    sys.exit(code)
+
+
+def state_dir() -> str:
+    """Per-user state: the private Redis of `labq up`, its data and pid file."""
+    base = os.environ.get("LABQ_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq")
+    return base
+
+
+def private_socket() -> str:
+    return os.path.join(state_dir(), "redis", "redis.sock")
+
+
+def url_or_default(configured: str) -> str:
+    """redis.url from the config, else $LABQ_REDIS_URL, else the private Redis of `labq up`."""
+    return configured or os.environ.get("LABQ_REDIS_URL") or f"unix://{private_socket()}"
+
+
+def guarded(fn, redis_errors=None):
+    """Call fn(); user errors become one line on stderr and their exit code, never a traceback.
+    `redis_errors()`: the error classes of the Redis client in use (asked only after an error, so
+    that redis-py is not imported to start a command)."""
+    try:
+        return fn()
+    except LabqError as e:
+        fail(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except BrokenPipeError:
+        sys.stderr.close()   # `labq stat | head`: the reader left; nothing more to say
+        sys.exit(1)
+    except Exception as e:
+        if isinstance(e, OSError) and e.filename and not str(e.filename).endswith(".sock"):
+            fail(f"{e.filename}: {e.strerror or e}", 2)    # a file of ours, not the Redis socket
+        if isinstance(e, ConnectionLost) or (redis_errors and isinstance(e, redis_errors())):
+            fail(f"Redis does not answer: {e}", 4)
+        raise

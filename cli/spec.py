@@ -1,0 +1,108 @@
+"""The flags of the hot commands, declared once: click builds its options from these (submit.py,
+query.py), and the fast path (fast.py) parses argv with them without importing click.
+
+An option is (declarations, kind, help, default), the declarations exactly as click takes them
+(flags, an optional destination name, or "--x/--no-x"). Kinds: "str", "int", "flag" (is_flag),
+"bool" (a --x/--no-x pair), "multi" (repeatable string).
+"""
+
+SUB = [
+    (("-J", "--name", "--job-name", "name"), "str", "Job name.", None),
+    (("-A", "--account"), "str", "Account (team) to charge.", None),
+    (("--project",), "str", "Project, for project budgets and reports.", None),
+    (("-q", "--qos"), "str", "QoS class (default: normal).", None),
+    (("--budget", "budget_name"), "str", "A named batch budget to charge as well.", None),
+    (("-G", "--gpus"), "str", "GPUs: N or MODEL:N.", None),
+    (("--gres",), "str", "SLURM's gpu[:MODEL]:N (the same as --gpus [MODEL:]N).", None),
+    (("-c", "--cpus", "--cpus-per-task", "cpus"), "str", "CPUs (default 1).", None),
+    (("--mem",), "str", "Memory, like 12G (default 0: no reservation).", None),
+    (("-t", "--time", "time_"), "str", "Time limit: 2h, 90 (minutes), 1:30:00, 2-0.", None),
+    (("--est",), "str", "Expected runtime (forecast budget mode).", None),
+    (("--max-wait",), "str", "Give up (EX) if not started within this long.", None),
+    (("--begin",), "str", "Not before: 16:00, tomorrow, now+30minutes, 2026-12-03T09:00, 30m.", None),
+    (("-H", "--hold"), "flag", "Submit held (labq release ID starts it).", None),
+    (("--deadline",), "str", "End the job (DL) once it could no longer finish by this time (forms of --begin).", None),
+    (("-d", "--dependency"), "str", "afterok:ID[:ID],afternotok:ID,afterany:ID,singleton (',' = all of).", None),
+    (("--kill-on-invalid-dep",), "flag",
+     "Cancel the job when a dependency can never be satisfied (else it pends).", None),
+    (("--retries",), "int", "Retry up to N times on node failure and on --retry-on exit codes.", None),
+    (("--retry-on",), "str", "Exit codes that are retried (with --retries), comma-separated: 3,75.", None),
+    (("--requeue/--no-requeue",), "bool", "Requeue on node failure (default) or end NF.", None),
+    (("--requeue-on-timeout",), "flag",
+     "A timeout after a checkpoint taken in that attempt requeues the job.", None),
+    (("--preemptible/--no-preemptible",), "bool", "Override the QoS's preemptibility.", None),
+    (("--mem-limit",), "str", "Memory the job may use before it is killed (default: --mem).", None),
+    (("-a", "--array"), "str", "Array: 1-12, 1-12:2, 1-12%4 (at most 4 at once).", None),
+    (("--signal", "warn_signal"), "str", "[SIG]@SECS: send SIG (default USR1) SECS before the time limit.", None),
+    (("--checkpoint-exit-code",), "int", "Exiting with this code requeues the job at once.", None),
+    (("-o", "--output"), "str", "stdout pattern (default labq-%j.out; %j %A %a %x %u %r).", None),
+    (("-e", "--error"), "str", "stderr pattern (default: with stdout).", None),
+    (("-D", "--chdir"), "str", "Working directory (default: the current one).", None),
+    (("--export",), "str", "Environment the job gets: ALL (default: yours, now), NONE, or VAR[,VAR=value…].", None),
+    (("--tag",), "multi", "K=V tag, repeatable.", ()),
+    (("--test-only",), "flag", "Forecast and verdict; submit nothing.", None),
+    (("-W", "--wait"), "flag", "Wait for the job; exit with its code.", None),
+    (("--parsable",), "flag", "Print only the job id.", None),
+    (("--json", "as_json"), "flag", "Print the reply as JSON.", None),
+]
+
+STAT = [
+    (("-u", "--user"), "str", "Only this user's jobs.", None),
+    (("-A", "--account"), "str", "Only this account's jobs.", None),
+    (("-t", "--state", "--states", "state"), "str", "Only these states: PD,R or PENDING,RUNNING.", None),
+    (("-j", "--jobs", "job_ids"), "str", "Only these jobs: 42,43_7,44_[1-3] (42: the job, or all its tasks).", None),
+    (("--me",), "flag", "Only my jobs.", False),
+    (("--start",), "flag", "Expected start of pending jobs (from running jobs' time limits).", False),
+    (("-o", "--format", "fmt"), "str", 'squeue fields, like "%.10i %.9T %.8u %.10M %.10l %b %R".', None),
+    (("--noheader",), "flag", "No header lines.", False),
+    (("-r", "--array", "expand"), "flag", "One line per array task (else pending tasks compact).", False),
+    (("--json", "as_json"), "flag", None, False),
+]
+SHOW = [(("--json", "as_json"), "flag", None, False)]
+LOGS = [
+    (("-f", "--follow"), "flag", "Keep printing as the job writes, until it ends.", False),
+    (("--err",), "flag", "Show the stderr file (when -e gave one).", False),
+]
+WAIT = [(("--timeout",), "str", "Give up after this long (exit 1).", None)]
+
+# command -> (options, positional name, how many: 1, "+" (one or more) or "*" (any, sub's argv))
+COMMANDS = {
+    "sub": (SUB, "args", "*"), "stat": (STAT, None, 0), "q": (STAT, None, 0), "show": (SHOW, "job_id", 1),
+    "logs": (LOGS, "job_id", 1), "wait": (WAIT, "job_ids", "+"), "del": ([], "job_ids", "+"),
+}
+
+
+def dest(decls) -> str:
+    """The parameter name click gives an option: an explicit name, else the longest flag."""
+    names = [d for d in decls if not d.startswith("-")]
+    if names:
+        return names[0]
+    flags = [f for d in decls for f in d.split("/")[:1]]
+    longest = max(flags, key=lambda f: (f.startswith("--"), len(f)))
+    return longest.lstrip("-").replace("-", "_").lower()
+
+
+def click_options(spec):
+    """The click decorators of a spec, in order (applied bottom-up, as a decorator list is)."""
+    import click
+    out = []
+    for decls, kind, help_, default in spec:
+        kw = {"help": help_} if help_ else {}
+        if kind == "int":
+            kw["type"] = int
+        elif kind == "flag":
+            kw.update(is_flag=True, default=default)
+        elif kind == "bool":
+            kw["default"] = default
+        elif kind == "multi":
+            kw["multiple"] = True
+        out.append(click.option(*decls, **kw))
+    return out
+
+
+def with_options(spec):
+    def deco(f):
+        for opt in reversed(click_options(spec)):
+            f = opt(f)
+        return f
+    return deco

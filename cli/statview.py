@@ -1,0 +1,99 @@
+"""`labq stat`'s table, from the rows of the `stat` index (store/statrows.py) or from job records.
+
+Imports neither click nor the model: the thin `stat` renders rows with this alone. `compact`,
+`table` and `capacity_line` take anything with the attributes they read (a Row, a model.Job, a Node).
+"""
+from labq.scheduler import states
+from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
+
+
+def compact(jobs):
+    """Pending tasks of one array with the same reason, in a run of indices, shown as one
+    `42_[5-12]` entry: (display id, first job) pairs in job order."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            a, b = run[0].array_index, run[-1].array_index
+            shown = f"{run[0].array_id}_[{a}-{b}]" if len(run) > 1 else run[0].display_id
+            out.append((shown, run[0]))
+            run.clear()
+
+    for j in sorted(jobs, key=lambda j: j.id):
+        groupable = j.state == states.PENDING and j.array_id is not None
+        if run and not (groupable and j.array_id == run[-1].array_id and j.reason == run[-1].reason
+                        and j.id == run[-1].id + 1):
+            flush()
+        if groupable:
+            run.append(j)
+        else:
+            out.append((j.display_id, j))
+    flush()
+    return out
+
+
+def table(rows, headers) -> str:
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in rows])
+
+
+STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODE(REASON)"]
+
+
+def capacity_line(nodes, jobs) -> str:
+    up = [n for n in nodes if n.state == "up"]
+    on = [j for j in jobs if j.state in states.ON_NODE]
+    total_g = sum(len(n.gpus) for n in up)
+    used_g = sum(j.gpus for j in on if j.node in {n.name for n in up})
+    total_c, used_c = sum(n.cpus for n in up), sum(j.cpus for j in on)
+    total_m, used_m = sum(n.mem for n in up), sum(j.mem for j in on)
+    pend = sum(1 for j in jobs if j.state == states.PENDING)
+    return (f"nodes {len(up)}/{len(nodes)} up · GPUs {total_g - used_g}/{total_g} free · "
+            f"CPUs {total_c - used_c}/{total_c} free · mem {fmt_size(max(0, total_m - used_m))}/{fmt_size(total_m)} free"
+            f" · {len(on)} running, {pend} pending")
+
+
+def row_cells(r, now: float, shown: str | None = None) -> list:
+    """The cells of one row, as render.stat_row prints them from the job's record."""
+    where = r.node if r.state in states.ON_NODE else f"({r.reason})" if r.state == states.PENDING else r.node or ""
+    return [shown or r.display_id, r.name[:20], r.user, r.account, r.qos, r.state, fmt_duration(r.elapsed(now)),
+            r.gpus, fmt_money(r.settled + r.running_cost(now)), where]
+
+
+def select(rows, user=None, account=None, wanted=None) -> list:
+    """The rows `stat -u/-A/-t` shows, in job id order."""
+    return [r for r in sorted(rows, key=lambda r: r.id)
+            if (not user or r.user == user) and (not account or r.account == account)
+            and (not wanted or r.state in wanted)]
+
+
+def stat_text(nodes, rows, shown, now: float) -> str:
+    """The capacity line (over every active job) and the table of the shown rows."""
+    cells = [row_cells(r, now, label) for label, r in compact(shown)]
+    return capacity_line(nodes, rows) + "\n" + table(cells, STAT_HEADERS)
+
+
+def compact_ids(ids) -> list[str]:
+    """`["57_0", "57_1", …, "57_8999", "60"]` → `["57_[0-8999]", "60"]`: runs of one array's
+    consecutive task indices, in the given order."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            a, lo, hi = run[0][0], run[0][1], run[-1][1]
+            out.append(f"{a}_[{lo}-{hi}]" if hi != lo else f"{a}_{lo}")
+            run.clear()
+
+    for i in ids:
+        arr, sep, idx = str(i).partition("_")
+        if sep and idx.isdigit():
+            if run and (run[-1][0] != arr or run[-1][1] + 1 != int(idx)):
+                flush()
+            run.append((arr, int(idx)))
+        else:
+            flush()
+            out.append(str(i))
+    flush()
+    return out

@@ -1,0 +1,246 @@
+"""`labq sub` without click: the flags' values → a submit request → the reply printed.
+
+Precedence: command-line flags, then environment (LABQ_SUB_ACCOUNT, LABQ_SUB_QOS, LABQ_SUB_TIME),
+then the script's `#LABQ` lines (read up to the first line that is neither blank nor a comment), or,
+when it has none, its `#SBATCH` lines (cli/sbatch.py).
+The click command (submit.py) and the fast path (fast.py) both call `run`.
+"""
+import os
+import shlex
+import sys
+
+from labq.scheduler import exportenv, units
+from labq.scheduler.errors import UsageError
+
+from .out import echo, echo_json
+
+ENV = {"account": "LABQ_SUB_ACCOUNT", "qos": "LABQ_SUB_QOS", "time": "LABQ_SUB_TIME"}
+
+
+def parse_gpus(text) -> tuple[str, int]:
+    return units.parse_gpus(text, "--gpus")
+
+
+def parse_array(text) -> tuple[list[int], int | None]:
+    """`1-12`, `1-12:2`, `5`, `1-12%4` → ([lo, hi, step], throttle or None)."""
+    s, percent, pct = str(text).partition("%")
+    throttle = None
+    if percent:
+        try:
+            throttle = int(pct)
+        except ValueError:
+            raise UsageError(f"--array: expected LO-HI%N with N a number, got {text!r}") from None
+        if throttle < 1:
+            raise UsageError(f"--array: the %N throttle must be at least 1, got {text!r}")
+    rng, _, step = s.partition(":")
+    lo, _, hi = rng.partition("-")
+    try:
+        a = [int(lo), int(hi or lo), int(step or 1)]
+    except ValueError:
+        raise UsageError(f"--array: expected LO-HI or LO-HI:STEP, got {text!r}") from None
+    if a[0] < 0 or a[1] < a[0] or a[2] < 1:
+        raise UsageError(f"--array: expected 0 ≤ LO ≤ HI and STEP ≥ 1, got {text!r}")
+    return a, throttle
+
+
+def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
+    """A time as sbatch --begin takes it (scheduler/when.py) → epoch seconds."""
+    import time
+
+    from labq.scheduler import when
+    return when.parse(text, time.time() if now is None else now, what)
+
+
+def parse_codes(text) -> list[int]:
+    """`3,75` → [3, 75]: exit codes 1–255."""
+    try:
+        codes = [int(c) for c in str(text).split(",")]
+    except ValueError:
+        raise UsageError(f"--retry-on: expected exit codes like 3,75, got {text!r}") from None
+    if not all(1 <= c <= 255 for c in codes):
+        raise UsageError(f"--retry-on: exit codes are 1–255, got {text!r}")
+    return codes
+
+
+def parse_signal(text) -> list:
+    """`USR1@60`, `SIGUSR2@2m`, `@90` (USR1) → [name, seconds]."""
+    name, at, when = str(text).rpartition("@")
+    if not at:
+        raise UsageError(f"--signal: expected [SIG]@SECS like USR1@60, got {text!r}")
+    name = (name.upper().removeprefix("SIG") or "USR1")
+    return [name, units.parse_duration(when, "--signal", bare_unit=1)]
+
+
+def directives(script: str) -> list[str]:
+    out = []
+    for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
+        s = line.strip()
+        if s.startswith("#LABQ"):
+            out += shlex.split(s[len("#LABQ"):])
+        elif s and not s.startswith("#"):
+            break
+    return out
+
+
+def run(client, opts: dict, args, dashdash: bool, merge) -> None:
+    """Submit with the parsed flags `opts`; `merge(opts, directives, what)` fills what the flags left
+    unset from a script's directives (each parser brings its own, so that errors read the same)."""
+    argv, script, script_name = command(dashdash, args)
+    if script is not None:
+        script_directives(opts, script, merge)
+        opts["name"] = opts.get("name") or script_name
+    for key, var in ENV.items():
+        opt = "time_" if key == "time" else key
+        if opts.get(opt) is None and os.environ.get(var):
+            opts[opt] = os.environ[var]
+    body = build_body(opts, argv, script)
+    reply = client.submit(body)
+    if reply.get("test_only"):
+        return print_test_only(reply, opts)
+    if opts["as_json"]:
+        echo_json(reply)
+    elif opts["parsable"]:
+        echo(reply["job_id"])     # sbatch: an array's id alone, which `-d afterok:ID` accepts
+    else:
+        echo(f"Submitted job {reply['display']}")
+    if opts["wait"]:
+        from .hot import wait_for_jobs
+        sys.exit(wait_for_jobs(client, [str(reply["job_id"])], quiet=True))
+
+
+def script_directives(opts, script: str, merge) -> None:
+    """`#LABQ` lines, else `#SBATCH` lines (translated; what labq ignores is named in one warning)."""
+    dirs, what = directives(script), "#LABQ"
+    if not dirs:
+        from . import sbatch
+        dirs, ignored = sbatch.translate(sbatch.directives(script))
+        what = "#SBATCH"
+        if ignored:
+            echo(f"labq: warning: #SBATCH directives ignored: {' '.join(ignored)}", err=True)
+    if dirs:
+        merge(opts, dirs, what)
+
+
+def command(dashdash: bool, args):
+    if dashdash:
+        if not args:
+            raise UsageError("no command after --")
+        return list(args), None, None
+    if args:
+        path = args[0]
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as e:
+            raise UsageError(f"script {path}: {e.strerror} (to run a command, put it after --)") from None
+        return list(args[1:]), text, os.path.basename(path)
+    if not sys.stdin.isatty():
+        text = sys.stdin.read()
+        if text.strip():
+            return [], text, "stdin"
+    raise UsageError("give a command after --, a script file, or a script on stdin")
+
+
+def build_body(opts, argv, script) -> dict:
+    """The submit request body from parsed options. Raises UsageError on any bad value."""
+    if opts.get("gres") is not None and opts.get("gpus") is None:
+        from . import sbatch
+        gres = sbatch.gres(opts["gres"])
+        if gres is None:
+            raise UsageError(f"--gres: expected gpu[:MODEL]:N, got {opts['gres']!r}")
+        opts = {**opts, "gpus": gres[1]}
+    model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
+    body = {
+        "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
+        "name": opts.get("name") or "", "account": opts.get("account") or "", "project": opts.get("project") or "",
+        "qos": opts.get("qos") or "", "budget": opts.get("budget_name") or "",
+        "gpus": gpus, "gpu_type": model, "out": opts.get("output") or "", "err": opts.get("error") or "",
+        "test_only": bool(opts.get("test_only")),
+        # sbatch's default: the job gets the environment the user submits from (their venv's PATH…)
+        **exportenv.capture(opts.get("export"), os.environ),
+    }
+    if opts.get("cpus") is not None:
+        try:
+            body["cpus"] = int(opts["cpus"])
+        except ValueError:
+            raise UsageError(f"--cpus: expected an integer, got {opts['cpus']!r}") from None
+        if body["cpus"] < 1:
+            raise UsageError(f"--cpus: expected at least 1, got {opts['cpus']!r}")
+    if opts.get("mem") is not None:
+        body["mem"] = units.parse_size(opts["mem"], "--mem")
+    for key, flag, dest in (("time_", "--time", "time_limit"), ("est", "--est", "est"),
+                            ("max_wait", "--max-wait", "max_wait")):
+        if opts.get(key) is not None:
+            body[dest] = units.parse_duration(opts[key], flag)
+    if body.get("time_limit") == 0:
+        raise UsageError("--time: must be more than 0")
+    _run_options(opts, body)
+    tags = []
+    for t in opts.get("tag") or ():
+        k, sep, v = t.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--tag: expected KEY=VALUE, got {t!r}")
+        tags.append([k, v])
+    body["tags"] = tags
+    return body
+
+
+def _run_options(opts, body: dict) -> None:
+    """When and how the job runs: start and deadline, dependencies, retries and requeue, limits,
+    signals, arrays."""
+    if opts.get("begin"):
+        body["begin"] = parse_begin(opts["begin"])
+    if opts.get("deadline"):
+        body["deadline"] = parse_begin(opts["deadline"], what="--deadline")
+    if opts.get("dependency"):
+        from labq.scheduler.jobspec import parse_dependency
+        parse_dependency(opts["dependency"])    # the scheduler parses it again; bad syntax fails here, offline
+        body["dependency"] = opts["dependency"]
+    if opts.get("kill_on_invalid_dep"):
+        body["kill_on_invalid_dep"] = True
+    _retry_and_limits(opts, body)
+    if opts.get("array") is not None:
+        body["array"], throttle = parse_array(opts["array"])
+        if throttle:
+            body["array_throttle"] = throttle
+
+
+def _retry_and_limits(opts, body: dict) -> None:
+    """Retries and requeue, preemptibility, the memory limit, hold, the warning signal, checkpoints."""
+    if opts.get("retries") is not None:
+        if opts["retries"] < 0:
+            raise UsageError(f"--retries: expected a count ≥ 0, got {opts['retries']}")
+        body["retries"] = opts["retries"]
+    if opts.get("retry_on") is not None:
+        body["retry_on"] = parse_codes(opts["retry_on"])
+    for key in ("requeue", "preemptible"):
+        if opts.get(key) is not None:
+            body[key] = opts[key]
+    if opts.get("requeue_on_timeout"):
+        body["requeue_on_timeout"] = True
+    if opts.get("mem_limit") is not None:
+        body["mem_limit"] = units.parse_size(opts["mem_limit"], "--mem-limit")
+    if opts.get("hold"):
+        body["hold"] = True
+    if opts.get("warn_signal"):
+        body["signal"] = parse_signal(opts["warn_signal"])
+    if opts.get("checkpoint_exit_code") is not None:
+        body["checkpoint_exit_code"] = opts["checkpoint_exit_code"]
+
+
+def print_test_only(reply, opts):
+    if opts["as_json"]:
+        return echo_json(reply)
+    rate = units.fmt_money(round(reply["cost_per_hour"] * units.MICRO))
+    echo(f"forecast: {reply['forecast_text']} at {rate}/h for the time limit")
+    for b in reply["budgets"]:
+        echo(f"budget {b['budget']}: commits {b['forecast']:.4f} {b['unit']}, "
+                   f"available after: {b['available_after']:.4f} {b['unit']}")
+    echo(f"verdict: {reply['verdict']}")
+    start = reply.get("expected_start")
+    if start is not None and not reply.get("starts_now"):
+        import time
+        echo(f"expected start: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start))} "
+                   f"(from running jobs' time limits)")
+    elif start is None and not reply.get("starts_now"):
+        echo("expected start: unknown (no reservation could be computed)")

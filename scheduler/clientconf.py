@@ -1,0 +1,127 @@
+"""The part of the config a client needs (the Redis URL and key prefix), read without the rest.
+
+The hot CLI commands start in a few tens of milliseconds; validating the whole config (every
+dataclass of config.py, the model) would cost as much as the command itself. They read only the
+[redis] table, validated here by the same code config.py uses for it; the other tables (and
+misspelt table names) are the daemons' and `labq config check`'s to refuse.
+"""
+import os
+
+from . import units
+from .errors import ConfigError
+
+DEFAULT_PATH = "/etc/labq/labq.toml"
+
+
+def resolve_path(path: str | None) -> str | None:
+    """`path`, else /etc/labq/labq.toml if present, else None (built-in defaults). $LABQ_CONFIG is
+    read by the CLI (--config's envvar, cli/fast.py), so that the config modules read no environment."""
+    return path or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+
+
+def read_toml(path: str) -> dict:
+    import tomllib   # here, not at the top: without a config file the client never needs it
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(path, "file not found") from None
+    except OSError as e:
+        raise ConfigError(path, f"cannot read: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, f"not valid TOML: {e}") from None
+
+
+def client_settings(path: str | None = None) -> dict:
+    """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
+    config.load does): what a client needs to reach Redis and to sign its requests."""
+    path = resolve_path(path)
+    data = read_toml(path) if path else {}
+    out = redis_table(_table("redis", data.get("redis", {})))
+    sec = _table("security", data.get("security", {}))
+    refuse_removed(sec)
+    out["security"] = security_table(sec)
+    out["history_url"] = history_table(_table("history", data.get("history", {})))["url"]
+    currency = _table("rates", data.get("rates", {})).get("currency", "USD")
+    if isinstance(currency, str):
+        units.set_currency(currency)       # the thin commands print money too (stat's COST column)
+    return out
+
+
+def redis_table(t):
+    _check_keys("redis", t, {"url", "prefix", "password_file"})
+    url = _str("redis.url", t.get("url", ""))
+    if url and not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
+    prefix = _str("redis.prefix", t.get("prefix", "labq"))
+    if not prefix or ":" in prefix:
+        raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
+    pw = _str("redis.password_file", t.get("password_file", ""))
+    if pw and not os.path.isabs(pw):
+        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
+    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw}
+
+
+def refuse_removed(t):
+    if "acl" in t:
+        raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
+                                          "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
+
+
+def security_table(t):
+    """[security]'s values (config.py checks the key names: its _SECURITY lists them)."""
+    admins = t.get("admins", ["root"])
+    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
+        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
+    ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
+    if not 10 <= ttl <= 3600:
+        raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
+    sock = _str("security.munge_socket", t.get("munge_socket", ""))
+    if sock and not os.path.isabs(sock):
+        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
+    return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
+            "munge_socket": sock, "credential_ttl": ttl}
+
+
+def _dur(key, v):
+    try:
+        return units.parse_duration(v, key, bare_unit=1)
+    except units.UsageError as e:
+        raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
+
+
+def _str(key, v, choices=None):
+    if not isinstance(v, str):
+        raise ConfigError(key, f"expected a string, got {v!r}")
+    if choices and v not in choices:
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
+    return v
+
+
+def _table(key, v):
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a table, got {v!r}")
+    return v
+
+
+def _check_keys(section, table, allowed):
+    for k in table:
+        if k not in allowed:
+            raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
+
+
+def history_table(t) -> dict:
+    """[history]: keep (how long ended jobs and ledger entries stay in Redis before the scheduler
+    archives them; 0 = at once), url (the archive: sqlite:///PATH; "" = history.db in the
+    scheduler's state directory), purge_after (archived jobs deleted after this long; "" = never)."""
+    _check_keys("history", t, {"keep", "url", "purge_after"})
+
+    def seconds(key, v):
+        return float(_dur(f"history.{key}", v))
+
+    url = _str("history.url", t.get("url", ""))
+    if url and not (url.startswith("sqlite:///") or url.startswith("/")):
+        raise ConfigError("history.url", f"expected sqlite:///ABSOLUTE/PATH (or \"\" for the state directory), got {url!r}")
+    purge = t.get("purge_after", "")
+    return {"keep": seconds("keep", t.get("keep", "7d")), "url": url,
+            "purge_after": None if purge == "" else seconds("purge_after", purge)}

@@ -1,0 +1,71 @@
+"""Where the accounting archive is, and a lazy read-only view of it for the clients.
+
+Kept apart from archive.py so that a client pays for sqlite3 and the job model only when a query
+actually reaches archived rows (the hot commands start in tens of milliseconds).
+"""
+import os
+
+from ..errors import UsageError
+
+
+def path_of(url: str) -> str:
+    """history.url -> a file path: "sqlite:///abs/path" or a plain path."""
+    if url.startswith("sqlite:///"):
+        return "/" + url[len("sqlite:///"):].lstrip("/")
+    if "://" in url:
+        raise UsageError(f"history.url: only sqlite:///PATH is supported, got {url!r}")
+    return url
+
+
+def default_path(url: str = "") -> str:
+    """Where the archive is: history.url, else history.db in the scheduler's state directory
+    (systemd's $STATE_DIRECTORY, else $LABQ_STATE_DIR, else ~/.local/state/labq: `labq up`'s)."""
+    if url:
+        return path_of(url)
+    base = (os.environ.get("STATE_DIRECTORY", "").split(":")[0] or os.environ.get("LABQ_STATE_DIR")
+            or os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq"))
+    return os.path.join(base, "history.db")
+
+
+class History:
+    """The archive as readers see it: opened read-only on first use; absent = nothing archived yet.
+    A database that exists but cannot be opened is an error, not an empty history (answers
+    would silently differ)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._db = None
+        self._absent = False
+
+    def _open(self):
+        if self._db is None and not self._absent:
+            where = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.exists(self.path) and (not os.path.isdir(where) or os.access(where, os.X_OK)):
+                self._absent = True      # nothing archived yet (or no archive on this host)
+                return None
+            if not os.access(self.path, os.R_OK):
+                raise UsageError(f"history: {self.path} holds the archived jobs and ledger, and you cannot "
+                                 "read it (run this on the scheduler's host as an admin, or ask one)")
+            from .archive import Archive
+            self._db = Archive(self.path, readonly=True)
+        return self._db
+
+    def jobs(self, ids) -> dict:
+        db = self._open()
+        return db.jobs(ids) if db and ids else {}
+
+    def ended(self, since: float, until: float) -> list:
+        db = self._open()
+        return db.ended(since, until) if db else []
+
+    def ledger(self) -> list[tuple[str, dict]]:
+        db = self._open()
+        return db.ledger() if db else []
+
+    def keys(self) -> set[str]:
+        db = self._open()
+        return db.keys() if db else set()
+
+    def broken_chain(self) -> list[str]:
+        db = self._open()
+        return db.broken_chain() if db else []

@@ -1,0 +1,272 @@
+"""A minimal Redis connection in the standard library only: RESP2 and RESP3 over a unix socket or TCP.
+
+The hot CLI commands (`sub`, `stat`, `del`, `show`, `wait`, `logs`) speak through this instead of
+redis-py, whose import alone (asyncio, ssl, cluster support) costs more than the whole command should.
+It does what those commands need and nothing more: one connection, commands and pipelines, AUTH
+(user + password), SELECT, TLS for rediss:// (ssl is imported only then), timeouts, and one
+reconnect-and-retry when the connection drops (every command the client sends is safe to repeat:
+reads, and requests the scheduler deduplicates by request id).
+
+URLs are redis-py's: redis://[[user]:password@]host[:port][/db], rediss://… (TLS), and
+unix://[[user]:password@]/path/to.sock[?db=N][&password=…]; `?protocol=3` speaks RESP3 (HELLO 3).
+"""
+import socket
+
+CRLF = b"\r\n"
+_RECV = 1 << 18
+
+
+class RespError(Exception):
+    """An error reply from the server (`-ERR …`, `-WRONGTYPE …`, `-NOAUTH …`)."""
+
+
+class ConnectionLost(OSError):
+    """The server could not be reached, closed the connection, or did not answer in time."""
+
+
+def _unquote(s: str) -> str:
+    if "%" not in s:
+        return s
+    from urllib.parse import unquote
+    return unquote(s)
+
+
+def parse_url(url: str) -> dict:
+    """redis://, rediss://, unix:// → {scheme, host, port, path, db, username, password, protocol, query}."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"expected redis://, rediss:// or unix:// URL, got {url!r}")
+    rest, _, query_s = rest.partition("?")
+    query = dict(q.partition("=")[::2] for q in query_s.split("&") if q)
+    query = {k: _unquote(v) for k, v in query.items()}
+    cred, at, where = rest.rpartition("@")
+    user, _, password = cred.partition(":") if at else ("", "", "")
+    out = {"scheme": scheme, "username": _unquote(user) or None, "password": _unquote(password) or None,
+           "host": None, "port": None, "path": None, "db": 0, "protocol": int(query.get("protocol", 2)),
+           "query": query}
+    if query.get("password"):
+        out["password"] = query["password"]
+    if scheme == "unix":
+        out["path"] = where
+    else:
+        hostport, _, db = where.partition("/")
+        host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
+        if not colon:
+            host, port = hostport, ""
+        out["host"] = host.strip("[]") or "localhost"
+        out["port"] = int(port or 6379)
+        out["db"] = int(db) if db else 0
+    if query.get("db"):
+        out["db"] = int(query["db"])
+    return out
+
+
+def encode(args) -> bytes:
+    """One command as a RESP array of bulk strings."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        elif not isinstance(a, (bytes, bytearray)):
+            a = str(a).encode()   # int, float
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Reader:
+    """Parses replies from a byte source (`recv(n) -> bytes`, b"" at end of stream)."""
+
+    def __init__(self, recv, decode: bool = True):
+        self.recv, self.decode = recv, decode
+        self.buf, self.pos = b"", 0
+
+    def _fill(self):
+        chunk = self.recv(_RECV)
+        if not chunk:
+            raise ConnectionLost("the server closed the connection")
+        self.buf = self.buf[self.pos:] + chunk
+        self.pos = 0
+
+    def _line(self) -> bytes:
+        while True:
+            end = self.buf.find(CRLF, self.pos)
+            if end >= 0:
+                line = self.buf[self.pos:end]
+                self.pos = end + 2
+                return line
+            self._fill()
+
+    def _bytes(self, n: int) -> bytes:
+        while len(self.buf) - self.pos < n + 2:
+            self._fill()
+        data = self.buf[self.pos:self.pos + n]
+        self.pos += n + 2
+        return data
+
+    def _str(self, b: bytes):
+        return b.decode() if self.decode else b
+
+    def read(self):
+        """One reply. An error reply is returned as a RespError (not raised): a pipeline's other
+        replies are still good, and the caller decides."""
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"$" or kind == b"=":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self._bytes(n)
+            return self._str(data[4:] if kind == b"=" else data)
+        if kind == b"*" or kind == b"~" or kind == b">":
+            n = int(rest)
+            if n < 0:
+                return None
+            items = [self.read() for _ in range(n)]
+            return set(items) if kind == b"~" and all(x.__hash__ for x in items) else items
+        if kind == b":" or kind == b"(":
+            return int(rest)
+        if kind == b"+":
+            return self._str(rest)
+        if kind == b"-":
+            return RespError(rest.decode(errors="replace"))
+        if kind == b"%":
+            n = int(rest)
+            out = {}
+            for _ in range(n):
+                k = self.read()
+                out[k if k.__hash__ else tuple(k)] = self.read()
+            return out
+        if kind == b"_":
+            return None
+        if kind == b",":
+            return float(rest)
+        if kind == b"#":
+            return rest == b"t"
+        if kind == b"!":
+            return RespError(self._bytes(int(rest)).decode(errors="replace"))
+        if kind == b"|":    # attributes: metadata about the next reply, which is what was asked for
+            for _ in range(2 * int(rest)):
+                self.read()
+            return self.read()
+        raise ConnectionLost(f"not a RESP reply: {line[:40]!r}")
+
+
+class Connection:
+    """One connection, opened on first use, reopened once if it drops."""
+
+    def __init__(self, url: str, connect_timeout: float = 5.0, timeout: float = 30.0, decode: bool = True):
+        self.url, self.opts = url, parse_url(url)
+        self.connect_timeout, self.timeout, self.decode = connect_timeout, timeout, decode
+        self.sock = None
+        self.reader = None
+
+    def describe(self) -> str:
+        o = self.opts
+        return o["path"] if o["scheme"] == "unix" else f"{o['host']}:{o['port']}"
+
+    # -- connecting ------------------------------------------------------------------------------
+    def _open(self):
+        o = self.opts
+        try:
+            if o["scheme"] == "unix":
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(self.connect_timeout)
+                s.connect(o["path"])
+            else:
+                s = socket.create_connection((o["host"], o["port"]), timeout=self.connect_timeout)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if o["scheme"] == "rediss":
+                    s = self._tls(s)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to {self.describe()}: {e.strerror or e}") from None
+        s.settimeout(self.timeout)
+        self.sock = s
+        self.reader = Reader(s.recv, self.decode)
+        self._handshake()
+
+    def _tls(self, s):
+        import ssl
+        q = self.opts["query"]
+        ctx = ssl.create_default_context(cafile=q.get("ssl_ca_certs") or None)
+        if q.get("ssl_certfile"):
+            ctx.load_cert_chain(q["ssl_certfile"], q.get("ssl_keyfile") or None)
+        if q.get("ssl_cert_reqs", "required").lower() in ("none", "optional"):
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE if q["ssl_cert_reqs"].lower() == "none" else ssl.CERT_OPTIONAL
+        elif q.get("ssl_check_hostname", "true").lower() in ("false", "0", "no"):
+            ctx.check_hostname = False
+        return ctx.wrap_socket(s, server_hostname=self.opts["host"])
+
+    def _handshake(self):
+        o = self.opts
+        cmds = []
+        if o["protocol"] == 3:
+            hello = ["HELLO", 3]
+            if o["password"]:
+                hello += ["AUTH", o["username"] or "default", o["password"]]
+            cmds.append(hello)
+        elif o["password"]:
+            cmds.append(["AUTH", o["username"], o["password"]] if o["username"] else ["AUTH", o["password"]])
+        if o["db"]:
+            cmds.append(["SELECT", o["db"]])
+        if cmds:
+            for r in self._roundtrip(cmds):
+                if isinstance(r, RespError):
+                    self.close()
+                    raise r
+
+    def close(self):
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            finally:
+                self.sock = self.reader = None
+
+    # -- commands --------------------------------------------------------------------------------
+    def _roundtrip(self, cmds, extra_wait: float = 0.0) -> list:
+        if extra_wait:
+            self.sock.settimeout(self.timeout + extra_wait)
+        try:
+            self.sock.sendall(b"".join(encode(c) for c in cmds))
+            return [self.reader.read() for _ in cmds]
+        except socket.timeout:
+            self.close()
+            raise ConnectionLost(f"{self.describe()} did not answer within {self.timeout + extra_wait:.0f}s") from None
+        except ConnectionLost:
+            self.close()
+            raise
+        except OSError as e:
+            self.close()
+            raise ConnectionLost(f"connection to {self.describe()} failed: {e.strerror or e}") from None
+        finally:
+            if extra_wait and self.sock is not None:
+                self.sock.settimeout(self.timeout)
+
+    def pipeline(self, cmds, extra_wait: float = 0.0) -> list:
+        """Send all of `cmds` at once, then read their replies; error replies come back as RespError
+        values in their place. Reconnects and resends once if the connection was lost."""
+        cmds = [list(c) for c in cmds]
+        if not cmds:
+            return []
+        for attempt in (0, 1):
+            try:
+                if self.sock is None:
+                    self._open()
+                return self._roundtrip(cmds, extra_wait)
+            except ConnectionLost:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def execute(self, *args, extra_wait: float = 0.0):
+        """One command; an error reply is raised as RespError."""
+        reply = self.pipeline([args], extra_wait)[0]
+        if isinstance(reply, RespError):
+            raise reply
+        return reply
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,105 @@
+"""The reads of the thin client (thinclient.py), over store/resp.py. Nothing here writes.
+
+Job records decode into model.Job (imported only then); `stat` reads its index instead
+(statrows.py) and nodes come back as light NodeView objects with the fields `stat` sums.
+"""
+import json
+import time
+
+from . import resp
+from .keys import Keys
+
+
+class NodeView:
+    """A node as `stat`'s capacity line sees it (model.Node's names for the same fields)."""
+    __slots__ = ("name", "cpus", "mem", "slots", "gpus", "state", "lease_expiry", "last_heartbeat")
+
+    def __init__(self, name, h: dict, pttl, admin, now: float):
+        self.name, self.cpus, self.mem, self.slots = name, int(h["cpus"]), int(h["mem"]), int(h["slots"])
+        self.gpus = json.loads(h.get("gpus", "[]"))
+        # As SchedulerStore.nodes: a lapsed lease is down; otherwise the admin mark (drain) or up.
+        self.lease_expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
+        self.state = "down" if self.lease_expiry <= now else (admin or "up")
+        self.last_heartbeat = float(h.get("hb", 0))
+
+
+def _hash(reply) -> dict:
+    """HGETALL's reply as a dict: a map in RESP3, a flat list in RESP2."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2]))
+
+
+class ThinReader:
+    def __init__(self, conn, keys: Keys, unreachable, history=None):
+        self.c, self.k, self._unreachable = conn, keys, unreachable
+        self.history = history      # store/archive.History: where ended jobs go after history.keep
+
+    def _pipe(self, cmds) -> list:
+        try:
+            out = self.c.pipeline(cmds)
+        except resp.ConnectionLost as e:
+            raise self._unreachable(e) from None
+        for r in out:
+            if isinstance(r, resp.RespError):
+                raise self._unreachable(r)
+        return out
+
+    def job(self, jid: int):
+        raw = self._pipe([("GET", self.k.job(jid))])[0]
+        if not raw:
+            return self.history.jobs([jid]).get(int(jid)) if self.history is not None else None
+        from . import codec
+        return codec.loads(raw)
+
+    def jobs(self, ids) -> list:
+        from . import codec
+        ids = [int(j) for j in ids]
+        out = []
+        for i in range(0, len(ids), 2000):
+            raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
+            out += [codec.loads(raw) for raw in raws if raw]
+        if self.history is not None and len(out) < len(ids):
+            by_id = {**self.history.jobs(sorted(set(ids) - {j.id for j in out})), **{j.id: j for j in out}}
+            out = [by_id[i] for i in ids if i in by_id]
+        return out
+
+    def active(self) -> list:
+        return self.jobs(self._pipe([("ZRANGE", self.k.active, 0, -1)])[0])
+
+    def stat_rows(self):
+        """(rows, node names), rows and the active index read in one MULTI so that they agree.
+        Rows of jobs not in the index (written ahead of a big array's transaction, or left by a
+        crash before it) are skipped; rows is None when some active job has no row (a scheduler
+        that predates the index has not restarted yet): the caller reads the records instead."""
+        texts, n_active, names = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active),
+                                             ("SMEMBERS", self.k.nodes))
+        from .statrows import loads_many
+        if len(texts) == n_active:
+            return loads_many(texts), names
+        if len(texts) < n_active:
+            return None, names
+        texts, ids = self._multi(("HVALS", self.k.stat_rows), ("ZRANGE", self.k.active, 0, -1))
+        active = {int(i) for i in ids}
+        rows = [r for r in loads_many(texts) if r.id in active]
+        return (rows if len(rows) == len(active) else None), names
+
+    def _multi(self, *cmds) -> list:
+        return self._pipe([("MULTI",), *cmds, ("EXEC",)])[-1]
+
+    def nodes(self, names=None) -> list[NodeView]:
+        now = time.time()
+        if names is None:
+            names = self._pipe([("SMEMBERS", self.k.nodes)])[0]
+        names = sorted(names)
+        cmds = []
+        for n in names:
+            cmds += [("HGETALL", self.k.node(n)), ("PTTL", self.k.node_lease(n)), ("GET", self.k.node_admin(n))]
+        res = self._pipe(cmds) if cmds else []
+        out = []
+        for i, n in enumerate(names):
+            h, pttl, admin = res[3 * i:3 * i + 3]
+            h = _hash(h)
+            if h:
+                out.append(NodeView(n, h, pttl, admin, now))
+        return out

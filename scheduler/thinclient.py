@@ -1,0 +1,115 @@
+"""The thin client of the hot CLI commands (`sub`, `stat`, `del`, `show`, `wait`, `logs`).
+
+The same requests as client.Client (store/inbox.py) and the reads those commands need, over
+store/resp.py: no redis-py, no asyncio, and the model only when a full job record is decoded
+(`show`, `logs`, `wait`). `stat` reads the `stat` index (store/statrows.py), not job records.
+"""
+import os
+import pwd
+
+from .errors import LabqError, RefusedError, UnreachableError, UsageError
+from .store import inbox, resp
+from .store.keys import Keys
+from .store.thinreads import ThinReader
+
+_ERRORS = {2: UsageError, 3: RefusedError, 4: UnreachableError}
+
+
+def current_user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def current_umask() -> int:
+    mask = os.umask(0o077)    # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
+
+
+class ClientBase:
+    """What both clients do the same way over their own `request()`, `read` (a store Reader or a
+    ThinReader) and `security` (config [security]): credentials, replies to errors, job names."""
+
+    def _sign(self, fields: dict) -> dict:
+        """The request with a munge credential in multi-user mode (auth.py), else as it is."""
+        if self.security.get("auth") != "munge":
+            return fields
+        from . import auth, munge
+        try:
+            return auth.sign(fields, self.security)
+        except munge.MungeError as e:
+            raise UnreachableError(f"cannot get a munge credential (security.auth = \"munge\"): {e}") from None
+
+    def _checked(self, reply: dict) -> dict:
+        if not reply.get("ok"):
+            raise _ERRORS.get(reply.get("code"), LabqError)(reply.get("error", "request failed"))
+        return reply
+
+    def submit(self, body: dict, timeout: float = 30.0) -> dict:
+        # The job and its log files get the submitter's umask, as under SLURM.
+        return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
+
+    def act_on(self, op: str, ids: list[str]) -> dict:
+        """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
+        return self.request(op, {"ids": [str(i) for i in ids]})
+
+    def cancel(self, ids: list[str]) -> dict:
+        return self.act_on("cancel", ids)
+
+    def resolve(self, text: str) -> list:
+        """Jobs named by `42` (or every task of array 42) or `42_3` (model.Job records)."""
+        from .jobspec import resolve_ref
+        return resolve_ref(text, self.read.job, self._array)
+
+    def _array(self, array_id: int) -> list:
+        first = self.read.job(array_id)
+        if first is None or first.array_id != array_id:
+            return []
+        return [j for j in self.read.jobs(range(array_id, array_id + first.array_count)) if j.array_id == array_id]
+
+    def job(self, text: str):
+        jobs = self.resolve(text)
+        if not jobs:
+            raise UsageError(f"no such job: {text}")
+        if len(jobs) > 1:
+            raise UsageError(f"{text} is an array of {len(jobs)} tasks; name one, like {jobs[0].display_id}")
+        return jobs[0]
+
+
+class ThinClient(ClientBase):
+    def __init__(self, url: str, prefix: str = "labq", user: str | None = None, conn=None, security=None):
+        if not url:
+            raise UnreachableError("no Redis URL: set redis.url in the config, or start `labq up`")
+        self.url = url
+        try:
+            self.conn = conn or resp.Connection(url)
+        except ValueError as e:
+            raise UsageError(f"redis.url: {e}") from None
+        self.k = Keys(prefix)
+        self.user = user or current_user()
+        self.security = security or {"auth": "none"}
+        self.read = ThinReader(self.conn, self.k, self._unreachable)
+
+    def _unreachable(self, e: Exception) -> UnreachableError:
+        return UnreachableError(f"Redis at {self.url} does not answer: {e}")
+
+    # -- requests ------------------------------------------------------------------------------
+    def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
+        try:
+            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign)
+        except (resp.ConnectionLost, resp.RespError) as e:
+            raise self._unreachable(e) from None
+
+    def _send(self, cmds) -> None:
+        for r in self.conn.pipeline(cmds):
+            if isinstance(r, resp.RespError):
+                raise r
+
+    def _pop(self, key: str, seconds: int):
+        return self.conn.execute("BLPOP", key, seconds, extra_wait=seconds)
+
+    # -- reads ---------------------------------------------------------------------------------
+    def nodes(self):
+        return self.read.nodes()
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,122 @@
+"""The accounting archive: ended jobs and old ledger entries leave Redis for SQLite, and every answer
+— the ended jobs, one job by id, the ledger, its idempotency keys, `verify` — is the same before and
+after; a crash between the two steps neither loses nor duplicates a row; an edited archived
+ledger row is detected. On fakeredis and on a real redis-server (the `conns` fixture)."""
+import sqlite3
+
+from labq.scheduler.ledger import verify
+from labq.scheduler.store.archive import Archive, Archiver
+from labq.scheduler.store.history import History
+from labq.scheduler.store.reads import Reader
+from tests.harness import BODY, K, finish, setup, submit, woke
+
+T0 = 1_800_000_000.0
+
+
+def _workload(r, raw):
+    """Eight jobs through the daemon: six complete, one fails, one is cancelled while pending."""
+    s = setup(r, raw, T0)
+    for i in range(8):
+        submit(r, "alice", {**BODY, "time_limit": 600}, f"r{i}")
+    s.tick(T0 + 1, woke(r))
+    for jid in (1, 2, 3, 4):
+        finish(r, jid, 1, "completed" if jid != 3 else "failed", 0 if jid != 3 else 1, T0 + 100 + jid)
+    s.tick(T0 + 200)
+    s.tick(T0 + 201)
+    for jid in (5, 6):
+        finish(r, jid, 1, "completed", 0, T0 + 300)
+    s.tick(T0 + 400)
+    return s
+
+
+def _answers(reader: Reader):
+    ended = sorted(reader.ended(), key=lambda j: j.id)
+    return {"ended": ended, "jobs": [reader.job(j) for j in range(1, 10)],
+            "ledger": reader.ledger_all(), "keys": reader.ledger_keys(), "spent": reader.spent(),
+            "verify": verify(reader.ledger_all(), reader.spent(), reader.ledger_keys(), reader.ended() + reader.active())}
+
+
+def test_answers_are_the_same_before_and_after_archiving(conns, tmp_path):
+    r, raw = conns
+    _workload(r, raw)
+    path = str(tmp_path / "history.db")
+    reader = Reader(r, K, History(path))
+    before = _answers(reader)
+    assert len(before["ended"]) == 6 and before["verify"] == [] and any(e["type"] == "charge" for e in before["ledger"])
+    moved = Archiver(r, K, Archive(path), keep=0, batch=4).step(T0 + 500)
+    assert moved == (4, 4), "one batch at a time"
+    Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
+    assert r.zcard(K.history) == 0 and r.xlen(K.ledger) == 0 and not r.exists(K.job(1)), "gone from Redis"
+    assert _answers(Reader(r, K, History(path))) == before
+    assert Reader(r, K).job(1) is None, "without the archive the old job is not in Redis"
+
+
+def test_a_crash_between_the_two_steps_loses_and_doubles_nothing(conns, tmp_path):
+    r, raw = conns
+    _workload(r, raw)
+    path = str(tmp_path / "history.db")
+    before = _answers(Reader(r, K, History(path)))
+    # The scheduler died after the SQLite commit and before the Redis deletes: rows are in both.
+    db = Archive(path)
+    db.put_jobs(Reader(r, K).ended())
+    db.put_ledger(r.xrange(K.ledger))
+    assert _answers(Reader(r, K, History(path))) == before, "a row in both places counts once"
+    Archiver(r, K, Archive(path), keep=0).step(T0 + 500)         # the next leader's pass
+    assert _answers(Reader(r, K, History(path))) == before
+    n = sqlite3.connect(path).execute("SELECT COUNT(*), COUNT(DISTINCT stream_id) FROM ledger").fetchone()
+    assert n[0] == n[1] == len(before["ledger"])
+    assert Archive(path).broken_chain() == []
+
+
+def test_only_what_is_older_than_keep_moves(conns, tmp_path):
+    r, raw = conns
+    _workload(r, raw)
+    path = str(tmp_path / "history.db")
+    Archiver(r, K, Archive(path), keep=250).step(T0 + 400)       # ended at T0+101..104: older than 250 s
+    assert sorted(int(i) for i in r.zrange(K.history, 0, -1)) == [5, 6]
+    assert r.exists(K.job(5)) and not r.exists(K.job(1))
+
+
+def test_an_edited_archived_ledger_row_is_detected(conns, tmp_path):
+    r, raw = conns
+    _workload(r, raw)
+    path = str(tmp_path / "history.db")
+    Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE ledger SET fields = replace(fields, '\"amount\": \"', '\"amount\": \"9') "
+               "WHERE seq = (SELECT MIN(seq) FROM ledger WHERE fields LIKE '%charge%')")
+    db.commit()
+    assert any("hash does not match" in p for p in Archive(path).broken_chain())
+
+
+def test_history_that_cannot_be_read_is_an_error_not_an_empty_answer(tmp_path):
+    """Run as `nobody`: an archive it may not read (a 0600 file, or a directory it cannot enter) must
+    say so, or acct/report would silently answer without the archived rows."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a check as another user")
+    d = tempfile.mkdtemp(prefix="labq-hist-", dir="/tmp")
+    os.chmod(d, 0o755)
+    locked = os.path.join(d, "locked")
+    os.mkdir(locked, 0o700)
+    for p in (os.path.join(d, "history.db"), os.path.join(locked, "history.db")):
+        Archive(p).close()
+        os.chmod(p, 0o600)
+    code = ("import sys; from labq.scheduler.store.history import History\n"
+            "try:\n    print(History(sys.argv[1]).ended(0, float('inf')))\n"
+            "except Exception as e:\n    print(type(e).__name__, e)")
+    try:
+        for p in (os.path.join(d, "history.db"), os.path.join(locked, "history.db")):
+            out = subprocess.run([sys.executable, "-c", code, p], user=65534, group=65534, extra_groups=[],
+                                 capture_output=True, text=True, cwd="/", timeout=60)
+            assert out.stdout.startswith("UsageError") and "cannot read" in out.stdout, out.stdout + out.stderr
+        out = subprocess.run([sys.executable, "-c", code, os.path.join(d, "none.db")], user=65534, group=65534,
+                             extra_groups=[], capture_output=True, text=True, cwd="/", timeout=60)
+        assert out.stdout.strip() == "[]", "no archive yet: nothing archived"
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)

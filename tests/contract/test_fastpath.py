@@ -1,0 +1,88 @@
+"""The fast path of the hot commands (cli/fast.py): it parses exactly as click does or leaves the
+argv to click, and imports neither click nor redis-py nor asyncio (tests/e2e/test_fastpath_e2e.py:
+each hot command prints the same through both paths on a real stack)."""
+import os
+import re
+import subprocess
+import sys
+
+import click
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labq.cli import fast, spec
+from labq.cli.group import COMMANDS
+from labq.cli.main import cli
+from tests.harness import ROOT
+
+
+
+def _click_command(name):
+    import importlib
+    mod, attr = COMMANDS[name]
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _tokens(name):
+    options = spec.COMMANDS[name][0]
+    flags = [f for decls, *_ in options for d in decls if d.startswith("-") for f in d.split("/")]
+    return st.sampled_from(flags + ["--", "-", "x", "7", "-7", "a b", "--bogus", "-HW", "-t2h", "--json=1",
+                                    "--name=n", "--retries=x", "--tag=k=v", "-h", "--help", ""])
+
+
+@pytest.mark.parametrize("name", sorted(spec.COMMANDS))
+def test_fast_parse_is_clicks_or_nothing(name):
+    cmd = _click_command(name)
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(_tokens(name), max_size=8))
+    def check(argv):
+        mine = fast.parse(name, list(argv))
+        try:
+            ctx = cmd.make_context(name, list(argv), parent=click.Context(cli), resilient_parsing=False)
+        except (click.exceptions.ClickException, click.exceptions.Exit):
+            assert mine is None, f"click refuses {argv}, the fast path took it: {mine}"
+            return
+        if mine is None:
+            return          # left to click: always allowed
+        dashdash = mine.pop("dashdash")
+        assert mine == ctx.params, argv
+        if name == "sub":
+            assert dashdash == ctx.meta["dashdash"]
+    check()
+
+
+def test_click_builds_its_options_from_the_same_spec():
+    for name, (options, _pos, _n) in spec.COMMANDS.items():
+        params = {p.name: p for p in _click_command(name).params if isinstance(p, click.Option)}
+        assert sorted(params) == sorted(spec.dest(d) for d, *_ in options), name
+
+
+def _env(**kw):
+    e = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=ROOT, **kw)
+    e.pop("LABQ_CONFIG", None)
+    return e
+
+
+HEAVY = re.compile(r"\|\s+(redis|asyncio|click|rq|ssl)(\.|$)", re.M)
+# sub, stat and del need no job record, so neither the model nor the config (no config file here)
+RECORDS = re.compile(r"\|\s+(labq\.scheduler\.(config|model)|tomllib|dataclasses)$", re.M)
+
+
+@pytest.mark.parametrize("argv", [["sub", "--test-only", "--", "true"], ["stat"], ["show", "1"], ["del", "1"],
+                                  ["wait", "1"], ["logs", "1"], ["q", "-u", "ann"]])
+def test_hot_commands_import_no_redis_py_asyncio_or_click(argv):
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 4 and "does not answer" in p.stderr, p.stderr[-500:]
+    assert not HEAVY.findall(p.stderr), sorted(set(HEAVY.findall(p.stderr)))
+    if argv[0] in ("sub", "stat", "q", "del"):
+        assert not RECORDS.findall(p.stderr), sorted(set(RECORDS.findall(p.stderr)))
+
+
+def test_help_and_odd_forms_still_go_to_click():
+    p = subprocess.run([sys.executable, "-m", "labq", "sub", "-HW", "--help"], env=_env(), cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "--test-only" in p.stdout
+

@@ -1,0 +1,155 @@
+"""The `stat` index (store/statrows.py): what `stat` prints from the rows equals what it prints from
+the job records (hypothesis over random jobs), and the scheduler keeps the rows with the records in
+the same transaction, drops them when jobs end, and rebuilds them when it becomes leader."""
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labq.cli import render, statview
+from labq.scheduler import states
+from labq.scheduler.model import Attempt, Gpu, Job, Node
+from labq.scheduler.store import resp, statrows, writes
+from labq.scheduler.store.keys import Keys
+from labq.scheduler.store.thinreads import ThinReader
+
+NOW = 1_800_000_000.0
+NODES = (Node("a", 16, 64 << 30, 4, (Gpu("G0", 0, "A100"), Gpu("G1", 1, "A100")), "up"),
+         Node("b", 8, 32 << 30, 2, (Gpu("G2", 0, "H100"),), "drain"),
+         Node("c", 4, 8 << 30, 1, (), "down"))
+
+times = st.none() | st.floats(NOW - 10 * 86400, NOW, allow_nan=False)
+attempts = st.builds(Attempt, attempt=st.integers(1, 5), node=st.sampled_from(["a", "b", "c"]), gpus=st.just(()),
+                     start_time=times, end_time=times, dispatch_time=times, cost=st.integers(0, 10**9))
+
+
+@st.composite
+def jobs(draw):
+    n = draw(st.integers(0, 25))
+    ids = sorted(draw(st.sets(st.integers(1, 60), min_size=n, max_size=n)))
+    out = []
+    for i in ids:
+        arr = draw(st.none() | st.integers(max(1, i - 5), i))
+        out.append(Job(
+            id=i, user=draw(st.sampled_from(["ann", "bob"])), account=draw(st.sampled_from(["x", "y"])),
+            name=draw(st.text(max_size=30)), qos=draw(st.sampled_from(["normal", "low"])),
+            state=draw(st.sampled_from(sorted(states.ACTIVE))), reason=draw(st.sampled_from(["Priority", "Held"])),
+            node=draw(st.sampled_from(["", "a", "b"])), gpus=draw(st.integers(0, 4)), cpus=draw(st.integers(1, 8)),
+            mem=draw(st.integers(0, 1 << 36)), array_id=arr, array_index=None if arr is None else i - arr,
+            array_count=None if arr is None else 6, cost_rate=draw(st.integers(0, 10**8)),
+            attempts=tuple(draw(st.lists(attempts, max_size=3)))))
+    return out
+
+
+def _from_records(jobs, shown, now):
+    cells = [render.stat_row(j, now, label) for label, j in statview.compact(shown)]
+    return statview.capacity_line(NODES, jobs) + "\n" + statview.table(cells, statview.STAT_HEADERS)
+
+
+def _from_rows(jobs, now, **filters):
+    rows = statrows.loads_many([statrows.dumps(j) for j in jobs])
+    return statview.stat_text(NODES, rows, statview.select(rows, **filters), now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(jobs(), st.floats(NOW, NOW + 86400, allow_nan=False))
+def test_rows_print_what_the_records_print(js, now):
+    assert _from_rows(js, now) == _from_records(js, js, now)
+
+
+@settings(max_examples=100, deadline=None)
+@given(jobs(), st.sampled_from([None, "ann"]), st.sampled_from([None, "y"]), st.sampled_from([None, {"PD"}, {"R", "CG"}]))
+def test_filters_select_the_same_jobs(js, user, account, wanted):
+    shown = [j for j in js if (not user or j.user == user) and (not account or j.account == account)
+             and (not wanted or j.state in wanted)]
+    assert _from_rows(js, NOW, user=user, account=account, wanted=wanted) == _from_records(js, shown, NOW)
+
+
+def _job(i, state=states.PENDING, **kw):
+    return Job(id=i, user="ann", account="x", name=f"j{i}", state=state, **kw)
+
+
+# -- real Redis: the write path and the reader ----------------------------------------------------
+@pytest.fixture
+def thin(redis_server, real_redis):
+    c = resp.Connection(redis_server.url)
+    yield ThinReader(c, Keys("labq"), lambda e: AssertionError(e))
+    c.close()
+
+
+@pytest.mark.redis
+def test_rows_are_written_and_dropped_with_the_records(real_redis, thin):
+    k = Keys("labq")
+    running = _job(2, states.RUNNING, node="a", gpus=1, cost_rate=3_600_000,
+                   attempts=(Attempt(1, "a", ("G0",), start_time=NOW - 60, dispatch_time=NOW - 61),))
+    with real_redis.pipeline() as p:
+        writes.put_jobs(p, k, [_job(1), running, _job(3)])
+        p.execute()
+    rows, names = thin.stat_rows()
+    assert [r.id for r in rows] == [1, 2, 3] and rows[1].node == "a" and rows[1].running_cost(NOW) == 61_000
+    with real_redis.pipeline() as p:
+        writes.put_jobs(p, k, [_job(3, states.COMPLETED, end_time=NOW)])
+        p.execute()
+    rows, _ = thin.stat_rows()
+    assert [r.id for r in rows] == [1, 2] and real_redis.hlen(k.stat_rows) == 2
+
+
+@pytest.mark.redis
+def test_missing_rows_make_the_reader_fall_back_and_the_scheduler_rebuilds_them(real_redis, thin):
+    """Data written before the index existed: the reader says so (None), and a scheduler that
+    becomes leader writes every row afresh."""
+    from labq.scheduler.store.state import SchedulerStore
+    k = Keys("labq")
+    jobs = [_job(i) for i in range(1, 6)]
+    with real_redis.pipeline() as p:
+        writes.put_jobs(p, k, jobs)
+        p.execute()
+    real_redis.delete(k.stat_rows)
+    real_redis.hset(k.stat_rows, "99", "stale")
+    assert thin.stat_rows()[0] is None
+    real_redis.set(k.leader, "me")
+    SchedulerStore(real_redis, k, "me").rebuild_stat_rows(jobs)
+    rows, _ = thin.stat_rows()
+    assert [r.id for r in rows] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.redis
+def test_thin_nodes_match_the_scheduler_view(real_redis, thin):
+    import json
+
+    from labq.scheduler.store.state import SchedulerStore
+    k = Keys("labq")
+    for n, admin, lease in (("a", None, True), ("b", "drain", True), ("c", None, False)):
+        real_redis.sadd(k.nodes, n)
+        real_redis.hset(k.node(n), mapping={"cpus": 4, "mem": 1 << 30, "slots": 2, "hb": 5.0,
+                                            "gpus": json.dumps([["G-" + n, 0, "A100", 0]])})
+        if lease:
+            real_redis.set(k.node_lease(n), "x", px=60_000)
+        if admin:
+            real_redis.set(k.node_admin(n), admin)
+    now = time.time()
+    full = SchedulerStore(real_redis, k, "reader").nodes(now)
+    light = thin.nodes()
+    assert [(n.name, n.state, n.cpus, n.mem, len(n.gpus)) for n in full] == \
+           [(n.name, n.state, n.cpus, n.mem, len(n.gpus)) for n in light]
+
+
+@pytest.mark.redis
+def test_rows_written_ahead_of_their_index_are_skipped(real_redis, thin):
+    """A big array's records and rows are written before the transaction that indexes them
+    (writes.put_new_jobs): until then, and after a crash in between, readers skip those rows."""
+    k = Keys("labq")
+    with real_redis.pipeline() as p:
+        writes.put_jobs(p, k, [_job(1), _job(2)])
+        p.execute()
+    ahead = [_job(i, array_id=3, array_index=i - 3, array_count=writes.PREWRITE_MIN)
+             for i in range(3, 3 + writes.PREWRITE_MIN)]
+    assert len(writes.put_new_jobs(real_redis, k, ahead)) == writes.PREWRITE_MIN
+    rows, _ = thin.stat_rows()
+    assert [r.id for r in rows] == [1, 2]
+    with real_redis.pipeline() as p:
+        writes.index_jobs(p, k, ahead)
+        p.execute()
+    rows, _ = thin.stat_rows()
+    assert len(rows) == 2 + writes.PREWRITE_MIN and rows[-1].display_id == f"3_{writes.PREWRITE_MIN - 1}"
