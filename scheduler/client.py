@@ -1,7 +1,7 @@
 """The Python API the CLI uses: requests through the user's inbox (store/inbox.py), reads straight
 from Redis. The hot CLI commands use the thin client (thinclient.py) instead, without redis-py."""
-from dataclasses import replace
 import time
+from dataclasses import replace
 
 from . import fairshare, ledger, periods, states
 from .config import Config

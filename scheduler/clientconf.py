@@ -20,7 +20,7 @@ def resolve_path(path: str | None) -> str | None:
 
 
 def read_toml(path: str) -> dict:
-    import tomllib   # here, not at the top: without a config file the client never needs it
+    import tomllib  # here, not at the top: without a config file the client never needs it
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

@@ -8,12 +8,29 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import units
+from .clientconf import (  # noqa: F401
+    DEFAULT_PATH,
+    _check_keys,
+    _dur,
+    _str,
+    _table,
+    history_table,
+    read_toml,
+    redis_table,
+    refuse_removed,
+    resolve_path,
+    security_table,
+)
+from .configcheck import (
+    address as _address,
+    alerts as _alerts,
+    boolean as _bool,
+    budget as _budget,
+    caps as _caps,
+    num as _num,
+)
 from .errors import ConfigError
-from .clientconf import (DEFAULT_PATH, _check_keys, _dur, _str, _table, read_toml, redis_table,  # noqa: F401
-                         history_table, refuse_removed, resolve_path, security_table)
 from .model import Budget
-from .configcheck import (address as _address, alerts as _alerts, boolean as _bool, budget as _budget,
-                          caps as _caps, num as _num)
 
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
 QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})

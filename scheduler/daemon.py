@@ -15,17 +15,17 @@ import time
 import uuid
 
 from . import auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
-from .config import Config
 from .batch import Batch, Tally
-from .commit import Committer
-from .events import NodeEvents
 from .bookkeeper import Bookkeeper
+from .commit import Committer
+from .config import Config
 from .errors import LabqError, RefusedError, StalePlanError
-from .model import Job, Snapshot
+from .events import NodeEvents
 from .handlers import BUDGET_OPS, Change, Handlers
+from .model import Job, Snapshot
+from .policy.depend import targets as dependency_targets
 from .store import inbox
 from .store.conn import ERRORS as REDIS_ERRORS
-from .policy.depend import targets as dependency_targets
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore

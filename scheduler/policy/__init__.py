@@ -12,10 +12,10 @@ reservation. Each job left pending gets exactly one reason.
 No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is in sorted order.
 """
 from .. import ledger, states
-from ..units import fmt_size
 from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Expire, Pending, Place, Plan, Preempt, Start
+from ..units import fmt_size
 from . import capacity, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
@@ -79,7 +79,10 @@ class _Pass:
         self.initial = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
         self.usage = Usage(running, cfg, sum(len(f.gpus) for f in self.free.free.values()))
         self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
-        self.places, self.pending, self.preempts, self.starts = [], [], [], []
+        self.places: list = []
+        self.pending: list = []
+        self.preempts: list = []
+        self.starts: list = []
         self.placed: list[tuple[Job, str, tuple]] = []
         self.timelines: Timelines | None = None
         self.blocker: Job | None = None      # backfill off: the first job blocked on capacity
