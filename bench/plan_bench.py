@@ -50,7 +50,9 @@ limit = 1e8
 """
 
 
-def snapshot(n_pending: int, n_nodes: int, seed: int = 1) -> Snapshot:
+def snapshot(n_pending: int, n_nodes: int, seed: int = 1, arrays: int = 0) -> Snapshot:
+    """The cluster and queue above; with `arrays`, the pending jobs are that many arrays (each one
+    request shape, one user, one submit time) instead of independent random requests."""
     rng = random.Random(seed)
     nodes, jobs, jid = [], [], 1
     for i in range(n_nodes):
@@ -68,6 +70,8 @@ def snapshot(n_pending: int, n_nodes: int, seed: int = 1) -> Snapshot:
                             start_time=start, attempts=(Attempt(1, name, held, start_time=start,
                                                                 dispatch_time=start),)))
             jid += 1
+    if arrays:
+        return Snapshot(NOW, tuple(nodes), tuple(jobs) + _arrays(n_pending, arrays, jid, rng))
     for _ in range(n_pending):
         acct = ACCOUNTS[rng.randrange(3)]
         gpus = rng.choices((0, 1, 2, 4), weights=(15, 40, 25, 20))[0]
@@ -80,10 +84,24 @@ def snapshot(n_pending: int, n_nodes: int, seed: int = 1) -> Snapshot:
     return Snapshot(NOW, tuple(nodes), tuple(jobs))
 
 
-def time_plan(n_pending: int, n_nodes: int, runs: int, cfg=None) -> dict:
+def _arrays(n_pending: int, n_arrays: int, jid: int, rng) -> tuple:
+    out = []
+    for a in range(n_arrays):
+        acct = ACCOUNTS[a % 3]
+        first, submit = jid, NOW - rng.uniform(0, 86400)
+        for k in range(n_pending // n_arrays):
+            out.append(Job(id=jid, user=USERS[acct][a % 2], account=acct, argv=("python", "train.py"),
+                           workdir="/tmp", gpus=(0, 1, 2, 4)[a % 4], cpus=4 + 4 * (a % 3),
+                           mem=(16 << 30) * (1 + a % 2), time_limit=3600, qos="low" if a % 5 == 0 else "normal",
+                           submit_time=submit, array_id=first, array_index=k, array_count=n_pending // n_arrays))
+            jid += 1
+    return tuple(out)
+
+
+def time_plan(n_pending: int, n_nodes: int, runs: int, cfg=None, arrays: int = 0) -> dict:
     """Median (and min, max) seconds of plan() over `runs` passes on one snapshot."""
     cfg = cfg or config.loads(CONFIG)
-    snap = snapshot(n_pending, n_nodes)
+    snap = snapshot(n_pending, n_nodes, arrays=arrays)
     tune_gc()          # the collector settings the scheduler runs plan() under
     times, result = [], None
     for _ in range(runs):
@@ -172,6 +190,9 @@ def growth(medians: dict) -> list[str]:
 
 if __name__ == "__main__":
     import sys
+    # --arrays: the same grid with the pending jobs as 20 arrays (plan() judges each class once)
+    arrays = 20 if "--arrays" in sys.argv else 0
     for p, n in GRID if "--all" in sys.argv else [(1000, 10), (10_000, 50)]:
-        r = time_plan(p, n, runs_for(p, n, True))
-        print(f"{p:>7} x {n:>4}: median {r['median_s'] * 1000:9.1f} ms  placed {r['placed']}  {r['reasons']}")
+        r = time_plan(p, n, runs_for(p, n, True), arrays=arrays)
+        print(f"{p:>7} x {n:>4}{' (20 arrays)' if arrays else ''}: median {r['median_s'] * 1000:9.1f} ms  "
+              f"placed {r['placed']}  {r['reasons']}")

@@ -4,7 +4,7 @@ import socket
 
 import click
 
-from labq.scheduler.errors import UnreachableError, UsageError
+from labq.scheduler.errors import RefusedError, UnreachableError, UsageError
 
 from .common import pass_ctx, redis_url
 
@@ -61,7 +61,11 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
             f.write(text)
         click.echo(f"wrote {aclfile} (redis.conf: aclfile {aclfile})")
     if do_apply:
-        roles_mod.apply(r, rules, passwords)
+        try:
+            roles_mod.apply(r, rules, passwords)
+        except conn.REFUSED as e:   # NOPERM, an old Redis without selectors, a bad password
+            raise RefusedError(f"Redis at {redis_url(cfg)} refused the ACL roles: {e} (Redis 7 and an admin "
+                               f"login are needed: {roles_mod.ADMIN} from {path}, or the default user)") from None
         click.echo(f"applied {len(rules)} roles; the default user is off; passwords in {path} (0600)")
     if do_apply or aclfile:
         host = socket.gethostname()

@@ -87,10 +87,21 @@ def wait(ctx, job_ids, timeout):
 def nodes(ctx, as_json):
     """Nodes with free/total GPUs, CPUs and memory."""
     jobs = ctx.client.read.active()
-    ds = [render.node_dict(n, jobs) for n in ctx.client.nodes()]
+    ns = ctx.client.nodes()
+    runners = ctx.client.read.runners([n.name for n in ns])
+    ds = [{**render.node_dict(n, jobs), "runners": runners.get(n.name, {})} for n in ns]
     if as_json:
         return echo_json(ds)
     rows = [[d["name"], d["state"], f"{d['gpus_free']}/{d['gpus_total']}", ",".join(d["gpu_models"]) or "-",
              f"{d['cpus_free']}/{d['cpus_total']}", f"{fmt_size(max(0, d['mem_free']))}/{fmt_size(d['mem_total'])}",
-             len(d["jobs"]), d["slots"]] for d in ds]
-    click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS"]))
+             len(d["jobs"]), d["slots"], _runners_text(d["runners"])] for d in ds]
+    click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RUNNERS"]))
+
+
+def _runners_text(runners: dict) -> str:
+    """"3 idle, 1 running" from each runner's state ("idle pid=… <time>", "running 12.1 pid=…")."""
+    counts: dict[str, int] = {}
+    for v in runners.values():
+        word = v.split(" ", 1)[0]
+        counts[word] = counts.get(word, 0) + 1
+    return ", ".join(f"{n} {w}" for w, n in sorted(counts.items())) or "-"

@@ -70,6 +70,8 @@ class Scheduler(Committer, NodeEvents):
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
+        self.freed = False                 # an attempt ended since the last plan (room to refill)
+        self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
         self.handlers = Handlers(self)
         self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
         self.guard = crashguard.CrashGuard.from_config(cfg)
@@ -109,11 +111,18 @@ class Scheduler(Committer, NodeEvents):
             self.books.tick(max(now, self.clock()))
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
-            if now - self.last_plan >= self.cfg.tick or not self.store.wakes_waiting():
+            # An attempt's end freed room: plan again at once, unless planning would take more than
+            # a third of the loop (at most every 2 x the last plan's own time), or a busy node
+            # drains at one job per slot per tick.
+            refill = self.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
+            if now - self.last_plan >= self.cfg.tick or refill or not self.store.wakes_waiting():
                 # Admission times must not precede the ends just processed in this tick (a GPU is
                 # held until then), so the plan reads the clock afresh.
+                began = time.monotonic()
                 self._schedule(max(now, self.clock()))
-                self.last_plan = now
+                self.last_plan, self.freed = now, False
+                self.plan_done = time.monotonic()
+                self.plan_cost = self.plan_done - began
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False

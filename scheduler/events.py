@@ -57,6 +57,7 @@ class NodeEvents:
         jobs, alerts = self._crash_guard(new, now) if kind == "finished" else ([new], ())
         self.commit(jobs=jobs, charges=charges, alerts=alerts, ack=(stream, eid))
         if kind == "finished":
+            self.freed = True
             log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
 
     def _crash_guard(self, new: Job, now: float):

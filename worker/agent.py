@@ -159,6 +159,7 @@ class Agent:
         they left. `now` is monotonic."""
         if now >= self._next_renew:
             self._renew(now)
+            self._check_attempts()
         for s in self.slots:
             self._supervise(s, now)
         self._reap_strays(now)
@@ -303,6 +304,30 @@ class Agent:
         except BrokenPipeError:
             pass          # it died at once; supervision restarts it
         s.started = now
+
+    def _check_attempts(self) -> None:
+        """Kill the tree of an attempt runner that stopped heart-beating (SIGSTOPped, hung): its job
+        must not run on while the scheduler declares the attempt lost (node_lease + fence_margin
+        without a heartbeat). SIGKILL reaches a stopped process; its slot runner then reports it."""
+        try:
+            states = self.store.runners(self.name)
+            running = [v.split()[1] for v in states.values() if v.startswith("running ")]
+            stale = []
+            for ref in running:
+                jid, _, n = ref.partition(".")
+                claimed, hb = self.store.attempt_status(int(jid), int(n))
+                node, _, pid = (claimed or "").rpartition(":")
+                if node == self.name and pid.isdigit() and hb and time.time() - hb > self.lease:
+                    stale.append((ref, int(pid), time.time() - hb))
+        except (conn.ERRORS + (ValueError, IndexError)) as e:
+            log.warning("node %s: cannot check the runners' heartbeats: %s", self.name, e)
+            return
+        for ref, pid, age in stale:
+            log.error("node %s: the runner of job %s (pid %d) has not heart-beaten for %.1fs; killing it and "
+                      "its job", self.name, ref, pid, age)
+            for p in [*probe.descendants(pid), pid]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, signal.SIGKILL)
 
     def _reap_strays(self, now: float) -> None:
         """Reap children that are not our runners (orphans adopted as subreaper); kill any still

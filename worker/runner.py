@@ -14,9 +14,7 @@ import logging
 import math
 import os
 import resource
-import select
 import signal
-import threading
 import time
 
 from labq.scheduler import states
@@ -25,13 +23,13 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gpuwatch, jobmsg, launch, memwatch, probe, procscan
+from . import cgroup, gpuwatch, jobmsg, launch, memwatch, probe, procscan, waiting
 
 log = logging.getLogger("labq.runner")
 
 RUNNER = "labq.worker.runner.run_job"
 TICK = 1.0             # heartbeat, sample, control and parent checks
-STOP_POLL = 0.1        # while a stopping tree drains
+STOP_POLL = waiting.STOP_POLL
 REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
 POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
 PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms per 2 GiB process)
@@ -49,7 +47,7 @@ _MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
              "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)"}
 # Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded.
 _HARD = ("orphaned", "fenced", "oom")
-CONTROL_BLOCK = 5.0    # one blocking read of the control list; the thread then reads again
+CONTROL_AFTER = 0.05   # the control watch starts this long after the job
 
 
 def end_message(why: str, detail: str = "") -> str:
@@ -71,11 +69,11 @@ def fence(job, attempt: int, node: str) -> str | None:
 
 
 def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict:
-    term = _Sigterm()     # from the first instant: a SIGTERM now would otherwise orphan the job
+    term = waiting.Sigterm()     # from the first instant: a SIGTERM now would otherwise orphan the job
     try:
         s = s or launch.Settings.from_environ()
         store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
-        job = store.job(job_id)
+        job, control = store.job_and_control(job_id)
         why = fence(job, attempt, s.node)
         pttl = -2
         if why is None:
@@ -90,43 +88,10 @@ def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict
             return {"ran": False, "reason": why}
         run = Run(store, s, job, attempt, term)
         run.lease_seen(time.monotonic(), pttl)
+        run.control0 = control
         return run.execute()
     finally:
         term.restore()
-
-
-class _Sigterm:
-    """SIGTERM to a runner is either the agent's orderly stop (systemctl stop), passed on by the
-    slot runner: preempt the job; or PDEATHSIG, its slot runner died: `orphaned`, kill at once.
-    The handler writes to a pipe the watch loop sleeps on, so either is acted on at once."""
-
-    def __init__(self):
-        self.got, self.orphaned, self._old = False, False, None
-        self.ppid = os.getppid()
-        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, self._set)
-
-    def _set(self, *_):
-        if os.getppid() != self.ppid:
-            self.orphaned = True
-        else:
-            self.got = True
-        self.poke()
-
-    def poke(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self.wfd, b"x")
-
-    def drain(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self.rfd, 512):
-                pass
-
-    def restore(self) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
-            self._old = None
 
 
 def _verb(control: str | None) -> str | None:
@@ -140,15 +105,17 @@ def _grace(control: str) -> int | None:
 
 
 class Run:
-    def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int, term: _Sigterm | None = None):
+    def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int,
+                 term: waiting.Sigterm | None = None):
         self.store, self.s, self.job, self.n = store, s, job, attempt
-        self.term = term or _Sigterm()
+        self.term = term or waiting.Sigterm()
         self.proc = None
         self.ckpt_dir = None
         self.start, self.t0 = None, None
         self.ppid = self.term.ppid
         self.lease_until = math.inf     # monotonic time by which the job must be dead (the lease's end)
         self.control_due = False        # the control thread saw a push: read the control key now
+        self.control0 = None            # the control as read with the record, before the start
         self.grace = None       # seconds, from a "preempt:GRACE" control
         self.peak_rss, self.peak_pss, self.next_pss = 0, None, 0.0
         self.mem_limit = job.mem_limit or job.mem
@@ -175,9 +142,13 @@ class Run:
             self._cleanup_after_error()
             raise
         finally:
-            self._release_cgroup()
+            if self.cg is not None:
+                self.cg.kill()
             self.body["end_time"] = self.body["end_time"] or time.time()
-            self._post_finished()
+            try:
+                self._post_finished()     # first: removing the cgroup waits for the kernel to empty it
+            finally:
+                self._release_cgroup()
         return {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
 
     def lease_seen(self, sent: float, pttl: int | None) -> None:
@@ -189,7 +160,7 @@ class Run:
 
     def _run(self) -> None:
         job, s = self.job, self.s
-        early = _verb(self._control()) or ("cancel" if job.cancel_requested else None)
+        early = _verb(self.control0) or ("cancel" if job.cancel_requested else None)
         if early in ("cancel", "preempt") or self.term.got:
             outcome = "cancelled" if early == "cancel" else "preempted"
             self.body.update(outcome=outcome, message=f"{outcome} before it started"
@@ -219,9 +190,9 @@ class Run:
         self.start, self.t0 = start, time.monotonic()
         self.body["start_time"] = start
         sent = time.monotonic()
-        self.lease_seen(sent, self.store.heartbeat(job.id, self.n, s.node, pid=self.proc.pid, start=start))
-        self.store.post("started", job.id, self.n, s.node, {"pid": self.proc.pid, "start_time": start})
-        _ControlWatch(self).start()
+        self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start))
+        if self.gpu.gpus:
+            self.gpu.tick((self.proc.pid,))     # the GPUs' counters at the start (energy is a delta)
         self._finish(self._watch())
 
     # -- limits --------------------------------------------------------------------------------
@@ -269,8 +240,12 @@ class Run:
         limit = self.job.time_limit
         deadline = self.t0 + limit if limit > 0 else math.inf
         warn_at = deadline - self.job.warn_signal[1] if self.job.warn_signal else math.inf
-        next_tick, stopping, kill_at, phases = 0.0, None, math.inf, []
-        waiter = _LeaderWaiter(self.proc.pid, self.term.rfd)
+        tick_s = min(TICK, self.s.lease / 3)     # the lease must be re-read well within its length
+        next_tick, stopping, kill_at, phases = self.t0 + tick_s, None, math.inf, []
+        # The control watch starts once the job has run a moment: a job that ends at once never
+        # pays for its thread and connection, and a push made before it starts waits in the list.
+        watch_at = self.t0 + CONTROL_AFTER
+        waiter = waiting.LeaderWaiter(self.proc.pid, self.term.rfd)
         try:
             while True:
                 exited = waiter.exited()
@@ -288,10 +263,12 @@ class Run:
                     if not phases:
                         return stopping
                     kill_at = self._signal_phase(stopping, phases, now)
+                if now >= watch_at:
+                    waiting.ControlWatch(self).start()
+                    watch_at = math.inf
                 due = now >= next_tick
                 if due:
-                    # The lease must be re-read well within its length (a 1 s lease in tests).
-                    next_tick = now + min(TICK, self.s.lease / 3)
+                    next_tick = now + tick_s
                     self._tick()
                 if stopping is None:
                     why = self._why_stop(now >= deadline, due or self.control_due)
@@ -309,7 +286,8 @@ class Run:
                              self.job.warn_signal[1])
                     probe.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
                     warn_at = math.inf
-                wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until) - time.monotonic(), 0.0)
+                wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until, watch_at)
+                           - time.monotonic(), 0.0)
                 waiter.wait(min(wake, STOP_POLL) if stopping else wake)
         finally:
             waiter.close()
@@ -533,57 +511,3 @@ def _describe(code: int, sig: int | None) -> str:
     if sig:
         return f"killed by {signal.Signals(sig).name}"
     return "exit code 0" if code == 0 else f"exit code {code}"
-
-
-class _ControlWatch(threading.Thread):
-    """Blocks on the job's control list on this node (the scheduler pushes to it with every
-    preempt or cancel) and wakes the watch loop at once, instead of a poll once a second."""
-
-    def __init__(self, run: "Run"):
-        super().__init__(daemon=True, name=f"control-{run.job.id}")
-        self.run_, self.store = run, AgentStore(conn.connect(run.s.redis_url), Keys(run.s.prefix))
-
-    def run(self) -> None:
-        r = self.run_
-        while True:
-            try:
-                got = self.store.wait_control(r.s.node, r.job.id, CONTROL_BLOCK)
-            except conn.ERRORS:
-                time.sleep(TICK)      # the tick reads the control key meanwhile
-                continue
-            if got:
-                r.control_due = True
-                r.term.poke()
-
-
-class _LeaderWaiter:
-    """Sleeps until a deadline, the leader's exit or a poke on `wake_fd` (a signal, a control),
-    whichever comes first, without reaping the leader (waitid WNOWAIT, tech-notes §4.2). A pidfd
-    wakes us the moment it exits; where there is none, we poll on a short interval."""
-
-    def __init__(self, pid: int, wake_fd: int | None = None):
-        self.pid, self.done, self.wake_fd = pid, False, wake_fd
-        try:
-            self.fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.fd = None
-
-    def exited(self) -> bool:
-        self.done = self.done or os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        return self.done
-
-    def wait(self, timeout: float) -> None:
-        fds = [] if self.wake_fd is None else [self.wake_fd]
-        if self.fd is None or self.done:      # an exited leader's pidfd stays readable: don't spin
-            timeout = min(timeout, STOP_POLL)
-        else:
-            fds.append(self.fd)
-        try:
-            select.select(fds, [], [], timeout)
-        except InterruptedError:
-            return   # a signal woke us early; the watch loop re-checks everything
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None

@@ -16,16 +16,31 @@ from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Expire, Pending, Place, Plan, Preempt, Start
 from ..units import fmt_size
-from . import capacity, preempt, priority
+from . import capacity, classes, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
 from .quota import Usage, over_alone
 
-__all__ = ["plan", "refusal", "expected_starts"]
+__all__ = ["plan", "plan_per_job", "refusal", "expected_starts"]
 
 
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
+    """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
+    as `plan_per_job`, without looking at every blocked job one by one."""
+    running = [j for j in snap.jobs if j.state in states.ON_NODE]
+    pending = [j for j in snap.jobs if j.state == states.PENDING]
+    deps = Dependencies(snap)
+    expires, waiting = _expire(pending, snap.now, deps)
+    p = _Pass(snap, cfg, running, deps)
+    p.reserve_begins = _begins
+    p.keep_earmarks(pending)
+    classes.run(p, waiting, cfg)
+    return Plan(tuple(p.places), tuple(expires), tuple(p.pending), tuple(p.preempts), tuple(p.starts))
+
+
+def plan_per_job(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
+    """Every pending job judged in priority order, one by one: the reference `plan` must equal."""
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
@@ -52,7 +67,10 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
 
 def _expire(pending, now: float, deps: Dependencies):
     expires, waiting = [], []
-    for j in sorted(pending, key=lambda j: j.id):
+    for j in pending:
+        if j.max_wait is None and j.deadline is None and not j.deps:   # most jobs: nothing can end them
+            waiting.append(j)
+            continue
         dep = deps.verdict(j)
         # A requeued job (preempted, retried, node failure) waits again from its last attempt's end.
         queued = j.attempts[-1].end_time or j.submit_time if j.attempts else j.submit_time
@@ -65,7 +83,7 @@ def _expire(pending, now: float, deps: Dependencies):
             expires.append(Expire(j.id, f"cancelled: {dep[1]} (--kill-on-invalid-dep)", states.CANCELLED))
         else:
             waiting.append(j)
-    return expires, waiting
+    return sorted(expires, key=lambda e: e.job_id), waiting
 
 
 class _Pass:
@@ -99,6 +117,13 @@ class _Pass:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
                 self.draining.setdefault(j.preempted_for, []).append(j)
 
+    def version(self) -> tuple:
+        """What a verdict may have changed in this pass's state (classes.py caches verdicts per
+        version): admissions, preemptions, reservations, takes, holds and unholds of free capacity,
+        the backfill-off blocker, requests found to have no victims."""
+        return (len(self.places), len(self.preempts), len(self.starts), self.free.changes, id(self.blocker),
+                len(self.no_victims))
+
     def keep_earmarks(self, pending) -> None:
         """Before anyone is placed, set aside the room of each preemptor that waits for its victims
         (or whose victims have just stopped): the GPUs it preempted for are its own until it starts or
@@ -110,14 +135,18 @@ class _Pass:
                 self.earmarked[j.id] = (spot, self.free.hold(spot, j))
 
     def consider(self, job: Job) -> None:
-        kept = self.earmarked.pop(job.id, None)
-        if kept is not None:
-            self.free.unhold(*kept)
-        verdict = self._verdict(job)
+        verdict = self.judge(job)
         if isinstance(verdict, Place):
             self.places.append(verdict)
         else:
             self.pending.append(Pending(job.id, *verdict))
+
+    def judge(self, job: Job):
+        """The job's turn: the room earmarked for it goes back to the pool, then its verdict."""
+        kept = self.earmarked.pop(job.id, None)
+        if kept is not None:
+            self.free.unhold(*kept)
+        return self._verdict(job)
 
     def _verdict(self, job: Job):
         """A Place for the job, or the (reason, detail) that keeps it pending."""

@@ -72,6 +72,8 @@ class Placer:
 
     def __init__(self, free: dict[str, Free]):
         self.free = free
+        self.changes = 0    # takes, holds, unholds: part of the pass state's version (classes.py)
+        self.grown = 0      # unholds: room that came back (a "no room" verdict may change)
         self.failed: list[tuple[int, str, int, int]] = []
         self.held: list[tuple[int, str, int, int]] = []   # requests known to fit (for fits_unchanged)
         # free GPU count -> [(free CPUs, node name)] kept sorted, so a scan in order meets the
@@ -99,6 +101,7 @@ class Placer:
     def take(self, spot: Free, job: Job, gpus: int | None = None) -> tuple[str, ...]:
         """Allocate the job's request on `spot` (or, for a hold, only `gpus` of its GPUs and the
         part of its CPUs and memory the node has free)."""
+        self.changes += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         taken = spot.take(job, gpus)
@@ -108,6 +111,7 @@ class Placer:
     def hold(self, spot: Free, job: Job) -> tuple:
         """Set aside for a preemptor whatever part of its request the node has free now, so that the
         room its victims leave is not short by what others took meanwhile. Returns what was held."""
+        self.changes += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         keep = spot.matching(job)[:job.gpus]
@@ -120,6 +124,8 @@ class Placer:
 
     def unhold(self, spot: Free, held: tuple) -> None:
         """Give back what `hold` set aside (the preemptor's turn has come: it may take it now)."""
+        self.changes += 1
+        self.grown += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         gpus, cpus, mem = held

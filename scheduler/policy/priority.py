@@ -39,7 +39,7 @@ def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[i
     w = cfg.priority
     shares = {a.name: a.share for a in cfg.accounts}
     fs = fairshare.factors(usage, shares) if w["fairshare_weight"] else {}
-    bursting = _bursting(pending, w["burst_jobs"], w["burst_window"]) if w["burst_penalty"] else set()
+    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if w["burst_penalty"] else set()
     age_max = w["age_max"] or 1
     out = {}
     for j in pending:
@@ -62,7 +62,7 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     qos = {q.name: q.priority * qw for q in cfg.qos}
     fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
     fs = {a: fw * v for a, v in fs.items()}
-    bursting = _bursting(pending, w["burst_jobs"], w["burst_window"]) if bw else ()
+    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if bw else ()
     per_s = aw / (w["age_max"] or 1)
     keyed = []
     for i, j in enumerate(pending):
@@ -74,21 +74,33 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     return [pending[t[3]] for t in keyed]
 
 
-def _bursting(pending, allowance: int, window: float) -> set[int]:
+def burst_tail(pending, allowance: int, window: float) -> set[int]:
     """Ids of jobs that had at least `allowance` earlier jobs of the same user submitted within
-    `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)"""
-    by_user = defaultdict(list)
+    `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)
+
+    Jobs are counted per (user, submit time): the tasks of an array share one, so a user's 10,000
+    tasks are one step of the walk, not 10,000 sorted tuples."""
+    by_user: dict = defaultdict(lambda: defaultdict(list))
     for j in pending:
-        by_user[j.user].append((j.submit_time, j.id))
+        by_user[j.user][j.submit_time].append(j.id)
     out = set()
-    for jobs in by_user.values():
-        if len(jobs) <= allowance:
+    for times in by_user.values():
+        if sum(map(len, times.values())) <= allowance:
             continue
-        jobs.sort()
-        lo = 0
-        for i, (t, jid) in enumerate(jobs):
-            while jobs[lo][0] < t - window:
+        order = sorted(times)
+        starts, n = [], 0                 # index of each time's first job in the user's sorted jobs
+        for t in order:
+            starts.append(n)
+            n += len(times[t])
+        lo = 0                            # the first time within the window before t
+        for k, t in enumerate(order):
+            while order[lo] < t - window:
                 lo += 1
-            if i - lo >= allowance:
-                out.add(jid)
+            # the job of rank r at time t has index starts[k] + r; it bursts from index starts[lo] + allowance
+            first = starts[lo] + allowance - starts[k]
+            ids = times[t]
+            if first < len(ids):
+                if len(ids) > 1:
+                    ids.sort()
+                out.update(ids[max(first, 0):])
     return out

@@ -7,6 +7,7 @@ import json
 import time
 
 from ..model import Gpu, Job
+from . import codec
 from .keys import Keys
 from .reads import load_job
 
@@ -60,6 +61,23 @@ class AgentStore:
         won, _, pttl = p.execute()
         return bool(won), int(pttl)
 
+    def job_and_control(self, jid: int) -> tuple[Job | None, str | None]:
+        """The job record and its control, in one round trip (a runner's first read)."""
+        p = self.r.pipeline(transaction=False)
+        p.get(self.k.job(jid))
+        p.get(self.k.control(jid))
+        raw, control = p.execute()
+        return (codec.loads(raw) if raw else None), control
+
+    def started(self, jid: int, attempt: int, node: str, pid: int, start: float) -> int:
+        """The attempt's process runs: its first heartbeat and the `started` event in one round
+        trip; returns the node lease's PTTL in ms."""
+        p = self.r.pipeline(transaction=False)
+        p.hset(self.k.attempt(jid, attempt), mapping={"hb": time.time(), "pid": pid, "start": start})
+        p.pttl(self.k.node_lease(node))
+        self._event(p, "started", jid, attempt, node, {"pid": pid, "start_time": start})
+        return int(p.execute()[1])
+
     def claimed_by(self, jid: int, attempt: int) -> str | None:
         return self.r.hget(self.k.attempt(jid, attempt), "claimed")
 
@@ -82,11 +100,14 @@ class AgentStore:
     def post(self, kind: str, jid: int, attempt: int, node: str, body: dict) -> None:
         """Append an event to the node's own stream and wake the scheduler."""
         p = self.r.pipeline()
+        self._event(p, kind, jid, attempt, node, body)
+        p.execute()
+
+    def _event(self, p, kind: str, jid: int, attempt: int, node: str, body: dict) -> None:
         p.xadd(self.k.node_events(node), {"kind": kind, "job": jid, "attempt": attempt, "node": node,
                                           "body": json.dumps(body, separators=(",", ":"))},
                maxlen=100_000, approximate=True)
         p.lpush(self.k.wake, "events")
-        p.execute()
 
     # -- the node's dispatch list ----------------------------------------------------------------
     def take(self, node: str, slot: int, timeout: float) -> str | None:
@@ -100,6 +121,14 @@ class AgentStore:
 
     def done(self, node: str, slot: int, raw: str) -> None:
         self.r.lrem(self.k.dispatch_slot(node, slot), 1, raw)
+
+    def runners(self, node: str) -> dict[str, str]:
+        return self.r.hgetall(self.k.node_runners(node))
+
+    def attempt_status(self, jid: int, attempt: int) -> tuple[str | None, float | None]:
+        """(claimed, last heartbeat) of an attempt."""
+        claimed, hb = self.r.hmget(self.k.attempt(jid, attempt), ["claimed", "hb"])
+        return claimed, float(hb) if hb else None
 
     def reset_runners(self, node: str) -> None:
         self.r.delete(self.k.node_runners(node))

@@ -7,6 +7,7 @@ import redis
 from ..errors import UnreachableError
 
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
+REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
 
 
 # A daemon logs in as its ACL role with a password from a root-only file (redis.password_file). The
@@ -64,6 +65,9 @@ def connect(url: str, **kw) -> redis.Redis:
     # keep every blocking call well under this.
     kw.setdefault("socket_timeout", 30)
     kw.setdefault("health_check_interval", 30)
+    # No CLIENT SETINFO: redis-py 8 reads its own version from the package metadata for every new
+    # connection (6 ms, most of a runner's connect) and then spends a round trip sending it.
+    kw.setdefault("driver_info", None)
     return redis.Redis.from_url(url, decode_responses=True, **kw)
 
 

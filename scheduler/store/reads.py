@@ -38,6 +38,15 @@ class Reader:
             found = [by_id[i] for i in ids if i in by_id]
         return found
 
+    def runners(self, nodes) -> dict[str, dict[str, str]]:
+        """node -> {slot: "idle pid=…", "running <job>.<attempt> pid=…", … with the time it was set},
+        as each node's persistent runners report themselves."""
+        nodes = list(nodes)
+        p = self.r.pipeline(transaction=False)
+        for n in nodes:
+            p.hgetall(self.k.node_runners(n))
+        return dict(zip(nodes, p.execute()))
+
     def active(self) -> list[Job]:
         return self.jobs(self.r.zrange(self.k.active, 0, -1))
 

@@ -270,3 +270,15 @@ def test_a_lab_stack_under_the_roles_leaks_no_password_to_ps_or_jobs(locked):
         for p in procs:
             p.wait(30)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_apply_without_an_admin_login_is_refused_in_one_line(locked):
+    """Once `default` is off, only labq-admin (from the password file) may change the roles."""
+    rp, pw, cfg_path, pw_path, _ = locked
+    p = subprocess.run([sys.executable, "-m", "labq", "--config", cfg_path, "admin", "acl", "--apply",
+                        "--password-file", pw_path + ".empty"], capture_output=True, text=True, timeout=60)
+    assert p.returncode in (3, 4) and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    again = subprocess.run([sys.executable, "-m", "labq", "--config", cfg_path, "admin", "acl", "--apply"],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert acl.read_passwords(pw_path) == pw, "re-applying keeps every role's password"

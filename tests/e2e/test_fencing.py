@@ -6,6 +6,7 @@ and no two attempts' lives may overlap. Each job ends exactly once `CD`, and the
 
 Short leases (1 s, fence margin 1 s) keep each case to a few seconds.
 """
+import json
 import os
 import shutil
 import signal
@@ -185,9 +186,26 @@ def test_kill_9_of_the_agent(nodes):
 @pytest.mark.parametrize("which", ["slot runner", "attempt runner"])
 def test_kill_9_of_a_runner(nodes, which):
     jid, stamps = nodes.submit()
-    _, pid = nodes.running(jid, stamps)
+    node, pid = nodes.running(jid, stamps)
     attempt, slot = runner_of(pid)
+    # `labq nodes` shows each runner's state: this node's one runner runs the job, the other idles.
+    p = subprocess.run(nodes.stack.command("nodes", "--json"), env=nodes.stack.env(), capture_output=True,
+                       text=True, timeout=60)
+    shown = {d["name"]: d["runners"] for d in json.loads(p.stdout)}
+    assert shown[node]["0"].startswith(f"running {jid}.1 pid={slot}"), shown
+    assert all(v["0"].startswith("idle") for n, v in shown.items() if n != node), shown
     os.kill(slot if which == "slot runner" else attempt, signal.SIGKILL)
+    j, spans = nodes.finish(jid, stamps)
+    assert j.attempts[0].outcome == "node_failure", j.attempts
+    assert_once_cd(nodes, j, spans)
+
+
+def test_sigstop_of_the_attempt_runner(nodes):
+    """A runner that stops heart-beating (SIGSTOP) cannot fence its job: its agent kills both."""
+    jid, stamps = nodes.submit()
+    _, pid = nodes.running(jid, stamps)
+    attempt, _ = runner_of(pid)
+    os.kill(attempt, signal.SIGSTOP)
     j, spans = nodes.finish(jid, stamps)
     assert j.attempts[0].outcome == "node_failure", j.attempts
     assert_once_cd(nodes, j, spans)

@@ -1,0 +1,186 @@
+"""plan() by request class: the same decisions as the per-job pass, judging each class once.
+
+Jobs that share everything a verdict reads (`class_key`: shape, account, user, QoS, budgets, holds,
+begin, dependencies, throttle...) get the same verdict from the same pass state. The pass state only
+changes when a verdict changes it (an admission, a preemption, a hold, a reservation, the backfill-off
+blocker, a request found to have no victims): `_Pass.version` counts those. So a class's blocked
+verdict, once judged without changing anything, holds for every later job of the class until the
+state changes again.
+
+Order: within a class (and burst flag) the priority order is submit order, because the other terms
+of the priority are the same for all of them and the age term grows with the wait. Each class is a
+list in that order; the pass takes the best next job among the classes. A class whose verdict still
+holds takes its whole run at once (its jobs that come before every other class's next job, found
+by binary search), so a class of 10,000 alike jobs costs a few verdicts and searches, not 10,000.
+
+A job whose verdict depends on its own id (a singleton dependency; a preemptor whose victims are
+draining) is a class of its own and never cached. A field a verdict starts to read must join
+`class_key`; tests/property/test_plan_classes.py checks the result against the per-job pass.
+"""
+import heapq
+
+from .. import fairshare, states
+from ..plan import Pending, Place
+from . import priority
+
+
+def class_key(j) -> tuple:
+    """Everything of a pending job that `_Pass._verdict` reads, except its id."""
+    held = (j.reason, j.detail if j.reason == states.CRASH_GUARD else "") if j.held else None
+    return (j.qos, j.account, j.user, j.project, j.budget, j.gpus, j.gpu_type, j.cpus, j.mem, j.time_limit, j.est,
+            held, j.begin, j.eligible_time, j.deps, j.array_throttle, j.array_id if j.array_throttle else None)
+
+
+def _own(j, draining) -> bool:
+    """Whether the job's verdict may name the job itself (a singleton, a preemptor whose victims
+    drain, one whose room is earmarked): then it is judged on its own."""
+    return bool(j.earmark) or j.id in draining or bool(j.deps) and any(k == "singleton" for k, _ in j.deps)
+
+
+# Grouping pays when classes hold many jobs each (arrays, sweeps); with a class per few jobs the
+# walk's heaps cost more than the verdicts they save, and the per-job order is used instead (the
+# same decisions). Judged on a sample of the queue.
+MIN_JOBS_PER_CLASS = 8
+SAMPLE = 512
+
+
+def _worth_grouping(waiting, draining) -> bool:
+    if MIN_JOBS_PER_CLASS <= 0:
+        return True
+    if len(waiting) < 2 * MIN_JOBS_PER_CLASS:
+        return False
+    sample = waiting[::max(1, len(waiting) // SAMPLE)]
+    distinct = len({("own", j.id) if _own(j, draining) else class_key(j) for j in sample})
+    return distinct * MIN_JOBS_PER_CLASS <= len(sample)
+
+
+def run(p, waiting, cfg) -> None:
+    """Consider `waiting` in priority order on the pass `p` (a policy._Pass), class by class."""
+    if not _worth_grouping(waiting, p.draining):
+        for job in priority.ordered(waiting, p.now, dict(p.snap.usage), cfg):
+            p.consider(job)
+        return
+    score, bursting = _scorer(waiting, p, cfg)
+    groups: dict = {}
+    for j in waiting:
+        key = ("own", j.id) if _own(j, p.draining) else class_key(j)
+        groups.setdefault((key, j.id in bursting), []).append((j.submit_time, j.id, j))
+    keys, lists = [], []
+    for (key, _), jobs in groups.items():
+        jobs.sort()              # (submit time, id): the priority order within a class
+        keys.append(key)
+        lists.append([j for _, _, j in jobs])
+    _Walk(p, lists, keys, score).go()
+
+
+def _scorer(waiting, p, cfg):
+    """The priority of a job, exactly priority.ordered's sum, term by term in the same order."""
+    w = cfg.priority
+    qw, aw, fw, bw = w["qos_weight"], w["age_weight"], w["fairshare_weight"], w["burst_penalty"]
+    qos = {q.name: q.priority * qw for q in cfg.qos}
+    fs = fairshare.factors(dict(p.snap.usage), {a.name: a.share for a in cfg.accounts}) if fw else {}
+    fs = {a: fw * v for a, v in fs.items()}
+    bursting = priority.burst_tail(waiting, w["burst_jobs"], w["burst_window"]) if bw else ()
+    per_s, now = aw / (w["age_max"] or 1), p.now
+
+    def score(j) -> tuple:
+        age = now - j.submit_time
+        return (-(qos.get(j.qos, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
+                  + fs.get(j.account, fw) - (bw if j.id in bursting else 0.0)), j.submit_time, j.id)
+    return score, bursting
+
+
+# How long a verdict judged without changing anything stays true (the property test checks each):
+# gates (hold, begin, dependencies) for the whole pass; caps and "no room" until an admission of the
+# same account, user or array, or a change to preemptions, reservations, the blocker or the victims
+# found, or room coming back (an earmark given up); anything that quoted a budget, tried an
+# admission, a preemption or a reservation only while the whole state is unchanged.
+STATIC = frozenset((states.HELD, states.CRASH_GUARD, states.BEGIN_TIME, states.DEPENDENCY, states.DEPENDENCY_NEVER))
+CAPS = frozenset((states.PRIORITY, states.RESOURCES, states.NODE_DOWN, states.ARRAY_TASK_LIMIT,
+                  states.ACCOUNT_JOB_LIMIT, states.ACCOUNT_GPU_LIMIT, states.ACCOUNT_CPU_LIMIT,
+                  states.USER_JOB_LIMIT, states.USER_GPU_LIMIT, states.USER_CPU_LIMIT))
+_STATIC, _CAPS, _FULL = 0, 1, 2
+
+
+class _Walk:
+    """The merge over the classes in priority order, with the verdict cache: a class whose verdict
+    still holds takes its whole run (its jobs ahead of every other class's next job) at once."""
+
+    def __init__(self, p, lists, keys, score):
+        self.p, self.lists, self.keys, self.score = p, lists, keys, score
+        self.at = [0] * len(lists)          # next job of each class
+        self.heads = [(score(jobs[0]), i) for i, jobs in enumerate(lists)]
+        heapq.heapify(self.heads)
+        self.cache: dict = {}               # class key -> (state version, kind, stamp, verdict)
+        self.admitted: dict = {}            # ("a", account) / ("u", user) / ("t", array): admissions so far
+        self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
+        for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
+            setattr(p, name, self._counting(getattr(p, name)))
+
+    def _counting(self, fn):
+        def counted(*a):
+            self.touched += 1
+            return fn(*a)
+        return counted
+
+    def _stamp(self, key) -> tuple:
+        p, n = self.p, self.admitted
+        return (n.get(("a", key[1]), 0), n.get(("u", key[2]), 0), n.get(("t", key[16]), 0), len(p.preempts),
+                len(p.starts), id(p.blocker), len(p.no_victims), p.free.grown)
+
+    def _valid(self, key, version):
+        hit = self.cache.get(key)
+        if hit is not None and (hit[0] == version or hit[1] == _STATIC
+                                or hit[1] == _CAPS and hit[2] == self._stamp(key)):
+            return hit[3]
+        return None
+
+    def go(self) -> None:
+        p, heads, lists, at = self.p, self.heads, self.lists, self.at
+        version = p.version()
+        while heads:
+            i = heapq.heappop(heads)[1]
+            jobs, key = lists[i], self.keys[i]
+            verdict = self._valid(key, version)
+            if verdict is None:
+                version = self._judge(jobs[at[i]], key, version)
+                at[i] += 1
+            else:
+                end = self._run_end(i, heads[0][0] if heads else None)
+                p.pending.extend(Pending(j.id, *verdict) for j in jobs[at[i]:end])
+                at[i] = end
+            if at[i] < len(jobs):
+                heapq.heappush(heads, (self.score(jobs[at[i]]), i))
+
+    def _run_end(self, i: int, limit) -> int:
+        """The end of class i's run: its jobs that come before `limit` (the next job of any other
+        class). Its order is the priority order, so a binary search finds the end."""
+        jobs, lo, hi = self.lists[i], self.at[i] + 1, len(self.lists[i])
+        if limit is None:
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.score(jobs[mid]) < limit:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _judge(self, job, key, version):
+        p, touched = self.p, self.touched
+        verdict = p.judge(job)
+        if isinstance(verdict, Place):
+            p.places.append(verdict)
+            for k in (("a", job.account), ("u", job.user), ("t", job.array_id)):
+                if k[1] is not None:
+                    self.admitted[k] = self.admitted.get(k, 0) + 1
+        else:
+            p.pending.append(Pending(job.id, *verdict))
+        now = p.version()
+        if now != version:
+            return now
+        if key[0] != "own":
+            kind = _FULL if self.touched != touched else _STATIC if verdict[0] in STATIC else \
+                _CAPS if verdict[0] in CAPS else _FULL
+            self.cache[key] = (version, kind, self._stamp(key) if kind == _CAPS else None, verdict)
+        return version

@@ -1,0 +1,178 @@
+"""plan() by request class makes the decisions of the per-job pass (policy.plan_per_job): on random
+snapshots, the same admissions (node, GPUs, commitments), expiries, preemptions, reservations, and
+for every pending job the same reason and detail.
+
+Jobs are drawn from a few templates, so classes repeat (arrays, sweeps) and the cache is exercised;
+the snapshots mix holds, --begin, dependencies (singletons too), array throttles, account and user
+caps, guarantees and borrowing, budgets, protected QoS capacity, preemption and backfill depths.
+"""
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from labq.scheduler import policy, states
+from labq.scheduler.policy import classes
+from tests.harness import ClusterBuilder, G, cfg
+
+CONFIG = """
+[scheduler]
+backfill_depth = {depth}
+preemption = {preempt}
+[qos.normal]
+priority = 100
+reserved = {reserved}
+[qos.low]
+priority = 0
+preemptible = true
+min_runtime = "{min_runtime}"
+[qos.high]
+priority = 200
+[accounts.eta]
+users = ["alice", "bob"]
+guarantee = {guarantee}
+borrow_limit = 4
+[accounts.phi]
+users = ["carol"]
+max_running = {max_running}
+max_gpus = 6
+[users.bob]
+max_gpus = 3
+[[budgets]]
+name = "eta-b"
+account = "eta"
+limit = {limit}
+"""
+
+TEMPLATES = st.fixed_dictionaries({
+    "gpus": st.sampled_from([0, 1, 2, 4]),
+    "cpus": st.sampled_from([1, 4, 8]),
+    "mem": st.sampled_from([0, 8 * G, 32 * G]),
+    "time_limit": st.sampled_from([600, 3600, 7200, 86400]),
+    "qos": st.sampled_from(["normal", "low", "high"]),
+    "who": st.sampled_from([("eta", "alice"), ("eta", "bob"), ("phi", "carol"), ("default", "dave")]),
+    "extra": st.sampled_from(["", "", "", "held", "begin", "dep", "singleton", "throttle", "crash", "earmark"]),
+})
+
+
+@st.composite
+def scenes(draw):
+    text = CONFIG.format(depth=draw(st.sampled_from([0, 1, 3])), preempt=draw(st.sampled_from(["true", "false"])),
+                         reserved=draw(st.sampled_from([0, 2])), min_runtime=draw(st.sampled_from(["0s", "1h"])),
+                         guarantee=draw(st.sampled_from([0, 2])), max_running=draw(st.sampled_from([1, 3, 100])),
+                         limit=draw(st.sampled_from([2, 5, 50, 100000])))
+    b = ClusterBuilder()
+    for n in range(draw(st.integers(1, 4))):
+        b.node(f"n{n}", gpus=draw(st.sampled_from([0, 2, 4, 8])), cpus=draw(st.sampled_from([8, 16, 32])),
+               mem=64 * G, slots=draw(st.sampled_from([2, 4, 8])),
+               state=draw(st.sampled_from(["up", "up", "up", "drain"])))
+    for n in list(b.nodes):
+        left, cpus = len(n.gpus), n.cpus
+        for _ in range(draw(st.integers(0, 4))):      # running work, most of it on GPUs
+            g, c = draw(st.sampled_from([1, 2, 0])), draw(st.sampled_from([1, 4]))
+            if g > left or c > cpus:
+                break
+            acct, user = draw(st.sampled_from([("eta", "alice"), ("eta", "bob"), ("phi", "carol"), ("default", "dave")]))
+            b.running(n.name, gpus=g, cpus=c, qos=draw(st.sampled_from(["low", "low", "normal"])), account=acct,
+                      user=user, started_ago=draw(st.sampled_from([30.0, 7200.0])), time_limit=draw(
+                          st.sampled_from([600, 3600, 86400])),
+                      commit=(("eta-b", draw(st.sampled_from([0, 10**6, 4 * 10**6]))),) if acct == "eta" else ())
+            left, cpus = left - g, cpus - c
+    ended = b._next
+    b._next += 1
+    templates = draw(st.lists(TEMPLATES, min_size=1, max_size=4))
+    for k in range(draw(st.integers(1, 40))):
+        t = templates[draw(st.integers(0, len(templates) - 1))]
+        kw = {}
+        if t["extra"] == "held":
+            kw["held"] = True
+        elif t["extra"] == "crash":
+            kw.update(held=True, reason=states.CRASH_GUARD, detail="failed 3 times")
+        elif t["extra"] == "begin":
+            kw["begin"] = b.now + 600
+        elif t["extra"] == "dep":
+            kw["deps"] = (("afterok", (ended,)),)
+        elif t["extra"] == "singleton":
+            kw["deps"] = (("singleton", ()),)
+        elif t["extra"] == "earmark":
+            kw["earmark"] = draw(st.sampled_from([n.name for n in b.nodes]))
+        elif t["extra"] == "throttle":
+            kw.update(array_id=1000, array_index=k, array_throttle=2)
+        b.job(gpus=t["gpus"], cpus=t["cpus"], mem=t["mem"], time_limit=t["time_limit"], qos=t["qos"],
+              account=t["who"][0], user=t["who"][1], name="s" if t["extra"] == "singleton" else "",
+              submit_offset=draw(st.sampled_from([0.0, 0.0, -50.0, -5000.0])), **kw)
+    snap = b.build()
+    done = draw(st.sampled_from([states.COMPLETED, states.FAILED]))
+    return replace(snap, ended=((ended, done),), spent=(("eta-b", draw(st.sampled_from([0, 10**6, 10**8]))),)), \
+        cfg(text)
+
+
+def same(a, b) -> None:
+    assert sorted(a.places, key=lambda p: p.job_id) == sorted(b.places, key=lambda p: p.job_id)
+    assert a.expires == b.expires
+    assert {p.job_id: (p.reason, p.detail) for p in a.pending} == {p.job_id: (p.reason, p.detail) for p in b.pending}
+    assert len(a.pending) == len(b.pending)
+    assert a.preempts == b.preempts
+    assert a.starts == b.starts
+
+
+@pytest.fixture
+def always_grouped(monkeypatch):
+    monkeypatch.setattr(classes, "MIN_JOBS_PER_CLASS", 0)   # small queues too take the class walk
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(scenes())
+def test_the_class_walk_decides_as_the_per_job_pass(always_grouped, scene):
+    snap, c = scene
+    same(policy.plan(snap, c), policy.plan_per_job(snap, c))
+    # expected_starts' pass: --begin jobs reserved from their begin, a reservation for each blocked job
+    deep = replace(c, backfill_depth=50, preemption=False)
+    same(policy.plan(snap, deep, _begins=True), policy.plan_per_job(snap, deep, _begins=True))
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenes())
+def test_plan_with_its_own_choice_of_walk_decides_the_same(scene):
+    snap, c = scene
+    same(policy.plan(snap, c), policy.plan_per_job(snap, c))
+
+
+def test_an_array_is_judged_a_few_times_not_once_per_task(monkeypatch):
+    b = ClusterBuilder().node("n0", gpus=2, cpus=8)
+    for k in range(2000):
+        b.job(gpus=1, cpus=1, array_id=1, array_index=k)
+    snap = b.build()
+    judged = []
+    real = policy._Pass._verdict
+
+    def count(self, job):
+        judged.append(job.id)
+        return real(self, job)
+
+    monkeypatch.setattr(policy._Pass, "_verdict", count)
+    got = policy.plan(snap, cfg())
+    assert len(got.places) == 2 and len(got.pending) == 1998
+    assert len(judged) < 10
+    judged.clear()
+    same(got, policy.plan_per_job(snap, cfg()))
+    assert len(judged) == 2000
+
+
+def test_a_reservation_verdict_is_judged_again_after_another_account_takes_the_room(always_grouped):
+    """X1 may not start (it would delay the big job's reservation) while the room is there; after B
+    (another account) takes part of it, X2 of the same class has no room at all: another reason."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-30)
+    b.job(gpus=2, cpus=2, time_limit=7200, account="eta", user="alice", submit_offset=-20)   # X1
+    b.job(gpus=1, cpus=1, time_limit=600, account="phi", user="carol", submit_offset=-10)    # B
+    b.job(gpus=2, cpus=2, time_limit=7200, account="eta", user="alice", submit_offset=0)     # X2
+    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=100,
+                          limit=100000))
+    got = policy.plan(b.build(), c)
+    reasons = {p.job_id: p.reason for p in got.pending}
+    assert [p.job_id for p in got.places] == [4]
+    assert reasons[3] == states.RESERVATION and reasons[5] != states.RESERVATION
+    same(got, policy.plan_per_job(b.build(), c))

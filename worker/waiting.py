@@ -1,0 +1,104 @@
+"""What a runner sleeps on while its job runs: the job leader's exit (a pidfd), signals to the runner
+itself, and controls from the scheduler (a blocking read on a thread), all through one select()."""
+import contextlib
+import os
+import select
+import signal
+import threading
+import time
+
+from labq.scheduler.store import conn
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+
+STOP_POLL = 0.1        # while a stopping tree drains (an exited leader's pidfd stays readable)
+CONTROL_BLOCK = 5.0    # one blocking read of the control list; the thread then reads again
+RETRY = 1.0            # after a Redis error, before the next blocking read
+
+
+class Sigterm:
+    """SIGTERM to a runner is either the agent's orderly stop (systemctl stop), passed on by the
+    slot runner: preempt the job; or PDEATHSIG, its slot runner died: `orphaned`, kill at once.
+    The handler writes to a pipe the watch loop sleeps on, so either is acted on at once."""
+
+    def __init__(self):
+        self.got, self.orphaned, self._old = False, False, None
+        self.ppid = os.getppid()
+        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._set)
+
+    def _set(self, *_):
+        if os.getppid() != self.ppid:
+            self.orphaned = True
+        else:
+            self.got = True
+        self.poke()
+
+    def poke(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self.wfd, b"x")
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self.rfd, 512):
+                pass
+
+    def restore(self) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+            self._old = None
+
+
+class ControlWatch(threading.Thread):
+    """Blocks on the job's control list on this node (the scheduler pushes to it with every
+    preempt or cancel) and wakes the watch loop at once, instead of a poll once a second."""
+
+    def __init__(self, run):
+        super().__init__(daemon=True, name=f"control-{run.job.id}")
+        self.run_, self.store = run, AgentStore(conn.connect(run.s.redis_url), Keys(run.s.prefix))
+
+    def run(self) -> None:
+        r = self.run_
+        while True:
+            try:
+                got = self.store.wait_control(r.s.node, r.job.id, CONTROL_BLOCK)
+            except conn.ERRORS:
+                time.sleep(RETRY)      # the runner's tick reads the control key meanwhile
+                continue
+            if got:
+                r.control_due = True
+                r.term.poke()
+
+
+class LeaderWaiter:
+    """Sleeps until a deadline, the leader's exit or a poke on `wake_fd` (a signal, a control),
+    whichever comes first, without reaping the leader (waitid WNOWAIT, tech-notes §4.2). A pidfd
+    wakes us the moment it exits; where there is none, we poll on a short interval."""
+
+    def __init__(self, pid: int, wake_fd: int | None = None):
+        self.pid, self.done, self.wake_fd = pid, False, wake_fd
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def exited(self) -> bool:
+        self.done = self.done or os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return self.done
+
+    def wait(self, timeout: float) -> None:
+        fds = [] if self.wake_fd is None else [self.wake_fd]
+        if self.fd is None or self.done:      # an exited leader's pidfd stays readable: don't spin
+            timeout = min(timeout, STOP_POLL)
+        else:
+            fds.append(self.fd)
+        try:
+            select.select(fds, [], [], timeout)
+        except InterruptedError:
+            return   # a signal woke us early; the watch loop re-checks everything
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
