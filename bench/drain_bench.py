@@ -4,10 +4,10 @@ one is answered. Redis runs with appendonly + appendfsync always, like the stack
 transaction costs an fsync. Also: one 10,000-task array request, from read to reply.
 
 The scheduler runs in this process (no daemon loop, no wake-up latency): what is timed is the
-intake, the handlers and the commits. Jobs go to the account `parked` (max_running = 0), so the plan
-admits nothing and writes nothing.
+intake, the handlers and the commits. The jobs are submitted held, so the plan admits nothing.
 
-    .venv/bin/python bench/drain_bench.py [N]
+    .venv/bin/python bench/drain_bench.py [N]      # N queued submits, then a 10,000-task array
+    .venv/bin/python bench/drain_bench.py --memory # RSS around a 100,000-task array
 """
 import json
 import os
@@ -31,10 +31,11 @@ max_pending = 1000000
 max_pending_per_user = 1000000
 [accounts.parked]
 users = [{users}]
-max_running = 0
 """
 USERS = [f"u{i}" for i in range(8)]
-BODY = {"argv": ["true"], "workdir": "/tmp", "cpus": 1, "mem": 1 << 20, "time_limit": 60, "account": "parked"}
+# Held (-H): the jobs stay pending and the plan admits nothing (max_running = 0 is refused at submit).
+BODY = {"argv": ["true"], "workdir": "/tmp", "cpus": 1, "mem": 1 << 20, "time_limit": 60, "account": "parked",
+        "hold": True}
 
 
 class Redis:
@@ -111,8 +112,53 @@ def drain(n: int) -> dict:
         rs.close()
 
 
+
+
+def rss_mb() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MB."""
+    got = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                k, v = line.split(":")
+                got[k] = int(v.split()[0]) / 1024
+    return got["VmRSS"], got["VmHWM"]
+
+
+def memory(n: int = 100_000) -> dict:
+    """The scheduler's memory around one n-task array: before, after the submit and a plan of the
+    full queue, and the peak. The scheduler runs in this process, so this is its RSS."""
+    rs = Redis()
+    try:
+        s = scheduler(rs.sock)
+        tune_gc()
+        before = rss_mb()[0]
+        rid = queue(s.store.r, s.k, 1, {**BODY, "array": [1, n, 1]}, tag="big")[0]
+        t0 = time.perf_counter()
+        while not s.store.r.exists(s.k.reply(rid)):
+            s.tick(time.time())
+        took = time.perf_counter() - t0
+        reply = json.loads(s.store.r.lindex(s.k.reply(rid), 0))
+        if not reply.get("ok"):
+            raise SystemExit(f"the array was refused: {reply.get('error')}")
+        s.last_plan = float("-inf")
+        t1 = time.perf_counter()
+        s.tick(time.time())             # a plan of the whole queue
+        plan_s = time.perf_counter() - t1
+        after, peak = rss_mb()
+        return {"jobs": len(s.jobs), "before_mb": before, "after_mb": after, "peak_mb": peak, "submit_s": took,
+                "plan_tick_s": plan_s}
+    finally:
+        rs.close()
+
+
 if __name__ == "__main__":
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
-    r = drain(n)
-    print(f"{r['requests']} requests drained in {r['seconds']:.3f} s over {r['ticks']} ticks: "
-          f"{r['rate']:,.0f} requests/s; 10,000-task array {r['array10k_s'] * 1000:.0f} ms")
+    if "--memory" in sys.argv:
+        m = memory()
+        print(f"{m['jobs']:,} pending: scheduler RSS {m['before_mb']:.0f} MB before, {m['after_mb']:.0f} MB after "
+              f"(peak {m['peak_mb']:.0f} MB); the array submit {m['submit_s']:.2f} s, a plan tick {m['plan_tick_s']:.2f} s")
+    else:
+        n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+        r = drain(n)
+        print(f"{r['requests']} requests drained in {r['seconds']:.3f} s over {r['ticks']} ticks: "
+              f"{r['rate']:,.0f} requests/s; 10,000-task array {r['array10k_s'] * 1000:.0f} ms")

@@ -1,19 +1,21 @@
-"""`labq admin`: the lab administrator's commands (Redis ACL roles, …)."""
+"""`labq admin`: the lab administrator's commands (Redis ACL roles, dead letters, accepting a
+Redis loss, …). A plain click group: other modules add subcommands to it."""
 import os
 import socket
+import time
 
 import click
 
-from labq.scheduler.errors import RefusedError, UnreachableError, UsageError
+from labq.scheduler.errors import LabqError, RefusedError, UnreachableError, UsageError
 
-from .common import pass_ctx, redis_url
+from .common import echo_json, pass_ctx, redis_url
 
 DEFAULT_PASSWORD_FILE = "/etc/labq/redis.secret"
 
 
 @click.group()
 def admin():
-    """Administration: Redis ACL roles (`labq admin acl`)."""
+    """Administration: Redis ACL roles (`labq admin acl`), dead letters, accept-loss."""
 
 
 @admin.command()
@@ -75,3 +77,43 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
                    f"({roles_mod.SCHEDULER}, labq-node-NAME)")
     else:
         click.echo(text, nl=False)
+
+
+@admin.command()
+@click.option("-n", "--count", default=100, show_default=True, help="The newest N dead letters.")
+@click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
+@pass_ctx
+def dead(ctx, count, as_json):
+    """Inbox entries and events the scheduler could not take, with the reason (labq:dead)."""
+    c = ctx.client
+    from labq.scheduler.store.reads import Reader
+    rows = Reader(c.r, c.k).dead(max(1, count))
+    if as_json:
+        return echo_json(rows)
+    if not rows:
+        return click.echo("no dead letters")
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(row.get("ts") or 0)))
+        entry = row.get("entry", "")
+        click.echo(f"{when}  {row.get('source', '?')} {row.get('id', '?')}: {row.get('reason', '')}")
+        click.echo(f"    {entry if len(entry) <= 200 else entry[:200] + '…'}")
+
+
+@admin.command("accept-loss")
+@pass_ctx
+def accept_loss(ctx):
+    """Accept what Redis holds now as the truth, after the scheduler refused a Redis that went
+    backwards (the jobs and ledger entries it lost stay lost). Run it as the scheduler's user."""
+    from labq.scheduler.durability import StateFile, default_path
+    from labq.scheduler.store.state import SchedulerStore
+    c, cfg = ctx.client, ctx.cfg
+    f = StateFile(cfg.state_file or default_path(cfg.prefix, redis_url(cfg)))
+    try:
+        before = f.load()
+    except LabqError:
+        before = None
+    now = SchedulerStore(c.r, c.k, "accept-loss").figures()
+    f.save(now)
+    if f.saved != now:
+        raise LabqError(f"could not write {f.path}")
+    click.echo(f"{f.path}: {before.describe() if before else 'no figures'} -> {now.describe()} (Redis's, accepted)")

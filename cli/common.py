@@ -32,6 +32,7 @@ class Ctx:
             from labq.scheduler.thinclient import ThinClient
             s = client_settings(self.config_path)
             self._thin = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
+            self._thin.limits, self._thin.allow_volatile = s["limits"], s["allow_volatile"]
             from labq.scheduler.store.history import History, default_path
             self._thin.read.history = History(default_path(s["history_url"]))
         return self._thin
@@ -55,3 +56,15 @@ def run_guarded(fn):
         from labq.scheduler.store.conn import ERRORS
         return ERRORS
     return guarded(fn, redis_errors)
+
+
+def volatile_header(ctx) -> None:
+    """Say so when the scheduler leads a Redis without AOF (redis.allow_volatile = true): one INFO,
+    only where the config allows it (a volatile Redis is refused otherwise)."""
+    if not ctx.cfg.allow_volatile:
+        return
+    from labq.scheduler.durability import volatile_line
+    from labq.scheduler.store.state import SchedulerStore
+    c = ctx.client
+    if SchedulerStore(c.r, c.k, "reader").aof_enabled() is False:
+        click.echo(f"WARNING: {volatile_line(c.url).split(';')[0]} (redis.allow_volatile = true)")

@@ -46,7 +46,7 @@ def scheduler(ctx, verbose):
     from labq.scheduler.store import schema
     from labq.scheduler.store.keys import Keys
     schema.check(r, Keys(cfg.prefix))
-    sched = _with_history(Scheduler(r, cfg=cfg), r, cfg)
+    sched = _with_history(Scheduler(r, cfg=cfg, durable=durability(cfg, r, url)), r, cfg)
     if cfg.metrics:
         from labq.scheduler.metrics import Metrics
         try:
@@ -54,6 +54,16 @@ def scheduler(ctx, verbose):
         except OSError as e:
             raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
     sched.run(stop=_stop_flag())
+
+
+def durability(cfg, r, url):
+    """The checks the scheduler passes before it may lead: AOF on (or allowed off), Redis not behind
+    its state file."""
+    from labq.scheduler.durability import Durability, default_path
+    from labq.scheduler.store.keys import Keys
+    from labq.scheduler.store.state import SchedulerStore
+    return Durability(SchedulerStore(r, Keys(cfg.prefix), "durability"), url, cfg.allow_volatile,
+                      cfg.state_file or default_path(cfg.prefix, url))
 
 
 def _with_history(sched, r, cfg):

@@ -89,7 +89,8 @@ class Stack:
         return [sys.executable, "-m", "labq.cli.main", *cfg, *args]
 
     def env(self) -> dict:
-        # LABQ_STATE_DIR: this stack's own state (its accounting archive), never the caller's.
+        # LABQ_STATE_DIR: this stack's own state (its accounting archive, the scheduler's state
+        # file), never the caller's.
         env = dict(os.environ, LABQ_REDIS_URL=self.url, PYTHONUNBUFFERED="1", LABQ_STATE_DIR=self.state_dir)
         env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env

@@ -109,6 +109,7 @@ def _dispatch(config, command: str, params: dict) -> None:
     from .out import url_or_default
     s = client_settings(config or os.environ.get("LABQ_CONFIG"))
     client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
+    client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
     from labq.scheduler.store.history import History, default_path
     client.read.history = History(default_path(s["history_url"]))    # archived jobs, opened on a miss
     if command == "sub":

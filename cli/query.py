@@ -7,7 +7,7 @@ from labq.scheduler import states
 from labq.scheduler.units import fmt_duration, fmt_size
 
 from . import hot, render, spec
-from .common import echo_json, pass_ctx
+from .common import echo_json, pass_ctx, volatile_header
 from .spec import with_options
 
 
@@ -95,6 +95,7 @@ def nodes(ctx, as_json):
     rows = [[d["name"], d["state"], f"{d['gpus_free']}/{d['gpus_total']}", ",".join(d["gpu_models"]) or "-",
              f"{d['cpus_free']}/{d['cpus_total']}", f"{fmt_size(max(0, d['mem_free']))}/{fmt_size(d['mem_total'])}",
              len(d["jobs"]), d["slots"], _runners_text(d["runners"])] for d in ds]
+    volatile_header(ctx)
     click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RUNNERS"]))
 
 

@@ -9,8 +9,8 @@ import os
 import shlex
 import sys
 
-from labq.scheduler import exportenv, units
-from labq.scheduler.errors import UsageError
+from labq.scheduler import bounds, exportenv, units
+from labq.scheduler.errors import RefusedError, UsageError
 
 from .out import echo, echo_json
 
@@ -25,9 +25,11 @@ def parse_array(text) -> tuple[list[int], int | None]:
     """`1-12`, `1-12:2`, `5`, `1-12%4` → ([lo, hi, step], throttle or None)."""
     s, percent, pct = str(text).partition("%")
     throttle = None
+    if len(str(text)) > 100:
+        raise UsageError(f"--array: expected LO-HI[:STEP][%N], got {len(str(text))} characters")
     if percent:
         try:
-            throttle = int(pct)
+            throttle = bounds.integer("--array %N throttle", int(pct), 1)
         except ValueError:
             raise UsageError(f"--array: expected LO-HI%N with N a number, got {text!r}") from None
         if throttle < 1:
@@ -48,13 +50,14 @@ def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
     import time
 
     from labq.scheduler import when
-    return when.parse(text, time.time() if now is None else now, what)
+    now = time.time() if now is None else now
+    return bounds.epoch(what, when.parse(text, now, what), now)
 
 
 def parse_codes(text) -> list[int]:
     """`3,75` → [3, 75]: exit codes 1–255."""
     try:
-        codes = [int(c) for c in str(text).split(",")]
+        codes = [int(c) if len(c) < 10 else 0 for c in str(text).split(",")]   # a long one is out of range
     except ValueError:
         raise UsageError(f"--retry-on: expected exit codes like 3,75, got {text!r}") from None
     if not all(1 <= c <= 255 for c in codes):
@@ -76,7 +79,10 @@ def directives(script: str) -> list[str]:
     for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
         s = line.strip()
         if s.startswith("#LABQ"):
-            out += shlex.split(s[len("#LABQ"):])
+            try:
+                out += shlex.split(s[len("#LABQ"):])
+            except ValueError as e:
+                raise UsageError(f"#LABQ directive: {e} in {s[:80]!r}") from None
         elif s and not s.startswith("#"):
             break
     return out
@@ -93,7 +99,7 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
         opt = "time_" if key == "time" else key
         if opts.get(opt) is None and os.environ.get(var):
             opts[opt] = os.environ[var]
-    body = build_body(opts, argv, script)
+    body = build_body(opts, argv, script, getattr(client, "limits", None))
     reply = client.submit(body)
     if reply.get("test_only"):
         return print_test_only(reply, opts)
@@ -133,16 +139,43 @@ def command(dashdash: bool, args):
                 text = f.read()
         except OSError as e:
             raise UsageError(f"script {path}: {e.strerror} (to run a command, put it after --)") from None
+        except UnicodeDecodeError as e:
+            raise UsageError(f"script {path}: not UTF-8 text (byte {e.start})") from None
         return list(args[1:]), text, os.path.basename(path)
     if not sys.stdin.isatty():
-        text = sys.stdin.read()
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise UsageError(f"script on stdin: not UTF-8 text (byte {e.start})") from None
         if text.strip():
             return [], text, "stdin"
     raise UsageError("give a command after --, a script file, or a script on stdin")
 
 
-def build_body(opts, argv, script) -> dict:
-    """The submit request body from parsed options. Raises UsageError on any bad value."""
+LIMITS = {"max_time_limit": bounds.DEFAULT_MAX_TIME_LIMIT, "max_array_size": bounds.DEFAULT_MAX_ARRAY,
+          "max_request_bytes": bounds.DEFAULT_MAX_REQUEST_BYTES}
+
+
+def build_body(opts, argv, script, limits: dict | None = None) -> dict:
+    """The submit request body from parsed options. Raises UsageError on any bad value, and a
+    RefusedError beyond the [scheduler] bounds in `limits` (clientconf.limits; the scheduler checks
+    them again: this is feedback)."""
+    body = _body(opts, argv, script)
+    lim = {**LIMITS, **(limits or {})}
+    if "time_limit" in body:
+        bounds.time_limit("--time", body["time_limit"], lim["max_time_limit"])
+    if "est" in body:
+        bounds.time_limit("--est", body["est"], lim["max_time_limit"])
+    if "array" in body:
+        bounds.array_tasks("--array", *body["array"], lim["max_array_size"])
+    size = bounds.encoded_size(body)
+    if size > lim["max_request_bytes"]:
+        raise RefusedError(f"request: {size} bytes (the script included) is above "
+                           f"scheduler.max_request_bytes = {lim['max_request_bytes']}")
+    return body
+
+
+def _body(opts, argv, script) -> dict:
     if opts.get("gres") is not None and opts.get("gpus") is None:
         from . import sbatch
         gres = sbatch.gres(opts["gres"])
@@ -161,11 +194,10 @@ def build_body(opts, argv, script) -> dict:
     }
     if opts.get("cpus") is not None:
         try:
-            body["cpus"] = int(opts["cpus"])
+            body["cpus"] = int(opts["cpus"]) if len(str(opts["cpus"])) < 20 else None
         except ValueError:
-            raise UsageError(f"--cpus: expected an integer, got {opts['cpus']!r}") from None
-        if body["cpus"] < 1:
-            raise UsageError(f"--cpus: expected at least 1, got {opts['cpus']!r}")
+            body["cpus"] = None
+        bounds.integer("--cpus", body["cpus"], 1)
     if opts.get("mem") is not None:
         body["mem"] = units.parse_size(opts["mem"], "--mem")
     for key, flag, dest in (("time_", "--time", "time_limit"), ("est", "--est", "est"),
@@ -174,7 +206,12 @@ def build_body(opts, argv, script) -> dict:
             body[dest] = units.parse_duration(opts[key], flag)
     if body.get("time_limit") == 0:
         raise UsageError("--time: must be more than 0")
-    _run_options(opts, body)
+    _when_options(opts, body)
+    _retry_and_limits(opts, body)
+    if opts.get("array") is not None:
+        body["array"], throttle = parse_array(opts["array"])
+        if throttle:
+            body["array_throttle"] = throttle
     tags = []
     for t in opts.get("tag") or ():
         k, sep, v = t.partition("=")
@@ -185,9 +222,8 @@ def build_body(opts, argv, script) -> dict:
     return body
 
 
-def _run_options(opts, body: dict) -> None:
-    """When and how the job runs: start and deadline, dependencies, retries and requeue, limits,
-    signals, arrays."""
+def _when_options(opts, body: dict) -> None:
+    """When the job may run: start, deadline, dependencies."""
     if opts.get("begin"):
         body["begin"] = parse_begin(opts["begin"])
     if opts.get("deadline"):
@@ -198,19 +234,13 @@ def _run_options(opts, body: dict) -> None:
         body["dependency"] = opts["dependency"]
     if opts.get("kill_on_invalid_dep"):
         body["kill_on_invalid_dep"] = True
-    _retry_and_limits(opts, body)
-    if opts.get("array") is not None:
-        body["array"], throttle = parse_array(opts["array"])
-        if throttle:
-            body["array_throttle"] = throttle
 
 
 def _retry_and_limits(opts, body: dict) -> None:
     """Retries and requeue, preemptibility, the memory limit, hold, the warning signal, checkpoints."""
     if opts.get("retries") is not None:
-        if opts["retries"] < 0:
-            raise UsageError(f"--retries: expected a count ≥ 0, got {opts['retries']}")
-        body["retries"] = opts["retries"]
+        from labq.scheduler.jobspec import MAX_RETRIES
+        body["retries"] = bounds.integer("--retries", opts["retries"], 0, MAX_RETRIES)
     if opts.get("retry_on") is not None:
         body["retry_on"] = parse_codes(opts["retry_on"])
     for key in ("requeue", "preemptible"):
@@ -225,7 +255,7 @@ def _retry_and_limits(opts, body: dict) -> None:
     if opts.get("warn_signal"):
         body["signal"] = parse_signal(opts["warn_signal"])
     if opts.get("checkpoint_exit_code") is not None:
-        body["checkpoint_exit_code"] = opts["checkpoint_exit_code"]
+        body["checkpoint_exit_code"] = bounds.integer("--checkpoint-exit-code", opts["checkpoint_exit_code"], 1, 255)
 
 
 def print_test_only(reply, opts):

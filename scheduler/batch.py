@@ -29,11 +29,12 @@ class Batch:
     new: set = field(default_factory=set)          # ids of jobs created in this batch
     replies: list = field(default_factory=list)    # (rid, reply)
     acks: list = field(default_factory=list)       # (stream, entry id)
+    dead: list = field(default_factory=list)       # (stream, entry id, fields, reason): dead letters
     usage: dict | None = None                      # fair-share usage when the batch began
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.alerts
-                    or self.books or self.replies or self.acks)
+                    or self.books or self.replies or self.acks or self.dead)
 
     def size(self) -> int:
         return len(self.jobs)
@@ -48,6 +49,7 @@ class Tally:
         self.pending_by_user: Counter = Counter()
         self.active_by_user: Counter = Counter()
         self.active_by_account: Counter = Counter()
+        self.on_node: dict = {}            # id -> job, the jobs holding a node (on_limit = "refuse" counts them)
         for j in jobs:
             self.add(j, +1)
 
@@ -57,6 +59,11 @@ class Tally:
         if job.state == states.PENDING:
             self.pending += sign
             self.pending_by_user[job.user] += sign
+        elif job.state in states.ON_NODE:
+            if sign > 0:
+                self.on_node[job.id] = job
+            else:
+                self.on_node.pop(job.id, None)
 
     def replace(self, old, new) -> None:
         """`old` (or None) left the active table, `new` (or None, when it ended) entered it."""

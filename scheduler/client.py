@@ -27,11 +27,13 @@ class Client(ClientBase):
         return self.cfg.security
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
+    def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
         try:
-            return inbox.call(*conn.send_and_pop(self.r), self.k, self.user, op, body, timeout, tries, self._sign)
+            send, pop = conn.send_and_pop(self.r)
+            return inbox.call(send, pop, self.k, self.user, op, body, timeout, tries, self._sign, get=self.r.get)
         except conn.ERRORS as e:
-            raise UnreachableError(f"Redis at {self.url} does not answer: {e}") from None
+            raise UnreachableError(f"Redis at {self.url} does not answer: {e}; a request may not have been "
+                                   "submitted") from None
 
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))

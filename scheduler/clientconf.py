@@ -30,6 +30,8 @@ def read_toml(path: str) -> dict:
         raise ConfigError(path, f"cannot read: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, f"not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
 
 
 def client_settings(path: str | None = None) -> dict:
@@ -41,6 +43,8 @@ def client_settings(path: str | None = None) -> dict:
     sec = _table("security", data.get("security", {}))
     refuse_removed(sec)
     out["security"] = security_table(sec)
+    out["limits"] = limits(_table("scheduler", data.get("scheduler", {})))
+    out["allow_volatile"] = _table("redis", data.get("redis", {})).get("allow_volatile") is True
     out["history_url"] = history_table(_table("history", data.get("history", {})))["url"]
     currency = _table("rates", data.get("rates", {})).get("currency", "USD")
     if isinstance(currency, str):
@@ -48,8 +52,23 @@ def client_settings(path: str | None = None) -> dict:
     return out
 
 
+def limits(t: dict) -> dict:
+    """The request bounds of [scheduler] that `labq sub` checks for fast feedback. Values config.py
+    would refuse are left out here: the scheduler refuses to start on them, and it checks again."""
+    out = {}
+    for k in ("max_array_size", "max_request_bytes"):
+        if isinstance(t.get(k), int) and not isinstance(t.get(k), bool):
+            out[k] = t[k]
+    if "max_time_limit" in t:
+        try:
+            out["max_time_limit"] = units.parse_duration(t["max_time_limit"], "max_time_limit", bare_unit=1)
+        except units.UsageError:
+            pass
+    return out
+
+
 def redis_table(t):
-    _check_keys("redis", t, {"url", "prefix", "password_file"})
+    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})   # the last: config.py's
     url = _str("redis.url", t.get("url", ""))
     if url and not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
@@ -83,11 +102,17 @@ def security_table(t):
             "munge_socket": sock, "credential_ttl": ttl}
 
 
-def _dur(key, v):
+MAX_CONFIG_DURATION = 10 * 365 * 86400   # any configured duration; leases and ticks have tighter ones
+
+
+def _dur(key, v, hi=MAX_CONFIG_DURATION):
     try:
-        return units.parse_duration(v, key, bare_unit=1)
+        s = units.parse_duration(v, key, bare_unit=1)
     except units.UsageError as e:
         raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
+    if s > hi:
+        raise ConfigError(key, f"must be at most {hi}s, got {str(v)[:40]!r}")
+    return s
 
 
 def _str(key, v, choices=None):

@@ -25,19 +25,19 @@ def release_memory() -> None:
 class Committer:
     # -- writing -------------------------------------------------------------------------------
     def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
-               books=None) -> None:
+               books=None, dead=None) -> None:
         """Stage one change: the in-memory view takes it now; Redis gets it with the open batch
         (`flush`), or at once when no batch is open."""
         solo = self.batch is None
         if solo:
             self.batch = Batch(usage=self.usage)
         try:
-            self._stage(jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books)
+            self._stage(jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead)
         finally:
             if solo:
                 self.flush()
 
-    def _stage(self, jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books) -> None:
+    def _stage(self, jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead=None) -> None:
         b = self.batch
         now = max(self.now, self.clock())
         charges = [c for c in charges if c.key not in b.charged and not self.store.charged(c.key)]
@@ -60,6 +60,8 @@ class Committer:
             b.replies.append(reply)
         if ack is not None:
             b.acks.append(ack)
+        if dead is not None:
+            b.dead.append(dead)
         self.usage = usage
 
     def next_ids(self, n: int) -> int:
@@ -108,6 +110,7 @@ class Committer:
                 writes.put_seq(p, self.k, seq)
             writes.put_jobs(p, self.k, [j for j in b.jobs.values() if j.id not in fresh])
             writes.index_jobs(p, self.k, [b.jobs[i] for i in sorted(fresh)])
+            writes.put_specs(p, self.k, new)
             for acct in [a for a in self.usage if self.usage[a] != usage0.get(a)]:
                 writes.put_usage(p, self.k, acct, *self.usage[acct])
             for c in b.charges:
@@ -129,6 +132,8 @@ class Committer:
                 writes.put_node_admin(p, self.k, name, admin)
             for reply in b.replies:
                 writes.put_reply(p, self.k, *reply)
+            for d in b.dead:
+                writes.put_dead(p, self.k, *d, now)
             by_stream: dict = {}
             for stream, eid in b.acks:
                 by_stream.setdefault(stream, []).append(eid)
@@ -138,6 +143,10 @@ class Committer:
         self.store.txn(build)
         if seq is not None:
             self.seq_written = seq
+        self._after_commit(b, now)
+
+    def _after_commit(self, b, now: float) -> None:
+        """What follows a written batch: the books learn it, alerts go out, big batches give memory back."""
         for books in b.books:
             self.books.applied(books, now)
         for a in b.alerts:

@@ -7,9 +7,10 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import units
+from . import bounds, units
 from .clientconf import (  # noqa: F401
     DEFAULT_PATH,
+    MAX_CONFIG_DURATION,
     _check_keys,
     _dur,
     _str,
@@ -22,12 +23,14 @@ from .clientconf import (  # noqa: F401
     security_table,
 )
 from .configcheck import (
+    MAX_RATE,
     address as _address,
     alerts as _alerts,
     boolean as _bool,
     budget as _budget,
     caps as _caps,
     num as _num,
+    scheduler_times as _scheduler_times,
 )
 from .errors import ConfigError
 from .model import Budget
@@ -124,6 +127,11 @@ class Config:
     crash_guard_window: int = 600
     retry_backoff: int = 30        # --retries: the first retry waits this long, each next one twice as long
     retry_backoff_max: int = 3600
+    max_time_limit: int = bounds.DEFAULT_MAX_TIME_LIMIT       # -t beyond it is refused at submit
+    max_array_size: int = bounds.DEFAULT_MAX_ARRAY            # tasks in one array
+    max_request_bytes: int = bounds.DEFAULT_MAX_REQUEST_BYTES  # a request body, scripts included
+    allow_volatile: bool = False   # redis.allow_volatile: lead on a Redis without AOF (data lost on a crash)
+    state_file: str = ""           # scheduler.state_file: figures that detect a Redis gone backwards
     worker: dict = field(default_factory=lambda: dict(_WORKER))
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
     history: dict = field(default_factory=lambda: {"keep": 7 * 86400.0, "url": "", "purge_after": None})
@@ -173,7 +181,8 @@ _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem
 
 
 def load(path: str | None = None) -> Config:
-    """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
+    """The config at `path`, else /etc/labq/labq.toml if present, else defaults ($LABQ_CONFIG is the
+    CLI's: --config's envvar; this module reads no environment)."""
     path = resolve_path(path)
     if not path:
         return Config()
@@ -218,65 +227,34 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 
 def _redis(t):
-    _check_keys("redis", t, {"url", "prefix", "password_file"})
-    return redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
+    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})
+    out = redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
+    out["allow_volatile"] = _bool("redis.allow_volatile", t.get("allow_volatile", False))
+    return out
 
 
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
+                                 "max_time_limit", "max_array_size", "max_request_bytes", "state_file",
                                  "metrics", "start_timeout", "fence_margin"})
     out = _scheduler_times(t)
     if "backfill_depth" in t:
-        out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True)
+        out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True, hi=10 ** 6)
     if "preemption" in t:
         out["preemption"] = _bool("scheduler.preemption", t["preemption"])
     if "crash_guard_failures" in t:
         out["crash_guard_failures"] = _num("scheduler.crash_guard_failures", t["crash_guard_failures"], lo=0,
                                            integer=True)
-    for k in ("crash_guard_window", "retry_backoff", "retry_backoff_max"):
-        if k in t:
-            out[k] = _dur(f"scheduler.{k}", t[k])
     if "budget_mode" in t:
         out["budget_mode"] = _str("scheduler.budget_mode", t["budget_mode"], ("safe", "forecast"))
     if "metrics" in t:
         out["metrics"] = _address("scheduler.metrics", t["metrics"])
-    return out
-
-
-def _scheduler_times(t) -> dict:
-    """[scheduler]'s durations and counts of the loop: tick, queue bounds, leases, timeouts, backoffs."""
-    out = {}
-    if "tick" in t:
-        v = t["tick"]
-        # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
-        try:
-            tick = units.parse_seconds(v, "scheduler.tick")
-        except units.UsageError as e:
-            raise ConfigError("scheduler.tick", str(e).split(": ", 1)[-1]) from None
-        if tick < 0.05:
-            raise ConfigError("scheduler.tick", f"must be at least 0.05 seconds, got {v!r}")
-        out["tick"] = tick
-    for k in ("max_pending", "max_pending_per_user"):
-        if k in t:
-            out[k] = _num(f"scheduler.{k}", t[k], lo=1, integer=True)
-    for k in ("node_lease", "default_time", "kill_wait"):
-        if k in t:
-            out[k] = _dur(f"scheduler.{k}", t[k])
-    for k in ("start_timeout", "fence_margin"):
-        if k in t:
-            v = t[k]
-            # Sub-second values help tests; a bare number is seconds.
-            out[k] = float(_num(f"scheduler.{k}", v, lo=0)) if isinstance(v, (int, float)) else _dur(f"scheduler.{k}", v)
-    if out.get("node_lease", 1) < 1:
-        raise ConfigError("scheduler.node_lease", "must be at least 1s")
-    if "lease" in t:
-        out["lease"] = float(_dur("scheduler.lease", t["lease"]))
-        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
-            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
-    if out.get("default_time", 1) < 1:
-        raise ConfigError("scheduler.default_time", "must be at least 1s")
+    if "state_file" in t:
+        out["state_file"] = _str("scheduler.state_file", t["state_file"])
+    if out.get("default_time", Config.default_time) > out.get("max_time_limit", bounds.DEFAULT_MAX_TIME_LIMIT):
+        raise ConfigError("scheduler.default_time", "must not be above scheduler.max_time_limit")
     return out
 
 
@@ -321,15 +299,15 @@ def _rates(t):
     by_node = _table("rates.node_hour", t.get("node_hour", {}))
     return Rates(
         currency=_str("rates.currency", t.get("currency", "USD")),
-        gpu_hour=float(_num("rates.gpu_hour", t.get("gpu_hour", 2.0), lo=0)),
-        gpu_hour_by_model=tuple(sorted((m, float(_num(f"rates.gpu_hour_by_model.{m}", v, lo=0)))
+        gpu_hour=float(_num("rates.gpu_hour", t.get("gpu_hour", 2.0), lo=0, hi=MAX_RATE)),
+        gpu_hour_by_model=tuple(sorted((m, float(_num(f"rates.gpu_hour_by_model.{m}", v, lo=0, hi=MAX_RATE)))
                                        for m, v in by_model.items())),
-        cpu_hour=float(_num("rates.cpu_hour", t.get("cpu_hour", 0.0), lo=0)),
-        mem_gib_hour=float(_num("rates.mem_gib_hour", t.get("mem_gib_hour", 0.0), lo=0)),
-        overhead_per_attempt=float(_num("rates.overhead_per_attempt", t.get("overhead_per_attempt", 0.0), lo=0)),
+        cpu_hour=float(_num("rates.cpu_hour", t.get("cpu_hour", 0.0), lo=0, hi=MAX_RATE)),
+        mem_gib_hour=float(_num("rates.mem_gib_hour", t.get("mem_gib_hour", 0.0), lo=0, hi=MAX_RATE)),
+        overhead_per_attempt=float(_num("rates.overhead_per_attempt", t.get("overhead_per_attempt", 0.0), lo=0, hi=MAX_RATE)),
         forecast_margin=float(_num("rates.forecast_margin", t.get("forecast_margin", 0.2), lo=0)),
         billing=_str("rates.billing", t.get("billing", "second"), ("second", "started_hour")),
-        node_hour=tuple(sorted((n, float(_num(f"rates.node_hour.{n}", v, lo=0))) for n, v in by_node.items())),
+        node_hour=tuple(sorted((n, float(_num(f"rates.node_hour.{n}", v, lo=0, hi=MAX_RATE))) for n, v in by_node.items())),
     )
 
 
@@ -361,13 +339,13 @@ def _worker(t):
     for k in ("gpus", "cpus"):
         # worker.gpus may also name a JSON file of fake GPUs with scripted samples (tests, demos)
         if out[k] != "auto" and not (k == "gpus" and isinstance(out[k], str) and out[k].endswith(".json")):
-            _num(f"worker.{k}", out[k], lo=0, integer=True)
+            _num(f"worker.{k}", out[k], lo=0, integer=True, hi=4096 if k == "gpus" else 1 << 20)
     if out["mem"] != "auto":
         try:
-            out["mem"] = units.parse_size(out["mem"], "worker.mem")
+            out["mem"] = _num("worker.mem", units.parse_size(out["mem"], "worker.mem"), lo=0, integer=True)
         except units.UsageError as e:
             raise ConfigError("worker.mem", str(e).split(": ", 1)[-1]) from None
-    _num("worker.slots", out["slots"], lo=0, integer=True)
+    _num("worker.slots", out["slots"], lo=0, integer=True, hi=4096)
     _str("worker.gpu_model", out["gpu_model"])
     _str("worker.spool", out["spool"])
     _str("worker.run_as", out["run_as"], ("submitter", "self"))

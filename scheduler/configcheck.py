@@ -1,18 +1,24 @@
 """The checks behind scheduler/config.py: numbers and booleans (each error names the key and what is
-expected), addresses, time zones, per-account/user caps, and the [[budgets]] and [alerts] sections.
+expected), [scheduler]'s loop numbers and durations, addresses, time zones, per-account/user caps, and the [[budgets]] and [alerts] sections.
 Strings, durations and tables are checked by clientconf.py, which the thin client shares."""
-from . import units
+import math
+
+from . import bounds, units
 from .clientconf import _check_keys, _dur, _str
 from .errors import ConfigError
 from .model import Budget
 
 
-def num(key, v, lo=None, integer=False):
+def num(key, v, lo=None, integer=False, hi=bounds.MAX_INT):
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if not ok or isinstance(v, bool):
-        raise ConfigError(key, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+        raise ConfigError(key, f"expected {'an integer' if integer else 'a number'}, got {bounds._short(v)}")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ConfigError(key, f"expected a finite number, got {v!r}")
     if lo is not None and v < lo:
         raise ConfigError(key, f"must be at least {lo}, got {v!r}")
+    if v > hi or v < -bounds.MAX_INT:
+        raise ConfigError(key, f"must be at most {hi:g}, got {bounds._short(v)}")
     return v
 
 
@@ -34,6 +40,10 @@ def address(key: str, v) -> str:
 
 
 CAPS = ("max_running", "max_gpus", "max_cpus", "max_submit")
+# Money is kept in integer micro-units and summed by Redis (HINCRBY, 64-bit): keep every amount
+# and every hour's charge far below 2^63 micro-units.
+MAX_MONEY = 10 ** 12
+MAX_RATE = 10 ** 9
 
 
 def caps(k, t) -> dict:
@@ -63,7 +73,7 @@ def budget(i, t):
     return Budget(
         name=name,
         unit=_str(f"{k}.unit", t.get("unit", "usd"), ("usd", "gpu_hours", "cpu_hours")),
-        limit=units.to_micro(num(f"{k}.limit", t["limit"], lo=0)),
+        limit=units.to_micro(num(f"{k}.limit", t["limit"], lo=0, hi=MAX_MONEY)),
         account=_str(f"{k}.account", t.get("account", "")),
         project=_str(f"{k}.project", t.get("project", "")),
         period=_str(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
@@ -92,3 +102,47 @@ def alerts(t):
     if timeout < 1:
         raise ConfigError("alerts.timeout", "must be at least 1s")
     return {"command": _str("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}
+
+
+_SCHED_INTS = {"max_pending": 10 ** 7, "max_pending_per_user": 10 ** 7, "max_array_size": 10 ** 6,
+               "max_request_bytes": 256 << 20}
+# Upper bounds of the durations: a lease or tick beyond them is a typo, not a policy.
+_SCHED_DURS = {"node_lease": 86400, "default_time": None, "kill_wait": 86400, "crash_guard_window": None,
+               "retry_backoff": None, "retry_backoff_max": None, "max_time_limit": None}
+
+
+def scheduler_times(t) -> dict:
+    """[scheduler]'s numbers and durations of the loop: tick, bounds, leases, timeouts, backoffs."""
+    out = {}
+    if "tick" in t:
+        v = t["tick"]
+        # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
+        try:
+            tick = units.parse_seconds(v, "scheduler.tick")
+        except units.UsageError as e:
+            raise ConfigError("scheduler.tick", str(e).split(": ", 1)[-1]) from None
+        if tick > 3600:
+            raise ConfigError("scheduler.tick", f"must be at most 3600 seconds, got {bounds._short(v)}")
+        if tick < 0.05:
+            raise ConfigError("scheduler.tick", f"must be at least 0.05 seconds, got {v!r}")
+        out["tick"] = tick
+    for k, hi in _SCHED_INTS.items():
+        if k in t:
+            out[k] = num(f"scheduler.{k}", t[k], lo=1, integer=True, hi=hi)
+    for k, hi in _SCHED_DURS.items():
+        if k in t:
+            out[k] = _dur(f"scheduler.{k}", t[k], *((hi,) if hi else ()))
+    for k in ("start_timeout", "fence_margin"):
+        if k in t:
+            v = t[k]
+            # Sub-second values help tests; a bare number is seconds.
+            out[k] = float(num(f"scheduler.{k}", v, lo=0, hi=86400)) if isinstance(v, (int, float)) \
+                else _dur(f"scheduler.{k}", v, hi=86400)
+    for k in ("node_lease", "default_time", "max_time_limit"):
+        if out.get(k, 1) < 1:
+            raise ConfigError(f"scheduler.{k}", "must be at least 1s")
+    if "lease" in t:
+        out["lease"] = float(_dur("scheduler.lease", t["lease"], hi=86400))
+        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
+            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
+    return out

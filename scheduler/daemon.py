@@ -7,21 +7,21 @@ list). Every change is written in the same transaction as the acknowledgement of
 nothing (the request or event is redelivered) or has already written everything.
 """
 import gc
-import json
 import logging
 import os
 import socket
 import time
 import uuid
 
-from . import auth, crashguard, fairshare, policy, sdnotify, states, transitions as tr
+from . import crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
 from .batch import Batch, Tally
 from .bookkeeper import Bookkeeper
-from .commit import Committer
+from .commit import BIG_COMMIT, Committer, release_memory
 from .config import Config
-from .errors import LabqError, RefusedError, StalePlanError
+from .errors import RefusedError, StalePlanError
 from .events import NodeEvents
-from .handlers import BUDGET_OPS, Change, Handlers
+from .handlers import Handlers
+from .inboxes import Inboxes
 from .model import Job, Snapshot
 from .policy.depend import targets as dependency_targets
 from .store import inbox
@@ -42,7 +42,7 @@ def tune_gc() -> None:
 
 
 MAX_REQUESTS_PER_TICK = 20_000
-SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
+REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 
 
 def _sleep_until(deadline: float, stop) -> None:
@@ -50,8 +50,8 @@ def _sleep_until(deadline: float, stop) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
-class Scheduler(Committer, NodeEvents):
-    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time):
+class Scheduler(Committer, NodeEvents, Inboxes):
+    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
         # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
         # in the signature so that callers written for the RQ transport keep working.
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
@@ -83,6 +83,8 @@ class Scheduler(Committer, NodeEvents):
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
+        self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
+        self._refused = ""                 # the last durability refusal logged (each is logged once)
         self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = None                # store/archive.History: what the archiver moved, for reads
 
@@ -102,6 +104,8 @@ class Scheduler(Committer, NodeEvents):
         try:
             self.now = now
             if not self.leading:
+                if not self._durable_ok():
+                    return False
                 self._recover(now)
             self._learn_inboxes(woke)
             self.nodes = self.store.nodes(now)
@@ -123,12 +127,30 @@ class Scheduler(Committer, NodeEvents):
                 self.last_plan, self.freed = now, False
                 self.plan_done = time.monotonic()
                 self.plan_cost = self.plan_done - began
+            if self.durable is not None:
+                self.durable.seen()
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False
         return self.leading
 
+    def _durable_ok(self) -> bool:
+        """Lead only a Redis that keeps what it acknowledged (durability.py); else step aside."""
+        if self.durable is None:
+            return True
+        try:
+            self.durable.check()
+            return True
+        except RefusedError as e:
+            if str(e) != self._refused:
+                log.error("%s", e)
+                self._refused = str(e)
+            self.store.release_leader()
+            return False
+
     def run(self, stop=lambda: False) -> None:
+        if self.durable is not None:
+            self.durable.check()    # refused at start: one line and exit 3, before anything is read
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
         try:
@@ -220,78 +242,21 @@ class Scheduler(Committer, NodeEvents):
             if not requests and not events:
                 break
             self.batch, self.answered = Batch(usage=self.usage), {}
+            poisoned = self._poisoned(requests + events) if pending else set()
             try:
-                prior = self.store.replies_done([(f or {}).get("rid") or eid for _, eid, f in requests])
-                who = self._senders(requests, now)
+                prior = self.store.replies_done([intake.reply_id(f or {}, eid) for _, eid, f in requests])
+                who = self._all_senders(requests, now)
                 for (stream, eid, fields), old, sender in zip(requests, prior, who):
-                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender)
+                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender,
+                                   (stream, eid) in poisoned)
                 for stream, eid, fields in events:
+                    if (stream, eid) in poisoned:
+                        self._dead(stream, eid, fields or {}, "this event stopped the scheduler twice; not run again")
+                        continue
                     self._isolated(self._event, now, stream, eid, fields or {})
             finally:
                 self.flush()
             done += len(requests)
-
-    def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
-        """Handle one entry; one that raises stages nothing and is answered (a request) or dropped
-        (an event) on its own, so that the rest of its batch still commits."""
-        try:
-            handle(now, stream, eid, fields, *extra)
-        except (StalePlanError, *REDIS_ERRORS):
-            raise
-        except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
-            log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
-            reply = None
-            if not (stream == self.k.events or stream.startswith(self.k.events + ":")):
-                reply = (fields.get("rid") or eid, {"ok": False, "code": 2, "error": f"internal error: {e}"})
-            self.commit(reply=reply, ack=(stream, eid))
-
-    def _senders(self, requests, now: float) -> list:
-        """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
-        otherwise (decoded concurrently, claimed in one round trip); a RefusedError where refused."""
-        sec = self.cfg.security
-        entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
-
-        def claim_many(claims):
-            return self.store.claim_credentials(claims, sec["credential_ttl"])
-        return auth.identify_many(entries, sec, now, claim_many)
-
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
-        rid = fields.get("rid") or eid
-        if user is None:
-            user = self._senders([(stream, eid, fields)], now)[0]
-        if isinstance(user, RefusedError):
-            e = user
-            log.warning("inbox %s entry %s: %s", stream, eid, e)
-            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
-            return
-        if prior is None and rid in self.answered:
-            prior = self.answered[rid]
-        elif prior is not None:
-            prior = json.loads(prior)
-        if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
-            self.commit(reply=(rid, prior), ack=(stream, eid))
-            return
-        op = fields.get("op", "")
-        solo = op in SOLO_OPS     # budget and node changes: later requests must see them applied
-        if solo:
-            self.flush()
-            self.batch = Batch(usage=self.usage)
-        try:
-            body = json.loads(fields.get("body") or "{}")
-            change = self.handlers.handle(user, op, body, now)
-        except (LabqError, ValueError, TypeError) as e:
-            code = getattr(e, "exit_code", 2)
-            change = Change(reply={"ok": False, "code": code, "error": str(e)})
-        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
-                    ack=(stream, eid), alerts=change.alerts, books=change.books)
-        self.answered[rid] = change.reply
-        if self.metrics:
-            self.metrics.requests.inc()
-        if solo:
-            self.flush()
-            self.batch = Batch(usage=self.usage)
-        if change.nodes:
-            self.nodes = self.store.nodes(now)
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
@@ -343,11 +308,20 @@ class Scheduler(Committer, NodeEvents):
             changed.append(tr.preempting(self.jobs[pr.job_id], pr.for_job, pr.detail, now))
             controls.append((pr.job_id, f"preempt:{pr.grace}"))
             log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
+        pended = []
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail, j.earmark) != (pd.reason, pd.detail, pd.earmark):
-                changed.append(tr.pend(j, pd.reason, pd.detail, pd.earmark))
-        if changed:
-            self.commit(jobs=changed, dispatch=dispatch, controls=controls)
+            if (j.reason, j.detail, j.earmark, j.earmark_gpus) != (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
+                pended.append(tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus))
+        if changed or len(pended) <= REASON_CHUNK:
+            self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=dispatch,
+                        controls=controls)
+        if len(pended) > REASON_CHUNK:
+            # New reasons alone need no atomicity with anything: written in fenced chunks, so that the
+            # first pass over a 100,000-task array never builds one 100 MB transaction.
+            for i in range(0, len(pended), REASON_CHUNK):
+                self.commit(jobs=pended[i:i + REASON_CHUNK])
+            if len(pended) >= BIG_COMMIT:
+                release_memory()
         for j in dispatch:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")

@@ -1,10 +1,10 @@
 """What the agents tell the scheduler: started/finished events and alerts from the nodes' streams,
 attempts lost with their node or their runner, attempts no runner claimed. A mixin of `Scheduler`
 (daemon.py), which holds the state; each change goes through `commit` with the event's ack."""
-import json
 import logging
 
-from . import alerts as budget_alerts, crashguard, dispatch as dispatching, states, transitions as tr
+from . import alerts as budget_alerts, crashguard, dispatch as dispatching, intake, states, transitions as tr
+from .errors import LabqError, UsageError
 from .model import Job
 from .store import dispatchq
 
@@ -26,39 +26,39 @@ class NodeEvents:
         # The tick's `now` was read before this event arrived; billing caps an attempt's end at
         # `now`, so read the clock again or an end could fall before the runner's own start.
         now = self.now = max(now, self.clock())
-        if f.get("kind") == "alert":   # an agent's own alert (idle GPUs, …): recorded and delivered like ours
-            self._agent_alert(now, stream, eid, f)
-            return
         try:
-            jid, attempt, body = int(f.get("job", 0)), int(f.get("attempt", 0)), json.loads(f.get("body") or "{}")
-        except (ValueError, TypeError):
-            log.warning("malformed event %s dropped: %r", eid, f)
-            self.commit(ack=(stream, eid))
-            return
-        job = self.jobs.get(jid)
-        kind = f.get("kind")
+            ev = intake.event(f, self.cfg.max_request_bytes)
+        except LabqError as e:
+            return self._dead(stream, eid, f, str(e))
+        write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
+                 else self._attempt_event(now, stream, eid, ev))
+        self.commit(ack=(stream, eid), **write)
+        new = (write.get("jobs") or [None])[0]
+        if ev.kind == "finished" and new is not None:
+            self.freed = True
+            log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
+
+    def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
+        """What a started/finished event writes (commit's keyword arguments), decided, not written."""
+        job = self.jobs.get(ev.job)
         # Only the node the attempt was placed on speaks for it. On a per-node stream
         # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
-        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else f.get("node")
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
         if job is not None and (job.node is None or sender != job.node):
             log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
                         eid, job.display_id, sender, job.node)
             job = None
         result = None
-        if job is not None and kind == "started":
-            new = tr.started(job, attempt, body)
+        if job is not None and ev.kind == "started":
+            new = tr.started(job, ev.attempt, ev.body)
             result = (new, ()) if new else None
-        elif job is not None and kind == "finished":
-            result = tr.finished(job, attempt, body, now, self.cfg)
+        elif job is not None and ev.kind == "finished":
+            result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
         if result is None:
-            self.commit(ack=(stream, eid))
-            return
+            return {}
         new, charges = result
-        jobs, alerts = self._crash_guard(new, now) if kind == "finished" else ([new], ())
-        self.commit(jobs=jobs, charges=charges, alerts=alerts, ack=(stream, eid))
-        if kind == "finished":
-            self.freed = True
-            log.info("job %s attempt %d %s -> %s", new.display_id, attempt, body.get("outcome"), new.state)
+        jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
+        return {"jobs": jobs, "charges": charges, "alerts": alerts}
 
     def _crash_guard(self, new: Job, now: float):
         """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
@@ -75,15 +75,12 @@ class NodeEvents:
         jobs = held if any(h.id == new.id for h in held) else [new, *held]
         return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
 
-    def _agent_alert(self, now: float, stream: str, eid: str, f: dict) -> None:
-        try:
-            body = json.loads(f.get("body") or "{}")
-        except ValueError:
-            body = None
-        a = budget_alerts.from_event(eid, f.get("node", ""), body, now) if isinstance(body, dict) else None
+    def _agent_alert(self, now: float, eid: str, ev) -> dict:
+        """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
+        a = budget_alerts.from_event(eid, ev.node, ev.body, now)
         if a is None:
-            log.warning("malformed alert event %s dropped: %r", eid, f)
-        self.commit(ack=(stream, eid), alerts=[a.fields()] if a else ())
+            raise UsageError("alert: expected {kind, scope, level, message, data}")
+        return {"alerts": [a.fields()]}
 
     def _lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.

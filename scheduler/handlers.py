@@ -44,12 +44,12 @@ class Handlers:
     def submit(self, user: str, body: dict, now: float) -> Change:
         cfg = self.s.cfg
         template = job_from_submit(body, user, cfg, now, self.dep_ids)
-        indices = array_range(body)
+        indices = array_range(body, cfg.max_array_size)
         throttle = array_throttle(body)
         if throttle and indices is None:
             raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
         why = policy.refusal(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
-                             [j for j in self.s.jobs.values() if j.state in states.ON_NODE])
+                             self.s.tally.on_node.values())
         if why:
             raise RefusedError(why)
         n = len(indices) if indices else 1

@@ -4,24 +4,22 @@ import os
 import re
 from dataclasses import fields, replace
 
-from . import exportenv
+from . import bounds, exportenv
 from .config import Config
 from .errors import UsageError
 from .model import DEPENDENCY_KINDS, Job
 
 _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
-_MAX_ARRAY = 100_000
+_MAX_ARRAY = bounds.DEFAULT_MAX_ARRAY    # job-id ranges like 42_[1-9] (no config at hand there)
 # Signals a job may ask for before its limit (--signal); SIGKILL/SIGSTOP would defeat the purpose.
 SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 
 
-def _int(body, key, lo, default=None, optional=False):
+def _int(body, key, lo, default=None, optional=False, hi=bounds.MAX_INT):
     v = body.get(key, default)
     if v is None and optional:
         return None
-    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-        raise UsageError(f"{key}: expected an integer ≥ {lo}, got {v!r}")
-    return v
+    return bounds.integer(key, v, lo, hi)
 
 
 def _bool(body, key, default=False):
@@ -37,16 +35,20 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
     task), empty when there is none; without it a submit with dependencies is refused."""
     argv, script, workdir, tags = _command(body)
     time_limit = _int(body, "time_limit", 1, optional=True) or cfg.default_time
+    bounds.time_limit("time_limit", time_limit, cfg.max_time_limit)
+    est = _int(body, "est", 1, optional=True)
+    if est is not None:
+        bounds.time_limit("est", est, cfg.max_time_limit)
     warn_signal = body.get("signal")
     if warn_signal is not None:
         if (not isinstance(warn_signal, list) or len(warn_signal) != 2 or warn_signal[0] not in SIGNALS
-                or not isinstance(warn_signal[1], int) or isinstance(warn_signal[1], bool) or warn_signal[1] < 1):
+                or not bounds.is_int(warn_signal[1]) or not 1 <= warn_signal[1] <= bounds.MAX_INT):
             raise UsageError(f"signal: expected [NAME, seconds ≥ 1] with NAME one of {', '.join(sorted(SIGNALS))}, "
                              f"got {warn_signal!r}")
         warn_signal = (warn_signal[0], warn_signal[1])
     begin = body.get("begin")
-    if begin is not None and (not isinstance(begin, (int, float)) or isinstance(begin, bool) or begin < 0):
-        raise UsageError(f"begin: expected an epoch time in seconds, got {begin!r}")
+    if begin is not None:
+        begin = bounds.epoch("begin", begin, now)
     held = body.get("hold", False)
     if not isinstance(held, bool):
         raise UsageError(f"hold: expected true or false, got {held!r}")
@@ -60,6 +62,10 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
     if cfg.accounts and account != "default" and cfg.account_named(account) is None:
         raise UsageError(f"account: unknown account {account!r} (configured: "
                          f"{', '.join(a.name for a in cfg.accounts)})")
+    budget = body.get("budget", "")
+    if budget and budget not in {b.name for b in cfg.budgets}:
+        raise UsageError(f"budget: unknown budget {budget!r} (configured: "
+                         f"{', '.join(b.name for b in cfg.budgets) or 'none'})")
     export, env = exportenv.validate(body)
     umask = _int(body, "umask", 0, 0o022)
     if umask > 0o777:
@@ -69,8 +75,8 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
         script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
         project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
         gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),
-        mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=_int(body, "est", 1, optional=True),
-        max_wait=_int(body, "max_wait", 0, optional=True), out=body.get("out", ""), err=body.get("err", ""),
+        mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=est,
+        max_wait=_int(body, "max_wait", 0, optional=True, hi=bounds.MAX_AHEAD), out=body.get("out", ""), err=body.get("err", ""),
         tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
         checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")),
         **_run_policy(body, now, time_limit, begin, ckpt_code, lookup))
@@ -122,8 +128,7 @@ def _run_policy(body: dict, now: float, time_limit: int, begin, ckpt_code, looku
         raise UsageError(f"preemptible: expected true, false or null (the QoS decides), got {preemptible!r}")
     deadline = body.get("deadline")
     if deadline is not None:
-        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or not deadline >= 0:
-            raise UsageError(f"deadline: expected an epoch time in seconds, got {deadline!r}")
+        deadline = bounds.epoch("deadline", deadline, now)
         earliest = max(now, begin or 0)
         if earliest + time_limit > deadline:
             raise UsageError(f"deadline: the job could not finish by it: starting {earliest - now:.0f}s from now "
@@ -134,18 +139,16 @@ def _run_policy(body: dict, now: float, time_limit: int, begin, ckpt_code, looku
                 requeue_on_timeout=_bool(body, "requeue_on_timeout"), preemptible=preemptible, mem_limit=mem_limit)
 
 
-def array_range(body: dict) -> list[int] | None:
-    """The task indices of `-a LO-HI[:STEP]`, as [lo, hi, step] in the request, or None."""
+def array_range(body: dict, max_array: int = bounds.DEFAULT_MAX_ARRAY) -> list[int] | None:
+    """The task indices of `-a LO-HI[:STEP]`, as [lo, hi, step] in the request, or None. The count
+    is checked by arithmetic first: `[0, 10**19, 1]` is refused, never expanded."""
     a = body.get("array")
     if a is None:
         return None
-    if (not isinstance(a, list) or len(a) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in a)
-            or a[0] < 0 or a[1] < a[0] or a[2] < 1):
-        raise UsageError(f"array: expected [lo, hi, step] with 0 ≤ lo ≤ hi and step ≥ 1, got {a!r}")
-    idx = list(range(a[0], a[1] + 1, a[2]))
-    if len(idx) > _MAX_ARRAY:
-        raise UsageError(f"array: at most {_MAX_ARRAY} tasks, got {len(idx)}")
-    return idx
+    if not isinstance(a, list) or len(a) != 3 or not all(bounds.is_int(x) for x in a):
+        raise UsageError(f"array: expected [lo, hi, step] with 0 ≤ lo ≤ hi and step ≥ 1, got {bounds._short(a)}")
+    bounds.array_tasks("array", a[0], a[1], a[2], max_array)
+    return list(range(a[0], a[1] + 1, a[2]))
 
 
 def expand(template: Job, first_id: int, indices: list[int] | None, throttle: int | None = None) -> list[Job]:
@@ -161,9 +164,7 @@ def array_throttle(body: dict) -> int | None:
     t = body.get("array_throttle")
     if t is None:
         return None
-    if not isinstance(t, int) or isinstance(t, bool) or t < 1:
-        raise UsageError(f"array_throttle: expected an integer ≥ 1, got {t!r}")
-    return t
+    return bounds.integer("array_throttle", t, 1)
 
 
 MAX_RETRIES = 100

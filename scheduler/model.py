@@ -117,6 +117,7 @@ class Job:
     preempt_time: float | None = None     # while PR: when the preempt control was sent
     borrowed: bool = False                # the running attempt uses GPUs lent by other accounts
     earmark: str = ""                     # while PD after preempting: the node whose room is kept for it
+    earmark_gpus: tuple[str, ...] = ()    # and the GPUs kept there (its victims' and the free ones it held)
     node: str = ""
     gpu_uuids: tuple[str, ...] = ()
     start_time: float | None = None

@@ -44,11 +44,13 @@ class Start:
 @dataclass(frozen=True, slots=True)
 class Pending:
     """The job stays pending for exactly this reason; `detail` gives the numbers. `earmark`: the node
-    whose room is kept for the job while it waits for its victims (PreemptingFor); "" gives it up."""
+    whose room (`earmark_gpus` there) is kept for the job while it waits for its victims
+    (PreemptingFor) and until it starts; "" gives it up."""
     job_id: int
     reason: str
     detail: str
     earmark: str = ""
+    earmark_gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ class ClientBase:
             raise _ERRORS.get(reply.get("code"), LabqError)(reply.get("error", "request failed"))
         return reply
 
-    def submit(self, body: dict, timeout: float = 30.0) -> dict:
+    def submit(self, body: dict, timeout: float | None = None) -> dict:
         # The job and its log files get the submitter's umask, as under SLURM.
         return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
 
@@ -93,9 +93,10 @@ class ThinClient(ClientBase):
         return UnreachableError(f"Redis at {self.url} does not answer: {e}")
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, op: str, body: dict, timeout: float = 30.0, tries: int = 3) -> dict:
+    def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
         try:
-            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign)
+            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign,
+                              get=lambda key: self.conn.execute("GET", key))
         except (resp.ConnectionLost, resp.RespError) as e:
             raise self._unreachable(e) from None
 

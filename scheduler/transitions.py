@@ -31,7 +31,7 @@ def admit(job: Job, place: Place, now: float) -> Job:
     a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now)
     return replace(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
                    gpu_uuids=place.gpus, start_time=job.start_time or now, commit=place.commit,
-                   rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed, earmark="",
+                   rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed, earmark="", earmark_gpus=(),
                    attempts=job.attempts + (a,))
 
 
@@ -40,14 +40,14 @@ def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
     return replace(job, state=states.PREEMPTING, preempted_for=for_job, preempt_time=now, detail=detail)
 
 
-def pend(job: Job, reason: str, detail: str, earmark: str = "") -> Job:
+def pend(job: Job, reason: str, detail: str, earmark: str = "", earmark_gpus: tuple = ()) -> Job:
     """The plan's reason for a pending job; the earmark stays only while the plan keeps it."""
-    return replace(job, reason=reason, detail=detail, earmark=earmark)
+    return replace(job, reason=reason, detail=detail, earmark=earmark, earmark_gpus=tuple(earmark_gpus))
 
 
 def end_pending(job: Job, state: str, detail: str, now: float) -> Job:
     """A job that never ran ends (expired, cancelled while pending): no attempt, no charge."""
-    return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now, earmark="")
+    return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now, earmark="", earmark_gpus=())
 
 
 def started(job: Job, attempt: int, body: dict) -> Job | None:

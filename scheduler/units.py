@@ -4,6 +4,7 @@ Durations accept SLURM forms (`90` minutes, `1:30:00`, `2-0`, `2-12:00`) and suf
 (`2h30m`, `45s`, `7d`). Sizes accept `12G`, `512M`, `1.5T` and plain bytes. Money is kept as integer
 micro-units (1e-6 of the unit) so that sums are exact.
 """
+import math
 import re
 
 from .errors import UsageError
@@ -16,29 +17,51 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhdw])")
 _SIZES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
+MAX_SECONDS = 2 ** 53    # any duration or size beyond it is a typo; the callers apply tighter bounds
+_TOO_LONG = 40           # characters: longer text is no duration or size a person means
+
+
 def parse_duration(text, what: str = "duration", bare_unit: int = 60) -> int:
-    """Seconds in `text`. A bare number is minutes (SLURM) unless `bare_unit` says otherwise."""
-    if isinstance(text, bool):
-        raise UsageError(f"{what}: expected a duration like 2h, 90m, 1:30:00 or 2-0, got {text!r}")
+    """Seconds in `text`. A bare number is minutes (SLURM) unless `bare_unit` says otherwise.
+    Always an integer in [0, 2^53] or a UsageError naming `what`: never inf, NaN or an overflow."""
+    bad = f"{what}: expected a duration like 2h, 90m, 1:30:00 or 2-0, got {_shown(text)}"
+    if isinstance(text, bool) or (isinstance(text, float) and not math.isfinite(text)):
+        raise UsageError(bad)
     if isinstance(text, (int, float)):
-        return _non_negative(int(text * bare_unit), what, text)
+        return _bounded(text * bare_unit, what, text)
     s = str(text).strip().lower()
+    if len(s) > _TOO_LONG:
+        raise UsageError(bad)
     if _SUFFIXED.match(s):
-        return _non_negative(int(sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s))), what, text)
+        return _bounded(sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s)), what, text)
     try:
-        return _non_negative(_slurm_duration(s, bare_unit), what, text)
+        return _bounded(_slurm_duration(s, bare_unit), what, text)
     except ValueError:
-        raise UsageError(f"{what}: expected a duration like 2h, 90m, 1:30:00 or 2-0, got {text!r}") from None
+        raise UsageError(bad) from None
+
+
+def _bounded(v, what: str, text) -> int:
+    if not math.isfinite(v) or abs(v) > MAX_SECONDS:
+        raise UsageError(f"{what}: expected a finite number up to {MAX_SECONDS}, got {_shown(text)}")
+    return _non_negative(int(v), what, text)
+
+
+def _shown(text) -> str:
+    s = repr(text)
+    return s if len(s) <= 40 else f"{s[:20]}… ({len(s)} characters)"
 
 
 def parse_seconds(text, what: str = "duration") -> float:
     """Seconds in `text`, fractions kept: `0.5s`, `500ms`, `1m30s`, a bare number of seconds (config
     keys like scheduler.tick, where a sub-second value is the point)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
+        _bounded(text, what, text)      # finite, within 2^53: NaN would pass any comparison
         return float(_non_negative(text, what, text))
     s = str(text).strip().lower()
-    if _SUFFIXED.match(s):
-        return sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s))
+    if _SUFFIXED.match(s) and len(s) <= _TOO_LONG:
+        v = sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s))
+        _bounded(v, what, text)
+        return v
     return float(parse_duration(text, what, bare_unit=1))
 
 
@@ -73,11 +96,13 @@ def parse_gpus(text, what: str = "--gpus") -> tuple[str, int]:
     """`2` or `MODEL:2` (the model may contain spaces and colons; the count is after the last one)."""
     model, _, count = str(text).rpartition(":")
     try:
-        n = int(count)
+        n = int(count) if len(count) <= _TOO_LONG else None
     except ValueError:
-        raise UsageError(f"{what}: expected N or MODEL:N, got {text!r}") from None
-    if n < 0:
-        raise UsageError(f"{what}: expected a count ≥ 0, got {text!r}")
+        n = None
+    if n is None:
+        raise UsageError(f"{what}: expected N or MODEL:N, got {_shown(text)}")
+    if not 0 <= n <= MAX_SECONDS:
+        raise UsageError(f"{what}: expected a count from 0 to {MAX_SECONDS}, got {_shown(text)}")
     return model, n
 
 
@@ -86,12 +111,12 @@ def parse_size(text, what: str = "size") -> int:
     if isinstance(text, bool):
         raise UsageError(f"{what}: expected a size like 12G or 512M, got {text!r}")
     if isinstance(text, int):
-        return _non_negative(text, what, text)
+        return _bounded(text, what, text)
     # 12G, 12GB, 12GiB and 12Gi (Kubernetes' spelling) are all 12 × 2^30, as SLURM counts
     m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:ib|i|b)?\s*$", str(text).lower())
-    if not m:
-        raise UsageError(f"{what}: expected a size like 12G or 512M, got {text!r}")
-    return int(float(m.group(1)) * _SIZES[m.group(2)])
+    if not m or len(str(text)) > _TOO_LONG:
+        raise UsageError(f"{what}: expected a size like 12G or 512M, got {_shown(text)}")
+    return _bounded(float(m.group(1)) * _SIZES[m.group(2)], what, text)
 
 
 def fmt_duration(seconds) -> str:
@@ -113,9 +138,12 @@ def fmt_size(n: int) -> str:
 
 def to_micro(amount, what: str = "amount") -> int:
     try:
-        return int(round(float(amount) * MICRO))
-    except (TypeError, ValueError):
-        raise UsageError(f"{what}: expected a number, got {amount!r}") from None
+        v = float(amount) * MICRO
+    except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    if not math.isfinite(v) or abs(v) > 2 ** 62:
+        raise UsageError(f"{what}: expected a number of at most {2 ** 62 // MICRO}, got {_shown(amount)}")
+    return int(round(v))
 
 
 def from_micro(micro: int) -> float:

@@ -35,8 +35,8 @@ def parse(text, now: float, what: str = "--begin", tz=None, future: bool = True)
     # DST rules, where a fixed-offset aware datetime would be an hour off across a change.
     here = dt.datetime.fromtimestamp(now, tz) if tz else dt.datetime.fromtimestamp(now)
     try:
-        t = _parse(s, now, here, future)
-    except ValueError:
+        t = _parse(s, now, here, future) if len(s) <= 64 else None
+    except (ValueError, OverflowError):   # a 400-digit year or delay is no time
         t = None
     if t is None:
         raise UsageError(f"{what}: expected a time like {FORMS}, got {text!r}")

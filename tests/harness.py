@@ -129,7 +129,9 @@ class RedisProc:
         return redis.Redis(unix_socket_path=self.sock, decode_responses=True, **kw)
 
 
-def start_redis(timeout: float = 20.0, appendonly: bool = False, perm: str = "700") -> RedisProc:
+def start_redis(timeout: float = 20.0, appendonly: bool = True, perm: str = "700") -> RedisProc:
+    """A private redis-server, with AOF by default as the scheduler requires (fsync once a second:
+    tests never kill this one; appendonly=False makes the volatile Redis labq refuses)."""
     exe = shutil.which("redis-server")
     if not exe:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("redis-server is not installed")
@@ -137,7 +139,8 @@ def start_redis(timeout: float = 20.0, appendonly: bool = False, perm: str = "70
     sock = os.path.join(d, "redis.sock")
     proc = subprocess.Popen(
         [exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", perm, "--dir", d, "--save", "",
-         "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning"],
+         "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec",
+         "--daemonize", "no", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if perm != "700":
         os.chmod(d, 0o755)    # other users (tests/test_auth_*.py) must reach the socket

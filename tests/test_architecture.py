@@ -37,6 +37,8 @@ EDGES = {
     "labq.scheduler.sdnotify": "systemd notify socket",
     "labq.scheduler.munge": "the munge credential daemon (a subprocess)",
     "labq.scheduler.auth": "checks munge credentials (through munge)",
+    "labq.scheduler.inboxes": "the daemon's side of the users' inboxes (a mixin of Scheduler): munge, Redis errors",
+    "labq.scheduler.durability": "refuses a volatile or rolled-back Redis: its persistence and a state file",
     "labq.scheduler.metrics": "the Prometheus endpoint: wall clock for the tick histogram",
 }
 

@@ -96,6 +96,14 @@ class _Pass:
         # room) apart from `Resources` (there was no room to begin with).
         self.initial = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
         self.usage = Usage(running, cfg, sum(len(f.gpus) for f in self.free.free.values()))
+        # A borrower that may not be preempted again could not be reclaimed: it may hold only GPUs
+        # no account is guaranteed (the up GPUs beyond the sum of guarantees), or a guarantee would
+        # wait for its time limit. `stuck`: what such borrowers hold now.
+        self.slack = None
+        if self.usage.guarantees:
+            up = sum(len(n.gpus) for n in snap.nodes if capacity.node_is_up(n, snap.now))
+            self.slack = up - sum(a.guarantee for a in cfg.accounts)
+            self.stuck = sum(j.gpus for j in running if j.borrowed and not preempt.may_be_preempted_again(j, cfg))
         self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
         self.places: list = []
         self.pending: list = []
@@ -132,7 +140,7 @@ class _Pass:
         for j in sorted((j for j in pending if j.earmark), key=lambda j: j.id):
             spot = self.free.free.get(j.earmark)
             if spot is not None:
-                self.earmarked[j.id] = (spot, self.free.hold(spot, j))
+                self.earmarked[j.id] = (spot, self.free.hold(spot, j, set(j.earmark_gpus)))
 
     def consider(self, job: Job) -> None:
         verdict = self.judge(job)
@@ -171,7 +179,7 @@ class _Pass:
         kept = self.free.free.get(job.earmark) if job.earmark else None
         if kept is not None and kept.fits(job):
             # Its own room, set aside since it preempted: no reservation or blocker was ever given it.
-            return self._admit(job, kept)
+            return self._admit(job, kept, job.earmark_gpus)
         if self.blocker is not None:
             return states.PRIORITY, f"behind job {self.blocker.display_id}, which waits for resources (backfill off)"
         accept = None
@@ -182,7 +190,7 @@ class _Pass:
             return self._admit(job, spot)
         return self._blocked(job, roomy)
 
-    def _admit(self, job: Job, spot: capacity.Free):
+    def _admit(self, job: Job, spot: capacity.Free, prefer=()):
         protected = self.usage.protected_for(job)
         if protected:
             return protected
@@ -192,7 +200,13 @@ class _Pass:
         if broke:
             return broke
         borrowed = self.usage.borrows(job)
-        gpus = self.free.take(spot, job)
+        if borrowed and self.slack is not None and not preempt.may_be_preempted_again(job, self.cfg):
+            if self.stuck + job.gpus > self.slack:
+                return states.ACCOUNT_GPU_LIMIT, (f"preempted {job.preempt_count} times (max_preemptions): it may no "
+                                                  f"longer borrow GPUs other accounts are guaranteed, only run within "
+                                                  f"account {job.account}'s guarantee")
+            self.stuck += job.gpus
+        gpus = self.free.take(spot, job, prefer=prefer)
         self.usage.add(job)
         self.book.commit(commit)
         self.placed.append((job, spot.node.name, gpus))
@@ -204,12 +218,9 @@ class _Pass:
     def _blocked(self, job: Job, roomy: bool):
         """The job found no node it may start on now: wait for its victims, preempt, or reserve."""
         victims = self.draining.get(job.id)
-        if victims:
-            node = victims[0].node
-            if node in self.free.free:
-                self.free.hold(self.free.free[node], job)
-            return states.PREEMPTING_FOR, (f"waiting for {len(victims)} preempted job(s) on {node} to stop: "
-                                           + ", ".join(v.display_id for v in victims)), node
+        waiting = self._wait_for(job, victims) if victims else None
+        if waiting:
+            return waiting
         if roomy:
             return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
         may_preempt = self.cfg.preemption and self._may_preempt(job)
@@ -229,6 +240,26 @@ class _Pass:
         elif may_reserve:
             self._reserve(job)
         return deferred or self._no_room(job)
+
+    def _wait_for(self, job: Job, victims):
+        """PreemptingFor while its victims drain, its room kept. A job that gave its earmark up (a cap
+        held it in a pass) takes it again only if what is free and what the victims hold still covers
+        it; else it looks for room like any blocked job."""
+        node = victims[0].node
+        spot = self.free.free.get(node)
+        if spot is None:
+            return None
+        if job.earmark == node:
+            kept = job.earmark_gpus
+            self.free.hold(spot, job, set(kept))
+        else:
+            held = self.free.hold(spot, job)
+            kept = preempt.earmark(job, held[0], victims, spot.node)
+            if len(kept) < job.gpus:
+                self.free.unhold(spot, held)
+                return None
+        return states.PREEMPTING_FOR, (f"waiting for {len(victims)} preempted job(s) on {node} to stop: "
+                                       + ", ".join(v.display_id for v in victims)), node, kept
 
     def _budget_even_if_room(self, job: Job):
         """Preempting or reserving for a job its budgets would not admit helps nobody."""
@@ -254,7 +285,7 @@ class _Pass:
         """(reason, detail) once victims are chosen; else the PreemptionDeferred verdict, or None."""
         reclaim = self.usage.within_guarantee(job)
         pool = [v for v in self.running if v.id not in self.doomed]
-        ok, later = preempt.candidates(job, pool, self.now, self.cfg, reclaim)
+        ok, later = preempt.candidates(job, pool, self.now, self.cfg, reclaim, self.usage.borrows(job))
         nodes = {n: f for n, f in self.free.free.items() if capacity.could_ever_hold(job, f.node)}
         choice = preempt.choose(job, nodes, ok, self.now) if ok else None
         if choice is None and not later:
@@ -274,9 +305,10 @@ class _Pass:
                                          f"preempted for job {job.display_id} ({why}); "
                                          f"{preempt.lost_work(v, self.now):.0f}s since its last checkpoint"))
         self.draining[job.id] = list(choice.victims)
-        self.free.hold(self.free.free[choice.node], job)
+        spot = self.free.free[choice.node]
+        kept = preempt.earmark(job, self.free.hold(spot, job)[0], choice.victims, spot.node)
         return states.PREEMPTING_FOR, (f"preempting {len(choice.victims)} job(s) on {choice.node}: "
-                                       + ", ".join(v.display_id for v in choice.victims)), choice.node
+                                       + ", ".join(v.display_id for v in choice.victims)), choice.node, kept
 
     def _reserve(self, job: Job, not_before: float | None = None) -> None:
         if self.timelines is None:

@@ -28,8 +28,11 @@ class Free:
     def matching(self, job: Job):
         return [g for g in self.gpus if not job.gpu_type or g.model == job.gpu_type]
 
-    def take(self, job: Job, gpus: int | None = None) -> tuple[str, ...]:
-        chosen = self.matching(job)[:job.gpus if gpus is None else gpus]
+    def take(self, job: Job, gpus: int | None = None, prefer=()) -> tuple[str, ...]:
+        mine = self.matching(job)
+        if prefer:   # the GPUs earmarked for it first
+            mine = sorted(mine, key=lambda g: g.uuid not in prefer)
+        chosen = mine[:job.gpus if gpus is None else gpus]
         taken = {g.uuid for g in chosen}
         self.gpus = [g for g in self.gpus if g.uuid not in taken]
         self.cpus -= job.cpus
@@ -98,23 +101,24 @@ class Placer:
                     roomy = True
         return None, roomy
 
-    def take(self, spot: Free, job: Job, gpus: int | None = None) -> tuple[str, ...]:
+    def take(self, spot: Free, job: Job, gpus: int | None = None, prefer=()) -> tuple[str, ...]:
         """Allocate the job's request on `spot` (or, for a hold, only `gpus` of its GPUs and the
-        part of its CPUs and memory the node has free)."""
+        part of its CPUs and memory the node has free), the `prefer`red GPUs first."""
         self.changes += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
-        taken = spot.take(job, gpus)
+        taken = spot.take(job, gpus, prefer)
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
         return taken
 
-    def hold(self, spot: Free, job: Job) -> tuple:
-        """Set aside for a preemptor whatever part of its request the node has free now, so that the
-        room its victims leave is not short by what others took meanwhile. Returns what was held."""
+    def hold(self, spot: Free, job: Job, only=None) -> tuple:
+        """Set aside for a preemptor whatever part of its request the node has free now (of the GPUs
+        `only`, its earmark, when given), so that the room its victims leave is not short by what
+        others took meanwhile. Returns what was held."""
         self.changes += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
-        keep = spot.matching(job)[:job.gpus]
+        keep = [g for g in spot.matching(job) if only is None or g.uuid in only][:job.gpus]
         held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem))
         spot.gpus = [g for g in spot.gpus if g not in keep]
         spot.cpus -= held[1]

@@ -28,7 +28,8 @@ def class_key(j) -> tuple:
     """Everything of a pending job that `_Pass._verdict` reads, except its id."""
     held = (j.reason, j.detail if j.reason == states.CRASH_GUARD else "") if j.held else None
     return (j.qos, j.account, j.user, j.project, j.budget, j.gpus, j.gpu_type, j.cpus, j.mem, j.time_limit, j.est,
-            held, j.begin, j.eligible_time, j.deps, j.array_throttle, j.array_id if j.array_throttle else None)
+            held, j.begin, j.eligible_time, j.deps, j.array_throttle, j.array_id if j.array_throttle else None,
+            j.preempt_count)
 
 
 def _own(j, draining) -> bool:

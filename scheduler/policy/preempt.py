@@ -47,9 +47,19 @@ def lost_work(victim: Job, now: float) -> float:
     return max(0.0, now - max(began, (a.last_checkpoint if a else None) or began))
 
 
-def candidates(job: Job, running, now: float, cfg: Config, reclaim: bool):
+def earmark(job: Job, held, victims, node) -> tuple[str, ...]:
+    """The GPUs kept for a preemptor: the free ones held for it on the node, then its victims' (of
+    the model it asks for), as many as it needs. Others' extra GPUs are free for anyone."""
+    models = {g.uuid: g.model for g in node.gpus} if node is not None else {}
+    theirs = [u for v in victims for u in v.gpu_uuids if not job.gpu_type or models.get(u) == job.gpu_type]
+    return tuple([g.uuid for g in held] + theirs)[:job.gpus]
+
+
+def candidates(job: Job, running, now: float, cfg: Config, reclaim: bool, borrower: bool = False):
     """(eligible, deferred): running jobs the job may preempt now, and those it may once they have run
-    min_runtime (with the time that takes)."""
+    min_runtime (with the time that takes). A `borrower` (the job would run beyond its account's
+    guarantee) never preempts another account's work within that account's guarantee: the lender
+    would reclaim the GPUs at once, and it is owed them."""
     mine = cfg.qos_named(job.qos)
     prio = mine.priority if mine else 0
     ok, later = [], []
@@ -61,6 +71,8 @@ def candidates(job: Job, running, now: float, cfg: Config, reclaim: bool):
             continue
         q = cfg.qos_named(v.qos)
         if (q.priority if q else 0) >= prio or not preemptible(v, cfg):
+            continue
+        if borrower and not v.borrowed and v.account != job.account:
             continue
         ran = now - ((v.current.start_time or v.current.dispatch_time or now) if v.current else now)
         if ran >= (q.min_runtime if q else 0):

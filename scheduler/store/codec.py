@@ -1,10 +1,11 @@
 """Job records to and from JSON. Tuples become lists on the way out and come back as tuples."""
 import json
 from dataclasses import fields
+from sys import intern
 
 from ..model import Attempt, Job
 
-_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "env"}
+_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env"}
 _ATTEMPT_TUPLES = {"gpus", "charges"}
 _JOB_FIELDS = {f.name for f in fields(Job)}
 _ATTEMPT_FIELDS = {f.name for f in fields(Attempt)}
@@ -19,23 +20,55 @@ _ATTEMPT_NAMES = tuple(f.name for f in fields(Attempt))
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
+SHARED_SPEC = 256   # bytes of script + argv beyond which an array's tasks refer to one stored copy
+
+
+def shares_spec(job: Job) -> bool:
+    """Does this array task's record refer to its array's stored spec (script, argv)? A 1 MB script
+    in a 10,000-task array is then stored once, not 10,000 times (DESIGN §11: ≤ 2 KB a pending job)."""
+    return bool(job.array_id) and len(job.script or "") + sum(len(a) for a in job.argv) > SHARED_SPEC
+
+
+def spec(job: Job) -> str:
+    return _ENCODER.encode({"script": job.script, "argv": job.argv})
+
+
 def dumps(job: Job) -> str:
     # dataclasses.asdict deep-copies every value; json already writes tuples as lists, so a shallow
     # dict is the same text at a fraction of the cost (this runs for every job on every change).
     d = {k: getattr(job, k) for k in _JOB_NAMES}
     d["attempts"] = [{k: getattr(a, k) for k in _ATTEMPT_NAMES} for a in job.attempts]
+    if shares_spec(job):
+        d.update(script=None, argv=[], spec=job.array_id)
     return _ENCODER.encode(d)
 
 
-def loads(text) -> Job:
+def loads(text, specs=None) -> Job:
+    """A job from its record; `specs(array_id)` gives a shared spec ({script, argv}) where the
+    record refers to one (without it such a job comes back with no script and no argv)."""
     d = json.loads(text)
+    ref = d.get("spec")
+    if ref and specs is not None:
+        d.update(specs(ref) or {})
     return from_dict(d)
+
+
+# Text that many records share (users, accounts, QoS, reasons, one array's script): interned on
+# decode, so 100,000 loaded jobs hold one copy of each, not 100,000.
+_SHARED = ("user", "account", "qos", "project", "budget", "workdir", "gpu_type", "node", "state", "reason", "detail",
+           "name", "out", "err", "script", "earmark")
 
 
 def from_dict(d: dict) -> Job:
     kw = {k: v for k, v in d.items() if k in _JOB_FIELDS}
     for k in _TUPLE_FIELDS & kw.keys():
         kw[k] = _tuples(kw[k])
+    for k in _SHARED:
+        v = kw.get(k)
+        if type(v) is str:
+            kw[k] = intern(v)
+    if "argv" in kw and all(type(a) is str for a in kw["argv"]):
+        kw["argv"] = tuple(map(intern, kw["argv"]))
     kw["attempts"] = tuple(_attempt(a) for a in kw.get("attempts", ()))
     return Job(**kw)
 

@@ -16,7 +16,7 @@ import json
 import os
 import time
 
-from ..errors import UnreachableError
+from ..errors import UnreachableError, UsageError
 from .keys import Keys
 
 INBOX_MAXLEN = 100_000
@@ -24,10 +24,25 @@ _USER = "user:"
 POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
 
 
-def request_fields(op: str, body: dict, rid: str | None = None) -> dict:
+def request_fields(op: str, body: dict, rid: str | None = None, expires: float | None = None) -> dict:
     """The stream fields of one request. Everything a request carries is added here, and only here."""
     rid = rid or body.get("rid") or os.urandom(16).hex()   # uuid4().hex's shape, without importing uuid
-    return {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
+    fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
+    if expires is not None:
+        fields["expires"] = f"{expires:.3f}"
+    return fields
+
+
+def request_timeout() -> float:
+    """How long a request waits for the scheduler: $LABQ_TIMEOUT seconds, default 30."""
+    text = os.environ.get("LABQ_TIMEOUT") or "30"
+    try:
+        t = float(text) if len(text) < 20 else float("nan")
+    except ValueError:
+        t = float("nan")
+    if not 1 <= t <= 86400:
+        raise UsageError(f"LABQ_TIMEOUT: expected seconds from 1 to 86400, got {text[:40]!r}")
+    return t
 
 
 def wake_token(user: str) -> str:
@@ -59,16 +74,26 @@ def await_reply(pop, k: Keys, rid: str, seconds: float):
             return got
 
 
-def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float = 30.0, tries: int = 3,
-         sign=None) -> dict:
+def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None = None, tries: int = 3,
+         sign=None, get=None) -> dict:
     """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
     times. `sign(fields) -> fields` adds a credential (scheduler/auth.py): a fresh one per try, as
-    each is valid once. Connection errors are the caller's to map (each client knows its own)."""
-    fields = request_fields(op, body)
+    each is valid once. Connection errors are the caller's to map (each client knows its own).
+
+    Every try carries the same expiry: the scheduler drops a request it reads after it, so a client
+    that gives up can say for sure that nothing was done. The margin leaves the scheduler time to
+    commit what it read just before the expiry; `get(key)` then finds that answer in the done key."""
+    timeout = request_timeout() if timeout is None else timeout
+    fields = request_fields(op, body, expires=time.time() + timeout - min(5.0, timeout / 4))
+    rid = fields["rid"]
     per_try = timeout / tries
     for _ in range(tries):
         send(send_commands(k, user, sign(fields) if sign else fields))
-        got = await_reply(pop, k, fields["rid"], per_try)
+        got = await_reply(pop, k, rid, per_try)
         if got:
             return json.loads(got[1])
-    raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s (is `labq scheduler` running?)")
+    late = get(k.done(rid)) if get else None
+    if late:
+        return json.loads(late)
+    raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not submitted "
+                           "(the scheduler drops it once it expires; is `labq scheduler` running?)")

@@ -53,6 +53,9 @@ class Keys:
     def history(self) -> str:                 # ZSET (S): ids of ended jobs, score = end time
         return f"{self.p}:history"
 
+    def spec(self, array_id: int) -> str:     # STRING (S): an array's shared {script, argv} (codec.py)
+        return f"{self.p}:job:{array_id}:spec"
+
     @property
     def stat_rows(self) -> str:               # HASH (S): id of each active job -> its `stat` row (statrows.py)
         return f"{self.p}:statrows:v{ROWS_VERSION}"
@@ -97,6 +100,10 @@ class Keys:
     @property
     def events(self) -> str:                  # STREAM (W): {kind, job, attempt, node, body(JSON)}
         return f"{self.p}:events"
+
+    @property
+    def dead(self) -> str:                    # STREAM (S): dead letters {source, id, reason, entry(JSON), ts}
+        return f"{self.p}:dead"
 
     @property
     def ledger(self) -> str:                  # STREAM (S): append-only ledger entries

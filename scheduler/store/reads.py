@@ -11,14 +11,15 @@ def load_jobs(r, k: Keys, ids, chunk: int = 1000) -> list[Job]:
     scheduler and the agent (one MGET per `chunk` ids)."""
     out = []
     ids = list(ids)
+    specs = Specs(r, k)
     for i in range(0, len(ids), chunk):
-        out += [codec.loads(raw) for raw in r.mget([k.job(int(j)) for j in ids[i:i + chunk]]) if raw]
+        out += [codec.loads(raw, specs) for raw in r.mget([k.job(int(j)) for j in ids[i:i + chunk]]) if raw]
     return out
 
 
 def load_job(r, k: Keys, jid: int) -> Job | None:
     raw = r.get(k.job(jid))
-    return codec.loads(raw) if raw else None
+    return codec.loads(raw, Specs(r, k)) if raw else None
 
 
 class Reader:
@@ -63,6 +64,10 @@ class Reader:
         if j is None and self.history is not None:
             j = self.history.jobs([jid]).get(int(jid))
         return j
+
+    def dead(self, count: int) -> list[dict]:
+        """The newest `count` dead letters (labq:dead), oldest first, each with its entry id."""
+        return [{"id": i, **f} for i, f in reversed(self.r.xrevrange(self.k.dead, count=count))]
 
     def node_names(self) -> set[str]:
         """The nodes that ever registered."""
@@ -119,3 +124,16 @@ def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
         except (ValueError, TypeError):
             continue
     return out
+
+
+class Specs:
+    """Arrays' shared specs, each read once (codec.loads calls this per task that refers to one)."""
+
+    def __init__(self, r, keys: Keys):
+        self.r, self.k, self.seen = r, keys, {}
+
+    def __call__(self, array_id: int) -> dict | None:
+        if array_id not in self.seen:
+            raw = self.r.get(self.k.spec(int(array_id)))
+            self.seen[array_id] = json.loads(raw) if raw else None
+        return self.seen[array_id]

@@ -144,6 +144,40 @@ class SchedulerStore:
             p.hmget(self.k.attempt(jid, n), ["hb", "ckpt"])
         return [(_float(hb), _float(ckpt)) for hb, ckpt in p.execute()]
 
+    # -- durability (scheduler/durability.py) -------------------------------------------------
+    def aof_enabled(self) -> bool | None:
+        """INFO persistence, readable where an ACL denies CONFIG GET; None when even that is denied."""
+        try:
+            return str(self.r.info("persistence").get("aof_enabled", 0)) == "1"
+        except redis.ResponseError:
+            return None
+
+    def figures(self):
+        from ..durability import Figures, entry_hash
+        p = self.r.pipeline(transaction=False)
+        p.get(self.k.seq)
+        p.xinfo_stream(self.k.ledger)
+        p.xrevrange(self.k.ledger, count=1)
+        seq, info, last = p.execute(raise_on_error=False)
+        if isinstance(info, Exception):   # no ledger yet
+            info = {}
+        count = info.get("entries-added", info.get("length", 0)) or 0
+        lid, fields = last[0] if isinstance(last, list) and last else ("", {})
+        return Figures(int(seq or 0), int(count), lid, entry_hash(fields) if lid else "")
+
+    def ledger_entry_is(self, eid: str, digest: str) -> bool | None:
+        """Is ledger entry `eid` still there with fields hashing to `digest`? None when it was
+        trimmed away (archived: older than the oldest entry kept), which is no loss."""
+        from ..durability import entry_hash
+        if not eid:
+            return None
+        got = self.r.xrange(self.k.ledger, eid, eid)
+        if got:
+            return entry_hash(got[0][1]) == digest
+        first = self.r.xrange(self.k.ledger, count=1)
+        key = lambda e: tuple(int(x) for x in e.split("-"))   # noqa: E731
+        return None if first and key(first[0][0]) > key(eid) else False
+
     # -- streams -------------------------------------------------------------------------------
     def ensure_group(self, stream: str) -> None:
         try:
@@ -200,9 +234,21 @@ class SchedulerStore:
                     out.append((stream, eid, fields))
         return out
 
+    def deliveries(self, stream: str, eids) -> dict[str, int]:
+        """How many times each pending entry of `stream` was delivered (a restart's read counts)."""
+        eids = sorted(eids, key=lambda e: tuple(int(x) for x in e.split("-")))
+        if not eids:
+            return {}
+        got = self.r.xpending_range(stream, GROUP, min=eids[0], max=eids[-1], count=len(eids) + 1000)
+        return {e["message_id"]: e["times_delivered"] for e in got}
+
     def replies_done(self, rids: list[str]) -> list:
         """The kept reply of each request id already answered (None where not): one MGET per batch."""
         return self.r.mget([self.k.done(r) for r in rids]) if rids else []
+
+    def dead_letters(self) -> int:
+        """Entries in the dead-letter stream (labq admin dead; the metrics gauge)."""
+        return self.r.xlen(self.k.dead)
 
     def ack(self, p, stream: str, *eids: str) -> None:
         p.xack(stream, GROUP, *eids)

@@ -50,7 +50,7 @@ class ThinReader:
         if not raw:
             return self.history.jobs([jid]).get(int(jid)) if self.history is not None else None
         from . import codec
-        return codec.loads(raw)
+        return codec.loads(raw, self._spec)
 
     def jobs(self, ids) -> list:
         from . import codec
@@ -58,11 +58,16 @@ class ThinReader:
         out = []
         for i in range(0, len(ids), 2000):
             raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
-            out += [codec.loads(raw) for raw in raws if raw]
+            out += [codec.loads(raw, self._spec) for raw in raws if raw]
         if self.history is not None and len(out) < len(ids):
             by_id = {**self.history.jobs(sorted(set(ids) - {j.id for j in out})), **{j.id: j for j in out}}
             out = [by_id[i] for i in ids if i in by_id]
         return out
+
+    def _spec(self, array_id: int) -> dict | None:
+        """An array's shared {script, argv} (codec.shares_spec), for the records that refer to it."""
+        raw = self._pipe([("GET", self.k.spec(int(array_id)))])[0]
+        return json.loads(raw) if raw else None
 
     def active(self) -> list:
         return self.jobs(self._pipe([("ZRANGE", self.k.active, 0, -1)])[0])

@@ -87,8 +87,29 @@ def put_usage(p, k: Keys, account: str, value: float, since: float) -> None:
     p.hset(k.usage, account, json.dumps([round(value, 3), since]))
 
 
+DEAD_MAXLEN = 10_000
+DEAD_ENTRY_CHARS = 4096   # what is kept of a dead entry: enough to see it, never its 1 MB body
+
+
+def put_dead(p, k: Keys, source: str, eid: str, fields: dict, reason: str, now: float) -> None:
+    """A stream entry no handler could take, kept with the reason for `labq admin dead`."""
+    entry = json.dumps({str(f)[:64]: str(v)[:DEAD_ENTRY_CHARS] for f, v in list((fields or {}).items())[:32]})
+    p.xadd(k.dead, {"source": source, "id": eid, "reason": reason[:1000], "entry": entry[:DEAD_ENTRY_CHARS],
+                    "ts": now}, maxlen=DEAD_MAXLEN, approximate=True)
+
+
 CHUNK_BYTES = 4 << 20
 PREWRITE_MIN = 1000      # new jobs in one change from which their records are written ahead
+
+
+def put_specs(p, k: Keys, new) -> None:
+    """The shared spec (script, argv) of each array among the jobs a change creates, written once:
+    its tasks' records refer to it (codec.shares_spec) and are indexed in the same transaction."""
+    seen = set()
+    for job in new:
+        if job.array_id not in seen and codec.shares_spec(job):
+            seen.add(job.array_id)
+            p.set(k.spec(job.array_id), codec.spec(job))
 
 
 def put_new_jobs(r, k: Keys, jobs) -> set[int]:

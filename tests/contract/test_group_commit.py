@@ -126,8 +126,8 @@ def test_pending_counts_are_kept_across_a_batch(real_conns):
     s.tick(NOW + 2)
     assert reply(r, "c")["ok"] and reply(r, "p5")["ok"]
     fresh = Tally(s.jobs.values())
-    assert (s.tally.pending, s.tally.pending_by_user, s.tally.active_by_user) == \
-        (fresh.pending, +fresh.pending_by_user, +fresh.active_by_user)
+    assert (s.tally.pending, s.tally.pending_by_user, s.tally.active_by_user, s.tally.on_node) == \
+        (fresh.pending, +fresh.pending_by_user, +fresh.active_by_user, fresh.on_node)
 
 
 def test_a_big_array_is_written_ahead_in_chunks_and_survives_a_restart(real_conns, monkeypatch):
@@ -155,3 +155,18 @@ def test_a_big_array_is_written_ahead_in_chunks_and_survives_a_restart(real_conn
     again = Scheduler(r, raw, config.loads(SWEEP_TOML), me="s1", clock=lambda: NOW + 2)
     again.tick(NOW + 2)
     assert len(again.jobs) == 2500 and again.tally.pending == 2500
+
+
+def test_new_reasons_for_many_jobs_are_written_in_bounded_chunks(real_conns, monkeypatch):
+    from labq.scheduler import daemon
+    r, raw = real_conns
+    monkeypatch.setattr(daemon, "REASON_CHUNK", 500)
+    s = started(r, raw)
+    send(r, "alice", "arr", body={**BODY, "array": [0, 1999, 1]})
+    reload_inboxes(s)
+    before = execs(r)
+    s.tick(NOW + 1)                        # the submit, then a plan of the queue it made
+    assert reply(r, "arr")["ok"]
+    assert execs(r) - before >= 5          # the batch, then 2,000 new reasons in four transactions of 500
+    got = {codec.loads(r.get(K.job(j))).reason for j in range(reply(r, "arr")["job_id"], reply(r, "arr")["last_job_id"] + 1)}
+    assert got == {states.HELD}

@@ -1,0 +1,121 @@
+"""Durable or refused: the scheduler leads only on a Redis that keeps what it acknowledged.
+
+Two checks before leading. (1) Persistence: Redis without AOF loses every job and the ledger on a
+crash, so the scheduler refuses it unless `redis.allow_volatile = true`. It reads `INFO
+persistence` (`aof_enabled`), which a restricted ACL role may read where CONFIG GET is denied.
+(2) Rollback: a small state file beside the scheduler keeps the figures Redis had when last seen
+(the last job id, how many ledger entries were ever added, the hash of the newest one). A Redis
+behind them (restored from an old dump, restarted without its data) is refused, naming both
+figures and `labq admin accept-loss`, which takes Redis's figures as the new truth.
+"""
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+
+from .errors import RefusedError
+
+log = logging.getLogger("labq.scheduler")
+
+
+@dataclass(frozen=True)
+class Figures:
+    last_job_id: int = 0
+    ledger_count: int = 0        # entries ever added (XINFO entries-added), not trimmed by archiving
+    ledger_last: str = ""        # the newest entry's id …
+    ledger_hash: str = ""        # … and a hash of its fields
+
+    def describe(self) -> str:
+        return f"last job id {self.last_job_id}, {self.ledger_count} ledger entries"
+
+
+def entry_hash(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def default_path(prefix: str, url: str) -> str:
+    """One file per Redis (URL) and key prefix, in labq's state directory."""
+    base = os.environ.get("LABQ_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq")
+    tag = hashlib.sha256(url.encode()).hexdigest()[:8]
+    return os.path.join(base, f"scheduler-{prefix}-{tag}.json")
+
+
+def volatile_line(url: str) -> str:
+    return (f"Redis at {url} has no AOF persistence (appendonly no): a Redis crash would lose every job "
+            "and the ledger; turn AOF on (appendonly yes) or set redis.allow_volatile = true to accept that")
+
+
+def behind(saved: Figures, now: Figures, entry_seen: bool | None) -> bool:
+    """Did Redis go backwards from `saved` to `now`? `entry_seen`: whether the saved newest ledger
+    entry is still there with the same hash (None: archived away, which is no loss)."""
+    return (now.last_job_id < saved.last_job_id or now.ledger_count < saved.ledger_count
+            or entry_seen is False)
+
+
+class StateFile:
+    def __init__(self, path: str):
+        self.path = path
+        self.saved: Figures | None = None
+        self._warned = False
+
+    def load(self) -> Figures | None:
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+            return Figures(**{k: data[k] for k in asdict(Figures()) if k in data})
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError) as e:
+            raise RefusedError(f"state file {self.path} is unreadable ({e}); "
+                               "run `labq admin accept-loss` to write it afresh from what Redis holds") from None
+
+    def save(self, figures: Figures) -> None:
+        """Write the figures when they changed (atomically: a crash leaves the old file or the new)."""
+        if figures == self.saved:
+            return
+        tmp = f"{self.path}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(asdict(figures), f)
+            os.replace(tmp, self.path)
+            self.saved = figures
+        except OSError as e:
+            if not self._warned:
+                log.warning("cannot write the state file %s (%s): a Redis that goes backwards will not be "
+                            "detected", self.path, e.strerror)
+                self._warned = True
+
+
+class Durability:
+    """The checks `labq scheduler` runs before leading (tests that build a Scheduler by hand skip them)."""
+
+    def __init__(self, store, url: str, allow_volatile: bool, path: str):
+        self.store, self.url, self.allow_volatile = store, url, allow_volatile
+        self.file = StateFile(path)
+
+    def check(self) -> None:
+        """Raise RefusedError (one line) when this Redis must not be led."""
+        aof = self.store.aof_enabled()
+        if not aof:
+            if not self.allow_volatile:
+                raise RefusedError(volatile_line(self.url) if aof is False else
+                                   f"Redis at {self.url} does not let the scheduler read INFO persistence; "
+                                   "grant it +info, or set redis.allow_volatile = true")
+            log.warning("Redis at %s has no AOF (redis.allow_volatile = true): a crash loses every job", self.url)
+        saved = self.file.load()
+        now = self.store.figures()
+        if saved is not None and behind(saved, now, self.store.ledger_entry_is(saved.ledger_last,
+                                                                              saved.ledger_hash)):
+            raise RefusedError(
+                f"Redis went backwards: it holds {now.describe()}, the state file {self.file.path} says "
+                f"{saved.describe()}; restore Redis from its AOF, or accept the loss with "
+                f"`labq admin accept-loss` (then start the scheduler again)")
+        self.file.saved = saved
+        self.file.save(now)
+
+    def seen(self) -> None:
+        """After a leading tick: remember what Redis now holds."""
+        self.file.save(self.store.figures())

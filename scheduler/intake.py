@@ -1,0 +1,120 @@
+"""One schema for what the scheduler reads from streams others write: inbox entries (any user may
+XADD anything to an inbox) and events (any node, or anything with a node's rights).
+
+Each entry is checked here before a handler sees it. A request that fails is answered with the
+error; an event that fails goes to the dead-letter stream with the reason. Either way it is
+acknowledged, so no entry is ever redelivered to crash the next leader.
+"""
+import math
+import re
+from dataclasses import dataclass
+
+from . import bounds
+from .errors import UsageError
+
+_RID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+_OP = re.compile(r"^[a-z_]{1,32}$")
+_NODE = re.compile(r"^[^\s\x00]{1,200}$")
+KINDS = ("started", "finished", "alert")
+# A poison entry is one the leader died on: an entry delivered this many times without being
+# acknowledged has crashed (or hung) the scheduler at least twice; it is answered, not run again.
+MAX_DELIVERIES = 3
+
+
+@dataclass(frozen=True)
+class Request:
+    rid: str
+    op: str
+    body: dict
+    expires: float | None    # epoch seconds after which the client has given up (None: never)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    job: int
+    attempt: int
+    node: str
+    body: dict
+
+
+def reply_id(fields: dict, eid: str) -> str:
+    """The id the client waits on; the entry id when the given one is unusable (an answer must
+    still go somewhere, and a key name made of a 1 MB rid would be a poison of its own)."""
+    rid = fields.get("rid")
+    return rid if isinstance(rid, str) and _RID.match(rid) else eid
+
+
+def request(fields: dict, eid: str, max_bytes: int) -> Request:
+    op = fields.get("op")
+    if not isinstance(op, str) or not _OP.match(op):
+        raise UsageError(f"op: expected a request name like submit or cancel, got {bounds._short(op)}")
+    body = bounds.loads(fields.get("body") or "{}", f"{op}: body", max_bytes)
+    if not isinstance(body, dict):
+        raise UsageError(f"{op}: body: expected a JSON object, got {type(body).__name__}")
+    expires = fields.get("expires")
+    if expires is not None:
+        expires = _float("expires", expires)
+    return Request(reply_id(fields, eid), op, body, expires)
+
+
+def event(fields: dict, max_bytes: int) -> Event:
+    """A checked event, or a UsageError saying what is wrong with it."""
+    kind = fields.get("kind")
+    if kind not in KINDS:
+        raise UsageError(f"kind: expected one of {', '.join(KINDS)}, got {bounds._short(kind)}")
+    node = fields.get("node", "")
+    if not isinstance(node, str) or (node and not _NODE.match(node)):
+        raise UsageError(f"node: expected a node name, got {bounds._short(node)}")
+    body = bounds.loads(fields.get("body") or "{}", f"{kind}: body", max_bytes)
+    if not isinstance(body, dict):
+        raise UsageError(f"{kind}: body: expected a JSON object, got {type(body).__name__}")
+    if kind == "alert":
+        return Event(kind, 0, 0, node, body)
+    ev = Event(kind, _id("job", fields.get("job")), _id("attempt", fields.get("attempt")), node, body)
+    (_started if kind == "started" else _finished)(body)
+    return ev
+
+
+def _started(b: dict) -> None:
+    _opt_time(b, "start_time")
+    if b.get("pid") is not None:
+        bounds.integer("started: pid", b["pid"], 0, 2 ** 31)
+
+
+def _finished(b: dict) -> None:
+    outcome = b.get("outcome", "error")
+    if not isinstance(outcome, str) or not _OP.match(outcome):
+        raise UsageError(f"finished: outcome: expected a word like completed, got {bounds._short(outcome)}")
+    for k in ("start_time", "end_time", "last_checkpoint"):
+        _opt_time(b, k)
+    if b.get("exit_code") is not None:
+        bounds.integer("finished: exit_code", b["exit_code"], -2 ** 31, 2 ** 31)
+    if not isinstance(b.get("usage") or {}, dict):
+        raise UsageError(f"finished: usage: expected an object, got {bounds._short(b['usage'])}")
+    if not isinstance(b.get("message", ""), str):
+        raise UsageError(f"finished: message: expected text, got {bounds._short(b['message'])}")
+
+
+def _opt_time(b: dict, key: str) -> None:
+    v = b.get(key)
+    if v is not None and v != 0:
+        bounds.number(f"{key}", v, 0, bounds.MAX_INT)
+
+
+def _id(what: str, v) -> int:
+    """Stream fields are text: a job or attempt number is 1–16 digits."""
+    text = str(v) if isinstance(v, (str, int)) and not isinstance(v, bool) else ""
+    if not re.fullmatch(r"\d{1,16}", text):
+        raise UsageError(f"{what}: expected a number, got {bounds._short(v)}")
+    return int(text)
+
+
+def _float(what: str, v) -> float:
+    try:
+        f = float(v) if isinstance(v, (str, int, float)) and len(str(v)) < 40 else math.nan
+    except ValueError:
+        f = math.nan
+    if not math.isfinite(f):
+        raise UsageError(f"{what}: expected epoch seconds, got {bounds._short(v)}")
+    return f

@@ -1,0 +1,41 @@
+"""An array's script is stored once: each task's record refers to the array's spec, so Redis bytes
+per task stay far below 2 KB whatever the script's size; every reader gets the script back."""
+import time
+
+from labq.scheduler.store import codec
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.reads import Reader
+from tests.harness import BODY, K, reply, setup, submit, woke
+
+SCRIPT = "#!/bin/sh\n# " + "x" * 1_000_000 + "\necho $LABQ_ARRAY_TASK_ID\n"
+
+
+def test_a_1mb_script_in_a_200_task_array_is_stored_once(conns):
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    body = {**BODY, "gpus": 0, "cpus": 1, "mem": 0, "argv": [], "script": SCRIPT, "array": [0, 199, 1]}
+    submit(r, "alice", body, "big")
+    s.tick(time.time(), woke(r))
+    got = reply(r, "big")
+    assert got["ok"] and got["count"] == 200, got
+    first = got["job_id"]
+    records = [r.get(K.job(i)) for i in range(first, first + 200)]
+    per_task = sum(len(x) for x in records) / 200
+    assert per_task < 2048, per_task
+    assert len(r.get(K.spec(first))) > 1_000_000 and not r.exists(K.spec(first + 1))
+    # Every reader gets the script back: the CLI's, the runner's, a restarted scheduler's.
+    assert Reader(r, K).job(first + 7).script == SCRIPT
+    assert {j.script for j in Reader(r, K).jobs(range(first, first + 200))} == {SCRIPT}
+    assert AgentStore(r, K).job(first + 199).script == SCRIPT
+    assert s.store.active_jobs()[first + 3].script == SCRIPT
+    # The record itself holds a reference, never a copy.
+    assert codec.loads(r.get(K.job(first + 5))).script is None
+
+
+def test_small_commands_stay_inline(conns):
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    submit(r, "alice", {**BODY, "array": [1, 3, 1]}, "small")
+    s.tick(time.time(), woke(r))
+    first = reply(r, "small")["job_id"]
+    assert codec.loads(r.get(K.job(first))).argv == tuple(BODY["argv"]) and not r.exists(K.spec(first))
