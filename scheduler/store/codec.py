@@ -16,6 +16,7 @@ def _tuples(v):
 
 
 _JOB_NAMES = tuple(f.name for f in fields(Job) if f.name != "attempts")
+JOB_NAMES = _JOB_NAMES
 _ATTEMPT_NAMES = tuple(f.name for f in fields(Attempt))
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
