@@ -146,6 +146,16 @@ def explain(r: Row, by_key: dict, profiles: dict, medians: dict) -> str:
     return f"- **{r.name}**: {how}. " + ("; ".join(why) + "." if why else "")
 
 
+def scaling_section() -> list[str]:
+    """The section bench/scaling_bench.py last wrote (bench/scaling.md): kept across full runs,
+    which do not run it (it takes minutes)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling.md")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return ["", "## How the scheduler scales (bench/scaling_bench.py)", ""] + f.read().rstrip().splitlines()
+
+
 def markdown(*, rows, mach, command, elapsed, quick, only, medians, peers, profiles, kth, log) -> str:
     import plan_bench
     import profile_bench
@@ -179,6 +189,8 @@ def markdown(*, rows, mach, command, elapsed, quick, only, medians, peers, profi
         out += [f"- {s}" for s in plan_bench.growth(medians)]
         out += ["", "Exponents are least-squares fits of log(median time) on log(size) over the grid above; "
                 "the cluster is mostly full, so nearly every pending job is checked and stays pending."]
+
+    out += scaling_section()
 
     out += ["", "## Peers", ""]
     if not peers:

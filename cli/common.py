@@ -28,13 +28,8 @@ class Ctx:
     def thin(self):
         """The thin client (no redis-py) of the hot commands, from the config's [redis] table alone."""
         if self._thin is None:
-            from labq.scheduler.clientconf import client_settings
-            from labq.scheduler.thinclient import ThinClient
-            s = client_settings(self.config_path)
-            self._thin = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
-            self._thin.limits, self._thin.allow_volatile = s["limits"], s["allow_volatile"]
-            from labq.scheduler.store.history import History, default_path
-            self._thin.read.history = History(default_path(s["history_url"]))
+            from .fast import thin_client
+            self._thin = thin_client(self.config_path)
         return self._thin
 
     @property

@@ -102,16 +102,23 @@ def run(argv: list[str]) -> bool:
     return True
 
 
-def _dispatch(config, command: str, params: dict) -> None:
+def thin_client(config):
+    """The thin client of the config at `config` (or $LABQ_CONFIG, /etc/labq/labq.toml): the fast
+    path's and the click commands' (common.Ctx.thin) alike."""
     from labq.scheduler.clientconf import client_settings
+    from labq.scheduler.store.history import History, default_path
     from labq.scheduler.thinclient import ThinClient
 
     from .out import url_or_default
     s = client_settings(config or os.environ.get("LABQ_CONFIG"))
     client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
     client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
-    from labq.scheduler.store.history import History, default_path
     client.read.history = History(default_path(s["history_url"]))    # archived jobs, opened on a miss
+    return client
+
+
+def _dispatch(config, command: str, params: dict) -> None:
+    client = thin_client(config)
     if command == "sub":
         from . import subcore
         return subcore.run(client, params, params.pop("args"), params.pop("dashdash"), _merge)

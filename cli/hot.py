@@ -38,7 +38,8 @@ def stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=Non
         from . import slurmfmt
         return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader))
     if rows is not None:
-        cells = [statview.row_cells(r, now, label) for label, r in pairs]
+        memo: dict = {}
+        cells = [statview.row_cells(r, now, label, memo) for label, r in pairs]
     else:
         from . import render
         cells = [render.stat_row(j, now, label) for label, j in pairs]
@@ -104,9 +105,10 @@ def show(c, job_id, as_json=False, **_) -> None:
              + (f", max wait {fmt_duration(j.max_wait)}" if j.max_wait is not None else ""),
              f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
              f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
-             f"  restarts: {j.restart_count}  exit code: {j.exit_code}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+             f"  restarts: {j.restart_count}  exit code: {statview.exit_code(j) or '-'}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
     if j.deps:
-        lines.append(f"  dependency: {d['dependency']}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep else ""))
+        lines.append(f"  dependency: {_deps_shown(c, j.deps)}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep
+                                                                   else ""))
     if j.deadline:
         lines.append(f"  deadline: {ts(j.deadline)}")
     if j.preempt_count or j.borrowed or j.state == states.PREEMPTING:
@@ -123,13 +125,52 @@ def show(c, job_id, as_json=False, **_) -> None:
     for a in j.attempts:
         lines.append(f"  attempt {a.attempt}: node {a.node} gpus {','.join(a.gpus) or '-'} "
                      f"{ts(a.start_time or a.dispatch_time)} → {ts(a.end_time)} {a.outcome or 'running'}"
-                     f" exit {a.exit_code} cost {fmt_money(a.cost)}"
+                     f" exit {statview.code_signal(a.exit_code) or '-'} cost {fmt_money(a.cost)}"
                      + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else "")
                      + (f" last checkpoint {ts(a.last_checkpoint)}" if a.last_checkpoint else "")
                      + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
         if render.usage_text(a.usage):
             lines.append(f"    usage: {render.usage_text(a.usage)}")
     echo("\n".join(lines))
+
+
+def _deps_shown(c, deps) -> str:
+    """`afterok:126:200_3,singleton` as the user wrote it: an array by its id, a task as `A_I`,
+    never the internal task ids (a whole 9,000-task array is one word, read in two lookups)."""
+    parts = []
+    for kind, ids in deps:
+        shown, run = [], []
+        for i in list(ids) + [None]:
+            if run and (i is None or i != run[-1] + 1):
+                shown += _run_shown(c, run)
+                run = []
+            if i is not None:
+                run.append(i)
+        parts.append(kind + "".join(f":{s}" for s in shown))
+    return ",".join(parts)
+
+
+def _run_shown(c, run) -> list[str]:
+    """Consecutive job ids: each array's tasks compact (the whole array by its id), other jobs by
+    their display id. Two lookups per array, whatever its size."""
+    out = []
+    while run:
+        first = c.read.job(run[0])
+        if first is None or first.array_id is None:
+            out.append(first.display_id if first else str(run[0]))
+            run = run[1:]
+            continue
+        n = min(len(run), first.array_id + first.array_count - run[0])     # this array's part of the run
+        part, run = run[:n], run[n:]
+        last = c.read.job(part[-1]) if n > 1 else first
+        if part[0] == first.array_id and n == first.array_count:
+            out.append(str(first.array_id))
+        elif last is not None and last.array_index - first.array_index == n - 1:
+            out.append(first.display_id if n == 1 else f"{first.array_id}_[{first.array_index}-{last.array_index}]")
+        else:                                            # a stepped array (-a 0-15:4): each task
+            found = {j.id: j.display_id for j in c.read.jobs(part)}
+            out += [found.get(i, str(i)) for i in part]
+    return out
 
 
 def _show_array(tasks, as_json):
@@ -213,7 +254,7 @@ def wait_for_jobs(client, ids, quiet=False, timeout=None) -> int:
             time.sleep(0.2)
             job = client.read.job(job.id)
         if not quiet:
-            echo(f"{job.display_id} {job.state} exit={job.exit_code}")
+            echo(f"{job.display_id} {job.state} exit={statview.exit_code(job) or '-'}")
         code = code or exit_status(job)
     return code
 

@@ -33,8 +33,9 @@ def compact(jobs):
 
 
 def table(rows, headers) -> str:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    rows = [list(map(str, r)) for r in rows]
+    cols = list(zip(*rows)) if rows else [()] * len(headers)
+    widths = [max([len(h), *map(len, col)]) for h, col in zip(headers, cols)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in rows])
 
@@ -55,11 +56,15 @@ def capacity_line(nodes, jobs) -> str:
             f" · {len(on)} running, {pend} pending")
 
 
-def row_cells(r, now: float, shown: str | None = None) -> list:
-    """The cells of one row, as render.stat_row prints them from the job's record."""
+def row_cells(r, now: float, shown: str | None = None, memo=None) -> list:
+    """The cells of one row, as render.stat_row prints them from the job's record. `memo` keeps the
+    TIME and COST texts already made (most pending jobs share 00:00:00 and $0.00)."""
     where = r.node if r.state in states.ON_NODE else f"({r.reason})" if r.state == states.PENDING else r.node or ""
-    return [shown or r.display_id, r.name[:20], r.user, r.account, r.qos, r.state, fmt_duration(r.elapsed(now)),
-            r.gpus, fmt_money(r.settled + r.running_cost(now)), where]
+    memo = {} if memo is None else memo
+    secs, cost = int(max(0, r.elapsed(now))) if r.spans else 0, r.settled + r.running_cost(now)
+    t = memo.get(("t", secs)) or memo.setdefault(("t", secs), fmt_duration(secs))
+    c = memo.get(("c", cost)) or memo.setdefault(("c", cost), fmt_money(cost))
+    return [shown or r.display_id, r.name[:20], r.user, r.account, r.qos, r.state, t, r.gpus, c, where]
 
 
 def select(rows, user=None, account=None, wanted=None) -> list:
@@ -71,7 +76,8 @@ def select(rows, user=None, account=None, wanted=None) -> list:
 
 def stat_text(nodes, rows, shown, now: float) -> str:
     """The capacity line (over every active job) and the table of the shown rows."""
-    cells = [row_cells(r, now, label) for label, r in compact(shown)]
+    memo: dict = {}
+    cells = [row_cells(r, now, label, memo) for label, r in compact(shown)]
     return capacity_line(nodes, rows) + "\n" + table(cells, STAT_HEADERS)
 
 
@@ -97,3 +103,17 @@ def compact_ids(ids) -> list[str]:
             out.append(str(i))
     flush()
     return out
+
+
+def code_signal(code: int | None) -> str:
+    """SLURM's `code:signal` for labq's exit code (negative: killed by that signal): `1:0`, `0:15`."""
+    if code is None:
+        return ""
+    return f"0:{-code}" if code < 0 else f"{code}:0"
+
+
+def exit_code(j) -> str:
+    """A job's `code:signal` (sacct's ExitCode): `0:0` once completed, "" before the end."""
+    if j.exit_code is None:
+        return "0:0" if j.state == states.COMPLETED else ""
+    return code_signal(j.exit_code)

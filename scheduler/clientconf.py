@@ -2,9 +2,14 @@
 
 The hot CLI commands start in a few tens of milliseconds; validating the whole config (every
 dataclass of config.py, the model) would cost as much as the command itself. They read only the
-[redis] table, validated here by the same code config.py uses for it; the other tables (and
-misspelt table names) are the daemons' and `labq config check`'s to refuse.
+[redis] and [security] tables, validated here by the same code config.py uses for them; the other
+tables (and misspelt table names) are the daemons' and `labq config check`'s to refuse.
+
+Even parsing TOML costs more than the rest of the settings (tomllib and what it imports): the
+settings read from a file are kept in the user's cache directory, stamped with the file's inode,
+size and mtime, and read back while the stamp still matches.
 """
+import json
 import os
 
 from . import units
@@ -37,8 +42,28 @@ def read_toml(path: str) -> dict:
 def client_settings(path: str | None = None) -> dict:
     """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
     config.load does): what a client needs to reach Redis and to sign its requests."""
-    path = resolve_path(path)
-    data = read_toml(path) if path else {}
+    got = _read(resolve_path(path))
+    units.set_currency(got["currency"])     # the thin commands print money too (stat's COST column)
+    return got
+
+
+def _read(path: str | None) -> dict:
+    if not path:
+        return _settings({})
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _settings(read_toml(path))     # read_toml says what is wrong with it
+    stamp = [os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns]
+    cache = _cache_file()
+    got = _cached(cache, stamp)
+    if got is None or not {"currency", "history_url", "limits", "allow_volatile"} <= got.keys():   # an older labq's
+        got = _settings(read_toml(path))
+        _keep(cache, stamp, got)
+    return got
+
+
+def _settings(data: dict) -> dict:
     out = redis_table(_table("redis", data.get("redis", {})))
     sec = _table("security", data.get("security", {}))
     refuse_removed(sec)
@@ -47,9 +72,35 @@ def client_settings(path: str | None = None) -> dict:
     out["allow_volatile"] = _table("redis", data.get("redis", {})).get("allow_volatile") is True
     out["history_url"] = history_table(_table("history", data.get("history", {})))["url"]
     currency = _table("rates", data.get("rates", {})).get("currency", "USD")
-    if isinstance(currency, str):
-        units.set_currency(currency)       # the thin commands print money too (stat's COST column)
+    out["currency"] = currency if isinstance(currency, str) else "USD"
     return out
+
+
+def _cache_file() -> str:
+    """One file, for the config last read (its path is in the stamp): a user has one config."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "labq", "client-settings.json")
+
+
+def _cached(cache: str, stamp: list):
+    try:
+        with open(cache) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return d.get("settings") if isinstance(d, dict) and d.get("stamp") == stamp else None
+
+
+def _keep(cache: str, stamp: list, settings: dict) -> None:
+    """Best effort: without a writable cache directory the next command parses the file again."""
+    try:
+        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({"stamp": stamp, "settings": settings}, f)
+        os.replace(tmp, cache)
+    except OSError:
+        pass
 
 
 def limits(t: dict) -> dict:

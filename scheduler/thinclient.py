@@ -101,7 +101,7 @@ class ThinClient(ClientBase):
             raise self._unreachable(e) from None
 
     def _send(self, cmds) -> None:
-        for r in self.conn.pipeline(cmds):
+        for r in self.conn.pipeline(cmds, resend=False):
             if isinstance(r, resp.RespError):
                 raise r
 

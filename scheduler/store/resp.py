@@ -21,7 +21,12 @@ class RespError(Exception):
 
 
 class ConnectionLost(OSError):
-    """The server could not be reached, closed the connection, or did not answer in time."""
+    """The server could not be reached, closed the connection, or did not answer in time. `sent`:
+    whether the commands had been sent (the server may have run them)."""
+
+    def __init__(self, message: str, sent: bool = False):
+        super().__init__(message)
+        self.sent = sent
 
 
 def _unquote(s: str) -> str:
@@ -226,25 +231,31 @@ class Connection:
     def _roundtrip(self, cmds, extra_wait: float = 0.0) -> list:
         if extra_wait:
             self.sock.settimeout(self.timeout + extra_wait)
+        sent = False
         try:
             self.sock.sendall(b"".join(encode(c) for c in cmds))
+            sent = True
             return [self.reader.read() for _ in cmds]
         except socket.timeout:
             self.close()
-            raise ConnectionLost(f"{self.describe()} did not answer within {self.timeout + extra_wait:.0f}s") from None
-        except ConnectionLost:
+            raise ConnectionLost(f"{self.describe()} did not answer within {self.timeout + extra_wait:.0f}s",
+                                 sent=sent) from None
+        except ConnectionLost as e:
             self.close()
+            e.sent = sent
             raise
         except OSError as e:
             self.close()
-            raise ConnectionLost(f"connection to {self.describe()} failed: {e.strerror or e}") from None
+            raise ConnectionLost(f"connection to {self.describe()} failed: {e.strerror or e}", sent=sent) from None
         finally:
             if extra_wait and self.sock is not None:
                 self.sock.settimeout(self.timeout)
 
-    def pipeline(self, cmds, extra_wait: float = 0.0) -> list:
+    def pipeline(self, cmds, extra_wait: float = 0.0, resend: bool = True) -> list:
         """Send all of `cmds` at once, then read their replies; error replies come back as RespError
-        values in their place. Reconnects and resends once if the connection was lost."""
+        values in their place. Reconnects and sends again once if the connection was lost — after
+        the commands were sent only when `resend` (a signed request must not be sent twice: its
+        credential would be a replay; the caller sends it afresh)."""
         cmds = [list(c) for c in cmds]
         if not cmds:
             return []
@@ -253,8 +264,8 @@ class Connection:
                 if self.sock is None:
                     self._open()
                 return self._roundtrip(cmds, extra_wait)
-            except ConnectionLost:
-                if attempt:
+            except ConnectionLost as e:
+                if attempt or (e.sent and not resend):
                     raise
         raise AssertionError("unreachable")
 

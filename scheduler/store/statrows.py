@@ -48,8 +48,10 @@ class Row:
     __slots__ = FIELDS
 
     def __init__(self, values):
-        for name, v in zip(FIELDS, values):
-            setattr(self, name, v)
+        # One unpacking, not a setattr per field: `stat` builds one Row per active job.
+        (self.id, self.array_id, self.array_index, self.name, self.user, self.account, self.qos, self.state,
+         self.reason, self.node, self.gpus, self.cpus, self.mem, self.settled, self.cost_rate, self.spans,
+         self.accruing_since) = values
 
     @property
     def display_id(self) -> str:

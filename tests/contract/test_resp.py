@@ -272,3 +272,30 @@ def _redis_with(args, tmp_path, tls=None):
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.02)
 
+
+
+def test_commands_already_sent_are_not_resent_when_asked(tmp_path):
+    """A server that takes the command and closes: a read is sent again on a new connection, a
+    signed request (resend=False) is not — the server may have run it."""
+    import threading
+    path = str(tmp_path / "drop.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(4)
+    got = []
+
+    def serve():
+        for _ in range(3):
+            c, _ = srv.accept()
+            got.append(c.recv(1000))
+            c.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with pytest.raises(resp.ConnectionLost) as e:
+        resp.Connection(f"unix://{path}", timeout=5).pipeline([("XADD", "s", "*", "a", "1")], resend=False)
+    assert e.value.sent and len(got) == 1
+    with pytest.raises(resp.ConnectionLost):
+        resp.Connection(f"unix://{path}", timeout=5).execute("GET", "k")
+    t.join(5)
+    srv.close()
+    assert len(got) == 3 and got[1] == got[2]

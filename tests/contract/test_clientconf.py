@@ -1,0 +1,84 @@
+"""The client's settings (scheduler/clientconf.py): the same values and errors as config.py for the
+[redis] and [security] tables, and kept in the user's cache while the file is unchanged, so that the
+hot commands need not import tomllib."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from labq.scheduler import clientconf, config
+from labq.scheduler.errors import ConfigError
+from tests.harness import ROOT
+
+GOOD = '[redis]\nurl = "unix:///tmp/x.sock"\nprefix = "lab"\n[security]\nadmins = ["ann"]\ncredential_ttl = "2m"\n'
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _settings_of(cfg):
+    return {"redis_url": cfg.redis_url, "prefix": cfg.prefix, "redis_password_file": cfg.redis_password_file,
+            "security": dict(cfg.security)}
+
+
+def test_same_values_as_the_full_config_fresh_and_cached(tmp_path):
+    p = tmp_path / "labq.toml"
+    p.write_text(GOOD)
+    want = _settings_of(config.load(str(p)))
+    want["security"]["admins"] = list(want["security"]["admins"])
+    want["history_url"], want["currency"] = "", "USD"
+    fresh = clientconf.client_settings(str(p))
+    cached = clientconf.client_settings(str(p))
+    for got in (fresh, cached):
+        got["security"]["admins"] = list(got["security"]["admins"])
+        assert {k: got[k] for k in want} == want
+    assert cached == fresh
+
+
+def test_a_changed_file_is_read_again(tmp_path):
+    p = tmp_path / "labq.toml"
+    p.write_text(GOOD)
+    assert clientconf.client_settings(str(p))["prefix"] == "lab"
+    st = p.stat()
+    p.write_text(GOOD.replace('"lab"', '"lbq"'))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1))     # even within the clock's resolution
+    assert clientconf.client_settings(str(p))["prefix"] == "lbq"
+
+
+@pytest.mark.parametrize("text,key", [('[redis]\nurl = "http://x"\n', "redis.url"), ("[redis]\nbogus = 1\n", "redis.bogus"),
+                                      ('[security]\nauth = "kerberos"\n', "security.auth"),
+                                      ("[security]\nacl = true\n", "security.acl"), ("[redis\n", "not valid TOML")])
+def test_bad_values_are_refused_like_the_full_config(tmp_path, text, key):
+    p = tmp_path / "labq.toml"
+    p.write_text(text)
+    for load in (config.load, clientconf.client_settings, clientconf.client_settings):   # and not cached
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            load(str(p))
+
+
+def test_a_cached_config_spares_the_toml_parser(tmp_path, cache_home):
+    p = tmp_path / "labq.toml"
+    p.write_text(GOOD)
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache_home), PYTHONPATH=ROOT)
+    argv = [sys.executable, "-X", "importtime", "-m", "labq", "--config", str(p), "stat"]
+    first = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    second = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert first.returncode == second.returncode == 4, second.stderr[-300:]
+    assert "| tomllib" in first.stderr and "| tomllib" not in second.stderr
+
+
+def test_the_currency_is_set_from_the_cache_too(tmp_path):
+    from labq.scheduler import units
+    p = tmp_path / "labq.toml"
+    p.write_text(GOOD + '[rates]\ncurrency = "EUR"\n')
+    try:
+        for _ in range(2):              # parsed, then cached
+            units.set_currency("USD")
+            clientconf.client_settings(str(p))
+            assert units.fmt_money(2_000_000).startswith("€")
+    finally:
+        units.set_currency("USD")
