@@ -29,8 +29,7 @@ import time
 
 from labq.cli.embedded import Stack
 from labq.cli.subcore import build_body
-from labq.scheduler import ledger, states
-from labq.scheduler import config as config_mod
+from labq.scheduler import config as config_mod, ledger, states
 from labq.scheduler.client import Client
 
 GRACE, KILL_WAIT, TICK, MAX_PREEMPTIONS = 3, 2, 0.5, 2

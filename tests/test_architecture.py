@@ -60,8 +60,15 @@ REDIS_OUTSIDE_STORE = {
 }
 LONG_MODULES = {
     "worker/runner.py": NODE,
+    "worker/probe.py": NODE,
 }
 LONG_FUNCTIONS: dict[str, str] = {}
+# (module, what it reaches) the core may hold for now, with the owner; shrink, never grow.
+IMPURE_ALLOWED = {
+    ("labq.scheduler.clientconf", "environ"):
+        "speedcli (issue 13): the thin client's settings cache path ($XDG_CACHE_HOME) lives beside the table "
+        "checks config.py shares; client_settings and its cache belong in a module config does not import",
+}
 MAX_MODULE, MAX_FUNCTION = 400, 60
 
 
@@ -170,10 +177,10 @@ def core(g: Graph) -> list[str]:
 
 
 # -- the checks (each returns its violations, one line each) ----------------------------------------
-def impure_reach(g: Graph, mod: str) -> list[str]:
+def impure_reach(g: Graph, mod: str, allowed=IMPURE_ALLOWED) -> list[str]:
     via = g.reach(mod)
     return [f"{mod} reaches {name} ({g.rel(m)}:{line}; {g.chain(via, m)})"
-            for m in via for name, line in g.outer[m].items() if name in IMPURE]
+            for m in via for name, line in g.outer[m].items() if name in IMPURE and (m, name) not in allowed]
 
 
 def redis_outside_store(g: Graph, allowed=REDIS_OUTSIDE_STORE) -> list[str]:
@@ -259,6 +266,8 @@ def test_the_allow_lists_only_name_files_that_need_them():
     for rel in REDIS_OUTSIDE_STORE:
         assert redis_outside_store(GRAPH, allowed={}) and any(v.startswith(rel) for v in redis_outside_store(
             GRAPH, allowed={})), f"{rel} no longer talks to Redis: remove it from REDIS_OUTSIDE_STORE"
+    for m, name in IMPURE_ALLOWED:
+        assert name in GRAPH.outer.get(m, {}), f"{m} no longer reaches {name}: remove it from IMPURE_ALLOWED"
     for rel in LONG_MODULES:
         assert any(v.startswith(rel) for v in too_long(GRAPH, long_modules={})), \
             f"{rel} is short enough now: remove it from LONG_MODULES"
