@@ -1,6 +1,6 @@
 """The cost of watching one running job: CPU the runner itself uses per second of the job.
 
-A real runner (labq.worker.runner.run_job, in its own process as in an RQ horse) watches a real job
+A real runner (labq.worker.runner.run_job, in its own process as a slot forks one) watches a real job
 tree (a shell and N sleeping children) against a private redis-server, with a GPU snapshot file
 rewritten every second as the agent's monitor does. Over a window that includes one PSS sample
 (every 30 s), the runner's own utime+stime (not its children's) divided by the wall time is the
@@ -96,6 +96,7 @@ def measure(window: float = 32.0, children: int = 4) -> dict:
                   workdir=d, state=states.RUNNING, node="bench", gpu_uuids=(gpu,), time_limit=3600, mem=1 << 30,
                   attempts=(Attempt(1, "bench", (gpu,)),))
         r.set(Keys("labq").job(1), codec.dumps(job))
+        r.set(Keys("labq").node_lease("bench"), "up")     # no expiry: the runner fences by the lease
         spool = os.path.join(d, "spool")
         os.makedirs(spool)
         threading.Thread(target=_snapshots, args=(os.path.join(spool, "gpu.json"), gpu, stop), daemon=True).start()
@@ -115,6 +116,7 @@ def measure(window: float = 32.0, children: int = 4) -> dict:
         c1, t1 = _own_cpu(runner.pid), time.monotonic()
         ours, theirs = _scan_costs(runner.pid)
         r.set(Keys("labq").control(1), "cancel")
+        r.lpush(Keys("labq").node_control("bench", 1), "cancel")
         runner.wait(30)
         pct = (c1 - c0) / (t1 - t0) * 100
         pss = "one PSS sample included" if window >= 30 else "no PSS sample in the window (--quick)"

@@ -105,7 +105,7 @@ def show(c, job_id, as_json=False, **_) -> None:
              + (f", max wait {fmt_duration(j.max_wait)}" if j.max_wait is not None else ""),
              f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
              f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
-             f"  restarts: {j.restart_count}  exit code: {j.exit_code}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+             f"  restarts: {j.restart_count}  exit code: {statview.exit_code(j) or '-'}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
     if j.deps:
         lines.append(f"  dependency: {_deps_shown(c, j.deps)}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep
                                                                    else ""))
@@ -125,7 +125,7 @@ def show(c, job_id, as_json=False, **_) -> None:
     for a in j.attempts:
         lines.append(f"  attempt {a.attempt}: node {a.node} gpus {','.join(a.gpus) or '-'} "
                      f"{ts(a.start_time or a.dispatch_time)} → {ts(a.end_time)} {a.outcome or 'running'}"
-                     f" exit {a.exit_code} cost {fmt_money(a.cost)}"
+                     f" exit {statview.code_signal(a.exit_code) or '-'} cost {fmt_money(a.cost)}"
                      + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else "")
                      + (f" last checkpoint {ts(a.last_checkpoint)}" if a.last_checkpoint else "")
                      + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
@@ -254,7 +254,7 @@ def wait_for_jobs(client, ids, quiet=False, timeout=None) -> int:
             time.sleep(0.2)
             job = client.read.job(job.id)
         if not quiet:
-            echo(f"{job.display_id} {job.state} exit={job.exit_code}")
+            echo(f"{job.display_id} {job.state} exit={statview.exit_code(job) or '-'}")
         code = code or exit_status(job)
     return code
 

@@ -11,15 +11,7 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
 
 from . import render
-from .statview import compact_ids  # noqa: F401 - with stat's table: the thin commands use it
-
-
-def exit_code(j) -> str:
-    """SLURM's `code:signal`: `0:0`, `1:0`, `0:15` (killed by SIGTERM); "" before the end."""
-    c = j.exit_code
-    if c is None:
-        return "0:0" if j.state == states.COMPLETED else ""
-    return f"0:{-c}" if c < 0 else f"{c}:0"
+from .statview import compact_ids, exit_code  # noqa: F401 - with stat's table: the thin commands use them
 
 
 def _gres(j) -> str:

@@ -103,3 +103,17 @@ def compact_ids(ids) -> list[str]:
             out.append(str(i))
     flush()
     return out
+
+
+def code_signal(code: int | None) -> str:
+    """SLURM's `code:signal` for labq's exit code (negative: killed by that signal): `1:0`, `0:15`."""
+    if code is None:
+        return ""
+    return f"0:{-code}" if code < 0 else f"{code}:0"
+
+
+def exit_code(j) -> str:
+    """A job's `code:signal` (sacct's ExitCode): `0:0` once completed, "" before the end."""
+    if j.exit_code is None:
+        return "0:0" if j.state == states.COMPLETED else ""
+    return code_signal(j.exit_code)

@@ -277,6 +277,13 @@ def become_subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
+# The parent-death signal of labq's own processes (agent -> slot runner -> attempt runner): one
+# nothing else sends, so a runner never mistakes it for the agent's orderly SIGTERM. PDEATHSIG fires
+# when the *thread* that forked us exits: a dying multi-threaded agent (its GPU monitor thread) sends
+# it first while getppid() still names the agent (we are handed to a sibling thread), then again.
+PARENT_DIED = signal.SIGRTMIN + 2
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     _prctl(PR_SET_PDEATHSIG, int(sig))
 

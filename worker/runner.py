@@ -16,6 +16,7 @@ import os
 import resource
 import signal
 import time
+from dataclasses import replace
 
 from labq.scheduler import states
 from labq.scheduler.store import conn
@@ -176,7 +177,8 @@ class Run:
                 raise launch.StartError(f"cannot prepare the spool {s.spool}: {e}") from None
             cmd = launch.command(job, script)
             start = time.time()
-            env = launch.environment(job, job.attempts[-1], s, ident, start, ckpt)
+            exported = replace(job, env=self.store.job_env(job))
+            env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt)
             probe.become_subreaper()
             self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             self._limits()

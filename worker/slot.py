@@ -8,8 +8,8 @@ entry left in the slot's list by a runner that died is taken up again by the nex
 runner claimed it yet, dropped otherwise.
 
 Fencing, each hop dying with its parent (PR_SET_PDEATHSIG):
-- agent → this runner (SIGTERM): with the agent gone, kill the attempt's whole tree at once and exit;
-- this runner → the attempt child (SIGTERM): the child kills its job's tree and reports a node failure;
+- agent → this runner (probe.PARENT_DIED): kill the attempt's whole tree at once, report, exit;
+- this runner → the attempt child (PARENT_DIED): the child kills its job's tree and reports a node failure;
 - the attempt child → the job's leader (SIGKILL, set after the user switch so that it sticks).
 This runner is a child subreaper: processes of a job whose attempt child was killed outright are
 reparented here, and killed before the slot takes the next attempt.
@@ -49,6 +49,7 @@ class SlotRunner:
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(probe.PARENT_DIED, self._on_parent_died)
         signal.signal(signal.SIGINT, signal.SIG_IGN)      # a terminal's Ctrl-C is for the agent
         try:
             self._state("starting")
@@ -70,13 +71,16 @@ class SlotRunner:
             self._state("stopped")
         return 0
 
+    def _on_parent_died(self, *_):
+        """The agent is gone: its lease will lapse, so nothing may outlive it here."""
+        self.orphaned = True
+        self._kill_tree(reap=False)
+        if self.child is None:
+            raise _Stop
+
     def _on_term(self, *_):
         if os.getppid() != self.agent_pid:
-            # The agent is gone (PDEATHSIG): its lease will lapse, so nothing may outlive it here.
-            self.orphaned = True
-            self._kill_tree(reap=False)
-            if self.child is None:
-                raise _Stop
+            self._on_parent_died()
             return
         self.stopping = True
         if self.child is None:
@@ -110,7 +114,8 @@ class SlotRunner:
             code = 1
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                probe.die_with_parent(signal.SIGTERM)
+                signal.signal(probe.PARENT_DIED, signal.SIG_DFL)
+                probe.die_with_parent(probe.PARENT_DIED)
                 if os.getppid() == me:
                     runner.run_job(jid, attempt, self.s)
                     code = 0
@@ -168,7 +173,7 @@ class SlotRunner:
 
 
 def main() -> int:
-    probe.die_with_parent(signal.SIGTERM)
+    probe.die_with_parent(probe.PARENT_DIED)
     cfg = json.loads(sys.stdin.readline())
     agent = int(cfg.pop("agent_pid"))
     if os.getppid() != agent:

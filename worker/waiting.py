@@ -11,28 +11,36 @@ from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 
+from .probe import PARENT_DIED
+
 STOP_POLL = 0.1        # while a stopping tree drains (an exited leader's pidfd stays readable)
 CONTROL_BLOCK = 5.0    # one blocking read of the control list; the thread then reads again
 RETRY = 1.0            # after a Redis error, before the next blocking read
 
 
 class Sigterm:
-    """SIGTERM to a runner is either the agent's orderly stop (systemctl stop), passed on by the
-    slot runner: preempt the job; or PDEATHSIG, its slot runner died: `orphaned`, kill at once.
-    The handler writes to a pipe the watch loop sleeps on, so either is acted on at once."""
+    """SIGTERM to a runner is the agent's orderly stop (systemctl stop), passed on by the slot
+    runner: preempt the job. probe.PARENT_DIED (its PDEATHSIG) means the slot runner died:
+    `orphaned`, kill at once. The handlers write to a pipe the watch loop sleeps on, so either is
+    acted on at once."""
 
     def __init__(self):
-        self.got, self.orphaned, self._old = False, False, None
+        self.got, self.orphaned, self._old = False, False, {}
         self.ppid = os.getppid()
         self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, self._set)
+            self._old = {signal.SIGTERM: signal.signal(signal.SIGTERM, self._set),
+                         PARENT_DIED: signal.signal(PARENT_DIED, self._parent_died)}
 
     def _set(self, *_):
         if os.getppid() != self.ppid:
             self.orphaned = True
         else:
             self.got = True
+        self.poke()
+
+    def _parent_died(self, *_):
+        self.orphaned = True
         self.poke()
 
     def poke(self) -> None:
@@ -45,9 +53,9 @@ class Sigterm:
                 pass
 
     def restore(self) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
-            self._old = None
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old = {}
 
 
 class ControlWatch(threading.Thread):

@@ -25,7 +25,7 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
         "+zrangebyscore", "+zrevrange", "+zrevrangebyscore", "+zcard", "+zscore", "+zcount", "+xrange",
         "+xrevrange", "+xlen", "+lrange", "+llen", "+lindex"]
 # Keys a client may not read: other people's requests (with their credentials), replay records.
-NOT_READ = {"inbox", "credential", "done"}
+NOT_READ = {"inbox", "credential", "done", "job_env"}   # job_env: the environment users exported
 
 
 def node_role(node: str) -> str:
@@ -65,7 +65,8 @@ def _node_rules(k: Keys, node: str) -> list[str]:
             # BLMOVE from the queue into a slot's own list; the slot list is read and trimmed.
             f"(~{k.dispatch(node)} ~{k.dispatch_slot(node, '*')} +blmove +lmove +lrange +llen +lrem)",
             f"(~{k.node_control(node, '*')} +blpop +lpop +del)",
-            f"(%R~{k.job('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} {' '.join(READ)})"]
+            f"(%R~{k.job('*')} %R~{k.job_env('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} "
+            f"{' '.join(READ)})"]
 
 
 def roles(k: Keys, nodes) -> dict[str, list[str]]:

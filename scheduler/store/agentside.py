@@ -51,6 +51,12 @@ class AgentStore:
     def job(self, jid: int) -> Job | None:
         return load_job(self.r, self.k, jid)
 
+    def job_env(self, job: Job) -> tuple[tuple[str, str], ...]:
+        """The variables the job's submitter exported (keys.job_env); a record from before they
+        were kept apart carries them itself."""
+        raw = self.r.get(self.k.job_env(codec.env_ref(job)))
+        return tuple((n, v) for n, v in json.loads(raw)) if raw else job.env
+
     def claim(self, jid: int, attempt: int, node: str, pid: int) -> tuple[bool, int]:
         """(won, the node lease's PTTL in ms). The first to claim an attempt wins: a runner that
         takes the same entry again, or the scheduler withdrawing it (dispatch.py), never both run it."""

@@ -17,6 +17,9 @@ def _tuples(v):
 
 _JOB_NAMES = tuple(f.name for f in fields(Job) if f.name != "attempts")
 JOB_NAMES = _JOB_NAMES
+# The exported environment is not part of the record: it is stored once per submission in a key only
+# the scheduler and the nodes may read (keys.job_env, acl.NOT_READ), as it may hold the user's tokens.
+_RECORD_NAMES = tuple(n for n in _JOB_NAMES if n != "env")
 _ATTEMPT_NAMES = tuple(f.name for f in fields(Attempt))
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
@@ -30,6 +33,15 @@ def shares_spec(job: Job) -> bool:
     return bool(job.array_id) and len(job.script or "") + sum(len(a) for a in job.argv) > SHARED_SPEC
 
 
+def env_ref(job: Job) -> int:
+    """The submission a job's exported environment is stored under: its array's id, else its own."""
+    return job.array_id if job.array_id is not None else job.id
+
+
+def env_json(job: Job) -> str:
+    return _ENCODER.encode(job.env)
+
+
 def spec(job: Job) -> str:
     return _ENCODER.encode({"script": job.script, "argv": job.argv})
 
@@ -37,7 +49,7 @@ def spec(job: Job) -> str:
 def dumps(job: Job) -> str:
     # dataclasses.asdict deep-copies every value; json already writes tuples as lists, so a shallow
     # dict is the same text at a fraction of the cost (this runs for every job on every change).
-    d = {k: getattr(job, k) for k in _JOB_NAMES}
+    d = {k: getattr(job, k) for k in _RECORD_NAMES}
     d["attempts"] = [{k: getattr(a, k) for k in _ATTEMPT_NAMES} for a in job.attempts]
     if shares_spec(job):
         d.update(script=None, argv=[], spec=job.array_id)

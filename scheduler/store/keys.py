@@ -60,6 +60,10 @@ class Keys:
     def stat_rows(self) -> str:               # HASH (S): id of each active job -> its `stat` row (statrows.py)
         return f"{self.p}:statrows:v{ROWS_VERSION}"
 
+    def job_env(self, ref: int) -> str:       # STRING (S): JSON [[name, value], …] a submission exported
+        return f"{self.p}:env:{ref}"          # (--export), by array id or job id (codec.env_ref); not
+                                              # readable by clients (acl.NOT_READ): it may hold tokens
+
     def control(self, jid: int) -> str:       # STRING (S): "cancel" | "preempt" for the running attempt
         return f"{self.p}:job:{jid}:control"
 

@@ -19,6 +19,8 @@ def put_jobs(p, k: Keys, jobs) -> None:
     active, ended, stale, records, rows = {}, {}, [], {}, {}
     for job in jobs:
         records[k.job(job.id)] = codec.dumps(job)
+        if job.env and codec.env_ref(job) == job.id:     # once per submission (an array's first task)
+            records[k.job_env(job.id)] = codec.env_json(job)
         if job.state in states.ACTIVE:
             active[str(job.id)] = job.id
             rows[str(job.id)] = statrows.dumps(job)

@@ -56,7 +56,9 @@ run_as = "self"
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 
 
-@pytest.mark.parametrize("on_exhaust,stop_s", [("preempt", GRACE), ("cancel", KILL_WAIT)])
+# A preempted job that ignores its signals gets SIGTERM at the end of the grace and SIGKILL kill_wait
+# later (issue 12, as SLURM's KillWait), so it can run grace + kill_wait.
+@pytest.mark.parametrize("on_exhaust,stop_s", [("preempt", GRACE + KILL_WAIT), ("cancel", KILL_WAIT)])
 def test_exhaustion_stops_the_job_and_bounds_the_overshoot(on_exhaust, stop_s):
     d = tempfile.mkdtemp(prefix="labq-e2e-budget-", dir="/tmp")
     path = os.path.join(d, "labq.toml")

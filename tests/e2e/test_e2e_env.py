@@ -165,6 +165,7 @@ def test_queue_views_as_squeue_and_sacct_show_them(stack):
     assert q("acct", "-j", f"{failed},{killed}", "--format=JobID,JobName,State,ExitCode", "-P", "--noheader") == \
         f"{failed}|exit3|FAILED|3:0\n{killed}|sh|FAILED|0:15"
     assert str(failed) in q("acct")                                   # today's jobs by default
+    assert "exit code: 0:15" in q("show", str(killed)) and q("wait", str(failed), code=3).endswith("exit=3:0")
     assert q("acct", "-E", "2000-01-01", "-P", "-n") == ""
     assert "unknown field 'Bogus'" in labq(stack, "acct", "--format=JobID,Bogus", env=env).stderr
     share = q("share", "-P").splitlines()
@@ -185,3 +186,21 @@ def test_show_names_dependencies_as_the_user_wrote_them(stack):
     out = labq(stack, "show", dep, env=env).stdout
     assert f"dependency: afterok:{arr}:{one},afterany:{arr}_3:{arr}_[5-7]" in out, out
     labq(stack, "del", arr, one, dep, env=env)
+
+
+def test_exported_variables_live_apart_from_the_job_record(stack):
+    """Tokens in a submitter's environment are stored once per submission, in a key the client ACL
+    role cannot read (acl.NOT_READ), not in the job record every client may read."""
+    import json
+
+    from labq.scheduler.store import acl
+    from labq.scheduler.store.keys import Keys
+    out = run(stack, "-a", "0-1", "--", "/bin/sh", "-c", 'echo "token=$MY_TOKEN"', env=user_env(stack, MY_TOKEN="s3cret"))
+    assert out.strip() == "token=s3cret"
+    r, k = stack.client.read.r, Keys()
+    first = max(int(i) for i in r.zrange(k.history, 0, -1))
+    arr = stack.job(first).array_id
+    assert all("s3cret" not in r.get(k.job(i)) for i in (arr, arr + 1))
+    assert dict(json.loads(r.get(k.job_env(arr))))["MY_TOKEN"] == "s3cret" and not r.exists(k.job_env(arr + 1))
+    roles = acl.roles(k, ["n1"])
+    assert k.job_env("*") not in " ".join(roles[acl.CLIENT]) and k.job_env("*") in " ".join(roles[acl.node_role("n1")])
