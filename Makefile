@@ -5,11 +5,11 @@ PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-system docs-check redis bench clean
+.PHONY: demo test lint install install-system docs-check redis bench clean
 
 $(BIN)/labq: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[test]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	$(BIN)/pip install -q -e '.[test,lint]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@
 
 install: $(BIN)/labq
@@ -34,6 +34,12 @@ redis:
 
 demo: redis install
 	$(BIN)/labq demo
+
+# Import order, complexity and pyflakes (ruff) everywhere, types on the pure core (mypy); both
+# configured in pyproject.toml. .ci/run runs it before the tests.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: redis install
 	$(BIN)/python -m pytest -q

@@ -14,11 +14,11 @@ happens (`probe_default_tick`); before that extension the 100,000-task request w
 """
 import time
 
-from labq.scheduler.client import Client
-from labq.scheduler.store import conn
-
 from rows import Row
 from stackutil import BenchStack
+
+from labq.scheduler.client import Client
+from labq.scheduler.store import conn
 
 JOBS = 100_000
 SUBMIT_TIMEOUT = 300
@@ -94,6 +94,7 @@ def _measure() -> list[Row]:
 def job_object_bytes(record: str, n: int = 10_000) -> float:
     """Python heap bytes per Job decoded from `record` (tracemalloc over n decodes, all kept alive)."""
     import tracemalloc
+
     from labq.scheduler.store import codec
     tracemalloc.start()
     try:

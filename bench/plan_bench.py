@@ -14,8 +14,8 @@ import statistics
 import time
 
 from labq.scheduler import config, states
-from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
 from labq.scheduler.daemon import tune_gc
+from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
 from labq.scheduler.policy import plan
 
 G = 1 << 30

@@ -224,6 +224,7 @@ def live_profiles(bs, missed: set, quick: bool, profiles: list) -> None:
     """Profiles of the hot paths behind the live rows that missed (untimed, after the timed runs)."""
     import profile_bench
     import submit_bench
+
     from labq.scheduler import states
     if "stat.wall" in missed:
         profiles.append(_profile(lambda: profile_bench.stat_profile(bs), "stat", "`labq stat`"))

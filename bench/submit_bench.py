@@ -10,9 +10,9 @@ queue, and exactly one 10,000-task array is left pending for `labq stat`.
 import threading
 import time
 
-from labq.scheduler.client import Client
-
 from rows import Row
+
+from labq.scheduler.client import Client
 
 
 def _loop(bs, n: int, client=None, ids=None) -> float:

@@ -7,9 +7,9 @@ client round trips), and the clock runs from just before the submit call until a
 """
 import time
 
-from labq.scheduler import states
-
 from rows import Row
+
+from labq.scheduler import states
 
 
 def run(bs, quick: bool) -> list[Row]:

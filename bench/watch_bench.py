@@ -68,6 +68,7 @@ def _scan_costs(root_pid: int, rounds: int = 20) -> tuple[float, float]:
     """(ms per tick of the runner's incremental scan, ms per psutil children(recursive)) for the
     same tree, measured here from outside (the figures depend on the machine's process count)."""
     import psutil
+
     from labq.worker import procscan
     table = procscan.ProcTable(root=root_pid)
     table.pids()

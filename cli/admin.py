@@ -32,6 +32,7 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
     written to it (mode 0600): copy each node's line to that node's own file."""
     from labq.scheduler.store import acl as roles_mod, conn
     from labq.scheduler.store.keys import Keys
+    from labq.scheduler.store.reads import Reader
     cfg = ctx.cfg
     path = password_file or cfg.redis_password_file or DEFAULT_PASSWORD_FILE
     if not os.path.isabs(path):
@@ -45,7 +46,7 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
     names = set(nodes) | ({cfg.worker["name"]} if cfg.worker["name"] else set())
     if r is not None:
         try:
-            names |= set(r.smembers(Keys(cfg.prefix).nodes))
+            names |= Reader(r, Keys(cfg.prefix)).node_names()
         except conn.ERRORS as e:
             if do_apply:
                 raise UnreachableError(f"Redis at {redis_url(cfg)} does not answer: {e}") from None
@@ -62,10 +63,9 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
             f.write(text)
         click.echo(f"wrote {aclfile} (redis.conf: aclfile {aclfile})")
     if do_apply:
-        import redis
         try:
             roles_mod.apply(r, rules, passwords)
-        except redis.RedisError as e:   # NOPERM, an old Redis without selectors, a bad password
+        except conn.REFUSED as e:   # NOPERM, an old Redis without selectors, a bad password
             raise RefusedError(f"Redis at {redis_url(cfg)} refused the ACL roles: {e} (Redis 7 and an admin "
                                f"login are needed: {roles_mod.ADMIN} from {path}, or the default user)") from None
         click.echo(f"applied {len(rules)} roles; the default user is off; passwords in {path} (0600)")
@@ -86,7 +86,8 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
 def dead(ctx, count, as_json):
     """Inbox entries and events the scheduler could not take, with the reason (labq:dead)."""
     c = ctx.client
-    rows = [{"id": i, **f} for i, f in reversed(c.r.xrevrange(c.k.dead, count=max(1, count)))]
+    from labq.scheduler.store.reads import Reader
+    rows = Reader(c.r, c.k).dead(max(1, count))
     if as_json:
         return echo_json(rows)
     if not rows:

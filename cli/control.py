@@ -72,7 +72,9 @@ def checkpoint(ctx):
         raise UsageError("labq checkpoint runs inside a labq job (LABQ_JOB_ID is not set)")
     # Inside a job the runner's environment names the Redis and key prefix the job came from.
     from dataclasses import replace
+
     from labq.scheduler.client import Client
+
     from .common import redis_url
     cfg = replace(ctx.cfg, prefix=os.environ.get("LABQ_PREFIX") or ctx.cfg.prefix)
     # redis.url first: on a lab with ACL roles it carries the client role's login, which the job's

@@ -1,16 +1,16 @@
 """`labq up`, `labq scheduler`, `labq worker`: the processes, in the foreground."""
 import fcntl
 import os
-import socket
 import signal
+import socket
 import sys
 import time
 
 import click
 
-from . import daemonlog
 from labq.scheduler.errors import UsageError
 
+from . import daemonlog
 from .common import pass_ctx, redis_url, state_dir
 
 

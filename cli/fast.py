@@ -7,6 +7,8 @@ them through the thin client. It handles the plain forms only: `--flag value`, `
 unknown or malformed flag, a missing value, `stat --start` — returns None, and the click group
 handles the same argv, so its help and error messages stay exactly click's.
 """
+import os
+
 from . import spec
 
 HOT = frozenset(spec.COMMANDS)
@@ -108,7 +110,7 @@ def thin_client(config):
     from labq.scheduler.thinclient import ThinClient
 
     from .out import url_or_default
-    s = client_settings(config)
+    s = client_settings(config or os.environ.get("LABQ_CONFIG"))
     client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
     client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
     client.read.history = History(default_path(s["history_url"]))    # archived jobs, opened on a miss

@@ -206,6 +206,24 @@ def _body(opts, argv, script) -> dict:
             body[dest] = units.parse_duration(opts[key], flag)
     if body.get("time_limit") == 0:
         raise UsageError("--time: must be more than 0")
+    _when_options(opts, body)
+    _retry_and_limits(opts, body)
+    if opts.get("array") is not None:
+        body["array"], throttle = parse_array(opts["array"])
+        if throttle:
+            body["array_throttle"] = throttle
+    tags = []
+    for t in opts.get("tag") or ():
+        k, sep, v = t.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--tag: expected KEY=VALUE, got {t!r}")
+        tags.append([k, v])
+    body["tags"] = tags
+    return body
+
+
+def _when_options(opts, body: dict) -> None:
+    """When the job may run: start, deadline, dependencies."""
     if opts.get("begin"):
         body["begin"] = parse_begin(opts["begin"])
     if opts.get("deadline"):
@@ -216,6 +234,10 @@ def _body(opts, argv, script) -> dict:
         body["dependency"] = opts["dependency"]
     if opts.get("kill_on_invalid_dep"):
         body["kill_on_invalid_dep"] = True
+
+
+def _retry_and_limits(opts, body: dict) -> None:
+    """Retries and requeue, preemptibility, the memory limit, hold, the warning signal, checkpoints."""
     if opts.get("retries") is not None:
         from labq.scheduler.jobspec import MAX_RETRIES
         body["retries"] = bounds.integer("--retries", opts["retries"], 0, MAX_RETRIES)
@@ -234,18 +256,6 @@ def _body(opts, argv, script) -> dict:
         body["signal"] = parse_signal(opts["warn_signal"])
     if opts.get("checkpoint_exit_code") is not None:
         body["checkpoint_exit_code"] = bounds.integer("--checkpoint-exit-code", opts["checkpoint_exit_code"], 1, 255)
-    if opts.get("array") is not None:
-        body["array"], throttle = parse_array(opts["array"])
-        if throttle:
-            body["array_throttle"] = throttle
-    tags = []
-    for t in opts.get("tag") or ():
-        k, sep, v = t.partition("=")
-        if not sep or not k:
-            raise UsageError(f"--tag: expected KEY=VALUE, got {t!r}")
-        tags.append([k, v])
-    body["tags"] = tags
-    return body
 
 
 def print_test_only(reply, opts):

@@ -108,6 +108,7 @@ def plan(ctx, count, path, gpus, cpus, mem, time_, nodes, budget, qos, progress,
 
 def _plan_file(ctx, path, nodes, budget, progress, as_json):
     from labq.scheduler.whatif import PLAN_BUDGET, plan_file
+
     from .simulate import cluster, progress_for, report_lines
     cfg = ctx.cfg
     named = amount = None

@@ -28,7 +28,7 @@ def sign(fields: dict, security: dict) -> dict:
     """The request fields with a fresh credential added (multi-user mode), else unchanged."""
     if security.get("auth") != "munge":
         return fields
-    from . import munge          # only in multi-user mode: the single-host CLI never loads ctypes
+    from . import munge  # only in multi-user mode: the single-host CLI never loads ctypes
     cred = munge.encode(digest(fields["op"], fields["rid"], fields["body"]), security.get("munge_socket", ""),
                         int(security.get("credential_ttl", 300)))
     return {**fields, "cred": cred}

@@ -24,7 +24,6 @@ from .model import Job
 from .plan import Preempt
 from .units import fmt_money
 
-
 CONTROL_POLL = 1.0     # seconds: the runner reads labq:job:<id>:control once a second (worker/runner.py)
 
 

@@ -1,7 +1,7 @@
 """The Python API the CLI uses: requests through the user's inbox (store/inbox.py), reads straight
 from Redis. The hot CLI commands use the thin client (thinclient.py) instead, without redis-py."""
-from dataclasses import replace
 import time
+from dataclasses import replace
 
 from . import fairshare, ledger, periods, states
 from .config import Config
@@ -29,20 +29,11 @@ class Client(ClientBase):
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
         try:
-            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign,
-                              get=self.r.get)
+            send, pop = conn.send_and_pop(self.r)
+            return inbox.call(send, pop, self.k, self.user, op, body, timeout, tries, self._sign, get=self.r.get)
         except conn.ERRORS as e:
             raise UnreachableError(f"Redis at {self.url} does not answer: {e}; a request may not have been "
                                    "submitted") from None
-
-    def _send(self, cmds) -> None:
-        p = self.r.pipeline(transaction=False)
-        for c in cmds:
-            p.execute_command(*c)
-        p.execute()
-
-    def _pop(self, key: str, seconds: int):
-        return self.r.blpop([key], timeout=seconds)
 
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))

@@ -19,12 +19,13 @@ DEFAULT_PATH = "/etc/labq/labq.toml"
 
 
 def resolve_path(path: str | None) -> str | None:
-    """`path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else None (built-in defaults)."""
-    return path or os.environ.get("LABQ_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    """`path`, else /etc/labq/labq.toml if present, else None (built-in defaults). $LABQ_CONFIG is
+    read by the CLI (--config's envvar, cli/fast.py), so that the config modules read no environment."""
+    return path or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
 
 
 def read_toml(path: str) -> dict:
-    import tomllib   # here, not at the top: without a config file the client never needs it
+    import tomllib  # here, not at the top: without a config file the client never needs it
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

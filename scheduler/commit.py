@@ -72,7 +72,7 @@ class Committer:
         holds, or finds the sequence moved and stops."""
         first = self.seq + 1
         if n >= writes.PREWRITE_MIN:
-            got = self.store.r.incrby(self.k.seq, self.seq - self.seq_written + n)
+            got = self.store.advance_seq(self.seq - self.seq_written + n)
             if got != self.seq + n:
                 raise StalePlanError("the job id sequence moved under this scheduler")
             self.seq_written = got
@@ -100,14 +100,14 @@ class Committer:
             if not self._renew(self.lease_s + b.size() * 1e-4):
                 raise StalePlanError("lost the leader lease while working")
         new = [b.jobs[i] for i in sorted(b.new) if b.jobs[i].state in states.ACTIVE]
-        fresh = writes.put_new_jobs(self.store.r, self.k, new) if new else set()
+        fresh = self.store.put_new_jobs(new) if new else set()
         usage0 = b.usage if b.usage is not None else {}
 
         seq = self.seq if self.seq > self.seq_written else None
 
         def build(p):
             if seq is not None:
-                p.set(self.k.seq, seq)
+                writes.put_seq(p, self.k, seq)
             writes.put_jobs(p, self.k, [j for j in b.jobs.values() if j.id not in fresh])
             writes.index_jobs(p, self.k, [b.jobs[i] for i in sorted(fresh)])
             writes.put_specs(p, self.k, new)
@@ -118,21 +118,18 @@ class Committer:
             for key in b.charged:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:
-                p.set(self.k.control(jid), value, ex=7 * 86400)
+                writes.put_control(p, self.k, jid, value)
                 node = getattr(b.jobs.get(jid) or self.jobs.get(jid), "node", "")
                 if node:    # wakes the runner's blocking read; the control key stays the truth
                     dispatchq.wake_runner(p, self.k, node, jid, value)
             for a in b.alerts:
-                p.xadd(self.k.alerts, a, maxlen=100_000, approximate=True)
+                writes.add_alert(p, self.k, a)
             for books in b.books:
                 writes.put_books(p, self.k, books, now)
             for j in b.dispatch:
                 dispatchq.push(p, self.k, j.current.node, j.id, j.current.attempt)
             for name, admin in b.nodes:
-                if admin:
-                    p.set(self.k.node_admin(name), admin)
-                else:
-                    p.delete(self.k.node_admin(name))
+                writes.put_node_admin(p, self.k, name, admin)
             for reply in b.replies:
                 writes.put_reply(p, self.k, *reply)
             for d in b.dead:
@@ -146,6 +143,10 @@ class Committer:
         self.store.txn(build)
         if seq is not None:
             self.seq_written = seq
+        self._after_commit(b, now)
+
+    def _after_commit(self, b, now: float) -> None:
+        """What follows a written batch: the books learn it, alerts go out, big batches give memory back."""
         for books in b.books:
             self.books.applied(books, now)
         for a in b.alerts:

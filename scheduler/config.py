@@ -3,15 +3,36 @@
 The key names are a contract (DESIGN §8): add keys, rename none. Unknown keys are errors, because a
 misspelt limit that is silently ignored is worse than a refusal to start.
 """
-import math
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import bounds, units
-from .errors import ConfigError, UsageError
-from .clientconf import (DEFAULT_PATH, MAX_CONFIG_DURATION, _check_keys, _dur, _str, _table,  # noqa: F401
-                         history_table, read_toml, redis_table, refuse_removed, resolve_path, security_table)
+from .clientconf import (  # noqa: F401
+    DEFAULT_PATH,
+    MAX_CONFIG_DURATION,
+    _check_keys,
+    _dur,
+    _str,
+    _table,
+    history_table,
+    read_toml,
+    redis_table,
+    refuse_removed,
+    resolve_path,
+    security_table,
+)
+from .configcheck import (
+    MAX_RATE,
+    address as _address,
+    alerts as _alerts,
+    boolean as _bool,
+    budget as _budget,
+    caps as _caps,
+    num as _num,
+    scheduler_times as _scheduler_times,
+)
+from .errors import ConfigError
 from .model import Budget
 
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
@@ -159,27 +180,9 @@ _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem
            "slurm_env": True}
 
 
-def _num(key, v, lo=None, integer=False, hi=bounds.MAX_INT):
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if not ok or isinstance(v, bool):
-        raise ConfigError(key, f"expected {'an integer' if integer else 'a number'}, got {bounds._short(v)}")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ConfigError(key, f"expected a finite number, got {v!r}")
-    if lo is not None and v < lo:
-        raise ConfigError(key, f"must be at least {lo}, got {v!r}")
-    if v > hi or v < -bounds.MAX_INT:
-        raise ConfigError(key, f"must be at most {hi:g}, got {bounds._short(v)}")
-    return v
-
-
-def _bool(key, v):
-    if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {v!r}")
-    return v
-
-
 def load(path: str | None = None) -> Config:
-    """The config at `path`, else $LABQ_CONFIG, else /etc/labq/labq.toml if present, else defaults."""
+    """The config at `path`, else /etc/labq/labq.toml if present, else defaults ($LABQ_CONFIG is the
+    CLI's: --config's envvar; this module reads no environment)."""
     path = resolve_path(path)
     if not path:
         return Config()
@@ -230,51 +233,13 @@ def _redis(t):
     return out
 
 
-_SCHED_INTS = {"max_pending": 10 ** 7, "max_pending_per_user": 10 ** 7, "max_array_size": 10 ** 6,
-               "max_request_bytes": 256 << 20}
-# Upper bounds of the durations: a lease or tick beyond them is a typo, not a policy.
-_SCHED_DURS = {"node_lease": 86400, "default_time": None, "kill_wait": 86400, "crash_guard_window": None,
-               "retry_backoff": None, "retry_backoff_max": None, "max_time_limit": None}
-
-
 def _scheduler(t):
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
                                  "max_time_limit", "max_array_size", "max_request_bytes", "state_file",
                                  "metrics", "start_timeout", "fence_margin"})
-    out = {}
-    if "tick" in t:
-        v = t["tick"]
-        # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
-        try:
-            tick = units.parse_seconds(v, "scheduler.tick")
-        except units.UsageError as e:
-            raise ConfigError("scheduler.tick", str(e).split(": ", 1)[-1]) from None
-        if tick > 3600:
-            raise ConfigError("scheduler.tick", f"must be at most 3600 seconds, got {bounds._short(v)}")
-        if tick < 0.05:
-            raise ConfigError("scheduler.tick", f"must be at least 0.05 seconds, got {v!r}")
-        out["tick"] = tick
-    for k, hi in _SCHED_INTS.items():
-        if k in t:
-            out[k] = _num(f"scheduler.{k}", t[k], lo=1, integer=True, hi=hi)
-    for k, hi in _SCHED_DURS.items():
-        if k in t:
-            out[k] = _dur(f"scheduler.{k}", t[k], *((hi,) if hi else ()))
-    for k in ("start_timeout", "fence_margin"):
-        if k in t:
-            v = t[k]
-            # Sub-second values help tests; a bare number is seconds.
-            out[k] = float(_num(f"scheduler.{k}", v, lo=0, hi=86400)) if isinstance(v, (int, float)) \
-                else _dur(f"scheduler.{k}", v, hi=86400)
-    for k in ("node_lease", "default_time", "max_time_limit"):
-        if out.get(k, 1) < 1:
-            raise ConfigError(f"scheduler.{k}", "must be at least 1s")
-    if "lease" in t:
-        out["lease"] = float(_dur("scheduler.lease", t["lease"], hi=86400))
-        if out["lease"] < max(1.0, 2 * out.get("tick", 1.0)):
-            raise ConfigError("scheduler.lease", f"must be at least 1s and twice scheduler.tick, got {t['lease']!r}")
+    out = _scheduler_times(t)
     if "backfill_depth" in t:
         out["backfill_depth"] = _num("scheduler.backfill_depth", t["backfill_depth"], lo=0, integer=True, hi=10 ** 6)
     if "preemption" in t:
@@ -291,17 +256,6 @@ def _scheduler(t):
     if out.get("default_time", Config.default_time) > out.get("max_time_limit", bounds.DEFAULT_MAX_TIME_LIMIT):
         raise ConfigError("scheduler.default_time", "must not be above scheduler.max_time_limit")
     return out
-
-
-def _address(key: str, v) -> str:
-    """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
-    v = _str(key, v)
-    if v == "":
-        return v
-    host, sep, port = v.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
-    return v
 
 
 def _priority(t):
@@ -357,19 +311,6 @@ def _rates(t):
     )
 
 
-_CAPS = ("max_running", "max_gpus", "max_cpus", "max_submit")
-# Money is kept in integer micro-units and summed by Redis (HINCRBY, 64-bit): keep every amount
-# and every hour's charge far below 2^63 micro-units.
-MAX_MONEY = 10 ** 12
-MAX_RATE = 10 ** 9
-
-
-def _caps(k, t) -> dict:
-    caps = {c: _num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in _CAPS}
-    caps["on_limit"] = _str(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
-    return caps
-
-
 def _account(name, t):
     k = f"accounts.{name}"
     _check_keys(k, t, {"users", "share", "guarantee", "borrow_limit", "on_limit", "max_running", "max_gpus",
@@ -388,47 +329,6 @@ def _user(name, t):
     k = f"users.{name}"
     _check_keys(k, t, {"on_limit", "max_running", "max_gpus", "max_cpus", "max_submit"})
     return User(name=name, **_caps(k, t))
-
-
-def _budget(i, t):
-    k = f"budgets[{i}]"
-    _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
-                       "timezone"})
-    if "name" not in t:
-        raise ConfigError(f"{k}.name", "missing; every budget needs a name")
-    name = _str(f"{k}.name", t["name"])
-    k = f"budgets.{name}"
-    if "limit" not in t:
-        raise ConfigError(f"{k}.limit", "missing; expected the budget's limit in its unit")
-    if "account" in t and "project" in t:
-        raise ConfigError(k, "give account or project, not both")
-    warn = t.get("warn", [0.7, 0.9])
-    if not isinstance(warn, list) or not all(isinstance(w, (int, float)) and 0 < w <= 1 for w in warn):
-        raise ConfigError(f"{k}.warn", f"expected a list of fractions in (0, 1], got {warn!r}")
-    reserve = float(_num(f"{k}.reserve", t.get("reserve", 0.0), lo=0))
-    if reserve >= 1:
-        raise ConfigError(f"{k}.reserve", f"expected a fraction below 1, got {reserve}")
-    return Budget(
-        name=name,
-        unit=_str(f"{k}.unit", t.get("unit", "usd"), ("usd", "gpu_hours", "cpu_hours")),
-        limit=units.to_micro(_num(f"{k}.limit", t["limit"], lo=0, hi=MAX_MONEY)),
-        account=_str(f"{k}.account", t.get("account", "")),
-        project=_str(f"{k}.project", t.get("project", "")),
-        period=_str(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
-        warn=tuple(float(w) for w in warn),
-        reserve=reserve,
-        on_exhaust=_str(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
-        timezone=_zone(f"{k}.timezone", t.get("timezone", "UTC")),
-    )
-
-
-def _zone(key, v):
-    from .periods import zone
-    try:
-        zone(_str(key, v))
-    except ValueError as e:
-        raise ConfigError(key, str(e)) from None
-    return v
 
 
 def _worker(t):
@@ -459,17 +359,6 @@ def _worker(t):
     for k in ("idle_gpu_after", "stop_grace"):
         out[k] = _dur(f"worker.{k}", out[k])
     return out
-
-
-def _alerts(t):
-    _check_keys("alerts", t, {"command", "webhook", "timeout"})
-    hook = _str("alerts.webhook", t.get("webhook", ""))
-    if hook and not hook.startswith(("http://", "https://")):
-        raise ConfigError("alerts.webhook", f"expected an http:// or https:// URL, got {hook!r}")
-    timeout = _dur("alerts.timeout", t.get("timeout", "10s"))
-    if timeout < 1:
-        raise ConfigError("alerts.timeout", "must be at least 1s")
-    return {"command": _str("alerts.command", t.get("command", "")), "webhook": hook, "timeout": timeout}
 
 
 def _security(t):

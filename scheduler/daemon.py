@@ -7,25 +7,25 @@ list). Every change is written in the same transaction as the acknowledgement of
 nothing (the request or event is redelivered) or has already written everything.
 """
 import gc
-import json
 import logging
 import os
 import socket
 import time
 import uuid
 
-from . import alerts as budget_alerts, auth, crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
-from .config import Config
+from . import crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
 from .batch import Batch, Tally
-from .commit import BIG_COMMIT, Committer, release_memory
 from .bookkeeper import Bookkeeper
-from . import dispatch as dispatching
-from .errors import LabqError, RefusedError, StalePlanError, UsageError
+from .commit import BIG_COMMIT, Committer, release_memory
+from .config import Config
+from .errors import RefusedError, StalePlanError
+from .events import NodeEvents
+from .handlers import Handlers
+from .inboxes import Inboxes
 from .model import Job, Snapshot
-from .handlers import BUDGET_OPS, Change, Handlers
-from .store import dispatchq
-from .store.conn import ERRORS as REDIS_ERRORS
 from .policy.depend import targets as dependency_targets
+from .store import inbox
+from .store.conn import ERRORS as REDIS_ERRORS
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore
@@ -42,11 +42,7 @@ def tune_gc() -> None:
 
 
 MAX_REQUESTS_PER_TICK = 20_000
-# What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
-# stays unacknowledged for the next leader (it is not the entry's fault).
-POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
 REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
-SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
 
 
 def _sleep_until(deadline: float, stop) -> None:
@@ -54,7 +50,7 @@ def _sleep_until(deadline: float, stop) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
-class Scheduler(Committer):
+class Scheduler(Committer, NodeEvents, Inboxes):
     def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
         # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
         # in the signature so that callers written for the RQ transport keep working.
@@ -218,12 +214,8 @@ class Scheduler(Committer):
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
     def _learn_inboxes(self, woke) -> None:
-        new = {w.split(":", 1)[1] for w in woke if w.startswith("user:")} - self.inboxes
-        for user in sorted(new):
-            if not user or ":" in user:
-                continue
-            self.store.ensure_group(self.k.inbox(user))
-            self.store.txn(lambda p, u=user: p.sadd(self.k.inboxes, u))
+        for user in sorted(inbox.woken_users(woke) - self.inboxes):
+            self.store.add_inbox(user)
             self.inboxes.add(user)
 
     def _renew(self, ttl: float) -> bool:
@@ -265,237 +257,6 @@ class Scheduler(Committer):
             finally:
                 self.flush()
             done += len(requests)
-
-    def _poisoned(self, entries) -> set:
-        """Entries redelivered after the leader died on them more than once: never handled again."""
-        out = set()
-        for stream in {s for s, _, _ in entries}:
-            counts = self.store.deliveries(stream, [e for s, e, _ in entries if s == stream])
-            out |= {(stream, e) for e, n in counts.items() if n >= intake.MAX_DELIVERIES}
-        return out
-
-    def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
-        """Handle one entry; one that raises stages nothing (a handler decides, commit() stages a
-        change whole or not at all) and is answered (a request) and dead-lettered on its own, so
-        that the rest of its batch still commits, whatever the commit granularity."""
-        try:
-            handle(now, stream, eid, fields, *extra)
-        except POISON_PASSES:
-            raise
-        except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
-            log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
-            why = f"internal error: {type(e).__name__}: {str(e)[:300]}"
-            if stream == self.k.events or stream.startswith(self.k.events + ":"):
-                self._dead(stream, eid, fields, why)
-            else:
-                self._refuse(stream, eid, intake.reply_id(fields, eid), fields, why, dead=True)
-
-    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
-                dead: bool = False, remember: bool = True) -> None:
-        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
-        `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
-        reply = {"ok": False, "code": code, "error": error, "rid": rid}
-        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
-                    dead=(stream, eid, fields, error) if dead else None)
-        if dead:
-            log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
-
-    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
-        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
-        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
-        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
-
-    def _all_senders(self, requests, now: float) -> list:
-        """The batch's senders at once; if one entry breaks that, each is identified on its own
-        inside its isolation (_request with user None), so a poison credential harms only itself."""
-        try:
-            return self._senders(requests, now)
-        except POISON_PASSES:
-            raise
-        except Exception:   # noqa: BLE001
-            log.exception("identifying a batch of %d requests failed; one by one instead", len(requests))
-            return [None] * len(requests)
-
-    def _senders(self, requests, now: float) -> list:
-        """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
-        otherwise (decoded concurrently, claimed in one round trip); a RefusedError where refused."""
-        sec = self.cfg.security
-        entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
-
-        def claim_many(claims):
-            return self.store.claim_credentials(claims, sec["credential_ttl"])
-        return auth.identify_many(entries, sec, now, claim_many)
-
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
-                 poisoned=False) -> None:
-        """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a
-        handler raises becomes this entry's error reply (in _isolated)."""
-        rid = intake.reply_id(fields, eid)
-        if poisoned:
-            return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
-                                dead=True, remember=False)
-        if user is None:
-            user = self._senders([(stream, eid, fields)], now)[0]
-        if isinstance(user, RefusedError):
-            e = user
-            log.warning("inbox %s entry %s: %s", stream, eid, e)
-            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
-            return
-        if prior is None and rid in self.answered:
-            prior = self.answered[rid]
-        elif prior is not None:
-            prior = json.loads(prior)
-        if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
-            self.commit(reply=(rid, prior), ack=(stream, eid))
-            return
-        try:
-            req = intake.request(fields, eid, self.cfg.max_request_bytes)
-        except LabqError as e:
-            return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
-        late = max(now, self.clock()) - (req.expires or float("inf"))
-        if late > 0:   # the client has given up and told its user nothing was done: keep it so
-            return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
-                                "deadline; not done", code=4)
-        solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
-        if solo:
-            self.flush()
-            self.batch = Batch(usage=self.usage)
-        try:
-            change = self.handlers.handle(user, req.op, req.body, now)
-        except LabqError as e:
-            change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
-        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
-                    ack=(stream, eid), alerts=change.alerts, books=change.books)
-        self.answered[rid] = change.reply
-        if self.metrics:
-            self.metrics.requests.inc()
-        if solo:
-            self.flush()
-            self.batch = Batch(usage=self.usage)
-        if change.nodes:
-            self.nodes = self.store.nodes(now)
-
-    # -- events from agents ----------------------------------------------------------------------
-    def _node_streams(self) -> list[str]:
-        """The events streams to read: the shared one (older agents, tools) and each node's own,
-        whose writer (the node's Redis user) proves the node an event comes from."""
-        for n in self.nodes:
-            s = self.k.node_events(n.name)
-            if s not in self.event_streams:
-                self.store.ensure_group(s)
-                self.event_streams.add(s)
-        return [self.k.events, *sorted(self.event_streams)]
-
-    def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
-        # The tick's `now` was read before this event arrived; billing caps an attempt's end at
-        # `now`, so read the clock again or an end could fall before the runner's own start.
-        now = self.now = max(now, self.clock())
-        try:
-            ev = intake.event(f, self.cfg.max_request_bytes)
-        except LabqError as e:
-            return self._dead(stream, eid, f, str(e))
-        write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
-                 else self._attempt_event(now, stream, eid, ev))
-        self.commit(ack=(stream, eid), **write)
-        new = (write.get("jobs") or [None])[0]
-        if ev.kind == "finished" and new is not None:
-            self.freed = True
-            log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
-
-    def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
-        """What a started/finished event writes (commit's keyword arguments), decided, not written."""
-        job = self.jobs.get(ev.job)
-        # Only the node the attempt was placed on speaks for it. On a per-node stream
-        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
-        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
-        if job is not None and (job.node is None or sender != job.node):
-            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
-                        eid, job.display_id, sender, job.node)
-            job = None
-        result = None
-        if job is not None and ev.kind == "started":
-            new = tr.started(job, ev.attempt, ev.body)
-            result = (new, ()) if new else None
-        elif job is not None and ev.kind == "finished":
-            result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
-        if result is None:
-            return {}
-        new, charges = result
-        jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
-        return {"jobs": jobs, "charges": charges, "alerts": alerts}
-
-    def _crash_guard(self, new: Job, now: float):
-        """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
-        every pending job of theirs (this one too, if it was requeued) is held, in the same
-        transaction as the event, with a crash_cascade alert."""
-        a = new.attempts[-1]
-        count = self.guard.record(new.user, a.outcome, a.end_time or now)
-        if not count:
-            return [new], ()
-        pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
-        held = crashguard.hold(pool, new.user, self.guard.detail(count))
-        log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
-                    new.user, count, self.guard.window, len(held))
-        jobs = held if any(h.id == new.id for h in held) else [new, *held]
-        return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
-
-    def _agent_alert(self, now: float, eid: str, ev) -> dict:
-        """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
-        a = budget_alerts.from_event(eid, ev.node, ev.body, now)
-        if a is None:
-            raise UsageError("alert: expected {kind, scope, level, message, data}")
-        return {"alerts": [a.fields()]}
-
-    def _lost_attempts(self, now: float) -> None:
-        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
-
-        Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
-        so an attempt is declared lost only `fence_margin` after this scheduler first saw the
-        lease gone; until then the job may still be running there and must not start elsewhere."""
-        up = {n.name: n for n in self.nodes}
-        for n in self.nodes:
-            if n.state == "down":
-                self.down_since.setdefault(n.name, now)
-            else:
-                self.down_since.pop(n.name, None)
-        on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
-        beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
-        # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
-        self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
-        lost = []
-        for job, (hb, _) in zip(on_node, beats):
-            node = up.get(job.node)
-            if node is not None and node.state != "down":
-                # A runner that claimed the attempt and went silent is lost too; its agent, alive,
-                # kills a runner that stops heart-beating (worker/agent.py) well within this.
-                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
-                    continue
-                last = hb
-            else:
-                if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
-                    continue
-                last = node.last_heartbeat if node else now
-            new, charges = tr.node_failed(job, last, now, self.cfg)
-            log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
-            lost.append((new, charges))
-        if lost:
-            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
-
-    def _unclaimed(self, now: float) -> None:
-        """Take back attempts no runner claimed: cancelled ones at once, others after
-        scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
-        waiting = [j for j in self.jobs.values()
-                   if j.state in states.ON_NODE and j.current and not j.current.start_time]
-        if not waiting:
-            return
-        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
-        managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
-        for u in dispatching.unclaimed(waiting, claims, now, self.cfg.start_timeout, managed):
-            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, u.job.current.attempt):
-                continue      # a runner claimed it meanwhile: it runs, and its events will tell
-            log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
-                        u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
-            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)])
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 
 from . import ledger, periods, policy, states, transitions as tr
 from .errors import RefusedError, UsageError
-from .model import Job, Snapshot
 from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
+from .model import Job, Snapshot
 from .units import fmt_money
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")

@@ -33,25 +33,7 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
     """A pending job (id 0, to be assigned) from a submit request's body. `lookup(text)` gives the
     ids of the jobs a dependency names (`42`: the job, or every task of array 42; `42_3`: one
     task), empty when there is none; without it a submit with dependencies is refused."""
-    if not isinstance(body, dict):
-        raise UsageError("submit: expected a JSON object")
-    for k in _STR:
-        if not isinstance(body.get(k, ""), str):
-            raise UsageError(f"{k}: expected a string, got {body[k]!r}")
-    argv, script = body.get("argv") or [], body.get("script")
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise UsageError("argv: expected a list of strings")
-    if script is not None and not isinstance(script, str):
-        raise UsageError("script: expected the script's text")
-    if not argv and not script:
-        raise UsageError("command: give a command after --, a script file, or a script on stdin")
-    workdir = body.get("workdir", "")
-    if not isinstance(workdir, str) or not os.path.isabs(workdir):
-        raise UsageError(f"workdir: expected an absolute path, got {workdir!r}")
-    tags = body.get("tags", [])
-    if not isinstance(tags, list) or not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t)
-                                              for t in tags):
-        raise UsageError("tags: expected a list of [key, value] strings")
+    argv, script, workdir, tags = _command(body)
     time_limit = _int(body, "time_limit", 1, optional=True) or cfg.default_time
     bounds.time_limit("time_limit", time_limit, cfg.max_time_limit)
     est = _int(body, "est", 1, optional=True)
@@ -98,6 +80,30 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
         tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
         checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")),
         **_run_policy(body, now, time_limit, begin, ckpt_code, lookup))
+
+
+def _command(body) -> tuple[list, str | None, str, list]:
+    """(argv, script, workdir, tags) of a submit body, checked."""
+    if not isinstance(body, dict):
+        raise UsageError("submit: expected a JSON object")
+    for k in _STR:
+        if not isinstance(body.get(k, ""), str):
+            raise UsageError(f"{k}: expected a string, got {body[k]!r}")
+    argv, script = body.get("argv") or [], body.get("script")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise UsageError("argv: expected a list of strings")
+    if script is not None and not isinstance(script, str):
+        raise UsageError("script: expected the script's text")
+    if not argv and not script:
+        raise UsageError("command: give a command after --, a script file, or a script on stdin")
+    workdir = body.get("workdir", "")
+    if not isinstance(workdir, str) or not os.path.isabs(workdir):
+        raise UsageError(f"workdir: expected an absolute path, got {workdir!r}")
+    tags = body.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t)
+                                              for t in tags):
+        raise UsageError("tags: expected a list of [key, value] strings")
+    return argv, script, workdir, tags
 
 
 def _run_policy(body: dict, now: float, time_limit: int, begin, ckpt_code, lookup) -> dict:

@@ -215,7 +215,11 @@ def verify(entries, spent: dict, keys, jobs=()) -> list[str]:
     """Every problem in the ledger: a cached balance that the entries do not add up to, an entry
     without or with a repeated idempotency key, a key without an entry, an attempt whose recorded
     charges differ from its ledger entries. Empty when the ledger holds."""
-    problems, seen, sums, by_key, by_attempt = [], set(), {}, {}, {}
+    problems: list = []
+    seen: set = set()
+    sums: dict = {}
+    by_key: dict = {}
+    by_attempt: dict = {}
     for e in entries:
         k = e.get("key", "")
         if not k:

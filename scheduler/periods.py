@@ -13,8 +13,7 @@ import re
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .ledger import accrue
-from .ledger import spent_field as field
+from .ledger import accrue, spent_field as field
 
 PERIODS = ("none", "week", "month", "quarter")
 _LABEL = {"week": re.compile(r"^(\d{4})-W(\d{2})$"), "month": re.compile(r"^(\d{4})-(\d{2})$"),

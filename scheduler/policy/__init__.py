@@ -12,10 +12,10 @@ reservation. Each job left pending gets exactly one reason.
 No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is in sorted order.
 """
 from .. import ledger, states
-from ..units import fmt_size
 from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Expire, Pending, Place, Plan, Preempt, Start
+from ..units import fmt_size
 from . import capacity, classes, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
@@ -105,7 +105,10 @@ class _Pass:
             self.slack = up - sum(a.guarantee for a in cfg.accounts)
             self.stuck = sum(j.gpus for j in running if j.borrowed and not preempt.may_be_preempted_again(j, cfg))
         self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
-        self.places, self.pending, self.preempts, self.starts = [], [], [], []
+        self.places: list = []
+        self.pending: list = []
+        self.preempts: list = []
+        self.starts: list = []
         self.placed: list[tuple[Job, str, tuple]] = []
         self.timelines: Timelines | None = None
         self.blocker: Job | None = None      # backfill off: the first job blocked on capacity

@@ -11,9 +11,9 @@ Built lazily: a pass that never blocks a job on capacity never pays for timeline
 from collections import Counter
 from dataclasses import dataclass
 
+from .. import states
 from ..config import Config
 from ..model import Job, Node
-from .. import states
 
 _FOREVER = float("inf")
 
@@ -99,7 +99,7 @@ class Timelines:
             return False
         if not job.gpus:
             return True
-        used = Counter()
+        used: Counter = Counter()
         for a in active:
             used.update(a.gpus)
         cap = Counter(g.model for g in n.gpus)
@@ -113,13 +113,14 @@ class Timelines:
         if job.gpu_type:
             return Counter({job.gpu_type: job.gpus})
         n = self.nodes[node]
-        used = Counter()
+        used: Counter = Counter()
         for a in self.allocs[node]:
             if a.start <= t < a.end:
                 used.update(a.gpus)
         free = Counter(g.model for g in n.gpus)
         free.subtract(used)
-        out, need = Counter(), job.gpus
+        out: Counter = Counter()
+        need = job.gpus
         for model in sorted(free):
             take = min(max(free[model], 0), need)
             if take:

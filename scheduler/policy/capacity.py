@@ -8,8 +8,8 @@ the plan deterministic.
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 
-from ..model import Job, Node
 from .. import states
+from ..model import Job, Node
 
 
 @dataclass(slots=True, eq=False)

@@ -292,8 +292,13 @@ class Simulator:
         for pr in p.preempts:
             self._preempt(t, pr)
         reasons = self.reasons
+        jobs = self.queue.jobs
         for pd in p.pending:
             reasons[pd.job_id] = pd
+            j = jobs[pd.job_id]
+            if j.earmark != pd.earmark or j.earmark_gpus != pd.earmark_gpus:
+                # The room a preemptor freed stays its own (plan() reads the earmark): kept in the record.
+                jobs[pd.job_id] = tr.pend(j, j.reason, j.detail, pd.earmark, pd.earmark_gpus)
             if pd.reason in BUDGET_REASONS:
                 self.budget_held.add(pd.job_id)
 

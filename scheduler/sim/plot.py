@@ -45,7 +45,9 @@ def lanes(res: Result, node, attempts):
         index = {g.uuid: g.index for g in node.gpus}
         return [(index[u], 1, a.dispatch_time, a.end_time, j.id) for j, a in attempts for u in a.gpus]
     width = min(node.cpus, MAX_LANES)
-    free, busy, out = list(range(width)), [], []
+    free = list(range(width))
+    busy: list = []
+    out: list = []
     for j, a in sorted(attempts, key=lambda ja: (ja[1].dispatch_time, ja[0].id)):
         while busy and busy[0][0] <= a.dispatch_time:
             for lane in heapq.heappop(busy)[1]:

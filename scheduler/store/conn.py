@@ -7,6 +7,7 @@ import redis
 from ..errors import UnreachableError
 
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
+REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
 
 
 # A daemon logs in as its ACL role with a password from a root-only file (redis.password_file). The
@@ -80,3 +81,17 @@ def ping(r: redis.Redis) -> None:
 def describe(r: redis.Redis) -> str:
     kw = r.connection_pool.connection_kwargs
     return kw.get("path") or f"{kw.get('host')}:{kw.get('port')}"
+
+
+def send_and_pop(r: redis.Redis):
+    """inbox.call's two callables over a redis-py connection: send(cmds) runs commands as one
+    pipeline, pop(key, seconds) BLPOPs one key (the thin client has its own, over resp.py)."""
+    def send(cmds) -> None:
+        p = r.pipeline(transaction=False)
+        for c in cmds:
+            p.execute_command(*c)
+        p.execute()
+
+    def pop(key: str, seconds: int):
+        return r.blpop([key], timeout=seconds)
+    return send, pop

@@ -1,4 +1,5 @@
-"""Requests and replies, the client's side: the one place a request is built, sent and answered.
+"""Requests and replies: the one place a request is built, sent and answered, and the wake token
+written (here, by clients) and parsed (here, by the scheduler).
 
 A request is XADDed to `labq:inbox:<user>` with a request id, and the user's name is LPUSHed on the
 wake list; the client then blocks on `labq:reply:<rid>`. If no reply comes it sends the same request
@@ -19,6 +20,7 @@ from ..errors import UnreachableError, UsageError
 from .keys import Keys
 
 INBOX_MAXLEN = 100_000
+_USER = "user:"
 POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
 
 
@@ -43,11 +45,22 @@ def request_timeout() -> float:
     return t
 
 
+def wake_token(user: str) -> str:
+    """What a client pushes on the wake list: `user:<name>`, naming the inbox to read."""
+    return _USER + user
+
+
+def woken_users(tokens) -> set[str]:
+    """The scheduler's side: the users whose inbox the wake tokens name. Tokens of other kinds and
+    names that cannot be an inbox (empty, or with ':') are skipped."""
+    return {t[len(_USER):] for t in tokens if t.startswith(_USER) and t[len(_USER):] and ":" not in t[len(_USER):]}
+
+
 def send_commands(k: Keys, user: str, fields: dict) -> list[tuple]:
     xadd = ["XADD", k.inbox(user), "MAXLEN", "~", INBOX_MAXLEN, "*"]
     for name, value in fields.items():
         xadd += [name, value]
-    return [tuple(xadd), ("LPUSH", k.wake, f"user:{user}")]
+    return [tuple(xadd), ("LPUSH", k.wake, wake_token(user))]
 
 
 def await_reply(pop, k: Keys, rid: str, seconds: float):

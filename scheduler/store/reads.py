@@ -65,6 +65,14 @@ class Reader:
             j = self.history.jobs([jid]).get(int(jid))
         return j
 
+    def dead(self, count: int) -> list[dict]:
+        """The newest `count` dead letters (labq:dead), oldest first, each with its entry id."""
+        return [{"id": i, **f} for i, f in reversed(self.r.xrevrange(self.k.dead, count=count))]
+
+    def node_names(self) -> set[str]:
+        """The nodes that ever registered."""
+        return set(self.r.smembers(self.k.nodes))
+
     def spent(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
 

@@ -10,7 +10,7 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
-from . import statrows
+from . import statrows, writes
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
 
@@ -185,6 +185,20 @@ class SchedulerStore:
         except redis.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
+
+    def advance_seq(self, by: int) -> int:
+        """Take `by` job ids from Redis at once (INCRBY): the new end of the sequence."""
+        return self.r.incrby(self.k.seq, by)
+
+    def put_new_jobs(self, jobs) -> set[int]:
+        """A big change's new records, written ahead of its transaction (writes.put_new_jobs)."""
+        return writes.put_new_jobs(self.r, self.k, jobs)
+
+    def add_inbox(self, user: str) -> None:
+        """Read `user`'s inbox from now on: its consumer group, and its name in the set of inboxes
+        (fenced, like every write of the scheduler)."""
+        self.ensure_group(self.k.inbox(user))
+        self.txn(lambda p: p.sadd(self.k.inboxes, user))
 
     def known_inboxes(self) -> set[str]:
         return set(self.r.smembers(self.k.inboxes))

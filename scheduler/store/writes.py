@@ -11,6 +11,8 @@ from .keys import Keys
 
 REPLY_TTL = 600
 DONE_TTL = 86400
+CONTROL_TTL = 7 * 86400
+ALERTS_MAXLEN = 100_000
 
 
 def put_jobs(p, k: Keys, jobs) -> None:
@@ -180,3 +182,25 @@ def index_jobs(p, k: Keys, jobs) -> None:
     ids = [j.id for j in jobs if j.state in states.ACTIVE]
     for i in range(0, len(ids), 10_000):
         p.zadd(k.active, {str(x): x for x in ids[i:i + 10_000]})
+
+
+def put_seq(p, k: Keys, seq: int) -> None:
+    """The job id sequence, written with the batch that handed the ids out."""
+    p.set(k.seq, seq)
+
+
+def put_control(p, k: Keys, jid: int, value: str) -> None:
+    """What the job's runner must do (cancel, preempt, ...); kept a week for a runner that comes back."""
+    p.set(k.control(jid), value, ex=CONTROL_TTL)
+
+
+def add_alert(p, k: Keys, alert: dict) -> None:
+    p.xadd(k.alerts, alert, maxlen=ALERTS_MAXLEN, approximate=True)
+
+
+def put_node_admin(p, k: Keys, node: str, admin: str | None) -> None:
+    """An admin's state for a node (drain); None or "" lifts it."""
+    if admin:
+        p.set(k.node_admin(node), admin)
+    else:
+        p.delete(k.node_admin(node))

@@ -96,6 +96,7 @@ def test_history_that_cannot_be_read_is_an_error_not_an_empty_answer(tmp_path):
     import subprocess
     import sys
     import tempfile
+
     import pytest
     if os.geteuid() != 0:
         pytest.skip("needs root to run a check as another user")

@@ -14,8 +14,7 @@ from labq.scheduler.ledger import verify
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.reads import Reader
-from tests.harness import FROZEN, job, K, reply, woke
-
+from tests.harness import FROZEN, K, job, reply, woke
 
 T0 = datetime(2026, 11, 30, 22, 0, tzinfo=timezone.utc).timestamp()
 

@@ -10,7 +10,6 @@ from labq.scheduler.errors import UsageError
 from tests.harness import ROOT
 
 
-
 def labq(*args, stdin=None, env=None):
     e = dict(os.environ, LABQ_REDIS_URL="unix:///nonexistent/labq.sock", PYTHONPATH=ROOT, **(env or {}))
     e.pop("LABQ_CONFIG", None)
@@ -64,6 +63,7 @@ def test_parsers():
 def test_script_directives_apply_and_flags_win(tmp_path):
     """#LABQ directives fill only what the command line left unset."""
     import click
+
     from labq.cli.submit import _merge_directives, sub
     ctx = click.Context(sub)
     opts = {"gpus": None, "time_": "1h", "name": None}
@@ -85,6 +85,7 @@ def test_plan_worked_example_offline():
 
 def test_stat_compacts_pending_array_tasks():
     from dataclasses import replace
+
     from labq.cli.render import compact
     from labq.scheduler.model import Job
     base = Job(id=0, user="a", account="x", argv=("true",), state="PD", reason="Resources")

@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 
-from labq.scheduler import config
+from labq.scheduler import config, configcheck
 from labq.scheduler.errors import ConfigError
 from tests.harness import ROOT
 
@@ -69,13 +69,15 @@ def _section(func: ast.FunctionDef, call: ast.Call) -> str:
 
 def accepted_keys() -> dict[str, set[str]]:
     """section pattern ("" = top level, "qos.*", "budgets[*]") -> the keys config.py accepts there."""
-    with open(config.__file__) as f:
-        tree = ast.parse(f.read())
     out: dict[str, set[str]] = {}
-    for func in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
-        for call in ast.walk(func):
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_check_keys":
-                out.setdefault(_section(func, call), set()).update(_allowed(tree, call.args[2]))
+    for module in (config, configcheck):       # configcheck.py holds the [[budgets]] and [alerts] sections
+        with open(module.__file__) as f:
+            tree = ast.parse(f.read())
+        for func in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+            for call in ast.walk(func):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
+                        call.func.id in ("_check_keys", "check_keys"):
+                    out.setdefault(_section(func, call), set()).update(_allowed(tree, call.args[2]))
     return out
 
 

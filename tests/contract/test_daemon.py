@@ -6,11 +6,11 @@ transaction, stream and lease logic is checked against the real thing, not only 
 import json
 import time
 
-
 from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, CFG, FROZEN, job, K, reply, setup, submit, SWEEP_TOML, woke
+from tests.harness import BODY, CFG, FROZEN, SWEEP_TOML, K, job, reply, setup, submit, woke
+
 
 def test_submit_admit_dispatch_finish_charge(conns):
     r, raw = conns

@@ -7,8 +7,7 @@ from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.reads import Reader
-from tests.harness import FROZEN, job, K, submit, woke
-
+from tests.harness import FROZEN, K, job, submit, woke
 
 CFG = config.loads("""
 [qos.normal]

@@ -4,7 +4,7 @@ import json
 import time
 
 from labq.scheduler import states
-from tests.harness import BODY, finish, job, K, reply, setup, submit, woke
+from tests.harness import BODY, K, finish, job, reply, setup, submit, woke
 
 
 def test_afterok_chain_afternotok_and_kill_on_invalid_dep(conns):

@@ -8,14 +8,12 @@ import sys
 
 import click
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from labq.cli import fast, spec
 from labq.cli.group import COMMANDS
 from labq.cli.main import cli
 from tests.harness import ROOT
-
 
 
 def _click_command(name):

@@ -10,8 +10,8 @@ import redis
 from labq.scheduler import config, states
 from labq.scheduler.batch import Tally
 from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
 from labq.scheduler.handlers import Handlers
+from labq.scheduler.model import Gpu
 from labq.scheduler.store import codec
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys

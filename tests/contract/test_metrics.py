@@ -9,11 +9,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from labq.scheduler import config as config_mod
-from labq.scheduler import metrics, states
+from labq.scheduler import config as config_mod, metrics, states
 from labq.scheduler.errors import ConfigError
 from tests.harness import ROOT, ClusterBuilder, cfg, wait_for
-
 
 
 def _rows(fams, name):

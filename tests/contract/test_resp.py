@@ -7,8 +7,7 @@ import subprocess
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from labq.scheduler.store import resp
 

@@ -6,7 +6,7 @@ from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, finish, FROZEN, job, K, reply, setup, submit, SWEEP_TOML, woke
+from tests.harness import BODY, FROZEN, SWEEP_TOML, K, finish, job, reply, setup, submit, woke
 
 
 def ask(r, user, op, ids, rid):

@@ -11,7 +11,6 @@ from labq.scheduler.store.keys import Keys
 from tests.harness import ROOT
 
 
-
 @pytest.mark.parametrize("store", ["fake_redis", "real_redis"])
 def test_first_start_writes_the_version_and_a_newer_layout_is_refused(store, request):
     r, k = request.getfixturevalue(store), Keys("sv")

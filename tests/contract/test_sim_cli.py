@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+
 from tests.harness import DATA, ROOT
 
 SMALL = os.path.join(DATA, "sim_small.csv")
@@ -86,8 +87,8 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_the_cpu_form_of_a_cluster():
-    from labq.cli.whatif import parse_nodes
     from labq.cli.simulate import cluster
+    from labq.cli.whatif import parse_nodes
     (one,) = cluster(None, None, "100")
     assert (one.cpus, one.slots, len(one.gpus)) == (100, 100, 0)
     assert [n.cpus for n in cluster(None, "2x4,1x0", "32")] == [32, 32, 32]

@@ -4,8 +4,7 @@ the same transaction, drops them when jobs end, and rebuilds them when it become
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from labq.cli import render, statview
 from labq.scheduler import states

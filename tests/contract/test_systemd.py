@@ -28,6 +28,7 @@ import tempfile
 import time
 
 import pytest
+
 from tests.harness import ROOT
 
 UNITS = ("labq-scheduler.service", "labq-worker.service")

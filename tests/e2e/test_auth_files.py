@@ -84,8 +84,8 @@ def test_a_shared_umask_lets_others_read_as_the_mode_says(lab):
 
 
 def test_the_client_sends_its_umask_with_a_submit():
-    from labq.scheduler.client import Client
     from labq.scheduler import config
+    from labq.scheduler.client import Client
     sent = {}
 
     class Probe(Client):

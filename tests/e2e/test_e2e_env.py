@@ -149,7 +149,7 @@ def test_queue_views_as_squeue_and_sacct_show_them(stack):
     assert "unknown state 'BOGUS'" in labq(stack, "stat", "-t", "BOGUS", env=env).stderr
     assert labq(stack, "stat", "-t", "BOGUS", env=env).returncode == 2
     shown = q("show", str(arr))
-    assert "30 tasks" in shown and f"RUNNING" in shown and f"{arr}_[4-29]" in shown
+    assert "30 tasks" in shown and "RUNNING" in shown and f"{arr}_[4-29]" in shown
     prio = q("prio").splitlines()
     assert len(prio) == 3 and prio[2].startswith(f"{arr}_[4-29]")      # weights line, header, one row
     dep = int(q("sub", "--parsable", "-A", "eta", "-d", f"afterok:{arr}", "--", "true"))

@@ -3,7 +3,7 @@ limit, cancel, preemption with its grace, OOM — as SLURM's slurmstepd writes t
 import re
 
 from labq.scheduler.store.keys import Keys
-from tests.harness import E2E_MARKS, K, NODE, PY, events, put_job, run, runner_env, start_runner, wait_for
+from tests.harness import E2E_MARKS, NODE, PY, K, events, put_job, run, runner_env, start_runner, wait_for
 
 pytestmark = E2E_MARKS
 MB = 1 << 20

@@ -13,8 +13,7 @@ import pytest
 
 from labq.scheduler import dispatch
 from labq.worker.agent import Agent
-from tests.harness import (agent_config, events, idle_runners, K, NODE, put_job, ROOT, runner_states, send,
-                           wait_for)
+from tests.harness import NODE, ROOT, K, agent_config, events, idle_runners, put_job, send, wait_for
 
 
 @pytest.fixture

@@ -1,8 +1,7 @@
 """Warning signal before the limit, the checkpoint exit code, and checkpoints seen in the directory."""
 import signal
 
-from tests.harness import finished, put_job, PY, run, runner_env
-
+from tests.harness import PY, finished, put_job, run, runner_env
 
 # Writes a checkpoint on USR1 and exits 0; records when the signal came relative to its start.
 ON_USR1 = """

@@ -12,7 +12,7 @@ import pytest
 from labq.scheduler.model import Job
 from labq.worker import gpuwatch, probe
 from labq.worker.agent import Agent
-from tests.harness import agent_config, events, finished, K, NODE, put_job, runner_env, send, start_runner, wait_for
+from tests.harness import NODE, K, agent_config, events, finished, put_job, runner_env, send, start_runner, wait_for
 
 G0, G1 = f"GPU-fake-{NODE}-0", f"GPU-fake-{NODE}-1"
 JOB = Job(id=7, user="alice", account="eta")

@@ -15,7 +15,7 @@ import pytest
 from labq.scheduler import states
 from labq.scheduler.model import Job
 from labq.worker import launch
-from tests.harness import events, finished, K, ME, NODE, put_job, PY, ROOT, run, runner_env, start_runner, wait_for
+from tests.harness import ME, NODE, PY, ROOT, K, events, finished, put_job, run, runner_env, start_runner, wait_for
 
 ENV_DUMP = ("import json, os; print('ENV=' + json.dumps(dict(os.environ))); print('CWD=' + os.getcwd())")
 

@@ -4,7 +4,7 @@ within 1 s), and the control reaching the runner by its blocking read, not a 1 s
 import time
 
 from labq.scheduler.store.keys import Keys
-from tests.harness import E2E_MARKS, events, K, NODE, put_job, runner_env, start_runner, wait_for
+from tests.harness import E2E_MARKS, NODE, K, events, put_job, runner_env, start_runner, wait_for
 
 pytestmark = E2E_MARKS
 

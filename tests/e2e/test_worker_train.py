@@ -4,8 +4,8 @@ import json
 import os
 import subprocess
 import sys
-from tests.harness import events, finished, K, put_job, ROOT, runner_env, start_runner, wait_for
 
+from tests.harness import ROOT, K, events, finished, put_job, runner_env, start_runner, wait_for
 
 TRAIN = os.path.join(ROOT, "examples", "train.py")
 

@@ -60,7 +60,7 @@ class World:
         return Scheduler(self.r, self.raw, CFG, me=f"s{self.gen}", clock=lambda: 0.0)
 
     def tick(self):
-        self.s.tick(self.now, [f"user:alice"] if self.r.xlen(K.inbox("alice")) else [])
+        self.s.tick(self.now, ["user:alice"] if self.r.xlen(K.inbox("alice")) else [])
 
     def running(self):
         return sorted((j for j in Reader(self.r, K).active() if j.state in states.ON_NODE), key=lambda j: j.id)

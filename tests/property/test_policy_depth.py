@@ -7,8 +7,7 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler import policy, states, transitions as tr
 from labq.scheduler.model import Snapshot
 from labq.scheduler.policy import priority
-from tests.harness import cfg, ClusterBuilder, G, summarize
-
+from tests.harness import ClusterBuilder, G, cfg, summarize
 
 HOUR = 3600
 

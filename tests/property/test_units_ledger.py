@@ -66,8 +66,9 @@ def test_money_formatting():
 
 
 def test_job_records_round_trip_through_json():
-    from dataclasses import asdict
     import json
+    from dataclasses import asdict
+
     from labq.scheduler.model import Attempt
     from labq.scheduler.store import codec
     j = Job(id=7, user="a", account="b", argv=("python", "x.py"), tags=(("k", "v"),), commit=(("b", 5),),

@@ -17,7 +17,6 @@ import pytest
 from labq.worker import cgroup
 from tests.harness import wait_for
 
-
 # -- a fake cgroupfs ---------------------------------------------------------------------------
 CONTROL = {"cgroup.procs": "", "cgroup.events": "populated 0\nfrozen 0\n", "memory.swap.max": "max\n",
            "memory.oom.group": "0\n", "memory.max": "max\n", "cpu.max": "max 100000\n", "pids.max": "max\n",

@@ -9,9 +9,9 @@ from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import policy, states
 from labq.scheduler.errors import UsageError
-from labq.scheduler.policy.depend import Dependencies, satisfied, targets
 from labq.scheduler.jobspec import describe_deps, job_from_submit, parse_dependency, resolve_deps
-from tests.harness import cfg, ClusterBuilder, ROOT, summarize, SWEEP_TOML
+from labq.scheduler.policy.depend import Dependencies, satisfied, targets
+from tests.harness import ROOT, SWEEP_TOML, ClusterBuilder, cfg, summarize
 
 SWEEP = cfg(SWEEP_TOML)
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import policy, states
 from labq.scheduler.model import Job, Snapshot
-from tests.harness import cfg, ClusterBuilder, G, summarize, SWEEP_TOML
+from tests.harness import SWEEP_TOML, ClusterBuilder, G, cfg, summarize
 
 SWEEP = cfg(SWEEP_TOML)
 

@@ -5,7 +5,6 @@ from dataclasses import replace
 
 from labq.scheduler import ledger, policy, states, transitions as tr
 from labq.scheduler.model import Job
-
 from tests.harness import ClusterBuilder, cfg
 
 LABS = """

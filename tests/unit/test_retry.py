@@ -6,7 +6,7 @@ import pytest
 from labq.scheduler import crashguard, policy, states, transitions as tr
 from labq.scheduler.model import Attempt, Job
 from labq.scheduler.plan import Place
-from tests.harness import cfg, ClusterBuilder, summarize
+from tests.harness import ClusterBuilder, cfg, summarize
 
 CFG = cfg("[scheduler]\nretry_backoff = '30s'\nretry_backoff_max = '2m'\n")
 END = 5000.0

@@ -4,8 +4,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-from tests.harness import ROOT
 
+from tests.harness import ROOT
 
 
 def test_notify_reaches_the_socket_and_is_not_inherited():

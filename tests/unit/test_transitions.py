@@ -1,7 +1,7 @@
 """Job record transitions: pure, Job in, Job out."""
 from labq.scheduler import states, transitions as tr
 from labq.scheduler.plan import Place
-from tests.harness import cfg, ClusterBuilder, SWEEP_TOML
+from tests.harness import SWEEP_TOML, ClusterBuilder, cfg
 
 CFG = cfg(SWEEP_TOML)
 

@@ -8,7 +8,7 @@ import pytest
 from labq.scheduler.errors import UsageError
 from labq.scheduler.model import Job
 from labq.scheduler.whatif import PLAN_BUDGET, load_jobs, plan_file, what_if
-from tests.harness import cfg, ClusterBuilder, G, ROOT, SWEEP_TOML
+from tests.harness import ROOT, SWEEP_TOML, ClusterBuilder, G, cfg
 
 
 def test_the_worked_example():

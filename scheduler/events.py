@@ -1,0 +1,134 @@
+"""What the agents tell the scheduler: started/finished events and alerts from the nodes' streams,
+attempts lost with their node or their runner, attempts no runner claimed. A mixin of `Scheduler`
+(daemon.py), which holds the state; each change goes through `commit` with the event's ack."""
+import logging
+
+from . import alerts as budget_alerts, crashguard, dispatch as dispatching, intake, states, transitions as tr
+from .errors import LabqError, UsageError
+from .model import Job
+from .store import dispatchq
+
+log = logging.getLogger("labq.scheduler")
+
+
+class NodeEvents:
+    def _node_streams(self) -> list[str]:
+        """The events streams to read: the shared one (older agents, tools) and each node's own,
+        whose writer (the node's Redis user) proves the node an event comes from."""
+        for n in self.nodes:
+            s = self.k.node_events(n.name)
+            if s not in self.event_streams:
+                self.store.ensure_group(s)
+                self.event_streams.add(s)
+        return [self.k.events, *sorted(self.event_streams)]
+
+    def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
+        # The tick's `now` was read before this event arrived; billing caps an attempt's end at
+        # `now`, so read the clock again or an end could fall before the runner's own start.
+        now = self.now = max(now, self.clock())
+        try:
+            ev = intake.event(f, self.cfg.max_request_bytes)
+        except LabqError as e:
+            return self._dead(stream, eid, f, str(e))
+        write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
+                 else self._attempt_event(now, stream, eid, ev))
+        self.commit(ack=(stream, eid), **write)
+        new = (write.get("jobs") or [None])[0]
+        if ev.kind == "finished" and new is not None:
+            self.freed = True
+            log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
+
+    def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
+        """What a started/finished event writes (commit's keyword arguments), decided, not written."""
+        job = self.jobs.get(ev.job)
+        # Only the node the attempt was placed on speaks for it. On a per-node stream
+        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
+        if job is not None and (job.node is None or sender != job.node):
+            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
+                        eid, job.display_id, sender, job.node)
+            job = None
+        result = None
+        if job is not None and ev.kind == "started":
+            new = tr.started(job, ev.attempt, ev.body)
+            result = (new, ()) if new else None
+        elif job is not None and ev.kind == "finished":
+            result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
+        if result is None:
+            return {}
+        new, charges = result
+        jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
+        return {"jobs": jobs, "charges": charges, "alerts": alerts}
+
+    def _crash_guard(self, new: Job, now: float):
+        """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
+        every pending job of theirs (this one too, if it was requeued) is held, in the same
+        transaction as the event, with a crash_cascade alert."""
+        a = new.attempts[-1]
+        count = self.guard.record(new.user, a.outcome, a.end_time or now)
+        if not count:
+            return [new], ()
+        pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
+        held = crashguard.hold(pool, new.user, self.guard.detail(count))
+        log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
+                    new.user, count, self.guard.window, len(held))
+        jobs = held if any(h.id == new.id for h in held) else [new, *held]
+        return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
+
+    def _agent_alert(self, now: float, eid: str, ev) -> dict:
+        """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
+        a = budget_alerts.from_event(eid, ev.node, ev.body, now)
+        if a is None:
+            raise UsageError("alert: expected {kind, scope, level, message, data}")
+        return {"alerts": [a.fields()]}
+
+    def _lost_attempts(self, now: float) -> None:
+        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
+
+        Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
+        so an attempt is declared lost only `fence_margin` after this scheduler first saw the
+        lease gone; until then the job may still be running there and must not start elsewhere."""
+        up = {n.name: n for n in self.nodes}
+        for n in self.nodes:
+            if n.state == "down":
+                self.down_since.setdefault(n.name, now)
+            else:
+                self.down_since.pop(n.name, None)
+        on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
+        beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
+        # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
+        self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
+        lost = []
+        for job, (hb, _) in zip(on_node, beats):
+            node = up.get(job.node)
+            if node is not None and node.state != "down":
+                # A runner that claimed the attempt and went silent is lost too; its agent, alive,
+                # kills a runner that stops heart-beating (worker/agent.py) well within this.
+                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
+                    continue
+                last = hb
+            else:
+                if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
+                    continue
+                last = node.last_heartbeat if node else now
+            new, charges = tr.node_failed(job, last, now, self.cfg)
+            log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
+            lost.append((new, charges))
+        if lost:
+            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
+
+    def _unclaimed(self, now: float) -> None:
+        """Take back attempts no runner claimed: cancelled ones at once, others after
+        scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
+        waiting = [j for j in self.jobs.values()
+                   if j.state in states.ON_NODE and j.current and not j.current.start_time]
+        if not waiting:
+            return
+        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
+        managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
+        for u in dispatching.unclaimed(waiting, claims, now, self.cfg.start_timeout, managed):
+            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, u.job.current.attempt):
+                continue      # a runner claimed it meanwhile: it runs, and its events will tell
+            log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
+                        u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
+            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)])

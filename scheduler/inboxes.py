@@ -1,0 +1,128 @@
+"""The daemon's side of the users' inboxes: who sent each request (munge), one request answered in
+isolation (a failing one is answered or dead-lettered alone), refusals and dead letters. A mixin of
+`Scheduler` (daemon.py), which holds the state; each change goes through `commit` with the ack."""
+import json
+import logging
+
+from . import auth, intake
+from .batch import Batch
+from .errors import LabqError, RefusedError, StalePlanError
+from .handlers import BUDGET_OPS, Change
+from .store.conn import ERRORS as REDIS_ERRORS
+
+log = logging.getLogger("labq.scheduler")
+# What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
+# stays unacknowledged for the next leader (it is not the entry's fault).
+POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
+SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
+
+
+class Inboxes:
+    def _poisoned(self, entries) -> set:
+        """Entries redelivered after the leader died on them more than once: never handled again."""
+        out = set()
+        for stream in {s for s, _, _ in entries}:
+            counts = self.store.deliveries(stream, [e for s, e, _ in entries if s == stream])
+            out |= {(stream, e) for e, n in counts.items() if n >= intake.MAX_DELIVERIES}
+        return out
+
+    def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
+        """Handle one entry; one that raises stages nothing (a handler decides, commit() stages a
+        change whole or not at all) and is answered (a request) and dead-lettered on its own, so
+        that the rest of its batch still commits, whatever the commit granularity."""
+        try:
+            handle(now, stream, eid, fields, *extra)
+        except POISON_PASSES:
+            raise
+        except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
+            log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
+            why = f"internal error: {type(e).__name__}: {str(e)[:300]}"
+            if stream == self.k.events or stream.startswith(self.k.events + ":"):
+                self._dead(stream, eid, fields, why)
+            else:
+                self._refuse(stream, eid, intake.reply_id(fields, eid), fields, why, dead=True)
+
+    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
+                dead: bool = False, remember: bool = True) -> None:
+        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
+        `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
+        reply = {"ok": False, "code": code, "error": error, "rid": rid}
+        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
+                    dead=(stream, eid, fields, error) if dead else None)
+        if dead:
+            log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
+
+    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
+        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
+        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
+        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
+
+    def _all_senders(self, requests, now: float) -> list:
+        """The batch's senders at once; if one entry breaks that, each is identified on its own
+        inside its isolation (_request with user None), so a poison credential harms only itself."""
+        try:
+            return self._senders(requests, now)
+        except POISON_PASSES:
+            raise
+        except Exception:   # noqa: BLE001
+            log.exception("identifying a batch of %d requests failed; one by one instead", len(requests))
+            return [None] * len(requests)
+
+    def _senders(self, requests, now: float) -> list:
+        """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
+        otherwise (decoded concurrently, claimed in one round trip); a RefusedError where refused."""
+        sec = self.cfg.security
+        entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
+
+        def claim_many(claims):
+            return self.store.claim_credentials(claims, sec["credential_ttl"])
+        return auth.identify_many(entries, sec, now, claim_many)
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
+                 poisoned=False) -> None:
+        """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a
+        handler raises becomes this entry's error reply (in _isolated)."""
+        rid = intake.reply_id(fields, eid)
+        if poisoned:
+            return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
+                                dead=True, remember=False)
+        if user is None:
+            user = self._senders([(stream, eid, fields)], now)[0]
+        if isinstance(user, RefusedError):
+            e = user
+            log.warning("inbox %s entry %s: %s", stream, eid, e)
+            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
+            return
+        if prior is None and rid in self.answered:
+            prior = self.answered[rid]
+        elif prior is not None:
+            prior = json.loads(prior)
+        if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
+            self.commit(reply=(rid, prior), ack=(stream, eid))
+            return
+        try:
+            req = intake.request(fields, eid, self.cfg.max_request_bytes)
+        except LabqError as e:
+            return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
+        late = max(now, self.clock()) - (req.expires or float("inf"))
+        if late > 0:   # the client has given up and told its user nothing was done: keep it so
+            return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
+                                "deadline; not done", code=4)
+        solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
+        try:
+            change = self.handlers.handle(user, req.op, req.body, now)
+        except LabqError as e:
+            change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
+        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
+                    ack=(stream, eid), alerts=change.alerts, books=change.books)
+        self.answered[rid] = change.reply
+        if self.metrics:
+            self.metrics.requests.inc()
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
+        if change.nodes:
+            self.nodes = self.store.nodes(now)
