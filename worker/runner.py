@@ -278,10 +278,9 @@ class Run:
                         return why          # no grace: _finish kills at once
                     if why:
                         stopping, phases = why, self._stop_phases(why)
-                        self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, time.time(),
-                                                 phases[0][0].name.removeprefix("SIG"),
-                                                 phases[0][1] if len(phases) > 1 else None))
-                        kill_at = self._signal_phase(why, phases, now)
+                        first, grace = phases[0][0].name.removeprefix("SIG"), phases[0][1] if len(phases) > 1 else None
+                        kill_at = self._signal_phase(why, phases, now)    # the signal first: the line must not delay it
+                        self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, time.time(), first, grace))
                 if stopping is None and now >= warn_at:
                     name = self.job.warn_signal[0]
                     log.info("job %s attempt %d: SIG%s %ds before the limit", self.job.id, self.n, name,

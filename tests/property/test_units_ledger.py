@@ -74,4 +74,5 @@ def test_job_records_round_trip_through_json():
     j = Job(id=7, user="a", account="b", argv=("python", "x.py"), tags=(("k", "v"),), commit=(("b", 5),),
             attempts=(Attempt(1, "n", ("GPU-1",), charges=(("b", 3),), usage={"cpu_s": 1.5}),))
     assert codec.loads(codec.dumps(j)) == j
-    assert json.loads(codec.dumps(j)) == json.loads(json.dumps(asdict(j)))
+    # Every field but the exported environment, which is kept apart (keys.job_env).
+    assert json.loads(codec.dumps(j)) == {k: v for k, v in json.loads(json.dumps(asdict(j))).items() if k != "env"}
