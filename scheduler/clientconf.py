@@ -100,7 +100,7 @@ def _keep(cache: str, stamp: list, settings: dict) -> None:
             json.dump({"stamp": stamp, "settings": settings}, f)
         os.replace(tmp, cache)
     except OSError:
-        pass
+        pass    # the cache only saves time: an unwritable one means reading the file next time
 
 
 def limits(t: dict) -> dict:
@@ -114,7 +114,7 @@ def limits(t: dict) -> dict:
         try:
             out["max_time_limit"] = units.parse_duration(t["max_time_limit"], "max_time_limit", bare_unit=1)
         except units.UsageError:
-            pass
+            pass    # a bad value: the scheduler refuses to start on it; no client-side bound then
     return out
 
 

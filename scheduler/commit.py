@@ -19,7 +19,7 @@ def release_memory() -> None:
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
-        pass
+        pass    # not glibc: memory is returned only when the allocator chooses
 
 
 class Committer:

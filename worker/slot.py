@@ -63,7 +63,7 @@ class SlotRunner:
                 if os.getppid() != self.agent_pid:
                     self.orphaned = True
         except _Stop:
-            pass
+            pass    # an orderly stop: fall through to the slot's shutdown below
         except conn.ERRORS as e:
             log.error("slot %d: Redis: %s; exiting (the agent restarts this runner)", self.slot, e)
             return 1

@@ -50,7 +50,7 @@ class Sigterm:
     def drain(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
             while os.read(self.rfd, 512):
-                pass
+                pass    # empty the self-pipe: its bytes only say "wake up"
 
     def restore(self) -> None:
         for sig, handler in self._old.items():
