@@ -46,7 +46,7 @@ test: redis install
 
 # Runs every `docs-check` block of docs/admin.md in a scratch directory (also part of make test).
 docs-check: redis install
-	$(BIN)/python -m pytest -q tests/test_admin_guide.py
+	$(BIN)/python -m pytest -q tests/e2e/test_admin_guide.py
 
 # The peers (task-spooler, SLURM) are used when installed and skipped when not; py-spy, for the
 # profiles of missed targets, comes from the `bench` extra. `make bench BENCH_ARGS=--quick` for a short run.
