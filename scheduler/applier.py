@@ -127,23 +127,30 @@ def _place(w: _Work, p: Place) -> Job | None:
         return None
     if w.free is None:   # computed once per plan, and only for a plan that places something
         w.free = free_capacity(w.nodes, w.running.values(), w.now)
-    f = w.free.get(p.node)
-    why = _no_room(j, p, f)
-    if why:
-        w.reject(p, f"job {j.id} on {p.node}: {why}")
+    # A gang (-N) is placed on every one of its nodes or on none: each part is checked first.
+    parts = p.parts or ((p.node, p.gpus),)
+    if len(parts) != j.nodes or len({n for n, _ in parts}) != len(parts):
+        w.reject(p, f"job {j.id}: names {len(parts)} distinct node(s) of {[n for n, _ in parts]} for a job of "
+                    f"{j.nodes}")
         return None
-    assert f is not None
-    taken = set(p.gpus)
-    f.gpus = [g for g in f.gpus if g.uuid not in taken]
-    f.cpus -= j.cpus
-    f.mem -= j.mem
-    f.slots -= 1
+    for node, gpus in parts:
+        why = _no_room(j, gpus, w.free.get(node))
+        if why:
+            w.reject(p, f"job {j.id} on {node}: {why}")
+            return None
+    for node, gpus in parts:
+        f = w.free[node]
+        taken = set(gpus)
+        f.gpus = [g for g in f.gpus if g.uuid not in taken]
+        f.cpus -= j.cpus
+        f.mem -= j.mem
+        f.slots -= 1
     w.touched.add(j.id)
     return tr.admit(j, p, w.now)
 
 
-def _no_room(j: Job, p: Place, f: Free | None) -> str:
-    """Why `p` does not fit what is free on its node, or "" when it does."""
+def _no_room(j: Job, gpus: tuple[str, ...], f: Free | None) -> str:
+    """Why a part naming `gpus` does not fit what is free on its node, or "" when it does."""
     if f is None:
         return "the node is not up"
     if f.slots < 1:
@@ -151,12 +158,12 @@ def _no_room(j: Job, p: Place, f: Free | None) -> str:
     if f.cpus < j.cpus or f.mem < j.mem:
         return f"needs {j.cpus} CPUs and {j.mem} MB, {f.cpus} and {f.mem} free"
     free = {g.uuid: g for g in f.gpus}
-    if len(p.gpus) != j.gpus or len(set(p.gpus)) != len(p.gpus):
-        return f"names {len(p.gpus)} GPUs for a job of {j.gpus}"
-    busy = [u for u in p.gpus if u not in free]
+    if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
+        return f"names {len(gpus)} GPUs for a job of {j.gpus}"
+    busy = [u for u in gpus if u not in free]
     if busy:
         return f"GPU {busy[0]} is not free"
-    wrong = [u for u in p.gpus if j.gpu_type and free[u].model != j.gpu_type]
+    wrong = [u for u in gpus if j.gpu_type and free[u].model != j.gpu_type]
     if wrong:
         return f"GPU {wrong[0]} is a {free[wrong[0]].model}, not a {j.gpu_type}"
     return ""

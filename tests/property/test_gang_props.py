@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import policy, states, transitions as tr
+from labq.scheduler import applier, policy, states, transitions as tr
 from labq.scheduler.model import Snapshot
 from labq.scheduler.policy import capacity
 from tests.harness import ClusterBuilder, G, cfg
@@ -78,6 +78,9 @@ def test_a_gang_is_placed_whole_or_not_at_all_and_no_node_is_overcommitted(snap)
         assert pl.node == parts[0][0] and list(pl.gpus) == [u for _, g in parts for u in g]
     for f in _after(snap, p).values():
         assert f.slots >= 0 and f.cpus >= 0 and f.mem >= 0
+    # the applier, which trusts nothing the planner said, takes every gang whole
+    by_id = {j.id: j for j in snap.jobs}
+    assert applier.apply_plan(p, by_id, by_id, snap.nodes, snap.now).rejected == ()
     held = [u for pl in p.places for u in pl.gpus] + [u for j in snap.jobs if j.state in states.ON_NODE
                                                       for u in j.gpu_uuids]
     assert len(held) == len(set(held))
@@ -132,8 +135,11 @@ def test_preemption_frees_a_whole_gangs_room_or_nothing(snap):
         assert x.reason == states.PREEMPTING_FOR
         nodes = x.earmark.split(",")
         assert len(nodes) == j.nodes == len(set(nodes))
-        # once its victims have stopped, every node of the earmark holds the gang's shape
-        assert all(free[n].fits(j) for n in nodes), (j, nodes)
+        # once its victims have stopped, every node of the earmark holds the gang's GPUs, CPUs and
+        # memory (what an earmark holds; a slot is not held, for one-node preemptors neither)
+        for n in nodes:
+            f = free[n]
+            assert len(f.matching(j)) >= j.gpus and f.cpus >= j.cpus and f.mem >= j.mem, (n, p)
     for x in p.pending:     # no half-earmark: a gang waiting for room keeps all its nodes or none
         if x.earmark:
             assert len(x.earmark.split(",")) == jobs[x.job_id].nodes

@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from labq.cli import sbatch, subcore
-from labq.scheduler import jobspec, ledger, policy, states, transitions as tr
+from labq.scheduler import applier, jobspec, ledger, policy, states, transitions as tr
 from labq.scheduler.errors import UsageError
 from labq.scheduler.model import Attempt
 from labq.scheduler.store import codec
@@ -219,3 +219,23 @@ def test_attempt_parts_default_to_one_node():
     assert a.parts == ()
     j = ClusterBuilder().job().jobs[-1]
     assert j.on_nodes == (("", ()),) and j.total_gpus == 0
+
+
+def test_the_applier_takes_a_gang_whole_or_rejects_it_whole():
+    b = ClusterBuilder().node("a", gpus=2).node("b", gpus=2)
+    b.job(gpus=2, nodes=2)
+    snap = b.build()
+    [place] = policy.plan(snap, cfg()).places
+    jobs = {j.id: j for j in snap.jobs}
+    got = applier.apply_plan(policy.plan(snap, cfg()), jobs, jobs, snap.nodes, snap.now)
+    assert [j.parts for j in got.started] == [place.parts] and got.rejected == ()
+    # a GPU of the second part is taken meanwhile: the whole gang is rejected, nothing is started
+    b.running("b", gpus=1)
+    busy = b.build()
+    jobs = {j.id: j for j in busy.jobs}
+    got = applier.apply_plan(replace(policy.plan(snap, cfg()), pending=()), jobs, jobs, busy.nodes, busy.now)
+    assert got.started == () and "on b: GPU GPU-b-0 is not free" in got.rejected[0].why
+    half = replace(place, parts=place.parts[:1])
+    got = applier.apply_plan(replace(policy.plan(snap, cfg()), places=(half,), pending=()), jobs, jobs,
+                             busy.nodes, busy.now)
+    assert got.started == () and "for a job of 2" in got.rejected[0].why
