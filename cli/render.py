@@ -72,6 +72,9 @@ def running_cost(j, now: float) -> int:
 
 def elapsed(j, now: float) -> float:
     """Run time: of the running attempt, or of all ended attempts together."""
+    done = getattr(j, "elapsed", None)     # an archived acct row (store/acctrows.AcctJob) carries it
+    if done is not None:
+        return done
     total = 0.0
     for a in j.attempts:
         start = a.start_time or a.dispatch_time

@@ -15,13 +15,15 @@ from the same state. The check makes such a bug a warning instead of two jobs on
 Pure: it computes the new records and the controls to send; it writes nothing and reads no clock
 (`now` is the tick's).
 """
+from __future__ import annotations
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from . import states, transitions as tr
 from .model import Job, Node
 from .plan import Cancel, Expire, Pending, Place, Plan, Preempt
-from .policy.capacity import Free, free_capacity
+from .policy.capacity import node_is_up
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,8 @@ class _Work:
     running: Mapping[int, Job]
     nodes: Iterable[Node]
     now: float
-    free: dict[str, Free] | None = None
+    rooms: dict[str, _Room | None] = field(default_factory=dict)
+    holders: dict[str, list[Job]] | None = None
     touched: set[int] = field(default_factory=set)
     rejected: list[Rejected] = field(default_factory=list)
 
@@ -125,48 +128,74 @@ def _place(w: _Work, p: Place) -> Job | None:
     if j.held:
         w.reject(p, f"job {j.id} is held")
         return None
-    if w.free is None:   # computed once per plan, and only for a plan that places something
-        w.free = free_capacity(w.nodes, w.running.values(), w.now)
     # A gang (-N) is placed on every one of its nodes or on none: each part is checked first.
     parts = p.parts or ((p.node, p.gpus),)
     if len(parts) != j.nodes or len({n for n, _ in parts}) != len(parts):
         w.reject(p, f"job {j.id}: names {len(parts)} distinct node(s) of {[n for n, _ in parts]} for a job of "
                     f"{j.nodes}")
         return None
+    rooms = []
     for node, gpus in parts:
-        why = _no_room(j, gpus, w.free.get(node))
+        room = _room(w, node)
+        why = room.lacks(j, gpus) if room is not None else "the node is not up"
         if why:
             w.reject(p, f"job {j.id} on {node}: {why}")
             return None
-    for node, gpus in parts:
-        f = w.free[node]
-        taken = set(gpus)
-        f.gpus = [g for g in f.gpus if g.uuid not in taken]
-        f.cpus -= j.cpus
-        f.mem -= j.mem
-        f.slots -= 1
+        rooms.append((room, gpus))
+    for room, gpus in rooms:
+        room.take(j, gpus)
     w.touched.add(j.id)
     return tr.admit(j, p, w.now)
 
 
-def _no_room(j: Job, gpus: tuple[str, ...], f: Free | None) -> str:
-    """Why a part naming `gpus` does not fit what is free on its node, or "" when it does."""
-    if f is None:
-        return "the node is not up"
-    if f.slots < 1:
-        return "no free slot"
-    if f.cpus < j.cpus or f.mem < j.mem:
-        return f"needs {j.cpus} CPUs and {j.mem} MB, {f.cpus} and {f.mem} free"
-    free = {g.uuid: g for g in f.gpus}
-    if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
-        return f"names {len(gpus)} GPUs for a job of {j.gpus}"
-    busy = [u for u in gpus if u not in free]
-    if busy:
-        return f"GPU {busy[0]} is not free"
-    wrong = [u for u in gpus if j.gpu_type and free[u].model != j.gpu_type]
-    if wrong:
-        return f"GPU {wrong[0]} is a {free[wrong[0]].model}, not a {j.gpu_type}"
-    return ""
+class _Room:
+    """What is free on one node: after the jobs on it, then after each placement applied."""
+    __slots__ = ("cpus", "mem", "slots", "gpus")
+
+    def __init__(self, node: Node, holders: list[Job]):
+        self.cpus = node.cpus - sum(j.cpus for j in holders)
+        self.mem = node.mem - sum(j.mem for j in holders)
+        self.slots = node.slots - len(holders)
+        held = {u for j in holders for u in j.gpu_uuids}    # a gang's: all its parts' (UUIDs are unique)
+        self.gpus = {g.uuid: g.model for g in node.gpus if g.uuid not in held}
+
+    def lacks(self, j: Job, gpus: tuple[str, ...]) -> str:
+        """Why the job's part naming `gpus` here does not fit, or "" when it does."""
+        if self.slots < 1:
+            return "no free slot"
+        if self.cpus < j.cpus or self.mem < j.mem:
+            return f"needs {j.cpus} CPUs and {j.mem} MB, {self.cpus} and {self.mem} free"
+        if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
+            return f"names {len(gpus)} GPUs for a job of {j.gpus}"
+        busy = [u for u in gpus if u not in self.gpus]
+        if busy:
+            return f"GPU {busy[0]} is not free"
+        wrong = [u for u in gpus if j.gpu_type and self.gpus[u] != j.gpu_type]
+        if wrong:
+            return f"GPU {wrong[0]} is a {self.gpus[wrong[0]]}, not a {j.gpu_type}"
+        return ""
+
+    def take(self, j: Job, gpus: tuple[str, ...]) -> None:
+        self.cpus -= j.cpus
+        self.mem -= j.mem
+        self.slots -= 1
+        for u in gpus:
+            del self.gpus[u]
+
+
+def _room(w: _Work, name: str) -> _Room | None:
+    """The room on node `name` (None: not up), worked out on its first placement in this plan."""
+    if name not in w.rooms:
+        if w.holders is None:    # the jobs on each node: one pass, and only for a plan that places
+            w.holders = {}
+            for r in w.running.values():
+                if r.state in states.ON_NODE:
+                    for node, _ in r.on_nodes:     # a gang holds room on each of its nodes
+                        w.holders.setdefault(node, []).append(r)
+        node = next((n for n in w.nodes if n.name == name), None)
+        up = node is not None and node_is_up(node, w.now)
+        w.rooms[name] = _Room(node, w.holders.get(name, [])) if up and node is not None else None
+    return w.rooms[name]
 
 
 def _pend(w: _Work, pd: Pending, reasons: bool) -> Job | None:
