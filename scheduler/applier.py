@@ -134,11 +134,11 @@ def _place(w: _Work, p: Place) -> Job | None:
         w.reject(p, f"job {j.id}: names {len(parts)} distinct node(s) of {[n for n, _ in parts]} for a job of "
                     f"{j.nodes}")
         return None
-    rooms = []
+    rooms: list[tuple[_Room, tuple[str, ...]]] = []
     for node, gpus in parts:
         room = _room(w, node)
         why = room.lacks(j, gpus) if room is not None else "the node is not up"
-        if why:
+        if why or room is None:
             w.reject(p, f"job {j.id} on {node}: {why}")
             return None
         rooms.append((room, gpus))
@@ -190,8 +190,8 @@ def _room(w: _Work, name: str) -> _Room | None:
             w.holders = {}
             for r in w.running.values():
                 if r.state in states.ON_NODE:
-                    for node, _ in r.on_nodes:     # a gang holds room on each of its nodes
-                        w.holders.setdefault(node, []).append(r)
+                    for part, _ in r.on_nodes:     # a gang holds room on each of its nodes
+                        w.holders.setdefault(part, []).append(r)
         node = next((n for n in w.nodes if n.name == name), None)
         up = node is not None and node_is_up(node, w.now)
         w.rooms[name] = _Room(node, w.holders.get(name, [])) if up and node is not None else None
