@@ -136,6 +136,7 @@ class Config:
     alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
     history: dict = field(default_factory=lambda: {"keep": 7 * 86400.0, "url": "", "purge_after": None})
     security: dict = field(default_factory=lambda: dict(_SECURITY))
+    estimate: dict = field(default_factory=lambda: dict(_ESTIMATE))
     source: str = "<built-in defaults>"
 
     def __post_init__(self):
@@ -173,7 +174,12 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
              "fairshare_weight": 50.0, "fairshare_half_life": 7 * 86400,
              # A user who submits more than burst_jobs within burst_window has those extra jobs
              # ranked burst_penalty lower, so one script's 5,000 submits do not bury everyone else.
-             "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
+             "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0,
+             # Short jobs first (policy/priority.py): off at 0; at most age_weight, so aging still wins.
+             "short_job_weight": 0.0, "short_job_scale": 3600}
+# Run times learned from ended jobs (estimate.py): how they are learned, and where they are used.
+_ESTIMATE = {"quantile": 0.75, "min_samples": 3, "window": 32, "max_keys": 100_000, "history": 20_000,
+             "backfill": False, "forecast": False}
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
            "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
@@ -198,7 +204,7 @@ def loads(text: str, source: str = "<string>") -> Config:
 
 def from_dict(data: dict, source: str = "<dict>") -> Config:
     _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "users", "budgets",
-                            "worker", "alerts", "security", "history"})
+                            "worker", "alerts", "security", "history", "estimate"})
     kw: dict = {"source": source}
     kw.update(_redis(_table("redis", data.get("redis", {}))))
     kw.update(_scheduler(_table("scheduler", data.get("scheduler", {}))))
@@ -220,6 +226,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     kw["alerts"] = _alerts(_table("alerts", data.get("alerts", {})))
     kw["security"] = _security(_table("security", data.get("security", {})))
     kw["history"] = history_table(_table("history", data.get("history", {})))
+    kw["estimate"] = _estimate(_table("estimate", data.get("estimate", {})))
     cfg = Config(**kw)
     if cfg.qos_named("normal") is None:
         raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")
@@ -261,14 +268,34 @@ def _scheduler(t):
 def _priority(t):
     _check_keys("priority", t, set(_PRIORITY))
     out = dict(_PRIORITY)
-    for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty"):
+    for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty", "short_job_weight"):
         if k in t:
             out[k] = float(_num(f"priority.{k}", t[k], lo=0))
     if "burst_jobs" in t:
         out["burst_jobs"] = _num("priority.burst_jobs", t["burst_jobs"], lo=1, integer=True)
-    for k in ("age_max", "fairshare_half_life", "burst_window"):
+    for k in ("age_max", "fairshare_half_life", "burst_window", "short_job_scale"):
         if k in t:
             out[k] = _dur(f"priority.{k}", t[k])
+    if out["short_job_weight"] > out["age_weight"]:
+        raise ConfigError("priority.short_job_weight", f"must be at most priority.age_weight ({out['age_weight']:g}), "
+                          f"got {out['short_job_weight']:g}: above it a stream of short jobs could starve a long one")
+    return out
+
+
+def _estimate(t):
+    _check_keys("estimate", t, set(_ESTIMATE))
+    out = dict(_ESTIMATE)
+    if "quantile" in t:
+        out["quantile"] = float(_num("estimate.quantile", t["quantile"], lo=0.01, hi=1))
+    for k, lo in (("min_samples", 1), ("window", 1), ("max_keys", 1), ("history", 0)):
+        if k in t:
+            out[k] = _num(f"estimate.{k}", t[k], lo=lo, integer=True, hi=10 ** 7)
+    for k in ("backfill", "forecast"):
+        if k in t:
+            out[k] = _bool(f"estimate.{k}", t[k])
+    if out["window"] < out["min_samples"]:
+        raise ConfigError("estimate.window", f"must be at least estimate.min_samples ({out['min_samples']}), "
+                          f"got {out['window']}")
     return out
 
 
