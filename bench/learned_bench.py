@@ -22,7 +22,7 @@ if ROOT not in sys.path:
 
 from labq.scheduler import config as config_mod  # noqa: E402
 from labq.scheduler.model import Node  # noqa: E402
-from labq.scheduler.sim import is_oracle, load, policy_config, report, runtime_source, simulate  # noqa: E402
+from labq.scheduler.sim import load, policy_config, report, resolve, simulate  # noqa: E402
 from labq.scheduler.units import fmt_duration  # noqa: E402
 
 TRACE = os.path.join(os.path.dirname(ROOT), "shared", "traces", "kth_sp2_1996.csv")
@@ -30,17 +30,17 @@ ROWS = ("fifo", "backfill", "backfill-learned", "learned", "sjf-oracle")
 
 
 def cfg_for(row: str):
+    """(config, hooks) of a row."""
     if row == "backfill-learned":      # learned run times in backfill only: FIFO order kept
         cfg = policy_config(config_mod.Config(), "backfill")
-        return replace(cfg, estimate={**cfg.estimate, "backfill": True})
-    return policy_config(config_mod.Config(), row)
+        return resolve(replace(cfg, estimate={**cfg.estimate, "backfill": True}), "config")
+    return resolve(config_mod.Config(), row)
 
 
 def run(jobs, processors: int, row: str) -> dict:
-    cfg = cfg_for(row)
+    cfg, hooks = cfg_for(row)
     c0, t0 = time.process_time(), time.perf_counter()
-    res = simulate(jobs, (Node("kth", processors, 1 << 40, processors),), cfg,
-                   runtime=runtime_source(cfg, is_oracle(row)))
+    res = simulate(jobs, (Node("kth", processors, 1 << 40, processors),), cfg, hooks=hooks)
     rep = report(res)
     stamped = sum(1 for j in res.jobs.values() if j.learned_est)
     return {"wait": rep["wait_s"]["mean"], "p95": rep["wait_s"]["p95"], "jct": rep["completion_time_s"]["mean"],
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     for p in (int(x) for x in a.processors.split(",")):
         for row in a.rows.split(","):
             r = run(jobs, p, row)
-            label = row + (" (bound: true run times)" if is_oracle(row) else "")
+            label = row + (" (oracle bound: true run times)" if row == "sjf-oracle" else "")
             line = (f"| {p} | {label} | {fmt_duration(r['wait'])} ({r['wait']:,.0f} s) | {r['jct']:,.0f} s "
                     f"| {r['p95']:,.0f} s | {r['bsld']:,.1f} | {r['util']:.1%} | {r['stamped']:,} of {r['jobs']:,} "
                     f"| {r['cpu']:.1f} | {r['wall']:.1f} |")

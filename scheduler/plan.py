@@ -1,4 +1,5 @@
-"""What one pass of the policy decided, as plain data. The daemon applies it; the simulator replays it."""
+"""What one pass of the policy (or the budgets' stop policy) decided, as plain data. `applier.apply_plan`
+applies it, for the daemon, the bookkeeper and the simulator alike."""
 from dataclasses import dataclass
 
 
@@ -34,6 +35,14 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel the running `job_id` (the budgets' stop policy, on_exhaust = "cancel"): its runner
+    sees the control, stops the job and reports `cancelled`."""
+    job_id: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class Start:
     """Backfill's reservation: the blocked `job_id` is expected to start at `at` on `node`."""
     job_id: int
@@ -60,3 +69,4 @@ class Plan:
     pending: tuple[Pending, ...] = ()
     preempts: tuple[Preempt, ...] = ()
     starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
+    cancels: tuple[Cancel, ...] = ()     # the stop policy's; policy.plan() gives none

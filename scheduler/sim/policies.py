@@ -5,41 +5,95 @@
 - priority:  the configured weights without fair share, backfill_depth 0
 - backfill:  fifo's weights with backfill_depth 1 (or --backfill-depth N), no preemption
 - fairshare: priority's with fairshare_weight > 0 (the configured one, else the built-in 50)
-- learned:   backfill's, planning with run times learned online from the jobs ended so far
-             (estimate.backfill) and short jobs first (short_job_weight = age_weight, the most the
-             aging bound allows; a job that has waited age_max is in submit order again)
-- sjf-oracle: learned's, with each job's true run time from the trace: an oracle bound, not a
-             policy (the usual reference; greedy shortest-first is not optimal, so a learned
-             replay can come out slightly ahead of it)
 - config:    the configuration exactly as the daemon would run it
+- learned, sjf-oracle (sim/runtime.py, registered Hooks): backfill over run times learned online
+             from the jobs ended so far, short jobs first; and the same with the trace's true run
+             times, an oracle bound, not a policy.
+A built-in policy whose config reads learned run times ([estimate] backfill/forecast, a
+short_job_weight) learns them online as the daemon does (sim/runtime.py `Learned`).
+
+A policy that needs more than a Config (an expected runtime per job, learned from the jobs that
+ended so far) is a `Hooks` subclass registered by name (`register`); the engine calls it.
 """
 from dataclasses import replace
 
 from ..config import Config
 from ..errors import UsageError
 
-POLICIES = ("fifo", "priority", "backfill", "fairshare", "learned", "sjf-oracle", "config")
-# What a replay under the policy is, where it is not a policy a daemon could run.
-LABELS = {"sjf-oracle": ("an oracle bound, not a policy: each job's true run time, which no scheduler knows "
-                         "(a reference point; greedy shortest-first is no optimum, so not a strict lower bound)")}
+BUILT_IN = ("fifo", "priority", "backfill", "fairshare", "config")
+POLICIES = BUILT_IN            # the built-in names; `names()` adds the registered ones
 _FIFO_WEIGHTS = {"qos_weight": 0.0, "fairshare_weight": 0.0, "burst_penalty": 0.0}
 
 
-def policy_config(base: Config, name: str, backfill_depth: int | None = None) -> Config:
-    if name not in POLICIES:
-        raise UsageError(f"--policy: expected one of {', '.join(POLICIES)}, got {name!r}")
+class Hooks:
+    """What a policy may add to a replay besides its Config. The engine calls, on the virtual clock:
+
+    - `estimate(job, trace_job, t)` when a job enters the queue (its submit, or a requeue): the
+      expected runtime in seconds, or None; the engine stores it as the record's `est`, which
+      plan() and the backfill timelines read like the daemon's;
+    - `stamp(job, trace_job, t)` at the same moments: the record as it enters the queue; by default
+      with `est` from `estimate` (sim/runtime.py overrides it to write the daemon's `learned_est`);
+    - `on_end(job, trace_job, t)` after every attempt end, with the job's record after it (ended or
+      requeued): only what has ended by `t` is ever shown, so an estimate never reads the future.
+      It may return ids of pending jobs whose estimate should be asked again (None: none).
+    """
+    label = ""                 # shown in reports beside the config, e.g. "a bound: true durations"
+
+    def config(self, base: Config, backfill_depth: int | None = None) -> Config:
+        return policy_config(base, "backfill", backfill_depth)
+
+    def estimate(self, job, trace_job, t: float) -> int | None:
+        return None
+
+    def stamp(self, job, trace_job, t: float):
+        return replace(job, est=self.estimate(job, trace_job, t))
+
+    def on_end(self, job, trace_job, t: float):
+        return None
+
+
+_REGISTRY: dict = {}
+
+
+def register(name: str, factory) -> None:
+    """Make `--policy NAME` (and `--compare`) build a replay with `factory()`, a Hooks."""
+    if name in BUILT_IN:
+        raise ValueError(f"{name} is a built-in policy")
+    _REGISTRY[name] = factory
+
+
+def names() -> tuple[str, ...]:
+    return BUILT_IN + tuple(sorted(_REGISTRY))
+
+
+def _check(name: str, backfill_depth: int | None) -> None:
+    if name not in BUILT_IN and name not in _REGISTRY:
+        raise UsageError(f"--policy: expected one of {', '.join(names())}, got {name!r}")
     if backfill_depth is not None and backfill_depth < 0:
         raise UsageError(f"--backfill-depth: expected a whole number ≥ 0, got {backfill_depth}")
+
+
+def resolve(base: Config, name: str, backfill_depth: int | None = None) -> tuple[Config, Hooks | None]:
+    """The Config and the hooks (None for a built-in policy) of the policy `name`."""
+    _check(name, backfill_depth)
+    if name in _REGISTRY:
+        hooks = _REGISTRY[name]()
+        return hooks.config(base, backfill_depth), hooks
+    cfg = policy_config(base, name, backfill_depth)
+    from .runtime import Learned, uses_estimates   # runtime.py subclasses Hooks: imported late
+    return cfg, (Learned(cfg) if uses_estimates(cfg) else None)
+
+
+def policy_config(base: Config, name: str, backfill_depth: int | None = None) -> Config:
+    if name in _REGISTRY:
+        return resolve(base, name, backfill_depth)[0]
+    _check(name, backfill_depth)
     weights = dict(base.priority)
     if name == "config":
         cfg = base
     elif name in ("fifo", "backfill"):
         weights.update(_FIFO_WEIGHTS)
         cfg = replace(base, priority=weights, backfill_depth=1 if name == "backfill" else 0, preemption=False)
-    elif name in ("learned", "sjf-oracle"):
-        weights.update(_FIFO_WEIGHTS, short_job_weight=weights["age_weight"])
-        cfg = replace(base, priority=weights, backfill_depth=1, preemption=False,
-                      estimate={**base.estimate, "backfill": True})
     elif name == "priority":
         weights["fairshare_weight"] = 0.0
         cfg = replace(base, priority=weights, backfill_depth=0)
@@ -51,16 +105,10 @@ def policy_config(base: Config, name: str, backfill_depth: int | None = None) ->
     return cfg
 
 
-def is_oracle(name: str) -> bool:
-    """Whether the policy replays with the trace's true run times (sim/runtime.py Oracle)."""
-    return name == "sjf-oracle"
-
-
-def describe(cfg: Config, name: str = "") -> str:
+def describe(cfg: Config) -> str:
     w = cfg.priority
     short = f", short jobs {w['short_job_weight']:g} (scale {w['short_job_scale']:g}s)" if w["short_job_weight"] else ""
-    runs = ("true run times (oracle)" if is_oracle(name) else "learned run times") if cfg.estimate["backfill"] else ""
-    label = f" — {LABELS[name]}" if name in LABELS else ""
+    runs = " over expected run times" if cfg.estimate["backfill"] else ""
     return (f"weights qos {w['qos_weight']:g}, age {w['age_weight']:g}, fairshare {w['fairshare_weight']:g}, "
-            f"burst {w['burst_penalty']:g}{short}; backfill_depth {cfg.backfill_depth}"
-            f"{' over ' + runs if runs else ''}; preemption {'on' if cfg.preemption else 'off'}{label}")
+            f"burst {w['burst_penalty']:g}{short}; backfill_depth {cfg.backfill_depth}{runs}; "
+            f"preemption {'on' if cfg.preemption else 'off'}")

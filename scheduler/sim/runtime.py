@@ -1,54 +1,69 @@
-"""Where a replayed job's expected run time comes from (`Job.learned_est`, read by backfill and the
-short-job priority term when the config turns them on).
+"""Expected run times in a replay, on the simulator's one seam (policies.Hooks): `learned` and
+`sjf-oracle`, registered by name, and the learning a built-in policy gets when its config reads them.
 
-- `Learned`: as the daemon does (scheduler/estimate.py) — stamped at submit from the runs that ended
-  before that instant, fed one ended attempt at a time as the replay reaches its end. The replay
-  processes an instant's ends before its submits and never an end before its instant, so an
-  estimate can only rest on jobs that had ended by then (tests/property/test_learned_runtime.py).
+- `Learned`: as the daemon does (scheduler/estimate.py) — each job is stamped (`learned_est`,
+  `learned_basis`) when it enters the queue from the runs that had ended by then, and the estimator
+  is fed each attempt end as the replay reaches it. The engine shows an end only at its own instant,
+  ends before submits, so an estimate can only rest on jobs that had ended by the instant it is made
+  (tests/property/test_learned_runtime.py).
 - `Oracle`: each job's true duration from the trace, capped by its time limit. No scheduler knows
-  that: a replay with it is a bound on what duration-aware ordering could do, not a policy.
+  that: a replay with it is an oracle bound on what duration-aware ordering does, not a policy (and,
+  greedy shortest-first being no optimum, not a strict lower bound either).
+
+Both run the same Config: backfill over expected run times (estimate.backfill) with short jobs first
+(short_job_weight = age_weight, the most the aging bound allows), FIFO weights, no preemption.
 """
 from dataclasses import replace
 
+from ..config import Config
 from ..estimate import Estimator
-from ..model import Job
-from .trace import TraceJob
+from .policies import Hooks, policy_config, register
 
 
-class Learned:
-    kind = "learned"
-
-    def __init__(self, cfg):
-        self.estimator = Estimator.from_config(cfg)
-
-    def stamp(self, job: Job, tj: TraceJob) -> Job:
-        return self.estimator.stamp(job)
-
-    def observe(self, job: Job) -> None:
-        self.estimator.observe_ended(job)
+def learned_config(base: Config, backfill_depth: int | None = None) -> Config:
+    cfg = policy_config(base, "backfill", backfill_depth)
+    weights = {**cfg.priority, "short_job_weight": cfg.priority["age_weight"]}
+    return replace(cfg, priority=weights, estimate={**cfg.estimate, "backfill": True})
 
 
-class Oracle:
-    kind = "oracle"
-
-    def stamp(self, job: Job, tj: TraceJob) -> Job:
-        run = max(1, round(tj.duration))
-        limited = job.time_limit > 0 and run > job.time_limit
-        return replace(job, learned_est=job.time_limit if limited else run,
-                       learned_basis="the trace's true run time (oracle)")
-
-    def observe(self, job: Job) -> None:
-        """The oracle learns nothing: it already knows."""
-
-
-def uses_estimates(cfg) -> bool:
+def uses_estimates(cfg: Config) -> bool:
     """Whether anything in the config reads `learned_est`."""
     return bool(cfg.estimate["backfill"] or cfg.estimate["forecast"] or cfg.priority["short_job_weight"])
 
 
-def source(cfg, oracle: bool = False):
-    """The run-time source a replay under `cfg` uses: the oracle when asked, else the learned one when
-    the config reads estimates, else none (jobs keep no estimate, as on a daemon that uses none)."""
-    if oracle:
-        return Oracle()
-    return Learned(cfg) if uses_estimates(cfg) else None
+class Learned(Hooks):
+    label = "run times learned online from the jobs ended so far"
+
+    def __init__(self, cfg: Config | None = None):
+        self.estimator = Estimator.from_config(cfg or Config())
+
+    def config(self, base: Config, backfill_depth: int | None = None) -> Config:
+        cfg = learned_config(base, backfill_depth)
+        self.estimator = Estimator.from_config(cfg)
+        return cfg
+
+    def stamp(self, job, trace_job, t: float):
+        # A requeued job keeps the estimate it was submitted with, as in the daemon.
+        return job if job.attempts else self.estimator.stamp(job)
+
+    def on_end(self, job, trace_job, t: float):
+        self.estimator.observe_ended(job)
+        return None       # as the daemon: a pending job keeps the estimate it was submitted with
+
+
+class Oracle(Hooks):
+    label = ("an oracle bound, not a policy: each job's true run time, which no scheduler knows "
+             "(greedy shortest-first is no optimum, so not a strict lower bound)")
+
+    def config(self, base: Config, backfill_depth: int | None = None) -> Config:
+        return learned_config(base, backfill_depth)
+
+    def stamp(self, job, trace_job, t: float):
+        run = max(1, round(trace_job.duration))
+        limited = job.time_limit > 0 and run > job.time_limit
+        return replace(job, learned_est=job.time_limit if limited else run,
+                       learned_basis="the trace's true run time (oracle)")
+
+
+register("learned", Learned)
+register("sjf-oracle", Oracle)

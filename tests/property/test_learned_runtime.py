@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler import config as config_mod
 from labq.scheduler.estimate import LEARNED_OUTCOMES, Estimator
 from labq.scheduler.model import Job, Node
-from labq.scheduler.sim import EPOCH, TraceJob, describe, is_oracle, policy_config, report, runtime_source, simulate
+from labq.scheduler.sim import EPOCH, TraceJob, describe, report, resolve, simulate
 
 # min_samples 1 so that most jobs get an estimate; a window larger than any trace so that the
 # quantile depends on the set of runs seen, not on the order of ends at one instant.
@@ -37,10 +37,12 @@ def _runs(res):
 @settings(max_examples=60, deadline=None)
 @given(rows=trace_jobs, policy=st.sampled_from(["learned", "backfill"]))
 def test_an_estimate_rests_only_on_jobs_that_ended_before_it_was_made(rows, policy):
-    cfg = policy_config(CFG, policy)
+    base = CFG
     if policy == "backfill":      # backfill over learned run times without the short-job order
-        cfg = config_mod.Config(**{**cfg.__dict__, "estimate": {**cfg.estimate, "backfill": True}})
-    res = simulate(_trace(rows), MACHINE, cfg)
+        base = config_mod.loads("[estimate]\nmin_samples = 1\nwindow = 1000\nbackfill = true\n")
+    cfg, hooks = resolve(base, policy)
+    assert hooks is not None      # a built-in policy whose config reads estimates learns them too
+    res = simulate(_trace(rows), MACHINE, cfg, hooks=hooks)
     runs = _runs(res)
     for job in res.jobs.values():
         fresh = Estimator.from_config(cfg)
@@ -64,19 +66,21 @@ def test_learned_and_the_oracle_beat_limits_when_limits_are_loose():
         t += 40
     waits = {}
     for name in ("fifo", "backfill", "learned", "sjf-oracle"):
-        cfg = policy_config(config_mod.Config(), name)
-        res = simulate(trace, MACHINE, cfg, runtime=runtime_source(cfg, is_oracle(name)))
+        cfg, hooks = resolve(config_mod.Config(), name)
+        res = simulate(trace, MACHINE, cfg, hooks=hooks)
         waits[name] = report(res)["wait_s"]["mean"]
     assert waits["learned"] < waits["backfill"] <= waits["fifo"]
     assert waits["sjf-oracle"] < waits["backfill"]
-    assert "an oracle bound, not a policy" in describe(policy_config(config_mod.Config(), "sjf-oracle"), "sjf-oracle")
-    assert "learned run times" in describe(policy_config(config_mod.Config(), "learned"), "learned")
+    cfg, hooks = resolve(config_mod.Config(), "sjf-oracle")
+    assert "an oracle bound, not a policy" in hooks.label
+    assert "short jobs 10" in describe(cfg) and "over expected run times" in describe(cfg)
+    assert resolve(config_mod.Config(), "backfill")[1] is None      # nothing reads estimates: none learned
 
 
 def test_the_oracle_stamps_true_run_times_capped_by_the_limit():
     trace = [TraceJob("a", 0, 100, 50, cpus=8), TraceJob("b", 1, 30, 60, cpus=8)]
-    cfg = policy_config(config_mod.Config(), "sjf-oracle")
-    res = simulate(trace, MACHINE, cfg, runtime=runtime_source(cfg, oracle=True))
+    cfg, hooks = resolve(config_mod.Config(), "sjf-oracle")
+    res = simulate(trace, MACHINE, cfg, hooks=hooks)
     assert [j.learned_est for j in res.jobs.values()] == [50, 30]
     assert res.jobs[2].attempts[0].dispatch_time == EPOCH + 50      # after a's timeout
     assert isinstance(res.jobs[1], Job)
