@@ -12,6 +12,7 @@ from .batch import Tally
 from .change import Change
 from .config import Config
 from .errors import RefusedError, UsageError
+from .estimate import Estimator
 from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
 from .model import Job, Node, Snapshot
 from .units import fmt_money
@@ -40,6 +41,7 @@ class State(Protocol):
     tally: Tally
     books: Books
     store: Records
+    estimator: Estimator      # run times learned from ended jobs, stamped on each submit
 
     def next_ids(self, n: int) -> int: ...
     def ended_states(self, extra: Job | None = None) -> tuple: ...

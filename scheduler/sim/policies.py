@@ -79,8 +79,9 @@ def resolve(base: Config, name: str, backfill_depth: int | None = None) -> tuple
     if name in _REGISTRY:
         hooks = _REGISTRY[name]()
         return hooks.config(base, backfill_depth), hooks
+    # runtime.py subclasses Hooks, so it is imported here, late.
+    from .runtime import Learned, uses_estimates
     cfg = policy_config(base, name, backfill_depth)
-    from .runtime import Learned, uses_estimates   # runtime.py subclasses Hooks: imported late
     return cfg, (Learned(cfg) if uses_estimates(cfg) else None)
 
 
