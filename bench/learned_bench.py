@@ -33,7 +33,7 @@ def cfg_for(row: str):
     """(config, hooks) of a row."""
     if row == "backfill-learned":      # learned run times in backfill only: FIFO order kept
         cfg = policy_config(config_mod.Config(), "backfill")
-        return resolve(replace(cfg, estimate={**cfg.estimate, "backfill": True}), "config")
+        return resolve(replace(cfg, estimate=cfg.estimate.with_(backfill=True)), "config")
     return resolve(config_mod.Config(), row)
 
 

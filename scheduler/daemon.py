@@ -228,7 +228,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
             self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
-        self.estimator = learned_from(Reader(self.store.r, self.k).recent_ended(self.cfg.estimate["history"]), self.cfg)
+        self.estimator = learned_from(Reader(self.store.r, self.k).recent_ended(self.cfg.estimate.history), self.cfg)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
@@ -281,7 +281,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
-        usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
+        usage = fairshare.current(self.usage, running, now, self.cfg.priority.fairshare_half_life)
         jobs = self.jobs
         if self.file_checkpoints:
             # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.

@@ -80,7 +80,7 @@ class Estimator:
     @classmethod
     def from_config(cls, cfg) -> "Estimator":
         e = cfg.estimate
-        return cls(e["quantile"], e["min_samples"], e["window"], e["max_keys"])
+        return cls(e.quantile, e.min_samples, e.window, e.max_keys)
 
     def observe(self, job: Job, seconds: float, end: float) -> None:
         """Learn one run of `job` that took `seconds` and ended at `end`."""

@@ -52,11 +52,11 @@ def estimate_dict(job: Job, cfg) -> dict:
     """The learned run time of a job and what it rests on (`--test-only`'s, `show --json`'s shape)."""
     if job.learned_est:
         return {"seconds": job.learned_est, "basis": job.learned_basis}
-    return {"seconds": None, "basis": f"fewer than {cfg.estimate['min_samples']} runs of user {job.user} have ended"}
+    return {"seconds": None, "basis": f"fewer than {cfg.estimate.min_samples} runs of user {job.user} have ended"}
 
 
 def start_basis(cfg) -> str:
-    return "learned run times" if cfg.estimate["backfill"] else "time limits"
+    return "learned run times" if cfg.estimate.backfill else "time limits"
 
 
 class Handlers:
@@ -163,7 +163,7 @@ class Handlers:
         ids = body.get("ids")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
             raise UsageError("expected a list of job ids")
-        admin = user in self.s.cfg.security["admins"]
+        admin = user in self.s.cfg.security.admins
         change, results = Change(), []
         for text in ids:
             found = self.resolve(text)
@@ -209,7 +209,7 @@ class Handlers:
         return self._node_admin(user, body, None)
 
     def _node_admin(self, user: str, body: dict, value) -> Change:
-        if user not in self.s.cfg.security["admins"]:
+        if user not in self.s.cfg.security.admins:
             raise RefusedError(f"only admins ({', '.join(self.s.cfg.security['admins'])}) may drain or resume nodes")
         name = body.get("node")
         if not isinstance(name, str) or name not in {n.name for n in self.s.nodes}:

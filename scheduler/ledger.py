@@ -49,7 +49,7 @@ def planned_seconds(job: Job, cfg: Config) -> float:
     ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin), where est
     is --est, else (with estimate.forecast = true) the run time learned from the user's ended jobs."""
     if cfg.budget_mode == "forecast":
-        est = job.est or (job.learned_est if cfg.estimate["forecast"] else None)
+        est = job.est or (job.learned_est if cfg.estimate.forecast else None)
         if est:
             return min(job.time_limit, est * (1 + cfg.rates.forecast_margin))
     return job.time_limit + cfg.kill_wait

@@ -41,7 +41,7 @@ class Alloc:
 class Timelines:
     def __init__(self, nodes, running, placed, now: float, cfg: Config):
         self.now = now
-        self.learned = bool(cfg.estimate["backfill"])
+        self.learned = bool(cfg.estimate.backfill)
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.models = {n.name: {g.uuid: g.model for g in n.gpus} for n in nodes}
         self.allocs: dict[str, list[Alloc]] = {n.name: [] for n in nodes}
@@ -155,7 +155,7 @@ def _expected_end(job: Job, now: float, cfg: Config) -> float:
     a = job.current
     began = (a.start_time or a.dispatch_time) if a else None
     end = (began + job.time_limit + cfg.kill_wait) if (began and job.time_limit > 0) else _FOREVER
-    if began and job.learned_est and cfg.estimate["backfill"] and began + job.learned_est > now:
+    if began and job.learned_est and cfg.estimate.backfill and began + job.learned_est > now:
         # Expected to end at its estimate; one that has overrun it is bounded by its limit alone.
         end = min(end, began + job.learned_est)
     if job.state == states.PREEMPTING and job.preempt_time is not None:

@@ -36,7 +36,7 @@ class Factors:
     priority: float     # the weighted sum
     short: float = 0.0  # 0..1: the short-job factor, already faded by the wait
 
-    def as_json(self, weights: dict) -> dict:
+    def as_json(self, weights) -> dict:
         raw = {"qos": self.qos, "age": round(self.age, 4), "fairshare": round(self.fairshare, 4), "burst": self.burst,
                "short": round(self.short, 4)}
         return {"priority": round(self.priority, 4), "factors": raw,
@@ -51,19 +51,19 @@ def expected_runtime(job: Job) -> float:
     return job.learned_est or job.est or job.time_limit or 0
 
 
-def short_factor(job: Job, age: float, w: dict) -> float:
+def short_factor(job: Job, age: float, w) -> float:
     """scale / (scale + expected run time), faded linearly to 0 as the wait reaches age_max."""
-    fade = 1.0 - min(max(age, 0.0) / (w["age_max"] or 1), 1.0)
-    scale = w["short_job_scale"] or 1
+    fade = 1.0 - min(max(age, 0.0) / (w.age_max or 1), 1.0)
+    scale = w.short_job_scale or 1
     return fade * scale / (scale + expected_runtime(job)) if fade > 0 else 0.0
 
 
 def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[int, Factors]:
     w = cfg.priority
     shares = {a.name: a.share for a in cfg.accounts}
-    fs = fairshare.factors(usage, shares) if w["fairshare_weight"] else {}
-    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if w["burst_penalty"] else set()
-    age_max = w["age_max"] or 1
+    fs = fairshare.factors(usage, shares) if w.fairshare_weight else {}
+    bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if w.burst_penalty else set()
+    age_max = w.age_max or 1
     out = {}
     for j in pending:
         qos = cfg.qos_named(j.qos)
@@ -71,9 +71,9 @@ def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[i
         age = min(max(now - j.submit_time, 0.0) / age_max, 1.0)
         share = fs.get(j.account, 1.0)
         burst = 1.0 if j.id in bursting else 0.0
-        short = short_factor(j, now - j.submit_time, w) if w["short_job_weight"] else 0.0
-        total = (w["qos_weight"] * q + w["age_weight"] * age + w["fairshare_weight"] * share
-                 - w["burst_penalty"] * burst + w["short_job_weight"] * short)
+        short = short_factor(j, now - j.submit_time, w) if w.short_job_weight else 0.0
+        total = (w.qos_weight * q + w.age_weight * age + w.fairshare_weight * share
+                 - w.burst_penalty * burst + w.short_job_weight * short)
         out[j.id] = Factors(j.id, q, age, share, burst, total, short)
     return out
 
@@ -82,13 +82,13 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     """The jobs in the order a pass considers them. The same sum as `factors`, without building a
     row per job: this runs over every pending job on every pass."""
     w = cfg.priority
-    qw, aw, fw, bw = w["qos_weight"], w["age_weight"], w["fairshare_weight"], w["burst_penalty"]
+    qw, aw, fw, bw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty
     qos = {q.name: q.priority * qw for q in cfg.qos}
     fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
     fs = {a: fw * v for a, v in fs.items()}
-    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if bw else ()
-    per_s = aw / (w["age_max"] or 1)
-    sw = w["short_job_weight"]
+    bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if bw else ()
+    per_s = aw / (w.age_max or 1)
+    sw = w.short_job_weight
     keyed = []
     for i, j in enumerate(pending):
         age = now - j.submit_time

@@ -110,7 +110,7 @@ class Queue:
         w = self.cfg.priority
         return ((not w["qos_weight"] or len(self.qos_levels) <= 1)
                 and (not w["burst_penalty"] or not self.bursting(now))
-                and not w["short_job_weight"])      # short jobs first: not submit order
+                and not w.short_job_weight)      # short jobs first: not submit order
 
     def one_order(self) -> bool:
         """Whether, given accounts_in_submit_order(), the whole queue is in submit order."""

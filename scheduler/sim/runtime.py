@@ -22,13 +22,13 @@ from .policies import Hooks, policy_config, register
 
 def learned_config(base: Config, backfill_depth: int | None = None) -> Config:
     cfg = policy_config(base, "backfill", backfill_depth)
-    weights = {**cfg.priority, "short_job_weight": cfg.priority["age_weight"]}
-    return replace(cfg, priority=weights, estimate={**cfg.estimate, "backfill": True})
+    return replace(cfg, priority=cfg.priority.with_(short_job_weight=cfg.priority.age_weight),
+                   estimate=cfg.estimate.with_(backfill=True))
 
 
 def uses_estimates(cfg: Config) -> bool:
     """Whether anything in the config reads `learned_est`."""
-    return bool(cfg.estimate["backfill"] or cfg.estimate["forecast"] or cfg.priority["short_job_weight"])
+    return bool(cfg.estimate.backfill or cfg.estimate.forecast or cfg.priority.short_job_weight)
 
 
 class Learned(Hooks):
