@@ -68,11 +68,12 @@ def durability(cfg, r, url):
 
 def _with_history(sched, r, cfg):
     """The scheduler archives ended jobs and old ledger entries (history.keep) into its archive."""
-    from labq.scheduler.store.archive import Archiver
+    from labq.scheduler.store.archive import Archiver, committed_fn
     from labq.scheduler.store.history import History, default_path
     from labq.scheduler.store.keys import Keys
     path = default_path(cfg.history["url"])
-    sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"])
+    sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"],
+                              committed=committed_fn(r, Keys(cfg.prefix), cfg))
     sched.history = History(path)
     return sched
 

@@ -133,7 +133,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     from labq.scheduler import sim
     need_matplotlib(plot_path)
     depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None
-    cfg = sim.policy_config(ctx.cfg, policy, depth)
+    cfg, hooks = sim.resolve(ctx.cfg, policy, depth)
     jobs = sim.load(trace, extra=extra, time_column=time_column, time_factor=_float(time_factor, "--time-factor"),
                     cpus_as_gpus=gpus_from_cpus)
     if not jobs:
@@ -141,7 +141,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     cluster_nodes = cluster(ctx, nodes, cpus)
     t0 = time.monotonic()
     res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
-                       queue_limits=enforce_queue_limits)
+                       queue_limits=enforce_queue_limits, hooks=hooks)
     rep = sim.report(res)
     rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg), **rep,
            "wall_s": round(time.monotonic() - t0, 2)}

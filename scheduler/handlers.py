@@ -4,30 +4,51 @@ checkpoint, and (admins) drain and resume.
 A handler decides; it writes nothing. It returns a `Change` (job records, control values, the
 reply) that the daemon commits in one transaction with the acknowledgement of the request.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from typing import Protocol
 
 from . import ledger, periods, policy, states, transitions as tr
+from .batch import Tally
+from .change import Change
+from .config import Config
 from .errors import RefusedError, UsageError
 from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
-from .model import Job, Snapshot
+from .model import Job, Node, Snapshot
 from .units import fmt_money
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
 
 
-@dataclass
-class Change:
-    jobs: list = field(default_factory=list)
-    controls: list = field(default_factory=list)
-    nodes: list = field(default_factory=list)      # (node, "drain" | None)
-    reply: dict | None = None
-    alerts: list = field(default_factory=list)     # alert stream entries (alerts.Alert.fields())
-    books: object = None                           # ledger.Books: ledger entries, overrides, limits
+class Books(Protocol):
+    """The bookkeeper's part (bookkeeper.Bookkeeper): budget balances and the budget requests."""
+    def spent_now(self, now: float) -> dict[str, int]: ...
+    def request(self, op: str, user: str, body: dict, now: float) -> Change: ...
+
+
+class Records(Protocol):
+    """Job records in Redis, for the ended jobs a request names (store/state.SchedulerStore)."""
+    def job(self, jid: int) -> Job | None: ...
+    def jobs(self, ids) -> list[Job]: ...
+
+
+class State(Protocol):
+    """What the handlers read of the scheduler, and the one thing they ask of it (job ids). The
+    daemon (daemon.Scheduler) is one; the handlers write nothing through it."""
+    cfg: Config
+    nodes: tuple[Node, ...]
+    jobs: dict[int, Job]
+    tally: Tally
+    books: Books
+    store: Records
+
+    def next_ids(self, n: int) -> int: ...
+    def ended_states(self, extra: Job | None = None) -> tuple: ...
+    def snapshot(self, now: float) -> Snapshot: ...
 
 
 class Handlers:
-    def __init__(self, sched):
-        self.s = sched
+    def __init__(self, state: State):
+        self.s = state
 
     def handle(self, user: str, op: str, body: dict, now: float) -> Change:
         if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/bookkeeper.py
@@ -93,7 +114,7 @@ class Handlers:
         if placed:
             verdict = f"would start now on {placed.node}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
         else:
-            verdict = f"would pend: {why.reason} ({why.detail})"
+            verdict = f"would pend: {why.reason} ({why.detail})" if why else "would pend"
         start = now if placed else policy.expected_starts(snap, self.s.cfg).get(probe.id)
         rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
         return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,

@@ -75,7 +75,7 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
         script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
         project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
         gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),
-        mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=est,
+        mem=_int(body, "mem", 0, 0), nodes=_int(body, "nodes", 1, 1, hi=bounds.MAX_NODES), time_limit=time_limit, est=est,
         max_wait=_int(body, "max_wait", 0, optional=True, hi=bounds.MAX_AHEAD), out=body.get("out", ""), err=body.get("err", ""),
         tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
         checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")),

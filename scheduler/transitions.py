@@ -28,9 +28,9 @@ class Charge:
 
 def admit(job: Job, place: Place, now: float) -> Job:
     n = len(job.attempts) + 1
-    a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now)
+    a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now, parts=place.parts)
     return replace(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
-                   gpu_uuids=place.gpus, start_time=job.start_time or now, commit=place.commit,
+                   gpu_uuids=place.gpus, parts=place.parts, start_time=job.start_time or now, commit=place.commit,
                    rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed, earmark="", earmark_gpus=(),
                    attempts=job.attempts + (a,))
 
@@ -93,7 +93,7 @@ def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
     cur = job.current
     a = replace(cur, end_time=cur.dispatch_time or now, outcome="withdrawn")
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
-                  preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
+                  parts=(), preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
     if why == "cancel":
         return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
                        detail="cancelled before a runner took it", **common)
@@ -136,7 +136,7 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
                 charges=_totals(charges),
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
-                  node="", gpu_uuids=(), preempted_for=None, preempt_time=None, borrowed=False,
+                  node="", gpu_uuids=(), parts=(), preempted_for=None, preempt_time=None, borrowed=False,
                   preempt_count=job.preempt_count + counts_as_preemption(job, outcome), requeue_requested=False)
     state, detail, more = after_attempt(job, outcome, exit_code, cur.start_time or start, end, last_ckpt, message, cfg)
     if state == states.PENDING:
@@ -144,7 +144,7 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
                       **common, **more)
     else:
         new = replace(job, state=state, reason=states.NONE, detail=detail, end_time=end,
-                      **{**common, "node": cur.node, "gpu_uuids": cur.gpus})
+                      **{**common, "node": cur.node, "gpu_uuids": cur.gpus, "parts": cur.parts})
     return new, charges
 
 

@@ -63,10 +63,26 @@ class ClusterBuilder:
         self.job(gpus=gpus, cpus=cpus, mem=mem, **kw)
         j = self.jobs.pop()
         n = next(n for n in self.nodes if n.name == node)
-        held = {u for r in self.jobs if r.node == node for u in r.gpu_uuids}
-        free = [g.uuid for g in n.gpus if g.uuid not in held][:gpus]
+        free = self.free_gpus(n, gpus)
         a = Attempt(1, node, tuple(free), start_time=self.now - started_ago, dispatch_time=self.now - started_ago)
         self.jobs.append(replace(j, state=states.RUNNING, node=node, gpu_uuids=tuple(free), attempts=(a,),
+                                 start_time=self.now - started_ago, commit=tuple(commit), rates=tuple(rates)))
+        return self
+
+    def free_gpus(self, n, gpus: int) -> list[str]:
+        held = {u for r in self.jobs if r.state in states.ON_NODE for _, us in r.on_nodes for u in us}
+        return [g.uuid for g in n.gpus if g.uuid not in held][:gpus]
+
+    def running_gang(self, nodes, gpus=0, cpus=1, mem=0, started_ago=60.0, commit=(), rates=(), **kw):
+        """A multi-node job (-N len(nodes)) already on `nodes`, its shape on each, first free GPUs."""
+        self.job(gpus=gpus, cpus=cpus, mem=mem, nodes=len(nodes), **kw)
+        j = self.jobs.pop()
+        parts = tuple((name, tuple(self.free_gpus(next(n for n in self.nodes if n.name == name), gpus)))
+                      for name in nodes)
+        every = tuple(u for _, us in parts for u in us)
+        a = Attempt(1, nodes[0], every, start_time=self.now - started_ago, dispatch_time=self.now - started_ago,
+                    parts=parts)
+        self.jobs.append(replace(j, state=states.RUNNING, node=nodes[0], gpu_uuids=every, parts=parts, attempts=(a,),
                                  start_time=self.now - started_ago, commit=tuple(commit), rates=tuple(rates)))
         return self
 

@@ -37,8 +37,9 @@ class Timelines:
         self.allocs: dict[str, list[Alloc]] = {n.name: [] for n in nodes}
         self.reserved: set[str] = set()      # nodes holding a reservation
         for j in running:
-            if j.node in self.allocs:
-                self.allocs[j.node].append(self._alloc(j, j.node, j.gpu_uuids, _expected_end(j, now, cfg)))
+            for node, gpus in j.on_nodes:
+                if node in self.allocs:
+                    self.allocs[node].append(self._alloc(j, node, gpus, _expected_end(j, now, cfg)))
         for job, node, gpus in placed:
             self.place(job, node, gpus)
 

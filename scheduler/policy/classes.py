@@ -29,13 +29,14 @@ def class_key(j) -> tuple:
     held = (j.reason, j.detail if j.reason == states.CRASH_GUARD else "") if j.held else None
     return (j.qos, j.account, j.user, j.project, j.budget, j.gpus, j.gpu_type, j.cpus, j.mem, j.time_limit, j.est,
             held, j.begin, j.eligible_time, j.deps, j.array_throttle, j.array_id if j.array_throttle else None,
-            j.preempt_count)
+            j.preempt_count, j.nodes)
 
 
 def _own(j, draining) -> bool:
     """Whether the job's verdict may name the job itself (a singleton, a preemptor whose victims
-    drain, one whose room is earmarked): then it is judged on its own."""
-    return bool(j.earmark) or j.id in draining or bool(j.deps) and any(k == "singleton" for k, _ in j.deps)
+    drain, one whose room is earmarked) or whose verdict walks every node (a gang, policy/gang.py):
+    then it is judged on its own."""
+    return j.nodes > 1 or bool(j.earmark) or j.id in draining or bool(j.deps) and any(k == "singleton" for k, _ in j.deps)
 
 
 # Grouping pays when classes hold many jobs each (arrays, sweeps); with a class per few jobs the

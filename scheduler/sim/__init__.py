@@ -3,8 +3,8 @@ clock. Pure — no Redis, no wall clock. `labq simulate` (cli/simulate.py) and `
 (scheduler/whatif.py) drive it; docs/internals.md says how it calls plan()."""
 from .engine import EPOCH, Refused, Result, Simulator, simulate
 from .metrics import report
-from .policies import POLICIES, describe, policy_config
+from .policies import POLICIES, Hooks, describe, policy_config, register, resolve
 from .trace import TraceJob, load
 
-__all__ = ["EPOCH", "POLICIES", "Refused", "Result", "Simulator", "TraceJob", "describe", "load", "policy_config",
-           "report", "simulate"]
+__all__ = ["EPOCH", "POLICIES", "Hooks", "Refused", "Result", "Simulator", "TraceJob", "describe", "load", "policy_config",
+           "register", "report", "resolve", "simulate"]

@@ -6,21 +6,76 @@
 - backfill:  fifo's weights with backfill_depth 1 (or --backfill-depth N), no preemption
 - fairshare: priority's with fairshare_weight > 0 (the configured one, else the built-in 50)
 - config:    the configuration exactly as the daemon would run it
+
+A policy that needs more than a Config (an expected runtime per job, learned from the jobs that
+ended so far) is a `Hooks` subclass registered by name (`register`); the engine calls it.
 """
 from dataclasses import replace
 
 from ..config import Config
 from ..errors import UsageError
 
-POLICIES = ("fifo", "priority", "backfill", "fairshare", "config")
+BUILT_IN = ("fifo", "priority", "backfill", "fairshare", "config")
+POLICIES = BUILT_IN            # the built-in names; `names()` adds the registered ones
 _FIFO_WEIGHTS = {"qos_weight": 0.0, "fairshare_weight": 0.0, "burst_penalty": 0.0}
 
 
-def policy_config(base: Config, name: str, backfill_depth: int | None = None) -> Config:
-    if name not in POLICIES:
-        raise UsageError(f"--policy: expected one of {', '.join(POLICIES)}, got {name!r}")
+class Hooks:
+    """What a policy may add to a replay besides its Config. The engine calls, on the virtual clock:
+
+    - `estimate(job, trace_job, t)` when a job enters the queue (its submit, or a requeue): the
+      expected runtime in seconds, or None; the engine stores it as the record's `est`, which
+      plan() and the backfill timelines read like the daemon's;
+    - `on_end(job, trace_job, t)` after every attempt end, with the job's record after it (ended or
+      requeued): only what has ended by `t` is ever shown, so an estimate never reads the future.
+      It may return ids of pending jobs whose estimate should be asked again (None: none).
+    """
+    label = ""                 # shown in reports beside the config, e.g. "a bound: true durations"
+
+    def config(self, base: Config, backfill_depth: int | None = None) -> Config:
+        return policy_config(base, "backfill", backfill_depth)
+
+    def estimate(self, job, trace_job, t: float) -> int | None:
+        return None
+
+    def on_end(self, job, trace_job, t: float):
+        return None
+
+
+_REGISTRY: dict = {}
+
+
+def register(name: str, factory) -> None:
+    """Make `--policy NAME` (and `--compare`) build a replay with `factory()`, a Hooks."""
+    if name in BUILT_IN:
+        raise ValueError(f"{name} is a built-in policy")
+    _REGISTRY[name] = factory
+
+
+def names() -> tuple[str, ...]:
+    return BUILT_IN + tuple(sorted(_REGISTRY))
+
+
+def _check(name: str, backfill_depth: int | None) -> None:
+    if name not in BUILT_IN and name not in _REGISTRY:
+        raise UsageError(f"--policy: expected one of {', '.join(names())}, got {name!r}")
     if backfill_depth is not None and backfill_depth < 0:
         raise UsageError(f"--backfill-depth: expected a whole number ≥ 0, got {backfill_depth}")
+
+
+def resolve(base: Config, name: str, backfill_depth: int | None = None) -> tuple[Config, Hooks | None]:
+    """The Config and the hooks (None for a built-in policy) of the policy `name`."""
+    _check(name, backfill_depth)
+    if name in _REGISTRY:
+        hooks = _REGISTRY[name]()
+        return hooks.config(base, backfill_depth), hooks
+    return policy_config(base, name, backfill_depth), None
+
+
+def policy_config(base: Config, name: str, backfill_depth: int | None = None) -> Config:
+    if name in _REGISTRY:
+        return resolve(base, name, backfill_depth)[0]
+    _check(name, backfill_depth)
     weights = dict(base.priority)
     if name == "config":
         cfg = base
