@@ -28,6 +28,9 @@ def stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=Non
     else:
         rows, names = c.read.stat_rows()
         nodes = c.read.nodes(names)
+        if rows is not None and (expand or job_ids):
+            from labq.scheduler.store.statrows import unfold
+            rows = unfold(rows)     # shown task by task, or picked by task id
         jobs = rows if rows is not None else c.read.active()   # rows not (yet) kept for every active job
     shown = [j for j in statview.select(jobs, user, account, wanted) if picked(j)]
     if as_json:

@@ -268,7 +268,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
-        usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
+        usage = fairshare.current(self.usage, running, now, self.cfg.priority.fairshare_half_life)
         jobs = self.jobs
         if self.file_checkpoints:
             # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.

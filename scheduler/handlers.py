@@ -147,7 +147,7 @@ class Handlers:
         ids = body.get("ids")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
             raise UsageError("expected a list of job ids")
-        admin = user in self.s.cfg.security["admins"]
+        admin = user in self.s.cfg.security.admins
         change, results = Change(), []
         for text in ids:
             found = self.resolve(text)
@@ -193,7 +193,7 @@ class Handlers:
         return self._node_admin(user, body, None)
 
     def _node_admin(self, user: str, body: dict, value) -> Change:
-        if user not in self.s.cfg.security["admins"]:
+        if user not in self.s.cfg.security.admins:
             raise RefusedError(f"only admins ({', '.join(self.s.cfg.security['admins'])}) may drain or resume nodes")
         name = body.get("node")
         if not isinstance(name, str) or name not in {n.name for n in self.s.nodes}:

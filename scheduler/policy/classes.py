@@ -78,12 +78,12 @@ def run(p, waiting, cfg) -> None:
 def _scorer(waiting, p, cfg):
     """The priority of a job, exactly priority.ordered's sum, term by term in the same order."""
     w = cfg.priority
-    qw, aw, fw, bw = w["qos_weight"], w["age_weight"], w["fairshare_weight"], w["burst_penalty"]
+    qw, aw, fw, bw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty
     qos = {q.name: q.priority * qw for q in cfg.qos}
     fs = fairshare.factors(dict(p.snap.usage), {a.name: a.share for a in cfg.accounts}) if fw else {}
     fs = {a: fw * v for a, v in fs.items()}
-    bursting = priority.burst_tail(waiting, w["burst_jobs"], w["burst_window"]) if bw else ()
-    per_s, now = aw / (w["age_max"] or 1), p.now
+    bursting = priority.burst_tail(waiting, w.burst_jobs, w.burst_window) if bw else ()
+    per_s, now = aw / (w.age_max or 1), p.now
 
     def score(j) -> tuple:
         age = now - j.submit_time

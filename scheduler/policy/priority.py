@@ -38,9 +38,9 @@ class Factors:
 def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[int, Factors]:
     w = cfg.priority
     shares = {a.name: a.share for a in cfg.accounts}
-    fs = fairshare.factors(usage, shares) if w["fairshare_weight"] else {}
-    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if w["burst_penalty"] else set()
-    age_max = w["age_max"] or 1
+    fs = fairshare.factors(usage, shares) if w.fairshare_weight else {}
+    bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if w.burst_penalty else set()
+    age_max = w.age_max or 1
     out = {}
     for j in pending:
         qos = cfg.qos_named(j.qos)
@@ -48,8 +48,8 @@ def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[i
         age = min(max(now - j.submit_time, 0.0) / age_max, 1.0)
         share = fs.get(j.account, 1.0)
         burst = 1.0 if j.id in bursting else 0.0
-        total = (w["qos_weight"] * q + w["age_weight"] * age + w["fairshare_weight"] * share
-                 - w["burst_penalty"] * burst)
+        total = (w.qos_weight * q + w.age_weight * age + w.fairshare_weight * share
+                 - w.burst_penalty * burst)
         out[j.id] = Factors(j.id, q, age, share, burst, total)
     return out
 
@@ -58,12 +58,12 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     """The jobs in the order a pass considers them. The same sum as `factors`, without building a
     row per job: this runs over every pending job on every pass."""
     w = cfg.priority
-    qw, aw, fw, bw = w["qos_weight"], w["age_weight"], w["fairshare_weight"], w["burst_penalty"]
+    qw, aw, fw, bw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty
     qos = {q.name: q.priority * qw for q in cfg.qos}
     fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
     fs = {a: fw * v for a, v in fs.items()}
-    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if bw else ()
-    per_s = aw / (w["age_max"] or 1)
+    bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if bw else ()
+    per_s = aw / (w.age_max or 1)
     keyed = []
     for i, j in enumerate(pending):
         age = now - j.submit_time

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from ..config import Config
 from ..errors import UsageError
+from ..sections import Priority
 
 BUILT_IN = ("fifo", "priority", "backfill", "fairshare", "config")
 POLICIES = BUILT_IN            # the built-in names; `names()` adds the registered ones
@@ -81,13 +82,13 @@ def policy_config(base: Config, name: str, backfill_depth: int | None = None) ->
         cfg = base
     elif name in ("fifo", "backfill"):
         weights.update(_FIFO_WEIGHTS)
-        cfg = replace(base, priority=weights, backfill_depth=1 if name == "backfill" else 0, preemption=False)
+        cfg = replace(base, priority=Priority(**weights), backfill_depth=1 if name == "backfill" else 0, preemption=False)
     elif name == "priority":
         weights["fairshare_weight"] = 0.0
-        cfg = replace(base, priority=weights, backfill_depth=0)
+        cfg = replace(base, priority=Priority(**weights), backfill_depth=0)
     else:
         weights["fairshare_weight"] = weights.get("fairshare_weight") or Config().priority["fairshare_weight"]
-        cfg = replace(base, priority=weights, backfill_depth=0)
+        cfg = replace(base, priority=Priority(**weights), backfill_depth=0)
     if backfill_depth is not None:
         cfg = replace(cfg, backfill_depth=backfill_depth)
     return cfg
