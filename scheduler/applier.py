@@ -128,13 +128,22 @@ def _place(w: _Work, p: Place) -> Job | None:
     if j.held:
         w.reject(p, f"job {j.id} is held")
         return None
-    room = _room(w, p.node)
-    why = room.lacks(j, p) if room is not None else "the node is not up"
-    if why:
-        w.reject(p, f"job {j.id} on {p.node}: {why}")
+    # A gang (-N) is placed on every one of its nodes or on none: each part is checked first.
+    parts = p.parts or ((p.node, p.gpus),)
+    if len(parts) != j.nodes or len({n for n, _ in parts}) != len(parts):
+        w.reject(p, f"job {j.id}: names {len(parts)} distinct node(s) of {[n for n, _ in parts]} for a job of "
+                    f"{j.nodes}")
         return None
-    assert room is not None
-    room.take(j, p)
+    rooms: list[tuple[_Room, tuple[str, ...]]] = []
+    for node, gpus in parts:
+        room = _room(w, node)
+        why = room.lacks(j, gpus) if room is not None else "the node is not up"
+        if why or room is None:
+            w.reject(p, f"job {j.id} on {node}: {why}")
+            return None
+        rooms.append((room, gpus))
+    for room, gpus in rooms:
+        room.take(j, gpus)
     w.touched.add(j.id)
     return tr.admit(j, p, w.now)
 
@@ -147,30 +156,30 @@ class _Room:
         self.cpus = node.cpus - sum(j.cpus for j in holders)
         self.mem = node.mem - sum(j.mem for j in holders)
         self.slots = node.slots - len(holders)
-        held = {u for j in holders for u in j.gpu_uuids}
+        held = {u for j in holders for u in j.gpu_uuids}    # a gang's: all its parts' (UUIDs are unique)
         self.gpus = {g.uuid: g.model for g in node.gpus if g.uuid not in held}
 
-    def lacks(self, j: Job, p: Place) -> str:
-        """Why `p` does not fit, or "" when it does."""
+    def lacks(self, j: Job, gpus: tuple[str, ...]) -> str:
+        """Why the job's part naming `gpus` here does not fit, or "" when it does."""
         if self.slots < 1:
             return "no free slot"
         if self.cpus < j.cpus or self.mem < j.mem:
             return f"needs {j.cpus} CPUs and {j.mem} MB, {self.cpus} and {self.mem} free"
-        if len(p.gpus) != j.gpus or len(set(p.gpus)) != len(p.gpus):
-            return f"names {len(p.gpus)} GPUs for a job of {j.gpus}"
-        busy = [u for u in p.gpus if u not in self.gpus]
+        if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
+            return f"names {len(gpus)} GPUs for a job of {j.gpus}"
+        busy = [u for u in gpus if u not in self.gpus]
         if busy:
             return f"GPU {busy[0]} is not free"
-        wrong = [u for u in p.gpus if j.gpu_type and self.gpus[u] != j.gpu_type]
+        wrong = [u for u in gpus if j.gpu_type and self.gpus[u] != j.gpu_type]
         if wrong:
             return f"GPU {wrong[0]} is a {self.gpus[wrong[0]]}, not a {j.gpu_type}"
         return ""
 
-    def take(self, j: Job, p: Place) -> None:
+    def take(self, j: Job, gpus: tuple[str, ...]) -> None:
         self.cpus -= j.cpus
         self.mem -= j.mem
         self.slots -= 1
-        for u in p.gpus:
+        for u in gpus:
             del self.gpus[u]
 
 
@@ -181,7 +190,8 @@ def _room(w: _Work, name: str) -> _Room | None:
             w.holders = {}
             for r in w.running.values():
                 if r.state in states.ON_NODE:
-                    w.holders.setdefault(r.node, []).append(r)
+                    for part, _ in r.on_nodes:     # a gang holds room on each of its nodes
+                        w.holders.setdefault(part, []).append(r)
         node = next((n for n in w.nodes if n.name == name), None)
         up = node is not None and node_is_up(node, w.now)
         w.rooms[name] = _Room(node, w.holders.get(name, [])) if up and node is not None else None

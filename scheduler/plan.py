@@ -13,6 +13,7 @@ class Place:
     rates: tuple[tuple[str, int], ...]
     cost_rate: int
     borrowed: bool = False     # beyond the account's guarantee: preemptible, reclaimed by lenders
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()   # a gang: (node, GPUs) per part; node/gpus: the first
 
 
 @dataclass(frozen=True, slots=True)
