@@ -177,7 +177,7 @@ _PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
 _WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
            "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
            "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
-           "slurm_env": True}
+           "slurm_env": True, "addr": ""}
 
 
 def load(path: str | None = None) -> Config:
@@ -347,6 +347,7 @@ def _worker(t):
             raise ConfigError("worker.mem", str(e).split(": ", 1)[-1]) from None
     _num("worker.slots", out["slots"], lo=0, integer=True, hi=4096)
     _str("worker.gpu_model", out["gpu_model"])
+    _str("worker.addr", out["addr"])
     _str("worker.spool", out["spool"])
     _str("worker.run_as", out["run_as"], ("submitter", "self"))
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
