@@ -92,7 +92,7 @@ def worker(ctx, verbose, allow_root):
     from labq.worker.agent import Agent
     cfg = ctx.cfg
     if allow_root:
-        cfg = dataclasses.replace(cfg, worker={**cfg.worker, "allow_root": True})
+        cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(allow_root=True))
     url = redis_url(cfg)
     conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
     if cfg.redis_password_file:   # runners get the address only: the role's password comes from the file

@@ -180,7 +180,7 @@ class Bookkeeper:
 
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, user: str, body: dict, now: float) -> Change:
-        admins = self.base.security["admins"]
+        admins = self.base.security.admins
         if user not in admins:
             raise RefusedError(f"only admins ({', '.join(admins)}) may {op.replace('_', ' ')}")
         reply, books, raised = getattr(self, "_" + op)(user, body, now)

@@ -162,7 +162,7 @@ class Committer:
         """Fair-share usage with every attempt that ends in this change added (GPU-equivalent
         seconds, decayed from then on): an attempt counts once, when the record first shows its end."""
         usage = self.usage
-        half = self.cfg.priority["fairshare_half_life"]
+        half = self.cfg.priority.fairshare_half_life
         for j in ended:
             a, old = j.current, self.jobs.get(j.id)
             was = old.current if old is not None else None

@@ -76,7 +76,7 @@ class Inboxes:
         entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
 
         def claim_many(claims):
-            return self.store.claim_credentials(claims, sec["credential_ttl"])
+            return self.store.claim_credentials(claims, sec.credential_ttl)
         return auth.identify_many(entries, sec, now, claim_many)
 
     def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
