@@ -35,6 +35,10 @@ class NodeEvents:
         self.commit(ack=(stream, eid), **write)
         new = (write.get("jobs") or [None])[0]
         if ev.kind == "finished" and new is not None:
+            # Learned once it is written: a redelivered event finds the attempt closed (no result).
+            ended = next((j for j in write["jobs"] if j.id == ev.job), None)
+            if ended is not None:
+                self.estimator.observe_ended(ended)
             self.freed = True
             log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
 

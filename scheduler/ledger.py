@@ -46,9 +46,12 @@ def overhead(unit: str, cfg: Config) -> int:
 
 def planned_seconds(job: Job, cfg: Config) -> float:
     """`safe`: the time limit plus kill_wait, everything an attempt can be billed for (a job that
-    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin)."""
-    if cfg.budget_mode == "forecast" and job.est:
-        return min(job.time_limit, job.est * (1 + cfg.rates.forecast_margin))
+    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin), where est
+    is --est, else (with estimate.forecast = true) the run time learned from the user's ended jobs."""
+    if cfg.budget_mode == "forecast":
+        est = job.est or (job.learned_est if cfg.estimate.forecast else None)
+        if est:
+            return min(job.time_limit, est * (1 + cfg.rates.forecast_margin))
     return job.time_limit + cfg.kill_wait
 
 

@@ -107,6 +107,15 @@ def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
 INTERRUPTED = frozenset({"timeout", "preempted", "node_failure", "cancelled"})
 
 
+def counts_as_preemption(job: Job, outcome: str) -> bool:
+    """Whether an attempt's end counts toward `max_preemptions`: only a preemption the scheduler
+    decided (QoS, reclaim, a budget's on_exhaust = "preempt"), i.e. the attempt ended `preempted`
+    after the preempt control put the job in `PR`. The runner also reports `preempted` for the agent's
+    orderly stop (checkpoint signal, grace, requeue), but that is the node going away, like a node
+    failure: counting it would leave a job unprotected after a few restarts of its node's agent."""
+    return outcome == "preempted" and job.state == states.PREEMPTING
+
+
 def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: dict, message: str, cfg: Config,
            checkpoint: float | None = None):
     start = cur.dispatch_time or end
@@ -131,7 +140,7 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
                   node="", gpu_uuids=(), parts=(), preempted_for=None, preempt_time=None, borrowed=False,
-                  preempt_count=job.preempt_count + (outcome == "preempted"), requeue_requested=False)
+                  preempt_count=job.preempt_count + counts_as_preemption(job, outcome), requeue_requested=False)
     state, detail, more = after_attempt(job, outcome, exit_code, cur.start_time or start, end, last_ckpt, message, cfg)
     if state == states.PENDING:
         new = replace(job, state=state, reason=states.NONE, detail=detail, restart_count=job.restart_count + 1,

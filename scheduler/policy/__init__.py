@@ -15,7 +15,7 @@ from .. import ledger, states
 from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Expire, Pending, Place, Plan, Preempt, Start
-from ..units import fmt_size
+from ..units import fmt_at, fmt_size
 from . import capacity, classes, gang, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
@@ -331,7 +331,7 @@ class _Pass:
         if not self.free.free:
             return states.NODE_DOWN, "no node is up"
         start = self.starts[-1] if self.starts and self.starts[-1].job_id == job.id else None
-        when = f"; expected to start in {start.at - self.now:.0f}s on {start.node}" if start else ""
+        when = f"; expected to start at {fmt_at(start.at)} on {start.node}" if start else ""
         if self.initial.fits_unchanged(job):
             return states.PRIORITY, "higher-priority jobs took the free resources in this pass" + when
         return states.RESOURCES, f"no up node has {_request(job)} free" + when
