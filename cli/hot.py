@@ -109,6 +109,8 @@ def show(c, job_id, as_json=False, **_) -> None:
              f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
              f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
              f"  restarts: {j.restart_count}  exit code: {statview.exit_code(j) or '-'}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+    if j.learned_est:
+        lines.append(f"  estimated run time {fmt_duration(j.learned_est)} ({j.learned_basis})")
     if j.deps:
         lines.append(f"  dependency: {_deps_shown(c, j.deps)}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep
                                                                    else ""))

@@ -59,6 +59,7 @@ def job_dict(j, now: float | None = None) -> dict:
         "dependency": describe_deps(j.deps) or None, "deadline": j.deadline, "retries": j.retries,
         "retries_used": j.retries_used, "eligible_time": j.eligible_time,
         "preempt_count": j.preempt_count, "preempted_for": j.preempted_for, "borrowed": j.borrowed,
+        "estimate": {"seconds": j.learned_est, "basis": j.learned_basis} if j.learned_est else None,
     }
 
 

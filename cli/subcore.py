@@ -292,11 +292,15 @@ def print_test_only(reply, opts):
     for b in reply["budgets"]:
         echo(f"budget {b['budget']}: commits {b['forecast']:.4f} {b['unit']}, "
                    f"available after: {b['available_after']:.4f} {b['unit']}")
+    est = reply.get("estimate")
+    if est:
+        echo(f"estimated run time {units.fmt_duration(est['seconds'])} ({est['basis']})" if est["seconds"]
+             else f"estimated run time: none yet ({est['basis']})")
     echo(f"verdict: {reply['verdict']}")
     start = reply.get("expected_start")
     if start is not None and not reply.get("starts_now"):
         import time
         echo(f"expected start: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start))} "
-                   f"(from running jobs' time limits)")
+                   f"(from running jobs' {reply.get('start_from', 'time limits')})")
     elif start is None and not reply.get("starts_now"):
         echo("expected start: unknown (no reservation could be computed)")

@@ -34,7 +34,7 @@ from .configcheck import (
 )
 from .errors import ConfigError
 from .model import Budget
-from .sections import Alerts, History, Priority, Security, Worker
+from .sections import Alerts, Estimate, History, Priority, Security, Worker
 
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
 QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
@@ -135,6 +135,7 @@ class Config:
     alerts: Alerts = field(default_factory=Alerts)
     history: History = field(default_factory=History)
     security: Security = field(default_factory=Security)
+    estimate: Estimate = field(default_factory=Estimate)
     source: str = "<built-in defaults>"
 
     def __post_init__(self):
@@ -142,7 +143,7 @@ class Config:
         # A section given as a plain dict (`replace(cfg, priority={...})`, written before the
         # sections were typed) becomes its dataclass: readers may use attributes everywhere.
         for name, kind in (("priority", Priority), ("worker", Worker), ("alerts", Alerts), ("history", History),
-                           ("security", Security)):
+                           ("security", Security), ("estimate", Estimate)):
             value = getattr(self, name)
             if not isinstance(value, kind):
                 object.__setattr__(self, name, kind(**value))
@@ -175,8 +176,6 @@ class Config:
         return next((a.name for a in self.accounts if user in a.users), "default")
 
 
-
-
 def load(path: str | None = None) -> Config:
     """The config at `path`, else /etc/labq/labq.toml if present, else defaults ($LABQ_CONFIG is the
     CLI's: --config's envvar; this module reads no environment)."""
@@ -195,7 +194,7 @@ def loads(text: str, source: str = "<string>") -> Config:
 
 def from_dict(data: dict, source: str = "<dict>") -> Config:
     _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "users", "budgets",
-                            "worker", "alerts", "security", "history"})
+                            "worker", "alerts", "security", "history", "estimate"})
     kw: dict = {"source": source}
     kw.update(_redis(_table("redis", data.get("redis", {}))))
     kw.update(_scheduler(_table("scheduler", data.get("scheduler", {}))))
@@ -217,6 +216,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     kw["alerts"] = Alerts(**_alerts(_table("alerts", data.get("alerts", {}))))
     kw["security"] = Security(**_security(_table("security", data.get("security", {}))))
     kw["history"] = History(**history_table(_table("history", data.get("history", {}))))
+    kw["estimate"] = Estimate(**_estimate(_table("estimate", data.get("estimate", {}))))
     cfg = Config(**kw)
     if cfg.qos_named("normal") is None:
         raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")
@@ -258,14 +258,34 @@ def _scheduler(t):
 def _priority(t):
     _check_keys("priority", t, Priority.keys_())
     out = dict(Priority())
-    for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty"):
+    for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty", "short_job_weight"):
         if k in t:
             out[k] = float(_num(f"priority.{k}", t[k], lo=0))
     if "burst_jobs" in t:
         out["burst_jobs"] = _num("priority.burst_jobs", t["burst_jobs"], lo=1, integer=True)
-    for k in ("age_max", "fairshare_half_life", "burst_window"):
+    for k in ("age_max", "fairshare_half_life", "burst_window", "short_job_scale"):
         if k in t:
             out[k] = _dur(f"priority.{k}", t[k])
+    if out["short_job_weight"] > out["age_weight"]:
+        raise ConfigError("priority.short_job_weight", f"must be at most priority.age_weight ({out['age_weight']:g}), "
+                          f"got {out['short_job_weight']:g}: above it a stream of short jobs could starve a long one")
+    return out
+
+
+def _estimate(t):
+    _check_keys("estimate", t, Estimate.keys_())
+    out = dict(Estimate())
+    if "quantile" in t:
+        out["quantile"] = float(_num("estimate.quantile", t["quantile"], lo=0.01, hi=1))
+    for k, lo in (("min_samples", 1), ("window", 1), ("max_keys", 1), ("history", 0)):
+        if k in t:
+            out[k] = _num(f"estimate.{k}", t[k], lo=lo, integer=True, hi=10 ** 7)
+    for k in ("backfill", "forecast"):
+        if k in t:
+            out[k] = _bool(f"estimate.{k}", t[k])
+    if out["window"] < out["min_samples"]:
+        raise ConfigError("estimate.window", f"must be at least estimate.min_samples ({out['min_samples']}), "
+                          f"got {out['window']}")
     return out
 
 
@@ -344,6 +364,7 @@ def _worker(t):
             raise ConfigError("worker.mem", str(e).split(": ", 1)[-1]) from None
     _num("worker.slots", out["slots"], lo=0, integer=True, hi=4096)
     _str("worker.gpu_model", out["gpu_model"])
+    _str("worker.addr", out["addr"])
     _str("worker.spool", out["spool"])
     _str("worker.run_as", out["run_as"], ("submitter", "self"))
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))

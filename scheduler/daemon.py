@@ -21,6 +21,7 @@ from .bookkeeper import Bookkeeper
 from .commit import BIG_COMMIT, Committer, release_memory
 from .config import Config
 from .errors import RefusedError, StalePlanError
+from .estimate import Estimator
 from .events import NodeEvents
 from .handlers import Handlers
 from .hooks import Hooks
@@ -51,6 +52,15 @@ REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a 
 def _sleep_until(deadline: float, stop) -> None:
     while not stop() and time.monotonic() < deadline:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+def learned_from(ended, cfg: Config) -> Estimator:
+    """An estimator that has seen `ended` (the recent ended jobs, oldest end first): their last
+    attempts, where they ended on the job's own terms."""
+    est = Estimator.from_config(cfg)
+    for job in sorted(ended, key=lambda j: (j.end_time or 0, j.id)):
+        est.observe_ended(job)
+    return est
 
 
 class Scheduler(Committer, NodeEvents, Inboxes):
@@ -91,6 +101,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self._refused = ""                 # the last durability refusal logged (each is logged once)
         self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = None                # store/archive.History: what the archiver moved, for reads
+        # Run times learned from ended jobs (estimate.py): stamped on each submit, fed at each attempt end.
+        self.estimator = Estimator.from_config(cfg)
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -216,6 +228,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
             self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
+        self.estimator = learned_from(Reader(self.store.r, self.k).recent_ended(self.cfg.estimate.history), self.cfg)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it

@@ -12,6 +12,7 @@ from .batch import Tally
 from .change import Change
 from .config import Config
 from .errors import RefusedError, UsageError
+from .estimate import Estimator
 from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
 from .model import Job, Node, Snapshot
 from .units import fmt_money
@@ -40,10 +41,22 @@ class State(Protocol):
     tally: Tally
     books: Books
     store: Records
+    estimator: Estimator      # run times learned from ended jobs, stamped on each submit
 
     def next_ids(self, n: int) -> int: ...
     def ended_states(self, extra: Job | None = None) -> tuple: ...
     def snapshot(self, now: float) -> Snapshot: ...
+
+
+def estimate_dict(job: Job, cfg) -> dict:
+    """The learned run time of a job and what it rests on (`--test-only`'s, `show --json`'s shape)."""
+    if job.learned_est:
+        return {"seconds": job.learned_est, "basis": job.learned_basis}
+    return {"seconds": None, "basis": f"fewer than {cfg.estimate.min_samples} runs of user {job.user} have ended"}
+
+
+def start_basis(cfg) -> str:
+    return "learned run times" if cfg.estimate.backfill else "time limits"
 
 
 class Handlers:
@@ -64,7 +77,9 @@ class Handlers:
     # -- submit --------------------------------------------------------------------------------
     def submit(self, user: str, body: dict, now: float) -> Change:
         cfg = self.s.cfg
-        template = job_from_submit(body, user, cfg, now, self.dep_ids)
+        # The learned run time goes into the record (labq show reads it there; backfill, the short-job
+        # priority and the forecast budget mode use it where the config says so).
+        template = self.s.estimator.stamp(job_from_submit(body, user, cfg, now, self.dep_ids))
         indices = array_range(body, cfg.max_array_size)
         throttle = array_throttle(body)
         if throttle and indices is None:
@@ -119,6 +134,7 @@ class Handlers:
         rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
         return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,
                 "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
+                "estimate": estimate_dict(job, self.s.cfg), "start_from": start_basis(self.s.cfg),
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
 

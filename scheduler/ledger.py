@@ -25,7 +25,7 @@ def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = N
         return job.cpus * job.nodes * MICRO
     r = cfg.rates
     price = r.node_price(node.name) if node is not None else 0.0
-    if price:
+    if price and node is not None:
         per_hour = price * dominant_share(job, node)
     else:
         per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour
@@ -46,9 +46,12 @@ def overhead(unit: str, cfg: Config) -> int:
 
 def planned_seconds(job: Job, cfg: Config) -> float:
     """`safe`: the time limit plus kill_wait, everything an attempt can be billed for (a job that
-    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin)."""
-    if cfg.budget_mode == "forecast" and job.est:
-        return min(job.time_limit, job.est * (1 + cfg.rates.forecast_margin))
+    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin), where est
+    is --est, else (with estimate.forecast = true) the run time learned from the user's ended jobs."""
+    if cfg.budget_mode == "forecast":
+        est = job.est or (job.learned_est if cfg.estimate.forecast else None)
+        if est:
+            return min(job.time_limit, est * (1 + cfg.rates.forecast_margin))
     return job.time_limit + cfg.kill_wait
 
 

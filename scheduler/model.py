@@ -81,6 +81,8 @@ class Job:
     nodes: int = 1                        # -N: nodes of a gang; gpus, cpus and mem are then per node
     time_limit: int = 0                   # seconds
     est: int | None = None                # expected runtime, seconds
+    learned_est: int | None = None        # run time learned from ended jobs at submit (estimate.py), seconds
+    learned_basis: str = ""               # what it rests on: "p75 of 17 runs of user alice, name train"
     max_wait: int | None = None           # seconds of queue wait before EX
     out: str = ""
     err: str = ""

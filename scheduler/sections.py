@@ -49,6 +49,21 @@ class Priority(Section):
     burst_jobs: int = 100
     burst_window: float = 600
     burst_penalty: float = 20.0
+    # Short jobs first (policy/priority.py): off at 0; at most age_weight, so aging still wins.
+    short_job_weight: float = 0.0
+    short_job_scale: float = 3600
+
+
+@dataclass(frozen=True, eq=False)
+class Estimate(Section):
+    """[estimate]: run times learned from ended jobs (estimate.py), and where they are used."""
+    quantile: float = 0.75
+    min_samples: int = 3
+    window: int = 32            # runs kept per basis
+    max_keys: int = 100_000     # bases kept (least recently used dropped)
+    history: int = 20_000       # ended jobs relearned at start
+    backfill: bool = False      # backfill plans with them instead of time limits
+    forecast: bool = False      # the forecast budget mode commits them when --est is absent
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +84,7 @@ class Worker(Section):
     idle_gpu_after: float = 1800
     stop_grace: float = 300
     slurm_env: bool = True
+    addr: str = ""               # where a gang's other nodes reach this one ("": the host name's address)
 
 
 @dataclass(frozen=True, eq=False)

@@ -152,7 +152,7 @@ class Simulator:
                   gpus=tj.gpus, gpu_type=tj.gpu_type, cpus=tj.cpus, mem=tj.mem, time_limit=tj.time_limit,
                   submit_time=t)
         if self.hooks:
-            job = replace(job, est=self.hooks.estimate(job, tj, t))
+            job = self.hooks.stamp(job, tj, t)
         why = self._refusal(job)
         if why:
             self.refused.append(Refused(tj, *why))
@@ -219,7 +219,7 @@ class Simulator:
                                        fairshare.weight(job) * (a.end_time - a.dispatch_time), t, self.half_life)
         if new.state == states.PENDING:
             if self.hooks:
-                new = replace(new, est=self.hooks.estimate(new, self.trace[jid - 1], t))
+                new = self.hooks.stamp(new, self.trace[jid - 1], t)
             self.queue.add(new)
         else:
             self._leave(new)
@@ -231,7 +231,7 @@ class Simulator:
         for i in ids:
             job = self.queue.jobs.get(i)
             if job is not None:
-                self.queue.jobs[i] = replace(job, est=self.hooks.estimate(job, self.trace[i - 1], t))
+                self.queue.jobs[i] = self.hooks.stamp(job, self.trace[i - 1], t)
 
     # -- planning ----------------------------------------------------------------------------
     def _inert(self) -> bool:

@@ -210,8 +210,9 @@ class Archiver:
         self.r, self.k, self._archive, self.keep = r, keys, archive, keep
         self.purge_after, self.batch, self.every, self.committed = purge_after, batch, every, committed
         self.next = float("-inf")
-        # A test's hook (tests/e2e/test_archive_kill.py): a directory where the pass announces each
-        # commit to SQLite and then waits, before its Redis deletes, for a kill -9 at that exact point.
+        # A test's hook (tests/e2e/test_archive_kill.py): a directory where, for each step with a file
+        # `pause-STEP` there, the pass announces its SQLite commit (`STEP-committed`) and then waits,
+        # before its Redis deletes, for a kill -9 at that exact point (or a file `go`).
         self.pause_dir = os.environ.get("LABQ_TEST_ARCHIVE_PAUSE", "")
 
     def step(self, now: float) -> tuple[int, int]:
@@ -262,7 +263,7 @@ class Archiver:
 
 
     def _paused(self, step: str) -> None:
-        if not self.pause_dir:
+        if not self.pause_dir or not os.path.exists(os.path.join(self.pause_dir, f"pause-{step}")):
             return
         import time
         with open(os.path.join(self.pause_dir, f"{step}-committed"), "w"):

@@ -102,7 +102,7 @@ def example_keys(data: dict) -> dict[str, set[str]]:
 def test_introspection_finds_every_section():
     acc = accepted_keys()
     assert set(acc) == {"", "redis", "scheduler", "priority", "qos.*", "rates", "accounts.*", "users.*", "budgets[*]",
-                        "worker", "alerts", "security"}
+                        "worker", "alerts", "security", "estimate"}
     assert {"kill_wait", "budget_mode"} <= acc["scheduler"] and "allow_root" in acc["worker"]
     assert {"name", "limit", "unit", "on_exhaust"} <= acc["budgets[*]"]
 
