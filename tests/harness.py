@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config, config as config_mod, states
+from labq.scheduler import config, config as config_mod, policy, states, transitions as tr
 from labq.scheduler.client import Client, current_user
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
@@ -110,6 +110,27 @@ reserve = 0.1
 
 def cfg(text: str = "") -> config_mod.Config:
     return config_mod.loads(text)
+
+
+def forward_until_started(snap: Snapshot, c, until_started: int, limit: float) -> float | None:
+    """Run the cluster forward with every job lasting exactly its time limit; the time job
+    `until_started` starts, or None if it has not by `limit` (backfill's promises, tested)."""
+    jobs = {j.id: j for j in snap.jobs}
+    now = snap.now
+    while now <= limit:
+        p = policy.plan(Snapshot(now, snap.nodes, tuple(jobs.values())), c)
+        for pl in p.places:
+            if pl.job_id == until_started:
+                return now
+            jobs[pl.job_id] = tr.admit(jobs[pl.job_id], pl, now)
+        ends = [j.current.dispatch_time + j.time_limit for j in jobs.values() if j.state in states.ON_NODE]
+        if not ends:
+            return None
+        now = max(now, min(ends))
+        for jid, j in list(jobs.items()):
+            if j.state in states.ON_NODE and j.current.dispatch_time + j.time_limit <= now:
+                jobs.pop(jid)
+    return None
 
 
 def summarize(plan) -> dict:
