@@ -270,6 +270,17 @@ def setup(r, raw, now):
     return s
 
 
+def one_admitted(conns, body=None):
+    """The daemon over `conns` (fixture) with node n1, and alice's job 1 submitted and admitted
+    at once: (r, s, now)."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY if body is None else body, "a")
+    s.tick(now, woke(r))
+    return r, s, now
+
+
 def finish(r, jid, attempt, outcome, code, at):
     AgentStore(r, K).post("finished", jid, attempt, "n1", {"outcome": outcome, "exit_code": code, "end_time": at})
 
