@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -225,6 +226,44 @@ def start_munged(timeout: float = 20.0) -> MungeProc:
             raise RuntimeError("munged did not create its socket")
         time.sleep(0.01)
     return mp
+
+
+class LabqUp:
+    """`labq up` (Redis, scheduler and worker in one process tree) in a fresh state directory under
+    /tmp, with `config_text` (E2E_CONFIG's placeholders filled). `cmd` runs labq against it; on
+    leaving, the process is stopped with SIGINT, `text` holds its log and the directory is removed."""
+
+    def __init__(self, config_text: str, prefix: str = "labq-up-"):
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+        self.env = dict(os.environ, LABQ_STATE_DIR=self.dir, PYTHONPATH=ROOT)
+        cfg = os.path.join(self.dir, "labq.toml")
+        with open(cfg, "w") as f:
+            f.write(config_text.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
+        self.cmd = [sys.executable, "-m", "labq.cli.main", "--config", cfg]
+        self.text = ""
+
+    def __enter__(self):
+        self.log = open(os.path.join(self.dir, "up.log"), "w+")
+        self.proc = subprocess.Popen(self.cmd + ["up"], env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     text=True)
+        try:
+            wait_for(lambda: "labq is up" in open(self.log.name).read(), 60, what="labq up to start")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def run(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(self.cmd + list(args), env=self.env, capture_output=True, text=True, timeout=timeout,
+                              cwd=self.dir)
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        self.log.close()
+        self.text = open(self.log.name).read()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
 
 
 # -- the daemon over a store, the agent played by hand (fixture: conns, in conftest.py) -----------
