@@ -233,18 +233,20 @@ class LabqUp:
     /tmp, with `config_text` (E2E_CONFIG's placeholders filled). `cmd` runs labq against it; on
     leaving, the process is stopped with SIGINT, `text` holds its log and the directory is removed."""
 
-    def __init__(self, config_text: str, prefix: str = "labq-up-"):
+    def __init__(self, config_text: str, prefix: str = "labq-up-", up=("up",)):
         self.dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
         self.env = dict(os.environ, LABQ_STATE_DIR=self.dir, PYTHONPATH=ROOT)
+        self.env.pop("JOURNAL_STREAM", None)     # labq up's own log lines, not journald's
+        self.up = list(up)
         cfg = os.path.join(self.dir, "labq.toml")
         with open(cfg, "w") as f:
             f.write(config_text.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
-        self.cmd = [sys.executable, "-m", "labq.cli.main", "--config", cfg]
+        self.cmd = [sys.executable, "-m", "labq", "--config", cfg]
         self.text = ""
 
     def __enter__(self):
         self.log = open(os.path.join(self.dir, "up.log"), "w+")
-        self.proc = subprocess.Popen(self.cmd + ["up"], env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(self.cmd + self.up, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
                                      text=True)
         try:
             wait_for(lambda: "labq is up" in open(self.log.name).read(), 60, what="labq up to start")
