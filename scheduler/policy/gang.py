@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .. import states
 from ..plan import Preempt, Start
-from ..units import fmt_size
+from ..units import fmt_at, fmt_size
 from . import capacity, preempt
 from .backfill import Alloc, Timelines, _limit
 
@@ -201,7 +201,7 @@ def _no_room(p, job):
     if not p.free.free:
         return states.NODE_DOWN, "no node is up"
     start = p.starts[-1] if p.starts and p.starts[-1].job_id == job.id else None
-    when = f"; expected to start in {start.at - p.now:.0f}s on {start.node}" if start else ""
+    when = f"; expected to start at {fmt_at(start.at)} on {start.node}" if start else ""
     if sum(1 for f in p.initial.free.values() if f.fits(job)) >= job.nodes:
         return states.PRIORITY, "higher-priority jobs took the free resources in this pass" + when
     gpu = f"{job.gpus}x{job.gpu_type or 'GPU'}, " if job.gpus else ""

@@ -179,6 +179,17 @@ class Archive:
         q, args = acctrows.select(since, until, user, account, columns=columns)
         return list(map(acctrows.AcctJob._make, self.db.execute(q, args)))
 
+    def acct_iter(self, since: float, until: float):
+        """The acct rows (tuples in acctrows.NAMES order) that ended in [since, until], oldest
+        first, read as they are written out (`labq admin export` over years of jobs)."""
+        if self._version() < 2:
+            old = self.ended(since, until)
+            cost = self.committed(old)
+            yield from (acctrows.row(j, cost.get(j.id, 0)) for j in old)
+            return
+        q, args = acctrows.select(since, until)
+        yield from self.db.execute(q, args)
+
     def ledger(self) -> list[tuple[str, dict]]:
         return [(sid, json.loads(f)) for sid, f in self.db.execute("SELECT stream_id, fields FROM ledger ORDER BY seq")]
 
@@ -210,8 +221,9 @@ class Archiver:
         self.r, self.k, self._archive, self.keep = r, keys, archive, keep
         self.purge_after, self.batch, self.every, self.committed = purge_after, batch, every, committed
         self.next = float("-inf")
-        # A test's hook (tests/e2e/test_archive_kill.py): a directory where the pass announces each
-        # commit to SQLite and then waits, before its Redis deletes, for a kill -9 at that exact point.
+        # A test's hook (tests/e2e/test_archive_kill.py): a directory where, for each step with a file
+        # `pause-STEP` there, the pass announces its SQLite commit (`STEP-committed`) and then waits,
+        # before its Redis deletes, for a kill -9 at that exact point (or a file `go`).
         self.pause_dir = os.environ.get("LABQ_TEST_ARCHIVE_PAUSE", "")
 
     def step(self, now: float) -> tuple[int, int]:
@@ -262,7 +274,7 @@ class Archiver:
 
 
     def _paused(self, step: str) -> None:
-        if not self.pause_dir:
+        if not self.pause_dir or not os.path.exists(os.path.join(self.pause_dir, f"pause-{step}")):
             return
         import time
         with open(os.path.join(self.pause_dir, f"{step}-committed"), "w"):
