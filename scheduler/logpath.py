@@ -6,6 +6,7 @@ import re
 from .model import Job
 
 DEFAULT_OUT = "labq-%j.out"
+PATTERN = r"%([jAaxur%])"
 
 
 def expand(job: Job, pattern: str) -> str:
@@ -19,7 +20,7 @@ def expand(job: Job, pattern: str) -> str:
         "r": str(job.restart_count),
         "%": "%",
     }
-    path = re.sub(r"%([jAaxur%])", lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
+    path = re.sub(PATTERN, lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
     return path if os.path.isabs(path) else os.path.join(job.workdir, path)
 
 
