@@ -6,6 +6,7 @@ the plan in one fenced transaction (which also pushes each admitted attempt onto
 list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
 nothing (the request or event is redelivered) or has already written everything.
 """
+import collections
 import gc
 import logging
 import os
@@ -42,6 +43,7 @@ def tune_gc() -> None:
 
 
 MAX_REQUESTS_PER_TICK = 20_000
+READ_COUNT = 500            # entries per stream per read (SchedulerStore.read_group's count)
 REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 
 
@@ -70,6 +72,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
+        self.last_reasons = float("-inf")  # when a pass last wrote every pending job's new reason
         self.freed = False                 # an attempt ended since the last plan (room to refill)
         self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
         self.handlers = Handlers(self)
@@ -123,8 +126,10 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 # Admission times must not precede the ends just processed in this tick (a GPU is
                 # held until then), so the plan reads the clock afresh.
                 began = time.monotonic()
-                self._schedule(max(now, self.clock()))
+                reasons = now - self.last_reasons >= self.cfg.tick
+                self._schedule(max(now, self.clock()), reasons)
                 self.last_plan, self.freed = now, False
+                self.last_reasons = now if reasons else self.last_reasons
                 self.plan_done = time.monotonic()
                 self.plan_cost = self.plan_done - began
             if self.durable is not None:
@@ -237,8 +242,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
-            requests = self.store.read_group(streams, pending)
-            events = self.store.read_group(self._node_streams(), pending)
+            requests = self.store.read_group(streams, pending, READ_COUNT)
+            events = self.store.read_group(self._node_streams(), pending, READ_COUNT)
             if not requests and not events:
                 break
             self.batch, self.answered = Batch(usage=self.usage), {}
@@ -257,6 +262,10 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             finally:
                 self.flush()
             done += len(requests)
+            if not pending and not _maybe_more(requests) and not _maybe_more(events):
+                # Drained when read: whatever came since pushed a wake-up, which the loop's next
+                # wait returns at once. Reading again to find nothing was two round trips a tick.
+                break
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
@@ -291,7 +300,12 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
         return tuple(sorted(self.ended.items()))
 
-    def _schedule(self, now: float) -> None:
+    def _schedule(self, now: float, reasons: bool = True) -> None:
+        """One plan pass, committed. Without `reasons` (a pass that refills room freed within the
+        tick) a waiting job's flip between Resources and Priority is not written: whether the pass
+        placed anything decides which of the two every pending job gets, and writing them all at
+        each job's end was most of the scheduler's work per trivial job (issue 12). The next pass
+        with `reasons`, at most a tick later, writes them."""
         started = time.monotonic()
         p = policy.plan(self.snapshot(now), self.cfg)
         if self.metrics:
@@ -311,7 +325,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         pended = []
         for pd in p.pending:
             j = self.jobs[pd.job_id]
-            if (j.reason, j.detail, j.earmark, j.earmark_gpus) != (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
+            if (j.reason, j.detail, j.earmark, j.earmark_gpus) != (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus) \
+                    and (reasons or not _flip(j, pd)):
                 pended.append(tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus))
         if changed or len(pended) <= REASON_CHUNK:
             self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=dispatch,
@@ -325,3 +340,14 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 release_memory()
         for j in dispatch:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")
+
+
+def _flip(j, pd) -> bool:
+    """Only the Resources/Priority flip of a job already waiting for room (see _schedule)."""
+    return {j.reason, pd.reason} <= {states.RESOURCES, states.PRIORITY} and not (j.earmark or pd.earmark)
+
+
+def _maybe_more(entries) -> bool:
+    """Whether a read_group stopped at its count on some stream (more may be waiting there)."""
+    per = collections.Counter(stream for stream, _, _ in entries)
+    return bool(per) and max(per.values()) >= READ_COUNT

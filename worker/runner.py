@@ -210,7 +210,7 @@ class Run(Ending):
 
     def _spawn(self, cmd, env, ident, out_fd: int, err_fd: int) -> None:
         """The job is born in its cgroup: the forked child writes itself into cgroup.procs before
-        exec (spawn.spawn), so this runner never moves."""
+        it execs the job (spawn.spawn), so this runner never moves."""
         procs = os.path.join(self.cg.path, "cgroup.procs") if self.cg is not None else ""
         try:
             self.proc = spawn.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,

@@ -16,6 +16,9 @@ from .launch import Identity, StartError
 # Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
 # job start in a directory its user may not enter (tech-notes §4.1).
 WRAPPER = 'cd -- "$1" || exit 126; shift; exec "$@"'
+# Into the job's cgroup (still root, nothing forked yet), then the rest of argv; the job never
+# runs outside it: a failed write ends the attempt with 126 and says why in the job's log.
+ENTER = 'echo $$ > "$0" || { echo "labq: cannot enter the job\'s cgroup ($0)" >&2; exit 126; }; exec "$@"'
 # Dispositions set to SIG_IGN survive exec; the RQ horse ignores SIGINT, a job must not.
 _RESET = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -96,22 +99,28 @@ def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int,
           umask: int = 0o022, cgroup_procs: str = "") -> subprocess.Popen:
     """Start the command in a new session (its own process group, no controlling terminal), with
     the submitter's umask, in the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the
-    job's user, dying with us. Without a cgroup to enter, and with setpriv: no Python in the
-    child (subprocess switches the user; setpriv arms the parent-death signal, then execs)."""
+    job's user, dying with us. With setpriv no Python runs in the child: a shell writes itself
+    into the cgroup (as root, before anything could fork), setpriv switches to the user and
+    arms the parent-death signal, then the command is exec'd."""
     kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
               close_fds=True, umask=umask)
-    helper = "" if cgroup_procs else setpriv()
-    if helper and not ident.drop:
-        _check_executable(cmd[0], env, workdir)     # setpriv's exec fails after the fork, not here
+    helper = setpriv()
     if helper:
+        head = [helper, "--pdeathsig", "KILL"]
         if ident.drop:
-            kw.update(user=ident.pw.pw_uid, group=ident.pw.pw_gid, extra_groups=ident.groups)
-        head = [helper, "--pdeathsig", "KILL", "--"]
+            groups = ",".join(map(str, ident.groups))
+            head += [f"--reuid={ident.pw.pw_uid}", f"--regid={ident.pw.pw_gid}",
+                     f"--groups={groups}" if groups else "--clear-groups"]
+        else:
+            _check_executable(cmd[0], env, workdir)     # the exec fails after the fork, not here
+        head.append("--")
+        if cgroup_procs:
+            head = ["/bin/sh", "-c", ENTER, cgroup_procs, *head]
     else:
         kw["preexec_fn"] = _child_setup(ident, cgroup_procs)
         head = []
     if ident.drop:
-        argv = [*head, "/bin/bash", "-c", WRAPPER, "labq-job", workdir, *cmd]
+        argv = [*head, "/bin/sh", "-c", WRAPPER, "labq-job", workdir, *cmd]
         kw["cwd"] = "/"
     else:
         argv = [*head, *cmd]

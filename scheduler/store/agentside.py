@@ -99,7 +99,10 @@ class AgentStore:
         p = self.r.pipeline(transaction=False)
         p.hset(self.k.attempt(jid, attempt), mapping={"hb": time.time(), "pid": pid, "start": start})
         p.pttl(self.k.node_lease(node))
-        self._event(p, "started", jid, attempt, node, {"pid": pid, "start_time": start})
+        # No wake-up: nothing waits on a start (the attempt is R since its admission; billing
+        # takes the start from the event's body), so the scheduler reads it with the next event
+        # or tick instead of spending a tick and a plan pass on it alone.
+        self._event(p, "started", jid, attempt, node, {"pid": pid, "start_time": start}, wake=False)
         return int(p.execute()[1])
 
     def claimed_by(self, jid: int, attempt: int) -> str | None:
@@ -141,11 +144,12 @@ class AgentStore:
         p.lrem(self.k.dispatch_slot(slot.node, slot.index), 1, slot.entry)
         self._runner_state(p, slot.node, slot.index, slot.idle)
 
-    def _event(self, p, kind: str, jid: int, attempt: int, node: str, body: dict) -> None:
+    def _event(self, p, kind: str, jid: int, attempt: int, node: str, body: dict, wake: bool = True) -> None:
         p.xadd(self.k.node_events(node), {"kind": kind, "job": jid, "attempt": attempt, "node": node,
                                           "body": json.dumps(body, separators=(",", ":"))},
                maxlen=100_000, approximate=True)
-        p.lpush(self.k.wake, "events")
+        if wake:
+            p.lpush(self.k.wake, "events")
 
     # -- the node's dispatch list ----------------------------------------------------------------
     def take(self, node: str, slot: int, timeout: float) -> str | None:
