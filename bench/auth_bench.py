@@ -27,14 +27,13 @@ from labq.scheduler.store.keys import Keys  # noqa: E402
 from tests.harness import start_munged, start_redis  # noqa: E402
 
 BODY = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "mem": 1 << 20, "time_limit": 600,
-        "account": "parked"}
+        "account": "parked", "hold": True}
 CFG = """
 [scheduler]
 max_pending = 1000000
 max_pending_per_user = 1000000
 [accounts.parked]
 users = ["root"]
-max_running = 0
 [security]
 auth = "{auth}"
 munge_socket = "{sock}"

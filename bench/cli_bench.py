@@ -42,7 +42,7 @@ def run_with_stack(bs, quick: bool) -> list[Row]:
     rows = []
     for key, label, args in (("subtest.wall", "`labq sub --test-only -- true` wall",
                               ("sub", "--test-only", "-A", "bench", "--", "true")),
-                             ("sub.wall", "`labq sub -- true` wall", ("sub", "-A", "parked", "--", "true"))):
+                             ("sub.wall", "`labq sub -- true` wall", ("sub", "-A", "parked", "-H", "--", "true"))):
         med, ts = _wall(bs.labq_argv(*args), env, bs.work, n)
         rows.append(Row(label, med, "ms", 150, note=f"median of {n}, min {min(ts):.0f} ms", key=key))
     queued = len(bs.client.read.active())

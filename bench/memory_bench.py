@@ -1,7 +1,7 @@
 """Scheduler memory and Redis bytes per job with 100,000 pending.
 
 A fresh private stack (its own redis-server, scheduler and worker, `max_pending = 200000`) gets one
-array submit of 100,000 tasks charged to the account `parked` (max_running = 0), so every task stays
+array submit of 100,000 tasks charged to the account `parked`, held, so every task stays
 pending. The scheduler's figure is its process's VmRSS (from /proc/PID/status) once the submit has
 been answered and the scheduler has planned the full queue again (one tick later); VmHWM, its peak,
 is in the note. Redis's figure is the growth of `INFO memory` used_memory over the same interval,

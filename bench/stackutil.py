@@ -20,9 +20,10 @@ max_pending = {max_pending}
 max_pending_per_user = {max_pending}
 [accounts.bench]
 users = ["{user}"]
-# Jobs charged here stay pending (AccountJobLimit): submission is measured without running them.
+# Jobs charged here are submitted held (BenchStack.body): submission is measured without running them.
+# (max_running = 0 would make them unrunnable, and submit refuses what could never run.)
 [accounts.parked]
-max_running = 0
+users = ["{user}"]
 [worker]
 name = "bench-node"
 gpus = 0
@@ -108,6 +109,8 @@ class BenchStack:
         from labq.cli.submit import build_body
         opts = {"account": "bench", "chdir": self.work, "time_": "10m"}
         opts.update(kw)
+        if opts["account"] == "parked":
+            opts["hold"] = True
         return build_body(opts, list(argv), None)
 
     def submit(self, argv, **kw) -> dict:

@@ -1,6 +1,6 @@
 """API submission rate and a 10,000-task array.
 
-The jobs go to the account `parked` (max_running = 0), so they stay pending and the worker stays
+The jobs go to the account `parked`, held, so they stay pending and the worker stays
 idle: what is timed is the request path (client → inbox → scheduler → reply), not job execution.
 A diagnostic run of the loop with Redis's appendfsync at everysec (the stack uses always) shows what
 the fsync of each request costs.

@@ -28,6 +28,9 @@ def stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=Non
     else:
         rows, names = c.read.stat_rows()
         nodes = c.read.nodes(names)
+        if rows is not None and (expand or job_ids):
+            from labq.scheduler.store.statrows import unfold
+            rows = unfold(rows)     # shown task by task, or picked by task id
         jobs = rows if rows is not None else c.read.active()   # rows not (yet) kept for every active job
     shown = [j for j in statview.select(jobs, user, account, wanted) if picked(j)]
     if as_json:
@@ -106,6 +109,8 @@ def show(c, job_id, as_json=False, **_) -> None:
              f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
              f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
              f"  restarts: {j.restart_count}  exit code: {statview.exit_code(j) or '-'}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+    if j.learned_est:
+        lines.append(f"  estimated run time {fmt_duration(j.learned_est)} ({j.learned_basis})")
     if j.deps:
         lines.append(f"  dependency: {_deps_shown(c, j.deps)}" + (" (--kill-on-invalid-dep)" if j.kill_on_invalid_dep
                                                                    else ""))

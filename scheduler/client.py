@@ -56,7 +56,7 @@ class Client(ClientBase):
     def fairshare(self, now: float, jobs) -> dict[str, float]:
         """Each account's decayed usage now, running jobs included (`labq prio`)."""
         running = [j for j in jobs if j.state in states.ON_NODE]
-        return fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
+        return fairshare.current(self.read.usage(), running, now, self.cfg.priority.fairshare_half_life)
 
     def effective_config(self, now: float):
         """The config the scheduler plans with now: budgets with `budget set` limits and overrides."""

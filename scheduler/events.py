@@ -23,9 +23,9 @@ class NodeEvents:
         return [self.k.events, *sorted(self.event_streams)]
 
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
-        # The tick's `now` was read before this event arrived; billing caps an attempt's end at
-        # `now`, so read the clock again or an end could fall before the runner's own start.
-        now = self.now = max(now, self.clock())
+        # `now` is the tick's only clock. An end the node reports after it (the event came in during
+        # the tick) is billed up to `now` (transitions.finished), and this tick's plan may give
+        # the freed room to another job from `now` on: the allocation is billed to one job at a time.
         try:
             ev = intake.event(f, self.cfg.max_request_bytes)
         except LabqError as e:
@@ -35,6 +35,10 @@ class NodeEvents:
         self.commit(ack=(stream, eid), **write)
         new = (write.get("jobs") or [None])[0]
         if ev.kind == "finished" and new is not None:
+            # Learned once it is written: a redelivered event finds the attempt closed (no result).
+            ended = next((j for j in write["jobs"] if j.id == ev.job), None)
+            if ended is not None:
+                self.estimator.observe_ended(ended)
             self.freed = True
             log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
 

@@ -6,8 +6,9 @@ import logging
 
 from . import auth, intake
 from .batch import Batch
+from .change import Change
 from .errors import LabqError, RefusedError, StalePlanError
-from .handlers import BUDGET_OPS, Change
+from .handlers import BUDGET_OPS
 from .store.conn import ERRORS as REDIS_ERRORS
 
 log = logging.getLogger("labq.scheduler")
@@ -75,7 +76,7 @@ class Inboxes:
         entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
 
         def claim_many(claims):
-            return self.store.claim_credentials(claims, sec["credential_ttl"])
+            return self.store.claim_credentials(claims, sec.credential_ttl)
         return auth.identify_many(entries, sec, now, claim_many)
 
     def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
@@ -104,6 +105,9 @@ class Inboxes:
             req = intake.request(fields, eid, self.cfg.max_request_bytes)
         except LabqError as e:
             return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
+        # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
+        # for this answer is a matter of real time (a long tick may read a request after the
+        # client gave up and told its user nothing was done), not of the tick's `now`.
         late = max(now, self.clock()) - (req.expires or float("inf"))
         if late > 0:   # the client has given up and told its user nothing was done: keep it so
             return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "

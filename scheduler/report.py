@@ -169,6 +169,13 @@ def committed_cost(j, gpu_model: str, cfg) -> int:
     return ledger.forecast(j, "usd", gpu_model, cfg)
 
 
+def committed_by_job(jobs, models: dict, cfg) -> dict[int, int]:
+    """job id -> what admission encumbered for all its attempts (`acct`'s COMMITTED); `models`:
+    GPU uuid -> model, as the nodes report them."""
+    return {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", cfg)
+                      for a in j.attempts) for j in jobs}
+
+
 # -- forecast accuracy -----------------------------------------------------------------------
 def percentile(values, p: float) -> float:
     """Nearest-rank percentile of a non-empty list."""

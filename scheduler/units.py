@@ -128,6 +128,14 @@ def fmt_duration(seconds) -> str:
     return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
 
 
+def fmt_at(t: float) -> str:
+    """An instant as UTC clock text. A stored message says "expected to start at 2026-12-03
+    04:10:00 UTC", not "in 88s": relative text is stale when read and changes at every plan pass,
+    and each change rewrites the job's record (issue 13: a pass that changes nothing writes nothing)."""
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(round(t), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def fmt_size(n: int) -> str:
     for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= scale:

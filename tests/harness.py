@@ -63,10 +63,26 @@ class ClusterBuilder:
         self.job(gpus=gpus, cpus=cpus, mem=mem, **kw)
         j = self.jobs.pop()
         n = next(n for n in self.nodes if n.name == node)
-        held = {u for r in self.jobs if r.node == node for u in r.gpu_uuids}
-        free = [g.uuid for g in n.gpus if g.uuid not in held][:gpus]
+        free = self.free_gpus(n, gpus)
         a = Attempt(1, node, tuple(free), start_time=self.now - started_ago, dispatch_time=self.now - started_ago)
         self.jobs.append(replace(j, state=states.RUNNING, node=node, gpu_uuids=tuple(free), attempts=(a,),
+                                 start_time=self.now - started_ago, commit=tuple(commit), rates=tuple(rates)))
+        return self
+
+    def free_gpus(self, n, gpus: int) -> list[str]:
+        held = {u for r in self.jobs if r.state in states.ON_NODE for _, us in r.on_nodes for u in us}
+        return [g.uuid for g in n.gpus if g.uuid not in held][:gpus]
+
+    def running_gang(self, nodes, gpus=0, cpus=1, mem=0, started_ago=60.0, commit=(), rates=(), **kw):
+        """A multi-node job (-N len(nodes)) already on `nodes`, its shape on each, first free GPUs."""
+        self.job(gpus=gpus, cpus=cpus, mem=mem, nodes=len(nodes), **kw)
+        j = self.jobs.pop()
+        parts = tuple((name, tuple(self.free_gpus(next(n for n in self.nodes if n.name == name), gpus)))
+                      for name in nodes)
+        every = tuple(u for _, us in parts for u in us)
+        a = Attempt(1, nodes[0], every, start_time=self.now - started_ago, dispatch_time=self.now - started_ago,
+                    parts=parts)
+        self.jobs.append(replace(j, state=states.RUNNING, node=nodes[0], gpu_uuids=every, parts=parts, attempts=(a,),
                                  start_time=self.now - started_ago, commit=tuple(commit), rates=tuple(rates)))
         return self
 
@@ -345,9 +361,22 @@ run_as = "self"
 """
 
 
+def two_labs(head: str, guarantee: int, borrow_limit: int, slots: int) -> str:
+    """An E2E config for contention (tests/e2e/test_e2e_contention.py, bench/soak.py): `head` (the
+    [scheduler], [qos.*], [rates] tables), then lab-a and lab-b, each guaranteed `guarantee` GPUs and
+    allowed to borrow `borrow_limit` more, on one node of 8 GPUs with `slots` runners."""
+    labs = "".join(f"[accounts.{a}]\nusers = []\nguarantee = {guarantee}\nborrow_limit = {borrow_limit}\n"
+                   for a in ("lab-a", "lab-b"))
+    return (head.rstrip("\n") + "\n" + labs + "[worker]\nname = \"e2e-node\"\ngpus = 8\ncpus = 16\nmem = \"32G\"\n"
+            f"slots = {slots}\nspool = \"{{spool}}\"\nrun_as = \"self\"\n")
+
+
 class E2E:
-    def __init__(self, text: str = E2E_CONFIG):
-        self.dir = tempfile.mkdtemp(prefix="labq-e2e-", dir="/tmp")
+    """redis-server, `labq scheduler` and `labq worker` in a temporary directory, the config `text`
+    formatted with {user} and {spool}; up once the node has registered."""
+
+    def __init__(self, text: str = E2E_CONFIG, prefix: str = "labq-e2e-"):
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
         self.work = os.path.join(self.dir, "work")
         os.makedirs(self.work)
         self.cfg_path = os.path.join(self.dir, "labq.toml")
@@ -358,14 +387,18 @@ class E2E:
         self.stack = Stack(self.dir, self.cfg_path, log=self.log)
         self.stack.start_all()
         self.client = Client(self.cfg, url=self.stack.url)
-        wait_for(lambda: [n for n in self.client.nodes() if n.state == "up"], 60, what="the worker to register")
+        self.wait_up()
+
+    def wait_up(self, timeout: float = 120) -> None:
+        wait_for(lambda: [n for n in self.client.nodes() if n.state == "up"], timeout, 0.1,
+                 what=f"the worker to register (see {self.log.name})")
 
     def labq(self, *args, stdin=None):
         return subprocess.run(self.stack.command(*args), env=self.stack.env(), cwd=self.work, input=stdin,
                               capture_output=True, text=True, timeout=120)
 
-    def sub(self, *args) -> int:
-        p = self.labq("sub", "--parsable", "-A", "eta", *args)
+    def sub(self, *args, account: str = "eta") -> int:
+        p = self.labq("sub", "--parsable", "-A", account, *args)
         assert p.returncode == 0, p.stderr
         return int(p.stdout.strip().split("_")[0])
 

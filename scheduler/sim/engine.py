@@ -69,8 +69,9 @@ def prepare_nodes(nodes) -> tuple[Node, ...]:
 
 class Simulator:
     def __init__(self, trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
-                 template: dict | None = None, queue_limits: bool = False):
+                 template: dict | None = None, queue_limits: bool = False, hooks=None):
         self.trace, self.cfg, self.skip, self.progress = trace, cfg, skip, progress
+        self.hooks = hooks         # policies.Hooks: expected runtimes, told of every end (None: none)
         # The daemon's max_pending bounds protect a live scheduler; a trace's own scheduler had
         # none of them, so a replay applies them only when asked (--enforce-queue-limits).
         self.queue_limits = queue_limits
@@ -150,6 +151,8 @@ class Simulator:
         job = Job(**{**self.template, "account": account}, id=i + 1, name=tj.name, user=tj.user, qos=tj.qos,
                   gpus=tj.gpus, gpu_type=tj.gpu_type, cpus=tj.cpus, mem=tj.mem, time_limit=tj.time_limit,
                   submit_time=t)
+        if self.hooks:
+            job = self.hooks.stamp(job, tj, t)
         why = self._refusal(job)
         if why:
             self.refused.append(Refused(tj, *why))
@@ -215,9 +218,20 @@ class Simulator:
             self.usage = fairshare.add(self.usage, job.account,
                                        fairshare.weight(job) * (a.end_time - a.dispatch_time), t, self.half_life)
         if new.state == states.PENDING:
+            if self.hooks:
+                new = self.hooks.stamp(new, self.trace[jid - 1], t)
             self.queue.add(new)
         else:
             self._leave(new)
+        if self.hooks:
+            self._reestimate(t, self.hooks.on_end(new, self.trace[jid - 1], t) or ())
+
+    def _reestimate(self, t: float, ids) -> None:
+        """Ask the hooks again for these pending jobs' expected runtimes (learned from what ended)."""
+        for i in ids:
+            job = self.queue.jobs.get(i)
+            if job is not None:
+                self.queue.jobs[i] = self.hooks.stamp(job, self.trace[i - 1], t)
 
     # -- planning ----------------------------------------------------------------------------
     def _inert(self) -> bool:
@@ -341,8 +355,9 @@ class Simulator:
 
 
 def simulate(trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
-             template: dict | None = None, queue_limits: bool = False) -> Result:
+             template: dict | None = None, queue_limits: bool = False, hooks=None) -> Result:
     """Replay `trace` on `nodes` under `cfg`. `template`: Job fields every job gets (budget, project,
     account). `skip=False` calls plan() at every instant with the whole queue (the reference).
-    `queue_limits`: refuse submits beyond scheduler.max_pending(_per_user), as the daemon does."""
-    return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits).run()
+    `queue_limits`: refuse submits beyond scheduler.max_pending(_per_user), as the daemon does.
+    `hooks`: a policies.Hooks (expected runtimes), or None."""
+    return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits, hooks).run()

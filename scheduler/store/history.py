@@ -58,6 +58,10 @@ class History:
         db = self._open()
         return db.ended(since, until) if db else []
 
+    def acct(self, since: float, until: float, user=None, account=None, columns=None) -> list:
+        db = self._open()
+        return db.acct(since, until, user, account, columns) if db else []
+
     def ledger(self) -> list[tuple[str, dict]]:
         db = self._open()
         return db.ledger() if db else []

@@ -121,3 +121,75 @@ def test_history_that_cannot_be_read_is_an_error_not_an_empty_answer(tmp_path):
     finally:
         import shutil
         shutil.rmtree(d, ignore_errors=True)
+
+
+# -- acct and report read compact rows (store/acctrows.py), not the records --------------------------
+ACCT_QUERIES = [("acct", "-S", "2027-01-01"), ("acct", "-S", "2027-01-01", "-o", "csv"),
+                ("acct", "-S", "2027-01-01", "-P", "--format=JobID,JobName,User,State,ExitCode,Elapsed,AllocCPUS,"
+                 "ReqMem,Timelimit,Restarts,NodeList,Cost,Committed"),
+                ("acct", "-S", "2027-01-01", "-u", "alice", "-A", "eta", "-s", "CD"),
+                ("report", "--by", "account,user,status,gpu_type,node,tag:x", "--format", "json"),
+                ("report", "--forecast-accuracy", "--json")]
+
+
+def _cli(rp, cfg_path, *args):
+    import os
+    import subprocess
+    import sys
+
+    from tests.harness import ROOT
+    env = {**os.environ, "LABQ_REDIS_URL": rp.url, "PYTHONPATH": ROOT}
+    p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", str(cfg_path), *args], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (args, p.stderr)
+    return p.stdout
+
+
+def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server, tmp_path):
+    """Every acct/report form gives the same text before and after archiving; after it, the records
+    are made unreadable in SQLite and the answers still do not change: rows, not records, are read."""
+    import redis
+
+    from labq.scheduler.store.archive import committed_fn
+    from tests.harness import CFG, SWEEP_TOML
+    r = redis_server.client()
+    r.flushall()
+    _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
+    path = tmp_path / "history.db"
+    cfg_path = tmp_path / "labq.toml"
+    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "sqlite://{path}"\n')
+    before = [_cli(redis_server, cfg_path, *q) for q in ACCT_QUERIES]
+    assert "6 jobs" in before[0] and before[4].count('"jobs"') >= 2, before
+    Archiver(r, K, Archive(str(path), committed=committed_fn(r, K, CFG)), keep=0).step(T0 + 500)
+    assert r.zcard(K.history) == 0, "everything archived"
+    sqlite3.connect(path).execute("UPDATE jobs SET record = 'not a record'").connection.commit()
+    after = [_cli(redis_server, cfg_path, *q) for q in ACCT_QUERIES]
+    for q, b, a in zip(ACCT_QUERIES, before, after):
+        assert a == b, q
+
+
+def _schema_1(path):
+    """Turn an archive into what labq wrote before the acct rows (schema 1)."""
+    db = sqlite3.connect(path)
+    db.executescript("DROP TABLE acct; UPDATE meta SET value = '1' WHERE key = 'schema';")
+    db.close()
+
+
+def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns, tmp_path):
+    r, raw = conns
+    _workload(r, raw)
+    path = str(tmp_path / "history.db")
+    Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
+    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+            for j in Archive(path, readonly=True).acct(0, float("inf"))]
+    assert len(want) == 6 and all(w[3] > 0 for w in want if w[2] == "CD")
+    _schema_1(path)
+    old = Archive(path, readonly=True)             # a reader before the scheduler migrated it: the records
+    assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
+    assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
+    Archive(path).close()                          # the scheduler's open migrates it
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
+    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+           for j in Archive(path, readonly=True).acct(0, float("inf"))]
+    assert got == want

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler import policy, states, transitions as tr
 from labq.scheduler.model import Snapshot
 from labq.scheduler.policy import priority
+from labq.scheduler.units import fmt_at
 from tests.harness import ClusterBuilder, G, cfg, summarize
 
 HOUR = 3600
@@ -172,7 +173,8 @@ def test_backfill_reserves_the_top_job_and_starts_only_what_does_not_delay_it():
     assert s["pending"] == {2: states.RESOURCES, 4: states.RESERVATION}
     [start] = p.starts
     assert (start.job_id, start.node) == (2, "n") and start.at == _blocked_top().now + HOUR
-    assert "expected to start in 3600s on n" in next(x.detail for x in p.pending if x.job_id == 2)
+    # an instant, not "in 3600s": the text stays the same from pass to pass (issue 13)
+    assert f"expected to start at {fmt_at(start.at)} on n" in next(x.detail for x in p.pending if x.job_id == 2)
 
 
 def test_backfill_off_is_strict_priority_order():
