@@ -119,15 +119,16 @@ class Committer:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:
                 writes.put_control(p, self.k, jid, value)
-                node = getattr(b.jobs.get(jid) or self.jobs.get(jid), "node", "")
-                if node:    # wakes the runner's blocking read; the control key stays the truth
+                # wakes the runner's blocking read (each part's, for a gang); the control key stays the truth
+                for node in dispatchq.control_nodes(b.jobs.get(jid) or self.jobs.get(jid), value):
                     dispatchq.wake_runner(p, self.k, node, jid, value)
             for a in b.alerts:
                 writes.add_alert(p, self.k, a)
             for books in b.books:
                 writes.put_books(p, self.k, books, now)
-            for j in b.dispatch:
-                dispatchq.push(p, self.k, j.current.node, j.id, j.current.attempt)
+            for j in b.dispatch:     # a gang: one entry on each part's node (the runner finds its rank)
+                for node, _ in j.current.parts or ((j.current.node, ()),):
+                    dispatchq.push(p, self.k, node, j.id, j.current.attempt)
             for name, admin in b.nodes:
                 writes.put_node_admin(p, self.k, name, admin)
             for reply in b.replies:

@@ -176,8 +176,6 @@ class Config:
         return next((a.name for a in self.accounts if user in a.users), "default")
 
 
-
-
 def load(path: str | None = None) -> Config:
     """The config at `path`, else /etc/labq/labq.toml if present, else defaults ($LABQ_CONFIG is the
     CLI's: --config's envvar; this module reads no environment)."""
@@ -366,6 +364,7 @@ def _worker(t):
             raise ConfigError("worker.mem", str(e).split(": ", 1)[-1]) from None
     _num("worker.slots", out["slots"], lo=0, integer=True, hi=4096)
     _str("worker.gpu_model", out["gpu_model"])
+    _str("worker.addr", out["addr"])
     _str("worker.spool", out["spool"])
     _str("worker.run_as", out["run_as"], ("submitter", "self"))
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))

@@ -11,6 +11,12 @@ from .store import dispatchq
 log = logging.getLogger("labq.scheduler")
 
 
+def gang_stop(attempt: int) -> str:
+    """The control that kills the remaining parts of gang attempt `attempt` at once (worker/runner.py);
+    naming the attempt, it never stops a later one."""
+    return f"stop:{attempt}"
+
+
 class NodeEvents:
     def _node_streams(self) -> list[str]:
         """The events streams to read: the shared one (older agents, tools) and each node's own,
@@ -48,9 +54,9 @@ class NodeEvents:
         # Only the node the attempt was placed on speaks for it. On a per-node stream
         # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
         sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
-        if job is not None and (job.node is None or sender != job.node):
+        if job is not None and (not job.node or sender not in {n for n, _ in job.on_nodes}):
             log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
-                        eid, job.display_id, sender, job.node)
+                        eid, job.display_id, sender, ",".join(n for n, _ in job.on_nodes))
             job = None
         result = None
         if job is not None and ev.kind == "started":
@@ -62,7 +68,15 @@ class NodeEvents:
             return {}
         new, charges = result
         jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
-        return {"jobs": jobs, "charges": charges, "alerts": alerts}
+        out = {"jobs": jobs, "charges": charges, "alerts": alerts}
+        if ev.kind == "finished" and job.parts and job.state == states.RUNNING and not job.cancel_requested:
+            # Shared fate: the first part to end ends the attempt for the whole gang (once; the
+            # others' `finished` find it closed), and every other part is killed at once. A gang
+            # being preempted or cancelled is not: each part had the signal and keeps its grace.
+            log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
+                     ev.attempt, sender, ev.body.get("outcome"))
+            out["controls"] = [(job.id, gang_stop(ev.attempt))]
+        return out
 
     def _crash_guard(self, new: Job, now: float):
         """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
@@ -102,8 +116,14 @@ class NodeEvents:
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
         self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
-        lost = []
+        lost, stops = [], []
         for job, (hb, _) in zip(on_node, beats):
+            if job.parts:
+                hit = self._lost_part(job, up, now)
+                if hit:
+                    lost.append(hit)
+                    stops.append((job.id, gang_stop(job.current.attempt)))
+                continue
             node = up.get(job.node)
             if node is not None and node.state != "down":
                 # A runner that claimed the attempt and went silent is lost too; its agent, alive,
@@ -119,7 +139,29 @@ class NodeEvents:
             log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
             lost.append((new, charges))
         if lost:
-            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
+            # A lost gang's other parts are killed by the stop written with (after) its record.
+            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs], controls=stops)
+
+    def _lost_part(self, job: Job, up: dict, now: float):
+        """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
+        runner silent past lease + margin. Its other parts are killed (gang stop) with the NF."""
+        beats = self.store.attempt_heartbeats([(job.id, f"{job.current.attempt}.{r}" if r else job.current.attempt)
+                                               for r in range(len(job.parts))])
+        for (name, _), (hb, _) in zip(job.parts, beats):
+            node = up.get(name)
+            if node is not None and node.state != "down":
+                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
+                    continue
+                last = hb
+            else:
+                if now - self.down_since.get(name, now) < self.cfg.fence_margin:
+                    continue
+                last = node.last_heartbeat if node else now
+            new, charges = tr.node_failed(job, last, now, self.cfg)
+            log.warning("job %s lost with its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
+                        job.display_id, name, now - last)
+            return new, charges
+        return None
 
     def _unclaimed(self, now: float) -> None:
         """Take back attempts no runner claimed: cancelled ones at once, others after
@@ -135,4 +177,6 @@ class NodeEvents:
                 continue      # a runner claimed it meanwhile: it runs, and its events will tell
             log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
                         u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
-            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)])
+            # A gang's other parts may have claimed theirs: they are stopped before they start.
+            stop = [(u.job.id, gang_stop(u.job.current.attempt))] if u.job.parts else []
+            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop)

@@ -25,7 +25,7 @@ def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = N
         return job.cpus * job.nodes * MICRO
     r = cfg.rates
     price = r.node_price(node.name) if node is not None else 0.0
-    if price:
+    if price and node is not None:
         per_hour = price * dominant_share(job, node)
     else:
         per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour

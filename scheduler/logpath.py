@@ -6,7 +6,7 @@ import re
 from .model import Job
 
 DEFAULT_OUT = "labq-%j.out"
-PATTERN = r"%([jAaxur%])"
+PATTERN = r"%([jAaxurnN%])"
 
 
 def expand(job: Job, pattern: str) -> str:

@@ -84,6 +84,7 @@ class Worker(Section):
     idle_gpu_after: float = 1800
     stop_grace: float = 300
     slurm_env: bool = True
+    addr: str = ""               # where a gang's other nodes reach this one ("": the host name's address)
 
 
 @dataclass(frozen=True, eq=False)

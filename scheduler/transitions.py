@@ -4,6 +4,7 @@ The daemon calls these and writes the result in one transaction with whatever ca
 request or event acknowledged, the ledger entries, the reply).
 """
 from dataclasses import dataclass, replace
+from typing import Any
 
 from . import ledger, periods, states
 from .config import Config
@@ -82,6 +83,7 @@ def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
 def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
     """The node's lease expired under the job: `NF`, charged to the last heartbeat, requeued."""
     cur = job.current
+    assert cur is not None, "node_failed: the job has no attempt"
     end = max(cur.dispatch_time or now, min(last_heartbeat or now, now))
     return _close(job, cur, "node_failure", end, None, {}, "node lease expired", cfg)
 
@@ -91,8 +93,9 @@ def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
     nothing is charged and no restart is counted. `why` "cancel" ends the job `CA` at once (labq
     del); "timeout" (not claimed within scheduler.start_timeout) puts it back in the queue."""
     cur = job.current
+    assert cur is not None, "withdrawn: the job has no attempt"
     a = replace(cur, end_time=cur.dispatch_time or now, outcome="withdrawn")
-    common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
+    common: dict[str, Any] = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
                   parts=(), preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
     if why == "cancel":
         return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,

@@ -6,8 +6,11 @@ micro-units (1e-6 of the unit) so that sums are exact.
 """
 import math
 import re
+from typing import TypeVar
 
 from .errors import UsageError
+
+_N = TypeVar("_N", int, float)
 
 MICRO = 1_000_000
 MS_PER_HOUR = 3_600_000
@@ -86,7 +89,7 @@ def _slurm_duration(s: str, bare_unit: int) -> int:
     raise ValueError(s)
 
 
-def _non_negative(v: int, what: str, text) -> int:
+def _non_negative(v: _N, what: str, text) -> _N:
     if v < 0:
         raise UsageError(f"{what}: must not be negative, got {text!r}")
     return v

@@ -40,7 +40,7 @@ def per_node(node: Node, job: Job) -> dict:
 
 def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None = None,
             warn=(0.7, 0.9)) -> WhatIf:
-    conc = {"gpus": 0, "cpus": 0, "mem": 0, "slots": 0}
+    sums = {"gpus": 0, "cpus": 0, "mem": 0, "slots": 0}
     overall, unbounded = 0, set()
     for n in nodes:
         fit = per_node(n, job)
@@ -48,12 +48,12 @@ def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None =
             if v is None:
                 unbounded.add(k)
             else:
-                conc[k] += v
+                sums[k] += v
         overall += min(v for v in fit.values() if v is not None)
-    for k in unbounded:
-        conc[k] = None   # the job asks for none of it: not a limit
+    binding = min((k for k in ("gpus", "cpus", "mem", "slots") if k not in unbounded), key=lambda k: sums[k])
+    # A resource the job asks none of is not a limit: None.
+    conc: dict[str, int | None] = {k: None if k in unbounded else v for k, v in sums.items()}
     conc["overall"] = overall
-    binding = min((k for k in ("gpus", "cpus", "mem", "slots") if conc[k] is not None), key=lambda k: conc[k])
     waves = math.ceil(count / overall) if overall else 0
     model = next((g.model for n in nodes for g in n.gpus if not job.gpu_type or g.model == job.gpu_type), "")
     cost = count * ledger.accrue(ledger.rate(job, "usd", model, cfg), job.time_limit)

@@ -22,15 +22,17 @@ POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the 
 # end-of-job reason the runner gives is here (and in end_message), nowhere else.
 OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted", "shutdown": "preempted",
              "orphaned": "node_failure", "fenced": "node_failure", "runner_killed": "node_failure",
-             "gpu_lost": "node_failure", "oom": "oom"}
+             "gpu_lost": "node_failure", "oom": "oom", "gang_stop": "cancelled"}
 MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
              "shutdown": "preempted: the node agent is stopping (checkpoint signal, grace, requeued)",
              "orphaned": "the node agent went away; the job was killed (fencing)",
              "fenced": "the node's lease was about to lapse (agent stopped or cut off from Redis); "
                        "the job was killed so that it cannot run twice (fencing)",
-             "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)"}
-# Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded.
-HARD = ("orphaned", "fenced", "oom")
+             "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)",
+             "gang_stop": "another node's part of the job ended; this part was killed (shared fate)"}
+# Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded,
+# the gang's attempt has ended (its room is free again: a part left running would overlap the next job).
+HARD = ("orphaned", "fenced", "oom", "gang_stop")
 
 
 def end_message(why: str, detail: str = "") -> str:
@@ -81,7 +83,7 @@ class Ending:
     def _say(self, line: str | None) -> None:
         """labq's line about the job's end (worker/jobmsg.py), into the job's own log."""
         if line and self.ident is not None:
-            why = launch.append_line(self.job, self.ident, line)
+            why = launch.append_line(self.job, self.ident, line, self.rank, self.s.node)
             if why:
                 log.warning("job %s: cannot write to its log: %s", self.job.id, why)
 

@@ -22,8 +22,8 @@ from labq.scheduler import states
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
-from .ending import HARD, Ending
+from . import cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
+from .ending import HARD, Ending, end_message
 
 log = logging.getLogger("labq.runner")
 
@@ -32,6 +32,7 @@ TICK = 1.0             # heartbeat, sample, control and parent checks
 STOP_POLL = waiting.STOP_POLL
 PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms per 2 GiB process)
 
+RENDEZVOUS_S = 120.0   # how long a gang's part waits for node rank 0 to publish MASTER_ADDR/PORT
 CONTROL_AFTER = 0.05   # the control watch starts this long after the job
 
 
@@ -43,7 +44,7 @@ def fence(job, attempt: int, node: str) -> str | None:
         return f"job is {job.state}, not {states.RUNNING}"
     if len(job.attempts) != attempt:
         return f"attempt {attempt} is not current (the job has {len(job.attempts)})"
-    if job.attempts[-1].node != node:
+    if gang.rank_of(job.attempts[-1], node) is None:
         return f"attempt {attempt} belongs to node {job.attempts[-1].node!r}, not {node!r}"
     return None
 
@@ -68,9 +69,10 @@ def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None
              term: waiting.Sigterm) -> dict:
     job, control = store.job_and_control(job_id, slot)
     why = fence(job, attempt, s.node)
-    pttl, env = -2, ()
+    pttl, env, rank = -2, (), 0
     if why is None:
-        won, pttl, env = store.claim(job_id, attempt, s.node, os.getpid(), job)
+        rank = gang.rank_of(job.attempts[-1], s.node) or 0
+        won, pttl, env = store.claim(job_id, attempt, s.node, os.getpid(), rank, job)
         if not won:
             why = "already claimed"      # by another runner, or withdrawn by the scheduler
         elif pttl <= 0 and pttl != -1:
@@ -82,7 +84,7 @@ def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None
             return {"ran": False, "reason": why}
         store.release_slot(slot)
         return {"ran": False, "reason": why, "released": True}
-    run = Run(store, s, job, attempt, term, slot)
+    run = Run(store, s, job, attempt, term, rank, slot)
     run.lease_seen(time.monotonic(), pttl)
     run.control0, run.env = control, env
     return run.execute()
@@ -93,6 +95,11 @@ def _verb(control: str | None) -> str | None:
     return control.split(":", 1)[0] if control else None
 
 
+def _stops_part(control: str | None, attempt: int) -> bool:
+    """Whether the control is the gang stop of this attempt ("stop:N", events.gang_stop)."""
+    return control == f"stop:{attempt}"
+
+
 def _grace(control: str) -> int | None:
     _, _, grace = control.partition(":")
     return int(grace) if grace.isdigit() else None
@@ -100,8 +107,9 @@ def _grace(control: str) -> int | None:
 
 class Run(Ending):
     def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int,
-                 term: waiting.Sigterm | None = None, slot: SlotRef | None = None):
+                 term: waiting.Sigterm | None = None, rank: int = 0, slot: SlotRef | None = None):
         self.store, self.s, self.job, self.n, self.slot = store, s, job, attempt, slot
+        self.rank, self.part = rank, gang.part_of(job.attempts[-1], rank)    # a gang's part here
         self.env = job.env          # what the submitter exported (read with the claim)
         self.term = term or waiting.Sigterm()
         self.proc = None
@@ -119,7 +127,7 @@ class Run(Ending):
         self.table = procscan.ProcTable()
         self.kill_now: tuple[str, str] | None = None     # (stop reason, message) found by a tick
         self.ident: launch.Identity | None = None        # whom the job runs as (its log files are theirs)
-        self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, job.attempts[-1].gpus, s.node,
+        self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, self.part.gpus, s.node,
                                     s.idle_gpu_util, s.idle_gpu_after)
         self.oom0 = self.kmsg0 = None
         self.body = {"outcome": "error", "exit_code": None, "signal": None, "start_time": None,
@@ -157,13 +165,19 @@ class Run(Ending):
     def _run(self) -> None:
         job, s = self.job, self.s
         early = _verb(self.control0) or ("cancel" if job.cancel_requested else None)
+        if _stops_part(self.control0, self.n):
+            self.body.update(outcome="cancelled", message=end_message("gang_stop") + " before it started")
+            return
         if early in ("cancel", "preempt") or self.term.got:
             outcome = "cancelled" if early == "cancel" else "preempted"
             self.body.update(outcome=outcome, message=f"{outcome} before it started"
                              + (" (the node agent is stopping)" if self.term.got and early != "cancel" else ""))
             return
         ident = self.ident = launch.identity(job, s)
-        out_fd, err_fd = launch.open_logs(job, ident)
+        if len(self.part.nodes) > 1:
+            self.part = gang.rendezvous(self.store, job.id, self.n, self.part, gang.node_addr(s.addr), RENDEZVOUS_S,
+                                        self._rendezvous_stopped)
+        out_fd, err_fd = launch.open_logs(job, ident, self.rank, s.node)
         try:
             try:
                 ckpt = self.ckpt_dir = launch.checkpoint_dir(s, job, ident)
@@ -173,7 +187,7 @@ class Run(Ending):
             cmd = launch.command(job, script)
             start = time.time()
             exported = replace(job, env=self.env)
-            env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt)
+            env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt, self.part)
             proctree.become_subreaper()
             self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             self._limits()
@@ -187,7 +201,7 @@ class Run(Ending):
         self.start, self.t0 = start, time.monotonic()
         self.body["start_time"] = start
         sent = time.monotonic()
-        self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start))
+        self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start, self.rank))
         if self.gpu.gpus:
             self.gpu.tick((self.proc.pid,))     # the GPUs' counters at the start (energy is a delta)
         self._finish(self._watch())
@@ -311,6 +325,8 @@ class Run(Ending):
         if check_control:
             self.control_due = False
             ctl = self._control()
+            if _stops_part(ctl, self.n):
+                return "gang_stop"
             if _verb(ctl) == "cancel":
                 return "cancelled"
             if _verb(ctl) == "preempt":
@@ -331,6 +347,15 @@ class Run(Ending):
         else:
             grace = self.grace if self.grace is not None else self.s.kill_wait
         return [(getattr(signal, f"SIG{self.s.checkpoint_signal(self.job)}"), grace), term]
+
+    def _rendezvous_stopped(self) -> str | None:
+        """Why a part waiting for node rank 0 gives up: stopped, or its node's lease or agent gone."""
+        ctl = self._control()
+        if _stops_part(ctl, self.n) or _verb(ctl) in ("cancel", "preempt"):
+            return f"stopped ({ctl})"
+        if self.term.got or self.term.orphaned or time.monotonic() >= self.lease_until:
+            return "the node agent is stopping or its lease lapsed"
+        return None
 
     def _control(self) -> str | None:
         try:
@@ -365,7 +390,7 @@ class Run(Ending):
         try:
             sent = time.monotonic()
             self.lease_seen(sent, self.store.heartbeat(
-                self.job.id, self.n, self.s.node, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
+                self.job.id, self.n, self.s.node, rank=self.rank, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
                 ckpt=self.body.get("last_checkpoint") or ""))
         except conn.ERRORS as e:      # a Redis blip must not kill a running job (unless it outlasts the lease)
             log.warning("job %s: heartbeat failed: %s", self.job.id, e)

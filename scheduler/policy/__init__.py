@@ -118,8 +118,8 @@ class _Pass:
         self.earmarked: dict[int, list] = {}  # job id -> [(spot, what is held there for it until its turn)]
         self.reserve_begins = False           # expected_starts: a --begin job is reserved from its begin
         self.no_victims: list = []            # (QoS priority, reclaim, request shape) that found none
-        prios = [self.cfg.qos_named(j.qos).priority for j in running
-                 if j.state == states.RUNNING and self.cfg.qos_named(j.qos) and preempt.preemptible(j, cfg)]
+        prios = [q.priority for j in running
+                 if j.state == states.RUNNING and (q := self.cfg.qos_named(j.qos)) and preempt.preemptible(j, cfg)]
         self.lowest_victim = min(prios, default=None)
         for j in running:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
@@ -139,8 +139,9 @@ class _Pass:
         the reclaim would start over, for ever."""
         for j in sorted((j for j in pending if j.earmark), key=lambda j: j.id):
             # A gang's earmark names each of its nodes (gang.py); a gang missing one keeps none.
-            spots = [self.free.free.get(n) for n in gang.earmarked_nodes(j.earmark)]
-            if spots and all(s is not None for s in spots):
+            names = gang.earmarked_nodes(j.earmark)
+            spots = [s for s in (self.free.free.get(n) for n in names) if s is not None]
+            if spots and len(spots) == len(names):
                 self.earmarked[j.id] = [(s, self.free.hold(s, j, set(j.earmark_gpus))) for s in spots]
 
     def consider(self, job: Job) -> None:

@@ -70,6 +70,10 @@ class Keys:
     def attempt(self, jid: int, n: int) -> str:   # HASH (W): runner status {claimed, pid, start, hb}
         return f"{self.p}:job:{jid}:a{n}"
 
+    def part(self, jid: int, n: int, rank: int) -> str:   # HASH (W): a gang part's status; rank 0's is
+        return self.attempt(jid, n) if not rank else f"{self.p}:job:{jid}:a{n}.{rank}"   # the attempt's;
+                                                          # rank 0 adds {addr, port}: MASTER_ADDR/PORT
+
     # -- nodes ---------------------------------------------------------------------------------
     @property
     def nodes(self) -> str:                   # SET (W): registered node names
