@@ -90,21 +90,6 @@ def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None
     return run.execute()
 
 
-def _verb(control: str | None) -> str | None:
-    """The control's verb: "cancel", or "preempt" from "preempt" / "preempt:GRACE"."""
-    return control.split(":", 1)[0] if control else None
-
-
-def _stops_part(control: str | None, attempt: int) -> bool:
-    """Whether the control is the gang stop of this attempt ("stop:N", events.gang_stop)."""
-    return control == f"stop:{attempt}"
-
-
-def _grace(control: str) -> int | None:
-    _, _, grace = control.partition(":")
-    return int(grace) if grace.isdigit() else None
-
-
 class Run(Ending):
     def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int,
                  term: waiting.Sigterm | None = None, rank: int = 0, slot: SlotRef | None = None):
@@ -164,8 +149,8 @@ class Run(Ending):
 
     def _run(self) -> None:
         job, s = self.job, self.s
-        early = _verb(self.control0) or ("cancel" if job.cancel_requested else None)
-        if _stops_part(self.control0, self.n):
+        early = waiting.control_verb(self.control0) or ("cancel" if job.cancel_requested else None)
+        if waiting.stops_part(self.control0, self.n):
             self.body.update(outcome="cancelled", message=end_message("gang_stop") + " before it started")
             return
         if early in ("cancel", "preempt") or self.term.got:
@@ -325,12 +310,12 @@ class Run(Ending):
         if check_control:
             self.control_due = False
             ctl = self._control()
-            if _stops_part(ctl, self.n):
+            if waiting.stops_part(ctl, self.n):
                 return "gang_stop"
-            if _verb(ctl) == "cancel":
+            if waiting.control_verb(ctl) == "cancel":
                 return "cancelled"
-            if _verb(ctl) == "preempt":
-                self.grace = _grace(ctl)
+            if waiting.control_verb(ctl) == "preempt":
+                self.grace = waiting.control_grace(ctl)
                 return "preempted"
         return "timeout" if past_deadline else None
 
@@ -351,7 +336,7 @@ class Run(Ending):
     def _rendezvous_stopped(self) -> str | None:
         """Why a part waiting for node rank 0 gives up: stopped, or its node's lease or agent gone."""
         ctl = self._control()
-        if _stops_part(ctl, self.n) or _verb(ctl) in ("cancel", "preempt"):
+        if waiting.stops_part(ctl, self.n) or waiting.control_verb(ctl) in ("cancel", "preempt"):
             return f"stopped ({ctl})"
         if self.term.got or self.term.orphaned or time.monotonic() >= self.lease_until:
             return "the node agent is stopping or its lease lapsed"

@@ -126,3 +126,19 @@ class LeaderWaiter:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+# -- what a control says (the key labq:job:<id>:control) ---------------------------------------
+def control_verb(control: str | None) -> str | None:
+    """The control's verb: "cancel", or "preempt" from "preempt" / "preempt:GRACE"."""
+    return control.split(":", 1)[0] if control else None
+
+
+def stops_part(control: str | None, attempt: int) -> bool:
+    """Whether the control is the gang stop of this attempt ("stop:N", events.gang_stop)."""
+    return control == f"stop:{attempt}"
+
+
+def control_grace(control: str) -> int | None:
+    _, _, grace = control.partition(":")
+    return int(grace) if grace.isdigit() else None
