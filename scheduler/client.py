@@ -45,6 +45,10 @@ class Client(ClientBase):
     def node_admin(self, op: str, node: str) -> dict:
         return self._checked(self.request(op, {"node": node}))
 
+    def archive_now(self) -> dict:
+        """An archive pass in the leading scheduler now (admins): {jobs, ledger, more, keep}."""
+        return self._checked(self.request("archive", {}))
+
     # -- reads (resolve, job: thinclient.ClientBase) -----------------------------------------------
     def nodes(self):
         return SchedulerStore(self.r, self.k, "reader").nodes(time.time())

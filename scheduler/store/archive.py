@@ -179,6 +179,17 @@ class Archive:
         q, args = acctrows.select(since, until, user, account, columns=columns)
         return list(map(acctrows.AcctJob._make, self.db.execute(q, args)))
 
+    def acct_iter(self, since: float, until: float):
+        """The acct rows (tuples in acctrows.NAMES order) that ended in [since, until], oldest
+        first, read as they are written out (`labq admin export` over years of jobs)."""
+        if self._version() < 2:
+            old = self.ended(since, until)
+            cost = self.committed(old)
+            yield from (acctrows.row(j, cost.get(j.id, 0)) for j in old)
+            return
+        q, args = acctrows.select(since, until)
+        yield from self.db.execute(q, args)
+
     def ledger(self) -> list[tuple[str, dict]]:
         return [(sid, json.loads(f)) for sid, f in self.db.execute("SELECT stream_id, fields FROM ledger ORDER BY seq")]
 

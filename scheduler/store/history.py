@@ -62,6 +62,10 @@ class History:
         db = self._open()
         return db.acct(since, until, user, account, columns) if db else []
 
+    def acct_iter(self, since: float, until: float):
+        db = self._open()
+        return db.acct_iter(since, until) if db else iter(())
+
     def ledger(self) -> list[tuple[str, dict]]:
         db = self._open()
         return db.ledger() if db else []

@@ -84,6 +84,19 @@ class Reader:
         have = set(ids)          # in Redis and in the archive (a crash between the two steps): once
         return [j for j in self.history.acct(since, until, user, account, columns) if j.id not in have] + recent
 
+    def acct_stream(self, since: float, until: float, committed):
+        """Every ended job of [since, until] as an acct row (tuples in store/acctrows.NAMES order),
+        one at a time: the archive's, then Redis's (rows made here; `committed(jobs) -> {id: micro}`)."""
+        from . import acctrows
+        ids = self._recent_ids(since, until)
+        if self.history is not None:
+            have = set(ids)
+            yield from (v for v in self.history.acct_iter(since, until) if v[0] not in have)
+        for i in range(0, len(ids), 1000):
+            jobs = load_jobs(self.r, self.k, ids[i:i + 1000])
+            cost = committed(jobs)
+            yield from (acctrows.row(j, cost.get(j.id, 0)) for j in jobs)
+
     def job(self, jid: int) -> Job | None:
         j = load_job(self.r, self.k, jid)
         if j is None and self.history is not None:

@@ -193,3 +193,74 @@ def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns,
     got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
            for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert got == want
+
+
+# -- labq admin archive --now (a request to the leader) and labq admin export --------------------------
+def _ask(r, s, user, op, rid):
+    import json
+
+    from tests.harness import reply
+    r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps({})})
+    r.lpush(K.wake, f"user:{user}")
+    s.tick(T0 + 500, woke(r))
+    return reply(r, rid)
+
+
+def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, tmp_path):
+    from labq.scheduler import config
+    from labq.scheduler.daemon import Scheduler
+    from tests.harness import SWEEP_TOML
+    r, raw = conns
+    _workload(r, raw)
+    n_ledger = r.xlen(K.ledger)
+    s = Scheduler(r, raw, config.loads(SWEEP_TOML + '\n[security]\nadmins = ["alice"]\n'), me="s1",
+                  clock=lambda: T0 + 500)
+    got = _ask(r, s, "alice", "archive", "a0")
+    assert got["ok"] is False and "keeps no archive" in got["error"], got
+    path = str(tmp_path / "history.db")
+    s.archiver, s.history = Archiver(r, K, path, keep=0, batch=4), History(path)
+    s.archiver.next = T0 + 10_000          # the ticks would not archive before then: only the request does
+    got = _ask(r, s, "bob", "archive", "a1")
+    assert got["ok"] is False and got["code"] == 3 and "only admins" in got["error"], got
+    assert r.zcard(K.history) == 6
+    got = _ask(r, s, "alice", "archive", "a2")
+    assert got == {"ok": True, "jobs": 6, "ledger": n_ledger, "more": False, "keep": 0}, got
+    assert r.zcard(K.history) == 0 and r.xlen(K.ledger) == 0
+    assert sorted(Archive(path, readonly=True).jobs(range(1, 9))) == [1, 2, 3, 4, 5, 6]
+
+
+def test_export_streams_every_ended_job_once_archived_or_not(redis_server, tmp_path):
+    import csv
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import redis
+
+    from tests.harness import ROOT, SWEEP_TOML
+    r = redis_server.client()
+    r.flushall()
+    _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
+    path = tmp_path / "history.db"
+    from labq.scheduler.store.archive import committed_fn
+    from tests.harness import CFG
+    Archiver(r, K, Archive(str(path), committed=committed_fn(r, K, CFG)), keep=0, batch=4).step(T0 + 500)
+    assert r.zcard(K.history) == 2, "four archived, two in Redis"
+    cfg_path = tmp_path / "labq.toml"
+    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "sqlite://{path}"\n')
+    rows = list(csv.DictReader(io.StringIO(_cli(redis_server, cfg_path, "admin", "export", "--since", "2027-01-01"))))
+    assert sorted(int(x["id"]) for x in rows) == [1, 2, 3, 4, 5, 6]
+    assert {x["state"] for x in rows} == {"CD", "F"} and all(float(x["cost"]) > 0 for x in rows)
+    assert len({x["committed"] for x in rows}) == 1, "archived rows and Redis's agree on committed"
+    js = json.loads(_cli(redis_server, cfg_path, "admin", "export", "--since", "2027-01-01", "--format", "json"))
+    assert [d["id"] for d in js] == [int(x["id"]) for x in rows] and js[0]["tags"] == {}
+    assert _cli(redis_server, cfg_path, "admin", "export", "--since", "2027-01-01", "--until", "2027-01-02",
+                "--format", "json") == "[\n]\n"
+    for bad, why in ((["--since", "30d", "--format", "xml"], "--format: expected csv or json"),
+                     ([], "--since: expected a date"), (["--since", "yesterday"], "--since")):
+        p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", str(cfg_path), "admin", "export", *bad],
+                           cwd=ROOT, env={**os.environ, "LABQ_REDIS_URL": redis_server.url, "PYTHONPATH": ROOT},
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and why in p.stderr and p.stderr.count("\n") == 1 and not p.stdout, (bad, p.stderr)

@@ -26,7 +26,7 @@ def test_kill_9_between_the_sqlite_commit_and_the_redis_delete(step):
     open(os.path.join(pause, f"pause-{step}"), "w").close()
     os.environ["LABQ_TEST_ARCHIVE_PAUSE"] = pause          # the first scheduler's only: see the restart
     try:
-        e = E2E(E2E_CONFIG + '[history]\nkeep = "0s"\n')
+        e = E2E(E2E_CONFIG + '[history]\nkeep = "0s"\n[security]\nadmins = ["{user}"]\n')
     finally:
         del os.environ["LABQ_TEST_ARCHIVE_PAUSE"]
     db_path = os.path.join(e.dir, "history.db")
@@ -66,6 +66,9 @@ def test_kill_9_between_the_sqlite_commit_and_the_redis_delete(step):
         assert sorted(int(j["id"]) for j in json.loads(acct.stdout)) == sorted(ids), acct.stderr
         table = e.labq("acct")
         assert f"{JOBS} jobs" in table.stdout, table.stdout + table.stderr
+        now = e.labq("admin", "archive", "--now")       # through the inbox: nothing is left to move
+        assert now.returncode == 0 and now.stdout.startswith("archived 0 jobs and 0 ledger entries"), \
+            now.stdout + now.stderr
     finally:
         open(os.path.join(pause, "go"), "w").close()       # a scheduler still waiting there goes on
         e.close()
