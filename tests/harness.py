@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import pytest
 import redis
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config, config as config_mod, states
+from labq.scheduler import config, config as config_mod, policy, states, transitions as tr
 from labq.scheduler.client import Client, current_user
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
@@ -110,6 +111,27 @@ reserve = 0.1
 
 def cfg(text: str = "") -> config_mod.Config:
     return config_mod.loads(text)
+
+
+def forward_until_started(snap: Snapshot, c, until_started: int, limit: float) -> float | None:
+    """Run the cluster forward with every job lasting exactly its time limit; the time job
+    `until_started` starts, or None if it has not by `limit` (backfill's promises, tested)."""
+    jobs = {j.id: j for j in snap.jobs}
+    now = snap.now
+    while now <= limit:
+        p = policy.plan(Snapshot(now, snap.nodes, tuple(jobs.values())), c)
+        for pl in p.places:
+            if pl.job_id == until_started:
+                return now
+            jobs[pl.job_id] = tr.admit(jobs[pl.job_id], pl, now)
+        ends = [j.current.dispatch_time + j.time_limit for j in jobs.values() if j.state in states.ON_NODE]
+        if not ends:
+            return None
+        now = max(now, min(ends))
+        for jid, j in list(jobs.items()):
+            if j.state in states.ON_NODE and j.current.dispatch_time + j.time_limit <= now:
+                jobs.pop(jid)
+    return None
 
 
 def summarize(plan) -> dict:
@@ -206,6 +228,46 @@ def start_munged(timeout: float = 20.0) -> MungeProc:
     return mp
 
 
+class LabqUp:
+    """`labq up` (Redis, scheduler and worker in one process tree) in a fresh state directory under
+    /tmp, with `config_text` (E2E_CONFIG's placeholders filled). `cmd` runs labq against it; on
+    leaving, the process is stopped with SIGINT, `text` holds its log and the directory is removed."""
+
+    def __init__(self, config_text: str, prefix: str = "labq-up-", up=("up",)):
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+        self.env = dict(os.environ, LABQ_STATE_DIR=self.dir, PYTHONPATH=ROOT)
+        self.env.pop("JOURNAL_STREAM", None)     # labq up's own log lines, not journald's
+        self.up = list(up)
+        cfg = os.path.join(self.dir, "labq.toml")
+        with open(cfg, "w") as f:
+            f.write(config_text.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
+        self.cmd = [sys.executable, "-m", "labq", "--config", cfg]
+        self.text = ""
+
+    def __enter__(self):
+        self.log = open(os.path.join(self.dir, "up.log"), "w+")
+        self.proc = subprocess.Popen(self.cmd + self.up, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     text=True)
+        try:
+            wait_for(lambda: "labq is up" in open(self.log.name).read(), 60, what="labq up to start")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def run(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(self.cmd + list(args), env=self.env, capture_output=True, text=True, timeout=timeout,
+                              cwd=self.dir)
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        self.log.close()
+        self.text = open(self.log.name).read()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+
 # -- the daemon over a store, the agent played by hand (fixture: conns, in conftest.py) -----------
 CFG = config.loads(SWEEP_TOML)
 K = Keys()
@@ -247,6 +309,17 @@ def setup(r, raw, now):
     s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
     s.tick(now)
     return s
+
+
+def one_admitted(conns, body=None):
+    """The daemon over `conns` (fixture) with node n1, and alice's job 1 submitted and admitted
+    at once: (r, s, now)."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY if body is None else body, "a")
+    s.tick(now, woke(r))
+    return r, s, now
 
 
 def finish(r, jid, attempt, outcome, code, at):
