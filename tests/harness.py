@@ -154,6 +154,62 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.05, what: str
 
 
 @dataclass
+class PostgresProc:
+    dir: str
+    pg_ctl: str
+    user: int | None        # the uid the cluster runs as (PostgreSQL refuses root), None: ours
+
+    def url(self, db: str = "postgres") -> str:
+        return f"postgresql://labq@/{db}?host={self.dir}"
+
+    def new_database(self, name: str) -> str:
+        """A fresh database in the cluster, for one test; its postgresql:// URL."""
+        import psycopg
+        with psycopg.connect(self.url(), autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            c.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def stop(self) -> None:
+        subprocess.run([self.pg_ctl, "-D", os.path.join(self.dir, "data"), "-m", "immediate", "stop"],
+                       user=self.user, capture_output=True, timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_postgres(timeout: float = 60.0) -> PostgresProc:
+    """A private PostgreSQL cluster (Debian's `postgresql`): initdb into a temporary directory, its
+    unix socket there, trust auth for the superuser `labq`. As root it runs as `nobody`, as
+    PostgreSQL refuses root. Skipped with the reason where PostgreSQL or psycopg is missing."""
+    import glob
+    bins = [os.path.dirname(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[-1:]]
+    found = shutil.which("initdb", path=os.pathsep.join([*bins, os.environ.get("PATH", "")]))
+    if not found:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg 3 is not installed (pip install 'labq[postgres]')")
+    bindir = os.path.dirname(os.path.realpath(found))
+    d = tempfile.mkdtemp(prefix="labq-pg-", dir="/tmp")      # the socket path must stay under 108 bytes
+    user = 65534 if os.geteuid() == 0 else None
+    if user is not None:
+        os.chown(d, user, user)
+    run = dict(user=user, group=user, extra_groups=[] if user is not None else None, capture_output=True,
+               text=True, timeout=timeout, cwd="/")
+    data = os.path.join(d, "data")
+    p = subprocess.run([os.path.join(bindir, "initdb"), "-D", data, "-U", "labq", "--auth=trust", "-E", "UTF8",
+                        "--no-sync"], **run)
+    if p.returncode != 0:
+        pytest.skip(f"initdb failed: {p.stderr.strip().splitlines()[-1:]}")
+    pg_ctl = os.path.join(bindir, "pg_ctl")
+    p = subprocess.run([pg_ctl, "-D", data, "-l", os.path.join(d, "log"), "-w", "-t", str(int(timeout)), "-o",
+                        f"-k {d} -c listen_addresses='' -c fsync=off", "start"], **run)
+    if p.returncode != 0:
+        pytest.skip(f"PostgreSQL did not start: {p.stderr.strip()[-200:]}")
+    return PostgresProc(d, pg_ctl, user)
+
+
+@dataclass
 class RedisProc:
     proc: subprocess.Popen
     sock: str
