@@ -26,7 +26,8 @@ from .. import ledger
 from ..config import Config
 from ..model import Job
 from ..policy import priority
-from .room import Shapes
+from ..policy.backfill import _limit
+from .room import Shapes, shape
 
 
 def timed(job: Job) -> bool:
@@ -46,6 +47,8 @@ class Queue:
         self.per_user: Counter = Counter()
         self.bursts = Bursts(cfg.priority["burst_jobs"], cfg.priority["burst_window"])
         self.shapes = Shapes()
+        # shape -> [(time limit as backfill counts it, submit time, id)], sorted: easy.py's index
+        self.by_shape: dict[tuple, list[tuple[float, float, int]]] = {}
         self.timed = 0
         self.budgeted = 0                                    # pending jobs charged to some budget
 
@@ -65,6 +68,7 @@ class Queue:
         self.per_user[job.user] += 1
         self.bursts.add(job)
         self.shapes.add(job)
+        insort(self.by_shape.setdefault(shape(job), []), (_limit(job), job.submit_time, job.id))
         self.timed += timed(job)
         self.budgeted += self._budgeted(job)
 
@@ -82,6 +86,10 @@ class Queue:
         self.per_user[job.user] -= 1
         self.bursts.remove(job)
         self.shapes.remove(job)
+        mine = self.by_shape[shape(job)]
+        del mine[bisect_left(mine, (_limit(job), job.submit_time, job.id))]
+        if not mine:
+            del self.by_shape[shape(job)]
         self.timed -= timed(job)
         self.budgeted -= self._budgeted(job)
         return job
