@@ -18,6 +18,8 @@ room at each reservation's start, just as `Timelines._fits` checks it. The check
 "may start" (then W is widened, up to the whole queue): never a wrong plan. GPU models: nodes with
 at most one model each (else the engine does not use this).
 """
+import math
+from bisect import bisect_right
 from collections import Counter
 
 from ..policy.backfill import _expected_end, _limit
@@ -44,40 +46,66 @@ def plan(sim, t: float):
     # them fill the room the head left, and the pass over head + those shows that the rest cannot.
     k, decided = WINDOW, head
     while len(decided) < len(q):
-        more = candidates(sim, t, p, decided)
+        more = candidates(sim, t, p, decided, k)
         if not more:
             break
-        decided = decided + more[:k]
+        decided = decided + more
         p = sim._call(t, decided)
         k *= 4
     sim.calls = calls + 1             # however many calls it took, it is one pass (the report counts passes)
     return p
 
 
-def candidates(sim, t: float, p, head) -> list:
-    """The jobs outside `head` that could start in the state its pass `p` ends in (above), in the
-    queue's order: for each request shape, those with a time limit short enough to leave every
+def candidates(sim, t: float, p, head, k: int) -> list:
+    """The first `k` jobs outside `head`, in the queue's order, that could start in the state its pass
+    `p` ends in (above): for each request shape, those with a time limit short enough to leave every
     reservation whole on some node with room for the shape."""
     inside = {j.id for j in head}
     room = _room_after(sim, p)
     points = None
-    out = []
-    for s, keyed in sim.queue.by_shape.items():
+    fails: dict = {}                  # shape -> per node with room for it, the first reservation it would cross
+    ok: dict = {}                     # shape -> how many of its jobs (roughly) could start
+    by_shape = sim.queue.by_shape
+    for s, keyed in by_shape.items():
         nodes = [name for name, free in room.items() if _covers(free, s, sim.model[name])]
         if not nodes:
             continue
         if points is None:
             points = _reserved_points(sim, t, p)
-        # A longer limit only crosses more reservations: the jobs that pass are a prefix of `keyed`.
-        fails = [min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])), default=None)
-                 for name in nodes]
-        for limit, _, jid in keyed:
-            if all(at is not None and at < t + limit for at in fails):
+        fails[s] = [min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])), default=None)
+                    for name in nodes]
+        first = next((limit for limit, _, jid in keyed if jid not in inside), None)
+        if first is not None and _may_start(fails[s], t, first):
+            worst = max(math.inf if at is None else at - t for at in fails[s])
+            ok[s] = bisect_right(keyed, (worst, math.inf, math.inf))
+    if not ok:
+        return []
+    jobs = sim.queue.jobs
+    if sum(ok.values()) <= 4 * k:
+        # Few: taken from each shape's shortest limits (a longer limit only crosses more reservations).
+        out = []
+        for s in ok:
+            for limit, _, jid in by_shape[s]:
+                if not _may_start(fails[s], t, limit):
+                    break
+                if jid not in inside:
+                    out.append(jobs[jid])
+        out.sort(key=lambda j: (j.submit_time, j.id))
+        return out[:k]
+    out = []
+    for _, jid in sim.queue.fifo:     # many: the queue's order finds k of them soon
+        j = jobs[jid]
+        s = shape(j)
+        if s in ok and jid not in inside and _may_start(fails[s], t, _limit(j)):
+            out.append(j)
+            if len(out) == k:
                 break
-            if jid not in inside:
-                out.append(sim.queue.jobs[jid])
-    out.sort(key=lambda j: (j.submit_time, j.id))
     return out
+
+
+def _may_start(fails, t: float, limit: float) -> bool:
+    """Timelines._fits's test on the reservation points: some node crosses none it cannot share."""
+    return not all(at is not None and at < t + limit for at in fails)
 
 
 def _covers(free, s, model) -> bool:
