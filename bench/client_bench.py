@@ -4,8 +4,9 @@ labq of an earlier commit on the same queue ("before") where `--before REV` name
 
     .venv/bin/python bench/client_bench.py [--quick] [--before 7db4d61] [--write]
 
-Walls are medians of whole processes as a shell runs them. Two installs are timed: the dev venv's
-console script (an editable install: its import finder adds start-up time) and a wheel of this
+Walls are medians of whole processes as a shell runs them, in a user's env (no PYTHONPATH, bytecode
+cached: see user_env). Two installs are timed: the dev venv's console script (`make install`: an
+editable install in compat mode, the checkout's folder in a .pth) and a wheel of this
 checkout in a venv of its own (what `make install-system` gives users; built here, no dependencies:
 the fast path needs none). The figures reported against the targets are the wheel's. Queued jobs are
 held (`-H`) arrays, so they stay pending. `--write` puts the figures in bench/RESULTS.md between the
@@ -25,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from latency_bench import _sample_cli, percentile  # noqa: E402
-from peers import PeerUnusable, TaskSpooler  # noqa: E402
+from peers import PeerUnusable, Slurm, TaskSpooler  # noqa: E402
 from stackutil import BenchStack, labq_command  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,6 +85,12 @@ def before_labq(rev: str, tmp: str) -> list[str] | None:
             "from labq.cli.main import main; main()"]
 
 
+def user_env(env: dict) -> dict:
+    """`env` as a user's shell has it: no PYTHONPATH (the stack's points at the checkout) and
+    bytecode written and read as Python does by default."""
+    return {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+
+
 def importtime(args, env, cwd) -> tuple[float, list[tuple[str, int]]]:
     """`python -X importtime -m labq ARGS`: (µs of all imports, the 10 largest top-level ones)."""
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *args], env=env, cwd=cwd,
@@ -118,7 +125,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="labq-clibench-", dir="/tmp")
     res, notes = {}, []
     try:
-        installs = {"dev venv (editable)": labq_command()}
+        installs = {"dev venv (editable, compat)": labq_command()}
         w = wheel_labq(tmp)
         if w:
             installs["wheel venv"] = w
@@ -127,7 +134,12 @@ def main():
             if b:
                 installs[f"before ({args.before}, dev venv)"] = b
         with BenchStack(max_pending=250_000) as bs:
-            env, cwd = bs.stack.env(), bs.work
+            # The stack's env puts the checkout first on PYTHONPATH (for its daemons), and this
+            # machine's sets PYTHONDONTWRITEBYTECODE=1: with both, "the wheel" imported the checkout's
+            # sources and compiled every module at every start (18 ms of CPU). A user's shell has
+            # neither: the commands are timed without them ("user env"); `sub` also as before.
+            sandbox, cwd = bs.stack.env(), bs.work
+            env = user_env(sandbox)
             # CLI submit -> start on an idle node, through the dev venv's `labq` (stackutil)
             lat = [_sample_cli(bs, i)[0] * 1000 for i in range(8 if args.quick else 30)]
             res["lat"] = (percentile(lat, 50), percentile(lat, 99), len(lat))
@@ -136,6 +148,9 @@ def main():
                 py = [open(cmd[0]).readline()[2:].strip()] if cmd[0].endswith("labq") else cmd[:1]
                 res[("floor", name)] = wall(py + ["-c", "pass"], env, cwd, n)
                 res[("sub", name)] = wall(base + ["sub", "-H", "-A", "bench", "--", "true"], env, cwd, n)
+                if name == "wheel venv":
+                    res[("sub", name + ", sandbox env")] = wall(base + ["sub", "-H", "-A", "bench", "--", "true"],
+                                                                sandbox, cwd, n)
             res["imports"] = importtime(["--config", bs.cfg_path, "sub", "--test-only", "-A", "bench", "--", "true"],
                                         env, cwd)
             have = len(bs.client.read.active())
@@ -154,6 +169,14 @@ def main():
                 res["tsp.desc"] = ts.describe()
         except PeerUnusable as e:
             notes.append(f"task-spooler: skipped, {e}")
+        try:
+            with Slurm() as sl:
+                res["slurm.sub"] = sl.submit_walls(n)["sub.wall"]
+                _, jid = sl.array_submit(10_000, 1)    # 10,000 held tasks: squeue at 10k queued
+                res["slurm.stat"], res["slurm.queued"] = sl.stat_wall(n)
+                res["slurm.desc"] = sl.describe()
+        except PeerUnusable as e:
+            notes.append(f"SLURM: skipped, {e}")
     finally:
         if args.before:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", os.path.join(tmp, "before")],
@@ -174,6 +197,7 @@ def report(res, notes, args) -> str:
     tsp_sub = statistics.median(res["tsp.sub"]) if "tsp.sub" in res else None
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} UTC on {os.cpu_count()} cores, load average "
              f"{os.getloadavg()[0]:.1f} at the end (walls wait for a core; CPU = the child's user+sys time); "
+             "user env (no PYTHONPATH, bytecode cached) unless a row says sandbox env; "
              f"`python bench/client_bench.py{' --quick' if args.quick else ''}"
              f"{' --before ' + args.before if args.before else ''}`.", "",
              "| figure | install | labq | target | task-spooler | ratio |", "|---|---|---|---|---|---|"]
@@ -193,6 +217,9 @@ def report(res, notes, args) -> str:
         if isinstance(key, tuple) and key[0] == "stat":
             target = f"≤ {TARGETS['stat10k']} ms" if 10_000 <= key[2] < 20_000 else "—"
             lines.append(f"| `labq stat`, {key[2]:,} queued | {key[1]} | {_med(ts)} | {target} | not run¹ | — |")
+    if "slurm.sub" in res:
+        lines.append(f"| peer: SLURM | {res['slurm.desc']} | `sbatch -H --wrap true` {_med(res['slurm.sub'])}; "
+                     f"`squeue` at {res['slurm.queued']:,} queued {_med(res['slurm.stat'])} | — | — | — |")
     total, top = res["imports"]
     lines += ["", f"`python -X importtime -m labq sub --test-only -- true` (dev venv, live stack): "
                   f"{total / 1000:.1f} ms of imports; largest: "

@@ -8,11 +8,20 @@ says, from those stamps, the job records and `labq ledger verify`:
 
   lost        jobs accepted that never ended, or ended COMPLETED without their last attempt's end stamp
   double      attempts that ran twice, or overlapped the job's next attempt
-  preempted   the most times one job was preempted (must be <= max_preemptions)
+  preempted   the most times one job was preempted by the scheduler (must be <= max_preemptions), and
+              the jobs with an attempt ended `preempted` the scheduler never asked for (must be none:
+              the soak kills daemons with -9, never an orderly stop)
   guarantee   the longest time an account was short of its guarantee while there was room it could
-              take (free GPUs nobody earmarked, other accounts' borrowed work), chaos windows left out
+              take (free GPUs nobody earmarked, other accounts' borrowed work), chaos windows left out;
+              the bound is grace + kill_wait + tick (a victim may ignore SIGTERM)
   charges     each budget's spent == the sum of its attempts' charges, and `labq ledger verify` is clean
-  commitment  no attempt charged above what safe mode commits (rate x (time limit + kill_wait))
+  commitment  no attempt charged above what safe mode commits (rate x (time limit + kill_wait)), and
+              no budget spent past its limit (no override is ever given)
+
+Chaos is planned, not timed by luck: a kill -9 of the scheduler at 30% of the run and of the agent
+at 60%, then (longer runs) one every 20-60 s; one that a slow submit made late still happens before
+the drain. Every wait is generous: the report's figures, not timing, decide (a loaded machine only
+makes the run slower).
 
     python bench/soak.py --minutes 30 [--seed 1] [--json out.json]
 """
@@ -20,20 +29,21 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from labq.cli.embedded import Stack
-from labq.cli.subcore import build_body
-from labq.scheduler import config as config_mod, ledger, states
-from labq.scheduler.client import Client
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from labq.cli.subcore import build_body  # noqa: E402
+from labq.scheduler import ledger, states  # noqa: E402
+from tests.harness import E2E, two_labs, wait_for  # noqa: E402
 
 GRACE, KILL_WAIT, TICK, MAX_PREEMPTIONS = 3, 2, 0.5, 2
-CONFIG = f"""
+HEAD = f"""
 [scheduler]
 tick = {TICK}
 kill_wait = "{KILL_WAIT}s"
@@ -56,29 +66,15 @@ min_runtime = "0s"
 max_preemptions = {MAX_PREEMPTIONS}
 [rates]
 gpu_hour = 36.0
-[accounts.lab-a]
-users = []
-guarantee = 3
-borrow_limit = 3
-[accounts.lab-b]
-users = []
-guarantee = 3
-borrow_limit = 3
+[security]
+admins = ["{{user}}"]
 [accounts.lab-c]
 users = []
 [[budgets]]
 name = "lab-c"
 account = "lab-c"
-limit = {{budget}}
+limit = BUDGET
 on_exhaust = "preempt"
-[worker]
-name = "soak-node"
-gpus = 8
-cpus = 16
-mem = "32G"
-slots = 16
-spool = "{{spool}}"
-run_as = "self"
 """
 JOB = r"""#!/bin/sh
 # soak job: $1 kind (plain | ckpt | stubborn), $2 seconds of work, $3 stamp directory
@@ -102,7 +98,9 @@ class Soak:
     def __init__(self, seconds: float, seed: int, budget: float):
         self.rnd = random.Random(seed)
         self.seconds = seconds
-        self.dir = tempfile.mkdtemp(prefix="labq-soak-", dir="/tmp")
+        self.e = E2E(two_labs(HEAD.replace("BUDGET", repr(float(budget))), guarantee=3, borrow_limit=3, slots=16),
+                     prefix="labq-soak-")
+        self.dir, self.stack, self.client, self.cfg = self.e.dir, self.e.stack, self.e.client, self.e.cfg
         self.stamps = os.path.join(self.dir, "stamps")
         os.makedirs(self.stamps)
         os.makedirs(os.path.join(self.dir, "out"))
@@ -110,41 +108,69 @@ class Soak:
         with open(self.script, "w") as f:
             f.write(JOB)
         os.chmod(self.script, 0o755)
-        self.cfg_path = os.path.join(self.dir, "labq.toml")
-        with open(self.cfg_path, "w") as f:
-            f.write(CONFIG.format(budget=budget, spool=os.path.join(self.dir, "spool")))
-        self.cfg = config_mod.load(self.cfg_path)
-        self.log = open(os.path.join(self.dir, "daemons.log"), "w")
-        self.stack = Stack(self.dir, self.cfg_path, log=self.log)
         self.ids: list[int] = []
         self.chaos: list[list[float]] = []       # [start, end] of each window the daemons were down
         self.kills = {"scheduler": 0, "worker": 0}
+        self.budget = budget
+        self.overrides = 0                      # micro-$ of lab-c overrides granted (each one expires)
         self.short_max = 0.0
-        self.short_since: dict[str, float] = {}
+        self.short_since: dict = {}
         self.done = threading.Event()
+        self.t0 = time.time()
 
     # -- driving ------------------------------------------------------------------------------------
     def run(self) -> dict:
-        self.stack.start_all()
-        self.client = Client(self.cfg, url=self.stack.url)
-        self._wait(lambda: [n for n in self.client.nodes() if n.state == "up"], 60)
         watcher = threading.Thread(target=self._watch, daemon=True)
         watcher.start()
-        end = time.monotonic() + self.seconds
-        next_chaos = time.monotonic() + self.rnd.uniform(10, min(40, self.seconds * 0.6))
+        start = time.monotonic()
+        end = start + self.seconds
+        plan = self._chaos_plan(start)
         while time.monotonic() < end:
-            if time.monotonic() >= next_chaos:
-                self._chaos()
-                next_chaos = time.monotonic() + self.rnd.uniform(20, 60)
+            while plan and time.monotonic() >= plan[0][0]:
+                self._event(plan.pop(0)[1])
             self._submit()
             time.sleep(self.rnd.uniform(0.5, 2.0))
-        drained = self._drain()
+        for _, which in plan:            # made late by a slow submit: still done, before the drain
+            self._event(which)
+        drained = self._drain(max(300.0, self.seconds / 3))
         self.done.set()
         watcher.join(5)
         return self.report(drained)
 
+    def _chaos_plan(self, start: float) -> list:
+        """(monotonic time, what) of each event: kill -9 of the scheduler at 30% and of the agent at
+        60%, then (runs of a few minutes and more) one every 20-60 s, either daemon; an override of
+        lab-c's budget at 10% and then every 4 minutes, which expires: its running low-QoS jobs are
+        then preempted (on_exhaust = "preempt"; in safe mode the cap alone never stops a job, as
+        admission commits all that an attempt can be billed)."""
+        plan = [(start + 0.3 * self.seconds, "scheduler"), (start + 0.6 * self.seconds, "worker")]
+        t = start + 0.6 * self.seconds
+        while self.seconds >= 180 and t + 60 < start + self.seconds:
+            t += self.rnd.uniform(20, 60)
+            plan.append((t, self.rnd.choice(["scheduler", "worker"])))
+        t = start + 0.1 * self.seconds
+        while t < start + self.seconds * 0.9:
+            plan.append((t, "override"))
+            t += 240
+        return sorted(plan)
+
+    def _event(self, what: str) -> None:
+        if what != "override":
+            return self._chaos(what)
+        lasts = max(30, min(120, round(0.3 * self.seconds)))
+        try:
+            self.client.books("budget_override", {"budget": "lab-c", "amount": self.budget, "approver": "soak",
+                                                  "expires": lasts, "reason": "the soak: it expires under running jobs"})
+            self.overrides += int(round(self.budget * 1_000_000))
+        except Exception as e:      # the scheduler is down: the next one comes
+            print(f"override: {e}", file=sys.stderr)
+
     def _submit(self) -> None:
-        active = self.client.read.active()
+        try:
+            active = self.client.read.active()
+        except Exception as e:      # a read racing the restarted daemons: the next round submits
+            print(f"read: {e}", file=sys.stderr)
+            return
         if sum(1 for j in active if j.state == states.PENDING) > 30:
             return
         r = self.rnd
@@ -158,33 +184,34 @@ class Soak:
             opts["dependency"] = f"afterok:{r.choice(self.ids[-10:])}"
         body = build_body(opts, [self.script, kind, str(r.randint(3, 20)), self.stamps], None)
         try:
-            got = self.client.submit(body, timeout=60)
+            got = self.client.submit(body, timeout=120)
         except Exception as e:      # refused (a budget that cannot pay), or the scheduler is down
             print(f"submit: {e}", file=sys.stderr)
             return
         self.ids.extend(range(got["job_id"], got["job_id"] + got.get("count", 1)))
 
-    def _chaos(self) -> None:
-        which = self.rnd.choice(["scheduler", "worker"])
+    def _chaos(self, which: str) -> None:
         start = time.time()
+        window = [start, float("inf")]      # the guarantee watch leaves it out from the start
+        self.chaos.append(window)
         p = self.stack.procs[which]
         p.kill()
-        p.wait(30)
+        p.wait(60)
         self.kills[which] += 1
         time.sleep(self.rnd.uniform(0.2, 2.0))
         if which == "scheduler":
             self.stack.start("scheduler", "scheduler")
             k = self.client.k
-            self._wait(lambda: self.client.r.get(k.leader), 60)
+            wait_for(lambda: self.client.r.get(k.leader), 180, 0.1, what=f"a leader (see {self.e.log.name})")
         else:
             self.stack.start("worker", "worker", *self.stack.worker_args)
-            self._wait(lambda: [n for n in self.client.nodes() if n.state == "up"], 60)
+            self.e.wait_up(180)
         # the jobs on a dead node end NF when its lease runs out, and are requeued: leave that out too
-        self.chaos.append([start, time.time() + self.cfg.node_lease + GRACE + KILL_WAIT + 2])
+        window[1] = time.time() + self.cfg.node_lease + self.cfg.fence_margin + GRACE + KILL_WAIT + 2
         print(f"chaos: kill -9 {which} at +{start - self.t0:.0f}s", file=sys.stderr)
 
-    def _drain(self) -> bool:
-        end = time.monotonic() + 300
+    def _drain(self, most: float) -> bool:
+        end = time.monotonic() + most
         while time.monotonic() < end:
             active = self.client.read.active()
             # what can never run now: lab-c's budget ran out, or a dependency failed
@@ -196,13 +223,6 @@ class Soak:
                 return True
             time.sleep(1)
         return False
-
-    def _wait(self, pred, timeout):
-        end = time.monotonic() + timeout
-        while not pred():
-            if time.monotonic() > end:
-                raise RuntimeError(f"timed out; see {self.log.name}")
-            time.sleep(0.1)
 
     # -- the guarantee, watched ------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -239,58 +259,77 @@ class Soak:
     # -- the report ---------------------------------------------------------------------------------
     def report(self, drained: bool) -> dict:
         jobs = {j.id: j for j in self.client.read.jobs(self.ids) if j is not None}
+        lost, double = self._runs(jobs)
+        spent = {k: int(v) for k, v in self.client.read.spent().items()}
+        charged, over = self._charges(jobs)
+        verify = subprocess.run(self.stack.command("ledger", "verify"), env=self.stack.env(), capture_output=True,
+                                text=True, timeout=300)
+        # An attempt ends `preempted` when the scheduler preempted it (counted in preempt_count) or
+        # when its agent stopped in order (not counted); the soak never stops an agent in order.
+        unasked = sorted(i for i, j in jobs.items()
+                         if sum(1 for a in j.attempts if a.outcome == "preempted") != j.preempt_count)
+        outcomes: dict[str, int] = {}
+        for j in jobs.values():
+            for a in j.attempts:
+                outcomes[a.outcome or "?"] = outcomes.get(a.outcome or "?", 0) + 1
+        limits = {b.name: int(round(b.limit * 1_000_000)) + self.overrides for b in self.cfg.budgets}
+        with open(self.e.log.name) as f:
+            budget_preempts = f.read().count("(on_exhaust = preempt)")
+        return {
+            "seconds": round(self.seconds), "jobs": len(self.ids), "drained": drained,
+            "attempts": sum(len(j.attempts) for j in jobs.values()), "outcomes": outcomes,
+            "kills": self.kills, "lost": lost, "double_runs": double,
+            "max_preemptions_per_job": max((j.preempt_count for j in jobs.values()), default=0),
+            "max_preempted_attempts_per_job": max((sum(1 for a in j.attempts if a.outcome == "preempted")
+                                                   for j in jobs.values()), default=0),
+            "preempted_unasked": unasked, "max_preemptions": MAX_PREEMPTIONS, "budget_preempts": budget_preempts,
+            "guarantee_short_max_s": round(self.short_max, 2),
+            "guarantee_bound_s": GRACE + KILL_WAIT + TICK,
+            "spent": spent, "charged": charged, "limits_with_overrides": limits,
+            "charges_equal_attempts": spent == charged,
+            "within_limits": all(v <= limits.get(k, v) for k, v in spent.items()),
+            "ledger_verify": {"rc": verify.returncode, "out": (verify.stdout + verify.stderr).strip()[-400:]},
+            "above_commitment": over,
+        }
+
+    def _runs(self, jobs: dict) -> tuple[list, list]:
+        """(lost, double): from the jobs' own stamps. Lost: accepted and never ended, or COMPLETED
+        without its last attempt's end stamp. Double: an attempt started twice, or stamped after a
+        later attempt of the job had started."""
         stamps = {i: _stamps(os.path.join(self.stamps, str(i))) for i in self.ids}
         lost = [i for i in self.ids if i not in jobs or jobs[i].state not in states.TERMINAL]
         double = []
         for i, lines in stamps.items():
             starts = [a for kind, a, _ in lines if kind == "start"]
-            if len(starts) != len(set(starts)):
-                double.append(i)
-                continue
             begun = {a: t for kind, a, t in lines if kind == "start"}
-            if any(b > a and t > begun[b] for kind, a, t in lines for b in begun):
-                double.append(i)       # an attempt still stamped after a later one started
+            if len(starts) != len(set(starts)) or any(b > a and t > begun[b] for _, a, t in lines for b in begun):
+                double.append(i)
         for i, j in jobs.items():
-            if j.state == states.COMPLETED:
-                last = j.restart_count
-                if not any(kind == "end" and a == last for kind, a, _ in stamps.get(i, [])):
-                    lost.append(i)
-        spent = self.client.read.spent()
+            if j.state == states.COMPLETED and not any(kind == "end" and a == j.restart_count
+                                                       for kind, a, _ in stamps.get(i, [])):
+                lost.append(i)
+        return sorted(set(lost)), sorted(double)
+
+    def _charges(self, jobs: dict) -> tuple[dict, list]:
+        """(charged per budget, summed over the attempts; attempts charged above what safe mode commits)."""
         charged: dict[str, int] = {}
         over = []
-        model = "fake"
+        budgets = {b.name: b for b in self.cfg.budgets}
         for j in jobs.values():
             for a in j.attempts:
                 for name, amount in a.charges:
                     charged[name] = charged.get(name, 0) + amount
-                    b = next(b for b in self.cfg.budgets if b.name == name)
-                    if amount > ledger.forecast(j, b.unit, model, self.cfg):
+                    if amount > ledger.forecast(j, budgets[name].unit, "fake", self.cfg):
                         over.append((j.id, a.attempt, amount))
-        verify = subprocess.run(self.stack.command("ledger", "verify"), env=self.stack.env(), capture_output=True,
-                                text=True, timeout=120)
-        preempted = [sum(1 for a in j.attempts if a.outcome == "preempted") for j in jobs.values()]
-        outcomes: dict[str, int] = {}
-        for j in jobs.values():
-            for a in j.attempts:
-                outcomes[a.outcome or "?"] = outcomes.get(a.outcome or "?", 0) + 1
-        return {
-            "seconds": round(self.seconds), "jobs": len(self.ids), "drained": drained,
-            "attempts": sum(len(j.attempts) for j in jobs.values()), "outcomes": outcomes,
-            "kills": self.kills, "lost": sorted(set(lost)), "double_runs": sorted(double),
-            "max_preemptions_per_job": max(preempted, default=0),
-            "max_preempt_count": max((j.preempt_count for j in jobs.values()), default=0),
-            "max_preemptions": MAX_PREEMPTIONS,
-            "guarantee_short_max_s": round(self.short_max, 2),
-            "guarantee_bound_s": GRACE + KILL_WAIT + TICK,
-            "spent": {k: int(v) for k, v in spent.items()}, "charged": charged,
-            "charges_equal_attempts": {k: int(v) for k, v in spent.items()} == charged,
-            "ledger_verify": {"rc": verify.returncode, "out": (verify.stdout + verify.stderr).strip()[-400:]},
-            "above_commitment": over,
-        }
+        return charged, over
 
-    def close(self) -> None:
-        self.stack.stop_all(timeout=20)
-        self.log.close()
+    def close(self, keep: bool = False) -> None:
+        if keep:
+            self.stack.stop_all(timeout=30)
+            self.e.log.close()
+            print(f"kept {self.dir}", file=sys.stderr)
+        else:
+            self.e.close()
 
 
 def _stamps(path: str):
@@ -304,15 +343,21 @@ def _stamps(path: str):
 
 def soak(seconds: float, seed: int = 1, budget: float = 3.0, keep: bool = False) -> dict:
     s = Soak(seconds, seed, budget)
-    s.t0 = time.time()
     try:
         return s.run()
     finally:
-        s.close()
-        if not keep:
-            shutil.rmtree(s.dir, ignore_errors=True)
-        else:
-            print(f"kept {s.dir}", file=sys.stderr)
+        s.close(keep)
+
+
+def failures(out: dict) -> list[str]:
+    """What the report says is broken (empty: the soak kept every promise it checks)."""
+    bad = [k for k in ("lost", "double_runs", "preempted_unasked", "above_commitment") if out[k]]
+    bad += [k for k in ("drained", "charges_equal_attempts", "within_limits") if not out[k]]
+    if out["max_preemptions_per_job"] > out["max_preemptions"]:
+        bad.append("max_preemptions_per_job")
+    if out["ledger_verify"]["rc"] != 0:
+        bad.append("ledger_verify")
+    return bad
 
 
 def main() -> None:
@@ -329,9 +374,10 @@ def main() -> None:
     if a.json:
         with open(a.json, "w") as f:
             f.write(text)
-    ok = (not out["lost"] and not out["double_runs"] and out["max_preemptions_per_job"] <= MAX_PREEMPTIONS
-          and out["charges_equal_attempts"] and out["ledger_verify"]["rc"] == 0 and not out["above_commitment"])
-    sys.exit(0 if ok else 1)
+    bad = failures(out)
+    if bad:
+        print(f"broken: {', '.join(bad)}", file=sys.stderr)
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ them with `|`, exit codes read `code:signal`.
 import csv
 import io
 import time
+from collections import namedtuple
 
 import click
 
 from labq.scheduler import when
+from labq.scheduler.model import Job
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, parse_duration
 
 from . import render, slurmfmt
@@ -64,11 +66,18 @@ def acct(ctx, start, end, since, until, job_ids, user, account, state, fmt, pars
     now = time.time()
     picked, wanted = _id_filter(job_ids), _states(state)
     lo, hi = window(since, until, start, end, bool(job_ids), now)
-    jobs = [j for j in ctx.client.read.ended(lo, hi) if (not user or j.user == user)
-            and (not account or j.account == account) and (not wanted or j.state in wanted) and picked(j)]
+    read = ctx.client.read
+    # Archived jobs come as compact rows (store/acctrows.py), the recent ones as records.
+    table = fmt in ("table", "csv") and not (as_json or parsable or parsable2)
+    from labq.scheduler.store.acctrows import TABLE
+    jobs = [j for j in read.acct_rows(lo, hi, user, account, TABLE if table else None)
+            if (not wanted or j.state in wanted) and picked(j)]
     jobs.sort(key=lambda j: j.id)
     committed = _committed(ctx, jobs)
     if as_json or fmt == "json":
+        # --json shows every field of each job (DESIGN §8's shape): the records, of the chosen jobs only.
+        full = {j.id: j for j in read.jobs([j.id for j in jobs if not isinstance(j, Job)])}
+        jobs = [j if isinstance(j, Job) else full[j.id] for j in jobs if isinstance(j, Job) or j.id in full]
         return echo_json([{**render.job_dict(j), "committed_cost": committed[j.id] / MICRO,
                            "final_cost": j.cost / MICRO} for j in jobs])
     if fmt not in _OUTPUTS or parsable or parsable2:
@@ -82,19 +91,26 @@ def acct(ctx, start, end, since, until, job_ids, user, account, state, fmt, pars
 
 def _committed(ctx, jobs) -> dict:
     # Committed: what admission encumbered for each attempt (rate × planned time); final: the charges.
-    from labq.scheduler.report import committed_cost
-    models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
-    return {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", ctx.cfg)
-                      for a in j.attempts) for j in jobs}
+    # An archived row carries it, computed when it was archived.
+    from labq.scheduler.report import committed_by_job
+    records = [j for j in jobs if isinstance(j, Job)]
+    out = {j.id: j.committed for j in jobs if not isinstance(j, Job)}
+    if records:
+        models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
+        out.update(committed_by_job(records, models, ctx.cfg))
+    return out
 
 
 def _table(jobs, committed, fmt, noheader) -> None:
     headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
                "COMMITTED", "COST"]
-    money = (lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money
-    rows = [[j.display_id, j.name, j.user, j.account, j.state, slurmfmt.exit_code(j) if fmt != "csv" else
-             (j.exit_code if j.exit_code is not None else ""), _ts(j.start_time), _ts(j.end_time),
-             fmt_duration(render.elapsed(j, j.end_time or 0)), j.gpus, len(j.attempts), money(committed[j.id]),
+    # A month of a busy lab is ~100k rows: amounts, durations and times repeat, so each is formatted once.
+    money = _memo((lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money)
+    dur, ts = _memo(fmt_duration), _Stamps()
+    code = _memo(lambda v: slurmfmt.exit_code(_Ended(*v)))
+    rows = [[j.display_id, j.name, j.user, j.account, j.state, code((j.exit_code, j.state)) if fmt != "csv" else
+             (j.exit_code if j.exit_code is not None else ""), ts(j.start_time), ts(j.end_time),
+             dur(int(render.elapsed(j, j.end_time or 0))), j.gpus, _attempts(j), money(committed[j.id]),
              money(j.cost)] for j in jobs]
     if fmt == "csv":
         out = io.StringIO()
@@ -103,14 +119,44 @@ def _table(jobs, committed, fmt, noheader) -> None:
             w.writerow(headers)
         w.writerows(rows)
         return click.echo(out.getvalue(), nl=False)
-    lines = render.table(rows, headers).splitlines()[noheader:]
-    if lines:
-        click.echo("\n".join(lines))
+    text = render.table(rows, headers)
+    if noheader:
+        text = text.partition("\n")[2]
+    if text:
+        click.echo(text)
     if not noheader:
         click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs))}")
 
 
-def _ts(t):
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+def _memo(fn):
+    seen: dict = {}
+
+    def get(v):
+        out = seen.get(v)
+        if out is None:
+            out = seen[v] = fn(v)
+        return out
+    return get
 
 
+_Ended = namedtuple("_Ended", "exit_code state")      # what slurmfmt.exit_code reads of a job
+
+
+class _Stamps:
+    """Local `YYYY-MM-DD HH:MM:SS`, formatted once per minute (every zone's offset is whole minutes)."""
+
+    def __init__(self):
+        self.minutes: dict[int, str] = {}
+
+    def __call__(self, t) -> str:
+        if not t:
+            return "-"
+        s = int(t)
+        head = self.minutes.get(s // 60)
+        if head is None:
+            head = self.minutes[s // 60] = time.strftime("%Y-%m-%d %H:%M:", time.localtime(s - s % 60))
+        return f"{head}{s % 60:02d}"
+
+
+def _attempts(j) -> int:
+    return len(j.attempts) if isinstance(j, Job) else j.n_attempts

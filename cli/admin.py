@@ -117,3 +117,12 @@ def accept_loss(ctx):
     if f.saved != now:
         raise LabqError(f"could not write {f.path}")
     click.echo(f"{f.path}: {before.describe() if before else 'no figures'} -> {now.describe()} (Redis's, accepted)")
+
+
+def _archive_commands():
+    from .archivecmd import archive, export
+    admin.add_command(archive)
+    admin.add_command(export)
+
+
+_archive_commands()

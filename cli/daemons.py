@@ -68,11 +68,12 @@ def durability(cfg, r, url):
 
 def _with_history(sched, r, cfg):
     """The scheduler archives ended jobs and old ledger entries (history.keep) into its archive."""
-    from labq.scheduler.store.archive import Archiver
+    from labq.scheduler.store.archive import Archiver, committed_fn
     from labq.scheduler.store.history import History, default_path
     from labq.scheduler.store.keys import Keys
     path = default_path(cfg.history["url"])
-    sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"])
+    sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"],
+                              committed=committed_fn(r, Keys(cfg.prefix), cfg))
     sched.history = History(path)
     return sched
 
@@ -91,7 +92,7 @@ def worker(ctx, verbose, allow_root):
     from labq.worker.agent import Agent
     cfg = ctx.cfg
     if allow_root:
-        cfg = dataclasses.replace(cfg, worker={**cfg.worker, "allow_root": True})
+        cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(allow_root=True))
     url = redis_url(cfg)
     conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
     if cfg.redis_password_file:   # runners get the address only: the role's password comes from the file

@@ -22,7 +22,8 @@ def prio(ctx, user, account, expand, as_json):
     """Pending jobs in the order the scheduler considers them, with each factor's weighted part.
 
     priority = qos_weight × QoS + age_weight × age (0..1 over age_max) + fairshare_weight × fair share
-    (0..1, 2^(−usage share ÷ account share)) − burst_penalty × burst (0 or 1)."""
+    (0..1, 2^(−usage share ÷ account share)) − burst_penalty × burst (0 or 1)
+    + short_job_weight × short (0..1, fading with the wait; off by default)."""
     c, now = ctx.client, time.time()
     jobs = c.read.active()
     usage = c.fairshare(now, jobs)
@@ -33,12 +34,14 @@ def prio(ctx, user, account, expand, as_json):
     w = c.cfg.priority
     if as_json:
         return echo_json({"weights": {k: w[k] for k in ("qos_weight", "age_weight", "fairshare_weight",
-                                                         "burst_penalty")},
+                                                         "burst_penalty", "short_job_weight")},
                           "usage": dict(sorted(usage.items())),
                           "jobs": [{"id": j.display_id, "job_id": j.id, "user": j.user, "account": j.account,
                                     "qos": j.qos, **f[j.id].as_json(w)} for j in shown]})
     click.echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "
-               f"fairshare {w['fairshare_weight']:g}, burst penalty {w['burst_penalty']:g}")
+               f"fairshare {w['fairshare_weight']:g}, burst penalty {w['burst_penalty']:g}"
+               + (f", short jobs {w['short_job_weight']:g} (scale {w['short_job_scale']:.0f}s; in the priority column)"
+                  if w["short_job_weight"] else ""))
     rows = []
     for j in shown:
         x = f[j.id]

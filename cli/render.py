@@ -2,6 +2,7 @@
 import time
 
 from labq.scheduler import ledger, states
+from labq.scheduler.hostlist import compact as compact_nodes
 from labq.scheduler.jobspec import describe_deps
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
@@ -36,7 +37,8 @@ def attempt_dict(a) -> dict:
     return {"attempt": a.attempt, "node": a.node, "gpus": list(a.gpus), "start_time": a.start_time or a.dispatch_time,
             "end_time": a.end_time, "outcome": a.outcome, "exit_code": a.exit_code, "cost": a.cost / MICRO,
             "charges": {b: amt / MICRO for b, amt in a.charges}, "lost_work_s": a.lost_work_s,
-            "last_checkpoint": a.last_checkpoint, "usage": a.usage}
+            "last_checkpoint": a.last_checkpoint, "usage": a.usage,
+            "nodes": [{"node": n, "gpus": list(g)} for n, g in (a.parts or ((a.node, a.gpus),))]}
 
 
 def job_dict(j, now: float | None = None) -> dict:
@@ -49,7 +51,8 @@ def job_dict(j, now: float | None = None) -> dict:
         "submit_time": j.submit_time, "start_time": j.start_time, "end_time": j.end_time,
         "restart_count": j.restart_count, "exit_code": j.exit_code, "node": j.node or None,
         "gpus": list(j.gpu_uuids), "request": {"gpus": j.gpus, "gpu_type": j.gpu_type or None, "cpus": j.cpus,
-                                               "mem": j.mem, "time_limit": j.time_limit},
+                                               "mem": j.mem, "time_limit": j.time_limit, "nodes": j.nodes},
+        "nodes": j.nodes, "nodelist": [n for n, _ in j.parts] or ([j.node] if j.node else []),
         "array_job_id": j.array_id, "array_task_id": j.array_index,
         "cost": (j.cost + running_cost(j, now)) / MICRO, "committed": committed,
         "command": list(j.argv) if not j.script else ["<script>", *j.argv], "workdir": j.workdir,
@@ -57,6 +60,7 @@ def job_dict(j, now: float | None = None) -> dict:
         "dependency": describe_deps(j.deps) or None, "deadline": j.deadline, "retries": j.retries,
         "retries_used": j.retries_used, "eligible_time": j.eligible_time,
         "preempt_count": j.preempt_count, "preempted_for": j.preempted_for, "borrowed": j.borrowed,
+        "estimate": {"seconds": j.learned_est, "basis": j.learned_basis} if j.learned_est else None,
     }
 
 
@@ -70,6 +74,9 @@ def running_cost(j, now: float) -> int:
 
 def elapsed(j, now: float) -> float:
     """Run time: of the running attempt, or of all ended attempts together."""
+    done = getattr(j, "elapsed", None)     # an archived acct row (store/acctrows.AcctJob) carries it
+    if done is not None:
+        return done
     total = 0.0
     for a in j.attempts:
         start = a.start_time or a.dispatch_time
@@ -79,14 +86,16 @@ def elapsed(j, now: float) -> float:
 
 
 def stat_row(j, now: float, shown: str | None = None):
-    where = j.node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else j.node or ""
+    node = compact_nodes([n for n, _ in j.parts]) if j.parts else j.node
+    where = node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else node or ""
     return [shown or j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
-            j.gpus, fmt_money(j.cost + running_cost(j, now)), where]
+            j.total_gpus, fmt_money(j.cost + running_cost(j, now)), j.nodes, where]
 
 
 def node_dict(n, jobs) -> dict:
-    mine = [j for j in jobs if j.node == n.name and j.state in states.ON_NODE]
-    used = {u for j in mine for u in j.gpu_uuids}
+    # a gang holds its per-node shape and its part's GPUs on each of its nodes
+    mine = [j for j in jobs if j.state in states.ON_NODE and n.name in {p for p, _ in j.on_nodes}]
+    used = {u for j in mine for p, us in j.on_nodes if p == n.name for u in us}
     return {"name": n.name, "state": n.state, "gpus_total": len(n.gpus), "gpus_free": len(n.gpus) - len(used),
             "gpu_models": sorted({g.model for g in n.gpus}), "cpus_total": n.cpus,
             "cpus_free": n.cpus - sum(j.cpus for j in mine), "mem_total": n.mem,

@@ -67,7 +67,7 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, n
         from .spendplot import plot
         return plot(ctx, plot_path, budget_name, period)
     c = ctx.client
-    jobs = c.read.ended(lo) + c.read.active()
+    jobs = c.read.acct_rows(lo) + c.read.active()       # archived jobs as compact rows (store/acctrows)
     if forecast_accuracy:
         return _emit(rep.forecast_accuracy(jobs, lo, hi), ["user", "jobs", "p50", "p90", "margin_90"], fmt,
                      ["USER", "JOBS", "ACTUAL/EST P50", "P90", "MARGIN FOR 90%"])

@@ -1,9 +1,10 @@
 """`#SBATCH` lines → `labq sub` flags, for SLURM scripts that have no `#LABQ` lines.
 
-The common subset is translated (-J -A -q -t --mem --gres=gpu[:type]:N --gpus -c -o -e -a -d
---begin --deadline --signal --requeue --export -D -H); options labq has no use for on one node
-(-N 1, -n 1, -p, --mail-*, …) are dropped and named, with everything else not understood, in one
-warning line. Pure: text in, (flags, ignored) out.
+The common subset is translated (-J -A -q -t --mem --gres=gpu[:type]:N --gpus --gpus-per-node -c
+-N -o -e -a -d --begin --deadline --signal --requeue --export -D -H); options labq has no use for
+(-n, -p, --mail-*, …) are dropped and named, with everything else not understood, in one warning
+line. labq starts one task per node (torchrun spawns the per-GPU ranks), so --ntasks-per-node > 1
+is refused. Pure: text in, (flags, ignored) out.
 """
 import shlex
 
@@ -11,7 +12,7 @@ from labq.scheduler.errors import UsageError
 
 # sbatch option (long name) → labq flag. Short names map onto long ones first.
 _VALUE = {"job-name": "--name", "account": "--account", "qos": "--qos", "time": "--time", "mem": "--mem",
-          "gpus": "--gpus", "gpus-per-node": "--gpus", "gpus-per-task": "--gpus", "cpus-per-task": "--cpus",
+          "gpus": "--gpus", "gpus-per-node": "--gpus-per-node", "nodes": "--nodes", "gpus-per-task": "--gpus", "cpus-per-task": "--cpus",
           "output": "--output", "error": "--error", "array": "--array", "dependency": "--dependency",
           "begin": "--begin", "deadline": "--deadline", "export": "--export", "chdir": "--chdir"}
 _FLAG = {"requeue": "--requeue", "no-requeue": "--no-requeue", "hold": "--hold"}
@@ -81,10 +82,15 @@ def _one(name: str, value: str | None) -> list[str] | None:
         return gres(value)
     if name == "signal":
         return ["--signal", _signal(value)]
-    if name in ("nodes", "ntasks", "ntasks-per-node"):
-        if value.split("-")[0] != "1":
-            raise UsageError(f"#SBATCH --{name}={value}: labq runs a job as one task on one node")
+    if name == "ntasks-per-node":
+        if value != "1":
+            raise UsageError(f"#SBATCH --{name}={value}: labq starts one task per node "
+                             f"(launch the per-GPU ranks with torchrun --nproc-per-node)")
         return []
+    if name == "nodes" and value in ("1", "1-1"):
+        return []       # one node: the default, no gang
+    if name == "ntasks":
+        return [] if value == "1" else None
     if name in _VALUE:
         return [_VALUE[name], value]
     return None

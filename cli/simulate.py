@@ -100,7 +100,7 @@ def progress_for(flag: bool | None, label: str):
 @click.option("--cpus", metavar="N", help="CPUs (and job slots) per node for --nodes groups that give none (default 16). "
                              "Alone: one CPU-only machine of N processors (--cpus 100 = --nodes 1x0:100).")
 @click.option("--policy", metavar="NAME", default="config", show_default=True,
-              help="fifo | priority | backfill | fairshare | config (the configuration as it is).")
+              help="fifo | priority | backfill | fairshare | learned | sjf-oracle (true run times: an oracle bound) | config (the configuration as it is).")
 @click.option("--backfill-depth", metavar="N", help="Override scheduler.backfill_depth (backfill: default 1).")
 @click.option("--extra", metavar="FILE.csv", help="A CSV keyed by job_id whose columns join the trace's (like kth_sp2_1996_extra.csv).")
 @click.option("--time-column", metavar="COLUMN", help="The column (trace or --extra) with each job's time limit in seconds "
@@ -143,7 +143,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
                        queue_limits=enforce_queue_limits, hooks=hooks)
     rep = sim.report(res)
-    rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg), **rep,
+    rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""), **rep,
            "wall_s": round(time.monotonic() - t0, 2)}
     if plot_path:
         from labq.scheduler.sim.plot import plot

@@ -14,6 +14,9 @@ SUB = [
     (("--budget", "budget_name"), "str", "A named batch budget to charge as well.", None),
     (("-G", "--gpus"), "str", "GPUs: N or MODEL:N.", None),
     (("--gres",), "str", "SLURM's gpu[:MODEL]:N (the same as --gpus [MODEL:]N).", None),
+    (("-N", "--nodes"), "str", "Nodes of a multi-node job (a gang: all start together, share one fate); "
+     "-G, -c and --mem are then per node unless -G gives the total.", None),
+    (("--gpus-per-node",), "str", "GPUs on each node of the job: N or MODEL:N.", None),
     (("-c", "--cpus", "--cpus-per-task", "cpus"), "str", "CPUs (default 1).", None),
     (("--mem",), "str", "Memory, like 12G (default 0: no reservation).", None),
     (("-t", "--time", "time_"), "str", "Time limit: 2h, 90 (minutes), 1:30:00, 2-0.", None),

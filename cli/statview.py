@@ -7,25 +7,38 @@ from labq.scheduler import states
 from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
 
 
+def _nodes(j) -> int:
+    """The job's node count (a row or record from before multi-node jobs has none: 1)."""
+    return getattr(j, "nodes", 1) or 1
+
+
+def _n(j) -> int:
+    """How many jobs `j` stands for: a folded row of the index (statrows.fold) more than one."""
+    return getattr(j, "n", 1)
+
+
 def compact(jobs):
     """Pending tasks of one array with the same reason, in a run of indices, shown as one
-    `42_[5-12]` entry: (display id, first job) pairs in job order."""
+    `42_[5-12]` entry: (display id, first job) pairs in job order. A folded row (statrows.fold) is
+    its run of tasks; one that is not shown compacted is shown task by task."""
     out, run = [], []
 
     def flush():
         if run:
-            a, b = run[0].array_index, run[-1].array_index
-            shown = f"{run[0].array_id}_[{a}-{b}]" if len(run) > 1 else run[0].display_id
+            a, b = run[0].array_index, run[-1].array_index + _n(run[-1]) - 1
+            shown = f"{run[0].array_id}_[{a}-{b}]" if len(run) > 1 or _n(run[0]) > 1 else run[0].display_id
             out.append((shown, run[0]))
             run.clear()
 
     for j in sorted(jobs, key=lambda j: j.id):
         groupable = j.state == states.PENDING and j.array_id is not None
         if run and not (groupable and j.array_id == run[-1].array_id and j.reason == run[-1].reason
-                        and j.id == run[-1].id + 1):
+                        and j.id == run[-1].id + _n(run[-1])):
             flush()
         if groupable:
             run.append(j)
+        elif _n(j) > 1:
+            out += [(x.display_id, x) for x in j.each()]
         else:
             out.append((j.display_id, j))
     flush()
@@ -33,27 +46,29 @@ def compact(jobs):
 
 
 def table(rows, headers) -> str:
-    rows = [list(map(str, r)) for r in rows]
-    cols = list(zip(*rows)) if rows else [()] * len(headers)
-    widths = [max([len(h), *map(len, col)]) for h, col in zip(headers, cols)]
+    # Column by column: `acct` prints ~100k rows of a month, and map() over a column runs in C.
+    cols = [list(map(str, col)) for col in zip(*rows)] if rows else [[] for _ in headers]
+    widths = [max(len(h), max(map(len, col), default=0)) for h, col in zip(headers, cols)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in rows])
+    return "\n".join([fmt.format(*headers).rstrip(), *(fmt.format(*r).rstrip() for r in zip(*cols))])
 
 
-STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODE(REASON)"]
+STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODES", "NODE(REASON)"]
 
 
 def capacity_line(nodes, jobs) -> str:
     up = [n for n in nodes if n.state == "up"]
     on = [j for j in jobs if j.state in states.ON_NODE]
     total_g = sum(len(n.gpus) for n in up)
-    used_g = sum(j.gpus for j in on if j.node in {n.name for n in up})
-    total_c, used_c = sum(n.cpus for n in up), sum(j.cpus for j in on)
-    total_m, used_m = sum(n.mem for n in up), sum(j.mem for j in on)
-    pend = sum(1 for j in jobs if j.state == states.PENDING)
+    names = {n.name for n in up}
+    # a gang (NODES > 1) holds its per-node shape on each of its nodes
+    used_g = sum(j.gpus * _n(j) * _nodes(j) for j in on if _nodes(j) > 1 or j.node in names)
+    total_c, used_c = sum(n.cpus for n in up), sum(j.cpus * _n(j) * _nodes(j) for j in on)
+    total_m, used_m = sum(n.mem for n in up), sum(j.mem * _n(j) * _nodes(j) for j in on)
+    pend = sum(_n(j) for j in jobs if j.state == states.PENDING)
     return (f"nodes {len(up)}/{len(nodes)} up · GPUs {total_g - used_g}/{total_g} free · "
             f"CPUs {total_c - used_c}/{total_c} free · mem {fmt_size(max(0, total_m - used_m))}/{fmt_size(total_m)} free"
-            f" · {len(on)} running, {pend} pending")
+            f" · {sum(map(_n, on))} running, {pend} pending")
 
 
 def row_cells(r, now: float, shown: str | None = None, memo=None) -> list:
@@ -64,7 +79,8 @@ def row_cells(r, now: float, shown: str | None = None, memo=None) -> list:
     secs, cost = int(max(0, r.elapsed(now))) if r.spans else 0, r.settled + r.running_cost(now)
     t = memo.get(("t", secs)) or memo.setdefault(("t", secs), fmt_duration(secs))
     c = memo.get(("c", cost)) or memo.setdefault(("c", cost), fmt_money(cost))
-    return [shown or r.display_id, r.name[:20], r.user, r.account, r.qos, r.state, t, r.gpus, c, where]
+    return [shown or r.display_id, r.name[:20], r.user, r.account, r.qos, r.state, t, r.gpus * _nodes(r), c,
+            _nodes(r), where]
 
 
 def select(rows, user=None, account=None, wanted=None) -> list:

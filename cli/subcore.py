@@ -182,12 +182,13 @@ def _body(opts, argv, script) -> dict:
         if gres is None:
             raise UsageError(f"--gres: expected gpu[:MODEL]:N, got {opts['gres']!r}")
         opts = {**opts, "gpus": gres[1]}
-    model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
+    model, gpus, nodes = _gpus_and_nodes(opts)
     body = {
         "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
         "name": opts.get("name") or "", "account": opts.get("account") or "", "project": opts.get("project") or "",
         "qos": opts.get("qos") or "", "budget": opts.get("budget_name") or "",
         "gpus": gpus, "gpu_type": model, "out": opts.get("output") or "", "err": opts.get("error") or "",
+        **({"nodes": nodes} if nodes > 1 else {}),
         "test_only": bool(opts.get("test_only")),
         # sbatch's default: the job gets the environment the user submits from (their venv's PATH…)
         **exportenv.capture(opts.get("export"), os.environ),
@@ -220,6 +221,31 @@ def _body(opts, argv, script) -> dict:
         tags.append([k, v])
     body["tags"] = tags
     return body
+
+
+def _gpus_and_nodes(opts) -> tuple[str, int, int]:
+    """(GPU model, GPUs per node, nodes). With -N, `--gpus-per-node` is per node and -G the job's total
+    (SLURM's meaning), split evenly; without -N, -G 16 stays one node of 16 GPUs."""
+    nodes = 1
+    if opts.get("nodes") is not None:
+        text = str(opts["nodes"])
+        lo, _, hi = text.partition("-")    # sbatch's MIN-MAX: only a fixed count (MIN = MAX) is taken
+        if not lo.isdigit() or len(lo) > 6 or (hi and hi != lo):
+            raise UsageError(f"--nodes: expected a node count like 2, got {text!r}")
+        nodes = bounds.integer("--nodes", int(lo), 1, bounds.MAX_NODES)
+    per_node = opts.get("gpus_per_node")
+    if per_node is not None:
+        if opts.get("gpus") is not None:
+            raise UsageError("--gpus-per-node: give either it or --gpus, not both")
+        model, gpus = units.parse_gpus(per_node, "--gpus-per-node")
+        return model, gpus, nodes
+    model, gpus = parse_gpus(opts["gpus"]) if opts.get("gpus") is not None else ("", 0)
+    if nodes > 1 and gpus:
+        if gpus % nodes:
+            raise UsageError(f"--gpus: {gpus} GPUs do not split evenly over {nodes} nodes "
+                             f"(give --gpus-per-node N)")
+        gpus //= nodes
+    return model, gpus, nodes
 
 
 def _when_options(opts, body: dict) -> None:
@@ -266,11 +292,15 @@ def print_test_only(reply, opts):
     for b in reply["budgets"]:
         echo(f"budget {b['budget']}: commits {b['forecast']:.4f} {b['unit']}, "
                    f"available after: {b['available_after']:.4f} {b['unit']}")
+    est = reply.get("estimate")
+    if est:
+        echo(f"estimated run time {units.fmt_duration(est['seconds'])} ({est['basis']})" if est["seconds"]
+             else f"estimated run time: none yet ({est['basis']})")
     echo(f"verdict: {reply['verdict']}")
     start = reply.get("expected_start")
     if start is not None and not reply.get("starts_now"):
         import time
         echo(f"expected start: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start))} "
-                   f"(from running jobs' time limits)")
+                   f"(from running jobs' {reply.get('start_from', 'time limits')})")
     elif start is None and not reply.get("starts_now"):
         echo("expected start: unknown (no reservation could be computed)")

@@ -110,7 +110,8 @@ def from_event(eid: str, node: str, body: dict, now: float) -> Alert | None:
     kind, message = body.get("kind"), body.get("message")
     if not isinstance(kind, str) or not kind or not isinstance(message, str):
         return None
-    level = body.get("level") if body.get("level") in LEVELS else "warn"
-    scope = body.get("scope") if isinstance(body.get("scope"), str) and body.get("scope") else f"node:{node}"
-    data = body.get("data") if isinstance(body.get("data"), dict) else {}
+    level, scope, data = body.get("level"), body.get("scope"), body.get("data")
+    level = level if level in LEVELS else "warn"
+    scope = scope if isinstance(scope, str) and scope else f"node:{node}"
+    data = data if isinstance(data, dict) else {}
     return Alert(f"event:{eid}", kind[:64], scope[:200], level, message[:2000], now, {**data, "node": node})

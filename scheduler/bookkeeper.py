@@ -1,25 +1,33 @@
 """The scheduler's budget duties: effective limits, overrides, period rollover, alerts and the stop
 policy each tick, and the budget requests from the inbox (set, override, revoke, ledger import).
 
-The decisions are pure (ledger.py, alerts.py, budgetwatch.py, periods.py); this module feeds them
-the daemon's state and commits what they return through `Scheduler.commit`, so every override,
-expiry, revocation, limit change, period start and fired alert is written in one transaction with
-its ledger entry. What is kept in Redis (overrides, limits, period labels, fired alerts) is loaded
-again by a new leader, so nothing fires twice across restarts.
+The decisions are pure (ledger.py, alerts.py, budgetwatch.py, periods.py, applier.py); this module
+feeds them the daemon's state and returns what they decided as a `Change` that the daemon commits,
+so every override, expiry, revocation, limit change, period start, fired alert and stop is written
+in one transaction with its ledger entry. It writes nothing itself. What is kept in Redis
+(overrides, limits, period labels, fired alerts) is loaded again by a new leader, so nothing fires
+twice across restarts.
 
-The effective budgets — the configured ones with `budget set` limits and active overrides — replace
-`sched.cfg.budgets`, so the admission gate, submit refusals and --test-only all see them.
+`budgets` are the effective budgets — the configured ones with `budget set` limits and active
+overrides. The daemon puts them into its config (`Scheduler._use_budgets`), so the admission gate,
+submit refusals and --test-only all see them.
 """
 import hashlib
 import json
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Protocol
 
 from . import alerts, budgetwatch, ledger, periods, states, transitions as tr
+from .applier import apply_plan
+from .change import Change
+from .config import Config
 from .errors import RefusedError, UsageError
-from .hooks import Hooks
 from .ledger import Books, Entry, Override
+from .model import Job
+from .plan import Cancel, Plan
 from .units import fmt_money, to_micro
 
 log = logging.getLogger("labq.scheduler")
@@ -28,38 +36,48 @@ MAX_IMPORT_ROWS = 10_000
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 
 
+class BooksStore(Protocol):
+    """What the bookkeeper reads from Redis (store/state.SchedulerStore has it)."""
+    def books(self) -> dict: ...
+    def spent(self) -> dict[str, int]: ...
+    def charged(self, key: str) -> bool: ...
+    def known_keys(self, keys) -> set[str]: ...
+
+
 class Bookkeeper:
-    def __init__(self, sched, cfg):
-        self.s, self.base = sched, cfg
+    def __init__(self, store: BooksStore, cfg: Config):
+        self.store, self.base = store, cfg
+        self.budgets = cfg.budgets              # the effective budgets
         self.overrides: dict[int, Override] = {}
         self.limits: dict[str, dict] = {}       # budget -> {limit, by, at, prev}
         self.periods: dict[str, str] = {}       # budget -> label last rolled into
         self.fired: set[str] = set()
-        self.hooks = Hooks(cfg.alerts)
         self._seq = 0
 
     # -- state ---------------------------------------------------------------------------------
     def load(self, now: float) -> None:
-        st = self.s.store.books()
+        st = self.store.books()
         self.overrides = {int(k): Override.loads(v) for k, v in st["overrides"].items()}
         self.limits = {k: json.loads(v) for k, v in st["limits"].items()}
         self.periods, self.fired = dict(st["periods"]), set(st["fired"])
         self.refresh(now)
 
-    def refresh(self, now: float) -> None:
-        """Put the effective budgets into the scheduler's config."""
+    def refresh(self, now: float) -> bool:
+        """Recompute the effective budgets; whether they changed."""
         budgets = self._effective(self.overrides.values(), now)
-        if budgets != self.s.cfg.budgets:
-            self.s.cfg = replace(self.s.cfg, budgets=budgets)
+        changed = budgets != self.budgets
+        self.budgets = budgets
+        return changed
 
     def _effective(self, overrides, now: float):
         limits = {k: int(v["limit"]) for k, v in self.limits.items()}
         return ledger.effective(self.base.budgets, limits, overrides, now)
 
-    def applied(self, books: Books | None, now: float) -> None:
-        """After a commit: the in-memory view follows what was written."""
+    def applied(self, books: Books | None, now: float) -> bool:
+        """After a commit: the in-memory view follows what was written. Whether the effective
+        budgets changed (the daemon then puts them into its config)."""
         if not books:
-            return
+            return False
         for o in books.overrides:
             self.overrides[o.id] = o
         for name, record in books.limits:
@@ -69,12 +87,11 @@ class Bookkeeper:
                 self.limits[name] = json.loads(record)
         self.periods.update(books.periods)
         self.fired.update(books.fired)
-        if books.overrides or books.limits:
-            self.refresh(now)
+        return bool(books.overrides or books.limits) and self.refresh(now)
 
     def spent_now(self, now: float) -> dict[str, int]:
         """budget -> settled in its current period."""
-        return periods.spent_now(self.s.cfg.budgets, self.s.store.spent(), now)
+        return periods.spent_now(self.budgets, self.store.spent(), now)
 
     def period(self, budget: str, now: float) -> str:
         """The period a charge to `budget` settled at `now` belongs to."""
@@ -82,9 +99,11 @@ class Bookkeeper:
         return periods.current(b, now) if b else ""
 
     # -- each tick -----------------------------------------------------------------------------
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, jobs: Mapping[int, Job], cfg: Config) -> Change | None:
+        """What this tick writes for the budgets (expired overrides, period rollovers with the running
+        attempts' parts booked, fired alerts, the stop policy's preempts and cancels), or None."""
         if not self.base.budgets:
-            return
+            return None
         books, raised = Books(), []
         for o in self.overrides.values():
             if o.state == "active" and o.expires <= now:
@@ -95,54 +114,58 @@ class Bookkeeper:
                 raised.append(alerts.override_alert(gone, "override_expired", now, self._unit(o.budget)))
         live = {**self.overrides, **{o.id: o for o in books.overrides}}
         budgets = self._effective(live.values(), now)
-        spent = self.s.store.spent()
-        booked = []
+        spent = self.store.spent()
+        booked = self._roll_periods(books, budgets, spent, jobs, now, cfg)
+        now_spent = periods.spent_now(budgets, spent, now)
+        running = [j for j in jobs.values() if j.state in states.ON_NODE]
+        statuses = [budgetwatch.status(b, now_spent[b.name], running, now, periods.current(b, now)) for b in budgets]
+        raised += alerts.evaluate(statuses, self.fired, now)
+        books.fired += [a.key for a in raised]
+        stop = budgetwatch.stop(budgets, now_spent, running, replace(cfg, budgets=budgets), now,
+                                lead=cfg.tick + budgetwatch.CONTROL_POLL, protected=self._protected())
+        done = apply_plan(Plan(preempts=stop.preempts, cancels=tuple(Cancel(j, d) for j, d in stop.cancels)),
+                          jobs, jobs, (), now)
+        for j in done.stopping:
+            log.info("job %s %s", j.display_id, j.detail)
+        for r in done.rejected:
+            log.warning("budget stop not applied: %s", r.why)
+        if not (books or done.stopping or booked):
+            return None
+        return Change(jobs=list(done.stopping), charges=booked, controls=list(done.controls),
+                      alerts=[a.fields() for a in raised], books=books)
+
+    def _roll_periods(self, books: Books, budgets, spent: dict, jobs: Mapping[int, Job], now: float,
+                      cfg: Config) -> list:
+        """Each periodic budget whose period changed: a `period` entry (into `books`) and the
+        charges booking the running attempts' parts of the period that closed (returned)."""
+        booked: list = []
         for b in budgets:
             lab = periods.current(b, now)
             if b.period != "none" and self.periods.get(b.name) != lab:
                 prev = self.periods.get(b.name, "")
-                closing = self._close_period(b, prev) if prev else []
+                closing = self._close_period(b, prev, jobs, cfg) if prev else []
                 booked += closing
                 closed = int(spent.get(periods.field(b.name, prev), 0)) if prev else 0
                 closed += sum(c.amount for c in closing if c.period == prev)
                 books.entries.append(Entry("period", f"period:{b.name}:{lab}", b.name, 0,
                                            (("period", lab), ("prev", prev), ("closed", str(closed)))))
                 books.periods.append((b.name, lab))
-        books.entries = [e for e in books.entries if e.type != "period" or not self.s.store.charged(e.key)]
-        now_spent = periods.spent_now(budgets, spent, now)
-        running = [j for j in self.s.jobs.values() if j.state in states.ON_NODE]
-        statuses = [budgetwatch.status(b, now_spent[b.name], running, now, periods.current(b, now)) for b in budgets]
-        raised += alerts.evaluate(statuses, self.fired, now)
-        books.fired += [a.key for a in raised]
-        cfg = replace(self.s.cfg, budgets=budgets)
-        stop = budgetwatch.stop(budgets, now_spent, running, cfg, now, lead=self.s.cfg.tick + budgetwatch.CONTROL_POLL,
-                                protected=self._protected())
-        jobs, controls = [], []
-        for pr in stop.preempts:
-            jobs.append(tr.preempting(self.s.jobs[pr.job_id], None, pr.detail, now))
-            controls.append((pr.job_id, f"preempt:{pr.grace}"))
-            log.info("job %s preempted: %s", self.s.jobs[pr.job_id].display_id, pr.detail)
-        for jid, detail in stop.cancels:
-            jobs.append(replace(self.s.jobs[jid], cancel_requested=True, detail=detail))
-            controls.append((jid, "cancel"))
-            log.info("job %s %s", self.s.jobs[jid].display_id, detail)
-        if books or jobs or booked:
-            self.s.commit(jobs=jobs, charges=booked, controls=controls, alerts=[a.fields() for a in raised],
-                          books=books)
+        books.entries = [e for e in books.entries if e.type != "period" or not self.store.charged(e.key)]
+        return booked
 
-    def _close_period(self, b, prev: str) -> list:
+    def _close_period(self, b, prev: str, jobs: Mapping[int, Job], cfg: Config) -> list:
         """Charges booking what each running attempt used of periodic budget `b` up to the end of
         period `prev`, one per period (the parts already booked at earlier edges repeat their
         idempotency keys and are dropped by the commit). The attempt's end books only the rest."""
         end = periods.bounds(b.period, prev, b.timezone)[1]
         out = []
-        for j in self.s.jobs.values():
+        for j in jobs.values():
             cur = j.current
             if j.state not in states.ON_NODE or b.name not in dict(j.commit) or cur is None or cur.end_time:
                 continue
             start = cur.dispatch_time or end
             if start < end:
-                out += tr.attempt_charges(j, cur, b, dict(j.rates).get(b.name, 0), start, end, self.s.cfg)
+                out += tr.attempt_charges(j, cur, b, dict(j.rates).get(b.name, 0), start, end, cfg)
         if out:
             log.info("budget %s: period %s closed with %d running attempt(s) booked", b.name, prev, len(out))
         return out
@@ -156,9 +179,8 @@ class Bookkeeper:
         return next((b.unit for b in self.base.budgets if b.name == budget), "usd")
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, op: str, user: str, body: dict, now: float):
-        from .handlers import Change
-        admins = self.s.cfg.security["admins"]
+    def request(self, op: str, user: str, body: dict, now: float) -> Change:
+        admins = self.base.security.admins
         if user not in admins:
             raise RefusedError(f"only admins ({', '.join(admins)}) may {op.replace('_', ' ')}")
         reply, books, raised = getattr(self, "_" + op)(user, body, now)
@@ -166,7 +188,7 @@ class Bookkeeper:
 
     def _budget(self, body: dict):
         name = body.get("budget")
-        b = next((b for b in self.s.cfg.budgets if b.name == name), None)
+        b = next((b for b in self.budgets if b.name == name), None)
         if b is None:
             known = ", ".join(b.name for b in self.base.budgets) or "none configured"
             raise UsageError(f"budget: no such budget {name!r} (known: {known})")
@@ -222,7 +244,8 @@ class Bookkeeper:
         rows, source = body.get("rows"), str(body.get("source") or "")[:200]
         if not isinstance(rows, list) or not rows or len(rows) > MAX_IMPORT_ROWS:
             raise UsageError(f"rows: expected 1 to {MAX_IMPORT_ROWS} rows of [date, scope, amount]")
-        entries, seen = [], {}
+        entries: list[Entry] = []
+        seen: dict[str, int] = {}
         for i, row in enumerate(rows, 1):
             if (not isinstance(row, list) or len(row) != 3 or not isinstance(row[0], str) or not _DATE.match(row[0])
                     or not isinstance(row[1], str) or not row[1]):
@@ -233,7 +256,7 @@ class Bookkeeper:
             key = "import:" + hashlib.sha1(f"{text}|{seen[text]}".encode()).hexdigest()[:20]
             entries.append(Entry("import", key, "", amount,
                                  (("date", row[0]), ("scope", row[1][:200]), ("source", source), ("by", user))))
-        known = self.s.store.known_keys([e.key for e in entries])
+        known = self.store.known_keys([e.key for e in entries])
         fresh = [e for e in entries if e.key not in known]
         return {"imported": len(fresh), "duplicates": len(entries) - len(fresh)}, Books(entries=fresh), []
 

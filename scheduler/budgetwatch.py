@@ -79,4 +79,4 @@ def stop(budgets, spent: dict, running, cfg: Config, now: float, lead: float = 0
 def _lowest_first(j: Job, cfg: Config):
     q = cfg.qos_named(j.qos)
     # Lowest QoS priority first; among equals the most recently started (the least work to lose).
-    return (q.priority if q else 0, -(j.current.dispatch_time or 0), j.id)
+    return (q.priority if q else 0, -((j.current.dispatch_time if j.current else 0) or 0), j.id)

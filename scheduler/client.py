@@ -45,6 +45,10 @@ class Client(ClientBase):
     def node_admin(self, op: str, node: str) -> dict:
         return self._checked(self.request(op, {"node": node}))
 
+    def archive_now(self) -> dict:
+        """An archive pass in the leading scheduler now (admins): {jobs, ledger, more, keep}."""
+        return self._checked(self.request("archive", {}))
+
     # -- reads (resolve, job: thinclient.ClientBase) -----------------------------------------------
     def nodes(self):
         return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
@@ -56,7 +60,7 @@ class Client(ClientBase):
     def fairshare(self, now: float, jobs) -> dict[str, float]:
         """Each account's decayed usage now, running jobs included (`labq prio`)."""
         running = [j for j in jobs if j.state in states.ON_NODE]
-        return fairshare.current(self.read.usage(), running, now, self.cfg.priority["fairshare_half_life"])
+        return fairshare.current(self.read.usage(), running, now, self.cfg.priority.fairshare_half_life)
 
     def effective_config(self, now: float):
         """The config the scheduler plans with now: budgets with `budget set` limits and overrides."""

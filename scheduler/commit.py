@@ -39,7 +39,7 @@ class Committer:
 
     def _stage(self, jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead=None) -> None:
         b = self.batch
-        now = max(self.now, self.clock())
+        now = self.now     # the tick's time: what the change is stamped with
         charges = [c for c in charges if c.key not in b.charged and not self.store.charged(c.key)]
         usage = self._usage_after(jobs, now)
         # Everything that could raise is done: from here on the change is staged whole or not at all.
@@ -93,7 +93,7 @@ class Committer:
         b, self.batch = self.batch, None
         if not b:
             return
-        now = max(self.now, self.clock())
+        now = self.now     # the tick's time: what the change is stamped with
         # A big change (a 100,000-task array) takes seconds to build and send; the lease must
         # outlive it, or the commit would be refused and the same request redone forever.
         if b.size() >= 1000 or time.monotonic() - self.renewed > self.lease_s / 3:
@@ -119,15 +119,16 @@ class Committer:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:
                 writes.put_control(p, self.k, jid, value)
-                node = getattr(b.jobs.get(jid) or self.jobs.get(jid), "node", "")
-                if node:    # wakes the runner's blocking read; the control key stays the truth
+                # wakes the runner's blocking read (each part's, for a gang); the control key stays the truth
+                for node in dispatchq.control_nodes(b.jobs.get(jid) or self.jobs.get(jid), value):
                     dispatchq.wake_runner(p, self.k, node, jid, value)
             for a in b.alerts:
                 writes.add_alert(p, self.k, a)
             for books in b.books:
                 writes.put_books(p, self.k, books, now)
-            for j in b.dispatch:
-                dispatchq.push(p, self.k, j.current.node, j.id, j.current.attempt)
+            for j in b.dispatch:     # a gang: one entry on each part's node (the runner finds its rank)
+                for node, _ in j.current.parts or ((j.current.node, ()),):
+                    dispatchq.push(p, self.k, node, j.id, j.current.attempt)
             for name, admin in b.nodes:
                 writes.put_node_admin(p, self.k, name, admin)
             for reply in b.replies:
@@ -148,9 +149,10 @@ class Committer:
     def _after_commit(self, b, now: float) -> None:
         """What follows a written batch: the books learn it, alerts go out, big batches give memory back."""
         for books in b.books:
-            self.books.applied(books, now)
+            if self.books.applied(books, now):
+                self._use_budgets()
         for a in b.alerts:
-            self.books.hooks.deliver(a)
+            self.hooks.deliver(a)
             if self.metrics:
                 self.metrics.alert(a)
         if b.size() >= BIG_COMMIT:
@@ -160,7 +162,7 @@ class Committer:
         """Fair-share usage with every attempt that ends in this change added (GPU-equivalent
         seconds, decayed from then on): an attempt counts once, when the record first shows its end."""
         usage = self.usage
-        half = self.cfg.priority["fairshare_half_life"]
+        half = self.cfg.priority.fairshare_half_life
         for j in ended:
             a, old = j.current, self.jobs.get(j.id)
             was = old.current if old is not None else None

@@ -34,11 +34,10 @@ from .configcheck import (
 )
 from .errors import ConfigError
 from .model import Budget
+from .sections import Alerts, Estimate, History, Priority, Security, Worker
 
 # Checkpoint signals a QoS may send first on preemption: the ones --signal allows (never KILL or STOP).
 QOS_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
-# [security]: auth "none" trusts the inbox name (single host, private socket); "munge" authenticates.
-_SECURITY = {"auth": "none", "admins": ("root",), "munge_socket": "", "credential_ttl": 300}
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ class Config:
     lease: float = 0.0             # the leader lease; 0: max(10s, 3 ticks)
     budget_mode: str = "safe"
     metrics: str = ""              # host:port of the Prometheus endpoint; "" = off
-    priority: dict = field(default_factory=lambda: dict(_PRIORITY))
+    priority: Priority = field(default_factory=Priority)
     qos: tuple[Qos, ...] = (Qos("normal", priority=100),
                             Qos("low", priority=0, preemptible=True, rate_factor=0.5))
     rates: Rates = Rates()
@@ -132,14 +131,22 @@ class Config:
     max_request_bytes: int = bounds.DEFAULT_MAX_REQUEST_BYTES  # a request body, scripts included
     allow_volatile: bool = False   # redis.allow_volatile: lead on a Redis without AOF (data lost on a crash)
     state_file: str = ""           # scheduler.state_file: figures that detect a Redis gone backwards
-    worker: dict = field(default_factory=lambda: dict(_WORKER))
-    alerts: dict = field(default_factory=lambda: {"command": "", "webhook": "", "timeout": 10})
-    history: dict = field(default_factory=lambda: {"keep": 7 * 86400.0, "url": "", "purge_after": None})
-    security: dict = field(default_factory=lambda: dict(_SECURITY))
+    worker: Worker = field(default_factory=Worker)
+    alerts: Alerts = field(default_factory=Alerts)
+    history: History = field(default_factory=History)
+    security: Security = field(default_factory=Security)
+    estimate: Estimate = field(default_factory=Estimate)
     source: str = "<built-in defaults>"
 
     def __post_init__(self):
         units.set_currency(self.rates.currency)
+        # A section given as a plain dict (`replace(cfg, priority={...})`, written before the
+        # sections were typed) becomes its dataclass: readers may use attributes everywhere.
+        for name, kind in (("priority", Priority), ("worker", Worker), ("alerts", Alerts), ("history", History),
+                           ("security", Security), ("estimate", Estimate)):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                object.__setattr__(self, name, kind(**value))
 
     def qos_named(self, name: str) -> Qos | None:
         return self._qos_index.get(name)
@@ -169,17 +176,6 @@ class Config:
         return next((a.name for a in self.accounts if user in a.users), "default")
 
 
-_PRIORITY = {"qos_weight": 1.0, "age_weight": 10.0, "age_max": 7 * 86400,
-             "fairshare_weight": 50.0, "fairshare_half_life": 7 * 86400,
-             # A user who submits more than burst_jobs within burst_window has those extra jobs
-             # ranked burst_penalty lower, so one script's 5,000 submits do not bury everyone else.
-             "burst_jobs": 100, "burst_window": 600, "burst_penalty": 20.0}
-_WORKER = {"name": "", "gpus": "auto", "gpu_model": "fake", "cpus": "auto", "mem": "auto", "slots": 0,
-           "spool": "~/.local/state/labq", "run_as": "submitter", "cgroups": "auto", "allow_root": False,
-           "limit_cpus": False, "pids_max": 0, "idle_gpu_util": 5, "idle_gpu_after": 1800, "stop_grace": 300,
-           "slurm_env": True}
-
-
 def load(path: str | None = None) -> Config:
     """The config at `path`, else /etc/labq/labq.toml if present, else defaults ($LABQ_CONFIG is the
     CLI's: --config's envvar; this module reads no environment)."""
@@ -198,11 +194,11 @@ def loads(text: str, source: str = "<string>") -> Config:
 
 def from_dict(data: dict, source: str = "<dict>") -> Config:
     _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "users", "budgets",
-                            "worker", "alerts", "security", "history"})
+                            "worker", "alerts", "security", "history", "estimate"})
     kw: dict = {"source": source}
     kw.update(_redis(_table("redis", data.get("redis", {}))))
     kw.update(_scheduler(_table("scheduler", data.get("scheduler", {}))))
-    kw["priority"] = _priority(_table("priority", data.get("priority", {})))
+    kw["priority"] = Priority(**_priority(_table("priority", data.get("priority", {}))))
     if "qos" in data:
         kw["qos"] = tuple(_qos(n, _table(f"qos.{n}", t)) for n, t in _table("qos", data["qos"]).items())
     kw["rates"] = _rates(_table("rates", data.get("rates", {})))
@@ -216,10 +212,11 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     names = [b.name for b in kw["budgets"]]
     if len(set(names)) != len(names):
         raise ConfigError("budgets", f"budget names must be unique, got {names}")
-    kw["worker"] = _worker(_table("worker", data.get("worker", {})))
-    kw["alerts"] = _alerts(_table("alerts", data.get("alerts", {})))
-    kw["security"] = _security(_table("security", data.get("security", {})))
-    kw["history"] = history_table(_table("history", data.get("history", {})))
+    kw["worker"] = Worker(**_worker(_table("worker", data.get("worker", {}))))
+    kw["alerts"] = Alerts(**_alerts(_table("alerts", data.get("alerts", {}))))
+    kw["security"] = Security(**_security(_table("security", data.get("security", {}))))
+    kw["history"] = History(**history_table(_table("history", data.get("history", {}))))
+    kw["estimate"] = Estimate(**_estimate(_table("estimate", data.get("estimate", {}))))
     cfg = Config(**kw)
     if cfg.qos_named("normal") is None:
         raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")
@@ -259,16 +256,36 @@ def _scheduler(t):
 
 
 def _priority(t):
-    _check_keys("priority", t, set(_PRIORITY))
-    out = dict(_PRIORITY)
-    for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty"):
+    _check_keys("priority", t, Priority.keys_())
+    out = dict(Priority())
+    for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty", "short_job_weight"):
         if k in t:
             out[k] = float(_num(f"priority.{k}", t[k], lo=0))
     if "burst_jobs" in t:
         out["burst_jobs"] = _num("priority.burst_jobs", t["burst_jobs"], lo=1, integer=True)
-    for k in ("age_max", "fairshare_half_life", "burst_window"):
+    for k in ("age_max", "fairshare_half_life", "burst_window", "short_job_scale"):
         if k in t:
             out[k] = _dur(f"priority.{k}", t[k])
+    if out["short_job_weight"] > out["age_weight"]:
+        raise ConfigError("priority.short_job_weight", f"must be at most priority.age_weight ({out['age_weight']:g}), "
+                          f"got {out['short_job_weight']:g}: above it a stream of short jobs could starve a long one")
+    return out
+
+
+def _estimate(t):
+    _check_keys("estimate", t, Estimate.keys_())
+    out = dict(Estimate())
+    if "quantile" in t:
+        out["quantile"] = float(_num("estimate.quantile", t["quantile"], lo=0.01, hi=1))
+    for k, lo in (("min_samples", 1), ("window", 1), ("max_keys", 1), ("history", 0)):
+        if k in t:
+            out[k] = _num(f"estimate.{k}", t[k], lo=lo, integer=True, hi=10 ** 7)
+    for k in ("backfill", "forecast"):
+        if k in t:
+            out[k] = _bool(f"estimate.{k}", t[k])
+    if out["window"] < out["min_samples"]:
+        raise ConfigError("estimate.window", f"must be at least estimate.min_samples ({out['min_samples']}), "
+                          f"got {out['window']}")
     return out
 
 
@@ -332,8 +349,8 @@ def _user(name, t):
 
 
 def _worker(t):
-    _check_keys("worker", t, set(_WORKER))
-    out = dict(_WORKER)
+    _check_keys("worker", t, Worker.keys_())
+    out = dict(Worker())
     out.update(t)
     _str("worker.name", out["name"])
     for k in ("gpus", "cpus"):
@@ -347,6 +364,7 @@ def _worker(t):
             raise ConfigError("worker.mem", str(e).split(": ", 1)[-1]) from None
     _num("worker.slots", out["slots"], lo=0, integer=True, hi=4096)
     _str("worker.gpu_model", out["gpu_model"])
+    _str("worker.addr", out["addr"])
     _str("worker.spool", out["spool"])
     _str("worker.run_as", out["run_as"], ("submitter", "self"))
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
@@ -363,5 +381,5 @@ def _worker(t):
 
 def _security(t):
     refuse_removed(t)
-    _check_keys("security", t, set(_SECURITY))
+    _check_keys("security", t, Security.keys_())
     return security_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)

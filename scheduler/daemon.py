@@ -12,15 +12,19 @@ import os
 import socket
 import time
 import uuid
+from dataclasses import replace
 
 from . import crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
+from .applier import apply_plan
 from .batch import Batch, Tally
 from .bookkeeper import Bookkeeper
 from .commit import BIG_COMMIT, Committer, release_memory
 from .config import Config
 from .errors import RefusedError, StalePlanError
+from .estimate import Estimator
 from .events import NodeEvents
 from .handlers import Handlers
+from .hooks import Hooks
 from .inboxes import Inboxes
 from .model import Job, Snapshot
 from .policy.depend import targets as dependency_targets
@@ -50,6 +54,15 @@ def _sleep_until(deadline: float, stop) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
+def learned_from(ended, cfg: Config) -> Estimator:
+    """An estimator that has seen `ended` (the recent ended jobs, oldest end first): their last
+    attempts, where they ended on the job's own terms."""
+    est = Estimator.from_config(cfg)
+    for job in sorted(ended, key=lambda j: (j.end_time or 0, j.id)):
+        est.observe_ended(job)
+    return est
+
+
 class Scheduler(Committer, NodeEvents, Inboxes):
     def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
         # `raw` (a bytes connection) was RQ's; dispatch now goes through `r`'s transactions. It stays
@@ -77,9 +90,10 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.guard = crashguard.CrashGuard.from_config(cfg)
         self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
         self.ended_shown: dict[int, str] = {}   # their display ids, where not the id ("126_7")
-        # Budget limits, overrides, periods, alerts and the stop policy. It keeps `self.cfg.budgets`
-        # the effective budgets (`budget set` limits, active overrides); the config file's are in it.
-        self.books = Bookkeeper(self, cfg)
+        # Budget limits, overrides, periods, alerts and the stop policy. `self.cfg.budgets` follows its
+        # effective budgets (`budget set` limits, active overrides: _use_budgets); the file's are in it.
+        self.books = Bookkeeper(self.store, cfg)
+        self.hooks = Hooks(cfg.alerts)     # delivers each alert once its transaction is written
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = None                # metrics.Metrics when scheduler.metrics is set
@@ -87,6 +101,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self._refused = ""                 # the last durability refusal logged (each is logged once)
         self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = None                # store/archive.History: what the archiver moved, for reads
+        # Run times learned from ended jobs (estimate.py): stamped on each submit, fed at each attempt end.
+        self.estimator = Estimator.from_config(cfg)
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -112,7 +128,9 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             self._intake(now, pending=False)
             self._lost_attempts(now)
             self._unclaimed(now)
-            self.books.tick(max(now, self.clock()))
+            change = self.books.tick(now, self.jobs, self.cfg)
+            if change is not None:
+                self.commit(**change.written())
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
             # An attempt's end freed room: plan again at once, unless planning would take more than
@@ -120,10 +138,10 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             # drains at one job per slot per tick.
             refill = self.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
             if now - self.last_plan >= self.cfg.tick or refill or not self.store.wakes_waiting():
-                # Admission times must not precede the ends just processed in this tick (a GPU is
-                # held until then), so the plan reads the clock afresh.
+                # `now` is the tick's only clock: the ends processed in this tick were capped at it
+                # (transitions.finished), so an admission at `now` never precedes them.
                 began = time.monotonic()
-                self._schedule(max(now, self.clock()))
+                self._schedule(now)
                 self.last_plan, self.freed = now, False
                 self.plan_done = time.monotonic()
                 self.plan_cost = self.plan_done - began
@@ -206,9 +224,11 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.event_streams = set()
         self._node_streams()
         self.books.load(now)
+        self._use_budgets()
         self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
             self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
+        self.estimator = learned_from(Reader(self.store.r, self.k).recent_ended(self.cfg.estimate.history), self.cfg)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
@@ -261,7 +281,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
-        usage = fairshare.current(self.usage, running, now, self.cfg.priority["fairshare_half_life"])
+        usage = fairshare.current(self.usage, running, now, self.cfg.priority.fairshare_half_life)
         jobs = self.jobs
         if self.file_checkpoints:
             # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.
@@ -291,31 +311,28 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
         return tuple(sorted(self.ended.items()))
 
+    def _use_budgets(self) -> None:
+        """The bookkeeper's effective budgets into this scheduler's config (admission, refusals)."""
+        if self.books.budgets != self.cfg.budgets:
+            self.cfg = replace(self.cfg, budgets=self.books.budgets)
+
     def _schedule(self, now: float) -> None:
+        """One policy pass over the snapshot, applied (applier.py) and committed: admissions with
+        their dispatch, expiries and preemptions in one transaction; new reasons after."""
         started = time.monotonic()
         p = policy.plan(self.snapshot(now), self.cfg)
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
-        changed, dispatch = [], []
-        for place in p.places:
-            j = tr.admit(self.jobs[place.job_id], place, now)
-            changed.append(j)
-            dispatch.append(j)
-        for e in p.expires:
-            changed.append(tr.end_pending(self.jobs[e.job_id], e.state, e.detail, now))
-        controls = []
-        for pr in p.preempts:
-            changed.append(tr.preempting(self.jobs[pr.job_id], pr.for_job, pr.detail, now))
-            controls.append((pr.job_id, f"preempt:{pr.grace}"))
-            log.info("job %s preempted: %s", self.jobs[pr.job_id].display_id, pr.detail)
-        pended = []
-        for pd in p.pending:
-            j = self.jobs[pd.job_id]
-            if (j.reason, j.detail, j.earmark, j.earmark_gpus) != (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
-                pended.append(tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus))
+        done = apply_plan(p, self.jobs, self.jobs, self.nodes, now)
+        for r in done.rejected:
+            log.warning("plan not applied: %s", r.why)
+        for j in done.stopping:
+            log.info("job %s preempted: %s", j.display_id, j.detail)
+        pended = list(done.pended)
+        changed = list(done.changed)
         if changed or len(pended) <= REASON_CHUNK:
-            self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=dispatch,
-                        controls=controls)
+            self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=done.started,
+                        controls=done.controls)
         if len(pended) > REASON_CHUNK:
             # New reasons alone need no atomicity with anything: written in fenced chunks, so that the
             # first pass over a 100,000-task array never builds one 100 MB transaction.
@@ -323,5 +340,5 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 self.commit(jobs=pended[i:i + REASON_CHUNK])
             if len(pended) >= BIG_COMMIT:
                 release_memory()
-        for j in dispatch:
+        for j in done.started:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")

@@ -11,6 +11,12 @@ from .store import dispatchq
 log = logging.getLogger("labq.scheduler")
 
 
+def gang_stop(attempt: int) -> str:
+    """The control that kills the remaining parts of gang attempt `attempt` at once (worker/runner.py);
+    naming the attempt, it never stops a later one."""
+    return f"stop:{attempt}"
+
+
 class NodeEvents:
     def _node_streams(self) -> list[str]:
         """The events streams to read: the shared one (older agents, tools) and each node's own,
@@ -23,18 +29,23 @@ class NodeEvents:
         return [self.k.events, *sorted(self.event_streams)]
 
     def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
-        # The tick's `now` was read before this event arrived; billing caps an attempt's end at
-        # `now`, so read the clock again or an end could fall before the runner's own start.
-        now = self.now = max(now, self.clock())
+        # `now` is the tick's only clock. An end the node reports after it (the event came in during
+        # the tick) is billed up to `now` (transitions.finished), and this tick's plan may give
+        # the freed room to another job from `now` on: the allocation is billed to one job at a time.
         try:
             ev = intake.event(f, self.cfg.max_request_bytes)
         except LabqError as e:
             return self._dead(stream, eid, f, str(e))
         write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
                  else self._attempt_event(now, stream, eid, ev))
+        late = write.pop("late_part", False)     # a gang part's usage after its attempt had ended
         self.commit(ack=(stream, eid), **write)
         new = (write.get("jobs") or [None])[0]
-        if ev.kind == "finished" and new is not None:
+        if ev.kind == "finished" and new is not None and not late:
+            # Learned once it is written: a redelivered event finds the attempt closed (no result).
+            ended = next((j for j in write["jobs"] if j.id == ev.job), None)
+            if ended is not None:
+                self.estimator.observe_ended(ended)
             self.freed = True
             log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
 
@@ -44,9 +55,12 @@ class NodeEvents:
         # Only the node the attempt was placed on speaks for it. On a per-node stream
         # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
         sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
-        if job is not None and (job.node is None or sender != job.node):
+        # A gang's attempt: each of its parts' nodes speaks for its own part, also once it has ended.
+        a = job.attempts[ev.attempt - 1] if job is not None and 0 < ev.attempt <= len(job.attempts) else None
+        parts = {n for n, _ in a.parts} if a is not None and a.parts else set()
+        if job is not None and sender not in parts and (not job.node or sender not in {n for n, _ in job.on_nodes}):
             log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
-                        eid, job.display_id, sender, job.node)
+                        eid, job.display_id, sender, ",".join(n for n, _ in job.on_nodes))
             job = None
         result = None
         if job is not None and ev.kind == "started":
@@ -54,11 +68,24 @@ class NodeEvents:
             result = (new, ()) if new else None
         elif job is not None and ev.kind == "finished":
             result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
+            if parts:       # per-node usage on the attempt (usage["nodes"]), the closing part's and the others'
+                kept = tr.part_usage(result[0] if result else job, ev.attempt, sender, ev.body.get("usage") or {})
+                if result is None:
+                    return {"jobs": [kept], "late_part": True} if kept is not None else {}
+                result = (kept or result[0], result[1])
         if result is None:
             return {}
         new, charges = result
         jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
-        return {"jobs": jobs, "charges": charges, "alerts": alerts}
+        out = {"jobs": jobs, "charges": charges, "alerts": alerts}
+        if ev.kind == "finished" and job.parts and job.state == states.RUNNING and not job.cancel_requested:
+            # Shared fate: the first part to end ends the attempt for the whole gang (once; the
+            # others' `finished` find it closed), and every other part is killed at once. A gang
+            # being preempted or cancelled is not: each part had the signal and keeps its grace.
+            log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
+                     ev.attempt, sender, ev.body.get("outcome"))
+            out["controls"] = [(job.id, gang_stop(ev.attempt))]
+        return out
 
     def _crash_guard(self, new: Job, now: float):
         """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
@@ -98,8 +125,14 @@ class NodeEvents:
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
         self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
-        lost = []
+        lost, stops = [], []
         for job, (hb, _) in zip(on_node, beats):
+            if job.parts:
+                hit = self._lost_part(job, up, now)
+                if hit:
+                    lost.append(hit)
+                    stops.append((job.id, gang_stop(job.current.attempt)))
+                continue
             node = up.get(job.node)
             if node is not None and node.state != "down":
                 # A runner that claimed the attempt and went silent is lost too; its agent, alive,
@@ -115,7 +148,29 @@ class NodeEvents:
             log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
             lost.append((new, charges))
         if lost:
-            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs])
+            # A lost gang's other parts are killed by the stop written with (after) its record.
+            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs], controls=stops)
+
+    def _lost_part(self, job: Job, up: dict, now: float):
+        """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
+        runner silent past lease + margin. Its other parts are killed (gang stop) with the NF."""
+        beats = self.store.attempt_heartbeats([(job.id, f"{job.current.attempt}.{r}" if r else job.current.attempt)
+                                               for r in range(len(job.parts))])
+        for (name, _), (hb, _) in zip(job.parts, beats):
+            node = up.get(name)
+            if node is not None and node.state != "down":
+                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
+                    continue
+                last = hb
+            else:
+                if now - self.down_since.get(name, now) < self.cfg.fence_margin:
+                    continue
+                last = node.last_heartbeat if node else now
+            new, charges = tr.node_failed(job, last, now, self.cfg)
+            log.warning("job %s lost with its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
+                        job.display_id, name, now - last)
+            return new, charges
+        return None
 
     def _unclaimed(self, now: float) -> None:
         """Take back attempts no runner claimed: cancelled ones at once, others after
@@ -131,4 +186,6 @@ class NodeEvents:
                 continue      # a runner claimed it meanwhile: it runs, and its events will tell
             log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
                         u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
-            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)])
+            # A gang's other parts may have claimed theirs: they are stopped before they start.
+            stop = [(u.job.id, gang_stop(u.job.current.attempt))] if u.job.parts else []
+            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop)

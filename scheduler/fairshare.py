@@ -12,7 +12,7 @@ CPUS_PER_GPU = 16
 
 def weight(job: Job) -> float:
     """GPU-equivalents the job holds."""
-    return job.gpus + job.cpus / CPUS_PER_GPU
+    return (job.gpus + job.cpus / CPUS_PER_GPU) * job.nodes
 
 
 def decayed(value: float, since: float, now: float, half_life: float) -> float:

@@ -4,30 +4,64 @@ checkpoint, and (admins) drain and resume.
 A handler decides; it writes nothing. It returns a `Change` (job records, control values, the
 reply) that the daemon commits in one transaction with the acknowledgement of the request.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from typing import Protocol
 
 from . import ledger, periods, policy, states, transitions as tr
+from .batch import Tally
+from .change import Change
+from .config import Config
 from .errors import RefusedError, UsageError
+from .estimate import Estimator
 from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
-from .model import Job, Snapshot
+from .model import Job, Node, Snapshot
 from .units import fmt_money
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
 
 
-@dataclass
-class Change:
-    jobs: list = field(default_factory=list)
-    controls: list = field(default_factory=list)
-    nodes: list = field(default_factory=list)      # (node, "drain" | None)
-    reply: dict | None = None
-    alerts: list = field(default_factory=list)     # alert stream entries (alerts.Alert.fields())
-    books: object = None                           # ledger.Books: ledger entries, overrides, limits
+class Books(Protocol):
+    """The bookkeeper's part (bookkeeper.Bookkeeper): budget balances and the budget requests."""
+    def spent_now(self, now: float) -> dict[str, int]: ...
+    def request(self, op: str, user: str, body: dict, now: float) -> Change: ...
+
+
+class Records(Protocol):
+    """Job records in Redis, for the ended jobs a request names (store/state.SchedulerStore)."""
+    def job(self, jid: int) -> Job | None: ...
+    def jobs(self, ids) -> list[Job]: ...
+
+
+class State(Protocol):
+    """What the handlers read of the scheduler, and the one thing they ask of it (job ids). The
+    daemon (daemon.Scheduler) is one; the handlers write nothing through it."""
+    cfg: Config
+    nodes: tuple[Node, ...]
+    jobs: dict[int, Job]
+    tally: Tally
+    books: Books
+    store: Records
+    estimator: Estimator      # run times learned from ended jobs, stamped on each submit
+
+    def next_ids(self, n: int) -> int: ...
+    def ended_states(self, extra: Job | None = None) -> tuple: ...
+    def snapshot(self, now: float) -> Snapshot: ...
+
+
+def estimate_dict(job: Job, cfg) -> dict:
+    """The learned run time of a job and what it rests on (`--test-only`'s, `show --json`'s shape)."""
+    if job.learned_est:
+        return {"seconds": job.learned_est, "basis": job.learned_basis}
+    return {"seconds": None, "basis": f"fewer than {cfg.estimate.min_samples} runs of user {job.user} have ended"}
+
+
+def start_basis(cfg) -> str:
+    return "learned run times" if cfg.estimate.backfill else "time limits"
 
 
 class Handlers:
-    def __init__(self, sched):
-        self.s = sched
+    def __init__(self, state: State):
+        self.s = state
 
     def handle(self, user: str, op: str, body: dict, now: float) -> Change:
         if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/bookkeeper.py
@@ -43,7 +77,9 @@ class Handlers:
     # -- submit --------------------------------------------------------------------------------
     def submit(self, user: str, body: dict, now: float) -> Change:
         cfg = self.s.cfg
-        template = job_from_submit(body, user, cfg, now, self.dep_ids)
+        # The learned run time goes into the record (labq show reads it there; backfill, the short-job
+        # priority and the forecast budget mode use it where the config says so).
+        template = self.s.estimator.stamp(job_from_submit(body, user, cfg, now, self.dep_ids))
         indices = array_range(body, cfg.max_array_size)
         throttle = array_throttle(body)
         if throttle and indices is None:
@@ -93,11 +129,12 @@ class Handlers:
         if placed:
             verdict = f"would start now on {placed.node}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
         else:
-            verdict = f"would pend: {why.reason} ({why.detail})"
+            verdict = f"would pend: {why.reason} ({why.detail})" if why else "would pend"
         start = now if placed else policy.expected_starts(snap, self.s.cfg).get(probe.id)
         rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
         return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,
                 "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
+                "estimate": estimate_dict(job, self.s.cfg), "start_from": start_basis(self.s.cfg),
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
 
@@ -126,7 +163,7 @@ class Handlers:
         ids = body.get("ids")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
             raise UsageError("expected a list of job ids")
-        admin = user in self.s.cfg.security["admins"]
+        admin = user in self.s.cfg.security.admins
         change, results = Change(), []
         for text in ids:
             found = self.resolve(text)
@@ -172,7 +209,7 @@ class Handlers:
         return self._node_admin(user, body, None)
 
     def _node_admin(self, user: str, body: dict, value) -> Change:
-        if user not in self.s.cfg.security["admins"]:
+        if user not in self.s.cfg.security.admins:
             raise RefusedError(f"only admins ({', '.join(self.s.cfg.security['admins'])}) may drain or resume nodes")
         name = body.get("node")
         if not isinstance(name, str) or name not in {n.name for n in self.s.nodes}:

@@ -3,18 +3,23 @@ isolation (a failing one is answered or dead-lettered alone), refusals and dead 
 `Scheduler` (daemon.py), which holds the state; each change goes through `commit` with the ack."""
 import json
 import logging
+import time
 
 from . import auth, intake
 from .batch import Batch
-from .errors import LabqError, RefusedError, StalePlanError
-from .handlers import BUDGET_OPS, Change
+from .change import Change
+from .errors import LabqError, RefusedError, StalePlanError, UsageError
+from .handlers import BUDGET_OPS
 from .store.conn import ERRORS as REDIS_ERRORS
 
 log = logging.getLogger("labq.scheduler")
 # What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
 # stays unacknowledged for the next leader (it is not the entry's fault).
 POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
-SOLO_OPS = frozenset(("drain", "resume", *BUDGET_OPS))
+# `labq admin archive --now`: archive passes in the leader, answered here (they touch SQLite).
+ARCHIVE_OP = "archive"
+ARCHIVE_NOW_S = 3.0      # at most this long in one request (under a client's 10 s a try); ticks do the rest
+SOLO_OPS = frozenset(("drain", "resume", ARCHIVE_OP, *BUDGET_OPS))
 
 
 class Inboxes:
@@ -75,7 +80,7 @@ class Inboxes:
         entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
 
         def claim_many(claims):
-            return self.store.claim_credentials(claims, sec["credential_ttl"])
+            return self.store.claim_credentials(claims, sec.credential_ttl)
         return auth.identify_many(entries, sec, now, claim_many)
 
     def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
@@ -104,6 +109,9 @@ class Inboxes:
             req = intake.request(fields, eid, self.cfg.max_request_bytes)
         except LabqError as e:
             return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
+        # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
+        # for this answer is a matter of real time (a long tick may read a request after the
+        # client gave up and told its user nothing was done), not of the tick's `now`.
         late = max(now, self.clock()) - (req.expires or float("inf"))
         if late > 0:   # the client has given up and told its user nothing was done: keep it so
             return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
@@ -113,7 +121,8 @@ class Inboxes:
             self.flush()
             self.batch = Batch(usage=self.usage)
         try:
-            change = self.handlers.handle(user, req.op, req.body, now)
+            change = (self._archive_now(user) if req.op == ARCHIVE_OP
+                      else self.handlers.handle(user, req.op, req.body, now))
         except LabqError as e:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
@@ -126,3 +135,23 @@ class Inboxes:
             self.batch = Batch(usage=self.usage)
         if change.nodes:
             self.nodes = self.store.nodes(now)
+
+    def _archive_now(self, user: str) -> Change:
+        """Archive passes now (what history.keep lets go), in the leading scheduler: it is the one
+        writer of Redis and of the archived ledger's hash chain (two writers could each chain a row
+        to the same predecessor). Up to ARCHIVE_NOW_S; a backlog left is drained tick by tick."""
+        if user not in self.cfg.security.admins:
+            raise RefusedError(f"only admins ({', '.join(self.cfg.security.admins) or 'none set'}) may run "
+                               "an archive pass")
+        if self.archiver is None:
+            raise UsageError("this scheduler keeps no archive (it was started without one)")
+        jobs = ledger = 0
+        start = time.monotonic()
+        while True:
+            self.archiver.next = float("-inf")
+            j, n = self.archiver.step(self.clock())
+            jobs, ledger = jobs + j, ledger + n
+            more = max(j, n) >= self.archiver.batch
+            if not more or time.monotonic() - start > ARCHIVE_NOW_S:
+                return Change(reply={"ok": True, "jobs": jobs, "ledger": ledger, "more": more,
+                                     "keep": self.archiver.keep})

@@ -75,7 +75,7 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
         script=script, name=body.get("name") or (os.path.basename(argv[0]) if argv else "script"),
         project=body.get("project", ""), qos=qos, budget=body.get("budget", ""), workdir=workdir,
         gpus=_int(body, "gpus", 0, 0), gpu_type=body.get("gpu_type", ""), cpus=_int(body, "cpus", 1, 1),
-        mem=_int(body, "mem", 0, 0), time_limit=time_limit, est=est,
+        mem=_int(body, "mem", 0, 0), nodes=_int(body, "nodes", 1, 1, hi=bounds.MAX_NODES), time_limit=time_limit, est=est,
         max_wait=_int(body, "max_wait", 0, optional=True, hi=bounds.MAX_AHEAD), out=body.get("out", ""), err=body.get("err", ""),
         tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
         checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")),
@@ -154,10 +154,24 @@ def array_range(body: dict, max_array: int = bounds.DEFAULT_MAX_ARRAY) -> list[i
 def expand(template: Job, first_id: int, indices: list[int] | None, throttle: int | None = None) -> list[Job]:
     if indices is None:
         return [replace(template, id=first_id)]
-    # Job(**kw) with the fields copied once: dataclasses.replace re-reads every field per task.
-    base = {f.name: getattr(template, f.name) for f in fields(Job)}
-    base.update(array_id=first_id, array_count=len(indices), array_throttle=throttle)
-    return [Job(**{**base, "id": first_id + i, "array_index": ix}) for i, ix in enumerate(indices)]
+    if not indices:
+        return []
+    first = replace(template, id=first_id, array_index=indices[0], array_id=first_id,
+                    array_count=len(indices), array_throttle=throttle)
+    # The other tasks are copies of the first (which went through Job()) with id and index set:
+    # each slot set by its descriptor, half the CPU of Job(**kw) (frozen: a setattr per field),
+    # which was a fifth of a 10,000-task submit.
+    new, fill = object.__new__, [(getattr(Job, f.name).__set__, getattr(first, f.name)) for f in fields(Job)]
+    set_id, set_index = Job.id.__set__, Job.array_index.__set__
+    out = [first]
+    for i in range(1, len(indices)):
+        job = new(Job)
+        for put, value in fill:
+            put(job, value)
+        set_id(job, first_id + i)
+        set_index(job, indices[i])
+        out.append(job)
+    return out
 
 
 def array_throttle(body: dict) -> int | None:

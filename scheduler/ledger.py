@@ -17,19 +17,20 @@ def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = N
 
     On a node with a whole-instance price (rates.node_hour), the job pays that price times its
     dominant share of the node (the largest of its GPU, CPU and memory fractions), so a node that
-    is fully allocated is paid exactly once, whatever shapes share it."""
+    is fully allocated is paid exactly once, whatever shapes share it. A gang (-N) pays for every
+    node: its per-node shape times its nodes (priced as `node`, the first of them)."""
     if unit == "gpu_hours":
-        return job.gpus * MICRO
+        return job.gpus * job.nodes * MICRO
     if unit == "cpu_hours":
-        return job.cpus * MICRO
+        return job.cpus * job.nodes * MICRO
     r = cfg.rates
     price = r.node_price(node.name) if node is not None else 0.0
-    if price:
+    if price and node is not None:
         per_hour = price * dominant_share(job, node)
     else:
         per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour
     qos = cfg.qos_named(job.qos)
-    return round(per_hour * (qos.rate_factor if qos else 1.0) * MICRO)
+    return round(per_hour * job.nodes * (qos.rate_factor if qos else 1.0) * MICRO)
 
 
 def dominant_share(job: Job, node: Node) -> float:
@@ -45,9 +46,12 @@ def overhead(unit: str, cfg: Config) -> int:
 
 def planned_seconds(job: Job, cfg: Config) -> float:
     """`safe`: the time limit plus kill_wait, everything an attempt can be billed for (a job that
-    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin)."""
-    if cfg.budget_mode == "forecast" and job.est:
-        return min(job.time_limit, job.est * (1 + cfg.rates.forecast_margin))
+    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin), where est
+    is --est, else (with estimate.forecast = true) the run time learned from the user's ended jobs."""
+    if cfg.budget_mode == "forecast":
+        est = job.est or (job.learned_est if cfg.estimate.forecast else None)
+        if est:
+            return min(job.time_limit, est * (1 + cfg.rates.forecast_margin))
     return job.time_limit + cfg.kill_wait
 
 

@@ -1,5 +1,7 @@
 """Log file patterns (`-o`/`-e`): %j job id, %A array job id, %a task index, %x name, %u user,
-%r restart count, %% a literal percent. Relative paths are relative to the job's working directory."""
+%r restart count, %n node rank (a gang's part; 0 on one node), %N node name, %% a literal percent.
+Relative paths are relative to the job's working directory. A gang's parts share one file unless
+the pattern has %n or %N."""
 import os
 import re
 
@@ -8,7 +10,7 @@ from .model import Job
 DEFAULT_OUT = "labq-%j.out"
 
 
-def expand(job: Job, pattern: str) -> str:
+def expand(job: Job, pattern: str, rank: int = 0, node: str = "") -> str:
     values = {
         "j": str(job.array_id if job.array_id is not None else job.id) + (
             f"_{job.array_index}" if job.array_id is not None else ""),
@@ -17,16 +19,18 @@ def expand(job: Job, pattern: str) -> str:
         "x": job.name,
         "u": job.user,
         "r": str(job.restart_count),
+        "n": str(rank),
+        "N": node or job.node,
         "%": "%",
     }
-    path = re.sub(r"%([jAaxur%])", lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
+    path = re.sub(r"%([jAaxurnN%])", lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
     return path if os.path.isabs(path) else os.path.join(job.workdir, path)
 
 
-def out_path(job: Job) -> str:
-    return expand(job, job.out or DEFAULT_OUT)
+def out_path(job: Job, rank: int = 0, node: str = "") -> str:
+    return expand(job, job.out or DEFAULT_OUT, rank, node)
 
 
-def err_path(job: Job) -> str:
+def err_path(job: Job, rank: int = 0, node: str = "") -> str:
     """Where stderr goes: its own pattern, else the same file as stdout."""
-    return expand(job, job.err) if job.err else out_path(job)
+    return expand(job, job.err, rank, node) if job.err else out_path(job, rank, node)

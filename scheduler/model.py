@@ -53,6 +53,9 @@ class Attempt:
     last_checkpoint: float | None = None   # newest checkpoint seen during the attempt
     usage: dict = field(default_factory=dict, hash=False, compare=True)
     dispatch_time: float | None = None   # when the scheduler admitted it
+    # A multi-node attempt: (node, its GPUs) per part, in rank order (node rank 0 first); `node` is the
+    # first part's and `gpus` all parts' GPUs. () for a one-node attempt.
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 # The kinds of `-d` (Job.deps), as SLURM names them: parsed in jobspec.py, judged in policy/depend.py.
@@ -75,8 +78,11 @@ class Job:
     gpu_type: str = ""
     cpus: int = 1
     mem: int = 0
+    nodes: int = 1                        # -N: nodes of a gang; gpus, cpus and mem are then per node
     time_limit: int = 0                   # seconds
     est: int | None = None                # expected runtime, seconds
+    learned_est: int | None = None        # run time learned from ended jobs at submit (estimate.py), seconds
+    learned_basis: str = ""               # what it rests on: "p75 of 17 runs of user alice, name train"
     max_wait: int | None = None           # seconds of queue wait before EX
     out: str = ""
     err: str = ""
@@ -119,7 +125,8 @@ class Job:
     earmark: str = ""                     # while PD after preempting: the node whose room is kept for it
     earmark_gpus: tuple[str, ...] = ()    # and the GPUs kept there (its victims' and the free ones it held)
     node: str = ""
-    gpu_uuids: tuple[str, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()       # a gang's: every part's, in rank order
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()   # a running gang: (node, its GPUs) in rank order
     start_time: float | None = None
     end_time: float | None = None
     exit_code: int | None = None
@@ -133,6 +140,16 @@ class Job:
         if self.array_id is not None:
             return f"{self.array_id}_{self.array_index}"
         return str(self.id)
+
+    @property
+    def on_nodes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(node, its GPUs) of each part the job holds: one for a one-node job."""
+        return self.parts or ((self.node, self.gpu_uuids),)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs over all the job's nodes (quotas, rates and reports count these)."""
+        return self.gpus * self.nodes
 
     @property
     def current(self) -> Attempt | None:

@@ -1,4 +1,5 @@
-"""What one pass of the policy decided, as plain data. The daemon applies it; the simulator replays it."""
+"""What one pass of the policy (or the budgets' stop policy) decided, as plain data. `applier.apply_plan`
+applies it, for the daemon, the bookkeeper and the simulator alike."""
 from dataclasses import dataclass
 
 
@@ -12,6 +13,7 @@ class Place:
     rates: tuple[tuple[str, int], ...]
     cost_rate: int
     borrowed: bool = False     # beyond the account's guarantee: preemptible, reclaimed by lenders
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()   # a gang: (node, GPUs) per part; node/gpus: the first
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,14 @@ class Preempt:
     job_id: int
     for_job: int | None      # None: the budget's on_exhaust = "preempt"
     grace: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel the running `job_id` (the budgets' stop policy, on_exhaust = "cancel"): its runner
+    sees the control, stops the job and reports `cancelled`."""
+    job_id: int
     detail: str
 
 
@@ -60,3 +70,4 @@ class Plan:
     pending: tuple[Pending, ...] = ()
     preempts: tuple[Preempt, ...] = ()
     starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
+    cancels: tuple[Cancel, ...] = ()     # the stop policy's; policy.plan() gives none

@@ -79,7 +79,7 @@ class Row:
 
     def add(self, j, a) -> None:
         s = span(a)
-        gpus = len(a.gpus) or j.gpus
+        gpus = len(a.gpus) or j.gpus * j.nodes     # a gang's attempt lists every node's GPUs
         self.job_ids.add(j.id)
         if j.state in states.TERMINAL:
             self.ended.add(j.id)
@@ -87,7 +87,7 @@ class Row:
                 self.completed.add(j.id)
         self.attempts += 1
         self.gpu_s += gpus * s
-        self.cpu_s += j.cpus * s
+        self.cpu_s += j.cpus * j.nodes * s
         self.cost += a.cost
         if a.outcome in FAILED:
             self.failed_cost += a.cost
@@ -167,6 +167,13 @@ def _began(a):
 def committed_cost(j, gpu_model: str, cfg) -> int:
     """What admitting one attempt of `j` commits, in the currency (the forecast of DESIGN §5)."""
     return ledger.forecast(j, "usd", gpu_model, cfg)
+
+
+def committed_by_job(jobs, models: dict, cfg) -> dict[int, int]:
+    """job id -> what admission encumbered for all its attempts (`acct`'s COMMITTED); `models`:
+    GPU uuid -> model, as the nodes report them."""
+    return {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", cfg)
+                      for a in j.attempts) for j in jobs}
 
 
 # -- forecast accuracy -----------------------------------------------------------------------

@@ -1,14 +1,35 @@
-"""Job state codes (SLURM's), attempt outcomes and pending reasons: the machine-readable vocabulary."""
+"""Job state codes (SLURM's), attempt outcomes and pending reasons: the machine-readable vocabulary.
+States and reasons are `StrEnum`s: each member is the very text records, JSON and filters use."""
+from enum import StrEnum
 
-PENDING, RUNNING, COMPLETING, PREEMPTING = "PD", "R", "CG", "PR"
-COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM = "CD", "F", "CA", "TO", "OOM"
-NODE_FAIL, EXPIRED, DEADLINE, REJECTED = "NF", "EX", "DL", "RJ"
+
+class State(StrEnum):
+    """A job's state code. A str: equal to the text in records, JSON and `--state` filters."""
+    PENDING = "PD"
+    RUNNING = "R"
+    COMPLETING = "CG"
+    PREEMPTING = "PR"
+    COMPLETED = "CD"
+    FAILED = "F"
+    CANCELLED = "CA"
+    TIMEOUT = "TO"
+    OOM = "OOM"
+    NODE_FAIL = "NF"
+    EXPIRED = "EX"
+    DEADLINE = "DL"
+    REJECTED = "RJ"
+
+
+PENDING, RUNNING, COMPLETING, PREEMPTING = State.PENDING, State.RUNNING, State.COMPLETING, State.PREEMPTING
+COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM = State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.OOM
+NODE_FAIL, EXPIRED, DEADLINE, REJECTED = State.NODE_FAIL, State.EXPIRED, State.DEADLINE, State.REJECTED
 
 # SLURM's long names (squeue %T, sacct State); labq's PR is a job draining for a preemptor.
 LONG = {PENDING: "PENDING", RUNNING: "RUNNING", COMPLETING: "COMPLETING", PREEMPTING: "PREEMPTED",
         COMPLETED: "COMPLETED", FAILED: "FAILED", CANCELLED: "CANCELLED", TIMEOUT: "TIMEOUT", OOM: "OUT_OF_MEMORY",
         NODE_FAIL: "NODE_FAIL", EXPIRED: "EXPIRED", DEADLINE: "DEADLINE", REJECTED: "REJECTED"}
-_BY_NAME = {**{v: k for k, v in LONG.items()}, **{k: k for k in LONG}, "PREEMPTING": PREEMPTING, "OOM": OOM}
+_BY_NAME: dict[str, State] = {**{v: k for k, v in LONG.items()}, **{str(k): k for k in LONG},
+                              "PREEMPTING": PREEMPTING, "OOM": OOM}
 
 ACTIVE = frozenset({PENDING, RUNNING, COMPLETING, PREEMPTING})
 ON_NODE = frozenset({RUNNING, COMPLETING, PREEMPTING})
@@ -28,28 +49,54 @@ OUTCOME_STATE = {
 }
 
 # Pending reasons: exactly one per pending job.
-PRIORITY = "Priority"
-RESOURCES = "Resources"
-HELD = "Held"
-DEPENDENCY = "Dependency"
-BEGIN_TIME = "BeginTime"
-ACCOUNT_JOB_LIMIT = "AccountJobLimit"
-ACCOUNT_GPU_LIMIT = "AccountGpuLimit"
-USER_JOB_LIMIT = "UserJobLimit"
-BUDGET_RESERVED = "BudgetReserved"
-BUDGET_EXHAUSTED = "BudgetExhausted"
-NODE_DOWN = "NodeDown"
-ARRAY_TASK_LIMIT = "JobArrayTaskLimit"  # the array's %N throttle
-DEPENDENCY_NEVER = "DependencyNeverSatisfied"
-USER_GPU_LIMIT = "UserGpuLimit"
-USER_CPU_LIMIT = "UserCpuLimit"
-ACCOUNT_CPU_LIMIT = "AccountCpuLimit"
-PREEMPTING_FOR = "Preempting"             # victims are draining for this job
-PREEMPTION_DEFERRED = "PreemptionDeferred"  # the victims it needs have not run min_runtime yet
-RESERVED_CAPACITY = "ReservedCapacity"    # the free GPUs are protected for a higher QoS
-RESERVATION = "Reservation"               # backfill: starting now would delay a reserved job
-CRASH_GUARD = "CrashCascade"              # held: the user's jobs failed too often, too fast
-NONE = "None"  # just submitted, not yet planned
+class Reason(StrEnum):
+    """Why a job is pending (SLURM's reason names where SLURM has one)."""
+    PRIORITY = "Priority"
+    RESOURCES = "Resources"
+    HELD = "Held"
+    DEPENDENCY = "Dependency"
+    BEGIN_TIME = "BeginTime"
+    ACCOUNT_JOB_LIMIT = "AccountJobLimit"
+    ACCOUNT_GPU_LIMIT = "AccountGpuLimit"
+    USER_JOB_LIMIT = "UserJobLimit"
+    BUDGET_RESERVED = "BudgetReserved"
+    BUDGET_EXHAUSTED = "BudgetExhausted"
+    NODE_DOWN = "NodeDown"
+    ARRAY_TASK_LIMIT = "JobArrayTaskLimit"  # the array's %N throttle
+    DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+    USER_GPU_LIMIT = "UserGpuLimit"
+    USER_CPU_LIMIT = "UserCpuLimit"
+    ACCOUNT_CPU_LIMIT = "AccountCpuLimit"
+    PREEMPTING_FOR = "Preempting"             # victims are draining for this job
+    PREEMPTION_DEFERRED = "PreemptionDeferred"  # the victims it needs have not run min_runtime yet
+    RESERVED_CAPACITY = "ReservedCapacity"    # the free GPUs are protected for a higher QoS
+    RESERVATION = "Reservation"               # backfill: starting now would delay a reserved job
+    CRASH_GUARD = "CrashCascade"              # held: the user's jobs failed too often, too fast
+    NONE = "None"  # just submitted, not yet planned
+
+
+PRIORITY = Reason.PRIORITY
+RESOURCES = Reason.RESOURCES
+HELD = Reason.HELD
+DEPENDENCY = Reason.DEPENDENCY
+BEGIN_TIME = Reason.BEGIN_TIME
+ACCOUNT_JOB_LIMIT = Reason.ACCOUNT_JOB_LIMIT
+ACCOUNT_GPU_LIMIT = Reason.ACCOUNT_GPU_LIMIT
+USER_JOB_LIMIT = Reason.USER_JOB_LIMIT
+BUDGET_RESERVED = Reason.BUDGET_RESERVED
+BUDGET_EXHAUSTED = Reason.BUDGET_EXHAUSTED
+NODE_DOWN = Reason.NODE_DOWN
+ARRAY_TASK_LIMIT = Reason.ARRAY_TASK_LIMIT
+DEPENDENCY_NEVER = Reason.DEPENDENCY_NEVER
+USER_GPU_LIMIT = Reason.USER_GPU_LIMIT
+USER_CPU_LIMIT = Reason.USER_CPU_LIMIT
+ACCOUNT_CPU_LIMIT = Reason.ACCOUNT_CPU_LIMIT
+PREEMPTING_FOR = Reason.PREEMPTING_FOR
+PREEMPTION_DEFERRED = Reason.PREEMPTION_DEFERRED
+RESERVED_CAPACITY = Reason.RESERVED_CAPACITY
+RESERVATION = Reason.RESERVATION
+CRASH_GUARD = Reason.CRASH_GUARD
+NONE = Reason.NONE
 
 REASONS = frozenset({PRIORITY, RESOURCES, HELD, DEPENDENCY, BEGIN_TIME, ACCOUNT_JOB_LIMIT,
                      ACCOUNT_GPU_LIMIT, USER_JOB_LIMIT, ARRAY_TASK_LIMIT, BUDGET_RESERVED, BUDGET_EXHAUSTED, NODE_DOWN, NONE,

@@ -4,6 +4,7 @@ The daemon calls these and writes the result in one transaction with whatever ca
 request or event acknowledged, the ledger entries, the reply).
 """
 from dataclasses import dataclass, replace
+from typing import Any
 
 from . import ledger, periods, states
 from .config import Config
@@ -28,9 +29,9 @@ class Charge:
 
 def admit(job: Job, place: Place, now: float) -> Job:
     n = len(job.attempts) + 1
-    a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now)
+    a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now, parts=place.parts)
     return replace(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
-                   gpu_uuids=place.gpus, start_time=job.start_time or now, commit=place.commit,
+                   gpu_uuids=place.gpus, parts=place.parts, start_time=job.start_time or now, commit=place.commit,
                    rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed, earmark="", earmark_gpus=(),
                    attempts=job.attempts + (a,))
 
@@ -79,9 +80,24 @@ def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
                   body.get("message", ""), cfg, float(ckpt) if isinstance(ckpt, (int, float)) else None)
 
 
+def part_usage(job: Job, attempt: int, node: str, usage: dict) -> Job | None:
+    """A gang's part on `node` reported its usage: kept on its attempt under usage["nodes"][node]
+    (the attempt's own usage is the part that ended it). None when there is nothing new."""
+    a = job.attempts[attempt - 1] if 0 < attempt <= len(job.attempts) else None
+    if a is None or not a.parts or not isinstance(usage, dict):
+        return None
+    nodes = dict(a.usage.get("nodes") or {})
+    if node in nodes:
+        return None
+    nodes[node] = usage
+    new = replace(a, usage={**a.usage, "nodes": nodes})
+    return replace(job, attempts=job.attempts[:attempt - 1] + (new,) + job.attempts[attempt:])
+
+
 def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
     """The node's lease expired under the job: `NF`, charged to the last heartbeat, requeued."""
     cur = job.current
+    assert cur is not None, "node_failed: the job has no attempt"
     end = max(cur.dispatch_time or now, min(last_heartbeat or now, now))
     return _close(job, cur, "node_failure", end, None, {}, "node lease expired", cfg)
 
@@ -91,9 +107,10 @@ def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
     nothing is charged and no restart is counted. `why` "cancel" ends the job `CA` at once (labq
     del); "timeout" (not claimed within scheduler.start_timeout) puts it back in the queue."""
     cur = job.current
+    assert cur is not None, "withdrawn: the job has no attempt"
     a = replace(cur, end_time=cur.dispatch_time or now, outcome="withdrawn")
-    common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
-                  preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
+    common: dict[str, Any] = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
+                  parts=(), preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
     if why == "cancel":
         return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
                        detail="cancelled before a runner took it", **common)
@@ -102,6 +119,15 @@ def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
 
 
 INTERRUPTED = frozenset({"timeout", "preempted", "node_failure", "cancelled"})
+
+
+def counts_as_preemption(job: Job, outcome: str) -> bool:
+    """Whether an attempt's end counts toward `max_preemptions`: only a preemption the scheduler
+    decided (QoS, reclaim, a budget's on_exhaust = "preempt"), i.e. the attempt ended `preempted`
+    after the preempt control put the job in `PR`. The runner also reports `preempted` for the agent's
+    orderly stop (checkpoint signal, grace, requeue), but that is the node going away, like a node
+    failure: counting it would leave a job unprotected after a few restarts of its node's agent."""
+    return outcome == "preempted" and job.state == states.PREEMPTING
 
 
 def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: dict, message: str, cfg: Config,
@@ -127,15 +153,15 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
                 charges=_totals(charges),
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
     common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
-                  node="", gpu_uuids=(), preempted_for=None, preempt_time=None, borrowed=False,
-                  preempt_count=job.preempt_count + (outcome == "preempted"), requeue_requested=False)
+                  node="", gpu_uuids=(), parts=(), preempted_for=None, preempt_time=None, borrowed=False,
+                  preempt_count=job.preempt_count + counts_as_preemption(job, outcome), requeue_requested=False)
     state, detail, more = after_attempt(job, outcome, exit_code, cur.start_time or start, end, last_ckpt, message, cfg)
     if state == states.PENDING:
         new = replace(job, state=state, reason=states.NONE, detail=detail, restart_count=job.restart_count + 1,
                       **common, **more)
     else:
         new = replace(job, state=state, reason=states.NONE, detail=detail, end_time=end,
-                      **{**common, "node": cur.node, "gpu_uuids": cur.gpus})
+                      **{**common, "node": cur.node, "gpu_uuids": cur.gpus, "parts": cur.parts})
     return new, charges
 
 

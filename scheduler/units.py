@@ -6,8 +6,11 @@ micro-units (1e-6 of the unit) so that sums are exact.
 """
 import math
 import re
+from typing import TypeVar
 
 from .errors import UsageError
+
+_N = TypeVar("_N", int, float)
 
 MICRO = 1_000_000
 MS_PER_HOUR = 3_600_000
@@ -86,7 +89,7 @@ def _slurm_duration(s: str, bare_unit: int) -> int:
     raise ValueError(s)
 
 
-def _non_negative(v: int, what: str, text) -> int:
+def _non_negative(v: _N, what: str, text) -> _N:
     if v < 0:
         raise UsageError(f"{what}: must not be negative, got {text!r}")
     return v
@@ -126,6 +129,14 @@ def fmt_duration(seconds) -> str:
     h, rem = divmod(rem, 3600)
     m, s = divmod(rem, 60)
     return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def fmt_at(t: float) -> str:
+    """An instant as UTC clock text. A stored message says "expected to start at 2026-12-03
+    04:10:00 UTC", not "in 88s": relative text is stale when read and changes at every plan pass,
+    and each change rewrites the job's record (issue 13: a pass that changes nothing writes nothing)."""
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(round(t), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def fmt_size(n: int) -> str:

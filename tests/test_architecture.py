@@ -29,7 +29,6 @@ EDGES = {
     "labq.scheduler.daemon": "the scheduler's run loop: clock, lease, signals, hooks",
     "labq.scheduler.commit": "the daemon's group commit (a mixin of Scheduler): the lease clock",
     "labq.scheduler.events": "the daemon's side of the nodes' events (a mixin of Scheduler): reads the store",
-    "labq.scheduler.bookkeeper": "budget periods and stop policy in the daemon: alert hooks",
     "labq.scheduler.client": "the Python client: request ids, wall clock, Redis",
     "labq.scheduler.thinclient": "the hot CLI commands' client: a RESP socket (store/resp.py), munge",
     "labq.scheduler.dispatch": "hands attempts to nodes (owned by node, issue 12)",

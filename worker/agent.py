@@ -32,7 +32,7 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gpuwatch, launch, probe
+from . import cgroup, gang, gpuwatch, launch, probe
 
 log = logging.getLogger("labq.agent")
 
@@ -69,7 +69,8 @@ class Agent:
             bool(w["allow_root"]), limit_cpus=bool(w["limit_cpus"]), pids_max=int(w["pids_max"]),
             idle_gpu_util=float(w["idle_gpu_util"]), idle_gpu_after=float(w["idle_gpu_after"]),
             stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos),
-            slurm_env=bool(w["slurm_env"]), qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease)
+            slurm_env=bool(w["slurm_env"]), qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease,
+            addr=gang.node_addr(w["addr"]))
         self.queue = Keys(cfg.prefix).dispatch(self.name)
         self.store = AgentStore(conn.connect(redis_url), Keys(cfg.prefix))
         self._stop = threading.Event()
@@ -227,7 +228,7 @@ class Agent:
         gpus = [g for g in (self.backend.devices() if changed else self.gpus) if g.uuid not in out]
         try:
             self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
-                                os.getpid(), self.lease, runs=launch.runs_for(self.settings))
+                                os.getpid(), self.lease, runs=launch.runs_for(self.settings), addr=self.settings.addr)
         except conn.ERRORS as e:
             log.warning("node %s: cannot re-register its GPUs yet: %s", self.name, e)
             return
@@ -252,7 +253,7 @@ class Agent:
     # -- lease ---------------------------------------------------------------------------------
     def _register(self) -> None:
         self.store.register(self.name, self.cpus, self.mem, len(self.slots), self.gpus, socket.gethostname(),
-                            os.getpid(), self.lease, runs=launch.runs_for(self.settings))
+                            os.getpid(), self.lease, runs=launch.runs_for(self.settings), addr=self.settings.addr)
 
     def _renew(self, now: float) -> None:
         try:

@@ -8,8 +8,11 @@ Layers, each over the one before (later wins):
      variables are dropped, because they describe the submitter's own job, not this one;
   3. labq's own `LABQ_*` variables;
   4. SLURM's names for the same facts (`SLURM_JOB_ID` …) unless `worker.slurm_env = false`.
-     Never `SLURM_NTASKS`/`SLURM_PROCID`: PyTorch Lightning takes SLURM_NTASKS to mean "launched by
-     srun" and then expects srun's process layout (anchors-slurm-kueue.md §2.5);
+     Never `SLURM_NTASKS`: PyTorch Lightning takes it to mean "launched by srun" and then expects
+     srun's process layout (anchors-slurm-kueue.md §2.5). A gang's part (one task per node) gets
+     `SLURM_PROCID` = its node rank, as srun's one task per node would;
+  3b. a gang's (`sub -N`): what torchrun needs (MASTER_ADDR, MASTER_PORT, NODE_RANK, WORLD_SIZE,
+     LOCAL_WORLD_SIZE) and where the job runs (LABQ_NODELIST, LABQ_NODEID, LABQ_NUM_NODES);
   5. `CUDA_VISIBLE_DEVICES` = the allocated GPUs, always (an empty value for a CPU job, so an
      exported `CUDA_VISIBLE_DEVICES=0` cannot reach a GPU another job holds).
 
@@ -37,6 +40,7 @@ class Place:
     redis_url: str = ""        # without a password (launch.public_url)
     prefix: str = "labq"
     slurm_env: bool = True
+    part: object = None        # a gang's part here (worker/gang.Part), after the rendezvous
 
 
 def inherited(env: dict) -> dict:
@@ -57,8 +61,11 @@ def build(job, where: Place) -> dict[str, str]:
                PWD=job.workdir)
     env.setdefault("OMP_NUM_THREADS", str(max(1, job.cpus)))
     env.update(labq_vars(job, where))
+    gang = gang_vars(job, where.part) if where.part is not None and len(where.part.nodes) > 1 else {}
+    env.update({k: v for k, v in gang.items() if not k.startswith("SLURM_")})
     if where.slurm_env:
         env.update(slurm_vars(job, where))
+        env.update({k: v for k, v in gang.items() if k.startswith("SLURM_")})
     env.update(CUDA_VISIBLE_DEVICES=",".join(where.gpus), CUDA_DEVICE_ORDER="PCI_BUS_ID")
     return env
 
@@ -81,6 +88,20 @@ def labq_vars(job, where: Place) -> dict[str, str]:
         out.update(LABQ_ARRAY_JOB_ID=str(job.array_id), LABQ_ARRAY_TASK_ID=str(job.array_index),
                    LABQ_ARRAY_TASK_COUNT=str(job.array_count if job.array_count is not None else ""))
     return out
+
+
+def gang_vars(job, part) -> dict[str, str]:
+    """A gang's part: its rank among the job's nodes and the rendezvous. One process per node starts
+    the command: LOCAL_WORLD_SIZE is the GPUs per node (at least 1), what `torchrun
+    --nproc-per-node` would start, and WORLD_SIZE that times the nodes."""
+    from labq.scheduler.hostlist import compact
+    local = max(1, len(part.gpus))
+    n, rank, names = len(part.nodes), str(part.rank), compact(part.nodes)
+    return {"LABQ_NODELIST": ",".join(part.nodes), "LABQ_NODEID": rank, "LABQ_NUM_NODES": str(n),
+            "MASTER_ADDR": part.master_addr, "MASTER_PORT": str(part.master_port), "NODE_RANK": rank,
+            "WORLD_SIZE": str(n * local), "LOCAL_WORLD_SIZE": str(local),
+            "SLURM_NODELIST": names, "SLURM_JOB_NODELIST": names, "SLURM_NNODES": str(n),
+            "SLURM_JOB_NUM_NODES": str(n), "SLURM_NODEID": rank, "SLURM_PROCID": rank}
 
 
 def slurm_vars(job, where: Place) -> dict[str, str]:

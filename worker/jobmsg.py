@@ -13,7 +13,7 @@ import time
 PREFIX = "labq: error:"
 _DUE = {"timeout": "TIME LIMIT", "preempted": "PREEMPTION", "shutdown": "PREEMPTION",
         "orphaned": "NODE FAILURE", "fenced": "NODE FAILURE", "runner_killed": "NODE FAILURE",
-        "gpu_lost": "NODE FAILURE"}
+        "gpu_lost": "NODE FAILURE", "gang_stop": "ANOTHER NODE OF THE JOB ENDING"}
 
 
 def _at(t: float) -> str:

@@ -48,6 +48,7 @@ class Settings:
     slurm_env: bool = True          # SLURM_* aliases in jobs' environment (worker.slurm_env)
     qos_signal: tuple = ()          # ((qos, "USR1"), ...): a QoS's checkpoint signal ([qos.*].signal)
     lease: float = 30.0             # scheduler.node_lease: runners fence their jobs by its expiry
+    addr: str = ""                  # worker.addr: where a gang's other nodes reach this one ("": the host's)
 
     @classmethod
     def from_environ(cls, env=None) -> "Settings":
@@ -180,10 +181,10 @@ def _open_log(path: str, umask: int = 0o022) -> int:
     return fd
 
 
-def open_logs(job: Job, ident: Identity) -> tuple[int, int]:
+def open_logs(job: Job, ident: Identity, rank: int = 0, node: str = "") -> tuple[int, int]:
     """(stdout fd, stderr fd), the same fd when there is no separate err pattern. Appends, so a
-    restarted job's output follows its earlier attempts'."""
-    out, err = logpath.out_path(job), logpath.err_path(job)
+    restarted job's output follows its earlier attempts'. `rank`, `node`: a gang part's %n and %N."""
+    out, err = logpath.out_path(job, rank, node), logpath.err_path(job, rank, node)
     with acting_as(ident):
         try:
             os.close(os.open(job.workdir, os.O_RDONLY | os.O_DIRECTORY))
@@ -198,11 +199,11 @@ def open_logs(job: Job, ident: Identity) -> tuple[int, int]:
     return ofd, efd
 
 
-def append_line(job: Job, ident: Identity, line: str) -> str | None:
+def append_line(job: Job, ident: Identity, line: str, rank: int = 0, node: str = "") -> str | None:
     """Append `line` to the job's stderr log (its stdout one without -e), opened as the job's user
     as its own output was; the error, or None."""
     try:
-        out, err = open_logs(job, ident)
+        out, err = open_logs(job, ident, rank, node)
     except StartError as e:
         return str(e)
     try:
@@ -255,13 +256,15 @@ def command(job: Job, script: str | None) -> list[str]:
 
 
 # -- environment -------------------------------------------------------------------------------
-def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start: float, ckpt: str) -> dict:
+def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start: float, ckpt: str,
+                part=None) -> dict:
     """The job's environment (worker/jobenv.py); never the daemon's, which carries RQ_*, NOTIFY_SOCKET
-    and secrets."""
+    and secrets. `part`: a gang's part here (worker/gang.Part), whose GPUs are this node's."""
     pw = ident.pw
+    gpus = tuple(part.gpus) if part is not None else tuple(attempt.gpus)
     return jobenv.build(job, jobenv.Place(
-        node=s.node, user=pw.pw_name, home=pw.pw_dir, shell=pw.pw_shell, gpus=tuple(attempt.gpus), start=start,
-        checkpoint_dir=ckpt, redis_url=public_url(s.redis_url), prefix=s.prefix, slurm_env=s.slurm_env))
+        node=s.node, user=pw.pw_name, home=pw.pw_dir, shell=pw.pw_shell, gpus=gpus, start=start,
+        checkpoint_dir=ckpt, redis_url=public_url(s.redis_url), prefix=s.prefix, slurm_env=s.slurm_env, part=part))
 
 
 def public_url(url: str) -> str:

@@ -24,7 +24,7 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gpuwatch, jobmsg, launch, memwatch, probe, procscan, waiting
+from . import cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, waiting
 
 log = logging.getLogger("labq.runner")
 
@@ -39,15 +39,18 @@ PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms 
 # end-of-job reason the runner gives is here (and in end_message), nowhere else.
 _OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted", "shutdown": "preempted",
              "orphaned": "node_failure", "fenced": "node_failure", "runner_killed": "node_failure",
-             "gpu_lost": "node_failure", "oom": "oom"}
+             "gpu_lost": "node_failure", "oom": "oom", "gang_stop": "cancelled"}
 _MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
              "shutdown": "preempted: the node agent is stopping (checkpoint signal, grace, requeued)",
              "orphaned": "the node agent went away; the job was killed (fencing)",
              "fenced": "the node's lease was about to lapse (agent stopped or cut off from Redis); "
                        "the job was killed so that it cannot run twice (fencing)",
-             "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)"}
-# Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded.
-_HARD = ("orphaned", "fenced", "oom")
+             "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)",
+             "gang_stop": "another node's part of the job ended; this part was killed (shared fate)"}
+# Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded,
+# the gang's attempt has ended (its room is free again: a part left running would overlap the next job).
+_HARD = ("orphaned", "fenced", "oom", "gang_stop")
+RENDEZVOUS_S = 120.0   # how long a gang's part waits for node rank 0 to publish MASTER_ADDR/PORT
 CONTROL_AFTER = 0.05   # the control watch starts this long after the job
 
 
@@ -64,7 +67,7 @@ def fence(job, attempt: int, node: str) -> str | None:
         return f"job is {job.state}, not {states.RUNNING}"
     if len(job.attempts) != attempt:
         return f"attempt {attempt} is not current (the job has {len(job.attempts)})"
-    if job.attempts[-1].node != node:
+    if gang.rank_of(job.attempts[-1], node) is None:
         return f"attempt {attempt} belongs to node {job.attempts[-1].node!r}, not {node!r}"
     return None
 
@@ -76,9 +79,10 @@ def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict
         store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
         job, control = store.job_and_control(job_id)
         why = fence(job, attempt, s.node)
-        pttl = -2
+        pttl, rank = -2, 0
         if why is None:
-            won, pttl = store.claim(job_id, attempt, s.node, os.getpid())
+            rank = gang.rank_of(job.attempts[-1], s.node) or 0
+            won, pttl = store.claim(job_id, attempt, s.node, os.getpid(), rank)
             if not won:
                 why = "already claimed"      # by another runner, or withdrawn by the scheduler
             elif pttl <= 0 and pttl != -1:
@@ -87,7 +91,7 @@ def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict
         if why:
             log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
             return {"ran": False, "reason": why}
-        run = Run(store, s, job, attempt, term)
+        run = Run(store, s, job, attempt, term, rank)
         run.lease_seen(time.monotonic(), pttl)
         run.control0 = control
         return run.execute()
@@ -100,6 +104,11 @@ def _verb(control: str | None) -> str | None:
     return control.split(":", 1)[0] if control else None
 
 
+def _stops_part(control: str | None, attempt: int) -> bool:
+    """Whether the control is the gang stop of this attempt ("stop:N", events.gang_stop)."""
+    return control == f"stop:{attempt}"
+
+
 def _grace(control: str) -> int | None:
     _, _, grace = control.partition(":")
     return int(grace) if grace.isdigit() else None
@@ -107,8 +116,9 @@ def _grace(control: str) -> int | None:
 
 class Run:
     def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int,
-                 term: waiting.Sigterm | None = None):
+                 term: waiting.Sigterm | None = None, rank: int = 0):
         self.store, self.s, self.job, self.n = store, s, job, attempt
+        self.rank, self.part = rank, gang.part_of(job.attempts[-1], rank)    # a gang's part here
         self.term = term or waiting.Sigterm()
         self.proc = None
         self.ckpt_dir = None
@@ -125,7 +135,7 @@ class Run:
         self.table = procscan.ProcTable()
         self.kill_now: tuple[str, str] | None = None     # (stop reason, message) found by a tick
         self.ident: launch.Identity | None = None        # whom the job runs as (its log files are theirs)
-        self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, job.attempts[-1].gpus, s.node,
+        self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, self.part.gpus, s.node,
                                     s.idle_gpu_util, s.idle_gpu_after)
         self.oom0 = self.kmsg0 = None
         self.body = {"outcome": "error", "exit_code": None, "signal": None, "start_time": None,
@@ -162,13 +172,19 @@ class Run:
     def _run(self) -> None:
         job, s = self.job, self.s
         early = _verb(self.control0) or ("cancel" if job.cancel_requested else None)
+        if _stops_part(self.control0, self.n):
+            self.body.update(outcome="cancelled", message=end_message("gang_stop") + " before it started")
+            return
         if early in ("cancel", "preempt") or self.term.got:
             outcome = "cancelled" if early == "cancel" else "preempted"
             self.body.update(outcome=outcome, message=f"{outcome} before it started"
                              + (" (the node agent is stopping)" if self.term.got and early != "cancel" else ""))
             return
         ident = self.ident = launch.identity(job, s)
-        out_fd, err_fd = launch.open_logs(job, ident)
+        if len(self.part.nodes) > 1:
+            self.part = gang.rendezvous(self.store, job.id, self.n, self.part, gang.node_addr(s.addr), RENDEZVOUS_S,
+                                        self._rendezvous_stopped)
+        out_fd, err_fd = launch.open_logs(job, ident, self.rank, s.node)
         try:
             try:
                 ckpt = self.ckpt_dir = launch.checkpoint_dir(s, job, ident)
@@ -178,7 +194,7 @@ class Run:
             cmd = launch.command(job, script)
             start = time.time()
             exported = replace(job, env=self.store.job_env(job))
-            env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt)
+            env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt, self.part)
             probe.become_subreaper()
             self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             self._limits()
@@ -192,7 +208,7 @@ class Run:
         self.start, self.t0 = start, time.monotonic()
         self.body["start_time"] = start
         sent = time.monotonic()
-        self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start))
+        self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start, self.rank))
         if self.gpu.gpus:
             self.gpu.tick((self.proc.pid,))     # the GPUs' counters at the start (energy is a delta)
         self._finish(self._watch())
@@ -313,6 +329,8 @@ class Run:
         if check_control:
             self.control_due = False
             ctl = self._control()
+            if _stops_part(ctl, self.n):
+                return "gang_stop"
             if _verb(ctl) == "cancel":
                 return "cancelled"
             if _verb(ctl) == "preempt":
@@ -333,6 +351,15 @@ class Run:
         else:
             grace = self.grace if self.grace is not None else self.s.kill_wait
         return [(getattr(signal, f"SIG{self.s.checkpoint_signal(self.job)}"), grace), term]
+
+    def _rendezvous_stopped(self) -> str | None:
+        """Why a part waiting for node rank 0 gives up: stopped, or its node's lease or agent gone."""
+        ctl = self._control()
+        if _stops_part(ctl, self.n) or _verb(ctl) in ("cancel", "preempt"):
+            return f"stopped ({ctl})"
+        if self.term.got or self.term.orphaned or time.monotonic() >= self.lease_until:
+            return "the node agent is stopping or its lease lapsed"
+        return None
 
     def _control(self) -> str | None:
         try:
@@ -367,7 +394,7 @@ class Run:
         try:
             sent = time.monotonic()
             self.lease_seen(sent, self.store.heartbeat(
-                self.job.id, self.n, self.s.node, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
+                self.job.id, self.n, self.s.node, rank=self.rank, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
                 ckpt=self.body.get("last_checkpoint") or ""))
         except conn.ERRORS as e:      # a Redis blip must not kill a running job (unless it outlasts the lease)
             log.warning("job %s: heartbeat failed: %s", self.job.id, e)
@@ -419,7 +446,7 @@ class Run:
     def _say(self, line: str | None) -> None:
         """labq's line about the job's end (worker/jobmsg.py), into the job's own log."""
         if line and self.ident is not None:
-            why = launch.append_line(self.job, self.ident, line)
+            why = launch.append_line(self.job, self.ident, line, self.rank, self.s.node)
             if why:
                 log.warning("job %s: cannot write to its log: %s", self.job.id, why)
 

@@ -15,8 +15,8 @@ from .. import ledger, states
 from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Expire, Pending, Place, Plan, Preempt, Start
-from ..units import fmt_size
-from . import capacity, classes, preempt, priority
+from ..units import fmt_at, fmt_size
+from . import capacity, classes, gang, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
@@ -103,7 +103,7 @@ class _Pass:
         if self.usage.guarantees:
             up = sum(len(n.gpus) for n in snap.nodes if capacity.node_is_up(n, snap.now))
             self.slack = up - sum(a.guarantee for a in cfg.accounts)
-            self.stuck = sum(j.gpus for j in running if j.borrowed and not preempt.may_be_preempted_again(j, cfg))
+            self.stuck = sum(j.total_gpus for j in running if j.borrowed and not preempt.may_be_preempted_again(j, cfg))
         self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
         self.places: list = []
         self.pending: list = []
@@ -115,11 +115,11 @@ class _Pass:
         self.doomed: set[int] = set()         # victims chosen in this pass
         self.draining: dict[int, list[Job]] = {}
         self.models: dict[str, str] = {}      # gpu_type -> a model that serves it (budget quotes)
-        self.earmarked: dict[int, tuple] = {}  # job id -> (node, what is held for it until its turn)
+        self.earmarked: dict[int, list] = {}  # job id -> [(spot, what is held there for it until its turn)]
         self.reserve_begins = False           # expected_starts: a --begin job is reserved from its begin
         self.no_victims: list = []            # (QoS priority, reclaim, request shape) that found none
-        prios = [self.cfg.qos_named(j.qos).priority for j in running
-                 if j.state == states.RUNNING and self.cfg.qos_named(j.qos) and preempt.preemptible(j, cfg)]
+        prios = [q.priority for j in running
+                 if j.state == states.RUNNING and (q := self.cfg.qos_named(j.qos)) and preempt.preemptible(j, cfg)]
         self.lowest_victim = min(prios, default=None)
         for j in running:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
@@ -138,9 +138,11 @@ class _Pass:
         gives up, whatever ranks above it now. Else a borrower ranked higher would take them back and
         the reclaim would start over, for ever."""
         for j in sorted((j for j in pending if j.earmark), key=lambda j: j.id):
-            spot = self.free.free.get(j.earmark)
-            if spot is not None:
-                self.earmarked[j.id] = (spot, self.free.hold(spot, j, set(j.earmark_gpus)))
+            # A gang's earmark names each of its nodes (gang.py); a gang missing one keeps none.
+            names = gang.earmarked_nodes(j.earmark)
+            spots = [s for s in (self.free.free.get(n) for n in names) if s is not None]
+            if spots and len(spots) == len(names):
+                self.earmarked[j.id] = [(s, self.free.hold(s, j, set(j.earmark_gpus))) for s in spots]
 
     def consider(self, job: Job) -> None:
         verdict = self.judge(job)
@@ -151,8 +153,7 @@ class _Pass:
 
     def judge(self, job: Job):
         """The job's turn: the room earmarked for it goes back to the pool, then its verdict."""
-        kept = self.earmarked.pop(job.id, None)
-        if kept is not None:
+        for kept in self.earmarked.pop(job.id, ()):
             self.free.unhold(*kept)
         return self._verdict(job)
 
@@ -176,6 +177,8 @@ class _Pass:
         capped = self.usage.blocked(job)
         if capped:
             return capped
+        if job.nodes > 1:
+            return gang.verdict(self, job)
         kept = self.free.free.get(job.earmark) if job.earmark else None
         if kept is not None and kept.fits(job):
             # Its own room, set aside since it preempted: no reservation or blocker was ever given it.
@@ -190,30 +193,34 @@ class _Pass:
             return self._admit(job, spot)
         return self._blocked(job, roomy)
 
-    def _admit(self, job: Job, spot: capacity.Free, prefer=()):
+    def _admit(self, job: Job, spot, prefer=()):
+        """Place the job on `spot`, or a gang on every spot of the list, once the protected capacity,
+        its budgets (for all its nodes) and the borrow slack allow it."""
+        spots = spot if isinstance(spot, list) else [spot]
         protected = self.usage.protected_for(job)
         if protected:
             return protected
-        model = next((g.model for g in spot.matching(job)), "")
-        commit, rates = self.book.quote(job, model, spot.node)
+        model = next((g.model for g in spots[0].matching(job)), "")
+        commit, rates = self.book.quote(job, model, spots[0].node)
         broke = self.book.blocked(commit)
         if broke:
             return broke
         borrowed = self.usage.borrows(job)
         if borrowed and self.slack is not None and not preempt.may_be_preempted_again(job, self.cfg):
-            if self.stuck + job.gpus > self.slack:
+            if self.stuck + job.total_gpus > self.slack:
                 return states.ACCOUNT_GPU_LIMIT, (f"preempted {job.preempt_count} times (max_preemptions): it may no "
                                                   f"longer borrow GPUs other accounts are guaranteed, only run within "
                                                   f"account {job.account}'s guarantee")
-            self.stuck += job.gpus
-        gpus = self.free.take(spot, job, prefer=prefer)
+            self.stuck += job.total_gpus
+        parts = tuple((s.node.name, self.free.take(s, job, prefer=prefer)) for s in spots)
         self.usage.add(job)
         self.book.commit(commit)
-        self.placed.append((job, spot.node.name, gpus))
-        if self.timelines is not None:
-            self.timelines.place(job, spot.node.name, gpus)
-        return Place(job.id, spot.node.name, gpus, commit, rates, ledger.rate(job, "usd", model, self.cfg, spot.node),
-                     borrowed)
+        for name, gpus in parts:
+            self.placed.append((job, name, gpus))
+            if self.timelines is not None:
+                self.timelines.place(job, name, gpus)
+        return Place(job.id, parts[0][0], tuple(u for _, g in parts for u in g), commit, rates,
+                     ledger.rate(job, "usd", model, self.cfg, spots[0].node), borrowed, parts if len(parts) > 1 else ())
 
     def _blocked(self, job: Job, roomy: bool):
         """The job found no node it may start on now: wait for its victims, preempt, or reserve."""
@@ -245,7 +252,7 @@ class _Pass:
         """PreemptingFor while its victims drain, its room kept. A job that gave its earmark up (a cap
         held it in a pass) takes it again only if what is free and what the victims hold still covers
         it; else it looks for room like any blocked job."""
-        node = victims[0].node
+        node = job.earmark or victims[0].node
         spot = self.free.free.get(node)
         if spot is None:
             return None
@@ -311,6 +318,8 @@ class _Pass:
                                        + ", ".join(v.display_id for v in choice.victims)), choice.node, kept
 
     def _reserve(self, job: Job, not_before: float | None = None) -> None:
+        if job.nodes > 1:
+            return gang.reserve(self, job, not_before)
         if self.timelines is None:
             self.timelines = Timelines([f.node for f in self.free.free.values()], self.running, self.placed,
                                        self.now, self.cfg)
@@ -322,7 +331,7 @@ class _Pass:
         if not self.free.free:
             return states.NODE_DOWN, "no node is up"
         start = self.starts[-1] if self.starts and self.starts[-1].job_id == job.id else None
-        when = f"; expected to start in {start.at - self.now:.0f}s on {start.node}" if start else ""
+        when = f"; expected to start at {fmt_at(start.at)} on {start.node}" if start else ""
         if self.initial.fits_unchanged(job):
             return states.PRIORITY, "higher-priority jobs took the free resources in this pass" + when
         return states.RESOURCES, f"no up node has {_request(job)} free" + when
@@ -342,9 +351,15 @@ def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=())
         biggest = max(nodes, key=lambda n: (len(n.gpus), n.cpus, n.mem), default=None)
         have = (f"largest node {biggest.name} has {len(biggest.gpus)} GPUs, {biggest.cpus} CPUs, "
                 f"{biggest.mem >> 30}G" if biggest else "no node is registered")
-        return f"no node could ever hold {_request(job)}: {have}"
+        each = " on each node" if job.nodes > 1 else ""
+        return f"no node could ever hold {_request(job)}{each}: {have}"
     if not any(n.runs_jobs_of(job.user) for n in holders):
         return _who_runs(job.user, holders)
+    if job.nodes > 1:
+        mine = [n for n in holders if n.runs_jobs_of(job.user)]
+        if len(mine) < job.nodes:
+            return (f"no set of {job.nodes} nodes could ever hold {_request(job)} on each node: "
+                    f"{len(mine)} node(s) could ({', '.join(sorted(n.name for n in mine))})")
     capped = over_alone(job, cfg, running)
     if capped:
         return capped

@@ -6,6 +6,15 @@ reservation is the earliest time some node can hold it for its whole time limit;
 now on a node only if the node can still hold every reservation there with the job added. Time limits
 are upper bounds, so reservations only ever move earlier.
 
+With `estimate.backfill = true` a job's span is its learned run time (`Job.learned_est`, estimate.py)
+where it has one, as SLURM plans with predicted run times: a running job is expected to end at its
+start + estimate (once it has run past that, at its time limit again), a blocked job is reserved for
+its estimate, and a job may start now if its estimate fits before a reservation. The time limit
+still kills. The no-delay check is then only as good as the estimates: a backfilled job that runs
+longer than its estimate can delay a reservation (the reserved job starts later than it was told), and a running
+job that overruns makes a reservation slip. An estimate that is too long only gives up backfill
+chances, as a time limit does.
+
 Built lazily: a pass that never blocks a job on capacity never pays for timelines.
 """
 from collections import Counter
@@ -32,13 +41,15 @@ class Alloc:
 class Timelines:
     def __init__(self, nodes, running, placed, now: float, cfg: Config):
         self.now = now
+        self.learned = bool(cfg.estimate.backfill)
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.models = {n.name: {g.uuid: g.model for g in n.gpus} for n in nodes}
         self.allocs: dict[str, list[Alloc]] = {n.name: [] for n in nodes}
         self.reserved: set[str] = set()      # nodes holding a reservation
         for j in running:
-            if j.node in self.allocs:
-                self.allocs[j.node].append(self._alloc(j, j.node, j.gpu_uuids, _expected_end(j, now, cfg)))
+            for node, gpus in j.on_nodes:
+                if node in self.allocs:
+                    self.allocs[node].append(self._alloc(j, node, gpus, _expected_end(j, now, cfg)))
         for job, node, gpus in placed:
             self.place(job, node, gpus)
 
@@ -49,13 +60,19 @@ class Timelines:
 
     def place(self, job: Job, node: str, gpus) -> None:
         if node in self.allocs:
-            self.allocs[node].append(self._alloc(job, node, gpus, self.now + _limit(job)))
+            self.allocs[node].append(self._alloc(job, node, gpus, self.now + self.span(job)))
+
+    def span(self, job: Job) -> float:
+        """How long the job is planned to hold its allocation: its learned run time, else its limit."""
+        if self.learned and job.learned_est:
+            return float(min(job.learned_est, _limit(job)))
+        return _limit(job)
 
     def fits_now(self, job: Job, node: str) -> bool:
         """Whether starting `job` now on `node` leaves every reservation there whole."""
         if node not in self.reserved:
             return True
-        return self._fits(job, node, self.now, self.now + _limit(job))
+        return self._fits(job, node, self.now, self.now + self.span(job))
 
     def reserve(self, job: Job, could_hold, not_before: float | None = None) -> tuple[str, float] | None:
         """Reserve the earliest (time, node) that holds the job for its time limit, or None."""
@@ -70,7 +87,7 @@ class Timelines:
         if best is None:
             return None
         name, t = best
-        self.allocs[name].append(Alloc(t, t + _limit(job), self._pick_models(job, name, t), job.cpus, job.mem,
+        self.allocs[name].append(Alloc(t, t + self.span(job), self._pick_models(job, name, t), job.cpus, job.mem,
                                        job.id, reserved=True))
         self.reserved.add(name)
         return best
@@ -79,7 +96,7 @@ class Timelines:
     def _earliest(self, job: Job, node: str, after: float) -> float | None:
         ends = sorted({a.end for a in self.allocs[node] if a.end > after and a.end != _FOREVER})
         for t in [after] + ends:
-            if self._fits(job, node, t, t + _limit(job)):
+            if self._fits(job, node, t, t + self.span(job)):
                 return t
         return None
 
@@ -138,6 +155,9 @@ def _expected_end(job: Job, now: float, cfg: Config) -> float:
     a = job.current
     began = (a.start_time or a.dispatch_time) if a else None
     end = (began + job.time_limit + cfg.kill_wait) if (began and job.time_limit > 0) else _FOREVER
+    if began and job.learned_est and cfg.estimate.backfill and began + job.learned_est > now:
+        # Expected to end at its estimate; one that has overrun it is bounded by its limit alone.
+        end = min(end, began + job.learned_est)
     if job.state == states.PREEMPTING and job.preempt_time is not None:
         q = cfg.qos_named(job.qos)
         end = min(end, job.preempt_time + (q.grace if q else 0) + cfg.kill_wait)

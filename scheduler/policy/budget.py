@@ -106,6 +106,7 @@ SHORTEST = {"week": 7 * 86400 - 3600, "month": 28 * 86400 - 3600, "quarter": 90 
 class Quote(tuple):
     """A job's commitment per budget, (name, amount) pairs, with `parts`: for each periodic budget,
     period label -> the part of the amount that falls in that period."""
+    parts: dict
 
     def __new__(cls, pairs=()):
         q = super().__new__(cls, pairs)

@@ -50,14 +50,17 @@ def free_capacity(nodes, jobs, now: float) -> dict[str, Free]:
     free = {n.name: Free(n, n.cpus, n.mem, n.slots, sorted(n.gpus, key=lambda g: g.index))
             for n in sorted(nodes, key=lambda n: n.name) if node_is_up(n, now)}
     for j in jobs:
-        f = free.get(j.node) if j.state in states.ON_NODE else None
-        if f is None:
+        if j.state not in states.ON_NODE:
             continue
-        used = set(j.gpu_uuids)
-        f.gpus = [g for g in f.gpus if g.uuid not in used]
-        f.cpus -= j.cpus
-        f.mem -= j.mem
-        f.slots -= 1
+        for node, gpus in j.on_nodes:     # a gang holds its per-node shape on each of its nodes
+            f = free.get(node)
+            if f is None:
+                continue
+            used = set(gpus)
+            f.gpus = [g for g in f.gpus if g.uuid not in used]
+            f.cpus -= j.cpus
+            f.mem -= j.mem
+            f.slots -= 1
     return free
 
 

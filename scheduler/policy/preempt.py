@@ -51,7 +51,7 @@ def earmark(job: Job, held, victims, node) -> tuple[str, ...]:
     """The GPUs kept for a preemptor: the free ones held for it on the node, then its victims' (of
     the model it asks for), as many as it needs. Others' extra GPUs are free for anyone."""
     models = {g.uuid: g.model for g in node.gpus} if node is not None else {}
-    theirs = [u for v in victims for u in v.gpu_uuids if not job.gpu_type or models.get(u) == job.gpu_type]
+    theirs = [u for v in victims for u in v.gpu_uuids if u in models and (not job.gpu_type or models[u] == job.gpu_type)]
     return tuple([g.uuid for g in held] + theirs)[:job.gpus]
 
 
@@ -87,8 +87,9 @@ def choose(job: Job, free_by_node: dict, pool, now: float) -> Choice | None:
     (capacity.Free) for nodes that could hold the job; `pool` are the candidate victims."""
     by_node: dict[str, list[Job]] = {}
     for v in pool:
-        if v.node in free_by_node:
-            by_node.setdefault(v.node, []).append(v)
+        for node, _ in v.on_nodes:        # a gang victim frees room on each of its nodes
+            if node in free_by_node:
+                by_node.setdefault(node, []).append(v)
     best = None
     for name in sorted(by_node):
         got = _on_node(job, free_by_node[name], by_node[name], now)
@@ -141,5 +142,5 @@ def _covers(job: Job, free, victims) -> bool:
     gpus = len(free.matching(job))
     if job.gpus:
         models = {g.uuid: g.model for g in free.node.gpus}
-        gpus += sum(1 for v in victims for u in v.gpu_uuids if not job.gpu_type or models.get(u) == job.gpu_type)
+        gpus += sum(1 for v in victims for u in v.gpu_uuids if u in models and (not job.gpu_type or models[u] == job.gpu_type))
     return slots >= 1 and cpus >= job.cpus and mem >= job.mem and gpus >= job.gpus

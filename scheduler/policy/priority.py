@@ -4,6 +4,14 @@
              + age_weight × min(wait / age_max, 1)
              + fairshare_weight × fair-share factor of the account (fairshare.factors, in (0, 1])
              − burst_penalty  for a user's jobs beyond the first burst_jobs submitted within burst_window
+             + short_job_weight × scale / (scale + expected run time) × (1 − min(wait / age_max, 1))
+
+The short-job term (off by default: short_job_weight 0) puts short jobs first — the expected run time
+is the learned one (`Job.learned_est`, estimate.py), else --est, else the time limit — and fades as the
+job waits, so aging wins: with short_job_weight ≤ age_weight (config.py enforces it) a job that has
+waited age_max ranks above every job submitted after it with the same QoS, fair share and burst
+flag, however short: at that wait its age and short terms sum to age_weight, the most a younger job
+can reach is below it. A long job therefore waits behind later short jobs for at most age_max.
 
 Fair share comes from decayed usage (`Snapshot.usage`), never from budgets. The sort key is total —
 (−priority, submit time, id) — so shuffling the input never changes the plan, and equal priorities
@@ -26,21 +34,36 @@ class Factors:
     fairshare: float    # 0..1
     burst: float        # 0 or 1: beyond the user's burst allowance
     priority: float     # the weighted sum
+    short: float = 0.0  # 0..1: the short-job factor, already faded by the wait
 
-    def as_json(self, weights: dict) -> dict:
-        raw = {"qos": self.qos, "age": round(self.age, 4), "fairshare": round(self.fairshare, 4), "burst": self.burst}
+    def as_json(self, weights) -> dict:
+        raw = {"qos": self.qos, "age": round(self.age, 4), "fairshare": round(self.fairshare, 4), "burst": self.burst,
+               "short": round(self.short, 4)}
         return {"priority": round(self.priority, 4), "factors": raw,
                 "weighted": {"qos": weights["qos_weight"] * self.qos, "age": round(weights["age_weight"] * self.age, 4),
                              "fairshare": round(weights["fairshare_weight"] * self.fairshare, 4),
-                             "burst": -weights["burst_penalty"] * self.burst}}
+                             "burst": -weights["burst_penalty"] * self.burst,
+                             "short": round(weights["short_job_weight"] * self.short, 4)}}
+
+
+def expected_runtime(job: Job) -> float:
+    """The run time the short-job term ranks by: learned, else the submitter's --est, else the limit."""
+    return job.learned_est or job.est or job.time_limit or 0
+
+
+def short_factor(job: Job, age: float, w) -> float:
+    """scale / (scale + expected run time), faded linearly to 0 as the wait reaches age_max."""
+    fade = 1.0 - min(max(age, 0.0) / (w.age_max or 1), 1.0)
+    scale = w.short_job_scale or 1
+    return fade * scale / (scale + expected_runtime(job)) if fade > 0 else 0.0
 
 
 def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[int, Factors]:
     w = cfg.priority
     shares = {a.name: a.share for a in cfg.accounts}
-    fs = fairshare.factors(usage, shares) if w["fairshare_weight"] else {}
-    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if w["burst_penalty"] else set()
-    age_max = w["age_max"] or 1
+    fs = fairshare.factors(usage, shares) if w.fairshare_weight else {}
+    bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if w.burst_penalty else set()
+    age_max = w.age_max or 1
     out = {}
     for j in pending:
         qos = cfg.qos_named(j.qos)
@@ -48,9 +71,10 @@ def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[i
         age = min(max(now - j.submit_time, 0.0) / age_max, 1.0)
         share = fs.get(j.account, 1.0)
         burst = 1.0 if j.id in bursting else 0.0
-        total = (w["qos_weight"] * q + w["age_weight"] * age + w["fairshare_weight"] * share
-                 - w["burst_penalty"] * burst)
-        out[j.id] = Factors(j.id, q, age, share, burst, total)
+        short = short_factor(j, now - j.submit_time, w) if w.short_job_weight else 0.0
+        total = (w.qos_weight * q + w.age_weight * age + w.fairshare_weight * share
+                 - w.burst_penalty * burst + w.short_job_weight * short)
+        out[j.id] = Factors(j.id, q, age, share, burst, total, short)
     return out
 
 
@@ -58,17 +82,20 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     """The jobs in the order a pass considers them. The same sum as `factors`, without building a
     row per job: this runs over every pending job on every pass."""
     w = cfg.priority
-    qw, aw, fw, bw = w["qos_weight"], w["age_weight"], w["fairshare_weight"], w["burst_penalty"]
+    qw, aw, fw, bw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty
     qos = {q.name: q.priority * qw for q in cfg.qos}
     fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
     fs = {a: fw * v for a, v in fs.items()}
-    bursting = burst_tail(pending, w["burst_jobs"], w["burst_window"]) if bw else ()
-    per_s = aw / (w["age_max"] or 1)
+    bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if bw else ()
+    per_s = aw / (w.age_max or 1)
+    sw = w.short_job_weight
     keyed = []
     for i, j in enumerate(pending):
         age = now - j.submit_time
         score = (qos.get(j.qos, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
                  + fs.get(j.account, fw) - (bw if j.id in bursting else 0.0))
+        if sw:
+            score += sw * short_factor(j, age, w)
         keyed.append((-score, j.submit_time, j.id, i))
     keyed.sort()      # plain tuples, no key function: ids are unique, so the index never decides
     return [pending[t[3]] for t in keyed]

@@ -38,15 +38,16 @@ class Usage:
             self.add(j, freed=False)
 
     def add(self, job: Job, freed: bool = True) -> None:
+        gpus, cpus = job.total_gpus, job.cpus * job.nodes    # a gang holds its shape on every node
         self.jobs[job.account] += 1
-        self.gpus[job.account] += job.gpus
-        self.cpus[job.account] += job.cpus
+        self.gpus[job.account] += gpus
+        self.cpus[job.account] += cpus
         self.user_jobs[job.user] += 1
-        self.user_gpus[job.user] += job.gpus
-        self.user_cpus[job.user] += job.cpus
-        self.qos_gpus[self._prio(job)] += job.gpus
+        self.user_gpus[job.user] += gpus
+        self.user_cpus[job.user] += cpus
+        self.qos_gpus[self._prio(job)] += gpus
         if freed:
-            self.free_gpus -= job.gpus
+            self.free_gpus -= gpus
         if job.array_id is not None:
             self.tasks[job.array_id] += 1
 
@@ -59,12 +60,12 @@ class Usage:
         if not self.guarantees or not job.gpus:
             return False
         acct = self.cfg.account_named(job.account)
-        return self.gpus[job.account] + job.gpus > (acct.guarantee if acct else 0)
+        return self.gpus[job.account] + job.total_gpus > (acct.guarantee if acct else 0)
 
     def within_guarantee(self, job: Job) -> bool:
         acct = self.cfg.account_named(job.account)
         return bool(acct and acct.guarantee and job.gpus
-                    and self.gpus[job.account] + job.gpus <= acct.guarantee)
+                    and self.gpus[job.account] + job.total_gpus <= acct.guarantee)
 
     def blocked(self, job: Job):
         """(reason, detail) when a throttle or cap stops the job now, else None."""
@@ -82,9 +83,9 @@ class Usage:
                 return hit
             if acct.borrow_limit is not None and job.gpus:
                 most = acct.guarantee + acct.borrow_limit
-                if self.gpus[job.account] + job.gpus > most:
+                if self.gpus[job.account] + job.total_gpus > most:
                     return (states.ACCOUNT_GPU_LIMIT,
-                            f"account {job.account} holds {self.gpus[job.account]} GPUs, needs {job.gpus} more; "
+                            f"account {job.account} holds {self.gpus[job.account]} GPUs, needs {job.total_gpus} more; "
                             f"guarantee {acct.guarantee} + borrow_limit {acct.borrow_limit} = {most}")
         user = self.cfg.user_named(job.user)
         if user is not None:
@@ -106,7 +107,7 @@ class Usage:
                 break
             held = sum(n for p, n in self.qos_gpus.items() if p >= prio)
             owed = max(owed, reserved - held)
-        if owed > 0 and self.free_gpus - job.gpus < owed:
+        if owed > 0 and self.free_gpus - job.total_gpus < owed:
             return (states.RESERVED_CAPACITY,
                     f"{owed} of the {self.free_gpus} free GPUs are protected for higher QoS classes")
         return None
@@ -115,10 +116,11 @@ class Usage:
 def _over(cap, who: str, jobs: int, gpus: int, cpus: int, job: Job, r_jobs: str, r_gpus: str, r_cpus: str):
     if cap.max_running is not None and jobs + 1 > cap.max_running:
         return r_jobs, f"{who} runs {jobs} of max_running={cap.max_running} jobs"
-    if cap.max_gpus is not None and gpus + job.gpus > cap.max_gpus:
-        return r_gpus, f"{who} holds {gpus} GPUs, needs {job.gpus} more, max_gpus={cap.max_gpus}"
-    if cap.max_cpus is not None and cpus + job.cpus > cap.max_cpus:
-        return r_cpus, f"{who} holds {cpus} CPUs, needs {job.cpus} more, max_cpus={cap.max_cpus}"
+    need_g, need_c = job.total_gpus, job.cpus * job.nodes
+    if cap.max_gpus is not None and gpus + need_g > cap.max_gpus:
+        return r_gpus, f"{who} holds {gpus} GPUs, needs {need_g} more, max_gpus={cap.max_gpus}"
+    if cap.max_cpus is not None and cpus + need_c > cap.max_cpus:
+        return r_cpus, f"{who} holds {cpus} CPUs, needs {need_c} more, max_cpus={cap.max_cpus}"
     return None
 
 
@@ -131,7 +133,7 @@ def over_alone(job: Job, cfg: Config, running=()) -> str | None:
                            (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user)):
         if cap is None:
             continue
-        for key, need in (("max_gpus", job.gpus), ("max_cpus", job.cpus)):
+        for key, need in (("max_gpus", job.total_gpus), ("max_cpus", job.cpus * job.nodes)):
             most = getattr(cap, key)
             if most is not None and need > most:
                 return f"{who}: the job asks for {need} {key[4:].upper()}, {key}={most}: it could never run"
@@ -139,7 +141,8 @@ def over_alone(job: Job, cfg: Config, running=()) -> str | None:
             return f"{who}: max_running=0"
         if cap.on_limit == "refuse":
             held = [j for j in running if mine(j)]
-            hit = _over(cap, who, len(held), sum(j.gpus for j in held), sum(j.cpus for j in held), job, "", "", "")
+            hit = _over(cap, who, len(held), sum(j.total_gpus for j in held), sum(j.cpus * j.nodes for j in held), job,
+                        "", "", "")
             if hit:
                 return f"{hit[1]} (on_limit = \"refuse\")"
     return None

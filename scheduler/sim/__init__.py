@@ -4,7 +4,8 @@ clock. Pure — no Redis, no wall clock. `labq simulate` (cli/simulate.py) and `
 from .engine import EPOCH, Refused, Result, Simulator, simulate
 from .metrics import report
 from .policies import POLICIES, Hooks, describe, policy_config, register, resolve
+from .runtime import Learned, Oracle  # registers the learned and sjf-oracle policies
 from .trace import TraceJob, load
 
-__all__ = ["EPOCH", "POLICIES", "Hooks", "Refused", "Result", "Simulator", "TraceJob", "describe", "load", "policy_config",
+__all__ = ["EPOCH", "POLICIES", "Hooks", "Learned", "Oracle", "Refused", "Result", "Simulator", "TraceJob", "describe", "load", "policy_config",
            "register", "report", "resolve", "simulate"]

@@ -6,6 +6,11 @@
 - backfill:  fifo's weights with backfill_depth 1 (or --backfill-depth N), no preemption
 - fairshare: priority's with fairshare_weight > 0 (the configured one, else the built-in 50)
 - config:    the configuration exactly as the daemon would run it
+- learned, sjf-oracle (sim/runtime.py, registered Hooks): backfill over run times learned online
+             from the jobs ended so far, short jobs first; and the same with the trace's true run
+             times, an oracle bound, not a policy.
+A built-in policy whose config reads learned run times ([estimate] backfill/forecast, a
+short_job_weight) learns them online as the daemon does (sim/runtime.py `Learned`).
 
 A policy that needs more than a Config (an expected runtime per job, learned from the jobs that
 ended so far) is a `Hooks` subclass registered by name (`register`); the engine calls it.
@@ -14,6 +19,7 @@ from dataclasses import replace
 
 from ..config import Config
 from ..errors import UsageError
+from ..sections import Priority
 
 BUILT_IN = ("fifo", "priority", "backfill", "fairshare", "config")
 POLICIES = BUILT_IN            # the built-in names; `names()` adds the registered ones
@@ -26,6 +32,8 @@ class Hooks:
     - `estimate(job, trace_job, t)` when a job enters the queue (its submit, or a requeue): the
       expected runtime in seconds, or None; the engine stores it as the record's `est`, which
       plan() and the backfill timelines read like the daemon's;
+    - `stamp(job, trace_job, t)` at the same moments: the record as it enters the queue; by default
+      with `est` from `estimate` (sim/runtime.py overrides it to write the daemon's `learned_est`);
     - `on_end(job, trace_job, t)` after every attempt end, with the job's record after it (ended or
       requeued): only what has ended by `t` is ever shown, so an estimate never reads the future.
       It may return ids of pending jobs whose estimate should be asked again (None: none).
@@ -37,6 +45,9 @@ class Hooks:
 
     def estimate(self, job, trace_job, t: float) -> int | None:
         return None
+
+    def stamp(self, job, trace_job, t: float):
+        return replace(job, est=self.estimate(job, trace_job, t))
 
     def on_end(self, job, trace_job, t: float):
         return None
@@ -69,7 +80,10 @@ def resolve(base: Config, name: str, backfill_depth: int | None = None) -> tuple
     if name in _REGISTRY:
         hooks = _REGISTRY[name]()
         return hooks.config(base, backfill_depth), hooks
-    return policy_config(base, name, backfill_depth), None
+    # runtime.py subclasses Hooks, so it is imported here, late.
+    from .runtime import Learned, uses_estimates
+    cfg = policy_config(base, name, backfill_depth)
+    return cfg, (Learned(cfg) if uses_estimates(cfg) else None)
 
 
 def policy_config(base: Config, name: str, backfill_depth: int | None = None) -> Config:
@@ -81,13 +95,13 @@ def policy_config(base: Config, name: str, backfill_depth: int | None = None) ->
         cfg = base
     elif name in ("fifo", "backfill"):
         weights.update(_FIFO_WEIGHTS)
-        cfg = replace(base, priority=weights, backfill_depth=1 if name == "backfill" else 0, preemption=False)
+        cfg = replace(base, priority=Priority(**weights), backfill_depth=1 if name == "backfill" else 0, preemption=False)
     elif name == "priority":
         weights["fairshare_weight"] = 0.0
-        cfg = replace(base, priority=weights, backfill_depth=0)
+        cfg = replace(base, priority=Priority(**weights), backfill_depth=0)
     else:
         weights["fairshare_weight"] = weights.get("fairshare_weight") or Config().priority["fairshare_weight"]
-        cfg = replace(base, priority=weights, backfill_depth=0)
+        cfg = replace(base, priority=Priority(**weights), backfill_depth=0)
     if backfill_depth is not None:
         cfg = replace(cfg, backfill_depth=backfill_depth)
     return cfg
@@ -95,6 +109,8 @@ def policy_config(base: Config, name: str, backfill_depth: int | None = None) ->
 
 def describe(cfg: Config) -> str:
     w = cfg.priority
+    short = f", short jobs {w.short_job_weight:g} (scale {w.short_job_scale:g}s)" if w.short_job_weight else ""
+    runs = " over expected run times" if cfg.estimate.backfill else ""
     return (f"weights qos {w['qos_weight']:g}, age {w['age_weight']:g}, fairshare {w['fairshare_weight']:g}, "
-            f"burst {w['burst_penalty']:g}; backfill_depth {cfg.backfill_depth}; "
+            f"burst {w['burst_penalty']:g}{short}; backfill_depth {cfg.backfill_depth}{runs}; "
             f"preemption {'on' if cfg.preemption else 'off'}")

@@ -106,7 +106,8 @@ class Queue:
         Then also no job is the tail of a burst, in the whole queue or in any part of it."""
         w = self.cfg.priority
         return ((not w["qos_weight"] or len(self.qos_levels) <= 1)
-                and (not w["burst_penalty"] or not self.bursting(now)))
+                and (not w["burst_penalty"] or not self.bursting(now))
+                and not w.short_job_weight)      # short jobs first: not submit order
 
     def one_order(self) -> bool:
         """Whether, given accounts_in_submit_order(), the whole queue is in submit order."""

@@ -18,11 +18,12 @@ class AgentStore:
 
     # -- node registration and lease ----------------------------------------------------------
     def register(self, name: str, cpus: int, mem: int, slots: int, gpus: list[Gpu], host: str, pid: int,
-                 lease_s: float, runs: str = "") -> None:
+                 lease_s: float, runs: str = "", addr: str = "") -> None:
         now = time.time()
         p = self.r.pipeline()
         p.hset(self.k.node(name), mapping={
             "cpus": cpus, "mem": mem, "slots": slots, "host": host, "pid": pid, "hb": now, "started": now, "runs": runs,
+            "addr": addr or host,     # where a gang's other nodes reach it (MASTER_ADDR when rank 0)
             "gpus": json.dumps([[g.uuid, g.index, g.model, g.mem] for g in gpus])})
         p.sadd(self.k.nodes, name)
         p.set(self.k.node_lease(name), f"{host}:{pid}", px=int(lease_s * 1000))
@@ -57,12 +58,13 @@ class AgentStore:
         raw = self.r.get(self.k.job_env(codec.env_ref(job)))
         return tuple((n, v) for n, v in json.loads(raw)) if raw else job.env
 
-    def claim(self, jid: int, attempt: int, node: str, pid: int) -> tuple[bool, int]:
+    def claim(self, jid: int, attempt: int, node: str, pid: int, rank: int = 0) -> tuple[bool, int]:
         """(won, the node lease's PTTL in ms). The first to claim an attempt wins: a runner that
-        takes the same entry again, or the scheduler withdrawing it (dispatch.py), never both run it."""
+        takes the same entry again, or the scheduler withdrawing it (dispatch.py), never both run it.
+        A gang's part `rank` claims its own part (keys.part)."""
         p = self.r.pipeline(transaction=False)
-        p.hsetnx(self.k.attempt(jid, attempt), "claimed", f"{node}:{pid}")
-        p.hsetnx(self.k.attempt(jid, attempt), "claimed_at", time.time())    # the latency split's mark
+        p.hsetnx(self.k.part(jid, attempt, rank), "claimed", f"{node}:{pid}")
+        p.hsetnx(self.k.part(jid, attempt, rank), "claimed_at", time.time())    # the latency split's mark
         p.pttl(self.k.node_lease(node))
         won, _, pttl = p.execute()
         return bool(won), int(pttl)
@@ -75,11 +77,11 @@ class AgentStore:
         raw, control = p.execute()
         return (codec.loads(raw) if raw else None), control
 
-    def started(self, jid: int, attempt: int, node: str, pid: int, start: float) -> int:
+    def started(self, jid: int, attempt: int, node: str, pid: int, start: float, rank: int = 0) -> int:
         """The attempt's process runs: its first heartbeat and the `started` event in one round
         trip; returns the node lease's PTTL in ms."""
         p = self.r.pipeline(transaction=False)
-        p.hset(self.k.attempt(jid, attempt), mapping={"hb": time.time(), "pid": pid, "start": start})
+        p.hset(self.k.part(jid, attempt, rank), mapping={"hb": time.time(), "pid": pid, "start": start})
         p.pttl(self.k.node_lease(node))
         self._event(p, "started", jid, attempt, node, {"pid": pid, "start_time": start})
         return int(p.execute()[1])
@@ -87,14 +89,22 @@ class AgentStore:
     def claimed_by(self, jid: int, attempt: int) -> str | None:
         return self.r.hget(self.k.attempt(jid, attempt), "claimed")
 
-    def heartbeat(self, jid: int, attempt: int, node: str = "", **fields) -> int | None:
+    def heartbeat(self, jid: int, attempt: int, node: str = "", rank: int = 0, **fields) -> int | None:
         """Record the runner's heartbeat; returns the node lease's PTTL in ms (-2: gone) when `node`."""
         p = self.r.pipeline(transaction=False)
-        p.hset(self.k.attempt(jid, attempt), mapping={"hb": time.time(), **fields})
+        p.hset(self.k.part(jid, attempt, rank), mapping={"hb": time.time(), **fields})
         if node:
             p.pttl(self.k.node_lease(node))
         got = p.execute()
         return int(got[1]) if node else None
+
+    def publish_master(self, jid: int, attempt: int, addr: str, port: int) -> None:
+        """Node rank 0 of a gang: where the other parts find it (worker/gang.py)."""
+        self.r.hset(self.k.part(jid, attempt, 0), mapping={"addr": addr, "port": port})
+
+    def master(self, jid: int, attempt: int) -> tuple[str, int] | None:
+        addr, port = self.r.hmget(self.k.part(jid, attempt, 0), ["addr", "port"])
+        return (addr, int(port)) if addr and port else None
 
     def control(self, jid: int) -> str | None:
         return self.r.get(self.k.control(jid))

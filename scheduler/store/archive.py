@@ -10,8 +10,13 @@ duplicate) and removes it. Readers take the union, so answers are the same befor
 Ledger rows are chained: each row's hash covers the previous row's hash and its own fields, so an
 edited or deleted archived row is detected by `labq ledger verify`.
 
+Each job also gets a compact accounting row (store/acctrows.py) in the same transaction as its
+record: `labq acct` and `labq report` read those, never the records.
+
 The database is SQLite in WAL mode (stdlib `sqlite3`): readers on the scheduler's host do not
-block the writer. One schema, versioned in `meta`.
+block the writer; or PostgreSQL (`history.url = "postgresql://…"`, psycopg 3), through the same SQL
+(store/dialect.py). One schema, versioned in `meta`: 1 the records and the ledger, 2 the acct rows
+(an archive of version 1 gets its rows from its records when the scheduler first opens it).
 """
 import hashlib
 import json
@@ -20,19 +25,22 @@ import sqlite3
 
 from ..errors import UsageError
 from ..model import Job
-from . import codec
+from . import acctrows, codec, dialect
 from .history import default_path, path_of  # noqa: F401 - one place for the path rules
 
-SCHEMA = 1
+SCHEMA = 2
+# Written once for SQLite and PostgreSQL (store/dialect.py): `{serial}` is each one's sequence.
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY, end_time REAL, user TEXT, account TEXT, state TEXT, record TEXT NOT NULL);
+    id BIGINT PRIMARY KEY, end_time DOUBLE PRECISION, "user" TEXT, account TEXT, state TEXT, record TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end_time);
 CREATE TABLE IF NOT EXISTS ledger (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, stream_id TEXT UNIQUE NOT NULL, ms INTEGER NOT NULL,
+    seq {serial}, stream_id TEXT UNIQUE NOT NULL, ms BIGINT NOT NULL,
     key TEXT, fields TEXT NOT NULL, hash TEXT NOT NULL);
 """
+_JOBS = ("id", "end_time", '"user"', "account", "state", "record")
+_MIGRATE_PAGE = 5000          # records decoded per step of the 1 -> 2 back-fill
 GENESIS = "0" * 64
 
 
@@ -45,34 +53,83 @@ def row_hash(prev: str, stream_id: str, fields: dict) -> str:
     return hashlib.sha256(f"{prev}|{stream_id}|{text}".encode()).hexdigest()
 
 
+def default_committed(jobs) -> dict[int, int]:
+    """What admission encumbered for each job's attempts, at the default rates (the scheduler passes
+    its own function, with its configuration and the nodes' GPU models)."""
+    from ..config import Config
+    from ..report import committed_by_job
+    return committed_by_job(jobs, {}, Config())
+
+
+def committed_fn(r, keys, cfg):
+    """The scheduler's `committed` for Archive: its configuration's rates and the nodes' GPU models
+    (what `labq acct` computes for a job still in Redis)."""
+    def committed(jobs):
+        import time
+
+        from ..report import committed_by_job
+        from .state import SchedulerStore
+        models = {g.uuid: g.model for n in SchedulerStore(r, keys, "reader").nodes(time.time()) for g in n.gpus}
+        return committed_by_job(jobs, models, cfg)
+    return committed
+
+
 class Archive:
-    def __init__(self, path: str, readonly: bool = False):
-        self.path = path
+    def __init__(self, path: str, readonly: bool = False, committed=None):
+        """`path`: a SQLite file, or a postgresql:// URL (store/dialect.py). `committed(jobs) ->
+        {id: micro}`: the acct rows' committed cost (default_committed)."""
+        self.path, self.committed = path, committed or default_committed
+        errors: tuple = (sqlite3.Error,)
         try:
-            if readonly:
-                self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-            else:
+            if not readonly and not dialect.is_pg(path):
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                self.db = sqlite3.connect(path, timeout=30)
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.executescript(_DDL)
+            self.db = dialect.Db(path, readonly)
+            errors = self.db.errors
+            if not readonly:
+                self.db.script(_DDL)
                 self._migrate()
-        except sqlite3.Error as e:
-            raise UsageError(f"history: cannot open {path}: {e}") from None
+        except errors as e:
+            raise UsageError(f"history: cannot open {_shown(path)}: {str(e).strip()}") from None
 
     def _migrate(self) -> None:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        found = int(row[0]) if row else 0
+        found = self._version()
         if found > SCHEMA:
             raise UsageError(f"history: {self.path} is schema {found}, newer than this labq ({SCHEMA})")
-        if found < SCHEMA:      # 0 -> 1: the tables above; later versions add their steps here
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
-            self.db.commit()
+        if found < SCHEMA:
+            # 0 -> 1: the tables of _DDL. 1 -> 2: the acct rows, from the records already archived. One
+            # transaction: a crash half-way leaves version 1, and the next open starts the step again.
+            self.db.script(acctrows.DDL)
+            if found == 1:
+                self._backfill()
+            self.db.execute(dialect.upsert("meta", ("key", "value"), "key"), ("schema", str(SCHEMA)))
+        self.db.commit()
+
+    def _version(self) -> int:
+        if not self.db.has_table("meta"):       # a read-only open of a database with no tables yet
+            return 0
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _backfill(self) -> None:
+        last = -1
+        while True:
+            recs = self.db.execute("SELECT id, record FROM jobs WHERE id > ? ORDER BY id LIMIT ?",
+                                   (last, _MIGRATE_PAGE)).fetchall()
+            if not recs:
+                return
+            self._put_rows([codec.loads(rec) for _, rec in recs])
+            last = recs[-1][0]
+
+    def _put_rows(self, jobs: list[Job]) -> None:
+        cost = self.committed(jobs)
+        self.db.executemany(dialect.upsert("acct", acctrows.SQL_NAMES),
+                            [acctrows.row(j, cost.get(j.id, 0)) for j in jobs])
 
     # -- writing (the scheduler) -------------------------------------------------------------------
     def put_jobs(self, jobs: list[Job]) -> None:
-        self.db.executemany("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+        self.db.executemany(dialect.upsert("jobs", _JOBS),
                             [(j.id, j.end_time, j.user, j.account, j.state, codec.dumps(j)) for j in jobs])
+        self._put_rows(jobs)            # the same transaction: a row never exists without its record
         self.db.commit()
 
     def put_ledger(self, entries: list[tuple[str, dict]]) -> None:
@@ -95,6 +152,7 @@ class Archive:
         """Delete archived jobs that ended before `before` (history.purge_after). Ledger rows stay:
         they are the proof of every balance."""
         n = self.db.execute("DELETE FROM jobs WHERE end_time < ?", (before,)).rowcount
+        self.db.execute("DELETE FROM acct WHERE end_time < ?", (before,))
         self.db.commit()
         return n
 
@@ -112,6 +170,27 @@ class Archive:
     def ended(self, since: float, until: float) -> list[Job]:
         q = "SELECT record FROM jobs WHERE end_time >= ? AND end_time <= ? ORDER BY end_time"
         return [codec.loads(rec) for (rec,) in self.db.execute(q, (since, until if until != float("inf") else 1e300))]
+
+    def acct(self, since: float, until: float, user: str | None = None, account: str | None = None,
+             columns=None) -> list:
+        """Ended jobs as acct/report read them: AcctJob rows; from an archive still at schema 1 (a
+        reader before the scheduler migrated it), the records."""
+        if self._version() < 2:
+            return [j for j in self.ended(since, until)
+                    if (not user or j.user == user) and (not account or j.account == account)]
+        q, args = acctrows.select(since, until, user, account, columns=columns)
+        return list(map(acctrows.AcctJob._make, self.db.execute(q, args)))
+
+    def acct_iter(self, since: float, until: float):
+        """The acct rows (tuples in acctrows.NAMES order) that ended in [since, until], oldest
+        first, read as they are written out (`labq admin export` over years of jobs)."""
+        if self._version() < 2:
+            old = self.ended(since, until)
+            cost = self.committed(old)
+            yield from (acctrows.row(j, cost.get(j.id, 0)) for j in old)
+            return
+        q, args = acctrows.select(since, until)
+        yield from self.db.execute(q, args)
 
     def ledger(self) -> list[tuple[str, dict]]:
         return [(sid, json.loads(f)) for sid, f in self.db.execute("SELECT stream_id, fields FROM ledger ORDER BY seq")]
@@ -133,17 +212,30 @@ class Archive:
         self.db.close()
 
 
+def _shown(where: str) -> str:
+    """A database named in a message: a URL without its password."""
+    if not dialect.is_pg(where) or "@" not in where:
+        return where
+    head, _, tail = where.partition("@")
+    scheme, _, cred = head.partition("://")
+    return f"{scheme}://{cred.split(':')[0]}@{tail}"
+
+
 class Archiver:
     """The scheduler's archiving pass: at most `batch` jobs and `batch` ledger entries at a time,
     at most once every `every` seconds, so the tick stays short while a backlog drains."""
 
     def __init__(self, r, keys, archive, keep: float, purge_after: float | None = None,
-                 batch: int = 1000, every: float = 10.0):
+                 batch: int = 1000, every: float = 10.0, committed=None):
         """`archive`: an Archive, or its path (opened, and created, when there is first something
-        to move: a scheduler that never archives leaves no file behind)."""
+        to move: a scheduler that never archives leaves no file behind). `committed`: Archive's."""
         self.r, self.k, self._archive, self.keep = r, keys, archive, keep
-        self.purge_after, self.batch, self.every = purge_after, batch, every
+        self.purge_after, self.batch, self.every, self.committed = purge_after, batch, every, committed
         self.next = float("-inf")
+        # A test's hook (tests/e2e/test_archive_kill.py): a directory where, for each step with a file
+        # `pause-STEP` there, the pass announces its SQLite commit (`STEP-committed`) and then waits,
+        # before its Redis deletes, for a kill -9 at that exact point (or a file `go`).
+        self.pause_dir = os.environ.get("LABQ_TEST_ARCHIVE_PAUSE", "")
 
     def step(self, now: float) -> tuple[int, int]:
         """(jobs, ledger entries) moved out of Redis by this call."""
@@ -152,14 +244,15 @@ class Archiver:
         moved = self._jobs(now - self.keep), self._ledger(now - self.keep)
         # A full batch means more is waiting: come back next tick rather than in `every` seconds.
         self.next = now if max(moved) >= self.batch else now + self.every
-        if self.purge_after is not None and (not isinstance(self._archive, str) or os.path.exists(self._archive)):
+        if self.purge_after is not None and (not isinstance(self._archive, str) or dialect.is_pg(self._archive)
+                                             or os.path.exists(self._archive)):
             self.archive.purge(now - self.purge_after)
         return moved
 
     @property
     def archive(self) -> Archive:
         if isinstance(self._archive, str):
-            self._archive = Archive(self._archive)
+            self._archive = Archive(self._archive, committed=self.committed)
         return self._archive
 
     def _jobs(self, before: float) -> int:
@@ -169,6 +262,7 @@ class Archiver:
         raws = self.r.mget([self.k.job(int(i)) for i in ids])
         jobs = [codec.loads(raw) for raw in raws if raw]
         self.archive.put_jobs(jobs)                      # committed in SQLite first ...
+        self._paused("jobs")
         p = self.r.pipeline(transaction=True)            # ... then gone from Redis
         for j in jobs:
             p.delete(self.k.job(j.id), *[self.k.attempt(j.id, a.attempt) for a in j.attempts])
@@ -181,6 +275,7 @@ class Archiver:
         if not got:
             return 0
         self.archive.put_ledger(got)
+        self._paused("ledger")
         keys = {f.get("key") for _, f in got if f.get("key")}
         p = self.r.pipeline(transaction=True)
         p.xdel(self.k.ledger, *[i for i, _ in got])
@@ -189,3 +284,13 @@ class Archiver:
         p.execute()
         return len(got)
 
+
+    def _paused(self, step: str) -> None:
+        if not self.pause_dir or not os.path.exists(os.path.join(self.pause_dir, f"pause-{step}")):
+            return
+        import time
+        with open(os.path.join(self.pause_dir, f"{step}-committed"), "w"):
+            pass
+        go = os.path.join(self.pause_dir, "go")
+        while not os.path.exists(go):      # the test kills the process here (or lets it go on)
+            time.sleep(0.05)

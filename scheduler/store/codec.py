@@ -5,8 +5,8 @@ from sys import intern
 
 from ..model import Attempt, Job
 
-_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env"}
-_ATTEMPT_TUPLES = {"gpus", "charges"}
+_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env", "parts"}
+_ATTEMPT_TUPLES = {"gpus", "charges", "parts"}
 _JOB_FIELDS = {f.name for f in fields(Job)}
 _ATTEMPT_FIELDS = {f.name for f in fields(Attempt)}
 

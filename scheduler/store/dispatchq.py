@@ -11,6 +11,21 @@ def push(p, k: Keys, node: str, job_id: int, attempt: int) -> None:
     p.lpush(k.dispatch(node), entry(job_id, attempt))
 
 
+def control_nodes(job, value: str) -> list[str]:
+    """The nodes whose runners a control for `job` must wake: every part of a gang's current attempt
+    (a gang stop, `stop:N`, goes out as the attempt ends, when the record names no node any more)."""
+    if job is None:
+        return []
+    if value.startswith("stop:"):     # the attempt it names, even once the job runs a later one
+        n = value[5:]
+        a = job.attempts[int(n) - 1] if n.isdigit() and 0 < int(n) <= len(job.attempts) else None
+        return [p for p, _ in a.parts] if a is not None else []
+    a = job.current
+    if a is not None and a.parts and job.node:
+        return [n for n, _ in a.parts]
+    return [job.node] if job.node else []
+
+
 def wake_runner(p, k: Keys, node: str, job_id: int, value: str) -> None:
     """Wake the runner of `job_id` blocked on its control list; the control key stays the truth."""
     key = k.node_control(node, job_id)

@@ -5,7 +5,7 @@ its runners (only its own node's keys, attempt status and the events stream), U 
 (only its own inbox and the wake list).
 """
 
-ROWS_VERSION = 1    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
+ROWS_VERSION = 2    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
 
 
 class Keys:
@@ -69,6 +69,10 @@ class Keys:
 
     def attempt(self, jid: int, n: int) -> str:   # HASH (W): runner status {claimed, pid, start, hb}
         return f"{self.p}:job:{jid}:a{n}"
+
+    def part(self, jid: int, n: int, rank: int) -> str:   # HASH (W): a gang part's status; rank 0's is
+        return self.attempt(jid, n) if not rank else f"{self.p}:job:{jid}:a{n}.{rank}"   # the attempt's;
+                                                          # rank 0 adds {addr, port}: MASTER_ADDR/PORT
 
     # -- nodes ---------------------------------------------------------------------------------
     @property

@@ -51,13 +51,51 @@ class Reader:
     def active(self) -> list[Job]:
         return self.jobs(self.r.zrange(self.k.active, 0, -1))
 
+    def _recent_ids(self, since: float, until: float) -> list[int]:
+        return [int(i) for i in self.r.zrangebyscore(self.k.history, since, "+inf" if until == float("inf") else until)]
+
+    def _recent(self, since: float, until: float) -> list[Job]:
+        return load_jobs(self.r, self.k, self._recent_ids(since, until))
+
     def ended(self, since: float = 0, until: float = float("inf")) -> list[Job]:
-        recent = load_jobs(self.r, self.k, self.r.zrangebyscore(self.k.history, since,
-                                                                 "+inf" if until == float("inf") else until))
+        recent = self._recent(since, until)
         if self.history is None:
             return recent
         have = {j.id for j in recent}
         return [j for j in self.history.ended(since, until) if j.id not in have] + recent
+
+    def recent_ended(self, count: int) -> list[Job]:
+        """The `count` jobs that ended last and are still in Redis, oldest end first (the run-time
+        estimator's history at start: bounded, one ZRANGE and an MGET per 1,000)."""
+        if count <= 0:
+            return []
+        return load_jobs(self.r, self.k, self.r.zrange(self.k.history, -count, -1))
+
+    def acct_rows(self, since: float = 0, until: float = float("inf"), user=None, account=None,
+                  columns=None) -> list:
+        """Ended jobs as `acct` and `report` read them: Redis's records, and the archive's compact
+        rows (store/acctrows.AcctJob, with only `columns` read where given) of the others, filtered
+        by user and account where given."""
+        ids = self._recent_ids(since, until)
+        recent = [j for j in load_jobs(self.r, self.k, ids)
+                  if (not user or j.user == user) and (not account or j.account == account)]
+        if self.history is None:
+            return recent
+        have = set(ids)          # in Redis and in the archive (a crash between the two steps): once
+        return [j for j in self.history.acct(since, until, user, account, columns) if j.id not in have] + recent
+
+    def acct_stream(self, since: float, until: float, committed):
+        """Every ended job of [since, until] as an acct row (tuples in store/acctrows.NAMES order),
+        one at a time: the archive's, then Redis's (rows made here; `committed(jobs) -> {id: micro}`)."""
+        from . import acctrows
+        ids = self._recent_ids(since, until)
+        if self.history is not None:
+            have = set(ids)
+            yield from (v for v in self.history.acct_iter(since, until) if v[0] not in have)
+        for i in range(0, len(ids), 1000):
+            jobs = load_jobs(self.r, self.k, ids[i:i + 1000])
+            cost = committed(jobs)
+            yield from (acctrows.row(j, cost.get(j.id, 0)) for j in jobs)
 
     def job(self, jid: int) -> Job | None:
         j = load_job(self.r, self.k, jid)

@@ -1,8 +1,9 @@
 """The accounting archive: ended jobs and old ledger entries leave Redis for SQLite, and every answer
 — the ended jobs, one job by id, the ledger, its idempotency keys, `verify` — is the same before and
 after; a crash between the two steps neither loses nor duplicates a row; an edited archived
-ledger row is detected. On fakeredis and on a real redis-server (the `conns` fixture)."""
-import sqlite3
+ledger row is detected. On fakeredis and on a real redis-server (the `conns` fixture), with the archive in
+SQLite and in a private PostgreSQL cluster (the `archive_at` fixture; skipped with the reason where
+PostgreSQL or psycopg is missing)."""
 
 from labq.scheduler.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
@@ -36,10 +37,10 @@ def _answers(reader: Reader):
             "verify": verify(reader.ledger_all(), reader.spent(), reader.ledger_keys(), reader.ended() + reader.active())}
 
 
-def test_answers_are_the_same_before_and_after_archiving(conns, tmp_path):
+def test_answers_are_the_same_before_and_after_archiving(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     reader = Reader(r, K, History(path))
     before = _answers(reader)
     assert len(before["ended"]) == 6 and before["verify"] == [] and any(e["type"] == "charge" for e in before["ledger"])
@@ -51,10 +52,10 @@ def test_answers_are_the_same_before_and_after_archiving(conns, tmp_path):
     assert Reader(r, K).job(1) is None, "without the archive the old job is not in Redis"
 
 
-def test_a_crash_between_the_two_steps_loses_and_doubles_nothing(conns, tmp_path):
+def test_a_crash_between_the_two_steps_loses_and_doubles_nothing(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     before = _answers(Reader(r, K, History(path)))
     # The scheduler died after the SQLite commit and before the Redis deletes: rows are in both.
     db = Archive(path)
@@ -63,26 +64,26 @@ def test_a_crash_between_the_two_steps_loses_and_doubles_nothing(conns, tmp_path
     assert _answers(Reader(r, K, History(path))) == before, "a row in both places counts once"
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)         # the next leader's pass
     assert _answers(Reader(r, K, History(path))) == before
-    n = sqlite3.connect(path).execute("SELECT COUNT(*), COUNT(DISTINCT stream_id) FROM ledger").fetchone()
+    n = Archive(path).db.execute("SELECT COUNT(*), COUNT(DISTINCT stream_id) FROM ledger").fetchone()
     assert n[0] == n[1] == len(before["ledger"])
     assert Archive(path).broken_chain() == []
 
 
-def test_only_what_is_older_than_keep_moves(conns, tmp_path):
+def test_only_what_is_older_than_keep_moves(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     Archiver(r, K, Archive(path), keep=250).step(T0 + 400)       # ended at T0+101..104: older than 250 s
     assert sorted(int(i) for i in r.zrange(K.history, 0, -1)) == [5, 6]
     assert r.exists(K.job(5)) and not r.exists(K.job(1))
 
 
-def test_an_edited_archived_ledger_row_is_detected(conns, tmp_path):
+def test_an_edited_archived_ledger_row_is_detected(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
-    db = sqlite3.connect(path)
+    db = Archive(path).db
     db.execute("UPDATE ledger SET fields = replace(fields, '\"amount\": \"', '\"amount\": \"9') "
                "WHERE seq = (SELECT MIN(seq) FROM ledger WHERE fields LIKE '%charge%')")
     db.commit()
@@ -121,3 +122,162 @@ def test_history_that_cannot_be_read_is_an_error_not_an_empty_answer(tmp_path):
     finally:
         import shutil
         shutil.rmtree(d, ignore_errors=True)
+
+
+# -- acct and report read compact rows (store/acctrows.py), not the records --------------------------
+ACCT_QUERIES = [("acct", "-S", "2027-01-01"), ("acct", "-S", "2027-01-01", "-o", "csv"),
+                ("acct", "-S", "2027-01-01", "-P", "--format=JobID,JobName,User,State,ExitCode,Elapsed,AllocCPUS,"
+                 "ReqMem,Timelimit,Restarts,NodeList,Cost,Committed"),
+                ("acct", "-S", "2027-01-01", "-u", "alice", "-A", "eta", "-s", "CD"),
+                ("report", "--by", "account,user,status,gpu_type,node,tag:x", "--format", "json"),
+                ("report", "--forecast-accuracy", "--json")]
+
+
+def _cli(rp, cfg_path, *args):
+    import os
+    import subprocess
+    import sys
+
+    from tests.harness import ROOT
+    env = {**os.environ, "LABQ_REDIS_URL": rp.url, "PYTHONPATH": ROOT}
+    p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", str(cfg_path), *args], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (args, p.stderr)
+    return p.stdout
+
+
+def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server, tmp_path, archive_at):
+    """Every acct/report form gives the same text before and after archiving; after it, the records
+    are made unreadable in SQLite and the answers still do not change: rows, not records, are read."""
+    import redis
+
+    from labq.scheduler.store.archive import committed_fn
+    from tests.harness import CFG, SWEEP_TOML
+    r = redis_server.client()
+    r.flushall()
+    _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
+    path = archive_at
+    cfg_path = tmp_path / "labq.toml"
+    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "{path}"\n')
+    before = [_cli(redis_server, cfg_path, *q) for q in ACCT_QUERIES]
+    assert "6 jobs" in before[0] and before[4].count('"jobs"') >= 2, before
+    Archiver(r, K, Archive(str(path), committed=committed_fn(r, K, CFG)), keep=0).step(T0 + 500)
+    assert r.zcard(K.history) == 0, "everything archived"
+    db = Archive(str(path)).db
+    db.execute("UPDATE jobs SET record = 'not a record'")
+    db.commit()
+    after = [_cli(redis_server, cfg_path, *q) for q in ACCT_QUERIES]
+    for q, b, a in zip(ACCT_QUERIES, before, after):
+        assert a == b, q
+
+
+def _schema_1(path):
+    """Turn an archive into what labq wrote before the acct rows (schema 1)."""
+    db = Archive(path).db
+    db.script("DROP TABLE acct; UPDATE meta SET value = '1' WHERE key = 'schema'")
+    db.commit()
+    db.close()
+
+
+def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at):
+    r, raw = conns
+    _workload(r, raw)
+    path = archive_at
+    Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
+    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+            for j in Archive(path, readonly=True).acct(0, float("inf"))]
+    assert len(want) == 6 and all(w[3] > 0 for w in want if w[2] == "CD")
+    _schema_1(path)
+    old = Archive(path, readonly=True)             # a reader before the scheduler migrated it: the records
+    assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
+    assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
+    Archive(path).close()                          # the scheduler's open migrates it
+    db = Archive(path, readonly=True).db
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
+    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+           for j in Archive(path, readonly=True).acct(0, float("inf"))]
+    assert got == want
+
+
+# -- labq admin archive --now (a request to the leader) and labq admin export --------------------------
+def _ask(r, s, user, op, rid):
+    import json
+
+    from tests.harness import reply
+    r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps({})})
+    r.lpush(K.wake, f"user:{user}")
+    s.tick(T0 + 500, woke(r))
+    return reply(r, rid)
+
+
+def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, archive_at):
+    from labq.scheduler import config
+    from labq.scheduler.daemon import Scheduler
+    from tests.harness import SWEEP_TOML
+    r, raw = conns
+    _workload(r, raw)
+    n_ledger = r.xlen(K.ledger)
+    s = Scheduler(r, raw, config.loads(SWEEP_TOML + '\n[security]\nadmins = ["alice"]\n'), me="s1",
+                  clock=lambda: T0 + 500)
+    got = _ask(r, s, "alice", "archive", "a0")
+    assert got["ok"] is False and "keeps no archive" in got["error"], got
+    path = archive_at
+    s.archiver, s.history = Archiver(r, K, path, keep=0, batch=4), History(path)
+    s.archiver.next = T0 + 10_000          # the ticks would not archive before then: only the request does
+    got = _ask(r, s, "bob", "archive", "a1")
+    assert got["ok"] is False and got["code"] == 3 and "only admins" in got["error"], got
+    assert r.zcard(K.history) == 6
+    got = _ask(r, s, "alice", "archive", "a2")
+    assert got == {"ok": True, "jobs": 6, "ledger": n_ledger, "more": False, "keep": 0}, got
+    assert r.zcard(K.history) == 0 and r.xlen(K.ledger) == 0
+    assert sorted(Archive(path, readonly=True).jobs(range(1, 9))) == [1, 2, 3, 4, 5, 6]
+
+
+def test_export_streams_every_ended_job_once_archived_or_not(redis_server, tmp_path, archive_at):
+    import csv
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import redis
+
+    from tests.harness import ROOT, SWEEP_TOML
+    r = redis_server.client()
+    r.flushall()
+    _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
+    path = archive_at
+    from labq.scheduler.store.archive import committed_fn
+    from tests.harness import CFG
+    Archiver(r, K, Archive(str(path), committed=committed_fn(r, K, CFG)), keep=0, batch=4).step(T0 + 500)
+    assert r.zcard(K.history) == 2, "four archived, two in Redis"
+    cfg_path = tmp_path / "labq.toml"
+    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "{path}"\n')
+    rows = list(csv.DictReader(io.StringIO(_cli(redis_server, cfg_path, "admin", "export", "--since", "2027-01-01"))))
+    assert sorted(int(x["id"]) for x in rows) == [1, 2, 3, 4, 5, 6]
+    assert {x["state"] for x in rows} == {"CD", "F"} and all(float(x["cost"]) > 0 for x in rows)
+    assert len({x["committed"] for x in rows}) == 1, "archived rows and Redis's agree on committed"
+    js = json.loads(_cli(redis_server, cfg_path, "admin", "export", "--since", "2027-01-01", "--format", "json"))
+    assert [d["id"] for d in js] == [int(x["id"]) for x in rows] and js[0]["tags"] == {}
+    assert _cli(redis_server, cfg_path, "admin", "export", "--since", "2027-01-01", "--until", "2027-01-02",
+                "--format", "json") == "[\n]\n"
+    for bad, why in ((["--since", "30d", "--format", "xml"], "--format: expected csv or json"),
+                     ([], "--since: expected a date"), (["--since", "yesterday"], "--since")):
+        p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", str(cfg_path), "admin", "export", *bad],
+                           cwd=ROOT, env={**os.environ, "LABQ_REDIS_URL": redis_server.url, "PYTHONPATH": ROOT},
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and why in p.stderr and p.stderr.count("\n") == 1 and not p.stdout, (bad, p.stderr)
+
+
+def test_history_url_takes_sqlite_or_postgresql_and_names_what_else_is_wrong():
+    import pytest
+
+    from labq.scheduler import config
+    from labq.scheduler.errors import LabqError
+    from labq.scheduler.store.history import default_path
+    for url in ("sqlite:////var/lib/x/history.db", "postgresql://labq@db/labq", "postgres://labq@db/labq"):
+        assert config.loads(f'[history]\nurl = "{url}"\n').history["url"] == url
+    assert default_path("postgresql://labq@db/labq") == "postgresql://labq@db/labq"
+    with pytest.raises(LabqError, match=r"history.url.*expected sqlite:///ABSOLUTE/PATH, postgresql://"):
+        config.loads('[history]\nurl = "mysql://db/labq"\n')

@@ -286,7 +286,7 @@ def test_agent_alert_events_are_recorded_once_and_delivered(conns, tmp_path):
                                      "message": "GPU-0 idle for 10m", "data": {"gpu": "GPU-0"}})
     r.xadd(K.events, {"kind": "alert", "job": "0", "attempt": "0", "node": "n1", "body": "{not json"})
     s.tick(T0 + 1)
-    s.books.hooks.join()
+    s.hooks.join()
     got = alerts_of(r)
     assert len(got) == 1 and got[0]["kind"] == "idle_gpu" and json.loads(got[0]["data"])["gpu"] == "GPU-0"
     assert out.read_text() == "idle_gpu node:n1\n"

@@ -49,6 +49,9 @@ def _allowed(tree: ast.Module, node: ast.expr) -> set[str]:
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "set"
             and len(node.args) == 1 and isinstance(node.args[0], ast.Name)):
         return _module_dict_keys(tree, node.args[0].id)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "keys_"
+            and isinstance(node.func.value, ast.Name)):
+        return getattr(config, node.func.value.id).keys_()     # a typed section (sections.py): its fields
     raise AssertionError(f"config.py line {node.lineno}: cannot read the allowed keys from {ast.dump(node)}")
 
 
@@ -99,7 +102,7 @@ def example_keys(data: dict) -> dict[str, set[str]]:
 def test_introspection_finds_every_section():
     acc = accepted_keys()
     assert set(acc) == {"", "redis", "scheduler", "priority", "qos.*", "rates", "accounts.*", "users.*", "budgets[*]",
-                        "worker", "alerts", "security"}
+                        "worker", "alerts", "security", "estimate"}
     assert {"kill_wait", "budget_mode"} <= acc["scheduler"] and "allow_root" in acc["worker"]
     assert {"name", "limit", "unit", "on_exhaust"} <= acc["budgets[*]"]
 

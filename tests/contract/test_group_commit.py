@@ -170,3 +170,30 @@ def test_new_reasons_for_many_jobs_are_written_in_bounded_chunks(real_conns, mon
     assert execs(r) - before >= 5          # the batch, then 2,000 new reasons in four transactions of 500
     got = {codec.loads(r.get(K.job(j))).reason for j in range(reply(r, "arr")["job_id"], reply(r, "arr")["last_job_id"] + 1)}
     assert got == {states.HELD}
+
+
+def test_a_plan_pass_that_changes_nothing_writes_nothing(real_conns, monkeypatch):
+    """Issue 13 part 3: once a queue's reasons are written, later passes over the same queue (the
+    clock moves, nothing else) write no job record and no `stat` row. (The top blocked job's reason
+    said "expected to start in 88s", rewritten at every tick, before it said when.)"""
+    from labq.scheduler.store import writes
+    r, raw = real_conns
+    s = started(r, raw)
+    # One GPU on the node: the first task is dispatched, the other 1,499 wait (Resources/Priority).
+    send(r, "alice", "arr", body={**BODY, "hold": False, "gpus": 1, "array": [0, 1499, 1]})
+    reload_inboxes(s)
+    s.tick(NOW + 1)
+    s.tick(NOW + 2)
+    assert reply(r, "arr")["ok"]
+    assert len({codec.loads(t).reason for t in r.mget([K.job(j) for j in s.jobs])}) >= 2
+    written, real = [], writes.put_jobs
+
+    def spy(p, k, jobs):
+        written.extend(jobs)
+        return real(p, k, jobs)
+    monkeypatch.setattr(writes, "put_jobs", spy)
+    rows, records = r.hgetall(K.stat_rows), r.mget([K.job(j) for j in s.jobs])
+    for t in range(3, 9):
+        s.tick(NOW + t)
+    assert [(j.id, j.reason, j.detail) for j in written] == []
+    assert r.hgetall(K.stat_rows) == rows and r.mget([K.job(j) for j in s.jobs]) == records

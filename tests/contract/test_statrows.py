@@ -51,10 +51,64 @@ def _from_rows(jobs, now, **filters):
     return statview.stat_text(NODES, rows, statview.select(rows, **filters), now)
 
 
+def _from_folded(jobs, now, **filters):
+    """As `stat` reads them: folded (statrows.fold), in the hash's order (not the ids')."""
+    texts = [statrows.dumps(j) for j in jobs]
+    rows = statrows.fold(texts[::-1])
+    assert statrows.unfold(rows) and [r.id for r in statrows.unfold(rows)] == sorted(j.id for j in jobs) or not jobs
+    return statview.stat_text(NODES, rows, statview.select(rows, **filters), now)
+
+
+@st.composite
+def arrays(draw):
+    """Arrays of alike tasks (what folding is for), a few of them changed (started, another reason,
+    another name), and single jobs between them."""
+    out, i = [], 1
+    for _ in range(draw(st.integers(0, 4))):
+        if draw(st.booleans()):
+            out.append(_job(i, draw(st.sampled_from(sorted(states.ACTIVE))), gpus=draw(st.integers(0, 2))))
+            i += 1
+        arr, step, n = i, draw(st.sampled_from([1, 1, 2])), draw(st.integers(1, 12))
+        base = dict(user=draw(st.sampled_from(["ann", "bob"])), account="x", name=f"a{arr}", array_id=arr,
+                    array_count=n, gpus=draw(st.integers(0, 2)), reason="Priority", state=states.PENDING)
+        for k in range(n):
+            kw = dict(base, array_index=k * step)
+            change = draw(st.sampled_from([None] * 6 + ["state", "reason", "name", "node"]))
+            if change == "state":
+                kw.update(state=states.RUNNING, node="a", cost_rate=3_600_000,
+                          attempts=(Attempt(1, "a", (), start_time=NOW - 60, dispatch_time=NOW - 61),))
+            elif change == "reason":
+                kw["reason"] = "Held"
+            elif change == "name":
+                kw["name"] = "other,name"
+            elif change == "node":
+                kw.update(state=states.RUNNING, node="a")
+            out.append(Job(id=i, **kw))
+            i += 1
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays(), st.sampled_from([None, "ann"]), st.sampled_from([None, {"PD"}, {"R"}]))
+def test_folded_rows_print_what_the_records_print(js, user, wanted):
+    shown = [j for j in js if (not user or j.user == user) and (not wanted or j.state in wanted)]
+    assert _from_folded(js, NOW, user=user, wanted=wanted) == _from_records(js, shown, NOW)
+
+
+def test_an_array_of_alike_tasks_is_decoded_once():
+    kw = dict(user="ann", account="x", name="train", array_id=5, array_count=1000)
+    js = [Job(id=i, array_index=i - 5, **kw) for i in range(5, 1005)]
+    js[500] = Job(id=505, array_index=500, state=states.RUNNING, node="a", **kw)
+    rows = statrows.fold([statrows.dumps(j) for j in js])
+    assert [(r.id, r.n) for r in rows] == [(5, 500), (505, 1), (506, 499)]
+    assert _from_folded(js, NOW) == _from_records(js, js, NOW)
+
+
 @settings(max_examples=300, deadline=None)
 @given(jobs(), st.floats(NOW, NOW + 86400, allow_nan=False))
 def test_rows_print_what_the_records_print(js, now):
     assert _from_rows(js, now) == _from_records(js, js, now)
+    assert _from_folded(js, now) == _from_records(js, js, now)
 
 
 @settings(max_examples=100, deadline=None)
@@ -151,4 +205,5 @@ def test_rows_written_ahead_of_their_index_are_skipped(real_redis, thin):
         writes.index_jobs(p, k, ahead)
         p.execute()
     rows, _ = thin.stat_rows()
+    rows = statrows.unfold(rows)
     assert len(rows) == 2 + writes.PREWRITE_MIN and rows[-1].display_id == f"3_{writes.PREWRITE_MIN - 1}"

@@ -11,11 +11,11 @@ import pytest
 from labq.scheduler import states
 from labq.scheduler.client import Client
 from labq.scheduler.store.keys import Keys
-from tests.harness import E2E, E2E_CONFIG as CONFIG, E2E_MARKS, ROOT, wait_for
+from tests.harness import E2E, E2E_CONFIG as CONFIG, E2E_MARKS, ROOT, two_labs, wait_for
 
 pytestmark = E2E_MARKS
 
-TWO_LABS = """
+TWO_LABS = two_labs("""
 [scheduler]
 tick = 0.2
 kill_wait = "2s"
@@ -24,29 +24,7 @@ node_lease = "10s"
 priority = 100
 grace = "2s"
 max_preemptions = 2
-[accounts.lab-a]
-users = []
-guarantee = 4
-borrow_limit = 2
-[accounts.lab-b]
-users = []
-guarantee = 4
-borrow_limit = 2
-[worker]
-name = "e2e-node"
-gpus = 8
-cpus = 16
-mem = "32G"
-slots = 12
-spool = "{spool}"
-run_as = "self"
-"""
-
-
-def sub(e, account, *args) -> int:
-    p = e.labq("sub", "--parsable", "-A", account, *args)
-    assert p.returncode == 0, p.stderr
-    return int(p.stdout.strip().split("_")[0])
+""", guarantee=4, borrow_limit=2, slots=12)
 
 
 def states_of(e, ids):
@@ -62,14 +40,14 @@ def labs():
 
 def test_a_reclaimed_gpu_goes_to_the_reclaimer_not_back_to_the_borrower(labs):
     e = labs
-    a = [sub(e, "lab-a", "-G", "1", "-t", "10m", "--", "sleep", "300") for _ in range(6)]
+    a = [e.sub("-G", "1", "-t", "10m", "--", "sleep", "300", account="lab-a") for _ in range(6)]
     wait_for(lambda: states_of(e, a).count(states.RUNNING) == 6, 60, what="lab-a's six jobs to run")
-    b = [sub(e, "lab-b", "-G", "1", "-t", "10m", "--", "sleep", "300") for _ in range(4)]
+    b = [e.sub("-G", "1", "-t", "10m", "--", "sleep", "300", account="lab-b") for _ in range(4)]
     # lab-b's four: two on the free GPUs, two reclaimed from lab-a's borrowed jobs (requeued)
     wait_for(lambda: states_of(e, b).count(states.RUNNING) == 4, 90, what="lab-b's guarantee")
     requeued = [i for i in a if e.job(i).state == states.PENDING]
     assert len(requeued) == 2
-    extra = sub(e, "lab-b", "-G", "1", "-t", "10m", "--", "sleep", "300")
+    extra = e.sub("-G", "1", "-t", "10m", "--", "sleep", "300", account="lab-b")
     wait_for(lambda: e.job(extra).reason != states.NONE, 30, what="the extra job to be planned")
     victim = next(i for i in a if e.job(i).state == states.RUNNING)
     assert e.labq("del", str(victim)).returncode == 0
@@ -226,3 +204,60 @@ def test_stat_start_uses_the_schedulers_snapshot(e2e):
     assert rows[after]["expected_start"] is not None
     assert abs(rows[after]["expected_start"] - (started.start_time + 600 + 2)) < 3
     e2e.labq("del", str(run), str(later), str(after))
+
+
+ORDERLY_STOP = """
+[scheduler]
+tick = 0.2
+kill_wait = "1s"
+node_lease = "10s"
+[qos.normal]
+priority = 100
+[qos.low]
+priority = 0
+preemptible = true
+grace = "1s"
+min_runtime = "0s"
+max_preemptions = 1
+[accounts.eta]
+users = ["{user}"]
+[worker]
+name = "e2e-node"
+gpus = 1
+cpus = 8
+mem = "16G"
+slots = 4
+spool = "{spool}"
+run_as = "self"
+"""
+
+
+def test_an_agents_orderly_stop_is_not_a_preemption():
+    """The soak's job preempted 4 times with max_preemptions = 2: its runners took the agent's death
+    for its orderly stop (fixed in ddfd265) and every orderly stop counted toward max_preemptions.
+    A stop (systemctl restart of the agent) requeues the job as `preempted`, but only the scheduler's
+    own preemptions count: here the job keeps its one preemption for the higher QoS."""
+    e = E2E(ORDERLY_STOP)
+    try:
+        low = e.sub("-q", "low", "-G", "1", "-t", "10m", "--", "sleep", "300")
+        wait_for(lambda: (j := e.job(low)).current and j.current.start_time, 60, what="the low job to start")
+        assert e.stack.stop("worker") == 0
+        j = e.wait_state(low, {states.PENDING}, 60)
+        assert j.attempts[0].outcome == "preempted", j.attempts
+        assert j.preempt_count == 0, f"the agent's stop counted as a preemption ({j.preempt_count})"
+        e.stack.start("worker", "worker")
+        e.wait_up()
+        # (The scheduler may place it again on the stopping node before the agent gives its lease up:
+        # that attempt is never claimed and ends `node_failure`, which is not a preemption either.)
+        j = wait_for(lambda: (j := e.job(low)).state == states.RUNNING and j.current.start_time and j, 90,
+                     what="the low job to run again")
+        assert j.preempt_count == 0, j.attempts
+        hi = e.sub("-G", "1", "-t", "1m", "--", "true")
+        assert e.wait_state(hi, states.TERMINAL, 90).state == states.COMPLETED
+        j = e.job(low)
+        # two attempts ended `preempted` (the stop, the higher QoS); one of them counts
+        outcomes = [a.outcome for a in j.attempts]
+        assert j.preempt_count == 1 and outcomes.count("preempted") == 2, (j.preempt_count, outcomes)
+        e.labq("del", str(low))
+    finally:
+        e.close()

@@ -1,12 +1,16 @@
-"""The soak (bench/soak.py), short: 40 seconds of two guaranteed accounts borrowing from each other, a
+"""The soak (bench/soak.py), short: two minutes of two guaranteed accounts borrowing from each other, a
 budget that preempts when it runs out, three QoS classes, arrays, dependencies, checkpointing and
-SIGTERM-deaf jobs, with kill -9 of the scheduler and the agent. The long run is `python bench/soak.py`."""
+SIGTERM-deaf jobs, with a kill -9 of the scheduler (at 30%) and of the agent (at 60%). The assertions
+are the soak's invariants, never its timing: on a loaded machine the run is slower, not different.
+The long run is `python bench/soak.py --minutes 30`."""
 import importlib.util
 import os
 
+import pytest
+
 from tests.harness import E2E_MARKS, ROOT
 
-pytestmark = E2E_MARKS
+pytestmark = [*E2E_MARKS, pytest.mark.timeout(1200)]
 
 
 def _soak():
@@ -18,14 +22,11 @@ def _soak():
 
 def test_a_short_soak_loses_nothing_runs_nothing_twice_and_keeps_its_promises():
     soak = _soak()
-    # a small budget for lab-c, so that it runs out (on_exhaust = "preempt") within the minute
-    r = soak.soak(40, seed=3, budget=0.4)
-    assert r["drained"], r
-    assert r["lost"] == [] and r["double_runs"] == [], r
-    assert r["kills"]["scheduler"] + r["kills"]["worker"] >= 1, r
-    assert r["max_preemptions_per_job"] <= r["max_preemptions"] and r["max_preempt_count"] <= r["max_preemptions"]
-    assert r["charges_equal_attempts"] and r["ledger_verify"]["rc"] == 0, r
-    assert r["above_commitment"] == [], r
-    assert r["spent"].get("lab-c", 0) <= 400_000, r        # never past the budget without an override
-    # the guarantee's delay is measured (a number, reported), not asserted: timing on a loaded machine
+    # a small budget for lab-c, so that it runs out (on_exhaust = "preempt") within the two minutes
+    r = soak.soak(120, seed=3, budget=0.4)
+    assert soak.failures(r) == [], r
+    assert r["kills"] == {"scheduler": 1, "worker": 1}, r
+    # the run did contend: jobs were preempted (QoS, reclaim or the budget) and lab-c's budget ran out
+    assert r["outcomes"].get("preempted", 0) >= 1 and r["spent"].get("lab-c", 0) > 0, r
+    # the guarantee's delay is measured and reported (timing on a loaded machine), not asserted
     assert r["guarantee_short_max_s"] >= 0

@@ -1,6 +1,7 @@
 """Per-job GPU accounting, idle and misplacement alerts, and lost GPUs: the Fake backend's scripted
 samples, the agent's monitor thread and its snapshot file, the runner's Account, end to end with a
 real agent. (No GPU on this machine: NVML itself is covered by test_worker_probe's stand-in.)"""
+import dataclasses
 import json
 import os
 import sys
@@ -177,7 +178,7 @@ def gpu_agent(redis_server, real_redis, tmp_path):
     path = tmp_path / "gpus.json"
     path.write_text(json.dumps(spec))
     cfg = agent_config(tmp_path)
-    cfg.worker.update(gpus=str(path), idle_gpu_after=1)
+    cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(gpus=str(path), idle_gpu_after=1))
     a = Agent(cfg, redis_server.url, stop_timeout=5)
     t = threading.Thread(target=a.run, daemon=True)
     t.start()

@@ -4,7 +4,8 @@ for every pending job the same reason and detail.
 
 Jobs are drawn from a few templates, so classes repeat (arrays, sweeps) and the cache is exercised;
 the snapshots mix holds, --begin, dependencies (singletons too), array throttles, account and user
-caps, guarantees and borrowing, budgets, protected QoS capacity, preemption and backfill depths.
+caps, guarantees and borrowing, budgets, protected QoS capacity, preemption and backfill depths,
+and multi-node jobs (gangs), pending and running.
 """
 from dataclasses import replace
 
@@ -52,6 +53,7 @@ TEMPLATES = st.fixed_dictionaries({
     "qos": st.sampled_from(["normal", "low", "high"]),
     "who": st.sampled_from([("eta", "alice"), ("eta", "bob"), ("phi", "carol"), ("default", "dave")]),
     "extra": st.sampled_from(["", "", "", "held", "begin", "dep", "singleton", "throttle", "crash", "earmark"]),
+    "nodes": st.sampled_from([1, 1, 1, 2, 3]),
 })
 
 
@@ -78,6 +80,9 @@ def scenes(draw):
                           st.sampled_from([600, 3600, 86400])),
                       commit=(("eta-b", draw(st.sampled_from([0, 10**6, 4 * 10**6]))),) if acct == "eta" else ())
             left, cpus = left - g, cpus - c
+    two = b.nodes[:2]
+    if len(two) == 2 and all(b.free_gpus(n, 1) for n in two) and draw(st.booleans()):   # a running gang
+        b.running_gang([n.name for n in two], gpus=1, cpus=1, qos="low", started_ago=7200.0, time_limit=86400)
     ended = b._next
     b._next += 1
     templates = draw(st.lists(TEMPLATES, min_size=1, max_size=4))
@@ -98,7 +103,7 @@ def scenes(draw):
             kw["earmark"] = draw(st.sampled_from([n.name for n in b.nodes]))
         elif t["extra"] == "throttle":
             kw.update(array_id=1000, array_index=k, array_throttle=2)
-        b.job(gpus=t["gpus"], cpus=t["cpus"], mem=t["mem"], time_limit=t["time_limit"], qos=t["qos"],
+        b.job(gpus=t["gpus"], cpus=t["cpus"], mem=t["mem"], time_limit=t["time_limit"], qos=t["qos"], nodes=t["nodes"],
               account=t["who"][0], user=t["who"][1], name="s" if t["extra"] == "singleton" else "",
               submit_offset=draw(st.sampled_from([0.0, 0.0, -50.0, -5000.0])), **kw)
     snap = b.build()

@@ -1,8 +1,13 @@
 """Preemption stability as a property (issue 14). Random streams of submits, cancels, early ends,
-fair-share swings and time run through the pure plan() and the daemon's transitions, applied as
-Scheduler._schedule applies a Plan (victims end `preempted` when their grace is over). After every pass:
+fair-share swings, node losses, orderly agent stops, withdrawn attempts and time run through the pure
+plan(), the budget's stop policy (on_exhaust = "preempt", budgetwatch.stop) and the daemon's
+transitions, applied as Scheduler._schedule and the bookkeeper apply them (victims end `preempted` when
+their grace is over). After every pass:
 
-- no job has been preempted more than `max_preemptions` times, by any path (QoS or reclaim);
+- no job has been preempted more than `max_preemptions` times, by any path (QoS, reclaim, budget);
+- `preempt_count` counts exactly the preemptions the scheduler decided (the attempt ended `preempted`
+  after the preempt control): an agent's orderly stop (its runner also reports `preempted`), a node
+  loss and a withdrawn attempt are not preemptions (DESIGN §5);
 - a preemptor's room stays earmarked for it: while it waits, the node's free GPUs plus what its
   victims hold still cover its request, and once the victims are gone it starts, or gives up for a
   reason that is not capacity (nobody else took the room);
@@ -12,7 +17,7 @@ Scheduler._schedule applies a Plan (victims end `preempted` when their grace is 
 """
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from labq.scheduler import policy, states, transitions as tr
+from labq.scheduler import budgetwatch, policy, states, transitions as tr
 from labq.scheduler.model import Gpu, Job, Node, Snapshot
 from tests.harness import cfg
 
@@ -49,6 +54,7 @@ borrow_limit = 3
 name = "c"
 account = "lab-c"
 limit = 400.0
+on_exhaust = "preempt"
 """
 CFG = cfg(TOML)
 ACCOUNTS = ("lab-a", "lab-b", "lab-c")
@@ -78,6 +84,8 @@ class World:
         self.spent = 0
         self.next_id = 1
         self.short_since: dict[str, float] = {}              # account -> since when it is owed GPUs
+        self.asked: set[tuple[int, int]] = set()             # (job, attempt) the scheduler preempted
+        self.decided: dict[int, int] = {}                    # job -> its preemptions that counted
 
     # -- what happens ---------------------------------------------------------------------------
     def submit(self, account: int, qos: int, gpus: int, run: int) -> None:
@@ -111,6 +119,29 @@ class World:
         self.usage = {"lab-a": a, "lab-b": b, "lab-c": c}
         self.plan()
 
+    def node_loss(self) -> None:
+        """The node's lease ran out under its jobs: `NF`, requeued at once (not a preemption)."""
+        for j in [j for j in self.jobs.values() if j.state in states.ON_NODE]:
+            new, charges = tr.node_failed(j, self.now, self.now, CFG)
+            self._book(j, charges)
+            self._write(new)
+        self.plan()
+
+    def agent_stop(self) -> None:
+        """The agent's orderly stop (SIGTERM): each runner gives its job the grace and reports the
+        attempt `preempted` (worker/runner.py), whether or not the scheduler ever asked."""
+        for j in self.jobs.values():
+            if j.state in states.ON_NODE:
+                self.due.append((self.now + GRACE, j.id, j.current.attempt, "preempted"))
+        self.plan()
+
+    def withdraw(self, k: int) -> None:
+        """An attempt no runner claimed within start_timeout, taken back (nothing ran)."""
+        on = sorted(i for i, j in self.jobs.items() if j.state in states.ON_NODE)
+        if on:
+            self._write(tr.withdrawn(self.jobs[on[k % len(on)]], "timeout", self.now, 30))
+            self.plan()
+
     def tick(self) -> None:
         until = self.now + TICK
         for when, jid, attempt, outcome in sorted(d for d in self.due if d[0] <= until):
@@ -126,10 +157,18 @@ class World:
         if got is None:
             return
         new, charges = got
+        self._book(j, charges)
+        if outcome == "preempted" and (j.id, attempt) in self.asked:
+            self.decided[j.id] = self.decided.get(j.id, 0) + 1
+        assert new.preempt_count == self.decided.get(j.id, 0), (
+            f"job {j.id}: preempt_count {new.preempt_count}, but the scheduler preempted it "
+            f"{self.decided.get(j.id, 0)} times (attempt {attempt} ended {outcome})")
+        self._write(new)
+
+    def _book(self, j: Job, charges) -> None:
         for c in charges:
             assert c.amount <= dict(j.commit)[c.budget], "charged above the commitment"
             self.spent += c.amount
-        self._write(new)
 
     def _write(self, j: Job) -> None:
         if j.state in states.ACTIVE:
@@ -150,14 +189,23 @@ class World:
             self.due.append((self.now + self.runs[j.id], j.id, j.current.attempt, "completed"))
         for e in p.expires:
             self._write(tr.end_pending(self.jobs[e.job_id], e.state, e.detail, self.now))
-        for pr in p.preempts:
-            j = self.jobs[pr.job_id]
-            self.jobs[j.id] = tr.preempting(j, pr.for_job, pr.detail, self.now)
-            self.due.append((self.now + pr.grace, j.id, j.current.attempt, "preempted"))
+        self._preempt(p.preempts)
         verdicts = {pd.job_id: pd for pd in p.pending}
         for pd in p.pending:
             self.jobs[pd.job_id] = tr.pend(self.jobs[pd.job_id], pd.reason, pd.detail, pd.earmark, pd.earmark_gpus)
+        # the bookkeeper's stop policy, each tick (its lead: a tick plus the runner's control poll)
+        on = [j for j in self.jobs.values() if j.state in states.ON_NODE]
+        stop = budgetwatch.stop(CFG.budgets, {"c": self.spent}, on, CFG, self.now,
+                                lead=TICK + budgetwatch.CONTROL_POLL)
+        self._preempt(stop.preempts)
         self.check(before, draining, verdicts, {pl.job_id for pl in p.places})
+
+    def _preempt(self, preempts) -> None:
+        for pr in preempts:
+            j = self.jobs[pr.job_id]
+            self.jobs[j.id] = tr.preempting(j, pr.for_job, pr.detail, self.now)
+            self.asked.add((j.id, j.current.attempt))
+            self.due.append((self.now + pr.grace, j.id, j.current.attempt, "preempted"))
 
     # -- the properties ---------------------------------------------------------------------------
     def check(self, before, draining, verdicts, placed) -> None:
@@ -207,6 +255,8 @@ OPS = st.one_of(
     st.tuples(st.just("finish_early"), st.integers(0, 50)),
     st.tuples(st.just("swing"), st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0, 1e6)),
     st.tuples(st.just("tick")), st.tuples(st.just("tick")),
+    st.tuples(st.just("node_loss")), st.tuples(st.just("agent_stop")),
+    st.tuples(st.just("withdraw"), st.integers(0, 50)),
 )
 
 

@@ -32,9 +32,11 @@ def test_what_labq_does_not_use_is_named():
     assert ignored == ["-p gpu", "--mail-type=END,FAIL", "--mail-user a@b", "--exclusive", "--constraint=a100"]
 
 
-def test_more_than_one_node_is_refused():
-    with pytest.raises(UsageError, match="one node"):
-        sbatch.translate(["-N", "2"])
+def test_more_than_one_node_is_a_gang_and_one_task_per_node():
+    assert sbatch.translate(["-N", "2", "--gpus-per-node=8", "--ntasks-per-node=1"]) == (
+        ["--nodes", "2", "--gpus-per-node", "8"], [])
+    with pytest.raises(UsageError, match="one task per node"):
+        sbatch.translate(["--ntasks-per-node=8"])
 
 
 def test_directives_stop_at_the_first_command_and_drop_comments():

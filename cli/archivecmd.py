@@ -1,0 +1,99 @@
+"""`labq admin archive` and `labq admin export`: the accounting archive (scheduler/store/archive.py)
+for the lab's administrator and its own tools."""
+import json
+import sys
+
+import click
+
+from labq.scheduler.errors import UsageError
+from labq.scheduler.units import MICRO
+
+from .common import echo_json, pass_ctx
+
+FORMATS = ("csv", "json")
+
+
+@click.command()
+@click.option("--now", is_flag=True, help="Run an archive pass now, in the leading scheduler.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def archive(ctx, now, as_json):
+    """Move ended jobs and ledger entries older than history.keep to the archive now (the scheduler
+    does it by itself every few seconds; this is for before a backup or a Redis upgrade)."""
+    if not now:
+        raise UsageError("give --now (an archive pass in the scheduler now); `labq acct` and `labq admin export` "
+                         "read the archive")
+    # Through the inbox: the leader is the one writer of Redis and of the archived ledger's hash chain.
+    got = ctx.client.archive_now()
+    if as_json:
+        return echo_json(got)
+    click.echo(f"archived {got['jobs']} jobs and {got['ledger']} ledger entries (ended more than "
+               f"{_days(got['keep'])} ago)" + ("; more remain: the scheduler goes on each tick" if got["more"] else ""))
+
+
+def _days(seconds: float) -> str:
+    from labq.scheduler.units import fmt_duration
+    return fmt_duration(seconds) if seconds else "0s"
+
+
+@click.command()
+@click.option("--since", help="Jobs that ended from this date (YYYY-MM-DD) or this long ago (30d).")
+@click.option("--until", help="... up to this date or this long ago (default: now).")
+@click.option("--format", "fmt", default="csv", help="csv (default) or json.")
+@pass_ctx
+def export(ctx, since, until, fmt):
+    """Every ended job of a window, archived or not, one row each (acct's columns; times in epoch
+    seconds, money in the currency), streamed as CSV or a JSON array for the lab's own tools."""
+    from labq.scheduler.report import committed_by_job
+
+    from .acct import _since
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: expected csv or json, got {fmt!r}")
+    if not since:
+        raise UsageError("--since: expected a date (YYYY-MM-DD) or how long ago (30d): the window to export")
+    lo, hi = _since(since, "--since"), _since(until, "--until")
+    c = ctx.client
+    models = {g.uuid: g.model for n in c.nodes() for g in n.gpus}
+    rows = c.read.acct_stream(lo, hi if hi is not None else float("inf"),
+                              lambda jobs: committed_by_job(jobs, models, ctx.cfg))
+    (_csv if fmt == "csv" else _json)(rows, sys.stdout)
+
+
+_SKIP = {"attempts"}            # the attempts' detail: `labq show ID`, `labq acct --json`
+
+
+def _columns():
+    from labq.scheduler.store import acctrows
+    keep = [i for i, n in enumerate(acctrows.NAMES) if n not in _SKIP]
+    return [acctrows.NAMES[i] for i in keep], keep
+
+
+def _values(v, keep, money, tags) -> list:
+    out = [v[i] for i in keep]
+    for i in money:
+        out[i] = out[i] / MICRO if out[i] is not None else None
+    out[tags] = dict(json.loads(out[tags] or "[]"))
+    return out
+
+
+def _csv(rows, out) -> None:
+    import csv
+    names, keep = _columns()
+    money, tags = [names.index("cost"), names.index("committed")], names.index("tags")
+    w = csv.writer(out)
+    w.writerow(names)
+    for v in rows:
+        vals = _values(v, keep, money, tags)
+        vals[tags] = ";".join(f"{k}={x}" for k, x in vals[tags].items())
+        w.writerow(["" if x is None else x for x in vals])
+
+
+def _json(rows, out) -> None:
+    names, keep = _columns()
+    money, tags = [names.index("cost"), names.index("committed")], names.index("tags")
+    out.write("[")
+    sep = "\n"
+    for v in rows:
+        out.write(sep + json.dumps(dict(zip(names, _values(v, keep, money, tags))), separators=(",", ":")))
+        sep = ",\n"
+    out.write("\n]\n")

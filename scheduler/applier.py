@@ -1,0 +1,213 @@
+"""The one plan applier: what a Plan does to the job records, re-checked against the state it is
+applied to. The daemon (`Scheduler._schedule`), the bookkeeper's stop policy and the simulator all
+call `apply_plan`; each commits (or replays) what it returns.
+
+Like Nomad's plan applier, it trusts nothing the planner said about the state: each decision is
+checked against the records and the nodes it applies to, and one that no longer holds is left
+out and reported (`Applied.rejected`) rather than applied. A placement needs its job still
+pending and not held, its node up, and the room on that node (a slot, the CPUs, the memory and the
+very GPUs it names, of the model asked for) free after the jobs already there and the placements
+applied before it in the same plan. An expiry or a reason needs the job pending; a preemption or
+a cancel needs it running (not already draining; a cancel, not already cancelling); a job changes at most
+once per plan. In the daemon nothing is rejected unless the policy has a bug: the plan was made
+from the same state. The check makes such a bug a warning instead of two jobs on one GPU.
+
+Pure: it computes the new records and the controls to send; it writes nothing and reads no clock
+(`now` is the tick's).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from . import states, transitions as tr
+from .model import Job, Node
+from .plan import Cancel, Expire, Pending, Place, Plan, Preempt
+from .policy.capacity import node_is_up
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A decision of the plan that the state it was applied to no longer allows, and why."""
+    decision: Place | Expire | Preempt | Cancel | Pending
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What applying a plan did: the new records and the controls to send, in the order the
+    daemon writes them, and what it refused."""
+    started: tuple[Job, ...] = ()      # admitted (tr.admit): each goes onto its node's dispatch list
+    expired: tuple[Job, ...] = ()      # pending jobs ended without running (tr.end_pending)
+    stopping: tuple[Job, ...] = ()     # preempting (tr.preempting) or cancel requested
+    preempts: tuple[Preempt, ...] = ()     # the Preempts applied (the simulator times their ends)
+    controls: tuple[tuple[int, str], ...] = ()   # (job id, "preempt:GRACE" | "cancel")
+    pended: tuple[Job, ...] = ()       # pending jobs whose reason, detail or earmark changed
+    rejected: tuple[Rejected, ...] = ()
+
+    @property
+    def changed(self) -> tuple[Job, ...]:
+        """The records that change state: written with the dispatch and the controls, atomically."""
+        return self.started + self.expired + self.stopping
+
+
+@dataclass
+class _Work:
+    pending: Mapping[int, Job]
+    running: Mapping[int, Job]
+    nodes: Iterable[Node]
+    now: float
+    rooms: dict[str, _Room | None] = field(default_factory=dict)
+    holders: dict[str, list[Job]] | None = None
+    touched: set[int] = field(default_factory=set)
+    rejected: list[Rejected] = field(default_factory=list)
+
+    def reject(self, decision, why: str) -> None:
+        self.rejected.append(Rejected(decision, why))
+
+    def waiting(self, decision, job_id: int) -> Job | None:
+        """The pending job a decision is about, or None (rejected) when it is not pending any more."""
+        j = self.pending.get(job_id)
+        if j is None or j.state != states.PENDING:
+            self.reject(decision, f"job {job_id} is not pending" + (f" ({j.state})" if j is not None else ""))
+            return None
+        if job_id in self.touched:
+            self.reject(decision, f"job {job_id} was already changed by this plan")
+            return None
+        return j
+
+    def on_node(self, decision, job_id: int) -> Job | None:
+        """The running job a stop is about, or None (rejected) when it is not running any more (or,
+        for a cancel, is already being cancelled)."""
+        j = self.running.get(job_id)
+        if j is None or j.state != states.RUNNING or job_id in self.touched:
+            self.reject(decision, f"job {job_id} is not running" + (f" ({j.state})" if j is not None else ""))
+            return None
+        if isinstance(decision, Cancel) and j.cancel_requested:
+            self.reject(decision, f"job {job_id} is already being cancelled")
+            return None
+        return j
+
+
+def apply_plan(plan: Plan, pending: Mapping[int, Job], running: Mapping[int, Job], nodes: Iterable[Node],
+               now: float, reasons: bool = True) -> Applied:
+    """Apply `plan` to the pending and running jobs (one mapping may hold both: the state decides)
+    on `nodes` at `now`. `reasons`: whether a new reason alone makes a new record (the daemon shows
+    it in `labq stat`); without it only an earmark change does (the simulator keeps reasons apart)."""
+    w = _Work(pending, running, nodes, now)
+    started = [j for j in (_place(w, p) for p in plan.places) if j is not None]
+    expired = []
+    for e in plan.expires:
+        j = w.waiting(e, e.job_id)
+        if j is not None:
+            w.touched.add(j.id)
+            expired.append(tr.end_pending(j, e.state, e.detail, now))
+    stopping, preempts, controls = [], [], []
+    for pr in plan.preempts:
+        j = w.on_node(pr, pr.job_id)
+        if j is not None:
+            w.touched.add(j.id)
+            stopping.append(tr.preempting(j, pr.for_job, pr.detail, now))
+            preempts.append(pr)
+            controls.append((pr.job_id, f"preempt:{pr.grace}"))
+    for c in plan.cancels:
+        j = w.on_node(c, c.job_id)
+        if j is not None:
+            w.touched.add(j.id)
+            stopping.append(replace(j, cancel_requested=True, detail=c.detail))
+            controls.append((c.job_id, "cancel"))
+    pended = [j for j in (_pend(w, pd, reasons) for pd in plan.pending) if j is not None]
+    return Applied(tuple(started), tuple(expired), tuple(stopping), tuple(preempts), tuple(controls),
+                   tuple(pended), tuple(w.rejected))
+
+
+def _place(w: _Work, p: Place) -> Job | None:
+    j = w.waiting(p, p.job_id)
+    if j is None:
+        return None
+    if j.held:
+        w.reject(p, f"job {j.id} is held")
+        return None
+    # A gang (-N) is placed on every one of its nodes or on none: each part is checked first.
+    parts = p.parts or ((p.node, p.gpus),)
+    if len(parts) != j.nodes or len({n for n, _ in parts}) != len(parts):
+        w.reject(p, f"job {j.id}: names {len(parts)} distinct node(s) of {[n for n, _ in parts]} for a job of "
+                    f"{j.nodes}")
+        return None
+    rooms: list[tuple[_Room, tuple[str, ...]]] = []
+    for node, gpus in parts:
+        room = _room(w, node)
+        why = room.lacks(j, gpus) if room is not None else "the node is not up"
+        if why or room is None:
+            w.reject(p, f"job {j.id} on {node}: {why}")
+            return None
+        rooms.append((room, gpus))
+    for room, gpus in rooms:
+        room.take(j, gpus)
+    w.touched.add(j.id)
+    return tr.admit(j, p, w.now)
+
+
+class _Room:
+    """What is free on one node: after the jobs on it, then after each placement applied."""
+    __slots__ = ("cpus", "mem", "slots", "gpus")
+
+    def __init__(self, node: Node, holders: list[Job]):
+        self.cpus = node.cpus - sum(j.cpus for j in holders)
+        self.mem = node.mem - sum(j.mem for j in holders)
+        self.slots = node.slots - len(holders)
+        held = {u for j in holders for u in j.gpu_uuids}    # a gang's: all its parts' (UUIDs are unique)
+        self.gpus = {g.uuid: g.model for g in node.gpus if g.uuid not in held}
+
+    def lacks(self, j: Job, gpus: tuple[str, ...]) -> str:
+        """Why the job's part naming `gpus` here does not fit, or "" when it does."""
+        if self.slots < 1:
+            return "no free slot"
+        if self.cpus < j.cpus or self.mem < j.mem:
+            return f"needs {j.cpus} CPUs and {j.mem} MB, {self.cpus} and {self.mem} free"
+        if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
+            return f"names {len(gpus)} GPUs for a job of {j.gpus}"
+        busy = [u for u in gpus if u not in self.gpus]
+        if busy:
+            return f"GPU {busy[0]} is not free"
+        wrong = [u for u in gpus if j.gpu_type and self.gpus[u] != j.gpu_type]
+        if wrong:
+            return f"GPU {wrong[0]} is a {self.gpus[wrong[0]]}, not a {j.gpu_type}"
+        return ""
+
+    def take(self, j: Job, gpus: tuple[str, ...]) -> None:
+        self.cpus -= j.cpus
+        self.mem -= j.mem
+        self.slots -= 1
+        for u in gpus:
+            del self.gpus[u]
+
+
+def _room(w: _Work, name: str) -> _Room | None:
+    """The room on node `name` (None: not up), worked out on its first placement in this plan."""
+    if name not in w.rooms:
+        if w.holders is None:    # the jobs on each node: one pass, and only for a plan that places
+            w.holders = {}
+            for r in w.running.values():
+                if r.state in states.ON_NODE:
+                    for part, _ in r.on_nodes:     # a gang holds room on each of its nodes
+                        w.holders.setdefault(part, []).append(r)
+        node = next((n for n in w.nodes if n.name == name), None)
+        up = node is not None and node_is_up(node, w.now)
+        w.rooms[name] = _Room(node, w.holders.get(name, [])) if up and node is not None else None
+    return w.rooms[name]
+
+
+def _pend(w: _Work, pd: Pending, reasons: bool) -> Job | None:
+    j = w.pending.get(pd.job_id)
+    if j is None or j.state != states.PENDING or pd.job_id in w.touched:
+        w.reject(pd, f"job {pd.job_id} is not pending" + (f" ({j.state})" if j is not None else ""))
+        return None
+    if reasons:
+        if (j.reason, j.detail, j.earmark, j.earmark_gpus) == (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
+            return None
+        return tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus)
+    if (j.earmark, j.earmark_gpus) == (pd.earmark, pd.earmark_gpus):
+        return None
+    # The room a preemptor freed stays its own (plan() reads the earmark): kept in the record.
+    return tr.pend(j, j.reason, j.detail, pd.earmark, pd.earmark_gpus)

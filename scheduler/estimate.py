@@ -1,0 +1,137 @@
+"""Run times learned from ended jobs: what a job will probably take, and what that rests on.
+
+Each attempt that ended on the job's own terms (completed, a nonzero exit, out of memory, its time
+limit) is one sample of how long the submitter's work holds its allocation. Attempts cut short from
+outside (preempted, cancelled, a node failure, a checkpoint-and-requeue) or that never started say
+nothing about that, and are not learned.
+
+A job's estimate comes from the most specific basis that has `min_samples` runs:
+
+    (user, job name)  →  (user, tags)  →  user
+
+and is the `quantile` (nearest rank: always a run time that was really seen) of that basis's last
+`window` runs, capped by the job's time limit (the limit kills, so nothing can run longer).
+
+Why a high quantile rather than the mean or the median: the estimate is used as an expected end
+(backfill) and as a budget forecast. The mean is dragged by one run that crashed at once or hung for
+days; the median is short half the time, and every short estimate lets backfill start a job that may
+then delay a reservation. p75 (the default) is short one time in four and ignores up to a quarter of
+the window being outliers either way. `min_samples` (3 by default) keeps a user's first one or two
+runs from deciding for everything after.
+
+Memory is bounded: `window` samples per basis, at most `max_keys` bases (the least recently used
+one is dropped). Pure: no clock, no environment, no Redis — the daemon and the simulator feed it.
+"""
+from collections import OrderedDict, deque
+from dataclasses import dataclass, replace
+
+from .model import Job
+
+# Outcomes that end an attempt on the job's own terms: its length is the work's length.
+LEARNED_OUTCOMES = frozenset({"completed", "exit", "oom", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    seconds: int        # expected run time, capped by the job's time limit
+    samples: int        # how many runs it rests on
+    basis: str          # "user alice, name train" | "user alice, tags k=v" | "user alice"
+    quantile: float
+    newest: float       # end time of the newest run it rests on (never after the instant it is used)
+    capped: bool = False
+
+    def text(self) -> str:
+        cap = ", capped at the time limit" if self.capped else ""
+        return f"p{round(self.quantile * 100)} of {self.samples} runs of {self.basis}{cap}"
+
+
+def keys(job: Job) -> list[tuple[tuple, str]]:
+    """The bases a job is estimated from, most specific first: (key, words for it)."""
+    out = []
+    if job.name:
+        out.append((("name", job.user, job.name), f"user {job.user}, name {job.name}"))
+    if job.tags:
+        tags = tuple(sorted(job.tags))
+        out.append((("tags", job.user, tags), f"user {job.user}, tags " + ",".join(f"{k}={v}" for k, v in tags)))
+    out.append((("user", job.user), f"user {job.user}"))
+    return out
+
+
+def run_seconds(job: Job) -> tuple[float, float] | None:
+    """(run time, end time) of the job's last attempt when it ended on the job's own terms, else None."""
+    a = job.current
+    if a is None or a.outcome not in LEARNED_OUTCOMES or not a.end_time:
+        return None
+    began = a.start_time or a.dispatch_time
+    if not began or a.end_time < began:
+        return None
+    return a.end_time - began, a.end_time
+
+
+class Estimator:
+    def __init__(self, quantile: float = 0.75, min_samples: int = 3, window: int = 32, max_keys: int = 100_000):
+        if not 0 < quantile <= 1 or min_samples < 1 or window < min_samples or max_keys < 1:
+            raise ValueError("estimator: expected 0 < quantile ≤ 1, 1 ≤ min_samples ≤ window, max_keys ≥ 1")
+        self.quantile, self.min_samples, self.window, self.max_keys = quantile, min_samples, window, max_keys
+        self._runs: OrderedDict = OrderedDict()      # key -> deque of (end time, seconds), oldest first
+        self._cache: dict = {}                       # key -> (seconds, samples, newest) while unchanged
+        self.observed = 0
+
+    @classmethod
+    def from_config(cls, cfg) -> "Estimator":
+        e = cfg.estimate
+        return cls(e.quantile, e.min_samples, e.window, e.max_keys)
+
+    def observe(self, job: Job, seconds: float, end: float) -> None:
+        """Learn one run of `job` that took `seconds` and ended at `end`."""
+        self.observed += 1
+        for key, _ in keys(job):
+            runs = self._runs.get(key)
+            if runs is None:
+                runs = self._runs[key] = deque(maxlen=self.window)
+                if len(self._runs) > self.max_keys:
+                    old, _ = self._runs.popitem(last=False)
+                    self._cache.pop(old, None)
+            else:
+                self._runs.move_to_end(key)
+            runs.append((end, max(0.0, float(seconds))))
+            self._cache.pop(key, None)
+
+    def observe_ended(self, job: Job) -> bool:
+        """Learn the job's last attempt if it ended on the job's own terms; whether it was learned."""
+        got = run_seconds(job)
+        if got is None:
+            return False
+        self.observe(job, *got)
+        return True
+
+    def estimate(self, job: Job) -> Estimate | None:
+        """The job's expected run time from the most specific basis with enough runs, or None."""
+        for key, words in keys(job):
+            got = self._value(key)
+            if got is None:
+                continue
+            seconds, samples, newest = got
+            capped = job.time_limit > 0 and seconds > job.time_limit
+            return Estimate(job.time_limit if capped else max(1, round(seconds)), samples, words, self.quantile,
+                            newest, capped)
+        return None
+
+    def stamp(self, job: Job) -> Job:
+        """The job with its estimate written into the record (`learned_est`, `learned_basis`)."""
+        e = self.estimate(job)
+        if e is None:
+            return replace(job, learned_est=None, learned_basis="") if job.learned_est is not None else job
+        return replace(job, learned_est=e.seconds, learned_basis=e.text())
+
+    def _value(self, key):
+        if key in self._cache:
+            return self._cache[key]
+        runs = self._runs.get(key)
+        if runs is None or len(runs) < self.min_samples:
+            return None
+        ordered = sorted(s for _, s in runs)
+        rank = max(1, -(-len(ordered) * self.quantile // 1))     # nearest rank: ceil(q·n)
+        got = (ordered[int(rank) - 1], len(ordered), max(t for t, _ in runs))
+        self._cache[key] = got
+        return got

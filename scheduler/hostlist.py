@@ -1,0 +1,38 @@
+"""Node lists in SLURM's compact form: ["node1", "node2", "gpu07"] -> "gpu07,node[1-2]". Pure.
+
+Names that end in digits are grouped by their prefix and the digits' width (node01 and node1 are
+different names); runs of consecutive numbers become ranges. The order of the groups is the order
+of their first names; `SLURM_NODELIST` readers (scontrol show hostnames, Lightning) expand it again.
+"""
+import re
+
+_NUM = re.compile(r"^(.*?)(\d+)$")
+
+
+def compact(names) -> str:
+    groups: dict[tuple[str, int], list[int]] = {}
+    order: list = []
+    for name in names:
+        m = _NUM.match(name)
+        if not m:
+            order.append(name)
+            continue
+        key = (m.group(1), len(m.group(2)) if m.group(2).startswith("0") else 0)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(int(m.group(2)))
+    return ",".join(_group(k, groups[k]) if isinstance(k, tuple) else k for k in order)
+
+
+def _group(key: tuple[str, int], nums: list[int]) -> str:
+    prefix, width = key
+    nums = sorted(set(nums))
+    if len(nums) == 1:
+        return f"{prefix}{nums[0]:0{width}d}"
+    runs, start = [], nums[0]
+    for a, b in zip(nums, nums[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start:0{width}d}" if start == a else f"{start:0{width}d}-{a:0{width}d}")
+            start = b
+    return f"{prefix}[{','.join(runs)}]"

@@ -1,0 +1,210 @@
+"""Gang placement: a multi-node job (`-N`) starts on all of its nodes in one pass, or on none.
+
+A gang asks for its shape (`gpus`, `cpus`, `mem`, a slot) on each of `nodes` distinct nodes. It goes
+through the same gates as a one-node job (holds, dependencies, caps and quotas on its total, the
+protected capacity, every budget for all its nodes: `_Pass._admit` with a list of spots), and then:
+
+- **place**: the `nodes` best-fit nodes that have its shape free and whose backfill reservations
+  stay whole; fewer than that and nothing is taken;
+- **reserve**: the earliest time at which `nodes` nodes can all hold it for its time limit, written
+  on each of them, so a smaller job starts now only where it delays none of the gang's nodes;
+- **preempt**: the nodes that need the fewest victims (a node with room needs none), the whole
+  gang's room or nothing; the room is held on every chosen node (the earmark names them all,
+  comma-separated) until the gang starts or gives up.
+
+Pure, like every pass: `p` is the policy's `_Pass`.
+"""
+from dataclasses import dataclass
+
+from .. import states
+from ..plan import Preempt, Start
+from ..units import fmt_at, fmt_size
+from . import capacity, preempt
+from .backfill import Alloc, Timelines, _limit
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    nodes: tuple[str, ...]
+    victims: tuple             # the running jobs to preempt, each once (a gang victim frees all its nodes)
+
+
+def earmarked_nodes(earmark: str) -> list[str]:
+    return earmark.split(",") if earmark else []
+
+
+def verdict(p, job):
+    """A Place for the gang, or the (reason, detail[, earmark, earmark GPUs]) that keeps it pending:
+    the rest of `_Pass._verdict` once holds, dependencies and caps let it through."""
+    kept = _kept(p, job)
+    if kept:
+        return p._admit(job, kept, job.earmark_gpus)
+    if p.blocker is not None:
+        return states.PRIORITY, f"behind job {p.blocker.display_id}, which waits for resources (backfill off)"
+    accept = None
+    if p.timelines is not None and p.timelines.reserved:
+        accept = lambda f: p.timelines.fits_now(job, f.node.name)   # noqa: E731
+    chosen, roomy = find(p.free.free, job, accept)
+    if chosen:
+        return p._admit(job, chosen)
+    return _blocked(p, job, roomy)
+
+
+def find(free: dict, job, accept=None) -> tuple[list | None, bool]:
+    """(the `job.nodes` best-fit spots that `accept` the job, or None; whether enough nodes had the
+    room at all). Best fit as for one node: fewest GPUs, then CPUs, left; ties by name."""
+    fits = sorted((f for f in free.values() if f.fits(job)), key=lambda f: (len(f.gpus), f.cpus, f.node.name))
+    roomy = len(fits) >= job.nodes
+    ok = [f for f in fits if accept is None or accept(f)]
+    return (ok[:job.nodes] if len(ok) >= job.nodes else None), roomy
+
+
+def _kept(p, job):
+    """The spots of the gang's earmark, when every one of them now has its shape free."""
+    names = earmarked_nodes(job.earmark)
+    spots = [p.free.free.get(n) for n in names]
+    if len(spots) == job.nodes and all(s is not None and s.fits(job) for s in spots):
+        return spots
+    return None
+
+
+def _blocked(p, job, roomy: bool):
+    """No `nodes` nodes it may start on now: wait for its victims, preempt, or reserve."""
+    victims = p.draining.get(job.id)
+    waiting = _wait_for(p, job, victims) if victims else None
+    if waiting:
+        return waiting
+    if roomy:
+        return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
+    may_preempt = p.cfg.preemption and p._may_preempt(job)
+    may_reserve = p.cfg.backfill_depth > len(p.starts)
+    if may_preempt or may_reserve:
+        broke = p._budget_even_if_room(job)
+        if broke:
+            return broke
+    if may_preempt:
+        got = _preempt(p, job)
+        if got:
+            return got
+    if p.cfg.backfill_depth == 0:
+        p.blocker = p.blocker or job
+    elif may_reserve:
+        p._reserve(job)
+    return _no_room(p, job)
+
+
+def _wait_for(p, job, victims):
+    """PreemptingFor while its victims drain, the room on every earmarked node held again. A gang
+    that gave its earmark up looks for room like any blocked job (its victims still free room)."""
+    spots = [p.free.free.get(n) for n in earmarked_nodes(job.earmark)]
+    if not spots or any(s is None for s in spots):
+        return None
+    for s in spots:
+        p.free.hold(s, job, set(job.earmark_gpus))
+    return states.PREEMPTING_FOR, (f"waiting for {len(victims)} preempted job(s) on {job.earmark} to stop: "
+                                   + ", ".join(v.display_id for v in victims)), job.earmark, job.earmark_gpus
+
+
+def choose(job, free_by_node: dict, pool, now: float) -> Choice | None:
+    """The `job.nodes` nodes that need the fewest victims (then the least work lost, then the name),
+    or None when fewer nodes than that could be freed. A node with room needs none; a set with no
+    victim at all is not a preemption (None)."""
+    by_node: dict[str, list] = {}
+    for v in pool:
+        for node, _ in v.on_nodes:
+            if node in free_by_node:
+                by_node.setdefault(node, []).append(v)
+    options: list[tuple] = []
+    for name in sorted(free_by_node):
+        f = free_by_node[name]
+        if f.fits(job):
+            options.append((0, 0.0, name, ()))
+        elif by_node.get(name):
+            got = preempt._on_node(job, f, by_node[name], now)
+            if got:
+                options.append((len(got), sum(preempt.lost_work(v, now) for v in got), name, tuple(got)))
+    if len(options) < job.nodes:
+        return None
+    options.sort(key=lambda o: o[:3])
+    picked = options[:job.nodes]
+    victims: dict = {v.id: v for o in picked for v in o[3]}
+    if not victims:
+        return None
+    return Choice(tuple(sorted(o[2] for o in picked)), tuple(victims[i] for i in sorted(victims)))
+
+
+def _preempt(p, job):
+    """(reason, detail, earmark, GPUs) once victims on enough nodes are chosen; the
+    PreemptionDeferred verdict; or None."""
+    reclaim = p.usage.within_guarantee(job)
+    pool = [v for v in p.running if v.id not in p.doomed]
+    ok, later = preempt.candidates(job, pool, p.now, p.cfg, reclaim, p.usage.borrows(job))
+    nodes = {n: f for n, f in p.free.free.items() if capacity.could_ever_hold(job, f.node)}
+    choice = choose(job, nodes, ok, p.now) if ok else None
+    if choice is None:
+        if later and choose(job, nodes, ok + [v for v, _ in later], p.now):
+            wait = min(w for _, w in later)
+            return (states.PREEMPTION_DEFERRED,
+                    f"lower-QoS jobs it could preempt reach min_runtime in {wait:.0f}s at the earliest")
+        return None
+    why = "reclaiming its account's guarantee" if reclaim else f"QoS {job.qos}"
+    for v in choice.victims:
+        q = p.cfg.qos_named(v.qos)
+        p.doomed.add(v.id)
+        p.preempts.append(preempt_of(v, job, q.grace if q else 0, why, p.now))
+    p.draining[job.id] = list(choice.victims)
+    kept: list[str] = []
+    for name in choice.nodes:
+        spot = p.free.free[name]
+        kept += preempt.earmark(job, p.free.hold(spot, job)[0], choice.victims, spot.node)
+    mark = ",".join(choice.nodes)
+    return states.PREEMPTING_FOR, (f"preempting {len(choice.victims)} job(s) on {mark}: "
+                                   + ", ".join(v.display_id for v in choice.victims)), mark, tuple(kept)
+
+
+def preempt_of(v, job, grace: int, why: str, now: float) -> Preempt:
+    return Preempt(v.id, job.id, grace, f"preempted for job {job.display_id} ({why}); "
+                                        f"{preempt.lost_work(v, now):.0f}s since its last checkpoint")
+
+
+def reserve(p, job, not_before: float | None = None) -> None:
+    """Backfill's reservation for a gang: the earliest time `job.nodes` nodes can all hold it."""
+    if p.timelines is None:
+        p.timelines = Timelines([f.node for f in p.free.free.values()], p.running, p.placed, p.now, p.cfg)
+    got = reserve_on(p.timelines, job, capacity.could_ever_hold, not_before)
+    if got is not None:
+        p.starts.append(Start(job.id, got[1], ",".join(got[0])))
+
+
+def reserve_on(tl: Timelines, job, could_hold, not_before: float | None = None):
+    """((nodes), time) of the earliest window [t, t + time limit) in which `job.nodes` nodes can all
+    hold the job, written on each as a reservation; None when no set of nodes ever could. Free room
+    on a node grows only when an allocation ends, so `t` is now or some allocation's end."""
+    after = not_before or tl.now
+    names = [n for n in sorted(tl.allocs) if could_hold(job, tl.nodes[n])]
+    if len(names) < job.nodes:
+        return None
+    ends = {a.end for n in names for a in tl.allocs[n] if after < a.end < float("inf")}
+    for t in [after] + sorted(ends):
+        ok = [n for n in names if tl._fits(job, n, t, t + _limit(job))]
+        if len(ok) >= job.nodes:
+            chosen = tuple(ok[:job.nodes])
+            for n in chosen:
+                tl.allocs[n].append(Alloc(t, t + _limit(job), tl._pick_models(job, n, t), job.cpus, job.mem,
+                                          job.id, reserved=True))
+                tl.reserved.add(n)
+            return chosen, t
+    return None
+
+
+def _no_room(p, job):
+    if not p.free.free:
+        return states.NODE_DOWN, "no node is up"
+    start = p.starts[-1] if p.starts and p.starts[-1].job_id == job.id else None
+    when = f"; expected to start at {fmt_at(start.at)} on {start.node}" if start else ""
+    if sum(1 for f in p.initial.free.values() if f.fits(job)) >= job.nodes:
+        return states.PRIORITY, "higher-priority jobs took the free resources in this pass" + when
+    gpu = f"{job.gpus}x{job.gpu_type or 'GPU'}, " if job.gpus else ""
+    have = sum(1 for f in p.free.free.values() if f.fits(job))
+    return states.RESOURCES, (f"{have} of the {job.nodes} nodes it needs have {gpu}{job.cpus} CPUs, "
+                              f"{fmt_size(job.mem)} and a slot free" + when)

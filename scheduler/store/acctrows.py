@@ -1,0 +1,100 @@
+"""The archive's compact accounting rows: what `labq acct` and `labq report` read of an archived job.
+
+Decoding each archived job's full record (script, argv, every field of every attempt) into a Job
+cost ~250 µs a job: 26 s for `acct` over 100,000 archived jobs. A row holds only the columns acct
+and report use, as SQL columns, plus the attempts' few report fields as a short JSON list decoded
+only when report walks them. It is written in the same SQLite transaction as the record, so the two
+never disagree; the record stays the source of truth for `labq show` and `acct --json`.
+
+`AcctJob` and `AcctAttempt` answer the attribute names of model.Job and model.Attempt that acct,
+slurmfmt's sacct fields and scheduler/report.py read, so those functions take either.
+"""
+import json
+from collections import namedtuple
+
+from ..model import Job
+
+# (column, SQL type) in row order, `id` first; types SQLite and PostgreSQL read alike (PostgreSQL's
+# REAL is 4 bytes: no epoch time fits in it).
+_F, _I, _B, _T = "DOUBLE PRECISION", "INTEGER", "BIGINT", "TEXT"
+COLUMNS = (
+    ("id", "BIGINT PRIMARY KEY"), ("end_time", _F), ("user", _T), ("account", _T), ("state", _T), ("name", _T),
+    ("project", _T), ("qos", _T), ("array_id", _B), ("array_index", _I), ("submit_time", _F), ("start_time", _F),
+    ("exit_code", _I), ("cpus", _I), ("mem", _B), ("gpus", _I), ("gpu_type", _T), ("time_limit", _B),
+    ("est", _B), ("node", _T), ("restart_count", _I), ("workdir", _T), ("reason", _T), ("cost", _B),
+    ("committed", _B), ("elapsed", _F), ("n_attempts", _I), ("tags", _T), ("attempts", _T))
+NAMES = tuple(c for c, _ in COLUMNS)
+# `user` is a reserved word in PostgreSQL: quoted, the same SQL serves SQLite and PostgreSQL.
+SQL_NAMES = tuple('"user"' if c == "user" else c for c in NAMES)
+DDL = ("CREATE TABLE IF NOT EXISTS acct (" + ", ".join(f"{c} {t}" for c, (_, t) in zip(SQL_NAMES, COLUMNS)) + ");\n"
+       "CREATE INDEX IF NOT EXISTS acct_end ON acct (end_time);\n"
+       'CREATE INDEX IF NOT EXISTS acct_user ON acct ("user", end_time);\n'
+       "CREATE INDEX IF NOT EXISTS acct_account ON acct (account, end_time);\n")
+_ENC = json.JSONEncoder(separators=(",", ":"))
+# An attempt's report fields, in this order in the row's `attempts` JSON.
+_ATTEMPT = ("attempt", "node", "gpus", "dispatch_time", "start_time", "end_time", "outcome", "exit_code",
+            "cost", "lost_work_s", "usage")
+_USAGE = ("gpu_idle_s", "gpu_util_mean")     # the usage report reads; the rest stays in the record
+
+
+def elapsed(j) -> float:
+    """Run time of all ended attempts together (render.elapsed of an ended job, as acct shows it)."""
+    return float(sum((a.end_time or j.end_time or 0) - (a.start_time or a.dispatch_time) for a in j.attempts
+                     if a.start_time or a.dispatch_time))
+
+
+def row(j: Job, committed: int) -> tuple:
+    """The acct row of an ended job; `committed`: what admission encumbered for its attempts."""
+    att = [[a.attempt, a.node, list(a.gpus), a.dispatch_time, a.start_time, a.end_time, a.outcome, a.exit_code,
+            a.cost, a.lost_work_s, {k: a.usage[k] for k in _USAGE if k in (a.usage or {})}] for a in j.attempts]
+    return (j.id, j.end_time, j.user, j.account, j.state, j.name, j.project, j.qos, j.array_id, j.array_index,
+            j.submit_time, j.start_time, j.exit_code, j.cpus, j.mem, j.gpus, j.gpu_type, j.time_limit, j.est,
+            j.node, j.restart_count, j.workdir, j.reason, j.cost, committed, elapsed(j), len(j.attempts),
+            _ENC.encode(j.tags), _ENC.encode(att))
+
+
+class AcctAttempt(namedtuple("AcctAttempt", _ATTEMPT)):
+    __slots__ = ()
+
+
+# Built once per row of a million: a namedtuple is made in C (a class setting 29 attributes cost 2 s).
+_Row = namedtuple("_Row", NAMES[:-2] + ("tags_json", "attempts_json"))
+
+
+class AcctJob(_Row):
+    """One archived job as acct and report see it (attributes named as model.Job's)."""
+    __slots__ = ()
+
+    @property
+    def display_id(self) -> str:
+        return f"{self.array_id}_{self.array_index}" if self.array_id is not None else str(self.id)
+
+    @property
+    def tags(self) -> tuple:
+        return tuple(tuple(t) for t in json.loads(self.tags_json))
+
+    @property
+    def attempts(self) -> tuple:
+        # Decoded at each use: acct's columns never need it; report walks it once a job.
+        return tuple(AcctAttempt(a[0], a[1], tuple(a[2]), *a[3:]) for a in json.loads(self.attempts_json))
+
+
+# What acct's table and CSV print (cli/acct.py _table); a query for them reads NULL for the rest.
+TABLE = frozenset({"id", "end_time", "user", "account", "state", "name", "array_id", "array_index", "start_time",
+                   "exit_code", "gpus", "cost", "committed", "elapsed", "n_attempts"})
+
+
+def select(since: float, until: float, user: str | None = None, account: str | None = None,
+           mark: str = "?", columns=None) -> tuple[str, list]:
+    """The query for rows that ended in [since, until], by user/account (indexed); `mark`: the
+    driver's parameter mark (sqlite3 `?`, psycopg `%s`); `columns`: only these (the others NULL,
+    which costs nothing to read), or all."""
+    where, args = [f"end_time >= {mark}", f"end_time <= {mark}"], [since, min(until, 1e300)]
+    if user:
+        where.append(f'"user" = {mark}')
+        args.append(user)
+    if account:
+        where.append(f"account = {mark}")
+        args.append(account)
+    cols = ", ".join(c if columns is None or n in columns else "NULL" for c, n in zip(SQL_NAMES, NAMES))
+    return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time", args

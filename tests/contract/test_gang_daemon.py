@@ -1,0 +1,118 @@
+"""A multi-node job through the daemon and the store (fakeredis and a real redis-server): submitted,
+placed whole, dispatched to each of its nodes, started by its parts, ended once for the whole job
+when its first part ends (the others are stopped at once), requeued whole when a node is lost."""
+import json
+
+from labq.scheduler import config, states
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from tests.harness import FROZEN, K, job, reply, submit, woke
+
+CFG = config.loads("""
+[scheduler]
+node_lease = "30s"
+fence_margin = "5s"
+[rates]
+gpu_hour = 1.0
+""")
+NOW = 1_800_000_000.0
+BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 2, "cpus": 2, "nodes": 2, "time_limit": 3600}
+
+
+def _setup(r, raw, nodes=("a", "b", "c")):
+    agent = AgentStore(r, K)
+    for n in nodes:
+        agent.register(n, 8, 64 << 30, 4, [Gpu(f"GPU-{n}-{i}", i, "fake") for i in range(2)], "h", 1, 10 ** 6,
+                       addr="127.0.0.1")
+    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s.tick(NOW)
+    return s, agent
+
+
+def _running_gang(r, raw):
+    s, agent = _setup(r, raw)
+    submit(r, "alice", BODY, "g")
+    s.tick(NOW, woke(r))
+    j = job(r, 1)
+    assert j.state == states.RUNNING and j.nodes == 2
+    return s, agent, j
+
+
+def test_a_gang_is_dispatched_to_each_of_its_nodes(conns):
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    names = [n for n, _ in j.parts]
+    assert names == ["a", "b"] and j.current.parts == j.parts and len(j.gpu_uuids) == 4
+    for n in names:
+        assert r.lrange(K.dispatch(n), 0, -1) == ["1:1"]
+    assert r.lrange(K.dispatch("c"), 0, -1) == []
+    # every part's `started` is accepted (the first read sets the start, the next is a no-op); a node not in the gang is not heard
+    agent.post("started", 1, 1, "a", {"start_time": NOW + 1})
+    agent.post("started", 1, 1, "b", {"start_time": NOW + 2})
+    agent.post("finished", 1, 1, "c", {"outcome": "completed", "exit_code": 0, "end_time": NOW + 3})
+    s.tick(NOW + 3)
+    j = job(r, 1)
+    assert j.state == states.RUNNING and j.current.start_time == NOW + 1
+
+
+def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    for n in ("a", "b"):
+        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
+    agent.post("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3, "end_time": NOW + 60, "message": "x",
+                                       "usage": {"cpu_s": 5.0}})
+    s.tick(NOW + 61)
+    j = job(r, 1)
+    assert j.state == states.FAILED and j.exit_code == 3 and len(j.attempts) == 1
+    assert r.get(K.control(1)) == "stop:1"
+    for n in ("a", "b"):                        # both parts' runners are woken
+        assert r.lrange(K.node_control(n, 1), 0, -1) == ["stop:1"]
+    cost = j.cost
+    assert abs(cost - 4 * 60 / 3600 * 10 ** 6) <= 1     # 4 GPUs (2 nodes x 2) for 60 s at $1/GPU-hour
+    assert j.attempts[0].usage == {"cpu_s": 5.0, "nodes": {"b": {"cpu_s": 5.0}}}
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 61})
+    s.tick(NOW + 62)
+    again = job(r, 1)
+    assert again.state == states.FAILED and again.cost == cost and len(again.attempts) == 1
+    # the room is free again on both nodes: a 2-node job of the whole nodes starts at once
+    submit(r, "alice", {**BODY, "nodes": 3}, "g3")
+    s.tick(NOW + 63, woke(r))
+    assert job(r, 2).state == states.RUNNING
+
+
+def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    for n in ("a", "b"):
+        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
+    s.tick(NOW + 2)
+    r.delete(K.node_lease("b"))                 # b's agent died (kill -9): its lease is gone
+    s.tick(NOW + 3)                             # b is seen down ...
+    assert job(r, 1).state == states.RUNNING
+    s.tick(NOW + 10)                            # ... and after fence_margin the gang is lost whole
+    j = job(r, 1)
+    assert j.restart_count == 1 and j.attempts[0].outcome == "node_failure"
+    assert r.lrange(K.node_control("a", 1), 0, -1) == ["stop:1"]      # a's part is killed at once
+    assert r.get(K.control(1)) == "stop:1"      # written after the requeued record, which clears controls
+    # requeued once and placed again in the same tick, on the two nodes that are up: attempt 2,
+    # which stop:1 does not name
+    assert j.state == states.RUNNING and [n for n, _ in j.parts] == ["a", "c"] and j.current.attempt == 2
+    # a's part, killed, reports its usage: kept on attempt 1 by node, nothing else changes
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 10,
+                                       "usage": {"cpu_s": 9.0}})
+    s.tick(NOW + 11)
+    j = job(r, 1)
+    assert j.restart_count == 1 and len(j.attempts) == 2 and j.state == states.RUNNING
+    assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 9.0}} and j.attempts[0].outcome == "node_failure"
+
+
+def test_submit_refuses_a_gang_no_set_of_nodes_could_hold(conns):
+    r, raw = conns
+    s, _ = _setup(r, raw)
+    submit(r, "alice", {**BODY, "nodes": 4}, "g4")
+    s.tick(NOW, woke(r))
+    got = reply(r, "g4")
+    assert not got["ok"] and "no set of 4 nodes could ever hold" in got["error"]
+    assert json.dumps(got)     # one line, no traceback

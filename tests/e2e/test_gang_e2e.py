@@ -1,0 +1,156 @@
+"""Multi-node jobs on real processes: one scheduler, three node agents on this host (g1, g2, g3, each
+with its own config, spool and fake GPUs). A 2-node job's parts find each other over MASTER_ADDR and
+MASTER_PORT and the job ends CD once; kill -9 of one part's agent ends both parts and requeues the
+job once, whole."""
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from labq.scheduler import states
+from tests.harness import E2E, wait_for
+
+CONFIG = """
+[scheduler]
+tick = 0.2
+kill_wait = "2s"
+node_lease = "6s"
+fence_margin = "2s"
+start_timeout = "5s"
+[accounts.eta]
+users = ["{user}"]
+[worker]
+name = "g1"
+gpus = 2
+cpus = 4
+mem = "8G"
+slots = 2
+spool = "{spool}"
+run_as = "self"
+"""
+
+# Rank 0 listens on MASTER_PORT; the other ranks connect to MASTER_ADDR:MASTER_PORT, say who they are
+# and read the answer. Each part writes its view of the environment to its own -o file (%n).
+RANKS = r"""
+import os, socket, sys, time
+e = os.environ
+print("part", e["NODE_RANK"], "of", e["LABQ_NUM_NODES"], "on", e["LABQ_NODE"], "nodes", e["LABQ_NODELIST"],
+      "slurm", e["SLURM_NODELIST"], e["SLURM_NNODES"], e["SLURM_NODEID"], e["SLURM_PROCID"],
+      "world", e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], "gpus", e["CUDA_VISIBLE_DEVICES"], flush=True)
+addr, port, rank = e["MASTER_ADDR"], int(e["MASTER_PORT"]), int(e["NODE_RANK"])
+if rank == 0:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("", port))
+    s.listen(1)
+    s.settimeout(120)
+    c, _ = s.accept()
+    got = c.recv(100).decode()
+    c.sendall(b"hello rank 1")
+    print("rank 0 got:", got, flush=True)
+else:
+    for _ in range(1200):
+        try:
+            c = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        sys.exit("rank 1: no rank 0 at %s:%d" % (addr, port))
+    c.sendall(b"hello from rank 1 on " + e["LABQ_NODE"].encode())
+    print("rank 1 got:", c.recv(100).decode(), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def gangs():
+    e = E2E(CONFIG)
+    for name in ("g2", "g3"):
+        path = os.path.join(e.dir, f"{name}.toml")
+        with open(e.cfg_path) as f, open(path, "w") as out:
+            out.write(f.read().replace('name = "g1"', f'name = "{name}"')
+                      .replace(os.path.join(e.dir, "spool"), os.path.join(e.dir, f"spool-{name}")))
+        start_agent(e, name, path)
+    wait_for(lambda: len([n for n in e.client.nodes() if n.state == "up"]) == 3, 60, what="three agents")
+    with open(os.path.join(e.work, "ranks.py"), "w") as f:
+        f.write(RANKS)
+    yield e
+    e.close()
+
+
+def start_agent(e, name: str, path: str) -> None:
+    log = open(os.path.join(e.dir, f"{name}.log"), "a")
+    e.stack.procs[name] = subprocess.Popen([sys.executable, "-m", "labq.cli.main", "--config", path, "worker"],
+                                           env=e.stack.env(), stdout=log, stderr=log, process_group=0)
+    log.close()
+
+
+def agent_of(e, node: str) -> str:
+    return "worker" if node == "g1" else node
+
+
+def test_two_parts_exchange_a_message_over_master_addr_and_end_cd_once(gangs):
+    e = gangs
+    jid = e.sub("-N", "2", "--gpus-per-node", "1", "-t", "5m", "-o", "out-%j-%n.log", "--", sys.executable,
+                "ranks.py")
+    j = e.wait_state(jid, states.TERMINAL, 120)
+    outs = {}
+    for rank in (0, 1):
+        with open(os.path.join(e.work, f"out-{jid}-{rank}.log")) as f:
+            outs[rank] = f.read()
+    assert j.state == states.COMPLETED, (j.state, j.detail, outs)
+    assert len(j.attempts) == 1 and j.attempts[0].outcome == "completed" and j.restart_count == 0
+    names = [n for n, _ in j.attempts[0].parts]
+    assert len(names) == 2 and len(set(names)) == 2
+    assert f"rank 0 got: hello from rank 1 on {names[1]}" in outs[0] and "rank 1 got: hello rank 1" in outs[1]
+    assert f"part 1 of 2 on {names[1]} nodes {','.join(names)}" in outs[1]
+    assert "world 2 1" in outs[0] and f"slurm {names[0][:1]}" in outs[0]
+    gpus = dict(j.attempts[0].parts)
+    assert f"gpus {gpus[names[1]][0]}" in outs[1]
+
+
+def test_kill_9_of_one_parts_agent_ends_both_parts_and_requeues_the_job_once(gangs):
+    e = gangs
+    script = ('echo $$ > pid-$LABQ_JOB_ID-$LABQ_RESTART_COUNT-$NODE_RANK; '
+              'test "$LABQ_RESTART_COUNT" -gt 0 || exec sleep 300')
+    jid = e.sub("-N", "2", "--gpus-per-node", "1", "-t", "10m", "--", "sh", "-c", script)
+    e.wait_state(jid, {states.RUNNING})
+    pids = [os.path.join(e.work, f"pid-{jid}-0-{r}") for r in (0, 1)]
+    wait_for(lambda: all(os.path.exists(p) and open(p).read().strip() for p in pids), 60, what="both parts")
+    first = e.job(jid)
+    procs = [int(open(p).read()) for p in pids]
+    victim = first.parts[1][0]                       # kill -9 the agent of the second part's node
+    p = e.stack.procs.pop(agent_of(e, victim))
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    try:
+        j = e.wait_state(jid, states.TERMINAL, 180)
+        assert j.state == states.COMPLETED, (j.state, j.detail, [a.outcome for a in j.attempts])
+        # requeued once (a retry that no runner took on the dead node, before its lease ran out, is
+        # withdrawn uncounted); the first attempt ended once, for both parts
+        outcomes = [a.outcome for a in j.attempts]
+        assert outcomes[0] == "node_failure" and outcomes[-1] == "completed" and j.restart_count == 1, outcomes
+        assert set(outcomes[1:-1]) <= {"withdrawn"}
+        # both parts of the first attempt are gone: the killed node's by fencing, the other by the gang stop
+        for pid in procs:
+            wait_for(lambda pid=pid: not _alive(pid), 30, what=f"part process {pid} to end")
+    finally:
+        if victim == "g1":
+            e.stack.start("worker", "worker")
+        else:
+            start_agent(e, victim, os.path.join(e.dir, f"{victim}.toml"))
+        wait_for(lambda: len([n for n in e.client.nodes() if n.state == "up"]) == 3, 60, what="the agent back")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:   # a zombie no one reaped yet is not running
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,114 @@
+"""The plan applier (scheduler/applier.py): a plan is re-checked against the state it is applied to;
+what no longer holds is rejected and reported, the rest applied."""
+from dataclasses import replace
+
+from labq.scheduler import policy, states, transitions as tr
+from labq.scheduler.applier import apply_plan
+from labq.scheduler.plan import Cancel, Expire, Pending, Place, Plan, Preempt
+from tests.harness import ClusterBuilder, G, cfg
+
+NOW = 1_000_000.0
+
+
+def state(snap):
+    jobs = {j.id: j for j in snap.jobs}
+    return jobs, snap.nodes
+
+
+def place(jid, node="n", gpus=("GPU-n-0",)):
+    return Place(jid, node, gpus, (), (), 0)
+
+
+def test_a_fresh_plan_applies_whole_and_admits_as_the_transitions_do():
+    snap = ClusterBuilder(NOW).node("n", gpus=2).job(gpus=1).job(gpus=1).job(gpus=1).build()
+    p = policy.plan(snap, cfg())
+    jobs, nodes = state(snap)
+    done = apply_plan(p, jobs, jobs, nodes, NOW)
+    assert done.rejected == ()
+    assert [j.id for j in done.started] == [1, 2]
+    assert done.started[0] == tr.admit(jobs[1], p.places[0], NOW)
+    assert {u for j in done.started for u in j.gpu_uuids} == {"GPU-n-0", "GPU-n-1"}
+    assert [j.id for j in done.pended] == [3] and done.pended[0].reason == p.pending[0].reason
+    assert done.changed == done.started
+
+
+def test_a_placement_on_a_gpu_taken_since_the_plan_is_rejected_and_the_rest_applied():
+    snap = ClusterBuilder(NOW).node("n", gpus=2).running("n", gpus=1).job(gpus=1).job(gpus=1).build()
+    jobs, nodes = state(snap)
+    held = jobs[1].gpu_uuids[0]
+    stale = Plan(places=(place(2, gpus=(held,)), place(3, gpus=("GPU-n-1",))))
+    done = apply_plan(stale, jobs, jobs, nodes, NOW)
+    assert [j.id for j in done.started] == [3]
+    assert [(r.decision.job_id, r.why) for r in done.rejected] == [(2, f"job 2 on n: GPU {held} is not free")]
+
+
+def test_two_placements_on_one_gpu_in_one_plan_keep_only_the_first():
+    snap = ClusterBuilder(NOW).node("n", gpus=1).job(gpus=1).job(gpus=1).build()
+    jobs, nodes = state(snap)
+    done = apply_plan(Plan(places=(place(1), place(2))), jobs, jobs, nodes, NOW)
+    assert [j.id for j in done.started] == [1]
+    assert [r.decision.job_id for r in done.rejected] == [2]
+
+
+def test_no_room_a_node_down_a_wrong_model_or_a_held_job_are_rejected():
+    b = (ClusterBuilder(NOW).node("n", gpus=2, cpus=4, mem=8 * G).node("gone", gpus=1, lease=-1.0)
+         .job(gpus=1, cpus=8).job(gpus=1).job(gpus=1, gpu_type="a100").job(gpus=1, held=True).job(gpus=2))
+    jobs, nodes = state(b.build())
+    p = Plan(places=(place(1), place(2, node="gone", gpus=("GPU-gone-0",)), place(3), place(4),
+                     place(5, gpus=("GPU-n-0",))))
+    done = apply_plan(p, jobs, jobs, nodes, NOW)
+    assert done.started == ()
+    assert [r.why for r in done.rejected] == [
+        f"job 1 on n: needs 8 CPUs and 0 MB, 4 and {8 * G} free",
+        "job 2 on gone: the node is not up",
+        "job 3 on n: GPU GPU-n-0 is a fake, not a a100",
+        "job 4 is held",
+        "job 5 on n: names 1 GPUs for a job of 2",
+    ]
+
+
+def test_decisions_about_jobs_that_are_no_longer_pending_are_rejected():
+    snap = ClusterBuilder(NOW).node("n", gpus=2).running("n", gpus=1).job(gpus=1).build()
+    jobs, nodes = state(snap)
+    jobs[2] = tr.end_pending(jobs[2], states.CANCELLED, "cancelled by alice", NOW - 1)
+    p = Plan(places=(place(1, gpus=("GPU-n-1",)),), expires=(Expire(2, "waited too long"),),
+             pending=(Pending(1, states.PRIORITY, ""), Pending(9, states.PRIORITY, "")))
+    done = apply_plan(p, jobs, jobs, nodes, NOW)
+    assert (done.started, done.expired, done.pended) == ((), (), ())
+    assert [r.why for r in done.rejected] == ["job 1 is not pending (R)", "job 2 is not pending (CA)",
+                                              "job 1 is not pending (R)", "job 9 is not pending"]
+
+
+def test_one_job_changes_once_per_plan():
+    snap = ClusterBuilder(NOW).node("n", gpus=1).job(gpus=1).build()
+    jobs, nodes = state(snap)
+    done = apply_plan(Plan(places=(place(1),), expires=(Expire(1, "late"),)), jobs, jobs, nodes, NOW)
+    assert [j.state for j in done.started] == [states.RUNNING] and done.expired == ()
+    assert [r.why for r in done.rejected] == ["job 1 was already changed by this plan"]
+
+
+def test_stops_need_a_running_job_and_give_their_controls():
+    snap = (ClusterBuilder(NOW).node("n", gpus=4).running("n", gpus=1).running("n", gpus=1)
+            .running("n", gpus=1).running("n", gpus=1).build())
+    jobs, nodes = state(snap)
+    jobs[3] = tr.preempting(jobs[3], None, "earlier", NOW - 5)
+    jobs[4] = replace(jobs[4], cancel_requested=True)
+    p = Plan(preempts=(Preempt(1, 7, 30, "for job 7"), Preempt(3, 7, 30, "again")),
+             cancels=(Cancel(2, "budget spent"), Cancel(4, "again")))
+    done = apply_plan(p, jobs, jobs, nodes, NOW)
+    assert [(j.id, j.state, j.cancel_requested) for j in done.stopping] == [(1, states.PREEMPTING, False),
+                                                                            (2, states.RUNNING, True)]
+    assert done.controls == ((1, "preempt:30"), (2, "cancel")) and done.preempts == p.preempts[:1]
+    assert [r.why for r in done.rejected] == ["job 3 is not running (PR)", "job 4 is already being cancelled"]
+
+
+def test_a_reason_makes_a_record_only_when_it_changed_and_without_reasons_only_an_earmark_does():
+    snap = ClusterBuilder(NOW).node("n", gpus=1).job(gpus=1).job(gpus=1).job(gpus=1).build()
+    jobs, nodes = state(snap)
+    jobs[1] = tr.pend(jobs[1], states.RESOURCES, "no room")
+    p = Plan(pending=(Pending(1, states.RESOURCES, "no room"), Pending(2, states.PRIORITY, "behind 1"),
+                      Pending(3, states.PREEMPTING_FOR, "waits", "n", ("GPU-n-0",))))
+    shown = apply_plan(p, jobs, jobs, nodes, NOW)
+    assert [(j.id, j.reason) for j in shown.pended] == [(2, states.PRIORITY), (3, states.PREEMPTING_FOR)]
+    kept = apply_plan(p, jobs, jobs, nodes, NOW, reasons=False)
+    assert [(j.id, j.reason, j.earmark) for j in kept.pended] == [(3, states.NONE, "n")]
