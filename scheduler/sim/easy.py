@@ -143,7 +143,7 @@ def _reserved_points(sim, t: float, p) -> dict:
         node = sim.node_by_name[name]
         for at in sorted({a[0] for a in allocs[name] if a[0] > t}):
             active = [a for a in allocs[name] if a[0] <= at < a[1]]
-            used = Counter()
+            used: Counter = Counter()
             for a in active:
                 used.update(cpus=a[2], mem=a[3], gpus=a[4])
             out.setdefault(name, []).append((at, (node.cpus - used["cpus"], node.mem - used["mem"],

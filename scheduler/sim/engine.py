@@ -99,7 +99,7 @@ class Simulator:
         self.node_by_name = {n.name: n for n in self.nodes}
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
         self.single_model = easy.single_model(self.nodes)
-        self.preemptible_running = self.draining = 0
+        self.preemptible_running = self.draining = self.gangs_running = 0
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
         self.calls = self.skipped = 0
@@ -214,6 +214,7 @@ class Simulator:
         self.room.give(job)
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
+        self.gangs_running -= job.nodes > 1
         for c in charges:
             b = self.budgets.get(c.budget)
             key = ledger.spent_field(c.budget, c.period or (periods.current(b, t) if b else ""))
@@ -264,8 +265,9 @@ class Simulator:
     def _easy(self, t: float) -> bool:
         """Whether a backfill pass may be given only the head of the queue (easy.py says when that
         decides the whole pass): the whole queue in one order, no gate but capacity, nothing timed,
-        draining or preemptible, one GPU model per node."""
-        return (self.cfg.backfill_depth > 0 and self.single_model and self.ungated and not self.queue.timed
+        draining or preemptible, one GPU model per node, no gang (easy.py counts one node per job)."""
+        return (self.cfg.backfill_depth > 0 and self.single_model and not self.queue.gangs and not self.gangs_running
+                and self.ungated and not self.queue.timed and not self.cfg.estimate.backfill   # easy.py reads limits
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.accounts_in_submit_order(t) and self.queue.one_order())
 
@@ -335,6 +337,7 @@ class Simulator:
         job = tr.admit(self._unqueue(place.job_id), place, t)
         self.running[job.id] = job
         self.room.take(job)
+        self.gangs_running += job.nodes > 1
         if self._preemptible(job):
             self.preemptible_running += 1
             qos = self.cfg.qos_named(job.qos)

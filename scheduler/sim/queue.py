@@ -48,8 +48,9 @@ class Queue:
         self.bursts = Bursts(cfg.priority["burst_jobs"], cfg.priority["burst_window"])
         self.shapes = Shapes()
         # shape -> [(time limit as backfill counts it, submit time, id)], sorted: easy.py's index
-        self.by_shape: dict[tuple, list[tuple[float, float, int]]] = {}
+        self.by_shape: dict[tuple, list] = {}
         self.timed = 0
+        self.gangs = 0                                       # pending jobs over several nodes (sub -N)
         self.budgeted = 0                                    # pending jobs charged to some budget
 
     def __len__(self) -> int:
@@ -70,6 +71,7 @@ class Queue:
         self.shapes.add(job)
         insort(self.by_shape.setdefault(shape(job), []), (_limit(job), job.submit_time, job.id))
         self.timed += timed(job)
+        self.gangs += job.nodes > 1
         self.budgeted += self._budgeted(job)
 
     def remove(self, job_id: int) -> Job:
@@ -91,6 +93,7 @@ class Queue:
         if not mine:
             del self.by_shape[shape(job)]
         self.timed -= timed(job)
+        self.gangs -= job.nodes > 1
         self.budgeted -= self._budgeted(job)
         return job
 
