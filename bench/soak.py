@@ -113,6 +113,7 @@ class Soak:
         self.kills = {"scheduler": 0, "worker": 0}
         self.budget = budget
         self.overrides = 0                      # micro-$ of lab-c overrides granted (each one expires)
+        self.override_until = 0.0               # monotonic: while one is active, lab-c submits low work
         self.short_max = 0.0
         self.short_since: dict = {}
         self.done = threading.Event()
@@ -162,6 +163,7 @@ class Soak:
             self.client.books("budget_override", {"budget": "lab-c", "amount": self.budget, "approver": "soak",
                                                   "expires": lasts, "reason": "the soak: it expires under running jobs"})
             self.overrides += int(round(self.budget * 1_000_000))
+            self.override_until = time.monotonic() + lasts
         except Exception as e:      # the scheduler is down: the next one comes
             print(f"override: {e}", file=sys.stderr)
 
@@ -174,9 +176,12 @@ class Soak:
         if sum(1 for j in active if j.state == states.PENDING) > 30:
             return
         r = self.rnd
-        acct = r.choices(["lab-a", "lab-b", "lab-c"], [4, 4, 2])[0]
+        # While lab-c has an override, more of its (preemptible) work runs when it expires.
+        boost = time.monotonic() < self.override_until
+        acct = r.choices(["lab-a", "lab-b", "lab-c"], [4, 4, 6 if boost else 2])[0]
         kind = r.choices(["plain", "ckpt", "stubborn"], [5, 3, 2])[0]
-        opts = {"account": acct, "chdir": self.dir, "time_": "1m", "qos": r.choice(["low", "normal", "high"]),
+        qos = "low" if boost and acct == "lab-c" else r.choice(["low", "normal", "high"])
+        opts = {"account": acct, "chdir": self.dir, "time_": "1m", "qos": qos,
                 "gpus": str(r.choice([1, 1, 1, 2])), "output": os.path.join(self.dir, "out", "%j.out")}
         if r.random() < 0.1:
             opts["array"] = "1-3"
@@ -272,7 +277,7 @@ class Soak:
         for j in jobs.values():
             for a in j.attempts:
                 outcomes[a.outcome or "?"] = outcomes.get(a.outcome or "?", 0) + 1
-        limits = {b.name: int(round(b.limit * 1_000_000)) + self.overrides for b in self.cfg.budgets}
+        limits = {b.name: int(b.limit) + self.overrides for b in self.cfg.budgets}     # micro-units
         with open(self.e.log.name) as f:
             budget_preempts = f.read().count("(on_exhaust = preempt)")
         return {
