@@ -289,6 +289,7 @@ class Soak:
             "preempted_unasked": unasked, "max_preemptions": MAX_PREEMPTIONS, "budget_preempts": budget_preempts,
             "guarantee_short_max_s": round(self.short_max, 2),
             "guarantee_bound_s": GRACE + KILL_WAIT + TICK,
+            "guarantee_within_bound": self.short_max <= GRACE + KILL_WAIT + TICK,
             "spent": spent, "charged": charged, "limits_with_overrides": limits,
             "charges_equal_attempts": spent == charged,
             "within_limits": all(v <= limits.get(k, v) for k, v in spent.items()),
