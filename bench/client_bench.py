@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from latency_bench import _sample_cli, percentile  # noqa: E402
-from peers import PeerUnusable, TaskSpooler  # noqa: E402
+from peers import PeerUnusable, Slurm, TaskSpooler  # noqa: E402
 from stackutil import BenchStack, labq_command  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -169,6 +169,14 @@ def main():
                 res["tsp.desc"] = ts.describe()
         except PeerUnusable as e:
             notes.append(f"task-spooler: skipped, {e}")
+        try:
+            with Slurm() as sl:
+                res["slurm.sub"] = sl.submit_walls(n)["sub.wall"]
+                _, jid = sl.array_submit(10_000, 1)    # 10,000 held tasks: squeue at 10k queued
+                res["slurm.stat"], res["slurm.queued"] = sl.stat_wall(n)
+                res["slurm.desc"] = sl.describe()
+        except PeerUnusable as e:
+            notes.append(f"SLURM: skipped, {e}")
     finally:
         if args.before:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", os.path.join(tmp, "before")],
@@ -209,6 +217,9 @@ def report(res, notes, args) -> str:
         if isinstance(key, tuple) and key[0] == "stat":
             target = f"≤ {TARGETS['stat10k']} ms" if 10_000 <= key[2] < 20_000 else "—"
             lines.append(f"| `labq stat`, {key[2]:,} queued | {key[1]} | {_med(ts)} | {target} | not run¹ | — |")
+    if "slurm.sub" in res:
+        lines.append(f"| peer: SLURM | {res['slurm.desc']} | `sbatch -H --wrap true` {_med(res['slurm.sub'])}; "
+                     f"`squeue` at {res['slurm.queued']:,} queued {_med(res['slurm.stat'])} | — | — | — |")
     total, top = res["imports"]
     lines += ["", f"`python -X importtime -m labq sub --test-only -- true` (dev venv, live stack): "
                   f"{total / 1000:.1f} ms of imports; largest: "

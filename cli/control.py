@@ -9,58 +9,37 @@ from . import hot
 from .common import pass_ctx
 
 
-def _control(ctx, op, job_ids):
-    hot.control(ctx.thin, op, job_ids)    # `del` is a hot command: the fast path (fast.py) runs it too
+def _job_command(name: str, op: str, doc: str):
+    """A command that sends request `op` about the named jobs; `del` is a hot command: the fast
+    path (fast.py) runs it too."""
+    @click.command(name, help=doc)
+    @click.argument("job_ids", nargs=-1, required=True)
+    @pass_ctx
+    def command(ctx, job_ids):
+        hot.control(ctx.thin, op, job_ids)
+    return command
 
 
-@click.command("del")
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def delete(ctx, job_ids):
-    """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait."""
-    _control(ctx, "cancel", job_ids)
+def _node_command(name: str, said: str, doc: str):
+    """An admin's command about one node; `said` is what it prints once the scheduler agreed."""
+    @click.command(name, help=doc)
+    @click.argument("node")
+    @pass_ctx
+    def command(ctx, node):
+        ctx.client.node_admin(name, node)
+        click.echo(f"node {node}: {said}")
+    return command
 
 
-@click.command()
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def hold(ctx, job_ids):
-    """Keep pending jobs from starting (reason Held) until released."""
-    _control(ctx, "hold", job_ids)
-
-
-@click.command()
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def release(ctx, job_ids):
-    """Let held jobs start again."""
-    _control(ctx, "release", job_ids)
-
-
-@click.command()
-@click.argument("job_ids", nargs=-1, required=True)
-@pass_ctx
-def requeue(ctx, job_ids):
-    """Stop running jobs and put them back in the queue with the same id (your own; admins any)."""
-    _control(ctx, "requeue", job_ids)
-
-
-@click.command()
-@click.argument("node")
-@pass_ctx
-def drain(ctx, node):
-    """Take no new jobs on NODE; running ones finish (admins)."""
-    ctx.client.node_admin("drain", node)
-    click.echo(f"node {node}: draining (running jobs finish; nothing new starts)")
-
-
-@click.command()
-@click.argument("node")
-@pass_ctx
-def resume(ctx, node):
-    """Let NODE take jobs again (admins)."""
-    ctx.client.node_admin("resume", node)
-    click.echo(f"node {node}: up")
+delete = _job_command("del", "cancel", "Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL "
+                                       "after kill_wait.")
+hold = _job_command("hold", "hold", "Keep pending jobs from starting (reason Held) until released.")
+release = _job_command("release", "release", "Let held jobs start again.")
+requeue = _job_command("requeue", "requeue", "Stop running jobs and put them back in the queue with the same id "
+                                             "(your own; admins any).")
+drain = _node_command("drain", "draining (running jobs finish; nothing new starts)",
+                      "Take no new jobs on NODE; running ones finish (admins).")
+resume = _node_command("resume", "up", "Let NODE take jobs again (admins).")
 
 
 @click.command()

@@ -104,7 +104,8 @@ def show(c, job_id, as_json=False, **_) -> None:
              f"  state: {j.state}" + (f"  reason: {j.reason} — {j.detail}" if j.state == states.PENDING else
                                       f"  {j.detail}" if j.detail else ""),
              f"  request: {j.gpus} GPU{'s' if j.gpus != 1 else ''}{' ' + j.gpu_type if j.gpu_type else ''}, "
-             f"{j.cpus} CPUs, {fmt_size(j.mem)}, time limit {fmt_duration(j.time_limit)}"
+             f"{j.cpus} CPUs, {fmt_size(j.mem)}" + (f" on each of {j.nodes} nodes" if j.nodes > 1 else "")
+             + f", time limit {fmt_duration(j.time_limit)}"
              + (f", max wait {fmt_duration(j.max_wait)}" if j.max_wait is not None else ""),
              f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
              f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
@@ -136,6 +137,10 @@ def show(c, job_id, as_json=False, **_) -> None:
                      + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
         if render.usage_text(a.usage):
             lines.append(f"    usage: {render.usage_text(a.usage)}")
+        for rank, (node, gpus) in enumerate(a.parts):     # a gang: each node's part
+            part = (a.usage.get("nodes") or {}).get(node) or {}
+            lines.append(f"    node {rank}: {node} gpus {','.join(gpus) or '-'}"
+                         + (f" usage: {render.usage_text(part)}" if part else ""))
     echo("\n".join(lines))
 
 

@@ -2,6 +2,7 @@
 import time
 
 from labq.scheduler import ledger, states
+from labq.scheduler.hostlist import compact as compact_nodes
 from labq.scheduler.jobspec import describe_deps
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
 
@@ -85,14 +86,16 @@ def elapsed(j, now: float) -> float:
 
 
 def stat_row(j, now: float, shown: str | None = None):
-    where = j.node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else j.node or ""
+    node = compact_nodes([n for n, _ in j.parts]) if j.parts else j.node
+    where = node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else node or ""
     return [shown or j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
-            j.gpus, fmt_money(j.cost + running_cost(j, now)), where]
+            j.total_gpus, fmt_money(j.cost + running_cost(j, now)), j.nodes, where]
 
 
 def node_dict(n, jobs) -> dict:
-    mine = [j for j in jobs if j.node == n.name and j.state in states.ON_NODE]
-    used = {u for j in mine for u in j.gpu_uuids}
+    # a gang holds its per-node shape and its part's GPUs on each of its nodes
+    mine = [j for j in jobs if j.state in states.ON_NODE and n.name in {p for p, _ in j.on_nodes}]
+    used = {u for j in mine for p, us in j.on_nodes if p == n.name for u in us}
     return {"name": n.name, "state": n.state, "gpus_total": len(n.gpus), "gpus_free": len(n.gpus) - len(used),
             "gpu_models": sorted({g.model for g in n.gpus}), "cpus_total": n.cpus,
             "cpus_free": n.cpus - sum(j.cpus for j in mine), "mem_total": n.mem,

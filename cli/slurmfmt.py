@@ -8,6 +8,7 @@ import time
 
 from labq.scheduler import states
 from labq.scheduler.errors import UsageError
+from labq.scheduler.hostlist import compact
 from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
 
 from . import render
@@ -34,8 +35,22 @@ def _left(j, now) -> str:
     return fmt_duration(max(0, j.time_limit - render.elapsed(j, now)))
 
 
+def _nodelist(j) -> str:
+    """The job's node(s): a gang's in SLURM's compact form (a `stat` row has it so already)."""
+    parts = getattr(j, "parts", ())
+    return compact([n for n, _ in parts]) if parts else j.node or ""
+
+
+def _n(j) -> int:
+    return getattr(j, "nodes", 1) or 1     # rows from before multi-node jobs have no node count
+
+
+def _nodes(j) -> str:
+    return str(_n(j))
+
+
 def _where(j) -> str:
-    return f"({j.reason})" if j.state == states.PENDING else j.node or ""
+    return f"({j.reason})" if j.state == states.PENDING else _nodelist(j)
 
 
 # squeue letter -> (header, value(job, now, shown id))
@@ -50,12 +65,12 @@ SQUEUE = {
     "t": ("ST", lambda j, now, shown: j.state),
     "M": ("TIME", lambda j, now, shown: fmt_duration(render.elapsed(j, now))),
     "l": ("TIME_LIMIT", lambda j, now, shown: _limit(j)), "L": ("TIME_LEFT", lambda j, now, shown: _left(j, now)),
-    "D": ("NODES", lambda j, now, shown: "1"), "C": ("CPUS", lambda j, now, shown: str(j.cpus)),
+    "D": ("NODES", lambda j, now, shown: _nodes(j)), "C": ("CPUS", lambda j, now, shown: str(j.cpus)),
     "m": ("MIN_MEMORY", lambda j, now, shown: fmt_size(j.mem) if j.mem else "0"),
     "b": ("TRES_PER_NODE", lambda j, now, shown: _gres(j)),
     "R": ("NODELIST(REASON)", lambda j, now, shown: _where(j)),
     "r": ("REASON", lambda j, now, shown: j.reason if j.state == states.PENDING else "None"),
-    "N": ("NODELIST", lambda j, now, shown: j.node or ""),
+    "N": ("NODELIST", lambda j, now, shown: _nodelist(j)),
     "V": ("SUBMIT_TIME", lambda j, now, shown: _ts(j.submit_time)),
     "S": ("START_TIME", lambda j, now, shown: _ts(j.start_time)),
     "e": ("END_TIME", lambda j, now, shown: _ts(j.end_time)),
@@ -113,9 +128,9 @@ SACCT = {
     "timelimit": ("Timelimit", lambda j, x: _limit(j)),
     "alloccpus": ("AllocCPUS", lambda j, x: str(j.cpus)), "reqcpus": ("ReqCPUS", lambda j, x: str(j.cpus)),
     "reqmem": ("ReqMem", lambda j, x: fmt_size(j.mem) if j.mem else "0"),
-    "reqtres": ("ReqTRES", lambda j, x: f"cpu={j.cpus},mem={fmt_size(j.mem)},node=1"
-                + (f",gres/gpu={j.gpus}" if j.gpus else "")),
-    "nnodes": ("NNodes", lambda j, x: "1"), "nodelist": ("NodeList", lambda j, x: j.node or "None assigned"),
+    "reqtres": ("ReqTRES", lambda j, x: f"cpu={j.cpus * _n(j)},mem={fmt_size(j.mem * _n(j))},node={_n(j)}"
+                + (f",gres/gpu={j.gpus * _n(j)}" if j.gpus else "")),
+    "nnodes": ("NNodes", lambda j, x: _nodes(j)), "nodelist": ("NodeList", lambda j, x: _nodelist(j) or "None assigned"),
     "restarts": ("Restarts", lambda j, x: str(j.restart_count)), "workdir": ("WorkDir", lambda j, x: j.workdir),
     "reason": ("Reason", lambda j, x: j.reason), "cost": ("Cost", lambda j, x: x.get("cost", "")),
     "committed": ("Committed", lambda j, x: x.get("committed", "")),

@@ -7,6 +7,11 @@ from labq.scheduler import states
 from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
 
 
+def _nodes(j) -> int:
+    """The job's node count (a row or record from before multi-node jobs has none: 1)."""
+    return getattr(j, "nodes", 1) or 1
+
+
 def _n(j) -> int:
     """How many jobs `j` stands for: a folded row of the index (statrows.fold) more than one."""
     return getattr(j, "n", 1)
@@ -48,16 +53,18 @@ def table(rows, headers) -> str:
     return "\n".join([fmt.format(*headers).rstrip(), *(fmt.format(*r).rstrip() for r in zip(*cols))])
 
 
-STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODE(REASON)"]
+STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODES", "NODE(REASON)"]
 
 
 def capacity_line(nodes, jobs) -> str:
     up = [n for n in nodes if n.state == "up"]
     on = [j for j in jobs if j.state in states.ON_NODE]
     total_g = sum(len(n.gpus) for n in up)
-    used_g = sum(j.gpus * _n(j) for j in on if j.node in {n.name for n in up})
-    total_c, used_c = sum(n.cpus for n in up), sum(j.cpus * _n(j) for j in on)
-    total_m, used_m = sum(n.mem for n in up), sum(j.mem * _n(j) for j in on)
+    names = {n.name for n in up}
+    # a gang (NODES > 1) holds its per-node shape on each of its nodes
+    used_g = sum(j.gpus * _n(j) * _nodes(j) for j in on if _nodes(j) > 1 or j.node in names)
+    total_c, used_c = sum(n.cpus for n in up), sum(j.cpus * _n(j) * _nodes(j) for j in on)
+    total_m, used_m = sum(n.mem for n in up), sum(j.mem * _n(j) * _nodes(j) for j in on)
     pend = sum(_n(j) for j in jobs if j.state == states.PENDING)
     return (f"nodes {len(up)}/{len(nodes)} up · GPUs {total_g - used_g}/{total_g} free · "
             f"CPUs {total_c - used_c}/{total_c} free · mem {fmt_size(max(0, total_m - used_m))}/{fmt_size(total_m)} free"
@@ -72,7 +79,8 @@ def row_cells(r, now: float, shown: str | None = None, memo=None) -> list:
     secs, cost = int(max(0, r.elapsed(now))) if r.spans else 0, r.settled + r.running_cost(now)
     t = memo.get(("t", secs)) or memo.setdefault(("t", secs), fmt_duration(secs))
     c = memo.get(("c", cost)) or memo.setdefault(("c", cost), fmt_money(cost))
-    return [shown or r.display_id, r.name[:20], r.user, r.account, r.qos, r.state, t, r.gpus, c, where]
+    return [shown or r.display_id, r.name[:20], r.user, r.account, r.qos, r.state, t, r.gpus * _nodes(r), c,
+            _nodes(r), where]
 
 
 def select(rows, user=None, account=None, wanted=None) -> list:

@@ -41,7 +41,8 @@ def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tupl
 @click.command("plan")
 @click.option("--jobs", "count", type=int, help="How many identical jobs (with -G, -c, --mem, -t).")
 @click.option("--file", "path", metavar="JOBS.csv", help="A list of different jobs, replayed by the simulator (see above).")
-@click.option("-G", "--gpus", help="GPUs per job: N or MODEL:N.  [default: 0]")
+@click.option("-G", "--gpus", help="GPUs per job (per node with -N): N or MODEL:N.  [default: 0]")
+@click.option("-N", "--job-nodes", type=int, help="Nodes per job (a multi-node job; -G, -c, --mem per node).  [default: 1]")
 @click.option("-c", "--cpus", type=int, help="CPUs per job.  [default: 1]")
 @click.option("--mem", help="Memory per job, like 12G.  [default: 0]")
 @click.option("-t", "--time", "time_", help="Time limit per job (required with --jobs).")
@@ -51,7 +52,7 @@ def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tupl
 @click.option("--progress/--no-progress", default=None, help="--file: a progress bar on stderr (default: when it is a terminal).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def plan(ctx, count, path, gpus, cpus, mem, time_, nodes, budget, qos, progress, as_json):
+def plan(ctx, count, path, gpus, cpus, mem, time_, job_nodes, nodes, budget, qos, progress, as_json):
     """Concurrency per resource, waves, makespan, cost and what is left of the budget.
 
     With --jobs N: N identical jobs, by arithmetic (every job uses its whole limit).
@@ -69,6 +70,7 @@ def plan(ctx, count, path, gpus, cpus, mem, time_, nodes, budget, qos, progress,
       est    how long each job runs        (default: its whole time limit)
       name   a label
       qos    a QoS class                   (default normal)
+      nodes  nodes per job (a multi-node job: gpus, cpus, mem per node; default 1)
 
     \b
       count,gpus,cpus,mem,time,name
@@ -78,17 +80,17 @@ def plan(ctx, count, path, gpus, cpus, mem, time_, nodes, budget, qos, progress,
     from labq.scheduler.whatif import what_if
     cfg = ctx.cfg
     if path is not None:
-        if count is not None or any(v is not None for v in (gpus, cpus, mem, time_)):
-            raise UsageError("--file: the jobs come from the file; drop --jobs, -G, -c, --mem and -t")
+        if count is not None or any(v is not None for v in (gpus, cpus, mem, time_, job_nodes)):
+            raise UsageError("--file: the jobs come from the file; drop --jobs, -G, -c, --mem, -N and -t")
         return _plan_file(ctx, path, nodes, budget, progress, as_json)
     if count is None or time_ is None:
         raise UsageError("give --jobs N with -t TIME (and -G, -c, --mem), or --file JOBS.csv")
     gpus, cpus, mem = gpus or "0", 1 if cpus is None else cpus, mem or "0"
-    if count < 1 or cpus < 1:
-        raise UsageError("--jobs and --cpus must be at least 1")
+    if count < 1 or cpus < 1 or not 1 <= (job_nodes or 1) <= 1024:
+        raise UsageError("--jobs and --cpus must be at least 1, -N from 1 to 1024")
     model, n = parse_gpus(gpus)
     job = Job(id=0, user="plan", account="", gpus=n, gpu_type=model, cpus=cpus, mem=units.parse_size(mem, "--mem"),
-              time_limit=units.parse_duration(time_, "--time"), qos=qos)
+              time_limit=units.parse_duration(time_, "--time"), qos=qos, nodes=job_nodes or 1)
     cluster = parse_nodes(nodes) if nodes else ctx.client.nodes()
     if not cluster:
         raise UsageError("no nodes: give --nodes COUNTxGPUS[:CPUS[:MEM]] or start a worker")

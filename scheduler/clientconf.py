@@ -188,7 +188,7 @@ def _check_keys(section, table, allowed):
 
 def history_table(t) -> dict:
     """[history]: keep (how long ended jobs and ledger entries stay in Redis before the scheduler
-    archives them; 0 = at once), url (the archive: sqlite:///PATH; "" = history.db in the
+    archives them; 0 = at once), url (the archive: sqlite:///PATH or postgresql://…; "" = history.db in the
     scheduler's state directory), purge_after (archived jobs deleted after this long; "" = never)."""
     _check_keys("history", t, {"keep", "url", "purge_after"})
 
@@ -196,8 +196,9 @@ def history_table(t) -> dict:
         return float(_dur(f"history.{key}", v))
 
     url = _str("history.url", t.get("url", ""))
-    if url and not (url.startswith("sqlite:///") or url.startswith("/")):
-        raise ConfigError("history.url", f"expected sqlite:///ABSOLUTE/PATH (or \"\" for the state directory), got {url!r}")
+    if url and not url.startswith(("sqlite:///", "/", "postgresql://", "postgres://")):
+        raise ConfigError("history.url", "expected sqlite:///ABSOLUTE/PATH, postgresql://… (or \"\" for the state "
+                          f"directory), got {url!r}")
     purge = t.get("purge_after", "")
     return {"keep": seconds("keep", t.get("keep", "7d")), "url": url,
             "purge_after": None if purge == "" else seconds("purge_after", purge)}

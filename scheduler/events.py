@@ -38,9 +38,10 @@ class NodeEvents:
             return self._dead(stream, eid, f, str(e))
         write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
                  else self._attempt_event(now, stream, eid, ev))
+        late = write.pop("late_part", False)     # a gang part's usage after its attempt had ended
         self.commit(ack=(stream, eid), **write)
         new = (write.get("jobs") or [None])[0]
-        if ev.kind == "finished" and new is not None:
+        if ev.kind == "finished" and new is not None and not late:
             # Learned once it is written: a redelivered event finds the attempt closed (no result).
             ended = next((j for j in write["jobs"] if j.id == ev.job), None)
             if ended is not None:
@@ -54,7 +55,10 @@ class NodeEvents:
         # Only the node the attempt was placed on speaks for it. On a per-node stream
         # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
         sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
-        if job is not None and (not job.node or sender not in {n for n, _ in job.on_nodes}):
+        # A gang's attempt: each of its parts' nodes speaks for its own part, also once it has ended.
+        a = job.attempts[ev.attempt - 1] if job is not None and 0 < ev.attempt <= len(job.attempts) else None
+        parts = {n for n, _ in a.parts} if a is not None and a.parts else set()
+        if job is not None and sender not in parts and (not job.node or sender not in {n for n, _ in job.on_nodes}):
             log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
                         eid, job.display_id, sender, ",".join(n for n, _ in job.on_nodes))
             job = None
@@ -64,6 +68,11 @@ class NodeEvents:
             result = (new, ()) if new else None
         elif job is not None and ev.kind == "finished":
             result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
+            if parts:       # per-node usage on the attempt (usage["nodes"]), the closing part's and the others'
+                kept = tr.part_usage(result[0] if result else job, ev.attempt, sender, ev.body.get("usage") or {})
+                if result is None:
+                    return {"jobs": [kept], "late_part": True} if kept is not None else {}
+                result = (kept or result[0], result[1])
         if result is None:
             return {}
         new, charges = result

@@ -80,6 +80,20 @@ def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
                   body.get("message", ""), cfg, float(ckpt) if isinstance(ckpt, (int, float)) else None)
 
 
+def part_usage(job: Job, attempt: int, node: str, usage: dict) -> Job | None:
+    """A gang's part on `node` reported its usage: kept on its attempt under usage["nodes"][node]
+    (the attempt's own usage is the part that ended it). None when there is nothing new."""
+    a = job.attempts[attempt - 1] if 0 < attempt <= len(job.attempts) else None
+    if a is None or not a.parts or not isinstance(usage, dict):
+        return None
+    nodes = dict(a.usage.get("nodes") or {})
+    if node in nodes:
+        return None
+    nodes[node] = usage
+    new = replace(a, usage={**a.usage, "nodes": nodes})
+    return replace(job, attempts=job.attempts[:attempt - 1] + (new,) + job.attempts[attempt:])
+
+
 def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
     """The node's lease expired under the job: `NF`, charged to the last heartbeat, requeued."""
     cur = job.current

@@ -50,6 +50,9 @@ def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None =
             else:
                 sums[k] += v
         overall += min(v for v in fit.values() if v is not None)
+    if job.nodes > 1:     # a gang runs one part per node: as many at once as parts fit, over its node count
+        sums = {k: v // job.nodes for k, v in sums.items()}
+        overall //= job.nodes
     binding = min((k for k in ("gpus", "cpus", "mem", "slots") if k not in unbounded), key=lambda k: sums[k])
     # A resource the job asks none of is not a limit: None.
     conc: dict[str, int | None] = {k: None if k in unbounded else v for k, v in sums.items()}
@@ -63,7 +66,7 @@ def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None =
 
 
 # -- labq plan --file: a heterogeneous job list, replayed by the simulator --------------------------
-FILE_COLUMNS = ("count", "gpus", "cpus", "mem", "time", "est", "name", "qos")
+FILE_COLUMNS = ("count", "gpus", "cpus", "mem", "time", "est", "name", "qos", "nodes")
 PLAN_BUDGET = "what-if"   # the budget of `--budget AMOUNT`
 
 
@@ -73,6 +76,7 @@ def load_jobs(path: str, cfg: Config) -> list:
         count  how many such jobs (1)          gpus  N or MODEL:N (0)      cpus  N (1)
         mem    a size like 12G (0)             time  the time limit: 2h, 90 (minutes), 1:30:00, 2-0
         est    how long each runs (its time)   name  a label              qos   a QoS class (normal)
+        nodes  a multi-node job's node count (1): gpus, cpus and mem are then per node
 
     Every job is submitted at once; lines starting with # are comments."""
     from .sim.trace import TraceJob, read_rows
@@ -91,6 +95,7 @@ def load_jobs(path: str, cfg: Config) -> list:
             count = int(cell.get("count") or 1)
             model, gpus = units.parse_gpus(cell.get("gpus") or "0", "gpus")
             cpus = int(cell.get("cpus") or 1)
+            nodes = int(cell.get("nodes") or 1)
             mem = units.parse_size(cell.get("mem") or "0", "mem")
             limit = units.parse_duration(cell["time"], "time") if cell.get("time") else 0
             est = units.parse_duration(cell["est"], "est") if cell.get("est") else limit
@@ -98,8 +103,9 @@ def load_jobs(path: str, cfg: Config) -> list:
             raise UsageError(f"{where}: expected whole numbers in count and cpus, got {row!r}") from None
         except UsageError as e:
             raise UsageError(f"{where}: {e}") from None
-        if count < 1 or cpus < 1 or limit < 1:
-            raise UsageError(f"{where}: count and cpus must be at least 1 and time at least 1s")
+        if count < 1 or cpus < 1 or limit < 1 or not 1 <= nodes <= 1024:
+            raise UsageError(f"{where}: count, cpus and nodes must be at least 1 (nodes at most 1024) "
+                             f"and time at least 1s")
         qos = cell.get("qos") or "normal"
         if cfg.qos_named(qos) is None:
             raise UsageError(f"{where}: qos: unknown QoS {qos!r} (configured: {', '.join(q.name for q in cfg.qos)})")
@@ -107,7 +113,7 @@ def load_jobs(path: str, cfg: Config) -> list:
         for i in range(count):
             jobs.append(TraceJob(name=f"{name}[{i + 1}]" if count > 1 else name, submit=0.0, duration=min(est, limit),
                                  time_limit=limit, gpus=gpus, cpus=cpus, mem=mem, user="plan", qos=qos,
-                                 gpu_type=model))
+                                 gpu_type=model, nodes=nodes))
     if not jobs:
         raise UsageError(f"--file: {path}: no jobs")
     return jobs

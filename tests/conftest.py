@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.harness import E2E, SECRET, start_munged, start_redis  # noqa: E402  (needs ROOT on sys.path)
+from tests.harness import E2E, SECRET, start_munged, start_postgres, start_redis  # noqa: E402  (needs ROOT on sys.path)
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +23,23 @@ def redis_server():
     rp.proc.terminate()
     rp.proc.wait(10)
     shutil.rmtree(rp.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A private PostgreSQL cluster for the session (skipped with the reason where it cannot start)."""
+    pg = start_postgres()
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def archive_at(request, tmp_path):
+    """Where an accounting archive goes: a SQLite file, then a fresh PostgreSQL database; the
+    archive's contract tests run on both."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.db")
+    return request.getfixturevalue("postgres").new_database(f"t{os.getpid()}_{abs(hash(request.node.nodeid))}")
 
 
 @pytest.fixture(scope="session")

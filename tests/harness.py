@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import pytest
 import redis
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config, config as config_mod, states
+from labq.scheduler import config, config as config_mod, policy, states, transitions as tr
 from labq.scheduler.client import Client, current_user
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
@@ -112,6 +113,27 @@ def cfg(text: str = "") -> config_mod.Config:
     return config_mod.loads(text)
 
 
+def forward_until_started(snap: Snapshot, c, until_started: int, limit: float) -> float | None:
+    """Run the cluster forward with every job lasting exactly its time limit; the time job
+    `until_started` starts, or None if it has not by `limit` (backfill's promises, tested)."""
+    jobs = {j.id: j for j in snap.jobs}
+    now = snap.now
+    while now <= limit:
+        p = policy.plan(Snapshot(now, snap.nodes, tuple(jobs.values())), c)
+        for pl in p.places:
+            if pl.job_id == until_started:
+                return now
+            jobs[pl.job_id] = tr.admit(jobs[pl.job_id], pl, now)
+        ends = [j.current.dispatch_time + j.time_limit for j in jobs.values() if j.state in states.ON_NODE]
+        if not ends:
+            return None
+        now = max(now, min(ends))
+        for jid, j in list(jobs.items()):
+            if j.state in states.ON_NODE and j.current.dispatch_time + j.time_limit <= now:
+                jobs.pop(jid)
+    return None
+
+
 def summarize(plan) -> dict:
     return {"places": {p.job_id: (p.node, p.gpus) for p in plan.places},
             "expires": sorted(e.job_id for e in plan.expires),
@@ -129,6 +151,62 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.05, what: str
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+@dataclass
+class PostgresProc:
+    dir: str
+    pg_ctl: str
+    user: int | None        # the uid the cluster runs as (PostgreSQL refuses root), None: ours
+
+    def url(self, db: str = "postgres") -> str:
+        return f"postgresql://labq@/{db}?host={self.dir}"
+
+    def new_database(self, name: str) -> str:
+        """A fresh database in the cluster, for one test; its postgresql:// URL."""
+        import psycopg
+        with psycopg.connect(self.url(), autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            c.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def stop(self) -> None:
+        subprocess.run([self.pg_ctl, "-D", os.path.join(self.dir, "data"), "-m", "immediate", "stop"],
+                       user=self.user, capture_output=True, timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_postgres(timeout: float = 60.0) -> PostgresProc:
+    """A private PostgreSQL cluster (Debian's `postgresql`): initdb into a temporary directory, its
+    unix socket there, trust auth for the superuser `labq`. As root it runs as `nobody`, as
+    PostgreSQL refuses root. Skipped with the reason where PostgreSQL or psycopg is missing."""
+    import glob
+    bins = [os.path.dirname(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[-1:]]
+    found = shutil.which("initdb", path=os.pathsep.join([*bins, os.environ.get("PATH", "")]))
+    if not found:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg 3 is not installed (pip install 'labq[postgres]')")
+    bindir = os.path.dirname(os.path.realpath(found))
+    d = tempfile.mkdtemp(prefix="labq-pg-", dir="/tmp")      # the socket path must stay under 108 bytes
+    user = 65534 if os.geteuid() == 0 else None
+    if user is not None:
+        os.chown(d, user, user)
+    run = dict(user=user, group=user, extra_groups=[] if user is not None else None, capture_output=True,
+               text=True, timeout=timeout, cwd="/")
+    data = os.path.join(d, "data")
+    p = subprocess.run([os.path.join(bindir, "initdb"), "-D", data, "-U", "labq", "--auth=trust", "-E", "UTF8",
+                        "--no-sync"], **run)
+    if p.returncode != 0:
+        pytest.skip(f"initdb failed: {p.stderr.strip().splitlines()[-1:]}")
+    pg_ctl = os.path.join(bindir, "pg_ctl")
+    p = subprocess.run([pg_ctl, "-D", data, "-l", os.path.join(d, "log"), "-w", "-t", str(int(timeout)), "-o",
+                        f"-k {d} -c listen_addresses='' -c fsync=off", "start"], **run)
+    if p.returncode != 0:
+        pytest.skip(f"PostgreSQL did not start: {p.stderr.strip()[-200:]}")
+    return PostgresProc(d, pg_ctl, user)
 
 
 @dataclass
@@ -206,6 +284,46 @@ def start_munged(timeout: float = 20.0) -> MungeProc:
     return mp
 
 
+class LabqUp:
+    """`labq up` (Redis, scheduler and worker in one process tree) in a fresh state directory under
+    /tmp, with `config_text` (E2E_CONFIG's placeholders filled). `cmd` runs labq against it; on
+    leaving, the process is stopped with SIGINT, `text` holds its log and the directory is removed."""
+
+    def __init__(self, config_text: str, prefix: str = "labq-up-", up=("up",)):
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+        self.env = dict(os.environ, LABQ_STATE_DIR=self.dir, PYTHONPATH=ROOT)
+        self.env.pop("JOURNAL_STREAM", None)     # labq up's own log lines, not journald's
+        self.up = list(up)
+        cfg = os.path.join(self.dir, "labq.toml")
+        with open(cfg, "w") as f:
+            f.write(config_text.format(user=current_user(), spool=os.path.join(self.dir, "spool")))
+        self.cmd = [sys.executable, "-m", "labq", "--config", cfg]
+        self.text = ""
+
+    def __enter__(self):
+        self.log = open(os.path.join(self.dir, "up.log"), "w+")
+        self.proc = subprocess.Popen(self.cmd + self.up, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     text=True)
+        try:
+            wait_for(lambda: "labq is up" in open(self.log.name).read(), 60, what="labq up to start")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def run(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(self.cmd + list(args), env=self.env, capture_output=True, text=True, timeout=timeout,
+                              cwd=self.dir)
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        self.log.close()
+        self.text = open(self.log.name).read()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+
 # -- the daemon over a store, the agent played by hand (fixture: conns, in conftest.py) -----------
 CFG = config.loads(SWEEP_TOML)
 K = Keys()
@@ -247,6 +365,17 @@ def setup(r, raw, now):
     s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
     s.tick(now)
     return s
+
+
+def one_admitted(conns, body=None):
+    """The daemon over `conns` (fixture) with node n1, and alice's job 1 submitted and admitted
+    at once: (r, s, now)."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, "alice", BODY if body is None else body, "a")
+    s.tick(now, woke(r))
+    return r, s, now
 
 
 def finish(r, jid, attempt, outcome, code, at):

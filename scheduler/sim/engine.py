@@ -148,9 +148,10 @@ class Simulator:
     def _arrive(self, t: float, i: int) -> None:
         tj = self.trace[i]
         account = tj.account or self.template.get("account") or self.cfg.default_account(tj.user)
+        gpus, cpus, mem, nodes = gang_shape(tj, self.nodes)
         job = Job(**{**self.template, "account": account}, id=i + 1, name=tj.name, user=tj.user, qos=tj.qos,
-                  gpus=tj.gpus, gpu_type=tj.gpu_type, cpus=tj.cpus, mem=tj.mem, time_limit=tj.time_limit,
-                  submit_time=t)
+                  gpus=gpus, gpu_type=tj.gpu_type, cpus=cpus, mem=mem, time_limit=tj.time_limit,
+                  submit_time=t, nodes=nodes)
         if self.hooks:
             job = self.hooks.stamp(job, tj, t)
         why = self._refusal(job)
@@ -167,11 +168,11 @@ class Simulator:
         if cfg.qos_named(job.qos) is None:
             return "qos", f"qos: unknown QoS {job.qos!r}"
         key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.time_limit, job.qos, job.account, job.project,
-               job.budget, job.user)
+               job.budget, job.user, job.nodes)
         if key not in self._refusals:
             why = policy.refusal(job, self.nodes, cfg)
             self._refusals[key] = None if why is None else (
-                "capacity" if why.startswith("no node") else "budget" if why.startswith("budget") else "cap", why)
+                "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why)
         if self._refusals[key]:
             return self._refusals[key]
         if self.queue_limits and len(self.queue) + 1 > cfg.max_pending:
@@ -361,3 +362,15 @@ def simulate(trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progr
     `queue_limits`: refuse submits beyond scheduler.max_pending(_per_user), as the daemon does.
     `hooks`: a policies.Hooks (expected runtimes), or None."""
     return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits, hooks).run()
+
+
+def gang_shape(tj, nodes) -> tuple[int, int, int, int]:
+    """(gpus, cpus, mem per node, nodes) of a trace job: its own, or, when it asks for more GPUs than
+    any node has (of its model), a gang (`sub -N`) of whole nodes, its CPUs and memory split over them."""
+    if tj.nodes > 1 or not tj.gpus:
+        return tj.gpus, tj.cpus, tj.mem, tj.nodes
+    most = max((sum(1 for g in n.gpus if not tj.gpu_type or g.model == tj.gpu_type) for n in nodes), default=0)
+    if not most or tj.gpus <= most:
+        return tj.gpus, tj.cpus, tj.mem, 1
+    k = -(-tj.gpus // most)
+    return most, -(-tj.cpus // k), -(-tj.mem // k), k

@@ -20,12 +20,13 @@ class Room:
         self.model = {g.uuid: g.model for n in nodes for g in n.gpus}
 
     def _change(self, job: Job, sign: int) -> None:
-        f = self.free[job.node]
-        f[0] -= sign * job.cpus
-        f[1] -= sign * job.mem
-        f[2] -= sign
-        for u in job.gpu_uuids:
-            f[3][self.model[u]] -= sign
+        for node, gpus in job.on_nodes:     # a gang: its per-node shape on each of its nodes
+            f = self.free[node]
+            f[0] -= sign * job.cpus
+            f[1] -= sign * job.mem
+            f[2] -= sign
+            for u in gpus:
+                f[3][self.model[u]] -= sign
 
     def take(self, job: Job) -> None:
         self._change(job, 1)

@@ -33,6 +33,7 @@ class TraceJob:
     qos: str = "normal"
     gpu_type: str = ""
     status: str = ""      # the trace's own outcome (informational)
+    nodes: int = 1        # a multi-node job: gpus, cpus and mem are then per node (labq plan --file)
 
 
 def read_rows(path: str, what: str):

@@ -14,7 +14,8 @@ Each job also gets a compact accounting row (store/acctrows.py) in the same tran
 record: `labq acct` and `labq report` read those, never the records.
 
 The database is SQLite in WAL mode (stdlib `sqlite3`): readers on the scheduler's host do not
-block the writer. One schema, versioned in `meta`: 1 the records and the ledger, 2 the acct rows
+block the writer; or PostgreSQL (`history.url = "postgresql://…"`, psycopg 3), through the same SQL
+(store/dialect.py). One schema, versioned in `meta`: 1 the records and the ledger, 2 the acct rows
 (an archive of version 1 gets its rows from its records when the scheduler first opens it).
 """
 import hashlib
@@ -24,19 +25,21 @@ import sqlite3
 
 from ..errors import UsageError
 from ..model import Job
-from . import acctrows, codec
+from . import acctrows, codec, dialect
 from .history import default_path, path_of  # noqa: F401 - one place for the path rules
 
 SCHEMA = 2
+# Written once for SQLite and PostgreSQL (store/dialect.py): `{serial}` is each one's sequence.
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY, end_time REAL, user TEXT, account TEXT, state TEXT, record TEXT NOT NULL);
+    id BIGINT PRIMARY KEY, end_time DOUBLE PRECISION, "user" TEXT, account TEXT, state TEXT, record TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end_time);
 CREATE TABLE IF NOT EXISTS ledger (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, stream_id TEXT UNIQUE NOT NULL, ms INTEGER NOT NULL,
+    seq {serial}, stream_id TEXT UNIQUE NOT NULL, ms BIGINT NOT NULL,
     key TEXT, fields TEXT NOT NULL, hash TEXT NOT NULL);
 """
+_JOBS = ("id", "end_time", '"user"', "account", "state", "record")
 _MIGRATE_PAGE = 5000          # records decoded per step of the 1 -> 2 back-fill
 GENESIS = "0" * 64
 
@@ -73,19 +76,20 @@ def committed_fn(r, keys, cfg):
 
 class Archive:
     def __init__(self, path: str, readonly: bool = False, committed=None):
-        """`committed(jobs) -> {id: micro}`: the acct rows' committed cost (default_committed)."""
+        """`path`: a SQLite file, or a postgresql:// URL (store/dialect.py). `committed(jobs) ->
+        {id: micro}`: the acct rows' committed cost (default_committed)."""
         self.path, self.committed = path, committed or default_committed
+        errors: tuple = (sqlite3.Error,)
         try:
-            if readonly:
-                self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-            else:
+            if not readonly and not dialect.is_pg(path):
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                self.db = sqlite3.connect(path, timeout=30)
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.executescript(_DDL)
+            self.db = dialect.Db(path, readonly)
+            errors = self.db.errors
+            if not readonly:
+                self.db.script(_DDL)
                 self._migrate()
-        except sqlite3.Error as e:
-            raise UsageError(f"history: cannot open {path}: {e}") from None
+        except errors as e:
+            raise UsageError(f"history: cannot open {_shown(path)}: {str(e).strip()}") from None
 
     def _migrate(self) -> None:
         found = self._version()
@@ -94,17 +98,16 @@ class Archive:
         if found < SCHEMA:
             # 0 -> 1: the tables of _DDL. 1 -> 2: the acct rows, from the records already archived. One
             # transaction: a crash half-way leaves version 1, and the next open starts the step again.
-            self.db.executescript(acctrows.DDL)
+            self.db.script(acctrows.DDL)
             if found == 1:
                 self._backfill()
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
-            self.db.commit()
+            self.db.execute(dialect.upsert("meta", ("key", "value"), "key"), ("schema", str(SCHEMA)))
+        self.db.commit()
 
     def _version(self) -> int:
-        try:
-            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        except sqlite3.OperationalError:        # a read-only open of a file with no tables yet
+        if not self.db.has_table("meta"):       # a read-only open of a database with no tables yet
             return 0
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         return int(row[0]) if row else 0
 
     def _backfill(self) -> None:
@@ -119,13 +122,12 @@ class Archive:
 
     def _put_rows(self, jobs: list[Job]) -> None:
         cost = self.committed(jobs)
-        marks = ",".join("?" * len(acctrows.NAMES))
-        self.db.executemany(f"INSERT OR REPLACE INTO acct ({','.join(acctrows.SQL_NAMES)}) VALUES ({marks})",
+        self.db.executemany(dialect.upsert("acct", acctrows.SQL_NAMES),
                             [acctrows.row(j, cost.get(j.id, 0)) for j in jobs])
 
     # -- writing (the scheduler) -------------------------------------------------------------------
     def put_jobs(self, jobs: list[Job]) -> None:
-        self.db.executemany("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+        self.db.executemany(dialect.upsert("jobs", _JOBS),
                             [(j.id, j.end_time, j.user, j.account, j.state, codec.dumps(j)) for j in jobs])
         self._put_rows(jobs)            # the same transaction: a row never exists without its record
         self.db.commit()
@@ -210,6 +212,15 @@ class Archive:
         self.db.close()
 
 
+def _shown(where: str) -> str:
+    """A database named in a message: a URL without its password."""
+    if not dialect.is_pg(where) or "@" not in where:
+        return where
+    head, _, tail = where.partition("@")
+    scheme, _, cred = head.partition("://")
+    return f"{scheme}://{cred.split(':')[0]}@{tail}"
+
+
 class Archiver:
     """The scheduler's archiving pass: at most `batch` jobs and `batch` ledger entries at a time,
     at most once every `every` seconds, so the tick stays short while a backlog drains."""
@@ -233,7 +244,8 @@ class Archiver:
         moved = self._jobs(now - self.keep), self._ledger(now - self.keep)
         # A full batch means more is waiting: come back next tick rather than in `every` seconds.
         self.next = now if max(moved) >= self.batch else now + self.every
-        if self.purge_after is not None and (not isinstance(self._archive, str) or os.path.exists(self._archive)):
+        if self.purge_after is not None and (not isinstance(self._archive, str) or dialect.is_pg(self._archive)
+                                             or os.path.exists(self._archive)):
             self.archive.purge(now - self.purge_after)
         return moved
 

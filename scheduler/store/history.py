@@ -7,13 +7,18 @@ import os
 
 from ..errors import UsageError
 
+PG_PREFIXES = ("postgresql://", "postgres://")      # store/dialect.py's (not imported here: see above)
+
 
 def path_of(url: str) -> str:
-    """history.url -> a file path: "sqlite:///abs/path" or a plain path."""
+    """history.url -> where the archive is: a file path ("sqlite:///abs/path" or a plain path), or
+    the postgresql:// URL itself."""
     if url.startswith("sqlite:///"):
         return "/" + url[len("sqlite:///"):].lstrip("/")
+    if url.startswith(PG_PREFIXES):
+        return url
     if "://" in url:
-        raise UsageError(f"history.url: only sqlite:///PATH is supported, got {url!r}")
+        raise UsageError(f"history.url: expected sqlite:///PATH or postgresql://…, got {url!r}")
     return url
 
 
@@ -38,6 +43,12 @@ class History:
         self._absent = False
 
     def _open(self):
+        if self._db is None and not self._absent and self.path.startswith(PG_PREFIXES):
+            from .archive import Archive
+            self._db = Archive(self.path, readonly=True)      # PostgreSQL: its own access rules
+            if self._db._version() == 0:                     # no tables yet: nothing archived yet
+                self._db.close()
+                self._db, self._absent = None, True
         if self._db is None and not self._absent:
             where = os.path.dirname(os.path.abspath(self.path))
             if not os.path.exists(self.path) and (not os.path.isdir(where) or os.access(where, os.X_OK)):

@@ -5,7 +5,7 @@ its runners (only its own node's keys, attempt status and the events stream), U 
 (only its own inbox and the wake list).
 """
 
-ROWS_VERSION = 1    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
+ROWS_VERSION = 2    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
 
 
 class Keys:

@@ -17,12 +17,13 @@ This module needs no model: the thin client decodes rows without it.
 """
 import json
 
+from ..hostlist import compact
 from ..states import ON_NODE
 from ..units import accrue
 from .keys import ROWS_VERSION  # noqa: F401 - the key name carries it
 
 FIELDS = ("id", "array_id", "array_index", "name", "user", "account", "qos", "state", "reason", "node",
-          "gpus", "cpus", "mem", "settled", "cost_rate", "spans", "accruing_since")
+          "gpus", "cpus", "mem", "settled", "cost_rate", "spans", "accruing_since", "nodes")
 
 
 def row(job) -> list:
@@ -34,9 +35,11 @@ def row(job) -> list:
             spans.append([start, a.end_time or None])
     cur = job.attempts[-1] if job.attempts else None
     since = cur.dispatch_time if cur is not None and not cur.end_time and cur.dispatch_time else 0
+    # A running gang (-N): its node list in SLURM's compact form (node[1-2]); gpus/cpus/mem stay per node.
+    node = compact([n for n, _ in job.parts]) if job.parts else job.node
     return [job.id, job.array_id, job.array_index, job.name, job.user, job.account, job.qos, job.state,
-            job.reason, job.node, job.gpus, job.cpus, job.mem, sum(a.cost for a in job.attempts),
-            job.cost_rate, spans, since]
+            job.reason, node, job.gpus, job.cpus, job.mem, sum(a.cost for a in job.attempts),
+            job.cost_rate, spans, since, job.nodes]
 
 
 def dumps(job) -> str:
@@ -53,7 +56,7 @@ class Row:
         # One unpacking, not a setattr per field: `stat` builds one Row per active job.
         (self.id, self.array_id, self.array_index, self.name, self.user, self.account, self.qos, self.state,
          self.reason, self.node, self.gpus, self.cpus, self.mem, self.settled, self.cost_rate, self.spans,
-         self.accruing_since) = values
+         self.accruing_since, self.nodes) = values
         self.n = n
 
     def each(self) -> list["Row"]:

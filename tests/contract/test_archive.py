@@ -1,8 +1,9 @@
 """The accounting archive: ended jobs and old ledger entries leave Redis for SQLite, and every answer
 — the ended jobs, one job by id, the ledger, its idempotency keys, `verify` — is the same before and
 after; a crash between the two steps neither loses nor duplicates a row; an edited archived
-ledger row is detected. On fakeredis and on a real redis-server (the `conns` fixture)."""
-import sqlite3
+ledger row is detected. On fakeredis and on a real redis-server (the `conns` fixture), with the archive in
+SQLite and in a private PostgreSQL cluster (the `archive_at` fixture; skipped with the reason where
+PostgreSQL or psycopg is missing)."""
 
 from labq.scheduler.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
@@ -36,10 +37,10 @@ def _answers(reader: Reader):
             "verify": verify(reader.ledger_all(), reader.spent(), reader.ledger_keys(), reader.ended() + reader.active())}
 
 
-def test_answers_are_the_same_before_and_after_archiving(conns, tmp_path):
+def test_answers_are_the_same_before_and_after_archiving(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     reader = Reader(r, K, History(path))
     before = _answers(reader)
     assert len(before["ended"]) == 6 and before["verify"] == [] and any(e["type"] == "charge" for e in before["ledger"])
@@ -51,10 +52,10 @@ def test_answers_are_the_same_before_and_after_archiving(conns, tmp_path):
     assert Reader(r, K).job(1) is None, "without the archive the old job is not in Redis"
 
 
-def test_a_crash_between_the_two_steps_loses_and_doubles_nothing(conns, tmp_path):
+def test_a_crash_between_the_two_steps_loses_and_doubles_nothing(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     before = _answers(Reader(r, K, History(path)))
     # The scheduler died after the SQLite commit and before the Redis deletes: rows are in both.
     db = Archive(path)
@@ -63,26 +64,26 @@ def test_a_crash_between_the_two_steps_loses_and_doubles_nothing(conns, tmp_path
     assert _answers(Reader(r, K, History(path))) == before, "a row in both places counts once"
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)         # the next leader's pass
     assert _answers(Reader(r, K, History(path))) == before
-    n = sqlite3.connect(path).execute("SELECT COUNT(*), COUNT(DISTINCT stream_id) FROM ledger").fetchone()
+    n = Archive(path).db.execute("SELECT COUNT(*), COUNT(DISTINCT stream_id) FROM ledger").fetchone()
     assert n[0] == n[1] == len(before["ledger"])
     assert Archive(path).broken_chain() == []
 
 
-def test_only_what_is_older_than_keep_moves(conns, tmp_path):
+def test_only_what_is_older_than_keep_moves(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     Archiver(r, K, Archive(path), keep=250).step(T0 + 400)       # ended at T0+101..104: older than 250 s
     assert sorted(int(i) for i in r.zrange(K.history, 0, -1)) == [5, 6]
     assert r.exists(K.job(5)) and not r.exists(K.job(1))
 
 
-def test_an_edited_archived_ledger_row_is_detected(conns, tmp_path):
+def test_an_edited_archived_ledger_row_is_detected(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
-    db = sqlite3.connect(path)
+    db = Archive(path).db
     db.execute("UPDATE ledger SET fields = replace(fields, '\"amount\": \"', '\"amount\": \"9') "
                "WHERE seq = (SELECT MIN(seq) FROM ledger WHERE fields LIKE '%charge%')")
     db.commit()
@@ -145,7 +146,7 @@ def _cli(rp, cfg_path, *args):
     return p.stdout
 
 
-def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server, tmp_path):
+def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server, tmp_path, archive_at):
     """Every acct/report form gives the same text before and after archiving; after it, the records
     are made unreadable in SQLite and the answers still do not change: rows, not records, are read."""
     import redis
@@ -155,14 +156,16 @@ def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server
     r = redis_server.client()
     r.flushall()
     _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
-    path = tmp_path / "history.db"
+    path = archive_at
     cfg_path = tmp_path / "labq.toml"
-    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "sqlite://{path}"\n')
+    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "{path}"\n')
     before = [_cli(redis_server, cfg_path, *q) for q in ACCT_QUERIES]
     assert "6 jobs" in before[0] and before[4].count('"jobs"') >= 2, before
     Archiver(r, K, Archive(str(path), committed=committed_fn(r, K, CFG)), keep=0).step(T0 + 500)
     assert r.zcard(K.history) == 0, "everything archived"
-    sqlite3.connect(path).execute("UPDATE jobs SET record = 'not a record'").connection.commit()
+    db = Archive(str(path)).db
+    db.execute("UPDATE jobs SET record = 'not a record'")
+    db.commit()
     after = [_cli(redis_server, cfg_path, *q) for q in ACCT_QUERIES]
     for q, b, a in zip(ACCT_QUERIES, before, after):
         assert a == b, q
@@ -170,15 +173,16 @@ def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server
 
 def _schema_1(path):
     """Turn an archive into what labq wrote before the acct rows (schema 1)."""
-    db = sqlite3.connect(path)
-    db.executescript("DROP TABLE acct; UPDATE meta SET value = '1' WHERE key = 'schema';")
+    db = Archive(path).db
+    db.script("DROP TABLE acct; UPDATE meta SET value = '1' WHERE key = 'schema'")
+    db.commit()
     db.close()
 
 
-def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns, tmp_path):
+def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at):
     r, raw = conns
     _workload(r, raw)
-    path = str(tmp_path / "history.db")
+    path = archive_at
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
     want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
             for j in Archive(path, readonly=True).acct(0, float("inf"))]
@@ -188,7 +192,7 @@ def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns,
     assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
     assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
     Archive(path).close()                          # the scheduler's open migrates it
-    db = sqlite3.connect(path)
+    db = Archive(path, readonly=True).db
     assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
     got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
            for j in Archive(path, readonly=True).acct(0, float("inf"))]
@@ -206,7 +210,7 @@ def _ask(r, s, user, op, rid):
     return reply(r, rid)
 
 
-def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, tmp_path):
+def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, archive_at):
     from labq.scheduler import config
     from labq.scheduler.daemon import Scheduler
     from tests.harness import SWEEP_TOML
@@ -217,7 +221,7 @@ def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, tmp_path):
                   clock=lambda: T0 + 500)
     got = _ask(r, s, "alice", "archive", "a0")
     assert got["ok"] is False and "keeps no archive" in got["error"], got
-    path = str(tmp_path / "history.db")
+    path = archive_at
     s.archiver, s.history = Archiver(r, K, path, keep=0, batch=4), History(path)
     s.archiver.next = T0 + 10_000          # the ticks would not archive before then: only the request does
     got = _ask(r, s, "bob", "archive", "a1")
@@ -229,7 +233,7 @@ def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, tmp_path):
     assert sorted(Archive(path, readonly=True).jobs(range(1, 9))) == [1, 2, 3, 4, 5, 6]
 
 
-def test_export_streams_every_ended_job_once_archived_or_not(redis_server, tmp_path):
+def test_export_streams_every_ended_job_once_archived_or_not(redis_server, tmp_path, archive_at):
     import csv
     import io
     import json
@@ -243,13 +247,13 @@ def test_export_streams_every_ended_job_once_archived_or_not(redis_server, tmp_p
     r = redis_server.client()
     r.flushall()
     _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
-    path = tmp_path / "history.db"
+    path = archive_at
     from labq.scheduler.store.archive import committed_fn
     from tests.harness import CFG
     Archiver(r, K, Archive(str(path), committed=committed_fn(r, K, CFG)), keep=0, batch=4).step(T0 + 500)
     assert r.zcard(K.history) == 2, "four archived, two in Redis"
     cfg_path = tmp_path / "labq.toml"
-    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "sqlite://{path}"\n')
+    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "{path}"\n')
     rows = list(csv.DictReader(io.StringIO(_cli(redis_server, cfg_path, "admin", "export", "--since", "2027-01-01"))))
     assert sorted(int(x["id"]) for x in rows) == [1, 2, 3, 4, 5, 6]
     assert {x["state"] for x in rows} == {"CD", "F"} and all(float(x["cost"]) > 0 for x in rows)
@@ -264,3 +268,16 @@ def test_export_streams_every_ended_job_once_archived_or_not(redis_server, tmp_p
                            cwd=ROOT, env={**os.environ, "LABQ_REDIS_URL": redis_server.url, "PYTHONPATH": ROOT},
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and why in p.stderr and p.stderr.count("\n") == 1 and not p.stdout, (bad, p.stderr)
+
+
+def test_history_url_takes_sqlite_or_postgresql_and_names_what_else_is_wrong():
+    import pytest
+
+    from labq.scheduler import config
+    from labq.scheduler.errors import LabqError
+    from labq.scheduler.store.history import default_path
+    for url in ("sqlite:////var/lib/x/history.db", "postgresql://labq@db/labq", "postgres://labq@db/labq"):
+        assert config.loads(f'[history]\nurl = "{url}"\n').history["url"] == url
+    assert default_path("postgresql://labq@db/labq") == "postgresql://labq@db/labq"
+    with pytest.raises(LabqError, match=r"history.url.*expected sqlite:///ABSOLUTE/PATH, postgresql://"):
+        config.loads('[history]\nurl = "mysql://db/labq"\n')

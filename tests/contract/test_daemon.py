@@ -9,7 +9,7 @@ import time
 from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, CFG, FROZEN, SWEEP_TOML, K, job, reply, setup, submit, woke
+from tests.harness import BODY, CFG, FROZEN, SWEEP_TOML, K, job, one_admitted, reply, setup, submit, woke
 
 
 def test_submit_admit_dispatch_finish_charge(conns):
@@ -126,11 +126,7 @@ def test_an_unclaimed_attempt_is_withdrawn_uncharged_and_del_ends_it_at_once(con
 
 
 def test_a_claimed_attempt_is_never_withdrawn(conns):
-    r, raw = conns
-    now = time.time()
-    s = setup(r, raw, now)
-    submit(r, "alice", BODY, "a")
-    s.tick(now, woke(r))
+    r, s, now = one_admitted(conns)
     AgentStore(r, K).runner_state("n1", 0, "running 1.1")
     r.hset(K.attempt(1, 1), mapping={"claimed": "n1:1", "hb": now + 10 * CFG.start_timeout})
     s.tick(now + 10 * CFG.start_timeout)
@@ -138,11 +134,7 @@ def test_a_claimed_attempt_is_never_withdrawn(conns):
 
 
 def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns):
-    r, raw = conns
-    now = time.time()
-    s = setup(r, raw, now)
-    submit(r, "alice", BODY, "a")
-    s.tick(now, woke(r))
+    r, s, now = one_admitted(conns)
     r.hset(K.attempt(1, 1), "claimed", "n1:123")
     r.hset(K.node("n1"), "hb", now + 360)
     r.delete(K.node_lease("n1"))
@@ -193,11 +185,7 @@ def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
 
 
 def test_drain_takes_nothing_new_and_resume_reopens(conns):
-    r, raw = conns
-    now = time.time()
-    s = setup(r, raw, now)
-    submit(r, "alice", BODY, "a")
-    s.tick(now, woke(r))
+    r, s, now = one_admitted(conns)
     for who, rid, op in (("alice", "d0", "drain"), ("root", "d1", "drain")):
         r.xadd(K.inbox(who), {"rid": rid, "op": op, "body": json.dumps({"node": "n1"})})
         r.lpush(K.wake, f"user:{who}")
@@ -212,11 +200,7 @@ def test_drain_takes_nothing_new_and_resume_reopens(conns):
 
 
 def test_labq_checkpoint_is_recorded_and_bounds_lost_work(conns):
-    r, raw = conns
-    now = time.time()
-    s = setup(r, raw, now)
-    submit(r, "alice", BODY, "a")
-    s.tick(now, woke(r))
+    r, s, now = one_admitted(conns)
     for who, rid in (("bob", "c0"), ("alice", "c1")):
         r.xadd(K.inbox(who), {"rid": rid, "op": "checkpoint", "body": json.dumps({"job_id": 1})})
         r.lpush(K.wake, f"user:{who}")

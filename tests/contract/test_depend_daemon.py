@@ -4,7 +4,7 @@ import json
 import time
 
 from labq.scheduler import states
-from tests.harness import BODY, K, finish, job, reply, setup, submit, woke
+from tests.harness import BODY, K, finish, job, one_admitted, reply, setup, submit, woke
 
 
 def test_afterok_chain_afternotok_and_kill_on_invalid_dep(conns):
@@ -86,11 +86,7 @@ def test_the_ended_cache_is_rebuilt_by_a_new_leader(conns):
 
 
 def test_test_only_judges_dependencies_on_ended_jobs(conns):
-    r, raw = conns
-    now = time.time()
-    s = setup(r, raw, now)
-    submit(r, "alice", BODY, "a")
-    s.tick(now, woke(r))
+    r, s, now = one_admitted(conns)
     finish(r, 1, 1, "completed", 0, now + 5)
     s.tick(now + 6)
     submit(r, "alice", {**BODY, "dependency": "afterok:1", "test_only": True}, "t1")

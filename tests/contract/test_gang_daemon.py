@@ -61,7 +61,8 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
     s, agent, j = _running_gang(r, raw)
     for n in ("a", "b"):
         agent.post("started", 1, 1, n, {"start_time": NOW + 1})
-    agent.post("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3, "end_time": NOW + 60, "message": "x"})
+    agent.post("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3, "end_time": NOW + 60, "message": "x",
+                                       "usage": {"cpu_s": 5.0}})
     s.tick(NOW + 61)
     j = job(r, 1)
     assert j.state == states.FAILED and j.exit_code == 3 and len(j.attempts) == 1
@@ -70,6 +71,7 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
         assert r.lrange(K.node_control(n, 1), 0, -1) == ["stop:1"]
     cost = j.cost
     assert abs(cost - 4 * 60 / 3600 * 10 ** 6) <= 1     # 4 GPUs (2 nodes x 2) for 60 s at $1/GPU-hour
+    assert j.attempts[0].usage == {"cpu_s": 5.0, "nodes": {"b": {"cpu_s": 5.0}}}
     agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 61})
     s.tick(NOW + 62)
     again = job(r, 1)
@@ -97,8 +99,13 @@ def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
     # requeued once and placed again in the same tick, on the two nodes that are up: attempt 2,
     # which stop:1 does not name
     assert j.state == states.RUNNING and [n for n, _ in j.parts] == ["a", "c"] and j.current.attempt == 2
+    # a's part, killed, reports its usage: kept on attempt 1 by node, nothing else changes
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 10,
+                                       "usage": {"cpu_s": 9.0}})
     s.tick(NOW + 11)
-    assert job(r, 1).restart_count == 1 and len(job(r, 1).attempts) == 2
+    j = job(r, 1)
+    assert j.restart_count == 1 and len(j.attempts) == 2 and j.state == states.RUNNING
+    assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 9.0}} and j.attempts[0].outcome == "node_failure"
 
 
 def test_submit_refuses_a_gang_no_set_of_nodes_could_hold(conns):

@@ -3,14 +3,12 @@
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 from labq.cli import daemonlog
-from tests.harness import ROOT, wait_for
+from tests.harness import ROOT, LabqUp, wait_for
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
@@ -57,22 +55,14 @@ def test_the_scheduler_under_systemd_logs_priorities(redis_server, tmp_path):
     assert not any(STAMP.search(ln) for ln in lines), "journald adds the timestamp"
 
 
+UPLOG = '[worker]\nname = "uplog"\nslots = 1\nspool = "{spool}"\nrun_as = "self"\nallow_root = true\n'
+
+
 def test_labq_up_writes_each_daemons_log_and_logs_admission_and_end_by_job_id():
-    d = tempfile.mkdtemp(prefix="labq-uplog-", dir="/tmp")
-    env = dict(os.environ, LABQ_STATE_DIR=d, PYTHONPATH=ROOT)
-    env.pop("JOURNAL_STREAM", None)
-    cfg = os.path.join(d, "labq.toml")
-    with open(cfg, "w") as f:
-        f.write(f'[worker]\nname = "uplog"\nslots = 1\nspool = "{d}/spool"\nrun_as = "self"\nallow_root = true\n')
-    cmd = [sys.executable, "-m", "labq", "--config", cfg]
-    out = open(os.path.join(d, "up.out"), "w+")
-    up = subprocess.Popen(cmd + ["up", "-v"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-    logdir = os.path.join(d, "log")
-    try:
-        wait_for(lambda: "labq is up" in open(out.name).read(), 60, what="labq up to start")
-        assert f"logs: {logdir}/" in open(out.name).read()
-        p = subprocess.run(cmd + ["sub", "--parsable", "-W", "--", "true"], env=env, capture_output=True,
-                           text=True, timeout=120, cwd=d)
+    with LabqUp(UPLOG, prefix="labq-uplog-", up=("up", "-v")) as up:
+        logdir = os.path.join(up.dir, "log")
+        assert f"logs: {logdir}/" in open(up.log.name).read()
+        p = up.run("sub", "--parsable", "-W", "--", "true")
         assert p.returncode == 0, p.stderr
         jid = p.stdout.strip()
         sched = os.path.join(logdir, "scheduler.log")
@@ -81,9 +71,4 @@ def test_labq_up_writes_each_daemons_log_and_logs_admission_and_end_by_job_id():
         assert re.search(rf"INFO job {jid} -> uplog", text), text
         assert STAMP.search(text), "outside systemd, lines carry their own time"
         assert os.path.getsize(os.path.join(logdir, "worker.log")) > 0
-    finally:
-        up.send_signal(signal.SIGINT)
-        up.wait(60)
-        out.close()
-        shutil.rmtree(d, ignore_errors=True)
-    assert up.returncode == 0
+    assert up.proc.returncode == 0

@@ -5,18 +5,15 @@ Waiting is by polling job state with generous timeouts, never by sleeping a gues
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
 from labq.cli.embedded import ROOT
 from labq.scheduler import states
-from labq.scheduler.client import current_user
-from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, wait_for
+from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, LabqUp, wait_for
 
 pytestmark = E2E_MARKS
 
@@ -122,28 +119,13 @@ def test_kill_9_of_the_scheduler_loses_nothing_and_runs_nothing_twice(e2e):
     assert dict(e2e.client.read.spent())["eta-sweep"] == sum(j.cost for j in jobs)
 
 
-def test_a_second_labq_up_finds_the_first(tmp_path):
-    d = tempfile.mkdtemp(prefix="labq-up-", dir="/tmp")
-    env = dict(os.environ, LABQ_STATE_DIR=d, PYTHONPATH=ROOT)
-    cfg = os.path.join(d, "labq.toml")
-    with open(cfg, "w") as f:
-        f.write(E2E_CONFIG.format(user=current_user(), spool=os.path.join(d, "spool")))
-    cmd = [sys.executable, "-m", "labq.cli.main", "--config", cfg]
-    out = open(os.path.join(d, "up.log"), "w+")
-    first = subprocess.Popen(cmd + ["up"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for(lambda: "labq is up" in open(out.name).read(), 60, what="labq up to start")
-        second = subprocess.run(cmd + ["up"], env=env, capture_output=True, text=True, timeout=60)
+def test_a_second_labq_up_finds_the_first():
+    with LabqUp(E2E_CONFIG) as up:
+        second = up.run("up", timeout=60)
         assert second.returncode == 0 and "already up" in second.stdout
-        p = subprocess.run(cmd + ["sub", "-A", "eta", "-W", "--", "true"], env=env, capture_output=True, text=True,
-                           timeout=120, cwd=d)
+        p = up.run("sub", "-A", "eta", "-W", "--", "true")
         assert p.returncode == 0, p.stderr
-    finally:
-        first.send_signal(signal.SIGINT)
-        first.wait(60)
-        out.close()
-        shutil.rmtree(d, ignore_errors=True)
-    assert first.returncode == 0
+    assert up.proc.returncode == 0
 
 
 def test_redis_restart_with_aof_keeps_acknowledged_work(e2e):

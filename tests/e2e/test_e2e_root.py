@@ -2,16 +2,10 @@
 job that no registered node would ever run is refused at submit with the reason, never accepted and
 then failed. Real redis-server, scheduler and worker processes; the tests need to run as root."""
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 
 import pytest
 
-from labq.scheduler.client import current_user
-from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, ROOT, wait_for
+from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, LabqUp
 
 pytestmark = E2E_MARKS
 
@@ -22,25 +16,10 @@ SUBMITTER = E2E_CONFIG.replace('run_as = "self"', 'run_as = "submitter"')
 
 @root_only
 def test_labq_up_as_root_runs_roots_jobs_with_one_warning():
-    d = tempfile.mkdtemp(prefix="labq-uproot-", dir="/tmp")
-    env = dict(os.environ, LABQ_STATE_DIR=d, PYTHONPATH=ROOT)
-    cfg = os.path.join(d, "labq.toml")
-    with open(cfg, "w") as f:
-        f.write(SUBMITTER.format(user=current_user(), spool=os.path.join(d, "spool")))
-    cmd = [sys.executable, "-m", "labq.cli.main", "--config", cfg]
-    out = open(os.path.join(d, "up.log"), "w+")
-    up = subprocess.Popen(cmd + ["up"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for(lambda: "labq is up" in open(out.name).read(), 60, what="labq up to start")
-        p = subprocess.run(cmd + ["sub", "-A", "eta", "-W", "--", "true"], env=env, capture_output=True, text=True,
-                           timeout=120, cwd=d)
+    with LabqUp(SUBMITTER, prefix="labq-uproot-") as up:
+        p = up.run("sub", "-A", "eta", "-W", "--", "true")
         assert p.returncode == 0, p.stdout + p.stderr
-    finally:
-        up.send_signal(signal.SIGINT)
-        up.wait(60)
-        out.close()
-        text = open(out.name).read()
-        shutil.rmtree(d, ignore_errors=True)
+    text = up.text
     assert text.count("warning") == 1 and "root" in text.split("warning", 1)[1].splitlines()[0], text
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler import applier, policy, states, transitions as tr
 from labq.scheduler.model import Snapshot
 from labq.scheduler.policy import capacity
-from tests.harness import ClusterBuilder, G, cfg
+from tests.harness import ClusterBuilder, G, cfg, forward_until_started
 
 HOUR = 3600
 
@@ -86,27 +86,6 @@ def test_a_gang_is_placed_whole_or_not_at_all_and_no_node_is_overcommitted(snap)
     assert len(held) == len(set(held))
 
 
-def _forward(snap: Snapshot, c, until_started: int, limit: float) -> float | None:
-    """Run the cluster forward with every job lasting exactly its time limit; when job
-    `until_started` starts, or None if it has not by `limit`."""
-    jobs = {j.id: j for j in snap.jobs}
-    now = snap.now
-    while now <= limit:
-        p = policy.plan(Snapshot(now, snap.nodes, tuple(jobs.values())), c)
-        for pl in p.places:
-            if pl.job_id == until_started:
-                return now
-            jobs[pl.job_id] = tr.admit(jobs[pl.job_id], pl, now)
-        ends = [j.current.dispatch_time + j.time_limit for j in jobs.values() if j.state in states.ON_NODE]
-        if not ends:
-            return None
-        now = max(now, min(ends))
-        for jid, j in list(jobs.items()):
-            if j.state in states.ON_NODE and j.current.dispatch_time + j.time_limit <= now:
-                jobs.pop(jid)
-    return None
-
-
 @settings(max_examples=80, deadline=None)
 @given(gang_clusters())
 def test_backfill_never_delays_a_gangs_reservation(snap):
@@ -117,7 +96,7 @@ def test_backfill_never_delays_a_gangs_reservation(snap):
         if jobs[start.job_id].nodes < 2:
             continue
         assert len(start.node.split(",")) == jobs[start.job_id].nodes
-        began = _forward(snap, c, start.job_id, start.at + 1)
+        began = forward_until_started(snap, c, start.job_id, start.at + 1)
         assert began is not None and began <= start.at + 1e-6, (start, began)
 
 

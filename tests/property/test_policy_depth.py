@@ -5,10 +5,9 @@ from dataclasses import replace
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import policy, states, transitions as tr
-from labq.scheduler.model import Snapshot
 from labq.scheduler.policy import priority
 from labq.scheduler.units import fmt_at
-from tests.harness import ClusterBuilder, G, cfg, summarize
+from tests.harness import ClusterBuilder, G, cfg, forward_until_started, summarize
 
 HOUR = 3600
 
@@ -319,27 +318,6 @@ def test_preemption_only_hits_strictly_lower_qos_or_borrowed_work_and_never_a_jo
     assert all(x.reason in states.REASONS for x in p.pending)
 
 
-def _forward(snap: Snapshot, c, until_started: int, limit: float) -> float | None:
-    """Run the cluster forward with every job lasting exactly its time limit; the time job
-    `until_started` starts, or None if it has not by `limit`."""
-    jobs = {j.id: j for j in snap.jobs}
-    now = snap.now
-    while now <= limit:
-        p = policy.plan(Snapshot(now, snap.nodes, tuple(jobs.values())), c)
-        for pl in p.places:
-            if pl.job_id == until_started:
-                return now
-            jobs[pl.job_id] = tr.admit(jobs[pl.job_id], pl, now)
-        ends = [j.current.dispatch_time + j.time_limit for j in jobs.values() if j.state in states.ON_NODE]
-        if not ends:
-            return None
-        now = max(now, min(ends))
-        for jid, j in list(jobs.items()):
-            if j.state in states.ON_NODE and j.current.dispatch_time + j.time_limit <= now:
-                jobs.pop(jid)
-    return None
-
-
 @settings(max_examples=60, deadline=None)
 @given(busy_clusters())
 def test_backfill_never_delays_a_reserved_job(snap):
@@ -348,7 +326,7 @@ def test_backfill_never_delays_a_reserved_job(snap):
     snap = replace(snap, nodes=nodes)
     p = policy.plan(snap, c)
     for start in p.starts[:1]:
-        began = _forward(snap, c, start.job_id, start.at + 1)
+        began = forward_until_started(snap, c, start.job_id, start.at + 1)
         assert began is not None and began <= start.at + 1e-6, (start, began)
 
 
