@@ -6,6 +6,7 @@ the plan in one fenced transaction (which also pushes each admitted attempt onto
 list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
 nothing (the request or event is redelivered) or has already written everything.
 """
+import collections
 import gc
 import logging
 import os
@@ -46,6 +47,7 @@ def tune_gc() -> None:
 
 
 MAX_REQUESTS_PER_TICK = 20_000
+READ_COUNT = 500            # entries per stream per read (SchedulerStore.read_group's count)
 REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 
 
@@ -83,6 +85,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.nodes = ()
         self.last_plan = float("-inf")
+        self.last_reasons = float("-inf")  # when a pass last wrote every pending job's new reason
         self.freed = False                 # an attempt ended since the last plan (room to refill)
         self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
         self.handlers = Handlers(self)
@@ -141,8 +144,10 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 # `now` is the tick's only clock: the ends processed in this tick were capped at it
                 # (transitions.finished), so an admission at `now` never precedes them.
                 began = time.monotonic()
-                self._schedule(now)
+                reasons = now - self.last_reasons >= self.cfg.tick
+                self._schedule(now, reasons)
                 self.last_plan, self.freed = now, False
+                self.last_reasons = now if reasons else self.last_reasons
                 self.plan_done = time.monotonic()
                 self.plan_cost = self.plan_done - began
             if self.durable is not None:
@@ -257,8 +262,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
-            requests = self.store.read_group(streams, pending)
-            events = self.store.read_group(self._node_streams(), pending)
+            requests = self.store.read_group(streams, pending, READ_COUNT)
+            events = self.store.read_group(self._node_streams(), pending, READ_COUNT)
             if not requests and not events:
                 break
             self.batch, self.answered = Batch(usage=self.usage), {}
@@ -277,6 +282,10 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             finally:
                 self.flush()
             done += len(requests)
+            if not pending and not _maybe_more(requests) and not _maybe_more(events):
+                # Drained when read: whatever came since pushed a wake-up, which the loop's next
+                # wait returns at once. Reading again to find nothing was two round trips a tick.
+                break
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
@@ -316,9 +325,14 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         if self.books.budgets != self.cfg.budgets:
             self.cfg = replace(self.cfg, budgets=self.books.budgets)
 
-    def _schedule(self, now: float) -> None:
+    def _schedule(self, now: float, reasons: bool = True) -> None:
         """One policy pass over the snapshot, applied (applier.py) and committed: admissions with
-        their dispatch, expiries and preemptions in one transaction; new reasons after."""
+        their dispatch, expiries and preemptions in one transaction; new reasons after. Without
+        `reasons` (a pass that refills room freed within the tick) a waiting job's flip between
+        Resources and Priority is not written: whether the pass placed anything decides which of
+        the two every pending job gets, and writing them all at each job's end was most of the
+        scheduler's work per trivial job (issue 12). The next pass with `reasons`, at most a tick
+        later, writes them."""
         started = time.monotonic()
         p = policy.plan(self.snapshot(now), self.cfg)
         if self.metrics:
@@ -328,7 +342,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             log.warning("plan not applied: %s", r.why)
         for j in done.stopping:
             log.info("job %s preempted: %s", j.display_id, j.detail)
-        pended = list(done.pended)
+        pended = [j for j in done.pended if reasons or not _flip(self.jobs[j.id], j)]
         changed = list(done.changed)
         if changed or len(pended) <= REASON_CHUNK:
             self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=done.started,
@@ -342,3 +356,14 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 release_memory()
         for j in done.started:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")
+
+
+def _flip(old: Job, new: Job) -> bool:
+    """Only the Resources/Priority flip of a job already waiting for room (see _schedule)."""
+    return {old.reason, new.reason} <= {states.RESOURCES, states.PRIORITY} and not (old.earmark or new.earmark)
+
+
+def _maybe_more(entries) -> bool:
+    """Whether a read_group stopped at its count on some stream (more may be waiting there)."""
+    per = collections.Counter(stream for stream, _, _ in entries)
+    return bool(per) and max(per.values()) >= READ_COUNT

@@ -156,9 +156,17 @@ class NodeEvents:
         runner silent past lease + margin. Its other parts are killed (gang stop) with the NF."""
         beats = self.store.attempt_heartbeats([(job.id, f"{job.current.attempt}.{r}" if r else job.current.attempt)
                                                for r in range(len(job.parts))])
+        a = job.current
         for (name, _), (hb, _) in zip(job.parts, beats):
             node = up.get(name)
-            if node is not None and node.state != "down":
+            why = "node lease expired"
+            if node is not None and node.state != "down" and hb is None:
+                # Another part started, this one never did: a gang cannot run without it (the
+                # attempt as a whole, unstarted, is _unclaimed's). Billed to now: the room was held.
+                if not (a.start_time and 0 < self.cfg.start_timeout < now - (a.dispatch_time or now)):
+                    continue
+                last, why = now, f"its part on node {name} did not start within {self.cfg.start_timeout:.0f}s"
+            elif node is not None and node.state != "down":
                 if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
                     continue
                 last = hb
@@ -166,7 +174,7 @@ class NodeEvents:
                 if now - self.down_since.get(name, now) < self.cfg.fence_margin:
                     continue
                 last = node.last_heartbeat if node else now
-            new, charges = tr.node_failed(job, last, now, self.cfg)
+            new, charges = tr.node_failed(job, last, now, self.cfg, why)
             log.warning("job %s lost with its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
                         job.display_id, name, now - last)
             return new, charges

@@ -8,6 +8,7 @@ import re
 from .model import Job
 
 DEFAULT_OUT = "labq-%j.out"
+PATTERN = r"%([jAaxurnN%])"
 
 
 def expand(job: Job, pattern: str, rank: int = 0, node: str = "") -> str:
@@ -23,7 +24,7 @@ def expand(job: Job, pattern: str, rank: int = 0, node: str = "") -> str:
         "N": node or job.node,
         "%": "%",
     }
-    path = re.sub(r"%([jAaxurnN%])", lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
+    path = re.sub(PATTERN, lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
     return path if os.path.isabs(path) else os.path.join(job.workdir, path)
 
 

@@ -94,12 +94,12 @@ def part_usage(job: Job, attempt: int, node: str, usage: dict) -> Job | None:
     return replace(job, attempts=job.attempts[:attempt - 1] + (new,) + job.attempts[attempt:])
 
 
-def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config):
+def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config, why: str = "node lease expired"):
     """The node's lease expired under the job: `NF`, charged to the last heartbeat, requeued."""
     cur = job.current
     assert cur is not None, "node_failed: the job has no attempt"
     end = max(cur.dispatch_time or now, min(last_heartbeat or now, now))
-    return _close(job, cur, "node_failure", end, None, {}, "node lease expired", cfg)
+    return _close(job, cur, "node_failure", end, None, {}, why, cfg)
 
 
 def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:

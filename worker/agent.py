@@ -1,12 +1,13 @@
 """The node agent: advertises this machine, holds its lease, and supervises `slots` persistent
 runners (labq.worker.slot) that take attempts from the node's dispatch list, `labq:dispatch:<node>`.
-Each attempt runs in a fork of its slot's runner (labq.worker.runner).
+Each attempt runs inside its slot's runner (labq.worker.runner), one at a time.
 
 Fencing: the scheduler requeues a node's jobs only after its lease has expired plus
 scheduler.fence_margin, so jobs here must not outlive the lease. Every hop between the agent and a
 job dies with its parent (PR_SET_PDEATHSIG); the runners also watch the lease themselves (an agent
 stopped with SIGSTOP cannot renew, nor kill anything). If the agent cannot renew for two thirds of
-the lease, or finds it already gone, it kills its runners, whose attempt children kill their jobs.
+the lease, or finds it already gone, it kills its runners, whose jobs die with them (and whatever
+of a job escaped its session comes to the agent, a subreaper, which kills it).
 
 Stopping (SIGTERM, `systemctl stop`): no worker takes a new job, and every running job is
 preempted exactly as a preempt control would: its checkpoint signal, its QoS grace (capped by
@@ -32,7 +33,7 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gang, gpuwatch, launch, probe
+from . import cgroup, gang, gpuwatch, launch, probe, proctree
 
 log = logging.getLogger("labq.agent")
 
@@ -40,7 +41,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = 0.5            # supervision loop; lease renewal runs on its own schedule within it
 QUICK_DEATH = 10.0    # a runner that dies sooner than this after starting counts as failing
 MAX_BACKOFF = 30.0
-STRAY_GRACE = 10.0    # an orphan of a dead runner may live this long (to report its node failure)
 STOP_MARGIN = 15.0    # beyond grace + kill_wait: the runners' last reaping and their `finished` posts
 
 
@@ -72,14 +72,13 @@ class Agent:
             slurm_env=bool(w["slurm_env"]), qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease,
             addr=gang.node_addr(w["addr"]))
         self.queue = Keys(cfg.prefix).dispatch(self.name)
-        self.store = AgentStore(conn.connect(redis_url), Keys(cfg.prefix))
+        self.store = AgentStore.open(redis_url, cfg.prefix)
         self._stop = threading.Event()
         self._next_renew = self._last_renew = 0.0
         self.fenced = False
         self.delegation: cgroup.Delegation | None = None
         self.monitor: gpuwatch.Monitor | None = None
         self.lost_gpus: set[str] = set()
-        self._strays: dict[int, float] = {}      # pid -> when first seen: orphans of dead runners
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -87,7 +86,7 @@ class Agent:
         os.makedirs(self.settings.spool, mode=0o755, exist_ok=True)
         self._setup_cgroups()      # before any runner exists: under systemd we move into a leaf first
         # Orphans of a runner killed outright come to us, not to PID 1: reaped (and killed) here.
-        probe.become_subreaper()
+        proctree.become_subreaper()
         self._register()
         self.store.reset_runners(self.name)
         now = time.monotonic()
@@ -128,11 +127,11 @@ class Agent:
             if not (jid.isdigit() and n.isdigit()):
                 continue
             try:
-                claim = self.store.r.hget(self.store.k.attempt(int(jid), int(n)), "claimed") or ""
+                claim = self.store.claimed_by(int(jid), int(n)) or ""
             except conn.ERRORS:
                 return
             node, _, pid = claim.rpartition(":")
-            while node == self.name and pid.isdigit() and _alive(int(pid)) and time.monotonic() < deadline:
+            while node == self.name and pid.isdigit() and proctree.alive(int(pid)) and time.monotonic() < deadline:
                 time.sleep(0.1)
 
     def run(self) -> int:
@@ -161,6 +160,7 @@ class Agent:
         if now >= self._next_renew:
             self._renew(now)
             self._check_attempts()
+            self._purge_spool()
         for s in self.slots:
             self._supervise(s, now)
         self._reap_strays(now)
@@ -168,12 +168,12 @@ class Agent:
             self._check_gpus()
 
     def shutdown(self) -> None:
-        """Stop taking jobs and preempt the running ones: SIGTERM to each runner, which passes it to
+        """Stop taking jobs and preempt the running ones: SIGTERM to each runner, which preempts
         its attempt (checkpoint signal, grace, TERM, kill_wait, KILL, outcome `preempted`). Wait for
-        them, bounded by that; then SIGKILL what is left: those runners' children see their parent
-        die and kill their trees. Then give the lease up."""
+        them, bounded by that; then SIGKILL what is left: their jobs' leaders die with them, and
+        what escaped comes to us and is killed. Then give the lease up."""
         procs = [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
-        busy = [p for p in procs if probe.children(p.pid)]
+        busy = [p for p in procs if proctree.children(p.pid)]
         for p in procs:
             p.send_signal(signal.SIGTERM)
         budget = self.stop_budget()
@@ -183,7 +183,7 @@ class Agent:
         while True:
             alive = [p for p in procs if p.poll() is None]
             for p in alive:
-                tree.update(probe.descendants(p.pid))
+                tree.update(proctree.descendants(p.pid))
             if not alive or time.monotonic() >= end:
                 break
             time.sleep(0.05)
@@ -191,6 +191,7 @@ class Agent:
             log.warning("runner pid %d did not stop in %.0fs; killing it", p.pid, budget)
             p.kill()
             p.wait()
+        self._reap_strays(time.monotonic())     # what of their jobs escaped to us
         if busy:
             log.info("node %s: preempted %d running job(s) for the stop", self.name, len(busy))
         if not probe.wait_gone(sorted(tree), self.settings.kill_wait + 5):
@@ -326,28 +327,37 @@ class Agent:
         for ref, pid, age in stale:
             log.error("node %s: the runner of job %s (pid %d) has not heart-beaten for %.1fs; killing it and "
                       "its job", self.name, ref, pid, age)
-            for p in [*probe.descendants(pid), pid]:
+            for p in [*proctree.descendants(pid), pid]:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(p, signal.SIGKILL)
 
+    def _purge_spool(self) -> None:
+        try:
+            purge_spool(self.store, self.name, self.settings.spool)
+        except (conn.ERRORS + (OSError,)) as e:     # the next round tries again: the ids stay listed
+            log.warning("node %s: cannot clean archived jobs from the spool: %s", self.name, e)
+
     def _reap_strays(self, now: float) -> None:
-        """Reap children that are not our runners (orphans adopted as subreaper); kill any still
-        alive STRAY_GRACE after we first saw them (an attempt child whose runner died reports its
-        node failure within that)."""
+        """Reap children that are not our runners (orphans adopted as subreaper) and kill those
+        alive that come from a job: a job starts in a session of its own and can only make new
+        ones, so a child outside our session is a process of a job whose runner died (attempts
+        run inside the runners: nothing else of ours is left to report it), which must not
+        outlive the attempt. Children in our session are someone else's (an embedding process)."""
         ours = {s.proc.pid for s in self.slots if s.proc is not None}
-        for pid in probe.children(os.getpid()):
+        sid = os.getsid(0)
+        for pid in proctree.children(os.getpid()):
             if pid in ours:
                 continue
             try:
                 got, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                got = pid
-            if got:
-                self._strays.pop(pid, None)
-            elif now - self._strays.setdefault(pid, now) > STRAY_GRACE:
+                theirs = not got and os.getsid(pid) != sid
+            except (ChildProcessError, ProcessLookupError):
+                got, theirs = pid, False
+            if theirs:
                 log.warning("killing pid %d, left behind by a runner that died", pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                for p in [*proctree.descendants(pid), pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGKILL)
 
     def worker_pids(self) -> list[int]:
         return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]
@@ -359,11 +369,11 @@ class Agent:
         return lambda: [signal.signal(sig, h) for sig, h in old.items()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def purge_spool(store: AgentStore, node: str, spool: str) -> int:
+    """Remove the spool files (stored script, checkpoints) of jobs the scheduler archived, then take
+    them off this node's list: a crash in between only removes them again."""
+    ids = store.purge_list(node)
+    for jid in ids:
+        launch.remove_spool(spool, jid)
+    store.purged(node, ids)
+    return len(ids)

@@ -6,22 +6,16 @@ reports as outcome "error" with the message, so the scheduler is never left wait
 import contextlib
 import os
 import pwd
-import signal
+import shutil
 import stat
-import subprocess
 from dataclasses import dataclass
 
 from labq.scheduler import logpath
 from labq.scheduler.model import Attempt, Job
 
-from . import jobenv, probe
+from . import jobenv
 
 DEFAULT_PATH = jobenv.DEFAULT_PATH
-# Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
-# job start in a directory its user may not enter (tech-notes §4.1).
-WRAPPER = 'cd -- "$1" || exit 126; shift; exec "$@"'
-# Dispositions set to SIG_IGN survive exec; the RQ horse ignores SIGINT, a job must not.
-_RESET = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class StartError(Exception):
@@ -230,6 +224,19 @@ def checkpoint_dir(s: Settings, job: Job, ident: Identity) -> str:
     return d
 
 
+def remove_spool(spool: str, jid: int) -> None:
+    """An archived job's stored script and checkpoint directory, gone from the spool. The parents
+    are ours (the user cannot swap <id> for a link); rmtree does not follow links inside."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(spool, "scripts", f"{int(jid)}.sh"))
+    d = os.path.join(spool, "checkpoints", str(int(jid)))
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.islink(d):       # never ours to follow: the link goes, what it names stays
+            os.unlink(d)
+        else:
+            shutil.rmtree(d)
+
+
 def write_script(s: Settings, job: Job, ident: Identity) -> str:
     """The script text captured at submit (like sbatch), readable only by the job's user."""
     d = os.path.join(s.spool, "scripts")
@@ -277,65 +284,6 @@ def public_url(url: str) -> str:
     path, q, query = path.partition("?")
     kept = "&".join(x for x in query.split("&") if x and x.split("=", 1)[0] not in ("password", "username"))
     return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}" + (f"?{kept}" if q and kept else "")
-
-
-# -- spawn -------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _default_signals():
-    saved = {s: signal.getsignal(s) for s in _RESET}
-    for s, h in saved.items():
-        if h == signal.SIG_IGN:
-            signal.signal(s, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        for s, h in saved.items():
-            if h == signal.SIG_IGN:
-                signal.signal(s, h)
-
-
-def _child_setup(ident: Identity, cgroup_procs: str):
-    """What the forked child does before exec (Popen's preexec_fn runs after setsid): enter the
-    job's cgroup while still root, so that the job is born there and not a runner moved in and out
-    (tech-notes §4.4); drop to the user; then PR_SET_PDEATHSIG, which a change of ids would clear,
-    so that the job dies with its runner (fencing)."""
-    groups = ident.groups if ident.drop else None
-
-    def setup():
-        if cgroup_procs:
-            fd = os.open(cgroup_procs, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-        if groups is not None:
-            os.setgroups(groups)
-            os.setresgid(ident.pw.pw_gid, ident.pw.pw_gid, ident.pw.pw_gid)
-            os.setresuid(ident.pw.pw_uid, ident.pw.pw_uid, ident.pw.pw_uid)
-        probe.die_with_parent(signal.SIGKILL)
-    return setup
-
-
-def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int,
-          umask: int = 0o022, cgroup_procs: str = "") -> subprocess.Popen:
-    """Start the command in a new session (its own process group, no controlling terminal), with
-    the submitter's umask, in the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the
-    job's user, dying with us."""
-    kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
-              close_fds=True, umask=umask, preexec_fn=_child_setup(ident, cgroup_procs))
-    if ident.drop:
-        argv = ["/bin/bash", "-c", WRAPPER, "labq-job", workdir, *cmd]
-        kw["cwd"] = "/"
-    else:
-        argv = cmd
-        kw["cwd"] = workdir
-    try:
-        with _default_signals():
-            return subprocess.Popen(argv, **kw)
-    except subprocess.SubprocessError as e:      # the child setup failed (preexec_fn raised)
-        raise StartError(f"cannot start {cmd[0]}: {e}") from None
-    except OSError as e:
-        raise StartError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
 
 
 def newest_mtime(path: str | None) -> float | None:

@@ -1,15 +1,15 @@
 """One attempt of one labq job on this node, from fencing to the `finished` event.
 
-It runs in a fresh fork of the slot's persistent runner (worker/slot.py), which is why it may
-become a child subreaper, flip effective ids and reap every child it has: nothing else lives in
-this process. The contract is docs/internals.md.
+It runs inside the slot's persistent runner (worker/slot.py), one attempt at a time: the runner is
+a child subreaper, may flip effective ids while it opens the job's files and reaps every child it
+has, because its only children are its current job's processes. (It ran in a fork per attempt
+until issue 12's speed work: the fork, a fresh Redis connection and the child's exit were a third
+of a trivial job's CPU.) The contract is docs/internals.md.
 
-Fencing: the job's leader dies with this process (PR_SET_PDEATHSIG), this process with its slot
-runner, that with the agent. And the runner reads the node lease's remaining time with every
+Fencing: the job's leader dies with this process (PR_SET_PDEATHSIG), this process with the agent. And the runner reads the node lease's remaining time with every
 heartbeat: when the lease would lapse (the agent stopped, or cut off from Redis) it kills the job
 by then, before the scheduler may requeue it elsewhere (lease + scheduler.fence_margin).
 """
-import contextlib
 import logging
 import math
 import os
@@ -20,43 +20,20 @@ from dataclasses import replace
 
 from labq.scheduler import states
 from labq.scheduler.store import conn
-from labq.scheduler.store.agentside import AgentStore
-from labq.scheduler.store.keys import Keys
-from labq.scheduler.units import fmt_size
+from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, waiting
+from . import cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
+from .ending import HARD, Ending, end_message
 
 log = logging.getLogger("labq.runner")
 
 RUNNER = "labq.worker.runner.run_job"
 TICK = 1.0             # heartbeat, sample, control and parent checks
 STOP_POLL = waiting.STOP_POLL
-REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
-POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
 PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms per 2 GiB process)
 
-# Why an attempt was stopped -> its outcome, and the message the job's record shows. Every
-# end-of-job reason the runner gives is here (and in end_message), nowhere else.
-_OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted", "shutdown": "preempted",
-             "orphaned": "node_failure", "fenced": "node_failure", "runner_killed": "node_failure",
-             "gpu_lost": "node_failure", "oom": "oom", "gang_stop": "cancelled"}
-_MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
-             "shutdown": "preempted: the node agent is stopping (checkpoint signal, grace, requeued)",
-             "orphaned": "the node agent went away; the job was killed (fencing)",
-             "fenced": "the node's lease was about to lapse (agent stopped or cut off from Redis); "
-                       "the job was killed so that it cannot run twice (fencing)",
-             "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)",
-             "gang_stop": "another node's part of the job ended; this part was killed (shared fate)"}
-# Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded,
-# the gang's attempt has ended (its room is free again: a part left running would overlap the next job).
-_HARD = ("orphaned", "fenced", "oom", "gang_stop")
 RENDEZVOUS_S = 120.0   # how long a gang's part waits for node rank 0 to publish MASTER_ADDR/PORT
 CONTROL_AFTER = 0.05   # the control watch starts this long after the job
-
-
-def end_message(why: str, detail: str = "") -> str:
-    """The message of an attempt stopped for `why` (a key of _MESSAGES)."""
-    return _MESSAGES[why].format(detail)
 
 
 def fence(job, attempt: int, node: str) -> str | None:
@@ -72,53 +49,53 @@ def fence(job, attempt: int, node: str) -> str | None:
     return None
 
 
-def run_job(job_id: int, attempt: int, s: launch.Settings | None = None) -> dict:
+def run_job(job_id: int, attempt: int, s: launch.Settings | None = None, slot: SlotRef | None = None,
+            store: AgentStore | None = None) -> dict:
+    """Run the attempt if it is this node's to run. `slot`: the slot list entry it came from, which
+    the runner's first read marks as running and its last write releases; the result then also
+    says whether a SIGTERM (`stop`) or the parent's death (`orphaned`) arrived meanwhile."""
     term = waiting.Sigterm()     # from the first instant: a SIGTERM now would otherwise orphan the job
     try:
         s = s or launch.Settings.from_environ()
-        store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
-        job, control = store.job_and_control(job_id)
-        why = fence(job, attempt, s.node)
-        pttl, rank = -2, 0
-        if why is None:
-            rank = gang.rank_of(job.attempts[-1], s.node) or 0
-            won, pttl = store.claim(job_id, attempt, s.node, os.getpid(), rank)
-            if not won:
-                why = "already claimed"      # by another runner, or withdrawn by the scheduler
-            elif pttl <= 0 and pttl != -1:
-                # Ours now, but the lease is gone: the scheduler requeues it once it sees that.
-                why = "the node's lease has lapsed"
-        if why:
-            log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
-            return {"ran": False, "reason": why}
-        run = Run(store, s, job, attempt, term, rank)
-        run.lease_seen(time.monotonic(), pttl)
-        run.control0 = control
-        return run.execute()
+        out = _run_job(job_id, attempt, s, slot, store or AgentStore.open(s.redis_url, s.prefix), term)
     finally:
-        term.restore()
+        term.close()
+    if slot is not None:
+        out.update(stop=term.got, orphaned=term.orphaned)
+    return out
 
 
-def _verb(control: str | None) -> str | None:
-    """The control's verb: "cancel", or "preempt" from "preempt" / "preempt:GRACE"."""
-    return control.split(":", 1)[0] if control else None
+def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None, store: AgentStore,
+             term: waiting.Sigterm) -> dict:
+    job, control = store.job_and_control(job_id, slot)
+    why = fence(job, attempt, s.node)
+    pttl, env, rank = -2, (), 0
+    if why is None:
+        rank = gang.rank_of(job.attempts[-1], s.node) or 0
+        won, pttl, env = store.claim(job_id, attempt, s.node, os.getpid(), rank, job)
+        if not won:
+            why = "already claimed"      # by another runner, or withdrawn by the scheduler
+        elif pttl <= 0 and pttl != -1:
+            # Ours now, but the lease is gone: the scheduler requeues it once it sees that.
+            why = "the node's lease has lapsed"
+    if why:
+        log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
+        if slot is None:
+            return {"ran": False, "reason": why}
+        store.release_slot(slot)
+        return {"ran": False, "reason": why, "released": True}
+    run = Run(store, s, job, attempt, term, rank, slot)
+    run.lease_seen(time.monotonic(), pttl)
+    run.control0, run.env = control, env
+    return run.execute()
 
 
-def _stops_part(control: str | None, attempt: int) -> bool:
-    """Whether the control is the gang stop of this attempt ("stop:N", events.gang_stop)."""
-    return control == f"stop:{attempt}"
-
-
-def _grace(control: str) -> int | None:
-    _, _, grace = control.partition(":")
-    return int(grace) if grace.isdigit() else None
-
-
-class Run:
+class Run(Ending):
     def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int,
-                 term: waiting.Sigterm | None = None, rank: int = 0):
-        self.store, self.s, self.job, self.n = store, s, job, attempt
+                 term: waiting.Sigterm | None = None, rank: int = 0, slot: SlotRef | None = None):
+        self.store, self.s, self.job, self.n, self.slot = store, s, job, attempt, slot
         self.rank, self.part = rank, gang.part_of(job.attempts[-1], rank)    # a gang's part here
+        self.env = job.env          # what the submitter exported (read with the claim)
         self.term = term or waiting.Sigterm()
         self.proc = None
         self.ckpt_dir = None
@@ -160,7 +137,8 @@ class Run:
                 self._post_finished()     # first: removing the cgroup waits for the kernel to empty it
             finally:
                 self._release_cgroup()
-        return {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
+        out = {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
+        return {**out, "released": True} if self.slot is not None else out
 
     def lease_seen(self, sent: float, pttl: int | None) -> None:
         """A PTTL of the node lease read by a request sent at monotonic `sent`: the lease lasts at
@@ -171,8 +149,8 @@ class Run:
 
     def _run(self) -> None:
         job, s = self.job, self.s
-        early = _verb(self.control0) or ("cancel" if job.cancel_requested else None)
-        if _stops_part(self.control0, self.n):
+        early = waiting.control_verb(self.control0) or ("cancel" if job.cancel_requested else None)
+        if waiting.stops_part(self.control0, self.n):
             self.body.update(outcome="cancelled", message=end_message("gang_stop") + " before it started")
             return
         if early in ("cancel", "preempt") or self.term.got:
@@ -193,9 +171,9 @@ class Run:
                 raise launch.StartError(f"cannot prepare the spool {s.spool}: {e}") from None
             cmd = launch.command(job, script)
             start = time.time()
-            exported = replace(job, env=self.store.job_env(job))
+            exported = replace(job, env=self.env)
             env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt, self.part)
-            probe.become_subreaper()
+            proctree.become_subreaper()
             self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             self._limits()
             if time.monotonic() >= self.lease_until or self.term.orphaned:
@@ -231,10 +209,10 @@ class Run:
 
     def _spawn(self, cmd, env, ident, out_fd: int, err_fd: int) -> None:
         """The job is born in its cgroup: the forked child writes itself into cgroup.procs before
-        exec (launch.spawn), so this runner never moves."""
+        it execs the job (spawn.spawn), so this runner never moves."""
         procs = os.path.join(self.cg.path, "cgroup.procs") if self.cg is not None else ""
         try:
-            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,
+            self.proc = spawn.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,
                                      cgroup_procs=procs)
         except launch.StartError:
             if not procs:
@@ -243,7 +221,7 @@ class Run:
             self._release_cgroup()
             if self.mem_limit > 0:
                 self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
-            self.proc = launch.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask)
+            self.proc = spawn.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask)
 
     def _release_cgroup(self) -> None:
         cg, self.cg = self.cg, None
@@ -263,11 +241,11 @@ class Run:
         # The control watch starts once the job has run a moment: a job that ends at once never
         # pays for its thread and connection, and a push made before it starts waits in the list.
         watch_at = self.t0 + CONTROL_AFTER
-        waiter = waiting.LeaderWaiter(self.proc.pid, self.term.rfd)
+        waiter, watch = waiting.LeaderWaiter(self.proc.pid, self.term.rfd), None
         try:
             while True:
                 exited = waiter.exited()
-                if exited and (stopping is None or not probe.live_descendants()):
+                if exited and (stopping is None or not proctree.live_descendants()):
                     if stopping is None and (os.getppid() != self.ppid or self.term.orphaned):
                         # The slot runner died and its fencing killed the job before this loop
                         # noticed: a node failure, not the job's own exit.
@@ -282,7 +260,8 @@ class Run:
                         return stopping
                     kill_at = self._signal_phase(stopping, phases, now)
                 if now >= watch_at:
-                    waiting.ControlWatch(self).start()
+                    watch = waiting.ControlWatch(self)
+                    watch.start()
                     watch_at = math.inf
                 due = now >= next_tick
                 if due:
@@ -290,7 +269,7 @@ class Run:
                     self._tick()
                 if stopping is None:
                     why = self._why_stop(now >= deadline, due or self.control_due)
-                    if why in _HARD:
+                    if why in HARD:
                         return why          # no grace: _finish kills at once
                     if why:
                         stopping, phases = why, self._stop_phases(why)
@@ -301,20 +280,22 @@ class Run:
                     name = self.job.warn_signal[0]
                     log.info("job %s attempt %d: SIG%s %ds before the limit", self.job.id, self.n, name,
                              self.job.warn_signal[1])
-                    probe.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
+                    proctree.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
                     warn_at = math.inf
                 wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until, watch_at)
                            - time.monotonic(), 0.0)
                 waiter.wait(min(wake, STOP_POLL) if stopping else wake)
         finally:
             waiter.close()
+            if watch is not None:
+                watch.stop()
 
     def _signal_phase(self, why: str, phases: list, now: float) -> float:
         """Send the next stop signal to the tree; returns when the phase after it is due."""
         sig, wait = phases.pop(0)
         log.info("job %s attempt %d: %s, %s to the tree, %ds before the next step", self.job.id, self.n, why,
                  sig.name, wait)
-        probe.signal_tree(self.proc.pid, sig)
+        proctree.signal_tree(self.proc.pid, sig)
         return now + wait
 
     def _why_stop(self, past_deadline: bool, check_control: bool) -> str | None:
@@ -329,12 +310,12 @@ class Run:
         if check_control:
             self.control_due = False
             ctl = self._control()
-            if _stops_part(ctl, self.n):
+            if waiting.stops_part(ctl, self.n):
                 return "gang_stop"
-            if _verb(ctl) == "cancel":
+            if waiting.control_verb(ctl) == "cancel":
                 return "cancelled"
-            if _verb(ctl) == "preempt":
-                self.grace = _grace(ctl)
+            if waiting.control_verb(ctl) == "preempt":
+                self.grace = waiting.control_grace(ctl)
                 return "preempted"
         return "timeout" if past_deadline else None
 
@@ -355,7 +336,7 @@ class Run:
     def _rendezvous_stopped(self) -> str | None:
         """Why a part waiting for node rank 0 gives up: stopped, or its node's lease or agent gone."""
         ctl = self._control()
-        if _stops_part(ctl, self.n) or _verb(ctl) in ("cancel", "preempt"):
+        if waiting.stops_part(ctl, self.n) or waiting.control_verb(ctl) in ("cancel", "preempt"):
             return f"stopped ({ctl})"
         if self.term.got or self.term.orphaned or time.monotonic() >= self.lease_until:
             return "the node agent is stopping or its lease lapsed"
@@ -406,136 +387,3 @@ class Run:
             log.warning("job %s: cannot post %s: %s", self.job.id, kind, e)
 
     # -- the end -------------------------------------------------------------------------------
-    def _finish(self, why: str) -> None:
-        pid = self.proc.pid
-        # Orphans that died on their own, before we kill anything: their statuses are OOM evidence.
-        early_kill = self._reap_early(pid)
-        # Whatever is left (background processes, TERM-ignoring children) dies with the attempt.
-        # The leader is still an unreaped zombie here, so its pid, the pgid, cannot have been reused.
-        if self.cg is not None:
-            self.cg.kill()
-        probe.signal_tree(pid, signal.SIGKILL)
-        _, status, _ = os.wait4(pid, 0)
-        self.proc.returncode = status      # reaped by us; keep Popen from waiting on it again
-        self._reap_all()
-        end = time.time()
-        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        code = -sig if sig else os.WEXITSTATUS(status)
-        self.body.update(exit_code=code, signal=sig, end_time=end, usage=self._usage(end))
-        if why == "error":
-            return
-        oom = self._oom(why, sig == signal.SIGKILL and why == "exited" or early_kill)
-        if why == "exited" and self.ckpt_dir:
-            self._tick_checkpoint()
-        if oom:
-            self._say(jobmsg.oom(self.job.display_id, limit=fmt_size(self.mem_limit) if self.mem_limit else ""))
-        elif why in _HARD:       # stopped without a grace, so no line was written when the stop began
-            self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, end))
-        if oom:
-            self.body.update(outcome="oom", message=oom)
-        elif why == "exited" and code and code == self.job.checkpoint_exit_code:
-            self.body.update(outcome="checkpoint_exit", message=f"checkpoint exit code {code}: requeued")
-        elif why == "exited":
-            self.body.update(outcome="completed" if code == 0 else "exit", message=_describe(code, sig))
-        elif why == "timeout":
-            self.body.update(outcome="timeout", message=f"time limit of {self.job.time_limit}s reached")
-        else:
-            message = self.kill_now[1] if self.kill_now and self.kill_now[0] == why else end_message(why)
-            self.body.update(outcome=_OUTCOMES[why], message=message)
-
-    def _say(self, line: str | None) -> None:
-        """labq's line about the job's end (worker/jobmsg.py), into the job's own log."""
-        if line and self.ident is not None:
-            why = launch.append_line(self.job, self.ident, line, self.rank, self.s.node)
-            if why:
-                log.warning("job %s: cannot write to its log: %s", self.job.id, why)
-
-    def _usage(self, end: float) -> dict:
-        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        usage = {"cpu_s": round(ru.ru_utime + ru.ru_stime - self.ru0.ru_utime - self.ru0.ru_stime, 3),
-                 # Sampled, not ru_maxrss: that counts the forked runner's image before exec.
-                 "max_rss_bytes": self.peak_rss,
-                 "wall_s": round(end - (self.start or end), 3)}
-        if self.peak_pss is not None:
-            usage["max_pss_bytes"] = self.peak_pss
-        if self.mem_limit > 0:
-            usage["mem_limit_bytes"] = self.mem_limit
-        if self.cg is not None:
-            usage.update(self.cg.usage())
-        usage.update(self.gpu.usage())
-        return usage
-
-    def _oom(self, why: str, sigkilled_unsent: bool) -> str | None:
-        """Why this attempt ran out of memory, on evidence only (labq.worker.memwatch), or None. A
-        cancel or a preemption keeps its own outcome: the job was being stopped anyway."""
-        if why == "oom":
-            return self.kill_now[1]
-        if why not in ("exited", "timeout"):
-            return None
-        if self.cg is not None and "memory" in self.cg.controllers:
-            killed = self.cg.memory_events().get("oom_kill", 0)
-            if not killed:
-                return None
-            limit = f"its limit of {fmt_size(self.cg.mem_max)}" if self.cg.mem_max else "no limit: the host ran out"
-            return f"out of memory: the kernel's OOM killer killed {killed} process(es) of the job ({limit})"
-        return memwatch.host_oom(self.oom0, memwatch.host_oom_kills(), sigkilled_unsent, self.table.seen, self.kmsg0)
-
-    def _reap_early(self, leader: int) -> bool:
-        """Reap exited orphans (not the leader); True if one of them died of SIGKILL."""
-        killed = False
-        for pid in probe.zombie_children(exclude=leader):
-            with contextlib.suppress(ChildProcessError):
-                got, status = os.waitpid(pid, os.WNOHANG)
-                killed = killed or bool(got and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL)
-        return killed
-
-    def _tick_checkpoint(self) -> None:
-        """Record the newest checkpoint written during this attempt (also after the exit: one
-        written in the job's last second still counts)."""
-        ckpt = launch.newest_mtime(self.ckpt_dir)
-        if ckpt and ckpt > (self.body.get("last_checkpoint") or 0) and ckpt >= (self.start or 0):
-            self.body["last_checkpoint"] = ckpt
-
-    def _cleanup_after_error(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            if self.proc.returncode is None:
-                self._finish("error")
-            else:
-                self._reap_all()
-        except Exception:       # the original error is the one worth reporting
-            log.exception("job %s: cleanup after a runner error failed", self.job.id)
-
-    def _reap_all(self) -> None:
-        """waitpid(-1) until no child is left: as subreaper we inherited the tree's orphans."""
-        give_up = time.monotonic() + REAP_LIMIT
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid:
-                continue
-            if time.monotonic() > give_up:
-                log.error("job %s: children %s would not die", self.job.id, probe.live_descendants())
-                return
-            probe.signal_tree(None, signal.SIGKILL)    # something forked after the last sweep
-            time.sleep(0.02)
-
-    def _post_finished(self) -> None:
-        for i in range(POST_TRIES):
-            try:
-                self.store.post("finished", self.job.id, self.n, self.s.node, self.body)
-                return
-            except conn.ERRORS as e:
-                if i == POST_TRIES - 1:
-                    raise
-                log.warning("job %s: posting finished failed (%s), retrying", self.job.id, e)
-                time.sleep(1.0)
-
-
-def _describe(code: int, sig: int | None) -> str:
-    if sig:
-        return f"killed by {signal.Signals(sig).name}"
-    return "exit code 0" if code == 0 else f"exit code {code}"

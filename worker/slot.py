@@ -3,16 +3,18 @@
 `python -m labq.worker.slot` reads its settings (the Redis URL with its password among them) as
 one JSON line on stdin from the agent, never from argv or an environment a job could inherit.
 It then loops: BLMOVE an entry "<job>:<attempt>" from the node's dispatch list into this slot's
-own list, fork a child that runs the attempt (worker/runner.py), wait for it, drop the entry. An
-entry left in the slot's list by a runner that died is taken up again by the next one: run if no
-runner claimed it yet, dropped otherwise.
+own list, run the attempt in this process (worker/runner.py), which drops the entry with its last
+write. An entry left in the slot's list by a runner that died is taken up by the next one: run if
+no runner claimed it yet; otherwise the dead runner's attempt is ended as a node failure.
 
-Fencing, each hop dying with its parent (PR_SET_PDEATHSIG):
-- agent → this runner (probe.PARENT_DIED): kill the attempt's whole tree at once, report, exit;
-- this runner → the attempt child (PARENT_DIED): the child kills its job's tree and reports a node failure;
-- the attempt child → the job's leader (SIGKILL, set after the user switch so that it sticks).
-This runner is a child subreaper: processes of a job whose attempt child was killed outright are
-reparented here, and killed before the slot takes the next attempt.
+Attempts run here, not in a fork per attempt: a trivial job's fork, its fresh Redis connection
+and the child's exit cost about 7 ms of its ~25 ms of CPU (issue 12), and one process fewer per
+job is one hop fewer to fence. Fencing, each hop dying with its parent (PR_SET_PDEATHSIG):
+- agent → this runner (proctree.PARENT_DIED): an idle runner exits; a busy one kills its job's tree
+  at once (the attempt ends `orphaned`, a node failure) and exits;
+- this runner → the job's leader (SIGKILL, armed after the user switch so that it sticks).
+This runner is a child subreaper: a job's escaped processes come back to it and die with the
+attempt; if this runner is killed outright they go to the agent, which kills them at once.
 """
 import contextlib
 import json
@@ -24,10 +26,9 @@ import time
 
 from labq.scheduler import dispatch
 from labq.scheduler.store import conn
-from labq.scheduler.store.agentside import AgentStore
-from labq.scheduler.store.keys import Keys
+from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, launch, probe, runner
+from . import cgroup, ending, launch, proctree, runner, spawn
 
 log = logging.getLogger("labq.slot")
 
@@ -41,22 +42,24 @@ class _Stop(Exception):
 class SlotRunner:
     def __init__(self, s: launch.Settings, slot: int, agent_pid: int):
         self.s, self.slot, self.agent_pid = s, slot, agent_pid
-        self.store = AgentStore(conn.connect(s.redis_url), Keys(s.prefix))
-        self.child: int | None = None
+        self.store = AgentStore.open(s.redis_url, s.prefix)
+        self.busy = False                  # an attempt is running here: signals are the attempt's
         self.current: tuple[int, int] | None = None
         self.stopping = self.orphaned = False
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(probe.PARENT_DIED, self._on_parent_died)
+        signal.signal(proctree.PARENT_DIED, self._on_parent_died)
         signal.signal(signal.SIGINT, signal.SIG_IGN)      # a terminal's Ctrl-C is for the agent
         try:
             self._state("starting")
+            spawn.warm()
             for raw in self.store.taken(self.s.node, self.slot):
                 self._handle(raw, resumed=True)
+            self._state("idle")
             while not (self.stopping or self.orphaned):
-                self._state("idle")
+                # The state is "idle" here: written above, or with the attempt's last write.
                 raw = self.store.take(self.s.node, self.slot, BLOCK_S)
                 if raw is not None:
                     self._handle(raw)
@@ -72,10 +75,11 @@ class SlotRunner:
         return 0
 
     def _on_parent_died(self, *_):
-        """The agent is gone: its lease will lapse, so nothing may outlive it here."""
+        """The agent is gone: its lease will lapse, so nothing may outlive it here. (While an
+        attempt runs, the runner's own handler takes this signal and fences the job.)"""
         self.orphaned = True
         self._kill_tree(reap=False)
-        if self.child is None:
+        if not self.busy:
             raise _Stop
 
     def _on_term(self, *_):
@@ -83,10 +87,8 @@ class SlotRunner:
             self._on_parent_died()
             return
         self.stopping = True
-        if self.child is None:
+        if not self.busy:
             raise _Stop
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.child, signal.SIGTERM)     # the agent's orderly stop: the runner preempts its job
 
     def _state(self, what: str) -> None:
         self.store.runner_state(self.s.node, self.slot, f"{what} pid={os.getpid()}")
@@ -94,69 +96,53 @@ class SlotRunner:
     # -- one attempt ---------------------------------------------------------------------------
     def _handle(self, raw: str, resumed: bool = False) -> None:
         got = dispatch.parse(raw)
+        ref = SlotRef(self.s.node, self.slot, raw, os.getpid())
         if got is None:
             log.warning("slot %d: dropped a malformed dispatch entry %r", self.slot, raw[:80])
         elif resumed and self.store.claimed_by(*got) is not None:
-            log.warning("slot %d: job %d attempt %d was claimed by a runner that died; its end is "
-                        "reported by that runner's child or as a lost attempt", self.slot, *got)
+            self._dead_runners_attempt(got, ref)
+            return
         else:
-            self.current = got
-            self._state(f"running {got[0]}.{got[1]}")
-            status = self._fork(*got)
-            self._after(got, status)
-            self.current = None
-        self.store.done(self.s.node, self.slot, raw)
-
-    def _fork(self, jid: int, attempt: int) -> int:
-        me = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
+            self.current, self.busy = got, True
             try:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(probe.PARENT_DIED, signal.SIG_DFL)
-                probe.die_with_parent(probe.PARENT_DIED)
-                if os.getppid() == me:
-                    runner.run_job(jid, attempt, self.s)
-                    code = 0
-            except BaseException:
-                log.exception("job %d attempt %d: runner failed", jid, attempt)
+                res = runner.run_job(*got, self.s, ref, self.store)
+            except Exception:       # a bug or Redis gone: the attempt's own cleanup has run
+                log.exception("slot %d: job %d attempt %d: runner failed", self.slot, *got)
+                res = {}
+                self._kill_tree()
             finally:
-                logging.shutdown()
-                os._exit(code)
-        self.child = pid
-        try:
-            while True:
-                try:
-                    _, status = os.waitpid(pid, 0)
-                    return status
-                except InterruptedError:
-                    continue
-        finally:
-            self.child = None
+                self.current, self.busy = None, False
+            self.stopping = self.stopping or bool(res.get("stop"))
+            self.orphaned = self.orphaned or bool(res.get("orphaned"))
+            if res.get("released"):
+                return          # dropped with the attempt's last write
+        self.store.release_slot(ref)
 
-    def _after(self, got: tuple[int, int], status: int) -> None:
-        """The attempt child is gone: kill whatever of its job is left, and report a node failure if
-        the child died without reporting (killed outright); a duplicate `finished` is ignored."""
-        self._kill_tree()
-        if os.WIFSIGNALED(status):
-            sig = signal.Signals(os.WTERMSIG(status)).name
-            log.error("slot %d: the runner of job %d attempt %d was killed by %s", self.slot, *got, sig)
-            why = "orphaned" if self.orphaned else "runner_killed"
-            body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
-                    "end_time": time.time(), "usage": {}, "message": runner.end_message(why, sig)}
-            with contextlib.suppress(*conn.ERRORS):
-                self.store.post("finished", got[0], got[1], self.s.node, body)
+    def _dead_runners_attempt(self, got: tuple[int, int], ref: SlotRef) -> None:
+        """An entry this slot's previous runner claimed and never released: that runner died with
+        the attempt in it (its job died with it: PDEATHSIG, and the agent killed the strays).
+        Kill what is left in the attempt's cgroup, then report the node failure at once rather
+        than leave the scheduler to find the attempt silent."""
+        claimed = self.store.claimed_by(*got) or ""
+        node, _, pid = claimed.rpartition(":")
+        if node != self.s.node or not pid.isdigit() or proctree.alive(int(pid)):
+            log.warning("slot %d: job %d attempt %d was claimed by %s; not ours to end", self.slot, *got, claimed)
+            self.store.release_slot(ref)
+            return
+        if self.s.cgroup_base:
+            cg = cgroup.JobCgroup.for_attempt(self.s.cgroup_base, *got)
+            if os.path.isdir(cg.path):
+                cg.kill()
+        log.error("slot %d: job %d attempt %d: its runner (pid %s) died; ending it as a node failure",
+                  self.slot, *got, pid)
+        body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
+                "end_time": time.time(), "usage": {}, "message": ending.end_message("runner_killed", f"pid {pid}")}
+        self.store.post("finished", got[0], got[1], self.s.node, body, ref)
 
     def _kill_tree(self, reap: bool = True) -> None:
-        """SIGKILL every descendant (the attempt child first, so it cannot report its job's death
-        as the job's own exit) and the attempt's cgroup; reap what was ours. Not reaping while
-        the attempt child lives: _fork's waitpid must get its status."""
-        if self.child is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child, signal.SIGKILL)
-        if probe.has_children():
-            probe.signal_tree(None, signal.SIGKILL)
+        """SIGKILL every descendant and the current attempt's cgroup; reap them."""
+        if proctree.has_children():
+            proctree.signal_tree(None, signal.SIGKILL)
         if self.current and self.s.cgroup_base:
             cg = cgroup.JobCgroup.for_attempt(self.s.cgroup_base, *self.current)
             if os.path.isdir(cg.path):
@@ -167,13 +153,13 @@ class SlotRunner:
             except ChildProcessError:
                 return
             if pid == 0:
-                if not probe.has_children():
+                if not proctree.has_children():
                     return
                 time.sleep(0.01)     # killed, not yet reaped
 
 
 def main() -> int:
-    probe.die_with_parent(probe.PARENT_DIED)
+    proctree.die_with_parent(proctree.PARENT_DIED)
     cfg = json.loads(sys.stdin.readline())
     agent = int(cfg.pop("agent_pid"))
     if os.getppid() != agent:
@@ -184,7 +170,7 @@ def main() -> int:
     os.close(devnull)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s labq.slot[{slot}] %(levelname)s %(message)s")
-    probe.become_subreaper()
+    proctree.become_subreaper()
     return SlotRunner(launch.Settings.from_dict(cfg), slot, agent).run()
 
 

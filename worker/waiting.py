@@ -5,13 +5,11 @@ import os
 import select
 import signal
 import threading
-import time
 
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore
-from labq.scheduler.store.keys import Keys
 
-from .probe import PARENT_DIED
+from .proctree import PARENT_DIED
 
 STOP_POLL = 0.1        # while a stopping tree drains (an exited leader's pidfd stays readable)
 CONTROL_BLOCK = 5.0    # one blocking read of the control list; the thread then reads again
@@ -57,26 +55,44 @@ class Sigterm:
             signal.signal(sig, handler)
         self._old = {}
 
+    def close(self) -> None:
+        """The attempt is over: the slot runner's own handlers again, and the pipe closed (the
+        runner lives on for the next attempt)."""
+        self.restore()
+        for fd in (self.rfd, self.wfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.rfd = self.wfd = -1
+
 
 class ControlWatch(threading.Thread):
     """Blocks on the job's control list on this node (the scheduler pushes to it with every
-    preempt or cancel) and wakes the watch loop at once, instead of a poll once a second."""
+    preempt or cancel) and wakes the watch loop at once, instead of a poll once a second. It ends
+    within one blocking read after `stop()` (the attempt is over; the runner takes the next)."""
 
     def __init__(self, run):
         super().__init__(daemon=True, name=f"control-{run.job.id}")
-        self.run_, self.store = run, AgentStore(conn.connect(run.s.redis_url), Keys(run.s.prefix))
+        self.run_, self.store = run, AgentStore.open(run.s.redis_url, run.s.prefix)
+        self.done = threading.Event()
+
+    def stop(self) -> None:
+        self.done.set()
 
     def run(self) -> None:
         r = self.run_
-        while True:
-            try:
-                got = self.store.wait_control(r.s.node, r.job.id, CONTROL_BLOCK)
-            except conn.ERRORS:
-                time.sleep(RETRY)      # the runner's tick reads the control key meanwhile
-                continue
-            if got:
-                r.control_due = True
-                r.term.poke()
+        try:
+            while not self.done.is_set():
+                try:
+                    got = self.store.wait_control(r.s.node, r.job.id, CONTROL_BLOCK)
+                except conn.ERRORS:
+                    self.done.wait(RETRY)      # the runner's tick reads the control key meanwhile
+                    continue
+                if got and not self.done.is_set():
+                    r.control_due = True
+                    r.term.poke()
+        finally:
+            with contextlib.suppress(*conn.ERRORS):
+                self.store.close()
 
 
 class LeaderWaiter:
@@ -110,3 +126,19 @@ class LeaderWaiter:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+# -- what a control says (the key labq:job:<id>:control) ---------------------------------------
+def control_verb(control: str | None) -> str | None:
+    """The control's verb: "cancel", or "preempt" from "preempt" / "preempt:GRACE"."""
+    return control.split(":", 1)[0] if control else None
+
+
+def stops_part(control: str | None, attempt: int) -> bool:
+    """Whether the control is the gang stop of this attempt ("stop:N", events.gang_stop)."""
+    return control == f"stop:{attempt}"
+
+
+def control_grace(control: str) -> int | None:
+    _, _, grace = control.partition(":")
+    return int(grace) if grace.isdigit() else None

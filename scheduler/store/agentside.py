@@ -5,9 +5,10 @@ expired, which is a no-op). Runners never write job records.
 """
 import json
 import time
+from dataclasses import dataclass
 
 from ..model import Gpu, Job
-from . import codec
+from . import codec, conn
 from .keys import Keys
 from .reads import load_job
 
@@ -15,6 +16,15 @@ from .reads import load_job
 class AgentStore:
     def __init__(self, r, keys: Keys):
         self.r, self.k = r, keys
+
+    @classmethod
+    def open(cls, url: str, prefix: str) -> "AgentStore":
+        """A node-side connection. RESP2: no HELLO round trip on connect (an attempt runner is a
+        fresh fork, and connects once per attempt); nothing here reads a RESP3-only reply."""
+        return cls(conn.connect(url, protocol=2), Keys(prefix))
+
+    def close(self) -> None:
+        self.r.close()
 
     # -- node registration and lease ----------------------------------------------------------
     def register(self, name: str, cpus: int, mem: int, slots: int, gpus: list[Gpu], host: str, pid: int,
@@ -58,23 +68,32 @@ class AgentStore:
         raw = self.r.get(self.k.job_env(codec.env_ref(job)))
         return tuple((n, v) for n, v in json.loads(raw)) if raw else job.env
 
-    def claim(self, jid: int, attempt: int, node: str, pid: int, rank: int = 0) -> tuple[bool, int]:
-        """(won, the node lease's PTTL in ms). The first to claim an attempt wins: a runner that
+    def claim(self, jid: int, attempt: int, node: str, pid: int, rank: int = 0,
+              job: Job | None = None) -> tuple[bool, int, tuple]:
+        """(won, the node lease's PTTL in ms, the variables `job`'s submitter exported (job_env),
+        () without `job`), in one round trip. The first to claim an attempt wins: a runner that
         takes the same entry again, or the scheduler withdrawing it (dispatch.py), never both run it.
         A gang's part `rank` claims its own part (keys.part)."""
         p = self.r.pipeline(transaction=False)
         p.hsetnx(self.k.part(jid, attempt, rank), "claimed", f"{node}:{pid}")
         p.hsetnx(self.k.part(jid, attempt, rank), "claimed_at", time.time())    # the latency split's mark
         p.pttl(self.k.node_lease(node))
-        won, _, pttl = p.execute()
-        return bool(won), int(pttl)
+        if job is not None:
+            p.get(self.k.job_env(codec.env_ref(job)))
+        won, _, pttl, *env = p.execute()
+        if job is None:
+            return bool(won), int(pttl), ()
+        return bool(won), int(pttl), (tuple((n, v) for n, v in json.loads(env[0])) if env[0] else job.env)
 
-    def job_and_control(self, jid: int) -> tuple[Job | None, str | None]:
-        """The job record and its control, in one round trip (a runner's first read)."""
+    def job_and_control(self, jid: int, slot: "SlotRef | None" = None) -> tuple[Job | None, str | None]:
+        """The job record and its control, in one round trip (a runner's first read); with `slot`,
+        the slot's runner state says it runs this attempt, in the same round trip."""
         p = self.r.pipeline(transaction=False)
         p.get(self.k.job(jid))
         p.get(self.k.control(jid))
-        raw, control = p.execute()
+        if slot is not None:
+            self._runner_state(p, slot.node, slot.index, slot.running)
+        raw, control, *_ = p.execute()
         return (codec.loads(raw) if raw else None), control
 
     def started(self, jid: int, attempt: int, node: str, pid: int, start: float, rank: int = 0) -> int:
@@ -83,7 +102,10 @@ class AgentStore:
         p = self.r.pipeline(transaction=False)
         p.hset(self.k.part(jid, attempt, rank), mapping={"hb": time.time(), "pid": pid, "start": start})
         p.pttl(self.k.node_lease(node))
-        self._event(p, "started", jid, attempt, node, {"pid": pid, "start_time": start})
+        # No wake-up: nothing waits on a start (the attempt is R since its admission; billing
+        # takes the start from the event's body), so the scheduler reads it with the next event
+        # or tick instead of spending a tick and a plan pass on it alone.
+        self._event(p, "started", jid, attempt, node, {"pid": pid, "start_time": start}, wake=False)
         return int(p.execute()[1])
 
     def claimed_by(self, jid: int, attempt: int) -> str | None:
@@ -113,17 +135,32 @@ class AgentStore:
         """Block until the scheduler pushes a control for `jid` (True) or `timeout` passes."""
         return self.r.blpop([self.k.node_control(node, jid)], timeout=timeout) is not None
 
-    def post(self, kind: str, jid: int, attempt: int, node: str, body: dict) -> None:
-        """Append an event to the node's own stream and wake the scheduler."""
+    def post(self, kind: str, jid: int, attempt: int, node: str, body: dict, slot: "SlotRef | None" = None) -> None:
+        """Append an event to the node's own stream and wake the scheduler; with `slot`, the
+        attempt's entry leaves the slot's list and the slot is idle again, in the same transaction
+        (a runner's last round trip: the slot then has nothing to write before its next pop)."""
         p = self.r.pipeline()
         self._event(p, kind, jid, attempt, node, body)
+        if slot is not None:
+            self._release(p, slot)
         p.execute()
 
-    def _event(self, p, kind: str, jid: int, attempt: int, node: str, body: dict) -> None:
+    def release_slot(self, slot: "SlotRef") -> None:
+        """The slot's entry is done with (the attempt ran and ended, or was not to run here)."""
+        p = self.r.pipeline()
+        self._release(p, slot)
+        p.execute()
+
+    def _release(self, p, slot: "SlotRef") -> None:
+        p.lrem(self.k.dispatch_slot(slot.node, slot.index), 1, slot.entry)
+        self._runner_state(p, slot.node, slot.index, slot.idle)
+
+    def _event(self, p, kind: str, jid: int, attempt: int, node: str, body: dict, wake: bool = True) -> None:
         p.xadd(self.k.node_events(node), {"kind": kind, "job": jid, "attempt": attempt, "node": node,
                                           "body": json.dumps(body, separators=(",", ":"))},
                maxlen=100_000, approximate=True)
-        p.lpush(self.k.wake, "events")
+        if wake:
+            p.lpush(self.k.wake, "events")
 
     # -- the node's dispatch list ----------------------------------------------------------------
     def take(self, node: str, slot: int, timeout: float) -> str | None:
@@ -151,4 +188,34 @@ class AgentStore:
 
     def runner_state(self, node: str, slot: int, state: str) -> None:
         """What each runner is doing, for `labq nodes`."""
-        self.r.hset(self.k.node_runners(node), str(slot), f"{state} {time.time():.3f}")
+        self._runner_state(self.r, node, slot, state)
+
+    def _runner_state(self, p, node: str, slot: int, state: str) -> None:
+        p.hset(self.k.node_runners(node), str(slot), f"{state} {time.time():.3f}")
+
+    # -- spool of archived jobs (store/archive.py posts them) -----------------------------------------
+    def purge_list(self, node: str, n: int = 500) -> list[int]:
+        """Up to n archived jobs whose stored script and checkpoints this node's spool still holds."""
+        return [int(i) for i in self.r.srandmember(self.k.node_purge(node), n)]
+
+    def purged(self, node: str, ids) -> None:
+        if ids:
+            self.r.srem(self.k.node_purge(node), *ids)
+
+
+@dataclass(frozen=True)
+class SlotRef:
+    """The slot list entry an attempt runner was forked for: it says in its first read that the
+    slot runs it, and releases the entry with its last write."""
+    node: str
+    index: int
+    entry: str              # "<job>:<attempt>", as popped
+    pid: int                # the slot runner's pid, shown by `labq nodes`
+
+    @property
+    def running(self) -> str:
+        return f"running {self.entry.replace(':', '.')} pid={self.pid}"
+
+    @property
+    def idle(self) -> str:
+        return f"idle pid={self.pid}"

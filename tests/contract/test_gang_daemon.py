@@ -108,6 +108,19 @@ def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
     assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 9.0}} and j.attempts[0].outcome == "node_failure"
 
 
+def test_a_part_that_never_starts_ends_the_attempt_after_start_timeout(conns):
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    agent.claim(1, 1, "a", 1)
+    agent.started(1, 1, "a", 1, NOW + 1)        # rank 0 runs; b's part is never claimed
+    s.tick(NOW + 2)
+    assert job(r, 1).state == states.RUNNING
+    s.tick(NOW + CFG.start_timeout + 5)
+    j = job(r, 1)
+    assert j.restart_count == 1 and j.attempts[0].outcome == "node_failure"
+    assert r.get(K.control(1)) == "stop:1" and j.current.attempt == 2     # requeued once, placed again
+
+
 def test_submit_refuses_a_gang_no_set_of_nodes_could_hold(conns):
     r, raw = conns
     s, _ = _setup(r, raw)

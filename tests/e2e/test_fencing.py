@@ -165,13 +165,10 @@ def nodes():
     n.close()
 
 
-def runner_of(job_pid: int) -> tuple[int, int]:
-    """(the attempt's runner, its slot runner): the job's parent and grandparent."""
-    def ppid(pid):
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    attempt = ppid(job_pid)
-    return attempt, ppid(attempt)
+def runner_of(job_pid: int) -> int:
+    """The slot runner running the job's attempt: the job's parent (attempts run inside it)."""
+    with open(f"/proc/{job_pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def test_kill_9_of_the_agent(nodes):
@@ -183,29 +180,27 @@ def test_kill_9_of_the_agent(nodes):
     assert_once_cd(nodes, j, spans)
 
 
-@pytest.mark.parametrize("which", ["slot runner", "attempt runner"])
-def test_kill_9_of_a_runner(nodes, which):
+def test_kill_9_of_a_runner(nodes):
     jid, stamps = nodes.submit()
     node, pid = nodes.running(jid, stamps)
-    attempt, slot = runner_of(pid)
+    runner = runner_of(pid)
     # `labq nodes` shows each runner's state: this node's one runner runs the job, the other idles.
     p = subprocess.run(nodes.stack.command("nodes", "--json"), env=nodes.stack.env(), capture_output=True,
                        text=True, timeout=60)
     shown = {d["name"]: d["runners"] for d in json.loads(p.stdout)}
-    assert shown[node]["0"].startswith(f"running {jid}.1 pid={slot}"), shown
+    assert shown[node]["0"].startswith(f"running {jid}.1 pid={runner}"), shown
     assert all(v["0"].startswith("idle") for n, v in shown.items() if n != node), shown
-    os.kill(slot if which == "slot runner" else attempt, signal.SIGKILL)
+    os.kill(runner, signal.SIGKILL)
     j, spans = nodes.finish(jid, stamps)
     assert j.attempts[0].outcome == "node_failure", j.attempts
     assert_once_cd(nodes, j, spans)
 
 
-def test_sigstop_of_the_attempt_runner(nodes):
+def test_sigstop_of_the_runner(nodes):
     """A runner that stops heart-beating (SIGSTOP) cannot fence its job: its agent kills both."""
     jid, stamps = nodes.submit()
     _, pid = nodes.running(jid, stamps)
-    attempt, _ = runner_of(pid)
-    os.kill(attempt, signal.SIGSTOP)
+    os.kill(runner_of(pid), signal.SIGSTOP)
     j, spans = nodes.finish(jid, stamps)
     assert j.attempts[0].outcome == "node_failure", j.attempts
     assert_once_cd(nodes, j, spans)

@@ -5,7 +5,7 @@ from dataclasses import replace
 from labq.scheduler import hostlist, logpath
 from labq.scheduler.model import Attempt, Job
 from labq.scheduler.store.dispatchq import control_nodes
-from labq.worker import gang, jobenv, runner
+from labq.worker import gang, jobenv, runner, waiting
 
 PARTS = (("gpu1", ("GPU-1a", "GPU-1b")), ("gpu2", ("GPU-2a", "GPU-2b")))
 ATTEMPT = Attempt(1, "gpu1", ("GPU-1a", "GPU-1b", "GPU-2a", "GPU-2b"), parts=PARTS)
@@ -63,8 +63,8 @@ def test_compact_node_lists():
 
 
 def test_the_gang_stop_names_its_attempt_and_wakes_that_attempts_nodes():
-    assert runner._stops_part("stop:1", 1) and not runner._stops_part("stop:1", 2)
-    assert not runner._stops_part("cancel", 1) and not runner._stops_part(None, 1)
+    assert waiting.stops_part("stop:1", 1) and not waiting.stops_part("stop:1", 2)
+    assert not waiting.stops_part("cancel", 1) and not waiting.stops_part(None, 1)
     later = replace(JOB, node="gpu3", parts=(("gpu3", ()), ("gpu1", ())),
                     attempts=(ATTEMPT, Attempt(2, "gpu3", (), parts=(("gpu3", ()), ("gpu1", ())))))
     assert control_nodes(later, "stop:1") == ["gpu1", "gpu2"]

@@ -1,0 +1,178 @@
+"""The end of an attempt (a mixin of runner.Run): reap the tree, measure it, classify the outcome
+(exit, timeout, stopped, OOM on evidence), write labq's line into the job's log, post `finished`.
+Every end-of-job reason the runner gives is named here."""
+import contextlib
+import logging
+import os
+import resource
+import signal
+import time
+
+from labq.scheduler.store import conn
+from labq.scheduler.units import fmt_size
+
+from . import jobmsg, launch, memwatch, proctree
+
+log = logging.getLogger("labq.runner")
+
+REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
+POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
+
+# Why an attempt was stopped -> its outcome, and the message the job's record shows. Every
+# end-of-job reason the runner gives is here (and in end_message), nowhere else.
+OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted", "shutdown": "preempted",
+             "orphaned": "node_failure", "fenced": "node_failure", "runner_killed": "node_failure",
+             "gpu_lost": "node_failure", "oom": "oom", "gang_stop": "cancelled"}
+MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
+             "shutdown": "preempted: the node agent is stopping (checkpoint signal, grace, requeued)",
+             "orphaned": "the node agent went away; the job was killed (fencing)",
+             "fenced": "the node's lease was about to lapse (agent stopped or cut off from Redis); "
+                       "the job was killed so that it cannot run twice (fencing)",
+             "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)",
+             "gang_stop": "another node's part of the job ended; this part was killed (shared fate)"}
+# Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded,
+# the gang's attempt has ended (its room is free again: a part left running would overlap the next job).
+HARD = ("orphaned", "fenced", "oom", "gang_stop")
+
+
+def end_message(why: str, detail: str = "") -> str:
+    """The message of an attempt stopped for `why` (a key of MESSAGES)."""
+    return MESSAGES[why].format(detail)
+
+
+class Ending:
+    """What Run does once the job's leader has exited or its stop is decided."""
+
+    def _finish(self, why: str) -> None:
+        pid = self.proc.pid
+        # Orphans that died on their own, before we kill anything: their statuses are OOM evidence.
+        early_kill = self._reap_early(pid)
+        # Whatever is left (background processes, TERM-ignoring children) dies with the attempt.
+        # The leader is still an unreaped zombie here, so its pid, the pgid, cannot have been reused.
+        if self.cg is not None:
+            self.cg.kill()
+        proctree.signal_tree(pid, signal.SIGKILL)
+        _, status, _ = os.wait4(pid, 0)
+        self.proc.returncode = status      # reaped by us; keep Popen from waiting on it again
+        self._reap_all()
+        end = time.time()
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        code = -sig if sig else os.WEXITSTATUS(status)
+        self.body.update(exit_code=code, signal=sig, end_time=end, usage=self._usage(end))
+        if why == "error":
+            return
+        oom = self._oom(why, sig == signal.SIGKILL and why == "exited" or early_kill)
+        if why == "exited" and self.ckpt_dir:
+            self._tick_checkpoint()
+        if oom:
+            self._say(jobmsg.oom(self.job.display_id, limit=fmt_size(self.mem_limit) if self.mem_limit else ""))
+        elif why in HARD:       # stopped without a grace, so no line was written when the stop began
+            self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, end))
+        if oom:
+            self.body.update(outcome="oom", message=oom)
+        elif why == "exited" and code and code == self.job.checkpoint_exit_code:
+            self.body.update(outcome="checkpoint_exit", message=f"checkpoint exit code {code}: requeued")
+        elif why == "exited":
+            self.body.update(outcome="completed" if code == 0 else "exit", message=_describe(code, sig))
+        elif why == "timeout":
+            self.body.update(outcome="timeout", message=f"time limit of {self.job.time_limit}s reached")
+        else:
+            message = self.kill_now[1] if self.kill_now and self.kill_now[0] == why else end_message(why)
+            self.body.update(outcome=OUTCOMES[why], message=message)
+
+    def _say(self, line: str | None) -> None:
+        """labq's line about the job's end (worker/jobmsg.py), into the job's own log."""
+        if line and self.ident is not None:
+            why = launch.append_line(self.job, self.ident, line, self.rank, self.s.node)
+            if why:
+                log.warning("job %s: cannot write to its log: %s", self.job.id, why)
+
+    def _usage(self, end: float) -> dict:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        usage = {"cpu_s": round(ru.ru_utime + ru.ru_stime - self.ru0.ru_utime - self.ru0.ru_stime, 3),
+                 # Sampled, not ru_maxrss: that counts the forked runner's image before exec.
+                 "max_rss_bytes": self.peak_rss,
+                 "wall_s": round(end - (self.start or end), 3)}
+        if self.peak_pss is not None:
+            usage["max_pss_bytes"] = self.peak_pss
+        if self.mem_limit > 0:
+            usage["mem_limit_bytes"] = self.mem_limit
+        if self.cg is not None:
+            usage.update(self.cg.usage())
+        usage.update(self.gpu.usage())
+        return usage
+
+    def _oom(self, why: str, sigkilled_unsent: bool) -> str | None:
+        """Why this attempt ran out of memory, on evidence only (labq.worker.memwatch), or None. A
+        cancel or a preemption keeps its own outcome: the job was being stopped anyway."""
+        if why == "oom":
+            return self.kill_now[1]
+        if why not in ("exited", "timeout"):
+            return None
+        if self.cg is not None and "memory" in self.cg.controllers:
+            killed = self.cg.memory_events().get("oom_kill", 0)
+            if not killed:
+                return None
+            limit = f"its limit of {fmt_size(self.cg.mem_max)}" if self.cg.mem_max else "no limit: the host ran out"
+            return f"out of memory: the kernel's OOM killer killed {killed} process(es) of the job ({limit})"
+        return memwatch.host_oom(self.oom0, memwatch.host_oom_kills(), sigkilled_unsent, self.table.seen, self.kmsg0)
+
+    def _reap_early(self, leader: int) -> bool:
+        """Reap exited orphans (not the leader); True if one of them died of SIGKILL."""
+        killed = False
+        for pid in proctree.zombie_children(exclude=leader):
+            with contextlib.suppress(ChildProcessError):
+                got, status = os.waitpid(pid, os.WNOHANG)
+                killed = killed or bool(got and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL)
+        return killed
+
+    def _tick_checkpoint(self) -> None:
+        """Record the newest checkpoint written during this attempt (also after the exit: one
+        written in the job's last second still counts)."""
+        ckpt = launch.newest_mtime(self.ckpt_dir)
+        if ckpt and ckpt > (self.body.get("last_checkpoint") or 0) and ckpt >= (self.start or 0):
+            self.body["last_checkpoint"] = ckpt
+
+    def _cleanup_after_error(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            if self.proc.returncode is None:
+                self._finish("error")
+            else:
+                self._reap_all()
+        except Exception:       # the original error is the one worth reporting
+            log.exception("job %s: cleanup after a runner error failed", self.job.id)
+
+    def _reap_all(self) -> None:
+        """waitpid(-1) until no child is left: as subreaper we inherited the tree's orphans."""
+        give_up = time.monotonic() + REAP_LIMIT
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid:
+                continue
+            if time.monotonic() > give_up:
+                log.error("job %s: children %s would not die", self.job.id, proctree.live_descendants())
+                return
+            proctree.signal_tree(None, signal.SIGKILL)    # something forked after the last sweep
+            time.sleep(0.02)
+
+    def _post_finished(self) -> None:
+        for i in range(POST_TRIES):
+            try:
+                self.store.post("finished", self.job.id, self.n, self.s.node, self.body, self.slot)
+                return
+            except conn.ERRORS as e:
+                if i == POST_TRIES - 1:
+                    raise
+                log.warning("job %s: posting finished failed (%s), retrying", self.job.id, e)
+                time.sleep(1.0)
+
+
+def _describe(code: int, sig: int | None) -> str:
+    if sig:
+        return f"killed by {signal.Signals(sig).name}"
+    return "exit code 0" if code == 0 else f"exit code {code}"

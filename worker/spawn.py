@@ -1,0 +1,134 @@
+"""Starting the job's process: a new session, the submitter's umask, born in its cgroup, as its
+user, dying with its runner (PR_SET_PDEATHSIG). Errors raise launch.StartError."""
+import contextlib
+import functools
+import os
+import re
+import shutil
+import signal
+import subprocess
+
+from labq.scheduler import logpath
+
+from . import proctree
+from .launch import Identity, StartError
+
+# Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
+# job start in a directory its user may not enter (tech-notes §4.1).
+WRAPPER = 'cd -- "$1" || exit 126; shift; exec "$@"'
+# Into the job's cgroup (still root, nothing forked yet), then the rest of argv; the job never
+# runs outside it: a failed write ends the attempt with 126 and says why in the job's log.
+ENTER = 'echo $$ > "$0" || { echo "labq: cannot enter the job\'s cgroup ($0)" >&2; exit 126; }; exec "$@"'
+# Dispositions set to SIG_IGN survive exec; the RQ horse ignores SIGINT, a job must not.
+_RESET = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@contextlib.contextmanager
+def _default_signals():
+    saved = {s: signal.getsignal(s) for s in _RESET}
+    for s, h in saved.items():
+        if h == signal.SIG_IGN:
+            signal.signal(s, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            if h == signal.SIG_IGN:
+                signal.signal(s, h)
+
+
+def _child_setup(ident: Identity, cgroup_procs: str):
+    """What the forked child does before exec (Popen's preexec_fn runs after setsid): enter the
+    job's cgroup while still root, so that the job is born there and not a runner moved in and out
+    (tech-notes §4.4); drop to the user; then PR_SET_PDEATHSIG, which a change of ids would clear,
+    so that the job dies with its runner (fencing)."""
+    groups = ident.groups if ident.drop else None
+
+    def setup():
+        if cgroup_procs:
+            fd = os.open(cgroup_procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        if groups is not None:
+            os.setgroups(groups)
+            os.setresgid(ident.pw.pw_gid, ident.pw.pw_gid, ident.pw.pw_gid)
+            os.setresuid(ident.pw.pw_uid, ident.pw.pw_uid, ident.pw.pw_uid)
+        proctree.die_with_parent(signal.SIGKILL)
+    return setup
+
+
+@functools.lru_cache(maxsize=1)
+def setpriv() -> str:
+    """util-linux's setpriv when it can set the parent-death signal, else "". Exec'd between the
+    fork and the job, it arms PR_SET_PDEATHSIG after the user switch (which would clear it), so
+    the fork needs no Python preexec_fn: that costs ~3 ms of CPU per job (a full fork of the
+    runner whose pages the child then copies) where the plain path costs under 1."""
+    exe = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if not exe:
+        return ""
+    try:
+        ok = subprocess.run([exe, "--pdeathsig", "KILL", "--", "/bin/true"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return exe if ok else ""
+
+
+def warm() -> None:
+    """What the persistent slot runner does once, so that the attempt runners it forks find it
+    done: find setpriv; compile the log-path pattern."""
+    setpriv()
+    re.compile(logpath.PATTERN)
+
+
+def _check_executable(prog: str, env: dict, cwd: str) -> None:
+    """StartError, as Popen's own exec would raise it, when `prog` cannot be run."""
+    if "/" in prog:
+        path = os.path.join(cwd, prog)
+        if not os.path.exists(path):
+            raise StartError(f"cannot start {prog}: No such file or directory")
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise StartError(f"cannot start {prog}: Permission denied")
+    elif not shutil.which(prog, path=env.get("PATH", os.defpath)):
+        raise StartError(f"cannot start {prog}: No such file or directory")
+
+
+def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int,
+          umask: int = 0o022, cgroup_procs: str = "") -> subprocess.Popen:
+    """Start the command in a new session (its own process group, no controlling terminal), with
+    the submitter's umask, in the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the
+    job's user, dying with us. With setpriv no Python runs in the child: a shell writes itself
+    into the cgroup (as root, before anything could fork), setpriv switches to the user and
+    arms the parent-death signal, then the command is exec'd."""
+    kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
+              close_fds=True, umask=umask)
+    helper = setpriv()
+    if helper:
+        head = [helper, "--pdeathsig", "KILL"]
+        if ident.drop:
+            groups = ",".join(map(str, ident.groups))
+            head += [f"--reuid={ident.pw.pw_uid}", f"--regid={ident.pw.pw_gid}",
+                     f"--groups={groups}" if groups else "--clear-groups"]
+        else:
+            _check_executable(cmd[0], env, workdir)     # the exec fails after the fork, not here
+        head.append("--")
+        if cgroup_procs:
+            head = ["/bin/sh", "-c", ENTER, cgroup_procs, *head]
+    else:
+        kw["preexec_fn"] = _child_setup(ident, cgroup_procs)
+        head = []
+    if ident.drop:
+        argv = [*head, "/bin/sh", "-c", WRAPPER, "labq-job", workdir, *cmd]
+        kw["cwd"] = "/"
+    else:
+        argv = [*head, *cmd]
+        kw["cwd"] = workdir
+    try:
+        with _default_signals():
+            return subprocess.Popen(argv, **kw)
+    except subprocess.SubprocessError as e:      # the child setup failed (preexec_fn raised)
+        raise StartError(f"cannot start {cmd[0]}: {e}") from None
+    except OSError as e:
+        raise StartError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
