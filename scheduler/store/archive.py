@@ -264,8 +264,13 @@ class Archiver:
         self.archive.put_jobs(jobs)                      # committed in SQLite first ...
         self._paused("jobs")
         p = self.r.pipeline(transaction=True)            # ... then gone from Redis
+        spool: dict[str, list[int]] = {}
         for j in jobs:
             p.delete(self.k.job(j.id), *[self.k.attempt(j.id, a.attempt) for a in j.attempts])
+            for node in {a.node for a in j.attempts if a.node}:
+                spool.setdefault(node, []).append(j.id)
+        for node, ids in spool.items():       # each node then drops their scripts and checkpoints
+            p.sadd(self.k.node_purge(node), *ids)
         p.zrem(self.k.history, *ids)
         p.execute()
         return len(ids)

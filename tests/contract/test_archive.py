@@ -281,3 +281,31 @@ def test_history_url_takes_sqlite_or_postgresql_and_names_what_else_is_wrong():
     assert default_path("postgresql://labq@db/labq") == "postgresql://labq@db/labq"
     with pytest.raises(LabqError, match=r"history.url.*expected sqlite:///ABSOLUTE/PATH, postgresql://"):
         config.loads('[history]\nurl = "mysql://db/labq"\n')
+
+
+def test_archived_jobs_leave_the_nodes_spool(conns, archive_at, tmp_path):
+    """The archive pass lists each archived job for the nodes it ran on; the agent removes its stored
+    script and checkpoint directory (a link there goes, what it names stays) and takes it off the list."""
+    import os
+
+    from labq.scheduler.store.agentside import AgentStore
+    from labq.worker.agent import purge_spool
+    r, raw = conns
+    _workload(r, raw)
+    spool = tmp_path / "spool"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.pt").write_text("x")
+    for jid in (1, 2, 7):
+        (spool / "scripts").mkdir(parents=True, exist_ok=True)
+        (spool / "scripts" / f"{jid}.sh").write_text("#!/bin/bash\n")
+        (spool / "checkpoints").mkdir(exist_ok=True)
+    (spool / "checkpoints" / "1").mkdir()
+    (spool / "checkpoints" / "1" / "step-10.pt").write_text("w")
+    os.symlink(outside, spool / "checkpoints" / "2")
+    Archiver(r, K, Archive(archive_at), keep=0).step(T0 + 500)
+    assert sorted(int(i) for i in r.smembers(K.node_purge("n1"))) == [1, 2, 3, 4, 5, 6]
+    assert purge_spool(AgentStore(r, K), "n1", str(spool)) == 6
+    assert sorted(os.listdir(spool / "scripts")) == ["7.sh"], "job 7 is not archived: its script stays"
+    assert os.listdir(spool / "checkpoints") == [] and (outside / "keep.pt").exists()
+    assert r.scard(K.node_purge("n1")) == 0
