@@ -79,7 +79,8 @@ class Row:
 
     def add(self, j, a) -> None:
         s = span(a)
-        gpus = len(a.gpus) or j.gpus * j.nodes     # a gang's attempt lists every node's GPUs
+        nodes = getattr(j, "nodes", 1) or 1     # an archived row (store/acctrows.py) knows it from its GPUs
+        gpus = len(a.gpus) or j.gpus * nodes    # a gang's attempt lists every node's GPUs
         self.job_ids.add(j.id)
         if j.state in states.TERMINAL:
             self.ended.add(j.id)
@@ -87,7 +88,7 @@ class Row:
                 self.completed.add(j.id)
         self.attempts += 1
         self.gpu_s += gpus * s
-        self.cpu_s += j.cpus * j.nodes * s
+        self.cpu_s += j.cpus * nodes * s
         self.cost += a.cost
         if a.outcome in FAILED:
             self.failed_cost += a.cost

@@ -5,6 +5,8 @@ ledger row is detected. On fakeredis and on a real redis-server (the `conns` fix
 SQLite and in a private PostgreSQL cluster (the `archive_at` fixture; skipped with the reason where
 PostgreSQL or psycopg is missing)."""
 
+import pytest
+
 from labq.scheduler.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
 from labq.scheduler.store.history import History
@@ -171,30 +173,33 @@ def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server
         assert a == b, q
 
 
-def _schema_1(path):
-    """Turn an archive into what labq wrote before the acct rows (schema 1)."""
+def _older(path, version):
+    """Turn an archive into what an older labq wrote: schema 1 (no acct rows) or 2 (no acct.nodes)."""
     db = Archive(path).db
-    db.script("DROP TABLE acct; UPDATE meta SET value = '1' WHERE key = 'schema'")
+    db.script("DROP TABLE acct" if version == 1 else "ALTER TABLE acct DROP COLUMN nodes")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(version),))
     db.commit()
     db.close()
 
 
-def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at):
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_archive_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at, version):
     r, raw = conns
     _workload(r, raw)
     path = archive_at
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
-    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
             for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert len(want) == 6 and all(w[3] > 0 for w in want if w[2] == "CD")
-    _schema_1(path)
-    old = Archive(path, readonly=True)             # a reader before the scheduler migrated it: the records
-    assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
-    assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
+    _older(path, version)
+    if version == 1:
+        old = Archive(path, readonly=True)         # a reader before the scheduler migrated it: the records
+        assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
+        assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
     Archive(path).close()                          # the scheduler's open migrates it
     db = Archive(path, readonly=True).db
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
-    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
            for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert got == want
 
