@@ -79,7 +79,7 @@ class Row:
 
     def add(self, j, a) -> None:
         s = span(a)
-        nodes = getattr(j, "nodes", 1) or 1     # an archived row (store/acctrows.py) knows it from its GPUs
+        nodes = getattr(j, "nodes", 1) or 1     # an archived row from before schema 3 has none: 1
         gpus = len(a.gpus) or j.gpus * nodes    # a gang's attempt lists every node's GPUs
         self.job_ids.add(j.id)
         if j.state in states.TERMINAL:

@@ -70,13 +70,6 @@ class AcctJob(_Row):
         return f"{self.array_id}_{self.array_index}" if self.array_id is not None else str(self.id)
 
     @property
-    def nodes(self) -> int:
-        """A multi-node job's node count, from its GPUs (a gang's attempt lists every node's; the
-        row has no column for it): 1 for a job without GPUs."""
-        got = self.attempts_json and json.loads(self.attempts_json)
-        return max(1, len(got[0][2]) // self.gpus) if got and self.gpus else 1
-
-    @property
     def tags(self) -> tuple:
         return tuple(tuple(t) for t in json.loads(self.tags_json))
 
