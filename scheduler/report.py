@@ -117,7 +117,8 @@ class Row:
 
 def by(jobs, keys, models: dict | None = None, since: float = 0, until: float = float("inf")) -> list[dict]:
     """One row per group of `keys`, sorted by cost (highest first), then by group."""
-    models, rows = models or {}, {}
+    models = models or {}
+    rows: dict[tuple, Row] = {}
     for j, a in attempts_in(jobs, since, until):
         g = tuple(_value(k, j, a, models) for k in keys)
         rows.setdefault(g, Row(g)).add(j, a)
@@ -127,7 +128,7 @@ def by(jobs, keys, models: dict | None = None, since: float = 0, until: float = 
 
 def total(rows, keys) -> dict:
     """The sum row (rates recomputed from the sums, not averaged)."""
-    t = {k: "TOTAL" if i == 0 else "" for i, k in enumerate(keys)}
+    t: dict[str, object] = {k: "TOTAL" if i == 0 else "" for i, k in enumerate(keys)}
     for k in ("jobs", "attempts", "gpu_hours", "cpu_hours", "cost", "failed_cost", "preempt_lost_cost",
               "lost_work_hours"):
         t[k] = round(sum(r[k] for r in rows), 6)
