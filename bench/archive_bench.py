@@ -1,13 +1,24 @@
 """The accounting archive at scale (issue 18): N ended jobs (each one attempt, one charge entry)
-written to a private redis-server with AOF, then archived. Prints Redis memory and its restart time
-(AOF replay) with the jobs kept vs archived, the archiving rate, and `acct --since 30d`'s read (the
-archive's rows decoded into jobs) over them.
+written to a private redis-server with AOF, then archived through the scheduler's Archiver. Prints
+Redis memory and its restart time (AOF replay) with the jobs kept vs archived, the archiving rate
+(records, acct rows and ledger rows written, Redis deletes), then:
 
-    .venv/bin/python bench/archive_bench.py [--jobs 100000]
+- `labq acct --since 30d` as a user runs it (a subprocess: wall and CPU) over an archive of ROWS
+  jobs: beyond the N archived ones, acct rows are written straight into the archive's `acct` table
+  (store/acctrows.row of a template job, ends spread evenly over the past year, no records: acct
+  does not read them), so a million-job archive is set up in a minute, not ten;
+- plan latency at the same pending load (P pending jobs, one 4-GPU node, a submit before each tick)
+  before and during archiving: each tick alone, then each tick followed by an archive pass of 1,000
+  jobs, as the scheduler's loop runs them (one thread: the pass delays the next tick).
+
+    .venv/bin/python bench/archive_bench.py [--jobs 100000] [--rows 1000000] [--pending 2000]
 """
 import argparse
+import json
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,11 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import redis  # noqa: E402
 
-from labq.scheduler import states  # noqa: E402
-from labq.scheduler.model import Attempt, Job  # noqa: E402
-from labq.scheduler.store import writes  # noqa: E402
+from labq.scheduler import config, states  # noqa: E402
+from labq.scheduler.daemon import Scheduler  # noqa: E402
+from labq.scheduler.model import Attempt, Gpu, Job  # noqa: E402
+from labq.scheduler.store import acctrows, dialect, writes  # noqa: E402
+from labq.scheduler.store.agentside import AgentStore  # noqa: E402
 from labq.scheduler.store.archive import Archive, Archiver  # noqa: E402
-from labq.scheduler.store.history import History  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402
 from labq.scheduler.transitions import Charge  # noqa: E402
 
@@ -49,14 +61,14 @@ def restart(d, p):
     return start(d)
 
 
-def fill(r, k, n):
+def fill(r, k, n, first=1, ended=NOW - 35 * 86400):
     base = Job(id=1, user="alice", account="eta", argv=("python", "train.py", "--lr", "0.1"), workdir="/home/alice/x",
                gpus=1, cpus=4, mem=12 << 30, time_limit=7200, submit_time=NOW - 40 * 86400)
-    for lo in range(1, n + 1, 5000):
+    for lo in range(first, first + n, 5000):
         p = r.pipeline(transaction=False)
         jobs, charges = [], []
-        for jid in range(lo, min(n + 1, lo + 5000)):
-            end = NOW - 35 * 86400 + jid
+        for jid in range(lo, min(first + n, lo + 5000)):
+            end = ended + jid - first
             a = Attempt(1, "n1", ("GPU-0",), start_time=end - 600, dispatch_time=end - 600, end_time=end,
                         outcome="completed", exit_code=0, cost=333_333, charges=(("eta", 333_333),))
             jobs.append(replace(base, id=jid, state=states.COMPLETED, attempts=(a,), start_time=end - 600,
@@ -69,39 +81,140 @@ def fill(r, k, n):
         p.execute()
 
 
+def more_rows(path, first, n):
+    """n acct rows straight into the archive (setup only): a template job's row with its id, user
+    and times changed, ends spread over the past year."""
+    db = Archive(path)
+    base = Job(id=1, user="alice", account="eta", argv=("python", "train.py"), workdir="/home/alice/x", name="train",
+               gpus=1, cpus=4, mem=12 << 30, time_limit=7200, state=states.COMPLETED, exit_code=0)
+    users, span, rows = ("alice", "bob", "carol", "dave"), 365 * 86400, []
+    sql = dialect.upsert("acct", acctrows.SQL_NAMES)
+    for i in range(n):
+        end = NOW - span + i * span / n
+        a = Attempt(1, "n1", ("GPU-0",), start_time=end - 600, dispatch_time=end - 600, end_time=end,
+                    outcome="completed", exit_code=0, cost=333_333)
+        rows.append(acctrows.row(replace(base, id=first + i, user=users[i % 4], attempts=(a,), start_time=end - 600,
+                                         end_time=end, submit_time=end - 700), 350_000))
+        if len(rows) == 50_000 or i == n - 1:
+            db.db.executemany(sql, rows)
+            rows = []
+    db.db.commit()
+    db.close()
+
+
+def acct_cli(d, path):
+    """`labq acct --since 30d` in its own process: (wall s, CPU s, jobs listed)."""
+    cfg = os.path.join(d, "labq.toml")
+    with open(cfg, "w") as f:
+        f.write(f'[history]\nurl = "sqlite://{path}"\n')
+    env = {**os.environ, "LABQ_REDIS_URL": f"unix://{os.path.join(d, 'r.sock')}"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", cfg, "acct", "--since", "30d"], env=env,
+                       capture_output=True, text=True, check=True)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, int(p.stdout.strip().splitlines()[-1].split()[0])
+
+
+def plan_latency(r, k, pending, archivers):
+    """Median tick (plan) time at `pending` pending jobs, before and during archiving with each of
+    `archivers`, and its median archive pass; each tick follows one submit, so each one plans."""
+    cfg = config.loads('[accounts.eta]\nusers = ["alice"]\n[scheduler]\nmax_pending = 1000000\n'
+                       'max_pending_per_user = 1000000\n')
+    AgentStore(r, k).register("n1", 64, 512 << 30, 64, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 86400)
+    raw = redis.Redis(unix_socket_path=r.connection_pool.connection_kwargs["path"])
+    s = Scheduler(r, raw, cfg, me="bench")
+    body = json.dumps({"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "account": "eta"})
+
+    def submit(n):
+        p = r.pipeline(transaction=False)
+        for _ in range(n):
+            p.xadd(k.inbox("alice"), {"rid": os.urandom(8).hex(), "op": "submit", "body": body})
+        p.lpush(k.wake, "user:alice")
+        p.execute()
+    for i in range(0, pending, 1000):
+        submit(min(1000, pending - i))
+        s.tick(time.time(), ["user:alice"])
+
+    def ticks(n, archiver):
+        out, passes = [], []
+        for _ in range(n):
+            submit(1)
+            t0 = time.perf_counter()
+            s.tick(time.time(), ["user:alice"])
+            out.append(time.perf_counter() - t0)
+            if archiver:
+                archiver.next = float("-inf")
+                t0 = time.perf_counter()
+                archiver.step(NOW + 7 * 86400 + 60)
+                passes.append(time.perf_counter() - t0)
+        return statistics.median(out), (statistics.median(passes) if passes else 0.0)
+    before, _ = ticks(20, None)
+    during = [ticks(20, a) for a in archivers]
+    return len([j for j in s.jobs.values() if j.state == states.PENDING]), before, during
+
+
+def archive_and_acct(args, d, path, k, p, r):
+    """Redis memory and restart with N jobs kept, then archived; the archiving rate; acct's time."""
+    n = args.jobs
+    fill(r, k, n)
+    kept_mem = r.info("memory")["used_memory"]
+    p, r, kept_restart = restart(d, p)
+    arch = Archiver(r, k, Archive(path), keep=7 * 86400, batch=5000)
+    t0 = time.monotonic()
+    # The ledger entries were written just now (their stream ids say so): archive as of a week on.
+    while sum(arch.step(NOW + 7 * 86400 + 60)) and (r.zcard(k.history) or r.xlen(k.ledger)):
+        arch.next = float("-inf")
+    rate = n / (time.monotonic() - t0)
+    r.bgrewriteaof()
+    while r.info("persistence")["aof_rewrite_in_progress"]:
+        time.sleep(0.05)
+    archived_mem = r.info("memory")["used_memory"]
+    p, r, archived_restart = restart(d, p)
+    print(f"{n:,} ended jobs: Redis {kept_mem / 1e6:.1f} MB kept -> {archived_mem / 1e6:.1f} MB archived; "
+          f"Redis restart {kept_restart:.2f} s -> {archived_restart:.2f} s; archiving {rate:,.0f} jobs/s; "
+          f"archive file {os.path.getsize(path) / 1e6:.0f} MB", flush=True)
+    if args.rows > n:
+        t0 = time.monotonic()
+        more_rows(path, n + 1, args.rows - n)
+        print(f"setup: {args.rows - n:,} acct rows written straight into the archive in "
+              f"{time.monotonic() - t0:.0f} s", flush=True)
+    for _ in range(2):      # the second run reads a warm page cache, as a user's repeated query does
+        wall, cpu, listed = acct_cli(d, path)
+        print(f"labq acct --since 30d over {max(args.rows, n):,} archived jobs: {listed:,} listed, "
+              f"wall {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
+    return p, r
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=100_000)
-    n = ap.parse_args().jobs
+    ap.add_argument("--rows", type=int, default=1_000_000, help="jobs in the archive for the acct timing")
+    ap.add_argument("--pending", type=int, default=2000)
+    ap.add_argument("--latency-only", action="store_true", help="only the plan latency part (a 45,000-job backlog)")
+    args = ap.parse_args()
     d = tempfile.mkdtemp(prefix="labq-arch-", dir="/tmp")
     k = Keys()
+    cpu0 = time.process_time()
     try:
         p, r, _ = start(d)
-        fill(r, k, n)
-        kept_mem = r.info("memory")["used_memory"]
-        p, r, kept_restart = restart(d, p)
         path = os.path.join(d, "history.db")
-        arch = Archiver(r, k, Archive(path), keep=7 * 86400, batch=5000)
-        t0 = time.monotonic()
-        # The ledger entries were written just now (their stream ids say so): archive as of a week on.
-        while sum(arch.step(NOW + 7 * 86400 + 60)) and (r.zcard(k.history) or r.xlen(k.ledger)):
-            arch.next = float("-inf")
-        rate = n / (time.monotonic() - t0)
-        r.bgrewriteaof()
-        while r.info("persistence")["aof_rewrite_in_progress"]:
-            time.sleep(0.05)
-        archived_mem = r.info("memory")["used_memory"]
-        p, r, archived_restart = restart(d, p)
-        t0 = time.monotonic()
-        rows = History(path).ended(NOW - 40 * 86400, float("inf"))
-        acct = time.monotonic() - t0
-        print(f"{n:,} ended jobs: Redis {kept_mem / 1e6:.1f} MB kept -> {archived_mem / 1e6:.1f} MB archived; "
-              f"Redis restart {kept_restart:.2f} s -> {archived_restart:.2f} s; archiving {rate:,.0f} jobs/s; "
-              f"reading {len(rows):,} archived jobs (acct --since 40d) {acct:.2f} s; "
-              f"archive file {os.path.getsize(path) / 1e6:.0f} MB")
+        if not args.latency_only:
+            p, r = archive_and_acct(args, d, path, k, p, r)
+        r.flushall()
+        fill(r, k, 45_000, first=10 ** 8)         # a backlog for both archivers while the scheduler plans
+        fixed = Archiver(r, k, Archive(path), keep=7 * 86400, batch=1000)
+        sized = Archiver(r, k, Archive(path), keep=7 * 86400, batch=1000, pass_s=0.1)   # the scheduler's
+        pend, before, during = plan_latency(r, k, args.pending, [fixed, sized])
+        for (tick, step), what in zip(during, ("passes of 1,000 jobs", "passes sized to 0.1 s (the scheduler's)")):
+            print(f"plan latency at {pend:,} pending: tick {before * 1000:.0f} ms before archiving, {tick * 1000:.0f} "
+                  f"ms during {what}; each pass {step * 1000:.0f} ms (the loop's next tick waits for it)", flush=True)
         p.terminate()
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        print(f"bench CPU (this process) {time.process_time() - cpu0:.0f} s; load {open('/proc/loadavg').read().split()[:3]}")
 
 
 if __name__ == "__main__":

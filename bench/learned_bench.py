@@ -29,16 +29,17 @@ TRACE = os.path.join(os.path.dirname(ROOT), "shared", "traces", "kth_sp2_1996.cs
 ROWS = ("fifo", "backfill", "backfill-learned", "learned", "sjf-oracle")
 
 
-def cfg_for(row: str):
-    """(config, hooks) of a row."""
+def cfg_for(row: str, age_max: str = ""):
+    """(config, hooks) of a row; `age_max` ("1d"): priority.age_max, else the built-in 7 d."""
+    base = config_mod.loads(f'[priority]\nage_max = "{age_max}"\n') if age_max else config_mod.Config()
     if row == "backfill-learned":      # learned run times in backfill only: FIFO order kept
-        cfg = policy_config(config_mod.Config(), "backfill")
+        cfg = policy_config(base, "backfill")
         return resolve(replace(cfg, estimate=cfg.estimate.with_(backfill=True)), "config")
-    return resolve(config_mod.Config(), row)
+    return resolve(base, row)
 
 
-def run(jobs, processors: int, row: str) -> dict:
-    cfg, hooks = cfg_for(row)
+def run(jobs, processors: int, row: str, age_max: str = "") -> dict:
+    cfg, hooks = cfg_for(row, age_max)
     c0, t0 = time.process_time(), time.perf_counter()
     res = simulate(jobs, (Node("kth", processors, 1 << 40, processors),), cfg, hooks=hooks)
     rep = report(res)
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--processors", default="100,50")
     ap.add_argument("--jobs", type=int, default=0, help="the first N jobs only (0: all)")
     ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--age-max", default="", help="priority.age_max for every row (default: 7d)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "learned.md"))
     a = ap.parse_args(argv)
     extra = a.trace.replace(".csv", "_extra.csv")
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
              "| jobs with an estimate | CPU s | wall s |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in (int(x) for x in a.processors.split(",")):
         for row in a.rows.split(","):
-            r = run(jobs, p, row)
+            r = run(jobs, p, row, a.age_max)
             label = row + (" (oracle bound: true run times)" if row == "sjf-oracle" else "")
             line = (f"| {p} | {label} | {fmt_duration(r['wait'])} ({r['wait']:,.0f} s) | {r['jct']:,.0f} s "
                     f"| {r['p95']:,.0f} s | {r['bsld']:,.1f} | {r['util']:.1%} | {r['stamped']:,} of {r['jobs']:,} "

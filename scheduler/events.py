@@ -38,7 +38,7 @@ class NodeEvents:
             return self._dead(stream, eid, f, str(e))
         write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
                  else self._attempt_event(now, stream, eid, ev))
-        late = write.pop("late_part", False)     # a gang part's usage after its attempt had ended
+        late = write.pop("part_only", False)     # a gang's part ended, its attempt not (or not any more)
         self.commit(ack=(stream, eid), **write)
         new = (write.get("jobs") or [None])[0]
         if ev.kind == "finished" and new is not None and not late:
@@ -66,22 +66,40 @@ class NodeEvents:
         if job is not None and ev.kind == "started":
             new = tr.started(job, ev.attempt, ev.body)
             result = (new, ()) if new else None
+        elif job is not None and ev.kind == "finished" and parts:
+            return self._part_finished(job, a, ev, sender, parts, now)
         elif job is not None and ev.kind == "finished":
             result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
-            if parts:       # per-node usage on the attempt (usage["nodes"]), the closing part's and the others'
-                kept = tr.part_usage(result[0] if result else job, ev.attempt, sender, ev.body.get("usage") or {})
-                if result is None:
-                    return {"jobs": [kept], "late_part": True} if kept is not None else {}
-                result = (kept or result[0], result[1])
         if result is None:
             return {}
         new, charges = result
         jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
+        return {"jobs": jobs, "charges": charges, "alerts": alerts}
+
+    def _part_finished(self, job: Job, a, ev, sender: str, parts: set, now: float) -> dict:
+        """A gang's part ended. A part that completed waits for the others: the attempt completes
+        when the last one has. Any other end (a failure, a timeout, a preemption) ends the attempt
+        for the whole job at once, and the parts still running are killed (shared fate). Each part's
+        usage is kept on the attempt by node (usage["nodes"]), also when it reports after the end."""
+        usage = ev.body.get("usage") or {}
+        kept = tr.part_usage(job, ev.attempt, sender, usage)
+        if a.end_time or job.current is not a:
+            return {"jobs": [kept], "part_only": True} if kept is not None else {}
+        seen = (kept or job).attempts[ev.attempt - 1].usage.get("nodes") or {}
+        if ev.body.get("outcome") == "completed" and set(seen) != parts:
+            log.info("job %s attempt %d: part on %s completed, %d of %d done", job.display_id, ev.attempt, sender,
+                     len(seen), len(parts))
+            return {"jobs": [kept], "part_only": True} if kept is not None else {}
+        result = tr.finished(kept or job, ev.attempt, ev.body, now, self.cfg)
+        if result is None:
+            return {}
+        new, charges = result
+        for node, u in seen.items():    # the closing part's usage is the attempt's; every part's is by node
+            new = tr.part_usage(new, ev.attempt, node, u) or new
+        jobs, alerts = self._crash_guard(new, now)
         out = {"jobs": jobs, "charges": charges, "alerts": alerts}
-        if ev.kind == "finished" and job.parts and job.state == states.RUNNING and not job.cancel_requested:
-            # Shared fate: the first part to end ends the attempt for the whole gang (once; the
-            # others' `finished` find it closed), and every other part is killed at once. A gang
-            # being preempted or cancelled is not: each part had the signal and keeps its grace.
+        if job.state == states.RUNNING and not job.cancel_requested and ev.body.get("outcome") != "completed":
+            # A gang being preempted or cancelled is not stopped: each part had the signal and keeps its grace.
             log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
                      ev.attempt, sender, ev.body.get("outcome"))
             out["controls"] = [(job.id, gang_stop(ev.attempt))]
@@ -129,7 +147,12 @@ class NodeEvents:
         for job, (hb, _) in zip(on_node, beats):
             if job.parts:
                 hit = self._lost_part(job, up, now)
-                if hit:
+                if isinstance(hit, str):       # a part no runner took: withdrawn, uncounted, uncharged
+                    log.warning("job %s attempt %d: no runner on node %s took its part within %.0fs; withdrawn",
+                                job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
+                    lost.append((tr.withdrawn(job, "timeout", now, self.cfg.start_timeout, hit), ()))
+                    stops.append((job.id, gang_stop(job.current.attempt)))
+                elif hit:
                     lost.append(hit)
                     stops.append((job.id, gang_stop(job.current.attempt)))
                 continue
@@ -153,28 +176,33 @@ class NodeEvents:
 
     def _lost_part(self, job: Job, up: dict, now: float):
         """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
-        runner silent past lease + margin. Its other parts are killed (gang stop) with the NF."""
-        beats = self.store.attempt_heartbeats([(job.id, f"{job.current.attempt}.{r}" if r else job.current.attempt)
-                                               for r in range(len(job.parts))])
+        runner silent past lease + margin: (NF record, charges); its other parts are killed (gang
+        stop) with it. A part that never started is taken back instead (the node's name is
+        returned): requeued like an attempt no runner claimed, not counted, not charged."""
         a = job.current
-        for (name, _), (hb, _) in zip(job.parts, beats):
+        beats = self.store.attempt_heartbeats([(job.id, f"{a.attempt}.{r}" if r else a.attempt)
+                                               for r in range(len(job.parts))])
+        for rank, ((name, _), (hb, _)) in enumerate(zip(job.parts, beats)):
             node = up.get(name)
-            why = "node lease expired"
-            if node is not None and node.state != "down" and hb is None:
-                # Another part started, this one never did: a gang cannot run without it (the
-                # attempt as a whole, unstarted, is _unclaimed's). Billed to now: the room was held.
-                if not (a.start_time and 0 < self.cfg.start_timeout < now - (a.dispatch_time or now)):
-                    continue
-                last, why = now, f"its part on node {name} did not start within {self.cfg.start_timeout:.0f}s"
-            elif node is not None and node.state != "down":
-                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
-                    continue
-                last = hb
-            else:
-                if now - self.down_since.get(name, now) < self.cfg.fence_margin:
+            down = node is None or node.state == "down"
+            gone = down and now - self.down_since.get(name, now) >= self.cfg.fence_margin
+            if hb is None:
+                # Never started here: its node died (or its lease has yet to run out), or no runner
+                # came while another part started (the attempt as a whole, unstarted, is _unclaimed's).
+                late = a.start_time and 0 < self.cfg.start_timeout < now - (a.dispatch_time or now)
+                if (gone or late) and dispatchq.withdraw(self.store.r, self.k, job.id,
+                                                         f"{a.attempt}.{rank}" if rank else a.attempt):
+                    return name
+                continue        # claimed meanwhile: it is starting
+            if down:
+                if not gone:
                     continue
                 last = node.last_heartbeat if node else now
-            new, charges = tr.node_failed(job, last, now, self.cfg, why)
+            elif now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
+                continue
+            else:
+                last = hb
+            new, charges = tr.node_failed(job, last, now, self.cfg)
             log.warning("job %s lost with its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
                         job.display_id, name, now - last)
             return new, charges

@@ -121,7 +121,7 @@ class Inboxes:
             self.flush()
             self.batch = Batch(usage=self.usage)
         try:
-            change = (self._archive_now(user) if req.op == ARCHIVE_OP
+            change = (self._archive_now(user, now) if req.op == ARCHIVE_OP
                       else self.handlers.handle(user, req.op, req.body, now))
         except LabqError as e:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
@@ -136,7 +136,7 @@ class Inboxes:
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
-    def _archive_now(self, user: str) -> Change:
+    def _archive_now(self, user: str, now: float) -> Change:
         """Archive passes now (what history.keep lets go), in the leading scheduler: it is the one
         writer of Redis and of the archived ledger's hash chain (two writers could each chain a row
         to the same predecessor). Up to ARCHIVE_NOW_S; a backlog left is drained tick by tick."""
@@ -149,9 +149,9 @@ class Inboxes:
         start = time.monotonic()
         while True:
             self.archiver.next = float("-inf")
-            j, n = self.archiver.step(self.clock())
+            j, n = self.archiver.step(now)     # the tick's clock: what is old enough is judged at `now`
             jobs, ledger = jobs + j, ledger + n
-            more = max(j, n) >= self.archiver.batch
+            more = max(j, n) >= self.archiver.size
             if not more or time.monotonic() - start > ARCHIVE_NOW_S:
                 return Change(reply={"ok": True, "jobs": jobs, "ledger": ledger, "more": more,
                                      "keep": self.archiver.keep})

@@ -102,7 +102,7 @@ def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config, why: s
     return _close(job, cur, "node_failure", end, None, {}, why, cfg)
 
 
-def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
+def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0, node: str = "") -> Job:
     """An attempt no runner claimed, taken back by the scheduler (dispatch.py): nothing ran, so
     nothing is charged and no restart is counted. `why` "cancel" ends the job `CA` at once (labq
     del); "timeout" (not claimed within scheduler.start_timeout) puts it back in the queue."""
@@ -115,7 +115,7 @@ def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0) -> Job:
         return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
                        detail="cancelled before a runner took it", **common)
     return replace(job, state=states.PENDING, reason=states.NONE, **common,
-                   detail=f"requeued: no runner on node {cur.node} took it within {start_timeout:.0f}s")
+                   detail=f"requeued: no runner on node {node or cur.node} took it within {start_timeout:.0f}s")
 
 
 INTERRUPTED = frozenset({"timeout", "preempted", "node_failure", "cancelled"})

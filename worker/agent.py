@@ -160,6 +160,7 @@ class Agent:
         if now >= self._next_renew:
             self._renew(now)
             self._check_attempts()
+            self._purge_spool()
         for s in self.slots:
             self._supervise(s, now)
         self._reap_strays(now)
@@ -330,6 +331,12 @@ class Agent:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(p, signal.SIGKILL)
 
+    def _purge_spool(self) -> None:
+        try:
+            purge_spool(self.store, self.name, self.settings.spool)
+        except (conn.ERRORS + (OSError,)) as e:     # the next round tries again: the ids stay listed
+            log.warning("node %s: cannot clean archived jobs from the spool: %s", self.name, e)
+
     def _reap_strays(self, now: float) -> None:
         """Reap children that are not our runners (orphans adopted as subreaper) and kill those
         alive that come from a job: a job starts in a session of its own and can only make new
@@ -361,3 +368,12 @@ class Agent:
         old = {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
         return lambda: [signal.signal(sig, h) for sig, h in old.items()]
 
+
+def purge_spool(store: AgentStore, node: str, spool: str) -> int:
+    """Remove the spool files (stored script, checkpoints) of jobs the scheduler archived, then take
+    them off this node's list: a crash in between only removes them again."""
+    ids = store.purge_list(node)
+    for jid in ids:
+        launch.remove_spool(spool, jid)
+    store.purged(node, ids)
+    return len(ids)

@@ -6,6 +6,7 @@ reports as outcome "error" with the message, so the scheduler is never left wait
 import contextlib
 import os
 import pwd
+import shutil
 import stat
 from dataclasses import dataclass
 
@@ -221,6 +222,19 @@ def checkpoint_dir(s: Settings, job: Job, ident: Identity) -> str:
     if ident.drop:
         os.chown(d, ident.pw.pw_uid, ident.pw.pw_gid, follow_symlinks=False)
     return d
+
+
+def remove_spool(spool: str, jid: int) -> None:
+    """An archived job's stored script and checkpoint directory, gone from the spool. The parents
+    are ours (the user cannot swap <id> for a link); rmtree does not follow links inside."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(spool, "scripts", f"{int(jid)}.sh"))
+    d = os.path.join(spool, "checkpoints", str(int(jid)))
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.islink(d):       # never ours to follow: the link goes, what it names stays
+            os.unlink(d)
+        else:
+            shutil.rmtree(d)
 
 
 def write_script(s: Settings, job: Job, ident: Identity) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from .. import fairshare, ledger, periods, policy, states, transitions as tr
 from ..config import Config
 from ..model import Job, Node, Snapshot
+from . import easy
 from .clock import Clock
 from .queue import Queue
 from .room import Room, shape
@@ -95,7 +96,10 @@ class Simulator:
         # reads a pending job's reason only when the job is held, and no job is held in a replay.
         self.reasons: dict = {}
         self.room = Room(self.nodes)
-        self.preemptible_running = self.draining = 0
+        self.node_by_name = {n.name: n for n in self.nodes}
+        self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
+        self.single_model = easy.single_model(self.nodes)
+        self.preemptible_running = self.draining = self.gangs_running = 0
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
         self.calls = self.skipped = 0
@@ -210,6 +214,7 @@ class Simulator:
         self.room.give(job)
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
+        self.gangs_running -= job.nodes > 1
         for c in charges:
             b = self.budgets.get(c.budget)
             key = ledger.spent_field(c.budget, c.period or (periods.current(b, t) if b else ""))
@@ -257,6 +262,15 @@ class Simulator:
                 and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.accounts_in_submit_order(t))
 
+    def _easy(self, t: float) -> bool:
+        """Whether a backfill pass may be given only the head of the queue (easy.py says when that
+        decides the whole pass): the whole queue in one order, no gate but capacity, nothing timed,
+        draining or preemptible, one GPU model per node, no gang (easy.py counts one node per job)."""
+        return (self.cfg.backfill_depth > 0 and self.single_model and not self.queue.gangs and not self.gangs_running
+                and self.ungated and not self.queue.timed and not self.cfg.estimate.backfill   # easy.py reads limits
+                and not self.draining and not (self.cfg.preemption and self.preemptible_running)
+                and self.queue.accounts_in_submit_order(t) and self.queue.one_order())
+
     def _plan(self, t: float) -> None:
         if not self.skip:
             return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
@@ -264,6 +278,8 @@ class Simulator:
             self.skipped += 1
             return
         if not self._strict(t):
+            if self._easy(t):
+                return self._apply(t, easy.plan(self, t))
             return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
         # Strict order: the first job decides whether anything starts; when it fits, a pass over a
         # window that holds the first n jobs decides the same as the whole pass as soon as fewer than
@@ -321,6 +337,7 @@ class Simulator:
         job = tr.admit(self._unqueue(place.job_id), place, t)
         self.running[job.id] = job
         self.room.take(job)
+        self.gangs_running += job.nodes > 1
         if self._preemptible(job):
             self.preemptible_running += 1
             qos = self.cfg.qos_named(job.qos)

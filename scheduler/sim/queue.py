@@ -12,10 +12,12 @@ job is the tail of a burst (or burst_penalty is 0), **each account's jobs come i
 and when, besides, fair share is off (or a single account pends), the whole queue does. Those two
 facts are all `window()` relies on; the order of the accounts' first jobs is priority.factors' own.
 
-Whether a job is the tail of a burst depends only on the pending jobs of its user, and only a
-user with more than `burst_jobs` pending can have one; `priority.factors` says, for those users,
-whenever their pending jobs change. With no tail in the whole queue there is none in any part of
-it either (a part has fewer earlier jobs within the window), so a pass over a part ranks alike.
+Whether a job is the tail of a burst depends only on the pending jobs of its user: with the user's
+pending jobs in (submit time, id) order s_0, s_1, ..., job k has `burst_jobs` = a earlier jobs within
+`burst_window` = w before it (priority.burst_tail) exactly when s_k − s_(k−a) ≤ w. `Bursts` counts
+those k per user, and a submit or start changes the pairs of at most a + 1 of them: O(a) per change,
+never a pass over the queue. With no tail in the whole queue there is none in any part of it either
+(a part has fewer earlier jobs within the window), so a pass over a part ranks alike.
 """
 from bisect import bisect_left, insort
 from collections import Counter
@@ -24,7 +26,8 @@ from .. import ledger
 from ..config import Config
 from ..model import Job
 from ..policy import priority
-from .room import Shapes
+from ..policy.backfill import _limit
+from .room import Shapes, shape
 
 
 def timed(job: Job) -> bool:
@@ -42,10 +45,12 @@ class Queue:
         self.by_account: dict[str, list[tuple[float, int]]] = {}
         self.qos_levels: Counter = Counter()                 # QoS priority -> pending jobs
         self.per_user: Counter = Counter()
-        self.crowded: dict[str, bool | None] = {}            # users with more than burst_jobs pending ->
-                                                             # whether one of their jobs is a burst's tail
+        self.bursts = Bursts(cfg.priority["burst_jobs"], cfg.priority["burst_window"])
         self.shapes = Shapes()
+        # shape -> [(time limit as backfill counts it, submit time, id)], sorted: easy.py's index
+        self.by_shape: dict[tuple, list] = {}
         self.timed = 0
+        self.gangs = 0                                       # pending jobs over several nodes (sub -N)
         self.budgeted = 0                                    # pending jobs charged to some budget
 
     def __len__(self) -> int:
@@ -62,9 +67,11 @@ class Queue:
         insort(self.by_account.setdefault(job.account, []), key)
         self.qos_levels[self._qos(job)] += 1
         self.per_user[job.user] += 1
-        self._touch(job.user)
+        self.bursts.add(job)
         self.shapes.add(job)
+        insort(self.by_shape.setdefault(shape(job), []), (_limit(job), job.submit_time, job.id))
         self.timed += timed(job)
+        self.gangs += job.nodes > 1
         self.budgeted += self._budgeted(job)
 
     def remove(self, job_id: int) -> Job:
@@ -79,30 +86,23 @@ class Queue:
         if not self.qos_levels[self._qos(job)]:
             del self.qos_levels[self._qos(job)]
         self.per_user[job.user] -= 1
-        self._touch(job.user)
+        self.bursts.remove(job)
         self.shapes.remove(job)
+        mine = self.by_shape[shape(job)]
+        del mine[bisect_left(mine, (_limit(job), job.submit_time, job.id))]
+        if not mine:
+            del self.by_shape[shape(job)]
         self.timed -= timed(job)
+        self.gangs -= job.nodes > 1
         self.budgeted -= self._budgeted(job)
         return job
 
     def _budgeted(self, job: Job) -> bool:
         return bool(self.cfg.budgets) and bool(ledger.budgets_for(job, self.cfg.budgets))
 
-    def _touch(self, user: str) -> None:
-        if self.per_user[user] > self.cfg.priority["burst_jobs"]:
-            self.crowded[user] = None          # to be asked again
-        else:
-            self.crowded.pop(user, None)
-
     def bursting(self, now: float) -> bool:
-        """Whether some pending job is the tail of its user's submit burst (priority.factors says)."""
-        for user, known in self.crowded.items():
-            if known is None:
-                mine = [j for j in self.jobs.values() if j.user == user]
-                self.crowded[user] = known = any(f.burst for f in priority.factors(mine, now, {}, self.cfg).values())
-            if known:
-                return True
-        return False
+        """Whether some pending job is the tail of its user's submit burst (priority.burst_tail's rule)."""
+        return self.bursts.any()
 
     def accounts_in_submit_order(self, now: float) -> bool:
         """Whether each account's pending jobs come in submit order in plan()'s order (see above).
@@ -138,3 +138,46 @@ class Queue:
         if self.one_order():
             return [self.jobs[i] for _, i in self.fifo[:n]]
         return [self.jobs[i] for h in ranked[:n] for _, i in self.by_account[h.account][:n]]
+
+
+class Bursts:
+    """Per user, the pending jobs in (submit time, id) order and how many of them are a burst's tail."""
+
+    def __init__(self, allowance: int, window: float):
+        self.a, self.w = allowance, window
+        self.keys: dict[str, list[tuple[float, int]]] = {}
+        self.tails: Counter = Counter()
+        self.total = 0
+
+    def _count(self, keys, lo: int, hi: int) -> int:
+        """Tails among indices lo..hi (inclusive) of `keys`."""
+        a, w = self.a, self.w
+        return sum(1 for k in range(max(lo, a), min(hi, len(keys) - 1) + 1) if keys[k][0] - keys[k - a][0] <= w)
+
+    def _change(self, job: Job, add: bool) -> None:
+        keys = self.keys.setdefault(job.user, [])
+        key = (job.submit_time, job.id)
+        p = bisect_left(keys, key)
+        # Only the pairs (k − a, k) that straddle position p change: k in p..p+a−1 before an insert
+        # (p..p+a before a removal), k in p..p+a after it (p..p+a−1 after a removal).
+        before = self._count(keys, p, p + self.a - add)
+        if add:
+            keys.insert(p, key)
+        else:
+            del keys[p]
+        after = self._count(keys, p, p + self.a - 1 + add)
+        delta = after - before
+        self.tails[job.user] += delta
+        self.total += delta
+        if not keys:
+            del self.keys[job.user]
+            del self.tails[job.user]
+
+    def add(self, job: Job) -> None:
+        self._change(job, True)
+
+    def remove(self, job: Job) -> None:
+        self._change(job, False)
+
+    def any(self) -> bool:
+        return self.total > 0

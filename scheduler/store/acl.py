@@ -65,6 +65,7 @@ def _node_rules(k: Keys, node: str) -> list[str]:
             # BLMOVE from the queue into a slot's own list; the slot list is read and trimmed.
             f"(~{k.dispatch(node)} ~{k.dispatch_slot(node, '*')} +blmove +lmove +lrange +llen +lrem)",
             f"(~{k.node_control(node, '*')} +blpop +lpop +del)",
+            f"(~{k.node_purge(node)} +srandmember +srem +scard)",
             f"(%R~{k.job('*')} %R~{k.job_env('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} "
             f"{' '.join(READ)})"]
 

@@ -193,6 +193,15 @@ class AgentStore:
     def _runner_state(self, p, node: str, slot: int, state: str) -> None:
         p.hset(self.k.node_runners(node), str(slot), f"{state} {time.time():.3f}")
 
+    # -- spool of archived jobs (store/archive.py posts them) -----------------------------------------
+    def purge_list(self, node: str, n: int = 500) -> list[int]:
+        """Up to n archived jobs whose stored script and checkpoints this node's spool still holds."""
+        return [int(i) for i in self.r.srandmember(self.k.node_purge(node), n)]
+
+    def purged(self, node: str, ids) -> None:
+        if ids:
+            self.r.srem(self.k.node_purge(node), *ids)
+
 
 @dataclass(frozen=True)
 class SlotRef:

@@ -91,6 +91,9 @@ class Keys:
     def node_runners(self, name: str) -> str:  # HASH (W): slot -> "idle" | "running <job>.<attempt>" | ...
         return f"{self.p}:node:{name}:runners"
 
+    def node_purge(self, name: str) -> str:   # SET (S SADD, W SRANDMEMBER/SREM): archived jobs whose
+        return f"{self.p}:node:{name}:purge"   # stored script and checkpoints the node's spool drops
+
     # -- dispatch to a node (scheduler -> its runners) ---------------------------------------------
     def dispatch(self, node: str) -> str:     # LIST (S LPUSH, W BLMOVE): "<job>:<attempt>" admitted there
         return f"{self.p}:dispatch:{node}"

@@ -5,6 +5,8 @@ ledger row is detected. On fakeredis and on a real redis-server (the `conns` fix
 SQLite and in a private PostgreSQL cluster (the `archive_at` fixture; skipped with the reason where
 PostgreSQL or psycopg is missing)."""
 
+import pytest
+
 from labq.scheduler.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
 from labq.scheduler.store.history import History
@@ -171,30 +173,33 @@ def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server
         assert a == b, q
 
 
-def _schema_1(path):
-    """Turn an archive into what labq wrote before the acct rows (schema 1)."""
+def _older(path, version):
+    """Turn an archive into what an older labq wrote: schema 1 (no acct rows) or 2 (no acct.nodes)."""
     db = Archive(path).db
-    db.script("DROP TABLE acct; UPDATE meta SET value = '1' WHERE key = 'schema'")
+    db.script("DROP TABLE acct" if version == 1 else "ALTER TABLE acct DROP COLUMN nodes")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(version),))
     db.commit()
     db.close()
 
 
-def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at):
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_archive_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at, version):
     r, raw = conns
     _workload(r, raw)
     path = archive_at
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
-    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
             for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert len(want) == 6 and all(w[3] > 0 for w in want if w[2] == "CD")
-    _schema_1(path)
-    old = Archive(path, readonly=True)             # a reader before the scheduler migrated it: the records
-    assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
-    assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
+    _older(path, version)
+    if version == 1:
+        old = Archive(path, readonly=True)         # a reader before the scheduler migrated it: the records
+        assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
+        assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
     Archive(path).close()                          # the scheduler's open migrates it
     db = Archive(path, readonly=True).db
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
-    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
            for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert got == want
 
@@ -281,3 +286,46 @@ def test_history_url_takes_sqlite_or_postgresql_and_names_what_else_is_wrong():
     assert default_path("postgresql://labq@db/labq") == "postgresql://labq@db/labq"
     with pytest.raises(LabqError, match=r"history.url.*expected sqlite:///ABSOLUTE/PATH, postgresql://"):
         config.loads('[history]\nurl = "mysql://db/labq"\n')
+
+
+def test_archived_jobs_leave_the_nodes_spool(conns, archive_at, tmp_path):
+    """The archive pass lists each archived job for the nodes it ran on; the agent removes its stored
+    script and checkpoint directory (a link there goes, what it names stays) and takes it off the list."""
+    import os
+
+    from labq.scheduler.store.agentside import AgentStore
+    from labq.worker.agent import purge_spool
+    r, raw = conns
+    _workload(r, raw)
+    spool = tmp_path / "spool"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.pt").write_text("x")
+    for jid in (1, 2, 7):
+        (spool / "scripts").mkdir(parents=True, exist_ok=True)
+        (spool / "scripts" / f"{jid}.sh").write_text("#!/bin/bash\n")
+        (spool / "checkpoints").mkdir(exist_ok=True)
+    (spool / "checkpoints" / "1").mkdir()
+    (spool / "checkpoints" / "1" / "step-10.pt").write_text("w")
+    os.symlink(outside, spool / "checkpoints" / "2")
+    Archiver(r, K, Archive(archive_at), keep=0).step(T0 + 500)
+    assert sorted(int(i) for i in r.smembers(K.node_purge("n1"))) == [1, 2, 3, 4, 5, 6]
+    assert purge_spool(AgentStore(r, K), "n1", str(spool)) == 6
+    assert sorted(os.listdir(spool / "scripts")) == ["7.sh"], "job 7 is not archived: its script stays"
+    assert os.listdir(spool / "checkpoints") == [] and (outside / "keep.pt").exists()
+    assert r.scard(K.node_purge("n1")) == 0
+
+
+def test_a_pass_is_sized_to_its_time_budget(conns, archive_at):
+    """pass_s: a full pass that took longer than the budget shrinks the next (to 50 at least), a
+    quicker one grows it (to `batch` at most); without a budget the batch stays."""
+    r, raw = conns
+    _workload(r, raw)
+    slow = Archiver(r, K, Archive(archive_at), keep=0, batch=1000, pass_s=1e-9)
+    slow.size = 3                                   # as if earlier passes had shrunk it
+    assert slow.step(T0 + 500)[0] == 3 and slow.size == 50, "over budget: down to the floor"
+    quick = Archiver(r, K, Archive(archive_at), keep=0, batch=1000, pass_s=1000.0)
+    quick.size = 2
+    assert quick.step(T0 + 500)[0] == 2 and quick.size == 1000, "well within budget: up to the batch"
+    fixed = Archiver(r, K, Archive(archive_at), keep=0, batch=1)
+    assert fixed.step(T0 + 500)[0] == 1 and fixed.size == 1

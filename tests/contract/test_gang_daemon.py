@@ -82,11 +82,31 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
     assert job(r, 2).state == states.RUNNING
 
 
-def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
+def test_a_gang_completes_when_its_last_part_has(conns):
     r, raw = conns
     s, agent, j = _running_gang(r, raw)
     for n in ("a", "b"):
         agent.post("started", 1, 1, n, {"start_time": NOW + 1})
+    agent.post("finished", 1, 1, "a", {"outcome": "completed", "exit_code": 0, "end_time": NOW + 50,
+                                       "usage": {"cpu_s": 1.0}})
+    s.tick(NOW + 50)
+    j = job(r, 1)
+    assert j.state == states.RUNNING and j.current.end_time is None and r.get(K.control(1)) is None
+    agent.post("finished", 1, 1, "b", {"outcome": "completed", "exit_code": 0, "end_time": NOW + 52,
+                                       "usage": {"cpu_s": 2.0}})
+    s.tick(NOW + 52)
+    j = job(r, 1)
+    assert j.state == states.COMPLETED and len(j.attempts) == 1 and j.attempts[0].end_time == NOW + 52
+    assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 1.0}, "b": {"cpu_s": 2.0}}
+    assert r.get(K.control(1)) is None          # nothing left to stop
+
+
+def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    for rank, n in enumerate(("a", "b")):
+        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
+        r.hset(K.part(1, 1, rank), "hb", NOW + 1)   # both parts run (their runners' heartbeat, on our clock)
     s.tick(NOW + 2)
     r.delete(K.node_lease("b"))                 # b's agent died (kill -9): its lease is gone
     s.tick(NOW + 3)                             # b is seen down ...
@@ -108,17 +128,18 @@ def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
     assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 9.0}} and j.attempts[0].outcome == "node_failure"
 
 
-def test_a_part_that_never_starts_ends_the_attempt_after_start_timeout(conns):
+def test_a_part_no_runner_takes_is_withdrawn_after_start_timeout(conns):
     r, raw = conns
     s, agent, j = _running_gang(r, raw)
     agent.claim(1, 1, "a", 1)
-    agent.started(1, 1, "a", 1, NOW + 1)        # rank 0 runs; b's part is never claimed
+    agent.post("started", 1, 1, "a", {"start_time": NOW + 1})   # rank 0 runs; b's part is never claimed
     s.tick(NOW + 2)
     assert job(r, 1).state == states.RUNNING
     s.tick(NOW + CFG.start_timeout + 5)
     j = job(r, 1)
-    assert j.restart_count == 1 and j.attempts[0].outcome == "node_failure"
-    assert r.get(K.control(1)) == "stop:1" and j.current.attempt == 2     # requeued once, placed again
+    assert j.attempts[0].outcome == "withdrawn" and j.restart_count == 0 and j.attempts[0].cost == 0
+    assert r.get(K.control(1)) == "stop:1" and j.current.attempt == 2     # requeued, placed again
+    assert r.hget(K.part(1, 1, 1), "claimed") == "withdrawn"              # a late runner on b will not run it
 
 
 def test_submit_refuses_a_gang_no_set_of_nodes_could_hold(conns):

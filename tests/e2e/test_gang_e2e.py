@@ -21,6 +21,13 @@ fence_margin = "2s"
 start_timeout = "5s"
 [accounts.eta]
 users = ["{user}"]
+[qos.normal]
+priority = 100
+[qos.low]
+priority = 0
+preemptible = true
+grace = "10s"
+min_runtime = "0s"
 [worker]
 name = "g1"
 gpus = 2
@@ -154,3 +161,58 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# Both parts count steps from their checkpoint (a file per rank in the working directory), write it
+# when the checkpoint signal comes, and finish 5 steps after a restart.
+STEPS = r"""
+import os, signal, sys, time
+rank, restart = os.environ["NODE_RANK"], int(os.environ["LABQ_RESTART_COUNT"])
+ck = f"ckpt-{os.environ['LABQ_JOB_ID']}-{rank}"
+step = int(open(ck).read()) if os.path.exists(ck) else 0
+print(f"rank {rank} on {os.environ['LABQ_NODE']} starts at step {step} (restart {restart})", flush=True)
+
+def save(*_):
+    with open(ck, "w") as f:
+        f.write(str(step))
+    print(f"rank {rank} checkpointed step {step}", flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, save)
+end = step + 5 if restart else 10 ** 9
+while step < end:
+    step += 1
+    time.sleep(0.05)
+print(f"rank {rank} done at step {step}", flush=True)
+"""
+
+
+def test_a_preempted_gang_resumes_from_its_checkpoint_on_another_set_of_nodes(gangs):
+    e = gangs
+    with open(os.path.join(e.work, "steps.py"), "w") as f:
+        f.write(STEPS)
+    gate = os.path.join(e.work, "gate")
+    gang = e.sub("-N", "2", "--gpus-per-node", "2", "-q", "low", "-t", "10m", "-o", "steps-%j-%n.log", "--",
+                 sys.executable, "steps.py")
+    first = e.wait_state(gang, {states.RUNNING})
+    wait_for(lambda: e.job(gang).current.start_time, 60, what="the gang to start")
+    # the third node is taken by a job that ends when the test says so; then a normal job preempts
+    filler = e.sub("--gpus", "2", "-t", "10m", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    e.wait_state(filler, {states.RUNNING})
+    urgent = e.sub("--gpus", "2", "-t", "10m", "--", "sleep", "60")
+    j = e.wait_state(gang, {states.PENDING}, 120)
+    assert j.attempts[0].outcome == "preempted" and j.restart_count == 1
+    taken = e.wait_state(urgent, {states.RUNNING}, 60).node
+    assert taken in [n for n, _ in first.parts]
+    open(gate, "w").close()                  # the filler ends: the gang has two nodes again
+    done = e.wait_state(gang, states.TERMINAL, 120)
+    logs = {r: open(os.path.join(e.work, f"steps-{gang}-{r}.log")).read() for r in (0, 1)}
+    assert done.state == states.COMPLETED, (done.state, done.detail, logs)
+    second = [n for n, _ in done.attempts[-1].parts]
+    assert taken not in second and second != [n for n, _ in first.parts]
+    for r in (0, 1):
+        saved = int(open(os.path.join(e.work, f"ckpt-{gang}-{r}")).read())
+        assert saved > 0 and f"rank {r} checkpointed step {saved}" in logs[r]
+        assert f"starts at step {saved} (restart 1)" in logs[r] and f"done at step {saved + 5}" in logs[r]
+    e.labq("del", str(urgent))
+

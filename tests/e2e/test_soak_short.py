@@ -22,8 +22,8 @@ def _soak():
 
 def test_a_short_soak_loses_nothing_runs_nothing_twice_and_keeps_its_promises():
     soak = _soak()
-    # a small budget for lab-c, so that it runs out (on_exhaust = "preempt") within the two minutes
-    r = soak.soak(120, seed=3, budget=0.4)
+    # a small budget for lab-c (one job at a time), raised by an override that expires under its jobs
+    r = soak.soak(120, seed=3, budget=1.0)
     assert soak.failures(r) == [], r
     assert r["kills"] == {"scheduler": 1, "worker": 1}, r
     # the run did contend: jobs were preempted (QoS, reclaim or the budget) and lab-c's budget ran out

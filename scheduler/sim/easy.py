@@ -1,0 +1,151 @@
+"""A backfill pass (backfill_depth ≥ 1) given only the head of the queue, when that provably decides
+the whole pass. Without it a replay of a deep queue gives plan() every pending job at every instant.
+
+When the whole queue is in one order (queue.py: fifo weights, no burst tail, one QoS level, fair
+share off or one account) and no gate but capacity applies (engine `ungated`, nothing timed,
+draining or preemptible), a pass over the queue's first n jobs W decides the same as the pass over
+all of it if every later job is a no-op there. A later job J does nothing when
+
+1. it cannot reserve: W's pass already made `backfill_depth` reservations (plan() makes no more), and
+2. it cannot start: in the state W's pass ends in — room R' after W's admissions, and the
+   reservations — no node has room for J's shape now that J's run also leaves every reservation
+   there whole (backfill.Timelines.fits_now). Room only shrinks along a pass and reservations do not
+   move, so a J that cannot start in that final state cannot start at its own turn either.
+
+Condition 2 is checked per request shape on the job of that shape with the smallest time limit
+outside W (a longer run of the same shape only crosses more reservations), and per node on the free
+room at each reservation's start, just as `Timelines._fits` checks it. The check errs only towards
+"may start" (then W is widened, up to the whole queue): never a wrong plan. GPU models: nodes with
+at most one model each (else the engine does not use this).
+"""
+import math
+from bisect import bisect_right
+from collections import Counter
+
+from ..policy.backfill import _expected_end, _limit
+from ..policy.capacity import shape
+
+WINDOW = 4
+
+
+def single_model(nodes) -> bool:
+    return all(len({g.model for g in n.gpus}) <= 1 for n in nodes)
+
+
+def plan(sim, t: float):
+    """The Plan of the pass over the whole queue, computed from the jobs that decide it: a head of the
+    queue that makes every reservation, and the later jobs that could start in the state it leaves."""
+    q, n, depth, calls = sim.queue, WINDOW, sim.cfg.backfill_depth, sim.calls
+    while True:
+        head = q.window(n, [])
+        p = sim._call(t, head)
+        if len(head) == len(q) or len(p.starts) >= depth:
+            break
+        n *= 4
+    # The later jobs that could start, a few at a time in the queue's order: usually the first of
+    # them fill the room the head left, and the pass over head + those shows that the rest cannot.
+    k, decided = WINDOW, head
+    while len(decided) < len(q):
+        more = candidates(sim, t, p, decided, k)
+        if not more:
+            break
+        decided = decided + more
+        p = sim._call(t, decided)
+        k *= 4
+    sim.calls = calls + 1             # however many calls it took, it is one pass (the report counts passes)
+    return p
+
+
+def candidates(sim, t: float, p, head, k: int) -> list:
+    """The first `k` jobs outside `head`, in the queue's order, that could start in the state its pass
+    `p` ends in (above): for each request shape, those with a time limit short enough to leave every
+    reservation whole on some node with room for the shape."""
+    inside = {j.id for j in head}
+    room = _room_after(sim, p)
+    points = None
+    fails: dict = {}                  # shape -> per node with room for it, the first reservation it would cross
+    ok: dict = {}                     # shape -> how many of its jobs (roughly) could start
+    by_shape = sim.queue.by_shape
+    for s, keyed in by_shape.items():
+        nodes = [name for name, free in room.items() if _covers(free, s, sim.model[name])]
+        if not nodes:
+            continue
+        if points is None:
+            points = _reserved_points(sim, t, p)
+        fails[s] = [min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])), default=None)
+                    for name in nodes]
+        first = next((limit for limit, _, jid in keyed if jid not in inside), None)
+        if first is not None and _may_start(fails[s], t, first):
+            worst = max(math.inf if at is None else at - t for at in fails[s])
+            ok[s] = bisect_right(keyed, (worst, math.inf, math.inf))
+    if not ok:
+        return []
+    jobs = sim.queue.jobs
+    if sum(ok.values()) <= 4 * k:
+        # Few: taken from each shape's shortest limits (a longer limit only crosses more reservations).
+        out = []
+        for s in ok:
+            for limit, _, jid in by_shape[s]:
+                if not _may_start(fails[s], t, limit):
+                    break
+                if jid not in inside:
+                    out.append(jobs[jid])
+        out.sort(key=lambda j: (j.submit_time, j.id))
+        return out[:k]
+    out = []
+    for _, jid in sim.queue.fifo:     # many: the queue's order finds k of them soon
+        j = jobs[jid]
+        s = shape(j)
+        if s in ok and jid not in inside and _may_start(fails[s], t, _limit(j)):
+            out.append(j)
+            if len(out) == k:
+                break
+    return out
+
+
+def _may_start(fails, t: float, limit: float) -> bool:
+    """Timelines._fits's test on the reservation points: some node crosses none it cannot share."""
+    return not all(at is not None and at < t + limit for at in fails)
+
+
+def _covers(free, s, model) -> bool:
+    gpus, gpu_type, cpus, mem = s
+    f_cpus, f_mem, f_slots, f_gpus = free
+    return (f_slots >= 1 and f_cpus >= cpus and f_mem >= mem
+            and (not gpus or ((not gpu_type or gpu_type == model) and f_gpus >= gpus)))
+
+
+def _room_after(sim, p) -> dict:
+    """Free (cpus, mem, slots, GPUs) of every node once the pass's admissions are in."""
+    room = {name: (f[0], f[1], f[2], sum(f[3].values())) for name, f in sim.room.free.items()}
+    jobs = sim.queue.jobs
+    for pl in p.places:
+        j = jobs[pl.job_id]
+        c, m, sl, g = room[pl.node]
+        room[pl.node] = (c - j.cpus, m - j.mem, sl - 1, g - len(pl.gpus))
+    return room
+
+
+def _reserved_points(sim, t: float, p) -> dict:
+    """node -> [(start of a reservation there, free room at that instant as Timelines counts it)]."""
+    jobs = sim.queue.jobs
+    allocs: dict = {}
+    for j in sim.running.values():
+        allocs.setdefault(j.node, []).append((t, _expected_end(j, t, sim.cfg), j.cpus, j.mem, len(j.gpu_uuids)))
+    for pl in p.places:
+        j = jobs[pl.job_id]
+        allocs.setdefault(pl.node, []).append((t, t + _limit(j), j.cpus, j.mem, len(pl.gpus)))
+    for st in p.starts:
+        j = jobs[st.job_id]
+        allocs.setdefault(st.node, []).append((st.at, st.at + _limit(j), j.cpus, j.mem, j.gpus))
+    out: dict = {}
+    for name in {st.node for st in p.starts}:
+        node = sim.node_by_name[name]
+        for at in sorted({a[0] for a in allocs[name] if a[0] > t}):
+            active = [a for a in allocs[name] if a[0] <= at < a[1]]
+            used: Counter = Counter()
+            for a in active:
+                used.update(cpus=a[2], mem=a[3], gpus=a[4])
+            out.setdefault(name, []).append((at, (node.cpus - used["cpus"], node.mem - used["mem"],
+                                                      node.slots - len(active), len(node.gpus) - used["gpus"])))
+    return out

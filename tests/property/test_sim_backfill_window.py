@@ -1,0 +1,49 @@
+"""A backfill replay that gives plan() only the head of a deep queue (scheduler/sim/easy.py) must
+schedule exactly as one that gives plan() the whole queue at every instant (skip=False), whatever
+the mix of requests, run times, time limits, depth and cluster."""
+from dataclasses import replace
+
+from hypothesis import given, settings, strategies as st
+
+from labq.scheduler import config as config_mod
+from labq.scheduler.model import Gpu, Node
+from labq.scheduler.sim import TraceJob, policy_config, simulate
+
+G = 1 << 30
+
+
+def cluster(count, gpus, model="A"):
+    return tuple(Node(f"n{i}", 32, 256 * G, 32, tuple(Gpu(f"G-{i}-{g}", g, model) for g in range(gpus)))
+                 for i in range(count))
+
+
+job = st.tuples(st.integers(0, 400), st.integers(1, 900), st.sampled_from([1, 1, 1, 2, 4, 8]),
+                st.floats(1.0, 4.0), st.sampled_from([1, 2, 4]), st.sampled_from(["", "A", "B"]))
+
+
+def trace(rows, typed):
+    out = []
+    for i, (submit, run, gpus, over, cpus, gtype) in enumerate(sorted(rows)):
+        out.append(TraceJob(name=str(i), submit=float(submit), duration=float(run),
+                            time_limit=max(1, int(run * over)) if i % 7 else max(1, run // 2),   # some time out
+                            gpus=gpus, cpus=cpus, user=f"u{i % 3}", gpu_type=gtype if typed else ""))
+    return out
+
+
+def schedule(res):
+    return {i: (j.state, tuple((a.node, a.gpus, a.dispatch_time, a.end_time, a.outcome) for a in j.attempts))
+            for i, j in res.jobs.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(job, min_size=5, max_size=70), st.integers(1, 3), st.sampled_from([(1, 8), (2, 4), (3, 8)]),
+       st.booleans(), st.sampled_from([0, 30]))
+def test_a_windowed_backfill_pass_equals_the_whole_one(rows, depth, shape, typed, kill_wait):
+    nodes = cluster(*shape)
+    if typed:        # a second model on the last node: a request for it has one place to go
+        nodes = nodes[:-1] + (cluster(1, shape[1], "B")[0].__class__(
+            "nb", 32, 256 * G, 32, tuple(Gpu(f"G-b-{g}", g, "B") for g in range(shape[1]))),)
+    cfg = replace(policy_config(config_mod.Config(), "backfill", depth), kill_wait=kill_wait)
+    jobs = [j for j in trace(rows, typed) if not j.gpu_type or any(g.model == j.gpu_type for n in nodes for g in n.gpus)]
+    fast, full = simulate(jobs, nodes, cfg), simulate(jobs, nodes, cfg, skip=False)
+    assert schedule(fast) == schedule(full)

@@ -1,0 +1,33 @@
+"""writes._encoded: the RESP of each record and stat row written ahead of a big array's transaction
+is byte for byte what encoding each job on its own gives, whether its run was cut from one template
+(ids and indices spliced in) or encoded task by task."""
+from dataclasses import replace
+
+from hypothesis import given, settings, strategies as st
+
+from labq.scheduler import states
+from labq.scheduler.model import Attempt, Job
+from labq.scheduler.store import codec, statrows, writes
+from labq.scheduler.store.keys import Keys
+
+K = Keys("labq")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 10**9), st.integers(1, 40), st.sampled_from([1, 3]), st.text(max_size=12),
+       st.lists(st.sampled_from(["held", "started", "name", "plain"]), max_size=4))
+def test_each_record_is_what_encoding_the_job_alone_gives(first, n, step, name, changes):
+    base = Job(id=0, user="ann", account="x", name=name or "t", argv=("python", "ü.py"), array_id=first,
+               array_count=n, submit_time=1.5)
+    jobs = [replace(base, id=first + i, array_index=i * step) for i in range(n)]
+    for c, at in zip(changes, range(0, n, 3)):
+        j = jobs[at]
+        jobs[at] = {"held": replace(j, held=True, reason=states.HELD),
+                    "started": replace(j, attempts=(Attempt(1, "n", (), start_time=2.0),)),
+                    "name": replace(j, name="-7777777771"),      # a stand-in's digits in the text itself
+                    "plain": replace(j, array_id=None, array_index=None)}[c]
+    got = list(writes._encoded(K, jobs))
+    assert [g[0] for g in got] == [j.id for j in jobs]
+    for (jid, rec, row), j in zip(got, jobs):
+        assert rec == writes._bulk2(K.job(j.id), codec.dumps(j))
+        assert row == writes._bulk2(str(j.id), statrows.dumps(j))
