@@ -151,7 +151,7 @@ class Inboxes:
             self.archiver.next = float("-inf")
             j, n = self.archiver.step(now)     # the tick's clock: what is old enough is judged at `now`
             jobs, ledger = jobs + j, ledger + n
-            more = max(j, n) >= self.archiver.batch
+            more = max(j, n) >= self.archiver.size
             if not more or time.monotonic() - start > ARCHIVE_NOW_S:
                 return Change(reply={"ok": True, "jobs": jobs, "ledger": ledger, "more": more,
                                      "keep": self.archiver.keep})

@@ -314,3 +314,18 @@ def test_archived_jobs_leave_the_nodes_spool(conns, archive_at, tmp_path):
     assert sorted(os.listdir(spool / "scripts")) == ["7.sh"], "job 7 is not archived: its script stays"
     assert os.listdir(spool / "checkpoints") == [] and (outside / "keep.pt").exists()
     assert r.scard(K.node_purge("n1")) == 0
+
+
+def test_a_pass_is_sized_to_its_time_budget(conns, archive_at):
+    """pass_s: a full pass that took longer than the budget shrinks the next (to 50 at least), a
+    quicker one grows it (to `batch` at most); without a budget the batch stays."""
+    r, raw = conns
+    _workload(r, raw)
+    slow = Archiver(r, K, Archive(archive_at), keep=0, batch=1000, pass_s=1e-9)
+    slow.size = 3                                   # as if earlier passes had shrunk it
+    assert slow.step(T0 + 500)[0] == 3 and slow.size == 50, "over budget: down to the floor"
+    quick = Archiver(r, K, Archive(archive_at), keep=0, batch=1000, pass_s=1000.0)
+    quick.size = 2
+    assert quick.step(T0 + 500)[0] == 2 and quick.size == 1000, "well within budget: up to the batch"
+    fixed = Archiver(r, K, Archive(archive_at), keep=0, batch=1)
+    assert fixed.step(T0 + 500)[0] == 1 and fixed.size == 1
