@@ -17,8 +17,8 @@ Fair share comes from decayed usage (`Snapshot.usage`), never from budgets. The 
 (−priority, submit time, id) — so shuffling the input never changes the plan, and equal priorities
 go to the older job.
 """
-from operator import attrgetter
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .. import fairshare
 from ..config import Config
