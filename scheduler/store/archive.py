@@ -175,9 +175,9 @@ class Archive:
 
     def acct(self, since: float, until: float, user: str | None = None, account: str | None = None,
              columns=None) -> list:
-        """Ended jobs as acct/report read them: AcctJob rows; from an archive still at schema 1 (a
+        """Ended jobs as acct/report read them: AcctJob rows; from an archive of an older schema (a
         reader before the scheduler migrated it), the records."""
-        if self._version() < 2:
+        if self._version() < SCHEMA:
             return [j for j in self.ended(since, until)
                     if (not user or j.user == user) and (not account or j.account == account)]
         q, args = acctrows.select(since, until, user, account, columns=columns)
@@ -186,7 +186,7 @@ class Archive:
     def acct_iter(self, since: float, until: float):
         """The acct rows (tuples in acctrows.NAMES order) that ended in [since, until], oldest
         first, read as they are written out (`labq admin export` over years of jobs)."""
-        if self._version() < 2:
+        if self._version() < SCHEMA:
             old = self.ended(since, until)
             cost = self.committed(old)
             yield from (acctrows.row(j, cost.get(j.id, 0)) for j in old)
