@@ -118,9 +118,9 @@ def acct_cli(d, path):
     return wall, cpu, int(p.stdout.strip().splitlines()[-1].split()[0])
 
 
-def plan_latency(r, k, pending, archiver):
-    """Median tick (plan) time at `pending` pending jobs, before and during archiving, and the
-    median archive pass; each tick follows one submit, so each one plans."""
+def plan_latency(r, k, pending, archivers):
+    """Median tick (plan) time at `pending` pending jobs, before and during archiving with each of
+    `archivers`, and its median archive pass; each tick follows one submit, so each one plans."""
     cfg = config.loads('[accounts.eta]\nusers = ["alice"]\n[scheduler]\nmax_pending = 1000000\n'
                        'max_pending_per_user = 1000000\n')
     AgentStore(r, k).register("n1", 64, 512 << 30, 64, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 86400)
@@ -138,22 +138,54 @@ def plan_latency(r, k, pending, archiver):
         submit(min(1000, pending - i))
         s.tick(time.time(), ["user:alice"])
 
-    def ticks(n, archive):
+    def ticks(n, archiver):
         out, passes = [], []
         for _ in range(n):
             submit(1)
             t0 = time.perf_counter()
             s.tick(time.time(), ["user:alice"])
             out.append(time.perf_counter() - t0)
-            if archive:
+            if archiver:
                 archiver.next = float("-inf")
                 t0 = time.perf_counter()
                 archiver.step(NOW + 7 * 86400 + 60)
                 passes.append(time.perf_counter() - t0)
         return statistics.median(out), (statistics.median(passes) if passes else 0.0)
-    before, _ = ticks(20, False)
-    during, step = ticks(20, True)
-    return len([j for j in s.jobs.values() if j.state == states.PENDING]), before, during, step
+    before, _ = ticks(20, None)
+    during = [ticks(20, a) for a in archivers]
+    return len([j for j in s.jobs.values() if j.state == states.PENDING]), before, during
+
+
+def archive_and_acct(args, d, path, k, p, r):
+    """Redis memory and restart with N jobs kept, then archived; the archiving rate; acct's time."""
+    n = args.jobs
+    fill(r, k, n)
+    kept_mem = r.info("memory")["used_memory"]
+    p, r, kept_restart = restart(d, p)
+    arch = Archiver(r, k, Archive(path), keep=7 * 86400, batch=5000)
+    t0 = time.monotonic()
+    # The ledger entries were written just now (their stream ids say so): archive as of a week on.
+    while sum(arch.step(NOW + 7 * 86400 + 60)) and (r.zcard(k.history) or r.xlen(k.ledger)):
+        arch.next = float("-inf")
+    rate = n / (time.monotonic() - t0)
+    r.bgrewriteaof()
+    while r.info("persistence")["aof_rewrite_in_progress"]:
+        time.sleep(0.05)
+    archived_mem = r.info("memory")["used_memory"]
+    p, r, archived_restart = restart(d, p)
+    print(f"{n:,} ended jobs: Redis {kept_mem / 1e6:.1f} MB kept -> {archived_mem / 1e6:.1f} MB archived; "
+          f"Redis restart {kept_restart:.2f} s -> {archived_restart:.2f} s; archiving {rate:,.0f} jobs/s; "
+          f"archive file {os.path.getsize(path) / 1e6:.0f} MB", flush=True)
+    if args.rows > n:
+        t0 = time.monotonic()
+        more_rows(path, n + 1, args.rows - n)
+        print(f"setup: {args.rows - n:,} acct rows written straight into the archive in "
+              f"{time.monotonic() - t0:.0f} s", flush=True)
+    for _ in range(2):      # the second run reads a warm page cache, as a user's repeated query does
+        wall, cpu, listed = acct_cli(d, path)
+        print(f"labq acct --since 30d over {max(args.rows, n):,} archived jobs: {listed:,} listed, "
+              f"wall {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
+    return p, r
 
 
 def main():
@@ -161,47 +193,24 @@ def main():
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--rows", type=int, default=1_000_000, help="jobs in the archive for the acct timing")
     ap.add_argument("--pending", type=int, default=2000)
+    ap.add_argument("--latency-only", action="store_true", help="only the plan latency part (a 45,000-job backlog)")
     args = ap.parse_args()
-    n = args.jobs
     d = tempfile.mkdtemp(prefix="labq-arch-", dir="/tmp")
     k = Keys()
     cpu0 = time.process_time()
     try:
         p, r, _ = start(d)
-        fill(r, k, n)
-        kept_mem = r.info("memory")["used_memory"]
-        p, r, kept_restart = restart(d, p)
         path = os.path.join(d, "history.db")
-        arch = Archiver(r, k, Archive(path), keep=7 * 86400, batch=5000)
-        t0 = time.monotonic()
-        # The ledger entries were written just now (their stream ids say so): archive as of a week on.
-        while sum(arch.step(NOW + 7 * 86400 + 60)) and (r.zcard(k.history) or r.xlen(k.ledger)):
-            arch.next = float("-inf")
-        rate = n / (time.monotonic() - t0)
-        r.bgrewriteaof()
-        while r.info("persistence")["aof_rewrite_in_progress"]:
-            time.sleep(0.05)
-        archived_mem = r.info("memory")["used_memory"]
-        p, r, archived_restart = restart(d, p)
-        print(f"{n:,} ended jobs: Redis {kept_mem / 1e6:.1f} MB kept -> {archived_mem / 1e6:.1f} MB archived; "
-              f"Redis restart {kept_restart:.2f} s -> {archived_restart:.2f} s; archiving {rate:,.0f} jobs/s; "
-              f"archive file {os.path.getsize(path) / 1e6:.0f} MB", flush=True)
-        if args.rows > n:
-            t0 = time.monotonic()
-            more_rows(path, n + 1, args.rows - n)
-            print(f"setup: {args.rows - n:,} acct rows written straight into the archive in "
-                  f"{time.monotonic() - t0:.0f} s", flush=True)
-        for _ in range(2):      # the second run reads a warm page cache, as a user's repeated query does
-            wall, cpu, listed = acct_cli(d, path)
-            print(f"labq acct --since 30d over {max(args.rows, n):,} archived jobs: {listed:,} listed, "
-                  f"wall {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
+        if not args.latency_only:
+            p, r = archive_and_acct(args, d, path, k, p, r)
         r.flushall()
-        fill(r, k, 20_000, first=10 ** 8)         # a backlog to archive while the scheduler plans
-        arch = Archiver(r, k, Archive(path), keep=7 * 86400, batch=1000)
-        pend, before, during, step = plan_latency(r, k, args.pending, arch)
-        print(f"plan latency at {pend:,} pending: tick {before * 1000:.0f} ms before archiving, "
-              f"{during * 1000:.0f} ms during; each archive pass of 1,000 jobs {step * 1000:.0f} ms "
-              f"(the loop's next tick waits for it)", flush=True)
+        fill(r, k, 45_000, first=10 ** 8)         # a backlog for both archivers while the scheduler plans
+        fixed = Archiver(r, k, Archive(path), keep=7 * 86400, batch=1000)
+        sized = Archiver(r, k, Archive(path), keep=7 * 86400, batch=1000, pass_s=0.1)   # the scheduler's
+        pend, before, during = plan_latency(r, k, args.pending, [fixed, sized])
+        for (tick, step), what in zip(during, ("passes of 1,000 jobs", "passes sized to 0.1 s (the scheduler's)")):
+            print(f"plan latency at {pend:,} pending: tick {before * 1000:.0f} ms before archiving, {tick * 1000:.0f} "
+                  f"ms during {what}; each pass {step * 1000:.0f} ms (the loop's next tick waits for it)", flush=True)
         p.terminate()
     finally:
         shutil.rmtree(d, ignore_errors=True)

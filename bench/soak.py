@@ -21,7 +21,7 @@ says, from those stamps, the job records and `labq ledger verify`:
               longer pay a job, the soak gives it an override that expires under its running jobs
 
 Chaos is planned, not timed by luck: a kill -9 of the scheduler at 30% of the run and of the agent
-at 60%, then (longer runs) one every 20-60 s; one that a slow submit made late still happens before
+at 60%, and (longer runs) one every 20-60 s besides; one that a slow submit made late still happens before
 the drain. Every wait is generous: the report's figures, not timing, decide (a loaded machine only
 makes the run slower).
 
@@ -141,10 +141,10 @@ class Soak:
         return self.report(drained)
 
     def _chaos_plan(self, start: float) -> list:
-        """(monotonic time, daemon) of each kill -9: the scheduler at 30%, the agent at 60%, then
-        (runs of a few minutes and more) one every 20-60 s, either daemon."""
+        """(monotonic time, daemon) of each kill -9: the scheduler at 30%, the agent at 60%, and (runs
+        of a few minutes and more) one every 20-60 s besides, either daemon."""
         plan = [(start + 0.3 * self.seconds, "scheduler"), (start + 0.6 * self.seconds, "worker")]
-        t = start + 0.6 * self.seconds
+        t = start
         while self.seconds >= 180 and t + 60 < start + self.seconds:
             t += self.rnd.uniform(20, 60)
             plan.append((t, self.rnd.choice(["scheduler", "worker"])))

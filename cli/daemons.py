@@ -66,6 +66,11 @@ def durability(cfg, r, url):
                       cfg.state_file or default_path(cfg.prefix, url))
 
 
+# One archive pass holds the scheduler's loop (its next tick waits): a 1,000-job pass took ~0.6 s
+# on a loaded 2-core machine (bench/archive_bench.py), so passes are sized to about this long.
+ARCHIVE_PASS_S = 0.1
+
+
 def _with_history(sched, r, cfg):
     """The scheduler archives ended jobs and old ledger entries (history.keep) into its archive."""
     from labq.scheduler.store.archive import Archiver, committed_fn
@@ -73,7 +78,7 @@ def _with_history(sched, r, cfg):
     from labq.scheduler.store.keys import Keys
     path = default_path(cfg.history["url"])
     sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"],
-                              committed=committed_fn(r, Keys(cfg.prefix), cfg))
+                              committed=committed_fn(r, Keys(cfg.prefix), cfg), pass_s=ARCHIVE_PASS_S)
     sched.history = History(path)
     return sched
 

@@ -129,9 +129,9 @@ def scheduler_times(t) -> dict:
     for k, hi in _SCHED_INTS.items():
         if k in t:
             out[k] = num(f"scheduler.{k}", t[k], lo=1, integer=True, hi=hi)
-    for k, hi in _SCHED_DURS.items():
+    for k, most in _SCHED_DURS.items():
         if k in t:
-            out[k] = _dur(f"scheduler.{k}", t[k], *((hi,) if hi else ()))
+            out[k] = _dur(f"scheduler.{k}", t[k], *((most,) if most else ()))
     for k in ("start_timeout", "fence_margin"):
         if k in t:
             v = t[k]

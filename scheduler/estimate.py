@@ -47,7 +47,7 @@ class Estimate:
 
 def keys(job: Job) -> list[tuple[tuple, str]]:
     """The bases a job is estimated from, most specific first: (key, words for it)."""
-    out = []
+    out: list[tuple[tuple, str]] = []
     if job.name:
         out.append((("name", job.user, job.name), f"user {job.user}, name {job.name}"))
     if job.tags:

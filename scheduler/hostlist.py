@@ -31,7 +31,7 @@ def _group(key: tuple[str, int], nums: list[int]) -> str:
     if len(nums) == 1:
         return f"{prefix}{nums[0]:0{width}d}"
     runs, start = [], nums[0]
-    for a, b in zip(nums, nums[1:] + [None]):
+    for a, b in zip(nums, nums[1:] + [-1]):     # -1: no next number, the last run ends
         if b != a + 1:
             runs.append(f"{start:0{width}d}" if start == a else f"{start:0{width}d}-{a:0{width}d}")
             start = b

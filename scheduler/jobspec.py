@@ -162,7 +162,8 @@ def expand(template: Job, first_id: int, indices: list[int] | None, throttle: in
     # each slot set by its descriptor, half the CPU of Job(**kw) (frozen: a setattr per field),
     # which was a fifth of a 10,000-task submit.
     new, fill = object.__new__, [(getattr(Job, f.name).__set__, getattr(first, f.name)) for f in fields(Job)]
-    set_id, set_index = Job.id.__set__, Job.array_index.__set__
+    # The slots' descriptors (getattr: a type checker reads Job.id as the field's value type).
+    set_id, set_index = getattr(Job, "id").__set__, getattr(Job, "array_index").__set__
     out = [first]
     for i in range(1, len(indices)):
         job = new(Job)
@@ -243,7 +244,7 @@ def parse_task_ids(text: str):
         return None
     if m.group(2) is not None:
         return int(m.group(1)), {int(m.group(2))}
-    tasks = set()
+    tasks: set[int] = set()
     for part in m.group(3).split(","):
         lo, dash, hi = part.partition("-")
         if not lo or (dash and not hi) or int(hi or lo) < int(lo) or int(hi or lo) - int(lo) > _MAX_ARRAY:

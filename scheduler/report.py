@@ -79,7 +79,8 @@ class Row:
 
     def add(self, j, a) -> None:
         s = span(a)
-        gpus = len(a.gpus) or j.gpus * j.nodes     # a gang's attempt lists every node's GPUs
+        nodes = getattr(j, "nodes", 1) or 1     # an archived row from before schema 3 has none: 1
+        gpus = len(a.gpus) or j.gpus * nodes    # a gang's attempt lists every node's GPUs
         self.job_ids.add(j.id)
         if j.state in states.TERMINAL:
             self.ended.add(j.id)
@@ -87,7 +88,7 @@ class Row:
                 self.completed.add(j.id)
         self.attempts += 1
         self.gpu_s += gpus * s
-        self.cpu_s += j.cpus * j.nodes * s
+        self.cpu_s += j.cpus * nodes * s
         self.cost += a.cost
         if a.outcome in FAILED:
             self.failed_cost += a.cost
@@ -116,7 +117,8 @@ class Row:
 
 def by(jobs, keys, models: dict | None = None, since: float = 0, until: float = float("inf")) -> list[dict]:
     """One row per group of `keys`, sorted by cost (highest first), then by group."""
-    models, rows = models or {}, {}
+    models = models or {}
+    rows: dict[tuple, Row] = {}
     for j, a in attempts_in(jobs, since, until):
         g = tuple(_value(k, j, a, models) for k in keys)
         rows.setdefault(g, Row(g)).add(j, a)
@@ -126,7 +128,7 @@ def by(jobs, keys, models: dict | None = None, since: float = 0, until: float = 
 
 def total(rows, keys) -> dict:
     """The sum row (rates recomputed from the sums, not averaged)."""
-    t = {k: "TOTAL" if i == 0 else "" for i, k in enumerate(keys)}
+    t: dict[str, object] = {k: "TOTAL" if i == 0 else "" for i, k in enumerate(keys)}
     for k in ("jobs", "attempts", "gpu_hours", "cpu_hours", "cost", "failed_cost", "preempt_lost_cost",
               "lost_work_hours"):
         t[k] = round(sum(r[k] for r in rows), 6)

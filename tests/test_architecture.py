@@ -8,6 +8,7 @@ scratch copy and see it fail.
 import ast
 import pathlib
 import shutil
+import tomllib
 from collections import deque
 
 import pytest
@@ -237,6 +238,15 @@ def test_the_named_core_is_in_the_core():
     named = ["policy", "policy.capacity", "ledger", "transitions", "periods", "alerts", "fairshare", "sim",
              "sim.engine", "model", "plan", "states", "budgetwatch", "crashguard", "whatif", "jobspec", "config"]
     assert set(f"labq.scheduler.{n}" for n in named) <= set(core(GRAPH))
+
+
+def test_mypy_checks_the_whole_core():
+    """pyproject's [tool.mypy] files cover every pure-core module (`make lint` type-checks them): a new
+    pure module joins the list, or this fails."""
+    files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    unchecked = [GRAPH.rel(m) for m in core(GRAPH)
+                 if not any(GRAPH.rel(m) == f or GRAPH.rel(m).startswith(f.rstrip("/") + "/") for f in files)]
+    assert not unchecked, f"pure modules mypy does not check (add them to pyproject's [tool.mypy] files): {unchecked}"
 
 
 def test_only_the_store_talks_to_redis():

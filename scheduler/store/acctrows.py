@@ -20,7 +20,7 @@ _F, _I, _B, _T = "DOUBLE PRECISION", "INTEGER", "BIGINT", "TEXT"
 COLUMNS = (
     ("id", "BIGINT PRIMARY KEY"), ("end_time", _F), ("user", _T), ("account", _T), ("state", _T), ("name", _T),
     ("project", _T), ("qos", _T), ("array_id", _B), ("array_index", _I), ("submit_time", _F), ("start_time", _F),
-    ("exit_code", _I), ("cpus", _I), ("mem", _B), ("gpus", _I), ("gpu_type", _T), ("time_limit", _B),
+    ("exit_code", _I), ("cpus", _I), ("mem", _B), ("gpus", _I), ("nodes", _I), ("gpu_type", _T), ("time_limit", _B),
     ("est", _B), ("node", _T), ("restart_count", _I), ("workdir", _T), ("reason", _T), ("cost", _B),
     ("committed", _B), ("elapsed", _F), ("n_attempts", _I), ("tags", _T), ("attempts", _T))
 NAMES = tuple(c for c, _ in COLUMNS)
@@ -48,8 +48,8 @@ def row(j: Job, committed: int) -> tuple:
     att = [[a.attempt, a.node, list(a.gpus), a.dispatch_time, a.start_time, a.end_time, a.outcome, a.exit_code,
             a.cost, a.lost_work_s, {k: a.usage[k] for k in _USAGE if k in (a.usage or {})}] for a in j.attempts]
     return (j.id, j.end_time, j.user, j.account, j.state, j.name, j.project, j.qos, j.array_id, j.array_index,
-            j.submit_time, j.start_time, j.exit_code, j.cpus, j.mem, j.gpus, j.gpu_type, j.time_limit, j.est,
-            j.node, j.restart_count, j.workdir, j.reason, j.cost, committed, elapsed(j), len(j.attempts),
+            j.submit_time, j.start_time, j.exit_code, j.cpus, j.mem, j.gpus, j.nodes, j.gpu_type, j.time_limit,
+            j.est, j.node, j.restart_count, j.workdir, j.reason, j.cost, committed, elapsed(j), len(j.attempts),
             _ENC.encode(j.tags), _ENC.encode(att))
 
 

@@ -15,20 +15,22 @@ record: `labq acct` and `labq report` read those, never the records.
 
 The database is SQLite in WAL mode (stdlib `sqlite3`): readers on the scheduler's host do not
 block the writer; or PostgreSQL (`history.url = "postgresql://…"`, psycopg 3), through the same SQL
-(store/dialect.py). One schema, versioned in `meta`: 1 the records and the ledger, 2 the acct rows
-(an archive of version 1 gets its rows from its records when the scheduler first opens it).
+(store/dialect.py). One schema, versioned in `meta`: 1 the records and the ledger, 2 the acct rows,
+3 their `nodes` (a gang's); an older archive gets its rows from its records when the scheduler
+first opens it.
 """
 import hashlib
 import json
 import os
 import sqlite3
+import time
 
 from ..errors import UsageError
 from ..model import Job
 from . import acctrows, codec, dialect
 from .history import default_path, path_of  # noqa: F401 - one place for the path rules
 
-SCHEMA = 2
+SCHEMA = 3
 # Written once for SQLite and PostgreSQL (store/dialect.py): `{serial}` is each one's sequence.
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,8 +67,6 @@ def committed_fn(r, keys, cfg):
     """The scheduler's `committed` for Archive: its configuration's rates and the nodes' GPU models
     (what `labq acct` computes for a job still in Redis)."""
     def committed(jobs):
-        import time
-
         from ..report import committed_by_job
         from .state import SchedulerStore
         models = {g.uuid: g.model for n in SchedulerStore(r, keys, "reader").nodes(time.time()) for g in n.gpus}
@@ -99,7 +99,9 @@ class Archive:
             # 0 -> 1: the tables of _DDL. 1 -> 2: the acct rows, from the records already archived. One
             # transaction: a crash half-way leaves version 1, and the next open starts the step again.
             self.db.script(acctrows.DDL)
-            if found == 1:
+            if found == 2:      # 2 -> 3: acct.nodes (a gang's node count), from the records
+                self.db.execute("ALTER TABLE acct ADD COLUMN nodes INTEGER DEFAULT 1")
+            if found in (1, 2):
                 self._backfill()
             self.db.execute(dialect.upsert("meta", ("key", "value"), "key"), ("schema", str(SCHEMA)))
         self.db.commit()
@@ -226,11 +228,14 @@ class Archiver:
     at most once every `every` seconds, so the tick stays short while a backlog drains."""
 
     def __init__(self, r, keys, archive, keep: float, purge_after: float | None = None,
-                 batch: int = 1000, every: float = 10.0, committed=None):
+                 batch: int = 1000, every: float = 10.0, committed=None, pass_s: float | None = None):
         """`archive`: an Archive, or its path (opened, and created, when there is first something
-        to move: a scheduler that never archives leaves no file behind). `committed`: Archive's."""
+        to move: a scheduler that never archives leaves no file behind). `committed`: Archive's.
+        `pass_s`: how long one pass may hold the scheduler's loop (its next tick waits for it); the
+        batch (`size`) then shrinks, down to 50, or grows, up to `batch`, to fit."""
         self.r, self.k, self._archive, self.keep = r, keys, archive, keep
         self.purge_after, self.batch, self.every, self.committed = purge_after, batch, every, committed
+        self.pass_s, self.size = pass_s, batch
         self.next = float("-inf")
         # A test's hook (tests/e2e/test_archive_kill.py): a directory where, for each step with a file
         # `pause-STEP` there, the pass announces its SQLite commit (`STEP-committed`) and then waits,
@@ -241,9 +246,14 @@ class Archiver:
         """(jobs, ledger entries) moved out of Redis by this call."""
         if now < self.next:
             return 0, 0
+        started = time.monotonic()
         moved = self._jobs(now - self.keep), self._ledger(now - self.keep)
+        full = max(moved) >= self.size
+        if full and self.pass_s:
+            took = max(time.monotonic() - started, 1e-3)
+            self.size = max(min(50, self.batch), min(self.batch, int(self.size * self.pass_s / took)))
         # A full batch means more is waiting: come back next tick rather than in `every` seconds.
-        self.next = now if max(moved) >= self.batch else now + self.every
+        self.next = now if full else now + self.every
         if self.purge_after is not None and (not isinstance(self._archive, str) or dialect.is_pg(self._archive)
                                              or os.path.exists(self._archive)):
             self.archive.purge(now - self.purge_after)
@@ -256,7 +266,7 @@ class Archiver:
         return self._archive
 
     def _jobs(self, before: float) -> int:
-        ids = self.r.zrangebyscore(self.k.history, "-inf", before, start=0, num=self.batch)
+        ids = self.r.zrangebyscore(self.k.history, "-inf", before, start=0, num=self.size)
         if not ids:
             return 0
         raws = self.r.mget([self.k.job(int(i)) for i in ids])
@@ -276,7 +286,7 @@ class Archiver:
         return len(ids)
 
     def _ledger(self, before: float) -> int:
-        got = self.r.xrange(self.k.ledger, "-", int(before * 1000), count=self.batch)
+        got = self.r.xrange(self.k.ledger, "-", int(before * 1000), count=self.size)
         if not got:
             return 0
         self.archive.put_ledger(got)
@@ -293,7 +303,6 @@ class Archiver:
     def _paused(self, step: str) -> None:
         if not self.pause_dir or not os.path.exists(os.path.join(self.pause_dir, f"pause-{step}")):
             return
-        import time
         with open(os.path.join(self.pause_dir, f"{step}-committed"), "w"):
             pass
         go = os.path.join(self.pause_dir, "go")

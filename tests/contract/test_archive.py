@@ -5,6 +5,8 @@ ledger row is detected. On fakeredis and on a real redis-server (the `conns` fix
 SQLite and in a private PostgreSQL cluster (the `archive_at` fixture; skipped with the reason where
 PostgreSQL or psycopg is missing)."""
 
+import pytest
+
 from labq.scheduler.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
 from labq.scheduler.store.history import History
@@ -171,30 +173,33 @@ def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server
         assert a == b, q
 
 
-def _schema_1(path):
-    """Turn an archive into what labq wrote before the acct rows (schema 1)."""
+def _older(path, version):
+    """Turn an archive into what an older labq wrote: schema 1 (no acct rows) or 2 (no acct.nodes)."""
     db = Archive(path).db
-    db.script("DROP TABLE acct; UPDATE meta SET value = '1' WHERE key = 'schema'")
+    db.script("DROP TABLE acct" if version == 1 else "ALTER TABLE acct DROP COLUMN nodes")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(version),))
     db.commit()
     db.close()
 
 
-def test_an_archive_of_schema_1_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at):
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_archive_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at, version):
     r, raw = conns
     _workload(r, raw)
     path = archive_at
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
-    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
             for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert len(want) == 6 and all(w[3] > 0 for w in want if w[2] == "CD")
-    _schema_1(path)
-    old = Archive(path, readonly=True)             # a reader before the scheduler migrated it: the records
-    assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
-    assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
+    _older(path, version)
+    if version == 1:
+        old = Archive(path, readonly=True)         # a reader before the scheduler migrated it: the records
+        assert sorted(j.id for j in old.acct(0, float("inf"), user="alice")) == [w[0] for w in want]
+        assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
     Archive(path).close()                          # the scheduler's open migrates it
     db = Archive(path, readonly=True).db
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
-    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, [a.cost for a in j.attempts])
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
            for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert got == want
 
@@ -309,3 +314,63 @@ def test_archived_jobs_leave_the_nodes_spool(conns, archive_at, tmp_path):
     assert sorted(os.listdir(spool / "scripts")) == ["7.sh"], "job 7 is not archived: its script stays"
     assert os.listdir(spool / "checkpoints") == [] and (outside / "keep.pt").exists()
     assert r.scard(K.node_purge("n1")) == 0
+
+
+def test_a_pass_is_sized_to_its_time_budget(conns, archive_at):
+    """pass_s: a full pass that took longer than the budget shrinks the next (to 50 at least), a
+    quicker one grows it (to `batch` at most); without a budget the batch stays."""
+    r, raw = conns
+    _workload(r, raw)
+    slow = Archiver(r, K, Archive(archive_at), keep=0, batch=1000, pass_s=1e-9)
+    slow.size = 3                                   # as if earlier passes had shrunk it
+    assert slow.step(T0 + 500)[0] == 3 and slow.size == 50, "over budget: down to the floor"
+    quick = Archiver(r, K, Archive(archive_at), keep=0, batch=1000, pass_s=1000.0)
+    quick.size = 2
+    assert quick.step(T0 + 500)[0] == 2 and quick.size == 1000, "well within budget: up to the batch"
+    fixed = Archiver(r, K, Archive(archive_at), keep=0, batch=1)
+    assert fixed.step(T0 + 500)[0] == 1 and fixed.size == 1
+
+
+def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(conns, archive_at, monkeypatch):
+    """Every answer through the scheduler's pages (store/histpages.py, pages of 2 rows here) equals
+    the answer read from the archive directly; History switches to it when the file is unreadable."""
+    import json
+    import os
+
+    from labq.scheduler import config
+    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.store import histpages
+    from tests.harness import SWEEP_TOML, reply
+    monkeypatch.setattr(histpages, "PAGE", {k: 2 for k in histpages.PAGE})
+    r, raw = conns
+    _workload(r, raw)
+    s = Scheduler(r, raw, config.loads(SWEEP_TOML), me="s1", clock=lambda: T0 + 500)
+    s.archiver = Archiver(r, K, archive_at, keep=0, batch=3)
+    s.archiver.step(T0 + 500)                      # 3 jobs archived, 3 still in Redis
+    asked = []
+
+    def ask(op, body):
+        rid = os.urandom(8).hex()
+        r.xadd(K.inbox("bob"), {"rid": rid, "op": op, "body": json.dumps(body)})
+        r.lpush(K.wake, "user:bob")
+        s.tick(T0 + 500, woke(r))
+        got = reply(r, rid)
+        assert got["ok"], got
+        asked.append(body["what"])
+        return got
+    direct, remote = History(archive_at), History(archive_at, ask=ask)
+    if not archive_at.startswith("postgresql://"):
+        remote._readable = lambda: False           # as an ordinary user finds the scheduler's 0600 file
+    else:
+        remote._db = histpages.Remote(ask)         # PostgreSQL users read directly; the pages serve it too
+    a, b = Reader(r, K, direct), Reader(r, K, remote)
+    assert _answers(b) == _answers(a)
+    rows = lambda rd, **kw: sorted(tuple(getattr(j, n) for n in ("id", "user", "state", "cost", "end_time"))  # noqa: E731
+                                    for j in rd.acct_rows(0, float("inf"), **kw))
+    assert rows(b) == rows(a) and len(rows(a)) == 6 and rows(b, user="bob") == []
+    assert list(b.acct_stream(0, float("inf"), lambda jobs: {})) == list(a.acct_stream(0, float("inf"), lambda jobs: {}))
+    assert remote.broken_chain() == direct.broken_chain() == []
+    assert {"acct", "ended", "jobs", "ledger", "keys", "verify"} <= set(asked) and asked.count("acct") >= 2
+    bad = histpages.Remote(ask)
+    with pytest.raises(AssertionError, match="what: expected one of"):
+        list(bad._pages("everything"))

@@ -7,7 +7,7 @@ from labq.scheduler import config, report, states, whatif
 from labq.scheduler.model import Gpu, Job, Node
 from labq.scheduler.sim import TraceJob, policy_config, report as sim_report, simulate
 from labq.scheduler.sim.engine import gang_shape
-from labq.scheduler.store import statrows
+from labq.scheduler.store import acctrows, statrows
 from tests.harness import ClusterBuilder
 
 NOW = 1_000_000.0
@@ -102,3 +102,13 @@ def test_plan_file_takes_a_nodes_column(tmp_path):
     p.write_text("count,gpus,cpus,time,nodes,name\n2,8,16,1h,2,ddp\n1,1,1,1h,,one\n")
     jobs = whatif.load_jobs(str(p), config.loads(""))
     assert [(j.name, j.nodes, j.gpus) for j in jobs] == [("ddp[1]", 2, 8), ("ddp[2]", 2, 8), ("one", 1, 1)]
+
+
+def test_an_archived_gang_reports_the_same_gpu_and_cpu_hours():
+    gang = _gang().jobs[0]
+    a = gang.current
+    ended = replace(gang, state=states.COMPLETED, end_time=a.start_time + 3600,
+                    attempts=(replace(a, end_time=a.start_time + 3600, outcome="completed"),))
+    archived = acctrows.AcctJob(*acctrows.row(ended, 0))
+    assert archived.nodes == 2
+    assert report.by([archived], ("account",)) == report.by([ended], ("account",))
