@@ -117,15 +117,17 @@ class Placer:
     def hold(self, spot: Free, job: Job, only=None) -> tuple:
         """Set aside for a preemptor whatever part of its request the node has free now (of the GPUs
         `only`, its earmark, when given), so that the room its victims leave is not short by what
-        others took meanwhile. Returns what was held."""
+        others took meanwhile. Returns what was held. A gang's hold keeps a slot too: the room of
+        every one of its nodes must still be whole when the last of its victims stops."""
         self.changes += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         keep = [g for g in spot.matching(job) if only is None or g.uuid in only][:job.gpus]
-        held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem))
+        held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem), 1 if job.nodes > 1 and spot.slots > 0 else 0)
         spot.gpus = [g for g in spot.gpus if g not in keep]
         spot.cpus -= held[1]
         spot.mem -= held[2]
+        spot.slots -= held[3]
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
         return held
 
@@ -135,10 +137,11 @@ class Placer:
         self.grown += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
-        gpus, cpus, mem = held
+        gpus, cpus, mem, slots = held
         spot.gpus = sorted(spot.gpus + list(gpus), key=lambda g: g.index)
         spot.cpus += cpus
         spot.mem += mem
+        spot.slots += slots
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
         # Room came back: requests that failed before may fit now.
         self.failed = []

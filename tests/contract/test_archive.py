@@ -329,3 +329,48 @@ def test_a_pass_is_sized_to_its_time_budget(conns, archive_at):
     assert quick.step(T0 + 500)[0] == 2 and quick.size == 1000, "well within budget: up to the batch"
     fixed = Archiver(r, K, Archive(archive_at), keep=0, batch=1)
     assert fixed.step(T0 + 500)[0] == 1 and fixed.size == 1
+
+
+def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(conns, archive_at, monkeypatch):
+    """Every answer through the scheduler's pages (store/histpages.py, pages of 2 rows here) equals
+    the answer read from the archive directly; History switches to it when the file is unreadable."""
+    import json
+    import os
+
+    from labq.scheduler import config
+    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.store import histpages
+    from tests.harness import SWEEP_TOML, reply
+    monkeypatch.setattr(histpages, "PAGE", {k: 2 for k in histpages.PAGE})
+    r, raw = conns
+    _workload(r, raw)
+    s = Scheduler(r, raw, config.loads(SWEEP_TOML), me="s1", clock=lambda: T0 + 500)
+    s.archiver = Archiver(r, K, archive_at, keep=0, batch=3)
+    s.archiver.step(T0 + 500)                      # 3 jobs archived, 3 still in Redis
+    asked = []
+
+    def ask(op, body):
+        rid = os.urandom(8).hex()
+        r.xadd(K.inbox("bob"), {"rid": rid, "op": op, "body": json.dumps(body)})
+        r.lpush(K.wake, "user:bob")
+        s.tick(T0 + 500, woke(r))
+        got = reply(r, rid)
+        assert got["ok"], got
+        asked.append(body["what"])
+        return got
+    direct, remote = History(archive_at), History(archive_at, ask=ask)
+    if not archive_at.startswith("postgresql://"):
+        remote._readable = lambda: False           # as an ordinary user finds the scheduler's 0600 file
+    else:
+        remote._db = histpages.Remote(ask)         # PostgreSQL users read directly; the pages serve it too
+    a, b = Reader(r, K, direct), Reader(r, K, remote)
+    assert _answers(b) == _answers(a)
+    rows = lambda rd, **kw: sorted(tuple(getattr(j, n) for n in ("id", "user", "state", "cost", "end_time"))  # noqa: E731
+                                    for j in rd.acct_rows(0, float("inf"), **kw))
+    assert rows(b) == rows(a) and len(rows(a)) == 6 and rows(b, user="bob") == []
+    assert list(b.acct_stream(0, float("inf"), lambda jobs: {})) == list(a.acct_stream(0, float("inf"), lambda jobs: {}))
+    assert remote.broken_chain() == direct.broken_chain() == []
+    assert {"acct", "ended", "jobs", "ledger", "keys", "verify"} <= set(asked) and asked.count("acct") >= 2
+    bad = histpages.Remote(ask)
+    with pytest.raises(AssertionError, match="what: expected one of"):
+        list(bad._pages("everything"))
