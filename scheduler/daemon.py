@@ -343,6 +343,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         done = apply_plan(p, self.jobs, self.jobs, self.nodes, now)
         for r in done.rejected:
             log.warning("plan not applied: %s", r.why)
+            if self.metrics:
+                self.metrics.plan_rejected.labels(type(r.decision).__name__).inc()
         for j in done.stopping:
             log.info("job %s preempted: %s", j.display_id, j.detail)
         pended = list(done.pended)
