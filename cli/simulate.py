@@ -176,7 +176,9 @@ def report_lines(rep: dict) -> list[str]:
     util = rep["utilisation"]
     lines = []
     if "trace" in rep:
-        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"))
+        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"
+                               + (f" ({j['gpus_rounded_up']:,} asked for a fraction of a GPU: rounded up to whole GPUs)"
+                                  if j.get("gpus_rounded_up") else "")))
     lines += [
         ("cluster", f"{c['nodes']:,} node{'s' * (c['nodes'] != 1)}: {c['gpus']:,} GPUs, {c['cpus']:,} CPUs"),
         ("policy", f"{rep['policy']}: {rep['config']}"),
