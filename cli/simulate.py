@@ -11,6 +11,7 @@ import click
 from labq.scheduler.errors import LabqError, UsageError
 from labq.scheduler.units import fmt_duration, fmt_money
 
+from . import simcompare
 from .common import echo_json, pass_ctx
 from .whatif import parse_nodes
 
@@ -114,10 +115,13 @@ def progress_for(flag: bool | None, label: str):
 @click.option("--enforce-queue-limits", is_flag=True,
               help="Refuse submits beyond scheduler.max_pending(_per_user) as the daemon would (off: the trace's "
                    "scheduler had no such bound).")
+@click.option("--compare", metavar="P1,P2,...",
+              help="Replay under each of these policies (e.g. fifo,backfill,learned): one table of makespan, "
+                   "utilisation, wait, JCT, bounded slowdown and cost; with --plot their wait distributions.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column, time_factor, gpus_from_cpus,
-             plot_path, progress, enforce_queue_limits, as_json):
+             plot_path, progress, enforce_queue_limits, compare, as_json):
     """Replay a workload trace (docs/internals.md, "The simulator") through the scheduler's own plan()
     on a virtual clock: makespan, utilisation, wait, bounded slowdown, completion time, cost,
     refusals, budget holds, preemptions and lost work.
@@ -133,12 +137,20 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     from labq.scheduler import sim
     need_matplotlib(plot_path)
     depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None
+    names = simcompare.policies(compare) if compare is not None else None
     cfg, hooks = sim.resolve(ctx.cfg, policy, depth)
     jobs = sim.load(trace, extra=extra, time_column=time_column, time_factor=_float(time_factor, "--time-factor"),
                     cpus_as_gpus=gpus_from_cpus)
     if not jobs:
         raise UsageError(f"trace: {trace}: no jobs")
     cluster_nodes = cluster(ctx, nodes, cpus)
+    if names:
+        rows = simcompare.run(ctx, names, jobs, cluster_nodes, depth, lambda label: progress_for(progress, label),
+                              enforce_queue_limits)
+        if plot_path:
+            from labq.scheduler.sim.plot import plot_waits
+            plot_waits(rows, plot_path, f"{os.path.basename(trace)}: wait by policy")
+        return simcompare.show(os.path.basename(trace), rows, as_json, plot_path)
     t0 = time.monotonic()
     res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
                        queue_limits=enforce_queue_limits, hooks=hooks)
@@ -164,7 +176,9 @@ def report_lines(rep: dict) -> list[str]:
     util = rep["utilisation"]
     lines = []
     if "trace" in rep:
-        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"))
+        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"
+                               + (f" ({j['gpus_rounded_up']:,} asked for a fraction of a GPU: rounded up to whole GPUs)"
+                                  if j.get("gpus_rounded_up") else "")))
     lines += [
         ("cluster", f"{c['nodes']:,} node{'s' * (c['nodes'] != 1)}: {c['gpus']:,} GPUs, {c['cpus']:,} CPUs"),
         ("policy", f"{rep['policy']}: {rep['config']}"),

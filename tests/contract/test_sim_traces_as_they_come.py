@@ -51,3 +51,32 @@ def test_a_plot_into_a_missing_directory_is_refused_before_the_replay(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "--plot: no such directory: /missing/dir" in p.stderr and "Redis" not in p.stderr
     assert p.stdout == "", "nothing replayed"
+
+
+def test_fractional_gpus_are_rounded_up_and_counted(tmp_path):
+    """0.5 and 1.25 GPUs hold 1 and 2 whole GPUs; the report says how many jobs were rounded."""
+    p = tmp_path / "frac.csv"
+    p.write_text("job_id,submit_s,duration_s,gpus,cpus\na,0,10,0.5,1\nb,0,10,1.25,1\nc,0,10,2,1\nd,0,10,0,4\n")
+    r = labq("simulate", str(p), "--nodes", "1x4", "--policy", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["jobs"]["gpus_rounded_up"] == 2 and rep["jobs"]["completed"] == 4
+    assert rep["utilisation_by"]["gpus"] is not None
+    from labq.scheduler.sim import load
+    assert [(j.gpus, j.gpus_asked) for j in load(str(p))] == [(1, 0.5), (2, 1.25), (2, None), (0, None)]
+    text = labq("simulate", str(p), "--nodes", "1x4", "--policy", "fifo").stdout
+    assert "2 asked for a fraction of a GPU: rounded up" in text
+
+
+def test_malformed_traces_name_the_row_and_column(tmp_path):
+    cases = {"nan": ("j,0,nan,1", "duration_s"), "neg": ("j,0,10,-1", "gpus"), "word": ("j,zero,10,1", "submit_s")}
+    for name, (row, column) in cases.items():
+        p = tmp_path / f"{name}.csv"
+        p.write_text("job_id,submit_s,duration_s,gpus\n" + row + "\n")
+        r = labq("simulate", str(p), "--nodes", "1x4")
+        assert r.returncode == 2 and f"{p}:2: {column}:" in r.stderr, (name, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" * 50)
+    r = labq("simulate", str(binary), "--nodes", "1x4")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
