@@ -88,10 +88,11 @@ TABLE = frozenset({"id", "end_time", "user", "account", "state", "name", "array_
 
 
 def select(since: float, until: float, user: str | None = None, account: str | None = None,
-           mark: str = "?", columns=None) -> tuple[str, list]:
-    """The query for rows that ended in [since, until], by user/account (indexed); `mark`: the
-    driver's parameter mark (sqlite3 `?`, psycopg `%s`); `columns`: only these (the others NULL,
-    which costs nothing to read), or all."""
+           mark: str = "?", columns=None, after: tuple[float, int] | None = None) -> tuple[str, list]:
+    """The query for rows that ended in [since, until], by user/account (indexed), in (end_time, id)
+    order; `mark`: the driver's parameter mark (sqlite3 `?`, psycopg `%s`; the dialect maps `?`);
+    `columns`: only these (the others NULL, which costs nothing to read), or all; `after`: only rows
+    after this (end_time, id), for pages."""
     where, args = [f"end_time >= {mark}", f"end_time <= {mark}"], [since, min(until, 1e300)]
     if user:
         where.append(f'"user" = {mark}')
@@ -99,5 +100,8 @@ def select(since: float, until: float, user: str | None = None, account: str | N
     if account:
         where.append(f"account = {mark}")
         args.append(account)
+    if after is not None:
+        where.append(f"(end_time > {mark} OR (end_time = {mark} AND id > {mark}))")
+        args += [after[0], after[0], after[1]]
     cols = ", ".join(c if columns is None or n in columns else "NULL" for c, n in zip(SQL_NAMES, NAMES))
-    return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time", args
+    return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time, id", args

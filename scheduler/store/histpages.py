@@ -17,7 +17,6 @@ from . import acctrows, codec
 OP = "history"
 # Rows per page: a reply is one Redis list element, and the scheduler answers it inside a tick.
 PAGE = {"acct": 2000, "ended": 200, "jobs": 200, "ledger": 2000, "keys": 5000}
-_ENDED = "SELECT record FROM jobs WHERE end_time >= ? AND end_time <= ? ORDER BY end_time, id"
 
 
 def _window(body) -> tuple[float, float]:
@@ -29,34 +28,51 @@ def _window(body) -> tuple[float, float]:
 
 
 def answer(archive, body: dict) -> dict:
-    """One page of `body["what"]` from `archive` (store/archive.Archive): {rows, more}."""
+    """One page of `body["what"]` from `archive` (store/archive.Archive), after the cursor `after`
+    (keyset paging: rows archived meanwhile neither shift nor repeat a page): {rows, more, next}."""
     what = body.get("what")
     if what == "verify":
         return {"ok": True, "rows": archive.broken_chain(), "more": False}
     if what not in PAGE:
         raise UsageError(f"history: what: expected one of {', '.join([*PAGE, 'verify'])}, got {str(what)[:40]!r}")
-    offset, limit = body.get("offset", 0), PAGE[what]
-    if not isinstance(offset, int) or offset < 0:
-        raise UsageError("history: offset: expected a whole number ≥ 0")
-    page = f" LIMIT {limit + 1} OFFSET {offset}"
-    if what == "acct":
-        cols = body.get("columns")
-        q, args = acctrows.select(*_window(body), body.get("user") or None, body.get("account") or None,
-                                  columns=set(cols) if isinstance(cols, list) else None)
-        rows = [list(v) for v in archive.db.execute(q + ", id" + page, args)]
-    elif what == "ended":
-        rows = [rec for (rec,) in archive.db.execute(_ENDED + page, _window(body))]
-    elif what == "jobs":
+    limit, after = PAGE[what], body.get("after")
+    if what == "jobs":
         ids = [int(i) for i in body.get("ids", [])[:limit] if isinstance(i, int)]
         marks = ",".join("?" * len(ids))
         rows = [rec for (rec,) in archive.db.execute(f"SELECT record FROM jobs WHERE id IN ({marks})", ids)] \
             if ids else []
         return {"ok": True, "rows": rows, "more": False}
-    elif what == "ledger":
-        rows = [[sid, f] for sid, f in archive.db.execute("SELECT stream_id, fields FROM ledger ORDER BY seq" + page)]
-    else:
-        rows = [k for (k,) in archive.db.execute("SELECT DISTINCT key FROM ledger WHERE key != '' ORDER BY key" + page)]
-    return {"ok": True, "rows": rows[:limit], "more": len(rows) > limit}
+    try:
+        q, args, cursor = _query(what, body, after)
+    except (TypeError, ValueError, IndexError):
+        raise UsageError(f"history: after: not a cursor of {what}: {str(after)[:60]!r}") from None
+    got = [list(v) for v in archive.db.execute(f"{q} LIMIT {limit + 1}", args)]
+    rows = got[:limit]
+    shown = {"ended": lambda v: v[-1], "keys": lambda v: v[0]}.get(what, lambda v: v)    # the record; the key
+    return {"ok": True, "rows": [shown(v) for v in rows], "more": len(got) > limit, "next": cursor(rows[-1]) if rows else after}
+
+
+def _query(what: str, body: dict, after):
+    """(SQL, args, row -> cursor) of one kind of page."""
+    if what == "acct":
+        cols = body.get("columns")
+        q, args = acctrows.select(*_window(body), body.get("user") or None, body.get("account") or None,
+                                  columns={"id", "end_time", *cols} if isinstance(cols, list) else None,
+                                  after=(float(after[0]), int(after[1])) if after else None)
+        return q, args, lambda v: [v[1], v[0]]
+    if what == "ended":
+        since, until = _window(body)
+        cond, args = "", [since, until]
+        if after:
+            cond, args = " AND (end_time > ? OR (end_time = ? AND id > ?))", \
+                args + [float(after[0]), float(after[0]), int(after[1])]
+        return (f"SELECT end_time, id, record FROM jobs WHERE end_time >= ? AND end_time <= ?{cond} "
+                "ORDER BY end_time, id", args, lambda v: [v[0], v[1]])
+    if what == "ledger":
+        return ("SELECT seq, stream_id, fields FROM ledger WHERE seq > ? ORDER BY seq", [int(after or 0)],
+                lambda v: v[0])
+    return ("SELECT DISTINCT key FROM ledger WHERE key != '' AND key > ? ORDER BY key", [str(after or "")],
+            lambda v: v[0])
 
 
 class Remote:
@@ -67,13 +83,13 @@ class Remote:
         self.ask = ask
 
     def _pages(self, what: str, **body):
-        offset = 0
+        after = None
         while True:
-            got = self.ask(OP, {"what": what, "offset": offset, **body})
+            got = self.ask(OP, {"what": what, "after": after, **body})
             yield from got["rows"]
             if not got.get("more"):
                 return
-            offset += len(got["rows"])
+            after = got["next"]
 
     def jobs(self, ids) -> dict:
         ids, out = [int(i) for i in ids], {}
@@ -95,7 +111,7 @@ class Remote:
         return (tuple(v) for v in pages)      # rows as the database gives them (JSON made them lists)
 
     def ledger(self) -> list[tuple[str, dict]]:
-        return [(sid, json.loads(f)) for sid, f in self._pages("ledger")]
+        return [(sid, json.loads(f)) for _, sid, f in self._pages("ledger")]
 
     def keys(self) -> set[str]:
         return set(self._pages("keys"))

@@ -378,3 +378,29 @@ def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(c
     bad = histpages.Remote(ask)
     with pytest.raises(AssertionError, match="what: expected one of"):
         list(bad._pages("everything"))
+
+
+def test_pages_follow_a_cursor_so_rows_archived_meanwhile_repeat_nothing(conns, archive_at, monkeypatch):
+    """Rows archived between two pages, ending before the cursor, neither shift the next page back
+    (an OFFSET would repeat job 5) nor appear twice."""
+    from labq.scheduler.store import histpages
+    monkeypatch.setattr(histpages, "PAGE", {k: 1 for k in histpages.PAGE})
+    r, raw = conns
+    _workload(r, raw)
+    jobs = {j.id: j for j in Reader(r, K).ended()}
+    db = Archive(archive_at)
+    db.put_jobs([jobs[5], jobs[6]])
+    first = histpages.answer(db, {"what": "acct"})
+    assert [v[0] for v in first["rows"]] == [5] and first["more"]
+    db.put_jobs([jobs[1], jobs[2]])                     # ended before job 5: behind the cursor
+    seen, after = [5], first["next"]
+    while True:
+        got = histpages.answer(db, {"what": "acct", "after": after})
+        seen += [v[0] for v in got["rows"]]
+        if not got["more"]:
+            break
+        after = got["next"]
+    assert seen == [5, 6]
+    from labq.scheduler.errors import UsageError
+    with pytest.raises(UsageError, match="not a cursor of acct"):
+        histpages.answer(db, {"what": "acct", "after": ["soon", 1]})
