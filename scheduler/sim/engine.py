@@ -266,7 +266,8 @@ class Simulator:
         """Whether a backfill pass may be given only the head of the queue (easy.py says when that
         decides the whole pass): the whole queue in one order, no gate but capacity, nothing timed,
         draining or preemptible, one GPU model per node, no gang (easy.py counts one node per job)."""
-        return (self.cfg.backfill_depth > 0 and self.single_model and not self.queue.gangs and not self.gangs_running
+        return (self.cfg.backfill_depth > 0 and len(self.queue) > easy.MIN_QUEUE and self.single_model
+                and not self.queue.gangs and not self.gangs_running
                 and self.ungated and not self.queue.timed and not self.cfg.estimate.backfill   # easy.py reads limits
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.accounts_in_submit_order(t) and self.queue.one_order())
