@@ -143,6 +143,7 @@ _STATIC, _CAPS, _FULL = 0, 1, 2
 
 
 _SETTERS = tuple(getattr(Pending, f.name).__set__ for f in fields(Pending))
+_DEFAULTS = tuple(f.default for f in fields(Pending))   # Pending has no __post_init__: fields are as given
 
 
 def _rest(verdict) -> tuple:
@@ -150,8 +151,7 @@ def _rest(verdict) -> tuple:
     cached verdict keeps, so that each job it covers costs a bare object and a few slot stores.
     Pending() per job (frozen, a setattr per field) was a fifth of a pass over 100,000 jobs of a few
     classes."""
-    first = Pending(0, *verdict)
-    return tuple((put, getattr(first, f.name)) for put, f in zip(_SETTERS[1:], fields(Pending)[1:]))
+    return tuple(zip(_SETTERS[1:], tuple(verdict) + _DEFAULTS[1 + len(verdict):]))
 
 
 def _pending(i: int, rest: tuple, new=object.__new__, set_id=_SETTERS[0]):
@@ -230,7 +230,9 @@ class _Walk:
         p, draining, valid, judge = self.p, self.p.draining, self._valid, self._judge
         version = p.version()
         for job in order:
-            key = ("own", job.id) if _own(job, draining) else class_key(job)
+            own = (job.nodes > 1 or job.earmark or job.id in draining      # _own, inline
+                   or job.deps and any(k == "singleton" for k, _ in job.deps))
+            key = ("own", job.id) if own else class_key(job)
             rest = valid(key, version)
             if rest is None:
                 version = judge(job, key, version)
