@@ -149,9 +149,10 @@ class Placer:
     def find(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """(spot, roomy): the best node that has room for the job and `accept`s it, and whether any
         node had room. A request that found no room is remembered, so that larger ones skip the scan."""
-        req = shape(job)
-        if any(covers(f, req) for f in self.failed):
-            return None, False
+        req = g, model, c, m = job.gpus, job.gpu_type, job.cpus, job.mem
+        for fg, fmodel, fc, fm in self.failed:    # covers(f, req), inline: once per pending job
+            if g >= fg and c >= fc and m >= fm and (not fmodel or fmodel == model):
+                return None, False
         spot, roomy = self.best_fit(job, accept)
         if not roomy:
             self.failed = [f for f in self.failed if not covers(req, f)] + [req]
@@ -160,9 +161,10 @@ class Placer:
     def fits_unchanged(self, job: Job) -> bool:
         """Whether the job fits, for a Placer whose capacity is never taken: then a request no larger
         than one that fitted (and no more specific about the model) fits too."""
-        req = shape(job)
-        if any(covers(req, h) for h in self.held):
-            return True
+        req = g, model, c, m = job.gpus, job.gpu_type, job.cpus, job.mem
+        for hg, hmodel, hc, hm in self.held:      # covers(req, h), inline
+            if hg >= g and hc >= c and hm >= m and (not model or model == hmodel):
+                return True
         if self.find(job)[0] is None:
             return False
         self.held = [h for h in self.held if not covers(h, req)] + [req]
