@@ -139,7 +139,12 @@ STATIC = frozenset((states.HELD, states.CRASH_GUARD, states.BEGIN_TIME, states.D
 CAPS = frozenset((states.PRIORITY, states.RESOURCES, states.NODE_DOWN, states.ARRAY_TASK_LIMIT,
                   states.ACCOUNT_JOB_LIMIT, states.ACCOUNT_GPU_LIMIT, states.ACCOUNT_CPU_LIMIT,
                   states.USER_JOB_LIMIT, states.USER_GPU_LIMIT, states.USER_CPU_LIMIT))
-_STATIC, _CAPS, _FULL = 0, 1, 2
+# "No room" (Resources, Priority, no node up) without guarantees: an admission of the same account,
+# user or array changes it only by a cap that now stops the job (nothing else on the way to it reads
+# the usage), so it holds while the rest of the stamp is unchanged and `Usage.blocked` still passes.
+# With guarantees the usage also decides reclaiming (`_may_preempt`): those keep the full stamp.
+ROOM = frozenset((states.PRIORITY, states.RESOURCES, states.NODE_DOWN))
+_STATIC, _CAPS, _FULL, _ROOM = 0, 1, 2, 3
 
 
 _SETTERS = tuple(getattr(Pending, f.name).__set__ for f in fields(Pending))
@@ -200,10 +205,16 @@ class _Walk:
         return (n.get(("a", key[1]), 0), n.get(("u", key[2]), 0), n.get(("t", key[16]), 0), len(p.preempts),
                 len(p.starts), id(p.blocker), len(p.no_victims), p.free.grown)
 
-    def _valid(self, key, version):
+    def _room_stamp(self) -> tuple:
+        p = self.p
+        return (len(p.preempts), len(p.starts), id(p.blocker), len(p.no_victims), p.free.grown)
+
+    def _valid(self, key, version, job):
+        """The cached verdict of `job`'s class if it still holds (`job`: the class's next job)."""
         hit = self.cache.get(key)
         if hit is not None and (hit[0] == version or hit[1] == _STATIC
-                                or hit[1] == _CAPS and hit[2] == self._stamp(key)):
+                                or hit[1] == _CAPS and hit[2] == self._stamp(key)
+                                or hit[1] == _ROOM and hit[2] == self._room_stamp() and self.p.usage.blocked(job) is None):
             return hit[3]
         return None
 
@@ -213,7 +224,7 @@ class _Walk:
         while heads:
             i = heapq.heappop(heads)[1]
             jobs, key = lists[i], self.keys[i]
-            rest = self._valid(key, version)
+            rest = self._valid(key, version, jobs[at[i]])
             if rest is None:
                 version = self._judge(jobs[at[i]], key, version)
                 at[i] += 1
@@ -233,7 +244,7 @@ class _Walk:
             own = (job.nodes > 1 or job.earmark or job.id in draining      # _own, inline
                    or job.deps and any(k == "singleton" for k, _ in job.deps))
             key = ("own", job.id) if own else class_key(job)
-            rest = valid(key, version)
+            rest = valid(key, version, job)
             if rest is None:
                 version = judge(job, key, version)
             else:
@@ -269,5 +280,8 @@ class _Walk:
         if key[0] != "own":
             kind = _FULL if self.touched != touched else _STATIC if verdict[0] in STATIC else \
                 _CAPS if verdict[0] in CAPS else _FULL
-            self.cache[key] = (version, kind, self._stamp(key) if kind == _CAPS else None, _rest(verdict))
+            if kind == _CAPS and verdict[0] in ROOM and not p.usage.guarantees:
+                kind = _ROOM
+            stamp = self._stamp(key) if kind == _CAPS else self._room_stamp() if kind == _ROOM else None
+            self.cache[key] = (version, kind, stamp, _rest(verdict))
         return version

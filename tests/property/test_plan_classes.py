@@ -196,3 +196,23 @@ def test_a_reservation_verdict_is_judged_again_after_another_account_takes_the_r
     assert [p.job_id for p in got.places] == [4]
     assert reasons[3] == states.RESERVATION and reasons[5] != states.RESERVATION
     same(got, policy.plan_per_job(b.build(), c))
+
+
+@pytest.mark.parametrize("walk", ["MIN_JOBS_PER_CLASS", "MIN_JOBS_TO_CACHE"])
+def test_a_no_room_verdict_is_judged_again_once_an_admission_reaches_a_cap(monkeypatch, walk):
+    """X1 finds no room; B (same account) is admitted and takes phi to max_running; X2 (X1's class)
+    is now stopped by the cap, which comes before capacity: a cached "no room" must not cover it."""
+    monkeypatch.setattr(classes, walk, 0)
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-40)   # takes the one reservation
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-30)               # X1
+    b.job(gpus=1, cpus=1, time_limit=600, account="phi", user="carol", submit_offset=-20)  # B
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=0)                 # X2
+    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=2,
+                          limit=100000))
+    got = policy.plan(b.build(), c)
+    reasons = {p.job_id: p.reason for p in got.pending}
+    assert [p.job_id for p in got.places] == [4]
+    assert reasons[3] == states.RESOURCES and reasons[5] == states.ACCOUNT_JOB_LIMIT
+    same(got, policy.plan_per_job(b.build(), c))
