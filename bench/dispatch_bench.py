@@ -25,6 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 HZ = os.sysconf("SC_CLK_TCK")
+JOBS_OWN = "jobs' own (reported)"
 CONFIG = """
 [scheduler]
 tick = "{tick}"
@@ -110,7 +111,7 @@ def side(jobs: int, samples: int) -> dict:
         out["tput"], out["wall"] = jobs / wall, wall
         cpu = {k: (c1[k] - c0[k]) * 1000 / jobs for k in c0}
         job_cpu = sum((a.usage or {}).get("cpu_s", 0) for j in done for a in j.attempts) * 1000 / jobs
-        cpu["jobs' own (reported)"] = job_cpu
+        cpu[JOBS_OWN] = job_cpu
         out["cpu"] = cpu
     out["load_end"] = loadavg()
     return out
@@ -181,6 +182,8 @@ def report(sides: dict, tsp: dict, argv: str) -> list[str]:
              for n in names}
     row("CPU per trivial job, labq processes (user+sys)", "≤ 10 ms", [f"{total[n]:.1f} ms" for n in names],
         f"{tsp['busy_ms']:.1f} ms (whole machine)" if "busy_ms" in tsp else "")
+    row("— less the jobs' own CPU (what labq itself spends)", "", [
+        f"{total[n] - sides[n]['cpu'][JOBS_OWN]:.1f} ms" for n in names])
     for k in ("scheduler", "agent", "slot runners", "attempt runners + jobs", "jobs' own (reported)", "redis"):
         row(f"— {k}", "", [f"{sides[n]['cpu'][k]:.2f} ms" for n in names])
     lines += [""]

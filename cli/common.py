@@ -38,7 +38,9 @@ class Ctx:
             from labq.scheduler.client import Client
             self._client = Client(self.cfg, url=redis_url(self.cfg))
             from labq.scheduler.store.history import History, default_path
-            self._client.read.history = History(default_path(self.cfg.history["url"]))
+            c = self._client
+            c.read.history = History(default_path(self.cfg.history["url"]), ask=lambda op, body: c._checked(
+                c.request(op, body)))
         return self._client
 
 

@@ -113,7 +113,9 @@ def thin_client(config):
     s = client_settings(config or os.environ.get("LABQ_CONFIG"))
     client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
     client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
-    client.read.history = History(default_path(s["history_url"]))    # archived jobs, opened on a miss
+    # Archived jobs, opened on a miss; asked of the scheduler where this user cannot open the archive.
+    client.read.history = History(default_path(s["history_url"]),
+                                  ask=lambda op, body: client._checked(client.request(op, body)))
     return client
 
 

@@ -11,6 +11,7 @@ import click
 from labq.scheduler.errors import LabqError, UsageError
 from labq.scheduler.units import fmt_duration, fmt_money
 
+from . import simcompare
 from .common import echo_json, pass_ctx
 from .whatif import parse_nodes
 
@@ -114,10 +115,16 @@ def progress_for(flag: bool | None, label: str):
 @click.option("--enforce-queue-limits", is_flag=True,
               help="Refuse submits beyond scheduler.max_pending(_per_user) as the daemon would (off: the trace's "
                    "scheduler had no such bound).")
+@click.option("--compare", metavar="P1,P2,...",
+              help="Replay under each of these policies (e.g. fifo,backfill,learned): one table of makespan, "
+                   "utilisation, wait, JCT, bounded slowdown and cost; with --plot their wait distributions.")
+@click.option("--group-nodes", metavar="FILE.csv",
+              help="Per-group capacity: a CSV group,nodes (e.g. vc-a,4x8:64:512G); each group's jobs (account, "
+                   "else the trace's group) run only on its own nodes, all groups replayed together.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column, time_factor, gpus_from_cpus,
-             plot_path, progress, enforce_queue_limits, as_json):
+             plot_path, progress, enforce_queue_limits, compare, group_nodes, as_json):
     """Replay a workload trace (docs/internals.md, "The simulator") through the scheduler's own plan()
     on a virtual clock: makespan, utilisation, wait, bounded slowdown, completion time, cost,
     refusals, budget holds, preemptions and lost work.
@@ -133,15 +140,33 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     from labq.scheduler import sim
     need_matplotlib(plot_path)
     depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None
+    names = simcompare.policies(compare) if compare is not None else None
     cfg, hooks = sim.resolve(ctx.cfg, policy, depth)
     jobs = sim.load(trace, extra=extra, time_column=time_column, time_factor=_float(time_factor, "--time-factor"),
                     cpus_as_gpus=gpus_from_cpus)
     if not jobs:
         raise UsageError(f"trace: {trace}: no jobs")
-    cluster_nodes = cluster(ctx, nodes, cpus)
+    if group_nodes and (nodes or cpus):
+        raise UsageError("--group-nodes gives the cluster: leave out --nodes and --cpus")
+    from labq.scheduler.sim import groups as simgroups
+    groups = simgroups.read(group_nodes, parse_nodes) if group_nodes else None
+    if groups:
+        simgroups.split(jobs, groups)       # every job's group has nodes: said before any replay
+    cluster_nodes = tuple(n for g in groups.values() for n in g) if groups else cluster(ctx, nodes, cpus)
+    if names:
+        rows = simcompare.run(ctx, names, jobs, cluster_nodes, depth, lambda label: progress_for(progress, label),
+                              enforce_queue_limits, groups)
+        if plot_path:
+            from labq.scheduler.sim.plot import plot_waits
+            plot_waits(rows, plot_path, f"{os.path.basename(trace)}: wait by policy")
+        return simcompare.show(os.path.basename(trace), rows, as_json, plot_path)
     t0 = time.monotonic()
-    res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
-                       queue_limits=enforce_queue_limits, hooks=hooks)
+    if groups:
+        res = simgroups.replay(jobs, groups, cfg, lambda: sim.resolve(ctx.cfg, policy, depth)[1],
+                               progress=progress_for(progress, "replaying"), queue_limits=enforce_queue_limits)
+    else:
+        res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
+                           queue_limits=enforce_queue_limits, hooks=hooks)
     rep = sim.report(res)
     rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""), **rep,
            "wall_s": round(time.monotonic() - t0, 2)}
@@ -164,7 +189,9 @@ def report_lines(rep: dict) -> list[str]:
     util = rep["utilisation"]
     lines = []
     if "trace" in rep:
-        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"))
+        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"
+                               + (f" ({j['gpus_rounded_up']:,} asked for a fraction of a GPU: rounded up to whole GPUs)"
+                                  if j.get("gpus_rounded_up") else "")))
     lines += [
         ("cluster", f"{c['nodes']:,} node{'s' * (c['nodes'] != 1)}: {c['gpus']:,} GPUs, {c['cpus']:,} CPUs"),
         ("policy", f"{rep['policy']}: {rep['config']}"),

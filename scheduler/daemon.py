@@ -28,6 +28,7 @@ from .handlers import Handlers
 from .hooks import Hooks
 from .inboxes import Inboxes
 from .model import Job, Snapshot
+from .plan import Pending
 from .policy.depend import targets as dependency_targets
 from .store import inbox
 from .store.conn import ERRORS as REDIS_ERRORS
@@ -337,12 +338,16 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         p = policy.plan(self.snapshot(now), self.cfg)
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
+        if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded
+            p = replace(p, pending=tuple(pd for pd in p.pending if not _flip(self.jobs.get(pd.job_id), pd)))
         done = apply_plan(p, self.jobs, self.jobs, self.nodes, now)
         for r in done.rejected:
             log.warning("plan not applied: %s", r.why)
+            if self.metrics:
+                self.metrics.plan_rejected.labels(type(r.decision).__name__).inc()
         for j in done.stopping:
             log.info("job %s preempted: %s", j.display_id, j.detail)
-        pended = [j for j in done.pended if reasons or not _flip(self.jobs[j.id], j)]
+        pended = list(done.pended)
         changed = list(done.changed)
         if changed or len(pended) <= REASON_CHUNK:
             self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=done.started,
@@ -358,9 +363,10 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")
 
 
-def _flip(old: Job, new: Job) -> bool:
+def _flip(old: Job | None, pd: Pending) -> bool:
     """Only the Resources/Priority flip of a job already waiting for room (see _schedule)."""
-    return {old.reason, new.reason} <= {states.RESOURCES, states.PRIORITY} and not (old.earmark or new.earmark)
+    return old is not None and {old.reason, pd.reason} <= {states.RESOURCES, states.PRIORITY} \
+        and not (old.earmark or pd.earmark)
 
 
 def _maybe_more(entries) -> bool:

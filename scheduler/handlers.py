@@ -127,7 +127,8 @@ class Handlers:
             budgets.append({"budget": b.name, "unit": b.unit, "forecast": need / 1e6,
                             "available_after": (ledger.cap(b) - bal.spent - bal.committed - bal.accrued - need) / 1e6})
         if placed:
-            verdict = f"would start now on {placed.node}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
+            where = ",".join(n for n, _ in placed.parts) or placed.node     # a gang: every node
+            verdict = f"would start now on {where}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
         else:
             verdict = f"would pend: {why.reason} ({why.detail})" if why else "would pend"
         start = now if placed else policy.expected_starts(snap, self.s.cfg).get(probe.id)

@@ -10,6 +10,7 @@ from .batch import Batch
 from .change import Change
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .handlers import BUDGET_OPS
+from .store import histpages
 from .store.conn import ERRORS as REDIS_ERRORS
 
 log = logging.getLogger("labq.scheduler")
@@ -121,8 +122,7 @@ class Inboxes:
             self.flush()
             self.batch = Batch(usage=self.usage)
         try:
-            change = (self._archive_now(user, now) if req.op == ARCHIVE_OP
-                      else self.handlers.handle(user, req.op, req.body, now))
+            change = self._handle(user, req, now)
         except LabqError as e:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
@@ -136,6 +136,19 @@ class Inboxes:
         if change.nodes:
             self.nodes = self.store.nodes(now)
 
+    def _handle(self, user: str, req, now: float) -> Change:
+        """The archive's requests are answered here (they touch its database); the rest by handlers."""
+        if req.op == ARCHIVE_OP:
+            return self._archive_now(user, now)
+        if req.op == histpages.OP:     # a page of the archive, for a client that cannot open it
+            return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
+        return self.handlers.handle(user, req.op, req.body, now)
+
+    def _archive_to_serve(self):
+        if self.archiver is None:
+            raise UsageError("this scheduler keeps no archive (it was started without one)")
+        return self.archiver.archive
+
     def _archive_now(self, user: str, now: float) -> Change:
         """Archive passes now (what history.keep lets go), in the leading scheduler: it is the one
         writer of Redis and of the archived ledger's hash chain (two writers could each chain a row
@@ -143,8 +156,7 @@ class Inboxes:
         if user not in self.cfg.security.admins:
             raise RefusedError(f"only admins ({', '.join(self.cfg.security.admins) or 'none set'}) may run "
                                "an archive pass")
-        if self.archiver is None:
-            raise UsageError("this scheduler keeps no archive (it was started without one)")
+        self._archive_to_serve()
         jobs = ledger = 0
         start = time.monotonic()
         while True:

@@ -85,6 +85,9 @@ class Metrics:
         self.plan_seconds = pc.Histogram("labq_plan_seconds", "Duration of one plan() pass.",
                                          buckets=BUCKETS, registry=self.registry)
         self.requests = pc.Counter("labq_requests", "Inbox requests handled.", registry=self.registry)
+        # Never above 0 unless the policy has a bug: the plan was made from the state it is applied to.
+        self.plan_rejected = pc.Counter("labq_plan_rejected", "Plan decisions the applier left out because the "
+                                        "state no longer allowed them, by kind.", ["kind"], registry=self.registry)
         self.alerts = pc.Counter("labq_alerts", "Alerts fired, by kind and level.", ["kind", "level"],
                                  registry=self.registry)
         self._gauges: list = []

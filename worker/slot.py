@@ -125,7 +125,8 @@ class SlotRunner:
         than leave the scheduler to find the attempt silent."""
         claimed = self.store.claimed_by(*got) or ""
         node, _, pid = claimed.rpartition(":")
-        if node != self.s.node or not pid.isdigit() or proctree.alive(int(pid)):
+        # Our own pid there is a dead predecessor's that this process was given again.
+        if node != self.s.node or not pid.isdigit() or (int(pid) != os.getpid() and proctree.alive(int(pid))):
             log.warning("slot %d: job %d attempt %d was claimed by %s; not ours to end", self.slot, *got, claimed)
             self.store.release_slot(ref)
             return

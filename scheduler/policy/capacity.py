@@ -117,15 +117,17 @@ class Placer:
     def hold(self, spot: Free, job: Job, only=None) -> tuple:
         """Set aside for a preemptor whatever part of its request the node has free now (of the GPUs
         `only`, its earmark, when given), so that the room its victims leave is not short by what
-        others took meanwhile. Returns what was held."""
+        others took meanwhile. Returns what was held. A gang's hold keeps a slot too: the room of
+        every one of its nodes must still be whole when the last of its victims stops."""
         self.changes += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         keep = [g for g in spot.matching(job) if only is None or g.uuid in only][:job.gpus]
-        held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem))
+        held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem), 1 if job.nodes > 1 and spot.slots > 0 else 0)
         spot.gpus = [g for g in spot.gpus if g not in keep]
         spot.cpus -= held[1]
         spot.mem -= held[2]
+        spot.slots -= held[3]
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
         return held
 
@@ -135,10 +137,11 @@ class Placer:
         self.grown += 1
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
-        gpus, cpus, mem = held
+        gpus, cpus, mem, slots = held
         spot.gpus = sorted(spot.gpus + list(gpus), key=lambda g: g.index)
         spot.cpus += cpus
         spot.mem += mem
+        spot.slots += slots
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
         # Room came back: requests that failed before may fit now.
         self.failed = []
@@ -146,9 +149,10 @@ class Placer:
     def find(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """(spot, roomy): the best node that has room for the job and `accept`s it, and whether any
         node had room. A request that found no room is remembered, so that larger ones skip the scan."""
-        req = shape(job)
-        if any(covers(f, req) for f in self.failed):
-            return None, False
+        req = g, model, c, m = job.gpus, job.gpu_type, job.cpus, job.mem
+        for fg, fmodel, fc, fm in self.failed:    # covers(f, req), inline: once per pending job
+            if g >= fg and c >= fc and m >= fm and (not fmodel or fmodel == model):
+                return None, False
         spot, roomy = self.best_fit(job, accept)
         if not roomy:
             self.failed = [f for f in self.failed if not covers(req, f)] + [req]
@@ -157,9 +161,10 @@ class Placer:
     def fits_unchanged(self, job: Job) -> bool:
         """Whether the job fits, for a Placer whose capacity is never taken: then a request no larger
         than one that fitted (and no more specific about the model) fits too."""
-        req = shape(job)
-        if any(covers(req, h) for h in self.held):
-            return True
+        req = g, model, c, m = job.gpus, job.gpu_type, job.cpus, job.mem
+        for hg, hmodel, hc, hm in self.held:      # covers(req, h), inline
+            if hg >= g and hc >= c and hm >= m and (not model or model == hmodel):
+                return True
         if self.find(job)[0] is None:
             return False
         self.held = [h for h in self.held if not covers(h, req)] + [req]

@@ -20,6 +20,7 @@ draining) is a class of its own and never cached. A field a verdict starts to re
 """
 import heapq
 from dataclasses import fields
+from operator import attrgetter
 
 from .. import fairshare, states
 from ..plan import Pending, Place
@@ -43,38 +44,70 @@ def _own(j, draining) -> bool:
 
 # Grouping pays when classes hold many jobs each (arrays, sweeps); with a class per few jobs the
 # walk's heaps cost more than the verdicts they save, and the per-job order is used instead (the
-# same decisions). Judged on a sample of the queue.
+# same decisions), with the verdict cache when a job's class holds several jobs on average (plan_bench's
+# random queue of 100,000 jobs: ~39; a 100k-job pass 10-20 % faster) and without it below that (the
+# same queue at 10,000: ~5, where the key, lookup and copies cost what the saved verdicts do).
+# Judged on a sample of the queue.
 MIN_JOBS_PER_CLASS = 8
+MIN_JOBS_TO_CACHE = 8
 SAMPLE = 512
 
 
-def _worth_grouping(waiting, draining) -> bool:
+def _walk_kind(waiting, draining) -> str:
+    """"merge" (the class walk), "cached" (per job, verdicts cached by class) or "plain"."""
     if MIN_JOBS_PER_CLASS <= 0:
-        return True
+        return "merge"
+    if MIN_JOBS_TO_CACHE <= 0:
+        return "cached"
     if len(waiting) < 2 * MIN_JOBS_PER_CLASS:
-        return False
+        return "plain"
     sample = waiting[::max(1, len(waiting) // SAMPLE)]
-    distinct = len({("own", j.id) if _own(j, draining) else class_key(j) for j in sample})
-    return distinct * MIN_JOBS_PER_CLASS <= len(sample)
+    seen: dict = {}
+    for j in sample:
+        key = ("own", j.id) if _own(j, draining) else class_key(j)
+        seen[key] = seen.get(key, 0) + 1
+    if len(seen) * MIN_JOBS_PER_CLASS <= len(sample):
+        return "merge"
+    # Alike pairs in the sample estimate the number of classes (the birthday count): classes ≈
+    # pairs in the sample / alike pairs, so jobs per class ≈ len(waiting) × alike / pairs.
+    alike = sum(c * (c - 1) // 2 for c in seen.values())
+    pairs = len(sample) * (len(sample) - 1) // 2
+    return "cached" if len(waiting) * alike >= MIN_JOBS_TO_CACHE * pairs else "plain"
 
 
 def run(p, waiting, cfg) -> None:
     """Consider `waiting` in priority order on the pass `p` (a policy._Pass), class by class."""
-    if not _worth_grouping(waiting, p.draining):
-        for job in priority.ordered(waiting, p.now, dict(p.snap.usage), cfg):
-            p.consider(job)
+    kind = _walk_kind(waiting, p.draining)
+    if kind != "merge":
+        order = priority.ordered(waiting, p.now, dict(p.snap.usage), cfg)
+        if kind == "cached":
+            _Walk(p, [], [], None).one_by_one(order)
+        else:
+            for job in order:
+                p.consider(job)
         return
     score, bursting = _scorer(waiting, p, cfg)
     groups: dict = {}
+    draining = p.draining
     for j in waiting:
-        key = ("own", j.id) if _own(j, p.draining) else class_key(j)
-        groups.setdefault((key, j.id in bursting), []).append((j.submit_time, j.id, j))
+        # _own, inline: this loop runs over every waiting job
+        own = j.nodes > 1 or j.earmark or j.id in draining or j.deps and any(k == "singleton" for k, _ in j.deps)
+        group = ((("own", j.id) if own else class_key(j)), j.id in bursting)
+        jobs = groups.get(group)
+        if jobs is None:
+            groups[group] = [j]
+        else:
+            jobs.append(j)
     keys, lists = [], []
     for (key, _), jobs in groups.items():
-        jobs.sort()              # (submit time, id): the priority order within a class
+        jobs.sort(key=_ID)              # then stably by submit time: (submit time, id), the priority
+        jobs.sort(key=_SUBMIT_TIME)     # order within a class (plain keys sort faster than tuples)
         keys.append(key)
-        lists.append([j for _, _, j in jobs])
+        lists.append(jobs)
     _Walk(p, lists, keys, score).go()
+
+
+_ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
 
 
 def _scorer(waiting, p, cfg):
@@ -110,17 +143,29 @@ _STATIC, _CAPS, _FULL = 0, 1, 2
 
 
 _SETTERS = tuple(getattr(Pending, f.name).__set__ for f in fields(Pending))
+_DEFAULTS = tuple(f.default for f in fields(Pending))   # Pending has no __post_init__: fields are as given
 
 
-def _pendings(ids: list, verdict) -> list:
-    """`Pending(i, *verdict)` for each id in a class's run. The first goes through Pending(); the
-    rest are copies of it, each slot set by its descriptor: Pending() per job (frozen, a setattr
-    per field) was a fifth of a pass over 100,000 jobs of a few classes."""
-    first = Pending(ids[0], *verdict)
-    values = [getattr(first, f.name) for f in fields(Pending)]
-    set_id, rest, new = _SETTERS[0], tuple(zip(_SETTERS[1:], values[1:])), object.__new__
-    out = [first]
-    for i in ids[1:]:
+def _rest(verdict) -> tuple:
+    """(slot setter, value) of each Pending field after job_id in `Pending(i, *verdict)`: what a
+    cached verdict keeps, so that each job it covers costs a bare object and a few slot stores.
+    Pending() per job (frozen, a setattr per field) was a fifth of a pass over 100,000 jobs of a few
+    classes."""
+    return tuple(zip(_SETTERS[1:], tuple(verdict) + _DEFAULTS[1 + len(verdict):]))
+
+
+def _pending(i: int, rest: tuple, new=object.__new__, set_id=_SETTERS[0]):
+    x = new(Pending)
+    set_id(x, i)
+    for put, v in rest:
+        put(x, v)
+    return x
+
+
+def _pendings(ids: list, rest: tuple, new=object.__new__, set_id=_SETTERS[0]) -> list:
+    """`_pending(i, rest)` for each id in a class's run, inline."""
+    out = []
+    for i in ids:
         x = new(Pending)
         set_id(x, i)
         for put, v in rest:
@@ -138,7 +183,7 @@ class _Walk:
         self.at = [0] * len(lists)          # next job of each class
         self.heads = [(score(jobs[0]), i) for i, jobs in enumerate(lists)]
         heapq.heapify(self.heads)
-        self.cache: dict = {}               # class key -> (state version, kind, stamp, verdict)
+        self.cache: dict = {}               # class key -> (state version, kind, stamp, _rest(verdict))
         self.admitted: dict = {}            # ("a", account) / ("u", user) / ("t", array): admissions so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
@@ -168,16 +213,31 @@ class _Walk:
         while heads:
             i = heapq.heappop(heads)[1]
             jobs, key = lists[i], self.keys[i]
-            verdict = self._valid(key, version)
-            if verdict is None:
+            rest = self._valid(key, version)
+            if rest is None:
                 version = self._judge(jobs[at[i]], key, version)
                 at[i] += 1
             else:
                 end = self._run_end(i, heads[0][0] if heads else None)
-                p.pending += _pendings([j.id for j in jobs[at[i]:end]], verdict)
+                p.pending += _pendings([j.id for j in jobs[at[i]:end]], rest)
                 at[i] = end
             if at[i] < len(jobs):
                 heapq.heappush(heads, (self.score(jobs[at[i]]), i))
+
+    def one_by_one(self, order) -> None:
+        """The jobs in priority order, one at a time, with the verdict cache but no merge: for a
+        queue of few jobs per class, where the merge's heap costs more than it saves."""
+        p, draining, valid, judge = self.p, self.p.draining, self._valid, self._judge
+        version = p.version()
+        for job in order:
+            own = (job.nodes > 1 or job.earmark or job.id in draining      # _own, inline
+                   or job.deps and any(k == "singleton" for k, _ in job.deps))
+            key = ("own", job.id) if own else class_key(job)
+            rest = valid(key, version)
+            if rest is None:
+                version = judge(job, key, version)
+            else:
+                p.pending.append(_pending(job.id, rest))
 
     def _run_end(self, i: int, limit) -> int:
         """The end of class i's run: its jobs that come before `limit` (the next job of any other
@@ -209,5 +269,5 @@ class _Walk:
         if key[0] != "own":
             kind = _FULL if self.touched != touched else _STATIC if verdict[0] in STATIC else \
                 _CAPS if verdict[0] in CAPS else _FULL
-            self.cache[key] = (version, kind, self._stamp(key) if kind == _CAPS else None, verdict)
+            self.cache[key] = (version, kind, self._stamp(key) if kind == _CAPS else None, _rest(verdict))
         return version

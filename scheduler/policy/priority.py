@@ -17,8 +17,8 @@ Fair share comes from decayed usage (`Snapshot.usage`), never from budgets. The 
 (−priority, submit time, id) — so shuffling the input never changes the plan, and equal priorities
 go to the older job.
 """
-from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .. import fairshare
 from ..config import Config
@@ -105,29 +105,28 @@ def burst_tail(pending, allowance: int, window: float) -> set[int]:
     """Ids of jobs that had at least `allowance` earlier jobs of the same user submitted within
     `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)
 
-    Jobs are counted per (user, submit time): the tasks of an array share one, so a user's 10,000
-    tasks are one step of the walk, not 10,000 sorted tuples."""
-    by_user: dict = defaultdict(lambda: defaultdict(list))
+    In a user's jobs sorted by (submit time, id), the job at index k is in the tail exactly when
+    k >= allowance and the job at k - allowance was submitted within the window before it: one
+    comparison per job, made by zip in a comprehension (this runs over every pending job on every
+    pass; a walk per submit time cost 0.2 s at 100,000 jobs)."""
+    if allowance <= 0:
+        return {j.id for j in pending}
+    by_user: dict = {}
     for j in pending:
-        by_user[j.user][j.submit_time].append(j.id)
-    out = set()
-    for times in by_user.values():
-        if sum(map(len, times.values())) <= allowance:
+        mine = by_user.get(j.user)
+        if mine is None:
+            by_user[j.user] = [j]
+        else:
+            mine.append(j)
+    out: set = set()
+    for jobs in by_user.values():
+        if len(jobs) <= allowance:
             continue
-        order = sorted(times)
-        starts, n = [], 0                 # index of each time's first job in the user's sorted jobs
-        for t in order:
-            starts.append(n)
-            n += len(times[t])
-        lo = 0                            # the first time within the window before t
-        for k, t in enumerate(order):
-            while order[lo] < t - window:
-                lo += 1
-            # the job of rank r at time t has index starts[k] + r; it bursts from index starts[lo] + allowance
-            first = starts[lo] + allowance - starts[k]
-            ids = times[t]
-            if first < len(ids):
-                if len(ids) > 1:
-                    ids.sort()
-                out.update(ids[max(first, 0):])
+        jobs.sort(key=_id)              # then stably by time: two sorts on plain keys beat one on
+        jobs.sort(key=_submit_time)     # (time, id) tuples, and the first is a scan in id order
+        times = [j.submit_time for j in jobs]
+        out.update([j.id for a, t, j in zip(times, times[allowance:], jobs[allowance:]) if not a < t - window])
     return out
+
+
+_id, _submit_time = attrgetter("id"), attrgetter("submit_time")

@@ -76,7 +76,7 @@ class Usage:
                     f"array {job.array_id} runs {self.tasks[job.array_id]} tasks, throttle %{job.array_throttle}")
         acct = self.cfg.account_named(job.account)
         if acct is not None:
-            hit = _over(acct, f"account {job.account}", self.jobs[job.account], self.gpus[job.account],
+            hit = _over(acct, ("account", job.account), self.jobs[job.account], self.gpus[job.account],
                         self.cpus[job.account], job, states.ACCOUNT_JOB_LIMIT, states.ACCOUNT_GPU_LIMIT,
                         states.ACCOUNT_CPU_LIMIT)
             if hit:
@@ -89,7 +89,7 @@ class Usage:
                             f"guarantee {acct.guarantee} + borrow_limit {acct.borrow_limit} = {most}")
         user = self.cfg.user_named(job.user)
         if user is not None:
-            hit = _over(user, f"user {job.user}", self.user_jobs[job.user], self.user_gpus[job.user],
+            hit = _over(user, ("user", job.user), self.user_jobs[job.user], self.user_gpus[job.user],
                         self.user_cpus[job.user], job, states.USER_JOB_LIMIT, states.USER_GPU_LIMIT,
                         states.USER_CPU_LIMIT)
             if hit:
@@ -113,15 +113,21 @@ class Usage:
         return None
 
 
-def _over(cap, who: str, jobs: int, gpus: int, cpus: int, job: Job, r_jobs: str, r_gpus: str, r_cpus: str):
+def _over(cap, who: str | tuple, jobs: int, gpus: int, cpus: int, job: Job, r_jobs: str, r_gpus: str, r_cpus: str):
+    """`who`: the capped one's name, or (kind, name) to be joined only when a cap is hit (plan()
+    asks this for every pending job of a capped account)."""
     if cap.max_running is not None and jobs + 1 > cap.max_running:
-        return r_jobs, f"{who} runs {jobs} of max_running={cap.max_running} jobs"
+        return r_jobs, f"{_who(who)} runs {jobs} of max_running={cap.max_running} jobs"
     need_g, need_c = job.total_gpus, job.cpus * job.nodes
     if cap.max_gpus is not None and gpus + need_g > cap.max_gpus:
-        return r_gpus, f"{who} holds {gpus} GPUs, needs {need_g} more, max_gpus={cap.max_gpus}"
+        return r_gpus, f"{_who(who)} holds {gpus} GPUs, needs {need_g} more, max_gpus={cap.max_gpus}"
     if cap.max_cpus is not None and cpus + need_c > cap.max_cpus:
-        return r_cpus, f"{who} holds {cpus} CPUs, needs {need_c} more, max_cpus={cap.max_cpus}"
+        return r_cpus, f"{_who(who)} holds {cpus} CPUs, needs {need_c} more, max_cpus={cap.max_cpus}"
     return None
+
+
+def _who(who: str | tuple) -> str:
+    return who if isinstance(who, str) else " ".join(who)
 
 
 def over_alone(job: Job, cfg: Config, running=()) -> str | None:

@@ -26,6 +26,8 @@ from ..policy.backfill import _expected_end, _limit
 from ..policy.capacity import shape
 
 WINDOW = 4
+# A shallow queue: one pass over all of it costs less than the head's pass and the candidates' one.
+MIN_QUEUE = 64
 
 
 def single_model(nodes) -> bool:

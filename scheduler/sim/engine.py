@@ -105,10 +105,12 @@ class Simulator:
         self.calls = self.skipped = 0
         # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
         self.never_skip = cfg.preemption and any(a.guarantee for a in cfg.accounts)
-        # No gate but capacity: no budget, cap or protected capacity can pend a job that fits.
-        self.ungated = not (self.never_skip or cfg.budgets or cfg.users or any(q.reserved for q in cfg.qos)
-                            or any(a.borrow_limit is not None or a.max_running is not None
-                                   or a.max_gpus is not None or a.max_cpus is not None for a in cfg.accounts))
+        # Budgets alone hold only jobs that fit (a budget reason); the first that does not fit still
+        # ends a strict-order pass. Without budgets too, nothing but capacity can pend a job (ungated).
+        self.budget_gated_only = not (self.never_skip or cfg.users or any(q.reserved for q in cfg.qos)
+                                      or any(a.borrow_limit is not None or a.max_running is not None
+                                             or a.max_gpus is not None or a.max_cpus is not None for a in cfg.accounts))
+        self.ungated = self.budget_gated_only and not cfg.budgets
         self.clock = Clock([(EPOCH + t.submit, i) for i, t in enumerate(trace)])
         if self.rollovers and trace:
             self.clock.at(self._rollover(EPOCH + trace[0].submit), ROLLOVER)
@@ -256,9 +258,9 @@ class Simulator:
     def _strict(self, t: float) -> bool:
         """Whether plan() provably starts pending jobs in its order and nothing past the first that
         does not fit: backfill off (backfill_depth 0: `blocker` in policy/__init__.py), nothing that
-        could preempt or be waited for, no gate but capacity (no budget, cap, protected capacity, hold,
-        begin or dependency), and each account's jobs in submit order (queue.py)."""
-        return (self.cfg.backfill_depth == 0 and self.ungated and not self.queue.timed and not self.draining
+        could preempt or be waited for, no gate but capacity and budgets (no cap, protected capacity,
+        hold, begin or dependency), and each account's jobs in submit order (queue.py)."""
+        return (self.cfg.backfill_depth == 0 and self.budget_gated_only and not self.queue.timed and not self.draining
                 and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.accounts_in_submit_order(t))
 
@@ -266,7 +268,8 @@ class Simulator:
         """Whether a backfill pass may be given only the head of the queue (easy.py says when that
         decides the whole pass): the whole queue in one order, no gate but capacity, nothing timed,
         draining or preemptible, one GPU model per node, no gang (easy.py counts one node per job)."""
-        return (self.cfg.backfill_depth > 0 and self.single_model and not self.queue.gangs and not self.gangs_running
+        return (self.cfg.backfill_depth > 0 and len(self.queue) > easy.MIN_QUEUE and self.single_model
+                and not self.queue.gangs and not self.gangs_running
                 and self.ungated and not self.queue.timed and not self.cfg.estimate.backfill   # easy.py reads limits
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.accounts_in_submit_order(t) and self.queue.one_order())
@@ -297,7 +300,10 @@ class Simulator:
         while True:
             window = q.window(n, ranked)
             p = self._call(t, window, usage)
-            if len(p.places) < n or len(window) == len(q):
+            # Decided once one of the first n stayed pending on capacity (plan()'s blocker: every job
+            # after it pends behind it): fewer than n started or pend for a budget.
+            held = sum(1 for pd in p.pending if pd.reason in BUDGET_REASONS)
+            if len(p.places) + held < n or len(window) == len(q):
                 return self._apply(t, p)
             n *= 4
 

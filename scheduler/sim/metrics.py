@@ -34,10 +34,16 @@ def capacity(nodes) -> dict:
     return {"nodes": len(nodes), "gpus": sum(len(n.gpus) for n in nodes), "cpus": sum(n.cpus for n in nodes)}
 
 
+def waits(res: Result) -> list[float]:
+    """Each job's wait (first start − submit), for the jobs that ran and ended."""
+    return [j.attempts[0].dispatch_time - j.submit_time for j in res.jobs.values()
+            if j.state in states.TERMINAL and j.attempts]
+
+
 def report(res: Result) -> dict:
     cap = capacity(res.nodes)
     finished = [j for j in res.jobs.values() if j.state in states.TERMINAL and j.attempts]
-    waits = [j.attempts[0].dispatch_time - j.submit_time for j in finished]
+    waited = waits(res)
     resp = [j.end_time - j.submit_time for j in finished]
     runs = [j.attempts[-1].end_time - j.attempts[-1].dispatch_time for j in finished]
     bsld = [max(1.0, r / max(run, BSLD_BOUND_S)) for r, run in zip(resp, runs)]
@@ -57,6 +63,7 @@ def report(res: Result) -> dict:
     return {
         "cluster": cap,
         "jobs": {"trace": len(res.trace), "queued": len(res.jobs), "refused": len(res.refused),
+                 "gpus_rounded_up": sum(1 for t in res.trace if t.gpus_asked is not None),
                  "completed": outcomes[states.COMPLETED], "timeout": outcomes[states.TIMEOUT],
                  "expired": sum(outcomes[s] for s in (states.EXPIRED, states.DEADLINE, states.CANCELLED)),
                  "never_started": sum(1 for j in pending if not j.attempts),
@@ -65,8 +72,8 @@ def report(res: Result) -> dict:
         "utilisation": _r(util[primary], 4),
         "utilisation_of": primary,
         "utilisation_by": {k: _r(v, 4) for k, v in util.items()},
-        "wait_s": {"mean": _r(_mean(waits), 1), "p50": _r(percentile(waits, 0.5), 1),
-                   "p95": _r(percentile(waits, 0.95), 1)},
+        "wait_s": {"mean": _r(_mean(waited), 1), "p50": _r(percentile(waited, 0.5), 1),
+                   "p95": _r(percentile(waited, 0.95), 1)},
         "bounded_slowdown": {"mean": _r(_mean(bsld), 3), "bound_s": BSLD_BOUND_S},
         "completion_time_s": {"mean": _r(_mean(resp), 1)},
         "cost": _m(sum(j.cost for j in res.jobs.values())),

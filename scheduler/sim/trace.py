@@ -33,6 +33,7 @@ class TraceJob:
     qos: str = "normal"
     gpu_type: str = ""
     status: str = ""      # the trace's own outcome (informational)
+    gpus_asked: float | None = None   # the trace's own request where it was a fraction (gpus: rounded up)
     nodes: int = 1        # a multi-node job: gpus, cpus and mem are then per node (labq plan --file)
 
 
@@ -130,7 +131,10 @@ def _job(row, name, where, time_column, time_factor, cpus_as_gpus) -> TraceJob:
             limit = None      # SWF writes -1 for unknown
     if limit is None:
         limit = duration * time_factor
-    gpus = _num(row, "gpus", where, default=0, integer=True)
+    # A fraction of a GPU (a shared or MIG slice in the trace's cluster) holds a whole device in labq:
+    # rounded up, and the job remembers what it asked for (the report counts the rounded ones).
+    asked = _num(row, "gpus", where, default=0.0)
+    gpus = math.ceil(asked)
     cpus = _num(row, "cpus", where, default=1, integer=True)
     if cpus == 0 and not cpus_as_gpus:
         cpus = 1       # as `labq sub` and SLURM: every job holds at least one CPU (GPU traces often say 0)
@@ -139,6 +143,7 @@ def _job(row, name, where, time_column, time_factor, cpus_as_gpus) -> TraceJob:
     return TraceJob(
         name=name, submit=_num(row, "submit_s", where), duration=duration,
         time_limit=max(1, math.ceil(limit)), gpus=gpus, cpus=cpus,
+        gpus_asked=asked if asked != gpus and not cpus_as_gpus else None,
         mem=int(_num(row, "mem_gib", where, default=0.0) * GIB),
         user=(row.get("user") or "").strip() or "user",
         account=(row.get("account") or "").strip() or (row.get("group") or "").strip(),

@@ -33,7 +33,7 @@ DDL = ("CREATE TABLE IF NOT EXISTS acct (" + ", ".join(f"{c} {t}" for c, (_, t) 
 _ENC = json.JSONEncoder(separators=(",", ":"))
 # An attempt's report fields, in this order in the row's `attempts` JSON.
 _ATTEMPT = ("attempt", "node", "gpus", "dispatch_time", "start_time", "end_time", "outcome", "exit_code",
-            "cost", "lost_work_s", "usage")
+            "cost", "lost_work_s", "usage", "charges")
 _USAGE = ("gpu_idle_s", "gpu_util_mean")     # the usage report reads; the rest stays in the record
 
 
@@ -46,7 +46,8 @@ def elapsed(j) -> float:
 def row(j: Job, committed: int) -> tuple:
     """The acct row of an ended job; `committed`: what admission encumbered for its attempts."""
     att = [[a.attempt, a.node, list(a.gpus), a.dispatch_time, a.start_time, a.end_time, a.outcome, a.exit_code,
-            a.cost, a.lost_work_s, {k: a.usage[k] for k in _USAGE if k in (a.usage or {})}] for a in j.attempts]
+            a.cost, a.lost_work_s, {k: a.usage[k] for k in _USAGE if k in (a.usage or {})}, a.charges]
+           for a in j.attempts]
     return (j.id, j.end_time, j.user, j.account, j.state, j.name, j.project, j.qos, j.array_id, j.array_index,
             j.submit_time, j.start_time, j.exit_code, j.cpus, j.mem, j.gpus, j.nodes, j.gpu_type, j.time_limit,
             j.est, j.node, j.restart_count, j.workdir, j.reason, j.cost, committed, elapsed(j), len(j.attempts),
@@ -75,8 +76,10 @@ class AcctJob(_Row):
 
     @property
     def attempts(self) -> tuple:
-        # Decoded at each use: acct's columns never need it; report walks it once a job.
-        return tuple(AcctAttempt(a[0], a[1], tuple(a[2]), *a[3:]) for a in json.loads(self.attempts_json))
+        # Decoded at each use: acct's columns never need it; report and ledger verify walk it once a job.
+        # (A row of schema 3, read before the scheduler migrated it, has no charges: none.)
+        return tuple(AcctAttempt(a[0], a[1], tuple(a[2]), *a[3:11], tuple(tuple(c) for c in a[11:12] and a[11]))
+                     for a in json.loads(self.attempts_json))
 
 
 # What acct's table and CSV print (cli/acct.py _table); a query for them reads NULL for the rest.
@@ -85,10 +88,11 @@ TABLE = frozenset({"id", "end_time", "user", "account", "state", "name", "array_
 
 
 def select(since: float, until: float, user: str | None = None, account: str | None = None,
-           mark: str = "?", columns=None) -> tuple[str, list]:
-    """The query for rows that ended in [since, until], by user/account (indexed); `mark`: the
-    driver's parameter mark (sqlite3 `?`, psycopg `%s`); `columns`: only these (the others NULL,
-    which costs nothing to read), or all."""
+           mark: str = "?", columns=None, after: tuple[float, int] | None = None) -> tuple[str, list]:
+    """The query for rows that ended in [since, until], by user/account (indexed), in (end_time, id)
+    order; `mark`: the driver's parameter mark (sqlite3 `?`, psycopg `%s`; the dialect maps `?`);
+    `columns`: only these (the others NULL, which costs nothing to read), or all; `after`: only rows
+    after this (end_time, id), for pages."""
     where, args = [f"end_time >= {mark}", f"end_time <= {mark}"], [since, min(until, 1e300)]
     if user:
         where.append(f'"user" = {mark}')
@@ -96,5 +100,8 @@ def select(since: float, until: float, user: str | None = None, account: str | N
     if account:
         where.append(f"account = {mark}")
         args.append(account)
+    if after is not None:
+        where.append(f"(end_time > {mark} OR (end_time = {mark} AND id > {mark}))")
+        args += [after[0], after[0], after[1]]
     cols = ", ".join(c if columns is None or n in columns else "NULL" for c, n in zip(SQL_NAMES, NAMES))
-    return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time", args
+    return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time, id", args

@@ -16,8 +16,8 @@ record: `labq acct` and `labq report` read those, never the records.
 The database is SQLite in WAL mode (stdlib `sqlite3`): readers on the scheduler's host do not
 block the writer; or PostgreSQL (`history.url = "postgresql://…"`, psycopg 3), through the same SQL
 (store/dialect.py). One schema, versioned in `meta`: 1 the records and the ledger, 2 the acct rows,
-3 their `nodes` (a gang's); an older archive gets its rows from its records when the scheduler
-first opens it.
+3 their `nodes` (a gang's), 4 the attempts' charges in them; an older archive gets its rows from
+its records when the scheduler first opens it.
 """
 import hashlib
 import json
@@ -30,7 +30,7 @@ from ..model import Job
 from . import acctrows, codec, dialect
 from .history import default_path, path_of  # noqa: F401 - one place for the path rules
 
-SCHEMA = 3
+SCHEMA = 4
 # Written once for SQLite and PostgreSQL (store/dialect.py): `{serial}` is each one's sequence.
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -101,7 +101,7 @@ class Archive:
             self.db.script(acctrows.DDL)
             if found == 2:      # 2 -> 3: acct.nodes (a gang's node count), from the records
                 self.db.execute("ALTER TABLE acct ADD COLUMN nodes INTEGER DEFAULT 1")
-            if found in (1, 2):
+            if found in (1, 2, 3):  # 3 -> 4: the attempts' charges in the rows (ledger verify reads them)
                 self._backfill()
             self.db.execute(dialect.upsert("meta", ("key", "value"), "key"), ("schema", str(SCHEMA)))
         self.db.commit()
@@ -175,9 +175,9 @@ class Archive:
 
     def acct(self, since: float, until: float, user: str | None = None, account: str | None = None,
              columns=None) -> list:
-        """Ended jobs as acct/report read them: AcctJob rows; from an archive still at schema 1 (a
+        """Ended jobs as acct/report read them: AcctJob rows; from an archive of an older schema (a
         reader before the scheduler migrated it), the records."""
-        if self._version() < 2:
+        if self._version() < SCHEMA:
             return [j for j in self.ended(since, until)
                     if (not user or j.user == user) and (not account or j.account == account)]
         q, args = acctrows.select(since, until, user, account, columns=columns)
@@ -186,7 +186,7 @@ class Archive:
     def acct_iter(self, since: float, until: float):
         """The acct rows (tuples in acctrows.NAMES order) that ended in [since, until], oldest
         first, read as they are written out (`labq admin export` over years of jobs)."""
-        if self._version() < 2:
+        if self._version() < SCHEMA:
             old = self.ended(since, until)
             cost = self.committed(old)
             yield from (acctrows.row(j, cost.get(j.id, 0)) for j in old)

@@ -37,10 +37,15 @@ class History:
     A database that exists but cannot be opened is an error, not an empty history (answers
     would silently differ)."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, ask=None):
+        """`ask(op, body) -> reply`: the client's request, where the scheduler can be asked for the
+        archive's pages (store/histpages.py) when this user cannot open it."""
+        self.path, self.ask = path, ask
         self._db = None
         self._absent = False
+
+    def _readable(self) -> bool:
+        return os.access(self.path, os.R_OK)
 
     def _open(self):
         if self._db is None and not self._absent and self.path.startswith(PG_PREFIXES):
@@ -54,7 +59,11 @@ class History:
             if not os.path.exists(self.path) and (not os.path.isdir(where) or os.access(where, os.X_OK)):
                 self._absent = True      # nothing archived yet (or no archive on this host)
                 return None
-            if not os.access(self.path, os.R_OK):
+            if not self._readable() and self.ask is not None:
+                from .histpages import Remote
+                self._db = Remote(self.ask)                  # the scheduler reads it for us, page by page
+                return self._db
+            if not self._readable():
                 raise UsageError(f"history: {self.path} holds the archived jobs and ledger, and you cannot "
                                  "read it (run this on the scheduler's host as an admin, or ask one)")
             from .archive import Archive

@@ -10,7 +10,7 @@ reads, and requests the scheduler deduplicates by request id).
 URLs are redis-py's: redis://[[user]:password@]host[:port][/db], rediss://… (TLS), and
 unix://[[user]:password@]/path/to.sock[?db=N][&password=…]; `?protocol=3` speaks RESP3 (HELLO 3).
 """
-import socket
+import _socket  # the C module: socket.py (its enums, selectors) is ~2 ms of every `labq sub`; TCP imports it
 
 CRLF = b"\r\n"
 _RECV = 1 << 18
@@ -197,10 +197,11 @@ class Connection:
         o = self.opts
         try:
             if o["scheme"] == "unix":
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
                 s.settimeout(self.connect_timeout)
                 s.connect(o["path"])
             else:
+                import socket
                 s = socket.create_connection((o["host"], o["port"]), timeout=self.connect_timeout)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if o["scheme"] == "rediss":
@@ -259,7 +260,7 @@ class Connection:
             self.sock.sendall(b"".join(encode(c) for c in cmds))
             sent = True
             return [self.reader.read() for _ in cmds]
-        except socket.timeout:
+        except TimeoutError:       # socket.timeout is TimeoutError
             self.close()
             raise ConnectionLost(f"{self.describe()} did not answer within {self.timeout + extra_wait:.0f}s",
                                  sent=sent) from None

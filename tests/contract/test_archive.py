@@ -132,7 +132,7 @@ ACCT_QUERIES = [("acct", "-S", "2027-01-01"), ("acct", "-S", "2027-01-01", "-o",
                  "ReqMem,Timelimit,Restarts,NodeList,Cost,Committed"),
                 ("acct", "-S", "2027-01-01", "-u", "alice", "-A", "eta", "-s", "CD"),
                 ("report", "--by", "account,user,status,gpu_type,node,tag:x", "--format", "json"),
-                ("report", "--forecast-accuracy", "--json")]
+                ("report", "--forecast-accuracy", "--json"), ("ledger", "verify")]
 
 
 def _cli(rp, cfg_path, *args):
@@ -174,23 +174,27 @@ def test_acct_and_report_read_the_archived_rows_and_answer_the_same(redis_server
 
 
 def _older(path, version):
-    """Turn an archive into what an older labq wrote: schema 1 (no acct rows) or 2 (no acct.nodes)."""
+    """Turn an archive into what an older labq wrote: schema 1 (no acct rows), 2 (no acct.nodes), 3 (no
+    charges in the rows' attempts)."""
     db = Archive(path).db
-    db.script("DROP TABLE acct" if version == 1 else "ALTER TABLE acct DROP COLUMN nodes")
+    if version == 3:
+        db.execute("UPDATE acct SET attempts = '[]'")
+    else:
+        db.script("DROP TABLE acct" if version == 1 else "ALTER TABLE acct DROP COLUMN nodes")
     db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(version),))
     db.commit()
     db.close()
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_older_archive_gets_its_rows_when_the_scheduler_opens_it(conns, archive_at, version):
     r, raw = conns
     _workload(r, raw)
     path = archive_at
     Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
-    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
+    want = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [(a.cost, a.charges) for a in j.attempts])
             for j in Archive(path, readonly=True).acct(0, float("inf"))]
-    assert len(want) == 6 and all(w[3] > 0 for w in want if w[2] == "CD")
+    assert len(want) == 6 and all(w[3] > 0 and w[7][0][1] for w in want if w[2] == "CD"), "costs and charges"
     _older(path, version)
     if version == 1:
         old = Archive(path, readonly=True)         # a reader before the scheduler migrated it: the records
@@ -198,8 +202,8 @@ def test_an_older_archive_gets_its_rows_when_the_scheduler_opens_it(conns, archi
         assert Archive(path, readonly=True).acct(0, float("inf"), user="bob") == []
     Archive(path).close()                          # the scheduler's open migrates it
     db = Archive(path, readonly=True).db
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
-    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [a.cost for a in j.attempts])
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("4",)
+    got = [(j.id, j.user, j.state, j.cost, j.committed, j.elapsed, j.nodes, [(a.cost, a.charges) for a in j.attempts])
            for j in Archive(path, readonly=True).acct(0, float("inf"))]
     assert got == want
 
@@ -329,3 +333,74 @@ def test_a_pass_is_sized_to_its_time_budget(conns, archive_at):
     assert quick.step(T0 + 500)[0] == 2 and quick.size == 1000, "well within budget: up to the batch"
     fixed = Archiver(r, K, Archive(archive_at), keep=0, batch=1)
     assert fixed.step(T0 + 500)[0] == 1 and fixed.size == 1
+
+
+def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(conns, archive_at, monkeypatch):
+    """Every answer through the scheduler's pages (store/histpages.py, pages of 2 rows here) equals
+    the answer read from the archive directly; History switches to it when the file is unreadable."""
+    import json
+    import os
+
+    from labq.scheduler import config
+    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.store import histpages
+    from tests.harness import SWEEP_TOML, reply
+    monkeypatch.setattr(histpages, "PAGE", {k: 2 for k in histpages.PAGE})
+    r, raw = conns
+    _workload(r, raw)
+    s = Scheduler(r, raw, config.loads(SWEEP_TOML), me="s1", clock=lambda: T0 + 500)
+    s.archiver = Archiver(r, K, archive_at, keep=0, batch=3)
+    s.archiver.step(T0 + 500)                      # 3 jobs archived, 3 still in Redis
+    asked = []
+
+    def ask(op, body):
+        rid = os.urandom(8).hex()
+        r.xadd(K.inbox("bob"), {"rid": rid, "op": op, "body": json.dumps(body)})
+        r.lpush(K.wake, "user:bob")
+        s.tick(T0 + 500, woke(r))
+        got = reply(r, rid)
+        assert got["ok"], got
+        asked.append(body["what"])
+        return got
+    direct, remote = History(archive_at), History(archive_at, ask=ask)
+    if not archive_at.startswith("postgresql://"):
+        remote._readable = lambda: False           # as an ordinary user finds the scheduler's 0600 file
+    else:
+        remote._db = histpages.Remote(ask)         # PostgreSQL users read directly; the pages serve it too
+    a, b = Reader(r, K, direct), Reader(r, K, remote)
+    assert _answers(b) == _answers(a)
+    rows = lambda rd, **kw: sorted(tuple(getattr(j, n) for n in ("id", "user", "state", "cost", "end_time"))  # noqa: E731
+                                    for j in rd.acct_rows(0, float("inf"), **kw))
+    assert rows(b) == rows(a) and len(rows(a)) == 6 and rows(b, user="bob") == []
+    assert list(b.acct_stream(0, float("inf"), lambda jobs: {})) == list(a.acct_stream(0, float("inf"), lambda jobs: {}))
+    assert remote.broken_chain() == direct.broken_chain() == []
+    assert {"acct", "ended", "jobs", "ledger", "keys", "verify"} <= set(asked) and asked.count("acct") >= 2
+    bad = histpages.Remote(ask)
+    with pytest.raises(AssertionError, match="what: expected one of"):
+        list(bad._pages("everything"))
+
+
+def test_pages_follow_a_cursor_so_rows_archived_meanwhile_repeat_nothing(conns, archive_at, monkeypatch):
+    """Rows archived between two pages, ending before the cursor, neither shift the next page back
+    (an OFFSET would repeat job 5) nor appear twice."""
+    from labq.scheduler.store import histpages
+    monkeypatch.setattr(histpages, "PAGE", {k: 1 for k in histpages.PAGE})
+    r, raw = conns
+    _workload(r, raw)
+    jobs = {j.id: j for j in Reader(r, K).ended()}
+    db = Archive(archive_at)
+    db.put_jobs([jobs[5], jobs[6]])
+    first = histpages.answer(db, {"what": "acct"})
+    assert [v[0] for v in first["rows"]] == [5] and first["more"]
+    db.put_jobs([jobs[1], jobs[2]])                     # ended before job 5: behind the cursor
+    seen, after = [5], first["next"]
+    while True:
+        got = histpages.answer(db, {"what": "acct", "after": after})
+        seen += [v[0] for v in got["rows"]]
+        if not got["more"]:
+            break
+        after = got["next"]
+    assert seen == [5, 6]
+    from labq.scheduler.errors import UsageError
+    with pytest.raises(UsageError, match="not a cursor of acct"):
+        histpages.answer(db, {"what": "acct", "after": ["soon", 1]})

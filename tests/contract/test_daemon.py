@@ -246,3 +246,31 @@ def test_the_queue_is_bounded(conns):
     assert [g.get("code", 0) if not g["ok"] else 0 for g in got] == [0, 0, 0, 3, 0, 0, 3]
     assert "max_pending_per_user=2" in got[3]["error"] and "max_pending=4" in got[6]["error"]
     assert r.zcard(K.active) == 5
+
+
+def test_a_stale_placement_is_rejected_by_the_applier_not_written(conns, monkeypatch, caplog):
+    """The daemon applies a plan through applier.apply_plan: a placement on a GPU another job holds
+    (a policy bug, played here by a plan made before job 1 was admitted) is logged and left out."""
+    from labq.scheduler import daemon, policy
+    from labq.scheduler.metrics import Metrics
+    from labq.scheduler.plan import Place, Plan
+    r, s, now = one_admitted(conns)
+    held = job(r, 1).gpu_uuids[0]
+    submit(r, "alice", BODY, "b")
+    real = policy.plan
+
+    def stale(snap, cfg):
+        p = real(snap, cfg)
+        return Plan(places=(Place(2, "n1", (held,), (), (), 0),), pending=p.pending, starts=p.starts)
+    monkeypatch.setattr(daemon.policy, "plan", stale)
+    s.metrics = Metrics("127.0.0.1:0")
+    try:
+        with caplog.at_level("WARNING", logger="labq.scheduler"):
+            s.tick(now + 1, woke(r))
+        assert s.metrics.registry.get_sample_value("labq_plan_rejected_total", {"kind": "Place"}) == 1
+    finally:
+        s.metrics.server.shutdown()
+    assert reply(r, "b")["ok"] is True
+    assert job(r, 2).state == states.PENDING and job(r, 2).gpu_uuids == ()
+    assert r.lrange(K.dispatch("n1"), 0, -1) == ["1:1"], "nothing dispatched for job 2"
+    assert f"plan not applied: job 2 on n1: GPU {held} is not free" in caplog.text

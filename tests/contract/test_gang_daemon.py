@@ -142,6 +142,17 @@ def test_a_part_no_runner_takes_is_withdrawn_after_start_timeout(conns):
     assert r.hget(K.part(1, 1, 1), "claimed") == "withdrawn"              # a late runner on b will not run it
 
 
+def test_test_only_quotes_a_gang_on_all_its_nodes(conns):
+    r, raw = conns
+    s, _ = _setup(r, raw)
+    submit(r, "alice", {**BODY, "test_only": True}, "t")
+    s.tick(NOW, woke(r))
+    got = reply(r, "t")
+    assert got["starts_now"] and got["verdict"].startswith("would start now on a,b with GPU-a-0,GPU-a-1,GPU-b-0")
+    assert got["cost_per_hour"] == 4.0          # 2 nodes x 2 GPUs at $1/GPU-hour
+    assert r.get(K.job(1)) is None
+
+
 def test_submit_refuses_a_gang_no_set_of_nodes_could_hold(conns):
     r, raw = conns
     s, _ = _setup(r, raw)

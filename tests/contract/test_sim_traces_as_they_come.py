@@ -51,3 +51,66 @@ def test_a_plot_into_a_missing_directory_is_refused_before_the_replay(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "--plot: no such directory: /missing/dir" in p.stderr and "Redis" not in p.stderr
     assert p.stdout == "", "nothing replayed"
+
+
+def test_fractional_gpus_are_rounded_up_and_counted(tmp_path):
+    """0.5 and 1.25 GPUs hold 1 and 2 whole GPUs; the report says how many jobs were rounded."""
+    p = tmp_path / "frac.csv"
+    p.write_text("job_id,submit_s,duration_s,gpus,cpus\na,0,10,0.5,1\nb,0,10,1.25,1\nc,0,10,2,1\nd,0,10,0,4\n")
+    r = labq("simulate", str(p), "--nodes", "1x4", "--policy", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["jobs"]["gpus_rounded_up"] == 2 and rep["jobs"]["completed"] == 4
+    assert rep["utilisation_by"]["gpus"] is not None
+    from labq.scheduler.sim import load
+    assert [(j.gpus, j.gpus_asked) for j in load(str(p))] == [(1, 0.5), (2, 1.25), (2, None), (0, None)]
+    text = labq("simulate", str(p), "--nodes", "1x4", "--policy", "fifo").stdout
+    assert "2 asked for a fraction of a GPU: rounded up" in text
+
+
+def test_malformed_traces_name_the_row_and_column(tmp_path):
+    cases = {"nan": ("j,0,nan,1", "duration_s"), "neg": ("j,0,10,-1", "gpus"), "word": ("j,zero,10,1", "submit_s")}
+    for name, (row, column) in cases.items():
+        p = tmp_path / f"{name}.csv"
+        p.write_text("job_id,submit_s,duration_s,gpus\n" + row + "\n")
+        r = labq("simulate", str(p), "--nodes", "1x4")
+        assert r.returncode == 2 and f"{p}:2: {column}:" in r.stderr, (name, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" * 50)
+    r = labq("simulate", str(binary), "--nodes", "1x4")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_group_nodes_keep_each_groups_jobs_on_its_own_nodes(tmp_path):
+    """vc-a's two 4-GPU jobs share its one node (one after the other) while vc-b's two nodes sit
+    half idle; on a shared 3-node cluster all of them start at once."""
+    trace = tmp_path / "g.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,cpus,user,group\na,0,100,4,1,u1,vc-a\nb,0,100,4,1,u1,vc-a\n"
+                     "c,0,100,4,1,u2,vc-b\nd,10,50,1,1,u2,vc-b\n")
+    groups = tmp_path / "groups.csv"
+    groups.write_text("group,nodes\nvc-a,1x4\nvc-b,2x4\n")
+    r = labq("simulate", str(trace), "--group-nodes", str(groups), "--policy", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["makespan_s"] == 200 and rep["cluster"] == {"nodes": 3, "gpus": 12, "cpus": 48}
+    assert rep["jobs"]["completed"] == 4 and rep["wait_s"]["mean"] == 25.0     # b waits 100 s
+    shared = json.loads(labq("simulate", str(trace), "--nodes", "3x4", "--policy", "fifo", "--json").stdout)
+    assert shared["makespan_s"] == 150
+    both = labq("simulate", str(trace), "--group-nodes", str(groups), "--compare", "fifo,backfill", "--json")
+    assert [x["makespan_s"] for x in json.loads(both.stdout)["compare"]] == [200, 200], both.stderr
+
+
+def test_bad_group_nodes_files_are_one_line(tmp_path):
+    trace = tmp_path / "g.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,group\na,0,10,1,vc-a\nb,0,10,1,vc-b\n")
+    cases = {"group,nodes\nvc-a,1x4\n": "job b is of group 'vc-b'", "group\nvc-a\n": "missing column 'nodes'",
+             "group,nodes\nvc-a,lots\n": ":2: nodes:", "group,nodes\nvc-a,1x4\nvc-a,1x4\n": "appears twice"}
+    for i, (text, needle) in enumerate(cases.items()):
+        f = tmp_path / f"groups{i}.csv"
+        f.write_text(text)
+        r = labq("simulate", str(trace), "--group-nodes", str(f))
+        assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    f = tmp_path / "groups0.csv"
+    r = labq("simulate", str(trace), "--group-nodes", str(f), "--nodes", "1x4")
+    assert r.returncode == 2 and "leave out --nodes" in r.stderr

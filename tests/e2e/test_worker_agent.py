@@ -168,3 +168,29 @@ def test_agent_killed_takes_its_jobs_down(redis_server, real_redis, tmp_path):
     finally:
         p.kill()
     assert real_redis.exists(K.node_lease(NODE)), "a crashed agent releases nothing: the lease expires"
+
+
+def test_a_runners_successor_ends_the_attempt_it_died_with_at_once(redis_server, real_redis, tmp_path):
+    """Attempts run inside the slot runner: one killed outright leaves its claimed entry in the
+    slot's list. The slot's next runner reports that attempt `node_failure` at once, instead of
+    leaving the scheduler to find it silent a lease and a fence margin later; one claimed by a live
+    process, or on another node, is left alone."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    put_job(real_redis, jid=31, argv=("sleep", "60"), workdir=str(tmp_path))
+    real_redis.hset(K.attempt(31, 1), "claimed", f"{NODE}:{dead.pid}")
+    put_job(real_redis, jid=32, argv=("sleep", "60"), workdir=str(tmp_path))
+    real_redis.hset(K.attempt(32, 1), "claimed", f"{NODE}:{os.getpid()}")      # alive: not ours to end
+    real_redis.rpush(K.dispatch_slot(NODE, 0), dispatch.entry(31, 1), dispatch.entry(32, 1))
+    a = Agent(agent_config(tmp_path, slots=1), redis_server.url, stop_timeout=5)
+    t = threading.Thread(target=a.run, daemon=True)
+    t.start()
+    try:
+        body = wait_for(lambda: [e["body"] for e in events(real_redis, "finished")], timeout=30,
+                        what="the dead runner's attempt ended")[0]
+        assert body["outcome"] == "node_failure" and f"pid {dead.pid}" in body["message"], body
+        wait_for(lambda: real_redis.llen(K.dispatch_slot(NODE, 0)) == 0, timeout=30, what="the slot's list emptied")
+        assert [e["job"] for e in events(real_redis, "finished")] == ["31"]
+    finally:
+        a.stop()
+        t.join(60)

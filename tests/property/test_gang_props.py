@@ -114,11 +114,8 @@ def test_preemption_frees_a_whole_gangs_room_or_nothing(snap):
         assert x.reason == states.PREEMPTING_FOR
         nodes = x.earmark.split(",")
         assert len(nodes) == j.nodes == len(set(nodes))
-        # once its victims have stopped, every node of the earmark holds the gang's GPUs, CPUs and
-        # memory (what an earmark holds; a slot is not held, for one-node preemptors neither)
-        for n in nodes:
-            f = free[n]
-            assert len(f.matching(j)) >= j.gpus and f.cpus >= j.cpus and f.mem >= j.mem, (n, p)
+        # once its victims have stopped, every node of the earmark holds the gang's shape and a slot
+        assert all(free[n].fits(j) for n in nodes), (nodes, p)
     for x in p.pending:     # no half-earmark: a gang waiting for room keeps all its nodes or none
         if x.earmark:
             assert len(x.earmark.split(",")) == jobs[x.job_id].nodes

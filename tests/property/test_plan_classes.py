@@ -137,6 +137,21 @@ def test_the_class_walk_decides_as_the_per_job_pass(always_grouped, scene):
     same(policy.plan(snap, deep, _begins=True), policy.plan_per_job(snap, deep, _begins=True))
 
 
+@pytest.fixture
+def one_by_one_cached(monkeypatch):
+    monkeypatch.setattr(classes, "MIN_JOBS_TO_CACHE", 0)    # per-job order, verdicts cached by class
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(scenes())
+def test_the_cached_per_job_walk_decides_as_the_per_job_pass(one_by_one_cached, scene):
+    snap, c = scene
+    same(policy.plan(snap, c), policy.plan_per_job(snap, c))
+    deep = replace(c, backfill_depth=50, preemption=False)
+    same(policy.plan(snap, deep, _begins=True), policy.plan_per_job(snap, deep, _begins=True))
+
+
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenes())
 def test_plan_with_its_own_choice_of_walk_decides_the_same(scene):

@@ -1,0 +1,122 @@
+"""Simulator speed at queue depth: each replay in its own process (so peak memory is its own), with
+wall time, CPU time (user + sys, less sensitive to a loaded machine) and peak RSS, beside what it
+scheduled (mean wait, mean JCT) so that two versions can be checked to agree.
+
+    python bench/sim_bench.py [--cases kth,gpu20k] [--policies fifo,priority,backfill,fairshare]
+                              [--timeout 300] [--out bench/results/sim.md] [--label after]
+                              [--pythonpath DIR]   # replay another checkout's labq (a `before` column)
+
+Traces: the KTH SP2 log from ../shared/traces/ (each job's requested time as its limit) squeezed onto
+100, 50 and 25 processors; bench/gpu_trace.py's seeded 20,000-job GPU trace (generated into a temp
+directory) onto 32, 64 and 512 GPUs (nodes of 8); `gpu200k`: 200,000 jobs over 300 days onto 512 GPUs.
+A replay past --timeout is stopped and reported as such.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+KTH = os.path.join(os.path.dirname(ROOT), "shared", "traces", "kth_sp2_1996.csv")
+CASES = {
+    "kth": [("kth", "1x0:100"), ("kth", "1x0:50"), ("kth", "1x0:25")],
+    "gpu20k": [("gpu20k", "4x8:64:512G"), ("gpu20k", "8x8:64:512G"), ("gpu20k", "64x8:64:512G")],
+    "gpu200k": [("gpu200k", "64x8:64:512G")],
+}
+
+
+def one(trace: str, nodes: str, policy: str) -> dict:
+    """In the child: one replay, measured."""
+    from labq.cli.whatif import parse_nodes
+    from labq.scheduler import config as config_mod, sim
+    kw = {"extra": trace.replace(".csv", "_extra.csv"), "time_column": "req_time_s"} if "kth" in trace else {}
+    jobs = sim.load(trace, **kw)
+    cluster = parse_nodes(nodes)
+    cfg = sim.policy_config(config_mod.Config(), policy)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = sim.simulate(jobs, cluster, cfg)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    rep = sim.report(res)
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "passes": res.plan_calls, "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"]}
+
+
+def traces(tmp: str, cases, kth: str) -> dict:
+    sys.path.insert(0, HERE)
+    import gpu_trace
+    out = {"kth": kth}
+    if "gpu20k" in cases:
+        out["gpu20k"] = gpu_trace.write(os.path.join(tmp, "gpu20k.csv"), 20000, seed=1, days=30)
+    if "gpu200k" in cases:
+        out["gpu200k"] = gpu_trace.write(os.path.join(tmp, "gpu200k.csv"), 200000, seed=1, days=300)
+    return out
+
+
+def run(path: str, nodes: str, policy: str, timeout: int, pythonpath: str | None) -> dict:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", path, nodes, policy]
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd="/")
+    except subprocess.TimeoutExpired:
+        return {"stopped": round(time.perf_counter() - t0)}
+    if out.returncode:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cell(r: dict) -> str:
+    if "stopped" in r:
+        return f"> {r['stopped']} s (stopped)"
+    if "error" in r:
+        return f"error: {r['error']}"
+    return f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, {r['peak_mb']} MB"
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--one":
+        print(json.dumps(one(*sys.argv[2:5])))
+        return 0
+    ap = argparse.ArgumentParser(prog="bench/sim_bench.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="kth,gpu20k")
+    ap.add_argument("--policies", default="fifo,priority,backfill,fairshare")
+    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--kth", default=KTH, help="the KTH trace (default: ../shared/traces/ beside the checkout)")
+    ap.add_argument("--pythonpath", help="replay the labq of another checkout (its root), not this one")
+    ap.add_argument("--label", default="this tree")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "sim.json"))
+    a = ap.parse_args(argv)
+    cases = a.cases.split(",")
+    if "kth" in cases and not os.path.exists(a.kth):
+        print(f"skipped kth: {a.kth} not found (--kth PATH)")
+        cases.remove("kth")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = traces(tmp, cases, a.kth)
+        for case in cases:
+            for name, nodes in CASES[case]:
+                for policy in a.policies.split(","):
+                    load = open("/proc/loadavg").read().split()[0] if os.path.exists("/proc/loadavg") else "?"
+                    r = run(paths[name], nodes, policy, a.timeout, a.pythonpath)
+                    r.update(trace=name, nodes=nodes, policy=policy, load=load, label=a.label)
+                    rows.append(r)
+                    print(f"{name:<8}{nodes:<9}{policy:<10}{cell(r):<42} load {load}"
+                          + (f"  wait {r['mean_wait']:,.0f} s, JCT {r['jct']:,.0f} s" if "mean_wait" in r else ""),
+                          flush=True)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(rows, f, indent=1)
+    print(f"wrote {os.path.relpath(a.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
