@@ -5,7 +5,7 @@ At each instant where something happens the simulator does what the daemon does 
 it applies the attempt ends (`transitions.finished`; charges into the `spent` balance of the
 budget's current period, as `periods` names it; fair-share usage via `fairshare.add`), takes the
 submits (refused as `labq sub` would be: `policy.refusal`, the queue bounds, max_submit), then calls
-`plan(snapshot, cfg)` once and applies the Plan with the daemon's transitions: `admit` for a Place
+`plan(snapshot, cfg)` once and applies the Plan with the daemon's applier (`applier.apply_plan`): `admit` for a Place
 (the attempt then runs min(duration, time limit): outcome `completed` or `timeout`), `end_pending`
 for an Expire, `preempting` for a Preempt (the victim ends at now + min(grace, what it has left),
 outcome `preempted` as the runner reports it, requeued by `finished` with its lost work recorded),
@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from .. import fairshare, ledger, periods, policy, states, transitions as tr
+from ..applier import apply_plan
 from ..config import Config
 from ..model import Job, Node, Snapshot
 from . import easy
@@ -321,26 +322,29 @@ class Simulator:
         return policy.plan(snap, self.cfg)
 
     def _apply(self, t: float, p) -> None:
-        """The Plan, applied as the daemon applies it (Scheduler._schedule)."""
-        for place in p.places:
-            self._start(t, place)
-        for e in p.expires:
-            self._leave(tr.end_pending(self._unqueue(e.job_id), e.state, e.detail, t))
-        for pr in p.preempts:
-            self._preempt(t, pr)
-        reasons = self.reasons
+        """The Plan, applied by the daemon's applier (applier.apply_plan); the replay then times what
+        it started and preempted. A rejection would be a policy bug: the plan was made from this state."""
+        done = apply_plan(p, self.queue.jobs, self.running, self.nodes, t, reasons=False)
+        if done.rejected:
+            raise AssertionError(f"plan() decided what its own snapshot does not allow: {done.rejected[0].why}")
+        for job in done.started:
+            self._unqueue(job.id)
+            self._start(t, job)
+        for job in done.expired:
+            self._unqueue(job.id)
+            self._leave(job)
+        for job, pr in zip(done.stopping, done.preempts):     # plan() gives no Cancel
+            self._preempt(t, job, pr)
         jobs = self.queue.jobs
+        for job in done.pended:      # an earmark changed: plan() reads it, so it is kept in the record
+            jobs[job.id] = job
+        reasons = self.reasons
         for pd in p.pending:
             reasons[pd.job_id] = pd
-            j = jobs[pd.job_id]
-            if j.earmark != pd.earmark or j.earmark_gpus != pd.earmark_gpus:
-                # The room a preemptor freed stays its own (plan() reads the earmark): kept in the record.
-                jobs[pd.job_id] = tr.pend(j, j.reason, j.detail, pd.earmark, pd.earmark_gpus)
             if pd.reason in BUDGET_REASONS:
                 self.budget_held.add(pd.job_id)
 
-    def _start(self, t: float, place) -> None:
-        job = tr.admit(self._unqueue(place.job_id), place, t)
+    def _start(self, t: float, job: Job) -> None:
         self.running[job.id] = job
         self.room.take(job)
         self.gangs_running += job.nodes > 1
@@ -355,14 +359,9 @@ class Simulator:
         self.natural_end[job.id] = t + run
         self.clock.at(t + run, (job.id, job.current.attempt, "completed" if duration <= job.time_limit else "timeout"))
 
-    def _preempt(self, t: float, pr) -> None:
-        job = self.running.get(pr.job_id)
-        if job is None:
-            return
-        if job.state == states.PREEMPTING:
-            return
+    def _preempt(self, t: float, job: Job, pr) -> None:
         self.draining += 1
-        self.running[job.id] = tr.preempting(job, pr.for_job, pr.detail, t)
+        self.running[job.id] = job
         # As the runner does: once it has seen the control the attempt ends `preempted`, after the
         # grace or when the job exits first (here: when its work would have been done).
         end = min(t + max(0, pr.grace), self.natural_end[job.id])
