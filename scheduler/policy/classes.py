@@ -212,9 +212,15 @@ class _Walk:
     def _valid(self, key, version, job):
         """The cached verdict of `job`'s class if it still holds (`job`: the class's next job)."""
         hit = self.cache.get(key)
-        if hit is not None and (hit[0] == version or hit[1] == _STATIC
-                                or hit[1] == _CAPS and hit[2] == self._stamp(key)
-                                or hit[1] == _ROOM and hit[2] == self._room_stamp() and self.p.usage.blocked(job) is None):
+        if hit is None:
+            return None
+        if hit[0] == version or hit[1] == _STATIC:
+            return hit[3]
+        if (hit[1] == _CAPS and hit[2] == self._stamp(key)
+                or hit[1] == _ROOM and hit[2] == self._room_stamp() and self.p.usage.blocked(job) is None):
+            # Holds in this state, which nothing changes until the version does: the next jobs of
+            # the class at this version need no stamp.
+            self.cache[key] = (version,) + hit[1:]
             return hit[3]
         return None
 
