@@ -224,9 +224,12 @@ class _Pass:
                      ledger.rate(job, "usd", model, self.cfg, spots[0].node), borrowed, parts if len(parts) > 1 else ())
 
     def _blocked(self, job: Job, roomy: bool):
-        """The job found no node it may start on now: wait for its victims, preempt, or reserve."""
+        """The job found no node (a gang: not enough nodes) it may start on now: wait for its victims,
+        preempt, or reserve. A gang's waiting, victim choice and wording are gang.py's."""
+        wait_for, preempt_for, no_room = (gang.steps(self) if job.nodes > 1
+                                          else (self._wait_for, self._preempt, self._no_room))
         victims = self.draining.get(job.id)
-        waiting = self._wait_for(job, victims) if victims else None
+        waiting = wait_for(job, victims) if victims else None
         if waiting:
             return waiting
         if roomy:
@@ -239,7 +242,7 @@ class _Pass:
                 return broke
         deferred = None
         if may_preempt:
-            got = self._preempt(job)
+            got = preempt_for(job)
             if isinstance(got, tuple):
                 return got
             deferred = got
@@ -247,7 +250,7 @@ class _Pass:
             self.blocker = self.blocker or job
         elif may_reserve:
             self._reserve(job)
-        return deferred or self._no_room(job)
+        return deferred or no_room(job)
 
     def _wait_for(self, job: Job, victims):
         """PreemptingFor while its victims drain, its room kept. A job that gave its earmark up (a cap

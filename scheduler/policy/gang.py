@@ -47,7 +47,7 @@ def verdict(p, job):
     chosen, roomy = find(p.free.free, job, accept)
     if chosen:
         return p._admit(job, chosen)
-    return _blocked(p, job, roomy)
+    return p._blocked(job, roomy)
 
 
 def find(free: dict, job, accept=None) -> tuple[list | None, bool]:
@@ -68,29 +68,11 @@ def _kept(p, job):
     return None
 
 
-def _blocked(p, job, roomy: bool):
-    """No `nodes` nodes it may start on now: wait for its victims, preempt, or reserve."""
-    victims = p.draining.get(job.id)
-    waiting = _wait_for(p, job, victims) if victims else None
-    if waiting:
-        return waiting
-    if roomy:
-        return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
-    may_preempt = p.cfg.preemption and p._may_preempt(job)
-    may_reserve = p.cfg.backfill_depth > len(p.starts)
-    if may_preempt or may_reserve:
-        broke = p._budget_even_if_room(job)
-        if broke:
-            return broke
-    if may_preempt:
-        got = _preempt(p, job)
-        if got:
-            return got
-    if p.cfg.backfill_depth == 0:
-        p.blocker = p.blocker or job
-    elif may_reserve:
-        p._reserve(job)
-    return _no_room(p, job)
+def steps(p):
+    """What `_Pass._blocked` does for a gang: wait for its victims on every earmarked node, choose
+    victims across nodes (a tuple verdict, or None), and say why there is no room."""
+    return (lambda job, victims: _wait_for(p, job, victims), lambda job: _preempt(p, job),
+            lambda job: _no_room(p, job))
 
 
 def _wait_for(p, job, victims):
