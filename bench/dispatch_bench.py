@@ -26,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 HZ = os.sysconf("SC_CLK_TCK")
 JOBS_OWN = "jobs' own (reported)"
+# Both trees run this one config (side() sets it into each tree's own stackutil): the "before"
+# tree's stackutil has a different one, and a difference in config would be measured as speed.
 CONFIG = """
 [scheduler]
 tick = "{tick}"
