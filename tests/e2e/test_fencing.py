@@ -109,6 +109,8 @@ class TwoNodes:
     def finish(self, jid, stamps):
         j = wait_for(lambda: (x := self.job(jid)) and x.state in states.TERMINAL and x, 90,
                      what=f"job {jid} to end")
+        # Seen once in a full run (not alone): the job ended without its process ever stamping.
+        assert os.path.exists(stamps), ("the job ended but never ran", j.state, j.reason, j.attempts)
         return j, lives(stamps)
 
     def ledger_ok(self) -> bool:
