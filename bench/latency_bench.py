@@ -50,10 +50,10 @@ def _sample_api(bs, i: int) -> tuple[float, int, float]:
     return started_at(out) - t0, jid, t0
 
 
-def _sample_cli(bs, i: int) -> tuple[float, int]:
+def _sample_cli(bs, i: int, env=None) -> tuple[float, int, float]:
     out = os.path.join(bs.work, f"lat-cli-{i}.out")
     t0 = time.time()
-    p = bs.run_labq("sub", "--parsable", "-A", "bench", "-t", "10m", "-o", out, "--", "date", "+%s.%N")
+    p = bs.run_labq("sub", "--parsable", "-A", "bench", "-t", "10m", "-o", out, "--", "date", "+%s.%N", env=env)
     if p.returncode != 0:
         raise RuntimeError(f"labq sub exited {p.returncode}: {p.stderr.strip()}")
     return started_at(out) - t0, int(p.stdout.strip()), t0

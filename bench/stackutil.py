@@ -126,8 +126,9 @@ class BenchStack:
     def labq_argv(self, *args) -> list[str]:
         return labq_command() + ["--config", self.cfg_path, *args]
 
-    def run_labq(self, *args, timeout=60) -> subprocess.CompletedProcess:
-        return subprocess.run(self.labq_argv(*args), env=self.stack.env(), cwd=self.work, capture_output=True,
+    def run_labq(self, *args, timeout=60, env=None) -> subprocess.CompletedProcess:
+        """`labq ARGS` in the stack's env (the checkout on PYTHONPATH), or in `env`."""
+        return subprocess.run(self.labq_argv(*args), env=env or self.stack.env(), cwd=self.work, capture_output=True,
                               text=True, timeout=timeout)
 
 
