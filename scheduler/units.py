@@ -4,13 +4,17 @@ Durations accept SLURM forms (`90` minutes, `1:30:00`, `2-0`, `2-12:00`) and suf
 (`2h30m`, `45s`, `7d`). Sizes accept `12G`, `512M`, `1.5T` and plain bytes. Money is kept as integer
 micro-units (1e-6 of the unit) so that sums are exact.
 """
+from __future__ import annotations
+
 import math
 import re
-from typing import TypeVar
 
 from .errors import UsageError
 
-_N = TypeVar("_N", int, float)
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # typing is 2.4 ms of `labq sub`'s imports, for one annotation
+    from typing import TypeVar
+    _N = TypeVar("_N", int, float)
 
 MICRO = 1_000_000
 MS_PER_HOUR = 3_600_000
