@@ -31,6 +31,7 @@ class Batch:
     acks: list = field(default_factory=list)       # (stream, entry id)
     dead: list = field(default_factory=list)       # (stream, entry id, fields, reason): dead letters
     usage: dict | None = None                      # fair-share usage when the batch began
+    tasks: dict = field(default_factory=dict)      # array id -> its new tasks as expand made them (Tasks)
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.alerts
@@ -64,6 +65,16 @@ class Tally:
                 self.on_node[job.id] = job
             else:
                 self.on_node.pop(job.id, None)
+
+    def add_alike(self, job, n: int) -> None:
+        """`n` new jobs alike to `job` in user, account and state (an array's tasks) entered the table."""
+        if job.state in states.ON_NODE:
+            raise ValueError("add_alike counts jobs that hold no node")
+        self.active_by_user[job.user] += n
+        self.active_by_account[job.account] += n
+        if job.state == states.PENDING:
+            self.pending += n
+            self.pending_by_user[job.user] += n
 
     def replace(self, old, new) -> None:
         """`old` (or None) left the active table, `new` (or None, when it ended) entered it."""

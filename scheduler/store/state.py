@@ -190,9 +190,9 @@ class SchedulerStore:
         """Take `by` job ids from Redis at once (INCRBY): the new end of the sequence."""
         return self.r.incrby(self.k.seq, by)
 
-    def put_new_jobs(self, jobs) -> set[int]:
+    def put_new_jobs(self, jobs, tasks=None) -> set[int]:
         """A big change's new records, written ahead of its transaction (writes.put_new_jobs)."""
-        return writes.put_new_jobs(self.r, self.k, jobs)
+        return writes.put_new_jobs(self.r, self.k, jobs, tasks)
 
     def add_inbox(self, user: str) -> None:
         """Read `user`'s inbox from now on: its consumer group, and its name in the set of inboxes

@@ -2,6 +2,7 @@
 import json
 import time
 from dataclasses import replace
+from itertools import chain, groupby, repeat
 from operator import attrgetter
 
 from .. import states
@@ -117,34 +118,38 @@ def put_specs(p, k: Keys, new) -> None:
                 p.set(k.spec(job.array_id), codec.spec(job))
 
 
-def put_new_jobs(r, k: Keys, jobs) -> set[int]:
+def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:
     """Records of jobs created by a big change, written ahead of its transaction in pipelines of at
     most CHUNK_BYTES, so that a 100,000-task array never sits in memory as one ~240 MB MULTI. A
     record is invisible until `index_jobs` adds its id to the active index in the transaction; a crash
     in between leaves unindexed records under ids the sequence never hands out again. Returns the
-    ids written (none for a small change, which goes into the transaction whole)."""
+    ids written (none for a small change, which goes into the transaction whole). `tasks`: array id →
+    its tasks as jobspec.expand made them (see _encoded_runs)."""
     if len(jobs) < PREWRITE_MIN:
         return set()
     # Each chunk is one MSET in a MULTI/EXEC: Redis fsyncs a transaction once, while a plain
     # pipeline of the same commands is fsynced at every read of its socket.
     # Their `stat` rows go with them: a row whose job is not (yet) indexed is skipped by readers
     # (thinreads.ThinReader.stat_rows), and the next leader rebuilds the rows from the records.
-    done, records, rows, size = set(), [], [], 0
-    for jid, record, row in _encoded(k, jobs):
-        records.append(record)
+    done: set[int] = set()
+    records, rows, n, size = [], [], 0, 0
+    for ids, rec, row in _encoded_runs(k, jobs, tasks):
+        records.append(rec)
         rows.append(row)
-        done.add(jid)
-        size += len(record) + len(row)
+        done.update(ids)
+        n += len(ids)
+        size += len(rec) + len(row)
         if size >= CHUNK_BYTES:
-            _mset(r, k, records, rows)
-            records, rows, size = [], [], 0
+            _mset(r, k, records, rows, n)
+            records, rows, n, size = [], [], 0, 0
     if records:
-        _mset(r, k, records, rows)
+        _mset(r, k, records, rows, n)
     return done
 
 
 _ID, _INDEX = -7_777_777_771, -7_777_777_772     # stand-ins, replaced in the encoded text
 _ALIKE = attrgetter(*(n for n in codec.JOB_NAMES if n not in ("id", "array_index")))
+RUN_MAX = 4096      # tasks per encoded run: what put_new_jobs holds beyond a chunk
 
 
 def _bulk2(key: str, value: str) -> bytes:
@@ -165,36 +170,84 @@ def _cut(text: str):
 
 
 def _encoded(k: Keys, jobs):
-    """(id, record as MSET's key and value, stat row as HSET's field and value) of each job, in RESP.
-    The tasks of a new array differ only in id and index: each run of them is encoded once with
-    stand-ins, cut around them, and each task's record is the pieces with its numbers between (the
-    encoding was most of a 10,000-task submit). A task that differs otherwise, or text in which a
-    stand-in is not unique, is encoded on its own."""
-    tmpl = None
+    """(id, record as MSET's key and value, stat row as HSET's field and value) of each job, in RESP,
+    one by one (the reference `_encoded_runs` must equal, and the way of a job no template fits)."""
     for job in jobs:
-        if job.array_id is not None and not job.attempts:
-            same = _ALIKE(job)
-            if tmpl is None or tmpl[0] != same:
-                stand = replace(job, id=_ID, array_index=_INDEX)
-                tmpl = (same, _cut(codec.dumps(stand)), _cut(statrows.dumps(stand)))
-            rec, row = tmpl[1], tmpl[2]
-            if rec is not None and row is not None:
-                i, x = b"%d" % job.id, b"%d" % job.array_index
-                key = k.job(job.id).encode()
-                n = len(i) + len(x)
-                yield (job.id,
-                       b"$%d\r\n%s\r\n$%d\r\n%s%s%s%s%s\r\n" % (len(key), key, rec[3] + n, rec[0], i, rec[1], x, rec[2]),
-                       b"$%d\r\n%s\r\n$%d\r\n%s%s%s%s%s\r\n" % (len(i), i, row[3] + n, row[0], i, row[1], x, row[2]))
-                continue
         yield job.id, _bulk2(k.job(job.id), codec.dumps(job)), _bulk2(str(job.id), statrows.dumps(job))
 
 
-def _mset(r, k: Keys, records: list, rows: list) -> None:
+def _encoded_runs(k: Keys, jobs, tasks=None):
+    """(ids, their records as MSET's keys and values, their stat rows as HSET's fields and values),
+    in RESP, run by run: what `_encoded` gives, each run's pieces joined. The tasks of a new array
+    differ only in id and index: each run of them is encoded once with stand-ins and cut around
+    them, and every record of the run is the same pieces with its numbers between, joined in one
+    call (encoding was most of a 10,000-task submit, then the per-task formatting). A run is tasks
+    alike in every other field, or, for an array in `tasks` (array id → its tasks as
+    jobspec.expand made them, which are alike by construction), tasks that are still those very
+    objects: one identity test, not a look at 67 fields. A task that differs otherwise, or text in
+    which a stand-in is not unique, is encoded on its own."""
+    kcut = _cut(k.job(_ID) + str(_INDEX))          # the key: (prefix, "", "", …)
+    tasks = tasks or {}
+    i, n = 0, len(jobs)
+    while i < n:
+        job = jobs[i]
+        tmpl = None
+        if job.array_id is not None and not job.attempts and kcut is not None:
+            stand = replace(job, id=_ID, array_index=_INDEX)
+            tmpl = (_cut(codec.dumps(stand)), _cut(statrows.dumps(stand)))
+        if tmpl is None or tmpl[0] is None or tmpl[1] is None:
+            _, rec, row = next(_encoded(k, (job,)))
+            yield [job.id], rec, row
+            i += 1
+            continue
+        j, end = i + 1, min(n, i + RUN_MAX)
+        made, aid = tasks.get(job.array_id), job.array_id
+        if made is not None and _made(made, job, aid):
+            while j < end and _made(made, jobs[j], aid):
+                j += 1
+        else:
+            same = _ALIKE(job)
+            while j < end and not jobs[j].attempts and _ALIKE(jobs[j]) == same:
+                j += 1
+        yield _spliced(kcut[0], tmpl[0], tmpl[1], jobs[i:j])
+        i = j
+
+
+def _made(made: list, job, aid: int) -> bool:
+    """Whether `job` is the very object expand made for its id (array `aid`'s tasks `made`)."""
+    at = job.id - aid
+    return 0 <= at < len(made) and made[at] is job
+
+
+def _spliced(kp: bytes, rec, row, run):
+    """(ids, records, rows) of `run` (alike but for id and index) from the cut templates."""
+    ids = [j.id for j in run]
+    ib = [b"%d" % x for x in ids]
+    xb = [b"%d" % j.array_index for j in run]
+    (ra, rb, rc, rn), (wa, wb, wc, wn) = rec, row
+    rc, wc = rc + b"\r\n", wc + b"\r\n"
+    recs, rows, start = [], [], 0
+    # Spans whose ids and indices have the same number of digits: every record there is
+    # P id Q id R index S with the same P..S (and every row likewise).
+    for (li, lx), span in groupby(zip(map(len, ib), map(len, xb))):
+        m = sum(1 for _ in span)
+        si, sx, end = ib[start:start + m], xb[start:start + m], start + m
+        p, q = b"$%d\r\n%s" % (len(kp) + li, kp), b"\r\n$%d\r\n%s" % (rn + li + lx, ra)
+        recs.append(b"".join(chain.from_iterable(zip(repeat(p, m), si, repeat(q, m), si, repeat(rb, m), sx,
+                                                     repeat(rc, m)))))
+        p, q = b"$%d\r\n" % li, b"\r\n$%d\r\n%s" % (wn + li + lx, wa)
+        rows.append(b"".join(chain.from_iterable(zip(repeat(p, m), si, repeat(q, m), si, repeat(wb, m), sx,
+                                                     repeat(wc, m)))))
+        start = end
+    return ids, b"".join(recs), b"".join(rows)
+
+
+def _mset(r, k: Keys, records: list, rows: list, n: int) -> None:
     """One chunk as MULTI, MSET, HSET, EXEC, encoded here and sent on one of the client's
     connections: redis-py's own packing of a chunk's ~10,000 arguments, a few µs each, was a quarter
-    of a 10,000-task submit's CPU. `records` and `rows`: RESP pairs from _encoded."""
-    packed = b"".join([resp.encode(("MULTI",)), _head(2 * len(records), "MSET"), *records,
-                       _head(2 * len(rows), "HSET", k.stat_rows), *rows, resp.encode(("EXEC",))])
+    of a 10,000-task submit's CPU. `records` and `rows`: RESP of `n` pairs each, from _encoded_runs."""
+    packed = b"".join([resp.encode(("MULTI",)), _head(2 * n, "MSET"), *records,
+                       _head(2 * n, "HSET", k.stat_rows), *rows, resp.encode(("EXEC",))])
     pool = r.connection_pool
     try:
         conn = pool.get_connection()

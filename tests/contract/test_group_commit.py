@@ -137,9 +137,9 @@ def test_a_big_array_is_written_ahead_in_chunks_and_survives_a_restart(real_conn
     sizes = []
     real = writes.put_new_jobs
 
-    def spy(rr, k, jobs):
+    def spy(rr, k, jobs, *rest):
         sizes.append(len(jobs))
-        return real(rr, k, jobs)
+        return real(rr, k, jobs, *rest)
 
     monkeypatch.setattr(writes, "CHUNK_BYTES", 64 << 10)
     monkeypatch.setattr(writes, "put_new_jobs", spy)
@@ -197,3 +197,42 @@ def test_a_plan_pass_that_changes_nothing_writes_nothing(real_conns, monkeypatch
         s.tick(NOW + t)
     assert [(j.id, j.reason, j.detail) for j in written] == []
     assert r.hgetall(K.stat_rows) == rows and r.mget([K.job(j) for j in s.jobs]) == records
+
+
+def test_an_array_changed_in_its_own_batch_is_written_and_counted_as_its_jobs_are(real_conns):
+    """A new array's tasks are staged as a whole and encoded from one template, recognised by being
+    the very objects expand made: tasks the same batch then released or cancelled are written as
+    they are, and the records, stat rows and counts equal what each job gives on its own."""
+    from labq.scheduler.store import statrows
+    r, raw = real_conns
+    s = started(r, raw)
+    send(r, "alice", "a1", body={**BODY, "array": [0, 1199, 1]})
+    send(r, "alice", "a2", body={**BODY, "array": [5, 1204, 1], "name": "second"})
+    reload_inboxes(s)
+    s.tick(NOW + 1)         # the inboxes are read from here on
+    first = reply(r, "a1")["job_id"]
+    send(r, "bob", "a3", body={**BODY, "array": [0, 1499, 1]})
+    reload_inboxes(s)
+    s.tick(NOW + 2)
+    third = reply(r, "a3")["job_id"]
+    assert reply(r, "a2")["ok"] and third
+    # One batch: a fourth array, then two of its tasks changed before the batch is written.
+    send(r, "alice", "a4", body={**BODY, "array": [0, 1099, 1]})
+    fourth = third + 1500
+    send(r, "alice", "rel", op="release", body={"ids": [str(fourth + 5)]})
+    send(r, "alice", "can", op="cancel", body={"ids": [str(fourth + 7), str(first + 3)]})
+    s.tick(NOW + 3)
+    assert reply(r, "a4")["job_id"] == fourth and reply(r, "rel")["ok"] and reply(r, "can")["ok"]
+    active = sorted(int(i) for i in r.zrange(K.active, 0, -1))
+    assert active == sorted(s.jobs)
+    assert fourth + 7 not in s.jobs and first + 3 not in s.jobs and len(active) == 1200 + 1200 + 1500 + 1100 - 2
+    records = r.mget([K.job(i) for i in active])
+    assert [codec.loads(x) for x in records] == [s.jobs[i] for i in active]
+    rows = r.hmget(K.stat_rows, [str(i) for i in active])
+    assert rows == [statrows.dumps(s.jobs[i]) for i in active]
+    assert codec.loads(r.get(K.job(fourth + 7))).state == states.CANCELLED
+    assert s.jobs[fourth + 5].held is False and s.jobs[fourth + 6].held is True
+    fresh = Tally(s.jobs.values())
+    assert (s.tally.pending, s.tally.pending_by_user, s.tally.active_by_user, s.tally.active_by_account,
+            s.tally.on_node) == (fresh.pending, +fresh.pending_by_user, +fresh.active_by_user,
+                                 +fresh.active_by_account, fresh.on_node)
