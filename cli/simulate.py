@@ -121,10 +121,17 @@ def progress_for(flag: bool | None, label: str):
 @click.option("--group-nodes", metavar="FILE.csv",
               help="Per-group capacity: a CSV group,nodes (e.g. vc-a,4x8:64:512G); each group's jobs (account, "
                    "else the trace's group) run only on its own nodes, all groups replayed together.")
+@click.option("--sort", "sort_rows", is_flag=True,
+              help="Replay a trace whose rows are not in submit order, sorted by submit time (without it such a "
+                   "trace is refused, naming the first row out of order).")
+@click.option("--drop-too-large", is_flag=True,
+              help="Replay without the jobs no node (or set of nodes) of the cluster could ever hold: each is "
+                   "refused at submit as `labq sub` would refuse it and counted under `refused` (capacity). "
+                   "Without it such a job is refused, naming its row, the column and the cluster's size.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column, time_factor, gpus_from_cpus,
-             plot_path, progress, enforce_queue_limits, compare, group_nodes, as_json):
+             plot_path, progress, enforce_queue_limits, compare, group_nodes, sort_rows, drop_too_large, as_json):
     """Replay a workload trace (docs/internals.md, "The simulator") through the scheduler's own plan()
     on a virtual clock: makespan, utilisation, wait, bounded slowdown, completion time, cost,
     refusals, budget holds, preemptions and lost work.
@@ -143,16 +150,15 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     names = simcompare.policies(compare) if compare is not None else None
     cfg, hooks = sim.resolve(ctx.cfg, policy, depth)
     jobs = sim.load(trace, extra=extra, time_column=time_column, time_factor=_float(time_factor, "--time-factor"),
-                    cpus_as_gpus=gpus_from_cpus)
+                    cpus_as_gpus=gpus_from_cpus, sort=sort_rows)
     if not jobs:
         raise UsageError(f"trace: {trace}: no jobs")
     if group_nodes and (nodes or cpus):
         raise UsageError("--group-nodes gives the cluster: leave out --nodes and --cpus")
     from labq.scheduler.sim import groups as simgroups
     groups = simgroups.read(group_nodes, parse_nodes) if group_nodes else None
-    if groups:
-        simgroups.split(jobs, groups)       # every job's group has nodes: said before any replay
     cluster_nodes = tuple(n for g in groups.values() for n in g) if groups else cluster(ctx, nodes, cpus)
+    fits(trace, jobs, groups, cluster_nodes, "cpus" if gpus_from_cpus else "gpus", drop_too_large)
     if names:
         rows = simcompare.run(ctx, names, jobs, cluster_nodes, depth, lambda label: progress_for(progress, label),
                               enforce_queue_limits, groups)
@@ -179,6 +185,19 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
         click.echo(line)
     if plot_path:
         click.echo(f"{'plot':<15}{plot_path}")
+
+
+def fits(trace: str, jobs, groups, nodes, gpus_column: str, drop: bool) -> None:
+    """Before any replay: every job's group has nodes, and (unless --drop-too-large) the nodes could
+    hold each job (sim/fit.py: one line naming the row, the column and the cluster's size)."""
+    from labq.scheduler.sim import fit, groups as simgroups
+    parts = simgroups.split(jobs, groups) if groups else {}
+    if drop:
+        return
+    if not groups:
+        return fit.check(trace, jobs, nodes, gpus_column)
+    for g, idx in parts.items():
+        fit.check(trace, [jobs[i] for i in idx], groups[g], gpus_column, f"group {g}")
 
 
 def report_lines(rep: dict) -> list[str]:

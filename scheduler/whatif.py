@@ -79,8 +79,8 @@ def load_jobs(path: str, cfg: Config) -> list:
         nodes  a multi-node job's node count (1): gpus, cpus and mem are then per node
 
     Every job is submitted at once; lines starting with # are comments."""
-    from .sim.trace import TraceJob, read_rows
-    header, rows = read_rows(path, "--file")
+    from .sim.trace import TraceJob, read_numbered
+    header, rows = read_numbered(path, "--file")
     if "time" not in header:
         raise UsageError(f"--file: {path}: missing column 'time' (have: {', '.join(header) or 'none'}; "
                          f"columns: {', '.join(FILE_COLUMNS)})")
@@ -88,7 +88,7 @@ def load_jobs(path: str, cfg: Config) -> list:
     if unknown:
         raise UsageError(f"--file: {path}: unknown column {unknown[0]!r} (columns: {', '.join(FILE_COLUMNS)})")
     jobs = []
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         where = f"--file: {path}:{line}"
         cell = {k: (v or "").strip() for k, v in row.items() if k}
         try:

@@ -11,18 +11,18 @@ from dataclasses import replace
 
 from ..errors import UsageError
 from .engine import Result, simulate
-from .trace import TraceJob, read_rows
+from .trace import TraceJob, read_numbered
 
 
 def read(path: str, parse_nodes) -> dict[str, tuple]:
     """group -> its nodes (named GROUP/nK, GPUs GROUP/GPU-…, so names never clash)."""
-    header, rows = read_rows(path, "--group-nodes")
+    header, rows = read_numbered(path, "--group-nodes")
     for col in ("group", "nodes"):
         if col not in header:
             raise UsageError(f"--group-nodes: {path}: missing column {col!r} (have: {', '.join(header) or 'none'}; "
                              "expected group,nodes like vc-a,4x8:64:512G)")
     out: dict[str, tuple] = {}
-    for i, row in enumerate(rows, start=2):
+    for i, row in rows:
         group, spec = (row.get("group") or "").strip(), (row.get("nodes") or "").strip()
         if not group or not spec:
             raise UsageError(f"--group-nodes: {path}:{i}: {'group' if not group else 'nodes'}: missing value")
