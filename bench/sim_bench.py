@@ -4,6 +4,7 @@ scheduled (mean wait, mean JCT) so that two versions can be checked to agree.
 
     python bench/sim_bench.py [--cases kth,gpu20k] [--policies fifo,priority,backfill,fairshare]
                               [--timeout 300] [--out bench/results/sim.md] [--label after]
+                              [--kth-processors 100,50,25]
                               [--pythonpath DIR]   # replay another checkout's labq (a `before` column)
 
 Traces: the KTH SP2 log from ../shared/traces/ (each job's requested time as its limit) squeezed onto
@@ -37,14 +38,14 @@ def one(trace: str, nodes: str, policy: str) -> dict:
     kw = {"extra": trace.replace(".csv", "_extra.csv"), "time_column": "req_time_s"} if "kth" in trace else {}
     jobs = sim.load(trace, **kw)
     cluster = parse_nodes(nodes)
-    cfg = sim.policy_config(config_mod.Config(), policy)
+    cfg, hooks = sim.resolve(config_mod.Config(), policy)     # learned, sjf-oracle: their hooks too
     t0, c0 = time.perf_counter(), time.process_time()
-    res = sim.simulate(jobs, cluster, cfg)
+    res = sim.simulate(jobs, cluster, cfg, hooks=hooks)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rep = sim.report(res)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            "passes": res.plan_calls, "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"]}
+            "passes": res.plan_calls, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"]}
 
 
 def traces(tmp: str, cases, kth: str) -> dict:
@@ -87,8 +88,10 @@ def main(argv=None) -> int:
         return 0
     ap = argparse.ArgumentParser(prog="bench/sim_bench.py", description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="kth,gpu20k")
-    ap.add_argument("--policies", default="fifo,priority,backfill,fairshare")
+    ap.add_argument("--policies", default="fifo,priority,backfill,fairshare",
+                    help="any of labq simulate's, learned and sjf-oracle included")
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--kth-processors", default="100,50,25", help="the KTH cases' processor counts")
     ap.add_argument("--kth", default=KTH, help="the KTH trace (default: ../shared/traces/ beside the checkout)")
     ap.add_argument("--pythonpath", help="replay the labq of another checkout (its root), not this one")
     ap.add_argument("--label", default="this tree")
@@ -98,6 +101,7 @@ def main(argv=None) -> int:
     if "kth" in cases and not os.path.exists(a.kth):
         print(f"skipped kth: {a.kth} not found (--kth PATH)")
         cases.remove("kth")
+    CASES["kth"] = [("kth", f"1x0:{p}") for p in a.kth_processors.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = traces(tmp, cases, a.kth)
@@ -109,7 +113,8 @@ def main(argv=None) -> int:
                     r.update(trace=name, nodes=nodes, policy=policy, load=load, label=a.label)
                     rows.append(r)
                     print(f"{name:<8}{nodes:<9}{policy:<10}{cell(r):<42} load {load}"
-                          + (f"  wait {r['mean_wait']:,.0f} s, JCT {r['jct']:,.0f} s" if "mean_wait" in r else ""),
+                          + (f"  wait {r['mean_wait']:,.0f} s, JCT {r['jct']:,.0f} s, refused {r['refused']:,}"
+                             if "mean_wait" in r else ""),
                           flush=True)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
