@@ -208,20 +208,12 @@ class Run(Ending):
         self.oom0, self.kmsg0 = memwatch.host_oom_kills(), memwatch.monotonic_us()
 
     def _spawn(self, cmd, env, ident, out_fd: int, err_fd: int) -> None:
-        """The job is born in its cgroup: the forked child writes itself into cgroup.procs before
-        it execs the job (spawn.spawn), so this runner never moves."""
+        """The job is born in its cgroup (spawn.spawn: cloned into it, or the forked child writes
+        itself into cgroup.procs before it execs the job), so this runner never moves. One that
+        cannot be started there is not started at all (StartError: the attempt ends `error`)."""
         procs = os.path.join(self.cg.path, "cgroup.procs") if self.cg is not None else ""
-        try:
-            self.proc = spawn.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,
-                                     cgroup_procs=procs)
-        except launch.StartError:
-            if not procs:
-                raise
-            log.warning("job %s: cannot start it in %s; running without it", self.job.id, self.cg.path)
-            self._release_cgroup()
-            if self.mem_limit > 0:
-                self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
-            self.proc = spawn.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask)
+        self.proc = spawn.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,
+                                 cgroup_procs=procs)
 
     def _release_cgroup(self) -> None:
         cg, self.cg = self.cg, None

@@ -1,6 +1,17 @@
 """Starting the job's process: a new session, the submitter's umask, born in its cgroup, as its
-user, dying with its runner (PR_SET_PDEATHSIG). Errors raise launch.StartError."""
+user, dying with its runner (PR_SET_PDEATHSIG). Errors raise launch.StartError.
+
+Three ways, the first that this host has:
+- native (worker/_clone.c, built where a C compiler is): clone3 with CLONE_INTO_CGROUP, vfork-style;
+  the child sets everything up in C and execs the command: one exec, and the job never migrates.
+  A write to cgroup.procs (the other two ways) waits for an RCU grace period whenever no other
+  migration happened in the last few ms: ~10 ms of an idle node's submit -> start (issue 12).
+- setpriv: a shell writes itself into cgroup.procs, setpriv switches user and arms the parent-death
+  signal, then the command: three execs, no Python in the child.
+- preexec: a Python preexec_fn does it all (a full fork of the runner: ~3 ms of CPU).
+"""
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -12,6 +23,11 @@ from labq.scheduler import logpath
 
 from . import proctree
 from .launch import Identity, StartError
+
+try:
+    from . import _clone
+except ImportError:       # not built (no C compiler where labq was installed): the setpriv chain
+    _clone = None
 
 # Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
 # job start in a directory its user may not enter (tech-notes §4.1).
@@ -77,9 +93,10 @@ def setpriv() -> str:
 
 
 def warm() -> None:
-    """What the persistent slot runner does once, so that the attempt runners it forks find it
-    done: find setpriv; compile the log-path pattern."""
-    setpriv()
+    """What the persistent slot runner does once, before its first attempt: find setpriv (unless
+    the native path starts jobs); compile the log-path pattern."""
+    if not _native_ok:
+        setpriv()
     re.compile(logpath.PATTERN)
 
 
@@ -94,14 +111,95 @@ def _check_executable(prog: str, env: dict, cwd: str) -> None:
     elif not shutil.which(prog, path=env.get("PATH", os.defpath)):
         raise StartError(f"cannot start {prog}: No such file or directory")
 
+class Child:
+    """The job's leader as the native path started it (the fields of Popen the runner uses); the
+    runner reaps it itself (ending.py)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
+_native_ok = _clone is not None
+
+
+def native() -> bool:
+    """Whether spawn starts jobs with worker/_clone.c (built, and the kernel has clone3 with
+    CLONE_INTO_CGROUP: Linux 5.7)."""
+    return _native_ok
+
+
+def _candidates(prog: str, env: dict) -> list[bytes]:
+    """Where execvp would look for `prog`, in order (the child tries each, as the job's user)."""
+    if "/" in prog:
+        return [os.fsencode(prog)]
+    return [os.fsencode(os.path.join(d or ".", prog)) for d in env.get("PATH", os.defpath).split(os.pathsep)]
+
+
+def _above_stdio(fd: int, keep: list) -> int:
+    if fd > 2:
+        return fd
+    dup = os.dup(fd)
+    keep.append(dup)
+    return dup if dup > 2 else _above_stdio(dup, keep)
+
+
+def _native(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int, umask: int,
+            cgroup_procs: str) -> Child | None:
+    """The job via worker/_clone.c; None where the kernel lacks clone3 or CLONE_INTO_CGROUP (and
+    from then on: the setpriv chain)."""
+    global _native_ok
+    fds: list[int] = []
+    try:
+        nul = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        fds.append(nul)
+        if cgroup_procs:
+            fds.append(os.open(os.path.dirname(cgroup_procs), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        drop = dict(uid=ident.pw.pw_uid, gid=ident.pw.pw_gid, groups=ident.groups) if ident.drop else {}
+        pid = _clone.spawn(_candidates(cmd[0], env), [os.fsencode(a) for a in cmd],
+                           [os.fsencode(f"{k}={v}") for k, v in env.items()], os.fsencode(workdir),
+                           _above_stdio(nul, fds), _above_stdio(out_fd, fds), _above_stdio(err_fd, fds),
+                           cgroup_fd=fds[1] if cgroup_procs else -1, umask=umask,
+                           pdeathsig=int(signal.SIGKILL), **drop)
+    except OSError as e:
+        if e.filename is None and e.errno in (errno.ENOSYS, errno.E2BIG, errno.EINVAL):
+            _native_ok = False       # clone3 itself refused: a kernel before 5.7
+            return None
+        if e.filename == "chdir":
+            raise StartError(f"cannot enter the working directory {workdir}: {e.strerror}") from None
+        if e.filename is None and cgroup_procs:
+            raise StartError(f"cannot start {cmd[0]} in its cgroup {os.path.dirname(cgroup_procs)}: "
+                             f"{e.strerror}") from None
+        raise StartError(f"cannot start {cmd[0]}: {e.strerror}") from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return Child(pid)
+
 
 def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int, err_fd: int,
-          umask: int = 0o022, cgroup_procs: str = "") -> subprocess.Popen:
+          umask: int = 0o022, cgroup_procs: str = "") -> "subprocess.Popen | Child":
     """Start the command in a new session (its own process group, no controlling terminal), with
     the submitter's umask, in the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the
     job's user, dying with us. With setpriv no Python runs in the child: a shell writes itself
     into the cgroup (as root, before anything could fork), setpriv switches to the user and
-    arms the parent-death signal, then the command is exec'd."""
+    arms the parent-death signal, then the command is exec'd. Natively (module docstring), one
+    exec and no migration."""
+    if _native_ok:
+        child = _native(cmd, env, ident, workdir, out_fd, err_fd, umask, cgroup_procs)
+        if child is not None:
+            return child
     kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
               close_fds=True, umask=umask)
     helper = setpriv()

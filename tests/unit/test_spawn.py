@@ -1,0 +1,184 @@
+"""labq.worker.spawn on real processes, on each of its paths (native clone3 where worker/_clone.c is
+built, the shell + setpriv chain, the Python preexec): a job in a session of its own, born in its
+cgroup, dying with its parent (fencing), as its user with only their groups, in its workdir with its
+umask, an environment of exactly what it was given, default signal dispositions and no fd of ours."""
+import os
+import pathlib
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+
+import pytest
+
+from labq.worker import cgroup, launch, spawn
+from tests.harness import wait_for
+
+PATHS = ("native", "setpriv", "preexec")
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    """Forces spawn onto one path in this process; `path.env` does it in a child process."""
+    name = request.param
+    if name == "native" and not spawn.native():
+        pytest.skip("worker/_clone.c is not built here (or the kernel has no clone3 into a cgroup)")
+    if name == "setpriv" and not spawn.setpriv():
+        pytest.skip("no setpriv with --pdeathsig here")
+    if name != "native":
+        monkeypatch.setattr(spawn, "_native_ok", False)
+    if name == "preexec":
+        monkeypatch.setattr(spawn, "setpriv", lambda: "")
+    return name
+
+
+def _self_ident() -> launch.Identity:
+    return launch.Identity(pwd.getpwuid(os.geteuid()), drop=False)
+
+
+@pytest.fixture
+def job_cgroup():
+    """A real job cgroup (root on a host with cgroup v2), or "" where there is none."""
+    if os.geteuid() != 0 or not cgroup.v2_mount():
+        yield None
+        return
+    d, _ = cgroup.detect("auto", f"test-spawn-{uuid.uuid4().hex[:8]}", env={})
+    if d is None:
+        yield None
+        return
+    cg = cgroup.JobCgroup.for_attempt(d.base, 1, 1)
+    cg.create()
+    yield cg
+    cgroup.sweep(d.base)
+    os.rmdir(d.base)
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet (whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _read(p, timeout=30.0) -> str:
+    wait_for(lambda: os.path.exists(p) and open(p).read().endswith("END\n"), timeout, what=f"{p} to be written")
+    return open(p).read()
+
+
+def test_a_job_is_born_in_its_cgroup_in_its_own_session_and_dies_with_its_parent(path, job_cgroup, tmp_path):
+    """The spawner is a separate process here, killed with SIGKILL: its job must die with it."""
+    procs = os.path.join(job_cgroup.path, "cgroup.procs") if job_cgroup else ""
+    info = tmp_path / "info"
+    code = textwrap.dedent(f"""
+        import os, pwd, sys
+        from labq.worker import launch, spawn
+        if {path!r} != "native":
+            spawn._native_ok = False
+        if {path!r} == "preexec":
+            spawn.setpriv = lambda: ""
+        ident = launch.Identity(pwd.getpwuid(os.geteuid()), drop=False)
+        out = os.open({str(tmp_path / "log")!r}, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        cmd = ["/bin/sh", "-c", 'cat /proc/$$/cgroup > {info}.cg; ps -o sid= -p $$ > {info}.sid; '
+               'echo END >> {info}.sid; exec sleep 300']
+        p = spawn.spawn(cmd, {{"PATH": "/usr/bin:/bin"}}, ident, {str(tmp_path)!r}, out, out, 0o022, {procs!r})
+        print(p.pid, flush=True)
+        sys.stdin.read()
+    """)
+    spawner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        pid = int(spawner.stdout.readline())
+        assert int(_read(f"{info}.sid").split()[0]) == pid, "the job leads a session of its own"
+        if job_cgroup:
+            rel = job_cgroup.path[len(job_cgroup.mount):]
+            assert f"0::{rel}\n" in open(f"{info}.cg").read(), "born in the job's cgroup"
+            assert pid in job_cgroup.pids()
+        assert cgroup.own_cgroup() == cgroup.own_cgroup(spawner.pid), "the spawner never moved"
+        spawner.kill()
+        spawner.wait(30)
+        wait_for(lambda: _dead(pid), 30, what="the job to die with its spawner")
+    finally:
+        spawner.kill()
+        spawner.wait(30)
+        if job_cgroup:
+            job_cgroup.kill()
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory under /tmp that another user may enter (pytest's tmp_path is root's only)."""
+    d = tempfile.mkdtemp(prefix="labq-spawn-", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield pathlib.Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_identity_workdir_umask_environment_signals_and_fds(path, shared_tmp):
+    if os.geteuid() != 0:
+        pytest.skip("dropping to another user needs root")
+    pw = pwd.getpwnam("nobody")
+    ident = launch.Identity(pw, drop=True)
+    tmp_path = shared_tmp
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    os.chmod(wd, 0o777)
+    log = tmp_path / "out"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    os.chmod(log, 0o666)
+    leak = os.open(os.devnull, os.O_RDONLY)          # not close-on-exec: must not reach the job anyway
+    script = ('id -u; id -g; id -G; pwd; umask; grep -E "^Sig(Ign|Blk)" /proc/self/status; '
+              'ls /proc/self/fd | sort -n | tr "\\n" " "; echo; env | sort; echo END')
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        p = spawn.spawn(["sh", "-c", script], {"PATH": "/usr/bin:/bin", "A": "1 2"}, ident, str(wd), fd, fd, 0o027)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        os.close(fd)
+        os.close(leak)
+    assert p.wait() == 0
+    lines = _read(log).splitlines()
+    assert lines[:5] == [str(pw.pw_uid), str(pw.pw_gid), " ".join(map(str, ident.groups)), str(wd), "0027"]
+    sig = dict(x.split(":") for x in lines[5:7])
+    assert int(sig["SigIgn"], 16) == 0 and int(sig["SigBlk"], 16) == 0, "default dispositions, nothing blocked"
+    assert lines[7].split() == ["0", "1", "2", "3"], "stdio and ls's own directory fd only"
+    env = dict(x.split("=", 1) for x in lines[8:-1])
+    env.pop("PWD", None), env.pop("SHLVL", None), env.pop("_", None), env.pop("OLDPWD", None)
+    assert env == {"PATH": "/usr/bin:/bin", "A": "1 2"}
+
+
+def test_a_command_that_is_not_there_is_a_start_error(path, tmp_path):
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        with pytest.raises(launch.StartError, match="cannot start no-such-command: No such file"):
+            spawn.spawn(["no-such-command"], {"PATH": "/usr/bin:/bin"}, _self_ident(), str(tmp_path), fd, fd)
+        with pytest.raises(launch.StartError, match="cannot start ./not-here: No such file"):
+            spawn.spawn(["./not-here"], {"PATH": "/usr/bin:/bin"}, _self_ident(), str(tmp_path), fd, fd)
+        (tmp_path / "plain").write_text("not executable")
+        with pytest.raises(launch.StartError, match="cannot start ./plain: Permission denied"):
+            spawn.spawn(["./plain"], {"PATH": "/usr/bin:/bin"}, _self_ident(), str(tmp_path), fd, fd)
+    finally:
+        os.close(fd)
+
+
+def test_native_enters_the_workdir_as_the_user(shared_tmp):
+    """The chain's shell would exit 126 in the job's log; natively it is a StartError (the attempt
+    ends `error` with the reason)."""
+    if not spawn.native() or os.geteuid() != 0:
+        pytest.skip("the native path as root only")
+    tmp_path = shared_tmp
+    wd = tmp_path / "root-only"
+    wd.mkdir(mode=0o700)
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        with pytest.raises(launch.StartError, match="cannot enter the working directory .*Permission denied"):
+            spawn.spawn(["true"], {"PATH": "/usr/bin:/bin"}, launch.Identity(pwd.getpwnam("nobody"), drop=True),
+                        str(wd), fd, fd)
+    finally:
+        os.close(fd)
