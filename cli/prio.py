@@ -10,6 +10,7 @@ from . import render, slurmfmt
 from .common import echo_json, pass_ctx
 
 HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
+SHORT = "SHORT"      # the short-job factor's part: a column only where priority.short_job_weight is set
 
 
 @click.command()
@@ -40,18 +41,21 @@ def prio(ctx, user, account, expand, as_json):
                                     "qos": j.qos, **f[j.id].as_json(w)} for j in shown]})
     click.echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "
                f"fairshare {w['fairshare_weight']:g}, burst penalty {w['burst_penalty']:g}"
-               + (f", short jobs {w['short_job_weight']:g} (scale {w['short_job_scale']:.0f}s; in the priority column)"
+               + (f", short jobs {w['short_job_weight']:g} (scale {w['short_job_scale']:.0f}s)"
                   if w["short_job_weight"] else ""))
+    short = bool(w["short_job_weight"])
     rows = []
     for j in shown:
         x = f[j.id]
         row = (j.user, j.account, j.qos, f"{x.priority:.2f}", f"{w['qos_weight'] * x.qos:.2f}",
                f"{w['age_weight'] * x.age:.2f}", f"{w['fairshare_weight'] * x.fairshare:.2f}",
-               f"-{w['burst_penalty'] * x.burst:.2f}" if x.burst else "0")
+               f"-{w['burst_penalty'] * x.burst:.2f}" if x.burst else "0",
+               *((f"{w['short_job_weight'] * x.short:.2f}",) if short else ()))
         # An array's tasks with the same factors, one after another: one `42_[5-9000]` row (-r: each).
         if (not expand and rows and rows[-1][1] == row and j.array_id is not None
                 and rows[-1][0][-1].startswith(f"{j.array_id}_")):
             rows[-1][0].append(j.display_id)
         else:
             rows.append(([j.display_id], row))
-    click.echo(render.table([(", ".join(slurmfmt.compact_ids(ids)), *row) for ids, row in rows], HEADERS))
+    click.echo(render.table([(", ".join(slurmfmt.compact_ids(ids)), *row) for ids, row in rows],
+                            HEADERS + ((SHORT,) if short else ())))
