@@ -229,6 +229,8 @@ def main() -> int:
             d = os.path.join(tmp, "before")
             subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", d, args.before], check=True,
                            capture_output=True)
+            if os.path.exists(os.path.join(d, "setup.py")):     # its native part (worker/_clone.c), as make install would
+                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=d, capture_output=True)
             sides[f"before ({args.before})"] = run_side(d, args.jobs, args.samples)
         head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()

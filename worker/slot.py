@@ -42,7 +42,7 @@ class _Stop(Exception):
 class SlotRunner:
     def __init__(self, s: launch.Settings, slot: int, agent_pid: int):
         self.s, self.slot, self.agent_pid = s, slot, agent_pid
-        self.store = AgentStore.open(s.redis_url, s.prefix)
+        self.store = AgentStore.open(s.redis_url, s.prefix, fast=True)
         self.busy = False                  # an attempt is running here: signals are the attempt's
         self.current: tuple[int, int] | None = None
         self.stopping = self.orphaned = False

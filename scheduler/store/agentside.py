@@ -2,29 +2,73 @@
 
 The scheduler reads these; it never writes them (except to delete a dead node's lease key it found
 expired, which is a no-op). Runners never write job records.
+
+A slot runner's store (`open(..., fast=True)`) sends its per-attempt round trips (take, the first
+read, claim, started, heartbeat, post, release) over store/resp.py rather than redis-py, whose
+command packing and reply parsing were a third of a trivial job's runner CPU (issue 12); they raise
+redis-py's exceptions all the same (conn.ERRORS for a lost connection, ResponseError for an error
+reply), and everything else still goes through redis-py.
 """
 import json
 import time
 from dataclasses import dataclass
 
+import redis
+
 from ..model import Gpu, Job
-from . import codec, conn
+from . import codec, conn, resp
 from .keys import Keys
 from .reads import load_job
 
 
+def _error(reply: str) -> Exception:
+    """The exception redis-py raises for this error reply (LOADING is a BusyLoadingError, one of
+    conn.ERRORS: a runner rides out a restarting Redis as it does a lost connection)."""
+    try:
+        from redis._parsers.base import BaseParser
+    except ImportError:        # another redis-py layout: the base class still says what it is
+        return redis.ResponseError(reply)
+    return BaseParser.parse_error(reply)
+
+
 class AgentStore:
-    def __init__(self, r, keys: Keys):
-        self.r, self.k = r, keys
+    def __init__(self, r, keys: Keys, fast: "resp.Connection | None" = None):
+        self.r, self.k, self.fast = r, keys, fast
 
     @classmethod
-    def open(cls, url: str, prefix: str) -> "AgentStore":
-        """A node-side connection. RESP2: no HELLO round trip on connect (an attempt runner is a
-        fresh fork, and connects once per attempt); nothing here reads a RESP3-only reply."""
-        return cls(conn.connect(url, protocol=2), Keys(prefix))
+    def open(cls, url: str, prefix: str, fast: bool = False) -> "AgentStore":
+        """A node-side connection. RESP2: no HELLO round trip on connect; nothing here reads a
+        RESP3-only reply. `fast`: the hot path on store/resp.py (a slot runner's)."""
+        return cls(conn.connect(url, protocol=2), Keys(prefix), conn.connect_resp(url) if fast else None)
 
     def close(self) -> None:
         self.r.close()
+        if self.fast is not None:
+            self.fast.close()
+
+    def _run(self, cmds: list, multi: bool = False, resend: bool = True, wait: float = 0.0) -> list:
+        """The replies of `cmds`, sent as one round trip (in MULTI/EXEC with `multi`). On resp.py
+        where the store has it; errors as redis-py raises them."""
+        if self.fast is None:
+            p = self.r.pipeline(transaction=multi)
+            for c in cmds:
+                p.execute_command(*c)
+            return p.execute()
+        try:
+            got = self.fast.pipeline([("MULTI",), *cmds, ("EXEC",)] if multi else cmds, wait, resend)
+        except resp.ConnectionLost as e:
+            raise redis.ConnectionError(str(e)) from None
+        except resp.RespError as e:       # from the handshake (AUTH, SELECT)
+            raise _error(str(e)) from None
+        except BaseException:
+            self.fast.close()     # interrupted (a signal's exception) mid-reply: the next one would read it
+            raise
+        if multi:
+            got = got[-1] if isinstance(got[-1], list) else [got[-1]]
+        for x in got:
+            if isinstance(x, resp.RespError):
+                raise _error(str(x))
+        return got
 
     # -- node registration and lease ----------------------------------------------------------
     def register(self, name: str, cpus: int, mem: int, slots: int, gpus: list[Gpu], host: str, pid: int,
@@ -74,50 +118,49 @@ class AgentStore:
         () without `job`), in one round trip. The first to claim an attempt wins: a runner that
         takes the same entry again, or the scheduler withdrawing it (dispatch.py), never both run it.
         A gang's part `rank` claims its own part (keys.part)."""
-        p = self.r.pipeline(transaction=False)
-        p.hsetnx(self.k.part(jid, attempt, rank), "claimed", f"{node}:{pid}")
-        p.hsetnx(self.k.part(jid, attempt, rank), "claimed_at", time.time())    # the latency split's mark
-        p.pttl(self.k.node_lease(node))
+        part, me = self.k.part(jid, attempt, rank), f"{node}:{pid}"
+        # claimed_at: the latency split's mark
+        cmds = [("HSETNX", part, "claimed", me), ("HSETNX", part, "claimed_at", time.time()),
+                ("HGET", part, "claimed"), ("PTTL", self.k.node_lease(node))]
         if job is not None:
-            p.get(self.k.job_env(codec.env_ref(job)))
-        won, _, pttl, *env = p.execute()
+            cmds.append(("GET", self.k.job_env(codec.env_ref(job))))
+        _, _, holder, pttl, *env = self._run(cmds)
+        # Ours also when the claim was sent again after a lost reply (the first one had won).
+        won = holder == me
         if job is None:
-            return bool(won), int(pttl), ()
-        return bool(won), int(pttl), (tuple((n, v) for n, v in json.loads(env[0])) if env[0] else job.env)
+            return won, int(pttl), ()
+        return won, int(pttl), (tuple((n, v) for n, v in json.loads(env[0])) if env[0] else job.env)
 
     def job_and_control(self, jid: int, slot: "SlotRef | None" = None) -> tuple[Job | None, str | None]:
         """The job record and its control, in one round trip (a runner's first read); with `slot`,
         the slot's runner state says it runs this attempt, in the same round trip."""
-        p = self.r.pipeline(transaction=False)
-        p.get(self.k.job(jid))
-        p.get(self.k.control(jid))
+        cmds = [("GET", self.k.job(jid)), ("GET", self.k.control(jid))]
         if slot is not None:
-            self._runner_state(p, slot.node, slot.index, slot.running)
-        raw, control, *_ = p.execute()
+            cmds.append(self._state_cmd(slot.node, slot.index, slot.running))
+        raw, control, *_ = self._run(cmds)
         return (codec.loads(raw) if raw else None), control
 
     def started(self, jid: int, attempt: int, node: str, pid: int, start: float, rank: int = 0) -> int:
         """The attempt's process runs: its first heartbeat and the `started` event in one round
         trip; returns the node lease's PTTL in ms."""
-        p = self.r.pipeline(transaction=False)
-        p.hset(self.k.part(jid, attempt, rank), mapping={"hb": time.time(), "pid": pid, "start": start})
-        p.pttl(self.k.node_lease(node))
+        cmds = [("HSET", self.k.part(jid, attempt, rank), "hb", time.time(), "pid", pid, "start", start),
+                ("PTTL", self.k.node_lease(node))]
         # No wake-up: nothing waits on a start (the attempt is R since its admission; billing
         # takes the start from the event's body), so the scheduler reads it with the next event
         # or tick instead of spending a tick and a plan pass on it alone.
-        self._event(p, "started", jid, attempt, node, {"pid": pid, "start_time": start}, wake=False)
-        return int(p.execute()[1])
+        cmds += self._event_cmds("started", jid, attempt, node, {"pid": pid, "start_time": start}, wake=False)
+        return int(self._run(cmds)[1])
 
     def claimed_by(self, jid: int, attempt: int) -> str | None:
         return self.r.hget(self.k.attempt(jid, attempt), "claimed")
 
     def heartbeat(self, jid: int, attempt: int, node: str = "", rank: int = 0, **fields) -> int | None:
         """Record the runner's heartbeat; returns the node lease's PTTL in ms (-2: gone) when `node`."""
-        p = self.r.pipeline(transaction=False)
-        p.hset(self.k.part(jid, attempt, rank), mapping={"hb": time.time(), **fields})
+        cmds = [("HSET", self.k.part(jid, attempt, rank), "hb", time.time(),
+                 *(x for kv in fields.items() for x in kv))]
         if node:
-            p.pttl(self.k.node_lease(node))
-        got = p.execute()
+            cmds.append(("PTTL", self.k.node_lease(node)))
+        got = self._run(cmds)
         return int(got[1]) if node else None
 
     def publish_master(self, jid: int, attempt: int, addr: str, port: int) -> None:
@@ -129,7 +172,7 @@ class AgentStore:
         return (addr, int(port)) if addr and port else None
 
     def control(self, jid: int) -> str | None:
-        return self.r.get(self.k.control(jid))
+        return self._run([("GET", self.k.control(jid))])[0]
 
     def wait_control(self, node: str, jid: int, timeout: float) -> bool:
         """Block until the scheduler pushes a control for `jid` (True) or `timeout` passes."""
@@ -139,34 +182,35 @@ class AgentStore:
         """Append an event to the node's own stream and wake the scheduler; with `slot`, the
         attempt's entry leaves the slot's list and the slot is idle again, in the same transaction
         (a runner's last round trip: the slot then has nothing to write before its next pop)."""
-        p = self.r.pipeline()
-        self._event(p, kind, jid, attempt, node, body)
+        cmds = self._event_cmds(kind, jid, attempt, node, body)
         if slot is not None:
-            self._release(p, slot)
-        p.execute()
+            cmds += self._release_cmds(slot)
+        self._run(cmds, multi=True)
 
     def release_slot(self, slot: "SlotRef") -> None:
         """The slot's entry is done with (the attempt ran and ended, or was not to run here)."""
-        p = self.r.pipeline()
-        self._release(p, slot)
-        p.execute()
+        self._run(self._release_cmds(slot), multi=True)
 
-    def _release(self, p, slot: "SlotRef") -> None:
-        p.lrem(self.k.dispatch_slot(slot.node, slot.index), 1, slot.entry)
-        self._runner_state(p, slot.node, slot.index, slot.idle)
+    def _release_cmds(self, slot: "SlotRef") -> list:
+        return [("LREM", self.k.dispatch_slot(slot.node, slot.index), 1, slot.entry),
+                self._state_cmd(slot.node, slot.index, slot.idle)]
 
-    def _event(self, p, kind: str, jid: int, attempt: int, node: str, body: dict, wake: bool = True) -> None:
-        p.xadd(self.k.node_events(node), {"kind": kind, "job": jid, "attempt": attempt, "node": node,
-                                          "body": json.dumps(body, separators=(",", ":"))},
-               maxlen=100_000, approximate=True)
+    def _event_cmds(self, kind: str, jid: int, attempt: int, node: str, body: dict, wake: bool = True) -> list:
+        cmds = [("XADD", self.k.node_events(node), "MAXLEN", "~", 100_000, "*", "kind", kind, "job", jid,
+                 "attempt", attempt, "node", node, "body", json.dumps(body, separators=(",", ":")))]
         if wake:
-            p.lpush(self.k.wake, "events")
+            cmds.append(("LPUSH", self.k.wake, "events"))
+        return cmds
 
     # -- the node's dispatch list ----------------------------------------------------------------
     def take(self, node: str, slot: int, timeout: float) -> str | None:
         """Block until an attempt is dispatched to `node` and move it to this slot's own list (a
-        claim that survives the runner's crash); None after `timeout`."""
-        return self.r.blmove(self.k.dispatch(node), self.k.dispatch_slot(node, slot), timeout, "RIGHT", "LEFT")
+        claim that survives the runner's crash); None after `timeout`. Never sent twice: a move
+        whose reply was lost is in the slot's list, where the runner's successor finds it."""
+        if self.fast is None:
+            return self.r.blmove(self.k.dispatch(node), self.k.dispatch_slot(node, slot), timeout, "RIGHT", "LEFT")
+        return self._run([("BLMOVE", self.k.dispatch(node), self.k.dispatch_slot(node, slot), "RIGHT", "LEFT",
+                           timeout)], resend=False, wait=timeout)[0]
 
     def taken(self, node: str, slot: int) -> list[str]:
         """What this slot took and never finished (its previous runner died), oldest first."""
@@ -188,10 +232,10 @@ class AgentStore:
 
     def runner_state(self, node: str, slot: int, state: str) -> None:
         """What each runner is doing, for `labq nodes`."""
-        self._runner_state(self.r, node, slot, state)
+        self._run([self._state_cmd(node, slot, state)])
 
-    def _runner_state(self, p, node: str, slot: int, state: str) -> None:
-        p.hset(self.k.node_runners(node), str(slot), f"{state} {time.time():.3f}")
+    def _state_cmd(self, node: str, slot: int, state: str) -> tuple:
+        return ("HSET", self.k.node_runners(node), str(slot), f"{state} {time.time():.3f}")
 
     # -- spool of archived jobs (store/archive.py posts them) -----------------------------------------
     def purge_list(self, node: str, n: int = 500) -> list[int]:

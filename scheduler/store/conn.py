@@ -5,6 +5,7 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import UnreachableError
+from . import resp
 
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
 REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
@@ -69,6 +70,18 @@ def connect(url: str, **kw) -> redis.Redis:
     # connection (6 ms, most of a runner's connect) and then spends a round trip sending it.
     kw.setdefault("driver_info", None)
     return redis.Redis.from_url(url, decode_responses=True, **kw)
+
+
+def connect_resp(url: str) -> resp.Connection:
+    """The same server, user and password as `connect`, over store/resp.py (no redis-py): for a
+    slot runner's per-attempt round trips. Decoded replies; connects on first use."""
+    if not url:
+        raise UnreachableError("no Redis URL: set redis.url in the config, or start `labq up`")
+    kw: dict = {}
+    c = resp.Connection(_login(url, kw), connect_timeout=5, timeout=30)
+    if kw:
+        c.opts["username"], c.opts["password"] = kw["username"], kw["password"]
+    return c
 
 
 def ping(r: redis.Redis) -> None:
