@@ -32,7 +32,7 @@ import redis  # noqa: E402
 from labq.scheduler import config, states  # noqa: E402
 from labq.scheduler.daemon import Scheduler  # noqa: E402
 from labq.scheduler.model import Attempt, Gpu, Job  # noqa: E402
-from labq.scheduler.store import acctrows, dialect, writes  # noqa: E402
+from labq.scheduler.store import acctrows, archive, codec, dialect, writes  # noqa: E402
 from labq.scheduler.store.agentside import AgentStore  # noqa: E402
 from labq.scheduler.store.archive import Archive, Archiver  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402
@@ -81,24 +81,54 @@ def fill(r, k, n, first=1, ended=NOW - 35 * 86400):
         p.execute()
 
 
+_USERS = tuple(f"user{i:02d}" for i in range(20))
+_NAMES = ("train", "eval", "sweep-lr", "finetune-bert-large", "preprocess", "", "resnet50_imagenet", "notebook",
+          "a-rather-long-job-name-for-the-name-column", "bench")
+_OUTCOMES = (("completed", 0, states.COMPLETED),) * 14 + (("exit", 1, states.FAILED), ("exit", 137, states.FAILED),
+             ("timeout", None, states.TIMEOUT), ("oom", None, states.OOM), ("cancelled", None, states.CANCELLED),
+             ("node_failure", None, states.NODE_FAIL))
+
+
+def varied(jid: int, end: float) -> Job:
+    """An ended job whose every acct column varies with its id (deterministic): users, accounts,
+    names, states and exit codes, arrays, GPUs, 1-3 attempts, costs, run times to the second."""
+    h = (jid * 2654435761) & 0xFFFFFFFF
+    outcome, code, state = _OUTCOMES[h % len(_OUTCOMES)]
+    n_att, run = 1 + (h >> 8) % 3 // 2 + (h >> 9) % 5 // 4, 30 + (h >> 4) % 86_000
+    gpus = (0, 1, 1, 2, 4, 8)[(h >> 12) % 6]
+    atts = []
+    for k in range(n_att):
+        t1 = end - (n_att - k - 1) * (run + 60)
+        last = k == n_att - 1
+        atts.append(Attempt(k + 1, f"gpu{(h >> 16) % 40:02d}", tuple(f"GPU-{g}" for g in range(gpus)),
+                            start_time=t1 - run, dispatch_time=t1 - run - 2, end_time=t1,
+                            outcome=outcome if last else "preempted", exit_code=code if last else None,
+                            cost=run * gpus * 97 + k, charges=(("eta", run * gpus * 97 + k),)))
+    arr = (h >> 20) % 5 == 0
+    return Job(id=jid, user=_USERS[(h >> 3) % 20], account=("eta", "theta", "vision", "nlp", "x")[(h >> 5) % 5],
+               argv=("python", "train.py"), workdir="/home/x", name=_NAMES[(h >> 7) % len(_NAMES)], gpus=gpus,
+               cpus=1 + (h >> 11) % 16, mem=(h >> 13) % 64 << 30, time_limit=86_400, state=state,
+               exit_code=code if code is not None else (None if state == states.CANCELLED else 1),
+               array_id=(jid - (h >> 22) % 50) if arr else None, array_index=(h >> 22) % 50 if arr else None,
+               attempts=tuple(atts), start_time=atts[0].start_time, end_time=end, submit_time=atts[0].start_time - 90,
+               restart_count=n_att - 1)
+
+
 def more_rows(path, first, n):
-    """n acct rows straight into the archive (setup only): a template job's row with its id, user
-    and times changed, ends spread over the past year."""
+    """n archived jobs straight into the archive (setup only): varied jobs (`varied`), each its
+    record and its acct row, ends spread over the past year; no ledger rows."""
     db = Archive(path)
-    base = Job(id=1, user="alice", account="eta", argv=("python", "train.py"), workdir="/home/alice/x", name="train",
-               gpus=1, cpus=4, mem=12 << 30, time_limit=7200, state=states.COMPLETED, exit_code=0)
-    users, span, rows = ("alice", "bob", "carol", "dave"), 365 * 86400, []
-    sql = dialect.upsert("acct", acctrows.SQL_NAMES)
+    span, recs, rows = 365 * 86400, [], []
+    jobs_sql, acct_sql = dialect.upsert("jobs", archive._JOBS), dialect.upsert("acct", acctrows.SQL_NAMES)
     for i in range(n):
-        end = NOW - span + i * span / n
-        a = Attempt(1, "n1", ("GPU-0",), start_time=end - 600, dispatch_time=end - 600, end_time=end,
-                    outcome="completed", exit_code=0, cost=333_333)
-        rows.append(acctrows.row(replace(base, id=first + i, user=users[i % 4], attempts=(a,), start_time=end - 600,
-                                         end_time=end, submit_time=end - 700), 350_000))
+        j = varied(first + i, round(NOW - span + i * span / n))
+        recs.append((j.id, j.end_time, j.user, j.account, j.state, codec.dumps(j)))
+        rows.append(acctrows.row(j, j.attempts[-1].cost + 1000 * (i % 7)))
         if len(rows) == 50_000 or i == n - 1:
-            db.db.executemany(sql, rows)
-            rows = []
-    db.db.commit()
+            db.db.executemany(jobs_sql, recs)
+            db.db.executemany(acct_sql, rows)
+            db.db.commit()
+            recs, rows = [], []
     db.close()
 
 
@@ -156,8 +186,41 @@ def plan_latency(r, k, pending, archivers):
     return len([j for j in s.jobs.values() if j.state == states.PENDING]), before, during
 
 
+def scheduler_restart(d, path, k):
+    """`labq scheduler` started on the bench's Redis and archive: seconds (wall) and its CPU until it
+    answers a request (`labq stat --start`'s `starts`, through the inbox), and Redis's memory."""
+    from labq.scheduler.client import Client
+    cfg_path, sock, state = (os.path.join(d, n) for n in ("sched.toml", "r.sock", "state.json"))
+    with open(cfg_path, "w") as f:
+        f.write(f'[redis]\nurl = "unix://{sock}"\n[scheduler]\nstate_file = "{state}"\n'
+                f'[history]\nurl = "sqlite://{path}"\n')
+    r = redis.Redis(unix_socket_path=os.path.join(d, "r.sock"), decode_responses=True)
+    r.delete(k.leader)                  # a lease left by the previous run would make it wait a term out
+    c = Client(config.load(cfg_path), user="alice")
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-m", "labq.cli.main", "--config", cfg_path, "scheduler"],
+                         env={**os.environ, "LABQ_STATE_DIR": d}, stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(d, "scheduler.log"), "w"))
+    try:
+        c.request("starts", {}, timeout=120)
+        wall = time.monotonic() - t0
+        with open(f"/proc/{p.pid}/stat") as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    finally:
+        p.terminate()
+        p.wait()
+    return wall, cpu, r.info("memory")["used_memory"]
+
+
+def recent(r, k, n):
+    """n jobs that ended in the past week (history.keep's default): they stay in Redis."""
+    fill(r, k, n, first=5 * 10 ** 6, ended=NOW - 7 * 86400 + 3600)
+
+
 def archive_and_acct(args, d, path, k, p, r):
-    """Redis memory and restart with N jobs kept, then archived; the archiving rate; acct's time."""
+    """Redis memory and restart with N jobs kept, then archived; the archiving rate; the rest of the
+    archive written directly; then a week of ended jobs that stay in Redis."""
     n = args.jobs
     fill(r, k, n)
     kept_mem = r.info("memory")["used_memory"]
@@ -179,30 +242,64 @@ def archive_and_acct(args, d, path, k, p, r):
     if args.rows > n:
         t0 = time.monotonic()
         more_rows(path, n + 1, args.rows - n)
-        print(f"setup: {args.rows - n:,} acct rows written straight into the archive in "
+        print(f"setup: {args.rows - n:,} archived jobs (record + acct row) written straight into the archive in "
               f"{time.monotonic() - t0:.0f} s", flush=True)
+    if args.recent:
+        recent(r, k, args.recent)
+    return p, r
+
+
+def acct_runs(args, d, path):
     for _ in range(2):      # the second run reads a warm page cache, as a user's repeated query does
         wall, cpu, listed = acct_cli(d, path)
-        print(f"labq acct --since 30d over {max(args.rows, n):,} archived jobs: {listed:,} listed, "
-              f"wall {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
-    return p, r
+        print(f"labq acct --since 30d over {max(args.rows, args.jobs):,} archived jobs: {listed:,} listed, "
+              f"wall {wall:.2f} s, CPU {cpu:.2f} s (load {_load()})", flush=True)
+
+
+def _load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--rows", type=int, default=1_000_000, help="jobs in the archive for the acct timing")
+    ap.add_argument("--recent", type=int, default=19_200, help="jobs ended in the past week, kept in Redis "
+                                                               "(a million a year is ~19,200 a week)")
     ap.add_argument("--pending", type=int, default=2000)
     ap.add_argument("--latency-only", action="store_true", help="only the plan latency part (a 45,000-job backlog)")
+    ap.add_argument("--dir", help="keep Redis and the archive here; when it holds a finished setup, reuse it "
+                                  "(acct and restart timings only)")
     args = ap.parse_args()
-    d = tempfile.mkdtemp(prefix="labq-arch-", dir="/tmp")
+    d = args.dir or tempfile.mkdtemp(prefix="labq-arch-", dir="/tmp")
+    os.makedirs(d, exist_ok=True)
+    done = os.path.join(d, "setup.json")
+    reuse = os.path.exists(done)
     k = Keys()
     cpu0 = time.process_time()
     try:
-        p, r, _ = start(d)
+        p, r, redis_start = start(d)
         path = os.path.join(d, "history.db")
-        if not args.latency_only:
+        if reuse:
+            print(f"reusing {d}: {open(done).read().strip()}; Redis started (AOF replay) in {redis_start:.2f} s, "
+                  f"{r.info('memory')['used_memory'] / 1e6:.1f} MB", flush=True)
+        elif not args.latency_only:
             p, r = archive_and_acct(args, d, path, k, p, r)
+            with open(done, "w") as f:
+                json.dump({"jobs": args.jobs, "rows": args.rows, "recent": args.recent}, f)
+            p, r, redis_start = restart(d, p)
+            print(f"Redis restart with {args.recent:,} recent ended jobs kept, the rest archived: "
+                  f"{redis_start:.2f} s, {r.info('memory')['used_memory'] / 1e6:.1f} MB", flush=True)
+        if not args.latency_only:
+            acct_runs(args, d, path)
+            for _ in range(2):
+                wall, cpu, mem = scheduler_restart(d, path, k)
+                print(f"scheduler start to its first answer, {max(args.rows, args.jobs):,} jobs archived: wall "
+                      f"{wall:.2f} s, its CPU {cpu:.2f} s; Redis {mem / 1e6:.1f} MB (load {_load()})", flush=True)
+        if args.dir and not args.latency_only:
+            p.terminate()
+            p.wait()
+            return
         r.flushall()
         fill(r, k, 45_000, first=10 ** 8)         # a backlog for both archivers while the scheduler plans
         fixed = Archiver(r, k, Archive(path), keep=7 * 86400, batch=1000)
@@ -213,8 +310,9 @@ def main():
                   f"ms during {what}; each pass {step * 1000:.0f} ms (the loop's next tick waits for it)", flush=True)
         p.terminate()
     finally:
-        shutil.rmtree(d, ignore_errors=True)
-        print(f"bench CPU (this process) {time.process_time() - cpu0:.0f} s; load {open('/proc/loadavg').read().split()[:3]}")
+        if not args.dir:
+            shutil.rmtree(d, ignore_errors=True)
+        print(f"bench CPU (this process) {time.process_time() - cpu0:.0f} s; load {_load()}")
 
 
 if __name__ == "__main__":
