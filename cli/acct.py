@@ -5,15 +5,18 @@ take sacct's time forms, `--format=JobID,JobName%30,State` picks fields, -P/--pa
 them with `|`, exit codes read `code:signal`.
 """
 import csv
+import gc
 import io
 import time
 from collections import namedtuple
+from itertools import repeat
+from operator import add, floordiv, itemgetter, mod, truediv
 
 import click
 
 from labq.scheduler import when
 from labq.scheduler.model import Job
-from labq.scheduler.units import MICRO, fmt_duration, fmt_money, parse_duration
+from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
 
 from . import render, slurmfmt
 from .common import echo_json, pass_ctx
@@ -66,12 +69,14 @@ def acct(ctx, start, end, since, until, job_ids, user, account, state, fmt, pars
     now = time.time()
     picked, wanted = _id_filter(job_ids), _states(state)
     lo, hi = window(since, until, start, end, bool(job_ids), now)
+    if fmt in ("table", "csv") and not (as_json or parsable or parsable2):
+        # The thin client (no redis-py: ~0.1 s of start-up); no garbage collection: this process makes
+        # ~100k tuples and strings that all live until it exits, and each pass would walk them all.
+        gc.disable()
+        return _table(_table_rows(ctx, lo, hi, user, account, wanted, picked if job_ids else None), fmt, noheader)
     read = ctx.client.read
     # Archived jobs come as compact rows (store/acctrows.py), the recent ones as records.
-    table = fmt in ("table", "csv") and not (as_json or parsable or parsable2)
-    from labq.scheduler.store.acctrows import TABLE
-    jobs = [j for j in read.acct_rows(lo, hi, user, account, TABLE if table else None)
-            if (not wanted or j.state in wanted) and picked(j)]
+    jobs = [j for j in read.acct_rows(lo, hi, user, account) if (not wanted or j.state in wanted) and picked(j)]
     jobs.sort(key=lambda j: j.id)
     committed = _committed(ctx, jobs)
     if as_json or fmt == "json":
@@ -80,13 +85,11 @@ def acct(ctx, start, end, since, until, job_ids, user, account, state, fmt, pars
         jobs = [j if isinstance(j, Job) else full[j.id] for j in jobs if isinstance(j, Job) or j.id in full]
         return echo_json([{**render.job_dict(j), "committed_cost": committed[j.id] / MICRO,
                            "final_cost": j.cost / MICRO} for j in jobs])
-    if fmt not in _OUTPUTS or parsable or parsable2:
-        fields = slurmfmt.sacct_fields(slurmfmt.DEFAULT_SACCT if fmt in _OUTPUTS else fmt)
-        extra = {j.id: {"cost": fmt_money(j.cost), "committed": fmt_money(committed[j.id])} for j in jobs}
-        sep = "|" if parsable or parsable2 else None
-        out = slurmfmt.sacct(fields, jobs, extra, header=not noheader, sep=sep, trailing=parsable)
-        return click.echo(out) if out else None
-    _table(jobs, committed, fmt, noheader)
+    fields = slurmfmt.sacct_fields(slurmfmt.DEFAULT_SACCT if fmt in _OUTPUTS else fmt)
+    extra = {j.id: {"cost": fmt_money(j.cost), "committed": fmt_money(committed[j.id])} for j in jobs}
+    sep = "|" if parsable or parsable2 else None
+    out = slurmfmt.sacct(fields, jobs, extra, header=not noheader, sep=sep, trailing=parsable)
+    return click.echo(out) if out else None
 
 
 def _committed(ctx, jobs) -> dict:
@@ -101,62 +104,137 @@ def _committed(ctx, jobs) -> dict:
     return out
 
 
-def _table(jobs, committed, fmt, noheader) -> None:
-    headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
-               "COMMITTED", "COST"]
-    # A month of a busy lab is ~100k rows: amounts, durations and times repeat, so each is formatted once.
-    money = _memo((lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money)
-    dur, ts = _memo(fmt_duration), _Stamps()
-    code = _memo(lambda v: slurmfmt.exit_code(_Ended(*v)))
-    rows = [[j.display_id, j.name, j.user, j.account, j.state, code((j.exit_code, j.state)) if fmt != "csv" else
-             (j.exit_code if j.exit_code is not None else ""), ts(j.start_time), ts(j.end_time),
-             dur(int(render.elapsed(j, j.end_time or 0))), j.gpus, _attempts(j), money(committed[j.id]),
-             money(j.cost)] for j in jobs]
-    if fmt == "csv":
+_HEADERS = ("JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
+            "COMMITTED", "COST")
+_Ids = namedtuple("_Ids", "id array_id array_index")      # what a --jobs filter reads of a job
+
+
+def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
+    """The table's jobs as tuples of store/acctrows.TABLE_ORDER, by id: the archive's as the
+    database gives them (no object per row), the records' (Redis's) made here."""
+    rows, records = ctx.thin.read.acct_table(lo, hi, user, account)
+    if records:
+        from labq.scheduler.report import committed_by_job
+        models = {g[0]: g[2] for n in ctx.thin.read.nodes() for g in n.gpus}     # [uuid, index, model, mem]
+        committed = committed_by_job(records, models, ctx.cfg)
+        rows = [*rows, *((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
+                          j.start_time, j.end_time, render.elapsed(j, j.end_time or 0), j.gpus, len(j.attempts),
+                          committed[j.id], j.cost) for j in records)]
+    if wanted:
+        rows = [v for v in rows if v[6] in wanted]
+    if picked:
+        rows = [v for v in rows if picked(_Ids(v[0], v[1], v[2]))]
+    rows.sort(key=itemgetter(0))
+    return rows
+
+
+def _table(rows: list[tuple], fmt: str, noheader: bool) -> None:
+    """The table (or CSV) of `rows` (_table_rows). A month of a busy lab is ~100k rows: the work is
+    done column by column: each distinct value formatted (and padded) once, the rest in C (map,
+    zip, join), no object per row."""
+    n = len(rows)
+    (ids, aids, aixs, names, users, accts, sts, codes, starts, ends, els, gpus, natts, comms,
+     costs) = zip(*rows) if n else ((),) * 15
+    if aids.count(None) == n:
+        shown = list(map(str, ids))
+    else:
+        shown = [str(i) if a is None else f"{a}_{x}" for i, a, x in zip(ids, aids, aixs)]
+    heads: dict[int, str] = {}
+    as_csv = fmt == "csv"
+    exits = (["" if c is None else c for c in codes] if as_csv else list(zip(codes, sts)),
+             None if as_csv else _exit_codes(set(zip(codes, sts))))
+    # (values, {distinct value: its cell}) of each column after JOBID
+    cells = [(names, _texts(names)), (users, _texts(users)), (accts, _texts(accts)), (sts, _texts(sts)), exits,
+             (starts, _stamps(starts, heads)), (ends, _stamps(ends, heads)), (els, _durations(els)),
+             (gpus, _texts(gpus)), (natts, _texts(natts)), (comms, _money(comms, as_csv)), (costs, _money(costs, as_csv))]
+    if as_csv:
         out = io.StringIO()
         w = csv.writer(out)
         if not noheader:
-            w.writerow(headers)
-        w.writerows(rows)
+            w.writerow(_HEADERS)
+        w.writerows(zip(shown, *(v if t is None else map(t.__getitem__, v) for v, t in cells)))
         return click.echo(out.getvalue(), nl=False)
-    text = render.table(rows, headers)
-    if noheader:
-        text = text.partition("\n")[2]
-    if text:
-        click.echo(text)
+    widths = [max(len(_HEADERS[0]), max(map(len, shown), default=0))]
+    widths += [max(len(h), max(map(len, t.values()), default=0)) for h, (_, t) in zip(_HEADERS[1:], cells)]
+    # Each cell padded to its column's width, the last column not (what rstrip took off each line).
+    columns = [list(map(str.ljust, shown, repeat(widths[0], n)))]
+    for (v, t), w in zip(cells[:-1], widths[1:]):
+        padded = {k: text.ljust(w) for k, text in t.items()}
+        columns.append(list(map(padded.__getitem__, v)))
+    columns.append(list(map(cells[-1][1].__getitem__, cells[-1][0])))
+    lines = [] if noheader else ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths)).rstrip()]
+    lines += map("  ".join, zip(*columns))
+    if lines:
+        click.echo("\n".join(lines))
     if not noheader:
-        click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs))}")
+        click.echo(f"{n} jobs, total cost {fmt_money(sum(costs))}")
 
 
-def _memo(fn):
-    seen: dict = {}
+def _texts(values) -> dict:
+    return {v: str(v) for v in set(values)}
 
-    def get(v):
-        out = seen.get(v)
-        if out is None:
-            out = seen[v] = fn(v)
-        return out
-    return get
+
+# The formatters below take a column's distinct values and make each one's text with map() over
+# C functions (int, divmod's halves, dict lookups, str concatenation) instead of a Python call per
+# value: a month of a busy lab has ~100k distinct costs, times and run times.
+def _money(values, as_csv: bool) -> dict:
+    if as_csv:
+        return {m: f"{m / MICRO:.6f}" for m in set(values)}
+    sym = currency_symbol()
+    common = [m for m in set(values) if m >= 10_000] if sym else []     # $1,234.56: the usual case
+    out = dict(zip(common, map(add, repeat(sym), map(format, map(truediv, common, repeat(MICRO)), repeat(",.2f")))))
+    out.update((m, fmt_money(m)) for m in set(values) - set(common))   # fmt_money's own text for the rest
+    return out
+
+
+def _exit_codes(pairs) -> dict:
+    return {(c, st): slurmfmt.exit_code(_Ended(c, st)) for c, st in pairs}
+
+
+# "MM:SS" of each second of an hour
+_MMSS = tuple(f"{m:02d}:{s:02d}" for m in range(60) for s in range(60))
+
+
+def _durations(values) -> dict:
+    """fmt_duration(int(e)) of each distinct value: `[D-]HH:` per hour, `MM:SS` from _MMSS."""
+    distinct = list(set(values))
+    secs = list(map(int, distinct))
+    if secs and min(secs) < 0:
+        return {e: fmt_duration(int(e)) for e in distinct}
+    hours = list(map(floordiv, secs, repeat(3600)))
+    heads = {h: f"{h // 24}-{h % 24:02d}:" if h >= 24 else f"{h:02d}:" for h in set(hours)}
+    return dict(zip(distinct, map(add, map(heads.__getitem__, hours), map(_MMSS.__getitem__,
+                                                                            map(mod, secs, repeat(3600))))))
+
+
+def _stamps(values, heads: dict) -> dict:
+    """Local `YYYY-MM-DD HH:MM:SS` of each distinct value ("-" for none), as
+    time.strftime(time.localtime(int(t))): the zone's offset is looked up once per UTC hour and the
+    text made per local hour (`heads`) plus _MMSS; an hour in which the offset changes (DST) is
+    formatted value by value."""
+    distinct = set(values)
+    out = {t: "-" for t in distinct if not t}
+    distinct = [t for t in distinct if t]
+    secs = list(map(int, distinct))
+    utc_hours = list(map(floordiv, secs, repeat(3600)))
+    offsets = {u: _offset(u) for u in set(utc_hours)}
+    if None in offsets.values():
+        odd = [(t, s) for t, s, u in zip(distinct, secs, utc_hours) if offsets[u] is None]
+        out.update((t, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s))) for t, s in odd)
+        keep = [i for i, u in enumerate(utc_hours) if offsets[u] is not None]
+        distinct, secs, utc_hours = [distinct[i] for i in keep], [secs[i] for i in keep], [utc_hours[i] for i in keep]
+    local = list(map(add, secs, map(offsets.__getitem__, utc_hours)))
+    hours = list(map(floordiv, local, repeat(3600)))
+    for h in set(hours) - heads.keys():
+        heads[h] = time.strftime("%Y-%m-%d %H:", time.gmtime(h * 3600))
+    out.update(zip(distinct, map(add, map(heads.__getitem__, hours), map(_MMSS.__getitem__, map(mod, local, repeat(3600))))))
+    return out
+
+
+def _offset(utc_hour: int) -> int | None:
+    """The local zone's offset from UTC (seconds) throughout this UTC hour; None when it changes in it."""
+    first, last = time.localtime(utc_hour * 3600), time.localtime(utc_hour * 3600 + 3599)
+    return first.tm_gmtoff if first.tm_gmtoff == last.tm_gmtoff else None
 
 
 _Ended = namedtuple("_Ended", "exit_code state")      # what slurmfmt.exit_code reads of a job
-
-
-class _Stamps:
-    """Local `YYYY-MM-DD HH:MM:SS`, formatted once per minute (every zone's offset is whole minutes)."""
-
-    def __init__(self):
-        self.minutes: dict[int, str] = {}
-
-    def __call__(self, t) -> str:
-        if not t:
-            return "-"
-        s = int(t)
-        head = self.minutes.get(s // 60)
-        if head is None:
-            head = self.minutes[s // 60] = time.strftime("%Y-%m-%d %H:%M:", time.localtime(s - s % 60))
-        return f"{head}{s % 60:02d}"
-
-
-def _attempts(j) -> int:
-    return len(j.attempts) if isinstance(j, Job) else j.n_attempts

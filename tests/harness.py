@@ -561,3 +561,37 @@ def user_env(e, **extra) -> dict:
 def labq(e, *args, env):
     cmd = [sys.executable, "-m", "labq.cli.main", "--config", e.cfg_path, *args]
     return subprocess.run(cmd, env=env, cwd=e.work, capture_output=True, text=True, timeout=120)
+
+
+# -- varied ended jobs (acct's formatter, the estimator's start) ------------------------------
+# Ends from 2026-12-20 to 2027-04-10: over US DST (2027-03-14) and Lord Howe's half-hour one (2027-04-04).
+ENDED_FROM, ENDED_TO = 1_797_724_800.0, 1_807_228_800.0
+ENDED_NAMES = ("train", "", "eval-Ω", "模型训练", "a-job-name-that-is-rather-longer-than-the-others-are", "x y")
+
+
+def ended_job(rng, jid: int) -> Job:
+    """An ended job whose every acct column varies (`rng`: a random.Random): states, exit codes and
+    signals, arrays, 0-3 attempts (some never started), costs around fmt_money's cases, names."""
+    end = round(rng.uniform(ENDED_FROM, ENDED_TO), rng.choice((0, 3, 6)))
+    outcome, code, state = rng.choice([("completed", 0, states.COMPLETED)] * 6 + [
+        ("exit", 1, states.FAILED), ("exit", -9, states.FAILED), ("exit", None, states.FAILED),
+        ("timeout", None, states.TIMEOUT), ("oom", 137, states.OOM), ("cancelled", None, states.CANCELLED),
+        ("node_failure", None, states.NODE_FAIL)])
+    gpus = rng.choice((0, 0, 1, 2, 4, 8))
+    atts, t = [], end
+    for k in reversed(range(rng.choice((0, 1, 1, 1, 2, 3)))):
+        run = rng.choice((0, 1, 59, 3599, 3600, 86_399, 86_400, 200_000, rng.uniform(1, 90_000)))
+        last = not atts
+        cost = rng.choice((0, 1, 9_999, 10_000, 5_000, 123_456_789, 99_999_995_000, rng.randrange(10 ** 9)))
+        atts.insert(0, Attempt(k + 1, f"n{rng.randrange(3)}", tuple(f"GPU-{g}" for g in range(gpus)),
+                               start_time=None if rng.random() < 0.05 else t - run, dispatch_time=t - run - 1,
+                               end_time=t, outcome=outcome if last else "preempted",
+                               exit_code=code if last else None, cost=cost))
+        t -= run + rng.uniform(0, 600)
+    arr = rng.random() < 0.3
+    return Job(id=jid, user=rng.choice(("alice", "bob", "carol")), account=rng.choice(("eta", "theta")),
+               name=rng.choice(ENDED_NAMES), gpus=gpus, cpus=rng.randrange(1, 9), mem=rng.randrange(0, 64) << 30,
+               time_limit=rng.choice((600, 86_400)), state=state, exit_code=code,
+               array_id=jid - rng.randrange(5) if arr else None, array_index=rng.randrange(10_000) if arr else None,
+               attempts=tuple(atts), start_time=atts[0].start_time if atts else None, end_time=end,
+               submit_time=ENDED_FROM - 86_400)

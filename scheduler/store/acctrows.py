@@ -82,17 +82,21 @@ class AcctJob(_Row):
                      for a in json.loads(self.attempts_json))
 
 
-# What acct's table and CSV print (cli/acct.py _table); a query for them reads NULL for the rest.
-TABLE = frozenset({"id", "end_time", "user", "account", "state", "name", "array_id", "array_index", "start_time",
-                   "exit_code", "gpus", "cost", "committed", "elapsed", "n_attempts"})
+# What acct's table and CSV print (cli/acct.py _table), in the order it reads them: a query for
+# them returns plain tuples of these columns (`select(only=TABLE_ORDER)`), no AcctJob per row.
+TABLE_ORDER = ("id", "array_id", "array_index", "name", "user", "account", "state", "exit_code", "start_time",
+               "end_time", "elapsed", "gpus", "n_attempts", "committed", "cost")
+TABLE = frozenset(TABLE_ORDER)
+_SQL = dict(zip(NAMES, SQL_NAMES))
 
 
 def select(since: float, until: float, user: str | None = None, account: str | None = None,
-           mark: str = "?", columns=None, after: tuple[float, int] | None = None) -> tuple[str, list]:
+           mark: str = "?", columns=None, after: tuple[float, int] | None = None,
+           only: tuple[str, ...] | None = None) -> tuple[str, list]:
     """The query for rows that ended in [since, until], by user/account (indexed), in (end_time, id)
     order; `mark`: the driver's parameter mark (sqlite3 `?`, psycopg `%s`; the dialect maps `?`);
     `columns`: only these (the others NULL, which costs nothing to read), or all; `after`: only rows
-    after this (end_time, id), for pages."""
+    after this (end_time, id), for pages; `only`: just these columns, in this order (not NAMES's)."""
     where, args = [f"end_time >= {mark}", f"end_time <= {mark}"], [since, min(until, 1e300)]
     if user:
         where.append(f'"user" = {mark}')
@@ -103,5 +107,6 @@ def select(since: float, until: float, user: str | None = None, account: str | N
     if after is not None:
         where.append(f"(end_time > {mark} OR (end_time = {mark} AND id > {mark}))")
         args += [after[0], after[0], after[1]]
-    cols = ", ".join(c if columns is None or n in columns else "NULL" for c, n in zip(SQL_NAMES, NAMES))
+    cols = ", ".join(_SQL[n] for n in only) if only is not None else \
+        ", ".join(c if columns is None or n in columns else "NULL" for c, n in zip(SQL_NAMES, NAMES))
     return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time, id", args

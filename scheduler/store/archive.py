@@ -183,6 +183,14 @@ class Archive:
         q, args = acctrows.select(since, until, user, account, columns=columns)
         return list(map(acctrows.AcctJob._make, self.db.execute(q, args)))
 
+    def acct_table(self, since: float, until: float, user: str | None = None, account: str | None = None) -> list:
+        """What acct's table prints of the jobs that ended in [since, until]: tuples of
+        acctrows.TABLE_ORDER; from an archive of an older schema, the records (Jobs)."""
+        if self._version() < SCHEMA:
+            return self.acct(since, until, user, account)
+        q, args = acctrows.select(since, until, user, account, only=acctrows.TABLE_ORDER)
+        return self.db.execute(q, args).fetchall()
+
     def acct_iter(self, since: float, until: float):
         """The acct rows (tuples in acctrows.NAMES order) that ended in [since, until], oldest
         first, read as they are written out (`labq admin export` over years of jobs)."""

@@ -82,6 +82,10 @@ class History:
         db = self._open()
         return db.acct(since, until, user, account, columns) if db else []
 
+    def acct_table(self, since: float, until: float, user=None, account=None) -> list:
+        db = self._open()
+        return db.acct_table(since, until, user, account) if db else []
+
     def acct_iter(self, since: float, until: float):
         db = self._open()
         return db.acct_iter(since, until) if db else iter(())

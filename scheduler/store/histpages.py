@@ -10,6 +10,7 @@ environment: it is not part of a record), acct rows, ledger entries and keys, an
 chain check.
 """
 import json
+from operator import itemgetter
 
 from ..errors import UsageError
 from . import acctrows, codec
@@ -104,6 +105,10 @@ class Remote:
 
     def acct(self, since: float, until: float, user=None, account=None, columns=None) -> list:
         return [acctrows.AcctJob._make(v) for v in self.acct_iter(since, until, user, account, columns)]
+
+    def acct_table(self, since: float, until: float, user=None, account=None) -> list:
+        pick = itemgetter(*(acctrows.NAMES.index(n) for n in acctrows.TABLE_ORDER))
+        return list(map(pick, self.acct_iter(since, until, user, account, acctrows.TABLE)))
 
     def acct_iter(self, since: float, until: float, user=None, account=None, columns=None):
         cols = sorted(columns) if columns is not None else None

@@ -22,6 +22,19 @@ def load_job(r, k: Keys, jid: int) -> Job | None:
     return codec.loads(raw, Specs(r, k)) if raw else None
 
 
+def acct_table(ids: list[int], load, history, since: float, until: float, user, account) -> tuple[list, list]:
+    """Reader.acct_table for either client: `ids` the ended jobs in Redis in the window, `load(ids)`
+    their records, `history` the archive (or None)."""
+    recent = [j for j in load(ids) if (not user or j.user == user) and (not account or j.account == account)]
+    if history is None:
+        return [], recent
+    have = set(ids)          # in Redis and in the archive (a crash between the two steps): once
+    rows = history.acct_table(since, until, user, account)
+    if have:
+        rows = [v for v in rows if v[0] not in have]
+    return ([], rows + recent) if rows and isinstance(rows[0], Job) else (rows, recent)
+
+
 class Reader:
     """`history`: the accounting archive (store/archive.History) that ended jobs and old ledger
     entries move to; reads take the union, so answers do not change when rows move there."""
@@ -83,6 +96,12 @@ class Reader:
             return recent
         have = set(ids)          # in Redis and in the archive (a crash between the two steps): once
         return [j for j in self.history.acct(since, until, user, account, columns) if j.id not in have] + recent
+
+    def acct_table(self, since: float, until: float = float("inf"), user=None, account=None) -> tuple[list, list]:
+        """What `labq acct`'s table prints of the ended jobs: (the archive's as tuples of
+        store/acctrows.TABLE_ORDER, the records of the others: Redis's, and an older archive's)."""
+        return acct_table(self._recent_ids(since, until), lambda ids: load_jobs(self.r, self.k, ids), self.history,
+                          since, until, user, account)
 
     def acct_stream(self, since: float, until: float, committed):
         """Every ended job of [since, until] as an acct row (tuples in store/acctrows.NAMES order),

@@ -53,15 +53,28 @@ class ThinReader:
         return codec.loads(raw, self._spec)
 
     def jobs(self, ids) -> list:
-        from . import codec
         ids = [int(j) for j in ids]
-        out = []
-        for i in range(0, len(ids), 2000):
-            raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
-            out += [codec.loads(raw, self._spec) for raw in raws if raw]
+        out = self.jobs_in_redis(ids)
         if self.history is not None and len(out) < len(ids):
             by_id = {**self.history.jobs(sorted(set(ids) - {j.id for j in out})), **{j.id: j for j in out}}
             out = [by_id[i] for i in ids if i in by_id]
+        return out
+
+    def acct_table(self, since: float, until: float = float("inf"), user=None, account=None) -> tuple[list, list]:
+        """reads.Reader.acct_table's answer, without redis-py (`labq acct`'s table)."""
+        from .reads import acct_table
+        ids = self._pipe([("ZRANGEBYSCORE", self.k.history, since, "+inf" if until == float("inf") else until)])[0]
+        return acct_table([int(i) for i in ids], lambda ids: self.jobs_in_redis(ids, specs=False), self.history,
+                          since, until, user, account)
+
+    def jobs_in_redis(self, ids, specs: bool = True) -> list:
+        """The records of `ids` that Redis holds (the archive is not asked); without `specs`, an
+        array task's shared script and argv are not read (codec.loads leaves them empty)."""
+        from . import codec
+        out = []
+        for i in range(0, len(ids), 2000):
+            raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
+            out += [codec.loads(raw, self._spec if specs else None) for raw in raws if raw]
         return out
 
     def _spec(self, array_id: int) -> dict | None:

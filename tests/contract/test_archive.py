@@ -372,6 +372,9 @@ def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(c
     rows = lambda rd, **kw: sorted(tuple(getattr(j, n) for n in ("id", "user", "state", "cost", "end_time"))  # noqa: E731
                                     for j in rd.acct_rows(0, float("inf"), **kw))
     assert rows(b) == rows(a) and len(rows(a)) == 6 and rows(b, user="bob") == []
+    table = lambda rd, **kw: (sorted(rd.acct_table(0, float("inf"), **kw)[0]),  # noqa: E731 - acct's table
+                              [j.id for j in rd.acct_table(0, float("inf"), **kw)[1]])
+    assert table(b) == table(a) and len(table(a)[0]) == 3 and table(b, user="bob") == ([], [])
     assert list(b.acct_stream(0, float("inf"), lambda jobs: {})) == list(a.acct_stream(0, float("inf"), lambda jobs: {}))
     assert remote.broken_chain() == direct.broken_chain() == []
     assert {"acct", "ended", "jobs", "ledger", "keys", "verify"} <= set(asked) and asked.count("acct") >= 2

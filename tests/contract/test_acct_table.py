@@ -1,0 +1,196 @@
+"""`labq acct`'s table and CSV, made column by column from plain rows (cli/acct.py), print byte for
+byte what the formatter before it printed (`_old_table` below: cli/acct.py as of 1429870, one
+AcctJob or Job per row): on a varied workload of archived jobs and jobs still in Redis (one in
+both), every form of the table and CSV, in zones with DST and half-hour offsets, in three
+currencies; on a real redis-server with the archive in SQLite and in PostgreSQL (`archive_at`)."""
+import contextlib
+import io
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import namedtuple
+
+import click
+import pytest
+
+from labq.cli import render, slurmfmt
+from labq.cli.acct import window
+from labq.cli.hot import _id_filter, _states
+from labq.scheduler import config
+from labq.scheduler.model import Gpu, Job
+from labq.scheduler.report import committed_by_job
+from labq.scheduler.store import writes
+from labq.scheduler.store.acctrows import TABLE
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.archive import Archive
+from labq.scheduler.store.history import History
+from labq.scheduler.store.reads import Reader
+from labq.scheduler.store.state import SchedulerStore
+from labq.scheduler.units import MICRO, fmt_duration, fmt_money
+from tests.harness import ENDED_FROM, ENDED_TO, ROOT, K, ended_job
+
+FIRST, LAST = ENDED_FROM, ENDED_TO
+
+
+@pytest.fixture
+def lab(redis_server, archive_at, tmp_path):
+    """400 jobs: 300 archived, 100 in Redis, one of those in both (a crash between the archive's
+    two steps); a node whose GPU models price the Redis jobs' COMMITTED."""
+    r = redis_server.client()
+    r.flushall()
+    rng = random.Random(18)
+    jobs = [ended_job(rng, i) for i in range(1, 401)]
+    Archive(archive_at).put_jobs(jobs[:300] + [jobs[350]])
+    p = r.pipeline(transaction=False)
+    writes.put_jobs(p, K, jobs[300:])
+    p.execute()
+    AgentStore(r, K).register("n0", 64, 512 << 30, 8, [Gpu(f"GPU-{i}", i, "a100") for i in range(8)], "h", 1, 3600)
+    return redis_server, archive_at, tmp_path
+
+
+def _config(tmp_path, archive, currency: str):
+    path = tmp_path / f"labq-{currency}.toml"
+    path.write_text(f'[rates]\ncurrency = "{currency}"\ngpu_hour = 2.5\ncpu_hour = 0.013\n'
+                    f'gpu_hour_by_model = {{ a100 = 3.75 }}\n[history]\nurl = "{archive}"\n')
+    return str(path)
+
+
+QUERIES = [(), ("-o", "csv"), ("-n",), ("-o", "csv", "-n"), ("-u", "bob"), ("-A", "theta", "-s", "F,TO,CA"),
+           ("-s", "CD", "-n"), ("-j", "301,302,351,3"), ("--until", "2026-12-01")]
+
+
+@pytest.mark.parametrize("zone,currency", [("UTC", "USD"), ("America/New_York", "EUR"),
+                                           ("Australia/Lord_Howe", "XYZ"), ("Asia/Kolkata", "USD")])
+def test_the_table_and_csv_print_what_the_old_formatter_printed(lab, zone, currency, monkeypatch):
+    rp, archive, tmp_path = lab
+    cfg_path = _config(tmp_path, archive, currency)
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        cfg = config.load(cfg_path)          # sets the currency the reference prints in
+        for q in QUERIES:
+            args = ("--since", "2026-12-01", "--until", "2027-05-01", *q) if "--until" not in q else \
+                ("--since", "2026-11-01", *q)
+            got = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", cfg_path, "acct", *args],
+                                 cwd=ROOT, capture_output=True, timeout=120,
+                                 env={**os.environ, "LABQ_REDIS_URL": rp.url, "PYTHONPATH": ROOT, "TZ": zone})
+            assert got.returncode == 0, got.stderr
+            want = _reference(rp.client(), archive, cfg, args)
+            assert got.stdout.decode() == want, (zone, currency, q)      # bytes: CSV's \r\n as written
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert "400 jobs" in _reference(rp.client(), archive, cfg, ("--since", "2026-01-01")), "each job once"
+
+
+def _reference(r, archive, cfg, args) -> str:
+    """What the old `labq acct` printed for `args` (its options parsed by hand here)."""
+    valued = [a for a in args if a != "-n"]
+    opts = dict(zip(valued[::2], valued[1::2]))
+    lo, hi = window(opts.get("--since"), opts.get("--until"), None, None, "-j" in opts, time.time())
+    picked, wanted = _id_filter(opts.get("-j")), _states(opts.get("-s"))
+    read = Reader(r, K, History(archive))
+    jobs = [j for j in read.acct_rows(lo, hi, opts.get("-u"), opts.get("-A"), TABLE)
+            if (not wanted or j.state in wanted) and picked(j)]
+    jobs.sort(key=lambda j: j.id)
+    records = [j for j in jobs if isinstance(j, Job)]
+    committed = {j.id: j.committed for j in jobs if not isinstance(j, Job)}
+    models = {g.uuid: g.model for n in SchedulerStore(r, K, "reader").nodes(time.time()) for g in n.gpus}
+    committed.update(committed_by_job(records, models, cfg))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _old_table(jobs, committed, opts.get("-o", "table"), "-n" in args)
+    return out.getvalue()
+
+
+# -- cli/acct.py's formatter as of 1429870, verbatim -----------------------------------------------
+def _old_table(jobs, committed, fmt, noheader) -> None:
+    import csv
+    headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
+               "COMMITTED", "COST"]
+    # A month of a busy lab is ~100k rows: amounts, durations and times repeat, so each is formatted once.
+    money = _memo((lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money)
+    dur, ts = _memo(fmt_duration), _Stamps()
+    code = _memo(lambda v: slurmfmt.exit_code(_Ended(*v)))
+    rows = [[j.display_id, j.name, j.user, j.account, j.state, code((j.exit_code, j.state)) if fmt != "csv" else
+             (j.exit_code if j.exit_code is not None else ""), ts(j.start_time), ts(j.end_time),
+             dur(int(render.elapsed(j, j.end_time or 0))), j.gpus, _attempts(j), money(committed[j.id]),
+             money(j.cost)] for j in jobs]
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.writer(out)
+        if not noheader:
+            w.writerow(headers)
+        w.writerows(rows)
+        return click.echo(out.getvalue(), nl=False)
+    text = render.table(rows, headers)
+    if noheader:
+        text = text.partition("\n")[2]
+    if text:
+        click.echo(text)
+    if not noheader:
+        click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs))}")
+
+
+def _memo(fn):
+    seen: dict = {}
+
+    def get(v):
+        out = seen.get(v)
+        if out is None:
+            out = seen[v] = fn(v)
+        return out
+    return get
+
+
+_Ended = namedtuple("_Ended", "exit_code state")      # what slurmfmt.exit_code reads of a job
+
+
+class _Stamps:
+    """Local `YYYY-MM-DD HH:MM:SS`, formatted once per minute (every zone's offset is whole minutes)."""
+
+    def __init__(self):
+        self.minutes: dict[int, str] = {}
+
+    def __call__(self, t) -> str:
+        if not t:
+            return "-"
+        s = int(t)
+        head = self.minutes.get(s // 60)
+        if head is None:
+            head = self.minutes[s // 60] = time.strftime("%Y-%m-%d %H:%M:", time.localtime(s - s % 60))
+        return f"{head}{s % 60:02d}"
+
+
+def _attempts(j) -> int:
+    return len(j.attempts) if isinstance(j, Job) else j.n_attempts
+
+
+def test_rows_in_both_redis_and_the_archive_are_listed_once(lab):
+    rp, archive, tmp_path = lab
+    got = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", _config(tmp_path, archive, "USD"),
+                          "acct", "-j", "351", "-n", "-o", "csv"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "LABQ_REDIS_URL": rp.url, "PYTHONPATH": ROOT})
+    assert got.returncode == 0 and len(got.stdout.splitlines()) == 1, got
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "Europe/London"])
+def test_times_in_an_hour_whose_offset_changes_are_still_the_zones_local_time(zone, monkeypatch):
+    """cli/acct._stamps looks the offset up once per UTC hour: around each DST change of 2027 (and
+    in a zone with none) every second of the hours on either side reads as time.localtime says."""
+    from labq.cli.acct import _stamps
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        changes = [t for t in range(int(FIRST), int(FIRST) + 366 * 86400, 900)
+                   if time.localtime(t).tm_gmtoff != time.localtime(t + 900).tm_gmtoff]
+        values = [float(t) + f for c in changes or [int(FIRST)] for t in range(c - 3600, c + 3600, 7)
+                  for f in (0, 0.5)] + [None, 0]
+        got = _stamps(values, {})
+        assert got == {t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(t))) if t else "-" for t in values}
+        assert len(changes) == (0 if zone == "Asia/Kolkata" else 2), changes
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
