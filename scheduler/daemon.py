@@ -234,7 +234,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
             self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
-        self.estimator = learned_from(Reader(self.store.r, self.k).recent_ended(self.cfg.estimate.history), self.cfg)
+        self.estimator = learned_from(Reader(self.store.r, self.k).recent_runs(self.cfg.estimate.history), self.cfg)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it

@@ -86,3 +86,27 @@ def test_show_and_test_only_print_the_estimate(capsys):
               "starts_now": True, "estimate": {"seconds": None, "basis": "fewer than 3 runs of user bob have ended"}}
     print_test_only(reply_, {"as_json": False})
     assert "estimated run time: none yet (fewer than 3 runs of user bob have ended)" in capsys.readouterr().out
+
+
+def test_the_start_learns_from_light_views_what_whole_records_teach(conns):
+    """A leader's start reads the recent ended jobs as Runs (store/reads.recent_runs: a few fields
+    of the JSON, no Job): the estimator learns exactly what the whole records teach it."""
+    import random
+    from dataclasses import replace
+
+    from labq.scheduler.daemon import learned_from
+    from labq.scheduler.store import writes
+    from labq.scheduler.store.reads import Reader
+    from tests.harness import ended_job
+    r, _ = conns
+    rng = random.Random(7)
+    jobs = [replace(j, name=rng.choice(("", "train", "eval")), user=rng.choice(("alice", "bob")),
+                    tags=rng.choice(((), (("lr", "0.1"),), (("b", "2"), ("a", "1")))))
+            for j in (ended_job(rng, i) for i in range(1, 3001))]
+    p = r.pipeline(transaction=False)
+    writes.put_jobs(p, K, jobs)
+    p.execute()
+    for n in (3000, 1234, 0):
+        whole, light = learned_from(Reader(r, K).recent_ended(n), CFG), learned_from(Reader(r, K).recent_runs(n), CFG)
+        assert light._runs == whole._runs and light.observed == whole.observed
+    assert whole.observed == 0 and learned_from(Reader(r, K).recent_runs(3000), CFG).observed > 1500
