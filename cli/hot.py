@@ -3,6 +3,7 @@
 The click commands (query.py) and the fast path (fast.py) both call these with the parsed flags
 and the thin client (scheduler/thinclient.py), so their output is the same by construction.
 """
+import gc
 import os
 import sys
 import time
@@ -15,10 +16,21 @@ from . import statview
 from .out import echo, echo_json, fail
 
 
-def stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=None, noheader=False, expand=False,
-         as_json=False, **_) -> None:
+def stat(c, **kw) -> None:
     """The queue from the `stat` index; from the records for --json and -o (their fields are not in
-    a row), or while the index is being built."""
+    a row), or while the index is being built. The cyclic collector is off meanwhile: a row per job
+    holds no cycle, and its passes over the rows made so far were ~8 of ~60 ms at 10,000 jobs."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        _stat(c, **kw)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=None, noheader=False, expand=False,
+          as_json=False, **_) -> None:
     now = time.time()
     wanted, picked = _states(state), _id_filter(job_ids)
     user = c.user if me else user

@@ -114,6 +114,11 @@ def fold(texts, keep=None) -> list[Row]:
         i = int(t[1:c1])
         if keep is not None and i not in keep:
             continue
+        if t.startswith(",null,", c1):      # not an array task: never folded (nor folded into)
+            heads.append(t)
+            counts.append(1)
+            tail = None
+            continue
         c2 = t.index(",", c1 + 1)
         c3 = t.index(",", c2 + 1)
         if i == nxt and t[c3:] == tail and t[c1:c2] == arr and t[c2 + 1:c3] == idx:

@@ -207,3 +207,31 @@ def test_rows_written_ahead_of_their_index_are_skipped(real_redis, thin):
     rows, _ = thin.stat_rows()
     rows = statrows.unfold(rows)
     assert len(rows) == 2 + writes.PREWRITE_MIN and rows[-1].display_id == f"3_{writes.PREWRITE_MIN - 1}"
+
+
+def test_stat_turns_the_cyclic_collector_off_only_while_it_runs():
+    import gc
+
+    from labq.cli import hot
+
+    seen = []
+
+    class Read:
+        def stat_rows(self):
+            seen.append(gc.isenabled())
+            raise RuntimeError("unreachable")
+
+    class C:
+        read, user = Read(), "ann"
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        hot.stat(C())
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(RuntimeError):
+            hot.stat(C())
+        assert not gc.isenabled()       # left as the caller had it
+    finally:
+        gc.enable()
