@@ -4,7 +4,7 @@ verify` (each its own process, finding the archive in the stack's state director
 before."""
 import json
 
-from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, wait_for
+from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, current_user, wait_for
 
 pytestmark = E2E_MARKS
 
@@ -29,5 +29,59 @@ def test_ended_jobs_leave_redis_and_every_command_still_sees_them():
         ver = e.labq("ledger", "verify")
         assert ver.returncode == 0 and "ledger ok" in ver.stdout, ver.stdout + ver.stderr
         assert "3 charges" in ver.stdout, ver.stdout
+    finally:
+        e.close()
+
+
+def test_a_scheduler_on_postgresql_archives_and_every_answer_stays_the_same(postgres):
+    """The daemons with history.url = "postgresql://…" (a private cluster; skipped with the reason
+    where PostgreSQL or psycopg is missing): jobs run with history.keep = 30 days; every answer is
+    taken; the scheduler restarts with keep = 0 and moves them all to PostgreSQL; acct (table, CSV,
+    JSON), report, show of each job and ledger verify answer byte for byte as before, and no SQLite
+    file appears."""
+    import os
+
+    import psycopg
+    url = postgres.new_database("e2e_scheduler")
+    text = E2E_CONFIG + f'[history]\nkeep = "30d"\nurl = "{url}"\n'
+    e = E2E(text)
+    try:
+        ids = [e.sub("-G", "1", "-t", "5m", "--", "true") for _ in range(3)]
+        ids.append(e.sub("-t", "5m", "--", "false"))
+        held = e.sub("-H", "-t", "5m", "--", "true")
+        assert e.labq("del", str(held)).returncode == 0
+        ids.append(held)
+        for jid, want in zip(ids, ["CD", "CD", "CD", "F", "CA"]):
+            e.wait_state(jid, {want})
+        r, k = e.client.r, e.client.k
+        wait_for(lambda: r.xlen(k.ledger) >= 4, 60, what="the 4 attempts' charges")
+        queries = [("acct", "--since", "2000-01-01"), ("acct", "--since", "2000-01-01", "-o", "csv"),
+                   ("acct", "--since", "2000-01-01", "--json"), ("report", "--by", "account,user,status", "--json"),
+                   ("ledger", "verify"), *[("show", str(j), "--json") for j in ids]]
+
+        def answers():
+            out = [e.labq(*q) for q in queries]
+            assert all(p.returncode == 0 for p in out), [(q, p.stderr) for q, p in zip(queries, out) if p.returncode]
+            return [p.stdout for p in out]
+        before = answers()
+        assert "5 jobs" in before[0] and "ledger ok" in before[4], before
+        assert r.zcard(k.history) == 5, "keep = 30 days: nothing archived yet"
+        entries = r.xlen(k.ledger)
+
+        e.stack.stop("scheduler")
+        with open(e.cfg_path, "w") as f:
+            f.write(text.replace('keep = "30d"', 'keep = "0s"').format(user=current_user(),
+                                                                       spool=os.path.join(e.dir, "spool")))
+        e.stack.start("scheduler", "scheduler")
+        wait_for(lambda: r.zcard(k.history) == 0 and r.xlen(k.ledger) == 0, 90, what="the archive pass")
+        assert not any(r.exists(k.job(j)) for j in ids), "the records left Redis"
+        with psycopg.connect(url) as c:
+            n_jobs, n_rows = c.execute("SELECT (SELECT COUNT(*) FROM jobs), (SELECT COUNT(*) FROM acct)").fetchone()
+            n_ledger = c.execute("SELECT COUNT(*) FROM ledger").fetchone()[0]
+        assert (n_jobs, n_rows, n_ledger) == (5, 5, entries)
+        after = answers()
+        for q, b, a in zip(queries, before, after):
+            assert a == b, q
+        assert not os.path.exists(os.path.join(e.dir, "history.db")), "the archive is PostgreSQL, not a file"
     finally:
         e.close()
