@@ -9,7 +9,7 @@ scheduled (mean wait, mean JCT) so that two versions can be checked to agree.
 
 Traces: the KTH SP2 log from ../shared/traces/ (each job's requested time as its limit) squeezed onto
 100, 50 and 25 processors; bench/gpu_trace.py's seeded 20,000-job GPU trace (generated into a temp
-directory) onto 32, 64 and 512 GPUs (nodes of 8); `gpu200k`: 200,000 jobs over 300 days onto 512 GPUs.
+directory) onto 16, 32, 64, 512 and 1,024 GPUs (nodes of 8); `gpu200k`: 200,000 jobs over 300 days onto 512 GPUs.
 A replay past --timeout is stopped and reported as such.
 """
 import argparse
@@ -26,7 +26,8 @@ ROOT = os.path.dirname(HERE)
 KTH = os.path.join(os.path.dirname(ROOT), "shared", "traces", "kth_sp2_1996.csv")
 CASES = {
     "kth": [("kth", "1x0:100"), ("kth", "1x0:50"), ("kth", "1x0:25")],
-    "gpu20k": [("gpu20k", "4x8:64:512G"), ("gpu20k", "8x8:64:512G"), ("gpu20k", "64x8:64:512G")],
+    "gpu20k": [("gpu20k", "2x8:64:512G"), ("gpu20k", "4x8:64:512G"), ("gpu20k", "8x8:64:512G"),
+               ("gpu20k", "64x8:64:512G"), ("gpu20k", "128x8:64:512G")],
     "gpu200k": [("gpu200k", "64x8:64:512G")],
 }
 

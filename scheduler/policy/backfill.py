@@ -17,6 +17,7 @@ chances, as a time limit does.
 
 Built lazily: a pass that never blocks a job on capacity never pays for timelines.
 """
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ _FOREVER = float("inf")
 class Alloc:
     start: float
     end: float
-    gpus: Counter      # model -> count
+    gpus: dict         # model -> count (a Counter or a plain dict)
     cpus: int
     mem: int
     job_id: int = 0
@@ -39,24 +40,57 @@ class Alloc:
 
 
 class Timelines:
+    """Each node's allocations, and on demand its usage profile: the breakpoints (every start and
+    finite end, sorted) and the usage on each segment between them, rebuilt only once the node's
+    allocations changed. A query reads the segments its window covers instead of summing every
+    allocation at every point (the same answers: tests/property/test_backfill_timelines.py)."""
+
     def __init__(self, nodes, running, placed, now: float, cfg: Config):
         self.now = now
         self.learned = bool(cfg.estimate.backfill)
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
-        self.models = {n.name: {g.uuid: g.model for g in n.gpus} for n in nodes}
         self.allocs: dict[str, list[Alloc]] = {n.name: [] for n in nodes}
         self.reserved: set[str] = set()      # nodes holding a reservation
+        self._models: dict[str, dict] = {}   # node -> {uuid: model}, built when first needed
+        self._profiles: dict[str, tuple] = {}
+        self._names: list[str] | None = None
+        allocs = self.allocs
         for j in running:
+            end = None
             for node, gpus in j.on_nodes:
-                if node in self.allocs:
-                    self.allocs[node].append(self._alloc(j, node, gpus, _expected_end(j, now, cfg)))
+                if node in allocs:
+                    if end is None:
+                        end = _expected_end(j, now, cfg)
+                    allocs[node].append(Alloc(now, end, self._gpus(node, gpus), j.cpus, j.mem, j.id))
         for job, node, gpus in placed:
             self.place(job, node, gpus)
 
+    @property
+    def models(self) -> dict[str, dict]:
+        """node -> {GPU uuid: model}."""
+        for name in self.nodes:
+            self._model_of(name)
+        return self._models
+
+    def _model_of(self, node: str) -> dict:
+        m = self._models.get(node)
+        if m is None:
+            m = self._models[node] = {g.uuid: g.model for g in self.nodes[node].gpus}
+        return m
+
+    def _gpus(self, node: str, uuids) -> dict:
+        """model -> count of these GPUs of the node (a GPU it does not list counts as model "")."""
+        if not uuids:
+            return {}
+        models = self._model_of(node)
+        out: dict = {}
+        for u in uuids:
+            m = models.get(u, "")
+            out[m] = out.get(m, 0) + 1
+        return out
+
     def _alloc(self, job: Job, node: str, uuids, end: float, start: float | None = None) -> Alloc:
-        models = self.models[node]
-        return Alloc(self.now if start is None else start, end, Counter(models.get(u, "") for u in uuids),
-                     job.cpus, job.mem, job.id)
+        return Alloc(self.now if start is None else start, end, self._gpus(node, uuids), job.cpus, job.mem, job.id)
 
     def place(self, job: Job, node: str, gpus) -> None:
         if node in self.allocs:
@@ -75,15 +109,21 @@ class Timelines:
         return self._fits(job, node, self.now, self.now + self.span(job))
 
     def reserve(self, job: Job, could_hold, not_before: float | None = None) -> tuple[str, float] | None:
-        """Reserve the earliest (time, node) that holds the job for its time limit, or None."""
+        """Reserve the earliest (time, node) that holds the job for its time limit, or None: of equal
+        times, the first node by name."""
         best = None
-        for name in sorted(self.allocs):
+        after = not_before or self.now
+        if self._names is None or len(self._names) != len(self.allocs):
+            self._names = sorted(self.allocs)
+        for name in self._names:
             node = self.nodes[name]
             if not could_hold(job, node):
                 continue
-            t = self._earliest(job, name, not_before or self.now)
+            t = self._earliest(job, name, after)
             if t is not None and (best is None or t < best[1]):
                 best = (name, t)
+                if t <= after:
+                    break     # no node can do better than `after`, and ties go to the first by name
         if best is None:
             return None
         name, t = best
@@ -93,36 +133,123 @@ class Timelines:
         return best
 
     # -- the arithmetic ----------------------------------------------------------------------------
+    def _profile(self, node: str) -> tuple:
+        """(breakpoints, usage per segment, sorted finite ends, GPU models used) of the node: segment
+        i is [breakpoints[i], breakpoints[i+1]) and its usage (jobs, CPUs, memory, GPUs, GPUs per
+        model or None); breakpoint 0 is -inf (nothing allocated before the first start). Cached
+        until the node's allocation list grows (it is only ever appended to, here and in gang.py)."""
+        allocs = self.allocs[node]
+        got = self._profiles.get(node)
+        if got is not None and got[0] == len(allocs):
+            return got[1]
+        n = self.nodes[node]
+        only = n.gpus[0].model if n.gpus else None
+        per_model = False
+        delta: dict = {}
+        ends = set()
+        for a in allocs:
+            g = 0
+            for m, c in a.gpus.items():
+                g += c
+                if c and m != only:
+                    per_model = True
+            d = delta.get(a.start)
+            if d is None:
+                delta[a.start] = [1, a.cpus, a.mem, g, [a]]
+            else:
+                d[0] += 1
+                d[1] += a.cpus
+                d[2] += a.mem
+                d[3] += g
+                d[4].append(a)
+            if a.end != _FOREVER:
+                ends.add(a.end)
+                d = delta.get(a.end)
+                if d is None:
+                    delta[a.end] = [-1, -a.cpus, -a.mem, -g, []]
+                else:
+                    d[0] -= 1
+                    d[1] -= a.cpus
+                    d[2] -= a.mem
+                    d[3] -= g
+        if not per_model and n.gpus and any(g.model != only for g in n.gpus):
+            per_model = True
+        points = [-_FOREVER]
+        usage: list[tuple] = [(0, 0, 0, 0, {} if per_model else None)]
+        jobs = cpus = mem = gpus = 0
+        for t in sorted(delta):
+            d = delta[t]
+            jobs += d[0]
+            cpus += d[1]
+            mem += d[2]
+            gpus += d[3]
+            points.append(t)
+            usage.append((jobs, cpus, mem, gpus, _models_at(allocs, t) if per_model else None))
+        prof = (points, usage, sorted(ends), only)
+        self._profiles[node] = (len(allocs), prof)
+        return prof
+
     def _earliest(self, job: Job, node: str, after: float) -> float | None:
-        ends = sorted({a.end for a in self.allocs[node] if a.end > after and a.end != _FOREVER})
-        for t in [after] + ends:
-            if self._fits(job, node, t, t + self.span(job)):
+        """The first of `after` and each allocation's finite end past it at which the job fits on the
+        node for its span. A candidate that fails on some segment is followed by the first candidate
+        past that segment: every one before would cover it too."""
+        points, usage, ends, only = self._profile(node)
+        span = self.span(job)
+        n = self.nodes[node]
+        t = after
+        k = bisect_right(ends, after)
+        while True:
+            bad = self._first_fail(job, n, points, usage, only, t, t + span)
+            if bad is None:
                 return t
-        return None
+            if bad + 1 >= len(points):
+                return None
+            nxt = points[bad + 1]
+            while k < len(ends) and ends[k] < nxt:
+                k += 1
+            if k >= len(ends):
+                return None
+            t = ends[k]
+            k += 1
 
     def _fits(self, job: Job, node: str, t0: float, t1: float) -> bool:
-        """Whether `job` fits on `node` at every instant of [t0, t1): free capacity only drops when an
-        allocation starts, so checking t0 and each start inside the window is enough."""
-        allocs = self.allocs[node]
-        points = [t0] + [a.start for a in allocs if t0 < a.start < t1]
-        return all(self._free_covers(job, node, t) for t in points)
+        """Whether `job` fits on `node` at every instant of [t0, t1): every segment the window
+        covers has room (the usage only grows where an allocation starts, so this is the check at
+        t0 and at each start inside the window)."""
+        points, usage, _, only = self._profile(node)
+        return self._first_fail(job, self.nodes[node], points, usage, only, t0, t1) is None
 
-    def _free_covers(self, job: Job, node: str, t: float) -> bool:
-        n = self.nodes[node]
-        active = [a for a in self.allocs[node] if a.start <= t < a.end]
-        if len(active) + 1 > n.slots:
-            return False
-        if sum(a.cpus for a in active) + job.cpus > n.cpus or sum(a.mem for a in active) + job.mem > n.mem:
-            return False
-        if not job.gpus:
-            return True
-        used: Counter = Counter()
-        for a in active:
-            used.update(a.gpus)
-        cap = Counter(g.model for g in n.gpus)
-        if job.gpu_type:
-            return cap[job.gpu_type] - used[job.gpu_type] >= job.gpus
-        return sum(cap.values()) - sum(used.values()) >= job.gpus
+    @staticmethod
+    def _first_fail(job: Job, n: Node, points, usage, only, t0: float, t1: float) -> int | None:
+        """The first segment of [t0, t1) without room for the job, or None."""
+        slots, cpus, mem = n.slots - 1, n.cpus - job.cpus, n.mem - job.mem
+        want, typed = job.gpus, job.gpu_type
+        per_model = usage[0][4] is not None
+        if want:
+            if not typed:
+                room = len(n.gpus) - want
+            elif per_model:
+                room = sum(1 for g in n.gpus if g.model == typed) - want
+            else:      # one model on the node and in every allocation
+                room = (len(n.gpus) if typed == only else 0) - want
+        i = bisect_right(points, t0) - 1          # the segment holding t0
+        last = len(points)
+        while True:
+            u = usage[i]
+            if u[0] > slots or u[1] > cpus or u[2] > mem:
+                return i
+            if want:
+                if not typed:
+                    used = u[3]
+                elif per_model:
+                    used = u[4].get(typed, 0)
+                else:
+                    used = u[3] if typed == only else 0
+                if used > room:
+                    return i
+            i += 1
+            if i >= last or points[i] >= t1:
+                return None
 
     def _pick_models(self, job: Job, node: str, t: float) -> Counter:
         if not job.gpus:
@@ -144,6 +271,16 @@ class Timelines:
                 out[model] = take
                 need -= take
         return out
+
+
+def _models_at(allocs, t: float) -> dict:
+    """GPUs in use per model at t (a node with several models, or GPUs it does not list)."""
+    models: dict = {}
+    for a in allocs:
+        if a.start <= t < a.end:
+            for m, c in a.gpus.items():
+                models[m] = models.get(m, 0) + c
+    return models
 
 
 def _limit(job: Job) -> float:
