@@ -17,6 +17,7 @@ from labq.scheduler import config, states
 from labq.scheduler.daemon import tune_gc
 from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
 from labq.scheduler.policy import plan
+from labq.scheduler.policy.queue import Queue
 
 G = 1 << 30
 NOW = 1_700_000_000.0
@@ -188,31 +189,37 @@ def growth(medians: dict) -> list[str]:
     return out
 
 
-def cpu_case(n_pending: int, n_nodes: int, runs: int, arrays: int = 0) -> str:
+def cpu_case(n_pending: int, n_nodes: int, runs: int, arrays: int = 0, kept: bool = True) -> str:
     """One line: CPU (process time, less sensitive to a loaded machine than wall) and wall of
-    plan() on one snapshot, min and median over `runs`, and the load average."""
+    plan() on one snapshot, min and median over `runs`, and the load average. `kept`: with the
+    request-class Queue the daemon keeps from pass to pass (filed by a first, untimed pass; the
+    daemon's passes find only the jobs that changed since its last); else each pass files anew."""
     cfg = config.loads(CONFIG)
     snap = snapshot(n_pending, n_nodes, arrays=arrays)
     tune_gc()
+    queue = Queue() if kept else None
+    if queue is not None:
+        plan(snap, cfg, queue=queue)
     cpu, wall = [], []
     for _ in range(runs):
         c0, w0 = time.process_time(), time.perf_counter()
-        plan(snap, cfg)
+        plan(snap, cfg, queue=queue)
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    return (f"{n_pending} x {n_nodes}{f' ({arrays} arrays)' if arrays else ' random'}: CPU min "
+    return (f"{n_pending} x {n_nodes}{f' ({arrays} arrays)' if arrays else ' random'}"
+            f"{', kept queue' if kept else ', no queue'}: CPU min "
             f"{min(cpu) * 1000:.1f} ms, median {statistics.median(cpu) * 1000:.1f}; wall min {min(wall) * 1000:.1f} ms; "
             f"runs {runs}; load {load}")
 
 
 if __name__ == "__main__":
     import sys
-    if "--cpu" in sys.argv:   # --cpu P N RUNS [--arrays]: one case, CPU and wall (bench/RESULTS.md `planner`)
+    if "--cpu" in sys.argv:   # --cpu P N RUNS [--arrays] [--no-queue]: one case, CPU and wall (RESULTS.md `planner`)
         at = sys.argv.index("--cpu")
         p, n, k = (int(x) for x in sys.argv[at + 1:at + 4])
-        print(cpu_case(p, n, k, arrays=20 if "--arrays" in sys.argv else 0))
+        print(cpu_case(p, n, k, arrays=20 if "--arrays" in sys.argv else 0, kept="--no-queue" not in sys.argv))
         sys.exit(0)
     # --arrays: the same grid with the pending jobs as 20 arrays (plan() judges each class once)
     arrays = 20 if "--arrays" in sys.argv else 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from . import states, transitions as tr
 from .model import Job, Node
-from .plan import Cancel, Expire, Pending, Place, Plan, Preempt
+from .plan import Cancel, Expire, Pending, Place, Plan, Preempt, Verdict, pending_runs
 from .policy.capacity import node_is_up
 
 
@@ -116,7 +116,9 @@ def apply_plan(plan: Plan, pending: Mapping[int, Job], running: Mapping[int, Job
             w.touched.add(j.id)
             stopping.append(replace(j, cancel_requested=True, detail=c.detail))
             controls.append((c.job_id, "cancel"))
-    pended = [j for j in (_pend(w, pd, reasons) for pd in plan.pending) if j is not None]
+    # By runs (a class's jobs that took one verdict, plan.Pendings): no Pending object per job.
+    pended = [j for ids, verdict in pending_runs(plan.pending) for i in ids
+              if (j := _pend(w, i, verdict, reasons)) is not None]
     return Applied(tuple(started), tuple(expired), tuple(stopping), tuple(preempts), tuple(controls),
                    tuple(pended), tuple(w.rejected))
 
@@ -198,16 +200,17 @@ def _room(w: _Work, name: str) -> _Room | None:
     return w.rooms[name]
 
 
-def _pend(w: _Work, pd: Pending, reasons: bool) -> Job | None:
-    j = w.pending.get(pd.job_id)
-    if j is None or j.state != states.PENDING or pd.job_id in w.touched:
-        w.reject(pd, f"job {pd.job_id} is not pending" + (f" ({j.state})" if j is not None else ""))
+def _pend(w: _Work, job_id: int, verdict: Verdict, reasons: bool) -> Job | None:
+    """The job's new record for its Pending (`verdict`: its fields after job_id), None if unchanged."""
+    j = w.pending.get(job_id)
+    if j is None or j.state != states.PENDING or job_id in w.touched:
+        w.reject(Pending(job_id, *verdict), f"job {job_id} is not pending" + (f" ({j.state})" if j is not None else ""))
         return None
     if reasons:
-        if (j.reason, j.detail, j.earmark, j.earmark_gpus) == (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus):
+        if (j.reason, j.detail, j.earmark, j.earmark_gpus) == verdict:
             return None
-        return tr.pend(j, pd.reason, pd.detail, pd.earmark, pd.earmark_gpus)
-    if (j.earmark, j.earmark_gpus) == (pd.earmark, pd.earmark_gpus):
+        return tr.pend(j, *verdict)
+    if (j.earmark, j.earmark_gpus) == verdict[2:]:
         return None
     # The room a preemptor freed stays its own (plan() reads the earmark): kept in the record.
-    return tr.pend(j, j.reason, j.detail, pd.earmark, pd.earmark_gpus)
+    return tr.pend(j, j.reason, j.detail, *verdict[2:])

@@ -76,6 +76,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.down_since: dict[str, float] = {}     # node -> when this scheduler first saw its lease gone
         self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
+        self.queue = policy.classes.Queue()    # plan()'s request classes, kept from pass to pass
         self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
         self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
         self.batch: Batch | None = None      # what is staged for the next transaction (group commit)
@@ -335,7 +336,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         scheduler's work per trivial job (issue 12). The next pass with `reasons`, at most a tick
         later, writes them."""
         started = time.monotonic()
-        p = policy.plan(self.snapshot(now), self.cfg)
+        p = policy.plan(self.snapshot(now), self.cfg, queue=self.queue)
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded

@@ -1,6 +1,8 @@
 """What one pass of the policy (or the budgets' stop policy) decided, as plain data. `applier.apply_plan`
 applies it, for the daemon, the bookkeeper and the simulator alike."""
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +65,76 @@ class Pending:
     earmark_gpus: tuple[str, ...] = ()
 
 
+Verdict = tuple[str, str, str, tuple[str, ...]]    # a Pending's fields after job_id: reason, detail, earmark, GPUs
+
+
+class Pendings(Sequence[Pending]):
+    """`Plan.pending` as plan() returns it: the jobs judged one by one (`Pending`s) and the runs of
+    a request class that took one verdict (ids, verdict), so that a pass over 100,000 alike-judged
+    jobs builds a few thousand runs, not 100,000 objects. It reads as a sequence of Pending (made
+    on first use); `runs()` gives (ids, verdict) without them (the applier's and the daemon's
+    walk). The order is not the priority order."""
+    __slots__ = ("_one", "_runs", "_all")
+
+    def __init__(self, one: Iterable[Pending] = (), runs: Iterable[tuple[Sequence[int], Verdict]] = ()) -> None:
+        self._one, self._runs = tuple(one), tuple(runs)
+        self._all: tuple[Pending, ...] | None = None
+
+    def runs(self) -> Iterator[tuple[Sequence[int], Verdict]]:
+        for pd in self._one:
+            yield (pd.job_id,), (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus)
+        yield from self._runs
+
+    def _pendings(self) -> tuple[Pending, ...]:
+        if self._all is None:
+            out = list(self._one)
+            new, put = object.__new__, _SETTERS
+            for ids, verdict in self._runs:
+                for i in ids:     # Pending(i, *verdict) without the frozen __init__'s setattr per field
+                    x = new(Pending)
+                    put[0](x, i)
+                    put[1](x, verdict[0])
+                    put[2](x, verdict[1])
+                    put[3](x, verdict[2])
+                    put[4](x, verdict[3])
+                    out.append(x)
+            self._all = tuple(out)
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self._one) + sum(len(ids) for ids, _ in self._runs)
+
+    def __iter__(self) -> Iterator[Pending]:
+        return iter(self._pendings())
+
+    def __getitem__(self, k: Any) -> Any:
+        return self._pendings()[k]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._pendings())
+
+    def __repr__(self) -> str:
+        return f"Pendings({self._pendings()!r})"
+
+
+_SETTERS = tuple(getattr(Pending, f.name).__set__ for f in fields(Pending))
+
+
+def pending_runs(pending: Sequence[Pending]) -> Iterable[tuple[Sequence[int], Verdict]]:
+    """(ids, verdict) of each run of `Plan.pending`, a Pendings or a plain sequence of Pending."""
+    if isinstance(pending, Pendings):
+        return pending.runs()
+    return (((pd.job_id,), (pd.reason, pd.detail, pd.earmark, pd.earmark_gpus)) for pd in pending)
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     places: tuple[Place, ...] = ()
     expires: tuple[Expire, ...] = ()
-    pending: tuple[Pending, ...] = ()
+    pending: Sequence[Pending] = ()       # a Pendings from plan(); any sequence of Pending is applied alike
     preempts: tuple[Preempt, ...] = ()
     starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
     cancels: tuple[Cancel, ...] = ()     # the stop policy's; policy.plan() gives none

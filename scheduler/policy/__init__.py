@@ -14,7 +14,7 @@ No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is 
 from .. import ledger, states
 from ..config import Config
 from ..model import Job, Snapshot
-from ..plan import Expire, Pending, Place, Plan, Preempt, Start
+from ..plan import Expire, Pending, Pendings, Place, Plan, Preempt, Start
 from ..units import fmt_at, fmt_size
 from . import capacity, classes, gang, preempt, priority
 from .backfill import Timelines
@@ -25,9 +25,10 @@ from .quota import Usage, over_alone
 __all__ = ["plan", "plan_per_job", "refusal", "expected_starts"]
 
 
-def plan(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
+def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
-    as `plan_per_job`, without looking at every blocked job one by one."""
+    as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
+    request-class index, kept from its last pass (queue.py); the plan is the same without it."""
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
@@ -35,8 +36,8 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
     p = _Pass(snap, cfg, running, deps)
     p.reserve_begins = _begins
     p.keep_earmarks(pending)
-    classes.run(p, waiting, cfg)
-    return Plan(tuple(p.places), tuple(expires), tuple(p.pending), tuple(p.preempts), tuple(p.starts))
+    classes.run(p, waiting, cfg, queue)
+    return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
 
 
 def plan_per_job(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
@@ -107,6 +108,7 @@ class _Pass:
         self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
         self.places: list = []
         self.pending: list = []
+        self.runs: list = []                  # (ids, verdict) of a class's jobs judged at once (classes.py)
         self.preempts: list = []
         self.starts: list = []
         self.placed: list[tuple[Job, str, tuple]] = []

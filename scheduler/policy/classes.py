@@ -20,11 +20,11 @@ draining) is a class of its own and never cached. A field a verdict starts to re
 """
 import heapq
 from dataclasses import fields
-from operator import attrgetter
 
 from .. import fairshare, states
 from ..plan import Pending, Place
 from . import priority
+from .queue import Queue
 
 
 def class_key(j) -> tuple:
@@ -75,9 +75,10 @@ def _walk_kind(waiting, draining) -> str:
     return "cached" if len(waiting) * alike >= MIN_JOBS_TO_CACHE * pairs else "plain"
 
 
-def run(p, waiting, cfg) -> None:
-    """Consider `waiting` in priority order on the pass `p` (a policy._Pass), class by class."""
-    kind = _walk_kind(waiting, p.draining)
+def run(p, waiting, cfg, queue: Queue | None = None) -> None:
+    """Consider `waiting` in priority order on the pass `p` (a policy._Pass), class by class;
+    `queue`: the caller's Queue, kept from its last pass (queue.py), else the classes are filed anew."""
+    kind = "merge" if queue is not None else _walk_kind(waiting, p.draining)
     if kind != "merge":
         order = priority.ordered(waiting, p.now, dict(p.snap.usage), cfg)
         if kind == "cached":
@@ -86,38 +87,31 @@ def run(p, waiting, cfg) -> None:
             for job in order:
                 p.consider(job)
         return
-    score, bursting = _scorer(waiting, p, cfg)
-    groups: dict = {}
-    draining = p.draining
-    for j in waiting:
-        # _own, inline: this loop runs over every waiting job
-        own = j.nodes > 1 or j.earmark or j.id in draining or j.deps and any(k == "singleton" for k, _ in j.deps)
-        group = ((("own", j.id) if own else class_key(j)), j.id in bursting)
-        jobs = groups.get(group)
-        if jobs is None:
-            groups[group] = [j]
-        else:
-            jobs.append(j)
-    keys, lists = [], []
-    for (key, _), jobs in groups.items():
-        jobs.sort(key=_ID)              # then stably by submit time: (submit time, id), the priority
-        jobs.sort(key=_SUBMIT_TIME)     # order within a class (plain keys sort faster than tuples)
-        keys.append(key)
-        lists.append(jobs)
-    _Walk(p, lists, keys, score).go()
+    queue = Queue() if queue is None else queue
+    w = cfg.priority
+    queue.sync(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, _group_key)
+    groups = list(queue.groups.values())
+    _Walk(p, [g.jobs for g in groups], [g.key[0] for g in groups], _scorer(p, cfg, queue.bursting),
+          [g.ids for g in groups]).go()
 
 
-_ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
+def _group_key(j, draining: bool) -> tuple:
+    """A job's class key, or ("own", id) for one judged on its own (_own, with `draining`: whether
+    its victims drain)."""
+    own = j.nodes > 1 or j.earmark or draining or j.deps and any(k == "singleton" for k, _ in j.deps)
+    return ("own", j.id) if own else class_key(j)
 
 
-def _scorer(waiting, p, cfg):
-    """The priority of a job, exactly priority.ordered's sum, term by term in the same order."""
+
+
+def _scorer(p, cfg, bursting):
+    """The priority of a job, exactly priority.ordered's sum, term by term in the same order
+    (`bursting`: the ids in a burst tail, priority.burst_tail)."""
     w = cfg.priority
     qw, aw, fw, bw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty
     qos = {q.name: q.priority * qw for q in cfg.qos}
     fs = fairshare.factors(dict(p.snap.usage), {a.name: a.share for a in cfg.accounts}) if fw else {}
     fs = {a: fw * v for a, v in fs.items()}
-    bursting = priority.burst_tail(waiting, w.burst_jobs, w.burst_window) if bw else ()
     per_s, now, sw = aw / (w.age_max or 1), p.now, w.short_job_weight
 
     def score(j) -> tuple:
@@ -127,7 +121,7 @@ def _scorer(waiting, p, cfg):
         if sw:
             s += sw * priority.short_factor(j, age, w)
         return (-s, j.submit_time, j.id)
-    return score, bursting
+    return score
 
 
 # How long a verdict judged without changing anything stays true (the property test checks each):
@@ -167,28 +161,23 @@ def _pending(i: int, rest: tuple, new=object.__new__, set_id=_SETTERS[0]):
     return x
 
 
-def _pendings(ids: list, rest: tuple, new=object.__new__, set_id=_SETTERS[0]) -> list:
-    """`_pending(i, rest)` for each id in a class's run, inline."""
-    out = []
-    for i in ids:
-        x = new(Pending)
-        set_id(x, i)
-        for put, v in rest:
-            put(x, v)
-        out.append(x)
-    return out
-
-
 class _Walk:
-    """The merge over the classes in priority order, with the verdict cache: a class whose verdict
-    still holds takes its whole run (its jobs ahead of every other class's next job) at once."""
+    """The merge over the classes in priority order, with the verdict cache. A class whose verdict
+    holds in the present state is *parked*: it leaves the merge and its jobs take the verdict as a
+    run, up to the next change of state (or the end), so that once the state stops changing the
+    walk costs a look per class, not per job. Parking pays only while the state is quiet: a change
+    sends every parked class back into the merge (their next jobs may be judged otherwise), so the
+    walk parks only once it has taken a class's worth of turns without a change."""
 
-    def __init__(self, p, lists, keys, score):
-        self.p, self.lists, self.keys, self.score = p, lists, keys, score
+    def __init__(self, p, lists, keys, score, ids=()):
+        self.p, self.lists, self.keys, self.score, self.ids = p, lists, keys, score, ids
         self.at = [0] * len(lists)          # next job of each class
         self.heads = [(score(jobs[0]), i) for i, jobs in enumerate(lists)]
+        # The largest GPUs and CPUs any waiting job needs (Usage.tight after an admission).
+        self.most = (max((jobs[0].total_gpus for jobs in lists), default=0),
+                     max((jobs[0].cpus * jobs[0].nodes for jobs in lists), default=0))
         heapq.heapify(self.heads)
-        self.cache: dict = {}               # class key -> (state version, kind, stamp, _rest(verdict))
+        self.cache: dict = {}               # class key -> (state version, kind, stamp, _rest(verdict), verdict)
         self.admitted: dict = {}            # ("a", account) / ("u", user) / ("t", array): admissions so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
@@ -210,36 +199,113 @@ class _Walk:
         return (len(p.preempts), len(p.starts), id(p.blocker), len(p.no_victims), p.free.grown)
 
     def _valid(self, key, version, job):
-        """The cached verdict of `job`'s class if it still holds (`job`: the class's next job)."""
+        """The cache entry of `job`'s class if its verdict still holds (`job`: the class's next job)."""
         hit = self.cache.get(key)
         if hit is None:
             return None
         if hit[0] == version or hit[1] == _STATIC:
-            return hit[3]
+            return hit
         if (hit[1] == _CAPS and hit[2] == self._stamp(key)
                 or hit[1] == _ROOM and hit[2] == self._room_stamp() and self.p.usage.blocked(job) is None):
             # Holds in this state, which nothing changes until the version does: the next jobs of
             # the class at this version need no stamp.
-            self.cache[key] = (version,) + hit[1:]
-            return hit[3]
+            hit = self.cache[key] = (version,) + hit[1:]
+            return hit
         return None
 
     def go(self) -> None:
-        p, heads, lists, at = self.p, self.heads, self.lists, self.at
-        version = p.version()
+        p, heads, lists, at, ids, score = self.p, self.heads, self.lists, self.at, self.ids, self.score
+        version, room = p.version(), self._room_stamp()
+        static: dict = {}       # class -> verdict that holds for the whole pass (gates)
+        self.parked: dict = {}  # class -> (verdict, kind, dims): holds until a change that concerns it
+        self.dims: dict = {}    # (kind, "a", account) / ("u", user) / ("t", array) -> parked classes
+        self.full: set = set()  # parked classes whose verdict holds only while nothing changes
+        self.churn = 0          # classes the last change sent back into the merge
+        quiet = 0               # turns since then
         while heads:
-            i = heapq.heappop(heads)[1]
+            s, i = heapq.heappop(heads)
             jobs, key = lists[i], self.keys[i]
-            rest = self._valid(key, version, jobs[at[i]])
-            if rest is None:
-                version = self._judge(jobs[at[i]], key, version)
-                at[i] += 1
-            else:
+            hit = self._valid(key, version, jobs[at[i]])
+            if hit is not None:
+                if hit[1] == _STATIC:
+                    static[i] = hit[4]
+                    continue
+                if quiet >= self.churn:
+                    self._park(i, key, hit)
+                    continue
                 end = self._run_end(i, heads[0][0] if heads else None)
-                p.pending += _pendings([j.id for j in jobs[at[i]:end]], rest)
+                p.runs.append((ids[i][at[i]:end], hit[4]))
                 at[i] = end
+                quiet += 1
+            else:
+                job = jobs[at[i]]
+                now = self._judge(job, key, version)
+                at[i] += 1
+                quiet += 1
+                if now != version:
+                    version = now
+                    changed_room = room != self._room_stamp()
+                    if changed_room:
+                        room = self._room_stamp()
+                    went = self._unpark(s, job if p.places and p.places[-1].job_id == job.id else None, changed_room,
+                                        version)
+                    if went:
+                        self.churn, quiet = went, 0
             if at[i] < len(jobs):
-                heapq.heappush(heads, (self.score(jobs[at[i]]), i))
+                heapq.heappush(heads, (score(jobs[at[i]]), i))
+        for i, verdict in (*((i, v[0]) for i, v in self.parked.items()), *static.items()):
+            if at[i] < len(lists[i]):
+                p.runs.append((ids[i][at[i]:], verdict))
+
+    def _park(self, i: int, key, hit) -> None:
+        """Class i leaves the merge with its verdict, which holds until a change concerns it."""
+        kind = hit[1]
+        dims = ((kind, "a", key[1]), (kind, "u", key[2])) + (((kind, "t", key[16]),) if key[16] is not None else ())
+        self.parked[i] = (hit[4], kind, dims)
+        if hit[1] == _FULL:
+            self.full.add(i)
+        for d in dims:
+            mine = self.dims.get(d)
+            if mine is None:
+                self.dims[d] = {i}
+            else:
+                mine.add(i)
+
+    def _unpark(self, limit, placed, changed_room: bool, version) -> int:
+        """The state changed at the job whose priority is `limit` (`placed`: that job, if it was
+        admitted). The parked classes whose verdict may no longer hold go back into the merge at their
+        next job after it; their jobs before it take the verdict. Which may not hold (_valid's rules):
+        a verdict that read anything changeable, at any change; any other, when preemptions,
+        reservations, the blocker, victims found or returned room changed; a cap (or, with
+        guarantees, no room) when the admitted job shares its account, user or array; no room, when
+        it shares its array, or its account or user is near a cap. Returns how many went back."""
+        parked = self.parked
+        if changed_room:
+            gone = [i for i, v in parked.items() if v[1] != _STATIC]
+        else:
+            gone = list(self.full)
+            if placed is not None:
+                u = self.p.usage
+                near = u.tight(placed.account, placed.user, *self.most)
+                for kind in (_CAPS, _ROOM):
+                    for d in ("a", placed.account), ("u", placed.user), ("t", placed.array_id):
+                        if kind == _ROOM and not near and d[0] != "t":
+                            continue
+                        for i in self.dims.get((kind, *d), ()):
+                            if self._valid(self.keys[i], version, self.lists[i][self.at[i]]) is None:
+                                gone.append(i)
+        at, ids, heads, runs = self.at, self.ids, self.heads, self.p.runs
+        for i in set(gone):
+            verdict, _, dims = parked.pop(i)
+            self.full.discard(i)
+            for d in dims:
+                self.dims[d].discard(i)
+            end = self._run_end(i, limit)
+            runs.append((ids[i][at[i]:end], verdict))
+            at[i] = end
+            if end < len(self.lists[i]):
+                heapq.heappush(heads, (self.score(self.lists[i][end]), i))
+        return len(gone)
 
     def one_by_one(self, order) -> None:
         """The jobs in priority order, one at a time, with the verdict cache but no merge: for a
@@ -250,11 +316,11 @@ class _Walk:
             own = (job.nodes > 1 or job.earmark or job.id in draining      # _own, inline
                    or job.deps and any(k == "singleton" for k, _ in job.deps))
             key = ("own", job.id) if own else class_key(job)
-            rest = valid(key, version, job)
-            if rest is None:
+            hit = valid(key, version, job)
+            if hit is None:
                 version = judge(job, key, version)
             else:
-                p.pending.append(_pending(job.id, rest))
+                p.pending.append(_pending(job.id, hit[3]))
 
     def _run_end(self, i: int, limit) -> int:
         """The end of class i's run: its jobs that come before `limit` (the next job of any other
@@ -289,5 +355,5 @@ class _Walk:
             if kind == _CAPS and verdict[0] in ROOM and not p.usage.guarantees:
                 kind = _ROOM
             stamp = self._stamp(key) if kind == _CAPS else self._room_stamp() if kind == _ROOM else None
-            self.cache[key] = (version, kind, stamp, _rest(verdict))
+            self.cache[key] = (version, kind, stamp, _rest(verdict), tuple(verdict) + _DEFAULTS[1 + len(verdict):])
         return version

@@ -96,6 +96,20 @@ class Usage:
                 return hit
         return None
 
+    def tight(self, account: str, user: str, gpus: int, cpus: int) -> bool:
+        """Whether an account or user cap of `account` or `user` could stop a job that needs at most
+        `gpus` GPUs and `cpus` CPUs now (throttles aside). False is a promise that `blocked` passes
+        every such job of theirs that passed it before: classes.py asks this after an admission
+        instead of asking `blocked` again for each class of the account and the user."""
+        acct = self.cfg.account_named(account) if account in self.capped else None
+        if acct is not None and (_near(acct, self.jobs[account], self.gpus[account], self.cpus[account], gpus, cpus)
+                                 or acct.borrow_limit is not None
+                                 and self.gpus[account] + gpus > acct.guarantee + acct.borrow_limit):
+            return True
+        cap = self.cfg.user_named(user) if self.user_caps else None
+        return cap is not None and _near(cap, self.user_jobs[user], self.user_gpus[user], self.user_cpus[user],
+                                         gpus, cpus)
+
     def protected_for(self, job: Job):
         """(reason, detail) when the job's GPUs would eat into capacity protected for a higher QoS."""
         if not self.protected or not job.gpus:
@@ -124,6 +138,13 @@ def _over(cap, who: str | tuple, jobs: int, gpus: int, cpus: int, job: Job, r_jo
     if cap.max_cpus is not None and cpus + need_c > cap.max_cpus:
         return r_cpus, f"{_who(who)} holds {cpus} CPUs, needs {need_c} more, max_cpus={cap.max_cpus}"
     return None
+
+
+def _near(cap, jobs: int, gpus: int, cpus: int, need_g: int, need_c: int) -> bool:
+    """_over's test with the largest needs."""
+    return (cap.max_running is not None and jobs + 1 > cap.max_running
+            or cap.max_gpus is not None and gpus + need_g > cap.max_gpus
+            or cap.max_cpus is not None and cpus + need_c > cap.max_cpus)
 
 
 def _who(who: str | tuple) -> str:

@@ -259,8 +259,8 @@ def test_a_stale_placement_is_rejected_by_the_applier_not_written(conns, monkeyp
     submit(r, "alice", BODY, "b")
     real = policy.plan
 
-    def stale(snap, cfg):
-        p = real(snap, cfg)
+    def stale(snap, cfg, **kw):
+        p = real(snap, cfg, **kw)
         return Plan(places=(Place(2, "n1", (held,), (), (), 0),), pending=p.pending, starts=p.starts)
     monkeypatch.setattr(daemon.policy, "plan", stale)
     s.metrics = Metrics("127.0.0.1:0")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from labq.scheduler import policy, states
-from labq.scheduler.policy import classes
+from labq.scheduler.policy import classes, queue
 from tests.harness import ClusterBuilder, G, cfg
 
 CONFIG = """
@@ -215,4 +215,72 @@ def test_a_no_room_verdict_is_judged_again_once_an_admission_reaches_a_cap(monke
     reasons = {p.job_id: p.reason for p in got.pending}
     assert [p.job_id for p in got.places] == [4]
     assert reasons[3] == states.RESOURCES and reasons[5] == states.ACCOUNT_JOB_LIMIT
+    same(got, policy.plan_per_job(b.build(), c))
+
+
+def _changed(snap, data):
+    """The next pass's snapshot: some pending jobs gone (admitted, cancelled), some replaced (a new
+    reason, a new shape or submit time), some new (alike or not), and maybe a preemptor's victims
+    draining: what a kept Queue must follow."""
+    pending = [j for j in snap.jobs if j.state == states.PENDING]
+    others = [j for j in snap.jobs if j.state != states.PENDING]
+    nxt = max((j.id for j in snap.jobs), default=0) + 1000
+    out = []
+    for j in pending:
+        what = data.draw(st.sampled_from(["keep"] * 12 + ["drop", "reason", "shape", "time", "twin"]))
+        if what == "drop":
+            continue
+        if what == "reason":
+            j = replace(j, reason=states.PRIORITY, detail=f"seen at {nxt}")
+        elif what == "shape":
+            j = replace(j, gpus=data.draw(st.sampled_from([0, 1, 2])), cpus=data.draw(st.sampled_from([1, 4])))
+        elif what == "time":
+            j = replace(j, submit_time=j.submit_time + data.draw(st.sampled_from([-700.0, -1.0, 1.0, 300.0])))
+        elif what == "twin":
+            out.append(replace(j, id=nxt, submit_time=j.submit_time + data.draw(st.sampled_from([0.0, 5.0]))))
+            nxt += 1
+        out.append(j)
+    if out and data.draw(st.booleans()):
+        ran = [k for k, j in enumerate(others) if j.state == states.RUNNING]
+        if ran:
+            k = data.draw(st.sampled_from(ran))
+            others[k] = replace(others[k], state=states.PREEMPTING, preempted_for=data.draw(st.sampled_from(out)).id)
+    return replace(snap, jobs=tuple(others + out))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(scenes(), st.data())
+def test_a_kept_queue_decides_as_the_per_job_pass_as_the_queue_changes(monkeypatch, scene, data):
+    """The daemon's Queue (queue.py), kept from pass to pass, over a few passes with jobs gone,
+    changed and new between them; burst tails on (small burst_jobs) so they are kept too."""
+    snap, c = scene
+    if data.draw(st.booleans()):
+        monkeypatch.setattr(queue, "REBUILD_SHARE", 2.0)    # every change filed one by one
+    burst = data.draw(st.sampled_from([(0, 600.0), (1, 600.0), (2, 60.0), (3, 6000.0), (100, 600.0)]))
+    c = replace(c, priority=replace(c.priority, burst_jobs=burst[0], burst_window=burst[1]))
+    q = classes.Queue()
+    for _ in range(4):
+        same(policy.plan(snap, c, queue=q), policy.plan_per_job(snap, c))
+        snap = _changed(snap, data)
+        if data.draw(st.integers(0, 9)) == 0:     # the burst settings changed (a reload)
+            c = replace(c, priority=replace(c.priority, burst_jobs=c.priority.burst_jobs + 1))
+
+
+def test_a_parked_no_room_verdict_is_judged_again_once_an_admission_reaches_a_cap(always_grouped):
+    """As above, with X1's class parked (a second job of it, X1b, took the verdict before B's
+    admission): the admission must send it back, so that X2 meets the cap."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-40)   # takes the one reservation
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-30)               # X1
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-25)               # X1b
+    b.job(gpus=1, cpus=1, time_limit=600, account="phi", user="carol", submit_offset=-20)  # B
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=0)                 # X2
+    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=2,
+                          limit=100000))
+    got = policy.plan(b.build(), c)
+    reasons = {p.job_id: p.reason for p in got.pending}
+    assert [p.job_id for p in got.places] == [5]
+    assert reasons[3] == reasons[4] == states.RESOURCES and reasons[6] == states.ACCOUNT_JOB_LIMIT
     same(got, policy.plan_per_job(b.build(), c))

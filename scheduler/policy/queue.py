@@ -1,0 +1,151 @@
+"""The waiting jobs by request class, kept from pass to pass: what plan()'s class walk (classes.py)
+reads instead of grouping and sorting every waiting job on every pass.
+
+A `Queue` holds, for each (class key, burst flag), that class's jobs in their priority order within
+the class (submit time, id), and each user's burst tail (priority.burst_tail). Neither depends on
+`now`, so a pass only files what changed since the last: `sync` compares the waiting jobs with the
+ones it holds by identity (a job changes by being replaced: records are frozen), re-files the new and
+changed ones, drops the gone ones, and recomputes the burst tail of the users they belong to. A
+class's constant terms of the priority (QoS, fair share) are the walk's, per pass.
+
+It is a cache: plan() decides exactly as without it (tests/property/test_plan_classes.py runs
+plan() with one Queue over a sequence of changing snapshots against plan_per_job). The daemon keeps
+one for its passes; a caller without one gets a fresh Queue per pass.
+"""
+from bisect import bisect_left
+from operator import attrgetter
+
+from ..model import Job
+from . import priority
+
+_ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
+# Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting
+# jobs are new or changed.
+REBUILD_SHARE = 0.25
+
+
+def _order(j: Job) -> tuple:
+    return (j.submit_time, j.id)
+
+
+class Group:
+    """One class's waiting jobs (and their ids) in (submit time, id) order."""
+    __slots__ = ("key", "jobs", "ids")
+
+    def __init__(self, key: tuple, jobs: list[Job]) -> None:
+        self.key, self.jobs, self.ids = key, jobs, [j.id for j in jobs]
+
+    def add(self, j: Job) -> None:
+        at = bisect_left(self.jobs, _order(j), key=_order)
+        self.jobs.insert(at, j)
+        self.ids.insert(at, j.id)
+
+    def drop(self, j: Job) -> None:
+        at = bisect_left(self.jobs, _order(j), key=_order)
+        del self.jobs[at], self.ids[at]
+
+
+class Queue:
+    """Waiting jobs by (class key, burst flag). `own(j)` says which jobs are classes of their own
+    (classes._own: it reads the pass's draining preemptors, so a change to those re-files them)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.jobs: dict[int, Job] = {}            # id -> the job as last filed
+        self.where: dict[int, tuple] = {}         # id -> its group's key
+        self.groups: dict[tuple, Group] = {}
+        self.users: dict[str, list[Job]] = {}     # user -> waiting jobs in (submit time, id) order
+        self.bursting: set[int] = set()           # ids in their user's burst tail
+        self.tails: dict[str, set[int]] = {}      # user -> those of the user's
+        self.draining: frozenset = frozenset()
+        self.burst: tuple | None = None           # (allowance, window), None: no burst penalty
+
+    def sync(self, waiting: list[Job], draining, burst: tuple | None, key) -> None:
+        """File `waiting` (this pass's waiting jobs); `key(j, own)`: a job's group key without the
+        burst flag."""
+        draining = frozenset(draining)
+        known = self.jobs
+        changed = [j for j in waiting if known.get(j.id) is not j]
+        if burst != self.burst or len(changed) > REBUILD_SHARE * len(waiting):
+            return self._rebuild(waiting, draining, burst, key)
+        gone = [known[i] for i in known.keys() - {j.id for j in waiting}] \
+            if len(known) + sum(1 for j in changed if j.id not in known) != len(waiting) else []
+        if draining != self.draining:
+            # Whether a job is a class of its own reads the draining preemptors: re-file who changed.
+            skip = {j.id for j in changed} | {j.id for j in gone}
+            changed += [known[i] for i in (draining ^ self.draining) & known.keys() if i not in skip]
+            self.draining = draining
+        users = set()
+        for j in gone + [known[j.id] for j in changed if j.id in known]:
+            self._unfile(j)
+            users.add(j.user)
+        for j in changed:
+            known[j.id] = j
+            mine = self.users.setdefault(j.user, [])
+            mine.insert(bisect_left(mine, _order(j), key=_order), j)
+            users.add(j.user)
+        refile = {j.id: j for j in changed}
+        if burst is not None:
+            for u in users:
+                old, new = self.tails.get(u, set()), priority.burst_tail(self.users.get(u, ()), *burst)
+                self.tails[u] = new
+                self.bursting -= old - new
+                self.bursting |= new
+                for i in old ^ new:
+                    if i in known and i not in refile:
+                        refile[i] = known[i]
+                        self._ungroup(known[i])
+        for j in refile.values():
+            self._group(j, key(j, j.id in draining))
+
+    def _rebuild(self, waiting: list[Job], draining: frozenset, burst: tuple | None, key) -> None:
+        self._reset()
+        self.draining, self.burst = draining, burst
+        self.jobs = {j.id: j for j in waiting}
+        self.bursting = priority.burst_tail(waiting, *burst) if burst is not None else set()
+        lists: dict[tuple, list[Job]] = {}
+        bursting = self.bursting
+        for j in waiting:
+            k = (key(j, j.id in draining), j.id in bursting)
+            self.where[j.id] = k
+            mine = lists.get(k)
+            if mine is None:
+                lists[k] = [j]
+            else:
+                mine.append(j)
+        for k, jobs in lists.items():
+            jobs.sort(key=_ID)              # then stably by submit time: (submit time, id), the order
+            jobs.sort(key=_SUBMIT_TIME)     # within a class (plain keys sort faster than tuples)
+            self.groups[k] = Group(k, jobs)
+        users: dict[str, list[Job]] = {}
+        for j in waiting:
+            users.setdefault(j.user, []).append(j)
+        for u, jobs in users.items():
+            jobs.sort(key=_ID)
+            jobs.sort(key=_SUBMIT_TIME)
+            self.tails[u] = {j.id for j in jobs if j.id in bursting}
+        self.users = users
+
+    def _unfile(self, j: Job) -> None:
+        self._ungroup(j)
+        del self.jobs[j.id]
+        mine = self.users[j.user]
+        del mine[bisect_left(mine, _order(j), key=_order)]
+
+    def _ungroup(self, j: Job) -> None:
+        k = self.where.pop(j.id)
+        g = self.groups[k]
+        g.drop(j)
+        if not g.jobs:
+            del self.groups[k]
+
+    def _group(self, j: Job, k: tuple) -> None:
+        k = (k, j.id in self.bursting)
+        self.where[j.id] = k
+        g = self.groups.get(k)
+        if g is None:
+            self.groups[k] = Group(k, [j])
+        else:
+            g.add(j)
