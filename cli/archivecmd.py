@@ -37,22 +37,29 @@ def _days(seconds: float) -> str:
 
 
 @click.command()
-@click.option("--since", help="Jobs that ended from this date (YYYY-MM-DD) or this long ago (30d).")
+@click.option("--since", help="Jobs that ended (entries written) from this date (YYYY-MM-DD) or this long ago (30d).")
 @click.option("--until", help="... up to this date or this long ago (default: now).")
 @click.option("--format", "fmt", default="csv", help="csv (default) or json.")
+@click.option("--what", default="jobs", help="jobs (default: acct's columns) or ledger (the budgets' entries).")
 @pass_ctx
-def export(ctx, since, until, fmt):
-    """Every ended job of a window, archived or not, one row each (acct's columns; times in epoch
-    seconds, money in the currency), streamed as CSV or a JSON array for the lab's own tools."""
+def export(ctx, since, until, fmt, what):
+    """Every ended job (or ledger entry) of a window, archived or not, one row each (jobs: acct's
+    columns; times in epoch seconds, money in the currency), streamed as CSV or a JSON array for the
+    lab's own tools."""
     from labq.scheduler.report import committed_by_job
 
     from .acct import _since
     if fmt not in FORMATS:
         raise UsageError(f"--format: expected csv or json, got {fmt!r}")
+    if what not in ("jobs", "ledger"):
+        raise UsageError(f"--what: expected jobs or ledger, got {what!r}")
     if not since:
         raise UsageError("--since: expected a date (YYYY-MM-DD) or how long ago (30d): the window to export")
     lo, hi = _since(since, "--since"), _since(until, "--until")
     c = ctx.client
+    if what == "ledger":
+        entries = (_entry(i, f) for i, f in c.read.ledger_stream(lo, hi if hi is not None else float("inf")))
+        return (_ledger_csv if fmt == "csv" else _ledger_json)(entries, sys.stdout)
     models = {g.uuid: g.model for n in c.nodes() for g in n.gpus}
     rows = c.read.acct_stream(lo, hi if hi is not None else float("inf"),
                               lambda jobs: committed_by_job(jobs, models, ctx.cfg))
@@ -95,5 +102,62 @@ def _json(rows, out) -> None:
     sep = "\n"
     for v in rows:
         out.write(sep + json.dumps(dict(zip(names, _values(v, keep, money, tags))), separators=(",", ":")))
+        sep = ",\n"
+    out.write("\n]\n")
+
+
+# -- --what ledger ------------------------------------------------------------------------------------
+# A ledger entry's fields depend on its type (a charge: budget, unit, amount, job, attempt, period; an
+# override or an import: their own): these columns first, the others as one JSON object.
+LEDGER_COLUMNS = ("id", "time", "type", "key", "budget", "unit", "amount", "job", "attempt", "period")
+
+
+def _entry(sid: str, fields: dict) -> dict:
+    """One entry as exported: its stream id, `time` (epoch seconds it was written: the `ts` field,
+    else the stream id's), `amount` in its unit (the currency, GPU- or CPU-hours), job and attempt
+    as numbers; the rest as Redis holds it (text)."""
+    f = dict(fields)
+    ts = f.pop("ts", None)
+    out = {"id": sid, "time": _number(ts) if ts not in (None, "") else int(sid.split("-")[0]) / 1000}
+    for name in LEDGER_COLUMNS[2:]:
+        if name in f:
+            out[name] = f.pop(name)
+    if "amount" in out:
+        amount = _number(out["amount"])
+        out["amount"] = amount / MICRO if isinstance(amount, (int, float)) else amount
+    for name in ("job", "attempt"):
+        if name in out:
+            out[name] = _number(out[name])
+    out.update(f)
+    return out
+
+
+def _number(text):
+    if isinstance(text, (int, float)):
+        return text
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        try:
+            return float(text)
+        except (TypeError, ValueError):
+            return text
+
+
+def _ledger_csv(entries, out) -> None:
+    import csv
+    w = csv.writer(out)
+    w.writerow([*LEDGER_COLUMNS, "other"])
+    for e in entries:
+        rest = {k: v for k, v in e.items() if k not in LEDGER_COLUMNS}
+        w.writerow([*("" if e.get(c) is None else e[c] for c in LEDGER_COLUMNS),
+                    json.dumps(rest, sort_keys=True, separators=(",", ":")) if rest else ""])
+
+
+def _ledger_json(entries, out) -> None:
+    out.write("[")
+    sep = "\n"
+    for e in entries:
+        out.write(sep + json.dumps(e, separators=(",", ":")))
         sep = ",\n"
     out.write("\n]\n")

@@ -205,6 +205,12 @@ class Archive:
     def ledger(self) -> list[tuple[str, dict]]:
         return [(sid, json.loads(f)) for sid, f in self.db.execute("SELECT stream_id, fields FROM ledger ORDER BY seq")]
 
+    def ledger_window(self, lo_ms: int, hi_ms: int):
+        """(stream id, fields) of the archived entries written in [lo_ms, hi_ms] (the stream id's
+        time), in chain order, read as they are written out (`labq admin export --what ledger`)."""
+        q = "SELECT stream_id, fields FROM ledger WHERE ms >= ? AND ms <= ? ORDER BY seq"
+        return ((sid, json.loads(f)) for sid, f in self.db.execute(q, (lo_ms, hi_ms)))
+
     def keys(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM ledger WHERE key != ''")}
 

@@ -94,6 +94,14 @@ class History:
         db = self._open()
         return db.ledger() if db else []
 
+    def ledger_window(self, lo_ms: int, hi_ms: int):
+        db = self._open()
+        if db is None:
+            return iter(())
+        if hasattr(db, "ledger_window"):
+            return db.ledger_window(lo_ms, hi_ms)
+        return ((sid, f) for sid, f in db.ledger() if lo_ms <= int(sid.split("-")[0]) <= hi_ms)   # pages: all
+
     def keys(self) -> set[str]:
         db = self._open()
         return db.keys() if db else set()

@@ -205,6 +205,24 @@ class Reader:
                 return out
             start = "(" + got[-1][0]
 
+    def ledger_stream(self, since: float, until: float, page: int = 10_000):
+        """(stream id, fields) of every ledger entry written in [since, until] (its stream id's time),
+        oldest first, one at a time: the archive's, then Redis's; an entry in both (a crash between
+        the archive's two steps) once. The archiver moves the oldest first, so the archive's entries
+        that Redis no longer holds all come before Redis's."""
+        lo, hi = int(since * 1000), int(min(until, 1e15) * 1000)
+        recent, start = [], str(lo)
+        while True:
+            got = self.r.xrange(self.k.ledger, start, str(hi), count=page)
+            recent += got
+            if len(got) < page:
+                break
+            start = "(" + got[-1][0]
+        if self.history is not None:
+            have = {i for i, _ in recent}
+            yield from ((i, f) for i, f in self.history.ledger_window(lo, hi) if i not in have)
+        yield from recent
+
     def ledger_keys(self) -> set[str]:
         keys = set(self.r.smembers(self.k.ledger_keys))
         return keys | self.history.keys() if self.history is not None else keys

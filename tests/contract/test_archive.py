@@ -279,6 +279,46 @@ def test_export_streams_every_ended_job_once_archived_or_not(redis_server, tmp_p
         assert p.returncode == 2 and why in p.stderr and p.stderr.count("\n") == 1 and not p.stdout, (bad, p.stderr)
 
 
+def test_export_of_the_ledger_streams_every_entry_once_archived_or_not(redis_server, tmp_path, archive_at):
+    """`labq admin export --what ledger`: every entry of the window, the archive's then Redis's, one
+    in both (a crash between the archive's two steps) once, in stream order; amounts in their unit."""
+    import csv
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import redis
+
+    from labq.scheduler.units import MICRO
+    from tests.harness import ROOT, SWEEP_TOML
+    r = redis_server.client()
+    r.flushall()
+    _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
+    entries = r.xrange(K.ledger)
+    assert len(entries) >= 6 and all(f["type"] == "charge" for _, f in entries)
+    Archiver(r, K, Archive(archive_at), keep=0, batch=4).step(T0 + 500)
+    Archive(archive_at).put_ledger(r.xrange(K.ledger, count=1))      # archived, not yet gone from Redis
+    assert 0 < r.xlen(K.ledger) < len(entries)
+    cfg_path = tmp_path / "labq.toml"
+    cfg_path.write_text(SWEEP_TOML + f'\n[history]\nurl = "{archive_at}"\n')
+    export = lambda *a: _cli(redis_server, cfg_path, "admin", "export", "--what", "ledger", *a)  # noqa: E731
+    rows = list(csv.DictReader(io.StringIO(export("--since", "2000-01-01"))))
+    assert [x["id"] for x in rows] == [i for i, _ in entries], "each entry once, in stream order"
+    assert [float(x["amount"]) for x in rows] == [int(f["amount"]) / MICRO for _, f in entries]
+    assert {x["type"] for x in rows} == {"charge"} and [x["job"] for x in rows] == [f["job"] for _, f in entries]
+    assert all(x["other"] == "" for x in rows) and all(float(x["time"]) > 0 for x in rows)
+    js = json.loads(export("--since", "2000-01-01", "--format", "json"))
+    assert [(d["id"], d["job"], d["amount"], d["budget"]) for d in js] == \
+        [(i, int(f["job"]), int(f["amount"]) / MICRO, f["budget"]) for i, f in entries]
+    assert export("--since", "2000-01-01", "--until", "2001-01-01", "--format", "json") == "[\n]\n"
+    p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", str(cfg_path), "admin", "export",
+                        "--since", "30d", "--what", "budgets"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "LABQ_REDIS_URL": redis_server.url, "PYTHONPATH": ROOT})
+    assert p.returncode == 2 and "--what: expected jobs or ledger" in p.stderr and p.stderr.count("\n") == 1
+
+
 def test_history_url_takes_sqlite_or_postgresql_and_names_what_else_is_wrong():
     import pytest
 
@@ -375,6 +415,8 @@ def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(c
     table = lambda rd, **kw: (sorted(rd.acct_table(0, float("inf"), **kw)[0]),  # noqa: E731 - acct's table
                               [j.id for j in rd.acct_table(0, float("inf"), **kw)[1]])
     assert table(b) == table(a) and len(table(a)[0]) == 3 and table(b, user="bob") == ([], [])
+    stream = lambda rd, lo=0: list(rd.ledger_stream(lo, float("inf")))  # noqa: E731 - admin export --what ledger
+    assert stream(b) == stream(a) and len(stream(a)) == 6 and stream(b, 4e9) == []
     assert list(b.acct_stream(0, float("inf"), lambda jobs: {})) == list(a.acct_stream(0, float("inf"), lambda jobs: {}))
     assert remote.broken_chain() == direct.broken_chain() == []
     assert {"acct", "ended", "jobs", "ledger", "keys", "verify"} <= set(asked) and asked.count("acct") >= 2
