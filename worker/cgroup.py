@@ -15,6 +15,7 @@ left to the runner's own watchdog. Only files are touched here; no psutil, no si
 """
 import contextlib
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -57,6 +58,12 @@ def v2_mount(mountinfo: str = "/proc/self/mountinfo") -> str | None:
     except OSError:
         return None
     return "/sys/fs/cgroup" if "/sys/fs/cgroup" in found else (found[0] if found else None)
+
+
+@functools.lru_cache(maxsize=1)
+def _this_mount() -> str | None:
+    """v2_mount() of this host, read once per process (a runner makes a JobCgroup per attempt)."""
+    return v2_mount()
 
 
 def own_cgroup(pid: int | str = "self") -> str | None:
@@ -234,7 +241,7 @@ class JobCgroup:
     def __init__(self, base: str, name: str, mount: str | None = None):
         self.base, self.name = base, name
         self.path = os.path.join(base, name)
-        self.mount = mount or v2_mount() or ""
+        self.mount = mount or _this_mount() or ""
         self.controllers = frozenset(_words(os.path.join(base, "cgroup.subtree_control")))
         self.mem_max: int | None = None
         self._home = ""

@@ -54,7 +54,9 @@ class Ending:
         proctree.signal_tree(pid, signal.SIGKILL)
         _, status, _ = os.wait4(pid, 0)
         self.proc.returncode = status      # reaped by us; keep Popen from waiting on it again
-        self._reap_all()
+        # Every process of the job was ours (born in its cgroup, subreaper): all reaped, its cgroup
+        # is empty and needs no other kill.
+        self.tree_gone = self._reap_all()
         end = time.time()
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = -sig if sig else os.WEXITSTATUS(status)
@@ -144,19 +146,20 @@ class Ending:
         except Exception:       # the original error is the one worth reporting
             log.exception("job %s: cleanup after a runner error failed", self.job.id)
 
-    def _reap_all(self) -> None:
-        """waitpid(-1) until no child is left: as subreaper we inherited the tree's orphans."""
+    def _reap_all(self) -> bool:
+        """waitpid(-1) until no child is left: as subreaper we inherited the tree's orphans. False
+        if some would not die within REAP_LIMIT."""
         give_up = time.monotonic() + REAP_LIMIT
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return True
             if pid:
                 continue
             if time.monotonic() > give_up:
                 log.error("job %s: children %s would not die", self.job.id, proctree.live_descendants())
-                return
+                return False
             proctree.signal_tree(None, signal.SIGKILL)    # something forked after the last sweep
             time.sleep(0.02)
 

@@ -215,10 +215,15 @@ def checkpoint_dir(s: Settings, job: Job, ident: Identity) -> str:
     """<spool>/checkpoints/<job id>: kept across attempts so a restart resumes; the user owns it,
     its parent is ours, so the user cannot swap it for a link."""
     base = os.path.join(s.spool, "checkpoints")
-    os.makedirs(base, mode=0o755, exist_ok=True)
     d = os.path.join(base, str(job.id))
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass        # a restart: the job's checkpoints are there
+    except FileNotFoundError:      # the first job of this spool
+        os.makedirs(base, mode=0o755, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o700)
     if ident.drop:
         os.chown(d, ident.pw.pw_uid, ident.pw.pw_gid, follow_symlinks=False)
     return d

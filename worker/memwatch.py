@@ -46,13 +46,17 @@ class Watchdog:
 def host_oom_kills(path: str = "/proc/vmstat") -> int | None:
     """The host's count of OOM kills since boot (Linux 4.13+), None where unreadable."""
     try:
-        with open(path, "rb") as f:
-            for line in f:
-                if line.startswith(b"oom_kill "):
-                    return int(line.split()[1])
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = b"\n" + os.read(fd, 1 << 16)      # /proc/vmstat: ~5 KB, generated whole on the first read
+        finally:
+            os.close(fd)
     except OSError:     # gone, or not ours to read: no answer, not an error
         return None
-    return None
+    at = text.find(b"\noom_kill ")
+    if at < 0:
+        return None
+    return int(text[at + 10:].split(b"\n", 1)[0])
 
 
 def monotonic_us() -> int:

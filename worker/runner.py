@@ -108,6 +108,7 @@ class Run(Ending):
         self.peak_rss, self.peak_pss, self.next_pss = 0, None, 0.0
         self.mem_limit = job.mem_limit or job.mem
         self.cg: cgroup.JobCgroup | None = None
+        self.tree_gone = False          # _finish reaped every process of the job: its cgroup is empty
         self.watchdog: memwatch.Watchdog | None = None
         self.table = procscan.ProcTable()
         self.kill_now: tuple[str, str] | None = None     # (stop reason, message) found by a tick
@@ -130,7 +131,7 @@ class Run(Ending):
             self._cleanup_after_error()
             raise
         finally:
-            if self.cg is not None:
+            if self.cg is not None and not self.tree_gone:
                 self.cg.kill()
             self.body["end_time"] = self.body["end_time"] or time.time()
             try:
@@ -218,7 +219,8 @@ class Run(Ending):
     def _release_cgroup(self) -> None:
         cg, self.cg = self.cg, None
         if cg is not None:
-            cg.kill()
+            if not self.tree_gone:
+                cg.kill()
             cg.remove()
 
     # -- watching ------------------------------------------------------------------------------

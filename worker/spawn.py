@@ -143,8 +143,12 @@ def native() -> bool:
 def _candidates(prog: str, env: dict) -> list[bytes]:
     """Where execvp would look for `prog`, in order (the child tries each, as the job's user)."""
     if "/" in prog:
-        return [os.fsencode(prog)]
-    return [os.fsencode(os.path.join(d or ".", prog)) for d in env.get("PATH", os.defpath).split(os.pathsep)]
+        return [_b(prog)]
+    return [_b(f"{d or '.'}/{prog}") for d in env.get("PATH", os.defpath).split(os.pathsep)]
+
+
+def _b(s: str) -> bytes:
+    return s.encode("utf-8", "surrogateescape")      # os.fsencode on Linux, without its checks
 
 
 def _above_stdio(fd: int, keep: list) -> int:
@@ -167,8 +171,8 @@ def _native(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: in
         if cgroup_procs:
             fds.append(os.open(os.path.dirname(cgroup_procs), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         drop = dict(uid=ident.pw.pw_uid, gid=ident.pw.pw_gid, groups=ident.groups) if ident.drop else {}
-        pid = _clone.spawn(_candidates(cmd[0], env), [os.fsencode(a) for a in cmd],
-                           [os.fsencode(f"{k}={v}") for k, v in env.items()], os.fsencode(workdir),
+        pid = _clone.spawn(_candidates(cmd[0], env), [_b(a) for a in cmd],
+                           [_b(f"{k}={v}") for k, v in env.items()], _b(workdir),
                            _above_stdio(nul, fds), _above_stdio(out_fd, fds), _above_stdio(err_fd, fds),
                            cgroup_fd=fds[1] if cgroup_procs else -1, umask=umask,
                            pdeathsig=int(signal.SIGKILL), **drop)
