@@ -1,6 +1,6 @@
 """The cost of watching one running job: CPU the runner itself uses per second of the job.
 
-A real runner (labq.worker.runner.run_job, in its own process as a slot forks one) watches a real job
+A real runner (labq.worker.runner.run_job, in a process of its own, with a slot runner's store) watches a real job
 tree (a shell and N sleeping children) against a private redis-server, with a GPU snapshot file
 rewritten every second as the agent's monitor does. Over a window that includes one PSS sample
 (every 30 s), the runner's own utime+stime (not its children's) divided by the wall time is the
@@ -103,7 +103,10 @@ def measure(window: float = 32.0, children: int = 4) -> dict:
         threading.Thread(target=_snapshots, args=(os.path.join(spool, "gpu.json"), gpu, stop), daemon=True).start()
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LABQ_REDIS_URL": url, "LABQ_NODE": "bench",
                "LABQ_SPOOL": spool, "LABQ_RUN_AS": "self", "LABQ_KILL_WAIT": "1", "PYTHONPATH": ROOT}
-        code = "from labq.worker.runner import run_job; run_job(1, 1)"
+        # As a slot runner runs it: in-process, its store's round trips on store/resp.py.
+        code = ("from labq.worker import launch; from labq.worker.runner import run_job; "
+                "from labq.scheduler.store.agentside import AgentStore; s = launch.Settings.from_environ(); "
+                "run_job(1, 1, s, None, AgentStore.open(s.redis_url, s.prefix, fast=True))")
         runner = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         end = time.monotonic() + 30
