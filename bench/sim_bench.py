@@ -6,6 +6,7 @@ scheduled (mean wait, mean JCT) so that two versions can be checked to agree.
                               [--timeout 300] [--out bench/results/sim.md] [--label after]
                               [--kth-processors 100,50,25]
                               [--pythonpath DIR]   # replay another checkout's labq (a `before` column)
+    SIM_BENCH_PROGRESS=1 python bench/sim_bench.py ...     # each replay's pace on stderr, every 10 % of its jobs
 
 Traces: the KTH SP2 log from ../shared/traces/ (each job's requested time as its limit) squeezed onto
 100, 50 and 25 processors; bench/gpu_trace.py's seeded 20,000-job GPU trace (generated into a temp
@@ -41,12 +42,25 @@ def one(trace: str, nodes: str, policy: str) -> dict:
     cluster = parse_nodes(nodes)
     cfg, hooks = sim.resolve(config_mod.Config(), policy)     # learned, sjf-oracle: their hooks too
     t0, c0 = time.perf_counter(), time.process_time()
-    res = sim.simulate(jobs, cluster, cfg, hooks=hooks)
+    pace = _progress(t0, c0) if os.environ.get("SIM_BENCH_PROGRESS") else None
+    res = sim.simulate(jobs, cluster, cfg, hooks=hooks, progress=pace)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rep = sim.report(res)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "passes": res.plan_calls, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"]}
+
+
+def _progress(t0: float, c0: float):
+    """Every 10 % of the jobs submitted: a line on stderr with wall and CPU so far (a long replay's pace)."""
+    step = [0.0]
+
+    def show(done: int, total: int) -> None:
+        if total and done / total >= step[0]:
+            step[0] += 0.1
+            print(f"  {done:,}/{total:,} jobs: {time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
+                  file=sys.stderr, flush=True)
+    return show
 
 
 def traces(tmp: str, cases, kth: str) -> dict:
@@ -67,11 +81,12 @@ def run(path: str, nodes: str, policy: str, timeout: int, pythonpath: str | None
     cmd = [sys.executable, os.path.abspath(__file__), "--one", path, nodes, policy]
     t0 = time.perf_counter()
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd="/")
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=timeout, env=env, cwd="/",
+                             stderr=None if env.get("SIM_BENCH_PROGRESS") else subprocess.PIPE)
     except subprocess.TimeoutExpired:
         return {"stopped": round(time.perf_counter() - t0)}
     if out.returncode:
-        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+        return {"error": ((out.stderr or "").strip().splitlines() or ["exit status %d" % out.returncode])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
