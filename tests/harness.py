@@ -4,7 +4,8 @@
 - pure policy: ClusterBuilder (snapshots), SWEEP_TOML, cfg, summarize(plan);
 - the daemon over a store, with the agent played by hand: K, CFG, FROZEN, BODY, setup, submit, reply, woke,
   job, finish;
-- the node side on a real redis-server: NODE, PY, put_job, runner_env, start_runner, run, events, finished,
+- the node side on a real redis-server: NODE, PY, put_job, runner_env, start_runner, start_hooked (a runner
+  held at one point by patched code, hold_until), run, events, finished,
   agent_config, queue;
 - end to end with real processes: E2E (a private stack per instance), E2E_CONFIG, E2E_MARKS.
 """
@@ -412,6 +413,19 @@ def start_runner(env, jid=1, attempt=1):
     code = (f"import json, sys; sys.path.insert(0, {ROOT!r}); from labq.worker.runner import run_job; "
             f"print(json.dumps(run_job({jid}, {attempt})))")
     return subprocess.Popen([PY, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_hooked(env, hooks: str, jid=1, attempt=1):
+    """A runner whose code is patched by `hooks` (Python run before run_job) to hold it at one
+    point of its path while the test breaks something: the interleaving is forced, not awaited."""
+    code = (f"import json, os, sys, time; sys.path.insert(0, {ROOT!r})\n{hooks}\n"
+            f"from labq.worker.runner import run_job\nprint(json.dumps(run_job({jid}, {attempt})))")
+    return subprocess.Popen([PY, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def hold_until(path):
+    """Hook code: wait until the test creates `path`."""
+    return f"\n    while not os.path.exists({str(path)!r}): time.sleep(0.01)"
 
 
 def run(env, jid=1, attempt=1, timeout=60):

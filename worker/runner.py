@@ -189,7 +189,10 @@ class Run(Ending):
         sent = time.monotonic()
         self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start, self.rank))
         if self.gpu.gpus:
-            self.gpu.tick((self.proc.pid,))     # the GPUs' counters at the start (energy is a delta)
+            # The GPUs' counters at the start (energy is a delta). What this first sample finds is
+            # alerted like any other: the GPU then counts as alerted, and no later tick would say it.
+            for alert in self.gpu.tick((self.proc.pid,)):
+                self._post("alert", alert)
         self._finish(self._watch())
 
     # -- limits --------------------------------------------------------------------------------
