@@ -142,9 +142,9 @@ class NodeEvents:
         on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
-        self.file_checkpoints = {j.id: ck for j, (_, ck) in zip(on_node, beats) if ck}
+        self.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
         lost, stops = [], []
-        for job, (hb, _) in zip(on_node, beats):
+        for job, (hb, _, claimed_at) in zip(on_node, beats):
             if job.parts:
                 hit = self._lost_part(job, up, now)
                 if isinstance(hit, str):       # a part no runner took: withdrawn, uncounted, uncharged
@@ -159,10 +159,12 @@ class NodeEvents:
             node = up.get(job.node)
             if node is not None and node.state != "down":
                 # A runner that claimed the attempt and went silent is lost too; its agent, alive,
-                # kills a runner that stops heart-beating (worker/agent.py) well within this.
-                if hb is None or now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
+                # kills a runner that stops heart-beating (worker/agent.py) well within this. One
+                # that claimed it and never beat is silent from its claim: it starts nothing once
+                # the lease it saw with the claim is over (worker/runner.py).
+                last = hb or claimed_at
+                if last is None or now - last <= self.cfg.node_lease + self.cfg.fence_margin:
                     continue
-                last = hb
             else:
                 if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
                     continue
@@ -182,7 +184,7 @@ class NodeEvents:
         a = job.current
         beats = self.store.attempt_heartbeats([(job.id, f"{a.attempt}.{r}" if r else a.attempt)
                                                for r in range(len(job.parts))])
-        for rank, ((name, _), (hb, _)) in enumerate(zip(job.parts, beats)):
+        for rank, ((name, _), (hb, _, _)) in enumerate(zip(job.parts, beats)):
             node = up.get(name)
             down = node is None or node.state == "down"
             gone = down and now - self.down_since.get(name, now) >= self.cfg.fence_margin

@@ -308,9 +308,10 @@ class Agent:
         s.started = now
 
     def _check_attempts(self) -> None:
-        """Kill the tree of an attempt runner that stopped heart-beating (SIGSTOPped, hung): its job
-        must not run on while the scheduler declares the attempt lost (node_lease + fence_margin
-        without a heartbeat). SIGKILL reaches a stopped process; its slot runner then reports it."""
+        """Kill the tree of an attempt runner that stopped heart-beating (SIGSTOPped, hung), or never
+        beat since its claim: its job must not run on while the scheduler declares the attempt lost
+        (node_lease + fence_margin without a heartbeat, or since the claim). SIGKILL reaches a
+        stopped process; its slot runner then reports it."""
         try:
             states = self.store.runners(self.name)
             running = [v.split()[1] for v in states.values() if v.startswith("running ")]

@@ -1,6 +1,7 @@
 """The end of an attempt (a mixin of runner.Run): reap the tree, measure it, classify the outcome
-(exit, timeout, stopped, OOM on evidence), write labq's line into the job's log, post `finished`.
-Every end-of-job reason the runner gives is named here."""
+(exit, timeout, stopped, OOM on evidence; or not started, fenced), write labq's line into the job's
+log, post `started` (late, after a Redis blip) and `finished`. Every end-of-job reason the runner
+gives is named here."""
 import contextlib
 import logging
 import os
@@ -22,6 +23,7 @@ POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the 
 # end-of-job reason the runner gives is here (and in end_message), nowhere else.
 OUTCOMES = {"timeout": "timeout", "cancelled": "cancelled", "preempted": "preempted", "shutdown": "preempted",
              "orphaned": "node_failure", "fenced": "node_failure", "runner_killed": "node_failure",
+             "fenced_start": "node_failure", "orphaned_start": "node_failure", "redis_lost": "node_failure",
              "gpu_lost": "node_failure", "oom": "oom", "gang_stop": "cancelled"}
 MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
              "shutdown": "preempted: the node agent is stopping (checkpoint signal, grace, requeued)",
@@ -29,6 +31,10 @@ MESSAGES = {"cancelled": "cancelled", "preempted": "preempted",
              "fenced": "the node's lease was about to lapse (agent stopped or cut off from Redis); "
                        "the job was killed so that it cannot run twice (fencing)",
              "runner_killed": "the job's runner was killed ({}); the job was killed with it (fencing)",
+             "fenced_start": "not started: the node's lease may have lapsed before the job could start "
+                             "(agent stopped or cut off from Redis); requeued (fencing)",
+             "orphaned_start": "not started: the node agent went away before the job could start; requeued (fencing)",
+             "redis_lost": "the node lost Redis ({}); the job was stopped and requeued",
              "gang_stop": "another node's part of the job ended; this part was killed (shared fate)"}
 # Stop reasons that kill at once, without the grace: the agent is gone, the limit is already exceeded,
 # the gang's attempt has ended (its room is free again: a part left running would overlap the next job).
@@ -163,9 +169,35 @@ class Ending:
             proctree.signal_tree(None, signal.SIGKILL)    # something forked after the last sweep
             time.sleep(0.02)
 
+    def _not_startable(self) -> bool:
+        """Fencing before the spawn: the lease may have lapsed by now (as far as the runner can
+        tell) or the agent is gone. Then nothing starts, and the attempt is a node failure: the
+        scheduler requeues it (as `error` it ended the job F without its having run)."""
+        why = "orphaned_start" if self.term.orphaned else "fenced_start" if time.monotonic() >= self.lease_until else ""
+        if why:
+            log.warning("job %s attempt %d not started: %s", self.job.id, self.n, end_message(why))
+            self.body.update(outcome="node_failure", message=end_message(why))
+        return bool(why)
+
+    def _announce(self) -> None:
+        """Post `started` (the attempt's first heartbeat too). Redis unreachable just then (a
+        restart, a blip) is no reason to stop a job that runs: the next tick posts it again, and
+        the lease the claim saw still bounds how long the job may run without Redis."""
+        try:
+            sent = time.monotonic()
+            self.lease_seen(sent, self.store.started(self.job.id, self.n, self.s.node, self.proc.pid, self.start,
+                                                     self.rank))
+            self.announced = True
+        except conn.ERRORS as e:
+            log.warning("job %s: cannot post started yet: %s", self.job.id, e)
+
     def _post_finished(self) -> None:
         for i in range(POST_TRIES):
             try:
+                if self.proc is not None and not self.announced:
+                    # `started` could not be posted (Redis was away): first, so that the attempt's
+                    # record has its start (a duplicate is a no-op for the scheduler).
+                    self._announce()
                 self.store.post("finished", self.job.id, self.n, self.s.node, self.body, self.slot)
                 return
             except conn.ERRORS as e:

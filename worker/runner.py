@@ -69,15 +69,18 @@ def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None
              term: waiting.Sigterm) -> dict:
     job, control = store.job_and_control(job_id, slot)
     why = fence(job, attempt, s.node)
-    pttl, env, rank = -2, (), 0
+    pttl, env, rank, sent = -2, (), 0, time.monotonic()
     if why is None:
         rank = gang.rank_of(job.attempts[-1], s.node) or 0
+        # The PTTL is read somewhere between sending and the reply: the lease lasts at least until
+        # `sent` + PTTL. Counted from the reply, a slow one would stretch it past its real end.
+        sent = time.monotonic()
         won, pttl, env = store.claim(job_id, attempt, s.node, os.getpid(), rank, job)
         if not won:
             why = "already claimed"      # by another runner, or withdrawn by the scheduler
-        elif pttl <= 0 and pttl != -1:
-            # Ours now, but the lease is gone: the scheduler requeues it once it sees that.
-            why = "the node's lease has lapsed"
+        # Won on a lapsed lease (PTTL -2): ours to report, not to run. Run.execute posts the node
+        # failure (exactly one `finished` per claimed attempt); silent, the attempt would stay R
+        # with no heartbeat, for as long as the scheduler did not see the node down.
     if why:
         log.warning("job %s attempt %s not run: %s", job_id, attempt, why)
         if slot is None:
@@ -85,7 +88,7 @@ def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None
         store.release_slot(slot)
         return {"ran": False, "reason": why, "released": True}
     run = Run(store, s, job, attempt, term, rank, slot)
-    run.lease_seen(time.monotonic(), pttl)
+    run.lease_seen(sent, pttl)
     run.control0, run.env = control, env
     return run.execute()
 
@@ -116,6 +119,7 @@ class Run(Ending):
         self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, self.part.gpus, s.node,
                                     s.idle_gpu_util, s.idle_gpu_after)
         self.oom0 = self.kmsg0 = None
+        self.announced = False          # the `started` post went through (a Redis blip may delay it)
         self.body = {"outcome": "error", "exit_code": None, "signal": None, "start_time": None,
                      "end_time": None, "usage": {}, "message": ""}
 
@@ -126,6 +130,11 @@ class Run(Ending):
             self._run()
         except launch.StartError as e:
             self.body["message"] = str(e)
+        except conn.ERRORS as e:
+            # Redis lost where the runner cannot carry on without it: the node's failure, not the
+            # job's (an `error` would end it F without its having run). Requeued.
+            self.body.update(outcome="node_failure", message=end_message("redis_lost", repr(e)))
+            self._cleanup_after_error()
         except BaseException as e:     # a bug, Redis gone, RQ's backstop timeout: never leave a tree behind
             self.body.update(outcome="error", message=f"runner failed: {e!r}")
             self._cleanup_after_error()
@@ -138,7 +147,7 @@ class Run(Ending):
                 self._post_finished()     # first: removing the cgroup waits for the kernel to empty it
             finally:
                 self._release_cgroup()
-        out = {"ran": True, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
+        out = {"ran": self.proc is not None, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
         return {**out, "released": True} if self.slot is not None else out
 
     def lease_seen(self, sent: float, pttl: int | None) -> None:
@@ -159,6 +168,8 @@ class Run(Ending):
             self.body.update(outcome=outcome, message=f"{outcome} before it started"
                              + (" (the node agent is stopping)" if self.term.got and early != "cancel" else ""))
             return
+        if self._not_startable():
+            return
         ident = self.ident = launch.identity(job, s)
         if len(self.part.nodes) > 1:
             self.part = gang.rendezvous(self.store, job.id, self.n, self.part, gang.node_addr(s.addr), RENDEZVOUS_S,
@@ -177,8 +188,8 @@ class Run(Ending):
             proctree.become_subreaper()
             self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             self._limits()
-            if time.monotonic() >= self.lease_until or self.term.orphaned:
-                raise launch.StartError("not started: the node's lease lapsed before the job could start")
+            if self._not_startable():
+                return
             self._spawn(cmd, env, ident, out_fd, err_fd)
         finally:
             os.close(out_fd)
@@ -186,8 +197,7 @@ class Run(Ending):
                 os.close(err_fd)
         self.start, self.t0 = start, time.monotonic()
         self.body["start_time"] = start
-        sent = time.monotonic()
-        self.lease_seen(sent, self.store.started(job.id, self.n, s.node, self.proc.pid, start, self.rank))
+        self._announce()
         if self.gpu.gpus:
             # The GPUs' counters at the start (energy is a delta). What this first sample finds is
             # alerted like any other: the GPU then counts as alerted, and no later tick would say it.
@@ -369,6 +379,9 @@ class Run(Ending):
         if self.gpu.lost and self.kill_now is None:
             self.kill_now = ("gpu_lost", f"GPU {self.gpu.lost} was lost (NVML); the job was stopped and requeued")
         self._tick_checkpoint()
+        if not self.announced:
+            self._announce()
+            return          # its post was this tick's heartbeat, or failed as one would
         try:
             sent = time.monotonic()
             self.lease_seen(sent, self.store.heartbeat(

@@ -106,7 +106,14 @@ class SlotRunner:
             self.current, self.busy = got, True
             try:
                 res = runner.run_job(*got, self.s, ref, self.store)
-            except Exception:       # a bug or Redis gone: the attempt's own cleanup has run
+            except conn.ERRORS:
+                # Redis lost before the attempt was surely ours (a claim whose reply never came may
+                # have won) or before its end was posted: the entry stays in this slot's list and
+                # this runner exits; the one the agent starts in its place runs the attempt if it is
+                # unclaimed, else ends it as a node failure. Dropped, a claimed attempt stayed R.
+                self._kill_tree()
+                raise
+            except Exception:       # a bug: the attempt's own cleanup has run
                 log.exception("slot %d: job %d attempt %d: runner failed", self.slot, *got)
                 res = {}
                 self._kill_tree()

@@ -223,9 +223,10 @@ class AgentStore:
         return self.r.hgetall(self.k.node_runners(node))
 
     def attempt_status(self, jid: int, attempt: int) -> tuple[str | None, float | None]:
-        """(claimed, last heartbeat) of an attempt."""
-        claimed, hb = self.r.hmget(self.k.attempt(jid, attempt), ["claimed", "hb"])
-        return claimed, float(hb) if hb else None
+        """(claimed, last sign of life) of an attempt: its last heartbeat, else when it was claimed
+        (a runner silent since its claim is as silent as one whose heartbeats stopped)."""
+        claimed, hb, at = self.r.hmget(self.k.attempt(jid, attempt), ["claimed", "hb", "claimed_at"])
+        return claimed, float(hb or at) if (hb or at) else None
 
     def reset_runners(self, node: str) -> None:
         self.r.delete(self.k.node_runners(node))

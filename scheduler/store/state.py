@@ -136,13 +136,13 @@ class SchedulerStore:
     def charged(self, key: str) -> bool:
         return bool(self.r.sismember(self.k.ledger_keys, key))
 
-    def attempt_heartbeats(self, attempts) -> list[tuple[float | None, float | None]]:
-        """(last heartbeat, newest checkpoint file the runner saw) of each (job, attempt); None where
-        no runner has claimed it yet, or no checkpoint was written."""
+    def attempt_heartbeats(self, attempts) -> list[tuple[float | None, float | None, float | None]]:
+        """(last heartbeat, newest checkpoint file the runner saw, when a runner claimed it) of each
+        (job, attempt); None where there is none yet (a withdrawal writes no claimed_at)."""
         p = self.r.pipeline(transaction=False)
         for jid, n in attempts:
-            p.hmget(self.k.attempt(jid, n), ["hb", "ckpt"])
-        return [(_float(hb), _float(ckpt)) for hb, ckpt in p.execute()]
+            p.hmget(self.k.attempt(jid, n), ["hb", "ckpt", "claimed_at"])
+        return [(_float(hb), _float(ckpt), _float(at)) for hb, ckpt, at in p.execute()]
 
     # -- durability (scheduler/durability.py) -------------------------------------------------
     def aof_enabled(self) -> bool | None:

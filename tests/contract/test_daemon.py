@@ -133,6 +133,21 @@ def test_a_claimed_attempt_is_never_withdrawn(conns):
     assert job(r, 1).state == states.RUNNING and len(job(r, 1).attempts) == 1
 
 
+def test_an_attempt_claimed_and_never_started_is_lost_a_lease_and_margin_after_its_claim(conns):
+    """A runner that won the claim and then died or stopped before `started` leaves no heartbeat,
+    and its node stays up: the attempt is lost from its claim on, like a silent runner's from its
+    last beat. It stayed `R` forever (the test_fencing run where Redis restarted mid-dispatch)."""
+    r, s, now = one_admitted(conns)
+    r.hset(K.attempt(1, 1), mapping={"claimed": "n1:123", "claimed_at": now + 1})
+    s.tick(now + 1 + CFG.node_lease + CFG.fence_margin)
+    assert len(job(r, 1).attempts) == 1 and job(r, 1).attempts[0].outcome is None
+    s.tick(now + 2 + CFG.node_lease + CFG.fence_margin)
+    j = job(r, 1)
+    a = j.attempts[0]
+    assert a.outcome == "node_failure" and a.end_time == now + 1 and j.restart_count == 1, a
+    assert j.state == states.RUNNING and len(j.attempts) == 2, "requeued, and placed again on the node (still up)"
+
+
 def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns):
     r, s, now = one_admitted(conns)
     r.hset(K.attempt(1, 1), "claimed", "n1:123")

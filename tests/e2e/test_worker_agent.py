@@ -194,3 +194,63 @@ def test_a_runners_successor_ends_the_attempt_it_died_with_at_once(redis_server,
     finally:
         a.stop()
         t.join(60)
+
+
+def test_a_claim_whose_reply_was_lost_with_redis_stays_in_the_slot_for_the_next_runner(redis_server, real_redis,
+                                                                                       tmp_path):
+    """Redis restarted between executing a runner's claim and answering it: the runner sees an
+    error and cannot know whether the attempt is its own. It used to drop the slot's entry (once
+    Redis answered again) and take the next: the attempt stayed claimed by a live runner that never
+    ran it and never said so, `R` with no heartbeat. Now the entry stays and the runner exits; the
+    one the agent starts in its place ends the attempt as a node failure (requeued)."""
+    from dataclasses import asdict
+
+    from labq.worker import launch
+    marker = tmp_path / "ran"
+    put_job(real_redis, jid=33, argv=("/bin/sh", "-c", f"touch {marker}"), workdir=str(tmp_path))
+    send(real_redis, 33)
+    settings = asdict(launch.Settings(redis_server.url, node=NODE, spool=str(tmp_path / "spool"), run_as="self",
+                                      kill_wait=1.0))
+    hooks = ("import redis\nfrom labq.scheduler.store.agentside import AgentStore as A\n_claim = A.claim\n"
+             "def claim(*a, **kw):\n    _claim(*a, **kw)\n    raise redis.ConnectionError('the reply was lost')\n"
+             "A.claim = claim")
+    code = f"import sys; sys.path.insert(0, {ROOT!r})\n{hooks}\nfrom labq.worker.slot import main\nsys.exit(main())"
+    slot = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        slot.stdin.write(json.dumps({**settings, "slot": 0, "agent_pid": os.getpid()}) + "\n")
+        slot.stdin.close()
+        # It either exits (the entry kept) or goes idle again (the entry dropped).
+        wait_for(lambda: slot.poll() is not None or not (real_redis.llen(K.dispatch(NODE)) or
+                                                          real_redis.llen(K.dispatch_slot(NODE, 0))), 60,
+                 what="the runner to give the attempt up")
+        assert real_redis.lrange(K.dispatch_slot(NODE, 0), 0, -1) == ["33:1"], "the entry stays for the next runner"
+        assert slot.wait(30) == 1
+    finally:
+        slot.kill()
+        slot.wait()
+    a = Agent(agent_config(tmp_path, slots=1), redis_server.url, stop_timeout=5)
+    t = threading.Thread(target=a.run, daemon=True)
+    t.start()
+    try:
+        body = wait_for(lambda: [e["body"] for e in events(real_redis, "finished")], timeout=30,
+                        what="the attempt ended")[0]
+        assert body["outcome"] == "node_failure" and f"pid {slot.pid}" in body["message"], body
+        assert not marker.exists()
+    finally:
+        a.stop()
+        t.join(60)
+
+
+def test_the_agent_kills_a_runner_silent_since_its_claim(redis_server, real_redis, tmp_path):
+    """A runner stopped (or hung) after its claim and before `started` writes no heartbeat: the agent
+    counts its silence from the claim, as the scheduler does, and kills it (with whatever it had
+    spawned) once that outlasts the lease. It was never checked: with no heartbeat there was no age."""
+    victim = subprocess.Popen(["sleep", "60"])       # stands for the silent runner
+    try:
+        real_redis.hset(K.node_runners(NODE), "0", f"running 35.1 pid={victim.pid} {time.time():.3f}")
+        real_redis.hset(K.attempt(35, 1), mapping={"claimed": f"{NODE}:{victim.pid}", "claimed_at": time.time() - 10})
+        Agent(agent_config(tmp_path, lease="3s"), redis_server.url)._check_attempts()
+        assert wait_for(lambda: victim.poll() is not None, 10, what="the silent runner killed") and victim.returncode == -9
+    finally:
+        victim.kill()
+        victim.wait()

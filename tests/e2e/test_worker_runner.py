@@ -9,13 +9,29 @@ import signal
 import subprocess
 import tempfile
 import threading
+import types
 
 import pytest
 
 from labq.scheduler import states
 from labq.scheduler.model import Job
 from labq.worker import launch
-from tests.harness import ME, NODE, PY, ROOT, K, events, finished, put_job, run, runner_env, start_runner, wait_for
+from tests.harness import (
+    ME,
+    NODE,
+    PY,
+    ROOT,
+    K,
+    events,
+    finished,
+    hold_until,
+    put_job,
+    run,
+    runner_env,
+    start_hooked,
+    start_runner,
+    wait_for,
+)
 
 ENV_DUMP = ("import json, os; print('ENV=' + json.dumps(dict(os.environ))); print('CWD=' + os.getcwd())")
 
@@ -295,3 +311,104 @@ def test_finished_is_posted_once_even_when_the_tree_is_killed_from_outside(real_
         p.kill()
     body = finished(real_redis)
     assert (body["outcome"], body["exit_code"], body["signal"]) == ("exit", -9, 9)
+
+
+# -- Redis and the lease failing between the claim and the job's start (issue 12) ----------------
+def test_redis_gone_as_the_job_starts_does_not_fail_it(tmp_path):
+    """Redis restarted mid-dispatch (tests/e2e/test_fencing.py once ended a job `F` this way):
+    the runner spawned the job, then its `started` post found Redis gone. That was taken for a
+    runner bug: the job was killed and its attempt posted as `error`, so the job failed without
+    having run. A Redis blip shorter than the lease must not touch the job: it runs on, and
+    `started` is posted once Redis is back."""
+    from labq.cli.embedded import Stack
+    from labq.scheduler.store import conn
+    d = tempfile.mkdtemp(prefix="labq-rr-", dir="/tmp")
+    stack = Stack(d, None)
+    try:
+        url = stack.start_redis()          # appendonly, fsync always: the restart keeps every write
+        r = conn.connect(url)
+        marker = tmp_path / "ran"
+        put_job(r, argv=("/bin/sh", "-c", f"echo ran > {marker}"), workdir=str(tmp_path))
+        spawned, go, tried = tmp_path / "spawned", tmp_path / "go", tmp_path / "tried"
+        hooks = ("import labq.worker.spawn as S\nfrom labq.scheduler.store.agentside import AgentStore as A\n"
+                 "_spawn, _started = S.spawn, A.started\n"
+                 f"def spawn(*a, **kw):\n    p = _spawn(*a, **kw)\n    open({str(spawned)!r}, 'w').close()"
+                 f"{hold_until(go)}\n    return p\n"
+                 f"def started(*a, **kw):\n    try:\n        return _started(*a, **kw)\n"
+                 f"    finally:\n        open({str(tried)!r}, 'w').close()\n"
+                 "S.spawn, A.started = spawn, started")
+        p = start_hooked(runner_env(types.SimpleNamespace(url=url), tmp_path), hooks)
+        try:
+            wait_for(spawned.exists, 60, what="the job spawned")
+            stack.procs["redis"].kill()
+            stack.procs["redis"].wait(10)
+            go.touch()
+            wait_for(tried.exists, 60, what="the runner's `started` post")
+            stack.start_redis()            # same socket and AOF
+            out, err = p.communicate(timeout=60)
+        finally:
+            p.kill()
+        body = finished(r)
+        assert body["outcome"] == "completed" and body["start_time"], (body, err)
+        assert p.returncode == 0, err
+        assert [e["body"]["pid"] for e in events(r, "started")], "started is posted once Redis is back"
+        assert marker.read_text() == "ran\n"
+    finally:
+        stack.stop_all(10)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_lease_lapsing_between_claim_and_start_is_a_node_failure(real_redis, redis_server, tmp_path):
+    """The lease the claim saw runs out (in the runner's own reckoning) before the job could start:
+    nothing may start, and the attempt is a node failure (requeued), not an `error` that fails
+    the job without its having run."""
+    marker = tmp_path / "ran"
+    put_job(real_redis, argv=("/bin/sh", "-c", f"touch {marker}"), workdir=str(tmp_path))
+    hooks = ("from labq.scheduler.store.agentside import AgentStore as A\nfrom labq.worker.runner import Run\n"
+             "_claim, _limits = A.claim, Run._limits\n"
+             # The claim sees a live lease with 0.3 s left (an agent that has stopped renewing) ...
+             "def claim(self, jid, n, node, *a, **kw):\n"
+             "    self.r.set(self.k.node_lease(node), 'up', px=300)\n    return _claim(self, jid, n, node, *a, **kw)\n"
+             # ... and the runner is held just before the spawn until that lease has run out.
+             "def limits(self):\n    while time.monotonic() < self.lease_until: time.sleep(0.01)\n"
+             "    return _limits(self)\n"
+             "A.claim, Run._limits = claim, limits")
+    p = start_hooked(runner_env(redis_server, tmp_path), hooks)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    body = finished(real_redis)
+    assert body["outcome"] == "node_failure" and body["start_time"] is None, body
+    assert "lease" in body["message"] and events(real_redis, "started") == [] and not marker.exists()
+
+
+def test_the_lease_a_claim_sees_counts_from_before_the_request(real_redis, redis_server, tmp_path):
+    """The claim's PTTL says the lease lasts until (request sent) + PTTL at least; counted from the
+    reply instead, a slow reply stretched it: here the lease ran out while the claim's reply was on
+    its way, and the job was started anyway, after its node's lease had lapsed."""
+    marker = tmp_path / "ran"
+    put_job(real_redis, argv=("/bin/sh", "-c", f"touch {marker}"), workdir=str(tmp_path))
+    lease = K.node_lease(NODE)
+    hooks = ("from labq.scheduler.store.agentside import AgentStore as A\n_claim = A.claim\n"
+             "def claim(self, jid, n, node, *a, **kw):\n"
+             "    self.r.set(self.k.node_lease(node), 'up', px=300)\n    got = _claim(self, jid, n, node, *a, **kw)\n"
+             # A slow reply: it reaches the runner once the lease is gone.
+             f"    while self.r.exists({lease!r}): time.sleep(0.01)\n    return got\n"
+             "A.claim = claim")
+    p = start_hooked(runner_env(redis_server, tmp_path), hooks)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    body = finished(real_redis)
+    assert body["outcome"] == "node_failure" and events(real_redis, "started") == [] and not marker.exists(), body
+
+
+def test_a_claim_won_on_a_lapsed_lease_is_reported_not_left_silent(real_redis, redis_server, tmp_path):
+    """A runner that wins the claim but finds the node's lease gone runs nothing, and says so: a
+    node failure (requeued at once). Silent, the attempt stayed `R` with no heartbeat, for as long
+    as the scheduler did not see the node down (the agent re-registers at once)."""
+    marker = tmp_path / "ran"
+    put_job(real_redis, argv=("/bin/sh", "-c", f"touch {marker}"), workdir=str(tmp_path))
+    real_redis.delete(K.node_lease(NODE))
+    res = run(runner_env(redis_server, tmp_path))
+    assert res["ran"] is False and not marker.exists()
+    body = finished(real_redis)
+    assert body["outcome"] == "node_failure" and body["start_time"] is None and "lease" in body["message"], body
