@@ -67,11 +67,11 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
 
 
 def _expire(pending, now: float, deps: Dependencies):
-    expires, waiting = [], []
-    for j in pending:
-        if j.max_wait is None and j.deadline is None and not j.deps:   # most jobs: nothing can end them
-            waiting.append(j)
-            continue
+    """(the expiries, the jobs left waiting, in `pending`'s order)."""
+    # Most jobs have nothing that can end them: only the others are looked at one by one.
+    maybe = [j for j in pending if j.max_wait is not None or j.deadline is not None or j.deps]
+    expires: list = []
+    for j in maybe:
         dep = deps.verdict(j)
         # A requeued job (preempted, retried, node failure) waits again from its last attempt's end.
         queued = j.attempts[-1].end_time or j.submit_time if j.attempts else j.submit_time
@@ -82,9 +82,10 @@ def _expire(pending, now: float, deps: Dependencies):
                                         f"({j.deadline - now:.0f}s from now)", states.DEADLINE))
         elif dep and dep[0] == states.DEPENDENCY_NEVER and j.kill_on_invalid_dep:
             expires.append(Expire(j.id, f"cancelled: {dep[1]} (--kill-on-invalid-dep)", states.CANCELLED))
-        else:
-            waiting.append(j)
-    return sorted(expires, key=lambda e: e.job_id), waiting
+    if not expires:
+        return [], pending
+    gone = {e.job_id for e in expires}
+    return sorted(expires, key=lambda e: e.job_id), [j for j in pending if j.id not in gone]
 
 
 class _Pass:

@@ -139,6 +139,12 @@ CAPS = frozenset((states.PRIORITY, states.RESOURCES, states.NODE_DOWN, states.AR
 # With guarantees the usage also decides reclaiming (`_may_preempt`): those keep the full stamp.
 ROOM = frozenset((states.PRIORITY, states.RESOURCES, states.NODE_DOWN))
 _STATIC, _CAPS, _FULL, _ROOM = 0, 1, 2, 3
+# ROOM_KEY: a "no room" verdict reached without a budget quote, admission, preemption or reservation, by a job
+# past the gates (hold, begin, retry backoff, dependencies, caps: `Usage.blocked` passes) and not
+# judged on its own, reads of the job only its shape (capacity.find, _no_room's text), its QoS and,
+# with guarantees, its account (_may_preempt): no node had room, so backfill's `accept` (which reads
+# the time limit) was never asked. In the same state (version) every class alike in these takes it,
+# unjudged.
 
 
 _SETTERS = tuple(getattr(Pending, f.name).__set__ for f in fields(Pending))
@@ -180,6 +186,7 @@ class _Walk:
         self.cache: dict = {}               # class key -> (state version, kind, stamp, _rest(verdict), verdict)
         self.admitted: dict = {}            # ("a", account) / ("u", user) / ("t", array): admissions so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
+        self.rooms: dict = {}               # room key -> (state version, "no room" verdict)
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
             setattr(p, name, self._counting(getattr(p, name)))
 
@@ -242,6 +249,14 @@ class _Walk:
                 now = self._judge(job, key, version)
                 at[i] += 1
                 quiet += 1
+                if now == version and at[i] < len(jobs) and quiet >= self.churn:
+                    hit = self.cache.get(key)
+                    if hit is not None and hit[0] == version:     # judged without a change: park now
+                        if hit[1] == _STATIC:
+                            static[i] = hit[4]
+                        else:
+                            self._park(i, key, hit)
+                        continue
                 if now != version:
                     version = now
                     changed_room = room != self._room_stamp()
@@ -300,8 +315,9 @@ class _Walk:
             self.full.discard(i)
             for d in dims:
                 self.dims[d].discard(i)
-            end = self._run_end(i, limit)
-            runs.append((ids[i][at[i]:end], verdict))
+            end = self._run_end(i, limit, 0)     # parked right after a judgement: its next job may come after
+            if end > at[i]:
+                runs.append((ids[i][at[i]:end], verdict))
             at[i] = end
             if end < len(self.lists[i]):
                 heapq.heappush(heads, (self.score(self.lists[i][end]), i))
@@ -322,10 +338,11 @@ class _Walk:
             else:
                 p.pending.append(_pending(job.id, hit[3]))
 
-    def _run_end(self, i: int, limit) -> int:
+    def _run_end(self, i: int, limit, first: int = 1) -> int:
         """The end of class i's run: its jobs that come before `limit` (the next job of any other
-        class). Its order is the priority order, so a binary search finds the end."""
-        jobs, lo, hi = self.lists[i], self.at[i] + 1, len(self.lists[i])
+        class), the first `first` of them known to. Its order is the priority order, so a binary
+        search finds the end."""
+        jobs, lo, hi = self.lists[i], self.at[i] + first, len(self.lists[i])
         if limit is None:
             return hi
         while lo < hi:
@@ -336,9 +353,26 @@ class _Walk:
                 hi = mid
         return lo
 
+    def _room_key(self, job, key):
+        """What a "no room" verdict reads of a job that passed the gates (the comment on ROOM_KEY); None for
+        a job that meets a gate or is judged on its own."""
+        now = self.p.now
+        if (key[0] == "own" or job.held or job.deps or job.nodes > 1 or job.begin is not None and job.begin > now
+                or job.eligible_time is not None and job.eligible_time > now):
+            return None
+        return (job.gpus, job.gpu_type, job.cpus, job.mem, job.qos, job.account if self.p.usage.guarantees else None)
+
     def _judge(self, job, key, version):
         p, touched = self.p, self.touched
-        verdict = p.judge(job)
+        room = self._room_key(job, key)
+        hit = self.rooms.get(room) if room is not None else None
+        if hit is not None and hit[0] == version and p.usage.blocked(job) is None:
+            verdict = hit[1]
+        else:
+            verdict = p.judge(job)
+            if (room is not None and not isinstance(verdict, Place) and verdict[0] in ROOM
+                    and self.touched == touched and p.version() == version):
+                self.rooms[room] = (version, verdict)
         if isinstance(verdict, Place):
             p.places.append(verdict)
             for k in (("a", job.account), ("u", job.user), ("t", job.array_id)):

@@ -56,9 +56,22 @@ TEMPLATES = st.fixed_dictionaries({
     "nodes": st.sampled_from([1, 1, 1, 2, 3]),
 })
 
+# Templates alike in what a "no room" verdict reads (shape, time limit, QoS) and different in the
+# rest (account, user, gates): classes that share classes._Walk.rooms entries.
+NARROW = st.fixed_dictionaries({
+    "gpus": st.sampled_from([1, 2]),
+    "cpus": st.just(1),
+    "mem": st.just(0),
+    "time_limit": st.sampled_from([600, 86400]),
+    "qos": st.sampled_from(["normal", "low", "high"]),
+    "who": st.sampled_from([("eta", "alice"), ("eta", "bob"), ("phi", "carol"), ("default", "dave")]),
+    "extra": st.sampled_from(["", "", "held", "begin", "dep", "throttle", "crash"]),
+    "nodes": st.just(1),
+})
+
 
 @st.composite
-def scenes(draw):
+def scenes(draw, narrow=False):
     text = CONFIG.format(depth=draw(st.sampled_from([0, 1, 3])), preempt=draw(st.sampled_from(["true", "false"])),
                          reserved=draw(st.sampled_from([0, 2])), min_runtime=draw(st.sampled_from(["0s", "1h"])),
                          guarantee=draw(st.sampled_from([0, 2])), max_running=draw(st.sampled_from([1, 3, 100])),
@@ -85,7 +98,7 @@ def scenes(draw):
         b.running_gang([n.name for n in two], gpus=1, cpus=1, qos="low", started_ago=7200.0, time_limit=86400)
     ended = b._next
     b._next += 1
-    templates = draw(st.lists(TEMPLATES, min_size=1, max_size=4))
+    templates = draw(st.lists(NARROW, min_size=2, max_size=8) if narrow else st.lists(TEMPLATES, min_size=1, max_size=4))
     for k in range(draw(st.integers(1, 40))):
         t = templates[draw(st.integers(0, len(templates) - 1))]
         kw = {}
@@ -146,6 +159,18 @@ def one_by_one_cached(monkeypatch):
                                                                   HealthCheck.too_slow])
 @given(scenes())
 def test_the_cached_per_job_walk_decides_as_the_per_job_pass(one_by_one_cached, scene):
+    snap, c = scene
+    same(policy.plan(snap, c), policy.plan_per_job(snap, c))
+    deep = replace(c, backfill_depth=50, preemption=False)
+    same(policy.plan(snap, deep, _begins=True), policy.plan_per_job(snap, deep, _begins=True))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(scenes(narrow=True))
+def test_classes_alike_in_what_no_room_reads_share_it_only_where_it_holds(always_grouped, scene):
+    """Classes of one shape, time limit and QoS, of other accounts, users and gates: a "no room"
+    verdict shared between them (classes._Walk.rooms) must be the one each would get."""
     snap, c = scene
     same(policy.plan(snap, c), policy.plan_per_job(snap, c))
     deep = replace(c, backfill_depth=50, preemption=False)
@@ -283,4 +308,21 @@ def test_a_parked_no_room_verdict_is_judged_again_once_an_admission_reaches_a_ca
     reasons = {p.job_id: p.reason for p in got.pending}
     assert [p.job_id for p in got.places] == [5]
     assert reasons[3] == reasons[4] == states.RESOURCES and reasons[6] == states.ACCOUNT_JOB_LIMIT
+    same(got, policy.plan_per_job(b.build(), c))
+
+
+def test_a_shared_no_room_verdict_does_not_cover_a_class_that_may_preempt(always_grouped):
+    """A (low QoS) finds no room and may not preempt; B, younger (QoS does not weigh here) and of
+    another account, has A's shape but a QoS that may preempt the running low job: B preempts, it
+    must not take A's "no room" from classes._Walk.rooms."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=4, cpus=2, qos="low", time_limit=3600, started_ago=7200.0, account="default", user="dave")
+    b.job(gpus=4, cpus=1, qos="low", account="eta", user="alice", submit_offset=-300)   # H: the one reservation
+    b.job(gpus=2, cpus=1, qos="low", account="eta", user="alice", submit_offset=-200)   # A
+    b.job(gpus=2, cpus=1, qos="normal", account="phi", user="carol", submit_offset=-100)  # B
+    c = cfg(CONFIG.format(depth=1, preempt="true", reserved=0, min_runtime="0s", guarantee=0, max_running=100,
+                          limit=100000) + "[priority]\nqos_weight = 0\nfairshare_weight = 0\n")
+    got = policy.plan(b.build(), c)
+    reasons = {p.job_id: p.reason for p in got.pending}
+    assert reasons[3] in (states.RESOURCES, states.PRIORITY) and reasons[4] == states.PREEMPTING_FOR
     same(got, policy.plan_per_job(b.build(), c))
