@@ -169,7 +169,10 @@ def _native(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: in
         nul = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         fds.append(nul)
         if cgroup_procs:
-            fds.append(os.open(os.path.dirname(cgroup_procs), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            try:
+                fds.append(os.open(os.path.dirname(cgroup_procs), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            except OSError as e:
+                raise StartError(f"cannot start {cmd[0]} in its cgroup: {e.strerror}: {e.filename}") from None
         drop = dict(uid=ident.pw.pw_uid, gid=ident.pw.pw_gid, groups=ident.groups) if ident.drop else {}
         pid = _clone.spawn(_candidates(cmd[0], env), [_b(a) for a in cmd],
                            [_b(f"{k}={v}") for k, v in env.items()], _b(workdir),

@@ -182,3 +182,25 @@ def test_native_enters_the_workdir_as_the_user(shared_tmp):
                         str(wd), fd, fd)
     finally:
         os.close(fd)
+
+
+def test_a_job_whose_cgroup_is_gone_is_not_started(path, tmp_path):
+    """Natively a StartError (the attempt ends `error`); the chain's shell cannot enter it and exits
+    126 with a line in the job's log. Never a job outside its cgroup."""
+    if os.geteuid() != 0 or path == "preexec":
+        pytest.skip("the chain and the native path, as root")
+    out = tmp_path / "out"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    marker = tmp_path / "ran"
+    try:
+        args = (["/bin/sh", "-c", f"touch {marker}"], {"PATH": "/usr/bin:/bin"}, _self_ident(), str(tmp_path), fd, fd,
+                0o022, str(tmp_path / "no-such-cgroup" / "cgroup.procs"))
+        if path == "native":
+            with pytest.raises(launch.StartError, match="in its cgroup: No such file"):
+                spawn.spawn(*args)
+        else:
+            assert spawn.spawn(*args).wait() == 126
+            assert "cannot enter the job's cgroup" in out.read_text()
+    finally:
+        os.close(fd)
+    assert not marker.exists()
