@@ -6,7 +6,7 @@ transaction costs an fsync. Also: one 10,000-task array request, from read to re
 The scheduler runs in this process (no daemon loop, no wake-up latency): what is timed is the
 intake, the handlers and the commits. The jobs are submitted held, so the plan admits nothing.
 
-    .venv/bin/python bench/drain_bench.py [N]      # N queued submits, then a 10,000-task array
+    .venv/bin/python bench/drain_bench.py [N]      # N queued submits, then `labq stat` over them and a 10,000-task array
     .venv/bin/python bench/drain_bench.py --memory # RSS around a 100,000-task array
 """
 import json
@@ -101,6 +101,7 @@ def drain(n: int) -> dict:
             ticks += 1
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         rate = n / dt
+        stat_s, stat_cpu_s = stat_times(rs.sock)
         s.last_plan = time.time()   # the array is timed from read to reply, not the plan after it
         rid = queue(s.store.r, s.k, 1, {**BODY, "array": [1, 10_000, 1]}, tag="arr")[0]
         t0, c0 = time.perf_counter(), time.process_time()
@@ -108,11 +109,39 @@ def drain(n: int) -> dict:
             s.tick(time.time())
         arr, arr_cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"requests": n, "seconds": dt, "rate": rate, "ticks": ticks, "array10k_s": arr, "cpu_s": cpu,
-                "array10k_cpu_s": arr_cpu}
+                "array10k_cpu_s": arr_cpu, "stat_s": stat_s, "stat_cpu_s": stat_cpu_s}
     finally:
         rs.close()
 
 
+
+
+def stat_times(sock: str, k: int = 3) -> tuple[float, float]:
+    """(median wall s, median CPU s) of a whole `labq stat` process over the queue the drain left
+    (one single job per request: no array to fold), as a user runs it: no PYTHONPATH, bytecode
+    written. Its output goes to /dev/null (a terminal would add the time to draw it)."""
+    import resource
+    import statistics
+    d = tempfile.mkdtemp(prefix="labq-drain-stat-", dir="/tmp")
+    try:
+        cfg = os.path.join(d, "labq.toml")
+        with open(cfg, "w") as f:
+            f.write("[scheduler]\n")
+        env = {k2: v for k2, v in os.environ.items() if k2 not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+        env.update(LABQ_REDIS_URL=f"unix://{sock}", XDG_CACHE_HOME=d)
+        argv = [sys.executable, "-c", "from labq.cli.main import main; main()", "--config", cfg, "stat"]
+        walls, cpus = [], []
+        for i in range(k + 1):      # the first writes the client's settings cache and bytecode
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True, timeout=300)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if i:
+                walls.append(time.perf_counter() - t0)
+                cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+        return statistics.median(walls), statistics.median(cpus)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def rss_mb() -> tuple[float, float]:
@@ -163,4 +192,6 @@ if __name__ == "__main__":
         r = drain(n)
         print(f"{r['requests']} requests drained in {r['seconds']:.3f} s over {r['ticks']} ticks: "
               f"{r['rate']:,.0f} requests/s (scheduler CPU {r['cpu_s'] / r['requests'] * 1e6:.0f} µs per request); "
-              f"10,000-task array {r['array10k_s'] * 1000:.0f} ms (scheduler CPU {r['array10k_cpu_s'] * 1000:.0f} ms)")
+              f"10,000-task array {r['array10k_s'] * 1000:.0f} ms (scheduler CPU {r['array10k_cpu_s'] * 1000:.0f} ms); "
+              f"`labq stat` over the {r['requests']:,} single jobs {r['stat_s'] * 1000:.0f} ms "
+              f"(CPU {r['stat_cpu_s'] * 1000:.0f} ms); load {os.getloadavg()[0]:.1f}")
