@@ -135,7 +135,8 @@ class Committer:
         def build(p):
             if seq is not None:
                 writes.put_seq(p, self.k, seq)
-            writes.put_jobs(p, self.k, [j for j in b.jobs.values() if j.id not in fresh])
+            # A job not new in this batch was in the table, so in the active index (loaded from it).
+            writes.put_jobs(p, self.k, [j for j in b.jobs.values() if j.id not in fresh], new=b.new)
             writes.index_jobs(p, self.k, [b.jobs[i] for i in sorted(fresh)])
             writes.put_specs(p, self.k, new)
             for acct in [a for a in self.usage if self.usage[a] != usage0.get(a)]:

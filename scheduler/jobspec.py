@@ -3,14 +3,14 @@ write, so nothing here trusts its input: each bad field is a UsageError naming t
 import os
 import re
 from collections import deque
-from dataclasses import fields, replace
+from dataclasses import replace
 from itertools import repeat
 from operator import call
 
 from . import bounds, exportenv
 from .config import Config
 from .errors import UsageError
-from .model import DEPENDENCY_KINDS, Job
+from .model import DEPENDENCY_KINDS, JOB_SETTERS, JOB_VALUES, Job
 
 _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
 _MAX_ARRAY = bounds.DEFAULT_MAX_ARRAY    # job-id ranges like 42_[1-9] (no config at hand there)
@@ -178,18 +178,12 @@ def expand(template: Job, first_id: int, indices: list[int] | None, throttle: in
     return out
 
 
-# Job's field names and their slots' descriptors (getattr: a type checker reads Job.id as the field's
-# value type), and those of id and array_index.
-_SLOTS = ([f.name for f in fields(Job)], [getattr(Job, f.name).__set__ for f in fields(Job)],
-          getattr(Job, "id").__set__, getattr(Job, "array_index").__set__)
-
-
 def _copies(job: Job):
     """`copy(id, array_index)`: a new Job equal to `job` but for those two, each slot set by its
     descriptor (the descriptors called by map, not a loop), never through Job()."""
-    names, setters, set_id, set_index = _SLOTS
-    values = [getattr(job, f) for f in names]
-    new, nf = object.__new__, len(names)
+    setters, values = JOB_SETTERS, JOB_VALUES(job)
+    set_id, set_index = getattr(Job, "id").__set__, getattr(Job, "array_index").__set__
+    new, nf = object.__new__, len(setters)
 
     def copy(jid: int, index: int | None) -> Job:
         out = new(Job)

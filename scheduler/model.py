@@ -4,7 +4,10 @@ A `Job` is one record for its whole life: the request as submitted plus the fiel
 changes (state, reason, allocation, attempts). Changes are made with `dataclasses.replace`, so a
 snapshot handed to `plan()` can never be mutated under it.
 """
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, fields
+from itertools import repeat
+from operator import attrgetter, call
 
 from . import states
 
@@ -158,6 +161,28 @@ class Job:
     @property
     def cost(self) -> int:
         return sum(a.cost for a in self.attempts)
+
+
+# Job's field names, its slots' descriptors (getattr: a type checker reads Job.id as the field's value
+# type) and all its values in one call: for copies made without Job() (evolve, jobspec.expand).
+JOB_FIELDS = tuple(f.name for f in fields(Job))
+JOB_SETTERS = tuple(getattr(Job, n).__set__ for n in JOB_FIELDS)
+JOB_VALUES = attrgetter(*JOB_FIELDS)
+_JOB_SETTER = dict(zip(JOB_FIELDS, JOB_SETTERS))
+
+
+def evolve(job: Job, **changes) -> Job:
+    """dataclasses.replace(job, **changes) at under half its cost (a pass gives thousands of jobs a
+    new reason): the slots copied by their descriptors, called by map, then the changed ones set.
+    Job has no __post_init__ and no field outside __init__, so nothing replace() runs is skipped."""
+    out = object.__new__(Job)
+    deque(map(call, JOB_SETTERS, repeat(out, len(JOB_SETTERS)), JOB_VALUES(job)), 0)
+    for name, value in changes.items():
+        put = _JOB_SETTER.get(name)
+        if put is None:
+            raise TypeError(f"evolve: Job has no field {name!r}")
+        put(out, value)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

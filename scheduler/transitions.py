@@ -8,7 +8,7 @@ from typing import Any
 
 from . import ledger, periods, states
 from .config import Config
-from .model import Attempt, Job
+from .model import Attempt, Job, evolve
 from .plan import Place
 
 
@@ -43,7 +43,7 @@ def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
 
 def pend(job: Job, reason: str, detail: str, earmark: str = "", earmark_gpus: tuple = ()) -> Job:
     """The plan's reason for a pending job; the earmark stays only while the plan keeps it."""
-    return replace(job, reason=reason, detail=detail, earmark=earmark, earmark_gpus=tuple(earmark_gpus))
+    return evolve(job, reason=reason, detail=detail, earmark=earmark, earmark_gpus=tuple(earmark_gpus))
 
 
 def end_pending(job: Job, state: str, detail: str, now: float) -> Job:

@@ -188,9 +188,9 @@ def test_a_plan_pass_that_changes_nothing_writes_nothing(real_conns, monkeypatch
     assert len({codec.loads(t).reason for t in r.mget([K.job(j) for j in s.jobs])}) >= 2
     written, real = [], writes.put_jobs
 
-    def spy(p, k, jobs):
+    def spy(p, k, jobs, **kw):
         written.extend(jobs)
-        return real(p, k, jobs)
+        return real(p, k, jobs, **kw)
     monkeypatch.setattr(writes, "put_jobs", spy)
     rows, records = r.hgetall(K.stat_rows), r.mget([K.job(j) for j in s.jobs])
     for t in range(3, 9):
@@ -236,3 +236,36 @@ def test_an_array_changed_in_its_own_batch_is_written_and_counted_as_its_jobs_ar
     assert (s.tally.pending, s.tally.pending_by_user, s.tally.active_by_user, s.tally.active_by_account,
             s.tally.on_node) == (fresh.pending, +fresh.pending_by_user, +fresh.active_by_user,
                                  +fresh.active_by_account, fresh.on_node)
+
+
+def test_passes_that_change_many_reasons_keep_records_rows_and_index_equal_to_the_jobs(real_conns):
+    """Reasons given to a big array's tasks pass after pass are written from one template per run
+    (writes._texts), and jobs already in the active index are not added again: the records, rows
+    and index still equal the scheduler's jobs."""
+    from labq.scheduler.store import statrows
+    r, raw = real_conns
+    s = started(r, raw)
+    send(r, "alice", "arr", body={**BODY, "hold": False, "array": [0, 1499, 1]})
+    reload_inboxes(s)
+    reasons = set()
+    for t in range(1, 6):
+        s.tick(NOW + t)
+        reasons |= {(j.state, str(j.reason)) for j in s.jobs.values()}
+        active = sorted(int(i) for i in r.zrange(K.active, 0, -1))
+        assert active == sorted(s.jobs)
+        assert [codec.loads(x) for x in r.mget([K.job(i) for i in active])] == [s.jobs[i] for i in active]
+        assert r.hmget(K.stat_rows, [str(i) for i in active]) == [statrows.dumps(s.jobs[i]) for i in active]
+    assert reply(r, "arr")["ok"] and len(reasons) >= 2
+
+
+def test_put_jobs_adds_to_the_index_only_the_jobs_it_is_told_are_new(real_conns):
+    from labq.scheduler.model import Job
+    from labq.scheduler.store import statrows, writes
+    r, _ = real_conns
+    a, b = Job(id=1, user="u", account="a"), Job(id=2, user="u", account="a")
+    with r.pipeline() as p:
+        writes.put_jobs(p, K, [a, b], new={2})
+        p.execute()
+    assert r.zrange(K.active, 0, -1) == ["2"]
+    assert r.hmget(K.stat_rows, ["1", "2"]) == [statrows.dumps(a), statrows.dumps(b)]
+    assert codec.loads(r.get(K.job(1))) == a

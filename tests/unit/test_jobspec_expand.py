@@ -26,3 +26,23 @@ def test_a_plain_job_and_an_empty_range():
     template = Job(id=0, user="ann", account="x", name="t", argv=("true",))
     assert expand(template, 7, None) == [replace(template, id=7)]
     assert expand(template, 7, []) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["reason", "detail", "earmark", "held", "state", "name", "attempts", "earmark_gpus"]),
+       st.integers(0, 3), st.booleans())
+def test_evolve_is_replace(name, v, arr):
+    """model.evolve (slots copied by their descriptors) gives the Job dataclasses.replace gives."""
+    import pytest
+
+    from labq.scheduler import states
+    from labq.scheduler.model import evolve
+    base = Job(id=9, user="ann", account="x", name="t", argv=("a",), tags=(("k", "v"),), array_id=9 if arr else None,
+               array_index=0 if arr else None)
+    value = {"reason": states.PRIORITY, "detail": "d" * v, "earmark": "n1", "held": bool(v % 2), "state": states.HELD,
+             "name": str(v), "attempts": (), "earmark_gpus": tuple(f"G{i}" for i in range(v))}[name]
+    got, want = evolve(base, **{name: value}), replace(base, **{name: value})
+    assert got == want and all(getattr(got, f.name) is getattr(want, f.name) for f in fields(Job))
+    assert evolve(base) == base and evolve(base) is not base
+    with pytest.raises(TypeError):
+        evolve(base, no_such_field=1)

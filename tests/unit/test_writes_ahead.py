@@ -64,3 +64,30 @@ def test_runs_are_the_records_one_by_one(first, n, step, lo, changes, made, run_
     assert [i for ids, _, _ in runs for i in ids] == [j.id for j in jobs]
     assert b"".join(rec for _, rec, _ in runs) == b"".join(writes._bulk2(K.job(j.id), codec.dumps(j)) for j in jobs)
     assert b"".join(row for _, _, row in runs) == b"".join(writes._bulk2(str(j.id), statrows.dumps(j)) for j in jobs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 10**6), st.integers(1, 40), st.sampled_from([1, 3]), st.integers(0, 12),
+       st.lists(st.tuples(st.integers(0, 39), st.sampled_from(["reason", "started", "name", "plain", "ended"])),
+                max_size=6), st.booleans())
+def test_texts_of_a_batch_are_each_jobs_own(first, n, step, lo, changes, plain_first):
+    """writes._texts (put_jobs' records and rows, runs of alike array tasks spliced from one template)
+    gives each job the record codec.dumps gives and, where it gives one, the row statrows.dumps gives."""
+    template = Job(id=0, user="ann", account="x", name="t", argv=("python", "ü.py"), submit_time=1.5)
+    jobs = [replace(j, reason=states.PRIORITY, detail="higher-priority jobs took the free resources")
+            for j in expand(template, first, list(range(lo, lo + n * step, step)))]
+    for at, c in changes:
+        if at < n:
+            j = jobs[at]
+            jobs[at] = {"reason": replace(j, reason=states.RESOURCES),
+                        "started": replace(j, attempts=(Attempt(1, "n", (), start_time=2.0),)),
+                        "name": replace(j, name="-7777777772"),
+                        "plain": replace(j, array_id=None, array_index=None),
+                        "ended": replace(j, state=states.CANCELLED, end_time=3.0)}[c]
+    if plain_first:
+        jobs.insert(0, replace(template, id=first - 1))
+    got = list(writes._texts(iter(jobs)))
+    assert [g[0] for g in got] == jobs
+    for j, rec, row in got:
+        assert (rec if isinstance(rec, bytes) else rec.encode()) == codec.dumps(j).encode()
+        assert row is None or row == statrows.dumps(j).encode()
