@@ -55,7 +55,7 @@ def show(trace_name: str, rows, as_json: bool, plot_path: str | None) -> None:
         return echo_json({"trace": trace_name, "compare": [rep for _, rep, _ in rows]})
     first = rows[0][1]
     c = first["cluster"]
-    click.echo(f"{trace_name}: {first['jobs']['trace']:,} jobs on {c['nodes']:,} nodes "
+    click.echo(f"{trace_name}: {first['jobs']['trace']:,} jobs on {c['nodes']:,} node{'s' * (c['nodes'] != 1)} "
                f"({c['gpus']:,} GPUs, {c['cpus']:,} CPUs)")
     table = [HEADER] + [row(rep) for _, rep, _ in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
