@@ -12,6 +12,14 @@ all of it if every later job is a no-op there. A later job J does nothing when
    there whole (backfill.Timelines.fits_now). Room only shrinks along a pass and reservations do not
    move, so a J that cannot start in that final state cannot start at its own turn either.
 
+The jobs are added in rounds, each round's first few (in queue order) that could start in the state
+the previous round's pass ends in. A job J left out but before some added job C was checked against
+the round that added the first added job after J; every job added before that round comes before J,
+so at J's turn in the whole pass room and reservations are at most what that round saw. The first
+call's own extras are such a round on the state before the pass (room now, no reservation): the
+first jobs after the head whose request fits some node's room now, which every job between them
+does not; that call is kept only when the head itself made every reservation (`_reserved_by`).
+
 Condition 2 is checked per request shape on the job of that shape with the smallest time limit
 outside W (a longer run of the same shape only crosses more reservations), and per node on the free
 room at each reservation's start, just as `Timelines._fits` checks it. The check errs only towards
@@ -37,16 +45,25 @@ def single_model(nodes) -> bool:
 def plan(sim, t: float):
     """The Plan of the pass over the whole queue, computed from the jobs that decide it: a head of the
     queue that makes every reservation, and the later jobs that could start in the state it leaves."""
-    q, n, depth, calls = sim.queue, WINDOW, sim.cfg.backfill_depth, sim.calls
-    while True:
-        head = q.window(n, [])
-        p = sim._call(t, head)
-        if len(head) == len(q) or len(p.starts) >= depth:
-            break
-        n *= 4
+    q, depth, calls = sim.queue, sim.cfg.backfill_depth, sim.calls
+    head = q.window(WINDOW, [])
+    # The first call also takes the first jobs after the head that fit some node's room now (before
+    # any admission or reservation, so every job before them in the queue fits nowhere and can do
+    # nothing in this pass): most passes are then decided by that one call.
+    decided = head + candidates(sim, t, _NOTHING, head, WINDOW)
+    p = sim._call(t, decided)
+    if not _reserved_by(p, head, depth) and len(decided) < len(q):
+        n = WINDOW
+        while True:
+            head = q.window(n, [])
+            p = sim._call(t, head)
+            if len(head) == len(q) or len(p.starts) >= depth:
+                break
+            n *= 4
+        decided = head
     # The later jobs that could start, a few at a time in the queue's order: usually the first of
     # them fill the room the head left, and the pass over head + those shows that the rest cannot.
-    k, decided = WINDOW, head
+    k = WINDOW
     while len(decided) < len(q):
         more = candidates(sim, t, p, decided, k)
         if not more:
@@ -56,6 +73,21 @@ def plan(sim, t: float):
         k *= 4
     sim.calls = calls + 1             # however many calls it took, it is one pass (the report counts passes)
     return p
+
+
+class _Nothing:
+    """A pass that admitted and reserved nothing: candidates() then reads the room as it is now."""
+    places = starts = ()
+
+
+_NOTHING = _Nothing()
+
+
+def _reserved_by(p, head, depth: int) -> bool:
+    """Whether the pass made every reservation it may, all of them for jobs of `head` (the queue's
+    first jobs: no job outside the pass comes before them)."""
+    ids = {j.id for j in head}
+    return len(p.starts) >= depth and all(st.job_id in ids for st in p.starts)
 
 
 def candidates(sim, t: float, p, head, k: int) -> list:

@@ -104,6 +104,7 @@ class Simulator:
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
         self.calls = self.skipped = 0
+        self.plan_runs = 0          # plan() calls; `calls` counts passes (a windowed pass may take several)
         # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
         self.never_skip = cfg.preemption and any(a.guarantee for a in cfg.accounts)
         # Budgets alone hold only jobs that fit (a budget reason); the first that does not fit still
@@ -315,6 +316,7 @@ class Simulator:
 
     def _call(self, t: float, pending, usage: dict | None = None):
         self.calls += 1
+        self.plan_runs += 1
         usage = self._usage(t) if usage is None else usage
         spent = periods.spent_now(self.cfg.budgets, self.spent, t) if self.cfg.budgets else {}
         snap = Snapshot(now=t, nodes=self.nodes, jobs=(*pending, *self.running.values()),

@@ -3,11 +3,13 @@ schedule exactly as one that gives plan() the whole queue at every instant (skip
 the mix of requests, run times, time limits, depth and cluster."""
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import config as config_mod
 from labq.scheduler.model import Gpu, Node
 from labq.scheduler.sim import TraceJob, easy, policy_config, simulate
+from labq.scheduler.sim.engine import EPOCH
 
 G = 1 << 30
 
@@ -51,3 +53,46 @@ def test_a_windowed_backfill_pass_equals_the_whole_one(rows, depth, shape, typed
     finally:
         easy.MIN_QUEUE = was
     assert schedule(fast) == schedule(simulate(jobs, nodes, cfg, skip=False))
+
+
+def checked(monkeypatch):
+    """easy.plan, checked at every pass against plan() over the whole queue: the same admissions and
+    the same reservations (which decide later passes only through what they let start)."""
+    windowed = easy.plan
+    seen = []
+
+    def both(sim, t):
+        p = windowed(sim, t)
+        whole = sim._call(t, tuple(sim.queue.jobs.values()))
+        assert (p.places, p.starts, p.expires, p.preempts) == (whole.places, whole.starts, whole.expires, whole.preempts)
+        seen.append(t)
+        return p
+    monkeypatch.setattr(easy, "plan", both)
+    monkeypatch.setattr(easy, "MIN_QUEUE", 0)
+    return seen
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(job, min_size=5, max_size=40), st.integers(1, 3), st.sampled_from([(1, 8), (2, 4), (3, 8)]),
+       st.sampled_from([0, 30]))
+def test_each_windowed_pass_plans_as_the_whole_queue(rows, depth, shape, kill_wait):
+    cfg = replace(policy_config(config_mod.Config(), "backfill", depth), kill_wait=kill_wait)
+    with pytest.MonkeyPatch.context() as mp:
+        checked(mp)
+        simulate(trace(rows, False), cluster(*shape), cfg)
+
+
+def test_a_pass_whose_head_all_starts_reserves_for_the_first_job_that_does_not_fit(monkeypatch):
+    """8 GPUs, 2 of them held until t=990. At t=10: four 1-GPU jobs (they start), an 8-GPU job
+    (fits nowhere now: the reservation is its), a 3-GPU one (fits the room before the four start,
+    not after: it must not take the reservation) and a 2-GPU one that would cross it."""
+    seen = checked(monkeypatch)
+    rows = [TraceJob(name="r", submit=0.0, duration=990.0, time_limit=990, gpus=2, user="u")]
+    rows += [TraceJob(name=f"h{i}", submit=10.0, duration=100.0, time_limit=100, gpus=1, user="u") for i in range(4)]
+    rows += [TraceJob(name="big", submit=10.0, duration=100.0, time_limit=100, gpus=8, user="u"),
+             TraceJob(name="mid", submit=10.0, duration=50.0, time_limit=50, gpus=3, user="u"),
+             TraceJob(name="long", submit=10.0, duration=5000.0, time_limit=5000, gpus=2, user="u")]
+    cfg = policy_config(config_mod.Config(), "backfill", 1)
+    res = simulate(rows, cluster(1, 8), cfg)
+    start = {j.name: j.attempts[0].dispatch_time - EPOCH for j in res.jobs.values()}
+    assert EPOCH + 10 in seen and start["big"] == 990 and start["long"] >= 990 + 100
