@@ -10,9 +10,9 @@ BIN := $(VENV)/bin
 # editable_mode=compat: the checkout's folder in a .pth, not setuptools' import finder, which costs every
 # labq command (and each the tests start) 11-18 ms of CPU before main(); labq/__init__.py maps
 # labq.scheduler/worker/cli to the checkout's folders either way.
-# setup.py builds worker/_clone.c (optional: without a C compiler and Python's headers, jobs start
+# pyproject.toml's ext-modules builds worker/_clone.c (optional: without a C compiler and Python's headers, jobs start
 # through the shell + setpriv chain instead; worker/spawn.py).
-$(BIN)/labq: pyproject.toml setup.py worker/_clone.c
+$(BIN)/labq: pyproject.toml worker/_clone.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[test,lint]' --config-settings editable_mode=compat > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@

@@ -229,8 +229,13 @@ def main() -> int:
             d = os.path.join(tmp, "before")
             subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", d, args.before], check=True,
                            capture_output=True)
-            if os.path.exists(os.path.join(d, "setup.py")):     # its native part (worker/_clone.c), as make install would
-                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=d, capture_output=True)
+            if os.path.exists(os.path.join(d, "worker", "_clone.c")):    # its native part, as make install builds it
+                # From a directory without its pyproject.toml (an older setuptools refuses its ext-modules).
+                w = os.path.join(d, "worker")
+                build = (f"from setuptools import setup, Extension; setup(ext_modules=[Extension('_clone', "
+                         f"[{os.path.join(w, '_clone.c')!r}])], script_args=['-q', 'build_ext', '--build-lib', {w!r}, "
+                         f"'--build-temp', 'tmp'])")
+                subprocess.run([sys.executable, "-c", build], cwd=tmp, capture_output=True)
             sides[f"before ({args.before})"] = run_side(d, args.jobs, args.samples)
         head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()

@@ -8,7 +8,7 @@
    worker/spawn.py's other paths: signals to default, setsid, stdio, umask, groups/gid/uid, then
    PR_SET_PDEATHSIG (a change of ids clears it), chdir as the user, close the other fds, exec.
 
-   Built where a C compiler is (setup.py, optional); spawn.py falls back to its shell + setpriv chain
+   Built where a C compiler is (pyproject.toml's ext-modules, optional); spawn.py falls back to its shell + setpriv chain
    where this module or the kernel's clone3 is missing. x86-64 and aarch64 only (the entry below is
    assembly: the child must start on its own stack, as glibc's __clone3 does). */
 #define PY_SSIZE_T_CLEAN
