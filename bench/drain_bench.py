@@ -22,6 +22,7 @@ import redis
 from labq.scheduler import config
 from labq.scheduler.daemon import Scheduler, tune_gc
 from labq.scheduler.model import Gpu
+from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 
@@ -63,7 +64,7 @@ class Redis:
 
 
 def scheduler(sock: str) -> Scheduler:
-    r = redis.Redis(unix_socket_path=sock, decode_responses=True)
+    r = conn.connect(f"unix://{sock}")     # as the daemon connects (cli/daemons.py)
     raw = redis.Redis(unix_socket_path=sock)
     AgentStore(r, Keys()).register("n1", 64, 256 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(8)],
                                    "h", 1, 3600)
