@@ -40,6 +40,10 @@ class SchedulerStore:
             except redis.WatchError:
                 return False
 
+    def leader(self) -> str | None:
+        """Who holds the leader lease now (None: nobody)."""
+        return self.r.get(self.k.leader)
+
     def release_leader(self) -> None:
         with self.r.pipeline() as p:
             try:

@@ -289,3 +289,34 @@ def test_a_stale_placement_is_rejected_by_the_applier_not_written(conns, monkeyp
     assert job(r, 2).state == states.PENDING and job(r, 2).gpu_uuids == ()
     assert r.lrange(K.dispatch("n1"), 0, -1) == ["1:1"], "nothing dispatched for job 2"
     assert f"plan not applied: job 2 on n1: GPU {held} is not free" in caplog.text
+
+
+def test_a_tick_renews_the_lease_once_a_third_of_it_has_passed_and_otherwise_only_looks(conns):
+    """Renewing the lease is four round trips and an fsync: a leader that renewed within a third of
+    the lease only checks (one GET) that the lease is still its own before it reads requests."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+
+    calls = []
+    real = s.store.acquire_leader
+
+    def acquire(ttl):
+        calls.append(ttl)
+        return real(ttl)
+    s.store.acquire_leader = acquire
+
+    def renewals():
+        return len(calls)
+    before = renewals()
+    for i in range(3):
+        submit(r, "alice", BODY, f"q{i}")
+        assert s.tick(now + 1 + i, woke(r))
+        assert reply(r, f"q{i}")["ok"]
+    assert renewals() == before
+    s.renewed -= s.lease_s / 3          # a third of the lease later
+    assert s.tick(now + 5)
+    assert renewals() == before + 1 and r.pttl(K.leader) > s.lease_s * 1000 * 0.9
+    r.set(K.leader, "someone-else")     # the lease is another's: not trusted from memory
+    submit(r, "alice", BODY, "late")
+    assert s.tick(now + 6, woke(r)) is False and reply(r, "late") is None
