@@ -147,24 +147,7 @@ _STATIC, _CAPS, _FULL, _ROOM = 0, 1, 2, 3
 # unjudged.
 
 
-_SETTERS = tuple(getattr(Pending, f.name).__set__ for f in fields(Pending))
-_DEFAULTS = tuple(f.default for f in fields(Pending))   # Pending has no __post_init__: fields are as given
-
-
-def _rest(verdict) -> tuple:
-    """(slot setter, value) of each Pending field after job_id in `Pending(i, *verdict)`: what a
-    cached verdict keeps, so that each job it covers costs a bare object and a few slot stores.
-    Pending() per job (frozen, a setattr per field) was a fifth of a pass over 100,000 jobs of a few
-    classes."""
-    return tuple(zip(_SETTERS[1:], tuple(verdict) + _DEFAULTS[1 + len(verdict):]))
-
-
-def _pending(i: int, rest: tuple, new=object.__new__, set_id=_SETTERS[0]):
-    x = new(Pending)
-    set_id(x, i)
-    for put, v in rest:
-        put(x, v)
-    return x
+_DEFAULTS = tuple(f.default for f in fields(Pending))
 
 
 class _Walk:
@@ -183,7 +166,7 @@ class _Walk:
         self.most = (max((jobs[0].total_gpus for jobs in lists), default=0),
                      max((jobs[0].cpus * jobs[0].nodes for jobs in lists), default=0))
         heapq.heapify(self.heads)
-        self.cache: dict = {}               # class key -> (state version, kind, stamp, _rest(verdict), verdict)
+        self.cache: dict = {}               # class key -> (state version, kind, stamp, plan.Verdict)
         self.admitted: dict = {}            # ("a", account) / ("u", user) / ("t", array): admissions so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
         self.rooms: dict = {}               # room key -> (state version, "no room" verdict)
@@ -235,13 +218,13 @@ class _Walk:
             hit = self._valid(key, version, jobs[at[i]])
             if hit is not None:
                 if hit[1] == _STATIC:
-                    static[i] = hit[4]
+                    static[i] = hit[3]
                     continue
                 if quiet >= self.churn:
                     self._park(i, key, hit)
                     continue
                 end = self._run_end(i, heads[0][0] if heads else None)
-                p.runs.append((ids[i][at[i]:end], hit[4]))
+                p.runs.append((ids[i][at[i]:end], hit[3]))
                 at[i] = end
                 quiet += 1
             else:
@@ -253,7 +236,7 @@ class _Walk:
                     hit = self.cache.get(key)
                     if hit is not None and hit[0] == version:     # judged without a change: park now
                         if hit[1] == _STATIC:
-                            static[i] = hit[4]
+                            static[i] = hit[3]
                         else:
                             self._park(i, key, hit)
                         continue
@@ -276,7 +259,7 @@ class _Walk:
         """Class i leaves the merge with its verdict, which holds until a change concerns it."""
         kind = hit[1]
         dims = ((kind, "a", key[1]), (kind, "u", key[2])) + (((kind, "t", key[16]),) if key[16] is not None else ())
-        self.parked[i] = (hit[4], kind, dims)
+        self.parked[i] = (hit[3], kind, dims)
         if hit[1] == _FULL:
             self.full.add(i)
         for d in dims:
@@ -336,7 +319,7 @@ class _Walk:
             if hit is None:
                 version = judge(job, key, version)
             else:
-                p.pending.append(_pending(job.id, hit[3]))
+                p.runs.append(((job.id,), hit[3]))
 
     def _run_end(self, i: int, limit, first: int = 1) -> int:
         """The end of class i's run: its jobs that come before `limit` (the next job of any other
@@ -379,7 +362,9 @@ class _Walk:
                 if k[1] is not None:
                     self.admitted[k] = self.admitted.get(k, 0) + 1
         else:
-            p.pending.append(Pending(job.id, *verdict))
+            # A run of one (plan.Pendings): no Pending object until a reader asks for one.
+            verdict = tuple(verdict) + _DEFAULTS[1 + len(verdict):]
+            p.runs.append(((job.id,), verdict))
         now = p.version()
         if now != version:
             return now
@@ -389,5 +374,5 @@ class _Walk:
             if kind == _CAPS and verdict[0] in ROOM and not p.usage.guarantees:
                 kind = _ROOM
             stamp = self._stamp(key) if kind == _CAPS else self._room_stamp() if kind == _ROOM else None
-            self.cache[key] = (version, kind, stamp, _rest(verdict), tuple(verdict) + _DEFAULTS[1 + len(verdict):])
+            self.cache[key] = (version, kind, stamp, verdict)
         return version
