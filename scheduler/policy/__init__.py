@@ -32,10 +32,22 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queu
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
-    expires, waiting = _expire(pending, snap.now, deps)
     p = _Pass(snap, cfg, running, deps)
     p.reserve_begins = _begins
-    p.keep_earmarks(pending)
+    if queue is None:
+        expires, waiting = _expire(pending, snap.now, deps)
+        p.keep_earmarks(pending)
+    else:
+        # The kept Queue knows which jobs may expire or hold an earmark: the rest are not looked at.
+        classes.file(queue, p, pending, cfg)
+        marked = list(queue.marked.values())
+        expires, _ = _expire(marked, snap.now, deps)
+        p.keep_earmarks(marked)
+        waiting = pending
+        if expires:
+            gone = {e.job_id for e in expires}
+            waiting = [j for j in pending if j.id not in gone]
+            classes.file(queue, p, waiting, cfg)
     classes.run(p, waiting, cfg, queue)
     return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
 

@@ -75,9 +75,15 @@ def _walk_kind(waiting, draining) -> str:
     return "cached" if len(waiting) * alike >= MIN_JOBS_TO_CACHE * pairs else "plain"
 
 
+def file(queue: Queue, p, waiting, cfg) -> None:
+    """File this pass's `waiting` jobs in `queue` (queue.py)."""
+    w = cfg.priority
+    queue.sync(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, _group_key)
+
+
 def run(p, waiting, cfg, queue: Queue | None = None) -> None:
     """Consider `waiting` in priority order on the pass `p` (a policy._Pass), class by class;
-    `queue`: the caller's Queue, kept from its last pass (queue.py), else the classes are filed anew."""
+    `queue`: the caller's Queue with `waiting` filed (`file`), else the classes are filed anew."""
     kind = "merge" if queue is not None else _walk_kind(waiting, p.draining)
     if kind != "merge":
         order = priority.ordered(waiting, p.now, dict(p.snap.usage), cfg)
@@ -87,9 +93,9 @@ def run(p, waiting, cfg, queue: Queue | None = None) -> None:
             for job in order:
                 p.consider(job)
         return
-    queue = Queue() if queue is None else queue
-    w = cfg.priority
-    queue.sync(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, _group_key)
+    if queue is None:
+        queue = Queue()
+        file(queue, p, waiting, cfg)
     groups = list(queue.groups.values())
     _Walk(p, [g.jobs for g in groups], [g.key[0] for g in groups], _scorer(p, cfg, queue.bursting),
           [g.ids for g in groups]).go()

@@ -28,6 +28,12 @@ def _order(j: Job) -> tuple:
     return (j.submit_time, j.id)
 
 
+def _marked(j: Job) -> bool:
+    """What plan() looks at before the walk: a job that may expire (--max-wait, --deadline, a
+    dependency) or whose room is earmarked."""
+    return j.max_wait is not None or j.deadline is not None or bool(j.deps) or bool(j.earmark)
+
+
 class Group:
     """One class's waiting jobs (and their ids) in (submit time, id) order."""
     __slots__ = ("key", "jobs", "ids")
@@ -59,6 +65,7 @@ class Queue:
         self.users: dict[str, list[Job]] = {}     # user -> waiting jobs in (submit time, id) order
         self.bursting: set[int] = set()           # ids in their user's burst tail
         self.tails: dict[str, set[int]] = {}      # user -> those of the user's
+        self.marked: dict[int, Job] = {}          # jobs something can end (marks) or whose room is kept
         self.draining: frozenset = frozenset()
         self.burst: tuple | None = None           # (allowance, window), None: no burst penalty
 
@@ -83,6 +90,8 @@ class Queue:
             users.add(j.user)
         for j in changed:
             known[j.id] = j
+            if _marked(j):
+                self.marked[j.id] = j
             mine = self.users.setdefault(j.user, [])
             mine.insert(bisect_left(mine, _order(j), key=_order), j)
             users.add(j.user)
@@ -104,6 +113,7 @@ class Queue:
         self._reset()
         self.draining, self.burst = draining, burst
         self.jobs = {j.id: j for j in waiting}
+        self.marked = {j.id: j for j in waiting if _marked(j)}
         self.bursting = priority.burst_tail(waiting, *burst) if burst is not None else set()
         lists: dict[tuple, list[Job]] = {}
         bursting = self.bursting
@@ -131,6 +141,7 @@ class Queue:
     def _unfile(self, j: Job) -> None:
         self._ungroup(j)
         del self.jobs[j.id]
+        self.marked.pop(j.id, None)
         mine = self.users[j.user]
         del mine[bisect_left(mine, _order(j), key=_order)]
 

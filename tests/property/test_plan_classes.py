@@ -245,14 +245,14 @@ def test_a_no_room_verdict_is_judged_again_once_an_admission_reaches_a_cap(monke
 
 def _changed(snap, data):
     """The next pass's snapshot: some pending jobs gone (admitted, cancelled), some replaced (a new
-    reason, a new shape or submit time), some new (alike or not), and maybe a preemptor's victims
-    draining: what a kept Queue must follow."""
+    reason, a new shape or submit time, one that expires now), some new (alike or not), and maybe a
+    preemptor's victims draining: what a kept Queue must follow."""
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     others = [j for j in snap.jobs if j.state != states.PENDING]
     nxt = max((j.id for j in snap.jobs), default=0) + 1000
     out = []
     for j in pending:
-        what = data.draw(st.sampled_from(["keep"] * 12 + ["drop", "reason", "shape", "time", "twin"]))
+        what = data.draw(st.sampled_from(["keep"] * 12 + ["drop", "reason", "shape", "time", "twin", "expire"]))
         if what == "drop":
             continue
         if what == "reason":
@@ -261,6 +261,9 @@ def _changed(snap, data):
             j = replace(j, gpus=data.draw(st.sampled_from([0, 1, 2])), cpus=data.draw(st.sampled_from([1, 4])))
         elif what == "time":
             j = replace(j, submit_time=j.submit_time + data.draw(st.sampled_from([-700.0, -1.0, 1.0, 300.0])))
+        elif what == "expire":      # past its --deadline or its --max-wait: plan() ends it
+            j = replace(j, deadline=snap.now + 1) if data.draw(st.booleans()) else \
+                replace(j, max_wait=1, submit_time=snap.now - 10)
         elif what == "twin":
             out.append(replace(j, id=nxt, submit_time=j.submit_time + data.draw(st.sampled_from([0.0, 5.0]))))
             nxt += 1
