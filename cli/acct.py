@@ -111,12 +111,23 @@ _Ids = namedtuple("_Ids", "id array_id array_index")      # what a --jobs filter
 
 def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
     """The table's jobs as tuples of store/acctrows.TABLE_ORDER, by id: the archive's as the
-    database gives them (no object per row), the records' (Redis's) made here."""
-    rows, records = ctx.thin.read.acct_table(lo, hi, user, account)
+    database gives them (no object per row), Redis's from their acct rows (COMMITTED priced here,
+    from this client's rates, as from a record), and those of the records (Redis's jobs that ended
+    before their scheduler wrote rows) made here."""
+    read: list = []
+
+    def gpu_models() -> dict:        # read once, and only for jobs still in Redis
+        if not read:
+            read.append({g[0]: g[2] for n in ctx.thin.read.nodes() for g in n.gpus})   # [uuid, index, model, mem]
+        return read[0]
+
+    def priced(fresh) -> list[int]:  # COMMITTED of Redis's acct rows, from the client's rates (as of records)
+        from labq.scheduler.store.acctrows import committed
+        return committed(fresh, gpu_models(), ctx.cfg)
+    rows, records = ctx.thin.read.acct_table(lo, hi, user, account, committed=priced)
     if records:
         from labq.scheduler.report import committed_by_job
-        models = {g[0]: g[2] for n in ctx.thin.read.nodes() for g in n.gpus}     # [uuid, index, model, mem]
-        committed = committed_by_job(records, models, ctx.cfg)
+        committed = committed_by_job(records, gpu_models(), ctx.cfg)
         rows = [*rows, *((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
                           j.start_time, j.end_time, render.elapsed(j, j.end_time or 0), j.gpus, len(j.attempts),
                           committed[j.id], j.cost) for j in records)]

@@ -106,6 +106,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self._refused = ""                 # the last durability refusal logged (each is logged once)
         self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = None                # store/archive.History: what the archiver moved, for reads
+        self.acct_backlog: list[int] = []  # ended jobs without a Redis acct row (an older labq's), back-filled
         # Run times learned from ended jobs (estimate.py): stamped on each submit, fed at each attempt end.
         self.estimator = Estimator.from_config(cfg)
 
@@ -204,6 +205,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                     self.metrics.after_tick(self, time.monotonic() - started)
                 if leading and self.archiver:
                     self.archiver.step(self.clock())
+                if leading and self.acct_backlog:     # a batch a loop, so that ticks go on meanwhile
+                    self.acct_backlog = self.store.backfill_acct_rows(self.acct_backlog)
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -225,6 +228,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         self.jobs = self.store.active_jobs()
         self.store.rebuild_stat_rows(self.jobs.values())
+        self.acct_backlog = self.store.acct_rows_missing()
         self.seq = self.seq_written = self.store.job_seq()
         self.tally = Tally(self.jobs.values())
         self.inboxes = self.store.known_inboxes()

@@ -11,6 +11,7 @@ slurmfmt's sacct fields and scheduler/report.py read, so those functions take ei
 """
 import json
 from collections import namedtuple
+from typing import NamedTuple
 
 from ..model import Job
 
@@ -110,3 +111,76 @@ def select(since: float, until: float, user: str | None = None, account: str | N
     cols = ", ".join(_SQL[n] for n in only) if only is not None else \
         ", ".join(c if columns is None or n in columns else "NULL" for c, n in zip(SQL_NAMES, NAMES))
     return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time, id", args
+
+
+# -- the acct rows of ended jobs still in Redis (Keys.acct_rows) -----------------------------------
+# `labq acct --since 30d` with a week of ended jobs in Redis (history.keep's default) spent half its
+# time decoding their records (json + Job) to print 15 columns. The scheduler therefore writes, in the
+# transaction that ends a job (writes.put_jobs), a row of what acct's table reads of it: a short JSON
+# array, one `json.loads` for thousands; the archiver removes it with the record. COMMITTED is not
+# frozen in it: acct computes it at query time from the client's rates and the nodes' GPU models, as
+# it did from the record (report.committed_by_job), so the row keeps the forecast's inputs instead
+# (REDIS_FIELDS). A job ended by an older labq has no row until the scheduler back-fills it
+# (SchedulerStore.acct_rows_missing / backfill_acct_rows); a reader takes its record meanwhile.
+REDIS_FIELDS = TABLE_ORDER[:13] + ("cost", "cpus", "mem", "nodes", "qos", "time_limit", "est", "learned_est",
+                                   "gpu_type", "attempt_gpus")
+# (gpus, cpus, mem, nodes, qos, time_limit, est, learned_est): the job fields ledger.forecast reads
+FORECAST = tuple(REDIS_FIELDS.index(f) for f in ("gpus", "cpus", "mem", "nodes", "qos", "time_limit", "est",
+                                                 "learned_est"))
+GPU_TYPE, ATTEMPT_GPUS = REDIS_FIELDS.index("gpu_type"), REDIS_FIELDS.index("attempt_gpus")
+USER, ACCOUNT, STATE = REDIS_FIELDS.index("user"), REDIS_FIELDS.index("account"), REDIS_FIELDS.index("state")
+
+
+def redis_row(j: Job) -> str:
+    """The Redis acct row of an ended job (REDIS_FIELDS): ELAPSED as cli/render.elapsed makes it of an
+    ended record; `attempt_gpus`: each attempt's first GPU (null without GPUs), which prices it."""
+    now, total = j.end_time or 0, 0.0
+    for a in j.attempts:
+        start = a.start_time or a.dispatch_time
+        if start:
+            total += (a.end_time or now) - start
+    return _ENC.encode((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
+                        j.start_time, j.end_time, total, j.gpus, len(j.attempts), j.cost, j.cpus, j.mem, j.nodes,
+                        j.qos, j.time_limit, j.est, j.learned_est, j.gpu_type,
+                        [a.gpus[0] if a.gpus else None for a in j.attempts]))
+
+
+def redis_rows(texts) -> list[list]:
+    """Decoded Redis acct rows (lists in REDIS_FIELDS order), one json.loads for all."""
+    return json.loads("[" + ",".join(texts) + "]") if texts else []
+
+
+def finish(rows, committed) -> list[tuple]:
+    """Redis acct rows as TABLE_ORDER tuples, `committed[i]` the COMMITTED of rows[i]."""
+    return [(*v[:13], c, v[13]) for v, c in zip(rows, committed)]
+
+
+class _Shape(NamedTuple):
+    """What ledger.forecast reads of a job (model.Job's names), from a Redis acct row."""
+    gpus: int
+    cpus: int
+    mem: int
+    nodes: int
+    qos: str
+    time_limit: int
+    est: int | None
+    learned_est: int | None
+
+
+def committed(rows, models: dict, cfg) -> list[int]:
+    """report.committed_by_job's answer for each decoded Redis acct row, in order: the same forecast
+    of the same fields (`models`: GPU uuid -> model, as the nodes report them; `cfg`: the rates),
+    computed once per distinct (shape, GPU model)."""
+    from ..report import committed_cost
+    memo: dict = {}
+    out = []
+    for v in rows:
+        shape, total = tuple(v[i] for i in FORECAST), 0
+        for g in v[ATTEMPT_GPUS]:
+            key = (shape, models.get(g, v[GPU_TYPE]) if g is not None else "")
+            c = memo.get(key)
+            if c is None:
+                c = memo[key] = committed_cost(_Shape(*shape), key[1], cfg)
+            total += c
+        out.append(total)
+    return out

@@ -293,9 +293,10 @@ class Archiver:
             p.delete(self.k.job(j.id), *[self.k.attempt(j.id, a.attempt) for a in j.attempts])
             for node in {a.node for a in j.attempts if a.node}:
                 spool.setdefault(node, []).append(j.id)
-        for node, ids in spool.items():       # each node then drops their scripts and checkpoints
-            p.sadd(self.k.node_purge(node), *ids)
+        for node, jids in spool.items():      # each node then drops their scripts and checkpoints
+            p.sadd(self.k.node_purge(node), *jids)
         p.zrem(self.k.history, *ids)
+        p.hdel(self.k.acct_rows, *ids)                   # their acct rows (acctrows.redis_row) with them
         p.execute()
         return len(ids)
 

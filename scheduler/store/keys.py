@@ -6,6 +6,7 @@ its runners (only its own node's keys, attempt status and the events stream), U 
 """
 
 ROWS_VERSION = 2    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
+ACCT_VERSION = 1    # the shape of an ended job's acct row in Redis (acctrows.redis_row): likewise, back-filled
 
 
 class Keys:
@@ -59,6 +60,11 @@ class Keys:
     @property
     def stat_rows(self) -> str:               # HASH (S): id of each active job -> its `stat` row (statrows.py)
         return f"{self.p}:statrows:v{ROWS_VERSION}"
+
+    @property
+    def acct_rows(self) -> str:               # HASH (S): id of each ended job in `history` -> its acct row
+        return f"{self.p}:acctrows:v{ACCT_VERSION}"   # (acctrows.redis_row): written with the job's end,
+                                              # removed with its record by the archiver
 
     def job_env(self, ref: int) -> str:       # STRING (S): JSON [[name, value], …] a submission exported
         return f"{self.p}:env:{ref}"          # (--export), by array id or job id (codec.env_ref); not

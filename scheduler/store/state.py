@@ -10,7 +10,8 @@ import redis
 
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
-from . import statrows, writes
+from ..states import ACTIVE
+from . import acctrows, statrows, writes
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
 
@@ -78,6 +79,28 @@ class SchedulerStore:
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
         self.txn(build)
+
+    def acct_rows_missing(self) -> list[int]:
+        """Ended jobs in Redis that have no acct row (acctrows.redis_row: they ended under an older
+        labq), oldest end first, for backfill_acct_rows; rows whose job is no longer in Redis (an
+        older labq's archiver left them) are dropped here."""
+        ids, have = self.r.zrange(self.k.history, 0, -1), set(self.r.hkeys(self.k.acct_rows))
+        gone = sorted(have.difference(ids))
+        if gone:
+            def drop(p):
+                for i in range(0, len(gone), 10_000):
+                    p.hdel(self.k.acct_rows, *gone[i:i + 10_000])
+            self.txn(drop)
+        return [int(i) for i in ids if i not in have]
+
+    def backfill_acct_rows(self, ids: list[int], batch: int = 2000) -> list[int]:
+        """The acct rows of the first `batch` of `ids`, made from their records (a job archived
+        meanwhile has none: skipped), in one fenced transaction; returns the rest."""
+        rows = {str(j.id): acctrows.redis_row(j) for j in load_jobs(self.r, self.k, ids[:batch])
+                if j.state not in ACTIVE}
+        if rows:
+            self.txn(lambda p: p.hset(self.k.acct_rows, mapping=rows))
+        return ids[batch:]
 
     # -- loading -------------------------------------------------------------------------------
     def active_jobs(self) -> dict[int, Job]:

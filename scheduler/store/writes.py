@@ -7,7 +7,7 @@ from operator import attrgetter
 
 from .. import states
 from ..ledger import spent_field
-from . import codec, resp, statrows
+from . import acctrows, codec, resp, statrows
 from .keys import Keys
 
 REPLY_TTL = 600
@@ -17,12 +17,12 @@ ALERTS_MAXLEN = 100_000
 
 
 def put_jobs(p, k: Keys, jobs, new=None) -> None:
-    """Job records, their `stat` rows (statrows.py) and the active/history indexes, one MSET, ZADD,
-    ZREM and HSET for the lot (a 100,000-task array is a few commands, not 400,000). `new`: the ids
-    that may not be in the active index yet (the batch's new jobs; None: any); an active job outside
-    it is there already and is not added again (a pass that gives 10,000 jobs a new reason sent
-    20,000 ZADD arguments for nothing)."""
-    active, ended, stale, records, rows = {}, {}, [], {}, {}
+    """Job records, their `stat` rows (statrows.py), ended jobs' acct rows (acctrows.redis_row) and
+    the active/history indexes, one MSET, ZADD, ZREM and HSET for the lot (a 100,000-task array is a
+    few commands, not 400,000). `new`: the ids that may not be in the active index yet (the batch's
+    new jobs; None: any); an active job outside it is there already and is not added again (a pass
+    that gives 10,000 jobs a new reason sent 20,000 ZADD arguments for nothing)."""
+    active, ended, stale, records, rows, acct = {}, {}, [], {}, {}, {}
     for job, record, row in _texts(jobs):
         records[k.job(job.id)] = record
         if job.env and codec.env_ref(job) == job.id:     # once per submission (an array's first task)
@@ -37,6 +37,7 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
                 stale.append(k.control(job.id))
         else:
             ended[str(job.id)] = job.end_time or time.time()
+            acct[str(job.id)] = acctrows.redis_row(job)
             stale.append(k.control(job.id))
     if records:   # one MSET: a command per record cost more to pack and parse than to run
         p.mset(records)
@@ -48,6 +49,7 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
         p.zrem(k.active, *ended)
         p.hdel(k.stat_rows, *ended)
         p.zadd(k.history, ended)
+        p.hset(k.acct_rows, mapping=acct)
     if stale:
         p.delete(*stale)
 

@@ -449,3 +449,58 @@ def test_pages_follow_a_cursor_so_rows_archived_meanwhile_repeat_nothing(conns, 
     from labq.scheduler.errors import UsageError
     with pytest.raises(UsageError, match="not a cursor of acct"):
         histpages.answer(db, {"what": "acct", "after": ["soon", 1]})
+
+
+def test_ended_jobs_keep_an_acct_row_in_redis_until_they_are_archived(conns, archive_at):
+    """The transaction that ends a job (through the daemon: completed, failed) writes its Redis acct
+    row (store/acctrows.redis_row); the archive pass removes it with the record."""
+    from labq.scheduler.store import acctrows
+    r, raw = conns
+    _workload(r, raw)
+    ended = {j.id: j for j in Reader(r, K).ended()}
+    assert len(ended) == 6 and r.hgetall(K.acct_rows) == {str(i): acctrows.redis_row(j) for i, j in ended.items()}
+    assert Archiver(r, K, Archive(archive_at), keep=0, batch=4).step(T0 + 500)[0] == 4
+    assert sorted(r.hkeys(K.acct_rows), key=int) == r.zrange(K.history, 0, -1) and r.hlen(K.acct_rows) == 2
+    Archiver(r, K, Archive(archive_at), keep=0).step(T0 + 500)
+    assert r.hlen(K.acct_rows) == 0
+
+
+def test_a_pass_over_jobs_that_ran_on_several_nodes_takes_each_out_of_the_history(conns, archive_at):
+    """Each job of a pass leaves the history index and its acct row goes, whatever node it ran on
+    (the spool lists per node once reused the pass's `ids`: only the last node's jobs left the
+    index, and the pass counted those)."""
+    import random
+
+    from labq.scheduler.store import writes
+    from tests.harness import ENDED_TO, ended_job
+    r, _ = conns
+    rng = random.Random(5)
+    jobs = [ended_job(rng, i) for i in range(1, 61)]
+    assert len({a.node for j in jobs for a in j.attempts}) == 3
+    p = r.pipeline(transaction=False)
+    writes.put_jobs(p, K, jobs)
+    p.execute()
+    assert Archiver(r, K, Archive(archive_at), keep=0).step(ENDED_TO + 60) == (60, 0)
+    assert r.zcard(K.history) == 0 and r.hlen(K.acct_rows) == 0
+
+
+def test_a_new_leader_back_fills_the_acct_rows_an_older_labq_did_not_write(conns):
+    """Jobs that ended under an older labq have no Redis acct row: the leader finds them at its start
+    (and drops rows whose job is gone) and writes theirs from the records in its loop, a batch at a
+    time, as that labq's end would have."""
+    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.store import acctrows
+    from tests.harness import CFG, FROZEN
+    r, raw = conns
+    s = _workload(r, raw)
+    want = r.hgetall(K.acct_rows)
+    r.hdel(K.acct_rows, "1", "2", "5")
+    r.hset(K.acct_rows, "77", "[77]")
+    s.store.release_leader()
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2.tick(T0 + 500)
+    assert sorted(s2.acct_backlog) == [1, 2, 5] and not r.hexists(K.acct_rows, "77")
+    r.lpush(K.wake, "events")          # the loop's wait returns at once
+    s2._loop(iter([False, True]).__next__)
+    assert r.hgetall(K.acct_rows) == want and s2.acct_backlog == []
+    assert want == {str(j.id): acctrows.redis_row(j) for j in Reader(r, K).ended()}

@@ -124,6 +124,23 @@ def test_a_node_role_writes_its_own_node_only(locked):
     assert denied(n1.execute_command, "FLUSHALL")
 
 
+def test_ended_jobs_acct_rows_are_read_by_clients_and_written_by_the_scheduler_only(locked):
+    """Keys.acct_rows (store/acctrows.redis_row): `labq acct` reads it as the client role; only the
+    scheduler writes it; node roles neither read nor write it (they have no use for it)."""
+    rp, pw, *_ = locked
+    s = as_role(rp, pw, acl.SCHEDULER)
+    s.hset(K.acct_rows, mapping={"7": "[7]", "8": "[8]"})
+    s.hdel(K.acct_rows, "8")
+    c = as_role(rp, pw, acl.CLIENT)
+    assert c.hmget(K.acct_rows, ["7", "8"]) == ["[7]", None] and c.hkeys(K.acct_rows) == ["7"]
+    for who in (c, as_role(rp, pw, acl.node_role("n1"))):
+        assert denied(who.hset, K.acct_rows, "9", "[9]")
+        assert denied(who.hdel, K.acct_rows, "7")
+        assert denied(who.delete, K.acct_rows)
+    assert denied(as_role(rp, pw, acl.node_role("n1")).hmget, K.acct_rows, ["7"])
+    assert s.hgetall(K.acct_rows) == {"7": "[7]"}
+
+
 def test_the_scheduler_role_has_labq_keys_but_no_dangerous_commands(locked):
     rp, pw, *_ = locked
     s = as_role(rp, pw, acl.SCHEDULER)
