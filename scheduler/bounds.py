@@ -9,6 +9,7 @@ the site configured (`scheduler.max_time_limit`, `max_array_size`, `max_request_
 import json
 import math
 import re
+from itertools import accumulate
 
 from .errors import RefusedError, UsageError
 
@@ -74,7 +75,9 @@ def epoch(what: str, v, now: float) -> float:
                          f"got {_short(v)}") from None
 
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+# A JSON string: the loop unrolled (a run of plain characters, then an escape and its run): the same
+# texts as "(?:[^"\\]|\\.)*", a third of its time on a body with many strings (an exported environment).
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 
 
@@ -82,11 +85,10 @@ def depth(text: str) -> int:
     """The deepest nesting of `text` read as JSON, counted without parsing it (the parser's own
     recursion is what a 100,000-deep body would exhaust). Strings are removed first."""
     brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
-    deepest = level = 0
-    for c in brackets:
-        level += 1 if c in "[{" else -1
-        deepest = max(deepest, level)
-    return deepest
+    return max(0, max(accumulate(map(_STEP.__getitem__, brackets)), default=0))
+
+
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def _no_constant(name):
@@ -98,6 +100,10 @@ def _finite(text: str) -> float:
     if not math.isfinite(f):
         raise ValueError(f"{text[:20]} is beyond a float")
     return f
+
+
+# json.loads with these hooks built a decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def loads(text, what: str, max_bytes: int, max_depth: int = MAX_DEPTH):
@@ -113,11 +119,11 @@ def loads(text, what: str, max_bytes: int, max_depth: int = MAX_DEPTH):
             text = text.decode()
         except UnicodeDecodeError:
             raise UsageError(f"{what}: not UTF-8") from None
-    d = depth(text)
-    if d > max_depth:
+    # No deeper than its count of opening brackets: most bodies need no count of the depth at all.
+    if text.count("[") + text.count("{") > max_depth and (d := depth(text)) > max_depth:
         raise UsageError(f"{what}: JSON nested {d} deep, at most {max_depth}")
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        return _DECODER.decode(text) if not text.startswith("\ufeff") else json.loads(text)
     except (ValueError, RecursionError) as e:
         raise UsageError(f"{what}: not valid JSON: {str(e)[:200]}") from None
 

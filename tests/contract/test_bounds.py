@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import bounds, config
 from labq.scheduler.errors import ConfigError, RefusedError, UsageError
@@ -154,3 +155,34 @@ def test_loads_bounds_size_depth_and_constants():
         assert all(abs(v) != float("inf") for v in got), got
     # Brackets inside strings are not nesting: a script full of them is fine.
     assert bounds.loads(json.dumps({"script": "[[[[" * 1000}), "body", 1 << 20)["script"].startswith("[[[[")
+
+
+def _depth_then(text: str) -> int:
+    """bounds.depth as it was: strings by "(?:[^"\\\\]|\\\\.)*", the brackets counted one by one."""
+    import re
+    brackets = re.sub(r"[^\[\]{}]+", "", re.sub(r'"(?:[^"\\]|\\.)*"', "", text, flags=re.S))
+    deepest = level = 0
+    for c in brackets:
+        level += 1 if c in "[{" else -1
+        deepest = max(deepest, level)
+    return deepest
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='"\\[]{}ab é\n,:0', max_size=60)
+       | st.recursive(st.none() | st.text(max_size=6) | st.integers(),
+                      lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+                      max_leaves=40).map(json.dumps))
+def test_depth_and_loads_answer_as_before(text):
+    """The unrolled string pattern and the accumulate count give the depth they gave; loads skips the
+    count only where the opening brackets alone are too few to pass the bound."""
+    assert bounds.depth(text) == _depth_then(text)
+    for bound in (0, 1, 2, 32):
+        try:
+            got = ("ok", bounds.loads(text, "x", 10_000, max_depth=bound))
+        except UsageError as e:
+            got = ("deep" if "deep" in str(e) else "bad", None)
+        if _depth_then(text) > bound:
+            assert got[0] == "deep"
+        else:
+            assert got[0] != "deep"
