@@ -162,14 +162,17 @@ def test_new_reasons_for_many_jobs_are_written_in_bounded_chunks(real_conns, mon
     r, raw = real_conns
     monkeypatch.setattr(daemon, "REASON_CHUNK", 500)
     s = started(r, raw)
-    send(r, "alice", "arr", body={**BODY, "array": [0, 1999, 1]})
+    # Not held (a held job carries its reason from the submit on): the pass starts a few and gives
+    # the other ~2,000 a reason.
+    send(r, "alice", "arr", body={**BODY, "hold": False, "array": [0, 1999, 1]})
     reload_inboxes(s)
     before = execs(r)
     s.tick(NOW + 1)                        # the submit, then a plan of the queue it made
     assert reply(r, "arr")["ok"]
-    assert execs(r) - before >= 5          # the batch, then 2,000 new reasons in four transactions of 500
-    got = {codec.loads(r.get(K.job(j))).reason for j in range(reply(r, "arr")["job_id"], reply(r, "arr")["last_job_id"] + 1)}
-    assert got == {states.HELD}
+    assert execs(r) - before >= 5          # the batch, then ~2,000 new reasons in four transactions of 500
+    got = [codec.loads(r.get(K.job(j))) for j in range(reply(r, "arr")["job_id"], reply(r, "arr")["last_job_id"] + 1)]
+    assert {j.reason for j in got if j.state == states.PENDING} == {states.PRIORITY}
+    assert sum(j.state == states.PENDING for j in got) >= 1990
 
 
 def test_a_plan_pass_that_changes_nothing_writes_nothing(real_conns, monkeypatch):
@@ -269,3 +272,27 @@ def test_put_jobs_adds_to_the_index_only_the_jobs_it_is_told_are_new(real_conns)
     assert r.zrange(K.active, 0, -1) == ["2"]
     assert r.hmget(K.stat_rows, ["1", "2"]) == [statrows.dumps(a), statrows.dumps(b)]
     assert codec.loads(r.get(K.job(1))) == a
+
+
+def test_a_held_submit_carries_the_reason_the_plan_gives_so_the_first_pass_writes_nothing(real_conns, monkeypatch):
+    from labq.scheduler.jobspec import HELD_DETAIL
+    from labq.scheduler.store import writes
+    r, raw = real_conns
+    s = started(r, raw)
+    send(r, "alice", "held", body={**BODY, "array": [0, 1199, 1]})
+    send(r, "alice", "one", body=BODY)
+    reload_inboxes(s)
+    written, real = [], writes.put_jobs
+
+    def spy(p, k, jobs, **kw):
+        jobs = list(jobs)
+        written.extend(j for j in jobs if j.id not in kw.get("new", ()))
+        return real(p, k, jobs, **kw)
+    monkeypatch.setattr(writes, "put_jobs", spy)
+    s.tick(NOW + 1)          # the submits, then the first pass over them
+    s.tick(NOW + 2)
+    assert reply(r, "held")["ok"] and reply(r, "one")["ok"]
+    assert written == []
+    assert {(j.reason, j.detail) for j in s.jobs.values()} == {(states.HELD, HELD_DETAIL)}
+    assert {(codec.loads(x).reason, codec.loads(x).detail) for x in r.mget([K.job(i) for i in s.jobs])} == \
+        {(states.HELD, HELD_DETAIL)}
