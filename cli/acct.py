@@ -170,8 +170,9 @@ def _table(rows: list[tuple], fmt: str, noheader: bool) -> None:
     # Each cell padded to its column's width, the last column not (what rstrip took off each line).
     columns = [list(map(str.ljust, shown, repeat(widths[0], n)))]
     for (v, t), w in zip(cells[:-1], widths[1:]):
-        padded = {k: text.ljust(w) for k, text in t.items()}
-        columns.append(list(map(padded.__getitem__, v)))
+        if min(map(len, t.values()), default=w) < w:    # (times are all as wide as their column: as they are)
+            t = dict(zip(t, map(str.ljust, t.values(), repeat(w))))
+        columns.append(list(map(t.__getitem__, v)))
     columns.append(list(map(cells[-1][1].__getitem__, cells[-1][0])))
     lines = [] if noheader else ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths)).rstrip()]
     lines += map("  ".join, zip(*columns))
@@ -191,10 +192,10 @@ def _texts(values) -> dict:
 def _money(values, as_csv: bool) -> dict:
     if as_csv:
         return {m: f"{m / MICRO:.6f}" for m in set(values)}
-    sym = currency_symbol()
-    common = [m for m in set(values) if m >= 10_000] if sym else []     # $1,234.56: the usual case
+    sym, distinct = currency_symbol(), set(values)
+    common = list(filter((10_000).__le__, distinct)) if sym else []     # $1,234.56: the usual case
     out = dict(zip(common, map(add, repeat(sym), map(format, map(truediv, common, repeat(MICRO)), repeat(",.2f")))))
-    out.update((m, fmt_money(m)) for m in set(values) - set(common))   # fmt_money's own text for the rest
+    out.update((m, fmt_money(m)) for m in distinct.difference(common))   # fmt_money's own text for the rest
     return out
 
 
@@ -224,8 +225,9 @@ def _stamps(values, heads: dict) -> dict:
     text made per local hour (`heads`) plus _MMSS; an hour in which the offset changes (DST) is
     formatted value by value."""
     distinct = set(values)
-    out = {t: "-" for t in distinct if not t}
-    distinct = [t for t in distinct if t]
+    out = {t: "-" for t in (None, 0) if t in distinct}       # 0 stands for 0.0 too (equal, same hash)
+    distinct.difference_update((None, 0))
+    distinct = list(distinct)
     secs = list(map(int, distinct))
     utc_hours = list(map(floordiv, secs, repeat(3600)))
     offsets = {u: _offset(u) for u in set(utc_hours)}
