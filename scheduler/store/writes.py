@@ -37,7 +37,7 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
                 stale.append(k.control(job.id))
         else:
             ended[str(job.id)] = job.end_time or time.time()
-            acct[str(job.id)] = acctrows.redis_row(job)
+            acct[str(job.id)] = row if row is not None else acctrows.redis_row(job)
             stale.append(k.control(job.id))
     if records:   # one MSET: a command per record cost more to pack and parse than to run
         p.mset(records)
@@ -55,8 +55,8 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
 
 
 def _texts(jobs):
-    """(job, record, stat row or None) of each job, in order: what codec.dumps and statrows.dumps give
-    (as bytes where spliced). Runs of array tasks alike but for id and index (a pass giving a
+    """(job, record, row or None) of each job, in order: what codec.dumps and statrows.dumps give (as
+    bytes where spliced; for an ended job, acctrows.redis_row's in place of statrows.dumps's). Runs of array tasks alike but for id and index (a pass giving a
     10,000-task array a new reason, twice: `Priority` while others start, then `Resources`) are
     encoded once with stand-ins and each task's texts spliced from the pieces, as _encoded_runs does:
     encoding every record and row was a quarter of such a pass."""
@@ -70,7 +70,10 @@ def _texts(jobs):
                 j += 1
         if j - i > 1:
             stand = replace(job, id=_ID, array_index=_INDEX)
-            rec, row = _cut(codec.dumps(stand)), _cut(statrows.dumps(stand))
+            # A run is alike but for id and index: one state. An ended run (a pending array
+            # cancelled) gets its acct rows spliced alike, in place of the stat rows it has no use for.
+            of = statrows.dumps if job.state in states.ACTIVE else acctrows.redis_row
+            rec, row = _cut(codec.dumps(stand)), _cut(of(stand))
             if rec is not None and row is not None:
                 (ra, rb, rc, _), (wa, wb, wc, _) = rec, row
                 join = b"".join

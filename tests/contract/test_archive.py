@@ -504,3 +504,23 @@ def test_a_new_leader_back_fills_the_acct_rows_an_older_labq_did_not_write(conns
     s2._loop(iter([False, True]).__next__)
     assert r.hgetall(K.acct_rows) == want and s2.acct_backlog == []
     assert want == {str(j.id): acctrows.redis_row(j) for j in Reader(r, K).ended()}
+
+
+def test_a_cancelled_pending_array_gets_one_acct_row_a_task_as_each_alone_would(conns):
+    """writes.put_jobs splices the records of a run of alike array tasks from one template; an ended
+    run (a pending array cancelled) gets its acct rows the same way: each equal to redis_row's."""
+    from dataclasses import replace
+
+    from labq.scheduler import states
+    from labq.scheduler.model import Job
+    from labq.scheduler.store import acctrows, writes
+    r, _ = conns
+    base = Job(id=100, user="alice", account="eta", argv=("python", "x.py"), workdir="/tmp", name="sweep", gpus=1,
+               cpus=4, mem=8 << 30, time_limit=3600, state=states.CANCELLED, array_id=100, array_count=1200,
+               submit_time=T0, end_time=T0 + 5, est=600, qos="low")
+    tasks = [replace(base, id=100 + i, array_index=i) for i in range(1200)]     # ids and indices cross 3 -> 4 digits
+    p = r.pipeline(transaction=False)
+    writes.put_jobs(p, K, tasks)
+    p.execute()
+    assert r.hgetall(K.acct_rows) == {str(j.id): acctrows.redis_row(j) for j in tasks}
+    assert r.zcard(K.history) == 1200 and r.hlen(K.stat_rows) == 0
