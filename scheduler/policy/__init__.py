@@ -11,6 +11,8 @@ reservation. Each job left pending gets exactly one reason.
 
 No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is in sorted order.
 """
+from dataclasses import replace
+
 from .. import ledger, states
 from ..config import Config
 from ..model import Job, Snapshot
@@ -71,7 +73,6 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
     """When each pending job is expected to start (`labq stat --start`, `sub --test-only`): the plan
     run with a reservation for every blocked job, up to `depth` of them (conservative backfill over
     running jobs' time limits). Jobs that would start now get `snap.now`; unknown ones are absent."""
-    from dataclasses import replace
     p = plan(snap, replace(cfg, backfill_depth=max(depth, cfg.backfill_depth), preemption=False), _begins=True)
     out = {x.job_id: snap.now for x in p.places}
     out.update((s.job_id, s.at) for s in p.starts)
@@ -105,10 +106,11 @@ class _Pass:
 
     def __init__(self, snap: Snapshot, cfg: Config, running, deps: Dependencies):
         self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
-        self.free = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
+        free = capacity.free_capacity(snap.nodes, running, snap.now)
         # A copy of the free capacity at the start of the pass tells `Priority` (higher jobs took the
         # room) apart from `Resources` (there was no room to begin with).
-        self.initial = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
+        self.initial = capacity.Placer({n: replace(f, gpus=list(f.gpus)) for n, f in free.items()})
+        self.free = capacity.Placer(free)
         self.usage = Usage(running, cfg, sum(len(f.gpus) for f in self.free.free.values()))
         # A borrower that may not be preempted again could not be reclaimed: it may hold only GPUs
         # no account is guaranteed (the up GPUs beyond the sum of guarantees), or a guarantee would

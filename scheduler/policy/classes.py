@@ -235,8 +235,8 @@ class _Walk:
                 quiet += 1
             else:
                 job = jobs[at[i]]
-                now = self._judge(job, key, version)
                 at[i] += 1
+                now = self._judge(job, key, version, at[i] < len(jobs))
                 quiet += 1
                 if now == version and at[i] < len(jobs) and quiet >= self.churn:
                     hit = self.cache.get(key)
@@ -351,7 +351,9 @@ class _Walk:
             return None
         return (job.gpus, job.gpu_type, job.cpus, job.mem, job.qos, job.account if self.p.usage.guarantees else None)
 
-    def _judge(self, job, key, version):
+    def _judge(self, job, key, version, more: bool = True):
+        """The job's verdict, from the pass or a room shared by alike classes; cached for the rest of
+        its class when `more` of them follow (a class of one is not cached)."""
         p, touched = self.p, self.touched
         room = self._room_key(job, key)
         hit = self.rooms.get(room) if room is not None else None
@@ -374,7 +376,7 @@ class _Walk:
         now = p.version()
         if now != version:
             return now
-        if key[0] != "own":
+        if more and key[0] != "own":
             kind = _FULL if self.touched != touched else _STATIC if verdict[0] in STATIC else \
                 _CAPS if verdict[0] in CAPS else _FULL
             if kind == _CAPS and verdict[0] in ROOM and not p.usage.guarantees:
