@@ -59,6 +59,7 @@ class _Work:
     now: float
     rooms: dict[str, _Room | None] = field(default_factory=dict)
     holders: dict[str, list[Job]] | None = None
+    named: dict[str, Node] | None = None
     touched: set[int] = field(default_factory=set)
     rejected: list[Rejected] = field(default_factory=list)
 
@@ -116,9 +117,11 @@ def apply_plan(plan: Plan, pending: Mapping[int, Job], running: Mapping[int, Job
             w.touched.add(j.id)
             stopping.append(replace(j, cancel_requested=True, detail=c.detail))
             controls.append((c.job_id, "cancel"))
-    # By runs (a class's jobs that took one verdict, plan.Pendings): no Pending object per job.
-    pended = [j for ids, verdict in pending_runs(plan.pending) for i in ids
-              if (j := _pend(w, i, verdict, reasons)) is not None]
+    # By runs (a class's jobs that took one verdict, plan.Pendings): no Pending object per job, and
+    # the common case (a pending job whose record already says it) in one comprehension per run.
+    pended = []
+    for ids, verdict in pending_runs(plan.pending):
+        pended += [j for i in _changed(w, ids, verdict, reasons) if (j := _pend(w, i, verdict, reasons)) is not None]
     return Applied(tuple(started), tuple(expired), tuple(stopping), tuple(preempts), tuple(controls),
                    tuple(pended), tuple(w.rejected))
 
@@ -194,10 +197,24 @@ def _room(w: _Work, name: str) -> _Room | None:
                 if r.state in states.ON_NODE:
                     for part, _ in r.on_nodes:     # a gang holds room on each of its nodes
                         w.holders.setdefault(part, []).append(r)
-        node = next((n for n in w.nodes if n.name == name), None)
+        if w.named is None:      # by name, once: a plan may place on each of a thousand nodes
+            w.named = {n.name: n for n in w.nodes}
+        node = w.named.get(name)
         up = node is not None and node_is_up(node, w.now)
         w.rooms[name] = _Room(node, w.holders.get(name, [])) if up and node is not None else None
     return w.rooms[name]
+
+
+def _changed(w: _Work, ids, verdict: Verdict, reasons: bool) -> list[int]:
+    """The ids of a run that `_pend` must look at: all but the pending, untouched jobs whose record
+    already has the verdict (the reason and detail too, with `reasons`)."""
+    get, touched, pending = w.pending.get, w.touched, states.PENDING
+    reason, detail, earmark, gpus = verdict
+    if reasons:
+        return [i for i in ids if (j := get(i)) is None or j.state != pending or i in touched or j.reason != reason
+                or j.detail != detail or j.earmark != earmark or j.earmark_gpus != gpus]
+    return [i for i in ids if (j := get(i)) is None or j.state != pending or i in touched or j.earmark != earmark
+            or j.earmark_gpus != gpus]
 
 
 def _pend(w: _Work, job_id: int, verdict: Verdict, reasons: bool) -> Job | None:
