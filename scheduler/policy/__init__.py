@@ -16,12 +16,13 @@ from dataclasses import replace
 from .. import ledger, states
 from ..config import Config
 from ..model import Job, Snapshot
-from ..plan import Expire, Pending, Pendings, Place, Plan, Preempt, Start
+from ..plan import Pending, Pendings, Place, Plan, Preempt, Start
 from ..units import fmt_at, fmt_size
 from . import capacity, classes, gang, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
+from .expire import expire
 from .quota import Usage, over_alone
 
 __all__ = ["plan", "plan_per_job", "refusal", "expected_starts"]
@@ -37,13 +38,13 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queu
     p = _Pass(snap, cfg, running, deps)
     p.reserve_begins = _begins
     if queue is None:
-        expires, waiting = _expire(pending, snap.now, deps)
+        expires, waiting = expire(pending, snap.now, deps)
         p.keep_earmarks(pending)
     else:
         # The kept Queue knows which jobs may expire or hold an earmark: the rest are not looked at.
         classes.file(queue, p, pending, cfg)
         marked = list(queue.marked.values())
-        expires, _ = _expire(marked, snap.now, deps)
+        expires, _ = expire(marked, snap.now, deps)
         p.keep_earmarks(marked)
         waiting = pending
         if expires:
@@ -59,7 +60,7 @@ def plan_per_job(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
-    expires, waiting = _expire(pending, snap.now, deps)
+    expires, waiting = expire(pending, snap.now, deps)
     order = priority.ordered(waiting, snap.now, dict(snap.usage), cfg)
     p = _Pass(snap, cfg, running, deps)
     p.reserve_begins = _begins
@@ -77,28 +78,6 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
     out = {x.job_id: snap.now for x in p.places}
     out.update((s.job_id, s.at) for s in p.starts)
     return out
-
-
-def _expire(pending, now: float, deps: Dependencies):
-    """(the expiries, the jobs left waiting, in `pending`'s order)."""
-    # Most jobs have nothing that can end them: only the others are looked at one by one.
-    maybe = [j for j in pending if j.max_wait is not None or j.deadline is not None or j.deps]
-    expires: list = []
-    for j in maybe:
-        dep = deps.verdict(j)
-        # A requeued job (preempted, retried, node failure) waits again from its last attempt's end.
-        queued = j.attempts[-1].end_time or j.submit_time if j.attempts else j.submit_time
-        if j.max_wait is not None and now - queued >= j.max_wait:
-            expires.append(Expire(j.id, f"waited {now - queued:.0f}s, over --max-wait {j.max_wait}s"))
-        elif j.deadline is not None and now + j.time_limit > j.deadline:
-            expires.append(Expire(j.id, f"a start now could not finish its {j.time_limit}s before --deadline "
-                                        f"({j.deadline - now:.0f}s from now)", states.DEADLINE))
-        elif dep and dep[0] == states.DEPENDENCY_NEVER and j.kill_on_invalid_dep:
-            expires.append(Expire(j.id, f"cancelled: {dep[1]} (--kill-on-invalid-dep)", states.CANCELLED))
-    if not expires:
-        return [], pending
-    gone = {e.job_id for e in expires}
-    return sorted(expires, key=lambda e: e.job_id), [j for j in pending if j.id not in gone]
 
 
 class _Pass:
