@@ -109,7 +109,10 @@ class TwoNodes:
     def finish(self, jid, stamps):
         j = wait_for(lambda: (x := self.job(jid)) and x.state in states.TERMINAL and x, 90,
                      what=f"job {jid} to end")
-        # Seen once in a full run (not alone): the job ended without its process ever stamping.
+        # Seen in 2 of 30 loaded runs of test_redis_restarted_mid_dispatch: the job ended F ("runner
+        # failed: ConnectionError") having stamped at most once: its runner took Redis gone at `started`
+        # for a runner bug and killed it. Fixed; forced in test_worker_runner.py
+        # (test_redis_gone_as_the_job_starts_does_not_fail_it).
         assert os.path.exists(stamps), ("the job ended but never ran", j.state, j.reason, j.attempts)
         return j, lives(stamps)
 
