@@ -206,7 +206,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 if leading and self.archiver:
                     self.archiver.step(self.clock())
                 if leading and self.acct_backlog:     # a batch a loop, so that ticks go on meanwhile
-                    self.acct_backlog = self.store.backfill_acct_rows(self.acct_backlog)
+                    self._backfill_acct()
                 if not ready:
                     ready = sdnotify.notify("READY=1")
                 # From the main loop only: a stuck loop must let the watchdog fire.
@@ -223,6 +223,13 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 log.error("Redis: %s; retrying in 1s", e)
                 self.leading = False
                 time.sleep(1)
+
+    def _backfill_acct(self) -> None:
+        try:
+            self.acct_backlog = self.store.backfill_acct_rows(self.acct_backlog)
+        except StalePlanError as e:     # the lease went since the tick: the next leader's start finds the rest
+            log.warning("%s; reloading state", e)
+            self.leading = False
 
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""

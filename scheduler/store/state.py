@@ -83,7 +83,15 @@ class SchedulerStore:
     def acct_rows_missing(self) -> list[int]:
         """Ended jobs in Redis that have no acct row (acctrows.redis_row: they ended under an older
         labq), oldest end first, for backfill_acct_rows; rows whose job is no longer in Redis (an
-        older labq's archiver left them) are dropped here."""
+        older labq's archiver left them) are dropped here. As many rows as ended jobs: none missing
+        (rows of gone jobs and as many jobs without one, after a downgrade and back, would go
+        unnoticed: those jobs' records are then read, and the rows are memory only)."""
+        p = self.r.pipeline(transaction=False)
+        p.hlen(self.k.acct_rows)
+        p.zcard(self.k.history)
+        n_rows, n_ended = p.execute()
+        if n_rows == n_ended:       # the usual start: every ended job has its row (a count, not two lists)
+            return []
         ids, have = self.r.zrange(self.k.history, 0, -1), set(self.r.hkeys(self.k.acct_rows))
         gone = sorted(have.difference(ids))
         if gone:

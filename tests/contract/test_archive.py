@@ -524,3 +524,23 @@ def test_a_cancelled_pending_array_gets_one_acct_row_a_task_as_each_alone_would(
     p.execute()
     assert r.hgetall(K.acct_rows) == {str(j.id): acctrows.redis_row(j) for j in tasks}
     assert r.zcard(K.history) == 1200 and r.hlen(K.stat_rows) == 0
+
+
+def test_a_lease_lost_during_the_back_fill_reloads_instead_of_stopping_the_loop(conns):
+    from labq.scheduler.daemon import Scheduler
+    from tests.harness import CFG, FROZEN
+    r, raw = conns
+    s = _workload(r, raw)
+    r.hdel(K.acct_rows, "1", "2")
+    s.store.release_leader()
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2.tick(T0 + 500)
+    assert sorted(s2.acct_backlog) == [1, 2] and s2.leading
+    r.set(K.leader, "s3")                # another scheduler took the lease after this tick
+    s2._backfill_acct()
+    assert not s2.leading and not r.hexists(K.acct_rows, "1"), "nothing written without the lease"
+    r.delete(K.leader)
+    s2.tick(T0 + 501)                    # leads again: finds the same two
+    assert sorted(s2.acct_backlog) == [1, 2]
+    s2._backfill_acct()
+    assert s2.acct_backlog == [] and r.hexists(K.acct_rows, "1") and r.hexists(K.acct_rows, "2")
