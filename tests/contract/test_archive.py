@@ -544,3 +544,24 @@ def test_a_lease_lost_during_the_back_fill_reloads_instead_of_stopping_the_loop(
     assert sorted(s2.acct_backlog) == [1, 2]
     s2._backfill_acct()
     assert s2.acct_backlog == [] and r.hexists(K.acct_rows, "1") and r.hexists(K.acct_rows, "2")
+
+
+def test_an_array_cancelled_through_the_daemon_gets_an_acct_row_a_task(conns):
+    """A held 1,500-task array (written ahead: put_new_jobs), then `labq cancel` of the array: each
+    task ends in that change's transaction with its acct row, the tasks alike but for id and index
+    (spliced), each equal to what acctrows.redis_row makes of its record."""
+    import json
+
+    from labq.scheduler.store import acctrows
+    from tests.harness import submit
+    r, raw = conns
+    s = setup(r, raw, T0)
+    submit(r, "alice", {**BODY, "array": [0, 1499, 1], "hold": True}, "arr")
+    s.tick(T0 + 1, woke(r))
+    assert r.zcard(K.active) == 1500 and r.hlen(K.acct_rows) == 0
+    r.xadd(K.inbox("alice"), {"rid": "c", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+    r.lpush(K.wake, "user:alice")
+    s.tick(T0 + 2, woke(r))
+    ended = Reader(r, K).ended()
+    assert len(ended) == 1500 and {j.state for j in ended} == {"CA"}
+    assert r.hgetall(K.acct_rows) == {str(j.id): acctrows.redis_row(j) for j in ended}

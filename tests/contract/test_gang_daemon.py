@@ -6,6 +6,7 @@ import json
 from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
+from labq.scheduler.store import acctrows
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import FROZEN, K, job, reply, submit, woke
 
@@ -76,6 +77,8 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
     s.tick(NOW + 62)
     again = job(r, 1)
     assert again.state == states.FAILED and again.cost == cost and len(again.attempts) == 1
+    # its acct row (store/acctrows.redis_row) was written with the end, and again with the late part
+    assert r.hget(K.acct_rows, "1") == acctrows.redis_row(again) and r.hlen(K.acct_rows) == 1
     # the room is free again on both nodes: a 2-node job of the whole nodes starts at once
     submit(r, "alice", {**BODY, "nodes": 3}, "g3")
     s.tick(NOW + 63, woke(r))
@@ -126,6 +129,14 @@ def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
     j = job(r, 1)
     assert j.restart_count == 1 and len(j.attempts) == 2 and j.state == states.RUNNING
     assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 9.0}} and j.attempts[0].outcome == "node_failure"
+    assert r.hlen(K.acct_rows) == 0, "requeued, not ended: no acct row"
+    for n in ("a", "c"):                        # attempt 2 runs and completes on both: one acct row, 2 attempts
+        agent.post("started", 1, 2, n, {"start_time": NOW + 12})
+        agent.post("finished", 1, 2, n, {"outcome": "completed", "exit_code": 0, "end_time": NOW + 40})
+    s.tick(NOW + 41)
+    j = job(r, 1)
+    assert j.state == states.COMPLETED and r.hget(K.acct_rows, "1") == acctrows.redis_row(j)
+    assert json.loads(r.hget(K.acct_rows, "1"))[12] == 2
 
 
 def test_a_part_no_runner_takes_is_withdrawn_after_start_timeout(conns):
