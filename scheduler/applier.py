@@ -121,7 +121,11 @@ def apply_plan(plan: Plan, pending: Mapping[int, Job], running: Mapping[int, Job
     # the common case (a pending job whose record already says it) in one comprehension per run.
     pended = []
     for ids, verdict in pending_runs(plan.pending):
-        pended += [j for i in _changed(w, ids, verdict, reasons) if (j := _pend(w, i, verdict, reasons)) is not None]
+        if len(ids) == 1:
+            if (j := _pend(w, ids[0], verdict, reasons)) is not None:
+                pended.append(j)
+        else:
+            pended += [j for i in _changed(w, ids, verdict, reasons) if (j := _pend(w, i, verdict, reasons)) is not None]
     return Applied(tuple(started), tuple(expired), tuple(stopping), tuple(preempts), tuple(controls),
                    tuple(pended), tuple(w.rejected))
 
