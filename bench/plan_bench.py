@@ -214,8 +214,42 @@ def cpu_case(n_pending: int, n_nodes: int, runs: int, arrays: int = 0, kept: boo
             f"runs {runs}; load {load}")
 
 
+def tick_case(n_pending: int, n_nodes: int, runs: int) -> str:
+    """The daemon's CPU per tick without Redis: Scheduler.snapshot's tuple of jobs, plan() with the
+    daemon's kept Queue and applier.apply_plan, on a steady queue (the first pass's reasons applied;
+    the placements are not, so every pass plans the same)."""
+    from dataclasses import replace
+
+    from labq.scheduler.applier import apply_plan
+    cfg = config.loads(CONFIG)
+    snap = snapshot(n_pending, n_nodes)
+    tune_gc()
+    queue, jobs = Queue(), {j.id: j for j in snap.jobs}
+    for j in apply_plan(plan(snap, cfg, queue=queue), jobs, jobs, snap.nodes, snap.now).pended:
+        jobs[j.id] = j
+    best = None
+    for _ in range(runs):
+        t0 = time.process_time()
+        now = replace(snap, jobs=tuple(jobs.values()))
+        t1 = time.process_time()
+        p = plan(now, cfg, queue=queue)
+        t2 = time.process_time()
+        apply_plan(p, jobs, jobs, snap.nodes, snap.now)
+        t3 = time.process_time()
+        if best is None or t3 - t0 < best[0]:
+            best = (t3 - t0, t1 - t0, t2 - t1, t3 - t2)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    return (f"{n_pending} x {n_nodes} random, daemon tick: CPU min {best[0] * 1000:.1f} ms (snapshot "
+            f"{best[1] * 1000:.1f}, plan {best[2] * 1000:.1f}, apply {best[3] * 1000:.1f}); runs {runs}; load {load}")
+
+
 if __name__ == "__main__":
     import sys
+    if "--tick" in sys.argv:   # --tick P N RUNS: the daemon's plan + apply per tick, no Redis
+        at = sys.argv.index("--tick")
+        print(tick_case(*(int(x) for x in sys.argv[at + 1:at + 4])))
+        sys.exit(0)
     if "--cpu" in sys.argv:   # --cpu P N RUNS [--arrays] [--no-queue]: one case, CPU and wall (RESULTS.md `planner`)
         at = sys.argv.index("--cpu")
         p, n, k = (int(x) for x in sys.argv[at + 1:at + 4])
