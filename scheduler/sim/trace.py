@@ -84,6 +84,11 @@ def read_numbered(path: str, what: str, strict: bool = False):
                 except StopIteration:
                     break
                 line = kept[first] if first < len(kept) else kept[-1]
+                broken = strict and next((h for h, v in zip(header, row.values())
+                                          if isinstance(v, str) and ("\n" in v or "\r" in v)), None)
+                if broken:                # a quoted value across lines: no trace has one
+                    raise UsageError(f"{what}: {path}:{line}: {broken}: a quoted value holds a line break "
+                                     "(an unclosed quote?)")
                 if strict and (None in row or None in row.values()):
                     _fields(path, what, line, header, row)
                 rows.append((line, row))

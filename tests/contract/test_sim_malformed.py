@@ -51,6 +51,8 @@ CASES = {
     "huge number": (f"{HEADER}\na,0,1e300,1,1,1\n", ["{f}:2: duration_s:", "100 years"]),
     "huge integer": (f"{HEADER}\na,0,5,1,99999999999999999999999,1\n", ["{f}:2: cpus:", "past the most"]),
     "infinity": (f"{HEADER}\na,inf,5,1,1,1\n", ["{f}:2: submit_s:"]),
+    "unclosed quote": (f"{HEADER}\na,0,5,1,1,1\nb,1,5,1,1,\"lab\nc,2,5,1,1,1\n",
+                       ["{f}:3: mem_gib: a quoted value holds a line break (an unclosed quote?)"]),
     "duplicate id": (f"{HEADER}\na,0,5,1,1,1\na,1,5,1,1,1\n", ["{f}:3: job_id: 'a' appears twice"]),
     "duplicate column": (f"{HEADER},gpus\na,0,5,1,1,1,2\n", ["{f}: header: column 'gpus' appears twice"]),
     "line numbers count comments and blank lines": (f"# a comment\n{HEADER}\n\na,0,5,1,1,1\n# b\nb,1,x,1,1,1\n",
