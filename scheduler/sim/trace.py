@@ -10,7 +10,8 @@ simulator also reads: `time_limit_s`, `account`, `qos`, `gpu_type`. Unknown colu
 An `extra` file keyed by `job_id` (like `kth_sp2_1996_extra.csv`) adds its columns to each row.
 
 Malformed input is one UsageError (exit 2) naming the file, the line and the column: a missing
-column or value, a row with more or fewer fields than the header, NaN, a negative, non-numeric or
+column or value, a row with more or fewer fields than the header, a quoted value across lines
+(an unclosed quote), NaN, a negative, non-numeric or
 fractional (cpus) value, a number past the bounds below, a job_id twice, a row submitted before the
 row above it (a trace is in submit order; `sort=True`, `labq simulate --sort`, replays it sorted)
 and a file that is not UTF-8 text. A job larger than the cluster is sim/fit.py's (it needs the
