@@ -358,12 +358,19 @@ class _Walk:
         room = self._room_key(job, key)
         hit = self.rooms.get(room) if room is not None else None
         if hit is not None and hit[0] == version and p.usage.blocked(job) is None:
+            # Nothing judged, nothing changed: the version holds, and the verdict (no room) is
+            # cached as _judge would cache it.
             verdict = hit[1]
-        else:
-            verdict = p.judge(job)
-            if (room is not None and not isinstance(verdict, Place) and verdict[0] in ROOM
-                    and self.touched == touched and p.version() == version):
-                self.rooms[room] = (version, verdict)
+            p.runs.append(((job.id,), verdict))
+            if more:
+                guarded = p.usage.guarantees
+                self.cache[key] = (version, _CAPS if guarded else _ROOM,
+                                   self._stamp(key) if guarded else self._room_stamp(), verdict)
+            return version
+        verdict = p.judge(job)
+        if (room is not None and not isinstance(verdict, Place) and verdict[0] in ROOM
+                and self.touched == touched and p.version() == version):
+            self.rooms[room] = (version, tuple(verdict) + _DEFAULTS[1 + len(verdict):])
         if isinstance(verdict, Place):
             p.places.append(verdict)
             for k in (("a", job.account), ("u", job.user), ("t", job.array_id)):

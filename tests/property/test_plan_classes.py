@@ -329,3 +329,23 @@ def test_a_shared_no_room_verdict_does_not_cover_a_class_that_may_preempt(always
     reasons = {p.job_id: p.reason for p in got.pending}
     assert reasons[3] in (states.RESOURCES, states.PRIORITY) and reasons[4] == states.PREEMPTING_FOR
     same(got, policy.plan_per_job(b.build(), c))
+
+
+def test_a_no_room_verdict_taken_from_an_alike_class_is_judged_again_once_an_admission_reaches_a_cap(always_grouped):
+    """A (eta) finds no room; X1 (phi, A's shape and QoS) takes A's verdict unjudged
+    (classes._Walk.rooms), X1b with it; B's admission takes phi to max_running: X2 meets the cap."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-40)   # takes the one reservation
+    b.job(gpus=4, cpus=2, account="eta", user="alice", submit_offset=-35)               # A
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-30)               # X1
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-25)               # X1b
+    b.job(gpus=1, cpus=1, time_limit=600, account="phi", user="carol", submit_offset=-20)  # B
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=0)                 # X2
+    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=2,
+                          limit=100000))
+    got = policy.plan(b.build(), c)
+    reasons = {p.job_id: p.reason for p in got.pending}
+    assert [p.job_id for p in got.places] == [6]
+    assert reasons[3] == reasons[4] == reasons[5] == states.RESOURCES and reasons[7] == states.ACCOUNT_JOB_LIMIT
+    same(got, policy.plan_per_job(b.build(), c))
