@@ -14,6 +14,11 @@ list in that order; the pass takes the best next job among the classes. A class 
 holds takes its whole run at once (its jobs that come before every other class's next job, found
 by binary search), so a class of 10,000 alike jobs costs a few verdicts and searches, not 10,000.
 
+A class whose verdict holds is parked (out of the merge) until a change that concerns it, so once
+admissions stop a pass costs a look per class (_Walk.go). A "no room" verdict is also shared by
+classes alike in what it reads (shape, QoS), in the same state (_Walk.rooms). The classes and their
+order are kept from pass to pass by the caller's Queue (queue.py).
+
 A job whose verdict depends on its own id (a singleton dependency; a preemptor whose victims are
 draining) is a class of its own and never cached. A field a verdict starts to read must join
 `class_key`; tests/property/test_plan_classes.py checks the result against the per-job pass.
