@@ -6,6 +6,7 @@ scheduled (mean wait, mean JCT) so that two versions can be checked to agree.
                               [--timeout 300] [--out bench/results/sim.md] [--label after]
                               [--kth-processors 100,50,25]
                               [--pythonpath DIR]   # replay another checkout's labq (a `before` column)
+                              [--config FILE]      # a labq config every policy starts from (budgets)
     SIM_BENCH_PROGRESS=1 python bench/sim_bench.py ...     # each replay's pace on stderr, every 10 % of its jobs
 
 Traces: the KTH SP2 log from ../shared/traces/ (each job's requested time as its limit) squeezed onto
@@ -30,6 +31,7 @@ CASES = {
     "gpu20k": [("gpu20k", "2x8:64:512G"), ("gpu20k", "4x8:64:512G"), ("gpu20k", "8x8:64:512G"),
                ("gpu20k", "64x8:64:512G"), ("gpu20k", "128x8:64:512G")],
     "gpu200k": [("gpu200k", "64x8:64:512G")],
+    "gpu8k": [("gpu8k", "8x8:64:512G")],          # with --config of a budget: the budgeted replay
 }
 
 
@@ -40,7 +42,9 @@ def one(trace: str, nodes: str, policy: str) -> dict:
     kw = {"extra": trace.replace(".csv", "_extra.csv"), "time_column": "req_time_s"} if "kth" in trace else {}
     jobs = sim.load(trace, **kw)
     cluster = parse_nodes(nodes)
-    cfg, hooks = sim.resolve(config_mod.Config(), policy)     # learned, sjf-oracle: their hooks too
+    base = os.environ.get("SIM_BENCH_CONFIG")                # --config: budgets etc. under every policy
+    base_cfg = config_mod.loads(open(base).read()) if base else config_mod.Config()
+    cfg, hooks = sim.resolve(base_cfg, policy)     # learned, sjf-oracle: their hooks too
     t0, c0 = time.perf_counter(), time.process_time()
     pace = _progress(t0, c0) if os.environ.get("SIM_BENCH_PROGRESS") else None
     res = sim.simulate(jobs, cluster, cfg, hooks=hooks, progress=pace)
@@ -69,6 +73,8 @@ def traces(tmp: str, cases, kth: str) -> dict:
     out = {"kth": kth}
     if "gpu20k" in cases:
         out["gpu20k"] = gpu_trace.write(os.path.join(tmp, "gpu20k.csv"), 20000, seed=1, days=30)
+    if "gpu8k" in cases:
+        out["gpu8k"] = gpu_trace.write(os.path.join(tmp, "gpu8k.csv"), 8000, seed=1, days=12)
     if "gpu200k" in cases:
         out["gpu200k"] = gpu_trace.write(os.path.join(tmp, "gpu200k.csv"), 200000, seed=1, days=300)
     return out
@@ -111,8 +117,11 @@ def main(argv=None) -> int:
     ap.add_argument("--kth", default=KTH, help="the KTH trace (default: ../shared/traces/ beside the checkout)")
     ap.add_argument("--pythonpath", help="replay the labq of another checkout (its root), not this one")
     ap.add_argument("--label", default="this tree")
+    ap.add_argument("--config", help="a labq config (TOML) each policy starts from: e.g. a budget")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "sim.json"))
     a = ap.parse_args(argv)
+    if a.config:
+        os.environ["SIM_BENCH_CONFIG"] = os.path.abspath(a.config)
     cases = a.cases.split(",")
     if "kth" in cases and not os.path.exists(a.kth):
         print(f"skipped kth: {a.kth} not found (--kth PATH)")
