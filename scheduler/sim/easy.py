@@ -31,7 +31,6 @@ from bisect import bisect_right
 from collections import Counter
 
 from ..policy.backfill import _expected_end, _limit
-from ..policy.capacity import shape
 
 WINDOW = 4
 # A shallow queue: one pass over all of it costs less than the head's pass and the candidates' one.
@@ -97,7 +96,7 @@ def candidates(sim, t: float, p, head, k: int) -> list:
     inside = {j.id for j in head}
     room = _room_after(sim, p)
     points = None
-    fails: dict = {}                  # shape -> per node with room for it, the first reservation it would cross
+    latest: dict = {}                 # shape -> the latest first-crossed reservation over its nodes (inf: none)
     ok: dict = {}                     # shape -> how many of its jobs (roughly) could start
     by_shape = sim.queue.by_shape
     for s, keyed in by_shape.items():
@@ -106,12 +105,15 @@ def candidates(sim, t: float, p, head, k: int) -> list:
             continue
         if points is None:
             points = _reserved_points(sim, t, p)
-        fails[s] = [min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])), default=None)
-                    for name in nodes]
+        # Per node with room for the shape, the first reservation it would cross; a job may start
+        # when some node crosses none before its end (Timelines._fits on the reservation points):
+        # when the latest of those is at or past t + its limit.
+        late = max(min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])),
+                       default=math.inf) for name in nodes)
         first = next((limit for limit, _, jid in keyed if jid not in inside), None)
-        if first is not None and _may_start(fails[s], t, first):
-            worst = max(math.inf if at is None else at - t for at in fails[s])
-            ok[s] = bisect_right(keyed, (worst, math.inf, math.inf))
+        if first is not None and late >= t + first:
+            latest[s] = late
+            ok[s] = bisect_right(keyed, (late - t, math.inf, math.inf))
     if not ok:
         return []
     jobs = sim.queue.jobs
@@ -119,27 +121,24 @@ def candidates(sim, t: float, p, head, k: int) -> list:
         # Few: taken from each shape's shortest limits (a longer limit only crosses more reservations).
         out = []
         for s in ok:
+            late = latest[s]
             for limit, _, jid in by_shape[s]:
-                if not _may_start(fails[s], t, limit):
+                if not late >= t + limit:
                     break
                 if jid not in inside:
                     out.append(jobs[jid])
         out.sort(key=lambda j: (j.submit_time, j.id))
         return out[:k]
     out = []
+    keys = sim.queue.keys
     for _, jid in sim.queue.fifo:     # many: the queue's order finds k of them soon
-        j = jobs[jid]
-        s = shape(j)
-        if s in ok and jid not in inside and _may_start(fails[s], t, _limit(j)):
-            out.append(j)
+        s, limit = keys[jid]
+        late = latest.get(s)
+        if late is not None and late >= t + limit and jid not in inside:
+            out.append(jobs[jid])
             if len(out) == k:
                 break
     return out
-
-
-def _may_start(fails, t: float, limit: float) -> bool:
-    """Timelines._fits's test on the reservation points: some node crosses none it cannot share."""
-    return not all(at is not None and at < t + limit for at in fails)
 
 
 def _covers(free, s, model) -> bool:

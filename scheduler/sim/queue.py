@@ -49,6 +49,7 @@ class Queue:
         self.shapes = Shapes()
         # shape -> [(time limit as backfill counts it, submit time, id)], sorted: easy.py's index
         self.by_shape: dict[tuple, list] = {}
+        self.keys: dict[int, tuple] = {}                     # id -> (shape, time limit as backfill counts it)
         self.timed = 0
         self.gangs = 0                                       # pending jobs over several nodes (sub -N)
         self.budgeted = 0                                    # pending jobs charged to some budget
@@ -70,6 +71,7 @@ class Queue:
         self.bursts.add(job)
         self.shapes.add(job)
         insort(self.by_shape.setdefault(shape(job), []), (_limit(job), job.submit_time, job.id))
+        self.keys[job.id] = (shape(job), _limit(job))
         self.timed += timed(job)
         self.gangs += job.nodes > 1
         self.budgeted += self._budgeted(job)
@@ -90,6 +92,7 @@ class Queue:
         self.shapes.remove(job)
         mine = self.by_shape[shape(job)]
         del mine[bisect_left(mine, (_limit(job), job.submit_time, job.id))]
+        del self.keys[job.id]
         if not mine:
             del self.by_shape[shape(job)]
         self.timed -= timed(job)

@@ -96,3 +96,15 @@ def test_a_pass_whose_head_all_starts_reserves_for_the_first_job_that_does_not_f
     res = simulate(rows, cluster(1, 8), cfg)
     start = {j.name: j.attempts[0].dispatch_time - EPOCH for j in res.jobs.values()}
     assert EPOCH + 10 in seen and start["big"] == 990 and start["long"] >= 990 + 100
+
+
+def test_many_jobs_that_could_backfill_are_found_in_queue_order(monkeypatch):
+    """16 GPUs, 8 held until t=1000; at t=10 a 16-GPU job (its reservation at 1000) and 30 1-GPU jobs
+    that end before it: 8 start, found by the queue-order scan (more than 16 could)."""
+    seen = checked(monkeypatch)
+    rows = [TraceJob(name="r", submit=0.0, duration=990.0, time_limit=990, gpus=8, user="u"),
+            TraceJob(name="big", submit=10.0, duration=100.0, time_limit=100, gpus=16, user="u")]
+    rows += [TraceJob(name=f"a{i}", submit=10.0, duration=600.0, time_limit=600, gpus=1, user="u") for i in range(30)]
+    res = simulate(rows, cluster(1, 16), policy_config(config_mod.Config(), "backfill", 1))
+    start = {j.name: j.attempts[0].dispatch_time - EPOCH for j in res.jobs.values()}
+    assert EPOCH + 10 in seen and sorted(start[f"a{i}"] for i in range(8)) == [10] * 8 and start["big"] == 990
