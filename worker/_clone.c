@@ -136,6 +136,17 @@ static int default_signals(void) {
         if (sigaction(s, &dfl, NULL) != 0)
             return -1;
     }
+    /* glibc's own two (32, 33), which its sigaction refuses: GNU make leaves them ignored in all it
+       starts, and an ignored disposition survives exec. The kernel's struct, zeroed, is SIG_DFL with
+       no flags and an empty mask on every layout; its first word is the handler. */
+#ifdef __SIGRTMIN
+    for (int s = __SIGRTMIN; s < SIGRTMIN; s++) {
+        unsigned long kold[4] = {0}, kdfl[4] = {0};
+        if (syscall(SYS_rt_sigaction, s, NULL, kold, _NSIG / 8) == 0 && kold[0] == (unsigned long)SIG_IGN &&
+            syscall(SYS_rt_sigaction, s, kdfl, NULL, _NSIG / 8) != 0)
+            return -1;
+    }
+#endif
     return 0;
 }
 

@@ -146,7 +146,11 @@ def test_identity_workdir_umask_environment_signals_and_fds(path, shared_tmp):
     lines = _read(log).splitlines()
     assert lines[:5] == [str(pw.pw_uid), str(pw.pw_gid), " ".join(map(str, ident.groups)), str(wd), "0027"]
     sig = dict(x.split(":") for x in lines[5:7])
-    assert int(sig["SigIgn"], 16) == 0 and int(sig["SigBlk"], 16) == 0, "default dispositions, nothing blocked"
+    # glibc's own signals 32 and 33 refuse Python's and glibc's sigaction: GNU make (`make test`) leaves
+    # them ignored in all it starts, and only the native path resets them (by the raw syscall)
+    glibc_own = 0 if path == "native" else (1 << 31) | (1 << 32)
+    assert int(sig["SigIgn"], 16) & ~glibc_own == 0, "default dispositions"
+    assert int(sig["SigBlk"], 16) == 0, "nothing blocked"
     assert lines[7].split() == ["0", "1", "2", "3"], "stdio and ls's own directory fd only"
     env = dict(x.split("=", 1) for x in lines[8:-1])
     env.pop("PWD", None), env.pop("SHLVL", None), env.pop("_", None), env.pop("OLDPWD", None)
