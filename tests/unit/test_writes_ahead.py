@@ -4,12 +4,12 @@ is byte for byte what encoding each job on its own gives, whether its run was cu
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from labq.scheduler import states
 from labq.scheduler.jobspec import expand
 from labq.scheduler.model import Attempt, Job
-from labq.scheduler.store import codec, statrows, writes
+from labq.scheduler.store import acctrows, codec, statrows, writes
 from labq.scheduler.store.keys import Keys
 
 K = Keys("labq")
@@ -70,9 +70,11 @@ def test_runs_are_the_records_one_by_one(first, n, step, lo, changes, made, run_
 @given(st.integers(1, 10**6), st.integers(1, 40), st.sampled_from([1, 3]), st.integers(0, 12),
        st.lists(st.tuples(st.integers(0, 39), st.sampled_from(["reason", "started", "name", "plain", "ended"])),
                 max_size=6), st.booleans())
+@example(1, 2, 1, 0, [(0, "ended"), (1, "ended")], False)     # a run of ended tasks: acct rows (seen in CI)
 def test_texts_of_a_batch_are_each_jobs_own(first, n, step, lo, changes, plain_first):
     """writes._texts (put_jobs' records and rows, runs of alike array tasks spliced from one template)
-    gives each job the record codec.dumps gives and, where it gives one, the row statrows.dumps gives."""
+    gives each job the record codec.dumps gives and, where it gives one, the row statrows.dumps gives (an
+    ended job: the acct row acctrows.redis_row gives)."""
     template = Job(id=0, user="ann", account="x", name="t", argv=("python", "ü.py"), submit_time=1.5)
     jobs = [replace(j, reason=states.PRIORITY, detail="higher-priority jobs took the free resources")
             for j in expand(template, first, list(range(lo, lo + n * step, step)))]
@@ -90,4 +92,5 @@ def test_texts_of_a_batch_are_each_jobs_own(first, n, step, lo, changes, plain_f
     assert [g[0] for g in got] == jobs
     for j, rec, row in got:
         assert (rec if isinstance(rec, bytes) else rec.encode()) == codec.dumps(j).encode()
-        assert row is None or row == statrows.dumps(j).encode()
+        want = statrows.dumps(j) if j.state in states.ACTIVE else acctrows.redis_row(j)
+        assert row is None or row == want.encode()
