@@ -76,8 +76,8 @@ def connect(url: str, **kw) -> redis.Redis:
 
 class Packer:
     """redis-py's command packer (PythonRespSerializer: utf-8, strict) giving the very same bytes,
-    faster where every argument is a str, bytes or int and the command name one word: one format per
-    argument and one join, where redis-py makes a few checks and a join per argument (the group
+    faster where every argument is a str, bytes or int and the command name one word: resp.encode's
+    one format per argument and one join, where redis-py makes a few checks and a join per argument (the group
     commit's transactions pack tens of thousands: a quarter of a reason pass over a 10,000-task
     array). Anything else is packed by redis-py's own serializer. Not used where hiredis is
     installed: redis-py packs in C then."""
@@ -89,23 +89,13 @@ class Packer:
 
     def pack(self, *args):
         head = args[0]
-        if type(head) is not str or not (head.isascii() and head.isalpha()):    # redis-py splits it on whitespace
-            return self._slow.pack(*args)
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            t = type(a)
-            if t is str:
-                b = a.encode()
-            elif t is bytes:
-                b = a
-            elif t is int:
-                b = b"%d" % a
-            elif isinstance(a, str):        # a StrEnum (states): its text, as redis-py sends it
-                b = a.encode()
-            else:
-                return self._slow.pack(*args)
-            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        return [b"".join(out)]
+        if type(head) is not str or not (head.isascii() and head.isalpha()) or \
+                not all(type(a) in _PLAIN or isinstance(a, str) for a in args):   # a StrEnum: its text
+            return self._slow.pack(*args)    # redis-py splits such a name on whitespace; refuses bools, None
+        return [resp.encode(args)]
+
+
+_PLAIN = frozenset((str, bytes, int))
 
 
 _FAST_PACK: list = []
