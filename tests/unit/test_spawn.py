@@ -208,3 +208,36 @@ def test_a_job_whose_cgroup_is_gone_is_not_started(path, tmp_path):
     finally:
         os.close(fd)
     assert not marker.exists()
+
+
+def test_an_unprivileged_worker_starts_its_jobs_natively_without_a_cgroup(tmp_path):
+    """A user's own worker (no root, no delegated cgroup): the native path still starts the job, as
+    that user, in a session of its own, with default dispositions. Run as a user the suite creates."""
+    if os.geteuid() != 0 or not shutil.which("useradd") or not spawn.native():
+        pytest.skip("creating a user needs root and useradd; the native path needs worker/_clone.c")
+    from tests.harness import ROOT
+    name = f"lqs{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--user-group", name], check=True)
+    try:
+        pw = pwd.getpwnam(name)
+        d = tempfile.mkdtemp(prefix="labq-spawn-user-", dir="/tmp")
+        os.chown(d, pw.pw_uid, pw.pw_gid)
+        script = textwrap.dedent(f"""
+            import os, pwd
+            from labq.worker import launch, spawn
+            fd = os.open({d!r} + "/out", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            p = spawn.spawn(["sh", "-c", "id -u; ps -o sid= -p $$; echo $$; grep SigIgn /proc/self/status"],
+                            {{"PATH": "/usr/bin:/bin"}}, launch.Identity(pwd.getpwuid(os.geteuid()), drop=False),
+                            {d!r}, fd, fd)
+            print(type(p).__name__, p.wait())
+        """)
+        out = subprocess.run([sys.executable, "-c", script], cwd="/tmp", user=pw.pw_uid, group=pw.pw_gid,
+                             extra_groups=[], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ROOT},
+                             capture_output=True, text=True, timeout=60)
+        assert out.stdout.split() == ["Child", "0"], out.stderr
+        uid, sid, pid, ign = (pathlib.Path(d) / "out").read_text().splitlines()   # p.wait() returned: all written
+        assert uid == str(pw.pw_uid) and sid.strip() == pid, "as the user, leading a session of its own"
+        assert int(ign.split()[1], 16) == 0, "default dispositions"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        subprocess.run(["userdel", name], check=False)
