@@ -232,7 +232,9 @@ class _Pass:
             return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
         may_preempt = self.cfg.preemption and self._may_preempt(job)
         may_reserve = self.cfg.backfill_depth > len(self.starts)
-        if may_preempt or may_reserve:
+        # A job its budgets would not admit waits on them, not on room: it neither preempts, nor
+        # reserves, nor (backfill off) holds every job behind it, whether or not it also fits.
+        if may_preempt or may_reserve or self.cfg.backfill_depth == 0:
             broke = self._budget_even_if_room(job)
             if broke:
                 return broke

@@ -26,6 +26,10 @@ class BudgetBook:
         self.committed = {b.name: 0 for b in cfg.budgets}
         self.running = [j for j in running if j.commit]
         self.held: dict[tuple[str, str], int] = {}       # (periodic budget, period) -> held there
+        self.mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
+        # Per periodic budget: (label, end) of the period `now` is in.
+        self.periods = {b.name: (lab, periods.bounds(b.period, lab, b.timezone)[1])
+                        for b in cfg.budgets if b.period != "none" for lab in (periods.current(b, now),)}
         for j in running:
             for name, _ in j.commit:
                 if name in self.committed:
@@ -35,14 +39,26 @@ class BudgetBook:
     def quote(self, job: Job, gpu_model: str, node=None):
         """(commit, rates) the job would take on `node`, which has `gpu_model` GPUs. `commit` is a
         Quote: a periodic budget's forecast also split over the periods it would span from now."""
-        bs = ledger.budgets_for(job, self.cfg.budgets)
-        commit = Quote((b.name, ledger.forecast(job, b.unit, gpu_model, self.cfg, node)) for b in bs)
-        rates = tuple((b.name, ledger.rate(job, b.unit, gpu_model, self.cfg, node)) for b in bs)
-        seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
-        for b, (_, rate) in zip(bs, rates):
-            if b.period != "none":
-                commit.parts[b.name] = periods.split(b, rate, self.now, self.now + seconds,
-                                                     ledger.overhead(b.unit, self.cfg), lambda s: s)
+        who = (job.account, job.project, job.budget)
+        bs = self.mine.get(who)
+        if bs is None:
+            bs = self.mine[who] = ledger.budgets_for(job, self.cfg.budgets)
+        cfg, now = self.cfg, self.now
+        rates = tuple((b.name, ledger.rate(job, b.unit, gpu_model, cfg, node)) for b in bs)
+        seconds = ledger.billed(ledger.planned_seconds(job, cfg), cfg)
+        # ledger.forecast, with the rate already in hand
+        commit = Quote((name, ledger.accrue(rate, seconds) + ledger.overhead(b.unit, cfg))
+                       for b, (name, rate) in zip(bs, rates))
+        for b, (name, rate) in zip(bs, rates):
+            if b.period == "none":
+                continue
+            lab, end = self.periods[name]
+            extra = ledger.overhead(b.unit, cfg)
+            if now < now + seconds <= end:
+                # Within the current period: what periods.split gives for one span, computed alike.
+                commit.parts[name] = {lab: ledger.accrue(rate, now + seconds - now) + extra}
+            else:
+                commit.parts[name] = periods.split(b, rate, now, now + seconds, extra, lambda s: s)
         return commit, rates
 
     def _held(self, b, lab: str) -> int:
@@ -54,7 +70,7 @@ class BudgetBook:
         return self.held[(b.name, lab)]
 
     def _blocked_periods(self, b, parts: dict):
-        cap, current = ledger.cap(b), periods.current(b, self.now)
+        cap, current = ledger.cap(b), self.periods[b.name][0]
         for lab, need in sorted(parts.items()):
             spent = self.spent[b.name] if lab == current else 0
             held = self._held(b, lab)

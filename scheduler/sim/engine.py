@@ -13,8 +13,9 @@ and the Pending reasons.
 A periodic budget's rollover is an instant too, because spending starts again from zero there.
 
 plan() is not called where it provably could not change anything, and in strict priority order
-it is given only the part of the queue that provably decides the pass (`_plan`): the result is
-identical to calling it on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
+it is given only the part of the queue that provably decides the pass (`_plan`); the jobs a spent
+budget keeps waiting are parked out of the queue (parked.py). The result is identical to calling it
+on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 """
 import math
 from collections import Counter
@@ -26,6 +27,7 @@ from ..config import Config
 from ..model import Job, Node, Snapshot
 from . import easy
 from .clock import Clock
+from .parked import Parking
 from .queue import Queue
 from .room import Room, shape
 from .trace import TraceJob
@@ -54,7 +56,9 @@ class Result:
     trace: list[TraceJob]
     jobs: dict[int, Job]                    # id -> final record (ended, or still pending at the end)
     refused: list[Refused]
-    budget_held: set[int] = field(default_factory=set)   # ids that pended for a budget at some pass
+    # ids that pended for a budget at some pass, or waited at an instant when a budget of theirs
+    # provably had no room for them (parked.py): the same whether or not plan() was asked about them
+    budget_held: set[int] = field(default_factory=set)
     spent: dict[str, int] = field(default_factory=dict)  # the `spent` hash: NAME or NAME@PERIOD -> micro
     plan_calls: int = 0
     plan_skipped: int = 0
@@ -92,10 +96,7 @@ class Simulator:
         self.fairshare = bool(cfg.priority["fairshare_weight"])
         self.usage: dict = {}
         self.budget_held: set[int] = set()
-        # The last Pending of each pending job. The daemon writes it into the record (`pend`); here it
-        # waits beside it until the end, which saves a record copy per pending job per pass. plan()
-        # reads a pending job's reason only when the job is held, and no job is held in a replay.
-        self.reasons: dict = {}
+        self.parking = Parking(cfg, self.nodes) if cfg.budgets else None
         self.room = Room(self.nodes)
         self.node_by_name = {n.name: n for n in self.nodes}
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
@@ -104,15 +105,15 @@ class Simulator:
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
         self.calls = self.skipped = 0
+        self.now = EPOCH
         self.plan_runs = 0          # plan() calls; `calls` counts passes (a windowed pass may take several)
         # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
         self.never_skip = cfg.preemption and any(a.guarantee for a in cfg.accounts)
         # Budgets alone hold only jobs that fit (a budget reason); the first that does not fit still
-        # ends a strict-order pass. Without budgets too, nothing but capacity can pend a job (ungated).
+        # ends a strict-order pass.
         self.budget_gated_only = not (self.never_skip or cfg.users or any(q.reserved for q in cfg.qos)
                                       or any(a.borrow_limit is not None or a.max_running is not None
                                              or a.max_gpus is not None or a.max_cpus is not None for a in cfg.accounts))
-        self.ungated = self.budget_gated_only and not cfg.budgets
         self.clock = Clock([(EPOCH + t.submit, i) for i, t in enumerate(trace)])
         if self.rollovers and trace:
             self.clock.at(self._rollover(EPOCH + trace[0].submit), ROLLOVER)
@@ -122,6 +123,7 @@ class Simulator:
         total, step = len(self.trace), max(1, len(self.trace) // 200)
         shown = 0
         for t, ends, arrivals in self.clock.batches():
+            self.now = t
             rolled = ROLLOVER in ends
             for end in ends:
                 if len(end) == 3:
@@ -138,9 +140,7 @@ class Simulator:
                 self.progress(shown, total)
         if self.progress:
             self.progress(total, total)
-        stuck = {i: tr.pend(j, self.reasons[i].reason, self.reasons[i].detail) if i in self.reasons else j
-                 for i, j in self.queue.jobs.items()}
-        jobs = {**self.ended, **stuck}
+        jobs = {**self.ended, **self._stuck()}
         return Result(self.cfg, self.nodes, self.trace, dict(sorted(jobs.items())), self.refused,
                       self.budget_held, dict(self.spent), self.calls, self.skipped, self._end_time())
 
@@ -148,6 +148,26 @@ class Simulator:
         """The next start of a period of some periodic budget after t."""
         return min(periods.bounds(b.period, periods.current(b, t), b.timezone)[1]
                    for b in self.cfg.budgets if b.period != "none")
+
+    def _stuck(self) -> dict[int, Job]:
+        """The jobs still pending at the end, each with the reason one last pass over all of them gives."""
+        stuck = self._pending()
+        if not stuck:
+            return {}
+        t = self.now
+        p = self._call(t, tuple(stuck.values()))
+        self.calls -= 1                    # not a pass of the replay
+        self.plan_runs -= 1
+        for ids, verdict in p.pending.runs():
+            for i in ids:
+                stuck[i] = tr.pend(stuck[i], verdict[0], verdict[1])
+        return stuck
+
+    def _pending(self) -> dict[int, Job]:
+        """Every pending job: the queue's and the parked ones."""
+        if self.parking is None or not self.parking.jobs:
+            return dict(self.queue.jobs)
+        return {**self.queue.jobs, **self.parking.jobs}
 
     def _end_time(self) -> float:
         return max((a.end_time for j in self.ended.values() for a in j.attempts if a.end_time), default=EPOCH)
@@ -168,7 +188,7 @@ class Simulator:
             return
         self.active_by[("account", job.account)] += 1
         self.active_by[("user", job.user)] += 1
-        self.queue.add(job)
+        self._enqueue(job)
 
     def _refusal(self, job: Job):
         """(kind, message) when `labq sub` would refuse the job, else None."""
@@ -195,8 +215,14 @@ class Simulator:
                                       f"max_submit={cap.max_submit}")
         return None
 
+    def _enqueue(self, job: Job) -> None:
+        self.queue.add(job)
+        if self.parking is not None:
+            self.parking.add(job)
+
     def _unqueue(self, job_id: int) -> Job:
-        self.reasons.pop(job_id, None)
+        if self.parking is not None:
+            self.parking.remove(job_id)
         return self.queue.remove(job_id)
 
     def _leave(self, job: Job) -> None:
@@ -230,7 +256,7 @@ class Simulator:
         if new.state == states.PENDING:
             if self.hooks:
                 new = self.hooks.stamp(new, self.trace[jid - 1], t)
-            self.queue.add(new)
+            self._enqueue(new)
         else:
             self._leave(new)
         if self.hooks:
@@ -239,9 +265,12 @@ class Simulator:
     def _reestimate(self, t: float, ids) -> None:
         """Ask the hooks again for these pending jobs' expected runtimes (learned from what ended)."""
         for i in ids:
+            if self.parking is not None and i in self.parking.jobs:
+                self._enqueue(self.parking.unpark(i))      # its forecast may change: judged anew
             job = self.queue.jobs.get(i)
             if job is not None:
-                self.queue.jobs[i] = self.hooks.stamp(job, self.trace[i - 1], t)
+                self._unqueue(i)
+                self._enqueue(self.hooks.stamp(job, self.trace[i - 1], t))
 
     # -- planning ----------------------------------------------------------------------------
     def _inert(self) -> bool:
@@ -268,17 +297,38 @@ class Simulator:
 
     def _easy(self, t: float) -> bool:
         """Whether a backfill pass may be given only the head of the queue (easy.py says when that
-        decides the whole pass): the whole queue in one order, no gate but capacity, nothing timed,
-        draining or preemptible, one GPU model per node, no gang (easy.py counts one node per job)."""
+        decides the whole pass): the whole queue in one order, no gate but capacity and budgets,
+        nothing timed, draining or preemptible, one GPU model per node, no gang (easy.py counts one
+        node per job). A budget only pends jobs that could start, and one that pends a job keeps it
+        from reserving too (policy/__init__.py), so a job easy.py leaves out stays a no-op."""
         return (self.cfg.backfill_depth > 0 and len(self.queue) > easy.MIN_QUEUE and self.single_model
                 and not self.queue.gangs and not self.gangs_running
-                and self.ungated and not self.queue.timed and not self.cfg.estimate.backfill   # easy.py reads limits
+                and self.budget_gated_only and not self.queue.timed and not self.cfg.estimate.backfill   # easy.py reads limits
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.accounts_in_submit_order(t) and self.queue.one_order())
 
+    def _park(self, t: float) -> None:
+        """Park the jobs a budget now provably keeps waiting and bring back the others (parked.py);
+        the parked ones count as held by their budget. When a pass over the queue alone might not
+        decide what the pass over every pending job does, every parked job comes back."""
+        pk = self.parking
+        if pk is None:
+            return
+        spent = periods.spent_now(self.cfg.budgets, self.spent, t)
+        park, back = pk.update(t, spent, self.running.values())
+        for i in back:
+            self.queue.add(pk.unpark(i))
+        self.budget_held.update(park)
+        for i in park:
+            pk.park(self.queue.remove(i))
+        if pk.jobs and not pk.excludes(self.queue):
+            for i in list(pk.jobs):
+                self.queue.add(pk.unpark(i))
+
     def _plan(self, t: float) -> None:
+        self._park(t)
         if not self.skip:
-            return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
+            return self._apply(t, self._call(t, tuple(self._pending().values())), everyone=True)
         if self._inert():
             self.skipped += 1
             return
@@ -288,14 +338,16 @@ class Simulator:
             return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
         # Strict order: the first job decides whether anything starts; when it fits, a pass over a
         # window that holds the first n jobs decides the same as the whole pass as soon as fewer than
-        # n start: one of the n stayed pending, on capacity, and nothing after it starts.
+        # n start: one of the n stayed pending, on capacity, and nothing after it starts. A first job
+        # that fits nowhere holds every later one, unless its budget holds it (then it holds none).
         q = self.queue
-        if not self.room.fits_somewhere([shape(j) for j in q.heads()]):
+        heads = q.heads()
+        if not self.room.fits_somewhere([shape(j) for j in heads]) and not any(map(q.charged, heads)):
             self.skipped += 1          # the first job is one of these, and none fits
             return
         usage = self._usage(t)
         ranked = q.ranked_heads(t, usage)
-        if not self.room.fits_somewhere([shape(ranked[0])]):
+        if not self.room.fits_somewhere([shape(ranked[0])]) and not q.charged(ranked[0]):
             self.skipped += 1
             return
         n = WINDOW
@@ -323,10 +375,12 @@ class Simulator:
                         spent=tuple(sorted(spent.items())), usage=tuple(sorted(usage.items())))
         return policy.plan(snap, self.cfg)
 
-    def _apply(self, t: float, p) -> None:
+    def _apply(self, t: float, p, everyone: bool = False) -> None:
         """The Plan, applied by the daemon's applier (applier.apply_plan); the replay then times what
-        it started and preempted. A rejection would be a policy bug: the plan was made from this state."""
-        done = apply_plan(p, self.queue.jobs, self.running, self.nodes, t, reasons=False)
+        it started and preempted. A rejection would be a policy bug: the plan was made from this state.
+        `everyone`: plan() was given the parked jobs too."""
+        jobs = self._pending() if everyone else self.queue.jobs
+        done = apply_plan(p, jobs, self.running, self.nodes, t, reasons=False)
         if done.rejected:
             raise AssertionError(f"plan() decided what its own snapshot does not allow: {done.rejected[0].why}")
         for job in done.started:
@@ -337,14 +391,13 @@ class Simulator:
             self._leave(job)
         for job, pr in zip(done.stopping, done.preempts):     # plan() gives no Cancel
             self._preempt(t, job, pr)
-        jobs = self.queue.jobs
         for job in done.pended:      # an earmark changed: plan() reads it, so it is kept in the record
-            jobs[job.id] = job
-        reasons = self.reasons
-        for pd in p.pending:
-            reasons[pd.job_id] = pd
-            if pd.reason in BUDGET_REASONS:
-                self.budget_held.add(pd.job_id)
+            self.queue.jobs[job.id] = job        # (a parked job has none: it never preempts)
+        # The reasons themselves are not kept: the daemon writes them into the records, the replay
+        # reports only each stuck job's last one (`_stuck`) and which jobs a budget held.
+        for ids, verdict in p.pending.runs():
+            if verdict[0] in BUDGET_REASONS:
+                self.budget_held.update(ids)
 
     def _start(self, t: float, job: Job) -> None:
         self.running[job.id] = job

@@ -74,7 +74,7 @@ class Queue:
         self.keys[job.id] = (shape(job), _limit(job))
         self.timed += timed(job)
         self.gangs += job.nodes > 1
-        self.budgeted += self._budgeted(job)
+        self.budgeted += self.charged(job)
 
     def remove(self, job_id: int) -> Job:
         job = self.jobs.pop(job_id)
@@ -97,10 +97,11 @@ class Queue:
             del self.by_shape[shape(job)]
         self.timed -= timed(job)
         self.gangs -= job.nodes > 1
-        self.budgeted -= self._budgeted(job)
+        self.budgeted -= self.charged(job)
         return job
 
-    def _budgeted(self, job: Job) -> bool:
+    def charged(self, job: Job) -> bool:
+        """Whether the job is charged to some budget."""
         return bool(self.cfg.budgets) and bool(ledger.budgets_for(job, self.cfg.budgets))
 
     def bursting(self, now: float) -> bool:

@@ -88,6 +88,21 @@ def test_budget_exhausted_when_spending_alone_leaves_no_room():
     assert summarize(policy.plan(b.build(), c))["pending"] == {1: states.BUDGET_EXHAUSTED}
 
 
+def test_with_backfill_off_a_job_its_budget_keeps_waiting_does_not_hold_the_queue():
+    """Backfill off: the first job blocked on room holds every job behind it. A job its budget
+    would not admit is not blocked on room but on its budget (it could not start with the room
+    free either): the job behind it that fits starts. Before, the budget-broke job held the queue
+    whenever it did not also fit, and let it run whenever it did."""
+    c = cfg("[[budgets]]\nname='b'\naccount='eta'\nlimit=10.0\n[accounts.eta]\nusers=['alice']\n"
+            "[scheduler]\nbackfill_depth = 0\n")
+    b = (ClusterBuilder().node("n", gpus=4).running("n", gpus=3, account="other")
+         .job(gpus=2, time_limit=7200, account="eta", submit_offset=0).job(gpus=1, account="other", submit_offset=1)
+         .spend("b", 9_000_000))
+    assert summarize(policy.plan(b.build(), c)) == summarize(policy.plan_per_job(b.build(), c))
+    got = summarize(policy.plan(b.build(), c))
+    assert got["pending"] == {2: states.BUDGET_EXHAUSTED} and 3 in got["places"]
+
+
 def test_gpu_hours_budget():
     c = cfg("[[budgets]]\nname='gh'\naccount='eta'\nunit='gpu_hours'\nlimit=5\n[accounts.eta]\nusers=['alice']\n")
     b = ClusterBuilder().node("n", gpus=8).job(gpus=2, time_limit=7200, account="eta").job(

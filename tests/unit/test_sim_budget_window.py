@@ -34,3 +34,20 @@ def test_a_budgeted_strict_replay_equals_whole_passes(tmp_path, monkeypatch, lim
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
     assert report(fast)["held_by_budget"]["jobs"] > 0          # the budgets did hold jobs
     assert given < sum(seen) / 2                               # plan() read far fewer jobs
+
+
+@pytest.mark.parametrize("name", ["backfill", "priority", "fairshare"])
+@pytest.mark.parametrize("limit, period", [(150.0, "week"), (60.0, "none")])
+def test_a_budgeted_replay_parks_what_the_budget_holds_and_equals_whole_passes(tmp_path, name, limit, period):
+    """Jobs a spent budget provably keeps waiting are parked out of plan()'s passes (sim/parked.py),
+    and a backfill pass over a deep queue is windowed (sim/easy.py) with budgets too: the same
+    schedule, spending and budget-held jobs as plan() over every pending job at every instant."""
+    path = gpu_trace.write(str(tmp_path / "t.csv"), 500, seed=5, days=2)
+    cfg = policy_config(config_mod.loads(BUDGETS.format(limit=limit, period=period)), name)
+    nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
+    fast, full = simulate(jobs, nodes, cfg), simulate(jobs, nodes, cfg, skip=False)
+    sched = lambda r: {i: (j.state, j.reason, [(a.node, a.gpus, a.dispatch_time, a.end_time) for a in j.attempts])  # noqa: E731
+                       for i, j in r.jobs.items()}
+    assert sched(fast) == sched(full)
+    assert fast.budget_held == full.budget_held and fast.spent == full.spent
+    assert report(fast)["held_by_budget"]["jobs"] > 0

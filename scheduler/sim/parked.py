@@ -1,0 +1,162 @@
+"""Pending jobs a budget provably keeps waiting, parked out of the replay's queue.
+
+Once a budget is spent, its account's jobs wait for the next period (or for ever) while the cluster
+may have room for them. A plan() pass would reach each of them, quote its forecast and pend it
+`BudgetReserved`/`BudgetExhausted`, at every instant: thousands of quotes a pass, for nothing. Such a
+job does nothing in a pass (policy/__init__.py: one its budget would not admit is neither placed, nor
+a reservation, a preemptor or, backfill off, the blocker), so the pass over the rest of the queue
+decides the same.
+
+Which jobs: the budget gate pends a job when, for one of its budgets, spent + committed + its need
+exceeds the cap (budget.py `BudgetBook.blocked`), and a pass only adds commitments. Its need in the
+current period is at least
+
+    accrue(rate, min(seconds, R)) + overhead,     R = time left in the period (∞ without periods)
+
+with `rate` its cheapest on any node that could hold it and `seconds` what its forecast bills. So
+with x = cap − spent − committed − overhead at the start of a pass, a job is parked when
+min(c, accrue(rate, R)) > x, c = accrue(rate, seconds), and comes back when that no longer holds.
+Per budget the parked jobs are kept sorted by c and by rate, the queue's by c: a pass moves only the
+jobs whose side of x changed (a rollover brings every one back at once), O(budgets) when none did.
+
+Parked: a job charged to exactly one budget, on one node, with nothing timed (--max-wait, deadline,
+begin, hold, dependency) and no earmark. The engine leaves the parked jobs out of plan() only while
+nothing else they could change holds: no pending dependency, and burst tails computed alike
+(`excludes`).
+"""
+from bisect import bisect_left, bisect_right, insort
+from collections import Counter
+
+from .. import ledger, periods
+from ..config import Config
+from ..model import Job
+from ..policy.budget import BudgetBook
+from ..policy.capacity import could_ever_hold
+from .queue import timed
+
+# Seconds taken off a lower bound of a need: plan() computes the same amount from (now + s) - now,
+# which float rounding may put one millisecond lower than s.
+SLACK = 0.002
+
+
+class Parking:
+    def __init__(self, cfg: Config, nodes):
+        self.cfg, self.nodes = cfg, nodes
+        self.budgets = {b.name: b for b in cfg.budgets}
+        self.jobs: dict[int, Job] = {}                    # parked: id -> record
+        self.key: dict[int, tuple] = {}                   # every parkable pending job: id -> (budget, c, rate)
+        self.active: dict[str, list] = {b: [] for b in self.budgets}      # budget -> sorted (c, rate, id) queued
+        self.by_cost: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (c, id) parked
+        self.by_rate: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (rate, id) parked
+        self.users: Counter = Counter()                   # parked jobs per user
+        self._rates: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    # -- the queue's jobs ----------------------------------------------------------------------
+    def add(self, job: Job) -> None:
+        """A job entered the queue (its submit, or a requeue)."""
+        k = self._key(job)
+        if k is not None:
+            self.key[job.id] = k
+            insort(self.active[k[0]], (k[1], k[2], job.id))
+
+    def remove(self, job_id: int) -> None:
+        """A queued job left the queue (started or ended); a parked one never does (it cannot start)."""
+        k = self.key.pop(job_id, None)
+        if k is not None:
+            mine = self.active[k[0]]
+            del mine[bisect_left(mine, (k[1], k[2], job_id))]
+
+    def _key(self, job: Job):
+        if job.nodes > 1 or job.earmark or timed(job):
+            return None
+        mine = ledger.budgets_for(job, self.cfg.budgets)
+        if len(mine) != 1:
+            return None
+        b = mine[0]
+        rate = self._rate(job, b.unit)
+        seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
+        return b.name, ledger.accrue(rate, seconds - SLACK), rate
+
+    def _rate(self, job: Job, unit: str) -> int:
+        """The job's cheapest rate on any node that could hold it, over every GPU model it might get."""
+        key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.nodes, job.qos, unit)
+        if key not in self._rates:
+            rates = [ledger.rate(job, unit, model, self.cfg, n) for n in self.nodes if could_ever_hold(job, n)
+                     for model in {"", *(g.model for g in n.gpus)}]
+            self._rates[key] = min(rates, default=0)
+        return self._rates[key]
+
+    # -- a pass --------------------------------------------------------------------------------
+    def update(self, t: float, spent: dict, running) -> tuple[list[int], list[int]]:
+        """(ids to park, ids to bring back) at the start of a pass at `t`: `spent` is what each
+        budget has settled in its current period, `running` the jobs on nodes (plan()'s inputs)."""
+        park: list[int] = []
+        back: list[int] = []
+        book = None
+        for name, b in self.budgets.items():
+            if not self.active[name] and not self.by_cost[name]:
+                continue
+            if book is None:
+                book = BudgetBook(self.cfg, spent, running, t)
+            if b.period == "none":
+                held, left = book.committed[name], None
+            else:
+                lab = periods.current(b, t)
+                held, left = book._held(b, lab), periods.bounds(b.period, lab, b.timezone)[1] - t - SLACK
+            x = ledger.cap(b) - book.spent[name] - held - ledger.overhead(b.unit, self.cfg)
+            # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
+            r_max = -1 if left is None else self._max_rate(x, left)
+            cost, by_rate = self.by_cost[name], self.by_rate[name]
+            for _, jid in cost[:bisect_right(cost, (x, float("inf")))]:
+                back.append(jid)
+            if r_max >= 0:
+                back += [jid for _, jid in by_rate[:bisect_right(by_rate, (r_max, float("inf")))]]
+            active = self.active[name]
+            i = len(active)
+            while i and active[i - 1][0] > x:
+                i -= 1
+                c, rate, jid = active[i]
+                if rate > r_max:
+                    park.append(jid)
+        return park, list(dict.fromkeys(back))
+
+    @staticmethod
+    def _max_rate(x: int, seconds: float) -> int:
+        """The largest rate r with accrue(r, seconds) <= x (-1 when x < 0)."""
+        if x < 0:
+            return -1
+        ms = max(0, int(seconds * 1000))
+        if not ms:
+            return 1 << 62
+        return ((x + 1) * ledger.MS_PER_HOUR - 1) // ms
+
+    def park(self, job: Job) -> None:
+        name, c, rate = self.key[job.id]
+        mine = self.active[name]
+        del mine[bisect_left(mine, (c, rate, job.id))]
+        self.jobs[job.id] = job
+        insort(self.by_cost[name], (c, job.id))
+        insort(self.by_rate[name], (rate, job.id))
+        self.users[job.user] += 1
+
+    def unpark(self, job_id: int) -> Job:
+        job = self.jobs.pop(job_id)
+        name, c, rate = self.key[job_id]
+        for lst, k in ((self.by_cost[name], (c, job_id)), (self.by_rate[name], (rate, job_id))):
+            del lst[bisect_left(lst, k)]
+        insort(self.active[name], (c, rate, job_id))
+        self.users[job.user] -= 1
+        if not self.users[job.user]:
+            del self.users[job.user]
+        return job
+
+    def excludes(self, queue) -> bool:
+        """Whether a pass over `queue` alone decides what the pass over it and the parked jobs does:
+        no queued job may depend on one (none is timed), and each user's burst tails come out alike
+        (no burst penalty, or no user with jobs both queued and parked)."""
+        if queue.timed:
+            return False
+        return not self.cfg.priority["burst_penalty"] or not any(queue.per_user[u] for u in self.users)
