@@ -351,15 +351,45 @@ class Simulator:
             self.skipped += 1
             return
         n = WINDOW
+        spent: set[int] = set()      # jobs whose budget this pass's first admissions leave no room
         while True:
-            window = q.window(n, ranked)
+            window = self._first(n, spent) if spent else q.window(n, ranked)
             p = self._call(t, window, usage)
             # Decided once one of the first n stayed pending on capacity (plan()'s blocker: every job
             # after it pends behind it): fewer than n started or pend for a budget.
             held = sum(1 for pd in p.pending if pd.reason in BUDGET_REASONS)
-            if len(p.places) + held < n or len(window) == len(q):
+            if len(p.places) + held < n or len(window) + len(spent) == len(q):
+                if spent:
+                    self._held_before_blocker(p, window, spent)
                 return self._apply(t, p)
             n *= 4
+            if held and self.parking is not None and q.one_order():
+                # Those do nothing in the wider pass either (pended for their budget at their turn):
+                # the next window is the first n of the others.
+                spent = self.parking.held_after(p.places) - {pl.job_id for pl in p.places}
+
+    def _held_before_blocker(self, p, window, spent: set[int]) -> None:
+        """The jobs left out of a strict pass for their budget would each have been pended for it
+        there, up to the blocker (the first job of the window neither started nor held by a budget),
+        after which every job pends behind it."""
+        settled = {pl.job_id for pl in p.places} | {pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS}
+        blocker = next((j for j in window if j.id not in settled), None)
+        if blocker is None:
+            self.budget_held.update(spent)
+        else:
+            at = (blocker.submit_time, blocker.id)
+            jobs = self.queue.jobs
+            self.budget_held.update(i for i in spent if (jobs[i].submit_time, i) < at)
+
+    def _first(self, n: int, leave: set[int]) -> list[Job]:
+        """The first n queued jobs in submit order but those in `leave` (the queue in one order)."""
+        jobs, out = self.queue.jobs, []
+        for _, i in self.queue.fifo:
+            if i not in leave:
+                out.append(jobs[i])
+                if len(out) == n:
+                    break
+        return out
 
     def _usage(self, t: float) -> dict:
         if not self.fairshare:

@@ -49,6 +49,7 @@ class Parking:
         self.by_cost: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (c, id) parked
         self.by_rate: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (rate, id) parked
         self.users: Counter = Counter()                   # parked jobs per user
+        self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
         self._rates: dict = {}
 
     def __len__(self) -> int:
@@ -96,17 +97,19 @@ class Parking:
         park: list[int] = []
         back: list[int] = []
         book = None
+        self.room = {}
         for name, b in self.budgets.items():
             if not self.active[name] and not self.by_cost[name]:
                 continue
             if book is None:
                 book = BudgetBook(self.cfg, spent, running, t)
             if b.period == "none":
-                held, left = book.committed[name], None
+                held, left, lab = book.committed[name], None, ""
             else:
                 lab = periods.current(b, t)
                 held, left = book._held(b, lab), periods.bounds(b.period, lab, b.timezone)[1] - t - SLACK
             x = ledger.cap(b) - book.spent[name] - held - ledger.overhead(b.unit, self.cfg)
+            self.room[name] = (x, left, lab)
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
             r_max = -1 if left is None else self._max_rate(x, left)
             cost, by_rate = self.by_cost[name], self.by_rate[name]
@@ -122,6 +125,30 @@ class Parking:
                 if rate > r_max:
                     park.append(jid)
         return park, list(dict.fromkeys(back))
+
+    def held_after(self, places) -> set[int]:
+        """The queued jobs that, once `places` (a pass's first admissions, with their commitments)
+        are in, no budget room is left for: at their turn later in the same pass they are pended for
+        their budget and do nothing else (the room at the last `update`, less those commitments)."""
+        spend: Counter = Counter()
+        for pl in places:
+            parts = getattr(pl.commit, "parts", {})
+            for name, amount in pl.commit:
+                if name in self.room:
+                    lab = self.room[name][2]
+                    spend[name] += parts[name].get(lab, 0) if name in parts else amount
+        out: set[int] = set()
+        for name, used in spend.items():
+            x0, left, _ = self.room[name]
+            x = x0 - used
+            r_max = -1 if left is None else self._max_rate(x, left)
+            active = self.active[name]
+            i = len(active)
+            while i and active[i - 1][0] > x:
+                i -= 1
+                if active[i][1] > r_max:
+                    out.add(active[i][2])
+        return out
 
     @staticmethod
     def _max_rate(x: int, seconds: float) -> int:

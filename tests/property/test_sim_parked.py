@@ -1,0 +1,58 @@
+"""A job the replay parks for its budget (scheduler/sim/parked.py) is one plan()'s budget gate pends
+on every node that could hold it: the parking bound never exceeds the need plan() quotes, whatever
+the shape, time limit, unit, billing, overhead, period and instant (a period's last seconds too)."""
+from hypothesis import given, settings, strategies as st
+
+from labq.scheduler import config as config_mod, periods
+from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.policy.budget import BudgetBook
+from labq.scheduler.policy.capacity import could_ever_hold
+from labq.scheduler.sim.parked import Parking
+
+G = 1 << 30
+NODES = (Node("a", 32, 256 * G, 8, tuple(Gpu(f"A-{i}", i, "A100") for i in range(4))),
+         Node("h", 64, 512 * G, 8, tuple(Gpu(f"H-{i}", i, "H100") for i in range(8))))
+
+
+def config(period, unit, billing, overhead, price):
+    return config_mod.loads(
+        f'[rates]\noverhead_per_attempt = {overhead}\nbilling = "{billing}"\n'
+        'gpu_hour_by_model = { "A100" = 1.5, "H100" = 3.0 }\n'
+        + (f'node_hour = {{ "h" = {price} }}\n' if price else "")
+        + f'[[budgets]]\nname = "b"\naccount = "lab"\nlimit = 500.0\nperiod = "{period}"\nunit = "{unit}"\n')
+
+
+@settings(max_examples=400, deadline=None)
+@given(period=st.sampled_from(["none", "week", "month"]), unit=st.sampled_from(["usd", "gpu_hours"]),
+       billing=st.sampled_from(["second", "started_hour"]), overhead=st.sampled_from([0.0, 0.25]),
+       price=st.sampled_from([0.0, 20.0]), gpus=st.integers(0, 4), cpus=st.integers(1, 32),
+       limit=st.integers(1, 20 * 86400), before_end=st.floats(0.001, 40 * 86400), off=st.integers(-3, 3),
+       gpu_type=st.sampled_from(["", "A100", "H100"]))
+def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhead, price, gpus, cpus, limit,
+                                                   before_end, off, gpu_type):
+    """The budget's spending is put right at the edge: the job's smallest need over every node and
+    GPU model it could get, give or take `off` micro-units. Parked exactly when none fits."""
+    cfg = config(period, unit, billing, overhead, price)
+    b = cfg.budgets[0]
+    base = 1_700_000_000.0
+    end = periods.span_at(b, base)[1] if period != "none" else base + 86400
+    now = max(end - before_end, base - 30 * 86400)
+    job = Job(id=1, user="u", account="lab", argv=("x",), workdir="/", gpus=gpus, gpu_type=gpu_type, cpus=cpus,
+              mem=G, time_limit=limit, submit_time=now)
+    holders = [n for n in NODES if could_ever_hold(job, n)]
+    if not holders:
+        return
+    label = periods.current(b, now) if period != "none" else ""
+    empty = BudgetBook(cfg, {"b": 0}, (), now)
+    quotes = [empty.quote(job, model, node)[0] for node in holders
+              for model in {g.model for g in node.gpus if not gpu_type or g.model == gpu_type} or {""}]
+    need = min(q.parts["b"][label] if period != "none" else dict(q)["b"] for q in quotes)
+    spent = max(0, 500_000_000 - need + off)
+    pk = Parking(cfg, NODES)
+    pk.add(job)
+    park, _ = pk.update(now, {"b": spent}, ())
+    book = BudgetBook(cfg, {"b": spent}, (), now)
+    if park:
+        assert all(book.blocked(q) is not None for q in quotes)
+    if off <= 0 and not billing == "started_hour":
+        assert not park          # the cheapest placement fits: never parked
