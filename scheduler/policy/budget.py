@@ -23,18 +23,28 @@ class BudgetBook:
     def __init__(self, cfg: Config, spent: dict, running, now: float):
         self.cfg, self.now = cfg, now
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
-        self.committed = {b.name: 0 for b in cfg.budgets}
         self.running = [j for j in running if j.commit]
+        self._committed: dict | None = None
         self.held: dict[tuple[str, str], int] = {}       # (periodic budget, period) -> held there
         self.mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
+        self.texts: dict[tuple, str] = {}                # (budget, period, spent, held) -> _state()
         # Per periodic budget: (label, end) of the period `now` is in.
         self.periods = {b.name: (lab, periods.bounds(b.period, lab, b.timezone)[1])
                         for b in cfg.budgets if b.period != "none" for lab in (periods.current(b, now),)}
-        for j in running:
-            for name, _ in j.commit:
-                if name in self.committed:
-                    # What has accrued is not yet settled: it still counts against the budget.
-                    self.committed[name] += ledger.outstanding(j, name, now) + ledger.accrued(j, name, now)
+
+    @property
+    def committed(self) -> dict[str, int]:
+        """budget -> what running jobs have committed to it and not yet settled (accrued included:
+        it is not settled either), plus this pass's admissions. Summed on first use: a pass over
+        periodic budgets only never needs it."""
+        if self._committed is None:
+            now, out = self.now, {b.name: 0 for b in self.cfg.budgets}
+            for j in self.running:
+                for name, _ in j.commit:
+                    if name in out:
+                        out[name] += ledger.outstanding(j, name, now) + ledger.accrued(j, name, now)
+            self._committed = out
+        return self._committed
 
     def quote(self, job: Job, gpu_model: str, node=None):
         """(commit, rates) the job would take on `node`, which has `gpu_model` GPUs. `commit` is a
@@ -76,11 +86,22 @@ class BudgetBook:
             held = self._held(b, lab)
             if spent + held + need <= cap:
                 continue
-            detail = (f"needs {fmt_money(need, b.unit)} in {lab}; budget {b.name} {lab}: limit "
-                      f"{fmt_money(b.limit, b.unit)} (reserve {b.reserve:.0%}), spent {fmt_money(spent, b.unit)},"
-                      f" committed {fmt_money(held, b.unit)}, available {fmt_money(cap - spent - held, b.unit)}")
+            detail = f"needs {fmt_money(need, b.unit)} in {lab}; " + self._state(b, lab, spent, held)
             return (states.BUDGET_RESERVED if spent + need <= cap else states.BUDGET_EXHAUSTED), detail
         return None
+
+    def _state(self, b, lab: str, spent: int, held: int) -> str:
+        """The budget's side of a budget reason's detail: the same for every job judged while its
+        spent and committed amounts stay as they are (formatted once, not per job)."""
+        key = (b.name, lab, spent, held)
+        text = self.texts.get(key)
+        if text is None:
+            cap = ledger.cap(b)
+            text = self.texts[key] = (
+                f"budget {b.name}{' ' + lab if lab else ''}: limit {fmt_money(b.limit, b.unit)} (reserve {b.reserve:.0%}),"
+                f" spent {fmt_money(spent, b.unit)}, committed {fmt_money(held, b.unit)},"
+                f" available {fmt_money(cap - spent - held, b.unit)}")
+        return text
 
     def blocked(self, commit):
         """(reason, detail) for the first budget without room for `commit`, else None."""
@@ -97,10 +118,7 @@ class BudgetBook:
             cap, spent, held = ledger.cap(b), self.spent[b.name], self.committed[b.name]
             if spent + held + need <= cap:
                 continue
-            avail = cap - spent - held
-            detail = (f"needs {fmt_money(need, b.unit)}; budget {b.name}: limit {fmt_money(b.limit, b.unit)}"
-                      f" (reserve {b.reserve:.0%}), spent {fmt_money(spent, b.unit)},"
-                      f" committed {fmt_money(held, b.unit)}, available {fmt_money(avail, b.unit)}")
+            detail = f"needs {fmt_money(need, b.unit)}; " + self._state(b, "", spent, held)
             reason = states.BUDGET_RESERVED if spent + need <= cap else states.BUDGET_EXHAUSTED
             return reason, detail
         return None

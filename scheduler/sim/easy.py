@@ -45,25 +45,29 @@ def plan(sim, t: float):
     """The Plan of the pass over the whole queue, computed from the jobs that decide it: a head of the
     queue that makes every reservation, and the later jobs that could start in the state it leaves."""
     q, depth, calls = sim.queue, sim.cfg.backfill_depth, sim.calls
-    head = q.window(WINDOW, [])
+    # The jobs a budget keeps idle (engine `idle`) do nothing in the pass: left out like any no-op.
+    idle = sim.idle
+    size = len(q) - len(idle)
+    first = (lambda n: sim._first(n, idle)) if idle else (lambda n: q.window(n, []))   # noqa: E731
+    head = first(WINDOW)
     # The first call also takes the first jobs after the head that fit some node's room now (before
     # any admission or reservation, so every job before them in the queue fits nowhere and can do
     # nothing in this pass): most passes are then decided by that one call.
     decided = head + candidates(sim, t, _NOTHING, head, WINDOW)
     p = sim._call(t, decided)
-    if not _reserved_by(p, head, depth) and len(decided) < len(q):
+    if not _reserved_by(p, head, depth) and len(decided) < size:
         n = WINDOW
         while True:
-            head = q.window(n, [])
+            head = first(n)
             p = sim._call(t, head)
-            if len(head) == len(q) or len(p.starts) >= depth:
+            if len(head) == size or len(p.starts) >= depth:
                 break
             n *= 4
         decided = head
     # The later jobs that could start, a few at a time in the queue's order: usually the first of
     # them fill the room the head left, and the pass over head + those shows that the rest cannot.
     k = WINDOW
-    while len(decided) < len(q):
+    while len(decided) < size:
         more = candidates(sim, t, p, decided, k)
         if not more:
             break
@@ -93,7 +97,7 @@ def candidates(sim, t: float, p, head, k: int) -> list:
     """The first `k` jobs outside `head`, in the queue's order, that could start in the state its pass
     `p` ends in (above): for each request shape, those with a time limit short enough to leave every
     reservation whole on some node with room for the shape."""
-    inside = {j.id for j in head}
+    inside = {j.id for j in head}.union(sim.idle)
     room = _room_after(sim, p)
     points = None
     latest: dict = {}                 # shape -> the latest first-crossed reservation over its nodes (inf: none)

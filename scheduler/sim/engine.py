@@ -39,6 +39,7 @@ WINDOW = 4      # pending jobs in a strict-order pass before it is widened (see 
 # Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.
 ROLLOVER = ("rollover",)    # a periodic budget's new period: its spending starts from zero
 WAKE = ("wake",)            # a running job reaches its QoS min_runtime and may be preempted
+NONE: frozenset = frozenset()
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Simulator:
         self.usage: dict = {}
         self.budget_held: set[int] = set()
         self.parking = Parking(cfg, self.nodes) if cfg.budgets else None
+        self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
         self.room = Room(self.nodes)
         self.node_by_name = {n.name: n for n in self.nodes}
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
@@ -266,7 +268,7 @@ class Simulator:
         """Ask the hooks again for these pending jobs' expected runtimes (learned from what ended)."""
         for i in ids:
             if self.parking is not None and i in self.parking.jobs:
-                self._enqueue(self.parking.unpark(i))      # its forecast may change: judged anew
+                self._unpark(i)      # its forecast may change: judged anew
             job = self.queue.jobs.get(i)
             if job is not None:
                 self._unqueue(i)
@@ -281,7 +283,7 @@ class Simulator:
         does not fit a budget's reason when the budget would not admit it either)."""
         if not self.queue:
             return True           # no pending job: nothing to place, expire or preempt for
-        if (self.never_skip or self.queue.timed or self.queue.budgeted
+        if (self.never_skip or self.queue.timed or self.queue.budgeted > len(self.idle)
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
         return not self.room.fits_somewhere(self.queue.shapes.minimal())
@@ -308,22 +310,39 @@ class Simulator:
                 and self.queue.accounts_in_submit_order(t) and self.queue.one_order())
 
     def _park(self, t: float) -> None:
-        """Park the jobs a budget now provably keeps waiting and bring back the others (parked.py);
-        the parked ones count as held by their budget. When a pass over the queue alone might not
-        decide what the pass over every pending job does, every parked job comes back."""
+        """Find the jobs a budget now provably keeps waiting and bring back the others (parked.py):
+        those count as held by their budget; they are parked, or, while few, left out of the pass
+        by id (`idle`). When a pass over the rest might not decide what the pass over every pending
+        job does, every parked job comes back and none is left out."""
         pk = self.parking
+        self.idle = NONE
         if pk is None:
             return
         spent = periods.spent_now(self.cfg.budgets, self.spent, t)
-        park, back = pk.update(t, spent, self.running.values())
+        idle, park, back = pk.update(t, spent, self.running.values())
         for i in back:
-            self.queue.add(pk.unpark(i))
-        self.budget_held.update(park)
-        for i in park:
-            pk.park(self.queue.remove(i))
-        if pk.jobs and not pk.excludes(self.queue):
+            self._unpark(i)
+        self.budget_held.update(idle)
+        if not pk.excludes(self.queue, idle):
             for i in list(pk.jobs):
-                self.queue.add(pk.unpark(i))
+                self._unpark(i)
+            return
+        for i in park:
+            self._park_one(i)
+        if len(park) < len(idle):
+            self.idle = set(idle).difference(park)
+
+    def _park_one(self, job_id: int) -> None:
+        job = self.queue.remove(job_id)
+        self.parking.park(job)
+        if self.queue.penalised:
+            self.queue.bursts.add(job)       # burst tails are of every pending job (Parking.excludes)
+
+    def _unpark(self, job_id: int) -> None:
+        job = self.parking.unpark(job_id)
+        if self.queue.penalised:
+            self.queue.bursts.remove(job)
+        self.queue.add(job)
 
     def _plan(self, t: float) -> None:
         self._park(t)
@@ -335,7 +354,7 @@ class Simulator:
         if not self._strict(t):
             if self._easy(t):
                 return self._apply(t, easy.plan(self, t))
-            return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
+            return self._apply(t, self._call(t, self._queued()))
         # Strict order: the first job decides whether anything starts; when it fits, a pass over a
         # window that holds the first n jobs decides the same as the whole pass as soon as fewer than
         # n start: one of the n stayed pending, on capacity, and nothing after it starts. A first job
@@ -351,7 +370,8 @@ class Simulator:
             self.skipped += 1
             return
         n = WINDOW
-        spent: set[int] = set()      # jobs whose budget this pass's first admissions leave no room
+        # jobs whose budget has no room for them now, or after this pass's first admissions
+        spent: set[int] = set(self.idle) if q.one_order() else set()
         while True:
             window = self._first(n, spent) if spent else q.window(n, ranked)
             p = self._call(t, window, usage)
@@ -380,6 +400,12 @@ class Simulator:
             at = (blocker.submit_time, blocker.id)
             jobs = self.queue.jobs
             self.budget_held.update(i for i in spent if (jobs[i].submit_time, i) < at)
+
+    def _queued(self) -> tuple[Job, ...]:
+        """The queued jobs plan() is given in a whole pass: all but the idle ones."""
+        jobs = self.queue.jobs.values()
+        idle = self.idle
+        return tuple(j for j in jobs if j.id not in idle) if idle else tuple(jobs)
 
     def _first(self, n: int, leave: set[int]) -> list[Job]:
         """The first n queued jobs in submit order but those in `leave` (the queue in one order)."""

@@ -25,7 +25,7 @@ nothing else they could change holds: no pending dependency, and burst tails com
 (`excludes`).
 """
 from bisect import bisect_left, bisect_right, insort
-from collections import Counter
+from collections import Counter, deque
 
 from .. import ledger, periods
 from ..config import Config
@@ -34,6 +34,12 @@ from ..policy.budget import BudgetBook
 from ..policy.capacity import could_ever_hold
 from .queue import timed
 
+# An idle job is moved out of the queue only once its bound exceeds the budget's room at each of the
+# last RECENT passes; until then it stays queued, left out of each pass by id. A move costs a queue
+# insert and a removal, and the room swings: an end settles a commitment well below its forecast and
+# sends hundreds of jobs back, the next admissions take the room again.
+RECENT = 32
+INF = float("inf")
 # Seconds taken off a lower bound of a need: plan() computes the same amount from (now + s) - now,
 # which float rounding may put one millisecond lower than s.
 SLACK = 0.002
@@ -50,6 +56,7 @@ class Parking:
         self.by_rate: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (rate, id) parked
         self.users: Counter = Counter()                   # parked jobs per user
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
+        self.recent: dict[str, deque] = {}                # budget -> its x at the last RECENT updates
         self._rates: dict = {}
 
     def __len__(self) -> int:
@@ -91,9 +98,12 @@ class Parking:
         return self._rates[key]
 
     # -- a pass --------------------------------------------------------------------------------
-    def update(self, t: float, spent: dict, running) -> tuple[list[int], list[int]]:
-        """(ids to park, ids to bring back) at the start of a pass at `t`: `spent` is what each
-        budget has settled in its current period, `running` the jobs on nodes (plan()'s inputs)."""
+    def update(self, t: float, spent: dict, running) -> tuple[list[int], list[int], list[int]]:
+        """(queued ids now idle, those of them to park, parked ids to bring back) at the start of a
+        pass at `t`: `spent` is what each budget has settled in its current period, `running` the
+        jobs on nodes (plan()'s inputs). An idle job stays queued while its bound is within the
+        budget's recent room (`RECENT`); the engine then leaves it out of the pass by id."""
+        idle: list[int] = []
         park: list[int] = []
         back: list[int] = []
         book = None
@@ -113,18 +123,23 @@ class Parking:
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
             r_max = -1 if left is None else self._max_rate(x, left)
             cost, by_rate = self.by_cost[name], self.by_rate[name]
-            for _, jid in cost[:bisect_right(cost, (x, float("inf")))]:
-                back.append(jid)
+            back += [jid for _, jid in cost[:bisect_right(cost, (x, INF))]]
             if r_max >= 0:
-                back += [jid for _, jid in by_rate[:bisect_right(by_rate, (r_max, float("inf")))]]
-            active = self.active[name]
-            i = len(active)
-            while i and active[i - 1][0] > x:
-                i -= 1
-                c, rate, jid = active[i]
-                if rate > r_max:
-                    park.append(jid)
-        return park, list(dict.fromkeys(back))
+                back += [jid for _, jid in by_rate[:bisect_right(by_rate, (r_max, INF))]]
+            idle += self._over(name, x, r_max)
+            recent = self.recent.setdefault(name, deque(maxlen=RECENT))
+            recent.append(x)
+            peak = max(recent)
+            park += self._over(name, peak, -1 if left is None else self._max_rate(peak, left))
+        return idle, park, list(dict.fromkeys(back))
+
+    def _over(self, name: str, x: int, r_max: int) -> list[int]:
+        """The queued jobs of budget `name` whose bound exceeds x: c > x and accrue(rate, left) > x."""
+        active = self.active[name]
+        over = active[bisect_right(active, (x, INF, INF)):]
+        if r_max < 0:
+            return [e[2] for e in over]
+        return [e[2] for e in over if e[1] > r_max]
 
     def held_after(self, places) -> set[int]:
         """The queued jobs that, once `places` (a pass's first admissions, with their commitments)
@@ -141,13 +156,7 @@ class Parking:
         for name, used in spend.items():
             x0, left, _ = self.room[name]
             x = x0 - used
-            r_max = -1 if left is None else self._max_rate(x, left)
-            active = self.active[name]
-            i = len(active)
-            while i and active[i - 1][0] > x:
-                i -= 1
-                if active[i][1] > r_max:
-                    out.add(active[i][2])
+            out.update(self._over(name, x, -1 if left is None else self._max_rate(x, left)))
         return out
 
     @staticmethod
@@ -180,10 +189,14 @@ class Parking:
             del self.users[job.user]
         return job
 
-    def excludes(self, queue) -> bool:
-        """Whether a pass over `queue` alone decides what the pass over it and the parked jobs does:
-        no queued job may depend on one (none is timed), and each user's burst tails come out alike
-        (no burst penalty, or no user with jobs both queued and parked)."""
+    def excludes(self, queue, idle) -> bool:
+        """Whether a pass over `queue` without the parked and `idle` jobs decides what the pass over
+        all of them does: no queued job may depend on one (none is timed), and the others' burst
+        tails come out alike: no burst penalty, or no tail among the jobs of any user of theirs
+        (`queue.bursts` counts the parked jobs too; a part of a user's jobs has no more tails)."""
         if queue.timed:
             return False
-        return not self.cfg.priority["burst_penalty"] or not any(queue.per_user[u] for u in self.users)
+        if not self.cfg.priority["burst_penalty"]:
+            return True
+        tails, jobs = queue.bursts.tails, queue.jobs
+        return not any(tails[u] for u in self.users) and not any(tails[jobs[i].user] for i in idle)

@@ -46,6 +46,9 @@ class Queue:
         self.qos_levels: Counter = Counter()                 # QoS priority -> pending jobs
         self.per_user: Counter = Counter()
         self.bursts = Bursts(cfg.priority["burst_jobs"], cfg.priority["burst_window"])
+        self.penalised = bool(cfg.priority["burst_penalty"])    # else no one reads the burst tails
+        self._charged: dict = {}                             # (account, project, budget) -> charged()
+        self._levels = {q.name: q.priority for q in cfg.qos}
         self.shapes = Shapes()
         # shape -> [(time limit as backfill counts it, submit time, id)], sorted: easy.py's index
         self.by_shape: dict[tuple, list] = {}
@@ -58,8 +61,7 @@ class Queue:
         return len(self.jobs)
 
     def _qos(self, job: Job) -> int:
-        q = self.cfg.qos_named(job.qos)
-        return q.priority if q else 0
+        return self._levels.get(job.qos, 0)
 
     def add(self, job: Job) -> None:
         key = (job.submit_time, job.id)
@@ -68,7 +70,8 @@ class Queue:
         insort(self.by_account.setdefault(job.account, []), key)
         self.qos_levels[self._qos(job)] += 1
         self.per_user[job.user] += 1
-        self.bursts.add(job)
+        if self.penalised:
+            self.bursts.add(job)
         self.shapes.add(job)
         insort(self.by_shape.setdefault(shape(job), []), (_limit(job), job.submit_time, job.id))
         self.keys[job.id] = (shape(job), _limit(job))
@@ -88,7 +91,8 @@ class Queue:
         if not self.qos_levels[self._qos(job)]:
             del self.qos_levels[self._qos(job)]
         self.per_user[job.user] -= 1
-        self.bursts.remove(job)
+        if self.penalised:
+            self.bursts.remove(job)
         self.shapes.remove(job)
         mine = self.by_shape[shape(job)]
         del mine[bisect_left(mine, (_limit(job), job.submit_time, job.id))]
@@ -102,7 +106,12 @@ class Queue:
 
     def charged(self, job: Job) -> bool:
         """Whether the job is charged to some budget."""
-        return bool(self.cfg.budgets) and bool(ledger.budgets_for(job, self.cfg.budgets))
+        if not self.cfg.budgets:
+            return False
+        who = (job.account, job.project, job.budget)
+        if who not in self._charged:
+            self._charged[who] = bool(ledger.budgets_for(job, self.cfg.budgets))
+        return self._charged[who]
 
     def bursting(self, now: float) -> bool:
         """Whether some pending job is the tail of its user's submit burst (priority.burst_tail's rule)."""

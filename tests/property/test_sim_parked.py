@@ -50,7 +50,7 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
     spent = max(0, 500_000_000 - need + off)
     pk = Parking(cfg, NODES)
     pk.add(job)
-    park, _ = pk.update(now, {"b": spent}, ())
+    park, _, _ = pk.update(now, {"b": spent}, ())
     book = BudgetBook(cfg, {"b": spent}, (), now)
     if park:
         assert all(book.blocked(q) is not None for q in quotes)
