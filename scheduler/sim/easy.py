@@ -56,26 +56,56 @@ def plan(sim, t: float):
     decided = head + candidates(sim, t, _NOTHING, head, WINDOW)
     p = sim._call(t, decided)
     if not _reserved_by(p, head, depth) and len(decided) < size:
-        n = WINDOW
+        n, spent = WINDOW, frozenset()
         while True:
-            head = first(n)
+            head = sim._first(n, idle | spent) if spent else first(n)
             p = sim._call(t, head)
-            if len(head) == size or len(p.starts) >= depth:
+            if len(head) + len(spent) >= size or len(p.starts) >= depth:
                 break
             n *= 4
+            if depth == 1:
+                # Jobs its admissions leave without budget room: at their turn, before the one
+                # reservation is made, each is quoted and pended for its budget, fit or not
+                # (policy/__init__.py `_blocked`), and does nothing else: left out, counted held.
+                spent = _spent_by(sim, p, head, keep_held=False)
+        if spent:
+            sim.budget_held.update(_before(spent, sim.queue.jobs, p.starts[0].job_id if p.starts else None))
         decided = head
     # The later jobs that could start, a few at a time in the queue's order: usually the first of
     # them fill the room the head left, and the pass over head + those shows that the rest cannot.
+    # A job the head's admissions leave without budget room (`gone`) is pended for its budget at
+    # its turn and does nothing else: one that could start is only counted held (`marks`), as the
+    # whole pass, which quotes it there, would have it.
     k = WINDOW
+    gone, marks = _spent_by(sim, p, head), set()
     while len(decided) < size:
-        more = candidates(sim, t, p, decided, k)
+        more = candidates(sim, t, p, decided, k, gone, marks)
         if not more:
             break
         decided = decided + more
         p = sim._call(t, decided)
         k *= 4
     sim.calls = calls + 1             # however many calls it took, it is one pass (the report counts passes)
+    sim.budget_held.update(marks)
     return p
+
+
+def _spent_by(sim, p, head, keep_held: bool = True) -> frozenset | set:
+    """The queued jobs for which the budget has no room once the admissions of `head` (a head of the
+    queue) are in: those after it, and with `keep_held=False` those of it not admitted too."""
+    if sim.parking is None or not sim.queue.budgeted:
+        return frozenset()
+    ids = {j.id for j in head}
+    placed = [pl for pl in p.places if pl.job_id in ids]
+    return sim.parking.held_after(placed) - (ids if keep_held else {pl.job_id for pl in placed})
+
+
+def _before(ids, jobs, reserved) -> list:
+    """Those of `ids` that come before the job `reserved` in the queue's order (all without one)."""
+    if reserved is None:
+        return list(ids)
+    at = (jobs[reserved].submit_time, reserved)
+    return [i for i in ids if (jobs[i].submit_time, i) < at]
 
 
 class _Nothing:
@@ -93,10 +123,11 @@ def _reserved_by(p, head, depth: int) -> bool:
     return len(p.starts) >= depth and all(st.job_id in ids for st in p.starts)
 
 
-def candidates(sim, t: float, p, head, k: int) -> list:
+def candidates(sim, t: float, p, head, k: int, gone=frozenset(), marks=None) -> list:
     """The first `k` jobs outside `head`, in the queue's order, that could start in the state its pass
     `p` ends in (above): for each request shape, those with a time limit short enough to leave every
-    reservation whole on some node with room for the shape."""
+    reservation whole on some node with room for the shape. Those in `gone` are not taken but put
+    in `marks`."""
     inside = {j.id for j in head}.union(sim.idle)
     room = _room_after(sim, p)
     points = None
@@ -129,7 +160,9 @@ def candidates(sim, t: float, p, head, k: int) -> list:
             for limit, _, jid in by_shape[s]:
                 if not late >= t + limit:
                     break
-                if jid not in inside:
+                if jid in gone:
+                    marks.add(jid)
+                elif jid not in inside:
                     out.append(jobs[jid])
         out.sort(key=lambda j: (j.submit_time, j.id))
         return out[:k]
@@ -139,6 +172,9 @@ def candidates(sim, t: float, p, head, k: int) -> list:
         s, limit = keys[jid]
         late = latest.get(s)
         if late is not None and late >= t + limit and jid not in inside:
+            if jid in gone:
+                marks.add(jid)
+                continue
             out.append(jobs[jid])
             if len(out) == k:
                 break
