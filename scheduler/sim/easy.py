@@ -56,7 +56,7 @@ def plan(sim, t: float):
     decided = head + candidates(sim, t, _NOTHING, head, WINDOW)
     p = sim._call(t, decided)
     if not _reserved_by(p, head, depth) and len(decided) < size:
-        n, spent = WINDOW, frozenset()
+        n, spent = WINDOW, frozenset()     # type: tuple[int, frozenset | set]
         while True:
             head = sim._first(n, idle | spent) if spent else first(n)
             p = sim._call(t, head)
@@ -77,7 +77,7 @@ def plan(sim, t: float):
     # its turn and does nothing else: one that could start is only counted held (`marks`), as the
     # whole pass, which quotes it there, would have it.
     k = WINDOW
-    gone, marks = _spent_by(sim, p, head), set()
+    gone, marks = _spent_by(sim, p, head), set()     # type: tuple[frozenset | set, set[int]]
     while len(decided) < size:
         more = candidates(sim, t, p, decided, k, gone, marks)
         if not more:
@@ -153,19 +153,7 @@ def candidates(sim, t: float, p, head, k: int, gone=frozenset(), marks=None) -> 
         return []
     jobs = sim.queue.jobs
     if sum(ok.values()) <= 4 * k:
-        # Few: taken from each shape's shortest limits (a longer limit only crosses more reservations).
-        out = []
-        for s in ok:
-            late = latest[s]
-            for limit, _, jid in by_shape[s]:
-                if not late >= t + limit:
-                    break
-                if jid in gone:
-                    marks.add(jid)
-                elif jid not in inside:
-                    out.append(jobs[jid])
-        out.sort(key=lambda j: (j.submit_time, j.id))
-        return out[:k]
+        return _shortest(sim, t, latest, inside, gone, marks)[:k]
     out = []
     keys = sim.queue.keys
     for _, jid in sim.queue.fifo:     # many: the queue's order finds k of them soon
@@ -178,6 +166,22 @@ def candidates(sim, t: float, p, head, k: int, gone=frozenset(), marks=None) -> 
             out.append(jobs[jid])
             if len(out) == k:
                 break
+    return out
+
+
+def _shortest(sim, t: float, latest: dict, inside, gone, marks) -> list:
+    """Few candidates: taken from each shape's shortest limits (a longer limit only crosses more
+    reservations), in the queue's order."""
+    jobs, out = sim.queue.jobs, []
+    for s, late in latest.items():
+        for limit, _, jid in sim.queue.by_shape[s]:
+            if not late >= t + limit:
+                break
+            if jid in gone:
+                marks.add(jid)
+            elif jid not in inside:
+                out.append(jobs[jid])
+    out.sort(key=lambda j: (j.submit_time, j.id))
     return out
 
 
