@@ -281,8 +281,8 @@ class Simulator:
         (no pending job has a --max-wait, --deadline, --begin, retry time or dependency), and no
         budget reason to record (no pending job is charged to a budget: plan() gives a job that
         does not fit a budget's reason when the budget would not admit it either)."""
-        if not self.queue:
-            return True           # no pending job: nothing to place, expire or preempt for
+        if len(self.queue) == len(self.idle):
+            return True           # no pending job but those idle for their budget: nothing to place, expire or preempt for
         if (self.never_skip or self.queue.timed or self.queue.budgeted > len(self.idle)
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
@@ -360,18 +360,20 @@ class Simulator:
         # n start: one of the n stayed pending, on capacity, and nothing after it starts. A first job
         # that fits nowhere holds every later one, unless its budget holds it (then it holds none).
         q = self.queue
-        heads = q.heads()
+        one = q.one_order()
+        # (the idle jobs do nothing: the first of the others decides)
+        heads = self._first(1, self.idle) if self.idle and one else q.heads()
         if not self.room.fits_somewhere([shape(j) for j in heads]) and not any(map(q.charged, heads)):
             self.skipped += 1          # the first job is one of these, and none fits
             return
         usage = self._usage(t)
-        ranked = q.ranked_heads(t, usage)
+        ranked = heads if self.idle and one else q.ranked_heads(t, usage)
         if not self.room.fits_somewhere([shape(ranked[0])]) and not q.charged(ranked[0]):
             self.skipped += 1
             return
         n = WINDOW
         # jobs whose budget has no room for them now, or after this pass's first admissions
-        spent: set[int] = set(self.idle) if q.one_order() else set()
+        spent: set[int] = set(self.idle) if one else set()
         while True:
             window = self._first(n, spent) if spent else q.window(n, ranked)
             p = self._call(t, window, usage)

@@ -38,7 +38,7 @@ from .queue import timed
 # last RECENT passes; until then it stays queued, left out of each pass by id. A move costs a queue
 # insert and a removal, and the room swings: an end settles a commitment well below its forecast and
 # sends hundreds of jobs back, the next admissions take the room again.
-RECENT = 32
+RECENT = 128
 INF = float("inf")
 # Seconds taken off a lower bound of a need: plan() computes the same amount from (now + s) - now,
 # which float rounding may put one millisecond lower than s.
