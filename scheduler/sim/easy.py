@@ -1,10 +1,12 @@
 """A backfill pass (backfill_depth ≥ 1) given only the head of the queue, when that provably decides
 the whole pass. Without it a replay of a deep queue gives plan() every pending job at every instant.
 
-When the whole queue is in one order (queue.py: fifo weights, no burst tail, one QoS level, fair
-share off or one account) and no gate but capacity applies (engine `ungated`, nothing timed,
-draining or preemptible), a pass over the queue's first n jobs W decides the same as the pass over
-all of it if every later job is a no-op there. A later job J does nothing when
+When plan()'s order of the whole queue can be drawn without a pass (queue.py `in_one_order`: submit
+order — fifo weights, no burst tail, one QoS level, fair share off or one account — or, under the
+same conditions and without budgets, short jobs first by wait and expected run time, order.py) and
+no gate but capacity applies (engine `ungated`, nothing timed, draining or preemptible), a pass over
+the queue's first n jobs W (in that order) decides the same as the pass over all of it if every
+later job is a no-op there. A later job J does nothing when
 
 1. it cannot reserve: W's pass already made `backfill_depth` reservations (plan() makes no more), and
 2. it cannot start: in the state W's pass ends in — room R' after W's admissions, and the
@@ -20,8 +22,9 @@ call's own extras are such a round on the state before the pass (room now, no re
 first jobs after the head whose request fits some node's room now, which every job between them
 does not; that call is kept only when the head itself made every reservation (`_reserved_by`).
 
-Condition 2 is checked per request shape on the job of that shape with the smallest time limit
-outside W (a longer run of the same shape only crosses more reservations), and per node on the free
+Condition 2 is checked per request shape on the job of that shape with the shortest run outside W
+as backfill counts it (`Queue.span`: the time limit, or under estimate.backfill the learned run
+time; a longer run of the same shape only crosses more reservations), and per node on the free
 room at each reservation's start, just as `Timelines._fits` checks it. The check errs only towards
 "may start" (then W is widened, up to the whole queue): never a wrong plan. GPU models: nodes with
 at most one model each (else the engine does not use this).
@@ -30,7 +33,7 @@ import math
 from bisect import bisect_right
 from collections import Counter
 
-from ..policy.backfill import _expected_end, _limit
+from ..policy.backfill import _expected_end
 
 WINDOW = 4
 # A shallow queue: one pass over all of it costs less than the head's pass and the candidates' one.
@@ -48,17 +51,18 @@ def plan(sim, t: float):
     # The jobs a budget keeps idle (engine `idle`) do nothing in the pass: left out like any no-op.
     idle = sim.idle
     size = len(q) - len(idle)
-    first = (lambda n: sim._first(n, idle)) if idle else (lambda n: q.window(n, []))   # noqa: E731
+    order = q.order(t, sim._usage(t), idle)
+    first = order.first
     head = first(WINDOW)
     # The first call also takes the first jobs after the head that fit some node's room now (before
     # any admission or reservation, so every job before them in the queue fits nowhere and can do
     # nothing in this pass): most passes are then decided by that one call.
-    decided = head + candidates(sim, t, _NOTHING, head, WINDOW)
+    decided = head + candidates(sim, t, _NOTHING, head, WINDOW, order)
     p = sim._call(t, decided)
     if not _reserved_by(p, head, depth) and len(decided) < size:
         n, spent = WINDOW, frozenset()     # type: tuple[int, frozenset | set]
         while True:
-            head = sim._first(n, idle | spent) if spent else first(n)
+            head = sim._first(n, idle | spent) if spent else first(n)   # spent: budgets, submit order
             p = sim._call(t, head)
             if len(head) + len(spent) >= size or len(p.starts) >= depth:
                 break
@@ -79,7 +83,7 @@ def plan(sim, t: float):
     k = WINDOW
     gone, marks = _spent_by(sim, p, head), set()     # type: tuple[frozenset | set, set[int]]
     while len(decided) < size:
-        more = candidates(sim, t, p, decided, k, gone, marks)
+        more = candidates(sim, t, p, decided, k, order, gone, marks)
         if not more:
             break
         decided = decided + more
@@ -123,11 +127,11 @@ def _reserved_by(p, head, depth: int) -> bool:
     return len(p.starts) >= depth and all(st.job_id in ids for st in p.starts)
 
 
-def candidates(sim, t: float, p, head, k: int, gone=frozenset(), marks=None) -> list:
-    """The first `k` jobs outside `head`, in the queue's order, that could start in the state its pass
-    `p` ends in (above): for each request shape, those with a time limit short enough to leave every
-    reservation whole on some node with room for the shape. Those in `gone` are not taken but put
-    in `marks`."""
+def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=None) -> list:
+    """The first `k` jobs outside `head`, in plan()'s `order`, that could start in the state its pass
+    `p` ends in (above): for each request shape, those with a run (`Queue.span`) short enough to
+    leave every reservation whole on some node with room for the shape. Those in `gone` are not
+    taken but put in `marks`."""
     inside = {j.id for j in head}.union(sim.idle)
     room = _room_after(sim, p)
     points = None
@@ -142,46 +146,42 @@ def candidates(sim, t: float, p, head, k: int, gone=frozenset(), marks=None) -> 
             points = _reserved_points(sim, t, p)
         # Per node with room for the shape, the first reservation it would cross; a job may start
         # when some node crosses none before its end (Timelines._fits on the reservation points):
-        # when the latest of those is at or past t + its limit.
+        # when the latest of those is at or past t + its span.
         late = max(min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])),
                        default=math.inf) for name in nodes)
-        first = next((limit for limit, _, jid in keyed if jid not in inside), None)
+        first = next((span for span, _, jid in keyed if jid not in inside), None)
         if first is not None and late >= t + first:
             latest[s] = late
             ok[s] = bisect_right(keyed, (late - t, math.inf, math.inf))
     if not ok:
         return []
-    jobs = sim.queue.jobs
     if sum(ok.values()) <= 4 * k:
-        return _shortest(sim, t, latest, inside, gone, marks)[:k]
+        return _shortest(sim, t, latest, inside, gone, marks, order)[:k]
     out = []
-    keys = sim.queue.keys
-    for _, jid in sim.queue.fifo:     # many: the queue's order finds k of them soon
-        s, limit = keys[jid]
-        late = latest.get(s)
-        if late is not None and late >= t + limit and jid not in inside:
-            if jid in gone:
-                marks.add(jid)
+    for j in order.fitting(latest, t):     # many: the first of them in plan()'s order
+        if j.id not in inside:
+            if j.id in gone:
+                marks.add(j.id)
                 continue
-            out.append(jobs[jid])
+            out.append(j)
             if len(out) == k:
                 break
     return out
 
 
-def _shortest(sim, t: float, latest: dict, inside, gone, marks) -> list:
-    """Few candidates: taken from each shape's shortest limits (a longer limit only crosses more
-    reservations), in the queue's order."""
+def _shortest(sim, t: float, latest: dict, inside, gone, marks, order) -> list:
+    """Few candidates: taken from each shape's shortest spans (a longer one only crosses more
+    reservations), in plan()'s order."""
     jobs, out = sim.queue.jobs, []
     for s, late in latest.items():
-        for limit, _, jid in sim.queue.by_shape[s]:
-            if not late >= t + limit:
+        for span, _, jid in sim.queue.by_shape[s]:
+            if not late >= t + span:
                 break
             if jid in gone:
                 marks.add(jid)
             elif jid not in inside:
                 out.append(jobs[jid])
-    out.sort(key=lambda j: (j.submit_time, j.id))
+    out.sort(key=order.key)
     return out
 
 
@@ -205,16 +205,16 @@ def _room_after(sim, p) -> dict:
 
 def _reserved_points(sim, t: float, p) -> dict:
     """node -> [(start of a reservation there, free room at that instant as Timelines counts it)]."""
-    jobs = sim.queue.jobs
+    jobs, span = sim.queue.jobs, sim.queue.span
     allocs: dict = {}
     for j in sim.running.values():
         allocs.setdefault(j.node, []).append((t, _expected_end(j, t, sim.cfg), j.cpus, j.mem, len(j.gpu_uuids)))
     for pl in p.places:
         j = jobs[pl.job_id]
-        allocs.setdefault(pl.node, []).append((t, t + _limit(j), j.cpus, j.mem, len(pl.gpus)))
+        allocs.setdefault(pl.node, []).append((t, t + span(j), j.cpus, j.mem, len(pl.gpus)))
     for st in p.starts:
         j = jobs[st.job_id]
-        allocs.setdefault(st.node, []).append((st.at, st.at + _limit(j), j.cpus, j.mem, j.gpus))
+        allocs.setdefault(st.node, []).append((st.at, st.at + span(j), j.cpus, j.mem, j.gpus))
     out: dict = {}
     for name in {st.node for st in p.starts}:
         node = sim.node_by_name[name]

@@ -299,15 +299,15 @@ class Simulator:
 
     def _easy(self, t: float) -> bool:
         """Whether a backfill pass may be given only the head of the queue (easy.py says when that
-        decides the whole pass): the whole queue in one order, no gate but capacity and budgets,
-        nothing timed, draining or preemptible, one GPU model per node, no gang (easy.py counts one
-        node per job). A budget only pends jobs that could start, and one that pends a job keeps it
-        from reserving too (policy/__init__.py), so a job easy.py leaves out stays a no-op."""
+        decides the whole pass): the queue in an order drawn without a pass (queue.in_one_order), no gate
+        but capacity and budgets, nothing timed, draining or preemptible, one GPU model per node, no gang
+        (easy.py counts one node per job). A budget only pends jobs that could start, and one that pends
+        a job keeps it from reserving too (policy/__init__.py), so a job easy.py leaves out stays a no-op."""
         return (self.cfg.backfill_depth > 0 and len(self.queue) > easy.MIN_QUEUE and self.single_model
                 and not self.queue.gangs and not self.gangs_running
-                and self.budget_gated_only and not self.queue.timed and not self.cfg.estimate.backfill   # easy.py reads limits
+                and self.budget_gated_only and not self.queue.timed
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
-                and self.queue.accounts_in_submit_order(t) and self.queue.one_order())
+                and self.queue.in_one_order(t))
 
     def _park(self, t: float) -> None:
         """Find the jobs a budget now provably keeps waiting and bring back the others (parked.py):

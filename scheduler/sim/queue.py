@@ -27,6 +27,7 @@ from ..config import Config
 from ..model import Job
 from ..policy import priority
 from ..policy.backfill import _limit
+from .order import Runtimes, ShortOrder, SubmitOrder
 from .room import Shapes, shape
 
 
@@ -50,9 +51,14 @@ class Queue:
         self._charged: dict = {}                             # (account, project, budget) -> charged()
         self._levels = {q.name: q.priority for q in cfg.qos}
         self.shapes = Shapes()
-        # shape -> [(time limit as backfill counts it, submit time, id)], sorted: easy.py's index
+        # shape -> [(run as backfill counts it: `span`, submit time, id)], sorted: easy.py's index
         self.by_shape: dict[tuple, list] = {}
-        self.keys: dict[int, tuple] = {}                     # id -> (shape, time limit as backfill counts it)
+        self.keys: dict[int, tuple] = {}                     # id -> (shape, span)
+        self.learned = bool(cfg.estimate.backfill)
+        # Short jobs first: the jobs by expected run time, from which order.py draws plan()'s order;
+        # and per request shape, for easy.py's jobs that could start.
+        self.runtimes = Runtimes() if cfg.priority.short_job_weight else None
+        self.shaped: dict[tuple, Runtimes] = {}
         self.timed = 0
         self.gangs = 0                                       # pending jobs over several nodes (sub -N)
         self.budgeted = 0                                    # pending jobs charged to some budget
@@ -73,8 +79,12 @@ class Queue:
         if self.penalised:
             self.bursts.add(job)
         self.shapes.add(job)
-        insort(self.by_shape.setdefault(shape(job), []), (_limit(job), job.submit_time, job.id))
-        self.keys[job.id] = (shape(job), _limit(job))
+        insort(self.by_shape.setdefault(shape(job), []), (self.span(job), job.submit_time, job.id))
+        self.keys[job.id] = (shape(job), self.span(job))
+        if self.runtimes is not None:
+            span = self.span(job)
+            self.runtimes.add(job, span)
+            self.shaped.setdefault(shape(job), Runtimes()).add(job, span)
         self.timed += timed(job)
         self.gangs += job.nodes > 1
         self.budgeted += self.charged(job)
@@ -95,14 +105,27 @@ class Queue:
             self.bursts.remove(job)
         self.shapes.remove(job)
         mine = self.by_shape[shape(job)]
-        del mine[bisect_left(mine, (_limit(job), job.submit_time, job.id))]
+        del mine[bisect_left(mine, (self.span(job), job.submit_time, job.id))]
         del self.keys[job.id]
         if not mine:
             del self.by_shape[shape(job)]
+        if self.runtimes is not None:
+            span = self.span(job)
+            self.runtimes.remove(job, span)
+            self.shaped[shape(job)].remove(job, span)
+            if not self.shaped[shape(job)]:
+                del self.shaped[shape(job)]
         self.timed -= timed(job)
         self.gangs -= job.nodes > 1
         self.budgeted -= self.charged(job)
         return job
+
+    def span(self, job: Job) -> float:
+        """How long backfill plans the job to hold its room (backfill.Timelines.span): its learned run
+        time under estimate.backfill, else its time limit."""
+        if self.learned and job.learned_est:
+            return float(min(job.learned_est, _limit(job)))
+        return _limit(job)
 
     def charged(self, job: Job) -> bool:
         """Whether the job is charged to some budget."""
@@ -128,6 +151,26 @@ class Queue:
     def one_order(self) -> bool:
         """Whether, given accounts_in_submit_order(), the whole queue is in submit order."""
         return not self.cfg.priority["fairshare_weight"] or len(self.by_account) <= 1
+
+    def short_order(self, now: float) -> bool:
+        """Whether plan()'s order is short jobs first by wait and expected run time alone (order.py):
+        short_job_weight, and else what accounts_in_submit_order and one_order ask. Not with budgets:
+        easy.py's budget paths (its `_before`, the engine's `_first`) rank in submit order."""
+        w = self.cfg.priority
+        return (self.runtimes is not None and not self.runtimes.instant and not self.cfg.budgets
+                and (not w["qos_weight"] or len(self.qos_levels) <= 1)
+                and (not w["burst_penalty"] or not self.bursting(now)) and self.one_order())
+
+    def in_one_order(self, now: float) -> bool:
+        """Whether `order` can draw plan()'s order of the whole queue: submit order, or short jobs first."""
+        return self.accounts_in_submit_order(now) and self.one_order() or self.short_order(now)
+
+    def order(self, now: float, usage: dict, leave=()):
+        """plan()'s order at `now` (`usage`: fair-share usage as plan() gets it) of the jobs but those in
+        `leave`, drawn on demand; given in_one_order()."""
+        if self.runtimes is not None:
+            return ShortOrder(self.jobs, self.runtimes, self.shaped, self.cfg, now, usage, leave)
+        return SubmitOrder(self.jobs, self.fifo, self.keys, leave)
 
     def heads(self) -> list[Job]:
         """Each account's first pending job: given accounts_in_submit_order(), plan()'s first job is one of them."""
