@@ -25,21 +25,20 @@ from .. import fairshare, ledger, periods, policy, states, transitions as tr
 from ..applier import apply_plan
 from ..config import Config
 from ..model import Job, Node, Snapshot
-from . import easy
+from . import easy, parked, strict, submit
 from .clock import Clock
-from .parked import Parking
+from .parked import NONE, Parking
 from .queue import Queue
-from .room import Room, shape
+from .room import Room
+from .strict import BUDGET_REASONS
+from .submit import gang_shape  # noqa: F401 - where the tests have it
 from .trace import TraceJob
 
 # Trace time 0 on the virtual clock. Never 0.0: the transitions read a zero time as "unset".
 EPOCH = 1_000_000_000.0
-BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
-WINDOW = 4      # pending jobs in a strict-order pass before it is widened (see Simulator._plan)
 # Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.
 ROLLOVER = ("rollover",)    # a periodic budget's new period: its spending starts from zero
 WAKE = ("wake",)            # a running job reaches its QoS min_runtime and may be preempted
-NONE: frozenset = frozenset()
 
 
 @dataclass
@@ -178,44 +177,19 @@ class Simulator:
     def _arrive(self, t: float, i: int) -> None:
         tj = self.trace[i]
         account = tj.account or self.template.get("account") or self.cfg.default_account(tj.user)
-        gpus, cpus, mem, nodes = gang_shape(tj, self.nodes)
+        gpus, cpus, mem, nodes = submit.gang_shape(tj, self.nodes)
         job = Job(**{**self.template, "account": account}, id=i + 1, name=tj.name, user=tj.user, qos=tj.qos,
                   gpus=gpus, gpu_type=tj.gpu_type, cpus=cpus, mem=mem, time_limit=tj.time_limit,
                   submit_time=t, nodes=nodes)
         if self.hooks:
             job = self.hooks.stamp(job, tj, t)
-        why = self._refusal(job)
+        why = submit.refusal(self, job)
         if why:
             self.refused.append(Refused(tj, *why))
             return
         self.active_by[("account", job.account)] += 1
         self.active_by[("user", job.user)] += 1
         self._enqueue(job)
-
-    def _refusal(self, job: Job):
-        """(kind, message) when `labq sub` would refuse the job, else None."""
-        cfg = self.cfg
-        if cfg.qos_named(job.qos) is None:
-            return "qos", f"qos: unknown QoS {job.qos!r}"
-        key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.time_limit, job.qos, job.account, job.project,
-               job.budget, job.user, job.nodes)
-        if key not in self._refusals:
-            why = policy.refusal(job, self.nodes, cfg)
-            self._refusals[key] = None if why is None else (
-                "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why)
-        if self._refusals[key]:
-            return self._refusals[key]
-        if self.queue_limits and len(self.queue) + 1 > cfg.max_pending:
-            return "queue", f"queue full: {len(self.queue)} jobs pending, scheduler.max_pending={cfg.max_pending}"
-        mine = self.queue.per_user[job.user]
-        if self.queue_limits and mine + 1 > cfg.max_pending_per_user:
-            return "queue", f"user {job.user} has {mine} jobs pending, scheduler.max_pending_per_user={cfg.max_pending_per_user}"
-        for cap, who in ((cfg.account_named(job.account), ("account", job.account)),
-                         (cfg.user_named(job.user), ("user", job.user))):
-            if cap is not None and cap.max_submit is not None and self.active_by[who] + 1 > cap.max_submit:
-                return "max_submit", (f"{who[0]} {who[1]} has {self.active_by[who]} jobs pending or running, "
-                                      f"max_submit={cap.max_submit}")
-        return None
 
     def _enqueue(self, job: Job) -> None:
         self.queue.add(job)
@@ -268,7 +242,7 @@ class Simulator:
         """Ask the hooks again for these pending jobs' expected runtimes (learned from what ended)."""
         for i in ids:
             if self.parking is not None and i in self.parking.jobs:
-                self._unpark(i)      # its forecast may change: judged anew
+                parked.bring_back(self, i)      # its forecast may change: judged anew
             job = self.queue.jobs.get(i)
             if job is not None:
                 self._unqueue(i)
@@ -309,43 +283,8 @@ class Simulator:
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.in_one_order(t))
 
-    def _park(self, t: float) -> None:
-        """Find the jobs a budget now provably keeps waiting and bring back the others (parked.py):
-        those count as held by their budget; they are parked, or, while few, left out of the pass
-        by id (`idle`). When a pass over the rest might not decide what the pass over every pending
-        job does, every parked job comes back and none is left out."""
-        pk = self.parking
-        self.idle = NONE
-        if pk is None:
-            return
-        spent = periods.spent_now(self.cfg.budgets, self.spent, t)
-        idle, park, back = pk.update(t, spent, self.running.values())
-        for i in back:
-            self._unpark(i)
-        self.budget_held.update(idle)
-        if not pk.excludes(self.queue, idle):
-            for i in list(pk.jobs):
-                self._unpark(i)
-            return
-        for i in park:
-            self._park_one(i)
-        if len(park) < len(idle):
-            self.idle = set(idle).difference(park)
-
-    def _park_one(self, job_id: int) -> None:
-        job = self.queue.remove(job_id)
-        self.parking.park(job)
-        if self.queue.penalised:
-            self.queue.bursts.add(job)       # burst tails are of every pending job (Parking.excludes)
-
-    def _unpark(self, job_id: int) -> None:
-        job = self.parking.unpark(job_id)
-        if self.queue.penalised:
-            self.queue.bursts.remove(job)
-        self.queue.add(job)
-
     def _plan(self, t: float) -> None:
-        self._park(t)
+        parked.settle(self, t)
         if not self.skip:
             return self._apply(t, self._call(t, tuple(self._pending().values())), everyone=True)
         if self._inert():
@@ -355,53 +294,11 @@ class Simulator:
             if self._easy(t):
                 return self._apply(t, easy.plan(self, t))
             return self._apply(t, self._call(t, self._queued()))
-        # Strict order: the first job decides whether anything starts; when it fits, a pass over a
-        # window that holds the first n jobs decides the same as the whole pass as soon as fewer than
-        # n start: one of the n stayed pending, on capacity, and nothing after it starts. A first job
-        # that fits nowhere holds every later one, unless its budget holds it (then it holds none).
-        q = self.queue
-        one = q.one_order()
-        # (the idle jobs do nothing: the first of the others decides)
-        heads = self._first(1, self.idle) if self.idle and one else q.heads()
-        if not self.room.fits_somewhere([shape(j) for j in heads]) and not any(map(q.charged, heads)):
-            self.skipped += 1          # the first job is one of these, and none fits
-            return
-        usage = self._usage(t)
-        ranked = heads if self.idle and one else q.ranked_heads(t, usage)
-        if not self.room.fits_somewhere([shape(ranked[0])]) and not q.charged(ranked[0]):
+        p = strict.plan(self, t)
+        if p is None:
             self.skipped += 1
             return
-        n = WINDOW
-        # jobs whose budget has no room for them now, or after this pass's first admissions
-        spent: set[int] = set(self.idle) if one else set()
-        while True:
-            window = self._first(n, spent) if spent else q.window(n, ranked)
-            p = self._call(t, window, usage)
-            # Decided once one of the first n stayed pending on capacity (plan()'s blocker: every job
-            # after it pends behind it): fewer than n started or pend for a budget.
-            held = sum(1 for pd in p.pending if pd.reason in BUDGET_REASONS)
-            if len(p.places) + held < n or len(window) + len(spent) == len(q):
-                if spent:
-                    self._held_before_blocker(p, window, spent)
-                return self._apply(t, p)
-            n *= 4
-            if held and self.parking is not None and q.one_order():
-                # Those do nothing in the wider pass either (pended for their budget at their turn):
-                # the next window is the first n of the others.
-                spent = self.parking.held_after(p.places) - {pl.job_id for pl in p.places}
-
-    def _held_before_blocker(self, p, window, spent: set[int]) -> None:
-        """The jobs left out of a strict pass for their budget would each have been pended for it
-        there, up to the blocker (the first job of the window neither started nor held by a budget),
-        after which every job pends behind it."""
-        settled = {pl.job_id for pl in p.places} | {pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS}
-        blocker = next((j for j in window if j.id not in settled), None)
-        if blocker is None:
-            self.budget_held.update(spent)
-        else:
-            at = (blocker.submit_time, blocker.id)
-            jobs = self.queue.jobs
-            self.budget_held.update(i for i in spent if (jobs[i].submit_time, i) < at)
+        self._apply(t, p)
 
     def _queued(self) -> tuple[Job, ...]:
         """The queued jobs plan() is given in a whole pass: all but the idle ones."""
@@ -497,15 +394,3 @@ def simulate(trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progr
     `queue_limits`: refuse submits beyond scheduler.max_pending(_per_user), as the daemon does.
     `hooks`: a policies.Hooks (expected runtimes), or None."""
     return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits, hooks).run()
-
-
-def gang_shape(tj, nodes) -> tuple[int, int, int, int]:
-    """(gpus, cpus, mem per node, nodes) of a trace job: its own, or, when it asks for more GPUs than
-    any node has (of its model), a gang (`sub -N`) of whole nodes, its CPUs and memory split over them."""
-    if tj.nodes > 1 or not tj.gpus:
-        return tj.gpus, tj.cpus, tj.mem, tj.nodes
-    most = max((sum(1 for g in n.gpus if not tj.gpu_type or g.model == tj.gpu_type) for n in nodes), default=0)
-    if not most or tj.gpus <= most:
-        return tj.gpus, tj.cpus, tj.mem, 1
-    k = -(-tj.gpus // most)
-    return most, -(-tj.cpus // k), -(-tj.mem // k), k

@@ -5,11 +5,11 @@ as malformed input: one line naming the trace's line, the column and the cluster
 refuse them, and the report counts them (`refused`, kind `capacity`).
 
 "Could never hold" is the submit check's (`policy.refusal`, `capacity.could_ever_hold`) on the job
-as the replay shapes it (`engine.gang_shape`: more GPUs than any node has is a gang of whole nodes).
+as the replay shapes it (`submit.gang_shape`: more GPUs than any node has is a gang of whole nodes).
 Pure.
 """
 from ..errors import UsageError
-from .engine import gang_shape
+from .submit import gang_shape
 from .trace import GIB, TraceJob
 
 

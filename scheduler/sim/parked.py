@@ -200,3 +200,45 @@ class Parking:
             return True
         tails, jobs = queue.bursts.tails, queue.jobs
         return not any(tails[u] for u in self.users) and not any(tails[jobs[i].user] for i in idle)
+
+
+NONE: frozenset = frozenset()
+
+
+def settle(sim, t: float) -> None:
+    """At the start of a pass of the replay `sim` (an engine.Simulator): find the jobs a budget now
+    provably keeps waiting and bring back the others. Those count as held by their budget; they are
+    parked, or, while recently affordable, left out of the pass by id (`sim.idle`). When a pass over
+    the rest might not decide what the pass over every pending job does, every parked job comes
+    back and none is left out."""
+    pk = sim.parking
+    sim.idle = NONE
+    if pk is None:
+        return
+    spent = periods.spent_now(sim.cfg.budgets, sim.spent, t)
+    idle, park, back = pk.update(t, spent, sim.running.values())
+    for i in back:
+        bring_back(sim, i)
+    sim.budget_held.update(idle)
+    if not pk.excludes(sim.queue, idle):
+        for i in list(pk.jobs):
+            bring_back(sim, i)
+        return
+    for i in park:
+        move_out(sim, i)
+    if len(park) < len(idle):
+        sim.idle = set(idle).difference(park)
+
+
+def move_out(sim, job_id: int) -> None:
+    job = sim.queue.remove(job_id)
+    sim.parking.park(job)
+    if sim.queue.penalised:
+        sim.queue.bursts.add(job)       # burst tails are of every pending job (Parking.excludes)
+
+
+def bring_back(sim, job_id: int) -> None:
+    job = sim.parking.unpark(job_id)
+    if sim.queue.penalised:
+        sim.queue.bursts.remove(job)
+    sim.queue.add(job)

@@ -1,0 +1,63 @@
+"""A strict-order pass (backfill off, engine `_strict`) given only the part of the queue that decides it.
+
+With `backfill_depth = 0`, no gate but capacity and budgets, nothing preemptible and nothing timed,
+plan() starts jobs in its order and nothing past the first that does not fit: that job holds every
+later one (a job pended for its budget holds nobody). Each account's jobs are then in submit order
+(queue.py), so plan()'s first job is one of the accounts' first jobs. If it does not fit (and is
+charged to no budget) nothing starts; otherwise a pass over a window that holds the first n jobs
+decides the same as the whole pass as soon as fewer than n start or pend for a budget: one of the n
+stayed pending on capacity, and nothing after it starts.
+
+Jobs a budget has no room for (parked.py: idle at the start of the pass, or priced out by the
+window's first admissions) are left out of the window: at their turn they are pended for their
+budget and do nothing else. Each would have had its budget reason up to the blocker.
+"""
+from .. import states
+from .room import shape
+
+WINDOW = 4      # pending jobs in the first window; widened ×4 while every one starts or is held by a budget
+BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
+
+
+def plan(sim, t: float):
+    """The Plan of the whole pass, or None when provably nothing starts (no pass: counted skipped)."""
+    q = sim.queue
+    one = q.one_order()
+    # (the idle jobs do nothing: the first of the others decides)
+    heads = sim._first(1, sim.idle) if sim.idle and one else q.heads()
+    if not sim.room.fits_somewhere([shape(j) for j in heads]) and not any(map(q.charged, heads)):
+        return None          # the first job is one of these, and none fits
+    usage = sim._usage(t)
+    ranked = heads if sim.idle and one else q.ranked_heads(t, usage)
+    if not sim.room.fits_somewhere([shape(ranked[0])]) and not q.charged(ranked[0]):
+        return None
+    n = WINDOW
+    # jobs whose budget has no room for them now, or after this pass's first admissions
+    spent: set[int] = set(sim.idle) if one else set()
+    while True:
+        window = sim._first(n, spent) if spent else q.window(n, ranked)
+        p = sim._call(t, window, usage)
+        held = sum(1 for pd in p.pending if pd.reason in BUDGET_REASONS)
+        if len(p.places) + held < n or len(window) + len(spent) == len(q):
+            if spent:
+                _held_before_blocker(sim, p, window, spent)
+            return p
+        n *= 4
+        if held and sim.parking is not None and one:
+            # Those do nothing in the wider pass either (pended for their budget at their turn):
+            # the next window is the first n of the others.
+            spent = sim.parking.held_after(p.places) - {pl.job_id for pl in p.places}
+
+
+def _held_before_blocker(sim, p, window, spent: set[int]) -> None:
+    """The jobs left out for their budget would each have been pended for it in the whole pass, up
+    to the blocker (the first job of the window neither started nor held by a budget), after which
+    every job pends behind it."""
+    settled = {pl.job_id for pl in p.places} | {pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS}
+    blocker = next((j for j in window if j.id not in settled), None)
+    if blocker is None:
+        sim.budget_held.update(spent)
+    else:
+        at = (blocker.submit_time, blocker.id)
+        jobs = sim.queue.jobs
+        sim.budget_held.update(i for i in spent if (jobs[i].submit_time, i) < at)

@@ -1,0 +1,45 @@
+"""A trace job at its submit: the shape the replay gives it, and whether `labq sub` would refuse it."""
+from .. import policy
+from ..model import Job
+
+
+def gang_shape(tj, nodes) -> tuple[int, int, int, int]:
+    """(gpus, cpus, mem per node, nodes) of a trace job: its own, or, when it asks for more GPUs than
+    any node has (of its model), a gang (`sub -N`) of whole nodes, its CPUs and memory split over them."""
+    if tj.nodes > 1 or not tj.gpus:
+        return tj.gpus, tj.cpus, tj.mem, tj.nodes
+    most = max((sum(1 for g in n.gpus if not tj.gpu_type or g.model == tj.gpu_type) for n in nodes), default=0)
+    if not most or tj.gpus <= most:
+        return tj.gpus, tj.cpus, tj.mem, 1
+    k = -(-tj.gpus // most)
+    return most, -(-tj.cpus // k), -(-tj.mem // k), k
+
+
+def refusal(sim, job: Job):
+    """(kind, message) when `labq sub` would refuse the job in the replay `sim` (an engine.Simulator),
+    else None. The queue bounds count every pending job, parked ones (parked.py) too."""
+    cfg = sim.cfg
+    if cfg.qos_named(job.qos) is None:
+        return "qos", f"qos: unknown QoS {job.qos!r}"
+    key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.time_limit, job.qos, job.account, job.project,
+           job.budget, job.user, job.nodes)
+    if key not in sim._refusals:
+        why = policy.refusal(job, sim.nodes, cfg)
+        sim._refusals[key] = None if why is None else (
+            "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why)
+    if sim._refusals[key]:
+        return sim._refusals[key]
+    if sim.queue_limits:
+        parked = sim.parking
+        pending = len(sim.queue) + (len(parked) if parked else 0)
+        if pending + 1 > cfg.max_pending:
+            return "queue", f"queue full: {pending} jobs pending, scheduler.max_pending={cfg.max_pending}"
+        mine = sim.queue.per_user[job.user] + (parked.users[job.user] if parked else 0)
+        if mine + 1 > cfg.max_pending_per_user:
+            return "queue", f"user {job.user} has {mine} jobs pending, scheduler.max_pending_per_user={cfg.max_pending_per_user}"
+    for cap, who in ((cfg.account_named(job.account), ("account", job.account)),
+                     (cfg.user_named(job.user), ("user", job.user))):
+        if cap is not None and cap.max_submit is not None and sim.active_by[who] + 1 > cap.max_submit:
+            return "max_submit", (f"{who[0]} {who[1]} has {sim.active_by[who]} jobs pending or running, "
+                                  f"max_submit={cap.max_submit}")
+    return None
