@@ -253,8 +253,9 @@ class Simulator:
         """Whether plan() provably changes nothing now: no Place (no pending request fits any node's
         free room), no Preempt (no preemptible job runs, no guarantee could be reclaimed), no Expire
         (no pending job has a --max-wait, --deadline, --begin, retry time or dependency), and no
-        budget reason to record (no pending job is charged to a budget: plan() gives a job that
-        does not fit a budget's reason when the budget would not admit it either)."""
+        budget reason to record (no pending job is charged to a budget but those idle for it, which
+        are counted held already: plan() gives a job that does not fit a budget's reason when the
+        budget would not admit it either)."""
         if len(self.queue) == len(self.idle):
             return True           # no pending job but those idle for their budget: nothing to place, expire or preempt for
         if (self.never_skip or self.queue.timed or self.queue.budgeted > len(self.idle)
@@ -275,8 +276,8 @@ class Simulator:
         """Whether a backfill pass may be given only the head of the queue (easy.py says when that
         decides the whole pass): the queue in an order drawn without a pass (queue.in_one_order), no gate
         but capacity and budgets, nothing timed, draining or preemptible, one GPU model per node, no gang
-        (easy.py counts one node per job). A budget only pends jobs that could start, and one that pends
-        a job keeps it from reserving too (policy/__init__.py), so a job easy.py leaves out stays a no-op."""
+        (easy.py counts one node per job). A job its budget would not admit neither starts nor reserves
+        (policy/__init__.py), so a job easy.py leaves out stays a no-op."""
         return (self.cfg.backfill_depth > 0 and len(self.queue) > easy.MIN_QUEUE and self.single_model
                 and not self.queue.gangs and not self.gangs_running
                 and self.budget_gated_only and not self.queue.timed

@@ -14,10 +14,12 @@ current period is at least
     accrue(rate, min(seconds, R)) + overhead,     R = time left in the period (∞ without periods)
 
 with `rate` its cheapest on any node that could hold it and `seconds` what its forecast bills. So
-with x = cap − spent − committed − overhead at the start of a pass, a job is parked when
-min(c, accrue(rate, R)) > x, c = accrue(rate, seconds), and comes back when that no longer holds.
-Per budget the parked jobs are kept sorted by c and by rate, the queue's by c: a pass moves only the
-jobs whose side of x changed (a rollover brings every one back at once), O(budgets) when none did.
+with x = cap − spent − committed − overhead at the start of a pass, a job is *idle* when
+min(c, accrue(rate, R)) > x, c = accrue(rate, seconds): counted held by its budget and left out of
+the pass, by id while the room swings (RECENT), else moved out of the queue (parked) until that no
+longer holds. Per budget the parked jobs are kept sorted by c and by rate, the queued ones by c: a
+pass lists the queued idle ones and moves only the jobs whose side of x changed (a rollover brings
+every one back at once).
 
 Parked: a job charged to exactly one budget, on one node, with nothing timed (--max-wait, deadline,
 begin, hold, dependency) and no earmark. The engine leaves the parked jobs out of plan() only while
