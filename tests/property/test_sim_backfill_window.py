@@ -3,15 +3,19 @@ schedule exactly as one that gives plan() the whole queue at every instant (skip
 the mix of requests, run times, time limits, depth and cluster; and so under `learned` and
 `sjf-oracle` (short jobs first, backfill over expected run times: the head drawn in plan()'s order
 by order.py, the runs counted as backfill counts them)."""
+import os
+import sys
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from labq.cli.whatif import parse_nodes
 from labq.scheduler import config as config_mod
 from labq.scheduler.model import Gpu, Node
-from labq.scheduler.sim import TraceJob, easy, policy_config, resolve, simulate
+from labq.scheduler.sim import TraceJob, easy, load, policy_config, report, resolve, simulate
 from labq.scheduler.sim.engine import EPOCH
+from tests.harness import DATA
 
 G = 1 << 30
 
@@ -176,11 +180,6 @@ def test_a_budgeted_replay_over_learned_runs_equals_whole_passes(tmp_path, monke
     """Budgets that run out (sim/parked.py, easy.py's budget paths) with backfill over learned run
     times: windowed in submit order (backfill-learned), whole passes under short jobs first (order.py
     is not used with budgets); either way the schedule, spending and budget-held jobs of whole passes."""
-    import os
-    import sys
-
-    from labq.cli.whatif import parse_nodes
-    from labq.scheduler.sim import load, report
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
     import gpu_trace
     text = ('[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = 150.0\nperiod = "week"\n'
@@ -198,3 +197,17 @@ def test_a_budgeted_replay_over_learned_runs_equals_whole_passes(tmp_path, monke
     assert schedule(fast) == schedule(full)
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
     assert report(fast)["held_by_budget"]["jobs"] > 0
+
+
+@pytest.mark.parametrize("policy", ["learned", "sjf-oracle"])
+@pytest.mark.parametrize("cpus", [16, 40, 100])
+def test_the_kth_excerpt_windowed_equals_whole_passes(monkeypatch, policy, cpus):
+    """300 jobs of the KTH SP2 log (each job's requested time its limit) on one machine, windowed at
+    every depth: the schedule of whole passes."""
+    jobs = load(os.path.join(DATA, "kth_sp2_excerpt.csv"), extra=os.path.join(DATA, "kth_sp2_excerpt_extra.csv"),
+                time_column="req_time_s")
+    machine = (Node("n0", cpus, 64 << 30, cpus),)
+    cfg, hooks = replay(policy, None, 30, False)
+    monkeypatch.setattr(easy, "MIN_QUEUE", 0)
+    fast = simulate(jobs, machine, cfg, hooks=hooks())
+    assert schedule(fast) == schedule(simulate(jobs, machine, cfg, skip=False, hooks=hooks()))
