@@ -34,6 +34,7 @@ from bisect import bisect_right
 from collections import Counter
 
 from ..policy.backfill import _expected_end
+from .strict import before
 
 WINDOW = 4
 # A shallow queue: one pass over all of it costs less than the head's pass and the candidates' one.
@@ -73,7 +74,7 @@ def plan(sim, t: float):
                 # (policy/__init__.py `_blocked`), and does nothing else: left out, counted held.
                 spent = _spent_by(sim, p, head, keep_held=False)
         if spent:
-            sim.budget_held.update(_before(spent, sim.queue.jobs, p.starts[0].job_id if p.starts else None))
+            sim.budget_held.update(before(spent, sim.queue.jobs, p.starts[0].job_id if p.starts else None))
         decided = head
     # The later jobs that could start, a few at a time in the queue's order: usually the first of
     # them fill the room the head left, and the pass over head + those shows that the rest cannot.
@@ -102,14 +103,6 @@ def _spent_by(sim, p, head, keep_held: bool = True) -> frozenset | set:
     ids = {j.id for j in head}
     placed = [pl for pl in p.places if pl.job_id in ids]
     return sim.parking.held_after(placed) - (ids if keep_held else {pl.job_id for pl in placed})
-
-
-def _before(ids, jobs, reserved) -> list:
-    """Those of `ids` that come before the job `reserved` in the queue's order (all without one)."""
-    if reserved is None:
-        return list(ids)
-    at = (jobs[reserved].submit_time, reserved)
-    return [i for i in ids if (jobs[i].submit_time, i) < at]
 
 
 class _Nothing:

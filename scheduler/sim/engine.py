@@ -27,6 +27,7 @@ from ..config import Config
 from ..model import Job, Node, Snapshot
 from . import easy, parked, strict, submit
 from .clock import Clock
+from .order import SubmitOrder
 from .parked import NONE, Parking
 from .queue import Queue
 from .room import Room
@@ -309,13 +310,8 @@ class Simulator:
 
     def _first(self, n: int, leave: set[int]) -> list[Job]:
         """The first n queued jobs in submit order but those in `leave` (the queue in one order)."""
-        jobs, out = self.queue.jobs, []
-        for _, i in self.queue.fifo:
-            if i not in leave:
-                out.append(jobs[i])
-                if len(out) == n:
-                    break
-        return out
+        q = self.queue
+        return SubmitOrder(q.jobs, q.fifo, q.keys, leave).first(n)
 
     def _usage(self, t: float) -> dict:
         if not self.fairshare:

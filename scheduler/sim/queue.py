@@ -155,7 +155,7 @@ class Queue:
     def short_order(self, now: float) -> bool:
         """Whether plan()'s order is short jobs first by wait and expected run time alone (order.py):
         short_job_weight, and else what accounts_in_submit_order and one_order ask. Not with budgets:
-        easy.py's budget paths (its `_before`, the engine's `_first`) rank in submit order."""
+        easy.py's budget paths (strict.before, the engine's `_first`) rank in submit order."""
         w = self.cfg.priority
         return (self.runtimes is not None and not self.runtimes.instant and not self.cfg.budgets
                 and (not w["qos_weight"] or len(self.qos_levels) <= 1)

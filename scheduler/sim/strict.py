@@ -54,10 +54,13 @@ def _held_before_blocker(sim, p, window, spent: set[int]) -> None:
     to the blocker (the first job of the window neither started nor held by a budget), after which
     every job pends behind it."""
     settled = {pl.job_id for pl in p.places} | {pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS}
-    blocker = next((j for j in window if j.id not in settled), None)
-    if blocker is None:
-        sim.budget_held.update(spent)
-    else:
-        at = (blocker.submit_time, blocker.id)
-        jobs = sim.queue.jobs
-        sim.budget_held.update(i for i in spent if (jobs[i].submit_time, i) < at)
+    blocker = next((j.id for j in window if j.id not in settled), None)
+    sim.budget_held.update(before(spent, sim.queue.jobs, blocker))
+
+
+def before(ids, jobs, job_id) -> list:
+    """Those of `ids` that come before the job `job_id` in submit order (all of them without one)."""
+    if job_id is None:
+        return list(ids)
+    at = (jobs[job_id].submit_time, job_id)
+    return [i for i in ids if (jobs[i].submit_time, i) < at]
