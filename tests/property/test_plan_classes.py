@@ -295,18 +295,28 @@ def test_a_kept_queue_decides_as_the_per_job_pass_as_the_queue_changes(monkeypat
             c = replace(c, priority=replace(c.priority, burst_jobs=c.priority.burst_jobs + 1))
 
 
-def test_a_parked_no_room_verdict_is_judged_again_once_an_admission_reaches_a_cap(always_grouped):
-    """As above, with X1's class parked (a second job of it, X1b, took the verdict before B's
-    admission): the admission must send it back, so that X2 meets the cap."""
+def _cap_scene(alike_first: bool):
+    """phi (max_running 2) runs one job; a high-QoS job takes the one reservation; X1 and X1b (phi)
+    find no room, B (phi) is admitted and takes phi to its cap, X2 (phi) comes last. `alike_first`:
+    A (eta, X1's shape and QoS) comes before X1 and finds no room first."""
     b = ClusterBuilder().node("n0", gpus=4, cpus=16)
     b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
     b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-40)   # takes the one reservation
+    if alike_first:
+        b.job(gpus=4, cpus=2, account="eta", user="alice", submit_offset=-35)           # A
     b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-30)               # X1
     b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-25)               # X1b
     b.job(gpus=1, cpus=1, time_limit=600, account="phi", user="carol", submit_offset=-20)  # B
     b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=0)                 # X2
     c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=2,
                           limit=100000))
+    return b, c
+
+
+def test_a_parked_no_room_verdict_is_judged_again_once_an_admission_reaches_a_cap(always_grouped):
+    """As above, with X1's class parked (a second job of it, X1b, took the verdict before B's
+    admission): the admission must send it back, so that X2 meets the cap."""
+    b, c = _cap_scene(alike_first=False)
     got = policy.plan(b.build(), c)
     reasons = {p.job_id: p.reason for p in got.pending}
     assert [p.job_id for p in got.places] == [5]
@@ -334,16 +344,7 @@ def test_a_shared_no_room_verdict_does_not_cover_a_class_that_may_preempt(always
 def test_a_no_room_verdict_taken_from_an_alike_class_is_judged_again_once_an_admission_reaches_a_cap(always_grouped):
     """A (eta) finds no room; X1 (phi, A's shape and QoS) takes A's verdict unjudged
     (classes._Walk.rooms), X1b with it; B's admission takes phi to max_running: X2 meets the cap."""
-    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
-    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
-    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-40)   # takes the one reservation
-    b.job(gpus=4, cpus=2, account="eta", user="alice", submit_offset=-35)               # A
-    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-30)               # X1
-    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-25)               # X1b
-    b.job(gpus=1, cpus=1, time_limit=600, account="phi", user="carol", submit_offset=-20)  # B
-    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=0)                 # X2
-    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=2,
-                          limit=100000))
+    b, c = _cap_scene(alike_first=True)
     got = policy.plan(b.build(), c)
     reasons = {p.job_id: p.reason for p in got.pending}
     assert [p.job_id for p in got.places] == [6]
