@@ -62,8 +62,12 @@ def billed(seconds: float, cfg: Config) -> float:
     return seconds
 
 
-def forecast(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:
-    return accrue(rate(job, unit, gpu_model, cfg, node), billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
+def forecast(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None,
+             per_hour: int | None = None) -> int:
+    """What an attempt commits: its rate (`per_hour` when the caller has it) over its planned, billed seconds."""
+    if per_hour is None:
+        per_hour = rate(job, unit, gpu_model, cfg, node)
+    return accrue(per_hour, billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
 
 
 def charge(rate_per_hour: int, start: float, end: float, unit: str, cfg: Config) -> int:

@@ -56,8 +56,7 @@ class BudgetBook:
         cfg, now = self.cfg, self.now
         rates = tuple((b.name, ledger.rate(job, b.unit, gpu_model, cfg, node)) for b in bs)
         seconds = ledger.billed(ledger.planned_seconds(job, cfg), cfg)
-        # ledger.forecast, with the rate already in hand
-        commit = Quote((name, ledger.accrue(rate, seconds) + ledger.overhead(b.unit, cfg))
+        commit = Quote((name, ledger.forecast(job, b.unit, gpu_model, cfg, node, per_hour=rate))
                        for b, (name, rate) in zip(bs, rates))
         for b, (name, rate) in zip(bs, rates):
             if b.period == "none":
