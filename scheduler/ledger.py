@@ -89,16 +89,25 @@ def hard_limit(b: Budget) -> int:
     return b.limit + b.overrides
 
 
+def amount_of(pairs, budget: str) -> int:
+    """The amount for `budget` in a job's (budget, amount) pairs (its commit or rates), else 0: a
+    job pays one budget or two, and a scheduler pass asks about every running job."""
+    for name, amount in pairs:
+        if name == budget:
+            return amount
+    return 0
+
+
 def outstanding(job: Job, budget: str, now: float) -> int:
     """A running job's commitment to `budget` minus what it has accrued so far (never below 0)."""
-    committed = dict(job.commit).get(budget, 0)
+    committed = amount_of(job.commit, budget)
     return max(0, committed - accrued(job, budget, now)) if committed else 0
 
 
 def accrued(job: Job, budget: str, now: float) -> int:
     """What the running attempt has cost `budget` since it was admitted."""
     started = job.current.dispatch_time if job.current and job.current.dispatch_time else now
-    return accrue(dict(job.rates).get(budget, 0), now - started)
+    return accrue(amount_of(job.rates, budget), now - started)
 
 
 def in_span(job: Job, budget: str, now: float, span: tuple[float, float]) -> tuple[int, int]:
@@ -107,11 +116,12 @@ def in_span(job: Job, budget: str, now: float, span: tuple[float, float]) -> tup
 
     The commitment covers [dispatch, dispatch + commit / rate); a periodic budget is held, and
     spends, in each period only the part of it that falls in that period."""
-    rate = dict(job.rates).get(budget, 0)
-    d = job.current.dispatch_time if job.current and job.current.dispatch_time else now
+    rate = amount_of(job.rates, budget)
+    cur = job.current
+    d = cur.dispatch_time if cur and cur.dispatch_time else now
     lo, hi = max(d, span[0]), span[1]
     acc = accrue(rate, min(now, hi) - lo) if now > lo else 0
-    committed = dict(job.commit).get(budget, 0)
+    committed = amount_of(job.commit, budget)
     if not committed or not rate:
         return acc, 0
     part = accrue(rate, min(d + committed * 3600 / rate, hi) - lo)

@@ -11,6 +11,7 @@ Deterministic: the time is always an argument, never read from a clock.
 """
 import re
 from datetime import datetime, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .ledger import accrue, spent_field as field
@@ -28,10 +29,26 @@ def zone(name: str) -> ZoneInfo:
         raise ValueError(f"unknown time zone {name!r} (expected an IANA name like UTC or Europe/Berlin)") from None
 
 
+# (period, tz) -> (start, end, label) of the period the last lookup found: a scheduler (and a
+# replay, at every instant) asks about the same period again and again, and datetime costs tens of µs.
+_last: dict[tuple[str, str], tuple[float, float, str]] = {}
+
+
 def label(period: str, t: float, tz: str = "UTC") -> str:
     """The label of the period of kind `period` that contains epoch time `t`."""
     if period == "none":
         return ""
+    hit = _last.get((period, tz))
+    if hit is not None and hit[0] <= t < hit[1]:
+        return hit[2]
+    lab = _label(period, t, tz)
+    start, end = bounds(period, lab, tz)
+    if start <= t < end:
+        _last[(period, tz)] = (start, end, lab)
+    return lab
+
+
+def _label(period: str, t: float, tz: str) -> str:
     d = datetime.fromtimestamp(t, zone(tz))
     if period == "week":
         y, w, _ = d.isocalendar()
@@ -41,6 +58,7 @@ def label(period: str, t: float, tz: str = "UTC") -> str:
     return f"{d.year}-Q{(d.month - 1) // 3 + 1}"
 
 
+@lru_cache(maxsize=1024)
 def bounds(period: str, lab: str, tz: str = "UTC") -> tuple[float, float]:
     """[start, end) of the period named `lab`, in epoch seconds. ValueError for a malformed label."""
     if period == "none":

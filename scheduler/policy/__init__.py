@@ -371,8 +371,8 @@ def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=())
     capped = over_alone(job, cfg, running)
     if capped:
         return capped
-    cheapest = min((g.model for n in holders for g in n.gpus if not job.gpu_type or g.model == job.gpu_type),
-                   key=lambda m: cfg.rates.gpu_rate(m), default="")
+    models = dict.fromkeys(g.model for n in holders for g in n.gpus if not job.gpu_type or g.model == job.gpu_type)
+    cheapest = min(models, key=cfg.rates.gpu_rate, default="")
     return never_affordable(job, cheapest, cfg, spent)
 
 

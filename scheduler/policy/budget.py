@@ -25,6 +25,7 @@ class BudgetBook:
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
         self.running = [j for j in running if j.commit]
         self._committed: dict | None = None
+        self._added: dict[str, int] = {}                 # this pass's admissions, per budget
         self.held: dict[tuple[str, str], int] = {}       # (periodic budget, period) -> held there
         self.mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
         self.texts: dict[tuple, str] = {}                # (budget, period, spent, held) -> _state()
@@ -43,6 +44,8 @@ class BudgetBook:
                 for name, _ in j.commit:
                     if name in out:
                         out[name] += ledger.outstanding(j, name, now) + ledger.accrued(j, name, now)
+            for name, amount in self._added.items():
+                out[name] += amount
             self._committed = out
         return self._committed
 
@@ -74,8 +77,9 @@ class BudgetBook:
         """What running jobs hold in period `lab` of periodic budget `b` (accrued there included)."""
         if (b.name, lab) not in self.held:
             span = periods.bounds(b.period, lab, b.timezone)
-            self.held[(b.name, lab)] = sum(sum(ledger.in_span(j, b.name, self.now, span)) for j in self.running
-                                           if b.name in dict(j.commit))
+            name, now = b.name, self.now
+            self.held[(b.name, lab)] = sum(sum(ledger.in_span(j, name, now, span)) for j in self.running
+                                           if name in dict(j.commit))
         return self.held[(b.name, lab)]
 
     def _blocked_periods(self, b, parts: dict):
@@ -124,7 +128,9 @@ class BudgetBook:
 
     def commit(self, commit) -> None:
         for name, amount in commit:
-            self.committed[name] += amount
+            self._added[name] = self._added.get(name, 0) + amount
+            if self._committed is not None:
+                self._committed[name] += amount
         for name, parts in getattr(commit, "parts", {}).items():
             b = next(b for b in self.cfg.budgets if b.name == name)
             for lab, amount in parts.items():
