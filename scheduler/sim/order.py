@@ -34,6 +34,9 @@ more than a few microseconds apart (or equal: then submit time and id decide, as
 import heapq
 import math
 from bisect import bisect_left, insort
+from collections.abc import Iterator
+from itertools import filterfalse, islice
+from operator import itemgetter
 
 from .. import fairshare
 from ..policy.priority import expected_runtime
@@ -82,18 +85,16 @@ class SubmitOrder(Order):
     def __init__(self, jobs: dict, fifo: list, keys: dict, leave=()):
         super().__init__(jobs, leave)
         self.fifo, self.keys = fifo, keys
-        self.at = 0
+        self.ids: Iterator[int] | None = None
 
-    def _next(self):
-        if self.at == len(self.fifo):
-            return None
-        self.at += 1
-        return self.jobs[self.fifo[self.at - 1][1]]
-
-    def first(self, n: int) -> list:
-        if self.leave:
-            return super().first(n)
-        return [self.jobs[i] for _, i in self.fifo[:n]]
+    def _draw(self, n: int) -> bool:
+        # The ids past those in `leave` in C (itertools), not a call per job: a spent budget's idle
+        # jobs are hundreds of the oldest, walked past at every window.
+        out = self.out
+        if len(out) < n:
+            ids = self.ids = ids_but(self.fifo, self.leave) if self.ids is None else self.ids
+            out.extend(map(self.jobs.__getitem__, islice(ids, n - len(out))))
+        return len(out) >= n
 
     def key(self, job) -> tuple:
         return (job.submit_time, job.id)
@@ -105,6 +106,12 @@ class SubmitOrder(Order):
             late = latest.get(s)
             if late is not None and late >= t + span:
                 yield jobs[i]
+
+
+def ids_but(keys: list, leave):
+    """The ids of sorted (…, id) `keys` but those in `leave`, lazily."""
+    ids = map(itemgetter(1), keys)
+    return filterfalse(leave.__contains__, ids) if leave else ids
 
 
 def bucket(e) -> int:

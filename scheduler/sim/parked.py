@@ -90,14 +90,32 @@ class Parking:
         seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
         return b.name, ledger.accrue(rate, seconds - SLACK), rate
 
-    def _rate(self, job: Job, unit: str) -> int:
-        """The job's cheapest rate on any node that could hold it, over every GPU model it might get."""
-        key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.nodes, job.qos, unit)
+    def _rate(self, job: Job, unit: str, dearest: bool = False) -> int:
+        """The job's cheapest rate on any node that could hold it, over every GPU model it might get;
+        or its dearest, over the models plan() might quote it at there or, fitting nowhere, on no node."""
+        key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.nodes, job.qos, unit, dearest)
         if key not in self._rates:
-            rates = [ledger.rate(job, unit, model, self.cfg, n) for n in self.nodes if could_ever_hold(job, n)
-                     for model in {"", *(g.model for g in n.gpus)}]
-            self._rates[key] = min(rates, default=0)
+            nodes = [n for n in self.nodes if could_ever_hold(job, n)]
+            if dearest:
+                rates = [ledger.rate(job, unit, model, self.cfg, n) for n in nodes for model in _quoted(job, [n])]
+                rates += [ledger.rate(job, unit, model, self.cfg, None) for model in _quoted(job, self.nodes)]
+            else:
+                rates = [ledger.rate(job, unit, model, self.cfg, n) for n in nodes
+                         for model in {"", *(g.model for g in n.gpus)}]
+            self._rates[key] = (max if dearest else min)(rates, default=0)
         return self._rates[key]
+
+    def admits(self, job: Job) -> bool:
+        """Whether the budget provably admits the queued job at the last `update`, before any admission
+        of the pass: its forecast at its dearest rate, all of it in the current period, fits the room."""
+        k = self.key.get(job.id)
+        if k is None or k[0] not in self.room:
+            return False
+        x, left, _ = self.room[k[0]]
+        seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
+        if left is not None and seconds > left:
+            return False
+        return ledger.accrue(self._rate(job, self.budgets[k[0]].unit, dearest=True), seconds + SLACK) <= x
 
     # -- a pass --------------------------------------------------------------------------------
     def update(self, t: float, spent: dict, running) -> tuple[list[int], list[int], list[int]]:
@@ -198,13 +216,19 @@ class Parking:
         (`queue.bursts` counts the parked jobs too; a part of a user's jobs has no more tails)."""
         if queue.timed:
             return False
-        if not self.cfg.priority["burst_penalty"]:
+        if not self.cfg.priority["burst_penalty"] or not queue.bursts.any():
             return True
         tails, jobs = queue.bursts.tails, queue.jobs
         return not any(tails[u] for u in self.users) and not any(tails[jobs[i].user] for i in idle)
 
 
 NONE: frozenset = frozenset()
+
+
+def _quoted(job: Job, nodes) -> set[str]:
+    """The GPU models plan() might quote the job at on `nodes`: those of its type, else none ("")."""
+    models = {g.model for n in nodes for g in n.gpus if not job.gpu_type or g.model == job.gpu_type}
+    return (models or {""}) | ({""} if not job.gpus else set())
 
 
 def settle(sim, t: float) -> None:

@@ -21,13 +21,14 @@ never a pass over the queue. With no tail in the whole queue there is none in an
 """
 from bisect import bisect_left, insort
 from collections import Counter
+from itertools import islice
 
 from .. import ledger
 from ..config import Config
 from ..model import Job
 from ..policy import priority
 from ..policy.backfill import _limit
-from .order import Runtimes, ShortOrder, SubmitOrder
+from .order import Runtimes, ShortOrder, SubmitOrder, ids_but
 from .room import Shapes, shape
 
 
@@ -172,28 +173,30 @@ class Queue:
             return ShortOrder(self.jobs, self.runtimes, self.shaped, self.cfg, now, usage, leave)
         return SubmitOrder(self.jobs, self.fifo, self.keys, leave)
 
-    def heads(self) -> list[Job]:
-        """Each account's first pending job: given accounts_in_submit_order(), plan()'s first job is one of them."""
-        if self.one_order():
-            return [self.jobs[self.fifo[0][1]]] if self.fifo else []
-        return [self.jobs[keys[0][1]] for keys in self.by_account.values()]
+    def heads(self, leave=()) -> list[Job]:
+        """Each account's first pending job but those in `leave`: given accounts_in_submit_order(),
+        plan()'s first job is one of them (of the queue without `leave`)."""
+        lists = (self.fifo,) if self.one_order() else self.by_account.values()
+        firsts = (next(ids_but(keys, leave), None) for keys in lists)
+        return [self.jobs[i] for i in firsts if i is not None]
 
-    def ranked_heads(self, now: float, usage: dict) -> list[Job]:
+    def ranked(self, heads: list[Job], now: float, usage: dict) -> list[Job]:
         """heads() in plan()'s order, which priority.factors gives."""
-        heads = self.heads()
         if len(heads) > 1:
             f = priority.factors(heads, now, usage, self.cfg)
-            heads.sort(key=lambda j: (-f[j.id].priority, j.submit_time, j.id))
+            heads = sorted(heads, key=lambda j: (-f[j.id].priority, j.submit_time, j.id))
         return heads
 
-    def window(self, n: int, ranked: list[Job]) -> list[Job]:
+    def window(self, n: int, ranked: list[Job], leave=()) -> list[Job]:
         """Pending jobs that include the first `n` of plan()'s order, given accounts_in_submit_order()
         and the ranked heads: those n then come first in the window's own order too. A job of an
         account whose head is not among the n best heads has n jobs before it (the heads), so the
-        first n are among the first n jobs of the accounts with the n best heads."""
+        first n are among the first n jobs of the accounts with the n best heads. Those in `leave`
+        (jobs that do nothing in the pass) are left out: the same holds of the queue without them."""
+        jobs = self.jobs.__getitem__
         if self.one_order():
-            return [self.jobs[i] for _, i in self.fifo[:n]]
-        return [self.jobs[i] for h in ranked[:n] for _, i in self.by_account[h.account][:n]]
+            return list(map(jobs, islice(ids_but(self.fifo, leave), n)))
+        return [jobs(i) for h in ranked[:n] for i in islice(ids_but(self.by_account[h.account], leave), n)]
 
 
 class Bursts:

@@ -21,32 +21,42 @@ BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
 
 def plan(sim, t: float):
     """The Plan of the whole pass, or None when provably nothing starts (no pass: counted skipped)."""
-    q = sim.queue
+    q, idle = sim.queue, sim.idle
     one = q.one_order()
-    # (the idle jobs do nothing: the first of the others decides)
-    heads = sim._first(1, sim.idle) if sim.idle and one else q.heads()
-    if not sim.room.fits_somewhere([shape(j) for j in heads]) and not any(map(q.charged, heads)):
-        return None          # the first job is one of these, and none fits
+    heads = q.heads(idle)          # (the idle jobs do nothing: the first of the others decides)
+    if not sim.room.fits_somewhere([shape(j) for j in heads]) and not any(_may_be_held(sim, j) for j in heads):
+        return None          # the first job is one of these, and none fits: it holds every other
     usage = sim._usage(t)
-    ranked = heads if sim.idle and one else q.ranked_heads(t, usage)
-    if not sim.room.fits_somewhere([shape(ranked[0])]) and not q.charged(ranked[0]):
+    ranked = q.ranked(heads, t, usage)
+    if not sim.room.fits_somewhere([shape(ranked[0])]) and not _may_be_held(sim, ranked[0]):
         return None
     n = WINDOW
-    # jobs whose budget has no room for them now, or after this pass's first admissions
-    spent: set[int] = set(sim.idle) if one else set()
+    # jobs that do nothing in this pass: those idle for their budget and, in one order, those the
+    # budget has no room for after the window's first admissions or that its pass pended for it
+    spent = idle
     while True:
-        window = sim._first(n, spent) if spent else q.window(n, ranked)
+        window = q.window(n, ranked, spent)
         p = sim._call(t, window, usage)
-        held = sum(1 for pd in p.pending if pd.reason in BUDGET_REASONS)
-        if len(p.places) + held < n or len(window) + len(spent) == len(q):
-            if spent:
-                _held_before_blocker(sim, p, window, spent)
-            return p
+        held = [pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS]
+        if len(p.places) + len(held) < n or len(window) + len(spent) == len(q):
+            break
         n *= 4
         if held and sim.parking is not None and one:
-            # Those do nothing in the wider pass either (pended for their budget at their turn):
-            # the next window is the first n of the others.
-            spent = sim.parking.held_after(p.places) - {pl.job_id for pl in p.places}
+            # Those do nothing in the wider pass either (pended for their budget at their turn, the
+            # jobs before them being the same): the next window is the first n of the others.
+            placed = {pl.job_id for pl in p.places}
+            spent = sim.parking.held_after(p.places).union(held, idle).difference(placed)
+            if len(q) - len(spent) == sum(1 for j in window if j.id not in spent):
+                break        # and every other job was in this window: its pass decides
+    if spent is not idle:
+        _held_before_blocker(sim, p, window, spent.difference(idle))
+    return p
+
+
+def _may_be_held(sim, job) -> bool:
+    """Whether a budget might not admit the job (then, fitting nowhere, it would not hold the queue):
+    it is charged to one and its budget's room does not provably cover it (parked.Parking.admits)."""
+    return sim.queue.charged(job) and not (sim.parking is not None and sim.parking.admits(job))
 
 
 def _held_before_blocker(sim, p, window, spent: set[int]) -> None:

@@ -56,3 +56,47 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
         assert all(book.blocked(q) is not None for q in quotes)
     if off <= 0 and need - off <= 500_000_000 and not billing == "started_hour":
         assert not park          # the cheapest placement fits: never parked
+
+
+@settings(max_examples=400, deadline=None)
+@given(period=st.sampled_from(["none", "week", "month"]), unit=st.sampled_from(["usd", "gpu_hours"]),
+       billing=st.sampled_from(["second", "started_hour"]), overhead=st.sampled_from([0.0, 0.25]),
+       price=st.sampled_from([0.0, 20.0]), gpus=st.integers(0, 4), cpus=st.integers(1, 32),
+       limit=st.integers(1, 20 * 86400), before_end=st.floats(0.001, 40 * 86400), off=st.sampled_from([-1000, -3, -2, -1, 0, 1, 2, 3]),
+       gpu_type=st.sampled_from(["", "A100", "H100"]))
+def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period, unit, billing, overhead, price,
+                                                                         gpus, cpus, limit, before_end, off, gpu_type):
+    """The other side (strict.py skips a pass whose first job fits nowhere when its budget provably
+    admits it): spending put at the edge of the job's largest need over every node and GPU model,
+    and of the quote plan() makes for a job that fits nowhere (no node). Admitted whenever the
+    parking says so; and said so whenever that largest need, all in the current period, fits with
+    a little room to spare."""
+    cfg = config(period, unit, billing, overhead, price)
+    b = cfg.budgets[0]
+    base = 1_700_000_000.0
+    end = periods.span_at(b, base)[1] if period != "none" else base + 86400
+    now = max(end - before_end, base - 30 * 86400)
+    job = Job(id=1, user="u", account="lab", argv=("x",), workdir="/", gpus=gpus, gpu_type=gpu_type, cpus=cpus,
+              mem=G, time_limit=limit, submit_time=now)
+    holders = [n for n in NODES if could_ever_hold(job, n)]
+    if not holders:
+        return
+    empty = BudgetBook(cfg, {"b": 0}, (), now)
+    models = {g.model for node in NODES for g in node.gpus if not gpu_type or g.model == gpu_type} or {""}
+    quotes = [empty.quote(job, model, node)[0] for node in holders
+              for model in {g.model for g in node.gpus if not gpu_type or g.model == gpu_type} or {""}]
+    quotes += [empty.quote(job, model)[0] for model in models]
+
+    def need(q):
+        return sum(q.parts["b"].values()) if period != "none" else dict(q)["b"]
+    spent = max(0, 500_000_000 - max(map(need, quotes)) + off)
+    pk = Parking(cfg, NODES)
+    pk.add(job)
+    pk.update(now, {"b": spent}, ())
+    book = BudgetBook(cfg, {"b": spent}, (), now)
+    admitted = pk.admits(job)
+    if admitted:
+        assert all(book.blocked(q) is None for q in quotes)
+    one_period = period == "none" or all(len(q.parts["b"]) == 1 for q in quotes)
+    if off == -1000 and one_period and billing == "second" and spent:
+        assert admitted          # the dearest placement fits with room to spare (past the bound's 2 ms): said so
