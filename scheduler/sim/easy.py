@@ -3,7 +3,7 @@ the whole pass. Without it a replay of a deep queue gives plan() every pending j
 
 When plan()'s order of the whole queue can be drawn without a pass (queue.py `in_one_order`: submit
 order — fifo weights, no burst tail, one QoS level, fair share off or one account — or, under the
-same conditions and without budgets, short jobs first by wait and expected run time, order.py) and
+same conditions, short jobs first by wait and expected run time, order.py) and
 no gate but capacity applies (engine `ungated`, nothing timed, draining or preemptible), a pass over
 the queue's first n jobs W (in that order) decides the same as the pass over all of it if every
 later job is a no-op there. A later job J does nothing when
@@ -52,7 +52,8 @@ def plan(sim, t: float):
     # The jobs a budget keeps idle (engine `idle`) do nothing in the pass: left out like any no-op.
     idle = sim.idle
     size = len(q) - len(idle)
-    order = q.order(t, sim._usage(t), idle)
+    usage = sim._usage(t)
+    order = q.order(t, usage, idle)
     first = order.first
     head = first(WINDOW)
     # The first call also takes the first jobs after the head that fit some node's room now (before
@@ -63,7 +64,7 @@ def plan(sim, t: float):
     if not _reserved_by(p, head, depth) and len(decided) < size:
         n, spent = WINDOW, frozenset()     # type: tuple[int, frozenset | set]
         while True:
-            head = sim._first(n, idle | spent) if spent else first(n)   # spent: budgets, submit order
+            head = q.order(t, usage, idle | spent).first(n) if spent else first(n)     # spent: budgets
             p = sim._call(t, head)
             if len(head) + len(spent) >= size or len(p.starts) >= depth:
                 break
@@ -74,7 +75,7 @@ def plan(sim, t: float):
                 # (policy/__init__.py `_blocked`), and does nothing else: left out, counted held.
                 spent = _spent_by(sim, p, head, keep_held=False)
         if spent:
-            sim.budget_held.update(before(spent, sim.queue.jobs, p.starts[0].job_id if p.starts else None))
+            sim.budget_held.update(before(spent, sim.queue.jobs, p.starts[0].job_id if p.starts else None, order.key))
         decided = head
     # The later jobs that could start, a few at a time in the queue's order: usually the first of
     # them fill the room the head left, and the pass over head + those shows that the rest cannot.

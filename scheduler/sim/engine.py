@@ -27,7 +27,6 @@ from ..config import Config
 from ..model import Job, Node, Snapshot
 from . import easy, parked, strict, submit
 from .clock import Clock
-from .order import SubmitOrder
 from .parked import NONE, Parking
 from .queue import Queue
 from .room import Room
@@ -307,11 +306,6 @@ class Simulator:
         jobs = self.queue.jobs.values()
         idle = self.idle
         return tuple(j for j in jobs if j.id not in idle) if idle else tuple(jobs)
-
-    def _first(self, n: int, leave: set[int]) -> list[Job]:
-        """The first n queued jobs in submit order but those in `leave` (the queue in one order)."""
-        q = self.queue
-        return SubmitOrder(q.jobs, q.fifo, q.keys, leave).first(n)
 
     def _usage(self, t: float) -> dict:
         if not self.fairshare:

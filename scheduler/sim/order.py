@@ -75,7 +75,7 @@ class Order:
 
     def fitting(self, latest: dict, t: float):
         """In plan()'s order, the jobs of a shape in `latest` whose run (`Queue.span`) ends by that
-        shape's time there: `latest[shape] >= t + span` (those in `leave` too: easy.py skips them)."""
+        shape's time there: `latest[shape] >= t + span` (those in `leave` may come too: easy.py skips them)."""
         raise NotImplementedError
 
 
@@ -175,14 +175,16 @@ class Runtimes:
         insort(heads, (*new, *cls))
 
 
-def merge(jobs: dict, sources, score, t: float):
-    """The jobs of `sources`, [(Runtimes, late)], in plan()'s order; of a source with a `late` (not
-    None) only the classes whose span ends by it (late >= t + span). One heap of jobs and buckets: a
-    job's entry is (−priority, submit time, id, its class's list, index, E); a bucket's
-    (−bound, submit, −n, Runtimes, bucket, late, index): the bound of its classes from the index-th
-    first job on (oldest first), at or before each of their jobs' entries (ids are ≥ 1). Popped, it
-    lets that class's first job in and re-enters at the next one, so a bucket is read in submit order
-    only as far as its bound comes first. A bucket none of whose spans ends by `late` is left out."""
+def merge(jobs: dict, sources, score, t: float, leave=()):
+    """The jobs of `sources`, [(Runtimes, late)], in plan()'s order, but those in `leave`; of a source
+    with a `late` (not None) only the classes whose span ends by it (late >= t + span). One heap of
+    jobs and buckets: a job's entry is (−priority, submit time, id, its class's list, index, E); a
+    bucket's (−bound, submit, −n, Runtimes, bucket, late, index): the bound of its classes from the
+    index-th first job on (oldest first), at or before each of their jobs' entries (ids are ≥ 1).
+    Popped, it lets that class's first job in and re-enters at the next one, so a bucket is read in
+    submit order only as far as its bound comes first. A bucket none of whose spans ends by `late`
+    is left out. A class's jobs in `leave` are stepped over in its list, never put on the heap (a
+    spent budget's idle jobs: hundreds; the bound holds of the rest as of all)."""
     heap: list = []
     for r, late in sources:
         for b, heads in r.heads.items():
@@ -199,18 +201,29 @@ def merge(jobs: dict, sources, score, t: float):
                 s, i, e, span = heads[k]
                 k += 1
                 if late is None or late >= t + span:
-                    push(heap, (-score(s, e), s, i, r.classes[(e, span)], 0, e))
+                    mine = r.classes[(e, span)]
+                    j = _past(mine, 0, leave) if leave else 0
+                    if j < len(mine):
+                        s, i = mine[j]
+                        push(heap, (-score(s, e), s, i, mine, j, e))
                     break
             if k < len(heads):
                 s = heads[k][0]
                 push(heap, (-score(s, r.lows[b][0]), s, tie, r, b, late, k))
             continue
         _, _, i, mine, k, e = entry
-        k += 1
+        k = _past(mine, k + 1, leave) if leave else k + 1
         if k < len(mine):
             s, nxt = mine[k]
             push(heap, (-score(s, e), s, nxt, mine, k, e))
         yield jobs[i]
+
+
+def _past(mine: list, k: int, leave) -> int:
+    """The first index from k of a class's (submit time, id) list whose id is not in `leave`."""
+    while k < len(mine) and mine[k][1] in leave:
+        k += 1
+    return k
 
 
 class ShortOrder(Order):
@@ -222,7 +235,7 @@ class ShortOrder(Order):
         self.shaped, self.now = shaped, now
         some = next(iter(jobs.values()), None)     # whose constant terms every pending job shares
         self.score = scorer(cfg, now, usage, some.qos if some else "", some.account if some else "")
-        self.drawn = merge(jobs, [(runtimes, None)], self.score, now)
+        self.drawn = merge(jobs, [(runtimes, None)], self.score, now, leave)
 
     def _next(self):
         return next(self.drawn, None)
@@ -232,7 +245,7 @@ class ShortOrder(Order):
 
     def fitting(self, latest: dict, t: float):
         return merge(self.jobs, [(self.shaped[s], late) for s, late in latest.items() if s in self.shaped],
-                     self.score, t)
+                     self.score, t, self.leave)
 
 
 def scorer(cfg, now: float, usage: dict, qos_name: str, account: str):

@@ -155,10 +155,9 @@ class Queue:
 
     def short_order(self, now: float) -> bool:
         """Whether plan()'s order is short jobs first by wait and expected run time alone (order.py):
-        short_job_weight, and else what accounts_in_submit_order and one_order ask. Not with budgets:
-        easy.py's budget paths (strict.before, the engine's `_first`) rank in submit order."""
+        short_job_weight, and else what accounts_in_submit_order and one_order ask."""
         w = self.cfg.priority
-        return (self.runtimes is not None and not self.runtimes.instant and not self.cfg.budgets
+        return (self.runtimes is not None and not self.runtimes.instant
                 and (not w["qos_weight"] or len(self.qos_levels) <= 1)
                 and (not w["burst_penalty"] or not self.bursting(now)) and self.one_order())
 

@@ -68,9 +68,11 @@ def _held_before_blocker(sim, p, window, spent: set[int]) -> None:
     sim.budget_held.update(before(spent, sim.queue.jobs, blocker))
 
 
-def before(ids, jobs, job_id) -> list:
-    """Those of `ids` that come before the job `job_id` in submit order (all of them without one)."""
+def before(ids, jobs, job_id, key=None) -> list:
+    """Those of `ids` that come before the job `job_id` in submit order, or in the order whose sort
+    key `key` gives (order.py); all of them without one."""
     if job_id is None:
         return list(ids)
-    at = (jobs[job_id].submit_time, job_id)
-    return [i for i in ids if (jobs[i].submit_time, i) < at]
+    key = key or (lambda j: (j.submit_time, j.id))
+    at = key(jobs[job_id])
+    return [i for i in ids if key(jobs[i]) < at]
