@@ -28,6 +28,7 @@ nothing else they could change holds: no pending dependency, and burst tails com
 """
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, deque
+from operator import itemgetter
 
 from .. import ledger, periods
 from ..config import Config
@@ -58,6 +59,11 @@ class Parking:
         self.by_rate: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (rate, id) parked
         self.users: Counter = Counter()                   # parked jobs per user
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
+        self.changed: Counter = Counter()                 # budget -> changes to its queued jobs (memo key)
+        self.held_memo: dict[str, tuple] = {}             # budget -> ((period, version), held, valid until)
+        self.idle_memo: dict[str, tuple] = {}             # budget -> ((x, period, changed), ids, least rate)
+        self.unchanged = False
+        self._set: tuple = (None, set())
         self.recent: dict[str, deque] = {}                # budget -> its x at the last RECENT updates
         self._rates: dict = {}
 
@@ -71,6 +77,7 @@ class Parking:
         if k is not None:
             self.key[job.id] = k
             insort(self.active[k[0]], (k[1], k[2], job.id))
+            self.changed[k[0]] += 1
 
     def remove(self, job_id: int) -> None:
         """A queued job left the queue (started or ended); a parked one never does (it cannot start)."""
@@ -78,6 +85,7 @@ class Parking:
         if k is not None:
             mine = self.active[k[0]]
             del mine[bisect_left(mine, (k[1], k[2], job_id))]
+            self.changed[k[0]] += 1
 
     def _key(self, job: Job):
         if job.nodes > 1 or job.earmark or timed(job):
@@ -122,23 +130,25 @@ class Parking:
         """(queued ids now idle, those of them to park, parked ids to bring back) at the start of a
         pass at `t`: `spent` is what each budget has settled in its current period, `running` the
         jobs on nodes (plan()'s inputs). An idle job stays queued while its bound is within the
-        budget's recent room (`RECENT`); the engine then leaves it out of the pass by id."""
-        idle: list[int] = []
+        budget's recent room (`RECENT`); the engine then leaves it out of the pass by id.
+        `unchanged`: the idle ids are the very list the last update gave (the same jobs)."""
+        parts: list[list[int]] = []
+        running = tuple(running)
+        attempts = tuple((j.id, j.attempts[-1].dispatch_time) for j in running if j.commit)
         park: list[int] = []
         back: list[int] = []
-        book = None
         self.room = {}
+        self.unchanged = True
         for name, b in self.budgets.items():
             if not self.active[name] and not self.by_cost[name]:
                 continue
-            if book is None:
-                book = BudgetBook(self.cfg, spent, running, t)
             if b.period == "none":
-                held, left, lab = book.committed[name], None, ""
+                left, lab = None, ""
             else:
                 lab = periods.current(b, t)
-                held, left = book._held(b, lab), periods.bounds(b.period, lab, b.timezone)[1] - t - SLACK
-            x = ledger.cap(b) - book.spent[name] - held - ledger.overhead(b.unit, self.cfg)
+                left = periods.bounds(b.period, lab, b.timezone)[1] - t - SLACK
+            held = self._held(b, lab, t, spent, running, attempts)
+            x = ledger.cap(b) - spent.get(name, 0) - held - ledger.overhead(b.unit, self.cfg)
             self.room[name] = (x, left, lab)
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
             r_max = -1 if left is None else self._max_rate(x, left)
@@ -146,12 +156,51 @@ class Parking:
             back += [jid for _, jid in cost[:bisect_right(cost, (x, INF))]]
             if r_max >= 0:
                 back += [jid for _, jid in by_rate[:bisect_right(by_rate, (r_max, INF))]]
-            idle += self._over(name, x, r_max)
+            ids = self._idle(name, x, r_max, lab)
+            if ids:
+                parts.append(ids)
             recent = self.recent.setdefault(name, deque(maxlen=RECENT))
             recent.append(x)
             peak = max(recent)
             park += self._over(name, peak, -1 if left is None else self._max_rate(peak, left))
+        idle = parts[0] if len(parts) == 1 else [i for ids in parts for i in ids]
         return idle, park, list(dict.fromkeys(back))
+
+    def _held(self, b, lab: str, t: float, spent: dict, running, attempts) -> int:
+        """What the running jobs hold in period `lab` of budget `b` (without periods: its committed),
+        as plan()'s BudgetBook sums it. Remembered for the same running attempts with commitments
+        until the first of them outruns its commitment: until then the sum does not change with time
+        (ledger.in_span is max(accrued, part), and the part is fixed)."""
+        memo = self.held_memo.get(b.name)
+        if memo is not None and memo[0] == (lab, attempts) and t < memo[2]:
+            return memo[1]
+        book = BudgetBook(self.cfg, spent, running, t)
+        held = book.committed[b.name] if b.period == "none" else book._held(b, lab)
+        self.held_memo[b.name] = ((lab, attempts), held, _steady_until(running, b.name, t))
+        return held
+
+    def _idle(self, name: str, x: int, r_max: int, lab: str) -> list[int]:
+        """_over(name, x, r_max), the same list while x, the period and the budget's queued jobs stay
+        as they were and the rate test leaves every one in (r_max below the least of their rates)."""
+        memo = self.idle_memo.get(name)
+        if memo is not None and memo[0] == (x, lab, self.changed[name]) and r_max < memo[2]:
+            return memo[1]
+        self.unchanged = False
+        active = self.active[name]
+        over = active[bisect_right(active, (x, INF, INF)):]
+        least = min(map(itemgetter(1), over), default=INF) if r_max >= 0 else INF
+        if r_max >= least:
+            self.idle_memo.pop(name, None)
+            return [e[2] for e in over if e[1] > r_max]
+        ids = list(map(itemgetter(2), over))
+        self.idle_memo[name] = ((x, lab, self.changed[name]), ids, least)
+        return ids
+
+    def idle_set(self, idle: list[int], park: list[int]) -> set[int]:
+        """The idle ids but those parked, as a set: the last one again for the same idle list."""
+        if not (self.unchanged and not park and self._set[0] is idle):
+            self._set = (idle, set(idle).difference(park))
+        return self._set[1]
 
     def _over(self, name: str, x: int, r_max: int) -> list[int]:
         """The queued jobs of budget `name` whose bound exceeds x: c > x and accrue(rate, left) > x."""
@@ -193,6 +242,7 @@ class Parking:
         name, c, rate = self.key[job.id]
         mine = self.active[name]
         del mine[bisect_left(mine, (c, rate, job.id))]
+        self.changed[name] += 1
         self.jobs[job.id] = job
         insort(self.by_cost[name], (c, job.id))
         insort(self.by_rate[name], (rate, job.id))
@@ -204,6 +254,7 @@ class Parking:
         for lst, k in ((self.by_cost[name], (c, job_id)), (self.by_rate[name], (rate, job_id))):
             del lst[bisect_left(lst, k)]
         insort(self.active[name], (c, rate, job_id))
+        self.changed[name] += 1
         self.users[job.user] -= 1
         if not self.users[job.user]:
             del self.users[job.user]
@@ -223,6 +274,23 @@ class Parking:
 
 
 NONE: frozenset = frozenset()
+
+
+def _steady_until(running, name: str, t: float) -> float:
+    """Until when what the running jobs hold of budget `name` stays as at `t`: the first end of a
+    commitment among those charged to it (past it a job accrues more than it committed); `t` when one
+    accrues with nothing committed or no dispatch time."""
+    until = INF
+    for j in running:
+        if not j.commit or name not in dict(j.commit):
+            continue
+        rate, committed, cur = ledger.amount_of(j.rates, name), ledger.amount_of(j.commit, name), j.current
+        if not rate:
+            continue
+        if not committed or not (cur and cur.dispatch_time):
+            return t
+        until = min(until, cur.dispatch_time + committed * 3600 / rate)
+    return until
 
 
 def _quoted(job: Job, nodes) -> set[str]:
@@ -245,7 +313,8 @@ def settle(sim, t: float) -> None:
     idle, park, back = pk.update(t, spent, sim.running.values())
     for i in back:
         bring_back(sim, i)
-    sim.budget_held.update(idle)
+    if not pk.unchanged:
+        sim.budget_held.update(idle)
     if not pk.excludes(sim.queue, idle):
         for i in list(pk.jobs):
             bring_back(sim, i)
@@ -253,7 +322,7 @@ def settle(sim, t: float) -> None:
     for i in park:
         move_out(sim, i)
     if len(park) < len(idle):
-        sim.idle = set(idle).difference(park)
+        sim.idle = pk.idle_set(idle, park)
 
 
 def move_out(sim, job_id: int) -> None:

@@ -4,7 +4,7 @@ the shape, time limit, unit, billing, overhead, period and instant (a period's l
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import config as config_mod, periods
-from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.model import Attempt, Gpu, Job, Node
 from labq.scheduler.policy.budget import BudgetBook
 from labq.scheduler.policy.capacity import could_ever_hold
 from labq.scheduler.sim.parked import Parking
@@ -100,3 +100,32 @@ def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period
     one_period = period == "none" or all(len(q.parts["b"]) == 1 for q in quotes)
     if off == -1000 and one_period and billing == "second" and spent:
         assert admitted          # the dearest placement fits with room to spare (past the bound's 2 ms): said so
+
+
+@settings(max_examples=200, deadline=None)
+@given(period=st.sampled_from(["none", "week"]),
+       jobs=st.lists(st.tuples(st.integers(0, 50_000_000), st.integers(0, 20_000_000), st.floats(0, 5 * 86400)),
+                     min_size=0, max_size=5),
+       steps=st.lists(st.tuples(st.floats(0, 4 * 86400), st.integers(0, 5)), min_size=1, max_size=8))
+def test_what_running_jobs_hold_is_remembered_only_while_it_cannot_change(period, jobs, steps):
+    """Parking remembers what the running jobs hold of a budget (sim/parked.py `_held`) while the
+    same attempts run and none has outrun its commitment: at every later instant, the first `n` of
+    the jobs running, the remembered sum is what a fresh BudgetBook (plan()'s) sums then, jobs that
+    accrue past their commitment too."""
+    cfg = config(period, "usd", "second", 0.0, 0.0)
+    b = cfg.budgets[0]
+    base = 1_700_000_000.0
+    every = tuple(Job(id=i + 1, user="u", account="lab", argv=("x",), workdir="/", state="running", gpus=1,
+                        time_limit=86400, submit_time=base - ago, commit=(("b", commit),), rates=(("b", rate),),
+                        attempts=(Attempt(attempt=1, node="a", gpus=("A-0",), dispatch_time=base - ago),))
+                    for i, (commit, rate, ago) in enumerate(jobs))
+    pk = Parking(cfg, NODES)
+    t = base
+    for step, n in steps:
+        t += step
+        running = every[:n]
+        attempts = tuple((j.id, j.attempts[-1].dispatch_time) for j in running)
+        label = periods.current(b, t) if period != "none" else ""
+        book = BudgetBook(cfg, {}, running, t)
+        fresh = book.committed["b"] if period == "none" else book._held(b, label)
+        assert pk._held(b, label, t, {}, running, attempts) == fresh
