@@ -201,18 +201,21 @@ def merge(jobs: dict, sources, score, t: float, leave=()):
                 s, i, e, span = heads[k]
                 k += 1
                 if late is None or late >= t + span:
-                    mine = r.classes[(e, span)]
-                    j = _past(mine, 0, leave) if leave else 0
+                    mine, j = r.classes[(e, span)], 0
+                    if i in leave:
+                        j = _past(mine, 1, leave)
                     if j < len(mine):
                         s, i = mine[j]
                         push(heap, (-score(s, e), s, i, mine, j, e))
-                    break
+                        break       # (a class all left out: the next one, no heap round)
             if k < len(heads):
                 s = heads[k][0]
                 push(heap, (-score(s, r.lows[b][0]), s, tie, r, b, late, k))
             continue
         _, _, i, mine, k, e = entry
-        k = _past(mine, k + 1, leave) if leave else k + 1
+        k += 1
+        if k < len(mine) and mine[k][1] in leave:
+            k = _past(mine, k + 1, leave)
         if k < len(mine):
             s, nxt = mine[k]
             push(heap, (-score(s, e), s, nxt, mine, k, e))
