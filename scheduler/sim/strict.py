@@ -4,13 +4,16 @@ With `backfill_depth = 0`, no gate but capacity and budgets, nothing preemptible
 plan() starts jobs in its order and nothing past the first that does not fit: that job holds every
 later one (a job pended for its budget holds nobody). Each account's jobs are then in submit order
 (queue.py), so plan()'s first job is one of the accounts' first jobs. If it does not fit (and is
-charged to no budget) nothing starts; otherwise a pass over a window that holds the first n jobs
-decides the same as the whole pass as soon as fewer than n start or pend for a budget: one of the n
-stayed pending on capacity, and nothing after it starts.
+charged to no budget, or its budget provably admits it: parked.py `admits`) nothing starts;
+otherwise a pass over a window that holds the first n jobs decides the same as the whole pass as
+soon as fewer than n start or pend for a budget: one of the n stayed pending on capacity, and
+nothing after it starts.
 
-Jobs a budget has no room for (parked.py: idle at the start of the pass, or priced out by the
-window's first admissions) are left out of the window: at their turn they are pended for their
-budget and do nothing else. Each would have had its budget reason up to the blocker.
+Jobs a budget has no room for (parked.py: idle at the start of the pass, or, in one order, priced
+out by the window's first admissions) are left out of the window: at their turn they are pended for
+their budget and do nothing else. Each would have had its budget reason up to the blocker. So are
+the jobs a window's pass pended for their budget (the jobs before them are the same in a wider
+window); a wider window with no job the last one lacked is not asked for.
 """
 from .. import states
 from .room import shape

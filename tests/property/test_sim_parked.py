@@ -22,6 +22,18 @@ def config(period, unit, billing, overhead, price):
         + f'[[budgets]]\nname = "b"\naccount = "lab"\nlimit = 500.0\nperiod = "{period}"\nunit = "{unit}"\n')
 
 
+def scene(period, unit, billing, overhead, price, gpus, cpus, limit, before_end, gpu_type):
+    """(config, its budget, now: `before_end` before a period's end, the job)."""
+    cfg = config(period, unit, billing, overhead, price)
+    b = cfg.budgets[0]
+    base = 1_700_000_000.0
+    end = periods.span_at(b, base)[1] if period != "none" else base + 86400
+    now = max(end - before_end, base - 30 * 86400)
+    job = Job(id=1, user="u", account="lab", argv=("x",), workdir="/", gpus=gpus, gpu_type=gpu_type, cpus=cpus,
+              mem=G, time_limit=limit, submit_time=now)
+    return cfg, b, now, job
+
+
 @settings(max_examples=400, deadline=None)
 @given(period=st.sampled_from(["none", "week", "month"]), unit=st.sampled_from(["usd", "gpu_hours"]),
        billing=st.sampled_from(["second", "started_hour"]), overhead=st.sampled_from([0.0, 0.25]),
@@ -32,13 +44,7 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
                                                    before_end, off, gpu_type):
     """The budget's spending is put right at the edge: the job's smallest need over every node and
     GPU model it could get, give or take `off` micro-units. Parked exactly when none fits."""
-    cfg = config(period, unit, billing, overhead, price)
-    b = cfg.budgets[0]
-    base = 1_700_000_000.0
-    end = periods.span_at(b, base)[1] if period != "none" else base + 86400
-    now = max(end - before_end, base - 30 * 86400)
-    job = Job(id=1, user="u", account="lab", argv=("x",), workdir="/", gpus=gpus, gpu_type=gpu_type, cpus=cpus,
-              mem=G, time_limit=limit, submit_time=now)
+    cfg, b, now, job = scene(period, unit, billing, overhead, price, gpus, cpus, limit, before_end, gpu_type)
     holders = [n for n in NODES if could_ever_hold(job, n)]
     if not holders:
         return
@@ -62,7 +68,8 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
 @given(period=st.sampled_from(["none", "week", "month"]), unit=st.sampled_from(["usd", "gpu_hours"]),
        billing=st.sampled_from(["second", "started_hour"]), overhead=st.sampled_from([0.0, 0.25]),
        price=st.sampled_from([0.0, 20.0]), gpus=st.integers(0, 4), cpus=st.integers(1, 32),
-       limit=st.integers(1, 20 * 86400), before_end=st.floats(0.001, 40 * 86400), off=st.sampled_from([-1000, -3, -2, -1, 0, 1, 2, 3]),
+       limit=st.integers(1, 20 * 86400), before_end=st.floats(0.001, 40 * 86400),
+       off=st.sampled_from([-1000, -3, -2, -1, 0, 1, 2, 3]),
        gpu_type=st.sampled_from(["", "A100", "H100"]))
 def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period, unit, billing, overhead, price,
                                                                          gpus, cpus, limit, before_end, off, gpu_type):
@@ -71,13 +78,7 @@ def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period
     and of the quote plan() makes for a job that fits nowhere (no node). Admitted whenever the
     parking says so; and said so whenever that largest need, all in the current period, fits with
     a little room to spare."""
-    cfg = config(period, unit, billing, overhead, price)
-    b = cfg.budgets[0]
-    base = 1_700_000_000.0
-    end = periods.span_at(b, base)[1] if period != "none" else base + 86400
-    now = max(end - before_end, base - 30 * 86400)
-    job = Job(id=1, user="u", account="lab", argv=("x",), workdir="/", gpus=gpus, gpu_type=gpu_type, cpus=cpus,
-              mem=G, time_limit=limit, submit_time=now)
+    cfg, b, now, job = scene(period, unit, billing, overhead, price, gpus, cpus, limit, before_end, gpu_type)
     holders = [n for n in NODES if could_ever_hold(job, n)]
     if not holders:
         return
