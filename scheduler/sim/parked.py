@@ -60,7 +60,7 @@ class Parking:
         self.users: Counter = Counter()                   # parked jobs per user
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
         self.changed: Counter = Counter()                 # budget -> changes to its queued jobs (memo key)
-        self.held_memo: dict[str, tuple] = {}             # budget -> ((period, version), held, valid until)
+        self.held_memo: dict[str, tuple] = {}             # budget -> ((period, running attempts), held, until)
         self.idle_memo: dict[str, tuple] = {}             # budget -> ((x, period, changed), ids, least rate)
         self.unchanged = False
         self._set: tuple = (None, set())
@@ -267,7 +267,7 @@ class Parking:
         (`queue.bursts` counts the parked jobs too; a part of a user's jobs has no more tails)."""
         if queue.timed:
             return False
-        if not self.cfg.priority["burst_penalty"] or not queue.bursts.any():
+        if not queue.penalised or not queue.bursts.any():
             return True
         tails, jobs = queue.bursts.tails, queue.jobs
         return not any(tails[u] for u in self.users) and not any(tails[jobs[i].user] for i in idle)
