@@ -60,6 +60,7 @@ class Parking:
         self.users: Counter = Counter()                   # parked jobs per user
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
         self.changed: Counter = Counter()                 # budget -> changes to its queued jobs (memo key)
+        self.rates: dict[str, Counter] = {b: Counter() for b in self.budgets}    # budget -> its queued jobs' rates
         self.held_memo: dict[str, tuple] = {}             # budget -> ((period, running attempts), held, until)
         self.idle_memo: dict[str, tuple] = {}             # budget -> ((x, period, changed), ids, least rate)
         self.unchanged = False
@@ -76,16 +77,28 @@ class Parking:
         k = self._key(job)
         if k is not None:
             self.key[job.id] = k
-            insort(self.active[k[0]], (k[1], k[2], job.id))
-            self.changed[k[0]] += 1
+            self._in(k[0], (k[1], k[2], job.id))
 
     def remove(self, job_id: int) -> None:
         """A queued job left the queue (started or ended); a parked one never does (it cannot start)."""
         k = self.key.pop(job_id, None)
         if k is not None:
-            mine = self.active[k[0]]
-            del mine[bisect_left(mine, (k[1], k[2], job_id))]
-            self.changed[k[0]] += 1
+            self._out(k[0], (k[1], k[2], job_id))
+
+    def _in(self, name: str, entry: tuple) -> None:
+        """(c, rate, id) joins budget `name`'s queued jobs."""
+        insort(self.active[name], entry)
+        self.changed[name] += 1
+        self.rates[name][entry[1]] += 1
+
+    def _out(self, name: str, entry: tuple) -> None:
+        mine = self.active[name]
+        del mine[bisect_left(mine, entry)]
+        self.changed[name] += 1
+        rates = self.rates[name]
+        rates[entry[1]] -= 1
+        if not rates[entry[1]]:
+            del rates[entry[1]]
 
     def _key(self, job: Job):
         if job.nodes > 1 or job.earmark or timed(job):
@@ -186,6 +199,9 @@ class Parking:
         if memo is not None and memo[0] == (x, lab, self.changed[name]) and r_max < memo[2]:
             return memo[1]
         self.unchanged = False
+        if r_max >= 0 and r_max >= max(self.rates[name], default=-1):
+            self.idle_memo.pop(name, None)
+            return []
         active = self.active[name]
         over = active[bisect_right(active, (x, INF, INF)):]
         least = min(map(itemgetter(1), over), default=INF) if r_max >= 0 else INF
@@ -204,6 +220,8 @@ class Parking:
 
     def _over(self, name: str, x: int, r_max: int) -> list[int]:
         """The queued jobs of budget `name` whose bound exceeds x: c > x and accrue(rate, left) > x."""
+        if r_max >= 0 and r_max >= max(self.rates[name], default=-1):
+            return []         # every one could run to the period's end within x
         active = self.active[name]
         over = active[bisect_right(active, (x, INF, INF)):]
         if r_max < 0:
@@ -240,9 +258,7 @@ class Parking:
 
     def park(self, job: Job) -> None:
         name, c, rate = self.key[job.id]
-        mine = self.active[name]
-        del mine[bisect_left(mine, (c, rate, job.id))]
-        self.changed[name] += 1
+        self._out(name, (c, rate, job.id))
         self.jobs[job.id] = job
         insort(self.by_cost[name], (c, job.id))
         insort(self.by_rate[name], (rate, job.id))
@@ -253,8 +269,7 @@ class Parking:
         name, c, rate = self.key[job_id]
         for lst, k in ((self.by_cost[name], (c, job_id)), (self.by_rate[name], (rate, job_id))):
             del lst[bisect_left(lst, k)]
-        insort(self.active[name], (c, rate, job_id))
-        self.changed[name] += 1
+        self._in(name, (c, rate, job_id))
         self.users[job.user] -= 1
         if not self.users[job.user]:
             del self.users[job.user]
