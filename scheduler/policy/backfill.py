@@ -97,10 +97,7 @@ class Timelines:
             self.allocs[node].append(self._alloc(job, node, gpus, self.now + self.span(job)))
 
     def span(self, job: Job) -> float:
-        """How long the job is planned to hold its allocation: its learned run time, else its limit."""
-        if self.learned and job.learned_est:
-            return float(min(job.learned_est, _limit(job)))
-        return _limit(job)
+        return span(job, self.learned)
 
     def fits_now(self, job: Job, node: str) -> bool:
         """Whether starting `job` now on `node` leaves every reservation there whole."""
@@ -281,6 +278,14 @@ def _models_at(allocs, t: float) -> dict:
             for m, c in a.gpus.items():
                 models[m] = models.get(m, 0) + c
     return models
+
+
+def span(job: Job, learned: bool) -> float:
+    """How long the job is planned to hold its allocation: its learned run time (`learned`:
+    estimate.backfill), else its limit."""
+    if learned and job.learned_est:
+        return float(min(job.learned_est, _limit(job)))
+    return _limit(job)
 
 
 def _limit(job: Job) -> float:

@@ -44,7 +44,7 @@ from ..policy.priority import expected_runtime
 
 class Order:
     """The pending jobs in plan()'s order at one instant, drawn on demand and kept as drawn; but the
-    ids in `leave` (the jobs a budget keeps idle: engine `idle`)."""
+    ids in `leave` (the jobs a budget keeps idle: engine `idle`), which `_next` never gives."""
 
     def __init__(self, jobs: dict, leave=()):
         self.jobs, self.leave = jobs, leave
@@ -55,13 +55,12 @@ class Order:
 
     def _draw(self, n: int) -> bool:
         """Whether n jobs pend: the first n drawn."""
-        out, leave = self.out, self.leave
+        out = self.out
         while len(out) < n:
             j = self._next()
             if j is None:
                 return False
-            if j.id not in leave:
-                out.append(j)
+            out.append(j)
         return True
 
     def first(self, n: int) -> list:

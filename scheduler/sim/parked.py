@@ -199,7 +199,7 @@ class Parking:
         if memo is not None and memo[0] == (x, lab, self.changed[name]) and r_max < memo[2]:
             return memo[1]
         self.unchanged = False
-        if r_max >= 0 and r_max >= max(self.rates[name], default=-1):
+        if self._all_fit(name, r_max):
             self.idle_memo.pop(name, None)
             return []
         active = self.active[name]
@@ -218,10 +218,15 @@ class Parking:
             self._set = (idle, set(idle).difference(park))
         return self._set[1]
 
+    def _all_fit(self, name: str, r_max: int) -> bool:
+        """Whether every queued job of budget `name` could run to the period's end within the room
+        (its rate at most r_max): then none is idle, and no list need be walked."""
+        return r_max >= 0 and r_max >= max(self.rates[name], default=-1)
+
     def _over(self, name: str, x: int, r_max: int) -> list[int]:
         """The queued jobs of budget `name` whose bound exceeds x: c > x and accrue(rate, left) > x."""
-        if r_max >= 0 and r_max >= max(self.rates[name], default=-1):
-            return []         # every one could run to the period's end within x
+        if self._all_fit(name, r_max):
+            return []
         active = self.active[name]
         over = active[bisect_right(active, (x, INF, INF)):]
         if r_max < 0:

@@ -26,8 +26,7 @@ from itertools import islice
 from .. import ledger
 from ..config import Config
 from ..model import Job
-from ..policy import priority
-from ..policy.backfill import _limit
+from ..policy import backfill, priority
 from .order import Runtimes, ShortOrder, SubmitOrder, ids_but
 from .room import Shapes, shape
 
@@ -80,12 +79,11 @@ class Queue:
         if self.penalised:
             self.bursts.add(job)
         self.shapes.add(job)
-        insort(self.by_shape.setdefault(shape(job), []), (self.span(job), job.submit_time, job.id))
-        self.keys[job.id] = (shape(job), self.span(job))
+        s, span = self.keys[job.id] = (shape(job), self.span(job))
+        insort(self.by_shape.setdefault(s, []), (span, job.submit_time, job.id))
         if self.runtimes is not None:
-            span = self.span(job)
             self.runtimes.add(job, span)
-            self.shaped.setdefault(shape(job), Runtimes()).add(job, span)
+            self.shaped.setdefault(s, Runtimes()).add(job, span)
         self.timed += timed(job)
         self.gangs += job.nodes > 1
         self.budgeted += self.charged(job)
@@ -105,28 +103,25 @@ class Queue:
         if self.penalised:
             self.bursts.remove(job)
         self.shapes.remove(job)
-        mine = self.by_shape[shape(job)]
-        del mine[bisect_left(mine, (self.span(job), job.submit_time, job.id))]
-        del self.keys[job.id]
+        s, span = self.keys.pop(job.id)
+        mine = self.by_shape[s]
+        del mine[bisect_left(mine, (span, job.submit_time, job.id))]
         if not mine:
-            del self.by_shape[shape(job)]
+            del self.by_shape[s]
         if self.runtimes is not None:
-            span = self.span(job)
             self.runtimes.remove(job, span)
-            self.shaped[shape(job)].remove(job, span)
-            if not self.shaped[shape(job)]:
-                del self.shaped[shape(job)]
+            self.shaped[s].remove(job, span)
+            if not self.shaped[s]:
+                del self.shaped[s]
         self.timed -= timed(job)
         self.gangs -= job.nodes > 1
         self.budgeted -= self.charged(job)
         return job
 
     def span(self, job: Job) -> float:
-        """How long backfill plans the job to hold its room (backfill.Timelines.span): its learned run
-        time under estimate.backfill, else its time limit."""
-        if self.learned and job.learned_est:
-            return float(min(job.learned_est, _limit(job)))
-        return _limit(job)
+        """How long backfill plans the job to hold its room (backfill.span): its learned run time
+        under estimate.backfill, else its time limit."""
+        return backfill.span(job, self.learned)
 
     def charged(self, job: Job) -> bool:
         """Whether the job is charged to some budget."""
