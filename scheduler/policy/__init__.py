@@ -28,14 +28,17 @@ from .quota import Usage, over_alone
 __all__ = ["plan", "plan_per_job", "refusal", "expected_starts"]
 
 
-def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None) -> Plan:
+def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None,
+         held: dict | None = None) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
     as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
-    request-class index, kept from its last pass (queue.py); the plan is the same without it."""
+    request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
+    some budgets, as the caller last summed it for the same running attempts (BudgetBook); the plan
+    is the same without them."""
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
-    p = _Pass(snap, cfg, running, deps)
+    p = _Pass(snap, cfg, running, deps, held)
     p.reserve_begins = _begins
     if queue is None:
         expires, waiting = expire(pending, snap.now, deps)
@@ -83,7 +86,7 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
 class _Pass:
     """The working state of one pass: free capacity, quota usage, budget commitments, reservations."""
 
-    def __init__(self, snap: Snapshot, cfg: Config, running, deps: Dependencies):
+    def __init__(self, snap: Snapshot, cfg: Config, running, deps: Dependencies, held: dict | None = None):
         self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
         free = capacity.free_capacity(snap.nodes, running, snap.now)
         # A copy of the free capacity at the start of the pass tells `Priority` (higher jobs took the
@@ -99,7 +102,7 @@ class _Pass:
             up = sum(len(n.gpus) for n in snap.nodes if capacity.node_is_up(n, snap.now))
             self.slack = up - sum(a.guarantee for a in cfg.accounts)
             self.stuck = sum(j.total_gpus for j in running if j.borrowed and not preempt.may_be_preempted_again(j, cfg))
-        self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now)
+        self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now, held)
         self.places: list = []
         self.pending: list = []
         self.runs: list = []                  # (ids, verdict) of a class's jobs judged at once (classes.py)

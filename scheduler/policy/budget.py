@@ -20,15 +20,21 @@ from ..units import fmt_money
 class BudgetBook:
     """Per-budget spent and committed amounts during one plan pass."""
 
-    def __init__(self, cfg: Config, spent: dict, running, now: float):
+    def __init__(self, cfg: Config, spent: dict, running, now: float, held: dict | None = None):
+        """`held`: (budget, period) -> what the running jobs hold there, ("" without periods: what
+        they have committed), where the caller knows it already (the replay's parked.py sums it once
+        per set of running attempts); the rest is summed here."""
         self.cfg, self.now = cfg, now
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
         self.running = [j for j in running if j.commit]
         self._committed: dict | None = None
         self._added: dict[str, int] = {}                 # this pass's admissions, per budget
-        self.held: dict[tuple[str, str], int] = {}       # (periodic budget, period) -> held there
+        self.known = held or {}
+        self.held: dict[tuple[str, str], int] = dict(self.known)   # (periodic budget, period) -> held there
         self.mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
         self.texts: dict[tuple, str] = {}                # (budget, period, spent, held) -> _state()
+        self.named = {b.name: b for b in cfg.budgets}
+        self.caps = {b.name: ledger.cap(b) for b in cfg.budgets}
         # Per periodic budget: (label, end) of the period `now` is in.
         self.periods = {b.name: (lab, periods.bounds(b.period, lab, b.timezone)[1])
                         for b in cfg.budgets if b.period != "none" for lab in (periods.current(b, now),)}
@@ -39,10 +45,12 @@ class BudgetBook:
         it is not settled either), plus this pass's admissions. Summed on first use: a pass over
         periodic budgets only never needs it."""
         if self._committed is None:
-            now, out = self.now, {b.name: 0 for b in self.cfg.budgets}
+            now, known = self.now, self.known
+            out = {b.name: known.get((b.name, ""), 0) for b in self.cfg.budgets}
+            summed = {b.name for b in self.cfg.budgets if b.period != "none" or (b.name, "") not in known}
             for j in self.running:
                 for name, _ in j.commit:
-                    if name in out:
+                    if name in summed:
                         out[name] += ledger.outstanding(j, name, now) + ledger.accrued(j, name, now)
             for name, amount in self._added.items():
                 out[name] += amount
@@ -57,10 +65,14 @@ class BudgetBook:
         if bs is None:
             bs = self.mine[who] = ledger.budgets_for(job, self.cfg.budgets)
         cfg, now = self.cfg, self.now
-        rates = tuple((b.name, ledger.rate(job, b.unit, gpu_model, cfg, node)) for b in bs)
         seconds = ledger.billed(ledger.planned_seconds(job, cfg), cfg)
-        commit = Quote((name, ledger.forecast(job, b.unit, gpu_model, cfg, node, per_hour=rate))
-                       for b, (name, rate) in zip(bs, rates))
+        rates, pairs = [], []
+        for b in bs:
+            # ledger.forecast at this rate, the seconds computed once
+            rate = ledger.rate(job, b.unit, gpu_model, cfg, node)
+            rates.append((b.name, rate))
+            pairs.append((b.name, ledger.accrue(rate, seconds) + ledger.overhead(b.unit, cfg)))
+        commit = Quote(pairs)
         for b, (name, rate) in zip(bs, rates):
             if b.period == "none":
                 continue
@@ -71,7 +83,7 @@ class BudgetBook:
                 commit.parts[name] = {lab: ledger.accrue(rate, now + seconds - now) + extra}
             else:
                 commit.parts[name] = periods.split(b, rate, now, now + seconds, extra, lambda s: s)
-        return commit, rates
+        return commit, tuple(rates)
 
     def _held(self, b, lab: str) -> int:
         """What running jobs hold in period `lab` of periodic budget `b` (accrued there included)."""
@@ -83,8 +95,8 @@ class BudgetBook:
         return self.held[(b.name, lab)]
 
     def _blocked_periods(self, b, parts: dict):
-        cap, current = ledger.cap(b), self.periods[b.name][0]
-        for lab, need in sorted(parts.items()):
+        cap, current = self.caps[b.name], self.periods[b.name][0]
+        for lab, need in (sorted(parts.items()) if len(parts) > 1 else parts.items()):
             spent = self.spent[b.name] if lab == current else 0
             held = self._held(b, lab)
             if spent + held + need <= cap:
@@ -99,7 +111,7 @@ class BudgetBook:
         key = (b.name, lab, spent, held)
         text = self.texts.get(key)
         if text is None:
-            cap = ledger.cap(b)
+            cap = self.caps[b.name]
             text = self.texts[key] = (
                 f"budget {b.name}{' ' + lab if lab else ''}: limit {fmt_money(b.limit, b.unit)} (reserve {b.reserve:.0%}),"
                 f" spent {fmt_money(spent, b.unit)}, committed {fmt_money(held, b.unit)},"
@@ -107,18 +119,16 @@ class BudgetBook:
         return text
 
     def blocked(self, commit):
-        """(reason, detail) for the first budget without room for `commit`, else None."""
+        """(reason, detail) for the first budget without room for `commit` (a `quote`), else None."""
         parts = getattr(commit, "parts", {})
-        for b in self.cfg.budgets:
-            need = dict(commit).get(b.name)
-            if need is None:
-                continue
-            if b.name in parts:
-                broke = self._blocked_periods(b, parts[b.name])
+        for name, need in commit:       # a quote lists its budgets in the config's order
+            b = self.named[name]
+            if name in parts:
+                broke = self._blocked_periods(b, parts[name])
                 if broke:
                     return broke
                 continue
-            cap, spent, held = ledger.cap(b), self.spent[b.name], self.committed[b.name]
+            cap, spent, held = self.caps[name], self.spent[name], self.committed[name]
             if spent + held + need <= cap:
                 continue
             detail = f"needs {fmt_money(need, b.unit)}; " + self._state(b, "", spent, held)

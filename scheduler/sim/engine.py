@@ -103,6 +103,7 @@ class Simulator:
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
         self.single_model = easy.single_model(self.nodes)
         self.preemptible_running = self.draining = self.gangs_running = 0
+        self.attempts = 0           # bumped whenever a job starts, is preempted or ends: parked.py's memo key
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
         self.calls = self.skipped = 0
@@ -217,6 +218,7 @@ class Simulator:
             return
         new, charges = done
         del self.running[jid]
+        self.attempts += 1
         self.room.give(job)
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
@@ -319,7 +321,10 @@ class Simulator:
         spent = periods.spent_now(self.cfg.budgets, self.spent, t) if self.cfg.budgets else {}
         snap = Snapshot(now=t, nodes=self.nodes, jobs=(*pending, *self.running.values()),
                         spent=tuple(sorted(spent.items())), usage=tuple(sorted(usage.items())))
-        return policy.plan(snap, self.cfg)
+        # What the running jobs hold of each budget, as the pass start summed it (not for the
+        # reference, whole passes: `skip=False`, which plan() sums alone).
+        held = self.parking.known(t, self.attempts) if self.parking is not None and self.skip else None
+        return policy.plan(snap, self.cfg, held=held)
 
     def _apply(self, t: float, p, everyone: bool = False) -> None:
         """The Plan, applied by the daemon's applier (applier.apply_plan); the replay then times what
@@ -347,6 +352,7 @@ class Simulator:
 
     def _start(self, t: float, job: Job) -> None:
         self.running[job.id] = job
+        self.attempts += 1
         self.room.take(job)
         self.gangs_running += job.nodes > 1
         if self._preemptible(job):
@@ -363,6 +369,7 @@ class Simulator:
     def _preempt(self, t: float, job: Job, pr) -> None:
         self.draining += 1
         self.running[job.id] = job
+        self.attempts += 1
         # As the runner does: once it has seen the control the attempt ends `preempted`, after the
         # grace or when the job exits first (here: when its work would have been done).
         end = min(t + max(0, pr.grace), self.natural_end[job.id])

@@ -107,10 +107,13 @@ class SubmitOrder(Order):
                 yield jobs[i]
 
 
-def ids_but(keys: list, leave):
-    """The ids of sorted (…, id) `keys` but those in `leave`, lazily."""
-    ids = map(itemgetter(1), keys)
-    return filterfalse(leave.__contains__, ids) if leave else ids
+def ids_but(keys: list, *leave):
+    """The ids of sorted (…, id) `keys` but those in the sets `leave`, lazily."""
+    ids: Iterator[int] = map(itemgetter(1), keys)
+    for ids_out in leave:
+        if ids_out:
+            ids = filterfalse(ids_out.__contains__, ids)
+    return ids
 
 
 def bucket(e) -> int:

@@ -17,9 +17,10 @@ with `rate` its cheapest on any node that could hold it and `seconds` what its f
 with x = cap − spent − committed − overhead at the start of a pass, a job is *idle* when
 min(c, accrue(rate, R)) > x, c = accrue(rate, seconds): counted held by its budget and left out of
 the pass, by id while the room swings (RECENT), else moved out of the queue (parked) until that no
-longer holds. Per budget the parked jobs are kept sorted by c and by rate, the queued ones by c: a
-pass lists the queued idle ones and moves only the jobs whose side of x changed (a rollover brings
-every one back at once).
+longer holds. Per budget the parked jobs are kept sorted by c and by rate, the queued ones by c in
+one list per rate (a trace has few rates): the idle set is kept as a cut (x, the largest rate that
+runs to the period's end within x) and moves with it, so a pass costs the jobs whose side of the
+cut changed, not a walk over the idle ones (a rollover brings every one back at once).
 
 Parked: a job charged to exactly one budget, on one node, with nothing timed (--max-wait, deadline,
 begin, hold, dependency) and no earmark. The engine leaves the parked jobs out of plan() only while
@@ -28,13 +29,12 @@ nothing else they could change holds: no pending dependency, and burst tails com
 """
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, deque
-from operator import itemgetter
 
 from .. import ledger, periods
 from ..config import Config
 from ..model import Job
-from ..policy.budget import BudgetBook
 from ..policy.capacity import could_ever_hold
+from .held import Holdings
 from .queue import timed
 
 # An idle job is moved out of the queue only once its bound exceeds the budget's room at each of the
@@ -54,18 +54,23 @@ class Parking:
         self.budgets = {b.name: b for b in cfg.budgets}
         self.jobs: dict[int, Job] = {}                    # parked: id -> record
         self.key: dict[int, tuple] = {}                   # every parkable pending job: id -> (budget, c, rate)
-        self.active: dict[str, list] = {b: [] for b in self.budgets}      # budget -> sorted (c, rate, id) queued
+        self.active: dict[str, dict] = {b: {} for b in self.budgets}      # budget -> rate -> sorted (c, id) queued
         self.by_cost: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (c, id) parked
         self.by_rate: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (rate, id) parked
         self.users: Counter = Counter()                   # parked jobs per user
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
-        self.changed: Counter = Counter()                 # budget -> changes to its queued jobs (memo key)
-        self.rates: dict[str, Counter] = {b: Counter() for b in self.budgets}    # budget -> its queued jobs' rates
-        self.held_memo: dict[str, tuple] = {}             # budget -> ((period, running attempts), held, until)
-        self.idle_memo: dict[str, tuple] = {}             # budget -> ((x, period, changed), ids, least rate)
-        self.unchanged = False
-        self._set: tuple = (None, set())
-        self.recent: dict[str, deque] = {}                # budget -> its x at the last RECENT updates
+        # The queued jobs idle at their budget's cut (x, r): c > x and rate > r. Kept as jobs come and
+        # go and as the cut moves; `fresh`: those that joined it between two updates.
+        self.cut: dict[str, tuple] = {}                   # budget -> (x, r)
+        self.idle: set[int] = set()
+        self.fresh: list[int] = []
+        # What the running jobs hold of each budget (held.py), as of the last update: `sums`, at
+        # `synced` = (t, the engine's attempts key).
+        self.holdings = {name: Holdings(b) for name, b in self.budgets.items()}
+        self.seen: set[int] = set()
+        self.sums: dict[tuple, int] = {}
+        self.synced: tuple = ()
+        self.recent = {b: Peak(RECENT) for b in self.budgets}     # budget -> its x at the last RECENT updates
         self._rates: dict = {}
 
     def __len__(self) -> int:
@@ -77,28 +82,29 @@ class Parking:
         k = self._key(job)
         if k is not None:
             self.key[job.id] = k
-            self._in(k[0], (k[1], k[2], job.id))
+            self._in(k[0], k[1], k[2], job.id)
 
     def remove(self, job_id: int) -> None:
         """A queued job left the queue (started or ended); a parked one never does (it cannot start)."""
         k = self.key.pop(job_id, None)
         if k is not None:
-            self._out(k[0], (k[1], k[2], job_id))
+            self._out(k[0], k[1], k[2], job_id)
 
-    def _in(self, name: str, entry: tuple) -> None:
-        """(c, rate, id) joins budget `name`'s queued jobs."""
-        insort(self.active[name], entry)
-        self.changed[name] += 1
-        self.rates[name][entry[1]] += 1
+    def _in(self, name: str, c: int, rate: int, job_id: int) -> None:
+        """A job joins budget `name`'s queued ones: idle at once if its bound is over the cut."""
+        insort(self.active[name].setdefault(rate, []), (c, job_id))
+        x, r = self.cut.get(name, NO_CUT)
+        if c > x and rate > r:
+            self.idle.add(job_id)
+            self.fresh.append(job_id)
 
-    def _out(self, name: str, entry: tuple) -> None:
+    def _out(self, name: str, c: int, rate: int, job_id: int) -> None:
         mine = self.active[name]
-        del mine[bisect_left(mine, entry)]
-        self.changed[name] += 1
-        rates = self.rates[name]
-        rates[entry[1]] -= 1
-        if not rates[entry[1]]:
-            del rates[entry[1]]
+        lst = mine[rate]
+        del lst[bisect_left(lst, (c, job_id))]
+        if not lst:
+            del mine[rate]
+        self.idle.discard(job_id)
 
     def _key(self, job: Job):
         if job.nodes > 1 or job.earmark or timed(job):
@@ -139,19 +145,20 @@ class Parking:
         return ledger.accrue(self._rate(job, self.budgets[k[0]].unit, dearest=True), seconds + SLACK) <= x
 
     # -- a pass --------------------------------------------------------------------------------
-    def update(self, t: float, spent: dict, running) -> tuple[list[int], list[int], list[int]]:
-        """(queued ids now idle, those of them to park, parked ids to bring back) at the start of a
+    def update(self, t: float, spent: dict, running, attempts=None) -> tuple[list[int], list[int], list[int]]:
+        """(queued ids that became idle, those to park, parked ids to bring back) at the start of a
         pass at `t`: `spent` is what each budget has settled in its current period, `running` the
-        jobs on nodes (plan()'s inputs). An idle job stays queued while its bound is within the
-        budget's recent room (`RECENT`); the engine then leaves it out of the pass by id.
-        `unchanged`: the idle ids are the very list the last update gave (the same jobs)."""
-        parts: list[list[int]] = []
-        running = tuple(running)
-        attempts = tuple((j.id, j.attempts[-1].dispatch_time) for j in running if j.commit)
+        jobs on nodes (plan()'s inputs; id -> record), `attempts` a key that changes whenever they do
+        (for `known`). `idle` is then every queued idle id; an idle job stays queued while its
+        bound is within the budget's recent room (`RECENT`), and the engine leaves it out of the
+        pass by id."""
+        if attempts is None or self.synced[1:] != (attempts,):
+            self.sync(running if isinstance(running, dict) else {j.id: j for j in running})
+        self.synced, self.sums = (t, attempts), {}
+        new: list[int] = []
         park: list[int] = []
         back: list[int] = []
         self.room = {}
-        self.unchanged = True
         for name, b in self.budgets.items():
             if not self.active[name] and not self.by_cost[name]:
                 continue
@@ -160,83 +167,78 @@ class Parking:
             else:
                 lab = periods.current(b, t)
                 left = periods.bounds(b.period, lab, b.timezone)[1] - t - SLACK
-            held = self._held(b, lab, t, spent, running, attempts)
+            held = self.sums[(name, lab)] = self.holdings[name].at(t, lab)
             x = ledger.cap(b) - spent.get(name, 0) - held - ledger.overhead(b.unit, self.cfg)
             self.room[name] = (x, left, lab)
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
             r_max = -1 if left is None else self._max_rate(x, left)
             cost, by_rate = self.by_cost[name], self.by_rate[name]
-            back += [jid for _, jid in cost[:bisect_right(cost, (x, INF))]]
-            if r_max >= 0:
+            if cost and cost[0][0] <= x:
+                back += [jid for _, jid in cost[:bisect_right(cost, (x, INF))]]
+            if by_rate and by_rate[0][0] <= r_max:
                 back += [jid for _, jid in by_rate[:bisect_right(by_rate, (r_max, INF))]]
-            ids = self._idle(name, x, r_max, lab)
-            if ids:
-                parts.append(ids)
-            recent = self.recent.setdefault(name, deque(maxlen=RECENT))
-            recent.append(x)
-            peak = max(recent)
+            new += self._move(name, x, r_max)
+            peak = self.recent[name].push(x)
             park += self._over(name, peak, -1 if left is None else self._max_rate(peak, left))
-        idle = parts[0] if len(parts) == 1 else [i for ids in parts for i in ids]
-        return idle, park, list(dict.fromkeys(back))
+        idle = self.idle
+        new += [i for i in self.fresh if i in idle]
+        self.fresh = []
+        return new, park, list(dict.fromkeys(back))
 
-    def _held(self, b, lab: str, t: float, spent: dict, running, attempts) -> int:
-        """What the running jobs hold in period `lab` of budget `b` (without periods: its committed),
-        as plan()'s BudgetBook sums it. Remembered for the same running attempts with commitments
-        until the first of them outruns its commitment: until then the sum does not change with time
-        (ledger.in_span is max(accrued, part), and the part is fixed)."""
-        memo = self.held_memo.get(b.name)
-        if memo is not None and memo[0] == (lab, attempts) and t < memo[2]:
-            return memo[1]
-        book = BudgetBook(self.cfg, spent, running, t)
-        held = book.committed[b.name] if b.period == "none" else book._held(b, lab)
-        self.held_memo[b.name] = ((lab, attempts), held, _steady_until(running, b.name, t))
-        return held
-
-    def _idle(self, name: str, x: int, r_max: int, lab: str) -> list[int]:
-        """_over(name, x, r_max), the same list while x, the period and the budget's queued jobs stay
-        as they were and the rate test leaves every one in (r_max below the least of their rates)."""
-        memo = self.idle_memo.get(name)
-        if memo is not None and memo[0] == (x, lab, self.changed[name]) and r_max < memo[2]:
-            return memo[1]
-        self.unchanged = False
-        if self._all_fit(name, r_max):
-            self.idle_memo.pop(name, None)
+    def _move(self, name: str, x: int, r: int) -> list[int]:
+        """The idle set drawn at budget `name`'s new cut (x, r): per rate, only the jobs between the
+        old cut and the new one go in or out. The ids that went in."""
+        x0, r0 = self.cut.get(name, NO_CUT)
+        self.cut[name] = (x, r)
+        if x == x0 and r == r0:
             return []
-        active = self.active[name]
-        over = active[bisect_right(active, (x, INF, INF)):]
-        least = min(map(itemgetter(1), over), default=INF) if r_max >= 0 else INF
-        if r_max >= least:
-            self.idle_memo.pop(name, None)
-            return [e[2] for e in over if e[1] > r_max]
-        ids = list(map(itemgetter(2), over))
-        self.idle_memo[name] = ((x, lab, self.changed[name]), ids, least)
-        return ids
+        idle, added = self.idle, []
+        for rate, lst in self.active[name].items():
+            was, now = rate > r0, rate > r
+            if was and now:
+                lo, hi = (x, x0) if x < x0 else (x0, x)
+                ids = [i for _, i in lst[bisect_right(lst, (lo, INF)):bisect_right(lst, (hi, INF))]]
+                if x < x0:
+                    added += ids
+                else:
+                    idle.difference_update(ids)
+            elif was:
+                idle.difference_update([i for _, i in lst[bisect_right(lst, (x0, INF)):]])
+            elif now:
+                added += [i for _, i in lst[bisect_right(lst, (x, INF)):]]
+        idle.update(added)
+        return added
 
-    def idle_set(self, idle: list[int], park: list[int]) -> set[int]:
-        """The idle ids but those parked, as a set: the last one again for the same idle list."""
-        if not (self.unchanged and not park and self._set[0] is idle):
-            self._set = (idle, set(idle).difference(park))
-        return self._set[1]
+    def known(self, t: float, attempts) -> dict:
+        """(budget, period) -> what the running jobs hold there, for BudgetBook (plan()'s `held`): the
+        sums of the last update, if it was at `t` with the same running `attempts`."""
+        return self.sums if attempts is not None and self.synced == (t, attempts) else {}
 
-    def _all_fit(self, name: str, r_max: int) -> bool:
-        """Whether every queued job of budget `name` could run to the period's end within the room
-        (its rate at most r_max): then none is idle, and no list need be walked."""
-        return r_max >= 0 and r_max >= max(self.rates[name], default=-1)
+    def sync(self, running: dict) -> None:
+        """The running jobs (id -> record) now: those that started or ended since the last sync are
+        told to their budgets' Holdings."""
+        ids = set(running)
+        for i in self.seen - ids:
+            for h in self.holdings.values():
+                h.end(i)
+        for i in ids - self.seen:
+            job = running[i]
+            for name, _ in job.commit:
+                if name in self.holdings:
+                    self.holdings[name].start(job)
+        self.seen = ids
 
-    def _over(self, name: str, x: int, r_max: int) -> list[int]:
-        """The queued jobs of budget `name` whose bound exceeds x: c > x and accrue(rate, left) > x."""
-        if self._all_fit(name, r_max):
-            return []
-        active = self.active[name]
-        over = active[bisect_right(active, (x, INF, INF)):]
-        if r_max < 0:
-            return [e[2] for e in over]
-        return [e[2] for e in over if e[1] > r_max]
+    def _over(self, name: str, x: int, r: int) -> list[int]:
+        """The queued jobs of budget `name` whose bound exceeds x: c > x and rate > r (r: the largest
+        rate whose run to the period's end fits in x; -1 without periods)."""
+        return [i for rate, lst in self.active[name].items() if rate > r
+                for _, i in lst[bisect_right(lst, (x, INF)):]]
 
     def held_after(self, places) -> set[int]:
-        """The queued jobs that, once `places` (a pass's first admissions, with their commitments)
-        are in, no budget room is left for: at their turn later in the same pass they are pended for
-        their budget and do nothing else (the room at the last `update`, less those commitments)."""
+        """The queued jobs, idle ones aside, for which no budget room is left once `places` (a pass's
+        first admissions, with their commitments) are in: at their turn later in the same pass they
+        are pended for their budget and do nothing else (the room at the last `update`, less those
+        commitments)."""
         spend: Counter = Counter()
         for pl in places:
             parts = getattr(pl.commit, "parts", {})
@@ -246,9 +248,16 @@ class Parking:
                     spend[name] += parts[name].get(lab, 0) if name in parts else amount
         out: set[int] = set()
         for name, used in spend.items():
+            if not used:
+                continue
             x0, left, _ = self.room[name]
+            r0 = self.cut[name][1]
             x = x0 - used
-            out.update(self._over(name, x, -1 if left is None else self._max_rate(x, left)))
+            r = -1 if left is None else self._max_rate(x, left)
+            for rate, lst in self.active[name].items():
+                if rate > r:       # over the lower cut, and not over the pass's own (the idle ones)
+                    hi = bisect_right(lst, (x0, INF)) if rate > r0 else len(lst)
+                    out.update(i for _, i in lst[bisect_right(lst, (x, INF)):hi])
         return out
 
     @staticmethod
@@ -263,7 +272,7 @@ class Parking:
 
     def park(self, job: Job) -> None:
         name, c, rate = self.key[job.id]
-        self._out(name, (c, rate, job.id))
+        self._out(name, c, rate, job.id)
         self.jobs[job.id] = job
         insort(self.by_cost[name], (c, job.id))
         insort(self.by_rate[name], (rate, job.id))
@@ -274,7 +283,7 @@ class Parking:
         name, c, rate = self.key[job_id]
         for lst, k in ((self.by_cost[name], (c, job_id)), (self.by_rate[name], (rate, job_id))):
             del lst[bisect_left(lst, k)]
-        self._in(name, (c, rate, job_id))
+        self._in(name, c, rate, job_id)
         self.users[job.user] -= 1
         if not self.users[job.user]:
             del self.users[job.user]
@@ -293,24 +302,26 @@ class Parking:
         return not any(tails[u] for u in self.users) and not any(tails[jobs[i].user] for i in idle)
 
 
+class Peak:
+    """The largest of the last n values pushed (a deque of the candidates, decreasing)."""
+
+    def __init__(self, n: int):
+        self.n, self.count = n, 0
+        self.best: deque = deque()       # (push number, value)
+
+    def push(self, value) -> int:
+        best = self.best
+        while best and best[-1][1] <= value:
+            best.pop()
+        best.append((self.count, value))
+        if best[0][0] <= self.count - self.n:
+            best.popleft()
+        self.count += 1
+        return best[0][1]
+
+
 NONE: frozenset = frozenset()
-
-
-def _steady_until(running, name: str, t: float) -> float:
-    """Until when what the running jobs hold of budget `name` stays as at `t`: the first end of a
-    commitment among those charged to it (past it a job accrues more than it committed); `t` when one
-    accrues with nothing committed or no dispatch time."""
-    until = INF
-    for j in running:
-        if not j.commit or name not in dict(j.commit):
-            continue
-        rate, committed, cur = ledger.amount_of(j.rates, name), ledger.amount_of(j.commit, name), j.current
-        if not rate:
-            continue
-        if not committed or not (cur and cur.dispatch_time):
-            return t
-        until = min(until, cur.dispatch_time + committed * 3600 / rate)
-    return until
+NO_CUT = (INF, -1)      # a budget no update has seen yet: no job is idle
 
 
 def _quoted(job: Job, nodes) -> set[str]:
@@ -330,19 +341,18 @@ def settle(sim, t: float) -> None:
     if pk is None:
         return
     spent = periods.spent_now(sim.cfg.budgets, sim.spent, t)
-    idle, park, back = pk.update(t, spent, sim.running.values())
+    new, park, back = pk.update(t, spent, sim.running, sim.attempts)
     for i in back:
         bring_back(sim, i)
-    if not pk.unchanged:
-        sim.budget_held.update(idle)
-    if not pk.excludes(sim.queue, idle):
+    sim.budget_held.update(new)
+    if not pk.excludes(sim.queue, pk.idle):
         for i in list(pk.jobs):
             bring_back(sim, i)
         return
     for i in park:
         move_out(sim, i)
-    if len(park) < len(idle):
-        sim.idle = pk.idle_set(idle, park)
+    if pk.idle:
+        sim.idle = pk.idle
 
 
 def move_out(sim, job_id: int) -> None:

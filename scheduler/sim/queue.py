@@ -181,16 +181,16 @@ class Queue:
             heads = sorted(heads, key=lambda j: (-f[j.id].priority, j.submit_time, j.id))
         return heads
 
-    def window(self, n: int, ranked: list[Job], leave=()) -> list[Job]:
+    def window(self, n: int, ranked: list[Job], *leave) -> list[Job]:
         """Pending jobs that include the first `n` of plan()'s order, given accounts_in_submit_order()
         and the ranked heads: those n then come first in the window's own order too. A job of an
         account whose head is not among the n best heads has n jobs before it (the heads), so the
         first n are among the first n jobs of the accounts with the n best heads. Those in `leave`
-        (jobs that do nothing in the pass) are left out: the same holds of the queue without them."""
+        (sets of jobs that do nothing in the pass) are left out: the same holds of the queue without them."""
         jobs = self.jobs.__getitem__
         if self.one_order():
-            return list(map(jobs, islice(ids_but(self.fifo, leave), n)))
-        return [jobs(i) for h in ranked[:n] for i in islice(ids_but(self.by_account[h.account], leave), n)]
+            return list(map(jobs, islice(ids_but(self.fifo, *leave), n)))
+        return [jobs(i) for h in ranked[:n] for i in islice(ids_but(self.by_account[h.account], *leave), n)]
 
 
 class Bursts:

@@ -36,23 +36,23 @@ def plan(sim, t: float):
     n = WINDOW
     # jobs that do nothing in this pass: those idle for their budget and, in one order, those the
     # budget has no room for after the window's first admissions or that its pass pended for it
-    spent = idle
+    spent: set[int] = set()
     while True:
-        window = q.window(n, ranked, spent)
+        window = q.window(n, ranked, idle, spent)
         p = sim._call(t, window, usage)
         held = [pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS]
-        if len(p.places) + len(held) < n or len(window) + len(spent) == len(q):
+        if len(p.places) + len(held) < n or len(window) + len(idle) + len(spent) == len(q):
             break
         n *= 4
         if held and sim.parking is not None and one:
             # Those do nothing in the wider pass either (pended for their budget at their turn, the
             # jobs before them being the same): the next window is the first n of the others.
             placed = {pl.job_id for pl in p.places}
-            spent = sim.parking.held_after(p.places).union(held, idle).difference(placed)
-            if len(q) - len(spent) == sum(1 for j in window if j.id not in spent):
+            spent = sim.parking.held_after(p.places).union(held).difference(placed)
+            if len(q) - len(idle) - len(spent) == sum(1 for j in window if j.id not in spent):
                 break        # and every other job was in this window: its pass decides
-    if spent is not idle:
-        _held_before_blocker(sim, p, window, spent.difference(idle))
+    if spent:
+        _held_before_blocker(sim, p, window, spent)
     return p
 
 

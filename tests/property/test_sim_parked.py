@@ -1,13 +1,13 @@
 """A job the replay parks for its budget (scheduler/sim/parked.py) is one plan()'s budget gate pends
 on every node that could hold it: the parking bound never exceeds the need plan() quotes, whatever
 the shape, time limit, unit, billing, overhead, period and instant (a period's last seconds too)."""
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from labq.scheduler import config as config_mod, periods
 from labq.scheduler.model import Attempt, Gpu, Job, Node
 from labq.scheduler.policy.budget import BudgetBook
 from labq.scheduler.policy.capacity import could_ever_hold
-from labq.scheduler.sim.parked import Parking
+from labq.scheduler.sim.parked import Parking, Peak
 
 G = 1 << 30
 NODES = (Node("a", 32, 256 * G, 8, tuple(Gpu(f"A-{i}", i, "A100") for i in range(4))),
@@ -56,12 +56,13 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
     spent = max(0, 500_000_000 - need + off)
     pk = Parking(cfg, NODES)
     pk.add(job)
-    park, _, _ = pk.update(now, {"b": spent}, ())
+    new, _, _ = pk.update(now, {"b": spent}, ())
+    assert set(new) == pk.idle               # the first update: every idle job is newly idle
     book = BudgetBook(cfg, {"b": spent}, (), now)
-    if park:
+    if pk.idle:
         assert all(book.blocked(q) is not None for q in quotes)
     if off <= 0 and need - off <= 500_000_000 and not billing == "started_hour":
-        assert not park          # the cheapest placement fits: never parked
+        assert not pk.idle       # the cheapest placement fits: never idle
 
 
 @settings(max_examples=400, deadline=None)
@@ -103,30 +104,86 @@ def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period
         assert admitted          # the dearest placement fits with room to spare (past the bound's 2 ms): said so
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(period=st.sampled_from(["none", "week"]),
-       jobs=st.lists(st.tuples(st.integers(0, 50_000_000), st.integers(0, 20_000_000), st.floats(0, 5 * 86400)),
-                     min_size=0, max_size=5),
-       steps=st.lists(st.tuples(st.floats(0, 4 * 86400), st.integers(0, 5)), min_size=1, max_size=8))
-def test_what_running_jobs_hold_is_remembered_only_while_it_cannot_change(period, jobs, steps):
-    """Parking remembers what the running jobs hold of a budget (sim/parked.py `_held`) while the
-    same attempts run and none has outrun its commitment: at every later instant, the first `n` of
-    the jobs running, the remembered sum is what a fresh BudgetBook (plan()'s) sums then, jobs that
-    accrue past their commitment too."""
+       jobs=st.lists(st.tuples(st.integers(0, 50_000_000), st.integers(0, 20_000_000), st.floats(0, 9 * 86400)),
+                     min_size=0, max_size=6),
+       steps=st.lists(st.tuples(st.floats(0, 4 * 86400), st.sets(st.integers(0, 5))), min_size=1, max_size=10))
+def test_what_running_jobs_hold_is_kept_as_they_start_and_end(period, jobs, steps):
+    """Parking keeps what the running jobs hold of a budget as they start and end (sim/held.py),
+    not summed per pass: at every later instant, whichever of the jobs run then (started before the
+    period or after it, outrunning their commitment or not, with no commitment or no rate), the sum
+    is what a fresh BudgetBook (plan()'s) sums."""
     cfg = config(period, "usd", "second", 0.0, 0.0)
     b = cfg.budgets[0]
     base = 1_700_000_000.0
-    every = tuple(Job(id=i + 1, user="u", account="lab", argv=("x",), workdir="/", state="running", gpus=1,
-                        time_limit=86400, submit_time=base - ago, commit=(("b", commit),), rates=(("b", rate),),
-                        attempts=(Attempt(attempt=1, node="a", gpus=("A-0",), dispatch_time=base - ago),))
-                    for i, (commit, rate, ago) in enumerate(jobs))
+    every = [Job(id=i + 1, user="u", account="lab", argv=("x",), workdir="/", state="running", gpus=1,
+                 time_limit=86400, submit_time=base - ago, commit=(("b", commit),), rates=(("b", rate),),
+                 attempts=(Attempt(attempt=1, node="a", gpus=("A-0",), dispatch_time=base - ago),))
+             for i, (commit, rate, ago) in enumerate(jobs)]
     pk = Parking(cfg, NODES)
     t = base
-    for step, n in steps:
+    for step, which in steps:
         t += step
-        running = every[:n]
-        attempts = tuple((j.id, j.attempts[-1].dispatch_time) for j in running)
+        running = {j.id: j for k, j in enumerate(every) if k in which}
         label = periods.current(b, t) if period != "none" else ""
-        book = BudgetBook(cfg, {}, running, t)
+        book = BudgetBook(cfg, {}, tuple(running.values()), t)
         fresh = book.committed["b"] if period == "none" else book._held(b, label)
-        assert pk._held(b, label, t, {}, running, attempts) == fresh
+        pk.sync(running)
+        assert pk.holdings["b"].at(t, label) == fresh
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 9), values=st.lists(st.integers(-50, 50), min_size=1, max_size=60))
+def test_the_peak_of_recent_rooms_is_the_largest_of_the_last_n(n, values):
+    """Parking parks a job once its bound exceeds the room at each of the last RECENT passes: the
+    peak is kept in O(1) a pass (parked.Peak), the largest of the last n rooms pushed."""
+    peak = Peak(n)
+    for k, v in enumerate(values):
+        assert peak.push(v) == max(values[max(0, k - n + 1):k + 1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(period=st.sampled_from(["none", "week"]),
+       shapes=st.lists(st.tuples(st.integers(1, 4), st.integers(60, 3 * 86400)), min_size=1, max_size=12),
+       ops=st.lists(st.tuples(st.sampled_from(["add", "remove", "update"]), st.integers(0, 11),
+                              st.integers(0, 104).map(lambda k: k * 5_000_000), st.floats(0, 2 * 86400)),
+                    min_size=1, max_size=40))
+@example(period="week", shapes=[(4, 3 * 86400)],     # the room stays, the period's end nears: the rate test
+         ops=[("add", 0, 0, 0.0)] + [("update", 0, 200_000_000, step) for step in (0.0, 1.9 * 86400, 0.5 * 86400)])
+def test_the_idle_set_follows_the_cut_as_jobs_come_and_go(period, shapes, ops):
+    """The idle set is kept as a cut that moves (parked.py `_move`), not drawn anew: after every
+    update it is exactly the queued jobs whose bound is over the room (c > x and a rate too dear to
+    run to the period's end within x), and the ids an update calls new (counted held) are idle now,
+    every one that was not idle at the last update among them."""
+    cfg = config(period, "usd", "second", 0.0, 0.0)
+    jobs = [Job(id=i + 1, user="u", account="lab", argv=("x",), workdir="/", gpus=g, cpus=4, mem=G, time_limit=lim,
+                submit_time=1_700_000_000.0) for i, (g, lim) in enumerate(shapes)]
+    pk = Parking(cfg, NODES)
+    queued: set[int] = set()
+    before: set[int] = set()
+    t = 1_700_000_000.0
+    for op, k, spent, step in ops:
+        job = jobs[k % len(jobs)]
+        if op == "add" and job.id not in queued and job.id not in pk.jobs:
+            pk.add(job)
+            queued.add(job.id)
+        elif op == "remove" and job.id in queued:
+            pk.remove(job.id)
+            queued.discard(job.id)
+        elif op == "update":
+            t += step
+            new, park, back = pk.update(t, {"b": spent}, ())
+            if "b" not in pk.room:
+                continue
+            x, left, _ = pk.room["b"]
+            r = -1 if left is None else pk._max_rate(x, left)
+            over = {i for i in queued if pk.key[i][1] > x and pk.key[i][2] > r}
+            assert pk.idle == over
+            assert over - before <= set(new) <= over
+            for i in back:
+                queued.add(pk.unpark(i).id)
+            for i in park:
+                pk.park(jobs[i - 1])
+                queued.discard(i)
+            before = set(pk.idle)

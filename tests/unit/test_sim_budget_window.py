@@ -24,7 +24,7 @@ def test_a_budgeted_strict_replay_equals_whole_passes(tmp_path, monkeypatch, lim
     nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
     seen = []
     real = policy.plan
-    monkeypatch.setattr(policy, "plan", lambda snap, c, *a: seen.append(len(snap.jobs)) or real(snap, c, *a))
+    monkeypatch.setattr(policy, "plan", lambda snap, c, *a, **kw: seen.append(len(snap.jobs)) or real(snap, c, *a, **kw))
     fast = simulate(jobs, nodes, cfg)
     given, seen[:] = sum(seen), []
     full = simulate(jobs, nodes, cfg, skip=False)
