@@ -35,8 +35,8 @@ import heapq
 import math
 from bisect import bisect_left, insort
 from collections.abc import Iterator
-from itertools import filterfalse, islice
-from operator import itemgetter
+from itertools import compress, count, filterfalse, islice
+from operator import itemgetter, not_
 
 from .. import fairshare
 from ..policy.priority import expected_runtime
@@ -124,7 +124,7 @@ def bucket(e) -> int:
 class Runtimes:
     """Pending jobs by (expected run time E, span as backfill counts it): each such class's (submit
     time, id) in order; per bucket of E the E's and the spans of its classes (sorted) and each
-    class's first job as (submit time, id, E, span), oldest first."""
+    class's first job as (submit time, id, E, span, the class's list), oldest first."""
 
     def __init__(self):
         self.classes: dict = {}
@@ -142,13 +142,13 @@ class Runtimes:
         mine = self.classes.get((e, span))
         b = bucket(e)
         if mine is None:
-            self.classes[(e, span)] = [key]
+            mine = self.classes[(e, span)] = [key]
             insort(self.lows.setdefault(b, []), e)
             insort(self.spans.setdefault(b, []), span)
-            insort(self.heads.setdefault(b, []), (*key, e, span))
+            insort(self.heads.setdefault(b, []), (*key, e, span, mine))
             return
         if key < mine[0]:
-            self._head(b, mine[0], (e, span), key)
+            self._head(b, mine[0], (e, span), key, mine)
         insort(mine, key)
 
     def remove(self, job, span: float) -> None:
@@ -161,7 +161,7 @@ class Runtimes:
         if at:
             return
         if mine:
-            self._head(b, key, (e, span), mine[0])
+            self._head(b, key, (e, span), mine[0], mine)
             return
         del self.classes[(e, span)]
         lows, spans, heads = self.lows[b], self.spans[b], self.heads[b]
@@ -171,10 +171,10 @@ class Runtimes:
         if not lows:
             del self.lows[b], self.spans[b], self.heads[b]
 
-    def _head(self, b: int, old, cls, new) -> None:
+    def _head(self, b: int, old, cls, new, mine: list) -> None:
         heads = self.heads[b]
         del heads[bisect_left(heads, (*old, *cls))]
-        insort(heads, (*new, *cls))
+        insort(heads, (*new, *cls, mine))
 
 
 def merge(jobs: dict, sources, score, t: float, leave=()):
@@ -199,36 +199,60 @@ def merge(jobs: dict, sources, score, t: float, leave=()):
         if entry[2] < 0:            # a bucket: its next (fitting) class's first job joins
             _, _, tie, r, b, late, k = entry
             heads = r.heads[b]
-            while k < len(heads):
-                s, i, e, span = heads[k]
-                k += 1
-                if late is None or late >= t + span:
-                    mine, j = r.classes[(e, span)], 0
-                    if i in leave:
-                        j = _past(mine, 1, leave)
-                    if j < len(mine):
-                        s, i = mine[j]
-                        push(heap, (-score(s, e), s, i, mine, j, e))
-                        break       # (a class all left out: the next one, no heap round)
+            live = _first_live(heads, k, late, t, leave)
+            if live is not None:     # (classes all left out: the next one, no heap round)
+                k, s, i, mine, j, e = live
+                push(heap, (-score(s, e), s, i, mine, j, e))
+            else:
+                k = len(heads)
             if k < len(heads):
                 s = heads[k][0]
                 push(heap, (-score(s, r.lows[b][0]), s, tie, r, b, late, k))
             continue
         _, _, i, mine, k, e = entry
         k += 1
-        if k < len(mine) and mine[k][1] in leave:
-            k = _past(mine, k + 1, leave)
-        if k < len(mine):
+        n = len(mine)
+        while k < n and mine[k][1] in leave:
+            k += 1
+        if k < n:
             s, nxt = mine[k]
             push(heap, (-score(s, e), s, nxt, mine, k, e))
         yield jobs[i]
 
 
-def _past(mine: list, k: int, leave) -> int:
-    """The first index from k of a class's (submit time, id) list whose id is not in `leave`."""
-    while k < len(mine) and mine[k][1] in leave:
+def _first_live(heads: list, k: int, late, t: float, leave):
+    """From heads[k] of a bucket, the first class whose span ends by `late` (None: any) with a job
+    not in `leave`: (the index past its head, that job's submit time and id, the class's list, the
+    job's index there, E); None when there is none. A spent budget's idle classes come in runs:
+    those whose first job is left out are stepped over in C, and only the ones among them with more
+    jobs are looked into."""
+    n = len(heads)
+    while k < n:
+        if leave and heads[k][1] in leave:
+            # the next head whose first job is not left out; before it, the classes of several jobs
+            past = _kept(heads, k, leave, n)
+            sizes = map(len, map(itemgetter(4), map(heads.__getitem__, range(k, past))))
+            for m in compress(count(k), map((1).__lt__, sizes)):
+                s, i, e, span, mine = heads[m]
+                if late is None or late >= t + span:
+                    j = _kept(mine, 1, leave, None)
+                    if j is not None:
+                        return m + 1, mine[j][0], mine[j][1], mine, j, e
+            k = past
+            if k == n:
+                return None
+        s, i, e, span, mine = heads[k]
         k += 1
-    return k
+        if late is None or late >= t + span:
+            return k, s, i, mine, 0, e
+    return None
+
+
+def _kept(keys: list, k: int, leave, default):
+    """The first index from k of sorted (…, id) `keys` whose id is not in `leave` (in C; from k on,
+    not through the first k as islice would), else `default`."""
+    ids = map(itemgetter(1), map(keys.__getitem__, range(k, len(keys))))
+    return next(compress(count(k), map(not_, map(leave.__contains__, ids))), default)
 
 
 class ShortOrder(Order):

@@ -356,14 +356,9 @@ def settle(sim, t: float) -> None:
 
 
 def move_out(sim, job_id: int) -> None:
-    job = sim.queue.remove(job_id)
-    sim.parking.park(job)
-    if sim.queue.penalised:
-        sim.queue.bursts.add(job)       # burst tails are of every pending job (Parking.excludes)
+    # burst tails are of every pending job (Parking.excludes): a parked job stays in them
+    sim.parking.park(sim.queue.remove(job_id, pending=True))
 
 
 def bring_back(sim, job_id: int) -> None:
-    job = sim.parking.unpark(job_id)
-    if sim.queue.penalised:
-        sim.queue.bursts.remove(job)
-    sim.queue.add(job)
+    sim.queue.add(sim.parking.unpark(job_id), pending=True)

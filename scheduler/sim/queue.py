@@ -69,14 +69,16 @@ class Queue:
     def _qos(self, job: Job) -> int:
         return self._levels.get(job.qos, 0)
 
-    def add(self, job: Job) -> None:
+    def add(self, job: Job, pending: bool = False) -> None:
+        """A job joins the queue; `pending`: it was pending already (parked), so the burst tails,
+        which count every pending job, have it."""
         key = (job.submit_time, job.id)
         self.jobs[job.id] = job
         insort(self.fifo, key)
         insort(self.by_account.setdefault(job.account, []), key)
         self.qos_levels[self._qos(job)] += 1
         self.per_user[job.user] += 1
-        if self.penalised:
+        if self.penalised and not pending:
             self.bursts.add(job)
         self.shapes.add(job)
         s, span = self.keys[job.id] = (shape(job), self.span(job))
@@ -88,7 +90,8 @@ class Queue:
         self.gangs += job.nodes > 1
         self.budgeted += self.charged(job)
 
-    def remove(self, job_id: int) -> Job:
+    def remove(self, job_id: int, pending: bool = False) -> Job:
+        """A job leaves the queue; `pending`: it stays pending (parked), in the burst tails."""
         job = self.jobs.pop(job_id)
         key = (job.submit_time, job.id)
         del self.fifo[bisect_left(self.fifo, key)]
@@ -100,7 +103,7 @@ class Queue:
         if not self.qos_levels[self._qos(job)]:
             del self.qos_levels[self._qos(job)]
         self.per_user[job.user] -= 1
-        if self.penalised:
+        if self.penalised and not pending:
             self.bursts.remove(job)
         self.shapes.remove(job)
         s, span = self.keys.pop(job.id)
