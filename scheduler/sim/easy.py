@@ -126,7 +126,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     `p` ends in (above): for each request shape, those with a run (`Queue.span`) short enough to
     leave every reservation whole on some node with room for the shape. Those in `gone` are not
     taken but put in `marks`."""
-    inside = {j.id for j in head}.union(sim.idle)
+    inside, idle = {j.id for j in head}, sim.idle       # (the idle set not copied: hundreds of ids)
     room = _room_after(sim, p)
     points = None
     latest: dict = {}                 # shape -> the latest first-crossed reservation over its nodes (inf: none)
@@ -143,7 +143,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
         # when the latest of those is at or past t + its span.
         late = max(min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])),
                        default=math.inf) for name in nodes)
-        first = next((span for span, _, jid in keyed if jid not in inside), None)
+        first = next((span for span, _, jid in keyed if jid not in inside and jid not in idle), None)
         if first is not None and late >= t + first:
             latest[s] = late
             ok[s] = bisect_right(keyed, (late - t, math.inf, math.inf))
@@ -153,7 +153,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
         return _shortest(sim, t, latest, inside, gone, marks, order)[:k]
     out = []
     for j in order.fitting(latest, t):     # many: the first of them in plan()'s order
-        if j.id not in inside:
+        if j.id not in inside and j.id not in idle:
             if j.id in gone:
                 marks.add(j.id)
                 continue
@@ -173,7 +173,7 @@ def _shortest(sim, t: float, latest: dict, inside, gone, marks, order) -> list:
                 break
             if jid in gone:
                 marks.add(jid)
-            elif jid not in inside:
+            elif jid not in inside and jid not in sim.idle:
                 out.append(jobs[jid])
     out.sort(key=order.key)
     return out

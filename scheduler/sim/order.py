@@ -34,7 +34,7 @@ more than a few microseconds apart (or equal: then submit time and id decide, as
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import compress, count, filterfalse, islice
 from operator import itemgetter, not_
 
@@ -107,7 +107,7 @@ class SubmitOrder(Order):
                 yield jobs[i]
 
 
-def ids_but(keys: list, *leave):
+def ids_but(keys: Iterable, *leave):
     """The ids of sorted (…, id) `keys` but those in the sets `leave`, lazily."""
     ids: Iterator[int] = map(itemgetter(1), keys)
     for ids_out in leave:

@@ -54,7 +54,7 @@ class Parking:
         self.budgets = {b.name: b for b in cfg.budgets}
         self.jobs: dict[int, Job] = {}                    # parked: id -> record
         self.key: dict[int, tuple] = {}                   # every parkable pending job: id -> (budget, c, rate)
-        self.active: dict[str, dict] = {b: {} for b in self.budgets}      # budget -> rate -> sorted (c, id) queued
+        self.active: dict[str, dict] = {b: {} for b in self.budgets}      # budget -> rate -> Bounds (queued)
         self.by_cost: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (c, id) parked
         self.by_rate: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (rate, id) parked
         self.users: Counter = Counter()                   # parked jobs per user
@@ -92,7 +92,10 @@ class Parking:
 
     def _in(self, name: str, c: int, rate: int, job_id: int) -> None:
         """A job joins budget `name`'s queued ones: idle at once if its bound is over the cut."""
-        insort(self.active[name].setdefault(rate, []), (c, job_id))
+        mine = self.active[name].get(rate)
+        if mine is None:
+            mine = self.active[name][rate] = Bounds()
+        mine.add(c, job_id)
         x, r = self.cut.get(name, NO_CUT)
         if c > x and rate > r:
             self.idle.add(job_id)
@@ -101,8 +104,8 @@ class Parking:
     def _out(self, name: str, c: int, rate: int, job_id: int) -> None:
         mine = self.active[name]
         lst = mine[rate]
-        del lst[bisect_left(lst, (c, job_id))]
-        if not lst:
+        lst.remove(c, job_id)
+        if not lst.ids:
             del mine[rate]
         self.idle.discard(job_id)
 
@@ -197,15 +200,15 @@ class Parking:
             was, now = rate > r0, rate > r
             if was and now:
                 lo, hi = (x, x0) if x < x0 else (x0, x)
-                ids = [i for _, i in lst[bisect_right(lst, (lo, INF)):bisect_right(lst, (hi, INF))]]
+                ids = lst.ids[lst.over(lo):lst.over(hi)]
                 if x < x0:
                     added += ids
                 else:
                     idle.difference_update(ids)
             elif was:
-                idle.difference_update([i for _, i in lst[bisect_right(lst, (x0, INF)):]])
+                idle.difference_update(lst.ids[lst.over(x0):])
             elif now:
-                added += [i for _, i in lst[bisect_right(lst, (x, INF)):]]
+                added += lst.ids[lst.over(x):]
         idle.update(added)
         return added
 
@@ -231,8 +234,7 @@ class Parking:
     def _over(self, name: str, x: int, r: int) -> list[int]:
         """The queued jobs of budget `name` whose bound exceeds x: c > x and rate > r (r: the largest
         rate whose run to the period's end fits in x; -1 without periods)."""
-        return [i for rate, lst in self.active[name].items() if rate > r
-                for _, i in lst[bisect_right(lst, (x, INF)):]]
+        return [i for rate, lst in self.active[name].items() if rate > r for i in lst.ids[lst.over(x):]]
 
     def held_after(self, places) -> set[int]:
         """The queued jobs, idle ones aside, for which no budget room is left once `places` (a pass's
@@ -256,8 +258,7 @@ class Parking:
             r = -1 if left is None else self._max_rate(x, left)
             for rate, lst in self.active[name].items():
                 if rate > r:       # over the lower cut, and not over the pass's own (the idle ones)
-                    hi = bisect_right(lst, (x0, INF)) if rate > r0 else len(lst)
-                    out.update(i for _, i in lst[bisect_right(lst, (x, INF)):hi])
+                    out.update(lst.ids[lst.over(x):lst.over(x0) if rate > r0 else len(lst.ids)])
         return out
 
     @staticmethod
@@ -300,6 +301,29 @@ class Parking:
             return True
         tails, jobs = queue.bursts.tails, queue.jobs
         return not any(tails[u] for u in self.users) and not any(tails[jobs[i].user] for i in idle)
+
+
+class Bounds:
+    """One budget's queued jobs of one rate by bound: (c, id) sorted, and their ids alongside (a
+    run of them is a slice, copied in C, not a walk over the pairs)."""
+    __slots__ = ("keys", "ids")
+
+    def __init__(self):
+        self.keys: list[tuple] = []
+        self.ids: list[int] = []
+
+    def add(self, c: int, job_id: int) -> None:
+        at = bisect_right(self.keys, (c, job_id))
+        self.keys.insert(at, (c, job_id))
+        self.ids.insert(at, job_id)
+
+    def remove(self, c: int, job_id: int) -> None:
+        at = bisect_left(self.keys, (c, job_id))
+        del self.keys[at], self.ids[at]
+
+    def over(self, x) -> int:
+        """The index of the first job whose bound exceeds x."""
+        return bisect_right(self.keys, (x, INF))
 
 
 class Peak:

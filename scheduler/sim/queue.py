@@ -189,10 +189,15 @@ class Queue:
         and the ranked heads: those n then come first in the window's own order too. A job of an
         account whose head is not among the n best heads has n jobs before it (the heads), so the
         first n are among the first n jobs of the accounts with the n best heads. Those in `leave`
-        (sets of jobs that do nothing in the pass) are left out: the same holds of the queue without them."""
+        (sets of jobs that do nothing in the pass) are left out: the same holds of the queue without them.
+        In one order the window starts at the first ranked head, the queue's first job not in the
+        first of `leave` (heads()): every job before it is left out."""
         jobs = self.jobs.__getitem__
         if self.one_order():
-            return list(map(jobs, islice(ids_but(self.fifo, *leave), n)))
+            # from the first ranked head on: the jobs before it are all left out (heads())
+            fifo = self.fifo
+            keys = map(fifo.__getitem__, range(bisect_left(fifo, (ranked[0].submit_time, ranked[0].id)), len(fifo)))
+            return list(map(jobs, islice(ids_but(keys, *leave), n)))
         return [jobs(i) for h in ranked[:n] for i in islice(ids_but(self.by_account[h.account], *leave), n)]
 
 
