@@ -155,8 +155,8 @@ class Parking:
         (for `known`). `idle` is then every queued idle id; an idle job stays queued while its
         bound is within the budget's recent room (`RECENT`), and the engine leaves it out of the
         pass by id."""
-        if attempts is None or self.synced[1:] != (attempts,):
-            self.sync(running if isinstance(running, dict) else {j.id: j for j in running})
+        if attempts is None or not self.synced or self.synced[1] != attempts:
+            self.sync(running)
         self.synced, self.sums = (t, attempts), {}
         new: list[int] = []
         park: list[int] = []
@@ -174,7 +174,7 @@ class Parking:
             x = ledger.cap(b) - spent.get(name, 0) - held - ledger.overhead(b.unit, self.cfg)
             self.room[name] = (x, left, lab)
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
-            r_max = -1 if left is None else self._max_rate(x, left)
+            r_max = self._max_rate(x, left)
             cost, by_rate = self.by_cost[name], self.by_rate[name]
             if cost and cost[0][0] <= x:
                 back += [jid for _, jid in cost[:bisect_right(cost, (x, INF))]]
@@ -182,7 +182,7 @@ class Parking:
                 back += [jid for _, jid in by_rate[:bisect_right(by_rate, (r_max, INF))]]
             new += self._move(name, x, r_max)
             peak = self.recent[name].push(x)
-            park += self._over(name, peak, -1 if left is None else self._max_rate(peak, left))
+            park += self._over(name, peak, self._max_rate(peak, left))
         idle = self.idle
         new += [i for i in self.fresh if i in idle]
         self.fresh = []
@@ -255,16 +255,17 @@ class Parking:
             x0, left, _ = self.room[name]
             r0 = self.cut[name][1]
             x = x0 - used
-            r = -1 if left is None else self._max_rate(x, left)
+            r = self._max_rate(x, left)
             for rate, lst in self.active[name].items():
                 if rate > r:       # over the lower cut, and not over the pass's own (the idle ones)
                     out.update(lst.ids[lst.over(x):lst.over(x0) if rate > r0 else len(lst.ids)])
         return out
 
     @staticmethod
-    def _max_rate(x: int, seconds: float) -> int:
-        """The largest rate r with accrue(r, seconds) <= x (-1 when x < 0)."""
-        if x < 0:
+    def _max_rate(x: int, seconds: float | None) -> int:
+        """The largest rate r with accrue(r, seconds) <= x (-1 when x < 0, and without periods,
+        `seconds` None: then no rate runs within the room, only the bound c counts)."""
+        if x < 0 or seconds is None:
             return -1
         ms = max(0, int(seconds * 1000))
         if not ms:

@@ -56,7 +56,7 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
     spent = max(0, 500_000_000 - need + off)
     pk = Parking(cfg, NODES)
     pk.add(job)
-    new, _, _ = pk.update(now, {"b": spent}, ())
+    new, _, _ = pk.update(now, {"b": spent}, {})
     assert set(new) == pk.idle               # the first update: every idle job is newly idle
     book = BudgetBook(cfg, {"b": spent}, (), now)
     if pk.idle:
@@ -94,7 +94,7 @@ def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period
     spent = max(0, 500_000_000 - max(map(need, quotes)) + off)
     pk = Parking(cfg, NODES)
     pk.add(job)
-    pk.update(now, {"b": spent}, ())
+    pk.update(now, {"b": spent}, {})
     book = BudgetBook(cfg, {"b": spent}, (), now)
     admitted = pk.admits(job)
     if admitted:
@@ -173,11 +173,11 @@ def test_the_idle_set_follows_the_cut_as_jobs_come_and_go(period, shapes, ops):
             queued.discard(job.id)
         elif op == "update":
             t += step
-            new, park, back = pk.update(t, {"b": spent}, ())
+            new, park, back = pk.update(t, {"b": spent}, {})
             if "b" not in pk.room:
                 continue
             x, left, _ = pk.room["b"]
-            r = -1 if left is None else pk._max_rate(x, left)
+            r = pk._max_rate(x, left)
             over = {i for i in queued if pk.key[i][1] > x and pk.key[i][2] > r}
             assert pk.idle == over
             assert over - before <= set(new) <= over
