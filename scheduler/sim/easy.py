@@ -75,7 +75,8 @@ def plan(sim, t: float):
                 # (policy/__init__.py `_blocked`), and does nothing else: left out, counted held.
                 spent = _spent_by(sim, p, head, keep_held=False)
         if spent:
-            sim.budget_held.update(before(spent, sim.queue.jobs, p.starts[0].job_id if p.starts else None, order.key))
+            fresh = spent.difference(sim.budget_held)     # (those counted at an earlier pass are)
+            sim.budget_held.update(before(fresh, sim.queue.jobs, p.starts[0].job_id if p.starts else None, order.key))
         decided = head
     # The later jobs that could start, a few at a time in the queue's order: usually the first of
     # them fill the room the head left, and the pass over head + those shows that the rest cannot.

@@ -170,19 +170,16 @@ class Queue:
             return ShortOrder(self.jobs, self.runtimes, self.shaped, self.cfg, now, usage, leave)
         return SubmitOrder(self.jobs, self.fifo, self.keys, leave)
 
-    def heads(self, leave=()) -> list[Job]:
-        """Each account's first pending job but those in `leave`: given accounts_in_submit_order(),
-        plan()'s first job is one of them (of the queue without `leave`)."""
+    def heads(self, *leave) -> list[Job]:
+        """Each account's first pending job but those in the sets `leave`: given
+        accounts_in_submit_order(), plan()'s first job is one of them (of the queue without `leave`)."""
         lists = (self.fifo,) if self.one_order() else self.by_account.values()
-        firsts = (next(ids_but(keys, leave), None) for keys in lists)
+        firsts = (next(ids_but(keys, *leave), None) for keys in lists)
         return [self.jobs[i] for i in firsts if i is not None]
 
-    def ranked(self, heads: list[Job], now: float, usage: dict) -> list[Job]:
-        """heads() in plan()'s order, which priority.factors gives."""
-        if len(heads) > 1:
-            f = priority.factors(heads, now, usage, self.cfg)
-            heads = sorted(heads, key=lambda j: (-f[j.id].priority, j.submit_time, j.id))
-        return heads
+    def ranked(self, jobs: list[Job], now: float, usage: dict) -> list[Job]:
+        """Jobs (heads(), a window) in plan()'s order: priority.ordered, the sort plan() makes."""
+        return priority.ordered(jobs, now, usage, self.cfg) if len(jobs) > 1 else jobs
 
     def window(self, n: int, ranked: list[Job], *leave) -> list[Job]:
         """Pending jobs that include the first `n` of plan()'s order, given accounts_in_submit_order()

@@ -9,12 +9,17 @@ otherwise a pass over a window that holds the first n jobs decides the same as t
 soon as fewer than n start or pend for a budget: one of the n stayed pending on capacity, and
 nothing after it starts.
 
-Jobs a budget has no room for (parked.py: idle at the start of the pass, or, in one order, priced
-out by the window's first admissions) are left out of the window: at their turn they are pended for
-their budget and do nothing else. Each would have had its budget reason up to the blocker. So are
-the jobs a window's pass pended for their budget (the jobs before them are the same in a wider
-window); a wider window with no job the last one lacked is not asked for.
+Jobs a budget has no room for (parked.py: idle at the start of the pass, or priced out by the
+admissions among a window's first n jobs in plan()'s order, which are every wider window's first n
+and decided alike there) are left out of the next window: at their turn they are pended for their
+budget and do nothing else. Each would have had its budget reason up to the blocker. So are the
+jobs among those n that the window's pass pended for their budget; a wider window with no job the
+last one lacked is not asked for. Under fair share an account's first job may be among them: the
+next window is drawn from the heads that are left. (Only the first n count: a later admission may
+land elsewhere, at another rate, once a wider window puts other jobs before it.)
 """
+from itertools import takewhile
+
 from .. import states
 from .room import shape
 
@@ -34,8 +39,8 @@ def plan(sim, t: float):
     if not sim.room.fits_somewhere([shape(ranked[0])]) and not _may_be_held(sim, ranked[0]):
         return None
     n = WINDOW
-    # jobs that do nothing in this pass: those idle for their budget and, in one order, those the
-    # budget has no room for after the window's first admissions or that its pass pended for it
+    # jobs that do nothing in this pass: those idle for their budget and those the budget has no
+    # room for after the admissions among a window's first n jobs, or that its pass pended for it
     spent: set[int] = set()
     while True:
         window = q.window(n, ranked, idle, spent)
@@ -43,17 +48,29 @@ def plan(sim, t: float):
         held = [pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS]
         if len(p.places) + len(held) < n or len(window) + len(idle) + len(spent) == len(q):
             break
-        n *= 4
-        if held and sim.parking is not None and one:
-            # Those do nothing in the wider pass either (pended for their budget at their turn, the
-            # jobs before them being the same): the next window is the first n of the others.
-            placed = {pl.job_id for pl in p.places}
-            spent = sim.parking.held_after(p.places).union(held).difference(placed)
+        if held and sim.parking is not None:
+            spent |= _held_in_wider(sim, p, window if one else q.ranked(window, t, usage)[:n], held)
             if len(q) - len(idle) - len(spent) == sum(1 for j in window if j.id not in spent):
                 break        # and every other job was in this window: its pass decides
+            if not one:      # an account's first job may be among them: its next one heads it
+                ranked = q.ranked(q.heads(idle, spent), t, usage)
+        n *= 4
     if spent:
-        _held_before_blocker(sim, p, window, spent)
+        _held_before_blocker(sim, p, t, window if one else q.ranked(window, t, usage), spent, None if one else usage)
     return p
+
+
+def _held_in_wider(sim, p, first, held) -> set[int]:
+    """The jobs of a window's pass `p` that do nothing in a pass over any wider window: `first` are
+    the window's first n jobs in plan()'s order, the first n of every wider window too, decided
+    alike there (a strict pass decides each job from the jobs before it). Their admissions come
+    before every other job, so a job the budget has no room for after them (parked.py `held_after`)
+    is pended for it at its turn; so are those of them the pass pended for it."""
+    ids = {j.id for j in first}
+    placed = {pl.job_id for pl in p.places}
+    spent = sim.parking.held_after([pl for pl in p.places if pl.job_id in ids])
+    spent.update(i for i in held if i in ids)
+    return spent.difference(placed)
 
 
 def _may_be_held(sim, job) -> bool:
@@ -62,13 +79,22 @@ def _may_be_held(sim, job) -> bool:
     return sim.queue.charged(job) and not (sim.parking is not None and sim.parking.admits(job))
 
 
-def _held_before_blocker(sim, p, window, spent: set[int]) -> None:
+def _held_before_blocker(sim, p, t: float, window, spent: set[int], usage: dict | None) -> None:
     """The jobs left out for their budget would each have been pended for it in the whole pass, up
-    to the blocker (the first job of the window neither started nor held by a budget), after which
-    every job pends behind it."""
+    to the blocker (the first job of the `window`, in plan()'s order, neither started nor held by a
+    budget), after which every job pends behind it. `usage`: fair share's, when plan()'s order is
+    not submit order."""
+    spent = spent.difference(sim.budget_held)      # (a set: those counted at an earlier pass are)
+    if not spent:
+        return
     settled = {pl.job_id for pl in p.places} | {pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS}
     blocker = next((j.id for j in window if j.id not in settled), None)
-    sim.budget_held.update(before(spent, sim.queue.jobs, blocker))
+    jobs = sim.queue.jobs
+    if usage is None or blocker is None:
+        sim.budget_held.update(before(spent, jobs, blocker))
+        return
+    order = sim.queue.ranked([jobs[blocker], *(jobs[i] for i in spent)], t, usage)
+    sim.budget_held.update(j.id for j in takewhile(lambda j: j.id != blocker, order))
 
 
 def before(ids, jobs, job_id, key=None) -> list:

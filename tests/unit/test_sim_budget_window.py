@@ -8,7 +8,7 @@ import pytest
 
 from labq.cli.whatif import parse_nodes
 from labq.scheduler import config as config_mod, policy
-from labq.scheduler.sim import load, policy_config, report, simulate
+from labq.scheduler.sim import load, policy_config, report, simulate, strict
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import gpu_trace  # noqa: E402
@@ -51,3 +51,62 @@ def test_a_budgeted_replay_parks_what_the_budget_holds_and_equals_whole_passes(t
     assert sched(fast) == sched(full)
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
     assert report(fast)["held_by_budget"]["jobs"] > 0
+
+
+FEW = ('[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = {limit}\nperiod = "{period}"\n')
+
+
+@pytest.mark.parametrize("limit, period", [(300.0, "week"), (120.0, "none")])
+def test_fair_share_windows_leave_out_the_jobs_their_first_admissions_price_out(tmp_path, monkeypatch, limit, period):
+    """Under fair share the strict windows are drawn per account. The jobs a window's first n
+    admissions (in plan()'s order) leave no budget room for are pended for it in every wider window,
+    so they are left out of it and not judged again: plan() gives few budget verdicts beyond the
+    jobs held, and the replay equals whole passes (budget-held jobs counted up to the blocker in
+    plan()'s order, not submit order)."""
+    path = gpu_trace.write(str(tmp_path / "t.csv"), 600, seed=1, days=2)
+    cfg = policy_config(config_mod.loads(FEW.format(limit=limit, period=period)), "fairshare")
+    nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
+    verdicts = []
+    real = policy.plan
+
+    def counted(snap, c, *a, **kw):
+        p = real(snap, c, *a, **kw)
+        verdicts.extend(pd.job_id for pd in p.pending if pd.reason in strict.BUDGET_REASONS)
+        return p
+    monkeypatch.setattr(policy, "plan", counted)
+    fast = simulate(jobs, nodes, cfg)
+    monkeypatch.setattr(policy, "plan", real)
+    full = simulate(jobs, nodes, cfg, skip=False)
+    sched = lambda r: {i: (j.state, j.reason, [(a.node, a.gpus, a.dispatch_time, a.end_time) for a in j.attempts])  # noqa: E731
+                       for i, j in r.jobs.items()}
+    assert sched(fast) == sched(full)
+    assert fast.budget_held == full.budget_held and fast.spent == full.spent
+    assert len(fast.budget_held) > 50
+    assert len(verdicts) < 2 * len(fast.budget_held)     # (about 3.5x before they were left out)
+
+
+def test_a_fair_share_window_is_drawn_again_from_the_heads_left_after_the_jobs_left_out():
+    """Twenty one-job accounts and a budgeted one whose first three jobs fit its budget only on the
+    cheap node, which a filler takes: the first window pends them for the budget. The next window
+    must be drawn from each account's first job but those: the budgeted account's is now its last,
+    3-GPU job. Drawn from the old heads it would hold that job in place of a sixteenth account,
+    which it blocks, and start one job fewer at once than whole passes do."""
+    from labq.scheduler.model import Gpu, Node
+    from labq.scheduler.sim import EPOCH, TraceJob
+    gib = 1 << 30
+    nodes = tuple(Node(f"n{i}", 64, 512 * gib, 64, tuple(Gpu(f"GPU-{i}-{g}", g, "fake") for g in range(8)))
+                  for i in range(3))
+    trace = [TraceJob("filler", 0.0, 7200.0, 7200, gpus=8, user="fil", account="fill")]
+    trace += [TraceJob(f"v{k}", 0.0, 3600.0, 3600, gpus=1, user="vic", account="vision") for k in range(3)]
+    trace += [TraceJob(f"a{k}", 0.0, 600.0 + 60 * k, 3600, gpus=1, user=f"u{k}", account=f"acc{k:02d}")
+              for k in range(20)]
+    trace += [TraceJob("v3", 0.0, 60.0, 60, gpus=3, user="vic", account="vision")]
+    cfg = policy_config(config_mod.loads(
+        '[rates]\nnode_hour = { "n0" = 8.0, "n1" = 80.0, "n2" = 80.0 }\n'
+        '[[budgets]]\nname = "vision"\naccount = "vision"\nlimit = 5.0\nperiod = "none"\n'), "fairshare")
+    fast, full = simulate(trace, nodes, cfg), simulate(trace, nodes, cfg, skip=False)
+    sched = lambda r: {j.name: [(a.node, a.dispatch_time - EPOCH) for a in j.attempts] for j in r.jobs.values()}  # noqa: E731
+    assert sched(fast) == sched(full)
+    at_once = sorted(name for name, a in sched(full).items() if a and a[0][1] == 0)
+    assert at_once == sorted(["filler", *(f"a{k}" for k in range(16))])     # the filler on n0, sixteen on n1, n2
+    assert fast.budget_held == full.budget_held == {2, 3, 4}
