@@ -91,8 +91,8 @@ class _Pass:
         free = capacity.free_capacity(snap.nodes, running, snap.now)
         # A copy of the free capacity at the start of the pass tells `Priority` (higher jobs took the
         # room) apart from `Resources` (there was no room to begin with).
-        self.initial = capacity.Placer({n: replace(f, gpus=list(f.gpus)) for n, f in free.items()})
         self.free = capacity.Placer(free)
+        self.initial = self.free.copy()
         self.usage = Usage(running, cfg, sum(len(f.gpus) for f in self.free.free.values()))
         # A borrower that may not be preempted again could not be reclaimed: it may hold only GPUs
         # no account is guaranteed (the up GPUs beyond the sum of guarantees), or a guarantee would

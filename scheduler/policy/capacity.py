@@ -7,6 +7,7 @@ the plan deterministic.
 """
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .. import states
 from ..model import Job, Node
@@ -20,6 +21,9 @@ class Free:
     mem: int
     slots: int
     gpus: list  # free Gpu objects, in index order
+
+    def copy(self) -> "Free":
+        return Free(self.node, self.cpus, self.mem, self.slots, list(self.gpus))
 
     def fits(self, job: Job) -> bool:
         return (self.slots >= 1 and self.cpus >= job.cpus and self.mem >= job.mem
@@ -41,13 +45,16 @@ class Free:
         return tuple(g.uuid for g in chosen)
 
 
+_index = attrgetter("index")
+
+
 def node_is_up(node: Node, now: float) -> bool:
     return node.state == "up" and node.lease_expiry > now
 
 
 def free_capacity(nodes, jobs, now: float) -> dict[str, Free]:
     """Free resources of every up node after the allocations of jobs already on a node."""
-    free = {n.name: Free(n, n.cpus, n.mem, n.slots, sorted(n.gpus, key=lambda g: g.index))
+    free = {n.name: Free(n, n.cpus, n.mem, n.slots, sorted(n.gpus, key=_index))
             for n in sorted(nodes, key=lambda n: n.name) if node_is_up(n, now)}
     for j in jobs:
         if j.state not in states.ON_NODE:
@@ -86,7 +93,18 @@ class Placer:
         # tightest fit first
         self.buckets: dict[int, list[tuple[int, str]]] = {}
         for f in free.values():
-            insort(self.buckets.setdefault(len(f.gpus), []), (f.cpus, f.node.name))
+            self.buckets.setdefault(len(f.gpus), []).append((f.cpus, f.node.name))
+        for bucket in self.buckets.values():
+            bucket.sort()
+
+    def copy(self) -> "Placer":
+        """A Placer over a copy of this one's free capacity, as it is now (no failures remembered)."""
+        other = Placer.__new__(Placer)
+        other.free = {name: f.copy() for name, f in self.free.items()}
+        other.changes = other.grown = 0
+        other.failed, other.held = [], []
+        other.buckets = {k: list(b) for k, b in self.buckets.items()}
+        return other
 
     def best_fit(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """The tightest node that `accept`s the job: fewest GPUs left over, then fewest CPUs, then the
@@ -138,7 +156,7 @@ class Placer:
         bucket = self.buckets[len(spot.gpus)]
         del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
         gpus, cpus, mem, slots = held
-        spot.gpus = sorted(spot.gpus + list(gpus), key=lambda g: g.index)
+        spot.gpus = sorted(spot.gpus + list(gpus), key=_index)
         spot.cpus += cpus
         spot.mem += mem
         spot.slots += slots

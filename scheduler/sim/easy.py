@@ -85,8 +85,9 @@ def plan(sim, t: float):
     # whole pass, which quotes it there, would have it.
     k = WINDOW
     gone, marks = _spent_by(sim, p, head), set()     # type: tuple[frozenset | set, set[int]]
+    known = gone & sim.budget_held       # (marked again, they change nothing: not walked)
     while len(decided) < size:
-        more = candidates(sim, t, p, decided, k, order, gone, marks)
+        more = candidates(sim, t, p, decided, k, order, gone, marks, known)
         if not more:
             break
         decided = decided + more
@@ -122,11 +123,11 @@ def _reserved_by(p, head, depth: int) -> bool:
     return len(p.starts) >= depth and all(st.job_id in ids for st in p.starts)
 
 
-def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=None) -> list:
+def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=None, known=frozenset()) -> list:
     """The first `k` jobs outside `head`, in plan()'s `order`, that could start in the state its pass
     `p` ends in (above): for each request shape, those with a run (`Queue.span`) short enough to
     leave every reservation whole on some node with room for the shape. Those in `gone` are not
-    taken but put in `marks`."""
+    taken but put in `marks`; those in `known` (some of `gone`, counted held already) are passed over."""
     inside, idle = {j.id for j in head}, sim.idle       # (the idle set not copied: hundreds of ids)
     room = _room_after(sim, p)
     points = None
@@ -153,7 +154,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     if sum(ok.values()) <= 4 * k:
         return _shortest(sim, t, latest, inside, gone, marks, order)[:k]
     out = []
-    for j in order.fitting(latest, t):     # many: the first of them in plan()'s order
+    for j in order.fitting(latest, t, idle, known):     # many: the first of them in plan()'s order
         if j.id not in inside and j.id not in idle:
             if j.id in gone:
                 marks.add(j.id)

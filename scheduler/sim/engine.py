@@ -280,7 +280,7 @@ class Simulator:
         but capacity and budgets, nothing timed, draining or preemptible, one GPU model per node, no gang
         (easy.py counts one node per job). A job its budget would not admit neither starts nor reserves
         (policy/__init__.py), so a job easy.py leaves out stays a no-op."""
-        return (self.cfg.backfill_depth > 0 and len(self.queue) > easy.MIN_QUEUE and self.single_model
+        return (self.cfg.backfill_depth > 0 and len(self.queue) - len(self.idle) > easy.MIN_QUEUE and self.single_model
                 and not self.queue.gangs and not self.gangs_running
                 and self.budget_gated_only and not self.queue.timed
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
