@@ -86,8 +86,9 @@ def plan(sim, t: float):
     k = WINDOW
     gone, marks = _spent_by(sim, p, head), set()     # type: tuple[frozenset | set, set[int]]
     known = gone & sim.budget_held       # (marked again, they change nothing: not walked)
+    passed = idle | known if known else idle
     while len(decided) < size:
-        more = candidates(sim, t, p, decided, k, order, gone, marks, known)
+        more = candidates(sim, t, p, decided, k, order, gone, marks, passed)
         if not more:
             break
         decided = decided + more
@@ -123,11 +124,12 @@ def _reserved_by(p, head, depth: int) -> bool:
     return len(p.starts) >= depth and all(st.job_id in ids for st in p.starts)
 
 
-def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=None, known=frozenset()) -> list:
+def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=None, passed=None) -> list:
     """The first `k` jobs outside `head`, in plan()'s `order`, that could start in the state its pass
     `p` ends in (above): for each request shape, those with a run (`Queue.span`) short enough to
     leave every reservation whole on some node with room for the shape. Those in `gone` are not
-    taken but put in `marks`; those in `known` (some of `gone`, counted held already) are passed over."""
+    taken but put in `marks`. `passed`: the idle jobs and those of `gone` counted held already, not
+    walked (marked again, they would change nothing); by default the idle ones."""
     inside, idle = {j.id for j in head}, sim.idle       # (the idle set not copied: hundreds of ids)
     room = _room_after(sim, p)
     points = None
@@ -154,7 +156,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     if sum(ok.values()) <= 4 * k:
         return _shortest(sim, t, latest, inside, gone, marks, order)[:k]
     out = []
-    for j in order.fitting(latest, t, idle, known):     # many: the first of them in plan()'s order
+    for j in order.fitting(latest, t, passed):     # many: the first of them in plan()'s order
         if j.id not in inside and j.id not in idle:
             if j.id in gone:
                 marks.add(j.id)

@@ -72,10 +72,10 @@ class Order:
         """The job's place in the order, as a sort key."""
         raise NotImplementedError
 
-    def fitting(self, latest: dict, t: float, *skip):
+    def fitting(self, latest: dict, t: float, leave=None):
         """In plan()'s order, the jobs of a shape in `latest` whose run (`Queue.span`) ends by that
-        shape's time there: `latest[shape] >= t + span`. Those in `leave` or in the sets `skip` may
-        come too (easy.py passes over them), but need not."""
+        shape's time there: `latest[shape] >= t + span`, but those in `leave` (a superset of the
+        order's own; by default that)."""
         raise NotImplementedError
 
 
@@ -99,9 +99,9 @@ class SubmitOrder(Order):
     def key(self, job) -> tuple:
         return (job.submit_time, job.id)
 
-    def fitting(self, latest: dict, t: float, *skip):
+    def fitting(self, latest: dict, t: float, leave=None):
         jobs, keys = self.jobs, self.keys
-        for i in ids_but(self.fifo, self.leave, *skip):      # a spent budget's jobs passed over in C
+        for i in ids_but(self.fifo, self.leave if leave is None else leave):    # a spent budget's jobs passed over in C
             s, span = keys[i]
             late = latest.get(s)
             if late is not None and late >= t + span:
@@ -273,9 +273,9 @@ class ShortOrder(Order):
     def key(self, job) -> tuple:
         return (-self.score(job.submit_time, expected_runtime(job)), job.submit_time, job.id)
 
-    def fitting(self, latest: dict, t: float, *skip):
+    def fitting(self, latest: dict, t: float, leave=None):
         return merge(self.jobs, [(self.shaped[s], late) for s, late in latest.items() if s in self.shaped],
-                     self.score, t, self.leave)
+                     self.score, t, self.leave if leave is None else leave)
 
 
 def scorer(cfg, now: float, usage: dict, qos_name: str, account: str):
