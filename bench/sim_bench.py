@@ -4,7 +4,7 @@ scheduled (mean wait, mean JCT) so that two versions can be checked to agree.
 
     python bench/sim_bench.py [--cases kth,gpu20k] [--policies fifo,priority,backfill,fairshare]
                               [--timeout 300] [--out bench/results/sim.md] [--label after]
-                              [--kth-processors 100,50,25]
+                              [--kth-processors 100,50,25] [--gpu20k-gpus 16,32,64,512,1024]
                               [--pythonpath DIR]   # replay another checkout's labq (a `before` column)
                               [--config FILE]      # a labq config every policy starts from (budgets)
     SIM_BENCH_PROGRESS=1 python bench/sim_bench.py ...     # each replay's pace on stderr, every 10 % of its jobs
@@ -28,8 +28,6 @@ ROOT = os.path.dirname(HERE)
 KTH = os.path.join(os.path.dirname(ROOT), "shared", "traces", "kth_sp2_1996.csv")
 CASES = {
     "kth": [("kth", "1x0:100"), ("kth", "1x0:50"), ("kth", "1x0:25")],
-    "gpu20k": [("gpu20k", "2x8:64:512G"), ("gpu20k", "4x8:64:512G"), ("gpu20k", "8x8:64:512G"),
-               ("gpu20k", "64x8:64:512G"), ("gpu20k", "128x8:64:512G")],
     "gpu200k": [("gpu200k", "64x8:64:512G")],
     "gpu8k": [("gpu8k", "8x8:64:512G")],          # with --config of a budget: the budgeted replay
 }
@@ -114,6 +112,7 @@ def main(argv=None) -> int:
                     help="any of labq simulate's, learned and sjf-oracle included")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--kth-processors", default="100,50,25", help="the KTH cases' processor counts")
+    ap.add_argument("--gpu20k-gpus", default="16,32,64,512,1024", help="the gpu20k cases' GPU counts (nodes of 8)")
     ap.add_argument("--kth", default=KTH, help="the KTH trace (default: ../shared/traces/ beside the checkout)")
     ap.add_argument("--pythonpath", help="replay the labq of another checkout (its root), not this one")
     ap.add_argument("--label", default="this tree")
@@ -127,6 +126,7 @@ def main(argv=None) -> int:
         print(f"skipped kth: {a.kth} not found (--kth PATH)")
         cases.remove("kth")
     CASES["kth"] = [("kth", f"1x0:{p}") for p in a.kth_processors.split(",")]
+    CASES["gpu20k"] = [("gpu20k", f"{int(g) // 8}x8:64:512G") for g in a.gpu20k_gpus.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = traces(tmp, cases, a.kth)
