@@ -56,7 +56,7 @@ def plan(sim, t: float):
                 ranked = q.ranked(q.heads(idle, spent), t, usage)
         n *= 4
     if spent:
-        _held_before_blocker(sim, p, t, window if one else q.ranked(window, t, usage), spent, None if one else usage)
+        _held_before_blocker(sim, p, t, window, spent, None if one else usage)
     return p
 
 
@@ -83,12 +83,13 @@ def _held_before_blocker(sim, p, t: float, window, spent: set[int], usage: dict 
     """The jobs left out for their budget would each have been pended for it in the whole pass, up
     to the blocker (the first job of the `window`, in plan()'s order, neither started nor held by a
     budget), after which every job pends behind it. `usage`: fair share's, when plan()'s order is
-    not submit order."""
+    not submit order (the window is then ranked here)."""
     spent = spent.difference(sim.budget_held)      # (a set: those counted at an earlier pass are)
     if not spent:
         return
     settled = {pl.job_id for pl in p.places} | {pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS}
-    blocker = next((j.id for j in window if j.id not in settled), None)
+    ordered = window if usage is None else sim.queue.ranked(window, t, usage)
+    blocker = next((j.id for j in ordered if j.id not in settled), None)
     jobs = sim.queue.jobs
     if usage is None or blocker is None:
         sim.budget_held.update(before(spent, jobs, blocker))

@@ -13,8 +13,14 @@ from labq.scheduler.sim import load, policy_config, report, simulate, strict
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import gpu_trace  # noqa: E402
 
-BUDGETS = ('[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = {limit}\nperiod = "{period}"\n'
-           '[[budgets]]\nname = "rl"\naccount = "vc-rl"\nlimit = 40.0\nperiod = "none"\n')
+FEW = '[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = {limit}\nperiod = "{period}"\n'
+BUDGETS = FEW + '[[budgets]]\nname = "rl"\naccount = "vc-rl"\nlimit = 40.0\nperiod = "none"\n'
+
+
+def schedule(r) -> dict:
+    """Every job's state, reason and attempts: what skipping must not change."""
+    return {i: (j.state, j.reason, [(a.node, a.gpus, a.dispatch_time, a.end_time) for a in j.attempts])
+            for i, j in r.jobs.items()}
 
 
 @pytest.mark.parametrize("limit, period", [(150.0, "week"), (60.0, "none")])
@@ -46,14 +52,9 @@ def test_a_budgeted_replay_parks_what_the_budget_holds_and_equals_whole_passes(t
     cfg = policy_config(config_mod.loads(BUDGETS.format(limit=limit, period=period)), name)
     nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
     fast, full = simulate(jobs, nodes, cfg), simulate(jobs, nodes, cfg, skip=False)
-    sched = lambda r: {i: (j.state, j.reason, [(a.node, a.gpus, a.dispatch_time, a.end_time) for a in j.attempts])  # noqa: E731
-                       for i, j in r.jobs.items()}
-    assert sched(fast) == sched(full)
+    assert schedule(fast) == schedule(full)
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
     assert report(fast)["held_by_budget"]["jobs"] > 0
-
-
-FEW = ('[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = {limit}\nperiod = "{period}"\n')
 
 
 @pytest.mark.parametrize("limit, period", [(300.0, "week"), (120.0, "none")])
@@ -77,9 +78,7 @@ def test_fair_share_windows_leave_out_the_jobs_their_first_admissions_price_out(
     fast = simulate(jobs, nodes, cfg)
     monkeypatch.setattr(policy, "plan", real)
     full = simulate(jobs, nodes, cfg, skip=False)
-    sched = lambda r: {i: (j.state, j.reason, [(a.node, a.gpus, a.dispatch_time, a.end_time) for a in j.attempts])  # noqa: E731
-                       for i, j in r.jobs.items()}
-    assert sched(fast) == sched(full)
+    assert schedule(fast) == schedule(full)
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
     assert len(fast.budget_held) > 50
     assert len(verdicts) < 2 * len(fast.budget_held)     # (about 3.5x before they were left out)
