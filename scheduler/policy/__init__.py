@@ -24,21 +24,23 @@ from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
 from .expire import expire
 from .quota import Usage, over_alone
+from .standing import Standing
 
-__all__ = ["plan", "plan_per_job", "refusal", "expected_starts"]
+__all__ = ["plan", "plan_per_job", "refusal", "expected_starts", "Standing"]
 
 
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None,
-         held: dict | None = None) -> Plan:
+         held: dict | None = None, standing: Standing | None = None) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
     as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
     request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
-    some budgets, as the caller last summed it for the same running attempts (BudgetBook); the plan
+    some budgets, as the caller last summed it for the same running attempts (BudgetBook);
+    `standing`: the free capacity and quota usage of the same running jobs (standing.py); the plan
     is the same without them."""
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
-    p = _Pass(snap, cfg, running, deps, held)
+    p = _Pass(snap, cfg, running, deps, held, standing)
     p.reserve_begins = _begins
     if queue is None:
         expires, waiting = expire(pending, snap.now, deps)
@@ -86,14 +88,19 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
 class _Pass:
     """The working state of one pass: free capacity, quota usage, budget commitments, reservations."""
 
-    def __init__(self, snap: Snapshot, cfg: Config, running, deps: Dependencies, held: dict | None = None):
+    def __init__(self, snap: Snapshot, cfg: Config, running, deps: Dependencies, held: dict | None = None,
+                 standing: Standing | None = None):
         self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
-        free = capacity.free_capacity(snap.nodes, running, snap.now)
-        # A copy of the free capacity at the start of the pass tells `Priority` (higher jobs took the
-        # room) apart from `Resources` (there was no room to begin with).
-        self.free = capacity.Placer(free)
-        self.initial = self.free.copy()
-        self.usage = Usage(running, cfg, sum(len(f.gpus) for f in self.free.free.values()))
+        # The free capacity at the start of the pass, kept unchanged, tells `Priority` (higher jobs
+        # took the room) apart from `Resources` (there was no room to begin with).
+        if standing is None:
+            self.free = capacity.Placer(capacity.free_capacity(snap.nodes, running, snap.now))
+            self.initial = self.free.copy()
+            self.usage = Usage(running, cfg, sum(len(f.gpus) for f in self.free.free.values()))
+        else:
+            self.free = standing.placer.copy()
+            self.initial = standing.placer.view()
+            self.usage = standing.usage.copy()
         # A borrower that may not be preempted again could not be reclaimed: it may hold only GPUs
         # no account is guaranteed (the up GPUs beyond the sum of guarantees), or a guarantee would
         # wait for its time limit. `stuck`: what such borrowers hold now.

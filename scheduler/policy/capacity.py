@@ -106,6 +106,34 @@ class Placer:
         other.buckets = {k: list(b) for k, b in self.buckets.items()}
         return other
 
+    def view(self) -> "Placer":
+        """A Placer over this one's free capacity itself, for one that never takes (`fits_unchanged`)
+        while this one does not change either: no failures remembered, nothing copied."""
+        other = Placer.__new__(Placer)
+        other.free, other.buckets = self.free, self.buckets
+        other.changes = other.grown = 0
+        other.failed, other.held = [], []
+        return other
+
+    def occupy(self, job: Job, sign: int = 1) -> None:
+        """A running job's own GPUs, CPUs, memory and slot on each of its nodes taken (`sign` -1: given
+        back): free capacity kept from one pass to the next (standing.py) as free_capacity has it."""
+        for name, gpus in job.on_nodes:
+            spot = self.free.get(name)
+            if spot is None:
+                continue
+            bucket = self.buckets[len(spot.gpus)]
+            del bucket[bisect_left(bucket, (spot.cpus, name))]
+            used = set(gpus)
+            if sign > 0:
+                spot.gpus = [g for g in spot.gpus if g.uuid not in used]
+            else:
+                spot.gpus = sorted(spot.gpus + [g for g in spot.node.gpus if g.uuid in used], key=_index)
+            spot.cpus -= sign * job.cpus
+            spot.mem -= sign * job.mem
+            spot.slots -= sign
+            insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, name))
+
     def best_fit(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """The tightest node that `accept`s the job: fewest GPUs left over, then fewest CPUs, then the
         name; and whether any node had the room at all (before `accept` was asked)."""

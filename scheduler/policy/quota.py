@@ -6,10 +6,13 @@ Guarantee and borrow: an account is owed `guarantee` GPUs. GPUs it holds beyond 
 at most `guarantee + borrow_limit`.
 """
 from collections import Counter
+from copy import copy
 
 from .. import states
 from ..config import Config
 from ..model import Job
+
+_COUNTERS = ("jobs", "gpus", "cpus", "user_jobs", "user_gpus", "user_cpus", "tasks", "qos_gpus")
 
 
 class Usage:
@@ -37,19 +40,28 @@ class Usage:
         for j in running:
             self.add(j, freed=False)
 
-    def add(self, job: Job, freed: bool = True) -> None:
-        gpus, cpus = job.total_gpus, job.cpus * job.nodes    # a gang holds its shape on every node
-        self.jobs[job.account] += 1
+    def add(self, job: Job, freed: bool = True, sign: int = 1) -> None:
+        """Count the job as running (`sign` -1: no longer; standing.py), taking its GPUs off the
+        free ones unless they were never counted free (`freed` False: a running job at the start)."""
+        gpus, cpus = sign * job.total_gpus, sign * job.cpus * job.nodes    # a gang holds its shape on every node
+        self.jobs[job.account] += sign
         self.gpus[job.account] += gpus
         self.cpus[job.account] += cpus
-        self.user_jobs[job.user] += 1
+        self.user_jobs[job.user] += sign
         self.user_gpus[job.user] += gpus
         self.user_cpus[job.user] += cpus
         self.qos_gpus[self._prio(job)] += gpus
         if freed:
             self.free_gpus -= gpus
         if job.array_id is not None:
-            self.tasks[job.array_id] += 1
+            self.tasks[job.array_id] += sign
+
+    def copy(self) -> "Usage":
+        """A Usage that counts alike and changes apart from this one."""
+        other = copy(self)
+        for name in _COUNTERS:
+            setattr(other, name, Counter(getattr(self, name)))
+        return other
 
     def _prio(self, job: Job) -> int:
         q = self.cfg.qos_named(job.qos)
