@@ -21,6 +21,10 @@ so at J's turn in the whole pass room and reservations are at most what that rou
 call's own extras are such a round on the state before the pass (room now, no reservation): the
 first jobs after the head whose request fits some node's room now, which every job between them
 does not; that call is kept only when the head itself made every reservation (`_reserved_by`).
+With budgets, the jobs for which a head's admissions leave no budget room (parked.py `held_after`)
+are pended for it at their turn and do nothing else (a budget-broke job does not reserve): once they
+are all the rest of the queue, the head's pass decides. A head whose first job is charged to a budget
+starts at one job: a spent budget admits about one a pass, and that admission prices out the rest.
 
 Condition 2 is checked per request shape on the job of that shape with the shortest run outside W
 as backfill counts it (`Queue.span`: the time limit, or under estimate.backfill the learned run
@@ -56,13 +60,17 @@ def plan(sim, t: float):
     order = q.order(t, usage, idle)
     first = order.first
     head = first(WINDOW)
-    # The first call also takes the first jobs after the head that fit some node's room now (before
-    # any admission or reservation, so every job before them in the queue fits nowhere and can do
-    # nothing in this pass): most passes are then decided by that one call.
-    decided = head + candidates(sim, t, _NOTHING, head, WINDOW, order)
-    p = sim._call(t, decided)
-    if not _reserved_by(p, head, depth) and len(decided) < size:
-        n, spent = WINDOW, frozenset()     # type: tuple[int, frozenset | set]
+    # A first job charged to a budget: where the budget's room admits about one job a pass, the
+    # jobs after it are priced out by its admission (below), and a window of its own decides.
+    charged = sim.parking is not None and q.charged(first(1)[0])
+    if not charged:
+        # The first call also takes the first jobs after the head that fit some node's room now (before
+        # any admission or reservation, so every job before them in the queue fits nowhere and can do
+        # nothing in this pass): most passes are then decided by that one call.
+        decided = head + candidates(sim, t, _NOTHING, head, WINDOW, order)
+        p = sim._call(t, decided)
+    if charged or not _reserved_by(p, head, depth) and len(decided) < size:
+        n, spent = (1 if charged else WINDOW), frozenset()     # type: tuple[int, frozenset | set]
         while True:
             head = q.order(t, usage, idle | spent).first(n) if spent else first(n)     # spent: budgets
             p = sim._call(t, head)
@@ -74,6 +82,8 @@ def plan(sim, t: float):
                 # reservation is made, each is quoted and pended for its budget, fit or not
                 # (policy/__init__.py `_blocked`), and does nothing else: left out, counted held.
                 spent = _spent_by(sim, p, head, keep_held=False)
+                if len(spent) + sum(1 for j in head if j.id not in spent) >= size:
+                    break        # and every other job is among them: this pass decides
         if spent:
             fresh = spent.difference(sim.budget_held)     # (those counted at an earlier pass are)
             sim.budget_held.update(before(fresh, sim.queue.jobs, p.starts[0].job_id if p.starts else None, order.key))
@@ -87,7 +97,9 @@ def plan(sim, t: float):
     gone, marks = _spent_by(sim, p, head), set()     # type: tuple[frozenset | set, set[int]]
     known = gone & sim.budget_held       # (marked again, they change nothing: not walked)
     passed = idle | known if known else idle
-    while len(decided) < size:
+    # every job outside the pass among them (a spent budget's queue): no candidate, nothing to mark
+    rest = size - len(decided) - len(known.difference(j.id for j in decided))
+    while rest > 0 and len(decided) < size:
         more = candidates(sim, t, p, decided, k, order, gone, marks, passed)
         if not more:
             break

@@ -24,6 +24,8 @@ from .. import states
 from .room import shape
 
 WINDOW = 4      # pending jobs in the first window; widened ×4 while every one starts or is held by a budget
+# A first job charged to a budget gets a window of its own: a budget whose room admits about one job
+# a pass (a spent one, as each end settles below its forecast) leaves out the rest once it is in.
 BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
 
 
@@ -38,9 +40,10 @@ def plan(sim, t: float):
     ranked = q.ranked(heads, t, usage)
     if not sim.room.fits_somewhere([shape(ranked[0])]) and not _may_be_held(sim, ranked[0]):
         return None
-    n = WINDOW
+    n = 1 if sim.parking is not None and q.charged(ranked[0]) else WINDOW
     # jobs that do nothing in this pass: those idle for their budget and those the budget has no
     # room for after the admissions among a window's first n jobs, or that its pass pended for it
+    # (asked after any admission: a window where every job starts may still price out the rest)
     spent: set[int] = set()
     while True:
         window = q.window(n, ranked, idle, spent)
@@ -48,7 +51,7 @@ def plan(sim, t: float):
         held = [pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS]
         if len(p.places) + len(held) < n or len(window) + len(idle) + len(spent) == len(q):
             break
-        if held and sim.parking is not None:
+        if sim.parking is not None and (held or p.places):
             spent |= _held_in_wider(sim, p, window if one else q.ranked(window, t, usage)[:n], held)
             if len(q) - len(idle) - len(spent) == sum(1 for j in window if j.id not in spent):
                 break        # and every other job was in this window: its pass decides

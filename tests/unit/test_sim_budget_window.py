@@ -109,3 +109,28 @@ def test_a_fair_share_window_is_drawn_again_from_the_heads_left_after_the_jobs_l
     at_once = sorted(name for name, a in sched(full).items() if a and a[0][1] == 0)
     assert at_once == sorted(["filler", *(f"a{k}" for k in range(16))])     # the filler on n0, sixteen on n1, n2
     assert fast.budget_held == full.budget_held == {2, 3, 4}
+
+
+def test_a_backfill_pass_counts_held_the_jobs_its_first_admissions_price_out_before_any_walk_is_skipped():
+    """Under backfill a budgeted job's admission prices out 70 more of its account's one-GPU jobs; a
+    big job reserves the other node. The whole pass quotes each of the 70 at its turn (each has a
+    node with room) and pends it for the budget, so all are counted held, although the first ends
+    30 s later and gives back room for the rest, which start without a budget verdict again. The
+    windowed pass must walk them (easy.candidates) unless each was counted held already: skipping
+    every job its admissions price out would leave 66 of them uncounted."""
+    from labq.scheduler.model import Gpu, Node
+    from labq.scheduler.sim import TraceJob
+    gib = 1 << 30
+    nodes = tuple(Node(f"n{i}", 64, 512 * gib, 64, tuple(Gpu(f"GPU-{i}-{g}", g, "fake") for g in range(8)))
+                  for i in range(2))
+    trace = [TraceJob("x", 0.0, 7200.0, 7200, gpus=4, user="x", account="other"),
+             TraceJob("y", 0.0, 7200.0, 7200, gpus=4, user="y", account="other"),
+             TraceJob("a", 0.0, 30.0, 3570, gpus=1, user="vic", account="vision"),    # $2.00 committed
+             TraceJob("b", 0.0, 600.0, 7200, gpus=8, user="b", account="other")]      # reserves n0
+    trace += [TraceJob(f"v{k}", 0.0, 30.0, 30, gpus=1, user="vic", account="vision") for k in range(70)]
+    cfg = policy_config(config_mod.loads(
+        '[[budgets]]\nname = "vision"\naccount = "vision"\nlimit = 2.02\nperiod = "none"\n'), "backfill")
+    fast, full = simulate(trace, nodes, cfg), simulate(trace, nodes, cfg, skip=False)
+    assert schedule(fast) == schedule(full)
+    assert full.budget_held == set(range(5, 75))           # every v, once, at the first pass
+    assert fast.budget_held == full.budget_held and fast.spent == full.spent
