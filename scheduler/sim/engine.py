@@ -99,9 +99,9 @@ class Simulator:
         self.parking = Parking(cfg, self.nodes) if cfg.budgets else None
         self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
         self.room = Room(self.nodes)
-        # plan()'s free capacity and quota usage, kept as jobs start and end (not for the reference
-        # whole passes, `skip=False`, which plan() counts alone)
-        self.standing = policy.Standing(self.nodes, cfg, EPOCH) if skip else None
+        # plan()'s free capacity and quota usage, kept as jobs start and end (not given to the
+        # reference whole passes, `skip=False`, which plan() counts alone)
+        self.standing = policy.Standing(self.nodes, cfg, EPOCH)
         self.node_by_name = {n.name: n for n in self.nodes}
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
         self.single_model = easy.single_model(self.nodes)
@@ -223,8 +223,7 @@ class Simulator:
         del self.running[jid]
         self.attempts += 1
         self.room.give(job)
-        if self.standing is not None:
-            self.standing.end(job)
+        self.standing.end(job)
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
         self.gangs_running -= job.nodes > 1
@@ -329,7 +328,7 @@ class Simulator:
         # What the running jobs hold of each budget, as the pass start summed it (not for the
         # reference, whole passes: `skip=False`, which plan() sums alone).
         held = self.parking.known(t, self.attempts) if self.parking is not None and self.skip else None
-        return policy.plan(snap, self.cfg, held=held, standing=self.standing)
+        return policy.plan(snap, self.cfg, held=held, standing=self.standing if self.skip else None)
 
     def _apply(self, t: float, p, everyone: bool = False) -> None:
         """The Plan, applied by the daemon's applier (applier.apply_plan); the replay then times what
@@ -359,8 +358,7 @@ class Simulator:
         self.running[job.id] = job
         self.attempts += 1
         self.room.take(job)
-        if self.standing is not None:
-            self.standing.start(job)
+        self.standing.start(job)
         self.gangs_running += job.nodes > 1
         if self._preemptible(job):
             self.preemptible_running += 1
