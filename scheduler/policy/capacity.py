@@ -32,6 +32,18 @@ class Free:
     def matching(self, job: Job):
         return [g for g in self.gpus if not job.gpu_type or g.model == job.gpu_type]
 
+    def occupy(self, job: Job, uuids, sign: int = 1) -> None:
+        """A running job's own GPUs `uuids` (its allocation here), CPUs, memory and slot taken (`sign` -1:
+        given back, the GPUs in index order again)."""
+        used = set(uuids)
+        if sign > 0:
+            self.gpus = [g for g in self.gpus if g.uuid not in used]
+        else:
+            self.gpus = sorted(self.gpus + [g for g in self.node.gpus if g.uuid in used], key=_index)
+        self.cpus -= sign * job.cpus
+        self.mem -= sign * job.mem
+        self.slots -= sign
+
     def take(self, job: Job, gpus: int | None = None, prefer=()) -> tuple[str, ...]:
         mine = self.matching(job)
         if prefer:   # the GPUs earmarked for it first
@@ -61,13 +73,8 @@ def free_capacity(nodes, jobs, now: float) -> dict[str, Free]:
             continue
         for node, gpus in j.on_nodes:     # a gang holds its per-node shape on each of its nodes
             f = free.get(node)
-            if f is None:
-                continue
-            used = set(gpus)
-            f.gpus = [g for g in f.gpus if g.uuid not in used]
-            f.cpus -= j.cpus
-            f.mem -= j.mem
-            f.slots -= 1
+            if f is not None:
+                f.occupy(j, gpus)
     return free
 
 
@@ -120,19 +127,18 @@ class Placer:
         back): free capacity kept from one pass to the next (standing.py) as free_capacity has it."""
         for name, gpus in job.on_nodes:
             spot = self.free.get(name)
-            if spot is None:
-                continue
-            bucket = self.buckets[len(spot.gpus)]
-            del bucket[bisect_left(bucket, (spot.cpus, name))]
-            used = set(gpus)
-            if sign > 0:
-                spot.gpus = [g for g in spot.gpus if g.uuid not in used]
-            else:
-                spot.gpus = sorted(spot.gpus + [g for g in spot.node.gpus if g.uuid in used], key=_index)
-            spot.cpus -= sign * job.cpus
-            spot.mem -= sign * job.mem
-            spot.slots -= sign
-            insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, name))
+            if spot is not None:
+                self._unfile(spot)
+                spot.occupy(job, gpus, sign)
+                self._file(spot)
+
+    def _unfile(self, spot: Free) -> None:
+        """Take the node out of its bucket before its free room changes (`_file` puts it back)."""
+        bucket = self.buckets[len(spot.gpus)]
+        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+
+    def _file(self, spot: Free) -> None:
+        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
 
     def best_fit(self, job: Job, accept=None) -> tuple[Free | None, bool]:
         """The tightest node that `accept`s the job: fewest GPUs left over, then fewest CPUs, then the
@@ -154,10 +160,9 @@ class Placer:
         """Allocate the job's request on `spot` (or, for a hold, only `gpus` of its GPUs and the
         part of its CPUs and memory the node has free), the `prefer`red GPUs first."""
         self.changes += 1
-        bucket = self.buckets[len(spot.gpus)]
-        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+        self._unfile(spot)
         taken = spot.take(job, gpus, prefer)
-        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        self._file(spot)
         return taken
 
     def hold(self, spot: Free, job: Job, only=None) -> tuple:
@@ -166,29 +171,27 @@ class Placer:
         others took meanwhile. Returns what was held. A gang's hold keeps a slot too: the room of
         every one of its nodes must still be whole when the last of its victims stops."""
         self.changes += 1
-        bucket = self.buckets[len(spot.gpus)]
-        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+        self._unfile(spot)
         keep = [g for g in spot.matching(job) if only is None or g.uuid in only][:job.gpus]
         held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem), 1 if job.nodes > 1 and spot.slots > 0 else 0)
         spot.gpus = [g for g in spot.gpus if g not in keep]
         spot.cpus -= held[1]
         spot.mem -= held[2]
         spot.slots -= held[3]
-        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        self._file(spot)
         return held
 
     def unhold(self, spot: Free, held: tuple) -> None:
         """Give back what `hold` set aside (the preemptor's turn has come: it may take it now)."""
         self.changes += 1
         self.grown += 1
-        bucket = self.buckets[len(spot.gpus)]
-        del bucket[bisect_left(bucket, (spot.cpus, spot.node.name))]
+        self._unfile(spot)
         gpus, cpus, mem, slots = held
         spot.gpus = sorted(spot.gpus + list(gpus), key=_index)
         spot.cpus += cpus
         spot.mem += mem
         spot.slots += slots
-        insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
+        self._file(spot)
         # Room came back: requests that failed before may fit now.
         self.failed = []
 

@@ -12,8 +12,6 @@ from .. import states
 from ..config import Config
 from ..model import Job
 
-_COUNTERS = ("jobs", "gpus", "cpus", "user_jobs", "user_gpus", "user_cpus", "tasks", "qos_gpus")
-
 
 class Usage:
     """What running jobs hold, per account, user, array and QoS, counting this pass's admissions."""
@@ -59,8 +57,9 @@ class Usage:
     def copy(self) -> "Usage":
         """A Usage that counts alike and changes apart from this one."""
         other = copy(self)
-        for name in _COUNTERS:
-            setattr(other, name, Counter(getattr(self, name)))
+        for name, value in vars(self).items():
+            if isinstance(value, Counter):
+                setattr(other, name, Counter(value))
         return other
 
     def _prio(self, job: Job) -> int:
