@@ -122,15 +122,19 @@ class Placer:
         other.failed, other.held = [], []
         return other
 
-    def occupy(self, job: Job, sign: int = 1) -> None:
+    def occupy(self, job: Job, sign: int = 1) -> int:
         """A running job's own GPUs, CPUs, memory and slot on each of its nodes taken (`sign` -1: given
-        back): free capacity kept from one pass to the next (standing.py) as free_capacity has it."""
+        back): free capacity kept from one pass to the next (standing.py) as free_capacity has it.
+        Returns how many GPUs that was (those on nodes that are not up count nowhere)."""
+        counted = 0
         for name, gpus in job.on_nodes:
             spot = self.free.get(name)
             if spot is not None:
                 self._unfile(spot)
                 spot.occupy(job, gpus, sign)
                 self._file(spot)
+                counted += len(gpus)
+        return counted
 
     def _unfile(self, spot: Free) -> None:
         """Take the node out of its bucket before its free room changes (`_file` puts it back)."""

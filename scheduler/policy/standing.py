@@ -20,10 +20,14 @@ class Standing:
 
     def start(self, job: Job) -> None:
         """The job is on its nodes now (as `job.on_nodes` names them)."""
-        self.placer.occupy(job)
-        self.usage.add(job)
+        self._count(job, 1)
 
     def end(self, job: Job) -> None:
         """The job, as it ran, has left its nodes."""
-        self.placer.occupy(job, -1)
-        self.usage.add(job, sign=-1)
+        self._count(job, -1)
+
+    def _count(self, job: Job, sign: int) -> None:
+        # Usage counts the job whatever its nodes; the free GPUs are those of up nodes only, as the
+        # pass's own count (free_capacity) has them: a job on a drained node takes none of them.
+        self.usage.add(job, freed=False, sign=sign)
+        self.usage.free_gpus -= sign * self.placer.occupy(job, sign)
