@@ -96,7 +96,7 @@ def plan(sim, t: float):
     k = WINDOW
     gone, marks = _spent_by(sim, p, head), set()     # type: tuple[frozenset | set, set[int]]
     known = gone & sim.budget_held       # (marked again, they change nothing: not walked)
-    passed = idle | known if known else idle
+    passed = (idle, known)               # (not their union: thousands of ids, mostly not walked)
     # every job outside the pass among them (a spent budget's queue): no candidate, nothing to mark
     rest = size - len(decided) - len(known.difference(j.id for j in decided))
     while rest > 0 and len(decided) < size:
@@ -140,8 +140,8 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     """The first `k` jobs outside `head`, in plan()'s `order`, that could start in the state its pass
     `p` ends in (above): for each request shape, those with a run (`Queue.span`) short enough to
     leave every reservation whole on some node with room for the shape. Those in `gone` are not
-    taken but put in `marks`. `passed`: the idle jobs and those of `gone` counted held already, not
-    walked (marked again, they would change nothing); by default the idle ones."""
+    taken but put in `marks`. `passed`: the sets of the idle jobs and of those of `gone` counted held
+    already, not walked (marked again, they would change nothing); by default the idle ones."""
     inside, idle = {j.id for j in head}, sim.idle       # (the idle set not copied: hundreds of ids)
     room = _room_after(sim, p)
     points = None
@@ -159,7 +159,11 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
         # when the latest of those is at or past t + its span.
         late = max(min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])),
                        default=math.inf) for name in nodes)
-        first = next((span for span, _, jid in keyed if jid not in inside and jid not in idle), None)
+        first = None
+        for span, _, jid in keyed:       # (a loop, not a generator: past a spent budget's idle jobs)
+            if jid not in inside and jid not in idle:
+                first = span
+                break
         if first is not None and late >= t + first:
             latest[s] = late
             ok[s] = bisect_right(keyed, (late - t, math.inf, math.inf))

@@ -20,6 +20,7 @@ on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from itertools import filterfalse
 
 from .. import fairshare, ledger, periods, policy, states, transitions as tr
 from ..applier import apply_plan
@@ -309,9 +310,8 @@ class Simulator:
 
     def _queued(self) -> tuple[Job, ...]:
         """The queued jobs plan() is given in a whole pass: all but the idle ones."""
-        jobs = self.queue.jobs.values()
-        idle = self.idle
-        return tuple(j for j in jobs if j.id not in idle) if idle else tuple(jobs)
+        jobs, idle = self.queue.jobs, self.idle
+        return tuple(map(jobs.__getitem__, filterfalse(idle.__contains__, jobs))) if idle else tuple(jobs.values())
 
     def _usage(self, t: float) -> dict:
         if not self.fairshare:

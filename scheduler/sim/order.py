@@ -35,8 +35,8 @@ import heapq
 import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
-from itertools import compress, count, filterfalse, islice
-from operator import itemgetter, not_
+from itertools import filterfalse, islice
+from operator import itemgetter
 
 from .. import fairshare
 from ..policy.priority import expected_runtime
@@ -74,8 +74,8 @@ class Order:
 
     def fitting(self, latest: dict, t: float, leave=None):
         """In plan()'s order, the jobs of a shape in `latest` whose run (`Queue.span`) ends by that
-        shape's time there: `latest[shape] >= t + span`, but those in `leave` (a superset of the
-        order's own; by default that)."""
+        shape's time there: `latest[shape] >= t + span`, but those in the sets `leave` (together a
+        superset of the order's own; by default that)."""
         raise NotImplementedError
 
 
@@ -101,7 +101,7 @@ class SubmitOrder(Order):
 
     def fitting(self, latest: dict, t: float, leave=None):
         jobs, keys = self.jobs, self.keys
-        for i in ids_but(self.fifo, self.leave if leave is None else leave):    # a spent budget's jobs passed over in C
+        for i in ids_but(self.fifo, *((self.leave,) if leave is None else leave)):    # a spent budget's jobs passed over in C
             s, span = keys[i]
             late = latest.get(s)
             if late is not None and late >= t + span:
@@ -224,36 +224,28 @@ def merge(jobs: dict, sources, score, t: float, leave=()):
 def _first_live(heads: list, k: int, late, t: float, leave):
     """From heads[k] of a bucket, the first class whose span ends by `late` (None: any) with a job
     not in `leave`: (the index past its head, that job's submit time and id, the class's list, the
-    job's index there, E); None when there is none. A spent budget's idle classes come in runs:
-    those whose first job is left out are stepped over in C, and only the ones among them with more
-    jobs are looked into."""
-    n = len(heads)
-    while k < n:
-        if leave and heads[k][1] in leave:
-            # the next head whose first job is not left out; before it, the classes of several jobs
-            past = _kept(heads, k, leave, n)
-            sizes = map(len, map(itemgetter(4), map(heads.__getitem__, range(k, past))))
-            for m in compress(count(k), map((1).__lt__, sizes)):
-                s, i, e, span, mine = heads[m]
-                if late is None or late >= t + span:
-                    j = _kept(mine, 1, leave, None)
-                    if j is not None:
-                        return m + 1, mine[j][0], mine[j][1], mine, j, e
-            k = past
-            if k == n:
-                return None
-        s, i, e, span, mine = heads[k]
-        k += 1
-        if late is None or late >= t + span:
-            return k, s, i, mine, 0, e
+    job's index there, E); None when there is none. A spent budget's idle classes come in runs: a
+    class whose first job is left out is looked into only when it has more jobs. (Plain loops: for
+    the runs met here, a few to a few hundred keys, cheaper than chains of iterators in C.)"""
+    for m in range(k, len(heads)):
+        s, i, e, span, mine = heads[m]
+        if late is not None and late < t + span:
+            continue
+        if not leave or i not in leave:
+            return m + 1, s, i, mine, 0, e
+        if len(mine) > 1:
+            j = _kept(mine, 1, leave)
+            if j is not None:
+                return m + 1, mine[j][0], mine[j][1], mine, j, e
     return None
 
 
-def _kept(keys: list, k: int, leave, default):
-    """The first index from k of sorted (…, id) `keys` whose id is not in `leave` (in C; from k on,
-    not through the first k as islice would), else `default`."""
-    ids = map(itemgetter(1), map(keys.__getitem__, range(k, len(keys))))
-    return next(compress(count(k), map(not_, map(leave.__contains__, ids))), default)
+def _kept(keys: list, k: int, leave):
+    """The first index from k of sorted (…, id) `keys` whose id is not in `leave`, else None."""
+    for j in range(k, len(keys)):
+        if keys[j][1] not in leave:
+            return j
+    return None
 
 
 class ShortOrder(Order):
@@ -274,8 +266,13 @@ class ShortOrder(Order):
         return (-self.score(job.submit_time, expected_runtime(job)), job.submit_time, job.id)
 
     def fitting(self, latest: dict, t: float, leave=None):
+        if leave is None:
+            leave = self.leave
+        else:
+            sets = [ids for ids in leave if ids]
+            leave = sets[0] if len(sets) == 1 else set().union(*sets)
         return merge(self.jobs, [(self.shaped[s], late) for s, late in latest.items() if s in self.shaped],
-                     self.score, t, self.leave if leave is None else leave)
+                     self.score, t, leave)
 
 
 def scorer(cfg, now: float, usage: dict, qos_name: str, account: str):
