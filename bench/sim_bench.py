@@ -1,6 +1,8 @@
 """Simulator speed at queue depth: each replay in its own process (so peak memory is its own), with
 wall time, CPU time (user + sys, less sensitive to a loaded machine) and peak RSS, beside what it
-scheduled (mean wait, mean JCT) so that two versions can be checked to agree.
+scheduled (mean wait, mean JCT) so that two versions can be checked to agree; and the part of the
+CPU time spent after the last submit with the simulated days it covered (`drain`: a spent budget's
+backlog starts one job per end, for months).
 
     python bench/sim_bench.py [--cases kth,gpu20k] [--policies fifo,priority,backfill,fairshare]
                               [--timeout 300] [--out bench/results/sim.md] [--label after]
@@ -45,12 +47,24 @@ def one(trace: str, nodes: str, policy: str) -> dict:
     cfg, hooks = sim.resolve(base_cfg, policy)     # learned, sjf-oracle: their hooks too
     t0, c0 = time.perf_counter(), time.process_time()
     pace = _progress(t0, c0) if os.environ.get("SIM_BENCH_PROGRESS") else None
-    res = sim.simulate(jobs, cluster, cfg, hooks=hooks, progress=pace)
+    submitted: list[float] = []        # CPU seconds when the last job had been submitted
+
+    def progress(done: int, total: int) -> None:
+        if done == total and not submitted:
+            submitted.append(time.process_time() - c0)
+        if pace:
+            pace(done, total)
+    res = sim.simulate(jobs, cluster, cfg, hooks=hooks, progress=progress)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rep = sim.report(res)
+    # After the last submit the replay only drains the queue: with a spent budget, one job per end
+    # for months of simulated time. Its share of the CPU and its simulated span, apart.
+    last = sim.EPOCH + max((j.submit for j in jobs), default=0)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            "passes": res.plan_calls, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"]}
+            "passes": res.plan_calls, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"],
+            "drain_cpu_s": round(cpu - (submitted[0] if submitted else cpu), 1),
+            "drain_days": round(max(0.0, res.end_time - last) / 86400, 1)}
 
 
 def _progress(t0: float, c0: float):
@@ -139,7 +153,8 @@ def main(argv=None) -> int:
                     rows.append(r)
                     print(f"{name:<8}{nodes:<9}{policy:<10}{cell(r):<42} load {load}"
                           + (f"  wait {r['mean_wait']:,.0f} s, JCT {r['jct']:,.0f} s, refused {r['refused']:,}"
-                             if "mean_wait" in r else ""),
+                             if "mean_wait" in r else "")
+                          + (f", drain {r['drain_cpu_s']} s CPU over {r['drain_days']} days" if "drain_days" in r else ""),
                           flush=True)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:

@@ -141,7 +141,7 @@ class Simulator:
             # (an idle cluster whose queue this rollover did not start stays so at the next one).
             if rolled and (self.clock.waiting() or self.running):
                 self.clock.at(self._rollover(t), ROLLOVER)
-            if self.progress and self.clock.arrived() - shown >= step:
+            if self.progress and (self.clock.arrived() - shown >= step or self.clock.arrived() == total > shown):
                 shown = self.clock.arrived()
                 self.progress(shown, total)
         if self.progress:

@@ -320,6 +320,15 @@ def test_progress_is_reported():
     assert seen[-1] == (23, 23) and all(d <= t for d, t in seen)
 
 
+def test_progress_is_reported_when_the_last_job_is_submitted_and_again_at_the_end():
+    """Reports come every 1/200 of the jobs, and once all are in even off that step (bench/sim_bench.py
+    times the drain after the last submit from it): 401 jobs, a step of 2, the last one alone."""
+    trace = [tj(f"j{i}", i, 10_000, gpus=1) for i in range(401)]
+    seen = []
+    simulate(trace, nodes(2), cfg(), progress=lambda done, total: seen.append(done))
+    assert seen.count(401) == 2 and seen[-3:-1] == [400, 401]
+
+
 def test_nodes_are_always_up_on_the_virtual_clock():
     down = tuple(replace(n, state="drain", lease_expiry=0.0) for n in nodes(1))
     rep = report(simulate([tj("a", 0, 10, gpus=1)], down, cfg()))
