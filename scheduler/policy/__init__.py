@@ -125,9 +125,7 @@ class _Pass:
         self.reserve_begins = False           # expected_starts: a --begin job is reserved from its begin
         self.no_victims: list = []            # (QoS priority, reclaim, request shape) that found none
         self.no_room_text: dict = {}          # request shape -> "no up node has ... free"
-        prios = [q.priority for j in running
-                 if j.state == states.RUNNING and (q := self.cfg.qos_named(j.qos)) and preempt.preemptible(j, cfg)]
-        self.lowest_victim = min(prios, default=None)
+        self._lowest_victim: tuple = ()       # (the lowest QoS priority of a possible victim,), on first use
         for j in running:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
                 self.draining.setdefault(j.preempted_for, []).append(j)
@@ -287,15 +285,25 @@ class _Pass:
                                               if not job.gpu_type or g.model == job.gpu_type), "")
         return self.book.blocked(self.book.quote(job, self.models[job.gpu_type])[0])
 
+    def lowest_victim(self) -> int | None:
+        """The lowest QoS priority of a running job that may be preempted (None: no such job). Only a
+        pass that may preempt asks, once: a walk over every running job."""
+        if not self._lowest_victim:
+            prios = [q.priority for j in self.running
+                     if j.state == states.RUNNING and (q := self.cfg.qos_named(j.qos)) and preempt.preemptible(j, self.cfg)]
+            self._lowest_victim = (min(prios, default=None),)
+        return self._lowest_victim[0]
+
     def _may_preempt(self, job: Job) -> bool:
         """A cheap test before the victim search: some running job could be a victim, and no request
         at least as large, of no higher QoS, already found none in this pass (victims only get fewer
         and free room only shrinks during a pass)."""
-        if self.lowest_victim is None and not self.usage.guarantees:
+        lowest = self.lowest_victim()
+        if lowest is None and not self.usage.guarantees:
             return False
         q = self.cfg.qos_named(job.qos)
         prio, reclaim = (q.priority if q else 0), self.usage.within_guarantee(job)
-        if not reclaim and (self.lowest_victim is None or prio <= self.lowest_victim):
+        if not reclaim and (lowest is None or prio <= lowest):
             return False
         shape = capacity.shape(job)
         return not any(r == reclaim and p >= prio and capacity.covers(f, shape) for p, r, f in self.no_victims)

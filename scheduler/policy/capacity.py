@@ -99,6 +99,9 @@ class Placer:
         # free GPU count -> [(free CPUs, node name)] kept sorted, so a scan in order meets the
         # tightest fit first
         self.buckets: dict[int, list[tuple[int, str]]] = {}
+        # Names of nodes whose Free this Placer shares with a copy (or the copy with its source):
+        # each is copied at its first change here, so a copy costs the nodes a pass changes, not all.
+        self.shared: set[str] = set()
         for f in free.values():
             self.buckets.setdefault(len(f.gpus), []).append((f.cpus, f.node.name))
         for bucket in self.buckets.values():
@@ -107,7 +110,8 @@ class Placer:
     def copy(self) -> "Placer":
         """A Placer over a copy of this one's free capacity, as it is now (no failures remembered)."""
         other = Placer.__new__(Placer)
-        other.free = {name: f.copy() for name, f in self.free.items()}
+        other.free = dict(self.free)
+        self.shared, other.shared = set(self.free), set(self.free)
         other.changes = other.grown = 0
         other.failed, other.held = [], []
         other.buckets = {k: list(b) for k, b in self.buckets.items()}
@@ -117,7 +121,7 @@ class Placer:
         """A Placer over this one's free capacity itself, for one that never takes (`fits_unchanged`)
         while this one does not change either: no failures remembered, nothing copied."""
         other = Placer.__new__(Placer)
-        other.free, other.buckets = self.free, self.buckets
+        other.free, other.buckets, other.shared = self.free, self.buckets, self.shared
         other.changes = other.grown = 0
         other.failed, other.held = [], []
         return other
@@ -130,11 +134,21 @@ class Placer:
         for name, gpus in job.on_nodes:
             spot = self.free.get(name)
             if spot is not None:
+                spot = self._own(spot)
                 self._unfile(spot)
                 spot.occupy(job, gpus, sign)
                 self._file(spot)
                 counted += len(gpus)
         return counted
+
+    def _own(self, spot: Free) -> Free:
+        """This Placer's own Free of the spot's node, to change: copied if it is still shared. A caller
+        may hold the Free it had before the copy; its name finds the one to change."""
+        name = spot.node.name
+        if name in self.shared:
+            self.shared.discard(name)
+            self.free[name] = self.free[name].copy()
+        return self.free[name]
 
     def _unfile(self, spot: Free) -> None:
         """Take the node out of its bucket before its free room changes (`_file` puts it back)."""
@@ -164,6 +178,7 @@ class Placer:
         """Allocate the job's request on `spot` (or, for a hold, only `gpus` of its GPUs and the
         part of its CPUs and memory the node has free), the `prefer`red GPUs first."""
         self.changes += 1
+        spot = self._own(spot)
         self._unfile(spot)
         taken = spot.take(job, gpus, prefer)
         self._file(spot)
@@ -175,6 +190,7 @@ class Placer:
         others took meanwhile. Returns what was held. A gang's hold keeps a slot too: the room of
         every one of its nodes must still be whole when the last of its victims stops."""
         self.changes += 1
+        spot = self._own(spot)
         self._unfile(spot)
         keep = [g for g in spot.matching(job) if only is None or g.uuid in only][:job.gpus]
         held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem), 1 if job.nodes > 1 and spot.slots > 0 else 0)
@@ -189,6 +205,7 @@ class Placer:
         """Give back what `hold` set aside (the preemptor's turn has come: it may take it now)."""
         self.changes += 1
         self.grown += 1
+        spot = self._own(spot)
         self._unfile(spot)
         gpus, cpus, mem, slots = held
         spot.gpus = sorted(spot.gpus + list(gpus), key=_index)

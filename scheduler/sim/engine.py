@@ -63,6 +63,7 @@ class Result:
     spent: dict[str, int] = field(default_factory=dict)  # the `spent` hash: NAME or NAME@PERIOD -> micro
     plan_calls: int = 0
     plan_skipped: int = 0
+    instants: int = 0       # instants where something happened: each a pass, or skipped (plan_skipped)
     end_time: float = EPOCH
 
     def trace_of(self, job_id: int) -> TraceJob:
@@ -91,6 +92,8 @@ class Simulator:
         self.refused: list[Refused] = []
         self.budgets = {b.name: b for b in cfg.budgets}
         self.spent: dict[str, int] = {}       # the `spent` hash: NAME or NAME@PERIOD -> settled micro-units
+        self.charges = 0                      # charges settled so far: the key of `_spent_now`'s memo
+        self._spent_memo: tuple = ()
         self.rollovers = any(b.period != "none" for b in cfg.budgets)
         self.half_life = cfg.priority["fairshare_half_life"]
         # Fair-share usage is what plan() ranks accounts by; it reads it only with a fair-share weight.
@@ -110,7 +113,7 @@ class Simulator:
         self.attempts = 0           # bumped whenever a job starts, is preempted or ends: parked.py's memo key
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
-        self.calls = self.skipped = 0
+        self.calls = self.skipped = self.instants = 0
         self.now = EPOCH
         self.plan_runs = 0          # plan() calls; `calls` counts passes (a windowed pass may take several)
         # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
@@ -130,6 +133,7 @@ class Simulator:
         shown = 0
         for t, ends, arrivals in self.clock.batches():
             self.now = t
+            self.instants += 1
             rolled = ROLLOVER in ends
             for end in ends:
                 if len(end) == 3:
@@ -148,7 +152,7 @@ class Simulator:
             self.progress(total, total)
         jobs = {**self.ended, **self._stuck()}
         return Result(self.cfg, self.nodes, self.trace, dict(sorted(jobs.items())), self.refused,
-                      self.budget_held, dict(self.spent), self.calls, self.skipped, self._end_time())
+                      self.budget_held, dict(self.spent), self.calls, self.skipped, self.instants, self._end_time())
 
     def _rollover(self, t: float) -> float:
         """The next start of a period of some periodic budget after t."""
@@ -223,11 +227,14 @@ class Simulator:
         new, charges = done
         del self.running[jid]
         self.attempts += 1
+        if self.parking is not None:
+            self.parking.ended(jid)
         self.room.give(job)
         self.standing.end(job)
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
         self.gangs_running -= job.nodes > 1
+        self.charges += len(charges)
         for c in charges:
             b = self.budgets.get(c.budget)
             key = ledger.spent_field(c.budget, c.period or (periods.current(b, t) if b else ""))
@@ -313,6 +320,19 @@ class Simulator:
         jobs, idle = self.queue.jobs, self.idle
         return tuple(map(jobs.__getitem__, filterfalse(idle.__contains__, jobs))) if idle else tuple(jobs.values())
 
+    def spent_now(self, t: float) -> tuple[dict, tuple]:
+        """What each budget has settled in its current period at `t` (periods.spent_now), and as
+        plan()'s Snapshot has it: summed again only after a charge or in another period."""
+        memo = self._spent_memo
+        if not memo or memo[0] != self.charges or not memo[1] <= t < memo[2]:
+            spent = periods.spent_now(self.cfg.budgets, self.spent, t)
+            span = [periods.bounds(b.period, periods.current(b, t), b.timezone)
+                    for b in self.cfg.budgets if b.period != "none"]
+            self._spent_memo = memo = (self.charges, max((s for s, _ in span), default=-math.inf),
+                                       min((e for _, e in span), default=math.inf),
+                                       spent, tuple(sorted(spent.items())))
+        return memo[3], memo[4]
+
     def _usage(self, t: float) -> dict:
         if not self.fairshare:
             return {}
@@ -322,9 +342,8 @@ class Simulator:
         self.calls += 1
         self.plan_runs += 1
         usage = self._usage(t) if usage is None else usage
-        spent = periods.spent_now(self.cfg.budgets, self.spent, t) if self.cfg.budgets else {}
         snap = Snapshot(now=t, nodes=self.nodes, jobs=(*pending, *self.running.values()),
-                        spent=tuple(sorted(spent.items())), usage=tuple(sorted(usage.items())))
+                        spent=self.spent_now(t)[1], usage=tuple(sorted(usage.items())))
         # What the running jobs hold of each budget, as the pass start summed it (not for the
         # reference, whole passes: `skip=False`, which plan() sums alone).
         held = self.parking.known(t, self.attempts) if self.parking is not None and self.skip else None
@@ -358,6 +377,8 @@ class Simulator:
         self.running[job.id] = job
         self.attempts += 1
         self.room.take(job)
+        if self.parking is not None:
+            self.parking.started(job)
         self.standing.start(job)
         self.gangs_running += job.nodes > 1
         if self._preemptible(job):

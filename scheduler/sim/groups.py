@@ -58,7 +58,7 @@ def replay(trace: list[TraceJob], groups: dict, cfg, hooks=lambda: None, **kw) -
     refused: list = []
     held: set = set()
     spent: dict[str, int] = {}
-    calls = skipped = 0
+    calls = skipped = instants = 0
     end = None
     for group, idx in parts.items():
         if not idx:
@@ -70,10 +70,10 @@ def replay(trace: list[TraceJob], groups: dict, cfg, hooks=lambda: None, **kw) -
         held |= {renumber[j] for j in res.budget_held}
         for key, v in res.spent.items():
             spent[key] = spent.get(key, 0) + v
-        calls, skipped = calls + res.plan_calls, skipped + res.plan_skipped
+        calls, skipped, instants = calls + res.plan_calls, skipped + res.plan_skipped, instants + res.instants
         end = res.end_time if end is None else max(end, res.end_time)
     nodes = tuple(n for g in groups.values() for n in g)
-    out = Result(cfg, nodes, trace, dict(sorted(jobs.items())), refused, held, spent, calls, skipped)
+    out = Result(cfg, nodes, trace, dict(sorted(jobs.items())), refused, held, spent, calls, skipped, instants)
     if end is not None:
         out.end_time = end
     return out

@@ -85,7 +85,7 @@ def report(res: Result) -> dict:
                            "never_started": sum(1 for j in pending if j.reason in BUDGET_REASONS)},
         "preemptions": {"count": len(preempted), "jobs": len({j.id for j, _ in preempted}), **_lost(preempted)},
         "timeouts": {"count": len(timeouts), **_lost(timeouts)},
-        "plan": {"calls": res.plan_calls, "skipped": res.plan_skipped},
+        "plan": {"calls": res.plan_calls, "skipped": res.plan_skipped, "instants": res.instants},
     }
 
 

@@ -135,6 +135,11 @@ class Parking:
             self._rates[key] = (max if dearest else min)(rates, default=0)
         return self._rates[key]
 
+    def holds_all(self, job: Job, queued: int) -> bool:
+        """Whether the job's budget is that of every one of the `queued` jobs (parkable all)."""
+        k = self.key.get(job.id)
+        return k is not None and sum(len(lst.ids) for lst in self.active[k[0]].values()) == queued
+
     def admits(self, job: Job) -> bool:
         """Whether the budget provably admits the queued job at the last `update`, before any admission
         of the pass: its forecast at its dearest rate, all of it in the current period, fits the room."""
@@ -152,10 +157,11 @@ class Parking:
         """(queued ids that became idle, those to park, parked ids to bring back) at the start of a
         pass at `t`: `spent` is what each budget has settled in its current period, `running` the
         jobs on nodes (plan()'s inputs; id -> record), `attempts` a key that changes whenever they do
-        (for `known`). `idle` is then every queued idle id; an idle job stays queued while its
+        (for `known`), given by a caller that tells each start and end (`started`, `ended`); without
+        it the running jobs are compared with those of the last update. `idle` is then every queued idle id; an idle job stays queued while its
         bound is within the budget's recent room (`RECENT`), and the engine leaves it out of the
         pass by id."""
-        if attempts is None or not self.synced or self.synced[1] != attempts:
+        if attempts is None:
             self.sync(running)
         self.synced, self.sums = (t, attempts), {}
         new: list[int] = []
@@ -217,19 +223,26 @@ class Parking:
         sums of the last update, if it was at `t` with the same running `attempts`."""
         return self.sums if attempts is not None and self.synced == (t, attempts) else {}
 
+    def started(self, job: Job) -> None:
+        """The job is running now (as a caller that gives `update` its `attempts` tells it)."""
+        self.seen.add(job.id)
+        for name, _ in job.commit:
+            if name in self.holdings:
+                self.holdings[name].start(job)
+
+    def ended(self, job_id: int) -> None:
+        self.seen.discard(job_id)
+        for h in self.holdings.values():
+            h.end(job_id)
+
     def sync(self, running: dict) -> None:
         """The running jobs (id -> record) now: those that started or ended since the last sync are
         told to their budgets' Holdings."""
         ids = set(running)
         for i in self.seen - ids:
-            for h in self.holdings.values():
-                h.end(i)
+            self.ended(i)
         for i in ids - self.seen:
-            job = running[i]
-            for name, _ in job.commit:
-                if name in self.holdings:
-                    self.holdings[name].start(job)
-        self.seen = ids
+            self.started(running[i])
 
     def _over(self, name: str, x: int, r: int) -> list[int]:
         """The queued jobs of budget `name` whose bound exceeds x: c > x and rate > r (r: the largest
@@ -365,7 +378,7 @@ def settle(sim, t: float) -> None:
     sim.idle = NONE
     if pk is None:
         return
-    spent = periods.spent_now(sim.cfg.budgets, sim.spent, t)
+    spent = sim.spent_now(t)[0]
     new, park, back = pk.update(t, spent, sim.running, sim.attempts)
     for i in back:
         bring_back(sim, i)

@@ -40,7 +40,7 @@ def plan(sim, t: float):
     ranked = q.ranked(heads, t, usage)
     if not sim.room.fits_somewhere([shape(ranked[0])]) and not _may_be_held(sim, ranked[0]):
         return None
-    n = 1 if sim.parking is not None and q.charged(ranked[0]) else WINDOW
+    n = 1 if sim.parking is not None and sim.parking.holds_all(ranked[0], len(q)) else WINDOW
     # jobs that do nothing in this pass: those idle for their budget and those the budget has no
     # room for after the admissions among a window's first n jobs, or that its pass pended for it
     # (asked after any admission: a window where every job starts may still price out the rest)
