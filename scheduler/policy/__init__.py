@@ -26,7 +26,7 @@ from .expire import expire
 from .quota import Usage, over_alone
 from .standing import Standing
 
-__all__ = ["plan", "plan_per_job", "refusal", "expected_starts", "Standing"]
+__all__ = ["plan", "plan_per_job", "refusal", "refusal_of_shape", "never_affordable", "expected_starts", "Standing"]
 
 
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None,
@@ -372,26 +372,34 @@ def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=())
     """Why the job must be refused at submit: no node could ever hold it, a cap is exceeded by the
     job alone (or now, with on_limit = "refuse", counting `running`), or a budget could never pay
     for it (`spent`: settled spending, which a budget without periods never gets back)."""
+    why, cheapest = refusal_of_shape(job, nodes, cfg, running)
+    return why or never_affordable(job, cheapest, cfg, spent)
+
+
+def refusal_of_shape(job: Job, nodes, cfg: Config, running=()) -> tuple[str | None, str]:
+    """`refusal` but for the budgets, which it asks last: (why, or None; the cheapest GPU model of
+    the nodes that could hold the job, for never_affordable). It reads only the job's request
+    (GPUs, model, CPUs, memory, nodes), user and account: a replay asks it once per such key."""
     holders = [n for n in nodes if capacity.could_ever_hold(job, n)]
     if not holders:
         biggest = max(nodes, key=lambda n: (len(n.gpus), n.cpus, n.mem), default=None)
         have = (f"largest node {biggest.name} has {len(biggest.gpus)} GPUs, {biggest.cpus} CPUs, "
                 f"{biggest.mem >> 30}G" if biggest else "no node is registered")
         each = " on each node" if job.nodes > 1 else ""
-        return f"no node could ever hold {_request(job)}{each}: {have}"
+        return f"no node could ever hold {_request(job)}{each}: {have}", ""
     if not any(n.runs_jobs_of(job.user) for n in holders):
-        return _who_runs(job.user, holders)
+        return _who_runs(job.user, holders), ""
     if job.nodes > 1:
         mine = [n for n in holders if n.runs_jobs_of(job.user)]
         if len(mine) < job.nodes:
             return (f"no set of {job.nodes} nodes could ever hold {_request(job)} on each node: "
-                    f"{len(mine)} node(s) could ({', '.join(sorted(n.name for n in mine))})")
+                    f"{len(mine)} node(s) could ({', '.join(sorted(n.name for n in mine))})"), ""
     capped = over_alone(job, cfg, running)
     if capped:
-        return capped
+        return capped, ""
     models = dict.fromkeys(g.model for n in holders for g in n.gpus if not job.gpu_type or g.model == job.gpu_type)
     cheapest = min(models, key=cfg.rates.gpu_rate, default="")
-    return never_affordable(job, cheapest, cfg, spent)
+    return None, cheapest
 
 
 def _who_runs(user: str, nodes) -> str:

@@ -113,6 +113,7 @@ class Simulator:
         self.attempts = 0           # bumped whenever a job starts, is preempted or ends: parked.py's memo key
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
+        self._most: dict[str, int] = {}       # GPU model -> submit.most_gpus
         self.calls = self.skipped = self.instants = 0
         self.now = EPOCH
         self.plan_runs = 0          # plan() calls; `calls` counts passes (a windowed pass may take several)
@@ -186,7 +187,10 @@ class Simulator:
     def _arrive(self, t: float, i: int) -> None:
         tj = self.trace[i]
         account = tj.account or self.template.get("account") or self.cfg.default_account(tj.user)
-        gpus, cpus, mem, nodes = submit.gang_shape(tj, self.nodes)
+        most = self._most.get(tj.gpu_type)
+        if most is None:
+            most = self._most[tj.gpu_type] = submit.most_gpus(self.nodes, tj.gpu_type)
+        gpus, cpus, mem, nodes = submit.gang_shape(tj, self.nodes, most)
         job = Job(**{**self.template, "account": account}, id=i + 1, name=tj.name, user=tj.user, qos=tj.qos,
                   gpus=gpus, gpu_type=tj.gpu_type, cpus=cpus, mem=mem, time_limit=tj.time_limit,
                   submit_time=t, nodes=nodes)
@@ -322,15 +326,20 @@ class Simulator:
 
     def spent_now(self, t: float) -> tuple[dict, tuple]:
         """What each budget has settled in its current period at `t` (periods.spent_now), and as
-        plan()'s Snapshot has it: summed again only after a charge or in another period."""
+        plan()'s Snapshot has it: read again only after a charge, the periods' fields named again
+        only in other periods."""
         memo = self._spent_memo
-        if not memo or memo[0] != self.charges or not memo[1] <= t < memo[2]:
-            spent = periods.spent_now(self.cfg.budgets, self.spent, t)
-            span = [periods.bounds(b.period, periods.current(b, t), b.timezone)
-                    for b in self.cfg.budgets if b.period != "none"]
-            self._spent_memo = memo = (self.charges, max((s for s, _ in span), default=-math.inf),
-                                       min((e for _, e in span), default=math.inf),
-                                       spent, tuple(sorted(spent.items())))
+        if memo and memo[0] == self.charges and memo[1] <= t < memo[2]:
+            return memo[3], memo[4]
+        if not memo or not memo[1] <= t < memo[2]:
+            budgets = self.cfg.budgets
+            span = [periods.bounds(b.period, periods.current(b, t), b.timezone) for b in budgets if b.period != "none"]
+            fields = [(b.name, ledger.spent_field(b.name, periods.current(b, t)))
+                      for b in budgets]
+            memo = (0, max((s for s, _ in span), default=-math.inf), min((e for _, e in span), default=math.inf),
+                    {}, (), fields)
+        spent = {name: int(self.spent.get(key, 0)) for name, key in memo[5]}
+        self._spent_memo = memo = (self.charges, memo[1], memo[2], spent, tuple(sorted(spent.items())), memo[5])
         return memo[3], memo[4]
 
     def _usage(self, t: float) -> dict:

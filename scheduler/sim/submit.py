@@ -3,16 +3,23 @@ from .. import policy
 from ..model import Job
 
 
-def gang_shape(tj, nodes) -> tuple[int, int, int, int]:
+def gang_shape(tj, nodes, most: int | None = None) -> tuple[int, int, int, int]:
     """(gpus, cpus, mem per node, nodes) of a trace job: its own, or, when it asks for more GPUs than
-    any node has (of its model), a gang (`sub -N`) of whole nodes, its CPUs and memory split over them."""
+    any node has (of its model), a gang (`sub -N`) of whole nodes, its CPUs and memory split over them.
+    `most`: most_gpus(nodes, tj.gpu_type), where the caller keeps it."""
     if tj.nodes > 1 or not tj.gpus:
         return tj.gpus, tj.cpus, tj.mem, tj.nodes
-    most = max((sum(1 for g in n.gpus if not tj.gpu_type or g.model == tj.gpu_type) for n in nodes), default=0)
+    if most is None:
+        most = most_gpus(nodes, tj.gpu_type)
     if not most or tj.gpus <= most:
         return tj.gpus, tj.cpus, tj.mem, 1
     k = -(-tj.gpus // most)
     return most, -(-tj.cpus // k), -(-tj.mem // k), k
+
+
+def most_gpus(nodes, gpu_type: str) -> int:
+    """The most GPUs of the model (any, for "") one node has."""
+    return max((sum(1 for g in n.gpus if not gpu_type or g.model == gpu_type) for n in nodes), default=0)
 
 
 def refusal(sim, job: Job):
@@ -21,14 +28,16 @@ def refusal(sim, job: Job):
     cfg = sim.cfg
     if cfg.qos_named(job.qos) is None:
         return "qos", f"qos: unknown QoS {job.qos!r}"
-    key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.time_limit, job.qos, job.account, job.project,
-           job.budget, job.user, job.nodes)
+    # policy.refusal in two parts: what the request, user and account decide, once per such key; then
+    # the budgets, whose forecast reads each job's own time limit and estimate.
+    key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.nodes, job.user, job.account)
     if key not in sim._refusals:
-        why = policy.refusal(job, sim.nodes, cfg)
-        sim._refusals[key] = None if why is None else (
-            "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why)
-    if sim._refusals[key]:
-        return sim._refusals[key]
+        sim._refusals[key] = policy.refusal_of_shape(job, sim.nodes, cfg)
+    why, cheapest = sim._refusals[key]
+    if why is None and cfg.budgets:
+        why = policy.never_affordable(job, cheapest, cfg)
+    if why:
+        return "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why
     if sim.queue_limits:
         parked = sim.parking
         pending = len(sim.queue) + (len(parked) if parked else 0)
