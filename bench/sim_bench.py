@@ -62,7 +62,7 @@ def one(trace: str, nodes: str, policy: str) -> dict:
     last = sim.EPOCH + max((j.submit for j in jobs), default=0)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            "passes": res.plan_calls, "decided": res.instants - res.plan_skipped, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"],
+            "passes": res.plan_calls, "decided": getattr(res, "instants", res.plan_skipped) - res.plan_skipped, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"],
             "drain_cpu_s": round(cpu - (submitted[0] if submitted else cpu), 1),
             "drain_days": round(max(0.0, res.end_time - last) / 86400, 1)}
 
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
                           + (f"  wait {r['mean_wait']:,.0f} s, JCT {r['jct']:,.0f} s, refused {r['refused']:,}"
                              if "mean_wait" in r else "")
                           + (f", drain {r['drain_cpu_s']} s CPU over {r['drain_days']} days" if "drain_days" in r else "")
-                          + (f", {r['decided']:,} passes decided" if "decided" in r else ""),
+                          + (f", {r['decided']:,} passes decided" if r.get("decided") else ""),
                           flush=True)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:

@@ -136,9 +136,16 @@ class Parking:
         return self._rates[key]
 
     def holds_all(self, job: Job, queued: int) -> bool:
-        """Whether the job's budget is that of every one of the `queued` jobs (parkable all)."""
+        """Whether the job's budget is that of every one of the `queued` jobs (parkable all), and,
+        at the last update, its room less the job's bound is below every queued job's bound: once
+        the job is admitted its budget likely has room for no other (strict.py's window of one; a
+        guess, which only sets how many plan() calls a pass takes, never what it decides)."""
         k = self.key.get(job.id)
-        return k is not None and sum(len(lst.ids) for lst in self.active[k[0]].values()) == queued
+        if k is None or k[0] not in self.room:
+            return False
+        mine = self.active[k[0]].values()
+        return (sum(len(lst.ids) for lst in mine) == queued
+                and self.room[k[0]][0] - k[1] < min(lst.keys[0][0] for lst in mine))
 
     def admits(self, job: Job) -> bool:
         """Whether the budget provably admits the queued job at the last `update`, before any admission

@@ -24,8 +24,9 @@ from .. import states
 from .room import shape
 
 WINDOW = 4      # pending jobs in the first window; widened ×4 while every one starts or is held by a budget
-# A first job charged to a budget gets a window of its own: a budget whose room admits about one job
-# a pass (a spent one, as each end settles below its forecast) leaves out the rest once it is in.
+# A first job charged to a budget gets a window of its own when that budget is every queued job's and
+# its room likely admits this job alone (a spent budget, as each end settles below its forecast:
+# Parking.holds_all): the rest are left out once it is in.
 BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
 
 
