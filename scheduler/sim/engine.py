@@ -276,7 +276,7 @@ class Simulator:
         budget would not admit it either)."""
         if len(self.queue) == len(self.idle):
             return True           # no pending job but those idle for their budget: nothing to place, expire or preempt for
-        if (self.never_skip or self.queue.timed or self.queue.budgeted > len(self.idle)
+        if (self.never_skip or self.queue.timed or (self.queue.budgeted > len(self.idle) and not self.parking.admits_all(self.queue.budgeted))
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
         return not self.room.fits_somewhere(self.queue.shapes.minimal())

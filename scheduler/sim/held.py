@@ -31,16 +31,20 @@ class Holdings:
         self.ends: list = []                 # heap of (until, id) of those
         self.outrun: set[int] = set()
         self.t = -math.inf
+        self.committed = 0                   # the running jobs' whole commitments to it: at most what they hold in any period
 
     def start(self, job: Job) -> None:
         self.end(job.id)
         self.jobs[job.id] = job
+        self.committed += ledger.amount_of(job.commit, self.b.name)
         if self.lab is not None:
             self._part(job)
 
     def end(self, job_id: int) -> None:
-        if self.jobs.pop(job_id, None) is None:
+        job = self.jobs.pop(job_id, None)
+        if job is None:
             return
+        self.committed -= ledger.amount_of(job.commit, self.b.name)
         part, _ = self.parts.pop(job_id)
         if job_id in self.outrun:
             self.outrun.discard(job_id)

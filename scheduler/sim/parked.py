@@ -59,6 +59,8 @@ class Parking:
         self.by_rate: dict[str, list] = {b: [] for b in self.budgets}     # budget -> sorted (rate, id) parked
         self.users: Counter = Counter()                   # parked jobs per user
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
+        # budget -> its room in any later period, at most: cap less all the running jobs have committed
+        self.later: dict[str, int] = {}
         # The queued jobs idle at their budget's cut (x, r): c > x and rate > r. Kept as jobs come and
         # go and as the cut moves; `fresh`: those that joined it between two updates.
         self.cut: dict[str, tuple] = {}                   # budget -> (x, r)
@@ -71,6 +73,12 @@ class Parking:
         self.sums: dict[tuple, int] = {}
         self.synced: tuple = ()
         self.recent = {b: Peak(RECENT) for b in self.budgets}     # budget -> its x at the last RECENT updates
+        # What each queued job may need at most (`admits`): (need at its dearest rate, billed seconds),
+        # and per budget the queued jobs sorted by each, so that `admits_all` reads two maxima.
+        self.most: dict[int, tuple] = {}
+        self.by_need: dict[str, list] = {b: [] for b in self.budgets}
+        self.by_seconds: dict[str, list] = {b: [] for b in self.budgets}
+        self.queued = 0                                   # parkable jobs in the queue
         self._rates: dict = {}
 
     def __len__(self) -> int:
@@ -81,14 +89,16 @@ class Parking:
         """A job entered the queue (its submit, or a requeue)."""
         k = self._key(job)
         if k is not None:
-            self.key[job.id] = k
-            self._in(k[0], k[1], k[2], job.id)
+            (name, c, rate), self.most[job.id] = k
+            self.key[job.id] = (name, c, rate)
+            self._in(name, c, rate, job.id)
 
     def remove(self, job_id: int) -> None:
         """A queued job left the queue (started or ended); a parked one never does (it cannot start)."""
         k = self.key.pop(job_id, None)
         if k is not None:
             self._out(k[0], k[1], k[2], job_id)
+            del self.most[job_id]
 
     def _in(self, name: str, c: int, rate: int, job_id: int) -> None:
         """A job joins budget `name`'s queued ones: idle at once if its bound is over the cut."""
@@ -96,6 +106,10 @@ class Parking:
         if mine is None:
             mine = self.active[name][rate] = Bounds()
         mine.add(c, job_id)
+        need, seconds = self.most[job_id]
+        insort(self.by_need[name], (need, job_id))
+        insort(self.by_seconds[name], (seconds, job_id))
+        self.queued += 1
         x, r = self.cut.get(name, NO_CUT)
         if c > x and rate > r:
             self.idle.add(job_id)
@@ -108,8 +122,13 @@ class Parking:
         if not lst.ids:
             del mine[rate]
         self.idle.discard(job_id)
+        need, seconds = self.most[job_id]
+        for lst2, k in ((self.by_need[name], (need, job_id)), (self.by_seconds[name], (seconds, job_id))):
+            del lst2[bisect_left(lst2, k)]
+        self.queued -= 1
 
     def _key(self, job: Job):
+        """((budget, c, rate), (need at the dearest rate, billed seconds)) of a parkable job, else None."""
         if job.nodes > 1 or job.earmark or timed(job):
             return None
         mine = ledger.budgets_for(job, self.cfg.budgets)
@@ -118,7 +137,8 @@ class Parking:
         b = mine[0]
         rate = self._rate(job, b.unit)
         seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
-        return b.name, ledger.accrue(rate, seconds - SLACK), rate
+        dear = self._rate(job, b.unit, dearest=True)
+        return (b.name, ledger.accrue(rate, seconds - SLACK), rate), (ledger.accrue(dear, seconds + SLACK), seconds)
 
     def _rate(self, job: Job, unit: str, dearest: bool = False) -> int:
         """The job's cheapest rate on any node that could hold it, over every GPU model it might get;
@@ -147,17 +167,34 @@ class Parking:
         return (sum(len(lst.ids) for lst in mine) == queued
                 and self.room[k[0]][0] - k[1] < min(lst.keys[0][0] for lst in mine))
 
+    def admits_all(self, budgeted: int) -> bool:
+        """Whether, at the last update, every one of the `budgeted` queued jobs charged to a budget is
+        parkable and provably admitted by its budget, as `admits` asks it (then a pass gives none of
+        them a budget reason): per budget, the largest need and the longest run against its room."""
+        if budgeted != self.queued:
+            return False
+        for name, needs in self.by_need.items():
+            if not needs:
+                continue
+            if name not in self.room:
+                return False
+            x, left, _ = self.room[name]
+            need = needs[-1][0]
+            if need > x or (left is not None and self.by_seconds[name][-1][0] > left and need > self.later[name]):
+                return False
+        return True
+
     def admits(self, job: Job) -> bool:
         """Whether the budget provably admits the queued job at the last `update`, before any admission
-        of the pass: its forecast at its dearest rate, all of it in the current period, fits the room."""
+        of the pass: its forecast at its dearest rate fits the room, and, if it may run past the
+        period's end, the room of any later period too (where nothing is spent yet and the running
+        jobs hold at most their whole commitments; a later period's part has no overhead)."""
         k = self.key.get(job.id)
         if k is None or k[0] not in self.room:
             return False
         x, left, _ = self.room[k[0]]
-        seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
-        if left is not None and seconds > left:
-            return False
-        return ledger.accrue(self._rate(job, self.budgets[k[0]].unit, dearest=True), seconds + SLACK) <= x
+        need, seconds = self.most[job.id]
+        return need <= x and (left is None or seconds <= left or need <= self.later[k[0]])
 
     # -- a pass --------------------------------------------------------------------------------
     def update(self, t: float, spent: dict, running, attempts=None) -> tuple[list[int], list[int], list[int]]:
@@ -186,6 +223,7 @@ class Parking:
             held = self.sums[(name, lab)] = self.holdings[name].at(t, lab)
             x = ledger.cap(b) - spent.get(name, 0) - held - ledger.overhead(b.unit, self.cfg)
             self.room[name] = (x, left, lab)
+            self.later[name] = ledger.cap(b) - self.holdings[name].committed - ledger.overhead(b.unit, self.cfg)
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
             r_max = self._max_rate(x, left)
             cost, by_rate = self.by_cost[name], self.by_rate[name]

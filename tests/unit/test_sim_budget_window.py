@@ -134,3 +134,22 @@ def test_a_backfill_pass_counts_held_the_jobs_its_first_admissions_price_out_bef
     assert schedule(fast) == schedule(full)
     assert full.budget_held == set(range(5, 75))           # every v, once, at the first pass
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
+
+
+ROOMY = ('[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = 90000.0\nperiod = "week"\n'
+         '[[budgets]]\nname = "rl"\naccount = "vc-rl"\nlimit = 90000.0\nperiod = "none"\n')
+
+
+@pytest.mark.parametrize("name", ["fifo", "backfill", "fairshare"])
+def test_budgets_that_never_bind_add_no_pass(tmp_path, name):
+    """An instant where no pending request fits is no pass when every budgeted job's budget provably
+    admits it (parked.py `admits_all`: no budget reason to record): budgets with room to spare decide
+    exactly as many passes as no budgets, and the same as plan() over every pending job."""
+    path = gpu_trace.write(str(tmp_path / "t.csv"), 500, seed=5, days=2)
+    nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
+    bare = simulate(jobs, nodes, policy_config(config_mod.Config(), name))
+    cfg = policy_config(config_mod.loads(ROOMY), name)
+    fast, full = simulate(jobs, nodes, cfg), simulate(jobs, nodes, cfg, skip=False)
+    assert schedule(fast) == schedule(full) == schedule(bare)
+    assert fast.spent == full.spent and fast.spent and not fast.budget_held
+    assert fast.instants - fast.plan_skipped == bare.instants - bare.plan_skipped
