@@ -92,7 +92,7 @@ class Simulator:
         self.refused: list[Refused] = []
         self.budgets = {b.name: b for b in cfg.budgets}
         self.spent: dict[str, int] = {}       # the `spent` hash: NAME or NAME@PERIOD -> settled micro-units
-        self.charges = 0                      # charges settled so far: the key of `_spent_now`'s memo
+        self.charges = 0                      # charges settled so far: the key of `spent_now`'s memo
         self._spent_memo: tuple = ()
         self.rollovers = any(b.period != "none" for b in cfg.budgets)
         self.half_life = cfg.priority["fairshare_half_life"]
