@@ -202,9 +202,9 @@ class Parking:
         pass at `t`: `spent` is what each budget has settled in its current period, `running` the
         jobs on nodes (plan()'s inputs; id -> record), `attempts` a key that changes whenever they do
         (for `known`), given by a caller that tells each start and end (`started`, `ended`); without
-        it the running jobs are compared with those of the last update. `idle` is then every queued idle id; an idle job stays queued while its
-        bound is within the budget's recent room (`RECENT`), and the engine leaves it out of the
-        pass by id."""
+        it the running jobs are compared with those of the last update. `idle` is then every queued
+        idle id; an idle job stays queued while its bound is within the budget's recent room
+        (`RECENT`), and the engine leaves it out of the pass by id."""
         if attempts is None:
             self.sync(running)
         self.synced, self.sums = (t, attempts), {}
