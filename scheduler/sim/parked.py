@@ -61,6 +61,8 @@ class Parking:
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
         # budget -> its room in any later period, at most: cap less all the running jobs have committed
         self.later: dict[str, int] = {}
+        self.top = {name: ledger.cap(b) - ledger.overhead(b.unit, cfg) for name, b in self.budgets.items()}
+        self.period: dict[str, tuple] = {}                # budget -> (label, start, end) of its last period
         # The queued jobs idle at their budget's cut (x, r): c > x and rate > r. Kept as jobs come and
         # go and as the cut moves; `fresh`: those that joined it between two updates.
         self.cut: dict[str, tuple] = {}                   # budget -> (x, r)
@@ -218,15 +220,26 @@ class Parking:
             if b.period == "none":
                 left, lab = None, ""
             else:
-                lab = periods.current(b, t)
-                left = periods.bounds(b.period, lab, b.timezone)[1] - t - SLACK
+                lab, start, end = self.period.get(name, NO_PERIOD)
+                if not start <= t < end:
+                    lab = periods.current(b, t)
+                    start, end = periods.bounds(b.period, lab, b.timezone)
+                    self.period[name] = (lab, start, end)
+                left = end - t - SLACK
             held = self.sums[(name, lab)] = self.holdings[name].at(t, lab)
-            x = ledger.cap(b) - spent.get(name, 0) - held - ledger.overhead(b.unit, self.cfg)
+            top = self.top[name]           # the cap less the per-attempt overhead
+            x = top - spent.get(name, 0) - held
             self.room[name] = (x, left, lab)
-            self.later[name] = ledger.cap(b) - self.holdings[name].committed - ledger.overhead(b.unit, self.cfg)
+            self.later[name] = top - self.holdings[name].committed
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
             r_max = self._max_rate(x, left)
-            cost, by_rate = self.by_cost[name], self.by_rate[name]
+            cost, by_rate, needs = self.by_cost[name], self.by_rate[name], self.by_need[name]
+            if not cost and (not needs or needs[-1][0] <= min(x, self.cut.get(name, NO_CUT)[0])):
+                # Nothing parked, and every queued job's bound (at most its need) within the room at the
+                # old cut and the new one: no job of the budget is idle at either, nothing moves.
+                self.cut[name] = (x, r_max)
+                self.recent[name].push(x)
+                continue
             if cost and cost[0][0] <= x:
                 back += [jid for _, jid in cost[:bisect_right(cost, (x, INF))]]
             if by_rate and by_rate[0][0] <= r_max:
@@ -405,6 +418,7 @@ class Peak:
 
 NONE: frozenset = frozenset()
 NO_CUT = (INF, -1)      # a budget no update has seen yet: no job is idle
+NO_PERIOD = ("", INF, -INF)
 
 
 def _quoted(job: Job, nodes) -> set[str]:
