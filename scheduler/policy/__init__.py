@@ -17,13 +17,14 @@ from .. import ledger, states
 from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Pending, Pendings, Place, Plan, Preempt, Start
-from ..units import fmt_at, fmt_size
+from ..units import fmt_at
 from . import capacity, classes, gang, preempt, priority
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
 from .expire import expire
-from .quota import Usage, over_alone
+from .quota import Usage
+from .refusal import refusal, refusal_of_shape, request_text
 from .standing import Standing
 
 __all__ = ["plan", "plan_per_job", "refusal", "refusal_of_shape", "never_affordable", "expected_starts", "Standing"]
@@ -359,53 +360,5 @@ class _Pass:
         req = capacity.shape(job)
         text = self.no_room_text.get(req)
         if text is None:
-            text = self.no_room_text[req] = f"no up node has {_request(job)} free"
+            text = self.no_room_text[req] = f"no up node has {request_text(job)} free"
         return states.RESOURCES, text + when
-
-
-def _request(job: Job) -> str:
-    gpu = f"{job.gpus}x{job.gpu_type or 'GPU'}, " if job.gpus else ""
-    return f"{gpu}{job.cpus} CPUs, {fmt_size(job.mem)} and a slot"
-
-
-def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=()) -> str | None:
-    """Why the job must be refused at submit: no node could ever hold it, a cap is exceeded by the
-    job alone (or now, with on_limit = "refuse", counting `running`), or a budget could never pay
-    for it (`spent`: settled spending, which a budget without periods never gets back)."""
-    why, cheapest = refusal_of_shape(job, nodes, cfg, running)
-    return why or never_affordable(job, cheapest, cfg, spent)
-
-
-def refusal_of_shape(job: Job, nodes, cfg: Config, running=()) -> tuple[str | None, str]:
-    """`refusal` but for the budgets, which it asks last: (why, or None; the cheapest GPU model of
-    the nodes that could hold the job, for never_affordable). It reads only the job's request
-    (GPUs, model, CPUs, memory, nodes), user and account: a replay asks it once per such key."""
-    holders = [n for n in nodes if capacity.could_ever_hold(job, n)]
-    if not holders:
-        biggest = max(nodes, key=lambda n: (len(n.gpus), n.cpus, n.mem), default=None)
-        have = (f"largest node {biggest.name} has {len(biggest.gpus)} GPUs, {biggest.cpus} CPUs, "
-                f"{biggest.mem >> 30}G" if biggest else "no node is registered")
-        each = " on each node" if job.nodes > 1 else ""
-        return f"no node could ever hold {_request(job)}{each}: {have}", ""
-    if not any(n.runs_jobs_of(job.user) for n in holders):
-        return _who_runs(job.user, holders), ""
-    if job.nodes > 1:
-        mine = [n for n in holders if n.runs_jobs_of(job.user)]
-        if len(mine) < job.nodes:
-            return (f"no set of {job.nodes} nodes could ever hold {_request(job)} on each node: "
-                    f"{len(mine)} node(s) could ({', '.join(sorted(n.name for n in mine))})"), ""
-    capped = over_alone(job, cfg, running)
-    if capped:
-        return capped, ""
-    models = dict.fromkeys(g.model for n in holders for g in n.gpus if not job.gpu_type or g.model == job.gpu_type)
-    cheapest = min(models, key=cfg.rates.gpu_rate, default="")
-    return None, cheapest
-
-
-def _who_runs(user: str, nodes) -> str:
-    if user == "root":
-        return ("no node runs jobs as root: every worker has worker.allow_root = false "
-                "(set it to true on a node, or submit as another user)")
-    agents = sorted({n.runs for n in nodes})
-    return (f"no node runs jobs as {user}: the workers run as {', '.join(agents)}, not root, and can run only "
-            f"their own user's jobs (run the worker as root, or set worker.run_as = \"self\")")

@@ -19,60 +19,26 @@ on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 """
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
 from itertools import filterfalse
 
 from .. import fairshare, ledger, periods, policy, states, transitions as tr
 from ..applier import apply_plan
 from ..config import Config
-from ..model import Job, Node, Snapshot
-from . import easy, parked, strict, submit
+from ..model import Job, Snapshot
+from . import easy, strict, submit
 from .clock import Clock
 from .parked import NONE, Parking
 from .queue import Queue
+from .result import EPOCH, Refused, Result, prepare_nodes
 from .room import Room
+from .settle import bring_back, settle
 from .strict import BUDGET_REASONS
 from .submit import gang_shape  # noqa: F401 - where the tests have it
 from .trace import TraceJob
 
-# Trace time 0 on the virtual clock. Never 0.0: the transitions read a zero time as "unset".
-EPOCH = 1_000_000_000.0
 # Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.
 ROLLOVER = ("rollover",)    # a periodic budget's new period: its spending starts from zero
 WAKE = ("wake",)            # a running job reaches its QoS min_runtime and may be preempted
-
-
-@dataclass
-class Refused:
-    trace: TraceJob
-    kind: str          # capacity | budget | queue | max_submit | qos
-    message: str
-
-
-@dataclass
-class Result:
-    """What the replay did: every job that entered the queue, as its final record."""
-    cfg: Config
-    nodes: tuple[Node, ...]
-    trace: list[TraceJob]
-    jobs: dict[int, Job]                    # id -> final record (ended, or still pending at the end)
-    refused: list[Refused]
-    # ids that pended for a budget at some pass, or waited at an instant when a budget of theirs
-    # provably had no room for them (parked.py): the same whether or not plan() was asked about them
-    budget_held: set[int] = field(default_factory=set)
-    spent: dict[str, int] = field(default_factory=dict)  # the `spent` hash: NAME or NAME@PERIOD -> micro
-    plan_calls: int = 0
-    plan_skipped: int = 0
-    instants: int = 0       # instants where something happened: each a pass, or skipped (plan_skipped)
-    end_time: float = EPOCH
-
-    def trace_of(self, job_id: int) -> TraceJob:
-        return self.trace[job_id - 1]
-
-
-def prepare_nodes(nodes) -> tuple[Node, ...]:
-    """The cluster as always up: no lease to expire on a virtual clock."""
-    return tuple(replace(n, state="up", lease_expiry=math.inf) for n in nodes)
 
 
 class Simulator:
@@ -260,7 +226,7 @@ class Simulator:
         """Ask the hooks again for these pending jobs' expected runtimes (learned from what ended)."""
         for i in ids:
             if self.parking is not None and i in self.parking.jobs:
-                parked.bring_back(self, i)      # its forecast may change: judged anew
+                bring_back(self, i)      # its forecast may change: judged anew
             job = self.queue.jobs.get(i)
             if job is not None:
                 self._unqueue(i)
@@ -303,7 +269,7 @@ class Simulator:
                 and self.queue.in_one_order(t))
 
     def _plan(self, t: float) -> None:
-        parked.settle(self, t)
+        settle(self, t)
         if not self.skip:
             return self._apply(t, self._call(t, tuple(self._pending().values())), everyone=True)
         if self._inert():

@@ -28,12 +28,13 @@ nothing else they could change holds: no pending dependency, and burst tails com
 (`excludes`).
 """
 from bisect import bisect_left, bisect_right, insort
-from collections import Counter, deque
+from collections import Counter
 
 from .. import ledger, periods
 from ..config import Config
 from ..model import Job
 from ..policy.capacity import could_ever_hold
+from .bounds import INF, Bounds, Peak
 from .held import Holdings
 from .queue import timed
 
@@ -42,7 +43,6 @@ from .queue import timed
 # insert and a removal, and the room swings: an end settles a commitment well below its forecast and
 # sends hundreds of jobs back, the next admissions take the room again.
 RECENT = 128
-INF = float("inf")
 # Seconds taken off a lower bound of a need: plan() computes the same amount from (now + s) - now,
 # which float rounding may put one millisecond lower than s.
 SLACK = 0.002
@@ -375,47 +375,6 @@ class Parking:
         return not any(tails[u] for u in self.users) and not any(tails[jobs[i].user] for i in idle)
 
 
-class Bounds:
-    """One budget's queued jobs of one rate by bound: (c, id) sorted, and their ids alongside (a
-    run of them is a slice, copied in C, not a walk over the pairs)."""
-    __slots__ = ("keys", "ids")
-
-    def __init__(self):
-        self.keys: list[tuple] = []
-        self.ids: list[int] = []
-
-    def add(self, c: int, job_id: int) -> None:
-        at = bisect_right(self.keys, (c, job_id))
-        self.keys.insert(at, (c, job_id))
-        self.ids.insert(at, job_id)
-
-    def remove(self, c: int, job_id: int) -> None:
-        at = bisect_left(self.keys, (c, job_id))
-        del self.keys[at], self.ids[at]
-
-    def over(self, x) -> int:
-        """The index of the first job whose bound exceeds x."""
-        return bisect_right(self.keys, (x, INF))
-
-
-class Peak:
-    """The largest of the last n values pushed (a deque of the candidates, decreasing)."""
-
-    def __init__(self, n: int):
-        self.n, self.count = n, 0
-        self.best: deque = deque()       # (push number, value)
-
-    def push(self, value) -> int:
-        best = self.best
-        while best and best[-1][1] <= value:
-            best.pop()
-        best.append((self.count, value))
-        if best[0][0] <= self.count - self.n:
-            best.popleft()
-        self.count += 1
-        return best[0][1]
-
-
 NONE: frozenset = frozenset()
 NO_CUT = (INF, -1)      # a budget no update has seen yet: no job is idle
 NO_PERIOD = ("", INF, -INF)
@@ -425,37 +384,3 @@ def _quoted(job: Job, nodes) -> set[str]:
     """The GPU models plan() might quote the job at on `nodes`: those of its type, else none ("")."""
     models = {g.model for n in nodes for g in n.gpus if not job.gpu_type or g.model == job.gpu_type}
     return (models or {""}) | ({""} if not job.gpus else set())
-
-
-def settle(sim, t: float) -> None:
-    """At the start of a pass of the replay `sim` (an engine.Simulator): find the jobs a budget now
-    provably keeps waiting and bring back the others. Those count as held by their budget; they are
-    parked, or, while recently affordable, left out of the pass by id (`sim.idle`). When a pass over
-    the rest might not decide what the pass over every pending job does, every parked job comes
-    back and none is left out."""
-    pk = sim.parking
-    sim.idle = NONE
-    if pk is None:
-        return
-    spent = sim.spent_now(t)[0]
-    new, park, back = pk.update(t, spent, sim.running, sim.attempts)
-    for i in back:
-        bring_back(sim, i)
-    sim.budget_held.update(new)
-    if not pk.excludes(sim.queue, pk.idle):
-        for i in list(pk.jobs):
-            bring_back(sim, i)
-        return
-    for i in park:
-        move_out(sim, i)
-    if pk.idle:
-        sim.idle = pk.idle
-
-
-def move_out(sim, job_id: int) -> None:
-    # burst tails are of every pending job (Parking.excludes): a parked job stays in them
-    sim.parking.park(sim.queue.remove(job_id, pending=True))
-
-
-def bring_back(sim, job_id: int) -> None:
-    sim.queue.add(sim.parking.unpark(job_id), pending=True)
