@@ -58,8 +58,11 @@ class Simulator:
         self.refused: list[Refused] = []
         self.budgets = {b.name: b for b in cfg.budgets}
         self.spent: dict[str, int] = {}       # the `spent` hash: NAME or NAME@PERIOD -> settled micro-units
-        self.charges = 0                      # charges settled so far: the key of `spent_now`'s memo
-        self._spent_memo: tuple = ()
+        # spent_now's memos: (start, end, ((budget, its `spent` field), ...)) of the periods of its last
+        # read, and (charges settled then, the balances, as a Snapshot has them)
+        self.charges = 0
+        self._fields: tuple = (math.inf, -math.inf, ())
+        self._balances: tuple = (-1, {}, ())
         self.rollovers = any(b.period != "none" for b in cfg.budgets)
         self.half_life = cfg.priority["fairshare_half_life"]
         # Fair-share usage is what plan() ranks accounts by; it reads it only with a fair-share weight.
@@ -292,21 +295,20 @@ class Simulator:
 
     def spent_now(self, t: float) -> tuple[dict, tuple]:
         """What each budget has settled in its current period at `t` (periods.spent_now), and as
-        plan()'s Snapshot has it: read again only after a charge, the periods' fields named again
-        only in other periods."""
-        memo = self._spent_memo
-        if memo and memo[0] == self.charges and memo[1] <= t < memo[2]:
-            return memo[3], memo[4]
-        if not memo or not memo[1] <= t < memo[2]:
+        plan()'s Snapshot has it: read again only after a charge, the fields named again only in
+        other periods."""
+        start, end, fields = self._fields
+        if not start <= t < end:
             budgets = self.cfg.budgets
-            span = [periods.bounds(b.period, periods.current(b, t), b.timezone) for b in budgets if b.period != "none"]
-            fields = [(b.name, ledger.spent_field(b.name, periods.current(b, t)))
-                      for b in budgets]
-            memo = (0, max((s for s, _ in span), default=-math.inf), min((e for _, e in span), default=math.inf),
-                    {}, (), fields)
-        spent = {name: int(self.spent.get(key, 0)) for name, key in memo[5]}
-        self._spent_memo = memo = (self.charges, memo[1], memo[2], spent, tuple(sorted(spent.items())), memo[5])
-        return memo[3], memo[4]
+            spans = [periods.bounds(b.period, periods.current(b, t), b.timezone) for b in budgets if b.period != "none"]
+            fields = tuple((b.name, ledger.spent_field(b.name, periods.current(b, t))) for b in budgets)
+            self._fields = (max((s for s, _ in spans), default=-math.inf), min((e for _, e in spans), default=math.inf),
+                            fields)
+            self._balances = (-1, {}, ())
+        if self._balances[0] != self.charges:
+            spent = {name: int(self.spent.get(key, 0)) for name, key in fields}
+            self._balances = (self.charges, spent, tuple(sorted(spent.items())))
+        return self._balances[1], self._balances[2]
 
     def _usage(self, t: float) -> dict:
         if not self.fairshare:

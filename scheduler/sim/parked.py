@@ -157,7 +157,7 @@ class Parking:
             self._rates[key] = (max if dearest else min)(rates, default=0)
         return self._rates[key]
 
-    def holds_all(self, job: Job, queued: int) -> bool:
+    def room_for_one(self, job: Job, queued: int) -> bool:
         """Whether the job's budget is that of every one of the `queued` jobs (parkable all), and,
         at the last update, its room less the job's bound is below every queued job's bound: once
         the job is admitted its budget likely has room for no other (strict.py's window of one; a

@@ -26,7 +26,7 @@ from .room import shape
 WINDOW = 4      # pending jobs in the first window; widened ×4 while every one starts or is held by a budget
 # A first job charged to a budget gets a window of its own when that budget is every queued job's and
 # its room likely admits this job alone (a spent budget, as each end settles below its forecast:
-# Parking.holds_all): the rest are left out once it is in.
+# Parking.room_for_one): the rest are left out once it is in.
 BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
 
 
@@ -41,7 +41,7 @@ def plan(sim, t: float):
     ranked = q.ranked(heads, t, usage)
     if not sim.room.fits_somewhere([shape(ranked[0])]) and not _may_be_held(sim, ranked[0]):
         return None
-    n = 1 if sim.parking is not None and sim.parking.holds_all(ranked[0], len(q)) else WINDOW
+    n = 1 if sim.parking is not None and sim.parking.room_for_one(ranked[0], len(q)) else WINDOW
     # jobs that do nothing in this pass: those idle for their budget and those the budget has no
     # room for after the admissions among a window's first n jobs, or that its pass pended for it
     # (asked after any admission: a window where every job starts may still price out the rest)
