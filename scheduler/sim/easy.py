@@ -24,7 +24,8 @@ does not; that call is kept only when the head itself made every reservation (`_
 With budgets, the jobs for which a head's admissions leave no budget room (parked.py `held_after`)
 are pended for it at their turn and do nothing else (a budget-broke job does not reserve): once they
 are all the rest of the queue, the head's pass decides. A head whose first job is charged to a budget
-starts at one job: a spent budget admits about one a pass, and that admission prices out the rest.
+that may not admit it (parked.py `admits`) starts at one job: a spent budget admits about one a pass,
+and that admission prices out the rest; one its budget provably admits takes the unbudgeted windows.
 
 Condition 2 is checked per request shape on the job of that shape with the shortest run outside W
 as backfill counts it (`Queue.span`: the time limit, or under estimate.backfill the learned run
@@ -62,7 +63,10 @@ def plan(sim, t: float):
     head = first(WINDOW)
     # A first job charged to a budget: where the budget's room admits about one job a pass, the
     # jobs after it are priced out by its admission (below), and a window of its own decides.
-    charged = sim.parking is not None and q.charged(first(1)[0])
+    # A first job its budget provably admits (room to spare) takes the windows of a replay without
+    # budgets: a window of one would only add calls (the jobs priced out are still left out: `gone`).
+    h0 = first(1)[0]
+    charged = sim.parking is not None and q.charged(h0) and not sim.parking.admits(h0)
     if not charged:
         # The first call also takes the first jobs after the head that fit some node's room now (before
         # any admission or reservation, so every job before them in the queue fits nowhere and can do

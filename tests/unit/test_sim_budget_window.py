@@ -153,3 +153,20 @@ def test_budgets_that_never_bind_add_no_pass(tmp_path, name):
     assert schedule(fast) == schedule(full) == schedule(bare)
     assert fast.spent == full.spent and fast.spent and not fast.budget_held
     assert fast.instants - fast.plan_skipped == bare.instants - bare.plan_skipped
+
+
+@pytest.mark.parametrize("name", ["fifo", "backfill"])
+def test_budgets_that_never_bind_add_no_plan_call(tmp_path, monkeypatch, name):
+    """A window of one job is for a head whose budget may price out the rest: a head its budget
+    provably admits takes the windows of a replay without budgets (easy.py, strict.py), so budgets
+    with room to spare cost no extra plan() call over a deep queue."""
+    path = gpu_trace.write(str(tmp_path / "t.csv"), 500, seed=5, days=2)
+    nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
+    calls = []
+    real = policy.plan
+    monkeypatch.setattr(policy, "plan", lambda snap, c, *a, **kw: calls.append(1) or real(snap, c, *a, **kw))
+    bare = simulate(jobs, nodes, policy_config(config_mod.Config(), name))
+    without, calls[:] = len(calls), []
+    fast = simulate(jobs, nodes, policy_config(config_mod.loads(ROOMY), name))
+    assert schedule(fast) == schedule(bare) and fast.spent
+    assert len(calls) == without
