@@ -163,6 +163,20 @@ class Quote(tuple):
         return q
 
 
+def affordable_at_any_length(job: Job, gpu_model: str, cfg: Config) -> bool:
+    """Whether `never_affordable` passes the job whatever its time limit or estimate: each of its
+    budgets has periods, and a run of one whole (shortest) period fits the cap (what no start can
+    avoid paying in one period grows with the run, up to that). A caller with many jobs of one
+    request asks this once for all of them."""
+    for b in ledger.budgets_for(job, cfg.budgets):
+        if b.period == "none":
+            return False
+        need = ledger.accrue(ledger.rate(job, b.unit, gpu_model, cfg), SHORTEST[b.period]) + ledger.overhead(b.unit, cfg)
+        if need > ledger.cap(b):
+            return False
+    return True
+
+
 def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict | None = None) -> str | None:
     """The refusal line for a job whose forecast exceeds what a budget could ever allow: its cap, or,
     for a budget without periods (spending never starts again), what is left of it after `spent`.

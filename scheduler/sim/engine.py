@@ -82,6 +82,7 @@ class Simulator:
         self.attempts = 0           # bumped whenever a job starts, is preempted or ends: parked.py's memo key
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
+        self._affordable: dict = {}           # (request, user, account, QoS) -> budget.affordable_at_any_length
         self._most: dict[str, int] = {}       # GPU model -> submit.most_gpus
         self.calls = self.skipped = self.instants = 0
         self.now = EPOCH

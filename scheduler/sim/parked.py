@@ -71,7 +71,7 @@ class Parking:
         # What the running jobs hold of each budget (held.py), as of the last update: `sums`, at
         # `synced` = (t, the engine's attempts key).
         self.holdings = {name: Holdings(b) for name, b in self.budgets.items()}
-        self.seen: set[int] = set()
+        self.seen: dict[int, list] = {}                   # running id -> the Holdings of its budgets
         self.sums: dict[tuple, int] = {}
         self.synced: tuple = ()
         self.recent = {b: Peak(RECENT) for b in self.budgets}     # budget -> its x at the last RECENT updates
@@ -82,6 +82,7 @@ class Parking:
         self.by_seconds: dict[str, list] = {b: [] for b in self.budgets}
         self.queued = 0                                   # parkable jobs in the queue
         self._rates: dict = {}
+        self._mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -133,7 +134,10 @@ class Parking:
         """((budget, c, rate), (need at the dearest rate, billed seconds)) of a parkable job, else None."""
         if job.nodes > 1 or job.earmark or timed(job):
             return None
-        mine = ledger.budgets_for(job, self.cfg.budgets)
+        who = (job.account, job.project, job.budget)
+        mine = self._mine.get(who)
+        if mine is None:
+            mine = self._mine[who] = ledger.budgets_for(job, self.cfg.budgets)
         if len(mine) != 1:
             return None
         b = mine[0]
@@ -283,23 +287,21 @@ class Parking:
 
     def started(self, job: Job) -> None:
         """The job is running now (as a caller that gives `update` its `attempts` tells it)."""
-        self.seen.add(job.id)
-        for name, _ in job.commit:
-            if name in self.holdings:
-                self.holdings[name].start(job)
+        mine = self.seen[job.id] = [h for name, _ in job.commit if (h := self.holdings.get(name))]
+        for h in mine:
+            h.start(job)
 
     def ended(self, job_id: int) -> None:
-        self.seen.discard(job_id)
-        for h in self.holdings.values():
+        for h in self.seen.pop(job_id, ()):
             h.end(job_id)
 
     def sync(self, running: dict) -> None:
         """The running jobs (id -> record) now: those that started or ended since the last sync are
         told to their budgets' Holdings."""
         ids = set(running)
-        for i in self.seen - ids:
+        for i in self.seen.keys() - ids:
             self.ended(i)
-        for i in ids - self.seen:
+        for i in ids - self.seen.keys():
             self.started(running[i])
 
     def _over(self, name: str, x: int, r: int) -> list[int]:

@@ -1,6 +1,7 @@
 """A trace job at its submit: the shape the replay gives it, and whether `labq sub` would refuse it."""
 from .. import policy
 from ..model import Job
+from ..policy.budget import affordable_at_any_length
 
 
 def gang_shape(tj, nodes, most: int | None = None) -> tuple[int, int, int, int]:
@@ -35,7 +36,12 @@ def refusal(sim, job: Job):
         sim._refusals[key] = policy.refusal_of_shape(job, sim.nodes, cfg)
     why, cheapest = sim._refusals[key]
     if why is None and cfg.budgets:
-        why = policy.never_affordable(job, cheapest, cfg)
+        key += (job.qos,)
+        always = sim._affordable.get(key)
+        if always is None:
+            always = sim._affordable[key] = affordable_at_any_length(job, cheapest, cfg)
+        if not always:
+            why = policy.never_affordable(job, cheapest, cfg)
     if why:
         return "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why
     if sim.queue_limits:

@@ -72,3 +72,22 @@ def test_refused_at_submit_only_when_some_period_can_never_pay():
     ok = ClusterBuilder().node("n1", gpus=1).job(gpus=1, time_limit=30 * 86400, account="lab").build().jobs[0]
     # $2/h × 30 days = $1,440 in all, but at most $334 in any week: accepted (the old rule refused it).
     assert never_affordable(ok, "fake", c) is None
+
+
+def test_a_request_affordable_at_any_length_is_never_refused_whatever_its_limit():
+    """The replay asks `affordable_at_any_length` once per request and skips `never_affordable` for
+    its jobs: where it says so, no time limit or estimate makes never_affordable refuse one."""
+    from dataclasses import replace
+
+    from labq.scheduler.policy.budget import affordable_at_any_length, never_affordable
+    c = cfg(WEEKLY)
+    one = ClusterBuilder().node("n1", gpus=8).job(gpus=1, time_limit=60, account="lab").build().jobs[0]
+    eight = replace(one, gpus=8)
+    assert affordable_at_any_length(one, "fake", c)           # $2/h × a week = $334 ≤ $1,000
+    assert not affordable_at_any_length(eight, "fake", c)     # $16/h × a week = $2,688
+    for limit in (60, 3600, 86400, 7 * 86400, 365 * 86400):
+        assert never_affordable(replace(one, time_limit=limit, est=limit / 2), "fake", c) is None
+    assert never_affordable(replace(eight, time_limit=86400), "fake", c) is None    # a day fits: $384
+    once = cfg(WEEKLY.replace('period = "week"', 'period = "none"'))
+    assert not affordable_at_any_length(one, "fake", once)    # without periods the limit never renews
+    assert never_affordable(replace(one, time_limit=30 * 86400), "fake", once) is not None
