@@ -91,10 +91,19 @@ class Rates:
     node_hour: tuple[tuple[str, float], ...] = ()   # node -> whole-instance price per hour
 
     def node_price(self, node: str) -> float:
-        return dict(self.node_hour).get(node, 0.0)
+        return self._node_hour.get(node, 0.0)
 
     def gpu_rate(self, model: str) -> float:
-        return dict(self.gpu_hour_by_model).get(model, self.gpu_hour)
+        return self._gpu_hour.get(model, self.gpu_hour)
+
+    # Asked for every job a pass quotes: the pairs indexed once (see Config's indexes).
+    @cached_property
+    def _node_hour(self) -> dict:
+        return dict(self.node_hour)
+
+    @cached_property
+    def _gpu_hour(self) -> dict:
+        return dict(self.gpu_hour_by_model)
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,12 @@ class Config:
     @cached_property
     def _user_index(self) -> dict:
         return {u.name: u for u in self.users}
+
+    @cached_property
+    def rate_memo(self) -> dict:
+        """ledger.rate's memo of money rates without a node price: (request, QoS, GPU model) -> rate
+        (of this config's rates and QoS factors: a replaced config starts its own)."""
+        return {}
 
     def default_account(self, user: str) -> str:
         """The first account that lists the user, else "default"."""

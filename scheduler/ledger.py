@@ -26,9 +26,20 @@ def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = N
     r = cfg.rates
     price = r.node_price(node.name) if node is not None else 0.0
     if price and node is not None:
-        per_hour = price * dominant_share(job, node)
-    else:
+        return _money(price * dominant_share(job, node), job, cfg)
+    # The same few requests are quoted at every pass: their rate is kept on the config (bounded).
+    key = (job.gpus, job.cpus, job.mem, job.nodes, job.qos, gpu_model)
+    memo = cfg.rate_memo
+    got = memo.get(key)
+    if got is None:
+        if len(memo) >= 4096:
+            memo.clear()
         per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour
+        got = memo[key] = _money(per_hour, job, cfg)
+    return got
+
+
+def _money(per_hour: float, job: Job, cfg: Config) -> int:
     qos = cfg.qos_named(job.qos)
     return round(per_hour * job.nodes * (qos.rate_factor if qos else 1.0) * MICRO)
 

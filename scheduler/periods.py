@@ -127,6 +127,11 @@ def split(b, rate_per_hour: int, start: float, end: float, extra: int, billed) -
     same instant always splits the same way — a part booked when a period closed and the same part
     computed again when the attempt ends are equal. `extra` (the per-attempt overhead) goes to the
     first period."""
+    if b.period != "none" and start < end:
+        lab = current(b, start)
+        if end <= bounds(b.period, lab, b.timezone)[1]:      # one period (most attempts): its whole cost
+            return {lab: accrue(rate_per_hour, billed(end - start)) - accrue(rate_per_hour, billed(0.0)) + extra}
+
     def cum(t: float) -> int:
         return accrue(rate_per_hour, billed(t - start))
     out: dict[str, int] = {}

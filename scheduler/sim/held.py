@@ -61,6 +61,8 @@ class Holdings:
                 self._part(job)
         self.t = t
         ends, parts = self.ends, self.parts
+        if not self.outrun and (not ends or ends[0][0] > t):
+            return self.steady
         while ends and ends[0][0] <= t:
             until, i = heapq.heappop(ends)
             if i in parts and parts[i][1] == until and i not in self.outrun:

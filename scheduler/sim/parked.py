@@ -82,6 +82,9 @@ class Parking:
         self.by_seconds: dict[str, list] = {b: [] for b in self.budgets}
         self.queued = 0                                   # parkable jobs in the queue
         self._rates: dict = {}
+        # update's walk: per budget its config and the structures above (the same objects throughout)
+        self._each = [(n, b, self.active[n], self.by_cost[n], self.by_rate[n], self.by_need[n], self.holdings[n],
+                       self.recent[n]) for n, b in self.budgets.items()]
         self._mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
 
     def __len__(self) -> int:
@@ -217,9 +220,10 @@ class Parking:
         new: list[int] = []
         park: list[int] = []
         back: list[int] = []
-        self.room = {}
-        for name, b in self.budgets.items():
-            if not self.active[name] and not self.by_cost[name]:
+        self.room = room = {}
+        sums, cuts = self.sums, self.cut
+        for name, b, active, cost, by_rate, needs, holdings, recent in self._each:
+            if not active and not cost:
                 continue
             if b.period == "none":
                 left, lab = None, ""
@@ -230,19 +234,18 @@ class Parking:
                     start, end = periods.bounds(b.period, lab, b.timezone)
                     self.period[name] = (lab, start, end)
                 left = end - t - SLACK
-            held = self.sums[(name, lab)] = self.holdings[name].at(t, lab)
+            held = sums[(name, lab)] = holdings.at(t, lab)
             top = self.top[name]           # the cap less the per-attempt overhead
             x = top - spent.get(name, 0) - held
-            self.room[name] = (x, left, lab)
-            self.later[name] = top - self.holdings[name].committed
+            room[name] = (x, left, lab)
+            self.later[name] = top - holdings.committed
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
             r_max = self._max_rate(x, left)
-            cost, by_rate, needs = self.by_cost[name], self.by_rate[name], self.by_need[name]
-            if not cost and (not needs or needs[-1][0] <= min(x, self.cut.get(name, NO_CUT)[0])):
+            if not cost and (not needs or needs[-1][0] <= min(x, cuts.get(name, NO_CUT)[0])):
                 # Nothing parked, and every queued job's bound (at most its need) within the room at the
                 # old cut and the new one: no job of the budget is idle at either, nothing moves.
-                self.cut[name] = (x, r_max)
-                self.recent[name].push(x)
+                cuts[name] = (x, r_max)
+                recent.push(x)
                 continue
             if cost and cost[0][0] <= x:
                 back += [jid for _, jid in cost[:bisect_right(cost, (x, INF))]]

@@ -44,6 +44,23 @@ def test_rates_per_unit_and_model():
     assert ledger.rate(low, "usd", "fake", c) == (2_000_000 + 100_000) // 2   # 1 GPU + 1 CPU, half price
 
 
+def test_a_kept_rate_is_the_config_s_own():
+    """ledger.rate keeps each request's money rate on the config: asked again it is the same, a
+    config with other QoS factors (sharing the same [rates]) has its own, and the memo stays bounded."""
+    from dataclasses import replace
+
+    from labq.scheduler.config import Qos
+    c = cfg("[qos.normal]\npriority=100\n[qos.low]\nrate_factor = 0.5\n")
+    low = Job(id=1, user="a", account="x", gpus=1, qos="low", time_limit=3600)
+    assert ledger.rate(low, "usd", "fake", c) == ledger.rate(low, "usd", "fake", c) == 1_000_000
+    dear = replace(c, qos=tuple(replace(q, rate_factor=2.0) if q.name == "low" else q for q in c.qos))
+    assert dear.rates is c.rates and dear.qos != c.qos and isinstance(dear.qos[0], Qos)
+    assert ledger.rate(low, "usd", "fake", dear) == 4_000_000
+    for n in range(5000):
+        ledger.rate(Job(id=1, user="a", account="x", gpus=1, mem=n, time_limit=60), "usd", "fake", c)
+    assert len(c.rate_memo) <= 4096
+
+
 def test_safe_and_forecast_modes():
     j = Job(id=1, user="a", account="x", gpus=1, time_limit=7200, est=1800)
     assert ledger.forecast(j, "usd", "fake", cfg()) == 4_016_666   # 2 h + kill_wait 30 s at $2/h
