@@ -45,11 +45,11 @@ class Holdings:
         if job is None:
             return
         self.committed -= ledger.amount_of(job.commit, self.b.name)
-        part, _ = self.parts.pop(job_id)
+        got = self.parts.pop(job_id, None)       # (none before the first `at`: no part taken yet)
         if job_id in self.outrun:
             self.outrun.discard(job_id)
-        else:
-            self.steady -= part         # its heap entry is skipped when it comes up
+        elif got is not None:
+            self.steady -= got[0]         # its heap entry is skipped when it comes up
 
     def at(self, t: float, lab: str) -> int:
         """The sum at `t` in period `lab` ("" without periods); `t` never earlier than the last."""
@@ -85,8 +85,13 @@ class Holdings:
             self.parts[job.id] = (0, -math.inf)        # what it holds moves with the time: never steady
             self.outrun.add(job.id)
             return
-        start = max(d, self.span[0]) if self.span else d
-        part, until = self._held(job, start), d + committed * 3600 / rate - MARGIN
+        until = d + committed * 3600 / rate - MARGIN
+        if self.span:
+            # ledger.in_span at the later of its dispatch and the period's start: nothing accrued yet
+            lo = max(d, self.span[0])
+            part = max(0, ledger.accrue(rate, min(d + committed * 3600 / rate, self.span[1]) - lo))
+        else:
+            part = committed      # outstanding + accrued at its dispatch
         self.parts[job.id] = (part, until)
         if self.t < until:
             self.steady += part

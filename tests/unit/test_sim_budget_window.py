@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from labq.cli.whatif import parse_nodes
-from labq.scheduler import config as config_mod, policy
+from labq.scheduler import config as config_mod, policy, states
 from labq.scheduler.sim import load, policy_config, report, simulate, strict
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -170,3 +170,17 @@ def test_budgets_that_never_bind_add_no_plan_call(tmp_path, monkeypatch, name):
     fast = simulate(jobs, nodes, policy_config(config_mod.loads(ROOMY), name))
     assert schedule(fast) == schedule(bare) and fast.spent
     assert len(calls) == without
+
+
+def test_a_budget_charged_only_by_gangs_is_replayed():
+    """A budget none of whose jobs can be parked (here: every one a gang over two nodes) is never
+    read by a pass start's update; its running jobs' holdings must still come and go (a KeyError
+    at the first end before)."""
+    from labq.scheduler.sim.trace import TraceJob
+    trace = [TraceJob(f"g{k}", 100.0 * k, 600.0, 3600, gpus=16, user="g", account="big") for k in range(3)]
+    cfg = policy_config(config_mod.loads('[[budgets]]\nname = "big"\naccount = "big"\nlimit = 1000.0\n'
+                                         'period = "week"\n'), "fifo")
+    nodes = parse_nodes("2x8:64:512G")
+    fast, full = simulate(trace, nodes, cfg), simulate(trace, nodes, cfg, skip=False)
+    assert schedule(fast) == schedule(full)
+    assert {j.state for j in fast.jobs.values()} == {states.COMPLETED} and fast.spent == full.spent and fast.spent
