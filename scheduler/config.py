@@ -181,6 +181,13 @@ class Config:
         return {u.name: u for u in self.users}
 
     @cached_property
+    def budget_caps(self) -> tuple[dict, dict]:
+        """(name -> budget, name -> the part of its limit admission may commit: ledger.cap), read
+        by every plan pass."""
+        from .ledger import cap      # (ledger reads this module)
+        return {b.name: b for b in self.budgets}, {b.name: cap(b) for b in self.budgets}
+
+    @cached_property
     def rate_memo(self) -> dict:
         """ledger.rate's memo of money rates without a node price: (request, QoS, GPU model) -> rate
         (of this config's rates and QoS factors: a replaced config starts its own)."""

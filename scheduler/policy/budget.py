@@ -26,18 +26,26 @@ class BudgetBook:
         per set of running attempts); the rest is summed here."""
         self.cfg, self.now = cfg, now
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
-        self.running = [j for j in running if j.commit]
+        self._on_nodes = running
+        self._running: list | None = None
         self._committed: dict | None = None
         self._added: dict[str, int] = {}                 # this pass's admissions, per budget
         self.known = held or {}
         self.held: dict[tuple[str, str], int] = dict(self.known)   # (periodic budget, period) -> held there
         self.mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
         self.texts: dict[tuple, str] = {}                # (budget, period, spent, held) -> _state()
-        self.named = {b.name: b for b in cfg.budgets}
-        self.caps = {b.name: ledger.cap(b) for b in cfg.budgets}
+        self.named, self.caps = cfg.budget_caps
         # Per periodic budget: (label, end) of the period `now` is in.
         self.periods = {b.name: (lab, periods.bounds(b.period, lab, b.timezone)[1])
                         for b in cfg.budgets if b.period != "none" for lab in (periods.current(b, now),)}
+
+    @property
+    def running(self) -> list:
+        """The running jobs with a commitment: listed on first use (a pass whose caller knows what
+        they hold never walks them)."""
+        if self._running is None:
+            self._running = [j for j in self._on_nodes if j.commit]
+        return self._running
 
     @property
     def committed(self) -> dict[str, int]:
