@@ -24,8 +24,9 @@ does not; that call is kept only when the head itself made every reservation (`_
 With budgets, the jobs for which a head's admissions leave no budget room (parked.py `held_after`)
 are pended for it at their turn and do nothing else (a budget-broke job does not reserve): once they
 are all the rest of the queue, the head's pass decides. A head whose first job is charged to a budget
-that may not admit it (parked.py `admits`) starts at one job: a spent budget admits about one a pass,
-and that admission prices out the rest; one its budget provably admits takes the unbudgeted windows.
+that may not admit it, or whose room it leaves too small for any other of its jobs, starts at one
+job: a spent budget admits about one a pass, and that admission prices out the rest; otherwise the
+head takes the unbudgeted windows.
 
 Condition 2 is checked per request shape on the job of that shape with the shortest run outside W
 as backfill counts it (`Queue.span`: the time limit, or under estimate.backfill the learned run
@@ -63,10 +64,10 @@ def plan(sim, t: float):
     head = first(WINDOW)
     # A first job charged to a budget: where the budget's room admits about one job a pass, the
     # jobs after it are priced out by its admission (below), and a window of its own decides.
-    # A first job its budget provably admits (room to spare) takes the windows of a replay without
-    # budgets: a window of one would only add calls (the jobs priced out are still left out: `gone`).
+    # A first job whose budget has room for it and then for another of its jobs takes the windows of
+    # a replay without budgets: a window of one would only add calls.
     h0 = first(1)[0]
-    charged = sim.parking is not None and q.charged(h0) and not sim.parking.admits(h0)
+    charged = sim.parking is not None and q.charged(h0) and not _room_to_spare(sim.parking, h0)
     if not charged:
         # The first call also takes the first jobs after the head that fit some node's room now (before
         # any admission or reservation, so every job before them in the queue fits nowhere and can do
@@ -113,6 +114,17 @@ def plan(sim, t: float):
     sim.calls = calls + 1             # however many calls it took, it is one pass (the report counts passes)
     sim.budget_held.update(marks)
     return p
+
+
+def _room_to_spare(pk, job) -> bool:
+    """Whether, at the last update, the job's budget provably admits it (parked.py `admits`) and its
+    room less the job's need still holds the smallest bound among the budget's queued jobs: its
+    admission likely leaves room for another (a guess, which only sets how many plan() calls a pass
+    takes; parked.py `room_for_one` makes it for strict.py)."""
+    if not pk.admits(job):
+        return False
+    name = pk.key[job.id][0]
+    return pk.room[name][0] - pk.most[job.id][0] >= min(lst.keys[0][0] for lst in pk.active[name].values())
 
 
 def _spent_by(sim, p, head, keep_held: bool = True) -> frozenset | set:
