@@ -184,7 +184,7 @@ class Config:
     def budget_caps(self) -> tuple[dict, dict]:
         """(name -> budget, name -> the part of its limit admission may commit: ledger.cap), read
         by every plan pass."""
-        from .ledger import cap      # (ledger reads this module)
+        from .ledger import cap  # (ledger reads this module)
         return {b.name: b for b in self.budgets}, {b.name: cap(b) for b in self.budgets}
 
     @cached_property

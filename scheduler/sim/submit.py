@@ -36,10 +36,10 @@ def refusal(sim, job: Job):
         sim._refusals[key] = policy.refusal_of_shape(job, sim.nodes, cfg)
     why, cheapest = sim._refusals[key]
     if why is None and cfg.budgets:
-        key += (job.qos,)
-        always = sim._affordable.get(key)
+        priced = (*key, job.qos)
+        always = sim._affordable.get(priced)
         if always is None:
-            always = sim._affordable[key] = affordable_at_any_length(job, cheapest, cfg)
+            always = sim._affordable[priced] = affordable_at_any_length(job, cheapest, cfg)
         if not always:
             why = policy.never_affordable(job, cheapest, cfg)
     if why:
