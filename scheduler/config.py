@@ -90,20 +90,12 @@ class Rates:
     billing: str = "second"    # "second" | "started_hour": the granularity an attempt is billed in
     node_hour: tuple[tuple[str, float], ...] = ()   # node -> whole-instance price per hour
 
+    # (asked for every job a pass quotes: no dict built where there are no such prices)
     def node_price(self, node: str) -> float:
-        return self._node_hour.get(node, 0.0)
+        return dict(self.node_hour).get(node, 0.0) if self.node_hour else 0.0
 
     def gpu_rate(self, model: str) -> float:
-        return self._gpu_hour.get(model, self.gpu_hour)
-
-    # Asked for every job a pass quotes: the pairs indexed once (see Config's indexes).
-    @cached_property
-    def _node_hour(self) -> dict:
-        return dict(self.node_hour)
-
-    @cached_property
-    def _gpu_hour(self) -> dict:
-        return dict(self.gpu_hour_by_model)
+        return dict(self.gpu_hour_by_model).get(model, self.gpu_hour) if self.gpu_hour_by_model else self.gpu_hour
 
 
 @dataclass(frozen=True)

@@ -62,12 +62,9 @@ def plan(sim, t: float):
     order = q.order(t, usage, idle)
     first = order.first
     head = first(WINDOW)
-    # A first job charged to a budget: where the budget's room admits about one job a pass, the
-    # jobs after it are priced out by its admission (below), and a window of its own decides.
-    # A first job whose budget has room for it and then for another of its jobs takes the windows of
-    # a replay without budgets: a window of one would only add calls.
-    h0 = first(1)[0]
-    charged = sim.parking is not None and q.charged(h0) and not _room_to_spare(sim.parking, h0)
+    # A first job charged to a budget that may have room for it alone: its admission prices out the
+    # jobs after it (below), and a window of its own decides; any other takes the unbudgeted windows.
+    charged = sim.parking is not None and q.charged(first(1)[0]) and not _room_to_spare(sim.parking, first(1)[0])
     if not charged:
         # The first call also takes the first jobs after the head that fit some node's room now (before
         # any admission or reservation, so every job before them in the queue fits nowhere and can do
