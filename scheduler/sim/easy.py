@@ -36,8 +36,9 @@ room at each reservation's start, just as `Timelines._fits` checks it. The check
 at most one model each (else the engine does not use this).
 """
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter
+from itertools import accumulate
 
 from ..policy.backfill import _expected_end
 from .strict import before
@@ -95,20 +96,30 @@ def plan(sim, t: float):
     # A job the head's admissions leave without budget room (`gone`) is pended for its budget at
     # its turn and does nothing else: one that could start is only counted held (`marks`), as the
     # whole pass, which quotes it there, would have it.
-    k = WINDOW
-    gone, marks = _spent_by(sim, p, head), set()     # type: tuple[frozenset | set, set[int]]
+    p = _widen(sim, t, p, decided, size, order, _spent_by(sim, p, head))
+    sim.calls = calls + 1             # however many calls it took, it is one pass (the report counts passes)
+    return p
+
+
+def _widen(sim, t: float, p, decided, size: int, order, gone):
+    """The pass `p` over `decided` widened by the jobs that could start, k at a time, until none is
+    left; the jobs counted held on the way (`gone`, and those the last pass prices out) into
+    `sim.budget_held`."""
+    k, marks = WINDOW, set()             # type: int, set[int]
     known = gone & sim.budget_held       # (marked again, they change nothing: not walked)
-    passed = (idle, known)               # (not their union: thousands of ids, mostly not walked)
+    passed = (sim.idle, known)           # (not their union: thousands of ids, mostly not walked)
     # every job outside the pass among them (a spent budget's queue): no candidate, nothing to mark
     rest = size - len(decided) - len(known.difference(j.id for j in decided))
     while rest > 0 and len(decided) < size:
-        more = candidates(sim, t, p, decided, k, order, gone, marks, passed)
+        # (jobs the admissions before them price out: held only as the last pass has them)
+        priced_out: set[int] = set()
+        more = candidates(sim, t, p, decided, k, order, gone, marks, passed, _priced(sim, p, order), priced_out)
         if not more:
+            marks |= priced_out
             break
         decided = decided + more
         p = sim._call(t, decided)
         k *= 4
-    sim.calls = calls + 1             # however many calls it took, it is one pass (the report counts passes)
     sim.budget_held.update(marks)
     return p
 
@@ -122,6 +133,39 @@ def _room_to_spare(pk, job) -> bool:
         return False
     name = pk.key[job.id][0]
     return pk.room[name][0] - pk.most[job.id][0] >= min(lst.keys[0][0] for lst in pk.active[name].values())
+
+
+def _priced(sim, p, order):
+    """A test of a queued job outside the pass `p`: whether the admissions of p's jobs before it in
+    plan()'s `order` leave its budget no room for it (parked.py's bound, read as `held_after` reads
+    it). Of the last pass, which decides those jobs as the whole pass does, such a job is pended for
+    its budget at its turn and does nothing else; of an earlier one, a wider pass may decide the
+    jobs before it otherwise: it is then only not taken yet. None: nothing to test."""
+    pk = sim.parking
+    if pk is None or not p.places:
+        return None
+    jobs, per = sim.queue.jobs, {}          # type: tuple[dict, dict]
+    for pl in p.places:
+        parts = getattr(pl.commit, "parts", {})
+        for name, amount in pl.commit:
+            if name in pk.room:
+                used = parts[name].get(pk.room[name][2], 0) if name in parts else amount
+                per.setdefault(name, []).append((order.key(jobs[pl.job_id]), used))
+    sums = {}                               # budget -> (keys in order, what the admissions up to each used)
+    for name, got in per.items():
+        got.sort()
+        sums[name] = ([key for key, _ in got], list(accumulate(used for _, used in got)))
+
+    def priced(job) -> bool:
+        k = pk.key.get(job.id)
+        if k is None or k[0] not in sums:
+            return False
+        keys, used = sums[k[0]]
+        i = bisect_left(keys, order.key(job))
+        x0, left, _ = pk.room[k[0]]
+        x = x0 - used[i - 1] if i else x0
+        return i > 0 and k[1] > x and k[2] > pk._max_rate(x, left)
+    return priced if sums else None
 
 
 def _spent_by(sim, p, head, keep_held: bool = True) -> frozenset | set:
@@ -149,12 +193,14 @@ def _reserved_by(p, head, depth: int) -> bool:
     return len(p.starts) >= depth and all(st.job_id in ids for st in p.starts)
 
 
-def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=None, passed=None) -> list:
+def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=None, passed=None, priced=None,
+               priced_out=None) -> list:
     """The first `k` jobs outside `head`, in plan()'s `order`, that could start in the state its pass
     `p` ends in (above): for each request shape, those with a run (`Queue.span`) short enough to
     leave every reservation whole on some node with room for the shape. Those in `gone` are not
     taken but put in `marks`. `passed`: the sets of the idle jobs and of those of `gone` counted held
-    already, not walked (marked again, they would change nothing); by default the idle ones."""
+    already, not walked (marked again, they would change nothing); by default the idle ones. Those
+    `priced` (`_priced`) says p's admissions price out are not taken but put in `priced_out`."""
     inside, idle = {j.id for j in head}, sim.idle       # (the idle set not copied: hundreds of ids)
     room = _room_after(sim, p)
     points = None
@@ -183,12 +229,15 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     if not ok:
         return []
     if sum(ok.values()) <= 4 * k:
-        return _shortest(sim, t, latest, inside, gone, marks, order)[:k]
+        return _shortest(sim, t, latest, inside, gone, marks, order, priced, priced_out)[:k]
     out = []
     for j in order.fitting(latest, t, passed):     # many: the first of them in plan()'s order
         if j.id not in inside and j.id not in idle:
             if j.id in gone:
                 marks.add(j.id)
+                continue
+            if priced is not None and priced(j):
+                priced_out.add(j.id)
                 continue
             out.append(j)
             if len(out) == k:
@@ -196,7 +245,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     return out
 
 
-def _shortest(sim, t: float, latest: dict, inside, gone, marks, order) -> list:
+def _shortest(sim, t: float, latest: dict, inside, gone, marks, order, priced=None, priced_out=None) -> list:
     """Few candidates: taken from each shape's shortest spans (a longer one only crosses more
     reservations), in plan()'s order."""
     jobs, out = sim.queue.jobs, []
@@ -207,7 +256,10 @@ def _shortest(sim, t: float, latest: dict, inside, gone, marks, order) -> list:
             if jid in gone:
                 marks.add(jid)
             elif jid not in inside and jid not in sim.idle:
-                out.append(jobs[jid])
+                if priced is not None and priced(jobs[jid]):
+                    priced_out.add(jid)
+                else:
+                    out.append(jobs[jid])
     out.sort(key=order.key)
     return out
 
