@@ -17,6 +17,19 @@ FEW = '[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = {limit}\nper
 BUDGETS = FEW + '[[budgets]]\nname = "rl"\naccount = "vc-rl"\nlimit = 40.0\nperiod = "none"\n'
 
 
+def count_budget_verdicts(monkeypatch) -> list:
+    """The ids plan() pends for a budget, call after call, until `monkeypatch.undo()`."""
+    verdicts: list = []
+    real = policy.plan
+
+    def counted(snap, c, *a, **kw):
+        p = real(snap, c, *a, **kw)
+        verdicts.extend(pd.job_id for pd in p.pending if pd.reason in strict.BUDGET_REASONS)
+        return p
+    monkeypatch.setattr(policy, "plan", counted)
+    return verdicts
+
+
 def schedule(r) -> dict:
     """Every job's state, reason and attempts: what skipping must not change."""
     return {i: (j.state, j.reason, [(a.node, a.gpus, a.dispatch_time, a.end_time) for a in j.attempts])
@@ -67,16 +80,9 @@ def test_fair_share_windows_leave_out_the_jobs_their_first_admissions_price_out(
     path = gpu_trace.write(str(tmp_path / "t.csv"), 600, seed=1, days=2)
     cfg = policy_config(config_mod.loads(FEW.format(limit=limit, period=period)), "fairshare")
     nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
-    verdicts = []
-    real = policy.plan
-
-    def counted(snap, c, *a, **kw):
-        p = real(snap, c, *a, **kw)
-        verdicts.extend(pd.job_id for pd in p.pending if pd.reason in strict.BUDGET_REASONS)
-        return p
-    monkeypatch.setattr(policy, "plan", counted)
+    verdicts = count_budget_verdicts(monkeypatch)
     fast = simulate(jobs, nodes, cfg)
-    monkeypatch.setattr(policy, "plan", real)
+    monkeypatch.undo()
     full = simulate(jobs, nodes, cfg, skip=False)
     assert schedule(fast) == schedule(full)
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
@@ -196,17 +202,10 @@ def test_a_backfill_window_leaves_out_the_jobs_earlier_admissions_price_out(tmp_
     path = gpu_trace.write(str(tmp_path / "t.csv"), 3000, seed=1, days=4)
     text = '[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = 300.0\nperiod = "week"\n'
     nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
-    verdicts = []
-    real = policy.plan
-
-    def counted(snap, c, *a, **kw):
-        p = real(snap, c, *a, **kw)
-        verdicts.extend(pd.job_id for pd in p.pending if pd.reason in strict.BUDGET_REASONS)
-        return p
-    monkeypatch.setattr(policy, "plan", counted)
+    verdicts = count_budget_verdicts(monkeypatch)
     cfg, hooks = resolve(config_mod.loads(text), name)
     fast = simulate(jobs, nodes, cfg, hooks=hooks)
-    monkeypatch.setattr(policy, "plan", real)
+    monkeypatch.undo()
     assert len(verdicts) < 9000 and len(fast.budget_held) > 900
     cfg, hooks = resolve(config_mod.loads(text), name)
     full = simulate(jobs, nodes, cfg, hooks=hooks, skip=False)
