@@ -1,7 +1,9 @@
 """The two small structures parked.py's cut reads: one budget's queued jobs of one rate sorted by
-their bound, and the largest of the last n rooms."""
+their bound, and the largest of the last n rooms; and the cut's rate for a room."""
 from bisect import bisect_left, bisect_right
 from collections import deque
+
+from ..units import MS_PER_HOUR
 
 INF = float("inf")
 
@@ -45,3 +47,14 @@ class Peak:
             best.popleft()
         self.count += 1
         return best[0][1]
+
+
+def max_rate(x: int, seconds: float | None) -> int:
+    """The largest rate r with accrue(r, seconds) <= x (-1 when x < 0, and without periods,
+    `seconds` None: then no rate runs within the room, only the bound c counts)."""
+    if x < 0 or seconds is None:
+        return -1
+    ms = max(0, int(seconds * 1000))
+    if not ms:
+        return 1 << 62
+    return ((x + 1) * MS_PER_HOUR - 1) // ms

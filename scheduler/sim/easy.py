@@ -63,9 +63,9 @@ def plan(sim, t: float):
     order = q.order(t, usage, idle)
     first = order.first
     head = first(WINDOW)
-    # A first job charged to a budget that may have room for it alone: its admission prices out the
-    # jobs after it (below), and a window of its own decides; any other takes the unbudgeted windows.
-    charged = sim.parking is not None and q.charged(first(1)[0]) and not _room_to_spare(sim.parking, first(1)[0])
+    # A first job charged to a budget that may have room for it alone (parked.py `room_to_spare`): its
+    # admission prices out the jobs after it (below), and a window of its own decides.
+    charged = sim.parking is not None and q.charged(first(1)[0]) and not sim.parking.room_to_spare(first(1)[0])
     if not charged:
         # The first call also takes the first jobs after the head that fit some node's room now (before
         # any admission or reservation, so every job before them in the queue fits nowhere and can do
@@ -124,33 +124,19 @@ def _widen(sim, t: float, p, decided, size: int, order, gone):
     return p
 
 
-def _room_to_spare(pk, job) -> bool:
-    """Whether, at the last update, the job's budget provably admits it (parked.py `admits`) and its
-    room less the job's need still holds the smallest bound among the budget's queued jobs: its
-    admission likely leaves room for another (a guess, which only sets how many plan() calls a pass
-    takes; parked.py `room_for_one` makes it for strict.py)."""
-    if not pk.admits(job):
-        return False
-    name = pk.key[job.id][0]
-    return pk.room[name][0] - pk.most[job.id][0] >= min(lst.keys[0][0] for lst in pk.active[name].values())
-
-
 def _priced(sim, p, order):
     """A test of a queued job outside the pass `p`: whether the admissions of p's jobs before it in
-    plan()'s `order` leave its budget no room for it (parked.py's bound, read as `held_after` reads
-    it). Of the last pass, which decides those jobs as the whole pass does, such a job is pended for
-    its budget at its turn and does nothing else; of an earlier one, a wider pass may decide the
-    jobs before it otherwise: it is then only not taken yet. None: nothing to test."""
+    plan()'s `order` leave its budget no room for it (parked.py `priced_out`). Of the last pass,
+    which decides those jobs as the whole pass does, such a job is pended for its budget at its turn
+    and does nothing else; of an earlier one, a wider pass may decide the jobs before it otherwise:
+    it is then only not taken yet. None: nothing to test."""
     pk = sim.parking
     if pk is None or not p.places:
         return None
     jobs, per = sim.queue.jobs, {}          # type: tuple[dict, dict]
     for pl in p.places:
-        parts = getattr(pl.commit, "parts", {})
-        for name, amount in pl.commit:
-            if name in pk.room:
-                used = parts[name].get(pk.room[name][2], 0) if name in parts else amount
-                per.setdefault(name, []).append((order.key(jobs[pl.job_id]), used))
+        for name, used in pk.takes(pl.commit):
+            per.setdefault(name, []).append((order.key(jobs[pl.job_id]), used))
     sums = {}                               # budget -> (keys in order, what the admissions up to each used)
     for name, got in per.items():
         got.sort()
@@ -162,9 +148,7 @@ def _priced(sim, p, order):
             return False
         keys, used = sums[k[0]]
         i = bisect_left(keys, order.key(job))
-        x0, left, _ = pk.room[k[0]]
-        x = x0 - used[i - 1] if i else x0
-        return i > 0 and k[1] > x and k[2] > pk._max_rate(x, left)
+        return i > 0 and pk.priced_out(job.id, used[i - 1])
     return priced if sums else None
 
 

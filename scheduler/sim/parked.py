@@ -34,7 +34,7 @@ from .. import ledger, periods
 from ..config import Config
 from ..model import Job
 from ..policy.capacity import could_ever_hold
-from .bounds import INF, Bounds, Peak
+from .bounds import INF, Bounds, Peak, max_rate
 from .held import Holdings
 from .queue import timed
 
@@ -172,9 +172,19 @@ class Parking:
         k = self.key.get(job.id)
         if k is None or k[0] not in self.room:
             return False
-        mine = self.active[k[0]].values()
-        return (sum(len(lst.ids) for lst in mine) == queued
-                and self.room[k[0]][0] - k[1] < min(lst.keys[0][0] for lst in mine))
+        return (sum(len(lst.ids) for lst in self.active[k[0]].values()) == queued
+                and self.room[k[0]][0] - k[1] < self._smallest(k[0]))
+
+    def room_to_spare(self, job: Job) -> bool:
+        """Whether the budget provably admits the queued job (`admits`) and its room less the job's
+        need still holds the smallest bound among its queued jobs: the admission likely leaves room
+        for another (easy.py's guess for a window of one, as `room_for_one` is strict.py's)."""
+        name = self.key[job.id][0] if self.admits(job) else None
+        return name is not None and self.room[name][0] - self.most[job.id][0] >= self._smallest(name)
+
+    def _smallest(self, name: str) -> int:
+        """The smallest bound among budget `name`'s queued jobs (at least one)."""
+        return min(lst.keys[0][0] for lst in self.active[name].values())
 
     def admits_all(self, budgeted: int) -> bool:
         """Whether, at the last update, every one of the `budgeted` queued jobs charged to a budget is
@@ -240,7 +250,7 @@ class Parking:
             room[name] = (x, left, lab)
             self.later[name] = top - holdings.committed
             # The largest rate whose run to the period's end fits in x: accrue(rate, left) <= x.
-            r_max = self._max_rate(x, left)
+            r_max = max_rate(x, left)
             if not cost and (not needs or needs[-1][0] <= min(x, cuts.get(name, NO_CUT)[0])):
                 # Nothing parked, and every queued job's bound (at most its need) within the room at the
                 # old cut and the new one: no job of the budget is idle at either, nothing moves.
@@ -253,7 +263,7 @@ class Parking:
                 back += [jid for _, jid in by_rate[:bisect_right(by_rate, (r_max, INF))]]
             new += self._move(name, x, r_max)
             peak = self.recent[name].push(x)
-            park += self._over(name, peak, self._max_rate(peak, left))
+            park += self._over(name, peak, max_rate(peak, left))
         idle = self.idle
         new += [i for i in self.fresh if i in idle]
         self.fresh = []
@@ -319,11 +329,7 @@ class Parking:
         commitments)."""
         spend: Counter = Counter()
         for pl in places:
-            parts = getattr(pl.commit, "parts", {})
-            for name, amount in pl.commit:
-                if name in self.room:
-                    lab = self.room[name][2]
-                    spend[name] += parts[name].get(lab, 0) if name in parts else amount
+            spend.update(dict(self.takes(pl.commit)))
         out: set[int] = set()
         for name, used in spend.items():
             if not used:
@@ -331,22 +337,25 @@ class Parking:
             x0, left, _ = self.room[name]
             r0 = self.cut[name][1]
             x = x0 - used
-            r = self._max_rate(x, left)
+            r = max_rate(x, left)
             for rate, lst in self.active[name].items():
                 if rate > r:       # over the lower cut, and not over the pass's own (the idle ones)
                     out.update(lst.ids[lst.over(x):lst.over(x0) if rate > r0 else len(lst.ids)])
         return out
 
-    @staticmethod
-    def _max_rate(x: int, seconds: float | None) -> int:
-        """The largest rate r with accrue(r, seconds) <= x (-1 when x < 0, and without periods,
-        `seconds` None: then no rate runs within the room, only the bound c counts)."""
-        if x < 0 or seconds is None:
-            return -1
-        ms = max(0, int(seconds * 1000))
-        if not ms:
-            return 1 << 62
-        return ((x + 1) * ledger.MS_PER_HOUR - 1) // ms
+    def takes(self, commit):
+        """(budget, its current period's part) of an admission's commitment (a Quote), per budget in `room`."""
+        parts = getattr(commit, "parts", {})
+        for name, amount in commit:
+            if name in self.room:
+                yield name, parts[name].get(self.room[name][2], 0) if name in parts else amount
+
+    def priced_out(self, job_id: int, used: int) -> bool:
+        """Whether the queued job's bound exceeds its budget's room at the last update less `used`
+        (as `held_after` reads it): then its budget refuses it."""
+        name, c, rate = self.key[job_id]
+        x0, left, _ = self.room[name]
+        return c > x0 - used and rate > max_rate(x0 - used, left)
 
     def park(self, job: Job) -> None:
         name, c, rate = self.key[job.id]

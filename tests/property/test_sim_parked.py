@@ -7,6 +7,7 @@ from labq.scheduler import config as config_mod, periods
 from labq.scheduler.model import Attempt, Gpu, Job, Node
 from labq.scheduler.policy.budget import BudgetBook
 from labq.scheduler.policy.capacity import could_ever_hold
+from labq.scheduler.sim.bounds import max_rate
 from labq.scheduler.sim.parked import Parking, Peak
 
 G = 1 << 30
@@ -177,7 +178,7 @@ def test_the_idle_set_follows_the_cut_as_jobs_come_and_go(period, shapes, ops):
             if "b" not in pk.room:
                 continue
             x, left, _ = pk.room["b"]
-            r = pk._max_rate(x, left)
+            r = max_rate(x, left)
             over = {i for i in queued if pk.key[i][1] > x and pk.key[i][2] > r}
             assert pk.idle == over
             assert over - before <= set(new) <= over
