@@ -146,6 +146,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
           --time-column req_time_s --policy backfill"""
     from labq.scheduler import sim
     need_matplotlib(plot_path)
+    _say_which_config(ctx.cfg, as_json)
     depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None
     names = simcompare.policies(compare) if compare is not None else None
     cfg, hooks = sim.resolve(ctx.cfg, policy, depth)
@@ -175,7 +176,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
                            queue_limits=enforce_queue_limits, hooks=hooks)
     rep = sim.report(res)
     rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""), **rep,
-           "wall_s": round(time.monotonic() - t0, 2)}
+           "config_file": _config_file(ctx.cfg), "wall_s": round(time.monotonic() - t0, 2)}
     if plot_path:
         from labq.scheduler.sim.plot import plot
         plot(res, plot_path, f"{os.path.basename(trace)} — {policy}")
@@ -185,6 +186,23 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
         click.echo(line)
     if plot_path:
         click.echo(f"{'plot':<15}{plot_path}")
+
+
+def _config_file(cfg) -> str | None:
+    """The file whose rates, accounts, caps, budgets and QoS the replay applies (None: built-in defaults)."""
+    return None if cfg.source.startswith("<") or cfg.source == os.devnull else cfg.source
+
+
+def _say_which_config(cfg, as_json: bool) -> None:
+    """A replay of someone else's cluster under this machine's caps and budgets changes its makespan
+    threefold without a word (issue 41): say which file applies, on stderr, before the replay."""
+    path = _config_file(cfg)
+    if path is None:
+        return
+    capped = any(a.max_running or a.max_gpus or a.max_cpus or a.max_submit for a in cfg.accounts)
+    limits = [what for what, there in (("budgets", cfg.budgets), ("account caps", capped)) if there]
+    click.echo(f"labq simulate: applying {path}" + (f" ({' and '.join(limits)} included)" if limits else "")
+               + "; --config /dev/null replays under built-in defaults", err=True)
 
 
 def fits(trace: str, jobs, groups, nodes, gpus_column: str, drop: bool) -> None:
@@ -208,9 +226,11 @@ def report_lines(rep: dict) -> list[str]:
     util = rep["utilisation"]
     lines = []
     if "trace" in rep:
-        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs"
-                               + (f" ({j['gpus_rounded_up']:,} asked for a fraction of a GPU: rounded up to whole GPUs)"
-                                  if j.get("gpus_rounded_up") else "")))
+        rounded = [f"{j[k + '_rounded_up']:,} asked for a fraction of a {what}: rounded up to whole {what}s"
+                   for k, what in (("gpus", "GPU"), ("cpus", "CPU")) if j.get(k + "_rounded_up")]
+        lines.append(("trace", f"{rep['trace']}: {j['trace']:,} jobs" + (f" ({'; '.join(rounded)})" if rounded else "")))
+    if "config_file" in rep:
+        lines.append(("config file", rep["config_file"] or "none (built-in defaults)"))
     lines += [
         ("cluster", f"{c['nodes']:,} node{'s' * (c['nodes'] != 1)}: {c['gpus']:,} GPUs, {c['cpus']:,} CPUs"),
         ("policy", f"{rep['policy']}: {rep['config']}"),

@@ -64,6 +64,7 @@ def report(res: Result) -> dict:
         "cluster": cap,
         "jobs": {"trace": len(res.trace), "queued": len(res.jobs), "refused": len(res.refused),
                  "gpus_rounded_up": sum(1 for t in res.trace if t.gpus_asked is not None),
+                 "cpus_rounded_up": sum(1 for t in res.trace if t.cpus_asked is not None),
                  "completed": outcomes[states.COMPLETED], "timeout": outcomes[states.TIMEOUT],
                  "expired": sum(outcomes[s] for s in (states.EXPIRED, states.DEADLINE, states.CANCELLED)),
                  "never_started": sum(1 for j in pending if not j.attempts),

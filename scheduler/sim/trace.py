@@ -11,8 +11,8 @@ An `extra` file keyed by `job_id` (like `kth_sp2_1996_extra.csv`) adds its colum
 
 Malformed input is one UsageError (exit 2) naming the file, the line and the column: a missing
 column or value, a row with more or fewer fields than the header, a quoted value across lines
-(an unclosed quote), NaN, a negative, non-numeric or
-fractional (cpus) value, a number past the bounds below, a job_id twice, a row submitted before the
+(an unclosed quote), NaN, a negative or non-numeric
+value, a number past the bounds below, a job_id twice, a row submitted before the
 row above it (a trace is in submit order; `sort=True`, `labq simulate --sort`, replays it sorted)
 and a file that is not UTF-8 text. A job larger than the cluster is sim/fit.py's (it needs the
 cluster).
@@ -46,14 +46,9 @@ class TraceJob:
     gpu_type: str = ""
     status: str = ""      # the trace's own outcome (informational)
     gpus_asked: float | None = None   # the trace's own request where it was a fraction (gpus: rounded up)
+    cpus_asked: float | None = None   # the same for CPUs (a cgroup's CPU quota in the trace's cluster)
     nodes: int = 1        # a multi-node job: gpus, cpus and mem are then per node (labq plan --file)
     row: int = field(default=0, compare=False)   # its line in the trace file (0: not read from a file)
-
-
-def read_rows(path: str, what: str):
-    """(header, rows): the CSV's header and each row as a dict (blank lines and # comments skipped)."""
-    header, numbered = read_numbered(path, what)
-    return header, [row for _, row in numbered]
 
 
 def read_numbered(path: str, what: str, strict: bool = False):
@@ -117,7 +112,7 @@ def read_extra(path: str) -> dict[str, dict]:
     return {(r.get("job_id") or "").strip(): r for _, r in rows}
 
 
-def _num(row: dict, col: str, where: str, default=None, integer=False, lo=0.0, hi=float(MAX_COUNT)):
+def _num(row: dict, col: str, where: str, default=None, lo=0.0, hi=float(MAX_COUNT)):
     raw = (row.get(col) or "").strip()
     if raw == "":
         if default is None:
@@ -132,10 +127,6 @@ def _num(row: dict, col: str, where: str, default=None, integer=False, lo=0.0, h
     if v > hi:
         raise UsageError(f"{where}: {col}: {raw} is past the most a trace may give, {hi:,.0f}"
                          + (" s (100 years)" if hi == MAX_SECONDS else ""))
-    if integer:
-        if v != int(v):
-            raise UsageError(f"{where}: {col}: expected a whole number, got {raw!r}")
-        return int(v)
     return v
 
 
@@ -210,7 +201,11 @@ def _job(row, name, where, time_column, time_factor, cpus_as_gpus, line=0) -> Tr
     # rounded up, and the job remembers what it asked for (the report counts the rounded ones).
     asked = _num(row, "gpus", where, default=0.0)
     gpus = math.ceil(asked)
-    cpus = _num(row, "cpus", where, default=1, integer=True)
+    # Fractional CPUs (a container's CPU quota, e.g. 3.152 in Alibaba's and Helios' traces) hold whole
+    # cores, as SLURM and labq allocate them and as those clusters' node-hour billing counts them:
+    # rounded up, remembered like the GPUs'. Memory stays as given (bytes: no rounding needed).
+    cpus_asked = _num(row, "cpus", where, default=1.0)
+    cpus = math.ceil(cpus_asked)
     if cpus == 0 and not cpus_as_gpus:
         cpus = 1       # as `labq sub` and SLURM: every job holds at least one CPU (GPU traces often say 0)
     if cpus_as_gpus:
@@ -219,6 +214,7 @@ def _job(row, name, where, time_column, time_factor, cpus_as_gpus, line=0) -> Tr
         name=name, submit=_num(row, "submit_s", where, hi=MAX_SECONDS), duration=duration,
         time_limit=max(1, math.ceil(limit)), gpus=gpus, cpus=cpus,
         gpus_asked=asked if asked != gpus and not cpus_as_gpus else None,
+        cpus_asked=cpus_asked if cpus_asked != int(cpus_asked) else None,
         mem=int(_num(row, "mem_gib", where, default=0.0, hi=MAX_GIB) * GIB),
         user=(row.get("user") or "").strip() or "user",
         account=(row.get("account") or "").strip() or (row.get("group") or "").strip(),

@@ -114,3 +114,35 @@ def test_bad_group_nodes_files_are_one_line(tmp_path):
     f = tmp_path / "groups0.csv"
     r = labq("simulate", str(trace), "--group-nodes", str(f), "--nodes", "1x4")
     assert r.returncode == 2 and "leave out --nodes" in r.stderr
+
+
+def test_fractional_cpus_are_rounded_up_and_counted(tmp_path):
+    """A container's CPU quota (3.152 in a public heterogeneous-GPU trace) holds whole cores: 4 here."""
+    p = tmp_path / "frac.csv"
+    p.write_text("job_id,submit_s,duration_s,gpus,cpus,mem_gib\na,0,10,1,3.152,2.5\nb,0,10,1,4,1\nc,0,10,0,0.25,0\n")
+    from labq.scheduler.sim import load
+    assert [(j.cpus, j.cpus_asked, j.mem) for j in load(str(p))] == [
+        (4, 3.152, int(2.5 * (1 << 30))), (4, None, 1 << 30), (1, 0.25, 0)]
+    r = labq("--config", "/dev/null", "simulate", str(p), "--nodes", "1x2:8", "--policy", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["jobs"]["cpus_rounded_up"] == 2 and rep["jobs"]["completed"] == 3
+    text = labq("--config", "/dev/null", "simulate", str(p), "--nodes", "1x2:8", "--policy", "fifo").stdout
+    assert "2 asked for a fraction of a CPU: rounded up to whole CPUs" in text
+
+
+def test_a_replay_says_which_config_file_it_applies(tmp_path):
+    """The machine's config changes a replay (its caps and budgets bind trace jobs): said on stderr
+    before the replay, and in the report; none said for built-in defaults."""
+    conf = tmp_path / "labq.toml"
+    conf.write_text('[accounts.vision]\nusers = ["u1"]\nmax_gpus = 1\n')
+    trace = _trace(tmp_path / "t.csv", 3)
+    r = labq("--config", str(conf), "simulate", trace, "--nodes", "1x4", "--policy", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    assert f"applying {conf} (account caps included)" in r.stderr
+    assert json.loads(r.stdout)["config_file"] == str(conf)
+    r = labq("--config", str(conf), "simulate", trace, "--nodes", "1x4", "--policy", "fifo")
+    assert f"config file    {conf}" in r.stdout
+    r = labq("--config", "/dev/null", "simulate", trace, "--nodes", "1x4", "--policy", "fifo", "--json")
+    assert "applying" not in r.stderr
+    assert json.loads(r.stdout)["config_file"] is None

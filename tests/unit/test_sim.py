@@ -85,7 +85,7 @@ def test_a_cpu_trace_maps_onto_gpus(tmp_path):
     ("job_id,submit_s\na,0\n", {}, "missing column 'duration_s'"),
     ("job_id,submit_s,duration_s\na,x,10\n", {}, ":2: submit_s: expected a number"),
     ("job_id,submit_s,duration_s\na,0,-1\n", {}, "duration_s: expected a number ≥ 0"),
-    ("job_id,submit_s,duration_s,cpus\na,0,10,2.5\n", {}, "cpus: expected a whole number"),
+    ("job_id,submit_s,duration_s,cpus\na,0,10,-2.5\n", {}, "cpus: expected a number ≥ 0"),
     ("job_id,submit_s,duration_s\na,0,10\na,1,10\n", {}, "appears twice"),
     ("job_id,submit_s,duration_s\na,0,10\n", {"time_column": "req"}, "--time-column: no column 'req'"),
     ("job_id,submit_s,duration_s\na,0,10\n", {"time_factor": 0}, "--time-factor"),
