@@ -138,7 +138,13 @@ class AgentStore:
         if slot is not None:
             cmds.append(self._state_cmd(slot.node, slot.index, slot.running))
         raw, control, *_ = self._run(cmds)
-        return (codec.loads(raw) if raw else None), control
+        return (codec.loads(raw, self._spec) if raw else None), control
+
+    def _spec(self, array_id: int) -> dict | None:
+        """An array's shared {script, argv} (codec.shares_spec): a task of an array whose script is
+        over codec.SHARED_SPEC bytes has a record without them, and one more round trip reads them."""
+        raw = self._run([("GET", self.k.spec(int(array_id)))])[0]
+        return json.loads(raw) if raw else None
 
     def started(self, jid: int, attempt: int, node: str, pid: int, start: float, rank: int = 0) -> int:
         """The attempt's process runs: its first heartbeat and the `started` event in one round

@@ -29,6 +29,7 @@ from ..errors import UsageError
 from ..model import Job
 from . import acctrows, codec, dialect
 from .history import default_path, path_of  # noqa: F401 - one place for the path rules
+from .reads import Specs
 
 SCHEMA = 4
 # Written once for SQLite and PostgreSQL (store/dialect.py): `{serial}` is each one's sequence.
@@ -130,7 +131,8 @@ class Archive:
     # -- writing (the scheduler) -------------------------------------------------------------------
     def put_jobs(self, jobs: list[Job]) -> None:
         self.db.executemany(dialect.upsert("jobs", _JOBS),
-                            [(j.id, j.end_time, j.user, j.account, j.state, codec.dumps(j)) for j in jobs])
+                            [(j.id, j.end_time, j.user, j.account, j.state, codec.dumps(j, share=False))
+                             for j in jobs])
         self._put_rows(jobs)            # the same transaction: a row never exists without its record
         self.db.commit()
 
@@ -284,7 +286,8 @@ class Archiver:
         if not ids:
             return 0
         raws = self.r.mget([self.k.job(int(i)) for i in ids])
-        jobs = [codec.loads(raw) for raw in raws if raw]
+        specs = Specs(self.r, self.k)       # an array task's script, stored once in Redis, goes with it
+        jobs = [codec.loads(raw, specs) for raw in raws if raw]
         self.archive.put_jobs(jobs)                      # committed in SQLite first ...
         self._paused("jobs")
         p = self.r.pipeline(transaction=True)            # ... then gone from Redis

@@ -57,7 +57,10 @@ _RECORD_VALUES = attrgetter(*_RECORD_NAMES)
 _RECORD_DEFAULTS = tuple(_DEFAULTS.get(k, _NONE) for k in _RECORD_NAMES)
 
 
-def dumps(job: Job) -> str:
+def dumps(job: Job, share: bool = True) -> str:
+    """The record of `job`; with `share`, an array task whose script is over SHARED_SPEC refers to
+    its array's stored spec instead of holding it (Redis); without, it holds it (the archive, which
+    keeps no specs: an archived record stands alone, whoever reads it and however)."""
     # dataclasses.asdict deep-copies every value; json already writes tuples as lists, so a shallow
     # dict is the same text at a fraction of the cost (this runs for every job on every change).
     # Same type as well as equal: False is not left out where the default is 0.
@@ -66,7 +69,7 @@ def dumps(job: Job) -> str:
     d = {k: v for k, v, dv in zip(_RECORD_NAMES, _RECORD_VALUES(job), _RECORD_DEFAULTS)
          if v is not dv and (type(v) is not type(dv) or v != dv)}
     d["attempts"] = [{k: getattr(a, k) for k in _ATTEMPT_NAMES} for a in job.attempts]
-    if shares_spec(job):
+    if share and shares_spec(job):
         d.update(script=None, argv=[], spec=job.array_id)
     return _ENCODER.encode(d)
 

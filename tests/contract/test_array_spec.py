@@ -5,7 +5,7 @@ import time
 from labq.scheduler.store import codec
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.reads import Reader
-from tests.harness import BODY, K, reply, setup, submit, woke
+from tests.harness import BODY, K, finish, reply, setup, submit, woke
 
 SCRIPT = "#!/bin/sh\n# " + "x" * 1_000_000 + "\necho $LABQ_ARRAY_TASK_ID\n"
 
@@ -39,3 +39,29 @@ def test_small_commands_stay_inline(conns):
     s.tick(time.time(), woke(r))
     first = reply(r, "small")["job_id"]
     assert codec.loads(r.get(K.job(first))).argv == tuple(BODY["argv"]) and not r.exists(K.spec(first))
+
+
+def test_an_archived_task_keeps_its_script_and_a_runner_reads_it(conns, tmp_path):
+    """The archive keeps no specs: an archived task's record holds its script; the runner's first
+    read (job_and_control) resolves the spec as every other reader does."""
+    from labq.scheduler.store.archive import Archive, Archiver
+    from labq.scheduler.store.history import History
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    script = "#!/bin/sh\n" + "# pad\n" * 200 + "echo $SLURM_ARRAY_TASK_ID\n"
+    submit(r, "alice", {**BODY, "gpus": 0, "cpus": 1, "mem": 0, "argv": [], "script": script, "array": [0, 2, 1]},
+           "arch")
+    s.tick(now + 1, woke(r))
+    first = reply(r, "arch")["job_id"]
+    assert AgentStore(r, K).job_and_control(first + 1)[0].script == script
+    for jid in range(first, first + 3):
+        finish(r, jid, 1, "completed", 0, now + 10)
+    s.tick(now + 20)
+    assert r.zcard(K.history) == 3
+    path = str(tmp_path / "history.db")
+    Archiver(r, K, Archive(path), keep=0).step(now + 3600)
+    assert not r.exists(K.job(first + 2)), "archived"
+    for reader in (Reader(r, K, History(path)),):
+        assert reader.job(first + 2).script == script
+        assert {j.script for j in reader.ended()} == {script}
