@@ -7,7 +7,7 @@ from .out import echo_json, fail, guarded, private_socket, state_dir, url_or_def
 
 
 def redis_url(cfg) -> str:
-    """redis.url from the config, else $LABQ_REDIS_URL, else the private Redis of `labq up`."""
+    """$LABQ_REDIS_URL, else redis.url from the config, else the private Redis of `labq up`."""
     return url_or_default(cfg.redis_url)
 
 
@@ -21,7 +21,8 @@ class Ctx:
     @property
     def cfg(self):
         if self._cfg is None:
-            self._cfg = config_mod.load(self.config_path)
+            from .out import config_source
+            self._cfg = config_mod.load(*config_source(self.config_path))
         return self._cfg
 
     @property

@@ -56,8 +56,8 @@ def checkpoint(ctx):
 
     from .common import redis_url
     cfg = replace(ctx.cfg, prefix=os.environ.get("LABQ_PREFIX") or ctx.cfg.prefix)
-    # redis.url first: on a lab with ACL roles it carries the client role's login, which the job's
-    # $LABQ_REDIS_URL (the address alone, never a daemon's password) does not.
+    # The job's $LABQ_REDIS_URL is the address alone (never a daemon's password); redis_url keeps
+    # redis.url's login (the client role's, on a lab with ACL roles) where both name one server.
     reply = Client(cfg, url=redis_url(cfg)).checkpoint(int(jid))
     from .query import _ts
     click.echo(f"job {jid}: checkpoint recorded at {_ts(reply['time'])}")

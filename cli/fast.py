@@ -7,7 +7,6 @@ them through the thin client. It handles the plain forms only: `--flag value`, `
 unknown or malformed flag, a missing value, `stat --start` — returns None, and the click group
 handles the same argv, so its help and error messages stay exactly click's.
 """
-import os
 
 from . import spec
 
@@ -109,8 +108,8 @@ def thin_client(config):
     from labq.scheduler.store.history import History, default_path
     from labq.scheduler.thinclient import ThinClient
 
-    from .out import url_or_default
-    s = client_settings(config or os.environ.get("LABQ_CONFIG"))
+    from .out import config_source, url_or_default
+    s = client_settings(*config_source(config))
     client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
     client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
     # Archived jobs, opened on a miss; asked of the scheduler where this user cannot open the archive.

@@ -36,8 +36,25 @@ def private_socket() -> str:
 
 
 def url_or_default(configured: str) -> str:
-    """redis.url from the config, else $LABQ_REDIS_URL, else the private Redis of `labq up`."""
-    return configured or os.environ.get("LABQ_REDIS_URL") or f"unix://{private_socket()}"
+    """$LABQ_REDIS_URL, else redis.url from the config, else the private Redis of `labq up`: the
+    environment beats the config file. Where $LABQ_REDIS_URL names the very server redis.url names
+    (a job's environment carries the address alone), redis.url's login (an ACL role) is kept."""
+    env = os.environ.get("LABQ_REDIS_URL")
+    if not env:
+        return configured or f"unix://{private_socket()}"
+    if configured and env != configured:
+        from labq.scheduler.store.conn import without_credentials
+        if without_credentials(configured) == without_credentials(env) == env:
+            return configured
+    return env
+
+
+def config_source(explicit: str | None) -> tuple[str | None, bool]:
+    """(path, read /etc/labq/labq.toml when no path): --config, else $LABQ_CONFIG, else the system file
+    unless $LABQ_NO_SYSTEM_CONFIG is set (to anything but "" or "0"; the test suite sets it, so that
+    a machine's /etc/labq changes no test)."""
+    path = explicit or os.environ.get("LABQ_CONFIG") or None
+    return path, os.environ.get("LABQ_NO_SYSTEM_CONFIG", "") in ("", "0")
 
 
 def guarded(fn, redis_errors=None):

@@ -18,10 +18,13 @@ from .errors import ConfigError
 DEFAULT_PATH = "/etc/labq/labq.toml"
 
 
-def resolve_path(path: str | None) -> str | None:
-    """`path`, else /etc/labq/labq.toml if present, else None (built-in defaults). $LABQ_CONFIG is
-    read by the CLI (--config's envvar, cli/fast.py), so that the config modules read no environment."""
-    return path or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+def resolve_path(path: str | None, system: bool = True) -> str | None:
+    """`path`, else /etc/labq/labq.toml if present (and `system`), else None (built-in defaults).
+    $LABQ_CONFIG and $LABQ_NO_SYSTEM_CONFIG are read by the CLI (cli/out.py · config_source), so
+    that the config modules read no environment."""
+    if path:
+        return path
+    return DEFAULT_PATH if system and os.path.exists(DEFAULT_PATH) else None
 
 
 def read_toml(path: str) -> dict:
@@ -39,10 +42,10 @@ def read_toml(path: str) -> dict:
         raise ConfigError(path, f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
 
 
-def client_settings(path: str | None = None) -> dict:
+def client_settings(path: str | None = None, system: bool = True) -> dict:
     """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
     config.load does): what a client needs to reach Redis and to sign its requests."""
-    got = _read(resolve_path(path))
+    got = _read(resolve_path(path, system))
     units.set_currency(got["currency"])     # the thin commands print money too (stat's COST column)
     return got
 

@@ -190,10 +190,10 @@ class Config:
         return next((a.name for a in self.accounts if user in a.users), "default")
 
 
-def load(path: str | None = None) -> Config:
-    """The config at `path`, else /etc/labq/labq.toml if present, else defaults ($LABQ_CONFIG is the
-    CLI's: --config's envvar; this module reads no environment)."""
-    path = resolve_path(path)
+def load(path: str | None = None, system: bool = True) -> Config:
+    """The config at `path`, else /etc/labq/labq.toml if present (and `system`), else defaults
+    ($LABQ_CONFIG and $LABQ_NO_SYSTEM_CONFIG are the CLI's; this module reads no environment)."""
+    path = resolve_path(path, system)
     if not path:
         return Config()
     return from_dict(read_toml(path), source=path)

@@ -15,6 +15,10 @@ if ROOT not in sys.path:
 
 from tests.harness import E2E, SECRET, start_munged, start_postgres, start_redis  # noqa: E402  (needs ROOT on sys.path)
 
+# Hermetic: a machine's /etc/labq/labq.toml (a system install) changes no test. Every labq the suite
+# starts inherits this (the CLI honours it: cli/out.py · config_source); --config/$LABQ_CONFIG still apply.
+os.environ["LABQ_NO_SYSTEM_CONFIG"] = "1"
+
 
 @pytest.fixture(scope="session")
 def redis_server():

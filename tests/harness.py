@@ -402,7 +402,7 @@ def put_job(r, jid=1, attempt=1, node=NODE, gpus=("GPU-fake-tnode-0",), **kw):
 
 def runner_env(redis_server, tmp_path, **over):
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LABQ_REDIS_URL": redis_server.url,
-           "LABQ_PREFIX": "labq", "LABQ_NODE": NODE, "LABQ_KILL_WAIT": "1",
+           "LABQ_NO_SYSTEM_CONFIG": "1", "LABQ_PREFIX": "labq", "LABQ_NODE": NODE, "LABQ_KILL_WAIT": "1",
            "LABQ_SPOOL": str(tmp_path / "spool"), "LABQ_RUN_AS": "self", "LABQ_ALLOW_ROOT": "0",
            "AGENT_SECRET": "do-not-leak"}
     env.update(over)
@@ -567,7 +567,7 @@ def user_env(e, **extra) -> dict:
     """A researcher's shell inside a venv: the venv first on PATH, no daemon variables."""
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "VIRTUAL_ENV": os.path.dirname(VENV_BIN),
            "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "LABQ_REDIS_URL": e.stack.url,
-           "PYTHONPATH": ROOT}
+           "PYTHONPATH": ROOT, "LABQ_NO_SYSTEM_CONFIG": "1"}    # hermetic: see conftest.py
     env.update(extra)
     return env
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Inherited LABQ_* names kept on --export=ALL: the client's own settings, which a job that submits
 # further jobs wants too. Every other LABQ_* name is per job and is set (or deliberately absent) below.
-_KEEP_LABQ = ("LABQ_CONFIG", "LABQ_SUB_")
+_KEEP_LABQ = ("LABQ_CONFIG", "LABQ_NO_SYSTEM_CONFIG", "LABQ_SUB_")
 
 
 @dataclass(frozen=True)
