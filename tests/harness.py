@@ -9,6 +9,7 @@
   agent_config, queue;
 - end to end with real processes: E2E (a private stack per instance), E2E_CONFIG, E2E_MARKS.
 """
+import contextlib
 import json
 import os
 import pwd
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, replace
 
 import pytest
@@ -609,3 +611,63 @@ def ended_job(rng, jid: int) -> Job:
                array_id=jid - rng.randrange(5) if arr else None, array_index=rng.randrange(10_000) if arr else None,
                attempts=tuple(atts), start_time=atts[0].start_time if atts else None, end_time=end,
                submit_time=ENDED_FROM - 86_400)
+
+
+# -- attackers: real users and a library the dynamic loader preloads (issue 34) -----------------------
+@contextlib.contextmanager
+def unix_user(prefix: str = "lqx"):
+    """A fresh unprivileged user with a private group (root and useradd only), removed afterwards."""
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--no-create-home", "--home-dir", f"/nonexistent/{name}", "--shell", "/bin/sh",
+                    "--user-group", name], check=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], check=False)
+
+
+SPY_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+/* Loaded by the dynamic loader (LD_PRELOAD): leaves SPY_DIR/<pid> saying who loaded it. */
+__attribute__((constructor)) static void spy(void) {
+    char path[4096], exe[512] = "?", line[700];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 1] = 0;
+    snprintf(path, sizeof path, "%s/%d", SPY_DIR, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0666);
+    if (fd >= 0) {
+        fchmod(fd, 0666);      /* the pid's next image may run as another user */
+        int len = snprintf(line, sizeof line, "%d %s\n", (int)geteuid(), exe);
+        if (write(fd, line, len) < 0) {}
+        close(fd);
+    }
+}
+"""
+
+
+def preload_spy(d) -> tuple[str, str]:
+    """(library, its output directory) under `d` (which other users may enter): a shared object,
+    built with gcc, that records the euid of every process the loader loads it into; `spied(out)`
+    reads it."""
+    lib, out = os.path.join(d, "spy.so"), os.path.join(d, "spied")
+    os.mkdir(out)
+    os.chmod(out, 0o1777)
+    src = os.path.join(d, "spy.c")
+    with open(src, "w") as f:
+        f.write(SPY_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", f'-DSPY_DIR="{out}"', "-o", lib, src], check=True)
+    os.chmod(lib, 0o755)
+    return lib, out
+
+
+def spied(out: str) -> list[tuple[int, str]]:
+    """(euid, executable) of each process that loaded the spy library."""
+    rows = []
+    for name in os.listdir(out):
+        with open(os.path.join(out, name)) as f:
+            rows += [(int(u), exe) for u, _, exe in (line.rstrip("\n").partition(" ") for line in f)]
+    return rows

@@ -1,14 +1,24 @@
 """Starting the job's process: a new session, the submitter's umask, born in its cgroup, as its
 user, dying with its runner (PR_SET_PDEATHSIG). Errors raise launch.StartError.
 
+The job's environment is the submitter's input: it arrives only with the exec that already runs as
+the job's user, never in a process that is still root (issue 34: an exported LD_PRELOAD, GCONV_PATH,
+MALLOC_*, BASH_ENV … is honoured by the loader, libc or a shell in every process it reaches). Root
+steps before the drop run no exec'd program at all, or one with labq's own clean environment.
+
 Three ways, the first that this host has:
 - native (worker/_clone.c, built where a C compiler is): clone3 with CLONE_INTO_CGROUP, vfork-style;
-  the child sets everything up in C and execs the command: one exec, and the job never migrates.
-  A write to cgroup.procs (the other two ways) waits for an RCU grace period whenever no other
-  migration happened in the last few ms: ~10 ms of an idle node's submit -> start (issue 12).
-- setpriv: a shell writes itself into cgroup.procs, setpriv switches user and arms the parent-death
-  signal, then the command: three execs, no Python in the child.
-- preexec: a Python preexec_fn does it all (a full fork of the runner: ~3 ms of CPU).
+  the child sets everything up in C (ids first) and execs the command with its environment: one
+  exec, and the job never migrates. A write to cgroup.procs (the other two ways) waits for an RCU
+  grace period whenever no other migration happened in the last few ms: ~10 ms of an idle node's
+  submit -> start (issue 12).
+- setpriv: Popen's own C child switches user (user=, group=, extra_groups=) before its exec, then
+  setpriv, already the user, arms the parent-death signal (which that switch would have cleared) and
+  execs the command: no Python in the child. A job that enters a cgroup as another user goes the
+  preexec way: entering takes root, and no exec'd program may run as root with the job's environment.
+  Without a switch (the job's user is the runner's own) a shell first writes itself into cgroup.procs.
+- preexec: a Python preexec_fn enters the cgroup, switches user and arms the signal; the exec that
+  follows is the first to see the environment (a full fork of the runner: ~3 ms of CPU).
 """
 import contextlib
 import errno
@@ -32,8 +42,8 @@ except ImportError:       # not built (no C compiler where labq was installed): 
 # Drop privileges first, then chdir: Popen's cwd= is applied while still root, which would let a
 # job start in a directory its user may not enter (tech-notes §4.1).
 WRAPPER = 'cd -- "$1" || exit 126; shift; exec "$@"'
-# Into the job's cgroup (still root, nothing forked yet), then the rest of argv; the job never
-# runs outside it: a failed write ends the attempt with 126 and says why in the job's log.
+# Into the job's cgroup (nothing forked yet; only where no user switch follows), then the rest of
+# argv; the job never runs outside it: a failed write ends the attempt with 126 and says why in the job's log.
 ENTER = 'echo $$ > "$0" || { echo "labq: cannot enter the job\'s cgroup ($0)" >&2; exit 126; }; exec "$@"'
 # Dispositions set to SIG_IGN survive exec; the RQ horse ignores SIGINT, a job must not.
 _RESET = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
@@ -199,10 +209,7 @@ def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int,
           umask: int = 0o022, cgroup_procs: str = "") -> "subprocess.Popen | Child":
     """Start the command in a new session (its own process group, no controlling terminal), with
     the submitter's umask, in the cgroup whose cgroup.procs is `cgroup_procs` ("" = none), as the
-    job's user, dying with us. With setpriv no Python runs in the child: a shell writes itself
-    into the cgroup (as root, before anything could fork), setpriv switches to the user and
-    arms the parent-death signal, then the command is exec'd. Natively (module docstring), one
-    exec and no migration."""
+    job's user, dying with us, `env` applied by the first exec as that user (module docstring)."""
     if _native_ok:
         child = _native(cmd, env, ident, workdir, out_fd, err_fd, umask, cgroup_procs)
         if child is not None:
@@ -210,20 +217,17 @@ def spawn(cmd: list[str], env: dict, ident: Identity, workdir: str, out_fd: int,
     kw = dict(stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, env=env, start_new_session=True,
               close_fds=True, umask=umask)
     helper = setpriv()
-    if helper:
-        head = [helper, "--pdeathsig", "KILL"]
-        if ident.drop:
-            groups = ",".join(map(str, ident.groups))
-            head += [f"--reuid={ident.pw.pw_uid}", f"--regid={ident.pw.pw_gid}",
-                     f"--groups={groups}" if groups else "--clear-groups"]
-        else:
-            _check_executable(cmd[0], env, workdir)     # the exec fails after the fork, not here
-        head.append("--")
-        if cgroup_procs:
-            head = ["/bin/sh", "-c", ENTER, cgroup_procs, *head]
-    else:
+    if not helper or (ident.drop and cgroup_procs):
         kw["preexec_fn"] = _child_setup(ident, cgroup_procs)
         head = []
+    else:
+        head = [helper, "--pdeathsig", "KILL", "--"]
+        if ident.drop:      # the switch happens in Popen's child before the exec: setpriv is the user
+            kw.update(user=ident.pw.pw_uid, group=ident.pw.pw_gid, extra_groups=ident.groups)
+        else:
+            _check_executable(cmd[0], env, workdir)     # the exec fails after the fork, not here
+            if cgroup_procs:    # every step runs as the job's user already
+                head = ["/bin/sh", "-c", ENTER, cgroup_procs, *head]
     if ident.drop:
         argv = [*head, "/bin/sh", "-c", WRAPPER, "labq-job", workdir, *cmd]
         kw["cwd"] = "/"

@@ -12,8 +12,9 @@ import uuid
 
 import pytest
 
+from labq.scheduler.store import codec
 from labq.worker import launch
-from tests.harness import finished, put_job, run, runner_env
+from tests.harness import K, finished, preload_spy, put_job, run, runner_env, spied, start_hooked
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
                                 reason="creating a user and dropping privileges need root and useradd")
@@ -99,3 +100,30 @@ def test_root_jobs_need_allow_root_and_self_runs_as_the_agent(real_redis, redis_
     put_job(real_redis, user=pw.pw_name, argv=("/bin/sh", "-c", "id -u"), workdir=str(shared_tmp), gpus=())
     assert run(runner_env(redis_server, shared_tmp, LABQ_RUN_AS="self"))["outcome"] == "completed"
     assert open(os.path.join(shared_tmp, "labq-1.out")).read().strip() == str(os.geteuid())
+
+
+def test_an_exported_ld_preload_never_runs_as_root_on_a_worker_without_the_native_module(
+        real_redis, redis_server, shared_tmp, user):
+    """Issue 34's blocker: `labq sub --export=ALL,LD_PRELOAD=/home/me/evil.so` on a worker where
+    worker/_clone.c is not built ran the user's library as uid 0 in setpriv. The runner is forced
+    onto that path here (as it would be without a C compiler) and the library, built by the test,
+    records who loads it: only the job's user."""
+    if not shutil.which("gcc") or not shutil.which("setpriv"):
+        pytest.skip("gcc builds the library; setpriv is the path under test")
+    pw, _ = user
+    lib, out = preload_spy(str(shared_tmp))
+    wd = shared_tmp / "wd"
+    wd.mkdir()
+    os.chown(wd, pw.pw_uid, pw.pw_gid)
+    job = put_job(real_redis, user=pw.pw_name, argv=("/bin/sh", "-c", "echo $LD_PRELOAD"), workdir=str(wd),
+                  gpus=(), export="ALL",
+                  env=(("LD_PRELOAD", lib), ("GCONV_PATH", str(wd)), ("PATH", "/usr/bin:/bin")))
+    real_redis.set(K.job_env(codec.env_ref(job)), codec.env_json(job))      # as the scheduler stores it
+    env = runner_env(redis_server, shared_tmp, LABQ_RUN_AS="submitter")
+    p = start_hooked(env, "from labq.worker import spawn\nspawn._native_ok = False")
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 0, stderr
+    assert finished(real_redis)["outcome"] == "completed"
+    assert open(wd / "labq-1.out").read().strip() == lib, "the job got what it exported"
+    loaded = spied(out)
+    assert loaded and {uid for uid, _ in loaded} == {pw.pw_uid}, f"loaded by a root process: {loaded}"

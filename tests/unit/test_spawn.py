@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from labq.worker import cgroup, launch, spawn
-from tests.harness import wait_for
+from tests.harness import preload_spy, spied, unix_user, wait_for
 
 PATHS = ("native", "setpriv", "preexec")
 
@@ -241,3 +241,40 @@ def test_an_unprivileged_worker_starts_its_jobs_natively_without_a_cgroup(tmp_pa
     finally:
         shutil.rmtree(d, ignore_errors=True)
         subprocess.run(["userdel", name], check=False)
+
+
+@pytest.mark.parametrize("in_cgroup", [False, True], ids=["no-cgroup", "cgroup"])
+def test_the_jobs_environment_never_reaches_a_root_process(path, in_cgroup, job_cgroup, shared_tmp):
+    """Issue 34: `--export=ALL,LD_PRELOAD=/home/me/evil.so` ran the user's library as uid 0 in the
+    chain's root steps (the shell entering the cgroup, setpriv), which started with the job's
+    environment. On every path the environment must arrive with the exec that already runs as the
+    job's user: the library, built here, is loaded by the job's own processes only."""
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("gcc"):
+        pytest.skip("a real user, a privilege drop and a compiled library need root, useradd and gcc")
+    if in_cgroup and job_cgroup is None:
+        pytest.skip("no cgroup v2 to enter here")
+    procs = os.path.join(job_cgroup.path, "cgroup.procs") if in_cgroup else ""
+    lib, out = preload_spy(str(shared_tmp))
+    wd = shared_tmp / "wd"
+    wd.mkdir()
+    os.chmod(wd, 0o777)
+    env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": lib, "GCONV_PATH": str(wd), "MALLOC_CHECK_": "3",
+           "BASH_ENV": str(wd / "evil.sh"), "ENV": str(wd / "evil.sh")}
+    (wd / "evil.sh").write_text(f"touch {wd}/sourced-by-$(id -u)\n")
+    log = os.open(shared_tmp / "out", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    os.fchmod(log, 0o666)
+    with unix_user("lqp") as pw:
+        try:
+            p = spawn.spawn(["/bin/sh", "-c", "env > env.txt; cat /proc/self/cgroup > cg.txt"], env, launch.Identity(pw, drop=True), str(wd),
+                            log, log, 0o022, procs)
+        finally:
+            os.close(log)
+        assert p.wait() == 0, (shared_tmp / "out").read_text()
+        loaded = spied(out)
+    assert loaded, "the job itself loads what it exported"
+    assert {uid for uid, _ in loaded} == {pw.pw_uid}, f"loaded by a root process: {loaded}"
+    assert not (wd / "sourced-by-0").exists()
+    job_env = dict(x.split("=", 1) for x in (wd / "env.txt").read_text().splitlines() if "=" in x)
+    assert job_env["LD_PRELOAD"] == lib and job_env["MALLOC_CHECK_"] == "3", "the job still gets all of it"
+    if in_cgroup:
+        assert f"0::{job_cgroup.path[len(job_cgroup.mount):]}\n" in (wd / "cg.txt").read_text(), "in its cgroup"
