@@ -1,8 +1,6 @@
 """What every command needs: the config, the Redis URL, a client, and turning errors into exit codes."""
 import click
 
-from labq.scheduler import config as config_mod
-
 from .out import echo_json, fail, guarded, private_socket, state_dir, url_or_default  # noqa: F401 - shared
 
 
@@ -21,6 +19,8 @@ class Ctx:
     @property
     def cfg(self):
         if self._cfg is None:
+            from labq.scheduler import config as config_mod  # here: `--help` never needs it (issue 39)
+
             from .out import config_source
             self._cfg = config_mod.load(*config_source(self.config_path))
         return self._cfg

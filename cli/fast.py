@@ -7,6 +7,8 @@ them through the thin client. It handles the plain forms only: `--flag value`, `
 unknown or malformed flag, a missing value, `stat --start` — returns None, and the click group
 handles the same argv, so its help and error messages stay exactly click's.
 """
+import os
+import sys
 
 from . import spec
 
@@ -89,6 +91,12 @@ def split_global(argv: list[str]):
 
 def run(argv: list[str]) -> bool:
     """Run a hot command here; False when the click group should take this argv."""
+    if argv in (["--help"], ["-h"]) and os.path.basename(sys.argv[0]) == "labq":   # click's prog name: labq
+        from .commands import page
+        text = page()
+        if text is not None:
+            os.write(1, text.encode())
+        return text is not None
     g = split_global(argv)
     if g is None:
         return False

@@ -4,28 +4,25 @@ import importlib
 
 import click
 
-from .common import Ctx, run_guarded
-
-# command name -> (module, attribute)
-COMMANDS = {
-    "sub": ("labq.cli.submit", "sub"),
-    "stat": ("labq.cli.query", "stat"), "q": ("labq.cli.query", "stat"),
-    "show": ("labq.cli.query", "show"), "logs": ("labq.cli.query", "logs"), "wait": ("labq.cli.query", "wait"),
-    "del": ("labq.cli.control", "delete"), "hold": ("labq.cli.control", "hold"), "release": ("labq.cli.control", "release"), "requeue": ("labq.cli.control", "requeue"), "acct": ("labq.cli.acct", "acct"),
-    "nodes": ("labq.cli.query", "nodes"), "drain": ("labq.cli.control", "drain"), "resume": ("labq.cli.control", "resume"), "budget": ("labq.cli.budgetcmd", "budget"),
-    "alerts": ("labq.cli.budgetcmd", "alerts"), "report": ("labq.cli.report", "report"), "ledger": ("labq.cli.ledgercmd", "ledger"),
-    "config": ("labq.cli.configcmd", "config"),
-    "up": ("labq.cli.daemons", "up"), "scheduler": ("labq.cli.daemons", "scheduler"), "worker": ("labq.cli.daemons", "worker"),
-    "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.control", "checkpoint"), "plan": ("labq.cli.whatif", "plan"),
-    "prio": ("labq.cli.prio", "prio"), "share": ("labq.cli.share", "share"),
-    "simulate": ("labq.cli.simulate", "simulate"),
-    "admin": ("labq.cli.admin", "admin"),
-}
+from .commands import COMMANDS, SHORT, short_help
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
+
+    def format_commands(self, ctx, formatter):
+        """click's listing, from SHORT: a command without a line there is imported for its own."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            short = SHORT.get(name)
+            if short is None:
+                short = self.get_command(ctx, name).get_short_help_str(limit)
+            rows.append((name, short_help(short, limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx, name):
         if name not in COMMANDS:
@@ -41,8 +38,10 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx, config_path):
     """labq — a job queue for GPU machines with quotas and budgets."""
+    from .common import Ctx
     ctx.obj = Ctx(config_path)
 
 
 def main():
+    from .common import run_guarded
     run_guarded(lambda: cli.main(standalone_mode=True))

@@ -1,0 +1,54 @@
+"""`labq --help` is rendered without click and without importing a command module (issue 39: it
+cost 110-140 ms of CPU): the page must stay the one click renders, at every terminal width."""
+import os
+import subprocess
+import sys
+
+import click
+import pytest
+
+from labq.cli.commands import COMMANDS, SHORT, page, short_help
+from labq.cli.group import cli
+from tests.harness import ROOT
+
+LABQ = os.path.join(os.path.dirname(sys.executable), "labq")     # the installed command: click's prog name
+
+
+def test_every_command_has_its_own_line():
+    ctx = click.Context(cli)
+    assert set(SHORT) == set(COMMANDS)
+    for name in COMMANDS:
+        assert SHORT[name] == cli.get_command(ctx, name).get_short_help_str(limit=10_000), name
+
+
+@pytest.mark.parametrize("columns", [30, 52, 60, 80, 81, 120, 300])
+def test_the_page_is_clicks_at_any_width(monkeypatch, columns):
+    """Compared with click's page in a real process (CliRunner forces its own width)."""
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": ROOT}
+    fast, slow = (subprocess.run([LABQ, "--help"], capture_output=True, text=True, cwd=ROOT,
+                                 timeout=60, env={**env, "LABQ_FAST": f}) for f in ("1", "0"))
+    assert slow.returncode == 0 and slow.stdout.startswith("Usage: labq"), slow.stderr
+    assert fast.stdout == slow.stdout
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert page() == slow.stdout
+
+
+@pytest.mark.parametrize("limit", [0, 2, 3, 10, 45, 1000])
+def test_short_help_cuts_as_click_does(limit):
+    from click.utils import _make_default_short_help  # click's own (private) rule, compared here only
+    for text in list(SHORT.values()) + ["One. Two.", "vs. the rest. More", "a-very-long-hyphenated-word and more"]:
+        assert short_help(text, limit) == _make_default_short_help(text, limit), (text, limit)
+
+
+def test_help_imports_neither_click_nor_a_command():
+    code = ("import sys; sys.argv = ['/usr/bin/labq', '--help']; from labq.cli.main import main; main(); "
+            "print(sorted(m for m in sys.modules if m == 'click' or m.startswith('labq.cli.') "
+            "and m not in ('labq.cli.main', 'labq.cli.fast', 'labq.cli.spec', 'labq.cli.commands')), file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip() == "[]" and p.stdout.startswith("Usage: labq [OPTIONS] COMMAND")
+
+
+def test_a_command_without_a_line_falls_back_to_click(monkeypatch):
+    monkeypatch.setitem(COMMANDS, "zz", ("labq.cli.control", "hold"))
+    assert page() is None
