@@ -100,23 +100,35 @@ def dead(ctx, count, as_json):
 
 
 @admin.command("accept-loss")
+@click.option("--state-file", "state_file", type=click.Path(dir_okay=False),
+              help="The scheduler's state file (default: scheduler.state_file, else the one the leader "
+                   "named in Redis, else the state directory's).")
 @pass_ctx
-def accept_loss(ctx):
+def accept_loss(ctx, state_file):
     """Accept what Redis holds now as the truth, after the scheduler refused a Redis that went
-    backwards (the jobs and ledger entries it lost stay lost). Run it as the scheduler's user."""
+    backwards (the jobs and ledger entries it lost stay lost). Run it as the scheduler's user (as
+    root, the file is given to the owner of its directory)."""
     from labq.scheduler.durability import StateFile, default_path
     from labq.scheduler.store.state import SchedulerStore
     c, cfg = ctx.client, ctx.cfg
-    f = StateFile(cfg.state_file or default_path(cfg.prefix, redis_url(cfg)))
+    store = SchedulerStore(c.r, c.k, "accept-loss")
+    f = StateFile(state_file or cfg.state_file or store.recorded_state_file() or default_path(cfg.prefix,
+                                                                                               redis_url(cfg)))
     try:
         before = f.load()
     except LabqError:
         before = None
-    now = SchedulerStore(c.r, c.k, "accept-loss").figures()
-    f.save(now)
-    if f.saved != now:
-        raise LabqError(f"could not write {f.path}")
+    now = store.figures()
+    f.save(now, strict=True)
+    _give_to_directory_owner(f.path)
     click.echo(f"{f.path}: {before.describe() if before else 'no figures'} -> {now.describe()} (Redis's, accepted)")
+
+
+def _give_to_directory_owner(path: str) -> None:
+    """root writing the scheduler's file: the scheduler (the directory's owner) must read it next."""
+    if os.geteuid() == 0:
+        st = os.stat(os.path.dirname(os.path.abspath(path)))
+        os.chown(path, st.st_uid, st.st_gid)
 
 
 def _archive_commands():

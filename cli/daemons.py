@@ -98,6 +98,10 @@ def worker(ctx, verbose, allow_root):
     cfg = ctx.cfg
     if allow_root:
         cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(allow_root=True))
+    if os.environ.get("STATE_DIRECTORY") and cfg.worker["spool"] == type(cfg.worker)().spool:
+        # Under systemd the unit's StateDirectory=, not the home of the user running the worker.
+        from labq.scheduler.durability import state_dir
+        cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(spool=os.path.join(state_dir(), "spool")))
     url = redis_url(cfg)
     conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
     if cfg.redis_password_file:   # runners get the address only: the role's password comes from the file

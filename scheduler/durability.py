@@ -34,12 +34,17 @@ def entry_hash(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def state_dir() -> str:
+    """Where a daemon keeps its files: systemd's $STATE_DIRECTORY (the unit's StateDirectory=, its
+    first entry), else $LABQ_STATE_DIR (`labq up`'s stack), else ~/.local/state/labq."""
+    return (os.environ.get("STATE_DIRECTORY", "").split(":")[0] or os.environ.get("LABQ_STATE_DIR")
+            or os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq"))
+
+
 def default_path(prefix: str, url: str) -> str:
-    """One file per Redis (URL) and key prefix, in labq's state directory."""
-    base = os.environ.get("LABQ_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq")
+    """One file per Redis (URL) and key prefix, in the daemon's state directory."""
     tag = hashlib.sha256(url.encode()).hexdigest()[:8]
-    return os.path.join(base, f"scheduler-{prefix}-{tag}.json")
+    return os.path.join(state_dir(), f"scheduler-{prefix}-{tag}.json")
 
 
 def volatile_line(url: str) -> str:
@@ -65,14 +70,16 @@ class StateFile:
             with open(self.path) as f:
                 data = json.load(f)
             return Figures(**{k: data[k] for k in asdict(Figures()) if k in data})
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, NotADirectoryError):
+            return None                 # never written (a directory that cannot be is save()'s to say)
         except (OSError, ValueError, TypeError) as e:
             raise RefusedError(f"state file {self.path} is unreadable ({e}); "
                                "run `labq admin accept-loss` to write it afresh from what Redis holds") from None
 
-    def save(self, figures: Figures) -> None:
-        """Write the figures when they changed (atomically: a crash leaves the old file or the new)."""
+    def save(self, figures: Figures, strict: bool = False) -> None:
+        """Write the figures when they changed (atomically: a crash leaves the old file or the new).
+        `strict`: a file that cannot be written is a RefusedError naming it (before leading: a leader
+        without its state file would lead a rolled-back Redis blind); else one warning."""
         if figures == self.saved:
             return
         tmp = f"{self.path}.tmp"
@@ -83,6 +90,10 @@ class StateFile:
             os.replace(tmp, self.path)
             self.saved = figures
         except OSError as e:
+            if strict:
+                raise RefusedError(f"cannot write the state file {self.path} ({e.strerror}): without it a Redis "
+                                   "that goes backwards would be led unnoticed; make its directory writable "
+                                   "($STATE_DIRECTORY, scheduler.state_file)") from None
             if not self._warned:
                 log.warning("cannot write the state file %s (%s): a Redis that goes backwards will not be "
                             "detected", self.path, e.strerror)
@@ -113,8 +124,9 @@ class Durability:
                 f"Redis went backwards: it holds {now.describe()}, the state file {self.file.path} says "
                 f"{saved.describe()}; restore Redis from its AOF, or accept the loss with "
                 f"`labq admin accept-loss` (then start the scheduler again)")
-        self.file.saved = saved
-        self.file.save(now)
+        self.file.saved = None
+        self.file.save(now, strict=True)      # written (or refused) before leading, even when unchanged
+        self.store.record_state_file(self.file.path)
 
     def seen(self) -> None:
         """After a leading tick: remember what Redis now holds."""

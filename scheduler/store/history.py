@@ -27,9 +27,8 @@ def default_path(url: str = "") -> str:
     (systemd's $STATE_DIRECTORY, else $LABQ_STATE_DIR, else ~/.local/state/labq: `labq up`'s)."""
     if url:
         return path_of(url)
-    base = (os.environ.get("STATE_DIRECTORY", "").split(":")[0] or os.environ.get("LABQ_STATE_DIR")
-            or os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq"))
-    return os.path.join(base, "history.db")
+    from ..durability import state_dir
+    return os.path.join(state_dir(), "history.db")
 
 
 class History:

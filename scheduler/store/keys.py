@@ -161,6 +161,14 @@ class Keys:
     def leader(self) -> str:                  # STRING (S) with PX TTL: the active scheduler's id
         return f"{self.p}:leader"
 
+    @property
+    def state_file(self) -> str:              # STRING (S): path of the leader's state file (durability.py),
+        return f"{self.p}:statefile"          # where `labq admin accept-loss` writes
+
+    @property
+    def cluster(self) -> str:                 # STRING (S): this cluster's id, set at its first start; its
+        return f"{self.p}:cluster"            # archive carries the same id (store/archive.py)
+
 
 GROUP = "scheduler"   # consumer group on every inbox and on the events stream
 # One fixed consumer name: only the leader reads, and a restarted leader must see the entries its

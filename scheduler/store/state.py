@@ -200,6 +200,13 @@ class SchedulerStore:
         lid, fields = last[0] if isinstance(last, list) and last else ("", {})
         return Figures(int(seq or 0), int(count), lid, entry_hash(fields) if lid else "")
 
+    def record_state_file(self, path: str) -> None:
+        self.r.set(self.k.state_file, path)
+
+    def recorded_state_file(self) -> str:
+        v = self.r.get(self.k.state_file) or ""
+        return v.decode() if isinstance(v, bytes) else v
+
     def ledger_entry_is(self, eid: str, digest: str) -> bool | None:
         """Is ledger entry `eid` still there with fields hashing to `digest`? None when it was
         trimmed away (archived: older than the oldest entry kept), which is no loss."""

@@ -151,3 +151,48 @@ def test_retries_of_one_request_id_make_one_job(aof_site):
     wait_for(lambda: aof_site.r.llen(K.reply("same")) == 3, 60, what="three answers")
     answers = [json.loads(x) for x in aof_site.r.lrange(K.reply("same"), 0, -1)]
     assert [a["job_id"] for a in answers] == [1, 1, 1] and aof_site.r.get(K.seq) == "1"
+
+
+def _unit_env(site, state_dir: str) -> dict:
+    """The scheduler unit's environment: $STATE_DIRECTORY, a home it cannot write, no LABQ_STATE_DIR."""
+    env = {k: v for k, v in site.env.items() if k not in ("LABQ_STATE_DIR", "XDG_STATE_HOME")}
+    return dict(env, STATE_DIRECTORY=state_dir, HOME="/dev/null")     # a home no one, not even root, can write
+
+
+@pytest.mark.parametrize("site", [(True,)], indirect=True)
+def test_the_state_file_is_where_the_unit_says_and_accept_loss_finds_it(site):
+    """Issue 36: under the unit the state file ignored $STATE_DIRECTORY (one warning, a rolled-back
+    Redis led blind) and accept-loss, run from a shell without the unit's environment, exited 1."""
+    sdir = os.path.join(site.dir, "var-lib-labq-scheduler")
+    os.mkdir(sdir, 0o750)
+    site.env = _unit_env(site, sdir)
+    AgentStore(site.r, K).register("n1", 16, 64 << 30, 16, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
+    first = site.scheduler()
+    for _ in range(3):
+        assert site.labq("sub", "--parsable", "--", "true").returncode == 0
+    wait_for(lambda: [f for f in os.listdir(sdir) if f.endswith(".json")], 60, what="a state file in $STATE_DIRECTORY")
+    path = os.path.join(sdir, [f for f in os.listdir(sdir) if f.endswith(".json")][0])
+    wait_for(lambda: json.load(open(path))["last_job_id"] == 3, 60, what="the state file to say 3")
+    assert site.r.get(K.state_file) == path
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 0
+    site.r.set(K.seq, 1)                  # an older backup restored: ids behind what was handed out
+    again = site.scheduler()
+    assert again.wait(60) == 3
+    err = again.stderr.read()
+    assert "went backwards" in err and path in err, err
+    shell = {k: v for k, v in site.env.items() if k != "STATE_DIRECTORY"}    # an admin's shell
+    out = site.labq("admin", "accept-loss", env=shell)
+    assert out.returncode == 0 and out.stdout.startswith(f"{path}: last job id 3") and "-> last job id 1" in out.stdout, out
+    site.scheduler()
+    wait_for(lambda: site.r.get(K.leader), 60, what="the scheduler to lead after the accepted loss")
+
+
+@pytest.mark.parametrize("site", [(True,)], indirect=True)
+def test_a_leader_that_cannot_write_its_state_file_refuses_to_lead(site):
+    site.env = _unit_env(site, "/dev/null/state")      # ENOTDIR, even for root
+    p = site.scheduler()
+    assert p.wait(60) == 3
+    err = p.stderr.read()
+    assert err.count("\n") == 1 and "cannot write the state file /dev/null/state/" in err, err
+    assert site.r.get(K.leader) is None
