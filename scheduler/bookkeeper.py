@@ -163,9 +163,11 @@ class Bookkeeper:
             cur = j.current
             if j.state not in states.ON_NODE or b.name not in dict(j.commit) or cur is None or cur.end_time:
                 continue
-            start = cur.dispatch_time or end
-            if start < end:
-                out += tr.attempt_charges(j, cur, b, dict(j.rates).get(b.name, 0), start, end, cfg)
+            # The same span the attempt's end bills (transitions._bill), so the parts booked here
+            # repeat its keys with the same amounts; an attempt with no process yet books nothing.
+            span = ledger.run_span(cur.start_time, end, cur.dispatch_time, end, ledger.ceiling_seconds(j, cfg))
+            if span is not None and span[0] < span[1]:
+                out += tr.attempt_charges(j, cur, b, dict(j.rates).get(b.name, 0), *span, cfg)
         if out:
             log.info("budget %s: period %s closed with %d running attempt(s) booked", b.name, prev, len(out))
         return out

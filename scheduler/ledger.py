@@ -1,8 +1,10 @@
 """Rates, forecasts, accrual and budget balances — pure arithmetic in integer micro-units.
 
 A job's rate is what its allocation costs per hour, in each budget's unit. Allocation is billed:
-what is reserved, for as long as it is reserved. The scheduler commits `forecast()` when it admits
-an attempt; the commitment shrinks as the attempt accrues and is replaced by the charge when it ends.
+what is reserved, for as long as the attempt's process ran (`run_span`: its start and end as the
+node measured them, at most the time limit + kill_wait; nothing when no process started). The
+scheduler commits `forecast()` when it admits an attempt; the commitment shrinks as the attempt
+accrues (from its dispatch, an upper bound while it runs) and is replaced by the charge when it ends.
 """
 import json
 from dataclasses import dataclass, field, replace
@@ -79,6 +81,27 @@ def forecast(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None
     if per_hour is None:
         per_hour = rate(job, unit, gpu_model, cfg, node)
     return accrue(per_hour, billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
+
+
+def ceiling_seconds(job: Job, cfg: Config) -> float | None:
+    """The longest an attempt can be billed for: its time limit plus kill_wait (the runner kills a
+    job that ignores SIGTERM at its limit kill_wait later). None when the job has no time limit."""
+    return job.time_limit + cfg.kill_wait if job.time_limit > 0 else None
+
+
+def run_span(started: float | None, ended: float, dispatched: float | None, now: float,
+             most_s: float | None) -> tuple[float, float] | None:
+    """The (start, end) an attempt is billed for: its process's start and end as the node measured
+    them, None when no process ever started (such an attempt costs nothing). Neither clock is
+    trusted beyond ours: the start is not before the dispatch, the end not after `now`; and no
+    attempt is billed past `most_s` seconds (ceiling_seconds)."""
+    if not started:
+        return None
+    start = max(started, dispatched or started)
+    end = max(start, min(ended, now))
+    if most_s is not None:
+        end = min(end, start + most_s)
+    return start, end
 
 
 def charge(rate_per_hour: int, start: float, end: float, unit: str, cfg: Config) -> int:
@@ -166,8 +189,8 @@ def balance(b: Budget, spent: int, running, now: float, period: str = "",
                        accrued=sum(a for a, _ in parts), overrides=b.overrides, period=period)
     return Balance(b.name, b.unit, b.limit, spent,
                    committed=sum(outstanding(j, b.name, now) for j in mine),
-                   # Not capped at the commitment: an attempt that outruns it (forecast mode, kill_wait
-                   # past the limit) really costs that much, and the stop policy must see it.
+                   # Not capped at the commitment: an attempt that outruns it (forecast mode) really
+                   # costs that much, and the stop policy must see it. Its charge stops at the ceiling.
                    accrued=sum(accrued(j, b.name, now) for j in mine),
                    overrides=b.overrides, period=period)
 

@@ -73,11 +73,16 @@ def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
     if job.state not in states.ON_NODE or cur is None or cur.attempt != attempt or cur.end_time:
         return None
     outcome = body.get("outcome", "error")
-    # Billing stops when the allocation is released; never trust a clock ahead of ours.
+    # The process's end as the node measured it (a late event, after a Redis outage, keeps it);
+    # never trust a clock ahead of ours.
     end = min(float(body.get("end_time") or now), now)
     ckpt = body.get("last_checkpoint")
+    began = body.get("start_time")
+    if began and not cur.start_time:
+        # `started` never arrived (Redis was away as it began): the runner's end says when it did.
+        cur = replace(cur, start_time=float(began))
     return _close(job, cur, outcome, end, body.get("exit_code"), body.get("usage") or {},
-                  body.get("message", ""), cfg, float(ckpt) if isinstance(ckpt, (int, float)) else None)
+                  body.get("message", ""), cfg, float(ckpt) if isinstance(ckpt, (int, float)) else None, now)
 
 
 def part_usage(job: Job, attempt: int, node: str, usage: dict) -> Job | None:
@@ -99,7 +104,7 @@ def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config, why: s
     cur = job.current
     assert cur is not None, "node_failed: the job has no attempt"
     end = max(cur.dispatch_time or now, min(last_heartbeat or now, now))
-    return _close(job, cur, "node_failure", end, None, {}, why, cfg)
+    return _close(job, cur, "node_failure", end, None, {}, why, cfg, now=now)
 
 
 def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0, node: str = "") -> Job:
@@ -131,17 +136,9 @@ def counts_as_preemption(job: Job, outcome: str) -> bool:
 
 
 def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: dict, message: str, cfg: Config,
-           checkpoint: float | None = None):
+           checkpoint: float | None = None, now: float | None = None):
     start = cur.dispatch_time or end
-    budgets = {b.name: b for b in cfg.budgets}
-    rates = dict(job.rates)
-    # In safe mode the commitment is a promise: the attempt is billed at most what was committed
-    # (time limit + kill_wait; what a slow start or a late reap adds beyond it is not the user's).
-    most = dict(job.commit) if cfg.budget_mode == "safe" else {}
-    charges = tuple(c for name, _ in job.commit if name in budgets
-                    for c in attempt_charges(job, cur, budgets[name], rates.get(name, 0), start, end, cfg,
-                                             most.get(name)))
-    cost = ledger.charge(job.cost_rate, start, end, "usd", cfg)
+    charges, cost = _bill(job, cur, end, end if now is None else now, cfg)
     # The newest of what the runner saw in the checkpoint directory and what `labq checkpoint` said.
     last_ckpt = max((t for t in (checkpoint, cur.last_checkpoint) if t), default=None)
     # Work lost: what ran since the last checkpoint, for an attempt cut short (not one that ended itself).
@@ -163,6 +160,21 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
         new = replace(job, state=state, reason=states.NONE, detail=detail, end_time=end,
                       **{**common, "node": cur.node, "gpu_uuids": cur.gpus, "parts": cur.parts})
     return new, charges
+
+
+def _bill(job: Job, cur: Attempt, end: float, now: float, cfg: Config) -> tuple[tuple, int]:
+    """(charges, cost) of an attempt: what its process ran, from its start to its end as the node
+    measured them, at most the time limit + kill_wait; nothing for an attempt that never started."""
+    span = ledger.run_span(cur.start_time, end, cur.dispatch_time, now, ledger.ceiling_seconds(job, cfg))
+    if span is None:
+        return (), 0
+    budgets = {b.name: b for b in cfg.budgets}
+    rates = dict(job.rates)
+    # In safe mode the commitment is a promise too: never billed above what was committed.
+    most = dict(job.commit) if cfg.budget_mode == "safe" else {}
+    charges = tuple(c for name, _ in job.commit if name in budgets
+                    for c in attempt_charges(job, cur, budgets[name], rates.get(name, 0), *span, cfg, most.get(name)))
+    return charges, ledger.charge(job.cost_rate, *span, "usd", cfg)
 
 
 def attempt_charges(job: Job, cur: Attempt, b, rate: int, start: float, end: float, cfg: Config,

@@ -381,8 +381,13 @@ def one_admitted(conns, body=None):
     return r, s, now
 
 
-def finish(r, jid, attempt, outcome, code, at):
-    AgentStore(r, K).post("finished", jid, attempt, "n1", {"outcome": outcome, "exit_code": code, "end_time": at})
+def finish(r, jid, attempt, outcome, code, at, began=None):
+    """The runner's `finished`; its process started `began`, by default as the attempt was
+    dispatched (billing runs from the process's start: an attempt without one costs nothing)."""
+    if began is None:
+        began = job(r, jid).attempts[attempt - 1].dispatch_time
+    AgentStore(r, K).post("finished", jid, attempt, "n1", {"outcome": outcome, "exit_code": code,
+                                                           "start_time": began, "end_time": at})
 
 
 # -- the node side on a real redis-server (fixtures: redis_server, real_redis) ---------------------

@@ -194,7 +194,9 @@ class Simulator:
         job = self.running.get(jid)
         if job is None or (job.state == states.PREEMPTING and outcome != "preempted"):
             return            # its natural end, after it was preempted: the preempted end stands
-        body = {"outcome": outcome, "end_time": t, "exit_code": 0 if outcome == "completed" else None}
+        # A simulated process starts as it is dispatched (billing runs from the process's start).
+        body = {"outcome": outcome, "start_time": job.current.dispatch_time if job.current else None, "end_time": t,
+                "exit_code": 0 if outcome == "completed" else None}
         done = tr.finished(job, attempt, body, t, self.cfg)
         if done is None:      # stale: the attempt already ended (preempted before its natural end)
             return

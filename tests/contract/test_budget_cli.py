@@ -67,6 +67,7 @@ class Bench:
         jid = json.loads(self.r.lrange(K.reply(rid), 0, -1)[-1])["job_id"]
         a = self.s.jobs[jid].current
         AgentStore(self.r, K).post("finished", jid, a.attempt, "n1", {"outcome": "completed", "exit_code": 0,
+                                                                      "start_time": a.dispatch_time,
                                                                       "end_time": a.dispatch_time + seconds})
         self.s.tick(a.dispatch_time + seconds + 0.5)
         return jid

@@ -122,7 +122,7 @@ def test_exhaustion_stops_running_jobs_within_one_tick(conns, on_exhaust):
     # The runner ends the attempt after the grace (preempt) or kill_wait (cancel).
     end = T0 + 66 + (30 if on_exhaust == "preempt" else 30)
     outcome = "preempted" if on_exhaust == "preempt" else "cancelled"
-    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": outcome, "end_time": end})
+    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": outcome, "start_time": T0, "end_time": end})
     s.tick(end + 1)
     j1 = job(r, 1)
     if on_exhaust == "preempt":
@@ -242,7 +242,8 @@ def test_monthly_rollover_at_midnight_in_the_budget_time_zone(conns):
     s = start(r, raw, cfg, T0)
     request(r, "alice", "submit", {**BODY, "gpus": 2, "time_limit": 2 * 3600}, "a")   # $8 committed
     s.tick(T0, woke(r))
-    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": T0 + 1800})
+    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "start_time": T0,
+                                                   "end_time": T0 + 1800})
     s.tick(T0 + 1800)                                     # $2 spent in November (23:30 Berlin)
     assert r.hgetall(K.spent()) == {"m@2026-11": "2000000"}
     request(r, "alice", "submit", {**BODY, "gpus": 2, "time_limit": 3 * 3600}, "b")   # $12 > $10 - $2: never fits
@@ -251,7 +252,8 @@ def test_monthly_rollover_at_midnight_in_the_budget_time_zone(conns):
     request(r, "alice", "submit", {**BODY, "gpus": 2, "time_limit": 2 * 3600}, "c")   # $8 committed; $2 + $8 fits
     s.tick(T0 + 1802, woke(r))
     assert job(r, 2).state == states.RUNNING
-    s.tick(T0 + 1803)
+    AgentStore(r, K).post("started", 2, 1, "n1", {"pid": 7, "start_time": T0 + 1802})
+    s.tick(T0 + 1803, woke(r))
     # Midnight in Berlin is 23:00 UTC: November closes with job 2's 1,798 s in it booked ($4/h:
     # $1.997777), and December starts from zero spent, holding only the rest of job 2's commitment.
     s.tick(T0 + 3600 + 5)
@@ -264,7 +266,8 @@ def test_monthly_rollover_at_midnight_in_the_budget_time_zone(conns):
     dec = c.balances(T0 + 3605)[0]
     assert dec.period == "2026-12" and dec.spent == 0
     assert dec.committed + dec.accrued == 4_000_000 * 5_402_000 // 3_600_000, "December holds its part only (5,402 s)"
-    AgentStore(r, K).post("finished", 2, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": T0 + 1802 + 3600})
+    AgentStore(r, K).post("finished", 2, 1, "n1", {"outcome": "completed", "exit_code": 0, "start_time": T0 + 1802,
+                                                   "end_time": T0 + 1802 + 3600})
     s.tick(T0 + 1802 + 3601)                              # its hour: $4, split at midnight
     assert r.hgetall(K.spent()) == {"m@2026-11": str(2_000_000 + nov_part), "m@2026-12": str(4_000_000 - nov_part)}
     assert job(r, 2).attempts[0].charges == (("m", 4_000_000),), "the attempt's own record keeps its total"
@@ -291,3 +294,38 @@ def test_agent_alert_events_are_recorded_once_and_delivered(conns, tmp_path):
     assert len(got) == 1 and got[0]["kind"] == "idle_gpu" and json.loads(got[0]["data"])["gpu"] == "GPU-0"
     assert out.read_text() == "idle_gpu node:n1\n"
     assert r.xpending(K.events, "scheduler")["pending"] == 0      # both acknowledged, the bad one dropped
+
+
+# $120 per GPU-hour and a $10 budget; each job commits (210 s + kill_wait 30 s) × $1/30 a second = $8.
+SCENARIO = """
+[rates]
+gpu_hour = 120.0
+[accounts.eta]
+users = ["alice"]
+[[budgets]]
+name = "b"
+account = "eta"
+limit = 10.0
+"""
+
+
+def test_the_second_job_starts_the_instant_the_first_settles(conns):
+    """Issue 35: the first ran 60 s and was charged from dispatch ($2.0013 with the start latency),
+    so the second waited BudgetExhausted with "needs $8.00 ... available $8.00" all period."""
+    r, raw = conns
+    s = start(r, raw, config.loads(SCENARIO), T0)
+    for rid in ("a", "b"):
+        request(r, "alice", "submit", {**BODY, "time_limit": 210, "est": None}, rid)
+    s.tick(T0, woke(r))
+    assert job(r, 1).state == states.RUNNING and job(r, 1).commit == (("b", 8_000_000),)
+    assert job(r, 2).state == states.PENDING and job(r, 2).reason in (states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED)
+    agent = AgentStore(r, K)
+    agent.post("started", 1, 1, "n1", {"pid": 42, "start_time": T0 + 0.04})       # the node's start latency
+    s.tick(T0 + 1, woke(r))
+    agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "start_time": T0 + 0.04,
+                                        "end_time": T0 + 60.04})
+    s.tick(T0 + 61, woke(r))                                   # the tick that settles job 1 starts job 2
+    assert job(r, 1).attempts[0].charges == (("b", 2_000_000),)
+    assert r.hgetall(K.spent()) == {"b": "2000000"}
+    assert job(r, 2).state == states.RUNNING, job(r, 2).detail
+    assert verify(Reader(r, K).ledger_all(), Reader(r, K).spent(), Reader(r, K).ledger_keys(), [job(r, 1)]) == []

@@ -6,6 +6,8 @@ transaction, stream and lease logic is checked against the real thing, not only 
 import json
 import time
 
+import pytest
+
 from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.store.agentside import AgentStore
@@ -33,8 +35,8 @@ def test_submit_admit_dispatch_finish_charge(conns):
     s.tick(now + 1802)
     j1 = job(r, 1)
     assert j1.state == states.COMPLETED and j1.exit_code == 0
-    assert j1.attempts[0].cost == 1_000_555   # $2/h × 1801 s, billed from admission (rounded down)
-    assert r.hgetall(K.spent()) == {"eta-sweep": str(1_000_555)}
+    assert j1.attempts[0].cost == 1_000_000   # $2/h × 1800 s: billed from the process's start, not admission
+    assert r.hgetall(K.spent()) == {"eta-sweep": str(1_000_000)}
     assert len(r.xrange(K.ledger)) == 1          # the duplicate event charged nothing
     assert job(r, 5).state == states.RUNNING     # the freed GPU went to the next job at once
 
@@ -148,9 +150,13 @@ def test_an_attempt_claimed_and_never_started_is_lost_a_lease_and_margin_after_i
     assert j.state == states.RUNNING and len(j.attempts) == 2, "requeued, and placed again on the node (still up)"
 
 
-def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns):
+@pytest.mark.parametrize("ran", [True, False])
+def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns, ran):
     r, s, now = one_admitted(conns)
     r.hset(K.attempt(1, 1), "claimed", "n1:123")
+    if ran:
+        AgentStore(r, K).post("started", 1, 1, "n1", {"pid": 123, "start_time": now})
+        s.tick(now + 1, woke(r))
     r.hset(K.node("n1"), "hb", now + 360)
     r.delete(K.node_lease("n1"))
     s.tick(now + 1000)
@@ -162,7 +168,9 @@ def test_node_failure_requeues_and_charges_to_the_last_heartbeat(conns):
     s.tick(now + 1000 + CFG.fence_margin)
     j = job(r, 1)
     assert j.state == states.PENDING and j.restart_count == 1 and j.reason == states.NODE_DOWN
-    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].cost == 200_000   # 360 s at $2/h
+    # 360 s at $2/h; claimed but no process ever started: nothing (the allocation alone is not billed).
+    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].cost == (200_000 if ran else 0)
+    assert r.hgetall(K.spent()) == ({"eta-sweep": "200000"} if ran else {})
 
 
 def test_a_new_leader_recovers_everything_and_a_deposed_one_writes_nothing(conns):
@@ -190,7 +198,8 @@ def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
     submit(r, "alice", BODY, "a")
     s1.tick(now, woke(r))
     # s1 read the event but died before acknowledging it (simulated by reading without a tick).
-    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 3, "end_time": now + 60})
+    AgentStore(r, K).post("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 3, "start_time": now,
+                                                   "end_time": now + 60})
     s1.store.read_group([K.node_events("n1")], pending=False)
     r.delete(K.leader)
     s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)

@@ -67,7 +67,8 @@ class World:
 
     def finish(self, job, end, outcome):
         a = job.current
-        body = {"outcome": outcome, "exit_code": 0 if outcome == "completed" else 1, "end_time": end}
+        body = {"outcome": outcome, "exit_code": 0 if outcome == "completed" else 1, "start_time": a.dispatch_time,
+                "end_time": end}
         AgentStore(self.r, K).post("finished", job.id, a.attempt, "n1", body)
         self.last = (job.id, a.attempt, body)
 

@@ -76,7 +76,8 @@ def test_a_retried_attempt_is_charged_and_the_next_gets_a_new_number():
     job = Job(id=7, user="alice", account="default", argv=("true",), time_limit=3600, budget="b", retries=1,
               retry_on=(3,))
     j = tr.admit(job, Place(7, "n", ("GPU-0",), (("b", 2_000_000),), (("b", 2_000_000),), 2_000_000), 1000.0)
-    new, charges = tr.finished(j, 1, {"outcome": "exit", "exit_code": 3, "end_time": 2800.0}, 3000.0, c)
+    new, charges = tr.finished(j, 1, {"outcome": "exit", "exit_code": 3, "start_time": 1000.0, "end_time": 2800.0},
+                               3000.0, c)
     assert new.state == states.PENDING and [ch.key for ch in charges] == ["7.1"] and charges[0].amount == 1_000_000
     assert tr.admit(new, Place(7, "n", ("GPU-0",), (), (), 0), 4000.0).current.attempt == 2
 

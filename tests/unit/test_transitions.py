@@ -18,7 +18,7 @@ def test_lost_work_counts_from_the_last_checkpoint():
                                2000.0, CFG)
     a = new.attempts[0]
     assert new.state == states.TIMEOUT and a.lost_work_s == 100.0 and a.last_checkpoint == 1501.0
-    assert charges[0].amount == 2_000_000 * 601 // 3600   # billed from admission at 1000 to 1601
+    assert charges[0].amount == 2_000_000 * 600 // 3600   # billed from the process's start at 1001 to 1601
 
 
 def test_a_completed_run_loses_nothing_and_no_checkpoint_means_all_is_lost():
