@@ -6,7 +6,6 @@ the plan in one fenced transaction (which also pushes each admitted attempt onto
 list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
 nothing (the request or event is redelivered) or has already written everything.
 """
-import collections
 import gc
 import logging
 import os
@@ -15,7 +14,7 @@ import time
 import uuid
 from dataclasses import replace
 
-from . import crashguard, fairshare, intake, policy, sdnotify, states, transitions as tr
+from . import crashguard, fairshare, policy, sdnotify, states, transitions as tr
 from .applier import apply_plan
 from .batch import Batch, Tally
 from .bookkeeper import Bookkeeper
@@ -30,7 +29,6 @@ from .inboxes import Inboxes
 from .model import Job, Snapshot
 from .plan import Pending
 from .policy.depend import targets as dependency_targets
-from .store import inbox
 from .store.conn import ERRORS as REDIS_ERRORS
 from .store.keys import Keys
 from .store.reads import Reader
@@ -47,8 +45,6 @@ def tune_gc() -> None:
     gc.freeze()
 
 
-MAX_REQUESTS_PER_TICK = 20_000
-READ_COUNT = 500            # entries per stream per read (SchedulerStore.read_group's count)
 REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 
 
@@ -255,11 +251,6 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
-    def _learn_inboxes(self, woke) -> None:
-        for user in sorted(inbox.woken_users(woke) - self.inboxes):
-            self.store.add_inbox(user)
-            self.inboxes.add(user)
-
     def _renew(self, ttl: float) -> bool:
         """Keep the lease. A lease that lapsed and was taken afresh means another scheduler may have
         led meanwhile: what this one holds in memory is then stale, so it must reload (StalePlanError)."""
@@ -271,38 +262,6 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             self.leading = False
             raise StalePlanError("the leader lease lapsed")
         return True
-
-    # -- requests and events: read in batches, each batch one transaction ----------------------
-    def _intake(self, now: float, pending: bool) -> None:
-        """Read the inboxes and the event stream, handle what was read, commit it as one batch; again
-        until both are empty (pending mode too: acknowledged entries leave the pending list)."""
-        streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
-        done = 0
-        while done < MAX_REQUESTS_PER_TICK:
-            requests = self.store.read_group(streams, pending, READ_COUNT)
-            events = self.store.read_group(self._node_streams(), pending, READ_COUNT)
-            if not requests and not events:
-                break
-            self.batch, self.answered = Batch(usage=self.usage), {}
-            poisoned = self._poisoned(requests + events) if pending else set()
-            try:
-                prior = self.store.replies_done([intake.reply_id(f or {}, eid) for _, eid, f in requests])
-                who = self._all_senders(requests, now)
-                for (stream, eid, fields), old, sender in zip(requests, prior, who):
-                    self._isolated(self._request, now, stream, eid, fields or {}, old, sender,
-                                   (stream, eid) in poisoned)
-                for stream, eid, fields in events:
-                    if (stream, eid) in poisoned:
-                        self._dead(stream, eid, fields or {}, "this event stopped the scheduler twice; not run again")
-                        continue
-                    self._isolated(self._event, now, stream, eid, fields or {})
-            finally:
-                self.flush()
-            done += len(requests)
-            if not pending and not _maybe_more(requests) and not _maybe_more(events):
-                # Drained when read: whatever came since pushed a wake-up, which the loop's next
-                # wait returns at once. Reading again to find nothing was two round trips a tick.
-                break
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
@@ -383,9 +342,3 @@ def _flip(old: Job | None, pd: Pending) -> bool:
     """Only the Resources/Priority flip of a job already waiting for room (see _schedule)."""
     return old is not None and {old.reason, pd.reason} <= {states.RESOURCES, states.PRIORITY} \
         and not (old.earmark or pd.earmark)
-
-
-def _maybe_more(entries) -> bool:
-    """Whether a read_group stopped at its count on some stream (more may be waiting there)."""
-    per = collections.Counter(stream for stream, _, _ in entries)
-    return bool(per) and max(per.values()) >= READ_COUNT

@@ -1,6 +1,7 @@
 """The daemon's side of the users' inboxes: who sent each request (munge), one request answered in
 isolation (a failing one is answered or dead-lettered alone), refusals and dead letters. A mixin of
 `Scheduler` (daemon.py), which holds the state; each change goes through `commit` with the ack."""
+import collections
 import json
 import logging
 import time
@@ -10,7 +11,7 @@ from .batch import Batch
 from .change import Change
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .handlers import BUDGET_OPS
-from .store import histpages
+from .store import histpages, inbox
 from .store.conn import ERRORS as REDIS_ERRORS
 
 log = logging.getLogger("labq.scheduler")
@@ -21,16 +22,101 @@ POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
 ARCHIVE_OP = "archive"
 ARCHIVE_NOW_S = 3.0      # at most this long in one request (under a client's 10 s a try); ticks do the rest
 SOLO_OPS = frozenset(("drain", "resume", ARCHIVE_OP, *BUDGET_OPS))
+MAX_REQUESTS_PER_TICK = 20_000
+READ_COUNT = 500            # entries per stream per read (SchedulerStore.read_group's count)
 
 
 class Inboxes:
-    def _poisoned(self, entries) -> set:
-        """Entries redelivered after the leader died on them more than once: never handled again."""
-        out = set()
-        for stream in {s for s, _, _ in entries}:
-            counts = self.store.deliveries(stream, [e for s, e, _ in entries if s == stream])
-            out |= {(stream, e) for e, n in counts.items() if n >= intake.MAX_DELIVERIES}
+    def _learn_inboxes(self, woke) -> None:
+        users, bad = inbox.woken_users(woke)
+        if bad:
+            self.commit(dead=(self.k.wake, "-", {}, f"{bad} wake tokens that name no user (expected "
+                              f"user:<name>, UTF-8, at most {inbox.MAX_TOKEN} bytes); dropped"))
+        for user in sorted(users - self.inboxes):
+            self.store.add_inbox(user)
+            self.inboxes.add(user)
+
+    # -- requests and events: read in batches, each batch one transaction ----------------------
+    def _intake(self, now: float, pending: bool) -> None:
+        """Read the inboxes and the event stream, handle what was read, commit it as one batch; again
+        until both are empty. What a predecessor left unacknowledged (`pending`) goes one at a time."""
+        if pending:
+            return self._recover_pending(now)
+        streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
+        done = 0
+        while done < MAX_REQUESTS_PER_TICK:
+            requests = self.store.read_group(streams, False, READ_COUNT)
+            events = self.store.read_group(self._node_streams(), False, READ_COUNT)
+            if not requests and not events:
+                break
+            self._round(now, requests, events)
+            done += len(requests)
+            if not _maybe_more(requests) and not _maybe_more(events):
+                # Drained when read: whatever came since pushed a wake-up, which the loop's next
+                # wait returns at once. Reading again to find nothing was two round trips a tick.
+                break
+
+    def _round(self, now: float, requests, events) -> None:
+        """Entries as read (raw bytes) handled against the in-memory view, written as one batch."""
+        self.batch, self.answered = Batch(usage=self.usage), {}
+        try:
+            requests, events = self._decoded(requests, False), self._decoded(events, True)
+            prior = self.store.replies_done([intake.reply_id(f, eid) for _, eid, f in requests])
+            who = self._all_senders(requests, now)
+            for (stream, eid, fields), old, sender in zip(requests, prior, who):
+                self._isolated(self._request, now, stream, eid, fields, old, sender)
+            for stream, eid, fields in events:
+                self._isolated(self._event, now, stream, eid, fields)
+        finally:
+            self.flush()
+
+    def _recover_pending(self, now: float) -> None:
+        """What a predecessor read and never acknowledged, one entry at a time, each named in
+        `store.in_hand` before it is handled: a leader that dies on one leaves its name there, and
+        the entry in hand when POISON_STRIKES leaders died is answered, never handled again. An
+        entry merely read alongside it is never blamed."""
+        blamed, strikes = self.store.in_hand()
+        held = bool(blamed)
+        while True:
+            requests = self.store.read_group([self.k.inbox(u) for u in sorted(self.inboxes)], True, READ_COUNT)
+            events = self.store.read_group(self._node_streams(), True, READ_COUNT)
+            if not requests and not events:
+                break
+            for entry, is_event in [(e, False) for e in requests] + [(e, True) for e in events]:
+                name = f"{entry[0]}/{entry[1]}"
+                n = strikes + 1 if name == blamed else 1
+                if n > intake.POISON_STRIKES:
+                    self._poison(entry, is_event)
+                    continue
+                self.store.hold_in_hand(name, n)
+                held = True
+                self._round(now, [] if is_event else [entry], [entry] if is_event else [])
+        if held:
+            self.store.drop_in_hand()
+
+    def _decoded(self, entries, events: bool) -> list:
+        """The entries whose fields are UTF-8 text of a sane size (intake.fields), decoded; each other
+        is dead-lettered (values redacted) and a request answered, on its own."""
+        out = []
+        for stream, eid, raw in entries:
+            fields, problem = intake.fields(raw, self.cfg.max_request_bytes)
+            if problem is None:
+                out.append((stream, eid, fields))
+            elif events:
+                self._dead(stream, eid, raw, problem)
+            else:
+                self._refuse(stream, eid, intake.reply_id(fields, eid), raw, problem, dead=True, remember=False)
         return out
+
+    def _poison(self, entry, is_event: bool) -> None:
+        """An entry the leaders died on POISON_STRIKES times: answered and dead-lettered, not handled."""
+        stream, eid, raw = entry
+        fields, _ = intake.fields(raw, self.cfg.max_request_bytes)
+        if is_event:
+            self._dead(stream, eid, raw, "this event stopped the scheduler twice; not run again")
+        else:
+            self._refuse(stream, eid, intake.reply_id(fields, eid), raw,
+                         "this request stopped the scheduler twice; not run again", dead=True, remember=False)
 
     def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
         """Handle one entry; one that raises stages nothing (a handler decides, commit() stages a
@@ -84,14 +170,10 @@ class Inboxes:
             return self.store.claim_credentials(claims, sec.credential_ttl)
         return auth.identify_many(entries, sec, now, claim_many)
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None,
-                 poisoned=False) -> None:
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
         """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a
         handler raises becomes this entry's error reply (in _isolated)."""
         rid = intake.reply_id(fields, eid)
-        if poisoned:
-            return self._refuse(stream, eid, rid, fields, "this request stopped the scheduler twice; not run again",
-                                dead=True, remember=False)
         if user is None:
             user = self._senders([(stream, eid, fields)], now)[0]
         if isinstance(user, RefusedError):
@@ -167,3 +249,9 @@ class Inboxes:
             if not more or time.monotonic() - start > ARCHIVE_NOW_S:
                 return Change(reply={"ok": True, "jobs": jobs, "ledger": ledger, "more": more,
                                      "keep": self.archiver.keep})
+
+
+def _maybe_more(entries) -> bool:
+    """Whether a read_group stopped at its count on some stream (more may be waiting there)."""
+    per = collections.Counter(stream for stream, _, _ in entries)
+    return bool(per) and max(per.values()) >= READ_COUNT

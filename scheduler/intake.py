@@ -16,9 +16,12 @@ _RID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 _OP = re.compile(r"^[a-z_]{1,32}$")
 _NODE = re.compile(r"^[^\s\x00]{1,200}$")
 KINDS = ("started", "finished", "alert")
-# A poison entry is one the leader died on: an entry delivered this many times without being
-# acknowledged has crashed (or hung) the scheduler at least twice; it is answered, not run again.
-MAX_DELIVERIES = 3
+# A poison entry is one the leader died on: an entry that was in hand (store.in_hand) when this many
+# recovering leaders died has crashed (or hung) the scheduler that often; it is answered, not run again.
+POISON_STRIKES = 2
+MAX_FIELDS = 16
+MAX_NAME_BYTES = 64
+FIELD_SLACK = 64 << 10     # beyond the body's own bound: a munge credential, an rid, an expiry
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,40 @@ class Event:
     attempt: int
     node: str
     body: dict
+
+
+def fields(raw, max_bytes: int) -> tuple[dict, str | None]:
+    """An entry's fields as Redis gave them (bytes: anyone may write anything) decoded into text,
+    and what is wrong with them (None: nothing). Fields that decode are kept even when another is
+    wrong, so that the reply still finds its client's rid."""
+    if not raw:
+        return {}, None
+    out, problem = {}, None
+    if len(raw) > MAX_FIELDS:
+        problem = f"{len(raw)} fields; expected at most {MAX_FIELDS}"
+    total = 0
+    for name, value in raw.items():
+        total += len(name) + len(value)
+        try:
+            key = name.decode() if isinstance(name, bytes) else name
+        except UnicodeDecodeError:
+            problem = problem or f"a field name: expected UTF-8 text, got {_shown(name)}"
+            continue
+        if len(key) > MAX_NAME_BYTES:
+            problem = problem or f"a field name of {len(name)} bytes; expected at most {MAX_NAME_BYTES}"
+            continue
+        try:
+            out[key] = value.decode() if isinstance(value, bytes) else str(value)
+        except UnicodeDecodeError as e:
+            problem = problem or f"{_shown(key)}: expected UTF-8 text, got a bad byte at {e.start} of {len(value)}"
+    if total > max_bytes + FIELD_SLACK:
+        problem = f"{total} bytes is above scheduler.max_request_bytes = {max_bytes}"
+    return out, problem
+
+
+def _shown(v) -> str:
+    text = v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
+    return repr(text[:32])
 
 
 def reply_id(fields: dict, eid: str) -> str:

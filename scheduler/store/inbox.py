@@ -50,10 +50,29 @@ def wake_token(user: str) -> str:
     return _USER + user
 
 
-def woken_users(tokens) -> set[str]:
-    """The scheduler's side: the users whose inbox the wake tokens name. Tokens of other kinds and
-    names that cannot be an inbox (empty, or with ':') are skipped."""
-    return {t[len(_USER):] for t in tokens if t.startswith(_USER) and t[len(_USER):] and ":" not in t[len(_USER):]}
+MAX_TOKEN = 200     # bytes of a wake token: "user:" and a login name, with room to spare
+
+
+def woken_users(tokens) -> tuple[set[str], int]:
+    """The scheduler's side: the users whose inbox the wake tokens name, and how many tokens were
+    not text naming one (not UTF-8, too long, an empty name or one with ':' or whitespace). Tokens
+    of other kinds ("events") wake the scheduler and name nothing."""
+    users, bad = set(), 0
+    for t in tokens:
+        try:
+            text = t.decode() if isinstance(t, bytes) else t
+        except UnicodeDecodeError:
+            bad += 1
+            continue
+        if len(text) > MAX_TOKEN:
+            bad += 1
+        elif text.startswith(_USER):
+            name = text[len(_USER):]
+            if name and name.isprintable() and not any(c in name for c in ": "):
+                users.add(name)
+            else:
+                bad += 1
+    return users, bad
 
 
 def send_commands(k: Keys, user: str, fields: dict) -> list[tuple]:

@@ -35,6 +35,10 @@ class Keys:
     def done(self, rid: str) -> str:          # STRING (S): the reply kept for dedup, expires after a day
         return f"{self.p}:done:{rid}"
 
+    @property
+    def in_hand(self) -> str:                 # STRING (S): "<stream>/<entry id> <n>": the entry a recovering
+        return f"{self.p}:inhand"             # leader handles now, begun by n leaders (poison guard)
+
     def credential(self, key: str) -> str:    # STRING (S): inbox entry that first used a munge credential
         return f"{self.p}:cred:{key}"         # (replay guard, expires after 2 x security.credential_ttl)
 

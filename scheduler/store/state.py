@@ -245,44 +245,46 @@ class SchedulerStore:
     def known_inboxes(self) -> set[str]:
         return set(self.r.smembers(self.k.inboxes))
 
-    def wait_wake(self, timeout: float) -> list[str]:
-        """Block until a client or agent pushes to the wake list, or `timeout` passes; drain the rest."""
-        got = self.r.blpop([self.k.wake], timeout=max(0.01, timeout))
+    def wait_wake(self, timeout: float) -> list[bytes]:
+        """Block until a client or agent pushes to the wake list, or `timeout` passes; drain the rest.
+        Tokens stay bytes: anyone may push anything (inbox.woken_users checks them)."""
+        got = self.r.execute_command("BLPOP", self.k.wake, max(0.01, timeout), NEVER_DECODE=True)
         if not got:
             return []
-        woke = [got[1]]
-        p = self.r.pipeline()
-        p.lrange(self.k.wake, 0, 999)
-        p.ltrim(self.k.wake, 1000, -1)
-        woke += p.execute()[0]
-        return woke
+        return [got[1], *(self.r.execute_command("LPOP", self.k.wake, 1000, NEVER_DECODE=True) or ())]
 
     def wakes_waiting(self) -> bool:
         return self.r.llen(self.k.wake) > 0
 
     def read_group(self, streams: list[str], pending: bool, count: int = 500):
         """Entries of the scheduler's group: ones delivered but not acknowledged (after a restart)
-        when `pending`, else new ones. Yields (stream, entry_id, fields)."""
+        when `pending`, else new ones. Yields (stream, entry_id, fields): fields as the raw bytes
+        anyone wrote (intake.fields decodes and checks them), None for an entry trimmed while pending."""
         if not streams:
             return []
         ident = "0" if pending else ">"
-        res = self.r.xreadgroup(GROUP, CONSUMER, {s: ident for s in streams}, count=count)
+        res = self.r.execute_command("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count, "STREAMS",
+                                     *streams, *[ident] * len(streams), NEVER_DECODE=True)
         out = []
-        for stream, entries in res or []:
+        for stream, entries in (res.items() if isinstance(res, dict) else res or []):
+            name = stream.decode() if isinstance(stream, bytes) else stream    # our own key names
             for eid, fields in entries:
-                if fields is None:   # deleted by trimming while pending
-                    out.append((stream, eid, None))
-                else:
-                    out.append((stream, eid, fields))
+                out.append((name, eid.decode() if isinstance(eid, bytes) else eid, fields))
         return out
 
-    def deliveries(self, stream: str, eids) -> dict[str, int]:
-        """How many times each pending entry of `stream` was delivered (a restart's read counts)."""
-        eids = sorted(eids, key=lambda e: tuple(int(x) for x in e.split("-")))
-        if not eids:
-            return {}
-        got = self.r.xpending_range(stream, GROUP, min=eids[0], max=eids[-1], count=len(eids) + 1000)
-        return {e["message_id"]: e["times_delivered"] for e in got}
+    # -- the entry in hand (daemon._recover_pending) ---------------------------------------------
+    def in_hand(self) -> tuple[str, int]:
+        """The entry a recovering leader was handling, and how many leaders began it without finishing."""
+        got = self.r.get(self.k.in_hand)
+        entry, _, n = (got or "").rpartition(" ")
+        return entry, int(n) if n.isdigit() else 0
+
+    def hold_in_hand(self, entry: str, n: int) -> None:
+        """Written (fenced) before `entry` is handled: a leader that dies on it leaves its name."""
+        self.txn(lambda p: p.set(self.k.in_hand, f"{entry} {n}"))
+
+    def drop_in_hand(self) -> None:
+        self.txn(lambda p: p.delete(self.k.in_hand))
 
     def replies_done(self, rids: list[str]) -> list:
         """The kept reply of each request id already answered (None where not): one MGET per batch."""

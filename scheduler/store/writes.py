@@ -133,14 +133,28 @@ def put_usage(p, k: Keys, account: str, value: float, since: float) -> None:
 
 
 DEAD_MAXLEN = 10_000
-DEAD_ENTRY_CHARS = 4096   # what is kept of a dead entry: enough to see it, never its 1 MB body
+# Fields a dead letter shows as they were (names and numbers, never a secret); every other value is
+# kept as its size alone: a body holds scripts, exported variables and credentials.
+DEAD_SHOWN = frozenset(("rid", "op", "expires", "kind", "job", "attempt", "node", "user"))
 
 
 def put_dead(p, k: Keys, source: str, eid: str, fields: dict, reason: str, now: float) -> None:
-    """A stream entry no handler could take, kept with the reason for `labq admin dead`."""
-    entry = json.dumps({str(f)[:64]: str(v)[:DEAD_ENTRY_CHARS] for f, v in list((fields or {}).items())[:32]})
-    p.xadd(k.dead, {"source": source, "id": eid, "reason": reason[:1000], "entry": entry[:DEAD_ENTRY_CHARS],
+    """An entry no handler could take, kept with the reason for `labq admin dead` (values redacted)."""
+    p.xadd(k.dead, {"source": source, "id": eid, "reason": reason[:1000], "entry": json.dumps(redacted(fields)),
                     "ts": now}, maxlen=DEAD_MAXLEN, approximate=True)
+
+
+def redacted(fields) -> dict:
+    """`fields` (text or bytes) with every value but short plain DEAD_SHOWN ones replaced by its size."""
+    out = {}
+    for name, value in list((fields or {}).items())[:32]:
+        name = name.decode("utf-8", "backslashreplace") if isinstance(name, bytes) else str(name)
+        text = value if isinstance(value, str) else None
+        if isinstance(value, bytes):
+            text = value.decode("utf-8", "replace") if value.isascii() else None
+        shown = name in DEAD_SHOWN and text is not None and len(text) <= 128 and text.isprintable()
+        out[name[:64]] = text if shown else f"<{len(value if isinstance(value, bytes) else str(value).encode())} bytes>"
+    return out
 
 
 CHUNK_BYTES = 4 << 20

@@ -32,34 +32,62 @@ def test_a_handler_that_raises_answers_its_entry_only(conns, monkeypatch):
     assert r.xpending(K.inbox("alice"), GROUP)["pending"] == 0
 
 
-def test_an_entry_the_leader_died_on_twice_is_not_run_again(conns, monkeypatch):
+class Died(BaseException):
+    """A leader's death in the middle of handling (what kill -9 or the watchdog does to a hung one)."""
+
+
+def _dies_on(s, monkeypatch, name, calls):
+    real = s.handlers.handle
+
+    def handle(user, op, body, now):
+        calls.append(body.get("name"))
+        if body.get("name") == name:
+            raise Died()
+        return real(user, op, body, now)
+    monkeypatch.setattr(s.handlers, "handle", handle)
+
+
+def test_only_the_entry_in_hand_when_leaders_died_is_blamed(conns, monkeypatch):
     r, raw = conns
     s = setup(r, raw, time.time())
-    submit(r, "alice", BODY, "killer")
+    submit(r, "alice", {**BODY, "name": "before"}, "before")
+    submit(r, "alice", {**BODY, "name": "killer"}, "killer")
     submit(r, "alice", {**BODY, "name": "fine"}, "fine")
     r.xadd(K.events, {"kind": "started", "job": "1", "attempt": "1", "body": "{}"})
-    s.store.ensure_group(K.inbox("alice"))
-    r.sadd(K.inboxes, "alice")
-    # Two leaders read these and died before acknowledging (delivered twice, never acked).
-    for ident in (">", "0"):
-        r.xreadgroup(GROUP, CONSUMER, {K.inbox("alice"): ident, K.events: ident})
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)   # a new process: it recovers what is pending
-    calls = []
-    real = s2.handlers.handle
-    monkeypatch.setattr(s2.handlers, "handle", lambda *a: calls.append(a[2].get("name")) or real(*a))
-    r.delete(K.leader)
-    s2.tick(time.time() + 1)
-    assert calls == []      # neither was handled a third time
-    for rid in ("killer", "fine"):
-        got = reply(r, rid)
-        assert not got["ok"] and "stopped the scheduler twice" in got["error"]
+    calls: list = []
+    leaders = [s]
+    for n in range(3):     # the first dies reading a batch, two recovering leaders die on `killer` in hand
+        _dies_on(leaders[-1], monkeypatch, "killer", calls)
+        try:
+            leaders[-1].tick(time.time() + n, woke(r))
+            raise AssertionError("the leader did not die")
+        except Died:
+            pass
+        r.delete(K.leader)
+        leaders.append(Scheduler(r, raw, CFG, me=f"s{n + 2}", clock=FROZEN))
+    assert calls.count("killer") == 3
+    calls.clear()
+    _dies_on(leaders[-1], monkeypatch, "killer", calls)
+    leaders[-1].tick(time.time() + 4)
+    assert "killer" not in calls     # not handled a fourth time
+    got = reply(r, "killer")
+    assert not got["ok"] and "stopped the scheduler twice" in got["error"]
+    assert reply(r, "fine")["ok"] and reply(r, "before")["ok"]    # read with it, never blamed
     reasons = [f["reason"] for _, f in r.xrange(K.dead)]
-    assert len(reasons) == 3 and all("twice" in x for x in reasons)
+    assert len(reasons) == 1 and "twice" in reasons[0]
     for stream in (K.inbox("alice"), K.events):
         assert r.xpending(stream, GROUP)["pending"] == 0
-    # An entry delivered once before a crash (an ordinary kill -9) is handled as usual.
+    assert r.get(K.in_hand) is None
+
+
+def test_an_entry_read_by_a_leader_that_was_killed_is_handled_as_usual(conns):
+    r, raw = conns
+    s = setup(r, raw, time.time())
     submit(r, "alice", BODY, "once")
-    r.xreadgroup(GROUP, CONSUMER, {K.inbox("alice"): ">"})
+    s.store.ensure_group(K.inbox("alice"))
+    r.sadd(K.inboxes, "alice")
+    for ident in (">", "0", "0"):     # read by three leaders, each killed before it acknowledged
+        r.xreadgroup(GROUP, CONSUMER, {K.inbox("alice"): ident})
     s3 = Scheduler(r, raw, CFG, me="s3", clock=FROZEN)
     r.delete(K.leader)
     s3.tick(time.time() + 2)

@@ -1,0 +1,83 @@
+"""Arbitrary bytes in every field a client or a node writes (issue 34): inbox entries, wake tokens,
+shared and per-node events. Each example feeds a round of such entries, then a legitimate request;
+the tick never raises, the legitimate request is answered, nothing stays pending. Each example
+carries ENTRIES entries, so the cases add up to well over 10,000 at a modest wall time."""
+import json
+import time
+
+import fakeredis
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from labq.scheduler.store.keys import GROUP
+from tests.harness import BODY, K, reply, setup, submit, woke
+
+USER = "alice"
+ENTRIES = 40
+GOOD = json.dumps(BODY).encode()
+junk = st.binary(max_size=48)
+# Text that is nearly right, with arbitrary bytes spliced in: reaches past the first check.
+spliced = st.tuples(st.sampled_from([b"submit", b"cancel", GOOD, b'{"ids": [1, 2]}', b"1", b"n1", b"finished",
+                                     b"started", b"user:" + USER.encode(), str(time.time() + 600).encode()]),
+                    st.integers(0, 64), junk).map(lambda t: t[0][:t[1]] + t[2] + t[0][t[1]:])
+value = st.one_of(junk, spliced, st.sampled_from([b"", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b"x" * 5000]))
+name = st.one_of(st.sampled_from([b"rid", b"op", b"body", b"expires", b"cred", b"user",
+                                  b"kind", b"job", b"attempt", b"node"]), junk.filter(bool))
+request = st.fixed_dictionaries({b"op": value, b"body": value},
+                                optional={b"rid": value, b"expires": value, b"cred": value}).flatmap(
+    lambda base: st.dictionaries(name, value, max_size=3).map(lambda extra: {**base, **extra}))
+event = st.fixed_dictionaries({b"kind": value, b"job": value, b"attempt": value},
+                              optional={b"node": value, b"body": value}).flatmap(
+    lambda base: st.dictionaries(name, value, max_size=3).map(lambda extra: {**base, **extra}))
+entry = st.one_of(request.map(lambda f: ("inbox", f)), event.map(lambda f: ("events", f)),
+                  event.map(lambda f: ("node", f)), value.map(lambda t: ("wake", t)))
+rounds = st.lists(entry, min_size=ENTRIES, max_size=ENTRIES)
+
+
+def drive(r, raw, entries, n: int) -> None:
+    now = time.time()
+    s = setup(r, raw, now)
+    submit(r, USER, BODY, "first")      # alice's inbox is known: her entries are read
+    s.tick(now, woke(r))
+    p = raw.pipeline(transaction=False)
+    for where, fields in entries:
+        if where == "wake":
+            p.lpush(K.wake, fields)
+        else:
+            stream = {"inbox": K.inbox(USER), "events": K.events, "node": K.node_events("n1")}[where]
+            p.xadd(stream, fields)
+    p.lpush(K.wake, f"user:{USER}")
+    p.execute()
+    s.tick(now + 1, s.store.wait_wake(0.01))
+    rid = f"legit-{n}"
+    submit(r, USER, BODY, rid)
+    s.tick(now + 2, s.store.wait_wake(0.01))
+    got = reply(r, rid)
+    assert got is not None and got["ok"], got
+    for stream in (K.inbox(USER), K.events, K.node_events("n1")):
+        assert r.xpending(stream, GROUP)["pending"] == 0
+    assert all(len(f["entry"]) < 4096 for _, f in r.xrange(K.dead))
+
+
+COUNT = [0]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds)
+def test_arbitrary_bytes_never_stop_the_scheduler_fake(entries):
+    server = fakeredis.FakeServer(version=(7, 0))
+    COUNT[0] += 1
+    drive(fakeredis.FakeRedis(server=server, decode_responses=True), fakeredis.FakeRedis(server=server), entries,
+          COUNT[0])
+
+
+@pytest.mark.redis
+@settings(max_examples=160, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(entries=rounds)
+def test_arbitrary_bytes_never_stop_the_scheduler_real(redis_server, entries):
+    import redis as redis_py
+    r = redis_server.client()
+    r.flushall()
+    COUNT[0] += 1
+    drive(r, redis_py.Redis(unix_socket_path=redis_server.sock), entries, COUNT[0])
