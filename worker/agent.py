@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -71,6 +72,10 @@ class Agent:
             stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos),
             slurm_env=bool(w["slurm_env"]), qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease,
             addr=gang.node_addr(w["addr"]))
+        # This incarnation's token: the lease's value. Runners of an earlier one (it died) see
+        # another epoch there and claim nothing; the scheduler takes a lease of another epoch for down.
+        self.epoch = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.settings = replace(self.settings, epoch=self.epoch, agent_pid=os.getpid())
         self.queue = Keys(cfg.prefix).dispatch(self.name)
         self.store = AgentStore.open(redis_url, cfg.prefix)
         self._stop = threading.Event()
@@ -229,7 +234,8 @@ class Agent:
         gpus = [g for g in (self.backend.devices() if changed else self.gpus) if g.uuid not in out]
         try:
             self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
-                                os.getpid(), self.lease, runs=launch.runs_for(self.settings), addr=self.settings.addr)
+                                os.getpid(), self.lease, runs=launch.runs_for(self.settings), addr=self.settings.addr,
+                                epoch=self.epoch)
         except conn.ERRORS as e:
             log.warning("node %s: cannot re-register its GPUs yet: %s", self.name, e)
             return
@@ -254,11 +260,12 @@ class Agent:
     # -- lease ---------------------------------------------------------------------------------
     def _register(self) -> None:
         self.store.register(self.name, self.cpus, self.mem, len(self.slots), self.gpus, socket.gethostname(),
-                            os.getpid(), self.lease, runs=launch.runs_for(self.settings), addr=self.settings.addr)
+                            os.getpid(), self.lease, runs=launch.runs_for(self.settings), addr=self.settings.addr,
+                            epoch=self.epoch)
 
     def _renew(self, now: float) -> None:
         try:
-            if not self.store.renew(self.name, self.lease):
+            if not self.store.renew(self.name, self.lease, self.epoch):
                 # It expired under us: the scheduler may already have requeued our jobs elsewhere.
                 log.error("node %s: lease found expired; stopping local jobs and registering again", self.name)
                 self._fence(now)

@@ -173,7 +173,8 @@ class Ending:
         """Fencing before the spawn: the lease may have lapsed by now (as far as the runner can
         tell) or the agent is gone. Then nothing starts, and the attempt is a node failure: the
         scheduler requeues it (as `error` it ended the job F without its having run)."""
-        why = "orphaned_start" if self.term.orphaned else "fenced_start" if time.monotonic() >= self.lease_until else ""
+        orphaned = self.term.orphaned or os.getppid() != self.ppid
+        why = "orphaned_start" if orphaned else "fenced_start" if time.monotonic() >= self.lease_until else ""
         if why:
             log.warning("job %s attempt %d not started: %s", self.job.id, self.n, end_message(why))
             self.body.update(outcome="node_failure", message=end_message(why))

@@ -43,6 +43,8 @@ class Settings:
     qos_signal: tuple = ()          # ((qos, "USR1"), ...): a QoS's checkpoint signal ([qos.*].signal)
     lease: float = 30.0             # scheduler.node_lease: runners fence their jobs by its expiry
     addr: str = ""                  # worker.addr: where a gang's other nodes reach this one ("": the host's)
+    epoch: str = ""                 # the agent incarnation's token, its lease's value ("": not checked)
+    agent_pid: int = 0              # the slot runner's parent: gone, the runner claims and starts nothing
 
     @classmethod
     def from_environ(cls, env=None) -> "Settings":

@@ -18,11 +18,11 @@ import signal
 import time
 from dataclasses import replace
 
-from labq.scheduler import states
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
 from . import cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
+from .claiming import epoch_over, fence
 from .ending import HARD, Ending, end_message
 
 log = logging.getLogger("labq.runner")
@@ -36,38 +36,33 @@ RENDEZVOUS_S = 120.0   # how long a gang's part waits for node rank 0 to publish
 CONTROL_AFTER = 0.05   # the control watch starts this long after the job
 
 
-def fence(job, attempt: int, node: str) -> str | None:
-    """Why this attempt must not run here, or None when it is the current attempt on this node."""
-    if job is None:
-        return "no such job"
-    if job.state not in (states.RUNNING, states.PREEMPTING):
-        return f"job is {job.state}, not {states.RUNNING}"
-    if len(job.attempts) != attempt:
-        return f"attempt {attempt} is not current (the job has {len(job.attempts)})"
-    if gang.rank_of(job.attempts[-1], node) is None:
-        return f"attempt {attempt} belongs to node {job.attempts[-1].node!r}, not {node!r}"
-    return None
-
-
 def run_job(job_id: int, attempt: int, s: launch.Settings | None = None, slot: SlotRef | None = None,
             store: AgentStore | None = None) -> dict:
     """Run the attempt if it is this node's to run. `slot`: the slot list entry it came from, which
     the runner's first read marks as running and its last write releases; the result then also
     says whether a SIGTERM (`stop`) or the parent's death (`orphaned`) arrived meanwhile."""
-    term = waiting.Sigterm()     # from the first instant: a SIGTERM now would otherwise orphan the job
+    s = s or launch.Settings.from_environ()
+    # From the first instant: a SIGTERM now would otherwise orphan the job. Its parent is the agent's
+    # pid where the agent said it: a runner orphaned before this line must not take its new parent
+    # (a subreaper, init) for the agent.
+    term = waiting.Sigterm(s.agent_pid)
     try:
-        s = s or launch.Settings.from_environ()
         out = _run_job(job_id, attempt, s, slot, store or AgentStore.open(s.redis_url, s.prefix), term)
     finally:
         term.close()
     if slot is not None:
-        out.update(stop=term.got, orphaned=term.orphaned)
+        out.update(stop=term.got, orphaned=term.orphaned or bool(out.get("orphaned")))
     return out
 
 
 def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None, store: AgentStore,
              term: waiting.Sigterm) -> dict:
-    job, control = store.job_and_control(job_id, slot)
+    job, control, holder = store.first_read(job_id, slot, s.node if s.epoch else "")
+    over = epoch_over(s, holder) or term.orphaned and "its agent is gone"
+    if over:
+        # Left in the slot's list: the next incarnation's runner of this slot runs it if unclaimed.
+        log.warning("job %s attempt %s not claimed: %s; this runner exits", job_id, attempt, over)
+        return {"ran": False, "reason": over, "orphaned": True, "keep": True}
     why = fence(job, attempt, s.node)
     pttl, env, rank, sent = -2, (), 0, time.monotonic()
     if why is None:

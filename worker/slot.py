@@ -28,7 +28,7 @@ from labq.scheduler import dispatch
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, ending, launch, proctree, runner, spawn
+from . import cgroup, ending, gang, launch, proctree, runner, spawn
 
 log = logging.getLogger("labq.slot")
 
@@ -69,10 +69,22 @@ class SlotRunner:
             pass    # an orderly stop: fall through to the slot's shutdown below
         except conn.ERRORS as e:
             log.error("slot %d: Redis: %s; exiting (the agent restarts this runner)", self.slot, e)
+            self._give_up_lease()
             return 1
         with contextlib.suppress(*conn.ERRORS):
+            self._give_up_lease()
             self._state("stopped")
         return 0
+
+    def _give_up_lease(self) -> None:
+        """The agent died: its node must not look alive for the rest of its lease (the scheduler
+        would send it work no runner of this epoch may take). Deleted only while it names this
+        runner's epoch, never a new incarnation's."""
+        if not (self.orphaned or os.getppid() != self.agent_pid) or not self.s.epoch:
+            return
+        with contextlib.suppress(*conn.ERRORS):
+            if self.store.give_up_lease(self.s.node, self.s.epoch):
+                log.error("slot %d: the agent died; gave the node's lease up", self.slot)
 
     def _on_parent_died(self, *_):
         """The agent is gone: its lease will lapse, so nothing may outlive it here. (While an
@@ -99,7 +111,7 @@ class SlotRunner:
         ref = SlotRef(self.s.node, self.slot, raw, os.getpid())
         if got is None:
             log.warning("slot %d: dropped a malformed dispatch entry %r", self.slot, raw[:80])
-        elif resumed and self.store.claimed_by(*got) is not None:
+        elif resumed and self.store.claimed_by(*got, self._rank(got)) is not None:
             self._dead_runners_attempt(got, ref)
             return
         else:
@@ -121,8 +133,8 @@ class SlotRunner:
                 self.current, self.busy = None, False
             self.stopping = self.stopping or bool(res.get("stop"))
             self.orphaned = self.orphaned or bool(res.get("orphaned"))
-            if res.get("released"):
-                return          # dropped with the attempt's last write
+            if res.get("released") or res.get("keep"):
+                return          # dropped with the attempt's last write, or left for the next incarnation
         self.store.release_slot(ref)
 
     def _dead_runners_attempt(self, got: tuple[int, int], ref: SlotRef) -> None:
@@ -130,7 +142,7 @@ class SlotRunner:
         the attempt in it (its job died with it: PDEATHSIG, and the agent killed the strays).
         Kill what is left in the attempt's cgroup, then report the node failure at once rather
         than leave the scheduler to find the attempt silent."""
-        claimed = self.store.claimed_by(*got) or ""
+        claimed = self.store.claimed_by(*got, self._rank(got)) or ""
         node, _, pid = claimed.rpartition(":")
         # Our own pid there is a dead predecessor's that this process was given again.
         if node != self.s.node or not pid.isdigit() or (int(pid) != os.getpid() and proctree.alive(int(pid))):
@@ -146,6 +158,13 @@ class SlotRunner:
         body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
                 "end_time": time.time(), "usage": {}, "message": ending.end_message("runner_killed", f"pid {pid}")}
         self.store.post("finished", got[0], got[1], self.s.node, body, ref)
+
+    def _rank(self, got: tuple[int, int]) -> int:
+        """This node's part of the attempt: a gang's part claims its own status hash (keys.part)."""
+        job = self.store.job(got[0])
+        if job is None or not 0 < got[1] <= len(job.attempts):
+            return 0
+        return gang.rank_of(job.attempts[got[1] - 1], self.s.node) or 0
 
     def _kill_tree(self, reap: bool = True) -> None:
         """SIGKILL every descendant and the current attempt's cgroup; reap them."""
@@ -169,7 +188,7 @@ class SlotRunner:
 def main() -> int:
     proctree.die_with_parent(proctree.PARENT_DIED)
     cfg = json.loads(sys.stdin.readline())
-    agent = int(cfg.pop("agent_pid"))
+    agent = int(cfg["agent_pid"])
     if os.getppid() != agent:
         return 1                       # the agent died before PDEATHSIG was armed
     slot = int(cfg.pop("slot"))

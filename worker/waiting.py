@@ -22,9 +22,10 @@ class Sigterm:
     `orphaned`, kill at once. The handlers write to a pipe the watch loop sleeps on, so either is
     acted on at once."""
 
-    def __init__(self):
+    def __init__(self, ppid: int = 0):
         self.got, self.orphaned, self._old = False, False, {}
-        self.ppid = os.getppid()
+        self.ppid = ppid or os.getppid()
+        self.orphaned = os.getppid() != self.ppid     # it died before the handlers below were set
         self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         if threading.current_thread() is threading.main_thread():
             self._old = {signal.SIGTERM: signal.signal(signal.SIGTERM, self._set),

@@ -194,10 +194,20 @@ class _Pass:
         accept = None
         if self.timelines is not None and self.timelines.reserved:
             accept = lambda f: self.timelines.fits_now(job, f.node.name)   # noqa: E731
-        spot, roomy = self.free.find(job, accept)
+        spot, roomy = self._elsewhere(job, accept)
+        if spot is None:
+            spot, roomy = self.free.find(job, accept)
         if spot is not None:
             return self._admit(job, spot)
         return self._blocked(job, roomy)
+
+    def _elsewhere(self, job: Job, accept):
+        """A job whose last attempt was lost with its node (or never taken up there) goes to
+        another node when one can hold it (capacity.avoided); (None, False) otherwise."""
+        avoid = capacity.avoided(job)
+        if not avoid:
+            return None, False
+        return self.free.best_fit(job, lambda f: f.node.name not in avoid and (accept is None or accept(f)))
 
     def _admit(self, job: Job, spot, prefer=()):
         """Place the job on `spot`, or a gang on every spot of the list, once the protected capacity,

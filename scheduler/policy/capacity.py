@@ -60,6 +60,16 @@ class Free:
 _index = attrgetter("index")
 
 
+def avoided(job: Job) -> tuple[str, ...]:
+    """The nodes a job's next attempt goes elsewhere than, when another can hold it: those of its
+    last attempt if that one was lost with its node (node_failure) or never taken up there
+    (withdrawn: no runner claimed it within start_timeout)."""
+    a = job.attempts[-1] if job.attempts else None
+    if a is None or a.outcome not in ("node_failure", "withdrawn"):
+        return ()
+    return tuple(n for n, _ in a.parts) or (a.node,)
+
+
 def node_is_up(node: Node, now: float) -> bool:
     return node.state == "up" and node.lease_expiry > now
 

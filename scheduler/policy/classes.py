@@ -29,6 +29,7 @@ from dataclasses import fields
 from .. import fairshare, states
 from ..plan import Pending, Place
 from . import priority
+from .capacity import avoided
 from .queue import Queue
 
 
@@ -37,7 +38,7 @@ def class_key(j) -> tuple:
     held = (j.reason, j.detail if j.reason == states.CRASH_GUARD else "") if j.held else None
     return (j.qos, j.account, j.user, j.project, j.budget, j.gpus, j.gpu_type, j.cpus, j.mem, j.time_limit, j.est,
             held, j.begin, j.eligible_time, j.deps, j.array_throttle, j.array_id if j.array_throttle else None,
-            j.preempt_count, j.nodes, j.learned_est)
+            j.preempt_count, j.nodes, j.learned_est, avoided(j))
 
 
 def _own(j, draining) -> bool:

@@ -72,15 +72,18 @@ class AgentStore:
 
     # -- node registration and lease ----------------------------------------------------------
     def register(self, name: str, cpus: int, mem: int, slots: int, gpus: list[Gpu], host: str, pid: int,
-                 lease_s: float, runs: str = "", addr: str = "") -> None:
+                 lease_s: float, runs: str = "", addr: str = "", epoch: str = "") -> None:
+        """The node's record and its lease. `epoch`: the agent incarnation's token, the lease's value
+        (renew keeps it) and the record's `epoch`: the scheduler takes a node whose lease names
+        another epoch for down, and a runner of an epoch that is over claims nothing."""
         now = time.time()
         p = self.r.pipeline()
         p.hset(self.k.node(name), mapping={
             "cpus": cpus, "mem": mem, "slots": slots, "host": host, "pid": pid, "hb": now, "started": now, "runs": runs,
-            "addr": addr or host,     # where a gang's other nodes reach it (MASTER_ADDR when rank 0)
+            "epoch": epoch, "addr": addr or host,     # where a gang's other nodes reach it (MASTER_ADDR when rank 0)
             "gpus": json.dumps([[g.uuid, g.index, g.model, g.mem] for g in gpus])})
         p.sadd(self.k.nodes, name)
-        p.set(self.k.node_lease(name), f"{host}:{pid}", px=int(lease_s * 1000))
+        p.set(self.k.node_lease(name), epoch or f"{host}:{pid}", px=int(lease_s * 1000))
         p.lpush(self.k.wake, "node")
         p.execute()
 
@@ -98,6 +101,23 @@ class AgentStore:
         p.delete(self.k.node_lease(name))
         p.lpush(self.k.wake, "node")
         p.execute()
+
+    def give_up_lease(self, name: str, epoch: str) -> bool:
+        """A runner whose agent died: delete the node's lease if it still names that agent's epoch
+        (a new incarnation's lease is left alone), so the scheduler sees the node down at once."""
+        key = self.k.node_lease(name)
+        with self.r.pipeline() as p:
+            try:
+                p.watch(key)
+                if p.get(key) != epoch:
+                    return False
+                p.multi()
+                p.delete(key)
+                p.lpush(self.k.wake, "node")
+                p.execute()
+                return True
+            except redis.WatchError:
+                return False
 
     def lease_alive(self, name: str) -> bool:
         return bool(self.r.exists(self.k.node_lease(name)))
@@ -134,11 +154,20 @@ class AgentStore:
     def job_and_control(self, jid: int, slot: "SlotRef | None" = None) -> tuple[Job | None, str | None]:
         """The job record and its control, in one round trip (a runner's first read); with `slot`,
         the slot's runner state says it runs this attempt, in the same round trip."""
+        job, control, _ = self.first_read(jid, slot)
+        return job, control
+
+    def first_read(self, jid: int, slot: "SlotRef | None" = None,
+                   node: str = "") -> tuple[Job | None, str | None, str | None]:
+        """job_and_control, and with `node` the value of its lease (the epoch it names), in the same
+        round trip: a runner checks its epoch before every claim."""
         cmds = [("GET", self.k.job(jid)), ("GET", self.k.control(jid))]
+        if node:
+            cmds.append(("GET", self.k.node_lease(node)))
         if slot is not None:
             cmds.append(self._state_cmd(slot.node, slot.index, slot.running))
-        raw, control, *_ = self._run(cmds)
-        return (codec.loads(raw, self._spec) if raw else None), control
+        raw, control, *rest = self._run(cmds)
+        return (codec.loads(raw, self._spec) if raw else None), control, (rest[0] if node else None)
 
     def _spec(self, array_id: int) -> dict | None:
         """An array's shared {script, argv} (codec.shares_spec): a task of an array whose script is
@@ -157,8 +186,9 @@ class AgentStore:
         cmds += self._event_cmds("started", jid, attempt, node, {"pid": pid, "start_time": start}, wake=False)
         return int(self._run(cmds)[1])
 
-    def claimed_by(self, jid: int, attempt: int) -> str | None:
-        return self.r.hget(self.k.attempt(jid, attempt), "claimed")
+    def claimed_by(self, jid: int, attempt: int, rank: int = 0) -> str | None:
+        """Who claimed the attempt (a gang's part `rank`)."""
+        return self.r.hget(self.k.part(jid, attempt, rank), "claimed")
 
     def heartbeat(self, jid: int, attempt: int, node: str = "", rank: int = 0, **fields) -> int | None:
         """Record the runner's heartbeat; returns the node lease's PTTL in ms (-2: gone) when `node`."""

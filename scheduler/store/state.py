@@ -133,14 +133,18 @@ class SchedulerStore:
             p.hgetall(self.k.node(n))
             p.pttl(self.k.node_lease(n))
             p.get(self.k.node_admin(n))
+            p.get(self.k.node_lease(n))
         out = []
         res = p.execute()
         for i, n in enumerate(names):
-            h, pttl, admin = res[3 * i:3 * i + 3]
+            h, pttl, admin, holder = res[4 * i:4 * i + 4]
             if not h:
                 continue
             gpus = tuple(Gpu(u, int(ix), m, int(mem)) for u, ix, m, mem in json.loads(h.get("gpus", "[]")))
             expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
+            # A lease of another epoch than the registered agent's: that agent is not alive in it.
+            if h.get("epoch") and holder != h["epoch"]:
+                expiry = 0.0
             state = "down" if expiry <= now else (admin or "up")
             out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
                             float(h.get("hb", 0)), h.get("runs", "")))
