@@ -31,6 +31,7 @@ from .configcheck import (
     caps as _caps,
     num as _num,
     scheduler_times as _scheduler_times,
+    users as _users,
 )
 from .errors import ConfigError
 from .model import Budget
@@ -65,6 +66,7 @@ class Account:
     guarantee: int = 0                  # GPUs the account is owed; others' work on them is reclaimed
     borrow_limit: int | None = None     # GPUs beyond the guarantee it may borrow while others idle
     on_limit: str = "pend"              # "pend" | "refuse": a submit over max_running/max_gpus/max_cpus
+    open: bool = False                  # anyone may charge it with -A, not only its users
 
 
 @dataclass(frozen=True)
@@ -344,13 +346,11 @@ def _rates(t):
 
 def _account(name, t):
     k = f"accounts.{name}"
-    _check_keys(k, t, {"users", "share", "guarantee", "borrow_limit", "on_limit", "max_running", "max_gpus",
+    _check_keys(k, t, {"users", "open", "share", "guarantee", "borrow_limit", "on_limit", "max_running", "max_gpus",
                        "max_cpus", "max_submit"})
-    users = t.get("users", [])
-    if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
-        raise ConfigError(f"{k}.users", f"expected a list of user names, got {users!r}")
     borrow = t.get("borrow_limit")
-    return Account(name=name, users=tuple(users), share=float(_num(f"{k}.share", t.get("share", 1.0), lo=0)),
+    return Account(name=name, users=_users(k, t), open=_bool(f"{k}.open", t.get("open", False)),
+                   share=float(_num(f"{k}.share", t.get("share", 1.0), lo=0)),
                    guarantee=_num(f"{k}.guarantee", t.get("guarantee", 0), lo=0, integer=True),
                    borrow_limit=None if borrow is None else _num(f"{k}.borrow_limit", borrow, lo=0, integer=True),
                    **_caps(k, t))

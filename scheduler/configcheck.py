@@ -52,10 +52,18 @@ def caps(k, t) -> dict:
     return out
 
 
+def users(k, t) -> tuple[str, ...]:
+    """An account's or budget's `users`: who may charge it (scheduler/members.py)."""
+    out = t.get("users", [])
+    if not isinstance(out, list) or not all(isinstance(u, str) for u in out):
+        raise ConfigError(f"{k}.users", f"expected a list of user names, got {out!r}")
+    return tuple(out)
+
+
 def budget(i, t):
     k = f"budgets[{i}]"
     _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
-                       "timezone"})
+                       "timezone", "users", "open"})
     if "name" not in t:
         raise ConfigError(f"{k}.name", "missing; every budget needs a name")
     name = _str(f"{k}.name", t["name"])
@@ -64,6 +72,8 @@ def budget(i, t):
         raise ConfigError(f"{k}.limit", "missing; expected the budget's limit in its unit")
     if "account" in t and "project" in t:
         raise ConfigError(k, "give account or project, not both")
+    if "account" in t and ("users" in t or "open" in t):
+        raise ConfigError(k, "an account's budget has its account's users: set users or open on the account")
     warn = t.get("warn", [0.7, 0.9])
     if not isinstance(warn, list) or not all(isinstance(w, (int, float)) and 0 < w <= 1 for w in warn):
         raise ConfigError(f"{k}.warn", f"expected a list of fractions in (0, 1], got {warn!r}")
@@ -81,6 +91,7 @@ def budget(i, t):
         reserve=reserve,
         on_exhaust=_str(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),
         timezone=zone(f"{k}.timezone", t.get("timezone", "UTC")),
+        users=users(k, t), open=boolean(f"{k}.open", t.get("open", False)),
     )
 
 

@@ -7,7 +7,7 @@ reply) that the daemon commits in one transaction with the acknowledgement of th
 from dataclasses import replace
 from typing import Protocol
 
-from . import ledger, periods, policy, states, transitions as tr
+from . import ledger, members, periods, policy, states, transitions as tr
 from .batch import Tally
 from .change import Change
 from .config import Config
@@ -80,6 +80,9 @@ class Handlers:
         # The learned run time goes into the record (labq show reads it there; backfill, the short-job
         # priority and the forecast budget mode use it where the config says so).
         template = self.s.estimator.stamp(job_from_submit(body, user, cfg, now, self.dep_ids))
+        why = members.refusal(template, user, cfg)
+        if why:
+            raise RefusedError(why)
         indices = array_range(body, cfg.max_array_size)
         throttle = array_throttle(body)
         if throttle and indices is None:

@@ -197,6 +197,8 @@ class Budget:
     reserve: float = 0.0
     on_exhaust: str = "hold"
     timezone: str = "UTC"      # periods are calendar-aligned in this zone
+    users: tuple[str, ...] = ()  # who may join it with --budget / --project (scheduler/members.py)
+    open: bool = False         # anyone may join it
     # Filled in by the scheduler from Redis, not the config: active overrides add `overrides`
     # micro-units to the cap until they expire (`labq budget override`); `labq budget set` replaces `limit`.
     overrides: int = 0

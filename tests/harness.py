@@ -104,6 +104,7 @@ SWEEP_TOML = """
 gpu_hour = 2.0
 [accounts.eta]
 users = ["alice"]
+open = true                 # the tests' other users (bob, carol ...) charge it too
 [[budgets]]
 name = "eta-sweep"
 account = "eta"
@@ -515,7 +516,7 @@ def two_labs(head: str, guarantee: int, borrow_limit: int, slots: int) -> str:
     """An E2E config for contention (tests/e2e/test_e2e_contention.py, bench/soak.py): `head` (the
     [scheduler], [qos.*], [rates] tables), then lab-a and lab-b, each guaranteed `guarantee` GPUs and
     allowed to borrow `borrow_limit` more, on one node of 8 GPUs with `slots` runners."""
-    labs = "".join(f"[accounts.{a}]\nusers = []\nguarantee = {guarantee}\nborrow_limit = {borrow_limit}\n"
+    labs = "".join(f"[accounts.{a}]\nopen = true\nguarantee = {guarantee}\nborrow_limit = {borrow_limit}\n"
                    for a in ("lab-a", "lab-b"))
     return (head.rstrip("\n") + "\n" + labs + "[worker]\nname = \"e2e-node\"\ngpus = 8\ncpus = 16\nmem = \"32G\"\n"
             f"slots = {slots}\nspool = \"{{spool}}\"\nrun_as = \"self\"\n")
