@@ -15,6 +15,7 @@ from operator import add, floordiv, itemgetter, mod, truediv
 import click
 
 from labq.scheduler import when
+from labq.scheduler.errors import RefusedError
 from labq.scheduler.model import Job
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
 
@@ -51,7 +52,8 @@ def window(since, until, start, end, named: bool, now: float) -> tuple[float, fl
 @click.option("--since", help="From this date (YYYY-MM-DD) or this long ago (7d).")
 @click.option("--until", help="Up to this date or this long ago.")
 @click.option("-j", "--jobs", "job_ids", help="Only these jobs: 42,43_7 (42: the job or every task of array 42).")
-@click.option("-u", "--user")
+@click.option("-u", "--user", help="Only this user's jobs (another user's: admins only).")
+@click.option("-a", "--allusers", is_flag=True, help="Every user's jobs (admins; the default for them).")
 @click.option("-A", "--account")
 @click.option("-s", "--state", "state", help="Only these states: CD,F or COMPLETED,FAILED.")
 @click.option("-o", "--format", "fmt", default="table",
@@ -62,11 +64,12 @@ def window(since, until, start, end, named: bool, now: float) -> tuple[float, fl
 @click.option("-X", "--allocations", is_flag=True, hidden=True, help="Accepted for sacct habits (labq has no steps).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def acct(ctx, start, end, since, until, job_ids, user, account, state, fmt, parsable2, parsable, noheader,
+def acct(ctx, start, end, since, until, job_ids, user, allusers, account, state, fmt, parsable2, parsable, noheader,
          allocations, as_json):
-    """History of ended jobs with their costs (sacct-like)."""
+    """History of ended jobs with their costs (sacct-like): your own, or every user's for admins."""
     from .query import _id_filter, _states
     now = time.time()
+    user = _whose(ctx.thin, user, allusers)
     picked, wanted = _id_filter(job_ids), _states(state)
     lo, hi = window(since, until, start, end, bool(job_ids), now)
     if fmt in ("table", "csv") and not (as_json or parsable or parsable2):
@@ -90,6 +93,18 @@ def acct(ctx, start, end, since, until, job_ids, user, account, state, fmt, pars
     sep = "|" if parsable or parsable2 else None
     out = slurmfmt.sacct(fields, jobs, extra, header=not noheader, sep=sep, trailing=parsable)
     return click.echo(out) if out else None
+
+
+def _whose(thin, user: str | None, allusers: bool) -> str | None:
+    """The user whose jobs acct shows (None: everyone's). Like sacct with PrivateData=jobs: a user
+    sees their own; admins ([security] admins) everyone's, or one user's with -u."""
+    me = thin.user
+    if me in thin.security.get("admins", ("root",)):
+        return user
+    if allusers or (user and user != me):
+        raise RefusedError(f"acct: only admins ({', '.join(thin.security.get('admins', ('root',)))}) see other "
+                           f"users' jobs; `labq acct` shows yours ({me})")
+    return me
 
 
 def _committed(ctx, jobs) -> dict:

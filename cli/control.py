@@ -5,7 +5,7 @@ import click
 
 from labq.scheduler.errors import UsageError
 
-from . import hot
+from . import hot, spec
 from .common import pass_ctx
 
 
@@ -31,8 +31,17 @@ def _node_command(name: str, said: str, doc: str):
     return command
 
 
-delete = _job_command("del", "cancel", "Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL "
-                                       "after kill_wait.")
+@click.command("del")
+@click.argument("job_ids", nargs=-1)
+@spec.with_options(spec.DEL)
+@pass_ctx
+def delete(ctx, job_ids, user):
+    """Cancel jobs (your own; admins any), or with -u every job of a user. Running jobs get SIGTERM,
+    then SIGKILL after kill_wait."""
+    hot.delete(ctx.thin, job_ids, user=user)
+
+
+
 hold = _job_command("hold", "hold", "Keep pending jobs from starting (reason Held) until released.")
 release = _job_command("release", "release", "Let held jobs start again.")
 requeue = _job_command("requeue", "requeue", "Stop running jobs and put them back in the queue with the same id "

@@ -10,6 +10,8 @@ handles the same argv, so its help and error messages stay exactly click's.
 import os
 import sys
 
+from labq.scheduler.errors import UsageError
+
 from . import spec
 
 HOT = frozenset(spec.COMMANDS)
@@ -33,6 +35,11 @@ def _table(options) -> dict:
 def parse(command: str, argv: list[str]) -> dict | None:
     """click's params for `labq COMMAND argv`, with "dashdash", or None where click should decide."""
     options, pos_name, nargs = spec.COMMANDS[command]
+    if command == "sub":
+        try:
+            argv = spec.sbatch_forms(argv)
+        except UsageError:
+            return None         # click's path says it (submit.py)
     flags = _table(options)
     params = {spec.dest(decls): default for decls, _k, _h, default in options}
     positional, after_dashdash, i = [], False, 0

@@ -309,6 +309,15 @@ def control(c, op, job_ids) -> None:
         sys.exit(reply.get("code") or 2)
 
 
-def delete(c, job_ids, **_) -> None:
-    """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait."""
+def delete(c, job_ids, user=None, **_) -> None:
+    """Cancel jobs (your own; admins any). Running jobs get SIGTERM, then SIGKILL after kill_wait.
+    `user`: every active job of that user (with `job_ids`: those of them)."""
+    if not job_ids and not user:
+        raise UsageError("del: give job ids, or -u USER for all of a user's jobs")
+    if user:
+        picked = _id_filter(",".join(job_ids)) if job_ids else (lambda j: True)
+        mine = [str(j.id) for j in c.read.active() if j.user == user and j.state in states.ACTIVE and picked(j)]
+        if not mine:
+            return echo(f"labq: no pending or running jobs of {user}" + (" among those named" if job_ids else ""))
+        job_ids = mine
     control(c, "cancel", job_ids)

@@ -11,7 +11,7 @@ from .common import echo_json, pass_ctx, volatile_header
 from .spec import with_options
 
 
-@click.command()
+@click.command(context_settings={"help_option_names": ["--help"]})     # -h: squeue's --noheader
 @with_options(spec.STAT)
 @pass_ctx
 def stat(ctx, user, account, state, job_ids, me, start, fmt, noheader, expand, as_json):

@@ -1,7 +1,7 @@
 """`#SBATCH` lines → `labq sub` flags, for SLURM scripts that have no `#LABQ` lines.
 
-The common subset is translated (-J -A -q -t --mem --gres=gpu[:type]:N --gpus --gpus-per-node -c
--N -o -e -a -d --begin --deadline --signal --requeue --export -D -H); options labq has no use for
+The common subset is translated (-J -A -q -t --mem --mem-per-cpu --gres=gpu[:type]:N --gpus
+--gpus-per-node -c -N -o -e -a -d --kill-on-invalid-dep --begin --deadline --signal --requeue --export -D -H); options labq has no use for
 (-n, -p, --mail-*, …) are dropped and named, with everything else not understood, in one warning
 line. labq starts one task per node (torchrun spawns the per-GPU ranks), so --ntasks-per-node > 1
 is refused. Pure: text in, (flags, ignored) out.
@@ -14,12 +14,12 @@ from labq.scheduler.errors import UsageError
 _VALUE = {"job-name": "--name", "account": "--account", "qos": "--qos", "time": "--time", "mem": "--mem",
           "gpus": "--gpus", "gpus-per-node": "--gpus-per-node", "nodes": "--nodes", "gpus-per-task": "--gpus", "cpus-per-task": "--cpus",
           "output": "--output", "error": "--error", "array": "--array", "dependency": "--dependency",
-          "begin": "--begin", "deadline": "--deadline", "export": "--export", "chdir": "--chdir"}
+          "begin": "--begin", "deadline": "--deadline", "export": "--export", "chdir": "--chdir",
+          "mem-per-cpu": "--mem-per-cpu", "signal": "--signal"}
 _FLAG = {"requeue": "--requeue", "no-requeue": "--no-requeue", "hold": "--hold"}
 _SHORT = {"J": "job-name", "A": "account", "q": "qos", "t": "time", "G": "gpus", "c": "cpus-per-task",
           "o": "output", "e": "error", "a": "array", "d": "dependency", "D": "chdir", "H": "hold",
           "N": "nodes", "n": "ntasks", "p": "partition"}
-_SIGNUM = {"1": "HUP", "2": "INT", "3": "QUIT", "10": "USR1", "12": "USR2", "14": "ALRM", "15": "TERM", "23": "URG"}
 
 
 def directives(script: str, prefix: str = "#SBATCH") -> list[str]:
@@ -47,7 +47,8 @@ def translate(tokens: list[str]) -> tuple[list[str], list[str]]:
         if name is None:
             ignored.append(tok)
             continue
-        takes_value = name not in _FLAG and name not in ("exclusive", "no-kill", "overcommit", "contiguous")
+        takes_value = name not in _FLAG and name not in ("exclusive", "no-kill", "overcommit", "contiguous",
+                                                         "kill-on-invalid-dep")
         if value is None and takes_value and i < len(tokens) and not tokens[i].startswith("-"):
             value, i = tokens[i], i + 1
         shown = tok if value is None or "=" in tok or (tok.startswith("-") and not tok.startswith("--")
@@ -76,12 +77,12 @@ def _one(name: str, value: str | None) -> list[str] | None:
     """The labq flags for one sbatch option, [] to drop it quietly, None when it is ignored (warned)."""
     if name in _FLAG:
         return [_FLAG[name]]
+    if name == "kill-on-invalid-dep":       # sbatch's =yes|no (bare: yes)
+        return ["--kill-on-invalid-dep" + (f"={value}" if value is not None else "")]
     if value is None:
         return None
     if name == "gres":
         return gres(value)
-    if name == "signal":
-        return ["--signal", _signal(value)]
     if name == "ntasks-per-node":
         if value != "1":
             raise UsageError(f"#SBATCH --{name}={value}: labq starts one task per node "
@@ -109,9 +110,3 @@ def gres(value: str) -> list[str] | None:
         return ["--gpus", f"{':'.join(bits[1:-1])}:{bits[-1]}"]
     return None
 
-
-def _signal(value: str) -> str:
-    """sbatch's `[{R|B}:]SIG[@secs]` (SIG a name or number, 60 s by default) → labq's `SIG@secs`."""
-    v = value.split(":", 1)[1] if value[:2] in ("B:", "R:") else value
-    sig, _, when = v.partition("@")
-    return f"{_SIGNUM.get(sig, sig)}@{when or 60}"

@@ -134,7 +134,16 @@ SACCT = {
     "restarts": ("Restarts", lambda j, x: str(j.restart_count)), "workdir": ("WorkDir", lambda j, x: j.workdir),
     "reason": ("Reason", lambda j, x: j.reason), "cost": ("Cost", lambda j, x: x.get("cost", "")),
     "committed": ("Committed", lambda j, x: x.get("committed", "")),
+    "maxrss": ("MaxRSS", lambda j, x: _max_rss(j)),
 }
+
+
+def _max_rss(j) -> str:
+    """sacct's MaxRSS (in K, as sacct prints it): the peak of the job's attempts, "" where none was
+    recorded (an attempt that never started, a row archived before labq kept it)."""
+    peaks = [(a.usage or {}).get("max_rss_bytes") for a in j.attempts]
+    peak = max((p for p in peaks if p), default=None)
+    return f"{peak // 1024}K" if peak else ""
 DEFAULT_SACCT = "JobID,JobName,Account,AllocCPUS,State,ExitCode,Elapsed,Cost"
 
 

@@ -5,6 +5,7 @@ An option is (declarations, kind, help, default), the declarations exactly as cl
 (flags, an optional destination name, or "--x/--no-x"). Kinds: "str", "int", "flag" (is_flag),
 "bool" (a --x/--no-x pair), "multi" (repeatable string).
 """
+from labq.scheduler.errors import UsageError
 
 SUB = [
     (("-J", "--name", "--job-name", "name"), "str", "Job name.", None),
@@ -19,6 +20,9 @@ SUB = [
     (("--gpus-per-node",), "str", "GPUs on each node of the job: N or MODEL:N.", None),
     (("-c", "--cpus", "--cpus-per-task", "cpus"), "str", "CPUs (default 1).", None),
     (("--mem",), "str", "Memory, like 12G (default 0: no reservation).", None),
+    (("--mem-per-cpu",), "str", "Memory per CPU, like 4G: the job gets CPUs × this (SLURM's; not with --mem).", None),
+    (("--ntasks-per-node",), "str", "Only 1: labq starts one task per node (torchrun starts the per-GPU ranks).",
+     None),
     (("-t", "--time", "time_"), "str", "Time limit: 2h, 90 (minutes), 1:30:00, 2-0.", None),
     (("--est",), "str", "Expected runtime (forecast budget mode).", None),
     (("--max-wait",), "str", "Give up (EX) if not started within this long.", None),
@@ -27,7 +31,8 @@ SUB = [
     (("--deadline",), "str", "End the job (DL) once it could no longer finish by this time (forms of --begin).", None),
     (("-d", "--dependency"), "str", "afterok:ID[:ID],afternotok:ID,afterany:ID,singleton (',' = all of).", None),
     (("--kill-on-invalid-dep",), "flag",
-     "Cancel the job when a dependency can never be satisfied (else it pends).", None),
+     "Cancel the job when a dependency can never be satisfied (else it pends); =yes and =no as sbatch takes them.",
+     None),
     (("--retries",), "int", "Retry up to N times on node failure and on --retry-on exit codes.", None),
     (("--retry-on",), "str", "Exit codes that are retried (with --retries), comma-separated: 3,75.", None),
     (("--requeue/--no-requeue",), "bool", "Requeue on node failure (default) or end NF.", None),
@@ -36,7 +41,8 @@ SUB = [
     (("--preemptible/--no-preemptible",), "bool", "Override the QoS's preemptibility.", None),
     (("--mem-limit",), "str", "Memory the job may use before it is killed (default: --mem).", None),
     (("-a", "--array"), "str", "Array: 1-12, 1-12:2, 1-12%4 (at most 4 at once).", None),
-    (("--signal", "warn_signal"), "str", "[SIG]@SECS: send SIG (default USR1) SECS before the time limit.", None),
+    (("--signal", "warn_signal"), "str", "[B:][SIG][@SECS]: send SIG (default USR1) SECS (default 60) "
+     "before the time limit; B: to the batch shell only, else to all the job's processes.", None),
     (("--checkpoint-exit-code",), "int", "Exiting with this code requeues the job at once.", None),
     (("-o", "--output"), "str", "stdout pattern (default labq-%j.out; %j %A %a %x %u %r).", None),
     (("-e", "--error"), "str", "stderr pattern (default: with stdout).", None),
@@ -57,7 +63,7 @@ STAT = [
     (("--me",), "flag", "Only my jobs.", False),
     (("--start",), "flag", "Expected start of pending jobs (from running jobs' time limits).", False),
     (("-o", "--format", "fmt"), "str", 'squeue fields, like "%.10i %.9T %.8u %.10M %.10l %b %R".', None),
-    (("--noheader",), "flag", "No header lines.", False),
+    (("-h", "--noheader"), "flag", "No header lines (squeue's -h; help is --help).", False),
     (("-r", "--array", "expand"), "flag", "One line per array task (else pending tasks compact).", False),
     (("--json", "as_json"), "flag", None, False),
 ]
@@ -66,12 +72,35 @@ LOGS = [
     (("-f", "--follow"), "flag", "Keep printing as the job writes, until it ends.", False),
     (("--err",), "flag", "Show the stderr file (when -e gave one).", False),
 ]
+# sbatch's `--kill-on-invalid-dep=yes|no`: labq's flag, or nothing
+_YES_NO = {"--kill-on-invalid-dep"}
+
+
+def sbatch_forms(argv: list[str]) -> list[str]:
+    """`argv` with sbatch's `--FLAG=yes|no` spellings of labq's flags as labq takes them (the flag, or
+    nothing), up to `--`; another value is a UsageError."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == "--":
+            return out + argv[i:]
+        name, eq, value = a.partition("=")
+        if eq and name in _YES_NO:
+            if value.lower() not in ("yes", "no"):
+                raise UsageError(f"{name}: expected yes or no, got {value!r}")
+            out += [name] if value.lower() == "yes" else []
+            continue
+        out.append(a)
+    return out
+
+
 WAIT = [(("--timeout",), "str", "Give up after this long (exit 1).", None)]
+DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (scancel -u; yours, or any for admins).",
+        None)]
 
 # command -> (options, positional name, how many: 1, "+" (one or more) or "*" (any, sub's argv))
 COMMANDS = {
     "sub": (SUB, "args", "*"), "stat": (STAT, None, 0), "q": (STAT, None, 0), "show": (SHOW, "job_id", 1),
-    "logs": (LOGS, "job_id", 1), "wait": (WAIT, "job_ids", "+"), "del": ([], "job_ids", "+"),
+    "logs": (LOGS, "job_id", 1), "wait": (WAIT, "job_ids", "+"), "del": (DEL, "job_ids", "*"),
 }
 
 

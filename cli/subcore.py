@@ -65,13 +65,23 @@ def parse_codes(text) -> list[int]:
     return codes
 
 
+SIGNUM = {"1": "HUP", "2": "INT", "3": "QUIT", "10": "USR1", "12": "USR2", "14": "ALRM", "15": "TERM", "23": "URG"}
+
+
 def parse_signal(text) -> list:
-    """`USR1@60`, `SIGUSR2@2m`, `@90` (USR1) → [name, seconds]."""
-    name, at, when = str(text).rpartition("@")
-    if not at:
-        raise UsageError(f"--signal: expected [SIG]@SECS like USR1@60, got {text!r}")
-    name = (name.upper().removeprefix("SIG") or "USR1")
-    return [name, units.parse_duration(when, "--signal", bare_unit=1)]
+    """sbatch's `[{B|R}:][SIG][@SECS]`: `USR1@60`, `SIGUSR2@2m`, `@90` (USR1), `USR1` (60 s before,
+    SLURM's default), `10@60` (a number), `B:USR1@60` (the batch shell only) → [name, seconds] or
+    [name, seconds, "batch"]."""
+    text = str(text)
+    scope, colon, rest = text.partition(":")
+    if colon and scope.upper() in ("B", "R"):
+        text = rest
+    name, at, when = text.rpartition("@") if "@" in text else (text, "@", "60")
+    if not when:
+        raise UsageError(f"--signal: expected [B:][SIG][@SECS] like USR1@60, got {text!r}")
+    name = name.upper().removeprefix("SIG") or "USR1"
+    out = [SIGNUM.get(name, name), units.parse_duration(when, "--signal", bare_unit=1)]
+    return out + ["batch"] if colon and scope.upper() == "B" else out
 
 
 def directives(script: str) -> list[str]:
@@ -93,7 +103,10 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
     unset from a script's directives (each parser brings its own, so that errors read the same)."""
     argv, script, script_name = command(dashdash, args)
     if script is not None:
+        given = {k for k in ("mem", "mem_per_cpu") if opts.get(k) is not None}
         script_directives(opts, script, merge)
+        if given:       # the command line's memory beats the script's, in either spelling
+            opts.update({k: None for k in ("mem", "mem_per_cpu") if k not in given})
         opts["name"] = opts.get("name") or script_name
     for key, var in ENV.items():
         opt = "time_" if key == "time" else key
@@ -201,6 +214,7 @@ def _body(opts, argv, script) -> dict:
         bounds.integer("--cpus", body["cpus"], 1)
     if opts.get("mem") is not None:
         body["mem"] = units.parse_size(opts["mem"], "--mem")
+    _per_cpu_and_tasks(opts, body)
     for key, flag, dest in (("time_", "--time", "time_limit"), ("est", "--est", "est"),
                             ("max_wait", "--max-wait", "max_wait")):
         if opts.get(key) is not None:
@@ -246,6 +260,18 @@ def _gpus_and_nodes(opts) -> tuple[str, int, int]:
                              f"(give --gpus-per-node N)")
         gpus //= nodes
     return model, gpus, nodes
+
+
+def _per_cpu_and_tasks(opts, body: dict) -> None:
+    """sbatch's --mem-per-cpu (the job's memory: its CPUs × it) and --ntasks-per-node (1 only)."""
+    if opts.get("mem_per_cpu") is not None:
+        if opts.get("mem") is not None:
+            raise UsageError("--mem-per-cpu: give either it or --mem, not both")
+        body["mem"] = units.parse_size(opts["mem_per_cpu"], "--mem-per-cpu") * body.get("cpus", 1)
+    n = opts.get("ntasks_per_node")
+    if n is not None and str(n) != "1":
+        raise UsageError(f"--ntasks-per-node: labq starts one task per node, got {str(n)[:20]!r} "
+                         "(give 1, and start the per-GPU ranks with torchrun --nproc-per-node)")
 
 
 def _when_options(opts, body: dict) -> None:

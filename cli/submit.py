@@ -25,7 +25,7 @@ class SubCommand(click.Command):
 
     def parse_args(self, ctx, args):
         ctx.meta["dashdash"] = "--" in args
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, spec.sbatch_forms(args))
 
 
 @click.command(cls=SubCommand, context_settings={"ignore_unknown_options": False})

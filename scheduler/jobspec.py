@@ -45,11 +45,12 @@ def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None)
         bounds.time_limit("est", est, cfg.max_time_limit)
     warn_signal = body.get("signal")
     if warn_signal is not None:
-        if (not isinstance(warn_signal, list) or len(warn_signal) != 2 or warn_signal[0] not in SIGNALS
-                or not bounds.is_int(warn_signal[1]) or not 1 <= warn_signal[1] <= bounds.MAX_INT):
-            raise UsageError(f"signal: expected [NAME, seconds ≥ 1] with NAME one of {', '.join(sorted(SIGNALS))}, "
-                             f"got {warn_signal!r}")
-        warn_signal = (warn_signal[0], warn_signal[1])
+        if (not isinstance(warn_signal, list) or len(warn_signal) not in (2, 3) or warn_signal[0] not in SIGNALS
+                or not bounds.is_int(warn_signal[1]) or not 1 <= warn_signal[1] <= bounds.MAX_INT
+                or warn_signal[2:] not in ([], ["batch"])):
+            raise UsageError(f"signal: expected [NAME, seconds ≥ 1] or [NAME, seconds, \"batch\"] with NAME one of "
+                             f"{', '.join(sorted(SIGNALS))}, got {warn_signal!r}")
+        warn_signal = tuple(warn_signal)
     begin = body.get("begin")
     if begin is not None:
         begin = bounds.epoch("begin", begin, now)

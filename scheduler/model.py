@@ -89,7 +89,8 @@ class Job:
     max_wait: int | None = None           # seconds of queue wait before EX
     out: str = ""
     err: str = ""
-    warn_signal: tuple[str, int] | None = None   # --signal SIG@SECS: (name, seconds before the limit)
+    # --signal [B:]SIG@SECS: (name, seconds before the limit), + "batch" with B: (the job's own process only)
+    warn_signal: tuple | None = None
     checkpoint_exit_code: int | None = None      # exiting with it means: requeue me now
     tags: tuple[tuple[str, str], ...] = ()
     array_id: int | None = None

@@ -158,6 +158,12 @@ def acting_as(ident: Identity):
 
 
 # -- files -------------------------------------------------------------------------------------
+def _is_null(st: os.stat_result) -> bool:
+    """/dev/null (sbatch -o /dev/null: output thrown away), whatever name it was opened by."""
+    null = os.stat("/dev/null")
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev
+
+
 def _open_log(path: str, umask: int = 0o022) -> int:
     # O_NONBLOCK: a FIFO planted at the path fails with ENXIO instead of hanging the runner.
     flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -170,7 +176,8 @@ def _open_log(path: str, umask: int = 0o022) -> int:
             fd = os.open(path, flags)
     except OSError as e:
         raise StartError(f"cannot open log file {path}: {e.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) and not _is_null(st):
         os.close(fd)
         raise StartError(f"log path {path} is not a regular file")
     os.set_blocking(fd, True)

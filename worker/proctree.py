@@ -116,6 +116,15 @@ def signal_tree(pgid: int | None, sig: int, root: int | None = None) -> None:
             os.kill(p, sig)
 
 
+def warn(pid: int, sig: int, batch: bool) -> None:
+    """--signal's warning before the time limit: to the job's whole tree, or with SLURM's `B:` to
+    the job's own process alone (the batch shell, which traps it; its children have no handler)."""
+    if not batch:
+        return signal_tree(pid, sig)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
 def wait_tree_death(timeout: float, root: int | None = None, interval: float = 0.05) -> bool:
     """True once no descendant of `root` is alive (zombies count as dead), False on timeout."""
     end = time.monotonic() + timeout

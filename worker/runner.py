@@ -282,7 +282,7 @@ class Run(Ending):
                     name = self.job.warn_signal[0]
                     log.info("job %s attempt %d: SIG%s %ds before the limit", self.job.id, self.n, name,
                              self.job.warn_signal[1])
-                    proctree.signal_tree(self.proc.pid, getattr(signal, f"SIG{name}"))
+                    proctree.warn(self.proc.pid, getattr(signal, f"SIG{name}"), "batch" in self.job.warn_signal[2:])
                     warn_at = math.inf
                 wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until, watch_at)
                            - time.monotonic(), 0.0)

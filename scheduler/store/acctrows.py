@@ -35,7 +35,8 @@ _ENC = json.JSONEncoder(separators=(",", ":"))
 # An attempt's report fields, in this order in the row's `attempts` JSON.
 _ATTEMPT = ("attempt", "node", "gpus", "dispatch_time", "start_time", "end_time", "outcome", "exit_code",
             "cost", "lost_work_s", "usage", "charges")
-_USAGE = ("gpu_idle_s", "gpu_util_mean")     # the usage report reads; the rest stays in the record
+# What the usage report and acct's MaxRSS read; the rest stays in the record.
+_USAGE = ("gpu_idle_s", "gpu_util_mean", "max_rss_bytes")
 
 
 def elapsed(j) -> float:

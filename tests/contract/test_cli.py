@@ -108,8 +108,11 @@ def test_signal_flag():
     from labq.cli.submit import parse_signal
     assert parse_signal("USR1@60") == ["USR1", 60] and parse_signal("@2m") == ["USR1", 120]
     assert parse_signal("sigterm@5") == ["TERM", 5]
+    # sbatch's forms: no @ (60 s before, SLURM's default), a number, B: (the batch shell only), R:
+    assert parse_signal("USR1") == ["USR1", 60] and parse_signal("10") == ["USR1", 60]
+    assert parse_signal("B:USR1@60") == ["USR1", 60, "batch"] and parse_signal("R:USR2@9") == ["USR2", 9]
     with pytest.raises(UsageError):
-        parse_signal("USR1")
+        parse_signal("USR1@")
 
 
 def test_checkpoint_outside_a_job_is_a_usage_error():

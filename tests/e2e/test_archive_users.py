@@ -49,7 +49,9 @@ def test_a_user_who_cannot_open_the_archive_gets_the_same_answers_through_the_sc
         os.chmod(path, 0o600)                                   # the scheduler's own, as under systemd
         cfg = os.path.join(d, "labq.toml")
         with open(cfg, "w") as f:
-            f.write(SWEEP_TOML + f'\n[redis]\nurl = "{rp.url}"\n[history]\nurl = "sqlite://{path}"\n')
+            # An admin (acct shows a non-admin only their own jobs; these are alice's)
+            f.write(SWEEP_TOML + f'\n[redis]\nurl = "{rp.url}"\n[history]\nurl = "sqlite://{path}"\n'
+                    f'[security]\nadmins = ["root", "{pw.pw_name}"]\n')
         os.chmod(cfg, 0o644)
 
         def labq(*args, as_user):

@@ -98,7 +98,7 @@ def test_an_sbatch_script_runs_with_its_directives(stack):
     j = stack.wait_state(jid, states.TERMINAL, 90)
     assert j.state == states.COMPLETED, j.detail
     assert (j.gpus, j.cpus, j.mem, j.time_limit, j.name) == (1, 2, 1 << 30, 60, "sb-test")
-    assert tuple(j.warn_signal) == ("USR1", 30)
+    assert tuple(j.warn_signal) == ("USR1", 30, "batch")     # B: the batch shell only
     with open(os.path.join(stack.work, f"sb-{jid}.out")) as f:
         out = f.read()
     assert out.startswith("gpus=GPU-") and "cpus=2 name=sb-test" in out

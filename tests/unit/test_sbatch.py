@@ -17,7 +17,9 @@ from labq.scheduler.errors import UsageError
     (["-o", "o-%j.out", "-e", "e-%j.err"], ["--output", "o-%j.out", "--error", "e-%j.err"]),
     (["-a", "0-15%4"], ["--array", "0-15%4"]), (["--array=1-3"], ["--array", "1-3"]),
     (["-d", "afterok:12"], ["--dependency", "afterok:12"]), (["--begin=now+1hour"], ["--begin", "now+1hour"]),
-    (["--signal=B:USR1@120"], ["--signal", "USR1@120"]), (["--signal=10"], ["--signal", "USR1@60"]),
+    (["--signal=B:USR1@120"], ["--signal", "B:USR1@120"]), (["--signal=10"], ["--signal", "10"]),
+    (["--mem-per-cpu=4G"], ["--mem-per-cpu", "4G"]), (["--kill-on-invalid-dep=yes"], ["--kill-on-invalid-dep=yes"]),
+    (["--kill-on-invalid-dep"], ["--kill-on-invalid-dep"]),
     (["--requeue"], ["--requeue"]), (["--no-requeue"], ["--no-requeue"]), (["-H"], ["--hold"]),
     (["--export=NONE"], ["--export", "NONE"]), (["-N", "1", "-n", "1"], []), (["--nodes=1-1"], []),
 ])
