@@ -5,7 +5,7 @@ PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install install-system docs-check redis bench clean
+.PHONY: demo test lint install install-system install-slurm-compat install-pbs-compat docs-check redis bench clean
 
 # editable_mode=compat: the checkout's folder in a .pth, not setuptools' import finder, which costs every
 # labq command (and each the tests start) 11-18 ms of CPU before main(); labq/__init__.py maps
@@ -26,6 +26,15 @@ install-system:
 	PREFIX=$(or $(PREFIX),/opt/labq) BINDIR=$(or $(BINDIR),/usr/local/bin) \
 	SYSCONFDIR=$(or $(SYSCONFDIR),/etc/labq) UNITDIR=$(or $(UNITDIR),/etc/systemd/system) \
 	DOCDIR=$(or $(DOCDIR),/usr/share/doc/labq) sh systemd/install-system.sh
+
+# sbatch, srun, squeue, scancel, sacct (and `module`, where no environment modules are) speaking to labq,
+# in BINDIR (default /usr/local/bin) for every user of a machine without SLURM; refused where a real
+# sbatch is on PATH. Jobs get the same commands from the worker either way (worker.compat_commands).
+# PY_FOR_COMPAT: the interpreter the commands run (default: this checkout's venv; /opt/labq/bin/python
+# after install-system).
+install-slurm-compat: install
+	$(BIN)/python -m labq.worker.shimbin --python $(or $(PY_FOR_COMPAT),$(abspath $(BIN))/python) \
+	  $(or $(BINDIR),/usr/local/bin) slurm modules
 
 # redis-server from Debian when missing: installed when we are root, else we say what to run.
 redis:

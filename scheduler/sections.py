@@ -84,6 +84,7 @@ class Worker(Section):
     idle_gpu_after: float = 1800
     stop_grace: float = 300
     slurm_env: bool = True
+    compat_commands: bool = True  # srun/sbatch/squeue… as labq speaks them on jobs' PATH (worker/shimbin.py)
     addr: str = ""               # where a gang's other nodes reach this one ("": the host name's address)
 
 

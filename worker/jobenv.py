@@ -14,7 +14,9 @@ Layers, each over the one before (later wins):
   3b. a gang's (`sub -N`): what torchrun needs (MASTER_ADDR, MASTER_PORT, NODE_RANK, WORLD_SIZE,
      LOCAL_WORLD_SIZE) and where the job runs (LABQ_NODELIST, LABQ_NODEID, LABQ_NUM_NODES);
   5. `CUDA_VISIBLE_DEVICES` = the allocated GPUs, always (an empty value for a CPU job, so an
-     exported `CUDA_VISIBLE_DEVICES=0` cannot reach a GPU another job holds).
+     exported `CUDA_VISIBLE_DEVICES=0` cannot reach a GPU another job holds);
+  6. the compat commands (`srun`, `sbatch`, `squeue`… as labq speaks them; worker/shimbin.py) last
+     on PATH, unless `worker.compat_commands = false`.
 
 Nothing here reads `os.environ`: the daemon's environment (Redis passwords, RQ_*, NOTIFY_SOCKET)
 never reaches a job.
@@ -41,6 +43,7 @@ class Place:
     prefix: str = "labq"
     slurm_env: bool = True
     part: object = None        # a gang's part here (worker/gang.Part), after the rendezvous
+    compat_bin: str = ""       # sbatch/srun/qsub… as labq speaks them (worker/shimbin.py), last on PATH
 
 
 def inherited(env: dict) -> dict:
@@ -67,7 +70,15 @@ def build(job, where: Place) -> dict[str, str]:
         env.update(slurm_vars(job, where))
         env.update({k: v for k, v in gang.items() if k.startswith("SLURM_")})
     env.update(CUDA_VISIBLE_DEVICES=",".join(where.gpus), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    if where.compat_bin:
+        env["PATH"] = with_last(env.get("PATH", DEFAULT_PATH), where.compat_bin)
     return env
+
+
+def with_last(path: str, folder: str) -> str:
+    """`folder` last on `path`, once (a job submitted from a job inherits the entry already): the
+    submitter's own PATH keeps its order, and a real SLURM they use still comes first."""
+    return ":".join([*(d for d in path.split(":") if d and d != folder), folder])
 
 
 def labq_vars(job, where: Place) -> dict[str, str]:

@@ -45,6 +45,7 @@ class Settings:
     addr: str = ""                  # worker.addr: where a gang's other nodes reach this one ("": the host's)
     epoch: str = ""                 # the agent incarnation's token, its lease's value ("": not checked)
     agent_pid: int = 0              # the slot runner's parent: gone, the runner claims and starts nothing
+    compat_bin: str = ""            # the compat commands' folder, last on jobs' PATH (worker/shimbin.py)
 
     @classmethod
     def from_environ(cls, env=None) -> "Settings":
@@ -63,7 +64,7 @@ class Settings:
                    slurm_env=env.get("LABQ_SLURM_ENV", "1") != "0",
                    qos_signal=tuple(tuple(x.split("=", 1)) for x in (env.get("LABQ_QOS_SIGNAL") or "").split(",")
                                     if "=" in x),
-                   lease=float(env.get("LABQ_LEASE") or 30))
+                   lease=float(env.get("LABQ_LEASE") or 30), compat_bin=env.get("LABQ_COMPAT_BIN", ""))
 
     @classmethod
     def from_dict(cls, d: dict) -> "Settings":
@@ -83,7 +84,8 @@ class Settings:
                 "LABQ_STOP_GRACE": str(self.stop_grace),
                 "LABQ_QOS_GRACE": ",".join(f"{q}={g}" for q, g in self.qos_grace),
                 "LABQ_SLURM_ENV": "1" if self.slurm_env else "0",
-                "LABQ_QOS_SIGNAL": ",".join(f"{q}={g}" for q, g in self.qos_signal), "LABQ_LEASE": str(self.lease)}
+                "LABQ_QOS_SIGNAL": ",".join(f"{q}={g}" for q, g in self.qos_signal), "LABQ_LEASE": str(self.lease),
+                "LABQ_COMPAT_BIN": self.compat_bin}
 
     def shutdown_grace(self, qos: str) -> float:
         """The checkpoint grace a job gets when the node stops: its QoS's preemption grace, capped
@@ -285,7 +287,8 @@ def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start:
     gpus = tuple(part.gpus) if part is not None else tuple(attempt.gpus)
     return jobenv.build(job, jobenv.Place(
         node=s.node, user=pw.pw_name, home=pw.pw_dir, shell=pw.pw_shell, gpus=gpus, start=start,
-        checkpoint_dir=ckpt, redis_url=public_url(s.redis_url), prefix=s.prefix, slurm_env=s.slurm_env, part=part))
+        checkpoint_dir=ckpt, redis_url=public_url(s.redis_url), prefix=s.prefix, slurm_env=s.slurm_env, part=part,
+        compat_bin=s.compat_bin))
 
 
 def public_url(url: str) -> str:
