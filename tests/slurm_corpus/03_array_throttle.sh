@@ -8,7 +8,6 @@
 # expect-tasks: 6
 # expect-out: seed=
 # expect-log: sweep_%A_%a.out
-# expect-needs: slurm (issue 37: array tasks fail when the script is over ~256 bytes)
 SEEDS=(11 22 33 44 55 66)
 SEED=${SEEDS[$SLURM_ARRAY_TASK_ID]}
 echo "task $SLURM_ARRAY_TASK_ID of array $SLURM_ARRAY_JOB_ID: seed=$SEED"

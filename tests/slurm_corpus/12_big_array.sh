@@ -10,7 +10,6 @@
 # expect-tasks: 4
 # expect-out: grid point
 # expect-log: grid_%A_%a.out
-# expect-needs: slurm (issue 37: array tasks fail when the script is over ~256 bytes)
 #
 # ===========================================================================================
 #  Hyper-parameter grid over learning rate x weight decay, one array task per grid point.
