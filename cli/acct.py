@@ -19,7 +19,7 @@ from labq.scheduler.errors import RefusedError
 from labq.scheduler.model import Job
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
 
-from . import render, slurmfmt
+from . import acctdup, render, slurmfmt
 from .common import echo_json, pass_ctx
 
 _OUTPUTS = ("table", "csv", "json")
@@ -62,17 +62,19 @@ def window(since, until, start, end, named: bool, now: float) -> tuple[float, fl
 @click.option("-p", "--parsable", is_flag=True, help="Fields separated by |, with a trailing |.")
 @click.option("-n", "--noheader", is_flag=True)
 @click.option("-X", "--allocations", is_flag=True, hidden=True, help="Accepted for sacct habits (labq has no steps).")
+@click.option("-D", "--duplicates", is_flag=True,
+              help="Each attempt of a requeued job its own row, with its own cost (as sacct -D).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def acct(ctx, start, end, since, until, job_ids, user, allusers, account, state, fmt, parsable2, parsable, noheader,
-         allocations, as_json):
+         allocations, duplicates, as_json):
     """History of ended jobs with their costs (sacct-like): your own, or every user's for admins."""
     from .query import _id_filter, _states
     now = time.time()
     user = _whose(ctx.thin, user, allusers)
     picked, wanted = _id_filter(job_ids), _states(state)
     lo, hi = window(since, until, start, end, bool(job_ids), now)
-    if fmt in ("table", "csv") and not (as_json or parsable or parsable2):
+    if fmt in ("table", "csv") and not (as_json or parsable or parsable2 or duplicates):
         # The thin client (no redis-py: ~0.1 s of start-up); no garbage collection: this process makes
         # ~100k tuples and strings that all live until it exits, and each pass would walk them all.
         gc.disable()
@@ -81,13 +83,14 @@ def acct(ctx, start, end, since, until, job_ids, user, allusers, account, state,
     # Archived jobs come as compact rows (store/acctrows.py), the recent ones as records.
     jobs = [j for j in read.acct_rows(lo, hi, user, account) if (not wanted or j.state in wanted) and picked(j)]
     jobs.sort(key=lambda j: j.id)
+    if duplicates:
+        return _duplicates(ctx, _records(read, jobs), fmt, as_json, "|" if parsable or parsable2 else None, parsable,
+                           noheader)
     committed = _committed(ctx, jobs)
     if as_json or fmt == "json":
         # --json shows every field of each job (DESIGN §8's shape): the records, of the chosen jobs only.
-        full = {j.id: j for j in read.jobs([j.id for j in jobs if not isinstance(j, Job)])}
-        jobs = [j if isinstance(j, Job) else full[j.id] for j in jobs if isinstance(j, Job) or j.id in full]
         return echo_json([{**render.job_dict(j), "committed_cost": committed[j.id] / MICRO,
-                           "final_cost": j.cost / MICRO} for j in jobs])
+                           "final_cost": j.cost / MICRO} for j in _records(read, jobs)])
     fields = slurmfmt.sacct_fields(slurmfmt.DEFAULT_SACCT if fmt in _OUTPUTS else fmt)
     extra = {j.id: {"cost": fmt_money(j.cost), "committed": fmt_money(committed[j.id])} for j in jobs}
     sep = "|" if parsable or parsable2 else None
@@ -105,6 +108,31 @@ def _whose(thin, user: str | None, allusers: bool) -> str | None:
         raise RefusedError(f"acct: only admins ({', '.join(thin.security.get('admins', ('root',)))}) see other "
                            f"users' jobs; `labq acct` shows yours ({me})")
     return me
+
+
+def _records(read, jobs) -> list[Job]:
+    """The full records of `jobs` (archived ones come as compact acct rows)."""
+    full = {j.id: j for j in read.jobs([j.id for j in jobs if not isinstance(j, Job)])}
+    return [j if isinstance(j, Job) else full[j.id] for j in jobs if isinstance(j, Job) or j.id in full]
+
+
+def _duplicates(ctx, jobs: list[Job], fmt, as_json, sep, trailing, noheader):
+    """--duplicates: a row per attempt (cli/acctdup.py); --json adds `attempt` to acct's objects,
+    whose costs and state are then the attempt's."""
+    from labq.scheduler.report import committed_by_job
+    rows = acctdup.views(jobs)
+    models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
+    committed = [committed_by_job([v], models, ctx.cfg)[v.id] for v in rows]
+    if as_json or fmt == "json":
+        return echo_json([{**render.job_dict(v), "attempt": v.restart_count + 1 if v.attempts else None,
+                           "committed_cost": c / MICRO, "final_cost": v.cost / MICRO} for v, c in zip(rows, committed)])
+    if fmt in ("table", "csv") and sep is None:
+        return _table(acctdup.table_rows(rows, committed), fmt, noheader, per_attempt=True)
+    fields = slurmfmt.sacct_fields(slurmfmt.DEFAULT_SACCT if fmt in _OUTPUTS else fmt)
+    extra = [{"cost": fmt_money(v.cost), "committed": fmt_money(c), "state": acctdup.LONG.get(v.state, "")}
+             for v, c in zip(rows, committed)]
+    out = slurmfmt.sacct(fields, rows, extra, header=not noheader, sep=sep, trailing=trailing)
+    return click.echo(out) if out else None
 
 
 def _committed(ctx, jobs) -> dict:
@@ -154,7 +182,7 @@ def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
     return rows
 
 
-def _table(rows: list[tuple], fmt: str, noheader: bool) -> None:
+def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = False) -> None:
     """The table (or CSV) of `rows` (_table_rows). A month of a busy lab is ~100k rows: the work is
     done column by column: each distinct value formatted (and padded) once, the rest in C (map,
     zip, join), no object per row."""
@@ -166,6 +194,7 @@ def _table(rows: list[tuple], fmt: str, noheader: bool) -> None:
     else:
         shown = [str(i) if a is None else f"{a}_{x}" for i, a, x in zip(ids, aids, aixs)]
     heads: dict[int, str] = {}
+    headers = _HEADERS[:10] + ("ATTEMPT",) + _HEADERS[11:] if per_attempt else _HEADERS
     as_csv = fmt == "csv"
     exits = (["" if c is None else c for c in codes] if as_csv else list(zip(codes, sts)),
              None if as_csv else _exit_codes(set(zip(codes, sts))))
@@ -177,11 +206,11 @@ def _table(rows: list[tuple], fmt: str, noheader: bool) -> None:
         out = io.StringIO()
         w = csv.writer(out)
         if not noheader:
-            w.writerow(_HEADERS)
+            w.writerow(headers)
         w.writerows(zip(shown, *(v if t is None else map(t.__getitem__, v) for v, t in cells)))
         return click.echo(out.getvalue(), nl=False)
-    widths = [max(len(_HEADERS[0]), max(map(len, shown), default=0))]
-    widths += [max(len(h), max(map(len, t.values()), default=0)) for h, (_, t) in zip(_HEADERS[1:], cells)]
+    widths = [max(len(headers[0]), max(map(len, shown), default=0))]
+    widths += [max(len(h), max(map(len, t.values()), default=0)) for h, (_, t) in zip(headers[1:], cells)]
     # Each cell padded to its column's width, the last column not (what rstrip took off each line).
     columns = [list(map(str.ljust, shown, repeat(widths[0], n)))]
     for (v, t), w in zip(cells[:-1], widths[1:]):
@@ -189,12 +218,12 @@ def _table(rows: list[tuple], fmt: str, noheader: bool) -> None:
             t = dict(zip(t, map(str.ljust, t.values(), repeat(w))))
         columns.append(list(map(t.__getitem__, v)))
     columns.append(list(map(cells[-1][1].__getitem__, cells[-1][0])))
-    lines = [] if noheader else ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths)).rstrip()]
+    lines = [] if noheader else ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += map("  ".join, zip(*columns))
     if lines:
         click.echo("\n".join(lines))
     if not noheader:
-        click.echo(f"{n} jobs, total cost {fmt_money(sum(costs))}")
+        click.echo(f"{n} {'attempts' if per_attempt else 'jobs'}, total cost {fmt_money(sum(costs))}")
 
 
 def _texts(values) -> dict:

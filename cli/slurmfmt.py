@@ -119,7 +119,7 @@ SACCT = {
     "jobname": ("JobName", lambda j, x: j.name), "user": ("User", lambda j, x: j.user),
     "account": ("Account", lambda j, x: j.account), "qos": ("QOS", lambda j, x: j.qos),
     "partition": ("Partition", lambda j, x: "labq"),
-    "state": ("State", lambda j, x: states.LONG.get(j.state, j.state)),
+    "state": ("State", lambda j, x: x.get("state") or states.LONG.get(j.state, j.state)),
     "exitcode": ("ExitCode", lambda j, x: exit_code(j)),
     "submit": ("Submit", lambda j, x: _ts(j.submit_time)), "start": ("Start", lambda j, x: _ts(j.start_time)),
     "end": ("End", lambda j, x: _ts(j.end_time)),
@@ -161,11 +161,13 @@ def sacct_fields(text: str) -> list[tuple[str, int | None]]:
     return out
 
 
-def sacct(fields, jobs, extra: dict, header: bool = True, sep: str | None = None, trailing: bool = False) -> str:
+def sacct(fields, jobs, extra: dict | list, header: bool = True, sep: str | None = None, trailing: bool = False) -> str:
     """Aligned columns (a field's width truncates, sacct's default is 10... we fit the widest), or
     `sep`-separated (`|` for --parsable2; --parsable adds a trailing one)."""
     head = [SACCT[k][0] for k, _ in fields]
-    rows = [[str(SACCT[k][1](j, extra.get(j.id, {}))) for k, _ in fields] for j in jobs]
+    # `extra`: by job id, or a list beside `jobs` (--duplicates: a job's rows have costs of their own)
+    extras = extra if isinstance(extra, list) else [extra.get(j.id, {}) for j in jobs]
+    rows = [[str(SACCT[k][1](j, x)) for k, _ in fields] for j, x in zip(jobs, extras)]
     if sep is not None:
         end = sep if trailing else ""
         return "\n".join(sep.join(r) + end for r in ([head] if header else []) + rows)

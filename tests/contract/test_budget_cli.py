@@ -14,7 +14,7 @@ from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import ROOT
+from tests.harness import ROOT, job
 
 pytestmark = pytest.mark.redis
 K = Keys()
@@ -180,3 +180,39 @@ def test_report_node_idle_of_a_rented_node(bench):
     # The job paid 30 s × $36/h = $0.30 of an instance that costs $72/h over the window since it started.
     assert row["node"] == "n1" and row["paid"] == pytest.approx(0.3, abs=1e-3)
     assert row["idle_cost"] == pytest.approx(row["instance_cost"] - row["paid"], abs=1e-3)
+
+
+def test_acct_duplicates_gives_each_attempt_its_own_row_and_cost(bench):
+    """Issue 35: `labq acct --duplicates` (sacct's -D): a requeued job's attempts each a row, each
+    with its own cost; --json adds `attempt` and keeps every key acct's objects have."""
+    me, agent = current_user(), AgentStore(bench.r, K)
+    b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "est": 10, "account": "eta"}
+    bench.r.xadd(K.inbox(me), {"rid": "dup", "op": "submit", "body": json.dumps(b)})
+    bench.r.delete(K.wake)               # as the run loop drains it: the tick plans at once
+    bench.s.tick(time.time(), [f"user:{me}"])
+    jid = json.loads(bench.r.lrange(K.reply("dup"), 0, -1)[-1])["job_id"]
+    for outcome, code, seconds in (("node_failure", None, 20), ("completed", 0, 30)):
+        a = bench.s.jobs[jid].current
+        agent.post("finished", jid, a.attempt, "n1", {"outcome": outcome, "exit_code": code,
+                                                      "start_time": a.dispatch_time,
+                                                      "end_time": a.dispatch_time + seconds})
+        bench.r.delete(K.wake)
+        bench.s.tick(a.dispatch_time + seconds + 0.5)
+        bench.s.tick(a.dispatch_time + seconds + 1)
+    done = job(bench.r, jid)
+    assert done.state == "CD" and [a.outcome for a in done.attempts] == ["node_failure", "completed"]
+    code, out, err = bench.labq("acct", "-j", str(jid), "--json", scheduler=False)
+    plain = json.loads(out)
+    assert code == 0 and [r["final_cost"] for r in plain] == [pytest.approx(0.5)], err
+    code, out, err = bench.labq("acct", "-j", str(jid), "--duplicates", "--json", scheduler=False)
+    rows = json.loads(out)
+    assert code == 0 and [(r["attempt"], r["state"], r["final_cost"]) for r in rows] == [
+        (1, "NF", pytest.approx(0.2)), (2, "CD", pytest.approx(0.3))], err
+    assert all(set(plain[0]) <= set(r) for r in rows), "add, don't rename"
+    code, out, _ = bench.labq("acct", "-j", str(jid), "-D", "-P", "--format", "JobID,State,Restarts,Cost",
+                              scheduler=False)
+    assert out.splitlines() == ["JobID|State|Restarts|Cost", f"{jid}|NODE_FAIL|0|$0.20", f"{jid}|COMPLETED|1|$0.30"]
+    code, out, _ = bench.labq("acct", "-j", str(jid), "-D", scheduler=False)
+    lines = out.splitlines()
+    assert code == 0 and "ATTEMPT " in lines[0] and len(lines) == 4 and lines[-1] == "2 attempts, total cost $0.50"
+    assert lines[1].split()[4:5] == ["NF"] and lines[2].split()[4:5] == ["CD"]
