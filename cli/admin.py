@@ -1,6 +1,7 @@
 """`labq admin`: the lab administrator's commands (Redis ACL roles, dead letters, accepting a
 Redis loss, …). A plain click group: other modules add subcommands to it."""
 import os
+import re
 import socket
 import time
 
@@ -8,9 +9,10 @@ import click
 
 from labq.scheduler.errors import LabqError, RefusedError, UnreachableError, UsageError
 
-from .common import echo_json, pass_ctx, redis_url
+from .common import bounded_count, echo_json, pass_ctx, redis_url
 
 DEFAULT_PASSWORD_FILE = "/etc/labq/redis.secret"
+_SIZE = re.compile(r"<\d+ bytes>")
 
 
 @click.group()
@@ -84,19 +86,55 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
 @pass_ctx
 def dead(ctx, count, as_json):
-    """Inbox entries and events the scheduler could not take, with the reason (labq:dead)."""
+    """Inbox entries and events the scheduler could not take, with the reason (labq:dead; admins).
+    Values are shown as their sizes: a request holds scripts, exported variables, credentials."""
+    bounded_count(count)
+    admins_only(ctx, "dead")
     c = ctx.client
     from labq.scheduler.store.reads import Reader
-    rows = Reader(c.r, c.k).dead(max(1, count))
+    rows = [{**row, "entry": _redacted(row.get("entry", ""))} for row in Reader(c.r, c.k).dead(count)]
     if as_json:
         return echo_json(rows)
     if not rows:
         return click.echo("no dead letters")
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(row.get("ts") or 0)))
-        entry = row.get("entry", "")
+        entry = row["entry"]
         click.echo(f"{when}  {row.get('source', '?')} {row.get('id', '?')}: {row.get('reason', '')}")
         click.echo(f"    {entry if len(entry) <= 200 else entry[:200] + '…'}")
+
+
+def _redacted(entry: str) -> str:
+    """A dead letter's entry with its values as sizes (store/writes.redacted), also for letters
+    written before the scheduler redacted them."""
+    import json
+
+    from labq.scheduler.store.writes import redacted
+    try:
+        fields = json.loads(entry)
+    except ValueError:
+        fields = None
+    if not isinstance(fields, dict):
+        return f"<{len(entry.encode('utf-8', 'surrogatepass'))} bytes>"
+    out = redacted(fields)
+    # a size the scheduler already wrote in place of a value stays that size
+    out.update({k: v for k, v in fields.items() if k in out and isinstance(v, str) and _SIZE.fullmatch(v)})
+    return json.dumps(out)
+
+
+def admins_only(ctx, what: str) -> None:
+    """Refuse (exit 3) a user security.admins does not name. Under the Redis ACL roles the client
+    role cannot read what these commands read: an admin's command logs in as labq-admin where its
+    password file is readable here."""
+    from labq.scheduler.client import current_user
+    from labq.scheduler.store import acl as roles_mod, conn
+    admins, me = ctx.cfg.security.admins, current_user()
+    if me not in admins:
+        raise RefusedError(f"labq admin {what} is for admins (security.admins: {', '.join(admins) or 'none'}); "
+                           f"you are {me}")
+    path = ctx.cfg.redis_password_file or DEFAULT_PASSWORD_FILE
+    if os.access(path, os.R_OK) and roles_mod.ADMIN in roles_mod.read_passwords(path):
+        conn.login_as(roles_mod.ADMIN, path)
 
 
 @admin.command("accept-loss")

@@ -8,7 +8,7 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_money, parse_duration
 
 from . import render
-from .common import echo_json, pass_ctx
+from .common import bounded_count, echo_json, pass_ctx
 
 
 def _ts(t) -> str:
@@ -127,7 +127,7 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
 def alerts(ctx, name, since, count, as_json):
     """Alerts: budget warnings, forecast overruns, exhaustion, overrides, and the agents' (idle GPUs, …)."""
     from .acct import _since
-    start = _since(since, "--since") or 0
+    start, count = _since(since, "--since") or 0, bounded_count(count)
     got = [a for a in ctx.client.read.alerts(100_000 if (name or since) else count)
            if float(a.get("ts") or 0) >= start and (not name or a.get("scope") == f"budget:{name}")][-count:]
     if as_json:

@@ -9,6 +9,17 @@ def redis_url(cfg) -> str:
     return url_or_default(cfg.redis_url)
 
 
+MAX_COUNT = 100_000
+
+
+def bounded_count(value: int, flag: str = "-n/--count", hi: int = MAX_COUNT) -> int:
+    """`value` of a "the newest N" option, or a UsageError (one line, exit 2) outside 1..hi."""
+    from labq.scheduler.errors import UsageError
+    if not 1 <= value <= hi:
+        raise UsageError(f"{flag}: expected a count from 1 to {hi:,}, got {value}")
+    return value
+
+
 class Ctx:
     def __init__(self, config_path):
         self.config_path = config_path

@@ -24,6 +24,10 @@ def read_bill(path: str) -> list[list]:
             rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
     except OSError as e:
         raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text (byte {e.start}): save the bill as a UTF-8 CSV file") from None
+    except csv.Error as e:          # a field beyond the csv module's limit
+        raise UsageError(f"{path}: not a CSV file of date, account or tag, amount: {e}") from None
     tag_col = False
     if rows and rows[0][0].strip().lower() == "date":
         tag_col = len(rows[0]) > 1 and rows[0][1].strip().lower() == "tag"

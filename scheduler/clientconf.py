@@ -16,6 +16,8 @@ from . import units
 from .errors import ConfigError
 
 DEFAULT_PATH = "/etc/labq/labq.toml"
+# tomllib recurses per nesting level: a few thousand `[` exhaust Python's stack (issue 34).
+TOO_DEEP = "arrays or inline tables nested too deeply"
 
 
 def resolve_path(path: str | None, system: bool = True) -> str | None:
@@ -38,6 +40,8 @@ def read_toml(path: str) -> dict:
         raise ConfigError(path, f"cannot read: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, f"not valid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(path, f"not valid TOML for labq: {TOO_DEEP}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(path, f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
 

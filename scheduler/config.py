@@ -11,6 +11,7 @@ from . import bounds, units
 from .clientconf import (  # noqa: F401
     DEFAULT_PATH,
     MAX_CONFIG_DURATION,
+    TOO_DEEP,
     _check_keys,
     _dur,
     _str,
@@ -204,8 +205,8 @@ def load(path: str | None = None, system: bool = True) -> Config:
 def loads(text: str, source: str = "<string>") -> Config:
     try:
         return from_dict(tomllib.loads(text), source=source)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(source, f"not valid TOML: {e}") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ConfigError(source, f"not valid TOML: {TOO_DEEP if isinstance(e, RecursionError) else e}") from None
 
 
 def from_dict(data: dict, source: str = "<dict>") -> Config:

@@ -24,8 +24,9 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
         "+hkeys", "+hlen", "+hexists", "+smembers", "+sismember", "+smismember", "+scard", "+zrange",
         "+zrangebyscore", "+zrevrange", "+zrevrangebyscore", "+zcard", "+zscore", "+zcount", "+xrange",
         "+xrevrange", "+xlen", "+lrange", "+llen", "+lindex"]
-# Keys a client may not read: other people's requests (with their credentials), replay records.
-NOT_READ = {"inbox", "credential", "done", "job_env"}   # job_env: the environment users exported
+# Keys a client may not read: other people's requests (with their credentials), replay records,
+# dead letters (what was left of others' requests: admins read them with `labq admin dead`).
+NOT_READ = {"inbox", "credential", "done", "job_env", "dead"}   # job_env: the environment users exported
 
 
 def node_role(node: str) -> str:

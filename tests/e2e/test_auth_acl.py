@@ -89,6 +89,8 @@ def test_the_client_role_writes_requests_and_reads_state_only(locked):
     assert denied(c.hset, K.node("n1"), "cpus", 1)
     assert denied(c.set, K.control(1), "cancel")
     assert denied(c.xrange, K.inbox("victim")), "other people's requests (and credentials) stay unread"
+    root.xadd(K.dead, {"source": K.inbox("victim"), "id": "1-1", "reason": "r", "entry": "{}", "ts": 0})
+    assert denied(c.xrevrange, K.dead) and denied(c.xlen, K.dead), "dead letters are the admins' (issue 34)"
     assert denied(c.publish, "labq:anything", "kill-horse"), "no pub/sub control a client can send"
     for cmd in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "SET", "save", ""), ("ACL", "LIST"), ("SET", "x", "1"),
                 ("XGROUP", "DESTROY", K.inbox("me"), "scheduler")):
