@@ -13,11 +13,15 @@ from .change import Change
 from .config import Config
 from .errors import RefusedError, UsageError
 from .estimate import Estimator
-from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref
+from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref, tasks_named
 from .model import Job, Node, Snapshot
 from .units import fmt_money
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
+# What one cancel/hold/release/requeue may name: a request is handled inside a tick, so its cost
+# must be bounded (200,000 ids, one GET each, once froze the scheduler for minutes).
+MAX_IDS = 10_000
+MAX_TASKS_NAMED = 1_000_000
 
 
 class Books(Protocol):
@@ -167,10 +171,16 @@ class Handlers:
         ids = body.get("ids")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
             raise UsageError("expected a list of job ids")
+        if len(ids) > MAX_IDS:
+            raise RefusedError(f"{len(ids)} job ids in one request; at most {MAX_IDS} (send them in parts)")
+        named = sum(tasks_named(i) for i in ids)
+        if named > MAX_TASKS_NAMED:
+            raise RefusedError(f"the ids name {named} tasks; at most {MAX_TASKS_NAMED} in one request")
         admin = user in self.s.cfg.security.admins
         change, results = Change(), []
+        look = _Lookup(self.s, ids)
         for text in ids:
-            found = self.resolve(text)
+            found = resolve_ref(text, look.record, look.tasks, look.task)
             if not found:
                 results.append({"id": text, "ok": False, "error": f"no such job: {text}"})
             for job in found:
@@ -271,6 +281,33 @@ class Handlers:
         """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
         return resolve_ref(text, self._record, lambda a: sorted(
             (j for j in self.s.jobs.values() if j.array_id == a), key=lambda j: j.id))
+
+
+class _Lookup:
+    """The jobs one request names: in memory, else read from Redis in one bulk read for all its
+    plain ids; each array's tasks indexed once per request, not walked per id."""
+
+    def __init__(self, s: State, ids):
+        self.s = s
+        wanted = sorted({int(t) for t in ids if t.isascii() and t.isdigit() and len(t) < 17} - s.jobs.keys())
+        self.read = {j.id: j for j in s.store.jobs(wanted)} if wanted else {}
+        self.arrays: dict[int, list[Job]] | None = None
+
+    def record(self, jid: int) -> Job | None:
+        return self.s.jobs.get(jid) or self.read.get(jid)
+
+    def tasks(self, a: int) -> list[Job]:
+        if self.arrays is None:
+            self.arrays = {}
+            for j in sorted(self.s.jobs.values(), key=lambda j: j.id):
+                if j.array_id is not None:
+                    self.arrays.setdefault(j.array_id, []).append(j)
+            self.index = {(j.array_id, j.array_index): j for js in self.arrays.values() for j in js}
+        return self.arrays.get(a, [])
+
+    def task(self, a: int, i: int) -> Job | None:
+        self.tasks(a)
+        return self.index.get((a, i))
 
 
 def _max_submit(job: Job, n: int, tally, cfg) -> None:

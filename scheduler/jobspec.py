@@ -261,6 +261,20 @@ def resolve_deps(parsed, lookup) -> tuple[tuple[str, tuple[int, ...]], ...]:
 _TASKS = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$")
 
 
+def tasks_named(text: str) -> int:
+    """How many tasks `text` names (1 for a plain id), counted without building the set: what a
+    request may name is bounded before anything is parsed (handlers.MAX_TASKS_NAMED)."""
+    m = _TASKS.match(text)
+    if not m or m.group(3) is None:
+        return 1
+    n = 0
+    for part in m.group(3).split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and len(lo) < 16 and (not hi or (hi.isdigit() and len(hi) < 16)):
+            n += max(1, int(hi or lo) - int(lo) + 1)
+    return n
+
+
 def parse_task_ids(text: str):
     """`42_3` or `42_[1-3,7]` → (42, {1, 2, 3, 7}); None when `text` names no array task."""
     m = _TASKS.match(text)
@@ -277,14 +291,17 @@ def parse_task_ids(text: str):
     return int(m.group(1)), tasks
 
 
-def resolve_ref(text: str, job_of, tasks_of) -> list[Job]:
+def resolve_ref(text: str, job_of, tasks_of, task_of=None) -> list[Job]:
     """The jobs `text` names: `42` (a job, or the tasks of array 42) or `42_3`/`42_[1-3]` (tasks),
     looked up through `job_of(id)` and `tasks_of(array id)`. One rule for the client (which reads
-    Redis) and the scheduler's handlers (which look in memory first); [] when nothing matches."""
+    Redis) and the scheduler's handlers (which look in memory first); [] when nothing matches.
+    `task_of(array id, index)`, where given, finds a few tasks without a walk over the array."""
     try:
         tasks = parse_task_ids(str(text))
         if tasks:
             a, wanted = tasks
+            if task_of is not None and len(wanted) < 64:
+                return [t for i in sorted(wanted) if (t := task_of(a, i)) is not None]
             return [j for j in tasks_of(a) if j.array_index in wanted]
         jid = int(text)
     except ValueError:

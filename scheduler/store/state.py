@@ -299,7 +299,10 @@ class SchedulerStore:
         return self.r.xlen(self.k.dead)
 
     def ack(self, p, stream: str, *eids: str) -> None:
+        """Acknowledge; a request is deleted too (its answer is kept in done:<rid>, never its body)."""
         p.xack(stream, GROUP, *eids)
+        if stream.startswith(self.k.inbox("")):
+            p.xdel(stream, *eids)
 
     def claim_credentials(self, claims: list[tuple[str, str]], ttl: float) -> list:
         """Record that inbox entry `entry` uses the credential `key`, for each (key, entry): "new",
