@@ -49,6 +49,8 @@ SUB = [
     (("-D", "--chdir"), "str", "Working directory (default: the current one).", None),
     (("--export",), "str", "Environment the job gets: ALL (default: yours, now), NONE, or VAR[,VAR=value…].", None),
     (("--tag",), "multi", "K=V tag, repeatable.", ()),
+    (("--hold-until-budget",), "flag", "A job its budget could never pay today waits (PD BudgetExhausted) for a new "
+     "period, a raised limit or an override, instead of being refused.", None),
     (("--test-only",), "flag", "Forecast and verdict; submit nothing.", None),
     (("-W", "--wait"), "flag", "Wait for the job; exit with its code.", None),
     (("--parsable",), "flag", "Print only the job id.", None),

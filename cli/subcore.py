@@ -122,6 +122,9 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
         echo(reply["job_id"])     # sbatch: an array's id alone, which `-d afterok:ID` accepts
     else:
         echo(f"Submitted job {reply['display']}")
+    if reply.get("budget_hold") and not opts["as_json"]:
+        # --hold-until-budget took a job the budget cannot pay now: say why it will wait.
+        echo(f"job {reply['display']} waits (BudgetExhausted): {reply['budget_hold']}", err=True)
     if opts["wait"]:
         from .hot import wait_for_jobs
         sys.exit(wait_for_jobs(client, [str(reply["job_id"])], quiet=True))
@@ -304,6 +307,8 @@ def _retry_and_limits(opts, body: dict) -> None:
         body["mem_limit"] = units.parse_size(opts["mem_limit"], "--mem-limit")
     if opts.get("hold"):
         body["hold"] = True
+    if opts.get("hold_until_budget"):
+        body["hold_until_budget"] = True
     if opts.get("warn_signal"):
         body["signal"] = parse_signal(opts["warn_signal"])
     if opts.get("checkpoint_exit_code") is not None:

@@ -91,10 +91,13 @@ class Handlers:
         throttle = array_throttle(body)
         if throttle and indices is None:
             raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
-        why = policy.refusal(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
-                             self.s.tally.on_node.values())
-        if why:
-            raise RefusedError(why)
+        wait = body.get("hold_until_budget", False)
+        if not isinstance(wait, bool):
+            raise UsageError(f"hold_until_budget: expected true or false, got {wait!r}")
+        why, unpaid = policy.refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
+                                      self.s.tally.on_node.values())
+        if why or (unpaid and not wait):
+            raise RefusedError(why or unpaid)
         n = len(indices) if indices else 1
         tally = self.s.tally
         if tally.pending + n > cfg.max_pending:
@@ -112,8 +115,10 @@ class Handlers:
         shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
         # Ids are consecutive; a huge array's reply names the range rather than every id.
         ids = {"job_ids": [j.id for j in jobs]} if n <= 1000 else {}
+        # --hold-until-budget: taken all the same; it pends BudgetExhausted until the budget has room.
+        held = {"budget_hold": unpaid} if unpaid else {}
         return Change(jobs=jobs, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
-                                        "display": shown})
+                                        "display": shown, **held})
 
     def test_only(self, job: Job, now: float) -> dict:
         """Forecast, each budget's availability after it, and the verdict — without submitting."""

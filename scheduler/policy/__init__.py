@@ -24,10 +24,10 @@ from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
 from .expire import expire
 from .quota import Usage
-from .refusal import refusal, refusal_of_shape, request_text
+from .refusal import refusal, refusal_of_shape, refusals, request_text
 from .standing import Standing
 
-__all__ = ["plan", "plan_per_job", "refusal", "refusal_of_shape", "never_affordable", "expected_starts", "Standing"]
+__all__ = ["plan", "plan_per_job", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
 
 
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None,

@@ -18,8 +18,16 @@ def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=())
     """Why the job must be refused at submit: no node could ever hold it, a cap is exceeded by the
     job alone (or now, with on_limit = "refuse", counting `running`), or a budget could never pay
     for it (`spent`: settled spending, which a budget without periods never gets back)."""
+    why, unpaid = refusals(job, nodes, cfg, spent, running)
+    return why or unpaid
+
+
+def refusals(job: Job, nodes, cfg: Config, spent: dict | None = None, running=()) -> tuple[str | None, str | None]:
+    """`refusal` in two: (why no budget matters, why a budget could never pay as things are now).
+    The second waits for room instead with --hold-until-budget (SLURM's DenyOnLimit off): a new
+    period, a raised limit or an override can change it; nothing changes the first."""
     why, cheapest = refusal_of_shape(job, nodes, cfg, running)
-    return why or never_affordable(job, cheapest, cfg, spent)
+    return why, None if why else never_affordable(job, cheapest, cfg, spent)
 
 
 def refusal_of_shape(job: Job, nodes, cfg: Config, running=()) -> tuple[str | None, str]:

@@ -216,3 +216,16 @@ def test_acct_duplicates_gives_each_attempt_its_own_row_and_cost(bench):
     lines = out.splitlines()
     assert code == 0 and "ATTEMPT " in lines[0] and len(lines) == 4 and lines[-1] == "2 attempts, total cost $0.50"
     assert lines[1].split()[4:5] == ["NF"] and lines[2].split()[4:5] == ["CD"]
+
+
+def test_sub_hold_until_budget_takes_what_the_budget_cannot_pay_now(bench):
+    # forecast mode, no --est: 10 min + kill_wait 30 s at $0.01 a second = $6.30 of a $1 budget
+    code, out, err = bench.labq("sub", "-G", "1", "-t", "10", "-A", "eta", "--", "true")
+    assert code == 3 and "would cost $6.30" in err and err.count("\n") == 1, err
+    code, out, err = bench.labq("sub", "--hold-until-budget", "-G", "1", "-t", "10", "-A", "eta", "--", "true")
+    assert code == 0 and out.startswith("Submitted job "), err
+    assert "waits (BudgetExhausted): budget eta-sweep: job would cost $6.30" in err
+    jid = int(out.split()[-1])
+    bench.r.delete(K.wake)               # as the run loop drains it: the tick plans at once
+    bench.s.tick(time.time())
+    assert job(bench.r, jid).state == "PD" and job(bench.r, jid).reason == "BudgetExhausted"

@@ -329,3 +329,33 @@ def test_the_second_job_starts_the_instant_the_first_settles(conns):
     assert r.hgetall(K.spent()) == {"b": "2000000"}
     assert job(r, 2).state == states.RUNNING, job(r, 2).detail
     assert verify(Reader(r, K).ledger_all(), Reader(r, K).spent(), Reader(r, K).ledger_keys(), [job(r, 1)]) == []
+
+
+@pytest.mark.parametrize("room", ["override", "limit"])
+def test_hold_until_budget_waits_for_room_instead_of_a_refusal(conns, room):
+    """Issue 35: --hold-until-budget (SLURM's DenyOnLimit off): a job the budget could never pay
+    today is taken PD BudgetExhausted and starts when an override or a raised limit makes room;
+    without the flag the refusal stays."""
+    r, raw = conns
+    s = start(r, raw, config.loads(SCENARIO + '[security]\nadmins = ["root"]\n'), T0)
+    big = {**BODY, "time_limit": 330, "est": None}                 # (330 s + 30 s) × $1/30 a second = $12
+    request(r, "alice", "submit", big, "no")
+    request(r, "alice", "submit", {**big, "hold_until_budget": True}, "yes")
+    request(r, "alice", "submit", {**big, "hold_until_budget": "yes"}, "bad")
+    s.tick(T0, woke(r))
+    assert reply(r, "no")["code"] == 3 and "would cost $12.00" in reply(r, "no")["error"]
+    assert reply(r, "bad")["code"] == 2 and "hold_until_budget: expected true or false" in reply(r, "bad")["error"]
+    got = reply(r, "yes")
+    assert got["ok"] and "would cost $12.00" in got["budget_hold"]
+    jid = got["job_id"]
+    s.tick(T0 + 60)
+    j = job(r, jid)
+    assert j.state == states.PENDING and j.reason == states.BUDGET_EXHAUSTED and "needs $12.00" in j.detail
+    if room == "override":
+        request(r, "root", "budget_override", {"budget": "b", "amount": 2, "approver": "pi", "expires": 3600,
+                                               "reason": "the deadline"}, "room")
+    else:
+        request(r, "root", "budget_set", {"budget": "b", "limit": 12}, "room")
+    s.tick(T0 + 61, woke(r))
+    assert reply(r, "room")["ok"]
+    assert job(r, jid).state == states.RUNNING and job(r, jid).commit == (("b", 12_000_000),)
