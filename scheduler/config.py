@@ -351,10 +351,9 @@ def _account(name, t):
                        "max_cpus", "max_submit"})
     borrow = t.get("borrow_limit")
     return Account(name=name, users=_users(k, t), open=_bool(f"{k}.open", t.get("open", False)),
-                   share=float(_num(f"{k}.share", t.get("share", 1.0), lo=0)),
+                   share=float(_num(f"{k}.share", t.get("share", 1.0), lo=0)), **_caps(k, t),
                    guarantee=_num(f"{k}.guarantee", t.get("guarantee", 0), lo=0, integer=True),
-                   borrow_limit=None if borrow is None else _num(f"{k}.borrow_limit", borrow, lo=0, integer=True),
-                   **_caps(k, t))
+                   borrow_limit=None if borrow is None else _num(f"{k}.borrow_limit", borrow, lo=0, integer=True))
 
 
 def _user(name, t):
