@@ -265,20 +265,39 @@ def exit_status(j) -> int:
     return 1
 
 
-def wait_for_jobs(client, ids, quiet=False, timeout=None) -> int:
-    jobs = [j for i in ids for j in (client.resolve(i) or _missing(i))]
-    end = time.monotonic() + timeout if timeout else None
-    code = 0
-    for job in jobs:
-        while job.state not in states.TERMINAL:
-            if end and time.monotonic() > end:
-                fail(f"timed out waiting for job {job.display_id}", 1)
-            time.sleep(0.2)
-            job = client.read.job(job.id)
-        if not quiet:
-            echo(f"{job.display_id} {job.state} exit={statview.exit_code(job) or '-'}")
-        code = code or exit_status(job)
-    return code
+POLL_FIRST, POLL_MAX = 0.05, 0.5     # seconds between reads of the jobs still open: growing to at most
+
+
+def wait_for_jobs(client, ids, quiet=False, timeout=None, sleep=time.sleep, clock=time.monotonic) -> int:
+    """Wait for all the named jobs (an array: all its tasks) together: each pause is followed by one
+    read of every job still open, so a 300-task array is done when its last task is, not after a
+    pause per task. Lines in the order named, each once the jobs before it have ended too."""
+    jobs = {j.id: j for i in ids for j in (client.resolve(i) or _missing(i))}
+    order, shown, code, pause = list(jobs), 0, 0, POLL_FIRST
+    end = clock() + timeout if timeout else None
+    while True:
+        while shown < len(order) and jobs[order[shown]].state in states.TERMINAL:
+            job = jobs[order[shown]]
+            if not quiet:
+                echo(f"{job.display_id} {job.state} exit={statview.exit_code(job) or '-'}")
+            code, shown = code or exit_status(job), shown + 1
+        if shown == len(order):
+            return code
+        if end and clock() > end:
+            fail(f"timed out waiting for job {jobs[order[shown]].display_id}", 1)
+        sleep(pause)
+        pause = min(pause * 1.5, POLL_MAX)
+        jobs.update(_reread(client, [i for i in order[shown:] if jobs[i].state not in states.TERMINAL]))
+
+
+def _reread(client, ids: list[int]) -> dict:
+    """The jobs `ids` now: Redis's records in one MGET per 2,000 (their states; an array's shared
+    script is not read), the archive's for those that left Redis."""
+    got = {j.id: j for j in client.read.jobs_in_redis(ids, specs=False)}
+    gone = [i for i in ids if i not in got]
+    if gone:
+        got.update({j.id: j for j in client.read.jobs(gone)})
+    return got
 
 
 def _missing(i):
