@@ -49,10 +49,11 @@ class Ctx:
         if self._client is None:
             from labq.scheduler.client import Client
             self._client = Client(self.cfg, url=redis_url(self.cfg))
-            from labq.scheduler.store.history import History, default_path
+            from labq.scheduler.store.history import History, path_of
             c = self._client
-            c.read.history = History(default_path(self.cfg.history["url"]), ask=lambda op, body: c._checked(
-                c.request(op, body)))
+            url = self.cfg.history["url"]
+            c.read.history = History(path_of(url) if url else None, ask=lambda op, body: c._checked(
+                c.request(op, body)), get=c.r.get, keys=c.k)
         return self._client
 
 

@@ -76,9 +76,16 @@ def _with_history(sched, r, cfg):
     from labq.scheduler.store.archive import Archiver, committed_fn
     from labq.scheduler.store.history import History, default_path
     from labq.scheduler.store.keys import Keys
+    from labq.scheduler.store.state import SchedulerStore
     path = default_path(cfg.history["url"])
+    cluster = SchedulerStore(r, Keys(cfg.prefix), "history").cluster_id()
     sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"],
-                              committed=committed_fn(r, Keys(cfg.prefix), cfg), pass_s=ARCHIVE_PASS_S)
+                              committed=committed_fn(r, Keys(cfg.prefix), cfg), pass_s=ARCHIVE_PASS_S,
+                              cluster=cluster)
+    if "://" not in path and os.path.exists(path):
+        # Another cluster's archive is refused now, before leading; this one's is published in Redis
+        # (an archive from before the key existed included): clients find it there, never guess.
+        sched.archiver.publish()
     sched.history = History(path)
     return sched
 

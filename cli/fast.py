@@ -120,7 +120,7 @@ def thin_client(config):
     """The thin client of the config at `config` (or $LABQ_CONFIG, /etc/labq/labq.toml): the fast
     path's and the click commands' (common.Ctx.thin) alike."""
     from labq.scheduler.clientconf import client_settings
-    from labq.scheduler.store.history import History, default_path
+    from labq.scheduler.store.history import History, path_of
     from labq.scheduler.thinclient import ThinClient
 
     from .out import config_source, url_or_default
@@ -128,9 +128,15 @@ def thin_client(config):
     client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
     client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
     # Archived jobs, opened on a miss; asked of the scheduler where this user cannot open the archive.
-    client.read.history = History(default_path(s["history_url"]),
-                                  ask=lambda op, body: client._checked(client.request(op, body)))
+    # Where the archive is: the configured history.url, else what the scheduler published in Redis.
+    client.read.history = History(path_of(s["history_url"]) if s["history_url"] else None,
+                                  ask=lambda op, body: client._checked(client.request(op, body)),
+                                  get=lambda key: _text(client.read._pipe([("GET", key)])[0]), keys=client.read.k)
     return client
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else v
 
 
 def _dispatch(config, command: str, params: dict) -> None:

@@ -113,6 +113,34 @@ class Archive:
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         return int(row[0]) if row else 0
 
+    # -- the cluster it belongs to (an id the scheduler sets in Redis at its first start) --------------
+    def cluster(self) -> str:
+        if not self.db.has_table("meta"):
+            return ""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
+        return row[0] if row else ""
+
+    def check_cluster(self, cluster: str | None) -> None:
+        """A reader: refuse an archive another cluster wrote (its job ids are not this one's)."""
+        mine = self.cluster()
+        if cluster and mine and mine != cluster:
+            raise UsageError(f"history: {_shown(self.path)} is the archive of cluster {mine}, and this Redis is "
+                             f"cluster {cluster}: set history.url to this cluster's archive")
+
+    def claim_cluster(self, cluster: str) -> None:
+        """The scheduler: an archive without an id (new, or from before ids) becomes this cluster's;
+        one of another cluster is refused (one line), never written."""
+        mine = self.cluster()
+        if mine and mine != cluster:
+            from ..errors import RefusedError
+            raise RefusedError(f"history: {_shown(self.path)} is the archive of cluster {mine}, and this Redis "
+                               f"is cluster {cluster}: give this cluster its own "
+                               "history.url (or move the file aside); if it is the same cluster, restored from a "
+                               f"backup older than its id, set it back: redis-cli SET <prefix>:cluster {mine}")
+        if not mine:
+            self.db.execute(dialect.upsert("meta", ("key", "value"), "key"), ("cluster", cluster))
+            self.db.commit()
+
     def _backfill(self) -> None:
         last = -1
         while True:
@@ -244,7 +272,8 @@ class Archiver:
     at most once every `every` seconds, so the tick stays short while a backlog drains."""
 
     def __init__(self, r, keys, archive, keep: float, purge_after: float | None = None,
-                 batch: int = 1000, every: float = 10.0, committed=None, pass_s: float | None = None):
+                 batch: int = 1000, every: float = 10.0, committed=None, pass_s: float | None = None,
+                 cluster: str = ""):
         """`archive`: an Archive, or its path (opened, and created, when there is first something
         to move: a scheduler that never archives leaves no file behind). `committed`: Archive's.
         `pass_s`: how long one pass may hold the scheduler's loop (its next tick waits for it); the
@@ -252,6 +281,7 @@ class Archiver:
         self.r, self.k, self._archive, self.keep = r, keys, archive, keep
         self.purge_after, self.batch, self.every, self.committed = purge_after, batch, every, committed
         self.pass_s, self.size = pass_s, batch
+        self.cluster = cluster      # this Redis's id (keys.cluster): the archive must be this cluster's
         self.next = float("-inf")
         # A test's hook (tests/e2e/test_archive_kill.py): a directory where, for each step with a file
         # `pause-STEP` there, the pass announces its SQLite commit (`STEP-committed`) and then waits,
@@ -278,8 +308,22 @@ class Archiver:
     @property
     def archive(self) -> Archive:
         if isinstance(self._archive, str):
-            self._archive = Archive(self._archive, committed=self.committed)
+            db = Archive(self._archive, committed=self.committed)
+            if self.cluster:
+                db.claim_cluster(self.cluster)
+            self._archive = db
         return self._archive
+
+    def publish(self) -> None:
+        """At start, an archive already there (its cluster checked: another's is refused)."""
+        p = self.r.pipeline(transaction=False)
+        self.published(p)
+        p.execute()
+
+    def published(self, p) -> None:
+        """In the pipeline that removes archived rows from Redis: clients learn there is an archive,
+        and where (they never guess its path: store/history.History)."""
+        p.set(self.k.archive, _shown(self.archive.path))
 
     def _jobs(self, before: float) -> int:
         ids = self.r.zrangebyscore(self.k.history, "-inf", before, start=0, num=self.size)
@@ -300,6 +344,7 @@ class Archiver:
             p.sadd(self.k.node_purge(node), *jids)
         p.zrem(self.k.history, *ids)
         p.hdel(self.k.acct_rows, *ids)                   # their acct rows (acctrows.redis_row) with them
+        self.published(p)
         p.execute()
         return len(ids)
 
@@ -314,6 +359,7 @@ class Archiver:
         p.xdel(self.k.ledger, *[i for i, _ in got])
         if keys:
             p.srem(self.k.ledger_keys, *keys)
+        self.published(p)
         p.execute()
         return len(got)
 

@@ -36,10 +36,13 @@ class History:
     A database that exists but cannot be opened is an error, not an empty history (answers
     would silently differ)."""
 
-    def __init__(self, path: str, ask=None):
+    def __init__(self, path: str | None, ask=None, get=None, keys=None):
         """`ask(op, body) -> reply`: the client's request, where the scheduler can be asked for the
-        archive's pages (store/histpages.py) when this user cannot open it."""
-        self.path, self.ask = path, ask
+        archive's pages (store/histpages.py) when this user cannot open it. A client also passes
+        `get(key) -> str | None` (a Redis GET) and its Keys, and `path` None where history.url is
+        unset: it never guesses where the archive is (what the scheduler published in Redis says
+        whether and where anything was archived), and an archive it opens must be Redis's cluster's."""
+        self.path, self.ask, self.get, self.k = path, ask, get, keys
         self._db = None
         self._absent = False
 
@@ -47,9 +50,11 @@ class History:
         return os.access(self.path, os.R_OK)
 
     def _open(self):
+        if self._db is None and not self._absent and self.path is None:
+            return self._published()
         if self._db is None and not self._absent and self.path.startswith(PG_PREFIXES):
             from .archive import Archive
-            self._db = Archive(self.path, readonly=True)      # PostgreSQL: its own access rules
+            self._db = self._checked(Archive(self.path, readonly=True))      # PostgreSQL: its own access rules
             if self._db._version() == 0:                     # no tables yet: nothing archived yet
                 self._db.close()
                 self._db, self._absent = None, True
@@ -66,7 +71,31 @@ class History:
                 raise UsageError(f"history: {self.path} holds the archived jobs and ledger, and you cannot "
                                  "read it (run this on the scheduler's host as an admin, or ask one)")
             from .archive import Archive
-            self._db = Archive(self.path, readonly=True)
+            self._db = self._checked(Archive(self.path, readonly=True))
+        return self._db
+
+    def _checked(self, db):
+        """A client's direct read: the archive must be this Redis's cluster's."""
+        if self.get is not None:
+            db.check_cluster(self.get(self.k.cluster))
+        return db
+
+    def _published(self):
+        """No history.url: nothing archived (Redis has no `archive` key) is None; else the archive
+        the scheduler published, opened directly where this user can read it, else read through
+        the scheduler."""
+        published = self.get(self.k.archive) if self.get is not None else None
+        if not published:
+            self._absent = True
+            return None
+        if not published.startswith(PG_PREFIXES) and os.access(published, os.R_OK):
+            from .archive import Archive
+            self._db = self._checked(Archive(published, readonly=True))
+        elif self.ask is not None:
+            from .histpages import Remote
+            self._db = Remote(self.ask)
+        else:
+            raise UsageError(f"history: cannot read the archive at {published} (ask an admin)")
         return self._db
 
     def jobs(self, ids) -> dict:

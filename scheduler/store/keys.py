@@ -170,6 +170,10 @@ class Keys:
         return f"{self.p}:statefile"          # where `labq admin accept-loss` writes
 
     @property
+    def archive(self) -> str:                 # STRING (S): where the archive is (a path, a URL without its
+        return f"{self.p}:archive"            # password), set once something was archived into it
+
+    @property
     def cluster(self) -> str:                 # STRING (S): this cluster's id, set at its first start; its
         return f"{self.p}:cluster"            # archive carries the same id (store/archive.py)
 

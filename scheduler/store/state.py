@@ -204,6 +204,13 @@ class SchedulerStore:
         lid, fields = last[0] if isinstance(last, list) and last else ("", {})
         return Figures(int(seq or 0), int(count), lid, entry_hash(fields) if lid else "")
 
+    def cluster_id(self) -> str:
+        """This cluster's id: made at the first start of a scheduler on this Redis, then kept."""
+        import uuid
+        self.r.set(self.k.cluster, uuid.uuid4().hex[:16], nx=True)
+        v = self.r.get(self.k.cluster)
+        return v.decode() if isinstance(v, bytes) else v
+
     def record_state_file(self, path: str) -> None:
         self.r.set(self.k.state_file, path)
 

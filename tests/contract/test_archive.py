@@ -565,3 +565,27 @@ def test_an_array_cancelled_through_the_daemon_gets_an_acct_row_a_task(conns):
     ended = Reader(r, K).ended()
     assert len(ended) == 1500 and {j.state for j in ended} == {"CA"}
     assert r.hgetall(K.acct_rows) == {str(j.id): acctrows.redis_row(j) for j in ended}
+
+
+def test_clients_find_the_archive_through_redis_and_never_read_another_clusters(tmp_path, fake_redis):
+    """Issue 36: clients guessed the archive's path (their own state directory) and saw nothing; and
+    an archive is one cluster's (its id, set in Redis at the first start, is written into it)."""
+    from labq.scheduler.errors import RefusedError, UsageError
+    from labq.scheduler.store.keys import Keys
+    k, path = Keys(), str(tmp_path / "history.db")
+
+    def never(op, body):
+        raise AssertionError("nothing archived: the scheduler is not asked")
+    assert History(None, ask=never, get=fake_redis.get, keys=k).jobs([1]) == {}
+    db = Archive(path)
+    db.claim_cluster("aaaa")
+    db.claim_cluster("aaaa")                        # its own cluster: no change
+    with pytest.raises(RefusedError, match="archive of cluster aaaa.*cluster bbbb"):
+        db.claim_cluster("bbbb")
+    db.close()
+    fake_redis.set(k.archive, path)
+    fake_redis.set(k.cluster, "bbbb")
+    with pytest.raises(UsageError, match="archive of cluster aaaa"):
+        History(None, ask=never, get=fake_redis.get, keys=k).jobs([1])
+    fake_redis.set(k.cluster, "aaaa")
+    assert History(None, ask=never, get=fake_redis.get, keys=k).jobs([1]) == {}     # opened where Redis says

@@ -2,9 +2,15 @@
 ledger entries out of Redis within one archive pass, and `labq show`, `labq acct` and `labq ledger
 verify` (each its own process, finding the archive in the stack's state directory) answer as
 before."""
+import glob
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
-from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, current_user, wait_for
+from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, current_user, start_redis, wait_for
 
 pytestmark = E2E_MARKS
 
@@ -29,8 +35,50 @@ def test_ended_jobs_leave_redis_and_every_command_still_sees_them():
         ver = e.labq("ledger", "verify")
         assert ver.returncode == 0 and "ledger ok" in ver.stdout, ver.stdout + ver.stderr
         assert "3 charges" in ver.stdout, ver.stdout
+        _elsewhere_the_same(e, ids)
+        _another_cluster_is_refused(e)
     finally:
         e.close()
+
+
+def _elsewhere_the_same(e, ids):
+    """Issue 36: a client whose own state directory is not the scheduler's (every user but the
+    scheduler's, under systemd) saw 0 jobs, "no such job" and a ledger that did not add up."""
+    other = tempfile.mkdtemp(prefix="labq-client-", dir="/tmp")
+    try:
+        env = {k: v for k, v in e.stack.env().items() if k not in ("XDG_STATE_HOME", "STATE_DIRECTORY")}
+        env.update(LABQ_STATE_DIR=other, HOME="/dev/null", XDG_CACHE_HOME=other)
+
+        def labq(*args):
+            p = subprocess.run(e.stack.command(*args), env=env, cwd=e.work, capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, (args, p.stderr)
+            return p.stdout
+        assert sorted(int(row["id"]) for row in json.loads(labq("acct", "--json"))) == ids
+        assert json.loads(labq("show", str(ids[0]), "--json"))["state"] == "CD"
+        assert "3 charges" in labq("ledger", "verify")
+        assert not glob.glob(os.path.join(other, "**", "history.db"), recursive=True)
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def _another_cluster_is_refused(e):
+    """An archive belongs to one cluster: a scheduler on a fresh Redis (another cluster, ids from 1
+    again) pointed at it refuses to start rather than mix the two clusters' jobs."""
+    archive = glob.glob(os.path.join(e.dir, "**", "history.db"), recursive=True)
+    assert archive, "the archive is in the stack's state directory"
+    rp = start_redis()
+    try:
+        cfg = os.path.join(rp.dir, "labq.toml")
+        with open(cfg, "w") as f:
+            f.write(f'[redis]\nurl = "{rp.url}"\n[history]\nurl = "sqlite://{archive[0]}"\n')
+        env = {k: v for k, v in e.stack.env().items() if k != "LABQ_REDIS_URL"}    # the stack's (it beats --config's)
+        p = subprocess.run([sys.executable, "-m", "labq.cli.main", "--config", cfg, "scheduler"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 3 and "archive of cluster" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    finally:
+        rp.proc.terminate()
+        rp.proc.wait(10)
+        shutil.rmtree(rp.dir, ignore_errors=True)
 
 
 def test_a_scheduler_on_postgresql_archives_and_every_answer_stays_the_same(postgres):
