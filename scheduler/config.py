@@ -194,8 +194,7 @@ class Config:
 
 
 def load(path: str | None = None, system: bool = True) -> Config:
-    """The config at `path`, else /etc/labq/labq.toml if present (and `system`), else defaults
-    ($LABQ_CONFIG and $LABQ_NO_SYSTEM_CONFIG are the CLI's; this module reads no environment)."""
+    """The config at `path`, else /etc/labq/labq.toml if present and `system`, else defaults (no environment)."""
     path = resolve_path(path, system)
     if not path:
         return Config()
