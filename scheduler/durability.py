@@ -127,6 +127,9 @@ class Durability:
         self.file.saved = None
         self.file.save(now, strict=True)      # written (or refused) before leading, even when unchanged
         self.store.record_state_file(self.file.path)
+        if aof and (fsync := self.store.aof_fsync()) not in ("always", None):     # issue 34: never silently
+            log.warning("Redis at %s syncs its AOF with appendfsync %s, not always: a crash of the machine "
+                        "can lose the last second of acknowledged submits and charges", self.url, fsync)
 
     def seen(self) -> None:
         """After a leading tick: remember what Redis now holds."""

@@ -191,6 +191,13 @@ class SchedulerStore:
         except redis.ResponseError:
             return None
 
+    def aof_fsync(self) -> str | None:
+        """appendfsync ("always", "everysec", "no"); None where CONFIG GET is denied."""
+        try:
+            return str(self.r.config_get("appendfsync").get("appendfsync") or "") or None
+        except redis.ResponseError:
+            return None
+
     def figures(self):
         from ..durability import Figures, entry_hash
         p = self.r.pipeline(transaction=False)
