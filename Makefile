@@ -36,6 +36,12 @@ install-slurm-compat: install
 	$(BIN)/python -m labq.worker.shimbin --python $(or $(PY_FOR_COMPAT),$(abspath $(BIN))/python) \
 	  $(or $(BINDIR),/usr/local/bin) slurm modules
 
+# qsub, qstat, qdel, qhold, qrls (PBS/Torque spellings, SGE's qstat -j) and qacct, the same way; refused
+# where a real qsub (PBS or SGE) is on PATH.
+install-pbs-compat: install
+	$(BIN)/python -m labq.worker.shimbin --python $(or $(PY_FOR_COMPAT),$(abspath $(BIN))/python) \
+	  $(or $(BINDIR),/usr/local/bin) pbs sge
+
 # redis-server from Debian when missing: installed when we are root, else we say what to run.
 redis:
 	@if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then \

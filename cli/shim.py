@@ -193,10 +193,10 @@ def scancel(argv: list[str]) -> int:
     if user is not None:
         if ids:
             refuse("scancel", "give job ids or -u USER, not both")
-        return call(["del", "-u", user])[0]
+        return call(["del", "-u", user], capture=True)[0]
     if not ids:
         refuse("scancel", "no job id given (scancel ID… or scancel -u USER)")
-    return call(["del", *ids])[0]
+    return call(["del", *ids], capture=True)[0]      # scancel says nothing when it worked
 
 
 _SACCT_DROP = {"-a", "--allusers", "-L", "--allclusters", "-D", "--duplicates"}
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     if name == "srun":
         from . import srun
         sys.exit(srun.main(args))
-    if name in ("qsub", "qstat", "qdel", "qhold", "qrls", "qacct", "qalter"):
+    if name in ("qsub", "qstat", "qdel", "qhold", "qrls", "qacct"):
         from . import pbsshim
         sys.exit(pbsshim.main(name, args))
     fn = {"sbatch": sbatch, "squeue": squeue, "scancel": scancel, "sacct": sacct, "module": module}.get(name)

@@ -133,6 +133,15 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
 def script_directives(opts, script: str, merge) -> None:
     """`#LABQ` lines, else `#SBATCH` lines (translated; what labq ignores is named in one warning)."""
     dirs, what = directives(script), "#LABQ"
+    if not dirs and ("#PBS" in script or "#$" in script):
+        from . import pbsdirs
+        family, tokens = pbsdirs.directives(script)
+        if family:
+            dirs, ignored, _ = pbsdirs.translate(tokens, family)
+            what = {"pbs": "#PBS", "sge": "#$"}[family]
+            if ignored:
+                echo(f"labq: warning: {what} directives ignored: {' '.join(ignored)}", err=True)
+            return merge(opts, dirs, what) if dirs else None
     if not dirs:
         from . import sbatch
         dirs, ignored = sbatch.translate(sbatch.directives(script))
@@ -230,6 +239,8 @@ def _body(opts, argv, script) -> dict:
         body["array"], throttle = parse_array(opts["array"])
         if throttle:
             body["array_throttle"] = throttle
+        # SGE_TASK_STEPSIZE/FIRST/LAST in the tasks (worker/batchenv.py): the record keeps no step
+        body["env"] = {**body.get("env", {}), "LABQ_SUB_ARRAY_STEP": str(body["array"][2])}
     tags = []
     for t in opts.get("tag") or ():
         k, sep, v = t.partition("=")

@@ -85,6 +85,8 @@ class Worker(Section):
     stop_grace: float = 300
     slurm_env: bool = True
     compat_commands: bool = True  # srun/sbatch/squeue… as labq speaks them on jobs' PATH (worker/shimbin.py)
+    pbs_env: bool = True         # PBS_JOBID, PBS_O_WORKDIR, PBS_NODEFILE… in jobs (worker/batchenv.py)
+    sge_env: bool = True         # JOB_ID, SGE_TASK_*, NSLOTS… in jobs
     addr: str = ""               # where a gang's other nodes reach this one ("": the host name's address)
 
 

@@ -71,7 +71,7 @@ class Agent:
             idle_gpu_util=float(w["idle_gpu_util"]), idle_gpu_after=float(w["idle_gpu_after"]),
             stop_grace=float(w["stop_grace"]), qos_grace=tuple((q.name, int(q.grace)) for q in cfg.qos),
             slurm_env=bool(w["slurm_env"]), qos_signal=tuple((q.name, q.signal) for q in cfg.qos), lease=self.lease,
-            addr=gang.node_addr(w["addr"]))
+            addr=gang.node_addr(w["addr"]), pbs_env=bool(w["pbs_env"]), sge_env=bool(w["sge_env"]))
         # This incarnation's token: the lease's value. Runners of an earlier one (it died) see
         # another epoch there and claim nothing; the scheduler takes a lease of another epoch for down.
         self.epoch = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"

@@ -15,6 +15,8 @@ Layers, each over the one before (later wins):
      LOCAL_WORLD_SIZE) and where the job runs (LABQ_NODELIST, LABQ_NODEID, LABQ_NUM_NODES);
   5. `CUDA_VISIBLE_DEVICES` = the allocated GPUs, always (an empty value for a CPU job, so an
      exported `CUDA_VISIBLE_DEVICES=0` cannot reach a GPU another job holds);
+  5b. PBS's and SGE's names (PBS_JOBID, PBS_O_WORKDIR, PBS_NODEFILE, SGE_TASK_ID, NSLOTS, TMPDIR…;
+     worker/batchenv.py) unless `worker.pbs_env` / `worker.sge_env` = false;
   6. the compat commands (`srun`, `sbatch`, `squeue`… as labq speaks them; worker/shimbin.py) last
      on PATH, unless `worker.compat_commands = false`.
 
@@ -27,6 +29,8 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Inherited LABQ_* names kept on --export=ALL: the client's own settings, which a job that submits
 # further jobs wants too. Every other LABQ_* name is per job and is set (or deliberately absent) below.
 _KEEP_LABQ = ("LABQ_CONFIG", "LABQ_NO_SYSTEM_CONFIG", "LABQ_SUB_")
+# SGE's per-job names (PBS's all start PBS_): the submitting job's, never the new one's.
+_BATCH_JOB_VARS = frozenset({"JOB_ID", "JOB_NAME", "NSLOTS", "NHOSTS", "SGE_O_WORKDIR", "RESTARTED"})
 
 
 @dataclass(frozen=True)
@@ -44,12 +48,17 @@ class Place:
     slurm_env: bool = True
     part: object = None        # a gang's part here (worker/gang.Part), after the rendezvous
     compat_bin: str = ""       # sbatch/srun/qsub… as labq speaks them (worker/shimbin.py), last on PATH
+    pbs_env: bool = False      # PBS's and SGE's names (worker/batchenv.py), each unless turned off
+    sge_env: bool = False
+    nodefile: str = ""         # PBS_NODEFILE: one line per slot (batchenv.prepare)
+    tmpdir: str = ""           # the job's own TMPDIR, as PBS and SGE give one
 
 
 def inherited(env: dict) -> dict:
     """The submitter's exported variables minus those that describe the submitter's own job."""
     return {k: v for k, v in env.items()
-            if not k.startswith("SLURM_") and (not k.startswith("LABQ_") or k.startswith(_KEEP_LABQ))}
+            if not k.startswith(("SLURM_", "PBS_", "SGE_TASK_")) and k not in _BATCH_JOB_VARS
+            and (not k.startswith("LABQ_") or k.startswith(_KEEP_LABQ))}
 
 
 def build(job, where: Place) -> dict[str, str]:
@@ -69,6 +78,10 @@ def build(job, where: Place) -> dict[str, str]:
     if where.slurm_env:
         env.update(slurm_vars(job, where))
         env.update({k: v for k, v in gang.items() if k.startswith("SLURM_")})
+    if where.pbs_env or where.sge_env:
+        from .batchenv import vars as batch_vars
+        env.update(batch_vars(job, where.user, where.home, where.node, where.part, where.nodefile, where.tmpdir,
+                              where.pbs_env, where.sge_env))
     env.update(CUDA_VISIBLE_DEVICES=",".join(where.gpus), CUDA_DEVICE_ORDER="PCI_BUS_ID")
     if where.compat_bin:
         env["PATH"] = with_last(env.get("PATH", DEFAULT_PATH), where.compat_bin)

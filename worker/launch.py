@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from labq.scheduler import logpath
 from labq.scheduler.model import Attempt, Job
 
-from . import jobenv
+from . import batchenv, jobenv
 
 DEFAULT_PATH = jobenv.DEFAULT_PATH
 
@@ -46,6 +46,8 @@ class Settings:
     epoch: str = ""                 # the agent incarnation's token, its lease's value ("": not checked)
     agent_pid: int = 0              # the slot runner's parent: gone, the runner claims and starts nothing
     compat_bin: str = ""            # the compat commands' folder, last on jobs' PATH (worker/shimbin.py)
+    pbs_env: bool = True            # PBS_* names, PBS_NODEFILE and TMPDIR in jobs (worker.pbs_env; batchenv.py)
+    sge_env: bool = True            # SGE's JOB_ID, SGE_TASK_*, NSLOTS and TMPDIR in jobs (worker.sge_env)
 
     @classmethod
     def from_environ(cls, env=None) -> "Settings":
@@ -64,7 +66,8 @@ class Settings:
                    slurm_env=env.get("LABQ_SLURM_ENV", "1") != "0",
                    qos_signal=tuple(tuple(x.split("=", 1)) for x in (env.get("LABQ_QOS_SIGNAL") or "").split(",")
                                     if "=" in x),
-                   lease=float(env.get("LABQ_LEASE") or 30), compat_bin=env.get("LABQ_COMPAT_BIN", ""))
+                   lease=float(env.get("LABQ_LEASE") or 30), compat_bin=env.get("LABQ_COMPAT_BIN", ""),
+                   pbs_env=env.get("LABQ_PBS_ENV", "1") != "0", sge_env=env.get("LABQ_SGE_ENV", "1") != "0")
 
     @classmethod
     def from_dict(cls, d: dict) -> "Settings":
@@ -85,7 +88,8 @@ class Settings:
                 "LABQ_QOS_GRACE": ",".join(f"{q}={g}" for q, g in self.qos_grace),
                 "LABQ_SLURM_ENV": "1" if self.slurm_env else "0",
                 "LABQ_QOS_SIGNAL": ",".join(f"{q}={g}" for q, g in self.qos_signal), "LABQ_LEASE": str(self.lease),
-                "LABQ_COMPAT_BIN": self.compat_bin}
+                "LABQ_COMPAT_BIN": self.compat_bin, "LABQ_PBS_ENV": "1" if self.pbs_env else "0",
+                "LABQ_SGE_ENV": "1" if self.sge_env else "0"}
 
     def shutdown_grace(self, qos: str) -> float:
         """The checkpoint grace a job gets when the node stops: its QoS's preemption grace, capped
@@ -245,6 +249,7 @@ def remove_spool(spool: str, jid: int) -> None:
     are ours (the user cannot swap <id> for a link); rmtree does not follow links inside."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(spool, "scripts", f"{int(jid)}.sh"))
+    batchenv.remove(spool, jid)
     d = os.path.join(spool, "checkpoints", str(int(jid)))
     with contextlib.suppress(FileNotFoundError):
         if os.path.islink(d):       # never ours to follow: the link goes, what it names stays
@@ -285,10 +290,11 @@ def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start:
     and secrets. `part`: a gang's part here (worker/gang.Part), whose GPUs are this node's."""
     pw = ident.pw
     gpus = tuple(part.gpus) if part is not None else tuple(attempt.gpus)
+    files = batchenv.prepare(s.spool, job, pw.pw_uid, pw.pw_gid, s.node, part) if s.pbs_env or s.sge_env else ("", "")
     return jobenv.build(job, jobenv.Place(
         node=s.node, user=pw.pw_name, home=pw.pw_dir, shell=pw.pw_shell, gpus=gpus, start=start,
         checkpoint_dir=ckpt, redis_url=public_url(s.redis_url), prefix=s.prefix, slurm_env=s.slurm_env, part=part,
-        compat_bin=s.compat_bin))
+        compat_bin=s.compat_bin, pbs_env=s.pbs_env, sge_env=s.sge_env, nodefile=files[0], tmpdir=files[1]))
 
 
 def public_url(url: str) -> str:

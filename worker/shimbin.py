@@ -73,7 +73,7 @@ def write(folder: str, families=tuple(FAMILIES), path: str | None = None, python
     return done
 
 
-def folder(spool: str, families=("slurm", "modules")) -> str:
+def folder(spool: str, families=("slurm", "pbs", "sge", "modules")) -> str:
     """The worker's folder (`<spool>/bin`), written afresh at each start: what jobs get last on PATH.
     A family whose real commands the node has (on the agent's PATH or the jobs' default) is left out."""
     from .jobenv import DEFAULT_PATH

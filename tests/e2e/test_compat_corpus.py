@@ -31,7 +31,8 @@ from tests.harness import E2E_MARKS, ROOT, start_redis, wait_for
 
 pytestmark = [*E2E_MARKS, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
                                              reason="creating a user and running jobs as them need root")]
-CORPORA = {"slurm": os.path.join(ROOT, "tests", "slurm_corpus")}
+CORPORA = {fam: os.path.join(ROOT, "tests", f"{fam}_corpus") for fam in ("slurm", "pbs", "sge")}
+SUBMIT = {"slurm": "sbatch", "pbs": "qsub", "sge": "qsub"}
 ENDED = {"CD", "F", "CA", "TO", "OOM", "NF", "EX", "DL", "RJ"}
 CONFIG = """
 [scheduler]
@@ -69,14 +70,15 @@ def scripts() -> list[tuple[str, str]]:
 
 
 def expectations(path: str) -> dict:
-    out: dict = {"out": [], "children": None, "tasks": None, "log": None, "needs": None, "state": None}
+    out: dict = {"out": [], "err": [], "children": None, "tasks": None, "log": None, "err-log": None, "needs": None,
+                 "state": None, "setup": None}
     for line in open(path):
-        m = re.match(r"#\s*expect(-[a-z]+)?:\s*(.*?)\s*$", line)
+        m = re.match(r"#\s*expect(-[a-z-]+)?:\s?(.*?)\n?$", line)
         if not m:
             continue
         key, value = (m.group(1) or "-state")[1:], m.group(2)
-        if key == "out":
-            out["out"].append(value)
+        if key in ("out", "err"):
+            out[key].append(value)
         elif key == "children":
             out["children"] = value.split()
         elif key == "tasks":
@@ -108,7 +110,7 @@ class Lab:
         wait_for(lambda: [n for n in self.client.nodes() if n.state == "up"], 120, 0.1,
                  what=f"the worker to register (see {self.log.name})")
         self.bin = os.path.join(self.dir, "bin")       # what `make install-slurm-compat` writes
-        shimbin.write(self.bin, ("slurm", "modules"), path="")
+        shimbin.write(self.bin, ("slurm", "pbs", "sge", "modules"), path="")
         self.env = {"PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "USER": name, "LOGNAME": name,
                     "SHELL": "/bin/bash", "LANG": "C.UTF-8", "LABQ_CONFIG": self.cfg_path, "LAB_DATA": "/srv/lab/data"}
         self.as_user(["/usr/bin/python3", "-m", "venv", "--without-pip", f"{home}/envs/lab"], cwd=home)
@@ -124,11 +126,13 @@ class Lab:
         return p
 
     def submit(self, family: str, path: str) -> tuple[str, int, subprocess.CompletedProcess]:
-        work = os.path.join(self.pw.pw_dir, "corpus", os.path.basename(path).rsplit(".", 1)[0])
+        work = os.path.join(self.pw.pw_dir, "corpus", family, os.path.basename(path).rsplit(".", 1)[0])
         os.makedirs(work)
         shutil.copy(path, work)
         subprocess.run(["chown", "-R", f"{self.pw.pw_uid}:{self.pw.pw_gid}", self.pw.pw_dir], check=True)
-        p = self.as_user([{"slurm": "sbatch"}[family], os.path.basename(path)], cwd=work, check=False)
+        if expectations(path)["setup"]:
+            self.as_user(["/bin/sh", "-c", expectations(path)["setup"]], cwd=work)
+        p = self.as_user([SUBMIT[family], os.path.basename(path)], cwd=work, check=False)
         m = re.search(r"(\d+)", p.stdout)
         return work, int(m.group(1)) if m and p.returncode == 0 else 0, p
 
@@ -185,6 +189,9 @@ def test_script_runs_unchanged(ran, family, path):
     else:
         job = jobs[jid]
         ended = [(str(jid), job.state, _log(work, want["log"] or "slurm-%j.out", job))]
+        if want["err-log"]:
+            err = _log(work, want["err-log"], job)
+            assert all(needle in err for needle in want["err"]), (want["err"], err)
     for shown, state, text in ended:
         assert state == want["state"], (shown, state, text)
         for needle in want["out"]:
@@ -196,4 +203,5 @@ def test_script_runs_unchanged(ran, family, path):
 
 
 def test_the_corpus_is_large_enough():
-    assert len([p for f, p in scripts() if f == "slurm"]) >= 20
+    count = {fam: len([p for f, p in scripts() if f == fam]) for fam in CORPORA}
+    assert count["slurm"] >= 20 and count["pbs"] >= 10 and count["sge"] >= 6, count

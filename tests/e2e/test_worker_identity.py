@@ -12,8 +12,9 @@ import uuid
 
 import pytest
 
+from labq.scheduler.model import Job
 from labq.scheduler.store import codec
-from labq.worker import launch
+from labq.worker import batchenv, launch
 from tests.harness import K, finished, preload_spy, put_job, run, runner_env, spied, start_hooked
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
@@ -71,8 +72,10 @@ def test_job_runs_as_the_created_user_with_only_their_groups(real_redis, redis_s
     assert cwd == wd and umask == "0022"
     assert os.stat(log).st_uid == pw.pw_uid and os.stat(os.path.join(wd, "made-by-job")).st_uid == pw.pw_uid
     assert job_env["USER"] == job_env["LOGNAME"] == pw.pw_name and job_env["HOME"] == pw.pw_dir
-    # labq's own variables and their SLURM names (worker/jobenv.py); the job record exported nothing
-    leaked = {k for k in job_env if not k.startswith(("LABQ_", "SLURM_", "SLURMD_"))} - ALLOWED_ENV
+    # labq's own variables and their SLURM, PBS and SGE names (worker/jobenv.py, batchenv.py); the job
+    # record exported nothing
+    batch = set(batchenv.vars(Job(id=1, user=pw.pw_name, account="a"), pw.pw_name, pw.pw_dir, "n", None, "f", "t", True, True))
+    leaked = {k for k in job_env if not k.startswith(("LABQ_", "SLURM_", "SLURMD_"))} - ALLOWED_ENV - batch
     assert not leaked, f"not built from scratch: {leaked}"
     assert "agentsecret" not in open(log).read(), "the agent's Redis password never reaches a job"
     assert job_env["LABQ_REDIS_URL"] == launch.public_url(url) == redis_server.url

@@ -5,5 +5,4 @@
 #SBATCH --time=5
 # 128M in all: allocating 1 GiB must end the job out of memory, never run unlimited.
 # expect: OOM
-# expect-needs: slurm (issue 37: --mem-per-cpu ignored, no memory limit)
 python3 -c 'x = bytearray(1 << 30); print("allocated", len(x))'
