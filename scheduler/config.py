@@ -383,10 +383,8 @@ def _worker(t):
     _str("worker.cgroups", out["cgroups"], ("auto", "off"))
     _bool("worker.allow_root", out["allow_root"])
     _bool("worker.limit_cpus", out["limit_cpus"])
-    _bool("worker.slurm_env", out["slurm_env"])
-    _bool("worker.compat_commands", out["compat_commands"])
-    _bool("worker.pbs_env", out["pbs_env"])
-    _bool("worker.sge_env", out["sge_env"])
+    for k in ("slurm_env", "compat_commands", "pbs_env", "sge_env"):
+        _bool(f"worker.{k}", out[k])
     _num("worker.pids_max", out["pids_max"], lo=0, integer=True)
     if _num("worker.idle_gpu_util", out["idle_gpu_util"], lo=0) > 100:
         raise ConfigError("worker.idle_gpu_util", f"a percentage is at most 100, got {out['idle_gpu_util']!r}")
