@@ -5,7 +5,7 @@ import time
 import click
 
 from labq.scheduler.errors import UsageError
-from labq.scheduler.units import fmt_money, parse_duration
+from labq.scheduler.units import fmt_money, parse_duration, unit_name
 
 from . import render
 from .common import bounded_count, echo_json, pass_ctx
@@ -47,7 +47,7 @@ def budget(cctx, period, as_json):
     if not bals:
         click.echo(f"no budgets configured ({cfg.source})")
         return
-    rows = [[b.name, b.period or "-", b.unit, fmt_money(b.limit, b.unit),
+    rows = [[b.name, b.period or "-", unit_name(b.unit), fmt_money(b.limit, b.unit),
              fmt_money(b.overrides, b.unit) if b.overrides else "-", fmt_money(b.spent, b.unit),
              fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit),
              ",".join(sorted({a["kind"] for a in d["alerts"]})) or "-"] for b, d in zip(bals, ds)]

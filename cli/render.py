@@ -4,7 +4,7 @@ import time
 from labq.scheduler import ledger, states
 from labq.scheduler.hostlist import compact as compact_nodes
 from labq.scheduler.jobspec import describe_deps
-from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size
+from labq.scheduler.units import MICRO, currency_code, fmt_duration, fmt_money, fmt_size
 
 from .statview import STAT_HEADERS, capacity_line, compact, table  # noqa: F401 - shared with the thin `stat`
 
@@ -108,7 +108,8 @@ def node_dict(n, jobs) -> dict:
 def budget_dict(b, cfg, alerts=()) -> dict:
     """`alerts`: the alert stream entries of this budget in this period (cli/budgetcmd.py)."""
     spec = next(x for x in cfg.budgets if x.name == b.name)
-    return {"name": b.name, "unit": b.unit, "limit": b.limit / MICRO, "spent": b.spent / MICRO,
+    return {"name": b.name, "unit": b.unit, "currency": currency_code() if b.unit == "usd" else None,
+            "limit": b.limit / MICRO, "spent": b.spent / MICRO,
             "accrued": b.accrued / MICRO, "committed": b.committed / MICRO, "available": b.available / MICRO,
             "reserve": spec.reserve, "account": spec.account or None, "project": spec.project or None,
             "overrides": b.overrides / MICRO, "period": b.period or None, "period_kind": spec.period,

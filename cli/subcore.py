@@ -332,8 +332,8 @@ def print_test_only(reply, opts):
     rate = units.fmt_money(round(reply["cost_per_hour"] * units.MICRO))
     echo(f"forecast: {reply['forecast_text']} at {rate}/h for the time limit")
     for b in reply["budgets"]:
-        echo(f"budget {b['budget']}: commits {b['forecast']:.4f} {b['unit']}, "
-                   f"available after: {b['available_after']:.4f} {b['unit']}")
+        echo(f"budget {b['budget']}: commits {units.fmt_money(round(b['forecast'] * units.MICRO), b['unit'])}, "
+             f"available after: {units.fmt_money(round(b['available_after'] * units.MICRO), b['unit'])}")
     est = reply.get("estimate")
     if est:
         echo(f"estimated run time {units.fmt_duration(est['seconds'])} ({est['basis']})" if est["seconds"]

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 
 from . import ledger, periods, states
-from .units import MICRO
+from .units import MICRO, unit_name
 
 log = logging.getLogger("labq.metrics")
 REFRESH = 2.0       # seconds between two computations of the gauges
@@ -47,7 +47,7 @@ def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: i
     for b in budgets:
         label = periods.current(b, now)
         bal = ledger.balance(b, spent.get(b.name, 0), live, now, label, periods.span_at(b, now, label))
-        lab = {"budget": b.name, "unit": b.unit, "period": label or "none"}
+        lab = {"budget": b.name, "unit": unit_name(b.unit), "period": label or "none"}
         for k, v in (("limit", bal.limit + bal.overrides), ("spent", bal.spent + bal.accrued),
                      ("committed", bal.committed), ("available", bal.available)):
             budget_rows[k].append((lab, v / MICRO))

@@ -185,12 +185,24 @@ def currency_symbol() -> str:
     return _SYMBOLS.get(_currency["code"], "")
 
 
+def currency_code() -> str:
+    return _currency["code"]
+
+
+def unit_name(unit: str) -> str:
+    """A budget unit as shown (the budget table's UNIT, metrics' `unit` label): money is the
+    currency's code in lower case ("usd" is the config's word for money, whatever the currency)."""
+    return _currency["code"].lower() if unit == "usd" else unit
+
+
 def fmt_money(micro: int, unit: str = "usd") -> str:
-    if unit == "usd":
-        v = micro / MICRO
-        text = f"{v:,.2f}" if abs(micro) >= 10_000 or micro == 0 else f"{v:.4f}"
-        sym = currency_symbol()
-        if not sym:
-            return f"{text} {_currency['code']}"
-        return f"-{sym}{text[1:]}" if text.startswith("-") else f"{sym}{text}"
-    return f"{micro / MICRO:,.3f} {unit.replace('_', '-')}"
+    """Money, one rule: to the cent, with thousands separators, in the currency (`€1,234.50`, `€0.00`,
+    `1.50 CHF`); an amount that is not zero but under half a cent is `<€0.01` (the exact amounts are
+    in --json and CSV). Other units: `1.500 gpu-hours`."""
+    if unit != "usd":
+        return f"{micro / MICRO:,.3f} {unit.replace('_', '-')}"
+    text, sign = f"{abs(micro) / MICRO:,.2f}", "-" if micro < 0 else ""
+    if micro and text == "0.00":
+        text, sign = "0.01", ">-" if micro < 0 else "<"
+    sym = currency_symbol()
+    return f"{sign}{sym}{text}" if sym else f"{sign}{text} {_currency['code']}"

@@ -109,3 +109,14 @@ def test_the_grafana_dashboard_queries_only_metrics_the_scheduler_serves():
               "labq_requests_total", "labq_alerts_total"}
     used = {m for p in dash["panels"] for t in p["targets"] for m in re.findall(r"labq_\w+", t["expr"])}
     assert used and used <= served, used - served
+
+
+def test_a_money_budgets_unit_label_is_the_configured_currency():
+    from labq.scheduler import units
+    try:
+        c = cfg('[rates]\ncurrency = "EUR"\n[[budgets]]\nname = "eta"\nlimit = 100.0\n')
+        fams = metrics.gauges([], [], c.budgets, {}, 1_000_000.0, True, 0)
+        (lab, _), = _rows(fams, "labq_budget_limit").items()
+        assert dict(lab)["unit"] == "eur"
+    finally:
+        units.set_currency("USD")

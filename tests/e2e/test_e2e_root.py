@@ -2,6 +2,7 @@
 job that no registered node would ever run is refused at submit with the reason, never accepted and
 then failed. Real redis-server, scheduler and worker processes; the tests need to run as root."""
 import os
+import re
 
 import pytest
 
@@ -47,5 +48,11 @@ def test_money_is_printed_in_the_configured_currency():
                                                                        "--", "true"))]
         for out in outs:
             assert "€" in out and "$" not in out, out
+        # one rule: every amount to the cent; the budget's unit and the forecast's are the currency
+        amounts = re.findall(r"€[\d,]+\.(\d+)", "".join(outs))
+        assert amounts and {len(d) for d in amounts} == {2}, amounts
+        assert " usd" not in "".join(outs) and " USD" not in "".join(outs)
+        assert re.search(r"^eta-sweep\s+-\s+eur\s", outs[2], re.M), outs[2]
+        assert re.search(r"budget eta-sweep: commits €\d+\.\d\d, available after: €", outs[3]), outs[3]
     finally:
         e.close()

@@ -78,7 +78,7 @@ def test_accrual_is_monotone_and_additive_within_rounding(rate, a, b):
 
 def test_money_formatting():
     assert units.fmt_money(4_000_000) == "$4.00"
-    assert units.fmt_money(2222) == "$0.0022"
+    assert units.fmt_money(2222) == "<$0.01"
     assert units.fmt_money(1_500_000, "gpu_hours") == "1.500 gpu-hours"
 
 
