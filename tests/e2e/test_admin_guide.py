@@ -4,6 +4,7 @@ labq the guide installed; the other shell blocks may only use system tools (apt-
 useradd) — so every labq command the guide shows is exercised here."""
 import os
 import pathlib
+import pwd
 import re
 import shlex
 import shutil
@@ -11,6 +12,8 @@ import signal
 import socket
 import subprocess
 import tempfile
+import textwrap
+import uuid
 
 import pytest
 
@@ -22,7 +25,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0, reason="mak
 
 
 def blocks(text: str) -> list[tuple[str, str]]:
-    return [(m.group(1).strip(), m.group(2)) for m in re.finditer(r"^```([^\n]*)\n(.*?)^```", text, re.M | re.S)]
+    """(info, body) of each fenced block, an indented one (in a list item) included."""
+    return [(m.group(1).strip(), textwrap.dedent(m.group(2)))
+            for m in re.finditer(r"^ *```([^\n]*)\n(.*?)^ *```", text, re.M | re.S)]
 
 
 def test_unchecked_blocks_use_only_system_tools():
@@ -46,56 +51,200 @@ def scratch():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def test_every_checked_block_of_the_admin_guide_runs(scratch):
-    s, port = scratch, _free_port()
-    moves = [("make install-system", f"make -s install-system PREFIX={s}/opt/labq BINDIR={s}/usr/local/bin "
-                                     f"SYSCONFDIR={s}/etc/labq UNITDIR={s}/units DOCDIR={s}/doc"),
-             ("/usr/local/bin", f"{s}/usr/local/bin"), ("/opt/labq", f"{s}/opt/labq"), ("/etc/labq", f"{s}/etc/labq"),
-             ("/var/backups", f"{s}/var/backups"), ("/var/lib/redis", f"{s}/var/lib/redis"),
-             ("/run/redis", f"{s}/run/redis"), ("127.0.0.1:9464", f"127.0.0.1:{port}")]
-    for d in ("etc/labq", "var/lib/redis", "run/redis", "spool"):
-        (s / d).mkdir(parents=True)
-    sock = s / "run/redis/redis-server.sock"
-    (s / "etc/labq/labq.toml").write_text(
-        f'[redis]\nurl = "unix://{sock}"\n[scheduler]\nmetrics = "127.0.0.1:{port}"\n'
-        f'[worker]\nname = "node1"\ngpus = 1\nspool = "{s}/spool"\nrun_as = "self"\nallow_root = true\n')
-    env = dict(os.environ, PATH=f"{s}/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    env.pop("PYTHONPATH", None)
-    procs, log = [], open(s / "daemons.log", "w")
+class Site:
+    """The guide's machine in a scratch directory, deployed as the units say: Redis as `redis` in
+    /var/lib/redis (its /run/redis removed when it stops, as Debian's unit does), the scheduler as an
+    unprivileged system user with the unit's environment (STATE_DIRECTORY, UMask=0077, a home it
+    cannot write), the worker as root with its own STATE_DIRECTORY. The guide's `systemctl` lines
+    act on these processes; every other step runs as written (paths moved)."""
 
-    table = dict(moves)
-    pattern = re.compile("|".join(re.escape(a) for a, _ in moves))
+    def __init__(self, s: pathlib.Path, port: int, user):
+        self.s, self.user, self.procs = s, user, {}
+        self.log = open(s / "daemons.log", "a")
+        self.sock = s / "run/redis/redis-server.sock"
+        self.env = dict(os.environ, PATH=f"{s}/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                        LABQ_CONFIG=f"{s}/etc/labq/labq.toml")
+        for k in ("PYTHONPATH", "LABQ_NO_SYSTEM_CONFIG", "LABQ_REDIS_URL", "LABQ_STATE_DIR"):
+            self.env.pop(k, None)        # the config names everything: a machine's shell, not the suite's
 
-    def run(body):
-        body = pattern.sub(lambda m: table[m.group(0)], body)    # one pass: a moved path is not moved twice
-        p = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=600)
-        assert p.returncode == 0, f"{body}\n--- exit {p.returncode}\n{p.stdout}\n{p.stderr}"
-        return p.stdout
+    def start(self, name: str) -> None:
+        s, redis_pw = self.s, pwd.getpwnam("redis")
+        if name == "redis":
+            (s / "run/redis").mkdir(exist_ok=True)
+            os.chown(s / "run/redis", redis_pw.pw_uid, redis_pw.pw_gid)
+            argv = ["setpriv", f"--reuid={redis_pw.pw_uid}", f"--regid={redis_pw.pw_gid}", "--clear-groups",
+                    "redis-server", "--port", "0", "--unixsocket", str(self.sock), "--unixsocketperm", "777",
+                    "--dir", str(s / "var/lib/redis"), "--appendonly", "yes", "--save", ""]
+            env, umask = self.env, 0o022
+        elif name == "scheduler":
+            u = self.user
+            argv = ["setpriv", f"--reuid={u.pw_uid}", f"--regid={u.pw_gid}", "--clear-groups",
+                    f"{s}/usr/local/bin/labq", "scheduler"]
+            env = dict(self.env, STATE_DIRECTORY=f"{s}/var/lib/labq-scheduler", HOME=u.pw_dir, USER=u.pw_name,
+                       LOGNAME=u.pw_name)
+            umask = 0o077
+        else:
+            argv, umask = [f"{s}/usr/local/bin/labq", "worker"], 0o022
+            env = dict(self.env, STATE_DIRECTORY=f"{s}/var/lib/labq")
+        self.log.write(f"--- start {name}\n")
+        self.log.flush()
+        self.procs[name] = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                            preexec_fn=lambda: os.umask(umask))
+        if name == "redis":
+            wait_for(self.sock.exists, 30, what="redis")
 
-    checked = [body for info, body in blocks(GUIDE.read_text()) if "docs-check" in info]
-    assert len(checked) >= 8
-    try:
-        assert "labq" in run(checked[0])          # the install, before anything is running
-        procs.append(subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--dir",
-                                       str(s / "run/redis"), "--appendonly", "yes", "--save", ""], stdout=log))
-        wait_for(sock.exists, 20, what="redis")
-        for role in ("scheduler", "worker"):
-            procs.append(subprocess.Popen([f"{s}/usr/local/bin/labq", role], stdout=log, stderr=subprocess.STDOUT,
-                                          env=dict(env, LABQ_CONFIG=f"{s}/etc/labq/labq.toml")))
-        env["LABQ_CONFIG"] = f"{s}/etc/labq/labq.toml"
-        wait_for(lambda: "node1" in run("labq nodes"), 60, what="node1 to register")
-        jid = run("labq sub --parsable -W -- true").strip()
-        assert jid == "1", "the guide's `labq show 1` names the first job"
-        for body in checked[1:]:
-            run(body)
-        aof = list((s / "var/lib/redis").glob("appendonlydir/*")) + list((s / "var/lib/redis").glob("appendonly*"))
-        assert aof, "the restore wrote the snapshot out as an append-only file"
-    finally:
-        for p in reversed(procs):
+    def stop(self, name: str) -> int | None:
+        p = self.procs.pop(name, None)
+        if p is None:
+            return None
+        if p.poll() is None:
             p.send_signal(signal.SIGTERM)
             try:
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
-        log.close()
+                p.wait(10)
+        if name == "redis":
+            shutil.rmtree(self.s / "run/redis", ignore_errors=True)     # Debian's RuntimeDirectory=
+        return p.returncode
+
+    def systemctl(self, line: str) -> None:
+        """A guide line `systemctl stop|start|restart UNIT...`, on this site's processes."""
+        words = shlex.split(line, comments=True)
+        if len(words) < 3 or words[0] != "systemctl" or words[1] not in ("stop", "start", "restart"):
+            return                                          # enable, daemon-reload: nothing to do here
+        names = [{"labq-scheduler": "scheduler", "labq-worker": "worker", "redis-server": "redis"}[w]
+                 for w in words[2:]]
+        for n in names:
+            if words[1] in ("stop", "restart"):
+                self.stop(n)
+            if words[1] in ("start", "restart"):
+                self.start(n)
+
+    def close(self):
+        for n in ("worker", "scheduler", "redis"):
+            self.stop(n)
+        self.log.close()
+
+
+def _system_user():
+    name = f"lqs{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
+                    "/usr/sbin/nologin", "--user-group", name], check=True)
+    return pwd.getpwnam(name)
+
+
+def test_every_step_of_the_admin_guide_runs_as_deployed(scratch):
+    """Issue 36: every block runs in order; the guide's own backup, restore (Debian's ownership), the
+    rollback it causes (the scheduler refuses, exit 3, naming its state file in $STATE_DIRECTORY),
+    accept-loss as root, the archive and its backup (0600), the upgrade. STEPS records each block's
+    outcome for the note."""
+    s, port = scratch, _free_port()
+    moves = [("make install-system", f"make -s install-system PREFIX={s}/opt/labq BINDIR={s}/usr/local/bin "
+                                     f"SYSCONFDIR={s}/etc/labq UNITDIR={s}/units DOCDIR={s}/doc"),
+             ("/usr/local/bin", f"{s}/usr/local/bin"), ("/opt/labq", f"{s}/opt/labq"), ("/etc/labq", f"{s}/etc/labq"),
+             ("/var/backups", f"{s}/var/backups"), ("/var/lib/redis", f"{s}/var/lib/redis"),
+             ("/var/lib/labq-scheduler", f"{s}/var/lib/labq-scheduler"),
+             ("/run/redis", f"{s}/run/redis"), ("127.0.0.1:9464", f"127.0.0.1:{port}")]
+    user = _system_user()
+    redis_pw = pwd.getpwnam("redis")
+    os.chmod(s, 0o755)
+    for d in ("etc/labq", "var/lib/redis", "var/lib/labq-scheduler", "var/lib/labq", "run/redis"):
+        (s / d).mkdir(parents=True)
+        os.chmod(s / d, 0o755)
+    os.chown(s / "var/lib/redis", redis_pw.pw_uid, redis_pw.pw_gid)
+    os.chmod(s / "var/lib/redis", 0o750)
+    os.chown(s / "var/lib/labq-scheduler", user.pw_uid, user.pw_gid)
+    os.chmod(s / "var/lib/labq-scheduler", 0o750)            # StateDirectoryMode=0750
+    conf = s / "etc/labq/labq.toml"
+    conf.write_text(f'[redis]\nurl = "unix://{s}/run/redis/redis-server.sock"\n[scheduler]\n'
+                    f'metrics = "127.0.0.1:{port}"\n[history]\nkeep = "0s"\n'
+                    f'[worker]\nname = "node1"\ngpus = 1\nrun_as = "self"\nallow_root = true\n')
+    os.chown(conf, 0, user.pw_gid)
+    os.chmod(conf, 0o640)                                    # root:labq 0640, as the unit asks
+    site = Site(s, port, user)
+    table = dict(moves)
+    pattern = re.compile("|".join(re.escape(a) for a, _ in moves))
+
+    def run(body, check=True):
+        body = pattern.sub(lambda m: table[m.group(0)], body)    # one pass: a moved path is not moved twice
+        p = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=ROOT, env=site.env, capture_output=True,
+                           text=True, timeout=600)
+        assert not check or p.returncode == 0, f"{body}\n--- exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+        return p.stdout
+
+    def leading():
+        wait_for(lambda: run("redis-cli -s /run/redis/redis-server.sock get labq:leader").strip(), 90,
+                 what=f"the scheduler to lead (see {s}/daemons.log)")
+
+    steps = [(info, body) for info, body in blocks(GUIDE.read_text()) if info.split()[:1] == ["sh"]]
+    install = next(i for i, (info, _) in enumerate(steps) if "docs-check" in info)
+    STEPS.clear()
+    try:
+        for info, body in steps[:install]:
+            STEPS.append((body, "skipped (installs system packages)"))
+        assert "labq" in run(steps[install][1])          # the install, before anything is running
+        STEPS.append((steps[install][1], "worked"))
+        for name in ("redis", "scheduler", "worker"):
+            site.start(name)
+        wait_for(lambda: "node1" in run("labq nodes"), 90, what="node1 to register")
+        leading()
+        assert run("labq sub --parsable -W -- true").strip() == "1", "the guide's `labq show 1` names the first job"
+        run("labq admin archive --now")
+        wait_for(lambda: run("redis-cli -s /run/redis/redis-server.sock zcard labq:history").strip() == "0", 90,
+                 what="job 1 archived")
+        backed_up = False
+        for info, body in steps[install + 1:]:
+            if "docs-check" not in info:
+                if "systemctl stop labq-scheduler" in body and backed_up:
+                    # After the backup: one more job id handed out, which the restore takes back.
+                    assert run("labq sub --parsable -H -- true").strip() == "2"
+                for line in body.splitlines():
+                    site.systemctl(line)
+                if "systemctl restart labq-scheduler" in body:
+                    leading()
+                acts = any(w in body for w in ("systemctl stop", "systemctl start", "systemctl restart"))
+                STEPS.append((body, "worked (its systemctl lines on the test's processes)" if acts else
+                              "not run (packages, users, unit files: the test's site provides them)"))
+                continue
+            if "accept-loss" in body:
+                sched = site.procs["scheduler"]
+                assert sched.wait(90) == 3, "the restored (older) Redis is refused"
+                logged = (s / "daemons.log").read_text()
+                assert "went backwards" in logged and f"{s}/var/lib/labq-scheduler/scheduler-labq-" in logged, logged
+            try:
+                run(body)
+            except AssertionError:
+                STEPS.append((body, "FAILED"))
+                raise
+            STEPS.append((body, "worked"))
+            if "--rdb" in body:
+                backed_up = True
+        for f in (s / "var/backups/labq").iterdir():
+            assert f.stat().st_mode & 0o077 == 0, f"{f} is {f.stat().st_mode & 0o777:o}: backups are 0600"
+        assert {f.suffix for f in (s / "var/backups/labq").iterdir()} == {".rdb", ".db"}
+        owners = {(f, f.stat().st_uid) for f in (s / "var/lib/redis").rglob("*")}
+        assert owners and all(uid == redis_pw.pw_uid for _, uid in owners), \
+            f"root-owned files in /var/lib/redis break Debian's redis-server: {owners}"
+        assert list((s / "var/lib/redis").glob("appendonlydir/*")), "the restore wrote an append-only file"
+        state = list((s / "var/lib/labq-scheduler").glob("scheduler-labq-*.json"))
+        assert state and all(f.stat().st_uid == user.pw_uid for f in state), "accept-loss as root: the scheduler's file"
+        assert (s / "var/lib/labq-scheduler/history.db").exists(), "the archive is in $STATE_DIRECTORY"
+    finally:
+        site.close()
+        _write_steps(s)
+        subprocess.run(["userdel", user.pw_name], check=False)
+        subprocess.run(["groupdel", user.pw_name], check=False, stderr=subprocess.DEVNULL)
+
+
+STEPS: list[tuple[str, str]] = []
+
+
+def _write_steps(s) -> None:
+    """Each block and its outcome, where the note's table comes from ($LABQ_GUIDE_STEPS, if set)."""
+    out = os.environ.get("LABQ_GUIDE_STEPS")
+    if out:
+        with open(out, "w") as f:
+            for body, outcome in STEPS:
+                f.write(f"{outcome}\t{body.strip().splitlines()[0] if body.strip() else ''}"
+                        f"{' (+%d lines)' % (len(body.strip().splitlines()) - 1) if len(body.strip().splitlines()) > 1 else ''}\n")
