@@ -16,6 +16,9 @@ from .model import Job
 
 # Outcomes that are the job's own failure. Timeouts, preemption, cancels and node failures are not.
 FAILURES = frozenset({"exit", "oom", "error"})
+# The newest ended jobs a new leader reads back to rebuild the counts: its reload stays bounded
+# however many jobs ended within the window (issue 35: 200k of them outlasted the leader lease).
+REBUILD_JOBS = 20_000
 
 
 class CrashGuard:
@@ -49,8 +52,13 @@ class CrashGuard:
     def rebuild(self, jobs, now: float) -> None:
         """After a restart: count the failed attempts that ended within the window (jobs from the
         active set and the recent history), oldest first."""
-        ends = sorted((a.end_time, j.user, a.outcome) for j in jobs for a in j.attempts
-                      if a.end_time and a.end_time > now - self.window and a.outcome in FAILURES)
+        self.rebuild_ends([(a.end_time, j.user, a.outcome) for j in jobs for a in j.attempts], now)
+
+    def rebuild_ends(self, ends, now: float) -> None:
+        """`rebuild` from (end time, user, outcome) of attempts, as the store reads them without
+        decoding whole records."""
+        ends = sorted((at, user, outcome) for at, user, outcome in ends
+                      if at and at > now - self.window and outcome in FAILURES)
         self.recent.clear()
         for at, user, outcome in ends:
             self.record(user, outcome, at)

@@ -128,7 +128,12 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             if not self.leading:
                 if not self._durable_ok():
                     return False
-                self._recover(now)
+                # The lease is renewed while the state reloads, however long that takes.
+                with self.store.keeping_lease(self.lease_s, self.lease_s / 3) as kept:
+                    self._recover(now)
+                if kept.lost:
+                    raise StalePlanError(kept.lost)
+                self.renewed = kept.renewed
             self._learn_inboxes(woke)
             self.nodes = self.store.nodes(now)
             self._intake(now, pending=False)
@@ -245,7 +250,9 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self._use_budgets()
         self.usage = Reader(self.store.r, self.k, self.history).usage()
         if self.guard.on:   # the failures of the last window, as the previous leader counted them
-            self.guard.rebuild([*self.jobs.values(), *Reader(self.store.r, self.k, self.history).ended(now - self.guard.window)], now)
+            mine = [(a.end_time, j.user, a.outcome) for j in self.jobs.values() for a in j.attempts]
+            ended = Reader(self.store.r, self.k).attempt_ends(now - self.guard.window, crashguard.REBUILD_JOBS)
+            self.guard.rebuild_ends(mine + ended, now)
         self.estimator = learned_from(Reader(self.store.r, self.k).recent_runs(self.cfg.estimate.history), self.cfg)
         self._intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))

@@ -139,6 +139,19 @@ class Reader:
             out += [_run(json.loads(raw)) for raw in self.r.mget([self.k.job(int(j)) for j in ids[i:i + 1000]]) if raw]
         return out
 
+    def attempt_ends(self, since: float, count: int) -> list[tuple]:
+        """(end time, user, outcome) of each attempt of the newest `count` jobs that ended since
+        `since`, read from the records' JSON without decoding whole records (the crash guard's
+        rebuild at a leader's start: bounded, whatever ended meanwhile)."""
+        ids = self.r.zrevrangebyscore(self.k.history, "+inf", since, start=0, num=count) if count > 0 else []
+        out: list[tuple] = []
+        for i in range(0, len(ids), 1000):
+            for raw in self.r.mget([self.k.job(int(j)) for j in ids[i:i + 1000]]):
+                if raw:
+                    d = json.loads(raw)
+                    out += [(a.get("end_time"), d["user"], a.get("outcome")) for a in d.get("attempts") or ()]
+        return out
+
     def acct_rows(self, since: float = 0, until: float = float("inf"), user=None, account=None,
                   columns=None) -> list:
         """Ended jobs as `acct` and `report` read them: Redis's records, and the archive's compact

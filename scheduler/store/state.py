@@ -5,6 +5,10 @@ scheduler still holds it, then MULTI/EXEC. A scheduler that lost its lease (paus
 therefore cannot write anything, and a crash at any instant leaves either all or none of a change.
 """
 import json
+import logging
+import threading
+import time
+from contextlib import contextmanager
 
 import redis
 
@@ -12,18 +16,57 @@ from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
 from ..states import ACTIVE
 from . import acctrows, statrows, writes
+from .conn import ERRORS
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
+
+log = logging.getLogger("labq.scheduler")
 
 
 class SchedulerStore:
     def __init__(self, r: redis.Redis, keys: Keys, me: str):
         self.r, self.k, self.me = r, keys, me
+        # A renewal from keeping_lease's thread never lands between a transaction's WATCH and its
+        # EXEC (a PEXPIRE of the watched key would abort it).
+        self.lease_lock = threading.Lock()
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:
         """Take or renew the lease: "taken" (it was free), "renewed" (it was ours), or False while
         another scheduler holds it."""
+        with self.lease_lock:
+            return self._acquire_leader(ttl_s)
+
+    @contextmanager
+    def keeping_lease(self, ttl_s: float, every_s: float):
+        """Renew the lease (only while it is still ours) every `every_s` from a thread for as long as
+        the block runs: a state reload that outlasts the lease must not lose it (issue 35: each
+        reload took longer than the lease, and the leader reloaded forever). Yields a Kept whose
+        `lost` says why the lease was not ours at some point (the block's work is then stale)."""
+        kept = Kept(time.monotonic())
+        stop = threading.Event()
+
+        def renew():
+            while not stop.wait(every_s):
+                try:
+                    got = self.acquire_leader(ttl_s)
+                except ERRORS as e:          # the block's own reads meet the same Redis: they say so
+                    log.warning("renewing the leader lease during the reload: %s", e)
+                    continue
+                if got != "renewed":
+                    kept.lost = ("the leader lease lapsed during the reload" if got else
+                                 "another scheduler took the leader lease during the reload")
+                    return
+                kept.renewed = time.monotonic()
+        t = threading.Thread(target=renew, name="labq-lease", daemon=True)
+        t.start()
+        try:
+            yield kept
+        finally:
+            stop.set()
+            t.join()
+
+    def _acquire_leader(self, ttl_s: float) -> str | bool:
         px = int(ttl_s * 1000)
         if self.r.set(self.k.leader, self.me, nx=True, px=px):
             return "taken"
@@ -46,7 +89,7 @@ class SchedulerStore:
         return self.r.get(self.k.leader)
 
     def release_leader(self) -> None:
-        with self.r.pipeline() as p:
+        with self.lease_lock, self.r.pipeline() as p:
             try:
                 p.watch(self.k.leader)
                 if p.get(self.k.leader) == self.me:
@@ -58,7 +101,7 @@ class SchedulerStore:
 
     def txn(self, build) -> list:
         """Run `build(pipe)` inside MULTI, fenced by the leader lease."""
-        with self.r.pipeline() as p:
+        with self.lease_lock, self.r.pipeline() as p:
             try:
                 p.watch(self.k.leader)
                 if p.get(self.k.leader) != self.me:
@@ -338,4 +381,11 @@ def _float(v) -> float | None:
         return float(v) if v else None
     except ValueError:
         return None
+
+
+class Kept:
+    """What keeping_lease saw: when it last renewed (monotonic), and why the lease was lost, if it was."""
+
+    def __init__(self, renewed: float):
+        self.renewed, self.lost = renewed, ""
 
