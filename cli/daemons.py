@@ -94,8 +94,10 @@ def _with_history(sched, r, cfg):
 @click.option("-v", "--verbose", is_flag=True)
 # `labq up` run by root: the machine is root's own, so root's jobs run (worker.allow_root for this run).
 @click.option("--allow-root", is_flag=True, hidden=True)
+# `labq up --gpus N`: this run's worker declares N fake GPUs (worker.gpus = N for this run).
+@click.option("--fake-gpus", type=click.IntRange(0, 4096), hidden=True)
 @pass_ctx
-def worker(ctx, verbose, allow_root):
+def worker(ctx, verbose, allow_root, fake_gpus):
     """The node agent: registers this machine and runs admitted jobs on it."""
     _logging(verbose)
     import dataclasses
@@ -105,6 +107,8 @@ def worker(ctx, verbose, allow_root):
     cfg = ctx.cfg
     if allow_root:
         cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(allow_root=True))
+    if fake_gpus is not None:
+        cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(gpus=fake_gpus))
     if os.environ.get("STATE_DIRECTORY") and cfg.worker["spool"] == type(cfg.worker)().spool:
         # Under systemd the unit's StateDirectory=, not the home of the user running the worker.
         from labq.scheduler.durability import state_dir
@@ -117,25 +121,38 @@ def worker(ctx, verbose, allow_root):
     Agent(cfg, url, ctx.config_path).run()
 
 
-def _await_worker(stack, prefix: str, timeout: float = 60.0) -> None:
+def _await_worker(stack, prefix: str, timeout: float = 60.0) -> tuple[int, int]:
     """Say "up" only once the worker has registered: a submit before that is refused ("no node is
-    registered"), which is not what the first `labq sub` after `labq up` should meet."""
+    registered"), which is not what the first `labq sub` after `labq up` should meet. Returns the
+    node's (GPUs, CPUs), (0, 0) if it never registered."""
     from labq.scheduler.store import conn
     from labq.scheduler.store.keys import Keys
-    r, end = conn.connect(stack.url), time.monotonic() + timeout
+    from labq.scheduler.store.state import SchedulerStore
+    store, end = SchedulerStore(conn.connect(stack.url), Keys(prefix), "up"), time.monotonic() + timeout
     while time.monotonic() < end and not stack.dead():
         try:
-            if r.scard(Keys(prefix).nodes):
-                return
+            for node in store.nodes(time.time()):
+                return len(node.gpus), node.cpus
         except conn.ERRORS:
             pass
         time.sleep(0.1)
+    return 0, 0
+
+
+def first_job(gpus: int, cpus: int) -> str:
+    """The submit `labq up` suggests: one that this machine can run (no -G without GPUs)."""
+    if gpus:
+        return f"labq sub -G 1 -c 1 -t 10m -- python train.py    (then: labq stat; {gpus} GPUs, {cpus} CPUs here)"
+    return (f"labq sub -c 1 -t 10m -- python train.py    (then: labq stat; no GPUs here, {cpus} CPUs: "
+            "`labq up --gpus 2` pretends to have two)")
 
 
 @click.command()
 @click.option("-v", "--verbose", is_flag=True, help="Debug lines in the daemons' logs.")
+@click.option("--gpus", "fake_gpus", type=click.IntRange(0, 4096),
+              help="Pretend this machine has N GPUs (fake ones: to try -G on a laptop; nothing runs on a GPU).")
 @pass_ctx
-def up(ctx, verbose):
+def up(ctx, verbose, fake_gpus):
     """Everything on this machine, in the foreground: a private Redis (unless redis.url is set), the
     scheduler and a worker. Ctrl-C stops all three. Their logs go to files in the state directory
     (printed at start)."""
@@ -163,12 +180,17 @@ def up(ctx, verbose):
         click.echo("labq: warning: running as root: jobs submitted by root run as root "
                    "(worker.allow_root is taken as true for labq up)", err=True)
         stack.worker_args = ("--allow-root",)
+    if fake_gpus is not None:
+        stack.worker_args += ("--fake-gpus", str(fake_gpus))
     stack.start_all()
-    _await_worker(stack, cfg.prefix)
+    gpus, cpus = _await_worker(stack, cfg.prefix)
     click.echo(f"labq is up: Redis {stack.url}, scheduler pid {stack.procs['scheduler'].pid}, "
                f"worker pid {stack.procs['worker'].pid}")
+    if fake_gpus:
+        click.echo(f"GPUs: {fake_gpus} FAKE GPUs (labq up --gpus): jobs get their ids in CUDA_VISIBLE_DEVICES, "
+                   "but no GPU computes anything")
     click.echo(f"logs: {logdir}/{{scheduler,worker,redis}}.log")
-    click.echo("submit with: labq sub --gpus 1 --time 1h -- python train.py    (then: labq stat)")
+    click.echo(f"submit with: {first_job(gpus, cpus)}")
     code = 0
     while not stopping():
         dead = stack.dead()

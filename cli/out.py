@@ -64,7 +64,7 @@ def guarded(fn, redis_errors=None):
     try:
         return fn()
     except LabqError as e:
-        fail(str(e), e.exit_code)
+        fail(_hint(str(e)), e.exit_code)
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except BrokenPipeError:
@@ -74,5 +74,13 @@ def guarded(fn, redis_errors=None):
         if isinstance(e, OSError) and e.filename and not str(e.filename).endswith(".sock"):
             fail(f"{e.filename}: {e.strerror or e}", 2)    # a file of ours, not the Redis socket
         if isinstance(e, ConnectionLost) or (redis_errors and isinstance(e, redis_errors())):
-            fail(f"Redis does not answer: {e}", 4)
+            fail(_hint(f"Redis does not answer: {e}"), 4)
         raise
+
+
+def _hint(message: str) -> str:
+    """What to do about a socket this user may not open: another user's `labq up` (private to them)."""
+    if "Permission denied" in message and ".sock" in message:
+        return (f"{message} (another user's `labq up`? Its Redis is private to that user: run your own "
+                "`labq up`, or ask an admin for a shared one, docs/admin.md)")
+    return message

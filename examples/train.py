@@ -9,6 +9,9 @@ a node failure — it resumes where that checkpoint left off and only trains the
 SIGTERM (labq's time limit or cancel) saves a checkpoint before exiting.
 
     python examples/train.py --seconds 4 --lr 0.1 --seed 0
+
+Without --seconds it trains for two minutes: long enough to watch it in `labq stat` and cancel it
+(the README's Quick start).
 """
 import argparse
 import json
@@ -114,8 +117,8 @@ def train(args, state: dict, data, path: str, stop: dict) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=float, default=4.0, help="total wall time to train (default 4)")
-    p.add_argument("--epochs", type=int, default=8, help="checkpoints and loss lines (default 8)")
+    p.add_argument("--seconds", type=float, default=120.0, help="total wall time to train (default 120)")
+    p.add_argument("--epochs", type=int, default=24, help="checkpoints and loss lines (default 24)")
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     p.add_argument("--seed", type=int, default=0, help="data and shuffling seed (default 0)")
     args = p.parse_args(argv)

@@ -217,3 +217,21 @@ def test_acct_shows_a_user_their_own_jobs_and_an_admin_everyones(shared, people)
     assert p.returncode == 3 and "only admins" in p.stderr and p.stderr.count("\n") == 1, p.stderr
     p = shared.labq("acct", "-P", "-n", "--format", "JobID,User")      # root: an admin
     assert {f"{mine}|{user.pw_name}", f"{theirs}|{other.pw_name}"} <= set(p.stdout.split()), p.stdout
+
+
+def test_another_users_private_socket_gets_a_hint(user, tmp_path):
+    """Root's `labq up` socket (in a 0700 directory): the user's labq says what it is and what to do."""
+    import socket
+    d = tmp_path / "root-up"
+    d.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o755)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(d / "redis.sock"))
+    try:
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": ROOT, "LABQ_REDIS_URL": f"unix://{d}/redis.sock"}
+        p = subprocess.run([sys.executable, "-m", "labq.cli.main", "stat"], env=env, cwd="/tmp", user=user.pw_uid,
+                           group=user.pw_gid, extra_groups=[], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 4 and "Permission denied" in p.stderr and "run your own `labq up`" in p.stderr
+        assert p.stderr.count("\n") == 1, p.stderr
+    finally:
+        s.close()
