@@ -92,7 +92,7 @@ def draw(samples, path):
             for label, pts in sorted(series(samples, name, key).items()):
                 ax.plot(*zip(*pts), label=label or "-")
         elif title.startswith("GPUs"):
-            for n, lab in (("labq_gpus_total", "total"), ("labq_gpus_allocated", "allocated")):
+            for n, lab in (("labq_gpus", "total"), ("labq_gpus_allocated", "allocated")):
                 for _, pts in series(samples, n, "node").items():
                     ax.plot(*zip(*pts), label=lab)
         else:

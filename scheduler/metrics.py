@@ -2,7 +2,8 @@
 
 What a lab's monitoring scrapes: the queue (pending by reason and account, running), the GPUs
 (total and allocated per node and model), the budgets (limit, spent, committed, available per
-budget and period, in the budget's unit), alerts fired, requests handled, dead letters, and the
+budget and period, in the budget's unit: a `unit` label, since one budget counts money and the next
+GPU hours), alerts fired, requests handled, dead letters, and the
 tick's and plan()'s durations.
 
 The gauges are computed on the scheduler's own thread after a tick, at most every `REFRESH` seconds
@@ -56,7 +57,8 @@ def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: i
          [({"reason": r, "account": a}, v) for (r, a), v in sorted(pending.items())]),
         ("labq_jobs_running", "Running (and draining) jobs by account and node.",
          [({"account": a, "node": n}, v) for (a, n), v in sorted(running.items())]),
-        ("labq_gpus_total", "GPUs a node registered, by model.",
+        # A gauge: no `_total` (a counter's suffix in Prometheus' naming; `promtool check metrics`).
+        ("labq_gpus", "GPUs a node registered, by node and model.",
          [({"node": n, "model": m}, v) for (n, m), v in sorted(gpus_total.items())]),
         ("labq_gpus_allocated", "GPUs held by running jobs, by node and model.",
          [({"node": n, "model": m}, v) for (n, m), v in sorted(gpus_alloc.items())]),
@@ -78,6 +80,9 @@ class Metrics:
         from prometheus_client.core import GaugeMetricFamily
 
         self._family = GaugeMetricFamily
+        # No `<counter>_created` series: a timestamp per counter that dashboards never want and that
+        # doubles the counters a scrape carries (prometheus_client's switch is process-wide).
+        pc.disable_created_metrics()
         self.registry = pc.CollectorRegistry()
         self.registry.register(self)
         self.tick_seconds = pc.Histogram("labq_tick_seconds", "Duration of one scheduler tick.",

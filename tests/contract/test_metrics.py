@@ -28,7 +28,7 @@ def test_gauges_count_the_queue_gpus_and_budgets_of_one_instant():
     assert _rows(fams, "labq_jobs_pending") == {(("account", "eta"), ("reason", "Resources")): 1,
                                                 (("account", "eta"), ("reason", "BudgetExhausted")): 1}
     assert _rows(fams, "labq_jobs_running") == {(("account", "eta"), ("node", "n1")): 1}
-    assert _rows(fams, "labq_gpus_total") == {(("model", "fake"), ("node", "n1")): 2,
+    assert _rows(fams, "labq_gpus") == {(("model", "fake"), ("node", "n1")): 2,
                                               (("model", "fake"), ("node", "n2")): 1}
     assert _rows(fams, "labq_gpus_allocated")[(("model", "fake"), ("node", "n1"))] == 1
     assert _rows(fams, "labq_node")[(("node", "n2"), ("state", "drain"))] == 1
@@ -74,7 +74,7 @@ def test_a_running_scheduler_serves_metrics_prometheus_can_parse(real_redis, red
                     if not s.labels} | {(s.name, tuple(sorted(s.labels.items()))): s
                                         for f in text_string_to_metric_families(text) for s in f.samples}
 
-        wait_for(lambda: (m := scrape()) and m.get(("labq_gpus_total", (("model", "fake"), ("node", "mnode")))),
+        wait_for(lambda: (m := scrape()) and m.get(("labq_gpus", (("model", "fake"), ("node", "mnode")))),
                  60, what="the node's GPUs in the metrics")
         for _ in range(3):
             p = subprocess.run(labq + ["sub", "-G", "1", "-t", "1h", "--", "sleep", "600"], env=env,
@@ -91,6 +91,8 @@ def test_a_running_scheduler_serves_metrics_prometheus_can_parse(real_redis, red
         assert m["labq_plan_seconds_count"].value >= 1 and m["labq_tick_seconds_count"].value >= 1
         committed = [s for k, s in m.items() if isinstance(k, tuple) and k[0] == "labq_budget_committed"]
         assert committed and committed[0].labels["budget"] == "lab" and committed[0].value > 0
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert lint(text) == [], lint(text)
     finally:
         for p in procs:
             p.terminate()
@@ -99,11 +101,34 @@ def test_a_running_scheduler_serves_metrics_prometheus_can_parse(real_redis, red
         log.close()
 
 
+def lint(text: str) -> list[str]:
+    """What `promtool check metrics` says of a scrape about names (issue 36: a gauge named
+    labq_gpus_total, `_created` series); promtool itself too, where it is installed."""
+    out = []
+    for f in text_string_to_metric_families(text):
+        if f.type != "counter":
+            out += [f"{s.name}: non-counter metrics should not have \"_total\" suffix" for s in f.samples
+                    if s.name.endswith("_total")]
+        out += [f"{s.name}: a _created series" for s in f.samples if s.name.endswith("_created")]
+    import shutil
+    if shutil.which("promtool"):
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        out += [line for line in (p.stdout + p.stderr).splitlines() if line.strip()]
+    return out
+
+
+def test_the_lint_catches_what_the_issue_found():
+    bad = ("# HELP labq_gpus_total GPUs.\n# TYPE labq_gpus_total gauge\nlabq_gpus_total 2.0\n"
+           "# HELP labq_requests_total Requests.\n# TYPE labq_requests_total counter\nlabq_requests_total 1.0\n"
+           "labq_requests_created 1.7e9\n")
+    assert [x.split(":")[0] for x in lint(bad)] == ["labq_gpus_total", "labq_requests_created"], lint(bad)
+
+
 def test_the_grafana_dashboard_queries_only_metrics_the_scheduler_serves():
     import json
     import re
     dash = json.load(open(os.path.join(ROOT, "docs", "grafana-labq.json")))
-    served = {"labq_jobs_pending", "labq_jobs_running", "labq_gpus_total", "labq_gpus_allocated", "labq_node",
+    served = {"labq_jobs_pending", "labq_jobs_running", "labq_gpus", "labq_gpus_allocated", "labq_node",
               "labq_leader", "labq_budget_limit", "labq_budget_spent", "labq_budget_committed",
               "labq_budget_available", "labq_dead_letters", "labq_tick_seconds_bucket", "labq_plan_seconds_bucket",
               "labq_requests_total", "labq_alerts_total"}
