@@ -47,7 +47,9 @@ class Stack:
     def _out(self, name: str):
         if not self.log_dir:
             return self.log
-        return open(os.path.join(self.log_dir, f"{name}.log"), "ab", buffering=0)
+        path = os.path.join(self.log_dir, f"{name}.log")
+        rotate(path)
+        return open(path, "ab", buffering=0)
 
     def _close(self, out) -> None:
         if self.log_dir:        # the child has its own copy
@@ -130,3 +132,21 @@ class Stack:
             self.stop(name, timeout)
         for name in list(self.procs):
             self.stop(name, timeout)
+
+
+LOG_MAX_BYTES, LOG_KEEP = 10 << 20, 3
+
+
+def rotate(path: str, max_bytes: int = LOG_MAX_BYTES, keep: int = LOG_KEEP) -> None:
+    """A daemon's log past `max_bytes` becomes PATH.1 (PATH.1 becomes PATH.2, …, `keep` kept) when
+    the daemon (re)starts: `labq up`'s logs no longer grow for ever. (The daemons write through the
+    descriptor they were given, so a log rotates at a start, never under a running daemon.)"""
+    try:
+        if os.path.getsize(path) < max_bytes:
+            return
+    except OSError:
+        return
+    for i in range(keep - 1, 0, -1):
+        if os.path.exists(f"{path}.{i}"):
+            os.replace(f"{path}.{i}", f"{path}.{i + 1}")
+    os.replace(path, f"{path}.1")

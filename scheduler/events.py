@@ -5,6 +5,7 @@ import logging
 
 from . import alerts as budget_alerts, crashguard, dispatch as dispatching, intake, states, transitions as tr
 from .errors import LabqError, UsageError
+from .journal import end_level
 from .model import Job
 from .store import dispatchq
 
@@ -47,7 +48,8 @@ class NodeEvents:
             if ended is not None:
                 self.estimator.observe_ended(ended)
             self.freed = True
-            log.info("job %s attempt %d %s -> %s", new.display_id, ev.attempt, ev.body.get("outcome"), new.state)
+            outcome = str(ev.body.get("outcome"))
+            log.log(end_level(outcome), "job %s attempt %d %s -> %s", new.display_id, ev.attempt, outcome, new.state)
 
     def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
         """What a started/finished event writes (commit's keyword arguments), decided, not written."""

@@ -5,6 +5,7 @@ inherits NOTIFY_SOCKET or the watchdog variables.
 """
 import os
 import socket
+import sys
 
 _SOCKET = os.environ.pop("NOTIFY_SOCKET", None)
 _WATCHDOG_USEC = os.environ.pop("WATCHDOG_USEC", None)
@@ -30,3 +31,16 @@ def watchdog_interval() -> float | None:
     if not _WATCHDOG_USEC or (_WATCHDOG_PID and int(_WATCHDOG_PID) != os.getpid()):
         return None
     return int(_WATCHDOG_USEC) / 2e6
+
+
+def under_journal(stream=None) -> bool:
+    """systemd sets JOURNAL_STREAM=dev:inode of the stream it connected; trust it only if our
+    stderr is that stream (a child started from a unit's shell inherits the variable, not the fd)."""
+    want = os.environ.get("JOURNAL_STREAM", "")
+    if not want:
+        return False
+    try:
+        st = os.fstat((stream or sys.stderr).fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return want == f"{st.st_dev}:{st.st_ino}"

@@ -195,8 +195,13 @@ def main() -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s labq.slot[{slot}] %(levelname)s %(message)s")
+    from labq.scheduler import journal, sdnotify
+    # The agent's stderr: under systemd, journald's stream, where each line needs its <N> priority.
+    fmt = journal.JournalFormatter(f"labq.slot[{slot}]: %(message)s") if sdnotify.under_journal() else \
+        logging.Formatter(f"%(asctime)s labq.slot[{slot}] %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(fmt)
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     proctree.become_subreaper()
     return SlotRunner(launch.Settings.from_dict(cfg), slot, agent).run()
 

@@ -72,3 +72,31 @@ def test_labq_up_writes_each_daemons_log_and_logs_admission_and_end_by_job_id():
         assert STAMP.search(text), "outside systemd, lines carry their own time"
         assert os.path.getsize(os.path.join(logdir, "worker.log")) > 0
     assert up.proc.returncode == 0
+
+
+def test_an_attempts_end_is_as_loud_as_it_needs_to_be():
+    """Issue 36: an OOM was at <6>, invisible to `journalctl -p warning`; failures at <6> too."""
+    from labq.scheduler.journal import end_level
+    f = daemonlog.JournalFormatter()
+
+    def line(outcome):
+        return f.format(logging.LogRecord("labq.scheduler", end_level(outcome), "", 0, "job 1 %s", (outcome,), None))
+    assert line("oom").startswith("<4>") and line("node_failure").startswith("<4>")
+    assert line("failed").startswith("<5>") and line("timeout").startswith("<5>")
+    assert line("completed").startswith("<6>") and line("cancelled").startswith("<6>")
+
+
+def test_a_runner_slot_under_the_journal_prefixes_its_lines(tmp_path):
+    """The slots inherit the agent's stderr, journald's stream under systemd: their lines carry <N>."""
+    err = tmp_path / "err"
+    code = ("import logging, os, sys\n"
+            "st = os.fstat(2); os.environ['JOURNAL_STREAM'] = f'{st.st_dev}:{st.st_ino}'\n"
+            "from labq.worker import slot\n"
+            "sys.stdin = __import__('io').StringIO('{\"agent_pid\": %d, \"slot\": 3}\\n' % os.getppid())\n"
+            "slot.SlotRunner = lambda *a: logging.getLogger('labq.runner').warning('job 7: oom') or sys.exit(0)\n"
+            "slot.launch.Settings.from_dict = staticmethod(lambda d: d)\n"
+            "slot.main()\n")
+    with open(err, "w") as f:
+        p = subprocess.run([sys.executable, "-c", code], stderr=f, env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    text = err.read_text()
+    assert p.returncode == 0 and "<4>labq.slot[3]: job 7: oom" in text, text
