@@ -56,7 +56,7 @@ def sge_vars(job, user: str, home: str, nodes: list[str]) -> dict:
     return out
 
 
-STEP_VAR = "LABQ_SUB_ARRAY_STEP"      # the array's step, sent by the client with the job's variables
+STEP_VAR = "LABQ_SUB_ARRAY_STEP"      # the array's step, sent by the client with the job's variables (jobenv.ARRAY_STEP)
 
 
 def task_range(job) -> tuple[int, int, int]:

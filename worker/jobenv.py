@@ -29,6 +29,7 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Inherited LABQ_* names kept on --export=ALL: the client's own settings, which a job that submits
 # further jobs wants too. Every other LABQ_* name is per job and is set (or deliberately absent) below.
 _KEEP_LABQ = ("LABQ_CONFIG", "LABQ_NO_SYSTEM_CONFIG", "LABQ_SUB_")
+ARRAY_STEP = "LABQ_SUB_ARRAY_STEP"      # an array's step, sent with the job's variables (cli/subcore.py)
 # SGE's per-job names (PBS's all start PBS_): the submitting job's, never the new one's.
 _BATCH_JOB_VARS = frozenset({"JOB_ID", "JOB_NAME", "NSLOTS", "NHOSTS", "SGE_O_WORKDIR", "RESTARTED"})
 
@@ -69,6 +70,7 @@ def build(job, where: Place) -> dict[str, str]:
         env.update(inherited(exported))
     else:                      # NONE or a list: the named variables, given or captured at submit
         env.update(exported)
+    env.pop(ARRAY_STEP, None)      # the client's note for batchenv (SGE_TASK_STEPSIZE), not the job's
     env.update(HOME=where.home, USER=where.user, LOGNAME=where.user, SHELL=where.shell or "/bin/sh",
                PWD=job.workdir)
     env.setdefault("OMP_NUM_THREADS", str(max(1, job.cpus)))

@@ -153,6 +153,15 @@ def test_the_node_file_has_a_line_per_slot_and_the_tmpdir_is_the_users(tmp_path)
     assert not os.path.exists(nodefile) and not os.path.exists(tmpdir)
 
 
+def test_the_array_step_reaches_batchenv_but_not_the_jobs_environment():
+    from labq.worker.jobenv import Place, build
+    job = Job(id=41, user="alice", account="lab", cpus=1, array_id=40, array_index=5, array_count=3, export="ALL",
+              env=(("LABQ_SUB_ARRAY_STEP", "4"), ("HOME", "/h")))
+    env = build(job, Place(node="n1", user="alice", home="/h", shell="/bin/sh", gpus=(), start=0.0,
+                           checkpoint_dir="/c", sge_env=True))
+    assert "LABQ_SUB_ARRAY_STEP" not in env and env["SGE_TASK_STEPSIZE"] == "4" and env["SGE_TASK_FIRST"] == "1"
+
+
 def test_a_job_submitted_from_a_job_gets_its_own_batch_variables():
     kept = jobenv.inherited({"PBS_JOBID": "1.labq", "JOB_ID": "1", "SGE_TASK_ID": "2", "NSLOTS": "4", "HOME": "/h"})
     assert kept == {"HOME": "/h"}
