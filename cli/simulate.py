@@ -195,13 +195,15 @@ def _config_file(cfg) -> str | None:
 
 def _say_which_config(cfg, as_json: bool) -> None:
     """A replay of someone else's cluster under this machine's caps and budgets changes its makespan
-    threefold without a word (issue 41): say which file applies, on stderr, before the replay."""
-    path = _config_file(cfg)
-    if path is None:
+    threefold without a word (issue 41): where the system's config applies without being named
+    (no --config, no $LABQ_CONFIG), say so on stderr before the replay. The report names the file
+    always (`config file`, `config_file`)."""
+    from labq.scheduler.clientconf import DEFAULT_PATH
+    if as_json or cfg.source != DEFAULT_PATH:
         return
     capped = any(a.max_running or a.max_gpus or a.max_cpus or a.max_submit for a in cfg.accounts)
     limits = [what for what, there in (("budgets", cfg.budgets), ("account caps", capped)) if there]
-    click.echo(f"labq simulate: applying {path}" + (f" ({' and '.join(limits)} included)" if limits else "")
+    click.echo(f"labq simulate: applying this machine's {DEFAULT_PATH}" + (f" ({' and '.join(limits)} included)" if limits else "")
                + "; --config /dev/null replays under built-in defaults", err=True)
 
 

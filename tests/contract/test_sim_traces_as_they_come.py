@@ -131,18 +131,25 @@ def test_fractional_cpus_are_rounded_up_and_counted(tmp_path):
     assert "2 asked for a fraction of a CPU: rounded up to whole CPUs" in text
 
 
-def test_a_replay_says_which_config_file_it_applies(tmp_path):
-    """The machine's config changes a replay (its caps and budgets bind trace jobs): said on stderr
-    before the replay, and in the report; none said for built-in defaults."""
+def test_a_replay_says_which_config_file_it_applies(tmp_path, capsys):
+    """The machine's config changes a replay (its caps and budgets bind trace jobs): the report names
+    the file, and the system's own file, applied unnamed, is said on stderr before the replay."""
     conf = tmp_path / "labq.toml"
     conf.write_text('[accounts.vision]\nusers = ["u1"]\nmax_gpus = 1\n')
     trace = _trace(tmp_path / "t.csv", 3)
     r = labq("--config", str(conf), "simulate", trace, "--nodes", "1x4", "--policy", "fifo", "--json")
     assert r.returncode == 0, r.stderr
-    assert f"applying {conf} (account caps included)" in r.stderr
-    assert json.loads(r.stdout)["config_file"] == str(conf)
+    assert json.loads(r.stdout)["config_file"] == str(conf) and r.stderr == ""
     r = labq("--config", str(conf), "simulate", trace, "--nodes", "1x4", "--policy", "fifo")
     assert f"config file    {conf}" in r.stdout
     r = labq("--config", "/dev/null", "simulate", trace, "--nodes", "1x4", "--policy", "fifo", "--json")
-    assert "applying" not in r.stderr
     assert json.loads(r.stdout)["config_file"] is None
+    from labq.cli.simulate import _say_which_config
+    from labq.scheduler import config
+    from labq.scheduler.clientconf import DEFAULT_PATH
+    system = config.loads(conf.read_text(), source=DEFAULT_PATH)
+    _say_which_config(system, as_json=False)
+    assert f"applying this machine's {DEFAULT_PATH} (account caps included)" in capsys.readouterr().err
+    for cfg, as_json in ((system, True), (config.loads(conf.read_text(), source=str(conf)), False)):
+        _say_which_config(cfg, as_json)
+        assert capsys.readouterr().err == ""
