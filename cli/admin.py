@@ -2,7 +2,6 @@
 Redis loss, …). A plain click group: other modules add subcommands to it."""
 import os
 import re
-import socket
 import time
 
 import click
@@ -11,7 +10,7 @@ from labq.scheduler.errors import LabqError, RefusedError, UnreachableError, Usa
 
 from .common import bounded_count, echo_json, pass_ctx, redis_url
 
-DEFAULT_PASSWORD_FILE = "/etc/labq/redis.secret"
+DEFAULT_PASSWORD_FILE = "/etc/labq/secrets"      # a directory: one file per role
 _SIZE = re.compile(r"<\d+ bytes>")
 
 
@@ -25,20 +24,24 @@ def admin():
 @click.option("--aclfile", type=click.Path(dir_okay=False), help="Write them as a Redis aclfile (hashed passwords).")
 @click.option("--node", "nodes", multiple=True, help="A node agent's role to include (repeatable); registered "
               "nodes and worker.name are included anyway.")
-@click.option("--password-file", type=click.Path(dir_okay=False),
-              help=f"ROLE PASSWORD file (default: redis.password_file, else {DEFAULT_PASSWORD_FILE}).")
+@click.option("--password-file", help=f"Where the passwords live: a directory of one file per role (default: "
+              f"redis.password_file, else {DEFAULT_PASSWORD_FILE}) or an older single file.")
+@click.option("--scheduler-user", help="Who owns the labq-scheduler password file it makes (default: labq where "
+              "that user exists, else you).")
 @pass_ctx
-def acl(ctx, do_apply, aclfile, nodes, password_file):
+def acl(ctx, do_apply, aclfile, nodes, password_file, scheduler_user):
     """Print the Redis ACL roles (default off; labq-client; labq-node-NAME per node; labq-scheduler;
-    labq-admin). With --apply or --aclfile, passwords missing from the password file are made and
-    written to it (mode 0600): copy each node's line to that node's own file."""
-    from labq.scheduler.store import acl as roles_mod, conn
+    labq-admin). With --apply or --aclfile, a password is made for each role that has none, in a
+    file of its own (PATH/ROLE, mode 0600, owned by the daemon that reads it); the files of roles
+    that have one are never touched: copy each node's file to that node."""
+    from labq.scheduler.store import acl as roles_mod, conn, passwords as pw_files
     from labq.scheduler.store.keys import Keys
     from labq.scheduler.store.reads import Reader
     cfg = ctx.cfg
     path = password_file or cfg.redis_password_file or DEFAULT_PASSWORD_FILE
     if not os.path.isabs(path):
         raise UsageError(f"--password-file: expected an absolute path, got {path!r}")
+    owners = _owners(scheduler_user) if do_apply or aclfile else {}
     passwords = roles_mod.read_passwords(path)
     r = None
     if do_apply or not nodes:
@@ -51,13 +54,14 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
             names |= Reader(r, Keys(cfg.prefix)).node_names()
         except conn.ERRORS as e:
             if do_apply:
-                raise UnreachableError(f"Redis at {redis_url(cfg)} does not answer: {e}") from None
+                raise UnreachableError(f"Redis at {conn.without_credentials(redis_url(cfg))} does not answer: "
+                                       f"{e}") from None
     rules = roles_mod.roles(Keys(cfg.prefix), sorted(names))
+    made: list[str] = []
     if do_apply or aclfile:
         for role in rules:
             passwords.setdefault(role, roles_mod.new_password())
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        roles_mod.write_passwords(path, passwords)
+        made = pw_files.add(path, {r: passwords[r] for r in rules}, owners)
     text = roles_mod.aclfile(rules, passwords)
     if aclfile:
         fd = os.open(aclfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -68,17 +72,39 @@ def acl(ctx, do_apply, aclfile, nodes, password_file):
         try:
             roles_mod.apply(r, rules, passwords)
         except conn.REFUSED as e:   # NOPERM, an old Redis without selectors, a bad password
-            raise RefusedError(f"Redis at {redis_url(cfg)} refused the ACL roles: {e} (Redis 7 and an admin "
-                               f"login are needed: {roles_mod.ADMIN} from {path}, or the default user)") from None
-        click.echo(f"applied {len(rules)} roles; the default user is off; passwords in {path} (0600)")
+            raise RefusedError(f"Redis at {conn.without_credentials(redis_url(cfg))} refused the ACL roles: {e} "
+                               f"(Redis 7 and an admin login are needed: {roles_mod.ADMIN} from {path}, or the "
+                               "default user)") from None
+        click.echo(f"applied {len(rules)} roles; the default user is off")
     if do_apply or aclfile:
-        host = socket.gethostname()
-        click.echo(f"clients (world-readable config): url = \"redis://{roles_mod.CLIENT}:"
-                   f"{passwords[roles_mod.CLIENT]}@{host}:6379/0\"")
-        click.echo(f"daemons: password_file = \"{path}\" with the line of their role "
-                   f"({roles_mod.SCHEDULER}, labq-node-NAME)")
+        _say_where(path, made, roles_mod.client_url(redis_url(cfg), passwords[roles_mod.CLIENT]))
     else:
         click.echo(text, nl=False)
+
+
+def _owners(scheduler_user: str | None) -> dict:
+    """Role -> (uid, gid) of the password files `acl` makes: the scheduler's user for its own (the
+    daemon runs as labq under systemd), whoever runs the command for the rest."""
+    import pwd
+    try:
+        pw = pwd.getpwnam(scheduler_user or "labq")
+    except KeyError:
+        if scheduler_user:
+            raise UsageError(f"--scheduler-user: no user {scheduler_user!r} on this host") from None
+        return {}
+    from labq.scheduler.store.acl import SCHEDULER
+    return {SCHEDULER: (pw.pw_uid, pw.pw_gid)}
+
+
+def _say_where(path: str, made: list[str], url: str) -> None:
+    if os.path.isdir(path):
+        click.echo(f"passwords: {path}/ROLE, one file per role (0600); new: {', '.join(made) or 'none'}")
+        click.echo(f"daemons: password_file = \"{path}\" (each reads its own role's file; copy "
+                   f"{path}/labq-node-NAME to that node's {path})")
+    else:
+        click.echo(f"passwords: {path} (one file for every role, owner and mode kept; new: {', '.join(made) or 'none'})")
+        click.echo(f"daemons: password_file = \"{path}\" with the line of their role (labq-scheduler, labq-node-NAME)")
+    click.echo(f"clients (world-readable config): url = \"{url}\"")
 
 
 @admin.command()

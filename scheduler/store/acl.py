@@ -12,8 +12,8 @@ Redis 7 selectors `(…)` tie commands to key patterns: a command is allowed onl
 """
 import hashlib
 import inspect
-import os
 import secrets
+from urllib.parse import quote
 
 from .keys import Keys
 
@@ -108,22 +108,17 @@ def apply(r, rules: dict[str, list[str]], passwords: dict[str, str]) -> None:
 
 
 def read_passwords(path: str) -> dict[str, str]:
-    """ROLE PASSWORD lines of a password file; {} when it does not exist."""
-    try:
-        with open(path) as f:
-            return dict(line.split(None, 1) for line in (x.strip() for x in f) if line and not line.startswith("#"))
-    except FileNotFoundError:
-        return {}
+    """{role: password} of redis.password_file `path`, a file or a directory (store/passwords.py)."""
+    from .passwords import read
+    return read(path)
 
 
-def write_passwords(path: str, passwords: dict[str, str]) -> None:
-    """Root-only (0600), written whole through a temporary file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("# labq Redis ACL passwords: ROLE PASSWORD (labq admin acl --apply)\n")
-        f.writelines(f"{k} {v}\n" for k, v in sorted(passwords.items()))
-    os.replace(tmp, path)
+def client_url(url: str, password: str) -> str:
+    """The configured Redis address `url` with the client role's login, as the world-readable
+    config's redis.url: redis://labq-client:PW@head:6380/0, unix://labq-client:PW@/run/redis.sock."""
+    from .conn import without_credentials
+    scheme, _, rest = without_credentials(url).partition("://")
+    return f"{scheme}://{CLIENT}:{quote(password, safe='')}@{rest}"
 
 
 def new_password() -> str:

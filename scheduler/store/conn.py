@@ -25,6 +25,8 @@ def login_as(role: str, password_file: str) -> None:
 
 
 def credentials(role: str, path: str) -> tuple[str, str]:
+    from .passwords import role_path
+    path = role_path(path, role)        # a directory holds one file per role
     try:
         st = os.stat(path)
         with open(path) as f:

@@ -74,10 +74,27 @@ def test_the_aclfile_holds_hashes_never_passwords():
 
 
 def test_a_password_file_line_is_read_per_role(tmp_path):
-    from labq.scheduler.store import conn
-    p = tmp_path / "secret"
-    acl.write_passwords(str(p), {"labq-scheduler": "s1", "labq-node-n1": "n1pw"})
-    assert os.stat(p).st_mode & 0o777 == 0o600
-    assert conn.credentials("labq-node-n1", str(p)) == ("labq-node-n1", "n1pw")
+    """redis.password_file: a directory of one file per role (what `admin acl --apply` makes), or
+    an older single file of ROLE PASSWORD lines."""
+    from labq.scheduler.store import conn, passwords
+    d = tmp_path / "secrets"
+    assert passwords.add(str(d), {"labq-scheduler": "s1", "labq-node-n1": "n1pw"}, {}) == \
+        ["labq-node-n1", "labq-scheduler"]
+    assert os.stat(d / "labq-node-n1").st_mode & 0o777 == 0o600
+    assert conn.credentials("labq-node-n1", str(d)) == ("labq-node-n1", "n1pw")
+    with pytest.raises(Exception, match="cannot read .*labq-node-n2"):
+        conn.credentials("labq-node-n2", str(d))
+    old = tmp_path / "redis.secret"
+    old.write_text("# comment\nlabq-scheduler s1\nlabq-node-n1 n1pw\n")
+    os.chmod(old, 0o600)
+    assert conn.credentials("labq-node-n1", str(old)) == ("labq-node-n1", "n1pw")
     with pytest.raises(Exception, match="no line for role labq-node-n2"):
-        conn.credentials("labq-node-n2", str(p))
+        conn.credentials("labq-node-n2", str(old))
+    assert passwords.add(str(old), {"labq-scheduler": "other", "labq-node-n2": "n2pw"}, {}) == ["labq-node-n2"]
+    assert acl.read_passwords(str(old)) == {"labq-scheduler": "s1", "labq-node-n1": "n1pw", "labq-node-n2": "n2pw"}
+
+
+def test_the_client_url_is_the_configured_address_with_the_client_login():
+    assert acl.client_url("redis://head.lab:6380/2", "p/w") == "redis://labq-client:p%2Fw@head.lab:6380/2"
+    assert acl.client_url("redis://labq-client:old@head.lab:6380/0", "new") == "redis://labq-client:new@head.lab:6380/0"
+    assert acl.client_url("unix:///run/redis/redis.sock?db=1", "pw") == "unix://labq-client:pw@/run/redis/redis.sock?db=1"

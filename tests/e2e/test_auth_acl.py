@@ -4,6 +4,7 @@ line; an event from a node the attempt does not run on is dropped."""
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from labq.scheduler.model import Gpu
 from labq.scheduler.store import acl, codec, conn
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import BODY as SBODY, E2E_MARKS, job, start_redis, submit, wait_for, woke
+from tests.harness import BODY as SBODY, E2E_MARKS, ROOT, job, start_redis, submit, unix_user, wait_for, woke
 
 pytestmark = E2E_MARKS
 K = Keys()
@@ -28,10 +29,11 @@ BODY = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "mem": 1 << 2
 
 @pytest.fixture
 def locked():
-    """A private redis-server with the roles applied by the real CLI, and the password file."""
+    """A private redis-server with the roles applied by the real CLI, and the password directory
+    (one file per role)."""
     rp = start_redis()
     d = tempfile.mkdtemp(prefix="labq-acl-", dir="/tmp")
-    cfg_path, pw_path = os.path.join(d, "labq.toml"), os.path.join(d, "redis.secret")
+    cfg_path, pw_path = os.path.join(d, "labq.toml"), os.path.join(d, "secrets")
     with open(cfg_path, "w") as f:
         f.write(f'[redis]\nurl = "{rp.url}"\npassword_file = "{pw_path}"\n[worker]\nname = "n1"\n')
     p = subprocess.run([sys.executable, "-m", "labq", "--config", cfg_path, "admin", "acl", "--apply", "--node", "n2"],
@@ -58,9 +60,11 @@ def denied(fn, *a, **kw) -> bool:
     return False
 
 
-def test_the_password_file_is_root_only_and_the_default_user_is_off(locked):
+def test_the_password_files_are_root_only_and_the_default_user_is_off(locked):
     rp, pw, _, pw_path, out = locked
-    assert os.stat(pw_path).st_mode & 0o777 == 0o600
+    assert sorted(os.listdir(pw_path)) == sorted(pw), "one file per role"
+    assert all(os.stat(os.path.join(pw_path, role)).st_mode & 0o777 == 0o600 for role in pw)
+    assert os.stat(pw_path).st_mode & 0o022 == 0, "nobody but root adds or swaps a role's file"
     assert {acl.CLIENT, acl.SCHEDULER, acl.ADMIN, acl.node_role("n1"), acl.node_role("n2")} <= set(pw)
     anon = redis.Redis(unix_socket_path=rp.sock)
     with pytest.raises(redis.exceptions.AuthenticationError):
@@ -210,7 +214,7 @@ def test_daemons_read_their_password_from_the_file_and_ps_never_shows_it(locked)
 
 def test_a_readable_password_file_is_refused(locked):
     *_, pw_path, _ = locked
-    os.chmod(pw_path, 0o644)
+    os.chmod(os.path.join(pw_path, acl.SCHEDULER), 0o644)
     with pytest.raises(Exception, match="readable by others"):
         conn.credentials(acl.SCHEDULER, pw_path)
 
@@ -301,3 +305,55 @@ def test_apply_without_an_admin_login_is_refused_in_one_line(locked):
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stderr
     assert acl.read_passwords(pw_path) == pw, "re-applying keeps every role's password"
+
+
+def test_apply_prints_the_configured_address_not_the_host_name(locked):
+    """Issue 34: `--apply` printed `socket.gethostname():6379` whatever redis.url said."""
+    rp, pw, *_, out = locked
+    assert f'url = "unix://{acl.CLIENT}:{pw[acl.CLIENT]}@{rp.sock}"' in out, out
+    assert ":6379" not in out and socket.gethostname() + ":" not in out
+    client = redis.Redis.from_url(f"unix://{acl.CLIENT}:{pw[acl.CLIENT]}@{rp.sock}", decode_responses=True)
+    assert client.ping(), "the printed URL logs in"
+
+
+def test_adding_a_node_touches_no_other_roles_file(locked):
+    """Issue 34: `acl --node gpu2 --apply` rewrote the one password file root:root 0600 and the
+    scheduler, running as labq, could no longer start. Now the scheduler's file belongs to the
+    scheduler's user, and adding a node writes that node's file only."""
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("a scheduler user of its own needs root and useradd")
+    rp, pw, cfg_path, pw_path, _ = locked
+    with unix_user("lqsch") as sched:
+        fresh = pw_path + "-fresh"
+        p = subprocess.run([sys.executable, "-m", "labq", "--config", cfg_path, "admin", "acl", "--aclfile",
+                            fresh + ".acl", "--password-file", fresh, "--scheduler-user", sched.pw_name],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert os.stat(os.path.join(fresh, acl.SCHEDULER)).st_uid == sched.pw_uid, "--scheduler-user owns its file"
+        os.chown(os.path.join(pw_path, acl.SCHEDULER), sched.pw_uid, sched.pw_gid)
+        os.chmod(os.path.dirname(pw_path), 0o755)      # as /etc/labq is
+        before = {role: _snapshot(os.path.join(pw_path, role)) for role in os.listdir(pw_path)}
+        p = subprocess.run([sys.executable, "-m", "labq", "--config", cfg_path, "admin", "acl", "--node", "gpu2",
+                            "--apply"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "new: labq-node-gpu2" in p.stdout, p.stdout
+        after = {role: _snapshot(os.path.join(pw_path, role)) for role in os.listdir(pw_path)}
+        assert {r: after[r] for r in before} == before, "no other role's file was opened for writing"
+        assert set(after) - set(before) == {acl.node_role("gpu2")}
+        st = os.stat(os.path.join(pw_path, acl.node_role("gpu2")))
+        assert (st.st_uid, st.st_mode & 0o777) == (0, 0o600)
+        # The scheduler's user still reads its own password, and it still logs in.
+        code = ("import sys; from labq.scheduler.store import conn; "
+                f"print(conn.credentials({acl.SCHEDULER!r}, {pw_path!r})[1])")
+        got = subprocess.run([sys.executable, "-c", code], user=sched.pw_uid, group=sched.pw_gid, extra_groups=[],
+                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ROOT}, cwd="/", capture_output=True,
+                             text=True, timeout=60)
+        assert got.returncode == 0 and got.stdout.strip() == pw[acl.SCHEDULER], got.stderr
+        assert as_role(rp, pw, acl.SCHEDULER).ping()
+        assert as_role(rp, acl.read_passwords(pw_path), acl.node_role("gpu2")).ping()
+
+
+def _snapshot(path: str) -> tuple:
+    st = os.stat(path)
+    with open(path, "rb") as f:
+        return st.st_ino, st.st_uid, st.st_gid, st.st_mode, st.st_mtime_ns, f.read()
