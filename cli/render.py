@@ -70,7 +70,7 @@ def running_cost(j, now: float) -> int:
     a = j.current
     if j.state not in states.ON_NODE or a is None or a.end_time or not a.dispatch_time:
         return 0
-    return ledger.accrue(j.cost_rate, now - a.dispatch_time)
+    return ledger.accrue(j.cost_rate, now - max(a.start_time or 0, a.dispatch_time))   # as it is billed
 
 
 def elapsed(j, now: float) -> float:

@@ -4,7 +4,8 @@ A job's rate is what its allocation costs per hour, in each budget's unit. Alloc
 what is reserved, for as long as the attempt's process ran (`run_span`: its start and end as the
 node measured them, at most the time limit + kill_wait; nothing when no process started). The
 scheduler commits `forecast()` when it admits an attempt; the commitment shrinks as the attempt
-accrues (from its dispatch, an upper bound while it runs) and is replaced by the charge when it ends.
+accrues (from its process's start; from its dispatch until the start is known) and is replaced by
+the charge when it ends.
 """
 import json
 from dataclasses import dataclass, field, replace
@@ -139,20 +140,27 @@ def outstanding(job: Job, budget: str, now: float) -> int:
 
 
 def accrued(job: Job, budget: str, now: float) -> int:
-    """What the running attempt has cost `budget` since it was admitted."""
-    started = job.current.dispatch_time if job.current and job.current.dispatch_time else now
-    return accrue(amount_of(job.rates, budget), now - started)
+    """What the running attempt has cost `budget` so far: since its process started (as it will be
+    charged, run_span), since its admission while the start is not known yet."""
+    return accrue(amount_of(job.rates, budget), now - _began(job, now))
+
+
+def _began(job: Job, now: float) -> float:
+    cur = job.current
+    if cur is None:
+        return now
+    return max(cur.start_time or 0, cur.dispatch_time or 0) or now
 
 
 def in_span(job: Job, budget: str, now: float, span: tuple[float, float]) -> tuple[int, int]:
     """(accrued, outstanding) of a running job's commitment to `budget` inside one period
     `span` = [from, to): what it has cost there so far, and what its commitment still holds there.
 
-    The commitment covers [dispatch, dispatch + commit / rate); a periodic budget is held, and
+    The commitment covers [start, start + commit / rate) (the process's start, its dispatch until
+    that is known); a periodic budget is held, and
     spends, in each period only the part of it that falls in that period."""
     rate = amount_of(job.rates, budget)
-    cur = job.current
-    d = cur.dispatch_time if cur and cur.dispatch_time else now
+    d = _began(job, now)
     lo, hi = max(d, span[0]), span[1]
     acc = accrue(rate, min(now, hi) - lo) if now > lo else 0
     committed = amount_of(job.commit, budget)

@@ -73,3 +73,12 @@ def test_a_late_end_after_an_outage_is_billed_as_the_process_ran():
     j = tr.started(admitted(SAFE), 1, {"start_time": T0 + 1})
     new, charges = tr.finished(j, 1, {"outcome": "completed", "exit_code": 0, "end_time": T0 + 31}, T0 + 71, SAFE)
     assert charges[0].amount == MICRO and new.attempts[0].end_time == T0 + 31
+
+
+def test_what_a_running_attempt_has_accrued_counts_from_its_process_start():
+    j = admitted(SAFE)
+    assert ledger.accrued(j, "b", T0 + 30) == MICRO                 # start not known yet: since dispatch
+    j = tr.started(j, 1, {"start_time": T0 + 3})
+    assert ledger.accrued(j, "b", T0 + 33) == MICRO                 # 30 s of its process
+    assert ledger.outstanding(j, "b", T0 + 33) == 6 * MICRO
+    assert ledger.in_span(j, "b", T0 + 33, (T0, T0 + 120)) == (MICRO, 2_900_000)   # held: to T0 + 120 from its start

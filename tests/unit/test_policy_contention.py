@@ -91,7 +91,7 @@ def test_safe_mode_commits_the_kill_wait_and_never_bills_above_the_commitment():
     place = policy.plan(b.build(), c).places[0]
     assert place.commit == (("x", 90_000_000),)          # (60 s + 30 s) × $1 a second
     j = tr.admit(b.jobs[0], place, 1000.0)
-    _, [charge] = tr.finished(j, 1, {"outcome": "timeout", "end_time": 1095.0}, 1095.0, c)
+    _, [charge] = tr.finished(j, 1, {"outcome": "timeout", "start_time": 1000.0, "end_time": 1095.0}, 1095.0, c)
     assert charge.amount == 90_000_000                    # 95 s ran; what was committed is the most billed
 
 
