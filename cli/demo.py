@@ -145,7 +145,7 @@ def _report(client, ids, checkpoints):
     click.echo(render.table(rows, ["JOBID", "NAME", "ST", "EXIT", "ELAPSED", "GPU", "COST"]))
     total = sum(j.cost for j in jobs)
     saved = sorted(os.listdir(checkpoints)) if os.path.isdir(checkpoints) else []
-    click.echo(f"total cost {fmt_money(total)} (billed from allocation to release, 1 GPU × $2/h each); "
+    click.echo(f"total cost {fmt_money(total)} (billed from each process's start to its end, 1 GPU × $2/h each); "
                f"checkpoints written for {len(saved)} jobs under $LABQ_CHECKPOINT_DIR")
     for b in client.balances():
         click.echo(f"budget {b.name}: limit {fmt_money(b.limit)}, spent {fmt_money(b.spent)}, "

@@ -1,6 +1,6 @@
 """Cost reports — pure aggregation over job records (`labq report`).
 
-The unit is the attempt: it has a node, GPUs of one model, a span (billed from admission to its
+The unit is the attempt: it has a node, GPUs of one model, a span (from admission to its
 end), a cost and an outcome. A job belongs to every group one of its attempts falls in. Per group:
 
 - jobs, attempts, GPU-hours and CPU-hours (allocation × span), cost (the attempts' settled costs);
