@@ -97,6 +97,9 @@ def nodes(ctx, as_json):
              len(d["jobs"]), d["slots"], _runners_text(d["runners"])] for d in ds]
     volatile_header(ctx)
     click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RUNNERS"]))
+    for d in ds:
+        if d["reason"]:
+            click.echo(f"{d['name']}: {d['state']}: {d['reason']}")
 
 
 def _runners_text(runners: dict) -> str:

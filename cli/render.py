@@ -101,7 +101,7 @@ def node_dict(n, jobs) -> dict:
             "gpu_models": sorted({g.model for g in n.gpus}), "cpus_total": n.cpus,
             "cpus_free": n.cpus - sum(j.cpus for j in mine), "mem_total": n.mem,
             "mem_free": n.mem - sum(j.mem for j in mine), "slots": n.slots, "jobs": [j.display_id for j in mine],
-            "last_heartbeat": n.last_heartbeat, "gpus": [{"uuid": g.uuid, "index": g.index, "model": g.model,
+            "last_heartbeat": n.last_heartbeat, "reason": getattr(n, "reason", ""), "gpus": [{"uuid": g.uuid, "index": g.index, "model": g.model,
                                                           "in_use": g.uuid in used} for g in n.gpus]}
 
 

@@ -2,12 +2,13 @@
 attempts lost with their node or their runner, attempts no runner claimed. A mixin of `Scheduler`
 (daemon.py), which holds the state; each change goes through `commit` with the event's ack."""
 import logging
+from dataclasses import replace
 
 from . import alerts as budget_alerts, crashguard, dispatch as dispatching, intake, states, transitions as tr
 from .errors import LabqError, UsageError
 from .journal import end_level
 from .model import Job
-from .store import dispatchq
+from .store import dispatchq, nodehealth
 
 log = logging.getLogger("labq.scheduler")
 
@@ -135,6 +136,7 @@ class NodeEvents:
         Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
         so an attempt is declared lost only `fence_margin` after this scheduler first saw the
         lease gone; until then the job may still be running there and must not start elsewhere."""
+        self._check_health(now)
         up = {n.name: n for n in self.nodes}
         for n in self.nodes:
             if n.state == "down":
@@ -154,6 +156,8 @@ class NodeEvents:
                                 job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
                     lost.append((tr.withdrawn(job, "timeout", now, self.cfg.start_timeout, hit), ()))
                     stops.append((job.id, gang_stop(job.current.attempt)))
+                    self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
+                                              f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
                 elif hit:
                     lost.append(hit)
                     stops.append((job.id, gang_stop(job.current.attempt)))
@@ -226,6 +230,36 @@ class NodeEvents:
                 continue      # a runner claimed it meanwhile: it runs, and its events will tell
             log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
                         u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
+            if u.why == "timeout":
+                self._unhealthy(u.job.node, now, f"no runner took job {u.job.display_id} attempt "
+                                                 f"{u.job.current.attempt} within {self.cfg.start_timeout:.0f}s")
             # A gang's other parts may have claimed theirs: they are stopped before they start.
             stop = [(u.job.id, gang_stop(u.job.current.attempt))] if u.job.parts else []
             self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop)
+
+    def _unhealthy(self, node: str, now: float, reason: str) -> None:
+        """Its runners took no work within start_timeout: no more work there (this tick's plan
+        included) until one of them proves alive (_check_health); an alert says so."""
+        if not node or not nodehealth.mark(self.store.r, self.k, node, reason, now):
+            return
+        log.error("node %s is unhealthy: %s; nothing is dispatched there until a runner proves alive", node, reason)
+        self.nodes = tuple(replace(n, state="unhealthy", reason=reason) if n.name == node and n.state == "up" else n
+                           for n in self.nodes)
+        a = budget_alerts.Alert(f"node:{node}|unhealthy|{now}", "node_unhealthy", f"node:{node}", "error",
+                                f"node {node} is unhealthy: {reason}; it gets no work until a runner proves alive",
+                                now, {"node": node, "reason": reason})
+        self.commit(alerts=[a.fields()])
+
+    def _check_health(self, now: float) -> None:
+        """An unhealthy node is healthy again once a runner of it wrote its state after the mark."""
+        sick = [n.name for n in self.nodes if n.state == "unhealthy"]
+        if not sick:
+            return
+        marked = nodehealth.since(self.store.r, self.k, sick)
+        beats = nodehealth.runner_beats(self.store.r, self.k, sick)
+        well = {n for n in sick if beats.get(n, 0.0) > marked.get(n, now)}
+        for n in sorted(well):
+            nodehealth.clear(self.store.r, self.k, n)
+            log.warning("node %s: a runner proved alive; healthy again", n)
+        if well:
+            self.nodes = tuple(replace(n, state="up", reason="") if n.name in well else n for n in self.nodes)

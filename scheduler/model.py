@@ -27,11 +27,12 @@ class Node:
     mem: int                   # bytes
     slots: int                 # max concurrent jobs
     gpus: tuple[Gpu, ...] = ()
-    state: str = "up"          # up | drain | down
+    state: str = "up"          # up | drain | unhealthy | down
     lease_expiry: float = 0.0  # epoch seconds; the node is down once this passes
     last_heartbeat: float = 0.0
     runs: str = ""             # whose jobs its agent can run: "*" anyone, "!root" anyone but root, else one
                                # user ("": an agent too old to say, taken as anyone)
+    reason: str = ""           # why it is `unhealthy` (its runners took no work within start_timeout)
 
     def runs_jobs_of(self, user: str) -> bool:
         if self.runs in ("", "*"):

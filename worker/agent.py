@@ -34,7 +34,7 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gang, gpuwatch, launch, probe, proctree, shimbin
+from . import cgroup, gang, gpuwatch, launch, probe, proctree, results, shimbin
 
 log = logging.getLogger("labq.agent")
 
@@ -281,9 +281,16 @@ class Agent:
                 self._fence(now)
 
     def _fence(self, now: float) -> None:
+        """Kill the runners: their jobs die with them. Not one holding a finished attempt's result
+        (results.py): its job is over, and the result must reach the scheduler, however late."""
         self.fenced = True
+        held = results.holders(self.settings.spool)
         for s in self.slots:
             if s.proc is not None and s.proc.poll() is None:
+                if s.proc.pid in held:
+                    log.warning("node %s: runner pid %d holds a finished result; left to post it", self.name,
+                                s.proc.pid)
+                    continue
                 s.proc.kill()
                 s.proc.wait()
             s.proc, s.failures, s.restart_at = None, 0, now
@@ -334,7 +341,10 @@ class Agent:
         except (conn.ERRORS + (ValueError, IndexError)) as e:
             log.warning("node %s: cannot check the runners' heartbeats: %s", self.name, e)
             return
+        held = results.holders(self.settings.spool)
         for ref, pid, age in stale:
+            if pid in held:
+                continue        # its job is over: silent since, it is posting the result
             log.error("node %s: the runner of job %s (pid %d) has not heart-beaten for %.1fs; killing it and "
                       "its job", self.name, ref, pid, age)
             for p in [*proctree.descendants(pid), pid]:

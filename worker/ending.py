@@ -9,15 +9,17 @@ import resource
 import signal
 import time
 
+import redis
+
 from labq.scheduler.store import conn
 from labq.scheduler.units import fmt_size
 
-from . import jobmsg, launch, memwatch, proctree
+from . import jobmsg, launch, memwatch, proctree, results
 
 log = logging.getLogger("labq.runner")
 
 REAP_LIMIT = 60.0      # a process stuck in D state must not keep the event from being posted
-POST_TRIES = 30        # a Redis blip at the end must not lose the outcome (the scheduler would say NF)
+POST_WAIT = (0.2, 1.0)  # first and longest wait between `finished` posts: within the scheduler's fence margin
 
 # Why an attempt was stopped -> its outcome, and the message the job's record shows. Every
 # end-of-job reason the runner gives is here (and in end_message), nowhere else.
@@ -82,6 +84,12 @@ class Ending:
             self.body.update(outcome="checkpoint_exit", message=f"checkpoint exit code {code}: requeued")
         elif why == "exited":
             self.body.update(outcome="completed" if code == 0 else "exit", message=_describe(code, sig))
+        elif why in ("preempted", "shutdown") and code == 0 and not sig:
+            # It finished its work inside the grace: done, never re-run. The preemption is on the
+            # attempt's record (its usage), not its outcome.
+            self.body["usage"].update(stopped_for="preempted" if why == "preempted" else "shutdown",
+                                      stop_signal_at=self.stopped_at)
+            self.body.update(outcome="completed", message="exit code 0 (inside its preemption grace)")
         elif why == "timeout":
             self.body.update(outcome="timeout", message=f"time limit of {self.job.time_limit}s reached")
         else:
@@ -193,19 +201,35 @@ class Ending:
             log.warning("job %s: cannot post started yet: %s", self.job.id, e)
 
     def _post_finished(self) -> None:
-        for i in range(POST_TRIES):
+        """Until Redis has it: an outage of any length delays the record, never changes it (the
+        result is also on the spool, results.py, should this runner be killed meanwhile). An
+        EXECABORT (a command refused while Redis loads its data after a restart) is an outage too."""
+        wait = POST_WAIT[0]
+        while True:
             try:
                 if self.proc is not None and not self.announced:
                     # `started` could not be posted (Redis was away): first, so that the attempt's
                     # record has its start (a duplicate is a no-op for the scheduler).
                     self._announce()
+                    if not self.announced:
+                        raise redis.ConnectionError("`started` not posted yet")
                 self.store.post("finished", self.job.id, self.n, self.s.node, self.body, self.slot)
                 return
-            except conn.ERRORS as e:
-                if i == POST_TRIES - 1:
-                    raise
-                log.warning("job %s: posting finished failed (%s), retrying", self.job.id, e)
-                time.sleep(1.0)
+            except (*conn.ERRORS, redis.exceptions.ExecAbortError) as e:
+                log.warning("job %s: posting finished failed (%s), retrying in %.1fs", self.job.id, e, wait)
+                time.sleep(wait)
+                wait = min(wait * 2, POST_WAIT[1])
+
+    def _keep_result(self) -> None:
+        if self.slot is not None:
+            try:
+                results.keep(self.s.spool, self.slot.index, self.slot.entry, self.rank, self.body)
+            except OSError as e:
+                log.warning("job %s: cannot keep its result on the spool: %s", self.job.id, e)
+
+    def _drop_result(self) -> None:
+        if self.slot is not None:
+            results.drop(self.s.spool, self.slot.index)
 
 
 def _describe(code: int, sig: int | None) -> str:

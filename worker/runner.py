@@ -110,6 +110,7 @@ class Run(Ending):
         self.watchdog: memwatch.Watchdog | None = None
         self.table = procscan.ProcTable()
         self.kill_now: tuple[str, str] | None = None     # (stop reason, message) found by a tick
+        self.stopped_at: float | None = None             # when a stop's first signal went to the job
         self.ident: launch.Identity | None = None        # whom the job runs as (its log files are theirs)
         self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, self.part.gpus, s.node,
                                     s.idle_gpu_util, s.idle_gpu_after)
@@ -139,7 +140,9 @@ class Run(Ending):
                 self.cg.kill()
             self.body["end_time"] = self.body["end_time"] or time.time()
             try:
+                self._keep_result()
                 self._post_finished()     # first: removing the cgroup waits for the kernel to empty it
+                self._drop_result()
             finally:
                 self._release_cgroup()
         out = {"ran": self.proc is not None, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
@@ -248,10 +251,8 @@ class Run(Ending):
             while True:
                 exited = waiter.exited()
                 if exited and (stopping is None or not proctree.live_descendants()):
-                    if stopping is None and (os.getppid() != self.ppid or self.term.orphaned):
-                        # The slot runner died and its fencing killed the job before this loop
-                        # noticed: a node failure, not the job's own exit.
-                        return "orphaned"
+                    # The job's own exit, also when its agent died meanwhile (the job runs in this
+                    # process, which only its own fencing could have killed it from): its outcome.
                     return stopping or "exited"
                 self.term.drain()
                 now = time.monotonic()
@@ -295,6 +296,7 @@ class Run(Ending):
     def _signal_phase(self, why: str, phases: list, now: float) -> float:
         """Send the next stop signal to the tree; returns when the phase after it is due."""
         sig, wait = phases.pop(0)
+        self.stopped_at = self.stopped_at or time.time()
         log.info("job %s attempt %d: %s, %s to the tree, %ds before the next step", self.job.id, self.n, why,
                  sig.name, wait)
         proctree.signal_tree(self.proc.pid, sig)

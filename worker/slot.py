@@ -28,7 +28,7 @@ from labq.scheduler import dispatch
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, ending, gang, launch, proctree, runner, spawn
+from . import cgroup, ending, gang, launch, proctree, results, runner, spawn
 
 log = logging.getLogger("labq.slot")
 
@@ -52,17 +52,24 @@ class SlotRunner:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(proctree.PARENT_DIED, self._on_parent_died)
         signal.signal(signal.SIGINT, signal.SIG_IGN)      # a terminal's Ctrl-C is for the agent
+        # The agent dying while this runner is stopped orphans its process group: the kernel then
+        # sends SIGHUP (and SIGCONT), which must not kill a runner that may hold a job's result. A
+        # handler, not SIG_IGN: the jobs it starts get the default back with their exec.
+        signal.signal(signal.SIGHUP, lambda *_: None)
         try:
             self._state("starting")
             spawn.warm()
             for raw in self.store.taken(self.s.node, self.slot):
                 self._handle(raw, resumed=True)
+            results.drop(self.s.spool, self.slot)     # posted, its entry gone: a stale copy
             self._state("idle")
             while not (self.stopping or self.orphaned):
                 # The state is "idle" here: written above, or with the attempt's last write.
                 raw = self.store.take(self.s.node, self.slot, BLOCK_S)
                 if raw is not None:
                     self._handle(raw)
+                else:
+                    self._state("idle")       # the runner's heartbeat: alive, taking work (nodehealth.py)
                 if os.getppid() != self.agent_pid:
                     self.orphaned = True
         except _Stop:
@@ -142,7 +149,8 @@ class SlotRunner:
         the attempt in it (its job died with it: PDEATHSIG, and the agent killed the strays).
         Kill what is left in the attempt's cgroup, then report the node failure at once rather
         than leave the scheduler to find the attempt silent."""
-        claimed = self.store.claimed_by(*got, self._rank(got)) or ""
+        rank = self._rank(got)
+        claimed = self.store.claimed_by(*got, rank) or ""
         node, _, pid = claimed.rpartition(":")
         # Our own pid there is a dead predecessor's that this process was given again.
         if node != self.s.node or not pid.isdigit() or (int(pid) != os.getpid() and proctree.alive(int(pid))):
@@ -153,11 +161,18 @@ class SlotRunner:
             cg = cgroup.JobCgroup.for_attempt(self.s.cgroup_base, *got)
             if os.path.isdir(cg.path):
                 cg.kill()
-        log.error("slot %d: job %d attempt %d: its runner (pid %s) died; ending it as a node failure",
-                  self.slot, *got, pid)
-        body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
-                "end_time": time.time(), "usage": {}, "message": ending.end_message("runner_killed", f"pid {pid}")}
+        body = results.kept(self.s.spool, self.slot, ref.entry, rank)
+        if body is not None:
+            log.warning("slot %d: job %d attempt %d: its runner (pid %s) died holding its result (%s); posting it",
+                        self.slot, *got, pid, body.get("outcome"))
+        else:
+            log.error("slot %d: job %d attempt %d: its runner (pid %s) died; ending it as a node failure",
+                      self.slot, *got, pid)
+            body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
+                    "end_time": time.time(), "usage": {},
+                    "message": ending.end_message("runner_killed", f"pid {pid}")}
         self.store.post("finished", got[0], got[1], self.s.node, body, ref)
+        results.drop(self.s.spool, self.slot)
 
     def _rank(self, got: tuple[int, int]) -> int:
         """This node's part of the attempt: a gang's part claims its own status hash (keys.part)."""

@@ -98,6 +98,9 @@ class Keys:
     def node_admin(self, name: str) -> str:   # STRING (S): "drain" when the scheduler drains it
         return f"{self.p}:node:{name}:admin"
 
+    def node_health(self, name: str) -> str:  # HASH (S): {since, reason} while the node is unhealthy
+        return f"{self.p}:node:{name}:health"
+
     def node_runners(self, name: str) -> str:  # HASH (W): slot -> "idle" | "running <job>.<attempt>" | ...
         return f"{self.p}:node:{name}:runners"
 

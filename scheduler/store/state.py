@@ -177,10 +177,11 @@ class SchedulerStore:
             p.pttl(self.k.node_lease(n))
             p.get(self.k.node_admin(n))
             p.get(self.k.node_lease(n))
+            p.hgetall(self.k.node_health(n))
         out = []
         res = p.execute()
         for i, n in enumerate(names):
-            h, pttl, admin, holder = res[4 * i:4 * i + 4]
+            h, pttl, admin, holder, health = res[5 * i:5 * i + 5]
             if not h:
                 continue
             gpus = tuple(Gpu(u, int(ix), m, int(mem)) for u, ix, m, mem in json.loads(h.get("gpus", "[]")))
@@ -189,8 +190,11 @@ class SchedulerStore:
             if h.get("epoch") and holder != h["epoch"]:
                 expiry = 0.0
             state = "down" if expiry <= now else (admin or "up")
+            reason = health.get("reason", "") if health else ""
+            if state == "up" and health:
+                state = "unhealthy"      # no work until a runner proves alive (events.py)
             out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
-                            float(h.get("hb", 0)), h.get("runs", "")))
+                            float(h.get("hb", 0)), h.get("runs", ""), reason))
         return tuple(out)
 
     def spent(self) -> dict[str, int]:

@@ -12,14 +12,17 @@ from .keys import Keys
 
 class NodeView:
     """A node as `stat`'s capacity line sees it (model.Node's names for the same fields)."""
-    __slots__ = ("name", "cpus", "mem", "slots", "gpus", "state", "lease_expiry", "last_heartbeat")
+    __slots__ = ("name", "cpus", "mem", "slots", "gpus", "state", "lease_expiry", "last_heartbeat", "reason")
 
-    def __init__(self, name, h: dict, pttl, admin, now: float):
+    def __init__(self, name, h: dict, pttl, admin, now: float, health: dict | None = None):
         self.name, self.cpus, self.mem, self.slots = name, int(h["cpus"]), int(h["mem"]), int(h["slots"])
         self.gpus = json.loads(h.get("gpus", "[]"))
         # As SchedulerStore.nodes: a lapsed lease is down; otherwise the admin mark (drain) or up.
         self.lease_expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
         self.state = "down" if self.lease_expiry <= now else (admin or "up")
+        self.reason = (health or {}).get("reason", "")
+        if self.state == "up" and health:
+            self.state = "unhealthy"
         self.last_heartbeat = float(h.get("hb", 0))
 
 
@@ -120,12 +123,13 @@ class ThinReader:
         names = sorted(names)
         cmds = []
         for n in names:
-            cmds += [("HGETALL", self.k.node(n)), ("PTTL", self.k.node_lease(n)), ("GET", self.k.node_admin(n))]
+            cmds += [("HGETALL", self.k.node(n)), ("PTTL", self.k.node_lease(n)), ("GET", self.k.node_admin(n)),
+                     ("HGETALL", self.k.node_health(n))]
         res = self._pipe(cmds) if cmds else []
         out = []
         for i, n in enumerate(names):
-            h, pttl, admin = res[3 * i:3 * i + 3]
+            h, pttl, admin, health = res[4 * i:4 * i + 4]
             h = _hash(h)
             if h:
-                out.append(NodeView(n, h, pttl, admin, now))
+                out.append(NodeView(n, h, pttl, admin, now, _hash(health)))
         return out

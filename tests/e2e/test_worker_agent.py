@@ -127,9 +127,11 @@ STUBBORN = "trap '' USR1 TERM; while true; do sleep 0.1; done"
 
 def test_sigterm_preempts_running_jobs_with_their_checkpoint_signal(redis_server, real_redis, tmp_path):
     """systemctl stop: SIGTERM to the agent only (KillMode=mixed). Each running job gets its
-    checkpoint signal (--signal USR1) and its QoS grace, capped by worker.stop_grace; one that
-    checkpoints and exits and one that ignores it and is killed at the end of the grace both end
-    `preempted`, which the scheduler requeues. The agent exits 0 and gives its lease up."""
+    checkpoint signal (--signal USR1) and its QoS grace, capped by worker.stop_grace. One that
+    ignores it and is killed at the end of the grace ends `preempted`, which the scheduler requeues;
+    one that checkpoints and exits 0 inside the grace has finished: `completed`, never re-run, the
+    stop recorded in its usage (issue 35; a job that wants to be resumed exits with its
+    --checkpoint-exit-code). The agent exits 0 and gives its lease up."""
     p = start_agent_process(redis_server, tmp_path, slots=2, extra='stop_grace = "3s"\n')
     try:
         wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
@@ -146,7 +148,8 @@ def test_sigterm_preempts_running_jobs_with_their_checkpoint_signal(redis_server
     assert not real_redis.exists(K.node_lease(NODE))
     fin = {int(e["job"]): e["body"] for e in events(real_redis, "finished")}
     assert set(fin) == {31, 32}, err
-    assert all(b["outcome"] == "preempted" and "stopping" in b["message"] for b in fin.values()), fin
+    assert fin[31]["outcome"] == "completed" and fin[31]["usage"]["stopped_for"] == "shutdown", fin
+    assert fin[32]["outcome"] == "preempted" and "stopping" in fin[32]["message"], fin
     assert (tmp_path / "ckpt-31").read_text() == "checkpointed\n", "the checkpoint signal reached the job"
     assert fin[31]["exit_code"] == 0 and fin[32]["signal"] == signal.SIGKILL
     assert fin[32]["end_time"] - stopped_at >= 3 - 0.1, "SIGKILL only once the grace (stop_grace) had passed"

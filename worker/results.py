@@ -1,0 +1,65 @@
+"""An attempt's outcome kept on the node's spool until Redis has it (issue 35): the runner writes
+it as the job ends, before its `finished` post, and drops it once the post went through. One file
+per slot (a slot runs one attempt at a time), naming the runner that holds it, so that
+- the agent never kills a runner holding a finished result (its lease lapsing in a long Redis
+  outage, or its heartbeat silent because the job is over), and
+- a runner killed anyway leaves the result to the slot's next runner, which posts it instead of
+  a node failure."""
+import contextlib
+import json
+import os
+
+DIR = "results"
+
+
+def path(spool: str, slot: int) -> str:
+    return os.path.join(spool, DIR, f"slot-{slot}.json")
+
+
+def keep(spool: str, slot: int, entry: str, rank: int, body: dict) -> None:
+    """Write the outcome of the attempt `entry` ("<job>:<attempt>", part `rank`) atomically."""
+    os.makedirs(os.path.join(spool, DIR), mode=0o700, exist_ok=True)
+    final = path(spool, slot)
+    tmp = f"{final}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"pid": os.getpid(), "entry": entry, "rank": rank, "body": body}, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+
+
+def kept(spool: str, slot: int, entry: str, rank: int) -> dict | None:
+    """The body kept for that attempt's part in this slot, or None."""
+    got = _read(path(spool, slot))
+    if got is None or got.get("entry") != entry or got.get("rank") != rank:
+        return None
+    return got.get("body") if isinstance(got.get("body"), dict) else None
+
+
+def drop(spool: str, slot: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path(spool, slot))
+
+
+def holders(spool: str) -> set[int]:
+    """The pids of the runners holding a result not yet posted."""
+    try:
+        names = os.listdir(os.path.join(spool, DIR))
+    except FileNotFoundError:
+        return set()
+    out = set()
+    for n in names:
+        if n.startswith("slot-") and n.endswith(".json"):
+            got = _read(os.path.join(spool, DIR, n))
+            if got is not None and isinstance(got.get("pid"), int):
+                out.add(got["pid"])
+    return out
+
+
+def _read(p: str) -> dict | None:
+    try:
+        with open(p) as f:
+            got = json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+    return got if isinstance(got, dict) else None
