@@ -9,8 +9,6 @@ import resource
 import signal
 import time
 
-import redis
-
 from labq.scheduler.store import conn
 from labq.scheduler.units import fmt_size
 
@@ -206,19 +204,18 @@ class Ending:
         EXECABORT (a command refused while Redis loads its data after a restart) is an outage too."""
         wait = POST_WAIT[0]
         while True:
+            if self.proc is not None and not self.announced:
+                # `started` could not be posted (Redis was away): first, so that the attempt's
+                # record has its start (a duplicate is a no-op for the scheduler).
+                self._announce()
             try:
-                if self.proc is not None and not self.announced:
-                    # `started` could not be posted (Redis was away): first, so that the attempt's
-                    # record has its start (a duplicate is a no-op for the scheduler).
-                    self._announce()
-                    if not self.announced:
-                        raise redis.ConnectionError("`started` not posted yet")
-                self.store.post("finished", self.job.id, self.n, self.s.node, self.body, self.slot)
-                return
-            except (*conn.ERRORS, redis.exceptions.ExecAbortError) as e:
+                if self.proc is None or self.announced:
+                    self.store.post("finished", self.job.id, self.n, self.s.node, self.body, self.slot)
+                    return
+            except conn.AWAY as e:
                 log.warning("job %s: posting finished failed (%s), retrying in %.1fs", self.job.id, e, wait)
-                time.sleep(wait)
-                wait = min(wait * 2, POST_WAIT[1])
+            time.sleep(wait)
+            wait = min(wait * 2, POST_WAIT[1])
 
     def _keep_result(self) -> None:
         if self.slot is not None:

@@ -9,6 +9,8 @@ from . import resp
 
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
 REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
+# Redis away for a transaction too: EXECABORT when a queued command was refused (LOADING after a restart).
+AWAY = ERRORS + (redis.exceptions.ExecAbortError,)
 
 
 # A daemon logs in as its ACL role with a password from a root-only file (redis.password_file). The
