@@ -13,7 +13,7 @@ from labq.scheduler.store.reads import Reader
 from labq.scheduler.store.state import SchedulerStore
 from tests.harness import BODY, CFG, FROZEN, K, ended_job, job, reply, setup, submit, woke
 
-LEASE = 1.0
+LEASE = 2.0        # renewed every third of it: a loaded machine has 1.3 s to run the keeper
 
 
 class SlowReload(SchedulerStore):
@@ -68,6 +68,8 @@ def test_a_reload_that_another_scheduler_overtook_is_not_used(conns):
     s2 = slow_leader(r, raw, "s2")
 
     class Thief(SlowReload):
+        slow = LEASE
+
         def active_jobs(self):
             r.set(K.leader, "s9", px=60_000)             # another scheduler holds the lease now
             return super().active_jobs()
