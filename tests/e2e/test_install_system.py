@@ -52,6 +52,14 @@ def test_install_system_serves_every_user(scratch, person):
     assert f"ExecStart={labq} --config {paths['SYSCONFDIR']}/labq.toml worker" in units
     assert (paths["DOCDIR"] / "README.md").exists() and (paths["DOCDIR"] / "admin.md").exists()
     assert (paths["SYSCONFDIR"] / "labq.toml").stat().st_mode & 0o777 == 0o644
+    # Issue 36: the installed config was the example, with its imaginary lab's accounts and budgets
+    # live; the install printed 100+ lines of setuptools' notices.
+    check = subprocess.run([str(labq), "config", "check", str(paths["SYSCONFDIR"] / "labq.toml")],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "0 accounts, 0 budgets" in check.stdout, check.stdout + check.stderr
+    assert (paths["DOCDIR"] / "config.example.toml").read_text() == (pathlib.Path(ROOT) / "config.example.toml").read_text()
+    said = (p.stdout + p.stderr).splitlines()
+    assert len(said) == 2 and all(line.startswith("install-system: ") for line in said), said
     # A second run upgrades in place and keeps the sysadmin's config.
     (paths["SYSCONFDIR"] / "labq.toml").write_text("# edited by the sysadmin\n")
     subprocess.run(["make", "-s", "install-system", *(f"{k}={v}" for k, v in paths.items())], cwd=ROOT,
