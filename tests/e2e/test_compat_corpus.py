@@ -18,6 +18,7 @@ import pwd
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 
@@ -205,3 +206,35 @@ def test_script_runs_unchanged(ran, family, path):
 def test_the_corpus_is_large_enough():
     count = {fam: len([p for f, p in scripts() if f == fam]) for fam in CORPORA}
     assert count["slurm"] >= 20 and count["pbs"] >= 10 and count["sge"] >= 6, count
+
+
+ISSUE_PBS = """#!/bin/bash
+#PBS -N sweep
+#PBS -l nodes=1:ppn=4:gpus=1,walltime=02:00:00,mem=12gb
+#PBS -t 0-11%4
+#PBS -j oe -o logs/
+cd $PBS_O_WORKDIR
+python train.py --seed $PBS_ARRAYID
+"""
+
+
+def test_labq_sub_reads_the_issues_pbs_script(ran):
+    """Issue 42's report: `labq sub script.pbs` ignored every #PBS line (default limits, no GPU)."""
+    lab = ran[0]
+    work = os.path.join(lab.pw.pw_dir, "issue42")
+    os.makedirs(os.path.join(work, "logs"))
+    with open(os.path.join(work, "script.pbs"), "w") as f:
+        f.write(ISSUE_PBS)
+    subprocess.run(["chown", "-R", f"{lab.pw.pw_uid}:{lab.pw.pw_gid}", work], check=True)
+    labq = [sys.executable, "-m", "labq.cli.main"]       # the install's interpreter, as the wrappers use
+    p = lab.as_user([*labq, "sub", "--parsable", "-H", "-t", "1h", "script.pbs"], cwd=work)
+    assert p.stderr == "", p.stderr
+    jid = int(p.stdout.strip())
+    tasks = sorted((j for j in lab.jobs() if j.array_id == jid), key=lambda j: j.array_index)
+    try:
+        assert len(tasks) == 12 and tasks[0].array_throttle == 4
+        t = tasks[0]
+        assert (t.name, t.cpus, t.gpus, t.mem, t.time_limit) == ("sweep", 4, 1, 12 << 30, 3600), "the flag's -t wins"
+        assert t.out == "logs/%x.o%A-%a"
+    finally:
+        lab.as_user([*labq, "del", str(jid)], cwd=work)

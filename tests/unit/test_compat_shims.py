@@ -100,3 +100,49 @@ def test_wrappers_are_written_for_everyone_and_never_over_a_real_install(tmp_pat
 def test_jobs_get_the_folder_last_on_path_once():
     assert jobenv.with_last("/a:/usr/bin", "/spool/bin") == "/a:/usr/bin:/spool/bin"
     assert jobenv.with_last("/a:/spool/bin:/b", "/spool/bin") == "/a:/b:/spool/bin"
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The labq argv each command runs (shim.call), answering like `labq sub --parsable`."""
+    seen = []
+
+    def fake(argv, capture=False):
+        seen.append(argv)
+        return 0, "42\n"
+    monkeypatch.setattr(shim, "call", fake)
+    return seen
+
+
+def test_squeue_scancel_sacct_speak_labqs_commands(calls):
+    shim.squeue(["-u", "alice", "-h", "-tR", "--me"])
+    shim.squeue(["-l", "-j", "5"])
+    shim.squeue(["-o", "%i %T"])
+    shim.scancel(["5", "6_[1-3]", "--quiet"])
+    shim.scancel(["-u", "bob"])
+    shim.sacct(["-j", "5", "-X", "-a"])
+    shim.sacct(["-j", "5", "--format=JobID,State"])
+    assert calls == [
+        ["stat", "-u", "alice", "--noheader", "-t", "R", "--me", "-o", shim.SQUEUE_FORMAT],
+        ["stat", "-j", "5", "-o", shim.SQUEUE_LONG], ["stat", "-o", "%i %T"],
+        ["del", "5", "6_[1-3]"], ["del", "-u", "bob"],
+        ["acct", "--format", shim._SACCT_DEFAULT, "-j", "5", "-X"], ["acct", "-j", "5", "--format=JobID,State"]]
+
+
+def test_sbatch_prints_slurms_lines(calls, capsys, tmp_path):
+    script = tmp_path / "a.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -t 5\necho\n")
+    assert shim.sbatch(["-J", "x", "--mail-type=END", str(script), "arg"]) == 0
+    assert shim.sbatch(["--parsable", "-d", "afterok:41", "--wrap", "echo hi"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "Submitted batch job 42\n42\n" and err == "sbatch: warning: options labq ignores: --mail-type=END\n"
+    assert calls[0] == ["sub", "--output", "slurm-%j.out", "--name", "x", "--parsable", str(script), "arg"]
+    assert calls[1] == ["sub", "--output", "slurm-%j.out", "--name", "wrap", "--dependency", "afterok:41",
+                        "--parsable", "--", "/bin/sh", "-c", "echo hi"]
+
+
+@pytest.mark.parametrize("argv,message", [(["--frob"], "does not take --frob"), (["-i", "5"], "does not take -i")])
+def test_squeue_refuses_in_one_line(argv, message, calls, capsys):
+    with pytest.raises(SystemExit) as e:
+        shim.squeue(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err and not calls
