@@ -8,7 +8,7 @@ import time
 
 import click
 
-from labq.scheduler.errors import UsageError
+from labq.scheduler.errors import RefusedError, UsageError
 
 from . import daemonlog
 from .common import pass_ctx, redis_url, state_dir
@@ -113,6 +113,10 @@ def worker(ctx, verbose, allow_root, fake_gpus):
         # Under systemd the unit's StateDirectory=, not the home of the user running the worker.
         from labq.scheduler.durability import state_dir
         cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(spool=os.path.join(state_dir(), "spool")))
+    from labq.worker.launch import start_refusal
+    why = start_refusal(cfg.worker["run_as"], bool(cfg.worker["allow_root"]), cfg.security.auth == "munge")
+    if why:
+        raise RefusedError(why)
     url = redis_url(cfg)
     conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
     if cfg.redis_password_file:   # runners get the address only: the role's password comes from the file

@@ -133,6 +133,17 @@ def identity(job: Job, s: Settings) -> Identity:
                      f"(set worker.run_as = \"self\" to run every job as {me.pw_name})")
 
 
+def start_refusal(run_as: str, allow_root: bool, multi_user: bool) -> str | None:
+    """Why this worker must not start: as root with worker.run_as = "self" every job runs as root,
+    which under munge (several users) hands root to every submitter. Refused unless
+    worker.allow_root says so (issue 34: a worker that would run user input as root refuses to
+    start rather than degrade)."""
+    if run_as == "self" and os.geteuid() == 0 and multi_user and not allow_root:
+        return ('worker.run_as = "self" as root would run every user\'s job as root (security.auth = "munge"): '
+                'set worker.run_as = "submitter", or worker.allow_root = true to accept it')
+    return None
+
+
 def runs_for(s: Settings) -> str:
     """Whose jobs `identity` lets this agent run, for the scheduler to refuse the others at submit
     (Node.runs): everyone's as root, only its own user's otherwise."""

@@ -7,6 +7,7 @@ import pathlib
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 
@@ -15,7 +16,7 @@ import pytest
 from labq.scheduler.model import Job
 from labq.scheduler.store import codec
 from labq.worker import batchenv, launch
-from tests.harness import K, finished, preload_spy, put_job, run, runner_env, spied, start_hooked
+from tests.harness import ROOT, K, finished, preload_spy, put_job, run, runner_env, spied, start_hooked
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
                                 reason="creating a user and dropping privileges need root and useradd")
@@ -130,3 +131,20 @@ def test_an_exported_ld_preload_never_runs_as_root_on_a_worker_without_the_nativ
     assert open(wd / "labq-1.out").read().strip() == lib, "the job got what it exported"
     loaded = spied(out)
     assert loaded and {uid for uid, _ in loaded} == {pw.pw_uid}, f"loaded by a root process: {loaded}"
+
+
+@pytest.mark.parametrize("worker, refused", [('run_as = "self"', True), ('run_as = "self"\nallow_root = true', False),
+                                             ('run_as = "submitter"', False)])
+def test_a_root_worker_that_would_run_every_users_job_as_root_refuses_to_start(shared_tmp, worker, refused):
+    """Issue 34: under munge (several users) a root worker with run_as = "self" would run each
+    user's input as root: it refuses to start, in one line, unless allow_root says so."""
+    cfg = shared_tmp / "labq.toml"
+    cfg.write_text(f'[redis]\nurl = "unix://{shared_tmp}/no-redis.sock"\n[security]\nauth = "munge"\n'
+                   f'[worker]\nname = "n1"\nspool = "{shared_tmp}/spool"\n{worker}\n')
+    p = subprocess.run([sys.executable, "-m", "labq", "--config", str(cfg), "worker"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    says = 'worker.run_as = "self" as root would run every user\'s job as root'
+    if refused:
+        assert p.returncode == 3 and p.stderr.count("\n") == 1 and says in p.stderr, p.stderr
+    else:
+        assert p.returncode == 4 and says not in p.stderr, p.stderr     # on to Redis, which is not there
