@@ -24,7 +24,7 @@ def check(path):
 def warnings(cfg) -> list[str]:
     """What is valid but unsafe."""
     out = []
-    if cfg.redis_url.startswith(("redis://", "rediss://")) and cfg.security["auth"] != "munge":
+    if cfg.redis_url.startswith(("redis://", "rediss://", "sentinel://")) and cfg.security["auth"] != "munge":
         out.append(f"redis.url is TCP ({_without_password(cfg.redis_url)}) but security.auth is "
                    f"\"{cfg.security['auth']}\": whoever reaches Redis can act as any user, root included; "
                    "set security.auth = \"munge\" and apply `labq admin acl` (systemd/README.md)")

@@ -125,18 +125,70 @@ def limits(t: dict) -> dict:
     return out
 
 
+REDIS_KEYS = {"url", "prefix", "password_file", "allow_volatile",       # allow_volatile: config.py's
+              "sentinels", "service", "sentinel_auth", "min_replicas_ack"}
+
+
 def redis_table(t):
-    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})   # the last: config.py's
+    _check_keys("redis", t, REDIS_KEYS)
     url = _str("redis.url", t.get("url", ""))
     if url and not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("redis.url", f"expected redis://host:port/db or unix:///path, got {url!r}")
+    sentinel_url = _sentinel_url(t)
+    ack = _replicas_ack(t, bool(sentinel_url))
+    if sentinel_url:
+        if url:
+            raise ConfigError("redis.url", "set redis.url or redis.sentinels, not both (Sentinel names the master)")
+        url = f"{sentinel_url}?ack={ack}" + ("&sentinel_auth=1" if t.get("sentinel_auth") else "")
     prefix = _str("redis.prefix", t.get("prefix", "labq"))
     if not prefix or ":" in prefix:
         raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
     pw = _str("redis.password_file", t.get("password_file", ""))
     if pw and not os.path.isabs(pw):
         raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
-    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw}
+    return {"redis_url": url, "prefix": prefix, "redis_password_file": pw, "min_replicas_ack": ack}
+
+
+def _replicas_ack(t, sentinel: bool) -> int:
+    """redis.min_replicas_ack: the replicas a write must reach before labq acknowledges it (WAIT);
+    "auto" (the default): 1 behind Sentinel (a failover then loses nothing acknowledged), else 0."""
+    v = t.get("min_replicas_ack", "auto")
+    if v == "auto":
+        return 1 if sentinel else 0
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 16:
+        raise ConfigError("redis.min_replicas_ack", f"expected \"auto\" or a number of replicas from 0 to 16, got {v!r}")
+    return v
+
+
+def _sentinel_url(t) -> str:
+    """redis.sentinels + redis.service as the one URL every process is handed (store/sentinel.py);
+    "" without sentinels."""
+    hosts = t.get("sentinels", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise ConfigError("redis.sentinels", f"expected a list of \"host:port\" strings, got {hosts!r}")
+    for h in hosts:
+        try:
+            sentinel_address(h)
+        except ValueError:
+            raise ConfigError("redis.sentinels", f"expected \"host:port\" (port 1-65535), got {h!r}") from None
+    service = _str("redis.service", t.get("service", "labq"))
+    if not service or not all(c.isalnum() or c in "-_." for c in service):
+        raise ConfigError("redis.service", f"expected the master's name in sentinel.conf (letters, digits, "
+                          f"-_.), got {service!r}")
+    if not isinstance(t.get("sentinel_auth", False), bool):
+        raise ConfigError("redis.sentinel_auth", f"expected true or false, got {t['sentinel_auth']!r}")
+    return f"{SENTINEL_SCHEME}://{','.join(h.strip() for h in hosts)}/{service}" if hosts else ""
+
+
+SENTINEL_SCHEME = "sentinel"    # the URL's form: store/sentinel.py
+
+
+def sentinel_address(text: str) -> tuple[str, int]:
+    """`host:port` (`[v6]:port`) → (host, port); ValueError names the bad one."""
+    host, colon, port = text.strip().rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port for a sentinel, got {text!r}")
+    return host.strip("[]"), int(port)
 
 
 def refuse_removed(t):

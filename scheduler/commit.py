@@ -2,6 +2,7 @@
 fenced transaction (group commit, see batch.py). A mixin of `Scheduler`, which holds the state."""
 import ctypes
 import gc
+import logging
 import time
 
 from . import fairshare, states
@@ -10,6 +11,9 @@ from .errors import StalePlanError
 from .jobspec import Tasks
 from .model import Job
 from .store import dispatchq, writes
+from .store.conn import WAIT_MS
+
+log = logging.getLogger("labq.scheduler")
 
 BIG_COMMIT = 5000
 
@@ -132,6 +136,8 @@ class Committer:
 
         seq = self.seq if self.seq > self.seq_written else None
 
+        replicas = self.replicas_ack()
+
         def build(p):
             if seq is not None:
                 writes.put_seq(p, self.k, seq)
@@ -154,13 +160,12 @@ class Committer:
                 writes.add_alert(p, self.k, a)
             for books in b.books:
                 writes.put_books(p, self.k, books, now)
-            for j in b.dispatch:     # a gang: one entry on each part's node (the runner finds its rank)
-                for node, _ in j.current.parts or ((j.current.node, ()),):
-                    dispatchq.push(p, self.k, node, j.id, j.current.attempt)
+            if not replicas:
+                self._announce_into(p, b, replies=False)
             for name, admin in b.nodes:
                 writes.put_node_admin(p, self.k, name, admin)
             for reply in b.replies:
-                writes.put_reply(p, self.k, *reply)
+                writes.put_reply(p, self.k, *reply, push=not replicas)
             for d in b.dead:
                 writes.put_dead(p, self.k, *d, now)
             by_stream: dict = {}
@@ -169,10 +174,37 @@ class Committer:
             for stream, eids in by_stream.items():
                 self.store.ack(p, stream, *eids)
 
-        self.store.txn(build)
+        self._write(b, build, replicas)
         if seq is not None:
             self.seq_written = seq
         self._after_commit(b, now)
+
+    def _write(self, b, build, replicas: int) -> None:
+        """The transaction; with `replicas`, its replies and dispatch entries go out only once that
+        many replicas have it: what a client was told or a node acted on survives the master's death
+        (redis.min_replicas_ack). Held back, a reply is given again to the client's resend (its done
+        key), and an attempt no runner saw is withdrawn after start_timeout and requeued."""
+        if not replicas:
+            self.store.txn(build)
+            return
+        self.store.txn(build, replicas)
+        if self.store.acked >= replicas:
+            self.store.push_later(lambda p: self._announce_into(p, b, replies=True))
+        elif b.replies or b.dispatch:
+            log.warning("only %d of %d replicas acknowledged a commit within %d ms: %d replies and %d dispatches "
+                        "held back", self.store.acked, replicas, WAIT_MS, len(b.replies), len(b.dispatch))
+
+    def _announce_into(self, p, b, replies: bool) -> None:
+        for j in b.dispatch:     # a gang: one entry on each part's node (the runner finds its rank)
+            for node, _ in j.current.parts or ((j.current.node, ()),):
+                dispatchq.push(p, self.k, node, j.id, j.current.attempt)
+        if replies:
+            for rid, reply, *_ in b.replies:
+                writes.push_reply(p, self.k, rid, reply)
+
+    def replicas_ack(self) -> int:
+        """redis.min_replicas_ack, or the `ack` of a sentinel:// URL given by the environment."""
+        return max(self.cfg.min_replicas_ack, getattr(getattr(self.store, "r", None), "labq_min_ack", 0))
 
     def _after_commit(self, b, now: float) -> None:
         """What follows a written batch: the books learn it, alerts go out, big batches give memory back."""

@@ -106,6 +106,7 @@ class Config:
     redis_url: str = ""
     prefix: str = "labq"
     redis_password_file: str = ""  # daemons: root-only file of "ROLE PASSWORD" lines (store/conn.py)
+    min_replicas_ack: int = 0      # replicas a commit must reach (WAIT) before its replies go out
     tick: float = 1.0
     max_pending: int = 100_000
     max_pending_per_user: int = 10_000
@@ -240,10 +241,9 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
 
 
 def _redis(t):
-    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile"})
-    out = redis_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)
-    out["allow_volatile"] = _bool("redis.allow_volatile", t.get("allow_volatile", False))
-    return out
+    _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile", "sentinels", "service",
+                             "sentinel_auth", "min_replicas_ack"})   # the thin client: clientconf.py's checks
+    return {**redis_table(t), "allow_volatile": _bool("redis.allow_volatile", t.get("allow_volatile", False))}
 
 
 def _scheduler(t):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import redis
 
 from ..model import Gpu, Job
-from . import codec, conn, resp
+from . import codec, conn, resp, sentinel
 from .keys import Keys
 from .reads import load_job
 
@@ -34,28 +34,36 @@ def _error(reply: str) -> Exception:
 class AgentStore:
     def __init__(self, r, keys: Keys, fast: "resp.Connection | None" = None):
         self.r, self.k, self.fast = r, keys, fast
+        # Behind Sentinel: a claim and an attempt's end are WAITed on (redis.min_replicas_ack) before
+        # the runner acts on them, so that a failover cannot lose what it acted on (store/sentinel.py).
+        self.replicas = 0
 
     @classmethod
     def open(cls, url: str, prefix: str, fast: bool = False) -> "AgentStore":
         """A node-side connection. RESP2: no HELLO round trip on connect; nothing here reads a
         RESP3-only reply. `fast`: the hot path on store/resp.py (a slot runner's)."""
-        return cls(conn.connect(url, protocol=2), Keys(prefix), conn.connect_resp(url) if fast else None)
+        store = cls(conn.connect(url, protocol=2), Keys(prefix), conn.connect_resp(url) if fast else None)
+        store.replicas = sentinel.min_replicas_ack(url)
+        return store
 
     def close(self) -> None:
         self.r.close()
         if self.fast is not None:
             self.fast.close()
 
-    def _run(self, cmds: list, multi: bool = False, resend: bool = True, wait: float = 0.0) -> list:
+    def _run(self, cmds: list, multi: bool = False, resend: bool = True, wait: float = 0.0,
+             replicated: bool = False) -> list:
         """The replies of `cmds`, sent as one round trip (in MULTI/EXEC with `multi`). On resp.py
-        where the store has it; errors as redis-py raises them."""
+        where the store has it; errors as redis-py raises them. `replicated`: then WAIT for
+        self.replicas replicas (on the same connection: WAIT counts its own connection's writes)."""
+        n = self.replicas if replicated else 0
         if self.fast is None:
-            p = self.r.pipeline(transaction=multi)
-            for c in cmds:
-                p.execute_command(*c)
-            return p.execute()
+            return self._run_redis_py(cmds, multi, n)
         try:
-            got = self.fast.pipeline([("MULTI",), *cmds, ("EXEC",)] if multi else cmds, wait, resend)
+            sent = [("MULTI",), *cmds, ("EXEC",)] if multi else list(cmds)
+            got = self.fast.pipeline(sent + [("WAIT", n, conn.WAIT_MS)] if n else sent, wait, resend)
+            if n:
+                got = got[:-1]
         except resp.ConnectionLost as e:
             raise redis.ConnectionError(str(e)) from None
         except resp.RespError as e:       # from the handshake (AUTH, SELECT)
@@ -132,6 +140,20 @@ class AgentStore:
         raw = self.r.get(self.k.job_env(codec.env_ref(job)))
         return tuple((n, v) for n, v in json.loads(raw)) if raw else job.env
 
+    def _run_redis_py(self, cmds: list, multi: bool, replicas: int) -> list:
+        keep = conn.Keep(self.r.connection_pool)
+        try:
+            p = self.r.pipeline(transaction=multi)
+            p.connection_pool = keep
+            for c in cmds:
+                p.execute_command(*c)
+            got = p.execute()
+            if replicas:
+                keep.wait(replicas, conn.WAIT_MS)
+            return got
+        finally:
+            keep.give_back()
+
     def claim(self, jid: int, attempt: int, node: str, pid: int, rank: int = 0,
               job: Job | None = None) -> tuple[bool, int, tuple]:
         """(won, the node lease's PTTL in ms, the variables `job`'s submitter exported (job_env),
@@ -144,7 +166,7 @@ class AgentStore:
                 ("HGET", part, "claimed"), ("PTTL", self.k.node_lease(node))]
         if job is not None:
             cmds.append(("GET", self.k.job_env(codec.env_ref(job))))
-        _, _, holder, pttl, *env = self._run(cmds)
+        _, _, holder, pttl, *env = self._run(cmds, replicated=True)
         # Ours also when the claim was sent again after a lost reply (the first one had won).
         won = holder == me
         if job is None:
@@ -221,7 +243,7 @@ class AgentStore:
         cmds = self._event_cmds(kind, jid, attempt, node, body)
         if slot is not None:
             cmds += self._release_cmds(slot)
-        self._run(cmds, multi=True)
+        self._run(cmds, multi=True, replicated=kind == "finished")
 
     def release_slot(self, slot: "SlotRef") -> None:
         """The slot's entry is done with (the attempt ran and ended, or was not to run here)."""

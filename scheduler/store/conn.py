@@ -5,7 +5,7 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import UnreachableError
-from . import resp
+from . import resp, sentinel
 
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
 REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
@@ -75,6 +75,11 @@ def connect(url: str, **kw) -> redis.Redis:
     kw.setdefault("driver_info", None)
     if _fast_pack() and not {"encoding", "encoding_errors", "command_packer"} & kw.keys():
         kw["command_packer"] = Packer()
+    if sentinel.is_sentinel(url):
+        try:
+            return sentinel.redis_py(url, **kw)
+        except ValueError as e:
+            raise UnreachableError(f"redis.sentinels: {e}") from None
     return redis.Redis.from_url(url, decode_responses=True, **kw)
 
 
@@ -132,6 +137,36 @@ def connect_resp(url: str) -> resp.Connection:
     return c
 
 
+WAIT_MS = 2000    # how long an acknowledged write waits for its replicas (redis.min_replicas_ack)
+
+
+class Keep:
+    """A pipeline's connection pool, except that the connection the pipeline gives back is kept for
+    one more command (WAIT: it counts the writes of its own connection) and only then returned.
+    Set as `pipeline.connection_pool`; `give_back()` in a finally."""
+
+    def __init__(self, pool):
+        self.pool, self.kept = pool, None
+
+    def get_connection(self, *a, **kw):
+        return self.pool.get_connection(*a, **kw)
+
+    def release(self, c) -> None:
+        self.kept = c
+
+    def wait(self, replicas: int, ms: int) -> int:
+        self.kept.send_command("WAIT", replicas, ms)
+        return int(self.kept.read_response())
+
+    def give_back(self) -> None:
+        if self.kept is not None:
+            self.pool.release(self.kept)
+            self.kept = None
+
+    def __getattr__(self, name):
+        return getattr(self.pool, name)
+
+
 def ping(r: redis.Redis) -> None:
     try:
         r.ping()
@@ -140,7 +175,10 @@ def ping(r: redis.Redis) -> None:
 
 
 def describe(r: redis.Redis) -> str:
-    kw = r.connection_pool.connection_kwargs
+    pool = r.connection_pool
+    if getattr(pool, "service_name", None):
+        return f"the master of {pool.service_name!r} (Sentinel)"
+    kw = pool.connection_kwargs
     return kw.get("path") or f"{kw.get('host')}:{kw.get('port')}"
 
 

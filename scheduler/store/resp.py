@@ -39,8 +39,11 @@ def _unquote(s: str) -> str:
 def parse_url(url: str) -> dict:
     """redis://, rediss://, unix:// → {scheme, host, port, path, db, username, password, protocol, query}."""
     scheme, sep, rest = url.partition("://")
+    if scheme == "sentinel" and sep:
+        from . import sentinel
+        return sentinel.parse(url)
     if not sep or scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"expected redis://, rediss:// or unix:// URL, got {url!r}")
+        raise ValueError(f"expected redis://, rediss://, unix:// or sentinel:// URL, got {url!r}")
     rest, _, query_s = rest.partition("?")
     query = dict(q.partition("=")[::2] for q in query_s.split("&") if q)
     query = {k: _unquote(v) for k, v in query.items()}
@@ -190,24 +193,38 @@ class Connection:
 
     def describe(self) -> str:
         o = self.opts
+        if o["scheme"] == "sentinel":
+            return f"{o['host']}:{o['port']} (master of {o['service']!r})" if o["host"] else f"service {o['service']!r}"
         return o["path"] if o["scheme"] == "unix" else f"{o['host']}:{o['port']}"
 
     # -- connecting ------------------------------------------------------------------------------
     def _open(self):
         o = self.opts
+        if o["scheme"] == "sentinel":
+            from . import sentinel
+            return sentinel.open_master(self, o)
+        if o["scheme"] != "unix":
+            return self.open_tcp(o["host"], o["port"])
         try:
-            if o["scheme"] == "unix":
-                s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-                s.settimeout(self.connect_timeout)
-                s.connect(o["path"])
-            else:
-                import socket
-                s = socket.create_connection((o["host"], o["port"]), timeout=self.connect_timeout)
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if o["scheme"] == "rediss":
-                    s = self._tls(s)
+            s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            s.settimeout(self.connect_timeout)
+            s.connect(o["path"])
         except OSError as e:
             raise ConnectionLost(f"cannot connect to {self.describe()}: {e.strerror or e}") from None
+        self._ready(s)
+
+    def open_tcp(self, host: str, port: int):
+        try:
+            import socket
+            s = socket.create_connection((host, port), timeout=self.connect_timeout)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.opts["scheme"] == "rediss":
+                s = self._tls(s)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
+        self._ready(s)
+
+    def _ready(self, s):
         s.settimeout(self.timeout)
         self.sock = s
         self.reader = Reader(s.recv, self.decode)
@@ -252,6 +269,9 @@ class Connection:
                 self.sock = self.reader = None
 
     # -- commands --------------------------------------------------------------------------------
+    def raw_roundtrip(self, cmds) -> list:
+        return self._roundtrip(cmds)
+
     def _roundtrip(self, cmds, extra_wait: float = 0.0) -> list:
         if extra_wait:
             self.sock.settimeout(self.timeout + extra_wait)
@@ -287,11 +307,22 @@ class Connection:
             try:
                 if self.sock is None:
                     self._open()
-                return self._roundtrip(cmds, extra_wait)
+                return self._demoted(self._roundtrip(cmds, extra_wait))
             except ConnectionLost as e:
                 if attempt or (e.sent and not resend):
                     raise
         raise AssertionError("unreachable")
+
+    def _demoted(self, replies: list) -> list:
+        """Behind Sentinel, a master that was demoted refuses writes (READONLY) or unblocks a waiting
+        read (UNBLOCKED), and one cut off from its replicas refuses writes (NOREPLICAS): this
+        connection must find the (new) master. Nothing refused was done."""
+        if self.opts["scheme"] == "sentinel":
+            for r in replies:
+                if isinstance(r, RespError) and str(r).startswith(("READONLY", "UNBLOCKED", "NOREPLICAS")):
+                    self.close()
+                    raise ConnectionLost(f"{self.describe()} is no longer the master: {r}")
+        return replies
 
     def execute(self, *args, extra_wait: float = 0.0):
         """One command; an error reply is raised as RespError."""

@@ -15,7 +15,7 @@ import redis
 from ..errors import StalePlanError
 from ..model import Gpu, Job, Node
 from ..states import ACTIVE
-from . import acctrows, statrows, writes
+from . import acctrows, conn, statrows, writes
 from .conn import ERRORS
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
@@ -29,6 +29,7 @@ class SchedulerStore:
         # A renewal from keeping_lease's thread never lands between a transaction's WATCH and its
         # EXEC (a PEXPIRE of the watched key would abort it).
         self.lease_lock = threading.Lock()
+        self.acked = 0     # replicas that acknowledged the last replicated txn (WAIT's answer)
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:
@@ -99,18 +100,37 @@ class SchedulerStore:
             except redis.WatchError:
                 return   # another scheduler took the lease meanwhile: it is not ours to release
 
-    def txn(self, build) -> list:
-        """Run `build(pipe)` inside MULTI, fenced by the leader lease."""
-        with self.lease_lock, self.r.pipeline() as p:
-            try:
+    def txn(self, build, replicas: int = 0) -> list:
+        """Run `build(pipe)` inside MULTI, fenced by the leader lease. With `replicas`, WAIT until
+        that many replicas have it (or conn.WAIT_MS); `self.acked` is then how many did."""
+        keep = conn.Keep(self.r.connection_pool)
+        try:
+            with self.lease_lock, self.r.pipeline() as p:
+                p.connection_pool = keep    # WAIT counts the writes of its own connection: keep EXEC's
                 p.watch(self.k.leader)
                 if p.get(self.k.leader) != self.me:
                     raise StalePlanError("this scheduler no longer holds the leader lease")
                 p.multi()
                 build(p)
-                return p.execute()
-            except redis.WatchError:
-                raise StalePlanError("the leader lease changed during a transaction") from None
+                got = p.execute()
+            if replicas:
+                self.acked = keep.wait(replicas, conn.WAIT_MS)
+            return got
+        except redis.WatchError:
+            raise StalePlanError("the leader lease changed during a transaction") from None
+        except redis.ResponseError as e:
+            if "NOREPLICAS" in str(e):    # min-replicas-to-write: a master cut off from its replicas
+                raise StalePlanError(f"Redis refused the write: {e}") from None
+            raise
+        finally:
+            keep.give_back()    # the pipeline gave its connection back to `keep` (reset, on any exit)
+
+    def push_later(self, build) -> None:
+        """What may go out only once the transaction before it is on the replicas (replies,
+        dispatch entries): one pipeline, unfenced (it only announces what was committed)."""
+        p = self.r.pipeline(transaction=False)
+        build(p)
+        p.execute()
 
     def rebuild_stat_rows(self, jobs) -> None:
         """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
@@ -379,6 +399,8 @@ class SchedulerStore:
                 p.get(self.k.credential(key))
         holders = iter(p.execute())
         return ["new" if ok else ("same" if next(holders) == entry else None) for (_, entry), ok in zip(claims, won)]
+
+
 
 def _float(v) -> float | None:
     try:

@@ -118,14 +118,20 @@ def mark_charged(p, k: Keys, key: str) -> None:
     p.sadd(k.ledger_keys, key)
 
 
-def put_reply(p, k: Keys, rid: str, reply: dict, remember: bool = True) -> None:
+def put_reply(p, k: Keys, rid: str, reply: dict, remember: bool = True, push: bool = True) -> None:
     """The reply to request `rid`; remembered for retries of the same id unless `remember` is False
-    (a refused credential: the id is the sender's claim, and must not bind the id's real owner)."""
+    (a refused credential: the id is the sender's claim, and must not bind the id's real owner).
+    `push=False`: remembered only; `push_reply` hands it to the waiting client later (after WAIT)."""
     text = json.dumps(reply, separators=(",", ":"))
-    p.rpush(k.reply(rid), text)
-    p.expire(k.reply(rid), REPLY_TTL)
+    if push:
+        push_reply(p, k, rid, reply, text)
     if remember:
         p.set(k.done(rid), text, ex=DONE_TTL)
+
+
+def push_reply(p, k: Keys, rid: str, reply: dict, text: str = "") -> None:
+    p.rpush(k.reply(rid), text or json.dumps(reply, separators=(",", ":")))
+    p.expire(k.reply(rid), REPLY_TTL)
 
 
 def put_usage(p, k: Keys, account: str, value: float, since: float) -> None:

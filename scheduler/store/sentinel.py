@@ -1,0 +1,153 @@
+"""Redis behind Sentinel: one URL for the whole lab, the master found anew on every (re)connect.
+
+`sentinel://[user:password@]host:26379,host:26379,…/SERVICE[?db=N&ack=N&sentinel_auth=1]` is what
+clientconf.py builds from `redis.sentinels` and `redis.service`; as the one `redis.url` every labq
+process is handed (the daemons' config, a runner's settings, a job's $LABQ_REDIS_URL), it carries
+everything a process needs to follow a failover without a restart:
+
+- the daemons (redis-py): `redis.sentinel.Sentinel(...).master_for(SERVICE)`, whose pool asks the
+  sentinels on every new connection and drops a connection that finds its master demoted;
+- the thin client and slot runners (store/resp.py): `master_address` asks each sentinel in turn
+  `SENTINEL get-master-addr-by-name`, and the connection checks `ROLE` before trusting the answer.
+
+`ack` is `redis.min_replicas_ack`: the replicas a write must reach (WAIT) before labq acknowledges it.
+The login (a role's password file, or the URL's user) is the master's; the sentinels get it too only
+with `sentinel_auth=1` (`redis.sentinel_auth`), as a sentinel without ACL users refuses an AUTH.
+
+Stdlib only at import: the thin client parses this URL on every `labq sub`.
+"""
+import time
+
+from ..clientconf import SENTINEL_SCHEME as SCHEME, sentinel_address as address
+
+FAILOVER_WAIT = 30.0     # how long a thin connection waits for a reachable master (a failover's length)
+
+
+def is_sentinel(url: str) -> bool:
+    return url.startswith(SCHEME + "://")
+
+
+def parse(url: str) -> dict:
+    """The sentinel URL's parts, shaped like resp.parse_url's (scheme "sentinel") plus `sentinels`
+    [(host, port)], `service`, `ack` and `sentinel_auth`. ValueError names what is wrong."""
+    from .resp import _unquote
+    rest = url[len(SCHEME) + 3:]
+    rest, _, query_s = rest.partition("?")
+    query = {k: _unquote(v) for k, v in (q.partition("=")[::2] for q in query_s.split("&") if q)}
+    cred, at, where = rest.rpartition("@")
+    user, _, password = cred.partition(":") if at else ("", "", "")
+    hosts, _, service = where.partition("/")
+    if not service or "/" in service:
+        raise ValueError(f"expected sentinel://host:port,…/SERVICE, got no service name in {url!r}")
+    return {"scheme": SCHEME, "username": _unquote(user) or None, "password": _unquote(password) or None,
+            "host": None, "port": None, "path": None, "db": int(query.get("db") or 0),
+            "protocol": int(query.get("protocol", 2)), "query": query,
+            "sentinels": [address(h) for h in hosts.split(",")], "service": service,
+            "ack": int(query.get("ack") or 0), "sentinel_auth": query.get("sentinel_auth") in ("1", "true", "yes")}
+
+
+def min_replicas_ack(url: str) -> int:
+    """The WAIT count a process connected by `url` owes its acknowledged writes (0: none)."""
+    return parse(url)["ack"] if is_sentinel(url) else 0
+
+
+# -- the thin side (store/resp.py) ----------------------------------------------------------------
+def master_address(opts: dict, connect_timeout: float) -> tuple[str, int]:
+    """Ask each sentinel in turn for the service's master; the first that answers is moved to the
+    front (it answers the next connect too). resp.ConnectionLost names every sentinel's failure."""
+    from . import resp
+    errors = []
+    for i, (host, port) in enumerate(opts["sentinels"]):
+        url = _sentinel_url(host, port, opts)
+        s = resp.Connection(url, connect_timeout=connect_timeout, timeout=connect_timeout)
+        try:
+            got = s.execute("SENTINEL", "get-master-addr-by-name", opts["service"])
+        except (resp.ConnectionLost, resp.RespError) as e:
+            errors.append(f"{host}:{port}: {e}")
+            continue
+        finally:
+            s.close()
+        if got:
+            opts["sentinels"].insert(0, opts["sentinels"].pop(i))
+            return got[0], int(got[1])
+        errors.append(f"{host}:{port}: knows no master named {opts['service']!r}")
+    raise resp.ConnectionLost(f"no sentinel named a master for {opts['service']!r} ({'; '.join(errors)})")
+
+
+def _sentinel_url(host: str, port: int, opts: dict) -> str:
+    from urllib.parse import quote
+    login = ""
+    if opts["sentinel_auth"] and opts["password"]:
+        login = f"{quote(opts['username'] or '', safe='')}:{quote(opts['password'], safe='')}@"
+    return f"redis://{login}[{host}]:{port}" if ":" in host else f"redis://{login}{host}:{port}"
+
+
+def open_master(conn, opts: dict) -> None:
+    """Connect `conn` (a resp.Connection in sentinel mode) to the current master: asked of the
+    sentinels, checked with ROLE (a sentinel may still name a master that was just demoted, or one
+    that is down until its failover ends). Retries for up to FAILOVER_WAIT seconds, so that a
+    command issued during a failover waits for the new master instead of failing."""
+    from . import resp
+    deadline = time.monotonic() + float(opts["query"].get("failover_wait") or FAILOVER_WAIT)
+    while True:
+        try:
+            host, port = master_address(opts, conn.connect_timeout)
+            opts["host"], opts["port"] = host, port
+            conn.open_tcp(host, port)
+            role = conn.raw_roundtrip([["ROLE"]])[0]
+            if isinstance(role, list) and role and role[0] == "master":
+                return
+            conn.close()
+            last: Exception = resp.ConnectionLost(f"{host}:{port} is no longer the master of {opts['service']!r}")
+        except (resp.ConnectionLost, resp.RespError) as e:
+            conn.close()
+            last = e
+        if time.monotonic() >= deadline:
+            raise resp.ConnectionLost(str(last)) from None
+        time.sleep(0.2)
+
+
+# -- the daemons' side (redis-py) ------------------------------------------------------------------
+def redis_py(url: str, **kw):
+    """A redis-py client of the service's master (store/conn.py · connect passes its usual keyword
+    arguments: timeouts, the packer, the login)."""
+    from redis.sentinel import Sentinel
+    o = parse(url)
+    if o["username"] or o["password"]:
+        kw.setdefault("username", o["username"])
+        kw.setdefault("password", o["password"])
+    skw = {k: v for k, v in kw.items() if k.startswith("socket_")}
+    if o["sentinel_auth"] and kw.get("password"):
+        skw["username"], skw["password"] = kw.get("username"), kw["password"]
+    skw["decode_responses"] = True
+    kw.setdefault("protocol", o["protocol"])
+    sentinel = Sentinel(o["sentinels"], sentinel_kwargs=skw, db=o["db"], **kw)
+    r = sentinel.master_for(o["service"], decode_responses=True, connection_class=_connection_class())
+    r.labq_min_ack = o["ack"]
+    return r
+
+
+_CLASS: list = []
+
+
+def _connection_class():
+    """redis-py's Sentinel connection, which also takes NOREPLICAS (a master that lacks the good
+    replicas `min-replicas-to-write` asks for: cut off, or an old master not yet demoted) as the
+    master being unreachable for now: the connection is dropped and the caller retries, as after
+    a READONLY from a demoted master."""
+    if not _CLASS:
+        from redis.exceptions import ConnectionError, ResponseError
+        from redis.sentinel import SentinelManagedConnection
+
+        class Connection(SentinelManagedConnection):
+            def read_response(self, *a, **kw):
+                try:
+                    return super().read_response(*a, **kw)
+                except ResponseError as e:
+                    if not str(e).startswith("NOREPLICAS"):
+                        raise
+                    self.disconnect()
+                    raise ConnectionError(f"the master refuses writes for now: {e}") from None
+        _CLASS.append(Connection)
+    return _CLASS[0]
+

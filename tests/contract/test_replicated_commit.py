@@ -1,0 +1,129 @@
+"""redis.min_replicas_ack on a real master and replica (loopback TCP): a group commit is WAITed on
+before its replies and dispatch entries go out, so what a client was told is on a replica first;
+a commit no replica acknowledged keeps its replies back (the client's resend is answered once the
+replica is back); without min_replicas_ack nothing changes (no WAIT, replies in the transaction)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from dataclasses import replace
+
+import pytest
+import redis
+
+from labq.scheduler import config
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import Keys
+from tests.harness import SWEEP_TOML, wait_for
+
+K = Keys()
+NOW = 1_800_000_000.0
+BODY = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "mem": 1 << 20, "time_limit": 60,
+        "account": "eta"}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def pair():
+    """(master client, replica client, replica process) on loopback ports in a private directory."""
+    exe = shutil.which("redis-server")
+    if not exe:
+        pytest.skip("redis-server is not installed")
+    d = tempfile.mkdtemp(prefix="labq-repl-", dir="/tmp")
+    procs = []
+    try:
+        ports = [_port(), _port()]
+        for i, port in enumerate(ports):
+            os.makedirs(os.path.join(d, str(i)))
+            extra = ["--replicaof", "127.0.0.1", str(ports[0])] if i else []
+            procs.append(subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                           "--appendonly", "yes", "--dir", os.path.join(d, str(i)),
+                                           "--loglevel", "warning", *extra],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        m, rep = (redis.Redis(host="127.0.0.1", port=p, decode_responses=True, socket_timeout=10) for p in ports)
+
+        def synced():
+            try:
+                return m.info("replication").get("slave0", {}).get("state") == "online"
+            except redis.ConnectionError:
+                return False
+        wait_for(synced, 60, 0.05, what="the replica in sync")
+        yield m, rep, procs[1]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait(10)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def started(m, acks: int) -> Scheduler:
+    raw = redis.Redis(connection_pool=redis.ConnectionPool(host=m.connection_pool.connection_kwargs["host"],
+                                                           port=m.connection_pool.connection_kwargs["port"]))
+    AgentStore(m, K).register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
+    cfg = replace(config.loads(SWEEP_TOML), min_replicas_ack=acks)
+    s = Scheduler(m, raw, cfg, me="s1", clock=lambda: NOW)
+    s.tick(NOW)
+    return s
+
+
+def send(r, rid, user="alice"):
+    r.xadd(K.inbox(user), {"rid": rid, "op": "submit", "body": json.dumps(BODY)})
+    r.lpush(K.wake, f"user:{user}")
+
+
+def waits(r) -> int:
+    return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+def test_a_reply_goes_out_only_once_a_replica_has_the_commit(pair):
+    m, rep, _ = pair
+    s = started(m, 1)
+    before = waits(m)
+    send(m, "r1")
+    s.tick(NOW + 1, m.lrange(K.wake, 0, -1))
+    got = m.lrange(K.reply("r1"), 0, -1)
+    assert got and json.loads(got[0])["ok"], got
+    jid = json.loads(got[0])["job_id"]
+    assert waits(m) > before
+    # WAIT returned before the reply was pushed: the replica has the job (no polling needed).
+    assert rep.exists(K.job(jid))
+
+
+def test_a_commit_no_replica_acknowledged_holds_its_reply_until_the_resend(pair, caplog):
+    m, rep, replica = pair
+    s = started(m, 1)
+    replica.send_signal(signal.SIGSTOP)
+    send(m, "r2")
+    s.tick(NOW + 1, m.lrange(K.wake, 0, -1))
+    assert m.lrange(K.reply("r2"), 0, -1) == []          # not acknowledged to the client ...
+    done = json.loads(m.get(K.done("r2")))               # ... though done (a resend is answered)
+    assert done["ok"] and "replies and" in caplog.text and "held back" in caplog.text
+    replica.send_signal(signal.SIGCONT)
+    wait_for(lambda: m.info("replication")["slave0"]["offset"] >= m.info("replication")["master_repl_offset"], 60,
+             0.05, what="the replica to catch up")
+    send(m, "r2")                                         # the client's resend of the same request id
+    s.tick(NOW + 2, m.lrange(K.wake, 0, -1))
+    got = m.lrange(K.reply("r2"), 0, -1)
+    assert [json.loads(x)["job_id"] for x in got] == [done["job_id"]]
+    assert rep.exists(K.job(done["job_id"]))
+
+
+def test_without_min_replicas_ack_no_commit_waits(pair):
+    m, _, _ = pair
+    s = started(m, 0)
+    before = waits(m)
+    send(m, "r3")
+    s.tick(NOW + 1, m.lrange(K.wake, 0, -1))
+    assert json.loads(m.lrange(K.reply("r3"), 0, -1)[0])["ok"]
+    assert waits(m) == before
