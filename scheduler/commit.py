@@ -31,6 +31,8 @@ def release_memory() -> None:
 
 
 class Committer:
+    unreplicated = False     # the last commit reached fewer replicas than redis.min_replicas_ack
+
     # -- writing -------------------------------------------------------------------------------
     def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
                books=None, dead=None) -> None:
@@ -188,7 +190,10 @@ class Committer:
             self.store.txn(build)
             return
         self.store.txn(build, replicas)
-        if self.store.acked >= replicas:
+        self.unreplicated = self.store.acked < replicas
+        if not self.unreplicated:
+            if getattr(self, "durable", None) is not None:
+                self.durable.acknowledged(self.seq)
             self.store.push_later(lambda p: self._announce_into(p, b, replies=True))
         elif b.replies or b.dispatch:
             log.warning("only %d of %d replicas acknowledged a commit within %d ms: %d replies and %d dispatches "

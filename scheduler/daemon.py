@@ -158,7 +158,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 self.last_reasons = now if reasons else self.last_reasons
                 self.plan_done = time.monotonic()
                 self.plan_cost = self.plan_done - began
-            if self.durable is not None:
+            if self.durable is not None and not self.unreplicated:   # figures a failover may yet undo: not kept
                 self.durable.seen()
         except StalePlanError as e:
             log.warning("%s; reloading state", e)

@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .errors import RefusedError
 
@@ -130,6 +130,14 @@ class Durability:
         if aof and (fsync := self.store.aof_fsync()) not in ("always", None):     # issue 34: never silently
             log.warning("Redis at %s syncs its AOF with appendfsync %s, not always: a crash of the machine "
                         "can lose the last second of acknowledged submits and charges", self.url, fsync)
+
+    def acknowledged(self, last_job_id: int) -> None:
+        """Before replies go out behind replicas (redis.min_replicas_ack): the file learns the job ids
+        they hand out, so that a promoted replica that lacks them is refused, never led to give the
+        same ids again."""
+        base = self.file.saved or Figures()
+        if last_job_id > base.last_job_id:
+            self.file.save(replace(base, last_job_id=last_job_id))
 
     def seen(self) -> None:
         """After a leading tick: remember what Redis now holds."""

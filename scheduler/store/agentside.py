@@ -21,6 +21,13 @@ from .keys import Keys
 from .reads import load_job
 
 
+def _short(acked, wanted: int) -> Exception:
+    """A write the replicas did not confirm is as good as not made (the master may be an old one,
+    cut off, whose writes Sentinel will discard): the caller retries, on the master Sentinel names."""
+    return redis.ConnectionError(f"the write reached {acked} of the {wanted} replicas it needs within "
+                                 f"{conn.WAIT_MS} ms (redis.min_replicas_ack)")
+
+
 def _error(reply: str) -> Exception:
     """The exception redis-py raises for this error reply (LOADING is a BusyLoadingError, one of
     conn.ERRORS: a runner rides out a restarting Redis as it does a lost connection)."""
@@ -61,9 +68,8 @@ class AgentStore:
             return self._run_redis_py(cmds, multi, n)
         try:
             sent = [("MULTI",), *cmds, ("EXEC",)] if multi else list(cmds)
-            got = self.fast.pipeline(sent + [("WAIT", n, conn.WAIT_MS)] if n else sent, wait, resend)
-            if n:
-                got = got[:-1]
+            got = self.fast.pipeline(sent + [("ROLE",)] if n else sent, wait, resend)
+            acked, got = (self._wait(got[-1], n), got[:-1]) if n else (n, got)
         except resp.ConnectionLost as e:
             raise redis.ConnectionError(str(e)) from None
         except resp.RespError as e:       # from the handshake (AUTH, SELECT)
@@ -76,6 +82,9 @@ class AgentStore:
         for x in got:
             if isinstance(x, resp.RespError):
                 raise _error(str(x))
+        if not isinstance(acked, int) or acked < n:
+            self.fast.close()     # the next try asks Sentinel afresh
+            raise _short(acked, n)
         return got
 
     # -- node registration and lease ----------------------------------------------------------
@@ -98,10 +107,11 @@ class AgentStore:
     def renew(self, name: str, lease_s: float, status: str = "") -> bool:
         """Extend the lease only while it still exists (XX): an expired lease must not come back to
         life, because the scheduler may already have declared this node's attempts lost."""
-        p = self.r.pipeline()
-        p.set(self.k.node_lease(name), status or "up", px=int(lease_s * 1000), xx=True)
-        p.hset(self.k.node(name), "hb", time.time())
-        return bool(p.execute()[0])
+        # Behind Sentinel, a renewal no replica has is not believed (an old master's, cut off): the
+        # agent then fences itself as it would with Redis away, before the scheduler requeues.
+        got = self._run_redis_py([("SET", self.k.node_lease(name), status or "up", "PX", int(lease_s * 1000), "XX"),
+                                  ("HSET", self.k.node(name), "hb", time.time())], False, self.replicas)
+        return bool(got[0])
 
     def release(self, name: str) -> None:
         """Give the lease up now (clean stop), so the scheduler need not wait for it to expire."""
@@ -140,6 +150,12 @@ class AgentStore:
         raw = self.r.get(self.k.job_env(codec.env_ref(job)))
         return tuple((n, v) for n, v in json.loads(raw)) if raw else job.env
 
+    def _wait(self, role, n: int):
+        """WAIT on the fast connection, for every replica its ROLE listed (conn.replicas_online)."""
+        if self.fast.sock is None:      # never on a new connection: WAIT would count none of our writes
+            raise resp.ConnectionLost("the connection dropped before WAIT")
+        return self.fast.raw_roundtrip([("WAIT", max(n, conn.replicas_online(role)), conn.WAIT_MS)])[0]
+
     def _run_redis_py(self, cmds: list, multi: bool, replicas: int) -> list:
         keep = conn.Keep(self.r.connection_pool)
         try:
@@ -148,8 +164,10 @@ class AgentStore:
             for c in cmds:
                 p.execute_command(*c)
             got = p.execute()
-            if replicas:
-                keep.wait(replicas, conn.WAIT_MS)
+            acked = keep.wait(replicas, conn.WAIT_MS) if replicas else 0
+            if acked < replicas:
+                keep.kept.disconnect()
+                raise _short(acked, replicas)
             return got
         finally:
             keep.give_back()
@@ -218,7 +236,7 @@ class AgentStore:
                  *(x for kv in fields.items() for x in kv))]
         if node:
             cmds.append(("PTTL", self.k.node_lease(node)))
-        got = self._run(cmds)
+        got = self._run(cmds, replicated=bool(node))    # the lease's PTTL, as the replicas have it
         return int(got[1]) if node else None
 
     def publish_master(self, jid: int, attempt: int, addr: str, port: int) -> None:

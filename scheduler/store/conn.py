@@ -140,6 +140,13 @@ def connect_resp(url: str) -> resp.Connection:
 WAIT_MS = 2000    # how long an acknowledged write waits for its replicas (redis.min_replicas_ack)
 
 
+def replicas_online(role) -> int:
+    """The replicas a master's ROLE reply lists. A write is waited on until all of them have it,
+    not just `min_replicas_ack` of them: Sentinel promotes the replica it last saw furthest ahead
+    (its offsets are up to a second old), which need not be the one that acknowledged."""
+    return len(role[2]) if isinstance(role, list) and len(role) > 2 and role[0] in ("master", b"master") else 0
+
+
 class Keep:
     """A pipeline's connection pool, except that the connection the pipeline gives back is kept for
     one more command (WAIT: it counts the writes of its own connection) and only then returned.
@@ -155,7 +162,10 @@ class Keep:
         self.kept = c
 
     def wait(self, replicas: int, ms: int) -> int:
-        self.kept.send_command("WAIT", replicas, ms)
+        """WAIT for every replica connected now (at least `replicas`); how many acknowledged."""
+        self.kept.send_command("ROLE")
+        online = replicas_online(self.kept.read_response())
+        self.kept.send_command("WAIT", max(replicas, online), ms)
         return int(self.kept.read_response())
 
     def give_back(self) -> None:

@@ -24,6 +24,8 @@ class ConnectionLost(OSError):
     """The server could not be reached, closed the connection, or did not answer in time. `sent`:
     whether the commands had been sent (the server may have run them)."""
 
+    refused = False     # a write the server refused (behind Sentinel: READONLY, NOREPLICAS): nothing was done
+
     def __init__(self, message: str, sent: bool = False):
         super().__init__(message)
         self.sent = sent
@@ -303,14 +305,23 @@ class Connection:
         cmds = [list(c) for c in cmds]
         if not cmds:
             return []
-        for attempt in (0, 1):
+        until = 0.0
+        for attempt in range(1 << 30):
             try:
                 if self.sock is None:
                     self._open()
                 return self._demoted(self._roundtrip(cmds, extra_wait))
             except ConnectionLost as e:
-                if attempt or (e.sent and not resend):
+                if e.sent and not resend:
                     raise
+                if attempt and not e.refused:
+                    raise
+                if attempt:     # behind Sentinel, refused (nothing done): again until the failover ends
+                    import time
+                    until = until or time.monotonic() + float(self.opts["query"].get("failover_wait") or 30)
+                    if time.monotonic() > until:
+                        raise
+                    time.sleep(0.2)
         raise AssertionError("unreachable")
 
     def _demoted(self, replies: list) -> list:
@@ -321,7 +332,9 @@ class Connection:
             for r in replies:
                 if isinstance(r, RespError) and str(r).startswith(("READONLY", "UNBLOCKED", "NOREPLICAS")):
                     self.close()
-                    raise ConnectionLost(f"{self.describe()} is no longer the master: {r}")
+                    e = ConnectionLost(f"{self.describe()} refuses writes: {r}")
+                    e.refused = True
+                    raise e
         return replies
 
     def execute(self, *args, extra_wait: float = 0.0):
