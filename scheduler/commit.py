@@ -194,7 +194,7 @@ class Committer:
         if not self.unreplicated:
             if getattr(self, "durable", None) is not None:
                 self.durable.acknowledged(self.seq)
-            self.store.push_later(lambda p: self._announce_into(p, b, replies=True))
+            self.store.txn(lambda p: self._announce_into(p, b, replies=True))   # fenced, as it was
         elif b.replies or b.dispatch:
             log.warning("only %d of %d replicas acknowledged a commit within %d ms: %d replies and %d dispatches "
                         "held back", self.store.acked, replicas, WAIT_MS, len(b.replies), len(b.dispatch))

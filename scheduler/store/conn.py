@@ -1,5 +1,6 @@
 """Redis connections from a URL (redis://, rediss://, unix://)."""
 import os
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import redis
@@ -175,6 +176,18 @@ class Keep:
 
     def __getattr__(self, name):
         return getattr(self.pool, name)
+
+
+@contextmanager
+def kept_pipeline(r: redis.Redis):
+    """(a transaction pipeline, its Keep): the pipeline's connection stays for a WAIT after EXEC."""
+    keep = Keep(r.connection_pool)
+    try:
+        with r.pipeline() as p:
+            p.connection_pool = keep
+            yield p, keep
+    finally:
+        keep.give_back()
 
 
 def ping(r: redis.Redis) -> None:

@@ -101,36 +101,20 @@ class SchedulerStore:
                 return   # another scheduler took the lease meanwhile: it is not ours to release
 
     def txn(self, build, replicas: int = 0) -> list:
-        """Run `build(pipe)` inside MULTI, fenced by the leader lease. With `replicas`, WAIT until
-        that many replicas have it (or conn.WAIT_MS); `self.acked` is then how many did."""
-        keep = conn.Keep(self.r.connection_pool)
-        try:
-            with self.lease_lock, self.r.pipeline() as p:
-                p.connection_pool = keep    # WAIT counts the writes of its own connection: keep EXEC's
+        """Run `build(pipe)` inside MULTI, fenced by the leader lease. With `replicas`, then WAIT on
+        the same connection (conn.Keep); `self.acked` is how many replicas have it."""
+        with self.lease_lock, conn.kept_pipeline(self.r) as (p, keep):
+            try:
                 p.watch(self.k.leader)
                 if p.get(self.k.leader) != self.me:
                     raise StalePlanError("this scheduler no longer holds the leader lease")
                 p.multi()
                 build(p)
                 got = p.execute()
-            if replicas:
-                self.acked = keep.wait(replicas, conn.WAIT_MS)
+            except redis.WatchError:
+                raise StalePlanError("the leader lease changed during a transaction") from None
+            self.acked = keep.wait(replicas, conn.WAIT_MS) if replicas else 0
             return got
-        except redis.WatchError:
-            raise StalePlanError("the leader lease changed during a transaction") from None
-        except redis.ResponseError as e:
-            if "NOREPLICAS" in str(e):    # min-replicas-to-write: a master cut off from its replicas
-                raise StalePlanError(f"Redis refused the write: {e}") from None
-            raise
-        finally:
-            keep.give_back()    # the pipeline gave its connection back to `keep` (reset, on any exit)
-
-    def push_later(self, build) -> None:
-        """What may go out only once the transaction before it is on the replicas (replies,
-        dispatch entries): one pipeline, unfenced (it only announces what was committed)."""
-        p = self.r.pipeline(transaction=False)
-        build(p)
-        p.execute()
 
     def rebuild_stat_rows(self, jobs) -> None:
         """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
