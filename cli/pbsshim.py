@@ -6,9 +6,11 @@ prints what PBS or SGE would: qsub the job id as `1234.labq` (an array's `1234[]
 `Your job 1234 ("name") has been submitted` when the job is SGE-style (#$ lines, -cwd, -pe…);
 qstat Torque's layout and state letters (Q queued, H held or waiting on a dependency, R running,
 E exiting, C completed), -a/-u its wide layout, -f its full listing, -t one line per array task,
-and SGE's `qstat -j ID`; qacct -j SGE's accounting record.
+and SGE's `qstat -j ID` (with LABQ_QSTAT=sge, plain `qstat` prints Grid Engine's layout: the two
+systems' commands share the name); qacct -j SGE's accounting record.
 """
 import json
+import os
 import re
 import sys
 import time
@@ -200,6 +202,29 @@ def wide_layout(jobs: list[dict], now: float) -> str:
     return "\n".join(head + rows)
 
 
+SGE_STATE = {"PD": "qw", "R": "r", "CG": "dr", "PR": "dr"}
+
+
+def sge_layout(jobs: list[dict]) -> str:
+    """Grid Engine's `qstat`: job-ID, prior, name, user, state (qw, hqw, r, dr), submit/start at,
+    queue, slots, ja-task-ID; ended jobs are not listed."""
+    lines = ["job-ID  prior   name       user         state submit/start at     queue                          "
+             "slots ja-task-ID",
+             "-" * 113]
+    for d in jobs:
+        if d["state"] not in SGE_STATE:
+            continue
+        state = ("h" if d.get("reason") in ("Held", "Dependency") else "") + SGE_STATE[d["state"]]
+        at = d.get("start_time") if d["state"] != "PD" else d["submit_time"]
+        queue = f"{d['qos']}@{(d.get('nodelist') or [''])[0]}" if d["state"] != "PD" else ""
+        jid = d["array_job_id"] if d.get("array_job_id") is not None else d["job_id"]
+        task = d.get("array_task_id")
+        lines.append(f"{jid:>7} 0.50000 {d['name'][:10]:<10} {d['user'][:12]:<12} {state:<5} "
+                     f"{time.strftime('%m/%d/%Y %H:%M:%S', time.localtime(at or 0))} {queue[:30]:<30} "
+                     f"{d['request']['cpus'] * (d['request'].get('nodes') or 1):>5} {'' if task is None else task}".rstrip())
+    return "\n".join(lines)
+
+
 def full(d: dict, now: float) -> str:
     """`qstat -f ID`: one attribute a line, as Torque prints them."""
     req = d["request"]
@@ -238,14 +263,15 @@ def sge_job(d: dict) -> str:
 
 
 def qstat(argv: list[str]) -> int:
-    ids, user, mode, expand = [], None, "default", False
+    # Grid Engine's layout where the user asks for it (LABQ_QSTAT=sge): the command name is the same
+    ids, user, mode, expand = [], None, "sge-list" if os.environ.get("LABQ_QSTAT") == "sge" else "default", False
     i = 0
     while i < len(argv):
         a = argv[i]
         i += 1
         if a == "-u":
             user, i = (argv[i] if i < len(argv) else ""), i + 1
-            mode = "wide" if mode == "default" else mode
+            mode = "wide" if mode == "default" else mode     # Torque: -u implies -a; SGE keeps its layout
         elif a == "-a":
             mode = "wide"
         elif a == "-f":
@@ -262,13 +288,16 @@ def qstat(argv: list[str]) -> int:
         else:
             ids.append(labq_id(a))
     now = time.time()
-    jobs = _jobs(ids, user, expand or mode in ("full", "sge"))
+    jobs = _jobs(ids, user, expand or mode in ("full", "sge", "sge-list"))
     if mode == "full":
         print("\n".join(full(d, now) for d in jobs), end="")
     elif mode == "sge":
         if not ids:
             refuse("qstat", "-j needs a job id (qstat -j 1234)")
         print("\n".join(sge_job(d) for d in jobs))
+    elif mode == "sge-list":
+        if any(d["state"] in SGE_STATE for d in jobs):
+            print(sge_layout(jobs))
     elif jobs:
         print(default_layout(jobs, now) if mode == "default" else wide_layout(jobs, now))
     return 0

@@ -124,6 +124,18 @@ def test_qstat_prints_torques_layout_and_state_letters():
     assert "    Resource_List.nodes = 1:ppn=4:gpus=1\n" in full and "    exec_host = n1/0-3\n" in full
 
 
+def test_qstat_prints_grid_engines_layout_when_asked():
+    rows = [row(), row(job_id=13, state="PD", reason="Held", start_time=None),
+            row(job_id=15, array_job_id=14, array_task_id=7, state="PD", reason="Priority", start_time=None),
+            row(job_id=16, state="CD", end_time=160.0)]
+    out = pbsshim.sge_layout(rows).splitlines()
+    assert out[0].split() == ["job-ID", "prior", "name", "user", "state", "submit/start", "at", "queue", "slots",
+                              "ja-task-ID"]
+    assert [line.split()[4] for line in out[2:]] == ["r", "hqw", "qw"], "ended jobs are not listed"
+    assert out[2].split()[:4] == ["12", "0.50000", "train", "alice"] and out[2].split()[-2:] == ["normal@n1", "4"]
+    assert out[4].split()[0] == "14" and out[4].split()[-1] == "7"
+
+
 def test_an_array_folds_to_one_line_running_while_a_task_runs():
     tasks = [row(job_id=20 + i, array_job_id=20, array_task_id=i, state=s, reason=r)
              for i, (s, r) in enumerate([("PD", "Priority"), ("R", None), ("PD", "Priority")])]
