@@ -101,8 +101,7 @@ class SchedulerStore:
                 return   # another scheduler took the lease meanwhile: it is not ours to release
 
     def txn(self, build, replicas: int = 0) -> list:
-        """Run `build(pipe)` inside MULTI, fenced by the leader lease. With `replicas`, then WAIT on
-        the same connection (conn.Keep); `self.acked` is how many replicas have it."""
+        """MULTI `build(pipe)`, fenced by the leader lease; then WAIT for `replicas` (self.acked: how many)."""
         with self.lease_lock, conn.kept_pipeline(self.r) as (p, keep):
             try:
                 p.watch(self.k.leader)
