@@ -172,7 +172,8 @@ def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
         from labq.scheduler.report import committed_by_job
         committed = committed_by_job(records, gpu_models(), ctx.cfg)
         rows = [*rows, *((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
-                          j.start_time, j.end_time, render.elapsed(j, j.end_time or 0), j.gpus, len(j.attempts),
+                          j.start_time, j.end_time, render.elapsed(j, j.end_time or 0), j.gpus * (j.nodes or 1),
+                          len(j.attempts),
                           committed[j.id], j.cost) for j in records)]
     if wanted:
         rows = [v for v in rows if v[6] in wanted]

@@ -42,5 +42,5 @@ def table_rows(rows: list[Job], committed: list[int]) -> list[tuple]:
     attempt's number; `committed`: each row's commitment."""
     from . import render
     return [(v.id, v.array_id, v.array_index, v.name, v.user, v.account, v.state, v.exit_code, v.start_time,
-             v.end_time, render.elapsed(v, v.end_time or 0), v.gpus, v.restart_count + 1 if v.attempts else 0, c,
+             v.end_time, render.elapsed(v, v.end_time or 0), v.gpus * (v.nodes or 1), v.restart_count + 1 if v.attempts else 0, c,
              v.cost) for v, c in zip(rows, committed)]

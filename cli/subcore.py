@@ -207,7 +207,7 @@ def _body(opts, argv, script) -> dict:
         if gres is None:
             raise UsageError(f"--gres: expected gpu[:MODEL]:N, got {opts['gres']!r}")
         opts = {**opts, "gpus": gres[1]}
-    model, gpus, nodes = _gpus_and_nodes(opts)
+    model, gpus, nodes = gpus_and_nodes(opts)
     body = {
         "argv": argv, "script": script, "workdir": os.path.abspath(opts.get("chdir") or os.getcwd()),
         "name": opts.get("name") or "", "account": opts.get("account") or "", "project": opts.get("project") or "",
@@ -251,7 +251,7 @@ def _body(opts, argv, script) -> dict:
     return body
 
 
-def _gpus_and_nodes(opts) -> tuple[str, int, int]:
+def gpus_and_nodes(opts) -> tuple[str, int, int]:
     """(GPU model, GPUs per node, nodes). With -N, `--gpus-per-node` is per node and -G the job's total
     (SLURM's meaning), split evenly; without -N, -G 16 stays one node of 16 GPUs."""
     nodes = 1

@@ -9,7 +9,7 @@ from labq.scheduler.model import Gpu, Job, Node
 from labq.scheduler.units import fmt_duration, fmt_money, to_micro
 
 from .common import echo_json, pass_ctx
-from .submit import parse_gpus
+from .subcore import gpus_and_nodes
 
 
 def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tuple[Node, ...]:
@@ -41,8 +41,10 @@ def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tupl
 @click.command("plan")
 @click.option("--jobs", "count", type=int, help="How many identical jobs (with -G, -c, --mem, -t).")
 @click.option("--file", "path", metavar="JOBS.csv", help="A list of different jobs, replayed by the simulator (see above).")
-@click.option("-G", "--gpus", help="GPUs per job (per node with -N): N or MODEL:N.  [default: 0]")
-@click.option("-N", "--job-nodes", type=int, help="Nodes per job (a multi-node job; -G, -c, --mem per node).  [default: 1]")
+@click.option("-G", "--gpus", help="GPUs per job, N or MODEL:N (with -N the job's total, as `sub -N` and "
+                                  "SLURM read it).  [default: 0]")
+@click.option("--gpus-per-node", help="GPUs on each node of a multi-node job: N or MODEL:N.")
+@click.option("-N", "--job-nodes", type=int, help="Nodes per job (a multi-node job; -c, --mem per node).  [default: 1]")
 @click.option("-c", "--cpus", type=int, help="CPUs per job.  [default: 1]")
 @click.option("--mem", help="Memory per job, like 12G.  [default: 0]")
 @click.option("-t", "--time", "time_", help="Time limit per job (required with --jobs).")
@@ -52,7 +54,7 @@ def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tupl
 @click.option("--progress/--no-progress", default=None, help="--file: a progress bar on stderr (default: when it is a terminal).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def plan(ctx, count, path, gpus, cpus, mem, time_, job_nodes, nodes, budget, qos, progress, as_json):
+def plan(ctx, count, path, gpus, gpus_per_node, cpus, mem, time_, job_nodes, nodes, budget, qos, progress, as_json):
     """Concurrency per resource, waves, makespan, cost and what is left of the budget.
 
     With --jobs N: N identical jobs, by arithmetic (every job uses its whole limit).
@@ -80,15 +82,16 @@ def plan(ctx, count, path, gpus, cpus, mem, time_, job_nodes, nodes, budget, qos
     from labq.scheduler.whatif import what_if
     cfg = ctx.cfg
     if path is not None:
-        if count is not None or any(v is not None for v in (gpus, cpus, mem, time_, job_nodes)):
+        if count is not None or any(v is not None for v in (gpus, gpus_per_node, cpus, mem, time_, job_nodes)):
             raise UsageError("--file: the jobs come from the file; drop --jobs, -G, -c, --mem, -N and -t")
         return _plan_file(ctx, path, nodes, budget, progress, as_json)
     if count is None or time_ is None:
         raise UsageError("give --jobs N with -t TIME (and -G, -c, --mem), or --file JOBS.csv")
-    gpus, cpus, mem = gpus or "0", 1 if cpus is None else cpus, mem or "0"
+    cpus, mem = 1 if cpus is None else cpus, mem or "0"
     if count < 1 or cpus < 1 or not 1 <= (job_nodes or 1) <= 1024:
         raise UsageError("--jobs and --cpus must be at least 1, -N from 1 to 1024")
-    model, n = parse_gpus(gpus)
+    # -G and --gpus-per-node as `labq sub` reads them: with -N, -G is the job's total, split evenly
+    model, n, _ = gpus_and_nodes({"gpus": gpus, "gpus_per_node": gpus_per_node, "nodes": job_nodes})
     job = Job(id=0, user="plan", account="", gpus=n, gpu_type=model, cpus=cpus, mem=units.parse_size(mem, "--mem"),
               time_limit=units.parse_duration(time_, "--time"), qos=qos, nodes=job_nodes or 1)
     cluster = parse_nodes(nodes) if nodes else ctx.client.nodes()

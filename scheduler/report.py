@@ -16,6 +16,7 @@ imported bills against labq's own costs.
 """
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import ledger, states
 from .units import MICRO
@@ -115,13 +116,58 @@ class Row:
                 "gpu_util_mean": round(self.util_sum / self.util_weight, 2) if self.util_weight else None}
 
 
+class PartAttempt(NamedTuple):
+    """One node's part of a gang's attempt, as `report --by node` credits it."""
+    attempt: int
+    node: str
+    gpus: tuple
+    dispatch_time: float | None
+    start_time: float | None
+    end_time: float | None
+    outcome: str | None
+    exit_code: int | None
+    cost: int
+    lost_work_s: float
+    usage: dict
+
+
+class PartJob:
+    """A gang's job as one of its node parts: one node (its CPUs and GPUs), the rest the job's."""
+    nodes = 1
+
+    def __init__(self, job):
+        self._job = job
+
+    def __getattr__(self, name):
+        return getattr(self._job, name)
+
+
+def node_parts(j, a):
+    """(job, attempt) per node of a gang's attempt — each part its node, its GPUs, an equal share of
+    the cost and of the idle GPU time — or the attempt itself where it ran on one node (or where its
+    parts were not kept: an acct row archived before they were)."""
+    parts = getattr(a, "parts", ()) or ()
+    if len(parts) < 2:
+        yield j, a
+        return
+    n, usage = len(parts), a.usage or {}
+    idle = usage.get("gpu_idle_s")
+    share = {**usage, "gpu_idle_s": idle / n} if isinstance(idle, (int, float)) else usage
+    job = PartJob(j)
+    for i, (node, gpus) in enumerate(parts):
+        cost = a.cost // n + (1 if i < a.cost % n else 0)
+        yield job, PartAttempt(a.attempt, node, tuple(gpus), a.dispatch_time, a.start_time, a.end_time, a.outcome,
+                               a.exit_code, cost, a.lost_work_s, share)
+
+
 def by(jobs, keys, models: dict | None = None, since: float = 0, until: float = float("inf")) -> list[dict]:
     """One row per group of `keys`, sorted by cost (highest first), then by group."""
     models = models or {}
     rows: dict[tuple, Row] = {}
-    for j, a in attempts_in(jobs, since, until):
-        g = tuple(_value(k, j, a, models) for k in keys)
-        rows.setdefault(g, Row(g)).add(j, a)
+    for j0, a0 in attempts_in(jobs, since, until):
+        for j, a in (node_parts(j0, a0) if "node" in keys else ((j0, a0),)):
+            g = tuple(_value(k, j, a, models) for k in keys)
+            rows.setdefault(g, Row(g)).add(j, a)
     out = [r.as_dict(keys) for r in rows.values()]
     return sorted(out, key=lambda d: (-d["cost"], tuple(str(d[k]) for k in keys)))
 

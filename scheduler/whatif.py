@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from . import ledger, units
 from .config import Config
-from .errors import UsageError
+from .errors import RefusedError, UsageError
 from .model import Budget, Job, Node
 from .units import MICRO
 
@@ -38,10 +38,21 @@ def per_node(node: Node, job: Job) -> dict:
             "slots": node.slots}
 
 
+def gangs_at_once(fits: list[int], nodes: int) -> int:
+    """How many gangs of `nodes` parts run at once when node i holds fits[i] parts: each gang has
+    its parts on `nodes` different nodes, so g gangs need sum(min(fit, g)) ≥ g × nodes."""
+    g = sum(fits) // nodes
+    while g and sum(min(f, g) for f in fits) < g * nodes:
+        g -= 1
+    return g
+
+
 def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None = None,
             warn=(0.7, 0.9)) -> WhatIf:
+    """Raises RefusedError where not one such job could ever run on `nodes`."""
     sums = {"gpus": 0, "cpus": 0, "mem": 0, "slots": 0}
-    overall, unbounded = 0, set()
+    unbounded: set = set()
+    fits = []
     for n in nodes:
         fit = per_node(n, job)
         for k, v in fit.items():
@@ -49,20 +60,33 @@ def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None =
                 unbounded.add(k)
             else:
                 sums[k] += v
-        overall += min(v for v in fit.values() if v is not None)
-    if job.nodes > 1:     # a gang runs one part per node: as many at once as parts fit, over its node count
+        fits.append(min(v for v in fit.values() if v is not None))
+    overall = sum(fits)
+    if job.nodes > 1:     # a gang runs one part per node, on as many different nodes as it has parts
         sums = {k: v // job.nodes for k, v in sums.items()}
-        overall //= job.nodes
+        overall = gangs_at_once(fits, job.nodes)
+    if not overall:
+        raise RefusedError(_never(nodes, job))
     binding = min((k for k in ("gpus", "cpus", "mem", "slots") if k not in unbounded), key=lambda k: sums[k])
     # A resource the job asks none of is not a limit: None.
     conc: dict[str, int | None] = {k: None if k in unbounded else v for k, v in sums.items()}
     conc["overall"] = overall
-    waves = math.ceil(count / overall) if overall else 0
+    waves = math.ceil(count / overall)
     model = next((g.model for n in nodes for g in n.gpus if not job.gpu_type or g.model == job.gpu_type), "")
     cost = count * ledger.accrue(ledger.rate(job, "usd", model, cfg), job.time_limit)
     remaining = None if budget_limit is None else budget_limit - cost
     levels = tuple((w, int(budget_limit * w)) for w in warn) if budget_limit is not None else ()
     return WhatIf(conc, binding, waves, waves * job.time_limit, cost, budget_limit, remaining, levels)
+
+
+def _never(nodes, job: Job) -> str:
+    each = " on each node" if job.nodes > 1 else ""
+    ask = (f"{f'{job.gpu_type}:' if job.gpu_type else ''}{job.gpus} GPUs, {job.cpus} CPUs, "
+           f"{units.fmt_size(job.mem)} memory{each}")
+    where = f"no set of {job.nodes} nodes" if job.nodes > 1 else "no node"
+    big = max(nodes, key=lambda n: (len(n.gpus), n.cpus, n.mem))
+    return (f"plan: {where} of the cluster could ever hold one job ({ask}); the largest node, {big.name}, has "
+            f"{len(big.gpus)} GPUs, {big.cpus} CPUs, {units.fmt_size(big.mem)} ({len(nodes)} nodes)")
 
 
 # -- labq plan --file: a heterogeneous job list, replayed by the simulator --------------------------

@@ -34,7 +34,7 @@ DDL = ("CREATE TABLE IF NOT EXISTS acct (" + ", ".join(f"{c} {t}" for c, (_, t) 
 _ENC = json.JSONEncoder(separators=(",", ":"))
 # An attempt's report fields, in this order in the row's `attempts` JSON.
 _ATTEMPT = ("attempt", "node", "gpus", "dispatch_time", "start_time", "end_time", "outcome", "exit_code",
-            "cost", "lost_work_s", "usage", "charges")
+            "cost", "lost_work_s", "usage", "charges", "parts")
 # What the usage report and acct's MaxRSS read; the rest stays in the record.
 _USAGE = ("gpu_idle_s", "gpu_util_mean", "max_rss_bytes")
 
@@ -48,8 +48,8 @@ def elapsed(j) -> float:
 def row(j: Job, committed: int) -> tuple:
     """The acct row of an ended job; `committed`: what admission encumbered for its attempts."""
     att = [[a.attempt, a.node, list(a.gpus), a.dispatch_time, a.start_time, a.end_time, a.outcome, a.exit_code,
-            a.cost, a.lost_work_s, {k: a.usage[k] for k in _USAGE if k in (a.usage or {})}, a.charges]
-           for a in j.attempts]
+            a.cost, a.lost_work_s, {k: a.usage[k] for k in _USAGE if k in (a.usage or {})}, a.charges,
+            [[n, list(g)] for n, g in a.parts]] for a in j.attempts]
     return (j.id, j.end_time, j.user, j.account, j.state, j.name, j.project, j.qos, j.array_id, j.array_index,
             j.submit_time, j.start_time, j.exit_code, j.cpus, j.mem, j.gpus, j.nodes, j.gpu_type, j.time_limit,
             j.est, j.node, j.restart_count, j.workdir, j.reason, j.cost, committed, elapsed(j), len(j.attempts),
@@ -79,8 +79,10 @@ class AcctJob(_Row):
     @property
     def attempts(self) -> tuple:
         # Decoded at each use: acct's columns never need it; report and ledger verify walk it once a job.
-        # (A row of schema 3, read before the scheduler migrated it, has no charges: none.)
-        return tuple(AcctAttempt(a[0], a[1], tuple(a[2]), *a[3:11], tuple(tuple(c) for c in a[11:12] and a[11]))
+        # (A row of schema 3, read before the scheduler migrated it, has no charges: none; a row written
+        # before the gangs' parts were kept has none: ().)
+        return tuple(AcctAttempt(a[0], a[1], tuple(a[2]), *a[3:11], tuple(tuple(c) for c in a[11:12] and a[11]),
+                                 tuple((n, tuple(g)) for n, g in a[12:13] and a[12]))
                      for a in json.loads(self.attempts_json))
 
 
@@ -88,6 +90,8 @@ class AcctJob(_Row):
 # them returns plain tuples of these columns (`select(only=TABLE_ORDER)`), no AcctJob per row.
 TABLE_ORDER = ("id", "array_id", "array_index", "name", "user", "account", "state", "exit_code", "start_time",
                "end_time", "elapsed", "gpus", "n_attempts", "committed", "cost")
+# The table's GPUS is the job's total: a gang's per-node count times its nodes.
+_TABLE_SQL = {"gpus": "gpus * COALESCE(nodes, 1)"}
 TABLE = frozenset(TABLE_ORDER)
 _SQL = dict(zip(NAMES, SQL_NAMES))
 
@@ -109,7 +113,7 @@ def select(since: float, until: float, user: str | None = None, account: str | N
     if after is not None:
         where.append(f"(end_time > {mark} OR (end_time = {mark} AND id > {mark}))")
         args += [after[0], after[0], after[1]]
-    cols = ", ".join(_SQL[n] for n in only) if only is not None else \
+    cols = ", ".join(_TABLE_SQL.get(n, _SQL[n]) for n in only) if only is not None else \
         ", ".join(c if columns is None or n in columns else "NULL" for c, n in zip(SQL_NAMES, NAMES))
     return f"SELECT {cols} FROM acct WHERE {' AND '.join(where)} ORDER BY end_time, id", args
 
@@ -152,8 +156,9 @@ def redis_rows(texts) -> list[list]:
 
 
 def finish(rows, committed) -> list[tuple]:
-    """Redis acct rows as TABLE_ORDER tuples, `committed[i]` the COMMITTED of rows[i]."""
-    return [(*v[:13], c, v[13]) for v, c in zip(rows, committed)]
+    """Redis acct rows as TABLE_ORDER tuples, `committed[i]` the COMMITTED of rows[i]; GPUS the
+    job's total (a gang's per-node count times its nodes)."""
+    return [(*v[:11], v[11] * (v[16] or 1), v[12], c, v[13]) for v, c in zip(rows, committed)]
 
 
 class _Shape(NamedTuple):

@@ -108,7 +108,13 @@ class Remote:
 
     def acct_table(self, since: float, until: float, user=None, account=None) -> list:
         pick = itemgetter(*(acctrows.NAMES.index(n) for n in acctrows.TABLE_ORDER))
-        return list(map(pick, self.acct_iter(since, until, user, account, acctrows.TABLE)))
+        g, n = acctrows.NAMES.index("gpus"), acctrows.NAMES.index("nodes")
+        out = []
+        for v in self.acct_iter(since, until, user, account, {*acctrows.TABLE, "nodes"}):
+            v = list(v)
+            v[g] = (v[g] or 0) * (v[n] or 1)         # the table's GPUS: a gang's total, as the database gives it
+            out.append(pick(v))
+        return out
 
     def acct_iter(self, since: float, until: float, user=None, account=None, columns=None):
         cols = sorted(columns) if columns is not None else None

@@ -117,7 +117,7 @@ def _reference(r, archive, cfg, args) -> str:
     lo, hi = window(opts.get("--since"), opts.get("--until"), None, None, "-j" in opts, time.time())
     picked, wanted = _id_filter(opts.get("-j")), _states(opts.get("-s"))
     read = Reader(r, K, History(archive))
-    jobs = [j for j in read.acct_rows(lo, hi, opts.get("-u"), opts.get("-A"), TABLE)
+    jobs = [j for j in read.acct_rows(lo, hi, opts.get("-u"), opts.get("-A"), TABLE | {"nodes"})
             if (not wanted or j.state in wanted) and picked(j)]
     jobs.sort(key=lambda j: j.id)
     records = [j for j in jobs if isinstance(j, Job)]
@@ -133,6 +133,8 @@ def _reference(r, archive, cfg, args) -> str:
 # -- cli/acct.py's formatter as of 1429870, verbatim -----------------------------------------------
 def _old_table(jobs, committed, fmt, noheader) -> None:
     import csv
+    # GPUS: the job's total since issue 37 (a gang's GPUs on all its nodes; the formatter before
+    # printed the per-node count)
     headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
                "COMMITTED", "COST"]
     # A month of a busy lab is ~100k rows: amounts, durations and times repeat, so each is formatted once.
@@ -141,7 +143,7 @@ def _old_table(jobs, committed, fmt, noheader) -> None:
     code = _memo(lambda v: slurmfmt.exit_code(_Ended(*v)))
     rows = [[j.display_id, j.name, j.user, j.account, j.state, code((j.exit_code, j.state)) if fmt != "csv" else
              (j.exit_code if j.exit_code is not None else ""), ts(j.start_time), ts(j.end_time),
-             dur(int(render.elapsed(j, j.end_time or 0))), j.gpus, _attempts(j), money(committed[j.id]),
+             dur(int(render.elapsed(j, j.end_time or 0))), j.gpus * (j.nodes or 1), _attempts(j), money(committed[j.id]),
              money(j.cost)] for j in jobs]
     if fmt == "csv":
         out = io.StringIO()
