@@ -79,7 +79,7 @@ def verify(ctx):
     # Archived jobs as acct rows (their attempts' charges), not records: a million is seconds, not minutes.
     problems = ledger_mod.verify(entries, r.spent(), r.ledger_keys(), r.acct_rows() + r.active())
     if r.history is not None:
-        problems += r.history.broken_chain()
+        problems += r.history.broken_chain(r.ledger_anchor())
     if problems:
         for p in problems:
             click.echo(f"labq: ledger: {p}", err=True)

@@ -21,6 +21,7 @@ its records when the scheduler first opens it.
 """
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -32,6 +33,7 @@ from .history import default_path, path_of  # noqa: F401 - one place for the pat
 from .reads import Specs
 
 SCHEMA = 4
+log = logging.getLogger("labq.scheduler")
 # Written once for SQLite and PostgreSQL (store/dialect.py): `{serial}` is each one's sequence.
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -244,15 +246,32 @@ class Archive:
     def keys(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM ledger WHERE key != ''")}
 
-    def broken_chain(self) -> list[str]:
-        """Rows whose hash does not follow from the row before and their own fields."""
-        prev, problems = GENESIS, []
-        for sid, f, h in self.db.execute("SELECT stream_id, fields, hash FROM ledger ORDER BY seq"):
+    def broken_chain(self, anchor: dict | None = None) -> list[str]:
+        """Rows whose hash does not follow from the row before and their own fields; and, given the
+        `anchor` kept outside the archive (Redis's, from the last archive pass), a chain whose row
+        there is not the one anchored: edited rows whose chain was then recomputed."""
+        prev, problems, seen = GENESIS, [], None
+        want_sid = (anchor or {}).get("sid")
+        for n, (sid, f, h) in enumerate(self.db.execute("SELECT stream_id, fields, hash FROM ledger ORDER BY seq"), 1):
             want = row_hash(prev, sid, json.loads(f))
             if want != h:
                 problems.append(f"archived ledger entry {sid}: its hash does not match (edited or reordered)")
+            if sid == want_sid:
+                seen = (h, n)
             prev = h
+        if anchor and seen != (anchor.get("hash"), anchor.get("rows")):
+            problems.append(f"archived ledger: the chain at entry {want_sid} is not the one anchored at the last archive "
+                            f"pass ({'missing' if seen is None else 'another hash or position'}): archived rows were "
+                            "edited and the chain recomputed, or removed")
         return problems
+
+    def head(self) -> dict | None:
+        """The chain's head: {sid, hash, rows}; None while the ledger table is empty."""
+        row = self.db.execute("SELECT stream_id, hash, seq FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
+        if row is None:
+            return None
+        rows = self.db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0]
+        return {"sid": row[0], "hash": row[1], "rows": int(rows)}
 
     def close(self) -> None:
         self.db.close()
@@ -355,7 +374,13 @@ class Archiver:
         self.archive.put_ledger(got)
         self._paused("ledger")
         keys = {f.get("key") for _, f in got if f.get("key")}
+        head = self.archive.head()
         p = self.r.pipeline(transaction=True)
+        if head is not None:
+            # The chain's head, kept outside the archive (here and in the log): a row edited in the
+            # archive and the chain recomputed after it no longer ends where it was anchored.
+            p.set(self.k.ledger_anchor, json.dumps(head))
+            log.info("ledger archived up to %s: chain head %s (%d rows)", head["sid"], head["hash"], head["rows"])
         p.xdel(self.k.ledger, *[i for i, _ in got])
         if keys:
             p.srem(self.k.ledger_keys, *keys)

@@ -134,6 +134,9 @@ class History:
         db = self._open()
         return db.keys() if db else set()
 
-    def broken_chain(self) -> list[str]:
+    def broken_chain(self, anchor: dict | None = None) -> list[str]:
         db = self._open()
-        return db.broken_chain() if db else []
+        if db is None:
+            return [f"archived ledger: the anchor names entry {anchor.get('sid')}, and there is no archive"] \
+                if anchor else []
+        return db.broken_chain(anchor)

@@ -33,7 +33,8 @@ def answer(archive, body: dict) -> dict:
     (keyset paging: rows archived meanwhile neither shift nor repeat a page): {rows, more, next}."""
     what = body.get("what")
     if what == "verify":
-        return {"ok": True, "rows": archive.broken_chain(), "more": False}
+        anchor = body.get("anchor")
+        return {"ok": True, "rows": archive.broken_chain(anchor if isinstance(anchor, dict) else None), "more": False}
     if what not in PAGE:
         raise UsageError(f"history: what: expected one of {', '.join([*PAGE, 'verify'])}, got {str(what)[:40]!r}")
     limit, after = PAGE[what], body.get("after")
@@ -127,5 +128,5 @@ class Remote:
     def keys(self) -> set[str]:
         return set(self._pages("keys"))
 
-    def broken_chain(self) -> list[str]:
-        return self.ask(OP, {"what": "verify"})["rows"]
+    def broken_chain(self, anchor: dict | None = None) -> list[str]:
+        return self.ask(OP, {"what": "verify", "anchor": anchor})["rows"]

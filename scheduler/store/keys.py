@@ -134,6 +134,10 @@ class Keys:
         return f"{self.p}:ledger"
 
     @property
+    def ledger_anchor(self) -> str:           # STRING (S): JSON {sid, hash, rows} of the archived ledger's
+        return f"{self.p}:ledger:anchor"      # chain head at the last archive pass (store/archive.py)
+
+    @property
     def ledger_keys(self) -> str:             # SET (S): idempotency keys of ledger entries
         return f"{self.p}:ledger:keys"
 

@@ -261,6 +261,12 @@ class Reader:
             yield from ((i, f) for i, f in self.history.ledger_window(lo, hi) if i not in have)
         yield from recent
 
+    def ledger_anchor(self) -> dict | None:
+        """The archived chain's head as the last archive pass left it (store/archive.py)."""
+        import json
+        raw = self.r.get(self.k.ledger_anchor)
+        return json.loads(raw) if raw else None
+
     def ledger_keys(self) -> set[str]:
         keys = set(self.r.smembers(self.k.ledger_keys))
         return keys | self.history.keys() if self.history is not None else keys

@@ -5,6 +5,8 @@ ledger row is detected. On fakeredis and on a real redis-server (the `conns` fix
 SQLite and in a private PostgreSQL cluster (the `archive_at` fixture; skipped with the reason where
 PostgreSQL or psycopg is missing)."""
 
+import json
+
 import pytest
 
 from labq.scheduler.ledger import verify
@@ -90,6 +92,33 @@ def test_an_edited_archived_ledger_row_is_detected(conns, archive_at):
                "WHERE seq = (SELECT MIN(seq) FROM ledger WHERE fields LIKE '%charge%')")
     db.commit()
     assert any("hash does not match" in p for p in Archive(path).broken_chain())
+
+
+def test_an_edited_row_with_its_chain_recomputed_is_caught_by_the_anchor(conns, archive_at):
+    """Issue 36: edit an archived row and recompute the chain after it: the chain alone verifies;
+    the head anchored in Redis at the archive pass does not match any more."""
+    from labq.scheduler.store.archive import GENESIS, row_hash
+    r, raw = conns
+    _workload(r, raw)
+    path = archive_at
+    Archiver(r, K, Archive(path), keep=0).step(T0 + 500)
+    anchor = Reader(r, K).ledger_anchor()
+    assert anchor and anchor["rows"] == Archive(path).head()["rows"] > 0
+    assert Archive(path).broken_chain(anchor) == []
+    db = Archive(path).db
+    rows = db.execute("SELECT seq, stream_id, fields FROM ledger ORDER BY seq").fetchall()
+    prev = GENESIS
+    for seq, sid, f in rows:
+        fields = json.loads(f)
+        if fields.get("type") == "charge":
+            fields["amount"] = "1"
+            f = json.dumps(fields, sort_keys=True)
+        prev = row_hash(prev, sid, json.loads(f))
+        db.execute("UPDATE ledger SET fields = ?, hash = ? WHERE seq = ?", (f, prev, seq))
+    db.commit()
+    assert Archive(path).broken_chain() == [], "a recomputed chain passes on its own"
+    got = Archive(path).broken_chain(anchor)
+    assert len(got) == 1 and "anchored" in got[0], got
 
 
 def test_history_that_cannot_be_read_is_an_error_not_an_empty_answer(tmp_path):
