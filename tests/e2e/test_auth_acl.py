@@ -357,3 +357,16 @@ def _snapshot(path: str) -> tuple:
     st = os.stat(path)
     with open(path, "rb") as f:
         return st.st_ino, st.st_uid, st.st_gid, st.st_mode, st.st_mtime_ns, f.read()
+
+
+def test_admin_dead_reads_as_labq_admin_under_the_roles(locked):
+    """The client role may not read labq:dead (acl.NOT_READ); an admin's `labq admin dead` logs in
+    as labq-admin from the password directory and lists them, values as sizes."""
+    rp, pw, cfg_path, *_ = locked
+    as_role(rp, pw, acl.SCHEDULER).xadd(K.dead, {"source": K.events, "id": "1-1", "reason": "bad", "ts": 0,
+                                                 "entry": json.dumps({"kind": "finished", "body": "x" * 40})})
+    p = subprocess.run([sys.executable, "-m", "labq", "--config", cfg_path, "admin", "dead", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [r["reason"] for r in rows] == ["bad"] and json.loads(rows[0]["entry"])["body"] == "<40 bytes>"
