@@ -34,7 +34,7 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, gang, gpuwatch, launch, probe, proctree, results, shimbin
+from . import cgroup, deadslot, gang, gpuwatch, launch, probe, proctree, results, shimbin
 
 log = logging.getLogger("labq.agent")
 
@@ -146,13 +146,17 @@ class Agent:
         self.start()
         sdnotify.notify("READY=1")
         restore = self._catch_signals()
+        # A runner's death wakes the loop at once (SIGCHLD): a gang's other parts wait on its end.
+        waker = deadslot.Waker() if threading.current_thread() is threading.main_thread() else None
         try:
             while not self._stop.is_set():
                 self.tick(time.monotonic())
                 busy = sum(1 for s in self.slots if s.proc is not None and s.proc.poll() is None)
                 sdnotify.notify(f"WATCHDOG=1\nSTATUS=node {self.name}: {busy}/{len(self.slots)} runners alive")
-                self._stop.wait(TICK)
+                (waker.wait if waker else self._stop.wait)(TICK)
         finally:
+            if waker is not None:
+                waker.close()
             restore()
             sdnotify.notify("STOPPING=1")
             self.shutdown()
@@ -303,6 +307,11 @@ class Agent:
             delay = min(2.0 ** (s.failures - 1), MAX_BACKOFF) if s.failures else 0.0
             log.warning("runner slot %d (pid %d) exited with %s after %.1fs; restarting in %.0fs",
                         s.index, s.proc.pid, s.proc.returncode, lived, delay)
+            try:        # what it died with ends now; if Redis fails, its successor ends it
+                for raw in self.store.taken(self.name, s.index):
+                    deadslot.end(self.store, self.settings, s.index, raw)
+            except conn.ERRORS as e:
+                log.warning("node %s: cannot end slot %d's attempt yet: %s", self.name, s.index, e)
             s.proc, s.restart_at = None, now + delay
         if s.proc is None and not self.fenced and now >= s.restart_at:
             self._spawn(s, now)
@@ -329,15 +338,7 @@ class Agent:
         (node_lease + fence_margin without a heartbeat, or since the claim). SIGKILL reaches a
         stopped process; its slot runner then reports it."""
         try:
-            states = self.store.runners(self.name)
-            running = [v.split()[1] for v in states.values() if v.startswith("running ")]
-            stale = []
-            for ref in running:
-                jid, _, n = ref.partition(".")
-                claimed, hb = self.store.attempt_status(int(jid), int(n))
-                node, _, pid = (claimed or "").rpartition(":")
-                if node == self.name and pid.isdigit() and hb and time.time() - hb > self.lease:
-                    stale.append((ref, int(pid), time.time() - hb))
+            stale = deadslot.silent(self.store, self.name, self.lease)
         except (conn.ERRORS + (ValueError, IndexError)) as e:
             log.warning("node %s: cannot check the runners' heartbeats: %s", self.name, e)
             return

@@ -28,7 +28,7 @@ from labq.scheduler import dispatch
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, ending, gang, launch, proctree, results, runner, spawn
+from . import cgroup, deadslot, launch, proctree, results, runner, spawn
 
 log = logging.getLogger("labq.slot")
 
@@ -118,7 +118,7 @@ class SlotRunner:
         ref = SlotRef(self.s.node, self.slot, raw, os.getpid())
         if got is None:
             log.warning("slot %d: dropped a malformed dispatch entry %r", self.slot, raw[:80])
-        elif resumed and self.store.claimed_by(*got, self._rank(got)) is not None:
+        elif resumed and self.store.claimed_by(*got, deadslot.rank(self.store, self.s.node, got)) is not None:
             self._dead_runners_attempt(got, ref)
             return
         else:
@@ -146,40 +146,12 @@ class SlotRunner:
 
     def _dead_runners_attempt(self, got: tuple[int, int], ref: SlotRef) -> None:
         """An entry this slot's previous runner claimed and never released: that runner died with
-        the attempt in it (its job died with it: PDEATHSIG, and the agent killed the strays).
-        Kill what is left in the attempt's cgroup, then report the node failure at once rather
-        than leave the scheduler to find the attempt silent."""
-        rank = self._rank(got)
-        claimed = self.store.claimed_by(*got, rank) or ""
-        node, _, pid = claimed.rpartition(":")
-        # Our own pid there is a dead predecessor's that this process was given again.
-        if node != self.s.node or not pid.isdigit() or (int(pid) != os.getpid() and proctree.alive(int(pid))):
-            log.warning("slot %d: job %d attempt %d was claimed by %s; not ours to end", self.slot, *got, claimed)
+        the attempt in it, and the agent could not end it (deadslot.py). Our own pid in the claim is
+        a dead predecessor's that this process was given again."""
+        if not deadslot.end(self.store, self.s, self.slot, ref.entry, os.getpid()):
+            log.warning("slot %d: job %d attempt %d was claimed by %s; not ours to end", self.slot, *got,
+                        self.store.claimed_by(*got, deadslot.rank(self.store, self.s.node, got)))
             self.store.release_slot(ref)
-            return
-        if self.s.cgroup_base:
-            cg = cgroup.JobCgroup.for_attempt(self.s.cgroup_base, *got)
-            if os.path.isdir(cg.path):
-                cg.kill()
-        body = results.kept(self.s.spool, self.slot, ref.entry, rank)
-        if body is not None:
-            log.warning("slot %d: job %d attempt %d: its runner (pid %s) died holding its result (%s); posting it",
-                        self.slot, *got, pid, body.get("outcome"))
-        else:
-            log.error("slot %d: job %d attempt %d: its runner (pid %s) died; ending it as a node failure",
-                      self.slot, *got, pid)
-            body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
-                    "end_time": time.time(), "usage": {},
-                    "message": ending.end_message("runner_killed", f"pid {pid}")}
-        self.store.post("finished", got[0], got[1], self.s.node, body, ref)
-        results.drop(self.s.spool, self.slot)
-
-    def _rank(self, got: tuple[int, int]) -> int:
-        """This node's part of the attempt: a gang's part claims its own status hash (keys.part)."""
-        job = self.store.job(got[0])
-        if job is None or not 0 < got[1] <= len(job.attempts):
-            return 0
-        return gang.rank_of(job.attempts[got[1] - 1], self.s.node) or 0
 
     def _kill_tree(self, reap: bool = True) -> None:
         """SIGKILL every descendant and the current attempt's cgroup; reap them."""

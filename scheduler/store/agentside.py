@@ -298,10 +298,10 @@ class AgentStore:
     def runners(self, node: str) -> dict[str, str]:
         return self.r.hgetall(self.k.node_runners(node))
 
-    def attempt_status(self, jid: int, attempt: int) -> tuple[str | None, float | None]:
-        """(claimed, last sign of life) of an attempt: its last heartbeat, else when it was claimed
-        (a runner silent since its claim is as silent as one whose heartbeats stopped)."""
-        claimed, hb, at = self.r.hmget(self.k.attempt(jid, attempt), ["claimed", "hb", "claimed_at"])
+    def attempt_status(self, jid: int, attempt: int, rank: int = 0) -> tuple[str | None, float | None]:
+        """(claimed, last sign of life) of an attempt (a gang's part `rank`): its last heartbeat, else
+        when it was claimed (a runner silent since its claim is as silent as one whose heartbeats stopped)."""
+        claimed, hb, at = self.r.hmget(self.k.part(jid, attempt, rank), ["claimed", "hb", "claimed_at"])
         return claimed, float(hb or at) if (hb or at) else None
 
     def reset_runners(self, node: str) -> None:

@@ -1,0 +1,96 @@
+"""The attempt a slot runner died with (killed outright: its job died with it, PDEATHSIG). Ended at
+once, by the agent the moment it sees the runner gone (SIGCHLD wakes it) or else by the slot's
+next runner, rather than left for the scheduler to find silent a lease and a fence margin later: a
+gang's other parts are stopped as soon as this part's end is posted. The kept result (results.py)
+is posted when the runner died holding one; otherwise the attempt is a node failure, its end the
+time of its runner's last sign of life at the latest: now."""
+import contextlib
+import logging
+import os
+import select
+import signal
+import time
+
+from labq.scheduler import dispatch
+from labq.scheduler.store.agentside import AgentStore, SlotRef
+
+from . import cgroup, ending, gang, launch, proctree, results
+
+log = logging.getLogger("labq.slot")
+
+
+def rank(store: AgentStore, node: str, got: tuple[int, int]) -> int:
+    """This node's part of the attempt: a gang's part claims its own status hash (keys.part)."""
+    job = store.job(got[0])
+    if job is None or not 0 < got[1] <= len(job.attempts):
+        return 0
+    return gang.rank_of(job.attempts[got[1] - 1], node) or 0
+
+
+def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0) -> bool:
+    """End the attempt of slot list entry `raw` if a dead runner of this node claimed it: True
+    when that was posted; False (entry left alone) when it is unclaimed or someone alive has it.
+    `me`: the caller's pid, which a dead predecessor's claim may name (pids are reused)."""
+    got = dispatch.parse(raw)
+    if got is None:
+        return False
+    r = rank(store, s.node, got)
+    claimed = store.claimed_by(*got, r) or ""
+    node, _, pid = claimed.rpartition(":")
+    if node != s.node or not pid.isdigit() or (int(pid) != me and proctree.alive(int(pid))):
+        return False
+    if s.cgroup_base:
+        cg = cgroup.JobCgroup.for_attempt(s.cgroup_base, *got)
+        if os.path.isdir(cg.path):
+            cg.kill()
+    body = results.kept(s.spool, slot, raw, r)
+    if body is not None:
+        log.warning("slot %d: job %d attempt %d: its runner (pid %s) died holding its result (%s); posting it",
+                    slot, *got, pid, body.get("outcome"))
+    else:
+        log.error("slot %d: job %d attempt %d: its runner (pid %s) died; ending it as a node failure", slot, *got, pid)
+        body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
+                "end_time": time.time(), "usage": {}, "message": ending.end_message("runner_killed", f"pid {pid}")}
+    store.post("finished", got[0], got[1], s.node, body, SlotRef(s.node, slot, raw, int(pid)))
+    results.drop(s.spool, slot)
+    return True
+
+
+def silent(store: AgentStore, node: str, lease: float) -> list[tuple[str, int, float]]:
+    """(job.attempt, runner pid, seconds silent) of this node's running attempts whose runner has
+    not heart-beaten (or, never beating, not since its claim) for longer than the lease: a gang's
+    part by its own status hash."""
+    out = []
+    for v in store.runners(node).values():
+        if not v.startswith("running "):
+            continue
+        ref = v.split()[1]
+        jid, _, n = ref.partition(".")
+        got = (int(jid), int(n))
+        claimed, hb = store.attempt_status(*got, rank(store, node, got))
+        owner, _, pid = (claimed or "").rpartition(":")
+        if owner == node and pid.isdigit() and hb and time.time() - hb > lease:
+            out.append((ref, int(pid), time.time() - hb))
+    return out
+
+
+class Waker:
+    """The agent's loop sleeps on this: woken at once by SIGCHLD (a runner died, an orphan exited)
+    or any other signal with a Python handler (SIGTERM), else after the tick. Main thread only."""
+
+    def __init__(self):
+        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old_fd = signal.set_wakeup_fd(self.wfd, warn_on_full_buffer=False)
+        self.old = signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def wait(self, timeout: float) -> None:
+        select.select([self.rfd], [], [], timeout)
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self.rfd, 512):
+                pass
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.old_fd)
+        signal.signal(signal.SIGCHLD, self.old)
+        for fd in (self.rfd, self.wfd):
+            os.close(fd)
