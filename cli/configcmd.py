@@ -28,6 +28,16 @@ def warnings(cfg) -> list[str]:
         out.append(f"redis.url is TCP ({_without_password(cfg.redis_url)}) but security.auth is "
                    f"\"{cfg.security['auth']}\": whoever reaches Redis can act as any user, root included; "
                    "set security.auth = \"munge\" and apply `labq admin acl` (systemd/README.md)")
+    # Membership (scheduler/members.py) is closed by default: say which tables no user may charge.
+    for a in cfg.accounts:
+        if not a.users and not a.open:
+            out.append(f"accounts.{a.name} lists no users and is not open: only admins may charge it "
+                       f"(-A {a.name}); list its users, or set open = true")
+    for b in cfg.budgets:
+        if not b.account and not b.users and not b.open:
+            how = f"--project {b.project}" if b.project else f"--budget {b.name}"
+            out.append(f"budget {b.name} lists no users and is not open: only admins may join it ({how}); "
+                       "list its users, or set open = true")
     return out
 
 

@@ -103,3 +103,19 @@ def test_an_accounts_budget_follows_its_account():
     with pytest.raises(ConfigError, match="accounts.a.open"):
         config.loads('[accounts.a]\nopen = "yes"\n')
     assert config.loads('[accounts.a]\nopen = true\n').accounts[0].open
+
+
+def test_config_check_names_the_accounts_and_budgets_nobody_may_charge(tmp_path):
+    """Closed by default: `labq config check` says which tables only admins may charge."""
+    import subprocess
+    import sys
+    path = tmp_path / "labq.toml"
+    path.write_text(TEAMS + '[accounts.legacy]\nmax_gpus = 4\n[[budgets]]\nname = "sweep"\nlimit = 5.0\n')
+    p = subprocess.run([sys.executable, "-m", "labq", "config", "check", str(path)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    warned = [line.split("warning: ", 1)[1] for line in p.stderr.splitlines()]
+    assert warned == ["accounts.legacy lists no users and is not open: only admins may charge it (-A legacy); "
+                      "list its users, or set open = true",
+                      "budget sweep lists no users and is not open: only admins may join it (--budget sweep); "
+                      "list its users, or set open = true"], p.stderr
