@@ -165,7 +165,7 @@ def plan_latency(r, k, pending, archivers):
     def submit(n):
         p = r.pipeline(transaction=False)
         for _ in range(n):
-            p.xadd(k.inbox("alice"), {"rid": os.urandom(8).hex(), "op": "submit", "body": body})
+            p.lpush(k.requests, json.dumps({"rid": os.urandom(8).hex(), "op": "submit", "body": body, "user": "alice"}))
         p.lpush(k.wake, "user:alice")
         p.execute()
     for i in range(0, pending, 1000):

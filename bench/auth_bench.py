@@ -61,7 +61,7 @@ def requests_per_second(rp, sock: str, mode: str, n: int) -> float:
     text = json.dumps(BODY)
     p = r.pipeline(transaction=False)
     for i in range(n):   # signed beforehand: the client's cost is not the scheduler's
-        p.xadd(k.inbox("root"), auth.sign({"rid": f"r{i}", "op": "submit", "body": text}, cfg.security))
+        p.lpush(k.requests, json.dumps(auth.sign({"rid": f"r{i}", "op": "submit", "body": text}, cfg.security)))
     p.lpush(k.wake, "user:root")
     p.execute()
     t0 = time.perf_counter()

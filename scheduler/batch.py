@@ -1,4 +1,4 @@
-"""Group commit: what one read of the inboxes and the event stream changes, written as one transaction.
+"""Group commit: what one read of the requests and the event streams changes, written as one transaction.
 
 Each request or event is handled against the scheduler's in-memory view as soon as it is read, so
 the next one in the batch sees its effect (a cancel after a submit, a user's pending count). What it

@@ -1,6 +1,6 @@
 """The scheduler daemon: the single writer of jobs, allocations and the ledger.
 
-Each `tick(now)` holds the leader lease, then: reads requests from the users' inboxes and events from
+Each `tick(now)` holds the leader lease, then: takes requests from the request list and events from
 the agents, declares attempts on dead nodes lost, runs the pure `plan()` over a snapshot, and applies
 the plan in one fenced transaction (which also pushes each admitted attempt onto its node's dispatch
 list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
@@ -77,7 +77,6 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
         self.batch: Batch | None = None      # what is staged for the next transaction (group commit)
         self.answered: dict = {}             # rid -> reply, for the requests of the read being handled
-        self.inboxes: set[str] = set()
         self.leading = False
         self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
@@ -108,7 +107,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
-        """One round. Returns whether this scheduler is the leader."""
+        """One round. Returns whether this scheduler is the leader. (`woke`, what the wake list held,
+        is no longer read: a tick reads every request and event whatever woke it.)"""
         try:
             # Renewed within a third of the lease and still ours: one GET, not the renewal's four
             # round trips and an fsync before every request is read (every write is fenced by the
@@ -134,7 +134,6 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 if kept.lost:
                     raise StalePlanError(kept.lost)
                 self.renewed = kept.renewed
-            self._learn_inboxes(woke)
             self.nodes = self.store.nodes(now)
             self._intake(now, pending=False)
             self._lost_attempts(now)
@@ -196,7 +195,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             log.info("scheduler %s stopped", self.me)
 
     def _loop(self, stop) -> None:
-        woke: list = []
+        woke = False
         ready = False
         while not stop():
             try:
@@ -216,9 +215,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 if self.leading:
                     woke = self.store.wait_wake(self.cfg.tick)
                 else:
-                    # A standby must not pop the wake list: a wake-up is the leader's only news of a
-                    # new user's inbox, and one taken here would leave that user unanswered.
-                    woke = []
+                    # A standby leaves the wake list to the leader (its wake-ups are the leader's news).
+                    woke = False
                     _sleep_until(time.monotonic() + self.lease_s / 3, stop)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
@@ -239,9 +237,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.acct_backlog = self.store.acct_rows_missing()
         self.seq = self.seq_written = self.store.job_seq()
         self.tally = Tally(self.jobs.values())
-        self.inboxes = self.store.known_inboxes()
-        for s in [self.k.events] + [self.k.inbox(u) for u in self.inboxes]:
-            self.store.ensure_group(s)
+        self.store.ensure_group(self.k.events)
         self.leading = True
         self.nodes = self.store.nodes(now)
         self.event_streams = set()
@@ -255,7 +251,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             self.guard.rebuild_ends(mine + ended, now)
         self.estimator = learned_from(Reader(self.store.r, self.k).recent_runs(self.cfg.estimate.history), self.cfg)
         self._intake(now, pending=True)
-        log.info("leader: %d active jobs, %d nodes, %d inboxes", len(self.jobs), len(self.nodes), len(self.inboxes))
+        log.info("leader: %d active jobs, %d nodes", len(self.jobs), len(self.nodes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
     def _renew(self, ttl: float) -> bool:

@@ -11,7 +11,7 @@ from .batch import Batch
 from .change import Change
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .handlers import BUDGET_OPS
-from .store import histpages, inbox
+from .store import histpages
 from .store.conn import ERRORS as REDIS_ERRORS
 
 log = logging.getLogger("labq.scheduler")
@@ -23,35 +23,30 @@ ARCHIVE_OP = "archive"
 ARCHIVE_NOW_S = 3.0      # at most this long in one request (under a client's 10 s a try); ticks do the rest
 SOLO_OPS = frozenset(("drain", "resume", ARCHIVE_OP, *BUDGET_OPS))
 MAX_REQUESTS_PER_TICK = 20_000
-READ_COUNT = 500            # entries per stream per read (SchedulerStore.read_group's count)
+READ_COUNT = 500            # requests, and events per stream, per read
+# Per user and tick, at intake: beyond these a user's requests are refused unhandled (one user's
+# flood is read at the cost of reading it, never at the cost of the handlers).
+MAX_USER_REQUESTS_PER_TICK = 2_000
+MAX_USER_BYTES_PER_TICK = 64 << 20
 
 
 class Inboxes:
-    def _learn_inboxes(self, woke) -> None:
-        users, bad = inbox.woken_users(woke)
-        if bad:
-            self.commit(dead=(self.k.wake, "-", {}, f"{bad} wake tokens that name no user (expected "
-                              f"user:<name>, UTF-8, at most {inbox.MAX_TOKEN} bytes); dropped"))
-        for user in sorted(users - self.inboxes):
-            self.store.add_inbox(user)
-            self.inboxes.add(user)
-
     # -- requests and events: read in batches, each batch one transaction ----------------------
     def _intake(self, now: float, pending: bool) -> None:
-        """Read the inboxes and the event stream, handle what was read, commit it as one batch; again
-        until both are empty. What a predecessor left unacknowledged (`pending`) goes one at a time."""
+        """Take requests and read the event streams, handle what was read, commit it as one batch;
+        again until both are empty. What a predecessor left unanswered (`pending`) goes one at a time."""
         if pending:
             return self._recover_pending(now)
-        streams = [self.k.inbox(u) for u in sorted(self.inboxes)]
+        self.sent = collections.Counter()      # per user this tick: requests, bytes (the intake bounds)
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
-            requests = self.store.read_group(streams, False, READ_COUNT)
+            requests = [(self.k.taken, eid, raw) for eid, raw in self.store.take_requests(READ_COUNT)]
             events = self.store.read_group(self._node_streams(), False, READ_COUNT)
             if not requests and not events:
                 break
             self._round(now, requests, events)
             done += len(requests)
-            if not _maybe_more(requests) and not _maybe_more(events):
+            if len(requests) < READ_COUNT and not _maybe_more(events):
                 # Drained when read: whatever came since pushed a wake-up, which the loop's next
                 # wait returns at once. Reading again to find nothing was two round trips a tick.
                 break
@@ -64,11 +59,28 @@ class Inboxes:
             prior = self.store.replies_done([intake.reply_id(f, eid) for _, eid, f in requests])
             who = self._all_senders(requests, now)
             for (stream, eid, fields), old, sender in zip(requests, prior, who):
+                sender = self._bounded(sender, fields)
                 self._isolated(self._request, now, stream, eid, fields, old, sender)
             for stream, eid, fields in events:
                 self._isolated(self._event, now, stream, eid, fields)
         finally:
             self.flush()
+
+    def _bounded(self, sender, fields: dict):
+        """The sender, or a RefusedError once they passed this tick's share of requests or bytes: one
+        user's flood is answered at the cost of reading it, and cannot take the tick from the rest."""
+        if not isinstance(sender, str):
+            return sender
+        sent = getattr(self, "sent", None)
+        if sent is None:      # recovery: the bounds count from the first tick
+            return sender
+        size = sum(len(v) for v in fields.values())
+        sent[sender] += 1
+        sent[(sender, "bytes")] += size
+        if sent[sender] > MAX_USER_REQUESTS_PER_TICK or sent[(sender, "bytes")] > MAX_USER_BYTES_PER_TICK:
+            return RefusedError(f"user {sender} sent more than {MAX_USER_REQUESTS_PER_TICK} requests or "
+                                f"{MAX_USER_BYTES_PER_TICK >> 20} MiB in one tick; refused, send it again in a moment")
+        return sender
 
     def _recover_pending(self, now: float) -> None:
         """What a predecessor read and never acknowledged, one entry at a time, each named in
@@ -77,8 +89,9 @@ class Inboxes:
         entry merely read alongside it is never blamed."""
         blamed, strikes = self.store.in_hand()
         held = bool(blamed)
+        self.store.held.clear()
+        requests = [(self.k.taken, eid, raw) for eid, raw in self.store.taken_requests()]
         while True:
-            requests = self.store.read_group([self.k.inbox(u) for u in sorted(self.inboxes)], True, READ_COUNT)
             events = self.store.read_group(self._node_streams(), True, READ_COUNT)
             if not requests and not events:
                 break
@@ -91,31 +104,37 @@ class Inboxes:
                 self.store.hold_in_hand(name, n)
                 held = True
                 self._round(now, [] if is_event else [entry], [entry] if is_event else [])
+            requests = []
         if held:
             self.store.drop_in_hand()
 
     def _decoded(self, entries, events: bool) -> list:
-        """The entries whose fields are UTF-8 text of a sane size (intake.fields), decoded; each other
-        is dead-lettered (values redacted) and a request answered, on its own."""
+        """The entries whose fields are UTF-8 text of a sane size (intake.fields, intake.entry),
+        decoded; each other is dead-lettered (values redacted) and a request answered, on its own."""
         out = []
         for stream, eid, raw in entries:
-            fields, problem = intake.fields(raw, self.cfg.max_request_bytes)
+            fields, problem = self._fields(raw, events)
             if problem is None:
                 out.append((stream, eid, fields))
             elif events:
                 self._dead(stream, eid, raw, problem)
             else:
-                self._refuse(stream, eid, intake.reply_id(fields, eid), raw, problem, dead=True, remember=False)
+                self._refuse(stream, eid, intake.reply_id(fields, eid), fields or {"entry": raw}, problem,
+                             dead=True, remember=False)
         return out
+
+    def _fields(self, raw, event: bool) -> tuple[dict, str | None]:
+        """An event is a stream entry (a dict of bytes); a request one JSON object (bytes)."""
+        return (intake.fields if event else intake.entry)(raw, self.cfg.max_request_bytes)
 
     def _poison(self, entry, is_event: bool) -> None:
         """An entry the leaders died on POISON_STRIKES times: answered and dead-lettered, not handled."""
         stream, eid, raw = entry
-        fields, _ = intake.fields(raw, self.cfg.max_request_bytes)
+        fields, _ = self._fields(raw, is_event)
         if is_event:
             self._dead(stream, eid, raw, "this event stopped the scheduler twice; not run again")
         else:
-            self._refuse(stream, eid, intake.reply_id(fields, eid), raw,
+            self._refuse(stream, eid, intake.reply_id(fields, eid), fields or {"entry": raw},
                          "this request stopped the scheduler twice; not run again", dead=True, remember=False)
 
     def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
@@ -161,14 +180,17 @@ class Inboxes:
             return [None] * len(requests)
 
     def _senders(self, requests, now: float) -> list:
-        """Who sent each request: the inbox's name in single-host mode, whom munge vouches for
-        otherwise (decoded concurrently, claimed in one round trip); a RefusedError where refused."""
+        """Who sent each request: the `user` it names in single-host mode (only the socket's owner
+        can write), whom munge vouches for otherwise (decoded concurrently, claimed in one round
+        trip); a RefusedError where refused."""
         sec = self.cfg.security
-        entries = [(stream.rsplit(":", 1)[1], fields or {}, f"{stream}/{eid}") for stream, eid, fields in requests]
+        entries = [(fields.get("user", ""), fields, f"{stream}/{eid}") for stream, eid, fields in requests]
 
         def claim_many(claims):
             return self.store.claim_credentials(claims, sec.credential_ttl)
-        return auth.identify_many(entries, sec, now, claim_many)
+        return [who if not isinstance(who, str) or intake.USER.match(who) else
+                RefusedError(f"user: expected the sender's login name, got {who[:40]!r}")
+                for who in auth.identify_many(entries, sec, now, claim_many)]
 
     def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
         """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a

@@ -1,10 +1,11 @@
-"""One schema for what the scheduler reads from streams others write: inbox entries (any user may
-XADD anything to an inbox) and events (any node, or anything with a node's rights).
+"""One schema for what the scheduler reads from keys others write: requests (any user may LPUSH any
+bytes onto the request list) and events (any node, or anything with a node's rights).
 
 Each entry is checked here before a handler sees it. A request that fails is answered with the
 error; an event that fails goes to the dead-letter stream with the reason. Either way it is
 acknowledged, so no entry is ever redelivered to crash the next leader.
 """
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from . import bounds
 from .errors import UsageError
 
+USER = re.compile(r"^[^\s:/\x00-\x1f]{1,64}$")    # a login name, as a request names its sender
+_HEAD_RID = re.compile(rb'^\{"rid": ?"([A-Za-z0-9_.:@-]{1,128})"')
 _RID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 _OP = re.compile(r"^[a-z_]{1,32}$")
 _NODE = re.compile(r"^[^\s\x00]{1,200}$")
@@ -68,6 +71,49 @@ def fields(raw, max_bytes: int) -> tuple[dict, str | None]:
     if total > max_bytes + FIELD_SLACK:
         problem = f"{total} bytes is above scheduler.max_request_bytes = {max_bytes}"
     return out, problem
+
+
+def entry(raw, max_bytes: int) -> tuple[dict, str | None]:
+    """A request as a client LPUSHed it (store/inbox.py: one JSON object of text fields), checked
+    like `fields`: the fields that are good, and what is wrong (None: nothing)."""
+    if not isinstance(raw, bytes) or len(raw) > max_bytes + FIELD_SLACK:
+        head = _HEAD_RID.match(raw or b"")     # clients write the rid first: the refusal still finds them
+        return ({"rid": head.group(1).decode()} if head else {}), \
+            f"{len(raw or b'')} bytes is above scheduler.max_request_bytes = {max_bytes}"
+    try:
+        obj = json.loads(raw.decode())
+    except UnicodeDecodeError as e:
+        return _rid_of(raw), f"expected UTF-8 text, got a bad byte at {e.start} of {len(raw)}"
+    except (ValueError, RecursionError):
+        obj = None
+    if not isinstance(obj, dict):
+        return {}, "expected a JSON object of text fields (rid, op, body, user, expires, cred)"
+    out, problem = {}, None if len(obj) <= MAX_FIELDS else f"{len(obj)} fields; expected at most {MAX_FIELDS}"
+    for name, value in obj.items():
+        if len(name) > MAX_NAME_BYTES or not isinstance(value, str) or not _encodes(name + value):
+            what = "text that is not UTF-8" if isinstance(value, str) else type(value).__name__
+            problem = problem or f"{_shown(name[:64])}: expected UTF-8 text, got {what}"
+        else:
+            out[name] = value
+    return out, problem
+
+
+def _rid_of(raw: bytes) -> dict:
+    """The rid of a request that is not UTF-8, where one can be read: its client still gets the answer."""
+    try:
+        rid = json.loads(raw.decode("utf-8", "replace")).get("rid")
+    except (ValueError, RecursionError, AttributeError):
+        return {}
+    return {"rid": rid} if isinstance(rid, str) and _RID.match(rid) else {}
+
+
+def _encodes(text: str) -> bool:
+    """Whether `text` is UTF-8 once written back (JSON lets a lone surrogate in as \\ud800)."""
+    try:
+        text.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _shown(v) -> str:

@@ -100,10 +100,8 @@ class ThinClient(ClientBase):
         except (resp.ConnectionLost, resp.RespError) as e:
             raise self._unreachable(e) from None
 
-    def _send(self, cmds) -> None:
-        for r in self.conn.pipeline(cmds, resend=False):
-            if isinstance(r, resp.RespError):
-                raise r
+    def _send(self, cmds) -> list:
+        return self.conn.pipeline(cmds, resend=False)
 
     def _pop(self, key: str, seconds: int):
         return self.conn.execute("BLPOP", key, seconds, extra_wait=seconds)

@@ -2,7 +2,8 @@
 
 - paths and polling: ROOT, DATA, wait_for, start_redis, start_munged;
 - pure policy: ClusterBuilder (snapshots), SWEEP_TOML, cfg, summarize(plan);
-- the daemon over a store, with the agent played by hand: K, CFG, FROZEN, BODY, setup, submit, reply, woke,
+- the daemon over a store, with the agent played by hand: K, CFG, FROZEN, BODY, setup, submit, push, taken,
+  reply, woke,
   job, finish;
 - the node side on a real redis-server: NODE, PY, put_job, runner_env, start_runner, start_hooked (a runner
   held at one point by patched code, hold_until), run, events, finished,
@@ -30,7 +31,7 @@ from labq.scheduler import config, config as config_mod, policy, states, transit
 from labq.scheduler.client import Client, current_user
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
-from labq.scheduler.store import codec
+from labq.scheduler.store import codec, inbox
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 
@@ -339,8 +340,18 @@ def FROZEN():
 
 
 def submit(r, user, body, rid):
-    r.xadd(K.inbox(user), {"rid": rid, "op": "submit", "body": json.dumps(body)})
-    r.lpush(K.wake, f"user:{user}")
+    push(r, user, {"rid": rid, "op": "submit", "body": json.dumps(body)})
+
+
+def push(r, user, fields: dict):
+    """A request as a client sends it (store/inbox.send_commands): fields given as they are."""
+    for cmd in inbox.send_commands(K, user, fields):
+        r.execute_command(*cmd)
+
+
+def taken(r) -> int:
+    """Requests the scheduler took and has not answered (0 once every one is answered)."""
+    return r.llen(K.taken) + r.llen(K.requests)
 
 
 def reply(r, rid):

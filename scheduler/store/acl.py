@@ -1,7 +1,8 @@
 """Redis ACL roles, generated from keys.py so that they follow its renames (DESIGN §9).
 
 - `default`: off. Nobody talks to the lab's Redis without a role.
-- `labq-client`: append to inboxes, wake the scheduler, pop its replies, read what the read commands
+- `labq-client`: LPUSH onto the request list (no ids, no trimming), wake the scheduler, pop its
+  replies, read what the read commands
   read. Its password may sit in the world-readable config: munge, not Redis, says who asks.
 - `labq-node-NAME`: one per node agent: that node's hash, lease and events, the attempt hashes its
   runners write, the job records and controls they read, its dispatch queue.
@@ -26,7 +27,7 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
         "+xrevrange", "+xlen", "+lrange", "+llen", "+lindex"]
 # Keys a client may not read: other people's requests (with their credentials), replay records,
 # dead letters (what was left of others' requests: admins read them with `labq admin dead`).
-NOT_READ = {"inbox", "credential", "done", "job_env", "dead"}   # job_env: the environment users exported
+NOT_READ = {"requests", "taken", "credential", "done", "job_env", "dead"}   # job_env: the environment users exported
 
 
 def node_role(node: str) -> str:
@@ -76,7 +77,7 @@ def roles(k: Keys, nodes) -> dict[str, list[str]]:
     reads = " ".join(f"%R~{p}" for p in patterns(k, NOT_READ))
     out = {
         CLIENT: ["resetkeys", "resetchannels", "-@all", *BASE,
-                 f"(~{k.inbox('*')} +xadd)", f"(~{k.wake} +lpush)", f"(~{k.reply('*')} +blpop +lpop +llen)",
+                 f"(~{k.requests} ~{k.wake} +lpush)", f"(~{k.reply('*')} +blpop +lpop +llen)",
                  f"({reads} {' '.join(READ)})"],
         SCHEDULER: ["resetkeys", "resetchannels", f"~{k.p}:*", "+@all", "-@dangerous", "+info",
                     "+config|get", "+client|setname"],

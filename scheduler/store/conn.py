@@ -208,11 +208,11 @@ def describe(r: redis.Redis) -> str:
 def send_and_pop(r: redis.Redis):
     """inbox.call's two callables over a redis-py connection: send(cmds) runs commands as one
     pipeline, pop(key, seconds) BLPOPs one key (the thin client has its own, over resp.py)."""
-    def send(cmds) -> None:
+    def send(cmds) -> list:
         p = r.pipeline(transaction=False)
         for c in cmds:
             p.execute_command(*c)
-        p.execute()
+        return p.execute(raise_on_error=False)
 
     def pop(key: str, seconds: int):
         return r.blpop([key], timeout=seconds)

@@ -1,15 +1,17 @@
 """Requests and replies: the one place a request is built, sent and answered, and the wake token
 written (here, by clients) and parsed (here, by the scheduler).
 
-A request is XADDed to `labq:inbox:<user>` with a request id, and the user's name is LPUSHed on the
-wake list; the client then blocks on `labq:reply:<rid>`. If no reply comes it sends the same request
+A request is one JSON object LPUSHed onto `labq:requests` (the only thing the client role may do to
+that list: no ids to choose, nothing to trim, no key per user), then a token on the wake list; the
+client then blocks on `labq:reply:<rid>`. If no reply comes it sends the same request
 id again: the scheduler answers a repeated id from its record instead of acting twice, so retries are
 always safe.
 
 Both clients use this module: the full one (redis-py, scheduler/client.py) and the thin one of the hot
 CLI commands (resp.py, scheduler/thinclient.py). It works on raw commands through two callables, so
 it imports no Redis library itself:
-  send(cmds)            runs a list of commands (tuples of words) as one pipeline;
+  send(cmds)            runs a list of commands (tuples of words) as one pipeline, returning each
+                        one's reply or error (an exception) in its place;
   pop(key, seconds)     BLPOPs one key for up to `seconds` (whole), returning (key, value) or None.
 """
 import json
@@ -19,7 +21,6 @@ import time
 from ..errors import UnreachableError, UsageError
 from .keys import Keys
 
-INBOX_MAXLEN = 100_000
 _USER = "user:"
 POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
 
@@ -46,40 +47,29 @@ def request_timeout() -> float:
 
 
 def wake_token(user: str) -> str:
-    """What a client pushes on the wake list: `user:<name>`, naming the inbox to read."""
+    """What a client pushes on the wake list: any token wakes the scheduler, which reads nothing in
+    it (`user:<name>` is kept for the logs of older tools)."""
     return _USER + user
 
 
-MAX_TOKEN = 200     # bytes of a wake token: "user:" and a login name, with room to spare
-
-
-def woken_users(tokens) -> tuple[set[str], int]:
-    """The scheduler's side: the users whose inbox the wake tokens name, and how many tokens were
-    not text naming one (not UTF-8, too long, an empty name or one with ':' or whitespace). Tokens
-    of other kinds ("events") wake the scheduler and name nothing."""
-    users, bad = set(), 0
-    for t in tokens:
-        try:
-            text = t.decode() if isinstance(t, bytes) else t
-        except UnicodeDecodeError:
-            bad += 1
-            continue
-        if len(text) > MAX_TOKEN:
-            bad += 1
-        elif text.startswith(_USER):
-            name = text[len(_USER):]
-            if name and name.isprintable() and not any(c in name for c in ": "):
-                users.add(name)
-            else:
-                bad += 1
-    return users, bad
-
-
 def send_commands(k: Keys, user: str, fields: dict) -> list[tuple]:
-    xadd = ["XADD", k.inbox(user), "MAXLEN", "~", INBOX_MAXLEN, "*"]
-    for name, value in fields.items():
-        xadd += [name, value]
-    return [tuple(xadd), ("LPUSH", k.wake, wake_token(user))]
+    """The request (with the sender's name: it counts only where auth is "none", where whoever can
+    write to Redis is that user) onto the request list, then the wake-up."""
+    entry = json.dumps({**fields, "user": user}, separators=(",", ":"))
+    return [("LPUSH", k.requests, entry), ("LPUSH", k.wake, wake_token(user))]
+
+
+def _sent(replies, rid: str) -> None:
+    """The request is on the list, or it was refused: one line, and nothing was submitted. (A failed
+    wake-up alone does not matter: the scheduler reads the list every tick.)"""
+    first = replies[0] if replies else None
+    if not isinstance(first, Exception):
+        return
+    text = str(first).splitlines()[0][:200] if str(first) else type(first).__name__
+    if text.startswith("OOM") or "'maxmemory'" in text:     # redis-py drops the "OOM" code
+        raise UnreachableError(f"Redis is full (maxmemory reached): request {rid} was not submitted; "
+                               "an admin must free memory or raise maxmemory (docs/admin.md)")
+    raise UnreachableError(f"Redis refused request {rid} ({text}); it was not submitted")
 
 
 def await_reply(pop, k: Keys, rid: str, seconds: float):
@@ -107,7 +97,7 @@ def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | No
     rid = fields["rid"]
     per_try = timeout / tries
     for _ in range(tries):
-        send(send_commands(k, user, sign(fields) if sign else fields))
+        _sent(send(send_commands(k, user, sign(fields) if sign else fields)), rid)
         got = await_reply(pop, k, rid, per_try)
         if got:
             return json.loads(got[1])

@@ -2,7 +2,7 @@
 
 Writers: S = the scheduler (single writer of jobs, allocations and the ledger), W = a node agent or
 its runners (only its own node's keys, attempt status and the events stream), U = a user's client
-(only its own inbox and the wake list).
+(LPUSH onto the request list and the wake list, nothing else).
 """
 
 ROWS_VERSION = 2    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
@@ -18,15 +18,17 @@ class Keys:
         return f"{self.p}:schema"
 
     # -- requests and replies --------------------------------------------------------------------
-    def inbox(self, user: str) -> str:        # STREAM (U): requests {rid, op, user, body(JSON)}
-        return f"{self.p}:inbox:{user}"
+    @property
+    def requests(self) -> str:                # LIST (U: LPUSH only): one JSON object a request {rid, op,
+        return f"{self.p}:requests"           # body, user, expires, cred} (store/inbox.py); the scheduler
+                                              # LMOVEs them into `taken`, oldest first
 
     @property
-    def inboxes(self) -> str:                 # SET (S): users whose inbox the scheduler reads
-        return f"{self.p}:inboxes"
+    def taken(self) -> str:                   # LIST (S): requests read and not answered yet; what a leader
+        return f"{self.p}:requests:taken"     # left here when it died, its successor handles (LREM on answer)
 
     @property
-    def wake(self) -> str:                    # LIST (U, W): user names / "events"; wakes the scheduler
+    def wake(self) -> str:                    # LIST (U, W): any token; wakes the scheduler (emptied on wake)
         return f"{self.p}:wake"
 
     def reply(self, rid: str) -> str:         # LIST (S): one JSON reply, expires after 10 minutes
@@ -185,7 +187,7 @@ class Keys:
         return f"{self.p}:cluster"            # archive carries the same id (store/archive.py)
 
 
-GROUP = "scheduler"   # consumer group on every inbox and on the events stream
+GROUP = "scheduler"   # consumer group on each events stream
 # One fixed consumer name: only the leader reads, and a restarted leader must see the entries its
 # predecessor read but never acknowledged.
 CONSUMER = "leader"

@@ -19,17 +19,19 @@ from . import acctrows, conn, statrows, writes
 from .conn import ERRORS
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
+from .requestq import RequestList
 
 log = logging.getLogger("labq.scheduler")
 
 
-class SchedulerStore:
+class SchedulerStore(RequestList):
     def __init__(self, r: redis.Redis, keys: Keys, me: str):
         self.r, self.k, self.me = r, keys, me
         # A renewal from keeping_lease's thread never lands between a transaction's WATCH and its
         # EXEC (a PEXPIRE of the watched key would abort it).
         self.lease_lock = threading.Lock()
         self.acked = 0     # replicas that acknowledged the last replicated txn (WAIT's answer)
+        self.held: dict[str, bytes] = {}     # entry id -> the bytes of each request taken, until acknowledged
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:
@@ -304,22 +306,14 @@ class SchedulerStore:
         """A big change's new records, written ahead of its transaction (writes.put_new_jobs)."""
         return writes.put_new_jobs(self.r, self.k, jobs, tasks)
 
-    def add_inbox(self, user: str) -> None:
-        """Read `user`'s inbox from now on: its consumer group, and its name in the set of inboxes
-        (fenced, like every write of the scheduler)."""
-        self.ensure_group(self.k.inbox(user))
-        self.txn(lambda p: p.sadd(self.k.inboxes, user))
-
-    def known_inboxes(self) -> set[str]:
-        return set(self.r.smembers(self.k.inboxes))
-
-    def wait_wake(self, timeout: float) -> list[bytes]:
-        """Block until a client or agent pushes to the wake list, or `timeout` passes; drain the rest.
-        Tokens stay bytes: anyone may push anything (inbox.woken_users checks them)."""
+    def wait_wake(self, timeout: float) -> bool:
+        """Block until a client or agent pushes to the wake list, or `timeout` passes; then empty it.
+        Tokens carry nothing (anyone may push anything): a wake-up means "read the requests and
+        events", which the tick does whole, so every token pushed before the DEL is served."""
         got = self.r.execute_command("BLPOP", self.k.wake, max(0.01, timeout), NEVER_DECODE=True)
-        if not got:
-            return []
-        return [got[1], *(self.r.execute_command("LPOP", self.k.wake, 1000, NEVER_DECODE=True) or ())]
+        if got:
+            self.r.delete(self.k.wake)
+        return bool(got)
 
     def wakes_waiting(self) -> bool:
         return self.r.llen(self.k.wake) > 0
@@ -340,20 +334,6 @@ class SchedulerStore:
                 out.append((name, eid.decode() if isinstance(eid, bytes) else eid, fields))
         return out
 
-    # -- the entry in hand (daemon._recover_pending) ---------------------------------------------
-    def in_hand(self) -> tuple[str, int]:
-        """The entry a recovering leader was handling, and how many leaders began it without finishing."""
-        got = self.r.get(self.k.in_hand)
-        entry, _, n = (got or "").rpartition(" ")
-        return entry, int(n) if n.isdigit() else 0
-
-    def hold_in_hand(self, entry: str, n: int) -> None:
-        """Written (fenced) before `entry` is handled: a leader that dies on it leaves its name."""
-        self.txn(lambda p: p.set(self.k.in_hand, f"{entry} {n}"))
-
-    def drop_in_hand(self) -> None:
-        self.txn(lambda p: p.delete(self.k.in_hand))
-
     def replies_done(self, rids: list[str]) -> list:
         """The kept reply of each request id already answered (None where not): one MGET per batch."""
         return self.r.mget([self.k.done(r) for r in rids]) if rids else []
@@ -363,10 +343,15 @@ class SchedulerStore:
         return self.r.xlen(self.k.dead)
 
     def ack(self, p, stream: str, *eids: str) -> None:
-        """Acknowledge; a request is deleted too (its answer is kept in done:<rid>, never its body)."""
-        p.xack(stream, GROUP, *eids)
-        if stream.startswith(self.k.inbox("")):
-            p.xdel(stream, *eids)
+        """Acknowledge: an event in its group; a request leaves `taken` (its answer is kept in
+        done:<rid>, never its body)."""
+        if stream != self.k.taken:
+            p.xack(stream, GROUP, *eids)
+            return
+        for eid in eids:
+            raw = self.held.pop(eid, None)
+            if raw is not None:
+                p.lrem(self.k.taken, 1, raw)
 
     def claim_credentials(self, claims: list[tuple[str, str]], ttl: float) -> list:
         """Record that inbox entry `entry` uses the credential `key`, for each (key, entry): "new",

@@ -46,7 +46,7 @@ def one_line(p, code: int) -> str:
 def test_admin_dead_is_for_admins_and_shows_sizes_not_values(cli):
     body = json.dumps({"script": f"export DB_PASSWORD={SECRET}\n", "argv": []})
     # As an older scheduler wrote it: the whole entry, credential and body included.
-    cli.r.xadd(K.dead, {"source": K.inbox("bob"), "id": "1-1", "reason": "body: not a submit", "ts": time.time(),
+    cli.r.xadd(K.dead, {"source": K.taken, "id": "1-1", "reason": "body: not a submit", "ts": time.time(),
                         "entry": json.dumps({"rid": "r-bob", "op": "submit", "body": body, "cred": f"MUNGE:{SECRET}"})})
     cli.r.xadd(K.dead, {"source": K.events, "id": "2-1", "reason": "not UTF-8", "ts": time.time(),
                         "entry": json.dumps({"kind": "finished", "body": "<4096 bytes>"})})

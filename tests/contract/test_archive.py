@@ -13,7 +13,7 @@ from labq.scheduler.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
 from labq.scheduler.store.history import History
 from labq.scheduler.store.reads import Reader
-from tests.harness import BODY, K, finish, setup, submit, woke
+from tests.harness import BODY, K, finish, push, setup, submit, woke
 
 T0 = 1_800_000_000.0
 
@@ -242,7 +242,7 @@ def _ask(r, s, user, op, rid):
     import json
 
     from tests.harness import reply
-    r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps({})})
+    push(r, user, {"rid": rid, "op": op, "body": json.dumps({})})
     r.lpush(K.wake, f"user:{user}")
     s.tick(T0 + 500, woke(r))
     return reply(r, rid)
@@ -424,7 +424,7 @@ def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(c
 
     def ask(op, body):
         rid = os.urandom(8).hex()
-        r.xadd(K.inbox("bob"), {"rid": rid, "op": op, "body": json.dumps(body)})
+        push(r, "bob", {"rid": rid, "op": op, "body": json.dumps(body)})
         r.lpush(K.wake, "user:bob")
         s.tick(T0 + 500, woke(r))
         got = reply(r, rid)
@@ -588,7 +588,7 @@ def test_an_array_cancelled_through_the_daemon_gets_an_acct_row_a_task(conns):
     submit(r, "alice", {**BODY, "array": [0, 1499, 1], "hold": True}, "arr")
     s.tick(T0 + 1, woke(r))
     assert r.zcard(K.active) == 1500 and r.hlen(K.acct_rows) == 0
-    r.xadd(K.inbox("alice"), {"rid": "c", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+    push(r, "alice", {"rid": "c", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
     r.lpush(K.wake, "user:alice")
     s.tick(T0 + 2, woke(r))
     ended = Reader(r, K).ended()

@@ -62,7 +62,9 @@ def test_acl_roles_follow_keys_py():
     assert "%R~labq:job:*" in " ".join(default[acl.CLIENT]) and "%R~labq:j:*" in " ".join(renamed[acl.CLIENT])
     assert "%R~labq:j:*" in " ".join(renamed[acl.node_role("n1")])
     client = " ".join(default[acl.CLIENT])
-    assert "labq:inbox:*" not in client.split("(~labq:inbox:* +xadd)")[1], "inboxes are never readable"
+    write, rest = client.split("(~labq:requests ~labq:wake +lpush)")
+    assert "labq:requests" not in rest + write, "requests are never readable, and only LPUSHed"
+    assert "xadd" not in client and "labq:inbox" not in client
     assert "labq:cred:" not in client
 
 

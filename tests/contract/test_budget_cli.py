@@ -14,7 +14,7 @@ from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import ROOT, job
+from tests.harness import ROOT, job, push
 
 pytestmark = pytest.mark.redis
 K = Keys()
@@ -61,7 +61,7 @@ class Bench:
         rid = f"r{time.monotonic_ns()}"
         b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "est": 10,
              "account": "eta", **body}
-        self.r.xadd(K.inbox(current_user()), {"rid": rid, "op": "submit", "body": json.dumps(b)})
+        push(self.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
         self.r.delete(K.wake)           # as the run loop drains it: nothing else is waiting, so it plans now
         self.s.tick(time.time(), [f"user:{current_user()}"])
         jid = json.loads(self.r.lrange(K.reply(rid), 0, -1)[-1])["job_id"]
@@ -187,7 +187,7 @@ def test_acct_duplicates_gives_each_attempt_its_own_row_and_cost(bench):
     with its own cost; --json adds `attempt` and keeps every key acct's objects have."""
     me, agent = current_user(), AgentStore(bench.r, K)
     b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "est": 10, "account": "eta"}
-    bench.r.xadd(K.inbox(me), {"rid": "dup", "op": "submit", "body": json.dumps(b)})
+    push(bench.r, me, {"rid": "dup", "op": "submit", "body": json.dumps(b)})
     bench.r.delete(K.wake)               # as the run loop drains it: the tick plans at once
     bench.s.tick(time.time(), [f"user:{me}"])
     jid = json.loads(bench.r.lrange(K.reply("dup"), 0, -1)[-1])["job_id"]

@@ -14,7 +14,7 @@ from labq.scheduler.ledger import verify
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.reads import Reader
-from tests.harness import FROZEN, K, job, reply, woke
+from tests.harness import FROZEN, K, job, push, reply, woke
 
 T0 = datetime(2026, 11, 30, 22, 0, tzinfo=timezone.utc).timestamp()
 
@@ -51,7 +51,7 @@ BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 1, "cpus": 1,
 
 
 def request(r, user, op, body, rid):
-    r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps(body)})
+    push(r, user, {"rid": rid, "op": op, "body": json.dumps(body)})
     r.lpush(K.wake, f"user:{user}")
 
 

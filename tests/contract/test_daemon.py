@@ -11,7 +11,7 @@ import pytest
 from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, CFG, FROZEN, SWEEP_TOML, K, job, one_admitted, reply, setup, submit, woke
+from tests.harness import BODY, CFG, FROZEN, SWEEP_TOML, K, job, one_admitted, push, reply, setup, submit, woke
 
 
 def test_submit_admit_dispatch_finish_charge(conns):
@@ -57,7 +57,7 @@ def test_refusals_and_bad_requests_change_nothing(conns):
     submit(r, "alice", {**BODY, "gpus": 5}, "big")
     submit(r, "alice", {**BODY, "gpus": 4, "time_limit": 20 * 3600}, "costly")
     submit(r, "alice", {**BODY, "cpus": "four"}, "bad")
-    r.xadd(K.inbox("alice"), {"rid": "junk", "op": "submit", "body": "{not json"})
+    push(r, "alice", {"rid": "junk", "op": "submit", "body": "{not json"})
     s.tick(time.time(), woke(r))
     assert reply(r, "big")["code"] == 3 and "4 GPUs" in reply(r, "big")["error"]
     assert reply(r, "costly")["code"] == 3 and "$160.07" in reply(r, "costly")["error"]
@@ -87,9 +87,9 @@ def test_cancel_pending_and_running(conns):
     submit(r, "alice", BODY, "b")
     s.tick(now, woke(r))
     r.hset(K.attempt(1, 1), "claimed", "n1:123")       # a runner took it: the cancel goes through it
-    r.xadd(K.inbox("bob"), {"rid": "c0", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+    push(r, "bob", {"rid": "c0", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
     r.lpush(K.wake, "user:bob")
-    r.xadd(K.inbox("alice"), {"rid": "c1", "op": "cancel", "body": json.dumps({"ids": ["1", "2"]})})
+    push(r, "alice", {"rid": "c1", "op": "cancel", "body": json.dumps({"ids": ["1", "2"]})})
     s.tick(now + 1, woke(r))
     assert reply(r, "c0")["ok"] is False and "belongs to alice" in reply(r, "c0")["error"]
     assert job(r, 2).state == states.CANCELLED
@@ -120,7 +120,7 @@ def test_an_unclaimed_attempt_is_withdrawn_uncharged_and_del_ends_it_at_once(con
     assert len(r.xrange(K.ledger)) == 0 and j.cost == 0
     # Requeued, and placed again at once (its GPUs were freed): attempt 2, on the dispatch list.
     assert j.state == states.RUNNING and len(j.attempts) == 2 and r.lrange(K.dispatch("n1"), 0, -1) == ["1:2"]
-    r.xadd(K.inbox("alice"), {"rid": "d", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+    push(r, "alice", {"rid": "d", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
     r.lpush(K.wake, "user:alice")
     s.tick(now + CFG.start_timeout + 2, woke(r))
     j = job(r, 1)
@@ -211,14 +211,14 @@ def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
 def test_drain_takes_nothing_new_and_resume_reopens(conns):
     r, s, now = one_admitted(conns)
     for who, rid, op in (("alice", "d0", "drain"), ("root", "d1", "drain")):
-        r.xadd(K.inbox(who), {"rid": rid, "op": op, "body": json.dumps({"node": "n1"})})
+        push(r, who, {"rid": rid, "op": op, "body": json.dumps({"node": "n1"})})
         r.lpush(K.wake, f"user:{who}")
     submit(r, "alice", BODY, "b")
     s.tick(now + 1, woke(r))
     assert reply(r, "d0")["code"] == 3 and reply(r, "d1")["ok"]
     assert job(r, 1).state == states.RUNNING          # what runs there finishes
     assert job(r, 2).state == states.PENDING and job(r, 2).reason == states.NODE_DOWN
-    r.xadd(K.inbox("root"), {"rid": "r1", "op": "resume", "body": json.dumps({"node": "n1"})})
+    push(r, "root", {"rid": "r1", "op": "resume", "body": json.dumps({"node": "n1"})})
     s.tick(now + 2, ["user:root"])
     assert job(r, 2).state == states.RUNNING
 
@@ -226,7 +226,7 @@ def test_drain_takes_nothing_new_and_resume_reopens(conns):
 def test_labq_checkpoint_is_recorded_and_bounds_lost_work(conns):
     r, s, now = one_admitted(conns)
     for who, rid in (("bob", "c0"), ("alice", "c1")):
-        r.xadd(K.inbox(who), {"rid": rid, "op": "checkpoint", "body": json.dumps({"job_id": 1})})
+        push(r, who, {"rid": rid, "op": "checkpoint", "body": json.dumps({"job_id": 1})})
         r.lpush(K.wake, f"user:{who}")
     s.tick(now + 100, woke(r))
     assert reply(r, "c0")["code"] == 2 and reply(r, "c1")["ok"]
@@ -244,8 +244,8 @@ def test_hold_and_release(conns):
     submit(r, "alice", {**BODY, "hold": True}, "b")
     s.tick(now, woke(r))
     assert job(r, 2).reason == states.HELD
-    r.xadd(K.inbox("alice"), {"rid": "h", "op": "hold", "body": json.dumps({"ids": ["1"]})})
-    r.xadd(K.inbox("alice"), {"rid": "r", "op": "release", "body": json.dumps({"ids": ["2"]})})
+    push(r, "alice", {"rid": "h", "op": "hold", "body": json.dumps({"ids": ["1"]})})
+    push(r, "alice", {"rid": "r", "op": "release", "body": json.dumps({"ids": ["2"]})})
     r.lpush(K.wake, "user:alice")
     s.tick(now + 1, woke(r))
     assert reply(r, "h")["ok"] is False and "not pending" in reply(r, "h")["error"]

@@ -4,7 +4,7 @@ import json
 import time
 
 from labq.scheduler import states
-from tests.harness import BODY, K, finish, job, one_admitted, reply, setup, submit, woke
+from tests.harness import BODY, K, finish, job, one_admitted, push, reply, setup, submit, woke
 
 
 def test_afterok_chain_afternotok_and_kill_on_invalid_dep(conns):
@@ -80,7 +80,7 @@ def test_the_ended_cache_is_rebuilt_by_a_new_leader(conns):
     # A fresh leader with an empty cache judges a new dependent from Redis alone.
     r.delete(K.leader)
     s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
-    r.xadd(K.inbox("alice"), {"rid": "c", "op": "submit", "body": json.dumps({**BODY, "dependency": "afterok:1"})})
+    push(r, "alice", {"rid": "c", "op": "submit", "body": json.dumps({**BODY, "dependency": "afterok:1"})})
     s2.tick(now + 10, ["user:alice"])
     assert job(r, 3).reason == states.DEPENDENCY_NEVER and "afterok:1 (F)" in job(r, 3).detail
 

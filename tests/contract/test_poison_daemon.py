@@ -7,8 +7,8 @@ import time
 from click.testing import CliRunner
 
 from labq.scheduler.daemon import Scheduler
-from labq.scheduler.store.keys import CONSUMER, GROUP
-from tests.harness import BODY, CFG, FROZEN, K, reply, setup, submit, woke
+from labq.scheduler.store.keys import GROUP
+from tests.harness import BODY, CFG, FROZEN, K, reply, setup, submit, taken, woke
 
 
 def test_a_handler_that_raises_answers_its_entry_only(conns, monkeypatch):
@@ -28,8 +28,8 @@ def test_a_handler_that_raises_answers_its_entry_only(conns, monkeypatch):
     assert not bad["ok"] and "internal error: KeyError" in bad["error"]
     assert reply(r, "good")["ok"] and r.zcard(K.active) == 1
     dead = r.xrange(K.dead)
-    assert len(dead) == 1 and "KeyError" in dead[0][1]["reason"] and dead[0][1]["source"] == K.inbox("alice")
-    assert r.xpending(K.inbox("alice"), GROUP)["pending"] == 0
+    assert len(dead) == 1 and "KeyError" in dead[0][1]["reason"] and dead[0][1]["source"] == K.taken
+    assert taken(r) == 0
 
 
 class Died(BaseException):
@@ -75,19 +75,15 @@ def test_only_the_entry_in_hand_when_leaders_died_is_blamed(conns, monkeypatch):
     assert reply(r, "fine")["ok"] and reply(r, "before")["ok"]    # read with it, never blamed
     reasons = [f["reason"] for _, f in r.xrange(K.dead)]
     assert len(reasons) == 1 and "twice" in reasons[0]
-    for stream in (K.inbox("alice"), K.events):
-        assert r.xpending(stream, GROUP)["pending"] == 0
+    assert taken(r) == 0 and r.xpending(K.events, GROUP)["pending"] == 0
     assert r.get(K.in_hand) is None
 
 
 def test_an_entry_read_by_a_leader_that_was_killed_is_handled_as_usual(conns):
     r, raw = conns
-    s = setup(r, raw, time.time())
+    setup(r, raw, time.time())
     submit(r, "alice", BODY, "once")
-    s.store.ensure_group(K.inbox("alice"))
-    r.sadd(K.inboxes, "alice")
-    for ident in (">", "0", "0"):     # read by three leaders, each killed before it acknowledged
-        r.xreadgroup(GROUP, CONSUMER, {K.inbox("alice"): ident})
+    r.lmove(K.requests, K.taken, "RIGHT", "LEFT")    # taken by leaders, each killed before it answered
     s3 = Scheduler(r, raw, CFG, me="s3", clock=FROZEN)
     r.delete(K.leader)
     s3.tick(time.time() + 2)

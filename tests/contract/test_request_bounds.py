@@ -5,12 +5,11 @@ import time
 from dataclasses import replace
 
 from labq.scheduler.daemon import Scheduler
-from labq.scheduler.store.keys import GROUP
-from tests.harness import BODY, CFG, FROZEN, K, reply, setup, woke
+from tests.harness import BODY, CFG, FROZEN, K, push, reply, setup, taken, woke
 
 
 def send(r, user, op, body, rid):
-    r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps(body)})
+    push(r, user, {"rid": rid, "op": op, "body": json.dumps(body)})
     r.lpush(K.wake, f"user:{user}")
 
 
@@ -69,4 +68,4 @@ def test_a_refused_20mb_body_does_not_stay_in_redis(conns):
     send(r, "alice", "submit", BODY, "fine")
     s.tick(time.time(), woke(r))
     assert reply(r, "fine")["ok"]
-    assert r.xlen(K.inbox("alice")) == 0 and r.xpending(K.inbox("alice"), GROUP)["pending"] == 0
+    assert taken(r) == 0 and not r.keys("labq:inbox*")

@@ -6,11 +6,11 @@ from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, FROZEN, SWEEP_TOML, K, finish, job, reply, setup, submit, woke
+from tests.harness import BODY, FROZEN, SWEEP_TOML, K, finish, job, push, reply, setup, submit, woke
 
 
 def ask(r, user, op, ids, rid):
-    r.xadd(K.inbox(user), {"rid": rid, "op": op, "body": json.dumps({"ids": ids})})
+    push(r, user, {"rid": rid, "op": op, "body": json.dumps({"ids": ids})})
     r.lpush(K.wake, f"user:{user}")
 
 

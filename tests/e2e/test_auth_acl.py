@@ -20,7 +20,7 @@ from labq.scheduler.model import Gpu
 from labq.scheduler.store import acl, codec, conn
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import BODY as SBODY, E2E_MARKS, ROOT, job, start_redis, submit, unix_user, wait_for, woke
+from tests.harness import BODY as SBODY, E2E_MARKS, ROOT, job, push, start_redis, submit, unix_user, wait_for, woke
 
 pytestmark = E2E_MARKS
 K = Keys()
@@ -78,9 +78,9 @@ def test_the_client_role_writes_requests_and_reads_state_only(locked):
     rp, pw, *_ = locked
     root = as_role(rp, pw, acl.SCHEDULER)
     root.set(K.job(1), "{}")
-    root.xadd(K.inbox("victim"), {"rid": "secret", "op": "submit", "body": "{}", "cred": "MUNGE:x:"})
+    push(root, "victim", {"rid": "secret", "op": "submit", "body": "{}", "cred": "MUNGE:x:"})
     c = as_role(rp, pw, acl.CLIENT)
-    c.xadd(K.inbox("me"), {"rid": "r", "op": "submit", "body": "{}"})
+    push(c, "me", {"rid": "r", "op": "submit", "body": "{}"})
     c.lpush(K.wake, "user:me")
     root.rpush(K.reply("r"), "{}")
     assert c.blpop([K.reply("r")], 1) and c.get(K.job(1)) == "{}" and c.smembers(K.nodes) == set()
@@ -92,12 +92,23 @@ def test_the_client_role_writes_requests_and_reads_state_only(locked):
     assert denied(c.xadd, K.events, {"kind": "finished", "job": 1, "attempt": 1, "node": "n1"})
     assert denied(c.hset, K.node("n1"), "cpus", 1)
     assert denied(c.set, K.control(1), "cancel")
-    assert denied(c.xrange, K.inbox("victim")), "other people's requests (and credentials) stay unread"
-    root.xadd(K.dead, {"source": K.inbox("victim"), "id": "1-1", "reason": "r", "entry": "{}", "ts": 0})
+    root.lmove(K.requests, K.taken)
+    for read in (("LRANGE", K.requests, 0, -1), ("LRANGE", K.taken, 0, -1), ("LLEN", K.requests), ("LINDEX", K.taken, 0)):
+        assert denied(c.execute_command, *read), "other people's requests (and credentials) stay unread"
+    root.xadd(K.dead, {"source": K.taken, "id": "1-1", "reason": "r", "entry": "{}", "ts": 0})
     assert denied(c.xrevrange, K.dead) and denied(c.xlen, K.dead), "dead letters are the admins' (issue 34)"
     assert denied(c.publish, "labq:anything", "kill-horse"), "no pub/sub control a client can send"
     for cmd in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "SET", "save", ""), ("ACL", "LIST"), ("SET", "x", "1"),
-                ("XGROUP", "DESTROY", K.inbox("me"), "scheduler")):
+                ("XGROUP", "DESTROY", K.events, "scheduler")):
+        assert denied(c.execute_command, *cmd), cmd
+    # Issue 34: no client-chosen ids, no trimming, no per-name keys: the request list takes LPUSH only.
+    for cmd in (("XADD", "labq:inbox:bob", "18446744073709551615-18446744073709551615", "op", "x"),
+                ("XADD", "labq:inbox:bob", "MAXLEN", "0", "*", "op", "x"), ("XADD", K.requests, "*", "op", "x"),
+                ("LTRIM", K.requests, 0, 0), ("RPOP", K.requests), ("LPOP", K.requests), ("DEL", K.requests),
+                ("LSET", K.requests, 0, "x"), ("LREM", K.requests, 0, "x"), ("RPUSH", K.requests, "x"),
+                ("LINSERT", K.requests, "BEFORE", "x", "y"), ("LMOVE", K.requests, K.taken, "RIGHT", "LEFT"),
+                ("LPUSH", K.taken, "x"), ("LPUSH", "labq:wake:x", "x"), ("LPUSH", "labq:inbox:bob", "x"),
+                ("RENAME", K.requests, "x"), ("EXPIRE", K.requests, 1), ("DEL", K.wake)):
         assert denied(c.execute_command, *cmd), cmd
 
 
@@ -125,7 +136,7 @@ def test_a_node_role_writes_its_own_node_only(locked):
     assert denied(n1.set, K.node_lease("n2"), "x")
     assert denied(n1.set, K.job(5), "{}")
     assert denied(n1.set, K.node_admin("n1"), "")
-    assert denied(n1.xadd, K.inbox("root"), {"op": "drain"})
+    assert denied(n1.lpush, K.requests, json.dumps({"op": "drain", "user": "root"}))
     assert denied(n1.hset, K.spent(), "b", 0)
     assert denied(n1.execute_command, "FLUSHALL")
 

@@ -24,7 +24,7 @@ from labq.scheduler.model import Gpu
 from labq.scheduler.store import codec
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import E2E_MARKS, FROZEN, reply, start_redis, wait_for, woke
+from tests.harness import E2E_MARKS, FROZEN, push, reply, start_redis, wait_for, woke
 
 pytestmark = [*E2E_MARKS, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
                                              reason="creating users and acting as them need root and useradd")]
@@ -152,7 +152,7 @@ def test_admin_requests_only_from_admins_munge_authenticated(sched, people, shar
     # root, authenticated by munge, is an admin: the same request from root works.
     rid = "root-drain"
     fields = auth.sign({"rid": rid, "op": "drain", "body": json.dumps({"node": "n1"})}, s.cfg.security)
-    r.xadd(K.inbox("whatever"), fields)
+    push(r, "whatever", fields)
     r.lpush(K.wake, "user:whatever")
     s.tick(time.time(), woke(r))
     assert reply(r, rid)["ok"] is True and r.get(K.node_admin("n1")) == "drain"
@@ -210,7 +210,7 @@ def test_a_redelivery_after_a_crash_is_not_a_replay(shared_redis, munged):
     now = time.time()
     s1.tick(now)
     fields = auth.sign({"rid": "r1", "op": "submit", "body": json.dumps(BODY)}, cfg.security)
-    r.xadd(K.inbox("root"), fields)
+    push(r, "root", fields)
     r.lpush(K.wake, "user:root")
 
     def crash(**kw):
@@ -309,7 +309,7 @@ def test_a_credential_used_twice_in_one_batch_serves_once(sched, people, shared_
     s, r = sched
     mallory, _ = people
     rid, fields = forge(mallory, shared_redis, munged, mallory.pw_name, sign=True)
-    r.xadd(K.inbox("other"), {**fields, "rid": rid})
+    push(r, "other", {**fields, "rid": rid})
     r.lpush(K.wake, "user:other")
     s.tick(time.time(), woke(r))
     answers = [json.loads(x) for x in r.lrange(K.reply(rid), 0, -1)]

@@ -19,7 +19,7 @@ from labq.scheduler.durability import default_path
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import E2E_MARKS, ROOT, start_redis, wait_for
+from tests.harness import E2E_MARKS, ROOT, push, start_redis, wait_for
 
 pytestmark = E2E_MARKS
 K = Keys()
@@ -131,7 +131,7 @@ def test_a_submit_that_gave_up_is_never_done(aof_site):
     m = re.search(r"request ([0-9a-f]{32}) was not submitted", out.stderr)
     assert m and out.stderr.count("\n") == 1, out.stderr
     rid = m.group(1)
-    assert len(aof_site.r.xrange(K.inbox(aof_site.labq_user()))) == 3       # three tries, one request id
+    assert aof_site.r.llen(K.requests) == 3       # three tries, one request id
     aof_site.scheduler()
     got = wait_for(lambda: aof_site.r.get(K.done(rid)), 60, what="the expired request's answer")
     reply = json.loads(got)
@@ -144,7 +144,7 @@ def test_a_submit_that_gave_up_is_never_done(aof_site):
 def test_retries_of_one_request_id_make_one_job(aof_site):
     user = aof_site.labq_user()
     for _ in range(3):   # what a client's three tries look like when the scheduler was slow
-        aof_site.r.xadd(K.inbox(user), {"rid": "same", "op": "submit", "expires": f"{time.time() + 60:.3f}",
+        push(aof_site.r, user, {"rid": "same", "op": "submit", "expires": f"{time.time() + 60:.3f}",
                                     "body": json.dumps({"argv": ["true"], "workdir": "/tmp"})})
     aof_site.r.lpush(K.wake, f"user:{user}")
     aof_site.scheduler()

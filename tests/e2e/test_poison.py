@@ -16,7 +16,7 @@ from labq.scheduler.client import Client, current_user
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import GROUP, Keys
-from tests.harness import E2E_MARKS, wait_for
+from tests.harness import E2E_MARKS, push, taken, wait_for
 
 pytestmark = E2E_MARKS
 
@@ -97,8 +97,8 @@ def test_poison_requests_and_events_are_answered_and_never_met_again(two):
     good = two.client.submit(BODY)["job_id"]
     wait_for(lambda: (j := two.client.read.job(good)) and j.state == states.RUNNING, 60, what="job 1 to run")
     for i, (op, body) in enumerate(POISON_REQUESTS):
-        r.xadd(K.inbox(user), {"rid": f"p{i}", "op": op, "body": body})
-    r.xadd(K.inbox(user), {"op": "submit"})   # no rid: answered on the entry id
+        push(r, user, {"rid": f"p{i}", "op": op, "body": body})
+    push(r, user, {"op": "submit"})   # no rid: answered on the entry id
     agent = AgentStore(r, K)
     agent.post("finished", good, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": "abc"})
     r.xadd(K.events, {"kind": "finished", "job": "x" * 100, "attempt": "1", "body": "{}"})
@@ -124,8 +124,7 @@ def test_poison_requests_and_events_are_answered_and_never_met_again(two):
     assert two.client.read.job(good).state == states.RUNNING
     agent.post("finished", good, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": 0})
     wait_for(lambda: two.client.read.job(good).state == states.COMPLETED, 60, what="the good event")
-    for s in [K.events, K.inbox(user)]:
-        assert r.xpending(s, GROUP)["pending"] == 0
+    assert r.xpending(K.events, GROUP)["pending"] == 0 and taken(r) == 0
 
     # kill -9 the leader; the standby leads and meets none of it again.
     leader = two.leader()

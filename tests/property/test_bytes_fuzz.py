@@ -1,4 +1,4 @@
-"""Arbitrary bytes in every field a client or a node writes (issue 34): inbox entries, wake tokens,
+"""Arbitrary bytes in everything a client or a node writes (issue 34): requests, wake tokens,
 shared and per-node events. Each example feeds a round of such entries, then a legitimate request;
 the tick never raises, the legitimate request is answered, nothing stays pending. Each example
 carries ENTRIES entries, so the cases add up to well over 10,000 at a modest wall time."""
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from labq.scheduler.store.keys import GROUP
-from tests.harness import BODY, K, reply, setup, submit, woke
+from tests.harness import BODY, K, reply, setup, submit, taken
 
 USER = "alice"
 ENTRIES = 40
@@ -23,9 +23,18 @@ spliced = st.tuples(st.sampled_from([b"submit", b"cancel", GOOD, b'{"ids": [1, 2
 value = st.one_of(junk, spliced, st.sampled_from([b"", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b"x" * 5000]))
 name = st.one_of(st.sampled_from([b"rid", b"op", b"body", b"expires", b"cred", b"user",
                                   b"kind", b"job", b"attempt", b"node"]), junk.filter(bool))
-request = st.fixed_dictionaries({b"op": value, b"body": value},
-                                optional={b"rid": value, b"expires": value, b"cred": value}).flatmap(
-    lambda base: st.dictionaries(name, value, max_size=3).map(lambda extra: {**base, **extra}))
+texts = st.one_of(value.map(lambda b: b.decode("utf-8", "surrogateescape")), st.text(max_size=16),
+                  st.sampled_from(["submit", "cancel", GOOD.decode(), USER, "\ud800"]))
+as_json = st.fixed_dictionaries({"op": texts, "body": texts, "user": texts},
+                                optional={"rid": texts, "expires": texts, "cred": texts}).flatmap(
+    lambda base: st.dictionaries(st.text(max_size=8), st.one_of(texts, st.integers(), st.none(), st.lists(texts)),
+                                 max_size=3).map(lambda extra: {**base, **extra}))
+# A request is one JSON object of text fields (store/inbox.py): bytes of every kind, JSON of every
+# shape, and nearly right JSON with bytes spliced in.
+request = st.one_of(
+    value, as_json.map(lambda d: json.dumps(d, ensure_ascii=False).encode("utf-8", "surrogatepass")),
+    st.tuples(as_json.map(lambda d: json.dumps(d).encode()), st.integers(0, 80), junk).map(
+        lambda t: t[0][:t[1]] + t[2] + t[0][t[1]:]))
 event = st.fixed_dictionaries({b"kind": value, b"job": value, b"attempt": value},
                               optional={b"node": value, b"body": value}).flatmap(
     lambda base: st.dictionaries(name, value, max_size=3).map(lambda extra: {**base, **extra}))
@@ -37,14 +46,14 @@ rounds = st.lists(entry, min_size=ENTRIES, max_size=ENTRIES)
 def drive(r, raw, entries, n: int) -> None:
     now = time.time()
     s = setup(r, raw, now)
-    submit(r, USER, BODY, "first")      # alice's inbox is known: her entries are read
-    s.tick(now, woke(r))
     p = raw.pipeline(transaction=False)
     for where, fields in entries:
         if where == "wake":
             p.lpush(K.wake, fields)
+        elif where == "inbox":
+            p.lpush(K.requests, fields or b"-")
         else:
-            stream = {"inbox": K.inbox(USER), "events": K.events, "node": K.node_events("n1")}[where]
+            stream = {"events": K.events, "node": K.node_events("n1")}[where]
             p.xadd(stream, fields)
     p.lpush(K.wake, f"user:{USER}")
     p.execute()
@@ -54,7 +63,8 @@ def drive(r, raw, entries, n: int) -> None:
     s.tick(now + 2, s.store.wait_wake(0.01))
     got = reply(r, rid)
     assert got is not None and got["ok"], got
-    for stream in (K.inbox(USER), K.events, K.node_events("n1")):
+    assert taken(r) == 0
+    for stream in (K.events, K.node_events("n1")):
         assert r.xpending(stream, GROUP)["pending"] == 0
     assert all(len(f["entry"]) < 4096 for _, f in r.xrange(K.dead))
 

@@ -14,6 +14,7 @@ from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.store.reads import Reader
+from tests.harness import push
 
 K = Keys()
 CFG = config.loads("""
@@ -60,7 +61,7 @@ class World:
         return Scheduler(self.r, self.raw, CFG, me=f"s{self.gen}", clock=lambda: 0.0)
 
     def tick(self):
-        self.s.tick(self.now, ["user:alice"] if self.r.xlen(K.inbox("alice")) else [])
+        self.s.tick(self.now)
 
     def running(self):
         return sorted((j for j in Reader(self.r, K).active() if j.state in states.ON_NODE), key=lambda j: j.id)
@@ -76,7 +77,7 @@ class World:
         if s[0] == "submit":
             self.n += 1
             body = {"argv": ["true"], "workdir": "/tmp", "gpus": s[1], "cpus": 2, "time_limit": s[2], "account": "eta"}
-            self.r.xadd(K.inbox("alice"), {"rid": f"r{self.n}", "op": "submit", "body": json.dumps(body)})
+            push(self.r, "alice", {"rid": f"r{self.n}", "op": "submit", "body": json.dumps(body)})
         elif s[0] == "advance":
             self.now += s[1]
             # The runner enforces the time limit: an attempt past it ends `timeout` at the limit.

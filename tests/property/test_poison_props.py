@@ -14,7 +14,7 @@ from labq.scheduler.daemon import Scheduler
 from labq.scheduler.ledger import verify
 from labq.scheduler.store.keys import CONSUMER, GROUP
 from labq.scheduler.store.reads import Reader
-from tests.harness import BODY, CFG, FROZEN, K, setup
+from tests.harness import BODY, CFG, FROZEN, K, push, setup, taken
 
 USER = "alice"
 json_values = st.recursive(
@@ -51,19 +51,19 @@ steps = st.lists(st.one_of(request.map(lambda f: ("request", f)), event.map(lamb
 def drive(r, raw, plan) -> None:
     now = time.time()
     s = setup(r, raw, now)
-    r.sadd(K.inboxes, USER)
-    s.store.ensure_group(K.inbox(USER))
     rids, n = [], 0
     for i, (what, fields) in enumerate(plan):
         now += 1
         if what == "request":
             rid = f"r{i}"
             rids.append(rid)
-            r.xadd(K.inbox(USER), {**fields, "rid": rid})
+            push(r, USER, {**fields, "rid": rid})
         elif what == "event":
             r.xadd(K.events, fields)
         elif what == "crash":   # a leader read everything and died before acknowledging any of it
-            r.xreadgroup(GROUP, CONSUMER, {K.inbox(USER): ">", K.events: ">"})
+            while r.lmove(K.requests, K.taken, "RIGHT", "LEFT"):
+                pass
+            r.xreadgroup(GROUP, CONSUMER, {K.events: ">"})
         elif what == "restart":
             n += 1
             r.delete(K.leader)
@@ -80,8 +80,7 @@ def drive(r, raw, plan) -> None:
         replies = [json.loads(x) for x in r.lrange(K.reply(rid), 0, -1)]
         assert all(x == replies[0] for x in replies), f"request {rid} answered differently: {replies}"
         assert r.get(K.done(rid)) is None or json.loads(r.get(K.done(rid))) == replies[0]
-    for stream in (K.inbox(USER), K.events):
-        assert r.xpending(stream, GROUP)["pending"] == 0
+    assert taken(r) == 0 and r.xpending(K.events, GROUP)["pending"] == 0
     read = Reader(r, K)
     assert verify(read.ledger_all(), read.spent(), read.ledger_keys(), read.ended()) == []
     active = set(map(int, r.zrange(K.active, 0, -1)))

@@ -1,0 +1,51 @@
+"""The scheduler's side of the request list (issue 34): clients LPUSH onto `labq:requests` and can do
+nothing else there; the scheduler LMOVEs requests into its own `labq:requests:taken` and LREMs each
+in the transaction that answers it (SchedulerStore.ack), so a leader that dies leaves them to the
+next. Also the entry in hand: what a recovering leader handles now, for the poison guard.
+
+A mixin of SchedulerStore (state.py), which holds the connection, the keys and `txn`."""
+import hashlib
+
+
+class RequestList:
+    def take_requests(self, count: int) -> list:
+        """Up to `count` requests, oldest first, moved into `taken` (LMOVE: a leader that dies
+        holding them leaves them there for the next): [(entry id, raw bytes)]."""
+        n = min(count, self.r.llen(self.k.requests))
+        if not n:
+            return []
+        p = self.r.pipeline(transaction=False)
+        for _ in range(n):
+            p.execute_command("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT", NEVER_DECODE=True)
+        return self._named([raw for raw in p.execute() if raw is not None])
+
+    def taken_requests(self) -> list:
+        """What a predecessor took and never answered, oldest first: [(entry id, raw bytes)]."""
+        return self._named(list(reversed(self.r.execute_command("LRANGE", self.k.taken, 0, -1, NEVER_DECODE=True))))
+
+    def _named(self, raws) -> list:
+        """Each request's entry id: a digest of its bytes (no id is the client's to choose), the same
+        after a restart; twins (the same bytes twice) are told apart by their order."""
+        out, seen = [], {}
+        for raw in raws:
+            eid = hashlib.sha256(raw).hexdigest()[:20]
+            seen[eid] = seen.get(eid, 0) + 1
+            eid += f".{seen[eid]}" if seen[eid] > 1 else ""
+            self.held[eid] = raw
+            out.append((eid, raw))
+        return out
+
+    # -- the entry in hand (daemon._recover_pending) ---------------------------------------------
+    def in_hand(self) -> tuple[str, int]:
+        """The entry a recovering leader was handling, and how many leaders began it without finishing."""
+        got = self.r.get(self.k.in_hand)
+        entry, _, n = (got or "").rpartition(" ")
+        return entry, int(n) if n.isdigit() else 0
+
+    def hold_in_hand(self, entry: str, n: int) -> None:
+        """Written (fenced) before `entry` is handled: a leader that dies on it leaves its name."""
+        self.txn(lambda p: p.set(self.k.in_hand, f"{entry} {n}"))
+
+    def drop_in_hand(self) -> None:
+        self.txn(lambda p: p.delete(self.k.in_hand))
+

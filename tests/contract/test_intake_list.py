@@ -1,0 +1,86 @@
+"""Intake that no client can block or trim (issue 34): one request list that clients only LPUSH onto,
+moved by the scheduler into its own list until answered; a user's flood is bounded per tick; a
+full Redis is one clear line. On fakeredis and a real redis-server (the OOM case: real only)."""
+import json
+import time
+
+import pytest
+
+from labq.scheduler import config
+from labq.scheduler.client import Client
+from labq.scheduler.errors import UnreachableError
+from labq.scheduler.inboxes import MAX_USER_REQUESTS_PER_TICK
+from labq.scheduler.store.keys import Keys
+from labq.scheduler.thinclient import ThinClient
+from tests.harness import BODY, K, push, reply, setup, submit, taken
+
+
+def test_one_users_flood_is_refused_beyond_its_share_and_others_are_answered(conns):
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    p = r.pipeline(transaction=False)
+    for i in range(MAX_USER_REQUESTS_PER_TICK + 50):
+        p.lpush(K.requests, json.dumps({"rid": f"m{i}", "op": "hold", "user": "mallory",
+                                        "body": json.dumps({"ids": ["999999"]})}))
+    p.execute()
+    submit(r, "alice", BODY, "alice")
+    s.tick(time.time())
+    assert reply(r, "alice")["ok"]
+    last = reply(r, f"m{MAX_USER_REQUESTS_PER_TICK + 49}")
+    assert not last["ok"] and last["code"] == 3 and "in one tick" in last["error"]
+    assert "no such job" in reply(r, "m0")["error"]
+    assert taken(r) == 0
+    # The next tick, mallory's share is whole again.
+    push(r, "mallory", {"rid": "later", "op": "hold", "body": json.dumps({"ids": ["999999"]})})
+    s.tick(time.time() + 1)
+    assert "no such job" in reply(r, "later")["error"]
+
+
+def test_what_clients_did_to_the_old_inboxes_touches_no_one(conns):
+    """The attacks of issue 34 on the old per-user streams: the scheduler no longer reads them."""
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    r.xadd("labq:inbox:bob", {"op": "x"}, id="18446744073709551615-18446744073709551615")
+    r.xadd("labq:inbox:alice", {"op": "x"}, maxlen=0)
+    for who in ("bob", "alice", "root"):
+        submit(r, who, BODY, f"r-{who}")
+    s.tick(time.time())
+    assert all(reply(r, f"r-{who}")["ok"] for who in ("bob", "alice", "root"))
+
+
+def test_requests_a_leader_took_and_never_answered_are_answered_by_the_next(conns):
+    r, raw = conns
+    setup(r, raw, time.time())
+    for i in range(3):
+        submit(r, "alice", {**BODY, "name": f"j{i}"}, f"r{i}")
+    r.lmove(K.requests, K.taken, "RIGHT", "LEFT")     # a leader took one and died
+    r.delete(K.leader)
+    from labq.scheduler.daemon import Scheduler
+    from tests.harness import CFG, FROZEN
+    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2.tick(time.time())
+    got = [reply(r, f"r{i}") for i in range(3)]
+    assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [1, 2, 3]
+    assert taken(r) == 0
+
+
+@pytest.mark.redis
+def test_a_full_redis_is_one_line_and_nothing_submitted(redis_server):
+    r = redis_server.client()
+    r.flushall()
+    cfg = config.loads("")
+    before = r.config_get("maxmemory")["maxmemory"], r.config_get("maxmemory-policy")["maxmemory-policy"]
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    try:
+        for client in (Client(cfg, url=redis_server.url, user="alice"),
+                       ThinClient(redis_server.url, "labq", user="alice")):
+            with pytest.raises(UnreachableError) as e:
+                client.request("submit", BODY, timeout=2, tries=1)
+            text = str(e.value)
+            assert text.startswith("Redis is full (maxmemory reached): request ") and "was not submitted" in text
+            assert "\n" not in text
+    finally:
+        r.config_set("maxmemory", before[0])
+        r.config_set("maxmemory-policy", before[1])
+    assert r.llen(Keys().requests) == 0
