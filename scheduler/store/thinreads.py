@@ -37,6 +37,7 @@ class ThinReader:
     def __init__(self, conn, keys: Keys, unreachable, history=None):
         self.c, self.k, self._unreachable = conn, keys, unreachable
         self.history = history      # store/archive.History: where ended jobs go after history.keep
+        self._specs: dict = {}      # array id -> its shared spec, read once (a spec never changes)
 
     def _pipe(self, cmds) -> list:
         try:
@@ -87,9 +88,12 @@ class ThinReader:
         return out
 
     def _spec(self, array_id: int) -> dict | None:
-        """An array's shared {script, argv} (codec.shares_spec), for the records that refer to it."""
-        raw = self._pipe([("GET", self.k.spec(int(array_id)))])[0]
-        return json.loads(raw) if raw else None
+        """An array's shared {script, argv} (codec.shares_spec), for the records that refer to it:
+        one GET per array, not per task."""
+        if array_id not in self._specs:
+            raw = self._pipe([("GET", self.k.spec(int(array_id)))])[0]
+            self._specs[array_id] = json.loads(raw) if raw else None
+        return self._specs[array_id]
 
     def active(self) -> list:
         return self.jobs(self._pipe([("ZRANGE", self.k.active, 0, -1)])[0])

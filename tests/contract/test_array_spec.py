@@ -56,12 +56,15 @@ def test_an_archived_task_keeps_its_script_and_a_runner_reads_it(conns, tmp_path
     first = reply(r, "arch")["job_id"]
     assert AgentStore(r, K).job_and_control(first + 1)[0].script == script
     for jid in range(first, first + 3):
-        finish(r, jid, 1, "completed", 0, now + 10)
-    s.tick(now + 20)
+        finish(r, jid, 1, "completed", 0, now + (10 if jid < first + 2 else 5000))
+    s.tick(now + 5001)
     assert r.zcard(K.history) == 3
     path = str(tmp_path / "history.db")
-    Archiver(r, K, Archive(path), keep=0).step(now + 3600)
+    Archiver(r, K, Archive(path), keep=0).step(now + 3600)      # the first two tasks only
+    assert r.exists(K.spec(first)) and AgentStore(r, K).job(first + 2).script == script
+    Archiver(r, K, Archive(path), keep=0).step(now + 10 ** 6)
     assert not r.exists(K.job(first + 2)), "archived"
+    assert not r.exists(K.spec(first)), "the shared spec leaves Redis with the array's last task"
     for reader in (Reader(r, K, History(path)),):
         assert reader.job(first + 2).script == script
         assert {j.script for j in reader.ended()} == {script}
