@@ -3,8 +3,11 @@
 set as Torque/PBS Pro and SGE set them, each family unless `worker.pbs_env` / `worker.sge_env` is false.
 
 `vars` is pure (worker/jobenv.py layers it); `prepare` makes the two files they name: the node file
-(one line per slot, as Torque writes it) in `<spool>/aux/<job>` and the job's own TMPDIR,
-`<spool>/tmp/<job>`, both the user's; `remove` drops them with the job's other spool files.
+(one line per slot, as Torque writes it) in `<spool>/aux/<job>` and the job's own TMPDIR, both the
+user's; `end` drops TMPDIR when the attempt ends (as pbs_mom and sge_execd do), `remove` the node
+file with the job's other spool files. TMPDIR is `<spool>/tmp/<job>`, not under /tmp: a folder in a
+world-writable directory would let another user choose where root creates and chowns it; point
+worker.spool at a disk with room for the jobs' temporary files.
 """
 import os
 import shutil
@@ -91,6 +94,11 @@ def prepare(spool: str, job, uid: int, gid: int, node: str, part) -> tuple[str, 
     if os.geteuid() == 0:
         os.chown(tmpdir, uid, gid)
     return nodefile, tmpdir
+
+
+def end(spool: str, jid: int) -> None:
+    """The attempt ended (the runner's last step): its TMPDIR goes, as pbs_mom and sge_execd remove it."""
+    shutil.rmtree(os.path.join(spool, "tmp", str(int(jid))), ignore_errors=True)
 
 
 def remove(spool: str, jid: int) -> None:

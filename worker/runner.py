@@ -21,7 +21,7 @@ from dataclasses import replace
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
+from . import batchenv, cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
 from .claiming import epoch_over, fence
 from .ending import HARD, Ending, end_message
 
@@ -145,6 +145,8 @@ class Run(Ending):
                 self._drop_result()
             finally:
                 self._release_cgroup()
+                if self.s.pbs_env or self.s.sge_env:
+                    batchenv.end(self.s.spool, self.job.id)      # TMPDIR goes with the job, as pbs_mom's
         out = {"ran": self.proc is not None, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
         return {**out, "released": True} if self.slot is not None else out
 

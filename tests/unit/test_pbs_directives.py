@@ -161,17 +161,11 @@ def test_the_node_file_has_a_line_per_slot_and_the_tmpdir_is_the_users(tmp_path)
     nodefile, tmpdir = batchenv.prepare(str(tmp_path), job, os.getuid(), os.getgid(), "n1", None)
     assert open(nodefile).read() == "n1\nn1\nn1\n" and os.path.isdir(tmpdir)
     assert os.stat(tmpdir).st_mode & 0o777 == 0o700
+    assert tmpdir == os.path.join(str(tmp_path), "tmp", "9")
+    batchenv.end(str(tmp_path), 9)
+    assert os.path.exists(nodefile) and not os.path.exists(tmpdir), "TMPDIR goes when the attempt ends"
     batchenv.remove(str(tmp_path), 9)
-    assert not os.path.exists(nodefile) and not os.path.exists(tmpdir)
-
-
-def test_the_array_step_reaches_batchenv_but_not_the_jobs_environment():
-    from labq.worker.jobenv import Place, build
-    job = Job(id=41, user="alice", account="lab", cpus=1, array_id=40, array_index=5, array_count=3, export="ALL",
-              env=(("LABQ_SUB_ARRAY_STEP", "4"), ("HOME", "/h")))
-    env = build(job, Place(node="n1", user="alice", home="/h", shell="/bin/sh", gpus=(), start=0.0,
-                           checkpoint_dir="/c", sge_env=True))
-    assert "LABQ_SUB_ARRAY_STEP" not in env and env["SGE_TASK_STEPSIZE"] == "4" and env["SGE_TASK_FIRST"] == "1"
+    assert not os.path.exists(nodefile)
 
 
 def test_a_job_submitted_from_a_job_gets_its_own_batch_variables():
