@@ -11,7 +11,7 @@ from labq.scheduler.daemon import Scheduler
 from labq.scheduler.store import writes
 from labq.scheduler.store.reads import Reader
 from labq.scheduler.store.state import SchedulerStore
-from tests.harness import BODY, CFG, FROZEN, K, ended_job, job, reply, setup, submit, woke
+from tests.harness import BODY, CFG, FROZEN, K, ended_job, job, push, reply, setup, submit, woke
 
 LEASE = 2.0        # renewed every third of it: a loaded machine has 1.3 s to run the keeper
 
@@ -44,7 +44,7 @@ def test_a_reload_longer_than_the_lease_keeps_it_and_answers_what_waited(conns):
     assert job(r, 1).state == states.RUNNING
     r.delete(K.leader)                                   # s1 dies; s2 takes over with a slow reload
     submit(r, "alice", BODY, "b")
-    r.xadd(K.inbox("alice"), {"rid": "c", "op": "cancel", "body": '{"ids": ["1"]}'})
+    push(r, "alice", {"rid": "c", "op": "cancel", "body": '{"ids": ["1"]}'})
     SlowReload.reloads = 0
     s2 = slow_leader(r, raw, "s2")
     assert s2.tick(now + 1, woke(r)) is True, "the lease lapsed under the reload"

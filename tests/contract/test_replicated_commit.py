@@ -19,7 +19,7 @@ from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import SWEEP_TOML, wait_for
+from tests.harness import SWEEP_TOML, push, wait_for
 
 K = Keys()
 NOW = 1_800_000_000.0
@@ -78,8 +78,7 @@ def started(m, acks: int) -> Scheduler:
 
 
 def send(r, rid, user="alice"):
-    r.xadd(K.inbox(user), {"rid": rid, "op": "submit", "body": json.dumps(BODY)})
-    r.lpush(K.wake, f"user:{user}")
+    push(r, user, {"rid": rid, "op": "submit", "body": json.dumps(BODY)})
 
 
 def waits(r) -> int:
