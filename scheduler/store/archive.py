@@ -28,7 +28,7 @@ import time
 
 from ..errors import UsageError
 from ..model import Job
-from . import acctrows, codec, dialect
+from . import acctrows, codec, dialect, writes
 from .history import default_path, path_of  # noqa: F401 - one place for the path rules
 from .reads import Specs
 
@@ -365,16 +365,8 @@ class Archiver:
         p.hdel(self.k.acct_rows, *ids)                   # their acct rows (acctrows.redis_row) with them
         self.published(p)
         p.execute()
-        self._drop_specs({(j.array_id, j.array_count or 1) for j in jobs if codec.shares_spec(j)})
+        writes.drop_specs(self.r, self.k, {(j.array_id, j.array_count or 1) for j in jobs if codec.shares_spec(j)})
         return len(ids)
-
-    def _drop_specs(self, arrays) -> None:
-        """An array's shared spec (codec.shares_spec) leaves Redis with its last task: every archived
-        record holds its script, and no reader of Redis needs it any more."""
-        for aid, count in arrays:
-            keys = [self.k.job(i) for i in range(aid, aid + count)]
-            if not any(self.r.exists(*keys[i:i + 10_000]) for i in range(0, len(keys), 10_000)):
-                self.r.delete(self.k.spec(aid))
 
     def _ledger(self, before: float) -> int:
         got = self.r.xrange(self.k.ledger, "-", int(before * 1000), count=self.size)

@@ -178,6 +178,15 @@ def put_specs(p, k: Keys, new) -> None:
                 p.set(k.spec(job.array_id), codec.spec(job))
 
 
+def drop_specs(r, k: Keys, arrays) -> None:
+    """The shared spec (put_specs) of each (array id, task count) whose tasks have all left Redis (the
+    archiver's: every archived record holds its script, and no reader of Redis needs it any more)."""
+    for aid, count in arrays:
+        keys = [k.job(i) for i in range(aid, aid + count)]
+        if not any(r.exists(*keys[i:i + 10_000]) for i in range(0, len(keys), 10_000)):
+            r.delete(k.spec(aid))
+
+
 def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:
     """Records of jobs created by a big change, written ahead of its transaction in pipelines of at
     most CHUNK_BYTES, so that a 100,000-task array never sits in memory as one ~240 MB MULTI. A
