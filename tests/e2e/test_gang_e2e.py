@@ -252,3 +252,23 @@ def test_a_preempted_gang_resumes_from_its_checkpoint_on_another_set_of_nodes(ga
         assert f"starts at step {saved} (restart 1)" in logs[r] and f"done at step {saved + 5}" in logs[r]
     e.labq("del", str(urgent))
 
+
+
+def test_srun_in_a_gang_runs_one_task_per_node_and_the_node_file_lists_both(gangs):
+    """compat (issue 37 item 2, issue 42): `srun` in a multi-node script is each node's one task;
+    `srun -n1` is rank 0's alone; PBS_NODEFILE names every node once per slot."""
+    e = gangs
+    with open(os.path.join(e.work, "gang.sh"), "w") as f:
+        f.write("#!/bin/bash\n#SBATCH -N 2\n#SBATCH -c 2\n#SBATCH -t 5\n"
+                "srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 -l sh -c 'echo task on $LABQ_NODE'\n"
+                "srun -n1 -l echo only once\n"
+                "echo nodefile $(sort $PBS_NODEFILE | uniq -c | tr -s ' ')\n")
+    jid = e.sub("-o", "srun-%j-%n.log", "gang.sh")
+    j = e.wait_state(jid, states.TERMINAL, 120)
+    outs = [open(os.path.join(e.work, f"srun-{jid}-{rank}.log")).read() for rank in (0, 1)]
+    assert j.state == states.COMPLETED, (j.state, j.detail, outs)
+    names = [n for n, _ in j.attempts[0].parts]
+    for rank in (0, 1):
+        assert f"{rank}: task on {names[rank]}" in outs[rank], outs
+        assert f"nodefile 2 {sorted(names)[0]} 2 {sorted(names)[1]}" in outs[rank], outs
+    assert "0: only once" in outs[0] and "only once" not in outs[1], outs
