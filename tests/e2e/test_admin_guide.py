@@ -8,16 +8,15 @@ import pwd
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import textwrap
-import uuid
 
 import pytest
 
 from tests.harness import ROOT, wait_for
+from tests.system.site import Site, system_user
 
 GUIDE = pathlib.Path(ROOT) / "docs" / "admin.md"
 SYSTEM_TOOLS = {"apt-get", "systemctl", "useradd", "sqlite3"}
@@ -51,89 +50,6 @@ def scratch():
     shutil.rmtree(d, ignore_errors=True)
 
 
-class Site:
-    """The guide's machine in a scratch directory, deployed as the units say: Redis as `redis` in
-    /var/lib/redis (its /run/redis removed when it stops, as Debian's unit does), the scheduler as an
-    unprivileged system user with the unit's environment (STATE_DIRECTORY, UMask=0077, a home it
-    cannot write), the worker as root with its own STATE_DIRECTORY. The guide's `systemctl` lines
-    act on these processes; every other step runs as written (paths moved)."""
-
-    def __init__(self, s: pathlib.Path, port: int, user):
-        self.s, self.user, self.procs = s, user, {}
-        self.log = open(s / "daemons.log", "a")
-        self.sock = s / "run/redis/redis-server.sock"
-        self.env = dict(os.environ, PATH=f"{s}/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                        LABQ_CONFIG=f"{s}/etc/labq/labq.toml")
-        for k in ("PYTHONPATH", "LABQ_NO_SYSTEM_CONFIG", "LABQ_REDIS_URL", "LABQ_STATE_DIR"):
-            self.env.pop(k, None)        # the config names everything: a machine's shell, not the suite's
-
-    def start(self, name: str) -> None:
-        s, redis_pw = self.s, pwd.getpwnam("redis")
-        if name == "redis":
-            (s / "run/redis").mkdir(exist_ok=True)
-            os.chown(s / "run/redis", redis_pw.pw_uid, redis_pw.pw_gid)
-            argv = ["setpriv", f"--reuid={redis_pw.pw_uid}", f"--regid={redis_pw.pw_gid}", "--clear-groups",
-                    "redis-server", "--port", "0", "--unixsocket", str(self.sock), "--unixsocketperm", "777",
-                    "--dir", str(s / "var/lib/redis"), "--appendonly", "yes", "--save", ""]
-            env, umask = self.env, 0o022
-        elif name == "scheduler":
-            u = self.user
-            argv = ["setpriv", f"--reuid={u.pw_uid}", f"--regid={u.pw_gid}", "--clear-groups",
-                    f"{s}/usr/local/bin/labq", "scheduler"]
-            env = dict(self.env, STATE_DIRECTORY=f"{s}/var/lib/labq-scheduler", HOME=u.pw_dir, USER=u.pw_name,
-                       LOGNAME=u.pw_name)
-            umask = 0o077
-        else:
-            argv, umask = [f"{s}/usr/local/bin/labq", "worker"], 0o022
-            env = dict(self.env, STATE_DIRECTORY=f"{s}/var/lib/labq")
-        self.log.write(f"--- start {name}\n")
-        self.log.flush()
-        self.procs[name] = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                            preexec_fn=lambda: os.umask(umask))
-        if name == "redis":
-            wait_for(self.sock.exists, 30, what="redis")
-
-    def stop(self, name: str) -> int | None:
-        p = self.procs.pop(name, None)
-        if p is None:
-            return None
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
-        if name == "redis":
-            shutil.rmtree(self.s / "run/redis", ignore_errors=True)     # Debian's RuntimeDirectory=
-        return p.returncode
-
-    def systemctl(self, line: str) -> None:
-        """A guide line `systemctl stop|start|restart UNIT...`, on this site's processes."""
-        words = shlex.split(line, comments=True)
-        if len(words) < 3 or words[0] != "systemctl" or words[1] not in ("stop", "start", "restart"):
-            return                                          # enable, daemon-reload: nothing to do here
-        names = [{"labq-scheduler": "scheduler", "labq-worker": "worker", "redis-server": "redis"}[w]
-                 for w in words[2:]]
-        for n in names:
-            if words[1] in ("stop", "restart"):
-                self.stop(n)
-            if words[1] in ("start", "restart"):
-                self.start(n)
-
-    def close(self):
-        for n in ("worker", "scheduler", "redis"):
-            self.stop(n)
-        self.log.close()
-
-
-def _system_user():
-    name = f"lqs{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
-                    "/usr/sbin/nologin", "--user-group", name], check=True)
-    return pwd.getpwnam(name)
-
-
 def test_every_step_of_the_admin_guide_runs_as_deployed(scratch):
     """Issue 36: every block runs in order; the guide's own backup, restore (Debian's ownership), the
     rollback it causes (the scheduler refuses, exit 3, naming its state file in $STATE_DIRECTORY),
@@ -146,7 +62,7 @@ def test_every_step_of_the_admin_guide_runs_as_deployed(scratch):
              ("/var/backups", f"{s}/var/backups"), ("/var/lib/redis", f"{s}/var/lib/redis"),
              ("/var/lib/labq-scheduler", f"{s}/var/lib/labq-scheduler"),
              ("/run/redis", f"{s}/run/redis"), ("127.0.0.1:9464", f"127.0.0.1:{port}")]
-    user = _system_user()
+    user = system_user()
     redis_pw = pwd.getpwnam("redis")
     os.chmod(s, 0o755)
     for d in ("etc/labq", "var/lib/redis", "var/lib/labq-scheduler", "var/lib/labq", "run/redis"):
