@@ -187,7 +187,8 @@ def default_layout(jobs: list[dict], now: float) -> str:
 
 def wide_layout(jobs: list[dict], now: float) -> str:
     """Torque's `qstat -a` (and -u): requested memory and time, elapsed time."""
-    head = ["", f"{'':<72}Req'd       Req'd       Elap",
+    # "Req'd"/"Elap" right-aligned over Memory (ends at column 91), Time (101) and Elap Time (113)
+    head = ["", f"{SERVER}: ", f"{'Req' + chr(39) + 'd':>91} {'Req' + chr(39) + 'd':>9}   {'Elap':>9}",
             f"{'Job ID':<23} {'Username':<11} {'Queue':<8} {'Jobname':<16} {'SessID':>6} {'NDS':>5} {'TSK':>6} "
             f"{'Memory':>9} {'Time':>9} {'S'} {'Time':>9}",
             f"{'-' * 23} {'-' * 11} {'-' * 8} {'-' * 16} {'-' * 6} {'-' * 5} {'-' * 6} {'-' * 9} {'-' * 9} - {'-' * 9}"]

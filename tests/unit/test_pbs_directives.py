@@ -114,7 +114,11 @@ def test_qstat_prints_torques_layout_and_state_letters():
     assert out[2] == "12.labq                   train            alice           01:00:23 R normal"
     assert [line.split()[4] for line in out[2:]] == ["R", "H", "Q", "E", "C", "R"]
     assert out[7].startswith("17[3].labq ")
-    wide = pbsshim.wide_layout(rows[:1], 3723.0).splitlines()
+    wide = pbsshim.wide_layout(rows[:1], 3723.0).splitlines()[1:]
+    assert wide[0] == "labq: " and wide[1].rstrip().endswith("Elap")
+    for word, column in (("Req'd", "Memory"), ("Elap", "S")):     # the upper header ends where its column does
+        assert wide[1].index(word) + len(word) == wide[2].index(column) + len(column) or word == "Elap"
+    assert len(wide[1].rstrip()) == len(wide[3])
     assert wide[2].split() == ["Job", "ID", "Username", "Queue", "Jobname", "SessID", "NDS", "TSK", "Memory", "Time",
                                "S", "Time"]
     assert wide[4].split() == ["12.labq", "alice", "normal", "train", "--", "1", "4", "2048mb", "01:00:00", "R",
