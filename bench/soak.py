@@ -19,6 +19,10 @@ says, from those stamps, the job records and `labq ledger verify`:
               no budget spent past its limit plus the overrides the soak gave
   budget      how many jobs lab-c's budget preempted (on_exhaust = "preempt"): whenever lab-c can no
               longer pay a job, the soak gives it an override that expires under its running jobs
+  stamps      (issue 35, from the stamps and their pids alone) attempts of one job alive at once,
+              attempts started while the node had no live agent (between its kill -9 and its
+              successor's start), work re-run after an attempt stamped its end, and jobs whose work
+              ended but that did not end COMPLETED: all must be none
 
 Chaos is planned, not timed by luck: a kill -9 of the scheduler at 30% of the run and of the agent
 at 60%, and (longer runs) one every 20-60 s besides; one that a slow submit made late still happens before
@@ -79,18 +83,19 @@ limit = BUDGET
 on_exhaust = "preempt"
 """
 JOB = r"""#!/bin/sh
-# soak job: $1 kind (plain | ckpt | stubborn), $2 seconds of work, $3 stamp directory
+# soak job: $1 kind (plain | ckpt | stubborn), $2 seconds of work, $3 stamp directory; each stamp is
+# "<kind> <restart count> <time> <pid>"
 S="$3/$LABQ_JOB_ID"; A="$LABQ_RESTART_COUNT"
 [ "$1" = stubborn ] && trap '' TERM
-echo "start $A $(date +%s.%N)" >> "$S"
+echo "start $A $(date +%s.%N) $$" >> "$S"
 i=0
 if [ "$1" = ckpt ] && [ -f "$LABQ_CHECKPOINT_DIR/step" ]; then i=$(cat "$LABQ_CHECKPOINT_DIR/step"); fi
 while [ "$i" -lt "$2" ]; do
   sleep 1; i=$((i+1))
   [ "$1" = ckpt ] && echo "$i" > "$LABQ_CHECKPOINT_DIR/step"
-  echo "alive $A $(date +%s.%N)" >> "$S"
+  echo "alive $A $(date +%s.%N) $$" >> "$S"
 done
-echo "end $A $(date +%s.%N)" >> "$S"
+echo "end $A $(date +%s.%N) $$" >> "$S"
 """
 GUARANTEED = {"lab-a": 3, "lab-b": 3}
 WAITING = {states.RESOURCES, states.PRIORITY, states.PREEMPTING_FOR, states.NONE}
@@ -113,6 +118,7 @@ class Soak:
         self.ids: list[int] = []
         self.chaos: list[list[float]] = []       # [start, end] of each window the daemons were down
         self.kills = {"scheduler": 0, "worker": 0}
+        self.agent_dead: list[tuple[float, float]] = []   # (kill -9 of the agent, its successor started)
         self.budget = budget
         self.overrides = 0                      # micro-$ of lab-c overrides granted (each one expires)
         self.override_until = 0.0               # monotonic: while one is active, lab-c submits low work
@@ -208,6 +214,7 @@ class Soak:
             k = self.client.k
             wait_for(lambda: self.client.r.get(k.leader), 180, 0.1, what=f"a leader (see {self.e.log.name})")
         else:
+            self.agent_dead.append((start, time.time()))
             self.stack.start("worker", "worker", *self.stack.worker_args)
             self.e.wait_up(180)
         # the jobs on a dead node end NF when its lease runs out, and are requeued: leave that out too
@@ -264,6 +271,8 @@ class Soak:
     def report(self, drained: bool) -> dict:
         jobs = {j.id: j for j in self.client.read.jobs(self.ids) if j is not None}
         lost, double = self._runs(jobs)
+        stamped = stamp_checks({i: _lives(os.path.join(self.stamps, str(i))) for i in self.ids}, jobs,
+                               self.agent_dead)
         spent = {k: int(v) for k, v in self.client.read.spent().items()}
         charged, over = self._charges(jobs)
         verify = subprocess.run(self.stack.command("ledger", "verify"), env=self.stack.env(), capture_output=True,
@@ -295,6 +304,7 @@ class Soak:
             "within_limits": all(v <= limits.get(k, v) for k, v in spent.items()),
             "ledger_verify": {"rc": verify.returncode, "out": (verify.stdout + verify.stderr).strip()[-400:]},
             "above_commitment": over,
+            **stamped,
         }
 
     def _runs(self, jobs: dict) -> tuple[list, list]:
@@ -338,12 +348,52 @@ class Soak:
 
 
 def _stamps(path: str):
+    return [(kind, a, t) for kind, a, t, _ in _rows(path)]
+
+
+def _rows(path: str) -> list[tuple[str, int, float, int]]:
+    """(kind, restart count, time, pid) of each stamp a job wrote (pid 0 in a stamp without one)."""
     try:
         with open(path) as f:
             rows = [line.split() for line in f]
     except FileNotFoundError:
         return []
-    return [(r[0], int(r[1]), float(r[2])) for r in rows if len(r) == 3]
+    return [(r[0], int(r[1]), float(r[2]), int(r[3]) if len(r) > 3 else 0) for r in rows if len(r) in (3, 4)]
+
+
+def _lives(path: str) -> dict[tuple[int, int], tuple[float, float, bool]]:
+    """(restart count, pid) -> (first stamp, last stamp, whether it stamped its end): each attempt's
+    life as the job itself recorded it."""
+    out: dict[tuple[int, int], tuple[float, float, bool]] = {}
+    for kind, a, t, pid in _rows(path):
+        lo, hi, ended = out.get((a, pid), (t, t, False))
+        out[(a, pid)] = (min(lo, t), max(hi, t), ended or kind == "end")
+    return out
+
+
+# A job spawned just before its agent was killed may write its first stamp a moment after.
+AGENT_DEATH_SLACK = 0.5
+
+
+def stamp_checks(lives: dict, jobs: dict, agent_dead) -> dict:
+    """Issue 35's promises, read from the jobs' own stamps only: no two attempts of a job alive at
+    once (`overlaps`); no attempt started while the node had no live agent, between a kill -9 of it
+    and its successor's start (`started_after_agent_died`); no work re-run once an attempt stamped
+    its end (`rerun_after_end`), and such a job ends COMPLETED (`finished_not_completed`)."""
+    overlaps, late, rerun, unrecorded = [], [], [], []
+    for i, spans in lives.items():
+        ordered = sorted(spans.values())
+        if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+            overlaps.append(i)
+        if any(k + AGENT_DEATH_SLACK < lo < up for lo, _, _ in spans.values() for k, up in agent_dead):
+            late.append(i)
+        ended = [a for (a, _), (_, _, done) in spans.items() if done]
+        if ended and any(a > min(ended) for a, _ in spans):
+            rerun.append(i)
+        if ended and i in jobs and jobs[i].state != states.COMPLETED:
+            unrecorded.append(i)
+    return {"overlaps": sorted(overlaps), "started_after_agent_died": sorted(late), "rerun_after_end": sorted(rerun),
+            "finished_not_completed": sorted(unrecorded)}
 
 
 def soak(seconds: float, seed: int = 1, budget: float = 3.0, keep: bool = False) -> dict:
@@ -356,7 +406,8 @@ def soak(seconds: float, seed: int = 1, budget: float = 3.0, keep: bool = False)
 
 def failures(out: dict) -> list[str]:
     """What the report says is broken (empty: the soak kept every promise it checks)."""
-    bad = [k for k in ("lost", "double_runs", "preempted_unasked", "above_commitment") if out[k]]
+    bad = [k for k in ("lost", "double_runs", "preempted_unasked", "above_commitment", "overlaps",
+                       "started_after_agent_died", "rerun_after_end", "finished_not_completed") if out.get(k)]
     bad += [k for k in ("drained", "charges_equal_attempts", "within_limits") if not out[k]]
     if out["max_preemptions_per_job"] > out["max_preemptions"]:
         bad.append("max_preemptions_per_job")

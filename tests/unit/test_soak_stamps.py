@@ -1,0 +1,52 @@
+"""bench/soak.py's issue-35 checks over the jobs' own stamps (pure: synthetic stamps in, verdicts out)."""
+import importlib.util
+import os
+
+from labq.scheduler import states
+from labq.scheduler.model import Job
+from tests.harness import ROOT
+
+
+def _soak():
+    spec = importlib.util.spec_from_file_location("soak_for_stamps", os.path.join(ROOT, "bench", "soak.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SOAK = _soak()
+BASE = {"lost": [], "double_runs": [], "preempted_unasked": [], "above_commitment": [], "drained": True,
+        "charges_equal_attempts": True, "within_limits": True, "max_preemptions_per_job": 0, "max_preemptions": 3,
+        "ledger_verify": {"rc": 0}}
+
+
+def write(tmp_path, name, lines):
+    p = tmp_path / name
+    p.write_text("".join(f"{line}\n" for line in lines))
+    return str(p)
+
+
+def job(jid, state=states.COMPLETED):
+    return Job(id=jid, user="u", account="a", state=state)
+
+
+def test_clean_stamps_pass_and_each_violation_is_named(tmp_path):
+    clean = write(tmp_path, "1", ["start 0 100.0 11", "alive 0 101.0 11", "start 1 103.0 12", "alive 1 104.0 12",
+                                  "end 1 105.0 12"])
+    overlap = write(tmp_path, "2", ["start 0 100.0 21", "alive 0 104.0 21", "start 1 103.0 22", "end 1 106.0 22"])
+    late = write(tmp_path, "3", ["start 0 201.0 31", "end 0 203.0 31"])          # the agent died at 200, back at 205
+    rerun = write(tmp_path, "4", ["start 0 100.0 41", "end 0 101.0 41", "start 1 110.0 42", "end 1 111.0 42"])
+    unrecorded = write(tmp_path, "5", ["start 0 100.0 51", "end 0 101.0 51"])
+    lives = {i: SOAK._lives(p) for i, p in zip(range(1, 6), (clean, overlap, late, rerun, unrecorded))}
+    jobs = {i: job(i) for i in range(1, 5)} | {5: job(5, states.PENDING)}
+    got = SOAK.stamp_checks(lives, jobs, [(200.0, 205.0)])
+    assert got == {"overlaps": [2], "started_after_agent_died": [3], "rerun_after_end": [4],
+                   "finished_not_completed": [5]}
+    assert SOAK.failures({**BASE, **got}) == list(got)
+    assert SOAK.failures({**BASE, **SOAK.stamp_checks({1: lives[1]}, jobs, [(200.0, 205.0)])}) == []
+
+
+def test_old_stamps_without_a_pid_still_parse(tmp_path):
+    p = write(tmp_path, "1", ["start 0 100.0", "end 0 101.0"])
+    assert SOAK._stamps(p) == [("start", 0, 100.0), ("end", 0, 101.0)]
+    assert SOAK._lives(p) == {(0, 0): (100.0, 101.0, True)}
