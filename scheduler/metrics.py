@@ -62,7 +62,7 @@ def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: i
          [({"node": n, "model": m}, v) for (n, m), v in sorted(gpus_total.items())]),
         ("labq_gpus_allocated", "GPUs held by running jobs, by node and model.",
          [({"node": n, "model": m}, v) for (n, m), v in sorted(gpus_alloc.items())]),
-        ("labq_node", "Each known node (1), labelled with its state (up, drain, down).", node_rows),
+        ("labq_node", "Each known node (1), labelled with its state (up, drain, unhealthy, down).", node_rows),
         ("labq_leader", "1 while this scheduler holds the leader lease.", [({}, 1 if leading else 0)]),
     ]
     for k, rows in budget_rows.items():
