@@ -28,13 +28,13 @@ COMMANDS = {
 # Each command's line in `labq --help`, so that listing them imports none of their modules (110 ms of
 # CPU to import them all, issue 39). tests/unit/test_cli_help.py checks each against the command's own.
 SHORT = {
-    "acct": "History of ended jobs with their costs (sacct-like).",
+    "acct": "History of ended jobs with their costs (sacct-like): your own, or every user's for admins.",
     "admin": "Administration: Redis ACL roles (`labq admin acl`), dead letters, accept-loss.",
     "alerts": "Alerts: budget warnings, forecast overruns, exhaustion, overrides, and the agents' (idle GPUs, …).",
     "budget": "Budgets: limit, spent, accrued, committed (what running jobs may still spend), available, alerts.",
     "checkpoint": "From inside a job: record that it has just saved a checkpoint (lost work counts from now).",
     "config": "Configuration.",
-    "del": "Cancel jobs (your own; admins any).",
+    "del": "Cancel jobs (your own; admins any), or with -u every job of a user.",
     "demo": "Run the 12-job sweep demo end to end and show waves, costs and the budget.",
     "drain": "Take no new jobs on NODE; running ones finish (admins).",
     "hold": "Keep pending jobs from starting (reason Held) until released.",
