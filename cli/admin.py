@@ -196,9 +196,10 @@ def _give_to_directory_owner(path: str) -> None:
 
 
 def _archive_commands():
-    from .archivecmd import archive, export
+    from .archivecmd import archive, export, history
     admin.add_command(archive)
     admin.add_command(export)
+    admin.add_command(history)
 
 
 _archive_commands()

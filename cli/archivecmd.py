@@ -1,6 +1,7 @@
 """`labq admin archive` and `labq admin export`: the accounting archive (scheduler/store/archive.py)
 for the lab's administrator and its own tools."""
 import json
+import os
 import sys
 
 import click
@@ -161,3 +162,31 @@ def _ledger_json(entries, out) -> None:
         out.write(sep + json.dumps(e, separators=(",", ":")))
         sep = ",\n"
     out.write("\n]\n")
+
+
+@click.group("history")
+def history():
+    """The accounting archive itself (admins, on the scheduler's host)."""
+
+
+@history.command()
+@click.option("--to", "to", required=True, help="The new archive: postgresql://USER@HOST/DB or sqlite:///PATH.")
+@pass_ctx
+def migrate(ctx, to):
+    """Copy the archive (history.url, else the scheduler's state directory) into an empty database,
+    row for row, hash chain and cluster id included. Stop the scheduler first; then set
+    history.url = TO and start it again."""
+    from labq.scheduler.store.history import default_path, path_of
+    from labq.scheduler.store.migrate import migrate as run
+    leader, published = ctx.client.read.leader_and_archive()
+    if leader:
+        raise UsageError("a scheduler is leading: stop it first (systemctl stop labq-scheduler); it is the "
+                         "archive's one writer")
+    source = default_path(ctx.cfg.history["url"]) if ctx.cfg.history["url"] else \
+        (published or default_path(""))
+    if "://" not in source and not os.path.exists(source):
+        raise UsageError(f"no archive at {source} (nothing archived yet, or set history.url)")
+    got = run(source, path_of(to))
+    # The scheduler started on the new history.url publishes the archive's new place in Redis.
+    click.echo(f"copied {got['jobs']} jobs and {got['ledger']} ledger entries from {source}; now set history.url "
+               "to the --to URL in every machine's labq.toml and start the scheduler")

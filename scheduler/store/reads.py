@@ -261,6 +261,11 @@ class Reader:
             yield from ((i, f) for i, f in self.history.ledger_window(lo, hi) if i not in have)
         yield from recent
 
+    def leader_and_archive(self) -> tuple[str, str]:
+        """(the leading scheduler's id, where it published its archive); "" where none."""
+        leader, archive = self.r.mget([self.k.leader, self.k.archive])
+        return leader or "", archive or ""
+
     def ledger_anchor(self) -> dict | None:
         """The archived chain's head as the last archive pass left it (store/archive.py)."""
         import json

@@ -6,8 +6,10 @@ SQLite and in a private PostgreSQL cluster (the `archive_at` fixture; skipped wi
 PostgreSQL or psycopg is missing)."""
 
 import json
+import os
 
 import pytest
+import redis
 
 from labq.scheduler.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
@@ -618,3 +620,50 @@ def test_clients_find_the_archive_through_redis_and_never_read_another_clusters(
         History(None, ask=never, get=fake_redis.get, keys=k).jobs([1])
     fake_redis.set(k.cluster, "aaaa")
     assert History(None, ask=never, get=fake_redis.get, keys=k).jobs([1]) == {}     # opened where Redis says
+
+
+def test_migrate_moves_the_archive_row_for_row_chain_and_cluster_included(conns, archive_at, tmp_path):
+    """`labq admin history migrate --to URL` (issue 36): SQLite -> PostgreSQL (or another file); every
+    answer read from the new archive is the old one's, the chain verifies against Redis's anchor,
+    the cluster id moves with it; a target that holds rows is refused."""
+    from labq.scheduler.errors import RefusedError
+    from labq.scheduler.store.migrate import migrate
+    r, raw = conns
+    _workload(r, raw)
+    source = str(tmp_path / "old-history.db")
+    Archiver(r, K, source, keep=0, cluster="c1").step(T0 + 500)
+    before = _answers(Reader(r, K, History(source)))
+    got = migrate(source, archive_at)
+    assert got["jobs"] == len(Archive(source).jobs(range(1, 100))) and got["ledger"] == Archive(source).head()["rows"]
+    assert _answers(Reader(r, K, History(archive_at))) == before
+    moved = Archive(archive_at)
+    assert moved.broken_chain(Reader(r, K).ledger_anchor()) == [] and moved.cluster() == "c1"
+    with pytest.raises(RefusedError, match="already holds archived rows"):
+        migrate(source, archive_at)
+
+
+def test_the_migrate_command_refuses_while_a_scheduler_leads_then_moves_the_archive(redis_server, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.harness import ROOT
+    r = redis_server.client()
+    r.flushall()
+    _workload(r, redis.Redis(unix_socket_path=redis_server.sock))
+    source = str(tmp_path / "history.db")
+    Archiver(r, K, source, keep=0, cluster="c1").step(T0 + 500)
+    cfg = tmp_path / "labq.toml"
+    cfg.write_text(f'[redis]\nurl = "{redis_server.url}"\n')
+    target = tmp_path / "new.db"
+
+    def migrate():
+        return subprocess.run([sys.executable, "-m", "labq", "--config", str(cfg), "admin", "history", "migrate",
+                               "--to", f"sqlite://{target}"], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+    r.set(K.leader, "sched-1")
+    p = migrate()
+    assert p.returncode == 2 and "stop it first" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    r.delete(K.leader)
+    p = migrate()
+    assert p.returncode == 0 and "copied" in p.stdout, p.stderr
+    assert Archive(str(target)).cluster() == "c1" and not Archive(str(target)).broken_chain(Reader(r, K).ledger_anchor())
