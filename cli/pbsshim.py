@@ -18,7 +18,7 @@ import time
 from labq.scheduler.errors import UsageError
 
 from . import pbsdirs
-from .shim import call, refuse
+from .shim import call, refuse, script_text
 
 SERVER = "labq"
 _SGE_ONLY = {"cwd", "pe", "hold_jid", "tc", "terse", "wd", "b", "notify", "now", "sync"}
@@ -42,14 +42,8 @@ def labq_id(text: str) -> str:
 # -- qsub --------------------------------------------------------------------------------------
 def qsub(argv: list[str]) -> int:
     opt_tokens, script, args = _split(argv)
-    text = ""
-    if script:
-        try:
-            with open(script) as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError):
-            text = ""          # labq sub says what is wrong with it
-    family, script_tokens = pbsdirs.directives(text) if text and "-b" not in opt_tokens else (None, [])
+    text = script_text([script] if script else []) if "-b" not in opt_tokens else None   # a file or stdin
+    family, script_tokens = pbsdirs.directives(text) if text else (None, [])
     names = {n for n, _ in pbsdirs.options(opt_tokens)}
     family = family or ("sge" if names & _SGE_ONLY else "pbs")
     flags, ignored, given = pbsdirs.translate(opt_tokens, family)

@@ -119,17 +119,37 @@ def sbatch(argv: list[str]) -> int:
     return 0
 
 
+def script_text(rest: list[str]) -> str | None:
+    """The script `rest` names, or the one on stdin (`sbatch <<EOF`), read here and put back for
+    `labq sub` to read; None for a command (--wrap, -b y) or what cannot be read (labq sub says why)."""
+    if rest and rest[0] == "--":
+        return None
+    if rest:
+        try:
+            with open(rest[0]) as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError:
+        return None
+    sys.stdin = io.StringIO(text)
+    return text
+
+
 def default_output(flags: list[str], rest: list[str]) -> list[str]:
     """SLURM's default log names (slurm-%j.out, an array's slurm-%A_%a.out) where neither the
     command line nor the script's directives name one: labq's own default is labq-%j.out."""
     script = []
-    if rest and rest[0] != "--":
+    text = script_text(rest)
+    if text is not None:
         try:
-            with open(rest[0]) as f:
-                text = f.read()
             from .subcore import directives as labq_directives
             script = labq_directives(text) or sbatch_dirs.translate(sbatch_dirs.directives(text))[0]
-        except (OSError, UnicodeDecodeError, ValueError, LabqError):
+        except (ValueError, LabqError):
             return []      # labq sub says what is wrong with the script
     given = set(flags) | set(script)
     if given & {"-o", "--output"}:

@@ -141,6 +141,16 @@ def test_sbatch_prints_slurms_lines(calls, capsys, tmp_path):
                         "--parsable", "--", "/bin/sh", "-c", "echo hi"]
 
 
+def test_sbatch_reads_a_script_on_stdin_for_its_directives_and_hands_it_on(calls, monkeypatch):
+    import io
+    text = "#!/bin/bash\n#SBATCH --array=0-3\necho $SLURM_ARRAY_TASK_ID\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert shim.sbatch(["-J", "x"]) == 0
+    assert calls[0] == ["sub", "--output", "slurm-%A_%a.out", "--name", "x", "--parsable"]
+    import sys
+    assert sys.stdin.read() == text, "labq sub reads the same script"
+
+
 @pytest.mark.parametrize("argv,message", [(["--frob"], "does not take --frob"), (["-i", "5"], "does not take -i")])
 def test_squeue_refuses_in_one_line(argv, message, calls, capsys):
     with pytest.raises(SystemExit) as e:
