@@ -1,7 +1,8 @@
 """redis.min_replicas_ack on a real master and replica (loopback TCP): a group commit is WAITed on
 before its replies and dispatch entries go out, so what a client was told is on a replica first;
 a commit no replica acknowledged keeps its replies back (the client's resend is answered once the
-replica is back); without min_replicas_ack nothing changes (no WAIT, replies in the transaction)."""
+replica is back); without min_replicas_ack nothing changes (no WAIT, replies in the transaction);
+a promoted copy without an acknowledged job is refused by the state file."""
 import json
 import os
 import shutil
@@ -126,3 +127,41 @@ def test_without_min_replicas_ack_no_commit_waits(pair):
     s.tick(NOW + 1, m.lrange(K.wake, 0, -1))
     assert json.loads(m.lrange(K.reply("r3"), 0, -1)[0])["ok"]
     assert waits(m) == before
+
+
+def test_a_promoted_copy_that_lacks_acknowledged_jobs_is_refused(pair, tmp_path):
+    """The state file learns a job id before its reply goes out (not at the tick's end), so a
+    replica promoted without an acknowledged submit is refused even when the old leader died
+    between the reply and its next look at the figures."""
+    from labq.scheduler.durability import Durability
+    from labq.scheduler.errors import RefusedError
+    from labq.scheduler.store.state import SchedulerStore
+    m, _, _ = pair
+    host = m.connection_pool.connection_kwargs["host"]
+    s = started(m, 1)
+    # What a replica that fell behind before the submit holds (nothing yet), promoted.
+    copy = redis.Redis(host=host, port=_port(), decode_responses=True)
+    proc = subprocess.Popen(["redis-server", "--port", str(copy.connection_pool.connection_kwargs["port"]),
+                             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _pings(copy), 30, 0.05, what="the copy")
+        path = str(tmp_path / "state.json")
+        s.durable = Durability(s.store, "sentinel://test/labq", True, path)
+        s.durable.check()
+        send(m, "r4")
+        s._intake(NOW + 1, pending=False)          # the commit alone: no end-of-tick look at the figures
+        jid = json.loads(m.lrange(K.reply("r4"), 0, -1)[0])["job_id"]
+        with pytest.raises(RefusedError) as e:
+            Durability(SchedulerStore(copy, K, "s2"), "sentinel://test/labq", True, path).check()
+        assert "went backwards" in str(e.value) and f"last job id {jid}" in str(e.value), str(e.value)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _pings(r) -> bool:
+    try:
+        return r.ping()
+    except redis.ConnectionError:
+        return False
