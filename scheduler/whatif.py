@@ -80,13 +80,15 @@ def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None =
 
 
 def _never(nodes, job: Job) -> str:
+    def n(count: int, what: str) -> str:
+        return f"{count} {what}" + ("" if count == 1 else "s")
     each = " on each node" if job.nodes > 1 else ""
-    ask = (f"{f'{job.gpu_type}:' if job.gpu_type else ''}{job.gpus} GPUs, {job.cpus} CPUs, "
+    ask = (f"{job.gpu_type + ':' if job.gpu_type else ''}{n(job.gpus, 'GPU')}, {n(job.cpus, 'CPU')}, "
            f"{units.fmt_size(job.mem)} memory{each}")
     where = f"no set of {job.nodes} nodes" if job.nodes > 1 else "no node"
-    big = max(nodes, key=lambda n: (len(n.gpus), n.cpus, n.mem))
-    return (f"plan: {where} of the cluster could ever hold one job ({ask}); the largest node, {big.name}, has "
-            f"{len(big.gpus)} GPUs, {big.cpus} CPUs, {units.fmt_size(big.mem)} ({len(nodes)} nodes)")
+    big = max(nodes, key=lambda x: (len(x.gpus), x.cpus, x.mem))
+    return (f"plan: {where} of the cluster ({n(len(nodes), 'node')}) could ever hold one job ({ask}); the largest, "
+            f"{big.name}, has {n(len(big.gpus), 'GPU')}, {n(big.cpus, 'CPU')}, {units.fmt_size(big.mem)}")
 
 
 # -- labq plan --file: a heterogeneous job list, replayed by the simulator --------------------------

@@ -42,7 +42,7 @@ def test_an_impossible_plan_is_refused_with_the_numbers():
     assert p.returncode == 3 and "no set of 2 nodes" in p.stderr and "8 GPUs" in p.stderr, p.stderr
     assert p.stderr.count("\n") == 1 and "waves" not in p.stdout
     p = labq("plan", "--nodes", "2x4", "--jobs", "1", "-t", "1h", "-G", "8", "--json")
-    assert p.returncode == 3 and "no node of the cluster could ever hold one job (8 GPUs" in p.stderr, p.stderr
+    assert p.returncode == 3 and "no node of the cluster (2 nodes) could ever hold one job (8 GPUs" in p.stderr, p.stderr
 
 
 def test_gang_parts_go_on_different_nodes():
