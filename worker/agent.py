@@ -219,6 +219,7 @@ class Agent:
             self.monitor.stop()
         if self.delegation is not None:
             cgroup.sweep(self.delegation.base)
+            cgroup.release(self.delegation)
         try:
             self.store.release(self.name)
         except conn.ERRORS as e:

@@ -236,6 +236,25 @@ def sweep(base: str) -> list[str]:
     return removed
 
 
+def release(d: Delegation, timeout: float = 5.0) -> None:
+    """At the agent's stop, after `sweep`: its own subtree (labq/<node>-<instance>, "root") goes
+    too, else every agent run leaves a directory behind (hundreds after a day of tests). A unit's
+    delegated directory is systemd's to remove."""
+    if d.how != "root":
+        return
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            os.rmdir(d.base)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:     # EBUSY: a runner that just died leaves it a moment later; else the next sweep's
+            if time.monotonic() >= end:
+                return
+            time.sleep(0.05)
+
+
 # -- one job's cgroup --------------------------------------------------------------------------
 class JobCgroup:
     def __init__(self, base: str, name: str, mount: str | None = None):

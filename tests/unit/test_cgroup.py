@@ -226,3 +226,17 @@ def test_real_memory_limit_kills_the_job_and_memory_events_say_so(real_base):
         assert open(os.path.join(cg.path, "memory.swap.max")).read().strip() == "0"
     cg.kill()
     assert cg.remove()
+
+
+def test_an_agents_own_subtree_goes_at_its_stop_a_units_stays(tmp_path):
+    """Issue 36: 122 directories under /sys/fs/cgroup/unified/labq after a day of tests."""
+    mine, units = tmp_path / "labq-node-1234", tmp_path / "labq-worker.service"
+    mine.mkdir()
+    units.mkdir()
+    cgroup.release(cgroup.Delegation(str(units), frozenset(), "systemd"))
+    cgroup.release(cgroup.Delegation(str(mine), frozenset(), "root"))
+    assert units.exists() and not mine.exists()
+    busy = tmp_path / "busy"
+    (busy / "job-1-a1").mkdir(parents=True)
+    cgroup.release(cgroup.Delegation(str(busy), frozenset(), "root"), timeout=0.2)   # not empty: left, no error
+    assert busy.exists()
