@@ -18,7 +18,8 @@ from labq.scheduler.errors import UsageError
 PREFIXES = {"#PBS": "pbs", "#$": "sge"}
 _NO_VALUE = {"cwd", "V", "h", "I", "terse", "notify", "X", "x", "z", "f"}
 _VALUE_OPTS = {"N", "A", "P", "l", "pe", "t", "J", "tc", "o", "e", "j", "W", "hold_jid", "r", "d", "wd", "v", "q",
-               "m", "M", "S", "p", "a", "c", "k", "u", "C", "F", "R", "js", "ar", "binding", "hold_jid_ad"}
+               "m", "M", "S", "p", "a", "c", "k", "u", "C", "F", "R", "js", "ar", "binding", "hold_jid_ad",
+               "now", "sync", "b", "notify_when"}
 
 
 def directives(script: str) -> tuple[str | None, list[str]]:
@@ -166,6 +167,7 @@ _HANDLERS = {
     "r": lambda r, v, shown: r.flags.__setitem__("--requeue" if v.lower().startswith("y") else "--no-requeue", ""),
     "v": lambda r, v, shown: r.export.extend(x for x in v.split(",") if x),
     "I": _interactive,
+    "sync": _set(wait=lambda v: v.lower().startswith("y")),          # SGE's -sync y: qsub waits, as -W block=true
 }
 
 

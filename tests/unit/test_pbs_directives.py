@@ -88,6 +88,12 @@ def test_pbs_pro_select_and_torque_multi_node():
     assert f == ["--nodes", "2", "--cpus", "4", "--dependency", "afterany:7:8", "--mem", f"{4 << 20}K"]
 
 
+def test_qsub_waits_with_pbs_block_and_sge_sync():
+    assert pbsdirs.translate(["-W", "block=true"], "pbs")[2].wait
+    assert pbsdirs.translate(["-sync", "y", "-now", "n", "-b", "y"], "sge")[2].wait
+    assert not pbsdirs.translate(["-sync", "n"], "sge")[2].wait
+
+
 def test_qsub_splits_options_script_and_arguments():
     assert pbsshim._split(["-N", "x", "-cwd", "-pe", "smp", "4", "run.sh", "a", "-b"]) == (
         ["-N", "x", "-cwd", "-pe", "smp", "4"], "run.sh", ["a", "-b"])
