@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -139,6 +140,7 @@ class Lab:
         self.cluster.start()
         sentinels = ", ".join(f'"127.0.0.1:{p}"' for p in self.cluster.sentinel_ports)
         self.stamps = os.path.join(self.dir, "stamps")
+        self.ckpts = os.path.join(self.dir, "checkpoints")    # `labq checkpoint` inside each job
         self.cfg_path = os.path.join(self.dir, "labq.toml")
         with open(self.cfg_path, "w") as f:
             f.write(CONFIG.format(sentinels=sentinels, service=SERVICE, user=current_user(), node="s-node",
@@ -169,7 +171,8 @@ class Lab:
 
     def sub(self, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(self.stack.command("sub", "--parsable", "-A", "eta", "--", "sh", "-c",
-                                                 f'echo "$LABQ_JOB_ID" >> {self.stamps}; sleep 1'),
+                                                 f'echo "$LABQ_JOB_ID" >> {self.stamps}; '
+                                                 f'{sys.executable} -m labq checkpoint >> {self.ckpts} 2>&1; sleep 1'),
                               env=self.stack.env(), cwd=self.dir, capture_output=True, text=True, timeout=timeout)
 
     def load(self):
@@ -260,6 +263,11 @@ def _check_nothing_lost(lab):
     twice = sorted({j for j in ran if ran.count(j) > 1})
     assert not twice, f"jobs ran twice: {twice}"
     assert set(ids) <= set(ran)
+    # Jobs submitted once the new master took over found it from inside the job too.
+    with open(lab.ckpts) as f:
+        recorded = f.read()
+    late = sorted(ids)[-3:]
+    assert all(f"job {j}: checkpoint recorded" in recorded for j in late), recorded[-2000:]
     assert int(master.get(k.seq)) >= max(ids)
     p = subprocess.run(lab.stack.command("ledger", "verify"), env=lab.stack.env(), capture_output=True,
                        text=True, timeout=120)
