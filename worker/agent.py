@@ -218,8 +218,7 @@ class Agent:
         if self.monitor is not None:
             self.monitor.stop()
         if self.delegation is not None:
-            cgroup.sweep(self.delegation.base)
-            cgroup.release(self.delegation)
+            cgroup.release(self.delegation)     # its job cgroups swept, then its own subtree
         try:
             self.store.release(self.name)
         except conn.ERRORS as e:

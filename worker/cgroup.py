@@ -237,9 +237,10 @@ def sweep(base: str) -> list[str]:
 
 
 def release(d: Delegation, timeout: float = 5.0) -> None:
-    """At the agent's stop, after `sweep`: its own subtree (labq/<node>-<instance>, "root") goes
-    too, else every agent run leaves a directory behind (hundreds after a day of tests). A unit's
-    delegated directory is systemd's to remove."""
+    """At the agent's stop: its job cgroups swept, then its own subtree (labq/<node>-<instance>,
+    "root"), else every agent run leaves a directory behind (hundreds after a day of tests). A
+    unit's delegated directory is systemd's to remove."""
+    sweep(d.base)
     if d.how != "root":
         return
     end = time.monotonic() + timeout
