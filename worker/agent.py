@@ -89,8 +89,7 @@ class Agent:
     def start(self) -> None:
         # 0755: runners make per-job checkpoint dirs (0700, the user's) and scripts (0600) in here.
         os.makedirs(self.settings.spool, mode=0o755, exist_ok=True)
-        if self.cfg.worker["compat_commands"]:
-            self.settings = replace(self.settings, compat_bin=shimbin.folder(self.settings.spool))
+        self.settings = replace(self.settings, compat_bin=shimbin.for_jobs(self.settings.spool, self.cfg.worker))
         self._setup_cgroups()      # before any runner exists: under systemd we move into a leaf first
         # Orphans of a runner killed outright come to us, not to PID 1: reaped (and killed) here.
         proctree.become_subreaper()

@@ -82,6 +82,11 @@ def folder(spool: str, families=("slurm", "pbs", "sge", "modules")) -> str:
     return d
 
 
+def for_jobs(spool: str, worker) -> str:
+    """The folder for jobs' PATH, "" with worker.compat_commands = false."""
+    return folder(spool) if worker["compat_commands"] else ""
+
+
 def install(bindir: str, families: list[str], python: str | None = None) -> int:
     """`make install-*-compat`: refuse a family whose real commands are installed, then write."""
     path = os.environ.get("PATH", "")
