@@ -44,19 +44,23 @@ def verdict(p, job):
     accept = None
     if p.timelines is not None and p.timelines.reserved:
         accept = lambda f: p.timelines.fits_now(job, f.node.name)   # noqa: E731
-    chosen, roomy = find(p.free.free, job, accept)
+    chosen, roomy = find(p.free.free, job, accept, capacity.avoided(job))
     if chosen:
         return p._admit(job, chosen)
     return p._blocked(job, roomy)
 
 
-def find(free: dict, job, accept=None) -> tuple[list | None, bool]:
+def find(free: dict, job, accept=None, avoid=()) -> tuple[list | None, bool]:
     """(the `job.nodes` best-fit spots that `accept` the job, or None; whether enough nodes had the
-    room at all). Best fit as for one node: fewest GPUs, then CPUs, left; ties by name."""
-    fits = sorted((f for f in free.values() if f.fits(job)), key=lambda f: (len(f.gpus), f.cpus, f.node.name))
+    room at all). Best fit as for one node: fewest GPUs, then CPUs, left; ties by name; the nodes of
+    an attempt lost with its node (`avoid`, capacity.avoided) only where the others are too few."""
+    def tight(f):
+        return len(f.gpus), f.cpus, f.node.name
+
+    fits = sorted((f for f in free.values() if f.fits(job)), key=lambda f: (f.node.name in avoid, tight(f)))
     roomy = len(fits) >= job.nodes
     ok = [f for f in fits if accept is None or accept(f)]
-    return (ok[:job.nodes] if len(ok) >= job.nodes else None), roomy
+    return (sorted(ok[:job.nodes], key=tight) if len(ok) >= job.nodes else None), roomy
 
 
 def _kept(p, job):

@@ -118,11 +118,18 @@ def test_an_unclaimed_attempt_is_withdrawn_uncharged_and_del_ends_it_at_once(con
     assert j.attempts[0].outcome == "withdrawn" and j.attempts[0].cost == 0 and j.restart_count == 0
     assert r.hget(K.attempt(1, 1), "claimed") == "withdrawn", "a late runner cannot claim it now"
     assert len(r.xrange(K.ledger)) == 0 and j.cost == 0
-    # Requeued, and placed again at once (its GPUs were freed): attempt 2, on the dispatch list.
+    # Requeued; its node, whose runners took nothing, is unhealthy (issue 35): no work there until a
+    # runner proves alive (its state written after the mark), then attempt 2 goes on the dispatch list.
+    assert j.state == states.PENDING and r.hget(K.node_health("n1"), "reason").startswith("no runner took job 1")
+    assert [n.state for n in s.nodes] == ["unhealthy"]
+    r.hset(K.node_runners("n1"), "0", f"idle pid=1 {now + CFG.start_timeout + 1.5:.3f}")
+    s.tick(now + CFG.start_timeout + 2)
+    j = job(r, 1)
     assert j.state == states.RUNNING and len(j.attempts) == 2 and r.lrange(K.dispatch("n1"), 0, -1) == ["1:2"]
+    assert not r.exists(K.node_health("n1"))
     push(r, "alice", {"rid": "d", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
     r.lpush(K.wake, "user:alice")
-    s.tick(now + CFG.start_timeout + 2, woke(r))
+    s.tick(now + CFG.start_timeout + 3, woke(r))
     j = job(r, 1)
     assert j.state == states.CANCELLED and j.attempts[1].outcome == "withdrawn" and j.cost == 0
 

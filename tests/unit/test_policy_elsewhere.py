@@ -42,3 +42,16 @@ def test_many_alike_jobs_lost_on_a_node_go_elsewhere_by_class():
     # The other node first; the one they were lost on only for what the other cannot hold.
     assert (on.count("big"), on.count("small")) == (16, 2), on
     assert set(s["pending"].values()) <= {states.RESOURCES, states.PRIORITY}
+
+
+def test_a_gang_lost_with_a_node_takes_others_first():
+    # a and b are the tightest (best fit alone would take them again); c and d have room too
+    b = ClusterBuilder().node("a", gpus=2).node("b", gpus=2).node("c", gpus=4).node("d", gpus=4)
+    parts = (("a", ("GPU-a-0",)), ("b", ("GPU-b-0",)))
+    b.job(gpus=1, nodes=2, attempts=(Attempt(1, "a", ("GPU-a-0", "GPU-b-0"), start_time=b.now - 50,
+                                             end_time=b.now - 1, outcome="node_failure", parts=parts),))
+    place = policy.plan(b.build(), cfg()).places[0]
+    assert sorted(n for n, _ in place.parts) == ["c", "d"], place
+    b.running("c", gpus=4).running("d", gpus=4)
+    place = policy.plan(b.build(), cfg()).places[0]
+    assert sorted(n for n, _ in place.parts) == ["a", "b"], "the same nodes when no others can hold it"
