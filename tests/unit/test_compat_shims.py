@@ -156,3 +156,9 @@ def test_squeue_refuses_in_one_line(argv, message, calls, capsys):
     with pytest.raises(SystemExit) as e:
         shim.squeue(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err and not calls
+
+
+def test_the_worker_switch_leaves_jobs_without_the_folder(tmp_path):
+    assert shimbin.for_jobs(str(tmp_path), {"compat_commands": False}) == "" and not (tmp_path / "bin").exists()
+    d = shimbin.for_jobs(str(tmp_path), {"compat_commands": True})
+    assert d == str(tmp_path / "bin") and shimbin.ours(os.path.join(d, "srun"))
