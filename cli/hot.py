@@ -20,6 +20,8 @@ def stat(c, **kw) -> None:
     """The queue from the `stat` index; from the records for --json and -o (their fields are not in
     a row), or while the index is being built. The cyclic collector is off meanwhile: a row per job
     holds no cycle, and its passes over the rows made so far were ~8 of ~60 ms at 10,000 jobs."""
+    if kw.get("rid"):
+        return request_status(c, kw["rid"], kw.get("as_json", False))
     was = gc.isenabled()
     gc.disable()
     try:
@@ -27,6 +29,19 @@ def stat(c, **kw) -> None:
     finally:
         if was:
             gc.enable()
+
+
+def request_status(c, rid: str, as_json: bool) -> None:
+    """`labq stat --rid RID`: the scheduler's word on a request a client gave up on."""
+    got = c.request("request_status", {"of": rid})     # not "rid": that would be this request's own id
+    if not got.get("ok"):
+        fail(got.get("error", "refused"), got.get("code", 2))
+    if as_json:
+        return echo_json(got)
+    if got["state"] == "submitted":
+        n = got.get("count", 1)
+        return echo(f"request {rid}: submitted as job {got['job_id']}" + (f" ({n} tasks)" if n and n > 1 else ""))
+    echo(f"request {rid}: {got['state']}" + (f" - {got['detail']}" if got.get("detail") else ""))
 
 
 def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=None, noheader=False, expand=False,

@@ -14,8 +14,10 @@ from .spec import with_options
 @click.command(context_settings={"help_option_names": ["--help"]})     # -h: squeue's --noheader
 @with_options(spec.STAT)
 @pass_ctx
-def stat(ctx, user, account, state, job_ids, me, start, fmt, noheader, expand, as_json):
+def stat(ctx, user, account, state, job_ids, me, start, fmt, noheader, expand, rid, as_json):
     """The queue: pending and running jobs, with a capacity header."""
+    if rid:
+        return hot.request_status(ctx.thin, rid, as_json)
     if start:
         c, now = ctx.client, time.time()
         hot._states(state)

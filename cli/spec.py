@@ -67,6 +67,8 @@ STAT = [
     (("-o", "--format", "fmt"), "str", 'squeue fields, like "%.10i %.9T %.8u %.10M %.10l %b %R".', None),
     (("-h", "--noheader"), "flag", "No header lines (squeue's -h; help is --help).", False),
     (("-r", "--array", "expand"), "flag", "One line per array task (else pending tasks compact).", False),
+    (("--rid",), "str", "What became of request RID (a client that gave up prints it): submitted as job N, or not.",
+     None),
     (("--json", "as_json"), "flag", None, False),
 ]
 SHOW = [(("--json", "as_json"), "flag", None, False)]

@@ -32,6 +32,8 @@ class Batch:
     dead: list = field(default_factory=list)       # (stream, entry id, fields, reason): dead letters
     usage: dict | None = None                      # fair-share usage when the batch began
     tasks: dict = field(default_factory=dict)      # array id -> its new tasks as expand made them (Tasks)
+    expires: float = float("inf")                  # the first client expiry of a request in it: committed
+                                                   # before it or not at all (Committer.flush)
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.alerts

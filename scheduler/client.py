@@ -30,10 +30,10 @@ class Client(ClientBase):
     def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
         try:
             send, pop = conn.send_and_pop(self.r)
-            return inbox.call(send, pop, self.k, self.user, op, body, timeout, tries, self._sign, get=self.r.get)
-        except conn.ERRORS as e:
-            raise UnreachableError(f"Redis at {self.url} does not answer: {e}; a request may not have been "
-                                   "submitted") from None
+            return inbox.call(send, pop, self.k, self.user, op, body, timeout, tries, self._sign, lost=conn.ERRORS)
+        except conn.ERRORS as e:     # before anything was sent (the connection is made lazily)
+            raise UnreachableError(f"Redis at {conn.without_credentials(self.url)} does not answer: {e}; "
+                                   "nothing was submitted") from None
 
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))

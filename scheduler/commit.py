@@ -126,6 +126,7 @@ class Committer:
         b, self.batch = self.batch, None
         if not b:
             return
+        self._unexpired(b)
         now = self.now     # the tick's time: what the change is stamped with
         # A big change (a 100,000-task array) takes seconds to build and send; the lease must
         # outlive it, or the commit would be refused and the same request redone forever.
@@ -210,6 +211,12 @@ class Committer:
     def replicas_ack(self) -> int:
         """redis.min_replicas_ack, or the `ack` of a sentinel:// URL given by the environment."""
         return max(self.cfg.min_replicas_ack, getattr(getattr(self.store, "r", None), "labq_min_ack", 0))
+
+    def _unexpired(self, b) -> None:
+        """A client gave up on a request of this batch and told its user nothing was done: commit
+        none of it. The reload hands every request taken back, each then answered on its own."""
+        if b.expires < self.clock():
+            raise StalePlanError("a request expired before its commit; reloading, it is answered expired")
 
     def _after_commit(self, b, now: float) -> None:
         """What follows a written batch: the books learn it, alerts go out, big batches give memory back."""

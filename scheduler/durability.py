@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 
 from .errors import RefusedError
+from .store.resp import without_credentials
 
 log = logging.getLogger("labq.scheduler")
 
@@ -104,7 +105,8 @@ class Durability:
     """The checks `labq scheduler` runs before leading (tests that build a Scheduler by hand skip them)."""
 
     def __init__(self, store, url: str, allow_volatile: bool, path: str):
-        self.store, self.url, self.allow_volatile = store, url, allow_volatile
+        self.store, self.allow_volatile = store, allow_volatile
+        self.url = without_credentials(url)     # shown in messages: never a password
         self.file = StateFile(path)
 
     def check(self) -> None:

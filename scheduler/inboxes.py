@@ -21,6 +21,7 @@ POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
 # `labq admin archive --now`: archive passes in the leader, answered here (they touch SQLite).
 ARCHIVE_OP = "archive"
 ARCHIVE_NOW_S = 3.0      # at most this long in one request (under a client's 10 s a try); ticks do the rest
+STATUS_OP = "request_status"   # `labq stat --rid`: what became of a request a client gave up on
 SOLO_OPS = frozenset(("drain", "resume", ARCHIVE_OP, *BUDGET_OPS))
 MAX_REQUESTS_PER_TICK = 20_000
 READ_COUNT = 500            # requests, and events per stream, per read
@@ -229,6 +230,8 @@ class Inboxes:
             change = self._handle(user, req, now)
         except LabqError as e:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
+        if req.expires is not None and self.batch is not None:
+            self.batch.expires = min(self.batch.expires, req.expires)
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
                     ack=(stream, eid), alerts=change.alerts, books=change.books)
         self.answered[rid] = change.reply
@@ -244,9 +247,36 @@ class Inboxes:
         """The archive's requests are answered here (they touch its database); the rest by handlers."""
         if req.op == ARCHIVE_OP:
             return self._archive_now(user, now)
+        if req.op == STATUS_OP:
+            return Change(reply=self._request_status(user, req.body))
         if req.op == histpages.OP:     # a page of the archive, for a client that cannot open it
             return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
         return self.handlers.handle(user, req.op, req.body, now)
+
+    def _request_status(self, user: str, body: dict) -> dict:
+        """What became of request `of` (`labq stat --rid`), as far as the asker may see it. Requests
+        are handled in the order they were sent: one sent before this question is answered by now."""
+        rid = body.get("of")
+        if not isinstance(rid, str) or not intake.RID.match(rid):
+            raise UsageError("--rid: expected the request id a client printed (like 3f2a…, 32 hex digits)")
+        kept = self.answered.get(rid)
+        if kept is None:
+            got = self.store.replies_done([rid])[0]
+            kept = json.loads(got) if got else None
+        out = {"ok": True, "rid": rid}
+        unknown = {**out, "state": "unknown", "detail": "the scheduler has no answer for it (never received, "
+                   "or answered more than a day ago): nothing was done"}
+        if kept is None:
+            return unknown
+        if not kept.get("ok"):
+            return {**out, "state": "not submitted", "detail": str(kept.get("error", ""))[:400]}
+        jid = kept.get("job_id")
+        if isinstance(jid, int):
+            job = self.jobs.get(jid) or self.store.job(jid)
+            if job is not None and job.user != user and user not in self.cfg.security.admins:
+                return unknown     # not theirs to see
+            return {**out, "state": "submitted", "job_id": jid, "count": kept.get("count", 1)}
+        return {**out, "state": "done", "detail": "answered ok"}
 
     def _archive_to_serve(self):
         if self.archiver is None:

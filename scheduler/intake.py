@@ -15,7 +15,7 @@ from .errors import UsageError
 
 USER = re.compile(r"^[^\s:/\x00-\x1f]{1,64}$")    # a login name, as a request names its sender
 _HEAD_RID = re.compile(rb'^\{"rid": ?"([A-Za-z0-9_.:@-]{1,128})"')
-_RID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+_RID = RID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 _OP = re.compile(r"^[a-z_]{1,32}$")
 _NODE = re.compile(r"^[^\s\x00]{1,200}$")
 KINDS = ("started", "finished", "alert")

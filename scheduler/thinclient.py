@@ -90,13 +90,13 @@ class ThinClient(ClientBase):
         self.read = ThinReader(self.conn, self.k, self._unreachable)
 
     def _unreachable(self, e: Exception) -> UnreachableError:
-        return UnreachableError(f"Redis at {self.url} does not answer: {e}")
+        return UnreachableError(f"Redis at {resp.without_credentials(self.url)} does not answer: {e}")
 
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
         try:
             return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign,
-                              get=lambda key: self.conn.execute("GET", key))
+                              lost=(resp.ConnectionLost, OSError))
         except (resp.ConnectionLost, resp.RespError) as e:
             raise self._unreachable(e) from None
 

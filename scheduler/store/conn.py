@@ -1,12 +1,12 @@
 """Redis connections from a URL (redis://, rediss://, unix://)."""
 import os
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 import redis
 
 from ..errors import UnreachableError
 from . import resp, sentinel
+from .resp import without_credentials  # noqa: F401 - part of this API (cli/admin.py)
 
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
 REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
@@ -52,14 +52,6 @@ def _login(url: str, kw: dict) -> str:
     kw["username"], kw["password"] = credentials(role, path)
     # from_url lets the URL's own user and password win over keyword arguments: drop them.
     return without_credentials(url)
-
-
-def without_credentials(url: str) -> str:
-    """`url` without user and password (in the netloc or the query)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = "&".join(q for q in parts.query.split("&") if q and q.split("=", 1)[0] not in ("password", "username"))
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def connect(url: str, **kw) -> redis.Redis:

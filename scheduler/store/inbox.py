@@ -84,25 +84,42 @@ def await_reply(pop, k: Keys, rid: str, seconds: float):
 
 
 def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None = None, tries: int = 3,
-         sign=None, get=None) -> dict:
+         sign=None, lost=()) -> dict:
     """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
     times. `sign(fields) -> fields` adds a credential (scheduler/auth.py): a fresh one per try, as
-    each is valid once. Connection errors are the caller's to map (each client knows its own).
+    each is valid once. `lost`: the connection errors of the caller's client.
 
-    Every try carries the same expiry: the scheduler drops a request it reads after it, so a client
-    that gives up can say for sure that nothing was done. The margin leaves the scheduler time to
-    commit what it read just before the expiry; `get(key)` then finds that answer in the done key."""
+    Every try carries the same expiry, and the scheduler commits nothing of a request after it
+    (checked at commit, commit.py): the client waits past the expiry by a margin, so once it gives
+    up with no answer it can say for sure that nothing was done. Where Redis went away under it,
+    it cannot: it says so, with the request id that `labq stat --rid` answers for."""
     timeout = request_timeout() if timeout is None else timeout
     fields = request_fields(op, body, expires=time.time() + timeout - min(5.0, timeout / 4))
     rid = fields["rid"]
     per_try = timeout / tries
-    for _ in range(tries):
-        _sent(send(send_commands(k, user, sign(fields) if sign else fields)), rid)
-        got = await_reply(pop, k, rid, per_try)
-        if got:
-            return json.loads(got[1])
-    late = get(k.done(rid)) if get else None
-    if late:
+    sent = False
+    try:
+        for _ in range(tries):
+            _sent(send(send_commands(k, user, sign(fields) if sign else fields)), rid)
+            sent = True
+            got = await_reply(pop, k, rid, per_try)
+            if got:
+                return json.loads(got[1])
+        late = send([("LPOP", k.reply(rid))])[0]     # an answer pushed as the last wait ended
+    except lost as e:
+        what = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        if not sent and _never_connected(e):
+            raise UnreachableError(f"Redis does not answer ({what}): request {rid} was not submitted") from None
+        raise UnreachableError(f"Redis stopped answering ({what}): request {rid} is unknown - check "
+                               f"`labq stat --rid {rid}`") from None
+    if isinstance(late, (str, bytes)):
         return json.loads(late)
     raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not submitted "
                            "(the scheduler drops it once it expires; is `labq scheduler` running?)")
+
+
+def _never_connected(e: Exception) -> bool:
+    """Whether the error says the connection was never made (nothing can have been sent)."""
+    text = str(e)
+    return isinstance(e, (ConnectionRefusedError, FileNotFoundError)) or "connecting to" in text \
+        or getattr(e, "sent", True) is False

@@ -71,6 +71,15 @@ def parse_url(url: str) -> dict:
     return out
 
 
+def without_credentials(url: str) -> str:
+    """`url` without user and password (in the netloc or the query): what a message may show."""
+    scheme, sep, rest = url.partition("://")
+    rest, _, query = rest.partition("?")
+    where = rest.rpartition("@")[2]
+    query = "&".join(q for q in query.split("&") if q and q.split("=", 1)[0] not in ("password", "username"))
+    return f"{scheme}{sep}{where}" + (f"?{query}" if query else "")
+
+
 def encode(args) -> bytes:
     """One command as a RESP array of bulk strings."""
     out = [b"*%d\r\n" % len(args)]

@@ -139,6 +139,10 @@ def test_a_submit_that_gave_up_is_never_done(aof_site):
     assert aof_site.r.get(K.seq) is None and aof_site.r.zcard(K.active) == 0      # no job, no id spent
     out = aof_site.labq("sub", "--parsable", "--", "true")                    # the queue works
     assert out.returncode == 0 and out.stdout.strip() == "1", out
+    said = aof_site.labq("stat", "--rid", rid)                                 # the command it names answers
+    assert said.returncode == 0 and said.stdout.startswith(f"request {rid}: not submitted - expired"), said
+    said = aof_site.labq("stat", "--rid", "f" * 32)
+    assert said.returncode == 0 and "unknown" in said.stdout, said
 
 
 def test_retries_of_one_request_id_make_one_job(aof_site):
