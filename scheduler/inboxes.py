@@ -32,6 +32,9 @@ MAX_USER_BYTES_PER_TICK = 64 << 20
 
 
 class Inboxes:
+    recovering = False       # handling what a predecessor took (store.taken_requests), not fresh requests
+    claimed: set = set()     # the entries whose credential this round claimed (_round resets it)
+
     # -- requests and events: read in batches, each batch one transaction ----------------------
     def _intake(self, now: float, pending: bool) -> None:
         """Take requests and read the event streams, handle what was read, commit it as one batch;
@@ -54,7 +57,7 @@ class Inboxes:
 
     def _round(self, now: float, requests, events) -> None:
         """Entries as read (raw bytes) handled against the in-memory view, written as one batch."""
-        self.batch, self.answered = Batch(usage=self.usage), {}
+        self.batch, self.answered, self.claimed = Batch(usage=self.usage), {}, set()
         try:
             requests, events = self._decoded(requests, False), self._decoded(events, True)
             prior = self.store.replies_done([intake.reply_id(f, eid) for _, eid, f in requests])
@@ -88,6 +91,13 @@ class Inboxes:
         `store.in_hand` before it is handled: a leader that dies on one leaves its name there, and
         the entry in hand when POISON_STRIKES leaders died is answered, never handled again. An
         entry merely read alongside it is never blamed."""
+        self.recovering = True
+        try:
+            self._recover_taken(now)
+        finally:
+            self.recovering = False
+
+    def _recover_taken(self, now: float) -> None:
         blamed, strikes = self.store.in_hand()
         held = bool(blamed)
         self.store.held.clear()
@@ -188,10 +198,21 @@ class Inboxes:
         entries = [(fields.get("user", ""), fields, f"{stream}/{eid}") for stream, eid, fields in requests]
 
         def claim_many(claims):
-            return self.store.claim_credentials(claims, sec.credential_ttl)
+            return [self._redelivery(entry, held) for (_, entry), held in
+                    zip(claims, self.store.claim_credentials(claims, sec.credential_ttl))]
         return [who if not isinstance(who, str) or intake.USER.match(who) else
                 RefusedError(f"user: expected the sender's login name, got {who[:40]!r}")
                 for who in auth.identify_many(entries, sec, now, claim_many)]
+
+    def _redelivery(self, entry: str, held):
+        """A credential this entry claimed before ("same") is a redelivery only for what a predecessor
+        took (recovery) or what this round claimed already (a batch identified again one by one). An
+        entry's id is the digest of its bytes, so a fresh entry of the same bytes is a replay."""
+        if held == "same" and not (self.recovering or entry in self.claimed):
+            return None
+        if held is not None:
+            self.claimed.add(entry)
+        return held
 
     def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
         """Identify → answer a retry → validate (intake.py) → handle, for this one entry; whatever a

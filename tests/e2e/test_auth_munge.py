@@ -76,6 +76,8 @@ def as_user(pw, argv, **kw):
 FORGE = r"""
 import json, sys, redis
 from labq.scheduler import auth
+from labq.scheduler.store import inbox
+from labq.scheduler.store.keys import Keys
 a = json.loads(sys.argv[1])
 r = redis.Redis(unix_socket_path=a["sock"], decode_responses=True)
 f = {"rid": a["rid"], "op": a["op"], "body": json.dumps(a["body"])}
@@ -84,8 +86,8 @@ if a.get("sign"):
 if a.get("swap_body") is not None:
     f["body"] = json.dumps(a["swap_body"])
 f.update(a.get("fields", {}))
-r.xadd("labq:inbox:" + a["inbox"], f)
-r.lpush("labq:wake", "user:" + a["inbox"])
+for cmd in inbox.send_commands(Keys(), a["inbox"], f):    # the request list, naming any sender
+    r.execute_command(*cmd)
 print(json.dumps(f))
 """
 
