@@ -29,7 +29,7 @@ from .inboxes import Inboxes
 from .model import Job, Snapshot
 from .plan import Pending
 from .policy.depend import targets as dependency_targets
-from .store.conn import ERRORS as REDIS_ERRORS
+from .store.conn import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore
@@ -220,6 +220,15 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                     _sleep_until(time.monotonic() + self.lease_s / 3, stop)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
+                self.leading = False
+                time.sleep(1)
+            except REDIS_REFUSED as e:
+                if not is_full(e):
+                    raise
+                # Nothing was written (a transaction is all or nothing): reload and try again once
+                # an admin freed memory; requests taken stay taken, clients hear "Redis is full".
+                log.error("Redis is full (maxmemory reached): nothing is written until memory is freed; "
+                          "retrying in 1s")
                 self.leading = False
                 time.sleep(1)
 

@@ -10,6 +10,11 @@ from .resp import without_credentials  # noqa: F401 - part of this API (cli/admi
 
 ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
 REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
+
+
+def is_full(e: Exception) -> bool:
+    """Redis refused a write for want of memory (maxmemory with noeviction: it evicts nothing)."""
+    return isinstance(e, redis.exceptions.OutOfMemoryError) or "'maxmemory'" in str(e)
 # Redis away for a transaction too: EXECABORT when a queued command was refused (LOADING after a restart).
 AWAY = ERRORS + (redis.exceptions.ExecAbortError,)
 

@@ -84,3 +84,38 @@ def test_a_full_redis_is_one_line_and_nothing_submitted(redis_server):
         r.config_set("maxmemory", before[0])
         r.config_set("maxmemory-policy", before[1])
     assert r.llen(Keys().requests) == 0
+
+
+@pytest.mark.redis
+def test_a_full_redis_pauses_the_scheduler_and_it_goes_on_once_there_is_room(redis_server, caplog):
+    import threading
+
+    import redis as redis_py
+
+    from labq.scheduler.daemon import Scheduler
+    from tests.harness import CFG, wait_for
+    r = redis_server.client()
+    r.flushall()
+    raw = redis_py.Redis(unix_socket_path=redis_server.sock)
+    setup(r, raw, time.time())
+    r.delete(K.leader)
+    submit(r, "alice", BODY, "waits")
+    before = r.config_get("maxmemory")["maxmemory"], r.config_get("maxmemory-policy")["maxmemory-policy"]
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    done = threading.Event()
+    s = Scheduler(r, raw, CFG, me="full")
+    t = threading.Thread(target=s.run, kwargs={"stop": done.is_set})
+    try:
+        t.start()
+        wait_for(lambda: "Redis is full" in caplog.text, 30, what="the scheduler to say Redis is full")
+        assert t.is_alive() and reply(r, "waits") is None
+    finally:
+        r.config_set("maxmemory", before[0])
+        r.config_set("maxmemory-policy", before[1])
+    try:
+        got = wait_for(lambda: reply(r, "waits"), 30, what="the answer once there is room")
+        assert got["ok"] and taken(r) == 0
+    finally:
+        done.set()
+        t.join(30)
