@@ -5,7 +5,7 @@ PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install install-system install-slurm-compat install-pbs-compat docs-check redis bench clean
+.PHONY: demo test lint install install-system uninstall-system install-slurm-compat install-pbs-compat docs-check redis bench clean
 
 # editable_mode=compat: the checkout's folder in a .pth, not setuptools' import finder, which costs every
 # labq command (and each the tests start) 11-18 ms of CPU before main(); labq/__init__.py maps
@@ -26,6 +26,13 @@ install-system:
 	PREFIX=$(or $(PREFIX),/opt/labq) BINDIR=$(or $(BINDIR),/usr/local/bin) \
 	SYSCONFDIR=$(or $(SYSCONFDIR),/etc/labq) UNITDIR=$(or $(UNITDIR),/etc/systemd/system) \
 	DOCDIR=$(or $(DOCDIR),/usr/share/doc/labq) sh systemd/install-system.sh
+
+# The reverse, with the same variables: the venv, the command's link, the units, the docs. The config
+# (SYSCONFDIR) and every state directory (archive, spool, Redis) are kept.
+uninstall-system:
+	PREFIX=$(or $(PREFIX),/opt/labq) BINDIR=$(or $(BINDIR),/usr/local/bin) \
+	SYSCONFDIR=$(or $(SYSCONFDIR),/etc/labq) UNITDIR=$(or $(UNITDIR),/etc/systemd/system) \
+	DOCDIR=$(or $(DOCDIR),/usr/share/doc/labq) sh systemd/uninstall-system.sh
 
 # sbatch, srun, squeue, scancel, sacct (and `module`, where no environment modules are) speaking to labq,
 # in BINDIR (default /usr/local/bin) for every user of a machine without SLURM; refused where a real

@@ -104,6 +104,13 @@ def test_install_system_serves_every_user(scratch, person):
         assert stat.returncode == 0 and stat.stderr == "", stat.stderr
         show = as_user("show", jid)
         assert show.returncode == 0 and "CD" in show.stdout, show.stdout + show.stderr
+        # Issue 36: no uninstall. It removes what install-system made and keeps the config.
+        gone = subprocess.run(["make", "-s", "uninstall-system", *(f"{k}={v}" for k, v in paths.items())], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        assert not any(paths[k].exists() for k in ("PREFIX", "DOCDIR")) and not os.path.lexists(labq)
+        assert not list(paths["UNITDIR"].iterdir())
+        assert (paths["SYSCONFDIR"] / "labq.toml").read_text() == "# edited by the sysadmin\n"
     finally:
         for d in daemons:
             d.terminate()
