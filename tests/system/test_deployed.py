@@ -1,7 +1,8 @@
 """The install as shipped, as a lab runs it (issue 36): `make install-system` into a scratch prefix;
 Redis as `redis`; the scheduler as an unprivileged system user with the unit's environment
 (STATE_DIRECTORY, UMask=0077, a home it cannot write); two workers as root (node1, node2), jobs run
-as their submitters; munge on (where installed); two users who are not root submit realistic scripts (#SBATCH lines,
+as their submitters; the Redis ACL roles of systemd/README.md §8 (default off, a password file per
+daemon); munge on (where installed); two users who are not root submit realistic scripts (#SBATCH lines,
 an array, a few KB) with the installed `labq`; the scheduler archives everything, and each user's
 acct, show, report and ledger verify answer the same before and after (the archive is the
 scheduler's, 0750: the users read it through the scheduler). The admin guide's own steps (backup,
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shuti
                                                   reason="install-system, users and munge need root")]
 
 CONFIG = """[redis]
-url = "unix://{s}/run/redis/redis-server.sock"
+url = "{url}"
+password_file = "{s}/etc/labq/secrets"
 [scheduler]
 tick = 0.2
 node_lease = "10s"
@@ -94,11 +96,30 @@ def test_the_install_as_shipped_serves_two_users_on_two_nodes_before_and_after_a
         os.chown(s / "var/lib/redis", redis_pw.pw_uid, redis_pw.pw_gid)
         os.chown(s / "var/lib/labq-scheduler", sched_user.pw_uid, sched_user.pw_gid)
         os.chmod(s / "var/lib/labq-scheduler", 0o750)
-        for node, name in (("node1", "labq.toml"), ("node2", "node2.toml")):
-            (s / "etc/labq" / name).write_text(CONFIG.format(s=s, security=security, node=node))
-            os.chmod(s / "etc/labq" / name, 0o644)
+        sock = f"{s}/run/redis/redis-server.sock"
+
+        def configure(url):
+            for node, name in (("node1", "labq.toml"), ("node2", "node2.toml")):
+                (s / "etc/labq" / name).write_text(CONFIG.format(s=s, url=url, security=security, node=node))
+                os.chmod(s / "etc/labq" / name, 0o644)
+        configure(f"unix://{sock}")
         site = Site(s, 0, sched_user)
-        for name in ("redis", "scheduler", "worker", "worker-node2"):
+        site.start("redis")
+        # The ACL roles as systemd/README.md §8 sets them up: default off, one role per daemon, each
+        # password in a file of its own (the scheduler's owned by its user); clients log in as labq-client.
+        acl = subprocess.run([f"{s}/usr/local/bin/labq", "admin", "acl", "--node", "node1", "--node", "node2",
+                              "--apply", "--scheduler-user", sched_user.pw_name], env=site.env, capture_output=True,
+                             text=True, timeout=120)
+        assert acl.returncode == 0, acl.stdout + acl.stderr
+        client_url = next(w.split('"')[1] for w in acl.stdout.splitlines() if w.startswith("clients "))
+        assert client_url.startswith("unix://labq-client:")
+        configure(client_url)
+        secrets = s / "etc/labq/secrets"
+        assert (secrets / "labq-scheduler").stat().st_uid == sched_user.pw_uid
+        admin_pw = (secrets / "labq-admin").read_text().split()[-1]
+        assert subprocess.run(["redis-cli", "-s", sock, "get", "labq:leader"], capture_output=True,
+                              text=True).stdout.strip().startswith("NOAUTH"), "default is off"
+        for name in ("scheduler", "worker", "worker-node2"):
             site.start(name)
         people = [_person(s), _person(s)]
         alice, bob = people
@@ -137,8 +158,8 @@ def test_the_install_as_shipped_serves_two_users_on_two_nodes_before_and_after_a
                    bob: [("acct", "-S", "2020-01-01"), ("show", single, "--json"), ("ledger", "verify")]}
         before = {pw.pw_name: [as_user(pw, *q) for q in qs] for pw, qs in queries.items()}
         subprocess.run([labq, "admin", "archive", "--now"], env=site.env, check=True, capture_output=True, timeout=120)
-        sock = f"{s}/run/redis/redis-server.sock"
-        wait_for(lambda: subprocess.run(["redis-cli", "-s", sock, "zcard", "labq:history"], capture_output=True,
+        wait_for(lambda: subprocess.run(["redis-cli", "--no-auth-warning", "--user", "labq-admin", "--pass", admin_pw,
+                                         "-s", sock, "zcard", "labq:history"], capture_output=True,
                                         text=True).stdout.strip() == "0", 90, what="everything archived")
         archive = s / "var/lib/labq-scheduler/history.db"
         assert archive.exists() and archive.stat().st_uid == sched_user.pw_uid, "the archive is in $STATE_DIRECTORY"
