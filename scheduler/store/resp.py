@@ -201,6 +201,7 @@ class Connection:
         self.connect_timeout, self.timeout, self.decode = connect_timeout, timeout, decode
         self.sock = None
         self.reader = None
+        self.until = 0.0     # behind Sentinel: when the call under way stops waiting for a master
 
     def describe(self) -> str:
         o = self.opts
@@ -314,23 +315,24 @@ class Connection:
         cmds = [list(c) for c in cmds]
         if not cmds:
             return []
-        until = 0.0
+        self.until = 0.0
         for attempt in range(1 << 30):
             try:
                 if self.sock is None:
                     self._open()
                 return self._demoted(self._roundtrip(cmds, extra_wait))
             except ConnectionLost as e:
-                if e.sent and not resend:
+                if (e.sent and not resend) or (attempt and not e.refused):
                     raise
-                if attempt and not e.refused:
-                    raise
-                if attempt:     # behind Sentinel, refused (nothing done): again until the failover ends
+                if self.opts["scheme"] == "sentinel":
+                    # Behind Sentinel, again (refused: nothing done) until the failover ends, within one
+                    # bound for the whole call, reconnects included (store/sentinel.py · open_master).
                     import time
-                    until = until or time.monotonic() + float(self.opts["query"].get("failover_wait") or 30)
-                    if time.monotonic() > until:
+                    self.until = self.until or time.monotonic() + float(self.opts["query"].get("failover_wait") or 30)
+                    if attempt and time.monotonic() > self.until:
                         raise
-                    time.sleep(0.2)
+                    if attempt:
+                        time.sleep(0.2)
         raise AssertionError("unreachable")
 
     def _demoted(self, replies: list) -> list:

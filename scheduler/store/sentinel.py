@@ -88,7 +88,7 @@ def open_master(conn, opts: dict) -> None:
     that is down until its failover ends). Retries for up to FAILOVER_WAIT seconds, so that a
     command issued during a failover waits for the new master instead of failing."""
     from . import resp
-    deadline = time.monotonic() + float(opts["query"].get("failover_wait") or FAILOVER_WAIT)
+    deadline = conn.until or time.monotonic() + float(opts["query"].get("failover_wait") or FAILOVER_WAIT)
     while True:
         try:
             host, port = master_address(opts, conn.connect_timeout)
