@@ -4,7 +4,11 @@ Pareto tail: median about 20 min, a few run for days); users who submit in burst
 tens of jobs at the same second); a few accounts (virtual clusters) of very unequal size; time
 limits that over-estimate the run like users do (run/limit about 0.4 at the median).
 
-    python bench/gpu_trace.py OUT.csv [--jobs 20000] [--seed 1] [--days 30]
+    python bench/gpu_trace.py OUT.csv [--jobs 20000] [--seed 1] [--days 30] [--load X [--capacity 64]]
+
+--load X spreads the same jobs (same shapes, run times and bursts) over the span that offers load X
+to --capacity GPUs (GPU-seconds asked / (span x GPUs)): a deep queue, like a production cluster's
+≈ 9 on 64 GPUs, instead of the default 30 days' ≈ 1.7.
 
 The same seed and arguments always give the same file (random.Random(seed), no wall clock).
 Columns: the replay format of ../shared/traces/README.md plus time_limit_s.
@@ -63,6 +67,13 @@ def jobs(n: int, seed: int = 1, days: float = 30.0):
     return out
 
 
+def days_for_load(n: int, seed: int, load: float, capacity: int) -> float:
+    """The span in days over which the trace offers `load` to `capacity` GPUs. Submit times scale
+    with the span (one draw per burst gap whatever its mean), run times and shapes do not."""
+    gpu_s = sum(r[2] * r[3] for r in jobs(n, seed, 30.0))
+    return gpu_s / (load * capacity * 86400)
+
+
 def write(path: str, n: int, seed: int = 1, days: float = 30.0) -> str:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -78,12 +89,19 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--days", type=float, default=30.0)
+    ap.add_argument("--load", type=float, default=None, help="offered load on --capacity GPUs (sets the span)")
+    ap.add_argument("--capacity", type=int, default=64, help="GPUs the --load is offered to (default 64)")
     a = ap.parse_args(argv)
+    if a.load is not None:
+        if not a.load > 0 or a.capacity <= 0:
+            print("gpu_trace.py: --load and --capacity: expected positive numbers", file=sys.stderr)
+            return 2
+        a.days = days_for_load(a.jobs, a.seed, a.load, a.capacity)
     write(a.out, a.jobs, a.seed, a.days)
     rows = jobs(a.jobs, a.seed, a.days)
     gpu_s = sum(r[2] * r[3] for r in rows)
     print(f"wrote {a.out}: {len(rows):,} jobs over {a.days:g} days, {gpu_s / 3600:,.0f} GPU-hours "
-          f"(offered load {gpu_s / (a.days * 86400 * 64):.2f} on 64 GPUs)")
+          f"(offered load {gpu_s / (a.days * 86400 * a.capacity):.2f} on {a.capacity} GPUs)")
     return 0
 
 
