@@ -18,7 +18,7 @@ from ..config import Config
 from ..model import Job, Snapshot
 from ..plan import Pending, Pendings, Place, Plan, Preempt, Start
 from ..units import fmt_at
-from . import capacity, classes, gang, preempt, priority
+from . import capacity, classes, gang, preempt, priority, strict
 from .backfill import Timelines
 from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
@@ -57,7 +57,9 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queu
             gone = {e.job_id for e in expires}
             waiting = [j for j in pending if j.id not in gone]
             classes.file(queue, p, waiting, cfg)
-    classes.run(p, waiting, cfg, queue)
+    # Backfill off, no kept queue: the walk stops at the blocker (strict.py).
+    if queue is not None or not strict.applies(cfg) or not strict.run(p, waiting, cfg):
+        classes.run(p, waiting, cfg, queue)
     return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
 
 

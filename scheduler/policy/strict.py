@@ -1,0 +1,99 @@
+"""A backfill-off pass (backfill_depth 0) walks its queue only up to the job that blocks it.
+
+With backfill off, the first job in priority order that finds no room becomes the pass's blocker
+(`_Pass._blocked`), and every later single-node job without an earmark that passes the gates (hold,
+--begin, retry backoff, dependencies, caps) is pended "behind" it: that verdict reads nothing of
+the job, and judging it changes nothing of the pass. So once the blocker is known and no later job
+could change the pass's state (an earmarked job may take its own room, a gang is judged by
+gang.py), the rest need no order and no turn: the jobs that pass the gates take the blocker's
+verdict as one run, the others (few) are judged on their own, each from the same unchanging state.
+
+The order up to the blocker is drawn lazily. Without the short-job term a job's priority differs
+from another's of the same QoS, fair-share account and burst flag only by its age term, which never
+decreases with the wait, so within such a group priority.ordered's order is (submit time, id); a
+merge of the groups by priority.ordered's own key gives its order one job at a time (the key is
+classes._scorer, the same sum term by term). A deep queue then costs a few cheap walks over its
+jobs (grouping, the burst tail), not a sorted key and a verdict per job at every pass.
+
+The plan is the one of the whole pass (tests/property/test_plan_strict.py against plan_per_job).
+"""
+import heapq
+from dataclasses import fields
+from operator import attrgetter
+
+from .. import states
+from ..plan import Pending, Place
+from . import classes, priority
+
+_ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
+_DEFAULTS = tuple(f.default for f in fields(Pending))
+
+
+def applies(cfg) -> bool:
+    """Whether `run` may decide this pass: backfill off, and no short-job term (which breaks
+    submit order within a group)."""
+    return cfg.backfill_depth == 0 and not cfg.priority.short_job_weight
+
+
+def run(p, waiting, cfg) -> bool:
+    """Consider `waiting` on the pass `p` (a policy._Pass) as the per-job pass would, given
+    `applies`; False (and nothing considered) when a waiting job's turn after the blocker could
+    change the pass (an earmark: its room is held until its turn; a gang)."""
+    w = cfg.priority
+    bursting = priority.burst_tail(waiting, w.burst_jobs, w.burst_window) if w.burst_penalty else ()
+    by_account = bool(w.fairshare_weight)
+    # Gated: a job that may meet a gate (hold, --begin, retry backoff, dependencies, a cap) before
+    # the blocker's verdict; the rest take that verdict at once (_behind).
+    u = p.usage
+    capped = u.capped if not u.user_caps else None
+    groups: dict = {}
+    for j in waiting:
+        if j.earmark or j.nodes > 1:
+            return False
+        gated = bool(j.held or j.deps or j.begin is not None or j.eligible_time is not None or j.array_throttle
+                     or capped is None or j.account in capped)
+        k = (j.qos, j.account if by_account else None, j.id in bursting, gated)
+        mine = groups.get(k)
+        if mine is None:
+            groups[k] = [j]
+        else:
+            mine.append(j)
+    keys = list(groups)
+    lists = list(groups.values())
+    for jobs in lists:
+        jobs.sort(key=_ID)              # then stably by submit time: (submit time, id)
+        jobs.sort(key=_SUBMIT_TIME)
+    score = classes._scorer(p, cfg, bursting)
+    at = [0] * len(lists)
+    heads = [(score(jobs[0]), i) for i, jobs in enumerate(lists)]
+    heapq.heapify(heads)
+    while heads and p.blocker is None:
+        _, i = heapq.heappop(heads)
+        jobs = lists[i]
+        p.consider(jobs[at[i]])
+        at[i] += 1
+        if at[i] < len(jobs):
+            heapq.heappush(heads, (score(jobs[at[i]]), i))
+    if p.blocker is not None:
+        _behind(p, [j for i, jobs in enumerate(lists) if keys[i][3] for j in jobs[at[i]:]],
+                [j for i, jobs in enumerate(lists) if not keys[i][3] for j in jobs[at[i]:]])
+    return True
+
+
+def _behind(p, gated, plain) -> None:
+    """The jobs after the blocker, in any order: nothing they are judged by changes any more.
+    `plain`: those that meet no gate, which all take the blocker's verdict."""
+    for j in gated:
+        p.consider(j)
+    if not plain:
+        return
+    got = p.judge(plain[0])
+    if isinstance(got, Place) or got[0] != states.PRIORITY:     # not past a blocker after all: each judged
+        if isinstance(got, Place):
+            p.places.append(got)
+        else:
+            p.pending.append(Pending(plain[0].id, *got))
+        for j in plain[1:]:
+            p.consider(j)
+        return
+    p.runs.append(([j.id for j in plain], tuple(got) + _DEFAULTS[1 + len(got):]))
