@@ -44,11 +44,14 @@ def migrate(source: str, target: str) -> dict:
 def _copy(src: Archive, dst: Archive, table: str, cols, key: str) -> int:
     """Every row of `table`, a page at a time in `key` order, one transaction at the end."""
     names = ", ".join(cols)
+    sql = dialect.upsert(table, cols, key)
+    if dst.db.kind == "postgres" and key == "seq":    # an identity column: the copied seqs kept as they are
+        sql = sql.replace(") VALUES (", ") OVERRIDING SYSTEM VALUE VALUES (", 1)
     n, last = 0, None
     while True:
         cond, args = (f" WHERE {key} > ?", (last,)) if last is not None else ("", ())
         rows = src.db.execute(f"SELECT {names} FROM {table}{cond} ORDER BY {key} LIMIT {PAGE}", args).fetchall()
         if not rows:
             return n
-        dst.db.executemany(dialect.upsert(table, cols, key), rows)
+        dst.db.executemany(sql, rows)
         n, last = n + len(rows), rows[-1][cols.index(key)]
