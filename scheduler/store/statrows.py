@@ -34,7 +34,8 @@ def row(job) -> list:
         if start:
             spans.append([start, a.end_time or None])
     cur = job.attempts[-1] if job.attempts else None
-    since = cur.dispatch_time if cur is not None and not cur.end_time and cur.dispatch_time else 0
+    # Accruing from the process's start once the node has said it, as it is billed (render.accrued)
+    since = max(cur.start_time or 0, cur.dispatch_time) if cur is not None and not cur.end_time and cur.dispatch_time else 0
     # A running gang (-N): its node list in SLURM's compact form (node[1-2]); gpus/cpus/mem stay per node.
     node = compact([n for n, _ in job.parts]) if job.parts else job.node
     return [job.id, job.array_id, job.array_index, job.name, job.user, job.account, job.qos, job.state,
