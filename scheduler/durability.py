@@ -83,7 +83,7 @@ class StateFile:
         without its state file would lead a rolled-back Redis blind); else one warning."""
         if figures == self.saved:
             return
-        tmp = f"{self.path}.tmp"
+        tmp = f"{self.path}.{os.getpid()}.tmp"      # a standby on the same host writes the same file
         try:
             os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
             with open(tmp, "w") as f:
