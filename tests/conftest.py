@@ -4,6 +4,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 
 import fakeredis
 import pytest
@@ -18,6 +19,14 @@ from tests.harness import E2E, SECRET, start_munged, start_postgres, start_redis
 # Hermetic: a machine's /etc/labq/labq.toml (a system install) changes no test. Every labq the suite
 # starts inherits this (the CLI honours it: cli/out.py · config_source); --config/$LABQ_CONFIG still apply.
 os.environ["LABQ_NO_SYSTEM_CONFIG"] = "1"
+# Nor does the state of whoever runs it (~/.local/state/labq: a `labq up` socket, a spool, an archive):
+# the defaults resolve under a directory of the session's own, world-traversable like /tmp so that the
+# unprivileged users the suite creates may resolve theirs there too.
+if not os.environ.get("XDG_STATE_HOME", "").startswith(tempfile.gettempdir() + "/labq-state-"):
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="labq-state-")
+    os.chmod(os.environ["XDG_STATE_HOME"], 0o1777)
+os.environ.pop("LABQ_STATE_DIR", None)
+os.environ.pop("STATE_DIRECTORY", None)
 
 
 @pytest.fixture(scope="session")
