@@ -80,7 +80,9 @@ docs-check: redis install
 	$(BIN)/python -m pytest -q tests/e2e/test_admin_guide.py
 
 # The peers (task-spooler, SLURM) are used when installed and skipped when not; py-spy, for the
-# profiles of missed targets, comes from the `bench` extra. `make bench BENCH_ARGS=--quick` for a short run.
+# profiles of missed targets, comes from the `bench` extra. `make bench BENCH_ARGS=--quick` for a short run
+# (its table goes to bench/out/); `BENCH_ARGS='--only live'` remeasures one group. Every run replaces its
+# rows of bench/RESULTS.md, the one current table (bench/current.py); the run's detail: bench/out/REPORT.md.
 bench: redis install
 	@[ -x $(BIN)/py-spy ] || $(BIN)/pip install -q -e '.[test,bench]' > $(VENV)/pip-bench.log 2>&1 || \
 	  echo "py-spy could not be installed (see $(VENV)/pip-bench.log): the profiles will be skipped"

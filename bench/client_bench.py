@@ -9,7 +9,7 @@ cached: see user_env). Two installs are timed: the dev venv's console script (`m
 editable install in compat mode, the checkout's folder in a .pth) and a wheel of this
 checkout in a venv of its own (what `make install-system` gives users; built here, no dependencies:
 the fast path needs none). The figures reported against the targets are the wheel's. Queued jobs are
-held (`-H`) arrays, so they stay pending. `--write` puts the figures in bench/RESULTS.md between the
+held (`-H`) arrays, so they stay pending. `--write` puts the figures in bench/HISTORY.md (the earlier reports) between the
 `speedcli` markers.
 """
 import argparse
@@ -239,7 +239,7 @@ BEGIN, END = "<!-- speedcli:begin -->", "<!-- speedcli:end -->"
 
 
 def write(text: str) -> None:
-    path = os.path.join(HERE, "RESULTS.md")
+    path = os.path.join(HERE, "HISTORY.md")
     with open(path) as f:
         doc = f.read()
     block = f"{BEGIN}\n## Thin CLI (issue 13, client half: bench/client_bench.py)\n\n{text}\n{END}"

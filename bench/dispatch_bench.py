@@ -11,7 +11,7 @@ before and after the throughput run: scheduler; node agent; slot runners; what t
 forked and reaped (attempt runners and the jobs themselves, `true`, whose own CPU the runners
 report and is given apart); redis-server apart. CPU per job is less sensitive to the machine's
 load than walls are; the load average is printed beside each side. `--write` replaces the section
-between the dispatch markers of bench/RESULTS.md.
+between the dispatch markers of bench/HISTORY.md (the earlier reports).
 """
 import argparse
 import json
@@ -199,7 +199,7 @@ def report(sides: dict, tsp: dict, argv: str) -> list[str]:
 
 
 def write(lines: list[str]) -> None:
-    path = os.path.join(HERE, "RESULTS.md")
+    path = os.path.join(HERE, "HISTORY.md")
     with open(path) as f:
         text = f.read()
     block = "\n".join(lines)

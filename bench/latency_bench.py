@@ -103,7 +103,8 @@ def run(bs, quick: bool) -> list[Row]:
         if split_text(split):
             note += "; " + split_text(split)
         data = {k: percentile(v, 50) for k, v in split.items() if v}
-        rows.append(Row(f"submit → start p50, {label}", percentile(lat, 50), "ms", 20, note=note,
+        # DESIGN §11: API p50 ≤ 20 ms, p99 ≤ 100 ms; CLI p50 ≤ 80 ms (the command's start-up included).
+        rows.append(Row(f"submit → start p50, {label}", percentile(lat, 50), "ms", 20 if how == "api" else 80, note=note,
                         key=f"lat.{how}.p50", data=data))
         rows.append(Row(f"submit → start p99, {label}", percentile(lat, 99), "ms", 100, note=note,
                         key=f"lat.{how}.p99", data=data))

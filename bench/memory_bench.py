@@ -73,11 +73,12 @@ def _measure() -> list[Row]:
         sample = list(range(reply["job_id"], reply["last_job_id"] + 1))[:: JOBS // 100]
         record = sum(r.strlen(bs.client.k.job(j)) for j in sample) / len(sample)
         decoded = job_object_bytes(r.get(bs.client.k.job(sample[0])))
+        cancel = mass_cancel(bs, pid, reply["job_id"])
     rss, hwm = after["VmRSS"] / 1e6, after["VmHWM"] / 1e6
     per_job = (used1 - used0) / JOBS
     lease = max(5.0, 3 * bs.cfg.tick)
     return [
-        Row(f"scheduler RSS, {pending:,} pending", rss, "MB", 300, key="mem.sched",
+        Row(f"scheduler RSS, {pending:,} pending", rss, "MB", 200, key="mem.sched",
             data={"before": before["VmRSS"] / 1e6, "jobs": JOBS, "decoded": decoded},
             note=f"VmRSS of the `labq scheduler` process; {before['VmRSS'] / 1e6:.0f} MB before the submit, "
                  f"peak (VmHWM) {hwm:.0f} MB; tick {TICK}; one decoded Job object holds {decoded:,.0f} bytes "
@@ -86,9 +87,34 @@ def _measure() -> list[Row]:
             note=f"INFO used_memory {used0 / 1e6:.1f} → {used1 / 1e6:.1f} MB over the submit; {keys:,} keys; "
                  f"a job record (JSON string) is {record:,.0f} bytes on average",
             data={"record": record, "keys": keys}),
+        cancel,
         Row(f"{JOBS:,}-task array submit (one request), tick {TICK}", took * 1000, "ms", key="array100k",
             note=f"onto an empty queue; leader lease {lease:.0f} s"),
     ]
+
+
+def mass_cancel(bs, pid: int, array_id: int) -> Row:
+    """`labq del ARRAY` of the 100,000 pending tasks, as a user runs it: the scheduler's peak RSS
+    while it cancels (VmHWM, reset first through /proc/PID/clear_refs) against its RSS before."""
+    before = proc_status(pid)["VmRSS"]
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")          # resets VmHWM to the current RSS (Linux >= 4.0)
+        reset = True
+    except OSError:
+        reset = False
+    t0 = time.perf_counter()
+    p = bs.run_labq("del", str(array_id), timeout=SUBMIT_TIMEOUT)
+    took = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"labq del {array_id} exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    bs._wait(lambda: not bs.client.r.hlen(bs.client.k.stat_rows), SUBMIT_TIMEOUT, "the cancelled tasks to leave")
+    after = proc_status(pid)
+    peak = after["VmHWM"]
+    return Row(f"scheduler peak RSS while `labq del` cancels a {JOBS:,}-task array", peak / 1e6, "MB", 200,
+               key="mem.cancel", skipped="" if reset else "cannot reset VmHWM (/proc/PID/clear_refs)",
+               note=f"{before / 1e6:.0f} MB before, peak {peak / 1e6:.0f} MB ({peak / before:.2f}× before), "
+                    f"{after['VmRSS'] / 1e6:.0f} MB after; `labq del` took {took:.1f} s")
 
 
 def job_object_bytes(record: str, n: int = 10_000) -> float:

@@ -1,4 +1,4 @@
-"""bench/RESULTS.md from the rows, the peers' figures and the profiles of one run."""
+"""The detailed report of one run (bench/out/REPORT.md): rows, misses explained, profiles, run log. bench/RESULTS.md is the current table (current.py)."""
 import ast
 import datetime
 import os

@@ -1,4 +1,4 @@
-"""Run every labq benchmark and write bench/RESULTS.md: `make bench` (= .venv/bin/python bench/run.py).
+"""Run every labq benchmark; bench/RESULTS.md, the current table, gets the rows (current.py): `make bench`.
 
 Each figure stands beside its DESIGN §11 target and, where a peer does the same work, beside the
 peer's figure from the same run (task-spooler, single-node SLURM) and the ratio. Nothing is
@@ -21,8 +21,12 @@ Contracts with the two benchmarks other people own: bench/watch_bench.py provide
 source mentions that flag) within KTH_TIMEOUT_S and writes bench/results/kth.md, which is copied
 into the report.
 
-A full run writes bench/RESULTS.md; --quick or --only write bench/out/RESULTS.md unless --out says
-otherwise, so a partial run does not replace the full report.
+Every run (--only included) replaces, in bench/results/current.json and so in bench/RESULTS.md, the
+rows it measured, each stamped with the run's date, commit and load average; the rows it did not
+measure stay. A --quick run writes its copy of the table to bench/out/ instead. The detailed report
+(misses explained, profiles, run log) goes to bench/out/REPORT.md (--out). The live group measures on
+the live path only: real processes, real clients, the queue changing meanwhile (live_bench.py);
+plan() rows are the pure function on generated snapshots (plan_bench.py; DESIGN §11's plan figure).
 """
 import argparse
 import datetime
@@ -164,7 +168,7 @@ def plan_rows(quick: bool, medians: dict) -> list[Row]:
         medians[(p, n)] = r["median_s"]
         reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(r["reasons"].items(), key=lambda kv: -kv[1]))
         rows.append(Row(f"plan() {p:,} pending × {n:,} nodes", r["median_s"] * 1000, "ms", target, key=key,
-                        note=f"median of {r['runs']} (min {r['min_s'] * 1000:.0f}, max {r['max_s'] * 1000:.0f} ms); "
+                        note=f"in-process plan() on a generated snapshot (not the live path); median of {r['runs']} (min {r['min_s'] * 1000:.0f}, max {r['max_s'] * 1000:.0f} ms); "
                              f"placed {r['placed']}, pending {r['still_pending']:,} ({reasons})",
                         data={"pending": p, "nodes": n}))
         print(_line(rows[-1]), flush=True)
@@ -185,27 +189,24 @@ def _ms(seconds):
 
 
 # -- the live labq stack -----------------------------------------------------------------------
-LIVE_NAMES = ("submit → start (API, CLI)", "trivial jobs end to end", "API submission", "10,000-task array",
-              "`labq sub` / `labq stat` wall")
+LIVE_NAMES = ("submit → start (API, CLI)", "trivial jobs end to end", "requests drained (client processes)",
+              "`labq stat` / `labq sub` / `--help` CPU and wall")
 
 
 def live_rows(quick: bool, profiles: list, profile: bool) -> list[Row]:
-    import cli_bench
     import latency_bench
-    import submit_bench
+    import live_bench
     import throughput_bench
     from stackutil import BenchStack, Unusable
     rows = []
-    rows += _guard("`labq --help`", lambda: cli_bench.run_help(quick, ROOT))
     try:
-        bs = BenchStack(slots=4).__enter__()
+        bs = BenchStack(slots=4, max_pending=200_000).__enter__()
     except Unusable as e:
         return rows + [Row(name, skipped=f"labq stack not usable ({e})") for name in LIVE_NAMES]
     try:
         rows += _guard("submit → start latency", lambda: latency_bench.run(bs, quick))
         rows += _guard("trivial jobs end to end", lambda: throughput_bench.run(bs, quick))
-        rows += _guard("API submission", lambda: submit_bench.run(bs, quick))
-        rows += _guard("`labq sub` / `labq stat` wall", lambda: cli_bench.run_with_stack(bs, quick))
+        rows += _guard("drain from client processes, the commands", lambda: live_bench.run(bs, quick))
         if profile:
             try:
                 live_profiles(bs, {r.key for r in rows if r.verdict == "miss"}, quick, profiles)
@@ -429,15 +430,15 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", metavar="NAME",
                     help="run only these groups (repeat, or comma-separate): " + ", ".join(GROUPS))
     ap.add_argument("--no-profile", action="store_true", help="do not profile the hot paths of missed targets")
-    ap.add_argument("--out", help="where to write the report (default: bench/RESULTS.md for a full run, "
-                                  "bench/out/RESULTS.md for --quick or --only)")
+    ap.add_argument("--out", help="where to write the detailed report (misses explained, profiles, run log; "
+                                  "default bench/out/REPORT.md)")
     a = ap.parse_args(argv)
     only = [g.strip() for x in (a.only or []) for g in x.split(",") if g.strip()]
     bad = [g for g in only if g not in GROUPS]
     if bad:
         ap.error(f"unknown group {', '.join(bad)} (expected {', '.join(GROUPS)})")
     groups = [g for g in GROUPS if not only or g in only]
-    out = a.out or os.path.join(HERE, *(("out", "RESULTS.md") if (a.quick or only) else ("RESULTS.md",)))
+    out = a.out or os.path.join(HERE, "out", "REPORT.md")
     args = argv if argv is not None else sys.argv[1:]
     command = f"{os.path.relpath(sys.executable, ROOT)} bench/run.py" + "".join(f" {shlex.quote(x)}" for x in args)
 
@@ -449,7 +450,9 @@ def main(argv=None) -> int:
     kth_lines = ["Not run (`--only`)."]
     profile = not a.no_profile
     whole = Others()
+    loads = {}
     for g in groups:
+        first = len(rows)
         busy = _cpu_busy(0.5)
         g0, load, others = time.monotonic(), _load(), Others()
         print(f"\n== {g} (load {load}, CPU {busy:.0f} % busy)", flush=True)
@@ -471,6 +474,7 @@ def main(argv=None) -> int:
             rows += runner_rows(a.quick)
         elif g == "kth":
             kth_lines, status = kth_section(a.quick, started)
+        loads.update({(r.key or r.name): load for r in rows[first:]})
         log.append((g, load, busy, others.percent(), time.monotonic() - g0, status))
         print(f"  (other processes used {log[-1][3]:.0f} % of the CPUs during {g})", flush=True)
     attach_peers(rows, peers)
@@ -485,10 +489,28 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         f.write(text)
+    table(rows, loads, mach, a.quick)
     misses = [r.name for r in rows if r.verdict == "miss"]
     print(f"\n{len(rows)} rows, {len(misses)} miss, {sum(r.verdict == 'skipped' for r in rows)} skipped, "
           f"{elapsed:.0f} s; wrote {os.path.relpath(out)}")
     return 0
+
+
+def table(rows: list[Row], loads: dict, mach: list, quick: bool) -> None:
+    """The rows into the current table: bench/RESULTS.md (bench/results/current.json) for a full
+    or --only run; a --quick run's fewer samples go to bench/out/ (a copy of the table with them in)."""
+    import shutil
+
+    import current
+    store, results = current.STORE, current.RESULTS
+    if quick:
+        store, results = os.path.join(HERE, "out", "current.json"), os.path.join(HERE, "out", "RESULTS.md")
+        if os.path.exists(current.STORE):
+            shutil.copyfile(current.STORE, store)
+    commit = dict(mach).get("labq", "unknown")
+    data = current.merge([r for r in rows if r.verdict != "skipped" or r.key], loads, commit, store)
+    current.write(data, mach, results)
+    print(f"the table: {os.path.relpath(results)} ({os.path.relpath(store)})")
 
 
 if __name__ == "__main__":

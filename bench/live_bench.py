@@ -1,0 +1,219 @@
+"""The §11 figures of the command line and of the scheduler's intake, on the live path only: a private
+stack (redis-server, `labq scheduler`, `labq worker`, as `labq up` starts them), real client
+processes, and a queue that changes while it is measured.
+
+- drain: N client processes (bench/drainclient.py: the thin client `labq sub` uses, one request at a
+  time each, like N users' shells) submit held jobs together; requests answered per second, from the
+  first request sent to the last answered, and the scheduler's own CPU (/proc/PID/stat) per request.
+  Two runs (20 and 100 clients) give the scheduler's CPU split into a cost per request and a fixed
+  cost per batch (a batch is one MULTI/EXEC: Redis' own count of EXEC calls), by solving
+  cpu = a·requests + b·batches over the two runs. The drains leave 10,000 single held jobs pending.
+- the commands, with those 10,000 singles pending and a churn client (drainclient.py --churn)
+  submitting and cancelling a job ~10 times a second meanwhile: `labq stat`, `labq sub -H`,
+  `labq sub -H -a 1-10000` (the array, then `labq del` of it), `labq --help` and rare commands'
+  `--help`. Each is a whole `labq` process; wall and the process's own CPU (getrusage of the reaped
+  child, user + system), min and median of several runs.
+
+    .venv/bin/python bench/live_bench.py [--quick]     # prints the rows (bench/run.py puts them in RESULTS.md)
+"""
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from rows import Row  # noqa: E402
+from stackutil import BenchStack, labq_command  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SINGLES = 10_000
+RARE = (("sub", "--help"), ("acct", "--help"), ("nodes", "--help"))
+
+
+def sched_cpu(pid: int) -> float:
+    """The scheduler process's user + system CPU seconds so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def execs(r) -> int:
+    """MULTI/EXEC transactions Redis has run: the scheduler's batches (clients never use MULTI)."""
+    return int(r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+
+def clients(bs, n: int, per: int) -> list[subprocess.Popen]:
+    argv = [sys.executable, os.path.join(HERE, "drainclient.py"), bs.cfg_path]
+    ps = [subprocess.Popen(argv + [str(per)], env=bs.stack.env(), cwd=bs.work, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    for p in ps:
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a drain client did not start (exit {p.wait()})")
+    return ps
+
+
+def drain(bs, n: int, per: int) -> dict:
+    """n client processes × per held submits, all released at once; the figures of that drain."""
+    ps = clients(bs, n, per)
+    pid, r = bs.stack.procs["scheduler"].pid, bs.client.r
+    cpu0, ex0 = sched_cpu(pid), execs(r)
+    for p in ps:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    got = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in ps]
+    cpu1, ex1 = sched_cpu(pid), execs(r)
+    failed = sum(g["failed"] for g in got)
+    if failed:
+        errs = [e for g in got for e in g["errors"]]
+        raise RuntimeError(f"{failed} of {n * per} submits failed: {errs[:2]}")
+    span = max(g["t1"] for g in got) - min(g["t0"] for g in got)
+    lat = sorted(x for g in got for x in g["lat_ms"])
+    total = n * per
+    return {"clients": n, "requests": total, "span": span, "rate": total / span, "cpu": cpu1 - cpu0,
+            "batches": ex1 - ex0, "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]}
+
+
+def split(a: dict, b: dict) -> tuple[float, float] | None:
+    """(CPU s per request, CPU s per batch) solving cpu = x·requests + y·batches for two drains;
+    None where the two are not independent enough to say (or a cost comes out negative)."""
+    det = a["requests"] * b["batches"] - b["requests"] * a["batches"]
+    if abs(det) < 1e-9 * max(1, a["requests"] * b["batches"]):
+        return None
+    x = (a["cpu"] * b["batches"] - b["cpu"] * a["batches"]) / det
+    y = (a["requests"] * b["cpu"] - b["requests"] * a["cpu"]) / det
+    return (x, y) if x > 0 and y > 0 else None
+
+
+def drain_rows(bs, quick: bool) -> list[Row]:
+    small_n, big_n = 20, 100
+    big_per = (2_000 if quick else SINGLES - 500) // big_n
+    small = drain(bs, small_n, 25)
+    big = drain(bs, big_n, big_per)
+    rows = []
+    for d, key in ((big, "drain.100"), (small, "drain.20")):
+        rows.append(Row(f"requests drained, {d['clients']} client processes", d["rate"], "jobs/s",
+                        5000 if d["clients"] >= 100 else None, "higher", key=key,
+                        note=f"{d['requests']:,} held submits in {d['span']:.2f} s (first sent → last answered), "
+                             f"onto a queue of held jobs growing with them; round trip p50 {d['p50']:.1f} ms, "
+                             f"p99 {d['p99']:.1f} ms; scheduler CPU {d['cpu']:.2f} s = "
+                             f"{d['cpu'] * 1e6 / d['requests']:.0f} µs per request, {d['batches']:,} batches "
+                             f"({d['requests'] / max(1, d['batches']):.1f} requests each)"))
+    both = split(small, big)
+    if both is None:
+        why = "the two drains' batch counts do not separate the two costs (see their notes)"
+        rows += [Row("scheduler CPU per request (intake, handler, commit), live", unit="µs", key="drain.percall",
+                     skipped=why),
+                 Row("scheduler CPU fixed per batch, live", unit="ms", key="drain.perbatch", skipped=why)]
+    else:
+        x, y = both
+        how = ("solved from the two drains (20 and 100 clients): scheduler CPU = a·requests + b·batches; "
+               "all of the scheduler's CPU meanwhile (its ticks and plan passes included)")
+        rows += [Row("scheduler CPU per request (intake, handler, commit), live", x * 1e6, "µs", 100, key="drain.percall",
+                     note=how),
+                 Row("scheduler CPU fixed per batch, live", y * 1e3, "ms", 1, key="drain.perbatch", note=how)]
+    return rows
+
+
+def timed(argv, env, cwd, n: int, ok=(0,)) -> tuple[list[float], list[float]]:
+    """Wall ms and the process's own CPU ms (user + system of the reaped child) of n runs."""
+    walls, cpus = [], []
+    for _ in range(n):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+        walls.append((time.perf_counter() - t0) * 1000)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
+        if p.returncode not in ok:
+            raise RuntimeError(f"{' '.join(argv[-4:])} exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    return walls, cpus
+
+
+def _mm(xs) -> str:
+    return f"min {min(xs):.0f}, median {statistics.median(xs):.0f} ms"
+
+
+def command_rows(bs, quick: bool) -> list[Row]:
+    n = 5 if quick else 11
+    env, cwd = bs.stack.env(), bs.work
+    pending = bs.client.r.hlen(bs.client.k.stat_rows) if hasattr(bs.client.k, "stat_rows") else len(bs.client.read.active())
+    rows = []
+    w, c = timed(bs.labq_argv("stat"), env, cwd, n)
+    what = f"{pending:,} single held jobs pending, a churn client changing the queue; median of {n}"
+    rows.append(Row(f"`labq stat` wall, {pending:,} single jobs", statistics.median(w), "ms", 100, key="stat.wall",
+                    note=f"{what}; wall {_mm(w)}"))
+    rows.append(Row(f"`labq stat` client CPU, {pending:,} single jobs", min(c), "ms", 40, key="stat.cpu",
+                    note=f"min of {n} (CPU {_mm(c)}); {what}"))
+    w, c = timed(bs.labq_argv("sub", "-A", "parked", "-H", "--", "true"), env, cwd, n)
+    rows.append(Row("`labq sub -H -- true` wall", statistics.median(w), "ms", 60, key="sub.wall",
+                    note=f"median of {n} ({_mm(w)}), {pending:,} pending, the queue churning"))
+    rows.append(Row("`labq sub -H -- true` client CPU", min(c), "ms", key="sub.cpu",
+                    note=f"min of {n} (CPU {_mm(c)}); the reference for rare commands (§11: cost what `sub` costs)"))
+    sub_cpu = min(c)
+    # As a user types them: no --config (a global option before the command is click's to parse).
+    w, c = timed(labq_command() + ["--help"], env, cwd, n)
+    rows.append(Row("`labq --help` CPU", min(c), "ms", 30, key="help.cpu", note=f"min of {n} (CPU {_mm(c)}; wall {_mm(w)})"))
+    worst = None
+    for args in RARE:
+        w, c = timed(labq_command() + list(args), env, cwd, n)
+        if worst is None or min(c) > worst[1]:
+            worst = (args, min(c), c)
+    args, v, c = worst
+    rows.append(Row("rare commands' CPU (the costliest of " + ", ".join(f"`{' '.join(a)}`" for a in RARE) + ")",
+                    v, "ms", 30, key="rare.cpu",
+                    note=f"`labq {' '.join(args)}`: min of {n} (CPU {_mm(c)}); `labq sub` costs {sub_cpu:.0f} ms"))
+    runs = 2 if quick else 3
+    walls, cpus = [], []
+    for _ in range(runs):
+        w, c = timed(bs.labq_argv("sub", "-A", "parked", "-H", "-a", "1-10000", "--", "true"), env, cwd, 1)
+        walls += w
+        cpus += c
+        out = bs.run_labq("stat", "-u", bs.client.user).stdout
+        ids = [line.split()[0].split("_")[0] for line in out.splitlines()[1:] if "_[" in line]
+        if ids:
+            bs.run_labq("del", ids[-1], timeout=300)
+    rows.append(Row("10,000-task array submit, `labq sub -H -a 1-10000` wall", min(walls), "ms", 100,
+                    key="array10k", note=f"min of {runs} ({', '.join(f'{x:.0f}' for x in walls)} ms; client CPU "
+                                             f"{', '.join(f'{x:.0f}' for x in cpus)} ms), {pending:,} pending, "
+                                             f"then cancelled with `labq del`"))
+    return rows
+
+
+def compiled() -> None:
+    """Bytecode for the checkout, as an installed labq has it (pip compiles a wheel's modules): where
+    PYTHONDONTWRITEBYTECODE is set, as on the shared machines, every command would compile them again."""
+    root = os.path.dirname(HERE)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j0", *(os.path.join(root, d) for d in
+                    ("labq", "scheduler", "worker", "cli"))], stdout=subprocess.DEVNULL, check=False)
+
+
+def run(bs, quick: bool) -> list[Row]:
+    compiled()
+    rows = drain_rows(bs, quick)
+    churn = subprocess.Popen([sys.executable, os.path.join(HERE, "drainclient.py"), bs.cfg_path, "--churn"],
+                             env=bs.stack.env(), cwd=bs.work, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        churn.stdout.readline()
+        rows += command_rows(bs, quick)
+    finally:
+        out, _ = churn.communicate("", timeout=120)
+    n = json.loads(out.strip().splitlines()[-1])["churned"] if out.strip() else 0
+    for r in rows[-8:]:
+        r.note += f" (churn: {n} jobs submitted and cancelled during these runs)" if r.key == "stat.cpu" else ""
+    return rows
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    with BenchStack(slots=4, max_pending=200_000) as bs:
+        for r in run(bs, quick):
+            print(f"{r.name:<70} {r.measured():>14}  {r.target_text():>10}  {r.result()}\n    {r.note}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
