@@ -63,7 +63,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
 def run_guarded(fn):
     """Call fn(); user errors become one line on stderr and their exit code, never a traceback."""
     def redis_errors():   # a Redis client error class we did not map, for one
-        from labq.scheduler.store.conn import ERRORS
+        from labq.scheduler.store.faults import ERRORS
         return ERRORS
     return guarded(fn, redis_errors)
 

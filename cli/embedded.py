@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from labq.scheduler.errors import UsageError
+from labq.scheduler.errors import UnreachableError, UsageError
 
 PR_SET_PDEATHSIG = 1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,18 +72,16 @@ class Stack:
         self._close(out)
         self.url = f"unix://{sock}"
         end = time.monotonic() + timeout
-        from labq.scheduler.store import conn
-        r = conn.connect(self.url, socket_connect_timeout=1)
+        from labq.scheduler.store.thinstore import ping
         while True:
             if self.procs["redis"].poll() is not None:
                 raise UsageError(f"redis-server exited with {self.procs['redis'].returncode}; see {d}")
-            try:
-                r.ping()
+            why = ping(self.url)
+            if why is None:
                 return self.url
-            except conn.ERRORS:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.02)
+            if time.monotonic() > end:
+                raise UnreachableError(f"redis-server at {sock} does not answer within {timeout:.0f}s: {why}")
+            time.sleep(0.02)
 
     # -- labq daemons --------------------------------------------------------------------------
     def command(self, *args) -> list[str]:

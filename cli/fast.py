@@ -131,12 +131,8 @@ def thin_client(config):
     # Where the archive is: the configured history.url, else what the scheduler published in Redis.
     client.read.history = History(path_of(s["history_url"]) if s["history_url"] else None,
                                   ask=lambda op, body: client._checked(client.request(op, body)),
-                                  get=lambda key: _text(client.read._pipe([("GET", key)])[0]), keys=client.read.k)
+                                  get=client.read.text, keys=client.read.k)
     return client
-
-
-def _text(v):
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def _dispatch(config, command: str, params: dict) -> None:

@@ -74,7 +74,7 @@ def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=No
         from . import render
         cells = [render.stat_row(j, now, label) for label, j in pairs]
     if not noheader:
-        if getattr(c, "allow_volatile", False) and "aof_enabled:0" in str(c.conn.execute("INFO", "persistence")):
+        if getattr(c, "allow_volatile", False) and c.read.aof_enabled() is False:
             echo("WARNING: Redis has no AOF persistence (appendonly no): a Redis crash would lose every job "
                  "and the ledger (redis.allow_volatile = true)")
         echo(statview.capacity_line(nodes, jobs))

@@ -5,7 +5,7 @@ import os
 import sys
 
 from labq.scheduler.errors import LabqError
-from labq.scheduler.store.resp import ConnectionLost
+from labq.scheduler.store.faults import ConnectionLost
 
 
 def echo(text: str = "", err: bool = False) -> None:
@@ -43,7 +43,7 @@ def url_or_default(configured: str) -> str:
     if not env:
         return configured or f"unix://{private_socket()}"
     if configured and env != configured:
-        from labq.scheduler.store.conn import without_credentials
+        from labq.scheduler.store.faults import without_credentials
         if without_credentials(configured) == without_credentials(env) == env:
             return configured
     return env

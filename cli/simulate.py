@@ -24,7 +24,7 @@ def cluster(ctx, nodes: str | None, cpus: str | None):
         return parse_nodes(nodes, cpus=per_node)
     if per_node is not None:
         return parse_nodes(f"1x0:{per_node}")
-    from labq.scheduler.store.conn import ERRORS
+    from labq.scheduler.store.faults import ERRORS
     try:
         found = ctx.client.nodes()
     except (LabqError, *ERRORS) as e:

@@ -11,7 +11,6 @@ from .errors import StalePlanError
 from .jobspec import Tasks
 from .model import Job
 from .store import dispatchq, writes
-from .store.conn import WAIT_MS
 
 log = logging.getLogger("labq.scheduler")
 
@@ -198,7 +197,7 @@ class Committer:
             self.store.txn(lambda p: self._announce_into(p, b, replies=True))   # fenced, as it was
         elif b.replies or b.dispatch:
             log.warning("only %d of %d replicas acknowledged a commit within %d ms: %d replies and %d dispatches "
-                        "held back", self.store.acked, replicas, WAIT_MS, len(b.replies), len(b.dispatch))
+                        "held back", self.store.acked, replicas, self.store.wait_ms, len(b.replies), len(b.dispatch))
 
     def _announce_into(self, p, b, replies: bool) -> None:
         for j in b.dispatch:     # a gang: one entry on each part's node (the runner finds its rank)

@@ -29,7 +29,7 @@ from .inboxes import Inboxes
 from .model import Job, Snapshot
 from .plan import Pending
 from .policy.depend import targets as dependency_targets
-from .store.conn import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
+from .store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore

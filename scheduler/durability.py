@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 
 from .errors import RefusedError
-from .store.resp import without_credentials
+from .store.faults import without_credentials
 
 log = logging.getLogger("labq.scheduler")
 

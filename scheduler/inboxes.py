@@ -12,7 +12,7 @@ from .change import Change
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .handlers import BUDGET_OPS
 from .store import histpages
-from .store.conn import ERRORS as REDIS_ERRORS
+from .store.faults import ERRORS as REDIS_ERRORS
 
 log = logging.getLogger("labq.scheduler")
 # What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry

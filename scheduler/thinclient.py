@@ -1,16 +1,16 @@
 """The thin client of the hot CLI commands (`sub`, `stat`, `del`, `show`, `wait`, `logs`).
 
 The same requests as client.Client (store/inbox.py) and the reads those commands need, over
-store/resp.py: no redis-py, no asyncio, and the model only when a full job record is decoded
-(`show`, `logs`, `wait`). `stat` reads the `stat` index (store/statrows.py), not job records.
+store/thinstore.py (store/resp.py's connection): no redis-py, no asyncio, and the model only when a
+full job record is decoded (`show`, `logs`, `wait`). `stat` reads the `stat` index (store/statrows.py),
+not job records.
 """
 import os
 import pwd
 
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
-from .store import inbox, resp
 from .store.keys import Keys
-from .store.thinreads import ThinReader
+from .store.thinstore import ThinStore
 
 _ERRORS = {2: UsageError, 3: RefusedError, 4: UnreachableError}
 
@@ -76,39 +76,23 @@ class ClientBase:
 
 
 class ThinClient(ClientBase):
-    def __init__(self, url: str, prefix: str = "labq", user: str | None = None, conn=None, security=None):
+    def __init__(self, url: str, prefix: str = "labq", user: str | None = None, security=None):
         if not url:
             raise UnreachableError("no Redis URL: set redis.url in the config, or start `labq up`")
         self.url = url
-        try:
-            self.conn = conn or resp.Connection(url)
-        except ValueError as e:
-            raise UsageError(f"redis.url: {e}") from None
         self.k = Keys(prefix)
+        self.store = ThinStore(url, self.k)
         self.user = user or current_user()
         self.security = security or {"auth": "none"}
-        self.read = ThinReader(self.conn, self.k, self._unreachable)
-
-    def _unreachable(self, e: Exception) -> UnreachableError:
-        return UnreachableError(f"Redis at {resp.without_credentials(self.url)} does not answer: {e}")
+        self.read = self.store.read
 
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
-        try:
-            return inbox.call(self._send, self._pop, self.k, self.user, op, body, timeout, tries, self._sign,
-                              lost=(resp.ConnectionLost, OSError))
-        except (resp.ConnectionLost, resp.RespError) as e:
-            raise self._unreachable(e) from None
-
-    def _send(self, cmds) -> list:
-        return self.conn.pipeline(cmds, resend=False)
-
-    def _pop(self, key: str, seconds: int):
-        return self.conn.execute("BLPOP", key, seconds, extra_wait=seconds)
+        return self.store.call(self.user, op, body, timeout, tries, self._sign)
 
     # -- reads ---------------------------------------------------------------------------------
     def nodes(self):
         return self.read.nodes()
 
     def close(self) -> None:
-        self.conn.close()
+        self.store.close()

@@ -16,11 +16,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FOLDERS = {"scheduler": "labq.scheduler", "worker": "labq.worker", "cli": "labq.cli", "labq": "labq"}
 
-# What the pure core never reaches: I/O, a clock, randomness, the environment. `clock` is a call of
-# datetime.now()/today()/utcnow() (datetime arithmetic on a given `now` is pure); `environ` is
-# os.environ/os.getenv; `dynamic` is an import whose name is not a string constant.
-IMPURE = {"redis", "rq", "psutil", "pynvml", "socket", "subprocess", "time", "threading", "random", "uuid",
-          "urllib", "http", "environ", "clock", "dynamic"}
+# What the pure core never reaches: I/O, a clock, randomness, the environment. Besides modules, four
+# pseudo-names: `clock` is a call of datetime.now()/today()/utcnow() (datetime arithmetic on a given
+# `now` is pure); `urandom` os.urandom/getrandom; `environ` os.environ/getenv; `dynamic` an import
+# whose name is not a string constant. Each is found under any alias (`from datetime import datetime as dt`).
+PSEUDO = ("environ", "clock", "urandom", "dynamic")
+IMPURE = {"redis", "hiredis", "psutil", "pynvml", "socket", "subprocess", "time", "threading", "random", "secrets",
+          "uuid", "urllib", "http", *PSEUDO}
 
 # The edges of scheduler/: the modules whose job is I/O. Every other module of scheduler/ is the pure
 # core and is checked, with everything it imports, against IMPURE. A new module is pure unless it is
@@ -40,6 +42,26 @@ EDGES = {
     "labq.scheduler.inboxes": "the daemon's side of the users' inboxes (a mixin of Scheduler): munge, Redis errors",
     "labq.scheduler.durability": "refuses a volatile or rolled-back Redis: its persistence and a state file",
     "labq.scheduler.metrics": "the Prometheus endpoint: wall clock for the tick histogram",
+}
+
+# The modules that hold or make a Redis connection. Only scheduler/store/ imports them (at any depth of
+# a file, lazily or through importlib): everything else reaches Redis through store/'s functions and
+# objects, and knows of it only what store/faults.py says (its errors, an address without its login).
+# `rq` is here too: labq has no rq (DESIGN §2, docs/internals.md).
+CONNECTION_MODULES = ("redis", "hiredis", "rq", "labq.scheduler.store.conn", "labq.scheduler.store.resp",
+                      "labq.scheduler.store.sentinel")
+# Files outside store/ that still import a connection module, each with the owner who is changing it
+# and why; shrink, never grow.
+CONNECTS_OUTSIDE_STORE = {
+    "scheduler/client.py":
+        "arch (issue 40 item 5, left): the Python client holds its redis-py connection (Client.r, which cli/admin.py "
+        "and the e2e tests read through); it moves into a store object as ThinClient's did (store/thinstore.py)",
+    "cli/daemons.py":
+        "arch (issue 40 item 1, not this session): logs each daemon in as its role, connects and hands the "
+        "connection to Scheduler(r) and the Archiver; goes once the scheduler's state is one object store/ opens",
+    "cli/admin.py":
+        "sec (issue 34) owns the ACL code this session: `labq admin acl --apply` connects as labq-admin for "
+        "store/acl.apply(r, ...), admins_only logs in as it",
 }
 
 # Redis commands a call like `<conn>.xadd(...)` names. Generic names (get, set, delete) count only on
@@ -77,9 +99,38 @@ def module_files(root: pathlib.Path) -> dict[str, pathlib.Path]:
     return out
 
 
+def _aliases(tree) -> dict[str, str]:
+    """Local name -> what it names, for the modules whose calls the core may not make (os, datetime):
+    `import datetime as d` binds d to datetime, `from datetime import datetime as dt` dt to
+    datetime.datetime, `from os import urandom` urandom to os.urandom."""
+    out = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out.update({a.asname or a.name: a.name for a in n.names if a.name in ("os", "datetime")})
+        elif isinstance(n, ast.ImportFrom) and not n.level and n.module in ("os", "datetime"):
+            out.update({a.asname or a.name: f"{n.module}.{a.name}" for a in n.names})
+    return out
+
+
+def _dotted(node, aliases) -> str:
+    """`dt.now` -> "datetime.datetime.now" through the aliases; "" for anything not a dotted name."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ""
+    return ".".join([aliases.get(node.id, node.id), *reversed(parts)])
+
+
+CLOCKS = {"datetime.datetime.now", "datetime.datetime.today", "datetime.datetime.utcnow", "datetime.date.today"}
+RANDOMNESS = {"os.urandom", "os.getrandom"}
+ENVIRONMENT = {"os.environ", "os.getenv", "os.environb", "os.putenv", "os.unsetenv"}
+
+
 def references(path: pathlib.Path, mod: str, known) -> list[tuple[str, int]]:
     """(name, line) of everything `path` imports, at any depth of the file, plus the pseudo-names
-    `environ`, `clock` and `dynamic` (see IMPURE)."""
+    `environ`, `clock`, `urandom` and `dynamic` (see IMPURE), found through import aliases too."""
     base = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
 
     def absolute(name: str, level: int) -> str:
@@ -88,16 +139,16 @@ def references(path: pathlib.Path, mod: str, known) -> list[tuple[str, int]]:
             b = b.rpartition(".")[0]
         return name if not level else f"{b}.{name}" if name else b
 
+    tree = ast.parse(path.read_text())
+    aliases = _aliases(tree)
     out = []
-    for n in ast.walk(ast.parse(path.read_text())):
+    for n in ast.walk(tree):
         if isinstance(n, ast.Import):
             out += [(a.name, n.lineno) for a in n.names]
         elif isinstance(n, ast.ImportFrom):
             m = absolute(n.module or "", n.level)
             out.append((m, n.lineno))
             out += [(f"{m}.{a.name}", n.lineno) for a in n.names if f"{m}.{a.name}" in known]
-            if m == "os":
-                out += [("environ", n.lineno) for a in n.names if a.name in ("environ", "getenv", "environb")]
         elif isinstance(n, ast.Call):
             f = n.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
@@ -108,11 +159,13 @@ def references(path: pathlib.Path, mod: str, known) -> list[tuple[str, int]]:
                     out.append((absolute(s.lstrip("."), len(s) - len(s.lstrip("."))), n.lineno))
                 else:
                     out.append(("dynamic", n.lineno))
-            elif name in ("now", "today", "utcnow") and isinstance(f, ast.Attribute) and \
-                    ast.unparse(f.value).split(".")[-1] in ("datetime", "date"):
+            elif _dotted(f, aliases) in CLOCKS or (name in ("now", "today", "utcnow") and isinstance(f, ast.Attribute)
+                                                  and ast.unparse(f.value).split(".")[-1] in ("datetime", "date")):
                 out.append(("clock", n.lineno))
-        elif isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv", "environb") and \
-                isinstance(n.value, ast.Name) and n.value.id == "os":
+            elif _dotted(f, aliases) in RANDOMNESS:
+                out.append(("urandom", n.lineno))
+        if isinstance(n, (ast.Attribute, ast.Name)) and isinstance(getattr(n, "ctx", None), ast.Load) and \
+                _dotted(n, aliases) in ENVIRONMENT:
             out.append(("environ", n.lineno))
     return out
 
@@ -130,7 +183,7 @@ class Graph:
             for name, line in references(path, mod, self.files):
                 if name.split(".")[0] == "labq":
                     inner |= self._resolve(name)
-                elif name in ("environ", "clock", "dynamic"):
+                elif name in PSEUDO:
                     outer.setdefault(name, line)
                 else:
                     outer.setdefault(name.split(".")[0], line)
@@ -194,6 +247,24 @@ def redis_outside_store(g: Graph, allowed=REDIS_OUTSIDE_STORE) -> list[str]:
     return out
 
 
+def connection_imports(g: Graph, allowed=CONNECTS_OUTSIDE_STORE) -> list[str]:
+    """Every import of a connection module outside scheduler/store/: what a file imports decides, not
+    what its receivers are named."""
+    out = []
+    for mod, path in g.files.items():
+        rel = g.rel(mod)
+        if rel.startswith("scheduler/store/") or rel in allowed:
+            continue
+        found = {}
+        for name, line in references(path, mod, g.files):
+            hit = next((c for c in CONNECTION_MODULES if name == c or name.startswith(c + ".")), None)
+            if hit:
+                found.setdefault(hit, line)
+        out += [f"{rel}:{line}: imports {name} (only scheduler/store/ holds Redis connections)"
+                for name, line in sorted(found.items(), key=lambda x: x[1])]
+    return out
+
+
 def too_long(g: Graph, long_modules=LONG_MODULES, long_functions=LONG_FUNCTIONS) -> list[str]:
     out = []
     for mod, path in g.files.items():
@@ -254,6 +325,11 @@ def test_only_the_store_talks_to_redis():
     assert not bad, "\n".join(bad)
 
 
+def test_only_the_store_imports_the_connection_modules():
+    bad = connection_imports(GRAPH)
+    assert not bad, "\n".join(bad)
+
+
 def test_layering():
     bad = layering(GRAPH)
     assert not bad, "\n".join(bad)
@@ -269,6 +345,9 @@ def test_the_allow_lists_only_name_files_that_need_them():
     for rel in REDIS_OUTSIDE_STORE:
         assert redis_outside_store(GRAPH, allowed={}) and any(v.startswith(rel) for v in redis_outside_store(
             GRAPH, allowed={})), f"{rel} no longer talks to Redis: remove it from REDIS_OUTSIDE_STORE"
+    for rel in CONNECTS_OUTSIDE_STORE:
+        assert any(v.startswith(rel + ":") for v in connection_imports(GRAPH, allowed={})), \
+            f"{rel} no longer imports a connection module: remove it from CONNECTS_OUTSIDE_STORE"
     for m, name in IMPURE_ALLOWED:
         assert name in GRAPH.outer.get(m, {}), f"{m} no longer reaches {name}: remove it from IMPURE_ALLOWED"
     for rel in LONG_MODULES:
@@ -344,3 +423,45 @@ def test_the_checker_finds_redis_outside_the_store_and_long_code(scratch):
     bad = set(redis_outside_store(g)) - redis0
     assert any("cli/render.py" in v and "lpush" in v for v in bad) and any("store.r.get" in v for v in bad)
     assert any("long is 62 lines" in v for v in set(too_long(g)) - long0)
+
+
+# The issue's planted violations (issue 40 item 5): each is found by what the file imports or calls,
+# whatever its receivers are named. (file, code, what the finding names)
+PLANTED = [
+    ("worker/agent.py", "def _drop(self, key):\n    from labq.scheduler.store import resp\n"
+                        "    self.conn = resp.Connection(self.url)\n    self.conn.execute('DEL', key)",
+     "imports labq.scheduler.store.resp"),
+    ("cli/render.py", "def _event(url):\n    import redis\n    client = redis.Redis.from_url(url)\n"
+                      "    client.xadd('labq:events', {'kind': 'finished'})", "imports redis"),
+    ("cli/statview.py", "def _nodes(url):\n    from labq.scheduler.store.conn import connect\n"
+                        "    r = connect(url)\n    return r.scard('labq:nodes')", "imports labq.scheduler.store.conn"),
+    ("cli/query.py", "import importlib\nC = importlib.import_module('labq.scheduler.store.conn')",
+     "imports labq.scheduler.store.conn"),
+    ("scheduler/handlers.py", "from .store import sentinel as s", "imports labq.scheduler.store.sentinel"),
+    ("worker/probe.py", "from redis.client import Pipeline as Batch", "imports redis"),
+]
+
+
+@pytest.mark.parametrize("rel,text,found", PLANTED, ids=[p[0] for p in PLANTED])
+def test_the_checker_finds_a_planted_connection(scratch, rel, text, found):
+    assert not [v for v in connection_imports(Graph(scratch)) if v.startswith(rel + ":")]
+    plant(scratch, rel, text)
+    bad = [v for v in connection_imports(Graph(scratch)) if v.startswith(rel + ":")]
+    assert any(found in v for v in bad), bad
+
+
+@pytest.mark.parametrize("rel,text,found", [
+    ("scheduler/alerts.py", "from datetime import datetime as dt\nT = dt.now()", "reaches clock"),
+    ("scheduler/ledger.py", "import datetime as when\nT = when.date.today()", "reaches clock"),
+    ("scheduler/periods.py", "import os\nSALT = os.urandom(8)", "reaches urandom"),
+    ("scheduler/transitions.py", "from os import urandom as noise\nSALT = noise(8)", "reaches urandom"),
+    ("scheduler/fairshare.py", "import os as o\nHOME = o.environ['HOME']", "reaches environ"),
+    ("scheduler/model.py", "import secrets\nT = secrets.token_hex(4)", "reaches secrets"),
+])
+def test_the_checker_finds_an_aliased_impurity(scratch, rel, text, found):
+    g = Graph(scratch)
+    mod = next(m for m in core(g) if g.rel(m) == rel)
+    assert not impure_reach(g, mod)
+    plant(scratch, rel, text)
+    g = Graph(scratch)
+    assert any(found in v for v in impure_reach(g, mod)), impure_reach(g, mod)

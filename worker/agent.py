@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 
 from labq.scheduler import sdnotify
 from labq.scheduler.config import Config
-from labq.scheduler.store import conn
+from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
@@ -134,7 +134,7 @@ class Agent:
                 continue
             try:
                 claim = self.store.claimed_by(int(jid), int(n)) or ""
-            except conn.ERRORS:
+            except faults.ERRORS:
                 return
             node, _, pid = claim.rpartition(":")
             while node == self.name and pid.isdigit() and proctree.alive(int(pid)) and time.monotonic() < deadline:
@@ -220,7 +220,7 @@ class Agent:
             cgroup.release(self.delegation)     # its job cgroups swept, then its own subtree
         try:
             self.store.release(self.name)
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.warning("could not release the lease (it will expire): %s", e)
         self.backend.close()
         log.info("node %s stopped", self.name)
@@ -241,7 +241,7 @@ class Agent:
             self.store.register(self.name, self.cpus, self.mem, len(self.slots), gpus, socket.gethostname(),
                                 os.getpid(), self.lease, runs=launch.runs_for(self.settings), addr=self.settings.addr,
                                 epoch=self.epoch)
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.warning("node %s: cannot re-register its GPUs yet: %s", self.name, e)
             return
         self.gpus, self.monitor.changed = gpus, False
@@ -259,7 +259,7 @@ class Agent:
         log.error("%s", message)
         try:
             self.store.post("alert", 0, 0, self.name, body)
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.warning("cannot post the alert: %s", e)
 
     # -- lease ---------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ class Agent:
                 self._fence(now)
                 self._register()
             self._last_renew, self._next_renew, self.fenced = now, now + self.lease / 3, False
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.warning("node %s: lease renewal failed: %s", self.name, e)
             self._next_renew = now + min(1.0, self.lease / 3)
             if now - self._last_renew > self.lease * 2 / 3 and not self.fenced:
@@ -309,7 +309,7 @@ class Agent:
             try:        # what it died with ends now; if Redis fails, its successor ends it
                 for raw in self.store.taken(self.name, s.index):
                     deadslot.end(self.store, self.settings, s.index, raw)
-            except conn.ERRORS as e:
+            except faults.ERRORS as e:
                 log.warning("node %s: cannot end slot %d's attempt yet: %s", self.name, s.index, e)
             s.proc, s.restart_at = None, now + delay
         if s.proc is None and not self.fenced and now >= s.restart_at:
@@ -338,7 +338,7 @@ class Agent:
         stopped process; its slot runner then reports it."""
         try:
             stale = deadslot.silent(self.store, self.name, self.lease)
-        except (conn.ERRORS + (ValueError, IndexError)) as e:
+        except (faults.ERRORS + (ValueError, IndexError)) as e:
             log.warning("node %s: cannot check the runners' heartbeats: %s", self.name, e)
             return
         held = results.holders(self.settings.spool)
@@ -354,7 +354,7 @@ class Agent:
     def _purge_spool(self) -> None:
         try:
             purge_spool(self.store, self.name, self.settings.spool)
-        except (conn.ERRORS + (OSError,)) as e:     # the next round tries again: the ids stay listed
+        except (faults.ERRORS + (OSError,)) as e:     # the next round tries again: the ids stay listed
             log.warning("node %s: cannot clean archived jobs from the spool: %s", self.name, e)
 
     def _reap_strays(self, now: float) -> None:

@@ -9,7 +9,7 @@ import resource
 import signal
 import time
 
-from labq.scheduler.store import conn
+from labq.scheduler.store import faults
 from labq.scheduler.units import fmt_size
 
 from . import jobmsg, launch, memwatch, proctree, results
@@ -195,7 +195,7 @@ class Ending:
             self.lease_seen(sent, self.store.started(self.job.id, self.n, self.s.node, self.proc.pid, self.start,
                                                      self.rank))
             self.announced = True
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.warning("job %s: cannot post started yet: %s", self.job.id, e)
 
     def _post_finished(self) -> None:
@@ -212,7 +212,7 @@ class Ending:
                 if self.proc is None or self.announced:
                     self.store.post("finished", self.job.id, self.n, self.s.node, self.body, self.slot)
                     return
-            except conn.AWAY as e:
+            except faults.AWAY as e:
                 log.warning("job %s: posting finished failed (%s), retrying in %.1fs", self.job.id, e, wait)
             time.sleep(wait)
             wait = min(wait * 2, POST_WAIT[1])

@@ -18,7 +18,7 @@ import signal
 import time
 from dataclasses import replace
 
-from labq.scheduler.store import conn
+from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
 from . import batchenv, cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
@@ -126,7 +126,7 @@ class Run(Ending):
             self._run()
         except launch.StartError as e:
             self.body["message"] = str(e)
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             # Redis lost where the runner cannot carry on without it: the node's failure, not the
             # job's (an `error` would end it F without its having run). Requeued.
             self.body.update(outcome="node_failure", message=end_message("redis_lost", repr(e)))
@@ -351,7 +351,7 @@ class Run(Ending):
     def _control(self) -> str | None:
         try:
             return self.store.control(self.job.id)
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.warning("job %s: cannot read control: %s", self.job.id, e)
             return None
 
@@ -386,13 +386,13 @@ class Run(Ending):
             self.lease_seen(sent, self.store.heartbeat(
                 self.job.id, self.n, self.s.node, rank=self.rank, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
                 ckpt=self.body.get("last_checkpoint") or ""))
-        except conn.ERRORS as e:      # a Redis blip must not kill a running job (unless it outlasts the lease)
+        except faults.ERRORS as e:      # a Redis blip must not kill a running job (unless it outlasts the lease)
             log.warning("job %s: heartbeat failed: %s", self.job.id, e)
 
     def _post(self, kind: str, body: dict) -> None:
         try:
             self.store.post(kind, self.job.id, self.n, self.s.node, body)
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.warning("job %s: cannot post %s: %s", self.job.id, kind, e)
 
     # -- the end -------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import sys
 import time
 
 from labq.scheduler import dispatch
-from labq.scheduler.store import conn
+from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
 from . import cgroup, deadslot, launch, proctree, results, runner, spawn
@@ -74,11 +74,11 @@ class SlotRunner:
                     self.orphaned = True
         except _Stop:
             pass    # an orderly stop: fall through to the slot's shutdown below
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             log.error("slot %d: Redis: %s; exiting (the agent restarts this runner)", self.slot, e)
             self._give_up_lease()
             return 1
-        with contextlib.suppress(*conn.ERRORS):
+        with contextlib.suppress(*faults.ERRORS):
             self._give_up_lease()
             self._state("stopped")
         return 0
@@ -89,7 +89,7 @@ class SlotRunner:
         runner's epoch, never a new incarnation's."""
         if not (self.orphaned or os.getppid() != self.agent_pid) or not self.s.epoch:
             return
-        with contextlib.suppress(*conn.ERRORS):
+        with contextlib.suppress(*faults.ERRORS):
             if self.store.give_up_lease(self.s.node, self.s.epoch):
                 log.error("slot %d: the agent died; gave the node's lease up", self.slot)
 
@@ -125,7 +125,7 @@ class SlotRunner:
             self.current, self.busy = got, True
             try:
                 res = runner.run_job(*got, self.s, ref, self.store)
-            except conn.ERRORS:
+            except faults.ERRORS:
                 # Redis lost before the attempt was surely ours (a claim whose reply never came may
                 # have won) or before its end was posted: the entry stays in this slot's list and
                 # this runner exits; the one the agent starts in its place runs the attempt if it is

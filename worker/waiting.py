@@ -6,7 +6,7 @@ import select
 import signal
 import threading
 
-from labq.scheduler.store import conn
+from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore
 
 from .proctree import PARENT_DIED
@@ -85,14 +85,14 @@ class ControlWatch(threading.Thread):
             while not self.done.is_set():
                 try:
                     got = self.store.wait_control(r.s.node, r.job.id, CONTROL_BLOCK)
-                except conn.ERRORS:
+                except faults.ERRORS:
                     self.done.wait(RETRY)      # the runner's tick reads the control key meanwhile
                     continue
                 if got and not self.done.is_set():
                     r.control_due = True
                     r.term.poke()
         finally:
-            with contextlib.suppress(*conn.ERRORS):
+            with contextlib.suppress(*faults.ERRORS):
                 self.store.close()
 
 

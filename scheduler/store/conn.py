@@ -6,18 +6,7 @@ import redis
 
 from ..errors import UnreachableError
 from . import resp, sentinel
-from .resp import without_credentials  # noqa: F401 - part of this API (cli/admin.py)
-
-ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError, FileNotFoundError)
-REFUSED = redis.RedisError    # any error reply (NOPERM, a bad password, an unknown command)
-
-
-def is_full(e: Exception) -> bool:
-    """Redis refused a write for want of memory (maxmemory with noeviction: it evicts nothing)."""
-    return isinstance(e, redis.exceptions.OutOfMemoryError) or "'maxmemory'" in str(e)
-# Redis away for a transaction too: EXECABORT when a queued command was refused (LOADING after a restart).
-AWAY = ERRORS + (redis.exceptions.ExecAbortError,)
-
+from .faults import ERRORS, without_credentials
 
 # A daemon logs in as its ACL role with a password from a root-only file (redis.password_file). The
 # role and the file's *path* are passed down to its child processes (runners) in these variables;

@@ -12,23 +12,10 @@ unix://[[user]:password@]/path/to.sock[?db=N][&password=…]; `?protocol=3` spea
 """
 import _socket  # the C module: socket.py (its enums, selectors) is ~2 ms of every `labq sub`; TCP imports it
 
+from .faults import ConnectionLost, RespError
+
 CRLF = b"\r\n"
 _RECV = 1 << 18
-
-
-class RespError(Exception):
-    """An error reply from the server (`-ERR …`, `-WRONGTYPE …`, `-NOAUTH …`)."""
-
-
-class ConnectionLost(OSError):
-    """The server could not be reached, closed the connection, or did not answer in time. `sent`:
-    whether the commands had been sent (the server may have run them)."""
-
-    refused = False     # a write the server refused (behind Sentinel: READONLY, NOREPLICAS): nothing was done
-
-    def __init__(self, message: str, sent: bool = False):
-        super().__init__(message)
-        self.sent = sent
 
 
 def _unquote(s: str) -> str:
@@ -69,15 +56,6 @@ def parse_url(url: str) -> dict:
     if query.get("db"):
         out["db"] = int(query["db"])
     return out
-
-
-def without_credentials(url: str) -> str:
-    """`url` without user and password (in the netloc or the query): what a message may show."""
-    scheme, sep, rest = url.partition("://")
-    rest, _, query = rest.partition("?")
-    where = rest.rpartition("@")[2]
-    query = "&".join(q for q in query.split("&") if q and q.split("=", 1)[0] not in ("password", "username"))
-    return f"{scheme}{sep}{where}" + (f"?{query}" if query else "")
 
 
 def encode(args) -> bytes:

@@ -25,6 +25,8 @@ log = logging.getLogger("labq.scheduler")
 
 
 class SchedulerStore(RequestList):
+    wait_ms = conn.WAIT_MS    # how long txn() waits for the replicas (commit.py's warning says so)
+
     def __init__(self, r: redis.Redis, keys: Keys, me: str):
         self.r, self.k, self.me = r, keys, me
         # A renewal from keeping_lease's thread never lands between a transaction's WATCH and its

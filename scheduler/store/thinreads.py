@@ -49,6 +49,22 @@ class ThinReader:
                 raise self._unreachable(r)
         return out
 
+    def text(self, key: str) -> str | None:
+        """One string key (store/history.py reads the cluster id and the archive's path so)."""
+        v = self._pipe([("GET", key)])[0]
+        return v.decode() if isinstance(v, bytes) else v
+
+    def aof_enabled(self) -> bool | None:
+        """INFO persistence, as SchedulerStore.aof_enabled; None where the role may not run INFO (the
+        generated labq-client role may not: a user's `labq stat` cannot tell, and says nothing)."""
+        try:
+            info = self.c.pipeline([("INFO", "persistence")])[0]
+        except resp.ConnectionLost as e:
+            raise self._unreachable(e) from None
+        if isinstance(info, resp.RespError):
+            return None
+        return False if "aof_enabled:0" in str(info) else True if "aof_enabled:1" in str(info) else None
+
     def job(self, jid: int):
         raw = self._pipe([("GET", self.k.job(jid))])[0]
         if not raw:
