@@ -1,8 +1,11 @@
-"""The soak (issue 14): a lab's contention on real processes, with kill -9 of the scheduler and the agent.
+"""The soak (issues 14, 35): a lab's contention on real processes, with kill -9 and SIGSTOP of its daemons and Redis outages.
 
 Two accounts with guarantees that borrow from each other, a third without one whose budget preempts
 when it runs out (on_exhaust = "preempt"), three QoS classes, arrays and dependencies, jobs that
-checkpoint and jobs that ignore SIGTERM, the scheduler and the agent kill -9'ed during the run.
+checkpoint and jobs that ignore SIGTERM; during the run the faults of bench/chaos.py: kill -9 of the
+scheduler, of the agent and of slot runners, SIGSTOP of the agent and of runners (SIGCONT after a pause,
+some longer than the node lease), and outages of the soak's Redis (kill -9 or an orderly stop, restarted
+from its AOF, some longer than the node lease).
 Every job stamps its own file (start, one line a second, end, with its attempt); at the end the report
 says, from those stamps, the job records and `labq ledger verify`:
 
@@ -21,12 +24,13 @@ says, from those stamps, the job records and `labq ledger verify`:
               longer pay a job, the soak gives it an override that expires under its running jobs
   stamps      (issue 35, from the stamps and their pids alone) attempts of one job alive at once,
               attempts started while the node had no live agent (between its kill -9 and its
-              successor's start), work re-run after an attempt stamped its end, and jobs whose work
-              ended but that did not end COMPLETED: all must be none
+              successor's start), or while its agent was stopped past the node lease, work re-run
+              after an attempt stamped its end, and jobs whose work ended but that did not end
+              COMPLETED: all must be none
 
 Chaos is planned, not timed by luck: a kill -9 of the scheduler at 30% of the run and of the agent
-at 60%, and (longer runs) one every 20-60 s besides; one that a slow submit made late still happens before
-the drain. Every wait is generous: the report's figures, not timing, decide (a loaded machine only
+at 60%, and (runs of 3 minutes and more) a fault every 10-40 s besides, every kind in the first
+round (bench/chaos.py); one that a slow submit made late still happens before the drain. Every wait is generous: the report's figures, not timing, decide (a loaded machine only
 makes the run slower).
 
     python bench/soak.py --minutes 30 [--seed 1] [--json out.json]
@@ -44,9 +48,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from bench.chaos import Chaos  # noqa: E402
 from labq.cli.subcore import build_body  # noqa: E402
 from labq.scheduler import ledger, states  # noqa: E402
-from tests.harness import E2E, two_labs, wait_for  # noqa: E402
+from tests.harness import E2E, two_labs  # noqa: E402
 
 GRACE, KILL_WAIT, TICK, MAX_PREEMPTIONS = 3, 2, 0.5, 2
 HEAD = f"""
@@ -116,16 +121,16 @@ class Soak:
             f.write(JOB)
         os.chmod(self.script, 0o755)
         self.ids: list[int] = []
-        self.chaos: list[list[float]] = []       # [start, end] of each window the daemons were down
-        self.kills = {"scheduler": 0, "worker": 0}
-        self.agent_dead: list[tuple[float, float]] = []   # (kill -9 of the agent, its successor started)
+        self.t0 = time.time()
+        # the jobs on a dead node end NF when its lease runs out, and are requeued: the guarantee
+        # watch leaves that out too
+        self.chaos = Chaos(self.e, self.rnd, self.t0, self.cfg.node_lease + self.cfg.fence_margin + GRACE + KILL_WAIT + 2)
         self.budget = budget
         self.overrides = 0                      # micro-$ of lab-c overrides granted (each one expires)
         self.override_until = 0.0               # monotonic: while one is active, lab-c submits low work
         self.short_max = 0.0
         self.short_since: dict = {}
         self.done = threading.Event()
-        self.t0 = time.time()
 
     # -- driving ------------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -133,28 +138,18 @@ class Soak:
         watcher.start()
         start = time.monotonic()
         end = start + self.seconds
-        plan = self._chaos_plan(start)
+        plan = self.chaos.plan(start, self.seconds)
         while time.monotonic() < end:
             while plan and time.monotonic() >= plan[0][0]:
-                self._chaos(plan.pop(0)[1])
+                self.chaos.inject(plan.pop(0)[1])
             self._submit()
             time.sleep(self.rnd.uniform(0.5, 2.0))
         for _, which in plan:            # made late by a slow submit: still done, before the drain
-            self._chaos(which)
+            self.chaos.inject(which)
         drained = self._drain(max(300.0, self.seconds / 3))
         self.done.set()
         watcher.join(5)
         return self.report(drained)
-
-    def _chaos_plan(self, start: float) -> list:
-        """(monotonic time, daemon) of each kill -9: the scheduler at 30%, the agent at 60%, and (runs
-        of a few minutes and more) one every 20-60 s besides, either daemon."""
-        plan = [(start + 0.3 * self.seconds, "scheduler"), (start + 0.6 * self.seconds, "worker")]
-        t = start
-        while self.seconds >= 180 and t + 60 < start + self.seconds:
-            t += self.rnd.uniform(20, 60)
-            plan.append((t, self.rnd.choice(["scheduler", "worker"])))
-        return sorted(plan)
 
     def _override(self) -> None:
         """lab-c's budget can no longer pay a job: an admin raises its cap for a while. When that
@@ -200,27 +195,6 @@ class Soak:
             return
         self.ids.extend(range(got["job_id"], got["job_id"] + got.get("count", 1)))
 
-    def _chaos(self, which: str) -> None:
-        start = time.time()
-        window = [start, float("inf")]      # the guarantee watch leaves it out from the start
-        self.chaos.append(window)
-        p = self.stack.procs[which]
-        p.kill()
-        p.wait(60)
-        self.kills[which] += 1
-        time.sleep(self.rnd.uniform(0.2, 2.0))
-        if which == "scheduler":
-            self.stack.start("scheduler", "scheduler")
-            k = self.client.k
-            wait_for(lambda: self.client.r.get(k.leader), 180, 0.1, what=f"a leader (see {self.e.log.name})")
-        else:
-            self.agent_dead.append((start, time.time()))
-            self.stack.start("worker", "worker", *self.stack.worker_args)
-            self.e.wait_up(180)
-        # the jobs on a dead node end NF when its lease runs out, and are requeued: leave that out too
-        window[1] = time.time() + self.cfg.node_lease + self.cfg.fence_margin + GRACE + KILL_WAIT + 2
-        print(f"chaos: kill -9 {which} at +{start - self.t0:.0f}s", file=sys.stderr)
-
     def _drain(self, most: float) -> bool:
         end = time.monotonic() + most
         while time.monotonic() < end:
@@ -240,12 +214,12 @@ class Soak:
         while not self.done.is_set():
             try:
                 self._sample(time.time())
-            except Exception as e:       # Redis is never killed; a read racing a write is retried
+            except Exception as e:       # Redis away, or a read racing a write: the next sample
                 print(f"watch: {e}", file=sys.stderr)
             time.sleep(0.25)
 
     def _sample(self, now: float) -> None:
-        if any(a <= now <= b for a, b in self.chaos) or self.stack.dead():
+        if any(a <= now <= b for a, b in self.chaos.windows) or self.stack.dead():
             self.short_since.clear()
             return
         jobs = self.client.read.active()
@@ -272,7 +246,7 @@ class Soak:
         jobs = {j.id: j for j in self.client.read.jobs(self.ids) if j is not None}
         lost, double = self._runs(jobs)
         stamped = stamp_checks({i: _lives(os.path.join(self.stamps, str(i))) for i in self.ids}, jobs,
-                               self.agent_dead)
+                               self.chaos.agent_dead, self.chaos.agent_frozen)
         spent = {k: int(v) for k, v in self.client.read.spent().items()}
         charged, over = self._charges(jobs)
         verify = subprocess.run(self.stack.command("ledger", "verify"), env=self.stack.env(), capture_output=True,
@@ -291,7 +265,8 @@ class Soak:
         return {
             "seconds": round(self.seconds), "jobs": len(self.ids), "drained": drained,
             "attempts": sum(len(j.attempts) for j in jobs.values()), "outcomes": outcomes,
-            "kills": self.kills, "lost": lost, "double_runs": double,
+            "kills": {"scheduler": self.chaos.counts["scheduler_kill"], "worker": self.chaos.counts["agent_kill"]},
+            **self.chaos.report(), "lost": lost, "double_runs": double,
             "max_preemptions_per_job": max((j.preempt_count for j in jobs.values()), default=0),
             "max_preempted_attempts_per_job": max((sum(1 for a in j.attempts if a.outcome == "preempted")
                                                    for j in jobs.values()), default=0),
@@ -375,24 +350,29 @@ def _lives(path: str) -> dict[tuple[int, int], tuple[float, float, bool]]:
 AGENT_DEATH_SLACK = 0.5
 
 
-def stamp_checks(lives: dict, jobs: dict, agent_dead) -> dict:
+def stamp_checks(lives: dict, jobs: dict, agent_dead, agent_frozen=()) -> dict:
     """Issue 35's promises, read from the jobs' own stamps only: no two attempts of a job alive at
     once (`overlaps`); no attempt started while the node had no live agent, between a kill -9 of it
-    and its successor's start (`started_after_agent_died`); no work re-run once an attempt stamped
-    its end (`rerun_after_end`), and such a job ends COMPLETED (`finished_not_completed`)."""
-    overlaps, late, rerun, unrecorded = [], [], [], []
+    and its successor's start (`started_after_agent_died`), or while its agent was stopped past the
+    node lease (`started_while_agent_frozen`: from SIGSTOP + lease to SIGCONT); no work re-run once
+    an attempt stamped its end (`rerun_after_end`), and such a job ends COMPLETED
+    (`finished_not_completed`)."""
+    overlaps, late, frozen, rerun, unrecorded = [], [], [], [], []
     for i, spans in lives.items():
         ordered = sorted(spans.values())
         if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
             overlaps.append(i)
         if any(k + AGENT_DEATH_SLACK < lo < up for lo, _, _ in spans.values() for k, up in agent_dead):
             late.append(i)
+        if any(k + AGENT_DEATH_SLACK < lo < up for lo, _, _ in spans.values() for k, up in agent_frozen):
+            frozen.append(i)
         ended = [a for (a, _), (_, _, done) in spans.items() if done]
         if ended and any(a > min(ended) for a, _ in spans):
             rerun.append(i)
         if ended and i in jobs and jobs[i].state != states.COMPLETED:
             unrecorded.append(i)
-    return {"overlaps": sorted(overlaps), "started_after_agent_died": sorted(late), "rerun_after_end": sorted(rerun),
+    return {"overlaps": sorted(overlaps), "started_after_agent_died": sorted(late),
+            "started_while_agent_frozen": sorted(frozen), "rerun_after_end": sorted(rerun),
             "finished_not_completed": sorted(unrecorded)}
 
 
@@ -407,7 +387,7 @@ def soak(seconds: float, seed: int = 1, budget: float = 3.0, keep: bool = False)
 def failures(out: dict) -> list[str]:
     """What the report says is broken (empty: the soak kept every promise it checks)."""
     bad = [k for k in ("lost", "double_runs", "preempted_unasked", "above_commitment", "overlaps",
-                       "started_after_agent_died", "rerun_after_end", "finished_not_completed") if out.get(k)]
+                       "started_after_agent_died", "started_while_agent_frozen", "rerun_after_end", "finished_not_completed") if out.get(k)]
     bad += [k for k in ("drained", "charges_equal_attempts", "within_limits") if not out[k]]
     if out["max_preemptions_per_job"] > out["max_preemptions"]:
         bad.append("max_preemptions_per_job")

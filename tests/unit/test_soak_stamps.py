@@ -37,13 +37,18 @@ def test_clean_stamps_pass_and_each_violation_is_named(tmp_path):
     late = write(tmp_path, "3", ["start 0 201.0 31", "end 0 203.0 31"])          # the agent died at 200, back at 205
     rerun = write(tmp_path, "4", ["start 0 100.0 41", "end 0 101.0 41", "start 1 110.0 42", "end 1 111.0 42"])
     unrecorded = write(tmp_path, "5", ["start 0 100.0 51", "end 0 101.0 51"])
-    lives = {i: SOAK._lives(p) for i, p in zip(range(1, 6), (clean, overlap, late, rerun, unrecorded))}
-    jobs = {i: job(i) for i in range(1, 5)} | {5: job(5, states.PENDING)}
-    got = SOAK.stamp_checks(lives, jobs, [(200.0, 205.0)])
-    assert got == {"overlaps": [2], "started_after_agent_died": [3], "rerun_after_end": [4],
-                   "finished_not_completed": [5]}
+    # the agent stopped at 296, its lease lapsed at 300, SIGCONT at 310: a start at 306 is one too many
+    frozen = write(tmp_path, "6", ["start 0 306.0 61", "end 0 307.0 61"])
+    lives = {i: SOAK._lives(p) for i, p in zip(range(1, 7), (clean, overlap, late, rerun, unrecorded, frozen))}
+    jobs = {i: job(i) for i in range(1, 5)} | {5: job(5, states.PENDING), 6: job(6)}
+    got = SOAK.stamp_checks(lives, jobs, [(200.0, 205.0)], [(300.0, 310.0)])
+    assert got == {"overlaps": [2], "started_after_agent_died": [3], "started_while_agent_frozen": [6],
+                   "rerun_after_end": [4], "finished_not_completed": [5]}
     assert SOAK.failures({**BASE, **got}) == list(got)
-    assert SOAK.failures({**BASE, **SOAK.stamp_checks({1: lives[1]}, jobs, [(200.0, 205.0)])}) == []
+    assert SOAK.failures({**BASE, **SOAK.stamp_checks({1: lives[1]}, jobs, [(200.0, 205.0)], [(300.0, 310.0)])}) == []
+    # a start within the slack of the lease's lapse (the runner read a lease still held) is not one
+    edge = {7: SOAK._lives(write(tmp_path, "7", ["start 0 300.2 71", "end 0 301.0 71"]))}
+    assert SOAK.stamp_checks(edge, {7: job(7)}, [], [(300.0, 310.0)])["started_while_agent_frozen"] == []
 
 
 def test_old_stamps_without_a_pid_still_parse(tmp_path):
