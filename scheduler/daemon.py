@@ -70,6 +70,9 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
         self.down_since: dict[str, float] = {}     # node -> when this scheduler first saw its lease gone
+        # When this scheduler could see Redis again after failing to (issue 35): nobody could beat
+        # or post while it was away, so a runner's silence counts from then (events.py).
+        self.sighted, self.blind = float("-inf"), False
         self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
         self.queue = policy.classes.Queue()    # plan()'s request classes, kept from pass to pass
@@ -220,7 +223,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                     _sleep_until(time.monotonic() + self.lease_s / 3, stop)
             except REDIS_ERRORS as e:
                 log.error("Redis: %s; retrying in 1s", e)
-                self.leading = False
+                self.leading, self.blind = False, True
                 time.sleep(1)
             except REDIS_REFUSED as e:
                 if not is_full(e):
@@ -248,6 +251,9 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.tally = Tally(self.jobs.values())
         self.store.ensure_group(self.k.events)
         self.leading = True
+        if self.blind:
+            self.sighted, self.blind = now, False
+            self.down_since.clear()
         self.nodes = self.store.nodes(now)
         self.event_streams = set()
         self._node_streams()

@@ -148,6 +148,10 @@ class NodeEvents:
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
         self.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
         lost, stops = [], []
+        if now - self.sighted <= self.cfg.node_lease + self.cfg.fence_margin:
+            # Redis came back lately: no runner could beat or post a result while it was away (it
+            # kept its result, worker/results.py). Each gets what a heartbeat gives before it is lost.
+            on_node = []
         for job, (hb, _, claimed_at) in zip(on_node, beats):
             if job.parts:
                 hit = self._lost_part(job, up, now)
