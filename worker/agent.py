@@ -287,10 +287,9 @@ class Agent:
         """Kill the runners: their jobs die with them. Not one holding a finished attempt's result
         (results.py): its job is over, and the result must reach the scheduler, however late."""
         self.fenced = True
-        held = results.holders(self.settings.spool)
         for s in self.slots:
             if s.proc is not None and s.proc.poll() is None:
-                if s.proc.pid in held:
+                if not results.stop_unless_holding(self.settings.spool, s.proc.pid):
                     log.warning("node %s: runner pid %d holds a finished result; left to post it", self.name,
                                 s.proc.pid)
                     continue
@@ -341,10 +340,12 @@ class Agent:
         except (faults.ERRORS + (ValueError, IndexError)) as e:
             log.warning("node %s: cannot check the runners' heartbeats: %s", self.name, e)
             return
-        held = results.holders(self.settings.spool)
+        ours = set(proctree.children(os.getpid()))
         for ref, pid, age in stale:
-            if pid in held:
-                continue        # its job is over: silent since, it is posting the result
+            # Not a live runner of ours: dead already (its pid may be another process's now). A
+            # holder's job is over: silent since, it is posting the result.
+            if pid not in ours or not results.stop_unless_holding(self.settings.spool, pid):
+                continue
             log.error("node %s: the runner of job %s (pid %d) has not heart-beaten for %.1fs; killing it and "
                       "its job", self.name, ref, pid, age)
             for p in [*proctree.descendants(pid), pid]:

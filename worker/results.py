@@ -8,6 +8,7 @@ per slot (a slot runs one attempt at a time), naming the runner that holds it, s
 import contextlib
 import json
 import os
+import signal
 
 DIR = "results"
 
@@ -63,3 +64,20 @@ def _read(p: str) -> dict | None:
     except (FileNotFoundError, ValueError):
         return None
     return got if isinstance(got, dict) else None
+
+
+def stop_unless_holding(spool: str, pid: int) -> bool:
+    """Before a runner is killed: SIGSTOP it, then look. True: it holds no result and stays stopped
+    for the kill (SIGKILL reaches a stopped process). False: it holds one (or is gone) and runs on
+    to post it. Stopped first, so that it cannot save a result between the look and the kill: in
+    the soak a fence read the holders, a job ended and saved its result, and the kill that
+    followed cost a finished job a node failure and a re-run (issue 35)."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False
+    if pid not in holders(spool):
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+    return False
