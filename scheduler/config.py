@@ -35,6 +35,7 @@ from .configcheck import (
     users as _users,
 )
 from .errors import ConfigError
+from .ledger import cap
 from .model import Budget
 from .sections import Alerts, Estimate, History, Priority, Security, Worker
 
@@ -144,7 +145,6 @@ class Config:
     source: str = "<built-in defaults>"
 
     def __post_init__(self):
-        units.set_currency(self.rates.currency)
         # A section given as a plain dict (`replace(cfg, priority={...})`, written before the
         # sections were typed) becomes its dataclass: readers may use attributes everywhere.
         for name, kind in (("priority", Priority), ("worker", Worker), ("alerts", Alerts), ("history", History),
@@ -180,7 +180,6 @@ class Config:
     def budget_caps(self) -> tuple[dict, dict]:
         """(name -> budget, name -> the part of its limit admission may commit: ledger.cap), read
         by every plan pass."""
-        from .ledger import cap  # (ledger reads this module)
         return {b.name: b for b in self.budgets}, {b.name: cap(b) for b in self.budgets}
 
     @cached_property
@@ -198,8 +197,16 @@ def load(path: str | None = None, system: bool = True) -> Config:
     """The config at `path`, else /etc/labq/labq.toml if present and `system`, else defaults (no environment)."""
     path = resolve_path(path, system)
     if not path:
-        return Config()
+        return _loaded(Config())
     return from_dict(read_toml(path), source=path)
+
+
+def _loaded(cfg: Config) -> Config:
+    """A config read in: from now on the process prints money in its currency (units.set_currency).
+    Config itself writes nothing, so a replace() (the scheduler makes one per tick) or a Config built
+    in code leaves the process's currency as it was."""
+    units.set_currency(cfg.rates.currency)
+    return cfg
 
 
 def loads(text: str, source: str = "<string>") -> Config:
@@ -237,7 +244,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     cfg = Config(**kw)
     if cfg.qos_named("normal") is None:
         raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")
-    return cfg
+    return _loaded(cfg)
 
 
 def _redis(t):

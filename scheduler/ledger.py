@@ -7,12 +7,18 @@ scheduler commits `forecast()` when it admits an attempt; the commitment shrinks
 accrues (from its process's start; from its dispatch until the start is known) and is replaced by
 the charge when it ends.
 """
+from __future__ import annotations
+
 import json
 from dataclasses import dataclass, field, replace
 
-from .config import Config
 from .model import Budget, Job, Node
+from .periods import field as spent_field
 from .units import MICRO, MS_PER_HOUR, accrue  # noqa: F401 - accrue lives in units: the thin CLI needs it without this module
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: config.py reads this module (Config.budget_caps: cap), not the reverse
+    from .config import Config
 
 
 def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:
@@ -201,11 +207,6 @@ def balance(b: Budget, spent: int, running, now: float, period: str = "",
                    # costs that much, and the stop policy must see it. Its charge stops at the ceiling.
                    accrued=sum(accrued(j, b.name, now) for j in mine),
                    overrides=b.overrides, period=period)
-
-
-def spent_field(name: str, period: str) -> str:
-    """The `spent` hash field of budget `name` in period `period` (see periods.py)."""
-    return f"{name}@{period}" if period else name
 
 
 # -- the ledger's other entries: overrides, limits, periods --------------------------------------

@@ -14,11 +14,16 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .ledger import accrue, spent_field as field
+from .units import accrue
 
 PERIODS = ("none", "week", "month", "quarter")
 _LABEL = {"week": re.compile(r"^(\d{4})-W(\d{2})$"), "month": re.compile(r"^(\d{4})-(\d{2})$"),
           "quarter": re.compile(r"^(\d{4})-Q([1-4])$")}
+
+
+def field(name: str, period: str) -> str:
+    """The `spent` hash field of budget `name` in the period labelled `period` (see above)."""
+    return f"{name}@{period}" if period else name
 
 
 def zone(name: str) -> ZoneInfo:

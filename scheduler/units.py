@@ -170,9 +170,10 @@ def accrue(rate_per_hour: int, seconds: float) -> int:
     return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR
 
 
-# rates.currency: every amount of money labq prints is in it. Set once from the config (Config's
-# __post_init__), so the dozens of places that print money need not carry it; "usd" below is the
-# budget unit meaning "money", whatever the currency.
+# rates.currency: every amount of money labq prints is in it. Set where a config is read in
+# (config.load/loads/from_dict, clientconf.client_settings; never by a Config, so replace() writes
+# nothing), so the dozens of places that print money need not carry it; "usd" below is the budget
+# unit meaning "money", whatever the currency.
 _SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CNY": "¥", "INR": "₹", "KRW": "₩"}
 _currency = {"code": "USD"}
 

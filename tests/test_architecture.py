@@ -64,6 +64,24 @@ CONNECTS_OUTSIDE_STORE = {
         "store/acl.apply(r, ...), admins_only logs in as it",
 }
 
+# Import circles there are today, each with its owner; shrink, never grow (a circle that changes shows
+# as new). config <-> configcheck <-> periods <-> ledger is gone (issue 40 item 6).
+CIRCLES = {
+    frozenset({"labq.scheduler.store.resp", "labq.scheduler.store.sentinel"}):
+        "sentinel: resp.parse_url hands sentinel:// URLs to sentinel.py, which asks the sentinels over resp.py",
+    frozenset({"labq.scheduler.store.archive", "labq.scheduler.store.dialect", "labq.scheduler.store.history"}):
+        "arch (left): dialect imports history.PG_PREFIXES, history opens archive.Archive lazily, archive uses dialect",
+    frozenset({"labq.cli.common", "labq.cli.fast", "labq.cli.submit"}):
+        "speed: Ctx.thin comes from fast.py, fast falls back to submit's click command, submit uses common.pass_ctx",
+    frozenset({"labq.worker.probe", "labq.worker.proctree"}):
+        "gang: probe re-exports proctree's names; proctree imports probe (psutil) lazily",
+    frozenset({"labq.cli.pbsshim", "labq.cli.shim"}): "arch (left): pbsshim uses shim's helpers, shim dispatches to it",
+    frozenset({"labq.scheduler.sim.policies", "labq.scheduler.sim.runtime"}):
+        "plan (issue 41): runtime subclasses policies.Hooks, policies registers runtime late",
+    frozenset({"labq.cli.simulate", "labq.cli.whatif"}):
+        "arch (left): simulate uses whatif.parse_nodes, whatif uses simulate's cluster and report lines",
+}
+
 # Redis commands a call like `<conn>.xadd(...)` names. Generic names (get, set, delete) count only on
 # a receiver that is a connection attribute (`….r`), so that a dict's .get is not taken for Redis.
 REDIS_ONLY = {"mget", "mset", "incr", "incrby", "hget", "hset", "hgetall", "hincrby", "hdel", "hvals", "hkeys",
@@ -170,25 +188,41 @@ def references(path: pathlib.Path, mod: str, known) -> list[tuple[str, int]]:
     return out
 
 
+def typing_only_lines(path: pathlib.Path) -> set[int]:
+    """The lines of `if TYPE_CHECKING:` blocks: their imports never run."""
+    out: set[int] = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.If) and ast.unparse(n.test).split(".")[-1] == "TYPE_CHECKING":
+            for b in n.body:
+                out |= set(range(b.lineno, b.end_lineno + 1))
+    return out
+
+
 class Graph:
     """labq's modules, the labq modules each imports (with the packages above them, which Python runs
-    first) and the outside names each reaches directly."""
+    first; `runtime`: without the imports for annotations only, under `if TYPE_CHECKING:`) and the
+    outside names each reaches directly."""
 
     def __init__(self, root: pathlib.Path):
         self.root, self.files = root, module_files(root)
         self.inner: dict[str, set[str]] = {}
+        self.runtime: dict[str, set[str]] = {}
         self.outer: dict[str, dict[str, int]] = {}
         for mod, path in self.files.items():
-            inner, outer = set(), {}
+            inner, outer, runtime = set(), {}, set()
+            typing = typing_only_lines(path)
             for name, line in references(path, mod, self.files):
                 if name.split(".")[0] == "labq":
                     inner |= self._resolve(name)
+                    if line not in typing:
+                        runtime |= self._resolve(name)
                 elif name in PSEUDO:
                     outer.setdefault(name, line)
                 else:
                     outer.setdefault(name.split(".")[0], line)
             inner.discard(mod)
-            self.inner[mod], self.outer[mod] = inner, outer
+            runtime.discard(mod)
+            self.inner[mod], self.outer[mod], self.runtime[mod] = inner, outer, runtime
 
     def _resolve(self, name: str) -> set[str]:
         parts = name.split(".")
@@ -265,6 +299,37 @@ def connection_imports(g: Graph, allowed=CONNECTS_OUTSIDE_STORE) -> list[str]:
     return out
 
 
+def circles(g: Graph, allowed=CIRCLES) -> list[str]:
+    """Import circles among labq's modules (strongly connected components of the imports that run,
+    lazy ones included); a package imported by its own modules is Python's order, not a circle."""
+    edges = {m: {n for n in ns if not m.startswith(n + ".")} for m, ns in g.runtime.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:      # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return [" <-> ".join(c) for c in found if frozenset(c) not in allowed]
+
+
 def too_long(g: Graph, long_modules=LONG_MODULES, long_functions=LONG_FUNCTIONS) -> list[str]:
     out = []
     for mod, path in g.files.items():
@@ -330,6 +395,11 @@ def test_only_the_store_imports_the_connection_modules():
     assert not bad, "\n".join(bad)
 
 
+def test_no_new_import_circles():
+    bad = circles(GRAPH)
+    assert not bad, "import circles (break them; see CIRCLES):\n" + "\n".join(bad)
+
+
 def test_layering():
     bad = layering(GRAPH)
     assert not bad, "\n".join(bad)
@@ -348,6 +418,8 @@ def test_the_allow_lists_only_name_files_that_need_them():
     for rel in CONNECTS_OUTSIDE_STORE:
         assert any(v.startswith(rel + ":") for v in connection_imports(GRAPH, allowed={})), \
             f"{rel} no longer imports a connection module: remove it from CONNECTS_OUTSIDE_STORE"
+    for c in CIRCLES:
+        assert " <-> ".join(sorted(c)) in circles(GRAPH, allowed={}), f"{sorted(c)} is no circle now: remove it from CIRCLES"
     for m, name in IMPURE_ALLOWED:
         assert name in GRAPH.outer.get(m, {}), f"{m} no longer reaches {name}: remove it from IMPURE_ALLOWED"
     for rel in LONG_MODULES:

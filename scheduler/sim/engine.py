@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from itertools import filterfalse
 
-from .. import fairshare, ledger, periods, policy, states, transitions as tr
+from .. import fairshare, periods, policy, states, transitions as tr
 from ..applier import apply_plan
 from ..config import Config
 from ..model import Job, Snapshot
@@ -213,7 +213,7 @@ class Simulator:
         self.charges += len(charges)
         for c in charges:
             b = self.budgets.get(c.budget)
-            key = ledger.spent_field(c.budget, c.period or (periods.current(b, t) if b else ""))
+            key = periods.field(c.budget, c.period or (periods.current(b, t) if b else ""))
             self.spent[key] = self.spent.get(key, 0) + c.amount
         a = new.attempts[-1]
         if self.fairshare and a.end_time > a.dispatch_time:
@@ -304,7 +304,7 @@ class Simulator:
         if not start <= t < end:
             budgets = self.cfg.budgets
             spans = [periods.bounds(b.period, periods.current(b, t), b.timezone) for b in budgets if b.period != "none"]
-            fields = tuple((b.name, ledger.spent_field(b.name, periods.current(b, t))) for b in budgets)
+            fields = tuple((b.name, periods.field(b.name, periods.current(b, t))) for b in budgets)
             self._fields = (max((s for s, _ in spans), default=-math.inf), min((e for _, e in spans), default=math.inf),
                             fields)
             self._balances = (-1, {}, ())

@@ -38,3 +38,14 @@ def test_the_config_sets_it_and_other_units_keep_theirs():
     assert units.fmt_money(2_000_000) == "€2.00" and units.fmt_money(2_000_000, "gpu_hours") == "2.000 gpu-hours"
     config.loads("")
     assert units.fmt_money(2_000_000) == "$2.00"
+
+
+def test_a_config_built_or_replaced_leaves_the_currency_alone():
+    """Config writes no global (issue 40): the scheduler's replace() of its config every tick, or a
+    Config built in code, leaves the process's currency as reading a config in set it."""
+    import dataclasses
+    cfg = config.loads('[rates]\ncurrency = "EUR"\n')
+    units.set_currency("GBP")
+    dataclasses.replace(cfg, budgets=())
+    config.Config()
+    assert units.fmt_money(2_000_000) == "£2.00"
