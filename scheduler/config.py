@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import bounds, units
-from .clientconf import (  # noqa: F401
-    DEFAULT_PATH,
-    MAX_CONFIG_DURATION,
+from .clientconf import (
     TOO_DEEP,
     _check_keys,
     _dur,
@@ -178,8 +176,7 @@ class Config:
 
     @cached_property
     def budget_caps(self) -> tuple[dict, dict]:
-        """(name -> budget, name -> the part of its limit admission may commit: ledger.cap), read
-        by every plan pass."""
+        """(name -> budget, name -> what admission may commit of it: ledger.cap), read by every plan pass."""
         return {b.name: b for b in self.budgets}, {b.name: cap(b) for b in self.budgets}
 
     @cached_property
@@ -196,15 +193,11 @@ class Config:
 def load(path: str | None = None, system: bool = True) -> Config:
     """The config at `path`, else /etc/labq/labq.toml if present and `system`, else defaults (no environment)."""
     path = resolve_path(path, system)
-    if not path:
-        return _loaded(Config())
-    return from_dict(read_toml(path), source=path)
+    return from_dict(read_toml(path), source=path) if path else _loaded(Config())
 
 
 def _loaded(cfg: Config) -> Config:
-    """A config read in: from now on the process prints money in its currency (units.set_currency).
-    Config itself writes nothing, so a replace() (the scheduler makes one per tick) or a Config built
-    in code leaves the process's currency as it was."""
+    """A config read in sets the currency money is printed in; a Config (or its replace()) sets nothing."""
     units.set_currency(cfg.rates.currency)
     return cfg
 
