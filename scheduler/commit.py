@@ -155,9 +155,7 @@ class Committer:
                 writes.mark_charged(p, self.k, key)
             for jid, value in b.controls:
                 writes.put_control(p, self.k, jid, value)
-                # wakes the runner's blocking read (each part's, for a gang); the control key stays the truth
-                for node in dispatchq.control_nodes(b.jobs.get(jid) or self.jobs.get(jid), value):
-                    dispatchq.wake_runner(p, self.k, node, jid, value)
+                dispatchq.to_runners(p, self.k, b.jobs.get(jid) or self.jobs.get(jid), jid, value)
             for a in b.alerts:
                 writes.add_alert(p, self.k, a)
             for books in b.books:

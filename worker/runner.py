@@ -350,7 +350,7 @@ class Run(Ending):
 
     def _control(self) -> str | None:
         try:
-            return self.store.control(self.job.id)
+            return self.store.control(self.job.id, self.n, self.rank)
         except faults.ERRORS as e:
             log.warning("job %s: cannot read control: %s", self.job.id, e)
             return None

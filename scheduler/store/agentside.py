@@ -247,8 +247,13 @@ class AgentStore:
         addr, port = self.r.hmget(self.k.part(jid, attempt, 0), ["addr", "port"])
         return (addr, int(port)) if addr and port else None
 
-    def control(self, jid: int) -> str | None:
-        return self._run([("GET", self.k.control(jid))])[0]
+    def control(self, jid: int, attempt: int = 0, rank: int = 0) -> str | None:
+        """The job's control; with `attempt`, a gang part's own (dispatchq.mark_parts) first: it
+        names that attempt, and stays when the control key is cleared or replaced."""
+        if not attempt:
+            return self._run([("GET", self.k.control(jid))])[0]
+        control, own = self._run([("GET", self.k.control(jid)), ("HGET", self.k.part(jid, attempt, rank), "control")])
+        return own or control
 
     def wait_control(self, node: str, jid: int, timeout: float) -> bool:
         """Block until the scheduler pushes a control for `jid` (True) or `timeout` passes."""

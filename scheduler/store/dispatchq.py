@@ -26,6 +26,32 @@ def control_nodes(job, value: str) -> list[str]:
     return [job.node] if job.node else []
 
 
+def to_runners(p, k: Keys, job, job_id: int, value: str) -> None:
+    """With the control key written: wake the runner's blocking read (each part's, for a gang),
+    and keep a gang's control on its parts, where it outlives the key (mark_parts)."""
+    mark_parts(p, k, job, value)
+    for node in control_nodes(job, value):
+        wake_runner(p, k, node, job_id, value)
+
+
+def mark_parts(p, k: Keys, job, value: str) -> None:
+    """A gang's control is also kept in each part's own status hash of the attempt it concerns (a
+    gang stop's, `stop:N`, else the current one), where that part's runner reads it with the
+    control key (AgentStore.control). The key alone is not enough: the requeue or the end that
+    the first part's report brings clears it a tick later, and a later control replaces it, so a
+    part whose runner was slow to read it (a loaded node) missed its stop, preemption or cancel
+    and ran on, billed to no one, for good."""
+    if job is None:
+        return
+    n = value[5:] if value.startswith("stop:") else ""
+    if n:
+        a = job.attempts[int(n) - 1] if n.isdigit() and 0 < int(n) <= len(job.attempts) else None
+    else:
+        a = job.current if job.node and job.current is not None and not job.current.end_time else None
+    for rank in range(len(a.parts) if a is not None else 0):
+        p.hset(k.part(job.id, a.attempt, rank), "control", value)
+
+
 def wake_runner(p, k: Keys, node: str, job_id: int, value: str) -> None:
     """Wake the runner of `job_id` blocked on its control list; the control key stays the truth."""
     key = k.node_control(node, job_id)

@@ -8,7 +8,7 @@ from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
 from labq.scheduler.store import acctrows
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import FROZEN, K, job, reply, submit, woke
+from tests.harness import FROZEN, K, job, push, reply, submit, woke
 
 CFG = config.loads("""
 [scheduler]
@@ -77,6 +77,10 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
     s.tick(NOW + 62)
     again = job(r, 1)
     assert again.state == states.FAILED and again.cost == cost and len(again.attempts) == 1
+    # the control key cleared (a requeue's or an end's record write does) or replaced: a part whose
+    # runner reads late still finds its stop, which names its attempt only
+    r.delete(K.control(1))
+    assert [agent.control(1, 1, rank) for rank in (0, 1)] == ["stop:1", "stop:1"] and agent.control(1, 2) is None
     # its acct row (store/acctrows.redis_row) was written with the end, and again with the late part
     assert r.hget(K.acct_rows, "1") == acctrows.redis_row(again) and r.hlen(K.acct_rows) == 1
     # the room is free again on both nodes: a 2-node job of the whole nodes starts at once
@@ -84,6 +88,26 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
     s.tick(NOW + 63, woke(r))
     assert job(r, 2).state == states.RUNNING
 
+
+
+def test_a_cancel_reaches_a_part_that_reads_it_after_the_job_ended(conns):
+    """`labq del` of a running gang: the first part to end ends the job (CA), and that record's write
+    clears the control key. The other part's runner, slow to read (a loaded node), still finds the
+    cancel: kept on its part, for that attempt only."""
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    for rank, n in enumerate(("a", "b")):
+        agent.claim(1, 1, n, 100 + rank, rank)
+        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
+        r.hset(K.part(1, 1, rank), mapping={"claimed_at": NOW + 1, "hb": NOW + 1})     # on our clock
+    s.tick(NOW + 2)
+    push(r, "alice", {"rid": "c", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+    s.tick(NOW + 3, woke(r))
+    assert job(r, 1).cancel_requested and r.get(K.control(1)) == "cancel"
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -15, "end_time": NOW + 4})
+    s.tick(NOW + 4)
+    assert job(r, 1).state == states.CANCELLED and r.get(K.control(1)) is None
+    assert [agent.control(1, 1, rank) for rank in (0, 1)] == ["cancel", "cancel"]
 
 def test_a_gang_completes_when_its_last_part_has(conns):
     r, raw = conns
@@ -137,6 +161,7 @@ def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
     j = job(r, 1)
     assert j.state == states.COMPLETED and r.hget(K.acct_rows, "1") == acctrows.redis_row(j)
     assert json.loads(r.hget(K.acct_rows, "1"))[12] == 2
+
 
 
 def test_a_part_no_runner_takes_is_withdrawn_after_start_timeout(conns):

@@ -9,8 +9,10 @@ import sys
 import time
 
 import pytest
+import redis
 
 from labq.scheduler import states
+from labq.scheduler.store.keys import Keys
 from tests.harness import E2E, wait_for
 
 CONFIG = """
@@ -173,6 +175,56 @@ def test_kill_9_of_a_later_parts_runner_ends_every_part_at_once(gangs):
     assert j.state == states.COMPLETED and j.attempts[0].outcome == "node_failure", [a.outcome for a in j.attempts]
     # The requirement is 1 s; a loaded test machine gets a bound well under the lease (6 s) instead.
     assert took < 5.0, f"rank 0 outlived rank 1's runner by {took:.1f}s"
+
+
+
+def test_a_part_whose_runner_acts_on_the_gang_stop_late_still_ends(gangs):
+    """Rank 0's runner slow to act on the gang stop (held here with SIGSTOP; on a loaded node, the
+    scheduler's next commits come first): by the time it reads, attempt 2 has run and completed, and
+    the job's control key - cleared with the requeue and with the job's end - no longer says
+    stop:1. The stop is the attempt's own, so rank 0 still ends within a tick of resuming, by
+    the gang stop, not by its lease lapsing."""
+    e = gangs
+    script = ('echo $$ > lpid-$LABQ_JOB_ID-$LABQ_RESTART_COUNT-$NODE_RANK; '
+              'test "$LABQ_RESTART_COUNT" -gt 0 || exec sleep 300')
+    jid = e.sub("-N", "2", "--gpus-per-node", "1", "-t", "10m", "--", "sh", "-c", script)
+    pids = [os.path.join(e.work, f"lpid-{jid}-0-{r}") for r in (0, 1)]
+    wait_for(lambda: all(os.path.exists(p) and open(p).read().strip() for p in pids), 60, what="both parts")
+    rank0, rank1 = (int(open(p).read()) for p in pids)
+    runner0, runner1 = _parent(rank0), _parent(rank1)
+    os.kill(runner0, signal.SIGSTOP)
+    try:
+        os.kill(runner1, signal.SIGKILL)
+        j = e.wait_state(jid, states.TERMINAL, 120)
+    finally:
+        os.kill(runner0, signal.SIGCONT)
+    resumed = time.monotonic()
+    assert j.state == states.COMPLETED and j.attempts[0].outcome == "node_failure", [a.outcome for a in j.attempts]
+    assert _control(e, jid) is None          # what rank 0 reads there: nothing
+    wait_for(lambda: not _alive(rank0), 30, interval=0.02, what="rank 0 to end")
+    took = time.monotonic() - resumed
+    assert took < 5.0, f"rank 0 ran on for {took:.1f}s after its runner resumed"
+    node0 = j.attempts[0].parts[0][0]
+    end = wait_for(lambda: [f for f in _events(e, node0) if f["kind"] == "finished" and f["job"] == str(jid)
+                            and f["attempt"] == "1"], 30, what="rank 0's end of attempt 1")
+    assert "another node's part of the job ended" in end[-1]["body"], end      # the gang stop, not its lease
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _redis(e):
+    return redis.Redis.from_url(e.stack.url, decode_responses=True)
+
+
+def _control(e, jid: int):
+    return _redis(e).get(Keys(e.cfg.prefix).control(jid))
+
+
+def _events(e, node: str) -> list[dict]:
+    return [f for _, f in _redis(e).xrange(Keys(e.cfg.prefix).node_events(node))]
 
 
 def _alive(pid: int) -> bool:
