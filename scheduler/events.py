@@ -188,16 +188,18 @@ class NodeEvents:
 
     def _lost_part(self, job: Job, up: dict, now: float):
         """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
-        runner silent past lease + margin: (NF record, charges); its other parts are killed (gang
-        stop) with it. A part that never started is taken back instead (the node's name is
+        runner silent past lease + margin (since its last heartbeat, or since its claim if it
+        never beat: killed before `started`): (NF record, charges); its other parts are killed
+        (gang stop) with it. A part no runner claimed is taken back instead (the node's name is
         returned): requeued like an attempt no runner claimed, not counted, not charged."""
         a = job.current
         beats = self.store.attempt_heartbeats([(job.id, f"{a.attempt}.{r}" if r else a.attempt)
                                                for r in range(len(job.parts))])
-        for rank, ((name, _), (hb, _, _)) in enumerate(zip(job.parts, beats)):
+        for rank, ((name, _), (beat, _, claimed_at)) in enumerate(zip(job.parts, beats)):
             node = up.get(name)
             down = node is None or node.state == "down"
             gone = down and now - self.down_since.get(name, now) >= self.cfg.fence_margin
+            hb = beat or claimed_at     # a runner starts nothing once the lease it saw with its claim is over
             if hb is None:
                 # Never started here: its node died (or its lease has yet to run out), or no runner
                 # came while another part started (the attempt as a whole, unstarted, is _unclaimed's).

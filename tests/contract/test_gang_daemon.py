@@ -3,6 +3,8 @@ placed whole, dispatched to each of its nodes, started by its parts, ended once 
 when its first part ends (the others are stopped at once), requeued whole when a node is lost."""
 import json
 
+import pytest
+
 from labq.scheduler import config, states
 from labq.scheduler.daemon import Scheduler
 from labq.scheduler.model import Gpu
@@ -164,13 +166,41 @@ def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
 
 
 
+@pytest.mark.parametrize("beat", [True, False])
+def test_a_part_silent_past_lease_and_margin_loses_the_gang_while_its_node_is_up(conns, beat):
+    """The slow path behind the agent's (deadslot.py): a part whose runner went silent on a node that
+    stays up is lost a lease and a margin after its last heartbeat, or, claimed and never beating
+    (killed before `started`), after its claim; the gang is requeued once and its other part stopped.
+    Claimed and never beating, it stayed R for good while rank 0 ran on."""
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    for rank, n in enumerate(("a", "b")):
+        assert agent.claim(1, 1, n, 100 + rank, rank)[0]
+        r.hset(K.part(1, 1, rank), "claimed_at", NOW + 1)      # on our clock
+    agent.post("started", 1, 1, "a", {"start_time": NOW + 1})
+    if beat:
+        agent.post("started", 1, 1, "b", {"start_time": NOW + 1})
+        r.hset(K.part(1, 1, 1), "hb", NOW + 1)
+    silent = NOW + 1 + CFG.node_lease + CFG.fence_margin
+    r.hset(K.part(1, 1, 0), "hb", silent)                         # rank 0 beats on
+    s.tick(silent)
+    assert job(r, 1).state == states.RUNNING and job(r, 1).current.attempt == 1
+    r.hset(K.part(1, 1, 0), "hb", silent + 1)
+    s.tick(silent + 1)
+    j = job(r, 1)
+    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].end_time == NOW + 1 and j.restart_count == 1
+    assert r.lrange(K.node_control("a", 1), 0, -1) == ["stop:1"]
+    assert [r.hget(K.part(1, 1, rank), "control") for rank in (0, 1)] == ["stop:1", "stop:1"]
+
 def test_a_part_no_runner_takes_is_withdrawn_after_start_timeout(conns):
     r, raw = conns
     s, agent, j = _running_gang(r, raw)
     agent.claim(1, 1, "a", 1)
     agent.post("started", 1, 1, "a", {"start_time": NOW + 1})   # rank 0 runs; b's part is never claimed
+    r.hset(K.part(1, 1, 0), mapping={"claimed_at": NOW + 1, "hb": NOW + 2})     # (its clock: ours)
     s.tick(NOW + 2)
     assert job(r, 1).state == states.RUNNING
+    r.hset(K.part(1, 1, 0), "hb", NOW + CFG.start_timeout + 5)                 # it beats on
     s.tick(NOW + CFG.start_timeout + 5)
     j = job(r, 1)
     assert j.attempts[0].outcome == "withdrawn" and j.restart_count == 0 and j.attempts[0].cost == 0
