@@ -574,7 +574,8 @@ class E2E:
     def close(self):
         self.stack.stop_all()
         self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not os.environ.get("LABQ_KEEP_TEST_DIR"):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # -- a researcher's shell against an E2E stack (fixture: stack, in conftest.py) ----------------
