@@ -143,9 +143,7 @@ def redis_table(t):
     prefix = _str("redis.prefix", t.get("prefix", "labq"))
     if not prefix or ":" in prefix:
         raise ConfigError("redis.prefix", f"expected a non-empty name without ':', got {prefix!r}")
-    pw = _str("redis.password_file", t.get("password_file", ""))
-    if pw and not os.path.isabs(pw):
-        raise ConfigError("redis.password_file", f"expected an absolute path, got {pw!r}")
+    pw = abs_path("redis.password_file", t.get("password_file", ""))
     return {"redis_url": url, "prefix": prefix, "redis_password_file": pw, "min_replicas_ack": ack}
 
 
@@ -163,9 +161,7 @@ def _replicas_ack(t, sentinel: bool) -> int:
 def _sentinel_url(t) -> str:
     """redis.sentinels + redis.service as the one URL every process is handed (store/sentinel.py);
     "" without sentinels."""
-    hosts = t.get("sentinels", [])
-    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
-        raise ConfigError("redis.sentinels", f"expected a list of \"host:port\" strings, got {hosts!r}")
+    hosts = strings("redis.sentinels", t.get("sentinels", []), "\"host:port\" strings")
     for h in hosts:
         try:
             sentinel_address(h)
@@ -175,8 +171,7 @@ def _sentinel_url(t) -> str:
     if not service or not all(c.isalnum() or c in "-_." for c in service):
         raise ConfigError("redis.service", f"expected the master's name in sentinel.conf (letters, digits, "
                           f"-_.), got {service!r}")
-    if not isinstance(t.get("sentinel_auth", False), bool):
-        raise ConfigError("redis.sentinel_auth", f"expected true or false, got {t['sentinel_auth']!r}")
+    boolean("redis.sentinel_auth", t.get("sentinel_auth", False))
     return f"{SENTINEL_SCHEME}://{','.join(h.strip() for h in hosts)}/{service}" if hosts else ""
 
 
@@ -185,10 +180,19 @@ SENTINEL_SCHEME = "sentinel"    # the URL's form: store/sentinel.py
 
 def sentinel_address(text: str) -> tuple[str, int]:
     """`host:port` (`[v6]:port`) → (host, port); ValueError names the bad one."""
-    host, colon, port = text.strip().rpartition(":")
+    try:
+        host, port = host_port(text.strip())
+    except ValueError:
+        raise ValueError(f"expected host:port for a sentinel, got {text!r}") from None
+    return host.strip("[]"), port
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """`host:port`: a host and a port in 1..65535 (the sentinels; configcheck.address: scheduler.metrics)."""
+    host, colon, port = text.rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected host:port for a sentinel, got {text!r}")
-    return host.strip("[]"), int(port)
+        raise ValueError(f"expected host:port, got {text!r}")
+    return host, int(port)
 
 
 def refuse_removed(t):
@@ -199,15 +203,11 @@ def refuse_removed(t):
 
 def security_table(t):
     """[security]'s values (config.py checks the key names: its _SECURITY lists them)."""
-    admins = t.get("admins", ["root"])
-    if not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins):
-        raise ConfigError("security.admins", f"expected a list of user names, got {admins!r}")
+    admins = strings("security.admins", t.get("admins", ["root"]), "user names", empty=False)
     ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
     if not 10 <= ttl <= 3600:
         raise ConfigError("security.credential_ttl", f"expected 10s to 1h, got {t.get('credential_ttl')!r}")
-    sock = _str("security.munge_socket", t.get("munge_socket", ""))
-    if sock and not os.path.isabs(sock):
-        raise ConfigError("security.munge_socket", f"expected an absolute path, got {sock!r}")
+    sock = abs_path("security.munge_socket", t.get("munge_socket", ""))
     return {"auth": _str("security.auth", t.get("auth", "none"), ("none", "munge")), "admins": tuple(admins),
             "munge_socket": sock, "credential_ttl": ttl}
 
@@ -230,6 +230,27 @@ def _str(key, v, choices=None):
         raise ConfigError(key, f"expected a string, got {v!r}")
     if choices and v not in choices:
         raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
+    return v
+
+
+def boolean(key, v):
+    if not isinstance(v, bool):
+        raise ConfigError(key, f"expected true or false, got {v!r}")
+    return v
+
+
+def abs_path(key, v) -> str:
+    """A string that is "" (not set) or an absolute path."""
+    v = _str(key, v)
+    if v and not os.path.isabs(v):
+        raise ConfigError(key, f"expected an absolute path, got {v!r}")
+    return v
+
+
+def strings(key, v, what: str, empty: bool = True) -> list:
+    """A list of strings (`empty`: "" among them allowed), "expected a list of WHAT" otherwise."""
+    if not isinstance(v, list) or not all(isinstance(s, str) and (empty or s) for s in v):
+        raise ConfigError(key, f"expected a list of {what}, got {v!r}")
     return v
 
 

@@ -1,10 +1,10 @@
-"""The checks behind scheduler/config.py: numbers and booleans (each error names the key and what is
+"""The checks behind scheduler/config.py: numbers (each error names the key and what is
 expected), [scheduler]'s loop numbers and durations, addresses, time zones, per-account/user caps, and the [[budgets]] and [alerts] sections.
-Strings, durations and tables are checked by clientconf.py, which the thin client shares."""
+Strings, booleans, durations, paths, lists and tables are checked by clientconf.py, which the thin client shares."""
 import math
 
 from . import bounds, units
-from .clientconf import _check_keys, _dur, _str
+from .clientconf import _check_keys, _dur, _str, boolean, host_port, strings
 from .errors import ConfigError
 from .model import Budget
 
@@ -22,19 +22,14 @@ def num(key, v, lo=None, integer=False, hi=bounds.MAX_INT):
     return v
 
 
-def boolean(key, v):
-    if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {v!r}")
-    return v
-
-
 def address(key: str, v) -> str:
     """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
     v = _str(key, v)
     if v == "":
         return v
-    host, sep, port = v.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    try:
+        host_port(v)
+    except ValueError:
         raise ConfigError(key, f"expected HOST:PORT such as \"127.0.0.1:9464\", or \"\" for off, got {v!r}")
     return v
 
@@ -54,10 +49,7 @@ def caps(k, t) -> dict:
 
 def users(k, t) -> tuple[str, ...]:
     """An account's or budget's `users`: who may charge it (scheduler/members.py)."""
-    out = t.get("users", [])
-    if not isinstance(out, list) or not all(isinstance(u, str) for u in out):
-        raise ConfigError(f"{k}.users", f"expected a list of user names, got {out!r}")
-    return tuple(out)
+    return tuple(strings(f"{k}.users", t.get("users", []), "user names"))
 
 
 def budget(i, t):
