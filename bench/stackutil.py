@@ -106,7 +106,7 @@ class BenchStack:
             time.sleep(interval)
 
     def body(self, argv, **kw) -> dict:
-        from labq.cli.submit import build_body
+        from labq.cli.subcore import build_body
         opts = {"account": "bench", "chdir": self.work, "time_": "10m"}
         opts.update(kw)
         if opts["account"] == "parked":

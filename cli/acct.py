@@ -20,7 +20,8 @@ from labq.scheduler.model import Job
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
 
 from . import acctdup, render, slurmfmt
-from .common import echo_json, pass_ctx
+from .common import pass_ctx
+from .out import echo_json
 
 _OUTPUTS = ("table", "csv", "json")
 

@@ -9,7 +9,8 @@ import click
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import MICRO
 
-from .common import echo_json, pass_ctx
+from .common import pass_ctx
+from .out import echo_json
 
 FORMATS = ("csv", "json")
 

@@ -7,8 +7,9 @@ import click
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_money, parse_duration, unit_name
 
-from . import render
-from .common import bounded_count, echo_json, pass_ctx
+from . import render, statview
+from .common import bounded_count, pass_ctx
+from .out import echo_json
 
 
 def _ts(t) -> str:
@@ -51,7 +52,7 @@ def budget(cctx, period, as_json):
              fmt_money(b.overrides, b.unit) if b.overrides else "-", fmt_money(b.spent, b.unit),
              fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit),
              ",".join(sorted({a["kind"] for a in d["alerts"]})) or "-"] for b, d in zip(bals, ds)]
-    click.echo(render.table(rows, ["BUDGET", "PERIOD", "UNIT", "LIMIT", "OVERRIDE", "SPENT", "ACCRUED",
+    click.echo(statview.table(rows, ["BUDGET", "PERIOD", "UNIT", "LIMIT", "OVERRIDE", "SPENT", "ACCRUED",
                                    "COMMITTED", "AVAILABLE", "ALERTS"]))
 
 
@@ -100,7 +101,7 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
         rows = [[o.id, o.budget, fmt_money(o.amount, units.get(o.budget, "usd")),
                  o.state if o.state != "active" or o.active(now) else "expiring", o.approver, o.by, _ts(o.created),
                  _ts(o.ended or o.expires), o.reason] for o in os_]
-        return click.echo(render.table(rows, ["ID", "BUDGET", "AMOUNT", "STATE", "APPROVER", "BY", "CREATED",
+        return click.echo(statview.table(rows, ["ID", "BUDGET", "AMOUNT", "STATE", "APPROVER", "BY", "CREATED",
                                               "ENDS", "REASON"]))
     if revoke is not None:
         r = c.books("budget_revoke", {"id": revoke})
@@ -134,5 +135,5 @@ def alerts(ctx, name, since, count, as_json):
         return echo_json([{**a, "ts": float(a.get("ts") or 0), "data": json.loads(a.get("data") or "{}")} for a in got])
     if not got:
         return click.echo("no alerts")
-    click.echo(render.table([[_ts(a.get("ts")), a.get("level", ""), a.get("kind", ""), a.get("scope", ""),
+    click.echo(statview.table([[_ts(a.get("ts")), a.get("level", ""), a.get("kind", ""), a.get("scope", ""),
                               a.get("message", "")] for a in got], ["TIME", "LEVEL", "KIND", "SCOPE", "MESSAGE"]))

@@ -1,7 +1,7 @@
 """What every command needs: the config, the Redis URL, a client, and turning errors into exit codes."""
 import click
 
-from .out import echo_json, fail, guarded, private_socket, state_dir, url_or_default  # noqa: F401 - shared
+from .out import guarded, url_or_default
 
 
 def redis_url(cfg) -> str:

@@ -4,7 +4,7 @@ systemd (journald reading our stderr) the `<N>` priority prefix and no timestamp
 import logging
 import sys
 
-from labq.scheduler.journal import PRIORITY as _PRIORITY, JournalFormatter  # noqa: F401 - here too
+from labq.scheduler.journal import JournalFormatter
 from labq.scheduler.sdnotify import under_journal
 
 

@@ -9,9 +9,10 @@ import time
 import click
 
 from labq.scheduler.errors import RefusedError, UsageError
+from labq.scheduler.statedir import state_dir
 
 from . import daemonlog
-from .common import pass_ctx, redis_url, state_dir
+from .common import pass_ctx, redis_url
 
 
 def _logging(verbose: bool) -> None:
@@ -111,8 +112,7 @@ def worker(ctx, verbose, allow_root, fake_gpus):
         cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(gpus=fake_gpus))
     if os.environ.get("STATE_DIRECTORY") and cfg.worker["spool"] == type(cfg.worker)().spool:
         # Under systemd the unit's StateDirectory=, not the home of the user running the worker.
-        from labq.scheduler.durability import state_dir
-        cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(spool=os.path.join(state_dir(), "spool")))
+        cfg = dataclasses.replace(cfg, worker=cfg.worker.with_(spool=os.path.join(state_dir(daemon=True), "spool")))
     from labq.worker.launch import start_refusal
     why = start_refusal(cfg.worker["run_as"], bool(cfg.worker["allow_root"]), cfg.security.auth == "munge")
     if why:

@@ -12,7 +12,7 @@ import click
 from labq.scheduler import config as config_mod, states
 from labq.scheduler.units import fmt_money
 
-from . import render
+from . import render, statview
 from .embedded import ROOT, Stack
 
 DEMO_CONFIG = """\
@@ -68,7 +68,7 @@ def demo(seconds, keep):
         stack.start_all()
         client = Client(cfg, url=stack.url)
         _wait_for_node(client, stack)
-        click.echo(render.capacity_line(client.nodes(), []))
+        click.echo(statview.capacity_line(client.nodes(), []))
         click.echo("budget eta-sweep: $120.00 (10% reserve), $2.00 per GPU-hour; each job commits "
                    "1 GPU × 2 h × $2 = $4.00 while it runs\n")
         work = os.path.join(d, "work")
@@ -92,7 +92,7 @@ def _wait_for_node(client, stack, timeout=60):
 
 
 def _submit(client, seconds, workdir):
-    from .submit import build_body
+    from .subcore import build_body
     train = os.path.join(ROOT, "examples", "train.py")
     ids = []
     for i, lr in enumerate(LRS):
@@ -142,7 +142,7 @@ def _report(client, ids, checkpoints):
     click.echo(f"\n{len(waves)} waves (never more than 4 running): " + "  ".join(f"{w}" for w in waves))
     rows = [[j.display_id, j.name, j.state, j.exit_code, f"{render.elapsed(j, j.end_time):.1f}s",
              ",".join(j.gpu_uuids), fmt_money(j.cost)] for j in jobs]
-    click.echo(render.table(rows, ["JOBID", "NAME", "ST", "EXIT", "ELAPSED", "GPU", "COST"]))
+    click.echo(statview.table(rows, ["JOBID", "NAME", "ST", "EXIT", "ELAPSED", "GPU", "COST"]))
     total = sum(j.cost for j in jobs)
     saved = sorted(os.listdir(checkpoints)) if os.path.isdir(checkpoints) else []
     click.echo(f"total cost {fmt_money(total)} (billed from each process's start to its end, 1 GPU × $2/h each); "

@@ -10,8 +10,9 @@ import click
 from labq.scheduler import ledger as ledger_mod
 from labq.scheduler.errors import UsageError
 
-from . import render
-from .common import echo_json, pass_ctx
+from . import statview
+from .common import pass_ctx
+from .out import echo_json
 
 CHUNK = 5000
 
@@ -101,4 +102,4 @@ def show(ctx, kind, count, as_json):
     rows = [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(e.get("ts") or 0))), e.get("type"),
              e.get("key"), e.get("budget") or e.get("scope", ""), e.get("period", ""), int(e.get("amount", 0)) / 1e6]
             for e in got]
-    click.echo(render.table(rows, ["TIME", "TYPE", "KEY", "BUDGET/SCOPE", "PERIOD", "AMOUNT"]))
+    click.echo(statview.table(rows, ["TIME", "TYPE", "KEY", "BUDGET/SCOPE", "PERIOD", "AMOUNT"]))

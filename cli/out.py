@@ -24,14 +24,9 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
-def state_dir() -> str:
-    """Per-user state: the private Redis of `labq up`, its data and pid file."""
-    base = os.environ.get("LABQ_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq")
-    return base
-
-
 def private_socket() -> str:
+    """The socket of `labq up`'s private Redis, in the user's state directory."""
+    from labq.scheduler.statedir import state_dir
     return os.path.join(state_dir(), "redis", "redis.sock")
 
 

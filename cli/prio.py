@@ -6,8 +6,9 @@ import click
 from labq.scheduler import states
 from labq.scheduler.policy import priority
 
-from . import render, slurmfmt
-from .common import echo_json, pass_ctx
+from . import statview
+from .common import pass_ctx
+from .out import echo_json
 
 HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
 SHORT = "SHORT"      # the short-job factor's part: a column only where priority.short_job_weight is set
@@ -57,5 +58,5 @@ def prio(ctx, user, account, expand, as_json):
             rows[-1][0].append(j.display_id)
         else:
             rows.append(([j.display_id], row))
-    click.echo(render.table([(", ".join(slurmfmt.compact_ids(ids)), *row) for ids, row in rows],
+    click.echo(statview.table([(", ".join(statview.compact_ids(ids)), *row) for ids, row in rows],
                             HEADERS + ((SHORT,) if short else ())))

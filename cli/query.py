@@ -6,8 +6,9 @@ import click
 from labq.scheduler import states
 from labq.scheduler.units import fmt_duration, fmt_size
 
-from . import hot, render, spec
-from .common import echo_json, pass_ctx, volatile_header
+from . import hot, render, spec, statview
+from .common import pass_ctx, volatile_header
+from .out import echo_json
 from .spec import with_options
 
 
@@ -37,7 +38,7 @@ def _stat_start(c, jobs, now, user, account, as_json):
         return echo_json([{"id": j.display_id, "job_id": j.id, "expected_start": starts.get(j.id),
                            "reason": j.reason} for j in shown])
     rows = [(j.display_id, j.name, j.user, j.account, j.qos, _when(starts.get(j.id), now), j.reason) for j in shown]
-    click.echo(render.table(rows, ("JOBID", "NAME", "USER", "ACCOUNT", "QOS", "START_TIME", "REASON")))
+    click.echo(statview.table(rows, ("JOBID", "NAME", "USER", "ACCOUNT", "QOS", "START_TIME", "REASON")))
 
 
 def _when(t, now):
@@ -98,7 +99,7 @@ def nodes(ctx, as_json):
              f"{d['cpus_free']}/{d['cpus_total']}", f"{fmt_size(max(0, d['mem_free']))}/{fmt_size(d['mem_total'])}",
              len(d["jobs"]), d["slots"], _runners_text(d["runners"])] for d in ds]
     volatile_header(ctx)
-    click.echo(render.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RUNNERS"]))
+    click.echo(statview.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RUNNERS"]))
     for d in ds:
         if d["reason"]:
             click.echo(f"{d['name']}: {d['state']}: {d['reason']}")

@@ -6,8 +6,6 @@ from labq.scheduler.hostlist import compact as compact_nodes
 from labq.scheduler.jobspec import describe_deps
 from labq.scheduler.units import MICRO, currency_code, fmt_duration, fmt_money, fmt_size
 
-from .statview import STAT_HEADERS, capacity_line, compact, table  # noqa: F401 - shared with the thin `stat`
-
 
 def usage_text(u: dict) -> str:
     """An attempt's `usage` (worker/runner.py) as one line for `labq show`; "" when there is none."""

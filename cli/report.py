@@ -9,8 +9,9 @@ import click
 from labq.scheduler import report as rep
 from labq.scheduler.errors import UsageError
 
-from . import render
-from .common import echo_json, fail, pass_ctx
+from . import statview
+from .common import pass_ctx
+from .out import echo_json, fail
 
 COLUMNS = [("jobs", "JOBS"), ("attempts", "ATTEMPTS"), ("gpu_hours", "GPU-H"), ("cpu_hours", "CPU-H"),
            ("cost", "COST"), ("success_rate", "SUCCESS"), ("cost_per_success", "COST/OK"),
@@ -40,7 +41,7 @@ def _emit(rows, keys, fmt, headers=None):
         return click.echo(out.getvalue(), nl=False)
     if not rows:
         return click.echo("nothing in that window")
-    click.echo(render.table([[_cell(k, r.get(k)) for k in keys] for r in rows], headers or [k.upper() for k in keys]))
+    click.echo(statview.table([[_cell(k, r.get(k)) for k in keys] for r in rows], headers or [k.upper() for k in keys]))
 
 
 @click.command()

@@ -10,8 +10,9 @@ import click
 
 from labq.scheduler import fairshare
 
-from . import render
-from .common import echo_json, pass_ctx
+from . import statview
+from .common import pass_ctx
+from .out import echo_json
 
 HEADERS = ("Account", "RawShares", "NormShares", "RawUsage", "EffectvUsage", "FairShare")
 
@@ -46,6 +47,6 @@ def share(ctx, account, noheader, parsable2, as_json):
     if parsable2:
         lines = ([] if noheader else ["|".join(HEADERS)]) + ["|".join(r) for r in table]
     else:
-        lines = render.table(table, HEADERS).splitlines()[noheader:]
+        lines = statview.table(table, HEADERS).splitlines()[noheader:]
     if lines:
         click.echo("\n".join(lines))

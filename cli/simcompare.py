@@ -7,7 +7,7 @@ import click
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_duration, fmt_money
 
-from .common import echo_json
+from .out import echo_json
 
 HEADER = ("policy", "makespan", "util", "mean wait", "p50 wait", "p95 wait", "mean JCT", "bsld", "cost", "replay")
 

@@ -12,7 +12,8 @@ from labq.scheduler.errors import LabqError, UsageError
 from labq.scheduler.units import fmt_duration, fmt_money
 
 from . import simcompare
-from .common import echo_json, pass_ctx
+from .common import pass_ctx
+from .out import echo_json
 from .whatif import parse_nodes
 
 

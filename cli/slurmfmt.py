@@ -12,7 +12,7 @@ from labq.scheduler.hostlist import compact
 from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
 
 from . import render
-from .statview import compact_ids, exit_code  # noqa: F401 - with stat's table: the thin commands use them
+from .statview import exit_code
 
 
 def _gres(j) -> str:

@@ -9,7 +9,7 @@ from labq.scheduler import ledger, periods
 from labq.scheduler.report import limit_steps, spend_series
 from labq.scheduler.units import MICRO
 
-from .common import fail
+from .out import fail
 
 
 def plot(ctx, path: str, budget_name: str | None, period: str | None) -> None:

@@ -6,18 +6,7 @@ from labq.scheduler.errors import UsageError
 
 from . import spec
 from .common import pass_ctx
-from .subcore import (  # noqa: F401 - API
-    ENV,
-    build_body,
-    directives,
-    parse_array,
-    parse_begin,
-    parse_codes,
-    parse_gpus,
-    parse_signal,
-    run,
-    script_directives,
-)
+from .subcore import run
 
 
 class SubCommand(click.Command):

@@ -8,7 +8,8 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.model import Gpu, Job, Node
 from labq.scheduler.units import fmt_duration, fmt_money, to_micro
 
-from .common import echo_json, pass_ctx
+from .common import pass_ctx
+from .out import echo_json
 from .subcore import gpus_and_nodes
 
 

@@ -10,7 +10,7 @@ from .store import conn, inbox
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore
-from .thinclient import ClientBase, current_umask, current_user  # noqa: F401 - part of this API
+from .thinclient import ClientBase, current_user  # noqa: F401 - part of this API (cli/admin.py)
 
 
 class Client(ClientBase):
@@ -61,10 +61,6 @@ class Client(ClientBase):
         """Each account's decayed usage now, running jobs included (`labq prio`)."""
         running = [j for j in jobs if j.state in states.ON_NODE]
         return fairshare.current(self.read.usage(), running, now, self.cfg.priority.fairshare_half_life)
-
-    def effective_config(self, now: float):
-        """The config the scheduler plans with now: budgets with `budget set` limits and overrides."""
-        return replace(self.cfg, budgets=self.budgets(now))
 
     def budgets(self, now: float | None = None):
         """The configured budgets with the limits of `labq budget set` and the active overrides."""

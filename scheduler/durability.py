@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 
 from .errors import RefusedError
+from .statedir import state_dir
 from .store.faults import without_credentials
 
 log = logging.getLogger("labq.scheduler")
@@ -35,17 +36,10 @@ def entry_hash(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def state_dir() -> str:
-    """Where a daemon keeps its files: systemd's $STATE_DIRECTORY (the unit's StateDirectory=, its
-    first entry), else $LABQ_STATE_DIR (`labq up`'s stack), else ~/.local/state/labq."""
-    return (os.environ.get("STATE_DIRECTORY", "").split(":")[0] or os.environ.get("LABQ_STATE_DIR")
-            or os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "labq"))
-
-
 def default_path(prefix: str, url: str) -> str:
     """One file per Redis (URL) and key prefix, in the daemon's state directory."""
     tag = hashlib.sha256(url.encode()).hexdigest()[:8]
-    return os.path.join(state_dir(), f"scheduler-{prefix}-{tag}.json")
+    return os.path.join(state_dir(daemon=True), f"scheduler-{prefix}-{tag}.json")
 
 
 def volatile_line(url: str) -> str:

@@ -161,10 +161,6 @@ def to_micro(amount, what: str = "amount") -> int:
     return int(round(v))
 
 
-def from_micro(micro: int) -> float:
-    return micro / MICRO
-
-
 def accrue(rate_per_hour: int, seconds: float) -> int:
     """What `seconds` of an allocation costs at `rate_per_hour`, rounded down to whole micro-units."""
     return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR

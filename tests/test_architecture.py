@@ -41,6 +41,7 @@ EDGES = {
     "labq.scheduler.auth": "checks munge credentials (through munge)",
     "labq.scheduler.inboxes": "the daemon's side of the users' inboxes (a mixin of Scheduler): munge, Redis errors",
     "labq.scheduler.durability": "refuses a volatile or rolled-back Redis: its persistence and a state file",
+    "labq.scheduler.statedir": "where labq's files are: the environment ($STATE_DIRECTORY, $LABQ_STATE_DIR, $XDG_STATE_HOME)",
     "labq.scheduler.metrics": "the Prometheus endpoint: wall clock for the tick histogram",
 }
 

@@ -255,22 +255,6 @@ def host_mem() -> int:
     return psutil.virtual_memory().total
 
 
-# Process control moved to worker/proctree.py; these names stay importable from here.
-from .proctree import (  # noqa: E402,F401
-    PARENT_DIED,
-    alive,
-    become_subreaper,
-    children,
-    descendants,
-    die_with_parent,
-    has_children,
-    live_descendants,
-    signal_tree,
-    wait_tree_death,
-    zombie_children,
-)
-
-
 def psutil_children(pid: int) -> list[int]:
     """Direct children of `pid` through psutil (for a kernel without /proc/<pid>/task/<tid>/children)."""
     try:

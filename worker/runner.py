@@ -27,7 +27,6 @@ from .ending import HARD, Ending, end_message
 
 log = logging.getLogger("labq.runner")
 
-RUNNER = "labq.worker.runner.run_job"
 TICK = 1.0             # heartbeat, sample, control and parent checks
 STOP_POLL = waiting.STOP_POLL
 PSS_EVERY = 30.0       # seconds between PSS samples (smaps_rollup costs ~24 ms per 2 GiB process)

@@ -18,7 +18,7 @@ RETRY = 1.0            # after a Redis error, before the next blocking read
 
 class Sigterm:
     """SIGTERM to a runner is the agent's orderly stop (systemctl stop), passed on by the slot
-    runner: preempt the job. probe.PARENT_DIED (its PDEATHSIG) means the slot runner died:
+    runner: preempt the job. proctree.PARENT_DIED (its PDEATHSIG) means the slot runner died:
     `orphaned`, kill at once. The handlers write to a pipe the watch loop sleeps on, so either is
     acted on at once."""
 

@@ -33,7 +33,6 @@ from .result import EPOCH, Refused, Result, prepare_nodes
 from .room import Room
 from .settle import bring_back, settle
 from .strict import BUDGET_REASONS
-from .submit import gang_shape  # noqa: F401 - where the tests have it
 from .trace import TraceJob
 
 # Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.

@@ -137,9 +137,6 @@ class AgentStore:
             except redis.WatchError:
                 return False
 
-    def lease_alive(self, name: str) -> bool:
-        return bool(self.r.exists(self.k.node_lease(name)))
-
     # -- attempts ------------------------------------------------------------------------------
     def job(self, jid: int) -> Job | None:
         return load_job(self.r, self.k, jid)

@@ -29,7 +29,6 @@ import time
 from ..errors import UsageError
 from ..model import Job
 from . import acctrows, codec, dialect, writes
-from .history import default_path, path_of  # noqa: F401 - one place for the path rules
 from .reads import Specs
 
 SCHEMA = 4

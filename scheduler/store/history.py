@@ -27,8 +27,8 @@ def default_path(url: str = "") -> str:
     (systemd's $STATE_DIRECTORY, else $LABQ_STATE_DIR, else ~/.local/state/labq: `labq up`'s)."""
     if url:
         return path_of(url)
-    from ..durability import state_dir
-    return os.path.join(state_dir(), "history.db")
+    from ..statedir import state_dir
+    return os.path.join(state_dir(daemon=True), "history.db")
 
 
 class History:

@@ -20,7 +20,6 @@ import json
 from ..hostlist import compact
 from ..states import ON_NODE
 from ..units import accrue
-from .keys import ROWS_VERSION  # noqa: F401 - the key name carries it
 
 FIELDS = ("id", "array_id", "array_index", "name", "user", "account", "qos", "state", "reason", "node",
           "gpus", "cpus", "mem", "settled", "cost_rate", "spans", "accruing_since", "nodes")

@@ -19,7 +19,7 @@ from dataclasses import replace
 import click
 import pytest
 
-from labq.cli import render, slurmfmt
+from labq.cli import render, slurmfmt, statview
 from labq.cli.acct import window
 from labq.cli.hot import _id_filter, _states
 from labq.scheduler import config
@@ -152,7 +152,7 @@ def _old_table(jobs, committed, fmt, noheader) -> None:
             w.writerow(headers)
         w.writerows(rows)
         return click.echo(out.getvalue(), nl=False)
-    text = render.table(rows, headers)
+    text = statview.table(rows, headers)
     if noheader:
         text = text.partition("\n")[2]
     if text:

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from labq.cli.submit import build_body, directives, parse_array, parse_gpus
+from labq.cli.subcore import build_body, directives, parse_array, parse_gpus
 from labq.scheduler.errors import UsageError
 from tests.harness import ROOT
 
@@ -86,7 +86,7 @@ def test_plan_worked_example_offline():
 def test_stat_compacts_pending_array_tasks():
     from dataclasses import replace
 
-    from labq.cli.render import compact
+    from labq.cli.statview import compact
     from labq.scheduler.model import Job
     base = Job(id=0, user="a", account="x", argv=("true",), state="PD", reason="Resources")
     tasks = [replace(base, id=10 + i, array_id=10, array_index=i + 1, array_count=6) for i in range(6)]
@@ -105,7 +105,7 @@ def test_task_id_ranges():
 
 
 def test_signal_flag():
-    from labq.cli.submit import parse_signal
+    from labq.cli.subcore import parse_signal
     assert parse_signal("USR1@60") == ["USR1", 60] and parse_signal("@2m") == ["USR1", 120]
     assert parse_signal("sigterm@5") == ["TERM", 5]
     # sbatch's forms: no @ (60 s before, SLURM's default), a number, B: (the batch shell only), R:
@@ -121,7 +121,7 @@ def test_checkpoint_outside_a_job_is_a_usage_error():
 
 
 def test_begin_forms():
-    from labq.cli.submit import parse_begin
+    from labq.cli.subcore import parse_begin
     assert parse_begin("now+1h", now=1000.0) == 4600.0 and parse_begin("30m", now=0.0) == 1800.0
     assert parse_begin("2026-12-03T09:00") > 0
     with pytest.raises(UsageError):

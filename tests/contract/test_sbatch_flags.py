@@ -10,7 +10,8 @@ import click
 import pytest
 
 from labq.cli import fast, sbatch
-from labq.cli.submit import build_body, sub
+from labq.cli.subcore import build_body
+from labq.cli.submit import sub
 from labq.scheduler.errors import UsageError
 from tests.harness import ROOT
 

@@ -25,7 +25,7 @@ def e2e():
 
 
 def test_sweep_of_twelve_runs_in_three_waves_and_is_charged(e2e):
-    from labq.cli.submit import build_body
+    from labq.cli.subcore import build_body
     # Submitted through the API in a burst (a CLI call takes ~0.4 s here, which would blur the waves).
     opts = {"account": "eta", "gpus": "1", "cpus": "4", "mem": "12G", "time_": "2h", "chdir": e2e.work}
     ids = [e2e.client.submit(build_body({**opts, "name": f"sweep{i}"},

@@ -86,7 +86,7 @@ class TwoNodes:
         return p
 
     def submit(self, secs=3.0) -> tuple[int, str]:
-        from labq.cli.submit import build_body
+        from labq.cli.subcore import build_body
         stamps = os.path.join(self.work, f"stamps-{len(os.listdir(self.work))}")
         body = build_body({"account": "eta", "gpus": "1", "time_": "10m", "chdir": self.work},
                           [sys.executable, "-c", STAMPER, stamps, str(secs)], None)

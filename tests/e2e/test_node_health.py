@@ -85,7 +85,7 @@ def site():
 
 
 def test_a_node_whose_runners_are_frozen_is_unhealthy_and_gets_no_work(site):
-    from labq.cli.submit import build_body
+    from labq.cli.subcore import build_body
     site.start_agent("node-a")
     frozen = site.runner_pid("node-a")
     os.kill(frozen, signal.SIGSTOP)

@@ -125,7 +125,8 @@ def test_bad_flags_exit_2_before_anything_is_sent(args, needle):
 
 
 def test_directives_carry_dependencies_and_retries():
-    from labq.cli.submit import build_body, directives, sub
+    from labq.cli.subcore import build_body, directives
+    from labq.cli.submit import sub
     dirs = directives("#!/bin/sh\n#LABQ -d afterok:4 --retries 2 --retry-on 3,75 --no-requeue --deadline now+2h\n")
     ctx = sub.make_context("sub", dirs + ["--", "true"])
     body = build_body({**ctx.params, "chdir": "/tmp"}, ["true"], None)

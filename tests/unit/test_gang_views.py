@@ -6,7 +6,7 @@ from labq.cli import render, slurmfmt, statview
 from labq.scheduler import config, report, states, whatif
 from labq.scheduler.model import Gpu, Job, Node
 from labq.scheduler.sim import TraceJob, policy_config, report as sim_report, simulate
-from labq.scheduler.sim.engine import gang_shape
+from labq.scheduler.sim.submit import gang_shape
 from labq.scheduler.store import acctrows, statrows
 from tests.harness import ClusterBuilder
 

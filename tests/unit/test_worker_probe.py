@@ -10,7 +10,7 @@ import types
 import pytest
 
 from labq.scheduler.model import Gpu
-from labq.worker import probe, procscan
+from labq.worker import probe, procscan, proctree
 from tests.harness import ROOT, wait_for
 
 
@@ -178,8 +178,8 @@ def test_sample_tree_of_a_busy_child():
 TREE_KILLER = textwrap.dedent("""
     import json, os, signal, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
-    from labq.worker import probe
-    probe.become_subreaper()
+    from labq.worker import proctree
+    proctree.become_subreaper()
     pidfile = sys.argv[2]
     # A TERM-trapping leader, a setsid escapee (own session) and a double fork (orphaned).
     script = ('trap "" TERM; setsid sleep 300 & echo $! >> "$0"; (sleep 301 & echo $! >> "$0") ;'
@@ -189,11 +189,11 @@ TREE_KILLER = textwrap.dedent("""
     while len(open(pidfile).read().split()) < 3 and time.monotonic() < end:
         time.sleep(0.02)
     pids = [int(x) for x in open(pidfile).read().split()]
-    found = set(probe.descendants())
-    probe.signal_tree(p.pid, signal.SIGTERM)
-    survived_term = not probe.wait_tree_death(0.5)
-    probe.signal_tree(p.pid, signal.SIGKILL)
-    dead = probe.wait_tree_death(30)
+    found = set(proctree.descendants())
+    proctree.signal_tree(p.pid, signal.SIGTERM)
+    survived_term = not proctree.wait_tree_death(0.5)
+    proctree.signal_tree(p.pid, signal.SIGKILL)
+    dead = proctree.wait_tree_death(30)
     reaped = 0
     while True:
         try:
@@ -224,7 +224,7 @@ def test_wait_gone_and_wait_tree_death_time_out_on_live_processes():
     p = subprocess.Popen(["sleep", "30"])
     try:
         assert probe.wait_gone([p.pid], 0.2) is False
-        assert probe.wait_tree_death(0.2) is False
+        assert proctree.wait_tree_death(0.2) is False
     finally:
         p.kill()
         p.wait()

@@ -14,23 +14,23 @@ from tests.harness import ROOT
 SCAN = textwrap.dedent("""
     import json, os, subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
-    from labq.worker import probe, procscan
-    probe.become_subreaper()
+    from labq.worker import procscan, proctree
+    proctree.become_subreaper()
     t = procscan.ProcTable()
     assert t.pids() == []
     p = subprocess.Popen(["/bin/bash", "-c", "setsid sleep 300 & (sleep 301 &) ; exec python3 -c "
                           "'x = bytearray(40 << 20); x[::4096] = b\\"1\\" * len(x[::4096]); import time; time.sleep(300)'"])
     end = time.monotonic() + 30
-    while len(probe.descendants()) < 3 and time.monotonic() < end:
+    while len(proctree.descendants()) < 3 and time.monotonic() < end:
         time.sleep(0.05)
     time.sleep(0.5)
     mine = sorted(t.pids())
-    want = sorted(probe.descendants())
+    want = sorted(proctree.descendants())
     s = procscan.stats(mine, t, t.seen)
     p.kill(); p.wait()
     time.sleep(0.1)
     after = sorted(t.pids())
-    probe.signal_tree(None, 9)
+    proctree.signal_tree(None, 9)
     while True:
         try:
             os.waitpid(-1, 0)
