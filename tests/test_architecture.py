@@ -66,7 +66,7 @@ CONNECTS_OUTSIDE_STORE = {
 }
 
 # Import circles there are today, each with its owner; shrink, never grow (a circle that changes shows
-# as new). config <-> configcheck <-> periods <-> ledger is gone (issue 40 item 6).
+# as new). config <-> configcheck <-> periods <-> ledger and worker.probe <-> proctree are gone (issue 40).
 CIRCLES = {
     frozenset({"labq.scheduler.store.resp", "labq.scheduler.store.sentinel"}):
         "sentinel: resp.parse_url hands sentinel:// URLs to sentinel.py, which asks the sentinels over resp.py",
@@ -74,8 +74,6 @@ CIRCLES = {
         "arch (left): dialect imports history.PG_PREFIXES, history opens archive.Archive lazily, archive uses dialect",
     frozenset({"labq.cli.common", "labq.cli.fast", "labq.cli.submit"}):
         "speed: Ctx.thin comes from fast.py, fast falls back to submit's click command, submit uses common.pass_ctx",
-    frozenset({"labq.worker.probe", "labq.worker.proctree"}):
-        "gang: probe re-exports proctree's names; proctree imports probe (psutil) lazily",
     frozenset({"labq.cli.pbsshim", "labq.cli.shim"}): "arch (left): pbsshim uses shim's helpers, shim dispatches to it",
     frozenset({"labq.scheduler.sim.policies", "labq.scheduler.sim.runtime"}):
         "plan (issue 41): runtime subclasses policies.Hooks, policies registers runtime late",
