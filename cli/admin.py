@@ -35,7 +35,7 @@ def acl(ctx, do_apply, aclfile, nodes, password_file, scheduler_user):
     labq-admin). With --apply or --aclfile, a password is made for each role that has none, in a
     file of its own (PATH/ROLE, mode 0600, owned by the daemon that reads it); the files of roles
     that have one are never touched: copy each node's file to that node."""
-    from labq.scheduler.store import acl as roles_mod, conn, passwords as pw_files
+    from labq.scheduler.store import acl as roles_mod, conn, faults, passwords as pw_files
     from labq.scheduler.store.keys import Keys
     from labq.scheduler.store.reads import Reader
     cfg = ctx.cfg
@@ -53,9 +53,9 @@ def acl(ctx, do_apply, aclfile, nodes, password_file, scheduler_user):
     if r is not None:
         try:
             names |= Reader(r, Keys(cfg.prefix)).node_names()
-        except conn.ERRORS as e:
+        except faults.ERRORS as e:
             if do_apply:
-                raise UnreachableError(f"Redis at {conn.without_credentials(redis_url(cfg))} does not answer: "
+                raise UnreachableError(f"Redis at {faults.without_credentials(redis_url(cfg))} does not answer: "
                                        f"{e}") from None
     rules = roles_mod.roles(Keys(cfg.prefix), sorted(names))
     made: list[str] = []
@@ -72,8 +72,8 @@ def acl(ctx, do_apply, aclfile, nodes, password_file, scheduler_user):
     if do_apply:
         try:
             roles_mod.apply(r, rules, passwords)
-        except conn.REFUSED as e:   # NOPERM, an old Redis without selectors, a bad password
-            raise RefusedError(f"Redis at {conn.without_credentials(redis_url(cfg))} refused the ACL roles: {e} "
+        except faults.REFUSED as e:   # NOPERM, an old Redis without selectors, a bad password
+            raise RefusedError(f"Redis at {faults.without_credentials(redis_url(cfg))} refused the ACL roles: {e} "
                                f"(Redis 7 and an admin login are needed: {roles_mod.ADMIN} from {path}, or the "
                                "default user)") from None
         click.echo(f"applied {len(rules)} roles; the default user is off")

@@ -329,6 +329,49 @@ def circles(g: Graph, allowed=CIRCLES) -> list[str]:
     return [" <-> ".join(c) for c in found if frozenset(c) not in allowed]
 
 
+def top_level_names(path: pathlib.Path) -> set[str] | None:
+    """The names a module defines at its top level (None: it has a module __getattr__, anything goes)."""
+    out: set[str] = set()
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)     # not what is inside: a method's names are not the module's
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        else:
+            for c in ast.iter_child_nodes(n):
+                if isinstance(c, ast.Name) and isinstance(c.ctx, ast.Store):
+                    out.add(c.id)
+                elif isinstance(c, (ast.stmt, ast.expr, ast.excepthandler, ast.comprehension)):
+                    todo.append(c)
+    return None if "__getattr__" in out else out
+
+
+def missing_attributes(g: Graph) -> list[str]:
+    """`mod.NAME` where `mod` is a labq module imported by that name and NAME is defined nowhere in it:
+    a name that moved or was removed (an `except conn.REFUSED:` fails only once something is raised)."""
+    names = {m: top_level_names(p) for m, p in g.files.items()}
+    out = []
+    for mod, path in g.files.items():
+        tree = ast.parse(path.read_text())
+        base = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        alias = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom):
+                b = base
+                for _ in range(max(0, n.level - 1)):
+                    b = b.rpartition(".")[0]
+                m = (f"{b}.{n.module}" if n.module else b) if n.level else n.module or ""
+                alias.update({a.asname or a.name: f"{m}.{a.name}" for a in n.names if f"{m}.{a.name}" in g.files})
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in alias:
+                target = names[alias[n.value.id]]
+                if target is not None and n.attr not in target and f"{alias[n.value.id]}.{n.attr}" not in g.files:
+                    out.append(f"{g.rel(mod)}:{n.lineno}: {n.value.id}.{n.attr}: {alias[n.value.id]} has no {n.attr}")
+    return out
+
+
 def too_long(g: Graph, long_modules=LONG_MODULES, long_functions=LONG_FUNCTIONS) -> list[str]:
     out = []
     for mod, path in g.files.items():
@@ -397,6 +440,11 @@ def test_only_the_store_imports_the_connection_modules():
 def test_no_new_import_circles():
     bad = circles(GRAPH)
     assert not bad, "import circles (break them; see CIRCLES):\n" + "\n".join(bad)
+
+
+def test_module_attributes_exist():
+    bad = missing_attributes(GRAPH)
+    assert not bad, "\n".join(bad)
 
 
 def test_layering():
@@ -482,6 +530,12 @@ def test_the_checker_finds_a_planted_impurity(scratch, rel, text, found):
     plant(scratch, rel, text)
     g = Graph(scratch)
     assert any(found in v for v in impure_reach(g, mod)), impure_reach(g, mod)
+
+
+def test_the_checker_finds_a_name_a_module_no_longer_has(scratch):
+    assert not missing_attributes(Graph(scratch))
+    plant(scratch, "cli/render.py", "def _f():\n    from labq.scheduler.store import conn\n    return conn.REFUSED")
+    assert any("conn.REFUSED" in v for v in missing_attributes(Graph(scratch)))
 
 
 def test_the_checker_finds_redis_outside_the_store_and_long_code(scratch):
