@@ -2,7 +2,7 @@
 
 py-spy (`pip install '.[bench]'`) samples a process from outside at 250 Hz: a `plan()` loop on the
 benchmark's snapshot, `labq stat` with 10,000 queued, the running scheduler while a client submits in
-a loop, and the node agent with its RQ workers and their horses while trivial jobs run through it.
+a loop, and the node agent with its slot runners while trivial jobs run through it.
 Each table lists the frames most often on the stack ("total": share of samples with the frame
 anywhere on the stack; "self": share with it on top, i.e. running its own code), labq's frames first.
 CLI start-up is profiled with `python -X importtime` (no extra tool): the slowest top-level imports.
@@ -234,7 +234,7 @@ def cli_profile(bs) -> Profile:
 
 
 SCHED_HOW = "py-spy on the `labq scheduler` process from its tick down, waiting (idle) samples included"
-WORKER_HOW = "py-spy --subprocesses on `labq worker`: the agent, its RQ workers and their horses, on-CPU samples"
+WORKER_HOW = "py-spy --subprocesses on `labq worker`: the agent and its slot runners, on-CPU samples"
 
 
 def scheduler_profile(bs, workload, what: str, key: str = "scheduler") -> Profile:

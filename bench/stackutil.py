@@ -62,7 +62,7 @@ class BenchStack:
             self.stack.start_all()
             self.client = Client(self.cfg, url=self.stack.url)
             self._wait(lambda: [n for n in self.client.nodes() if n.state == "up"], 60, "the worker to register")
-            # The agent registers before its RQ workers have imported everything: run one job per slot.
+            # The agent registers before its slot runners have imported everything: run one job per slot.
             ids = [self.submit(["true"])["job_id"] for _ in range(self.slots)]
             self.wait_terminal(ids, 60)
             bad = [j for j in self.client.read.jobs(ids) if j.state != states.COMPLETED]

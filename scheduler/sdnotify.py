@@ -1,6 +1,6 @@
 """sd_notify without a dependency: READY, STATUS, WATCHDOG and STOPPING for systemd's Type=notify.
 
-The socket address is taken out of the environment at import, so no child (RQ workers, jobs)
+The socket address is taken out of the environment at import, so no child (slot runners, jobs)
 inherits NOTIFY_SOCKET or the watchdog variables.
 """
 import os

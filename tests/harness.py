@@ -516,7 +516,7 @@ name = "e2e-node"
 gpus = 4
 cpus = 16
 mem = "64G"
-# 6 job slots (RQ worker processes): the 4 GPUs, not the slots, are what limits the sweep.
+# 6 job slots (slot runner processes): the 4 GPUs, not the slots, are what limits the sweep.
 slots = 6
 spool = "{spool}"
 run_as = "self"

@@ -20,7 +20,7 @@ Layers, each over the one before (later wins):
   6. the compat commands (`srun`, `sbatch`, `squeue`… as labq speaks them; worker/shimbin.py) last
      on PATH, unless `worker.compat_commands = false`.
 
-Nothing here reads `os.environ`: the daemon's environment (Redis passwords, RQ_*, NOTIFY_SOCKET)
+Nothing here reads `os.environ`: the daemon's environment (Redis login variables, NOTIFY_SOCKET)
 never reaches a job.
 """
 from dataclasses import dataclass

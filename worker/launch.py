@@ -24,7 +24,7 @@ class StartError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    """What the agent tells its RQ workers (and so the runner) through the environment."""
+    """What the agent hands its slot runners (and so each attempt's runner) over their pipe."""
     redis_url: str
     prefix: str = "labq"
     node: str = ""
@@ -158,7 +158,8 @@ def runs_for(s: Settings) -> str:
 def acting_as(ident: Identity):
     """Touch the filesystem with the user's rights, so a workdir or log path the user controls
     (symlinks, hard links, other people's directories) cannot make root write where they may not.
-    Safe to flip effective ids here: the RQ horse is a single-threaded fork."""
+    Safe to flip effective ids here: the slot runner opens an attempt's logs before it starts that
+    attempt's control watcher (runner.py), so no other thread of its runs meanwhile."""
     if not ident.drop:
         yield
         return
@@ -297,7 +298,7 @@ def command(job: Job, script: str | None) -> list[str]:
 # -- environment -------------------------------------------------------------------------------
 def environment(job: Job, attempt: Attempt, s: Settings, ident: Identity, start: float, ckpt: str,
                 part=None) -> dict:
-    """The job's environment (worker/jobenv.py); never the daemon's, which carries RQ_*, NOTIFY_SOCKET
+    """The job's environment (worker/jobenv.py); never the daemon's, which carries its Redis login variables, NOTIFY_SOCKET
     and secrets. `part`: a gang's part here (worker/gang.Part), whose GPUs are this node's."""
     pw = ident.pw
     gpus = tuple(part.gpus) if part is not None else tuple(attempt.gpus)

@@ -130,7 +130,7 @@ class Run(Ending):
             # job's (an `error` would end it F without its having run). Requeued.
             self.body.update(outcome="node_failure", message=end_message("redis_lost", repr(e)))
             self._cleanup_after_error()
-        except BaseException as e:     # a bug, Redis gone, RQ's backstop timeout: never leave a tree behind
+        except BaseException as e:     # a bug, Redis gone, SystemExit from a signal: never leave a tree behind
             self.body.update(outcome="error", message=f"runner failed: {e!r}")
             self._cleanup_after_error()
             raise

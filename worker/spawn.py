@@ -45,7 +45,7 @@ WRAPPER = 'cd -- "$1" || exit 126; shift; exec "$@"'
 # Into the job's cgroup (nothing forked yet; only where no user switch follows), then the rest of
 # argv; the job never runs outside it: a failed write ends the attempt with 126 and says why in the job's log.
 ENTER = 'echo $$ > "$0" || { echo "labq: cannot enter the job\'s cgroup ($0)" >&2; exit 126; }; exec "$@"'
-# Dispositions set to SIG_IGN survive exec; the RQ horse ignores SIGINT, a job must not.
+# Dispositions set to SIG_IGN survive exec; the slot runner ignores SIGINT (worker/slot.py), a job must not.
 _RESET = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 

@@ -46,7 +46,7 @@ def patterns(k: Keys, exclude=()) -> list[str]:
         elif inspect.isfunction(member):
             params = [p for p in inspect.signature(member).parameters if p != "self"]
             if len(params) != len(inspect.signature(member).parameters) - 1:
-                continue                      # a staticmethod: not a key of ours (RQ names)
+                continue                      # a staticmethod: a helper, not a key of ours
             key = getattr(k, name)(*["*"] * len(params))
         else:
             continue
