@@ -20,6 +20,7 @@ from ..plan import Pending, Pendings, Place, Plan, Preempt, Start
 from ..units import fmt_at
 from . import capacity, classes, gang, preempt, priority, strict
 from .backfill import Timelines
+from .backlog import Backlog
 from .budget import BudgetBook, never_affordable
 from .depend import Dependencies
 from .expire import expire
@@ -27,18 +28,21 @@ from .quota import Usage
 from .refusal import refusal, refusal_of_shape, refusals, request_text
 from .standing import Standing
 
-__all__ = ["plan", "plan_per_job", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
+__all__ = ["plan", "plan_per_job", "Backlog", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
 
 
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None,
-         held: dict | None = None, standing: Standing | None = None) -> Plan:
+         held: dict | None = None, standing: Standing | None = None, backlog: Backlog | None = None) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
     as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
     request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
     some budgets, as the caller last summed it for the same running attempts (BudgetBook);
     `standing`: the free capacity and quota usage of the same running jobs (standing.py); the plan
-    is the same without them."""
+    is the same without them. `backlog`: the pending jobs, kept in order by the caller
+    (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges."""
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
+    if backlog is not None:
+        return _kept(snap, cfg, running, backlog, held, standing)
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
     p = _Pass(snap, cfg, running, deps, held, standing)
@@ -60,6 +64,22 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queu
     # Backfill off, no kept queue: the walk stops at the blocker (strict.py).
     if queue is not None or not strict.applies(cfg) or not strict.run(p, waiting, cfg):
         classes.run(p, waiting, cfg, queue)
+    return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
+
+
+def _kept(snap: Snapshot, cfg: Config, running, backlog: Backlog, held, standing) -> Plan:
+    """plan() over a kept Backlog; a pass its walk cannot take (strict.run_kept) takes the list."""
+    if backlog.deps:        # dependency targets may be pending: the index reads every active job
+        snap = replace(snap, jobs=(*running, *backlog.jobs.values()))
+    deps = Dependencies(snap)
+    p = _Pass(snap, cfg, running, deps, held, standing)
+    expires, _ = expire(list(backlog.marked.values()), snap.now, deps)
+    if expires or not strict.run_kept(p, backlog, cfg):
+        gone = {e.job_id for e in expires}
+        waiting = [j for j in backlog.jobs.values() if j.id not in gone]
+        p.keep_earmarks(backlog.earmarked.values())
+        if not strict.applies(cfg) or not strict.run(p, waiting, cfg):
+            classes.run(p, waiting, cfg)
     return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
 
 

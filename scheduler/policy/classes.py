@@ -26,7 +26,7 @@ draining) is a class of its own and never cached. A field a verdict starts to re
 import heapq
 from dataclasses import fields
 
-from .. import fairshare, states
+from .. import states
 from ..plan import Pending, Place
 from . import priority
 from .capacity import avoided
@@ -117,23 +117,8 @@ def _group_key(j, draining: bool) -> tuple:
 
 
 def _scorer(p, cfg, bursting):
-    """The priority of a job, exactly priority.ordered's sum, term by term in the same order
-    (`bursting`: the ids in a burst tail, priority.burst_tail)."""
-    w = cfg.priority
-    qw, aw, fw, bw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty
-    qos = {q.name: q.priority * qw for q in cfg.qos}
-    fs = fairshare.factors(dict(p.snap.usage), {a.name: a.share for a in cfg.accounts}) if fw else {}
-    fs = {a: fw * v for a, v in fs.items()}
-    per_s, now, sw = aw / (w.age_max or 1), p.now, w.short_job_weight
-
-    def score(j) -> tuple:
-        age = now - j.submit_time
-        s = (qos.get(j.qos, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
-             + fs.get(j.account, fw) - (bw if j.id in bursting else 0.0))
-        if sw:
-            s += sw * priority.short_factor(j, age, w)
-        return (-s, j.submit_time, j.id)
-    return score
+    """priority.scorer at the pass's time and fair-share usage."""
+    return priority.scorer(p.now, dict(p.snap.usage), cfg, bursting)
 
 
 # How long a verdict judged without changing anything stays true (the property test checks each):

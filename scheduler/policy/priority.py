@@ -101,6 +101,27 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     return [pending[t[3]] for t in keyed]
 
 
+def scorer(now: float, usage: dict[str, float], cfg: Config, bursting):
+    """The sort key of a job, exactly `ordered`'s, term by term in the same order, with the burst
+    tail given (`bursting`: the ids in it, as burst_tail finds them over the whole queue): for a
+    walk that draws the order a few jobs at a time (classes.py, strict.py)."""
+    w = cfg.priority
+    qw, aw, fw, bw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty
+    qos = {q.name: q.priority * qw for q in cfg.qos}
+    fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
+    fs = {a: fw * v for a, v in fs.items()}
+    per_s, sw = aw / (w.age_max or 1), w.short_job_weight
+
+    def score(j) -> tuple:
+        age = now - j.submit_time
+        s = (qos.get(j.qos, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
+             + fs.get(j.account, fw) - (bw if j.id in bursting else 0.0))
+        if sw:
+            s += sw * short_factor(j, age, w)
+        return (-s, j.submit_time, j.id)
+    return score
+
+
 def burst_tail(pending, allowance: int, window: float) -> set[int]:
     """Ids of jobs that had at least `allowance` earlier jobs of the same user submitted within
     `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)

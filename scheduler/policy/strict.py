@@ -80,6 +80,59 @@ def run(p, waiting, cfg) -> bool:
     return True
 
 
+def run_kept(p, backlog, cfg) -> bool:
+    """`run` over the caller's kept Backlog (backlog.py), whose groups are already in order: the
+    pass costs the jobs up to the blocker, the gated ones after it, and one slice of ids per group.
+    False (nothing considered) where a turn after the blocker could change the pass (an earmark), or
+    a short-job term breaks the order. A gang without an earmark is judged on its own, among the
+    gated (backlog.gated): past the gates, gang.verdict gives it the blocker's verdict too."""
+    if backlog.earmarked or not applies(cfg):
+        return False
+    u = p.usage
+    capped = u.capped if not u.user_caps else None
+    groups = list(backlog.groups.values())
+    score = classes._scorer(p, cfg, backlog.bursting)
+    at = [0] * len(groups)
+    heads = [(score(g.jobs[0]), i) for i, g in enumerate(groups)]
+    heapq.heapify(heads)
+    while heads and p.blocker is None:
+        _, i = heapq.heappop(heads)
+        jobs = groups[i].jobs
+        p.consider(jobs[at[i]])
+        at[i] += 1
+        if at[i] < len(jobs):
+            heapq.heappush(heads, (score(jobs[at[i]]), i))
+    if p.blocker is None:
+        return True
+    gated, plain = [], []
+    for i, g in enumerate(groups):
+        if at[i] < len(g.jobs):
+            if g.key[3] or capped is None or g.key[1] in capped:
+                gated += g.jobs[at[i]:]
+            else:
+                plain.append((g, at[i]))
+    for j in gated:
+        p.consider(j)
+    if not plain:
+        return True
+    g, first = plain[0]
+    got = p.judge(g.jobs[first])
+    if isinstance(got, Place) or got[0] != states.PRIORITY:     # not past a blocker after all: each judged
+        if isinstance(got, Place):
+            p.places.append(got)
+        else:
+            p.pending.append(Pending(g.ids[first], *got))
+        for j in [j for g, k in plain for j in g.jobs[k:]][1:]:
+            p.consider(j)
+        return True
+    # One list of ids, copied slice by slice in C: no walk over the jobs behind the blocker.
+    ids = []
+    for g, k in plain:
+        ids += g.ids[k:]
+    p.runs.append((ids, tuple(got) + _DEFAULTS[1 + len(got):]))
+    return True
+
+
 def _behind(p, gated, plain) -> None:
     """The jobs after the blocker, in any order: nothing they are judged by changes any more.
     `plain`: those that meet no gate, which all take the blocker's verdict."""

@@ -1,7 +1,8 @@
 """A backfill-off pass that stops at its blocker (policy/strict.py) decides as the whole per-job pass
 (policy.plan_per_job): on random snapshots with deep queues (QoS levels, fair share, bursts, holds,
 --begin, dependencies, caps, budgets, preemption), and on random trace replays where every instant's
-plan() over the whole queue is compared with a replay made of whole per-job passes."""
+plan() over the whole queue is compared with a replay made of whole per-job passes; and the same
+walk over a Backlog kept by the caller (policy/backlog.py, strict.run_kept) on the same snapshots."""
 import random
 from dataclasses import replace
 
@@ -113,6 +114,24 @@ def test_a_pass_stopped_at_its_blocker_decides_as_the_whole_pass(monkeypatch, sc
     monkeypatch.setattr(strict, "run", lambda *a: ran.append(_RUN(*a)) or ran[-1])
     same(policy.plan(snap, c), policy.plan_per_job(snap, c))
     assert ran == [True]
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(scenes())
+def test_a_pass_over_the_backlog_decides_as_the_whole_pass(monkeypatch, scene):
+    snap, c = scene
+    w = c.priority
+    b = policy.Backlog((w.burst_jobs, w.burst_window) if w.burst_penalty else None)
+    for j in snap.jobs:
+        if j.state == states.PENDING:
+            b.add(j)
+    ran = []
+    real = strict.run_kept
+    monkeypatch.setattr(strict, "run_kept", lambda *a: ran.append(real(*a)) or ran[-1])
+    running = replace(snap, jobs=tuple(j for j in snap.jobs if j.state != states.PENDING))
+    same(policy.plan(running, c, backlog=b), policy.plan_per_job(snap, c))
+    assert ran in ([True], [False])
 
 
 def test_it_leaves_to_the_class_walk_a_pass_where_a_turn_after_the_blocker_changes_it():

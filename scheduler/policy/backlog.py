@@ -1,0 +1,134 @@
+"""The pending queue kept in plan()'s order by its owner, changed job by job: what a backfill-off
+pass (strict.py `run_kept`) walks instead of the whole queue, so that a pass costs the jobs it
+changes and the jobs it judges, not the depth of the queue.
+
+A job's priority (priority.py) differs from another's of the same QoS, fair-share account and
+burst flag only by its age term, which never decreases with the wait; so, without the short-job
+term, each `Group` of jobs alike in those (and in whether a gate may stop them before the blocker's
+verdict: a hold, --begin, a retry backoff, dependencies, an array throttle) is in priority order
+when kept in (submit time, id) order, and none of that depends on `now`. The pass merges the
+groups' heads by priority.ordered's own key (classes._scorer).
+
+The burst flag is the one input that changes without the job changing: a job is in its user's
+burst tail (priority.burst_tail) when, in the user's pending jobs in (submit time, id) order, the
+job `burst_jobs` places before it was submitted within `burst_window` of it. A submit or a start
+at place p changes that pair only for the jobs at places p .. p + burst_jobs, so each change
+re-checks those few, never the user's queue (`_retail`); a job whose flag changed moves group.
+
+The owner (the simulator) calls `add` for each job that joins the queue and `remove` for each
+that leaves or is replaced (a record is frozen: a change is a remove and an add). Pure: no clock.
+tests/property/test_plan_backlog.py checks the groups and tails against a whole pass's.
+"""
+from bisect import bisect_left
+
+from ..model import Job
+from .queue import Group
+
+
+def gated(j: Job) -> bool:
+    """Whether a gate other than a cap may stop the job before its turn reaches the blocker's verdict,
+    or a gang (gang.py judges it: behind the blocker too, once past the same gates)."""
+    return bool(j.held or j.deps or j.begin is not None or j.eligible_time is not None or j.array_throttle
+                or j.nodes > 1)
+
+
+def _key(j: Job) -> tuple:
+    return (j.submit_time, j.id)
+
+
+class Backlog:
+    """The pending jobs by (QoS, account, burst flag, gated), each group in (submit time, id) order;
+    with them what a pass reads before its walk: the jobs that may expire (`marked`), those whose
+    room is earmarked, the gangs and the jobs with dependencies (counted)."""
+
+    def __init__(self, burst: tuple[int, float] | None):
+        self.burst = burst                          # (burst_jobs, burst_window), None: no penalty
+        self.jobs: dict[int, Job] = {}
+        self.groups: dict[tuple, Group] = {}
+        self.where: dict[int, tuple] = {}           # id -> its group's key
+        self.users: dict[str, list[tuple]] = {}     # user -> (submit time, id) of its jobs, sorted
+        self.bursting: set[int] = set()             # ids in their user's burst tail
+        self.marked: dict[int, Job] = {}            # --max-wait, --deadline, dependencies: may expire
+        self.earmarked: dict[int, Job] = {}
+        self.gangs = 0
+        self.deps = 0
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def add(self, j: Job) -> None:
+        self.jobs[j.id] = j
+        if j.max_wait is not None or j.deadline is not None or j.deps:
+            self.marked[j.id] = j
+        if j.earmark:
+            self.earmarked[j.id] = j
+        self.gangs += j.nodes > 1
+        self.deps += bool(j.deps)
+        keys = self.users.setdefault(j.user, [])
+        at = bisect_left(keys, _key(j))
+        keys.insert(at, _key(j))
+        if self.burst is not None and self._tail(keys, at):
+            self.bursting.add(j.id)
+        self._group(j)
+        self._retail(keys, at + 1, at + 1 + self.burst[0] if self.burst else at)
+
+    def remove(self, job_id: int) -> Job:
+        j = self.jobs.pop(job_id)
+        self.marked.pop(job_id, None)
+        self.earmarked.pop(job_id, None)
+        self.gangs -= j.nodes > 1
+        self.deps -= bool(j.deps)
+        self._ungroup(j)
+        self.bursting.discard(job_id)
+        keys = self.users[j.user]
+        at = bisect_left(keys, _key(j))
+        del keys[at]
+        if not keys:
+            del self.users[j.user]
+            return j
+        self._retail(keys, at, at + self.burst[0] if self.burst else at)
+        return j
+
+    def replace(self, j: Job) -> None:
+        """The pending job's new record (an earmark given or given up)."""
+        self.remove(j.id)
+        self.add(j)
+
+    def _tail(self, keys: list, k: int) -> bool:
+        """priority.burst_tail's rule for the job at place k of its user's sorted keys."""
+        a, window = self.burst or (0, 0.0)
+        if a <= 0:
+            return True
+        return k >= a and not keys[k - a][0] < keys[k][0] - window
+
+    def _retail(self, keys: list, lo: int, hi: int) -> None:
+        """Re-check the burst flag of the user's jobs at places lo..hi-1 (those whose pair moved)."""
+        if self.burst is None:
+            return
+        for k in range(lo, min(hi, len(keys))):
+            jid = keys[k][1]
+            now = self._tail(keys, k)
+            if now != (jid in self.bursting):
+                j = self.jobs[jid]
+                self._ungroup(j)
+                if now:
+                    self.bursting.add(jid)
+                else:
+                    self.bursting.discard(jid)
+                self._group(j)
+
+    def _group(self, j: Job) -> None:
+        k = (j.qos, j.account, j.id in self.bursting, gated(j))
+        self.where[j.id] = k
+        g = self.groups.get(k)
+        if g is None:
+            self.groups[k] = Group(k, [j])
+        else:
+            g.add(j)
+
+    def _ungroup(self, j: Job) -> None:
+        k = self.where.pop(j.id)
+        g = self.groups[k]
+        g.drop(j)
+        if not g.jobs:
+            del self.groups[k]
