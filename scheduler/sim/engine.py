@@ -12,9 +12,9 @@ outcome `preempted` as the runner reports it, requeued by `finished` with its lo
 and the Pending reasons.
 A periodic budget's rollover is an instant too, because spending starts again from zero there.
 
-plan() is not called where it provably could not change anything, and in strict priority order
-it is given only the part of the queue that provably decides the pass (`_plan`); the jobs a spent
-budget keeps waiting are parked out of the queue (parked.py). The result is identical to calling it
+plan() is not called where it provably could not change anything; in strict order it is given only the
+part of the queue that decides the pass (`_plan`), else (backfill off) walks the queue kept in its order
+up to the blocker (kept.py); the jobs a spent budget keeps waiting are parked out of it (parked.py). The result is identical to calling it
 on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 """
 import math
@@ -25,7 +25,7 @@ from .. import fairshare, periods, policy, states, transitions as tr
 from ..applier import apply_plan
 from ..config import Config
 from ..model import Job, Snapshot
-from . import easy, strict, submit
+from . import easy, kept, strict, submit
 from .clock import Clock
 from .parked import NONE, Parking
 from .queue import Queue
@@ -69,6 +69,7 @@ class Simulator:
         self.usage: dict = {}
         self.budget_held: set[int] = set()
         self.parking = Parking(cfg, self.nodes) if cfg.budgets else None
+        self.queue.backlog = kept.backlog(cfg, self.parking)    # backfill off: the queue kept in plan()'s order
         self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
         self.room = Room(self.nodes)
         # plan()'s free capacity and quota usage, kept as jobs start and end (not given to the
@@ -85,7 +86,6 @@ class Simulator:
         self._most: dict[str, int] = {}       # GPU model -> submit.most_gpus
         self.calls = self.skipped = self.instants = 0
         self.now = EPOCH
-        self.plan_runs = 0          # plan() calls; `calls` counts passes (a windowed pass may take several)
         # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
         self.never_skip = cfg.preemption and any(a.guarantee for a in cfg.accounts)
         # Budgets alone hold only jobs that fit (a budget reason); the first that does not fit still
@@ -137,7 +137,6 @@ class Simulator:
         t = self.now
         p = self._call(t, tuple(stuck.values()))
         self.calls -= 1                    # not a pass of the replay
-        self.plan_runs -= 1
         for ids, verdict in p.pending.runs():
             for i in ids:
                 stuck[i] = tr.pend(stuck[i], verdict[0], verdict[1])
@@ -283,6 +282,8 @@ class Simulator:
         if not self._strict(t):
             if self._easy(t):
                 return self._apply(t, easy.plan(self, t))
+            if self.queue.backlog is not None:
+                return kept.run(self, t)
             return self._apply(t, self._call(t, self._queued()))
         p = strict.plan(self, t)
         if p is None:
@@ -319,7 +320,6 @@ class Simulator:
 
     def _call(self, t: float, pending, usage: dict | None = None):
         self.calls += 1
-        self.plan_runs += 1
         usage = self._usage(t) if usage is None else usage
         snap = Snapshot(now=t, nodes=self.nodes, jobs=(*pending, *self.running.values()),
                         spent=self.spent_now(t)[1], usage=tuple(sorted(usage.items())))
@@ -345,7 +345,7 @@ class Simulator:
         for job, pr in zip(done.stopping, done.preempts):     # plan() gives no Cancel
             self._preempt(t, job, pr)
         for job in done.pended:      # an earmark changed: plan() reads it, so it is kept in the record
-            self.queue.jobs[job.id] = job        # (a parked job has none: it never preempts)
+            self.queue.replace(job)        # (a parked job has none: it never preempts)
         # The reasons themselves are not kept: the daemon writes them into the records, the replay
         # reports only each stuck job's last one (`_stuck`) and which jobs a budget held.
         for ids, verdict in p.pending.runs():

@@ -62,6 +62,7 @@ class Queue:
         self.timed = 0
         self.gangs = 0                                       # pending jobs over several nodes (sub -N)
         self.budgeted = 0                                    # pending jobs charged to some budget
+        self.backlog = None          # policy.Backlog: the queue in plan()'s order (kept.py), set by the engine
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -89,6 +90,8 @@ class Queue:
         self.timed += timed(job)
         self.gangs += job.nodes > 1
         self.budgeted += self.charged(job)
+        if self.backlog is not None:
+            self.backlog.add(job)
 
     def remove(self, job_id: int, pending: bool = False) -> Job:
         """A job leaves the queue; `pending`: it stays pending (parked), in the burst tails."""
@@ -119,7 +122,15 @@ class Queue:
         self.timed -= timed(job)
         self.gangs -= job.nodes > 1
         self.budgeted -= self.charged(job)
+        if self.backlog is not None:
+            self.backlog.remove(job_id)
         return job
+
+    def replace(self, job: Job) -> None:
+        """The pending job's new record, alike in all the queue counts (plan() gave or took its earmark)."""
+        self.jobs[job.id] = job
+        if self.backlog is not None:
+            self.backlog.replace(job)
 
     def span(self, job: Job) -> float:
         """How long backfill plans the job to hold its room (backfill.span): its learned run time
