@@ -47,40 +47,41 @@ def request_status(c, rid: str, as_json: bool) -> None:
 def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=None, noheader=False, expand=False,
           as_json=False, **_) -> None:
     now = time.time()
-    wanted, picked = _states(state), _id_filter(job_ids)
+    wanted, picked = _states(state), _id_pick(job_ids)
     user = c.user if me else user
-    if as_json or fmt:
-        jobs = c.read.active()
-        rows, nodes = None, None
-    else:
+    rows = nodes = None
+    if not (as_json or fmt):
         rows, names = c.read.stat_rows()
         nodes = c.read.nodes(names)
-        if rows is not None and (expand or job_ids):
-            from labq.scheduler.store.statrows import unfold
-            rows = unfold(rows)     # shown task by task, or picked by task id
-        jobs = rows if rows is not None else c.read.active()   # rows not (yet) kept for every active job
-    shown = [j for j in statview.select(jobs, user, account, wanted) if picked(j)]
-    if as_json:
+    if rows is not None:       # the index: pre-rendered rows (statrows.py)
+        text = statview.rows_table(statview.rows_cells(statview.select(rows, user, account, wanted, picked), now, expand))
+        capacity = None if noheader else statview.rows_capacity(nodes, rows)
+    else:                      # the records: --json, -o, or rows not (yet) kept for every active job
+        jobs = c.read.active()
+        shown = [j for j in sorted(jobs, key=lambda j: j.id)
+                 if (not user or j.user == user) and (not account or j.account == account)
+                 and (not wanted or j.state in wanted) and (not picked or picked(j.id, j.array_id, j.array_index))]
+        if as_json:
+            from . import render
+            return echo_json([render.job_dict(j, now) for j in shown])
+        pairs = [(j.display_id, j) for j in shown] if expand else statview.compact(shown)
+        if fmt:
+            from . import slurmfmt
+            return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader))
         from . import render
-        return echo_json([render.job_dict(j, now) for j in shown])
-    pairs = [(j.display_id, j) for j in shown] if expand else statview.compact(shown)
-    if fmt:
-        from . import slurmfmt
-        return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader))
-    if rows is not None:
-        memo: dict = {}
-        cells = [statview.row_cells(r, now, label, memo) for label, r in pairs]
-    else:
-        from . import render
-        cells = [render.stat_row(j, now, label) for label, j in pairs]
-    if not noheader:
+        text = statview.table([render.stat_row(j, now, label) for label, j in pairs], statview.STAT_HEADERS)
+        if nodes is None:
+            nodes = c.read.nodes()
+        capacity = None if noheader else statview.capacity_line(nodes, jobs)
+    if capacity is not None:
         if getattr(c, "allow_volatile", False) and c.read.aof_enabled() is False:
             echo("WARNING: Redis has no AOF persistence (appendonly no): a Redis crash would lose every job "
                  "and the ledger (redis.allow_volatile = true)")
-        echo(statview.capacity_line(nodes, jobs))
-    lines = statview.table(cells, statview.STAT_HEADERS).splitlines()
-    if lines[noheader:]:
-        echo("\n".join(lines[noheader:]))
+        echo(capacity)
+    if noheader:
+        text = text.partition("\n")[2]
+    if text:
+        echo(text)
 
 
 def _states(text):
@@ -96,6 +97,14 @@ def _id_filter(text):
     """`42,43_7,44_[1-3]` → a predicate on jobs (42 names the job or every task of array 42)."""
     if not text:
         return lambda j: True
+    pick = _id_pick(text)
+    return lambda j: pick(j.id, j.array_id, j.array_index)
+
+
+def _id_pick(text):
+    """`42,43_7,44_[1-3]` → a predicate on (id, array id, task index), or None for no filter."""
+    if not text:
+        return None
     import re
 
     from labq.scheduler.jobspec import parse_task_ids
@@ -108,8 +117,7 @@ def _id_filter(text):
             whole.add(int(item))
         else:
             raise UsageError(f"--jobs: expected ids like 42,43_7,44_[1-3], got {item!r}")
-    return lambda j: (j.id in whole or j.array_id in whole
-                      or (j.array_id in tasks and j.array_index in tasks[j.array_id]))
+    return lambda jid, aid, idx: jid in whole or aid in whole or (aid in tasks and idx in tasks[aid])
 
 
 def show(c, job_id, as_json=False, **_) -> None:

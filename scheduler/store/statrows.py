@@ -1,139 +1,90 @@
-"""The `stat` index: one compact row per active job, written with the job record in the same transaction.
+"""The `stat` index: one row per active job, pre-rendered, written with the job record in the same transaction.
 
-`labq stat` at 10,000 queued spent most of its time decoding full job records (attempts, argv,
-scripts) into Job objects to print ten columns. The scheduler therefore keeps, beside each active
-job's record, a row of exactly what `stat` prints, filters on and sums for its capacity line, in the
-hash `Keys.stat_rows`; `stat` reads that hash and nothing else of the jobs.
+`labq stat` at 10,000 queued spent most of its time decoding full job records, then JSON rows, into
+objects to print ten columns. The scheduler therefore keeps, beside each active job's record, the
+row as `stat` prints it, in the hash `Keys.stat_rows`; `stat` reads that hash (one round trip) and
+nothing else of the jobs, splits each row at its tabs and prints the cells.
 
-A row is a JSON array (field order: FIELDS). The time columns are derived at print time from what
-the row stores, the way cli/render.py derives them from a record: each started attempt's
-[start, end-or-null] span (TIME), the settled cost plus the running attempt's accrual since its
-dispatch at the job's rate (COST). The key name carries ROWS_VERSION (keys.py): a new row shape is a new key,
-and the scheduler rebuilds the rows from the records whenever it becomes leader, so existing data
-migrates by restarting the scheduler; until then a client that finds the rows incomplete reads the
-records instead (cli/statview.py).
+A row is text, fields separated by tabs (FIELDS): the job's id, array id and task index (what `stat`
+sorts, picks and compacts by), `live` (below), then its tail: the cells as printed (CELLS; a pending
+job's reason is in its NODE(REASON) cell, `where`), the name last, so that a tab in it is not a
+separator (split with maxsplit). `stat` splits a row only as far as its tail: most rows share their
+tail with many others (a user's queued jobs differ in their id alone), and each distinct tail is
+split, measured and padded once. What changes with time is not rendered:
+the COST cell is the settled amount in micro-units (the client prints it in its currency), and a job
+on a node (or with an attempt still open) has empty TIME and `live` = JSON [spans, settled, rate,
+accruing since, gpus, cpus, mem, node]: its TIME and COST are derived at print time, the way
+cli/render.py derives them from a record, and the capacity line sums its shape. The key name carries
+ROWS_VERSION (keys.py): a new row shape is a new key, and the scheduler rebuilds the rows from the
+records whenever it becomes leader, so existing data migrates by restarting the scheduler; until then
+a client that finds the rows incomplete reads the records instead (cli/statview.py).
 
-This module needs no model: the thin client decodes rows without it.
+This module needs no model: the thin client reads rows with it.
 """
 import json
+from itertools import compress, repeat
+from operator import itemgetter
 
 from ..hostlist import compact
-from ..states import ON_NODE
-from ..units import accrue
+from ..states import ON_NODE, PENDING
+from ..units import fmt_duration
 
-FIELDS = ("id", "array_id", "array_index", "name", "user", "account", "qos", "state", "reason", "node",
-          "gpus", "cpus", "mem", "settled", "cost_rate", "spans", "accruing_since", "nodes")
+FIELDS = ("id", "array_id", "array_index", "live", "tail")
+ID, ARRAY_ID, ARRAY_INDEX, LIVE, TAIL = range(len(FIELDS))
+# The tail: the cells as `stat` prints them but for JOBID (and COST in micro-units), the name last.
+CELLS = ("state", "user", "account", "qos", "time", "gpus", "cost", "nodes", "where", "name")
+STATE, USER, ACCOUNT, QOS, TIME, GPUS, COST, NODES, WHERE, NAME = range(len(CELLS))
 
 
-def row(job) -> list:
+def dumps(job) -> str:
     """The row of one job record (a model.Job)."""
     spans = []
     for a in job.attempts:
         start = a.start_time or a.dispatch_time
         if start:
             spans.append([start, a.end_time or None])
-    cur = job.attempts[-1] if job.attempts else None
-    # Accruing from the process's start once the node has said it, as it is billed (render.accrued)
-    since = max(cur.start_time or 0, cur.dispatch_time) if cur is not None and not cur.end_time and cur.dispatch_time else 0
+    settled = sum(a.cost for a in job.attempts)
     # A running gang (-N): its node list in SLURM's compact form (node[1-2]); gpus/cpus/mem stay per node.
     node = compact([n for n, _ in job.parts]) if job.parts else job.node
-    return [job.id, job.array_id, job.array_index, job.name, job.user, job.account, job.qos, job.state,
-            job.reason, node, job.gpus, job.cpus, job.mem, sum(a.cost for a in job.attempts),
-            job.cost_rate, spans, since, job.nodes]
+    nodes = job.nodes or 1
+    on = job.state in ON_NODE
+    where = node if on else f"({job.reason})" if job.state == PENDING else node or ""
+    live, time = "", ""
+    if on or any(end is None for _, end in spans):
+        cur = job.attempts[-1] if job.attempts else None
+        # Accruing from the process's start once the node has said it, as it is billed (render.accrued)
+        since = (max(cur.start_time or 0, cur.dispatch_time)
+                 if cur is not None and not cur.end_time and cur.dispatch_time else 0)
+        live = json.dumps([spans, settled, job.cost_rate, since, job.gpus, job.cpus, job.mem, node],
+                          separators=(",", ":"))
+    else:
+        time = fmt_duration(sum(end - start for start, end in spans)) if spans else fmt_duration(0)
+    cells = (job.id, "" if job.array_id is None else job.array_id, "" if job.array_index is None else job.array_index,
+             live, job.state, job.user, job.account, job.qos, time, job.gpus * nodes, settled, nodes, where,
+             job.name[:20])
+    return "\t".join(map(str, cells))
 
 
-def dumps(job) -> str:
-    return json.dumps(row(job), separators=(",", ":"))
+def parse(texts, keep=None) -> list[list[str]]:
+    """The hash's values as rows (lists of FIELDS' texts: a row's cells stay one text, its tail),
+    in job id order; `keep`: the ids to keep (the rest are skipped), or None for all. Sorted in C (a
+    key function called per row was a tenth of `stat` at 10,000 jobs)."""
+    rows = list(map(str.split, texts, repeat("\t"), repeat(TAIL)))
+    ids = list(map(int, map(itemgetter(ID), rows)))
+    if keep is not None:
+        rows = list(compress(rows, map(keep.__contains__, ids)))
+        ids = list(map(int, map(itemgetter(ID), rows)))
+    return list(map(rows.__getitem__, sorted(range(len(rows)), key=ids.__getitem__)))
 
 
-class Row:
-    """A decoded row, with the attribute names of model.Job that `stat` uses. `n` > 1: the row
-    stands for n jobs of one array, ids id..id+n-1 with task indices array_index..array_index+n-1,
-    whose rows are otherwise the same (fold)."""
-    __slots__ = FIELDS + ("n",)
-
-    def __init__(self, values, n: int = 1):
-        # One unpacking, not a setattr per field: `stat` builds one Row per active job.
-        (self.id, self.array_id, self.array_index, self.name, self.user, self.account, self.qos, self.state,
-         self.reason, self.node, self.gpus, self.cpus, self.mem, self.settled, self.cost_rate, self.spans,
-         self.accruing_since, self.nodes) = values
-        self.n = n
-
-    def each(self) -> list["Row"]:
-        """The jobs a folded row stands for, one Row each."""
-        if self.n == 1:
-            return [self]
-        out = []
-        for k in range(self.n):
-            r = Row([getattr(self, f) for f in FIELDS])
-            r.id, r.array_index = self.id + k, self.array_index + k
-            out.append(r)
-        return out
-
-    @property
-    def display_id(self) -> str:
-        return f"{self.array_id}_{self.array_index}" if self.array_id is not None else str(self.id)
-
-    def elapsed(self, now: float) -> float:
-        total = 0.0
-        for start, end in self.spans:
-            total += (end or now) - start
-        return total
-
-    def running_cost(self, now: float) -> int:
-        if self.state not in ON_NODE or not self.accruing_since:
-            return 0
-        return accrue(self.cost_rate, now - self.accruing_since)
+def cells(tail: str) -> list[str]:
+    return tail.split("\t", NAME)
 
 
-def loads(text) -> Row:
-    return Row(json.loads(text))
+def display_id(r) -> str:
+    return f"{r[ARRAY_ID]}_{r[ARRAY_INDEX]}" if r[ARRAY_ID] else r[ID]
 
 
-def loads_many(texts) -> list[Row]:
-    """Rows from the hash's values, in job id order, one per job."""
-    return unfold(fold(texts))
-
-
-def _id(text: str) -> int:
-    return int(text[1:text.index(",")])
-
-
-def fold(texts, keep=None) -> list[Row]:
-    """Rows from the hash's values in job id order, a run of one array's tasks folded into one Row
-    (`n`) where their texts differ only in id and task index (consecutive both). `stat` at 10,000
-    queued spent 40 of its 60 ms decoding a row per task to print one line for the array; here a
-    run's other rows are compared as text (equal text, equal fields), and only the first of each run
-    is decoded. `keep`: the ids to keep (the rest are skipped), or None for all."""
-    texts = sorted(texts, key=_id)
-    heads, counts = [], []
-    tail = arr = None
-    nxt = idx = -1
-    for t in texts:
-        c1 = t.index(",")
-        i = int(t[1:c1])
-        if keep is not None and i not in keep:
-            continue
-        if t.startswith(",null,", c1):      # not an array task: never folded (nor folded into)
-            heads.append(t)
-            counts.append(1)
-            tail = None
-            continue
-        c2 = t.index(",", c1 + 1)
-        c3 = t.index(",", c2 + 1)
-        if i == nxt and t[c3:] == tail and t[c1:c2] == arr and t[c2 + 1:c3] == idx:
-            counts[-1] += 1
-        else:
-            heads.append(t)
-            counts.append(1)
-            tail, arr = t[c3:], t[c1:c2]
-            if arr == ",null":
-                tail = None     # not an array task: never folded
-        nxt = i + 1
-        idx = str(int(t[c2 + 1:c3]) + 1) if tail is not None else None
-    values = json.loads("[" + ",".join(heads) + "]") if heads else []
-    return [Row(v, n) for v, n in zip(values, counts)]
-
-
-def unfold(rows) -> list[Row]:
-    return [x for r in rows for x in r.each()] if any(r.n > 1 for r in rows) else list(rows)
+def ids(r) -> tuple:
+    """(id, array id or None, task index or None) as numbers, for `stat -j`."""
+    return int(r[ID]), int(r[ARRAY_ID]) if r[ARRAY_ID] else None, int(r[ARRAY_INDEX]) if r[ARRAY_ID] else None

@@ -116,22 +116,21 @@ class ThinReader:
 
     def stat_rows(self):
         """(rows, node names), rows and the active index read in one MULTI so that they agree.
-        Rows come folded (statrows.fold: one Row for a run of an array's alike tasks; `unfold`
-        gives one per job). Rows of jobs not in the index (written ahead of a big array's
-        transaction, or left by a crash before it) are skipped; rows is None when some active job
-        has no row (a scheduler that predates the index has not restarted yet): the caller reads
-        the records instead."""
-        from .statrows import fold
+        Rows come split and sorted by id (statrows.parse). Rows of jobs not in the index (written
+        ahead of a big array's transaction, or left by a crash before it) are skipped; rows is None
+        when some active job has no row (a scheduler that predates this row shape has not
+        restarted yet): the caller reads the records instead."""
+        from .statrows import parse
         texts, n_active, names = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active),
                                              ("SMEMBERS", self.k.nodes))
         if len(texts) == n_active:
-            return fold(texts), names
+            return parse(texts), names
         if len(texts) < n_active:
             return None, names
         texts, ids = self._multi(("HVALS", self.k.stat_rows), ("ZRANGE", self.k.active, 0, -1))
         active = {int(i) for i in ids}
-        rows = fold(texts, keep=active)
-        return (rows if sum(r.n for r in rows) == len(active) else None), names
+        rows = parse(texts, keep=active)
+        return (rows if len(rows) == len(active) else None), names
 
     def _multi(self, *cmds) -> list:
         return self._pipe([("MULTI",), *cmds, ("EXEC",)])[-1]

@@ -47,16 +47,12 @@ def _from_records(jobs, shown, now):
 
 
 def _from_rows(jobs, now, **filters):
-    rows = statrows.loads_many([statrows.dumps(j) for j in jobs])
-    return statview.stat_text(NODES, rows, statview.select(rows, **filters), now)
-
-
-def _from_folded(jobs, now, **filters):
-    """As `stat` reads them: folded (statrows.fold), in the hash's order (not the ids')."""
+    """As `stat` reads them: in the hash's order (not the ids'), parsed and sorted."""
     texts = [statrows.dumps(j) for j in jobs]
-    rows = statrows.fold(texts[::-1])
-    assert statrows.unfold(rows) and [r.id for r in statrows.unfold(rows)] == sorted(j.id for j in jobs) or not jobs
-    return statview.stat_text(NODES, rows, statview.select(rows, **filters), now)
+    rows = statrows.parse(texts[::-1])
+    assert [int(r[statrows.ID]) for r in rows] == sorted(j.id for j in jobs)
+    return statview.stat_text(NODES, rows, now, **filters)
+
 
 
 @st.composite
@@ -92,23 +88,35 @@ def arrays(draw):
 @given(arrays(), st.sampled_from([None, "ann"]), st.sampled_from([None, {"PD"}, {"R"}]))
 def test_folded_rows_print_what_the_records_print(js, user, wanted):
     shown = [j for j in js if (not user or j.user == user) and (not wanted or j.state in wanted)]
-    assert _from_folded(js, NOW, user=user, wanted=wanted) == _from_records(js, shown, NOW)
+    assert _from_rows(js, NOW, user=user, wanted=wanted) == _from_records(js, shown, NOW)
 
 
-def test_an_array_of_alike_tasks_is_decoded_once():
+def test_an_array_of_alike_tasks_is_one_line_until_a_task_diverges():
     kw = dict(user="ann", account="x", name="train", array_id=5, array_count=1000)
     js = [Job(id=i, array_index=i - 5, **kw) for i in range(5, 1005)]
     js[500] = Job(id=505, array_index=500, state=states.RUNNING, node="a", **kw)
-    rows = statrows.fold([statrows.dumps(j) for j in js])
-    assert [(r.id, r.n) for r in rows] == [(5, 500), (505, 1), (506, 499)]
-    assert _from_folded(js, NOW) == _from_records(js, js, NOW)
+    cells = statview.rows_cells(statrows.parse([statrows.dumps(j) for j in js]), NOW)
+    assert [c[statrows.ID] for c in cells] == ["5_[0-499]", "5_500", "5_[501-999]"]
+    assert len(statview.rows_cells(statrows.parse([statrows.dumps(j) for j in js]), NOW, expand=True)) == 1000
+    assert _from_rows(js, NOW) == _from_records(js, js, NOW)
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrays(), st.sampled_from(["1", "3_0,2", "2_[0-3]", "1,4_1"]))
+def test_picked_ids_and_expand_show_what_the_records_show(js, text):
+    from labq.cli import hot
+    pick, keep = hot._id_pick(text), hot._id_filter(text)
+    shown = [j for j in js if keep(j)]
+    rows = statrows.parse([statrows.dumps(j) for j in js])
+    got = statview.rows_table(statview.rows_cells(statview.select(rows, picked=pick), NOW, expand=True))
+    assert got == statview.table([render.stat_row(j, NOW, j.display_id) for j in shown], statview.STAT_HEADERS)
 
 
 @settings(max_examples=300, deadline=None)
 @given(jobs(), st.floats(NOW, NOW + 86400, allow_nan=False))
 def test_rows_print_what_the_records_print(js, now):
     assert _from_rows(js, now) == _from_records(js, js, now)
-    assert _from_folded(js, now) == _from_records(js, js, now)
+    assert _from_rows(js, now) == _from_records(js, js, now)
 
 
 @settings(max_examples=100, deadline=None)
@@ -140,12 +148,14 @@ def test_rows_are_written_and_dropped_with_the_records(real_redis, thin):
         writes.put_jobs(p, k, [_job(1), running, _job(3)])
         p.execute()
     rows, names = thin.stat_rows()
-    assert [r.id for r in rows] == [1, 2, 3] and rows[1].node == "a" and rows[1].running_cost(NOW) == 60_000   # from the process start (issue 35)
+    assert [r[statrows.ID] for r in rows] == ["1", "2", "3"] and statrows.cells(rows[1][statrows.TAIL])[statrows.WHERE] == "a"
+    line = statview.rows_table(statview.rows_cells(rows, NOW)).splitlines()[2].split()
+    assert line[0] == "2" and line[8] == render.stat_row(running, NOW)[8] == "$0.06"   # from the process start (issue 35)
     with real_redis.pipeline() as p:
         writes.put_jobs(p, k, [_job(3, states.COMPLETED, end_time=NOW)])
         p.execute()
     rows, _ = thin.stat_rows()
-    assert [r.id for r in rows] == [1, 2] and real_redis.hlen(k.stat_rows) == 2
+    assert [r[statrows.ID] for r in rows] == ["1", "2"] and real_redis.hlen(k.stat_rows) == 2
 
 
 @pytest.mark.redis
@@ -164,7 +174,7 @@ def test_missing_rows_make_the_reader_fall_back_and_the_scheduler_rebuilds_them(
     real_redis.set(k.leader, "me")
     SchedulerStore(real_redis, k, "me").rebuild_stat_rows(jobs)
     rows, _ = thin.stat_rows()
-    assert [r.id for r in rows] == [1, 2, 3, 4, 5]
+    assert [r[statrows.ID] for r in rows] == ["1", "2", "3", "4", "5"]
 
 
 @pytest.mark.redis
@@ -200,13 +210,12 @@ def test_rows_written_ahead_of_their_index_are_skipped(real_redis, thin):
              for i in range(3, 3 + writes.PREWRITE_MIN)]
     assert len(writes.put_new_jobs(real_redis, k, ahead)) == writes.PREWRITE_MIN
     rows, _ = thin.stat_rows()
-    assert [r.id for r in rows] == [1, 2]
+    assert [r[statrows.ID] for r in rows] == ["1", "2"]
     with real_redis.pipeline() as p:
         writes.index_jobs(p, k, ahead)
         p.execute()
     rows, _ = thin.stat_rows()
-    rows = statrows.unfold(rows)
-    assert len(rows) == 2 + writes.PREWRITE_MIN and rows[-1].display_id == f"3_{writes.PREWRITE_MIN - 1}"
+    assert len(rows) == 2 + writes.PREWRITE_MIN and statrows.display_id(rows[-1]) == f"3_{writes.PREWRITE_MIN - 1}"
 
 
 def test_stat_turns_the_cyclic_collector_off_only_while_it_runs():

@@ -23,23 +23,20 @@ def _gang():
 def test_stat_shows_the_node_count_and_the_compact_node_list_from_rows_and_records():
     b = _gang()
     gang = b.jobs[0]
-    row = statrows.Row(statrows.row(gang))
-    cells = statview.row_cells(row, NOW)
+    rows = statrows.parse([statrows.dumps(j) for j in b.jobs])
+    _, cells, one = [line.split() for line in statview.rows_table(statview.rows_cells(rows, NOW)).splitlines()]
     assert statview.STAT_HEADERS[-2:] == ["NODES", "NODE(REASON)"]
-    assert (cells[7], cells[-2], cells[-1]) == (8, 2, "node[1-2]")
+    assert (cells[-4], cells[-2], cells[-1]) == ("8", "2", "node[1-2]")
     full = render.stat_row(gang, NOW)
     assert (full[7], full[-2], full[-1]) == (8, 2, "node[1-2]")
-    one = statview.row_cells(statrows.Row(statrows.row(b.jobs[1])), NOW)
-    assert (one[-2], one[-1]) == (1, "node3")
-    line = statview.capacity_line(b.nodes, [statrows.Row(statrows.row(j)) for j in b.jobs])
-    assert "GPUs 3/12 free" in line and "CPUs 31/48 free" in line
+    assert (one[-2], one[-1]) == ("1", "node3")
+    for line in (statview.rows_capacity(b.nodes, rows), statview.capacity_line(b.nodes, b.jobs)):
+        assert "GPUs 3/12 free" in line and "CPUs 31/48 free" in line
 
 
 def test_squeue_and_sacct_fields_know_the_nodes():
     gang = _gang().jobs[0]
     assert slurmfmt.squeue("%D %N %R", [("1", gang)], NOW, header=False) == "2 node[1-2] node[1-2]"
-    row = statrows.Row(statrows.row(gang))
-    assert slurmfmt.squeue("%D %N", [("1", row)], NOW, header=False) == "2 node[1-2]"
     got = slurmfmt.sacct(slurmfmt.sacct_fields("NNodes,NodeList,ReqTRES"), [gang], {}, header=False, sep="|")
     assert got.strip() == "2|node[1-2]|cpu=16,mem=0B,node=2,gres/gpu=8"
 
