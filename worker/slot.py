@@ -46,6 +46,7 @@ class SlotRunner:
         self.busy = False                  # an attempt is running here: signals are the attempt's
         self.current: tuple[int, int] | None = None
         self.stopping = self.orphaned = False
+        self.leaving = False               # past the loop: a stop signal has nothing left to interrupt
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -72,9 +73,11 @@ class SlotRunner:
                     self._state("idle")       # the runner's heartbeat: alive, taking work (nodehealth.py)
                 if os.getppid() != self.agent_pid:
                     self.orphaned = True
+            self.leaving = True
         except _Stop:
-            pass    # an orderly stop: fall through to the slot's shutdown below
+            self.leaving = True     # an orderly stop: fall through to the slot's shutdown below
         except faults.ERRORS as e:
+            self.leaving = True
             log.error("slot %d: Redis: %s; exiting (the agent restarts this runner)", self.slot, e)
             self._give_up_lease()
             return 1
@@ -98,7 +101,7 @@ class SlotRunner:
         attempt runs, the runner's own handler takes this signal and fences the job.)"""
         self.orphaned = True
         self._kill_tree(reap=False)
-        if not self.busy:
+        if not (self.busy or self.leaving):
             raise _Stop
 
     def _on_term(self, *_):
@@ -106,7 +109,7 @@ class SlotRunner:
             self._on_parent_died()
             return
         self.stopping = True
-        if not self.busy:
+        if not (self.busy or self.leaving):
             raise _Stop
 
     def _state(self, what: str) -> None:
