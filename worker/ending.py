@@ -12,7 +12,7 @@ import time
 from labq.scheduler.store import faults
 from labq.scheduler.units import fmt_size
 
-from . import jobmsg, launch, memwatch, proctree, results
+from . import jobmsg, launch, memwatch, proctree, results, waiting
 
 log = logging.getLogger("labq.runner")
 
@@ -48,6 +48,8 @@ def end_message(why: str, detail: str = "") -> str:
 
 class Ending:
     """What Run does once the job's leader has exited or its stop is decided."""
+
+    waiting_beat = 0.0      # when a part waiting for node rank 0 heart-beats next
 
     def _finish(self, why: str) -> None:
         pid = self.proc.pid
@@ -185,6 +187,28 @@ class Ending:
             log.warning("job %s attempt %d not started: %s", self.job.id, self.n, end_message(why))
             self.body.update(outcome="node_failure", message=end_message(why))
         return bool(why)
+
+    def _rendezvous_stopped(self) -> str | None:
+        """Why a part waiting for node rank 0 gives up, its outcome set: stopped (the stop's), or
+        its node's lease or agent gone (nothing ran: a node failure, requeued). It heart-beats
+        while it waits, as a running part does: its lease stays current and the scheduler and
+        agent see it alive. (It read the lease once, with its claim, and gave up when that ran
+        out, ending the gang `error`: the job F, though nothing had run.)"""
+        now = time.monotonic()
+        if now >= self.waiting_beat:
+            self.waiting_beat = now + min(1.0, self.s.lease / 3)
+            try:
+                self.lease_seen(now, self.store.heartbeat(self.job.id, self.n, self.s.node, rank=self.rank))
+            except faults.ERRORS as e:       # the lease it saw last still bounds the wait
+                log.warning("job %s: heartbeat failed: %s", self.job.id, e)
+        ctl = self._control()
+        if waiting.stops_part(ctl, self.n) or waiting.control_verb(ctl) in ("cancel", "preempt"):
+            self.body["outcome"] = "preempted" if waiting.control_verb(ctl) == "preempt" else "cancelled"
+            return f"stopped ({ctl})"
+        if self.term.got or self.term.orphaned or time.monotonic() >= self.lease_until:
+            self.body["outcome"] = "preempted" if self.term.got and not self.term.orphaned else "node_failure"
+            return "the node agent is stopping or its lease lapsed"
+        return None
 
     def _announce(self) -> None:
         """Post `started` (the attempt's first heartbeat too). Redis unreachable just then (a

@@ -338,15 +338,6 @@ class Run(Ending):
             grace = self.grace if self.grace is not None else self.s.kill_wait
         return [(getattr(signal, f"SIG{self.s.checkpoint_signal(self.job)}"), grace), term]
 
-    def _rendezvous_stopped(self) -> str | None:
-        """Why a part waiting for node rank 0 gives up: stopped, or its node's lease or agent gone."""
-        ctl = self._control()
-        if waiting.stops_part(ctl, self.n) or waiting.control_verb(ctl) in ("cancel", "preempt"):
-            return f"stopped ({ctl})"
-        if self.term.got or self.term.orphaned or time.monotonic() >= self.lease_until:
-            return "the node agent is stopping or its lease lapsed"
-        return None
-
     def _control(self) -> str | None:
         try:
             return self.store.control(self.job.id, self.n, self.rank)
