@@ -215,7 +215,7 @@ def security_table(t):
 MAX_CONFIG_DURATION = 10 * 365 * 86400   # any configured duration; leases and ticks have tighter ones
 
 
-def _dur(key, v, hi=MAX_CONFIG_DURATION):
+def _dur(key: str, v: object, hi: int = MAX_CONFIG_DURATION) -> int:
     try:
         s = units.parse_duration(v, key, bare_unit=1)
     except units.UsageError as e:
@@ -225,7 +225,7 @@ def _dur(key, v, hi=MAX_CONFIG_DURATION):
     return s
 
 
-def _str(key, v, choices=None):
+def _str(key: str, v: object, choices: tuple[str, ...] | None = None) -> str:
     if not isinstance(v, str):
         raise ConfigError(key, f"expected a string, got {v!r}")
     if choices and v not in choices:
@@ -233,34 +233,34 @@ def _str(key, v, choices=None):
     return v
 
 
-def boolean(key, v):
+def boolean(key: str, v: object) -> bool:
     if not isinstance(v, bool):
         raise ConfigError(key, f"expected true or false, got {v!r}")
     return v
 
 
-def abs_path(key, v) -> str:
+def abs_path(key: str, v: object) -> str:
     """A string that is "" (not set) or an absolute path."""
-    v = _str(key, v)
-    if v and not os.path.isabs(v):
-        raise ConfigError(key, f"expected an absolute path, got {v!r}")
-    return v
+    path: str = _str(key, v)
+    if path and not os.path.isabs(path):
+        raise ConfigError(key, f"expected an absolute path, got {path!r}")
+    return path
 
 
-def strings(key, v, what: str, empty: bool = True) -> list:
+def strings(key: str, v: object, what: str, empty: bool = True) -> list[str]:
     """A list of strings (`empty`: "" among them allowed), "expected a list of WHAT" otherwise."""
     if not isinstance(v, list) or not all(isinstance(s, str) and (empty or s) for s in v):
         raise ConfigError(key, f"expected a list of {what}, got {v!r}")
     return v
 
 
-def _table(key, v):
+def _table(key: str, v: object) -> dict:
     if not isinstance(v, dict):
         raise ConfigError(key, f"expected a table, got {v!r}")
     return v
 
 
-def _check_keys(section, table, allowed):
+def _check_keys(section: str, table: dict, allowed: set[str] | frozenset[str]) -> None:
     for k in table:
         if k not in allowed:
             raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")

@@ -2,6 +2,7 @@
 expected), [scheduler]'s loop numbers and durations, addresses, time zones, per-account/user caps, and the [[budgets]] and [alerts] sections.
 Strings, booleans, durations, paths, lists and tables are checked by clientconf.py, which the thin client shares."""
 import math
+from typing import Any
 
 from . import bounds, units
 from .clientconf import _check_keys, _dur, _str, boolean, host_port, strings
@@ -9,7 +10,7 @@ from .errors import ConfigError
 from .model import Budget
 
 
-def num(key, v, lo=None, integer=False, hi=bounds.MAX_INT):
+def num(key: str, v: Any, lo: float | None = None, integer: bool = False, hi: float = bounds.MAX_INT) -> Any:
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if not ok or isinstance(v, bool):
         raise ConfigError(key, f"expected {'an integer' if integer else 'a number'}, got {bounds._short(v)}")
@@ -41,13 +42,13 @@ MAX_MONEY = 10 ** 12
 MAX_RATE = 10 ** 9
 
 
-def caps(k, t) -> dict:
+def caps(k: str, t: dict) -> dict:
     out = {c: num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in CAPS}
     out["on_limit"] = _str(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
     return out
 
 
-def users(k, t) -> tuple[str, ...]:
+def users(k: str, t: dict) -> tuple[str, ...]:
     """An account's or budget's `users`: who may charge it (scheduler/members.py)."""
     return tuple(strings(f"{k}.users", t.get("users", []), "user names"))
 
@@ -87,13 +88,14 @@ def budget(i, t):
     )
 
 
-def zone(key, v):
+def zone(key: str, v: object) -> str:
     from .periods import zone as tz
+    name = _str(key, v)
     try:
-        tz(_str(key, v))
+        tz(name)
     except ValueError as e:
         raise ConfigError(key, str(e)) from None
-    return v
+    return name
 
 
 def alerts(t):
