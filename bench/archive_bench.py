@@ -158,8 +158,7 @@ def plan_latency(r, k, pending, archivers):
     cfg = config.loads('[accounts.eta]\nusers = ["alice"]\n[scheduler]\nmax_pending = 1000000\n'
                        'max_pending_per_user = 1000000\n')
     AgentStore(r, k).register("n1", 64, 512 << 30, 64, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 86400)
-    raw = redis.Redis(unix_socket_path=r.connection_pool.connection_kwargs["path"])
-    s = Scheduler(r, raw, cfg, me="bench")
+    s = Scheduler(r, cfg, me="bench")
     body = json.dumps({"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "account": "eta"})
 
     def submit(n):

@@ -14,8 +14,6 @@ import shutil
 import sys
 import time
 
-import redis
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -56,7 +54,7 @@ def requests_per_second(rp, sock: str, mode: str, n: int) -> float:
     k = Keys()
     cfg = config.loads(CFG.format(auth=mode, sock=sock))
     AgentStore(r, k).register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
-    s = Scheduler(r, redis.Redis(unix_socket_path=rp.sock), cfg, me="bench", clock=time.time)
+    s = Scheduler(r, cfg, me="bench", clock=time.time)
     s.tick(time.time())
     text = json.dumps(BODY)
     p = r.pipeline(transaction=False)

@@ -65,11 +65,10 @@ class Redis:
 
 def scheduler(sock: str) -> Scheduler:
     r = conn.connect(f"unix://{sock}")     # as the daemon connects (cli/daemons.py)
-    raw = redis.Redis(unix_socket_path=sock)
     AgentStore(r, Keys()).register("n1", 64, 256 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(8)],
                                    "h", 1, 3600)
     cfg = config.loads(CFG.format(users=", ".join(f'"{u}"' for u in USERS)))
-    s = Scheduler(r, raw, cfg, me="bench")
+    s = Scheduler(r, cfg, me="bench")
     s.tick(time.time())
     return s
 

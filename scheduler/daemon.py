@@ -63,9 +63,7 @@ def learned_from(ended, cfg: Config) -> Estimator:
 
 
 class Scheduler(Committer, NodeEvents, Inboxes):
-    def __init__(self, r, raw=None, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
-        # `raw` is unused: the bytes connection of the node transport labq no longer has (docs/internals.md,
-        # "Why labq has no rq"); it leaves the signature with its ~50 callers in tests and benches (issue 40).
+    def __init__(self, r, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)

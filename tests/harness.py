@@ -377,7 +377,7 @@ BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 1, "cpus": 4,
 
 def setup(r, raw, now):
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
-    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
     s.tick(now)
     return s
 

@@ -257,7 +257,7 @@ def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, archive_at
     r, raw = conns
     _workload(r, raw)
     n_ledger = r.xlen(K.ledger)
-    s = Scheduler(r, raw, config.loads(SWEEP_TOML + '\n[security]\nadmins = ["alice"]\n'), me="s1",
+    s = Scheduler(r, config.loads(SWEEP_TOML + '\n[security]\nadmins = ["alice"]\n'), me="s1",
                   clock=lambda: T0 + 500)
     got = _ask(r, s, "alice", "archive", "a0")
     assert got["ok"] is False and "keeps no archive" in got["error"], got
@@ -419,7 +419,7 @@ def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(c
     monkeypatch.setattr(histpages, "PAGE", {k: 2 for k in histpages.PAGE})
     r, raw = conns
     _workload(r, raw)
-    s = Scheduler(r, raw, config.loads(SWEEP_TOML), me="s1", clock=lambda: T0 + 500)
+    s = Scheduler(r, config.loads(SWEEP_TOML), me="s1", clock=lambda: T0 + 500)
     s.archiver = Archiver(r, K, archive_at, keep=0, batch=3)
     s.archiver.step(T0 + 500)                      # 3 jobs archived, 3 still in Redis
     asked = []
@@ -528,7 +528,7 @@ def test_a_new_leader_back_fills_the_acct_rows_an_older_labq_did_not_write(conns
     r.hdel(K.acct_rows, "1", "2", "5")
     r.hset(K.acct_rows, "77", "[77]")
     s.store.release_leader()
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     s2.tick(T0 + 500)
     assert sorted(s2.acct_backlog) == [1, 2, 5] and not r.hexists(K.acct_rows, "77")
     r.lpush(K.wake, "events")          # the loop's wait returns at once
@@ -564,7 +564,7 @@ def test_a_lease_lost_during_the_back_fill_reloads_instead_of_stopping_the_loop(
     s = _workload(r, raw)
     r.hdel(K.acct_rows, "1", "2")
     s.store.release_leader()
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     s2.tick(T0 + 500)
     assert sorted(s2.acct_backlog) == [1, 2] and s2.leading
     r.set(K.leader, "s3")                # another scheduler took the lease after this tick

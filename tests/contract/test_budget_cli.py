@@ -43,8 +43,7 @@ class Bench:
         self.cfg = config.load(str(self.cfg_path))
         AgentStore(self.r, K).register("n1", 16, 64 << 30, 8, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h",
                                        1, 10 ** 9)
-        import redis
-        self.s = Scheduler(self.r, redis.Redis(unix_socket_path=rp.sock), self.cfg, me="s1")
+        self.s = Scheduler(self.r, self.cfg, me="s1")
         self.s.tick(time.time())
 
     def labq(self, *args, env=None, scheduler=True):

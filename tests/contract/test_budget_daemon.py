@@ -58,7 +58,7 @@ def request(r, user, op, body, rid):
 def start(r, raw, cfg, now, gpus=8, me="s1"):
     AgentStore(r, K).register("n1", 64, 256 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(gpus)], "h", 1,
                               10 ** 9)
-    s = Scheduler(r, raw, cfg, me=me, clock=FROZEN)
+    s = Scheduler(r, cfg, me=me, clock=FROZEN)
     s.tick(now)
     return s
 
@@ -81,7 +81,7 @@ def test_each_alert_fires_exactly_once_also_across_restarts(conns):
     assert [a["kind"] for a in alerts_of(r)] == ["warn"]
     # The scheduler dies; the next leader reads the fired set back and raises nothing twice.
     r.delete(K.leader)
-    s = Scheduler(r, raw, s.books.base, me="s2", clock=FROZEN)
+    s = Scheduler(r, s.books.base, me="s2", clock=FROZEN)
     s.tick(T0 + 80)
     assert len(alerts_of(r)) == 1
     s.tick(T0 + 95)

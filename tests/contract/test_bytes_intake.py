@@ -34,7 +34,7 @@ def test_a_non_utf8_request_is_dead_lettered_and_the_next_one_answered(conns):
     assert taken(r) == 0
     # A restart meets none of it again and still answers.
     r.delete(K.leader)
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     submit(r, "alice", BODY, "later")
     s2.tick(time.time(), woke(r))
     assert reply(r, "later")["ok"] and len(r.xrange(K.dead)) == 3

@@ -31,7 +31,7 @@ def test_a_request_that_expires_before_its_commit_is_never_committed(conns, monk
     setup(r, raw, now)
     clock = Clock(now)
     r.delete(K.leader)
-    s = Scheduler(r, raw, CFG, me="s2", clock=clock)
+    s = Scheduler(r, CFG, me="s2", clock=clock)
     s.tick(now)
     real = s.handlers.handle
 

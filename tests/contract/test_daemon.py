@@ -188,7 +188,7 @@ def test_a_new_leader_recovers_everything_and_a_deposed_one_writes_nothing(conns
     s1.tick(now, woke(r))
     # s1 "dies" without releasing its lease; the lease expires; s2 takes over.
     r.delete(K.leader)
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     assert s2.tick(now + 10)
     assert s2.jobs[1].state == states.RUNNING
     submit(r, "alice", BODY, "b")
@@ -209,7 +209,7 @@ def test_unacknowledged_events_are_redelivered_to_the_next_leader(conns):
                                                    "end_time": now + 60})
     s1.store.read_group([K.node_events("n1")], pending=False)
     r.delete(K.leader)
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     s2.tick(now + 61)
     j = job(r, 1)
     assert j.state == states.FAILED and j.exit_code == 3 and len(r.xrange(K.ledger)) == 1
@@ -265,7 +265,7 @@ def test_the_queue_is_bounded(conns):
     now = time.time()
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [], "h", 1, 3600)
     small = config.loads(SWEEP_TOML + "[scheduler]\nmax_pending = 4\nmax_pending_per_user = 2\n")
-    s = Scheduler(r, raw, small, me="s1", clock=FROZEN)
+    s = Scheduler(r, small, me="s1", clock=FROZEN)
     s.tick(now)
     body = {**BODY, "gpus": 0, "cpus": 16}    # each fills the node, so all but the first pend
     users = ["alice", "alice", "alice", "alice", "bob", "carol", "carol"]

@@ -31,7 +31,7 @@ NOW = 1_800_000_000.0
 def _setup(r, raw, gpus=2):
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(gpus)], "h", 1,
                               10 ** 9)
-    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
     s.tick(NOW)
     return s
 
@@ -115,7 +115,7 @@ def test_a_lapsed_lease_taken_afresh_reloads_what_another_leader_wrote(conns):
     r, raw = conns
     s1 = _setup(r, raw)
     r.delete(K.leader)                      # s1 stalls past its lease...
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     submit(r, "alice", {**BODY, "account": "a"}, "by-s2")
     assert s2.tick(NOW + 1, woke(r))        # ...s2 leads meanwhile and admits a job...
     s2.store.release_leader()               # ...and stops

@@ -79,7 +79,7 @@ def test_the_ended_cache_is_rebuilt_by_a_new_leader(conns):
     assert job(r, 2).state == states.RUNNING
     # A fresh leader with an empty cache judges a new dependent from Redis alone.
     r.delete(K.leader)
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     push(r, "alice", {"rid": "c", "op": "submit", "body": json.dumps({**BODY, "dependency": "afterok:1"})})
     s2.tick(now + 10, ["user:alice"])
     assert job(r, 3).reason == states.DEPENDENCY_NEVER and "afterok:1 (F)" in job(r, 3).detail

@@ -17,7 +17,7 @@ NOW = 1_800_000_000.0
 def _run_three(r, raw):
     """Three `train` jobs of alice that ran 10, 20 and 30 minutes; a preempted-like cancel is not learned."""
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 10 ** 9)
-    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
     s.tick(NOW)
     for i in range(4):
         submit(r, "alice", BODY, f"r{i}")
@@ -53,13 +53,13 @@ def test_a_new_leader_relearns_from_the_recent_ended_jobs(conns):
     r, raw = conns
     _run_three(r, raw)
     r.delete(K.leader)
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     assert s2.tick(NOW + 3000)
     got = s2.estimator.estimate(job(r, 1))
     assert (got.seconds, got.samples) == (1800, 3)       # the cancelled attempt is not a run
     small = config.loads("[estimate]\nhistory = 2\n")
     r.delete(K.leader)
-    s3 = Scheduler(r, raw, small, me="s3", clock=FROZEN)
+    s3 = Scheduler(r, small, me="s3", clock=FROZEN)
     assert s3.tick(NOW + 3001)
     # Only the 2 jobs that ended last are read (jobs 2 and 3; job 4's cancel came first): 2 runs, below 3.
     assert s3.estimator.estimate(job(r, 1)) is None and s3.estimator.observed == 2

@@ -24,7 +24,7 @@ def _ended_gang(r, raw):
     for n in ("a", "b"):
         agent.register(n, 8, 64 << 30, 4, [Gpu(f"GPU-{n}-{i}", i, "fake") for i in range(4)], "h", 1, 10 ** 6,
                        addr="127.0.0.1")
-    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
     s.tick(NOW)
     submit(r, "alice", GANG, "g")
     s.tick(NOW, woke(r))

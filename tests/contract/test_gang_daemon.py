@@ -28,7 +28,7 @@ def _setup(r, raw, nodes=("a", "b", "c")):
     for n in nodes:
         agent.register(n, 8, 64 << 30, 4, [Gpu(f"GPU-{n}-{i}", i, "fake") for i in range(2)], "h", 1, 10 ** 6,
                        addr="127.0.0.1")
-    s = Scheduler(r, raw, CFG, me="s1", clock=FROZEN)
+    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
     s.tick(NOW)
     return s, agent
 

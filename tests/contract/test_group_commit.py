@@ -33,7 +33,7 @@ def real_conns(redis_server):
 
 def started(r, raw, cfg=None, now=NOW):
     AgentStore(r, K).register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
-    s = Scheduler(r, raw, cfg or config.loads(SWEEP_TOML), me="s1", clock=lambda: now)
+    s = Scheduler(r, cfg or config.loads(SWEEP_TOML), me="s1", clock=lambda: now)
     s.tick(now)
     return s
 
@@ -149,7 +149,7 @@ def test_a_big_array_is_written_ahead_in_chunks_and_survives_a_restart(real_conn
     assert r.zcard(K.active) == 2500
     j = codec.loads(r.get(K.job(got["last_job_id"])))
     assert (j.state, j.array_index) == (states.PENDING, 2499)
-    again = Scheduler(r, raw, config.loads(SWEEP_TOML), me="s1", clock=lambda: NOW + 2)
+    again = Scheduler(r, config.loads(SWEEP_TOML), me="s1", clock=lambda: NOW + 2)
     again.tick(NOW + 2)
     assert len(again.jobs) == 2500 and again.tally.pending == 2500
 

@@ -57,7 +57,7 @@ def test_requests_a_leader_took_and_never_answered_are_answered_by_the_next(conn
     r.delete(K.leader)
     from labq.scheduler.daemon import Scheduler
     from tests.harness import CFG, FROZEN
-    s2 = Scheduler(r, raw, CFG, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     s2.tick(time.time())
     got = [reply(r, f"r{i}") for i in range(3)]
     assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [1, 2, 3]
@@ -104,7 +104,7 @@ def test_a_full_redis_pauses_the_scheduler_and_it_goes_on_once_there_is_room(red
     r.config_set("maxmemory-policy", "noeviction")
     r.config_set("maxmemory", 1)
     done = threading.Event()
-    s = Scheduler(r, raw, CFG, me="full")
+    s = Scheduler(r, CFG, me="full")
     t = threading.Thread(target=s.run, kwargs={"stop": done.is_set})
     try:
         t.start()

@@ -54,7 +54,7 @@ def answers(conns, sends: list[tuple[str, dict]], text: str = TEAMS) -> list[dic
     """The daemon's replies to `sends` ((user, body changes) in order)."""
     r, raw = conns
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(2)], "h", 1, 3600)
-    s = Scheduler(r, raw, config.loads(text), me="s1", clock=FROZEN)
+    s = Scheduler(r, config.loads(text), me="s1", clock=FROZEN)
     now = time.time()
     s.tick(now)
     for i, (user, extra) in enumerate(sends):

@@ -64,7 +64,7 @@ def test_only_the_entry_in_hand_when_leaders_died_is_blamed(conns, monkeypatch):
         except Died:
             pass
         r.delete(K.leader)
-        leaders.append(Scheduler(r, raw, CFG, me=f"s{n + 2}", clock=FROZEN))
+        leaders.append(Scheduler(r, CFG, me=f"s{n + 2}", clock=FROZEN))
     assert calls.count("killer") == 3
     calls.clear()
     _dies_on(leaders[-1], monkeypatch, "killer", calls)
@@ -84,7 +84,7 @@ def test_an_entry_read_by_a_leader_that_was_killed_is_handled_as_usual(conns):
     setup(r, raw, time.time())
     submit(r, "alice", BODY, "once")
     r.lmove(K.requests, K.taken, "RIGHT", "LEFT")    # taken by leaders, each killed before it answered
-    s3 = Scheduler(r, raw, CFG, me="s3", clock=FROZEN)
+    s3 = Scheduler(r, CFG, me="s3", clock=FROZEN)
     r.delete(K.leader)
     s3.tick(time.time() + 2)
     assert reply(r, "once")["ok"]

@@ -28,7 +28,7 @@ class SlowReload(SchedulerStore):
 
 
 def slow_leader(r, raw, me):
-    s = Scheduler(r, raw, CFG, me=me, clock=FROZEN)
+    s = Scheduler(r, CFG, me=me, clock=FROZEN)
     s.store = SlowReload(r, K, me)
     s.books.store = s.store
     s.lease_s = LEASE
@@ -54,7 +54,7 @@ def test_a_reload_longer_than_the_lease_keeps_it_and_answers_what_waited(conns):
     for i in range(3):                                   # the next ticks do not reload again
         assert s2.tick(now + 2 + i, woke(r)) is True
     assert SlowReload.reloads == 1
-    other = Scheduler(r, raw, CFG, me="s3", clock=FROZEN)
+    other = Scheduler(r, CFG, me="s3", clock=FROZEN)
     assert other.tick(now + 5) is False                  # and nobody else could lead meanwhile
 
 

@@ -69,11 +69,9 @@ def pair():
 
 
 def started(m, acks: int) -> Scheduler:
-    raw = redis.Redis(connection_pool=redis.ConnectionPool(host=m.connection_pool.connection_kwargs["host"],
-                                                           port=m.connection_pool.connection_kwargs["port"]))
     AgentStore(m, K).register("n1", 4, 8 << 30, 4, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
     cfg = replace(config.loads(SWEEP_TOML), min_replicas_ack=acks)
-    s = Scheduler(m, raw, cfg, me="s1", clock=lambda: NOW)
+    s = Scheduler(m, cfg, me="s1", clock=lambda: NOW)
     s.tick(NOW)
     return s
 

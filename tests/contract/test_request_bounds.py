@@ -21,7 +21,7 @@ def test_a_cancel_of_200000_ids_is_refused_in_one_line(conns):
     r, raw = conns
     setup(r, raw, time.time())
     # A site that takes big scripts takes a 2 MB cancel too: the id count is what bounds it.
-    s = Scheduler(r, raw, replace(CFG, max_request_bytes=8 << 20), me="s1", clock=FROZEN)
+    s = Scheduler(r, replace(CFG, max_request_bytes=8 << 20), me="s1", clock=FROZEN)
     send(r, "alice", "cancel", {"ids": [str(i) for i in range(1, 200_001)]}, "huge")
     started = time.monotonic()
     s.tick(time.time(), woke(r))

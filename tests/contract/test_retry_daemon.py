@@ -70,7 +70,7 @@ def test_crash_guard_holds_the_users_pending_jobs_and_alerts_once(conns):
     cfg = config.loads(SWEEP_TOML + "\n[scheduler]\ncrash_guard_failures = 2\ncrash_guard_window = '10m'\n")
     now = time.time()
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
-    s = Scheduler(r, raw, cfg, me="s1", clock=FROZEN)
+    s = Scheduler(r, cfg, me="s1", clock=FROZEN)
     s.tick(now)
     later = {**BODY, "begin": now + 3600}
     for rid, body in (("a", BODY), ("b", BODY), ("c", later), ("d", later)):

@@ -173,7 +173,7 @@ def test_submit_and_run_bookkeeping_work_through_the_roles(locked):
     """The real Scheduler as labq-scheduler, a Client as labq-client, the agent side as labq-node-n1."""
     rp, pw, *_ = locked
     cfg = config.loads("")
-    sched = Scheduler(as_role(rp, pw, acl.SCHEDULER), as_role(rp, pw, acl.SCHEDULER, raw=True), cfg, me="s1",
+    sched = Scheduler(as_role(rp, pw, acl.SCHEDULER), cfg, me="s1",
                       clock=lambda: 0.0)
     AgentStore(as_role(rp, pw, acl.node_role("n1")), K).register("n1", 4, 8 << 30, 4, [], "h", 1, 3600)
     now = time.time()
@@ -233,11 +233,10 @@ def test_a_readable_password_file_is_refused(locked):
 def test_an_event_from_another_node_is_dropped(real_redis, redis_server):
     """Attack: a forged `finished` from a node the attempt does not run on marked a running job CD."""
     r = real_redis
-    raw = redis.Redis(unix_socket_path=redis_server.sock)
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
     AgentStore(r, K).register("n2", 16, 64 << 30, 16, [], "h", 1, 3600)
     cfg = config.loads('[[budgets]]\nname = "b"\naccount = "eta"\nlimit = 120.0\n[accounts.eta]\nusers = ["alice"]')
-    s = Scheduler(r, raw, cfg, me="s1", clock=lambda: 0.0)
+    s = Scheduler(r, cfg, me="s1", clock=lambda: 0.0)
     now = time.time()
     s.tick(now)
     submit(r, "alice", SBODY, "r1")

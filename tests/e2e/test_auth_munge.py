@@ -16,7 +16,6 @@ import time
 import uuid
 
 import pytest
-import redis
 
 from labq.scheduler import auth, config, munge
 from labq.scheduler.daemon import Scheduler
@@ -116,7 +115,7 @@ def sched(shared_redis, munged):
     r = shared_redis.client()
     r.flushall()
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
-    s = Scheduler(r, redis.Redis(unix_socket_path=shared_redis.sock), cfg_for(munged), me="s1", clock=FROZEN)
+    s = Scheduler(r, cfg_for(munged), me="s1", clock=FROZEN)
     s.tick(time.time())
     yield s, r
     r.close()
@@ -205,10 +204,9 @@ def test_a_redelivery_after_a_crash_is_not_a_replay(shared_redis, munged):
     entry again (munged now says "replayed") and must still serve it, once."""
     r = shared_redis.client()
     r.flushall()
-    raw = redis.Redis(unix_socket_path=shared_redis.sock)
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu("GPU-0", 0, "fake")], "h", 1, 3600)
     cfg = cfg_for(munged)
-    s1 = Scheduler(r, raw, cfg, me="s1", clock=FROZEN)
+    s1 = Scheduler(r, cfg, me="s1", clock=FROZEN)
     now = time.time()
     s1.tick(now)
     fields = auth.sign({"rid": "r1", "op": "submit", "body": json.dumps(BODY)}, cfg.security)
@@ -221,7 +219,7 @@ def test_a_redelivery_after_a_crash_is_not_a_replay(shared_redis, munged):
     with pytest.raises(SystemExit):
         s1.tick(now, woke(r))
     r.delete(K.leader)                         # s1 is gone; its lease lapses
-    s2 = Scheduler(r, raw, cfg, me="s2", clock=FROZEN)
+    s2 = Scheduler(r, cfg, me="s2", clock=FROZEN)
     s2.tick(now + 1)
     assert reply(r, "r1")["ok"] is True and [j.user for j in jobs(r)] == ["root"]
 

@@ -58,7 +58,7 @@ class World:
 
     def _leader(self):
         self.gen += 1
-        return Scheduler(self.r, self.raw, CFG, me=f"s{self.gen}", clock=lambda: 0.0)
+        return Scheduler(self.r, CFG, me=f"s{self.gen}", clock=lambda: 0.0)
 
     def tick(self):
         self.s.tick(self.now)

@@ -67,12 +67,12 @@ def drive(r, raw, plan) -> None:
         elif what == "restart":
             n += 1
             r.delete(K.leader)
-            s = Scheduler(r, raw, CFG, me=f"s{n + 2}", clock=FROZEN)
+            s = Scheduler(r, CFG, me=f"s{n + 2}", clock=FROZEN)
         if what in ("tick", "restart") or i == len(plan) - 1:
             s.tick(now)
     # Whatever a crash left pending, the next leader finishes.
     r.delete(K.leader)
-    s = Scheduler(r, raw, CFG, me="last", clock=FROZEN)
+    s = Scheduler(r, CFG, me="last", clock=FROZEN)
     s.tick(now + 1)
     s.tick(now + 2)
     for rid in rids:
