@@ -10,7 +10,7 @@ from .store import conn, inbox
 from .store.keys import Keys
 from .store.reads import Reader
 from .store.state import SchedulerStore
-from .thinclient import ClientBase, current_user  # noqa: F401 - part of this API (cli/admin.py)
+from .thinclient import ClientBase, current_user
 
 
 class Client(ClientBase):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from .model import Budget, Job, Node
 from .periods import field as spent_field
-from .units import MICRO, MS_PER_HOUR, accrue  # noqa: F401 - accrue lives in units: the thin CLI needs it without this module
+from .units import MICRO, MS_PER_HOUR, accrue  # accrue lives in units: the thin CLI needs it without this module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: config.py reads this module (Config.budget_caps: cap), not the reverse
