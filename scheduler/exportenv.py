@@ -51,6 +51,8 @@ def validate(body: dict) -> tuple[str, tuple[tuple[str, str], ...]]:
     env = body.get("env", {})
     if not isinstance(env, dict):
         raise UsageError("env: expected an object of variable names to string values")
+    if _plain(env):
+        return mode, tuple(sorted(env.items()))
     size = 0
     for k, v in env.items():
         if not isinstance(v, str) or "\0" in v:
@@ -61,6 +63,18 @@ def validate(body: dict) -> tuple[str, tuple[tuple[str, str], ...]]:
         raise UsageError(f"env: the exported environment is {size} bytes, more than {MAX_ENV_BYTES}; "
                          f"use --export=NONE or --export=VAR,… to send only what the job needs")
     return mode, tuple(sorted(env.items()))
+
+
+def _plain(env: dict) -> bool:
+    """Whether every name and value is a string, no name empty, no "=" in a name, no NUL anywhere and
+    the whole within MAX_ENV_BYTES: the checks of `validate`, on joined texts in C (a submit carries
+    a shell's ~40 variables; checking them one by one was a tenth of the scheduler's CPU per request).
+    False: `validate` looks one by one, to say which variable is wrong."""
+    if not (all(map(str.__instancecheck__, env)) and all(map(str.__instancecheck__, env.values()))) or "" in env:
+        return False
+    keys, values = "\x01".join(env), "".join(env.values())
+    return ("=" not in keys and "\0" not in keys and "\0" not in values
+            and len(keys) + 1 + len(values) + len(env) <= MAX_ENV_BYTES)
 
 
 def _check_name(name, where) -> None:

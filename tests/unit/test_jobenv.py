@@ -1,6 +1,7 @@
 """The job environment as a pure function (worker/jobenv.py) and `--export` capture and checks
 (scheduler/exportenv.py); the end-to-end half is tests/e2e/test_e2e_env.py."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import exportenv
 from labq.scheduler.errors import UsageError
@@ -74,3 +75,17 @@ def test_validate_refuses_bad_requests(body, needle):
 
 def test_an_old_client_without_export_gets_the_clean_environment():
     assert exportenv.validate({}) == ("NONE", ())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=6) | st.integers(), st.text(max_size=6) | st.none(), max_size=6))
+def test_validate_judges_joined_texts_as_it_judges_each_variable(env):
+    """exportenv._plain (the checks on joined texts) passes exactly what the one-by-one checks pass."""
+    slow_ok = all(isinstance(k, str) and k and "=" not in k and "\0" not in k for k in env) and \
+        all(isinstance(v, str) and "\0" not in v for v in env.values())
+    assert exportenv._plain(env) == slow_ok
+    if slow_ok:
+        assert exportenv.validate({"export": "ALL", "env": env}) == ("ALL", tuple(sorted(env.items())))
+    else:
+        with pytest.raises(UsageError):
+            exportenv.validate({"export": "ALL", "env": env})
