@@ -26,20 +26,32 @@ def e2e():
 
 def test_sweep_of_twelve_runs_in_three_waves_and_is_charged(e2e):
     from labq.cli.subcore import build_body
-    # Submitted through the API in a burst (a CLI call takes ~0.4 s here, which would blur the waves).
+    # Each job runs until the test opens its gate (a file named for it), so the waves are the test's,
+    # not the machine's: under load, 2-second jobs started late or slow blurred the gaps between waves.
     opts = {"account": "eta", "gpus": "1", "cpus": "4", "mem": "12G", "time_": "2h", "chdir": e2e.work}
-    ids = [e2e.client.submit(build_body({**opts, "name": f"sweep{i}"},
-                                        [sys.executable, "-c", "import time; time.sleep(2)"], None))["job_id"]
+    gated = "import os, time\nwhile not os.path.exists('gate-' + os.environ['LABQ_JOB_ID']): time.sleep(0.05)"
+    ids = [e2e.client.submit(build_body({**opts, "name": f"sweep{i}"}, [sys.executable, "-c", gated], None))["job_id"]
            for i in range(12)]
-    jobs = [e2e.wait_state(i, states.TERMINAL, 180) for i in ids]
+    waves = []
+    while len(sum(waves, [])) < 12:
+        # 4 GPUs: four run, the rest wait, and nothing else starts until the test ends a wave
+        wait_for(lambda: sum(e2e.job(i).state == states.RUNNING for i in ids) == 4, 120,
+                 what=f"wave {len(waves) + 1} to start")
+        jobs = [e2e.job(i) for i in ids]
+        wave = [j.id for j in jobs if j.state == states.RUNNING]
+        assert sum(j.state == states.PENDING for j in jobs) == 12 - 4 * (len(waves) + 1), [j.state for j in jobs]
+        for jid in wave:
+            open(os.path.join(e2e.work, f"gate-{jid}"), "w").close()
+        for jid in wave:
+            e2e.wait_state(jid, states.TERMINAL, 120)
+        waves.append(wave)
+    assert len(waves) == 3 and sorted(sum(waves, [])) == sorted(ids)
+    jobs = [e2e.job(i) for i in ids]
     assert all(j.state == states.COMPLETED and j.exit_code == 0 for j in jobs)
     spans = [(j.attempts[0].dispatch_time, j.attempts[0].end_time) for j in jobs]
     # Never more than 4 at once: at every start, count the attempts holding a GPU.
     assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 4
     assert all(len(j.attempts) == 1 for j in jobs)
-    starts = sorted(s for s, _ in spans)
-    waves = 1 + sum(1 for a, b in zip(starts, starts[1:]) if b - a > 1.0)
-    assert waves == 3
     spent = dict(e2e.client.read.spent())["eta-sweep"]
     assert spent == sum(c for j in jobs for a in j.attempts for _, c in a.charges) == sum(j.cost for j in jobs)
     assert len(e2e.client.read.ledger()) == 12
