@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from . import states, transitions as tr
 from .model import Job, Node
 from .plan import Cancel, Expire, Pending, Place, Plan, Preempt, Verdict, pending_runs
-from .policy.capacity import node_is_up
+from .policy.capacity import Free, node_is_up
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class _Work:
     running: Mapping[int, Job]
     nodes: Iterable[Node]
     now: float
-    rooms: dict[str, _Room | None] = field(default_factory=dict)
+    rooms: dict[str, Free | None] = field(default_factory=dict)
     holders: dict[str, list[Job]] | None = None
     named: dict[str, Node] | None = None
     touched: set[int] = field(default_factory=set)
@@ -143,56 +143,49 @@ def _place(w: _Work, p: Place) -> Job | None:
         w.reject(p, f"job {j.id}: names {len(parts)} distinct node(s) of {[n for n, _ in parts]} for a job of "
                     f"{j.nodes}")
         return None
-    rooms: list[tuple[_Room, tuple[str, ...]]] = []
+    rooms: list[tuple[Free, tuple[str, ...]]] = []
     for node, gpus in parts:
         room = _room(w, node)
-        why = room.lacks(j, gpus) if room is not None else "the node is not up"
+        why = _lacks(room, j, gpus) if room is not None else "the node is not up"
         if why or room is None:
             w.reject(p, f"job {j.id} on {node}: {why}")
             return None
         rooms.append((room, gpus))
     for room, gpus in rooms:
-        room.take(j, gpus)
+        room.occupy(j, gpus)
     w.touched.add(j.id)
     return tr.admit(j, p, w.now)
 
 
-class _Room:
-    """What is free on one node: after the jobs on it, then after each placement applied."""
-    __slots__ = ("cpus", "mem", "slots", "gpus")
-
-    def __init__(self, node: Node, holders: list[Job]):
-        self.cpus = node.cpus - sum(j.cpus for j in holders)
-        self.mem = node.mem - sum(j.mem for j in holders)
-        self.slots = node.slots - len(holders)
-        held = {u for j in holders for u in j.gpu_uuids}    # a gang's: all its parts' (UUIDs are unique)
-        self.gpus = {g.uuid: g.model for g in node.gpus if g.uuid not in held}
-
-    def lacks(self, j: Job, gpus: tuple[str, ...]) -> str:
-        """Why the job's part naming `gpus` here does not fit, or "" when it does."""
-        if self.slots < 1:
+def _lacks(room: Free, j: Job, gpus: tuple[str, ...]) -> str:
+    """Why the job's part naming `gpus` does not fit `room`, or "" when it does: the policy's own rule
+    (Free.fits: a slot, the CPUs, the memory, enough free GPUs of the model asked for), then the very
+    GPUs the plan names, each free and of that model."""
+    if not room.fits(j):
+        if room.slots < 1:
             return "no free slot"
-        if self.cpus < j.cpus or self.mem < j.mem:
-            return f"needs {j.cpus} CPUs and {j.mem} MB, {self.cpus} and {self.mem} free"
-        if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
-            return f"names {len(gpus)} GPUs for a job of {j.gpus}"
-        busy = [u for u in gpus if u not in self.gpus]
-        if busy:
-            return f"GPU {busy[0]} is not free"
-        wrong = [u for u in gpus if j.gpu_type and self.gpus[u] != j.gpu_type]
-        if wrong:
-            return f"GPU {wrong[0]} is a {self.gpus[wrong[0]]}, not a {j.gpu_type}"
-        return ""
-
-    def take(self, j: Job, gpus: tuple[str, ...]) -> None:
-        self.cpus -= j.cpus
-        self.mem -= j.mem
-        self.slots -= 1
-        for u in gpus:
-            del self.gpus[u]
+        if room.cpus < j.cpus or room.mem < j.mem:
+            return f"needs {j.cpus} CPUs and {j.mem} MB, {room.cpus} and {room.mem} free"
+    if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
+        return f"names {len(gpus)} GPUs for a job of {j.gpus}"
+    free = {g.uuid: g.model for g in room.gpus}
+    busy = [u for u in gpus if u not in free]
+    if busy:
+        return f"GPU {busy[0]} is not free"
+    wrong = [u for u in gpus if j.gpu_type and free[u] != j.gpu_type]
+    if wrong:
+        return f"GPU {wrong[0]} is a {free[wrong[0]]}, not a {j.gpu_type}"
+    return ""
 
 
-def _room(w: _Work, name: str) -> _Room | None:
+def _free(node: Node, holders: list[Job]) -> Free:
+    """What is free on one node after the jobs on it (then after each placement applied: Free.occupy)."""
+    held = {u for j in holders for u in j.gpu_uuids}    # a gang's: all its parts' (UUIDs are unique)
+    return Free(node, node.cpus - sum(j.cpus for j in holders), node.mem - sum(j.mem for j in holders),
+                node.slots - len(holders), [g for g in node.gpus if g.uuid not in held])
+
+
+def _room(w: _Work, name: str) -> Free | None:
     """The room on node `name` (None: not up), worked out on its first placement in this plan."""
     if name not in w.rooms:
         if w.holders is None:    # the jobs on each node: one pass, and only for a plan that places
@@ -205,7 +198,7 @@ def _room(w: _Work, name: str) -> _Room | None:
             w.named = {n.name: n for n in w.nodes}
         node = w.named.get(name)
         up = node is not None and node_is_up(node, w.now)
-        w.rooms[name] = _Room(node, w.holders.get(name, [])) if up and node is not None else None
+        w.rooms[name] = _free(node, w.holders.get(name, [])) if up and node is not None else None
     return w.rooms[name]
 
 
