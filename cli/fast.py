@@ -104,6 +104,8 @@ def run(argv: list[str]) -> bool:
         if text is not None:
             os.write(1, text.encode())
         return text is not None
+    if len(argv) == 2 and argv[1] in ("--help", "-h") and os.path.basename(sys.argv[0]) == "labq":
+        return _command_help(argv[0])
     g = split_global(argv)
     if g is None:
         return False
@@ -113,6 +115,22 @@ def run(argv: list[str]) -> bool:
         return False
     from .out import guarded
     guarded(lambda: _dispatch(config, command, params))
+    return True
+
+
+def _command_help(name: str) -> bool:
+    """`labq NAME --help` from its kept page (helppage.py); the first time, or after an upgrade, click
+    makes the page and it is kept. False: click's to answer (no such command, or it failed here)."""
+    from . import helppage
+    if helppage.show(name):
+        return True
+    try:
+        page = helppage.made(name)
+    except Exception:    # noqa: BLE001 - click, on its own path, says what is wrong
+        return False
+    if page is None:
+        return False
+    os.write(1, page.encode())
     return True
 
 

@@ -52,3 +52,38 @@ def test_help_imports_neither_click_nor_a_command():
 def test_a_command_without_a_line_falls_back_to_click(monkeypatch):
     monkeypatch.setitem(COMMANDS, "zz", ("labq.cli.control", "hold"))
     assert page() is None
+
+
+@pytest.mark.parametrize("columns", [52, 80, 120])
+def test_a_commands_kept_help_page_is_clicks(tmp_path, columns):
+    """`labq CMD --help` (issue 39 item 4): the page made and kept the first time, then read back, is
+    click's for every command, at each width; a stamp that no longer holds sends it back to click."""
+    from labq.cli import helppage
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path)}
+    for name in ("acct", "sub", "nodes"):           # whole processes: the fast path's own checks included
+        slow = subprocess.run([LABQ, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                              env={**env, "LABQ_FAST": "0"})
+        assert slow.returncode == 0 and slow.stdout.startswith(f"Usage: labq {name}"), slow.stderr
+        for _ in ("made", "kept"):
+            fast = subprocess.run([LABQ, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+            assert (fast.returncode, fast.stdout) == (0, slow.stdout)
+        assert (tmp_path / "labq" / "help" / f"{name}.txt").exists()
+    os.environ["XDG_CACHE_HOME"], was = str(tmp_path), os.environ.get("XDG_CACHE_HOME")
+    os.environ["COLUMNS"], was_cols = str(columns), os.environ.get("COLUMNS")
+    try:
+        # Every command's page at 80 columns, made here, against click's in a process of its own
+        for name in COMMANDS if columns == 80 else ("acct",):
+            want = subprocess.run([LABQ, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                                  env={**env, "LABQ_FAST": "0"}).stdout
+            assert helppage.made(name) == want, name
+            assert helppage.kept(name) == want, name
+        with open(tmp_path / "labq" / "help" / "acct.txt", "r+") as f:
+            f.write("0")                             # another labq's page: not this one's
+        assert helppage.kept("acct") is None
+        assert helppage.kept("nope") is None and helppage.made("nope") is None
+    finally:
+        for k, v in (("XDG_CACHE_HOME", was), ("COLUMNS", was_cols)):
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
