@@ -120,19 +120,22 @@ def _id_pick(text):
     return lambda jid, aid, idx: jid in whole or aid in whole or (aid in tasks and idx in tasks[aid])
 
 
-def show(c, job_id, as_json=False, **_) -> None:
+def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
-    id: a summary of its tasks (name one, like 42_3, for the full view)."""
+    id: a summary of its tasks (name one, like 42_3, for the full view). Scripts and exported variables
+    are not for clients to read: their owner and admins ask the scheduler (scheduler/private.py)."""
     from labq.scheduler.logpath import out_path
 
     from . import render
     found = c.resolve(job_id)
     if not found:
         raise UsageError(f"no such job: {job_id}")
+    if script or env:
+        return _show_private(c, found[0], script, env)     # an array's tasks share them
     if len(found) > 1:
         return _show_array(found, as_json)
     j = found[0]
-    d = render.job_dict(j)
+    d = render.job_dict(_with_script(c, j) if as_json else j)
     if as_json:
         return echo_json(d)
     lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
@@ -177,6 +180,30 @@ def show(c, job_id, as_json=False, **_) -> None:
             lines.append(f"    node {rank}: {node} gpus {','.join(gpus) or '-'}"
                          + (f" usage: {render.usage_text(part)}" if part else ""))
     echo("\n".join(lines))
+
+
+def _with_script(c, j):
+    """One's own scripted job with its script, which the scheduler reads for its owner (`--json`)."""
+    if not (j.has_script and j.user == getattr(c, "user", None)):
+        return j
+    from dataclasses import replace
+    return replace(j, script=c.private(j).get("script"))
+
+
+def _show_private(c, j, script: bool, env: bool) -> None:
+    """The script as submitted, byte for byte (like `scontrol write batch_script ID -`), and/or the
+    variables its submitter exported, NAME=value a line (kept until the job is archived)."""
+    if script and not j.has_script:
+        raise UsageError(f"job {j.display_id} has no script: it runs {' '.join(j.argv)[:200]!r}")
+    got = c.private(j)
+    if script and not got.get("script"):
+        raise UsageError(f"job {j.display_id}: its script is no longer kept")
+    if script:
+        sys.stdout.write(got["script"])
+    if env:
+        # LABQ_SUB_*: what `sub` itself sends with them (an array's step), never given to the job
+        sys.stdout.write("".join(f"{n}={v}\n" for n, v in sorted((got.get("env") or {}).items())
+                                 if not n.startswith("LABQ_SUB_")))
 
 
 def _deps_shown(c, deps) -> str:

@@ -53,10 +53,10 @@ def _when(t, now):
 @click.argument("job_id")
 @with_options(spec.SHOW)
 @pass_ctx
-def show(ctx, job_id, as_json):
+def show(ctx, job_id, script, env, as_json):
     """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
     id: a summary of its tasks (name one, like 42_3, for the full view)."""
-    hot.show(ctx.thin, job_id, as_json=as_json)
+    hot.show(ctx.thin, job_id, script=script, env=env, as_json=as_json)
 
 
 _ts = hot.ts

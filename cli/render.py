@@ -53,7 +53,9 @@ def job_dict(j, now: float | None = None) -> dict:
         "nodes": j.nodes, "nodelist": [n for n, _ in j.parts] or ([j.node] if j.node else []),
         "array_job_id": j.array_id, "array_task_id": j.array_index,
         "cost": (j.cost + running_cost(j, now)) / MICRO, "committed": committed,
-        "command": list(j.argv) if not j.script else ["<script>", *j.argv], "script": j.script or None,
+        # script and env: in hand only where the scheduler gave them to their owner (hot.show)
+        "command": list(j.argv) if not j.has_script else ["<script>", *j.argv], "script": j.script or None,
+        "export": j.export,
         "workdir": j.workdir,
         "tags": dict(j.tags), "attempts": [attempt_dict(a) for a in j.attempts],
         "dependency": describe_deps(j.deps) or None, "deadline": j.deadline, "retries": j.retries,

@@ -75,7 +75,7 @@ SQUEUE = {
     "S": ("START_TIME", lambda j, now, shown: _ts(j.start_time)),
     "e": ("END_TIME", lambda j, now, shown: _ts(j.end_time)),
     "Z": ("WORK_DIR", lambda j, now, shown: j.workdir),
-    "o": ("COMMAND", lambda j, now, shown: " ".join(j.argv) if not j.script else "<script>"),
+    "o": ("COMMAND", lambda j, now, shown: " ".join(j.argv) if not j.has_script else "<script>"),
     "$": ("COST", lambda j, now, shown: fmt_money(j.cost + render.running_cost(j, now))),
 }
 _FIELD = re.compile(r"%(\.?)(\d*)([A-Za-z$%])")

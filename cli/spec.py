@@ -71,7 +71,13 @@ STAT = [
      None),
     (("--json", "as_json"), "flag", None, False),
 ]
-SHOW = [(("--json", "as_json"), "flag", None, False)]
+SHOW = [
+    (("--script", "script"), "flag", "Print the job's script as submitted (its owner and admins only: the scheduler "
+     "reads it for them).", False),
+    (("--env", "env"), "flag", "Print the variables its submitter exported, NAME=value a line (its owner and admins "
+     "only, until the job is archived).", False),
+    (("--json", "as_json"), "flag", None, False),
+]
 LOGS = [
     (("-f", "--follow"), "flag", "Keep printing as the job writes, until it ends.", False),
     (("--err",), "flag", "Show the stderr file (when -e gave one).", False),

@@ -6,7 +6,7 @@ import json
 import logging
 import time
 
-from . import auth, intake
+from . import auth, intake, private
 from .batch import Batch
 from .change import Change
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
@@ -253,7 +253,9 @@ class Inboxes:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
         if req.expires is not None and self.batch is not None:
             self.batch.expires = min(self.batch.expires, req.expires)
-        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=(rid, change.reply),
+        # A script or exported environment (private.py) is handed over, never kept in a `done` key.
+        reply = (rid, change.reply, req.op != private.OP)
+        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=reply,
                     ack=(stream, eid), alerts=change.alerts, books=change.books)
         self.answered[rid] = change.reply
         if self.metrics:
@@ -270,6 +272,8 @@ class Inboxes:
             return self._archive_now(user, now)
         if req.op == STATUS_OP:
             return Change(reply=self._request_status(user, req.body))
+        if req.op == private.OP:        # a script and exported environment, for their owner and admins
+            return Change(reply=private.answer(self, user, req.body))
         if req.op == histpages.OP:     # a page of the archive, for a client that cannot open it
             return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
         return self.handlers.handle(user, req.op, req.body, now)

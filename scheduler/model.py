@@ -112,6 +112,9 @@ class Job:
     export: str = "NONE"                  # --export: "ALL" (the submitter's environment) or "NONE" (a clean one)
     umask: int = 0o022                    # the submitter's umask at submit: the job's, and its log files' (SLURM)
     env: tuple[tuple[str, str], ...] = () # the variables captured at submit (all of them with ALL, else those named)
+    # A script kept apart (store/keys.script): records say so here, never hold its text, which only the
+    # scheduler, the nodes and, through the scheduler, its owner and admins read (`script` is then None).
+    scripted: bool = False
     # -- changed by the scheduler --
     state: str = states.PENDING
     reason: str = states.NONE
@@ -145,6 +148,11 @@ class Job:
         if self.array_id is not None:
             return f"{self.array_id}_{self.array_index}"
         return str(self.id)
+
+    @property
+    def has_script(self) -> bool:
+        """Whether the job runs a script (its text in hand or kept apart), not argv alone."""
+        return self.scripted or bool(self.script)
 
     @property
     def on_nodes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:

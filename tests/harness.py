@@ -414,6 +414,8 @@ def put_job(r, jid=1, attempt=1, node=NODE, gpus=("GPU-fake-tnode-0",), **kw):
     job = Job(id=jid, account="eta", state=kw.pop("state", states.RUNNING), node=node, gpu_uuids=gpus,
               attempts=tuple(Attempt(n, node, gpus) for n in range(1, attempt + 1)), **kw)
     r.set(K.job(jid), codec.dumps(job))
+    if job.script:      # kept apart from the record, as the scheduler writes it (writes.put_specs)
+        r.set(K.script(codec.env_ref(job)), job.script)
     # The node's lease, without expiry: a runner starts nothing on a node whose lease is gone.
     r.set(K.node_lease(node), "up", nx=True)
     return job

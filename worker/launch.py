@@ -290,6 +290,9 @@ def write_script(s: Settings, job: Job, ident: Identity) -> str:
 def command(job: Job, script: str | None) -> list[str]:
     if script:
         return ["/bin/bash", script, *job.argv]
+    if job.scripted:      # never its argv alone: that would exec the script's first argument
+        raise StartError("the job's script is not in Redis (labq:script:ID): was it archived, or does this "
+                         "node's role predate it (`labq admin acl --apply`)?")
     if not job.argv:
         raise StartError("the job has neither a command nor a script")
     return list(job.argv)

@@ -2,10 +2,10 @@
 
 - `default`: off. Nobody talks to the lab's Redis without a role.
 - `labq-client`: LPUSH onto the request list (no ids, no trimming), wake the scheduler, pop its
-  replies, read what the read commands
-  read. Its password may sit in the world-readable config: munge, not Redis, says who asks.
+  replies, read what the read commands read: never others' requests, dead letters, scripts or
+  exported environments (NOT_READ). Its password may sit in the world-readable config: munge, not Redis, says who asks.
 - `labq-node-NAME`: one per node agent: that node's hash, lease and events, the attempt hashes its
-  runners write, the job records and controls they read, its dispatch queue.
+  runners write, the job records, scripts, environments and controls they read, its dispatch queue.
 - `labq-scheduler`: every labq key; no pub/sub, no dangerous commands.
 - `labq-admin`: what `labq admin acl --apply` itself needs later (ACL SETUSER, …).
 
@@ -27,7 +27,9 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
         "+xrevrange", "+xlen", "+lrange", "+llen", "+lindex"]
 # Keys a client may not read: other people's requests (with their credentials), replay records,
 # dead letters (what was left of others' requests: admins read them with `labq admin dead`).
-NOT_READ = {"requests", "taken", "credential", "done", "job_env", "dead"}   # job_env: the environment users exported
+# Nor scripts and exported environments (job_env, script: issue 34, they hold tokens and passwords):
+# their owners and admins read them through the scheduler (scheduler/private.py).
+NOT_READ = {"requests", "taken", "credential", "done", "job_env", "script", "dead"}
 
 
 def node_role(node: str) -> str:
@@ -68,7 +70,9 @@ def _node_rules(k: Keys, node: str) -> list[str]:
             f"(~{k.dispatch(node)} ~{k.dispatch_slot(node, '*')} +blmove +lmove +lrange +llen +lrem)",
             f"(~{k.node_control(node, '*')} +blpop +lpop +del)",
             f"(~{k.node_purge(node)} +srandmember +srem +scard)",
-            f"(%R~{k.job('*')} %R~{k.job_env('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} "
+            # Every submission's script and environment, not only those dispatched here: ACL key
+            # patterns cannot follow which node an attempt was given (private.py says what fences).
+            f"(%R~{k.job('*')} %R~{k.job_env('*')} %R~{k.script('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} "
             f"{' '.join(READ)})"]
 
 

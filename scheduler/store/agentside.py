@@ -139,7 +139,7 @@ class AgentStore:
 
     # -- attempts ------------------------------------------------------------------------------
     def job(self, jid: int) -> Job | None:
-        return load_job(self.r, self.k, jid)
+        return load_job(self.r, self.k, jid, scripts=True)
 
     def job_env(self, job: Job) -> tuple[tuple[str, str], ...]:
         """The variables the job's submitter exported (keys.job_env); a record from before they
@@ -198,19 +198,26 @@ class AgentStore:
                    node: str = "") -> tuple[Job | None, str | None, str | None]:
         """job_and_control, and with `node` the value of its lease (the epoch it names), in the same
         round trip: a runner checks its epoch before every claim."""
-        cmds = [("GET", self.k.job(jid)), ("GET", self.k.control(jid))]
+        # The script is kept apart (keys.script) under the submission's id: a lone job's own, read
+        # in the same round trip; an array task's is its array's, one more round trip.
+        cmds = [("GET", self.k.job(jid)), ("GET", self.k.control(jid)), ("GET", self.k.script(jid))]
         if node:
             cmds.append(("GET", self.k.node_lease(node)))
         if slot is not None:
             cmds.append(self._state_cmd(slot.node, slot.index, slot.running))
-        raw, control, *rest = self._run(cmds)
-        return (codec.loads(raw, self._spec) if raw else None), control, (rest[0] if node else None)
+        raw, control, script, *rest = self._run(cmds)
+        scripts = lambda ref: script if ref == jid else self._script(ref)     # noqa: E731
+        return (codec.loads(raw, self._spec, scripts) if raw else None), control, (rest[0] if node else None)
 
     def _spec(self, array_id: int) -> dict | None:
-        """An array's shared {script, argv} (codec.shares_spec): a task of an array whose script is
-        over codec.SHARED_SPEC bytes has a record without them, and one more round trip reads them."""
+        """An array's shared {argv} (codec.shares_spec): a task of an array whose argv is over
+        codec.SHARED_SPEC bytes has a record without it, and one more round trip reads it."""
         raw = self._run([("GET", self.k.spec(int(array_id)))])[0]
         return json.loads(raw) if raw else None
+
+    def _script(self, ref: int) -> str | None:
+        raw = self._run([("GET", self.k.script(int(ref)))])[0]
+        return raw.decode() if isinstance(raw, bytes) else raw
 
     def started(self, jid: int, attempt: int, node: str, pid: int, start: float, rank: int = 0) -> int:
         """The attempt's process runs: its first heartbeat and the `started` event in one round

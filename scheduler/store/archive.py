@@ -348,8 +348,8 @@ class Archiver:
         if not ids:
             return 0
         raws = self.r.mget([self.k.job(int(i)) for i in ids])
-        specs = Specs(self.r, self.k)       # an array task's script, stored once in Redis, goes with it
-        jobs = [codec.loads(raw, specs) for raw in raws if raw]
+        specs = Specs(self.r, self.k)       # the argv and script kept apart in Redis go into the record
+        jobs = [codec.loads(raw, specs, specs.script) for raw in raws if raw]
         self.archive.put_jobs(jobs)                      # committed in SQLite first ...
         self._paused("jobs")
         p = self.r.pipeline(transaction=True)            # ... then gone from Redis
@@ -364,7 +364,7 @@ class Archiver:
         p.hdel(self.k.acct_rows, *ids)                   # their acct rows (acctrows.redis_row) with them
         self.published(p)
         p.execute()
-        writes.drop_specs(self.r, self.k, {(j.array_id, j.array_count or 1) for j in jobs if codec.shares_spec(j)})
+        writes.drop_specs(self.r, self.k, {(codec.env_ref(j), j.array_count or 1) for j in jobs})
         return len(ids)
 
     def _ledger(self, before: float) -> int:

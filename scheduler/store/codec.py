@@ -18,25 +18,34 @@ def _tuples(v):
 
 _JOB_NAMES = tuple(f.name for f in fields(Job) if f.name != "attempts")
 JOB_NAMES = _JOB_NAMES
-# The exported environment is not part of the record: it is stored once per submission in a key only
-# the scheduler and the nodes may read (keys.job_env, acl.NOT_READ), as it may hold the user's tokens.
-_RECORD_NAMES = tuple(n for n in _JOB_NAMES if n != "env")
+# Neither the exported environment nor the script is part of a record in Redis: each is stored once per
+# submission (env_ref) in a key only the scheduler and the nodes may read (keys.job_env, keys.script,
+# acl.NOT_READ), as either may hold the user's tokens; the record says `scripted` (issue 34).
+_PRIVATE = ("env", "script")
+_RECORD_NAMES = tuple(n for n in _JOB_NAMES if n not in _PRIVATE)
 _ATTEMPT_NAMES = tuple(f.name for f in fields(Attempt))
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
-SHARED_SPEC = 256   # bytes of script + argv beyond which an array's tasks refer to one stored copy
+SHARED_SPEC = 256   # bytes of argv beyond which an array's tasks refer to one stored copy
 
 
 def shares_spec(job: Job) -> bool:
-    """Does this array task's record refer to its array's stored spec (script, argv)? A 1 MB script
-    in a 10,000-task array is then stored once, not 10,000 times (DESIGN §11: ≤ 2 KB a pending job)."""
-    return bool(job.array_id) and len(job.script or "") + sum(len(a) for a in job.argv) > SHARED_SPEC
+    """Does this array task's record refer to its array's stored spec (argv)? A long argv in a
+    10,000-task array is then stored once, not 10,000 times (DESIGN §11: ≤ 2 KB a pending job). The
+    script is never in a record: it is stored once per submission anyway (keys.script)."""
+    return bool(job.array_id) and sum(len(a) for a in job.argv) > SHARED_SPEC
 
 
 def env_ref(job: Job) -> int:
-    """The submission a job's exported environment is stored under: its array's id, else its own."""
+    """The submission a job's exported environment and script are stored under: its array's id,
+    else its own."""
     return job.array_id if job.array_id is not None else job.id
+
+
+def record_ref(d: dict) -> int:
+    """env_ref of a decoded record."""
+    return d["array_id"] if d.get("array_id") is not None else d["id"]
 
 
 def env_json(job: Job) -> str:
@@ -44,7 +53,7 @@ def env_json(job: Job) -> str:
 
 
 def spec(job: Job) -> str:
-    return _ENCODER.encode({"script": job.script, "argv": job.argv})
+    return _ENCODER.encode({"argv": job.argv})
 
 
 # A record leaves out the fields at their default: loads() (Job(**kw)) gives them back. A pending job's
@@ -58,9 +67,11 @@ _RECORD_DEFAULTS = tuple(_DEFAULTS.get(k, _NONE) for k in _RECORD_NAMES)
 
 
 def dumps(job: Job, share: bool = True) -> str:
-    """The record of `job`; with `share`, an array task whose script is over SHARED_SPEC refers to
-    its array's stored spec instead of holding it (Redis); without, it holds it (the archive, which
-    keeps no specs: an archived record stands alone, whoever reads it and however)."""
+    """The record of `job` in Redis: without its script and exported environment (kept apart), and
+    an array task whose argv is over SHARED_SPEC refers to its array's stored spec. Without `share`
+    (the archive, which keeps no specs and no script keys: an archived record stands alone) it holds
+    its argv and its script; the archive is read by the scheduler's user and admins only, and what
+    it serves to clients leaves the script out (histpages.public)."""
     # dataclasses.asdict deep-copies every value; json already writes tuples as lists, so a shallow
     # dict is the same text at a fraction of the cost (this runs for every job on every change).
     # Same type as well as equal: False is not left out where the default is 0.
@@ -69,18 +80,25 @@ def dumps(job: Job, share: bool = True) -> str:
     d = {k: v for k, v, dv in zip(_RECORD_NAMES, _RECORD_VALUES(job), _RECORD_DEFAULTS)
          if v is not dv and (type(v) is not type(dv) or v != dv)}
     d["attempts"] = [{k: getattr(a, k) for k in _ATTEMPT_NAMES} for a in job.attempts]
+    if job.script:
+        d["scripted"] = True
+        if not share:
+            d["script"] = job.script
     if share and shares_spec(job):
-        d.update(script=None, argv=[], spec=job.array_id)
+        d.update(argv=[], spec=job.array_id)
     return _ENCODER.encode(d)
 
 
-def loads(text, specs=None) -> Job:
-    """A job from its record; `specs(array_id)` gives a shared spec ({script, argv}) where the
-    record refers to one (without it such a job comes back with no script and no argv)."""
+def loads(text, specs=None, scripts=None) -> Job:
+    """A job from its record; `specs(array_id)` gives a shared spec ({argv}) where the record refers
+    to one (without it such a job comes back with no argv); `scripts(ref)` the script kept apart
+    (keys.script) of a `scripted` record (without it, `script` is None: has_script still says so)."""
     d = json.loads(text)
     ref = d.get("spec")
     if ref and specs is not None:
-        d.update(specs(ref) or {})
+        d.update(specs(ref) or {})      # a spec written before issue 34 holds the script too
+    if scripts is not None and d.get("scripted") and not d.get("script"):
+        d["script"] = scripts(record_ref(d))
     return from_dict(d)
 
 

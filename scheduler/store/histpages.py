@@ -6,8 +6,9 @@ each from its own archive (`answer`) with one page of rows and whether more foll
 client's side: the read methods of store/history.History's archive, each a loop over pages.
 
 What is served is what those users may read in Redis anyway: job records (never the exported
-environment: it is not part of a record), acct rows, ledger entries and keys, and the ledger's
-chain check.
+environment: it is not part of a record; nor the script an archived record holds: `public`), acct
+rows, ledger entries and keys, and the ledger's chain check. An owner reads an archived job's
+script through the scheduler too (scheduler/private.py).
 """
 import json
 from operator import itemgetter
@@ -41,7 +42,7 @@ def answer(archive, body: dict) -> dict:
     if what == "jobs":
         ids = [int(i) for i in body.get("ids", [])[:limit] if isinstance(i, int)]
         marks = ",".join("?" * len(ids))
-        rows = [rec for (rec,) in archive.db.execute(f"SELECT record FROM jobs WHERE id IN ({marks})", ids)] \
+        rows = [public(rec) for (rec,) in archive.db.execute(f"SELECT record FROM jobs WHERE id IN ({marks})", ids)] \
             if ids else []
         return {"ok": True, "rows": rows, "more": False}
     try:
@@ -50,8 +51,19 @@ def answer(archive, body: dict) -> dict:
         raise UsageError(f"history: after: not a cursor of {what}: {str(after)[:60]!r}") from None
     got = [list(v) for v in archive.db.execute(f"{q} LIMIT {limit + 1}", args)]
     rows = got[:limit]
-    shown = {"ended": lambda v: v[-1], "keys": lambda v: v[0]}.get(what, lambda v: v)    # the record; the key
+    shown = {"ended": lambda v: public(v[-1]), "keys": lambda v: v[0]}.get(what, lambda v: v)    # the record; the key
     return {"ok": True, "rows": [shown(v) for v in rows], "more": len(got) > limit, "next": cursor(rows[-1]) if rows else after}
+
+
+def public(record: str) -> str:
+    """An archived record as Redis would hold it: without its script (codec.dumps share=False keeps
+    it), which the client role may not read."""
+    if '"script":' not in record:
+        return record
+    d = json.loads(record)
+    if d.pop("script", None):
+        d["scripted"] = True
+    return json.dumps(d, separators=(",", ":"))
 
 
 def _query(what: str, body: dict, after):

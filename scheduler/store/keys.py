@@ -60,7 +60,7 @@ class Keys:
     def history(self) -> str:                 # ZSET (S): ids of ended jobs, score = end time
         return f"{self.p}:history"
 
-    def spec(self, array_id: int) -> str:     # STRING (S): an array's shared {script, argv} (codec.py)
+    def spec(self, array_id: int) -> str:     # STRING (S): an array's shared {argv} (codec.shares_spec)
         return f"{self.p}:job:{array_id}:spec"
 
     @property
@@ -75,6 +75,12 @@ class Keys:
     def job_env(self, ref: int) -> str:       # STRING (S): JSON [[name, value], …] a submission exported
         return f"{self.p}:env:{ref}"          # (--export), by array id or job id (codec.env_ref); not
                                               # readable by clients (acl.NOT_READ): it may hold tokens
+
+    def script(self, ref: int) -> str:        # STRING (S): the script text of a submission, by array id or
+        return f"{self.p}:script:{ref}"       # job id (codec.env_ref); records only say `scripted`. Not
+                                              # readable by clients (acl.NOT_READ): `labq show --script`
+                                              # asks the scheduler (scheduler/private.py). Not under
+                                              # `job:`: the clients' read pattern `job:*` would match it
 
     def control(self, jid: int) -> str:       # STRING (S): "cancel" | "preempt" for the running attempt
         return f"{self.p}:job:{jid}:control"

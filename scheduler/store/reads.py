@@ -18,9 +18,23 @@ def load_jobs(r, k: Keys, ids, chunk: int = 1000) -> list[Job]:
     return out
 
 
-def load_job(r, k: Keys, jid: int) -> Job | None:
+def load_job(r, k: Keys, jid: int, scripts: bool = False) -> Job | None:
+    """One job record; with `scripts`, its script kept apart too (the scheduler and nodes may read it)."""
     raw = r.get(k.job(jid))
-    return codec.loads(raw, Specs(r, k)) if raw else None
+    if not raw:
+        return None
+    specs = Specs(r, k)
+    return codec.loads(raw, specs, specs.script if scripts else None)
+
+
+def private(r, k: Keys, job: Job) -> tuple[str | None, tuple]:
+    """(script text or None, exported (name, value) pairs) of `job` (scheduler/private.py): from the
+    keys kept apart, else what the record itself holds (archived, or written before issue 34)."""
+    ref = codec.env_ref(job)
+    script, env = r.mget([k.script(ref), k.job_env(ref)])
+    if isinstance(script, bytes):
+        script = script.decode()
+    return (script or job.script or None), (tuple((n, v) for n, v in json.loads(env)) if env else job.env)
 
 
 class Run(NamedTuple):
@@ -290,13 +304,20 @@ def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
 
 
 class Specs:
-    """Arrays' shared specs, each read once (codec.loads calls this per task that refers to one)."""
+    """Arrays' shared specs, each read once (codec.loads calls this per task that refers to one);
+    `script`: a submission's script kept apart (keys.script), likewise (the archiver's, the agent's)."""
 
     def __init__(self, r, keys: Keys):
-        self.r, self.k, self.seen = r, keys, {}
+        self.r, self.k, self.seen, self.scripts = r, keys, {}, {}
 
     def __call__(self, array_id: int) -> dict | None:
         if array_id not in self.seen:
             raw = self.r.get(self.k.spec(int(array_id)))
             self.seen[array_id] = json.loads(raw) if raw else None
         return self.seen[array_id]
+
+    def script(self, ref: int) -> str | None:
+        if ref not in self.scripts:
+            raw = self.r.get(self.k.script(int(ref)))
+            self.scripts[ref] = raw.decode() if isinstance(raw, bytes) else raw
+        return self.scripts[ref]

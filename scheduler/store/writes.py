@@ -168,23 +168,34 @@ PREWRITE_MIN = 1000      # new jobs in one change from which their records are w
 
 
 def put_specs(p, k: Keys, new) -> None:
-    """The shared spec (script, argv) of each array among the jobs a change creates, written once:
-    its tasks' records refer to it (codec.shares_spec) and are indexed in the same transaction."""
+    """What the jobs a change creates keep apart from their records, written once per submission in
+    the transaction that indexes them: each array's shared spec (argv, codec.shares_spec) and each
+    submission's script (keys.script, which clients cannot read)."""
     seen = set()
     for job in new:
-        if job.array_id not in seen:
+        if job.array_id is None:
+            if job.script:
+                p.set(k.script(job.id), job.script)
+        elif job.array_id not in seen:
             seen.add(job.array_id)      # one look per array, not per task
             if codec.shares_spec(job):
                 p.set(k.spec(job.array_id), codec.spec(job))
+            if job.script:
+                p.set(k.script(job.array_id), job.script)
 
 
-def drop_specs(r, k: Keys, arrays) -> None:
-    """The shared spec (put_specs) of each (array id, task count) whose tasks have all left Redis (the
-    archiver's: every archived record holds its script, and no reader of Redis needs it any more)."""
-    for aid, count in arrays:
-        keys = [k.job(i) for i in range(aid, aid + count)]
-        if not any(r.exists(*keys[i:i + 10_000]) for i in range(0, len(keys), 10_000)):
-            r.delete(k.spec(aid))
+def drop_specs(r, k: Keys, submissions) -> None:
+    """What put_specs and put_jobs kept apart (the spec, the script, the exported environment) of
+    each (array id or job id, task count) whose tasks have all left Redis (the archiver's: every
+    archived record holds its script, and the archive is not served with it)."""
+    gone = []
+    for ref, count in submissions:
+        keys = [k.job(i) for i in range(ref, ref + count)]
+        # A lone job's record left in the same pass: no round trip to ask.
+        if count == 1 or not any(r.exists(*keys[i:i + 10_000]) for i in range(0, len(keys), 10_000)):
+            gone += [k.spec(ref), k.script(ref), k.job_env(ref)]
+    for i in range(0, len(gone), 3000):
+        r.delete(*gone[i:i + 3000])
 
 
 def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:

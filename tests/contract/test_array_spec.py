@@ -1,5 +1,6 @@
-"""An array's script is stored once: each task's record refers to the array's spec, so Redis bytes
-per task stay far below 2 KB whatever the script's size; every reader gets the script back."""
+"""An array's script is stored once, apart from its tasks' records (keys.script: clients cannot read
+it, issue 34), so Redis bytes per task stay far below 2 KB whatever the script's size; the readers
+that may, the runner's and the archiver's, get the script back; a long argv is shared (keys.spec)."""
 import time
 
 from labq.scheduler.store import codec
@@ -22,14 +23,28 @@ def test_a_1mb_script_in_a_200_task_array_is_stored_once(conns):
     records = [r.get(K.job(i)) for i in range(first, first + 200)]
     per_task = sum(len(x) for x in records) / 200
     assert per_task < 2048, per_task
-    assert len(r.get(K.spec(first))) > 1_000_000 and not r.exists(K.spec(first + 1))
-    # Every reader gets the script back: the CLI's, the runner's, a restarted scheduler's.
-    assert Reader(r, K).job(first + 7).script == SCRIPT
-    assert {j.script for j in Reader(r, K).jobs(range(first, first + 200))} == {SCRIPT}
+    assert len(r.get(K.script(first))) > 1_000_000 and not r.exists(K.script(first + 1))
+    assert not r.exists(K.spec(first)), "no argv to share"
+    # The runner gets the script back; the CLI's reader and a restarted scheduler know there is one.
     assert AgentStore(r, K).job(first + 199).script == SCRIPT
-    assert s.store.active_jobs()[first + 3].script == SCRIPT
-    # The record itself holds a reference, never a copy.
-    assert codec.loads(r.get(K.job(first + 5))).script is None
+    assert AgentStore(r, K).job_and_control(first + 3)[0].script == SCRIPT
+    client = Reader(r, K).job(first + 7)
+    assert client.script is None and client.has_script
+    assert all(j.has_script and j.script is None for j in Reader(r, K).jobs(range(first, first + 200)))
+    assert s.store.active_jobs()[first + 3].scripted
+    # The record itself says it has a script, never holds a copy.
+    assert SCRIPT[:100] not in r.get(K.job(first + 5)) and codec.loads(r.get(K.job(first + 5))).scripted
+
+
+def test_a_long_argv_is_shared_by_an_arrays_tasks(conns):
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    argv = ["python", "train.py", *[f"--opt{i}=value{i}" for i in range(200)]]
+    submit(r, "alice", {**BODY, "gpus": 0, "cpus": 1, "mem": 0, "argv": argv, "array": [0, 9, 1]}, "long")
+    s.tick(time.time(), woke(r))
+    first = reply(r, "long")["job_id"]
+    assert r.exists(K.spec(first)) and not r.exists(K.script(first)) and "--opt199" not in r.get(K.job(first + 4))
+    assert Reader(r, K).job(first + 4).argv == tuple(argv) and AgentStore(r, K).job(first + 9).argv == tuple(argv)
 
 
 def test_small_commands_stay_inline(conns):
@@ -42,8 +57,9 @@ def test_small_commands_stay_inline(conns):
 
 
 def test_an_archived_task_keeps_its_script_and_a_runner_reads_it(conns, tmp_path):
-    """The archive keeps no specs: an archived task's record holds its script; the runner's first
-    read (job_and_control) resolves the spec as every other reader does."""
+    """The archive keeps no script keys: an archived task's record holds its script; the runner's
+    first read (job_and_control) reads the array's script. The script and environment leave Redis
+    with the array's last task."""
     from labq.scheduler.store.archive import Archive, Archiver
     from labq.scheduler.store.history import History
     r, raw = conns
@@ -61,10 +77,10 @@ def test_an_archived_task_keeps_its_script_and_a_runner_reads_it(conns, tmp_path
     assert r.zcard(K.history) == 3
     path = str(tmp_path / "history.db")
     Archiver(r, K, Archive(path), keep=0).step(now + 3600)      # the first two tasks only
-    assert r.exists(K.spec(first)) and AgentStore(r, K).job(first + 2).script == script
+    assert r.exists(K.script(first)) and AgentStore(r, K).job(first + 2).script == script
     Archiver(r, K, Archive(path), keep=0).step(now + 10 ** 6)
     assert not r.exists(K.job(first + 2)), "archived"
-    assert not r.exists(K.spec(first)), "the shared spec leaves Redis with the array's last task"
+    assert not r.exists(K.script(first)), "the script leaves Redis with the array's last task"
     for reader in (Reader(r, K, History(path)),):
         assert reader.job(first + 2).script == script
         assert {j.script for j in reader.ended()} == {script}

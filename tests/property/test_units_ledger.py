@@ -91,9 +91,9 @@ def test_job_records_round_trip_through_json():
     j = Job(id=7, user="a", account="b", argv=("python", "x.py"), tags=(("k", "v"),), commit=(("b", 5),),
             attempts=(Attempt(1, "n", ("GPU-1",), charges=(("b", 3),), usage={"cpu_s": 1.5}),))
     assert codec.loads(codec.dumps(j)) == j
-    # Every field but the exported environment, which is kept apart (keys.job_env), and those at their
+    # Every field but the exported environment and the script, kept apart (keys.job_env, keys.script), and those at their
     # default, which loads() gives back (a pending job's record is a quarter of the text: issue 13).
-    full = {k: v for k, v in json.loads(json.dumps(asdict(j))).items() if k != "env"}
+    full = {k: v for k, v in json.loads(json.dumps(asdict(j))).items() if k not in ("env", "script")}
     defaults = json.loads(json.dumps(asdict(Job(id=0, user="", account=""))))
     assert json.loads(codec.dumps(j)) == {k: v for k, v in full.items()
                                           if k in ("id", "user", "account", "attempts") or v != defaults[k]}
@@ -112,7 +112,7 @@ def test_record_fields_at_and_off_their_default_round_trip():
     change = {bool: lambda d: not d, int: lambda d: d + 1, float: lambda d: d + 1.5, str: lambda d: d + "x"}
     tried = 0
     for f in fields(Job):
-        if f.name in ("id", "env", "attempts") or f.default is MISSING or type(f.default) not in change:
+        if f.name in ("id", "env", "script", "attempts") or f.default is MISSING or type(f.default) not in change:
             continue
         j = replace(base, **{f.name: change[type(f.default)](f.default)})
         assert codec.loads(codec.dumps(j)) == j, f.name
@@ -129,8 +129,10 @@ def _dumps_field_by_field(job) -> str:
         if v is not dv and (type(v) is not type(dv) or v != dv):
             d[k] = v
     d["attempts"] = [{k: getattr(a, k) for k in codec._ATTEMPT_NAMES} for a in job.attempts]
+    if job.script:      # never its text (keys.script, issue 34): only that it has one
+        d["scripted"] = True
     if codec.shares_spec(job):
-        d.update(script=None, argv=[], spec=job.array_id)
+        d.update(argv=[], spec=job.array_id)
     return codec._ENCODER.encode(d)
 
 

@@ -1,0 +1,120 @@
+"""Issue 34 item 4 in the store: a job's script and exported environment live apart from its record
+(keys.script, keys.job_env), written once per submission, gone from Redis when the submission is
+archived; the scheduler's `show_private` request (scheduler/private.py) gives them to their owner
+and admins only; data of schema 1 (scripts and environments inside records and specs) is moved
+when a newer scheduler starts (store/schema.py); the archive serves no script to clients."""
+import json
+import time
+
+import pytest
+
+from labq.scheduler import config
+from labq.scheduler.daemon import Scheduler
+from labq.scheduler.model import Gpu, Job
+from labq.scheduler.store import acl, codec, histpages, schema
+from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.archive import Archive, Archiver
+from labq.scheduler.store.reads import Reader
+from tests.harness import BODY, FROZEN, SWEEP_TOML, K, finish, push, reply, submit, woke
+
+SCRIPT = "#!/bin/sh\nexport DB_PASSWORD=hunter2\npython train.py\n"
+ENV = {"WANDB_API_KEY": "wandb-s3cret"}
+CFG = config.loads(SWEEP_TOML + '[security]\nadmins = ["root"]\n')
+
+
+def _lab(conns):
+    r, _ = conns
+    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
+    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
+    s.tick(time.time())
+    return r, s
+
+
+def _ask(r, s, user, job, rid):
+    push(r, user, {"rid": rid, "op": "show_private", "body": json.dumps({"job": job})})
+    s.tick(time.time(), woke(r))
+    return reply(r, rid)
+
+
+def test_the_script_and_environment_are_kept_apart_and_shown_to_owner_and_admins(conns):
+    r, s = _lab(conns)
+    body = {**BODY, "gpus": 0, "argv": ["--lr", "3e-4"], "script": SCRIPT, "export": "NONE", "env": ENV}
+    submit(r, "alice", body, "one")
+    submit(r, "alice", {**body, "array": [1, 3, 1]}, "arr")
+    s.tick(time.time(), woke(r))
+    jid, arr = reply(r, "one")["job_id"], reply(r, "arr")["job_id"]
+    for ref, jobs in ((jid, [jid]), (arr, [arr, arr + 1, arr + 2])):
+        assert r.get(K.script(ref)) == SCRIPT and dict(json.loads(r.get(K.job_env(ref)))) == ENV
+        for i in jobs:
+            rec = r.get(K.job(i))
+            assert "hunter2" not in rec and "wandb" not in rec and json.loads(rec)["scripted"] is True
+    assert not r.exists(K.script(arr + 1)) and not r.exists(K.job_env(arr + 1)), "once per submission"
+    seen = Reader(r, K).job(arr + 2)
+    assert seen.script is None and seen.has_script and seen.argv == ("--lr", "3e-4")
+    assert AgentStore(r, K).job(arr + 2).script == SCRIPT
+    mine = _ask(r, s, "alice", arr + 2, "q1")
+    assert mine == {"ok": True, "job_id": arr + 2, "id": f"{arr}_3", "script": SCRIPT, "export": "NONE", "env": ENV}
+    assert _ask(r, s, "root", jid, "q2")["script"] == SCRIPT, "an admin"
+    theirs = _ask(r, s, "bob", jid, "q3")
+    assert theirs["ok"] is False and theirs["code"] == 3 and "alice's" in theirs["error"]
+    assert "hunter2" not in json.dumps(theirs)
+    assert _ask(r, s, "alice", 999, "q4")["code"] == 2 and _ask(r, s, "alice", "1; DROP", "q5")["code"] == 2
+    assert not r.exists(K.done("q1")), "a script handed over is not kept for a day in a done key"
+
+
+def test_archived_submissions_leave_redis_and_the_archive_serves_no_script(conns, tmp_path):
+    r, s = _lab(conns)
+    now = time.time()
+    submit(r, "alice", {**BODY, "gpus": 0, "argv": [], "script": SCRIPT, "export": "NONE", "env": ENV}, "one")
+    s.tick(now, woke(r))
+    jid = reply(r, "one")["job_id"]
+    finish(r, jid, 1, "completed", 0, now + 5)
+    s.tick(now + 6)
+    s.archiver = Archiver(r, K, Archive(str(tmp_path / "h.db")), keep=0)
+    s.archiver.step(now + 10 ** 6)
+    assert not r.exists(K.job(jid)) and not r.exists(K.script(jid)) and not r.exists(K.job_env(jid))
+    archive = s.archiver.archive
+    assert archive.jobs([jid])[jid].script == SCRIPT, "the archive keeps the script (its owner may ask)"
+    served = histpages.answer(archive, {"what": "jobs", "ids": [jid]})["rows"] + \
+        histpages.answer(archive, {"what": "ended", "since": 0})["rows"]
+    assert len(served) == 2 and all("hunter2" not in rec and json.loads(rec)["scripted"] for rec in served)
+    got = _ask(r, s, "alice", jid, "q1")
+    assert got["script"] == SCRIPT and got["env"] == {}, "the environment is not archived"
+    assert _ask(r, s, "bob", jid, "q2")["code"] == 3
+
+
+def test_schema_1_records_and_specs_are_moved_apart_at_start(conns):
+    """What a scheduler before issue 34 wrote: the script in each record (a spec's, for a big
+    array), an exported environment inline in an older record."""
+    r, _ = conns
+    single = Job(id=1, user="alice", account="eta", script=SCRIPT, argv=("a",), env=tuple(ENV.items()))
+    d = json.loads(codec.dumps(single, share=False))
+    d.update(env=[list(p) for p in ENV.items()])
+    d.pop("scripted")
+    r.set(K.job(1), json.dumps(d))
+    for i in (2, 3):
+        r.set(K.job(i), json.dumps({"id": i, "user": "bob", "account": "eta", "array_id": 2, "array_index": i - 2,
+                                    "array_count": 2, "script": None, "argv": [], "spec": 2, "attempts": []}))
+    r.set(K.spec(2), json.dumps({"script": SCRIPT + "#arr\n", "argv": ["x" * 300]}))
+    r.zadd(K.active, {"1": 1, "2": 2})
+    r.zadd(K.history, {"3": 3})
+    assert schema.check(r, K) == 1 and int(r.get(K.schema)) == schema.CURRENT == 2
+    for i in (1, 2, 3):
+        assert "hunter2" not in r.get(K.job(i)) and "wandb" not in r.get(K.job(i)), i
+        assert json.loads(r.get(K.job(i)))["scripted"] is True
+    assert json.loads(r.get(K.spec(2))) == {"argv": ["x" * 300]}
+    assert r.get(K.script(1)) == SCRIPT and r.get(K.script(2)) == SCRIPT + "#arr\n"
+    assert dict(json.loads(r.get(K.job_env(1)))) == ENV
+    agent = AgentStore(r, K)
+    assert agent.job(1).script == SCRIPT and agent.job(3).script == SCRIPT + "#arr\n" and agent.job(3).argv == ("x" * 300,)
+    before = {k: r.get(k) for k in r.scan_iter("labq:*") if r.type(k) == "string"}
+    schema.private_apart(r, K)
+    assert {k: r.get(k) for k in before} == before, "a second pass changes nothing"
+
+
+@pytest.mark.parametrize("key", ["script", "job_env"])
+def test_the_client_role_may_not_read_them_and_each_node_may(key):
+    rules = acl.roles(K, ["n1"])
+    pattern = getattr(K, key)("*")
+    assert pattern not in " ".join(rules[acl.CLIENT]) and f"%R~{pattern}" in " ".join(rules[acl.node_role("n1")])
+    assert not any(p.startswith(K.p + ":script") for p in acl.patterns(K, acl.NOT_READ))
