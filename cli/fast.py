@@ -119,19 +119,10 @@ def run(argv: list[str]) -> bool:
 
 
 def _command_help(name: str) -> bool:
-    """`labq NAME --help` from its kept page (helppage.py); the first time, or after an upgrade, click
-    makes the page and it is kept. False: click's to answer (no such command, or it failed here)."""
+    """`labq NAME --help` from its kept page (helppage.py); False on a miss: the click group prints
+    it then, and keeps it (group.main)."""
     from . import helppage
-    if helppage.show(name):
-        return True
-    try:
-        page = helppage.made(name)
-    except Exception:    # noqa: BLE001 - click, on its own path, says what is wrong
-        return False
-    if page is None:
-        return False
-    os.write(1, page.encode())
-    return True
+    return helppage.show(name)
 
 
 def thin_client(config):

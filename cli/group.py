@@ -43,5 +43,21 @@ def cli(ctx, config_path):
 
 
 def main():
+    import os
+    import sys
+
     from .common import run_guarded
+    argv = sys.argv[1:]
+    if (len(argv) == 2 and argv[1] in ("--help", "-h") and os.path.basename(sys.argv[0]) == "labq"
+            and os.environ.get("LABQ_FAST") != "0"):
+        # A command's help the fast path had no page for (helppage.py): made by click as its own
+        # --help makes it, printed and kept; anything odd is left to click's own path.
+        from . import helppage
+        try:
+            page = helppage.made(argv[0], cli)
+        except Exception:    # noqa: BLE001 - click, on its own path, says what is wrong
+            page = None
+        if page is not None:
+            os.write(1, page.encode())
+            return
     run_guarded(lambda: cli.main(standalone_mode=True))

@@ -59,11 +59,10 @@ def kept(name: str) -> str | None:
     return page if head == stamp() else None
 
 
-def made(name: str) -> str | None:
-    """The page as click makes it (None: no such command), kept for the next time (best effort)."""
+def made(name: str, cli) -> str | None:
+    """The page as click makes it for the group `cli` (None: no such command), kept for the next time
+    (best effort). group.main calls this on a miss: this module imports no other of labq's."""
     import click
-
-    from .group import cli
     parent = click.Context(cli, info_name="labq", **cli.context_settings)
     cmd = cli.get_command(parent, name)
     if cmd is None:

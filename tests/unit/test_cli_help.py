@@ -75,12 +75,12 @@ def test_a_commands_kept_help_page_is_clicks(tmp_path, columns):
         for name in COMMANDS if columns == 80 else ("acct",):
             want = subprocess.run([LABQ, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60,
                                   env={**env, "LABQ_FAST": "0"}).stdout
-            assert helppage.made(name) == want, name
+            assert helppage.made(name, cli) == want, name
             assert helppage.kept(name) == want, name
         with open(tmp_path / "labq" / "help" / "acct.txt", "r+") as f:
             f.write("0")                             # another labq's page: not this one's
         assert helppage.kept("acct") is None
-        assert helppage.kept("nope") is None and helppage.made("nope") is None
+        assert helppage.kept("nope") is None and helppage.made("nope", cli) is None
     finally:
         for k, v in (("XDG_CACHE_HOME", was), ("COLUMNS", was_cols)):
             if v is None:
