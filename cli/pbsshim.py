@@ -18,7 +18,7 @@ import time
 from labq.scheduler.errors import UsageError
 
 from . import pbsdirs
-from .shim import call, refuse, script_text
+from .compat import call, refuse, script_text
 
 SERVER = "labq"
 _SGE_ONLY = {"cwd", "pe", "hold_jid", "tc", "terse", "wd", "b", "notify", "now", "sync"}

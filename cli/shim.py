@@ -2,7 +2,7 @@
 `module` that says it is not there), for the scripts and habits a lab brings from SLURM.
 
 Each command translates its argv to labq's own (`sub`, `stat`, `del`, `acct`) and runs labq's CLI in
-this process (`call`): one implementation of submitting, listing and cancelling, whatever the
+this process (`call`, cli/compat.py): one implementation of submitting, listing and cancelling, whatever the
 spelling. What only SLURM's output has (sbatch's "Submitted batch job N") is printed here from what
 labq answered. `srun` runs its command here, in the job, as the one task of this node (labq starts
 one task per node; torchrun or the framework starts the per-GPU ranks). Anything a command cannot
@@ -11,40 +11,15 @@ do is refused with one line saying what to write instead (exit 2).
 The worker puts these on the PATH of every job (shimbin.py writes the wrappers); `make
 install-slurm-compat` puts them on a machine's PATH where no real SLURM is.
 """
-import contextlib
-import io
 import os
 import sys
 
 from labq.scheduler.errors import LabqError
 
 from . import sbatch as sbatch_dirs
+from .compat import call, refuse, script_text
 
 NAMES = ("sbatch", "squeue", "scancel", "sacct", "srun")
-
-
-def refuse(cmd: str, message: str, code: int = 2):
-    sys.stderr.write(f"{cmd}: error: {message}\n")
-    sys.stderr.flush()
-    sys.exit(code)
-
-
-def call(argv: list[str], capture: bool = False) -> tuple[int, str]:
-    """Run `labq ARGV` here: (exit status, its stdout when `capture`, else printed as it comes)."""
-    from .main import main
-    saved, out = sys.argv, io.StringIO()
-    sys.argv = ["labq", *argv]
-    rc = 0
-    try:
-        with contextlib.redirect_stdout(out) if capture else contextlib.nullcontext():
-            main()
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if isinstance(e.code, str):
-            sys.stderr.write(e.code + "\n")
-    finally:
-        sys.argv = saved
-    return rc, out.getvalue()
 
 
 # -- sbatch ------------------------------------------------------------------------------------
@@ -117,27 +92,6 @@ def sbatch(argv: list[str]) -> int:
     if "wait" in own:
         return call(["wait", jid])[0]
     return 0
-
-
-def script_text(rest: list[str]) -> str | None:
-    """The script `rest` names, or the one on stdin (`sbatch <<EOF`), read here and put back for
-    `labq sub` to read; None for a command (--wrap, -b y) or what cannot be read (labq sub says why)."""
-    if rest and rest[0] == "--":
-        return None
-    if rest:
-        try:
-            with open(rest[0]) as f:
-                return f.read()
-        except (OSError, UnicodeDecodeError):
-            return None
-    if sys.stdin is None or sys.stdin.isatty():
-        return None
-    try:
-        text = sys.stdin.read()
-    except UnicodeDecodeError:
-        return None
-    sys.stdin = io.StringIO(text)
-    return text
 
 
 def default_output(flags: list[str], rest: list[str]) -> list[str]:

@@ -5,38 +5,13 @@ import click
 
 from labq.scheduler import units
 from labq.scheduler.errors import UsageError
-from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.model import Job
 from labq.scheduler.units import fmt_duration, fmt_money, to_micro
 
 from .common import pass_ctx
 from .out import echo_json
+from .simulate import parse_nodes
 from .subcore import gpus_and_nodes
-
-
-def parse_nodes(text: str, model: str = "fake", cpus: int | None = None) -> tuple[Node, ...]:
-    """`COUNTxGPUS[:CPUS[:MEM[:MODEL]]]`, comma-separated groups: `1x4:16:64G`, `8x4`,
-    `2x8:64:512G:A100,4x0:32:128G`. A group without CPUS gets `cpus` (default 16), without MEM 64G,
-    without MODEL `model`; each node has a job slot per CPU."""
-    nodes = []
-    for group in text.split(","):
-        try:
-            count, x, rest = group.strip().partition("x")
-            parts = rest.split(":")
-            if not x or (len(parts) > 3 and not ":".join(parts[3:])):
-                raise ValueError(group)
-            gpus, n_cpus = int(parts[0]), int(parts[1]) if len(parts) > 1 and parts[1] else (cpus or 16)
-            mem = units.parse_size(parts[2]) if len(parts) > 2 and parts[2] else 64 << 30
-            kind = ":".join(parts[3:]) or model
-            count = int(count)
-            if count < 1 or gpus < 0 or n_cpus < 1:
-                raise ValueError(group)
-        except (ValueError, IndexError, UsageError):
-            raise UsageError(f"--nodes: expected COUNTxGPUS[:CPUS[:MEM[:MODEL]]] like 1x4:16:64G (count ≥ 1, "
-                             f"CPUs ≥ 1), got {group!r}") from None
-        for _ in range(count):
-            i = len(nodes)
-            nodes.append(Node(f"n{i}", n_cpus, mem, n_cpus, tuple(Gpu(f"GPU-{i}-{g}", g, kind) for g in range(gpus))))
-    return tuple(nodes)
 
 
 @click.command("plan")

@@ -66,19 +66,15 @@ CONNECTS_OUTSIDE_STORE = {
 }
 
 # Import circles there are today, each with its owner; shrink, never grow (a circle that changes shows
-# as new). config <-> configcheck <-> periods <-> ledger and worker.probe <-> proctree are gone (issue 40).
+# as new). Gone (issue 40): config <-> configcheck <-> periods <-> ledger, worker.probe <-> proctree,
+# store.archive <-> dialect <-> history, cli.pbsshim <-> shim, cli.simulate <-> whatif.
 CIRCLES = {
     frozenset({"labq.scheduler.store.resp", "labq.scheduler.store.sentinel"}):
         "sentinel: resp.parse_url hands sentinel:// URLs to sentinel.py, which asks the sentinels over resp.py",
-    frozenset({"labq.scheduler.store.archive", "labq.scheduler.store.dialect", "labq.scheduler.store.history"}):
-        "arch (left): dialect imports history.PG_PREFIXES, history opens archive.Archive lazily, archive uses dialect",
     frozenset({"labq.cli.common", "labq.cli.fast", "labq.cli.submit"}):
         "speed: Ctx.thin comes from fast.py, fast falls back to submit's click command, submit uses common.pass_ctx",
-    frozenset({"labq.cli.pbsshim", "labq.cli.shim"}): "arch (left): pbsshim uses shim's helpers, shim dispatches to it",
     frozenset({"labq.scheduler.sim.policies", "labq.scheduler.sim.runtime"}):
         "plan (issue 41): runtime subclasses policies.Hooks, policies registers runtime late",
-    frozenset({"labq.cli.simulate", "labq.cli.whatif"}):
-        "arch (left): simulate uses whatif.parse_nodes, whatif uses simulate's cluster and report lines",
 }
 
 # Redis commands a call like `<conn>.xadd(...)` names. Generic names (get, set, delete) count only on

@@ -6,10 +6,9 @@ whether a table exists, the driver's errors).
 SQLite is the default (stdlib `sqlite3`, WAL mode). PostgreSQL (`history.url = "postgresql://…"`)
 needs psycopg 3 (the `postgres` extra), imported only then.
 """
-import sqlite3
-
 from ..errors import UsageError
-from .history import PG_PREFIXES
+
+PG_PREFIXES = ("postgresql://", "postgres://")
 
 # The ledger's own order: rows are appended and chained in it.
 SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgres": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
@@ -43,6 +42,7 @@ class Db:
             self.conn = psycopg.connect(where)
             self.conn.read_only = readonly
         else:
+            import sqlite3  # here, not at the top: store/history.py (every client) reads PG_PREFIXES
             self.kind, self._mark, self.errors = "sqlite", "?", (sqlite3.Error,)
             if readonly:
                 self.conn = sqlite3.connect(f"file:{where}?mode=ro", uri=True, timeout=30)

@@ -6,8 +6,7 @@ actually reaches archived rows (the hot commands start in tens of milliseconds).
 import os
 
 from ..errors import UsageError
-
-PG_PREFIXES = ("postgresql://", "postgres://")      # store/dialect.py's (not imported here: see above)
+from .dialect import PG_PREFIXES  # (dialect imports sqlite3 only to open a database)
 
 
 def path_of(url: str) -> str:
