@@ -187,21 +187,19 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     `priced` (`_priced`) says p's admissions price out are not taken but put in `priced_out`."""
     inside, idle = {j.id for j in head}, sim.idle       # (the idle set not copied: hundreds of ids)
     room = _room_after(sim, p)
-    points = None
     latest: dict = {}                 # shape -> the latest first-crossed reservation over its nodes (inf: none)
     ok: dict = {}                     # shape -> how many of its jobs (roughly) could start
     by_shape = sim.queue.by_shape
-    for s, keyed in by_shape.items():
-        nodes = [name for name, free in room.items() if _covers(free, s, sim.model[name])]
-        if not nodes:
-            continue
-        if points is None:
-            points = _reserved_points(sim, t, p)
+    fit = _fitting_shapes(sim, t, p, room)
+    points = _reserved_points(sim, t, p) if fit else {}
+    for s, nodes in fit.items():
+        keyed = by_shape[s]
         # Per node with room for the shape, the first reservation it would cross; a job may start
         # when some node crosses none before its end (Timelines._fits on the reservation points):
         # when the latest of those is at or past t + its span.
-        late = max(min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])),
-                       default=math.inf) for name in nodes)
+        late = math.inf if nodes is None else max(
+            min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])), default=math.inf)
+            for name in nodes)
         first = None
         for span, _, jid in keyed:       # (a loop, not a generator: past a spent budget's idle jobs)
             if jid not in inside and jid not in idle:
@@ -227,6 +225,27 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
             if len(out) == k:
                 break
     return out
+
+
+def _fitting_shapes(sim, t: float, p, room: dict) -> dict:
+    """The shapes some node has room for (room.Shapes.within), not every shape of a deep queue of
+    heterogeneous requests (about one per job): shape -> None where a node without a reservation
+    has room (nothing to cross), else the nodes with room (each with reservations)."""
+    fit: dict = {}
+    reserved = {st.node for st in p.starts}
+    for name, (c, m, slots, g) in room.items():
+        if slots < 1:
+            continue
+        model = sim.model[name]
+        for s in sim.queue.shapes.within(c, m, lambda gpus, kind, model=model, g=g: (not kind or kind == model)
+                                         and g >= gpus):
+            if name not in reserved:
+                fit[s] = None
+            elif s not in fit:
+                fit[s] = [name]
+            elif fit[s] is not None:
+                fit[s].append(name)
+    return fit
 
 
 def _shortest(sim, t: float, latest: dict, inside, gone, marks, order, priced=None, priced_out=None) -> list:

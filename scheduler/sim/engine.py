@@ -249,7 +249,7 @@ class Simulator:
         if (self.never_skip or self.queue.timed or (self.queue.budgeted > len(self.idle) and not self.parking.admits_all(self.queue.budgeted))
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
-        return not self.room.fits_somewhere(self.queue.shapes.minimal())
+        return not self.queue.shapes.fit_some(self.room)
 
     def _strict(self, t: float) -> bool:
         """Whether plan() provably starts pending jobs in its order and nothing past the first that

@@ -1,9 +1,10 @@
 """What the simulator needs to prove that a plan() pass could place nothing: each node's free
-resources, kept up to date as attempts start and end, and the smallest pending requests.
+resources, kept up to date as attempts start and end, and the pending requests indexed by shape.
 
 The fit rule is capacity.Free.fits (a slot, CPUs, memory and enough free GPUs of the model):
 plan() never places a job that fails it, so "no pending request fits any node" means no Place.
 """
+from bisect import bisect_left, insort
 from collections import Counter
 
 from ..model import Job, Node
@@ -46,31 +47,49 @@ class Room:
 
 
 class Shapes:
-    """The pending requests as a multiset of shapes, and its minimal elements: if none of those
-    fits a node, no pending request does."""
+    """The pending requests as a set of shapes, indexed for "which fit this room": per (GPUs, GPU
+    model), the (CPUs, memory) pairs in order, so a room is matched against the pairs up to its
+    CPUs only. A deep queue of heterogeneous requests (fractional CPUs, memory per job) has about a
+    shape per job; a full cluster's rooms have few GPUs and match few groups."""
 
     def __init__(self):
         self.count: Counter = Counter()
-        self._minimal: list | None = []
+        self.groups: dict[tuple, list] = {}     # (gpus, model) -> sorted [(cpus, mem)]
 
     def add(self, job: Job) -> None:
         s = shape(job)
         self.count[s] += 1
         if self.count[s] == 1:
-            self._minimal = None
+            insort(self.groups.setdefault((s[0], s[1]), []), (s[2], s[3]))
 
     def remove(self, job: Job) -> None:
         s = shape(job)
         self.count[s] -= 1
         if not self.count[s]:
             del self.count[s]
-            self._minimal = None
+            mine = self.groups[(s[0], s[1])]
+            del mine[bisect_left(mine, (s[2], s[3]))]
+            if not mine:
+                del self.groups[(s[0], s[1])]
 
-    def minimal(self) -> list:
-        if self._minimal is None:
-            out: list = []
-            for s in sorted(self.count, key=lambda s: (s[0], s[2], s[3], s[1] != "")):
-                if not any(covers(m, s) for m in out):
-                    out.append(s)
-            self._minimal = out
-        return self._minimal
+    def within(self, cpus, mem, gpus_free):
+        """The shapes that fit `cpus` and `mem` and whose GPUs `gpus_free(gpus, model)` allows
+        (never asked for a shape of no GPUs), lazily."""
+        for (g, model), pairs in self.groups.items():
+            if g and not gpus_free(g, model):
+                continue
+            for c, m in pairs:
+                if c > cpus:
+                    break
+                if m <= mem:
+                    yield (g, model, c, m)
+
+    def fit_some(self, room: Room) -> bool:
+        """Whether some shape fits some node's room: Room.fits_somewhere over every shape."""
+        for cpus, mem, slots, gpus in room.free.values():
+            if slots < 1:
+                continue
+            total = sum(gpus.values())
+            for _ in self.within(cpus, mem, lambda g, model: (gpus[model] if model else total) >= g):
+                return True
+        return False
