@@ -354,9 +354,10 @@ class Archiver:
         self._paused("jobs")
         p = self.r.pipeline(transaction=True)            # ... then gone from Redis
         spool: dict[str, list[int]] = {}
-        for j in jobs:
-            p.delete(self.k.job(j.id), *[self.k.attempt(j.id, a.attempt) for a in j.attempts])
-            for node in {a.node for a in j.attempts if a.node}:
+        for j in jobs:      # a gang's attempt has a status hash and a spool per part (node rank)
+            p.delete(self.k.job(j.id), *[self.k.part(j.id, a.attempt, r) for a in j.attempts
+                                          for r in range(max(1, len(a.parts)))])
+            for node in {n for a in j.attempts for n, _ in (a.parts or ((a.node, ()),)) if n}:
                 spool.setdefault(node, []).append(j.id)
         for node, jids in spool.items():      # each node then drops their scripts and checkpoints
             p.sadd(self.k.node_purge(node), *jids)

@@ -515,6 +515,32 @@ def test_a_pass_over_jobs_that_ran_on_several_nodes_takes_each_out_of_the_histor
     assert r.zcard(K.history) == 0 and r.hlen(K.acct_rows) == 0
 
 
+def test_an_archived_gang_leaves_no_part_behind_on_any_node(conns, archive_at):
+    """A multi-node attempt keeps a status hash per part (rank >= 1 beside the attempt's own) and a
+    script on each part's node: archiving the job removes every one and lists it for every node."""
+    import dataclasses
+    import random
+
+    from labq.scheduler.store import writes
+    from tests.harness import ENDED_TO, ended_job
+    r, _ = conns
+    rng = random.Random(1)
+    job = next(j for j in (ended_job(rng, 1) for _ in range(50)) if j.attempts)
+    parts = (("n0", ("GPU-0",)), ("n1", ("GPU-1",)), ("n2", ("GPU-2",)))
+    job = dataclasses.replace(job, attempts=tuple(dataclasses.replace(a, node="n0", parts=parts)
+                                                  for a in job.attempts))
+    p = r.pipeline(transaction=False)
+    writes.put_jobs(p, K, [job])
+    for a in job.attempts:
+        for rank in range(len(parts)):
+            p.hset(K.part(job.id, a.attempt, rank), "claimed", "1")
+    p.execute()
+    assert r.exists(K.part(1, job.attempts[0].attempt, 2))
+    assert Archiver(r, K, Archive(archive_at), keep=0).step(ENDED_TO + 60) == (1, 0)
+    assert [k for k in r.scan_iter(f"{K.job(1)}*")] == []
+    assert [sorted(int(i) for i in r.smembers(K.node_purge(n))) for n in ("n0", "n1", "n2")] == [[1]] * 3
+
+
 def test_a_new_leader_back_fills_the_acct_rows_an_older_labq_did_not_write(conns):
     """Jobs that ended under an older labq have no Redis acct row: the leader finds them at its start
     (and drops rows whose job is gone) and writes theirs from the records in its loop, a batch at a
