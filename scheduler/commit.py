@@ -193,6 +193,9 @@ class Committer:
             if getattr(self, "durable", None) is not None:
                 self.durable.acknowledged(self.seq)
             self.store.txn(lambda p: self._announce_into(p, b, replies=True))   # fenced, as it was
+        elif (b.replies or b.dispatch) and getattr(self.store, "doubt", ""):
+            log.warning("a commit is not acknowledged (%s): %d replies and %d dispatches held back",
+                        self.store.doubt, len(b.replies), len(b.dispatch))
         elif b.replies or b.dispatch:
             log.warning("only %d of %d replicas acknowledged a commit within %d ms: %d replies and %d dispatches "
                         "held back", self.store.acked, replicas, self.store.wait_ms, len(b.replies), len(b.dispatch))

@@ -129,6 +129,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             if not self.leading:
                 if not self._durable_ok():
                     return False
+                # Behind replicas, nothing of this master's is the state file's until a commit is acknowledged.
+                self.unreplicated = bool(self.replicas_ack())
                 # The lease is renewed while the state reloads, however long that takes.
                 with self.store.keeping_lease(self.lease_s, self.lease_s / 3) as kept:
                     self._recover(now)
@@ -170,7 +172,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         if self.durable is None:
             return True
         try:
-            self.durable.check()
+            self.durable.check(adopt=not self.replicas_ack())
             return True
         except RefusedError as e:
             if str(e) != self._refused:
@@ -181,7 +183,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
 
     def run(self, stop=lambda: False) -> None:
         if self.durable is not None:
-            self.durable.check()    # refused at start: one line and exit 3, before anything is read
+            self.durable.check(adopt=not self.replicas_ack())    # refused at start: one line and exit 3
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
         tune_gc()
         try:

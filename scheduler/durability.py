@@ -103,8 +103,12 @@ class Durability:
         self.url = without_credentials(url)     # shown in messages: never a password
         self.file = StateFile(path)
 
-    def check(self) -> None:
-        """Raise RefusedError (one line) when this Redis must not be led."""
+    def check(self, adopt: bool = True) -> None:
+        """Raise RefusedError (one line) when this Redis must not be led. `adopt`: the file takes
+        Redis's figures now; not behind replicas (redis.min_replicas_ack), where Redis may hold
+        writes no failover keeps (a cut-off or stale master's): the file then learns only what a
+        commit got acknowledged (acknowledged, seen), else a failover that discards them would
+        have the scheduler refuse the new master for good."""
         aof = self.store.aof_enabled()
         if not aof:
             if not self.allow_volatile:
@@ -121,7 +125,7 @@ class Durability:
                 f"{saved.describe()}; restore Redis from its AOF, or accept the loss with "
                 f"`labq admin accept-loss` (then start the scheduler again)")
         self.file.saved = None
-        self.file.save(now, strict=True)      # written (or refused) before leading, even when unchanged
+        self.file.save(now if adopt or saved is None else saved, strict=True)   # written (or refused) before leading
         self.store.record_state_file(self.file.path)
         if aof and (fsync := self.store.aof_fsync()) not in ("always", None):     # issue 34: never silently
             log.warning("Redis at %s syncs its AOF with appendfsync %s, not always: a crash of the machine "

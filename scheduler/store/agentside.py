@@ -21,9 +21,12 @@ from .keys import Keys
 from .reads import load_job
 
 
-def _short(acked, wanted: int) -> Exception:
+def _short(acked, wanted: int, doubt: str = "") -> Exception:
     """A write the replicas did not confirm is as good as not made (the master may be an old one,
-    cut off, whose writes Sentinel will discard): the caller retries, on the master Sentinel names."""
+    cut off, whose writes Sentinel will discard): the caller retries, on the master Sentinel names.
+    `doubt`: why the sentinels did not confirm the master after the WAIT (sentinel.doubt)."""
+    if doubt:
+        return redis.ConnectionError(f"the write is not acknowledged: {doubt}")
     return redis.ConnectionError(f"the write reached {acked} of the {wanted} replicas it needs within "
                                  f"{conn.WAIT_MS} ms (redis.min_replicas_ack)")
 
@@ -151,7 +154,12 @@ class AgentStore:
         """WAIT on the fast connection, for every replica its ROLE listed (conn.replicas_online)."""
         if self.fast.sock is None:      # never on a new connection: WAIT would count none of our writes
             raise resp.ConnectionLost("the connection dropped before WAIT")
-        return self.fast.raw_roundtrip([("WAIT", max(n, conn.replicas_online(role)), conn.WAIT_MS)])[0]
+        acked = self.fast.raw_roundtrip([("WAIT", max(n, conn.replicas_online(role)), conn.WAIT_MS)])[0]
+        if isinstance(acked, int) and acked >= n and self.fast.opts["scheme"] == "sentinel":
+            why, _ = sentinel.doubt_thin(self.fast)     # a stale master's replica acknowledges too
+            if why:
+                raise _short(acked, n, why)     # _run closes the connection: the next try asks Sentinel
+        return acked
 
     def _run_redis_py(self, cmds: list, multi: bool, replicas: int) -> list:
         keep = conn.Keep(self.r.connection_pool)
@@ -164,7 +172,9 @@ class AgentStore:
             acked = keep.wait(replicas, conn.WAIT_MS) if replicas else 0
             if acked < replicas:
                 keep.kept.disconnect()
-                raise _short(acked, replicas)
+                if keep.stale:      # every connection to the old master: the next ones ask Sentinel
+                    self.r.connection_pool.disconnect()
+                raise _short(acked, replicas, keep.doubt)
             return got
         finally:
             keep.give_back()

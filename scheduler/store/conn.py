@@ -141,6 +141,7 @@ class Keep:
 
     def __init__(self, pool):
         self.pool, self.kept = pool, None
+        self.doubt, self.stale = "", False     # why the sentinels did not confirm the master (wait)
 
     def get_connection(self, *a, **kw):
         return self.pool.get_connection(*a, **kw)
@@ -149,11 +150,17 @@ class Keep:
         self.kept = c
 
     def wait(self, replicas: int, ms: int) -> int:
-        """WAIT for every replica connected now (at least `replicas`); how many acknowledged."""
+        """WAIT for every replica connected now (at least `replicas`); how many acknowledged. Behind
+        Sentinel, 0 unless the sentinels then confirm the master (store/sentinel.py · doubt: a stale
+        master's replica acknowledges writes the failover discards); `doubt` says why, `stale`
+        whether the master is, or is about to be, an old one."""
         self.kept.send_command("ROLE")
         online = replicas_online(self.kept.read_response())
         self.kept.send_command("WAIT", max(replicas, online), ms)
-        return int(self.kept.read_response())
+        acked = int(self.kept.read_response())
+        if replicas and acked >= replicas:
+            self.doubt, self.stale = sentinel.doubt_redis_py(self.pool, self.kept)
+        return 0 if self.doubt else acked
 
     def give_back(self) -> None:
         if self.kept is not None:

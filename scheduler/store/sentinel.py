@@ -10,7 +10,8 @@ everything a process needs to follow a failover without a restart:
 - the thin client and slot runners (store/resp.py): `master_address` asks each sentinel in turn
   `SENTINEL get-master-addr-by-name`, and the connection checks `ROLE` before trusting the answer.
 
-`ack` is `redis.min_replicas_ack`: the replicas a write must reach (WAIT) before labq acknowledges it.
+`ack` is `redis.min_replicas_ack`: the replicas a write must reach (WAIT) before labq acknowledges it,
+after which the sentinels must still name its master, with no failover of it under way (`doubt`).
 The login (a role's password file, or the URL's user) is the master's; the sentinels get it too only
 with `sentinel_auth=1` (`redis.sentinel_auth`), as a sentinel without ACL users refuses an AUTH.
 
@@ -151,3 +152,66 @@ def _connection_class():
         _CLASS.append(Connection)
     return _CLASS[0]
 
+
+# -- is the master written to still the master? (before anything is acknowledged) -----------------
+# A master that stopped answering (SIGSTOP, a frozen VM, a long swap) past down-after-milliseconds
+# and then resumes is still a master until Sentinel demotes it, seconds later, and the replica that
+# was not promoted may still be attached to it: a write there passes min-replicas-to-write and WAIT,
+# and is discarded when that replica resyncs from the new master. A write is therefore acknowledged
+# only once the sentinels, asked after its WAIT, name the master it went to and none of them has
+# that master down or a failover of it under way (the failover's leader flags it from the start).
+DOUBTFUL = ("s_down", "o_down", "failover_in_progress")
+
+
+def doubt(answers: list, host: str, port: int) -> tuple[str, bool]:
+    """Why the sentinels' `answers` (each SENTINEL MASTER's fields as a dict, or the exception that
+    asking raised) do not confirm host:port as the service's master: ("", False) when they do;
+    (reason, True) when one names another master or flags this one (the caller's master is, or
+    may soon be, an old one); (reason, False) when fewer than a majority answered (a failover
+    needs a majority's votes: without one, no answer is sure)."""
+    got = [a for a in answers if isinstance(a, dict)]
+    if len(got) * 2 <= len(answers):
+        errors = "; ".join(str(a) for a in answers if not isinstance(a, dict))[:300]
+        return f"only {len(got)} of {len(answers)} sentinels answered ({errors})", False
+    for a in got:
+        if (str(a.get("ip")), int(a.get("port") or 0)) != (str(host), int(port)):
+            return f"Sentinel names {a.get('ip')}:{a.get('port')} the master, not {host}:{port}", True
+        flags = a.get("flags") or ""
+        flags = flags.split(",") if isinstance(flags, str) else flags
+        bad = [f for f in DOUBTFUL if f in flags]
+        if bad:
+            return f"a sentinel has {host}:{port} {' and '.join(bad)}", True
+    return "", False
+
+
+def doubt_thin(conn) -> tuple[str, bool]:
+    """doubt() for a resp.Connection in sentinel mode, of the master it is connected to."""
+    from . import resp
+    opts, answers = conn.opts, []
+    for host, port in list(opts["sentinels"]):
+        s = resp.Connection(_sentinel_url(host, port, opts), connect_timeout=conn.connect_timeout,
+                            timeout=conn.connect_timeout)
+        try:
+            flat = s.execute("SENTINEL", "MASTER", opts["service"])
+            answers.append(dict(zip(flat[::2], flat[1::2])) if isinstance(flat, list) else flat)
+        except (resp.ConnectionLost, resp.RespError) as e:
+            answers.append(e)
+        finally:
+            s.close()
+    return doubt(answers, opts["host"], opts["port"])
+
+
+def doubt_redis_py(pool, connection) -> tuple[str, bool]:
+    """doubt() for a redis-py Sentinel pool (redis_py's), of the master `connection` went to;
+    ("", False) for any other pool (no Sentinel to ask: WAIT is all there is)."""
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is None:
+        return "", False
+    from redis import RedisError
+    answers = []
+    for s in manager.sentinels:
+        try:
+            answers.append(s.sentinel_master(pool.service_name))
+        except RedisError as e:
+            answers.append(e)
+    return doubt(answers, connection.host, connection.port)

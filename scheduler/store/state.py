@@ -33,6 +33,7 @@ class SchedulerStore(RequestList):
         # EXEC (a PEXPIRE of the watched key would abort it).
         self.lease_lock = threading.Lock()
         self.acked = 0     # replicas that acknowledged the last replicated txn (WAIT's answer)
+        self.doubt = ""    # why the sentinels did not confirm the master of that txn (conn.Keep.wait)
         self.held: dict[str, bytes] = {}     # entry id -> the bytes of each request taken, until acknowledged
 
     # -- leader lease ------------------------------------------------------------------------
@@ -117,6 +118,10 @@ class SchedulerStore(RequestList):
             except redis.WatchError:
                 raise StalePlanError("the leader lease changed during a transaction") from None
             self.acked = keep.wait(replicas, conn.WAIT_MS) if replicas else 0
+            self.doubt = keep.doubt
+            if keep.stale:      # nothing of an old master's is acknowledged: reload from the one Sentinel names
+                self.r.connection_pool.disconnect()
+                raise StalePlanError(f"a commit was not acknowledged: {keep.doubt}")
             return got
 
     def rebuild_stat_rows(self, jobs) -> None:

@@ -163,3 +163,31 @@ def _pings(r) -> bool:
         return r.ping()
     except redis.ConnectionError:
         return False
+
+
+def test_figures_no_commit_got_acknowledged_are_not_the_state_files_when_the_lead_is_taken_again(pair, tmp_path):
+    """Behind replicas the state file learns only acknowledged job ids, also when the scheduler
+    takes the lead again (a reload) on a master that holds more: an old master's writes, which the
+    failover discards. Adopted, they would have the scheduler refuse the new master for good
+    ("went backwards"), as the Sentinel e2e test's stopped master once did."""
+    from labq.scheduler.durability import Durability
+    m, _, replica = pair
+    s = started(m, 1)
+    path = str(tmp_path / "state.json")
+    s.durable = Durability(s.store, "sentinel://test/labq", True, path)
+    s.durable.check()
+    send(m, "a1")
+    s.tick(NOW + 1, m.lrange(K.wake, 0, -1))
+    acked = json.loads(m.lrange(K.reply("a1"), 0, -1)[0])["job_id"]
+    replica.send_signal(signal.SIGSTOP)
+    try:
+        send(m, "a2")
+        s.tick(NOW + 2, m.lrange(K.wake, 0, -1))       # WAIT times out: held back
+        held = json.loads(m.get(K.done("a2")))["job_id"]
+        s.leading = False           # the lead taken again: the durability check runs before the reload
+        s.tick(NOW + 3, m.lrange(K.wake, 0, -1))
+        assert s.leading
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    with open(path) as f:
+        assert json.load(f)["last_job_id"] == acked < held

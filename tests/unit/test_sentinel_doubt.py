@@ -1,0 +1,35 @@
+"""sentinel.doubt: a write behind Sentinel is acknowledged only when, after its WAIT, the sentinels
+name the master it went to and none has that master down or a failover of it under way (a stale
+master's replica acknowledges writes that the failover then discards); a minority of answers
+confirms nothing."""
+from labq.scheduler.store import sentinel
+
+HOST, PORT = "127.0.0.1", 6379
+
+
+def master(ip=HOST, port=PORT, flags="master"):
+    return {"name": "labq", "ip": ip, "port": str(port), "flags": flags}
+
+
+def test_every_sentinel_naming_the_master_confirms_it():
+    assert sentinel.doubt([master(), master(), master()], HOST, PORT) == ("", False)
+    # redis-py's parsed form: the port an int, RESP3's flags a set
+    assert sentinel.doubt([master(port=PORT), {**master(), "port": PORT, "flags": {"master"}}], HOST, PORT) == ("", False)
+
+
+def test_another_master_named_or_a_failover_under_way_makes_the_master_stale():
+    why, stale = sentinel.doubt([master(), master(port=6380), master()], HOST, PORT)
+    assert stale and "127.0.0.1:6380" in why and f"not {HOST}:{PORT}" in why
+    for flags in ("master,failover_in_progress", "master,s_down", "master,s_down,o_down"):
+        why, stale = sentinel.doubt([master(), master(flags=flags), master()], HOST, PORT)
+        assert stale and flags.split(",")[1] in why, (flags, why)
+    # flags that say nothing about this master's standing do not count
+    assert sentinel.doubt([master(flags="master,disconnected")] * 3, HOST, PORT) == ("", False)
+
+
+def test_without_a_majority_of_answers_nothing_is_confirmed_nor_called_stale():
+    down = ConnectionRefusedError("sentinel 2 is away")
+    why, stale = sentinel.doubt([master(), down, down], HOST, PORT)
+    assert why.startswith("only 1 of 3 sentinels answered") and "sentinel 2 is away" in why and not stale
+    assert sentinel.doubt([master(), master(), down], HOST, PORT) == ("", False)
+    assert sentinel.doubt([down, master()], HOST, PORT)[0].startswith("only 1 of 2")
