@@ -159,27 +159,32 @@ def _connection_class():
 # was not promoted may still be attached to it: a write there passes min-replicas-to-write and WAIT,
 # and is discarded when that replica resyncs from the new master. A write is therefore acknowledged
 # only once the sentinels, asked after its WAIT, name the master it went to and none of them has
-# that master down or a failover of it under way (the failover's leader flags it from the start).
+# that master down or a failover of it under way (the failover's leader flags it from the start,
+# before it tells a replica to take over; once done, it names the new master with a higher epoch).
 DOUBTFUL = ("s_down", "o_down", "failover_in_progress")
 
 
 def doubt(answers: list, host: str, port: int) -> tuple[str, bool]:
     """Why the sentinels' `answers` (each SENTINEL MASTER's fields as a dict, or the exception that
     asking raised) do not confirm host:port as the service's master: ("", False) when they do;
-    (reason, True) when one names another master or flags this one (the caller's master is, or
-    may soon be, an old one); (reason, False) when fewer than a majority answered (a failover
-    needs a majority's votes: without one, no answer is sure)."""
+    (reason, True) when the newest configuration among them (the highest config-epoch: a sentinel
+    that missed the last failover still names the master before it, and is not believed) names
+    another master, or one that names host:port has it down or a failover of it under way (the
+    caller's master is, or may soon be, an old one); (reason, False) when fewer than a majority
+    answered (a failover needs a majority's votes: without one, no answer is sure)."""
     got = [a for a in answers if isinstance(a, dict)]
     if len(got) * 2 <= len(answers):
         errors = "; ".join(str(a) for a in answers if not isinstance(a, dict))[:300]
         return f"only {len(got)} of {len(answers)} sentinels answered ({errors})", False
+    ours = (str(host), int(port))
+    newest = max(int(a.get("config-epoch") or 0) for a in got)
     for a in got:
-        if (str(a.get("ip")), int(a.get("port") or 0)) != (str(host), int(port)):
-            return f"Sentinel names {a.get('ip')}:{a.get('port')} the master, not {host}:{port}", True
+        named = (str(a.get("ip")), int(a.get("port") or 0))
+        if named != ours and int(a.get("config-epoch") or 0) == newest:
+            return f"Sentinel names {named[0]}:{named[1]} the master (epoch {newest}), not {host}:{port}", True
         flags = a.get("flags") or ""
-        flags = flags.split(",") if isinstance(flags, str) else flags
-        bad = [f for f in DOUBTFUL if f in flags]
-        if bad:
+        bad = [f for f in DOUBTFUL if f in (flags.split(",") if isinstance(flags, str) else flags)]
+        if named == ours and bad:
             return f"a sentinel has {host}:{port} {' and '.join(bad)}", True
     return "", False
 

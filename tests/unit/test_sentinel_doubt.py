@@ -1,25 +1,35 @@
-"""sentinel.doubt: a write behind Sentinel is acknowledged only when, after its WAIT, the sentinels
-name the master it went to and none has that master down or a failover of it under way (a stale
-master's replica acknowledges writes that the failover then discards); a minority of answers
-confirms nothing."""
+"""sentinel.doubt: a write behind Sentinel is acknowledged only when, after its WAIT, the sentinels'
+newest configuration names the master it went to and none has that master down or a failover of
+it under way (a stale master's replica acknowledges writes that the failover then discards); a
+sentinel that missed the last failover is not believed; a minority of answers confirms nothing."""
 from labq.scheduler.store import sentinel
 
 HOST, PORT = "127.0.0.1", 6379
 
 
-def master(ip=HOST, port=PORT, flags="master"):
-    return {"name": "labq", "ip": ip, "port": str(port), "flags": flags}
+def master(ip=HOST, port=PORT, flags="master", epoch=0):
+    return {"name": "labq", "ip": ip, "port": str(port), "flags": flags, "config-epoch": str(epoch)}
 
 
 def test_every_sentinel_naming_the_master_confirms_it():
     assert sentinel.doubt([master(), master(), master()], HOST, PORT) == ("", False)
-    # redis-py's parsed form: the port an int, RESP3's flags a set
-    assert sentinel.doubt([master(port=PORT), {**master(), "port": PORT, "flags": {"master"}}], HOST, PORT) == ("", False)
+    # redis-py's parsed form: the port and epoch ints, RESP3's flags a set
+    parsed = {**master(), "port": PORT, "config-epoch": 0, "flags": {"master"}}
+    assert sentinel.doubt([master(), parsed], HOST, PORT) == ("", False)
 
 
-def test_another_master_named_or_a_failover_under_way_makes_the_master_stale():
-    why, stale = sentinel.doubt([master(), master(port=6380), master()], HOST, PORT)
+def test_the_newest_configuration_naming_another_master_makes_ours_stale():
+    why, stale = sentinel.doubt([master(), master(port=6380, epoch=1), master()], HOST, PORT)
     assert stale and "127.0.0.1:6380" in why and f"not {HOST}:{PORT}" in why
+
+
+def test_a_sentinel_that_missed_the_failover_is_not_believed():
+    # Ours is the new master (epoch 1); one sentinel still names the old one (epoch 0), down.
+    lagging = master(port=6380, flags="master,s_down,o_down", epoch=0)
+    assert sentinel.doubt([master(epoch=1), lagging, master(epoch=1)], HOST, PORT) == ("", False)
+
+
+def test_a_failover_under_way_or_the_master_down_makes_it_stale():
     for flags in ("master,failover_in_progress", "master,s_down", "master,s_down,o_down"):
         why, stale = sentinel.doubt([master(), master(flags=flags), master()], HOST, PORT)
         assert stale and flags.split(",")[1] in why, (flags, why)
