@@ -342,15 +342,15 @@ class Agent:
             return
         ours = set(proctree.children(os.getpid()))
         for ref, pid, age in stale:
-            # Not a live runner of ours: dead already (its pid may be another process's now). A
-            # holder's job is over: silent since, it is posting the result.
+            # Not a live runner of ours (dead: its pid may be reused), or holding a result to post.
             if pid not in ours or not results.stop_unless_holding(self.settings.spool, pid):
                 continue
-            log.error("node %s: the runner of job %s (pid %d) has not heart-beaten for %.1fs; killing it and "
-                      "its job", self.name, ref, pid, age)
-            for p in [*proctree.descendants(pid), pid]:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(p, signal.SIGKILL)
+            if deadslot.kill_unless_over(pid):
+                log.error("node %s: the runner of job %s (pid %d) has not heart-beaten for %.1fs; killed it and "
+                          "its job", self.name, ref, pid, age)
+            else:
+                log.warning("node %s: the runner of job %s (pid %d), silent %.1fs, has a job that ended: resumed "
+                            "to post its outcome", self.name, ref, pid, age)
 
     def _purge_spool(self) -> None:
         try:

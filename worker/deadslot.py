@@ -94,3 +94,29 @@ class Waker:
         signal.signal(signal.SIGCHLD, self.old)
         for fd in (self.rfd, self.wfd):
             os.close(fd)
+
+
+def kill_unless_over(runner: int) -> bool:
+    """A runner silent past the lease, stopped by the caller (results.stop_unless_holding): kill it
+    and its tree (True), unless its job is over - its leader, the runner's child in a session of its
+    own, has exited, a zombie only the runner can reap (the runner was SIGSTOPped as its job ended).
+    Then the job's other processes die, and the runner is resumed to post the outcome (False): the
+    soak saw such finished jobs ended node_failure and run again (issue 35)."""
+    over = any(_stat(c)[:1] == ["Z"] and _stat(c)[3:4] == [str(c)] for c in proctree.children(runner))
+    for p in [*proctree.descendants(runner), *([] if over else [runner])]:
+        if not (over and _stat(p)[:1] == ["Z"]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+    if over:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(runner, signal.SIGCONT)
+    return not over
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat past the command: state, ppid, pgrp, session, ... ([] once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return []

@@ -9,8 +9,10 @@ import contextlib
 import json
 import os
 import signal
+import time
 
 DIR = "results"
+STOP_WAIT = 2.0        # seconds a SIGSTOPped runner may take to stop (it is then killed anyway)
 
 
 def path(spool: str, slot: int) -> str:
@@ -76,8 +78,21 @@ def stop_unless_holding(spool: str, pid: int) -> bool:
         os.kill(pid, signal.SIGSTOP)
     except ProcessLookupError:
         return False
+    # The signal is delivered asynchronously: a runner on another CPU runs on for a moment.
+    end = time.monotonic() + STOP_WAIT
+    while _state(pid) not in ("T", "t", "Z", "") and time.monotonic() < end:
+        time.sleep(0.001)
     if pid not in holders(spool):
         return True
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGCONT)
     return False
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return ""

@@ -9,9 +9,12 @@ it cannot save anything between the look and the kill. Real processes, no Redis.
 import json
 import os
 import subprocess
+import sys
+import time
 
 from labq.worker import results
-from tests.harness import E2E_MARKS, wait_for
+from labq.worker.agent import Agent
+from tests.harness import E2E_MARKS, NODE, K, agent_config, wait_for
 
 pytestmark = E2E_MARKS
 
@@ -59,3 +62,50 @@ def test_a_runner_holding_a_result_runs_on_and_one_gone_is_left_alone(tmp_path):
         p.kill()
         p.wait(30)
     assert results.stop_unless_holding(spool, p.pid) is False, "gone: nothing to stop or kill"
+
+
+# A runner stand-in: its job's leader (a child in a session of its own) exits at once and is left
+# unreaped; an escaped process of the job (another child) runs on; then it waits, stopped.
+STANDIN = """
+import os, signal, subprocess, sys, time
+leader = os.fork()
+if leader == 0:
+    os.setsid()
+    os._exit(0 if sys.argv[1] == "ends" else (time.sleep(60) or 0))
+escaped = subprocess.Popen(["sleep", "60"])
+print(leader, escaped.pid, flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+time.sleep(60)
+"""
+
+
+def test_the_agent_resumes_a_silent_runner_whose_job_ended_and_kills_one_whose_job_runs(redis_server, real_redis,
+                                                                                       tmp_path):
+    """A runner SIGSTOPped past the lease as its job exited 0: the agent killed it for its silence
+    and the finished job ended node_failure and ran again (the 30-minute soak: jobs 393, 414, 612).
+    Now the agent resumes it to post the outcome, and kills only the job's other processes; a
+    runner whose job still runs is killed with its tree as before."""
+    got = {}
+    for how in ("ends", "runs"):
+        p = subprocess.Popen([sys.executable, "-c", STANDIN, how], stdout=subprocess.PIPE, text=True)
+        leader, escaped = map(int, p.stdout.readline().split())
+        wait_for(lambda: state(p.pid) == "T", 30, what="the stand-in stopped")
+        if how == "ends":
+            wait_for(lambda: state(leader) == "Z", 30, what="the job's leader exited")
+        jid = 35 if how == "ends" else 36
+        real_redis.hset(K.node_runners(NODE), str(jid), f"running {jid}.1 pid={p.pid} {time.time():.3f}")
+        real_redis.hset(K.attempt(jid, 1), mapping={"claimed": f"{NODE}:{p.pid}", "hb": time.time() - 10})
+        Agent(agent_config(tmp_path, lease="3s"), redis_server.url)._check_attempts()
+        got[how] = (p, leader, escaped)
+        real_redis.delete(K.node_runners(NODE))
+    p, leader, escaped = got["ends"]
+    try:
+        wait_for(lambda: state(escaped) in ("Z", "X") or not os.path.exists(f"/proc/{escaped}"), 30,
+                 what="the job's escaped process killed")
+        assert p.poll() is None and state(p.pid) != "T", "resumed, to reap its job and post the outcome"
+    finally:
+        p.kill()
+        p.wait(30)
+    p, leader, escaped = got["runs"]
+    assert p.wait(30) == -9, "a runner whose job still runs is killed"
+    wait_for(lambda: not os.path.exists(f"/proc/{leader}") or state(leader) == "Z", 30, what="its job killed")
