@@ -18,7 +18,7 @@ RESULTS = os.path.join(HERE, "RESULTS.md")
 
 # The §11 order; a figure not listed goes after these, in the order it was first measured.
 ORDER = ("lat.api.p50", "lat.api.p99", "lat.cli.p50", "lat.cli.p99", "sub.wall", "sub.cpu", "subtest.wall",
-         "tput", "drain.100", "drain.20", "drain.percall", "drain.perbatch", "array10k", "array10k.cli",
+         "tput", "drain.100", "drain.20", "drain.1", "drain.percall", "drain.perbatch", "array10k", "array10k.cli",
          "stat.wall", "stat.cpu", "help.cpu", "rare.cpu", "runner", "mem.sched", "mem.redis", "mem.cancel")
 
 

@@ -5,9 +5,9 @@ processes, and a queue that changes while it is measured.
 - drain: N client processes (bench/drainclient.py: the thin client `labq sub` uses, one request at a
   time each, like N users' shells) submit held jobs together; requests answered per second, from the
   first request sent to the last answered, and the scheduler's own CPU (/proc/PID/stat) per request.
-  Two runs (20 and 100 clients) give the scheduler's CPU split into a cost per request and a fixed
-  cost per batch (a batch is one MULTI/EXEC: Redis' own count of EXEC calls), by solving
-  cpu = a·requests + b·batches over the two runs. The drains leave 10,000 single held jobs pending.
+  Three runs (1, 20 and 100 clients) give the scheduler's CPU split into a cost per request and a
+  fixed cost per batch (a batch is one MULTI/EXEC: Redis' own count of EXEC calls), by a least-squares
+  fit of cpu = a·requests + b·batches. The drains leave 10,000 single held jobs pending.
 - the commands, with those 10,000 singles pending and a churn client (drainclient.py --churn)
   submitting and cancelling a job ~10 times a second meanwhile: `labq stat`, `labq sub -H`,
   `labq sub -H -a 1-10000` (the array, then `labq del` of it), `labq --help` and rare commands'
@@ -84,41 +84,44 @@ def drain(bs, n: int, per: int) -> dict:
             "batches": ex1 - ex0, "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]}
 
 
-def split(a: dict, b: dict) -> tuple[float, float] | None:
-    """(CPU s per request, CPU s per batch) solving cpu = x·requests + y·batches for two drains;
-    None where the two are not independent enough to say (or a cost comes out negative)."""
-    det = a["requests"] * b["batches"] - b["requests"] * a["batches"]
-    if abs(det) < 1e-9 * max(1, a["requests"] * b["batches"]):
+def split(drains: list) -> tuple[float, float] | None:
+    """(CPU s per request, CPU s per batch): the least-squares fit of cpu = x·requests + y·batches
+    over the drains; None where they do not separate the two (or a cost comes out negative)."""
+    rr = sum(d["requests"] ** 2 for d in drains)
+    bb = sum(d["batches"] ** 2 for d in drains)
+    rb = sum(d["requests"] * d["batches"] for d in drains)
+    rc = sum(d["requests"] * d["cpu"] for d in drains)
+    bc = sum(d["batches"] * d["cpu"] for d in drains)
+    det = rr * bb - rb * rb
+    if abs(det) < 1e-9 * max(1, rr * bb):
         return None
-    x = (a["cpu"] * b["batches"] - b["cpu"] * a["batches"]) / det
-    y = (a["requests"] * b["cpu"] - b["requests"] * a["cpu"]) / det
+    x, y = (rc * bb - bc * rb) / det, (rr * bc - rb * rc) / det
     return (x, y) if x > 0 and y > 0 else None
 
 
 def drain_rows(bs, quick: bool) -> list[Row]:
-    small_n, big_n = 20, 100
-    big_per = (2_000 if quick else SINGLES - 500) // big_n
-    small = drain(bs, small_n, 25)
-    big = drain(bs, big_n, big_per)
+    big_per = (2_000 if quick else SINGLES - 600) // 100
+    # One client: about a batch per request (the fixed cost shows); 20 and 100: requests share batches.
+    drains = [drain(bs, 1, 100), drain(bs, 20, 25), drain(bs, 100, big_per)]
     rows = []
-    for d, key in ((big, "drain.100"), (small, "drain.20")):
-        rows.append(Row(f"requests drained, {d['clients']} client processes", d["rate"], "jobs/s",
-                        5000 if d["clients"] >= 100 else None, "higher", key=key,
+    for d, key in ((drains[2], "drain.100"), (drains[1], "drain.20"), (drains[0], "drain.1")):
+        rows.append(Row(f"requests drained, {d['clients']} client process{'es' if d['clients'] > 1 else ''}",
+                        d["rate"], "jobs/s", 5000 if d["clients"] >= 100 else None, "higher", key=key,
                         note=f"{d['requests']:,} held submits in {d['span']:.2f} s (first sent → last answered), "
                              f"onto a queue of held jobs growing with them; round trip p50 {d['p50']:.1f} ms, "
                              f"p99 {d['p99']:.1f} ms; scheduler CPU {d['cpu']:.2f} s = "
                              f"{d['cpu'] * 1e6 / d['requests']:.0f} µs per request, {d['batches']:,} batches "
                              f"({d['requests'] / max(1, d['batches']):.1f} requests each)"))
-    both = split(small, big)
+    both = split(drains)
     if both is None:
-        why = "the two drains' batch counts do not separate the two costs (see their notes)"
+        why = "the drains' batch counts do not separate the two costs (see their notes)"
         rows += [Row("scheduler CPU per request (intake, handler, commit), live", unit="µs", key="drain.percall",
                      skipped=why),
                  Row("scheduler CPU fixed per batch, live", unit="ms", key="drain.perbatch", skipped=why)]
     else:
         x, y = both
-        how = ("solved from the two drains (20 and 100 clients): scheduler CPU = a·requests + b·batches; "
-               "all of the scheduler's CPU meanwhile (its ticks and plan passes included)")
+        how = ("least-squares fit over the three drains (1, 20 and 100 clients): scheduler CPU = a·requests + "
+               "b·batches; all of the scheduler's CPU meanwhile (its ticks and plan passes included)")
         rows += [Row("scheduler CPU per request (intake, handler, commit), live", x * 1e6, "µs", 100, key="drain.percall",
                      note=how),
                  Row("scheduler CPU fixed per batch, live", y * 1e3, "ms", 1, key="drain.perbatch", note=how)]
