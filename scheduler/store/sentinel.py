@@ -177,14 +177,24 @@ def doubt(answers: list, host: str, port: int) -> tuple[str, bool]:
         errors = "; ".join(str(a) for a in answers if not isinstance(a, dict))[:300]
         return f"only {len(got)} of {len(answers)} sentinels answered ({errors})", False
     ours = (str(host), int(port))
+
+    def named(a) -> tuple[str, int]:
+        return str(a.get("ip")), int(a.get("port") or 0)
+
+    def flags(a) -> list:
+        f = a.get("flags") or ""
+        return f.split(",") if isinstance(f, str) else list(f)
     newest = max(int(a.get("config-epoch") or 0) for a in got)
+    latest = [a for a in got if int(a.get("config-epoch") or 0) == newest]
+    for a in latest:
+        # The failover's leader, still moving the other replicas over, names the old master at the
+        # new epoch until it is done; the others at that epoch already name the promoted one.
+        leader_finishing = "failover_in_progress" in flags(a) and any(named(b) == ours for b in latest)
+        if named(a) != ours and not leader_finishing:
+            return f"Sentinel names {named(a)[0]}:{named(a)[1]} the master (epoch {newest}), not {host}:{port}", True
     for a in got:
-        named = (str(a.get("ip")), int(a.get("port") or 0))
-        if named != ours and int(a.get("config-epoch") or 0) == newest:
-            return f"Sentinel names {named[0]}:{named[1]} the master (epoch {newest}), not {host}:{port}", True
-        flags = a.get("flags") or ""
-        bad = [f for f in DOUBTFUL if f in (flags.split(",") if isinstance(flags, str) else flags)]
-        if named == ours and bad:
+        bad = [f for f in DOUBTFUL if f in flags(a)]
+        if named(a) == ours and bad:
             return f"a sentinel has {host}:{port} {' and '.join(bad)}", True
     return "", False
 

@@ -29,6 +29,19 @@ def test_a_sentinel_that_missed_the_failover_is_not_believed():
     assert sentinel.doubt([master(epoch=1), lagging, master(epoch=1)], HOST, PORT) == ("", False)
 
 
+def test_the_failovers_leader_still_naming_the_old_master_does_not_hold_the_new_one_back():
+    # After the promotion the leader names the old master at the new epoch (failover_in_progress)
+    # until it has moved the other replicas; the sentinels that switched name ours at that epoch.
+    leader = master(port=6380, flags="master,failover_in_progress", epoch=1)
+    assert sentinel.doubt([master(epoch=1), leader, master(epoch=1)], HOST, PORT) == ("", False)
+    # ... but it alone at the new epoch confirms nothing for the master it no longer names
+    why, stale = sentinel.doubt([master(), leader, master()], HOST, PORT)
+    assert stale and "127.0.0.1:6380" in why
+    # and for the old master it names, its flag says the failover is under way
+    why, stale = sentinel.doubt([master(port=6380), leader, master(port=6380, epoch=1)], "127.0.0.1", 6380)
+    assert stale and "failover_in_progress" in why
+
+
 def test_a_failover_under_way_or_the_master_down_makes_it_stale():
     for flags in ("master,failover_in_progress", "master,s_down", "master,s_down,o_down"):
         why, stale = sentinel.doubt([master(), master(flags=flags), master()], HOST, PORT)
