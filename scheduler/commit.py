@@ -10,7 +10,7 @@ from .batch import Batch
 from .errors import StalePlanError
 from .jobspec import Tasks
 from .model import Job
-from .store import dispatchq, writes
+from .store import codec, dispatchq, writes
 
 log = logging.getLogger("labq.scheduler")
 
@@ -203,7 +203,7 @@ class Committer:
     def _announce_into(self, p, b, replies: bool) -> None:
         for j in b.dispatch:     # a gang: one entry on each part's node (the runner finds its rank)
             for node, _ in j.current.parts or ((j.current.node, ()),):
-                dispatchq.push(p, self.k, node, j.id, j.current.attempt)
+                dispatchq.push(p, self.k, node, j.id, j.current.attempt, codec.env_ref(j), j.has_script)
         if replies:
             for rid, reply, *_ in b.replies:
                 writes.push_reply(p, self.k, rid, reply)

@@ -8,11 +8,13 @@ vouched for (security.auth = "munge"; without munge, whoever the client says it 
 other request). The reply is not remembered for retries (writes.put_reply remember=False): the
 secret is not copied into a `done` key for a day.
 
-What the ACL cannot fence: a node role reads every submission's script and environment, not only
-those of the attempts dispatched to it. Redis ACLs match key patterns and commands, not which node
-the scheduler gave an attempt; the keys would have to be per node (a copy at dispatch, removed at
-the end) for a pattern to fence them. A node's root is trusted with the jobs it runs and its own
-password file; one node's root can read what other nodes' jobs exported.
+Nodes: a node role reads no submission's keys either. At dispatch the scheduler copies the
+attempt's script and environment under the node's name (keys.handover, dispatchq.push), the one
+pattern a node role may GET and DEL (acl.py); the runner reads them before it claims and deletes
+them once the process started (a day's TTL takes those of attempts never claimed). What the ACL
+cannot fence: a node reads the copies of every attempt dispatched to it, for as long as they
+exist, including a job's that another node runs too (a gang's parts each get a copy); a node's
+root is trusted with the jobs it runs.
 """
 from .errors import RefusedError, UsageError
 from .model import Job

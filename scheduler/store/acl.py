@@ -5,7 +5,8 @@
   replies, read what the read commands read: never others' requests, dead letters, scripts or
   exported environments (NOT_READ). Its password may sit in the world-readable config: munge, not Redis, says who asks.
 - `labq-node-NAME`: one per node agent: that node's hash, lease and events, the attempt hashes its
-  runners write, the job records, scripts, environments and controls they read, its dispatch queue.
+  runners write, the job records and controls they read, its dispatch queue, and the scripts and
+  environments of the attempts dispatched to it (keys.handover), never other nodes'.
 - `labq-scheduler`: every labq key; no pub/sub, no dangerous commands.
 - `labq-admin`: what `labq admin acl --apply` itself needs later (ACL SETUSER, …).
 
@@ -29,7 +30,7 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
 # dead letters (what was left of others' requests: admins read them with `labq admin dead`).
 # Nor scripts and exported environments (job_env, script: issue 34, they hold tokens and passwords):
 # their owners and admins read them through the scheduler (scheduler/private.py).
-NOT_READ = {"requests", "taken", "credential", "done", "job_env", "script", "dead"}
+NOT_READ = {"requests", "taken", "credential", "done", "job_env", "script", "handover", "dead"}
 
 
 def node_role(node: str) -> str:
@@ -70,9 +71,10 @@ def _node_rules(k: Keys, node: str) -> list[str]:
             f"(~{k.dispatch(node)} ~{k.dispatch_slot(node, '*')} +blmove +lmove +lrange +llen +lrem)",
             f"(~{k.node_control(node, '*')} +blpop +lpop +del)",
             f"(~{k.node_purge(node)} +srandmember +srem +scard)",
-            # Every submission's script and environment, not only those dispatched here: ACL key
-            # patterns cannot follow which node an attempt was given (private.py says what fences).
-            f"(%R~{k.job('*')} %R~{k.job_env('*')} %R~{k.script('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} "
+            # The scripts and environments of the attempts dispatched here only: the scheduler copies
+            # them under this node's name at dispatch (keys.handover), the runner deletes them at claim.
+            f"(~{k.handover(node, '*', '*')} +get +del)",
+            f"(%R~{k.job('*')} %R~{k.node_admin(node)} %R~{k.schema} %R~{k.leader} "
             f"{' '.join(READ)})"]
 
 

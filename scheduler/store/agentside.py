@@ -142,13 +142,8 @@ class AgentStore:
 
     # -- attempts ------------------------------------------------------------------------------
     def job(self, jid: int) -> Job | None:
-        return load_job(self.r, self.k, jid, scripts=True)
-
-    def job_env(self, job: Job) -> tuple[tuple[str, str], ...]:
-        """The variables the job's submitter exported (keys.job_env); a record from before they
-        were kept apart carries them itself."""
-        raw = self.r.get(self.k.job_env(codec.env_ref(job)))
-        return tuple((n, v) for n, v in json.loads(raw)) if raw else job.env
+        """The record alone (its script is read at first_read, from this node's handover)."""
+        return load_job(self.r, self.k, jid)
 
     def _wait(self, role, n: int):
         """WAIT on the fast connection, for every replica its ROLE listed (conn.replicas_online)."""
@@ -189,14 +184,15 @@ class AgentStore:
         # claimed_at: the latency split's mark
         cmds = [("HSETNX", part, "claimed", me), ("HSETNX", part, "claimed_at", time.time()),
                 ("HGET", part, "claimed"), ("PTTL", self.k.node_lease(node))]
-        if job is not None:
-            cmds.append(("GET", self.k.job_env(codec.env_ref(job))))
+        if job is not None:     # handed over to this node at dispatch (dispatchq.push), always there
+            cmds.append(("GET", self.k.handover(node, jid, "env")))
         _, _, holder, pttl, *env = self._run(cmds, replicated=True)
         # Ours also when the claim was sent again after a lost reply (the first one had won).
         won = holder == me
         if job is None:
             return won, int(pttl), ()
-        return won, int(pttl), (tuple((n, v) for n, v in json.loads(env[0])) if env[0] else job.env)
+        raw = env[0] if env[0] is not None else self._apart(self.k.job_env(codec.env_ref(job)))
+        return won, int(pttl), (tuple((n, v) for n, v in json.loads(raw)) if raw else job.env)
 
     def job_and_control(self, jid: int, slot: "SlotRef | None" = None) -> tuple[Job | None, str | None]:
         """The job record and its control, in one round trip (a runner's first read); with `slot`,
@@ -208,15 +204,17 @@ class AgentStore:
                    node: str = "") -> tuple[Job | None, str | None, str | None]:
         """job_and_control, and with `node` the value of its lease (the epoch it names), in the same
         round trip: a runner checks its epoch before every claim."""
-        # The script is kept apart (keys.script) under the submission's id: a lone job's own, read
-        # in the same round trip; an array task's is its array's, one more round trip.
-        cmds = [("GET", self.k.job(jid)), ("GET", self.k.control(jid)), ("GET", self.k.script(jid))]
+        # The script, handed over to this node at dispatch (keys.handover: what a node role may
+        # read), in the same round trip.
+        on = slot.node if slot is not None else node
+        cmds = [("GET", self.k.job(jid)), ("GET", self.k.control(jid)),
+                ("GET", self.k.handover(on, jid, "script") if on else self.k.script(jid))]
         if node:
             cmds.append(("GET", self.k.node_lease(node)))
         if slot is not None:
             cmds.append(self._state_cmd(slot.node, slot.index, slot.running))
         raw, control, script, *rest = self._run(cmds)
-        scripts = lambda ref: script if ref == jid else self._script(ref)     # noqa: E731
+        scripts = lambda ref: script if script is not None else self._apart(self.k.script(ref))     # noqa: E731
         return (codec.loads(raw, self._spec, scripts) if raw else None), control, (rest[0] if node else None)
 
     def _spec(self, array_id: int) -> dict | None:
@@ -225,15 +223,23 @@ class AgentStore:
         raw = self._run([("GET", self.k.spec(int(array_id)))])[0]
         return json.loads(raw) if raw else None
 
-    def _script(self, ref: int) -> str | None:
-        raw = self._run([("GET", self.k.script(int(ref)))])[0]
+    def _apart(self, key: str) -> str | None:
+        """A submission's script or environment itself (keys.script, keys.job_env): what a runner
+        reads where nothing was handed over (an attempt dispatched by a scheduler before handovers,
+        or a Redis without roles); a node role may not read it (None)."""
+        try:
+            raw = self._run([("GET", key)])[0]
+        except redis.ResponseError:      # NOPERM under the roles
+            return None
         return raw.decode() if isinstance(raw, bytes) else raw
 
     def started(self, jid: int, attempt: int, node: str, pid: int, start: float, rank: int = 0) -> int:
         """The attempt's process runs: its first heartbeat and the `started` event in one round
         trip; returns the node lease's PTTL in ms."""
         cmds = [("HSET", self.k.part(jid, attempt, rank), "hb", time.time(), "pid", pid, "start", start),
-                ("PTTL", self.k.node_lease(node))]
+                ("PTTL", self.k.node_lease(node)),
+                # Used: the handed-over copies go (a claim resent after a lost reply still found them).
+                ("DEL", self.k.handover(node, jid, "script"), self.k.handover(node, jid, "env"))]
         # No wake-up: nothing waits on a start (the attempt is R since its admission; billing
         # takes the start from the event's body), so the scheduler reads it with the next event
         # or tick instead of spending a tick and a plan pass on it alone.

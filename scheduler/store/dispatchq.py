@@ -4,10 +4,22 @@ from ..dispatch import WITHDRAWN, entry
 from .keys import Keys
 
 CONTROL_TTL = 7 * 86400
+# A handed-over script and environment the runner never claimed (withdrawn, or its node died) goes:
+# a runner claims within start_timeout (60 s) or the attempt is withdrawn; a day is far beyond it.
+HANDOVER_TTL = 86400
 
 
-def push(p, k: Keys, node: str, job_id: int, attempt: int) -> None:
-    """Into a MULTI pipeline: the attempt goes out with the transaction that admits it."""
+def push(p, k: Keys, node: str, job_id: int, attempt: int, ref: int | None = None, script: bool = True) -> None:
+    """Into a MULTI pipeline: the attempt goes out with the transaction that admits it; with `ref`
+    (codec.env_ref), its submission's script and exported environment are copied under the node's
+    name (keys.handover), the only copies a node role may read (acl.py), deleted at claim."""
+    if ref is not None:
+        for what, src in (("script", k.script(ref)),) * script + (("env", k.job_env(ref)),):
+            dst = k.handover(node, job_id, what)
+            p.copy(src, dst, replace=True)      # nothing where the submission has none
+            if what == "env":
+                p.set(dst, "[]", nx=True)       # always there: a runner tells "none" from "not handed over"
+            p.expire(dst, HANDOVER_TTL)
     p.lpush(k.dispatch(node), entry(job_id, attempt))
 
 

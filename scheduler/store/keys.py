@@ -82,6 +82,11 @@ class Keys:
                                               # asks the scheduler (scheduler/private.py). Not under
                                               # `job:`: the clients' read pattern `job:*` would match it
 
+    def handover(self, node: str, jid: int, what: str) -> str:   # STRING (S COPY at dispatch, W GET+DEL at
+        return f"{self.p}:handover:{node}:{jid}:{what}"         # claim): job jid's "script" or "env", copied
+                                                                 # for the node its attempt went to: a node
+                                                                 # role reads its own node's only (acl.py)
+
     def control(self, jid: int) -> str:       # STRING (S): "cancel" | "preempt" for the running attempt
         return f"{self.p}:job:{jid}:control"
 

@@ -26,7 +26,7 @@ def test_a_1mb_script_in_a_200_task_array_is_stored_once(conns):
     assert len(r.get(K.script(first))) > 1_000_000 and not r.exists(K.script(first + 1))
     assert not r.exists(K.spec(first)), "no argv to share"
     # The runner gets the script back; the CLI's reader and a restarted scheduler know there is one.
-    assert AgentStore(r, K).job(first + 199).script == SCRIPT
+    assert AgentStore(r, K).first_read(first + 199)[0].script == SCRIPT
     assert AgentStore(r, K).job_and_control(first + 3)[0].script == SCRIPT
     client = Reader(r, K).job(first + 7)
     assert client.script is None and client.has_script
@@ -77,7 +77,7 @@ def test_an_archived_task_keeps_its_script_and_a_runner_reads_it(conns, tmp_path
     assert r.zcard(K.history) == 3
     path = str(tmp_path / "history.db")
     Archiver(r, K, Archive(path), keep=0).step(now + 3600)      # the first two tasks only
-    assert r.exists(K.script(first)) and AgentStore(r, K).job(first + 2).script == script
+    assert r.exists(K.script(first)) and AgentStore(r, K).first_read(first + 2)[0].script == script
     Archiver(r, K, Archive(path), keep=0).step(now + 10 ** 6)
     assert not r.exists(K.job(first + 2)), "archived"
     assert not r.exists(K.script(first)), "the script leaves Redis with the array's last task"

@@ -51,7 +51,11 @@ def test_the_script_and_environment_are_kept_apart_and_shown_to_owner_and_admins
     assert not r.exists(K.script(arr + 1)) and not r.exists(K.job_env(arr + 1)), "once per submission"
     seen = Reader(r, K).job(arr + 2)
     assert seen.script is None and seen.has_script and seen.argv == ("--lr", "3e-4")
-    assert AgentStore(r, K).job(arr + 2).script == SCRIPT
+    # Handed over to n1, where it was dispatched: the runner's first read finds it there.
+    assert r.get(K.handover("n1", arr + 2, "script")) == SCRIPT
+    assert dict(json.loads(r.get(K.handover("n1", arr + 2, "env")))) == ENV
+    assert AgentStore(r, K).first_read(arr + 2, None, "n1")[0].script == SCRIPT
+    assert not r.exists(K.handover("n2", arr + 2, "script"))
     mine = _ask(r, s, "alice", arr + 2, "q1")
     assert mine == {"ok": True, "job_id": arr + 2, "id": f"{arr}_3", "script": SCRIPT, "export": "NONE", "env": ENV}
     assert _ask(r, s, "root", jid, "q2")["script"] == SCRIPT, "an admin"
@@ -106,15 +110,19 @@ def test_schema_1_records_and_specs_are_moved_apart_at_start(conns):
     assert r.get(K.script(1)) == SCRIPT and r.get(K.script(2)) == SCRIPT + "#arr\n"
     assert dict(json.loads(r.get(K.job_env(1)))) == ENV
     agent = AgentStore(r, K)
-    assert agent.job(1).script == SCRIPT and agent.job(3).script == SCRIPT + "#arr\n" and agent.job(3).argv == ("x" * 300,)
+    got = [agent.first_read(i)[0] for i in (1, 3)]     # nothing handed over: the submission's own keys
+    assert got[0].script == SCRIPT and got[1].script == SCRIPT + "#arr\n" and got[1].argv == ("x" * 300,)
     before = {k: r.get(k) for k in r.scan_iter("labq:*") if r.type(k) == "string"}
     schema.private_apart(r, K)
     assert {k: r.get(k) for k in before} == before, "a second pass changes nothing"
 
 
 @pytest.mark.parametrize("key", ["script", "job_env"])
-def test_the_client_role_may_not_read_them_and_each_node_may(key):
-    rules = acl.roles(K, ["n1"])
+def test_the_client_role_may_not_read_them_and_a_node_only_its_handovers(key):
+    rules = acl.roles(K, ["n1", "n2"])
     pattern = getattr(K, key)("*")
-    assert pattern not in " ".join(rules[acl.CLIENT]) and f"%R~{pattern}" in " ".join(rules[acl.node_role("n1")])
-    assert not any(p.startswith(K.p + ":script") for p in acl.patterns(K, acl.NOT_READ))
+    for role in (acl.CLIENT, acl.node_role("n1")):
+        assert pattern not in " ".join(rules[role])
+    assert f"(~{K.handover('n1', '*', '*')} +get +del)" in rules[acl.node_role("n1")]
+    assert K.handover("n2", "*", "*") not in " ".join(rules[acl.node_role("n1")])
+    assert not any(p.startswith((K.p + ":script", K.p + ":handover", K.p + ":env")) for p in acl.patterns(K, acl.NOT_READ))

@@ -205,4 +205,6 @@ def test_exported_variables_live_apart_from_the_job_record(stack):
     assert all("s3cret" not in r.get(k.job(i)) for i in (arr, arr + 1))
     assert dict(json.loads(r.get(k.job_env(arr))))["MY_TOKEN"] == "s3cret" and not r.exists(k.job_env(arr + 1))
     roles = acl.roles(k, ["n1"])
-    assert k.job_env("*") not in " ".join(roles[acl.CLIENT]) and k.job_env("*") in " ".join(roles[acl.node_role("n1")])
+    # Nor may a node role read it: the scheduler hands it over to the node it dispatches to (keys.handover).
+    assert k.job_env("*") not in " ".join(roles[acl.CLIENT]) + " ".join(roles[acl.node_role("n1")])
+    assert k.handover("n1", "*", "*") in " ".join(roles[acl.node_role("n1")])

@@ -192,6 +192,18 @@ def test_show_script_is_for_its_owner_and_admins_only(lab):
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
 
 
+def test_a_node_role_reads_only_what_was_dispatched_to_it(lab):
+    """A node role reads no submission's script or environment, only the copies the scheduler
+    handed over to that node at dispatch (keys.handover), and never another node's."""
+    s, n1 = lab.role(acl.SCHEDULER), lab.role(acl.node_role("n1"))
+    for ref in (lab.single, lab.array):
+        assert _denied(n1.get, K.script(ref)) and _denied(n1.get, K.job_env(ref))
+    s.set(K.handover("n2", lab.single, "script"), SCRIPT)     # as if dispatched to another node
+    assert _denied(n1.get, K.handover("n2", lab.single, "script"))
+    assert n1.get(K.handover("n1", lab.single, "script")) is None, "a held job was dispatched nowhere"
+    s.delete(K.handover("n2", lab.single, "script"))
+
+
 def test_the_node_role_runs_scripted_jobs_with_their_exported_environment(lab):
     """n1's role reads what it runs: the script and the exported variables reach the job."""
     jid = lab.submit(lab.alice)
@@ -206,3 +218,5 @@ def test_the_node_role_runs_scripted_jobs_with_their_exported_environment(lab):
     assert [json.loads(s.get(K.job(i)))["state"] for i in (jid, arr, arr + 1)] == ["CD"] * 3, log
     assert open(os.path.join(lab.work, f"labq-{jid}.out")).read().split() == ["ran", DB_PASSWORD, WANDB]
     assert open(os.path.join(lab.work, f"labq-{arr}_2.out")).read().split()[:3] == ["ran", DB_PASSWORD, WANDB]
+    left = [key for key in s.scan_iter(f"{K.p}:handover:*")]
+    assert left == [], f"the handed-over copies go once the jobs started: {left}"
