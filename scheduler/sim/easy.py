@@ -194,18 +194,22 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     points = _reserved_points(sim, t, p) if fit else {}
     for s, nodes in fit.items():
         keyed = by_shape[s]
-        # Per node with room for the shape, the first reservation it would cross; a job may start
-        # when some node crosses none before its end (Timelines._fits on the reservation points):
-        # when the latest of those is at or past t + its span.
-        late = math.inf if nodes is None else max(
-            min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])), default=math.inf)
-            for name in nodes)
         first = None
         for span, _, jid in keyed:       # (a loop, not a generator: past a spent budget's idle jobs)
             if jid not in inside and jid not in idle:
                 first = span
                 break
-        if first is not None and late >= t + first:
+        if first is None:
+            continue
+        if nodes is None:                # room on a node without reservations: every one of its jobs
+            latest[s], ok[s] = math.inf, len(keyed)
+            continue
+        # Per node with room for the shape, the first reservation it would cross; a job may start
+        # when some node crosses none before its end (Timelines._fits on the reservation points):
+        # when the latest of those is at or past t + its span.
+        late = max(min((at for at, f in points.get(name, ()) if not _covers(f, s, sim.model[name])), default=math.inf)
+                   for name in nodes)
+        if late >= t + first:
             latest[s] = late
             ok[s] = bisect_right(keyed, (late - t, math.inf, math.inf))
     if not ok:
