@@ -25,6 +25,10 @@ os.environ["LABQ_NO_SYSTEM_CONFIG"] = "1"
 if not os.environ.get("XDG_STATE_HOME", "").startswith(tempfile.gettempdir() + "/labq-state-"):
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="labq-state-")
     os.chmod(os.environ["XDG_STATE_HOME"], 0o1777)
+# Nor its cache (~/.cache/labq: `labq CMD --help` pages, the thin client's settings), written by every
+# labq the suite runs and read back under a stamp another checkout could match.
+if not os.environ.get("XDG_CACHE_HOME", "").startswith(tempfile.gettempdir() + "/labq-cache-"):
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="labq-cache-")
 os.environ.pop("LABQ_STATE_DIR", None)
 os.environ.pop("STATE_DIRECTORY", None)
 

@@ -590,6 +590,8 @@ def user_env(e, **extra) -> dict:
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "VIRTUAL_ENV": os.path.dirname(VENV_BIN),
            "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "LABQ_REDIS_URL": e.stack.url,
            "PYTHONPATH": ROOT, "LABQ_NO_SYSTEM_CONFIG": "1"}    # hermetic: see conftest.py
+    if os.environ.get("XDG_CACHE_HOME"):
+        env["XDG_CACHE_HOME"] = os.environ["XDG_CACHE_HOME"]     # HOME is the runner's: not its ~/.cache
     env.update(extra)
     return env
 
