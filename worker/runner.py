@@ -56,7 +56,7 @@ def run_job(job_id: int, attempt: int, s: launch.Settings | None = None, slot: S
 
 def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None, store: AgentStore,
              term: waiting.Sigterm) -> dict:
-    job, control, holder = store.first_read(job_id, slot, s.node if s.epoch else "")
+    job, control, holder = store.first_read(job_id, slot, s.node if s.epoch else "", s.node)
     over = epoch_over(s, holder) or term.orphaned and "its agent is gone"
     if over:
         # Left in the slot's list: the next incarnation's runner of this slot runs it if unclaimed.
@@ -169,6 +169,10 @@ class Run(Ending):
             return
         if self._not_startable():
             return
+        if self.env is None:    # AgentStore.claim could not read it: run without it, never (a wrong upgrade order)
+            why = self.store.env_denied(job, s.node)
+            log.error("job %s attempt %s not started: %s", job.id, self.n, why)
+            raise launch.StartError(why)
         ident = self.ident = launch.identity(job, s)
         if len(self.part.nodes) > 1:
             self.part = gang.rendezvous(self.store, job.id, self.n, self.part, gang.node_addr(s.addr), RENDEZVOUS_S,

@@ -41,6 +41,12 @@ def _error(reply: str) -> Exception:
     return BaseParser.parse_error(reply)
 
 
+# The schema of the first scheduler that hands scripts and environments over at dispatch (issue 34:
+# the node roles since then read nothing else); an older one leaves a runner nothing it may read.
+HANDOVER_SCHEMA = 2
+DENIED = object()
+
+
 class AgentStore:
     def __init__(self, r, keys: Keys, fast: "resp.Connection | None" = None):
         self.r, self.k, self.fast = r, keys, fast
@@ -191,8 +197,26 @@ class AgentStore:
         won = holder == me
         if job is None:
             return won, int(pttl), ()
-        raw = env[0] if env[0] is not None else self._apart(self.k.job_env(codec.env_ref(job)))
+        raw = env[0] if env[0] is not None else self._apart(self.k.job_env(codec.env_ref(job)), DENIED)
+        if raw is DENIED:   # not handed over, and not ours to read: never run without it (env_denied)
+            return won, int(pttl), None
         return won, int(pttl), (tuple((n, v) for n, v in json.loads(raw)) if raw else job.env)
+
+    def env_denied(self, job: Job, node: str) -> str:
+        """Why claim() gave no environment: what the runner says as it fails the attempt. A scheduler
+        of a schema before HANDOVER_SCHEMA hands nothing over (docs/admin.md: upgrade it first)."""
+        try:
+            raw = self._run([("GET", self.k.schema)])[0]
+        except redis.ResponseError:
+            raw = None
+        found = int(raw) if raw is not None else 1
+        what = (f"job {job.id}'s exported environment was not handed over ({self.k.handover(node, job.id, 'env')}) "
+                f"and this node's role may not read {self.k.job_env(codec.env_ref(job))}")
+        if found < HANDOVER_SCHEMA:
+            return (f"the scheduler is older than this worker (the data in Redis is schema {found}, this worker "
+                    f"needs {HANDOVER_SCHEMA}): upgrade the scheduler first; {what}")
+        return (f"{what}: dispatched by a scheduler older than this worker, before its upgrade, or the "
+                f"handover expired; requeue the job (labq requeue {job.id})")
 
     def job_and_control(self, jid: int, slot: "SlotRef | None" = None) -> tuple[Job | None, str | None]:
         """The job record and its control, in one round trip (a runner's first read); with `slot`,
@@ -200,13 +224,14 @@ class AgentStore:
         job, control, _ = self.first_read(jid, slot)
         return job, control
 
-    def first_read(self, jid: int, slot: "SlotRef | None" = None,
-                   node: str = "") -> tuple[Job | None, str | None, str | None]:
+    def first_read(self, jid: int, slot: "SlotRef | None" = None, node: str = "",
+                   here: str = "") -> tuple[Job | None, str | None, str | None]:
         """job_and_control, and with `node` the value of its lease (the epoch it names), in the same
-        round trip: a runner checks its epoch before every claim."""
+        round trip: a runner checks its epoch before every claim. `here`: the node whose handover
+        holds the script where neither `slot` nor `node` names it (a runner without an epoch)."""
         # The script, handed over to this node at dispatch (keys.handover: what a node role may
         # read), in the same round trip.
-        on = slot.node if slot is not None else node
+        on = slot.node if slot is not None else node or here
         cmds = [("GET", self.k.job(jid)), ("GET", self.k.control(jid)),
                 ("GET", self.k.handover(on, jid, "script") if on else self.k.script(jid))]
         if node:
@@ -223,14 +248,14 @@ class AgentStore:
         raw = self._run([("GET", self.k.spec(int(array_id)))])[0]
         return json.loads(raw) if raw else None
 
-    def _apart(self, key: str) -> str | None:
+    def _apart(self, key: str, denied=None) -> str | None:
         """A submission's script or environment itself (keys.script, keys.job_env): what a runner
         reads where nothing was handed over (an attempt dispatched by a scheduler before handovers,
-        or a Redis without roles); a node role may not read it (None)."""
+        or a Redis without roles); a node role may not read it (`denied`)."""
         try:
             raw = self._run([("GET", key)])[0]
         except redis.ResponseError:      # NOPERM under the roles
-            return None
+            return denied
         return raw.decode() if isinstance(raw, bytes) else raw
 
     def started(self, jid: int, attempt: int, node: str, pid: int, start: float, rank: int = 0) -> int:
