@@ -128,9 +128,13 @@ class SchedulerStore(RequestList):
         """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
         scheduler becomes leader, so rows of an older shape or an older labq are replaced."""
         rows = [(str(j.id), statrows.dumps(j)) for j in jobs]
+        # The hashes of older row shapes (keys.ROWS_VERSION): nothing reads them once this one is
+        # written, and they held a row for every job active when labq was upgraded.
+        base, _, version = self.k.stat_rows.rpartition(":v")
+        older = [f"{base}:v{v}" for v in range(1, int(version))]
 
         def build(p):
-            p.delete(self.k.stat_rows)
+            p.delete(self.k.stat_rows, *older)
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
         self.txn(build)

@@ -244,3 +244,21 @@ def test_stat_turns_the_cyclic_collector_off_only_while_it_runs():
         assert not gc.isenabled()       # left as the caller had it
     finally:
         gc.enable()
+
+
+@pytest.mark.redis
+def test_the_rows_of_an_older_shape_go_when_the_scheduler_rebuilds(real_redis, thin):
+    """ROWS_VERSION 2 -> 3 left `labq:statrows:v2` (a row for every job that was active at the
+    upgrade) in Redis for good: nothing reads it once the scheduler writes v3."""
+    from labq.scheduler.store.keys import ROWS_VERSION
+    from labq.scheduler.store.state import SchedulerStore
+    k = Keys("labq")
+    older = [f"labq:statrows:v{v}" for v in range(1, ROWS_VERSION)]
+    assert older and k.stat_rows not in older
+    for key in older:
+        real_redis.hset(key, "1", "a row of an older labq")
+    real_redis.hset("labq:statrows:other", "1", "not ours to drop")
+    real_redis.set(k.leader, "me")
+    SchedulerStore(real_redis, k, "me").rebuild_stat_rows([_job(1)])
+    assert [key for key in older if real_redis.exists(key)] == []
+    assert real_redis.hlen(k.stat_rows) == 1 and real_redis.exists("labq:statrows:other")
