@@ -104,7 +104,7 @@ def run(argv: list[str]) -> bool:
         if text is not None:
             os.write(1, text.encode())
         return text is not None
-    if len(argv) == 2 and argv[1] in ("--help", "-h") and os.path.basename(sys.argv[0]) == "labq":
+    if spec.asks_help(argv) and os.path.basename(sys.argv[0]) == "labq":
         return _command_help(argv[0])
     g = split_global(argv)
     if g is None:

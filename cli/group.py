@@ -48,8 +48,8 @@ def main():
 
     from .common import run_guarded
     argv = sys.argv[1:]
-    if (len(argv) == 2 and argv[1] in ("--help", "-h") and os.path.basename(sys.argv[0]) == "labq"
-            and os.environ.get("LABQ_FAST") != "0"):
+    from .spec import asks_help
+    if asks_help(argv) and os.path.basename(sys.argv[0]) == "labq" and os.environ.get("LABQ_FAST") != "0":
         # A command's help the fast path had no page for (helppage.py): made by click as its own
         # --help makes it, printed and kept; anything odd is left to click's own path.
         from . import helppage

@@ -114,6 +114,14 @@ COMMANDS = {
 }
 
 
+def asks_help(argv: list[str]) -> bool:
+    """`labq CMD --help`, or `labq CMD -h` where CMD does not take -h itself (stat's and q's -h is
+    squeue's --noheader: a query, never help)."""
+    if len(argv) != 2 or argv[1] not in ("--help", "-h"):
+        return False
+    return argv[1] == "--help" or not any("-h" in decls for decls, *_ in COMMANDS.get(argv[0], ((),))[0])
+
+
 def dest(decls) -> str:
     """The parameter name click gives an option: an explicit name, else the longest flag."""
     names = [d for d in decls if not d.startswith("-")]

@@ -98,3 +98,31 @@ def test_a_commands_kept_help_page_is_clicks(tmp_path, columns):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.mark.parametrize("name", ["stat", "q"])
+def test_stat_h_stays_noheader_with_a_page_kept(tmp_path, name):
+    """`labq stat -h` is squeue's -h (--noheader), a query, not help: neither the group on a miss
+    (which makes the page) nor the fast path (which reads it back) may take it for --help."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path),
+           "LABQ_REDIS_URL": "unix:///nonexistent/labq.sock", "LABQ_NO_SYSTEM_CONFIG": "1"}
+    env.pop("LABQ_CONFIG", None)
+    helped = subprocess.run([LABQ, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+    assert helped.returncode == 0 and helped.stdout.startswith(f"Usage: labq {name}"), helped.stderr
+    for _ in ("page kept", "again"):
+        p = subprocess.run([LABQ, name, "-h"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env,
+                           stdin=subprocess.DEVNULL)
+        assert p.returncode == 4 and "Usage" not in p.stdout, (p.returncode, p.stdout[:200], p.stderr[-300:])
+    assert (tmp_path / "labq" / "help" / f"{name}.txt").exists()
+    sub = subprocess.run([LABQ, "sub", "-h"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+    assert sub.returncode == 0 and sub.stdout.startswith("Usage: labq sub"), sub.stderr
+
+
+def test_stat_h_without_a_page_is_a_query_too(tmp_path):
+    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path),
+           "LABQ_REDIS_URL": "unix:///nonexistent/labq.sock", "LABQ_NO_SYSTEM_CONFIG": "1"}
+    env.pop("LABQ_CONFIG", None)
+    p = subprocess.run([LABQ, "stat", "-h"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 4 and "Usage" not in p.stdout, (p.returncode, p.stdout[:200], p.stderr[-300:])
+    assert not (tmp_path / "labq" / "help" / "stat.txt").exists(), "no page made for a query"
