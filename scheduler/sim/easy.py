@@ -41,6 +41,7 @@ from collections import Counter
 from itertools import accumulate
 
 from ..policy.backfill import _expected_end
+from .order import SubmitOrder
 from .strict import before
 
 WINDOW = 4
@@ -190,7 +191,8 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     latest: dict = {}                 # shape -> the latest first-crossed reservation over its nodes (inf: none)
     ok: dict = {}                     # shape -> how many of its jobs (roughly) could start
     by_shape = sim.queue.by_shape
-    fit = _fitting_shapes(sim, t, p, room)
+    many = _many(sim, t, p, room, inside, k) if sim.parking is None and isinstance(order, SubmitOrder) else None
+    fit = {} if many is not None else _fitting_shapes(sim, t, p, room)
     points = _reserved_points(sim, t, p) if fit else {}
     for s, nodes in fit.items():
         keyed = by_shape[s]
@@ -212,9 +214,11 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
         if late >= t + first:
             latest[s] = late
             ok[s] = bisect_right(keyed, (late - t, math.inf, math.inf))
-    if not ok:
+    if many is not None:
+        latest = many
+    elif not ok:
         return []
-    if sum(ok.values()) <= 4 * k:
+    elif sum(ok.values()) <= 4 * k:
         return _shortest(sim, t, latest, inside, gone, marks, order, priced, priced_out)[:k]
     out = []
     for j in order.fitting(latest, t, passed):     # many: the first of them in plan()'s order
@@ -229,6 +233,52 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
             if len(out) == k:
                 break
     return out
+
+
+def _many(sim, t: float, p, room: dict, inside, k: int):
+    """Without budgets and in submit order: where the shapes that nodes without reservations have room
+    for already hold more than 4k jobs outside `inside` (each of which could start), `candidates`
+    walks plan()'s order (the same first k as by the shape index), asking each shape's reservation
+    crossing only as the walk meets it (`_Late`); else None."""
+    reserved = {st.node for st in p.starts}
+    seen, count, by_shape = set(), 0, sim.queue.by_shape
+    for name, (c, m, slots, g) in room.items():
+        if slots < 1 or name in reserved:
+            continue
+        model = sim.model[name]
+        for s in sim.queue.shapes.within(c, m, lambda gpus, kind, model=model, g=g: (not kind or kind == model)
+                                         and g >= gpus):
+            if s not in seen:
+                seen.add(s)
+                count += sum(1 for _, _, jid in by_shape[s] if jid not in inside)
+                if count > 4 * k:
+                    return _Late(sim, t, p, room, reserved)
+    return None
+
+
+class _Late:
+    """shape -> the latest first-crossed reservation over the nodes with room for it (inf: a node
+    without reservations has room; None: no node has), as `candidates` computes it, on demand."""
+
+    def __init__(self, sim, t: float, p, room: dict, reserved: set):
+        self.sim, self.t, self.p, self.room, self.reserved = sim, t, p, room, reserved
+        self.points: dict | None = None
+        self.memo: dict = {}
+
+    def get(self, s):
+        if s not in self.memo:
+            sim = self.sim
+            nodes = [name for name, free in self.room.items() if _covers(free, s, sim.model[name])]
+            if not nodes:
+                self.memo[s] = None
+            elif any(name not in self.reserved for name in nodes):
+                self.memo[s] = math.inf
+            else:
+                if self.points is None:
+                    self.points = _reserved_points(sim, self.t, self.p)
+                self.memo[s] = max(min((at for at, f in self.points.get(name, ()) if not _covers(f, s, sim.model[name])),
+                                       default=math.inf) for name in nodes)
+        return self.memo[s]
 
 
 def _fitting_shapes(sim, t: float, p, room: dict) -> dict:
