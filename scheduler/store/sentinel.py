@@ -22,6 +22,11 @@ import time
 from ..clientconf import SENTINEL_SCHEME as SCHEME, sentinel_address as address
 
 FAILOVER_WAIT = 30.0     # how long a thin connection waits for a reachable master (a failover's length)
+# How long one sentinel may take to accept a connection and to answer, on either side. A sentinel
+# answers from memory in well under a millisecond; one that is frozen (SIGSTOP, a hung VM) still
+# has its connections accepted by the kernel and would hold the question for the whole socket
+# timeout (redis-py's 30 s, the daemons' conn.connect), although the next sentinel could answer.
+SENTINEL_TIMEOUT = 2.0
 
 
 def is_sentinel(url: str) -> bool:
@@ -59,10 +64,9 @@ def master_address(opts: dict, connect_timeout: float) -> tuple[str, int]:
     from . import resp
     errors = []
     for i, (host, port) in enumerate(opts["sentinels"]):
-        url = _sentinel_url(host, port, opts)
-        s = resp.Connection(url, connect_timeout=connect_timeout, timeout=connect_timeout)
+        s = _sentinel_conn(host, port, opts, connect_timeout)
         try:
-            got = s.execute("SENTINEL", "get-master-addr-by-name", opts["service"])
+            got = _ask(s, "SENTINEL", "get-master-addr-by-name", opts["service"])
         except (resp.ConnectionLost, resp.RespError) as e:
             errors.append(f"{host}:{port}: {e}")
             continue
@@ -73,6 +77,21 @@ def master_address(opts: dict, connect_timeout: float) -> tuple[str, int]:
             return got[0], int(got[1])
         errors.append(f"{host}:{port}: knows no master named {opts['service']!r}")
     raise resp.ConnectionLost(f"no sentinel named a master for {opts['service']!r} ({'; '.join(errors)})")
+
+
+def _sentinel_conn(host: str, port: int, opts: dict, connect_timeout: float):
+    from . import resp
+    t = min(connect_timeout, SENTINEL_TIMEOUT)
+    return resp.Connection(_sentinel_url(host, port, opts), connect_timeout=t, timeout=t)
+
+
+def _ask(s, *cmd):
+    """One question to a sentinel, not sent again on a timeout (the next sentinel is the retry)."""
+    from . import resp
+    reply = s.pipeline([cmd], resend=False)[0]
+    if isinstance(reply, resp.RespError):
+        raise reply
+    return reply
 
 
 def _sentinel_url(host: str, port: int, opts: dict) -> str:
@@ -118,6 +137,8 @@ def redis_py(url: str, **kw):
         kw.setdefault("username", o["username"])
         kw.setdefault("password", o["password"])
     skw = {k: v for k, v in kw.items() if k.startswith("socket_")}
+    for k in ("socket_timeout", "socket_connect_timeout"):
+        skw[k] = min(skw.get(k) or SENTINEL_TIMEOUT, SENTINEL_TIMEOUT)
     if o["sentinel_auth"] and kw.get("password"):
         skw["username"], skw["password"] = kw.get("username"), kw["password"]
     skw["decode_responses"] = True
@@ -204,10 +225,9 @@ def doubt_thin(conn) -> tuple[str, bool]:
     from . import resp
     opts, answers = conn.opts, []
     for host, port in list(opts["sentinels"]):
-        s = resp.Connection(_sentinel_url(host, port, opts), connect_timeout=conn.connect_timeout,
-                            timeout=conn.connect_timeout)
+        s = _sentinel_conn(host, port, opts, conn.connect_timeout)
         try:
-            flat = s.execute("SENTINEL", "MASTER", opts["service"])
+            flat = _ask(s, "SENTINEL", "MASTER", opts["service"])
             answers.append(dict(zip(flat[::2], flat[1::2])) if isinstance(flat, list) else flat)
         except (resp.ConnectionLost, resp.RespError) as e:
             answers.append(e)

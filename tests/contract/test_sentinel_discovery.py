@@ -9,11 +9,12 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 
 import pytest
 import redis
 
-from labq.scheduler.store import conn, resp
+from labq.scheduler.store import conn, resp, sentinel as sentinel_mod
 from tests.harness import wait_for
 
 
@@ -93,3 +94,67 @@ def test_a_demoted_master_sends_the_thin_connection_back_to_the_sentinels(watche
         assert "no longer the master" in str(e.value) or "refuses writes" in str(e.value), str(e.value)
     finally:
         m.replicaof("NO", "ONE")
+
+
+@pytest.fixture
+def frozen(watched):
+    """watched, plus a second sentinel of the same master, SIGSTOPped once it knows the master: a
+    frozen sentinel accepts connections (the kernel does) and never answers."""
+    master, sentinel, _ = watched
+    d = tempfile.mkdtemp(prefix="labq-sentinel-f-", dir="/tmp")
+    port = _port()
+    with open(os.path.join(d, "sentinel.conf"), "w") as f:
+        f.write(f"port {port}\nbind 127.0.0.1\ndir {d}\nsentinel monitor labq 127.0.0.1 {master} 1\n")
+    p = subprocess.Popen([shutil.which("redis-server"), os.path.join(d, "sentinel.conf"), "--sentinel"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        s = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+
+        def knows():
+            try:
+                return s.sentinel_get_master_addr_by_name("labq")
+            except redis.RedisError:
+                return None
+        wait_for(knows, 30, 0.05, what="the second sentinel to know the master")
+        p.send_signal(signal.SIGSTOP)
+        yield master, sentinel, port
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# Generous: a frozen sentinel costs one SENTINEL_TIMEOUT per question; redis-py's own 30 s socket
+# timeout (and its retries) made each of these wait 30 s or more.
+BOUND = sentinel_mod.SENTINEL_TIMEOUT * 3
+
+
+def test_the_daemons_client_moves_past_a_frozen_sentinel(frozen):
+    master, live, stopped = frozen
+    t0 = time.monotonic()
+    r = conn.connect(f"sentinel://127.0.0.1:{stopped},127.0.0.1:{live}/labq?ack=0")
+    r.set("k", "past-frozen")
+    took = time.monotonic() - t0
+    assert redis.Redis(host="127.0.0.1", port=master, decode_responses=True).get("k") == "past-frozen"
+    assert took < BOUND, f"discovery took {took:.1f} s with one sentinel frozen"
+    # The check after WAIT asks every sentinel, the frozen one included: it answers the live one's
+    # figures and the frozen one's timeout, within the bound too.
+    c = r.connection_pool.get_connection()
+    try:
+        t0 = time.monotonic()
+        why, _ = sentinel_mod.doubt_redis_py(r.connection_pool, c)
+        took = time.monotonic() - t0
+    finally:
+        r.connection_pool.release(c)
+    assert took < BOUND, f"the sentinel check took {took:.1f} s with one sentinel frozen ({why})"
+
+
+def test_the_thin_connection_moves_past_a_frozen_sentinel(frozen):
+    master, live, stopped = frozen
+    t0 = time.monotonic()
+    c = resp.Connection(f"sentinel://127.0.0.1:{stopped},127.0.0.1:{live}/labq?ack=0")
+    assert c.execute("SET", "k", "thin-past-frozen") == "OK"
+    took = time.monotonic() - t0
+    c.close()
+    assert (c.opts["host"], c.opts["port"]) == ("127.0.0.1", master)
+    assert took < BOUND, f"discovery took {took:.1f} s with one sentinel frozen"
