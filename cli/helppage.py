@@ -68,14 +68,17 @@ def made(name: str, cli) -> str | None:
     if cmd is None:
         return None
     page = cmd.get_help(click.Context(cmd, info_name=name, parent=parent, **cmd.context_settings)) + "\n"
+    tmp = f"{_path(name)}.{os.getpid()}"
     try:
         os.makedirs(_dir(), mode=0o700, exist_ok=True)
-        tmp = f"{_path(name)}.{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(stamp() + "\n" + page)
         os.replace(tmp, _path(name))
     except OSError:
-        pass
+        try:        # not kept: nor is the half-step file, one per process that tried
+            os.unlink(tmp)
+        except OSError:
+            pass
     return page
 
 

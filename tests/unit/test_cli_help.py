@@ -126,3 +126,13 @@ def test_stat_h_without_a_page_is_a_query_too(tmp_path):
                        stdin=subprocess.DEVNULL)
     assert p.returncode == 4 and "Usage" not in p.stdout, (p.returncode, p.stdout[:200], p.stderr[-300:])
     assert not (tmp_path / "labq" / "help" / "stat.txt").exists(), "no page made for a query"
+
+
+def test_a_page_that_cannot_be_kept_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """made() keeps its page best effort: where the rename fails (here the page's path is a
+    directory), the half-step file it wrote goes too, not one per process left in the cache."""
+    from labq.cli import helppage
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "labq" / "help" / "acct.txt").mkdir(parents=True)
+    assert helppage.made("acct", cli).startswith("Usage: labq acct")
+    assert sorted(p.name for p in (tmp_path / "labq" / "help").iterdir()) == ["acct.txt"]
