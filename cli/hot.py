@@ -182,12 +182,27 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     echo("\n".join(lines))
 
 
+# How long `show --json` waits for the scheduler to read one's script: the record itself comes from
+# Redis, and a scheduler that is down (or restarting) should cost the rest of the answer nothing.
+SCRIPT_WAIT = 5.0
+
+
 def _with_script(c, j):
-    """One's own scripted job with its script, which the scheduler reads for its owner (`--json`)."""
+    """One's own scripted job with its script, which the scheduler reads for its owner (`--json`);
+    `script` stays null, said on stderr, when the scheduler does not answer."""
     if not (j.has_script and j.user == getattr(c, "user", None)):
         return j
     from dataclasses import replace
-    return replace(j, script=c.private(j).get("script"))
+
+    from labq.scheduler.errors import UnreachableError
+    from labq.scheduler.store.inbox import request_timeout
+    try:
+        got = c.private(j, timeout=min(request_timeout(), SCRIPT_WAIT))
+    except UnreachableError as e:
+        echo(f"labq: job {j.display_id}: its script is not shown ({e}); `labq show --script "
+             f"{j.display_id}` asks again", err=True)
+        return j
+    return replace(j, script=got.get("script"))
 
 
 def _show_private(c, j, script: bool, env: bool) -> None:

@@ -66,11 +66,11 @@ class ClientBase:
             return []
         return [j for j in self.read.jobs(range(array_id, array_id + first.array_count)) if j.array_id == array_id]
 
-    def private(self, job) -> dict:
+    def private(self, job, timeout: float | None = None) -> dict:
         """{script, export, env} of `job` (model.Job), asked of the scheduler (scheduler/private.py):
         the client role cannot read them; the scheduler answers their owner and admins only."""
         from .private import OP
-        return self._checked(self.request(OP, {"job": job.id}))
+        return self._checked(self.request(OP, {"job": job.id}, timeout))
 
     def job(self, text: str):
         jobs = self.resolve(text)

@@ -126,3 +126,29 @@ def test_the_client_role_may_not_read_them_and_a_node_only_its_handovers(key):
     assert f"(~{K.handover('n1', '*', '*')} +get +del)" in rules[acl.node_role("n1")]
     assert K.handover("n2", "*", "*") not in " ".join(rules[acl.node_role("n1")])
     assert not any(p.startswith((K.p + ":script", K.p + ":handover", K.p + ":env")) for p in acl.patterns(K, acl.NOT_READ))
+
+
+def test_show_json_of_ones_own_scripted_job_answers_without_a_scheduler(redis_server, tmp_path):
+    """The record comes from Redis; only the script needs the scheduler. With none running, `show
+    --json` answers within its short wait, `script` null, and says why on stderr - not exit 4 after
+    the whole request timeout."""
+    import os
+    import subprocess
+    import sys
+
+    import redis as redis_py
+
+    from tests.harness import ME, ROOT, put_job
+    r = redis_py.Redis.from_url(redis_server.url, decode_responses=True)
+    put_job(r, 1, script=SCRIPT, scripted=True, state="PD", node=None, attempt=0, gpus=())
+    env = {"PATH": os.environ["PATH"], "LABQ_REDIS_URL": redis_server.url, "LABQ_NO_SYSTEM_CONFIG": "1",
+           "XDG_CACHE_HOME": str(tmp_path), "LABQ_TIMEOUT": "60", "USER": ME}
+    started = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "labq.cli.main", "show", "--json", "1"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - started
+    assert p.returncode == 0, p.stderr
+    shown = json.loads(p.stdout)
+    assert str(shown["id"]) == "1" and shown["script"] is None and "hunter2" not in p.stdout
+    assert "script is not shown" in p.stderr and "labq show --script 1" in p.stderr and "Traceback" not in p.stderr
+    assert took < 50, f"waited {took:.0f}s: the request's whole timeout (60 s), not the script's short wait"
