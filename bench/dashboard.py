@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from labq.cli.stack import Stack  # noqa: E402
+from labq.cli.embedded import Stack  # noqa: E402
 from labq.scheduler.client import current_user  # noqa: E402
 
 CONFIG = """
