@@ -30,6 +30,7 @@ class Batch:
     replies: list = field(default_factory=list)    # (rid, reply)
     acks: list = field(default_factory=list)       # (stream, entry id)
     dead: list = field(default_factory=list)       # (stream, entry id, fields, reason): dead letters
+    partials: list = field(default_factory=list)   # (rid, runs or None): a mass cancel's progress
     usage: dict | None = None                      # fair-share usage when the batch began
     tasks: dict = field(default_factory=dict)      # array id -> its new tasks as expand made them (Tasks)
     expires: float = float("inf")                  # the first client expiry of a request in it: committed

@@ -12,6 +12,8 @@ class Change:
     alerts: list = field(default_factory=list)     # alert stream entries (alerts.Alert.fields())
     books: object = None                           # ledger.Books: ledger entries, overrides, limits
     charges: list = field(default_factory=list)    # ledger.Charge: what attempts used (period closes)
+    chunks: object = None      # an iterator of Changes (jobs, controls) committed one transaction each, before
+                               # this one's reply: a mass cancel (handlers._chunks)
 
     def written(self) -> dict:
         """Commit's keyword arguments (Committer.commit)."""

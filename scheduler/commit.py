@@ -34,7 +34,7 @@ class Committer:
 
     # -- writing -------------------------------------------------------------------------------
     def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
-               books=None, dead=None) -> None:
+               books=None, dead=None, partial=None) -> None:
         """Stage one change: the in-memory view takes it now; Redis gets it with the open batch
         (`flush`), or at once when no batch is open."""
         solo = self.batch is None
@@ -42,6 +42,8 @@ class Committer:
             self.batch = Batch(usage=self.usage)
         try:
             self._stage(jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead)
+            if partial is not None:
+                self.batch.partials.append(partial)
         finally:
             if solo:
                 self.flush()
@@ -168,6 +170,8 @@ class Committer:
                 writes.put_reply(p, self.k, *reply, push=not replicas)
             for d in b.dead:
                 writes.put_dead(p, self.k, *d, now)
+            for rid, runs in b.partials:
+                writes.put_partial(p, self.k, rid, runs)
             by_stream: dict = {}
             for stream, eid in b.acks:
                 by_stream.setdefault(stream, []).append(eid)

@@ -7,12 +7,13 @@ reply) that the daemon commits in one transaction with the acknowledgement of th
 from dataclasses import replace
 from typing import Protocol
 
-from . import ledger, members, periods, policy, states, transitions as tr
+from . import idruns, ledger, members, periods, policy, states, transitions as tr
 from .batch import Tally
 from .change import Change
 from .config import Config
 from .errors import RefusedError, UsageError
 from .estimate import Estimator
+from .idruns import LISTED, Runs
 from .jobspec import array_range, array_throttle, expand, job_from_submit, parse_task_ids, resolve_ref, tasks_named
 from .model import Job, Node, Snapshot
 from .units import fmt_money
@@ -22,6 +23,8 @@ BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
 # must be bounded (200,000 ids, one GET each, once froze the scheduler for minutes).
 MAX_IDS = 10_000
 MAX_TASKS_NAMED = 1_000_000
+# A cancel of more jobs than this is committed in parts of this many, one transaction each.
+CHUNK = 5000
 
 
 class Books(Protocol):
@@ -171,8 +174,11 @@ class Handlers:
             return replace(job, held=held), "held" if held else "released"
         return self._each_job(user, body, act)
 
-    def _each_job(self, user: str, body: dict, act) -> Change:
-        """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch."""
+    def _each_job(self, user: str, body: dict, act, make=None) -> Change:
+        """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch.
+        With `make`, `act` only judges and `make(job)` builds each new record later, CHUNK at a time
+        (Change.chunks, committed one transaction each): a 100,000-task cancel never holds a second
+        copy of every Job, nor a result dict per task (the reply names runs of ids, idruns.py)."""
         ids = body.get("ids")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
             raise UsageError("expected a list of job ids")
@@ -182,29 +188,38 @@ class Handlers:
         if named > MAX_TASKS_NAMED:
             raise RefusedError(f"the ids name {named} tasks; at most {MAX_TASKS_NAMED} in one request")
         admin = user in self.s.cfg.security.admins
-        change, results = Change(), []
+        change, results, errors, runs = Change(), [], [], Runs()
+        todo, seen = [], set()
         look = _Lookup(self.s, ids)
         for text in ids:
             found = resolve_ref(text, look.record, look.tasks, look.task)
             if not found:
-                results.append({"id": text, "ok": False, "error": f"no such job: {text}"})
+                errors.append({"id": text, "ok": False, "error": f"no such job: {text}"})
+                results.append(errors[-1])
             for job in found:
                 if job.user != user and not admin:
-                    results.append({"id": job.display_id, "ok": False,
-                                    "error": f"job {job.display_id} belongs to {job.user}"})
+                    errors.append({"id": job.display_id, "ok": False,
+                                   "error": f"job {job.display_id} belongs to {job.user}"})
+                    results.append(errors[-1])
                     continue
                 new, said = act(job)
                 if new is None:
-                    results.append({"id": job.display_id, "ok": False, "error": said})
+                    errors.append({"id": job.display_id, "ok": False, "error": said})
+                    results.append(errors[-1])
                     continue
-                change.jobs.append(new)
-                if (new.cancel_requested and not job.cancel_requested) or (new.requeue_requested
-                                                                           and not job.requeue_requested):
-                    change.controls.append((job.id, "cancel"))   # requeue: transitions._close sends it back
-                results.append({"id": job.display_id, "ok": True, "state": said})
-        ok = all(r["ok"] for r in results)
-        change.reply = {"ok": ok, "results": results, "code": 0 if ok else 2,
-                        "error": "; ".join(r["error"] for r in results if not r["ok"])}
+                if make is None:
+                    change.jobs.append(new)
+                    change.controls += _controls(job, new)
+                elif job.id not in seen:
+                    seen.add(job.id)
+                    todo.append(job)
+                runs.add(job, said)
+                if runs.count <= LISTED:
+                    results.append({"id": job.display_id, "ok": True, "state": said})
+        del look, seen
+        if make is not None:
+            change.chunks = _chunks(todo, act, make)
+        change.reply = idruns.reply(runs, results, errors)
         return change
 
     # -- checkpoint ----------------------------------------------------------------------------
@@ -237,14 +252,19 @@ class Handlers:
 
     # -- cancel --------------------------------------------------------------------------------
     def cancel(self, user: str, body: dict, now: float) -> Change:
-        def act(job):
+        def judge(job):
             if job.state == states.PENDING:
-                return tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now), states.CANCELLED
+                return job, states.CANCELLED
             if job.state in states.ON_NODE:
-                # The runner sees the control key, TERMs the tree and reports `cancelled`.
-                return replace(job, cancel_requested=True), "cancelling"
+                return job, "cancelling"
             return None, f"job {job.display_id} already ended"
-        return self._each_job(user, body, act)
+
+        def make(job):
+            if job.state == states.PENDING:
+                return tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now)
+            # The runner sees the control key, TERMs the tree and reports `cancelled`.
+            return replace(job, cancel_requested=True)
+        return self._each_job(user, body, judge, make)
 
     # -- requeue -------------------------------------------------------------------------------
     def requeue(self, user: str, body: dict, now: float) -> Change:
@@ -313,6 +333,27 @@ class _Lookup:
     def task(self, a: int, i: int) -> Job | None:
         self.tasks(a)
         return self.index.get((a, i))
+
+
+def _controls(old: Job, new: Job) -> list:
+    if (new.cancel_requested and not old.cancel_requested) or (new.requeue_requested and not old.requeue_requested):
+        return [(old.id, "cancel")]      # requeue: transitions._close sends it back
+    return []
+
+
+def _chunks(todo: list, act, make):
+    """The new records of `todo`, CHUNK at a time, each with the runs of ids it acts on (its reply);
+    each old record let go once its chunk is built (the table drops it when the chunk commits), so
+    two copies of a chunk live at once, not of all."""
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i:i + CHUNK]
+        todo[i:i + CHUNK] = [None] * len(part)
+        runs = Runs()
+        for j in part:
+            runs.add(j, act(j)[1])
+        jobs = [make(j) for j in part]
+        yield Change(jobs=jobs, controls=[c for old, new in zip(part, jobs) for c in _controls(old, new)],
+                     reply={"runs": runs.runs})
 
 
 def _max_submit(job: Job, n: int, tally, cfg) -> None:

@@ -6,11 +6,12 @@ import json
 import logging
 import time
 
-from . import auth, intake, private
+from . import auth, idruns, intake, private
 from .batch import Batch
 from .change import Change
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
 from .handlers import BUDGET_OPS
+from .idruns import Runs
 from .store import histpages
 from .store.faults import ERRORS as REDIS_ERRORS
 
@@ -251,12 +252,16 @@ class Inboxes:
             change = self._handle(user, req, now)
         except LabqError as e:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
+        streamed = change.chunks is not None
+        if streamed:
+            change = self._streamed(rid, change)
         if req.expires is not None and self.batch is not None:
             self.batch.expires = min(self.batch.expires, req.expires)
         # A script or exported environment (private.py) is handed over, never kept in a `done` key.
         reply = (rid, change.reply, req.op != private.OP)
         self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=reply,
-                    ack=(stream, eid), alerts=change.alerts, books=change.books)
+                    ack=(stream, eid), alerts=change.alerts, books=change.books,
+                    partial=(rid, None) if streamed else None)
         self.answered[rid] = change.reply
         if self.metrics:
             self.metrics.requests.inc()
@@ -265,6 +270,28 @@ class Inboxes:
             self.batch = Batch(usage=self.usage)
         if change.nodes:
             self.nodes = self.store.nodes(now)
+
+    def _streamed(self, rid: str, change: Change) -> Change:
+        """A mass cancel: each chunk committed on its own with the runs of ids committed so far
+        (store.partial), then the reply with the ack. A leader that dies between chunks leaves whole
+        chunks; its successor handles the request again (it was never acknowledged), cancels the
+        rest and names in its reply what the dead leader committed (whose records have ended)."""
+        prior = self.store.partial(rid)
+        self.flush()
+        done = Runs()
+        done.extend(prior)
+        for part in change.chunks:
+            done.extend(part.reply["runs"])
+            self.commit(jobs=part.jobs, controls=part.controls, partial=(rid, list(done.runs)))
+        self.batch = Batch(usage=self.usage)
+        if not prior:
+            return change
+        gone, r = idruns.covered(prior), change.reply
+        kept = [x for x in r["results"] if x["id"] not in gone]
+        runs = Runs()
+        runs.extend(prior)
+        runs.extend(idruns.without(r["runs"], gone))
+        return Change(reply=idruns.reply(runs, idruns.expand(prior) + kept, [x for x in kept if not x["ok"]]))
 
     def _handle(self, user: str, req, now: float) -> Change:
         """The archive's requests are answered here (they touch its database); the rest by handlers."""

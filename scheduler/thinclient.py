@@ -49,8 +49,13 @@ class ClientBase:
         return self._checked(self.request("submit", {"umask": current_umask(), **body}, timeout))
 
     def act_on(self, op: str, ids: list[str]) -> dict:
-        """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result."""
-        return self.request(op, {"ids": [str(i) for i in ids]})
+        """`cancel`, `hold`, `release` or `requeue` jobs; the reply lists each one's result. A reply
+        of many ok results names them in runs only (idruns.py): expanded here, the shape as before."""
+        reply = self.request(op, {"ids": [str(i) for i in ids]})
+        if reply.get("runs_only"):
+            from .idruns import expand
+            reply["results"] = expand(reply["runs"]) + reply["results"]
+        return reply
 
     def cancel(self, ids: list[str]) -> dict:
         return self.act_on("cancel", ids)

@@ -30,7 +30,7 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
 # dead letters (what was left of others' requests: admins read them with `labq admin dead`).
 # Nor scripts and exported environments (job_env, script: issue 34, they hold tokens and passwords):
 # their owners and admins read them through the scheduler (scheduler/private.py).
-NOT_READ = {"requests", "taken", "credential", "done", "job_env", "script", "handover", "dead"}
+NOT_READ = {"requests", "taken", "credential", "done", "job_env", "script", "handover", "dead", "partial"}
 
 
 def node_role(node: str) -> str:

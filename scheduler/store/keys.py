@@ -37,6 +37,9 @@ class Keys:
     def done(self, rid: str) -> str:          # STRING (S): the reply kept for dedup, expires after a day
         return f"{self.p}:done:{rid}"
 
+    def partial(self, rid: str) -> str:       # STRING (S): runs of ids (idruns) a mass cancel has committed so
+        return f"{self.p}:partial:{rid}"      # far; its successor's reply names them too (deleted with the reply)
+
     @property
     def in_hand(self) -> str:                 # STRING (S): "<stream>/<entry id> <n>": the entry a recovering
         return f"{self.p}:inhand"             # leader handles now, begun by n leaders (poison guard)

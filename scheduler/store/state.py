@@ -349,6 +349,11 @@ class SchedulerStore(RequestList):
         """The kept reply of each request id already answered (None where not): one MGET per batch."""
         return self.r.mget([self.k.done(r) for r in rids]) if rids else []
 
+    def partial(self, rid: str) -> list:
+        """The runs of ids a leader that died committed of mass cancel `rid` (writes.put_partial)."""
+        text = self.r.get(self.k.partial(rid))
+        return json.loads(text) if text else []
+
     def dead_letters(self) -> int:
         """Entries in the dead-letter stream (labq admin dead; the metrics gauge)."""
         return self.r.xlen(self.k.dead)

@@ -129,6 +129,14 @@ def put_reply(p, k: Keys, rid: str, reply: dict, remember: bool = True, push: bo
         p.set(k.done(rid), text, ex=DONE_TTL)
 
 
+def put_partial(p, k: Keys, rid: str, runs: list | None) -> None:
+    """What a mass cancel `rid` committed so far (runs of ids); None: the request is answered."""
+    if runs is None:
+        p.delete(k.partial(rid))
+    else:
+        p.set(k.partial(rid), json.dumps(runs, separators=(",", ":")), ex=DONE_TTL)
+
+
 def push_reply(p, k: Keys, rid: str, reply: dict, text: str = "") -> None:
     p.rpush(k.reply(rid), text or json.dumps(reply, separators=(",", ":")))
     p.expire(k.reply(rid), REPLY_TTL)
