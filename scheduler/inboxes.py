@@ -9,8 +9,9 @@ import time
 from . import auth, idruns, intake, private
 from .batch import Batch
 from .change import Change
+from .commit import release_memory
 from .errors import LabqError, RefusedError, StalePlanError, UsageError
-from .handlers import BUDGET_OPS
+from .handlers import BUDGET_OPS, CHUNK
 from .idruns import Runs
 from .store import histpages
 from .store.faults import ERRORS as REDIS_ERRORS
@@ -283,6 +284,8 @@ class Inboxes:
         for part in change.chunks:
             done.extend(part.reply["runs"])
             self.commit(jobs=part.jobs, controls=part.controls, partial=(rid, list(done.runs)))
+        if done.count > CHUNK:
+            release_memory()
         self.batch = Batch(usage=self.usage)
         if not prior:
             return change
