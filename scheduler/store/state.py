@@ -349,8 +349,7 @@ class SchedulerStore(RequestList):
         """The kept reply of each request id already answered (None where not): one MGET per batch."""
         return self.r.mget([self.k.done(r) for r in rids]) if rids else []
 
-    def partial(self, rid: str) -> list:
-        """The runs of ids a leader that died committed of mass cancel `rid` (writes.put_partial)."""
+    def partial(self, rid: str) -> list:      # runs of ids a dead leader committed of cancel `rid`
         text = self.r.get(self.k.partial(rid))
         return json.loads(text) if text else []
 
