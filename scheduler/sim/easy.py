@@ -237,7 +237,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
 
 def _many(sim, t: float, p, room: dict, inside, k: int):
     """Without budgets and in submit order: where the shapes that nodes without reservations have room
-    for already hold more than 4k jobs outside `inside` (each of which could start), `candidates`
+    for already hold more than 4k jobs (counted as candidates' `ok` counts them), `candidates`
     walks plan()'s order (the same first k as by the shape index), asking each shape's reservation
     crossing only as the walk meets it (`_Late`); else None."""
     reserved = {st.node for st in p.starts}
@@ -250,7 +250,10 @@ def _many(sim, t: float, p, room: dict, inside, k: int):
                                          and g >= gpus):
             if s not in seen:
                 seen.add(s)
-                count += sum(1 for _, _, jid in by_shape[s] if jid not in inside)
+                keyed = by_shape[s]
+                # as candidates counts a shape's jobs (ok): all of them, once one is outside the pass
+                if any(jid not in inside for _, _, jid in keyed):
+                    count += len(keyed)
                 if count > 4 * k:
                     return _Late(sim, t, p, room, reserved)
     return None
