@@ -12,7 +12,7 @@ from labq.scheduler import states
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
 
-from . import statview
+from . import privateview, statview
 from .out import echo, echo_json, fail
 
 
@@ -131,11 +131,11 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     if not found:
         raise UsageError(f"no such job: {job_id}")
     if script or env:
-        return _show_private(c, found[0], script, env)     # an array's tasks share them
+        return privateview.show(c, found[0], script, env)     # an array's tasks share them
     if len(found) > 1:
         return _show_array(found, as_json)
     j = found[0]
-    d = render.job_dict(_with_script(c, j) if as_json else j)
+    d = render.job_dict(privateview.with_script(c, j) if as_json else j)
     if as_json:
         return echo_json(d)
     lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
@@ -180,45 +180,6 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
             lines.append(f"    node {rank}: {node} gpus {','.join(gpus) or '-'}"
                          + (f" usage: {render.usage_text(part)}" if part else ""))
     echo("\n".join(lines))
-
-
-# How long `show --json` waits for the scheduler to read one's script: the record itself comes from
-# Redis, and a scheduler that is down (or restarting) should cost the rest of the answer nothing.
-SCRIPT_WAIT = 5.0
-
-
-def _with_script(c, j):
-    """One's own scripted job with its script, which the scheduler reads for its owner (`--json`);
-    `script` stays null, said on stderr, when the scheduler does not answer."""
-    if not (j.has_script and j.user == getattr(c, "user", None)):
-        return j
-    from dataclasses import replace
-
-    from labq.scheduler.errors import UnreachableError
-    from labq.scheduler.store.inbox import request_timeout
-    try:
-        got = c.private(j, timeout=min(request_timeout(), SCRIPT_WAIT))
-    except UnreachableError as e:
-        echo(f"labq: job {j.display_id}: its script is not shown ({e}); `labq show --script "
-             f"{j.display_id}` asks again", err=True)
-        return j
-    return replace(j, script=got.get("script"))
-
-
-def _show_private(c, j, script: bool, env: bool) -> None:
-    """The script as submitted, byte for byte (like `scontrol write batch_script ID -`), and/or the
-    variables its submitter exported, NAME=value a line (kept until the job is archived)."""
-    if script and not j.has_script:
-        raise UsageError(f"job {j.display_id} has no script: it runs {' '.join(j.argv)[:200]!r}")
-    got = c.private(j)
-    if script and not got.get("script"):
-        raise UsageError(f"job {j.display_id}: its script is no longer kept")
-    if script:
-        sys.stdout.write(got["script"])
-    if env:
-        # LABQ_SUB_*: what `sub` itself sends with them (an array's step), never given to the job
-        sys.stdout.write("".join(f"{n}={v}\n" for n, v in sorted((got.get("env") or {}).items())
-                                 if not n.startswith("LABQ_SUB_")))
 
 
 def _deps_shown(c, deps) -> str:
