@@ -286,6 +286,11 @@ def lab():
         lab.close()
 
 
+# The first submit accepted after the fault, a sanity bound, not a target (seen: 3 s after kill -9, 11-13 s
+# after SIGSTOP, one 21 s under load 20 on 2 cores): the submitters' own waits already end at 120 s.
+TOOK_BOUND = 60
+
+
 def _fail_over(lab, how: str) -> tuple[int, float]:
     old = lab.cluster.master_port()
     wait_for(lambda: len(lab.acked) >= 5, 120, what="5 submits acknowledged before the failover")
@@ -377,7 +382,7 @@ def test_kill_9_of_the_master_loses_no_acknowledged_submit(lab):
     old, took = _fail_over(lab, "kill")
     print(f"\nkill -9 of the master (port {old}) -> next accepted submit: {took:.2f} s "
           f"(down-after-milliseconds {DOWN_AFTER_MS}); {len(lab.acked)} acknowledged, {len(lab.failed)} refused: {lab.failed}")
-    assert took < 30
+    assert took < TOOK_BOUND, f"{took:.1f}s"
     with diagnosed(lab):
         _check_nothing_lost(lab)
 
@@ -387,6 +392,6 @@ def test_a_stopped_master_resumed_stale_loses_nothing(lab):
     old, took = _fail_over(lab, "stop")
     print(f"\nSIGSTOP of the master (port {old}) -> next accepted submit: {took:.2f} s; "
           f"{len(lab.acked)} acknowledged, {len(lab.failed)} refused: {lab.failed}")
-    assert took < 30
+    assert took < TOOK_BOUND, f"{took:.1f}s"
     with diagnosed(lab):
         _check_nothing_lost(lab)
