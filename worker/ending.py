@@ -222,10 +222,13 @@ class Ending:
         except faults.ERRORS as e:
             log.warning("job %s: cannot post started yet: %s", self.job.id, e)
 
-    def _post_finished(self) -> None:
+    def _post_finished(self) -> bool:
         """Until Redis has it: an outage of any length delays the record, never changes it (the
         result is also on the spool, results.py, should this runner be killed meanwhile). An
-        EXECABORT (a command refused while Redis loads its data after a restart) is an outage too."""
+        EXECABORT (a command refused while Redis loads its data after a restart) is an outage too.
+        False: not posted, left on the spool. A runner whose agent died waits for no Redis: the next
+        agent's runner of this slot posts the kept result (an orphan retrying forever outlived its
+        agent by hours: seen after a test's Redis was gone)."""
         wait = POST_WAIT[0]
         while True:
             if self.proc is not None and not self.announced:
@@ -235,16 +238,23 @@ class Ending:
             try:
                 if self.proc is None or self.announced:
                     self.store.post("finished", self.job.id, self.n, self.s.node, self.body, self.slot)
-                    return
+                    return True
             except faults.AWAY as e:
+                if self.kept and (self.term.orphaned or os.getppid() != self.ppid):
+                    log.warning("job %s: its agent is gone and Redis away (%s): its result stays on the spool "
+                                "for the next runner of this slot", self.job.id, e)
+                    return False
                 log.warning("job %s: posting finished failed (%s), retrying in %.1fs", self.job.id, e, wait)
             time.sleep(wait)
             wait = min(wait * 2, POST_WAIT[1])
+
+    kept = False            # the result is on the spool (results.keep)
 
     def _keep_result(self) -> None:
         if self.slot is not None:
             try:
                 results.keep(self.s.spool, self.slot.index, self.slot.entry, self.rank, self.body)
+                self.kept = True
             except OSError as e:
                 log.warning("job %s: cannot keep its result on the spool: %s", self.job.id, e)
 

@@ -140,8 +140,8 @@ class Run(Ending):
             self.body["end_time"] = self.body["end_time"] or time.time()
             try:
                 self._keep_result()
-                self._post_finished()     # first: removing the cgroup waits for the kernel to empty it
-                self._drop_result()
+                if self._post_finished():     # first: removing the cgroup waits for the kernel to empty it
+                    self._drop_result()
             finally:
                 self._release_cgroup()
                 if self.s.pbs_env or self.s.sge_env:
