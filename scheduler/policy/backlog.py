@@ -22,7 +22,7 @@ tests/property/test_plan_backlog.py checks the groups and tails against a whole 
 from bisect import bisect_left
 
 from ..model import Job
-from .queue import Group
+from .queue import Group, file, unfile
 
 
 def gated(j: Job) -> bool:
@@ -118,17 +118,7 @@ class Backlog:
                 self._group(j)
 
     def _group(self, j: Job) -> None:
-        k = (j.qos, j.account, j.id in self.bursting, gated(j))
-        self.where[j.id] = k
-        g = self.groups.get(k)
-        if g is None:
-            self.groups[k] = Group(k, [j])
-        else:
-            g.add(j)
+        file(self.groups, self.where, j, (j.qos, j.account, j.id in self.bursting, gated(j)))
 
     def _ungroup(self, j: Job) -> None:
-        k = self.where.pop(j.id)
-        g = self.groups[k]
-        g.drop(j)
-        if not g.jobs:
-            del self.groups[k]
+        unfile(self.groups, self.where, j)

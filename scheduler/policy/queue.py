@@ -51,6 +51,25 @@ class Group:
         del self.jobs[at], self.ids[at]
 
 
+def file(groups: dict[tuple, Group], where: dict[int, tuple], j: Job, k: tuple) -> None:
+    """Put `j` in group `k` (made when it is the first), remembering where (Queue, backlog.Backlog)."""
+    where[j.id] = k
+    g = groups.get(k)
+    if g is None:
+        groups[k] = Group(k, [j])
+    else:
+        g.add(j)
+
+
+def unfile(groups: dict[tuple, Group], where: dict[int, tuple], j: Job) -> None:
+    """Take `j` out of its group; a group left empty goes."""
+    k = where.pop(j.id)
+    g = groups[k]
+    g.drop(j)
+    if not g.jobs:
+        del groups[k]
+
+
 class Queue:
     """Waiting jobs by (class key, burst flag). `own(j)` says which jobs are classes of their own
     (classes._own: it reads the pass's draining preemptors, so a change to those re-files them)."""
@@ -146,17 +165,7 @@ class Queue:
         del mine[bisect_left(mine, _order(j), key=_order)]
 
     def _ungroup(self, j: Job) -> None:
-        k = self.where.pop(j.id)
-        g = self.groups[k]
-        g.drop(j)
-        if not g.jobs:
-            del self.groups[k]
+        unfile(self.groups, self.where, j)
 
     def _group(self, j: Job, k: tuple) -> None:
-        k = (k, j.id in self.bursting)
-        self.where[j.id] = k
-        g = self.groups.get(k)
-        if g is None:
-            self.groups[k] = Group(k, [j])
-        else:
-            g.add(j)
+        file(self.groups, self.where, j, (k, j.id in self.bursting))
