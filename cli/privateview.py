@@ -1,7 +1,6 @@
 """A job's script and exported environment, which the client role cannot read: their owner and
 admins ask the scheduler for them (scheduler/private.py)."""
 import sys
-from dataclasses import replace
 
 from labq.scheduler.errors import UnreachableError, UsageError
 
@@ -15,6 +14,9 @@ def with_script(c, j):
     `script` stays null, said on stderr, when the scheduler does not answer."""
     if not (j.has_script and j.user == getattr(c, "user", None)):
         return j
+    # not at the top: `stat` and `del` import this module, and neither needs dataclasses
+    from dataclasses import replace
+
     from labq.scheduler.store.inbox import request_timeout
     try:
         got = c.private(j, timeout=min(request_timeout(), SCRIPT_WAIT))
