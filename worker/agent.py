@@ -14,7 +14,6 @@ preempted exactly as a preempt control would: its checkpoint signal, its QoS gra
 worker.stop_grace), SIGKILL, outcome `preempted`, so the scheduler requeues it. Then the lease is
 given up. TimeoutStopSec must exceed stop_grace + kill_wait + a margin.
 """
-import contextlib
 import json
 import logging
 import os
@@ -64,6 +63,7 @@ class Agent:
         self.backend = probe.make_gpu_backend(w["gpus"], self.name, w["gpu_model"])
         self.gpus = self.backend.devices()
         self.slots = [Slot(i) for i in range(w["slots"] or self.cpus)]
+        self.exited: dict[int, tuple[int, float]] = {}   # pid -> (wait status, when) of jobs' reaped leaders
         self.lease = float(cfg.node_lease)
         self.settings = launch.Settings(
             redis_url, cfg.prefix, self.name, float(cfg.kill_wait), os.path.expanduser(w["spool"]), w["run_as"],
@@ -306,8 +306,9 @@ class Agent:
             log.warning("runner slot %d (pid %d) exited with %s after %.1fs; restarting in %.0fs",
                         s.index, s.proc.pid, s.proc.returncode, lived, delay)
             try:        # what it died with ends now; if Redis fails, its successor ends it
+                self._reap_strays(now)      # its job's leader, if it had exited, and how
                 for raw in self.store.taken(self.name, s.index):
-                    deadslot.end(self.store, self.settings, s.index, raw)
+                    deadslot.end(self.store, self.settings, s.index, raw, exited=self.exited)
             except faults.ERRORS as e:
                 log.warning("node %s: cannot end slot %d's attempt yet: %s", self.name, s.index, e)
             s.proc, s.restart_at = None, now + delay
@@ -359,26 +360,7 @@ class Agent:
             log.warning("node %s: cannot clean archived jobs from the spool: %s", self.name, e)
 
     def _reap_strays(self, now: float) -> None:
-        """Reap children that are not our runners (orphans adopted as subreaper) and kill those
-        alive that come from a job: a job starts in a session of its own and can only make new
-        ones, so a child outside our session is a process of a job whose runner died (attempts
-        run inside the runners: nothing else of ours is left to report it), which must not
-        outlive the attempt. Children in our session are someone else's (an embedding process)."""
-        ours = {s.proc.pid for s in self.slots if s.proc is not None}
-        sid = os.getsid(0)
-        for pid in proctree.children(os.getpid()):
-            if pid in ours:
-                continue
-            try:
-                got, _ = os.waitpid(pid, os.WNOHANG)
-                theirs = not got and os.getsid(pid) != sid
-            except (ChildProcessError, ProcessLookupError):
-                got, theirs = pid, False
-            if theirs:
-                log.warning("killing pid %d, left behind by a runner that died", pid)
-                for p in [*proctree.descendants(pid), pid]:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(p, signal.SIGKILL)
+        deadslot.reap_strays({s.proc.pid for s in self.slots if s.proc is not None}, self.exited)
 
     def worker_pids(self) -> list[int]:
         return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]

@@ -27,10 +27,11 @@ def rank(store: AgentStore, node: str, got: tuple[int, int]) -> int:
     return gang.rank_of(job.attempts[got[1] - 1], node) or 0
 
 
-def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0) -> bool:
+def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0, exited=None) -> bool:
     """End the attempt of slot list entry `raw` if a dead runner of this node claimed it: True
     when that was posted; False (entry left alone) when it is unclaimed or someone alive has it.
-    `me`: the caller's pid, which a dead predecessor's claim may name (pids are reused)."""
+    `me`: the caller's pid, which a dead predecessor's claim may name (pids are reused). `exited`:
+    the agent's reaped leaders (reap_strays), for a job that exited before its runner died."""
     got = dispatch.parse(raw)
     if got is None:
         return False
@@ -43,7 +44,7 @@ def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0)
         cg = cgroup.JobCgroup.for_attempt(s.cgroup_base, *got)
         if os.path.isdir(cg.path):
             cg.kill()
-    body = results.kept(s.spool, slot, raw, r)
+    body = results.kept(s.spool, slot, raw, r) or _exited(store, got, r, exited or {}, pid)
     if body is not None:
         log.warning("slot %d: job %d attempt %d: its runner (pid %s) died holding its result (%s); posting it",
                     slot, *got, pid, body.get("outcome"))
@@ -54,6 +55,50 @@ def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0)
     store.post("finished", got[0], got[1], s.node, body, SlotRef(s.node, slot, raw, int(pid)))
     results.drop(s.spool, slot)
     return True
+
+
+def _exited(store: AgentStore, got: tuple[int, int], r: int, exited: dict, runner: str) -> dict | None:
+    """The end of a job whose leader exited on its own before its runner was killed (issue 35: the
+    soak's kill -9 of a runner the instant its job exited 0 cost a finished job a re-run): the
+    agent, subreaper, reaped the leader and kept its status. A leader killed by a signal (its
+    runner's death kills it) is no evidence: None, a node failure."""
+    pid, start = store.part_process(*got, r)
+    status, at = exited.get(pid or -1, (None, 0.0))
+    if status is None or not os.WIFEXITED(status) or start is None or at < start:
+        return None
+    code = os.WEXITSTATUS(status)
+    job = store.job(got[0])
+    ckpt = job is not None and code and code == job.checkpoint_exit_code
+    return {"outcome": "checkpoint_exit" if ckpt else "completed" if code == 0 else "exit", "exit_code": code,
+            "signal": None, "start_time": start, "end_time": at, "usage": {},
+            "message": f"exit code {code} (its runner, pid {runner}, died before it could report it)"}
+
+
+def reap_strays(ours: set[int], exited: dict[int, tuple[int, float]]) -> None:
+    """Reap children that are not our runners (orphans adopted as subreaper), keeping how each
+    exited (for `end`), and kill those alive that come from a job: a job starts in a session of its
+    own and can only make new ones, so a child outside our session is a process of a job whose
+    runner died (attempts run inside the runners: nothing else of ours is left to report it), which
+    must not outlive the attempt. Children in our session are someone else's (an embedding process)."""
+    sid = os.getsid(0)
+    for pid, (_, at) in list(exited.items()):
+        if time.time() - at > 3600:     # kept for the end of its attempt, not for good
+            del exited[pid]
+    for pid in proctree.children(os.getpid()):
+        if pid in ours:
+            continue
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+            theirs = not got and os.getsid(pid) != sid
+        except (ChildProcessError, ProcessLookupError):
+            got, status, theirs = 0, None, False
+        if got and status is not None:
+            exited[got] = (status, time.time())
+        if theirs:
+            log.warning("killing pid %d, left behind by a runner that died", pid)
+            for p in [*proctree.descendants(pid), pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
 
 
 def silent(store: AgentStore, node: str, lease: float) -> list[tuple[str, int, float]]:

@@ -354,6 +354,11 @@ class AgentStore:
         claimed, hb, at = self.r.hmget(self.k.part(jid, attempt, rank), ["claimed", "hb", "claimed_at"])
         return claimed, float(hb or at) if (hb or at) else None
 
+    def part_process(self, jid: int, attempt: int, rank: int = 0) -> tuple[int | None, float | None]:
+        """(pid, start) of the job process an attempt's part (`rank`) started, as `started` wrote them."""
+        pid, start = self.r.hmget(self.k.part(jid, attempt, rank), ["pid", "start"])
+        return (int(pid) if pid else None), (float(start) if start else None)
+
     def reset_runners(self, node: str) -> None:
         self.r.delete(self.k.node_runners(node))
 
