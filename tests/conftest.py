@@ -42,6 +42,17 @@ def redis_server():
     shutil.rmtree(rp.dir, ignore_errors=True)
 
 
+@pytest.fixture
+def private_redis():
+    """A redis-server of this test's own: its ACL roles, stops and restarts (rp.proc replaced, same
+    socket and AOF) touch no other test."""
+    rp = start_redis()
+    yield rp
+    rp.proc.kill()
+    rp.proc.wait(10)
+    shutil.rmtree(rp.dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """A private PostgreSQL cluster for the session (skipped with the reason where it cannot start)."""

@@ -131,8 +131,8 @@ class Waker:
     def wait(self, timeout: float) -> None:
         select.select([self.rfd], [], [], timeout)
         with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self.rfd, 512):
-                pass
+            while os.read(self.rfd, 512):    # drain the wake-ups: one wait per wake, not per signal
+                continue
 
     def close(self) -> None:
         signal.set_wakeup_fd(self.old_fd)

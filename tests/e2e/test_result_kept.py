@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 
-import pytest
 import redis
 
 from labq.scheduler.store.keys import Keys
@@ -26,7 +25,6 @@ from tests.harness import (
     put_job,
     runner_env,
     send,
-    start_redis,
     start_runner,
     wait_for,
 )
@@ -68,15 +66,6 @@ def said(path, text) -> bool:
         return text in f.read()
 
 
-@pytest.fixture
-def own_redis():
-    """A redis-server this test may stop and start again on the same socket and data (its AOF)."""
-    rp = start_redis()
-    yield rp
-    rp.proc.kill()
-    rp.proc.wait(10)
-
-
 def restart(rp, timeout=30.0):
     rp.proc = subprocess.Popen(rp.proc.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     c = redis.Redis(unix_socket_path=rp.sock)
@@ -90,18 +79,18 @@ def _pings(c) -> bool:
         return False
 
 
-def test_redis_away_longer_than_the_lease_as_the_job_ends_delays_the_record_only(own_redis, tmp_path):
-    r = own_redis.client()
+def test_redis_away_longer_than_the_lease_as_the_job_ends_delays_the_record_only(private_redis, tmp_path):
+    r = private_redis.client()
     log_path = tmp_path / "agent.log"
     with open(log_path, "w") as log:
-        agent = start_agent(own_redis.url, tmp_path, log)
+        agent = start_agent(private_redis.url, tmp_path, log)
     try:
         idle_runners(r, 1)
         put_job(r, jid=61, gpus=(), argv=("/bin/bash", "-c", GATED), workdir=str(tmp_path), time_limit=600)
         send(r, 61)
         wait_for(lambda: r.hget(K.attempt(61, 1), "start"), 60, what="the job to start")
-        own_redis.proc.terminate()              # Redis away (an orderly stop: its AOF is whole)
-        own_redis.proc.wait(30)
+        private_redis.proc.terminate()              # Redis away (an orderly stop: its AOF is whole)
+        private_redis.proc.wait(30)
         (tmp_path / "gate").touch()             # the job ends while Redis is away
         wait_for(lambda: (tmp_path / "ended").exists(), 30, what="the job's end")
         # The agent gives up on its lease (2/3 of it without a renewal): before, it killed every
@@ -109,8 +98,8 @@ def test_redis_away_longer_than_the_lease_as_the_job_ends_delays_the_record_only
         wait_for(lambda: said(log_path, "stopping local jobs"), 60, what="the agent to fence")
         wait_for(lambda: said(log_path, "lease renewal failed") and
                  open(log_path).read().count("lease renewal failed") >= 6, 60, what="a long outage")
-        restart(own_redis)
-        r = own_redis.client()
+        restart(private_redis)
+        r = private_redis.client()
         fin = wait_for(lambda: events(r, "finished"), 60, what="the finished event")
     finally:
         agent.kill()

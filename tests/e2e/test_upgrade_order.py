@@ -10,27 +10,17 @@ starts, saying which side to upgrade, and the runner logs it.
 A real redis-server with the roles `labq admin acl --apply` generates, the real runner process.
 """
 import json
-import shutil
 
 import pytest
 import redis
 
 from labq.scheduler.store import acl
-from tests.harness import E2E_MARKS, NODE, PY, K, events, put_job, run, runner_env, start_redis, start_runner
+from tests.harness import E2E_MARKS, NODE, PY, K, events, put_job, run, runner_env, start_runner
 
 pytestmark = E2E_MARKS
 SECRET = "wandb-upgrade-order"
 # The job writes what it got of the exported variable: an empty line is the silent failure.
 ARGV = (PY, "-c", "import os; print('KEY=' + os.environ.get('WANDB_API_KEY', ''))")
-
-
-@pytest.fixture
-def store():
-    rp = start_redis()
-    yield rp
-    rp.proc.terminate()
-    rp.proc.wait(10)
-    shutil.rmtree(rp.dir, ignore_errors=True)
 
 
 def _old_scheduler_dispatched(r: redis.Redis, schema: int | None, jid: int = 1) -> None:
@@ -57,11 +47,11 @@ def _finished(s: redis.Redis) -> dict:
 
 
 @pytest.mark.parametrize("schema", [None, 1])
-def test_new_roles_under_an_old_scheduler_fail_the_attempt_saying_so(store, tmp_path, schema):
-    r = store.client()
+def test_new_roles_under_an_old_scheduler_fail_the_attempt_saying_so(private_redis, tmp_path, schema):
+    r = private_redis.client()
     _old_scheduler_dispatched(r, schema)
-    url, s = _roles(store, r)
-    p = start_runner(runner_env(store, tmp_path, LABQ_REDIS_URL=url))
+    url, s = _roles(private_redis, r)
+    p = start_runner(runner_env(private_redis, tmp_path, LABQ_REDIS_URL=url))
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     body = _finished(s)
@@ -75,26 +65,26 @@ def test_new_roles_under_an_old_scheduler_fail_the_attempt_saying_so(store, tmp_
     assert not events(s, "started"), "nothing started"
 
 
-def test_a_new_scheduler_whose_handover_is_gone_fails_the_attempt_too(store, tmp_path):
+def test_a_new_scheduler_whose_handover_is_gone_fails_the_attempt_too(private_redis, tmp_path):
     """Schema 2 but nothing handed over (dispatched before the upgrade, or a day-old entry)."""
-    r = store.client()
+    r = private_redis.client()
     _old_scheduler_dispatched(r, 2)
-    url, s = _roles(store, r)
-    run(runner_env(store, tmp_path, LABQ_REDIS_URL=url))
+    url, s = _roles(private_redis, r)
+    run(runner_env(private_redis, tmp_path, LABQ_REDIS_URL=url))
     body = _finished(s)
     assert body["outcome"] == "error", body
     assert K.handover(NODE, 1, "env") in body["message"] and K.job_env(1) in body["message"], body
     assert not events(s, "started")
 
 
-def test_without_roles_an_old_scheduler_s_jobs_still_run_with_their_environment(store, tmp_path):
+def test_without_roles_an_old_scheduler_s_jobs_still_run_with_their_environment(private_redis, tmp_path):
     """No ACL (a lab that never applied roles): the runner reads labq:env:ID itself and runs."""
-    r = store.client()
+    r = private_redis.client()
     _old_scheduler_dispatched(r, None)
     workdir = tmp_path / "w"
     workdir.mkdir()
     r.set(K.job(1), r.get(K.job(1)).replace('"argv"', f'"workdir":"{workdir}","argv"', 1))
-    run(runner_env(store, tmp_path))
+    run(runner_env(private_redis, tmp_path))
     body = _finished(r)
     assert body["outcome"] == "completed", body
     assert (workdir / "labq-1.out").read_text().strip() == f"KEY={SECRET}"
