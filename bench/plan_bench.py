@@ -245,11 +245,68 @@ def tick_case(n_pending: int, n_nodes: int, runs: int) -> str:
             f"{best[1] * 1000:.1f}, plan {best[2] * 1000:.1f}, apply {best[3] * 1000:.1f}); runs {runs}; load {load}")
 
 
+def changing_case(n_pending: int, n_nodes: int, passes: int, changes: int, backfill: bool = True,
+                  seed: int = 2) -> str:
+    """plan() as the daemon calls it (policy.Kept, kept from pass to pass) on a queue that changes
+    between passes: before each, `changes` running jobs end, `changes` pending jobs are cancelled
+    and `changes` new ones submitted, and the clock moves 1 s; each pass's plan is applied
+    (applier.apply_plan: admissions start, reasons written), so the next pass sees its records.
+    Timed (CPU): Kept.inputs (filing what changed) and plan(); the first pass, which files the
+    whole queue, is not."""
+    from dataclasses import replace
+
+    from labq.scheduler.applier import apply_plan
+    from labq.scheduler.policy.kept import Kept
+    rng = random.Random(seed)
+    cfg = config.loads(CONFIG + ("" if backfill else "[scheduler]\nbackfill_depth = 0\n"))
+    snap = snapshot(n_pending, n_nodes)
+    nodes = tuple(replace(n, lease_expiry=NOW + 10 ** 6) for n in snap.nodes)
+    jobs = {j.id: j for j in snap.jobs}
+    fresh = snapshot(passes * changes + 1, 1, seed=seed)      # the submits' requests, renumbered
+    extra = [j for j in fresh.jobs if j.state == states.PENDING]
+    jid = max(jobs) + 1
+    tune_gc()
+    kept, now, cpu, filing, placed = Kept(), NOW, [], [], 0
+    for k in range(passes + 1):
+        if k:
+            now += 1.0
+            on = [j for j in jobs.values() if j.state == states.RUNNING]
+            waiting = [j for j in jobs.values() if j.state == states.PENDING]
+            for j in rng.sample(on, min(changes, len(on))) + rng.sample(waiting, min(changes, len(waiting))):
+                del jobs[j.id]                # ended or cancelled: out of the daemon's active jobs
+            for j in extra[(k - 1) * changes:k * changes]:
+                jobs[jid] = replace(j, id=jid, submit_time=now)
+                jid += 1
+        s = Snapshot(now, nodes, tuple(jobs.values()))
+        c0 = time.process_time()
+        given = kept.inputs(s, cfg)
+        c1 = time.process_time()
+        p = plan(s, cfg, **given)
+        if k:
+            cpu.append(time.process_time() - c0)
+            filing.append(c1 - c0)
+            placed += len(p.places)
+        done = apply_plan(p, jobs, jobs, nodes, now)
+        for j in done.started + done.pended + done.expired:
+            jobs[j.id] = j
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    return (f"{n_pending} x {n_nodes} random, changing queue ({changes} ends, {changes} cancels, {changes} submits a pass; "
+            f"backfill {'on' if backfill else 'off'}): plan() CPU min {min(cpu) * 1000:.1f} ms, median "
+            f"{statistics.median(cpu) * 1000:.1f}, max {max(cpu) * 1000:.1f} (of which filing the changes, median "
+            f"{statistics.median(filing) * 1000:.1f}); {placed} started in {passes} passes; load {load}")
+
+
 if __name__ == "__main__":
     import sys
     if "--tick" in sys.argv:   # --tick P N RUNS: the daemon's plan + apply per tick, no Redis
         at = sys.argv.index("--tick")
         print(tick_case(*(int(x) for x in sys.argv[at + 1:at + 4])))
+        sys.exit(0)
+    if "--changing" in sys.argv:   # --changing P N PASSES CHANGES [--no-backfill]: plan() on a changing queue
+        at = sys.argv.index("--changing")
+        p, n, k, c = (int(x) for x in sys.argv[at + 1:at + 5])
+        print(changing_case(p, n, k, c, backfill="--no-backfill" not in sys.argv))
         sys.exit(0)
     if "--cpu" in sys.argv:   # --cpu P N RUNS [--arrays] [--no-queue]: one case, CPU and wall (RESULTS.md `planner`)
         at = sys.argv.index("--cpu")

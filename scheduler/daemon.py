@@ -29,6 +29,7 @@ from .inboxes import Inboxes
 from .model import Job, Snapshot
 from .plan import Pending
 from .policy.depend import targets as dependency_targets
+from .policy.kept import Kept
 from .store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from .store.keys import Keys
 from .store.reads import Reader
@@ -73,7 +74,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.sighted, self.blind = float("-inf"), False
         self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
-        self.queue = policy.classes.Queue()    # plan()'s request classes, kept from pass to pass
+        self.kept = Kept()                   # plan()'s request classes and ordered backlog, kept from pass to pass
         self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
         self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
         self.batch: Batch | None = None      # what is staged for the next transaction (group commit)
@@ -328,7 +329,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         scheduler's work per trivial job (issue 12). The next pass with `reasons`, at most a tick
         later, writes them."""
         started = time.monotonic()
-        p = policy.plan(self.snapshot(now), self.cfg, queue=self.queue)
+        snap = self.snapshot(now)
+        p = policy.plan(snap, self.cfg, **self.kept.inputs(snap, self.cfg))
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded

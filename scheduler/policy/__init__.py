@@ -42,7 +42,7 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queu
     (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges."""
     running = [j for j in snap.jobs if j.state in states.ON_NODE]
     if backlog is not None:
-        return _kept(snap, cfg, running, backlog, held, standing)
+        return _kept(snap, cfg, running, backlog, held, standing, queue)
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
     p = _Pass(snap, cfg, running, deps, held, standing)
@@ -67,8 +67,9 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queu
     return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
 
 
-def _kept(snap: Snapshot, cfg: Config, running, backlog: Backlog, held, standing) -> Plan:
-    """plan() over a kept Backlog; a pass its walk cannot take (strict.run_kept) takes the list."""
+def _kept(snap: Snapshot, cfg: Config, running, backlog: Backlog, held, standing, queue) -> Plan:
+    """plan() over a kept Backlog; a pass its walk cannot take (strict.run_kept) takes the list
+    (through `queue`, the caller's kept Queue, if any)."""
     if backlog.deps:        # dependency targets may be pending: the index reads every active job
         snap = replace(snap, jobs=(*running, *backlog.jobs.values()))
     deps = Dependencies(snap)
@@ -78,7 +79,10 @@ def _kept(snap: Snapshot, cfg: Config, running, backlog: Backlog, held, standing
         gone = {e.job_id for e in expires}
         waiting = [j for j in backlog.jobs.values() if j.id not in gone]
         p.keep_earmarks(backlog.earmarked.values())
-        if not strict.applies(cfg) or not strict.run(p, waiting, cfg):
+        if queue is not None:
+            classes.file(queue, p, waiting, cfg)
+            classes.run(p, waiting, cfg, queue)
+        elif not strict.applies(cfg) or not strict.run(p, waiting, cfg):
             classes.run(p, waiting, cfg)
     return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
 

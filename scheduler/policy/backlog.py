@@ -20,6 +20,8 @@ that leaves or is replaced (a record is frozen: a change is a remove and an add)
 tests/property/test_plan_backlog.py checks the groups and tails against a whole pass's.
 """
 from bisect import bisect_left
+from collections import Counter
+from operator import attrgetter
 
 from ..model import Job
 from .queue import Group, file, unfile
@@ -32,8 +34,10 @@ def gated(j: Job) -> bool:
                 or j.nodes > 1)
 
 
-def _key(j: Job) -> tuple:
-    return (j.submit_time, j.id)
+_key = attrgetter("submit_time", "id")
+# What files a job here (its place, group, gates, marks, needs): a new record alike in these is swapped.
+_FILED = attrgetter("submit_time", "id", "user", "qos", "account", "held", "deps", "begin", "eligible_time",
+                    "array_throttle", "nodes", "max_wait", "deadline", "earmark", "gpus", "cpus")
 
 
 class Backlog:
@@ -52,6 +56,7 @@ class Backlog:
         self.earmarked: dict[int, Job] = {}
         self.gangs = 0
         self.deps = 0
+        self.needs: Counter = Counter()             # (GPUs, CPUs) a job needs in all -> jobs that do
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -64,6 +69,7 @@ class Backlog:
             self.earmarked[j.id] = j
         self.gangs += j.nodes > 1
         self.deps += bool(j.deps)
+        self.needs[(j.total_gpus, j.cpus * j.nodes)] += 1
         keys = self.users.setdefault(j.user, [])
         at = bisect_left(keys, _key(j))
         keys.insert(at, _key(j))
@@ -78,6 +84,10 @@ class Backlog:
         self.earmarked.pop(job_id, None)
         self.gangs -= j.nodes > 1
         self.deps -= bool(j.deps)
+        need = (j.total_gpus, j.cpus * j.nodes)
+        self.needs[need] -= 1
+        if not self.needs[need]:
+            del self.needs[need]
         self._ungroup(j)
         self.bursting.discard(job_id)
         keys = self.users[j.user]
@@ -93,6 +103,19 @@ class Backlog:
         """The pending job's new record (an earmark given or given up)."""
         self.remove(j.id)
         self.add(j)
+
+    def swap(self, j: Job) -> bool:
+        """Take a known job's new record when nothing that files it changed (most changes between
+        the daemon's passes are a new reason); False: not so (remove, then add). Its group keeps the
+        old record, alike in every field that orders and files it: a walk reads `jobs[id]`."""
+        old = self.jobs.get(j.id)
+        if old is None or _FILED(old) != _FILED(j):
+            return False
+        self.jobs[j.id] = j
+        for kept in (self.marked, self.earmarked):
+            if j.id in kept:
+                kept[j.id] = j
+        return True
 
     def _tail(self, keys: list, k: int) -> bool:
         """priority.burst_tail's rule for the job at place k of its user's sorted keys."""

@@ -24,8 +24,15 @@ _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
 REBUILD_SHARE = 0.25
 
 
-def _order(j: Job) -> tuple:
-    return (j.submit_time, j.id)
+# A job's place in its group and its user's list, (submit time, id); in C, as bisect's key.
+_order = attrgetter("submit_time", "id")
+# Every field a waiting job is filed by, here and in backlog.py (order, class key and what a held
+# job's adds, own class, marks, needs, gates; `attempts`: capacity.avoided): a new record equal in
+# these is put in its old one's place. One tuple built in C: between the daemon's passes most
+# records change only by their reason, thousands of them when a blocker or a reservation moves.
+FILED = attrgetter("submit_time", "id", "user", "qos", "account", "project", "budget", "gpus", "gpu_type", "cpus",
+                   "mem", "time_limit", "est", "held", "begin", "eligible_time", "deps", "array_throttle", "array_id",
+                   "preempt_count", "nodes", "learned_est", "attempts", "max_wait", "deadline", "earmark")
 
 
 def _marked(j: Job) -> bool:
@@ -45,6 +52,10 @@ class Group:
         at = bisect_left(self.jobs, _order(j), key=_order)
         self.jobs.insert(at, j)
         self.ids.insert(at, j.id)
+
+    def swap(self, j: Job) -> None:
+        """The job's new record in its old one's place (the same (submit time, id))."""
+        self.jobs[bisect_left(self.jobs, _order(j), key=_order)] = j
 
     def drop(self, j: Job) -> None:
         at = bisect_left(self.jobs, _order(j), key=_order)
@@ -96,6 +107,8 @@ class Queue:
         changed = [j for j in waiting if known.get(j.id) is not j]
         if burst != self.burst or len(changed) > REBUILD_SHARE * len(waiting):
             return self._rebuild(waiting, draining, burst, key)
+        if changed and draining == self.draining:
+            changed = [j for j in changed if not self._swap(j, key)]
         gone = [known[i] for i in known.keys() - {j.id for j in waiting}] \
             if len(known) + sum(1 for j in changed if j.id not in known) != len(waiting) else []
         if draining != self.draining:
@@ -103,30 +116,55 @@ class Queue:
             skip = {j.id for j in changed} | {j.id for j in gone}
             changed += [known[i] for i in (draining ^ self.draining) & known.keys() if i not in skip]
             self.draining = draining
-        users = set()
+        spots: list = []          # (user, (submit time, id)) where a user's list changed
         for j in gone + [known[j.id] for j in changed if j.id in known]:
             self._unfile(j)
-            users.add(j.user)
+            self.bursting.discard(j.id)
+            self.tails.get(j.user, set()).discard(j.id)
+            spots.append((j.user, _order(j)))
         for j in changed:
             known[j.id] = j
             if _marked(j):
                 self.marked[j.id] = j
             mine = self.users.setdefault(j.user, [])
             mine.insert(bisect_left(mine, _order(j), key=_order), j)
-            users.add(j.user)
+            spots.append((j.user, _order(j)))
         refile = {j.id: j for j in changed}
         if burst is not None:
-            for u in users:
-                old, new = self.tails.get(u, set()), priority.burst_tail(self.users.get(u, ()), *burst)
-                self.tails[u] = new
-                self.bursting -= old - new
-                self.bursting |= new
-                for i in old ^ new:
-                    if i in known and i not in refile:
-                        refile[i] = known[i]
-                        self._ungroup(known[i])
+            for j in self._retail(spots, *burst):
+                if j.id not in refile:
+                    refile[j.id] = j
+                    self._ungroup(j)
         for j in refile.values():
             self._group(j, key(j, j.id in draining))
+
+    def _retail(self, spots: list, allowance: int, window: float) -> list[Job]:
+        """Re-check priority.burst_tail's rule where users' lists changed: a job's flag reads only the
+        job `allowance` places before it, so a change at place p moves it for places p..p+allowance
+        alone. Returns the known jobs whose flag changed."""
+        out, seen = [], set()
+        for user, at in spots:
+            mine = self.users.get(user)
+            if not mine:
+                continue
+            tail = self.tails.setdefault(user, set())
+            p = bisect_left(mine, at, key=_order)
+            for k in range(p, min(p + allowance + 1, len(mine))):
+                j = mine[k]
+                if j.id in seen:
+                    continue
+                seen.add(j.id)
+                now = allowance <= 0 or k >= allowance and not mine[k - allowance].submit_time < j.submit_time - window
+                if now != (j.id in self.bursting):
+                    if now:
+                        self.bursting.add(j.id)
+                        tail.add(j.id)
+                    else:
+                        self.bursting.discard(j.id)
+                        tail.discard(j.id)
+                    if self.where.get(j.id) is not None:
+                        out.append(j)
+        return out
 
     def _rebuild(self, waiting: list[Job], draining: frozenset, burst: tuple | None, key) -> None:
         self._reset()
@@ -156,6 +194,20 @@ class Queue:
             jobs.sort(key=_SUBMIT_TIME)
             self.tails[u] = {j.id for j in jobs if j.id in bursting}
         self.users = users
+
+    def _swap(self, j: Job, key) -> bool:
+        """Put a known job's new record where its old one is, when nothing that files it changed
+        (most changes between passes are a new reason): no re-filing, no burst tail. False: not so."""
+        old = self.jobs.get(j.id)
+        if old is None or FILED(old) != FILED(j) or j.held and key(old, False) != key(j, False):
+            return False
+        self.jobs[j.id] = j
+        if j.id in self.marked:
+            self.marked[j.id] = j
+        self.groups[self.where[j.id]].swap(j)
+        mine = self.users[j.user]
+        mine[bisect_left(mine, _order(j), key=_order)] = j
+        return True
 
     def _unfile(self, j: Job) -> None:
         self._ungroup(j)

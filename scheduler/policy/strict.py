@@ -88,7 +88,8 @@ def run_kept(p, backlog, cfg) -> bool:
     gated (backlog.gated): past the gates, gang.verdict gives it the blocker's verdict too."""
     if backlog.earmarked or not applies(cfg):
         return False
-    u = p.usage
+    now = backlog.jobs          # a group may hold an older record of a job (Backlog.swap): the score
+    u = p.usage                 # reads only what both share, a verdict the current one
     capped = u.capped if not u.user_caps else None
     groups = list(backlog.groups.values())
     score = classes._scorer(p, cfg, backlog.bursting)
@@ -98,17 +99,21 @@ def run_kept(p, backlog, cfg) -> bool:
     while heads and p.blocker is None:
         _, i = heapq.heappop(heads)
         jobs = groups[i].jobs
-        p.consider(jobs[at[i]])
+        p.consider(now[groups[i].ids[at[i]]])
         at[i] += 1
         if at[i] < len(jobs):
             heapq.heappush(heads, (score(jobs[at[i]]), i))
     if p.blocker is None:
         return True
+    # Nothing is admitted after the blocker, so the usage stays as it is: an account that no job
+    # of the backlog could take to a cap now (Usage.tight with the largest needs) caps none of them.
+    most = (max(g for g, _ in backlog.needs), max(c for _, c in backlog.needs))
+    capping = {a for a in capped if u.tight(a, "", *most)} if capped is not None else None
     gated, plain = [], []
     for i, g in enumerate(groups):
         if at[i] < len(g.jobs):
-            if g.key[3] or capped is None or g.key[1] in capped:
-                gated += g.jobs[at[i]:]
+            if g.key[3] or capping is None or g.key[1] in capping:
+                gated += [now[k] for k in g.ids[at[i]:]]
             else:
                 plain.append((g, at[i]))
     for j in gated:
@@ -116,14 +121,14 @@ def run_kept(p, backlog, cfg) -> bool:
     if not plain:
         return True
     g, first = plain[0]
-    got = p.judge(g.jobs[first])
+    got = p.judge(now[g.ids[first]])
     if isinstance(got, Place) or got[0] != states.PRIORITY:     # not past a blocker after all: each judged
         if isinstance(got, Place):
             p.places.append(got)
         else:
             p.pending.append(Pending(g.ids[first], *got))
-        for j in [j for g, k in plain for j in g.jobs[k:]][1:]:
-            p.consider(j)
+        for i in [i for g, k in plain for i in g.ids[k:]][1:]:
+            p.consider(now[i])
         return True
     # One list of ids, copied slice by slice in C: no walk over the jobs behind the blocker.
     ids = []

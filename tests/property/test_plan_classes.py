@@ -14,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from labq.scheduler import policy, states
-from labq.scheduler.policy import classes, queue
+from labq.scheduler.policy import classes, priority, queue, strict
+from labq.scheduler.policy.backlog import gated
+from labq.scheduler.policy.kept import Kept
 from tests.harness import ClusterBuilder, G, cfg
 
 CONFIG = """
@@ -393,3 +395,114 @@ def test_a_standing_told_of_fewer_jobs_gives_another_plan():
     snap, c = ClusterBuilder().node("n", gpus=2).running("n", gpus=2).job(gpus=1).build(), cfg()
     assert not policy.plan(snap, c).places
     assert policy.plan(snap, c, standing=policy.Standing(snap.nodes, c, snap.now)).places
+
+
+# -- what the daemon keeps (policy/kept.py) ------------------------------------------------------------
+# Its Queue, and for a backfill-off pass its Backlog, filed from each pass's snapshot by what changed:
+# over changing snapshots plan() decides as the per-job pass, for backfill on and off, and the kept
+# groups and burst tails stay those of the whole queue. And the two costs a changing queue used to
+# pay: a record that changed only its reason is not filed again; the jobs behind a backfill-off
+# blocker in an account that no job could take to a cap take the blocker's verdict unjudged.
+def _reasons(snap, data):
+    """Many pending records replaced by one that says something else (the applier's new reason)."""
+    jobs = tuple(replace(j, reason=states.PRIORITY, detail=f"seen {j.id}")
+                 if j.state == states.PENDING and data.draw(st.booleans()) else j for j in snap.jobs)
+    return replace(snap, jobs=jobs)
+
+
+def _filed_as_whole(kept: Kept, snap, c) -> None:
+    pending = [j for j in snap.jobs if j.state == states.PENDING]
+    w = c.priority
+    burst = (w.burst_jobs, w.burst_window) if w.burst_penalty else None
+    whole = priority.burst_tail(pending, *burst) if burst else set()
+    if kept.backlog is not None:
+        b = kept.backlog
+        assert b.jobs == {j.id: j for j in pending}
+        assert b.bursting == whole
+        for key, g in b.groups.items():
+            assert g.ids == [j.id for j in sorted((b.jobs[i] for i in g.ids), key=lambda j: (j.submit_time, j.id))]
+            assert all((j.qos, j.account, j.id in whole, gated(j)) == key for j in (b.jobs[i] for i in g.ids))
+    q = kept.queue     # it holds the jobs the pass walked: those expiring in it were left out
+    if q.jobs and burst == q.burst:
+        assert q.bursting == (priority.burst_tail(list(q.jobs.values()), *burst) if burst else set())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenes(), st.data())
+def test_the_daemons_kept_queue_and_backlog_decide_as_the_per_job_pass_as_the_queue_changes(scene, data):
+    snap, c = scene
+    burst = data.draw(st.sampled_from([(1, 600.0), (2, 60.0), (3, 6000.0), (100, 600.0)]))
+    c = replace(c, priority=replace(c.priority, burst_jobs=burst[0], burst_window=burst[1]))
+    kept = Kept()
+    for _ in range(5):
+        got = policy.plan(snap, c, **kept.inputs(snap, c))
+        same(got, policy.plan_per_job(snap, c))
+        _filed_as_whole(kept, snap, c)
+        snap = _changed(snap, data) if data.draw(st.booleans()) else _reasons(snap, data)
+        if data.draw(st.integers(0, 5)) == 0:      # a reload turns backfill on or off
+            c = replace(c, backfill_depth=data.draw(st.sampled_from([0, 1])))
+
+
+def _deep(n: int, b=None):
+    """One node full, a blocker, then `n` jobs of carol (account phi: a max_running cap far away)."""
+    b = b or ClusterBuilder()
+    b.node("n0", gpus=2, cpus=8)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="eta", user="alice")
+    b.job(gpus=2, cpus=1, account="eta", user="alice", submit_offset=-50)
+    for k in range(n):
+        b.job(gpus=1, cpus=1, account="phi", user="carol", submit_offset=float(k))
+    return b
+
+
+DEEP = """
+[scheduler]
+backfill_depth = 0
+[accounts.eta]
+users = ["alice"]
+[accounts.phi]
+users = ["carol"]
+max_running = 1000
+"""
+
+
+def test_jobs_behind_the_blocker_in_an_account_far_from_its_cap_take_its_verdict_unjudged(monkeypatch):
+    snap, c = _deep(300).build(), cfg(DEEP)
+    kept = Kept()
+    judged = []
+    real = policy._Pass.judge
+    monkeypatch.setattr(policy._Pass, "judge", lambda p, j: judged.append(j.id) or real(p, j))
+    got = policy.plan(snap, c, **kept.inputs(snap, c))
+    mine = len(judged)
+    same(got, policy.plan_per_job(snap, c))
+    assert kept.backlog is not None
+    # The blocker and the first job behind it, whose verdict the rest take; before, all 301.
+    assert mine == 2, mine
+    # A cap that one more job could reach (carol runs the one phi may): each job of phi is judged.
+    b = ClusterBuilder()
+    b.node("n1", gpus=1, cpus=8)
+    b.running("n1", gpus=1, cpus=1, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    snap, near = _deep(300, b).build(), cfg(DEEP.replace("max_running = 1000", "max_running = 1"))
+    judged.clear()
+    got = policy.plan(snap, near, **Kept().inputs(snap, near))
+    assert len(judged) == 301
+    same(got, policy.plan_per_job(snap, near))
+    assert strict.applies(near)
+
+
+def test_a_record_that_changed_only_its_reason_is_not_filed_again(monkeypatch):
+    snap, c = _deep(300).build(), cfg(DEEP.replace("backfill_depth = 0", "backfill_depth = 1")
+                                      + '[priority]\nburst_jobs = 5\nburst_window = "1h"\n')
+    kept = Kept()
+    policy.plan(snap, c, **kept.inputs(snap, c))
+    tails, unfiled = [], []
+    real_tail, real_unfile = priority.burst_tail, queue.unfile
+    monkeypatch.setattr(priority, "burst_tail", lambda *a: tails.append(1) or real_tail(*a))
+    monkeypatch.setattr(queue, "unfile", lambda *a: unfiled.append(1) or real_unfile(*a))
+    # A few records with a new reason (below the share that files everything anew).
+    jobs = tuple(replace(j, detail="something else") if j.id % 20 == 0 and j.state == states.PENDING else j
+                 for j in snap.jobs)
+    again = replace(snap, jobs=jobs)
+    got = policy.plan(again, c, **kept.inputs(again, c))
+    assert tails == [] and unfiled == []
+    same(got, policy.plan_per_job(again, c))
+    assert all(kept.queue.jobs[j.id] is j for j in jobs if j.state == states.PENDING)

@@ -1,0 +1,52 @@
+"""What plan() keeps from pass to pass for a caller that plans one changing queue again and again
+(the daemon): the request-class Queue (queue.py) that the class walk reads, and, for a pass that
+walks only to the blocker (backfill off: strict.py `run_kept`), the Backlog (backlog.py) of the
+pending jobs in plan()'s order. `inputs` files what changed since the last pass and says which of
+the two plan() takes; the plan is the same as without either (tests/property/test_plan_classes.py).
+
+The simulator keeps its Backlog itself, job by job as its queue changes (sim/kept.py); a caller
+that holds only snapshots (the daemon) has its changes found here, by identity: a record is
+frozen, so a changed job is a new object."""
+from .. import states
+from . import strict
+from .backlog import Backlog
+from .queue import Queue
+
+
+def _order(j) -> tuple:
+    return (j.submit_time, j.id)
+
+
+class Kept:
+    def __init__(self) -> None:
+        self.queue = Queue()
+        self.backlog: Backlog | None = None
+
+    def inputs(self, snap, cfg) -> dict:
+        """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`."""
+        if not strict.applies(cfg):
+            self.backlog = None         # a later pass that walks to the blocker files it anew
+            return {"queue": self.queue}
+        w = cfg.priority
+        burst = (w.burst_jobs, w.burst_window) if w.burst_penalty else None
+        if self.backlog is None or self.backlog.burst != burst:
+            self.backlog = Backlog(burst)
+        sync(self.backlog, [j for j in snap.jobs if j.state == states.PENDING])
+        return {"backlog": self.backlog, "queue": self.queue}
+
+
+def sync(backlog: Backlog, pending: list) -> None:
+    """Make `backlog` hold exactly `pending`: the gone and changed jobs out, the new and changed in
+    (in (submit time, id) order, so that each lands at the end of its user's and group's lists)."""
+    known = backlog.jobs
+    changed = [j for j in pending if known.get(j.id) is not j and not backlog.swap(j)]
+    new = sum(1 for j in changed if j.id not in known)
+    if len(known) + new != len(pending):
+        here = {j.id for j in pending}
+        for i in [i for i in known if i not in here]:
+            backlog.remove(i)
+    for j in changed:
+        if j.id in known:
+            backlog.remove(j.id)
+    for j in sorted(changed, key=_order):
+        backlog.add(j)
