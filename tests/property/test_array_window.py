@@ -3,8 +3,8 @@ only the first W pending tasks of each array (window_of: the slots of the up nod
 + 1, and at least priority.burst_jobs where burst tails count) decides what it decides over every
 task: the same starts, preemptions, expiries and reservations, and the same reason for each job both
 passes see. The rest of an array then need not exist as jobs until a pass reaches it. Random
-clusters, running work, singles and arrays (held, throttled, other QoS), with backfill and burst
-tails on and off. No job here depends on an array: plan() takes a task missing from the snapshot for
+clusters, running work, singles and arrays (held, throttled, other QoS, gangs of two nodes), with
+backfill and burst tails on and off. No job here depends on an array: plan() takes a task missing from the snapshot for
 one with no record (DependencyNeverSatisfied, and with --kill-on-invalid-dep a cancel), so a window
 needs the snapshot to say which ids the rest holds."""
 from dataclasses import replace
@@ -25,7 +25,7 @@ CONFIGS = (
 shape = st.tuples(st.integers(0, 2), st.integers(1, 4), st.sampled_from([600, 3600, 7200]),
                   st.sampled_from(["alice", "bob"]), st.sampled_from(["normal", "low"]))
 array = st.tuples(shape, st.integers(1, 60), st.sampled_from([None, None, 1, 3]), st.booleans(),
-                  st.integers(-50, 50))
+                  st.integers(-50, 50), st.sampled_from([1, 1, 1, 2]))
 
 
 @st.composite
@@ -39,10 +39,11 @@ def clusters(draw):
             c.running(n.name, gpus=gpus, cpus=cpus, time_limit=limit, user=user, qos=qos, preemptible=qos == "low")
     for gpus, cpus, limit, user, qos in draw(st.lists(shape, max_size=6)):
         c.job(gpus=gpus, cpus=cpus, time_limit=limit, user=user, qos=qos, submit_offset=draw(st.integers(-50, 50)))
-    for (gpus, cpus, limit, user, qos), n, throttle, held, offset in draw(st.lists(array, min_size=1, max_size=3)):
+    for (gpus, cpus, limit, user, qos), n, throttle, held, offset, width in draw(st.lists(array, min_size=1,
+                                                                                             max_size=3)):
         first = c._next
         for i in range(n):
-            c.job(gpus=gpus, cpus=cpus, time_limit=limit, user=user, qos=qos, submit_offset=offset,
+            c.job(gpus=gpus, cpus=cpus, time_limit=limit, user=user, qos=qos, submit_offset=offset, nodes=width,
                   array_id=first, array_index=i, array_count=n, array_throttle=throttle, held=held)
     return c
 
