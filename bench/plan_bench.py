@@ -291,10 +291,21 @@ def changing_case(n_pending: int, n_nodes: int, passes: int, changes: int, backf
             jobs[j.id] = j
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    return (f"{n_pending} x {n_nodes} random, changing queue ({changes} ends, {changes} cancels, {changes} submits a pass; "
-            f"backfill {'on' if backfill else 'off'}): plan() CPU min {min(cpu) * 1000:.1f} ms, median "
-            f"{statistics.median(cpu) * 1000:.1f}, max {max(cpu) * 1000:.1f} (of which filing the changes, median "
-            f"{statistics.median(filing) * 1000:.1f}); {placed} started in {passes} passes; load {load}")
+    return {"median_s": statistics.median(cpu), "min_s": min(cpu), "max_s": max(cpu), "runs": passes,
+            "filing_s": statistics.median(filing), "placed": placed, "load": load, "backfill": backfill,
+            "changes": changes, "pending": n_pending, "nodes": n_nodes}
+
+
+def changing_text(r: dict) -> str:
+    c = r["changes"]
+    return (f"{r['pending']} x {r['nodes']} random, changing queue ({c} ends, {c} cancels, {c} submits a pass; "
+            f"backfill {'on' if r['backfill'] else 'off'}): plan() CPU min {r['min_s'] * 1000:.1f} ms, median "
+            f"{r['median_s'] * 1000:.1f}, max {r['max_s'] * 1000:.1f} (of which filing the changes, median "
+            f"{r['filing_s'] * 1000:.1f}); {r['placed']} started in {r['runs']} passes; load {r['load']}")
+
+
+# (pending, nodes) -> (passes, changes of each kind a pass) for bench/run.py's changing-queue rows
+CHANGING = {(10_000, 50): (20, 20), (100_000, 1000): (8, 200)}
 
 
 if __name__ == "__main__":
@@ -306,7 +317,7 @@ if __name__ == "__main__":
     if "--changing" in sys.argv:   # --changing P N PASSES CHANGES [--no-backfill]: plan() on a changing queue
         at = sys.argv.index("--changing")
         p, n, k, c = (int(x) for x in sys.argv[at + 1:at + 5])
-        print(changing_case(p, n, k, c, backfill="--no-backfill" not in sys.argv))
+        print(changing_text(changing_case(p, n, k, c, backfill="--no-backfill" not in sys.argv)))
         sys.exit(0)
     if "--cpu" in sys.argv:   # --cpu P N RUNS [--arrays] [--no-queue]: one case, CPU and wall (RESULTS.md `planner`)
         at = sys.argv.index("--cpu")

@@ -172,6 +172,18 @@ def plan_rows(quick: bool, medians: dict) -> list[Row]:
                              f"placed {r['placed']}, pending {r['still_pending']:,} ({reasons})",
                         data={"pending": p, "nodes": n}))
         print(_line(rows[-1]), flush=True)
+    for (p, n), (passes, changes) in plan_bench.CHANGING.items():
+        if quick and p * n >= 10 ** 8:
+            continue
+        r = plan_bench.changing_case(p, n, passes, changes)
+        rows.append(Row(f"plan() {p:,} pending × {n:,} nodes, changing queue", r["median_s"] * 1000, "ms",
+                        _ms(plan_bench.TARGETS.get((p, n))), key=f"plan.changing.{p}x{n}",
+                        note=f"CPU median over {passes} passes, each after {changes} ends, {changes} cancels and "
+                             f"{changes} submits, each pass's plan applied, with what the daemon keeps from pass to "
+                             f"pass (policy/kept.py); min {r['min_s'] * 1000:.0f}, max "
+                             f"{r['max_s'] * 1000:.0f} ms; {r['placed']} started; backfill on (depth 1)",
+                        data={"pending": p, "nodes": n}))
+        print(_line(rows[-1]), flush=True)
     return rows
 
 
