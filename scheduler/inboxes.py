@@ -41,8 +41,13 @@ class Inboxes:
     def _intake(self, now: float, pending: bool) -> None:
         """Take requests and read the event streams, handle what was read, commit it as one batch;
         again until both are empty. What a predecessor left unanswered (`pending`) goes one at a time."""
-        if pending:
-            return self._recover_pending(now)
+        if pending or self.store.left_behind(self._node_streams()):
+            if not pending:
+                log.warning("a deposed leader left requests or events taken and unanswered: handling them")
+            self.sent = None                   # as in a recovery: the intake bounds count from the next tick
+            self._recover_pending(now)
+            if pending:
+                return
         self.sent = collections.Counter()      # per user this tick: requests, bytes (the intake bounds)
         done = 0
         while done < MAX_REQUESTS_PER_TICK:

@@ -6,6 +6,8 @@ next. Also the entry in hand: what a recovering leader handles now, for the pois
 A mixin of SchedulerStore (state.py), which holds the connection, the keys and `txn`."""
 import hashlib
 
+from .keys import CONSUMER, GROUP
+
 
 class RequestList:
     def take_requests(self, count: int) -> list:
@@ -18,6 +20,21 @@ class RequestList:
         for _ in range(n):
             p.execute_command("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT", NEVER_DECODE=True)
         return self._named([raw for raw in p.execute() if raw is not None])
+
+    def left_behind(self, streams: list[str]) -> bool:
+        """Whether requests wait in `taken` or events among the group's pending entries, asked at
+        the start of a tick, when this leader holds none (each round acknowledges what it read in
+        its own commit). Then a deposed leader took them: frozen (SIGSTOP) just past its tick's
+        lease check and resumed after its successor recovered, it moved them there and its commit
+        failed on the lease; nobody else would look there before the next recovery (issue 35)."""
+        p = self.r.pipeline(transaction=False)
+        p.llen(self.k.taken)
+        if streams:
+            p.execute_command("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", 1, "STREAMS", *streams,
+                              *["0"] * len(streams), NEVER_DECODE=True)
+        got = p.execute()
+        pending = got[1] if streams else None
+        return bool(got[0]) or any(e for _, e in (pending.items() if isinstance(pending, dict) else pending or []))
 
     def taken_requests(self) -> list:
         """What a predecessor took and never answered, oldest first: [(entry id, raw bytes)]."""
