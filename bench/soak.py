@@ -27,9 +27,17 @@ says, from those stamps, the job records and `labq ledger verify`:
               successor's start), or while its agent was stopped past the node lease, work re-run
               after an attempt stamped its end, and jobs whose work ended but that did not end
               COMPLETED: all must be none
+  billed      processes whose stamped life lies outside every attempt's billed start..end (on the
+              node they stamped) by more than 1 s: none
+  gangs       (-N 2, across the three agents) attempts where a part died and another part stamped
+              more than 1.25 s after it (1 s, plus its stamp period): none; how many gang attempts
+              ran and lost a part, and the longest spread
+  failover    each SIGSTOP of the leading scheduler past its lease: how soon the standby led, and
+              whether the resumed one stepped down (alive, never the leader again): all must
 
-Chaos is planned, not timed by luck: a kill -9 of the scheduler at 30% of the run and of the agent
-at 60%, and (runs of 3 minutes and more) a fault every 10-40 s besides, every kind in the first
+Three agents on this host (e2e-node with 8 GPUs, g2 and g3 with 2 each) and two schedulers (a leader
+and a standby). Chaos is planned, not timed by luck: a kill -9 of the leading scheduler at 30% of the
+run and of an agent at 60% (or the `fixed` faults given), and (runs of 3 minutes and more) a fault every 10-40 s besides, every kind in the first
 round (bench/chaos.py); one that a slow submit made late still happens before the drain. Every wait is generous: the report's figures, not timing, decide (a loaded machine only
 makes the run slower).
 
@@ -48,10 +56,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench.chaos import Chaos  # noqa: E402
+from bench.chaos import FIXED, Chaos  # noqa: E402
+from bench.soakcheck import (  # noqa: E402
+    billed_checks,
+    gang_checks,
+    lives as _lives,  # noqa: E402
+    rows,
+    stamp_checks,
+    stamps as _stamps,  # noqa: E402
+    where,
+)
 from labq.cli.subcore import build_body  # noqa: E402
 from labq.scheduler import ledger, states  # noqa: E402
-from tests.harness import E2E, two_labs  # noqa: E402
+from tests.harness import E2E, two_labs, wait_for  # noqa: E402
 
 GRACE, KILL_WAIT, TICK, MAX_PREEMPTIONS = 3, 2, 0.5, 2
 HEAD = f"""
@@ -88,27 +105,33 @@ limit = BUDGET
 on_exhaust = "preempt"
 """
 JOB = r"""#!/bin/sh
-# soak job: $1 kind (plain | ckpt | stubborn), $2 seconds of work, $3 stamp directory; each stamp is
-# "<kind> <restart count> <time> <pid>"
-S="$3/$LABQ_JOB_ID"; A="$LABQ_RESTART_COUNT"
+# soak job: $1 kind (plain | ckpt | stubborn | gang), $2 seconds of work, $3 stamp directory; each stamp
+# is "<kind> <restart count> <time> <pid> <rank> <node>"; a gang's part stamps every 0.25 s (the
+# soak measures how soon its other parts die after one does)
+S="$3/$LABQ_JOB_ID"; A="$LABQ_RESTART_COUNT"; W="$$ ${NODE_RANK:-0} $LABQ_NODE"
 [ "$1" = stubborn ] && trap '' TERM
-echo "start $A $(date +%s.%N) $$" >> "$S"
+P=1; N="$2"
+[ "$1" = gang ] && P=0.25 && N=$(($2 * 4))
+echo "start $A $(date +%s.%N) $W" >> "$S"
 i=0
 if [ "$1" = ckpt ] && [ -f "$LABQ_CHECKPOINT_DIR/step" ]; then i=$(cat "$LABQ_CHECKPOINT_DIR/step"); fi
-while [ "$i" -lt "$2" ]; do
-  sleep 1; i=$((i+1))
+while [ "$i" -lt "$N" ]; do
+  sleep $P; i=$((i+1))
   [ "$1" = ckpt ] && echo "$i" > "$LABQ_CHECKPOINT_DIR/step"
-  echo "alive $A $(date +%s.%N) $$" >> "$S"
+  echo "alive $A $(date +%s.%N) $W" >> "$S"
 done
-echo "end $A $(date +%s.%N) $$" >> "$S"
+echo "end $A $(date +%s.%N) $W" >> "$S"
 """
+# Beside the stack's own node (e2e-node, 8 GPUs): two more agents on this host, each its own node,
+# so that gangs (-N 2) run across nodes and each node's agent can die alone.
+EXTRA_NODES = {"g2": 2, "g3": 2}
 GUARANTEED = {"lab-a": 3, "lab-b": 3}
 PARKED = (states.BUDGET_EXHAUSTED, states.BUDGET_RESERVED, states.DEPENDENCY_NEVER)
 WAITING = {states.RESOURCES, states.PRIORITY, states.PREEMPTING_FOR, states.NONE}
 
 
 class Soak:
-    def __init__(self, seconds: float, seed: int, budget: float):
+    def __init__(self, seconds: float, seed: int, budget: float, fixed=FIXED):
         self.rnd = random.Random(seed)
         self.seconds = seconds
         self.e = E2E(two_labs(HEAD.replace("BUDGET", repr(float(budget))), guarantee=3, borrow_limit=3, slots=16),
@@ -125,7 +148,16 @@ class Soak:
         self.t0 = time.time()
         # the jobs on a dead node end NF when its lease runs out, and are requeued: the guarantee
         # watch leaves that out too
-        self.chaos = Chaos(self.e, self.rnd, self.t0, self.cfg.node_lease + self.cfg.fence_margin + GRACE + KILL_WAIT + 2)
+        self.chaos = Chaos(self.e, self.rnd, self.t0, self.cfg.node_lease + self.cfg.fence_margin + GRACE + KILL_WAIT + 2,
+                           self._node_configs())
+        self.fixed = fixed
+        for node in EXTRA_NODES:
+            self.chaos.start_agent(node)
+        # a standby scheduler: the leader's kill -9 or SIGSTOP hands over to it
+        self.stack.start("standby", "scheduler")
+        self.gpus = 8 + sum(EXTRA_NODES.values())
+        wait_for(lambda: len([n for n in self.client.nodes() if n.state == "up"]) == 1 + len(EXTRA_NODES), 120, 0.1,
+                 what=f"every agent to register (see {self.e.log.name})")
         self.budget = budget
         self.overrides = 0                      # micro-$ of lab-c overrides granted (each one expires)
         self.override_until = 0.0               # monotonic: while one is active, lab-c submits low work
@@ -133,13 +165,27 @@ class Soak:
         self.short_since: dict = {}
         self.done = threading.Event()
 
+    def _node_configs(self) -> dict[str, str]:
+        """node -> its agent's config: the stack's, with its own name, GPUs, slots and spool."""
+        with open(self.e.cfg_path) as f:
+            text = f.read()
+        out = {}
+        for node, gpus in EXTRA_NODES.items():
+            path = os.path.join(self.dir, f"{node}.toml")
+            with open(path, "w") as f:
+                f.write(text.replace('name = "e2e-node"', f'name = "{node}"').replace("gpus = 8", f"gpus = {gpus}")
+                        .replace("slots = 16", "slots = 4").replace(os.path.join(self.dir, "spool"),
+                                                                     os.path.join(self.dir, f"spool-{node}")))
+            out[node] = path
+        return out
+
     # -- driving ------------------------------------------------------------------------------------
     def run(self) -> dict:
         watcher = threading.Thread(target=self._watch, daemon=True)
         watcher.start()
         start = time.monotonic()
         end = start + self.seconds
-        plan = self.chaos.plan(start, self.seconds)
+        plan = self.chaos.plan(start, self.seconds, self.fixed)
         while time.monotonic() < end:
             while plan and time.monotonic() >= plan[0][0]:
                 self.chaos.inject(plan.pop(0)[1])
@@ -180,11 +226,13 @@ class Soak:
         # While lab-c has an override, more of its (preemptible) work runs when it expires.
         boost = time.monotonic() < self.override_until
         acct = r.choices(["lab-a", "lab-b", "lab-c"], [4, 4, 6 if boost else 2])[0]
-        kind = r.choices(["plain", "ckpt", "stubborn"], [5, 3, 2])[0]
+        kind = r.choices(["plain", "ckpt", "stubborn", "gang"], [5, 3, 2, 2])[0]
         qos = "low" if boost and acct == "lab-c" else r.choice(["low", "normal", "high"])
         opts = {"account": acct, "chdir": self.dir, "time_": "1m", "qos": qos,
-                "gpus": str(r.choice([1, 1, 1, 2])), "output": os.path.join(self.dir, "out", "%j.out")}
-        if r.random() < 0.1:
+                "gpus": str(r.choice([1, 1, 1, 2])), "output": os.path.join(self.dir, "out", "%j-%n.out")}
+        if kind == "gang":     # two nodes, 1 GPU each: room on g2/g3 beside e2e-node
+            opts.update(nodes="2", gpus=None, gpus_per_node="1")
+        elif r.random() < 0.1:
             opts["array"] = "1-3"
         elif r.random() < 0.15 and self.ids:
             opts["dependency"] = f"afterok:{r.choice(self.ids[-10:])}"
@@ -228,13 +276,14 @@ class Soak:
         on = [j for j in jobs if j.state in states.ON_NODE]
         kept = {u for j in jobs if j.state == states.PENDING for u in j.earmark_gpus}
         used = {u for j in on for u in j.gpu_uuids}
-        unclaimed = 8 - len(used | kept)
+        unclaimed = self.gpus - len(used | kept)
         for acct, owed in GUARANTEED.items():
-            held = sum(j.gpus for j in on if j.account == acct)
+            held = sum(j.gpus * j.nodes for j in on if j.account == acct)
             room = unclaimed + sum(j.gpus for j in on if j.state == states.RUNNING and j.borrowed
                                    and j.account != acct and j.preempt_count < MAX_PREEMPTIONS)
+            # a gang's room is per node: not watched
             wants = [j for j in jobs if j.account == acct and j.state == states.PENDING and j.reason in WAITING
-                     and j.gpus <= min(owed - held, room) and not j.held and not j.deps]
+                     and j.gpus <= min(owed - held, room) and not j.held and not j.deps and j.nodes == 1]
             last = self.short_since.get(("held", acct))
             self.short_since[("held", acct)] = held
             if not wants or (last is not None and held > last):
@@ -247,8 +296,10 @@ class Soak:
     def report(self, drained: bool) -> dict:
         jobs = {j.id: j for j in self.client.read.jobs(self.ids) if j is not None}
         lost, double = self._runs(jobs)
-        stamped = stamp_checks({i: _lives(os.path.join(self.stamps, str(i))) for i in self.ids}, jobs,
-                               self.chaos.agent_dead, self.chaos.agent_frozen)
+        lives = {i: _lives(os.path.join(self.stamps, str(i))) for i in self.ids}
+        places = {i: where(os.path.join(self.stamps, str(i))) for i in self.ids}
+        stamped = stamp_checks(lives, jobs, self.chaos.agent_dead, self.chaos.agent_frozen, places)
+        stamped |= gang_checks(lives, places, jobs) | billed_checks(lives, places, jobs)
         spent = {k: int(v) for k, v in self.client.read.spent().items()}
         charged, over = self._charges(jobs)
         verify = subprocess.run(self.stack.command("ledger", "verify"), env=self.stack.env(), capture_output=True,
@@ -289,10 +340,11 @@ class Soak:
         without its last attempt's end stamp. Double: an attempt started twice, or stamped after a
         later attempt of the job had started."""
         stamps = {i: _stamps(os.path.join(self.stamps, str(i))) for i in self.ids}
+        ranks = {i: rows(os.path.join(self.stamps, str(i))) for i in self.ids}
         lost = [i for i in self.ids if i not in jobs or jobs[i].state not in states.TERMINAL]
         double = []
         for i, lines in stamps.items():
-            starts = [a for kind, a, _ in lines if kind == "start"]
+            starts = [(a, rank) for kind, a, _, _, rank, _ in ranks[i] if kind == "start"]
             begun = {a: t for kind, a, t in lines if kind == "start"}
             if len(starts) != len(set(starts)) or any(b > a and t > begun[b] for _, a, t in lines for b in begun):
                 double.append(i)
@@ -324,62 +376,8 @@ class Soak:
             self.e.close()
 
 
-def _stamps(path: str):
-    return [(kind, a, t) for kind, a, t, _ in _rows(path)]
-
-
-def _rows(path: str) -> list[tuple[str, int, float, int]]:
-    """(kind, restart count, time, pid) of each stamp a job wrote (pid 0 in a stamp without one)."""
-    try:
-        with open(path) as f:
-            rows = [line.split() for line in f]
-    except FileNotFoundError:
-        return []
-    return [(r[0], int(r[1]), float(r[2]), int(r[3]) if len(r) > 3 else 0) for r in rows if len(r) in (3, 4)]
-
-
-def _lives(path: str) -> dict[tuple[int, int], tuple[float, float, bool]]:
-    """(restart count, pid) -> (first stamp, last stamp, whether it stamped its end): each attempt's
-    life as the job itself recorded it."""
-    out: dict[tuple[int, int], tuple[float, float, bool]] = {}
-    for kind, a, t, pid in _rows(path):
-        lo, hi, ended = out.get((a, pid), (t, t, False))
-        out[(a, pid)] = (min(lo, t), max(hi, t), ended or kind == "end")
-    return out
-
-
-# A job spawned just before its agent was killed may write its first stamp a moment after.
-AGENT_DEATH_SLACK = 0.5
-
-
-def stamp_checks(lives: dict, jobs: dict, agent_dead, agent_frozen=()) -> dict:
-    """Issue 35's promises, read from the jobs' own stamps only: no two attempts of a job alive at
-    once (`overlaps`); no attempt started while the node had no live agent, between a kill -9 of it
-    and its successor's start (`started_after_agent_died`), or while its agent was stopped past the
-    node lease (`started_while_agent_frozen`: from SIGSTOP + lease to SIGCONT); no work re-run once
-    an attempt stamped its end (`rerun_after_end`), and such a job ends COMPLETED
-    (`finished_not_completed`)."""
-    overlaps, late, frozen, rerun, unrecorded = [], [], [], [], []
-    for i, spans in lives.items():
-        ordered = sorted(spans.values())
-        if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
-            overlaps.append(i)
-        if any(k + AGENT_DEATH_SLACK < lo < up for lo, _, _ in spans.values() for k, up in agent_dead):
-            late.append(i)
-        if any(k + AGENT_DEATH_SLACK < lo < up for lo, _, _ in spans.values() for k, up in agent_frozen):
-            frozen.append(i)
-        ended = [a for (a, _), (_, _, done) in spans.items() if done]
-        if ended and any(a > min(ended) for a, _ in spans):
-            rerun.append(i)
-        if ended and i in jobs and jobs[i].state != states.COMPLETED:
-            unrecorded.append(i)
-    return {"overlaps": sorted(overlaps), "started_after_agent_died": sorted(late),
-            "started_while_agent_frozen": sorted(frozen), "rerun_after_end": sorted(rerun),
-            "finished_not_completed": sorted(unrecorded)}
-
-
-def soak(seconds: float, seed: int = 1, budget: float = 3.0, keep: bool = False) -> dict:
-    s = Soak(seconds, seed, budget)
+def soak(seconds: float, seed: int = 1, budget: float = 3.0, keep: bool = False, fixed=FIXED) -> dict:
+    s = Soak(seconds, seed, budget, fixed)
     try:
         return s.run()
     finally:
@@ -389,7 +387,8 @@ def soak(seconds: float, seed: int = 1, budget: float = 3.0, keep: bool = False)
 def failures(out: dict) -> list[str]:
     """What the report says is broken (empty: the soak kept every promise it checks)."""
     bad = [k for k in ("lost", "double_runs", "preempted_unasked", "above_commitment", "overlaps",
-                       "started_after_agent_died", "started_while_agent_frozen", "rerun_after_end", "finished_not_completed") if out.get(k)]
+                       "started_after_agent_died", "started_while_agent_frozen", "rerun_after_end", "finished_not_completed",
+                       "gang_parts_outlived", "ran_unbilled", "schedulers_not_stepped_down") if out.get(k)]
     bad += [k for k in ("drained", "charges_equal_attempts", "within_limits") if not out[k]]
     if out["max_preemptions_per_job"] > out["max_preemptions"]:
         bad.append("max_preemptions_per_job")

@@ -55,3 +55,40 @@ def test_old_stamps_without_a_pid_still_parse(tmp_path):
     p = write(tmp_path, "1", ["start 0 100.0", "end 0 101.0"])
     assert SOAK._stamps(p) == [("start", 0, 100.0), ("end", 0, 101.0)]
     assert SOAK._lives(p) == {(0, 0): (100.0, 101.0, True)}
+
+
+def gang(jid, *attempts, state=states.COMPLETED):
+    """A 2-node job whose attempts are (start, end, node of rank 0, node of rank 1)."""
+    from labq.scheduler.model import Attempt
+    return Job(id=jid, user="u", account="a", state=state, nodes=2, gpus=1,
+               attempts=tuple(Attempt(attempt=k + 1, node=n0, gpus=(), start_time=lo, end_time=hi,
+                                      parts=((n0, ()), (n1, ())))
+                              for k, (lo, hi, n0, n1) in enumerate(attempts)))
+
+
+def test_a_gangs_parts_are_one_attempt_and_must_die_together(tmp_path):
+    # attempt 0: rank 1 (on g3) dies at 101.0, rank 0 (on g2) stamps on to 101.5: within the bound;
+    # attempt 1: both parts run and end
+    together = write(tmp_path, "1", ["start 0 100.0 11 0 g2", "start 0 100.1 12 1 g3", "alive 0 101.0 12 1 g3",
+                                     "alive 0 101.5 11 0 g2", "start 1 103.0 13 0 g2", "start 1 103.1 14 1 g3",
+                                     "end 1 105.0 13 0 g2", "end 1 105.2 14 1 g3"])
+    # rank 0 went on 3 s after rank 1 died; its stamps also outlive the attempt's billed end
+    outlived = write(tmp_path, "2", ["start 0 100.0 21 0 g2", "start 0 100.1 22 1 g3", "alive 0 101.0 22 1 g3",
+                                     "alive 0 104.0 21 0 g2"])
+    lives = {1: SOAK._lives(together), 2: SOAK._lives(outlived)}
+    places = {1: SOAK.where(together), 2: SOAK.where(outlived)}
+    jobs = {1: gang(1, (99.9, 101.6, "g2", "g3"), (102.9, 105.3, "g2", "g3")),
+            2: gang(2, (99.9, 101.2, "g2", "g3"), state=states.PENDING)}
+    # the parts of one attempt overlap each other: not two attempts at once
+    assert SOAK.stamp_checks(lives, jobs, [], [], places)["overlaps"] == []
+    got = SOAK.gang_checks(lives, places, jobs)
+    assert got["gang_parts_outlived"] == [[2, 0, 3.0]] and got["gangs_run"] == 3 and got["gang_attempts_broken"] == 2
+    assert SOAK.billed_checks(lives, places, jobs) == {"ran_unbilled": [[2, 0, "g2"]]}
+    assert "gang_parts_outlived" in SOAK.failures({**BASE, **got})
+
+
+def test_an_agents_death_concerns_its_own_node_only(tmp_path):
+    p = write(tmp_path, "1", ["start 0 201.0 31 0 g2", "end 0 203.0 31 0 g2"])
+    lives, places, jobs = {1: SOAK._lives(p)}, {1: SOAK.where(p)}, {1: job(1)}
+    assert SOAK.stamp_checks(lives, jobs, [("g3", 200.0, 205.0)], [], places)["started_after_agent_died"] == []
+    assert SOAK.stamp_checks(lives, jobs, [("g2", 200.0, 205.0)], [], places)["started_after_agent_died"] == [1]

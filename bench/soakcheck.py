@@ -1,0 +1,141 @@
+"""The soak's checks over the jobs' own stamps (issue 35): pure functions, stamps and job records in,
+verdicts out (tests/unit/test_soak_stamps.py feeds them synthetic stamps).
+
+A stamp line is "<kind> <restart count> <time> <pid> [<rank> <node>]" (kind: start, alive, end); a
+gang's parts (`sub -N 2`) all append to the job's one file, each with its rank and node."""
+from labq.scheduler import states
+
+# A job spawned just before its agent was killed may write its first stamp a moment after.
+AGENT_DEATH_SLACK = 0.5
+# Issue 35: every part of a gang dies within 1 s of any part's death; a gang's part stamps every
+# 0.25 s, so its last stamp is up to that before its death.
+GANG_PERIOD = 0.25
+GANG_BOUND = 1.0 + GANG_PERIOD
+# A life outside its attempt's billed [start, end] by more than this ran unbilled (a tick of the
+# agent's reaping, a stamp's own latency).
+BILLED_SLACK = 1.0
+
+
+def rows(path: str) -> list[tuple[str, int, float, int, int, str]]:
+    """(kind, restart count, time, pid, rank, node) of each stamp a job wrote (pid 0, rank 0 and
+    node "" in older stamps without them)."""
+    try:
+        with open(path) as f:
+            got = [line.split() for line in f]
+    except FileNotFoundError:
+        return []
+    return [(r[0], int(r[1]), float(r[2]), int(r[3]) if len(r) > 3 else 0, int(r[4]) if len(r) > 4 else 0,
+             r[5] if len(r) > 5 else "") for r in got if len(r) in (3, 4, 6)]
+
+
+def stamps(path: str):
+    return [(kind, a, t) for kind, a, t, *_ in rows(path)]
+
+
+def lives(path: str) -> dict[tuple[int, int], tuple[float, float, bool]]:
+    """(restart count, pid) -> (first stamp, last stamp, whether it stamped its end): each process's
+    life as the job itself recorded it."""
+    out: dict[tuple[int, int], tuple[float, float, bool]] = {}
+    for kind, a, t, pid, _, _ in rows(path):
+        lo, hi, ended = out.get((a, pid), (t, t, False))
+        out[(a, pid)] = (min(lo, t), max(hi, t), ended or kind == "end")
+    return out
+
+
+def where(path: str) -> dict[tuple[int, int], tuple[int, str]]:
+    """(restart count, pid) -> (rank, node) each process stamped."""
+    return {(a, pid): (rank, node) for _, a, _, pid, rank, node in rows(path)}
+
+
+def _on(fault: tuple, node: str) -> tuple[float, float] | None:
+    """A fault window (node, from, to) — or (from, to) for any node — if it concerns `node`."""
+    if len(fault) == 2:
+        return fault
+    return fault[1:] if not node or fault[0] == node else None
+
+
+def stamp_checks(lives: dict, jobs: dict, agent_dead, agent_frozen=(), places: dict | None = None) -> dict:
+    """Issue 35's promises, read from the jobs' own stamps only: no two attempts of a job alive at
+    once (`overlaps`: an attempt's life is its parts' first to last stamp); no process started while
+    its node had no live agent, between a kill -9 of it and its successor's start
+    (`started_after_agent_died`), or while its agent was stopped past the node lease
+    (`started_while_agent_frozen`: from SIGSTOP + lease to SIGCONT); no work re-run once an attempt
+    stamped its end (`rerun_after_end`), and such a job ends COMPLETED (`finished_not_completed`).
+    `places`: job -> where() of its stamps (faults then concern their own node only)."""
+    overlaps, late, frozen, rerun, unrecorded = [], [], [], [], []
+    for i, spans in lives.items():
+        at = (places or {}).get(i, {})
+        attempts: dict[int, tuple[float, float]] = {}
+        for (a, _), (lo, hi, _) in spans.items():
+            was = attempts.get(a, (lo, hi))
+            attempts[a] = (min(was[0], lo), max(was[1], hi))
+        ordered = sorted(attempts.values())
+        if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+            overlaps.append(i)
+
+        def started_in(faults) -> bool:
+            for key, (lo, _, _) in spans.items():
+                node = at.get(key, (0, ""))[1]
+                for f in faults:
+                    w = _on(f, node)
+                    if w is not None and w[0] + AGENT_DEATH_SLACK < lo < w[1]:
+                        return True
+            return False
+        if started_in(agent_dead):
+            late.append(i)
+        if started_in(agent_frozen):
+            frozen.append(i)
+        ended = [a for (a, _), (_, _, done) in spans.items() if done]
+        if ended and any(a > min(ended) for a, _ in spans):
+            rerun.append(i)
+        if ended and i in jobs and jobs[i].state != states.COMPLETED:
+            unrecorded.append(i)
+    return {"overlaps": sorted(overlaps), "started_after_agent_died": sorted(late),
+            "started_while_agent_frozen": sorted(frozen), "rerun_after_end": sorted(rerun),
+            "finished_not_completed": sorted(unrecorded)}
+
+
+def gang_checks(lives: dict, places: dict, jobs: dict) -> dict:
+    """A gang's parts, from their stamps: `gang_parts_outlived` — attempts where a part died (no
+    end stamp) and another part stamped more than GANG_BOUND after it; `gang_spread_max_s` — the
+    longest such time seen; `gangs_run` — gang attempts stamped, `gang_attempts_broken` — those
+    where a part died."""
+    outlived, spread_max, run, broken = [], 0.0, 0, 0
+    for i, spans in lives.items():
+        j = jobs.get(i)
+        if j is None or j.nodes < 2:
+            continue
+        by_attempt: dict[int, list[tuple[float, float, bool]]] = {}
+        for key, life in spans.items():
+            by_attempt.setdefault(key[0], []).append(life)
+        for a, parts in by_attempt.items():
+            run += 1
+            dead = [hi for _, hi, ended in parts if not ended]
+            if not dead:
+                continue
+            broken += 1
+            spread = max(hi for _, hi, _ in parts) - min(dead)
+            spread_max = max(spread_max, spread)
+            if spread > GANG_BOUND:
+                outlived.append([i, a, round(spread, 2)])
+    return {"gang_parts_outlived": outlived, "gang_spread_max_s": round(spread_max, 2), "gangs_run": run,
+            "gang_attempts_broken": broken}
+
+
+def billed_checks(lives: dict, places: dict, jobs: dict) -> dict:
+    """`ran_unbilled`: processes (a gang's parts among them) whose stamped life is not inside any
+    attempt of the job, on the node it stamped, from that attempt's billed start to its end."""
+    unbilled = []
+    for i, spans in lives.items():
+        j = jobs.get(i)
+        if j is None:
+            continue
+        for key, (lo, hi, _) in spans.items():
+            node = places.get(i, {}).get(key, (0, ""))[1]
+            inside = any(t.start_time is not None and t.end_time is not None
+                         and t.start_time - BILLED_SLACK <= lo and hi <= t.end_time + BILLED_SLACK
+                         and (not node or node in (t.node, *(n for n, _ in t.parts)))
+                         for t in j.attempts)
+            if not inside:
+                unbilled.append([i, key[0], node])
+    return {"ran_unbilled": unbilled}
