@@ -121,3 +121,45 @@ def test_a_lapsed_lease_taken_afresh_reloads_what_another_leader_wrote(conns):
     s2.store.release_leader()               # ...and stops
     assert s1.tick(NOW + 2)                 # s1 takes the free lease: it must not trust its memory
     assert 1 in s1.jobs and s1.jobs[1].state == job(r, 1).state
+
+
+def test_with_backfill_off_the_daemon_plans_over_its_kept_backlog_as_a_whole_pass_would(conns):
+    """The daemon's passes over its kept Backlog (policy/kept.py, backfill off) while jobs are
+    submitted, start, end and get new reasons: each pass decides as the per-job pass over the same
+    snapshot, and the jobs behind the blocker say so."""
+    from labq.scheduler import policy
+    r, raw = conns
+    cfg = config.loads('[scheduler]\nbackfill_depth = 0\n[accounts.a]\nusers = ["alice"]\n')
+    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(2)], "h", 1, 10 ** 9)
+    s = Scheduler(r, cfg, me="s1", clock=FROZEN)
+    s.tick(NOW)
+    seen = []
+    real = policy.plan
+
+    def checked(snap, c, **kw):
+        got = real(snap, c, **kw)
+        seen.append(("backlog" in kw, got, policy.plan_per_job(snap, c)))
+        return got
+    policy.plan = checked
+    try:
+        agent = AgentStore(r, K)
+        for k, gpus in enumerate((1, 2, 1, 1, 2, 1)):          # job 2 (two GPUs) blocks the rest
+            submit(r, "alice", {**BODY, "gpus": gpus, "account": "a"}, f"r{k}")
+        s.tick(NOW + 1, woke(r))
+        assert job(r, 1).node == "n1" and job(r, 2).state == states.PENDING
+        assert job(r, 3).reason == states.PRIORITY and "behind job 2" in job(r, 3).detail
+        agent.post("started", 1, 1, "n1", {"start_time": NOW + 1})
+        s.tick(NOW + 2)
+        agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": NOW + 3})
+        s.tick(NOW + 3)
+        s.tick(NOW + 4)
+        assert job(r, 2).node == "n1"                          # the blocker starts once room is back
+        assert job(r, 3).reason == states.RESOURCES            # and the next job blocks the rest
+        assert job(r, 4).reason == states.PRIORITY and "behind job 3" in job(r, 4).detail
+    finally:
+        policy.plan = real
+    assert seen and all(kept for kept, _, _ in seen)
+    for _, got, whole in seen:
+        assert sorted(got.places, key=lambda p: p.job_id) == sorted(whole.places, key=lambda p: p.job_id)
+        assert {p.job_id: (p.reason, p.detail) for p in got.pending} == \
+            {p.job_id: (p.reason, p.detail) for p in whole.pending}
