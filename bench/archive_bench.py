@@ -29,14 +29,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import redis  # noqa: E402
 
-from labq.scheduler import config, states  # noqa: E402
-from labq.scheduler.daemon import Scheduler  # noqa: E402
-from labq.scheduler.model import Attempt, Gpu, Job  # noqa: E402
+from labq.scheduler.daemon.loop import Scheduler  # noqa: E402
+from labq.scheduler.jobs import states  # noqa: E402
+from labq.scheduler.jobs.model import Attempt, Gpu, Job  # noqa: E402
+from labq.scheduler.jobs.transitions import Charge  # noqa: E402
+from labq.scheduler.settings import config
 from labq.scheduler.store import acctrows, archive, codec, dialect, writes  # noqa: E402
 from labq.scheduler.store.agentside import AgentStore  # noqa: E402
 from labq.scheduler.store.archive import Archive, Archiver  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402
-from labq.scheduler.transitions import Charge  # noqa: E402
 
 NOW = time.time()
 

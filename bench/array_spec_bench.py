@@ -19,9 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from labq.cli.embedded import Stack  # noqa: E402
-from labq.scheduler import config  # noqa: E402
-from labq.scheduler.daemon import Scheduler  # noqa: E402
-from labq.scheduler.model import Gpu  # noqa: E402
+from labq.scheduler.daemon.loop import Scheduler  # noqa: E402
+from labq.scheduler.jobs.model import Gpu  # noqa: E402
+from labq.scheduler.settings import config  # noqa: E402
 from labq.scheduler.store import conn  # noqa: E402
 from labq.scheduler.store.agentside import AgentStore  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402

@@ -17,9 +17,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from labq.scheduler import auth, config, munge  # noqa: E402
-from labq.scheduler.daemon import Scheduler  # noqa: E402
-from labq.scheduler.model import Gpu  # noqa: E402
+from labq.scheduler.daemon.loop import Scheduler  # noqa: E402
+from labq.scheduler.jobs.model import Gpu  # noqa: E402
+from labq.scheduler.security import auth, munge
+from labq.scheduler.settings import config  # noqa: E402
 from labq.scheduler.store.agentside import AgentStore  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402
 from tests.harness import start_munged, start_redis  # noqa: E402

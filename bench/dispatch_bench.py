@@ -96,7 +96,7 @@ def side(jobs: int, samples: int) -> dict:
     import latency_bench
     import stackutil
 
-    from labq.scheduler import states
+    from labq.scheduler.jobs import states
     stackutil.CONFIG = CONFIG
     out = {"load_start": loadavg()}
     with stackutil.BenchStack(slots=4) as bs:

@@ -19,9 +19,9 @@ import time
 
 import redis
 
-from labq.scheduler import config
-from labq.scheduler.daemon import Scheduler, tune_gc
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler, tune_gc
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys

@@ -20,8 +20,8 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from labq.scheduler import config as config_mod  # noqa: E402
-from labq.scheduler.model import Node  # noqa: E402
+from labq.scheduler.jobs.model import Node  # noqa: E402
+from labq.scheduler.settings import config as config_mod  # noqa: E402
 from labq.scheduler.sim import load, policy_config, report, resolve, simulate  # noqa: E402
 from labq.scheduler.units import fmt_duration  # noqa: E402
 

@@ -14,8 +14,9 @@ import statistics
 import sys
 import time
 
-from labq.scheduler import config, sim
-from labq.scheduler.model import Gpu, Node
+from labq.scheduler import sim
+from labq.scheduler.jobs.model import Gpu, Node
+from labq.scheduler.settings import config
 
 CFG = """
 [rates]

@@ -13,11 +13,12 @@ import random
 import statistics
 import time
 
-from labq.scheduler import config, states
-from labq.scheduler.daemon import tune_gc
-from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
+from labq.scheduler.daemon.loop import tune_gc
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node, Snapshot
 from labq.scheduler.policy import plan
 from labq.scheduler.policy.queue import Queue
+from labq.scheduler.settings import config
 
 G = 1 << 30
 NOW = 1_700_000_000.0
@@ -220,7 +221,7 @@ def tick_case(n_pending: int, n_nodes: int, runs: int) -> str:
     the placements are not, so every pass plans the same)."""
     from dataclasses import replace
 
-    from labq.scheduler.applier import apply_plan
+    from labq.scheduler.daemon.applier import apply_plan
     cfg = config.loads(CONFIG)
     snap = snapshot(n_pending, n_nodes)
     tune_gc()
@@ -255,7 +256,7 @@ def changing_case(n_pending: int, n_nodes: int, passes: int, changes: int, backf
     whole queue, is not."""
     from dataclasses import replace
 
-    from labq.scheduler.applier import apply_plan
+    from labq.scheduler.daemon.applier import apply_plan
     from labq.scheduler.policy.kept import Kept
     rng = random.Random(seed)
     cfg = config.loads(CONFIG + ("" if backfill else "[scheduler]\nbackfill_depth = 0\n"))

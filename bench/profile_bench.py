@@ -207,7 +207,7 @@ def _profile(key, title, how, raw, root="") -> Profile:
 def plan_profile(pending: int, nodes: int, seconds: float) -> Profile:
     code = (f"import sys; sys.path[:0] = [{HERE!r}, {ROOT!r}]\n"
             f"import plan_bench, time\n"
-            f"from scheduler import config\n"
+            f"from labq.scheduler.settings import config\n"
             f"from labq.scheduler.policy import plan\n"
             f"snap, cfg = plan_bench.snapshot({pending}, {nodes}), config.loads(plan_bench.CONFIG)\n"
             f"end = time.monotonic() + {seconds}\n"
@@ -239,7 +239,7 @@ WORKER_HOW = "py-spy --subprocesses on `labq worker`: the agent and its slot run
 
 def scheduler_profile(bs, workload, what: str, key: str = "scheduler") -> Profile:
     (raw,) = record_pids([bs.stack.procs["scheduler"].pid], workload, idle=True)
-    return _profile(key, f"the scheduler during {what}", SCHED_HOW, raw, root="Scheduler.tick (scheduler/daemon.py)")
+    return _profile(key, f"the scheduler during {what}", SCHED_HOW, raw, root="Scheduler.tick (scheduler/daemon/loop.py)")
 
 
 def node_profiles(bs, workload, what: str) -> list[Profile]:
@@ -248,7 +248,7 @@ def node_profiles(bs, workload, what: str) -> list[Profile]:
                        subprocesses=True)
     return [_profile("worker", f"the worker during {what}", WORKER_HOW, w),
             _profile("tput-scheduler", f"the scheduler during {what}", SCHED_HOW.replace(", waiting (idle) samples "
-                     "included", ", on-CPU samples"), s, root="Scheduler.tick (scheduler/daemon.py)")]
+                     "included", ", on-CPU samples"), s, root="Scheduler.tick (scheduler/daemon/loop.py)")]
 
 
 def markdown(p: Profile) -> list[str]:

@@ -19,8 +19,8 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from labq.scheduler import config  # noqa: E402
-from labq.scheduler.daemon import Scheduler  # noqa: E402
+from labq.scheduler.daemon.loop import Scheduler  # noqa: E402
+from labq.scheduler.settings import config  # noqa: E402
 from labq.scheduler.store import writes  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402
 from tests.harness import ended_job, start_redis  # noqa: E402

@@ -238,7 +238,7 @@ def live_profiles(bs, missed: set, quick: bool, profiles: list) -> None:
     import profile_bench
     import submit_bench
 
-    from labq.scheduler import states
+    from labq.scheduler.jobs import states
     if "stat.wall" in missed:
         profiles.append(_profile(lambda: profile_bench.stat_profile(bs), "stat", "`labq stat`"))
     if missed & {"lat.cli.p50", "lat.cli.p99", "sub.wall", "subtest.wall"}:

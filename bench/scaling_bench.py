@@ -27,8 +27,8 @@ NODES = 1000
 
 def plan_times(arrays: int) -> dict[int, tuple[float, float]]:
     """pending -> (median wall s, median CPU s) of plan()."""
-    from labq.scheduler import config
     from labq.scheduler.policy import plan
+    from labq.scheduler.settings import config
     cfg = config.loads(plan_bench.CONFIG)
     out = {}
     for n in SIZES:

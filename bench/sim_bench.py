@@ -38,7 +38,8 @@ CASES = {
 def one(trace: str, nodes: str, policy: str) -> dict:
     """In the child: one replay, measured."""
     from labq.cli.whatif import parse_nodes
-    from labq.scheduler import config as config_mod, sim
+    from labq.scheduler import sim
+    from labq.scheduler.settings import config as config_mod
     kw = {"extra": trace.replace(".csv", "_extra.csv"), "time_column": "req_time_s"} if "kth" in trace else {}
     jobs = sim.load(trace, **kw)
     cluster = parse_nodes(nodes)

@@ -67,7 +67,8 @@ from bench.soakcheck import (  # noqa: E402
     where,
 )
 from labq.cli.subcore import build_body  # noqa: E402
-from labq.scheduler import ledger, states  # noqa: E402
+from labq.scheduler.jobs import states  # noqa: E402
+from labq.scheduler.money import ledger  # noqa: E402
 from tests.harness import E2E, two_labs, wait_for  # noqa: E402
 
 GRACE, KILL_WAIT, TICK, MAX_PREEMPTIONS = 3, 2, 0.5, 2

@@ -3,7 +3,7 @@ verdicts out (tests/unit/test_soak_stamps.py feeds them synthetic stamps).
 
 A stamp line is "<kind> <restart count> <time> <pid> [<rank> <node>]" (kind: start, alive, end); a
 gang's parts (`sub -N 2`) all append to the job's one file, each with its rank and node."""
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 
 # A job spawned just before its agent was killed may write its first stamp a moment after.
 AGENT_DEATH_SLACK = 0.5

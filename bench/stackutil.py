@@ -8,8 +8,9 @@ import tempfile
 import time
 
 from labq.cli.embedded import ROOT, Stack
-from labq.scheduler import config, states
 from labq.scheduler.client import Client, current_user
+from labq.scheduler.jobs import states
+from labq.scheduler.settings import config
 
 CONFIG = """
 [scheduler]

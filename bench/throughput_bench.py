@@ -9,7 +9,7 @@ import time
 
 from rows import Row
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 
 
 def run(bs, quick: bool) -> list[Row]:

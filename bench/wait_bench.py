@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import redis  # noqa: E402
 
-from labq.scheduler.model import Gpu  # noqa: E402
+from labq.scheduler.jobs.model import Gpu  # noqa: E402
 from labq.scheduler.store.agentside import AgentStore  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402
 from labq.scheduler.thinclient import ThinClient  # noqa: E402

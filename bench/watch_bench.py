@@ -26,8 +26,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from labq.cli.embedded import Stack  # noqa: E402
-from labq.scheduler import states  # noqa: E402
-from labq.scheduler.model import Attempt, Job  # noqa: E402
+from labq.scheduler.jobs import states  # noqa: E402
+from labq.scheduler.jobs.model import Attempt, Job  # noqa: E402
 from labq.scheduler.store import codec, conn  # noqa: E402
 from labq.scheduler.store.keys import Keys  # noqa: E402
 

@@ -14,9 +14,9 @@ from operator import add, floordiv, itemgetter, mod, truediv
 
 import click
 
-from labq.scheduler import when
 from labq.scheduler.errors import RefusedError
-from labq.scheduler.model import Job
+from labq.scheduler.jobs import when
+from labq.scheduler.jobs.model import Job
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
 
 from . import acctdup, render, slurmfmt
@@ -120,7 +120,7 @@ def _records(read, jobs) -> list[Job]:
 def _duplicates(ctx, jobs: list[Job], fmt, as_json, sep, trailing, noheader):
     """--duplicates: a row per attempt (cli/acctdup.py); --json adds `attempt` to acct's objects,
     whose costs and state are then the attempt's."""
-    from labq.scheduler.report import committed_by_job
+    from labq.scheduler.money.report import committed_by_job
     rows = acctdup.views(jobs)
     models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
     committed = [committed_by_job([v], models, ctx.cfg)[v.id] for v in rows]
@@ -139,7 +139,7 @@ def _duplicates(ctx, jobs: list[Job], fmt, as_json, sep, trailing, noheader):
 def _committed(ctx, jobs) -> dict:
     # Committed: what admission encumbered for each attempt (rate × planned time); final: the charges.
     # An archived row carries it, computed when it was archived.
-    from labq.scheduler.report import committed_by_job
+    from labq.scheduler.money.report import committed_by_job
     records = [j for j in jobs if isinstance(j, Job)]
     out = {j.id: j.committed for j in jobs if not isinstance(j, Job)}
     if records:
@@ -170,7 +170,7 @@ def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
         return committed(fresh, gpu_models(), ctx.cfg)
     rows, records = ctx.thin.read.acct_table(lo, hi, user, account, committed=priced)
     if records:
-        from labq.scheduler.report import committed_by_job
+        from labq.scheduler.money.report import committed_by_job
         committed = committed_by_job(records, gpu_models(), ctx.cfg)
         rows = [*rows, *((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
                           j.start_time, j.end_time, render.elapsed(j, j.end_time or 0), j.gpus * (j.nodes or 1),

@@ -4,8 +4,8 @@ job's state; an earlier one how it ended (NODE_FAIL, PREEMPTED, ... or REQUEUED 
 decided nothing: a checkpoint exit, an attempt no runner took)."""
 from dataclasses import replace
 
-from labq.scheduler import states
-from labq.scheduler.model import Job
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Job
 
 REQUEUED = "RQ"
 LONG = {REQUEUED: "REQUEUED"}     # sacct's name of the state only an earlier attempt's row has

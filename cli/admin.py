@@ -173,7 +173,7 @@ def accept_loss(ctx, state_file):
     """Accept what Redis holds now as the truth, after the scheduler refused a Redis that went
     backwards (the jobs and ledger entries it lost stay lost). Run it as the scheduler's user (as
     root, the file is given to the owner of its directory)."""
-    from labq.scheduler.durability import StateFile, default_path
+    from labq.scheduler.daemon.durability import StateFile, default_path
     from labq.scheduler.store.state import SchedulerStore
     c, cfg = ctx.client, ctx.cfg
     store = SchedulerStore(c.r, c.k, "accept-loss")

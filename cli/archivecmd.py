@@ -48,7 +48,7 @@ def export(ctx, since, until, fmt, what):
     """Every ended job (or ledger entry) of a window, archived or not, one row each (jobs: acct's
     columns; times in epoch seconds, money in the currency), streamed as CSV or a JSON array for the
     lab's own tools."""
-    from labq.scheduler.report import committed_by_job
+    from labq.scheduler.money.report import committed_by_job
 
     from .acct import _since
     if fmt not in FORMATS:

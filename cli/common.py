@@ -30,7 +30,7 @@ class Ctx:
     @property
     def cfg(self):
         if self._cfg is None:
-            from labq.scheduler import config as config_mod  # here: `--help` never needs it (issue 39)
+            from labq.scheduler.settings import config as config_mod  # here: `--help` never needs it (issue 39)
 
             from .out import config_source
             self._cfg = config_mod.load(*config_source(self.config_path))
@@ -73,7 +73,7 @@ def volatile_header(ctx) -> None:
     only where the config allows it (a volatile Redis is refused otherwise)."""
     if not ctx.cfg.allow_volatile:
         return
-    from labq.scheduler.durability import volatile_line
+    from labq.scheduler.daemon.durability import volatile_line
     from labq.scheduler.store.state import SchedulerStore
     c = ctx.client
     if SchedulerStore(c.r, c.k, "reader").aof_enabled() is False:

@@ -1,7 +1,7 @@
 """`labq config check FILE`."""
 import click
 
-from labq.scheduler import config as config_mod
+from labq.scheduler.settings import config as config_mod
 
 
 @click.group()
@@ -28,7 +28,7 @@ def warnings(cfg) -> list[str]:
         out.append(f"redis.url is TCP ({_without_password(cfg.redis_url)}) but security.auth is "
                    f"\"{cfg.security['auth']}\": whoever reaches Redis can act as any user, root included; "
                    "set security.auth = \"munge\" and apply `labq admin acl` (systemd/README.md)")
-    # Membership (scheduler/members.py) is closed by default: say which tables no user may charge.
+    # Membership (scheduler/security/members.py) is closed by default: say which tables no user may charge.
     for a in cfg.accounts:
         if not a.users and not a.open:
             out.append(f"accounts.{a.name} lists no users and is not open: only admins may charge it "

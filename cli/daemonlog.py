@@ -4,8 +4,8 @@ systemd (journald reading our stderr) the `<N>` priority prefix and no timestamp
 import logging
 import sys
 
-from labq.scheduler.journal import JournalFormatter
-from labq.scheduler.sdnotify import under_journal
+from labq.scheduler.daemon.journal import JournalFormatter
+from labq.scheduler.daemon.sdnotify import under_journal
 
 
 def setup(verbose: bool, stream=None) -> None:

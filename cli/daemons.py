@@ -9,7 +9,7 @@ import time
 import click
 
 from labq.scheduler.errors import RefusedError, UsageError
-from labq.scheduler.statedir import state_dir
+from labq.scheduler.settings.statedir import state_dir
 
 from . import daemonlog
 from .common import pass_ctx, redis_url
@@ -35,7 +35,7 @@ def _stop_flag():
 def scheduler(ctx, verbose):
     """The scheduler daemon (one is active; a second waits for the leader lease)."""
     _logging(verbose)
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
     from labq.scheduler.store import acl, conn
     cfg = ctx.cfg
     url = redis_url(cfg)
@@ -49,7 +49,7 @@ def scheduler(ctx, verbose):
     schema.check(r, Keys(cfg.prefix))
     sched = _with_history(Scheduler(r, cfg=cfg, durable=durability(cfg, r, url)), r, cfg)
     if cfg.metrics:
-        from labq.scheduler.metrics import Metrics
+        from labq.scheduler.daemon.metrics import Metrics
         try:
             sched.metrics = Metrics(cfg.metrics)
         except OSError as e:
@@ -60,7 +60,7 @@ def scheduler(ctx, verbose):
 def durability(cfg, r, url):
     """The checks the scheduler passes before it may lead: AOF on (or allowed off), Redis not behind
     its state file."""
-    from labq.scheduler.durability import Durability, default_path
+    from labq.scheduler.daemon.durability import Durability, default_path
     from labq.scheduler.store.keys import Keys
     from labq.scheduler.store.state import SchedulerStore
     return Durability(SchedulerStore(r, Keys(cfg.prefix), "durability"), url, cfg.allow_volatile,

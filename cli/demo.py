@@ -9,7 +9,8 @@ import time
 
 import click
 
-from labq.scheduler import config as config_mod, states
+from labq.scheduler.jobs import states
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.units import fmt_money
 
 from . import render, statview
@@ -150,7 +151,7 @@ def _report(client, ids, checkpoints):
     for b in client.balances():
         click.echo(f"budget {b.name}: limit {fmt_money(b.limit)}, spent {fmt_money(b.spent)}, "
                    f"committed {fmt_money(b.committed)}, available {fmt_money(b.available)}")
-    from labq.scheduler.logpath import out_path
+    from labq.scheduler.jobs.logpath import out_path
     with open(out_path(jobs[0])) as f:
         tail = f.read().strip().splitlines()[-1:]
     click.echo(f"$ labq logs {jobs[0].display_id} | tail -1\n{tail[0] if tail else '(empty)'}")

@@ -128,7 +128,7 @@ def _command_help(name: str) -> bool:
 def thin_client(config):
     """The thin client of the config at `config` (or $LABQ_CONFIG, /etc/labq/labq.toml): the fast
     path's and the click commands' (common.Ctx.thin) alike."""
-    from labq.scheduler.clientconf import client_settings
+    from labq.scheduler.settings.clientconf import client_settings
     from labq.scheduler.store.history import History, path_of
     from labq.scheduler.thinclient import ThinClient
 

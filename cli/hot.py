@@ -8,8 +8,8 @@ import os
 import sys
 import time
 
-from labq.scheduler import states
 from labq.scheduler.errors import UsageError
+from labq.scheduler.jobs import states
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
 
 from . import privateview, statview
@@ -107,7 +107,7 @@ def _id_pick(text):
         return None
     import re
 
-    from labq.scheduler.jobspec import parse_task_ids
+    from labq.scheduler.jobs.jobspec import parse_task_ids
     whole, tasks = set(), {}
     for item in (x.strip() for x in re.split(r",(?![^\[]*\])", text) if x.strip()):
         t = parse_task_ids(item)
@@ -123,8 +123,8 @@ def _id_pick(text):
 def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
     id: a summary of its tasks (name one, like 42_3, for the full view). Scripts and exported variables
-    are not for clients to read: their owner and admins ask the scheduler (scheduler/private.py)."""
-    from labq.scheduler.logpath import out_path
+    are not for clients to read: their owner and admins ask the scheduler (scheduler/security/private.py)."""
+    from labq.scheduler.jobs.logpath import out_path
 
     from . import render
     found = c.resolve(job_id)
@@ -252,7 +252,7 @@ def ts(t):
 
 def logs(c, job_id, follow=False, err=False, **_) -> None:
     """A job's output."""
-    from labq.scheduler.logpath import err_path, out_path
+    from labq.scheduler.jobs.logpath import err_path, out_path
     j = c.job(job_id)
     path = err_path(j) if err else out_path(j)
     # Another user's output is theirs: shown only where its mode lets the caller read it (the

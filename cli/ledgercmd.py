@@ -7,8 +7,8 @@ import time
 
 import click
 
-from labq.scheduler import ledger as ledger_mod
 from labq.scheduler.errors import UsageError
+from labq.scheduler.money import ledger as ledger_mod
 
 from . import statview
 from .common import pass_ctx

@@ -26,7 +26,7 @@ def fail(message: str, code: int = 2):
 
 def private_socket() -> str:
     """The socket of `labq up`'s private Redis, in the user's state directory."""
-    from labq.scheduler.statedir import state_dir
+    from labq.scheduler.settings.statedir import state_dir
     return os.path.join(state_dir(), "redis", "redis.sock")
 
 

@@ -1,5 +1,5 @@
 """A job's script and exported environment, which the client role cannot read: their owner and
-admins ask the scheduler for them (scheduler/private.py)."""
+admins ask the scheduler for them (scheduler/security/private.py)."""
 import sys
 
 from labq.scheduler.errors import UnreachableError, UsageError

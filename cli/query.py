@@ -3,7 +3,7 @@ import time
 
 import click
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from labq.scheduler.units import fmt_duration, fmt_size
 
 from . import hot, render, spec, statview

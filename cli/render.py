@@ -1,9 +1,10 @@
 """Jobs, nodes and budgets as the `--json` shapes of DESIGN §8 and as aligned tables."""
 import time
 
-from labq.scheduler import ledger, states
-from labq.scheduler.hostlist import compact as compact_nodes
-from labq.scheduler.jobspec import describe_deps
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.hostlist import compact as compact_nodes
+from labq.scheduler.jobs.jobspec import describe_deps
+from labq.scheduler.money import ledger
 from labq.scheduler.units import MICRO, currency_code, fmt_duration, fmt_money, fmt_size
 
 

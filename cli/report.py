@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import click
 
-from labq.scheduler import report as rep
 from labq.scheduler.errors import UsageError
+from labq.scheduler.money import report as rep
 
 from . import statview
 from .common import pass_ctx
@@ -83,7 +83,7 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, n
         return _emit(rows, ["node", "hours", "instance_cost", "paid", "idle_cost", "utilisation"], fmt,
                      ["NODE", "HOURS", "INSTANCE", "PAID BY JOBS", "IDLE COST", "PAID/INSTANCE"])
     if reconcile:
-        from labq.scheduler.periods import zone
+        from labq.scheduler.money.periods import zone
         try:
             z = zone(tz)
         except ValueError as e:

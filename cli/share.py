@@ -1,14 +1,14 @@
 """`labq share`: each account's share, recent usage and fair-share factor, as sshare shows them.
 
 RawShares is the configured `share`; NormShares its fraction of all shares; RawUsage the decayed
-usage in GPU-equivalent seconds (scheduler/fairshare.py, half-life priority.fairshare_half_life);
+usage in GPU-equivalent seconds (scheduler/money/fairshare.py, half-life priority.fairshare_half_life);
 EffectvUsage its fraction of all usage; FairShare the factor priority uses, 2^(-EffectvUsage/NormShares).
 """
 import time
 
 import click
 
-from labq.scheduler import fairshare
+from labq.scheduler.money import fairshare
 
 from . import statview
 from .common import pass_ctx

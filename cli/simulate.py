@@ -10,7 +10,7 @@ import click
 
 from labq.scheduler import units
 from labq.scheduler.errors import LabqError, UsageError
-from labq.scheduler.model import Gpu, Node
+from labq.scheduler.jobs.model import Gpu, Node
 from labq.scheduler.units import fmt_duration, fmt_money
 
 from . import simcompare
@@ -226,7 +226,7 @@ def _say_which_config(cfg, as_json: bool) -> None:
     threefold without a word (issue 41): where the system's config applies without being named
     (no --config, no $LABQ_CONFIG), say so on stderr before the replay. The report names the file
     always (`config file`, `config_file`)."""
-    from labq.scheduler.clientconf import DEFAULT_PATH
+    from labq.scheduler.settings.clientconf import DEFAULT_PATH
     if as_json or cfg.source != DEFAULT_PATH:
         return
     capped = any(a.max_running or a.max_gpus or a.max_cpus or a.max_submit for a in cfg.accounts)

@@ -6,9 +6,9 @@ thing. Pure: jobs and `now` in, text out.
 import re
 import time
 
-from labq.scheduler import states
 from labq.scheduler.errors import UsageError
-from labq.scheduler.hostlist import compact
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.hostlist import compact
 from labq.scheduler.units import fmt_duration, fmt_money, fmt_size
 
 from . import render

@@ -5,8 +5,8 @@ from datetime import datetime
 
 import click
 
-from labq.scheduler import ledger, periods
-from labq.scheduler.report import limit_steps, spend_series
+from labq.scheduler.money import ledger, periods
+from labq.scheduler.money.report import limit_steps, spend_series
 from labq.scheduler.units import MICRO
 
 from .out import fail

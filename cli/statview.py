@@ -9,7 +9,7 @@ from collections import Counter
 from itertools import compress, repeat
 from operator import itemgetter
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from labq.scheduler.store import statrows as R
 from labq.scheduler.units import accrue, fmt_duration, fmt_money, fmt_size
 

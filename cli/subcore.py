@@ -9,8 +9,9 @@ import os
 import shlex
 import sys
 
-from labq.scheduler import bounds, exportenv, units
+from labq.scheduler import units
 from labq.scheduler.errors import RefusedError, UsageError
+from labq.scheduler.jobs import bounds, exportenv
 
 from .out import echo, echo_json
 
@@ -46,10 +47,10 @@ def parse_array(text) -> tuple[list[int], int | None]:
 
 
 def parse_begin(text, now: float | None = None, what: str = "--begin") -> float:
-    """A time as sbatch --begin takes it (scheduler/when.py) → epoch seconds."""
+    """A time as sbatch --begin takes it (scheduler/jobs/when.py) → epoch seconds."""
     import time
 
-    from labq.scheduler import when
+    from labq.scheduler.jobs import when
     now = time.time() if now is None else now
     return bounds.epoch(what, when.parse(text, now, what), now)
 
@@ -295,7 +296,7 @@ def _when_options(opts, body: dict) -> None:
     if opts.get("deadline"):
         body["deadline"] = parse_begin(opts["deadline"], what="--deadline")
     if opts.get("dependency"):
-        from labq.scheduler.jobspec import parse_dependency
+        from labq.scheduler.jobs.jobspec import parse_dependency
         parse_dependency(opts["dependency"])    # the scheduler parses it again; bad syntax fails here, offline
         body["dependency"] = opts["dependency"]
     if opts.get("kill_on_invalid_dep"):
@@ -305,7 +306,7 @@ def _when_options(opts, body: dict) -> None:
 def _retry_and_limits(opts, body: dict) -> None:
     """Retries and requeue, preemptibility, the memory limit, hold, the warning signal, checkpoints."""
     if opts.get("retries") is not None:
-        from labq.scheduler.jobspec import MAX_RETRIES
+        from labq.scheduler.jobs.jobspec import MAX_RETRIES
         body["retries"] = bounds.integer("--retries", opts["retries"], 0, MAX_RETRIES)
     if opts.get("retry_on") is not None:
         body["retry_on"] = parse_codes(opts["retry_on"])

@@ -3,9 +3,10 @@ from Redis. The hot CLI commands use the thin client (thinclient.py) instead, wi
 import time
 from dataclasses import replace
 
-from . import fairshare, ledger, periods, states
-from .config import Config
 from .errors import UnreachableError
+from .jobs import states
+from .money import fairshare, ledger, periods
+from .settings.config import Config
 from .store import conn, inbox
 from .store.keys import Keys
 from .store.reads import Reader

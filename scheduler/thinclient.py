@@ -33,7 +33,7 @@ class ClientBase:
         """The request with a munge credential in multi-user mode (auth.py), else as it is."""
         if self.security.get("auth") != "munge":
             return fields
-        from . import auth, munge
+        from .security import auth, munge
         try:
             return auth.sign(fields, self.security)
         except munge.MungeError as e:
@@ -53,7 +53,7 @@ class ClientBase:
         of many ok results names them in runs only (idruns.py): expanded here, the shape as before."""
         reply = self.request(op, {"ids": [str(i) for i in ids]})
         if reply.get("runs_only"):
-            from .idruns import expand
+            from .jobs.idruns import expand
             reply["results"] = expand(reply["runs"]) + reply["results"]
         return reply
 
@@ -62,7 +62,7 @@ class ClientBase:
 
     def resolve(self, text: str) -> list:
         """Jobs named by `42` (or every task of array 42) or `42_3` (model.Job records)."""
-        from .jobspec import resolve_ref
+        from .jobs.jobspec import resolve_ref
         return resolve_ref(text, self.read.job, self._array)
 
     def _array(self, array_id: int) -> list:
@@ -72,9 +72,9 @@ class ClientBase:
         return [j for j in self.read.jobs(range(array_id, array_id + first.array_count)) if j.array_id == array_id]
 
     def private(self, job, timeout: float | None = None) -> dict:
-        """{script, export, env} of `job` (model.Job), asked of the scheduler (scheduler/private.py):
+        """{script, export, env} of `job` (model.Job), asked of the scheduler (scheduler/security/private.py):
         the client role cannot read them; the scheduler answers their owner and admins only."""
-        from .private import OP
+        from .security.private import OP
         return self._checked(self.request(OP, {"job": job.id}, timeout))
 
     def job(self, text: str):

@@ -27,10 +27,12 @@ import pytest
 import redis
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config, config as config_mod, policy, states, transitions as tr
+from labq.scheduler import policy
 from labq.scheduler.client import Client, current_user
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Attempt, Gpu, Job, Node, Snapshot
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node, Snapshot
+from labq.scheduler.settings import config, config as config_mod
 from labq.scheduler.store import codec, inbox
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
@@ -480,7 +482,7 @@ def agent_config(tmp_path, slots=2, lease="3s"):
 
 def send(r, jid, attempt=1, node=NODE):
     """What the scheduler's admission transaction pushes for an attempt: its node's dispatch entry."""
-    from labq.scheduler import dispatch
+    from labq.scheduler.daemon import dispatch
     r.lpush(K.dispatch(node), dispatch.entry(jid, attempt))
 
 

@@ -26,8 +26,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 
-from labq.scheduler import sdnotify
-from labq.scheduler.config import Config
+from labq.scheduler.daemon import sdnotify
+from labq.scheduler.settings.config import Config
 from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys

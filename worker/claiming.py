@@ -2,7 +2,7 @@
 (`fence`), and the runner's agent incarnation is still the node's (`epoch_over`)."""
 import os
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 
 from . import gang, launch
 

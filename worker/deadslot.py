@@ -11,7 +11,7 @@ import select
 import signal
 import time
 
-from labq.scheduler import dispatch
+from labq.scheduler.daemon import dispatch
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
 from . import cgroup, ending, gang, launch, proctree, results

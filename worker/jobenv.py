@@ -120,7 +120,7 @@ def gang_vars(job, part) -> dict[str, str]:
     """A gang's part: its rank among the job's nodes and the rendezvous. One process per node starts
     the command: LOCAL_WORLD_SIZE is the GPUs per node (at least 1), what `torchrun
     --nproc-per-node` would start, and WORLD_SIZE that times the nodes."""
-    from labq.scheduler.hostlist import compact
+    from labq.scheduler.jobs.hostlist import compact
     local = max(1, len(part.gpus))
     n, rank, names = len(part.nodes), str(part.rank), compact(part.nodes)
     return {"LABQ_NODELIST": ",".join(part.nodes), "LABQ_NODEID": rank, "LABQ_NUM_NODES": str(n),

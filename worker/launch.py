@@ -10,8 +10,8 @@ import shutil
 import stat
 from dataclasses import dataclass
 
-from labq.scheduler import logpath
-from labq.scheduler.model import Attempt, Job
+from labq.scheduler.jobs import logpath
+from labq.scheduler.jobs.model import Attempt, Job
 
 from . import batchenv, jobenv
 

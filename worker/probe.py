@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from labq.scheduler.model import Gpu
+from labq.scheduler.jobs.model import Gpu
 
 log = logging.getLogger("labq.probe")
 

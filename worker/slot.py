@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 
-from labq.scheduler import dispatch
+from labq.scheduler.daemon import dispatch
 from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
@@ -185,7 +185,7 @@ def main() -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    from labq.scheduler import journal, sdnotify
+    from labq.scheduler.daemon import journal, sdnotify
     # The agent's stderr: under systemd, journald's stream, where each line needs its <N> priority.
     fmt = journal.JournalFormatter(f"labq.slot[{slot}]: %(message)s") if sdnotify.under_journal() else \
         logging.Formatter(f"%(asctime)s labq.slot[{slot}] %(levelname)s %(message)s")

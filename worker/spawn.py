@@ -29,7 +29,7 @@ import shutil
 import signal
 import subprocess
 
-from labq.scheduler import logpath
+from labq.scheduler.jobs import logpath
 
 from . import proctree
 from .launch import Identity, StartError

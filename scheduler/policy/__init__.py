@@ -1,22 +1,22 @@
 """plan(snapshot, config) -> Plan: the whole scheduling decision, as a pure function.
 
-Passes, in order: end the jobs that can no longer run (queue wait past --max-wait, a start that
-could not finish before --deadline, a dependency that can never be satisfied with
---kill-on-invalid-dep); order the rest by multifactor priority (priority.py); then, for each job:
-hold/begin/dependency gates, caps and quotas (quota.py), a best-fit node that delays no backfill
-reservation (capacity.py, backfill.py), protected capacity, and every budget at that node's rate
-(budget.py). Everything that fits is admitted in this one pass. A job that is blocked on capacity may
-preempt lower-QoS or borrowed work (preempt.py), else the top `backfill_depth` blocked jobs get a
-reservation. Each job left pending gets exactly one reason.
+Passes, in order: end the jobs that can no longer run (queue wait past --max-wait, a start that could not finish
+before --deadline, a dependency that can never be satisfied with --kill-on-invalid-dep); order the rest by
+multifactor priority (priority.py); then, for each job: hold/begin/dependency gates, caps and quotas (quota.py),
+a best-fit node that delays no backfill reservation (capacity.py, backfill.py), protected capacity, and every
+budget at that node's rate (budget.py). Everything that fits is admitted in this one pass. A job that is blocked
+on capacity may preempt lower-QoS or borrowed work (preempt.py), else the top `backfill_depth` blocked jobs get
+a reservation. Each job left pending gets exactly one reason.
 
 No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is in sorted order.
 """
 from dataclasses import replace
 
-from .. import ledger, states
-from ..config import Config
-from ..model import Job, Snapshot
-from ..plan import Pending, Pendings, Place, Plan, Preempt, Start
+from ..jobs import states
+from ..jobs.model import Job, Snapshot
+from ..jobs.plan import Pending, Pendings, Place, Plan, Preempt, Start
+from ..money import ledger
+from ..settings.config import Config
 from ..units import fmt_at
 from . import capacity, classes, gang, preempt, priority, strict
 from .backfill import Timelines

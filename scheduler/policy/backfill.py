@@ -21,9 +21,9 @@ from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 
-from .. import states
-from ..config import Config
-from ..model import Job, Node
+from ..jobs import states
+from ..jobs.model import Job, Node
+from ..settings.config import Config
 
 _FOREVER = float("inf")
 

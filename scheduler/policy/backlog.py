@@ -23,7 +23,7 @@ from bisect import bisect_left
 from collections import Counter
 from operator import attrgetter
 
-from ..model import Job
+from ..jobs.model import Job
 from .queue import Group, file, unfile
 
 

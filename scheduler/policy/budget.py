@@ -11,9 +11,10 @@ next to what is spent there (only the current period has spending) and what runn
 there. A long job thus holds each week only the week's share of its cost, not its whole cost in
 every week it touches.
 """
-from .. import ledger, periods, states
-from ..config import Config
-from ..model import Job
+from ..jobs import states
+from ..jobs.model import Job
+from ..money import ledger, periods
+from ..settings.config import Config
 from ..units import fmt_money
 
 

@@ -9,8 +9,8 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 from operator import attrgetter
 
-from .. import states
-from ..model import Job, Node
+from ..jobs import states
+from ..jobs.model import Job, Node
 
 
 @dataclass(slots=True, eq=False)

@@ -26,8 +26,8 @@ draining) is a class of its own and never cached. A field a verdict starts to re
 import heapq
 from dataclasses import fields
 
-from .. import states
-from ..plan import Pending, Place
+from ..jobs import states
+from ..jobs.plan import Pending, Place
 from . import priority
 from .capacity import avoided
 from .queue import Queue

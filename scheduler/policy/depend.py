@@ -9,8 +9,8 @@ The states come from the snapshot: active targets from `snap.jobs`, ended ones f
 A target found in neither is treated as never satisfied: its record is gone, so nothing could
 ever say it succeeded. Pure: no Redis, no clock.
 """
-from .. import states
-from ..model import Job, Snapshot
+from ..jobs import states
+from ..jobs.model import Job, Snapshot
 
 
 def satisfied(kind: str, state: str) -> bool | None:

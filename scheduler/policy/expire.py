@@ -1,8 +1,8 @@
 """The pending jobs a pass ends before it orders the rest: waited past --max-wait (`EX`), could no
 longer finish before --deadline (`DL`), or depend on a job that can never satisfy them, with
 --kill-on-invalid-dep (`CA`)."""
-from .. import states
-from ..plan import Expire
+from ..jobs import states
+from ..jobs.plan import Expire
 from .depend import Dependencies
 
 

@@ -16,8 +16,8 @@ Pure, like every pass: `p` is the policy's `_Pass`.
 """
 from dataclasses import dataclass
 
-from .. import states
-from ..plan import Preempt, Start
+from ..jobs import states
+from ..jobs.plan import Preempt, Start
 from ..units import fmt_at, fmt_size
 from . import capacity, preempt
 from .backfill import Alloc, Timelines, _limit

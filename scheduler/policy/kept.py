@@ -7,7 +7,7 @@ the two plan() takes; the plan is the same as without either (tests/property/tes
 The simulator keeps its Backlog itself, job by job as its queue changes (sim/kept.py); a caller
 that holds only snapshots (the daemon) has its changes found here, by identity: a record is
 frozen, so a changed job is a new object."""
-from .. import states
+from ..jobs import states
 from . import strict
 from .backlog import Backlog
 from .queue import Queue

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
-from .. import states
-from ..config import Config
-from ..model import Job
+from ..jobs import states
+from ..jobs.model import Job
+from ..settings.config import Config
 
 _MAX_COMBINATIONS = 4000    # beyond this, greedy-then-prune instead of an exhaustive smallest set
 

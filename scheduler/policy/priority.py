@@ -20,9 +20,9 @@ go to the older job.
 from dataclasses import dataclass
 from operator import attrgetter
 
-from .. import fairshare
-from ..config import Config
-from ..model import Job
+from ..jobs.model import Job
+from ..money import fairshare
+from ..settings.config import Config
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ one for its passes; a caller without one gets a fresh Queue per pass.
 from bisect import bisect_left
 from operator import attrgetter
 
-from ..model import Job
+from ..jobs.model import Job
 from . import priority
 
 _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")

@@ -8,9 +8,9 @@ at most `guarantee + borrow_limit`.
 from collections import Counter
 from copy import copy
 
-from .. import states
-from ..config import Config
-from ..model import Job
+from ..jobs import states
+from ..jobs.model import Job
+from ..settings.config import Config
 
 
 class Usage:

@@ -1,7 +1,7 @@
 """Why `labq sub` refuses a job: no node could ever hold it, no node runs its user's jobs, a cap it
 alone exceeds, or a budget that could never pay for it. Pure: the nodes and the config decide."""
-from ..config import Config
-from ..model import Job
+from ..jobs.model import Job
+from ..settings.config import Config
 from ..units import fmt_size
 from . import capacity
 from .budget import never_affordable

@@ -7,8 +7,8 @@ running job, the larger part of a pass that places one job on a big cluster. Giv
 pass starts from a copy of it instead; the plan is the same. The caller tells it each job that
 starts and each that ends, and gives it only for the nodes it was made for, each up for as long.
 """
-from ..config import Config
-from ..model import Job
+from ..jobs.model import Job
+from ..settings.config import Config
 from .capacity import Placer, free_capacity
 from .quota import Usage
 

@@ -21,8 +21,8 @@ import heapq
 from dataclasses import fields
 from operator import attrgetter
 
-from .. import states
-from ..plan import Pending, Place
+from ..jobs import states
+from ..jobs.plan import Pending, Place
 from . import classes, priority
 
 _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")

@@ -21,10 +21,12 @@ import math
 from collections import Counter
 from itertools import filterfalse
 
-from .. import fairshare, periods, policy, states, transitions as tr
-from ..applier import apply_plan
-from ..config import Config
-from ..model import Job, Snapshot
+from .. import policy
+from ..daemon.applier import apply_plan
+from ..jobs import states, transitions as tr
+from ..jobs.model import Job, Snapshot
+from ..money import fairshare, periods
+from ..settings.config import Config
 from . import easy, kept, strict, submit
 from .clock import Clock
 from .parked import NONE, Parking
@@ -88,8 +90,7 @@ class Simulator:
         self.now = EPOCH
         # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
         self.never_skip = cfg.preemption and any(a.guarantee for a in cfg.accounts)
-        # Budgets alone hold only jobs that fit (a budget reason); the first that does not fit still
-        # ends a strict-order pass.
+        # Budgets alone hold only jobs that fit (a budget reason); the first that does not fit ends a strict pass.
         self.budget_gated_only = not (self.never_skip or cfg.users or any(q.reserved for q in cfg.qos)
                                       or any(a.borrow_limit is not None or a.max_running is not None
                                              or a.max_gpus is not None or a.max_cpus is not None for a in cfg.accounts))

@@ -14,8 +14,8 @@ changes every part: they are taken anew.
 import heapq
 import math
 
-from .. import ledger, periods
-from ..model import Job
+from ..jobs.model import Job
+from ..money import ledger, periods
 
 MARGIN = 1.0       # seconds
 

@@ -8,8 +8,8 @@ Used where no budget is configured (the parked jobs of parked.py stay the window
 from dataclasses import replace
 
 from .. import policy
-from ..model import Snapshot
-from ..plan import Pendings, pending_runs
+from ..jobs.model import Snapshot
+from ..jobs.plan import Pendings, pending_runs
 from .room import shape
 
 

@@ -8,7 +8,8 @@ GPUs, else CPUs.
 """
 from collections import Counter
 
-from .. import periods, states
+from ..jobs import states
+from ..money import periods
 from ..units import MICRO
 from .engine import BUDGET_REASONS, EPOCH, Result
 

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator
 from itertools import filterfalse, islice
 from operator import itemgetter
 
-from .. import fairshare
+from ..money import fairshare
 from ..policy.priority import expected_runtime
 
 

@@ -30,10 +30,10 @@ nothing else they could change holds: no pending dependency, and burst tails com
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 
-from .. import ledger, periods
-from ..config import Config
-from ..model import Job
+from ..jobs.model import Job
+from ..money import ledger, periods
 from ..policy.capacity import could_ever_hold
+from ..settings.config import Config
 from .bounds import INF, Bounds, Peak, max_rate
 from .held import Holdings
 from .queue import timed

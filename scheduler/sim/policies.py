@@ -17,9 +17,9 @@ ended so far) is a `Hooks` subclass registered by name (`register`); the engine 
 """
 from dataclasses import replace
 
-from ..config import Config
 from ..errors import UsageError
-from ..sections import Priority
+from ..settings.config import Config
+from ..settings.sections import Priority
 
 BUILT_IN = ("fifo", "priority", "backfill", "fairshare", "config")
 POLICIES = BUILT_IN            # the built-in names; `names()` adds the registered ones

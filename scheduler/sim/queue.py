@@ -23,10 +23,10 @@ from bisect import bisect_left, insort
 from collections import Counter
 from itertools import islice
 
-from .. import ledger
-from ..config import Config
-from ..model import Job
+from ..jobs.model import Job
+from ..money import ledger
 from ..policy import backfill, priority
+from ..settings.config import Config
 from .order import Runtimes, ShortOrder, SubmitOrder, ids_but
 from .room import Shapes, shape
 

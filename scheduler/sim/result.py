@@ -2,8 +2,8 @@
 import math
 from dataclasses import dataclass, field, replace
 
-from ..config import Config
-from ..model import Job, Node
+from ..jobs.model import Job, Node
+from ..settings.config import Config
 from .trace import TraceJob
 
 # Trace time 0 on the virtual clock. Never 0.0: the transitions read a zero time as "unset".

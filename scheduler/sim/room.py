@@ -7,7 +7,7 @@ plan() never places a job that fails it, so "no pending request fits any node" m
 from bisect import bisect_left, insort
 from collections import Counter
 
-from ..model import Job, Node
+from ..jobs.model import Job, Node
 from ..policy.capacity import covers, shape
 
 __all__ = ["Room", "Shapes", "covers", "shape"]

@@ -1,7 +1,7 @@
 """Expected run times in a replay, on the simulator's one seam (policies.Hooks): `learned` and
 `sjf-oracle`, registered by name, and the learning a built-in policy gets when its config reads them.
 
-- `Learned`: as the daemon does (scheduler/estimate.py) — each job is stamped (`learned_est`,
+- `Learned`: as the daemon does (scheduler/jobs/estimate.py) — each job is stamped (`learned_est`,
   `learned_basis`) when it enters the queue from the runs that had ended by then, and the estimator
   is fed each attempt end as the replay reaches it. The engine shows an end only at its own instant,
   ends before submits, so an estimate can only rest on jobs that had ended by the instant it is made
@@ -15,8 +15,8 @@ Both run the same Config: backfill over expected run times (estimate.backfill) w
 """
 from dataclasses import replace
 
-from ..config import Config
-from ..estimate import Estimator
+from ..jobs.estimate import Estimator
+from ..settings.config import Config
 from .policies import Hooks, policy_config, register
 
 

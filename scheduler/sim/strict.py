@@ -20,7 +20,7 @@ land elsewhere, at another rate, once a wider window puts other jobs before it.)
 """
 from itertools import takewhile
 
-from .. import states
+from ..jobs import states
 from .room import shape
 
 WINDOW = 4      # pending jobs in the first window; widened ×4 while every one starts or is held by a budget

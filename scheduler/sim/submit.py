@@ -1,6 +1,6 @@
 """A trace job at its submit: the shape the replay gives it, and whether `labq sub` would refuse it."""
 from .. import policy
-from ..model import Job
+from ..jobs.model import Job
 from ..policy.budget import affordable_at_any_length
 
 

@@ -21,8 +21,8 @@ import csv
 import math
 from dataclasses import dataclass, field
 
-from ..bounds import MAX_AHEAD, MAX_INT
 from ..errors import UsageError
+from ..jobs.bounds import MAX_AHEAD, MAX_INT
 
 REQUIRED = ("job_id", "submit_s", "duration_s")
 GIB = 1 << 30

@@ -7,13 +7,13 @@ only when report walks them. It is written in the same SQLite transaction as the
 never disagree; the record stays the source of truth for `labq show` and `acct --json`.
 
 `AcctJob` and `AcctAttempt` answer the attribute names of model.Job and model.Attempt that acct,
-slurmfmt's sacct fields and scheduler/report.py read, so those functions take either.
+slurmfmt's sacct fields and scheduler/money/report.py read, so those functions take either.
 """
 import json
 from collections import namedtuple
 from typing import NamedTuple
 
-from ..model import Job
+from ..jobs.model import Job
 
 # (column, SQL type) in row order, `id` first; types SQLite and PostgreSQL read alike (PostgreSQL's
 # REAL is 4 bytes: no epoch time fits in it).
@@ -177,7 +177,7 @@ def committed(rows, models: dict, cfg) -> list[int]:
     """report.committed_by_job's answer for each decoded Redis acct row, in order: the same forecast
     of the same fields (`models`: GPU uuid -> model, as the nodes report them; `cfg`: the rates),
     computed once per distinct (shape, GPU model)."""
-    from ..report import committed_cost
+    from ..money.report import committed_cost
     memo: dict = {}
     out = []
     for v in rows:

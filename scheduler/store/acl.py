@@ -29,7 +29,7 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
 # Keys a client may not read: other people's requests (with their credentials), replay records,
 # dead letters (what was left of others' requests: admins read them with `labq admin dead`).
 # Nor scripts and exported environments (job_env, script: issue 34, they hold tokens and passwords):
-# their owners and admins read them through the scheduler (scheduler/private.py).
+# their owners and admins read them through the scheduler (scheduler/security/private.py).
 NOT_READ = {"requests", "taken", "credential", "done", "job_env", "script", "handover", "dead", "partial"}
 
 

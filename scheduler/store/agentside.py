@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
-from ..model import Gpu, Job
+from ..jobs.model import Gpu, Job
 from . import codec, conn, resp, sentinel
 from .keys import Keys
 from .reads import load_job

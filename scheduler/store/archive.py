@@ -27,7 +27,7 @@ import sqlite3
 import time
 
 from ..errors import UsageError
-from ..model import Job
+from ..jobs.model import Job
 from . import acctrows, codec, dialect, writes
 from .reads import Specs
 
@@ -60,8 +60,8 @@ def row_hash(prev: str, stream_id: str, fields: dict) -> str:
 def default_committed(jobs) -> dict[int, int]:
     """What admission encumbered for each job's attempts, at the default rates (the scheduler passes
     its own function, with its configuration and the nodes' GPU models)."""
-    from ..config import Config
-    from ..report import committed_by_job
+    from ..money.report import committed_by_job
+    from ..settings.config import Config
     return committed_by_job(jobs, {}, Config())
 
 
@@ -69,7 +69,7 @@ def committed_fn(r, keys, cfg):
     """The scheduler's `committed` for Archive: its configuration's rates and the nodes' GPU models
     (what `labq acct` computes for a job still in Redis)."""
     def committed(jobs):
-        from ..report import committed_by_job
+        from ..money.report import committed_by_job
         from .state import SchedulerStore
         models = {g.uuid: g.model for n in SchedulerStore(r, keys, "reader").nodes(time.time()) for g in n.gpus}
         return committed_by_job(jobs, models, cfg)

@@ -4,7 +4,7 @@ from dataclasses import MISSING, fields
 from operator import attrgetter
 from sys import intern
 
-from ..model import Attempt, Job
+from ..jobs.model import Attempt, Job
 
 _TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env", "parts"}
 _ATTEMPT_TUPLES = {"gpus", "charges", "parts"}

@@ -1,6 +1,6 @@
-"""The scheduler's side of dispatch (see scheduler/dispatch.py): the per-node dispatch lists, the
+"""The scheduler's side of dispatch (see scheduler/daemon/dispatch.py): the per-node dispatch lists, the
 runners' wake-up lists for controls, and taking back an attempt no runner claimed."""
-from ..dispatch import WITHDRAWN, entry
+from ..daemon.dispatch import WITHDRAWN, entry
 from .keys import Keys
 
 CONTROL_TTL = 7 * 86400

@@ -26,7 +26,7 @@ def default_path(url: str = "") -> str:
     (systemd's $STATE_DIRECTORY, else $LABQ_STATE_DIR, else ~/.local/state/labq: `labq up`'s)."""
     if url:
         return path_of(url)
-    from ..statedir import state_dir
+    from ..settings.statedir import state_dir
     return os.path.join(state_dir(daemon=True), "history.db")
 
 

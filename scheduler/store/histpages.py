@@ -8,7 +8,7 @@ client's side: the read methods of store/history.History's archive, each a loop 
 What is served is what those users may read in Redis anyway: job records (never the exported
 environment: it is not part of a record; nor the script an archived record holds: `public`), acct
 rows, ledger entries and keys, and the ledger's chain check. An owner reads an archived job's
-script through the scheduler too (scheduler/private.py).
+script through the scheduler too (scheduler/security/private.py).
 """
 import json
 from operator import itemgetter

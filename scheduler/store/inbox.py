@@ -86,7 +86,7 @@ def await_reply(pop, k: Keys, rid: str, seconds: float):
 def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None = None, tries: int = 3,
          sign=None, lost=()) -> dict:
     """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
-    times. `sign(fields) -> fields` adds a credential (scheduler/auth.py): a fresh one per try, as
+    times. `sign(fields) -> fields` adds a credential (scheduler/security/auth.py): a fresh one per try, as
     each is valid once. `lost`: the connection errors of the caller's client.
 
     Every try carries the same expiry, and the scheduler commits nothing of a request after it

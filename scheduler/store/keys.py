@@ -82,7 +82,7 @@ class Keys:
     def script(self, ref: int) -> str:        # STRING (S): the script text of a submission, by array id or
         return f"{self.p}:script:{ref}"       # job id (codec.env_ref); records only say `scripted`. Not
                                               # readable by clients (acl.NOT_READ): `labq show --script`
-                                              # asks the scheduler (scheduler/private.py). Not under
+                                              # asks the scheduler (scheduler/security/private.py). Not under
                                               # `job:`: the clients' read pattern `job:*` would match it
 
     def handover(self, node: str, jid: int, what: str) -> str:   # STRING (S COPY at dispatch, W GET+DEL at

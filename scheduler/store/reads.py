@@ -2,7 +2,7 @@
 import json
 from typing import NamedTuple
 
-from ..model import Job
+from ..jobs.model import Job
 from . import acctrows, codec
 from .keys import Keys
 
@@ -28,7 +28,7 @@ def load_job(r, k: Keys, jid: int, scripts: bool = False) -> Job | None:
 
 
 def private(r, k: Keys, job: Job) -> tuple[str | None, tuple]:
-    """(script text or None, exported (name, value) pairs) of `job` (scheduler/private.py): from the
+    """(script text or None, exported (name, value) pairs) of `job` (scheduler/security/private.py): from the
     keys kept apart, else what the record itself holds (archived, or written before issue 34)."""
     ref = codec.env_ref(job)
     script, env = r.mget([k.script(ref), k.job_env(ref)])
@@ -234,7 +234,7 @@ class Reader:
         return self.r.hgetall(self.k.attempt(jid, n))
 
     def overrides(self) -> list:
-        from ..ledger import Override
+        from ..money.ledger import Override
         return sorted((Override.loads(v) for v in self.r.hvals(self.k.overrides)), key=lambda o: o.id)
 
     def limits(self) -> dict[str, dict]:

@@ -19,7 +19,7 @@ Stdlib only at import: the thin client parses this URL on every `labq sub`.
 """
 import time
 
-from ..clientconf import SENTINEL_SCHEME as SCHEME, sentinel_address as address
+from ..settings.clientconf import SENTINEL_SCHEME as SCHEME, sentinel_address as address
 
 FAILOVER_WAIT = 30.0     # how long a thin connection waits for a reachable master (a failover's length)
 # How long one sentinel may take to accept a connection and to answer, on either side. A sentinel

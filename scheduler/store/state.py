@@ -13,8 +13,8 @@ from contextlib import contextmanager
 import redis
 
 from ..errors import StalePlanError
-from ..model import Gpu, Job, Node
-from ..states import ACTIVE
+from ..jobs.model import Gpu, Job, Node
+from ..jobs.states import ACTIVE
 from . import acctrows, conn, statrows, writes
 from .conn import ERRORS
 from .keys import CONSUMER, GROUP, Keys
@@ -246,7 +246,7 @@ class SchedulerStore(RequestList):
             p.hmget(self.k.attempt(jid, n), ["hb", "ckpt", "claimed_at"])
         return [(_float(hb), _float(ckpt), _float(at)) for hb, ckpt, at in p.execute()]
 
-    # -- durability (scheduler/durability.py) -------------------------------------------------
+    # -- durability (scheduler/daemon/durability.py) -------------------------------------------------
     def aof_enabled(self) -> bool | None:
         """INFO persistence, readable where an ACL denies CONFIG GET; None when even that is denied."""
         try:
@@ -262,7 +262,7 @@ class SchedulerStore(RequestList):
             return None
 
     def figures(self):
-        from ..durability import Figures, entry_hash
+        from ..daemon.durability import Figures, entry_hash
         p = self.r.pipeline(transaction=False)
         p.get(self.k.seq)
         p.xinfo_stream(self.k.ledger)
@@ -291,7 +291,7 @@ class SchedulerStore(RequestList):
     def ledger_entry_is(self, eid: str, digest: str) -> bool | None:
         """Is ledger entry `eid` still there with fields hashing to `digest`? None when it was
         trimmed away (archived: older than the oldest entry kept), which is no loss."""
-        from ..durability import entry_hash
+        from ..daemon.durability import entry_hash
         if not eid:
             return None
         got = self.r.xrange(self.k.ledger, eid, eid)
@@ -332,7 +332,7 @@ class SchedulerStore(RequestList):
     def read_group(self, streams: list[str], pending: bool, count: int = 500):
         """Entries of the scheduler's group: ones delivered but not acknowledged (after a restart)
         when `pending`, else new ones. Yields (stream, entry_id, fields): fields as the raw bytes
-        anyone wrote (intake.fields decodes and checks them), None for an entry trimmed while pending."""
+        anyone wrote (decode.fields decodes and checks them), None for an entry trimmed while pending."""
         if not streams:
             return []
         ident = "0" if pending else ">"

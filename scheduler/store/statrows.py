@@ -25,8 +25,8 @@ import json
 from itertools import compress, repeat
 from operator import itemgetter
 
-from ..hostlist import compact
-from ..states import ON_NODE, PENDING
+from ..jobs.hostlist import compact
+from ..jobs.states import ON_NODE, PENDING
 from ..units import fmt_duration
 
 FIELDS = ("id", "array_id", "array_index", "live", "tail")

@@ -5,8 +5,8 @@ from dataclasses import replace
 from itertools import chain, groupby, repeat
 from operator import attrgetter
 
-from .. import states
-from ..ledger import spent_field
+from ..jobs import states
+from ..money.ledger import spent_field
 from . import acctrows, codec, resp, statrows
 from .keys import Keys
 

@@ -22,10 +22,10 @@ import pytest
 from labq.cli import render, slurmfmt, statview
 from labq.cli.acct import window
 from labq.cli.hot import _id_filter, _states
-from labq.scheduler import config
 from labq.scheduler.errors import StalePlanError
-from labq.scheduler.model import Gpu, Job
-from labq.scheduler.report import committed_by_job
+from labq.scheduler.jobs.model import Gpu, Job
+from labq.scheduler.money.report import committed_by_job
+from labq.scheduler.settings import config
 from labq.scheduler.store import resp, writes
 from labq.scheduler.store.acctrows import TABLE
 from labq.scheduler.store.agentside import AgentStore

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from labq.scheduler import config
 from labq.scheduler.client import current_user
 from labq.scheduler.errors import ConfigError
+from labq.scheduler.settings import config
 from labq.scheduler.store.keys import Keys
 from tests.harness import ROOT
 

@@ -11,7 +11,7 @@ import os
 import pytest
 import redis
 
-from labq.scheduler.ledger import verify
+from labq.scheduler.money.ledger import verify
 from labq.scheduler.store.archive import Archive, Archiver
 from labq.scheduler.store.history import History
 from labq.scheduler.store.reads import Reader
@@ -251,8 +251,8 @@ def _ask(r, s, user, op, rid):
 
 
 def test_archive_now_runs_passes_in_the_leader_for_admins_only(conns, archive_at):
-    from labq.scheduler import config
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
+    from labq.scheduler.settings import config
     from tests.harness import SWEEP_TOML
     r, raw = conns
     _workload(r, raw)
@@ -353,8 +353,8 @@ def test_export_of_the_ledger_streams_every_entry_once_archived_or_not(redis_ser
 def test_history_url_takes_sqlite_or_postgresql_and_names_what_else_is_wrong():
     import pytest
 
-    from labq.scheduler import config
     from labq.scheduler.errors import LabqError
+    from labq.scheduler.settings import config
     from labq.scheduler.store.history import default_path
     for url in ("sqlite:////var/lib/x/history.db", "postgresql://labq@db/labq", "postgres://labq@db/labq"):
         assert config.loads(f'[history]\nurl = "{url}"\n').history["url"] == url
@@ -412,8 +412,8 @@ def test_a_client_that_cannot_open_the_archive_asks_the_scheduler_page_by_page(c
     import json
     import os
 
-    from labq.scheduler import config
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
+    from labq.scheduler.settings import config
     from labq.scheduler.store import histpages
     from tests.harness import SWEEP_TOML, reply
     monkeypatch.setattr(histpages, "PAGE", {k: 2 for k in histpages.PAGE})
@@ -545,7 +545,7 @@ def test_a_new_leader_back_fills_the_acct_rows_an_older_labq_did_not_write(conns
     """Jobs that ended under an older labq have no Redis acct row: the leader finds them at its start
     (and drops rows whose job is gone) and writes theirs from the records in its loop, a batch at a
     time, as that labq's end would have."""
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
     from labq.scheduler.store import acctrows
     from tests.harness import CFG, FROZEN
     r, raw = conns
@@ -568,8 +568,8 @@ def test_a_cancelled_pending_array_gets_one_acct_row_a_task_as_each_alone_would(
     run (a pending array cancelled) gets its acct rows the same way: each equal to redis_row's."""
     from dataclasses import replace
 
-    from labq.scheduler import states
-    from labq.scheduler.model import Job
+    from labq.scheduler.jobs import states
+    from labq.scheduler.jobs.model import Job
     from labq.scheduler.store import acctrows, writes
     r, _ = conns
     base = Job(id=100, user="alice", account="eta", argv=("python", "x.py"), workdir="/tmp", name="sweep", gpus=1,
@@ -584,7 +584,7 @@ def test_a_cancelled_pending_array_gets_one_acct_row_a_task_as_each_alone_would(
 
 
 def test_a_lease_lost_during_the_back_fill_reloads_instead_of_stopping_the_loop(conns):
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
     from tests.harness import CFG, FROZEN
     r, raw = conns
     s = _workload(r, raw)

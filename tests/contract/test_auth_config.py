@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from labq.scheduler import config
 from labq.scheduler.errors import ConfigError
+from labq.scheduler.settings import config
 from labq.scheduler.store import acl
 from labq.scheduler.store.keys import Keys
 

@@ -9,9 +9,10 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import bounds, config
 from labq.scheduler.errors import ConfigError, RefusedError, UsageError
-from labq.scheduler.jobspec import array_range, job_from_submit
+from labq.scheduler.jobs import bounds
+from labq.scheduler.jobs.jobspec import array_range, job_from_submit
+from labq.scheduler.settings import config
 from tests.harness import ROOT
 
 

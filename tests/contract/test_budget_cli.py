@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from labq.scheduler import config
 from labq.scheduler.client import current_user
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from tests.harness import ROOT, job, push

@@ -7,11 +7,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from labq.scheduler import config, states
 from labq.scheduler.client import Client
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.ledger import verify
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.money.ledger import verify
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.reads import Reader
 from tests.harness import FROZEN, K, job, push, reply, woke

@@ -4,7 +4,7 @@ size (values redacted), and answers the next good request; on fakeredis and a re
 import json
 import time
 
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.store.keys import GROUP
 from tests.harness import BODY, CFG, FROZEN, K, reply, setup, submit, taken, woke
 

@@ -87,7 +87,7 @@ def test_stat_compacts_pending_array_tasks():
     from dataclasses import replace
 
     from labq.cli.statview import compact
-    from labq.scheduler.model import Job
+    from labq.scheduler.jobs.model import Job
     base = Job(id=0, user="a", account="x", argv=("true",), state="PD", reason="Resources")
     tasks = [replace(base, id=10 + i, array_id=10, array_index=i + 1, array_count=6) for i in range(6)]
     tasks[0] = replace(tasks[0], state="R", node="n1")
@@ -97,7 +97,7 @@ def test_stat_compacts_pending_array_tasks():
 
 
 def test_task_id_ranges():
-    from labq.scheduler.jobspec import parse_task_ids
+    from labq.scheduler.jobs.jobspec import parse_task_ids
     assert parse_task_ids("42_[1-3,7]") == (42, {1, 2, 3, 7}) and parse_task_ids("42_3") == (42, {3})
     assert parse_task_ids("42") is None
     with pytest.raises(UsageError):

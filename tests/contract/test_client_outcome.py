@@ -8,10 +8,10 @@ import time
 import pytest
 import redis
 
-from labq.scheduler import config
 from labq.scheduler.client import Client
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.errors import UnreachableError
+from labq.scheduler.settings import config
 from labq.scheduler.store import acl
 from labq.scheduler.thinclient import ThinClient
 from tests.harness import BODY, CFG, K, push, reply, setup, start_redis, submit, taken, wait_for

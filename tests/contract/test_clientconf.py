@@ -1,4 +1,4 @@
-"""The client's settings (scheduler/clientconf.py): the same values and errors as config.py for the
+"""The client's settings (scheduler/settings/clientconf.py): the same values and errors as config.py for the
 [redis] and [security] tables, and kept in the user's cache while the file is unchanged, so that the
 hot commands need not import tomllib."""
 import os
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from labq.scheduler import clientconf, config
 from labq.scheduler.errors import ConfigError
+from labq.scheduler.settings import clientconf, config
 from tests.harness import ROOT
 
 GOOD = '[redis]\nurl = "unix:///tmp/x.sock"\nprefix = "lab"\n[security]\nadmins = ["ann"]\ncredential_ttl = "2m"\n'

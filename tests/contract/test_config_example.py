@@ -1,4 +1,4 @@
-"""config.example.toml documents every key scheduler/config.py accepts, loads cleanly, and states
+"""config.example.toml documents every key scheduler/settings/config.py accepts, loads cleanly, and states
 the real defaults; bad values in it are refused with an error that names the key.
 
 The set of accepted keys is read from config.py's source (each `_check_keys(section, table,
@@ -13,8 +13,8 @@ import tomllib
 
 import pytest
 
-from labq.scheduler import config, configcheck
 from labq.scheduler.errors import ConfigError
+from labq.scheduler.settings import config, configcheck
 from tests.harness import ROOT
 
 EXAMPLE = os.path.join(ROOT, "config.example.toml")

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from labq.cli.out import config_source, url_or_default
-from labq.scheduler import clientconf, config
+from labq.scheduler.settings import clientconf, config
 from tests.harness import ROOT
 
 HOSTILE = '[redis]\nurl = "{url}"\nprefix = "hostile"\n[rates]\ncurrency = "EUR"\n'

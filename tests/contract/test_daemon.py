@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from labq.scheduler import config, states
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import BODY, CFG, FROZEN, SWEEP_TOML, K, job, one_admitted, push, reply, setup, submit, woke
 
@@ -282,9 +283,10 @@ def test_the_queue_is_bounded(conns):
 def test_a_stale_placement_is_rejected_by_the_applier_not_written(conns, monkeypatch, caplog):
     """The daemon applies a plan through applier.apply_plan: a placement on a GPU another job holds
     (a policy bug, played here by a plan made before job 1 was admitted) is logged and left out."""
-    from labq.scheduler import daemon, policy
-    from labq.scheduler.metrics import Metrics
-    from labq.scheduler.plan import Place, Plan
+    from labq.scheduler import policy
+    from labq.scheduler.daemon import loop
+    from labq.scheduler.daemon.metrics import Metrics
+    from labq.scheduler.jobs.plan import Place, Plan
     r, s, now = one_admitted(conns)
     held = job(r, 1).gpu_uuids[0]
     submit(r, "alice", BODY, "b")
@@ -293,7 +295,7 @@ def test_a_stale_placement_is_rejected_by_the_applier_not_written(conns, monkeyp
     def stale(snap, cfg, **kw):
         p = real(snap, cfg, **kw)
         return Plan(places=(Place(2, "n1", (held,), (), (), 0),), pending=p.pending, starts=p.starts)
-    monkeypatch.setattr(daemon.policy, "plan", stale)
+    monkeypatch.setattr(loop.policy, "plan", stale)
     s.metrics = Metrics("127.0.0.1:0")
     try:
         with caplog.at_level("WARNING", logger="labq.scheduler"):

@@ -2,9 +2,10 @@
 usage kept in Redis, and reclaim of borrowed GPUs — on fakeredis and a real redis-server."""
 import json
 
-from labq.scheduler import config, states
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.reads import Reader
 from tests.harness import FROZEN, K, job, submit, woke

@@ -3,7 +3,7 @@ ended targets read from Redis into Snapshot.ended, afterok chains, never-satisfi
 import json
 import time
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import BODY, K, finish, job, one_admitted, push, reply, setup, submit, woke
 
 
@@ -66,7 +66,7 @@ def test_array_targets_mean_every_task_or_one(conns):
 
 
 def test_the_ended_cache_is_rebuilt_by_a_new_leader(conns):
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
     from tests.harness import CFG, FROZEN
     r, raw = conns
     now = time.time()

@@ -3,9 +3,10 @@ job, answers it in `sub --test-only`, and relearns it at start — on fakeredis 
 `labq show` and `--test-only` print it."""
 import json
 
-from labq.scheduler import config, states
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import FROZEN, K, job, reply, submit, woke
 
@@ -69,7 +70,7 @@ def test_a_new_leader_relearns_from_the_recent_ended_jobs(conns):
 def test_show_and_test_only_print_the_estimate(capsys):
     from labq.cli import hot
     from labq.cli.subcore import print_test_only
-    from labq.scheduler.model import Job
+    from labq.scheduler.jobs.model import Job
 
     j = Job(id=7, user="alice", account="a", name="train", argv=("true",), time_limit=7200, learned_est=2520,
             learned_basis="p75 of 17 runs of user alice, name train")
@@ -94,7 +95,7 @@ def test_the_start_learns_from_light_views_what_whole_records_teach(conns):
     import random
     from dataclasses import replace
 
-    from labq.scheduler.daemon import learned_from
+    from labq.scheduler.daemon.loop import learned_from
     from labq.scheduler.store import writes
     from labq.scheduler.store.reads import Reader
     from tests.harness import ended_job

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from labq.scheduler.durability import Durability
+from labq.scheduler.daemon.durability import Durability
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.store.state import SchedulerStore
 

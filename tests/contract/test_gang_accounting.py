@@ -4,9 +4,11 @@ source — Redis's acct rows, the records, the archive's rows, the archive read 
 fakeredis and a real redis-server (`conns`), with the archive in SQLite."""
 import pytest
 
-from labq.scheduler import config, report, states
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.money import report
+from labq.scheduler.settings import config
 from labq.scheduler.store import histpages
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.archive import Archive, Archiver

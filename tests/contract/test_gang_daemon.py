@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from labq.scheduler import config, states
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store import acctrows
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import FROZEN, K, job, push, reply, submit, woke

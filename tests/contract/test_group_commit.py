@@ -7,11 +7,12 @@ from dataclasses import replace
 import pytest
 import redis
 
-from labq.scheduler import config, states
-from labq.scheduler.batch import Tally
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.handlers import Handlers
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.batch import Tally
+from labq.scheduler.daemon.handlers import Handlers
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store import codec
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
@@ -155,9 +156,9 @@ def test_a_big_array_is_written_ahead_in_chunks_and_survives_a_restart(real_conn
 
 
 def test_new_reasons_for_many_jobs_are_written_in_bounded_chunks(real_conns, monkeypatch):
-    from labq.scheduler import daemon
+    from labq.scheduler.daemon import loop
     r, raw = real_conns
-    monkeypatch.setattr(daemon, "REASON_CHUNK", 500)
+    monkeypatch.setattr(loop, "REASON_CHUNK", 500)
     s = started(r, raw)
     # Not held (a held job carries its reason from the submit on): the pass starts a few and gives
     # the other ~2,000 a reason.
@@ -259,7 +260,7 @@ def test_passes_that_change_many_reasons_keep_records_rows_and_index_equal_to_th
 
 
 def test_put_jobs_adds_to_the_index_only_the_jobs_it_is_told_are_new(real_conns):
-    from labq.scheduler.model import Job
+    from labq.scheduler.jobs.model import Job
     from labq.scheduler.store import statrows, writes
     r, _ = real_conns
     a, b = Job(id=1, user="u", account="a"), Job(id=2, user="u", account="a")
@@ -272,7 +273,7 @@ def test_put_jobs_adds_to_the_index_only_the_jobs_it_is_told_are_new(real_conns)
 
 
 def test_a_held_submit_carries_the_reason_the_plan_gives_so_the_first_pass_writes_nothing(real_conns, monkeypatch):
-    from labq.scheduler.jobspec import HELD_DETAIL
+    from labq.scheduler.jobs.jobspec import HELD_DETAIL
     from labq.scheduler.store import writes
     r, raw = real_conns
     s = started(r, raw)

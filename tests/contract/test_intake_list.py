@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from labq.scheduler import config
 from labq.scheduler.client import Client
+from labq.scheduler.daemon.requests import MAX_USER_REQUESTS_PER_TICK
 from labq.scheduler.errors import UnreachableError
-from labq.scheduler.inboxes import MAX_USER_REQUESTS_PER_TICK
+from labq.scheduler.settings import config
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.thinclient import ThinClient
 from tests.harness import BODY, K, push, reply, setup, submit, taken
@@ -55,7 +55,7 @@ def test_requests_a_leader_took_and_never_answered_are_answered_by_the_next(conn
         submit(r, "alice", {**BODY, "name": f"j{i}"}, f"r{i}")
     r.lmove(K.requests, K.taken, "RIGHT", "LEFT")     # a leader took one and died
     r.delete(K.leader)
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
     from tests.harness import CFG, FROZEN
     s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
     s2.tick(time.time())
@@ -92,7 +92,7 @@ def test_a_full_redis_pauses_the_scheduler_and_it_goes_on_once_there_is_room(red
 
     import redis as redis_py
 
-    from labq.scheduler.daemon import Scheduler
+    from labq.scheduler.daemon.loop import Scheduler
     from tests.harness import CFG, wait_for
     r = redis_server.client()
     r.flushall()

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from labq.scheduler import handlers, states
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon import handlers
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
 from labq.scheduler.store import writes
 from labq.scheduler.thinclient import ThinClient
 from tests.harness import BODY, CFG, FROZEN, K, job, push, reply, setup, taken, woke

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from labq.scheduler import config
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.errors import ConfigError
-from labq.scheduler.model import Gpu
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import FROZEN, K, reply, submit, woke
 

@@ -9,8 +9,10 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from labq.scheduler import config as config_mod, metrics, states
+from labq.scheduler.daemon import metrics
 from labq.scheduler.errors import ConfigError
+from labq.scheduler.jobs import states
+from labq.scheduler.settings import config as config_mod
 from tests.harness import ROOT, ClusterBuilder, cfg, wait_for
 
 

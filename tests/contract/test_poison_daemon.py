@@ -6,7 +6,7 @@ import time
 
 from click.testing import CliRunner
 
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.store.keys import GROUP
 from tests.harness import BODY, CFG, FROZEN, K, reply, setup, submit, taken, woke
 

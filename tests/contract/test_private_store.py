@@ -1,6 +1,6 @@
 """Issue 34 item 4 in the store: a job's script and exported environment live apart from its record
 (keys.script, keys.job_env), written once per submission, gone from Redis when the submission is
-archived; the scheduler's `show_private` request (scheduler/private.py) gives them to their owner
+archived; the scheduler's `show_private` request (scheduler/security/private.py) gives them to their owner
 and admins only; data of schema 1 (scripts and environments inside records and specs) is moved
 when a newer scheduler starts (store/schema.py); the archive serves no script to clients."""
 import json
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from labq.scheduler import config
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu, Job
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs.model import Gpu, Job
+from labq.scheduler.settings import config
 from labq.scheduler.store import acl, codec, histpages, schema
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.archive import Archive, Archiver

@@ -13,7 +13,7 @@ outage goes through the scheduler's own loop (a tick that raises ConnectionError
 import pytest
 import redis
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import CFG, K, finish, job, one_admitted
 

@@ -6,8 +6,9 @@ import random
 import time
 from dataclasses import replace
 
-from labq.scheduler import crashguard, states
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon import crashguard
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
 from labq.scheduler.store import writes
 from labq.scheduler.store.reads import Reader
 from labq.scheduler.store.state import SchedulerStore

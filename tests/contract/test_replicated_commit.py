@@ -15,9 +15,9 @@ from dataclasses import replace
 import pytest
 import redis
 
-from labq.scheduler import config
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from tests.harness import SWEEP_TOML, push, wait_for
@@ -131,7 +131,7 @@ def test_a_promoted_copy_that_lacks_acknowledged_jobs_is_refused(pair, tmp_path)
     """The state file learns a job id before its reply goes out (not at the tick's end), so a
     replica promoted without an acknowledged submit is refused even when the old leader died
     between the reply and its next look at the figures."""
-    from labq.scheduler.durability import Durability
+    from labq.scheduler.daemon.durability import Durability
     from labq.scheduler.errors import RefusedError
     from labq.scheduler.store.state import SchedulerStore
     m, _, _ = pair
@@ -170,7 +170,7 @@ def test_figures_no_commit_got_acknowledged_are_not_the_state_files_when_the_lea
     takes the lead again (a reload) on a master that holds more: an old master's writes, which the
     failover discards. Adopted, they would have the scheduler refuse the new master for good
     ("went backwards"), as the Sentinel e2e test's stopped master once did."""
-    from labq.scheduler.durability import Durability
+    from labq.scheduler.daemon.durability import Durability
     m, _, replica = pair
     s = started(m, 1)
     path = str(tmp_path / "state.json")

@@ -4,7 +4,7 @@ import json
 import time
 from dataclasses import replace
 
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon.loop import Scheduler
 from tests.harness import BODY, CFG, FROZEN, K, push, reply, setup, taken, woke
 
 

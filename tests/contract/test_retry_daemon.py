@@ -2,9 +2,10 @@
 import json
 import time
 
-from labq.scheduler import config, states
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import BODY, FROZEN, SWEEP_TOML, K, finish, job, push, reply, setup, submit, woke
 

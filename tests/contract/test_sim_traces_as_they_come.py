@@ -145,8 +145,8 @@ def test_a_replay_says_which_config_file_it_applies(tmp_path, capsys):
     r = labq("--config", "/dev/null", "simulate", trace, "--nodes", "1x4", "--policy", "fifo", "--json")
     assert json.loads(r.stdout)["config_file"] is None
     from labq.cli.simulate import _say_which_config
-    from labq.scheduler import config
-    from labq.scheduler.clientconf import DEFAULT_PATH
+    from labq.scheduler.settings import config
+    from labq.scheduler.settings.clientconf import DEFAULT_PATH
     system = config.loads(conf.read_text(), source=DEFAULT_PATH)
     _say_which_config(system, as_json=False)
     assert f"applying this machine's {DEFAULT_PATH} (account caps included)" in capsys.readouterr().err

@@ -7,9 +7,9 @@ never looked there again until its own recovery: requests unanswered (the client
 finished job's result unread (its attempt later declared lost, and finished work re-run)."""
 import contextlib
 
-from labq.scheduler import states
-from labq.scheduler.daemon import Scheduler
+from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.errors import StalePlanError
+from labq.scheduler.jobs import states
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import BODY, CFG, FROZEN, K, job, one_admitted, reply, submit, woke
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from labq.cli import render, statview
-from labq.scheduler import states
-from labq.scheduler.model import Attempt, Gpu, Job, Node
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node
 from labq.scheduler.store import resp, statrows, writes
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.store.thinreads import ThinReader

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from labq.scheduler.store.history import History
 from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, wait_for
 

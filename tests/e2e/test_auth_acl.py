@@ -13,10 +13,10 @@ import time
 import pytest
 import redis
 
-from labq.scheduler import config
 from labq.scheduler.client import Client
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store import acl, codec, conn
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E_MARKS, put_job, run, runner_env, start_redis
 
 pytestmark = [*E2E_MARKS, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
@@ -84,8 +84,8 @@ def test_a_shared_umask_lets_others_read_as_the_mode_says(lab):
 
 
 def test_the_client_sends_its_umask_with_a_submit():
-    from labq.scheduler import config
     from labq.scheduler.client import Client
+    from labq.scheduler.settings import config
     sent = {}
 
     class Probe(Client):

@@ -17,9 +17,10 @@ import uuid
 
 import pytest
 
-from labq.scheduler import auth, config, munge
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.security import auth, munge
+from labq.scheduler.settings import config
 from labq.scheduler.store import codec
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys

@@ -12,8 +12,9 @@ import tempfile
 import pytest
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config, states
 from labq.scheduler.client import Client, current_user
+from labq.scheduler.jobs import states
+from labq.scheduler.settings import config
 from tests.harness import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]

@@ -25,8 +25,8 @@ import uuid
 import pytest
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config
 from labq.scheduler.client import Client
+from labq.scheduler.settings import config
 from labq.worker import shimbin
 from tests.harness import E2E_MARKS, ROOT, start_redis, wait_for
 

@@ -76,7 +76,7 @@ def test_labq_up_writes_each_daemons_log_and_logs_admission_and_end_by_job_id():
 
 def test_an_attempts_end_is_as_loud_as_it_needs_to_be():
     """Issue 36: an OOM was at <6>, invisible to `journalctl -p warning`; failures at <6> too."""
-    from labq.scheduler.journal import end_level
+    from labq.scheduler.daemon.journal import end_level
     f = daemonlog.JournalFormatter()
 
     def line(outcome):

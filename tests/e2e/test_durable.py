@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from labq.scheduler.durability import default_path
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.durability import default_path
+from labq.scheduler.jobs.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from tests.harness import E2E_MARKS, ROOT, push, start_redis, wait_for

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from labq.cli.embedded import ROOT
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, LabqUp, wait_for
 
 pytestmark = E2E_MARKS

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from labq.scheduler import states
 from labq.scheduler.client import Client
+from labq.scheduler.jobs import states
 from labq.scheduler.store.keys import Keys
 from tests.harness import E2E, E2E_CONFIG as CONFIG, E2E_MARKS, ROOT, two_labs, wait_for
 

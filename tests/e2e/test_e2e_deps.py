@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, wait_for
 
 pytestmark = E2E_MARKS

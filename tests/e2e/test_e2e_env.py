@@ -9,7 +9,7 @@ user would run it, with an environment of the test's choosing.
 import os
 import re
 
-from labq.scheduler import logpath, states
+from labq.scheduler.jobs import logpath, states
 from tests.harness import E2E_MARKS, ROOT, SECRET, VENV_BIN, labq, user_env, wait_for
 
 pytestmark = E2E_MARKS  # the same markers and skip as test_e2e

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from labq.cli.embedded import ROOT
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E, E2E_MARKS, wait_for
 
 pytestmark = E2E_MARKS  # the e2e/redis marks and the skip without redis-server

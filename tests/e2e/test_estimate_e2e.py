@@ -3,7 +3,7 @@ end, then `labq sub --test-only` and `labq show` print the estimate and its basi
 shows the short-job factor in its own column (priority.short_job_weight set) and in --json."""
 import json
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E, E2E_MARKS
 
 pytestmark = E2E_MARKS  # the e2e/redis marks and the skip without redis-server

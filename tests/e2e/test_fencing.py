@@ -17,8 +17,9 @@ import tempfile
 import pytest
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config, states
 from labq.scheduler.client import Client, current_user
+from labq.scheduler.jobs import states
+from labq.scheduler.settings import config
 from labq.scheduler.store.keys import Keys
 from tests.harness import E2E_MARKS, wait_for
 

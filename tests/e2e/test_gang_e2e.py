@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from labq.scheduler.store.keys import Keys
 from tests.harness import E2E, wait_for
 

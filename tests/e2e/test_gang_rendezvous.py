@@ -2,8 +2,8 @@
 against a real redis-server: how long it may wait, what it tells meanwhile, how it ends if it stops."""
 import threading
 
-from labq.scheduler import states
-from labq.scheduler.model import Attempt, Job
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Attempt, Job
 from labq.scheduler.store import codec
 from tests.harness import ME, NODE, PY, K, finished, runner_env, start_runner, wait_for
 

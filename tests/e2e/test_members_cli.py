@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from labq.scheduler.model import Gpu
+from labq.scheduler.jobs.model import Gpu
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from tests.harness import E2E_MARKS, ROOT, start_redis, unix_user, wait_for

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from labq.scheduler import dispatch
-from labq.scheduler.model import Attempt
+from labq.scheduler.daemon import dispatch
+from labq.scheduler.jobs.model import Attempt
 from labq.scheduler.store import codec
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.state import SchedulerStore

@@ -11,9 +11,10 @@ import tempfile
 import pytest
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config, states
 from labq.scheduler.client import Client, current_user
-from labq.scheduler.model import Gpu
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import GROUP, Keys
 from tests.harness import E2E_MARKS, push, taken, wait_for

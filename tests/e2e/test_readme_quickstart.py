@@ -7,7 +7,7 @@ import re
 import shlex
 import shutil
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E_MARKS, ROOT, VENV_BIN, LabqUp, wait_for
 
 pytestmark = E2E_MARKS

@@ -5,7 +5,7 @@ import re
 import shlex
 
 from labq.cli.subcore import build_body
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E_MARKS, ROOT, labq, user_env, wait_for
 
 pytestmark = E2E_MARKS

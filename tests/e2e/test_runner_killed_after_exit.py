@@ -6,7 +6,7 @@ exits, then killed."""
 import os
 import signal
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from tests.harness import E2E, E2E_MARKS, wait_for
 
 pytestmark = E2E_MARKS

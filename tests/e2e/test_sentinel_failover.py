@@ -24,8 +24,8 @@ import pytest
 import redis
 
 from labq.cli.embedded import Stack
-from labq.scheduler import config
 from labq.scheduler.client import Client, current_user
+from labq.scheduler.settings import config
 from labq.scheduler.store.keys import Keys
 from tests.harness import E2E_MARKS, wait_for
 

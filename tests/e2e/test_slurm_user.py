@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from labq.scheduler import states
+from labq.scheduler.jobs import states
 from labq.scheduler.store import codec
 from tests.harness import E2E, E2E_CONFIG, E2E_MARKS, ROOT, wait_for
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from labq.scheduler import dispatch
+from labq.scheduler.daemon import dispatch
 from labq.worker.agent import Agent
 from tests.harness import NODE, ROOT, K, agent_config, events, idle_runners, put_job, send, wait_for
 

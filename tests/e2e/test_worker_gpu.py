@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from labq.scheduler.model import Job
+from labq.scheduler.jobs.model import Job
 from labq.worker import gpuwatch, probe
 from labq.worker.agent import Agent
 from tests.harness import (

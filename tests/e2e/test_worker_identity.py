@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from labq.scheduler.model import Job
+from labq.scheduler.jobs.model import Job
 from labq.scheduler.store import codec
 from labq.worker import batchenv, launch
 from tests.harness import ROOT, K, finished, preload_spy, put_job, run, runner_env, spied, start_hooked

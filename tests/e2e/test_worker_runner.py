@@ -13,8 +13,8 @@ import types
 
 import pytest
 
-from labq.scheduler import states
-from labq.scheduler.model import Job
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Job
 from labq.worker import launch
 from tests.harness import (
     ME,

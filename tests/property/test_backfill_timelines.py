@@ -9,10 +9,10 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config as config_mod
-from labq.scheduler.config import Config
-from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.jobs.model import Gpu, Job, Node
 from labq.scheduler.policy.backfill import _FOREVER, Alloc, Timelines, _expected_end, _limit
+from labq.scheduler.settings import config as config_mod
+from labq.scheduler.settings.config import Config
 
 G = 1 << 30
 NOW = 1000.0

@@ -5,8 +5,10 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import applier, policy, states, transitions as tr
-from labq.scheduler.model import Snapshot
+from labq.scheduler import policy
+from labq.scheduler.daemon import applier
+from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs.model import Snapshot
 from labq.scheduler.policy import capacity
 from tests.harness import ClusterBuilder, G, cfg, forward_until_started
 

@@ -3,9 +3,9 @@ submitted) equals the estimate of a fresh estimator fed only the attempts that h
 instant, and rests on none that ended later. Also the learned and sjf-oracle policies end to end."""
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config as config_mod
-from labq.scheduler.estimate import LEARNED_OUTCOMES, Estimator
-from labq.scheduler.model import Job, Node
+from labq.scheduler.jobs.estimate import LEARNED_OUTCOMES, Estimator
+from labq.scheduler.jobs.model import Job, Node
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import EPOCH, TraceJob, describe, report, resolve, simulate
 
 # min_samples 1 so that most jobs get an estimate; a window larger than any trace so that the

@@ -7,10 +7,12 @@ import json
 import fakeredis
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from labq.scheduler import config, ledger, states
 from labq.scheduler.client import Client
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.money import ledger
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.store.reads import Reader

@@ -4,7 +4,8 @@ from datetime import datetime, timezone
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config, ledger, periods
+from labq.scheduler.money import ledger, periods
+from labq.scheduler.settings import config
 
 WEEKLY = config.loads('[[budgets]]\nname = "w"\naccount = "a"\nlimit = 10.0\nperiod = "week"\n'
                       'timezone = "Europe/Berlin"\n').budgets[0]

@@ -9,10 +9,10 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config as config_mod
-from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.jobs.model import Gpu, Job, Node
 from labq.scheduler.policy.backlog import Backlog, gated
 from labq.scheduler.policy.priority import burst_tail
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import TraceJob, policy_config, simulate
 from labq.scheduler.sim.engine import Simulator
 from tests.harness import G

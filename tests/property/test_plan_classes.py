@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from labq.scheduler import policy, states
+from labq.scheduler import policy
+from labq.scheduler.jobs import states
 from labq.scheduler.policy import classes, priority, queue, strict
 from labq.scheduler.policy.backlog import gated
 from labq.scheduler.policy.kept import Kept

@@ -9,10 +9,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from labq.scheduler import config as config_mod, policy, states
-from labq.scheduler.model import Gpu, Node
-from labq.scheduler.plan import Pendings
+from labq.scheduler import policy
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu, Node
+from labq.scheduler.jobs.plan import Pendings
 from labq.scheduler.policy import strict
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import TraceJob, policy_config, simulate
 from tests.harness import ClusterBuilder, G, cfg
 

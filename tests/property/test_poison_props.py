@@ -9,9 +9,9 @@ import fakeredis
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from labq.scheduler import states
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.ledger import verify
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.money.ledger import verify
 from labq.scheduler.store.keys import CONSUMER, GROUP
 from labq.scheduler.store.reads import Reader
 from tests.harness import BODY, CFG, FROZEN, K, push, setup, taken

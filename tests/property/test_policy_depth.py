@@ -4,7 +4,8 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import policy, states, transitions as tr
+from labq.scheduler import policy
+from labq.scheduler.jobs import states, transitions as tr
 from labq.scheduler.policy import priority
 from labq.scheduler.units import fmt_at
 from tests.harness import ClusterBuilder, G, cfg, forward_until_started, summarize
@@ -99,7 +100,7 @@ def test_refuse_at_submit_where_configured():
     b = ClusterBuilder().node("n", gpus=8)
     b.running("n", gpus=2, account="eta")
     snap = b.build()
-    from labq.scheduler.model import Job
+    from labq.scheduler.jobs.model import Job
     job = Job(id=9, user="alice", account="eta", argv=("x",), gpus=4)
     # Alone over max_gpus it could never run: refused whatever on_limit says (pending would be for ever).
     for extra in ("", 'on_limit = "refuse"\n'):
@@ -380,7 +381,7 @@ def test_running_plus_admitted_never_exceed_a_node_a_cap_or_a_borrow_limit(snap)
 
 
 def test_max_wait_of_a_requeued_job_counts_from_its_last_attempt():
-    from labq.scheduler.model import Attempt
+    from labq.scheduler.jobs.model import Attempt
     b = ClusterBuilder().node("n", gpus=1)
     b.running("n", gpus=1)
     ran = Attempt(1, "n", ("GPU-n-0",), start_time=b.now - 5000, end_time=b.now - 30, outcome="preempted")
@@ -394,7 +395,7 @@ def test_a_node_with_a_whole_instance_price_is_split_by_dominant_share():
     b = ClusterBuilder().node("rented", gpus=4, cpus=32, mem=256 * G).node("owned", gpus=4, cpus=32, mem=256 * G)
     b.job(gpus=1, cpus=16, mem=32 * G)              # dominant share: CPUs, 16/32
     text = '[rates]\ngpu_hour = 2.0\nnode_hour = { "rented" = 10.0 }\n'
-    from labq.scheduler import ledger
+    from labq.scheduler.money import ledger
     job, rented = b.build().jobs[0], b.nodes[0]
     assert ledger.rate(job, "usd", "fake", cfg(text), rented) == 5_000_000      # $10/h × 1/2
     assert ledger.rate(job, "usd", "fake", cfg(text), b.nodes[1]) == 2_000_000  # per-resource: 1 GPU × $2

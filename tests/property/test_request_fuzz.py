@@ -1,9 +1,9 @@
 """Requests come from an inbox anyone may write: any body is a job or a UsageError, never a crash."""
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config
 from labq.scheduler.errors import UsageError
-from labq.scheduler.jobspec import array_range, job_from_submit
+from labq.scheduler.jobs.jobspec import array_range, job_from_submit
+from labq.scheduler.settings import config
 
 CFG = config.loads("[accounts.eta]\nusers=['alice']\n")
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=True),

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from labq.cli.whatif import parse_nodes
-from labq.scheduler import config as config_mod
-from labq.scheduler.model import Gpu, Node
+from labq.scheduler.jobs.model import Gpu, Node
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import TraceJob, easy, load, policy_config, report, resolve, simulate
 from labq.scheduler.sim.engine import EPOCH
 from tests.harness import DATA

@@ -2,7 +2,7 @@
 priority.burst_tail over the same pending jobs, after every submit and start of a random history."""
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler.model import Job
+from labq.scheduler.jobs.model import Job
 from labq.scheduler.policy.priority import burst_tail
 from labq.scheduler.sim.queue import Bursts
 

@@ -3,10 +3,11 @@ on every node that could hold it: the parking bound never exceeds the need plan(
 the shape, time limit, unit, billing, overhead, period and instant (a period's last seconds too)."""
 from hypothesis import example, given, settings, strategies as st
 
-from labq.scheduler import config as config_mod, periods
-from labq.scheduler.model import Attempt, Gpu, Job, Node
+from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node
+from labq.scheduler.money import periods
 from labq.scheduler.policy.budget import BudgetBook
 from labq.scheduler.policy.capacity import could_ever_hold
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim.bounds import max_rate
 from labq.scheduler.sim.parked import Parking, Peak
 

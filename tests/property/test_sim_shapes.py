@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config as config_mod
-from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.jobs.model import Gpu, Job, Node
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import TraceJob, policy_config, simulate
 from labq.scheduler.sim.room import Room, Shapes, shape
 

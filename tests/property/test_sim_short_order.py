@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config as config_mod
-from labq.scheduler.model import Job
+from labq.scheduler.jobs.model import Job
 from labq.scheduler.policy import priority
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim.engine import EPOCH
 from labq.scheduler.sim.queue import Queue
 from labq.scheduler.sim.room import shape

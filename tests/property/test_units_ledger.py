@@ -2,9 +2,10 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import ledger, units
+from labq.scheduler import units
 from labq.scheduler.errors import UsageError
-from labq.scheduler.model import Job
+from labq.scheduler.jobs.model import Job
+from labq.scheduler.money import ledger
 from tests.harness import cfg
 
 
@@ -49,7 +50,7 @@ def test_a_kept_rate_is_the_config_s_own():
     config with other QoS factors (sharing the same [rates]) has its own, and the memo stays bounded."""
     from dataclasses import replace
 
-    from labq.scheduler.config import Qos
+    from labq.scheduler.settings.config import Qos
     c = cfg("[qos.normal]\npriority=100\n[qos.low]\nrate_factor = 0.5\n")
     low = Job(id=1, user="a", account="x", gpus=1, qos="low", time_limit=3600)
     assert ledger.rate(low, "usd", "fake", c) == ledger.rate(low, "usd", "fake", c) == 1_000_000
@@ -86,7 +87,7 @@ def test_job_records_round_trip_through_json():
     import json
     from dataclasses import asdict
 
-    from labq.scheduler.model import Attempt
+    from labq.scheduler.jobs.model import Attempt
     from labq.scheduler.store import codec
     j = Job(id=7, user="a", account="b", argv=("python", "x.py"), tags=(("k", "v"),), commit=(("b", 5),),
             attempts=(Attempt(1, "n", ("GPU-1",), charges=(("b", 3),), usage={"cpu_s": 1.5}),))

@@ -4,10 +4,10 @@ import http.server
 import json
 import threading
 
-from labq.scheduler import alerts
-from labq.scheduler.alerts import Status
-from labq.scheduler.hooks import Hooks, alert_env
-from labq.scheduler.ledger import Override
+from labq.scheduler.daemon.hooks import Hooks, alert_env
+from labq.scheduler.money import alerts
+from labq.scheduler.money.alerts import Status
+from labq.scheduler.money.ledger import Override
 
 M = 1_000_000
 

@@ -1,10 +1,11 @@
-"""The plan applier (scheduler/applier.py): a plan is re-checked against the state it is applied to;
+"""The plan applier (scheduler/daemon/applier.py): a plan is re-checked against the state it is applied to;
 what no longer holds is rejected and reported, the rest applied."""
 from dataclasses import replace
 
-from labq.scheduler import policy, states, transitions as tr
-from labq.scheduler.applier import apply_plan
-from labq.scheduler.plan import Cancel, Expire, Pending, Place, Plan, Preempt
+from labq.scheduler import policy
+from labq.scheduler.daemon.applier import apply_plan
+from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs.plan import Cancel, Expire, Pending, Place, Plan, Preempt
 from tests.harness import ClusterBuilder, G, cfg
 
 NOW = 1_000_000.0

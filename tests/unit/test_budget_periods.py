@@ -5,9 +5,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from labq.scheduler import budgetwatch, config, ledger, periods, states
-from labq.scheduler.ledger import Override
-from labq.scheduler.model import Budget
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Budget
+from labq.scheduler.money import budgetwatch, ledger, periods
+from labq.scheduler.money.ledger import Override
+from labq.scheduler.settings import config
 from tests.harness import ClusterBuilder
 
 UTC = timezone.utc
@@ -137,7 +139,7 @@ def test_verify_finds_a_corrupted_balance_and_bad_keys():
 
 
 def test_billing_per_started_hour():
-    from labq.scheduler.model import Job
+    from labq.scheduler.jobs.model import Job
     c = config.loads("[rates]\ngpu_hour = 2.0\nbilling = 'started_hour'\n")
     assert ledger.charge(2_000_000, 0, 1, "usd", c) == 2_000_000          # one second: one started hour
     assert ledger.charge(2_000_000, 0, 3600, "usd", c) == 2_000_000

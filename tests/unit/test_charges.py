@@ -3,9 +3,10 @@ measured, never above (time limit + kill_wait) × rate, nothing when no process 
 ledger.run_span and transitions.finished / node_failed, no Redis."""
 import pytest
 
-from labq.scheduler import ledger, transitions as tr
-from labq.scheduler.model import Job
-from labq.scheduler.plan import Place
+from labq.scheduler.jobs import transitions as tr
+from labq.scheduler.jobs.model import Job
+from labq.scheduler.jobs.plan import Place
+from labq.scheduler.money import ledger
 from labq.scheduler.units import MICRO
 from tests.harness import cfg
 

@@ -1,8 +1,8 @@
 """Config validation: every error names its key; nothing half-loaded."""
 import pytest
 
-from labq.scheduler import config
 from labq.scheduler.errors import ConfigError
+from labq.scheduler.settings import config
 
 
 @pytest.mark.parametrize("text,key", [

@@ -1,7 +1,8 @@
 """Money is printed in rates.currency (units.fmt_money), set by the config."""
 import pytest
 
-from labq.scheduler import config, units
+from labq.scheduler import units
+from labq.scheduler.settings import config
 
 
 @pytest.fixture(autouse=True)

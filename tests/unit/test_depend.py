@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import policy, states
+from labq.scheduler import policy
 from labq.scheduler.errors import UsageError
-from labq.scheduler.jobspec import describe_deps, job_from_submit, parse_dependency, resolve_deps
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.jobspec import describe_deps, job_from_submit, parse_dependency, resolve_deps
 from labq.scheduler.policy.depend import Dependencies, satisfied, targets
 from tests.harness import ROOT, SWEEP_TOML, ClusterBuilder, cfg, summarize
 

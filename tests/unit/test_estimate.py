@@ -1,15 +1,18 @@
-"""Run times learned from history (scheduler/estimate.py) and where they are used: backfill's expected
+"""Run times learned from history (scheduler/jobs/estimate.py) and where they are used: backfill's expected
 ends, the short-job priority term with its aging bound, the forecast budget mode, the config keys."""
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import config as config_mod, ledger, policy, states
+from labq.scheduler import policy
 from labq.scheduler.errors import ConfigError
-from labq.scheduler.estimate import Estimator, run_seconds
-from labq.scheduler.model import Attempt, Job
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.estimate import Estimator, run_seconds
+from labq.scheduler.jobs.model import Attempt, Job
+from labq.scheduler.money import ledger
 from labq.scheduler.policy import backfill, priority
+from labq.scheduler.settings import config as config_mod
 from tests.harness import ClusterBuilder, cfg, summarize
 
 

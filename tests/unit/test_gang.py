@@ -4,9 +4,12 @@ from dataclasses import replace
 import pytest
 
 from labq.cli import sbatch, subcore
-from labq.scheduler import applier, jobspec, ledger, policy, states, transitions as tr
+from labq.scheduler import policy
+from labq.scheduler.daemon import applier
 from labq.scheduler.errors import UsageError
-from labq.scheduler.model import Attempt
+from labq.scheduler.jobs import jobspec, states, transitions as tr
+from labq.scheduler.jobs.model import Attempt
+from labq.scheduler.money import ledger
 from labq.scheduler.store import codec
 from tests.harness import ClusterBuilder, G, cfg
 

@@ -2,8 +2,8 @@
 and SLURM tools, its log file (%n, %N), the compact node list, the stop control's wake-ups."""
 from dataclasses import replace
 
-from labq.scheduler import hostlist, logpath
-from labq.scheduler.model import Attempt, Job
+from labq.scheduler.jobs import hostlist, logpath
+from labq.scheduler.jobs.model import Attempt, Job
 from labq.scheduler.store.dispatchq import control_nodes
 from labq.worker import gang, jobenv, runner, waiting
 

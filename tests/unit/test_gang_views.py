@@ -3,8 +3,10 @@ and sacct fields, `nodes`, and `report`'s GPU-hours over every node."""
 from dataclasses import replace
 
 from labq.cli import render, slurmfmt, statview
-from labq.scheduler import config, report, states, whatif
-from labq.scheduler.model import Gpu, Job, Node
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu, Job, Node
+from labq.scheduler.money import report, whatif
+from labq.scheduler.settings import config
 from labq.scheduler.sim import TraceJob, policy_config, report as sim_report, simulate
 from labq.scheduler.sim.submit import gang_shape
 from labq.scheduler.store import acctrows, statrows

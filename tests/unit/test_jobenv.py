@@ -1,11 +1,11 @@
 """The job environment as a pure function (worker/jobenv.py) and `--export` capture and checks
-(scheduler/exportenv.py); the end-to-end half is tests/e2e/test_e2e_env.py."""
+(scheduler/jobs/exportenv.py); the end-to-end half is tests/e2e/test_e2e_env.py."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import exportenv
 from labq.scheduler.errors import UsageError
-from labq.scheduler.model import Job
+from labq.scheduler.jobs import exportenv
+from labq.scheduler.jobs.model import Job
 from labq.worker import jobenv
 
 WHERE = jobenv.Place(node="n1", user="alice", home="/home/alice", shell="/bin/bash", gpus=("GPU-a", "GPU-b"),

@@ -4,8 +4,8 @@ from dataclasses import fields, replace
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler.jobspec import expand
-from labq.scheduler.model import Job
+from labq.scheduler.jobs.jobspec import expand
+from labq.scheduler.jobs.model import Job
 
 
 @settings(max_examples=100, deadline=None)
@@ -35,8 +35,8 @@ def test_evolve_is_replace(name, v, arr):
     """model.evolve (slots copied by their descriptors) gives the Job dataclasses.replace gives."""
     import pytest
 
-    from labq.scheduler import states
-    from labq.scheduler.model import evolve
+    from labq.scheduler.jobs import states
+    from labq.scheduler.jobs.model import evolve
     base = Job(id=9, user="ann", account="x", name="t", argv=("a",), tags=(("k", "v"),), array_id=9 if arr else None,
                array_index=0 if arr else None)
     value = {"reason": states.PRIORITY, "detail": "d" * v, "earmark": "n1", "held": bool(v % 2), "state": states.HELD,

@@ -7,7 +7,7 @@ import pytest
 
 from labq.cli import pbsdirs, pbsshim, subcore
 from labq.scheduler.errors import UsageError
-from labq.scheduler.model import Job
+from labq.scheduler.jobs.model import Job
 from labq.worker import batchenv, jobenv
 
 ISSUE_PBS = """#!/bin/bash

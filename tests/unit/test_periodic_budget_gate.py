@@ -1,6 +1,7 @@
 """The budget gate of a periodic budget holds each period only its share of a long job: three
 month-long jobs no longer strand a weekly budget (issue: 9.4 % utilisation in a weekly replay)."""
-from labq.scheduler import policy, states
+from labq.scheduler import policy
+from labq.scheduler.jobs import states
 from tests.harness import ClusterBuilder, cfg
 
 WEEK = 7 * 86400

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from labq.scheduler import config
 from labq.scheduler.errors import RefusedError
-from labq.scheduler.model import Job
-from labq.scheduler.whatif import gangs_at_once, what_if
+from labq.scheduler.jobs.model import Job
+from labq.scheduler.money.whatif import gangs_at_once, what_if
+from labq.scheduler.settings import config
 from tests.harness import ROOT, ClusterBuilder
 
 

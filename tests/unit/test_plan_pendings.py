@@ -1,6 +1,6 @@
 """plan.Pendings: Plan.pending as runs (ids, verdict) reads as the sequence of Pending it stands for."""
-from labq.scheduler import states
-from labq.scheduler.plan import Pending, Pendings, pending_runs
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.plan import Pending, Pendings, pending_runs
 
 
 def test_runs_read_as_their_pendings_and_compare_with_a_tuple():

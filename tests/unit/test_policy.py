@@ -4,8 +4,9 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import policy, states
-from labq.scheduler.model import Job, Snapshot
+from labq.scheduler import policy
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Job, Snapshot
 from tests.harness import SWEEP_TOML, ClusterBuilder, G, cfg, summarize
 
 SWEEP = cfg(SWEEP_TOML)

@@ -3,8 +3,10 @@ borrowers that leave guaranteed work alone, safe-mode commitments, refusals agai
 expected starts of --begin jobs."""
 from dataclasses import replace
 
-from labq.scheduler import ledger, policy, states, transitions as tr
-from labq.scheduler.model import Job
+from labq.scheduler import policy
+from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs.model import Job
+from labq.scheduler.money import ledger
 from tests.harness import ClusterBuilder, cfg
 
 LABS = """

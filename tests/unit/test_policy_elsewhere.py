@@ -3,8 +3,9 @@ there (withdrawn) goes to another node when one can hold it, and back to the sam
 other can. Pure plan(), per job and by class (many alike jobs take the class walk)."""
 import pytest
 
-from labq.scheduler import policy, states
-from labq.scheduler.model import Attempt
+from labq.scheduler import policy
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Attempt
 from tests.harness import ClusterBuilder, cfg, summarize
 
 

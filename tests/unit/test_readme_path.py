@@ -38,10 +38,11 @@ def _resolve(path: str, previous: str) -> str:
 
 def _module(head: str) -> str:
     """The file a dotted name's head means: `store` the scheduler's store (store/state.py), else
-    the module of that name (`inbox` -> scheduler/store/inbox.py)."""
+    the module of that name in scheduler/ or one of its folders (`inbox` -> scheduler/store/inbox.py)."""
     if head == "store":
         return os.path.join(ROOT, "scheduler", "store", "state.py")
-    for base in ("scheduler", "scheduler/store", "scheduler/policy", "cli", "worker"):
+    for base in ("scheduler", *(f"scheduler/{p}" for p in ("daemon", "jobs", "money", "security", "settings", "store",
+                                                            "policy")), "cli", "worker"):
         for full in (os.path.join(ROOT, base, head + ".py"), os.path.join(ROOT, base, head, "__init__.py")):
             if os.path.exists(full):
                 return full
@@ -63,7 +64,7 @@ def test_every_hop_names_files_and_functions_that_exist():
     rows = _rows()
     assert len(rows) >= 15, rows
     assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1)), "hops are numbered in order"
-    last = "scheduler/daemon.py"
+    last = "scheduler/daemon/loop.py"
     seen: list[str] = []
     for number, where in rows:
         tokens = TICK.findall(where)

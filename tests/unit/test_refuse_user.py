@@ -2,7 +2,7 @@
 import pytest
 
 from labq.scheduler import policy
-from labq.scheduler.model import Job, Node
+from labq.scheduler.jobs.model import Job, Node
 from tests.harness import cfg
 
 

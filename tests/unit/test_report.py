@@ -2,9 +2,9 @@
 utilisation, forecast accuracy, reconciliation, the spending series of the plot."""
 import pytest
 
-from labq.scheduler import report
-from labq.scheduler.ledger import Override
-from labq.scheduler.model import Attempt, Job
+from labq.scheduler.jobs.model import Attempt, Job
+from labq.scheduler.money import report
+from labq.scheduler.money.ledger import Override
 
 M = 1_000_000
 

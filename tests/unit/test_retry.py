@@ -3,9 +3,11 @@ from dataclasses import replace
 
 import pytest
 
-from labq.scheduler import crashguard, policy, states, transitions as tr
-from labq.scheduler.model import Attempt, Job
-from labq.scheduler.plan import Place
+from labq.scheduler import policy
+from labq.scheduler.daemon import crashguard
+from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs.model import Attempt, Job
+from labq.scheduler.jobs.plan import Place
 from tests.harness import ClusterBuilder, cfg, summarize
 
 CFG = cfg("[scheduler]\nretry_backoff = '30s'\nretry_backoff_max = '2m'\n")

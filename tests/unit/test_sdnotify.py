@@ -14,7 +14,7 @@ def test_notify_reaches_the_socket_and_is_not_inherited():
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
         srv.bind(path)
         srv.settimeout(30)
-        code = ("import os; from scheduler import sdnotify; "
+        code = ("import os; from labq.scheduler.daemon import sdnotify; "
                 "assert 'NOTIFY_SOCKET' not in os.environ; "
                 "assert sdnotify.watchdog_interval() == 5.0; "
                 "assert sdnotify.notify('READY=1')")

@@ -3,8 +3,8 @@ other keys (one line naming the key), the same for the daemons (config.py) and t
 (clientconf.py), and turned into the one sentinel:// URL every process is handed."""
 import pytest
 
-from labq.scheduler import clientconf, config
 from labq.scheduler.errors import ConfigError
+from labq.scheduler.settings import clientconf, config
 from labq.scheduler.store import resp, sentinel
 
 THREE = '["10.0.0.1:26379", "10.0.0.2:26379", "r3.lab:26380"]'

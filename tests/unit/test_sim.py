@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from labq.scheduler import config as config_mod, states
 from labq.scheduler.errors import UsageError
-from labq.scheduler.model import Gpu, Node
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu, Node
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import EPOCH, TraceJob, load, policy_config, report, simulate
 from labq.scheduler.sim.clock import Clock
 from labq.scheduler.sim.metrics import percentile
@@ -237,7 +238,7 @@ def test_a_periodic_budget_starts_again_at_its_rollover():
             'period = "week"\n')   # one job: 2 GPUs × (1 h + kill_wait) × $2 = $4.03
     trace = [tj("a", 0, 3600, gpus=2, user="alice"), tj("b", 60, 3600, gpus=2, user="alice")]
     res = simulate(trace, nodes(1), cfg(text))
-    from labq.scheduler import periods
+    from labq.scheduler.money import periods
     b = res.cfg.budgets[0]
     week_two = periods.bounds("week", periods.current(b, EPOCH), "UTC")[1]
     assert res.jobs[2].attempts[0].dispatch_time == week_two
@@ -276,7 +277,7 @@ def test_a_submit_burst_turns_off_the_submit_order_shortcut(spacing):
     `priority` (burst_penalty 20) a pending burst tail means the queue is not in submit order and
     the simulator makes whole passes; without one it uses windowed passes, as always under fifo
     (burst_penalty 0). Either way skipping changes nothing."""
-    from labq.scheduler.model import Job
+    from labq.scheduler.jobs.model import Job
     from labq.scheduler.sim.queue import Queue
     trace = [tj(f"u{i}", i * spacing, 600, gpus=1, user="una") for i in range(300)]
     trace += [tj(f"v{i}", 150 * spacing + 60 * i, 300, gpus=1, user="vic") for i in range(20)]

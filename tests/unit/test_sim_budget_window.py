@@ -7,7 +7,9 @@ import sys
 import pytest
 
 from labq.cli.whatif import parse_nodes
-from labq.scheduler import config as config_mod, policy, states
+from labq.scheduler import policy
+from labq.scheduler.jobs import states
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import load, policy_config, report, resolve, simulate, strict
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -96,7 +98,7 @@ def test_a_fair_share_window_is_drawn_again_from_the_heads_left_after_the_jobs_l
     must be drawn from each account's first job but those: the budgeted account's is now its last,
     3-GPU job. Drawn from the old heads it would hold that job in place of a sixteenth account,
     which it blocks, and start one job fewer at once than whole passes do."""
-    from labq.scheduler.model import Gpu, Node
+    from labq.scheduler.jobs.model import Gpu, Node
     from labq.scheduler.sim import EPOCH, TraceJob
     gib = 1 << 30
     nodes = tuple(Node(f"n{i}", 64, 512 * gib, 64, tuple(Gpu(f"GPU-{i}-{g}", g, "fake") for g in range(8)))
@@ -124,7 +126,7 @@ def test_a_backfill_pass_counts_held_the_jobs_its_first_admissions_price_out_bef
     30 s later and gives back room for the rest, which start without a budget verdict again. The
     windowed pass must walk them (easy.candidates) unless each was counted held already: skipping
     every job its admissions price out would leave 66 of them uncounted."""
-    from labq.scheduler.model import Gpu, Node
+    from labq.scheduler.jobs.model import Gpu, Node
     from labq.scheduler.sim import TraceJob
     gib = 1 << 30
     nodes = tuple(Node(f"n{i}", 64, 512 * gib, 64, tuple(Gpu(f"GPU-{i}-{g}", g, "fake") for g in range(8)))

@@ -3,9 +3,9 @@ job stored as the record's `est`, and every end shown to the hooks on the virtua
 that has not happened yet."""
 import pytest
 
-from labq.scheduler import config as config_mod
 from labq.scheduler.errors import UsageError
-from labq.scheduler.model import Gpu, Node
+from labq.scheduler.jobs.model import Gpu, Node
+from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import TraceJob, policies, simulate
 
 G = 1 << 30

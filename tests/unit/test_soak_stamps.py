@@ -2,8 +2,8 @@
 import importlib.util
 import os
 
-from labq.scheduler import states
-from labq.scheduler.model import Job
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Job
 from tests.harness import ROOT
 
 
@@ -59,7 +59,7 @@ def test_old_stamps_without_a_pid_still_parse(tmp_path):
 
 def gang(jid, *attempts, state=states.COMPLETED):
     """A 2-node job whose attempts are (start, end, node of rank 0, node of rank 1)."""
-    from labq.scheduler.model import Attempt
+    from labq.scheduler.jobs.model import Attempt
     return Job(id=jid, user="u", account="a", state=state, nodes=2, gpus=1,
                attempts=tuple(Attempt(attempt=k + 1, node=n0, gpus=(), start_time=lo, end_time=hi,
                                       parts=((n0, ()), (n1, ())))

@@ -1,6 +1,6 @@
 """Job record transitions: pure, Job in, Job out."""
-from labq.scheduler import states, transitions as tr
-from labq.scheduler.plan import Place
+from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs.plan import Place
 from tests.harness import SWEEP_TOML, ClusterBuilder, cfg
 
 CFG = cfg(SWEEP_TOML)

@@ -1,10 +1,12 @@
-"""Times and sizes as SLURM and people write them (scheduler/when.py, scheduler/units.py)."""
+"""Times and sizes as SLURM and people write them (scheduler/jobs/when.py, scheduler/units.py)."""
 import datetime as dt
 
 import pytest
 
-from labq.scheduler import config, units, when
+from labq.scheduler import units
 from labq.scheduler.errors import ConfigError, UsageError
+from labq.scheduler.jobs import when
+from labq.scheduler.settings import config
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 12, 2, 14, 30, 0, tzinfo=UTC).timestamp()     # a Wednesday, 14:30

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from labq.scheduler.model import Gpu
+from labq.scheduler.jobs.model import Gpu
 from labq.worker import probe, procscan, proctree
 from tests.harness import ROOT, wait_for
 

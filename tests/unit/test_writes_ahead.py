@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from labq.scheduler import states
-from labq.scheduler.jobspec import expand
-from labq.scheduler.model import Attempt, Job
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.jobspec import expand
+from labq.scheduler.jobs.model import Attempt, Job
 from labq.scheduler.store import acctrows, codec, statrows, writes
 from labq.scheduler.store.keys import Keys
 

@@ -1,0 +1,230 @@
+"""The one plan applier: what a Plan does to the job records, re-checked against the state it is
+applied to. The daemon (`Scheduler._schedule`), the bookkeeper's stop policy and the simulator all
+call `apply_plan`; each commits (or replays) what it returns.
+
+Like Nomad's plan applier, it trusts nothing the planner said about the state: each decision is
+checked against the records and the nodes it applies to, and one that no longer holds is left
+out and reported (`Applied.rejected`) rather than applied. A placement needs its job still
+pending and not held, its node up, and the room on that node (a slot, the CPUs, the memory and the
+very GPUs it names, of the model asked for) free after the jobs already there and the placements
+applied before it in the same plan. An expiry or a reason needs the job pending; a preemption or
+a cancel needs it running (not already draining; a cancel, not already cancelling); a job changes at most
+once per plan. In the daemon nothing is rejected unless the policy has a bug: the plan was made
+from the same state. The check makes such a bug a warning instead of two jobs on one GPU.
+
+Pure: it computes the new records and the controls to send; it writes nothing and reads no clock
+(`now` is the tick's).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from ..jobs import states, transitions as tr
+from ..jobs.model import Job, Node
+from ..jobs.plan import Cancel, Expire, Pending, Place, Plan, Preempt, Verdict, pending_runs
+from ..policy.capacity import Free, node_is_up
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A decision of the plan that the state it was applied to no longer allows, and why."""
+    decision: Place | Expire | Preempt | Cancel | Pending
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What applying a plan did: the new records and the controls to send, in the order the
+    daemon writes them, and what it refused."""
+    started: tuple[Job, ...] = ()      # admitted (tr.admit): each goes onto its node's dispatch list
+    expired: tuple[Job, ...] = ()      # pending jobs ended without running (tr.end_pending)
+    stopping: tuple[Job, ...] = ()     # preempting (tr.preempting) or cancel requested
+    preempts: tuple[Preempt, ...] = ()     # the Preempts applied (the simulator times their ends)
+    controls: tuple[tuple[int, str], ...] = ()   # (job id, "preempt:GRACE" | "cancel")
+    pended: tuple[Job, ...] = ()       # pending jobs whose reason, detail or earmark changed
+    rejected: tuple[Rejected, ...] = ()
+
+    @property
+    def changed(self) -> tuple[Job, ...]:
+        """The records that change state: written with the dispatch and the controls, atomically."""
+        return self.started + self.expired + self.stopping
+
+
+@dataclass
+class _Work:
+    pending: Mapping[int, Job]
+    running: Mapping[int, Job]
+    nodes: Iterable[Node]
+    now: float
+    rooms: dict[str, Free | None] = field(default_factory=dict)
+    holders: dict[str, list[Job]] | None = None
+    named: dict[str, Node] | None = None
+    touched: set[int] = field(default_factory=set)
+    rejected: list[Rejected] = field(default_factory=list)
+
+    def reject(self, decision, why: str) -> None:
+        self.rejected.append(Rejected(decision, why))
+
+    def waiting(self, decision, job_id: int) -> Job | None:
+        """The pending job a decision is about, or None (rejected) when it is not pending any more."""
+        j = self.pending.get(job_id)
+        if j is None or j.state != states.PENDING:
+            self.reject(decision, f"job {job_id} is not pending" + (f" ({j.state})" if j is not None else ""))
+            return None
+        if job_id in self.touched:
+            self.reject(decision, f"job {job_id} was already changed by this plan")
+            return None
+        return j
+
+    def on_node(self, decision, job_id: int) -> Job | None:
+        """The running job a stop is about, or None (rejected) when it is not running any more (or,
+        for a cancel, is already being cancelled)."""
+        j = self.running.get(job_id)
+        if j is None or j.state != states.RUNNING or job_id in self.touched:
+            self.reject(decision, f"job {job_id} is not running" + (f" ({j.state})" if j is not None else ""))
+            return None
+        if isinstance(decision, Cancel) and j.cancel_requested:
+            self.reject(decision, f"job {job_id} is already being cancelled")
+            return None
+        return j
+
+
+def apply_plan(plan: Plan, pending: Mapping[int, Job], running: Mapping[int, Job], nodes: Iterable[Node],
+               now: float, reasons: bool = True) -> Applied:
+    """Apply `plan` to the pending and running jobs (one mapping may hold both: the state decides)
+    on `nodes` at `now`. `reasons`: whether a new reason alone makes a new record (the daemon shows
+    it in `labq stat`); without it only an earmark change does (the simulator keeps reasons apart)."""
+    w = _Work(pending, running, nodes, now)
+    started = [j for j in (_place(w, p) for p in plan.places) if j is not None]
+    expired = []
+    for e in plan.expires:
+        j = w.waiting(e, e.job_id)
+        if j is not None:
+            w.touched.add(j.id)
+            expired.append(tr.end_pending(j, e.state, e.detail, now))
+    stopping, preempts, controls = [], [], []
+    for pr in plan.preempts:
+        j = w.on_node(pr, pr.job_id)
+        if j is not None:
+            w.touched.add(j.id)
+            stopping.append(tr.preempting(j, pr.for_job, pr.detail, now))
+            preempts.append(pr)
+            controls.append((pr.job_id, f"preempt:{pr.grace}"))
+    for c in plan.cancels:
+        j = w.on_node(c, c.job_id)
+        if j is not None:
+            w.touched.add(j.id)
+            stopping.append(replace(j, cancel_requested=True, detail=c.detail))
+            controls.append((c.job_id, "cancel"))
+    # By runs (a class's jobs that took one verdict, plan.Pendings): no Pending object per job, and
+    # the common case (a pending job whose record already says it) in one comprehension per run.
+    pended = []
+    for ids, verdict in pending_runs(plan.pending):
+        if len(ids) == 1:
+            if (j := _pend(w, ids[0], verdict, reasons)) is not None:
+                pended.append(j)
+        else:
+            pended += [j for i in _changed(w, ids, verdict, reasons) if (j := _pend(w, i, verdict, reasons)) is not None]
+    return Applied(tuple(started), tuple(expired), tuple(stopping), tuple(preempts), tuple(controls),
+                   tuple(pended), tuple(w.rejected))
+
+
+def _place(w: _Work, p: Place) -> Job | None:
+    j = w.waiting(p, p.job_id)
+    if j is None:
+        return None
+    if j.held:
+        w.reject(p, f"job {j.id} is held")
+        return None
+    # A gang (-N) is placed on every one of its nodes or on none: each part is checked first.
+    parts = p.parts or ((p.node, p.gpus),)
+    if len(parts) != j.nodes or len({n for n, _ in parts}) != len(parts):
+        w.reject(p, f"job {j.id}: names {len(parts)} distinct node(s) of {[n for n, _ in parts]} for a job of "
+                    f"{j.nodes}")
+        return None
+    rooms: list[tuple[Free, tuple[str, ...]]] = []
+    for node, gpus in parts:
+        room = _room(w, node)
+        why = _lacks(room, j, gpus) if room is not None else "the node is not up"
+        if why or room is None:
+            w.reject(p, f"job {j.id} on {node}: {why}")
+            return None
+        rooms.append((room, gpus))
+    for room, gpus in rooms:
+        room.occupy(j, gpus)
+    w.touched.add(j.id)
+    return tr.admit(j, p, w.now)
+
+
+def _lacks(room: Free, j: Job, gpus: tuple[str, ...]) -> str:
+    """Why the job's part naming `gpus` does not fit `room`, or "" when it does: the policy's own rule
+    (Free.fits: a slot, the CPUs, the memory, enough free GPUs of the model asked for), then the very
+    GPUs the plan names, each free and of that model."""
+    if not room.fits(j):
+        if room.slots < 1:
+            return "no free slot"
+        if room.cpus < j.cpus or room.mem < j.mem:
+            return f"needs {j.cpus} CPUs and {j.mem} MB, {room.cpus} and {room.mem} free"
+    if len(gpus) != j.gpus or len(set(gpus)) != len(gpus):
+        return f"names {len(gpus)} GPUs for a job of {j.gpus}"
+    free = {g.uuid: g.model for g in room.gpus}
+    busy = [u for u in gpus if u not in free]
+    if busy:
+        return f"GPU {busy[0]} is not free"
+    wrong = [u for u in gpus if j.gpu_type and free[u] != j.gpu_type]
+    if wrong:
+        return f"GPU {wrong[0]} is a {free[wrong[0]]}, not a {j.gpu_type}"
+    return ""
+
+
+def _free(node: Node, holders: list[Job]) -> Free:
+    """What is free on one node after the jobs on it (then after each placement applied: Free.occupy)."""
+    held = {u for j in holders for u in j.gpu_uuids}    # a gang's: all its parts' (UUIDs are unique)
+    return Free(node, node.cpus - sum(j.cpus for j in holders), node.mem - sum(j.mem for j in holders),
+                node.slots - len(holders), [g for g in node.gpus if g.uuid not in held])
+
+
+def _room(w: _Work, name: str) -> Free | None:
+    """The room on node `name` (None: not up), worked out on its first placement in this plan."""
+    if name not in w.rooms:
+        if w.holders is None:    # the jobs on each node: one pass, and only for a plan that places
+            w.holders = {}
+            for r in w.running.values():
+                if r.state in states.ON_NODE:
+                    for part, _ in r.on_nodes:     # a gang holds room on each of its nodes
+                        w.holders.setdefault(part, []).append(r)
+        if w.named is None:      # by name, once: a plan may place on each of a thousand nodes
+            w.named = {n.name: n for n in w.nodes}
+        node = w.named.get(name)
+        up = node is not None and node_is_up(node, w.now)
+        w.rooms[name] = _free(node, w.holders.get(name, [])) if up and node is not None else None
+    return w.rooms[name]
+
+
+def _changed(w: _Work, ids, verdict: Verdict, reasons: bool) -> list[int]:
+    """The ids of a run that `_pend` must look at: all but the pending, untouched jobs whose record
+    already has the verdict (the reason and detail too, with `reasons`)."""
+    get, touched, pending = w.pending.get, w.touched, states.PENDING
+    reason, detail, earmark, gpus = verdict
+    if reasons:
+        return [i for i in ids if (j := get(i)) is None or j.state != pending or i in touched or j.reason != reason
+                or j.detail != detail or j.earmark != earmark or j.earmark_gpus != gpus]
+    return [i for i in ids if (j := get(i)) is None or j.state != pending or i in touched or j.earmark != earmark
+            or j.earmark_gpus != gpus]
+
+
+def _pend(w: _Work, job_id: int, verdict: Verdict, reasons: bool) -> Job | None:
+    """The job's new record for its Pending (`verdict`: its fields after job_id), None if unchanged."""
+    j = w.pending.get(job_id)
+    if j is None or j.state != states.PENDING or job_id in w.touched:
+        w.reject(Pending(job_id, *verdict), f"job {job_id} is not pending" + (f" ({j.state})" if j is not None else ""))
+        return None
+    if reasons:
+        if (j.reason, j.detail, j.earmark, j.earmark_gpus) == verdict:
+            return None
+        return tr.pend(j, *verdict)
+    if (j.earmark, j.earmark_gpus) == verdict[2:]:
+        return None
+    # The room a preemptor freed stays its own (plan() reads the earmark): kept in the record.
+    return tr.pend(j, j.reason, j.detail, *verdict[2:])

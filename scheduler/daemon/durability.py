@@ -1,0 +1,144 @@
+"""Durable or refused: the scheduler leads only on a Redis that keeps what it acknowledged.
+
+Two checks before leading. (1) Persistence: Redis without AOF loses every job and the ledger on a
+crash, so the scheduler refuses it unless `redis.allow_volatile = true`. It reads `INFO
+persistence` (`aof_enabled`), which a restricted ACL role may read where CONFIG GET is denied.
+(2) Rollback: a small state file beside the scheduler keeps the figures Redis had when last seen
+(the last job id, how many ledger entries were ever added, the hash of the newest one). A Redis
+behind them (restored from an old dump, restarted without its data) is refused, naming both
+figures and `labq admin accept-loss`, which takes Redis's figures as the new truth.
+"""
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, replace
+
+from ..errors import RefusedError
+from ..settings.statedir import state_dir
+from ..store.faults import without_credentials
+
+log = logging.getLogger("labq.scheduler")
+
+
+@dataclass(frozen=True)
+class Figures:
+    last_job_id: int = 0
+    ledger_count: int = 0        # entries ever added (XINFO entries-added), not trimmed by archiving
+    ledger_last: str = ""        # the newest entry's id …
+    ledger_hash: str = ""        # … and a hash of its fields
+
+    def describe(self) -> str:
+        return f"last job id {self.last_job_id}, {self.ledger_count} ledger entries"
+
+
+def entry_hash(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def default_path(prefix: str, url: str) -> str:
+    """One file per Redis (URL) and key prefix, in the daemon's state directory."""
+    tag = hashlib.sha256(url.encode()).hexdigest()[:8]
+    return os.path.join(state_dir(daemon=True), f"scheduler-{prefix}-{tag}.json")
+
+
+def volatile_line(url: str) -> str:
+    return (f"Redis at {url} has no AOF persistence (appendonly no): a Redis crash would lose every job "
+            "and the ledger; turn AOF on (appendonly yes) or set redis.allow_volatile = true to accept that")
+
+
+def behind(saved: Figures, now: Figures, entry_seen: bool | None) -> bool:
+    """Did Redis go backwards from `saved` to `now`? `entry_seen`: whether the saved newest ledger
+    entry is still there with the same hash (None: archived away, which is no loss)."""
+    return (now.last_job_id < saved.last_job_id or now.ledger_count < saved.ledger_count
+            or entry_seen is False)
+
+
+class StateFile:
+    def __init__(self, path: str):
+        self.path = path
+        self.saved: Figures | None = None
+        self._warned = False
+
+    def load(self) -> Figures | None:
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+            return Figures(**{k: data[k] for k in asdict(Figures()) if k in data})
+        except (FileNotFoundError, NotADirectoryError):
+            return None                 # never written (a directory that cannot be is save()'s to say)
+        except (OSError, ValueError, TypeError) as e:
+            raise RefusedError(f"state file {self.path} is unreadable ({e}); "
+                               "run `labq admin accept-loss` to write it afresh from what Redis holds") from None
+
+    def save(self, figures: Figures, strict: bool = False) -> None:
+        """Write the figures when they changed (atomically: a crash leaves the old file or the new).
+        `strict`: a file that cannot be written is a RefusedError naming it (before leading: a leader
+        without its state file would lead a rolled-back Redis blind); else one warning."""
+        if figures == self.saved:
+            return
+        tmp = f"{self.path}.{os.getpid()}.tmp"      # a standby on the same host writes the same file
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(asdict(figures), f)
+            os.replace(tmp, self.path)
+            self.saved = figures
+        except OSError as e:
+            if strict:
+                raise RefusedError(f"cannot write the state file {self.path} ({e.strerror}): without it a Redis "
+                                   "that goes backwards would be led unnoticed; make its directory writable "
+                                   "($STATE_DIRECTORY, scheduler.state_file)") from None
+            if not self._warned:
+                log.warning("cannot write the state file %s (%s): a Redis that goes backwards will not be "
+                            "detected", self.path, e.strerror)
+                self._warned = True
+
+
+class Durability:
+    """The checks `labq scheduler` runs before leading (tests that build a Scheduler by hand skip them)."""
+
+    def __init__(self, store, url: str, allow_volatile: bool, path: str):
+        self.store, self.allow_volatile = store, allow_volatile
+        self.url = without_credentials(url)     # shown in messages: never a password
+        self.file = StateFile(path)
+
+    def check(self, adopt: bool = True) -> None:
+        """Raise RefusedError (one line) when this Redis must not be led. `adopt`: the file takes
+        Redis's figures now; not behind replicas (redis.min_replicas_ack), where Redis may hold
+        writes no failover keeps (a cut-off or stale master's): the file then learns only what a
+        commit got acknowledged (acknowledged, seen), else a failover that discards them would
+        have the scheduler refuse the new master for good."""
+        aof = self.store.aof_enabled()
+        if not aof:
+            if not self.allow_volatile:
+                raise RefusedError(volatile_line(self.url) if aof is False else
+                                   f"Redis at {self.url} does not let the scheduler read INFO persistence; "
+                                   "grant it +info, or set redis.allow_volatile = true")
+            log.warning("Redis at %s has no AOF (redis.allow_volatile = true): a crash loses every job", self.url)
+        saved = self.file.load()
+        now = self.store.figures()
+        if saved is not None and behind(saved, now, self.store.ledger_entry_is(saved.ledger_last,
+                                                                              saved.ledger_hash)):
+            raise RefusedError(
+                f"Redis went backwards: it holds {now.describe()}, the state file {self.file.path} says "
+                f"{saved.describe()}; restore Redis from its AOF, or accept the loss with "
+                f"`labq admin accept-loss` (then start the scheduler again)")
+        self.file.saved = None
+        self.file.save(now if adopt or saved is None else saved, strict=True)   # written (or refused) before leading
+        self.store.record_state_file(self.file.path)
+        if aof and (fsync := self.store.aof_fsync()) not in ("always", None):     # issue 34: never silently
+            log.warning("Redis at %s syncs its AOF with appendfsync %s, not always: a crash of the machine "
+                        "can lose the last second of acknowledged submits and charges", self.url, fsync)
+
+    def acknowledged(self, last_job_id: int) -> None:
+        """Before replies go out behind replicas (redis.min_replicas_ack): the file learns the job ids
+        they hand out, so that a promoted replica that lacks them is refused, never led to give the
+        same ids again."""
+        base = self.file.saved or Figures()
+        if last_job_id > base.last_job_id:
+            self.file.save(replace(base, last_job_id=last_job_id))
+
+    def seen(self) -> None:
+        """After a leading tick: remember what Redis now holds."""
+        self.file.save(self.store.figures())

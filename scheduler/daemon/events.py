@@ -1,0 +1,273 @@
+"""What the agents tell the scheduler: started/finished events and alerts from the nodes' streams,
+attempts lost with their node or their runner, attempts no runner claimed. A mixin of `Scheduler`
+(daemon.py), which holds the state; each change goes through `commit` with the event's ack."""
+import logging
+from dataclasses import replace
+
+from ..errors import LabqError, UsageError
+from ..jobs import states, transitions as tr
+from ..jobs.model import Job
+from ..money import alerts as budget_alerts
+from ..store import dispatchq, nodehealth
+from . import crashguard, decode, dispatch as dispatching
+from .journal import end_level
+
+log = logging.getLogger("labq.scheduler")
+
+
+def gang_stop(attempt: int) -> str:
+    """The control that kills the remaining parts of gang attempt `attempt` at once (worker/runner.py);
+    naming the attempt, it never stops a later one."""
+    return f"stop:{attempt}"
+
+
+class NodeEvents:
+    def _node_streams(self) -> list[str]:
+        """The events streams to read: the shared one (older agents, tools) and each node's own,
+        whose writer (the node's Redis user) proves the node an event comes from."""
+        for n in self.nodes:
+            s = self.k.node_events(n.name)
+            if s not in self.event_streams:
+                self.store.ensure_group(s)
+                self.event_streams.add(s)
+        return [self.k.events, *sorted(self.event_streams)]
+
+    def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
+        # `now` is the tick's only clock. An end the node reports after it (the event came in during
+        # the tick) is billed up to `now` (transitions.finished), and this tick's plan may give
+        # the freed room to another job from `now` on: the allocation is billed to one job at a time.
+        try:
+            ev = decode.event(f, self.cfg.max_request_bytes)
+        except LabqError as e:
+            return self._dead(stream, eid, f, str(e))
+        write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
+                 else self._attempt_event(now, stream, eid, ev))
+        late = write.pop("part_only", False)     # a gang's part ended, its attempt not (or not any more)
+        self.commit(ack=(stream, eid), **write)
+        new = (write.get("jobs") or [None])[0]
+        if ev.kind == "finished" and new is not None and not late:
+            # Learned once it is written: a redelivered event finds the attempt closed (no result).
+            ended = next((j for j in write["jobs"] if j.id == ev.job), None)
+            if ended is not None:
+                self.estimator.observe_ended(ended)
+            self.freed = True
+            outcome = str(ev.body.get("outcome"))
+            log.log(end_level(outcome), "job %s attempt %d %s -> %s", new.display_id, ev.attempt, outcome, new.state)
+
+    def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
+        """What a started/finished event writes (commit's keyword arguments), decided, not written."""
+        job = self.jobs.get(ev.job)
+        # Only the node the attempt was placed on speaks for it. On a per-node stream
+        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
+        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
+        # A gang's attempt: each of its parts' nodes speaks for its own part, also once it has ended.
+        a = job.attempts[ev.attempt - 1] if job is not None and 0 < ev.attempt <= len(job.attempts) else None
+        parts = {n for n, _ in a.parts} if a is not None and a.parts else set()
+        if job is not None and sender not in parts and (not job.node or sender not in {n for n, _ in job.on_nodes}):
+            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
+                        eid, job.display_id, sender, ",".join(n for n, _ in job.on_nodes))
+            job = None
+        result = None
+        if job is not None and ev.kind == "started":
+            new = tr.started(job, ev.attempt, ev.body)
+            result = (new, ()) if new else None
+        elif job is not None and ev.kind == "finished" and parts:
+            return self._part_finished(job, a, ev, sender, parts, now)
+        elif job is not None and ev.kind == "finished":
+            result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
+        if result is None:
+            return {}
+        new, charges = result
+        jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
+        return {"jobs": jobs, "charges": charges, "alerts": alerts}
+
+    def _part_finished(self, job: Job, a, ev, sender: str, parts: set, now: float) -> dict:
+        """A gang's part ended. A part that completed waits for the others: the attempt completes
+        when the last one has. Any other end (a failure, a timeout, a preemption) ends the attempt
+        for the whole job at once, and the parts still running are killed (shared fate). Each part's
+        usage is kept on the attempt by node (usage["nodes"]), also when it reports after the end."""
+        usage = ev.body.get("usage") or {}
+        kept = tr.part_usage(job, ev.attempt, sender, usage)
+        if a.end_time or job.current is not a:
+            return {"jobs": [kept], "part_only": True} if kept is not None else {}
+        seen = (kept or job).attempts[ev.attempt - 1].usage.get("nodes") or {}
+        if ev.body.get("outcome") == "completed" and set(seen) != parts:
+            log.info("job %s attempt %d: part on %s completed, %d of %d done", job.display_id, ev.attempt, sender,
+                     len(seen), len(parts))
+            return {"jobs": [kept], "part_only": True} if kept is not None else {}
+        result = tr.finished(kept or job, ev.attempt, ev.body, now, self.cfg)
+        if result is None:
+            return {}
+        new, charges = result
+        for node, u in seen.items():    # the closing part's usage is the attempt's; every part's is by node
+            new = tr.part_usage(new, ev.attempt, node, u) or new
+        jobs, alerts = self._crash_guard(new, now)
+        out = {"jobs": jobs, "charges": charges, "alerts": alerts}
+        if job.state == states.RUNNING and not job.cancel_requested and ev.body.get("outcome") != "completed":
+            # A gang being preempted or cancelled is not stopped: each part had the signal and keeps its grace.
+            log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
+                     ev.attempt, sender, ev.body.get("outcome"))
+            out["controls"] = [(job.id, gang_stop(ev.attempt))]
+        return out
+
+    def _crash_guard(self, new: Job, now: float):
+        """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
+        every pending job of theirs (this one too, if it was requeued) is held, in the same
+        transaction as the event, with a crash_cascade alert."""
+        a = new.attempts[-1]
+        count = self.guard.record(new.user, a.outcome, a.end_time or now)
+        if not count:
+            return [new], ()
+        pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
+        held = crashguard.hold(pool, new.user, self.guard.detail(count))
+        log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
+                    new.user, count, self.guard.window, len(held))
+        jobs = held if any(h.id == new.id for h in held) else [new, *held]
+        return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
+
+    def _agent_alert(self, now: float, eid: str, ev) -> dict:
+        """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
+        a = budget_alerts.from_event(eid, ev.node, ev.body, now)
+        if a is None:
+            raise UsageError("alert: expected {kind, scope, level, message, data}")
+        return {"alerts": [a.fields()]}
+
+    def _lost_attempts(self, now: float) -> None:
+        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
+
+        Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
+        so an attempt is declared lost only `fence_margin` after this scheduler first saw the
+        lease gone; until then the job may still be running there and must not start elsewhere."""
+        self._check_health(now)
+        up = {n.name: n for n in self.nodes}
+        for n in self.nodes:
+            if n.state == "down":
+                self.down_since.setdefault(n.name, now)
+            else:
+                self.down_since.pop(n.name, None)
+        on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
+        beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
+        # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
+        self.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
+        lost, stops = [], []
+        if now - self.sighted <= self.cfg.node_lease + self.cfg.fence_margin:
+            # Redis came back lately: no runner could beat or post a result while it was away (it
+            # kept its result, worker/results.py). Each gets what a heartbeat gives before it is lost.
+            on_node = []
+        for job, (hb, _, claimed_at) in zip(on_node, beats):
+            if job.parts:
+                hit = self._lost_part(job, up, now)
+                if isinstance(hit, str):       # a part no runner took: withdrawn, uncounted, uncharged
+                    log.warning("job %s attempt %d: no runner on node %s took its part within %.0fs; withdrawn",
+                                job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
+                    lost.append((tr.withdrawn(job, "timeout", now, self.cfg.start_timeout, hit), ()))
+                    stops.append((job.id, gang_stop(job.current.attempt)))
+                    self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
+                                              f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
+                elif hit:
+                    lost.append(hit)
+                    stops.append((job.id, gang_stop(job.current.attempt)))
+                continue
+            node = up.get(job.node)
+            if node is not None and node.state != "down":
+                # A runner that claimed the attempt and went silent is lost too; its agent, alive,
+                # kills a runner that stops heart-beating (worker/agent.py) well within this. One
+                # that claimed it and never beat is silent from its claim: it starts nothing once
+                # the lease it saw with the claim is over (worker/runner.py).
+                last = hb or claimed_at
+                if last is None or now - last <= self.cfg.node_lease + self.cfg.fence_margin:
+                    continue
+            else:
+                if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
+                    continue
+                last = node.last_heartbeat if node else now
+            new, charges = tr.node_failed(job, last, now, self.cfg)
+            log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
+            lost.append((new, charges))
+        if lost:
+            # A lost gang's other parts are killed by the stop written with (after) its record.
+            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs], controls=stops)
+
+    def _lost_part(self, job: Job, up: dict, now: float):
+        """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
+        runner silent past lease + margin (since its last heartbeat, or since its claim if it
+        never beat: killed before `started`): (NF record, charges); its other parts are killed
+        (gang stop) with it. A part no runner claimed is taken back instead (the node's name is
+        returned): requeued like an attempt no runner claimed, not counted, not charged."""
+        a = job.current
+        beats = self.store.attempt_heartbeats([(job.id, f"{a.attempt}.{r}" if r else a.attempt)
+                                               for r in range(len(job.parts))])
+        for rank, ((name, _), (beat, _, claimed_at)) in enumerate(zip(job.parts, beats)):
+            node = up.get(name)
+            down = node is None or node.state == "down"
+            gone = down and now - self.down_since.get(name, now) >= self.cfg.fence_margin
+            hb = beat or claimed_at     # a runner starts nothing once the lease it saw with its claim is over
+            if hb is None:
+                # Never started here: its node died (or its lease has yet to run out), or no runner
+                # came while another part started (the attempt as a whole, unstarted, is _unclaimed's).
+                late = a.start_time and 0 < self.cfg.start_timeout < now - (a.dispatch_time or now)
+                if (gone or late) and dispatchq.withdraw(self.store.r, self.k, job.id,
+                                                         f"{a.attempt}.{rank}" if rank else a.attempt):
+                    return name
+                continue        # claimed meanwhile: it is starting
+            if down:
+                if not gone:
+                    continue
+                last = node.last_heartbeat if node else now
+            elif now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
+                continue
+            else:
+                last = hb
+            new, charges = tr.node_failed(job, last, now, self.cfg)
+            log.warning("job %s lost with its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
+                        job.display_id, name, now - last)
+            return new, charges
+        return None
+
+    def _unclaimed(self, now: float) -> None:
+        """Take back attempts no runner claimed: cancelled ones at once, others after
+        scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
+        waiting = [j for j in self.jobs.values()
+                   if j.state in states.ON_NODE and j.current and not j.current.start_time]
+        if not waiting:
+            return
+        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
+        managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
+        for u in dispatching.unclaimed(waiting, claims, now, self.cfg.start_timeout, managed):
+            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, u.job.current.attempt):
+                continue      # a runner claimed it meanwhile: it runs, and its events will tell
+            log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
+                        u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
+            if u.why == "timeout":
+                self._unhealthy(u.job.node, now, f"no runner took job {u.job.display_id} attempt "
+                                                 f"{u.job.current.attempt} within {self.cfg.start_timeout:.0f}s")
+            # A gang's other parts may have claimed theirs: they are stopped before they start.
+            stop = [(u.job.id, gang_stop(u.job.current.attempt))] if u.job.parts else []
+            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop)
+
+    def _unhealthy(self, node: str, now: float, reason: str) -> None:
+        """Its runners took no work within start_timeout: no more work there (this tick's plan
+        included) until one of them proves alive (_check_health); an alert says so."""
+        if not node or not nodehealth.mark(self.store.r, self.k, node, reason, now):
+            return
+        log.error("node %s is unhealthy: %s; nothing is dispatched there until a runner proves alive", node, reason)
+        self.nodes = tuple(replace(n, state="unhealthy", reason=reason) if n.name == node and n.state == "up" else n
+                           for n in self.nodes)
+        a = budget_alerts.Alert(f"node:{node}|unhealthy|{now}", "node_unhealthy", f"node:{node}", "error",
+                                f"node {node} is unhealthy: {reason}; it gets no work until a runner proves alive",
+                                now, {"node": node, "reason": reason})
+        self.commit(alerts=[a.fields()])
+
+    def _check_health(self, now: float) -> None:
+        """An unhealthy node is healthy again once a runner of it wrote its state after the mark."""
+        sick = [n.name for n in self.nodes if n.state == "unhealthy"]
+        if not sick:
+            return
+        marked = nodehealth.since(self.store.r, self.k, sick)
+        beats = nodehealth.runner_beats(self.store.r, self.k, sick)
+        well = {n for n in sick if beats.get(n, 0.0) > marked.get(n, now)}
+        for n in sorted(well):
+            nodehealth.clear(self.store.r, self.k, n)
+            log.warning("node %s: a runner proved alive; healthy again", n)
+        if well:
+            self.nodes = tuple(replace(n, state="up", reason="") if n.name in well else n for n in self.nodes)

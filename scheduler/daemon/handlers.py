@@ -1,0 +1,380 @@
+"""What the scheduler does with each request from a user's inbox: submit, cancel, hold, release,
+checkpoint, and (admins) drain and resume.
+
+A handler decides; it writes nothing. It returns a `Change` (job records, control values, the
+reply) that the daemon commits in one transaction with the acknowledgement of the request.
+"""
+from dataclasses import replace
+from typing import Protocol
+
+from .. import policy
+from ..errors import RefusedError, UsageError
+from ..jobs import idruns, states, transitions as tr
+from ..jobs.estimate import Estimator
+from ..jobs.idruns import LISTED, Runs
+from ..jobs.jobspec import (
+    array_range,
+    array_throttle,
+    expand,
+    job_from_submit,
+    parse_task_ids,
+    resolve_ref,
+    tasks_named,
+)
+from ..jobs.model import Job, Node, Snapshot
+from ..money import ledger, periods
+from ..security import members
+from ..settings.config import Config
+from ..units import fmt_money
+from .batch import Tally
+from .change import Change
+
+BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
+# What one cancel/hold/release/requeue may name: a request is handled inside a tick, so its cost
+# must be bounded (200,000 ids, one GET each, once froze the scheduler for minutes).
+MAX_IDS = 10_000
+MAX_TASKS_NAMED = 1_000_000
+# A cancel of more jobs than this is committed in parts of this many, one transaction each: below
+# commit.BIG_COMMIT, so that the freed memory is handed back once at the end (requests._streamed), not
+# per part (malloc_trim walks the whole heap: 20 trims doubled a 100,000-task cancel's time).
+CHUNK = 2000
+
+
+class Books(Protocol):
+    """The bookkeeper's part (bookkeeper.Bookkeeper): budget balances and the budget requests."""
+    def spent_now(self, now: float) -> dict[str, int]: ...
+    def request(self, op: str, user: str, body: dict, now: float) -> Change: ...
+
+
+class Records(Protocol):
+    """Job records in Redis, for the ended jobs a request names (store/state.SchedulerStore)."""
+    def job(self, jid: int) -> Job | None: ...
+    def jobs(self, ids) -> list[Job]: ...
+
+
+class State(Protocol):
+    """What the handlers read of the scheduler, and the one thing they ask of it (job ids). The
+    daemon (daemon.Scheduler) is one; the handlers write nothing through it."""
+    cfg: Config
+    nodes: tuple[Node, ...]
+    jobs: dict[int, Job]
+    tally: Tally
+    books: Books
+    store: Records
+    estimator: Estimator      # run times learned from ended jobs, stamped on each submit
+
+    def next_ids(self, n: int) -> int: ...
+    def ended_states(self, extra: Job | None = None) -> tuple: ...
+    def snapshot(self, now: float) -> Snapshot: ...
+
+
+def estimate_dict(job: Job, cfg) -> dict:
+    """The learned run time of a job and what it rests on (`--test-only`'s, `show --json`'s shape)."""
+    if job.learned_est:
+        return {"seconds": job.learned_est, "basis": job.learned_basis}
+    return {"seconds": None, "basis": f"fewer than {cfg.estimate.min_samples} runs of user {job.user} have ended"}
+
+
+def start_basis(cfg) -> str:
+    return "learned run times" if cfg.estimate.backfill else "time limits"
+
+
+class Handlers:
+    def __init__(self, state: State):
+        self.s = state
+
+    def handle(self, user: str, op: str, body: dict, now: float) -> Change:
+        if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/daemon/bookkeeper.py
+            return self.s.books.request(op, user, body, now)
+        fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
+              "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release,
+              "requeue": self.requeue, "starts": self.starts}.get(op)
+        if fn is None:
+            raise UsageError(f"unknown request {op!r} "
+                             "(expected submit, cancel, hold, release, requeue, checkpoint, drain, resume or starts)")
+        return fn(user, body, now)
+
+    # -- submit --------------------------------------------------------------------------------
+    def submit(self, user: str, body: dict, now: float) -> Change:
+        cfg = self.s.cfg
+        # The learned run time goes into the record (labq show reads it there; backfill, the short-job
+        # priority and the forecast budget mode use it where the config says so).
+        template = self.s.estimator.stamp(job_from_submit(body, user, cfg, now, self.dep_ids))
+        why = members.refusal(template, user, cfg)
+        if why:
+            raise RefusedError(why)
+        indices = array_range(body, cfg.max_array_size)
+        throttle = array_throttle(body)
+        if throttle and indices is None:
+            raise UsageError("array_throttle: only for an array (-a LO-HI%N)")
+        wait = body.get("hold_until_budget", False)
+        if not isinstance(wait, bool):
+            raise UsageError(f"hold_until_budget: expected true or false, got {wait!r}")
+        why, unpaid = policy.refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
+                                      self.s.tally.on_node.values())
+        if why or (unpaid and not wait):
+            raise RefusedError(why or unpaid)
+        n = len(indices) if indices else 1
+        tally = self.s.tally
+        if tally.pending + n > cfg.max_pending:
+            raise RefusedError(f"queue full: {tally.pending} jobs pending, {n} more would pass "
+                               f"scheduler.max_pending={cfg.max_pending}")
+        mine = tally.pending_by_user[user]
+        if mine + n > cfg.max_pending_per_user:
+            raise RefusedError(f"user {user} has {mine} jobs pending, {n} more would pass "
+                               f"scheduler.max_pending_per_user={cfg.max_pending_per_user}")
+        _max_submit(template, n, tally, cfg)
+        if body.get("test_only"):
+            return Change(reply=self.test_only(template, now))
+        first = self.s.next_ids(n)
+        jobs = expand(template, first, indices, throttle)
+        shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
+        # Ids are consecutive; a huge array's reply names the range rather than every id.
+        ids = {"job_ids": [j.id for j in jobs]} if n <= 1000 else {}
+        # --hold-until-budget: taken all the same; it pends BudgetExhausted until the budget has room.
+        held = {"budget_hold": unpaid} if unpaid else {}
+        return Change(jobs=jobs, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
+                                        "display": shown, **held})
+
+    def test_only(self, job: Job, now: float) -> dict:
+        """Forecast, each budget's availability after it, and the verdict — without submitting."""
+        probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
+        snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
+                        spent=tuple(sorted(self.s.books.spent_now(now).items())), ended=self.s.ended_states(probe))
+        plan = policy.plan(snap, self.s.cfg)
+        placed = next((p for p in plan.places if p.job_id == probe.id), None)
+        why = next((p for p in plan.pending if p.job_id == probe.id), None)
+        running = [j for j in self.s.jobs.values() if j.state in states.ON_NODE]
+        spent = dict(snap.spent)
+        budgets = []
+        model = next((g.model for n in self.s.nodes for g in n.gpus
+                      if not job.gpu_type or g.model == job.gpu_type), "")
+        for b in ledger.budgets_for(job, self.s.cfg.budgets):
+            need = dict(placed.commit)[b.name] if placed else ledger.forecast(job, b.unit, model, self.s.cfg)
+            bal = ledger.balance(b, spent.get(b.name, 0), running, now, span=periods.span_at(b, now))
+            budgets.append({"budget": b.name, "unit": b.unit, "forecast": need / 1e6,
+                            "available_after": (ledger.cap(b) - bal.spent - bal.committed - bal.accrued - need) / 1e6})
+        if placed:
+            where = ",".join(n for n, _ in placed.parts) or placed.node     # a gang: every node
+            verdict = f"would start now on {where}" + (f" with {','.join(placed.gpus)}" if placed.gpus else "")
+        else:
+            verdict = f"would pend: {why.reason} ({why.detail})" if why else "would pend"
+        start = now if placed else policy.expected_starts(snap, self.s.cfg).get(probe.id)
+        rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
+        return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,
+                "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
+                "estimate": estimate_dict(job, self.s.cfg), "start_from": start_basis(self.s.cfg),
+                "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
+                "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+
+    def starts(self, user: str, body: dict, now: float) -> Change:
+        """Expected starts of the pending jobs (`labq stat --start`), from the scheduler's own snapshot:
+        the ended jobs that dependencies name and the budgets' effective limits are in it."""
+        got = policy.expected_starts(self.s.snapshot(now), self.s.cfg)
+        return Change(reply={"ok": True, "now": now, "starts": {str(k): v for k, v in got.items()}})
+
+    # -- hold / release --------------------------------------------------------------------------
+    def hold(self, user: str, body: dict, now: float) -> Change:
+        return self._set_held(user, body, True)
+
+    def release(self, user: str, body: dict, now: float) -> Change:
+        return self._set_held(user, body, False)
+
+    def _set_held(self, user: str, body: dict, held: bool) -> Change:
+        def act(job):
+            if job.state != states.PENDING:
+                return None, f"job {job.display_id} is {job.state}, not pending"
+            return replace(job, held=held), "held" if held else "released"
+        return self._each_job(user, body, act)
+
+    def _each_job(self, user: str, body: dict, act, make=None) -> Change:
+        """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch.
+        With `make`, `act` only judges and `make(job)` builds each new record later, CHUNK at a time
+        (Change.chunks, committed one transaction each): a 100,000-task cancel never holds a second
+        copy of every Job, nor a result dict per task (the reply names runs of ids, idruns.py)."""
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise UsageError("expected a list of job ids")
+        if len(ids) > MAX_IDS:
+            raise RefusedError(f"{len(ids)} job ids in one request; at most {MAX_IDS} (send them in parts)")
+        named = sum(tasks_named(i) for i in ids)
+        if named > MAX_TASKS_NAMED:
+            raise RefusedError(f"the ids name {named} tasks; at most {MAX_TASKS_NAMED} in one request")
+        admin = user in self.s.cfg.security.admins
+        change, results, errors, runs = Change(), [], [], Runs()
+        todo, seen = [], set()
+        look = _Lookup(self.s, ids)
+        for text in ids:
+            found = resolve_ref(text, look.record, look.tasks, look.task)
+            if not found:
+                errors.append({"id": text, "ok": False, "error": f"no such job: {text}"})
+                results.append(errors[-1])
+            for job in found:
+                if job.user != user and not admin:
+                    errors.append({"id": job.display_id, "ok": False,
+                                   "error": f"job {job.display_id} belongs to {job.user}"})
+                    results.append(errors[-1])
+                    continue
+                new, said = act(job)
+                if new is None:
+                    errors.append({"id": job.display_id, "ok": False, "error": said})
+                    results.append(errors[-1])
+                    continue
+                if make is None:
+                    change.jobs.append(new)
+                    change.controls += _controls(job, new)
+                elif job.id not in seen:
+                    seen.add(job.id)
+                    todo.append(job)
+                runs.add(job, said)
+                if runs.count <= LISTED:
+                    results.append({"id": job.display_id, "ok": True, "state": said})
+        del look, seen
+        if make is not None:
+            change.chunks = _chunks(todo, act, make)
+        change.reply = idruns.reply(runs, results, errors)
+        return change
+
+    # -- checkpoint ----------------------------------------------------------------------------
+    def checkpoint(self, user: str, body: dict, now: float) -> Change:
+        """A running job says it has just saved a checkpoint (`labq checkpoint`, from inside it)."""
+        jid = body.get("job_id")
+        job = self.s.jobs.get(jid) if isinstance(jid, int) and not isinstance(jid, bool) else None
+        if job is None or job.user != user:
+            raise UsageError(f"checkpoint: no running job {jid!r} of user {user}")
+        new = tr.checkpointed(job, now)
+        if new is None:
+            raise UsageError(f"checkpoint: job {job.display_id} is not running")
+        return Change(jobs=[new], reply={"ok": True, "job_id": jid, "time": now})
+
+    # -- drain / resume ------------------------------------------------------------------------
+    def drain(self, user: str, body: dict, now: float) -> Change:
+        """Take nothing new on the node; what runs there finishes."""
+        return self._node_admin(user, body, "drain")
+
+    def resume(self, user: str, body: dict, now: float) -> Change:
+        return self._node_admin(user, body, None)
+
+    def _node_admin(self, user: str, body: dict, value) -> Change:
+        if user not in self.s.cfg.security.admins:
+            raise RefusedError(f"only admins ({', '.join(self.s.cfg.security['admins'])}) may drain or resume nodes")
+        name = body.get("node")
+        if not isinstance(name, str) or name not in {n.name for n in self.s.nodes}:
+            raise UsageError(f"node: no such node {name!r} (known: {', '.join(n.name for n in self.s.nodes)})")
+        return Change(nodes=[(name, value)], reply={"ok": True, "node": name, "state": value or "up"})
+
+    # -- cancel --------------------------------------------------------------------------------
+    def cancel(self, user: str, body: dict, now: float) -> Change:
+        def judge(job):
+            if job.state == states.PENDING:
+                return job, states.CANCELLED
+            if job.state in states.ON_NODE:
+                return job, "cancelling"
+            return None, f"job {job.display_id} already ended"
+
+        def make(job):
+            if job.state == states.PENDING:
+                return tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now)
+            # The runner sees the control key, TERMs the tree and reports `cancelled`.
+            return replace(job, cancel_requested=True)
+        return self._each_job(user, body, judge, make)
+
+    # -- requeue -------------------------------------------------------------------------------
+    def requeue(self, user: str, body: dict, now: float) -> Change:
+        """`labq requeue`: a running job is stopped (SIGTERM, SIGKILL after kill_wait) and goes back to
+        PD with the same id and restart_count + 1. An ended job stays ended: jobs that depend on it
+        have already been judged by its state."""
+        def act(job):
+            if job.state == states.PENDING:
+                return job, "pending (nothing to requeue)"
+            if job.state in states.ON_NODE and job.cancel_requested:
+                return None, f"job {job.display_id} is being cancelled"
+            if job.state == states.PREEMPTING or job.requeue_requested:
+                return job, "requeueing"
+            if job.state in states.ON_NODE:
+                return replace(job, requeue_requested=True), "requeueing"
+            return None, f"job {job.display_id} already ended ({job.state}); only running jobs can be requeued"
+        return self._each_job(user, body, act)
+
+    def dep_ids(self, text: str) -> list[int]:
+        """The job ids a dependency on `text` means: `42` (the job, or every task of array 42) or
+        `42_3` (one task); empty when there is no such job. Ended jobs are read from Redis."""
+        tasks = parse_task_ids(text)
+        head = self._record(tasks[0] if tasks else int(text))
+        if head is None or (tasks and head.array_id != head.id):
+            return []
+        if head.array_id != head.id:
+            return [head.id]
+        ids = range(head.id, head.id + (head.array_count or 1))
+        if not tasks:
+            return list(ids)
+        return [j.id for j in self.s.store.jobs(ids) if j.array_index in tasks[1]]
+
+    def _record(self, jid: int) -> Job | None:
+        if jid in self.s.jobs:
+            return self.s.jobs[jid]
+        return self.s.store.job(jid)
+
+    def resolve(self, text: str) -> list[Job]:
+        """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
+        return resolve_ref(text, self._record, lambda a: sorted(
+            (j for j in self.s.jobs.values() if j.array_id == a), key=lambda j: j.id))
+
+
+class _Lookup:
+    """The jobs one request names: in memory, else read from Redis in one bulk read for all its
+    plain ids; each array's tasks indexed once per request, not walked per id."""
+
+    def __init__(self, s: State, ids):
+        self.s = s
+        wanted = sorted({int(t) for t in ids if t.isascii() and t.isdigit() and len(t) < 17} - s.jobs.keys())
+        self.read = {j.id: j for j in s.store.jobs(wanted)} if wanted else {}
+        self.arrays: dict[int, list[Job]] | None = None
+
+    def record(self, jid: int) -> Job | None:
+        return self.s.jobs.get(jid) or self.read.get(jid)
+
+    def tasks(self, a: int) -> list[Job]:
+        if self.arrays is None:
+            self.arrays = {}
+            for j in sorted(self.s.jobs.values(), key=lambda j: j.id):
+                if j.array_id is not None:
+                    self.arrays.setdefault(j.array_id, []).append(j)
+            self.index = {(j.array_id, j.array_index): j for js in self.arrays.values() for j in js}
+        return self.arrays.get(a, [])
+
+    def task(self, a: int, i: int) -> Job | None:
+        self.tasks(a)
+        return self.index.get((a, i))
+
+
+def _controls(old: Job, new: Job) -> list:
+    if (new.cancel_requested and not old.cancel_requested) or (new.requeue_requested and not old.requeue_requested):
+        return [(old.id, "cancel")]      # requeue: transitions._close sends it back
+    return []
+
+
+def _chunks(todo: list, act, make):
+    """The new records of `todo`, CHUNK at a time, each with the runs of ids it acts on (its reply);
+    each old record let go once its chunk is built (the table drops it when the chunk commits), so
+    two copies of a chunk live at once, not of all."""
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i:i + CHUNK]
+        todo[i:i + CHUNK] = [None] * len(part)
+        runs = Runs()
+        for j in part:
+            runs.add(j, act(j)[1])
+        jobs = [make(j) for j in part]
+        yield Change(jobs=jobs, controls=[c for old, new in zip(part, jobs) for c in _controls(old, new)],
+                     reply={"runs": runs.runs})
+
+
+def _max_submit(job: Job, n: int, tally, cfg) -> None:
+    """max_submit counts pending and running jobs, like SLURM's MaxSubmitJobs: beyond it, refuse."""
+    for cap, who, have in ((cfg.account_named(job.account), f"account {job.account}",
+                            tally.active_by_account[job.account]),
+                           (cfg.user_named(job.user), f"user {job.user}", tally.active_by_user[job.user])):
+        if cap is None or cap.max_submit is None:
+            continue
+        if have + n > cap.max_submit:
+            raise RefusedError(f"{who} has {have} jobs pending or running, {n} more would pass max_submit={cap.max_submit}")

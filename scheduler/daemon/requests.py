@@ -1,0 +1,371 @@
+"""The daemon's side of the users' inboxes: who sent each request (munge), one request answered in
+isolation (a failing one is answered or dead-lettered alone), refusals and dead letters. A mixin of
+`Scheduler` (daemon.py), which holds the state; each change goes through `commit` with the ack."""
+import collections
+import json
+import logging
+import time
+
+from ..errors import LabqError, RefusedError, StalePlanError, UsageError
+from ..jobs import idruns
+from ..jobs.idruns import Runs
+from ..security import auth, private
+from ..store import histpages
+from ..store.faults import ERRORS as REDIS_ERRORS
+from . import decode
+from .batch import Batch
+from .change import Change
+from .commit import release_memory
+from .handlers import BUDGET_OPS, CHUNK
+
+log = logging.getLogger("labq.scheduler")
+# What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
+# stays unacknowledged for the next leader (it is not the entry's fault).
+POISON_PASSES = (StalePlanError, *REDIS_ERRORS)
+# `labq admin archive --now`: archive passes in the leader, answered here (they touch SQLite).
+ARCHIVE_OP = "archive"
+ARCHIVE_NOW_S = 3.0      # at most this long in one request (under a client's 10 s a try); ticks do the rest
+STATUS_OP = "request_status"   # `labq stat --rid`: what became of a request a client gave up on
+SOLO_OPS = frozenset(("drain", "resume", ARCHIVE_OP, *BUDGET_OPS))
+MAX_REQUESTS_PER_TICK = 20_000
+READ_COUNT = 500            # requests, and events per stream, per read
+# Per user and tick, at intake: beyond these a user's requests are refused unhandled (one user's
+# flood is read at the cost of reading it, never at the cost of the handlers).
+MAX_USER_REQUESTS_PER_TICK = 2_000
+MAX_USER_BYTES_PER_TICK = 64 << 20
+
+
+class Inboxes:
+    recovering = False       # handling what a predecessor took (store.taken_requests), not fresh requests
+    claimed: set = set()     # the entries whose credential this round claimed (_round resets it)
+
+    # -- requests and events: read in batches, each batch one transaction ----------------------
+    def _intake(self, now: float, pending: bool) -> None:
+        """Take requests and read the event streams, handle what was read, commit it as one batch;
+        again until both are empty. What a predecessor left unanswered (`pending`) goes one at a time."""
+        if pending or self.store.left_behind(self._node_streams()):
+            if not pending:
+                log.warning("a deposed leader left requests or events taken and unanswered: handling them")
+            self.sent = None                   # as in a recovery: the intake bounds count from the next tick
+            self._recover_pending(now)
+            if pending:
+                return
+        self.sent = collections.Counter()      # per user this tick: requests, bytes (the intake bounds)
+        done = 0
+        while done < MAX_REQUESTS_PER_TICK:
+            requests = [(self.k.taken, eid, raw) for eid, raw in self.store.take_requests(READ_COUNT)]
+            events = self.store.read_group(self._node_streams(), False, READ_COUNT)
+            if not requests and not events:
+                break
+            self._round(now, requests, events)
+            done += len(requests)
+            if len(requests) < READ_COUNT and not _maybe_more(events):
+                # Drained when read: whatever came since pushed a wake-up, which the loop's next
+                # wait returns at once. Reading again to find nothing was two round trips a tick.
+                break
+
+    def _round(self, now: float, requests, events) -> None:
+        """Entries as read (raw bytes) handled against the in-memory view, written as one batch."""
+        self.batch, self.answered, self.claimed = Batch(usage=self.usage), {}, set()
+        try:
+            requests, events = self._decoded(requests, False), self._decoded(events, True)
+            prior = self.store.replies_done([decode.reply_id(f, eid) for _, eid, f in requests])
+            who = self._all_senders(requests, now)
+            for (stream, eid, fields), old, sender in zip(requests, prior, who):
+                sender = self._bounded(sender, fields)
+                self._isolated(self._request, now, stream, eid, fields, old, sender)
+            for stream, eid, fields in events:
+                self._isolated(self._event, now, stream, eid, fields)
+        finally:
+            self.flush()
+
+    def _bounded(self, sender, fields: dict):
+        """The sender, or a RefusedError once they passed this tick's share of requests or bytes: one
+        user's flood is answered at the cost of reading it, and cannot take the tick from the rest."""
+        if not isinstance(sender, str):
+            return sender
+        sent = getattr(self, "sent", None)
+        if sent is None:      # recovery: the bounds count from the first tick
+            return sender
+        size = sum(len(v) for v in fields.values())
+        sent[sender] += 1
+        sent[(sender, "bytes")] += size
+        if sent[sender] > MAX_USER_REQUESTS_PER_TICK or sent[(sender, "bytes")] > MAX_USER_BYTES_PER_TICK:
+            return RefusedError(f"user {sender} sent more than {MAX_USER_REQUESTS_PER_TICK} requests or "
+                                f"{MAX_USER_BYTES_PER_TICK >> 20} MiB in one tick; refused, send it again in a moment")
+        return sender
+
+    def _recover_pending(self, now: float) -> None:
+        """What a predecessor read and never acknowledged, one entry at a time, each named in
+        `store.in_hand` before it is handled: a leader that dies on one leaves its name there, and
+        the entry in hand when POISON_STRIKES leaders died is answered, never handled again. An
+        entry merely read alongside it is never blamed."""
+        self.recovering = True
+        try:
+            self._recover_taken(now)
+        finally:
+            self.recovering = False
+
+    def _recover_taken(self, now: float) -> None:
+        blamed, strikes = self.store.in_hand()
+        held = bool(blamed)
+        self.store.held.clear()
+        requests = [(self.k.taken, eid, raw) for eid, raw in self.store.taken_requests()]
+        while True:
+            events = self.store.read_group(self._node_streams(), True, READ_COUNT)
+            if not requests and not events:
+                break
+            for entry, is_event in [(e, False) for e in requests] + [(e, True) for e in events]:
+                name = f"{entry[0]}/{entry[1]}"
+                n = strikes + 1 if name == blamed else 1
+                if n > decode.POISON_STRIKES:
+                    self._poison(entry, is_event)
+                    continue
+                self.store.hold_in_hand(name, n)
+                held = True
+                self._round(now, [] if is_event else [entry], [entry] if is_event else [])
+            requests = []
+        if held:
+            self.store.drop_in_hand()
+
+    def _decoded(self, entries, events: bool) -> list:
+        """The entries whose fields are UTF-8 text of a sane size (decode.fields, decode.entry),
+        decoded; each other is dead-lettered (values redacted) and a request answered, on its own."""
+        out = []
+        for stream, eid, raw in entries:
+            fields, problem = self._fields(raw, events)
+            if problem is None:
+                out.append((stream, eid, fields))
+            elif events:
+                self._dead(stream, eid, raw, problem)
+            else:
+                self._refuse(stream, eid, decode.reply_id(fields, eid), fields or {"entry": raw}, problem,
+                             dead=True, remember=False)
+        return out
+
+    def _fields(self, raw, event: bool) -> tuple[dict, str | None]:
+        """An event is a stream entry (a dict of bytes); a request one JSON object (bytes)."""
+        return (decode.fields if event else decode.entry)(raw, self.cfg.max_request_bytes)
+
+    def _poison(self, entry, is_event: bool) -> None:
+        """An entry the leaders died on POISON_STRIKES times: answered and dead-lettered, not handled."""
+        stream, eid, raw = entry
+        fields, _ = self._fields(raw, is_event)
+        if is_event:
+            self._dead(stream, eid, raw, "this event stopped the scheduler twice; not run again")
+        else:
+            self._refuse(stream, eid, decode.reply_id(fields, eid), fields or {"entry": raw},
+                         "this request stopped the scheduler twice; not run again", dead=True, remember=False)
+
+    def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
+        """Handle one entry; one that raises stages nothing (a handler decides, commit() stages a
+        change whole or not at all) and is answered (a request) and dead-lettered on its own, so
+        that the rest of its batch still commits, whatever the commit granularity."""
+        try:
+            handle(now, stream, eid, fields, *extra)
+        except POISON_PASSES:
+            raise
+        except Exception as e:   # noqa: BLE001 - a poison entry must not take its batch down
+            log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
+            why = f"internal error: {type(e).__name__}: {str(e)[:300]}"
+            if stream == self.k.events or stream.startswith(self.k.events + ":"):
+                self._dead(stream, eid, fields, why)
+            else:
+                self._refuse(stream, eid, decode.reply_id(fields, eid), fields, why, dead=True)
+
+    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
+                dead: bool = False, remember: bool = True) -> None:
+        """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
+        `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
+        reply = {"ok": False, "code": code, "error": error, "rid": rid}
+        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
+                    dead=(stream, eid, fields, error) if dead else None)
+        if dead:
+            log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
+
+    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
+        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
+        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
+        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
+
+    def _all_senders(self, requests, now: float) -> list:
+        """The batch's senders at once; if one entry breaks that, each is identified on its own
+        inside its isolation (_request with user None), so a poison credential harms only itself."""
+        try:
+            return self._senders(requests, now)
+        except POISON_PASSES:
+            raise
+        except Exception:   # noqa: BLE001
+            log.exception("identifying a batch of %d requests failed; one by one instead", len(requests))
+            return [None] * len(requests)
+
+    def _senders(self, requests, now: float) -> list:
+        """Who sent each request: the `user` it names in single-host mode (only the socket's owner
+        can write), whom munge vouches for otherwise (decoded concurrently, claimed in one round
+        trip); a RefusedError where refused."""
+        sec = self.cfg.security
+        entries = [(fields.get("user", ""), fields, f"{stream}/{eid}") for stream, eid, fields in requests]
+
+        def claim_many(claims):
+            return [self._redelivery(entry, held) for (_, entry), held in
+                    zip(claims, self.store.claim_credentials(claims, sec.credential_ttl))]
+        return [who if not isinstance(who, str) or decode.USER.match(who) else
+                RefusedError(f"user: expected the sender's login name, got {who[:40]!r}")
+                for who in auth.identify_many(entries, sec, now, claim_many)]
+
+    def _redelivery(self, entry: str, held):
+        """A credential this entry claimed before ("same") is a redelivery only for what a predecessor
+        took (recovery) or what this round claimed already (a batch identified again one by one). An
+        entry's id is the digest of its bytes, so a fresh entry of the same bytes is a replay."""
+        if held == "same" and not (self.recovering or entry in self.claimed):
+            return None
+        if held is not None:
+            self.claimed.add(entry)
+        return held
+
+    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
+        """Identify → answer a retry → validate (decode.py) → handle, for this one entry; whatever a
+        handler raises becomes this entry's error reply (in _isolated)."""
+        rid = decode.reply_id(fields, eid)
+        if user is None:
+            user = self._senders([(stream, eid, fields)], now)[0]
+        if isinstance(user, RefusedError):
+            e = user
+            log.warning("inbox %s entry %s: %s", stream, eid, e)
+            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
+            return
+        if prior is None and rid in self.answered:
+            prior = self.answered[rid]
+        elif prior is not None:
+            prior = json.loads(prior)
+        if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
+            self.commit(reply=(rid, prior), ack=(stream, eid))
+            return
+        try:
+            req = decode.request(fields, eid, self.cfg.max_request_bytes)
+        except LabqError as e:
+            return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
+        # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
+        # for this answer is a matter of real time (a long tick may read a request after the
+        # client gave up and told its user nothing was done), not of the tick's `now`.
+        late = max(now, self.clock()) - (req.expires or float("inf"))
+        if late > 0:   # the client has given up and told its user nothing was done: keep it so
+            return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
+                                "deadline; not done", code=4)
+        solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
+        try:
+            change = self._handle(user, req, now)
+        except LabqError as e:
+            change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
+        streamed = change.chunks is not None
+        if streamed:
+            change = self._streamed(rid, change)
+        if req.expires is not None and self.batch is not None:
+            self.batch.expires = min(self.batch.expires, req.expires)
+        # A script or exported environment (private.py) is handed over, never kept in a `done` key.
+        reply = (rid, change.reply, req.op != private.OP)
+        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=reply,
+                    ack=(stream, eid), alerts=change.alerts, books=change.books,
+                    partial=(rid, None) if streamed else None)
+        self.answered[rid] = change.reply
+        if self.metrics:
+            self.metrics.requests.inc()
+        if solo:
+            self.flush()
+            self.batch = Batch(usage=self.usage)
+        if change.nodes:
+            self.nodes = self.store.nodes(now)
+
+    def _streamed(self, rid: str, change: Change) -> Change:
+        """A mass cancel: each chunk committed on its own with the runs of ids committed so far
+        (store.partial), then the reply with the ack. A leader that dies between chunks leaves whole
+        chunks; its successor handles the request again (it was never acknowledged), cancels the
+        rest and names in its reply what the dead leader committed (whose records have ended)."""
+        prior = self.store.partial(rid)
+        self.flush()
+        done = Runs()
+        done.extend(prior)
+        for part in change.chunks:
+            done.extend(part.reply["runs"])
+            self.commit(jobs=part.jobs, controls=part.controls, partial=(rid, list(done.runs)))
+        if done.count > CHUNK:
+            release_memory()
+        self.batch = Batch(usage=self.usage)
+        if not prior:
+            return change
+        gone, r = idruns.covered(prior), change.reply
+        kept = [x for x in r["results"] if x["id"] not in gone]
+        runs = Runs()
+        runs.extend(prior)
+        runs.extend(idruns.without(r["runs"], gone))
+        return Change(reply=idruns.reply(runs, idruns.expand(prior) + kept, [x for x in kept if not x["ok"]]))
+
+    def _handle(self, user: str, req, now: float) -> Change:
+        """The archive's requests are answered here (they touch its database); the rest by handlers."""
+        if req.op == ARCHIVE_OP:
+            return self._archive_now(user, now)
+        if req.op == STATUS_OP:
+            return Change(reply=self._request_status(user, req.body))
+        if req.op == private.OP:        # a script and exported environment, for their owner and admins
+            return Change(reply=private.answer(self, user, req.body))
+        if req.op == histpages.OP:     # a page of the archive, for a client that cannot open it
+            return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
+        return self.handlers.handle(user, req.op, req.body, now)
+
+    def _request_status(self, user: str, body: dict) -> dict:
+        """What became of request `of` (`labq stat --rid`), as far as the asker may see it. Requests
+        are handled in the order they were sent: one sent before this question is answered by now."""
+        rid = body.get("of")
+        if not isinstance(rid, str) or not decode.RID.match(rid):
+            raise UsageError("--rid: expected the request id a client printed (like 3f2a…, 32 hex digits)")
+        kept = self.answered.get(rid)
+        if kept is None:
+            got = self.store.replies_done([rid])[0]
+            kept = json.loads(got) if got else None
+        out = {"ok": True, "rid": rid}
+        unknown = {**out, "state": "unknown", "detail": "the scheduler has no answer for it (never received, "
+                   "or answered more than a day ago): nothing was done"}
+        if kept is None:
+            return unknown
+        if not kept.get("ok"):
+            return {**out, "state": "not submitted", "detail": str(kept.get("error", ""))[:400]}
+        jid = kept.get("job_id")
+        if isinstance(jid, int):
+            job = self.jobs.get(jid) or self.store.job(jid)
+            if job is not None and job.user != user and user not in self.cfg.security.admins:
+                return unknown     # not theirs to see
+            return {**out, "state": "submitted", "job_id": jid, "count": kept.get("count", 1)}
+        return {**out, "state": "done", "detail": "answered ok"}
+
+    def _archive_to_serve(self):
+        if self.archiver is None:
+            raise UsageError("this scheduler keeps no archive (it was started without one)")
+        return self.archiver.archive
+
+    def _archive_now(self, user: str, now: float) -> Change:
+        """Archive passes now (what history.keep lets go), in the leading scheduler: it is the one
+        writer of Redis and of the archived ledger's hash chain (two writers could each chain a row
+        to the same predecessor). Up to ARCHIVE_NOW_S; a backlog left is drained tick by tick."""
+        if user not in self.cfg.security.admins:
+            raise RefusedError(f"only admins ({', '.join(self.cfg.security.admins) or 'none set'}) may run "
+                               "an archive pass")
+        self._archive_to_serve()
+        jobs = ledger = 0
+        start = time.monotonic()
+        while True:
+            self.archiver.next = float("-inf")
+            j, n = self.archiver.step(now)     # the tick's clock: what is old enough is judged at `now`
+            jobs, ledger = jobs + j, ledger + n
+            more = max(j, n) >= self.archiver.size
+            if not more or time.monotonic() - start > ARCHIVE_NOW_S:
+                return Change(reply={"ok": True, "jobs": jobs, "ledger": ledger, "more": more,
+                                     "keep": self.archiver.keep})
+
+
+def _maybe_more(entries) -> bool:
+    """Whether a read_group stopped at its count on some stream (more may be waiting there)."""
+    per = collections.Counter(stream for stream, _, _ in entries)
+    return bool(per) and max(per.values()) >= READ_COUNT

@@ -1,0 +1,1 @@
+"""The job model: records, states, their transitions, submit validation, plans."""

@@ -1,0 +1,314 @@
+"""Rates, forecasts, accrual and budget balances — pure arithmetic in integer micro-units.
+
+A job's rate is what its allocation costs per hour, in each budget's unit. Allocation is billed:
+what is reserved, for as long as the attempt's process ran (`run_span`: its start and end as the
+node measured them, at most the time limit + kill_wait; nothing when no process started). The
+scheduler commits `forecast()` when it admits an attempt; the commitment shrinks as the attempt
+accrues (from its process's start; from its dispatch until the start is known) and is replaced by
+the charge when it ends.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from ..jobs.model import Budget, Job, Node
+from ..units import MICRO, MS_PER_HOUR, accrue  # accrue lives in units: the thin CLI needs it without this module
+from .periods import field as spent_field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: config.py reads this module (Config.budget_caps: cap), not the reverse
+    from ..settings.config import Config
+
+
+def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:
+    """Micro-units of `unit` per hour of this job's allocation on a node with `gpu_model` GPUs.
+
+    On a node with a whole-instance price (rates.node_hour), the job pays that price times its
+    dominant share of the node (the largest of its GPU, CPU and memory fractions), so a node that
+    is fully allocated is paid exactly once, whatever shapes share it. A gang (-N) pays for every
+    node: its per-node shape times its nodes (priced as `node`, the first of them)."""
+    if unit == "gpu_hours":
+        return job.gpus * job.nodes * MICRO
+    if unit == "cpu_hours":
+        return job.cpus * job.nodes * MICRO
+    r = cfg.rates
+    price = r.node_price(node.name) if node is not None else 0.0
+    if price and node is not None:
+        return _money(price * dominant_share(job, node), job, cfg)
+    # The same few requests are quoted at every pass: their rate is kept on the config (bounded).
+    key = (job.gpus, job.cpus, job.mem, job.nodes, job.qos, gpu_model)
+    memo = cfg.rate_memo
+    got = memo.get(key)
+    if got is None:
+        if len(memo) >= 4096:
+            memo.clear()
+        per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour
+        got = memo[key] = _money(per_hour, job, cfg)
+    return got
+
+
+def _money(per_hour: float, job: Job, cfg: Config) -> int:
+    qos = cfg.qos_named(job.qos)
+    return round(per_hour * job.nodes * (qos.rate_factor if qos else 1.0) * MICRO)
+
+
+def dominant_share(job: Job, node: Node) -> float:
+    shares = [job.cpus / node.cpus if node.cpus else 0.0, job.mem / node.mem if node.mem else 0.0]
+    if node.gpus:
+        shares.append(job.gpus / len(node.gpus))
+    return min(max(shares), 1.0)
+
+
+def overhead(unit: str, cfg: Config) -> int:
+    return round(cfg.rates.overhead_per_attempt * MICRO) if unit == "usd" else 0
+
+
+def planned_seconds(job: Job, cfg: Config) -> float:
+    """`safe`: the time limit plus kill_wait, everything an attempt can be billed for (a job that
+    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin), where est
+    is --est, else (with estimate.forecast = true) the run time learned from the user's ended jobs."""
+    if cfg.budget_mode == "forecast":
+        est = job.est or (job.learned_est if cfg.estimate.forecast else None)
+        if est:
+            return min(job.time_limit, est * (1 + cfg.rates.forecast_margin))
+    return job.time_limit + cfg.kill_wait
+
+
+def billed(seconds: float, cfg: Config) -> float:
+    """The seconds an attempt of this length is billed for (rates.billing)."""
+    if cfg.rates.billing == "started_hour" and seconds > 0:
+        return -(-int(seconds * 1000) // MS_PER_HOUR) * 3600.0
+    return seconds
+
+
+def forecast(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None,
+             per_hour: int | None = None) -> int:
+    """What an attempt commits: its rate (`per_hour` when the caller has it) over its planned, billed seconds."""
+    if per_hour is None:
+        per_hour = rate(job, unit, gpu_model, cfg, node)
+    return accrue(per_hour, billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
+
+
+def ceiling_seconds(job: Job, cfg: Config) -> float | None:
+    """The longest an attempt can be billed for: its time limit plus kill_wait (the runner kills a
+    job that ignores SIGTERM at its limit kill_wait later). None when the job has no time limit."""
+    return job.time_limit + cfg.kill_wait if job.time_limit > 0 else None
+
+
+def run_span(started: float | None, ended: float, dispatched: float | None, now: float,
+             most_s: float | None) -> tuple[float, float] | None:
+    """The (start, end) an attempt is billed for: its process's start and end as the node measured
+    them, None when no process ever started (such an attempt costs nothing). Neither clock is
+    trusted beyond ours: the start is not before the dispatch, the end not after `now`; and no
+    attempt is billed past `most_s` seconds (ceiling_seconds)."""
+    if not started:
+        return None
+    start = max(started, dispatched or started)
+    end = max(start, min(ended, now))
+    if most_s is not None:
+        end = min(end, start + most_s)
+    return start, end
+
+
+def charge(rate_per_hour: int, start: float, end: float, unit: str, cfg: Config) -> int:
+    """The settled charge of one attempt: allocation × wall time × rate, plus the per-attempt overhead."""
+    return accrue(rate_per_hour, billed(end - start, cfg)) + overhead(unit, cfg)
+
+
+def budgets_for(job: Job, budgets) -> tuple[Budget, ...]:
+    return tuple(b for b in budgets if b.applies_to(job))
+
+
+def cap(b: Budget) -> int:
+    """The part of the limit that admission may commit: limit × (1 − reserve), plus active overrides."""
+    return int(b.limit * (1 - b.reserve)) + b.overrides
+
+
+def hard_limit(b: Budget) -> int:
+    """What spending may reach before the budget is exhausted (on_exhaust acts): limit + overrides."""
+    return b.limit + b.overrides
+
+
+def amount_of(pairs, budget: str) -> int:
+    """The amount for `budget` in a job's (budget, amount) pairs (its commit or rates), else 0: a
+    job pays one budget or two, and a scheduler pass asks about every running job."""
+    for name, amount in pairs:
+        if name == budget:
+            return amount
+    return 0
+
+
+def outstanding(job: Job, budget: str, now: float) -> int:
+    """A running job's commitment to `budget` minus what it has accrued so far (never below 0)."""
+    committed = amount_of(job.commit, budget)
+    return max(0, committed - accrued(job, budget, now)) if committed else 0
+
+
+def accrued(job: Job, budget: str, now: float) -> int:
+    """What the running attempt has cost `budget` so far: since its process started (as it will be
+    charged, run_span), since its admission while the start is not known yet."""
+    return accrue(amount_of(job.rates, budget), now - _began(job, now))
+
+
+def _began(job: Job, now: float) -> float:
+    cur = job.current
+    if cur is None:
+        return now
+    return max(cur.start_time or 0, cur.dispatch_time or 0) or now
+
+
+def in_span(job: Job, budget: str, now: float, span: tuple[float, float]) -> tuple[int, int]:
+    """(accrued, outstanding) of a running job's commitment to `budget` inside one period
+    `span` = [from, to): what it has cost there so far, and what its commitment still holds there.
+
+    The commitment covers [start, start + commit / rate) (the process's start, its dispatch until
+    that is known); a periodic budget is held, and
+    spends, in each period only the part of it that falls in that period."""
+    rate = amount_of(job.rates, budget)
+    d = _began(job, now)
+    lo, hi = max(d, span[0]), span[1]
+    acc = accrue(rate, min(now, hi) - lo) if now > lo else 0
+    committed = amount_of(job.commit, budget)
+    if not committed or not rate:
+        return acc, 0
+    part = accrue(rate, min(d + committed * 3600 / rate, hi) - lo)
+    return acc, max(0, part - acc)
+
+
+@dataclass(frozen=True)
+class Balance:
+    name: str
+    unit: str
+    limit: int
+    spent: int
+    committed: int
+    accrued: int
+    overrides: int = 0         # what active overrides add to the limit
+    period: str = ""           # the label of the period `spent` belongs to ("" = no period)
+
+    @property
+    def available(self) -> int:
+        return self.limit + self.overrides - self.spent - self.committed - self.accrued
+
+
+def balance(b: Budget, spent: int, running, now: float, period: str = "",
+            span: tuple[float, float] | None = None) -> Balance:
+    """The budget as `labq budget` shows it. `committed` is what running jobs may still spend;
+    with `span` (a periodic budget's current period), only what they spend and hold inside it."""
+    mine = [j for j in running if b.name in dict(j.commit)]
+    if span is not None:
+        parts = [in_span(j, b.name, now, span) for j in mine]
+        return Balance(b.name, b.unit, b.limit, spent, committed=sum(o for _, o in parts),
+                       accrued=sum(a for a, _ in parts), overrides=b.overrides, period=period)
+    return Balance(b.name, b.unit, b.limit, spent,
+                   committed=sum(outstanding(j, b.name, now) for j in mine),
+                   # Not capped at the commitment: an attempt that outruns it (forecast mode) really
+                   # costs that much, and the stop policy must see it. Its charge stops at the ceiling.
+                   accrued=sum(accrued(j, b.name, now) for j in mine),
+                   overrides=b.overrides, period=period)
+
+
+# -- the ledger's other entries: overrides, limits, periods --------------------------------------
+@dataclass(frozen=True)
+class Override:
+    """A time-boxed raise of a budget's cap, approved by someone (`labq budget override`)."""
+    id: int
+    budget: str
+    amount: int                # micro-units of the budget's unit
+    approver: str
+    reason: str
+    by: str                    # the admin who asked for it
+    created: float
+    expires: float
+    state: str = "active"      # active | expired | revoked
+    ended: float | None = None
+
+    def active(self, now: float) -> bool:
+        return self.state == "active" and now < self.expires
+
+    def dumps(self) -> str:
+        return json.dumps(self.__dict__, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str) -> "Override":
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger entry other than a charge. `key` is its idempotency key; `data` its other fields."""
+    type: str                  # override | override_expired | override_revoked | limit | period | import
+    key: str
+    budget: str = ""
+    amount: int = 0
+    data: tuple[tuple[str, str], ...] = ()
+
+    def fields(self, ts: float) -> dict:
+        return {"type": self.type, "key": self.key, "budget": self.budget, "amount": self.amount,
+                **dict(self.data), "ts": ts}
+
+
+@dataclass
+class Books:
+    """What a change writes besides jobs and charges, in the same transaction (store/writes.put_books)."""
+    entries: list = field(default_factory=list)     # Entry
+    overrides: list = field(default_factory=list)   # Override, written whole
+    limits: list = field(default_factory=list)      # (budget, JSON record or None = back to the config's)
+    periods: list = field(default_factory=list)     # (budget, label of its current period)
+    fired: list = field(default_factory=list)       # alert keys (alerts.Alert.key): each fires once
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.overrides or self.limits or self.periods or self.fired)
+
+
+def effective(budgets, limits: dict, overrides, now: float) -> tuple[Budget, ...]:
+    """The configured budgets with `labq budget set` limits (budget -> micro) and active overrides."""
+    extra: dict[str, int] = {}
+    for o in overrides:
+        if o.active(now):
+            extra[o.budget] = extra.get(o.budget, 0) + o.amount
+    return tuple(replace(b, limit=limits.get(b.name, b.limit), overrides=extra.get(b.name, 0)) for b in budgets)
+
+
+# -- verification ----------------------------------------------------------------------------
+def verify(entries, spent: dict, keys, jobs=()) -> list[str]:
+    """Every problem in the ledger: a cached balance that the entries do not add up to, an entry
+    without or with a repeated idempotency key, a key without an entry, an attempt whose recorded
+    charges differ from its ledger entries. Empty when the ledger holds."""
+    problems: list = []
+    seen: set = set()
+    sums: dict = {}
+    by_key: dict = {}
+    by_attempt: dict = {}
+    for e in entries:
+        k = e.get("key", "")
+        if not k:
+            problems.append(f"entry {e.get('type', '?')} of {e.get('budget', '?')} has no idempotency key")
+        elif k in seen and e.get("type") == "charge" and (k, e.get("budget")) in by_key:
+            problems.append(f"attempt {k} is charged twice to {e.get('budget')}")
+        elif k in seen and e.get("type") != "charge":
+            problems.append(f"idempotency key {k} is used by two entries")
+        seen.add(k)
+        if e.get("type") == "charge":
+            f = spent_field(e["budget"], e.get("period", ""))
+            sums[f] = sums.get(f, 0) + int(e["amount"])
+            by_key[(k, e["budget"])] = by_key.get((k, e["budget"]), 0) + int(e["amount"])
+            # A periodic budget's attempt is charged per period: JOB.ATTEMPT.BUDGET@PERIOD.
+            att = (".".join(k.split(".")[:2]), e["budget"])
+            by_attempt[att] = by_attempt.get(att, 0) + int(e["amount"])
+    for f in sorted(set(sums) | set(spent)):
+        want, have = sums.get(f, 0), int(spent.get(f, 0))
+        if want != have:
+            problems.append(f"balance {f}: cached {have}, the entries add up to {want} (micro-units)")
+    keys = set(keys)
+    problems += [f"idempotency key {k} has no entry" for k in sorted(keys - seen)]
+    problems += [f"entry {k} is missing from the idempotency keys" for k in sorted(seen - keys) if k]
+    for j in jobs:
+        for a in j.attempts:
+            for name, amount in a.charges:
+                got = by_attempt.get((f"{j.id}.{a.attempt}", name))
+                if got != amount:
+                    problems.append(f"job {j.id} attempt {a.attempt}: charged {amount} to {name}, "
+                                    f"ledger says {got}")
+    return problems

@@ -1,0 +1,1 @@
+"""Who sent a request (munge) and what they may charge and read."""

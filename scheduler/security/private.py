@@ -1,0 +1,48 @@
+"""A job's private part — its script and the environment its submitter exported — for its owner
+and admins, through the scheduler (`labq show --script`, `show --json`; issue 34).
+
+Both may hold passwords and tokens (`export DB_PASSWORD=…`, `--export=WANDB_API_KEY=…`), so they
+live apart from the job record, in keys the client role every user holds cannot read (keys.script,
+keys.job_env, acl.NOT_READ). The scheduler reads them for whoever its request names: the user munge
+vouched for (security.auth = "munge"; without munge, whoever the client says it is, as for every
+other request). The reply is not remembered for retries (writes.put_reply remember=False): the
+secret is not copied into a `done` key for a day.
+
+Nodes: a node role reads no submission's keys either. At dispatch the scheduler copies the
+attempt's script and environment under the node's name (keys.handover, dispatchq.push), the one
+pattern a node role may GET and DEL (acl.py); the runner reads them before it claims and deletes
+them once the process started (a day's TTL takes those of attempts never claimed). What the ACL
+cannot fence: a node reads the copies of every attempt dispatched to it, for as long as they
+exist, including a job's that another node runs too (a gang's parts each get a copy); a node's
+root is trusted with the jobs it runs.
+"""
+from ..errors import RefusedError, UsageError
+from ..jobs.model import Job
+from ..store import reads
+
+OP = "show_private"
+
+
+def answer(sched, user: str, body: dict) -> dict:
+    """{ok, job_id, id, script, export, env} of job `body["job"]` (its numeric id) for `user`, its
+    owner or an admin; RefusedError for anyone else."""
+    jid = body.get("job")
+    if type(jid) is not int or jid <= 0:
+        raise UsageError(f"job: expected a job id (a positive integer), got {str(jid)[:40]!r}")
+    job = sched.jobs.get(jid) or sched.store.job(jid) or _archived(sched, jid)
+    if job is None:
+        raise UsageError(f"no such job: {jid}")
+    admins = sched.cfg.security.admins
+    if job.user != user and user not in admins:
+        raise RefusedError(f"job {job.display_id} is {job.user}'s: only its owner and admins "
+                           f"({', '.join(admins) or 'none set'}) read its script and exported environment")
+    script, env = reads.private(sched.store.r, sched.k, job)
+    return {"ok": True, "job_id": job.id, "id": job.display_id, "script": script, "export": job.export,
+            "env": dict(env)}
+
+
+def _archived(sched, jid: int) -> Job | None:
+    archiver = getattr(sched, "archiver", None)
+    if archiver is None:
+        return None
+    return archiver.archive.jobs([jid]).get(jid)
