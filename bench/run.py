@@ -14,6 +14,8 @@ Groups, in the order they run (`--only NAME`, repeatable or comma-separated):
   slurm   single-node SLURM doing the same work (munged + slurmctld + slurmd on loopback, as root)
   runner  runner CPU overhead per running job: bench/watch_bench.py, when it exists
   kth     the KTH SP2 trace replay: bench/kth_replay.py writes bench/results/kth.md, when it exists
+  replay  issue 41's grid: `labq simulate` of bench/gpu_trace.py's 20,000 jobs at offered load 9 on 64
+          GPUs, every policy on 512, 64 and 32 GPUs ($BENCH_REPLAY_GPUS), CPU seconds and peak RSS
 
 Contracts with the two benchmarks other people own: bench/watch_bench.py provides
 `measure(window=SECONDS)` returning {name, value (% of a core), unit, target, note} (or `run(quick)`
@@ -48,7 +50,7 @@ for p in (ROOT, HERE):
 
 from rows import Fig, Row, fmt  # noqa: E402
 
-GROUPS = ("plan", "live", "memory", "tsp", "slurm", "runner", "kth")
+GROUPS = ("plan", "live", "memory", "tsp", "slurm", "runner", "kth", "replay")
 QUICK_PLAN_BUDGET_S = 60
 KTH_TIMEOUT_S = 240
 KTH_MD = os.path.join(HERE, "results", "kth.md")
@@ -184,6 +186,38 @@ def plan_rows(quick: bool, medians: dict) -> list[Row]:
                              f"{r['max_s'] * 1000:.0f} ms; {r['placed']} started; backfill on (depth 1)",
                         data={"pending": p, "nodes": n}))
         print(_line(rows[-1]), flush=True)
+    return rows
+
+
+REPLAY_POLICIES = ("fifo", "priority", "fairshare", "backfill", "learned", "sjf-oracle")
+REPLAY_TIMEOUT_S = 150
+
+
+def replay_rows(quick: bool) -> list[Row]:
+    """Each policy replaying the 20,000-job trace at offered load 9 on 64 GPUs (`bench/gpu_trace.py
+    --jobs 20000 --load 9`), each replay its own process under built-in defaults (sim_bench.run):
+    CPU seconds (user + sys of the replay) and its peak RSS, against issue 41's 30 s."""
+    import tempfile
+
+    import gpu_trace
+    import sim_bench
+    gpus = [int(g) for g in os.environ.get("BENCH_REPLAY_GPUS", "64" if quick else "512,64,32").split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = gpu_trace.write(os.path.join(tmp, "t9.csv"), 20000, 1, gpu_trace.days_for_load(20000, 1, 9.0, 64))
+        for g in gpus:
+            for policy in REPLAY_POLICIES:
+                name = f"`labq simulate` 20,000 jobs (load 9 on 64 GPUs) on {g} GPUs, {policy}"
+                r = sim_bench.run(path, f"{g // 8}x8:64:512G", policy, REPLAY_TIMEOUT_S, None)
+                key = f"replay.t9.{g}.{policy}"
+                if "cpu_s" not in r:
+                    rows.append(Row(name, unit="s", target=30.0, key=key, failed=sim_bench.cell(r)))
+                else:
+                    rows.append(Row(name, r["cpu_s"], "s", 30.0, key=key,
+                                    note=f"CPU of the replay's own process; peak RSS {r['peak_mb']} MB; wall {r['wall_s']} s; "
+                                         f"mean wait {r['mean_wait']:,.0f} s; {r['passes']:,} plan() calls",
+                                    data={"pending": 20000, "nodes": g // 8}))
+                print(_line(rows[-1]), flush=True)
     return rows
 
 
@@ -486,6 +520,8 @@ def main(argv=None) -> int:
             rows += runner_rows(a.quick)
         elif g == "kth":
             kth_lines, status = kth_section(a.quick, started)
+        elif g == "replay":
+            rows += replay_rows(a.quick)
         loads.update({(r.key or r.name): load for r in rows[first:]})
         log.append((g, load, busy, others.percent(), time.monotonic() - g0, status))
         print(f"  (other processes used {log[-1][3]:.0f} % of the CPUs during {g})", flush=True)
