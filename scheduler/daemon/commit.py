@@ -10,7 +10,7 @@ from ..jobs import states
 from ..jobs.jobspec import Tasks
 from ..jobs.model import Job
 from ..money import fairshare
-from ..store import codec, dispatchq, writes
+from ..store import codec, dispatchq, faults, writes
 from .batch import Batch
 
 log = logging.getLogger("labq.scheduler")
@@ -179,10 +179,25 @@ class Committer:
             for stream, eids in by_stream.items():
                 self.store.ack(p, stream, *eids)
 
-        self._write(b, build, replicas)
+        self._write_or_undo(b, build, replicas, fresh)
         if seq is not None:
             self.seq_written = seq
         self._after_commit(b, now)
+
+    def _write_or_undo(self, b, build, replicas: int, fresh: set) -> None:
+        """_write; when it is refused (the lease lapsed while a big array was written ahead), the
+        records written ahead go too: the request is done again under new ids, and they would stay
+        as pending jobs of no queue that `labq show` finds. Their ids are this leader's alone (the
+        sequence moved past them)."""
+        try:
+            self._write(b, build, replicas)
+        except StalePlanError:
+            try:
+                if fresh:
+                    writes.drop_unindexed(self.store.r, self.k, fresh)
+            except faults.ERRORS as e:      # Redis away: they stay, as after a crash between the two
+                log.warning("records written ahead of a refused commit stay in Redis: %s", e)
+            raise
 
     def _write(self, b, build, replicas: int) -> None:
         """The transaction; with `replicas`, its replies and dispatch entries go out only once that

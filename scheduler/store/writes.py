@@ -207,12 +207,11 @@ def drop_specs(r, k: Keys, submissions) -> None:
 
 
 def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:
-    """Records of jobs created by a big change, written ahead of its transaction in pipelines of at
-    most CHUNK_BYTES, so that a 100,000-task array never sits in memory as one ~240 MB MULTI. A
-    record is invisible until `index_jobs` adds its id to the active index in the transaction; a crash
-    in between leaves unindexed records under ids the sequence never hands out again. Returns the
-    ids written (none for a small change, which goes into the transaction whole). `tasks`: array id →
-    its tasks as jobspec.expand made them (see _encoded_runs)."""
+    """Records of a big change's new jobs, written ahead of its transaction in MULTIs of at most CHUNK_BYTES
+    (a 100,000-task array is never one ~240 MB MULTI in memory). A record is invisible until `index_jobs` adds
+    its id to the active index in the transaction; a crash in between leaves unindexed records under ids the
+    sequence never hands out again (a refused transaction: drop_unindexed). Returns the ids written (none below
+    PREWRITE_MIN). `tasks`: array id → its tasks as jobspec.expand made them (see _encoded_runs)."""
     if len(jobs) < PREWRITE_MIN:
         return set()
     # Each chunk is one MSET in a MULTI/EXEC: Redis fsyncs a transaction once, while a plain
@@ -233,6 +232,13 @@ def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:
     if records:
         _mset(r, k, records, rows, n)
     return done
+
+
+def drop_unindexed(r, k: Keys, ids) -> None:
+    """put_new_jobs undone, its transaction refused (see Committer.flush). One id indexed: it committed."""
+    if r.zscore(k.active, min(ids)) is None:
+        r.delete(*(k.job(j) for j in ids))
+        r.hdel(k.stat_rows, *ids)
 
 
 _ID, _INDEX = -7_777_777_771, -7_777_777_772     # stand-ins, replaced in the encoded text
