@@ -414,7 +414,9 @@ def test_the_named_core_is_in_the_core():
     """The issue's pure core, by name: none of these may become an edge."""
     named = ["policy", "policy.capacity", "money.ledger", "jobs.transitions", "money.periods", "money.alerts",
              "money.fairshare", "sim", "sim.engine", "jobs.model", "jobs.plan", "jobs.states", "money.budgetwatch",
-             "daemon.crashguard", "money.whatif", "jobs.jobspec", "settings.config"]
+             "daemon.crashguard", "money.whatif", "jobs.jobspec", "settings.config",
+             # the daemon's deciders: (state, input) -> Change
+             "daemon.attempt", "daemon.applier", "daemon.bookkeeper", "daemon.handlers", "daemon.change"]
     assert set(f"labq.scheduler.{n}" for n in named) <= set(core(GRAPH))
 
 

@@ -136,7 +136,7 @@ def control_verb(control: str | None) -> str | None:
 
 
 def stops_part(control: str | None, attempt: int) -> bool:
-    """Whether the control is the gang stop of this attempt ("stop:N", events.gang_stop)."""
+    """Whether the control is the gang stop of this attempt ("stop:N", attempt.gang_stop)."""
     return control == f"stop:{attempt}"
 
 

@@ -24,6 +24,7 @@ from ..jobs import states, transitions as tr
 from ..jobs.model import Job, Node
 from ..jobs.plan import Cancel, Expire, Pending, Place, Plan, Preempt, Verdict, pending_runs
 from ..policy.capacity import Free, node_is_up
+from .change import Change
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,12 @@ class Applied:
     def changed(self) -> tuple[Job, ...]:
         """The records that change state: written with the dispatch and the controls, atomically."""
         return self.started + self.expired + self.stopping
+
+    @property
+    def change(self) -> Change:
+        """What to write: the records that change state, with the dispatch and the controls, in one
+        transaction. The new reasons (`pended`) are not in it: the daemon writes many in chunks."""
+        return Change(jobs=list(self.changed), dispatch=list(self.started), controls=list(self.controls))
 
 
 @dataclass

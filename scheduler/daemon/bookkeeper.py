@@ -132,8 +132,7 @@ class Bookkeeper:
             log.warning("budget stop not applied: %s", r.why)
         if not (books or done.stopping or booked):
             return None
-        return Change(jobs=list(done.stopping), charges=booked, controls=list(done.controls),
-                      alerts=[a.fields() for a in raised], books=books)
+        return replace(done.change, charges=booked, alerts=[a.fields() for a in raised], books=books)
 
     def _roll_periods(self, books: Books, budgets, spent: dict, jobs: Mapping[int, Job], now: float,
                       cfg: Config) -> list:

@@ -1,21 +1,20 @@
-"""What a handler, the bookkeeper or the plan applier decided should be written, as plain data: the
-daemon commits a `Change` in one transaction with the acknowledgement of what caused it."""
+"""What a decision writes, as plain data. Every decider of the daemon returns one `Change`: a
+request's handler, a node's event, the bookkeeper, the plan applier (`Applied.change`); the daemon
+commits it (`Committer.commit`) in one transaction with the acknowledgement of what caused it."""
 from dataclasses import dataclass, field
 
 
 @dataclass
 class Change:
-    jobs: list = field(default_factory=list)
-    controls: list = field(default_factory=list)   # (job id, "cancel" | "preempt:GRACE")
+    jobs: list = field(default_factory=list)       # new records (the last one of a job wins)
+    charges: list = field(default_factory=list)    # ledger.Charge: what attempts used
+    controls: list = field(default_factory=list)   # (job id, "cancel" | "preempt:GRACE" | "stop:ATTEMPT")
+    dispatch: list = field(default_factory=list)   # admitted jobs (also in `jobs`): onto their nodes' lists
     nodes: list = field(default_factory=list)      # (node, "drain" | None)
-    reply: dict | None = None
     alerts: list = field(default_factory=list)     # alert stream entries (alerts.Alert.fields())
     books: object = None                           # ledger.Books: ledger entries, overrides, limits
-    charges: list = field(default_factory=list)    # ledger.Charge: what attempts used (period closes)
+    reply: dict | None = None                      # a request's answer; the daemon adds its id
     chunks: object = None      # an iterator of Changes (jobs, controls) committed one transaction each, before
                                # this one's reply: a mass cancel (handlers._chunks)
-
-    def written(self) -> dict:
-        """Commit's keyword arguments (Committer.commit)."""
-        return {"jobs": self.jobs, "controls": self.controls, "nodes": self.nodes, "alerts": self.alerts,
-                "books": self.books, "charges": self.charges}
+    ended: object = None       # model.Job: the record whose attempt this change ends (a node's `finished`),
+                               # as written: the run-time estimator learns from it and the plan refills its room

@@ -12,6 +12,7 @@ from ..jobs.model import Job
 from ..money import fairshare
 from ..store import codec, dispatchq, faults, writes
 from .batch import Batch
+from .change import Change
 
 log = logging.getLogger("labq.scheduler")
 
@@ -34,25 +35,27 @@ class Committer:
     unreplicated = False     # the last commit reached fewer replicas than redis.min_replicas_ack
 
     # -- writing -------------------------------------------------------------------------------
-    def commit(self, jobs=(), charges=(), controls=(), dispatch=(), reply=None, ack=None, nodes=(), alerts=(),
-               books=None, dead=None, partial=None) -> None:
-        """Stage one change: the in-memory view takes it now; Redis gets it with the open batch
-        (`flush`), or at once when no batch is open."""
+    def commit(self, change: Change, ack=None, reply=None, dead=None, partial=None) -> None:
+        """Stage one change with what caused it: `ack` (stream, entry id) acknowledged, `reply`
+        (rid, answer[, remember]) given, `dead` (stream, entry id, fields, reason) kept as a dead
+        letter, `partial` (rid, runs) a mass cancel's progress. The in-memory view takes it now;
+        Redis gets it with the open batch (`flush`), or at once when no batch is open."""
         solo = self.batch is None
         if solo:
             self.batch = Batch(usage=self.usage)
         try:
-            self._stage(jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead)
+            self._stage(change, reply, ack, dead)
             if partial is not None:
                 self.batch.partials.append(partial)
         finally:
             if solo:
                 self.flush()
 
-    def _stage(self, jobs, charges, controls, dispatch, reply, ack, nodes, alerts, books, dead=None) -> None:
+    def _stage(self, change: Change, reply, ack, dead) -> None:
         b = self.batch
         now = self.now     # the tick's time: what the change is stamped with
-        charges = [c for c in charges if c.key not in b.charged and not self.store.charged(c.key)]
+        jobs = change.jobs
+        charges = [c for c in change.charges if c.key not in b.charged and not self.store.charged(c.key)]
         tasks = jobs if self._fresh_tasks(jobs) else None
         usage = self.usage if tasks else self._usage_after(jobs, now)     # no attempt of new tasks ended
         # Everything that could raise is done: from here on the change is staged whole or not at all.
@@ -74,12 +77,12 @@ class Committer:
             self._put(j)
         b.charges += charges
         b.charged.update(c.key for c in charges)
-        b.controls += controls
-        b.dispatch += dispatch
-        b.nodes += nodes
-        b.alerts += alerts
-        if books:
-            b.books.append(books)
+        b.controls += change.controls
+        b.dispatch += change.dispatch
+        b.nodes += change.nodes
+        b.alerts += change.alerts
+        if change.books:
+            b.books.append(change.books)
         if reply is not None:
             b.replies.append(reply)
         if ack is not None:

@@ -1,24 +1,21 @@
-"""What the agents tell the scheduler: started/finished events and alerts from the nodes' streams,
-attempts lost with their node or their runner, attempts no runner claimed. A mixin of `Scheduler`
-(daemon.py), which holds the state; each change goes through `commit` with the event's ack."""
+"""What the agents tell the scheduler: started/finished events and alerts from the nodes' streams
+(decided by attempt.py, pure), attempts lost with their node or their runner, attempts no runner
+claimed. A mixin of `Scheduler` (daemon/loop.py), which holds the state; each Change goes through
+`commit` with the event's ack."""
 import logging
 from dataclasses import replace
 
-from ..errors import LabqError, UsageError
+from ..errors import LabqError
 from ..jobs import states, transitions as tr
 from ..jobs.model import Job
 from ..money import alerts as budget_alerts
 from ..store import dispatchq, nodehealth
-from . import crashguard, decode, dispatch as dispatching
+from . import attempt, crashguard, decode, dispatch as dispatching
+from .attempt import gang_stop
+from .change import Change
 from .journal import end_level
 
 log = logging.getLogger("labq.scheduler")
-
-
-def gang_stop(attempt: int) -> str:
-    """The control that kills the remaining parts of gang attempt `attempt` at once (worker/runner.py);
-    naming the attempt, it never stops a later one."""
-    return f"stop:{attempt}"
 
 
 class NodeEvents:
@@ -40,97 +37,42 @@ class NodeEvents:
             ev = decode.event(f, self.cfg.max_request_bytes)
         except LabqError as e:
             return self._dead(stream, eid, f, str(e))
-        write = (self._agent_alert(now, eid, ev) if ev.kind == "alert"
-                 else self._attempt_event(now, stream, eid, ev))
-        late = write.pop("part_only", False)     # a gang's part ended, its attempt not (or not any more)
-        self.commit(ack=(stream, eid), **write)
-        new = (write.get("jobs") or [None])[0]
-        if ev.kind == "finished" and new is not None and not late:
+        if ev.kind == "alert":
+            change = attempt.agent_alert(eid, ev, now)
+        else:
+            # Only the node the attempt was placed on speaks for it. On a per-node stream
+            # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
+            sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
+            change = self._crash_guard(attempt.decide(self.jobs, eid, ev, sender, now, self.cfg), now)
+        self.commit(change, ack=(stream, eid))
+        ended = change.ended
+        if ended is not None:
             # Learned once it is written: a redelivered event finds the attempt closed (no result).
-            ended = next((j for j in write["jobs"] if j.id == ev.job), None)
-            if ended is not None:
-                self.estimator.observe_ended(ended)
+            self.estimator.observe_ended(ended)
             self.freed = True
             outcome = str(ev.body.get("outcome"))
-            log.log(end_level(outcome), "job %s attempt %d %s -> %s", new.display_id, ev.attempt, outcome, new.state)
+            log.log(end_level(outcome), "job %s attempt %d %s -> %s", ended.display_id, ev.attempt, outcome,
+                    ended.state)
 
-    def _attempt_event(self, now: float, stream: str, eid: str, ev) -> dict:
-        """What a started/finished event writes (commit's keyword arguments), decided, not written."""
-        job = self.jobs.get(ev.job)
-        # Only the node the attempt was placed on speaks for it. On a per-node stream
-        # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
-        sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
-        # A gang's attempt: each of its parts' nodes speaks for its own part, also once it has ended.
-        a = job.attempts[ev.attempt - 1] if job is not None and 0 < ev.attempt <= len(job.attempts) else None
-        parts = {n for n, _ in a.parts} if a is not None and a.parts else set()
-        if job is not None and sender not in parts and (not job.node or sender not in {n for n, _ in job.on_nodes}):
-            log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
-                        eid, job.display_id, sender, ",".join(n for n, _ in job.on_nodes))
-            job = None
-        result = None
-        if job is not None and ev.kind == "started":
-            new = tr.started(job, ev.attempt, ev.body)
-            result = (new, ()) if new else None
-        elif job is not None and ev.kind == "finished" and parts:
-            return self._part_finished(job, a, ev, sender, parts, now)
-        elif job is not None and ev.kind == "finished":
-            result = tr.finished(job, ev.attempt, ev.body, now, self.cfg)
-        if result is None:
-            return {}
-        new, charges = result
-        jobs, alerts = self._crash_guard(new, now) if ev.kind == "finished" else ([new], ())
-        return {"jobs": jobs, "charges": charges, "alerts": alerts}
-
-    def _part_finished(self, job: Job, a, ev, sender: str, parts: set, now: float) -> dict:
-        """A gang's part ended. A part that completed waits for the others: the attempt completes
-        when the last one has. Any other end (a failure, a timeout, a preemption) ends the attempt
-        for the whole job at once, and the parts still running are killed (shared fate). Each part's
-        usage is kept on the attempt by node (usage["nodes"]), also when it reports after the end."""
-        usage = ev.body.get("usage") or {}
-        kept = tr.part_usage(job, ev.attempt, sender, usage)
-        if a.end_time or job.current is not a:
-            return {"jobs": [kept], "part_only": True} if kept is not None else {}
-        seen = (kept or job).attempts[ev.attempt - 1].usage.get("nodes") or {}
-        if ev.body.get("outcome") == "completed" and set(seen) != parts:
-            log.info("job %s attempt %d: part on %s completed, %d of %d done", job.display_id, ev.attempt, sender,
-                     len(seen), len(parts))
-            return {"jobs": [kept], "part_only": True} if kept is not None else {}
-        result = tr.finished(kept or job, ev.attempt, ev.body, now, self.cfg)
-        if result is None:
-            return {}
-        new, charges = result
-        for node, u in seen.items():    # the closing part's usage is the attempt's; every part's is by node
-            new = tr.part_usage(new, ev.attempt, node, u) or new
-        jobs, alerts = self._crash_guard(new, now)
-        out = {"jobs": jobs, "charges": charges, "alerts": alerts}
-        if job.state == states.RUNNING and not job.cancel_requested and ev.body.get("outcome") != "completed":
-            # A gang being preempted or cancelled is not stopped: each part had the signal and keeps its grace.
-            log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
-                     ev.attempt, sender, ev.body.get("outcome"))
-            out["controls"] = [(job.id, gang_stop(ev.attempt))]
-        return out
-
-    def _crash_guard(self, new: Job, now: float):
-        """(jobs to write, alerts) for an attempt's end: when the user's failures trip the guard,
-        every pending job of theirs (this one too, if it was requeued) is held, in the same
-        transaction as the event, with a crash_cascade alert."""
+    def _crash_guard(self, change: Change, now: float) -> Change:
+        """An attempt's end counted by the crash guard: when the user's failures trip it, every
+        pending job of theirs (this one too, if it was requeued) is held, in the same transaction
+        as the event, with a crash_cascade alert."""
+        new = change.ended
+        if new is None:
+            return change
         a = new.attempts[-1]
         count = self.guard.record(new.user, a.outcome, a.end_time or now)
         if not count:
-            return [new], ()
+            return change
         pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
         held = crashguard.hold(pool, new.user, self.guard.detail(count))
         log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
                     new.user, count, self.guard.window, len(held))
         jobs = held if any(h.id == new.id for h in held) else [new, *held]
-        return jobs, (crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now),)
-
-    def _agent_alert(self, now: float, eid: str, ev) -> dict:
-        """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
-        a = budget_alerts.from_event(eid, ev.node, ev.body, now)
-        if a is None:
-            raise UsageError("alert: expected {kind, scope, level, message, data}")
-        return {"alerts": [a.fields()]}
+        alert = crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now)
+        return replace(change, jobs=jobs, alerts=[*change.alerts, alert],
+                       ended=next((j for j in jobs if j.id == new.id), new))
 
     def _lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
@@ -186,7 +128,7 @@ class NodeEvents:
             lost.append((new, charges))
         if lost:
             # A lost gang's other parts are killed by the stop written with (after) its record.
-            self.commit(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs], controls=stops)
+            self.commit(Change(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs], controls=stops))
 
     def _lost_part(self, job: Job, up: dict, now: float):
         """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
@@ -243,7 +185,7 @@ class NodeEvents:
                                                  f"{u.job.current.attempt} within {self.cfg.start_timeout:.0f}s")
             # A gang's other parts may have claimed theirs: they are stopped before they start.
             stop = [(u.job.id, gang_stop(u.job.current.attempt))] if u.job.parts else []
-            self.commit(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop)
+            self.commit(Change(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop))
 
     def _unhealthy(self, node: str, now: float, reason: str) -> None:
         """Its runners took no work within start_timeout: no more work there (this tick's plan
@@ -256,7 +198,7 @@ class NodeEvents:
         a = budget_alerts.Alert(f"node:{node}|unhealthy|{now}", "node_unhealthy", f"node:{node}", "error",
                                 f"node {node} is unhealthy: {reason}; it gets no work until a runner proves alive",
                                 now, {"node": node, "reason": reason})
-        self.commit(alerts=[a.fields()])
+        self.commit(Change(alerts=[a.fields()]))
 
     def _check_health(self, now: float) -> None:
         """An unhealthy node is healthy again once a runner of it wrote its state after the mark."""

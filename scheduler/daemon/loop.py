@@ -32,6 +32,7 @@ from . import crashguard, sdnotify
 from .applier import apply_plan
 from .batch import Batch, Tally
 from .bookkeeper import Bookkeeper
+from .change import Change
 from .commit import BIG_COMMIT, Committer, release_memory
 from .events import NodeEvents
 from .handlers import Handlers
@@ -147,7 +148,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             self._unclaimed(now)
             change = self.books.tick(now, self.jobs, self.cfg)
             if change is not None:
-                self.commit(**change.written())
+                self.commit(change)
             # While requests keep streaming in, answer them first and plan at most once a tick;
             # a lone submit on an idle queue is planned at once.
             # An attempt's end freed room: plan again at once, unless planning would take more than
@@ -346,15 +347,16 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         for j in done.stopping:
             log.info("job %s preempted: %s", j.display_id, j.detail)
         pended = list(done.pended)
-        changed = list(done.changed)
-        if changed or len(pended) <= REASON_CHUNK:
-            self.commit(jobs=changed + (pended if len(pended) <= REASON_CHUNK else []), dispatch=done.started,
-                        controls=done.controls)
+        change = done.change
+        if change.jobs or len(pended) <= REASON_CHUNK:
+            if len(pended) <= REASON_CHUNK:
+                change.jobs += pended
+            self.commit(change)
         if len(pended) > REASON_CHUNK:
             # New reasons alone need no atomicity with anything: written in fenced chunks, so that the
             # first pass over a 100,000-task array never builds one 100 MB transaction.
             for i in range(0, len(pended), REASON_CHUNK):
-                self.commit(jobs=pended[i:i + REASON_CHUNK])
+                self.commit(Change(jobs=pended[i:i + REASON_CHUNK]))
             if len(pended) >= BIG_COMMIT:
                 release_memory()
         for j in done.started:

@@ -178,7 +178,7 @@ class Inboxes:
         """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
         `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
         reply = {"ok": False, "code": code, "error": error, "rid": rid}
-        self.commit(reply=(rid, reply, remember), ack=(stream, eid),
+        self.commit(Change(), reply=(rid, reply, remember), ack=(stream, eid),
                     dead=(stream, eid, fields, error) if dead else None)
         if dead:
             log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
@@ -186,7 +186,7 @@ class Inboxes:
     def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
         """Move an event no handler could take to the dead letters, acknowledged; logged once."""
         log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
-        self.commit(ack=(stream, eid), dead=(stream, eid, fields, reason))
+        self.commit(Change(), ack=(stream, eid), dead=(stream, eid, fields, reason))
 
     def _all_senders(self, requests, now: float) -> list:
         """The batch's senders at once; if one entry breaks that, each is identified on its own
@@ -232,14 +232,15 @@ class Inboxes:
         if isinstance(user, RefusedError):
             e = user
             log.warning("inbox %s entry %s: %s", stream, eid, e)
-            self.commit(reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False), ack=(stream, eid))
+            self.commit(Change(), reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False),
+                        ack=(stream, eid))
             return
         if prior is None and rid in self.answered:
             prior = self.answered[rid]
         elif prior is not None:
             prior = json.loads(prior)
         if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
-            self.commit(reply=(rid, prior), ack=(stream, eid))
+            self.commit(Change(), reply=(rid, prior), ack=(stream, eid))
             return
         try:
             req = decode.request(fields, eid, self.cfg.max_request_bytes)
@@ -267,9 +268,7 @@ class Inboxes:
             self.batch.expires = min(self.batch.expires, req.expires)
         # A script or exported environment (private.py) is handed over, never kept in a `done` key.
         reply = (rid, change.reply, req.op != private.OP)
-        self.commit(jobs=change.jobs, controls=change.controls, nodes=change.nodes, reply=reply,
-                    ack=(stream, eid), alerts=change.alerts, books=change.books,
-                    partial=(rid, None) if streamed else None)
+        self.commit(change, reply=reply, ack=(stream, eid), partial=(rid, None) if streamed else None)
         self.answered[rid] = change.reply
         if self.metrics:
             self.metrics.requests.inc()
@@ -290,7 +289,7 @@ class Inboxes:
         done.extend(prior)
         for part in change.chunks:
             done.extend(part.reply["runs"])
-            self.commit(jobs=part.jobs, controls=part.controls, partial=(rid, list(done.runs)))
+            self.commit(part, partial=(rid, list(done.runs)))
         if done.count > CHUNK:
             release_memory()
         self.batch = Batch(usage=self.usage)

@@ -1,0 +1,88 @@
+"""What a node's event about an attempt changes — pure: (the job table, the event, the node that
+sent it, now) -> Change. `started` stamps the attempt; `finished` ends it with its charges; a
+gang's part that completed waits for the others, any other end of a part ends the whole attempt
+and stops the parts still running (shared fate); an agent's own alert is recorded. The daemon
+(events.py) reads the streams, names the sender, runs the crash guard on what ended and commits."""
+import logging
+from collections.abc import Mapping
+
+from ..errors import UsageError
+from ..jobs import states, transitions as tr
+from ..jobs.model import Attempt, Job
+from ..money import alerts as budget_alerts
+from ..settings.config import Config
+from .change import Change
+
+log = logging.getLogger("labq.scheduler")
+
+
+def gang_stop(attempt: int) -> str:
+    """The control that kills the remaining parts of gang attempt `attempt` at once (worker/runner.py);
+    naming the attempt, it never stops a later one."""
+    return f"stop:{attempt}"
+
+
+def decide(jobs: Mapping[int, Job], eid: str, ev, sender: str, now: float, cfg: Config) -> Change:
+    """What a started/finished event (decode.Event) from node `sender` writes. Only the node the
+    attempt was placed on speaks for it; `ended` is set when the event ends the attempt."""
+    job = jobs.get(ev.job)
+    # A gang's attempt: each of its parts' nodes speaks for its own part, also once it has ended.
+    a = job.attempts[ev.attempt - 1] if job is not None and 0 < ev.attempt <= len(job.attempts) else None
+    parts = {n for n, _ in a.parts} if a is not None and a.parts else set()
+    if job is None:
+        return Change()
+    if sender not in parts and (not job.node or sender not in {n for n, _ in job.on_nodes}):
+        log.warning("event %s about job %s from node %r dropped: the attempt runs on %r",
+                    eid, job.display_id, sender, ",".join(n for n, _ in job.on_nodes))
+        return Change()
+    if ev.kind == "started":
+        new = tr.started(job, ev.attempt, ev.body)
+        return Change(jobs=[new]) if new else Change()
+    if ev.kind != "finished":
+        return Change()
+    if a is not None and parts:
+        return _part_finished(job, a, ev, sender, parts, now, cfg)
+    result = tr.finished(job, ev.attempt, ev.body, now, cfg)
+    if result is None:
+        return Change()
+    new, charges = result
+    return Change(jobs=[new], charges=list(charges), ended=new)
+
+
+def _part_finished(job: Job, a: Attempt, ev, sender: str, parts: set, now: float, cfg: Config) -> Change:
+    """A gang's part ended. A part that completed waits for the others: the attempt completes
+    when the last one has. Any other end (a failure, a timeout, a preemption) ends the attempt
+    for the whole job at once, and the parts still running are killed (shared fate). Each part's
+    usage is kept on the attempt by node (usage["nodes"]), also when it reports after the end."""
+    usage = ev.body.get("usage") or {}
+    kept = tr.part_usage(job, ev.attempt, sender, usage)
+    # A part that ends after its attempt (or before the others) writes its usage; the attempt
+    # does not end with it (no `ended`).
+    if a.end_time or job.current is not a:
+        return Change(jobs=[kept] if kept is not None else [])
+    seen = (kept or job).attempts[ev.attempt - 1].usage.get("nodes") or {}
+    if ev.body.get("outcome") == "completed" and set(seen) != parts:
+        log.info("job %s attempt %d: part on %s completed, %d of %d done", job.display_id, ev.attempt, sender,
+                 len(seen), len(parts))
+        return Change(jobs=[kept] if kept is not None else [])
+    result = tr.finished(kept or job, ev.attempt, ev.body, now, cfg)
+    if result is None:
+        return Change()
+    new, charges = result
+    for node, u in seen.items():    # the closing part's usage is the attempt's; every part's is by node
+        new = tr.part_usage(new, ev.attempt, node, u) or new
+    out = Change(jobs=[new], charges=list(charges), ended=new)
+    if job.state == states.RUNNING and not job.cancel_requested and ev.body.get("outcome") != "completed":
+        # A gang being preempted or cancelled is not stopped: each part had the signal and keeps its grace.
+        log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
+                 ev.attempt, sender, ev.body.get("outcome"))
+        out.controls = [(job.id, gang_stop(ev.attempt))]
+    return out
+
+
+def agent_alert(eid: str, ev, now: float) -> Change:
+    """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
+    a = budget_alerts.from_event(eid, ev.node, ev.body, now)
+    if a is None:
+        raise UsageError("alert: expected {kind, scope, level, message, data}")
+    return Change(alerts=[a.fields()])

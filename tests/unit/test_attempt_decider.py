@@ -1,0 +1,52 @@
+"""The node-event decider (scheduler/daemon/attempt.py) on its own: a job table and an event in, one
+Change out, no Redis and no daemon (the daemon's side is tests/contract/test_daemon.py and
+test_gang_daemon.py)."""
+from labq.scheduler.daemon import attempt
+from labq.scheduler.daemon.decode import Event
+from labq.scheduler.jobs import states
+from tests.harness import ClusterBuilder, cfg
+
+NOW = 1_000_000.0
+
+
+def _table(b: ClusterBuilder) -> dict:
+    return {j.id: j for j in b.build().jobs}
+
+
+def test_a_finished_event_from_its_node_ends_the_attempt_with_its_charges():
+    jobs = _table(ClusterBuilder(NOW).node("n1", gpus=1).running("n1", gpus=1, rates=(("default", 1),)))
+    ev = Event("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": NOW - 1})
+    change = attempt.decide(jobs, "1-0", ev, "n1", NOW, cfg())
+    assert [j.state for j in change.jobs] == [states.COMPLETED]
+    assert change.ended is change.jobs[0] and change.controls == [] and change.alerts == []
+
+
+def test_an_event_from_another_node_changes_nothing():
+    jobs = _table(ClusterBuilder(NOW).node("n1", gpus=1).node("n2").running("n1", gpus=1))
+    ev = Event("finished", 1, 1, "n2", {"outcome": "completed", "exit_code": 0})
+    change = attempt.decide(jobs, "1-0", ev, "n2", NOW, cfg())
+    assert change.jobs == [] and change.ended is None
+
+
+def test_a_gang_part_that_completes_first_waits_for_the_others():
+    jobs = _table(ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1))
+    ev = Event("finished", 1, 1, "b", {"outcome": "completed", "exit_code": 0, "usage": {"cpu_s": 3}})
+    change = attempt.decide(jobs, "1-0", ev, "b", NOW, cfg())
+    assert [j.state for j in change.jobs] == [states.RUNNING] and change.ended is None
+    assert change.jobs[0].current.usage["nodes"] == {"b": {"cpu_s": 3}}
+
+
+def test_a_gang_part_that_fails_ends_the_attempt_and_stops_the_other_parts():
+    jobs = _table(ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1))
+    ev = Event("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3})
+    change = attempt.decide(jobs, "1-0", ev, "b", NOW, cfg())
+    assert change.ended is not None and change.ended.state == states.FAILED
+    assert change.controls == [(1, attempt.gang_stop(1))]
+
+
+def test_a_redelivered_finished_event_changes_nothing():
+    jobs = _table(ClusterBuilder(NOW).node("n1").running("n1"))
+    ev = Event("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 1})
+    ended = attempt.decide(jobs, "1-0", ev, "n1", NOW, cfg()).ended
+    again = attempt.decide({1: ended}, "1-0", ev, "n1", NOW, cfg())
+    assert again.jobs == [] and again.ended is None
