@@ -54,10 +54,20 @@ def end_pending(job: Job, state: str, detail: str, now: float) -> Job:
 
 def started(job: Job, attempt: int, body: dict) -> Job | None:
     cur = job.current
-    if job.state not in states.ON_NODE or cur is None or cur.attempt != attempt or cur.start_time:
+    if job.state not in states.ON_NODE or cur is None or cur.attempt != attempt:
         return None
-    a = replace(cur, start_time=float(body.get("start_time", 0)) or cur.dispatch_time)
+    began = float(body.get("start_time", 0)) or cur.dispatch_time
+    if cur.start_time and not _earlier_part(cur, began):
+        return None
+    a = replace(cur, start_time=began)
     return replace(job, attempts=job.attempts[:-1] + (a,))
+
+
+def _earlier_part(cur, began: float) -> bool:
+    """A gang's part that began before the attempt's recorded start: its parts' `started` are read
+    stream by stream, not in time order (the chaos soak billed a part's first 3.5 s to nobody), and
+    the attempt is billed from its first part's process start."""
+    return bool(cur.parts) and began < (cur.start_time or float("inf"))
 
 
 def checkpointed(job: Job, at: float) -> Job | None:
@@ -79,7 +89,7 @@ def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
     end = min(float(body.get("end_time") or now), now)
     ckpt = body.get("last_checkpoint")
     began = body.get("start_time")
-    if began and not cur.start_time:
+    if began and (not cur.start_time or _earlier_part(cur, float(began))):
         # `started` never arrived (Redis was away as it began): the runner's end says when it did.
         cur = replace(cur, start_time=float(began))
     return _close(job, cur, outcome, end, body.get("exit_code"), body.get("usage") or {},
