@@ -295,6 +295,8 @@ class Agent:
                     continue
                 s.proc.kill()
                 s.proc.wait()
+                # its job died with it now; its attempt is ended once Redis is back, as of now
+                results.mark_death(self.settings.spool, s.index, s.proc.pid, time.time())
             s.proc, s.failures, s.restart_at = None, 0, now
 
     # -- runners -------------------------------------------------------------------------------
@@ -311,6 +313,7 @@ class Agent:
                     deadslot.end(self.store, self.settings, s.index, raw, exited=self.exited)
             except faults.ERRORS as e:
                 log.warning("node %s: cannot end slot %d's attempt yet: %s", self.name, s.index, e)
+                results.mark_death(self.settings.spool, s.index, s.proc.pid, now)
             s.proc, s.restart_at = None, now + delay
         if s.proc is None and not self.fenced and now >= s.restart_at:
             self._spawn(s, now)

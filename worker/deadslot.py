@@ -3,7 +3,7 @@ once, by the agent the moment it sees the runner gone (SIGCHLD wakes it) or else
 next runner, rather than left for the scheduler to find silent a lease and a fence margin later: a
 gang's other parts are stopped as soon as this part's end is posted. The kept result (results.py)
 is posted when the runner died holding one; otherwise the attempt is a node failure, its end the
-time of its runner's last sign of life at the latest: now."""
+runner's death as the agent saw it (results.mark_death, when Redis was away then), else now."""
 import contextlib
 import logging
 import os
@@ -50,10 +50,14 @@ def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0,
                     slot, *got, pid, body.get("outcome"))
     else:
         log.error("slot %d: job %d attempt %d: its runner (pid %s) died; ending it as a node failure", slot, *got, pid)
+        # when it died, if the agent saw it (a post in a Redis outage waits for Redis, the end does not)
+        died = results.death(s.spool, slot, int(pid))
         body = {"outcome": "node_failure", "exit_code": None, "signal": None, "start_time": None,
-                "end_time": time.time(), "usage": {}, "message": ending.end_message("runner_killed", f"pid {pid}")}
+                "end_time": min(died or time.time(), time.time()), "usage": {},
+                "message": ending.end_message("runner_killed", f"pid {pid}")}
     store.post("finished", got[0], got[1], s.node, body, SlotRef(s.node, slot, raw, int(pid)))
     results.drop(s.spool, slot)
+    results.drop_death(s.spool, slot)
     return True
 
 

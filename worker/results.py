@@ -44,6 +44,29 @@ def drop(spool: str, slot: int) -> None:
         os.unlink(path(spool, slot))
 
 
+def mark_death(spool: str, slot: int, pid: int, at: float) -> None:
+    """The runner `pid` of `slot` died (or was killed) at `at`, and its attempt could not be ended
+    then (Redis away): whoever ends it later ends it then, not at the late post (deadslot.end)."""
+    os.makedirs(os.path.join(spool, DIR), mode=0o700, exist_ok=True)
+    final = os.path.join(spool, DIR, f"slot-{slot}.died")
+    tmp = f"{final}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"pid": pid, "at": at}, f)
+    os.replace(tmp, final)
+
+
+def death(spool: str, slot: int, pid: int) -> float | None:
+    """When runner `pid` of `slot` died, if marked (mark_death)."""
+    got = _read(os.path.join(spool, DIR, f"slot-{slot}.died"))
+    ok = got is not None and got.get("pid") == pid and isinstance(got.get("at"), (int, float))
+    return float(got["at"]) if ok and got is not None else None
+
+
+def drop_death(spool: str, slot: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(spool, DIR, f"slot-{slot}.died"))
+
+
 def holders(spool: str) -> set[int]:
     """The pids of the runners holding a result not yet posted."""
     try:
