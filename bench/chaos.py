@@ -12,7 +12,8 @@ Redis outages, each on the soak's own stack (cli/embedded.Stack), none on anythi
                   runners must fence their jobs, nothing may start there until it is back)
   runner_kill     kill -9 of a slot runner, on any node (one running a job when there is one; half the
                   time one running a gang's part when there is one: every other part must end at once)
-  gang_runner_kill  kill -9 of the runner of a gang's part (waits up to a minute for one to run)
+  gang_runner_kill  kill -9 of the runner of a gang's part (planned: waits up to a minute for one to
+                  run; drawn: up to 5 s, the soak submits nothing meanwhile)
   runner_stop     SIGSTOP of a slot runner, SIGCONT after a pause (some longer than the node lease: the
                   agent kills a runner silent that long)
   redis_kill      kill -9 of the soak's private redis-server, restarted from its AOF after a pause
@@ -60,20 +61,21 @@ class Chaos:
         # resumed one stepped down (alive, not the leader) and whether it led again while resumed
         self.failovers: list[dict] = []
         self.gang_runner_kills = 0
+        self.planned = False
         self.pauses: list[tuple[str, float]] = []
         self.restarted: list[tuple[str, str, int]] = []   # (daemon, after which fault, its exit status)
 
-    def plan(self, start: float, seconds: float, fixed=FIXED) -> list[tuple[float, str]]:
-        """(monotonic time, kind): the `fixed` faults at their share of the run (a scheduler kill at
+    def plan(self, start: float, seconds: float, fixed=FIXED) -> list[tuple[float, str, bool]]:
+        """(monotonic time, kind, planned): the `fixed` faults at their share of the run (a scheduler kill at
         30% and an agent kill at 60% as before issue 35), and, in runs of 3 minutes and more, one
         fault every 10-40 s: each kind once in a shuffled first round, then drawn by WEIGHTS."""
-        plan = [(start + share * seconds, kind) for share, kind in fixed]
+        plan = [(start + share * seconds, kind, True) for share, kind in fixed]
         first = list(KINDS)
         self.rnd.shuffle(first)
         t = start
         while seconds >= 180 and t + 60 < start + seconds:
             t += self.rnd.uniform(10, 40)
-            plan.append((t, first.pop() if first else self.rnd.choices(KINDS, WEIGHTS)[0]))
+            plan.append((t, first.pop() if first else self.rnd.choices(KINDS, WEIGHTS)[0], False))
         return sorted(plan)
 
     def pause(self) -> float:
@@ -81,7 +83,9 @@ class Chaos:
             return self.rnd.uniform(self.lease + 1, 3 * self.lease)
         return self.rnd.uniform(0.3, 0.8 * self.lease)
 
-    def inject(self, kind: str) -> None:
+    def inject(self, kind: str, planned: bool = False) -> None:
+        """`planned`: one of the run's fixed faults (it may wait longer for something to hit)."""
+        self.planned = planned
         start = time.time()
         window = [start, float("inf")]      # the guarantee watch leaves it out from the start
         self.windows.append(window)
@@ -274,7 +278,7 @@ class Chaos:
             except psutil.Error:
                 return []
         try:
-            pool = wait_for(running_gang, 60, 0.1, what="a gang's part to run")
+            pool = wait_for(running_gang, 60 if self.planned else 5, 0.1, what="a gang's part to run")
         except AssertionError:      # no gang ran within a minute: reported as skipped
             return None
         r = self.rnd.choice(pool)

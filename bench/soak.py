@@ -28,7 +28,8 @@ says, from those stamps, the job records and `labq ledger verify`:
               after an attempt stamped its end, and jobs whose work ended but that did not end
               COMPLETED: all must be none
   billed      processes whose stamped life lies outside every attempt's billed start..end (on the
-              node they stamped) by more than 1 s: none
+              node they stamped) by more than 1 s, and attempts billed from more than 1 s before
+              their first stamp or to more than a stamp period + 1 s after their last: none
   gangs       (-N 2, across the three agents) attempts where a part died and another part stamped
               more than 1.25 s after it (1 s, plus its stamp period): none; how many gang attempts
               ran and lost a part, and the longest spread
@@ -189,11 +190,11 @@ class Soak:
         plan = self.chaos.plan(start, self.seconds, self.fixed)
         while time.monotonic() < end:
             while plan and time.monotonic() >= plan[0][0]:
-                self.chaos.inject(plan.pop(0)[1])
+                self.chaos.inject(*plan.pop(0)[1:])
             self._submit()
             time.sleep(self.rnd.uniform(0.5, 2.0))
-        for _, which in plan:            # made late by a slow submit: still done, before the drain
-            self.chaos.inject(which)
+        for _, which, planned in plan:   # made late by a slow submit: still done, before the drain
+            self.chaos.inject(which, planned)
         drained = self._drain(max(300.0, self.seconds / 3))
         self.done.set()
         watcher.join(5)
@@ -389,7 +390,8 @@ def failures(out: dict) -> list[str]:
     """What the report says is broken (empty: the soak kept every promise it checks)."""
     bad = [k for k in ("lost", "double_runs", "preempted_unasked", "above_commitment", "overlaps",
                        "started_after_agent_died", "started_while_agent_frozen", "rerun_after_end", "finished_not_completed",
-                       "gang_parts_outlived", "ran_unbilled", "schedulers_not_stepped_down") if out.get(k)]
+                       "gang_parts_outlived", "ran_unbilled", "billed_past_run", "schedulers_not_stepped_down")
+           if out.get(k)]
     bad += [k for k in ("drained", "charges_equal_attempts", "within_limits") if not out[k]]
     if out["max_preemptions_per_job"] > out["max_preemptions"]:
         bad.append("max_preemptions_per_job")

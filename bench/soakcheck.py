@@ -124,8 +124,12 @@ def gang_checks(lives: dict, places: dict, jobs: dict) -> dict:
 
 def billed_checks(lives: dict, places: dict, jobs: dict) -> dict:
     """`ran_unbilled`: processes (a gang's parts among them) whose stamped life is not inside any
-    attempt of the job, on the node it stamped, from that attempt's billed start to its end."""
-    unbilled = []
+    attempt of the job, on the node it stamped, from that attempt's billed start to its end.
+    `billed_past_run`: attempts billed from more than BILLED_SLACK before their first process's
+    first stamp, or to more than a stamp period + BILLED_SLACK after their last stamp, and
+    attempts billed over BILLED_SLACK with no stamp at all (DESIGN §10: every charge is the
+    stamped run time x rate within 1 s)."""
+    unbilled, past = [], []
     for i, spans in lives.items():
         j = jobs.get(i)
         if j is None:
@@ -138,4 +142,18 @@ def billed_checks(lives: dict, places: dict, jobs: dict) -> dict:
                          for t in j.attempts)
             if not inside:
                 unbilled.append([i, key[0], node])
-    return {"ran_unbilled": unbilled}
+        period = GANG_PERIOD if j.nodes > 1 else 1.0
+        for t in j.attempts:
+            if t.start_time is None or t.end_time is None:
+                continue
+            ran = [(lo, hi) for lo, hi, _ in spans.values()
+                   if t.start_time - BILLED_SLACK <= lo and hi <= t.end_time + BILLED_SLACK]
+            if not ran:
+                if t.end_time - t.start_time > BILLED_SLACK:
+                    past.append([i, t.attempt, "no stamp", round(t.end_time - t.start_time, 2)])
+                continue
+            early = min(lo for lo, _ in ran) - t.start_time
+            late = t.end_time - max(hi for _, hi in ran) - period
+            if early > BILLED_SLACK or late > BILLED_SLACK:
+                past.append([i, t.attempt, round(early, 2), round(late, 2)])
+    return {"ran_unbilled": unbilled, "billed_past_run": past}

@@ -83,7 +83,7 @@ def test_a_gangs_parts_are_one_attempt_and_must_die_together(tmp_path):
     assert SOAK.stamp_checks(lives, jobs, [], [], places)["overlaps"] == []
     got = SOAK.gang_checks(lives, places, jobs)
     assert got["gang_parts_outlived"] == [[2, 0, 3.0]] and got["gangs_run"] == 3 and got["gang_attempts_broken"] == 2
-    assert SOAK.billed_checks(lives, places, jobs) == {"ran_unbilled": [[2, 0, "g2"]]}
+    assert SOAK.billed_checks(lives, places, jobs) == {"ran_unbilled": [[2, 0, "g2"]], "billed_past_run": []}
     assert "gang_parts_outlived" in SOAK.failures({**BASE, **got})
 
 
@@ -92,3 +92,15 @@ def test_an_agents_death_concerns_its_own_node_only(tmp_path):
     lives, places, jobs = {1: SOAK._lives(p)}, {1: SOAK.where(p)}, {1: job(1)}
     assert SOAK.stamp_checks(lives, jobs, [("g3", 200.0, 205.0)], [], places)["started_after_agent_died"] == []
     assert SOAK.stamp_checks(lives, jobs, [("g2", 200.0, 205.0)], [], places)["started_after_agent_died"] == [1]
+
+
+def test_an_attempt_billed_past_its_processes_last_stamp_is_named(tmp_path):
+    from labq.scheduler.model import Attempt
+    p = write(tmp_path, "1", ["start 0 100.0 11", "alive 0 101.0 11", "alive 0 102.0 11"])
+    # billed to 108: the process's last stamp was 102 (dead by 103 at the latest)
+    j = Job(id=1, user="u", account="a", state=states.COMPLETED,
+            attempts=(Attempt(attempt=1, node="n", gpus=(), start_time=99.95, end_time=108.0),
+                      Attempt(attempt=2, node="n", gpus=(), start_time=200.0, end_time=230.0)))
+    got = SOAK.billed_checks({1: SOAK._lives(p)}, {1: SOAK.where(p)}, {1: j})
+    assert got == {"ran_unbilled": [], "billed_past_run": [[1, 1, 0.05, 5.0], [1, 2, "no stamp", 30.0]]}
+    assert "billed_past_run" in SOAK.failures({**BASE, **got})
