@@ -63,11 +63,11 @@ def started(job: Job, attempt: int, body: dict) -> Job | None:
     return replace(job, attempts=job.attempts[:-1] + (a,))
 
 
-def _earlier_part(cur, began: float) -> bool:
+def _earlier_part(cur, began: float | None) -> bool:
     """A gang's part that began before the attempt's recorded start: its parts' `started` are read
     stream by stream, not in time order (the chaos soak billed a part's first 3.5 s to nobody), and
     the attempt is billed from its first part's process start."""
-    return bool(cur.parts) and began < (cur.start_time or float("inf"))
+    return bool(cur.parts) and began is not None and began < (cur.start_time or float("inf"))
 
 
 def checkpointed(job: Job, at: float) -> Job | None:

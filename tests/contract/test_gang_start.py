@@ -4,9 +4,10 @@ leader that dispatched it was killed, its successor read that part's `started` a
 nothing, and the attempt's start became the later part's. On fakeredis and a real redis-server."""
 import pytest
 
-from labq.scheduler import config, states
-from labq.scheduler.daemon import Scheduler
-from labq.scheduler.model import Gpu
+from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Gpu
+from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import FROZEN, K, job, submit, woke
 

@@ -95,7 +95,7 @@ def test_an_agents_death_concerns_its_own_node_only(tmp_path):
 
 
 def test_an_attempt_billed_past_its_processes_last_stamp_is_named(tmp_path):
-    from labq.scheduler.model import Attempt
+    from labq.scheduler.jobs.model import Attempt
     p = write(tmp_path, "1", ["start 0 100.0 11", "alive 0 101.0 11", "alive 0 102.0 11"])
     # billed to 108: the process's last stamp was 102 (dead by 103 at the latest)
     j = Job(id=1, user="u", account="a", state=states.COMPLETED,
