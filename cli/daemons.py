@@ -47,14 +47,21 @@ def scheduler(ctx, verbose):
     from labq.scheduler.store import schema
     from labq.scheduler.store.keys import Keys
     schema.check(r, Keys(cfg.prefix))
-    sched = _with_history(Scheduler(r, cfg=cfg, durable=durability(cfg, r, url)), r, cfg)
-    if cfg.metrics:
-        from labq.scheduler.daemon.metrics import Metrics
-        try:
-            sched.metrics = Metrics(cfg.metrics)
-        except OSError as e:
-            raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
+    archiver, history = _history(r, cfg)
+    sched = Scheduler(r, cfg=cfg, durable=durability(cfg, r, url), metrics=_metrics(cfg), archiver=archiver,
+                      history=history)
     sched.run(stop=_stop_flag())
+
+
+def _metrics(cfg):
+    """The Prometheus endpoint (scheduler.metrics), listening from now on; None when not set."""
+    if not cfg.metrics:
+        return None
+    from labq.scheduler.daemon.metrics import Metrics
+    try:
+        return Metrics(cfg.metrics)
+    except OSError as e:
+        raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
 
 
 def durability(cfg, r, url):
@@ -72,23 +79,22 @@ def durability(cfg, r, url):
 ARCHIVE_PASS_S = 0.1
 
 
-def _with_history(sched, r, cfg):
-    """The scheduler archives ended jobs and old ledger entries (history.keep) into its archive."""
+def _history(r, cfg):
+    """(Archiver, History): the scheduler archives ended jobs and old ledger entries (history.keep)
+    into its archive, and reads what it moved there."""
     from labq.scheduler.store.archive import Archiver, committed_fn
     from labq.scheduler.store.history import History, default_path
     from labq.scheduler.store.keys import Keys
     from labq.scheduler.store.state import SchedulerStore
     path = default_path(cfg.history["url"])
     cluster = SchedulerStore(r, Keys(cfg.prefix), "history").cluster_id()
-    sched.archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"],
-                              committed=committed_fn(r, Keys(cfg.prefix), cfg), pass_s=ARCHIVE_PASS_S,
-                              cluster=cluster)
+    archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"],
+                        committed=committed_fn(r, Keys(cfg.prefix), cfg), pass_s=ARCHIVE_PASS_S, cluster=cluster)
     if "://" not in path and os.path.exists(path):
         # Another cluster's archive is refused now, before leading; this one's is published in Redis
         # (an archive from before the key existed included): clients find it there, never guess.
-        sched.archiver.publish()
-    sched.history = History(path)
-    return sched
+        archiver.publish()
+    return archiver, History(path)
 
 
 @click.command()

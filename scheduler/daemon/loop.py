@@ -68,7 +68,8 @@ def learned_from(ended, cfg: Config) -> Estimator:
 
 
 class Scheduler(Committer, NodeEvents, Inboxes):
-    def __init__(self, r, cfg: Config = None, me: str | None = None, clock=time.time, durable=None):
+    def __init__(self, r, cfg: Config = None, me: str | None = None, clock=time.time, durable=None, metrics=None,
+                 archiver=None, history=None):
         self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = SchedulerStore(r, self.k, self.me)
@@ -102,11 +103,11 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.hooks = Hooks(cfg.alerts)     # delivers each alert once its transaction is written
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
-        self.metrics = None                # metrics.Metrics when scheduler.metrics is set
+        self.metrics = metrics             # metrics.Metrics when scheduler.metrics is set
         self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
         self._refused = ""                 # the last durability refusal logged (each is logged once)
-        self.archiver = None               # store/archive.Archiver: ended jobs and old ledger entries out of Redis
-        self.history = None                # store/archive.History: what the archiver moved, for reads
+        self.archiver = archiver           # store/archive.Archiver: ended jobs and old ledger entries out of Redis
+        self.history = history             # store/archive.History: what the archiver moved, for reads
         self.acct_backlog: list[int] = []  # ended jobs without a Redis acct row (an older labq's), back-filled
         # Run times learned from ended jobs (estimate.py): stamped on each submit, fed at each attempt end.
         self.estimator = Estimator.from_config(cfg)
