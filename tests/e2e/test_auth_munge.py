@@ -75,7 +75,7 @@ def as_user(pw, argv, **kw):
 # credential (or none, or a credential made for another body, or one given whole).
 FORGE = r"""
 import json, sys, redis
-from labq.scheduler import auth
+from labq.scheduler.security import auth
 from labq.scheduler.store import inbox
 from labq.scheduler.store.keys import Keys
 a = json.loads(sys.argv[1])
@@ -214,7 +214,7 @@ def test_a_redelivery_after_a_crash_is_not_a_replay(shared_redis, munged):
     push(r, "root", fields)
     r.lpush(K.wake, "user:root")
 
-    def crash(**kw):
+    def crash(*change, **kw):
         raise SystemExit("killed mid-request")
     s1.commit = crash
     with pytest.raises(SystemExit):
@@ -277,7 +277,7 @@ def test_two_users_submit_through_the_real_cli_and_daemon(shared_redis, munged, 
             assert p.returncode == 0, p.stderr
         # The attacker's own client, pointed at the victim's inbox: still the attacker.
         p = as_user(mallory, [sys.executable, "-c",
-                              "import sys; from labq.scheduler import config; from labq.scheduler.client import Client;"
+                              "import sys; from labq.scheduler.settings import config; from labq.scheduler.client import Client;"
                               f"c = Client(config.load({path!r}), user={victim.pw_name!r});"
                               "print(c.submit({'argv': ['true'], 'workdir': '/tmp', 'time_limit': 600})['job_id'])"])
         assert p.returncode == 0, p.stderr

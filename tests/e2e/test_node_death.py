@@ -30,7 +30,7 @@ def start_agent_process(redis_server, tmp_path, slots=2, lease="30s"):
                    f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = {slots}\nspool = "{tmp_path / "spool"}"\n'
                    f'run_as = "self"\n')
     code = (f"import logging, sys; sys.path.insert(0, {ROOT!r}); logging.basicConfig(level=logging.INFO)\n"
-            f"from labq.scheduler import config; from labq.worker.agent import Agent\n"
+            f"from labq.scheduler.settings import config; from labq.worker.agent import Agent\n"
             f"sys.exit(Agent(config.load({str(cfg)!r}), {redis_server.url!r}, {str(cfg)!r}, stop_timeout=1).run())")
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL, process_group=0)
 

@@ -56,7 +56,7 @@ def start_agent(url, tmp_path, log, lease="2s"):
     cfg.write_text(f'[scheduler]\nnode_lease = "{lease}"\nkill_wait = "1s"\n[worker]\nname = "{NODE}"\n'
                    f'gpus = 0\ncpus = 2\nmem = "1G"\nslots = 1\nspool = "{tmp_path / "spool"}"\nrun_as = "self"\n')
     code = (f"import logging, sys; sys.path.insert(0, {ROOT!r}); logging.basicConfig(level=logging.INFO)\n"
-            f"from labq.scheduler import config; from labq.worker.agent import Agent\n"
+            f"from labq.scheduler.settings import config; from labq.worker.agent import Agent\n"
             f"sys.exit(Agent(config.load({str(cfg)!r}), {url!r}, {str(cfg)!r}, stop_timeout=1).run())")
     return subprocess.Popen([sys.executable, "-c", code], stderr=log, process_group=0)
 
