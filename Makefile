@@ -5,7 +5,7 @@ PY ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install install-system uninstall-system install-slurm-compat install-pbs-compat docs-check redis bench clean
+.PHONY: demo test lint helppages install install-system uninstall-system install-slurm-compat install-pbs-compat docs-check redis bench clean
 
 # editable_mode=compat: the checkout's folder in a .pth, not setuptools' import finder, which costs every
 # labq command (and each the tests start) 11-18 ms of CPU before main(); labq/__init__.py maps
@@ -67,6 +67,11 @@ demo: redis install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# cli/helppages.txt: every command's --help page as click lays it out at 80 columns, read by the first
+# `labq CMD --help` without importing click (cli/helppage.py). Again after any change under cli/.
+helppages: install
+	$(BIN)/python -m labq.cli.group
 
 # compileall first: where PYTHONDONTWRITEBYTECODE is set (as on the shared dev machines) no import writes
 # a .pyc, and every labq process the tests start compiled the checkout's modules again (~20 ms each).

@@ -61,3 +61,8 @@ def main():
             os.write(1, page.encode())
             return
     run_guarded(lambda: cli.main(standalone_mode=True))
+
+
+if __name__ == "__main__":      # make helppages: cli/helppages.txt made again (helppage.py)
+    from . import helppage
+    helppage.write_shipped(cli, COMMANDS)

@@ -1,16 +1,24 @@
-"""`labq CMD --help` from the page click made the first time, kept in the user's cache directory.
+"""`labq CMD --help` without click: from the pages shipped with labq (helppages.txt), else from the
+page click made the first time, kept in the user's cache directory.
 
 A rare command's help imported click and the command's module (sub 50 ms of CPU, acct 75 ms, against
 21 ms for `labq sub` itself; issue 39 item 4). The page depends only on this labq's command modules,
-click and the width it is laid out for: it is kept under a stamp of those (the newest mtime and the
-total size of cli/*.py, click's __init__.py, the width), read back while the stamp holds, and made
-again by click otherwise. Nothing here imports click on a hit.
+click and the width it is laid out for. helppages.txt holds every command's page at click's usual
+width (78: any terminal of 80 columns or more, and output that is not a terminal), under a checksum of
+cli/*.py and click's help formatter: the first `--help` after an install is read from it. At another
+width, or once the sources no longer match the checksum, the page is made by click and kept under a
+stamp (the newest mtime and the total size of cli/*.py, click's __init__.py, the width), read back
+while the stamp holds. Nothing here imports click on a hit. `python -m labq.cli.group` (make
+helppages) writes helppages.txt again; tests/unit/test_cli_help.py fails while it is not current.
 """
 import os
 import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SHIPPED = os.path.join(HERE, "helppages.txt")
+SHIPPED_WIDTH = 78
+_SEP = "\n\f\n"      # between pages: no page of click's holds a form feed
 
 
 def _dir() -> str:
@@ -82,9 +90,57 @@ def made(name: str, cli) -> str | None:
     return page
 
 
+def sources_sum() -> str:
+    """A checksum of what the shipped pages were made from: cli/*.py and click's formatter and core."""
+    from zlib import crc32
+    total, files = 0, sorted(e.path for e in os.scandir(HERE) if e.name.endswith(".py"))
+    click = _click_file()
+    files += [os.path.join(os.path.dirname(click), f) for f in ("core.py", "formatting.py")] if click else []
+    for path in files:
+        with open(path, "rb") as f:
+            total = crc32(f.read(), total)
+    return f"{total:08x}:{len(files)}"
+
+
+def shipped(name: str) -> str | None:
+    """The page of `labq NAME --help` from helppages.txt, where it was made at this width from these
+    sources; else None."""
+    if width() != SHIPPED_WIDTH:
+        return None
+    try:
+        with open(SHIPPED, encoding="utf-8") as f:
+            head, _, body = f.read().partition("\n")
+    except OSError:
+        return None
+    if head != sources_sum():
+        return None
+    for part in body.split(_SEP):
+        n, _, page = part.partition("\n")
+        if n == name:
+            return page
+    return None
+
+
+def write_shipped(cli, names, path: str = SHIPPED) -> str:
+    """helppages.txt (or `path`) made again by click at the shipped width: every command of `names`."""
+    os.environ["COLUMNS"] = str(SHIPPED_WIDTH + 2)
+    import click
+    parent = click.Context(cli, info_name="labq", **cli.context_settings)
+    parts = []
+    for name in sorted(names):
+        cmd = cli.get_command(parent, name)
+        page = cmd.get_help(click.Context(cmd, info_name=name, parent=parent, **cmd.context_settings)) + "\n"
+        parts.append(f"{name}\n{page}")
+    text = sources_sum() + "\n" + _SEP.join(parts)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    return text
+
+
 def show(name: str) -> bool:
     """Print `labq NAME --help`; False where click should take the command line instead."""
-    page = kept(name)
+    page = shipped(name) or kept(name)
     if page is None:
         return False
     os.write(1, page.encode())

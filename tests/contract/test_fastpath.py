@@ -84,3 +84,26 @@ def test_help_and_odd_forms_still_go_to_click():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "--test-only" in p.stdout
 
+
+
+# A help call needs none of it: neither click, nor a command's module, nor the config and the job model.
+HELP_HEAVY = ("click", "redis", "asyncio", "dataclasses", "tomllib", "labq.scheduler.settings.config",
+              "labq.scheduler.jobs.model")
+
+
+@pytest.mark.parametrize("name", ["acct", "budget", "report", "show", "sub", "nodes", "admin", "simulate"])
+def test_a_first_help_call_imports_no_click_nor_a_command(tmp_path, name):
+    """`labq CMD --help` with nothing kept yet (a fresh install, an empty cache): read from the pages
+    shipped with labq (cli/helppages.txt), issue 39 item 4."""
+    code = ("import sys; sys.argv = ['/usr/bin/labq', sys.argv[1], '--help']; from labq.cli.main import main; main(); "
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code, name], env=_env(XDG_CACHE_HOME=str(tmp_path), COLUMNS="80"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith(f"Usage: labq {name} "), p.stderr[-500:]
+    mods = p.stderr.split()
+    heavy = sorted(m for m in mods if m.partition(".")[0] in HELP_HEAVY or m in HELP_HEAVY)
+    assert not heavy, heavy
+    commands = sorted(m for m in mods if m.startswith("labq.cli.") and m not in
+                      ("labq.cli.main", "labq.cli.fast", "labq.cli.spec", "labq.cli.helppage"))
+    assert not commands, commands
+    assert not (tmp_path / "labq").exists(), "nothing to keep: the page came with labq"

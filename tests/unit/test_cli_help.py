@@ -68,7 +68,9 @@ def test_a_commands_kept_help_page_is_clicks(tmp_path, columns):
         for _ in ("made", "kept"):
             fast = subprocess.run([LABQ, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
             assert (fast.returncode, fast.stdout) == (0, slow.stdout)
-        assert (tmp_path / "labq" / "help" / f"{name}.txt").exists()
+        # from 80 columns on (click's width is 78 there) the page shipped with labq (helppages.txt) is
+        # read: nothing made, nothing kept
+        assert (tmp_path / "labq" / "help" / f"{name}.txt").exists() == (columns < 80)
     os.environ["XDG_CACHE_HOME"], was = str(tmp_path), os.environ.get("XDG_CACHE_HOME")
     os.environ["COLUMNS"], was_cols = str(columns), os.environ.get("COLUMNS")
     try:
@@ -103,8 +105,9 @@ def test_a_commands_kept_help_page_is_clicks(tmp_path, columns):
 @pytest.mark.parametrize("name", ["stat", "q"])
 def test_stat_h_stays_noheader_with_a_page_kept(tmp_path, name):
     """`labq stat -h` is squeue's -h (--noheader), a query, not help: neither the group on a miss
-    (which makes the page) nor the fast path (which reads it back) may take it for --help."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path),
+    (which makes the page) nor the fast path (which reads it back) may take it for --help. At 60
+    columns: no shipped page, so the kept one is made and read."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path), "COLUMNS": "60",
            "LABQ_REDIS_URL": "unix:///nonexistent/labq.sock", "LABQ_NO_SYSTEM_CONFIG": "1"}
     env.pop("LABQ_CONFIG", None)
     helped = subprocess.run([LABQ, name, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
@@ -136,3 +139,34 @@ def test_a_page_that_cannot_be_kept_leaves_no_temporary_file(tmp_path, monkeypat
     (tmp_path / "labq" / "help" / "acct.txt").mkdir(parents=True)
     assert helppage.made("acct", cli).startswith("Usage: labq acct")
     assert sorted(p.name for p in (tmp_path / "labq" / "help").iterdir()) == ["acct.txt"]
+
+
+def test_the_shipped_pages_are_current(tmp_path):
+    """helppages.txt is what click makes now from these sources: else `labq CMD --help` quietly pays
+    click on its first call again (the checksum no longer holds). `make helppages` writes it."""
+    from labq.cli import helppage
+    code = ("import sys; from labq.cli import helppage; from labq.cli.commands import COMMANDS; "
+            "from labq.cli.group import cli; helppage.write_shipped(cli, COMMANDS, sys.argv[1])")
+    made = subprocess.run([sys.executable, "-c", code, str(tmp_path / "pages.txt")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert made.returncode == 0, made.stderr
+    with open(helppage.SHIPPED, encoding="utf-8") as f:
+        assert f.read() == (tmp_path / "pages.txt").read_text(), "cli/helppages.txt is stale: run `make helppages`"
+
+
+def test_shipped_pages_hold_only_for_their_sources_and_width(tmp_path, monkeypatch):
+    from labq.cli import helppage
+    monkeypatch.setenv("COLUMNS", "80")
+    assert helppage.shipped("acct").startswith("Usage: labq acct [OPTIONS]")
+    assert helppage.shipped("nope") is None
+    monkeypatch.setenv("COLUMNS", "200")
+    assert helppage.shipped("acct").startswith("Usage: labq acct [OPTIONS]")     # click's width: 78 still
+    monkeypatch.setenv("COLUMNS", "79")
+    assert helppage.shipped("acct") is None              # laid out for 78 columns only
+    monkeypatch.setenv("COLUMNS", "80")
+    stale = tmp_path / "pages.txt"
+    stale.write_text("00000000:1\n" + open(helppage.SHIPPED, encoding="utf-8").read().partition("\n")[2])
+    monkeypatch.setattr(helppage, "SHIPPED", str(stale))
+    assert helppage.shipped("acct") is None              # other sources: click decides, and its page is kept
+    monkeypatch.setattr(helppage, "SHIPPED", str(tmp_path / "absent.txt"))
+    assert helppage.shipped("acct") is None
