@@ -104,7 +104,8 @@ class Queue:
         burst flag."""
         draining = frozenset(draining)
         known = self.jobs
-        changed = [j for j in waiting if known.get(j.id) is not j]
+        get = known.get
+        changed = [j for j in waiting if get(j.id) is not j]
         if burst != self.burst or len(changed) > REBUILD_SHARE * len(waiting):
             return self._rebuild(waiting, draining, burst, key)
         if changed and draining == self.draining:
@@ -141,29 +142,42 @@ class Queue:
     def _retail(self, spots: list, allowance: int, window: float) -> list[Job]:
         """Re-check priority.burst_tail's rule where users' lists changed: a job's flag reads only the
         job `allowance` places before it, so a change at place p moves it for places p..p+allowance
-        alone. Returns the known jobs whose flag changed."""
-        out, seen = [], set()
-        for user, at in spots:
+        alone (the ranges of one user merged, each compared in one sweep as burst_tail does).
+        Returns the known jobs whose flag changed."""
+        at: dict[str, list[int]] = {}
+        for user, key in spots:
             mine = self.users.get(user)
-            if not mine:
-                continue
+            if mine:
+                at.setdefault(user, []).append(bisect_left(mine, key, key=_order))
+        out, bursting = [], self.bursting
+        for user, places in at.items():
+            mine = self.users[user]
             tail = self.tails.setdefault(user, set())
-            p = bisect_left(mine, at, key=_order)
-            for k in range(p, min(p + allowance + 1, len(mine))):
-                j = mine[k]
-                if j.id in seen:
-                    continue
-                seen.add(j.id)
-                now = allowance <= 0 or k >= allowance and not mine[k - allowance].submit_time < j.submit_time - window
-                if now != (j.id in self.bursting):
-                    if now:
-                        self.bursting.add(j.id)
-                        tail.add(j.id)
-                    else:
-                        self.bursting.discard(j.id)
-                        tail.discard(j.id)
-                    if self.where.get(j.id) is not None:
-                        out.append(j)
+            places.sort()
+            ranges: list[list[int]] = []
+            for p in places:
+                if ranges and p <= ranges[-1][1]:
+                    ranges[-1][1] = max(ranges[-1][1], p + allowance + 1)
+                else:
+                    ranges.append([p, p + allowance + 1])
+            for lo, hi in ranges:
+                hi = min(hi, len(mine))
+                if allowance <= 0:
+                    now = [True] * (hi - lo)
+                else:
+                    first = max(lo, allowance)
+                    times = [j.submit_time for j in mine[first - allowance:hi]]
+                    now = [False] * (first - lo) + [not a < t - window for a, t in zip(times, times[allowance:])]
+                for j, flag in zip(mine[lo:hi], now):
+                    if flag != (j.id in bursting):
+                        if flag:
+                            bursting.add(j.id)
+                            tail.add(j.id)
+                        else:
+                            bursting.discard(j.id)
+                            tail.discard(j.id)
+                        if j.id in self.where:
+                            out.append(j)
         return out
 
     def _rebuild(self, waiting: list[Job], draining: frozenset, burst: tuple | None, key) -> None:
