@@ -482,8 +482,8 @@ def agent_config(tmp_path, slots=2, lease="3s"):
 
 def send(r, jid, attempt=1, node=NODE):
     """What the scheduler's admission transaction pushes for an attempt: its node's dispatch entry."""
-    from labq.scheduler.daemon import dispatch
-    r.lpush(K.dispatch(node), dispatch.entry(jid, attempt))
+    from labq.scheduler.store import dispatchq
+    r.lpush(K.dispatch(node), dispatchq.entry(jid, attempt))
 
 
 def runner_states(r, node=NODE) -> dict:

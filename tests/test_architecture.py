@@ -34,7 +34,6 @@ EDGES = {
     "labq.scheduler.daemon.events": "the daemon's side of the nodes' events (a mixin of Scheduler): reads the store",
     "labq.scheduler.client": "the Python client: request ids, wall clock, Redis",
     "labq.scheduler.thinclient": "the hot CLI commands' client: a RESP socket (store/resp.py), munge",
-    "labq.scheduler.daemon.dispatch": "hands attempts to nodes (owned by node, issue 12)",
     "labq.scheduler.daemon.hooks": "alert delivery: HTTP and commands, in threads",
     "labq.scheduler.daemon.sdnotify": "systemd notify socket",
     "labq.scheduler.security.munge": "the munge credential daemon (a subprocess)",

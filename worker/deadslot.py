@@ -11,7 +11,7 @@ import select
 import signal
 import time
 
-from labq.scheduler.daemon import dispatch
+from labq.scheduler.store import dispatchq
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
 from . import cgroup, ending, gang, launch, proctree, results
@@ -32,7 +32,7 @@ def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0,
     when that was posted; False (entry left alone) when it is unclaimed or someone alive has it.
     `me`: the caller's pid, which a dead predecessor's claim may name (pids are reused). `exited`:
     the agent's reaped leaders (reap_strays), for a job that exited before its runner died."""
-    got = dispatch.parse(raw)
+    got = dispatchq.parse(raw)
     if got is None:
         return False
     r = rank(store, s.node, got)

@@ -24,8 +24,7 @@ import signal
 import sys
 import time
 
-from labq.scheduler.daemon import dispatch
-from labq.scheduler.store import faults
+from labq.scheduler.store import dispatchq, faults
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
 from . import cgroup, deadslot, launch, proctree, results, runner, spawn
@@ -117,7 +116,7 @@ class SlotRunner:
 
     # -- one attempt ---------------------------------------------------------------------------
     def _handle(self, raw: str, resumed: bool = False) -> None:
-        got = dispatch.parse(raw)
+        got = dispatchq.parse(raw)
         ref = SlotRef(self.s.node, self.slot, raw, os.getpid())
         if got is None:
             log.warning("slot %d: dropped a malformed dispatch entry %r", self.slot, raw[:80])

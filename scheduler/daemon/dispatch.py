@@ -6,6 +6,8 @@ all); the node's persistent runners BLMOVE from it into a list of their own, so 
 runner's crash (worker/slot.py). The entry carries nothing but (job id, attempt): the spec stays in
 the job record, so a stale or forged entry can at most make a runner read a record that says no.
 
+The entry's format (`entry`, `parse`) and the lists are store/dispatchq.py's.
+
 An attempt is *claimed* when a runner wins HSETNX `claimed` on the attempt's hash. The scheduler
 withdraws an attempt by winning that same HSETNX first, so exactly one of them happens: a runner
 never starts an attempt the scheduler took back, and the scheduler never requeues one that started.
@@ -14,20 +16,6 @@ from dataclasses import dataclass
 
 from ..jobs import states
 from ..jobs.model import Job
-
-WITHDRAWN = "withdrawn"      # the `claimed` value the scheduler writes when it takes an attempt back
-
-
-def entry(job_id: int, attempt: int) -> str:
-    return f"{job_id}:{attempt}"
-
-
-def parse(raw: str) -> tuple[int, int] | None:
-    """(job id, attempt) of a dispatch entry, or None for anything else."""
-    jid, sep, n = raw.partition(":")
-    if not sep or not (jid.isdigit() and n.isdigit()) or len(raw) > 40:
-        return None
-    return int(jid), int(n)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,21 @@
 """The scheduler's side of dispatch (see scheduler/daemon/dispatch.py): the per-node dispatch lists, the
 runners' wake-up lists for controls, and taking back an attempt no runner claimed."""
-from ..daemon.dispatch import WITHDRAWN, entry
 from .keys import Keys
+
+WITHDRAWN = "withdrawn"      # the `claimed` value the scheduler writes when it takes an attempt back
+
+
+def entry(job_id: int, attempt: int) -> str:
+    """A dispatch list's entry: "<job>:<attempt>", nothing else (the spec stays in the job record)."""
+    return f"{job_id}:{attempt}"
+
+
+def parse(raw: str) -> tuple[int, int] | None:
+    """(job id, attempt) of a dispatch entry, or None for anything else."""
+    jid, sep, n = raw.partition(":")
+    if not sep or not (jid.isdigit() and n.isdigit()) or len(raw) > 40:
+        return None
+    return int(jid), int(n)
 
 CONTROL_TTL = 7 * 86400
 # A handed-over script and environment the runner never claimed (withdrawn, or its node died) goes:

@@ -13,9 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from labq.scheduler.daemon import dispatch
 from labq.scheduler.jobs.model import Attempt
-from labq.scheduler.store import codec
+from labq.scheduler.store import codec, dispatchq
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.state import SchedulerStore
 from labq.worker.agent import Agent
@@ -101,7 +100,7 @@ def test_a_gang_parts_dead_runner_is_ended_at_once_by_the_next(redis_server, rea
     real_redis.set(K.job(51), codec.dumps(replace(job, node="other", attempts=(gang,), parts=gang.parts)))
     real_redis.hset(K.part(51, 1, 0), "claimed", "other:4242")
     real_redis.hset(K.part(51, 1, 1), "claimed", f"{NODE}:{dead.pid}")
-    real_redis.rpush(K.dispatch_slot(NODE, 0), dispatch.entry(51, 1))
+    real_redis.rpush(K.dispatch_slot(NODE, 0), dispatchq.entry(51, 1))
     a = Agent(agent_config(tmp_path, slots=1), redis_server.url, stop_timeout=5)
     t = threading.Thread(target=a.run, daemon=True)
     t.start()

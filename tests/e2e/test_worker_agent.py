@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from labq.scheduler.daemon import dispatch
+from labq.scheduler.store import dispatchq
 from labq.worker.agent import Agent
 from tests.harness import NODE, ROOT, K, agent_config, events, idle_runners, put_job, send, wait_for
 
@@ -69,9 +69,9 @@ def test_drops_malformed_entries_and_runs_nothing_else(agent, real_redis, tmp_pa
 
 
 def test_dispatch_entry_rules():
-    assert dispatch.parse(dispatch.entry(12, 3)) == (12, 3)
+    assert dispatchq.parse(dispatchq.entry(12, 3)) == (12, 3)
     for bad in ("12", "12:x", "a:1", "12:1:2", "-1:1", "1:-1", "", "9" * 50 + ":1"):
-        assert dispatch.parse(bad) is None, bad
+        assert dispatchq.parse(bad) is None, bad
 
 
 def test_restarts_a_dead_runner(agent, real_redis):
@@ -185,7 +185,7 @@ def test_a_runners_successor_ends_the_attempt_it_died_with_at_once(redis_server,
     real_redis.hset(K.attempt(31, 1), "claimed", f"{NODE}:{dead.pid}")
     put_job(real_redis, jid=32, argv=("sleep", "60"), workdir=str(tmp_path))
     real_redis.hset(K.attempt(32, 1), "claimed", f"{NODE}:{os.getpid()}")      # alive: not ours to end
-    real_redis.rpush(K.dispatch_slot(NODE, 0), dispatch.entry(31, 1), dispatch.entry(32, 1))
+    real_redis.rpush(K.dispatch_slot(NODE, 0), dispatchq.entry(31, 1), dispatchq.entry(32, 1))
     a = Agent(agent_config(tmp_path, slots=1), redis_server.url, stop_timeout=5)
     t = threading.Thread(target=a.run, daemon=True)
     t.start()
