@@ -16,10 +16,9 @@ import click
 
 from labq.scheduler.errors import RefusedError
 from labq.scheduler.jobs import when
-from labq.scheduler.jobs.model import Job
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
 
-from . import acctdup, render, slurmfmt
+from . import render, slurmfmt
 from .common import pass_ctx
 from .out import echo_json
 
@@ -111,16 +110,20 @@ def _whose(thin, user: str | None, allusers: bool) -> str | None:
     return me
 
 
-def _records(read, jobs) -> list[Job]:
+def _records(read, jobs) -> list:
     """The full records of `jobs` (archived ones come as compact acct rows)."""
+    # here: a refused or table-only `labq acct` needs no model
+    from labq.scheduler.jobs.model import Job
     full = {j.id: j for j in read.jobs([j.id for j in jobs if not isinstance(j, Job)])}
     return [j if isinstance(j, Job) else full[j.id] for j in jobs if isinstance(j, Job) or j.id in full]
 
 
-def _duplicates(ctx, jobs: list[Job], fmt, as_json, sep, trailing, noheader):
+def _duplicates(ctx, jobs: list, fmt, as_json, sep, trailing, noheader):
     """--duplicates: a row per attempt (cli/acctdup.py); --json adds `attempt` to acct's objects,
     whose costs and state are then the attempt's."""
     from labq.scheduler.money.report import committed_by_job
+
+    from . import acctdup
     rows = acctdup.views(jobs)
     models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
     committed = [committed_by_job([v], models, ctx.cfg)[v.id] for v in rows]
@@ -139,6 +142,7 @@ def _duplicates(ctx, jobs: list[Job], fmt, as_json, sep, trailing, noheader):
 def _committed(ctx, jobs) -> dict:
     # Committed: what admission encumbered for each attempt (rate × planned time); final: the charges.
     # An archived row carries it, computed when it was archived.
+    from labq.scheduler.jobs.model import Job
     from labq.scheduler.money.report import committed_by_job
     records = [j for j in jobs if isinstance(j, Job)]
     out = {j.id: j.committed for j in jobs if not isinstance(j, Job)}

@@ -3,9 +3,7 @@ import time
 
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.hostlist import compact as compact_nodes
-from labq.scheduler.jobs.jobspec import describe_deps
-from labq.scheduler.money import ledger
-from labq.scheduler.units import MICRO, currency_code, fmt_duration, fmt_money, fmt_size
+from labq.scheduler.units import MICRO, accrue, currency_code, fmt_duration, fmt_money, fmt_size
 
 
 def usage_text(u: dict) -> str:
@@ -59,11 +57,20 @@ def job_dict(j, now: float | None = None) -> dict:
         "export": j.export,
         "workdir": j.workdir,
         "tags": dict(j.tags), "attempts": [attempt_dict(a) for a in j.attempts],
-        "dependency": describe_deps(j.deps) or None, "deadline": j.deadline, "retries": j.retries,
+        "dependency": _deps(j.deps) or None, "deadline": j.deadline, "retries": j.retries,
         "retries_used": j.retries_used, "eligible_time": j.eligible_time,
         "preempt_count": j.preempt_count, "preempted_for": j.preempted_for, "borrowed": j.borrowed,
         "estimate": {"seconds": j.learned_est, "basis": j.learned_basis} if j.learned_est else None,
     }
+
+
+def _deps(deps) -> str:
+    """--dependency as it was written; jobspec (which imports the whole config, ~20 ms of `labq show`
+    and of every click command that renders jobs) only for a job that has dependencies."""
+    if not deps:
+        return ""
+    from labq.scheduler.jobs.jobspec import describe_deps
+    return describe_deps(deps)
 
 
 def running_cost(j, now: float) -> int:
@@ -71,7 +78,7 @@ def running_cost(j, now: float) -> int:
     a = j.current
     if j.state not in states.ON_NODE or a is None or a.end_time or not a.dispatch_time:
         return 0
-    return ledger.accrue(j.cost_rate, now - max(a.start_time or 0, a.dispatch_time))   # as it is billed
+    return accrue(j.cost_rate, now - max(a.start_time or 0, a.dispatch_time))   # as it is billed
 
 
 def elapsed(j, now: float) -> float:

@@ -7,7 +7,6 @@ from datetime import datetime, timezone
 import click
 
 from labq.scheduler.errors import UsageError
-from labq.scheduler.money import report as rep
 
 from . import statview
 from .common import pass_ctx
@@ -67,6 +66,15 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, n
     if plot_path:
         from .spendplot import plot
         return plot(ctx, plot_path, budget_name, period)
+    # Here, not at the top: a refused `labq report` (a bad --by too, before anything is read) imports
+    # neither the job model nor the ledger, and redis-py only once it reads (issue 39 item 4).
+    from labq.scheduler.money import report as rep
+    keys = None
+    if not (forecast_accuracy or node_idle or reconcile):
+        try:
+            keys = rep.parse_by(by_)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     c = ctx.client
     jobs = c.read.acct_rows(lo) + c.read.active()       # archived jobs as compact rows (store/acctrows)
     if forecast_accuracy:
@@ -94,10 +102,6 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, n
         out = rep.reconcile(rows, jobs, lambda t: datetime.fromtimestamp(t, z).strftime("%Y-%m-%d"))
         return _emit(out, ["date", "scope", "imported", "labq", "diff", "diff_pct"], fmt,
                      ["DATE", "SCOPE", "IMPORTED", "LABQ", "DIFF", "DIFF%"])
-    try:
-        keys = rep.parse_by(by_)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
     models = {g.uuid: g.model for n in c.nodes() for g in n.gpus}
     rows = rep.by(jobs, keys, models, lo, hi)
     if fmt == "table" and rows:

@@ -8,9 +8,12 @@ from itertools import repeat
 from operator import call
 
 from ..errors import UsageError
-from ..settings.config import Config
 from . import bounds, exportenv, states
 from .model import DEPENDENCY_KINDS, JOB_SETTERS, JOB_VALUES, Job
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: `labq show`/`wait`/`logs` resolve ids here without the config (~20 ms)
+    from ..settings.config import Config
 
 HELD_DETAIL = "held (labq release ID to let it run)"     # plan()'s detail for a held job (a test keeps them equal)
 _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
@@ -33,7 +36,7 @@ def _bool(body, key, default=False):
     return v
 
 
-def job_from_submit(body: dict, user: str, cfg: Config, now: float, lookup=None) -> Job:
+def job_from_submit(body: dict, user: str, cfg: "Config", now: float, lookup=None) -> Job:
     """A pending job (id 0, to be assigned) from a submit request's body. `lookup(text)` gives the
     ids of the jobs a dependency names (`42`: the job, or every task of array 42; `42_3`: one
     task), empty when there is none; without it a submit with dependencies is refused."""

@@ -107,3 +107,31 @@ def test_a_first_help_call_imports_no_click_nor_a_command(tmp_path, name):
                       ("labq.cli.main", "labq.cli.fast", "labq.cli.spec", "labq.cli.helppage"))
     assert not commands, commands
     assert not (tmp_path / "labq").exists(), "nothing to keep: the page came with labq"
+
+
+CONFIG_MODULES = re.compile(r"\|\s+(labq\.scheduler\.(settings\.config|client)|tomllib)$", re.M)
+
+
+@pytest.mark.parametrize("argv", [["acct", "--bogus"], ["acct", "--since", "nonsense"], ["budget", "--bogus"],
+                                  ["report", "--format", "xml"], ["report", "--since", "nonsense"],
+                                  ["report", "--by", "nonsense"]])
+def test_a_refused_rare_command_imports_no_redis_py_nor_the_config(argv):
+    """A rare command that refuses its command line (exit 2) says so before it reads anything: click
+    only, no redis-py, asyncio, config (issue 39 item 4); click's own refusals not the job model either."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr[-500:]
+    heavy = {m for m, _dot in HEAVY.findall(p.stderr)} | set(CONFIG_MODULES.findall(p.stderr))
+    assert heavy == {"click"}, sorted(heavy)
+    if argv[1] in ("--bogus", "--format"):
+        assert not RECORDS.findall(p.stderr), sorted(set(RECORDS.findall(p.stderr)))
+
+
+@pytest.mark.parametrize("argv", [["show", "1"], ["wait", "1"], ["logs", "1"]])
+def test_a_job_is_shown_without_the_config(argv):
+    """`labq show` renders a job record (cli/render.py) and resolves its id (jobspec.resolve_ref):
+    neither needs the whole config (~20 ms of CPU, issue 39 item 4)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 4 and "does not answer" in p.stderr, p.stderr[-500:]
+    assert not CONFIG_MODULES.findall(p.stderr), sorted(set(CONFIG_MODULES.findall(p.stderr)))
