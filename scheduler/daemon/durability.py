@@ -12,28 +12,14 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 from ..errors import RefusedError
 from ..settings.statedir import state_dir
 from ..store.faults import without_credentials
+from ..store.figures import Figures
 
 log = logging.getLogger("labq.scheduler")
-
-
-@dataclass(frozen=True)
-class Figures:
-    last_job_id: int = 0
-    ledger_count: int = 0        # entries ever added (XINFO entries-added), not trimmed by archiving
-    ledger_last: str = ""        # the newest entry's id …
-    ledger_hash: str = ""        # … and a hash of its fields
-
-    def describe(self) -> str:
-        return f"last job id {self.last_job_id}, {self.ledger_count} ledger entries"
-
-
-def entry_hash(fields: dict) -> str:
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def default_path(prefix: str, url: str) -> str:

@@ -17,6 +17,7 @@ from ..jobs.model import Gpu, Job, Node
 from ..jobs.states import ACTIVE
 from . import acctrows, conn, statrows, writes
 from .conn import ERRORS
+from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
 from .reads import load_job, load_jobs
 from .requestq import RequestList
@@ -261,8 +262,7 @@ class SchedulerStore(RequestList):
         except redis.ResponseError:
             return None
 
-    def figures(self):
-        from ..daemon.durability import Figures, entry_hash
+    def figures(self) -> Figures:
         p = self.r.pipeline(transaction=False)
         p.get(self.k.seq)
         p.xinfo_stream(self.k.ledger)
@@ -291,7 +291,6 @@ class SchedulerStore(RequestList):
     def ledger_entry_is(self, eid: str, digest: str) -> bool | None:
         """Is ledger entry `eid` still there with fields hashing to `digest`? None when it was
         trimmed away (archived: older than the oldest entry kept), which is no loss."""
-        from ..daemon.durability import entry_hash
         if not eid:
             return None
         got = self.r.xrange(self.k.ledger, eid, eid)
