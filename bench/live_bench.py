@@ -31,7 +31,7 @@ from stackutil import BenchStack, labq_command  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SINGLES = 10_000
-RARE = (("sub", "--help"), ("acct", "--help"), ("nodes", "--help"))
+RARE = (("sub", "--help"), ("acct", "--help"), ("nodes", "--help"), ("budget", "--help"), ("report", "--help"))
 
 
 def sched_cpu(pid: int) -> float:

@@ -241,12 +241,13 @@ def _ms(seconds):
 
 # -- the live labq stack -----------------------------------------------------------------------
 LIVE_NAMES = ("submit → start (API, CLI)", "trivial jobs end to end", "requests drained (client processes)",
-              "`labq stat` / `labq sub` / `--help` CPU and wall")
+              "`labq stat` / `labq sub` / `--help` CPU and wall", "rare commands' CPU against `labq sub`'s")
 
 
 def live_rows(quick: bool, profiles: list, profile: bool) -> list[Row]:
     import latency_bench
     import live_bench
+    import rare_bench
     import throughput_bench
     from stackutil import BenchStack, Unusable
     rows = []
@@ -258,6 +259,7 @@ def live_rows(quick: bool, profiles: list, profile: bool) -> list[Row]:
         rows += _guard("submit → start latency", lambda: latency_bench.run(bs, quick))
         rows += _guard("trivial jobs end to end", lambda: throughput_bench.run(bs, quick))
         rows += _guard("drain from client processes, the commands", lambda: live_bench.run(bs, quick))
+        rows += _guard("rare commands against `labq sub`", lambda: rare_bench.rows(bs, quick))
         if profile:
             try:
                 live_profiles(bs, {r.key for r in rows if r.verdict == "miss"}, quick, profiles)

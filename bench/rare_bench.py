@@ -1,0 +1,74 @@
+"""Issue 39 item 4 on the live path: the CPU of the rare commands (`acct`, `budget`, `report`, `show`)
+and of `--help` (the first call, nothing kept, and the next ones) against `labq sub`'s, each a whole
+`labq` process on a private stack (redis-server, `labq scheduler`, `labq worker`: bench/stackutil.py)
+that has run a few jobs, so each command has rows to print. CPU is the reaped child's user + system
+(live_bench.timed); min and median of n runs.
+
+    .venv/bin/python bench/rare_bench.py [--quick]   # prints one line per command; bench/run.py takes rows()
+"""
+import os
+import shutil
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from live_bench import compiled, timed, user_env  # noqa: E402
+from rows import Row  # noqa: E402
+from stackutil import BenchStack, labq_command  # noqa: E402
+
+# a budget over the bench account, so that `labq budget` has a row to print
+BUDGET = '\n[[budgets]]\nname = "bench-budget"\naccount = "bench"\nlimit = 100.0\nperiod = "month"\n'
+LIVE = (("acct",), ("budget",), ("report",), ("show", "{job}"))
+HELP = (("acct", "--help"), ("budget", "--help"), ("report", "--help"), ("sub", "--help"))
+
+
+def measure(bs, quick: bool) -> list[tuple[str, list[float], list[float]]]:
+    n = 5 if quick else 11
+    env, cwd = user_env(bs), bs.work
+    job = str(bs.submit(["true"])["job_id"])
+    bs.wait_terminal([job], 60)
+    timed(bs.labq_argv("stat"), env, cwd, 1)        # the client's settings cache filled, as after a first command
+    out = [("sub -H -- true",) + timed(bs.labq_argv("sub", "-A", "parked", "-H", "--", "true"), env, cwd, n)]
+    for args in LIVE:
+        args = tuple(a.format(job=job) for a in args)
+        out.append((" ".join(args),) + timed(bs.labq_argv(*args), env, cwd, n))
+    for args in (("--help",),) + HELP:
+        # As a user types them (no --config); "first": an empty cache each run, as after an install.
+        cache = os.path.join(bs.dir, "helpcache")
+        w, c = [], []
+        for _ in range(n):
+            shutil.rmtree(cache, ignore_errors=True)
+            w1, c1 = timed(labq_command() + list(args), dict(env, XDG_CACHE_HOME=cache), cwd, 1)
+            w, c = w + w1, c + c1
+        out.append((" ".join(args) + " (first)", w, c))
+        out.append((" ".join(args) + " (again)",) + timed(labq_command() + list(args), env, cwd, n))
+    return out
+
+
+def rows(bs, quick: bool) -> list[Row]:
+    figures = measure(bs, quick)
+    sub = min(figures[0][2])
+    worst = max(figures[1:], key=lambda f: min(f[2]))
+    load = os.getloadavg()
+    note = "; ".join(f"`labq {name}` {min(c):.0f}/{statistics.median(c):.0f}" for name, _w, c in figures)
+    return [Row("rare commands' CPU against `labq sub`'s (the costliest, as a ratio)", min(worst[2]) / sub, "x", 1.5,
+                key="rare.ratio", note=f"`labq {worst[0]}` {min(worst[2]):.0f} ms against `labq sub` {sub:.0f} ms "
+                                       f"(min/median ms CPU: {note}); load {load[0]:.1f}")]
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    compiled()
+    with BenchStack(slots=2) as bs:
+        with open(bs.cfg_path, "a") as f:
+            f.write(BUDGET)
+        for name, w, c in measure(bs, quick):
+            print(f"labq {name:<28} CPU min {min(c):5.0f} median {statistics.median(c):5.0f} ms   "
+                  f"wall min {min(w):5.0f} median {statistics.median(w):5.0f} ms", flush=True)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
