@@ -12,15 +12,12 @@ from collections import namedtuple
 from itertools import repeat
 from operator import add, floordiv, itemgetter, mod, truediv
 
-import click
-
 from labq.scheduler.errors import RefusedError
 from labq.scheduler.jobs import when
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
 
 from . import render, slurmfmt
-from .common import pass_ctx
-from .out import echo_json
+from .out import echo, echo_json
 
 _OUTPUTS = ("table", "csv", "json")
 
@@ -45,31 +42,10 @@ def window(since, until, start, end, named: bool, now: float) -> tuple[float, fl
     return lo or 0.0, hi if hi is not None else float("inf")
 
 
-@click.command()
-@click.option("-S", "--starttime", "start", help="Ended at or after: 08:00, today, now-2days, 2026-12-01 "
-                                                 "(default: midnight today; all time with -j).")
-@click.option("-E", "--endtime", "end", help="Ended at or before (the forms of -S).")
-@click.option("--since", help="From this date (YYYY-MM-DD) or this long ago (7d).")
-@click.option("--until", help="Up to this date or this long ago.")
-@click.option("-j", "--jobs", "job_ids", help="Only these jobs: 42,43_7 (42: the job or every task of array 42).")
-@click.option("-u", "--user", help="Only this user's jobs (another user's: admins only).")
-@click.option("-a", "--allusers", is_flag=True, help="Every user's jobs (admins; the default for them).")
-@click.option("-A", "--account")
-@click.option("-s", "--state", "state", help="Only these states: CD,F or COMPLETED,FAILED.")
-@click.option("-o", "--format", "fmt", default="table",
-              help="table, csv or json; or sacct fields like JobID,JobName%30,State,ExitCode,Elapsed,Cost.")
-@click.option("-P", "--parsable2", is_flag=True, help="Fields separated by |.")
-@click.option("-p", "--parsable", is_flag=True, help="Fields separated by |, with a trailing |.")
-@click.option("-n", "--noheader", is_flag=True)
-@click.option("-X", "--allocations", is_flag=True, hidden=True, help="Accepted for sacct habits (labq has no steps).")
-@click.option("-D", "--duplicates", is_flag=True,
-              help="Each attempt of a requeued job its own row, with its own cost (as sacct -D).")
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def acct(ctx, start, end, since, until, job_ids, user, allusers, account, state, fmt, parsable2, parsable, noheader,
-         allocations, duplicates, as_json):
-    """History of ended jobs with their costs (sacct-like): your own, or every user's for admins."""
-    from .query import _id_filter, _states
+def run(ctx, start, end, since, until, job_ids, user, allusers, account, state, fmt, parsable2, parsable, noheader,
+        allocations, duplicates, as_json):
+    """`labq acct` with its options (spec.ACCT), from the fast path (fast.py) or click's (acctcmd.py)."""
+    from .hot import _id_filter, _states
     now = time.time()
     user = _whose(ctx.thin, user, allusers)
     picked, wanted = _id_filter(job_ids), _states(state)
@@ -95,7 +71,7 @@ def acct(ctx, start, end, since, until, job_ids, user, allusers, account, state,
     extra = {j.id: {"cost": fmt_money(j.cost), "committed": fmt_money(committed[j.id])} for j in jobs}
     sep = "|" if parsable or parsable2 else None
     out = slurmfmt.sacct(fields, jobs, extra, header=not noheader, sep=sep, trailing=parsable)
-    return click.echo(out) if out else None
+    return echo(out) if out else None
 
 
 def _whose(thin, user: str | None, allusers: bool) -> str | None:
@@ -136,7 +112,7 @@ def _duplicates(ctx, jobs: list, fmt, as_json, sep, trailing, noheader):
     extra = [{"cost": fmt_money(v.cost), "committed": fmt_money(c), "state": acctdup.LONG.get(v.state, "")}
              for v, c in zip(rows, committed)]
     out = slurmfmt.sacct(fields, rows, extra, header=not noheader, sep=sep, trailing=trailing)
-    return click.echo(out) if out else None
+    return echo(out) if out else None
 
 
 def _committed(ctx, jobs) -> dict:
@@ -214,7 +190,7 @@ def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = Fals
         if not noheader:
             w.writerow(headers)
         w.writerows(zip(shown, *(v if t is None else map(t.__getitem__, v) for v, t in cells)))
-        return click.echo(out.getvalue(), nl=False)
+        return echo(out.getvalue(), nl=False)
     widths = [max(len(headers[0]), max(map(len, shown), default=0))]
     widths += [max(len(h), max(map(len, t.values()), default=0)) for h, (_, t) in zip(headers[1:], cells)]
     # Each cell padded to its column's width, the last column not (what rstrip took off each line).
@@ -227,9 +203,9 @@ def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = Fals
     lines = [] if noheader else ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += map("  ".join, zip(*columns))
     if lines:
-        click.echo("\n".join(lines))
+        echo("\n".join(lines))
     if not noheader:
-        click.echo(f"{n} {'attempts' if per_attempt else 'jobs'}, total cost {fmt_money(sum(costs))}")
+        echo(f"{n} {'attempts' if per_attempt else 'jobs'}, total cost {fmt_money(sum(costs))}")
 
 
 def _texts(values) -> dict:

@@ -13,7 +13,7 @@ COMMANDS = {
     "sub": ("labq.cli.submit", "sub"),
     "stat": ("labq.cli.query", "stat"), "q": ("labq.cli.query", "stat"),
     "show": ("labq.cli.query", "show"), "logs": ("labq.cli.query", "logs"), "wait": ("labq.cli.query", "wait"),
-    "del": ("labq.cli.control", "delete"), "hold": ("labq.cli.control", "hold"), "release": ("labq.cli.control", "release"), "requeue": ("labq.cli.control", "requeue"), "acct": ("labq.cli.acct", "acct"),
+    "del": ("labq.cli.control", "delete"), "hold": ("labq.cli.control", "hold"), "release": ("labq.cli.control", "release"), "requeue": ("labq.cli.control", "requeue"), "acct": ("labq.cli.acctcmd", "acct"),
     "nodes": ("labq.cli.query", "nodes"), "drain": ("labq.cli.control", "drain"), "resume": ("labq.cli.control", "resume"), "budget": ("labq.cli.budgetcmd", "budget"),
     "alerts": ("labq.cli.budgetcmd", "alerts"), "report": ("labq.cli.report", "report"), "ledger": ("labq.cli.ledgercmd", "ledger"),
     "config": ("labq.cli.configcmd", "config"),

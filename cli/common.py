@@ -1,6 +1,7 @@
 """What every command needs: the config, the Redis URL, a client, and turning errors into exit codes."""
 import click
 
+from .ctx import Ctx
 from .out import guarded, url_or_default
 
 
@@ -20,52 +21,18 @@ def bounded_count(value: int, flag: str = "-n/--count", hi: int = MAX_COUNT) -> 
     return value
 
 
-class Ctx:
-    def __init__(self, config_path):
-        self.config_path = config_path
-        self._cfg = None
-        self._client = None
-        self._thin = None
-
-    @property
-    def cfg(self):
-        if self._cfg is None:
-            from labq.scheduler.settings import config as config_mod  # here: `--help` never needs it (issue 39)
-
-            from .out import config_source
-            self._cfg = config_mod.load(*config_source(self.config_path))
-        return self._cfg
-
-    @property
-    def thin(self):
-        """The thin client (no redis-py) of the hot commands, from the config's [redis] table alone."""
-        if self._thin is None:
-            from .fast import thin_client
-            self._thin = thin_client(self.config_path)
-        return self._thin
-
-    @property
-    def client(self):
-        if self._client is None:
-            from labq.scheduler.client import Client
-            self._client = Client(self.cfg, url=redis_url(self.cfg))
-            from labq.scheduler.store.history import History, path_of
-            c = self._client
-            url = self.cfg.history["url"]
-            c.read.history = History(path_of(url) if url else None, ask=lambda op, body: c._checked(
-                c.request(op, body)), get=c.r.get, keys=c.k)
-        return self._client
-
-
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
 def run_guarded(fn):
     """Call fn(); user errors become one line on stderr and their exit code, never a traceback."""
-    def redis_errors():   # a Redis client error class we did not map, for one
-        from labq.scheduler.store.faults import ERRORS
-        return ERRORS
     return guarded(fn, redis_errors)
+
+
+def redis_errors():
+    """redis-py's error classes (a Redis client error we did not map, for one), imported only then."""
+    from labq.scheduler.store.faults import ERRORS
+    return ERRORS
 
 
 def volatile_header(ctx) -> None:

@@ -1,4 +1,4 @@
-"""The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` without click.
+"""The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and `acct`) without click.
 
 click costs more to import than the rest of `labq sub` together. This parses the argv of the hot
 commands with their declared flags (spec.py, from which click builds the same options) and runs
@@ -13,6 +13,7 @@ import sys
 from labq.scheduler.errors import UsageError
 
 from . import spec
+from .ctx import thin_client
 
 HOT = frozenset(spec.COMMANDS)
 
@@ -114,8 +115,14 @@ def run(argv: list[str]) -> bool:
     if params is None or (command in ("stat", "q") and params.get("start")):
         return False
     from .out import guarded
-    guarded(lambda: _dispatch(config, command, params))
+    guarded(lambda: _dispatch(config, command, params), _redis_errors if command == "acct" else None)
     return True
+
+
+def _redis_errors():
+    """redis-py's error classes: `labq acct --json` reads through the full client (common.redis_errors)."""
+    from labq.scheduler.store.faults import ERRORS
+    return ERRORS
 
 
 def _command_help(name: str) -> bool:
@@ -125,26 +132,12 @@ def _command_help(name: str) -> bool:
     return helppage.show(name)
 
 
-def thin_client(config):
-    """The thin client of the config at `config` (or $LABQ_CONFIG, /etc/labq/labq.toml): the fast
-    path's and the click commands' (common.Ctx.thin) alike."""
-    from labq.scheduler.settings.clientconf import client_settings
-    from labq.scheduler.store.history import History, path_of
-    from labq.scheduler.thinclient import ThinClient
-
-    from .out import config_source, url_or_default
-    s = client_settings(*config_source(config))
-    client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
-    client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
-    # Archived jobs, opened on a miss; asked of the scheduler where this user cannot open the archive.
-    # Where the archive is: the configured history.url, else what the scheduler published in Redis.
-    client.read.history = History(path_of(s["history_url"]) if s["history_url"] else None,
-                                  ask=lambda op, body: client._checked(client.request(op, body)),
-                                  get=client.read.text, keys=client.read.k)
-    return client
-
-
 def _dispatch(config, command: str, params: dict) -> None:
+    if command == "acct":
+        from . import acct
+        from .ctx import Ctx
+        params.pop("dashdash")
+        return acct.run(Ctx(config), **params)
     client = thin_client(config)
     if command == "sub":
         from . import subcore

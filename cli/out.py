@@ -8,10 +8,10 @@ from labq.scheduler.errors import LabqError
 from labq.scheduler.store.faults import ConnectionLost
 
 
-def echo(text: str = "", err: bool = False) -> None:
-    """click.echo's behaviour for text: one line, flushed."""
+def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
+    """click.echo's behaviour for text: one line (or as it is, nl=False), flushed."""
     f = sys.stderr if err else sys.stdout
-    f.write(f"{text}\n")
+    f.write(f"{text}\n" if nl else text)
     f.flush()
 
 

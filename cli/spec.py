@@ -1,4 +1,4 @@
-"""The flags of the hot commands, declared once: click builds its options from these (submit.py,
+"""The flags of the hot commands (and of `acct`), declared once: click builds its options from these (submit.py,
 query.py), and the fast path (fast.py) parses argv with them without importing click.
 
 An option is (declarations, kind, help, default), the declarations exactly as click takes them
@@ -103,6 +103,30 @@ def sbatch_forms(argv: list[str]) -> list[str]:
     return out
 
 
+ACCT = [
+    (("-S", "--starttime", "start"), "str", "Ended at or after: 08:00, today, now-2days, 2026-12-01 "
+     "(default: midnight today; all time with -j).", None),
+    (("-E", "--endtime", "end"), "str", "Ended at or before (the forms of -S).", None),
+    (("--since",), "str", "From this date (YYYY-MM-DD) or this long ago (7d).", None),
+    (("--until",), "str", "Up to this date or this long ago.", None),
+    (("-j", "--jobs", "job_ids"), "str", "Only these jobs: 42,43_7 (42: the job or every task of array 42).", None),
+    (("-u", "--user"), "str", "Only this user's jobs (another user's: admins only).", None),
+    (("-a", "--allusers"), "flag", "Every user's jobs (admins; the default for them).", False),
+    (("-A", "--account"), "str", None, None),
+    (("-s", "--state", "state"), "str", "Only these states: CD,F or COMPLETED,FAILED.", None),
+    (("-o", "--format", "fmt"), "str",
+     "table, csv or json; or sacct fields like JobID,JobName%30,State,ExitCode,Elapsed,Cost.", "table"),
+    (("-P", "--parsable2"), "flag", "Fields separated by |.", False),
+    (("-p", "--parsable"), "flag", "Fields separated by |, with a trailing |.", False),
+    (("-n", "--noheader"), "flag", None, False),
+    (("-X", "--allocations"), "flag", "Accepted for sacct habits (labq has no steps).", False),
+    (("-D", "--duplicates"), "flag", "Each attempt of a requeued job its own row, with its own cost (as sacct -D).",
+     False),
+    (("--json", "as_json"), "flag", None, False),
+]
+# options click leaves out of the help page
+HIDDEN = {"--allocations"}
+
 WAIT = [(("--timeout",), "str", "Give up after this long (exit 1).", None)]
 DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (scancel -u; yours, or any for admins).",
         None)]
@@ -111,6 +135,7 @@ DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (sc
 COMMANDS = {
     "sub": (SUB, "args", "*"), "stat": (STAT, None, 0), "q": (STAT, None, 0), "show": (SHOW, "job_id", 1),
     "logs": (LOGS, "job_id", 1), "wait": (WAIT, "job_ids", "+"), "del": (DEL, "job_ids", "*"),
+    "acct": (ACCT, None, 0),        # rare, but a rare command should cost what `sub` costs (issue 39 item 4)
 }
 
 
@@ -138,6 +163,10 @@ def click_options(spec):
     out = []
     for decls, kind, help_, default in spec:
         kw = {"help": help_} if help_ else {}
+        if HIDDEN.intersection(decls):
+            kw["hidden"] = True
+        if kind in ("str", "int") and default is not None:
+            kw["default"] = default
         if kind == "int":
             kw["type"] = int
         elif kind == "flag":

@@ -69,7 +69,8 @@ RECORDS = re.compile(r"\|\s+(labq\.scheduler\.(config|model)|tomllib|dataclasses
 
 
 @pytest.mark.parametrize("argv", [["sub", "--test-only", "--", "true"], ["stat"], ["show", "1"], ["del", "1"],
-                                  ["wait", "1"], ["logs", "1"], ["q", "-u", "ann"]])
+                                  ["wait", "1"], ["logs", "1"], ["q", "-u", "ann"], ["acct"],
+                                  ["acct", "-S", "today", "-s", "CD", "-o", "csv"]])
 def test_hot_commands_import_no_redis_py_asyncio_or_click(argv):
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
@@ -104,7 +105,7 @@ def test_a_first_help_call_imports_no_click_nor_a_command(tmp_path, name):
     heavy = sorted(m for m in mods if m.partition(".")[0] in HELP_HEAVY or m in HELP_HEAVY)
     assert not heavy, heavy
     commands = sorted(m for m in mods if m.startswith("labq.cli.") and m not in
-                      ("labq.cli.main", "labq.cli.fast", "labq.cli.spec", "labq.cli.helppage"))
+                      ("labq.cli.main", "labq.cli.fast", "labq.cli.spec", "labq.cli.ctx", "labq.cli.helppage"))
     assert not commands, commands
     assert not (tmp_path / "labq").exists(), "nothing to keep: the page came with labq"
 
@@ -112,12 +113,13 @@ def test_a_first_help_call_imports_no_click_nor_a_command(tmp_path, name):
 CONFIG_MODULES = re.compile(r"\|\s+(labq\.scheduler\.(settings\.config|client)|tomllib)$", re.M)
 
 
-@pytest.mark.parametrize("argv", [["acct", "--bogus"], ["acct", "--since", "nonsense"], ["budget", "--bogus"],
+@pytest.mark.parametrize("argv", [["acct", "--bogus"], ["budget", "--bogus"],
                                   ["report", "--format", "xml"], ["report", "--since", "nonsense"],
                                   ["report", "--by", "nonsense"]])
 def test_a_refused_rare_command_imports_no_redis_py_nor_the_config(argv):
     """A rare command that refuses its command line (exit 2) says so before it reads anything: click
-    only, no redis-py, asyncio, config (issue 39 item 4); click's own refusals not the job model either."""
+    only, no redis-py, asyncio, config (issue 39 item 4); click's own refusals not the job model either.
+    (`labq acct --since nonsense`: the fast path's, test_an_acct_refusal_imports_nothing_heavy.)"""
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr[-500:]
@@ -135,3 +137,13 @@ def test_a_job_is_shown_without_the_config(argv):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 4 and "does not answer" in p.stderr, p.stderr[-500:]
     assert not CONFIG_MODULES.findall(p.stderr), sorted(set(CONFIG_MODULES.findall(p.stderr)))
+
+
+def test_an_acct_refusal_imports_nothing_heavy():
+    """`labq acct` parses on the fast path (spec.ACCT): its refusals import neither click nor redis-py
+    nor the config."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", "acct", "--since", "nonsense"], env=_env(),
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--since" in p.stderr, p.stderr[-500:]
+    heavy = {m for m, _dot in HEAVY.findall(p.stderr)} | set(CONFIG_MODULES.findall(p.stderr))
+    assert not heavy, sorted(heavy)
