@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
-from ..jobs.plan import Pending, Pendings, Place, Plan, Preempt, Start
+from ..jobs.plan import Pending, Pendings, Place, Plan, Start
 from ..money import ledger
 from ..settings.config import Config
 from ..units import fmt_at
@@ -266,7 +266,7 @@ class _Pass:
 
     def _blocked(self, job: Job, roomy: bool):
         """The job found no node (a gang: not enough nodes) it may start on now: wait for its victims,
-        preempt, or reserve. A gang's waiting, victim choice and wording are gang.py's."""
+        preempt (preempt.preempt_for, for a gang too), or reserve. A gang's waiting and wording are gang.py's."""
         wait_for, preempt_for, no_room = (gang.steps(self) if job.nodes > 1
                                           else (self._wait_for, self._preempt, self._no_room))
         victims = self.draining.get(job.id)
@@ -346,33 +346,8 @@ class _Pass:
         return not any(r == reclaim and p >= prio and capacity.covers(f, shape) for p, r, f in self.no_victims)
 
     def _preempt(self, job: Job):
-        """(reason, detail) once victims are chosen; else the PreemptionDeferred verdict, or None."""
-        reclaim = self.usage.within_guarantee(job)
-        pool = [v for v in self.running if v.id not in self.doomed]
-        ok, later = preempt.candidates(job, pool, self.now, self.cfg, reclaim, self.usage.borrows(job))
-        nodes = {n: f for n, f in self.free.free.items() if capacity.could_ever_hold(job, f.node)}
-        choice = preempt.choose(job, nodes, ok, self.now) if ok else None
-        if choice is None and not later:
-            q = self.cfg.qos_named(job.qos)
-            self.no_victims.append((q.priority if q else 0, reclaim, capacity.shape(job)))
-        if choice is None:
-            if later and preempt.choose(job, nodes, ok + [v for v, _ in later], self.now):
-                wait = min(w for _, w in later)
-                return (states.PREEMPTION_DEFERRED,
-                        f"lower-QoS jobs it could preempt reach min_runtime in {wait:.0f}s at the earliest")
-            return None
-        why = "reclaiming its account's guarantee" if reclaim else f"QoS {job.qos}"
-        for v in choice.victims:
-            q = self.cfg.qos_named(v.qos)
-            self.doomed.add(v.id)
-            self.preempts.append(Preempt(v.id, job.id, q.grace if q else 0,
-                                         f"preempted for job {job.display_id} ({why}); "
-                                         f"{preempt.lost_work(v, self.now):.0f}s since its last checkpoint"))
-        self.draining[job.id] = list(choice.victims)
-        spot = self.free.free[choice.node]
-        kept = preempt.earmark(job, self.free.hold(spot, job)[0], choice.victims, spot.node)
-        return states.PREEMPTING_FOR, (f"preempting {len(choice.victims)} job(s) on {choice.node}: "
-                                       + ", ".join(v.display_id for v in choice.victims)), choice.node, kept
+        # A method, not a direct call, because classes.py counts a one-node job's calls into it.
+        return preempt.preempt_for(self, job)
 
     def _reserve(self, job: Job, not_before: float | None = None) -> None:
         if job.nodes > 1:

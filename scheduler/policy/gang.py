@@ -8,25 +8,17 @@ protected capacity, every budget for all its nodes: `_Pass._admit` with a list o
   stay whole; fewer than that and nothing is taken;
 - **reserve**: the earliest time at which `nodes` nodes can all hold it for its time limit, written
   on each of them, so a smaller job starts now only where it delays none of the gang's nodes;
-- **preempt**: the nodes that need the fewest victims (a node with room needs none), the whole
-  gang's room or nothing; the room is held on every chosen node (the earmark names them all,
-  comma-separated) until the gang starts or gives up.
+- **preempt**: preempt.preempt_for, the routine one-node jobs take: the nodes that need the fewest
+  victims (a node with room needs none), the whole gang's room or nothing; the room is held on every
+  chosen node (the earmark names them all, comma-separated) until the gang starts or gives up.
 
 Pure, like every pass: `p` is the policy's `_Pass`.
 """
-from dataclasses import dataclass
-
 from ..jobs import states
-from ..jobs.plan import Preempt, Start
+from ..jobs.plan import Start
 from ..units import fmt_at, fmt_size
 from . import capacity, preempt
 from .backfill import Alloc, Timelines, _limit
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    nodes: tuple[str, ...]
-    victims: tuple             # the running jobs to preempt, each once (a gang victim frees all its nodes)
 
 
 def earmarked_nodes(earmark: str) -> list[str]:
@@ -74,8 +66,9 @@ def _kept(p, job):
 
 def steps(p):
     """What `_Pass._blocked` does for a gang: wait for its victims on every earmarked node, choose
-    victims across nodes (a tuple verdict, or None), and say why there is no room."""
-    return (lambda job, victims: _wait_for(p, job, victims), lambda job: _preempt(p, job),
+    victims across nodes (preempt.preempt_for, as for one node: a tuple verdict, or None), and say
+    why there is no room."""
+    return (lambda job, victims: _wait_for(p, job, victims), lambda job: preempt.preempt_for(p, job),
             lambda job: _no_room(p, job))
 
 
@@ -89,68 +82,6 @@ def _wait_for(p, job, victims):
         p.free.hold(s, job, set(job.earmark_gpus))
     return states.PREEMPTING_FOR, (f"waiting for {len(victims)} preempted job(s) on {job.earmark} to stop: "
                                    + ", ".join(v.display_id for v in victims)), job.earmark, job.earmark_gpus
-
-
-def choose(job, free_by_node: dict, pool, now: float) -> Choice | None:
-    """The `job.nodes` nodes that need the fewest victims (then the least work lost, then the name),
-    or None when fewer nodes than that could be freed. A node with room needs none; a set with no
-    victim at all is not a preemption (None)."""
-    by_node: dict[str, list] = {}
-    for v in pool:
-        for node, _ in v.on_nodes:
-            if node in free_by_node:
-                by_node.setdefault(node, []).append(v)
-    options: list[tuple] = []
-    for name in sorted(free_by_node):
-        f = free_by_node[name]
-        if f.fits(job):
-            options.append((0, 0.0, name, ()))
-        elif by_node.get(name):
-            got = preempt._on_node(job, f, by_node[name], now)
-            if got:
-                options.append((len(got), sum(preempt.lost_work(v, now) for v in got), name, tuple(got)))
-    if len(options) < job.nodes:
-        return None
-    options.sort(key=lambda o: o[:3])
-    picked = options[:job.nodes]
-    victims: dict = {v.id: v for o in picked for v in o[3]}
-    if not victims:
-        return None
-    return Choice(tuple(sorted(o[2] for o in picked)), tuple(victims[i] for i in sorted(victims)))
-
-
-def _preempt(p, job):
-    """(reason, detail, earmark, GPUs) once victims on enough nodes are chosen; the
-    PreemptionDeferred verdict; or None."""
-    reclaim = p.usage.within_guarantee(job)
-    pool = [v for v in p.running if v.id not in p.doomed]
-    ok, later = preempt.candidates(job, pool, p.now, p.cfg, reclaim, p.usage.borrows(job))
-    nodes = {n: f for n, f in p.free.free.items() if capacity.could_ever_hold(job, f.node)}
-    choice = choose(job, nodes, ok, p.now) if ok else None
-    if choice is None:
-        if later and choose(job, nodes, ok + [v for v, _ in later], p.now):
-            wait = min(w for _, w in later)
-            return (states.PREEMPTION_DEFERRED,
-                    f"lower-QoS jobs it could preempt reach min_runtime in {wait:.0f}s at the earliest")
-        return None
-    why = "reclaiming its account's guarantee" if reclaim else f"QoS {job.qos}"
-    for v in choice.victims:
-        q = p.cfg.qos_named(v.qos)
-        p.doomed.add(v.id)
-        p.preempts.append(preempt_of(v, job, q.grace if q else 0, why, p.now))
-    p.draining[job.id] = list(choice.victims)
-    kept: list[str] = []
-    for name in choice.nodes:
-        spot = p.free.free[name]
-        kept += preempt.earmark(job, p.free.hold(spot, job)[0], choice.victims, spot.node)
-    mark = ",".join(choice.nodes)
-    return states.PREEMPTING_FOR, (f"preempting {len(choice.victims)} job(s) on {mark}: "
-                                   + ", ".join(v.display_id for v in choice.victims)), mark, tuple(kept)
-
-
-def preempt_of(v, job, grace: int, why: str, now: float) -> Preempt:
-    return Preempt(v.id, job.id, grace, f"preempted for job {job.display_id} ({why}); "
-                                        f"{preempt.lost_work(v, now):.0f}s since its last checkpoint")
 
 
 def reserve(p, job, not_before: float | None = None) -> None:

@@ -8,7 +8,9 @@ must be honoured within grace + a tick. The room a preemptor frees is earmarked 
 `keep_earmarks`) until it starts or gives up.
 
 The victim set lives on one node; the smallest set wins, then the least work lost since the last
-checkpoint, then the most recently started; needless victims are never included.
+checkpoint, then the most recently started; needless victims are never included. A gang (`-N`) needs
+`job.nodes` nodes: those needing the fewest victims (a node with room needs none), the whole gang's
+room or nothing. `preempt_for` is the one routine both take.
 """
 from dataclasses import dataclass
 from itertools import combinations
@@ -16,16 +18,17 @@ from math import comb
 
 from ..jobs import states
 from ..jobs.model import Job
+from ..jobs.plan import Preempt
 from ..settings.config import Config
+from . import capacity
 
 _MAX_COMBINATIONS = 4000    # beyond this, greedy-then-prune instead of an exhaustive smallest set
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    node: str
-    victims: tuple[Job, ...]
-    lost: float               # seconds of work lost, summed
+    nodes: tuple[str, ...]
+    victims: tuple[Job, ...]   # each once: a gang victim frees room on all its nodes
 
 
 def preemptible(victim: Job, cfg: Config) -> bool:
@@ -82,22 +85,76 @@ def candidates(job: Job, running, now: float, cfg: Config, reclaim: bool, borrow
     return ok, later
 
 
+def preempt_for(p, job: Job):
+    """(reason, detail, earmark, earmark GPUs) once victims on enough nodes are chosen; the
+    PreemptionDeferred verdict; or None. `p`: the policy's `_Pass`. A gang's earmark names each of
+    its nodes, comma-separated, and the room is held on every one of them."""
+    reclaim = p.usage.within_guarantee(job)
+    pool = [v for v in p.running if v.id not in p.doomed]
+    ok, later = candidates(job, pool, p.now, p.cfg, reclaim, p.usage.borrows(job))
+    nodes = {n: f for n, f in p.free.free.items() if capacity.could_ever_hold(job, f.node)}
+    choice = choose(job, nodes, ok, p.now) if ok else None
+    if choice is None and not later and job.nodes == 1:
+        # Lets larger one-node requests skip the search (`_Pass._may_preempt`). A gang that found
+        # too few nodes says nothing of a one-node request of its shape, so it is not remembered.
+        q = p.cfg.qos_named(job.qos)
+        p.no_victims.append((q.priority if q else 0, reclaim, capacity.shape(job)))
+    if choice is None:
+        if later and choose(job, nodes, ok + [v for v, _ in later], p.now):
+            wait = min(w for _, w in later)
+            return (states.PREEMPTION_DEFERRED,
+                    f"lower-QoS jobs it could preempt reach min_runtime in {wait:.0f}s at the earliest")
+        return None
+    why = "reclaiming its account's guarantee" if reclaim else f"QoS {job.qos}"
+    for v in choice.victims:
+        q = p.cfg.qos_named(v.qos)
+        p.doomed.add(v.id)
+        p.preempts.append(Preempt(v.id, job.id, q.grace if q else 0,
+                                  f"preempted for job {job.display_id} ({why}); "
+                                  f"{lost_work(v, p.now):.0f}s since its last checkpoint"))
+    p.draining[job.id] = list(choice.victims)
+    kept: list[str] = []
+    for name in choice.nodes:
+        spot = p.free.free[name]
+        kept += earmark(job, p.free.hold(spot, job)[0], choice.victims, spot.node)
+    mark = ",".join(choice.nodes)
+    return states.PREEMPTING_FOR, (f"preempting {len(choice.victims)} job(s) on {mark}: "
+                                   + ", ".join(v.display_id for v in choice.victims)), mark, tuple(kept)
+
+
 def choose(job: Job, free_by_node: dict, pool, now: float) -> Choice | None:
-    """The best victim set over all nodes, or None. `free_by_node` maps a node name to its Free
-    (capacity.Free) for nodes that could hold the job; `pool` are the candidate victims."""
+    """The `job.nodes` nodes that need the fewest victims (then the least work lost, then the name),
+    or None when fewer nodes than that could be freed. `free_by_node` maps a node name to its Free
+    (capacity.Free) for nodes that could hold the job; `pool` are the candidate victims. A node with
+    room needs none (a one-node job only preempts when no node has room); a set with no victim at
+    all is not a preemption (None)."""
     by_node: dict[str, list[Job]] = {}
     for v in pool:
         for node, _ in v.on_nodes:        # a gang victim frees room on each of its nodes
             if node in free_by_node:
                 by_node.setdefault(node, []).append(v)
-    best = None
-    for name in sorted(by_node):
-        got = _on_node(job, free_by_node[name], by_node[name], now)
-        if got is not None:
-            c = Choice(name, got, sum(lost_work(v, now) for v in got))
-            if best is None or (len(c.victims), c.lost) < (len(best.victims), best.lost):
-                best = c
-    return best
+    options: list[tuple] = []
+    for name in sorted(free_by_node):
+        f = free_by_node[name]
+        if f.fits(job):
+            options.append((0, 0.0, name, ()))
+        elif by_node.get(name):
+            got = _on_node(job, f, by_node[name], now)
+            if got:
+                options.append((len(got), sum(lost_work(v, now) for v in got), name, tuple(got)))
+    if len(options) < job.nodes:
+        return None
+    options.sort(key=lambda o: o[:3])
+    picked = options[:job.nodes]
+    if job.nodes == 1:
+        victims = picked[0][3]            # one node's set, in preference order (the detail's order)
+    else:
+        # Victims gathered over several nodes, each once, listed by id (the gang's detail's order).
+        merged = {v.id: v for o in picked for v in o[3]}
+        victims = tuple(merged[i] for i in sorted(merged))
+    if not victims:
+        return None
+    return Choice(tuple(sorted(o[2] for o in picked)), victims)
 
 
 def _on_node(job: Job, free, pool: list[Job], now: float):
