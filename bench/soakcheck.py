@@ -85,7 +85,14 @@ def stamp_checks(lives: dict, jobs: dict, agent_dead, agent_frozen=(), places: d
             late.append(i)
         if started_in(agent_frozen):
             frozen.append(i)
-        ended = [a for (a, _), (_, _, done) in spans.items() if done]
+        # A gang's attempt ended its work only when every part stamped its end: one part done and
+        # another killed is a failed attempt, run again whole (not finished work re-run).
+        parts = jobs[i].nodes if i in jobs else 1
+        done_parts: dict[int, set] = {}
+        for key, (_, _, done) in spans.items():
+            if done:
+                done_parts.setdefault(key[0], set()).add(at.get(key, (key[1], ""))[0] if parts > 1 else 0)
+        ended = [a for a, ranks in done_parts.items() if len(ranks) >= parts]
         if ended and any(a > min(ended) for a, _ in spans):
             rerun.append(i)
         if ended and i in jobs and jobs[i].state != states.COMPLETED:

@@ -104,3 +104,16 @@ def test_an_attempt_billed_past_its_processes_last_stamp_is_named(tmp_path):
     got = SOAK.billed_checks({1: SOAK._lives(p)}, {1: SOAK.where(p)}, {1: j})
     assert got == {"ran_unbilled": [], "billed_past_run": [[1, 1, 0.05, 5.0], [1, 2, "no stamp", 30.0]]}
     assert "billed_past_run" in SOAK.failures({**BASE, **got})
+
+
+def test_a_gang_attempt_with_one_part_done_and_one_killed_is_not_finished_work(tmp_path):
+    # attempt 0: rank 0 ended, rank 1 was killed; attempt 1 ran both parts to their end
+    p = write(tmp_path, "1", ["start 0 100.0 11 0 g2", "start 0 100.0 12 1 g3", "end 0 108.0 11 0 g2",
+                              "alive 0 108.5 12 1 g3", "start 1 120.0 13 0 g2", "start 1 120.0 14 1 g3",
+                              "end 1 128.0 13 0 g2", "end 1 128.1 14 1 g3"])
+    got = SOAK.stamp_checks({1: SOAK._lives(p)}, {1: gang(1)}, [], [], {1: SOAK.where(p)})
+    assert got["rerun_after_end"] == [] and got["finished_not_completed"] == []
+    # both parts of attempt 0 ended, and it ran again: finished work re-run
+    q = write(tmp_path, "2", ["start 0 100.0 21 0 g2", "start 0 100.0 22 1 g3", "end 0 108.0 21 0 g2",
+                              "end 0 108.1 22 1 g3", "start 1 120.0 23 0 g2", "start 1 120.0 24 1 g3"])
+    assert SOAK.stamp_checks({2: SOAK._lives(q)}, {2: gang(2)}, [], [], {2: SOAK.where(q)})["rerun_after_end"] == [2]
