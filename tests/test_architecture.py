@@ -414,7 +414,8 @@ def test_the_named_core_is_in_the_core():
              "money.fairshare", "sim", "sim.engine", "jobs.model", "jobs.plan", "jobs.states", "money.budgetwatch",
              "daemon.crashguard", "money.whatif", "jobs.jobspec", "settings.config",
              # the daemon's deciders: (state, input) -> Change
-             "daemon.attempt", "daemon.applier", "daemon.bookkeeper", "daemon.handlers", "daemon.change"]
+             "daemon.attempt", "daemon.applier", "daemon.bookkeeper", "daemon.handlers", "daemon.change",
+             "daemon.triage"]
     assert set(f"labq.scheduler.{n}" for n in named) <= set(core(GRAPH))
 
 

@@ -12,7 +12,7 @@ from ..jobs.idruns import Runs
 from ..security import auth, private
 from ..store import histpages
 from ..store.faults import ERRORS as REDIS_ERRORS
-from . import decode
+from . import decode, triage
 from .batch import Batch
 from .change import Change
 from .commit import release_memory
@@ -29,10 +29,6 @@ STATUS_OP = "request_status"   # `labq stat --rid`: what became of a request a c
 SOLO_OPS = frozenset(("drain", "resume", ARCHIVE_OP, *BUDGET_OPS))
 MAX_REQUESTS_PER_TICK = 20_000
 READ_COUNT = 500            # requests, and events per stream, per read
-# Per user and tick, at intake: beyond these a user's requests are refused unhandled (one user's
-# flood is read at the cost of reading it, never at the cost of the handlers).
-MAX_USER_REQUESTS_PER_TICK = 2_000
-MAX_USER_BYTES_PER_TICK = 64 << 20
 
 
 class Inboxes:
@@ -80,20 +76,14 @@ class Inboxes:
             self.flush()
 
     def _bounded(self, sender, fields: dict):
-        """The sender, or a RefusedError once they passed this tick's share of requests or bytes: one
-        user's flood is answered at the cost of reading it, and cannot take the tick from the rest."""
-        if not isinstance(sender, str):
-            return sender
+        """The sender, or the refusal of one who passed this tick's share (triage.bounded); counted
+        from the first tick, not in a recovery (`sent` None)."""
         sent = getattr(self, "sent", None)
-        if sent is None:      # recovery: the bounds count from the first tick
+        if not isinstance(sender, str) or sent is None:
             return sender
-        size = sum(len(v) for v in fields.values())
         sent[sender] += 1
-        sent[(sender, "bytes")] += size
-        if sent[sender] > MAX_USER_REQUESTS_PER_TICK or sent[(sender, "bytes")] > MAX_USER_BYTES_PER_TICK:
-            return RefusedError(f"user {sender} sent more than {MAX_USER_REQUESTS_PER_TICK} requests or "
-                                f"{MAX_USER_BYTES_PER_TICK >> 20} MiB in one tick; refused, send it again in a moment")
-        return sender
+        sent[(sender, "bytes")] += sum(len(v) for v in fields.values())
+        return triage.bounded(sender, sent[sender], sent[(sender, "bytes")])
 
     def _recover_pending(self, now: float) -> None:
         """What a predecessor read and never acknowledged, one entry at a time, each named in
@@ -177,8 +167,8 @@ class Inboxes:
                 dead: bool = False, remember: bool = True) -> None:
         """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
         `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
-        reply = {"ok": False, "code": code, "error": error, "rid": rid}
-        self.commit(Change(), reply=(rid, reply, remember), ack=(stream, eid),
+        answer = triage.refusal(rid, error, code)
+        self.commit(answer.change, reply=(rid, answer.change.reply, remember), ack=(stream, eid),
                     dead=(stream, eid, fields, error) if dead else None)
         if dead:
             log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
@@ -224,35 +214,27 @@ class Inboxes:
         return held
 
     def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
-        """Identify → answer a retry → validate (decode.py) → handle, for this one entry; whatever a
-        handler raises becomes this entry's error reply (in _isolated)."""
+        """Identify (munge, the store) → screen (triage.py: refused, a retry answered again, invalid,
+        expired) → handle (handlers.py), for this one entry; whatever a handler raises becomes this
+        entry's error reply (in _isolated)."""
         rid = decode.reply_id(fields, eid)
         if user is None:
             user = self._senders([(stream, eid, fields)], now)[0]
         if isinstance(user, RefusedError):
-            e = user
-            log.warning("inbox %s entry %s: %s", stream, eid, e)
-            self.commit(Change(), reply=(rid, {"ok": False, "code": e.exit_code, "error": str(e)}, False),
-                        ack=(stream, eid))
+            log.warning("inbox %s entry %s: %s", stream, eid, user)
+            prior = None       # refused before its id's answer is looked at
+        else:
+            prior = json.loads(prior) if prior is not None else self.answered.get(rid)
+        got = triage.screen(eid, fields, user, prior, self.cfg.max_request_bytes)
+        if isinstance(got, decode.Request):
+            # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
+            # for this answer is a matter of real time (a long tick may read a request after the
+            # client gave up and told its user nothing was done), not of the tick's `now`.
+            got = triage.expired(got, now, self.clock()) or got
+        if isinstance(got, triage.Answered):
+            self.commit(got.change, reply=(rid, got.change.reply, got.remember), ack=(stream, eid))
             return
-        if prior is None and rid in self.answered:
-            prior = self.answered[rid]
-        elif prior is not None:
-            prior = json.loads(prior)
-        if prior is not None:   # a client retry, or a redelivery after a crash: answer, never redo
-            self.commit(Change(), reply=(rid, prior), ack=(stream, eid))
-            return
-        try:
-            req = decode.request(fields, eid, self.cfg.max_request_bytes)
-        except LabqError as e:
-            return self._refuse(stream, eid, rid, fields, str(e), code=e.exit_code)
-        # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
-        # for this answer is a matter of real time (a long tick may read a request after the
-        # client gave up and told its user nothing was done), not of the tick's `now`.
-        late = max(now, self.clock()) - (req.expires or float("inf"))
-        if late > 0:   # the client has given up and told its user nothing was done: keep it so
-            return self._refuse(stream, eid, rid, fields, f"expired: read {late:.1f}s after the client's "
-                                "deadline; not done", code=4)
+        req = got
         solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
         if solo:
             self.flush()

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from labq.scheduler.client import Client
-from labq.scheduler.daemon.requests import MAX_USER_REQUESTS_PER_TICK
+from labq.scheduler.daemon.triage import MAX_USER_REQUESTS_PER_TICK
 from labq.scheduler.errors import UnreachableError
 from labq.scheduler.settings import config
 from labq.scheduler.store.keys import Keys

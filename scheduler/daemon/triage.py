@@ -1,0 +1,63 @@
+"""What becomes of one request before a handler sees it, decided from what the shell read
+(daemon/requests.py): who sent it, the answer already given to its id, how much its sender sent
+this tick, the wall clock at the moment the request is handled. Pure: an answer (refused, or a
+retry answered again) or the decoded request for a handler (handlers.py), whose Change the shell
+commits with the request's ack."""
+from dataclasses import dataclass
+
+from ..errors import LabqError, RefusedError
+from . import decode
+from .change import Change
+
+# Per user and tick, at intake: beyond these a user's requests are refused unhandled (one user's
+# flood is read at the cost of reading it, never at the cost of the handlers).
+MAX_USER_REQUESTS_PER_TICK = 2_000
+MAX_USER_BYTES_PER_TICK = 64 << 20
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A request answered without a handler: `change.reply` is the answer; `remember` whether its id
+    keeps it for retries (not while the sender is unknown: the id would bind its real owner)."""
+    change: Change
+    remember: bool = True
+
+
+def bounded(sender, requests: int, size: int):
+    """The sender, or a RefusedError once they passed this tick's share (`requests` so far with this
+    one, `size` bytes): one user's flood is answered at the cost of reading it, and cannot take the
+    tick from the rest. A refusal or an unknown sender passes through as it is."""
+    if not isinstance(sender, str):
+        return sender
+    if requests > MAX_USER_REQUESTS_PER_TICK or size > MAX_USER_BYTES_PER_TICK:
+        return RefusedError(f"user {sender} sent more than {MAX_USER_REQUESTS_PER_TICK} requests or "
+                            f"{MAX_USER_BYTES_PER_TICK >> 20} MiB in one tick; refused, send it again in a moment")
+    return sender
+
+
+def screen(eid: str, fields: dict, sender, prior: dict | None, max_bytes: int) -> "Answered | decode.Request":
+    """Identified → answered before (a client retry, or a redelivery after a crash: answered again,
+    never redone) → valid (decode.py). `sender` is a login name or the RefusedError it was refused
+    with; `prior` the answer this request id was given (None: none)."""
+    if isinstance(sender, RefusedError):
+        return Answered(Change(reply={"ok": False, "code": sender.exit_code, "error": str(sender)}), remember=False)
+    if prior is not None:
+        return Answered(Change(reply=prior))
+    try:
+        return decode.request(fields, eid, max_bytes)
+    except LabqError as e:
+        return refusal(decode.reply_id(fields, eid), str(e), e.exit_code)
+
+
+def expired(req: decode.Request, now: float, wall: float) -> Answered | None:
+    """A request read after its client's deadline: the client has given up and told its user nothing
+    was done, so nothing is. `wall` is the real time (a long tick may read a request after its
+    client gave up), never later than the tick's `now` is stamped on anything."""
+    late = max(now, wall) - (req.expires or float("inf"))
+    if late <= 0:
+        return None
+    return refusal(req.rid, f"expired: read {late:.1f}s after the client's deadline; not done", 4)
+
+
+def refusal(rid: str, error: str, code: int = 2) -> Answered:
+    return Answered(Change(reply={"ok": False, "code": code, "error": error, "rid": rid}))

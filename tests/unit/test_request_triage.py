@@ -1,0 +1,63 @@
+"""The request screen (scheduler/daemon/triage.py) on its own: what the shell read about one request
+in, an answer or the request for a handler out; no Redis and no daemon (the daemon's side is
+tests/contract/test_daemon.py, test_intake_list.py, test_client_outcome.py)."""
+import json
+
+from labq.scheduler.daemon import triage
+from labq.scheduler.daemon.decode import Request
+from labq.scheduler.errors import RefusedError
+
+NOW = 1_000_000.0
+MAX = 1 << 20
+
+
+def _fields(**extra) -> dict:
+    return {"rid": "r1", "op": "submit", "body": json.dumps({"cmd": ["true"]}), **extra}
+
+
+def test_a_refused_sender_is_answered_and_its_id_is_not_bound():
+    got = triage.screen("1-0", _fields(), RefusedError("munge: expired credential"), None, MAX)
+    assert isinstance(got, triage.Answered) and got.remember is False
+    assert got.change.reply == {"ok": False, "code": 3, "error": "munge: expired credential"}
+
+
+def test_a_refused_sender_is_refused_even_when_its_id_was_answered():
+    got = triage.screen("1-0", _fields(), RefusedError("no"), {"ok": True, "job_id": 7}, MAX)
+    assert isinstance(got, triage.Answered) and got.change.reply["ok"] is False
+
+
+def test_a_retry_gets_the_answer_given_before_and_nothing_is_redone():
+    prior = {"ok": True, "job_id": 7, "rid": "r1"}
+    got = triage.screen("1-0", _fields(), "alice", prior, MAX)
+    assert isinstance(got, triage.Answered) and got.change.reply == prior and got.remember
+    assert got.change.jobs == [] and got.change.controls == []
+
+
+def test_an_invalid_request_is_refused_under_its_clients_id():
+    got = triage.screen("1-0", _fields(op="Not An Op"), "alice", None, MAX)
+    assert isinstance(got, triage.Answered) and got.remember
+    assert got.change.reply["ok"] is False and got.change.reply["code"] == 2 and got.change.reply["rid"] == "r1"
+
+
+def test_a_good_request_goes_to_a_handler():
+    got = triage.screen("1-0", _fields(), "alice", None, MAX)
+    assert isinstance(got, Request) and (got.rid, got.op) == ("r1", "submit")
+
+
+def test_a_request_read_after_its_deadline_is_refused_as_expired_by_the_later_clock():
+    req = Request("r1", "submit", {}, NOW + 5)
+    assert triage.expired(req, NOW, NOW + 4) is None
+    late = triage.expired(req, NOW, NOW + 7)
+    assert late is not None and late.change.reply["code"] == 4 and late.change.reply["rid"] == "r1"
+    assert "2.0s after the client's deadline" in late.change.reply["error"]
+    assert triage.expired(req, NOW + 9, NOW) is not None      # the tick's clock, when it is the later
+    assert triage.expired(Request("r1", "submit", {}, None), NOW, NOW + 1e9) is None
+
+
+def test_a_sender_past_this_ticks_share_is_refused():
+    assert triage.bounded("alice", triage.MAX_USER_REQUESTS_PER_TICK, 10) == "alice"
+    over = triage.bounded("alice", triage.MAX_USER_REQUESTS_PER_TICK + 1, 10)
+    assert isinstance(over, RefusedError) and "alice" in str(over)
+    assert isinstance(triage.bounded("bob", 1, triage.MAX_USER_BYTES_PER_TICK + 1), RefusedError)
+    refused = RefusedError("no")
+    assert triage.bounded(refused, 10**9, 10**12) is refused and triage.bounded(None, 10**9, 0) is None
