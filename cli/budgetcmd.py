@@ -37,8 +37,9 @@ def budget(cctx, period, as_json):
     if cctx.invoked_subcommand:
         return
     ctx = cctx.obj
-    cfg, c = ctx.cfg, ctx.client
-    bals = c.balances(period=period)
+    # The thin client (store/thinreads.py): redis-py's import alone cost ~8x `labq sub` (issue 39 item 4).
+    cfg, c = ctx.cfg, ctx.thin
+    bals = c.balances_of(cfg.budgets, period=period)
     if period is not None and not bals and cfg.budgets:
         raise UsageError(f"--period: no budget has a period named {period!r} (expected like 2026-11, 2026-Q4, 2026-W47)")
     recent = c.read.alerts(2000)

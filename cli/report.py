@@ -75,7 +75,8 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, n
             keys = rep.parse_by(by_)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    c = ctx.client
+    # The thin client (store/thinreads.py): redis-py's import alone cost ~8x `labq sub` (issue 39 item 4).
+    c = ctx.thin
     jobs = c.read.acct_rows(lo) + c.read.active()       # archived jobs as compact rows (store/acctrows)
     if forecast_accuracy:
         return _emit(rep.forecast_accuracy(jobs, lo, hi), ["user", "jobs", "p50", "p90", "margin_90"], fmt,
@@ -102,7 +103,7 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, n
         out = rep.reconcile(rows, jobs, lambda t: datetime.fromtimestamp(t, z).strftime("%Y-%m-%d"))
         return _emit(out, ["date", "scope", "imported", "labq", "diff", "diff_pct"], fmt,
                      ["DATE", "SCOPE", "IMPORTED", "LABQ", "DIFF", "DIFF%"])
-    models = {g.uuid: g.model for n in c.nodes() for g in n.gpus}
+    models = {g[0]: g[2] for n in c.read.nodes() for g in n.gpus}     # NodeView: [uuid, index, model, mem]
     rows = rep.by(jobs, keys, models, lo, hi)
     if fmt == "table" and rows:
         rows = rows + [rep.total(rows, keys)]

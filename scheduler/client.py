@@ -1,11 +1,10 @@
 """The Python API the CLI uses: requests through the user's inbox (store/inbox.py), reads straight
 from Redis. The hot CLI commands use the thin client (thinclient.py) instead, without redis-py."""
 import time
-from dataclasses import replace
 
 from .errors import UnreachableError
 from .jobs import states
-from .money import fairshare, ledger, periods
+from .money import fairshare
 from .settings.config import Config
 from .store import conn, inbox
 from .store.keys import Keys
@@ -65,31 +64,12 @@ class Client(ClientBase):
 
     def budgets(self, now: float | None = None):
         """The configured budgets with the limits of `labq budget set` and the active overrides."""
-        limits = {k: int(v["limit"]) for k, v in self.read.limits().items()}
-        return ledger.effective(self.cfg.budgets, limits, self.read.overrides(), now or time.time())
+        return self.effective_budgets(self.cfg.budgets, now or time.time())
 
     def balances(self, now: float | None = None, period: str | None = None):
         """Each budget's balance in its current period, or in `period` (a label like 2026-11: settled
         spending only, for the budgets whose periods are named that way)."""
-        now = now or time.time()
-        running = [j for j in self.read.active() if j.commit]
-        spent = self.read.spent()
-        out = []
-        for b in self.budgets(now):
-            label = periods.current(b, now)
-            if period is not None and period != label:
-                if b.period == "none":
-                    continue
-                try:
-                    periods.bounds(b.period, period, b.timezone)
-                except ValueError:
-                    continue
-                out.append(ledger.balance(replace(b, overrides=0), spent.get(periods.field(b.name, period), 0), (),
-                                          now, period))
-                continue
-            out.append(ledger.balance(b, spent.get(periods.field(b.name, label), 0), running, now, label,
-                                      periods.span_at(b, now, label)))
-        return out
+        return self.balances_of(self.cfg.budgets, now, period)
 
     def ping(self) -> None:
         conn.ping(self.r)

@@ -7,6 +7,7 @@ not job records.
 """
 import os
 import pwd
+import time
 
 from .errors import LabqError, RefusedError, UnreachableError, UsageError
 from .store.keys import Keys
@@ -76,6 +77,20 @@ class ClientBase:
         the client role cannot read them; the scheduler answers their owner and admins only."""
         from .security.private import OP
         return self._checked(self.request(OP, {"job": job.id}, timeout))
+
+    def effective_budgets(self, budgets, now: float) -> tuple:
+        """`budgets` (the config's) with the limits of `labq budget set` and the active overrides."""
+        from .money import ledger
+        limits = {k: int(v["limit"]) for k, v in self.read.limits().items()}
+        return ledger.effective(budgets, limits, self.read.overrides(), now)
+
+    def balances_of(self, budgets, now: float | None = None, period: str | None = None) -> list:
+        """Each of `budgets` (the config's) in its current period, or in `period` (ledger.balances)."""
+        from .money import ledger
+        now = now or time.time()
+        running = [j for j in self.read.active() if j.commit]
+        spent = self.read.spent()
+        return ledger.balances(self.effective_budgets(budgets, now), spent, running, now, period)
 
     def job(self, text: str):
         jobs = self.resolve(text)

@@ -695,3 +695,60 @@ def spied(out: str) -> list[tuple[int, str]]:
         with open(os.path.join(out, name)) as f:
             rows += [(int(u), exe) for u, _, exe in (line.rstrip("\n").partition(" ") for line in f)]
     return rows
+
+
+BUDGET_CONFIG = """
+[scheduler]
+budget_mode = "forecast"
+[rates]
+gpu_hour = 36.0
+[accounts.eta]
+users = ["{user}"]
+[security]
+admins = ["{user}"]
+[[budgets]]
+name = "eta-sweep"
+account = "eta"
+limit = 1.0
+"""
+
+
+class BudgetBench:
+    """One budget over account eta, a node n1 of 4 fake GPUs, and a Scheduler ticked in this process
+    while each `labq` command runs (tests/contract/test_budget_cli.py, test_fastpath.py)."""
+
+    def __init__(self, rp, tmp_path):
+        self.rp, self.r = rp, rp.client()
+        self.r.flushall()
+        self.cfg_path = tmp_path / "labq.toml"
+        self.cfg_path.write_text(BUDGET_CONFIG.format(user=current_user()))
+        self.cfg = config_mod.load(str(self.cfg_path))
+        AgentStore(self.r, Keys()).register("n1", 16, 64 << 30, 8, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)],
+                                            "h", 1, 10 ** 9)
+        self.s = Scheduler(self.r, self.cfg, me="s1")
+        self.s.tick(time.time())
+
+    def labq(self, *args, env=None, scheduler=True):
+        e = {**os.environ, "LABQ_REDIS_URL": self.rp.url, "PYTHONPATH": ROOT, **(env or {})}
+        p = subprocess.Popen([sys.executable, "-m", "labq.cli.main", "--config", str(self.cfg_path), *args], cwd=ROOT,
+                             env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while scheduler and p.poll() is None:
+            self.s.tick(time.time(), [f"user:{current_user()}"])
+            time.sleep(0.02)
+        out, err = p.communicate(timeout=120)
+        return p.returncode, out, err
+
+    def run_job(self, seconds, **body):
+        rid = f"r{time.monotonic_ns()}"
+        b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "est": 10,
+             "account": "eta", **body}
+        push(self.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
+        self.r.delete(Keys().wake)           # as the run loop drains it: nothing else is waiting, so it plans now
+        self.s.tick(time.time(), [f"user:{current_user()}"])
+        jid = json.loads(self.r.lrange(Keys().reply(rid), 0, -1)[-1])["job_id"]
+        a = self.s.jobs[jid].current
+        AgentStore(self.r, Keys()).post("finished", jid, a.attempt, "n1", {
+            "outcome": "completed", "exit_code": 0, "start_time": a.dispatch_time,
+            "end_time": a.dispatch_time + seconds})
+        self.s.tick(a.dispatch_time + seconds + 0.5)
+        return jid

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from ..jobs.model import Budget, Job, Node
 from ..units import MICRO, MS_PER_HOUR, accrue  # accrue lives in units: the thin CLI needs it without this module
+from . import periods
 from .periods import field as spent_field
 
 TYPE_CHECKING = False
@@ -208,6 +209,27 @@ def balance(b: Budget, spent: int, running, now: float, period: str = "",
                    accrued=sum(accrued(j, b.name, now) for j in mine),
                    overrides=b.overrides, period=period)
 
+
+
+def balances(budgets, spent: dict, running, now: float, period: str | None = None) -> list[Balance]:
+    """Each of `budgets` (effective()'s) as `labq budget` shows it: in its current period, or in
+    `period` (a label like 2026-11: settled spending only, for the budgets whose periods are named
+    that way). `spent`: the spent hash (periods.field -> micro); `running`: jobs holding commitments."""
+    out = []
+    for b in budgets:
+        label = periods.current(b, now)
+        if period is not None and period != label:
+            if b.period == "none":
+                continue
+            try:
+                periods.bounds(b.period, period, b.timezone)
+            except ValueError:
+                continue
+            out.append(balance(replace(b, overrides=0), spent.get(periods.field(b.name, period), 0), (), now, period))
+            continue
+        out.append(balance(b, spent.get(periods.field(b.name, label), 0), running, now, label,
+                           periods.span_at(b, now, label)))
+    return out
 
 # -- the ledger's other entries: overrides, limits, periods --------------------------------------
 @dataclass(frozen=True)

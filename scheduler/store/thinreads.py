@@ -93,6 +93,48 @@ class ThinReader:
         return acct_table([int(i) for i in ids], texts, lambda ids: self.jobs_in_redis(ids, specs=False),
                           self.history, since, until, user, account, committed)
 
+    def acct_rows(self, since: float = 0, until: float = float("inf"), user=None, account=None,
+                  columns=None) -> list:
+        """reads.Reader.acct_rows's answer, without redis-py (`labq report`): Redis's records of the
+        jobs that ended in the window, and the archive's compact rows of the others."""
+        ids = [int(i) for i in self._pipe([("ZRANGEBYSCORE", self.k.history, since,
+                                            "+inf" if until == float("inf") else until)])[0]]
+        recent = [j for j in self.jobs_in_redis(ids)
+                  if (not user or j.user == user) and (not account or j.account == account)]
+        if self.history is None:
+            return recent
+        have = set(ids)          # in Redis and in the archive (a crash between the two steps): once
+        return [j for j in self.history.acct(since, until, user, account, columns) if j.id not in have] + recent
+
+    # -- the books: reads.Reader's, for `labq budget` and `labq report` -------------------------
+    def spent(self) -> dict[str, int]:
+        return {k: int(v) for k, v in _hash(self._pipe([("HGETALL", self.k.spent())])[0]).items()}
+
+    def limits(self) -> dict[str, dict]:
+        return {k: json.loads(v) for k, v in _hash(self._pipe([("HGETALL", self.k.limits)])[0]).items()}
+
+    def overrides(self) -> list:
+        from ..money.ledger import Override
+        return sorted((Override.loads(v) for v in self._pipe([("HVALS", self.k.overrides)])[0]), key=lambda o: o.id)
+
+    def alerts(self, count: int = 1000) -> list[dict]:
+        """The newest `count` alerts, oldest first."""
+        got = self._pipe([("XREVRANGE", self.k.alerts, "+", "-", "COUNT", count)])[0]
+        return [_hash(f) for _, f in got][::-1]
+
+    def ledger_all(self, page: int = 10_000) -> list[dict]:
+        """Every ledger entry, oldest first (reads.Reader.ledger_all): the archived ones, then Redis's
+        (an entry in both counts once)."""
+        archived = self.history.ledger() if self.history is not None else []
+        seen = {i for i, _ in archived}
+        out, start = [f for _, f in archived], "-"
+        while True:
+            got = self._pipe([("XRANGE", self.k.ledger, start, "+", "COUNT", page)])[0]
+            out += [_hash(f) for i, f in got if i not in seen]
+            if len(got) < page:
+                return out
+            start = "(" + got[-1][0]
+
     def jobs_in_redis(self, ids, specs: bool = True) -> list:
         """The records of `ids` that Redis holds (the archive is not asked); without `specs`, an
         array task's shared script and argv are not read (codec.loads leaves them empty)."""

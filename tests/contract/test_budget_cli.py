@@ -2,74 +2,17 @@
 the real redis-server fixture, with the scheduler ticking in this process while each command runs."""
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from labq.scheduler.client import current_user
-from labq.scheduler.daemon.loop import Scheduler
-from labq.scheduler.jobs.model import Gpu
-from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
-from tests.harness import ROOT, job, push
+from tests.harness import ROOT, BudgetBench as Bench, job, push
 
 pytestmark = pytest.mark.redis
 K = Keys()
-CONFIG = """
-[scheduler]
-budget_mode = "forecast"
-[rates]
-gpu_hour = 36.0
-[accounts.eta]
-users = ["{user}"]
-[security]
-admins = ["{user}"]
-[[budgets]]
-name = "eta-sweep"
-account = "eta"
-limit = 1.0
-"""
-
-
-class Bench:
-    def __init__(self, rp, tmp_path):
-        self.rp, self.r = rp, rp.client()
-        self.r.flushall()
-        self.cfg_path = tmp_path / "labq.toml"
-        self.cfg_path.write_text(CONFIG.format(user=current_user()))
-        self.cfg = config.load(str(self.cfg_path))
-        AgentStore(self.r, K).register("n1", 16, 64 << 30, 8, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h",
-                                       1, 10 ** 9)
-        self.s = Scheduler(self.r, self.cfg, me="s1")
-        self.s.tick(time.time())
-
-    def labq(self, *args, env=None, scheduler=True):
-        e = {**os.environ, "LABQ_REDIS_URL": self.rp.url, "PYTHONPATH": ROOT, **(env or {})}
-        p = subprocess.Popen([sys.executable, "-m", "labq.cli.main", "--config", str(self.cfg_path), *args], cwd=ROOT,
-                             env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        while scheduler and p.poll() is None:
-            self.s.tick(time.time(), [f"user:{current_user()}"])
-            time.sleep(0.02)
-        out, err = p.communicate(timeout=120)
-        return p.returncode, out, err
-
-    def run_job(self, seconds, **body):
-        rid = f"r{time.monotonic_ns()}"
-        b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "est": 10,
-             "account": "eta", **body}
-        push(self.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
-        self.r.delete(K.wake)           # as the run loop drains it: nothing else is waiting, so it plans now
-        self.s.tick(time.time(), [f"user:{current_user()}"])
-        jid = json.loads(self.r.lrange(K.reply(rid), 0, -1)[-1])["job_id"]
-        a = self.s.jobs[jid].current
-        AgentStore(self.r, K).post("finished", jid, a.attempt, "n1", {"outcome": "completed", "exit_code": 0,
-                                                                      "start_time": a.dispatch_time,
-                                                                      "end_time": a.dispatch_time + seconds})
-        self.s.tick(a.dispatch_time + seconds + 0.5)
-        return jid
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from labq.cli import fast, spec
 from labq.cli.group import COMMANDS
 from labq.cli.main import cli
-from tests.harness import ROOT
+from tests.harness import ROOT, BudgetBench
 
 
 def _click_command(name):
@@ -147,3 +147,25 @@ def test_an_acct_refusal_imports_nothing_heavy():
     assert p.returncode == 2 and "--since" in p.stderr, p.stderr[-500:]
     heavy = {m for m, _dot in HEAVY.findall(p.stderr)} | set(CONFIG_MODULES.findall(p.stderr))
     assert not heavy, sorted(heavy)
+
+
+# argv, what its output shows of the bench's budget, node and ended job
+LIVE_READS = [(["budget"], "eta-sweep"), (["budget", "--json"], '"eta-sweep"'), (["report"], "eta "),
+              (["report", "--by", "user,gpu_type", "--json"], '"fake"'),
+              (["report", "--by", "status", "--format", "csv"], "CD,1,1"), (["report", "--forecast-accuracy"], "*  ")]
+
+
+@pytest.mark.redis
+def test_budget_and_report_read_without_redis_py(redis_server, tmp_path):
+    """`labq budget` and `labq report` read a live Redis (a budget, a node, an ended job) through the
+    thin client (store/thinreads.py): redis-py's import (asyncio, ssl) alone cost ~8x `labq sub`
+    (issue 39 item 4)."""
+    bench = BudgetBench(redis_server, tmp_path)
+    bench.run_job(20, tags=[["model", "eta"]])
+    env = {**_env(), "LABQ_REDIS_URL": redis_server.url}
+    for argv, shown in LIVE_READS:
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", "--config", str(bench.cfg_path), *argv],
+                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and shown in p.stdout, (argv, p.stdout, p.stderr[-800:])
+        heavy = {m for m, _dot in HEAVY.findall(p.stderr)} - {"click"}
+        assert not heavy, (argv, sorted(heavy))
