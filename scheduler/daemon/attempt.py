@@ -5,6 +5,7 @@ and stops the parts still running (shared fate); an agent's own alert is recorde
 (events.py) reads the streams, names the sender, runs the crash guard on what ended and commits."""
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from ..errors import UsageError
 from ..jobs import states, transitions as tr
@@ -86,3 +87,49 @@ def agent_alert(eid: str, ev, now: float) -> Change:
     if a is None:
         raise UsageError("alert: expected {kind, scope, level, message, data}")
     return Change(alerts=[a.fields()])
+
+
+def lost(on_node: list[Job], beats: list, gangs: Mapping[int, "str | tuple[Job, list] | None"], up: Mapping,
+         down_since: Mapping[str, float], now: float, cfg: Config) -> Change:
+    """Attempts lost with their node or their runner: `NF`, charged to the last sign of life, requeued.
+    `on_node` the jobs holding a node, `beats` each one's (heartbeat, checkpoint, claimed at), `up`
+    the nodes by name, `down_since` when this scheduler first saw each lease gone. A gang's verdict
+    is the shell's (`gangs`, events._lost_part: it reads each part's beats and withdraws the dispatch
+    entry of a part no runner took): a node name (that part withdrawn), an (NF record, charges)
+    pair, or None. A lost gang's other parts are killed by the stop written with (after) its record.
+
+    Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py), so
+    an attempt is declared lost only `fence_margin` after the lease was first seen gone; until then
+    the job may still be running there and must not start elsewhere."""
+    out: list[tuple[Job, Any]] = []
+    stops: list[tuple[int, str]] = []
+    for job, (hb, _, claimed_at) in zip(on_node, beats):
+        a = job.current
+        if a is None:
+            continue
+        if job.parts:
+            hit = gangs.get(job.id)
+            if isinstance(hit, str):       # a part no runner took: withdrawn, uncounted, uncharged
+                out.append((tr.withdrawn(job, "timeout", now, cfg.start_timeout, hit), ()))
+                stops.append((job.id, gang_stop(a.attempt)))
+            elif hit:
+                out.append(hit)
+                stops.append((job.id, gang_stop(a.attempt)))
+            continue
+        node = up.get(job.node)
+        if node is not None and node.state != "down":
+            # A runner that claimed the attempt and went silent is lost too; its agent, alive,
+            # kills a runner that stops heart-beating (worker/agent.py) well within this. One
+            # that claimed it and never beat is silent from its claim: it starts nothing once
+            # the lease it saw with the claim is over (worker/runner.py).
+            last = hb or claimed_at
+            if last is None or now - last <= cfg.node_lease + cfg.fence_margin:
+                continue
+        else:
+            if now - down_since.get(job.node, now) < cfg.fence_margin:
+                continue
+            last = node.last_heartbeat if node else now
+        new, charges = tr.node_failed(job, last, now, cfg)
+        log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
+        out.append((new, charges))
+    return Change(jobs=[j for j, _ in out], charges=[c for _, cs in out for c in cs], controls=stops)

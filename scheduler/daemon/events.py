@@ -75,11 +75,8 @@ class NodeEvents:
                        ended=next((j for j in jobs if j.id == new.id), new))
 
     def _lost_attempts(self, now: float) -> None:
-        """Attempts whose node lease expired, or whose runner stopped heart-beating: `NF`, requeued.
-
-        Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py),
-        so an attempt is declared lost only `fence_margin` after this scheduler first saw the
-        lease gone; until then the job may still be running there and must not start elsewhere."""
+        """Attempts whose node lease expired, or whose runner stopped heart-beating: read here (leases,
+        heartbeats, a gang's parts), decided by attempt.lost (pure), committed in one change."""
         self._check_health(now)
         up = {n.name: n for n in self.nodes}
         for n in self.nodes:
@@ -91,44 +88,21 @@ class NodeEvents:
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
         self.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
-        lost, stops = [], []
         if now - self.sighted <= self.cfg.node_lease + self.cfg.fence_margin:
             # Redis came back lately: no runner could beat or post a result while it was away (it
             # kept its result, worker/results.py). Each gets what a heartbeat gives before it is lost.
             on_node = []
-        for job, (hb, _, claimed_at) in zip(on_node, beats):
-            if job.parts:
-                hit = self._lost_part(job, up, now)
-                if isinstance(hit, str):       # a part no runner took: withdrawn, uncounted, uncharged
-                    log.warning("job %s attempt %d: no runner on node %s took its part within %.0fs; withdrawn",
-                                job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
-                    lost.append((tr.withdrawn(job, "timeout", now, self.cfg.start_timeout, hit), ()))
-                    stops.append((job.id, gang_stop(job.current.attempt)))
-                    self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
-                                              f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
-                elif hit:
-                    lost.append(hit)
-                    stops.append((job.id, gang_stop(job.current.attempt)))
-                continue
-            node = up.get(job.node)
-            if node is not None and node.state != "down":
-                # A runner that claimed the attempt and went silent is lost too; its agent, alive,
-                # kills a runner that stops heart-beating (worker/agent.py) well within this. One
-                # that claimed it and never beat is silent from its claim: it starts nothing once
-                # the lease it saw with the claim is over (worker/runner.py).
-                last = hb or claimed_at
-                if last is None or now - last <= self.cfg.node_lease + self.cfg.fence_margin:
-                    continue
-            else:
-                if now - self.down_since.get(job.node, now) < self.cfg.fence_margin:
-                    continue
-                last = node.last_heartbeat if node else now
-            new, charges = tr.node_failed(job, last, now, self.cfg)
-            log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
-            lost.append((new, charges))
-        if lost:
-            # A lost gang's other parts are killed by the stop written with (after) its record.
-            self.commit(Change(jobs=[j for j, _ in lost], charges=[c for _, cs in lost for c in cs], controls=stops))
+        gangs = {j.id: self._lost_part(j, up, now) for j in on_node if j.parts}
+        for job in on_node:
+            hit = gangs.get(job.id)
+            if isinstance(hit, str):
+                log.warning("job %s attempt %d: no runner on node %s took its part within %.0fs; withdrawn",
+                            job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
+                self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
+                                          f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
+        change = attempt.lost(on_node, beats, gangs, up, self.down_since, now, self.cfg)
+        if change.jobs:
+            self.commit(change)
 
     def _lost_part(self, job: Job, up: dict, now: float):
         """A gang is lost with any one of its parts: a node down past the fence margin, or a part's

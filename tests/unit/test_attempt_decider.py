@@ -50,3 +50,42 @@ def test_a_redelivered_finished_event_changes_nothing():
     ended = attempt.decide(jobs, "1-0", ev, "n1", NOW, cfg()).ended
     again = attempt.decide({1: ended}, "1-0", ev, "n1", NOW, cfg())
     assert again.jobs == [] and again.ended is None
+
+
+# -- attempts lost with their node or their runner (attempt.lost) ---------------------------------
+def _lost(b: ClusterBuilder, beats, down_since=None, gangs=None, now=NOW):
+    snap = b.build()
+    on_node = [j for j in snap.jobs if j.state in states.ON_NODE]
+    return attempt.lost(on_node, beats, gangs or {}, {n.name: n for n in snap.nodes}, down_since or {}, now, cfg())
+
+
+def test_an_attempt_on_a_node_down_past_the_fence_margin_is_lost_and_charged_to_its_last_heartbeat():
+    b = ClusterBuilder(NOW).node("n1", gpus=1, state="down").running("n1", gpus=1)
+    later = NOW + 20      # the node last beat at NOW
+    fenced = _lost(b, [(None, None, None)], {"n1": later - cfg().fence_margin + 1}, now=later)
+    assert fenced.jobs == []          # its runners may still be killing it: not yet
+    change = _lost(b, [(None, None, None)], {"n1": later - cfg().fence_margin}, now=later)
+    [j] = change.jobs
+    assert j.state == states.PENDING and j.attempts[0].outcome == "node_failure" and j.attempts[0].end_time == NOW
+    assert change.controls == []
+
+
+def test_a_silent_runner_on_a_live_node_is_lost_only_past_lease_and_margin():
+    b = ClusterBuilder(NOW).node("n1").running("n1")
+    quiet = cfg().node_lease + cfg().fence_margin
+    assert _lost(b, [(NOW - quiet, None, None)]).jobs == []
+    [j] = _lost(b, [(NOW - quiet - 1, None, None)]).jobs
+    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].end_time == NOW - quiet - 1
+    assert _lost(b, [(None, None, NOW - quiet - 1)]).jobs != []      # claimed, never beat: silent from its claim
+    assert _lost(b, [(None, None, None)]).jobs == []                 # never claimed: the unclaimed rule's
+
+
+def test_a_gang_is_decided_by_the_shells_verdict_and_its_other_parts_are_stopped():
+    b = ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1)
+    assert _lost(b, [(NOW, None, None)], gangs={1: None}).jobs == []
+    withdrawn = _lost(b, [(NOW, None, None)], gangs={1: "b"})
+    assert [j.state for j in withdrawn.jobs] == [states.PENDING] and withdrawn.charges == []
+    assert withdrawn.controls == [(1, attempt.gang_stop(1))]
+    snap = b.build()
+    failed = _lost(b, [(NOW, None, None)], gangs={1: (snap.jobs[0], ["charge"])})
+    assert failed.jobs == [snap.jobs[0]] and failed.charges == ["charge"] and failed.controls == [(1, "stop:1")]
