@@ -297,29 +297,16 @@ class Inboxes:
         return self.handlers.handle(user, req.op, req.body, now)
 
     def _request_status(self, user: str, body: dict) -> dict:
-        """What became of request `of` (`labq stat --rid`), as far as the asker may see it. Requests
-        are handled in the order they were sent: one sent before this question is answered by now."""
-        rid = body.get("of")
-        if not isinstance(rid, str) or not decode.RID.match(rid):
-            raise UsageError("--rid: expected the request id a client printed (like 3f2a…, 32 hex digits)")
+        """What became of request `of` (`labq stat --rid`): its answer and its job read here, the
+        reply decided by triage.status."""
+        rid = triage.status_of(body)
         kept = self.answered.get(rid)
         if kept is None:
             got = self.store.replies_done([rid])[0]
             kept = json.loads(got) if got else None
-        out = {"ok": True, "rid": rid}
-        unknown = {**out, "state": "unknown", "detail": "the scheduler has no answer for it (never received, "
-                   "or answered more than a day ago): nothing was done"}
-        if kept is None:
-            return unknown
-        if not kept.get("ok"):
-            return {**out, "state": "not submitted", "detail": str(kept.get("error", ""))[:400]}
-        jid = kept.get("job_id")
-        if isinstance(jid, int):
-            job = self.jobs.get(jid) or self.store.job(jid)
-            if job is not None and job.user != user and user not in self.cfg.security.admins:
-                return unknown     # not theirs to see
-            return {**out, "state": "submitted", "job_id": jid, "count": kept.get("count", 1)}
-        return {**out, "state": "done", "detail": "answered ok"}
+        jid = kept.get("job_id") if kept is not None and kept.get("ok") else None
+        job = (self.jobs.get(jid) or self.store.job(jid)) if isinstance(jid, int) else None
+        return triage.status(rid, kept, job, user, self.cfg.security.admins)
 
     def _archive_to_serve(self):
         if self.archiver is None:

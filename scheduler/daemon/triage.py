@@ -5,7 +5,7 @@ retry answered again) or the decoded request for a handler (handlers.py), whose 
 commits with the request's ack."""
 from dataclasses import dataclass
 
-from ..errors import LabqError, RefusedError
+from ..errors import LabqError, RefusedError, UsageError
 from . import decode
 from .change import Change
 
@@ -61,3 +61,30 @@ def expired(req: decode.Request, now: float, wall: float) -> Answered | None:
 
 def refusal(rid: str, error: str, code: int = 2) -> Answered:
     return Answered(Change(reply={"ok": False, "code": code, "error": error, "rid": rid}))
+
+
+def status_of(body: dict) -> str:
+    """The request id a `labq stat --rid` asks about."""
+    rid = body.get("of")
+    if not isinstance(rid, str) or not decode.RID.match(rid):
+        raise UsageError("--rid: expected the request id a client printed (like 3f2a…, 32 hex digits)")
+    return rid
+
+
+def status(rid: str, kept: dict | None, job, user: str, admins) -> dict:
+    """What became of request `rid`, as far as `user` may see it: `kept` its answer (None: none kept),
+    `job` the record its answer names (None: none, or gone). Requests are handled in the order they
+    were sent: one sent before this question is answered by now."""
+    out = {"ok": True, "rid": rid}
+    unknown = {**out, "state": "unknown", "detail": "the scheduler has no answer for it (never received, "
+               "or answered more than a day ago): nothing was done"}
+    if kept is None:
+        return unknown
+    if not kept.get("ok"):
+        return {**out, "state": "not submitted", "detail": str(kept.get("error", ""))[:400]}
+    jid = kept.get("job_id")
+    if isinstance(jid, int):
+        if job is not None and job.user != user and user not in admins:
+            return unknown     # not theirs to see
+        return {**out, "state": "submitted", "job_id": jid, "count": kept.get("count", 1)}
+    return {**out, "state": "done", "detail": "answered ok"}

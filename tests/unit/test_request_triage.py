@@ -2,10 +2,13 @@
 in, an answer or the request for a handler out; no Redis and no daemon (the daemon's side is
 tests/contract/test_daemon.py, test_intake_list.py, test_client_outcome.py)."""
 import json
+from types import SimpleNamespace
+
+import pytest
 
 from labq.scheduler.daemon import triage
 from labq.scheduler.daemon.decode import Request
-from labq.scheduler.errors import RefusedError
+from labq.scheduler.errors import RefusedError, UsageError
 
 NOW = 1_000_000.0
 MAX = 1 << 20
@@ -61,3 +64,20 @@ def test_a_sender_past_this_ticks_share_is_refused():
     assert isinstance(triage.bounded("bob", 1, triage.MAX_USER_BYTES_PER_TICK + 1), RefusedError)
     refused = RefusedError("no")
     assert triage.bounded(refused, 10**9, 10**12) is refused and triage.bounded(None, 10**9, 0) is None
+
+
+def test_stat_rid_is_answered_from_the_kept_answer_and_shows_another_users_job_only_to_admins():
+    rid = "a" * 32
+    assert triage.status_of({"of": rid}) == rid
+    with pytest.raises(UsageError):
+        triage.status_of({"of": "not an id!"})
+    assert triage.status(rid, None, None, "alice", ())["state"] == "unknown"
+    refused = triage.status(rid, {"ok": False, "error": "x" * 500}, None, "alice", ())
+    assert refused["state"] == "not submitted" and len(refused["detail"]) == 400
+    bobs = SimpleNamespace(user="bob")
+    kept = {"ok": True, "job_id": 7, "count": 3}
+    assert triage.status(rid, kept, bobs, "alice", ())["state"] == "unknown"
+    assert triage.status(rid, kept, bobs, "root", ("root",)) == {"ok": True, "rid": rid, "state": "submitted",
+                                                                  "job_id": 7, "count": 3}
+    assert triage.status(rid, kept, None, "alice", ())["state"] == "submitted"     # archived: the id is theirs
+    assert triage.status(rid, {"ok": True}, None, "alice", ())["state"] == "done"
