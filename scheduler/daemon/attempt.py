@@ -1,8 +1,9 @@
 """What a node's event about an attempt changes — pure: (the job table, the event, the node that
 sent it, now) -> Change. `started` stamps the attempt; `finished` ends it with its charges; a
 gang's part that completed waits for the others, any other end of a part ends the whole attempt
-and stops the parts still running (shared fate); an agent's own alert is recorded. The daemon
-(events.py) reads the streams, names the sender, runs the crash guard on what ended and commits."""
+and stops the parts still running (shared fate); an agent's own alert is recorded. `lost`: which
+attempts their node or their runner lost. The daemon (events.py) reads the streams, heartbeats
+and leases, names the sender, runs the crash guard on what ended and commits."""
 import logging
 from collections.abc import Mapping
 from typing import Any

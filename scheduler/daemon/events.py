@@ -1,6 +1,6 @@
-"""What the agents tell the scheduler: started/finished events and alerts from the nodes' streams
-(decided by attempt.py, pure), attempts lost with their node or their runner, attempts no runner
-claimed. A mixin of `Scheduler` (daemon/loop.py), which holds the state; each Change goes through
+"""What the agents tell the scheduler: started/finished events and alerts from the nodes' streams,
+attempts lost with their node or their runner (both decided by attempt.py, pure), attempts no
+runner claimed. A mixin of `Scheduler` (daemon/loop.py), which holds the state; each Change goes through
 `commit` with the event's ack."""
 import logging
 from dataclasses import replace
