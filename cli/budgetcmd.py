@@ -1,60 +1,31 @@
-"""`labq budget` (balances; `set`, `override` for admins) and `labq alerts`."""
+"""`labq budget` as a click group (balances: budget.py, also the fast path's; `set`, `override` for admins)
+and `labq alerts`."""
 import json
 import time
 
 import click
 
 from labq.scheduler.errors import UsageError
-from labq.scheduler.units import fmt_money, parse_duration, unit_name
+from labq.scheduler.units import fmt_money, parse_duration
 
-from . import render, statview
+from . import budget as core, statview
 from .common import bounded_count, pass_ctx
 from .out import echo_json
+from .spec import BUDGET, with_options
 
 
 def _ts(t) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t))) if t else "-"
 
 
-def _budget_alerts(all_alerts, name: str, period: str) -> list[dict]:
-    out = []
-    for a in all_alerts:
-        try:
-            data = json.loads(a.get("data") or "{}")
-        except ValueError:
-            data = {}
-        if a.get("scope") == f"budget:{name}" and data.get("period", period) == period:
-            out.append(a)
-    return out
-
-
 @click.group(invoke_without_command=True)
-@click.option("--period", help="A past period's settled balance: 2026-11 (month), 2026-Q4, 2026-W47.")
-@click.option("--json", "as_json", is_flag=True)
+@with_options(BUDGET)
 @click.pass_context
 def budget(cctx, period, as_json):
     """Budgets: limit, spent, accrued, committed (what running jobs may still spend), available, alerts."""
     if cctx.invoked_subcommand:
         return
-    ctx = cctx.obj
-    # The thin client (store/thinreads.py): redis-py's import alone cost ~8x `labq sub` (issue 39 item 4).
-    cfg, c = ctx.cfg, ctx.thin
-    bals = c.balances_of(cfg.budgets, period=period)
-    if period is not None and not bals and cfg.budgets:
-        raise UsageError(f"--period: no budget has a period named {period!r} (expected like 2026-11, 2026-Q4, 2026-W47)")
-    recent = c.read.alerts(2000)
-    ds = [render.budget_dict(b, cfg, _budget_alerts(recent, b.name, b.period)) for b in bals]
-    if as_json:
-        return echo_json(ds)
-    if not bals:
-        click.echo(f"no budgets configured ({cfg.source})")
-        return
-    rows = [[b.name, b.period or "-", unit_name(b.unit), fmt_money(b.limit, b.unit),
-             fmt_money(b.overrides, b.unit) if b.overrides else "-", fmt_money(b.spent, b.unit),
-             fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit),
-             ",".join(sorted({a["kind"] for a in d["alerts"]})) or "-"] for b, d in zip(bals, ds)]
-    click.echo(statview.table(rows, ["BUDGET", "PERIOD", "UNIT", "LIMIT", "OVERRIDE", "SPENT", "ACCRUED",
-                                   "COMMITTED", "AVAILABLE", "ALERTS"]))
+    core.show(cctx.obj, period, as_json)
 
 
 def _amount(text, what) -> float:

@@ -1,4 +1,5 @@
-"""The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and `acct`) without click.
+"""The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and `acct`, `budget`,
+`report`) without click.
 
 click costs more to import than the rest of `labq sub` together. This parses the argv of the hot
 commands with their declared flags (spec.py, from which click builds the same options) and runs
@@ -67,11 +68,9 @@ def parse(command: str, argv: list[str]) -> dict | None:
                 return None
             value = argv[i]
             i += 1
-        if kind == "int":
-            try:
-                value = int(value)
-            except ValueError:
-                return None
+        value = _typed(kind, name, value)
+        if value is None:
+            return None         # click's message
         params[dest] = params[dest] + (value,) if kind == "multi" else value
     if (nargs == 0 and positional) or (nargs == 1 and len(positional) != 1) or (nargs == "+" and not positional):
         return None
@@ -79,6 +78,20 @@ def parse(command: str, argv: list[str]) -> dict | None:
         params[pos_name] = positional[0] if nargs == 1 else tuple(positional)
     params["dashdash"] = "--" in argv
     return params
+
+
+def _typed(kind: str, flag: str, value: str):
+    """`value` as click converts it for an option of `kind`, or None where click refuses it."""
+    if kind == "int":
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    if kind == "choice" and value not in spec.CHOICES[flag]:
+        return None
+    if kind == "path" and os.path.isdir(value):    # click.Path(dir_okay=False)
+        return None
+    return value
 
 
 def split_global(argv: list[str]):
@@ -115,12 +128,14 @@ def run(argv: list[str]) -> bool:
     if params is None or (command in ("stat", "q") and params.get("start")):
         return False
     from .out import guarded
-    guarded(lambda: _dispatch(config, command, params), _redis_errors if command == "acct" else None)
+    # acct's other forms and report --plot read through the full client (redis-py)
+    guarded(lambda: _dispatch(config, command, params), _redis_errors if command in ("acct", "report") else None)
     return True
 
 
 def _redis_errors():
-    """redis-py's error classes: `labq acct --json` reads through the full client (common.redis_errors)."""
+    """redis-py's error classes: `labq acct --json` and `report --plot` read through the full client
+    (common.redis_errors)."""
     from labq.scheduler.store.faults import ERRORS
     return ERRORS
 
@@ -133,11 +148,17 @@ def _command_help(name: str) -> bool:
 
 
 def _dispatch(config, command: str, params: dict) -> None:
-    if command == "acct":
-        from . import acct
+    if command in ("acct", "budget", "report"):
         from .ctx import Ctx
         params.pop("dashdash")
-        return acct.run(Ctx(config), **params)
+        if command == "acct":
+            from . import acct
+            return acct.run(Ctx(config), **params)
+        if command == "budget":
+            from . import budget
+            return budget.show(Ctx(config), **params)
+        from . import report
+        return report.run(Ctx(config), **params)
     client = thin_client(config)
     if command == "sub":
         from . import subcore

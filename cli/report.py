@@ -4,13 +4,10 @@ import csv
 import io
 from datetime import datetime, timezone
 
-import click
-
 from labq.scheduler.errors import UsageError
 
 from . import statview
-from .common import pass_ctx
-from .out import echo_json, fail
+from .out import echo, echo_json, fail
 
 COLUMNS = [("jobs", "JOBS"), ("attempts", "ATTEMPTS"), ("gpu_hours", "GPU-H"), ("cpu_hours", "CPU-H"),
            ("cost", "COST"), ("success_rate", "SUCCESS"), ("cost_per_success", "COST/OK"),
@@ -37,29 +34,15 @@ def _emit(rows, keys, fmt, headers=None):
         w = csv.writer(out)
         w.writerow(keys)
         w.writerows([["" if r.get(k) is None else r.get(k) for k in keys] for r in rows])
-        return click.echo(out.getvalue(), nl=False)
+        return echo(out.getvalue(), nl=False)
     if not rows:
-        return click.echo("nothing in that window")
-    click.echo(statview.table([[_cell(k, r.get(k)) for k in keys] for r in rows], headers or [k.upper() for k in keys]))
+        return echo("nothing in that window")
+    echo(statview.table([[_cell(k, r.get(k)) for k in keys] for r in rows], headers or [k.upper() for k in keys]))
 
 
-@click.command()
-@click.option("--by", "by_", default="account", help="Group by account,user,qos,gpu_type,node,status,project,tag:KEY.")
-@click.option("--since", help="Attempts that ended from this date (YYYY-MM-DD) or this long ago (7d).")
-@click.option("--until", help="... up to this date or this long ago.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--forecast-accuracy", is_flag=True, help="--est against actual run time per user: p50, p90, margin.")
-@click.option("--reconcile", is_flag=True, help="Imported bills (labq ledger import) against labq's costs.")
-@click.option("--node-idle", is_flag=True, help="Rented nodes (rates.node_hour): instance cost, paid by jobs, idle cost.")
-@click.option("--tz", default="UTC", help="Time zone of the days --reconcile compares (default UTC).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write spending against the limit to a PNG.")
-@click.option("--budget", "budget_name", help="The budget to --plot (default: all).")
-@click.option("--period", help="The period to --plot (default: the current one).")
-@pass_ctx
-def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node_idle, tz, plot_path, budget_name,
-           period):
-    """Cost reports: GPU-hours, cost, success rate, cost per success, failed and preempted cost, idle GPUs."""
+def run(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node_idle, tz, plot_path, budget_name,
+        period):
+    """`labq report` with its options (spec.REPORT), from the fast path (fast.py) or click's (reportcmd.py)."""
     from .acct import _since
     fmt = "json" if as_json else fmt
     lo, hi = _since(since, "--since") or 0, _since(until, "--until") or float("inf")
@@ -109,7 +92,7 @@ def report(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, n
         rows = rows + [rep.total(rows, keys)]
     _emit(rows, [*keys, *(k for k, _ in COLUMNS)], fmt, [*(k.upper() for k in keys), *(h for _, h in COLUMNS)])
     if fmt == "table" and rows:
-        click.echo(f"cost in {ctx.cfg.rates.currency}; window "
+        echo(f"cost in {ctx.cfg.rates.currency}; window "
                    f"{_day(lo) if lo else 'start'} .. {_day(hi) if hi != float('inf') else 'now'}", err=False)
 
 

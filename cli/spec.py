@@ -1,9 +1,10 @@
-"""The flags of the hot commands (and of `acct`), declared once: click builds its options from these (submit.py,
+"""The flags of the hot commands (and of `acct`, `budget`, `report`), declared once: click builds its options from these (submit.py,
 query.py), and the fast path (fast.py) parses argv with them without importing click.
 
 An option is (declarations, kind, help, default), the declarations exactly as click takes them
 (flags, an optional destination name, or "--x/--no-x"). Kinds: "str", "int", "flag" (is_flag),
-"bool" (a --x/--no-x pair), "multi" (repeatable string).
+"bool" (a --x/--no-x pair), "multi" (repeatable string), "choice" (one of CHOICES), "path" (a file
+name: not a directory).
 """
 from labq.scheduler.errors import UsageError
 
@@ -127,6 +128,28 @@ ACCT = [
 # options click leaves out of the help page
 HIDDEN = {"--allocations"}
 
+BUDGET = [
+    (("--period",), "str", "A past period's settled balance: 2026-11 (month), 2026-Q4, 2026-W47.", None),
+    (("--json", "as_json"), "flag", None, False),
+]
+REPORT = [
+    (("--by", "by_"), "str", "Group by account,user,qos,gpu_type,node,status,project,tag:KEY.", "account"),
+    (("--since",), "str", "Attempts that ended from this date (YYYY-MM-DD) or this long ago (7d).", None),
+    (("--until",), "str", "... up to this date or this long ago.", None),
+    (("--format", "fmt"), "choice", None, "table"),
+    (("--json", "as_json"), "flag", None, False),
+    (("--forecast-accuracy",), "flag", "--est against actual run time per user: p50, p90, margin.", False),
+    (("--reconcile",), "flag", "Imported bills (labq ledger import) against labq's costs.", False),
+    (("--node-idle",), "flag", "Rented nodes (rates.node_hour): instance cost, paid by jobs, idle cost.", False),
+    (("--tz",), "str", "Time zone of the days --reconcile compares (default UTC).", "UTC"),
+    (("--plot", "plot_path"), "path", "Write spending against the limit to a PNG.", None),
+    (("--budget", "budget_name"), "str", "The budget to --plot (default: all).", None),
+    (("--period",), "str", "The period to --plot (default: the current one).", None),
+]
+# the values a "choice" option takes (click.Choice: case-sensitive), under each of its flags;
+# a "path" is a file's name (click.Path(dir_okay=False): not a directory)
+CHOICES = {"--format": ("table", "csv", "json")}
+
 WAIT = [(("--timeout",), "str", "Give up after this long (exit 1).", None)]
 DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (scancel -u; yours, or any for admins).",
         None)]
@@ -135,7 +158,9 @@ DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (sc
 COMMANDS = {
     "sub": (SUB, "args", "*"), "stat": (STAT, None, 0), "q": (STAT, None, 0), "show": (SHOW, "job_id", 1),
     "logs": (LOGS, "job_id", 1), "wait": (WAIT, "job_ids", "+"), "del": (DEL, "job_ids", "*"),
-    "acct": (ACCT, None, 0),        # rare, but a rare command should cost what `sub` costs (issue 39 item 4)
+    # rare, but a rare command should cost what `sub` costs (issue 39 item 4); budget's subcommands
+    # (set, override) are positionals here: left to click
+    "acct": (ACCT, None, 0), "budget": (BUDGET, None, 0), "report": (REPORT, None, 0),
 }
 
 
@@ -157,6 +182,10 @@ def dest(decls) -> str:
     return longest.lstrip("-").replace("-", "_").lower()
 
 
+def choices(decls) -> tuple[str, ...]:
+    return next(CHOICES[d] for d in decls if d in CHOICES)
+
+
 def click_options(spec):
     """The click decorators of a spec, in order (applied bottom-up, as a decorator list is)."""
     import click
@@ -165,10 +194,14 @@ def click_options(spec):
         kw = {"help": help_} if help_ else {}
         if HIDDEN.intersection(decls):
             kw["hidden"] = True
-        if kind in ("str", "int") and default is not None:
+        if kind in ("str", "int", "choice") and default is not None:
             kw["default"] = default
         if kind == "int":
             kw["type"] = int
+        elif kind == "choice":
+            kw["type"] = click.Choice(choices(decls))
+        elif kind == "path":
+            kw["type"] = click.Path(dir_okay=False)
         elif kind == "flag":
             kw.update(is_flag=True, default=default)
         elif kind == "bool":

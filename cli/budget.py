@@ -1,0 +1,42 @@
+"""`labq budget` (the balances) without click: from the fast path (fast.py) or click's group
+(budgetcmd.py, which also has `set` and `override`)."""
+import json
+
+from labq.scheduler.errors import UsageError
+from labq.scheduler.units import fmt_money, unit_name
+
+from . import render, statview
+from .out import echo, echo_json
+
+
+def budget_alerts(all_alerts, name: str, period: str) -> list[dict]:
+    out = []
+    for a in all_alerts:
+        try:
+            data = json.loads(a.get("data") or "{}")
+        except ValueError:
+            data = {}
+        if a.get("scope") == f"budget:{name}" and data.get("period", period) == period:
+            out.append(a)
+    return out
+
+
+def show(ctx, period, as_json) -> None:
+    """Budgets: limit, spent, accrued, committed, available, alerts (spec.BUDGET's options)."""
+    # The thin client (store/thinreads.py): redis-py's import alone cost ~8x `labq sub` (issue 39 item 4).
+    cfg, c = ctx.cfg, ctx.thin
+    bals = c.balances_of(cfg.budgets, period=period)
+    if period is not None and not bals and cfg.budgets:
+        raise UsageError(f"--period: no budget has a period named {period!r} (expected like 2026-11, 2026-Q4, 2026-W47)")
+    recent = c.read.alerts(2000)
+    ds = [render.budget_dict(b, cfg, budget_alerts(recent, b.name, b.period)) for b in bals]
+    if as_json:
+        return echo_json(ds)
+    if not bals:
+        return echo(f"no budgets configured ({cfg.source})")
+    rows = [[b.name, b.period or "-", unit_name(b.unit), fmt_money(b.limit, b.unit),
+             fmt_money(b.overrides, b.unit) if b.overrides else "-", fmt_money(b.spent, b.unit),
+             fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit),
+             ",".join(sorted({a["kind"] for a in d["alerts"]})) or "-"] for b, d in zip(bals, ds)]
+    echo(statview.table(rows, ["BUDGET", "PERIOD", "UNIT", "LIMIT", "OVERRIDE", "SPENT", "ACCRUED",
+                               "COMMITTED", "AVAILABLE", "ALERTS"]))
