@@ -33,7 +33,7 @@ from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.units import fmt_size
 
-from . import cgroup, deadslot, gang, gpuwatch, launch, probe, proctree, results, shimbin
+from . import cgroup, deadslot, exitwatch, gang, gpuwatch, launch, probe, proctree, results, shimbin
 
 log = logging.getLogger("labq.agent")
 
@@ -84,6 +84,7 @@ class Agent:
         self.delegation: cgroup.Delegation | None = None
         self.monitor: gpuwatch.Monitor | None = None
         self.lost_gpus: set[str] = set()
+        self.exit_watch: exitwatch.Watch | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -93,6 +94,8 @@ class Agent:
         self._setup_cgroups()      # before any runner exists: under systemd we move into a leaf first
         # Orphans of a runner killed outright come to us, not to PID 1: reaped (and killed) here.
         proctree.become_subreaper()
+        self.exit_watch = exitwatch.Watch(self.settings.spool)     # times its runners' jobs' ends
+        self.exit_watch.start()
         self._register()
         self.store.reset_runners(self.name)
         now = time.monotonic()
@@ -214,6 +217,8 @@ class Agent:
         return min(max(graces), self.settings.stop_grace) + self.settings.kill_wait + self.stop_timeout
 
     def _close(self) -> None:
+        if self.exit_watch is not None:
+            self.exit_watch.stop()
         if self.monitor is not None:
             self.monitor.stop()
         if self.delegation is not None:

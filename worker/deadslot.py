@@ -14,7 +14,7 @@ import time
 from labq.scheduler.store import dispatchq
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import cgroup, ending, gang, launch, proctree, results
+from . import cgroup, ending, exitwatch, gang, launch, proctree, results
 
 log = logging.getLogger("labq.slot")
 
@@ -44,7 +44,7 @@ def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0,
         cg = cgroup.JobCgroup.for_attempt(s.cgroup_base, *got)
         if os.path.isdir(cg.path):
             cg.kill()
-    body = results.kept(s.spool, slot, raw, r) or _exited(store, got, r, exited or {}, pid)
+    body = results.kept(s.spool, slot, raw, r) or _exited(store, got, r, exited or {}, pid, (s.spool, slot))
     if body is not None:
         log.warning("slot %d: job %d attempt %d: its runner (pid %s) died holding its result (%s); posting it",
                     slot, *got, pid, body.get("outcome"))
@@ -58,18 +58,23 @@ def end(store: AgentStore, s: launch.Settings, slot: int, raw: str, me: int = 0,
     store.post("finished", got[0], got[1], s.node, body, SlotRef(s.node, slot, raw, int(pid)))
     results.drop(s.spool, slot)
     results.drop_death(s.spool, slot)
+    exitwatch.forget(s.spool, slot)
     return True
 
 
-def _exited(store: AgentStore, got: tuple[int, int], r: int, exited: dict, runner: str) -> dict | None:
+def _exited(store: AgentStore, got: tuple[int, int], r: int, exited: dict, runner: str,
+            where: tuple[str, int]) -> dict | None:
     """The end of a job whose leader exited on its own before its runner was killed (issue 35: the
     soak's kill -9 of a runner the instant its job exited 0 cost a finished job a re-run): the
     agent, subreaper, reaped the leader and kept its status. A leader killed by a signal (its
-    runner's death kills it) is no evidence: None, a node failure."""
+    runner's death kills it) is no evidence: None, a node failure. Its end: when the agent saw it
+    exit (exitwatch; the runner may have been frozen long before it was killed), else reaped it."""
     pid, start = store.part_process(*got, r)
     status, at = exited.get(pid or -1, (None, 0.0))
     if status is None or not os.WIFEXITED(status) or start is None or at < start:
         return None
+    seen = exitwatch.exited_at(*where, pid or -1, None)
+    at = min(at, seen) if seen is not None and seen >= start else at     # since the start: this leader
     code = os.WEXITSTATUS(status)
     job = store.job(got[0])
     ckpt = job is not None and code and code == job.checkpoint_exit_code

@@ -4,6 +4,7 @@ log, post `started` (late, after a Redis blip) and `finished`. Every end-of-job 
 gives is named here."""
 import contextlib
 import logging
+import math
 import os
 import resource
 import signal
@@ -12,7 +13,7 @@ import time
 from labq.scheduler.store import faults
 from labq.scheduler.units import fmt_size
 
-from . import jobmsg, launch, memwatch, proctree, results, waiting
+from . import exitwatch, jobmsg, launch, memwatch, proctree, results, waiting
 
 log = logging.getLogger("labq.runner")
 
@@ -55,6 +56,9 @@ class Ending:
         pid = self.proc.pid
         # Orphans that died on their own, before we kill anything: their statuses are OOM evidence.
         early_kill = self._reap_early(pid)
+        # Nothing of the job outlived its leader: the job ended as the leader exited, which the
+        # agent timed (exitwatch) even if we were frozen then; else it ends as we kill the rest.
+        alone = not proctree.live_descendants()
         # Whatever is left (background processes, TERM-ignoring children) dies with the attempt.
         # The leader is still an unreaped zombie here, so its pid, the pgid, cannot have been reused.
         if self.cg is not None:
@@ -65,7 +69,8 @@ class Ending:
         # Every process of the job was ours (born in its cgroup, subreaper): all reaped, its cgroup
         # is empty and needs no other kill.
         self.tree_gone = self._reap_all()
-        end = time.time()
+        seen = self._leader_exit()
+        end = min(time.time(), seen if alone else math.inf)
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = -sig if sig else os.WEXITSTATUS(status)
         self.body.update(exit_code=code, signal=sig, end_time=end, usage=self._usage(end))
@@ -95,6 +100,23 @@ class Ending:
         else:
             message = self.kill_now[1] if self.kill_now and self.kill_now[0] == why else end_message(why)
             self.body.update(outcome=OUTCOMES[why], message=message)
+
+    leader_start: int | None = None     # the leader's start ticks, as named to the agent (exitwatch)
+
+    def _note_leader(self) -> None:
+        if self.slot is not None:
+            try:
+                self.leader_start = exitwatch.note(self.s.spool, self.slot.index, self.proc.pid)
+            except OSError as e:
+                log.warning("job %s: cannot name its leader on the spool: %s", self.job.id, e)
+
+    def _leader_exit(self) -> float:
+        """When the agent saw the leader exit (exitwatch): before our reap when we were frozen."""
+        if self.slot is None or self.leader_start is None:
+            return math.inf
+        at = exitwatch.exited_at(self.s.spool, self.slot.index, self.proc.pid, self.leader_start)
+        exitwatch.forget(self.s.spool, self.slot.index)
+        return max(at, self.start or at) if at is not None else math.inf
 
     def _say(self, line: str | None) -> None:
         """labq's line about the job's end (worker/jobmsg.py), into the job's own log."""

@@ -200,6 +200,7 @@ class Run(Ending):
                 os.close(err_fd)
         self.start, self.t0 = start, time.monotonic()
         self.body["start_time"] = start
+        self._note_leader()
         self._announce()
         if self.gpu.gpus:
             # The GPUs' counters at the start (energy is a delta). What this first sample finds is
