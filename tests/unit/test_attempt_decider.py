@@ -44,6 +44,21 @@ def test_a_gang_part_that_fails_ends_the_attempt_and_stops_the_other_parts():
     assert change.controls == [(1, attempt.gang_stop(1))]
 
 
+def test_a_preempted_gangs_attempt_ends_only_when_its_last_part_has_ended():
+    """Each part keeps its grace: ended at the first part's end, the job was requeued and started again
+    while its other part still ran (the chaos soak's job 191, two attempts alive at once)."""
+    import dataclasses
+    jobs = _table(ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1))
+    jobs = {i: dataclasses.replace(j, state=states.PREEMPTING) for i, j in jobs.items()}
+    first = attempt.decide(jobs, "1-0", Event("finished", 1, 1, "b", {"outcome": "preempted", "exit_code": 143}),
+                           "b", NOW, cfg())
+    assert first.ended is None and first.controls == [] and [j.state for j in first.jobs] == [states.PREEMPTING]
+    last = attempt.decide({1: first.jobs[0]}, "1-1", Event("finished", 1, 1, "a", {"outcome": "completed",
+                          "exit_code": 0}), "a", NOW + 2, cfg())
+    assert last.ended is not None and last.ended.state == states.PENDING
+    assert last.ended.attempts[0].outcome == "preempted"
+
+
 def test_a_redelivered_finished_event_changes_nothing():
     jobs = _table(ClusterBuilder(NOW).node("n1").running("n1"))
     ev = Event("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 1})
