@@ -752,3 +752,13 @@ class BudgetBench:
             "end_time": a.dispatch_time + seconds})
         self.s.tick(a.dispatch_time + seconds + 0.5)
         return jid
+
+
+def proc_stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state first, then the parent's pid), [] once
+    the process is gone: what the runner-freezing tests read of a job's leader."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return []

@@ -11,21 +11,13 @@ import time
 import pytest
 
 from labq.scheduler.jobs import states
-from tests.harness import E2E, E2E_MARKS, wait_for
+from tests.harness import E2E, E2E_MARKS, proc_stat, wait_for
 
 pytestmark = E2E_MARKS
 
 JOB = ('echo $$ > pid; while [ ! -e gate ]; do sleep 0.05; done; '
        'python3 -c "import time; print(repr(time.time()))" > end.tmp && mv end.tmp end; exit 0')
 FROZEN_FOR = 3.0       # how long the runner stays stopped after its job's exit
-
-
-def _stat(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return []
 
 
 @pytest.mark.parametrize("then", [signal.SIGCONT, signal.SIGKILL], ids=["resumed", "killed"])
@@ -37,11 +29,11 @@ def test_a_job_that_exits_while_its_runner_is_frozen_ends_when_it_exited(then):
         wait_for(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 60, what="the job to start")
         wait_for(lambda: (j := e.job(jid)).current and j.current.start_time, 60, what="the start to be posted")
         leader = int(open(pidfile).read())
-        runner = int(_stat(leader)[1])
+        runner = int(proc_stat(leader)[1])
         os.kill(runner, signal.SIGSTOP)
         try:
             open(os.path.join(e.work, "gate"), "w").close()
-            wait_for(lambda: _stat(leader)[:1] == ["Z"], 60, interval=0.01, what="the job to exit, unreaped")
+            wait_for(lambda: proc_stat(leader)[:1] == ["Z"], 60, interval=0.01, what="the job to exit, unreaped")
             ended = float(open(stamp).read())
             # the runner stays frozen a while past the job's end: what a reap on SIGCONT would bill
             wait_for(lambda: time.time() - ended >= FROZEN_FOR, 60, what="the runner to stay frozen")

@@ -7,19 +7,11 @@ import os
 import signal
 
 from labq.scheduler.jobs import states
-from tests.harness import E2E, E2E_MARKS, wait_for
+from tests.harness import E2E, E2E_MARKS, proc_stat, wait_for
 
 pytestmark = E2E_MARKS
 
 JOB = 'echo $$ > pid-$LABQ_RESTART_COUNT; while [ ! -e gate ]; do sleep 0.05; done; exit {code}'
-
-
-def _stat(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return []
 
 
 def _run(code: int):
@@ -32,11 +24,11 @@ def _run(code: int):
         # process whose status would say how it ended, and the attempt is a node failure
         wait_for(lambda: (j := e.job(jid)).current and j.current.start_time, 60, what="the start to be posted")
         leader = int(open(first).read())
-        runner = int(_stat(leader)[1])
+        runner = int(proc_stat(leader)[1])
         os.kill(runner, signal.SIGSTOP)
         try:
             open(os.path.join(e.work, "gate"), "w").close()
-            wait_for(lambda: _stat(leader)[:1] == ["Z"], 60, interval=0.01, what="the job to exit, unreaped")
+            wait_for(lambda: proc_stat(leader)[:1] == ["Z"], 60, interval=0.01, what="the job to exit, unreaped")
         finally:
             os.kill(runner, signal.SIGKILL)     # reaches a stopped process; the agent reaps it at once
         j = e.wait_state(jid, states.TERMINAL, 120)
