@@ -53,13 +53,13 @@ def decide(jobs: Mapping[int, Job], eid: str, ev, sender: str, now: float, cfg: 
 
 def _part_finished(job: Job, a: Attempt, ev, sender: str, parts: set, now: float, cfg: Config) -> Change:
     """A gang's part ended. A part that completed waits for the others: the attempt completes
-    when the last one has; so does a part of a gang being preempted (each part keeps its grace, and
-    the job is requeued only once none runs). Any other end (a failure, a timeout, a cancel) ends the
-    attempt for the whole job at once, and the parts still running are killed (shared fate). Each part's
-    usage is kept on the attempt by node (usage["nodes"]), also when it reports after the end."""
+    when the last one has; so does a part of a gang being preempted or cancelled (each part keeps its
+    grace: the job is requeued, or its GPUs freed, only once none runs, and billed to that end). Any
+    other end (a failure, a timeout, a part's own cancel) ends the attempt for the whole job at once,
+    and the parts still running are killed (shared fate). Each part's usage is kept on the attempt by
+    node (usage["nodes"]), also when it reports after the end."""
     usage, outcome = ev.body.get("usage") or {}, ev.body.get("outcome")
-    # A cancelled gang still ends at its first part's end (nothing requeues it; its parts keep their grace).
-    graced = job.state == states.PREEMPTING
+    graced = job.state == states.PREEMPTING or job.cancel_requested
     if graced and outcome != "completed" and isinstance(usage, dict):
         usage = {**usage, "outcome": outcome}       # what this part's end was, for the attempt's close
     kept = tr.part_usage(job, ev.attempt, sender, usage)
@@ -69,9 +69,10 @@ def _part_finished(job: Job, a: Attempt, ev, sender: str, parts: set, now: float
         return Change(jobs=[kept] if kept is not None else [])
     seen = (kept or job).attempts[ev.attempt - 1].usage.get("nodes") or {}
     if (outcome == "completed" or graced) and set(seen) != parts:
-        # A gang being preempted: every part had the signal and keeps its grace (each rank
-        # saves its checkpoint), so the attempt holds its nodes until the last part has ended; ending it
-        # at the first would requeue the job beside its own parts (the chaos soak's job 191).
+        # A gang being preempted or cancelled: every part had the signal and keeps its grace (each
+        # rank saves its checkpoint), so the attempt holds its nodes until the last part has ended; ending
+        # it at the first would requeue the job beside its own parts (the chaos soak's job 191), or
+        # place another job on GPUs a part still uses.
         log.info("job %s attempt %d: part on %s %s, %d of %d done", job.display_id, ev.attempt, sender,
                  outcome, len(seen), len(parts))
         return Change(jobs=[kept] if kept is not None else [])

@@ -113,7 +113,10 @@ class NodeEvents:
         a = job.current
         beats = self.store.attempt_heartbeats([(job.id, f"{a.attempt}.{r}" if r else a.attempt)
                                                for r in range(len(job.parts))])
+        ended = a.usage.get("nodes") or {}     # parts that reported their end and wait for the others
         for rank, ((name, _), (beat, _, claimed_at)) in enumerate(zip(job.parts, beats)):
+            if name in ended:
+                continue        # its runner is gone, so it beats no more: not lost (nor its node's to fence)
             node = up.get(name)
             down = node is None or node.state == "down"
             gone = down and now - self.down_since.get(name, now) >= self.cfg.fence_margin

@@ -93,10 +93,11 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
 
 
 
-def test_a_cancel_reaches_a_part_that_reads_it_after_the_job_ended(conns):
-    """`labq del` of a running gang: the first part to end ends the job (CA), and that record's write
-    clears the control key. The other part's runner, slow to read (a loaded node), still finds the
-    cancel: kept on its part, for that attempt only."""
+def test_a_cancelled_gang_holds_its_gpus_until_its_last_part_has_ended(conns):
+    """`labq del` of a running gang: every part's runner gets the cancel and keeps its kill grace. The
+    attempt ends, its GPUs are freed and billing stops only when the last part has ended. Ended at its
+    first part's end (as before), a job was placed on GPUs the other part still used (overcommit), and
+    the control key was cleared under a part's runner slow to read it (each part keeps its own copy)."""
     r, raw = conns
     s, agent, j = _running_gang(r, raw)
     for rank, n in enumerate(("a", "b")):
@@ -108,9 +109,21 @@ def test_a_cancel_reaches_a_part_that_reads_it_after_the_job_ended(conns):
     s.tick(NOW + 3, woke(r))
     assert job(r, 1).cancel_requested and r.get(K.control(1)) == "cancel"
     agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -15, "end_time": NOW + 4})
-    s.tick(NOW + 4)
-    assert job(r, 1).state == states.CANCELLED and r.get(K.control(1)) is None
+    submit(r, "alice", {**BODY, "nodes": 3}, "g3")      # needs a's and b's GPUs too
+    s.tick(NOW + 4, woke(r))
+    assert job(r, 1).state == states.RUNNING and job(r, 1).current.end_time is None
+    assert job(r, 2).state == states.PENDING, "placed on GPUs b's part still holds"
+    assert r.get(K.control(1)) == "cancel"
     assert [agent.control(1, 1, rank) for rank in (0, 1)] == ["cancel", "cancel"]
+    agent.post("finished", 1, 1, "b", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 6})
+    s.tick(NOW + 6)
+    j = job(r, 1)
+    assert j.state == states.CANCELLED and j.attempts[0].end_time == NOW + 6 and r.get(K.control(1)) is None
+    assert abs(j.cost - 4 * 5 / 3600 * 10 ** 6) <= 1     # 4 GPUs from NOW + 1 to the last part's end
+    assert [agent.control(1, 1, rank) for rank in (0, 1)] == ["cancel", "cancel"]
+    s.tick(NOW + 7, woke(r))
+    assert job(r, 2).state == states.RUNNING
+
 
 def test_a_gang_completes_when_its_last_part_has(conns):
     r, raw = conns
@@ -129,6 +142,35 @@ def test_a_gang_completes_when_its_last_part_has(conns):
     assert j.state == states.COMPLETED and len(j.attempts) == 1 and j.attempts[0].end_time == NOW + 52
     assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 1.0}, "b": {"cpu_s": 2.0}}
     assert r.get(K.control(1)) is None          # nothing left to stop
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_a_part_that_has_ended_is_not_lost_while_another_part_runs_on(conns, cancel):
+    """A part that completed (or ended in a cancel's grace) waits for the others, and its runner, gone,
+    beats no more: that silence is not a lost part. Before, lease + margin after the part's end the gang
+    was lost (NF), requeued and run again, though one part had finished its work and the other still ran."""
+    r, raw = conns
+    s, agent, j = _running_gang(r, raw)
+    for rank, n in enumerate(("a", "b")):
+        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
+        r.hset(K.part(1, 1, rank), mapping={"claimed_at": NOW + 1, "hb": NOW + 1})     # on our clock
+    s.tick(NOW + 2)
+    if cancel:
+        push(r, "alice", {"rid": "c", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
+        s.tick(NOW + 3, woke(r))
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled" if cancel else "completed",
+                                       "exit_code": -15 if cancel else 0, "end_time": NOW + 4})
+    s.tick(NOW + 4)
+    later = NOW + 4 + 30 + 5 + 10                        # past lease + margin after a's last beat
+    r.hset(K.part(1, 1, 1), "hb", later - 1)            # b's runner still beats
+    s.tick(later)
+    j = job(r, 1)
+    assert j.state == states.RUNNING and j.restart_count == 0 and j.current.end_time is None
+    agent.post("finished", 1, 1, "b", {"outcome": "cancelled" if cancel else "completed",
+                                       "exit_code": -9 if cancel else 0, "end_time": later})
+    s.tick(later + 1)
+    j = job(r, 1)
+    assert j.state == (states.CANCELLED if cancel else states.COMPLETED) and len(j.attempts) == 1
 
 
 def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):

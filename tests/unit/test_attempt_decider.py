@@ -59,6 +59,24 @@ def test_a_preempted_gangs_attempt_ends_only_when_its_last_part_has_ended():
     assert last.ended.attempts[0].outcome == "preempted"
 
 
+def test_a_cancelled_gangs_attempt_ends_only_when_its_last_part_has_ended():
+    """`labq del` of a running gang: each part keeps its kill grace, so the attempt holds its GPUs until
+    the last part has ended and is billed to that end. Ended at the first part's end, its GPUs were
+    free (placed again) while the other part still ran its grace: an overcommit."""
+    import dataclasses
+    jobs = _table(ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1))
+    jobs = {i: dataclasses.replace(j, cancel_requested=True) for i, j in jobs.items()}
+    first = attempt.decide(jobs, "1-0", Event("finished", 1, 1, "b", {"outcome": "cancelled", "exit_code": -15,
+                           "end_time": NOW}), "b", NOW, cfg())
+    assert first.ended is None and first.controls == [] and first.charges == []
+    assert [j.state for j in first.jobs] == [states.RUNNING] and first.jobs[0].current.end_time is None
+    last = attempt.decide({1: first.jobs[0]}, "1-1", Event("finished", 1, 1, "a", {"outcome": "cancelled",
+                          "exit_code": -9, "end_time": NOW + 2}), "a", NOW + 2, cfg())
+    assert last.ended is not None and last.ended.state == states.CANCELLED and last.controls == []
+    assert last.ended.attempts[0].end_time == NOW + 2 and last.ended.attempts[0].outcome == "cancelled"
+    assert set(last.ended.attempts[0].usage["nodes"]) == {"a", "b"}
+
+
 def test_a_redelivered_finished_event_changes_nothing():
     jobs = _table(ClusterBuilder(NOW).node("n1").running("n1"))
     ev = Event("finished", 1, 1, "n1", {"outcome": "exit", "exit_code": 1})
