@@ -4,9 +4,10 @@ runner claimed. A mixin of `Scheduler` (daemon/loop.py), which holds the state; 
 `commit` with the event's ack."""
 import logging
 from dataclasses import replace
+from operator import attrgetter
 
 from ..errors import LabqError
-from ..jobs import states, transitions as tr
+from ..jobs import transitions as tr
 from ..jobs.model import Job
 from ..money import alerts as budget_alerts
 from ..store import dispatchq, nodehealth
@@ -15,6 +16,7 @@ from .attempt import gang_stop
 from .change import Change
 from .journal import end_level
 
+_ID = attrgetter("id")
 log = logging.getLogger("labq.scheduler")
 
 
@@ -84,7 +86,7 @@ class NodeEvents:
                 self.down_since.setdefault(n.name, now)
             else:
                 self.down_since.pop(n.name, None)
-        on_node = [j for j in self.jobs.values() if j.state in states.ON_NODE]
+        on_node = self._on_node()
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
         self.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
@@ -103,6 +105,11 @@ class NodeEvents:
         change = attempt.lost(on_node, beats, gangs, up, self.down_since, now, self.cfg)
         if change.jobs:
             self.commit(change)
+
+    def _on_node(self) -> list[Job]:
+        """The jobs holding a node, by id, as the tally keeps them: a walk of the whole table was
+        ~1.4 ms of every tick at 10,000 pending (issue 39), for the few that run."""
+        return sorted(self.tally.on_node.values(), key=_ID)
 
     def _lost_part(self, job: Job, up: dict, now: float):
         """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
@@ -146,8 +153,7 @@ class NodeEvents:
     def _unclaimed(self, now: float) -> None:
         """Take back attempts no runner claimed: cancelled ones at once, others after
         scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
-        waiting = [j for j in self.jobs.values()
-                   if j.state in states.ON_NODE and j.current and not j.current.start_time]
+        waiting = [j for j in self._on_node() if j.current and not j.current.start_time]
         if not waiting:
             return
         claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
