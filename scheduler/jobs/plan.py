@@ -66,6 +66,8 @@ class Pending:
 
 
 Verdict = tuple[str, str, str, tuple[str, ...]]    # a Pending's fields after job_id: reason, detail, earmark, GPUs
+# Why a pass leaves a job pending, as a verdict is first made: (reason, detail), or a whole Verdict.
+Why = tuple[str, str] | Verdict
 
 
 class Pendings(Sequence[Pending]):

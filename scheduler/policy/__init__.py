@@ -10,20 +10,22 @@ a reservation. Each job left pending gets exactly one reason.
 
 No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is in sorted order.
 """
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
-from ..jobs.plan import Pending, Pendings, Place, Plan, Start
+from ..jobs.plan import Pending, Pendings, Place, Plan, Preempt, Start, Verdict, Why
 from ..money import ledger
 from ..settings.config import Config
 from ..units import fmt_at
 from . import capacity, classes, gang, preempt, priority, strict
 from .backfill import Timelines
 from .backlog import Backlog
-from .budget import BudgetBook, never_affordable
+from .budget import BudgetBook, Held as BudgetHeld, never_affordable
 from .depend import Dependencies
 from .expire import expire
+from .queue import Queue
 from .quota import Usage
 from .refusal import refusal, refusal_of_shape, refusals, request_text
 from .standing import Standing
@@ -31,8 +33,8 @@ from .standing import Standing
 __all__ = ["plan", "plan_per_job", "Backlog", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
 
 
-def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queue | None = None,
-         held: dict | None = None, standing: Standing | None = None, backlog: Backlog | None = None) -> Plan:
+def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None = None,
+         held: BudgetHeld | None = None, standing: Standing | None = None, backlog: Backlog | None = None) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
     as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
     request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
@@ -67,7 +69,8 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: classes.Queu
     return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
 
 
-def _kept(snap: Snapshot, cfg: Config, running, backlog: Backlog, held, standing, queue) -> Plan:
+def _kept(snap: Snapshot, cfg: Config, running: list[Job], backlog: Backlog, held: BudgetHeld | None,
+          standing: Standing | None, queue: Queue | None) -> Plan:
     """plan() over a kept Backlog; a pass its walk cannot take (strict.run_kept) takes the list
     (through `queue`, the caller's kept Queue, if any)."""
     if backlog.deps:        # dependency targets may be pending: the index reads every active job
@@ -115,8 +118,8 @@ def expected_starts(snap: Snapshot, cfg: Config, depth: int = 500) -> dict[int, 
 class _Pass:
     """The working state of one pass: free capacity, quota usage, budget commitments, reservations."""
 
-    def __init__(self, snap: Snapshot, cfg: Config, running, deps: Dependencies, held: dict | None = None,
-                 standing: Standing | None = None):
+    def __init__(self, snap: Snapshot, cfg: Config, running: list[Job], deps: Dependencies,
+                 held: BudgetHeld | None = None, standing: Standing | None = None) -> None:
         self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
         # The free capacity at the start of the pass, kept unchanged, tells `Priority` (higher jobs
         # took the room) apart from `Resources` (there was no room to begin with).
@@ -131,40 +134,43 @@ class _Pass:
         # A borrower that may not be preempted again could not be reclaimed: it may hold only GPUs
         # no account is guaranteed (the up GPUs beyond the sum of guarantees), or a guarantee would
         # wait for its time limit. `stuck`: what such borrowers hold now.
-        self.slack = None
+        self.slack: int | None = None
+        self.stuck = 0
         if self.usage.guarantees:
             up = sum(len(n.gpus) for n in snap.nodes if capacity.node_is_up(n, snap.now))
             self.slack = up - sum(a.guarantee for a in cfg.accounts)
             self.stuck = sum(j.total_gpus for j in running if j.borrowed and not preempt.may_be_preempted_again(j, cfg))
         self.book = BudgetBook(cfg, dict(snap.spent), running, snap.now, held)
-        self.places: list = []
-        self.pending: list = []
-        self.runs: list = []                  # (ids, verdict) of a class's jobs judged at once (classes.py)
-        self.preempts: list = []
-        self.starts: list = []
-        self.placed: list[tuple[Job, str, tuple]] = []
+        self.places: list[Place] = []
+        self.pending: list[Pending] = []
+        # (ids, verdict) of a class's jobs judged at once (classes.py)
+        self.runs: list[tuple[Sequence[int], Verdict]] = []
+        self.preempts: list[Preempt] = []
+        self.starts: list[Start] = []
+        self.placed: list[tuple[Job, str, tuple[str, ...]]] = []
         self.timelines: Timelines | None = None
         self.blocker: Job | None = None      # backfill off: the first job blocked on capacity
         self.doomed: set[int] = set()         # victims chosen in this pass
         self.draining: dict[int, list[Job]] = {}
         self.models: dict[str, str] = {}      # gpu_type -> a model that serves it (budget quotes)
-        self.earmarked: dict[int, list] = {}  # job id -> [(spot, what is held there for it until its turn)]
+        # job id -> [(spot, what is held there for it until its turn)]
+        self.earmarked: dict[int, list[tuple[capacity.Free, capacity.Held]]] = {}
         self.reserve_begins = False           # expected_starts: a --begin job is reserved from its begin
-        self.no_victims: list = []            # (QoS priority, reclaim, request shape) that found none
-        self.no_room_text: dict = {}          # request shape -> "no up node has ... free"
-        self._lowest_victim: tuple = ()       # (the lowest QoS priority of a possible victim,), on first use
+        self.no_victims: list[tuple[int, bool, capacity.Shape]] = []  # (QoS priority, reclaim, request shape)
+        self.no_room_text: dict[capacity.Shape, str] = {}     # that found none; shape -> "no up node has ... free"
+        self._lowest_victim: tuple[int | None, ...] = ()      # (the lowest QoS priority of a possible victim,)
         for j in running:
             if j.state == states.PREEMPTING and j.preempted_for is not None:
                 self.draining.setdefault(j.preempted_for, []).append(j)
 
-    def version(self) -> tuple:
+    def version(self) -> tuple[int, ...]:
         """What a verdict may have changed in this pass's state (classes.py caches verdicts per
         version): admissions, preemptions, reservations, takes, holds and unholds of free capacity,
         the backfill-off blocker, requests found to have no victims."""
         return (len(self.places), len(self.preempts), len(self.starts), self.free.changes, id(self.blocker),
                 len(self.no_victims))
 
-    def keep_earmarks(self, pending) -> None:
+    def keep_earmarks(self, pending: Iterable[Job]) -> None:
         """Before anyone is placed, set aside the room of each preemptor that waits for its victims
         (or whose victims have just stopped): the GPUs it preempted for are its own until it starts or
         gives up, whatever ranks above it now. Else a borrower ranked higher would take them back and
@@ -183,13 +189,13 @@ class _Pass:
         else:
             self.pending.append(Pending(job.id, *verdict))
 
-    def judge(self, job: Job):
+    def judge(self, job: Job) -> Place | Why:
         """The job's turn: the room earmarked for it goes back to the pool, then its verdict."""
         for kept in self.earmarked.pop(job.id, ()):
             self.free.unhold(*kept)
         return self._verdict(job)
 
-    def _verdict(self, job: Job):
+    def _verdict(self, job: Job) -> Place | Why:
         """A Place for the job, or the (reason, detail) that keeps it pending."""
         now = self.now
         if job.held:
@@ -227,7 +233,8 @@ class _Pass:
             return self._admit(job, spot)
         return self._blocked(job, roomy)
 
-    def _elsewhere(self, job: Job, accept):
+    def _elsewhere(self, job: Job, accept: Callable[[capacity.Free], bool] | None
+                   ) -> tuple[capacity.Free | None, bool]:
         """A job whose last attempt was lost with its node (or never taken up there) goes to
         another node when one can hold it (capacity.avoided); (None, False) otherwise."""
         avoid = capacity.avoided(job)
@@ -235,7 +242,7 @@ class _Pass:
             return None, False
         return self.free.best_fit(job, lambda f: f.node.name not in avoid and (accept is None or accept(f)))
 
-    def _admit(self, job: Job, spot, prefer=()):
+    def _admit(self, job: Job, spot: capacity.Free | list[capacity.Free], prefer: Collection[str] = ()) -> Place | Why:
         """Place the job on `spot`, or a gang on every spot of the list, once the protected capacity,
         its budgets (for all its nodes) and the borrow slack allow it."""
         spots = spot if isinstance(spot, list) else [spot]
@@ -264,7 +271,7 @@ class _Pass:
         return Place(job.id, parts[0][0], tuple(u for _, g in parts for u in g), commit, rates,
                      ledger.rate(job, "usd", model, self.cfg, spots[0].node), borrowed, parts if len(parts) > 1 else ())
 
-    def _blocked(self, job: Job, roomy: bool):
+    def _blocked(self, job: Job, roomy: bool) -> Why:
         """The job found no node (a gang: not enough nodes) it may start on now: wait for its victims,
         preempt (preempt.preempt_for, for a gang too), or reserve. A gang's waiting and wording are gang.py's."""
         wait_for, preempt_for, no_room = (gang.steps(self) if job.nodes > 1
@@ -295,7 +302,7 @@ class _Pass:
             self._reserve(job)
         return deferred or no_room(job)
 
-    def _wait_for(self, job: Job, victims):
+    def _wait_for(self, job: Job, victims: list[Job]) -> Why | None:
         """PreemptingFor while its victims drain, its room kept. A job that gave its earmark up (a cap
         held it in a pass) takes it again only if what is free and what the victims hold still covers
         it; else it looks for room like any blocked job."""
@@ -315,7 +322,7 @@ class _Pass:
         return states.PREEMPTING_FOR, (f"waiting for {len(victims)} preempted job(s) on {node} to stop: "
                                        + ", ".join(v.display_id for v in victims)), node, kept
 
-    def _budget_even_if_room(self, job: Job):
+    def _budget_even_if_room(self, job: Job) -> Why | None:
         """Preempting or reserving for a job its budgets would not admit helps nobody."""
         if job.gpu_type not in self.models:
             self.models[job.gpu_type] = next((g.model for n in self.snap.nodes for g in n.gpus
@@ -345,7 +352,7 @@ class _Pass:
         shape = capacity.shape(job)
         return not any(r == reclaim and p >= prio and capacity.covers(f, shape) for p, r, f in self.no_victims)
 
-    def _preempt(self, job: Job):
+    def _preempt(self, job: Job) -> Why | None:
         # A method, not a direct call, because classes.py counts a one-node job's calls into it.
         return preempt.preempt_for(self, job)
 
@@ -359,7 +366,7 @@ class _Pass:
         if got is not None:
             self.starts.append(Start(job.id, got[1], got[0]))
 
-    def _no_room(self, job: Job):
+    def _no_room(self, job: Job) -> Why:
         if not self.free.free:
             return states.NODE_DOWN, "no node is up"
         start = self.starts[-1] if self.starts and self.starts[-1].job_id == job.id else None

@@ -19,7 +19,9 @@ Built lazily: a pass that never blocks a job on capacity never pays for timeline
 """
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..jobs import states
 from ..jobs.model import Job, Node
@@ -27,12 +29,17 @@ from ..settings.config import Config
 
 _FOREVER = float("inf")
 
+# One segment's usage: (jobs, CPUs, memory, GPUs, GPUs per model or None: one model on the node).
+Usage = tuple[int, int, int, int, dict[str, int] | None]
+# A node's profile (Timelines._profile): (breakpoints, usage per segment, sorted finite ends, its one model).
+Profile = tuple[list[float], list[Usage], list[float], str | None]
+
 
 @dataclass(slots=True)
 class Alloc:
     start: float
     end: float
-    gpus: dict         # model -> count (a Counter or a plain dict)
+    gpus: dict[str, int]   # model -> count (a Counter or a plain dict)
     cpus: int
     mem: int
     job_id: int = 0
@@ -45,14 +52,15 @@ class Timelines:
     allocations changed. A query reads the segments its window covers instead of summing every
     allocation at every point (the same answers: tests/property/test_backfill_timelines.py)."""
 
-    def __init__(self, nodes, running, placed, now: float, cfg: Config):
+    def __init__(self, nodes: Iterable[Node], running: Iterable[Job],
+                 placed: Iterable[tuple[Job, str, tuple[str, ...]]], now: float, cfg: Config) -> None:
         self.now = now
         self.learned = bool(cfg.estimate.backfill)
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.allocs: dict[str, list[Alloc]] = {n.name: [] for n in nodes}
         self.reserved: set[str] = set()      # nodes holding a reservation
-        self._models: dict[str, dict] = {}   # node -> {uuid: model}, built when first needed
-        self._profiles: dict[str, tuple] = {}
+        self._models: dict[str, dict[str, str]] = {}   # node -> {uuid: model}, built when first needed
+        self._profiles: dict[str, tuple[int, Profile]] = {}
         self._names: list[str] | None = None
         allocs = self.allocs
         for j in running:
@@ -66,33 +74,33 @@ class Timelines:
             self.place(job, node, gpus)
 
     @property
-    def models(self) -> dict[str, dict]:
+    def models(self) -> dict[str, dict[str, str]]:
         """node -> {GPU uuid: model}."""
         for name in self.nodes:
             self._model_of(name)
         return self._models
 
-    def _model_of(self, node: str) -> dict:
+    def _model_of(self, node: str) -> dict[str, str]:
         m = self._models.get(node)
         if m is None:
             m = self._models[node] = {g.uuid: g.model for g in self.nodes[node].gpus}
         return m
 
-    def _gpus(self, node: str, uuids) -> dict:
+    def _gpus(self, node: str, uuids: Iterable[str]) -> dict[str, int]:
         """model -> count of these GPUs of the node (a GPU it does not list counts as model "")."""
         if not uuids:
             return {}
         models = self._model_of(node)
-        out: dict = {}
+        out: dict[str, int] = {}
         for u in uuids:
             m = models.get(u, "")
             out[m] = out.get(m, 0) + 1
         return out
 
-    def _alloc(self, job: Job, node: str, uuids, end: float, start: float | None = None) -> Alloc:
+    def _alloc(self, job: Job, node: str, uuids: Iterable[str], end: float, start: float | None = None) -> Alloc:
         return Alloc(self.now if start is None else start, end, self._gpus(node, uuids), job.cpus, job.mem, job.id)
 
-    def place(self, job: Job, node: str, gpus) -> None:
+    def place(self, job: Job, node: str, gpus: Iterable[str]) -> None:
         if node in self.allocs:
             self.allocs[node].append(self._alloc(job, node, gpus, self.now + self.span(job)))
 
@@ -105,10 +113,11 @@ class Timelines:
             return True
         return self._fits(job, node, self.now, self.now + self.span(job))
 
-    def reserve(self, job: Job, could_hold, not_before: float | None = None) -> tuple[str, float] | None:
+    def reserve(self, job: Job, could_hold: Callable[[Job, Node], bool],
+                not_before: float | None = None) -> tuple[str, float] | None:
         """Reserve the earliest (time, node) that holds the job for its time limit, or None: of equal
         times, the first node by name."""
-        best = None
+        best: tuple[str, float] | None = None
         after = not_before or self.now
         if self._names is None or len(self._names) != len(self.allocs):
             self._names = sorted(self.allocs)
@@ -130,7 +139,7 @@ class Timelines:
         return best
 
     # -- the arithmetic ----------------------------------------------------------------------------
-    def _profile(self, node: str) -> tuple:
+    def _profile(self, node: str) -> Profile:
         """(breakpoints, usage per segment, sorted finite ends, GPU models used) of the node: segment
         i is [breakpoints[i], breakpoints[i+1]) and its usage (jobs, CPUs, memory, GPUs, GPUs per
         model or None); breakpoint 0 is -inf (nothing allocated before the first start). Cached
@@ -142,7 +151,8 @@ class Timelines:
         n = self.nodes[node]
         only = n.gpus[0].model if n.gpus else None
         per_model = False
-        delta: dict = {}
+        # time -> [jobs, CPUs, memory, GPUs, the allocations that start then] changing there
+        delta: dict[float, list[Any]] = {}
         ends = set()
         for a in allocs:
             g = 0
@@ -172,7 +182,7 @@ class Timelines:
         if not per_model and n.gpus and any(g.model != only for g in n.gpus):
             per_model = True
         points = [-_FOREVER]
-        usage: list[tuple] = [(0, 0, 0, 0, {} if per_model else None)]
+        usage: list[Usage] = [(0, 0, 0, 0, {} if per_model else None)]
         jobs = cpus = mem = gpus = 0
         for t in sorted(delta):
             d = delta[t]
@@ -182,7 +192,7 @@ class Timelines:
             gpus += d[3]
             points.append(t)
             usage.append((jobs, cpus, mem, gpus, _models_at(allocs, t) if per_model else None))
-        prof = (points, usage, sorted(ends), only)
+        prof: Profile = (points, usage, sorted(ends), only)
         self._profiles[node] = (len(allocs), prof)
         return prof
 
@@ -217,7 +227,8 @@ class Timelines:
         return self._first_fail(job, self.nodes[node], points, usage, only, t0, t1) is None
 
     @staticmethod
-    def _first_fail(job: Job, n: Node, points, usage, only, t0: float, t1: float) -> int | None:
+    def _first_fail(job: Job, n: Node, points: list[float], usage: list[Usage], only: str | None, t0: float,
+                    t1: float) -> int | None:
         """The first segment of [t0, t1) without room for the job, or None."""
         slots, cpus, mem = n.slots - 1, n.cpus - job.cpus, n.mem - job.mem
         want, typed = job.gpus, job.gpu_type
@@ -238,8 +249,8 @@ class Timelines:
             if want:
                 if not typed:
                     used = u[3]
-                elif per_model:
-                    used = u[4].get(typed, 0)
+                elif (models := u[4]) is not None:     # per_model: every segment has its counts per model
+                    used = models.get(typed, 0)
                 else:
                     used = u[3] if typed == only else 0
                 if used > room:
@@ -248,19 +259,19 @@ class Timelines:
             if i >= last or points[i] >= t1:
                 return None
 
-    def _pick_models(self, job: Job, node: str, t: float) -> Counter:
+    def _pick_models(self, job: Job, node: str, t: float) -> Counter[str]:
         if not job.gpus:
             return Counter()
         if job.gpu_type:
             return Counter({job.gpu_type: job.gpus})
         n = self.nodes[node]
-        used: Counter = Counter()
+        used: Counter[str] = Counter()
         for a in self.allocs[node]:
             if a.start <= t < a.end:
                 used.update(a.gpus)
         free = Counter(g.model for g in n.gpus)
         free.subtract(used)
-        out: Counter = Counter()
+        out: Counter[str] = Counter()
         need = job.gpus
         for model in sorted(free):
             take = min(max(free[model], 0), need)
@@ -270,9 +281,9 @@ class Timelines:
         return out
 
 
-def _models_at(allocs, t: float) -> dict:
+def _models_at(allocs: Iterable[Alloc], t: float) -> dict[str, int]:
     """GPUs in use per model at t (a node with several models, or GPUs it does not list)."""
-    models: dict = {}
+    models: dict[str, int] = {}
     for a in allocs:
         if a.start <= t < a.end:
             for m, c in a.gpus.items():

@@ -24,7 +24,7 @@ from collections import Counter
 from operator import attrgetter
 
 from ..jobs.model import Job
-from .queue import Group, file, unfile
+from .queue import Group, Key, file, unfile
 
 
 def gated(j: Job) -> bool:
@@ -48,15 +48,15 @@ class Backlog:
     def __init__(self, burst: tuple[int, float] | None):
         self.burst = burst                          # (burst_jobs, burst_window), None: no penalty
         self.jobs: dict[int, Job] = {}
-        self.groups: dict[tuple, Group] = {}
-        self.where: dict[int, tuple] = {}           # id -> its group's key
-        self.users: dict[str, list[tuple]] = {}     # user -> (submit time, id) of its jobs, sorted
+        self.groups: dict[Key, Group] = {}
+        self.where: dict[int, Key] = {}             # id -> its group's key
+        self.users: dict[str, list[tuple[float, int]]] = {}     # user -> (submit time, id) of its jobs, sorted
         self.bursting: set[int] = set()             # ids in their user's burst tail
         self.marked: dict[int, Job] = {}            # --max-wait, --deadline, dependencies: may expire
         self.earmarked: dict[int, Job] = {}
         self.gangs = 0
         self.deps = 0
-        self.needs: Counter = Counter()             # (GPUs, CPUs) a job needs in all -> jobs that do
+        self.needs: Counter[tuple[int, int]] = Counter()    # (GPUs, CPUs) a job needs in all -> jobs that do
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -117,14 +117,14 @@ class Backlog:
                 kept[j.id] = j
         return True
 
-    def _tail(self, keys: list, k: int) -> bool:
+    def _tail(self, keys: list[tuple[float, int]], k: int) -> bool:
         """priority.burst_tail's rule for the job at place k of its user's sorted keys."""
         a, window = self.burst or (0, 0.0)
         if a <= 0:
             return True
         return k >= a and not keys[k - a][0] < keys[k][0] - window
 
-    def _retail(self, keys: list, lo: int, hi: int) -> None:
+    def _retail(self, keys: list[tuple[float, int]], lo: int, hi: int) -> None:
         """Re-check the burst flag of the user's jobs at places lo..hi-1 (those whose pair moved)."""
         if self.burst is None:
             return

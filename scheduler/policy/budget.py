@@ -11,37 +11,43 @@ next to what is spent there (only the current period has spending) and what runn
 there. A long job thus holds each week only the week's share of its cost, not its whole cost in
 every week it touches.
 """
+from collections.abc import Iterable, Sequence
+
 from ..jobs import states
-from ..jobs.model import Job
+from ..jobs.model import Budget, Job, Node
 from ..money import ledger, periods
 from ..settings.config import Config
-from ..units import fmt_money
+from ..units import accrue, fmt_money
+
+# (budget, period label) -> what the running jobs hold there ("" for a budget without periods).
+Held = dict[tuple[str, str], int]
 
 
 class BudgetBook:
     """Per-budget spent and committed amounts during one plan pass."""
 
-    def __init__(self, cfg: Config, spent: dict, running, now: float, held: dict | None = None):
+    def __init__(self, cfg: Config, spent: dict[str, int], running: Sequence[Job], now: float,
+                 held: Held | None = None) -> None:
         """`held`: (budget, period) -> what the running jobs hold there, ("" without periods: what
         they have committed), where the caller knows it already (the replay's parked.py sums it once
         per set of running attempts); the rest is summed here."""
         self.cfg, self.now = cfg, now
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
         self._on_nodes = running
-        self._running: list | None = None
-        self._committed: dict | None = None
+        self._running: list[Job] | None = None
+        self._committed: dict[str, int] | None = None
         self._added: dict[str, int] = {}                 # this pass's admissions, per budget
         self.known = held or {}
         self.held: dict[tuple[str, str], int] = dict(self.known)   # (periodic budget, period) -> held there
-        self.mine: dict[tuple, tuple] = {}               # (account, project, budget) -> the budgets it pays
-        self.texts: dict[tuple, str] = {}                # (budget, period, spent, held) -> _state()
+        self.mine: dict[tuple[str, str, str], tuple[Budget, ...]] = {}   # (account, project, budget) -> its budgets
+        self.texts: dict[tuple[str, str, int, int], str] = {}           # (budget, period, spent, held) -> _state()
         self.named, self.caps = cfg.budget_caps
         # Per periodic budget: (label, end) of the period `now` is in.
         self.periods = {b.name: (lab, periods.bounds(b.period, lab, b.timezone)[1])
                         for b in cfg.budgets if b.period != "none" for lab in (periods.current(b, now),)}
 
     @property
-    def running(self) -> list:
+    def running(self) -> list[Job]:
         """The running jobs with a commitment: listed on first use (a pass whose caller knows what
         they hold never walks them)."""
         if self._running is None:
@@ -66,7 +72,7 @@ class BudgetBook:
             self._committed = out
         return self._committed
 
-    def quote(self, job: Job, gpu_model: str, node=None):
+    def quote(self, job: Job, gpu_model: str, node: Node | None = None) -> tuple["Quote", tuple[tuple[str, int], ...]]:
         """(commit, rates) the job would take on `node`, which has `gpu_model` GPUs. `commit` is a
         Quote: a periodic budget's forecast also split over the periods it would span from now."""
         who = (job.account, job.project, job.budget)
@@ -75,12 +81,13 @@ class BudgetBook:
             bs = self.mine[who] = ledger.budgets_for(job, self.cfg.budgets)
         cfg, now = self.cfg, self.now
         seconds = ledger.billed(ledger.planned_seconds(job, cfg), cfg)
-        rates, pairs = [], []
+        rates: list[tuple[str, int]] = []
+        pairs: list[tuple[str, int]] = []
         for b in bs:
             # ledger.forecast at this rate, the seconds computed once
             rate = ledger.rate(job, b.unit, gpu_model, cfg, node)
             rates.append((b.name, rate))
-            pairs.append((b.name, ledger.accrue(rate, seconds) + ledger.overhead(b.unit, cfg)))
+            pairs.append((b.name, accrue(rate, seconds) + ledger.overhead(b.unit, cfg)))
         commit = Quote(pairs)
         for b, (name, rate) in zip(bs, rates):
             if b.period == "none":
@@ -89,12 +96,12 @@ class BudgetBook:
             extra = ledger.overhead(b.unit, cfg)
             if now < now + seconds <= end:
                 # Within the current period: what periods.split gives for one span, computed alike.
-                commit.parts[name] = {lab: ledger.accrue(rate, now + seconds - now) + extra}
+                commit.parts[name] = {lab: accrue(rate, now + seconds - now) + extra}
             else:
                 commit.parts[name] = periods.split(b, rate, now, now + seconds, extra, lambda s: s)
         return commit, tuple(rates)
 
-    def _held(self, b, lab: str) -> int:
+    def _held(self, b: Budget, lab: str) -> int:
         """What running jobs hold in period `lab` of periodic budget `b` (accrued there included)."""
         if (b.name, lab) not in self.held:
             span = periods.bounds(b.period, lab, b.timezone)
@@ -103,7 +110,7 @@ class BudgetBook:
                                            if name in dict(j.commit))
         return self.held[(b.name, lab)]
 
-    def _blocked_periods(self, b, parts: dict):
+    def _blocked_periods(self, b: Budget, parts: dict[str, int]) -> tuple[str, str] | None:
         cap, current = self.caps[b.name], self.periods[b.name][0]
         for lab, need in (sorted(parts.items()) if len(parts) > 1 else parts.items()):
             spent = self.spent[b.name] if lab == current else 0
@@ -114,7 +121,7 @@ class BudgetBook:
             return (states.BUDGET_RESERVED if spent + need <= cap else states.BUDGET_EXHAUSTED), detail
         return None
 
-    def _state(self, b, lab: str, spent: int, held: int) -> str:
+    def _state(self, b: Budget, lab: str, spent: int, held: int) -> str:
         """The budget's side of a budget reason's detail: the same for every job judged while its
         spent and committed amounts stay as they are (formatted once, not per job)."""
         key = (b.name, lab, spent, held)
@@ -127,9 +134,9 @@ class BudgetBook:
                 f" available {fmt_money(cap - spent - held, b.unit)}")
         return text
 
-    def blocked(self, commit):
+    def blocked(self, commit: Iterable[tuple[str, int]]) -> tuple[str, str] | None:
         """(reason, detail) for the first budget without room for `commit` (a `quote`), else None."""
-        parts = getattr(commit, "parts", {})
+        parts: dict[str, dict[str, int]] = getattr(commit, "parts", {})
         for name, need in commit:       # a quote lists its budgets in the config's order
             b = self.named[name]
             if name in parts:
@@ -145,12 +152,13 @@ class BudgetBook:
             return reason, detail
         return None
 
-    def commit(self, commit) -> None:
+    def commit(self, commit: Iterable[tuple[str, int]]) -> None:
         for name, amount in commit:
             self._added[name] = self._added.get(name, 0) + amount
             if self._committed is not None:
                 self._committed[name] += amount
-        for name, parts in getattr(commit, "parts", {}).items():
+        periodic: dict[str, dict[str, int]] = getattr(commit, "parts", {})
+        for name, parts in periodic.items():
             b = next(b for b in self.cfg.budgets if b.name == name)
             for lab, amount in parts.items():
                 self.held[(name, lab)] = self._held(b, lab) + amount
@@ -161,12 +169,12 @@ class BudgetBook:
 SHORTEST = {"week": 7 * 86400 - 3600, "month": 28 * 86400 - 3600, "quarter": 90 * 86400 - 3600}
 
 
-class Quote(tuple):
+class Quote(tuple[tuple[str, int], ...]):
     """A job's commitment per budget, (name, amount) pairs, with `parts`: for each periodic budget,
     period label -> the part of the amount that falls in that period."""
-    parts: dict
+    parts: dict[str, dict[str, int]]
 
-    def __new__(cls, pairs=()):
+    def __new__(cls, pairs: Iterable[tuple[str, int]] = ()) -> "Quote":
         q = super().__new__(cls, pairs)
         q.parts = {}
         return q
@@ -180,13 +188,13 @@ def affordable_at_any_length(job: Job, gpu_model: str, cfg: Config) -> bool:
     for b in ledger.budgets_for(job, cfg.budgets):
         if b.period == "none":
             return False
-        need = ledger.accrue(ledger.rate(job, b.unit, gpu_model, cfg), SHORTEST[b.period]) + ledger.overhead(b.unit, cfg)
+        need = accrue(ledger.rate(job, b.unit, gpu_model, cfg), SHORTEST[b.period]) + ledger.overhead(b.unit, cfg)
         if need > ledger.cap(b):
             return False
     return True
 
 
-def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict | None = None) -> str | None:
+def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict[str, int] | None = None) -> str | None:
     """The refusal line for a job whose forecast exceeds what a budget could ever allow: its cap, or,
     for a budget without periods (spending never starts again), what is left of it after `spent`.
     What running jobs have committed is not counted: it settles, and the job can then be paid
@@ -197,7 +205,7 @@ def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict | None =
             # Its cost is spread over the periods it spans: what no start time can avoid is the
             # share of one whole (shortest) period, or all of it when it fits in one period.
             seconds = min(ledger.billed(ledger.planned_seconds(job, cfg), cfg), SHORTEST[b.period])
-            need = ledger.accrue(ledger.rate(job, b.unit, gpu_model, cfg), seconds) + ledger.overhead(b.unit, cfg)
+            need = accrue(ledger.rate(job, b.unit, gpu_model, cfg), seconds) + ledger.overhead(b.unit, cfg)
             if need > ledger.cap(b):
                 return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)} in one {b.period}, "
                         f"limit {fmt_money(b.limit, b.unit)} a {b.period}, available at most "

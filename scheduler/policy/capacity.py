@@ -6,11 +6,17 @@ CPUs, left over), so that large holes stay open for large jobs; ties go to the n
 the plan deterministic.
 """
 from bisect import bisect_left, insort
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 
 from ..jobs import states
-from ..jobs.model import Job, Node
+from ..jobs.model import Gpu, Job, Node
+
+# (GPUs, GPU model, CPUs, memory): a request's shape, as Placer remembers failures and fits.
+Shape = tuple[int, str, int, int]
+# What Placer.hold set aside: (GPUs, CPUs, memory, slots).
+Held = tuple[list[Gpu], int, int, int]
 
 
 @dataclass(slots=True, eq=False)
@@ -20,7 +26,7 @@ class Free:
     cpus: int
     mem: int
     slots: int
-    gpus: list  # free Gpu objects, in index order
+    gpus: list[Gpu]  # free Gpu objects, in index order
 
     def copy(self) -> "Free":
         return Free(self.node, self.cpus, self.mem, self.slots, list(self.gpus))
@@ -29,10 +35,10 @@ class Free:
         return (self.slots >= 1 and self.cpus >= job.cpus and self.mem >= job.mem
                 and len(self.matching(job)) >= job.gpus)
 
-    def matching(self, job: Job):
+    def matching(self, job: Job) -> list[Gpu]:
         return [g for g in self.gpus if not job.gpu_type or g.model == job.gpu_type]
 
-    def occupy(self, job: Job, uuids, sign: int = 1) -> None:
+    def occupy(self, job: Job, uuids: Iterable[str], sign: int = 1) -> None:
         """A running job's own GPUs `uuids` (its allocation here), CPUs, memory and slot taken (`sign` -1:
         given back, the GPUs in index order again)."""
         used = set(uuids)
@@ -44,7 +50,7 @@ class Free:
         self.mem -= sign * job.mem
         self.slots -= sign
 
-    def take(self, job: Job, gpus: int | None = None, prefer=()) -> tuple[str, ...]:
+    def take(self, job: Job, gpus: int | None = None, prefer: Collection[str] = ()) -> tuple[str, ...]:
         mine = self.matching(job)
         if prefer:   # the GPUs earmarked for it first
             mine = sorted(mine, key=lambda g: g.uuid not in prefer)
@@ -74,7 +80,7 @@ def node_is_up(node: Node, now: float) -> bool:
     return node.state == "up" and node.lease_expiry > now
 
 
-def free_capacity(nodes, jobs, now: float) -> dict[str, Free]:
+def free_capacity(nodes: Iterable[Node], jobs: Iterable[Job], now: float) -> dict[str, Free]:
     """Free resources of every up node after the allocations of jobs already on a node."""
     free = {n.name: Free(n, n.cpus, n.mem, n.slots, sorted(n.gpus, key=_index))
             for n in sorted(nodes, key=lambda n: n.name) if node_is_up(n, now)}
@@ -100,12 +106,12 @@ class Placer:
     looks only at nodes with enough free GPUs instead of at every node.
     """
 
-    def __init__(self, free: dict[str, Free]):
+    def __init__(self, free: dict[str, Free]) -> None:
         self.free = free
         self.changes = 0    # takes, holds, unholds: part of the pass state's version (classes.py)
         self.grown = 0      # unholds: room that came back (a "no room" verdict may change)
-        self.failed: list[tuple[int, str, int, int]] = []
-        self.held: list[tuple[int, str, int, int]] = []   # requests known to fit (for fits_unchanged)
+        self.failed: list[Shape] = []
+        self.held: list[Shape] = []   # requests known to fit (for fits_unchanged)
         # free GPU count -> [(free CPUs, node name)] kept sorted, so a scan in order meets the
         # tightest fit first
         self.buckets: dict[int, list[tuple[int, str]]] = {}
@@ -168,7 +174,7 @@ class Placer:
     def _file(self, spot: Free) -> None:
         insort(self.buckets.setdefault(len(spot.gpus), []), (spot.cpus, spot.node.name))
 
-    def best_fit(self, job: Job, accept=None) -> tuple[Free | None, bool]:
+    def best_fit(self, job: Job, accept: Callable[[Free], bool] | None = None) -> tuple[Free | None, bool]:
         """The tightest node that `accept`s the job: fewest GPUs left over, then fewest CPUs, then the
         name; and whether any node had the room at all (before `accept` was asked)."""
         roomy = False
@@ -184,7 +190,7 @@ class Placer:
                     roomy = True
         return None, roomy
 
-    def take(self, spot: Free, job: Job, gpus: int | None = None, prefer=()) -> tuple[str, ...]:
+    def take(self, spot: Free, job: Job, gpus: int | None = None, prefer: Collection[str] = ()) -> tuple[str, ...]:
         """Allocate the job's request on `spot` (or, for a hold, only `gpus` of its GPUs and the
         part of its CPUs and memory the node has free), the `prefer`red GPUs first."""
         self.changes += 1
@@ -194,7 +200,7 @@ class Placer:
         self._file(spot)
         return taken
 
-    def hold(self, spot: Free, job: Job, only=None) -> tuple:
+    def hold(self, spot: Free, job: Job, only: Collection[str] | None = None) -> Held:
         """Set aside for a preemptor whatever part of its request the node has free now (of the GPUs
         `only`, its earmark, when given), so that the room its victims leave is not short by what
         others took meanwhile. Returns what was held. A gang's hold keeps a slot too: the room of
@@ -203,7 +209,7 @@ class Placer:
         spot = self._own(spot)
         self._unfile(spot)
         keep = [g for g in spot.matching(job) if only is None or g.uuid in only][:job.gpus]
-        held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem), 1 if job.nodes > 1 and spot.slots > 0 else 0)
+        held: Held = (keep, min(spot.cpus, job.cpus), min(spot.mem, job.mem), 1 if job.nodes > 1 and spot.slots > 0 else 0)
         spot.gpus = [g for g in spot.gpus if g not in keep]
         spot.cpus -= held[1]
         spot.mem -= held[2]
@@ -211,7 +217,7 @@ class Placer:
         self._file(spot)
         return held
 
-    def unhold(self, spot: Free, held: tuple) -> None:
+    def unhold(self, spot: Free, held: Held) -> None:
         """Give back what `hold` set aside (the preemptor's turn has come: it may take it now)."""
         self.changes += 1
         self.grown += 1
@@ -226,7 +232,7 @@ class Placer:
         # Room came back: requests that failed before may fit now.
         self.failed = []
 
-    def find(self, job: Job, accept=None) -> tuple[Free | None, bool]:
+    def find(self, job: Job, accept: Callable[[Free], bool] | None = None) -> tuple[Free | None, bool]:
         """(spot, roomy): the best node that has room for the job and `accept`s it, and whether any
         node had room. A request that found no room is remembered, so that larger ones skip the scan."""
         req = g, model, c, m = job.gpus, job.gpu_type, job.cpus, job.mem
@@ -251,11 +257,11 @@ class Placer:
         return True
 
 
-def shape(job: Job) -> tuple[int, str, int, int]:
+def shape(job: Job) -> Shape:
     return (job.gpus, job.gpu_type, job.cpus, job.mem)
 
 
-def covers(small, big) -> bool:
+def covers(small: Shape, big: Shape) -> bool:
     """Whether request `big` is at least as hard to place as `small`: no smaller anywhere, and asking
     for a GPU model whenever `small` does (an untyped request can use any model)."""
     g, model, c, m = small

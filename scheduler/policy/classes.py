@@ -24,16 +24,26 @@ draining) is a class of its own and never cached. A field a verdict starts to re
 `class_key`; tests/property/test_plan_classes.py checks the result against the per-job pass.
 """
 import heapq
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import fields
+from typing import TYPE_CHECKING, Any, cast
 
 from ..jobs import states
-from ..jobs.plan import Pending, Place
+from ..jobs.model import Job
+from ..jobs.plan import Pending, Place, Verdict
+from ..settings.config import Config
 from . import priority
 from .capacity import avoided
-from .queue import Queue
+from .priority import Score
+from .queue import Key, Queue
+
+if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
+    from . import _Pass
+
+Hit = tuple[tuple[int, ...], int, tuple[int, ...] | None, Verdict]   # cached: (version, kind, stamp, verdict)
 
 
-def class_key(j) -> tuple:
+def class_key(j: Job) -> tuple[Any, ...]:
     """Everything of a pending job that `_Pass._verdict` reads, except its id."""
     held = (j.reason, j.detail if j.reason == states.CRASH_GUARD else "") if j.held else None
     return (j.qos, j.account, j.user, j.project, j.budget, j.gpus, j.gpu_type, j.cpus, j.mem, j.time_limit, j.est,
@@ -41,7 +51,7 @@ def class_key(j) -> tuple:
             j.preempt_count, j.nodes, j.learned_est, avoided(j))
 
 
-def _own(j, draining) -> bool:
+def _own(j: Job, draining: Collection[int]) -> bool:
     """Whether the job's verdict may name the job itself (a singleton, a preemptor whose victims
     drain, one whose room is earmarked) or whose verdict walks every node (a gang, policy/gang.py):
     then it is judged on its own."""
@@ -59,7 +69,7 @@ MIN_JOBS_TO_CACHE = 8
 SAMPLE = 512
 
 
-def _walk_kind(waiting, draining) -> str:
+def _walk_kind(waiting: list[Job], draining: Collection[int]) -> str:
     """"merge" (the class walk), "cached" (per job, verdicts cached by class) or "plain"."""
     if MIN_JOBS_PER_CLASS <= 0:
         return "merge"
@@ -68,7 +78,7 @@ def _walk_kind(waiting, draining) -> str:
     if len(waiting) < 2 * MIN_JOBS_PER_CLASS:
         return "plain"
     sample = waiting[::max(1, len(waiting) // SAMPLE)]
-    seen: dict = {}
+    seen: dict[Key, int] = {}
     for j in sample:
         key = ("own", j.id) if _own(j, draining) else class_key(j)
         seen[key] = seen.get(key, 0) + 1
@@ -81,20 +91,20 @@ def _walk_kind(waiting, draining) -> str:
     return "cached" if len(waiting) * alike >= MIN_JOBS_TO_CACHE * pairs else "plain"
 
 
-def file(queue: Queue, p, waiting, cfg) -> None:
+def file(queue: Queue, p: "_Pass", waiting: list[Job], cfg: Config) -> None:
     """File this pass's `waiting` jobs in `queue` (queue.py)."""
     w = cfg.priority
     queue.sync(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, _group_key)
 
 
-def run(p, waiting, cfg, queue: Queue | None = None) -> None:
+def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None) -> None:
     """Consider `waiting` in priority order on the pass `p` (a policy._Pass), class by class;
     `queue`: the caller's Queue with `waiting` filed (`file`), else the classes are filed anew."""
     kind = "merge" if queue is not None else _walk_kind(waiting, p.draining)
     if kind != "merge":
         order = priority.ordered(waiting, p.now, dict(p.snap.usage), cfg)
         if kind == "cached":
-            _Walk(p, [], [], None).one_by_one(order)
+            _Walk(p, [], [], _unordered).one_by_one(order)
         else:
             for job in order:
                 p.consider(job)
@@ -107,16 +117,18 @@ def run(p, waiting, cfg, queue: Queue | None = None) -> None:
           [g.ids for g in groups]).go()
 
 
-def _group_key(j, draining: bool) -> tuple:
+def _unordered(j: Job) -> Score:      # the score of a walk that merges nothing (one_by_one): never asked
+    raise AssertionError("one_by_one takes the jobs in the order given")
+
+
+def _group_key(j: Job, draining: bool) -> Key:
     """A job's class key, or ("own", id) for one judged on its own (_own, with `draining`: whether
     its victims drain)."""
     own = j.nodes > 1 or j.earmark or draining or j.deps and any(k == "singleton" for k, _ in j.deps)
     return ("own", j.id) if own else class_key(j)
 
 
-
-
-def _scorer(p, cfg, bursting):
+def _scorer(p: "_Pass", cfg: Config, bursting: Collection[int]) -> Callable[[Job], Score]:
     """priority.scorer at the pass's time and fair-share usage."""
     return priority.scorer(p.now, dict(p.snap.usage), cfg, bursting)
 
@@ -144,7 +156,8 @@ _STATIC, _CAPS, _FULL, _ROOM = 0, 1, 2, 3
 # unjudged.
 
 
-_DEFAULTS = tuple(f.default for f in fields(Pending))
+_DEFAULTS: tuple[Any, ...] = tuple(f.default for f in fields(Pending))
+Dim = tuple[int, str, object]   # what a parked verdict concerns: (kind, "a"/"u"/"t", account/user/array)
 
 
 class _Walk:
@@ -155,7 +168,8 @@ class _Walk:
     sends every parked class back into the merge (their next jobs may be judged otherwise), so the
     walk parks only once it has taken a class's worth of turns without a change."""
 
-    def __init__(self, p, lists, keys, score, ids=()):
+    def __init__(self, p: "_Pass", lists: list[list[Job]], keys: list[Key], score: Callable[[Job], Score],
+                 ids: Sequence[list[int]] = ()) -> None:
         self.p, self.lists, self.keys, self.score, self.ids = p, lists, keys, score, ids
         self.at = [0] * len(lists)          # next job of each class
         self.heads = [(score(jobs[0]), i) for i, jobs in enumerate(lists)]
@@ -163,29 +177,29 @@ class _Walk:
         self.most = (max((jobs[0].total_gpus for jobs in lists), default=0),
                      max((jobs[0].cpus * jobs[0].nodes for jobs in lists), default=0))
         heapq.heapify(self.heads)
-        self.cache: dict = {}               # class key -> (state version, kind, stamp, plan.Verdict)
-        self.admitted: dict = {}            # ("a", account) / ("u", user) / ("t", array): admissions so far
+        self.cache: dict[Key, Hit] = {}     # class key -> (state version, kind, stamp, plan.Verdict)
+        self.admitted: dict[tuple[str, object], int] = {}   # ("a", account) / ("u", user) / ("t", array): so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
-        self.rooms: dict = {}               # room key -> (state version, "no room" verdict)
+        self.rooms: dict[Key, tuple[tuple[int, ...], Verdict]] = {}  # room key -> (state version, "no room" verdict)
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
             setattr(p, name, self._counting(getattr(p, name)))
 
-    def _counting(self, fn):
-        def counted(*a):
+    def _counting(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*a: Any) -> Any:
             self.touched += 1
             return fn(*a)
         return counted
 
-    def _stamp(self, key) -> tuple:
+    def _stamp(self, key: Key) -> tuple[int, ...]:
         p, n = self.p, self.admitted
         return (n.get(("a", key[1]), 0), n.get(("u", key[2]), 0), n.get(("t", key[16]), 0), len(p.preempts),
                 len(p.starts), id(p.blocker), len(p.no_victims), p.free.grown)
 
-    def _room_stamp(self) -> tuple:
+    def _room_stamp(self) -> tuple[int, ...]:
         p = self.p
         return (len(p.preempts), len(p.starts), id(p.blocker), len(p.no_victims), p.free.grown)
 
-    def _valid(self, key, version, job):
+    def _valid(self, key: Key, version: tuple[int, ...], job: Job) -> Hit | None:
         """The cache entry of `job`'s class if its verdict still holds (`job`: the class's next job)."""
         hit = self.cache.get(key)
         if hit is None:
@@ -203,10 +217,11 @@ class _Walk:
     def go(self) -> None:
         p, heads, lists, at, ids, score = self.p, self.heads, self.lists, self.at, self.ids, self.score
         version, room = p.version(), self._room_stamp()
-        static: dict = {}       # class -> verdict that holds for the whole pass (gates)
-        self.parked: dict = {}  # class -> (verdict, kind, dims): holds until a change that concerns it
-        self.dims: dict = {}    # (kind, "a", account) / ("u", user) / ("t", array) -> parked classes
-        self.full: set = set()  # parked classes whose verdict holds only while nothing changes
+        static: dict[int, Verdict] = {}     # class -> verdict that holds for the whole pass (gates)
+        # class -> (verdict, kind, dims): holds until a change that concerns it
+        self.parked: dict[int, tuple[Verdict, int, tuple[Dim, ...]]] = {}
+        self.dims: dict[Dim, set[int]] = {}     # (kind, "a", account) / ("u", user) / ("t", array) -> parked classes
+        self.full: set[int] = set()     # parked classes whose verdict holds only while nothing changes
         self.churn = 0          # classes the last change sent back into the merge
         quiet = 0               # turns since then
         while heads:
@@ -252,10 +267,11 @@ class _Walk:
             if at[i] < len(lists[i]):
                 p.runs.append((ids[i][at[i]:], verdict))
 
-    def _park(self, i: int, key, hit) -> None:
+    def _park(self, i: int, key: Key, hit: Hit) -> None:
         """Class i leaves the merge with its verdict, which holds until a change concerns it."""
         kind = hit[1]
-        dims = ((kind, "a", key[1]), (kind, "u", key[2])) + (((kind, "t", key[16]),) if key[16] is not None else ())
+        dims: tuple[Dim, ...] = ((kind, "a", key[1]), (kind, "u", key[2])) + (
+            ((kind, "t", key[16]),) if key[16] is not None else ())
         self.parked[i] = (hit[3], kind, dims)
         if hit[1] == _FULL:
             self.full.add(i)
@@ -266,7 +282,7 @@ class _Walk:
             else:
                 mine.add(i)
 
-    def _unpark(self, limit, placed, changed_room: bool, version) -> int:
+    def _unpark(self, limit: Score, placed: Job | None, changed_room: bool, version: tuple[int, ...]) -> int:
         """The state changed at the job whose priority is `limit` (`placed`: that job, if it was
         admitted). The parked classes whose verdict may no longer hold go back into the merge at their
         next job after it; their jobs before it take the verdict. Which may not hold (_valid's rules):
@@ -293,8 +309,8 @@ class _Walk:
         for i in set(gone):
             verdict, _, dims = parked.pop(i)
             self.full.discard(i)
-            for d in dims:
-                self.dims[d].discard(i)
+            for dim in dims:
+                self.dims[dim].discard(i)
             end = self._run_end(i, limit, 0)     # parked right after a judgement: its next job may come after
             if end > at[i]:
                 runs.append((ids[i][at[i]:end], verdict))
@@ -303,7 +319,7 @@ class _Walk:
                 heapq.heappush(heads, (self.score(self.lists[i][end]), i))
         return len(gone)
 
-    def one_by_one(self, order) -> None:
+    def one_by_one(self, order: Iterable[Job]) -> None:
         """The jobs in priority order, one at a time, with the verdict cache but no merge: for a
         queue of few jobs per class, where the merge's heap costs more than it saves."""
         p, draining, valid, judge = self.p, self.p.draining, self._valid, self._judge
@@ -318,7 +334,7 @@ class _Walk:
             else:
                 p.runs.append(((job.id,), hit[3]))
 
-    def _run_end(self, i: int, limit, first: int = 1) -> int:
+    def _run_end(self, i: int, limit: Score | None, first: int = 1) -> int:
         """The end of class i's run: its jobs that come before `limit` (the next job of any other
         class), the first `first` of them known to. Its order is the priority order, so a binary
         search finds the end."""
@@ -333,7 +349,7 @@ class _Walk:
                 hi = mid
         return lo
 
-    def _room_key(self, job, key):
+    def _room_key(self, job: Job, key: Key) -> Key | None:
         """What a "no room" verdict reads of a job that passed the gates (the comment on ROOM_KEY); None for
         a job that meets a gate or is judged on its own."""
         now = self.p.now
@@ -342,7 +358,7 @@ class _Walk:
             return None
         return (job.gpus, job.gpu_type, job.cpus, job.mem, job.qos, job.account if self.p.usage.guarantees else None)
 
-    def _judge(self, job, key, version, more: bool = True):
+    def _judge(self, job: Job, key: Key, version: tuple[int, ...], more: bool = True) -> tuple[int, ...]:
         """The job's verdict, from the pass or a room shared by alike classes; cached for the rest of
         its class when `more` of them follow (a class of one is not cached)."""
         p, touched = self.p, self.touched
@@ -358,19 +374,19 @@ class _Walk:
                 self.cache[key] = (version, _CAPS if guarded else _ROOM,
                                    self._stamp(key) if guarded else self._room_stamp(), verdict)
             return version
-        verdict = p.judge(job)
-        if (room is not None and not isinstance(verdict, Place) and verdict[0] in ROOM
+        got = p.judge(job)
+        if (room is not None and not isinstance(got, Place) and got[0] in ROOM
                 and self.touched == touched and p.version() == version):
-            self.rooms[room] = (version, tuple(verdict) + _DEFAULTS[1 + len(verdict):])
-        if isinstance(verdict, Place):
-            p.places.append(verdict)
+            self.rooms[room] = (version, cast(Verdict, tuple(got) + _DEFAULTS[1 + len(got):]))
+        if isinstance(got, Place):
+            p.places.append(got)
             for k in (("a", job.account), ("u", job.user), ("t", job.array_id)):
                 if k[1] is not None:
                     self.admitted[k] = self.admitted.get(k, 0) + 1
-        else:
-            # A run of one (plan.Pendings): no Pending object until a reader asks for one.
-            verdict = tuple(verdict) + _DEFAULTS[1 + len(verdict):]
-            p.runs.append(((job.id,), verdict))
+            return p.version()      # an admission is a change of state: the version moved
+        # A run of one (plan.Pendings): no Pending object until a reader asks for one.
+        verdict = cast(Verdict, tuple(got) + _DEFAULTS[1 + len(got):])
+        p.runs.append(((job.id,), verdict))
         now = p.version()
         if now != version:
             return now

@@ -9,6 +9,8 @@ The states come from the snapshot: active targets from `snap.jobs`, ended ones f
 A target found in neither is treated as never satisfied: its record is gone, so nothing could
 ever say it succeeded. Pure: no Redis, no clock.
 """
+from collections.abc import Iterable
+
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
 
@@ -32,7 +34,8 @@ class Dependencies:
         self._state: dict[int, str] | None = None
         self._shown: dict[int, str] | None = None
         self._named: dict[tuple[str, str], list[Job]] | None = None
-        self._verdicts: dict = {}     # job id (singleton) or deps -> verdict
+        # job id (singleton) or deps -> verdict
+        self._verdicts: dict[int | tuple[tuple[str, tuple[int, ...]], ...], tuple[str, str] | None] = {}
 
     def verdict(self, job: Job) -> tuple[str, str] | None:
         if not job.deps:
@@ -44,7 +47,7 @@ class Dependencies:
             self._verdicts[key] = self._judge(job)
         return self._verdicts[key]
 
-    def _judge(self, job: Job):
+    def _judge(self, job: Job) -> tuple[str, str] | None:
         waiting, never = [], []
         for kind, ids in job.deps:
             if kind == "singleton":
@@ -100,7 +103,7 @@ class Dependencies:
         return self._named
 
 
-def targets(jobs) -> set[int]:
+def targets(jobs: Iterable[Job]) -> set[int]:
     """Every job id the given jobs depend on (what the daemon must know the state of)."""
     return {t for j in jobs for _, ids in j.deps for t in ids}
 

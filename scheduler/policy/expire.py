@@ -2,15 +2,16 @@
 longer finish before --deadline (`DL`), or depend on a job that can never satisfy them, with
 --kill-on-invalid-dep (`CA`)."""
 from ..jobs import states
+from ..jobs.model import Job
 from ..jobs.plan import Expire
 from .depend import Dependencies
 
 
-def expire(pending, now: float, deps: Dependencies):
+def expire(pending: list[Job], now: float, deps: Dependencies) -> tuple[list[Expire], list[Job]]:
     """(the expiries, the jobs left waiting, in `pending`'s order)."""
     # Most jobs have nothing that can end them: only the others are looked at one by one.
     maybe = [j for j in pending if j.max_wait is not None or j.deadline is not None or j.deps]
-    expires: list = []
+    expires: list[Expire] = []
     for j in maybe:
         dep = deps.verdict(j)
         # A requeued job (preempted, retried, node failure) waits again from its last attempt's end.

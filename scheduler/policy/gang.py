@@ -14,18 +14,29 @@ protected capacity, every budget for all its nodes: `_Pass._admit` with a list o
 
 Pure, like every pass: `p` is the policy's `_Pass`.
 """
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
+
 from ..jobs import states
-from ..jobs.plan import Start
+from ..jobs.model import Job, Node
+from ..jobs.plan import Place, Start, Why
 from ..units import fmt_at, fmt_size
 from . import capacity, preempt
 from .backfill import Alloc, Timelines, _limit
+from .capacity import Free
+
+if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
+    from . import _Pass
+
+# What `_Pass._blocked` does for a gang (`steps`): wait for victims, preempt, say why there is no room.
+Steps = tuple[Callable[[Job, list[Job]], Why | None], Callable[[Job], Why | None], Callable[[Job], Why]]
 
 
 def earmarked_nodes(earmark: str) -> list[str]:
     return earmark.split(",") if earmark else []
 
 
-def verdict(p, job):
+def verdict(p: "_Pass", job: Job) -> Place | Why:
     """A Place for the gang, or the (reason, detail[, earmark, earmark GPUs]) that keeps it pending:
     the rest of `_Pass._verdict` once holds, dependencies and caps let it through."""
     kept = _kept(p, job)
@@ -35,18 +46,20 @@ def verdict(p, job):
         return states.PRIORITY, f"behind job {p.blocker.display_id}, which waits for resources (backfill off)"
     accept = None
     if p.timelines is not None and p.timelines.reserved:
-        accept = lambda f: p.timelines.fits_now(job, f.node.name)   # noqa: E731
+        tl = p.timelines
+        accept = lambda f: tl.fits_now(job, f.node.name)   # noqa: E731
     chosen, roomy = find(p.free.free, job, accept, capacity.avoided(job))
     if chosen:
         return p._admit(job, chosen)
     return p._blocked(job, roomy)
 
 
-def find(free: dict, job, accept=None, avoid=()) -> tuple[list | None, bool]:
+def find(free: dict[str, Free], job: Job, accept: Callable[[Free], bool] | None = None,
+         avoid: Collection[str] = ()) -> tuple[list[Free] | None, bool]:
     """(the `job.nodes` best-fit spots that `accept` the job, or None; whether enough nodes had the
     room at all). Best fit as for one node: fewest GPUs, then CPUs, left; ties by name; the nodes of
     an attempt lost with its node (`avoid`, capacity.avoided) only where the others are too few."""
-    def tight(f):
+    def tight(f: Free) -> tuple[int, int, str]:
         return len(f.gpus), f.cpus, f.node.name
 
     fits = sorted((f for f in free.values() if f.fits(job)), key=lambda f: (f.node.name in avoid, tight(f)))
@@ -55,16 +68,16 @@ def find(free: dict, job, accept=None, avoid=()) -> tuple[list | None, bool]:
     return (sorted(ok[:job.nodes], key=tight) if len(ok) >= job.nodes else None), roomy
 
 
-def _kept(p, job):
+def _kept(p: "_Pass", job: Job) -> list[Free] | None:
     """The spots of the gang's earmark, when every one of them now has its shape free."""
     names = earmarked_nodes(job.earmark)
-    spots = [p.free.free.get(n) for n in names]
-    if len(spots) == job.nodes and all(s is not None and s.fits(job) for s in spots):
+    spots = [s for s in (p.free.free.get(n) for n in names) if s is not None and s.fits(job)]
+    if len(spots) == len(names) == job.nodes:
         return spots
     return None
 
 
-def steps(p):
+def steps(p: "_Pass") -> Steps:
     """What `_Pass._blocked` does for a gang: wait for its victims on every earmarked node, choose
     victims across nodes (preempt.preempt_for, as for one node: a tuple verdict, or None), and say
     why there is no room."""
@@ -72,11 +85,12 @@ def steps(p):
             lambda job: _no_room(p, job))
 
 
-def _wait_for(p, job, victims):
+def _wait_for(p: "_Pass", job: Job, victims: list[Job]) -> Why | None:
     """PreemptingFor while its victims drain, the room on every earmarked node held again. A gang
     that gave its earmark up looks for room like any blocked job (its victims still free room)."""
-    spots = [p.free.free.get(n) for n in earmarked_nodes(job.earmark)]
-    if not spots or any(s is None for s in spots):
+    names = earmarked_nodes(job.earmark)
+    spots = [s for s in (p.free.free.get(n) for n in names) if s is not None]
+    if not spots or len(spots) != len(names):
         return None
     for s in spots:
         p.free.hold(s, job, set(job.earmark_gpus))
@@ -84,7 +98,7 @@ def _wait_for(p, job, victims):
                                    + ", ".join(v.display_id for v in victims)), job.earmark, job.earmark_gpus
 
 
-def reserve(p, job, not_before: float | None = None) -> None:
+def reserve(p: "_Pass", job: Job, not_before: float | None = None) -> None:
     """Backfill's reservation for a gang: the earliest time `job.nodes` nodes can all hold it."""
     if p.timelines is None:
         p.timelines = Timelines([f.node for f in p.free.free.values()], p.running, p.placed, p.now, p.cfg)
@@ -93,7 +107,8 @@ def reserve(p, job, not_before: float | None = None) -> None:
         p.starts.append(Start(job.id, got[1], ",".join(got[0])))
 
 
-def reserve_on(tl: Timelines, job, could_hold, not_before: float | None = None):
+def reserve_on(tl: Timelines, job: Job, could_hold: Callable[[Job, Node], bool],
+               not_before: float | None = None) -> tuple[tuple[str, ...], float] | None:
     """((nodes), time) of the earliest window [t, t + time limit) in which `job.nodes` nodes can all
     hold the job, written on each as a reservation; None when no set of nodes ever could. Free room
     on a node grows only when an allocation ends, so `t` is now or some allocation's end."""
@@ -114,7 +129,7 @@ def reserve_on(tl: Timelines, job, could_hold, not_before: float | None = None):
     return None
 
 
-def _no_room(p, job):
+def _no_room(p: "_Pass", job: Job) -> Why:
     if not p.free.free:
         return states.NODE_DOWN, "no node is up"
     start = p.starts[-1] if p.starts and p.starts[-1].job_id == job.id else None

@@ -8,12 +8,14 @@ The simulator keeps its Backlog itself, job by job as its queue changes (sim/kep
 that holds only snapshots (the daemon) has its changes found here, by identity: a record is
 frozen, so a changed job is a new object."""
 from ..jobs import states
+from ..jobs.model import Job, Snapshot
+from ..settings.config import Config
 from . import strict
 from .backlog import Backlog
 from .queue import Queue
 
 
-def _order(j) -> tuple:
+def _order(j: Job) -> tuple[float, int]:
     return (j.submit_time, j.id)
 
 
@@ -22,7 +24,7 @@ class Kept:
         self.queue = Queue()
         self.backlog: Backlog | None = None
 
-    def inputs(self, snap, cfg) -> dict:
+    def inputs(self, snap: Snapshot, cfg: Config) -> dict[str, Backlog | Queue]:
         """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`."""
         if not strict.applies(cfg):
             self.backlog = None         # a later pass that walks to the blocker files it anew
@@ -35,7 +37,7 @@ class Kept:
         return {"backlog": self.backlog, "queue": self.queue}
 
 
-def sync(backlog: Backlog, pending: list) -> None:
+def sync(backlog: Backlog, pending: list[Job]) -> None:
     """Make `backlog` hold exactly `pending`: the gone and changed jobs out, the new and changed in
     (in (submit time, id) order, so that each lands at the end of its user's and group's lists)."""
     known = backlog.jobs

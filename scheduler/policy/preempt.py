@@ -12,15 +12,21 @@ checkpoint, then the most recently started; needless victims are never included.
 `job.nodes` nodes: those needing the fewest victims (a node with room needs none), the whole gang's
 room or nothing. `preempt_for` is the one routine both take.
 """
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from math import comb
+from typing import TYPE_CHECKING
 
 from ..jobs import states
-from ..jobs.model import Job
-from ..jobs.plan import Preempt
+from ..jobs.model import Gpu, Job, Node
+from ..jobs.plan import Preempt, Why
 from ..settings.config import Config
 from . import capacity
+from .capacity import Free
+
+if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
+    from . import _Pass
 
 _MAX_COMBINATIONS = 4000    # beyond this, greedy-then-prune instead of an exhaustive smallest set
 
@@ -50,7 +56,7 @@ def lost_work(victim: Job, now: float) -> float:
     return max(0.0, now - max(began, (a.last_checkpoint if a else None) or began))
 
 
-def earmark(job: Job, held, victims, node) -> tuple[str, ...]:
+def earmark(job: Job, held: Iterable[Gpu], victims: Iterable[Job], node: Node | None) -> tuple[str, ...]:
     """The GPUs kept for a preemptor: the free ones held for it on the node, then its victims' (of
     the model it asks for), as many as it needs. Others' extra GPUs are free for anyone."""
     models = {g.uuid: g.model for g in node.gpus} if node is not None else {}
@@ -58,14 +64,16 @@ def earmark(job: Job, held, victims, node) -> tuple[str, ...]:
     return tuple([g.uuid for g in held] + theirs)[:job.gpus]
 
 
-def candidates(job: Job, running, now: float, cfg: Config, reclaim: bool, borrower: bool = False):
+def candidates(job: Job, running: Iterable[Job], now: float, cfg: Config, reclaim: bool,
+               borrower: bool = False) -> tuple[list[Job], list[tuple[Job, float]]]:
     """(eligible, deferred): running jobs the job may preempt now, and those it may once they have run
     min_runtime (with the time that takes). A `borrower` (the job would run beyond its account's
     guarantee) never preempts another account's work within that account's guarantee: the lender
     would reclaim the GPUs at once, and it is owed them."""
     mine = cfg.qos_named(job.qos)
     prio = mine.priority if mine else 0
-    ok, later = [], []
+    ok: list[Job] = []
+    later: list[tuple[Job, float]] = []
     for v in running:
         if v.state != states.RUNNING:
             continue
@@ -85,7 +93,7 @@ def candidates(job: Job, running, now: float, cfg: Config, reclaim: bool, borrow
     return ok, later
 
 
-def preempt_for(p, job: Job):
+def preempt_for(p: "_Pass", job: Job) -> Why | None:
     """(reason, detail, earmark, earmark GPUs) once victims on enough nodes are chosen; the
     PreemptionDeferred verdict; or None. `p`: the policy's `_Pass`. A gang's earmark names each of
     its nodes, comma-separated, and the room is held on every one of them."""
@@ -122,7 +130,7 @@ def preempt_for(p, job: Job):
                                    + ", ".join(v.display_id for v in choice.victims)), mark, tuple(kept)
 
 
-def choose(job: Job, free_by_node: dict, pool, now: float) -> Choice | None:
+def choose(job: Job, free_by_node: dict[str, Free], pool: Iterable[Job], now: float) -> Choice | None:
     """The `job.nodes` nodes that need the fewest victims (then the least work lost, then the name),
     or None when fewer nodes than that could be freed. `free_by_node` maps a node name to its Free
     (capacity.Free) for nodes that could hold the job; `pool` are the candidate victims. A node with
@@ -133,7 +141,7 @@ def choose(job: Job, free_by_node: dict, pool, now: float) -> Choice | None:
         for node, _ in v.on_nodes:        # a gang victim frees room on each of its nodes
             if node in free_by_node:
                 by_node.setdefault(node, []).append(v)
-    options: list[tuple] = []
+    options: list[tuple[int, float, str, tuple[Job, ...]]] = []
     for name in sorted(free_by_node):
         f = free_by_node[name]
         if f.fits(job):
@@ -157,7 +165,7 @@ def choose(job: Job, free_by_node: dict, pool, now: float) -> Choice | None:
     return Choice(tuple(sorted(o[2] for o in picked)), victims)
 
 
-def _on_node(job: Job, free, pool: list[Job], now: float):
+def _on_node(job: Job, free: Free, pool: list[Job], now: float) -> tuple[Job, ...] | None:
     # Preference: least work lost, then the most recently started, then the id.
     pool = sorted(pool, key=lambda v: (lost_work(v, now), -((v.current.dispatch_time or 0) if v.current else 0), v.id))
     if not _covers(job, free, pool):
@@ -173,8 +181,8 @@ def _on_node(job: Job, free, pool: list[Job], now: float):
     return None
 
 
-def _greedy(job, free, pool):
-    chosen = []
+def _greedy(job: Job, free: Free, pool: Iterable[Job]) -> list[Job]:
+    chosen: list[Job] = []
     for v in pool:
         chosen.append(v)
         if _covers(job, free, chosen):
@@ -182,7 +190,7 @@ def _greedy(job, free, pool):
     return chosen
 
 
-def _prune(job, free, chosen):
+def _prune(job: Job, free: Free, chosen: Iterable[Job]) -> tuple[Job, ...]:
     chosen = list(chosen)
     for v in reversed(list(chosen)):
         rest = [c for c in chosen if c is not v]
@@ -191,7 +199,7 @@ def _prune(job, free, chosen):
     return tuple(chosen)
 
 
-def _covers(job: Job, free, victims) -> bool:
+def _covers(job: Job, free: Free, victims: Sequence[Job]) -> bool:
     """Whether the node's free resources plus what the victims hold would fit the job."""
     cpus = free.cpus + sum(v.cpus for v in victims)
     mem = free.mem + sum(v.mem for v in victims)

@@ -17,12 +17,18 @@ Fair share comes from decayed usage (`Snapshot.usage`), never from budgets. The 
 (−priority, submit time, id) — so shuffling the input never changes the plan, and equal priorities
 go to the older job.
 """
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Any
 
 from ..jobs.model import Job
 from ..money import fairshare
 from ..settings.config import Config
+from ..settings.sections import Priority
+
+# A job's place in the order a pass considers it: (-priority, submit time, id), smallest first.
+Score = tuple[float, float, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +42,7 @@ class Factors:
     priority: float     # the weighted sum
     short: float = 0.0  # 0..1: the short-job factor, already faded by the wait
 
-    def as_json(self, weights) -> dict:
+    def as_json(self, weights: Priority) -> dict[str, Any]:
         raw = {"qos": self.qos, "age": round(self.age, 4), "fairshare": round(self.fairshare, 4), "burst": self.burst,
                "short": round(self.short, 4)}
         return {"priority": round(self.priority, 4), "factors": raw,
@@ -51,20 +57,20 @@ def expected_runtime(job: Job) -> float:
     return job.learned_est or job.est or job.time_limit or 0
 
 
-def short_factor(job: Job, age: float, w) -> float:
+def short_factor(job: Job, age: float, w: Priority) -> float:
     """scale / (scale + expected run time), faded linearly to 0 as the wait reaches age_max."""
     fade = 1.0 - min(max(age, 0.0) / (w.age_max or 1), 1.0)
     scale = w.short_job_scale or 1
     return fade * scale / (scale + expected_runtime(job)) if fade > 0 else 0.0
 
 
-def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[int, Factors]:
+def factors(pending: Sequence[Job], now: float, usage: dict[str, float], cfg: Config) -> dict[int, Factors]:
     w = cfg.priority
     shares = {a.name: a.share for a in cfg.accounts}
     fs = fairshare.factors(usage, shares) if w.fairshare_weight else {}
     bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if w.burst_penalty else set()
     age_max = w.age_max or 1
-    out = {}
+    out: dict[int, Factors] = {}
     for j in pending:
         qos = cfg.qos_named(j.qos)
         q = float(qos.priority if qos else 0)
@@ -78,7 +84,7 @@ def factors(pending, now: float, usage: dict[str, float], cfg: Config) -> dict[i
     return out
 
 
-def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[Job]:
+def ordered(pending: Sequence[Job], now: float, usage: dict[str, float], cfg: Config) -> list[Job]:
     """The jobs in the order a pass considers them. The same sum as `factors`, without building a
     row per job: this runs over every pending job on every pass."""
     w = cfg.priority
@@ -86,10 +92,10 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     qos = {q.name: q.priority * qw for q in cfg.qos}
     fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
     fs = {a: fw * v for a, v in fs.items()}
-    bursting = burst_tail(pending, w.burst_jobs, w.burst_window) if bw else ()
+    bursting: Collection[int] = burst_tail(pending, w.burst_jobs, w.burst_window) if bw else ()
     per_s = aw / (w.age_max or 1)
     sw = w.short_job_weight
-    keyed = []
+    keyed: list[tuple[float, float, int, int]] = []
     for i, j in enumerate(pending):
         age = now - j.submit_time
         score = (qos.get(j.qos, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
@@ -101,7 +107,7 @@ def ordered(pending, now: float, usage: dict[str, float], cfg: Config) -> list[J
     return [pending[t[3]] for t in keyed]
 
 
-def scorer(now: float, usage: dict[str, float], cfg: Config, bursting):
+def scorer(now: float, usage: dict[str, float], cfg: Config, bursting: Collection[int]) -> Callable[[Job], Score]:
     """The sort key of a job, exactly `ordered`'s, term by term in the same order, with the burst
     tail given (`bursting`: the ids in it, as burst_tail finds them over the whole queue): for a
     walk that draws the order a few jobs at a time (classes.py, strict.py)."""
@@ -112,7 +118,7 @@ def scorer(now: float, usage: dict[str, float], cfg: Config, bursting):
     fs = {a: fw * v for a, v in fs.items()}
     per_s, sw = aw / (w.age_max or 1), w.short_job_weight
 
-    def score(j) -> tuple:
+    def score(j: Job) -> Score:
         age = now - j.submit_time
         s = (qos.get(j.qos, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
              + fs.get(j.account, fw) - (bw if j.id in bursting else 0.0))
@@ -122,7 +128,7 @@ def scorer(now: float, usage: dict[str, float], cfg: Config, bursting):
     return score
 
 
-def burst_tail(pending, allowance: int, window: float) -> set[int]:
+def burst_tail(pending: Iterable[Job], allowance: int, window: float) -> set[int]:
     """Ids of jobs that had at least `allowance` earlier jobs of the same user submitted within
     `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)
 
@@ -132,14 +138,14 @@ def burst_tail(pending, allowance: int, window: float) -> set[int]:
     pass; a walk per submit time cost 0.2 s at 100,000 jobs)."""
     if allowance <= 0:
         return {j.id for j in pending}
-    by_user: dict = {}
+    by_user: dict[str, list[Job]] = {}
     for j in pending:
         mine = by_user.get(j.user)
         if mine is None:
             by_user[j.user] = [j]
         else:
             mine.append(j)
-    out: set = set()
+    out: set[int] = set()
     for jobs in by_user.values():
         if len(jobs) <= allowance:
             continue

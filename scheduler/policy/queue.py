@@ -13,10 +13,17 @@ plan() with one Queue over a sequence of changing snapshots against plan_per_job
 one for its passes; a caller without one gets a fresh Queue per pass.
 """
 from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from operator import attrgetter
+from typing import Any
 
 from ..jobs.model import Job
 from . import priority
+
+# A group's key: (class key, burst flag) here, (QoS, account, burst flag, gated) in backlog.py.
+Key = tuple[Any, ...]
+# A job's group key without the burst flag, from the job and whether it is a class of its own.
+KeyOf = Callable[[Job, bool], Key]
 
 _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
 # Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting
@@ -45,7 +52,7 @@ class Group:
     """One class's waiting jobs (and their ids) in (submit time, id) order."""
     __slots__ = ("key", "jobs", "ids")
 
-    def __init__(self, key: tuple, jobs: list[Job]) -> None:
+    def __init__(self, key: Key, jobs: list[Job]) -> None:
         self.key, self.jobs, self.ids = key, jobs, [j.id for j in jobs]
 
     def add(self, j: Job) -> None:
@@ -62,7 +69,7 @@ class Group:
         del self.jobs[at], self.ids[at]
 
 
-def file(groups: dict[tuple, Group], where: dict[int, tuple], j: Job, k: tuple) -> None:
+def file(groups: dict[Key, Group], where: dict[int, Key], j: Job, k: Key) -> None:
     """Put `j` in group `k` (made when it is the first), remembering where (Queue, backlog.Backlog)."""
     where[j.id] = k
     g = groups.get(k)
@@ -72,7 +79,7 @@ def file(groups: dict[tuple, Group], where: dict[int, tuple], j: Job, k: tuple) 
         g.add(j)
 
 
-def unfile(groups: dict[tuple, Group], where: dict[int, tuple], j: Job) -> None:
+def unfile(groups: dict[Key, Group], where: dict[int, Key], j: Job) -> None:
     """Take `j` out of its group; a group left empty goes."""
     k = where.pop(j.id)
     g = groups[k]
@@ -90,16 +97,16 @@ class Queue:
 
     def _reset(self) -> None:
         self.jobs: dict[int, Job] = {}            # id -> the job as last filed
-        self.where: dict[int, tuple] = {}         # id -> its group's key
-        self.groups: dict[tuple, Group] = {}
+        self.where: dict[int, Key] = {}           # id -> its group's key
+        self.groups: dict[Key, Group] = {}
         self.users: dict[str, list[Job]] = {}     # user -> waiting jobs in (submit time, id) order
         self.bursting: set[int] = set()           # ids in their user's burst tail
         self.tails: dict[str, set[int]] = {}      # user -> those of the user's
         self.marked: dict[int, Job] = {}          # jobs something can end (marks) or whose room is kept
-        self.draining: frozenset = frozenset()
-        self.burst: tuple | None = None           # (allowance, window), None: no burst penalty
+        self.draining: frozenset[int] = frozenset()
+        self.burst: tuple[int, float] | None = None   # (allowance, window), None: no burst penalty
 
-    def sync(self, waiting: list[Job], draining, burst: tuple | None, key) -> None:
+    def sync(self, waiting: list[Job], draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf) -> None:
         """File `waiting` (this pass's waiting jobs); `key(j, own)`: a job's group key without the
         burst flag."""
         draining = frozenset(draining)
@@ -117,7 +124,7 @@ class Queue:
             skip = {j.id for j in changed} | {j.id for j in gone}
             changed += [known[i] for i in (draining ^ self.draining) & known.keys() if i not in skip]
             self.draining = draining
-        spots: list = []          # (user, (submit time, id)) where a user's list changed
+        spots: list[tuple[str, tuple[float, int]]] = []   # (user, (submit time, id)) where a user's list changed
         for j in gone + [known[j.id] for j in changed if j.id in known]:
             self._unfile(j)
             self.bursting.discard(j.id)
@@ -139,7 +146,7 @@ class Queue:
         for j in refile.values():
             self._group(j, key(j, j.id in draining))
 
-    def _retail(self, spots: list, allowance: int, window: float) -> list[Job]:
+    def _retail(self, spots: list[tuple[str, tuple[float, int]]], allowance: int, window: float) -> list[Job]:
         """Re-check priority.burst_tail's rule where users' lists changed: a job's flag reads only the
         job `allowance` places before it, so a change at place p moves it for places p..p+allowance
         alone (the ranges of one user merged, each compared in one sweep as burst_tail does).
@@ -180,16 +187,17 @@ class Queue:
                             out.append(j)
         return out
 
-    def _rebuild(self, waiting: list[Job], draining: frozenset, burst: tuple | None, key) -> None:
+    def _rebuild(self, waiting: list[Job], draining: frozenset[int], burst: tuple[int, float] | None,
+                 key: KeyOf) -> None:
         self._reset()
         self.draining, self.burst = draining, burst
         self.jobs = {j.id: j for j in waiting}
         self.marked = {j.id: j for j in waiting if _marked(j)}
         self.bursting = priority.burst_tail(waiting, *burst) if burst is not None else set()
-        lists: dict[tuple, list[Job]] = {}
+        lists: dict[Key, list[Job]] = {}
         bursting = self.bursting
         for j in waiting:
-            k = (key(j, j.id in draining), j.id in bursting)
+            k: Key = (key(j, j.id in draining), j.id in bursting)
             self.where[j.id] = k
             mine = lists.get(k)
             if mine is None:
@@ -209,7 +217,7 @@ class Queue:
             self.tails[u] = {j.id for j in jobs if j.id in bursting}
         self.users = users
 
-    def _swap(self, j: Job, key) -> bool:
+    def _swap(self, j: Job, key: KeyOf) -> bool:
         """Put a known job's new record where its old one is, when nothing that files it changed
         (most changes between passes are a new reason): no re-filing, no burst tail. False: not so."""
         old = self.jobs.get(j.id)
@@ -233,5 +241,5 @@ class Queue:
     def _ungroup(self, j: Job) -> None:
         unfile(self.groups, self.where, j)
 
-    def _group(self, j: Job, k: tuple) -> None:
+    def _group(self, j: Job, k: Key) -> None:
         file(self.groups, self.where, j, (k, j.id in self.bursting))

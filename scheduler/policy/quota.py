@@ -6,26 +6,27 @@ Guarantee and borrow: an account is owed `guarantee` GPUs. GPUs it holds beyond 
 at most `guarantee + borrow_limit`.
 """
 from collections import Counter
+from collections.abc import Callable, Iterable
 from copy import copy
 
 from ..jobs import states
 from ..jobs.model import Job
-from ..settings.config import Config
+from ..settings.config import Account, Config, User
 
 
 class Usage:
     """What running jobs hold, per account, user, array and QoS, counting this pass's admissions."""
 
-    def __init__(self, running, cfg: Config, total_gpus: int):
+    def __init__(self, running: Iterable[Job], cfg: Config, total_gpus: int) -> None:
         self.cfg = cfg
-        self.jobs: Counter = Counter()
-        self.gpus: Counter = Counter()
-        self.cpus: Counter = Counter()
-        self.user_jobs: Counter = Counter()
-        self.user_gpus: Counter = Counter()
-        self.user_cpus: Counter = Counter()
-        self.tasks: Counter = Counter()   # running tasks per array
-        self.qos_gpus: Counter = Counter()   # GPUs held per QoS priority level
+        self.jobs: Counter[str] = Counter()
+        self.gpus: Counter[str] = Counter()
+        self.cpus: Counter[str] = Counter()
+        self.user_jobs: Counter[str] = Counter()
+        self.user_gpus: Counter[str] = Counter()
+        self.user_cpus: Counter[str] = Counter()
+        self.tasks: Counter[int | None] = Counter()   # running tasks per array
+        self.qos_gpus: Counter[int] = Counter()   # GPUs held per QoS priority level
         self.free_gpus = total_gpus
         self.guarantees = any(a.guarantee for a in cfg.accounts)
         # Most pending jobs meet no cap at all: knowing which accounts have one skips the checks.
@@ -78,7 +79,7 @@ class Usage:
         return bool(acct and acct.guarantee and job.gpus
                     and self.gpus[job.account] + job.total_gpus <= acct.guarantee)
 
-    def blocked(self, job: Job):
+    def blocked(self, job: Job) -> tuple[str, str] | None:
         """(reason, detail) when a throttle or cap stops the job now, else None."""
         if not (job.array_throttle or self.user_caps or job.account in self.capped):
             return None
@@ -121,7 +122,7 @@ class Usage:
         return cap is not None and _near(cap, self.user_jobs[user], self.user_gpus[user], self.user_cpus[user],
                                          gpus, cpus)
 
-    def protected_for(self, job: Job):
+    def protected_for(self, job: Job) -> tuple[str, str] | None:
         """(reason, detail) when the job's GPUs would eat into capacity protected for a higher QoS."""
         if not self.protected or not job.gpus:
             return None
@@ -138,7 +139,8 @@ class Usage:
         return None
 
 
-def _over(cap, who: str | tuple, jobs: int, gpus: int, cpus: int, job: Job, r_jobs: str, r_gpus: str, r_cpus: str):
+def _over(cap: Account | User, who: str | tuple[str, str], jobs: int, gpus: int, cpus: int, job: Job, r_jobs: str,
+          r_gpus: str, r_cpus: str) -> tuple[str, str] | None:
     """`who`: the capped one's name, or (kind, name) to be joined only when a cap is hit (plan()
     asks this for every pending job of a capped account)."""
     if cap.max_running is not None and jobs + 1 > cap.max_running:
@@ -151,24 +153,25 @@ def _over(cap, who: str | tuple, jobs: int, gpus: int, cpus: int, job: Job, r_jo
     return None
 
 
-def _near(cap, jobs: int, gpus: int, cpus: int, need_g: int, need_c: int) -> bool:
+def _near(cap: Account | User, jobs: int, gpus: int, cpus: int, need_g: int, need_c: int) -> bool:
     """_over's test with the largest needs."""
     return (cap.max_running is not None and jobs + 1 > cap.max_running
             or cap.max_gpus is not None and gpus + need_g > cap.max_gpus
             or cap.max_cpus is not None and cpus + need_c > cap.max_cpus)
 
 
-def _who(who: str | tuple) -> str:
+def _who(who: str | tuple[str, str]) -> str:
     return who if isinstance(who, str) else " ".join(who)
 
 
-def over_alone(job: Job, cfg: Config, running=()) -> str | None:
+def over_alone(job: Job, cfg: Config, running: Iterable[Job] = ()) -> str | None:
     """The refusal line for a job that alone exceeds a cap (it could never run, whatever on_limit
     says: pending would be for ever), or, with on_limit = "refuse", one over a cap now, counting
     the `running` jobs."""
-    for cap, who, mine in ((cfg.account_named(job.account), f"account {job.account}",
-                            lambda j: j.account == job.account),
-                           (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user)):
+    caps: tuple[tuple[Account | User | None, str, Callable[[Job], bool]], ...] = (
+        (cfg.account_named(job.account), f"account {job.account}", lambda j: j.account == job.account),
+        (cfg.user_named(job.user), f"user {job.user}", lambda j: j.user == job.user))
+    for cap, who, mine in caps:
         if cap is None:
             continue
         for key, need in (("max_gpus", job.total_gpus), ("max_cpus", job.cpus * job.nodes)):

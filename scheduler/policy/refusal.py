@@ -1,6 +1,8 @@
 """Why `labq sub` refuses a job: no node could ever hold it, no node runs its user's jobs, a cap it
 alone exceeds, or a budget that could never pay for it. Pure: the nodes and the config decide."""
-from ..jobs.model import Job
+from collections.abc import Iterable, Sequence
+
+from ..jobs.model import Job, Node
 from ..settings.config import Config
 from ..units import fmt_size
 from . import capacity
@@ -14,7 +16,8 @@ def request_text(job: Job) -> str:
     return f"{gpu}{job.cpus} CPUs, {fmt_size(job.mem)} and a slot"
 
 
-def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=()) -> str | None:
+def refusal(job: Job, nodes: Sequence[Node], cfg: Config, spent: dict[str, int] | None = None,
+            running: Iterable[Job] = ()) -> str | None:
     """Why the job must be refused at submit: no node could ever hold it, a cap is exceeded by the
     job alone (or now, with on_limit = "refuse", counting `running`), or a budget could never pay
     for it (`spent`: settled spending, which a budget without periods never gets back)."""
@@ -22,7 +25,8 @@ def refusal(job: Job, nodes, cfg: Config, spent: dict | None = None, running=())
     return why or unpaid
 
 
-def refusals(job: Job, nodes, cfg: Config, spent: dict | None = None, running=()) -> tuple[str | None, str | None]:
+def refusals(job: Job, nodes: Sequence[Node], cfg: Config, spent: dict[str, int] | None = None,
+             running: Iterable[Job] = ()) -> tuple[str | None, str | None]:
     """`refusal` in two: (why no budget matters, why a budget could never pay as things are now).
     The second waits for room instead with --hold-until-budget (SLURM's DenyOnLimit off): a new
     period, a raised limit or an override can change it; nothing changes the first."""
@@ -30,7 +34,8 @@ def refusals(job: Job, nodes, cfg: Config, spent: dict | None = None, running=()
     return why, None if why else never_affordable(job, cheapest, cfg, spent)
 
 
-def refusal_of_shape(job: Job, nodes, cfg: Config, running=()) -> tuple[str | None, str]:
+def refusal_of_shape(job: Job, nodes: Sequence[Node], cfg: Config,
+                     running: Iterable[Job] = ()) -> tuple[str | None, str]:
     """`refusal` but for the budgets, which it asks last: (why, or None; the cheapest GPU model of
     the nodes that could hold the job, for never_affordable). It reads only the job's request
     (GPUs, model, CPUs, memory, nodes), user and account: a replay asks it once per such key."""
@@ -56,7 +61,7 @@ def refusal_of_shape(job: Job, nodes, cfg: Config, running=()) -> tuple[str | No
     return None, cheapest
 
 
-def _who_runs(user: str, nodes) -> str:
+def _who_runs(user: str, nodes: Iterable[Node]) -> str:
     if user == "root":
         return ("no node runs jobs as root: every worker has worker.allow_root = false "
                 "(set it to true on a node, or submit as another user)")

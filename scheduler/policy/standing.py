@@ -7,14 +7,16 @@ running job, the larger part of a pass that places one job on a big cluster. Giv
 pass starts from a copy of it instead; the plan is the same. The caller tells it each job that
 starts and each that ends, and gives it only for the nodes it was made for, each up for as long.
 """
-from ..jobs.model import Job
+from collections.abc import Iterable
+
+from ..jobs.model import Job, Node
 from ..settings.config import Config
 from .capacity import Placer, free_capacity
 from .quota import Usage
 
 
 class Standing:
-    def __init__(self, nodes, cfg: Config, now: float):
+    def __init__(self, nodes: Iterable[Node], cfg: Config, now: float) -> None:
         self.placer = Placer(free_capacity(nodes, (), now))
         self.usage = Usage((), cfg, sum(len(f.gpus) for f in self.placer.free.values()))
 

@@ -20,22 +20,30 @@ The plan is the one of the whole pass (tests/property/test_plan_strict.py agains
 import heapq
 from dataclasses import fields
 from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from ..jobs import states
+from ..jobs.model import Job
 from ..jobs.plan import Pending, Place
+from ..settings.config import Config
 from . import classes, priority
+from .backlog import Backlog
+from .queue import Key
+
+if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
+    from . import _Pass
 
 _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
-_DEFAULTS = tuple(f.default for f in fields(Pending))
+_DEFAULTS: tuple[Any, ...] = tuple(f.default for f in fields(Pending))
 
 
-def applies(cfg) -> bool:
+def applies(cfg: Config) -> bool:
     """Whether `run` may decide this pass: backfill off, and no short-job term (which breaks
     submit order within a group)."""
     return cfg.backfill_depth == 0 and not cfg.priority.short_job_weight
 
 
-def run(p, waiting, cfg) -> bool:
+def run(p: "_Pass", waiting: list[Job], cfg: Config) -> bool:
     """Consider `waiting` on the pass `p` (a policy._Pass) as the per-job pass would, given
     `applies`; False (and nothing considered) when a waiting job's turn after the blocker could
     change the pass (an earmark: its room is held until its turn; a gang)."""
@@ -46,7 +54,7 @@ def run(p, waiting, cfg) -> bool:
     # the blocker's verdict; the rest take that verdict at once (_behind).
     u = p.usage
     capped = u.capped if not u.user_caps else None
-    groups: dict = {}
+    groups: dict[Key, list[Job]] = {}
     for j in waiting:
         if j.earmark or j.nodes > 1:
             return False
@@ -80,7 +88,7 @@ def run(p, waiting, cfg) -> bool:
     return True
 
 
-def run_kept(p, backlog, cfg) -> bool:
+def run_kept(p: "_Pass", backlog: Backlog, cfg: Config) -> bool:
     """`run` over the caller's kept Backlog (backlog.py), whose groups are already in order: the
     pass costs the jobs up to the blocker, the gated ones after it, and one slice of ids per group.
     False (nothing considered) where a turn after the blocker could change the pass (an earmark), or
@@ -138,7 +146,7 @@ def run_kept(p, backlog, cfg) -> bool:
     return True
 
 
-def _behind(p, gated, plain) -> None:
+def _behind(p: "_Pass", gated: list[Job], plain: list[Job]) -> None:
     """The jobs after the blocker, in any order: nothing they are judged by changes any more.
     `plain`: those that meet no gate, which all take the blocker's verdict."""
     for j in gated:

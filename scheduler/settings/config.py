@@ -176,7 +176,7 @@ class Config:
         return {u.name: u for u in self.users}
 
     @cached_property
-    def budget_caps(self) -> tuple[dict, dict]:
+    def budget_caps(self) -> tuple[dict[str, Budget], dict[str, int]]:
         """(name -> budget, name -> what admission may commit of it: ledger.cap), read by every plan pass."""
         return {b.name: b for b in self.budgets}, {b.name: cap(b) for b in self.budgets}
 
