@@ -73,8 +73,6 @@ CONNECTS_OUTSIDE_STORE = {
 CIRCLES = {
     frozenset({"labq.scheduler.store.resp", "labq.scheduler.store.sentinel"}):
         "sentinel: resp.parse_url hands sentinel:// URLs to sentinel.py, which asks the sentinels over resp.py",
-    frozenset({"labq.scheduler.sim.policies", "labq.scheduler.sim.runtime"}):
-        "plan (issue 41): runtime subclasses policies.Hooks, policies registers runtime late",
 }
 
 # Redis commands a call like `<conn>.xadd(...)` names. Generic names (get, set, delete) count only on

@@ -3,8 +3,7 @@ clock. Pure — no Redis, no wall clock. `labq simulate` (cli/simulate.py) and `
 (scheduler/money/whatif.py) drive it; docs/internals.md says how it calls plan()."""
 from .engine import EPOCH, Refused, Result, Simulator, simulate
 from .metrics import report
-from .policies import POLICIES, Hooks, describe, policy_config, register, resolve
-from .runtime import Learned, Oracle  # registers the learned and sjf-oracle policies
+from .policies import POLICIES, Hooks, Learned, Oracle, describe, policy_config, register, resolve
 from .trace import TraceJob, load
 
 __all__ = ["EPOCH", "POLICIES", "Hooks", "Learned", "Oracle", "Refused", "Result", "Simulator", "TraceJob", "describe", "load", "policy_config",

@@ -6,18 +6,31 @@
 - backfill:  fifo's weights with backfill_depth 1 (or --backfill-depth N), no preemption
 - fairshare: priority's with fairshare_weight > 0 (the configured one, else the built-in 50)
 - config:    the configuration exactly as the daemon would run it
-- learned, sjf-oracle (sim/runtime.py, registered Hooks): backfill over run times learned online
+- learned, sjf-oracle (registered Hooks, below): backfill over run times learned online
              from the jobs ended so far, short jobs first; and the same with the trace's true run
              times, an oracle bound, not a policy.
 A built-in policy whose config reads learned run times ([estimate] backfill/forecast, a
-short_job_weight) learns them online as the daemon does (sim/runtime.py `Learned`).
+short_job_weight) learns them online as the daemon does (`Learned`).
 
 A policy that needs more than a Config (an expected runtime per job, learned from the jobs that
 ended so far) is a `Hooks` subclass registered by name (`register`); the engine calls it.
+
+- `Learned`: as the daemon does (scheduler/jobs/estimate.py) — each job is stamped (`learned_est`,
+  `learned_basis`) when it enters the queue from the runs that had ended by then, and the estimator
+  is fed each attempt end as the replay reaches it. The engine shows an end only at its own instant,
+  ends before submits, so an estimate can only rest on jobs that had ended by the instant it is made
+  (tests/property/test_learned_runtime.py).
+- `Oracle`: each job's true duration from the trace, capped by its time limit. No scheduler knows
+  that: a replay with it is an oracle bound on what duration-aware ordering does, not a policy (and,
+  greedy shortest-first being no optimum, not a strict lower bound either).
+
+Both run the same Config: backfill over expected run times (estimate.backfill) with short jobs first
+(short_job_weight = age_weight, the most the aging bound allows), FIFO weights, no preemption.
 """
 from dataclasses import replace
 
 from ..errors import UsageError
+from ..jobs.estimate import Estimator
 from ..settings.config import Config
 from ..settings.sections import Priority
 
@@ -33,7 +46,7 @@ class Hooks:
       expected runtime in seconds, or None; the engine stores it as the record's `est`, which
       plan() and the backfill timelines read like the daemon's;
     - `stamp(job, trace_job, t)` at the same moments: the record as it enters the queue; by default
-      with `est` from `estimate` (sim/runtime.py overrides it to write the daemon's `learned_est`);
+      with `est` from `estimate` (`Learned` overrides it to write the daemon's `learned_est`);
     - `on_end(job, trace_job, t)` after every attempt end, with the job's record after it (ended or
       requeued): only what has ended by `t` is ever shown, so an estimate never reads the future.
       It may return ids of pending jobs whose estimate should be asked again (None: none).
@@ -80,8 +93,6 @@ def resolve(base: Config, name: str, backfill_depth: int | None = None) -> tuple
     if name in _REGISTRY:
         hooks = _REGISTRY[name]()
         return hooks.config(base, backfill_depth), hooks
-    # runtime.py subclasses Hooks, so it is imported here, late.
-    from .runtime import Learned, uses_estimates
     cfg = policy_config(base, name, backfill_depth)
     return cfg, (Learned(cfg) if uses_estimates(cfg) else None)
 
@@ -114,3 +125,52 @@ def describe(cfg: Config) -> str:
     return (f"weights qos {w['qos_weight']:g}, age {w['age_weight']:g}, fairshare {w['fairshare_weight']:g}, "
             f"burst {w['burst_penalty']:g}{short}; backfill_depth {cfg.backfill_depth}{runs}; "
             f"preemption {'on' if cfg.preemption else 'off'}")
+
+
+def learned_config(base: Config, backfill_depth: int | None = None) -> Config:
+    cfg = policy_config(base, "backfill", backfill_depth)
+    return replace(cfg, priority=cfg.priority.with_(short_job_weight=cfg.priority.age_weight),
+                   estimate=cfg.estimate.with_(backfill=True))
+
+
+def uses_estimates(cfg: Config) -> bool:
+    """Whether anything in the config reads `learned_est`."""
+    return bool(cfg.estimate.backfill or cfg.estimate.forecast or cfg.priority.short_job_weight)
+
+
+class Learned(Hooks):
+    label = "run times learned online from the jobs ended so far"
+
+    def __init__(self, cfg: Config | None = None):
+        self.estimator = Estimator.from_config(cfg or Config())
+
+    def config(self, base: Config, backfill_depth: int | None = None) -> Config:
+        cfg = learned_config(base, backfill_depth)
+        self.estimator = Estimator.from_config(cfg)
+        return cfg
+
+    def stamp(self, job, trace_job, t: float):
+        # A requeued job keeps the estimate it was submitted with, as in the daemon.
+        return job if job.attempts else self.estimator.stamp(job)
+
+    def on_end(self, job, trace_job, t: float):
+        self.estimator.observe_ended(job)
+        return None       # as the daemon: a pending job keeps the estimate it was submitted with
+
+
+class Oracle(Hooks):
+    label = ("an oracle bound, not a policy: each job's true run time, which no scheduler knows "
+             "(greedy shortest-first is no optimum, so not a strict lower bound)")
+
+    def config(self, base: Config, backfill_depth: int | None = None) -> Config:
+        return learned_config(base, backfill_depth)
+
+    def stamp(self, job, trace_job, t: float):
+        run = max(1, round(trace_job.duration))
+        limited = job.time_limit > 0 and run > job.time_limit
+        return replace(job, learned_est=job.time_limit if limited else run,
+                       learned_basis="the trace's true run time (oracle)")
+
+
+register("learned", Learned)
+register("sjf-oracle", Oracle)
