@@ -8,6 +8,7 @@ class Ctx:
         self._cfg = None
         self._client = None
         self._thin = None
+        self._books = None
 
     @property
     def cfg(self):
@@ -16,6 +17,22 @@ class Ctx:
 
             from .out import config_source
             self._cfg = config_mod.load(*config_source(self.config_path))
+        return self._cfg
+
+    @property
+    def books(self) -> dict:
+        """The config's budgets, currency, node prices and source (clientconf.books): from the client
+        settings cache once the whole config has been loaded for this file, without loading it again."""
+        if self._books is None:
+            from labq.scheduler.settings.clientconf import books
+
+            from .out import config_source
+            self._books = books(*config_source(self.config_path), full=self._full)
+        return self._books
+
+    def _full(self, path):
+        from labq.scheduler.settings import config as config_mod
+        self._cfg = config_mod.load(path, system=False)      # `path`: resolved (clientconf.books)
         return self._cfg
 
     @property

@@ -113,14 +113,15 @@ def node_dict(n, jobs) -> dict:
                                                           "in_use": g.uuid in used} for g in n.gpus]}
 
 
-def budget_dict(b, cfg, alerts=()) -> dict:
-    """`alerts`: the alert stream entries of this budget in this period (cli/budgetcmd.py)."""
-    spec = next(x for x in cfg.budgets if x.name == b.name)
+def budget_dict(b, budgets, alerts=()) -> dict:
+    """`b` a balance (money/balance.Balance); `budgets` the config's as clientconf.books keeps them;
+    `alerts` the alert stream entries of this budget in this period (cli/budget.py)."""
+    spec = next(x for x in budgets if x["name"] == b.name)
     return {"name": b.name, "unit": b.unit, "currency": currency_code() if b.unit == "usd" else None,
             "limit": b.limit / MICRO, "spent": b.spent / MICRO,
             "accrued": b.accrued / MICRO, "committed": b.committed / MICRO, "available": b.available / MICRO,
-            "reserve": spec.reserve, "account": spec.account or None, "project": spec.project or None,
-            "overrides": b.overrides / MICRO, "period": b.period or None, "period_kind": spec.period,
-            "on_exhaust": spec.on_exhaust,
+            "reserve": spec["reserve"], "account": spec["account"] or None, "project": spec["project"] or None,
+            "overrides": b.overrides / MICRO, "period": b.period or None, "period_kind": spec["period"],
+            "on_exhaust": spec["on_exhaust"],
             "alerts": [{"kind": a.get("kind"), "level": a.get("level"), "message": a.get("message"),
                         "ts": float(a.get("ts") or 0)} for a in alerts]}

@@ -65,7 +65,7 @@ def run(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node
         return _emit(rep.forecast_accuracy(jobs, lo, hi), ["user", "jobs", "p50", "p90", "margin_90"], fmt,
                      ["USER", "JOBS", "ACTUAL/EST P50", "P90", "MARGIN FOR 90%"])
     if node_idle:
-        prices = dict(ctx.cfg.rates.node_hour)
+        prices = ctx.books["node_hour"]
         if not prices:
             fail("no rented nodes: rates.node_hour gives no whole-instance prices", 2)
         import time
@@ -92,7 +92,7 @@ def run(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node
         rows = rows + [rep.total(rows, keys)]
     _emit(rows, [*keys, *(k for k, _ in COLUMNS)], fmt, [*(k.upper() for k in keys), *(h for _, h in COLUMNS)])
     if fmt == "table" and rows:
-        echo(f"cost in {ctx.cfg.rates.currency}; window "
+        echo(f"cost in {ctx.books['currency']}; window "
                    f"{_day(lo) if lo else 'start'} .. {_day(hi) if hi != float('inf') else 'now'}", err=False)
 
 

@@ -120,5 +120,21 @@ class ThinClient(ClientBase):
     def nodes(self):
         return self.read.nodes()
 
+    def budget_balances(self, budgets, now: float | None = None, period: str | None = None) -> list:
+        """balances_of for `budgets` as the client settings cache keeps them ({field: value},
+        clientconf.books), read and added up without the job model, the ledger module and dataclasses
+        (money/balance.py, store/thinreads.ThinReader.holdings): `labq budget` (issue 39 item 4)."""
+        from types import SimpleNamespace
+
+        from .money import balance
+        now = now or time.time()
+        running = self.read.holdings()
+        spent = self.read.spent()
+        limits = {k: int(v["limit"]) for k, v in self.read.limits().items()}
+        terms = balance.effective_terms([SimpleNamespace(**b) for b in budgets], limits, self.read.override_records(),
+                                        now)
+        effective = [SimpleNamespace(**{**vars(b), "limit": lim, "overrides": extra}) for b, lim, extra in terms]
+        return balance.balances(effective, spent, running, now, period)
+
     def close(self) -> None:
         self.store.close()

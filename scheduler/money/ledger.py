@@ -14,7 +14,17 @@ from dataclasses import dataclass, field, replace
 
 from ..jobs.model import Budget, Job, Node
 from ..units import MICRO, MS_PER_HOUR, accrue  # accrue lives in units: the thin CLI needs it without this module
-from . import periods
+from .balance import (  # noqa: F401 - balances live in balance.py (the thin CLI's, without this module)
+    Balance,
+    accrued,
+    amount_of,
+    balance,
+    balances,
+    effective_terms,
+    in_span,
+    outstanding,
+    override_active,
+)
 from .periods import field as spent_field
 
 TYPE_CHECKING = False
@@ -131,106 +141,6 @@ def hard_limit(b: Budget) -> int:
     return b.limit + b.overrides
 
 
-def amount_of(pairs, budget: str) -> int:
-    """The amount for `budget` in a job's (budget, amount) pairs (its commit or rates), else 0: a
-    job pays one budget or two, and a scheduler pass asks about every running job."""
-    for name, amount in pairs:
-        if name == budget:
-            return amount
-    return 0
-
-
-def outstanding(job: Job, budget: str, now: float) -> int:
-    """A running job's commitment to `budget` minus what it has accrued so far (never below 0)."""
-    committed = amount_of(job.commit, budget)
-    return max(0, committed - accrued(job, budget, now)) if committed else 0
-
-
-def accrued(job: Job, budget: str, now: float) -> int:
-    """What the running attempt has cost `budget` so far: since its process started (as it will be
-    charged, run_span), since its admission while the start is not known yet."""
-    return accrue(amount_of(job.rates, budget), now - _began(job, now))
-
-
-def _began(job: Job, now: float) -> float:
-    cur = job.current
-    if cur is None:
-        return now
-    return max(cur.start_time or 0, cur.dispatch_time or 0) or now
-
-
-def in_span(job: Job, budget: str, now: float, span: tuple[float, float]) -> tuple[int, int]:
-    """(accrued, outstanding) of a running job's commitment to `budget` inside one period
-    `span` = [from, to): what it has cost there so far, and what its commitment still holds there.
-
-    The commitment covers [start, start + commit / rate) (the process's start, its dispatch until
-    that is known); a periodic budget is held, and
-    spends, in each period only the part of it that falls in that period."""
-    rate = amount_of(job.rates, budget)
-    d = _began(job, now)
-    lo, hi = max(d, span[0]), span[1]
-    acc = accrue(rate, min(now, hi) - lo) if now > lo else 0
-    committed = amount_of(job.commit, budget)
-    if not committed or not rate:
-        return acc, 0
-    part = accrue(rate, min(d + committed * 3600 / rate, hi) - lo)
-    return acc, max(0, part - acc)
-
-
-@dataclass(frozen=True)
-class Balance:
-    name: str
-    unit: str
-    limit: int
-    spent: int
-    committed: int
-    accrued: int
-    overrides: int = 0         # what active overrides add to the limit
-    period: str = ""           # the label of the period `spent` belongs to ("" = no period)
-
-    @property
-    def available(self) -> int:
-        return self.limit + self.overrides - self.spent - self.committed - self.accrued
-
-
-def balance(b: Budget, spent: int, running, now: float, period: str = "",
-            span: tuple[float, float] | None = None) -> Balance:
-    """The budget as `labq budget` shows it. `committed` is what running jobs may still spend;
-    with `span` (a periodic budget's current period), only what they spend and hold inside it."""
-    mine = [j for j in running if b.name in dict(j.commit)]
-    if span is not None:
-        parts = [in_span(j, b.name, now, span) for j in mine]
-        return Balance(b.name, b.unit, b.limit, spent, committed=sum(o for _, o in parts),
-                       accrued=sum(a for a, _ in parts), overrides=b.overrides, period=period)
-    return Balance(b.name, b.unit, b.limit, spent,
-                   committed=sum(outstanding(j, b.name, now) for j in mine),
-                   # Not capped at the commitment: an attempt that outruns it (forecast mode) really
-                   # costs that much, and the stop policy must see it. Its charge stops at the ceiling.
-                   accrued=sum(accrued(j, b.name, now) for j in mine),
-                   overrides=b.overrides, period=period)
-
-
-
-def balances(budgets, spent: dict, running, now: float, period: str | None = None) -> list[Balance]:
-    """Each of `budgets` (effective()'s) as `labq budget` shows it: in its current period, or in
-    `period` (a label like 2026-11: settled spending only, for the budgets whose periods are named
-    that way). `spent`: the spent hash (periods.field -> micro); `running`: jobs holding commitments."""
-    out = []
-    for b in budgets:
-        label = periods.current(b, now)
-        if period is not None and period != label:
-            if b.period == "none":
-                continue
-            try:
-                periods.bounds(b.period, period, b.timezone)
-            except ValueError:
-                continue
-            out.append(balance(replace(b, overrides=0), spent.get(periods.field(b.name, period), 0), (), now, period))
-            continue
-        out.append(balance(b, spent.get(periods.field(b.name, label), 0), running, now, label,
-                           periods.span_at(b, now, label)))
-    return out
-
 # -- the ledger's other entries: overrides, limits, periods --------------------------------------
 @dataclass(frozen=True)
 class Override:
@@ -247,7 +157,7 @@ class Override:
     ended: float | None = None
 
     def active(self, now: float) -> bool:
-        return self.state == "active" and now < self.expires
+        return override_active(self, now)
 
     def dumps(self) -> str:
         return json.dumps(self.__dict__, separators=(",", ":"))
@@ -286,11 +196,8 @@ class Books:
 
 def effective(budgets, limits: dict, overrides, now: float) -> tuple[Budget, ...]:
     """The configured budgets with `labq budget set` limits (budget -> micro) and active overrides."""
-    extra: dict[str, int] = {}
-    for o in overrides:
-        if o.active(now):
-            extra[o.budget] = extra.get(o.budget, 0) + o.amount
-    return tuple(replace(b, limit=limits.get(b.name, b.limit), overrides=extra.get(b.name, 0)) for b in budgets)
+    return tuple(replace(b, limit=lim, overrides=extra)
+                 for b, lim, extra in effective_terms(budgets, limits, overrides, now))
 
 
 # -- verification ----------------------------------------------------------------------------

@@ -57,17 +57,55 @@ def client_settings(path: str | None = None, system: bool = True) -> dict:
 def _read(path: str | None) -> dict:
     if not path:
         return _settings({})
-    try:
-        st = os.stat(path)
-    except OSError:
+    stamp = _stamp(path)
+    if stamp is None:
         return _settings(read_toml(path))     # read_toml says what is wrong with it
-    stamp = [os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns]
     cache = _cache_file()
     got = _cached(cache, stamp)
-    if got is None or not {"currency", "history_url", "limits", "allow_volatile"} <= got.keys():   # an older labq's
+    if got is None or not _complete(got):
         got = _settings(read_toml(path))
         _keep(cache, stamp, got)
     return got
+
+
+def _stamp(path: str) -> list | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _complete(got: dict) -> bool:
+    """Not an older labq's settings (which lack some)."""
+    return {"currency", "history_url", "limits", "allow_volatile"} <= got.keys()
+
+
+def books(path: str | None, system: bool, full) -> dict:
+    """books_of(full(path)) of the config at `path` (resolved as config.load does; `full` is
+    config.load, which validates the whole file), kept beside the client settings once `full` has
+    accepted this very file (the same stamp): the next `labq budget` then neither parses TOML nor
+    builds the config (~20 ms of CPU, issue 39 item 4), and a file it refuses is refused each time."""
+    path = resolve_path(path, system)
+    stamp = _stamp(path) if path else None
+    if path is None or stamp is None:
+        return books_of(full(path))
+    cache = _cache_file()
+    got = _cached(cache, stamp)
+    if got is not None and isinstance(got.get("books"), dict):
+        return got["books"]
+    out = books_of(full(path))
+    _keep(cache, stamp, {**(got if got is not None and _complete(got) else _settings(read_toml(path))), "books": out})
+    return out
+
+
+def books_of(cfg) -> dict:
+    """What `labq budget` and `labq report` read of a loaded config (config.Config) besides the
+    client settings, as JSON keeps it: each budget's fields, the currency, rates.node_hour, the source."""
+    from dataclasses import asdict  # the config's import has paid for it
+    got = {"budgets": [asdict(b) for b in cfg.budgets], "currency": cfg.rates.currency,
+           "node_hour": dict(cfg.rates.node_hour), "source": cfg.source}
+    return json.loads(json.dumps(got))
 
 
 def _settings(data: dict) -> dict:

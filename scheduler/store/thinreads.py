@@ -5,6 +5,7 @@ Job records decode into model.Job (imported only then); `stat` reads its index i
 """
 import json
 import time
+from types import SimpleNamespace
 
 from . import resp
 from .keys import Keys
@@ -116,6 +117,27 @@ class ThinReader:
     def overrides(self) -> list:
         from ..money.ledger import Override
         return sorted((Override.loads(v) for v in self._pipe([("HVALS", self.k.overrides)])[0]), key=lambda o: o.id)
+
+    def override_records(self) -> list:
+        """Every override with ledger.Override's fields, without the ledger module (money/balance.py)."""
+        return [SimpleNamespace(**json.loads(v)) for v in self._pipe([("HVALS", self.k.overrides)])[0]]
+
+    def holdings(self) -> list:
+        """The active jobs that hold a commitment (model.Job.commit), each with what the balances read
+        of it (money/balance.py): commit, rates and current (.start_time, .dispatch_time), taken from
+        the record as codec.dumps writes it (fields at their default left out, attempts whole)
+        without the job model (~14 ms of CPU with dataclasses, issue 39 item 4)."""
+        ids = self._pipe([("ZRANGE", self.k.active, 0, -1)])[0]
+        out = []
+        for i in range(0, len(ids), 2000):
+            for raw in self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]:
+                d = json.loads(raw) if raw else {}
+                if d.get("commit"):
+                    a = (d.get("attempts") or [None])[-1]
+                    out.append(SimpleNamespace(commit=d["commit"], rates=d.get("rates", ()), current=None if a is None
+                                               else SimpleNamespace(start_time=a.get("start_time"),
+                                                                    dispatch_time=a.get("dispatch_time"))))
+        return out
 
     def alerts(self, count: int = 1000) -> list[dict]:
         """The newest `count` alerts, oldest first."""

@@ -82,3 +82,33 @@ def test_the_currency_is_set_from_the_cache_too(tmp_path):
             assert units.fmt_money(2_000_000).startswith("€")
     finally:
         units.set_currency("USD")
+
+
+BOOKS = GOOD + '[rates]\ncurrency = "EUR"\nnode_hour = {n1 = 3.5}\n[[budgets]]\nname = "b"\nlimit = 5.0\nperiod = "month"\n'
+
+
+def test_the_books_are_the_full_configs_and_kept_once_it_accepted_the_file(tmp_path):
+    """clientconf.books (`labq budget`, `labq report`): the budgets, currency and node prices of
+    config.load, which is called again only when the file changed; a file it refuses is never kept."""
+    p = tmp_path / "labq.toml"
+    p.write_text(BOOKS)
+    loads = []
+
+    def full(path):
+        loads.append(path)
+        return config.load(path, system=False)
+    first = clientconf.books(str(p), False, full)
+    assert first == clientconf.books_of(config.load(str(p)))
+    assert (first["currency"], first["node_hour"], first["source"]) == ("EUR", {"n1": 3.5}, str(p))
+    assert [(b["name"], b["limit"], b["period"]) for b in first["budgets"]] == [("b", 5_000_000, "month")]
+    assert clientconf.books(str(p), False, full) == first and len(loads) == 1
+    assert clientconf.client_settings(str(p))["prefix"] == "lab"      # the settings beside them still read
+    assert clientconf.books(str(p), False, full) == first and len(loads) == 1
+    p.write_text(BOOKS.replace("limit = 5.0", "limit = 7.0"))
+    assert clientconf.books(str(p), False, full)["budgets"][0]["limit"] == 7_000_000 and len(loads) == 2
+    p.write_text(BOOKS + "[scheduler]\nbogus = 1\n")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="bogus"):
+            clientconf.books(str(p), False, full)
+    assert len(loads) == 4
+    assert clientconf.books(None, False, full) == clientconf.books_of(config.load(None, system=False))

@@ -172,3 +172,32 @@ def test_budget_and_report_read_without_redis_py(redis_server, tmp_path):
         assert p.returncode == 0 and shown in p.stdout, (argv, p.stdout, p.stderr[-800:])
         heavy = {m for m, _dot in HEAVY.findall(p.stderr)}       # nor click: both run on the fast path
         assert not heavy, (argv, sorted(heavy))
+
+
+# What `labq budget` needs no more once the client settings cache holds the config's budgets
+# (clientconf.books): the whole config, TOML, the job model and dataclasses, the ledger module.
+BOOKS_HEAVY = re.compile(r"\|\s+(labq\.scheduler\.(settings\.config|jobs\.model|money\.ledger)|tomllib|dataclasses)$",
+                         re.M)
+
+
+@pytest.mark.redis
+def test_budget_reads_its_budgets_from_the_settings_cache(redis_server, tmp_path):
+    """The first `labq budget` loads the whole config (which validates it) and keeps its budgets
+    beside the client settings; the next ones read them there and add the balances up without the
+    job model (ThinClient.budget_balances), with a job holding a commitment (issue 39 item 4)."""
+    bench = BudgetBench(redis_server, tmp_path)
+    bench.run_job(20)
+    env = {**_env(XDG_CACHE_HOME=str(tmp_path / "cache")), "LABQ_REDIS_URL": redis_server.url}
+    argv = [sys.executable, "-X", "importtime", "-m", "labq", "--config", str(bench.cfg_path), "budget", "--json"]
+    outs = []
+    for _ in range(2):
+        p = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and '"eta-sweep"' in p.stdout, p.stderr[-800:]
+        outs.append((p.stdout, p.stderr))
+    assert BOOKS_HEAVY.findall(outs[0][1]), "the first call loads the config"
+    assert not BOOKS_HEAVY.findall(outs[1][1]), sorted(set(BOOKS_HEAVY.findall(outs[1][1])))
+    assert outs[0][0] == outs[1][0]
+    # `labq report` prints the currency from the same cache: the job model yes, the config no
+    p = subprocess.run(argv[:-2] + ["report"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "cost in USD" in p.stdout, p.stderr[-800:]
+    assert not CONFIG_MODULES.findall(p.stderr), sorted(set(CONFIG_MODULES.findall(p.stderr)))
