@@ -6,6 +6,7 @@ next. Also the entry in hand: what a recovering leader handles now, for the pois
 A mixin of SchedulerStore (state.py), which holds the connection, the keys and `txn`."""
 import hashlib
 
+from . import wire
 from .keys import CONSUMER, GROUP
 
 
@@ -16,10 +17,13 @@ class RequestList:
         n = min(count, self.r.llen(self.k.requests))
         if not n:
             return []
-        p = self.r.pipeline(transaction=False)
-        for _ in range(n):
-            p.execute_command("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT", NEVER_DECODE=True)
-        return self._named([raw for raw in p.execute() if raw is not None])
+        got = wire.moves(self.r, [("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT")] * n)
+        if got is None:
+            p = self.r.pipeline(transaction=False)
+            for _ in range(n):
+                p.execute_command("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT", NEVER_DECODE=True)
+            got = p.execute()
+        return self._named([raw for raw in got if raw is not None])
 
     def left_behind(self, streams: list[str]) -> bool:
         """Whether requests wait in `taken` or events among the group's pending entries, asked at

@@ -15,7 +15,7 @@ import redis
 from ..errors import StalePlanError
 from ..jobs.model import Gpu, Job, Node
 from ..jobs.states import ACTIVE
-from . import acctrows, conn, statrows, writes
+from . import acctrows, conn, statrows, wire, writes
 from .conn import ERRORS
 from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
@@ -115,7 +115,7 @@ class SchedulerStore(RequestList):
                     raise StalePlanError("this scheduler no longer holds the leader lease")
                 p.multi()
                 build(p)
-                got = p.execute()
+                got = wire.transaction(p)
             except redis.WatchError:
                 raise StalePlanError("the leader lease changed during a transaction") from None
             self.acked = keep.wait(replicas, conn.WAIT_MS) if replicas else 0

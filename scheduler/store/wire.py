@@ -1,0 +1,126 @@
+"""The scheduler's busiest pipelines sent on redis-py's own connection and read by resp.Reader.
+
+A group commit of 100 submits is ~500 commands (a reply is RPUSH, EXPIRE and SET; an acknowledgement
+an LREM), and a tick takes its requests with one LMOVE each. redis-py reads each reply through four
+layers (the connection, the parser, its socket buffer, the pipeline's per-command parse): ~5 µs a
+reply, a fifth of the scheduler's CPU per request on the live path (issue 39 item 3). resp.Reader, the
+thin client's parser, reads them in ~1 µs.
+
+Only where nothing else could be on that socket: a plain TCP or unix connection (not Sentinel's, whose
+reads handle a failover; not TLS; not fakeredis), nothing unread in redis-py's buffer, every argument
+plain (str, bytes, int, float). Anything else goes through redis-py as before. What a caller
+sees is what redis-py gives: the same replies (response callbacks applied), the same exceptions (an
+error reply parsed by the connection's parser; a connection lost while watching is a WatchError)."""
+import redis
+from redis.connection import Connection, UnixDomainSocketConnection
+
+from . import resp
+from .faults import ConnectionLost, RespError
+
+_PLAIN = frozenset((str, bytes, int, float))     # a float as redis-py writes it: repr() is str()
+_FAST = (Connection, UnixDomainSocketConnection)
+
+
+class Desync(ConnectionLost):
+    """A reply that cannot be the one the command asked for: the connection is dropped."""
+
+
+def _usable(c, stack) -> bool:
+    if type(c) not in _FAST or getattr(c, "_resp2_fallback", False) or c._sock is None:
+        return False
+    buf = getattr(getattr(c, "_parser", None), "_buffer", None)
+    if buf is None or buf.unread_bytes():
+        return False
+    plain = _PLAIN.issuperset
+    for args, _ in stack:
+        head = args[0]
+        if type(head) is not str or not (head.isascii() and head.isalpha()):
+            return False     # redis-py splits such a name on whitespace
+        if not plain(map(type, args)) and not all(type(a) in _PLAIN or isinstance(a, str) for a in args):
+            return False     # a StrEnum is its text; a bool, None or float is redis-py's to pack (or refuse)
+    return True
+
+
+def _exchange(c, cmds, decode: bool) -> list:
+    """Send `cmds` at once on `c`'s socket and read one reply each (an error reply as a RespError in
+    its place). Anything past the last reply means the socket held something else: Desync."""
+    sock = c._sock
+    sock.sendall(b"".join([resp.encode(a) for a in cmds]))
+    reader = resp.Reader(sock.recv, decode)
+    out = [reader.read() for _ in cmds]
+    if reader.pos != len(reader.buf):
+        raise Desync("bytes past the last reply")
+    return out
+
+
+def _error(c, e: RespError) -> redis.ResponseError:
+    return c._parser.parse_error(str(e))
+
+
+def transaction(p) -> list:
+    """`p.execute()` of a pipeline that WATCHed and began MULTI (store/state.SchedulerStore.txn)."""
+    c, stack = p.connection, p.command_stack
+    if p.scripts or not stack or not _usable(c, stack):
+        return p.execute()
+    try:
+        try:
+            got = _exchange(c, [("MULTI",), *(args for args, _ in stack), ("EXEC",)], True)
+            if got[0] != "OK" or any(r != "QUEUED" and not isinstance(r, RespError) for r in got[1:-1]):
+                raise Desync(f"MULTI answered {str(got[0])[:40]!r}")
+        except (OSError, ValueError) as e:     # ConnectionLost and Desync are OSErrors; ValueError: a garbled length
+            c.disconnect()
+            raise redis.WatchError("A ConnectionError occurred on while watching one or more keys") from e
+        p.watching = False          # EXEC (or its refusal) unwatches
+        queued = [(i, r) for i, r in enumerate(got[1:-1]) if isinstance(r, RespError)]
+        done = got[-1]
+        if isinstance(done, RespError):           # EXECABORT: a command was refused as queued
+            if not queued:
+                raise _error(c, done)
+            i, first = queued[0]
+            e = _error(c, first)
+            p.annotate_exception(e, i + 1, stack[i][0])
+            raise e
+        if done is None:
+            raise redis.WatchError("Watched variable changed.")
+        if not isinstance(done, list) or len(done) != len(stack):
+            c.disconnect()
+            raise redis.ResponseError("Wrong number of response items from pipeline execution")
+        return _replies(p, c, stack, done)
+    finally:
+        p.reset()
+
+
+def _replies(p, c, stack, replies: list) -> list:
+    """redis-py's own handling of EXEC's replies: the first error raised, callbacks applied."""
+    out = []
+    for i, (r, (args, options)) in enumerate(zip(replies, stack)):
+        if isinstance(r, RespError):
+            e = _error(c, r)
+            p.annotate_exception(e, i + 1, args)
+            raise e
+        options.pop("keys", None)
+        callback = p.response_callbacks.get(args[0])
+        out.append(callback(r, **options) if callback is not None else r)
+    return out
+
+
+def moves(r: redis.Redis, cmds: list[tuple]) -> list | None:
+    """Raw (undecoded) replies of `cmds` (LMOVEs: idempotent only in that a repeat moves more) sent as
+    one pipeline; None where this path cannot take them, or the connection failed (the caller sends
+    them through redis-py then: what the lost try moved stays in `taken`, which the next tick finds)."""
+    pool = r.connection_pool
+    c = pool.get_connection()
+    try:
+        if not _usable(c, [(cmd, None) for cmd in cmds]):
+            return None
+        try:
+            got = _exchange(c, cmds, False)
+        except (OSError, ValueError):
+            c.disconnect()
+            return None
+        bad = next((x for x in got if isinstance(x, RespError)), None)
+        if bad is not None:
+            raise _error(c, bad)
+        return got
+    finally:
+        pool.release(c)

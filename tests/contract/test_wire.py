@@ -1,0 +1,120 @@
+"""store/wire.py on a real redis-server: the scheduler's transactions and request moves read by
+resp.Reader on redis-py's connection give what redis-py's own execution gives (replies, callbacks,
+errors, a lost WATCH), and a group commit no longer reads each reply through redis-py (issue 39 item 3)."""
+import json
+import time
+
+import pytest
+import redis
+
+from labq.scheduler.store import conn, wire
+from tests.harness import BODY, push, reply, setup
+
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+def both(redis_server):
+    """Two clients as the scheduler connects (conn.connect): one runs redis-py's execution, one wire's."""
+    r = conn.connect(f"unix://{redis_server.sock}")
+    r.flushall()
+    yield r
+    r.close()
+
+
+def _run(r, build, fast: bool, watch="lease"):
+    with r.pipeline() as p:
+        p.watch(watch)
+        p.get(watch)
+        p.multi()
+        build(p)
+        return wire.transaction(p) if fast else p.execute()
+
+
+def _mixed(prefix):
+    def build(p):
+        p.set(f"{prefix}:s", "é", ex=60)
+        p.rpush(f"{prefix}:l", "a", "b")
+        p.expire(f"{prefix}:l", 60)
+        p.zadd(f"{prefix}:z", {"1": 1.5, "2": 1800000000.123})
+        p.hset(f"{prefix}:h", mapping={"x": "1", "y": 2})
+        p.incrbyfloat(f"{prefix}:f", 0.1)
+        p.get(f"{prefix}:s")
+        p.lrem(f"{prefix}:l", 1, "a")
+        p.delete(f"{prefix}:none")
+    return build
+
+
+def test_a_transaction_gives_redis_pys_replies(both):
+    slow = _run(both, _mixed("slow"), False)
+    fast = _run(both, _mixed("fast"), True)
+    assert fast == slow
+    assert both.zrange("fast:z", 0, -1, withscores=True) == both.zrange("slow:z", 0, -1, withscores=True)
+    assert both.get("fast:s") == "é" and 0 < both.ttl("fast:l") <= 60
+
+
+def test_an_error_reply_raises_as_redis_py_raises_it_and_the_rest_is_applied(both):
+    got = {}
+    for fast in (False, True):
+        key = f"k{fast}"
+        both.set(key, "text")
+        with pytest.raises(redis.ResponseError) as e:
+            _run(both, lambda p, key=key: (p.set(f"{key}:before", 1), p.lpush(key, "x"), p.set(f"{key}:after", 1)),
+                 fast)
+        got[fast] = (type(e.value), str(e.value).replace(key, "K"))
+        assert both.get(f"{key}:after") == "1"      # Redis runs the rest of an EXEC
+    assert got[True] == got[False]
+    assert "WRONGTYPE" in got[True][1] and "Command # 2" in got[True][1]
+
+
+def test_a_command_refused_as_queued_aborts_the_transaction_as_in_redis_py(both):
+    got = {}
+    for fast in (False, True):
+        with pytest.raises(redis.ResponseError) as e:
+            _run(both, lambda p, fast=fast: (p.set(f"a{fast}", 1), p.execute_command("SET", "only-a-key")), fast)
+        got[fast] = (type(e.value), str(e.value))
+        assert both.get(f"a{fast}") is None
+    assert got[True] == got[False]
+
+
+def test_a_watched_key_that_changed_is_a_watch_error_and_nothing_is_written(both):
+    with both.pipeline() as p:
+        p.watch("lease")
+        p.multi()
+        both.set("lease", "someone else")
+        p.set("w", 1)
+        with pytest.raises(redis.WatchError):
+            wire.transaction(p)
+    assert both.get("w") is None
+    assert both.ping()       # the connection went back to the pool in a usable state
+
+
+def test_request_moves_give_the_raw_entries_oldest_first(both):
+    both.lpush("rq", *[f"é{i}".encode() for i in range(5)])
+    got = wire.moves(both, [("LMOVE", "rq", "tk", "RIGHT", "LEFT")] * 7)
+    assert got == [f"é{i}".encode() for i in range(5)] + [None, None]
+    assert both.llen("tk") == 5
+
+
+class Counted:
+    def __init__(self, monkeypatch):
+        self.n = 0
+        real = redis.client.Pipeline.parse_response
+
+        def parse(p, *a, **kw):
+            self.n += 1
+            return real(p, *a, **kw)
+        monkeypatch.setattr(redis.client.Pipeline, "parse_response", parse)
+
+
+def test_a_group_commit_of_100_requests_reads_its_replies_in_one_pass(both, monkeypatch):
+    """~5 commands a request (the record's share, the reply, its TTL, the done key, the
+    acknowledgement): redis-py parsed each reply on its own, ~500 for 100 submits."""
+    s = setup(both, None, NOW)
+    for i in range(100):
+        push(both, "alice", {"rid": f"r{i}", "op": "submit", "body": json.dumps({**BODY, "hold": True})})
+    counted = Counted(monkeypatch)
+    t0 = time.process_time()
+    s.tick(NOW + 1)
+    assert all((reply(both, f"r{i}") or {}).get("ok") for i in range(100))
+    assert counted.n < 20, f"{counted.n} replies parsed by redis-py ({time.process_time() - t0:.3f} s CPU)"
