@@ -98,6 +98,19 @@ IMPURE_ALLOWED = {
 }
 MAX_MODULE, MAX_FUNCTION = 400, 60
 
+# Folders of scheduler/ (a top-level module is a folder of its own) that import each other both ways,
+# counting the imports that run, as CIRCLES does (one under `if TYPE_CHECKING:` names a type for an
+# annotation and runs nothing), each with its owner; shrink, never grow. Gone (issue 40): money <-> settings
+# (Budget is money/ledger.py's, which config reads; money/ names Config in annotations only), money <-> sim
+# (`labq plan`'s whatif.py lives in sim/, which it replays through).
+TWO_WAY_FOLDERS = {
+    frozenset({"jobs", "money"}):
+        "strict (issue 40 item 6): jobs/transitions.py bills through money/ledger and periods; it leaves jobs/ "
+        "for the folder of its callers (the daemon's deciders), after state's daemon/ rework (issue 40 item 1)",
+    frozenset({"jobs", "settings"}):
+        "strict (issue 40 item 6): jobs/transitions.py reads Config (kill_wait, rates); as jobs <-> money",
+}
+
 
 # -- reading a tree ------------------------------------------------------------------------------
 def module_files(root: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -324,6 +337,26 @@ def circles(g: Graph, allowed=CIRCLES) -> list[str]:
     return [" <-> ".join(c) for c in found if frozenset(c) not in allowed]
 
 
+def folder_edges(g: Graph) -> dict[tuple[str, str], list[str]]:
+    """(folder, folder it imports) -> the module imports behind it, among scheduler/'s folders."""
+    def folder(mod: str) -> str:
+        return mod.split(".")[2]
+
+    edges: dict[tuple[str, str], list[str]] = {}
+    for m, ns in g.runtime.items():
+        for n in ns:        # the module imported, not the packages above it
+            if m.startswith("labq.scheduler.") and n.startswith("labq.scheduler.") and folder(m) != folder(n) \
+                    and not any(o.startswith(n + ".") for o in ns):
+                edges.setdefault((folder(m), folder(n)), []).append(f"{g.rel(m)} imports {n}")
+    return edges
+
+
+def two_way_folders(g: Graph, allowed=TWO_WAY_FOLDERS) -> list[str]:
+    edges = folder_edges(g)
+    return [f"{a} <-> {b}: {sorted(why)[0]}; {sorted(edges[(b, a)])[0]}" for (a, b), why in sorted(edges.items())
+            if a < b and (b, a) in edges and frozenset({a, b}) not in allowed]
+
+
 def top_level_names(path: pathlib.Path) -> set[str] | None:
     """The names a module defines at its top level (None: it has a module __getattr__, anything goes)."""
     out: set[str] = set()
@@ -410,7 +443,7 @@ def test_the_named_core_is_in_the_core():
     """The issue's pure core, by name: none of these may become an edge."""
     named = ["policy", "policy.capacity", "money.ledger", "jobs.transitions", "money.periods", "money.alerts",
              "money.fairshare", "sim", "sim.engine", "jobs.model", "jobs.plan", "jobs.states", "money.budgetwatch",
-             "daemon.crashguard", "money.whatif", "jobs.jobspec", "settings.config",
+             "daemon.crashguard", "sim.whatif", "jobs.jobspec", "settings.config",
              # the daemon's deciders: (state, input) -> Change
              "daemon.attempt", "daemon.applier", "daemon.bookkeeper", "daemon.handlers", "daemon.change",
              "daemon.triage"]
@@ -441,6 +474,12 @@ def test_no_new_import_circles():
     assert not bad, "import circles (break them; see CIRCLES):\n" + "\n".join(bad)
 
 
+def test_no_two_way_folder_imports():
+    """scheduler/'s folders are layers: where one imports another, the other imports none of it."""
+    bad = two_way_folders(GRAPH)
+    assert not bad, "folders that import each other (see TWO_WAY_FOLDERS):\n" + "\n".join(bad)
+
+
 def test_module_attributes_exist():
     bad = missing_attributes(GRAPH)
     assert not bad, "\n".join(bad)
@@ -466,6 +505,10 @@ def test_the_allow_lists_only_name_files_that_need_them():
             f"{rel} no longer imports a connection module: remove it from CONNECTS_OUTSIDE_STORE"
     for c in CIRCLES:
         assert " <-> ".join(sorted(c)) in circles(GRAPH, allowed={}), f"{sorted(c)} is no circle now: remove it from CIRCLES"
+    for pair in TWO_WAY_FOLDERS:
+        a, b = sorted(pair)
+        assert any(v.startswith(f"{a} <-> {b}:") for v in two_way_folders(GRAPH, allowed={})), \
+            f"{a} and {b} no longer import each other: remove them from TWO_WAY_FOLDERS"
     for m, name in IMPURE_ALLOWED:
         assert name in GRAPH.outer.get(m, {}), f"{m} no longer reaches {name}: remove it from IMPURE_ALLOWED"
     for rel in LONG_MODULES:
@@ -529,6 +572,13 @@ def test_the_checker_finds_a_planted_impurity(scratch, rel, text, found):
     plant(scratch, rel, text)
     g = Graph(scratch)
     assert any(found in v for v in impure_reach(g, mod)), impure_reach(g, mod)
+
+
+def test_the_checker_finds_a_two_way_folder_import(scratch):
+    assert not two_way_folders(Graph(scratch))
+    plant(scratch, "scheduler/settings/sections.py", "def _f():\n    from ..sim import clock\n    return clock")
+    assert any(v.startswith("settings <-> sim:") for v in two_way_folders(Graph(scratch))), \
+        two_way_folders(Graph(scratch))
 
 
 def test_the_checker_finds_a_name_a_module_no_longer_has(scratch):

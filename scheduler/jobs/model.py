@@ -196,32 +196,6 @@ def evolve(job: Job, **changes) -> Job:
 
 
 @dataclass(frozen=True, slots=True)
-class Budget:
-    name: str
-    unit: str                  # usd | gpu_hours | cpu_hours
-    limit: int                 # micro-units of the unit
-    account: str = ""
-    project: str = ""
-    period: str = "none"
-    warn: tuple[float, ...] = (0.7, 0.9)
-    reserve: float = 0.0
-    on_exhaust: str = "hold"
-    timezone: str = "UTC"      # periods are calendar-aligned in this zone
-    users: tuple[str, ...] = ()  # who may join it with --budget / --project (scheduler/security/members.py)
-    open: bool = False         # anyone may join it
-    # Filled in by the scheduler from Redis, not the config: active overrides add `overrides`
-    # micro-units to the cap until they expire (`labq budget override`); `labq budget set` replaces `limit`.
-    overrides: int = 0
-
-    def applies_to(self, job: Job) -> bool:
-        if self.account:
-            return job.account == self.account
-        if self.project:
-            return job.project == self.project
-        return job.budget == self.name
-
-
-@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything plan() may look at. `now` is an input: the policy never reads a clock."""
     now: float

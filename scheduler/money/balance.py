@@ -2,7 +2,7 @@
 arithmetic in integer micro-units, over any objects with the fields read here.
 
 Apart from ledger.py so that the thin CLI (`labq budget`) computes them without the job model and
-dataclasses (~14 ms of CPU, issue 39 item 4): a budget is anything with model.Budget's fields (the
+dataclasses (~14 ms of CPU, issue 39 item 4): a budget is anything with ledger.Budget's fields (the
 config's, or the client settings cache's), a running job anything with model.Job's commit, rates and
 current (.start_time, .dispatch_time), an override anything with ledger.Override's fields.
 """

@@ -15,15 +15,20 @@ kill_wait) × the budget's running rate, not by the scheduler's lag.
 A job that was running when an admin lowered the limit (`labq budget set`) is never stopped by
 it: lowering a limit below what running jobs were admitted under stops new starts only.
 """
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..jobs import states
 from ..jobs.model import Job
 from ..jobs.plan import Preempt
-from ..settings.config import Config
 from ..units import fmt_money
 from . import ledger, periods
 from .alerts import Status
+
+if TYPE_CHECKING:     # annotations only: settings/ reads money/ (Budget, cap), never the reverse
+    from ..settings.config import Config
 
 CONTROL_POLL = 1.0     # seconds: the runner reads labq:job:<id>:control once a second (worker/runner.py)
 

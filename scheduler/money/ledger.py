@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from ..jobs.model import Budget, Job, Node
+from ..jobs.model import Job, Node
 from ..units import MICRO, MS_PER_HOUR, accrue  # accrue lives in units: the thin CLI needs it without this module
 from .balance import (  # noqa: F401 - balances live in balance.py (the thin CLI's, without this module)
     Balance,
@@ -30,6 +30,33 @@ from .periods import field as spent_field
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: config.py reads this module (Config.budget_caps: cap), not the reverse
     from ..settings.config import Config
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A budget as configured (`[budgets.NAME]`), with what Redis says of its limit and overrides."""
+    name: str
+    unit: str                  # usd | gpu_hours | cpu_hours
+    limit: int                 # micro-units of the unit
+    account: str = ""
+    project: str = ""
+    period: str = "none"
+    warn: tuple[float, ...] = (0.7, 0.9)
+    reserve: float = 0.0
+    on_exhaust: str = "hold"
+    timezone: str = "UTC"      # periods are calendar-aligned in this zone
+    users: tuple[str, ...] = ()  # who may join it with --budget / --project (scheduler/security/members.py)
+    open: bool = False         # anyone may join it
+    # Filled in by the scheduler from Redis, not the config: active overrides add `overrides`
+    # micro-units to the cap until they expire (`labq budget override`); `labq budget set` replaces `limit`.
+    overrides: int = 0
+
+    def applies_to(self, job: Job) -> bool:
+        if self.account:
+            return job.account == self.account
+        if self.project:
+            return job.project == self.project
+        return job.budget == self.name
 
 
 def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:

@@ -14,8 +14,9 @@ every week it touches.
 from collections.abc import Iterable, Sequence
 
 from ..jobs import states
-from ..jobs.model import Budget, Job, Node
+from ..jobs.model import Job, Node
 from ..money import ledger, periods
+from ..money.ledger import Budget
 from ..settings.config import Config
 from ..units import accrue, fmt_money
 

@@ -10,8 +10,7 @@ from functools import cached_property
 from .. import units
 from ..errors import ConfigError
 from ..jobs import bounds
-from ..jobs.model import Budget
-from ..money.ledger import cap
+from ..money.ledger import Budget, cap
 from .clientconf import (
     TOO_DEEP,
     _check_keys,

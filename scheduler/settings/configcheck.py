@@ -7,7 +7,7 @@ from typing import Any
 from .. import units
 from ..errors import ConfigError
 from ..jobs import bounds
-from ..jobs.model import Budget
+from ..money.ledger import Budget
 from .clientconf import _check_keys, _dur, _str, boolean, host_port, strings
 
 

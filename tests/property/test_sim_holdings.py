@@ -3,8 +3,9 @@ BudgetBook sums it over every running job at each pass: the two must agree at an
 current period or across a period's end, for jobs within their commitment and jobs past it."""
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler.jobs.model import Attempt, Budget, Job
+from labq.scheduler.jobs.model import Attempt, Job
 from labq.scheduler.money import ledger, periods
+from labq.scheduler.money.ledger import Budget
 from labq.scheduler.sim.held import Holdings
 
 MONDAY = 1_795_996_800.0      # 2026-11-30 00:00 UTC: week 49 starts

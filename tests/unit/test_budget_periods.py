@@ -6,9 +6,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from labq.scheduler.jobs import states
-from labq.scheduler.jobs.model import Budget
 from labq.scheduler.money import budgetwatch, ledger, periods
-from labq.scheduler.money.ledger import Override
+from labq.scheduler.money.ledger import Budget, Override
 from labq.scheduler.settings import config
 from tests.harness import ClusterBuilder
 

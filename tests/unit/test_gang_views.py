@@ -5,9 +5,9 @@ from dataclasses import replace
 from labq.cli import render, slurmfmt, statview
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu, Job, Node
-from labq.scheduler.money import report, whatif
+from labq.scheduler.money import report
 from labq.scheduler.settings import config
-from labq.scheduler.sim import TraceJob, policy_config, report as sim_report, simulate
+from labq.scheduler.sim import TraceJob, policy_config, report as sim_report, simulate, whatif
 from labq.scheduler.sim.submit import gang_shape
 from labq.scheduler.store import acctrows, statrows
 from tests.harness import ClusterBuilder

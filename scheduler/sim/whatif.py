@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 
 from .. import units
 from ..errors import RefusedError, UsageError
-from ..jobs.model import Budget, Job, Node
+from ..jobs.model import Job, Node
+from ..money import ledger
 from ..settings.config import Config
 from ..units import MICRO
-from . import ledger
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def load_jobs(path: str, cfg: Config) -> list:
         nodes  a multi-node job's node count (1): gpus, cpus and mem are then per node
 
     Every job is submitted at once; lines starting with # are comments."""
-    from ..sim.trace import TraceJob, read_numbered
+    from .trace import TraceJob, read_numbered
     header, rows = read_numbered(path, "--file")
     if "time" not in header:
         raise UsageError(f"--file: {path}: missing column 'time' (have: {', '.join(header) or 'none'}; "
@@ -154,7 +154,7 @@ def plan_file(path: str, nodes, cfg: Config, budget: str | None = None, amount: 
     template = {}
     if amount is not None:
         cfg = replace(cfg, budgets=tuple(b for b in cfg.budgets if b.name != PLAN_BUDGET)
-                      + (Budget(PLAN_BUDGET, "usd", amount),))
+                      + (ledger.Budget(PLAN_BUDGET, "usd", amount),))
         template["budget"] = PLAN_BUDGET
     elif budget is not None:
         b = next(b for b in cfg.budgets if b.name == budget)
