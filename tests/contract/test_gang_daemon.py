@@ -1,16 +1,19 @@
 """A multi-node job through the daemon and the store (fakeredis and a real redis-server): submitted,
 placed whole, dispatched to each of its nodes, started by its parts, ended once for the whole job
 when its first part ends (the others are stopped at once), requeued whole when a node is lost."""
+import contextlib
 import json
 
 import pytest
 
 from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.errors import StalePlanError
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu
 from labq.scheduler.settings import config
 from labq.scheduler.store import acctrows
 from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.keys import GROUP
 from tests.harness import FROZEN, K, job, push, reply, submit, woke
 
 CFG = config.loads("""
@@ -270,3 +273,50 @@ def test_submit_refuses_a_gang_no_set_of_nodes_could_hold(conns):
     got = reply(r, "g4")
     assert not got["ok"] and "no set of 4 nodes could ever hold" in got["error"]
     assert json.dumps(got)     # one line, no traceback
+
+
+# A leader change between (or around) a gang's two `started` events (issue 35: in a 10-minute chaos soak,
+# job 120's new leader acknowledged both parts' `started` and its record got the start only at the part's
+# finish). Each way the two events can meet a change of leader: the record in Redis has the earliest
+# part's start as soon as the new leader's round has read them, and nothing is left pending.
+def _started(agent, n, at):
+    agent.post("started", 1, 1, n, {"pid": 100, "start_time": at})
+
+
+@pytest.mark.parametrize("way", ["between", "both_new", "deposed_read_both", "deposed_read_then_recovery"])
+def test_the_new_leader_writes_the_gangs_start(conns, way):
+    r, raw = conns
+    s1, agent, j = _running_gang(r, raw)
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
+    if way == "between":            # s1 wrote a's start; b's (earlier) comes under s2
+        _started(agent, "a", NOW + 2)
+        s1.tick(NOW + 2)
+        assert job(r, 1).current.start_time == NOW + 2
+        r.delete(K.leader)
+        assert s2.tick(NOW + 3)
+        _started(agent, "b", NOW + 1)
+        s2.tick(NOW + 4)
+    elif way == "both_new":         # both come while nobody leads: s2's first round reads them
+        _started(agent, "a", NOW + 2)
+        _started(agent, "b", NOW + 1)
+        r.delete(K.leader)
+        assert s2.tick(NOW + 4)
+    else:
+        # s1, frozen past its lease check, reads both into the group's pending entries and its
+        # commit fails: s2 finds them left behind (already leading) or in its recovery (not yet)
+        r.delete(K.leader)
+        if way == "deposed_read_both":
+            assert s2.tick(NOW + 3)
+        _started(agent, "a", NOW + 2)
+        _started(agent, "b", NOW + 1)
+        r.set(K.leader, "s2")       # the lease is s2's (taken) or another's: s1's commit is refused
+        with contextlib.suppress(StalePlanError):
+            s1._intake(NOW + 3, pending=False)
+        assert [r.xpending(K.node_events(n), GROUP)["pending"] for n in ("a", "b")] == [1, 1]
+        if way != "deposed_read_both":
+            r.delete(K.leader)
+        assert s2.tick(NOW + 4)
+    got = job(r, 1)
+    assert got.state == states.RUNNING and got.current.start_time == NOW + 1
+    for n in ("a", "b"):            # both read and acknowledged, none left behind
+        assert r.xpending(K.node_events(n), GROUP)["pending"] == 0
