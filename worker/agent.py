@@ -280,7 +280,11 @@ class Agent:
                 log.error("node %s: lease found expired; stopping local jobs and registering again", self.name)
                 self._fence(now)
                 self._register()
-            self._last_renew, self._next_renew, self.fenced = now, now + self.lease / 3, False
+            fenced, self._last_renew, self._next_renew, self.fenced = self.fenced, now, now + self.lease / 3, False
+            if fenced:      # now, not by each slot's next runner: under load they start seconds later
+                for s in self.slots:   # and the scheduler would have declared the attempts lost meanwhile
+                    for raw in self.store.taken(self.name, s.index):
+                        deadslot.end(self.store, self.settings, s.index, raw, exited=self.exited)
         except faults.ERRORS as e:
             log.warning("node %s: lease renewal failed: %s", self.name, e)
             self._next_renew = now + min(1.0, self.lease / 3)

@@ -124,3 +124,26 @@ def test_the_scheduler_takes_a_lease_of_another_epoch_for_a_node_down(real_redis
     assert [n.state for n in SchedulerStore(real_redis, K, "me").nodes(time.time())] == ["down"]
     assert not store.give_up_lease(NODE, "h:1:aaaa"), "another epoch's lease is left alone"
     assert store.give_up_lease(NODE, "h:2:bbbb") and not real_redis.exists(K.node_lease(NODE))
+
+
+def test_the_agent_ends_its_fenced_runners_attempts_as_soon_as_redis_is_back(redis_server, real_redis, tmp_path):
+    """A Redis outage past the node lease: the agent killed its runners (their jobs with them) and marked
+    when. Once Redis answers again the agent itself posts each attempt's end, as of that mark. It was
+    left to each slot's next runner, which under load started 15 s later (10-min chaos soak, jobs 271,
+    272, 275): by then the scheduler had declared the attempts lost and billed them to the last
+    heartbeat, 2 s before their processes' real end; the runners' posts were dropped."""
+    from labq.worker import results
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    put_job(real_redis, jid=41, argv=("sleep", "60"), workdir=str(tmp_path))
+    real_redis.hset(K.attempt(41, 1), "claimed", f"{NODE}:{dead.pid}")
+    real_redis.rpush(K.dispatch_slot(NODE, 0), dispatchq.entry(41, 1))
+    a = Agent(agent_config(tmp_path, slots=1), redis_server.url, stop_timeout=5)
+    a._register()
+    results.mark_death(a.settings.spool, 0, dead.pid, 1000.0)     # _fence killed it then
+    a.fenced = True
+    a._renew(time.monotonic())              # Redis answers: no runner is started here
+    assert all(s.proc is None for s in a.slots)
+    (body,) = [e["body"] for e in events(real_redis, "finished")]
+    assert body["outcome"] == "node_failure" and body["end_time"] == 1000.0 and not a.fenced
+    assert real_redis.llen(K.dispatch_slot(NODE, 0)) == 0
