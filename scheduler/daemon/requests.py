@@ -39,23 +39,30 @@ class Inboxes:
     def _intake(self, now: float, pending: bool) -> None:
         """Take requests and read the event streams, handle what was read, commit it as one batch;
         again until both are empty. What a predecessor left unanswered (`pending`) goes one at a time."""
-        if pending or self.store.left_behind(self._node_streams()):
-            if not pending:
-                log.warning("a deposed leader left requests or events taken and unanswered: handling them")
+        if pending:
             self.sent = None                   # as in a recovery: the intake bounds count from the next tick
             self._recover_pending(now)
-            if pending:
-                return
+            return
+        # The first read of the tick asks in the same round trip whether a deposed leader left anything.
+        left, waiting, events = self.store.look(self._node_streams(), READ_COUNT)
+        if left:
+            log.warning("a deposed leader left requests or events taken and unanswered: handling them")
+            self.sent = None
+            self._recover_pending(now)         # the events just read are among the pending entries too
+            waiting, events = None, None
         self.sent = collections.Counter()      # per user this tick: requests, bytes (the intake bounds)
         done = 0
         while done < MAX_REQUESTS_PER_TICK:
-            requests = [(self.k.taken, eid, raw) for eid, raw in self.store.take_requests(READ_COUNT)]
-            events = self.store.read_group(self._node_streams(), False, READ_COUNT)
+            requests = [(self.k.taken, eid, raw) for eid, raw in self.store.take_requests(READ_COUNT, waiting)]
+            if events is None:
+                events = self.store.read_group(self._node_streams(), False, READ_COUNT)
             if not requests and not events:
                 break
             self._round(now, requests, events)
             done += len(requests)
-            if len(requests) < READ_COUNT and not _maybe_more(events):
+            more = _maybe_more(events)
+            waiting, events = None, None
+            if len(requests) < READ_COUNT and not more:
                 # Drained when read: whatever came since pushed a wake-up, which the loop's next
                 # wait returns at once. Reading again to find nothing was two round trips a tick.
                 break

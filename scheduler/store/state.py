@@ -15,7 +15,7 @@ import redis
 from ..errors import StalePlanError
 from ..jobs.model import Gpu, Job, Node
 from ..jobs.states import ACTIVE
-from . import acctrows, conn, statrows, wire, writes
+from . import acctrows, conn, requestq, statrows, wire, writes
 from .conn import ERRORS
 from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
@@ -335,14 +335,8 @@ class SchedulerStore(RequestList):
         if not streams:
             return []
         ident = "0" if pending else ">"
-        res = self.r.execute_command("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count, "STREAMS",
-                                     *streams, *[ident] * len(streams), NEVER_DECODE=True)
-        out = []
-        for stream, entries in (res.items() if isinstance(res, dict) else res or []):
-            name = stream.decode() if isinstance(stream, bytes) else stream    # our own key names
-            for eid, fields in entries:
-                out.append((name, eid.decode() if isinstance(eid, bytes) else eid, fields))
-        return out
+        return requestq.entries(self.r.execute_command("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count,
+                                                       "STREAMS", *streams, *[ident] * len(streams), NEVER_DECODE=True))
 
     def replies_done(self, rids: list[str]) -> list:
         """The kept reply of each request id already answered (None where not): one MGET per batch."""
