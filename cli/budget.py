@@ -1,12 +1,12 @@
-"""`labq budget` (the balances) without click: from the fast path (fast.py) or click's group
-(budgetcmd.py, which also has `set` and `override`)."""
+"""`labq budget` (the balances) and `labq alerts` without click: from the fast path (fast.py) or
+click's (budgetcmd.py, whose group also has `set` and `override`)."""
 import json
 
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_money, unit_name
 
 from . import render, statview
-from .out import echo, echo_json
+from .out import bounded_count, echo, echo_json
 
 
 def budget_alerts(all_alerts, name: str, period: str) -> list[dict]:
@@ -42,3 +42,24 @@ def show(ctx, period, as_json) -> None:
              ",".join(sorted({a["kind"] for a in d["alerts"]})) or "-"] for b, d in zip(bals, ds)]
     echo(statview.table(rows, ["BUDGET", "PERIOD", "UNIT", "LIMIT", "OVERRIDE", "SPENT", "ACCRUED",
                                "COMMITTED", "AVAILABLE", "ALERTS"]))
+
+
+def alerts(ctx, name, since, count, as_json) -> None:
+    """The newest alerts (spec.ALERTS's options), through the thin client: redis-py's import alone
+    cost ~8x `labq sub` (issue 39 item 4)."""
+    from .acct import _since
+    start, count = _since(since, "--since") or 0, bounded_count(count)
+    got = [a for a in ctx.thin.read.alerts(100_000 if (name or since) else count)
+           if float(a.get("ts") or 0) >= start and (not name or a.get("scope") == f"budget:{name}")][-count:]
+    if as_json:
+        return echo_json([{**a, "ts": float(a.get("ts") or 0), "data": json.loads(a.get("data") or "{}")} for a in got])
+    if not got:
+        return echo("no alerts")
+    echo(statview.table([[ts_text(a.get("ts")), a.get("level", ""), a.get("kind", ""), a.get("scope", ""),
+                          a.get("message", "")] for a in got], ["TIME", "LEVEL", "KIND", "SCOPE", "MESSAGE"]))
+
+
+def ts_text(t) -> str:
+    """An alert's or an override's time, local, to the second ("-" when none)."""
+    import time
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t))) if t else "-"

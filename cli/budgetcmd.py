@@ -1,6 +1,5 @@
 """`labq budget` as a click group (balances: budget.py, also the fast path's; `set`, `override` for admins)
 and `labq alerts`."""
-import json
 import time
 
 import click
@@ -9,13 +8,9 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_money, parse_duration
 
 from . import budget as core, statview
-from .common import bounded_count, pass_ctx
+from .common import pass_ctx
 from .out import echo_json
-from .spec import BUDGET, with_options
-
-
-def _ts(t) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t))) if t else "-"
+from .spec import ALERTS, BUDGET, with_options
 
 
 @click.group(invoke_without_command=True)
@@ -71,8 +66,8 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
             return echo_json([{**o.__dict__, "amount": o.amount / 1e6, "active": o.active(now)} for o in os_])
         units = {b.name: b.unit for b in ctx.cfg.budgets}
         rows = [[o.id, o.budget, fmt_money(o.amount, units.get(o.budget, "usd")),
-                 o.state if o.state != "active" or o.active(now) else "expiring", o.approver, o.by, _ts(o.created),
-                 _ts(o.ended or o.expires), o.reason] for o in os_]
+                 o.state if o.state != "active" or o.active(now) else "expiring", o.approver, o.by, core.ts_text(o.created),
+                 core.ts_text(o.ended or o.expires), o.reason] for o in os_]
         return click.echo(statview.table(rows, ["ID", "BUDGET", "AMOUNT", "STATE", "APPROVER", "BY", "CREATED",
                                               "ENDS", "REASON"]))
     if revoke is not None:
@@ -88,24 +83,12 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
     o = r["override"]
     if as_json:
         return echo_json(o)
-    click.echo(f"override {o['id']} on budget {name}: +{fmt_money(o['amount'], r['unit'])} until {_ts(o['expires'])}")
+    click.echo(f"override {o['id']} on budget {name}: +{fmt_money(o['amount'], r['unit'])} until {core.ts_text(o['expires'])}")
 
 
 @click.command()
-@click.option("--budget", "name", help="Only this budget's alerts.")
-@click.option("--since", help="Only alerts from this long ago (7d) or this date (YYYY-MM-DD) on.")
-@click.option("-n", "--count", type=int, default=50, help="At most this many, the newest (default 50).")
-@click.option("--json", "as_json", is_flag=True)
+@with_options(ALERTS)
 @pass_ctx
 def alerts(ctx, name, since, count, as_json):
     """Alerts: budget warnings, forecast overruns, exhaustion, overrides, and the agents' (idle GPUs, …)."""
-    from .acct import _since
-    start, count = _since(since, "--since") or 0, bounded_count(count)
-    got = [a for a in ctx.client.read.alerts(100_000 if (name or since) else count)
-           if float(a.get("ts") or 0) >= start and (not name or a.get("scope") == f"budget:{name}")][-count:]
-    if as_json:
-        return echo_json([{**a, "ts": float(a.get("ts") or 0), "data": json.loads(a.get("data") or "{}")} for a in got])
-    if not got:
-        return click.echo("no alerts")
-    click.echo(statview.table([[_ts(a.get("ts")), a.get("level", ""), a.get("kind", ""), a.get("scope", ""),
-                              a.get("message", "")] for a in got], ["TIME", "LEVEL", "KIND", "SCOPE", "MESSAGE"]))
+    core.alerts(ctx, name, since, count, as_json)

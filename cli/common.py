@@ -2,23 +2,12 @@
 import click
 
 from .ctx import Ctx
-from .out import guarded, url_or_default
+from .out import bounded_count, guarded, url_or_default  # noqa: F401 - bounded_count: out.py's
 
 
 def redis_url(cfg) -> str:
     """$LABQ_REDIS_URL, else redis.url from the config, else the private Redis of `labq up`."""
     return url_or_default(cfg.redis_url)
-
-
-MAX_COUNT = 100_000
-
-
-def bounded_count(value: int, flag: str = "-n/--count", hi: int = MAX_COUNT) -> int:
-    """`value` of a "the newest N" option, or a UsageError (one line, exit 2) outside 1..hi."""
-    from labq.scheduler.errors import UsageError
-    if not 1 <= value <= hi:
-        raise UsageError(f"{flag}: expected a count from 1 to {hi:,}, got {value}")
-    return value
 
 
 pass_ctx = click.make_pass_decorator(Ctx)

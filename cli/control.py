@@ -10,8 +10,8 @@ from .common import pass_ctx
 
 
 def _job_command(name: str, op: str, doc: str):
-    """A command that sends request `op` about the named jobs; `del` is a hot command: the fast
-    path (fast.py) runs it too."""
+    """A command that sends request `op` about the named jobs; the fast path (fast.py) runs these
+    too (spec.COMMANDS), as it runs `del`."""
     @click.command(name, help=doc)
     @click.argument("job_ids", nargs=-1, required=True)
     @pass_ctx

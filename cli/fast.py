@@ -1,5 +1,5 @@
-"""The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and `acct`, `budget`,
-`report`) without click.
+"""The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and the rare `acct`,
+`budget`, `report`, `alerts`, `hold`, `release`, `requeue`) without click.
 
 click costs more to import than the rest of `labq sub` together. This parses the argv of the hot
 commands with their declared flags (spec.py, from which click builds the same options) and runs
@@ -148,15 +148,15 @@ def _command_help(name: str) -> bool:
 
 
 def _dispatch(config, command: str, params: dict) -> None:
-    if command in ("acct", "budget", "report"):
+    if command in ("acct", "budget", "report", "alerts"):
         from .ctx import Ctx
         params.pop("dashdash")
         if command == "acct":
             from . import acct
             return acct.run(Ctx(config), **params)
-        if command == "budget":
+        if command in ("budget", "alerts"):
             from . import budget
-            return budget.show(Ctx(config), **params)
+            return (budget.show if command == "budget" else budget.alerts)(Ctx(config), **params)
         from . import report
         return report.run(Ctx(config), **params)
     client = thin_client(config)
@@ -165,6 +165,8 @@ def _dispatch(config, command: str, params: dict) -> None:
         return subcore.run(client, params, params.pop("args"), params.pop("dashdash"), _merge)
     from . import hot
     params.pop("dashdash")
+    if command in ("hold", "release", "requeue"):
+        return hot.control(client, command, params["job_ids"])
     {"stat": hot.stat, "q": hot.stat, "show": hot.show, "logs": hot.logs, "wait": hot.wait,
      "del": hot.delete}[command](client, **params)
 

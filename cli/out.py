@@ -24,6 +24,17 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
+MAX_COUNT = 100_000
+
+
+def bounded_count(value: int, flag: str = "-n/--count", hi: int = MAX_COUNT) -> int:
+    """`value` of a "the newest N" option, or a UsageError (one line, exit 2) outside 1..hi."""
+    from labq.scheduler.errors import UsageError
+    if not 1 <= value <= hi:
+        raise UsageError(f"{flag}: expected a count from 1 to {hi:,}, got {value}")
+    return value
+
+
 def private_socket() -> str:
     """The socket of `labq up`'s private Redis, in the user's state directory."""
     from labq.scheduler.settings.statedir import state_dir

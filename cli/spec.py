@@ -1,4 +1,5 @@
-"""The flags of the hot commands (and of `acct`, `budget`, `report`), declared once: click builds its options from these (submit.py,
+"""The flags of the hot commands (and of the rare `acct`, `budget`, `report`, `alerts`, `hold`, `release`,
+`requeue`), declared once: click builds its options from these (submit.py,
 query.py), and the fast path (fast.py) parses argv with them without importing click.
 
 An option is (declarations, kind, help, default), the declarations exactly as click takes them
@@ -150,6 +151,13 @@ REPORT = [
 # a "path" is a file's name (click.Path(dir_okay=False): not a directory)
 CHOICES = {"--format": ("table", "csv", "json")}
 
+ALERTS = [
+    (("--budget", "name"), "str", "Only this budget's alerts.", None),
+    (("--since",), "str", "Only alerts from this long ago (7d) or this date (YYYY-MM-DD) on.", None),
+    (("-n", "--count"), "int", "At most this many, the newest (default 50).", 50),
+    (("--json", "as_json"), "flag", None, False),
+]
+
 WAIT = [(("--timeout",), "str", "Give up after this long (exit 1).", None)]
 DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (scancel -u; yours, or any for admins).",
         None)]
@@ -161,6 +169,8 @@ COMMANDS = {
     # rare, but a rare command should cost what `sub` costs (issue 39 item 4); budget's subcommands
     # (set, override) are positionals here: left to click
     "acct": (ACCT, None, 0), "budget": (BUDGET, None, 0), "report": (REPORT, None, 0),
+    "alerts": (ALERTS, None, 0), "hold": ([], "job_ids", "+"), "release": ([], "job_ids", "+"),
+    "requeue": ([], "job_ids", "+"),
 }
 
 
