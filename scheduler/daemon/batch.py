@@ -33,12 +33,14 @@ class Batch:
     partials: list = field(default_factory=list)   # (rid, runs or None): a mass cancel's progress
     usage: dict | None = None                      # fair-share usage when the batch began
     tasks: dict = field(default_factory=dict)      # array id -> its new tasks as expand made them (Tasks)
+    rests: dict = field(default_factory=dict)      # array id -> its rest as now (None: gone), Change.rests
+    rests_new: set = field(default_factory=set)    # the rests this batch makes (their scripts are written)
     expires: float = float("inf")                  # the first client expiry of a request in it: committed
                                                    # before it or not at all (Committer.flush)
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.alerts
-                    or self.books or self.replies or self.acks or self.dead)
+                    or self.books or self.replies or self.acks or self.dead or self.rests)
 
     def size(self) -> int:
         return len(self.jobs)

@@ -16,5 +16,7 @@ class Change:
     reply: dict | None = None                      # a request's answer; the daemon adds its id
     chunks: object = None      # an iterator of Changes (jobs, controls) committed one transaction each, before
                                # this one's reply: a mass cancel (handlers._chunks)
+    rests: dict = field(default_factory=dict)      # array id -> jobs/rest.Rest as it now is, or None once
+                                                   # every task left it (a held array kept as one record)
     ended: object = None       # model.Job: the record whose attempt this change ends (a node's `finished`),
                                # as written: the run-time estimator learns from it and the plan refills its room

@@ -10,7 +10,7 @@ from ..jobs import states
 from ..jobs.jobspec import Tasks
 from ..jobs.model import Job
 from ..money import fairshare
-from ..store import codec, dispatchq, faults, writes
+from ..store import codec, dispatchq, faults, rests, writes
 from .batch import Batch
 from .change import Change
 
@@ -75,6 +75,7 @@ class Committer:
                 b.new.add(j.id)
             b.jobs[j.id] = j
             self._put(j)
+        self._stage_rests(change.rests)
         b.charges += charges
         b.charged.update(c.key for c in charges)
         b.controls += change.controls
@@ -90,6 +91,22 @@ class Committer:
         if dead is not None:
             b.dead.append(dead)
         self.usage = usage
+
+    def _stage_rests(self, changed: dict) -> None:
+        """Held arrays kept as one rest each (jobs/rest.py), made or changed: the counts the submit
+        handler checks follow their tasks (a task that leaves one comes in as a record of the change)."""
+        for a, rest in changed.items():
+            old = self.rests.get(a)
+            if old is not None:
+                self.tally.add_alike(old.template, -old.left)
+            elif rest is not None:
+                self.batch.rests_new.add(a)
+            if rest is None:
+                self.rests.pop(a, None)
+            else:
+                self.tally.add_alike(rest.template, rest.left)
+                self.rests[a] = rest
+            self.batch.rests[a] = rest
 
     def _fresh_tasks(self, jobs) -> bool:
         """Whether `jobs` are a new array's tasks as expand made them (consecutive ids, alike but for
@@ -143,7 +160,6 @@ class Committer:
         usage0 = b.usage if b.usage is not None else {}
 
         seq = self.seq if self.seq > self.seq_written else None
-
         replicas = self.replicas_ack()
 
         def build(p):
@@ -155,6 +171,7 @@ class Committer:
             writes.put_specs(p, self.k, new)
             for acct in [a for a in self.usage if self.usage[a] != usage0.get(a)]:
                 writes.put_usage(p, self.k, acct, *self.usage[acct])
+            rests.put_changed(p, self.k, b.rests, b.rests_new)
             for c in b.charges:
                 writes.put_charge(p, self.k, c, now, c.period or self.books.period(c.budget, now))
             for key in b.charged:

@@ -9,13 +9,12 @@ from typing import Protocol
 
 from .. import policy
 from ..errors import RefusedError, UsageError
-from ..jobs import idruns, states, transitions as tr
+from ..jobs import idruns, rest, states, transitions as tr
 from ..jobs.estimate import Estimator
 from ..jobs.idruns import LISTED, Runs
 from ..jobs.jobspec import (
     array_range,
     array_throttle,
-    expand,
     job_from_submit,
     parse_task_ids,
     resolve_ref,
@@ -28,6 +27,7 @@ from ..settings.config import Config
 from ..units import fmt_money
 from .batch import Tally
 from .change import Change
+from .lookup import Lookup
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
 # What one cancel/hold/release/requeue may name: a request is handled inside a tick, so its cost
@@ -58,6 +58,7 @@ class State(Protocol):
     cfg: Config
     nodes: tuple[Node, ...]
     jobs: dict[int, Job]
+    rests: dict               # array id -> jobs/rest.Rest: a held array's tasks not yet records
     tally: Tally
     books: Books
     store: Records
@@ -127,13 +128,13 @@ class Handlers:
         if body.get("test_only"):
             return Change(reply=self.test_only(template, now))
         first = self.s.next_ids(n)
-        jobs = expand(template, first, indices, throttle)
+        jobs, rests = rest.made(template, first, indices, throttle)     # a big held array: one record
         shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
         # Ids are consecutive; a huge array's reply names the range rather than every id.
-        ids = {"job_ids": [j.id for j in jobs]} if n <= 1000 else {}
+        ids = {"job_ids": list(range(first, first + n))} if n <= 1000 else {}
         # --hold-until-budget: taken all the same; it pends BudgetExhausted until the budget has room.
         held = {"budget_hold": unpaid} if unpaid else {}
-        return Change(jobs=jobs, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
+        return Change(jobs=jobs, rests=rests, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
                                         "display": shown, **held})
 
     def test_only(self, job: Job, now: float) -> dict:
@@ -201,9 +202,11 @@ class Handlers:
         if named > MAX_TASKS_NAMED:
             raise RefusedError(f"the ids name {named} tasks; at most {MAX_TASKS_NAMED} in one request")
         admin = user in self.s.cfg.security.admins
-        change, results, errors, runs = Change(), [], [], Runs()
+        # Tasks of a held array kept as one rest diverge: taken out of it as records (jobs/rest.py).
+        left, taken = rest.diverge(self.s.rests, ids, lambda u: u == user or admin) if self.s.rests else ({}, [])
+        change, results, errors, runs = Change(rests=left), [], [], Runs()
         todo, seen = [], set()
-        look = _Lookup(self.s, ids)
+        look = Lookup(self.s, ids, taken, left)
         for text in ids:
             found = resolve_ref(text, look.record, look.tasks, look.task)
             if not found:
@@ -308,44 +311,18 @@ class Handlers:
         ids = range(head.id, head.id + (head.array_count or 1))
         if not tasks:
             return list(ids)
-        return [j.id for j in self.s.store.jobs(ids) if j.array_index in tasks[1]]
+        resting = rest.tasks_of(self.s.rests, ids) if self.s.rests else {}
+        return sorted(j.id for j in [*self.s.store.jobs(ids), *resting.values()] if j.array_index in tasks[1])
 
     def _record(self, jid: int) -> Job | None:
         if jid in self.s.jobs:
             return self.s.jobs[jid]
-        return self.s.store.job(jid)
+        return rest.tasks_of(self.s.rests, [jid]).get(jid) or self.s.store.job(jid)
 
     def resolve(self, text: str) -> list[Job]:
         """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
         return resolve_ref(text, self._record, lambda a: sorted(
             (j for j in self.s.jobs.values() if j.array_id == a), key=lambda j: j.id))
-
-
-class _Lookup:
-    """The jobs one request names: in memory, else read from Redis in one bulk read for all its
-    plain ids; each array's tasks indexed once per request, not walked per id."""
-
-    def __init__(self, s: State, ids):
-        self.s = s
-        wanted = sorted({int(t) for t in ids if t.isascii() and t.isdigit() and len(t) < 17} - s.jobs.keys())
-        self.read = {j.id: j for j in s.store.jobs(wanted)} if wanted else {}
-        self.arrays: dict[int, list[Job]] | None = None
-
-    def record(self, jid: int) -> Job | None:
-        return self.s.jobs.get(jid) or self.read.get(jid)
-
-    def tasks(self, a: int) -> list[Job]:
-        if self.arrays is None:
-            self.arrays = {}
-            for j in sorted(self.s.jobs.values(), key=lambda j: j.id):
-                if j.array_id is not None:
-                    self.arrays.setdefault(j.array_id, []).append(j)
-            self.index = {(j.array_id, j.array_index): j for js in self.arrays.values() for j in js}
-        return self.arrays.get(a, [])
-
-    def task(self, a: int, i: int) -> Job | None:
-        self.tasks(a)
-        return self.index.get((a, i))
 
 
 def _controls(old: Job, new: Job) -> list:

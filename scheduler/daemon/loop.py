@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from .. import policy
 from ..errors import RefusedError, StalePlanError
-from ..jobs import states, transitions as tr
+from ..jobs import rest, states, transitions as tr
 from ..jobs.estimate import Estimator
 from ..jobs.model import Job, Snapshot
 from ..jobs.plan import Pending
@@ -79,6 +79,7 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.sighted, self.blind = float("-inf"), False
         self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.jobs: dict[int, Job] = {}
+        self.rests: dict = {}                # array id -> jobs/rest.Rest: a held array's tasks not yet records
         self.kept = Kept()                   # plan()'s request classes and ordered backlog, kept from pass to pass
         self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
         self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
@@ -255,6 +256,9 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         self.acct_backlog = self.store.acct_rows_missing()
         self.seq = self.seq_written = self.store.job_seq()
         self.tally = Tally(self.jobs.values())
+        self.rests = Reader(self.store.r, self.k).rests()
+        for r in self.rests.values():
+            self.tally.add_alike(r.template, r.left)
         self.store.ensure_group(self.k.events)
         self.leading = True
         if self.blind:
@@ -310,6 +314,9 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         want = dependency_targets([j for j in self.jobs.values() if j.deps and j.state == states.PENDING]
                                   + ([extra] if extra else []))
         want -= self.jobs.keys()
+        # A task of a held array kept as one rest is pending, and no ended state to keep (jobs/rest.py).
+        resting, shown = rest.states_of(self.rests, want) if self.rests else ({}, {})
+        want -= resting.keys()
         missing = sorted(want - self.ended.keys())
         if missing:
             found = Reader(self.store.r, self.k, self.history).jobs(missing)
@@ -318,7 +325,8 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
         self.ended = {i: self.ended[i] for i in want}
         self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
-        return tuple(sorted(self.ended.items()))
+        self.ended_shown.update(shown)
+        return tuple(sorted({**self.ended, **resting}.items()))
 
     def _use_budgets(self) -> None:
         """The bookkeeper's effective budgets into this scheduler's config (admission, refusals)."""

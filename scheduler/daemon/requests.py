@@ -7,7 +7,7 @@ import logging
 import time
 
 from ..errors import LabqError, RefusedError, StalePlanError, UsageError
-from ..jobs import idruns
+from ..jobs import idruns, rest
 from ..jobs.idruns import Runs
 from ..security import auth, private
 from ..store import histpages
@@ -312,7 +312,9 @@ class Inboxes:
             got = self.store.replies_done([rid])[0]
             kept = json.loads(got) if got else None
         jid = kept.get("job_id") if kept is not None and kept.get("ok") else None
-        job = (self.jobs.get(jid) or self.store.job(jid)) if isinstance(jid, int) else None
+        job = None
+        if isinstance(jid, int):      # a held array kept as one rest (jobs/rest.py) has no record yet
+            job = self.jobs.get(jid) or rest.tasks_of(self.rests, [jid]).get(jid) or self.store.job(jid)
         return triage.status(rid, kept, job, user, self.cfg.security.admins)
 
     def _archive_to_serve(self):

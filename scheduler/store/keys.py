@@ -66,6 +66,13 @@ class Keys:
     def spec(self, array_id: int) -> str:     # STRING (S): an array's shared {argv} (codec.shares_spec)
         return f"{self.p}:job:{array_id}:spec"
 
+    def rest(self, array_id: int) -> str:     # STRING (S): JSON {lo, step, runs, template}: the tasks of a
+        return f"{self.p}:rest:{array_id}"    # held array not made into records yet (jobs/rest.py, store/rests.py)
+
+    @property
+    def rests(self) -> str:                   # HASH (S): array id of each rest -> JSON {lo, step, runs, row}:
+        return f"{self.p}:rests"              # its tasks' shared `stat` row (statrows.py), read with the rows
+
     @property
     def stat_rows(self) -> str:               # HASH (S): id of each active job -> its `stat` row (statrows.py)
         return f"{self.p}:statrows:v{ROWS_VERSION}"

@@ -3,7 +3,7 @@ import json
 from typing import NamedTuple
 
 from ..jobs.model import Job
-from . import acctrows, codec
+from . import acctrows, codec, rests
 from .keys import Keys
 
 
@@ -101,7 +101,7 @@ class Reader:
 
     def jobs(self, ids) -> list[Job]:
         ids = [int(i) for i in ids]
-        found = load_jobs(self.r, self.k, ids)
+        found = rests.fill(load_jobs(self.r, self.k, ids), ids, self.rests)
         if self.history is not None and len(found) < len(ids):
             have = {j.id for j in found}
             old = self.history.jobs([i for i in ids if i not in have])
@@ -119,7 +119,13 @@ class Reader:
         return dict(zip(nodes, p.execute()))
 
     def active(self) -> list[Job]:
-        return self.jobs(self.r.zrange(self.k.active, 0, -1))
+        jobs = self.jobs(self.r.zrange(self.k.active, 0, -1))
+        resting = rests.every_task(self.rests()) if self.r.hlen(self.k.rests) else []
+        return sorted(jobs + resting, key=lambda j: j.id) if resting else jobs
+
+    def rests(self) -> dict:
+        """Held arrays' tasks not yet records (store/rests.py), by array id."""
+        return rests.load(self.r, self.k, Specs(self.r, self.k))
 
     def _recent_ids(self, since: float, until: float) -> list[int]:
         return [int(i) for i in self.r.zrangebyscore(self.k.history, since, "+inf" if until == float("inf") else until)]
@@ -209,6 +215,8 @@ class Reader:
 
     def job(self, jid: int) -> Job | None:
         j = load_job(self.r, self.k, jid)
+        if j is None:
+            j = rests.tasks_of(self.rests(), [int(jid)]).get(int(jid))
         if j is None and self.history is not None:
             j = self.history.jobs([jid]).get(int(jid))
         return j

@@ -88,3 +88,12 @@ def display_id(r) -> str:
 def ids(r) -> tuple:
     """(id, array id or None, task index or None) as numbers, for `stat -j`."""
     return int(r[ID]), int(r[ARRAY_ID]) if r[ARRAY_ID] else None, int(r[ARRAY_INDEX]) if r[ARRAY_ID] else None
+
+
+def rest_texts(value) -> list[str]:
+    """The rows of a rest's tasks (store/rests.row's JSON: {lo, step, runs, row}), as the hash would
+    hold them were each task a record: the shared row with each task's id and index."""
+    d = json.loads(value)
+    first, _, _, rest = d["row"].split("\t", 3)
+    a, lo, step = int(first), d["lo"], d["step"]
+    return [f"{a + p}\t{first}\t{lo + p * step}\t{rest}" for x, y in d["runs"] for p in range(x, y + 1)]

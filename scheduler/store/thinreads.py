@@ -69,13 +69,18 @@ class ThinReader:
     def job(self, jid: int):
         raw = self._pipe([("GET", self.k.job(jid))])[0]
         if not raw:
+            from .rests import tasks_of
+            got = tasks_of(self.rests(), [int(jid)]).get(int(jid))
+            if got is not None:
+                return got
             return self.history.jobs([jid]).get(int(jid)) if self.history is not None else None
         from . import codec
         return codec.loads(raw, self._spec)
 
     def jobs(self, ids) -> list:
+        from .rests import fill
         ids = [int(j) for j in ids]
-        out = self.jobs_in_redis(ids)
+        out = fill(self.jobs_in_redis(ids), ids, self.rests)
         if self.history is not None and len(out) < len(ids):
             by_id = {**self.history.jobs(sorted(set(ids) - {j.id for j in out})), **{j.id: j for j in out}}
             out = [by_id[i] for i in ids if i in by_id]
@@ -176,7 +181,19 @@ class ThinReader:
         return self._specs[array_id]
 
     def active(self) -> list:
-        return self.jobs(self._pipe([("ZRANGE", self.k.active, 0, -1)])[0])
+        ids, n = self._pipe([("ZRANGE", self.k.active, 0, -1), ("HLEN", self.k.rests)])
+        jobs = self.jobs(ids)
+        if not n:
+            return jobs
+        from .rests import every_task
+        return sorted(jobs + every_task(self.rests()), key=lambda j: j.id)
+
+    def rests(self) -> dict:
+        """Held arrays' tasks not yet records (store/rests.py), by array id."""
+        from .rests import loads
+        ids = sorted(int(a) for a in self._pipe([("HKEYS", self.k.rests)])[0])
+        texts = self._pipe([("MGET", *[self.k.rest(a) for a in ids])])[0] if ids else []
+        return {a: loads(t, self._spec) for a, t in zip(ids, texts) if t}
 
     def stat_rows(self):
         """(rows, node names), rows and the active index read in one MULTI so that they agree.
@@ -184,16 +201,21 @@ class ThinReader:
         ahead of a big array's transaction, or left by a crash before it) are skipped; rows is None
         when some active job has no row (a scheduler that predates this row shape has not
         restarted yet): the caller reads the records instead."""
-        from .statrows import parse
-        texts, n_active, names = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active),
-                                             ("SMEMBERS", self.k.nodes))
+        from .statrows import parse, rest_texts
+        texts, n_active, names, resting = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active),
+                                                      ("SMEMBERS", self.k.nodes), ("HVALS", self.k.rests))
+        # A held array kept as one rest (store/rests.py): its tasks' rows are spread from its one row.
+        tasks = [t for v in resting for t in rest_texts(v)]
         if len(texts) == n_active:
-            return parse(texts), names
+            return parse(texts + tasks if tasks else texts), names
         if len(texts) < n_active:
             return None, names
         texts, ids = self._multi(("HVALS", self.k.stat_rows), ("ZRANGE", self.k.active, 0, -1))
         active = {int(i) for i in ids}
         rows = parse(texts, keep=active)
+        if tasks:
+            rows = sorted(rows + parse(tasks), key=lambda r: int(r[0]))
+            return (rows if len(rows) == len(active) + len(tasks) else None), names
         return (rows if len(rows) == len(active) else None), names
 
     def _multi(self, *cmds) -> list:

@@ -198,7 +198,7 @@ def drop_specs(r, k: Keys, submissions) -> None:
     archived record holds its script, and the archive is not served with it)."""
     gone = []
     for ref, count in submissions:
-        keys = [k.job(i) for i in range(ref, ref + count)]
+        keys = [k.rest(ref), *(k.job(i) for i in range(ref, ref + count))]    # a rest's tasks need them yet
         # A lone job's record left in the same pass: no round trip to ask.
         if count == 1 or not any(r.exists(*keys[i:i + 10_000]) for i in range(0, len(keys), 10_000)):
             gone += [k.spec(ref), k.script(ref), k.job_env(ref)]

@@ -603,14 +603,16 @@ def test_a_lease_lost_during_the_back_fill_reloads_instead_of_stopping_the_loop(
     assert s2.acct_backlog == [] and r.hexists(K.acct_rows, "1") and r.hexists(K.acct_rows, "2")
 
 
-def test_an_array_cancelled_through_the_daemon_gets_an_acct_row_a_task(conns):
+def test_an_array_cancelled_through_the_daemon_gets_an_acct_row_a_task(conns, monkeypatch):
     """A held 1,500-task array (written ahead: put_new_jobs), then `labq cancel` of the array: each
     task ends in that change's transaction with its acct row, the tasks alike but for id and index
     (spliced), each equal to what acctrows.redis_row makes of its record."""
     import json
 
+    from labq.scheduler.jobs import rest
     from labq.scheduler.store import acctrows
     from tests.harness import submit
+    monkeypatch.setattr(rest, "REST_MIN", 10**9)     # as records (test_array_record: as one rest)
     r, raw = conns
     s = setup(r, raw, T0)
     submit(r, "alice", {**BODY, "array": [0, 1499, 1], "hold": True}, "arr")

@@ -1,0 +1,186 @@
+"""An array's tasks not yet made into records: one `Rest` for all of them (issue 39 item 1).
+
+A held 10,000-task array was 10,000 records, stat rows and index entries written at submit, and
+10,000 jobs in the scheduler's table, for tasks that all stay alike until one of them is touched.
+A Rest is the array's first task (the template: every field as `jobspec.expand` makes task 0),
+its index arithmetic (`lo`, `step`) and the runs of positions still resting; task at position p
+has id `array_id + p` and index `lo + p * step`, ids reserved at submit. A task leaves the rest
+("diverges", is materialised) when something acts on it alone (`del/hold/release A_i`) or on the
+whole (`release A`): it becomes an ordinary Job, and everything downstream of the table (plan(),
+the applier, dispatch, acct) needs nothing new. Pure: no Redis (store/rests.py keeps them).
+"""
+from bisect import bisect_right
+from dataclasses import dataclass, replace
+
+from .jobspec import _copies, expand, parse_task_ids
+from .model import Job
+from .states import PENDING
+
+# Held arrays from this many tasks are kept as a rest; smaller ones cost little as records, and
+# every path they take is the ordinary one.
+REST_MIN = 1000
+
+
+@dataclass(frozen=True)
+class Rest:
+    template: Job                     # task 0 as submitted (id = array_id, array_index = lo, array_count)
+    lo: int
+    step: int
+    runs: tuple[tuple[int, int], ...]   # positions still resting: sorted, disjoint, inclusive
+
+    @property
+    def array_id(self) -> int:
+        return self.template.id
+
+    @property
+    def count(self) -> int:            # the array's tasks, resting or not
+        return self.template.array_count or 0
+
+    @property
+    def left(self) -> int:
+        return sum(b - a + 1 for a, b in self.runs)
+
+    @property
+    def user(self) -> str:
+        return self.template.user
+
+    def positions(self):
+        for a, b in self.runs:
+            yield from range(a, b + 1)
+
+    def ids(self):
+        first = self.array_id
+        for a, b in self.runs:
+            yield from range(first + a, first + b + 1)
+
+    def holds(self, pos: int) -> bool:
+        i = bisect_right(self.runs, (pos, float("inf"))) - 1
+        return i >= 0 and self.runs[i][0] <= pos <= self.runs[i][1]
+
+    def position_of_id(self, jid: int) -> int | None:
+        pos = jid - self.array_id
+        return pos if 0 <= pos < self.count and self.holds(pos) else None
+
+    def position_of_index(self, index: int) -> int | None:
+        pos, off = divmod(index - self.lo, self.step)
+        return pos if not off and 0 <= pos < self.count and self.holds(pos) else None
+
+    def task(self, pos: int) -> Job:
+        return replace(self.template, id=self.array_id + pos, array_index=self.lo + pos * self.step)
+
+    def tasks(self, positions=None) -> list[Job]:
+        """The tasks at `positions` (default: every one still resting), as ordinary Jobs."""
+        copy = _copies(self.template)
+        first, lo, step = self.array_id, self.lo, self.step
+        return [copy(first + p, lo + p * step) for p in (self.positions() if positions is None else positions)]
+
+    def without(self, positions) -> "Rest | None":
+        """This rest less `positions` (materialised); None when nothing is left."""
+        gone = sorted(set(positions))
+        runs, g = [], 0
+        for a, b in self.runs:
+            while g < len(gone) and gone[g] < a:
+                g += 1
+            start = a
+            while g < len(gone) and gone[g] <= b:
+                if gone[g] > start:
+                    runs.append((start, gone[g] - 1))
+                start = gone[g] + 1
+                g += 1
+            if start <= b:
+                runs.append((start, b))
+        return replace(self, runs=tuple(runs)) if runs else None
+
+
+def of_array(tasks_template: Job, lo: int, step: int) -> Rest:
+    """The rest of a new array whose task 0 is `tasks_template` (jobspec.expand's first task)."""
+    return Rest(template=tasks_template, lo=lo, step=step, runs=((0, (tasks_template.array_count or 0) - 1),))
+
+
+def wanted(held: bool, indices) -> bool:
+    """Is this new array kept as a rest? Held and big (REST_MIN); `indices` are always an evenly
+    stepped range (jobspec.array_range)."""
+    return held and indices is not None and len(indices) >= REST_MIN
+
+
+def holding(rests: dict, jid: int) -> tuple["Rest", int] | None:
+    """(the rest, position) that holds job id `jid`, or None. Rests are few: a scan is enough."""
+    for rest in rests.values():
+        pos = rest.position_of_id(jid)
+        if pos is not None:
+            return rest, pos
+    return None
+
+
+def named(rests: dict, text: str) -> tuple["Rest", list[int]] | None:
+    """The rest and the positions of it that `text` (`42`, `42_3`, `42_[1-3]`) names, or None."""
+    try:
+        tasks = parse_task_ids(text)
+    except Exception:
+        return None
+    if tasks:
+        rest = rests.get(tasks[0])
+        if rest is None:
+            return None
+        pos = [p for i in sorted(tasks[1]) if (p := rest.position_of_index(i)) is not None]
+        return (rest, pos) if pos else None
+    if not (text.isascii() and text.isdigit() and len(text) < 17):
+        return None
+    rest = rests.get(int(text))
+    if rest is not None:
+        return rest, list(rest.positions())
+    got = holding(rests, int(text))
+    return (got[0], [got[1]]) if got else None
+
+
+def diverge(rests: dict, ids, may) -> tuple[dict, list[Job]]:
+    """The tasks the request's ids name, taken out of their rests: ({array id: the rest left, or
+    None when empty}, the tasks as ordinary Jobs). `may(user)`: whether the request may act on that
+    user's jobs (a rest it may not touch stays whole; the handler then finds nothing to act on)."""
+    left: dict = {}
+    out: list[Job] = []
+    current = dict(rests)
+    for text in ids:
+        got = named(current, str(text))
+        if got is None or not may(got[0].user):
+            continue
+        rest, pos = got
+        out += rest.tasks(pos)
+        left[rest.array_id] = rest.without(pos)
+        if left[rest.array_id] is None:
+            del current[rest.array_id]
+        else:
+            current[rest.array_id] = left[rest.array_id]
+    return left, out
+
+
+def tasks_of(rests: dict, ids) -> dict:
+    """{id: the task as a Job} of the ids that rest (a reader asked for ids with no record)."""
+    out: dict[int, Job] = {}
+    for rest in rests.values():
+        pos = [p for p in (jid - rest.array_id for jid in ids) if 0 <= p < rest.count and rest.holds(p)]
+        out.update((t.id, t) for t in rest.tasks(pos))
+    return out
+
+
+def made(template: Job, first: int, indices, throttle) -> tuple[list, dict]:
+    """A new submission: (its records, {}) as jobspec.expand makes them, or, for a held array from
+    REST_MIN tasks, ([], {array id: its rest}): ids first..first+n-1 are reserved all the same."""
+    if not wanted(template.held, indices):
+        return expand(template, first, indices, throttle), {}
+    task0 = replace(template, id=first, array_index=indices[0], array_id=first, array_count=len(indices),
+                    array_throttle=throttle)
+    return [], {first: of_array(task0, indices[0], indices[1] - indices[0])}
+
+
+def states_of(rests: dict, ids) -> tuple[dict, dict]:
+    """({id: PD}, {id: display id}) of the ids that rest: the tasks a dependency names are pending
+    while they rest, and never an ended state to keep."""
+    st, shown = {}, {}
+    for jid in ids:
+        got = holding(rests, jid)
+        if got:
+            rest, pos = got
+            st[jid] = PENDING
+            shown[jid] = f"{rest.array_id}_{rest.lo + pos * rest.step}"
+    return st, shown
