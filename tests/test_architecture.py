@@ -102,13 +102,12 @@ MAX_MODULE, MAX_FUNCTION = 400, 60
 # counting the imports that run, as CIRCLES does (one under `if TYPE_CHECKING:` names a type for an
 # annotation and runs nothing), each with its owner; shrink, never grow. Gone (issue 40): money <-> settings
 # (Budget is money/ledger.py's, which config reads; money/ names Config in annotations only), money <-> sim
-# (`labq plan`'s whatif.py lives in sim/, which it replays through).
+# (`labq plan`'s whatif.py lives in sim/, which it replays through), jobs <-> settings (jobs/transitions.py
+# names Config in annotations only).
 TWO_WAY_FOLDERS = {
     frozenset({"jobs", "money"}):
         "strict (issue 40 item 6): jobs/transitions.py bills through money/ledger and periods; it leaves jobs/ "
         "for the folder of its callers (the daemon's deciders), after state's daemon/ rework (issue 40 item 1)",
-    frozenset({"jobs", "settings"}):
-        "strict (issue 40 item 6): jobs/transitions.py reads Config (kill_wait, rates); as jobs <-> money",
 }
 
 
@@ -457,6 +456,31 @@ def test_mypy_checks_the_whole_core():
     unchecked = [GRAPH.rel(m) for m in core(GRAPH)
                  if not any(GRAPH.rel(m) == f or GRAPH.rel(m).startswith(f.rstrip("/") + "/") for f in files)]
     assert not unchecked, f"pure modules mypy does not check (add them to pyproject's [tool.mypy] files): {unchecked}"
+
+
+# --strict's per-module flags (its one global flag, warn_redundant_casts, is set for every module).
+STRICT_FLAGS = {"disallow_any_generics": True, "disallow_subclassing_any": True, "disallow_untyped_calls": True,
+                "disallow_untyped_defs": True, "disallow_incomplete_defs": True, "check_untyped_defs": True,
+                "disallow_untyped_decorators": True, "warn_unused_ignores": True, "warn_return_any": True,
+                "implicit_reexport": False, "strict_equality": True, "extra_checks": True}
+# The deciding core that `make lint` type-checks as `mypy --strict` would (issue 40 item 6).
+STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill", "money.ledger", "money.periods",
+               "jobs.transitions"]
+
+
+def test_mypy_is_strict_on_the_deciding_core():
+    """pyproject's [tool.mypy] overrides give each STRICT_CORE module every flag of --strict."""
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy.get("warn_redundant_casts") is True
+    for name in STRICT_CORE:
+        mod = f"scheduler.{name}"
+        flags: dict = {}
+        for o in mypy.get("overrides", []):
+            pats = [o["module"]] if isinstance(o["module"], str) else o["module"]
+            if any(p == mod or p.endswith(".*") and mod.startswith(p[:-1]) for p in pats):
+                flags.update(o)
+        missing = {k: v for k, v in STRICT_FLAGS.items() if flags.get(k) != v}
+        assert not missing, f"{mod} is not type-checked strictly: {missing}"
 
 
 def test_only_the_store_talks_to_redis():

@@ -3,14 +3,23 @@
 The daemon calls these and writes the result in one transaction with whatever caused it (the
 request or event acknowledged, the ledger entries, the reply).
 """
+from __future__ import annotations
+
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..money import ledger, periods
-from ..settings.config import Config
 from . import states
 from .model import Attempt, Job, evolve
 from .plan import Place
+
+if TYPE_CHECKING:     # annotations only: settings/ reads jobs/ (bounds), never the reverse
+    from ..money.ledger import Budget
+    from ..settings.config import Config
+
+# What an ended attempt makes of the job (_close): the new record and the attempt's ledger entries.
+Closed = tuple[Job, tuple["Charge", ...]]
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
     return replace(job, state=states.PREEMPTING, preempted_for=for_job, preempt_time=now, detail=detail)
 
 
-def pend(job: Job, reason: str, detail: str, earmark: str = "", earmark_gpus: tuple = ()) -> Job:
+def pend(job: Job, reason: str, detail: str, earmark: str = "", earmark_gpus: Iterable[str] = ()) -> Job:
     """The plan's reason for a pending job; the earmark stays only while the plan keeps it."""
     return evolve(job, reason=reason, detail=detail, earmark=earmark, earmark_gpus=tuple(earmark_gpus))
 
@@ -52,7 +61,7 @@ def end_pending(job: Job, state: str, detail: str, now: float) -> Job:
     return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now, earmark="", earmark_gpus=())
 
 
-def started(job: Job, attempt: int, body: dict) -> Job | None:
+def started(job: Job, attempt: int, body: dict[str, Any]) -> Job | None:
     cur = job.current
     if job.state not in states.ON_NODE or cur is None or cur.attempt != attempt:
         return None
@@ -63,7 +72,7 @@ def started(job: Job, attempt: int, body: dict) -> Job | None:
     return replace(job, attempts=job.attempts[:-1] + (a,))
 
 
-def _earlier_part(cur, began: float | None) -> bool:
+def _earlier_part(cur: Attempt, began: float | None) -> bool:
     """A gang's part that began before the attempt's recorded start: its parts' `started` are read
     stream by stream, not in time order (the chaos soak billed a part's first 3.5 s to nobody), and
     the attempt is billed from its first part's process start."""
@@ -78,7 +87,7 @@ def checkpointed(job: Job, at: float) -> Job | None:
     return replace(job, attempts=job.attempts[:-1] + (replace(cur, last_checkpoint=at),))
 
 
-def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
+def finished(job: Job, attempt: int, body: dict[str, Any], now: float, cfg: Config) -> Closed | None:
     """(new job, charges) for the attempt's end, or None when the event is stale or a duplicate."""
     cur = job.current
     if job.state not in states.ON_NODE or cur is None or cur.attempt != attempt or cur.end_time:
@@ -96,7 +105,7 @@ def finished(job: Job, attempt: int, body: dict, now: float, cfg: Config):
                   body.get("message", ""), cfg, float(ckpt) if isinstance(ckpt, (int, float)) else None, now)
 
 
-def part_usage(job: Job, attempt: int, node: str, usage: dict) -> Job | None:
+def part_usage(job: Job, attempt: int, node: str, usage: dict[str, Any]) -> Job | None:
     """A gang's part on `node` reported its usage: kept on its attempt under usage["nodes"][node]
     (the attempt's own usage is the part that ended it). None when there is nothing new."""
     a = job.attempts[attempt - 1] if 0 < attempt <= len(job.attempts) else None
@@ -110,7 +119,7 @@ def part_usage(job: Job, attempt: int, node: str, usage: dict) -> Job | None:
     return replace(job, attempts=job.attempts[:attempt - 1] + (new,) + job.attempts[attempt:])
 
 
-def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config, why: str = "node lease expired"):
+def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config, why: str = "node lease expired") -> Closed:
     """The node's lease expired under the job: `NF`, charged to the last heartbeat, requeued."""
     cur = job.current
     assert cur is not None, "node_failed: the job has no attempt"
@@ -146,8 +155,8 @@ def counts_as_preemption(job: Job, outcome: str) -> bool:
     return outcome == "preempted" and job.state == states.PREEMPTING
 
 
-def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: dict, message: str, cfg: Config,
-           checkpoint: float | None = None, now: float | None = None):
+def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code: int | None, usage: dict[str, Any],
+           message: str, cfg: Config, checkpoint: float | None = None, now: float | None = None) -> Closed:
     start = cur.dispatch_time or end
     charges, cost = _bill(job, cur, end, end if now is None else now, cfg)
     # The newest of what the runner saw in the checkpoint directory and what `labq checkpoint` said.
@@ -160,9 +169,10 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
     a = replace(cur, end_time=end, outcome=outcome, exit_code=exit_code, usage=usage, cost=cost,
                 charges=_totals(charges),
                 start_time=cur.start_time or None, last_checkpoint=last_ckpt, lost_work_s=round(lost, 3))
-    common = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code,
-                  node="", gpu_uuids=(), parts=(), preempted_for=None, preempt_time=None, borrowed=False,
-                  preempt_count=job.preempt_count + counts_as_preemption(job, outcome), requeue_requested=False)
+    common: dict[str, Any] = dict(
+        attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, exit_code=exit_code, node="",
+        gpu_uuids=(), parts=(), preempted_for=None, preempt_time=None, borrowed=False,
+        preempt_count=job.preempt_count + counts_as_preemption(job, outcome), requeue_requested=False)
     state, detail, more = after_attempt(job, outcome, exit_code, cur.start_time or start, end, last_ckpt, message, cfg)
     if state == states.PENDING:
         new = replace(job, state=state, reason=states.NONE, detail=detail, restart_count=job.restart_count + 1,
@@ -173,7 +183,7 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code, usage: d
     return new, charges
 
 
-def _bill(job: Job, cur: Attempt, end: float, now: float, cfg: Config) -> tuple[tuple, int]:
+def _bill(job: Job, cur: Attempt, end: float, now: float, cfg: Config) -> tuple[tuple[Charge, ...], int]:
     """(charges, cost) of an attempt: what its process ran, from its start to its end as the node
     measured them, at most the time limit + kill_wait; nothing for an attempt that never started."""
     span = ledger.run_span(cur.start_time, end, cur.dispatch_time, now, ledger.ceiling_seconds(job, cfg))
@@ -188,8 +198,8 @@ def _bill(job: Job, cur: Attempt, end: float, now: float, cfg: Config) -> tuple[
     return charges, ledger.charge(job.cost_rate, *span, "usd", cfg)
 
 
-def attempt_charges(job: Job, cur: Attempt, b, rate: int, start: float, end: float, cfg: Config,
-                    most: int | None = None) -> list:
+def attempt_charges(job: Job, cur: Attempt, b: Budget, rate: int, start: float, end: float, cfg: Config,
+                    most: int | None = None) -> list[Charge]:
     """The ledger entries of one attempt for budget `b`: one charge, or for a periodic budget one
     per period the allocation was held in (each period pays for the time used in it). `most`
     caps the total; the cut comes off the latest periods, so parts booked at earlier edges stand."""
@@ -207,15 +217,15 @@ def attempt_charges(job: Job, cur: Attempt, b, rate: int, start: float, end: flo
     return [Charge(job.id, cur.attempt, b.name, b.unit, amount, lab) for lab, amount in parts.items()]
 
 
-def _totals(charges) -> tuple:
+def _totals(charges: Iterable[Charge]) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
     for c in charges:
         out[c.budget] = out.get(c.budget, 0) + c.amount
     return tuple(out.items())
 
 
-def after_attempt(job: Job, outcome: str, exit_code, began: float, end: float, last_ckpt: float | None,
-                  message: str, cfg: Config) -> tuple[str, str, dict]:
+def after_attempt(job: Job, outcome: str, exit_code: int | None, began: float, end: float, last_ckpt: float | None,
+                  message: str, cfg: Config) -> tuple[str, str, dict[str, Any]]:
     """What an ended attempt makes of the job: (state, detail, fields a requeue changes).
 
     A requeue (state PD) keeps the id and counts a restart. What requeues:
@@ -250,10 +260,11 @@ def after_attempt(job: Job, outcome: str, exit_code, began: float, end: float, l
 
 def retry_delay(retries_used: int, cfg: Config) -> int:
     """Exponential backoff: retry_backoff, then twice as long for each further retry, capped."""
-    return min(cfg.retry_backoff * 2 ** min(retries_used, 32), cfg.retry_backoff_max)
+    doubled: int = 2 ** min(retries_used, 32)      # int ** int is typed Any: the exponent may be negative
+    return min(cfg.retry_backoff * doubled, cfg.retry_backoff_max)
 
 
-def _retry(job: Job, end: float, why: str, cfg: Config):
+def _retry(job: Job, end: float, why: str, cfg: Config) -> tuple[str, str, dict[str, Any]] | None:
     if job.retries_used >= job.retries:
         return None
     n = job.retries_used + 1

@@ -13,22 +13,25 @@ import json
 from dataclasses import dataclass, field, replace
 
 from ..jobs.model import Job, Node
-from ..units import MICRO, MS_PER_HOUR, accrue  # accrue lives in units: the thin CLI needs it without this module
-from .balance import (  # noqa: F401 - balances live in balance.py (the thin CLI's, without this module)
-    Balance,
-    accrued,
-    amount_of,
-    balance,
-    balances,
+from ..units import MICRO, MS_PER_HOUR, accrue as accrue  # in units: the thin CLI needs it without this module
+from .balance import (  # balances live in balance.py (the thin CLI's, without this module); named here too
+    Balance as Balance,
+    accrued as accrued,
+    amount_of as amount_of,
+    balance as balance,
+    balances as balances,
     effective_terms,
-    in_span,
-    outstanding,
-    override_active,
+    in_span as in_span,
+    outstanding as outstanding,
+    override_active as override_active,
 )
 from .periods import field as spent_field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: config.py reads this module (Config.budget_caps: cap), not the reverse
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
     from ..settings.config import Config
 
 
@@ -154,7 +157,7 @@ def charge(rate_per_hour: int, start: float, end: float, unit: str, cfg: Config)
     return accrue(rate_per_hour, billed(end - start, cfg)) + overhead(unit, cfg)
 
 
-def budgets_for(job: Job, budgets) -> tuple[Budget, ...]:
+def budgets_for(job: Job, budgets: Iterable[Budget]) -> tuple[Budget, ...]:
     return tuple(b for b in budgets if b.applies_to(job))
 
 
@@ -203,7 +206,7 @@ class Entry:
     amount: int = 0
     data: tuple[tuple[str, str], ...] = ()
 
-    def fields(self, ts: float) -> dict:
+    def fields(self, ts: float) -> dict[str, Any]:
         return {"type": self.type, "key": self.key, "budget": self.budget, "amount": self.amount,
                 **dict(self.data), "ts": ts}
 
@@ -211,32 +214,34 @@ class Entry:
 @dataclass
 class Books:
     """What a change writes besides jobs and charges, in the same transaction (store/writes.put_books)."""
-    entries: list = field(default_factory=list)     # Entry
-    overrides: list = field(default_factory=list)   # Override, written whole
-    limits: list = field(default_factory=list)      # (budget, JSON record or None = back to the config's)
-    periods: list = field(default_factory=list)     # (budget, label of its current period)
-    fired: list = field(default_factory=list)       # alert keys (alerts.Alert.key): each fires once
+    entries: list[Entry] = field(default_factory=list)
+    overrides: list[Override] = field(default_factory=list)     # written whole
+    limits: list[tuple[str, str | None]] = field(default_factory=list)  # (budget, JSON record or None: the config's)
+    periods: list[tuple[str, str]] = field(default_factory=list)    # (budget, label of its current period)
+    fired: list[str] = field(default_factory=list)      # alert keys (alerts.Alert.key): each fires once
 
     def __bool__(self) -> bool:
         return bool(self.entries or self.overrides or self.limits or self.periods or self.fired)
 
 
-def effective(budgets, limits: dict, overrides, now: float) -> tuple[Budget, ...]:
+def effective(budgets: Iterable[Budget], limits: dict[str, int], overrides: Iterable[Override],
+              now: float) -> tuple[Budget, ...]:
     """The configured budgets with `labq budget set` limits (budget -> micro) and active overrides."""
     return tuple(replace(b, limit=lim, overrides=extra)
                  for b, lim, extra in effective_terms(budgets, limits, overrides, now))
 
 
 # -- verification ----------------------------------------------------------------------------
-def verify(entries, spent: dict, keys, jobs=()) -> list[str]:
+def verify(entries: Iterable[Mapping[str, Any]], spent: Mapping[str, int | str], keys: Iterable[str],
+           jobs: Iterable[Job] = ()) -> list[str]:
     """Every problem in the ledger: a cached balance that the entries do not add up to, an entry
     without or with a repeated idempotency key, a key without an entry, an attempt whose recorded
     charges differ from its ledger entries. Empty when the ledger holds."""
-    problems: list = []
-    seen: set = set()
-    sums: dict = {}
-    by_key: dict = {}
-    by_attempt: dict = {}
+    problems: list[str] = []
+    seen: set[str] = set()
+    sums: dict[str, int] = {}
+    by_key: dict[tuple[str, str], int] = {}
+    by_attempt: dict[tuple[str, str], int] = {}
     for e in entries:
         k = e.get("key", "")
         if not k:

@@ -9,12 +9,28 @@ readable and immutable, and a new period starts from zero.
 
 Deterministic: the time is always an argument, never read from a clock.
 """
+from __future__ import annotations
+
 import re
 from datetime import datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..units import accrue
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # annotations only: the thin CLI (money/balance.py) imports this module without typing
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Protocol
+
+    class Periodic(Protocol):
+        """What a period reads of a budget: ledger.Budget, or the thin CLI's record of one (balance.py)."""
+        @property
+        def name(self) -> str: ...
+        @property
+        def period(self) -> str: ...
+        @property
+        def timezone(self) -> str: ...
 
 PERIODS = ("none", "week", "month", "quarter")
 _LABEL = {"week": re.compile(r"^(\d{4})-W(\d{2})$"), "month": re.compile(r"^(\d{4})-(\d{2})$"),
@@ -92,17 +108,17 @@ def bounds(period: str, lab: str, tz: str = "UTC") -> tuple[float, float]:
 _EXAMPLE = {"week": "2026-W47", "month": "2026-11", "quarter": "2026-Q4"}
 
 
-def current(b, t: float) -> str:
+def current(b: Periodic, t: float) -> str:
     """The label of budget `b`'s period at `t`."""
     return label(b.period, t, b.timezone)
 
 
-def spent_now(budgets, spent: dict, t: float) -> dict[str, int]:
+def spent_now(budgets: Iterable[Periodic], spent: Mapping[str, int | str], t: float) -> dict[str, int]:
     """budget name -> what is settled in its current period, from the `spent` hash."""
     return {b.name: int(spent.get(field(b.name, current(b, t)), 0)) for b in budgets}
 
 
-def history(b, spent: dict) -> list[tuple[str, int]]:
+def history(b: Periodic, spent: Mapping[str, int | str]) -> list[tuple[str, int]]:
     """(label, settled) of every period of `b` that has a balance, oldest first."""
     if b.period == "none":
         return [("", int(spent.get(b.name, 0)))]
@@ -110,7 +126,7 @@ def history(b, spent: dict) -> list[tuple[str, int]]:
     return sorted((k[len(prefix):], int(v)) for k, v in spent.items() if k.startswith(prefix))
 
 
-def spans(b, start: float, end: float) -> list[tuple[str, float, float]]:
+def spans(b: Periodic, start: float, end: float) -> list[tuple[str, float, float]]:
     """(label, from, to) of each of `b`'s periods that [start, end) overlaps, clipped to it, oldest
     first. A budget without periods has one span, the whole interval."""
     if b.period == "none" or end <= start:
@@ -124,7 +140,8 @@ def spans(b, start: float, end: float) -> list[tuple[str, float, float]]:
     return out
 
 
-def split(b, rate_per_hour: int, start: float, end: float, extra: int, billed) -> dict[str, int]:
+def split(b: Periodic, rate_per_hour: int, start: float, end: float, extra: int,
+          billed: Callable[[float], float]) -> dict[str, int]:
     """The cost of an allocation held over [start, end) at `rate_per_hour`, per period of `b`.
 
     Each period gets what accrues inside it: the cumulative cost at its end minus at its start, so
@@ -145,7 +162,7 @@ def split(b, rate_per_hour: int, start: float, end: float, extra: int, billed) -
     return out or {current(b, start) if b.period != "none" else "": extra}
 
 
-def span_at(b, t: float, lab: str = "") -> tuple[float, float] | None:
+def span_at(b: Periodic, t: float, lab: str = "") -> tuple[float, float] | None:
     """[start, end) of `b`'s period at `t` (or of the period named `lab`); None without periods."""
     if b.period == "none":
         return None
