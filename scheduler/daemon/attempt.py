@@ -5,15 +5,16 @@ and stops the parts still running (shared fate); an agent's own alert is recorde
 attempts their node or their runner lost. The daemon (events.py) reads the streams, heartbeats
 and leases, names the sender, runs the crash guard on what ended and commits."""
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import UsageError
 from ..jobs import states, transitions as tr
-from ..jobs.model import Attempt, Job
+from ..jobs.model import Attempt, Job, Node
 from ..money import alerts as budget_alerts
 from ..settings.config import Config
 from .change import Change
+from .decode import Event
 
 log = logging.getLogger("labq.scheduler")
 
@@ -24,7 +25,7 @@ def gang_stop(attempt: int) -> str:
     return f"stop:{attempt}"
 
 
-def decide(jobs: Mapping[int, Job], eid: str, ev, sender: str, now: float, cfg: Config) -> Change:
+def decide(jobs: Mapping[int, Job], eid: str, ev: Event, sender: str, now: float, cfg: Config) -> Change:
     """What a started/finished event (decode.Event) from node `sender` writes. Only the node the
     attempt was placed on speaks for it; `ended` is set when the event ends the attempt."""
     job = jobs.get(ev.job)
@@ -51,7 +52,7 @@ def decide(jobs: Mapping[int, Job], eid: str, ev, sender: str, now: float, cfg: 
     return Change(jobs=[new], charges=list(charges), ended=new)
 
 
-def _part_finished(job: Job, a: Attempt, ev, sender: str, parts: set, now: float, cfg: Config) -> Change:
+def _part_finished(job: Job, a: Attempt, ev: Event, sender: str, parts: set[str], now: float, cfg: Config) -> Change:
     """A gang's part ended. A part that completed waits for the others: the attempt completes
     when the last one has; so does a part of a gang being preempted or cancelled (each part keeps its
     grace: the job is requeued, or its GPUs freed, only once none runs, and billed to that end). Any
@@ -95,7 +96,7 @@ def _part_finished(job: Job, a: Attempt, ev, sender: str, parts: set, now: float
     return out
 
 
-def agent_alert(eid: str, ev, now: float) -> Change:
+def agent_alert(eid: str, ev: Event, now: float) -> Change:
     """An agent's own alert (idle GPUs, …): recorded and delivered like ours."""
     a = budget_alerts.from_event(eid, ev.node, ev.body, now)
     if a is None:
@@ -103,7 +104,8 @@ def agent_alert(eid: str, ev, now: float) -> Change:
     return Change(alerts=[a.fields()])
 
 
-def lost(on_node: list[Job], beats: list, gangs: Mapping[int, "str | tuple[Job, list] | None"], up: Mapping,
+def lost(on_node: list[Job], beats: list[tuple[float | None, float | None, float | None]],
+         gangs: Mapping[int, "str | tuple[Job, Sequence[tr.Charge]] | None"], up: Mapping[str, Node],
          down_since: Mapping[str, float], now: float, cfg: Config) -> Change:
     """Attempts lost with their node or their runner: `NF`, charged to the last sign of life, requeued.
     `on_node` the jobs holding a node, `beats` each one's (heartbeat, checkpoint, claimed at), `up`

@@ -16,16 +16,16 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import RefusedError, UsageError
 from ..jobs import states, transitions as tr
 from ..jobs.model import Job
 from ..jobs.plan import Cancel, Plan
 from ..money import alerts, budgetwatch, ledger, periods
-from ..money.ledger import Books, Entry, Override
+from ..money.ledger import Books, Budget, Entry, Override
 from ..settings.config import Config
 from ..units import fmt_money, to_micro
 from .applier import apply_plan
@@ -35,22 +35,24 @@ log = logging.getLogger("labq.scheduler")
 MAX_OVERRIDE_S = 366 * 86400
 MAX_IMPORT_ROWS = 10_000
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
+# A budget request's outcome: (the reply's fields, what it writes, the alerts it raises).
+Done = tuple[dict[str, Any], Books, list[alerts.Alert]]
 
 
 class BooksStore(Protocol):
     """What the bookkeeper reads from Redis (store/state.SchedulerStore has it)."""
-    def books(self) -> dict: ...
+    def books(self) -> dict[str, Any]: ...
     def spent(self) -> dict[str, int]: ...
     def charged(self, key: str) -> bool: ...
-    def known_keys(self, keys) -> set[str]: ...
+    def known_keys(self, keys: list[str]) -> set[str]: ...
 
 
 class Bookkeeper:
-    def __init__(self, store: BooksStore, cfg: Config):
+    def __init__(self, store: BooksStore, cfg: Config) -> None:
         self.store, self.base = store, cfg
         self.budgets = cfg.budgets              # the effective budgets
         self.overrides: dict[int, Override] = {}
-        self.limits: dict[str, dict] = {}       # budget -> {limit, by, at, prev}
+        self.limits: dict[str, dict[str, Any]] = {}     # budget -> {limit, by, at, prev}
         self.periods: dict[str, str] = {}       # budget -> label last rolled into
         self.fired: set[str] = set()
         self._seq = 0
@@ -70,7 +72,7 @@ class Bookkeeper:
         self.budgets = budgets
         return changed
 
-    def _effective(self, overrides, now: float):
+    def _effective(self, overrides: Iterable[Override], now: float) -> tuple[Budget, ...]:
         limits = {k: int(v["limit"]) for k, v in self.limits.items()}
         return ledger.effective(self.base.budgets, limits, overrides, now)
 
@@ -105,7 +107,8 @@ class Bookkeeper:
         attempts' parts booked, fired alerts, the stop policy's preempts and cancels), or None."""
         if not self.base.budgets:
             return None
-        books, raised = Books(), []
+        books = Books()
+        raised: list[alerts.Alert] = []
         for o in self.overrides.values():
             if o.state == "active" and o.expires <= now:
                 gone = replace(o, state="expired", ended=now)
@@ -134,11 +137,11 @@ class Bookkeeper:
             return None
         return replace(done.change, charges=booked, alerts=[a.fields() for a in raised], books=books)
 
-    def _roll_periods(self, books: Books, budgets, spent: dict, jobs: Mapping[int, Job], now: float,
-                      cfg: Config) -> list:
+    def _roll_periods(self, books: Books, budgets: Iterable[Budget], spent: Mapping[str, int], jobs: Mapping[int, Job],
+                      now: float, cfg: Config) -> list[tr.Charge]:
         """Each periodic budget whose period changed: a `period` entry (into `books`) and the
         charges booking the running attempts' parts of the period that closed (returned)."""
-        booked: list = []
+        booked: list[tr.Charge] = []
         for b in budgets:
             lab = periods.current(b, now)
             if b.period != "none" and self.periods.get(b.name) != lab:
@@ -153,12 +156,12 @@ class Bookkeeper:
         books.entries = [e for e in books.entries if e.type != "period" or not self.store.charged(e.key)]
         return booked
 
-    def _close_period(self, b, prev: str, jobs: Mapping[int, Job], cfg: Config) -> list:
+    def _close_period(self, b: Budget, prev: str, jobs: Mapping[int, Job], cfg: Config) -> list[tr.Charge]:
         """Charges booking what each running attempt used of periodic budget `b` up to the end of
         period `prev`, one per period (the parts already booked at earlier edges repeat their
         idempotency keys and are dropped by the commit). The attempt's end books only the rest."""
         end = periods.bounds(b.period, prev, b.timezone)[1]
-        out = []
+        out: list[tr.Charge] = []
         for j in jobs.values():
             cur = j.current
             if j.state not in states.ON_NODE or b.name not in dict(j.commit) or cur is None or cur.end_time:
@@ -172,7 +175,7 @@ class Bookkeeper:
             log.info("budget %s: period %s closed with %d running attempt(s) booked", b.name, prev, len(out))
         return out
 
-    def _protected(self) -> dict:
+    def _protected(self) -> dict[str, float]:
         """budget -> when `budget set` last lowered its limit (jobs running since before are left alone)."""
         return {k: float(v["at"]) for k, v in self.limits.items() if v.get("prev") is not None
                 and int(v["limit"]) < int(v["prev"])}
@@ -181,14 +184,15 @@ class Bookkeeper:
         return next((b.unit for b in self.base.budgets if b.name == budget), "usd")
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, op: str, user: str, body: dict, now: float) -> Change:
+    def request(self, op: str, user: str, body: dict[str, Any], now: float) -> Change:
         admins = self.base.security.admins
         if user not in admins:
             raise RefusedError(f"only admins ({', '.join(admins)}) may {op.replace('_', ' ')}")
-        reply, books, raised = getattr(self, "_" + op)(user, body, now)
+        done: Done = getattr(self, "_" + op)(user, body, now)
+        reply, books, raised = done
         return Change(reply={"ok": True, **reply}, books=books, alerts=[a.fields() for a in raised])
 
-    def _budget(self, body: dict):
+    def _budget(self, body: dict[str, Any]) -> Budget:
         name = body.get("budget")
         b = next((b for b in self.budgets if b.name == name), None)
         if b is None:
@@ -196,7 +200,7 @@ class Bookkeeper:
             raise UsageError(f"budget: no such budget {name!r} (known: {known})")
         return b
 
-    def _budget_set(self, user: str, body: dict, now: float):
+    def _budget_set(self, user: str, body: dict[str, Any], now: float) -> Done:
         b = self._budget(body)
         base = next(x for x in self.base.budgets if x.name == b.name)
         if body.get("reset"):
@@ -214,7 +218,7 @@ class Bookkeeper:
         books.fired.append(key)
         return {"budget": b.name, "limit": new / 1e6, "prev": b.limit / 1e6, "unit": b.unit}, books, [a]
 
-    def _budget_override(self, user: str, body: dict, now: float):
+    def _budget_override(self, user: str, body: dict[str, Any], now: float) -> Done:
         b = self._budget(body)
         amount = _amount(body.get("amount"), "amount")
         secs = body.get("expires")
@@ -229,7 +233,7 @@ class Bookkeeper:
         a = alerts.override_alert(o, "override", now, b.unit)
         return {"override": o.__dict__, "unit": b.unit}, Books(entries=[entry], overrides=[o], fired=[a.key]), [a]
 
-    def _budget_revoke(self, user: str, body: dict, now: float):
+    def _budget_revoke(self, user: str, body: dict[str, Any], now: float) -> Done:
         oid = body.get("id")
         o = self.overrides.get(oid) if isinstance(oid, int) and not isinstance(oid, bool) else None
         if o is None:
@@ -242,7 +246,7 @@ class Bookkeeper:
         a = alerts.override_alert(gone, "override_revoked", now, self._unit(o.budget), user)
         return {"override": gone.__dict__}, Books(entries=[entry], overrides=[gone], fired=[a.key]), [a]
 
-    def _ledger_import(self, user: str, body: dict, now: float):
+    def _ledger_import(self, user: str, body: dict[str, Any], now: float) -> Done:
         rows, source = body.get("rows"), str(body.get("source") or "")[:200]
         if not isinstance(rows, list) or not rows or len(rows) > MAX_IMPORT_ROWS:
             raise UsageError(f"rows: expected 1 to {MAX_IMPORT_ROWS} rows of [date, scope, amount]")
@@ -263,7 +267,7 @@ class Bookkeeper:
         return {"imported": len(fresh), "duplicates": len(entries) - len(fresh)}, Books(entries=fresh), []
 
 
-def _amount(v, what: str, zero: bool = False, negative: bool = False) -> int:
+def _amount(v: object, what: str, zero: bool = False, negative: bool = False) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise UsageError(f"{what}: expected a number, got {v!r}")
     m = to_micro(v, what)
@@ -272,7 +276,7 @@ def _amount(v, what: str, zero: bool = False, negative: bool = False) -> int:
     return m
 
 
-def _text(v, what: str, most: int) -> str:
+def _text(v: object, what: str, most: int) -> str:
     if not isinstance(v, str) or not v.strip():
         raise UsageError(f"{what}: required (a non-empty text)")
     if len(v) > most:

@@ -8,7 +8,9 @@ acknowledged, so no entry is ever redelivered to crash the next leader.
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import UsageError
 from ..jobs import bounds
@@ -31,7 +33,7 @@ FIELD_SLACK = 64 << 10     # beyond the body's own bound: a munge credential, an
 class Request:
     rid: str
     op: str
-    body: dict
+    body: dict[str, Any]
     expires: float | None    # epoch seconds after which the client has given up (None: never)
 
 
@@ -41,16 +43,17 @@ class Event:
     job: int
     attempt: int
     node: str
-    body: dict
+    body: dict[str, Any]
 
 
-def fields(raw, max_bytes: int) -> tuple[dict, str | None]:
+def fields(raw: Mapping[bytes | str, bytes | str] | None, max_bytes: int) -> tuple[dict[str, str], str | None]:
     """An entry's fields as Redis gave them (bytes: anyone may write anything) decoded into text,
     and what is wrong with them (None: nothing). Fields that decode are kept even when another is
     wrong, so that the reply still finds its client's rid."""
     if not raw:
         return {}, None
-    out, problem = {}, None
+    out: dict[str, str] = {}
+    problem: str | None = None
     if len(raw) > MAX_FIELDS:
         problem = f"{len(raw)} fields; expected at most {MAX_FIELDS}"
     total = 0
@@ -73,7 +76,7 @@ def fields(raw, max_bytes: int) -> tuple[dict, str | None]:
     return out, problem
 
 
-def entry(raw, max_bytes: int) -> tuple[dict, str | None]:
+def entry(raw: bytes | None, max_bytes: int) -> tuple[dict[str, str], str | None]:
     """A request as a client LPUSHed it (store/inbox.py: one JSON object of text fields), checked
     like `fields`: the fields that are good, and what is wrong (None: nothing)."""
     if not isinstance(raw, bytes) or len(raw) > max_bytes + FIELD_SLACK:
@@ -88,7 +91,8 @@ def entry(raw, max_bytes: int) -> tuple[dict, str | None]:
         obj = None
     if not isinstance(obj, dict):
         return {}, "expected a JSON object of text fields (rid, op, body, user, expires, cred)"
-    out, problem = {}, None if len(obj) <= MAX_FIELDS else f"{len(obj)} fields; expected at most {MAX_FIELDS}"
+    out: dict[str, str] = {}
+    problem = None if len(obj) <= MAX_FIELDS else f"{len(obj)} fields; expected at most {MAX_FIELDS}"
     for name, value in obj.items():
         if len(name) > MAX_NAME_BYTES or not isinstance(value, str) or not _encodes(name + value):
             what = "text that is not UTF-8" if isinstance(value, str) else type(value).__name__
@@ -98,7 +102,7 @@ def entry(raw, max_bytes: int) -> tuple[dict, str | None]:
     return out, problem
 
 
-def _rid_of(raw: bytes) -> dict:
+def _rid_of(raw: bytes) -> dict[str, str]:
     """The rid of a request that is not UTF-8, where one can be read: its client still gets the answer."""
     try:
         rid = json.loads(raw.decode("utf-8", "replace")).get("rid")
@@ -116,32 +120,31 @@ def _encodes(text: str) -> bool:
         return False
 
 
-def _shown(v) -> str:
+def _shown(v: object) -> str:
     text = v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
     return repr(text[:32])
 
 
-def reply_id(fields: dict, eid: str) -> str:
+def reply_id(fields: Mapping[str, object], eid: str) -> str:
     """The id the client waits on; the entry id when the given one is unusable (an answer must
     still go somewhere, and a key name made of a 1 MB rid would be a poison of its own)."""
     rid = fields.get("rid")
     return rid if isinstance(rid, str) and _RID.match(rid) else eid
 
 
-def request(fields: dict, eid: str, max_bytes: int) -> Request:
+def request(fields: Mapping[str, str], eid: str, max_bytes: int) -> Request:
     op = fields.get("op")
     if not isinstance(op, str) or not _OP.match(op):
         raise UsageError(f"op: expected a request name like submit or cancel, got {bounds._short(op)}")
     body = bounds.loads(fields.get("body") or "{}", f"{op}: body", max_bytes)
     if not isinstance(body, dict):
         raise UsageError(f"{op}: body: expected a JSON object, got {type(body).__name__}")
-    expires = fields.get("expires")
-    if expires is not None:
-        expires = _float("expires", expires)
+    given = fields.get("expires")
+    expires = _float("expires", given) if given is not None else None
     return Request(reply_id(fields, eid), op, body, expires)
 
 
-def event(fields: dict, max_bytes: int) -> Event:
+def event(fields: Mapping[str, str], max_bytes: int) -> Event:
     """A checked event, or a UsageError saying what is wrong with it."""
     kind = fields.get("kind")
     if kind not in KINDS:
@@ -159,13 +162,13 @@ def event(fields: dict, max_bytes: int) -> Event:
     return ev
 
 
-def _started(b: dict) -> None:
+def _started(b: dict[str, Any]) -> None:
     _opt_time(b, "start_time")
     if b.get("pid") is not None:
         bounds.integer("started: pid", b["pid"], 0, 2 ** 31)
 
 
-def _finished(b: dict) -> None:
+def _finished(b: dict[str, Any]) -> None:
     outcome = b.get("outcome", "error")
     if not isinstance(outcome, str) or not _OP.match(outcome):
         raise UsageError(f"finished: outcome: expected a word like completed, got {bounds._short(outcome)}")
@@ -179,13 +182,13 @@ def _finished(b: dict) -> None:
         raise UsageError(f"finished: message: expected text, got {bounds._short(b['message'])}")
 
 
-def _opt_time(b: dict, key: str) -> None:
+def _opt_time(b: dict[str, Any], key: str) -> None:
     v = b.get(key)
     if v is not None and v != 0:
         bounds.number(f"{key}", v, 0, bounds.MAX_INT)
 
 
-def _id(what: str, v) -> int:
+def _id(what: str, v: object) -> int:
     """Stream fields are text: a job or attempt number is 1–16 digits."""
     text = str(v) if isinstance(v, (str, int)) and not isinstance(v, bool) else ""
     if not re.fullmatch(r"\d{1,16}", text):
@@ -193,7 +196,7 @@ def _id(what: str, v) -> int:
     return int(text)
 
 
-def _float(what: str, v) -> float:
+def _float(what: str, v: object) -> float:
     try:
         f = float(v) if isinstance(v, (str, int, float)) and len(str(v)) < 40 else math.nan
     except ValueError:

@@ -12,6 +12,7 @@ An attempt is *claimed* when a runner wins HSETNX `claimed` on the attempt's has
 withdraws an attempt by winning that same HSETNX first, so exactly one of them happens: a runner
 never starts an attempt the scheduler took back, and the scheduler never requeues one that started.
 """
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..jobs import states
@@ -25,7 +26,7 @@ class Unclaimed:
     why: str
 
 
-def unclaimed(jobs, claims: dict[tuple[int, int], str | None], now: float, start_timeout: float,
+def unclaimed(jobs: Iterable[Job], claims: dict[tuple[int, int], str | None], now: float, start_timeout: float,
               managed: set[str]) -> list[Unclaimed]:
     """The running attempts to withdraw: unclaimed (no runner took them) and either cancelled (labq
     del ends such a job at once) or dispatched longer than `start_timeout` ago. `claims` maps

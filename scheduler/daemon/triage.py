@@ -3,9 +3,12 @@
 this tick, the wall clock at the moment the request is handled. Pure: an answer (refused, or a
 retry answered again) or the decoded request for a handler (handlers.py), whose Change the shell
 commits with the request's ack."""
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ..errors import LabqError, RefusedError, UsageError
+from ..jobs.model import Job
 from . import decode
 from .change import Change
 
@@ -13,6 +16,9 @@ from .change import Change
 # flood is read at the cost of reading it, never at the cost of the handlers).
 MAX_USER_REQUESTS_PER_TICK = 2_000
 MAX_USER_BYTES_PER_TICK = 64 << 20
+
+# Who sent a request: a login name, the error it was refused with, or what the shell knows of neither.
+Sender = TypeVar("Sender")
 
 
 @dataclass(frozen=True)
@@ -23,7 +29,7 @@ class Answered:
     remember: bool = True
 
 
-def bounded(sender, requests: int, size: int):
+def bounded(sender: Sender, requests: int, size: int) -> Sender | RefusedError:
     """The sender, or a RefusedError once they passed this tick's share (`requests` so far with this
     one, `size` bytes): one user's flood is answered at the cost of reading it, and cannot take the
     tick from the rest. A refusal or an unknown sender passes through as it is."""
@@ -35,7 +41,8 @@ def bounded(sender, requests: int, size: int):
     return sender
 
 
-def screen(eid: str, fields: dict, sender, prior: dict | None, max_bytes: int) -> "Answered | decode.Request":
+def screen(eid: str, fields: Mapping[str, str], sender: object, prior: dict[str, Any] | None,
+           max_bytes: int) -> "Answered | decode.Request":
     """Identified → answered before (a client retry, or a redelivery after a crash: answered again,
     never redone) → valid (decode.py). `sender` is a login name or the RefusedError it was refused
     with; `prior` the answer this request id was given (None: none)."""
@@ -63,7 +70,7 @@ def refusal(rid: str, error: str, code: int = 2) -> Answered:
     return Answered(Change(reply={"ok": False, "code": code, "error": error, "rid": rid}))
 
 
-def status_of(body: dict) -> str:
+def status_of(body: Mapping[str, Any]) -> str:
     """The request id a `labq stat --rid` asks about."""
     rid = body.get("of")
     if not isinstance(rid, str) or not decode.RID.match(rid):
@@ -71,7 +78,8 @@ def status_of(body: dict) -> str:
     return rid
 
 
-def status(rid: str, kept: dict | None, job, user: str, admins) -> dict:
+def status(rid: str, kept: Mapping[str, Any] | None, job: Job | None, user: str,
+           admins: Collection[str]) -> dict[str, Any]:
     """What became of request `rid`, as far as `user` may see it: `kept` its answer (None: none kept),
     `job` the record its answer names (None: none, or gone). Requests are handled in the order they
     were sent: one sent before this question is answered by now."""
