@@ -12,6 +12,7 @@ plain (str, bytes, int, float). Anything else goes through redis-py as before. W
 sees is what redis-py gives: the same replies (response callbacks applied), the same exceptions (an
 error reply parsed by the connection's parser; a connection lost while watching is a WatchError)."""
 import redis
+from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.connection import Connection, UnixDomainSocketConnection
 
 from . import resp
@@ -19,6 +20,10 @@ from .faults import ConnectionLost, RespError
 
 _PLAIN = frozenset((str, bytes, int, float))     # a float as redis-py writes it: repr() is str()
 _FAST = (Connection, UnixDomainSocketConnection)
+# redis-py's own Python parsers, whose buffer says whether a reply is half read. hiredis's (chosen by
+# redis-py whenever hiredis is importable) keeps unread bytes inside its C reader, where they cannot be
+# seen: such a connection goes through redis-py.
+_PARSERS = (_RESP2Parser, _RESP3Parser)
 
 
 class Desync(ConnectionLost):
@@ -28,8 +33,8 @@ class Desync(ConnectionLost):
 def _usable(c, stack) -> bool:
     if type(c) not in _FAST or getattr(c, "_resp2_fallback", False) or c._sock is None:
         return False
-    buf = getattr(getattr(c, "_parser", None), "_buffer", None)
-    if buf is None or buf.unread_bytes():
+    parser = getattr(c, "_parser", None)
+    if type(parser) not in _PARSERS or parser._buffer is None or parser._buffer.unread_bytes():
         return False
     plain = _PLAIN.issuperset
     for args, _ in stack:

@@ -118,3 +118,36 @@ def test_a_group_commit_of_100_requests_reads_its_replies_in_one_pass(both, monk
     s.tick(NOW + 1)
     assert all((reply(both, f"r{i}") or {}).get("ok") for i in range(100))
     assert counted.n < 20, f"{counted.n} replies parsed by redis-py ({time.process_time() - t0:.3f} s CPU)"
+
+
+class _OtherParser(redis._parsers._RESP3Parser):
+    """A parser wire.py does not know, as hiredis's is (redis-py picks _HiredisParser whenever hiredis
+    is importable): its unread bytes live where wire.py cannot see them."""
+
+
+def _with_parser(server, parser_class) -> redis.Redis:
+    pool = redis.ConnectionPool(connection_class=redis.UnixDomainSocketConnection, path=server.sock,
+                                decode_responses=True, parser_class=parser_class)
+    return redis.Redis(connection_pool=pool)
+
+
+def test_a_connection_with_a_parser_it_does_not_know_goes_through_redis_py(redis_server, monkeypatch):
+    r = _with_parser(redis_server, _OtherParser)
+    r.flushall()
+    counted = Counted(monkeypatch)
+    slow = _run(r, _mixed("slow"), False)
+    by_redis_py, counted.n = counted.n, 0
+    assert _run(r, _mixed("fast"), True) == slow
+    assert counted.n == by_redis_py, f"{counted.n} of {by_redis_py} replies read by redis-py: wire read the rest"
+    r.close()
+
+
+def test_a_connection_reading_through_hiredis_goes_through_redis_py(redis_server):
+    """Where hiredis is installed (a packager's python3-hiredis), the scheduler's commits crashed with
+    AttributeError: 'bytearray' object has no attribute 'unread_bytes'."""
+    hiredis_parser = pytest.importorskip("redis._parsers")._HiredisParser
+    pytest.importorskip("hiredis")
+    r = _with_parser(redis_server, hiredis_parser)
+    r.flushall()
+    assert _run(r, _mixed("h"), True) == _run(r, _mixed("p"), False)
+    r.close()
