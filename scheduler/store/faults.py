@@ -24,6 +24,14 @@ class ConnectionLost(OSError):
         self.sent = sent
 
 
+def unquote(s: str) -> str:
+    """A URL's %-escaped part as text (urllib only for one that has an escape)."""
+    if "%" not in s:
+        return s
+    from urllib.parse import unquote
+    return unquote(s)
+
+
 def without_credentials(url: str) -> str:
     """`url` without user and password (in the netloc or the query): what a message may show."""
     scheme, sep, rest = url.partition("://")

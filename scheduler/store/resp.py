@@ -12,17 +12,10 @@ unix://[[user]:password@]/path/to.sock[?db=N][&password=…]; `?protocol=3` spea
 """
 import _socket  # the C module: socket.py (its enums, selectors) is ~2 ms of every `labq sub`; TCP imports it
 
-from .faults import ConnectionLost, RespError
+from .faults import ConnectionLost, RespError, unquote
 
 CRLF = b"\r\n"
 _RECV = 1 << 18
-
-
-def _unquote(s: str) -> str:
-    if "%" not in s:
-        return s
-    from urllib.parse import unquote
-    return unquote(s)
 
 
 def parse_url(url: str) -> dict:
@@ -35,10 +28,10 @@ def parse_url(url: str) -> dict:
         raise ValueError(f"expected redis://, rediss://, unix:// or sentinel:// URL, got {url!r}")
     rest, _, query_s = rest.partition("?")
     query = dict(q.partition("=")[::2] for q in query_s.split("&") if q)
-    query = {k: _unquote(v) for k, v in query.items()}
+    query = {k: unquote(v) for k, v in query.items()}
     cred, at, where = rest.rpartition("@")
     user, _, password = cred.partition(":") if at else ("", "", "")
-    out = {"scheme": scheme, "username": _unquote(user) or None, "password": _unquote(password) or None,
+    out = {"scheme": scheme, "username": unquote(user) or None, "password": unquote(password) or None,
            "host": None, "port": None, "path": None, "db": 0, "protocol": int(query.get("protocol", 2)),
            "query": query}
     if query.get("password"):

@@ -20,6 +20,7 @@ Stdlib only at import: the thin client parses this URL on every `labq sub`.
 import time
 
 from ..settings.clientconf import SENTINEL_SCHEME as SCHEME, sentinel_address as address
+from .faults import ConnectionLost, RespError, unquote
 
 FAILOVER_WAIT = 30.0     # how long a thin connection waits for a reachable master (a failover's length)
 # How long one sentinel may take to accept a connection and to answer, on either side. A sentinel
@@ -36,16 +37,15 @@ def is_sentinel(url: str) -> bool:
 def parse(url: str) -> dict:
     """The sentinel URL's parts, shaped like resp.parse_url's (scheme "sentinel") plus `sentinels`
     [(host, port)], `service`, `ack` and `sentinel_auth`. ValueError names what is wrong."""
-    from .resp import _unquote
     rest = url[len(SCHEME) + 3:]
     rest, _, query_s = rest.partition("?")
-    query = {k: _unquote(v) for k, v in (q.partition("=")[::2] for q in query_s.split("&") if q)}
+    query = {k: unquote(v) for k, v in (q.partition("=")[::2] for q in query_s.split("&") if q)}
     cred, at, where = rest.rpartition("@")
     user, _, password = cred.partition(":") if at else ("", "", "")
     hosts, _, service = where.partition("/")
     if not service or "/" in service:
         raise ValueError(f"expected sentinel://host:port,…/SERVICE, got no service name in {url!r}")
-    return {"scheme": SCHEME, "username": _unquote(user) or None, "password": _unquote(password) or None,
+    return {"scheme": SCHEME, "username": unquote(user) or None, "password": unquote(password) or None,
             "host": None, "port": None, "path": None, "db": int(query.get("db") or 0),
             "protocol": int(query.get("protocol", 2)), "query": query,
             "sentinels": [address(h) for h in hosts.split(",")], "service": service,
@@ -58,16 +58,17 @@ def min_replicas_ack(url: str) -> int:
 
 
 # -- the thin side (store/resp.py) ----------------------------------------------------------------
-def master_address(opts: dict, connect_timeout: float) -> tuple[str, int]:
-    """Ask each sentinel in turn for the service's master; the first that answers is moved to the
-    front (it answers the next connect too). resp.ConnectionLost names every sentinel's failure."""
-    from . import resp
+def master_address(opts: dict, connect_timeout: float, connection) -> tuple[str, int]:
+    """Ask each sentinel in turn for the service's master, over a `connection` (resp.Connection: this
+    module is resp.py's for sentinel:// URLs, so it takes the class, never imports it); the first that
+    answers is moved to the front (it answers the next connect too). ConnectionLost names every
+    sentinel's failure."""
     errors = []
     for i, (host, port) in enumerate(opts["sentinels"]):
-        s = _sentinel_conn(host, port, opts, connect_timeout)
+        s = _sentinel_conn(host, port, opts, connect_timeout, connection)
         try:
             got = _ask(s, "SENTINEL", "get-master-addr-by-name", opts["service"])
-        except (resp.ConnectionLost, resp.RespError) as e:
+        except (ConnectionLost, RespError) as e:
             errors.append(f"{host}:{port}: {e}")
             continue
         finally:
@@ -76,20 +77,18 @@ def master_address(opts: dict, connect_timeout: float) -> tuple[str, int]:
             opts["sentinels"].insert(0, opts["sentinels"].pop(i))
             return got[0], int(got[1])
         errors.append(f"{host}:{port}: knows no master named {opts['service']!r}")
-    raise resp.ConnectionLost(f"no sentinel named a master for {opts['service']!r} ({'; '.join(errors)})")
+    raise ConnectionLost(f"no sentinel named a master for {opts['service']!r} ({'; '.join(errors)})")
 
 
-def _sentinel_conn(host: str, port: int, opts: dict, connect_timeout: float):
-    from . import resp
+def _sentinel_conn(host: str, port: int, opts: dict, connect_timeout: float, connection):
     t = min(connect_timeout, SENTINEL_TIMEOUT)
-    return resp.Connection(_sentinel_url(host, port, opts), connect_timeout=t, timeout=t)
+    return connection(_sentinel_url(host, port, opts), connect_timeout=t, timeout=t)
 
 
 def _ask(s, *cmd):
     """One question to a sentinel, not sent again on a timeout (the next sentinel is the retry)."""
-    from . import resp
     reply = s.pipeline([cmd], resend=False)[0]
-    if isinstance(reply, resp.RespError):
+    if isinstance(reply, RespError):
         raise reply
     return reply
 
@@ -107,23 +106,22 @@ def open_master(conn, opts: dict) -> None:
     sentinels, checked with ROLE (a sentinel may still name a master that was just demoted, or one
     that is down until its failover ends). Retries for up to FAILOVER_WAIT seconds, so that a
     command issued during a failover waits for the new master instead of failing."""
-    from . import resp
     deadline = conn.until or time.monotonic() + float(opts["query"].get("failover_wait") or FAILOVER_WAIT)
     while True:
         try:
-            host, port = master_address(opts, conn.connect_timeout)
+            host, port = master_address(opts, conn.connect_timeout, type(conn))
             opts["host"], opts["port"] = host, port
             conn.open_tcp(host, port)
             role = conn.raw_roundtrip([["ROLE"]])[0]
             if isinstance(role, list) and role and role[0] == "master":
                 return
             conn.close()
-            last: Exception = resp.ConnectionLost(f"{host}:{port} is no longer the master of {opts['service']!r}")
-        except (resp.ConnectionLost, resp.RespError) as e:
+            last: Exception = ConnectionLost(f"{host}:{port} is no longer the master of {opts['service']!r}")
+        except (ConnectionLost, RespError) as e:
             conn.close()
             last = e
         if time.monotonic() >= deadline:
-            raise resp.ConnectionLost(str(last)) from None
+            raise ConnectionLost(str(last)) from None
         time.sleep(0.2)
 
 
@@ -222,14 +220,13 @@ def doubt(answers: list, host: str, port: int) -> tuple[str, bool]:
 
 def doubt_thin(conn) -> tuple[str, bool]:
     """doubt() for a resp.Connection in sentinel mode, of the master it is connected to."""
-    from . import resp
     opts, answers = conn.opts, []
     for host, port in list(opts["sentinels"]):
-        s = _sentinel_conn(host, port, opts, conn.connect_timeout)
+        s = _sentinel_conn(host, port, opts, conn.connect_timeout, type(conn))
         try:
             flat = _ask(s, "SENTINEL", "MASTER", opts["service"])
             answers.append(dict(zip(flat[::2], flat[1::2])) if isinstance(flat, list) else flat)
-        except (resp.ConnectionLost, resp.RespError) as e:
+        except (ConnectionLost, RespError) as e:
             answers.append(e)
         finally:
             s.close()
