@@ -186,9 +186,9 @@ class Handlers:
             if job.state != states.PENDING:
                 return None, f"job {job.display_id} is {job.state}, not pending"
             return replace(job, held=held), "held" if held else "released"
-        return self._each_job(user, body, act)
+        return self._each_job(user, body, act, diverge=not held)
 
-    def _each_job(self, user: str, body: dict, act, make=None) -> Change:
+    def _each_job(self, user: str, body: dict, act, make=None, diverge: bool = True) -> Change:
         """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch.
         With `make`, `act` only judges and `make(job)` builds each new record later, CHUNK at a time
         (Change.chunks, committed one transaction each): a 100,000-task cancel never holds a second
@@ -203,7 +203,9 @@ class Handlers:
             raise RefusedError(f"the ids name {named} tasks; at most {MAX_TASKS_NAMED} in one request")
         admin = user in self.s.cfg.security.admins
         # Tasks of a held array kept as one rest diverge: taken out of it as records (jobs/rest.py).
-        left, taken = rest.diverge(self.s.rests, ids, lambda u: u == user or admin) if self.s.rests else ({}, [])
+        # Without `diverge` (hold, requeue: nothing to change in a held pending task) they stay there.
+        left, taken = rest.diverge(self.s.rests, ids, lambda u: u == user or admin) \
+            if diverge and self.s.rests else ({}, [])
         change, results, errors, runs = Change(rests=left), [], [], Runs()
         todo, seen = [], set()
         look = Lookup(self.s, ids, taken, left)
@@ -223,10 +225,10 @@ class Handlers:
                     errors.append({"id": job.display_id, "ok": False, "error": said})
                     results.append(errors[-1])
                     continue
-                if make is None:
+                if make is None and job.id not in look.resting:     # a resting task stays as it was
                     change.jobs.append(new)
                     change.controls += _controls(job, new)
-                elif job.id not in seen:
+                elif make is not None and job.id not in seen:
                     seen.add(job.id)
                     todo.append(job)
                 runs.add(job, said)
@@ -297,7 +299,7 @@ class Handlers:
             if job.state in states.ON_NODE:
                 return replace(job, requeue_requested=True), "requeueing"
             return None, f"job {job.display_id} already ended ({job.state}); only running jobs can be requeued"
-        return self._each_job(user, body, act)
+        return self._each_job(user, body, act, diverge=False)
 
     def dep_ids(self, text: str) -> list[int]:
         """The job ids a dependency on `text` means: `42` (the job, or every task of array 42) or

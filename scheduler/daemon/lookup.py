@@ -1,8 +1,9 @@
 """The jobs one cancel/hold/release/requeue names (handlers._each_job): in memory, else read from
 Redis in one bulk read for all its plain ids; each array's tasks indexed once per request, not
 walked per id. Tasks of a held array kept as one rest (jobs/rest.py) are found too: those the
-request takes out of their rest (`taken`, already Jobs), and those of a rest it may not touch
-(shown as they are, for the refusal to name them; they stay in their rest)."""
+request takes out of their rest (`taken`, already Jobs), and those of a rest it leaves alone
+(another user's, named for the refusal; or a hold or requeue, which change nothing of them):
+`resting`, they stay in their rest."""
 from ..jobs import rest
 from ..jobs.model import Job
 
@@ -11,17 +12,20 @@ class Lookup:
     def __init__(self, s, ids, taken=(), left=None):
         self.s = s
         self.taken = {j.id: j for j in taken}
-        # Rests the request leaves untouched (another user's): their tasks are seen, never taken.
+        # Rests the request leaves untouched: their tasks are seen, never taken.
         self.rests = {a: r for a, r in s.rests.items() if a not in (left or {})}
         wanted = sorted({int(t) for t in ids if t.isascii() and t.isdigit() and len(t) < 17}
                         - s.jobs.keys() - self.taken.keys())
         self.read = {j.id: j for j in s.store.jobs(wanted)} if wanted else {}
         self.arrays: dict[int, list[Job]] | None = None
+        self.resting: set[int] = set()     # ids of the tasks found still in their rest
 
     def record(self, jid: int) -> Job | None:
         got = self.s.jobs.get(jid) or self.taken.get(jid) or self.read.get(jid)
         if got is None and self.rests:
             got = rest.tasks_of(self.rests, [jid]).get(jid)
+            if got is not None:
+                self.resting.add(jid)
         return got
 
     def tasks(self, a: int) -> list[Job]:
@@ -33,6 +37,7 @@ class Lookup:
             self.index = {(j.array_id, j.array_index): j for js in self.arrays.values() for j in js}
         if a in self.rests:         # a rest it may not touch: its tasks, once, beside its records
             seen = self.rests.pop(a).tasks()
+            self.resting.update(j.id for j in seen)
             self.arrays[a] = sorted(self.arrays.get(a, []) + seen, key=lambda j: j.id)
             self.index.update(((a, j.array_index), j) for j in seen)
         return self.arrays.get(a, [])
