@@ -1,7 +1,8 @@
 """The scheduler's side of the request list (issue 34): clients LPUSH onto `labq:requests` and can do
 nothing else there; the scheduler LMOVEs requests into its own `labq:requests:taken` and LREMs each
 in the transaction that answers it (SchedulerStore.ack), so a leader that dies leaves them to the
-next. Also the entry in hand: what a recovering leader handles now, for the poison guard.
+next. Also the wake list the loop waits on between ticks, and the entry in hand: what a recovering
+leader handles now, for the poison guard.
 
 A mixin of SchedulerStore (state.py), which holds the connection, the keys and `txn`."""
 import hashlib
@@ -47,6 +48,20 @@ class RequestList:
         got = p.execute()
         pending, new = (got[2], got[3]) if streams else (None, None)
         return bool(got[0]) or bool(entries(pending)), int(got[1]), entries(new)
+
+    def wait_wake(self, timeout: float) -> bool:
+        """Block until a client or agent pushes to the wake list, or `timeout` passes; then empty it.
+        Tokens carry nothing (anyone may push anything): a wake-up means "read the requests and
+        events", which the tick does whole, so every token pushed before the DEL is served."""
+        # One round trip: Redis runs the DEL as the BLPOP returns, woken or timed out. A token pushed
+        # between the two is served all the same: a tick follows every wait.
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("BLPOP", self.k.wake, max(0.01, timeout), NEVER_DECODE=True)
+        p.delete(self.k.wake)
+        return bool(p.execute()[0])
+
+    def wakes_waiting(self) -> bool:
+        return self.r.llen(self.k.wake) > 0
 
     def taken_requests(self) -> list:
         """What a predecessor took and never answered, oldest first: [(entry id, raw bytes)]."""

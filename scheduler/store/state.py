@@ -36,13 +36,17 @@ class SchedulerStore(RequestList):
         self.acked = 0     # replicas that acknowledged the last replicated txn (WAIT's answer)
         self.doubt = ""    # why the sentinels did not confirm the master of that txn (conn.Keep.wait)
         self.held: dict[str, bytes] = {}     # entry id -> the bytes of each request taken, until acknowledged
+        self._spent: dict[str, int] | None = None   # the spent hash as read since the last transaction
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:
         """Take or renew the lease: "taken" (it was free), "renewed" (it was ours), or False while
         another scheduler holds it."""
         with self.lease_lock:
-            return self._acquire_leader(ttl_s)
+            got = self._acquire_leader(ttl_s)
+        if got == "taken":          # another leader may have written meanwhile
+            self._spent = None
+        return got
 
     @contextmanager
     def keeping_lease(self, ttl_s: float, every_s: float):
@@ -108,6 +112,7 @@ class SchedulerStore(RequestList):
 
     def txn(self, build, replicas: int = 0) -> list:
         """MULTI `build(pipe)`, fenced by the leader lease; then WAIT for `replicas` (self.acked: how many)."""
+        self._spent = None      # written or not, read afresh after it
         with self.lease_lock, conn.kept_pipeline(self.r) as (p, keep):
             try:
                 p.watch(self.k.leader)
@@ -215,7 +220,11 @@ class SchedulerStore(RequestList):
         return tuple(out)
 
     def spent(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
+        """The spent hash, read once between transactions: only the leader's transactions write it
+        (writes.put_charge), and every submit asks (a round trip per request where budgets are set)."""
+        if self._spent is None:
+            self._spent = {k: int(v) for k, v in self.r.hgetall(self.k.spent()).items()}
+        return dict(self._spent)
 
     def books(self) -> dict:
         """The budget state the scheduler keeps in Redis: overrides, limits, period labels, fired alerts."""
@@ -315,18 +324,6 @@ class SchedulerStore(RequestList):
     def put_new_jobs(self, jobs, tasks=None) -> set[int]:
         """A big change's new records, written ahead of its transaction (writes.put_new_jobs)."""
         return writes.put_new_jobs(self.r, self.k, jobs, tasks)
-
-    def wait_wake(self, timeout: float) -> bool:
-        """Block until a client or agent pushes to the wake list, or `timeout` passes; then empty it.
-        Tokens carry nothing (anyone may push anything): a wake-up means "read the requests and
-        events", which the tick does whole, so every token pushed before the DEL is served."""
-        got = self.r.execute_command("BLPOP", self.k.wake, max(0.01, timeout), NEVER_DECODE=True)
-        if got:
-            self.r.delete(self.k.wake)
-        return bool(got)
-
-    def wakes_waiting(self) -> bool:
-        return self.r.llen(self.k.wake) > 0
 
     def read_group(self, streams: list[str], pending: bool, count: int = 500):
         """Entries of the scheduler's group: ones delivered but not acknowledged (after a restart)

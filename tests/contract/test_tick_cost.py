@@ -1,9 +1,15 @@
 """What every tick costs whatever the queue holds (issue 39 item 3: a fixed cost per batch ≤ 1 ms): the
 checks for lost and unclaimed attempts look at the jobs holding a node, never walk the pending queue
-(10,000 pending jobs made them ~1.4 ms of every tick, 100,000 ~14 ms)."""
+(10,000 pending jobs made them ~1.4 ms of every tick, 100,000 ~14 ms), and a tick's round trips to
+Redis do not grow with the requests it answers."""
+from redis.connection import AbstractConnection
+
 from labq.scheduler.jobs import states
+from labq.scheduler.store import wire
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, K, job, one_admitted, submit, woke
+from tests.harness import BODY, CFG, K, job, one_admitted, setup, submit, woke
+
+NOW = 1_800_000_000.0
 
 
 class Walked(dict):
@@ -40,3 +46,44 @@ def test_lost_and_unclaimed_attempts_are_found_without_walking_the_pending_queue
     s._unclaimed(now + s.cfg.start_timeout + 10)
     assert job(r, 1).attempts[0].outcome == "withdrawn"
     assert Walked.walks == 0
+
+
+def test_a_woken_wait_empties_the_wake_list_in_one_round_trip(real_redis, monkeypatch):
+    """The loop's wait between ticks: BLPOP, then DEL of the tokens left, was two round trips a tick."""
+    s = setup(real_redis, None, NOW)
+    real_redis.lpush(K.wake, "user:alice", "user:bob", "user:carol")
+    sent = []
+    send = AbstractConnection.send_packed_command
+
+    def counted(c, *a, **kw):
+        sent.append(1)
+        return send(c, *a, **kw)
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    assert s.store.wait_wake(5.0) is True
+    assert len(sent) == 1 and real_redis.llen(K.wake) == 0
+    assert s.store.wait_wake(0.05) is False       # nothing pushed: the wait times out, not woken
+
+
+def test_submits_read_the_budgets_balances_once_a_batch_not_once_each(real_redis, monkeypatch):
+    """The intake of a tick that answers 10 submits, with budgets set: each submit read the whole
+    spent hash (HGETALL, a round trip) for its budget check. Now: the tick's first look (store.look),
+    the moves, the done keys, the balances at most once, and the commit (WATCH, the lease,
+    MULTI..EXEC): at most 7 round trips, 16 before."""
+    assert CFG.budgets
+    s = setup(real_redis, None, NOW)
+    for i in range(10):
+        submit(real_redis, "alice", {**BODY, "hold": True}, f"r{i}")
+    sent = []
+    send = AbstractConnection.send_packed_command
+
+    def counted(c, *a, **kw):
+        sent.append(1)
+        return send(c, *a, **kw)
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    exchange = wire._exchange
+    monkeypatch.setattr(wire, "_exchange", lambda *a: (sent.append(1), exchange(*a))[1])
+    s.now = NOW + 1
+    s._intake(NOW + 1, pending=False)
+    trips = len(sent)
+    assert real_redis.llen(K.requests) == 0 and len(real_redis.lrange(K.reply("r9"), 0, -1)) == 1
+    assert trips <= 7, f"{trips} round trips"
