@@ -24,6 +24,8 @@ SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"
 
 def _int(body, key, lo, default=None, optional=False, hi=bounds.MAX_INT):
     v = body.get(key, default)
+    if type(v) is int and lo <= v <= hi:      # the usual case, before the checks that name what is wrong
+        return v
     if v is None and optional:
         return None
     return bounds.integer(key, v, lo, hi)

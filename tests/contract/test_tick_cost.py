@@ -2,6 +2,8 @@
 checks for lost and unclaimed attempts look at the jobs holding a node, never walk the pending queue
 (10,000 pending jobs made them ~1.4 ms of every tick, 100,000 ~14 ms), and a tick's round trips to
 Redis do not grow with the requests it answers."""
+import json
+
 from redis.connection import AbstractConnection
 
 from labq.scheduler.jobs import states
@@ -68,7 +70,7 @@ def test_submits_read_the_budgets_balances_once_a_batch_not_once_each(real_redis
     """The intake of a tick that answers 10 submits, with budgets set: each submit read the whole
     spent hash (HGETALL, a round trip) for its budget check. Now: the tick's first look (store.look),
     the moves, the done keys, the balances at most once, and the commit (WATCH, the lease,
-    MULTI..EXEC): at most 7 round trips, 16 before."""
+    MULTI..EXEC): 6 round trips, 16 before."""
     assert CFG.budgets
     s = setup(real_redis, None, NOW)
     for i in range(10):
@@ -86,4 +88,22 @@ def test_submits_read_the_budgets_balances_once_a_batch_not_once_each(real_redis
     s._intake(NOW + 1, pending=False)
     trips = len(sent)
     assert real_redis.llen(K.requests) == 0 and len(real_redis.lrange(K.reply("r9"), 0, -1)) == 1
-    assert trips <= 7, f"{trips} round trips"
+    assert trips <= 6, f"{trips} round trips"
+
+
+def test_jobs_submitted_from_one_shell_share_one_copy_of_its_environment(conns):
+    """Each pending single job held its own copy of the exported environment (~2 KB a job from a
+    login shell), and each submit encoded it again for Redis; what is stored is unchanged."""
+    r, raw = conns
+    s = setup(r, raw, NOW)
+    env = {f"VAR{i}": f"value {i} " * 5 for i in range(40)}
+    for i in range(3):
+        submit(r, "alice", {**BODY, "hold": True, "export": "ALL", "env": dict(env)}, f"e{i}")
+    submit(r, "alice", {**BODY, "hold": True, "export": "ALL", "env": {**env, "VAR0": "other"}}, "other")
+    s.tick(NOW + 1, woke(r))
+    jobs = sorted(s.jobs.values(), key=lambda j: j.id)
+    assert len(jobs) == 4 and jobs[0].env == tuple(sorted(env.items()))
+    assert jobs[1].env is jobs[0].env and jobs[2].env is jobs[0].env
+    assert jobs[3].env is not jobs[0].env and dict(jobs[3].env)["VAR0"] == "other"
+    for j in jobs:
+        assert json.loads(r.get(K.job_env(j.id))) == [list(p) for p in j.env]
