@@ -99,7 +99,7 @@ def drain(n: int) -> dict:
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         rate = n / dt
         stat_s, stat_cpu_s = stat_times(rs.sock)
-        s.last_plan = time.time()   # the array is timed from read to reply, not the plan after it
+        s.state.last_plan = time.time()   # the array is timed from read to reply, not the plan after it
         rid = queue(s.store.r, s.k, 1, {**BODY, "array": [1, 10_000, 1]}, tag="arr")[0]
         t0, c0 = time.perf_counter(), time.process_time()
         while not s.store.r.exists(s.k.reply(rid)):
@@ -168,7 +168,7 @@ def memory(n: int = 100_000) -> dict:
         reply = json.loads(s.store.r.lindex(s.k.reply(rid), 0))
         if not reply.get("ok"):
             raise SystemExit(f"the array was refused: {reply.get('error')}")
-        s.last_plan = float("-inf")
+        s.state.last_plan = float("-inf")
         t1 = time.perf_counter()
         s.tick(time.time())             # a plan of the whole queue
         plan_s = time.perf_counter() - t1

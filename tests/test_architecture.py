@@ -30,7 +30,6 @@ IMPURE = {"redis", "hiredis", "psutil", "pynvml", "socket", "subprocess", "time"
 EDGES = {
     "labq.scheduler.store": "Redis: the only package that talks to it",
     "labq.scheduler.daemon.loop": "the scheduler's run loop: clock, lease, signals, hooks",
-    "labq.scheduler.daemon.commit": "the daemon's group commit (a mixin of Scheduler): the lease clock",
     "labq.scheduler.daemon.events": "the daemon's side of the nodes' events (a mixin of Scheduler): reads the store",
     "labq.scheduler.client": "the Python client: request ids, wall clock, Redis",
     "labq.scheduler.thinclient": "the hot CLI commands' client: a RESP socket (store/resp.py), munge",
@@ -443,7 +442,7 @@ def test_the_named_core_is_in_the_core():
              "daemon.crashguard", "sim.whatif", "jobs.jobspec", "settings.config",
              # the daemon's deciders: (state, input) -> Change
              "daemon.attempt", "daemon.applier", "daemon.bookkeeper", "daemon.handlers", "daemon.change",
-             "daemon.triage"]
+             "daemon.triage", "daemon.state"]
     assert set(f"labq.scheduler.{n}" for n in named) <= set(core(GRAPH))
 
 

@@ -235,3 +235,31 @@ def _pend(w: _Work, job_id: int, verdict: Verdict, reasons: bool) -> Job | None:
         return None
     # The room a preemptor freed stays its own (plan() reads the earmark): kept in the record.
     return tr.pend(j, j.reason, j.detail, *verdict[2:])
+
+
+def without_flips(p: Plan, jobs: Mapping[int, Job]) -> Plan:
+    """`p` without the Resources/Priority flips of jobs already waiting for room: what a pass that
+    refills room freed within the tick leaves unwritten (loop._schedule)."""
+    return replace(p, pending=tuple(pd for pd in p.pending if not _flip(jobs.get(pd.job_id), pd)))
+
+
+def _flip(old: Job | None, pd: Pending) -> bool:
+    return old is not None and {old.reason, pd.reason} <= {states.RESOURCES, states.PRIORITY} \
+        and not (old.earmark or pd.earmark)
+
+
+def changes(done: Applied, chunk: int) -> list[Change]:
+    """What an applied pass writes, one transaction each: admissions with their dispatch, expiries and
+    preemptions with the new reasons, or, where more than `chunk` jobs got a new reason, those after
+    it in Changes of `chunk` (new reasons alone need no atomicity with anything: the first pass over
+    a 100,000-task array never builds one 100 MB transaction)."""
+    pended, change = list(done.pended), done.change
+    out = []
+    if change.jobs or len(pended) <= chunk:
+        if len(pended) <= chunk:
+            change.jobs += pended
+        out.append(change)
+    if len(pended) > chunk:
+        out += [Change(jobs=pended[i:i + chunk]) for i in range(0, len(pended), chunk)]
+    return out
+

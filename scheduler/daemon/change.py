@@ -1,6 +1,7 @@
 """What a decision writes, as plain data. Every decider of the daemon returns one `Change`: a
 request's handler, a node's event, the bookkeeper, the plan applier (`Applied.change`); the daemon
-commits it (`Committer.commit`) in one transaction with the acknowledgement of what caused it."""
+commits it (`Scheduler.commit`: the state takes it, store/commit.py writes it) in one transaction with
+the acknowledgement of what caused it."""
 from dataclasses import dataclass, field
 
 

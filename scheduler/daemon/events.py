@@ -50,8 +50,8 @@ class NodeEvents:
         ended = change.ended
         if ended is not None:
             # Learned once it is written: a redelivered event finds the attempt closed (no result).
-            self.estimator.observe_ended(ended)
-            self.freed = True
+            self.state.estimator.observe_ended(ended)
+            self.state.freed = True
             outcome = str(ev.body.get("outcome"))
             log.log(end_level(outcome), "job %s attempt %d %s -> %s", ended.display_id, ev.attempt, outcome,
                     ended.state)
@@ -64,15 +64,15 @@ class NodeEvents:
         if new is None:
             return change
         a = new.attempts[-1]
-        count = self.guard.record(new.user, a.outcome, a.end_time or now)
+        count = self.state.guard.record(new.user, a.outcome, a.end_time or now)
         if not count:
             return change
         pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
-        held = crashguard.hold(pool, new.user, self.guard.detail(count))
+        held = crashguard.hold(pool, new.user, self.state.guard.detail(count))
         log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
-                    new.user, count, self.guard.window, len(held))
+                    new.user, count, self.state.guard.window, len(held))
         jobs = held if any(h.id == new.id for h in held) else [new, *held]
-        alert = crashguard.alert(new.user, count, self.guard.window, [h.id for h in held], now)
+        alert = crashguard.alert(new.user, count, self.state.guard.window, [h.id for h in held], now)
         return replace(change, jobs=jobs, alerts=[*change.alerts, alert],
                        ended=next((j for j in jobs if j.id == new.id), new))
 
@@ -83,14 +83,14 @@ class NodeEvents:
         up = {n.name: n for n in self.nodes}
         for n in self.nodes:
             if n.state == "down":
-                self.down_since.setdefault(n.name, now)
+                self.state.down_since.setdefault(n.name, now)
             else:
-                self.down_since.pop(n.name, None)
+                self.state.down_since.pop(n.name, None)
         on_node = self._on_node()
         beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
-        self.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
-        if now - self.sighted <= self.cfg.node_lease + self.cfg.fence_margin:
+        self.state.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
+        if now - self.state.sighted <= self.cfg.node_lease + self.cfg.fence_margin:
             # Redis came back lately: no runner could beat or post a result while it was away (it
             # kept its result, worker/results.py). Each gets what a heartbeat gives before it is lost.
             on_node = []
@@ -102,7 +102,7 @@ class NodeEvents:
                             job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
                 self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
                                           f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
-        change = attempt.lost(on_node, beats, gangs, up, self.down_since, now, self.cfg)
+        change = attempt.lost(on_node, beats, gangs, up, self.state.down_since, now, self.cfg)
         if change.jobs:
             self.commit(change)
 
@@ -126,7 +126,7 @@ class NodeEvents:
                 continue        # its runner is gone, so it beats no more: not lost (nor its node's to fence)
             node = up.get(name)
             down = node is None or node.state == "down"
-            gone = down and now - self.down_since.get(name, now) >= self.cfg.fence_margin
+            gone = down and now - self.state.down_since.get(name, now) >= self.cfg.fence_margin
             hb = beat or claimed_at     # a runner starts nothing once the lease it saw with its claim is over
             if hb is None:
                 # Never started here: its node died (or its lease has yet to run out), or no runner
@@ -176,7 +176,7 @@ class NodeEvents:
         if not node or not nodehealth.mark(self.store.r, self.k, node, reason, now):
             return
         log.error("node %s is unhealthy: %s; nothing is dispatched there until a runner proves alive", node, reason)
-        self.nodes = tuple(replace(n, state="unhealthy", reason=reason) if n.name == node and n.state == "up" else n
+        self.state.nodes = tuple(replace(n, state="unhealthy", reason=reason) if n.name == node and n.state == "up" else n
                            for n in self.nodes)
         a = budget_alerts.Alert(f"node:{node}|unhealthy|{now}", "node_unhealthy", f"node:{node}", "error",
                                 f"node {node} is unhealthy: {reason}; it gets no work until a runner proves alive",
@@ -195,4 +195,4 @@ class NodeEvents:
             nodehealth.clear(self.store.r, self.k, n)
             log.warning("node %s: a runner proved alive; healthy again", n)
         if well:
-            self.nodes = tuple(replace(n, state="up", reason="") if n.name in well else n for n in self.nodes)
+            self.state.nodes = tuple(replace(n, state="up", reason="") if n.name in well else n for n in self.nodes)

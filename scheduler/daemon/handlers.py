@@ -25,9 +25,9 @@ from ..money import ledger, periods
 from ..security import members
 from ..settings.config import Config
 from ..units import fmt_money
-from .batch import Tally
 from .change import Change
 from .lookup import Lookup
+from .state import Tally
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
 # What one cancel/hold/release/requeue may name: a request is handled inside a tick, so its cost

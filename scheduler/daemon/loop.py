@@ -16,28 +16,23 @@ from dataclasses import replace
 
 from .. import policy
 from ..errors import RefusedError, StalePlanError
-from ..jobs import rest, states, transitions as tr
 from ..jobs.estimate import Estimator
 from ..jobs.model import Job, Snapshot
-from ..jobs.plan import Pending
-from ..money import fairshare
-from ..policy.depend import targets as dependency_targets
-from ..policy.kept import Kept
 from ..settings.config import Config
+from ..store import writes
+from ..store.commit import BIG_COMMIT, Committer, release_memory
 from ..store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from ..store.keys import Keys
 from ..store.reads import Reader
 from ..store.state import SchedulerStore
-from . import crashguard, sdnotify
-from .applier import apply_plan
-from .batch import Batch, Tally
+from . import applier, crashguard, sdnotify
 from .bookkeeper import Bookkeeper
 from .change import Change
-from .commit import BIG_COMMIT, Committer, release_memory
 from .events import NodeEvents
 from .handlers import Handlers
 from .hooks import Hooks
 from .requests import Inboxes
+from .state import SchedulerState, learned_from
 
 log = logging.getLogger("labq.scheduler")
 
@@ -58,60 +53,45 @@ def _sleep_until(deadline: float, stop) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
-def learned_from(ended, cfg: Config) -> Estimator:
-    """An estimator that has seen `ended` (the recent ended jobs, oldest end first): their last
-    attempts, where they ended on the job's own terms."""
-    est = Estimator.from_config(cfg)
-    for job in sorted(ended, key=lambda j: (j.end_time or 0, j.id)):
-        est.observe_ended(job)
-    return est
+def _of_state(name: str) -> property:
+    return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Scheduler(Committer, NodeEvents, Inboxes):
+class Scheduler(NodeEvents, Inboxes):
+    """The shell around the scheduler's state (state.py): it holds the state, the store and the
+    committer, reads, asks the deciders for Changes, and commits them."""
+
     def __init__(self, r, cfg: Config = None, me: str | None = None, clock=time.time, durable=None, metrics=None,
                  archiver=None, history=None):
-        self.cfg, self.k, self.clock = cfg, Keys(cfg.prefix), clock
+        self.k, self.clock = Keys(cfg.prefix), clock
         self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.state = SchedulerState(cfg=cfg, estimator=Estimator.from_config(cfg),
+                                    guard=crashguard.CrashGuard.from_config(cfg))
         self.store = SchedulerStore(r, self.k, self.me)
-        self.down_since: dict[str, float] = {}     # node -> when this scheduler first saw its lease gone
-        # When this scheduler could see Redis again after failing to (issue 35): nobody could beat
-        # or post while it was away, so a runner's silence counts from then (events.py).
-        self.sighted, self.blind = float("-inf"), False
+        self.committer = Committer()             # the open batch; it writes through self.store
+        self.blind = False                         # Redis was out of sight (state.sighted: when it came back)
         self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
-        self.jobs: dict[int, Job] = {}
-        self.rests: dict = {}                # array id -> jobs/rest.Rest: a held array's tasks not yet records
-        self.kept = Kept()                   # plan()'s request classes and ordered backlog, kept from pass to pass
-        self.seq = self.seq_written = 0      # job ids: the last handed out, the last written to Redis
-        self.tally = Tally()                 # pending/active counts per user and account, kept as jobs change
-        self.batch: Batch | None = None      # what is staged for the next transaction (group commit)
-        self.answered: dict = {}             # rid -> reply, for the requests of the read being handled
         self.leading = False
         self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
-        self.nodes = ()
-        self.last_plan = float("-inf")
-        self.last_reasons = float("-inf")  # when a pass last wrote every pending job's new reason
-        self.freed = False                 # an attempt ended since the last plan (room to refill)
         self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
         self.handlers = Handlers(self)
-        self.usage: dict[str, tuple[float, float]] = {}   # fair share: account -> (decayed value, as of)
-        self.guard = crashguard.CrashGuard.from_config(cfg)
-        self.ended: dict[int, str] = {}    # state of ended jobs that pending jobs depend on (never changes)
-        self.ended_shown: dict[int, str] = {}   # their display ids, where not the id ("126_7")
         # Budget limits, overrides, periods, alerts and the stop policy. `self.cfg.budgets` follows its
         # effective budgets (`budget set` limits, active overrides: _use_budgets); the file's are in it.
         self.books = Bookkeeper(self.store, cfg)
         self.hooks = Hooks(cfg.alerts)     # delivers each alert once its transaction is written
         self.now = 0.0                     # the time of what is being processed (the injected clock)
-        self.file_checkpoints: dict[int, float] = {}   # job -> newest checkpoint file its runner reported
         self.metrics = metrics             # metrics.Metrics when scheduler.metrics is set
         self.durable = durable             # durability.Durability: checked before leading (labq scheduler)
         self._refused = ""                 # the last durability refusal logged (each is logged once)
         self.archiver = archiver           # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = history             # store/archive.History: what the archiver moved, for reads
         self.acct_backlog: list[int] = []  # ended jobs without a Redis acct row (an older labq's), back-filled
-        # Run times learned from ended jobs (estimate.py): stamped on each submit, fed at each attempt end.
-        self.estimator = Estimator.from_config(cfg)
+
+    # What the handlers (handlers.State), the metrics and the tests read of the state.
+    cfg, jobs, nodes = _of_state("cfg"), _of_state("jobs"), _of_state("nodes")
+    tally, estimator, rests = _of_state("tally"), _of_state("estimator"), _of_state("rests")
+    ended = _of_state("ended")
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
@@ -137,14 +117,14 @@ class Scheduler(Committer, NodeEvents, Inboxes):
                 if not self._durable_ok():
                     return False
                 # Behind replicas, nothing of this master's is the state file's until a commit is acknowledged.
-                self.unreplicated = bool(self.replicas_ack())
+                self.committer.unreplicated = bool(self.replicas_ack())
                 # The lease is renewed while the state reloads, however long that takes.
                 with self.store.keeping_lease(self.lease_s, self.lease_s / 3) as kept:
                     self._recover(now)
                 if kept.lost:
                     raise StalePlanError(kept.lost)
                 self.renewed = kept.renewed
-            self.nodes = self.store.nodes(now)
+            self.state.nodes = self.store.nodes(now)
             self._intake(now, pending=False)
             self._lost_attempts(now)
             self._unclaimed(now)
@@ -156,18 +136,19 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             # An attempt's end freed room: plan again at once, unless planning would take more than
             # a third of the loop (at most every 2 x the last plan's own time), or a busy node
             # drains at one job per slot per tick.
-            refill = self.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
-            if now - self.last_plan >= self.cfg.tick or refill or not self.store.wakes_waiting():
+            st = self.state
+            refill = st.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
+            if now - st.last_plan >= st.cfg.tick or refill or not self.store.wakes_waiting():
                 # `now` is the tick's only clock: the ends processed in this tick were capped at it
                 # (transitions.finished), so an admission at `now` never precedes them.
                 began = time.monotonic()
-                reasons = now - self.last_reasons >= self.cfg.tick
+                reasons = now - st.last_reasons >= st.cfg.tick
                 self._schedule(now, reasons)
-                self.last_plan, self.freed = now, False
-                self.last_reasons = now if reasons else self.last_reasons
+                st.last_plan, st.freed = now, False
+                st.last_reasons = now if reasons else st.last_reasons
                 self.plan_done = time.monotonic()
                 self.plan_cost = self.plan_done - began
-            if self.durable is not None and not self.unreplicated:   # figures a failover may yet undo: not kept
+            if self.durable is not None and not self.committer.unreplicated:   # figures a failover may yet undo: not kept
                 self.durable.seen()
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
@@ -251,32 +232,28 @@ class Scheduler(Committer, NodeEvents, Inboxes):
 
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
-        self.jobs = self.store.active_jobs()
-        self.store.rebuild_stat_rows(self.jobs.values())
+        st = self.state
+        st.loaded(self.store.active_jobs(), self.store.job_seq(), Reader(self.store.r, self.k).rests())
+        self.store.rebuild_stat_rows(st.jobs.values())
         self.acct_backlog = self.store.acct_rows_missing()
-        self.seq = self.seq_written = self.store.job_seq()
-        self.tally = Tally(self.jobs.values())
-        self.rests = Reader(self.store.r, self.k).rests()
-        for r in self.rests.values():
-            self.tally.add_alike(r.template, r.left)
         self.store.ensure_group(self.k.events)
         self.leading = True
         if self.blind:
-            self.sighted, self.blind = now, False
-            self.down_since.clear()
-        self.nodes = self.store.nodes(now)
+            st.sighted, self.blind = now, False
+            st.down_since.clear()
+        st.nodes = self.store.nodes(now)
         self.event_streams = set()
         self._node_streams()
         self.books.load(now)
         self._use_budgets()
-        self.usage = Reader(self.store.r, self.k, self.history).usage()
-        if self.guard.on:   # the failures of the last window, as the previous leader counted them
-            mine = [(a.end_time, j.user, a.outcome) for j in self.jobs.values() for a in j.attempts]
-            ended = Reader(self.store.r, self.k).attempt_ends(now - self.guard.window, crashguard.REBUILD_JOBS)
-            self.guard.rebuild_ends(mine + ended, now)
-        self.estimator = learned_from(Reader(self.store.r, self.k).recent_runs(self.cfg.estimate.history), self.cfg)
+        st.usage = Reader(self.store.r, self.k, self.history).usage()
+        if st.guard.on:   # the failures of the last window, as the previous leader counted them
+            mine = [(a.end_time, j.user, a.outcome) for j in st.jobs.values() for a in j.attempts]
+            ended = Reader(self.store.r, self.k).attempt_ends(now - st.guard.window, crashguard.REBUILD_JOBS)
+            st.guard.rebuild_ends(mine + ended, now)
+        st.estimator = learned_from(Reader(self.store.r, self.k).recent_runs(st.cfg.estimate.history), st.cfg)
         self._intake(now, pending=True)
-        log.info("leader: %d active jobs, %d nodes", len(self.jobs), len(self.nodes))
+        log.info("leader: %d active jobs, %d nodes", len(st.jobs), len(st.nodes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
     def _renew(self, ttl: float) -> bool:
@@ -291,47 +268,93 @@ class Scheduler(Committer, NodeEvents, Inboxes):
             raise StalePlanError("the leader lease lapsed")
         return True
 
+    # -- committing: the state takes each Change at once, the committer (store/commit.py) writes it --
+    def commit(self, change: Change, ack=None, reply=None, dead=None, partial=None) -> None:
+        """Stage one change with what caused it (Committer.stage names them). The state takes it now;
+        Redis gets it with the open batch (`flush`), or at once when no batch is open."""
+        c, st = self.committer, self.state
+        solo = c.batch is None
+        if solo:
+            c.begin(st.usage)
+        try:
+            charges = c.new_charges(self.store, change)
+            tasks = st.fresh_tasks(change.jobs, c.batch.jobs)
+            usage = st.usage if tasks else st.usage_after(change.jobs, self.now)   # new tasks ended nothing
+            # Everything that could raise is done: from here on the change is staged whole or not at all.
+            c.stage(change, charges, st.jobs, st.rests, tasks, reply, ack, dead, partial)
+            st.apply(change.jobs, tasks, usage, change.rests)
+        finally:
+            if solo:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write everything staged since the batch began in one fenced transaction."""
+        b, st = self.committer.take(), self.state
+        if not b:
+            return
+        if b.expires < self.clock():
+            # A client gave up on a request of this batch and told its user nothing was done: commit
+            # none of it. The reload hands every request taken back, each then answered on its own.
+            raise StalePlanError("a request expired before its commit; reloading, it is answered expired")
+        # A big change (a 100,000-task array) takes seconds to build and send; the lease must
+        # outlive it, or the commit would be refused and the same request redone forever.
+        if b.size() >= 1000 or time.monotonic() - self.renewed > self.lease_s / 3:
+            if not self._renew(self.lease_s + b.size() * 1e-4):
+                raise StalePlanError("lost the leader lease while working")
+        seq = st.seq if st.seq > st.seq_written else None
+        durable = self.durable
+        self.committer.write(self.store, b, self.now, st.usage, st.jobs, seq, self.books.period, self.replicas_ack(),
+                             acknowledged=None if durable is None else lambda: durable.acknowledged(st.seq))
+        if seq is not None:
+            st.seq_written = seq
+        for books in b.books:      # the books learn what was written, alerts go out
+            if self.books.applied(books, self.now):
+                self._use_budgets()
+        for a in b.alerts:
+            self.hooks.deliver(a)
+            if self.metrics:
+                self.metrics.alert(a)
+        if b.size() >= BIG_COMMIT:
+            release_memory()
+
+    def next_ids(self, n: int) -> int:
+        """The first of `n` new consecutive job ids. The leader hands ids out from memory and writes
+        the sequence with the batch (an INCRBY per submit was an fsync per submit). A big array's
+        records are written ahead of the transaction (writes.put_new_jobs), so its ids are taken
+        from Redis at once: a deposed leader that does not know it yet then gets ids no one else
+        holds, or finds the sequence moved and stops."""
+        st = self.state
+        first = st.seq + 1
+        if n >= writes.PREWRITE_MIN:
+            got = self.store.advance_seq(st.seq - st.seq_written + n)
+            if got != st.seq + n:
+                raise StalePlanError("the job id sequence moved under this scheduler")
+            st.seq_written = got
+        st.seq += n
+        return first
+
+    def replicas_ack(self) -> int:
+        """redis.min_replicas_ack, or the `ack` of a sentinel:// URL given by the environment."""
+        return max(self.cfg.min_replicas_ack, getattr(getattr(self.store, "r", None), "labq_min_ack", 0))
+
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
-        running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
-        usage = fairshare.current(self.usage, running, now, self.cfg.priority.fairshare_half_life)
-        jobs = self.jobs
-        if self.file_checkpoints:
-            # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.
-            jobs = dict(jobs)
-            for jid, at in self.file_checkpoints.items():
-                j = jobs.get(jid)
-                if j is not None and j.current and at > (j.current.last_checkpoint or 0):
-                    jobs[jid] = tr.checkpointed(j, at) or j
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
-                        spent=tuple(sorted(self.books.spent_now(now).items())), ended=self.ended_states(),
-                        shown=tuple(sorted(self.ended_shown.items())))
+        return self.state.snapshot(now, self.books.spent_now(now), self.ended_states())
 
     def ended_states(self, extra: Job | None = None) -> tuple:
         """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
         An ended job never changes, so each is read from Redis once and kept while some pending job
         still depends on it."""
-        want = dependency_targets([j for j in self.jobs.values() if j.deps and j.state == states.PENDING]
-                                  + ([extra] if extra else []))
-        want -= self.jobs.keys()
-        # A task of a held array kept as one rest is pending, and no ended state to keep (jobs/rest.py).
-        resting, shown = rest.states_of(self.rests, want) if self.rests else ({}, {})
-        want -= resting.keys()
-        missing = sorted(want - self.ended.keys())
+        st = self.state
+        missing, resting = st.ended_wanted(extra)
         if missing:
-            found = Reader(self.store.r, self.k, self.history).jobs(missing)
-            states_ = {j.id: j.state for j in found}
-            self.ended.update((i, states_.get(i, "")) for i in missing)
-            self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
-        self.ended = {i: self.ended[i] for i in want}
-        self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
-        self.ended_shown.update(shown)
-        return tuple(sorted({**self.ended, **resting}.items()))
+            st.ended_found(missing, Reader(self.store.r, self.k, self.history).jobs(missing))
+        return tuple(sorted({**st.ended, **resting}.items()))
 
     def _use_budgets(self) -> None:
         """The bookkeeper's effective budgets into this scheduler's config (admission, refusals)."""
         if self.books.budgets != self.cfg.budgets:
-            self.cfg = replace(self.cfg, budgets=self.books.budgets)
+            self.state.cfg = replace(self.cfg, budgets=self.books.budgets)
 
     def _schedule(self, now: float, reasons: bool = True) -> None:
         """One policy pass over the snapshot, applied (applier.py) and committed: admissions with
@@ -343,36 +366,23 @@ class Scheduler(Committer, NodeEvents, Inboxes):
         later, writes them."""
         started = time.monotonic()
         snap = self.snapshot(now)
-        p = policy.plan(snap, self.cfg, **self.kept.inputs(snap, self.cfg))
+        st = self.state
+        p = policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg))
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded
-            p = replace(p, pending=tuple(pd for pd in p.pending if not _flip(self.jobs.get(pd.job_id), pd)))
-        done = apply_plan(p, self.jobs, self.jobs, self.nodes, now)
+            p = applier.without_flips(p, st.jobs)
+        done = applier.apply_plan(p, st.jobs, st.jobs, st.nodes, now)
         for r in done.rejected:
             log.warning("plan not applied: %s", r.why)
             if self.metrics:
                 self.metrics.plan_rejected.labels(type(r.decision).__name__).inc()
         for j in done.stopping:
             log.info("job %s preempted: %s", j.display_id, j.detail)
-        pended = list(done.pended)
-        change = done.change
-        if change.jobs or len(pended) <= REASON_CHUNK:
-            if len(pended) <= REASON_CHUNK:
-                change.jobs += pended
+        for change in applier.changes(done, REASON_CHUNK):
             self.commit(change)
-        if len(pended) > REASON_CHUNK:
-            # New reasons alone need no atomicity with anything: written in fenced chunks, so that the
-            # first pass over a 100,000-task array never builds one 100 MB transaction.
-            for i in range(0, len(pended), REASON_CHUNK):
-                self.commit(Change(jobs=pended[i:i + REASON_CHUNK]))
-            if len(pended) >= BIG_COMMIT:
-                release_memory()
+        if len(done.pended) >= BIG_COMMIT:
+            release_memory()
         for j in done.started:
             log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")
 
-
-def _flip(old: Job | None, pd: Pending) -> bool:
-    """Only the Resources/Priority flip of a job already waiting for room (see _schedule)."""
-    return old is not None and {old.reason, pd.reason} <= {states.RESOURCES, states.PRIORITY} \
-        and not (old.earmark or pd.earmark)

@@ -11,11 +11,10 @@ from ..jobs import idruns, rest
 from ..jobs.idruns import Runs
 from ..security import auth, private
 from ..store import histpages
+from ..store.commit import release_memory
 from ..store.faults import ERRORS as REDIS_ERRORS
 from . import decode, triage
-from .batch import Batch
 from .change import Change
-from .commit import release_memory
 from .handlers import BUDGET_OPS, CHUNK
 
 log = logging.getLogger("labq.scheduler")
@@ -69,7 +68,8 @@ class Inboxes:
 
     def _round(self, now: float, requests, events) -> None:
         """Entries as read (raw bytes) handled against the in-memory view, written as one batch."""
-        self.batch, self.answered, self.claimed = Batch(usage=self.usage), {}, set()
+        self.state.answered, self.claimed = {}, set()
+        self.committer.begin(self.state.usage)
         try:
             requests, events = self._decoded(requests, False), self._decoded(events, True)
             prior = self.store.replies_done([decode.reply_id(f, eid) for _, eid, f in requests])
@@ -231,7 +231,7 @@ class Inboxes:
             log.warning("inbox %s entry %s: %s", stream, eid, user)
             prior = None       # refused before its id's answer is looked at
         else:
-            prior = json.loads(prior) if prior is not None else self.answered.get(rid)
+            prior = json.loads(prior) if prior is not None else self.state.answered.get(rid)
         got = triage.screen(eid, fields, user, prior, self.cfg.max_request_bytes)
         if isinstance(got, decode.Request):
             # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
@@ -245,7 +245,7 @@ class Inboxes:
         solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
         if solo:
             self.flush()
-            self.batch = Batch(usage=self.usage)
+            self.committer.begin(self.state.usage)
         try:
             change = self._handle(user, req, now)
         except LabqError as e:
@@ -253,19 +253,19 @@ class Inboxes:
         streamed = change.chunks is not None
         if streamed:
             change = self._streamed(rid, change)
-        if req.expires is not None and self.batch is not None:
-            self.batch.expires = min(self.batch.expires, req.expires)
+        if req.expires is not None and self.committer.batch is not None:
+            self.committer.batch.expires = min(self.committer.batch.expires, req.expires)
         # A script or exported environment (private.py) is handed over, never kept in a `done` key.
         reply = (rid, change.reply, req.op != private.OP)
         self.commit(change, reply=reply, ack=(stream, eid), partial=(rid, None) if streamed else None)
-        self.answered[rid] = change.reply
+        self.state.answered[rid] = change.reply
         if self.metrics:
             self.metrics.requests.inc()
         if solo:
             self.flush()
-            self.batch = Batch(usage=self.usage)
+            self.committer.begin(self.state.usage)
         if change.nodes:
-            self.nodes = self.store.nodes(now)
+            self.state.nodes = self.store.nodes(now)
 
     def _streamed(self, rid: str, change: Change) -> Change:
         """A mass cancel: each chunk committed on its own with the runs of ids committed so far
@@ -281,7 +281,7 @@ class Inboxes:
             self.commit(part, partial=(rid, list(done.runs)))
         if done.count > CHUNK:
             release_memory()
-        self.batch = Batch(usage=self.usage)
+        self.committer.begin(self.state.usage)
         if not prior:
             return change
         gone, r = idruns.covered(prior), change.reply
@@ -307,7 +307,7 @@ class Inboxes:
         """What became of request `of` (`labq stat --rid`): its answer and its job read here, the
         reply decided by triage.status."""
         rid = triage.status_of(body)
-        kept = self.answered.get(rid)
+        kept = self.state.answered.get(rid)
         if kept is None:
             got = self.store.replies_done([rid])[0]
             kept = json.loads(got) if got else None

@@ -235,7 +235,7 @@ def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:
 
 
 def drop_unindexed(r, k: Keys, ids) -> None:
-    """put_new_jobs undone, its transaction refused (see Committer.flush). One id indexed: it committed."""
+    """put_new_jobs undone, its transaction refused (see store/commit.py Committer.write). One id indexed: it committed."""
     if r.zscore(k.active, min(ids)) is None:
         r.delete(*(k.job(j) for j in ids))
         r.hdel(k.stat_rows, *ids)

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 import redis
 
-from labq.scheduler.daemon.batch import Tally
 from labq.scheduler.daemon.handlers import Handlers
 from labq.scheduler.daemon.loop import Scheduler
+from labq.scheduler.daemon.state import Tally
 from labq.scheduler.jobs import rest, states
 from labq.scheduler.jobs.model import Gpu
 from labq.scheduler.settings import config

@@ -2,7 +2,7 @@
 
 Each request or event is handled against the scheduler's in-memory view as soon as it is read, so
 the next one in the batch sees its effect (a cancel after a submit, a user's pending count). What it
-must write is only collected here; `Scheduler.flush` writes the lot in one fenced MULTI/EXEC (one
+must write is only collected here; `Committer.write` (commit.py) writes the lot in one fenced MULTI/EXEC (one
 fsync with `appendfsync always`) together with every reply and acknowledgement. Replies are
 therefore visible only once everything they report is durable. If the transaction fails, the
 in-memory view is ahead of Redis: the scheduler drops its leadership and reloads (StalePlanError).
@@ -10,10 +10,7 @@ in-memory view is ahead of Redis: the scheduler drops its leadership and reloads
 An entry whose handling raises stages nothing: it is answered (or dropped) on its own and the rest of
 the batch still commits.
 """
-from collections import Counter
 from dataclasses import dataclass, field
-
-from ..jobs import states
 
 
 @dataclass
@@ -36,7 +33,7 @@ class Batch:
     rests: dict = field(default_factory=dict)      # array id -> its rest as now (None: gone), Change.rests
     rests_new: set = field(default_factory=set)    # the rests this batch makes (their scripts are written)
     expires: float = float("inf")                  # the first client expiry of a request in it: committed
-                                                   # before it or not at all (Committer.flush)
+                                                   # before it or not at all (Scheduler.flush)
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.alerts
@@ -44,46 +41,3 @@ class Batch:
 
     def size(self) -> int:
         return len(self.jobs)
-
-
-class Tally:
-    """Counts the submit handler checks, kept as jobs change instead of counted per submit
-    (a scan of the whole queue per submit was 20 ms at 100,000 pending)."""
-
-    def __init__(self, jobs=()):
-        self.pending = 0
-        self.pending_by_user: Counter = Counter()
-        self.active_by_user: Counter = Counter()
-        self.active_by_account: Counter = Counter()
-        self.on_node: dict = {}            # id -> job, the jobs holding a node (on_limit = "refuse" counts them)
-        for j in jobs:
-            self.add(j, +1)
-
-    def add(self, job, sign: int) -> None:
-        self.active_by_user[job.user] += sign
-        self.active_by_account[job.account] += sign
-        if job.state == states.PENDING:
-            self.pending += sign
-            self.pending_by_user[job.user] += sign
-        elif job.state in states.ON_NODE:
-            if sign > 0:
-                self.on_node[job.id] = job
-            else:
-                self.on_node.pop(job.id, None)
-
-    def add_alike(self, job, n: int) -> None:
-        """`n` new jobs alike to `job` in user, account and state (an array's tasks) entered the table."""
-        if job.state in states.ON_NODE:
-            raise ValueError("add_alike counts jobs that hold no node")
-        self.active_by_user[job.user] += n
-        self.active_by_account[job.account] += n
-        if job.state == states.PENDING:
-            self.pending += n
-            self.pending_by_user[job.user] += n
-
-    def replace(self, old, new) -> None:
-        """`old` (or None) left the active table, `new` (or None, when it ended) entered it."""
-        if old is not None:
-            self.add(old, -1)
-        if new is not None:
-            self.add(new, +1)

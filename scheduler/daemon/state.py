@@ -1,0 +1,205 @@
+"""The scheduler's state: one object, what every decider reads and every committed Change updates.
+
+`Scheduler` (loop.py) is a shell around it: it reads (the store), asks a decider for a Change,
+and commits it (store/commit.py writes it, `SchedulerState.apply` takes it into memory). Nothing
+here reads a clock or Redis: a test builds a state by hand and applies Changes to it.
+"""
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..jobs import rest, states, transitions as tr
+from ..jobs.estimate import Estimator
+from ..jobs.jobspec import Tasks
+from ..jobs.model import Job, Node, Snapshot
+from ..jobs.rest import Rest
+from ..money import fairshare
+from ..policy.depend import targets as dependency_targets
+from ..policy.kept import Kept
+from ..settings.config import Config
+from .crashguard import CrashGuard
+
+
+class Tally:
+    """Counts the submit handler checks, kept as jobs change instead of counted per submit
+    (a scan of the whole queue per submit was 20 ms at 100,000 pending)."""
+
+    def __init__(self, jobs=()):
+        self.pending = 0
+        self.pending_by_user: Counter = Counter()
+        self.active_by_user: Counter = Counter()
+        self.active_by_account: Counter = Counter()
+        self.on_node: dict = {}            # id -> job, the jobs holding a node (on_limit = "refuse" counts them)
+        for j in jobs:
+            self.add(j, +1)
+
+    def add(self, job, sign: int) -> None:
+        self.active_by_user[job.user] += sign
+        self.active_by_account[job.account] += sign
+        if job.state == states.PENDING:
+            self.pending += sign
+            self.pending_by_user[job.user] += sign
+        elif job.state in states.ON_NODE:
+            if sign > 0:
+                self.on_node[job.id] = job
+            else:
+                self.on_node.pop(job.id, None)
+
+    def add_alike(self, job, n: int) -> None:
+        """`n` new jobs alike to `job` in user, account and state (an array's tasks) entered the table."""
+        if job.state in states.ON_NODE:
+            raise ValueError("add_alike counts jobs that hold no node")
+        self.active_by_user[job.user] += n
+        self.active_by_account[job.account] += n
+        if job.state == states.PENDING:
+            self.pending += n
+            self.pending_by_user[job.user] += n
+
+    def replace(self, old, new) -> None:
+        """`old` (or None) left the active table, `new` (or None, when it ended) entered it."""
+        if old is not None:
+            self.add(old, -1)
+        if new is not None:
+            self.add(new, +1)
+
+
+def learned_from(ended, cfg: Config) -> Estimator:
+    """An estimator that has seen `ended` (the recent ended jobs, oldest end first): their last
+    attempts, where they ended on the job's own terms."""
+    est = Estimator.from_config(cfg)
+    for job in sorted(ended, key=lambda j: (j.end_time or 0, j.id)):
+        est.observe_ended(job)
+    return est
+
+
+@dataclass
+class SchedulerState:
+    cfg: Config                      # effective: the file's, with the bookkeeper's budgets (Scheduler._use_budgets)
+    estimator: Estimator             # run times learned from ended jobs: stamped on each submit, fed at each end
+    guard: CrashGuard
+    jobs: dict[int, Job] = field(default_factory=dict)      # the active jobs, by id
+    rests: dict[int, Rest] = field(default_factory=dict)    # array id -> a held array's tasks not yet records
+    tally: Tally = field(default_factory=Tally)             # pending/active counts per user and account
+    nodes: tuple[Node, ...] = ()
+    usage: dict[str, tuple[float, float]] = field(default_factory=dict)   # fair share: account -> (value, as of)
+    seq: int = 0                     # the last job id handed out
+    seq_written: int = 0             # the last job id written to Redis
+    kept: Kept = field(default_factory=Kept)    # plan()'s request classes and ordered backlog, pass to pass
+    answered: dict = field(default_factory=dict)    # rid -> reply, for the requests of the read being handled
+    down_since: dict[str, float] = field(default_factory=dict)   # node -> when its lease was first seen gone
+    # When this scheduler could see Redis again after failing to (issue 35): nobody could beat or post
+    # while it was away, so a runner's silence counts from then (events.py).
+    sighted: float = float("-inf")
+    ended: dict[int, str] = field(default_factory=dict)     # state of ended jobs pending jobs depend on
+    ended_shown: dict[int, str] = field(default_factory=dict)   # their display ids, where not the id
+    file_checkpoints: dict[int, float] = field(default_factory=dict)   # job -> newest checkpoint file reported
+    freed: bool = False              # an attempt ended since the last plan (room to refill)
+    last_plan: float = float("-inf")
+    last_reasons: float = float("-inf")   # when a pass last wrote every pending job's new reason
+
+    def loaded(self, jobs: dict[int, Job], seq: int, rests: dict[int, Rest]) -> None:
+        """The active jobs, the id sequence and the held arrays' rests as Redis holds them (a new
+        leader's start)."""
+        self.jobs, self.tally, self.rests = jobs, Tally(jobs.values()), rests
+        for r in rests.values():
+            self.tally.add_alike(r.template, r.left)
+        self.seq = self.seq_written = seq
+
+    def fresh_tasks(self, jobs, staged) -> bool:
+        """Whether `jobs` are a new array's tasks as expand made them (consecutive ids, alike but for
+        id and index), none of them in the table or `staged` (ids in the open batch) yet, in a state
+        that holds no node."""
+        if not isinstance(jobs, Tasks) or not jobs:
+            return False
+        first, n = jobs[0].id, len(jobs)
+        if jobs[-1].id != first + n - 1 or jobs[0].array_id != first or jobs[0].state in states.ON_NODE:
+            return False
+        return all(i not in self.jobs and i not in staged for i in range(first, first + n))
+
+    def usage_after(self, ended, now: float) -> dict:
+        """Fair-share usage with every attempt that ends in `ended` added (GPU-equivalent seconds,
+        decayed from then on): an attempt counts once, when the record first shows its end."""
+        usage = self.usage
+        half = self.cfg.priority.fairshare_half_life
+        for j in ended:
+            a, old = j.current, self.jobs.get(j.id)
+            was = old.current if old is not None else None
+            if old is None or a is None or a.end_time is None or was is None or was.attempt != a.attempt \
+                    or was.end_time:
+                continue
+            ran = a.end_time - (a.dispatch_time or a.end_time)
+            if ran > 0:
+                usage = fairshare.add(usage, j.account, fairshare.weight(old) * ran, now, half)
+        return usage
+
+    def apply(self, jobs, tasks: bool, usage: dict, rests: dict | None = None) -> None:
+        """Take a committed Change's records into the table (`tasks`: a new array's, as fresh_tasks
+        found them), its `rests` (Change.rests), and the fair-share usage they leave (usage_after,
+        computed before)."""
+        for a, r in (rests or {}).items():
+            # The counts the submit handler checks follow a rest's tasks (a task that leaves one
+            # comes in as a record of the change).
+            old = self.rests.get(a)
+            if old is not None:
+                self.tally.add_alike(old.template, -old.left)
+            if r is None:
+                self.rests.pop(a, None)
+            else:
+                self.tally.add_alike(r.template, r.left)
+                self.rests[a] = r
+        if tasks:
+            # A new array's tasks, none known yet: taken as a whole (a loop per task was ~8 ms of a
+            # 10,000-task submit).
+            if jobs[0].state in states.ACTIVE:
+                self.jobs.update(zip(range(jobs[0].id, jobs[0].id + len(jobs)), jobs))
+                self.tally.add_alike(jobs[0], len(jobs))
+        else:
+            for j in jobs:
+                self.put(j)
+        self.usage = usage
+
+    def snapshot(self, now: float, spent: dict[str, int], ended: tuple) -> Snapshot:
+        """What plan() sees at `now`: `spent` the budgets' settled spend, `ended` (ended_states)."""
+        running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
+        usage = fairshare.current(self.usage, running, now, self.cfg.priority.fairshare_half_life)
+        jobs = self.jobs
+        if self.file_checkpoints:
+            # A checkpoint file counts like `labq checkpoint`: work lost is measured from the latest.
+            jobs = dict(jobs)
+            for jid, at in self.file_checkpoints.items():
+                j = jobs.get(jid)
+                if j is not None and j.current and at > (j.current.last_checkpoint or 0):
+                    jobs[jid] = tr.checkpointed(j, at) or j
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
+                        spent=tuple(sorted(spent.items())), ended=ended,
+                        shown=tuple(sorted(self.ended_shown.items())))
+
+    def ended_wanted(self, extra: Job | None = None) -> tuple[list[int], dict[int, str]]:
+        """(ids, resting): the ended jobs a pending job (and `extra`, a --test-only probe) depends on
+        whose state is not kept yet (sorted), and the tasks depended on that are in a held array's
+        rest (pending: no ended state to keep, jobs/rest.py). Those no pending job depends on any
+        more are forgotten."""
+        want = dependency_targets([j for j in self.jobs.values() if j.deps and j.state == states.PENDING]
+                                  + ([extra] if extra else []))
+        want -= self.jobs.keys()
+        resting, shown = rest.states_of(self.rests, want) if self.rests else ({}, {})
+        want -= resting.keys()
+        missing = sorted(want - self.ended.keys())
+        self.ended = {i: self.ended[i] for i in want if i in self.ended}
+        self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
+        self.ended_shown.update(shown)
+        return missing, resting
+
+    def ended_found(self, missing: list[int], found: list[Job]) -> None:
+        """The records of the `missing` ended jobs as read (an id not found: state "")."""
+        states_ = {j.id: j.state for j in found}
+        self.ended.update((i, states_.get(i, "")) for i in missing)
+        self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
+
+    def put(self, j: Job) -> None:
+        old = self.jobs.get(j.id)
+        if j.state in states.ACTIVE:
+            self.jobs[j.id] = j
+            self.tally.replace(old, j)
+        elif old is not None:
+            del self.jobs[j.id]
+            self.tally.replace(old, None)
