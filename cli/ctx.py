@@ -21,10 +21,10 @@ class Ctx:
 
     @property
     def books(self) -> dict:
-        """The config's budgets, currency, node prices and source (clientconf.books): from the client
+        """The config's budgets, currency, node prices and source (clientcache.books): from the client
         settings cache once the whole config has been loaded for this file, without loading it again."""
         if self._books is None:
-            from labq.scheduler.settings.clientconf import books
+            from labq.scheduler.settings.clientcache import books
 
             from .out import config_source
             self._books = books(*config_source(self.config_path), full=self._full)
@@ -32,7 +32,7 @@ class Ctx:
 
     def _full(self, path):
         from labq.scheduler.settings import config as config_mod
-        self._cfg = config_mod.load(path, system=False)      # `path`: resolved (clientconf.books)
+        self._cfg = config_mod.load(path, system=False)      # `path`: resolved (clientcache.books)
         return self._cfg
 
     @property
@@ -61,7 +61,7 @@ class Ctx:
 def thin_client(config):
     """The thin client of the config at `config` (or $LABQ_CONFIG, /etc/labq/labq.toml): the fast
     path's and the click commands' (Ctx.thin) alike."""
-    from labq.scheduler.settings.clientconf import client_settings
+    from labq.scheduler.settings.clientcache import client_settings
     from labq.scheduler.store.history import History, path_of
     from labq.scheduler.thinclient import ThinClient
 

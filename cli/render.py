@@ -114,7 +114,7 @@ def node_dict(n, jobs) -> dict:
 
 
 def budget_dict(b, budgets, alerts=()) -> dict:
-    """`b` a balance (money/balance.Balance); `budgets` the config's as clientconf.books keeps them;
+    """`b` a balance (money/balance.Balance); `budgets` the config's as clientcache.books keeps them;
     `alerts` the alert stream entries of this budget in this period (cli/budget.py)."""
     spec = next(x for x in budgets if x["name"] == b.name)
     return {"name": b.name, "unit": b.unit, "currency": currency_code() if b.unit == "usd" else None,

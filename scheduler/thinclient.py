@@ -122,7 +122,7 @@ class ThinClient(ClientBase):
 
     def budget_balances(self, budgets, now: float | None = None, period: str | None = None) -> list:
         """balances_of for `budgets` as the client settings cache keeps them ({field: value},
-        clientconf.books), read and added up without the job model, the ledger module and dataclasses
+        clientcache.books), read and added up without the job model, the ledger module and dataclasses
         (money/balance.py, store/thinreads.ThinReader.holdings): `labq budget` (issue 39 item 4)."""
         from types import SimpleNamespace
 

@@ -167,7 +167,7 @@ def accrue(rate_per_hour: int, seconds: float) -> int:
 
 
 # rates.currency: every amount of money labq prints is in it. Set where a config is read in
-# (config.load/loads/from_dict, clientconf.client_settings; never by a Config, so replace() writes
+# (config.load/loads/from_dict, clientcache.client_settings; never by a Config, so replace() writes
 # nothing), so the dozens of places that print money need not carry it; "usd" below is the budget
 # unit meaning "money", whatever the currency.
 _SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CNY": "¥", "INR": "₹", "KRW": "₩"}

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from labq.scheduler.errors import ConfigError
-from labq.scheduler.settings import clientconf, config
+from labq.scheduler.settings import clientcache, clientconf, config
 from tests.harness import ROOT
 
 GOOD = '[redis]\nurl = "unix:///tmp/x.sock"\nprefix = "lab"\n[security]\nadmins = ["ann"]\ncredential_ttl = "2m"\n'
@@ -31,8 +31,8 @@ def test_same_values_as_the_full_config_fresh_and_cached(tmp_path):
     want = _settings_of(config.load(str(p)))
     want["security"]["admins"] = list(want["security"]["admins"])
     want["history_url"], want["currency"] = "", "USD"
-    fresh = clientconf.client_settings(str(p))
-    cached = clientconf.client_settings(str(p))
+    fresh = clientcache.client_settings(str(p))
+    cached = clientcache.client_settings(str(p))
     for got in (fresh, cached):
         got["security"]["admins"] = list(got["security"]["admins"])
         assert {k: got[k] for k in want} == want
@@ -42,11 +42,11 @@ def test_same_values_as_the_full_config_fresh_and_cached(tmp_path):
 def test_a_changed_file_is_read_again(tmp_path):
     p = tmp_path / "labq.toml"
     p.write_text(GOOD)
-    assert clientconf.client_settings(str(p))["prefix"] == "lab"
+    assert clientcache.client_settings(str(p))["prefix"] == "lab"
     st = p.stat()
     p.write_text(GOOD.replace('"lab"', '"lbq"'))
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1))     # even within the clock's resolution
-    assert clientconf.client_settings(str(p))["prefix"] == "lbq"
+    assert clientcache.client_settings(str(p))["prefix"] == "lbq"
 
 
 @pytest.mark.parametrize("text,key", [('[redis]\nurl = "http://x"\n', "redis.url"), ("[redis]\nbogus = 1\n", "redis.bogus"),
@@ -55,7 +55,7 @@ def test_a_changed_file_is_read_again(tmp_path):
 def test_bad_values_are_refused_like_the_full_config(tmp_path, text, key):
     p = tmp_path / "labq.toml"
     p.write_text(text)
-    for load in (config.load, clientconf.client_settings, clientconf.client_settings):   # and not cached
+    for load in (config.load, clientcache.client_settings, clientcache.client_settings):   # and not cached
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             load(str(p))
 
@@ -78,7 +78,7 @@ def test_the_currency_is_set_from_the_cache_too(tmp_path):
     try:
         for _ in range(2):              # parsed, then cached
             units.set_currency("USD")
-            clientconf.client_settings(str(p))
+            clientcache.client_settings(str(p))
             assert units.fmt_money(2_000_000).startswith("€")
     finally:
         units.set_currency("USD")
@@ -88,7 +88,7 @@ BOOKS = GOOD + '[rates]\ncurrency = "EUR"\nnode_hour = {n1 = 3.5}\n[[budgets]]\n
 
 
 def test_the_books_are_the_full_configs_and_kept_once_it_accepted_the_file(tmp_path):
-    """clientconf.books (`labq budget`, `labq report`): the budgets, currency and node prices of
+    """clientcache.books (`labq budget`, `labq report`): the budgets, currency and node prices of
     config.load, which is called again only when the file changed; a file it refuses is never kept."""
     p = tmp_path / "labq.toml"
     p.write_text(BOOKS)
@@ -97,18 +97,18 @@ def test_the_books_are_the_full_configs_and_kept_once_it_accepted_the_file(tmp_p
     def full(path):
         loads.append(path)
         return config.load(path, system=False)
-    first = clientconf.books(str(p), False, full)
+    first = clientcache.books(str(p), False, full)
     assert first == clientconf.books_of(config.load(str(p)))
     assert (first["currency"], first["node_hour"], first["source"]) == ("EUR", {"n1": 3.5}, str(p))
     assert [(b["name"], b["limit"], b["period"]) for b in first["budgets"]] == [("b", 5_000_000, "month")]
-    assert clientconf.books(str(p), False, full) == first and len(loads) == 1
-    assert clientconf.client_settings(str(p))["prefix"] == "lab"      # the settings beside them still read
-    assert clientconf.books(str(p), False, full) == first and len(loads) == 1
+    assert clientcache.books(str(p), False, full) == first and len(loads) == 1
+    assert clientcache.client_settings(str(p))["prefix"] == "lab"      # the settings beside them still read
+    assert clientcache.books(str(p), False, full) == first and len(loads) == 1
     p.write_text(BOOKS.replace("limit = 5.0", "limit = 7.0"))
-    assert clientconf.books(str(p), False, full)["budgets"][0]["limit"] == 7_000_000 and len(loads) == 2
+    assert clientcache.books(str(p), False, full)["budgets"][0]["limit"] == 7_000_000 and len(loads) == 2
     p.write_text(BOOKS + "[scheduler]\nbogus = 1\n")
     for _ in range(2):
         with pytest.raises(ConfigError, match="bogus"):
-            clientconf.books(str(p), False, full)
+            clientcache.books(str(p), False, full)
     assert len(loads) == 4
-    assert clientconf.books(None, False, full) == clientconf.books_of(config.load(None, system=False))
+    assert clientcache.books(None, False, full) == clientconf.books_of(config.load(None, system=False))

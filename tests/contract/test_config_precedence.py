@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from labq.cli.out import config_source, url_or_default
-from labq.scheduler.settings import clientconf, config
+from labq.scheduler.settings import clientcache, clientconf, config
 from tests.harness import ROOT
 
 HOSTILE = '[redis]\nurl = "{url}"\nprefix = "hostile"\n[rates]\ncurrency = "EUR"\n'
@@ -30,7 +30,7 @@ def test_the_suite_runs_with_the_switch_set():
 
 def test_the_switch_keeps_the_system_file_out(system_file, monkeypatch):
     monkeypatch.setenv("LABQ_NO_SYSTEM_CONFIG", "1")
-    s = clientconf.client_settings(*config_source(None))
+    s = clientcache.client_settings(*config_source(None))
     assert (s["redis_url"], s["prefix"], s["currency"]) == ("", "labq", "USD")
     assert config.load(*config_source(None)).source != str(system_file)
 
@@ -38,7 +38,7 @@ def test_the_switch_keeps_the_system_file_out(system_file, monkeypatch):
 @pytest.mark.parametrize("value", ["", "0"])
 def test_without_the_switch_the_system_file_is_read(system_file, monkeypatch, value):
     monkeypatch.setenv("LABQ_NO_SYSTEM_CONFIG", value)
-    s = clientconf.client_settings(*config_source(None))
+    s = clientcache.client_settings(*config_source(None))
     assert (s["redis_url"], s["prefix"], s["currency"]) == ("unix:///hostile/redis.sock", "hostile", "EUR")
     assert config.load(*config_source(None)).source == str(system_file)
 
@@ -48,7 +48,7 @@ def test_a_named_file_is_read_with_the_switch_set(system_file, tmp_path, monkeyp
     mine.write_text('[redis]\nprefix = "mine"\n')
     monkeypatch.setenv("LABQ_NO_SYSTEM_CONFIG", "1")
     monkeypatch.setenv("LABQ_CONFIG", str(mine))
-    assert clientconf.client_settings(*config_source(None))["prefix"] == "mine"
+    assert clientcache.client_settings(*config_source(None))["prefix"] == "mine"
     # the flag beats the environment
     assert config_source(str(system_file))[0] == str(system_file)
 

@@ -176,7 +176,7 @@ def test_budget_and_report_read_without_redis_py(redis_server, tmp_path):
 
 
 # What `labq budget` needs no more once the client settings cache holds the config's budgets
-# (clientconf.books): the whole config, TOML, the job model and dataclasses, the ledger module.
+# (clientcache.books): the whole config, TOML, the job model and dataclasses, the ledger module.
 BOOKS_HEAVY = re.compile(r"\|\s+(labq\.scheduler\.(settings\.config|jobs\.model|money\.ledger)|tomllib|dataclasses)$",
                          re.M)
 

@@ -1,5 +1,5 @@
 """`labq budget`'s balances through the thin client (no job model, no dataclasses, no config: the
-budgets as the client's settings cache keeps them, clientconf.books) equal the full client's
+budgets as the client's settings cache keeps them, clientcache.books) equal the full client's
 (Client.balances, ledger.Budget and model.Job) on one real Redis: a monthly budget in another time
 zone with a job running across its midnight, a budget without periods, an active override, a limit
 set by `labq budget set`, and a past period (issue 39 item 4)."""
