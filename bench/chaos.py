@@ -60,6 +60,8 @@ class Chaos:
         # each scheduler_stop: how long it was paused, how long the standby took to lead, whether the
         # resumed one stepped down (alive, not the leader) and whether it led again while resumed
         self.failovers: list[dict] = []
+        # (Redis killed or stopped, Redis answering again), wall clock: a gang's stop cannot travel then
+        self.redis_down: list[tuple[float, float]] = []
         self.gang_runner_kills = 0
         self.planned = False
         self.pauses: list[tuple[str, float]] = []
@@ -299,11 +301,12 @@ class Chaos:
         always: nothing it acknowledged is lost)."""
         pause = self.pause()
         p = self.stack.procs["redis"]
-        start = time.monotonic()
+        start, wall = time.monotonic(), time.time()
         p.send_signal(sig)
         p.wait(60)
         time.sleep(max(0.0, pause - (time.monotonic() - start)))
         self.stack.start_redis(timeout=120)
+        self.redis_down.append((wall, time.time()))
         self._record(kind, time.monotonic() - start)
         return f"{time.monotonic() - start:.1f}s"
 

@@ -87,6 +87,25 @@ def test_a_gangs_parts_are_one_attempt_and_must_die_together(tmp_path):
     assert "gang_parts_outlived" in SOAK.failures({**BASE, **got})
 
 
+def test_a_gang_part_that_died_while_redis_was_away_is_the_one_exception(tmp_path):
+    """Its stop travels through Redis: the other part runs until its agent fences it (the node lease after
+    Redis went away) or until Redis is back, whichever is first, then at most GANG_BOUND. Past that it is
+    outlived like any other (the lead's 30-min soak, job 801: 1.78 s, Redis loading its AOF)."""
+    excused = write(tmp_path, "3", ["start 0 100.0 31 0 g2", "start 0 100.1 32 1 g3", "alive 0 101.0 32 1 g3",
+                                    "alive 0 103.5 31 0 g2"])
+    too_long = write(tmp_path, "4", ["start 0 100.0 41 0 g2", "start 0 100.1 42 1 g3", "alive 0 101.0 42 1 g3",
+                                     "alive 0 106.5 41 0 g2"])
+    lives = {3: SOAK._lives(excused), 4: SOAK._lives(too_long)}
+    places = {3: SOAK.where(excused), 4: SOAK.where(too_long)}
+    jobs = {3: gang(3, (99.9, 103.6, "g2", "g3")), 4: gang(4, (99.9, 106.6, "g2", "g3"))}
+    # Redis away from 100.9 to 110: the fence (lease 4 s) comes first, at 104.9
+    got = SOAK.gang_checks(lives, places, jobs, [(100.9, 110.0)], 4.0)
+    assert got["gang_parts_outlived_in_outage"] == [[3, 0, 2.5, 5.15], [4, 0, 5.5, 5.15]]
+    assert got["gang_parts_outlived"] == [[4, 0, 5.5]]
+    # no outage then: both are outlived
+    assert [x[0] for x in SOAK.gang_checks(lives, places, jobs)["gang_parts_outlived"]] == [3, 4]
+
+
 def test_an_agents_death_concerns_its_own_node_only(tmp_path):
     p = write(tmp_path, "1", ["start 0 201.0 31 0 g2", "end 0 203.0 31 0 g2"])
     lives, places, jobs = {1: SOAK._lives(p)}, {1: SOAK.where(p)}, {1: job(1)}
