@@ -24,11 +24,14 @@ REFRESH = 2.0       # seconds between two computations of the gauges
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: int | None) -> list:
-    """[(name, help, [(labels dict, value)])] — pure: from the scheduler's view of one instant."""
+def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: int | None, rests=None) -> list:
+    """[(name, help, [(labels dict, value)])] — pure: from the scheduler's view of one instant.
+    `rests`: held arrays kept as one record each (jobs/rest.py), pending as many times as they hold tasks."""
     pending: Counter = Counter()
     running: Counter = Counter()
     allocated: Counter = Counter()
+    for r in (rests or {}).values():
+        pending[(r.template.reason or "None", r.template.account)] += r.left
     for j in jobs:
         if j.state == states.PENDING:
             pending[(j.reason or "None", j.account)] += 1
@@ -127,7 +130,7 @@ class Metrics:
             log.warning("metrics: %s", e)
             return
         self._gauges = gauges(list(sched.jobs.values()), sched.nodes, sched.cfg.budgets, spent, now,
-                              sched.leading, dead)
+                              sched.leading, dead, getattr(sched, "rests", None))
 
     def close(self) -> None:
         self.server.shutdown()

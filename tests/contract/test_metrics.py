@@ -147,3 +147,14 @@ def test_a_money_budgets_unit_label_is_the_configured_currency():
         assert dict(lab)["unit"] == "eur"
     finally:
         units.set_currency("USD")
+
+
+def test_the_pending_gauge_counts_a_held_array_kept_as_one_rest():
+    """A held array kept as one record (jobs/rest.py) is as many pending jobs as its tasks still resting."""
+    from labq.scheduler.jobs import rest
+    from labq.scheduler.jobs.model import Job
+    t = Job(id=0, user="alice", account="eta", held=True, reason=states.HELD)
+    _, made = rest.made(t, 10, list(range(1, 2001)), None)
+    held = Job(id=3, user="alice", account="eta", held=True, reason=states.HELD)
+    fams = metrics.gauges([held], [], [], {}, 1_000_000.0, True, 0, rests={10: made[10].without([4, 5])})
+    assert _rows(fams, "labq_jobs_pending") == {(("account", "eta"), ("reason", "Held")): 1 + 1998}
