@@ -35,21 +35,16 @@ def _stop_flag():
 def scheduler(ctx, verbose):
     """The scheduler daemon (one is active; a second waits for the leader lease)."""
     _logging(verbose)
+    from labq.scheduler.daemon.durability import Durability, default_path
     from labq.scheduler.daemon.loop import Scheduler
-    from labq.scheduler.store import acl, conn
+    from labq.scheduler.store import login
     cfg = ctx.cfg
-    url = redis_url(cfg)
-    conn.login_as(acl.SCHEDULER, cfg.redis_password_file)
-    if cfg.redis_password_file:
-        url = conn.without_credentials(url)
-    r = conn.connect(url)
-    conn.ping(r)
-    from labq.scheduler.store import schema
-    from labq.scheduler.store.keys import Keys
-    schema.check(r, Keys(cfg.prefix))
-    archiver, history = _history(r, cfg)
-    sched = Scheduler(r, cfg=cfg, durable=durability(cfg, r, url), metrics=_metrics(cfg), archiver=archiver,
-                      history=history)
+    link = login.SchedulerLink(cfg, redis_url(cfg))
+    archiver, history = link.history(cfg, ARCHIVE_PASS_S)
+    durable = Durability(link.store("durability"), link.url, cfg.allow_volatile,
+                         cfg.state_file or default_path(cfg.prefix, link.url))
+    sched = Scheduler(None, cfg=cfg, store=link.store(login.scheduler_name()), durable=durable,
+                      metrics=_metrics(cfg), archiver=archiver, history=history)
     sched.run(stop=_stop_flag())
 
 
@@ -64,37 +59,9 @@ def _metrics(cfg):
         raise UsageError(f"scheduler.metrics: cannot listen on {cfg.metrics}: {e.strerror or e}") from None
 
 
-def durability(cfg, r, url):
-    """The checks the scheduler passes before it may lead: AOF on (or allowed off), Redis not behind
-    its state file."""
-    from labq.scheduler.daemon.durability import Durability, default_path
-    from labq.scheduler.store.keys import Keys
-    from labq.scheduler.store.state import SchedulerStore
-    return Durability(SchedulerStore(r, Keys(cfg.prefix), "durability"), url, cfg.allow_volatile,
-                      cfg.state_file or default_path(cfg.prefix, url))
-
-
 # One archive pass holds the scheduler's loop (its next tick waits): a 1,000-job pass took ~0.6 s
 # on a loaded 2-core machine (bench/archive_bench.py), so passes are sized to about this long.
 ARCHIVE_PASS_S = 0.1
-
-
-def _history(r, cfg):
-    """(Archiver, History): the scheduler archives ended jobs and old ledger entries (history.keep)
-    into its archive, and reads what it moved there."""
-    from labq.scheduler.store.archive import Archiver, committed_fn
-    from labq.scheduler.store.history import History, default_path
-    from labq.scheduler.store.keys import Keys
-    from labq.scheduler.store.state import SchedulerStore
-    path = default_path(cfg.history["url"])
-    cluster = SchedulerStore(r, Keys(cfg.prefix), "history").cluster_id()
-    archiver = Archiver(r, Keys(cfg.prefix), path, cfg.history["keep"], cfg.history["purge_after"],
-                        committed=committed_fn(r, Keys(cfg.prefix), cfg), pass_s=ARCHIVE_PASS_S, cluster=cluster)
-    if "://" not in path and os.path.exists(path):
-        # Another cluster's archive is refused now, before leading; this one's is published in Redis
-        # (an archive from before the key existed included): clients find it there, never guess.
-        archiver.publish()
-    return archiver, History(path)
 
 
 @click.command()
@@ -109,7 +76,7 @@ def worker(ctx, verbose, allow_root, fake_gpus):
     _logging(verbose)
     import dataclasses
 
-    from labq.scheduler.store import acl, conn
+    from labq.scheduler.store import login
     from labq.worker.agent import Agent
     cfg = ctx.cfg
     if allow_root:
@@ -123,11 +90,8 @@ def worker(ctx, verbose, allow_root, fake_gpus):
     why = start_refusal(cfg.worker["run_as"], bool(cfg.worker["allow_root"]), cfg.security.auth == "munge")
     if why:
         raise RefusedError(why)
-    url = redis_url(cfg)
-    conn.login_as(acl.node_role(cfg.worker["name"] or socket.gethostname()), cfg.redis_password_file)
-    if cfg.redis_password_file:   # runners get the address only: the role's password comes from the file
-        url = conn.without_credentials(url)
-    conn.ping(conn.connect(url))
+    # Runners get the address only: the role's password comes from the file.
+    url = login.worker(cfg, redis_url(cfg), cfg.worker["name"] or socket.gethostname())
     Agent(cfg, url, ctx.config_path).run()
 
 
@@ -135,18 +99,8 @@ def _await_worker(stack, prefix: str, timeout: float = 60.0) -> tuple[int, int]:
     """Say "up" only once the worker has registered: a submit before that is refused ("no node is
     registered"), which is not what the first `labq sub` after `labq up` should meet. Returns the
     node's (GPUs, CPUs), (0, 0) if it never registered."""
-    from labq.scheduler.store import conn
-    from labq.scheduler.store.keys import Keys
-    from labq.scheduler.store.state import SchedulerStore
-    store, end = SchedulerStore(conn.connect(stack.url), Keys(prefix), "up"), time.monotonic() + timeout
-    while time.monotonic() < end and not stack.dead():
-        try:
-            for node in store.nodes(time.time()):
-                return len(node.gpus), node.cpus
-        except conn.ERRORS:
-            pass
-        time.sleep(0.1)
-    return 0, 0
+    from labq.scheduler.store import login
+    return login.first_node(stack.url, prefix, timeout, stack.dead)
 
 
 def first_job(gpus: int, cpus: int) -> str:

@@ -59,9 +59,6 @@ CONNECTS_OUTSIDE_STORE = {
     "scheduler/client.py":
         "arch (issue 40 item 5, left): the Python client holds its redis-py connection (Client.r, which cli/admin.py "
         "and the e2e tests read through); it moves into a store object as ThinClient's did (store/thinstore.py)",
-    "cli/daemons.py":
-        "arch (issue 40 item 1, not this session): logs each daemon in as its role, connects and hands the "
-        "connection to Scheduler(r) and the Archiver; goes once the scheduler's state is one object store/ opens",
     "cli/admin.py":
         "sec (issue 34) owns the ACL code this session: `labq admin acl --apply` connects as labq-admin for "
         "store/acl.apply(r, ...), admins_only logs in as it",

@@ -8,10 +8,7 @@ nothing (the request or event is redelivered) or has already written everything.
 """
 import gc
 import logging
-import os
-import socket
 import time
-import uuid
 from dataclasses import replace
 
 from .. import policy
@@ -19,7 +16,7 @@ from ..errors import RefusedError, StalePlanError
 from ..jobs.estimate import Estimator
 from ..jobs.model import Job, Snapshot
 from ..settings.config import Config
-from ..store import writes
+from ..store import login, writes
 from ..store.commit import BIG_COMMIT, Committer, release_memory
 from ..store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from ..store.keys import Keys
@@ -62,12 +59,13 @@ class Scheduler(NodeEvents, Inboxes):
     committer, reads, asks the deciders for Changes, and commits them."""
 
     def __init__(self, r, cfg: Config = None, me: str | None = None, clock=time.time, durable=None, metrics=None,
-                 archiver=None, history=None):
+                 archiver=None, history=None, store: SchedulerStore | None = None):
+        """Over the connection `r`, or over `store` (store/login.py opens it: `labq scheduler`)."""
         self.k, self.clock = Keys(cfg.prefix), clock
-        self.me = me or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.me = store.me if store is not None else me or login.scheduler_name()
         self.state = SchedulerState(cfg=cfg, estimator=Estimator.from_config(cfg),
                                     guard=crashguard.CrashGuard.from_config(cfg))
-        self.store = SchedulerStore(r, self.k, self.me)
+        self.store = store if store is not None else SchedulerStore(r, self.k, self.me)
         self.committer = Committer()             # the open batch; it writes through self.store
         self.blind = False                         # Redis was out of sight (state.sighted: when it came back)
         self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
