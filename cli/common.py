@@ -22,15 +22,3 @@ def redis_errors():
     """redis-py's error classes (a Redis client error we did not map, for one), imported only then."""
     from labq.scheduler.store.faults import ERRORS
     return ERRORS
-
-
-def volatile_header(ctx) -> None:
-    """Say so when the scheduler leads a Redis without AOF (redis.allow_volatile = true): one INFO,
-    only where the config allows it (a volatile Redis is refused otherwise)."""
-    if not ctx.cfg.allow_volatile:
-        return
-    from labq.scheduler.daemon.durability import volatile_line
-    from labq.scheduler.store.state import SchedulerStore
-    c = ctx.client
-    if SchedulerStore(c.r, c.k, "reader").aof_enabled() is False:
-        click.echo(f"WARNING: {volatile_line(c.url).split(';')[0]} (redis.allow_volatile = true)")

@@ -1,5 +1,5 @@
 """The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and the rare `acct`,
-`budget`, `report`, `alerts`, `hold`, `release`, `requeue`) without click.
+`budget`, `report`, `alerts`, `hold`, `release`, `requeue`, `nodes`) without click.
 
 click costs more to import than the rest of `labq sub` together. This parses the argv of the hot
 commands with their declared flags (spec.py, from which click builds the same options) and runs
@@ -167,6 +167,9 @@ def _dispatch(config, command: str, params: dict) -> None:
     params.pop("dashdash")
     if command in ("hold", "release", "requeue"):
         return hot.control(client, command, params["job_ids"])
+    if command == "nodes":
+        from . import nodeview
+        return nodeview.nodes(client, **params)
     {"stat": hot.stat, "q": hot.stat, "show": hot.show, "logs": hot.logs, "wait": hot.wait,
      "del": hot.delete}[command](client, **params)
 

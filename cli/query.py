@@ -4,10 +4,10 @@ import time
 import click
 
 from labq.scheduler.jobs import states
-from labq.scheduler.units import fmt_duration, fmt_size
+from labq.scheduler.units import fmt_duration
 
-from . import hot, render, spec, statview
-from .common import pass_ctx, volatile_header
+from . import hot, spec, statview
+from .common import pass_ctx
 from .out import echo_json
 from .spec import with_options
 
@@ -85,30 +85,9 @@ def wait(ctx, job_ids, timeout):
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@with_options(spec.NODES)
 @pass_ctx
 def nodes(ctx, as_json):
     """Nodes with free/total GPUs, CPUs and memory."""
-    jobs = ctx.client.read.active()
-    ns = ctx.client.nodes()
-    runners = ctx.client.read.runners([n.name for n in ns])
-    ds = [{**render.node_dict(n, jobs), "runners": runners.get(n.name, {})} for n in ns]
-    if as_json:
-        return echo_json(ds)
-    rows = [[d["name"], d["state"], f"{d['gpus_free']}/{d['gpus_total']}", ",".join(d["gpu_models"]) or "-",
-             f"{d['cpus_free']}/{d['cpus_total']}", f"{fmt_size(max(0, d['mem_free']))}/{fmt_size(d['mem_total'])}",
-             len(d["jobs"]), d["slots"], _runners_text(d["runners"])] for d in ds]
-    volatile_header(ctx)
-    click.echo(statview.table(rows, ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RUNNERS"]))
-    for d in ds:
-        if d["reason"]:
-            click.echo(f"{d['name']}: {d['state']}: {d['reason']}")
-
-
-def _runners_text(runners: dict) -> str:
-    """"3 idle, 1 running" from each runner's state ("idle pid=… <time>", "running 12.1 pid=…")."""
-    counts: dict[str, int] = {}
-    for v in runners.values():
-        word = v.split(" ", 1)[0]
-        counts[word] = counts.get(word, 0) + 1
-    return ", ".join(f"{n} {w}" for w, n in sorted(counts.items())) or "-"
+    from .nodeview import nodes as show_nodes
+    show_nodes(ctx.thin, as_json)

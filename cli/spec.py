@@ -1,5 +1,5 @@
 """The flags of the hot commands (and of the rare `acct`, `budget`, `report`, `alerts`, `hold`, `release`,
-`requeue`), declared once: click builds its options from these (submit.py,
+`requeue`, `nodes`), declared once: click builds its options from these (submit.py,
 query.py), and the fast path (fast.py) parses argv with them without importing click.
 
 An option is (declarations, kind, help, default), the declarations exactly as click takes them
@@ -158,6 +158,8 @@ ALERTS = [
     (("--json", "as_json"), "flag", None, False),
 ]
 
+NODES = [(("--json", "as_json"), "flag", None, False)]
+
 WAIT = [(("--timeout",), "str", "Give up after this long (exit 1).", None)]
 DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (scancel -u; yours, or any for admins).",
         None)]
@@ -170,7 +172,7 @@ COMMANDS = {
     # (set, override) are positionals here: left to click
     "acct": (ACCT, None, 0), "budget": (BUDGET, None, 0), "report": (REPORT, None, 0),
     "alerts": (ALERTS, None, 0), "hold": ([], "job_ids", "+"), "release": ([], "job_ids", "+"),
-    "requeue": ([], "job_ids", "+"),
+    "requeue": ([], "job_ids", "+"), "nodes": (NODES, None, 0),
 }
 
 

@@ -5,21 +5,27 @@ Job records decode into model.Job (imported only then); `stat` reads its index i
 """
 import json
 import time
+from collections import namedtuple
 from types import SimpleNamespace
 
 from . import resp
 from .keys import Keys
 
+# model.Gpu's fields by name, and by position as the node record lists them ([uuid, index, model, mem])
+GpuView = namedtuple("GpuView", "uuid index model mem")
+
 
 class NodeView:
-    """A node as `stat`'s capacity line sees it (model.Node's names for the same fields)."""
+    """A node as `stat`'s capacity line and `labq nodes` see it (model.Node's names for the same fields)."""
     __slots__ = ("name", "cpus", "mem", "slots", "gpus", "state", "lease_expiry", "last_heartbeat", "reason")
 
-    def __init__(self, name, h: dict, pttl, admin, now: float, health: dict | None = None):
+    def __init__(self, name, h: dict, pttl, admin, now: float, health: dict | None = None, holder=None):
         self.name, self.cpus, self.mem, self.slots = name, int(h["cpus"]), int(h["mem"]), int(h["slots"])
-        self.gpus = json.loads(h.get("gpus", "[]"))
-        # As SchedulerStore.nodes: a lapsed lease is down; otherwise the admin mark (drain) or up.
-        self.lease_expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
+        self.gpus = [GpuView(u, int(ix), m, int(mem)) for u, ix, m, mem in json.loads(h.get("gpus", "[]"))]
+        # As SchedulerStore.nodes: a lapsed lease is down, and so is one that names another epoch than
+        # the registered agent's (that agent is not alive in it); otherwise the admin mark (drain) or up.
+        self.lease_expiry = now + pttl / 1000 if pttl and pttl > 0 and (not h.get("epoch") or holder == h["epoch"]) \
+            else 0.0
         self.state = "down" if self.lease_expiry <= now else (admin or "up")
         self.reason = (health or {}).get("reason", "")
         if self.state == "up" and health:
@@ -229,12 +235,18 @@ class ThinReader:
         cmds = []
         for n in names:
             cmds += [("HGETALL", self.k.node(n)), ("PTTL", self.k.node_lease(n)), ("GET", self.k.node_admin(n)),
-                     ("HGETALL", self.k.node_health(n))]
+                     ("HGETALL", self.k.node_health(n)), ("GET", self.k.node_lease(n))]
         res = self._pipe(cmds) if cmds else []
         out = []
         for i, n in enumerate(names):
-            h, pttl, admin, health = res[4 * i:4 * i + 4]
+            h, pttl, admin, health, holder = res[5 * i:5 * i + 5]
             h = _hash(h)
             if h:
-                out.append(NodeView(n, h, pttl, admin, now, _hash(health)))
+                out.append(NodeView(n, h, pttl, admin, now, _hash(health), holder))
         return out
+
+    def runners(self, nodes) -> dict[str, dict[str, str]]:
+        """reads.Reader.runners: node -> {slot: what its persistent runner last said}."""
+        nodes = list(nodes)
+        return dict(zip(nodes, map(_hash, self._pipe([("HGETALL", self.k.node_runners(n)) for n in nodes])))) \
+            if nodes else {}

@@ -72,7 +72,8 @@ RECORDS = re.compile(r"\|\s+(labq\.scheduler\.(config|model)|tomllib|dataclasses
                                   ["wait", "1"], ["logs", "1"], ["q", "-u", "ann"], ["acct"],
                                   ["acct", "-S", "today", "-s", "CD", "-o", "csv"], ["budget", "--json"],
                                   ["report", "--by", "user", "--format", "csv"], ["hold", "1"], ["release", "1", "2"],
-                                  ["requeue", "1"], ["alerts"], ["alerts", "--budget", "b", "-n", "5", "--json"]])
+                                  ["requeue", "1"], ["alerts"], ["alerts", "--budget", "b", "-n", "5", "--json"],
+                                  ["nodes"], ["nodes", "--json"]])
 def test_hot_commands_import_no_redis_py_asyncio_or_click(argv):
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)

@@ -179,23 +179,31 @@ def test_missing_rows_make_the_reader_fall_back_and_the_scheduler_rebuilds_them(
 
 @pytest.mark.redis
 def test_thin_nodes_match_the_scheduler_view(real_redis, thin):
+    """Also `labq nodes` on the fast path: a lease that names another epoch than the record's is a
+    node down (its agent is not alive in it), as the scheduler takes it; the GPUs' fields by name."""
     import json
 
     from labq.scheduler.store.state import SchedulerStore
     k = Keys("labq")
-    for n, admin, lease in (("a", None, True), ("b", "drain", True), ("c", None, False)):
+    for n, admin, lease, epoch in (("a", None, "x", ""), ("b", "drain", "x", ""), ("c", None, None, ""),
+                                   ("d", None, "e1", "e2"), ("e", None, "e3", "e3"), ("f", None, "x", "")):
         real_redis.sadd(k.nodes, n)
-        real_redis.hset(k.node(n), mapping={"cpus": 4, "mem": 1 << 30, "slots": 2, "hb": 5.0,
-                                            "gpus": json.dumps([["G-" + n, 0, "A100", 0]])})
+        real_redis.hset(k.node(n), mapping={"cpus": 4, "mem": 1 << 30, "slots": 2, "hb": 5.0, "epoch": epoch,
+                                            "gpus": json.dumps([["G-" + n, 0, "A100", 80 << 30], ["H-" + n, 1, "H100", 0]])})
         if lease:
-            real_redis.set(k.node_lease(n), "x", px=60_000)
+            real_redis.set(k.node_lease(n), lease, px=60_000)
         if admin:
             real_redis.set(k.node_admin(n), admin)
+    real_redis.hset(k.node_health("f"), mapping={"reason": "no runner took work"})
     now = time.time()
     full = SchedulerStore(real_redis, k, "reader").nodes(now)
     light = thin.nodes()
-    assert [(n.name, n.state, n.cpus, n.mem, len(n.gpus)) for n in full] == \
-           [(n.name, n.state, n.cpus, n.mem, len(n.gpus)) for n in light]
+
+    def view(n):
+        return (n.name, n.state, n.cpus, n.mem, n.slots, n.last_heartbeat, n.reason,
+                [(g.uuid, g.index, g.model, g.mem) for g in n.gpus])
+    assert [view(n) for n in full] == [view(n) for n in light]
+    assert [n.state for n in light] == ["up", "drain", "down", "down", "up", "unhealthy"]
 
 
 @pytest.mark.redis
