@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import redis  # noqa: E402
 
 from labq.scheduler.daemon.loop import Scheduler  # noqa: E402
+from labq.scheduler.daemon.transitions import Charge  # noqa: E402
 from labq.scheduler.jobs import states  # noqa: E402
 from labq.scheduler.jobs.model import Attempt, Gpu, Job  # noqa: E402
-from labq.scheduler.jobs.transitions import Charge  # noqa: E402
 from labq.scheduler.settings import config
 from labq.scheduler.store import acctrows, archive, codec, dialect, writes  # noqa: E402
 from labq.scheduler.store.agentside import AgentStore  # noqa: E402

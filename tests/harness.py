@@ -29,8 +29,9 @@ import redis
 from labq.cli.embedded import Stack
 from labq.scheduler import policy
 from labq.scheduler.client import Client, current_user
+from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.daemon.loop import Scheduler
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node, Snapshot
 from labq.scheduler.settings import config, config as config_mod
 from labq.scheduler.store import codec, inbox

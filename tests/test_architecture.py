@@ -94,13 +94,9 @@ MAX_MODULE, MAX_FUNCTION = 400, 60
 # counting the imports that run, as CIRCLES does (one under `if TYPE_CHECKING:` names a type for an
 # annotation and runs nothing), each with its owner; shrink, never grow. Gone (issue 40): money <-> settings
 # (Budget is money/ledger.py's, which config reads; money/ names Config in annotations only), money <-> sim
-# (`labq plan`'s whatif.py lives in sim/, which it replays through), jobs <-> settings (jobs/transitions.py
-# names Config in annotations only).
-TWO_WAY_FOLDERS = {
-    frozenset({"jobs", "money"}):
-        "strict (issue 40 item 6): jobs/transitions.py bills through money/ledger and periods; it leaves jobs/ "
-        "for the folder of its callers (the daemon's deciders), after state's daemon/ rework (issue 40 item 1)",
-}
+# (`labq plan`'s whatif.py lives in sim/, which it replays through), jobs <-> settings and jobs <-> money
+# (transitions.py, which bills through money/, lives in daemon/ beside the deciders that call it).
+TWO_WAY_FOLDERS: dict[frozenset[str], str] = {}
 
 
 # -- reading a tree ------------------------------------------------------------------------------
@@ -432,7 +428,7 @@ def test_the_core_is_pure(mod):
 
 def test_the_named_core_is_in_the_core():
     """The issue's pure core, by name: none of these may become an edge."""
-    named = ["policy", "policy.capacity", "money.ledger", "jobs.transitions", "money.periods", "money.alerts",
+    named = ["policy", "policy.capacity", "money.ledger", "daemon.transitions", "money.periods", "money.alerts",
              "money.fairshare", "sim", "sim.engine", "jobs.model", "jobs.plan", "jobs.states", "money.budgetwatch",
              "daemon.crashguard", "sim.whatif", "jobs.jobspec", "settings.config",
              # the daemon's deciders: (state, input) -> Change
@@ -457,7 +453,7 @@ STRICT_FLAGS = {"disallow_any_generics": True, "disallow_subclassing_any": True,
                 "implicit_reexport": False, "strict_equality": True, "extra_checks": True}
 # The deciding core that `make lint` type-checks as `mypy --strict` would (issue 40 item 6).
 STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill", "money.ledger", "money.periods",
-               "jobs.transitions", "daemon.attempt", "daemon.triage", "daemon.decode", "daemon.dispatch",
+               "daemon.transitions", "daemon.attempt", "daemon.triage", "daemon.decode", "daemon.dispatch",
                "daemon.bookkeeper"]
 
 
@@ -578,7 +574,7 @@ def plant(root, rel, text):
     ("scheduler/money/ledger.py", "from ..store import conn", "reaches redis"),           # transitively
     ("scheduler/money/periods.py", "import importlib\nX = importlib.import_module('subprocess')", "reaches subprocess"),
     ("scheduler/money/fairshare.py", "import importlib\nX = importlib.import_module(__name__)", "reaches dynamic"),
-    ("scheduler/jobs/transitions.py", "import os\nHOME = os.environ.get('HOME')", "reaches environ"),
+    ("scheduler/daemon/transitions.py", "import os\nHOME = os.environ.get('HOME')", "reaches environ"),
     ("scheduler/money/alerts.py", "import datetime\nT = datetime.datetime.now()", "reaches clock"),
     ("scheduler/jobs/model.py", "from ..daemon import loop", "reaches socket"),           # an edge, from the core
 ])
@@ -645,7 +641,7 @@ def test_the_checker_finds_a_planted_connection(scratch, rel, text, found):
     ("scheduler/money/alerts.py", "from datetime import datetime as dt\nT = dt.now()", "reaches clock"),
     ("scheduler/money/ledger.py", "import datetime as when\nT = when.date.today()", "reaches clock"),
     ("scheduler/money/periods.py", "import os\nSALT = os.urandom(8)", "reaches urandom"),
-    ("scheduler/jobs/transitions.py", "from os import urandom as noise\nSALT = noise(8)", "reaches urandom"),
+    ("scheduler/daemon/transitions.py", "from os import urandom as noise\nSALT = noise(8)", "reaches urandom"),
     ("scheduler/money/fairshare.py", "import os as o\nHOME = o.environ['HOME']", "reaches environ"),
     ("scheduler/jobs/model.py", "import secrets\nT = secrets.token_hex(4)", "reaches secrets"),
 ])

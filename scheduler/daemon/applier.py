@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from ..jobs import states, transitions as tr
+from ..jobs import states
 from ..jobs.model import Job, Node
 from ..jobs.plan import Cancel, Expire, Pending, Place, Plan, Preempt, Verdict, pending_runs
 from ..policy.capacity import Free, node_is_up
+from . import transitions as tr
 from .change import Change
 
 

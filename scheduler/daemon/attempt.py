@@ -9,10 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from ..jobs import states, transitions as tr
+from ..jobs import states
 from ..jobs.model import Attempt, Job, Node
 from ..money import alerts as budget_alerts
 from ..settings.config import Config
+from . import transitions as tr
 from .change import Change
 from .decode import Event
 

@@ -21,13 +21,14 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ..errors import RefusedError, UsageError
-from ..jobs import states, transitions as tr
+from ..jobs import states
 from ..jobs.model import Job
 from ..jobs.plan import Cancel, Plan
 from ..money import alerts, budgetwatch, ledger, periods
 from ..money.ledger import Books, Budget, Entry, Override
 from ..settings.config import Config
 from ..units import fmt_money, to_micro
+from . import transitions as tr
 from .applier import apply_plan
 from .change import Change
 

@@ -7,11 +7,10 @@ from dataclasses import replace
 from operator import attrgetter
 
 from ..errors import LabqError
-from ..jobs import transitions as tr
 from ..jobs.model import Job
 from ..money import alerts as budget_alerts
 from ..store import dispatchq, nodehealth
-from . import attempt, crashguard, decode, dispatch as dispatching
+from . import attempt, crashguard, decode, dispatch as dispatching, transitions as tr
 from .attempt import gang_stop
 from .change import Change
 from .journal import end_level

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from .. import policy
 from ..errors import RefusedError, UsageError
-from ..jobs import idruns, rest, states, transitions as tr
+from ..jobs import idruns, rest, states
 from ..jobs.estimate import Estimator
 from ..jobs.idruns import LISTED, Runs
 from ..jobs.jobspec import (
@@ -25,6 +25,7 @@ from ..money import ledger, periods
 from ..security import members
 from ..settings.config import Config
 from ..units import fmt_money
+from . import transitions as tr
 from .change import Change
 from .lookup import Lookup
 from .state import Tally

@@ -7,7 +7,7 @@ here reads a clock or Redis: a test builds a state by hand and applies Changes t
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..jobs import rest, states, transitions as tr
+from ..jobs import rest, states
 from ..jobs.estimate import Estimator
 from ..jobs.jobspec import Tasks
 from ..jobs.model import Job, Node, Snapshot
@@ -16,6 +16,7 @@ from ..money import fairshare
 from ..policy.depend import targets as dependency_targets
 from ..policy.kept import Kept
 from ..settings.config import Config
+from . import transitions as tr
 from .crashguard import CrashGuard
 
 

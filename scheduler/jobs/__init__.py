@@ -1,1 +1,1 @@
-"""The job model: records, states, their transitions, submit validation, plans."""
+"""The job model: records, states, submit validation, plans (their transitions: daemon/transitions.py)."""

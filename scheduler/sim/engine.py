@@ -9,8 +9,7 @@ submits (refused as `labq sub` would be: `policy.refusal`, the queue bounds, max
 (the attempt then runs min(duration, time limit): outcome `completed` or `timeout`), `end_pending`
 for an Expire, `preempting` for a Preempt (the victim ends at now + min(grace, what it has left),
 outcome `preempted` as the runner reports it, requeued by `finished` with its lost work recorded),
-and the Pending reasons.
-A periodic budget's rollover is an instant too, because spending starts again from zero there.
+and the Pending reasons. A periodic budget's rollover is an instant too, because spending starts again from zero there.
 
 plan() is not called where it provably could not change anything; in strict order it is given only the
 part of the queue that decides the pass (`_plan`), else (backfill off) walks the queue kept in its order
@@ -22,8 +21,9 @@ from collections import Counter
 from itertools import filterfalse
 
 from .. import policy
+from ..daemon import transitions as tr
 from ..daemon.applier import apply_plan
-from ..jobs import states, transitions as tr
+from ..jobs import states
 from ..jobs.model import Job, Snapshot
 from ..money import fairshare, periods
 from ..settings.config import Config

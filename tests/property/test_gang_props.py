@@ -6,8 +6,8 @@ from dataclasses import replace
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import policy
-from labq.scheduler.daemon import applier
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.daemon import applier, transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Snapshot
 from labq.scheduler.policy import capacity
 from tests.harness import ClusterBuilder, G, cfg, forward_until_started

@@ -5,7 +5,8 @@ from dataclasses import replace
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import policy
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.daemon import transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.policy import priority
 from labq.scheduler.units import fmt_at
 from tests.harness import ClusterBuilder, G, cfg, forward_until_started, summarize

@@ -18,7 +18,8 @@ their grace is over). After every pass:
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from labq.scheduler import policy
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.daemon import transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu, Job, Node, Snapshot
 from labq.scheduler.money import budgetwatch
 from tests.harness import cfg

@@ -3,8 +3,9 @@ what no longer holds is rejected and reported, the rest applied."""
 from dataclasses import replace
 
 from labq.scheduler import policy
+from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.daemon.applier import apply_plan
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.plan import Cancel, Expire, Pending, Place, Plan, Preempt
 from tests.harness import ClusterBuilder, G, cfg
 

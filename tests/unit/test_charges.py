@@ -3,7 +3,7 @@ measured, never above (time limit + kill_wait) × rate, nothing when no process 
 ledger.run_span and transitions.finished / node_failed, no Redis."""
 import pytest
 
-from labq.scheduler.jobs import transitions as tr
+from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.jobs.plan import Place
 from labq.scheduler.money import ledger

@@ -5,9 +5,9 @@ import pytest
 
 from labq.cli import sbatch, subcore
 from labq.scheduler import policy
-from labq.scheduler.daemon import applier
+from labq.scheduler.daemon import applier, transitions as tr
 from labq.scheduler.errors import UsageError
-from labq.scheduler.jobs import jobspec, states, transitions as tr
+from labq.scheduler.jobs import jobspec, states
 from labq.scheduler.jobs.model import Attempt
 from labq.scheduler.money import ledger
 from labq.scheduler.store import codec

@@ -4,7 +4,8 @@ expected starts of --begin jobs."""
 from dataclasses import replace
 
 from labq.scheduler import policy
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.daemon import transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.money import ledger
 from tests.harness import ClusterBuilder, cfg

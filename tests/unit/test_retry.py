@@ -4,8 +4,8 @@ from dataclasses import replace
 import pytest
 
 from labq.scheduler import policy
-from labq.scheduler.daemon import crashguard
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.daemon import crashguard, transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Attempt, Job
 from labq.scheduler.jobs.plan import Place
 from tests.harness import ClusterBuilder, cfg, summarize

@@ -3,9 +3,9 @@ fair-share usage and what plan() sees out; no Redis and no daemon (the daemon's 
 through store/commit.py, is tests/contract/test_group_commit.py)."""
 from dataclasses import replace
 
-from labq.scheduler.daemon import crashguard
+from labq.scheduler.daemon import crashguard, transitions as tr
 from labq.scheduler.daemon.state import SchedulerState
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.estimate import Estimator
 from labq.scheduler.jobs.jobspec import expand
 from tests.harness import ClusterBuilder, cfg

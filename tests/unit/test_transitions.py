@@ -1,5 +1,6 @@
 """Job record transitions: pure, Job in, Job out."""
-from labq.scheduler.jobs import states, transitions as tr
+from labq.scheduler.daemon import transitions as tr
+from labq.scheduler.jobs import states
 from labq.scheduler.jobs.plan import Place
 from tests.harness import SWEEP_TOML, ClusterBuilder, cfg
 

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..jobs import states
+from ..jobs.model import Attempt, Job, evolve
+from ..jobs.plan import Place
 from ..money import ledger, periods
-from . import states
-from .model import Attempt, Job, evolve
-from .plan import Place
 
 if TYPE_CHECKING:     # annotations only: settings/ reads jobs/ (bounds), never the reverse
     from ..money.ledger import Budget
