@@ -27,11 +27,14 @@ from ..policy.capacity import Free, node_is_up
 from . import transitions as tr
 from .change import Change
 
+# One decision of a plan, as the applier checks it against the state.
+Decision = Place | Expire | Preempt | Cancel | Pending
+
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
     """A decision of the plan that the state it was applied to no longer allows, and why."""
-    decision: Place | Expire | Preempt | Cancel | Pending
+    decision: Decision
     why: str
 
 
@@ -71,10 +74,10 @@ class _Work:
     touched: set[int] = field(default_factory=set)
     rejected: list[Rejected] = field(default_factory=list)
 
-    def reject(self, decision, why: str) -> None:
+    def reject(self, decision: Decision, why: str) -> None:
         self.rejected.append(Rejected(decision, why))
 
-    def waiting(self, decision, job_id: int) -> Job | None:
+    def waiting(self, decision: Decision, job_id: int) -> Job | None:
         """The pending job a decision is about, or None (rejected) when it is not pending any more."""
         j = self.pending.get(job_id)
         if j is None or j.state != states.PENDING:
@@ -85,7 +88,7 @@ class _Work:
             return None
         return j
 
-    def on_node(self, decision, job_id: int) -> Job | None:
+    def on_node(self, decision: Decision, job_id: int) -> Job | None:
         """The running job a stop is about, or None (rejected) when it is not running any more (or,
         for a cancel, is already being cancelled)."""
         j = self.running.get(job_id)
@@ -210,7 +213,7 @@ def _room(w: _Work, name: str) -> Free | None:
     return w.rooms[name]
 
 
-def _changed(w: _Work, ids, verdict: Verdict, reasons: bool) -> list[int]:
+def _changed(w: _Work, ids: Iterable[int], verdict: Verdict, reasons: bool) -> list[int]:
     """The ids of a run that `_pend` must look at: all but the pending, untouched jobs whose record
     already has the verdict (the reason and detail too, with `reasons`)."""
     get, touched, pending = w.pending.get, w.touched, states.PENDING
