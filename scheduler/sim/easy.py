@@ -337,7 +337,7 @@ def _covers(free, s, model) -> bool:
 
 def _room_after(sim, p) -> dict:
     """Free (cpus, mem, slots, GPUs) of every node once the pass's admissions are in."""
-    room = {name: (f[0], f[1], f[2], sum(f[3].values())) for name, f in sim.room.free.items()}
+    room = {name: (f.cpus, f.mem, f.slots, len(f.gpus)) for name, f in sim.standing.placer.free.items()}
     jobs = sim.queue.jobs
     for pl in p.places:
         j = jobs[pl.job_id]

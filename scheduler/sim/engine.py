@@ -32,7 +32,6 @@ from .clock import Clock
 from .parked import NONE, Parking
 from .queue import Queue
 from .result import EPOCH, Refused, Result, prepare_nodes
-from .room import Room
 from .settle import bring_back, settle
 from .strict import BUDGET_REASONS
 from .trace import TraceJob
@@ -73,9 +72,9 @@ class Simulator:
         self.parking = Parking(cfg, self.nodes) if cfg.budgets else None
         self.queue.backlog = kept.backlog(cfg, self.parking)    # backfill off: the queue kept in plan()'s order
         self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
-        self.room = Room(self.nodes)
         # plan()'s free capacity and quota usage, kept as jobs start and end (not given to the
-        # reference whole passes, `skip=False`, which plan() counts alone)
+        # reference whole passes, `skip=False`, which plan() counts alone); `_inert` and the windows
+        # read the free room of its nodes
         self.standing = policy.Standing(self.nodes, cfg, EPOCH)
         self.node_by_name = {n.name: n for n in self.nodes}
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
@@ -204,7 +203,6 @@ class Simulator:
         self.attempts += 1
         if self.parking is not None:
             self.parking.ended(jid)
-        self.room.give(job)
         self.standing.end(job)
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
@@ -250,7 +248,7 @@ class Simulator:
         if (self.never_skip or self.queue.timed or (self.queue.budgeted > len(self.idle) and not self.parking.admits_all(self.queue.budgeted))
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
-        return not self.queue.shapes.fit_some(self.room)
+        return not self.queue.shapes.fit_some(self.standing.placer.free)
 
     def _strict(self, t: float) -> bool:
         """Whether plan() provably starts pending jobs in its order and nothing past the first that
@@ -356,7 +354,6 @@ class Simulator:
     def _start(self, t: float, job: Job) -> None:
         self.running[job.id] = job
         self.attempts += 1
-        self.room.take(job)
         if self.parking is not None:
             self.parking.started(job)
         self.standing.start(job)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from .. import policy
 from ..jobs.model import Snapshot
 from ..jobs.plan import Pendings, pending_runs
-from .room import shape
+from .room import fits_somewhere
 
 
 def backlog(cfg, parking):
@@ -54,6 +54,6 @@ def _stuck_at_head(sim, t: float) -> bool:
             or sim.cfg.preemption and sim.preemptible_running):
         return False
     heads = [g.jobs[0] for g in sim.queue.backlog.groups.values()]
-    if sim.room.fits_somewhere([shape(j) for j in heads]):
+    if fits_somewhere(sim.standing.placer.free, heads):
         heads = [min(heads, key=policy.priority.scorer(t, sim._usage(t), sim.cfg, sim.queue.backlog.bursting))]
-    return not sim.room.fits_somewhere([shape(j) for j in heads])
+    return not fits_somewhere(sim.standing.placer.free, heads)

@@ -1,49 +1,30 @@
-"""What the simulator needs to prove that a plan() pass could place nothing: each node's free
-resources, kept up to date as attempts start and end, and the pending requests indexed by shape.
+"""What the simulator needs to prove that a plan() pass could place nothing: the pending requests
+indexed by shape, against each node's free room as plan()'s standing keeps it (policy.Standing, a
+capacity.Free per node, kept up to date as attempts start and end).
 
 The fit rule is capacity.Free.fits (a slot, CPUs, memory and enough free GPUs of the model):
 plan() never places a job that fails it, so "no pending request fits any node" means no Place.
+`Shapes.within` asks the same of a shape.
 """
 from bisect import bisect_left, insort
 from collections import Counter
 
-from ..jobs.model import Job, Node
+from ..jobs.model import Job
 from ..policy.capacity import covers, shape
 
-__all__ = ["Room", "Shapes", "covers", "shape"]
+__all__ = ["Shapes", "covers", "fits_somewhere", "shape"]
 
 
-class Room:
-    """Free CPUs, memory, slots and GPUs per model, for every node."""
+def fits_somewhere(free: dict, jobs) -> bool:
+    """Whether some of `jobs` fits some node's free room `free` (name -> capacity.Free, the running
+    jobs' standing: policy.Standing's placer), by plan()'s own fit rule, Free.fits."""
+    return any(f.fits(j) for f in free.values() for j in jobs)
 
-    def __init__(self, nodes: tuple[Node, ...]):
-        self.free = {n.name: [n.cpus, n.mem, n.slots, Counter(g.model for g in n.gpus)] for n in nodes}
-        self.model = {g.uuid: g.model for n in nodes for g in n.gpus}
 
-    def _change(self, job: Job, sign: int) -> None:
-        for node, gpus in job.on_nodes:     # a gang: its per-node shape on each of its nodes
-            f = self.free[node]
-            f[0] -= sign * job.cpus
-            f[1] -= sign * job.mem
-            f[2] -= sign
-            for u in gpus:
-                f[3][self.model[u]] -= sign
-
-    def take(self, job: Job) -> None:
-        self._change(job, 1)
-
-    def give(self, job: Job) -> None:
-        self._change(job, -1)
-
-    def fits_somewhere(self, shapes) -> bool:
-        for cpus, mem, slots, gpus in self.free.values():
-            if slots < 1:
-                continue
-            total = sum(gpus.values())
-            for g, model, c, m in shapes:
-                if cpus >= c and mem >= m and (gpus[model] if model else total) >= g:
-                    return True
-        return False
+def _free_gpus(f):
+    """`Shapes.within`'s GPU test for the free room `f` (a capacity.Free): the GPUs of a model free."""
+    total = len(f.gpus)
+    return lambda g, model: (sum(1 for x in f.gpus if x.model == model) if model else total) >= g
 
 
 class Shapes:
@@ -84,12 +65,12 @@ class Shapes:
                 if m <= mem:
                     yield (g, model, c, m)
 
-    def fit_some(self, room: Room) -> bool:
-        """Whether some shape fits some node's room: Room.fits_somewhere over every shape."""
-        for cpus, mem, slots, gpus in room.free.values():
-            if slots < 1:
+    def fit_some(self, free: dict) -> bool:
+        """Whether some shape fits some node's free room (name -> capacity.Free): fits_somewhere
+        over a job of every shape."""
+        for f in free.values():
+            if f.slots < 1:
                 continue
-            total = sum(gpus.values())
-            for _ in self.within(cpus, mem, lambda g, model: (gpus[model] if model else total) >= g):
+            for _ in self.within(f.cpus, f.mem, _free_gpus(f)):
                 return True
         return False

@@ -21,7 +21,7 @@ land elsewhere, at another rate, once a wider window puts other jobs before it.)
 from itertools import takewhile
 
 from ..jobs import states
-from .room import shape
+from .room import fits_somewhere
 
 WINDOW = 4      # pending jobs in the first window; widened ×4 while every one starts or is held by a budget
 # A first job charged to a budget gets a window of its own when that budget is every queued job's and
@@ -35,11 +35,12 @@ def plan(sim, t: float):
     q, idle = sim.queue, sim.idle
     one = q.one_order()
     heads = q.heads(idle)          # (the idle jobs do nothing: the first of the others decides)
-    if not sim.room.fits_somewhere([shape(j) for j in heads]) and not any(_may_be_held(sim, j) for j in heads):
+    free = sim.standing.placer.free
+    if not fits_somewhere(free, heads) and not any(_may_be_held(sim, j) for j in heads):
         return None          # the first job is one of these, and none fits: it holds every other
     usage = sim._usage(t)
     ranked = q.ranked(heads, t, usage)
-    if not sim.room.fits_somewhere([shape(ranked[0])]) and not _may_be_held(sim, ranked[0]):
+    if not fits_somewhere(free, ranked[:1]) and not _may_be_held(sim, ranked[0]):
         return None
     n = 1 if sim.parking is not None and sim.parking.room_for_one(ranked[0], len(q)) else WINDOW
     # jobs that do nothing in this pass: those idle for their budget and those the budget has no

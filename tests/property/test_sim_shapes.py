@@ -1,18 +1,18 @@
 """The replay's index of pending request shapes (scheduler/sim/room.py `Shapes`): after every submit
 and start of a random history of heterogeneous requests (fractional CPUs, memory per job, typed and
 untyped GPUs), `within` gives exactly the shapes that fit a room and `fit_some` says whether any fits
-some node (Room.fits_somewhere over every shape, the check it replaces); and backfill replays of
-such requests equal to replays of whole passes."""
+some node (plan()'s own fit rule, capacity.Free.fits, over a job of every shape: room.fits_somewhere);
+and backfill replays of such requests equal to replays of whole passes."""
 import random
-from collections import Counter
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler.jobs.model import Gpu, Job, Node
+from labq.scheduler.policy.capacity import Free
 from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import TraceJob, policy_config, simulate
-from labq.scheduler.sim.room import Room, Shapes, shape
+from labq.scheduler.sim.room import Shapes, fits_somewhere, shape
 
 G = 1 << 30
 req = st.tuples(st.sampled_from([0, 1, 2, 4]), st.sampled_from(["", "A", "B"]), st.sampled_from([0.5, 1, 3.25, 8, 16]),
@@ -25,10 +25,10 @@ rooms = st.lists(st.tuples(st.integers(0, 16), st.integers(0, 80), st.integers(0
 @given(st.lists(st.tuples(st.booleans(), req), min_size=1, max_size=40), rooms)
 def test_the_shape_index_finds_what_a_look_at_every_shape_finds(history, free):
     shapes, pending = Shapes(), {}
-    room = Room(tuple(Node(f"n{i}", 16, 80 * G, 2, tuple(Gpu(f"G{i}{k}", k, "A" if k < 4 else "B") for k in range(8)))
-                      for i in range(len(free))))
+    room = {}
     for i, (c, m, slots, a, b) in enumerate(free):
-        room.free[f"n{i}"] = [c, m * G, slots, Counter({"A": a, "B": b})]
+        node = Node(f"n{i}", 16, 80 * G, 2, tuple(Gpu(f"G{i}{k}", k, "A" if k < 4 else "B") for k in range(8)))
+        room[node.name] = Free(node, c, m * G, slots, [g for g in node.gpus if g.index < a or 4 <= g.index < 4 + b])
     for n, (add, (gpus, kind, cpus, mem)) in enumerate(history, start=1):
         if add or not pending:
             j = Job(argv=("x",), workdir="/", user="u", account="a", id=n, gpus=gpus, gpu_type=kind, cpus=cpus, mem=mem * G)
@@ -37,7 +37,7 @@ def test_the_shape_index_finds_what_a_look_at_every_shape_finds(history, free):
         else:
             shapes.remove(pending.pop(sorted(pending)[n % len(pending)]))
         every = {shape(j) for j in pending.values()}
-        assert shapes.fit_some(room) == room.fits_somewhere(list(every))
+        assert shapes.fit_some(room) == fits_somewhere(room, list(pending.values()))
         for c, m, slots, a, b in free:
             def free_gpus(g, model, a=a, b=b):
                 return (a if model == "A" else b if model == "B" else a + b) >= g
