@@ -20,6 +20,7 @@ cluster).
 import csv
 import math
 from dataclasses import dataclass, field
+from sys import intern
 
 from ..errors import UsageError
 from ..jobs.bounds import MAX_AHEAD, MAX_INT
@@ -55,12 +56,23 @@ def read_numbered(path: str, what: str, strict: bool = False):
     """(header, [(line, row)]): each row with the line of the file it starts on (blank lines and
     # comments skipped but counted). `strict`: a row with more or fewer fields than the header is
     refused, naming its line (a truncated or shifted row would otherwise read as defaults)."""
+    with _open(path, what) as f:
+        header, rows = _numbered(f, path, what, strict)
+        return header, list(rows)
+
+
+def _open(path: str, what: str):
     try:
-        f = open(path, newline="", encoding="utf-8-sig")     # a BOM (spreadsheet exports) is not a column
+        return open(path, newline="", encoding="utf-8-sig")     # a BOM (spreadsheet exports) is not a column
     except FileNotFoundError:
         raise UsageError(f"{what}: no such file: {path}") from None
     except OSError as e:
         raise UsageError(f"{what}: cannot read {path}: {e.strerror}") from None
+
+
+def _numbered(f, path: str, what: str, strict: bool):
+    """read_numbered's (header, rows) of the open file `f`, the rows read as they are asked for: a
+    long trace is never held as rows (a dict of strings each) beside its jobs."""
     kept: list[int] = []       # the file's line number of each line the reader is given
 
     def lines():
@@ -68,11 +80,14 @@ def read_numbered(path: str, what: str, strict: bool = False):
             if line.strip() and not line.lstrip().startswith("#"):
                 kept.append(n)
                 yield line
-    with f:
-        reader = csv.DictReader(lines())
-        rows = []
+    reader = csv.DictReader(lines())
+    try:
+        header = [h.strip() for h in reader.fieldnames or []]
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise UsageError(f"{what}: {path}: not a CSV file ({e})") from None
+
+    def rows():
         try:
-            header = [h.strip() for h in reader.fieldnames or []]
             while True:
                 first = reader.line_num          # lines read so far: the next record starts after them
                 try:
@@ -87,10 +102,10 @@ def read_numbered(path: str, what: str, strict: bool = False):
                                      "(an unclosed quote?)")
                 if strict and (None in row or None in row.values()):
                     _fields(path, what, line, header, row)
-                rows.append((line, row))
+                yield line, row
         except (csv.Error, UnicodeDecodeError) as e:
             raise UsageError(f"{what}: {path}: not a CSV file ({e})") from None
-    return header, rows
+    return header, rows()
 
 
 def _fields(path: str, what: str, line: int, header: list[str], row: dict):
@@ -139,7 +154,12 @@ def load(path: str, extra: str | None = None, time_column: str | None = None, ti
     empty or not positive falls back to the factor. At least 1 s."""
     if not (time_factor > 0 and math.isfinite(time_factor)):
         raise UsageError(f"--time-factor: expected a number > 0, got {time_factor!r}")
-    header, rows = read_numbered(path, "trace", strict=True)
+    with _open(path, "trace") as f:
+        header, rows = _numbered(f, path, "trace", strict=True)
+        return _load(path, header, rows, extra, time_column, time_factor, cpus_as_gpus, sort)
+
+
+def _load(path, header, rows, extra, time_column, time_factor, cpus_as_gpus, sort) -> list[TraceJob]:
     if not header:
         raise UsageError(f"trace: {path}: empty: expected a header line with at least {', '.join(REQUIRED)}")
     twice = next((h for k, h in enumerate(header) if h in header[:k]), None)
@@ -150,6 +170,8 @@ def load(path: str, extra: str | None = None, time_column: str | None = None, ti
         raise UsageError(f"trace: {path}: missing column {missing[0]!r} (have: {', '.join(header) or 'none'}; "
                          f"expected at least {', '.join(REQUIRED)})")
     joined = read_extra(extra) if extra else {}
+    if joined:
+        rows = list(rows)
     if joined and not {(r.get("job_id") or "").strip() for _, r in rows} & joined.keys():
         raise UsageError(f"--extra: {extra}: no job_id in it matches one of the trace's {len(rows)} jobs")
     extra_cols = set(next(iter(joined.values()), {})) if joined else set()
@@ -216,8 +238,9 @@ def _job(row, name, where, time_column, time_factor, cpus_as_gpus, line=0) -> Tr
         gpus_asked=asked if asked != gpus and not cpus_as_gpus else None,
         cpus_asked=cpus_asked if cpus_asked != int(cpus_asked) else None,
         mem=int(_num(row, "mem_gib", where, default=0.0, hi=MAX_GIB) * GIB),
-        user=(row.get("user") or "").strip() or "user",
-        account=(row.get("account") or "").strip() or (row.get("group") or "").strip(),
-        qos=(row.get("qos") or "").strip() or "normal",
-        gpu_type=(row.get("gpu_type") or "").strip(),
-        status=(row.get("status") or "").strip(), row=line)
+        # A trace has few users, accounts and outcomes: one string each, not one per job.
+        user=intern((row.get("user") or "").strip() or "user"),
+        account=intern((row.get("account") or "").strip() or (row.get("group") or "").strip()),
+        qos=intern((row.get("qos") or "").strip() or "normal"),
+        gpu_type=intern((row.get("gpu_type") or "").strip()),
+        status=intern((row.get("status") or "").strip()), row=line)
