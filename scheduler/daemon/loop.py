@@ -232,7 +232,7 @@ class Scheduler(NodeEvents, Inboxes):
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         st = self.state
         st.loaded(self.store.active_jobs(), self.store.job_seq(), Reader(self.store.r, self.k).rests())
-        self.store.rebuild_stat_rows(st.jobs.values())
+        self.store.rebuild_stat_rows(st.jobs.values(), st.rests.values())
         self.acct_backlog = self.store.acct_rows_missing()
         self.store.ensure_group(self.k.events)
         self.leading = True

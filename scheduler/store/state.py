@@ -15,7 +15,7 @@ import redis
 from ..errors import StalePlanError
 from ..jobs.model import Gpu, Job, Node
 from ..jobs.states import ACTIVE
-from . import acctrows, conn, requestq, statrows, wire, writes
+from . import acctrows, conn, requestq, rests as rest_rows, statrows, wire, writes
 from .conn import ERRORS
 from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
@@ -130,9 +130,10 @@ class SchedulerStore(RequestList):
                 raise StalePlanError(f"a commit was not acknowledged: {keep.doubt}")
             return got
 
-    def rebuild_stat_rows(self, jobs) -> None:
-        """The `stat` rows of the active jobs, afresh from their records (statrows.py): run when this
-        scheduler becomes leader, so rows of an older shape or an older labq are replaced."""
+    def rebuild_stat_rows(self, jobs, rests=()) -> None:
+        """The `stat` rows of the active jobs, afresh from their records (statrows.py), and of the held
+        arrays' `rests` (store/rests.py): run when this scheduler becomes leader, so rows of an older
+        shape or an older labq are replaced."""
         rows = [(str(j.id), statrows.dumps(j)) for j in jobs]
         # The hashes of older row shapes (keys.ROWS_VERSION): nothing reads them once this one is
         # written, and they held a row for every job active when labq was upgraded.
@@ -143,6 +144,8 @@ class SchedulerStore(RequestList):
             p.delete(self.k.stat_rows, *older)
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
+            for r in rests:
+                p.hset(self.k.rests, str(r.array_id), rest_rows.row(r))
         self.txn(build)
 
     def acct_rows_missing(self) -> list[int]:

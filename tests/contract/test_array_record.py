@@ -90,6 +90,21 @@ def test_the_tasks_of_a_held_array_are_seen_as_they_were(conns):
     assert s2.tally.pending == N and s2.tally.pending_by_user["alice"] == N
 
 
+def test_a_new_leader_writes_a_rests_stat_row_afresh(conns):
+    """As the rows of records (rebuild_stat_rows): an older labq's row shape is replaced at start."""
+    from labq.scheduler.store import rests
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**HELD, "array": [1, N, 1]})["job_id"]
+    fresh = r.hget(K.rests, str(a))
+    r.hset(K.rests, str(a), json.dumps({**json.loads(fresh), "row": "an older shape"}))
+    s2 = Scheduler(r, CFG, me="s2", clock=FROZEN)
+    r.delete(K.leader)
+    s2.tick(now + 2)
+    assert r.hget(K.rests, str(a)) == fresh == rests.row(s2.rests[a])
+
+
 def R_cells(line):
     return statrows.cells(line[statrows.TAIL])
 
