@@ -94,15 +94,17 @@ class NodeEvents:
             # kept its result, worker/results.py). Each gets what a heartbeat gives before it is lost.
             on_node = []
         gangs = {j.id: self._lost_part(j, up, now) for j in on_node if j.parts}
+        alerts = []
         for job in on_node:
             hit = gangs.get(job.id)
             if isinstance(hit, str):
                 log.warning("job %s attempt %d: no runner on node %s took its part within %.0fs; withdrawn",
                             job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
-                self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
-                                          f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
+                alerts += self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
+                                                    f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
         change = attempt.lost(on_node, beats, gangs, up, self.state.down_since, now, self.cfg)
-        if change.jobs:
+        change.alerts += alerts       # in the transaction that takes the parts back
+        if change.jobs or change.alerts:
             self.commit(change)
 
     def _on_node(self) -> list[Job]:
@@ -162,25 +164,28 @@ class NodeEvents:
                 continue      # a runner claimed it meanwhile: it runs, and its events will tell
             log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
                         u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
-            if u.why == "timeout":
-                self._unhealthy(u.job.node, now, f"no runner took job {u.job.display_id} attempt "
-                                                 f"{u.job.current.attempt} within {self.cfg.start_timeout:.0f}s")
-            # A gang's other parts may have claimed theirs: they are stopped before they start.
+            alerts = [] if u.why != "timeout" else self._unhealthy(
+                u.job.node, now, f"no runner took job {u.job.display_id} attempt {u.job.current.attempt} "
+                                 f"within {self.cfg.start_timeout:.0f}s")
+            # A gang's other parts may have claimed theirs: they are stopped before they start. Each
+            # withdrawn attempt is committed at once: its dispatch entry is gone already.
             stop = [(u.job.id, gang_stop(u.job.current.attempt))] if u.job.parts else []
-            self.commit(Change(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop))
+            self.commit(Change(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop,
+                               alerts=alerts))
 
-    def _unhealthy(self, node: str, now: float, reason: str) -> None:
+    def _unhealthy(self, node: str, now: float, reason: str) -> list[dict]:
         """Its runners took no work within start_timeout: no more work there (this tick's plan
-        included) until one of them proves alive (_check_health); an alert says so."""
+        included) until one of them proves alive (_check_health); the alert that says so (none
+        where the node was marked already), for the change that takes the work back."""
         if not node or not nodehealth.mark(self.store.r, self.k, node, reason, now):
-            return
+            return []
         log.error("node %s is unhealthy: %s; nothing is dispatched there until a runner proves alive", node, reason)
-        self.state.nodes = tuple(replace(n, state="unhealthy", reason=reason) if n.name == node and n.state == "up" else n
-                           for n in self.nodes)
+        self.state.nodes = tuple(replace(n, state="unhealthy", reason=reason) if n.name == node and n.state == "up"
+                                 else n for n in self.nodes)
         a = budget_alerts.Alert(f"node:{node}|unhealthy|{now}", "node_unhealthy", f"node:{node}", "error",
                                 f"node {node} is unhealthy: {reason}; it gets no work until a runner proves alive",
                                 now, {"node": node, "reason": reason})
-        self.commit(Change(alerts=[a.fields()]))
+        return [a.fields()]
 
     def _check_health(self, now: float) -> None:
         """An unhealthy node is healthy again once a runner of it wrote its state after the mark."""

@@ -1,11 +1,7 @@
-"""The scheduler daemon: the single writer of jobs, allocations and the ledger.
-
-Each `tick(now)` holds the leader lease, then: takes requests from the request list and events from
-the agents, declares attempts on dead nodes lost, runs the pure `plan()` over a snapshot, and applies
-the plan in one fenced transaction (which also pushes each admitted attempt onto its node's dispatch
-list). Every change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at any instant either loses
-nothing (the request or event is redelivered) or has already written everything.
-"""
+"""The scheduler daemon, the single writer of jobs, allocations and the ledger: a shell around its state
+(state.py), its store and the committer (store/commit.py). `tick(now)` reads top to bottom; every
+Change is written in the same transaction as the acknowledgement of what caused it, so a kill -9 at
+any instant either loses nothing (the request or event is redelivered) or has written everything."""
 import gc
 import logging
 import time
@@ -88,13 +84,40 @@ class Scheduler(NodeEvents, Inboxes):
 
     # What the handlers (handlers.State), the metrics and the tests read of the state.
     cfg, jobs, nodes = _of_state("cfg"), _of_state("jobs"), _of_state("nodes")
-    tally, estimator, rests = _of_state("tally"), _of_state("estimator"), _of_state("rests")
-    ended = _of_state("ended")
+    tally, estimator, rests, ended = _of_state("tally"), _of_state("estimator"), _of_state("rests"), _of_state("ended")
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke=()) -> bool:
-        """One round. Returns whether this scheduler is the leader. (`woke`, what the wake list held,
-        is no longer read: a tick reads every request and event whatever woke it.)"""
+        """One round, top to bottom: the lease (a new leader reloads the state) → the requests and
+        the nodes' events, read, decided and committed round by round (group commit) → attempts lost
+        or never claimed → the budgets' duties → a policy pass, applied. Each phase reads through the
+        store, asks a pure decider for a Change and commits it (`commit`: the state takes it, the
+        committer writes it). Returns whether this scheduler is the leader. (`woke`, what the wake
+        list held, is no longer read: a tick reads every request and event whatever woke it.)"""
+        if not self._hold_lease():
+            return False
+        try:
+            self.now = now
+            if not self.leading and not self._lead(now):
+                return False
+            self.state.nodes = self.store.nodes(now)
+            self._intake(now, pending=False)
+            self._lost_attempts(now)
+            self._unclaimed(now)
+            change = self.books.tick(now, self.jobs, self.cfg)
+            if change is not None:
+                self.commit(change)
+            if self._plan_due(now):
+                self._plan(now)
+            if self.durable is not None and not self.committer.unreplicated:   # figures a failover may yet undo: not kept
+                self.durable.seen()
+        except StalePlanError as e:
+            log.warning("%s; reloading state", e)
+            self.leading = False
+        return self.leading
+
+    def _hold_lease(self) -> bool:
+        """Whether this scheduler holds the leader lease (renewed where due)."""
         try:
             # Renewed within a third of the lease and still ours: one GET, not the renewal's four
             # round trips and an fsync before every request is read (every write is fenced by the
@@ -108,50 +131,41 @@ class Scheduler(NodeEvents, Inboxes):
             if self.leading:
                 log.warning("lost the leader lease; waiting")
             self.leading = False
+        return held
+
+    def _lead(self, now: float) -> bool:
+        """Take the lead: the durability checks, then the state reloaded (_recover)."""
+        if not self._durable_ok():
             return False
-        try:
-            self.now = now
-            if not self.leading:
-                if not self._durable_ok():
-                    return False
-                # Behind replicas, nothing of this master's is the state file's until a commit is acknowledged.
-                self.committer.unreplicated = bool(self.replicas_ack())
-                # The lease is renewed while the state reloads, however long that takes.
-                with self.store.keeping_lease(self.lease_s, self.lease_s / 3) as kept:
-                    self._recover(now)
-                if kept.lost:
-                    raise StalePlanError(kept.lost)
-                self.renewed = kept.renewed
-            self.state.nodes = self.store.nodes(now)
-            self._intake(now, pending=False)
-            self._lost_attempts(now)
-            self._unclaimed(now)
-            change = self.books.tick(now, self.jobs, self.cfg)
-            if change is not None:
-                self.commit(change)
-            # While requests keep streaming in, answer them first and plan at most once a tick;
-            # a lone submit on an idle queue is planned at once.
-            # An attempt's end freed room: plan again at once, unless planning would take more than
-            # a third of the loop (at most every 2 x the last plan's own time), or a busy node
-            # drains at one job per slot per tick.
-            st = self.state
-            refill = st.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
-            if now - st.last_plan >= st.cfg.tick or refill or not self.store.wakes_waiting():
-                # `now` is the tick's only clock: the ends processed in this tick were capped at it
-                # (transitions.finished), so an admission at `now` never precedes them.
-                began = time.monotonic()
-                reasons = now - st.last_reasons >= st.cfg.tick
-                self._schedule(now, reasons)
-                st.last_plan, st.freed = now, False
-                st.last_reasons = now if reasons else st.last_reasons
-                self.plan_done = time.monotonic()
-                self.plan_cost = self.plan_done - began
-            if self.durable is not None and not self.committer.unreplicated:   # figures a failover may yet undo: not kept
-                self.durable.seen()
-        except StalePlanError as e:
-            log.warning("%s; reloading state", e)
-            self.leading = False
-        return self.leading
+        # Behind replicas, nothing of this master's is the state file's until a commit is acknowledged.
+        self.committer.unreplicated = bool(self.replicas_ack())
+        # The lease is renewed while the state reloads, however long that takes.
+        with self.store.keeping_lease(self.lease_s, self.lease_s / 3) as kept:
+            self._recover(now)
+        if kept.lost:
+            raise StalePlanError(kept.lost)
+        self.renewed = kept.renewed
+        return True
+
+    def _plan_due(self, now: float) -> bool:
+        """While requests keep streaming in, answer them first and plan at most once a tick; a lone
+        submit on an idle queue is planned at once. An attempt's end freed room: plan again at once,
+        unless planning would take more than a third of the loop (at most every 2 x the last plan's
+        own time), or a busy node drains at one job per slot per tick."""
+        st = self.state
+        refill = st.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
+        return now - st.last_plan >= st.cfg.tick or refill or not self.store.wakes_waiting()
+
+    def _plan(self, now: float) -> None:
+        # `now` is the tick's only clock: the ends processed in this tick were capped at it
+        # (transitions.finished), so an admission at `now` never precedes them.
+        st, began = self.state, time.monotonic()
+        reasons = now - st.last_reasons >= st.cfg.tick
+        self._schedule(now, reasons)
+        st.last_plan, st.freed = now, False
+        st.last_reasons = now if reasons else st.last_reasons
+        self.plan_done = time.monotonic()
+        self.plan_cost = self.plan_done - began
 
     def _durable_ok(self) -> bool:
         """Lead only a Redis that keeps what it acknowledged (durability.py); else step aside."""
