@@ -19,7 +19,7 @@ COMMANDS = {
     "config": ("labq.cli.configcmd", "config"),
     "up": ("labq.cli.daemons", "up"), "scheduler": ("labq.cli.daemons", "scheduler"), "worker": ("labq.cli.daemons", "worker"),
     "demo": ("labq.cli.demo", "demo"), "checkpoint": ("labq.cli.control", "checkpoint"), "plan": ("labq.cli.whatif", "plan"),
-    "prio": ("labq.cli.prio", "prio"), "share": ("labq.cli.share", "share"),
+    "prio": ("labq.cli.faircmd", "prio"), "share": ("labq.cli.faircmd", "share"),
     "simulate": ("labq.cli.simulate", "simulate"),
     "admin": ("labq.cli.admin", "admin"),
 }

@@ -1,5 +1,5 @@
 """The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and the rare `acct`,
-`budget`, `report`, `alerts`, `hold`, `release`, `requeue`, `nodes`) without click.
+`budget`, `report`, `alerts`, `hold`, `release`, `requeue`, `nodes`, `prio`, `share`) without click.
 
 click costs more to import than the rest of `labq sub` together. This parses the argv of the hot
 commands with their declared flags (spec.py, from which click builds the same options) and runs
@@ -148,12 +148,15 @@ def _command_help(name: str) -> bool:
 
 
 def _dispatch(config, command: str, params: dict) -> None:
-    if command in ("acct", "budget", "report", "alerts"):
+    if command in ("acct", "budget", "report", "alerts", "prio", "share"):
         from .ctx import Ctx
         params.pop("dashdash")
         if command == "acct":
             from . import acct
             return acct.run(Ctx(config), **params)
+        if command in ("prio", "share"):
+            from . import prio, share
+            return (prio.run if command == "prio" else share.run)(Ctx(config), **params)
         if command in ("budget", "alerts"):
             from . import budget
             return (budget.show if command == "budget" else budget.alerts)(Ctx(config), **params)

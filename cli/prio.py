@@ -1,46 +1,39 @@
-"""`labq prio`: each pending job's priority factors and their weights, sprio-style."""
+"""`labq prio`: each pending job's priority factors and their weights, sprio-style, without click: from
+the fast path (fast.py) or click's (faircmd.py)."""
 import time
-
-import click
 
 from labq.scheduler.jobs import states
 from labq.scheduler.policy import priority
 
 from . import statview
-from .common import pass_ctx
-from .out import echo_json
+from .out import echo, echo_json
 
 HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
 SHORT = "SHORT"      # the short-job factor's part: a column only where priority.short_job_weight is set
 
 
-@click.command()
-@click.option("-u", "--user", help="Only this user's jobs.")
-@click.option("-A", "--account", help="Only this account's jobs.")
-@click.option("-r", "--array", "expand", is_flag=True, help="One line per array task.")
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def prio(ctx, user, account, expand, as_json):
+def run(ctx, user, account, expand, as_json) -> None:
     """Pending jobs in the order the scheduler considers them, with each factor's weighted part.
 
     priority = qos_weight × QoS + age_weight × age (0..1 over age_max) + fairshare_weight × fair share
     (0..1, 2^(−usage share ÷ account share)) − burst_penalty × burst (0 or 1)
     + short_job_weight × short (0..1, fading with the wait; off by default)."""
-    c, now = ctx.client, time.time()
+    # The thin client, not redis-py (~150 ms to import, issue 39 item 4); the whole config: priorities
+    cfg, c, now = ctx.cfg, ctx.thin, time.time()
     jobs = c.read.active()
-    usage = c.fairshare(now, jobs)
+    usage = c.fairshare(now, jobs, cfg.priority.fairshare_half_life)
     pending = [j for j in jobs if j.state == states.PENDING]
-    order = priority.ordered(pending, now, dict(usage), c.cfg)
-    f = priority.factors(pending, now, dict(usage), c.cfg)
+    order = priority.ordered(pending, now, dict(usage), cfg)
+    f = priority.factors(pending, now, dict(usage), cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
-    w = c.cfg.priority
+    w = cfg.priority
     if as_json:
         return echo_json({"weights": {k: w[k] for k in ("qos_weight", "age_weight", "fairshare_weight",
                                                          "burst_penalty", "short_job_weight")},
                           "usage": dict(sorted(usage.items())),
                           "jobs": [{"id": j.display_id, "job_id": j.id, "user": j.user, "account": j.account,
                                     "qos": j.qos, **f[j.id].as_json(w)} for j in shown]})
-    click.echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "
+    echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "
                f"fairshare {w['fairshare_weight']:g}, burst penalty {w['burst_penalty']:g}"
                + (f", short jobs {w['short_job_weight']:g} (scale {w['short_job_scale']:.0f}s)"
                   if w["short_job_weight"] else ""))
@@ -58,5 +51,5 @@ def prio(ctx, user, account, expand, as_json):
             rows[-1][0].append(j.display_id)
         else:
             rows.append(([j.display_id], row))
-    click.echo(statview.table([(", ".join(statview.compact_ids(ids)), *row) for ids, row in rows],
+    echo(statview.table([(", ".join(statview.compact_ids(ids)), *row) for ids, row in rows],
                             HEADERS + ((SHORT,) if short else ())))

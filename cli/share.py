@@ -6,13 +6,10 @@ EffectvUsage its fraction of all usage; FairShare the factor priority uses, 2^(-
 """
 import time
 
-import click
-
 from labq.scheduler.money import fairshare
 
 from . import statview
-from .common import pass_ctx
-from .out import echo_json
+from .out import echo, echo_json
 
 HEADERS = ("Account", "RawShares", "NormShares", "RawUsage", "EffectvUsage", "FairShare")
 
@@ -27,18 +24,13 @@ def rows(usage: dict[str, float], shares: dict[str, float]) -> list[dict]:
              "fairshare": factor[a]} for a in names]
 
 
-@click.command()
-@click.option("-A", "--accounts", "account", help="Only these accounts, comma-separated.")
-@click.option("-n", "--noheader", is_flag=True)
-@click.option("-P", "--parsable2", is_flag=True, help="Fields separated by |.")
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def share(ctx, account, noheader, parsable2, as_json):
-    """Accounts' shares, decayed usage and fair-share factors (sshare-like)."""
-    c = ctx.client
-    usage = c.fairshare(time.time(), c.read.active())
+def run(ctx, account, noheader, parsable2, as_json) -> None:
+    """`labq share` (spec.SHARE's options), through the thin client: redis-py's import alone cost
+    ~8x `labq sub` (issue 39 item 4)."""
+    cfg, c = ctx.cfg, ctx.thin
+    usage = c.fairshare(time.time(), c.read.active(), cfg.priority.fairshare_half_life)
     wanted = {a.strip() for a in account.split(",")} if account else None
-    ds = [d for d in rows(dict(usage), {a.name: a.share for a in c.cfg.accounts})
+    ds = [d for d in rows(dict(usage), {a.name: a.share for a in cfg.accounts})
           if not wanted or d["account"] in wanted]
     if as_json:
         return echo_json(ds)
@@ -49,4 +41,4 @@ def share(ctx, account, noheader, parsable2, as_json):
     else:
         lines = statview.table(table, HEADERS).splitlines()[noheader:]
     if lines:
-        click.echo("\n".join(lines))
+        echo("\n".join(lines))

@@ -1,5 +1,5 @@
 """The flags of the hot commands (and of the rare `acct`, `budget`, `report`, `alerts`, `hold`, `release`,
-`requeue`, `nodes`), declared once: click builds its options from these (submit.py,
+`requeue`, `nodes`, `prio`, `share`), declared once: click builds its options from these (submit.py,
 query.py), and the fast path (fast.py) parses argv with them without importing click.
 
 An option is (declarations, kind, help, default), the declarations exactly as click takes them
@@ -159,6 +159,18 @@ ALERTS = [
 ]
 
 NODES = [(("--json", "as_json"), "flag", None, False)]
+PRIO = [
+    (("-u", "--user"), "str", "Only this user's jobs.", None),
+    (("-A", "--account"), "str", "Only this account's jobs.", None),
+    (("-r", "--array", "expand"), "flag", "One line per array task.", False),
+    (("--json", "as_json"), "flag", None, False),
+]
+SHARE = [
+    (("-A", "--accounts", "account"), "str", "Only these accounts, comma-separated.", None),
+    (("-n", "--noheader"), "flag", None, False),
+    (("-P", "--parsable2"), "flag", "Fields separated by |.", False),
+    (("--json", "as_json"), "flag", None, False),
+]
 
 WAIT = [(("--timeout",), "str", "Give up after this long (exit 1).", None)]
 DEL = [(("-u", "--user"), "str", "Every pending and running job of this user (scancel -u; yours, or any for admins).",
@@ -172,7 +184,7 @@ COMMANDS = {
     # (set, override) are positionals here: left to click
     "acct": (ACCT, None, 0), "budget": (BUDGET, None, 0), "report": (REPORT, None, 0),
     "alerts": (ALERTS, None, 0), "hold": ([], "job_ids", "+"), "release": ([], "job_ids", "+"),
-    "requeue": ([], "job_ids", "+"), "nodes": (NODES, None, 0),
+    "requeue": ([], "job_ids", "+"), "nodes": (NODES, None, 0), "prio": (PRIO, None, 0), "share": (SHARE, None, 0),
 }
 
 

@@ -3,8 +3,6 @@ from Redis. The hot CLI commands use the thin client (thinclient.py) instead, wi
 import time
 
 from .errors import UnreachableError
-from .jobs import states
-from .money import fairshare
 from .settings.config import Config
 from .store import conn, inbox
 from .store.keys import Keys
@@ -56,11 +54,6 @@ class Client(ClientBase):
     def expected_starts(self) -> dict:
         """job id (a string) -> expected start, as the scheduler plans it (`labq stat --start`)."""
         return self._checked(self.request("starts", {}))["starts"]
-
-    def fairshare(self, now: float, jobs) -> dict[str, float]:
-        """Each account's decayed usage now, running jobs included (`labq prio`)."""
-        running = [j for j in jobs if j.state in states.ON_NODE]
-        return fairshare.current(self.read.usage(), running, now, self.cfg.priority.fairshare_half_life)
 
     def budgets(self, now: float | None = None):
         """The configured budgets with the limits of `labq budget set` and the active overrides."""

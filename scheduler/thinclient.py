@@ -78,6 +78,14 @@ class ClientBase:
         from .security.private import OP
         return self._checked(self.request(OP, {"job": job.id}, timeout))
 
+    def fairshare(self, now: float, jobs, half_life: float) -> dict[str, float]:
+        """Each account's decayed usage now, running jobs included (`labq prio`, `labq share`);
+        `half_life`: the config's priority.fairshare_half_life."""
+        from .jobs import states
+        from .money import fairshare
+        running = [j for j in jobs if j.state in states.ON_NODE]
+        return fairshare.current(self.read.usage(), running, now, half_life)
+
     def effective_budgets(self, budgets, now: float) -> tuple:
         """`budgets` (the config's) with the limits of `labq budget set` and the active overrides."""
         from .money import ledger

@@ -122,6 +122,11 @@ class ThinReader:
     def spent(self) -> dict[str, int]:
         return {k: int(v) for k, v in _hash(self._pipe([("HGETALL", self.k.spent())])[0]).items()}
 
+    def usage(self) -> dict[str, tuple[float, float]]:
+        """reads.Reader.usage: the fair-share usage hash, account -> (decayed value, as of epoch)."""
+        from .reads import usage_from
+        return usage_from(_hash(self._pipe([("HGETALL", self.k.usage)])[0]))
+
     def limits(self) -> dict[str, dict]:
         return {k: json.loads(v) for k, v in _hash(self._pipe([("HGETALL", self.k.limits)])[0]).items()}
 
