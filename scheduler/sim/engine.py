@@ -120,9 +120,11 @@ class Simulator:
                 self.progress(shown, total)
         if self.progress:
             self.progress(total, total)
-        jobs = {**self.ended, **self._stuck()}
-        return Result(self.cfg, self.nodes, self.trace, dict(sorted(jobs.items())), self.refused,
-                      self.budget_held, dict(self.spent), self.calls, self.skipped, self.instants, self._end_time())
+        # At the replay's end every job's record is alive: no copy of them, nor of (id, record) pairs.
+        end, jobs = self._end_time(), self.ended
+        jobs.update(self._stuck())
+        return Result(self.cfg, self.nodes, self.trace, {i: jobs[i] for i in sorted(jobs)}, self.refused,
+                      self.budget_held, dict(self.spent), self.calls, self.skipped, self.instants, end)
 
     def _rollover(self, t: float) -> float:
         """The next start of a period of some periodic budget after t."""
@@ -199,7 +201,7 @@ class Simulator:
         if done is None:      # stale: the attempt already ended (preempted before its natural end)
             return
         new, charges = done
-        del self.running[jid]
+        del self.running[jid], self.natural_end[jid]
         self.attempts += 1
         if self.parking is not None:
             self.parking.ended(jid)

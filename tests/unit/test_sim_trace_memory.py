@@ -37,3 +37,16 @@ def test_a_traces_users_accounts_and_outcomes_are_one_string_each(tmp_path):
     a, b = jobs[0], jobs[15]               # the same user, group and status, rows apart
     assert (a.user, a.account, a.status) == (b.user, b.account, b.status)
     assert a.user is b.user and a.account is b.account and a.status is b.status
+
+
+def test_a_replay_keeps_no_run_times_of_the_attempts_that_ended(tmp_path):
+    """Each running attempt's natural end is read only while it runs (a preemption's grace is cut
+    to it): a 200,000-job replay kept one per job to the end."""
+    from labq.cli.whatif import parse_nodes
+    from labq.scheduler.settings import config as config_mod
+    from labq.scheduler.sim import Simulator, policy_config
+    jobs = load(_write(tmp_path / "t.csv"))[:200]
+    sim = Simulator(jobs, parse_nodes("1x8:64:512G"), policy_config(config_mod.Config(), "fifo"))
+    res = sim.run()
+    assert len(res.jobs) == 200 and not sim.running
+    assert sim.natural_end == {}
