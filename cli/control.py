@@ -20,14 +20,14 @@ def _job_command(name: str, op: str, doc: str):
     return command
 
 
-def _node_command(name: str, said: str, doc: str):
-    """An admin's command about one node; `said` is what it prints once the scheduler agreed."""
+def _node_command(name: str, doc: str):
+    """An admin's command about one node (nodeview.node_admin: the fast path's too)."""
     @click.command(name, help=doc)
     @click.argument("node")
     @pass_ctx
     def command(ctx, node):
-        ctx.client.node_admin(name, node)
-        click.echo(f"node {node}: {said}")
+        from .nodeview import node_admin
+        node_admin(ctx.thin, name, node)
     return command
 
 
@@ -46,9 +46,8 @@ hold = _job_command("hold", "hold", "Keep pending jobs from starting (reason Hel
 release = _job_command("release", "release", "Let held jobs start again.")
 requeue = _job_command("requeue", "requeue", "Stop running jobs and put them back in the queue with the same id "
                                              "(your own; admins any).")
-drain = _node_command("drain", "draining (running jobs finish; nothing new starts)",
-                      "Take no new jobs on NODE; running ones finish (admins).")
-resume = _node_command("resume", "up", "Let NODE take jobs again (admins).")
+drain = _node_command("drain", "Take no new jobs on NODE; running ones finish (admins).")
+resume = _node_command("resume", "Let NODE take jobs again (admins).")
 
 
 @click.command()

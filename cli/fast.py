@@ -1,5 +1,5 @@
 """The fast path of the hot commands: `labq sub/stat/q/show/logs/wait/del` (and the rare `acct`,
-`budget`, `report`, `alerts`, `hold`, `release`, `requeue`, `nodes`, `prio`, `share`) without click.
+`budget`, `report`, `alerts`, `hold`, `release`, `requeue`, `nodes`, `prio`, `share`, `drain`, `resume`) without click.
 
 click costs more to import than the rest of `labq sub` together. This parses the argv of the hot
 commands with their declared flags (spec.py, from which click builds the same options) and runs
@@ -170,9 +170,10 @@ def _dispatch(config, command: str, params: dict) -> None:
     params.pop("dashdash")
     if command in ("hold", "release", "requeue"):
         return hot.control(client, command, params["job_ids"])
-    if command == "nodes":
+    if command in ("nodes", "drain", "resume"):
         from . import nodeview
-        return nodeview.nodes(client, **params)
+        return nodeview.nodes(client, **params) if command == "nodes" else nodeview.node_admin(client, command,
+                                                                                              params["node"])
     {"stat": hot.stat, "q": hot.stat, "show": hot.show, "logs": hot.logs, "wait": hot.wait,
      "del": hot.delete}[command](client, **params)
 

@@ -1,10 +1,13 @@
-"""`labq nodes` without click and without redis-py: from the fast path (fast.py) or click's
-(query.py), through the thin client (store/thinreads.py: NodeView, runners), issue 39 item 4."""
+"""`labq nodes`, `drain` and `resume` without click and without redis-py: from the fast path (fast.py)
+or click's (query.py, control.py), through the thin client (store/thinreads.py: NodeView, runners),
+issue 39 item 4."""
 from labq.scheduler.units import fmt_size
 
 from . import render, statview
 from .out import echo, echo_json
 
+# what `labq drain`/`resume` print once the scheduler agreed
+SAID = {"drain": "draining (running jobs finish; nothing new starts)", "resume": "up"}
 HEADERS = ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RUNNERS"]
 
 
@@ -35,3 +38,9 @@ def runners_text(runners: dict) -> str:
         word = v.split(" ", 1)[0]
         counts[word] = counts.get(word, 0) + 1
     return ", ".join(f"{n} {w}" for w, n in sorted(counts.items())) or "-"
+
+
+def node_admin(c, op: str, node: str) -> None:
+    """`labq drain NODE` or `labq resume NODE` (admins); `c` the thin client."""
+    c.node_admin(op, node)
+    echo(f"node {node}: {SAID[op]}")

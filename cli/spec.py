@@ -1,5 +1,5 @@
 """The flags of the hot commands (and of the rare `acct`, `budget`, `report`, `alerts`, `hold`, `release`,
-`requeue`, `nodes`, `prio`, `share`), declared once: click builds its options from these (submit.py,
+`requeue`, `nodes`, `prio`, `share`, `drain`, `resume`), declared once: click builds its options from these (submit.py,
 query.py), and the fast path (fast.py) parses argv with them without importing click.
 
 An option is (declarations, kind, help, default), the declarations exactly as click takes them
@@ -185,6 +185,7 @@ COMMANDS = {
     "acct": (ACCT, None, 0), "budget": (BUDGET, None, 0), "report": (REPORT, None, 0),
     "alerts": (ALERTS, None, 0), "hold": ([], "job_ids", "+"), "release": ([], "job_ids", "+"),
     "requeue": ([], "job_ids", "+"), "nodes": (NODES, None, 0), "prio": (PRIO, None, 0), "share": (SHARE, None, 0),
+    "drain": ([], "node", 1), "resume": ([], "node", 1),
 }
 
 

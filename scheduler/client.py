@@ -40,9 +40,6 @@ class Client(ClientBase):
         """A budget or ledger request (budget_set, budget_override, budget_revoke, ledger_import)."""
         return self._checked(self.request(op, body))
 
-    def node_admin(self, op: str, node: str) -> dict:
-        return self._checked(self.request(op, {"node": node}))
-
     def archive_now(self) -> dict:
         """An archive pass in the leading scheduler now (admins): {jobs, ledger, more, keep}."""
         return self._checked(self.request("archive", {}))

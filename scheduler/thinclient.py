@@ -58,6 +58,10 @@ class ClientBase:
             reply["results"] = expand(reply["runs"]) + reply["results"]
         return reply
 
+    def node_admin(self, op: str, node: str) -> dict:
+        """`drain` or `resume` a node (admins)."""
+        return self._checked(self.request(op, {"node": node}))
+
     def cancel(self, ids: list[str]) -> dict:
         return self.act_on("cancel", ids)
 

@@ -74,7 +74,7 @@ RECORDS = re.compile(r"\|\s+(labq\.scheduler\.(config|model)|tomllib|dataclasses
                                   ["report", "--by", "user", "--format", "csv"], ["hold", "1"], ["release", "1", "2"],
                                   ["requeue", "1"], ["alerts"], ["alerts", "--budget", "b", "-n", "5", "--json"],
                                   ["nodes"], ["nodes", "--json"], ["prio"], ["prio", "-u", "ann", "-r", "--json"],
-                                  ["share"], ["share", "-A", "a,b", "-P", "-n"]])
+                                  ["share"], ["share", "-A", "a,b", "-P", "-n"], ["drain", "n1"], ["resume", "n1"]])
 def test_hot_commands_import_no_redis_py_asyncio_or_click(argv):
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)

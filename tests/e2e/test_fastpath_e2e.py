@@ -47,7 +47,8 @@ def test_each_hot_command_says_the_same_through_both_paths():
                      ("report",), ("report", "--by", "user", "--format", "json"), ("report", "--since", "x"),
                      ("alerts",), ("alerts", "--json", "-n", "3"), ("alerts", "-n", "0"), ("hold", str(first)),
                      ("release", "999999"), ("requeue", "999999", str(first)), ("nodes",),
-                     ("share",), ("share", "-P", "-n"), ("prio", "-u", "nobody", "--json")):
+                     ("share",), ("share", "-P", "-n"), ("prio", "-u", "nobody", "--json"),
+                     ("drain", "nosuchnode"), ("resume", "nosuchnode")):
             a, b = both(*args)
             assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr), args
         rows = e.client.r.hlen(e.client.k.stat_rows)
