@@ -200,3 +200,4 @@ class NodeEvents:
             log.warning("node %s: a runner proved alive; healthy again", n)
         if well:
             self.state.nodes = tuple(replace(n, state="up", reason="") if n.name in well else n for n in self.nodes)
+            self.state.news = True

@@ -100,7 +100,7 @@ class Scheduler(NodeEvents, Inboxes):
             self.now = now
             if not self.leading and not self._lead(now):
                 return False
-            self.state.nodes = self.store.nodes(now)
+            self.state.see_nodes(self.store.nodes(now))
             self._intake(now, pending=False)
             self._lost_attempts(now)
             self._unclaimed(now)
@@ -148,13 +148,13 @@ class Scheduler(NodeEvents, Inboxes):
         return True
 
     def _plan_due(self, now: float) -> bool:
-        """While requests keep streaming in, answer them first and plan at most once a tick; a lone
-        submit on an idle queue is planned at once. An attempt's end freed room: plan again at once,
-        unless planning would take more than a third of the loop (at most every 2 x the last plan's
-        own time), or a busy node drains at one job per slot per tick."""
+        """While requests keep streaming in, answer them first and plan at most once a tick; a lone submit on
+        an idle queue is planned at once, a tick of no news (state._news) waits for the tick's plan. An
+        attempt's end freed room: plan again at once, unless planning would take more than a third of the
+        loop (at most every 2 x the last plan's own time), or a busy node drains at one job per slot per tick."""
         st = self.state
         refill = st.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
-        return now - st.last_plan >= st.cfg.tick or refill or not self.store.wakes_waiting()
+        return now - st.last_plan >= st.cfg.tick or refill or (st.news and not self.store.wakes_waiting())
 
     def _plan(self, now: float) -> None:
         # `now` is the tick's only clock: the ends processed in this tick were capped at it
@@ -162,7 +162,7 @@ class Scheduler(NodeEvents, Inboxes):
         st, began = self.state, time.monotonic()
         reasons = now - st.last_reasons >= st.cfg.tick
         self._schedule(now, reasons)
-        st.last_plan, st.freed = now, False
+        st.last_plan, st.freed, st.news = now, False, False
         st.last_reasons = now if reasons else st.last_reasons
         self.plan_done = time.monotonic()
         self.plan_cost = self.plan_done - began
@@ -294,7 +294,7 @@ class Scheduler(NodeEvents, Inboxes):
             usage = st.usage if tasks else st.usage_after(change.jobs, self.now)   # new tasks ended nothing
             # Everything that could raise is done: from here on the change is staged whole or not at all.
             c.stage(change, charges, st.jobs, st.rests, tasks, reply, ack, dead, partial)
-            st.apply(change.jobs, tasks, usage, change.rests)
+            st.apply(change, tasks, usage)
         finally:
             if solo:
                 self.flush()

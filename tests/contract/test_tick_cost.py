@@ -9,7 +9,7 @@ from redis.connection import AbstractConnection
 from labq.scheduler.jobs import states
 from labq.scheduler.store import wire
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, CFG, K, job, one_admitted, setup, submit, woke
+from tests.harness import BODY, CFG, K, job, one_admitted, reply, setup, submit, woke
 
 NOW = 1_800_000_000.0
 
@@ -107,3 +107,24 @@ def test_jobs_submitted_from_one_shell_share_one_copy_of_its_environment(conns):
     assert jobs[3].env is not jobs[0].env and dict(jobs[3].env)["VAR0"] == "other"
     for j in jobs:
         assert json.loads(r.get(K.job_env(j.id))) == [list(p) for p in j.env]
+
+
+def test_a_tick_that_took_only_held_submits_waits_for_the_ticks_plan(conns, monkeypatch):
+    """Every tick planned whenever no wake-up was waiting, whatever it had changed: one plan per
+    batch of held submits (~1-2 ms at 10,000 pending). A submit that can run is planned at once."""
+    r, raw = conns
+    s = setup(r, raw, NOW)
+    plans = []
+    plan = type(s)._schedule
+    monkeypatch.setattr(type(s), "_schedule", lambda self, *a: (plans.append(a[0]), plan(self, *a))[1])
+    tick = s.cfg.tick
+    for i in range(3):
+        submit(r, "alice", {**BODY, "hold": True}, f"h{i}")
+        s.tick(NOW + (i + 1) * tick / 10, woke(r))
+        assert reply(r, f"h{i}")["ok"]
+    assert plans == []
+    submit(r, "alice", BODY, "runs")
+    s.tick(NOW + tick / 2, woke(r))
+    assert plans == [NOW + tick / 2] and job(r, reply(r, "runs")["job_id"]).state == states.RUNNING
+    s.tick(NOW + tick * 2, woke(r))     # the tick's own plan, news or not
+    assert plans[-1] == NOW + tick * 2
