@@ -1,8 +1,8 @@
-"""Issue 39 item 4 on the live path: the CPU of the rare commands (`acct`, `budget`, `report`, `show`)
-and of `--help` (the first call, nothing kept, and the next ones) against `labq sub`'s, each a whole
-`labq` process on a private stack (redis-server, `labq scheduler`, `labq worker`: bench/stackutil.py)
-that has run a few jobs, so each command has rows to print. CPU is the reaped child's user + system
-(live_bench.timed); min and median of n runs.
+"""Issue 39 item 4 on the live path: the CPU of the rare commands (`acct`, `budget`, `report`, `show`,
+`alerts`, `nodes`, `prio`, `share`) and of `--help` (the first call, nothing kept, and the next ones)
+against `labq sub`'s, each a whole `labq` process on a private stack (redis-server, `labq scheduler`,
+`labq worker`: bench/stackutil.py) that has run a few jobs, so each command has rows to print. CPU is
+the reaped child's user + system (live_bench.timed); min and median of n runs.
 
     .venv/bin/python bench/rare_bench.py [--quick]   # prints one line per command; bench/run.py takes rows()
 """
@@ -19,7 +19,7 @@ from stackutil import BenchStack, labq_command  # noqa: E402
 
 # a budget over the bench account, so that `labq budget` has a row to print
 BUDGET = '\n[[budgets]]\nname = "bench-budget"\naccount = "bench"\nlimit = 100.0\nperiod = "month"\n'
-LIVE = (("acct",), ("budget",), ("report",), ("show", "{job}"))
+LIVE = (("acct",), ("budget",), ("report",), ("show", "{job}"), ("alerts",), ("nodes",), ("prio",), ("share",))
 HELP = (("acct", "--help"), ("budget", "--help"), ("report", "--help"), ("sub", "--help"))
 
 
