@@ -12,6 +12,8 @@ No Redis, no clock, no randomness: `snapshot.now` is the time, and iteration is 
 """
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
+from itertools import compress, repeat
+from operator import attrgetter, eq
 
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
@@ -29,25 +31,33 @@ from .queue import Queue
 from .quota import Usage
 from .refusal import refusal, refusal_of_shape, refusals, request_text
 from .standing import Standing
+from .tracks import Tracks
+
+_STATE = attrgetter("state")
 
 __all__ = ["plan", "plan_per_job", "Backlog", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
 
 
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None = None,
-         held: BudgetHeld | None = None, standing: Standing | None = None, backlog: Backlog | None = None) -> Plan:
+         held: BudgetHeld | None = None, standing: Standing | None = None, backlog: Backlog | None = None,
+         tracks: Tracks | None = None) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
     as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
     request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
     some budgets, as the caller last summed it for the same running attempts (BudgetBook);
     `standing`: the free capacity and quota usage of the same running jobs (standing.py); the plan
     is the same without them. `backlog`: the pending jobs, kept in order by the caller
-    (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges."""
-    running = [j for j in snap.jobs if j.state in states.ON_NODE]
+    (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges.
+    `tracks`: the running jobs' backfill timelines, kept by the caller from its last pass (tracks.py)."""
+    # The running and the pending jobs, picked in C (a deep queue's pass reads each job once here).
+    jobs = snap.jobs
+    said = list(map(_STATE, jobs))
+    running = list(compress(jobs, map(states.ON_NODE.__contains__, said)))
     if backlog is not None:
-        return _kept(snap, cfg, running, backlog, held, standing, queue)
-    pending = [j for j in snap.jobs if j.state == states.PENDING]
+        return _kept(snap, cfg, running, backlog, held, standing, queue, tracks)
+    pending = list(compress(jobs, map(eq, said, repeat(states.PENDING))))
     deps = Dependencies(snap)
-    p = _Pass(snap, cfg, running, deps, held, standing)
+    p = _Pass(snap, cfg, running, deps, held, standing, tracks)
     p.reserve_begins = _begins
     if queue is None:
         expires, waiting = expire(pending, snap.now, deps)
@@ -70,13 +80,13 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None
 
 
 def _kept(snap: Snapshot, cfg: Config, running: list[Job], backlog: Backlog, held: BudgetHeld | None,
-          standing: Standing | None, queue: Queue | None) -> Plan:
+          standing: Standing | None, queue: Queue | None, tracks: Tracks | None) -> Plan:
     """plan() over a kept Backlog; a pass its walk cannot take (strict.run_kept) takes the list
     (through `queue`, the caller's kept Queue, if any)."""
     if backlog.deps:        # dependency targets may be pending: the index reads every active job
         snap = replace(snap, jobs=(*running, *backlog.jobs.values()))
     deps = Dependencies(snap)
-    p = _Pass(snap, cfg, running, deps, held, standing)
+    p = _Pass(snap, cfg, running, deps, held, standing, tracks)
     expires, _ = expire(list(backlog.marked.values()), snap.now, deps)
     if expires or not strict.run_kept(p, backlog, cfg):
         gone = {e.job_id for e in expires}
@@ -119,8 +129,10 @@ class _Pass:
     """The working state of one pass: free capacity, quota usage, budget commitments, reservations."""
 
     def __init__(self, snap: Snapshot, cfg: Config, running: list[Job], deps: Dependencies,
-                 held: BudgetHeld | None = None, standing: Standing | None = None) -> None:
+                 held: BudgetHeld | None = None, standing: Standing | None = None,
+                 tracks: Tracks | None = None) -> None:
         self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
+        self.tracks = tracks
         # The free capacity at the start of the pass, kept unchanged, tells `Priority` (higher jobs
         # took the room) apart from `Resources` (there was no room to begin with).
         if standing is None:
@@ -361,7 +373,7 @@ class _Pass:
             return gang.reserve(self, job, not_before)
         if self.timelines is None:
             self.timelines = Timelines([f.node for f in self.free.free.values()], self.running, self.placed,
-                                       self.now, self.cfg)
+                                       self.now, self.cfg, self.tracks)
         got = self.timelines.reserve(job, capacity.could_ever_hold, not_before)
         if got is not None:
             self.starts.append(Start(job.id, got[1], got[0]))

@@ -19,13 +19,16 @@ Built lazily: a pass that never blocks a job on capacity never pays for timeline
 """
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..jobs import states
 from ..jobs.model import Job, Node
 from ..settings.config import Config
+
+if TYPE_CHECKING:       # tracks.py builds on this module
+    from .tracks import Tracks
 
 _FOREVER = float("inf")
 
@@ -52,26 +55,48 @@ class Timelines:
     allocations changed. A query reads the segments its window covers instead of summing every
     allocation at every point (the same answers: tests/property/test_backfill_timelines.py)."""
 
-    def __init__(self, nodes: Iterable[Node], running: Iterable[Job],
-                 placed: Iterable[tuple[Job, str, tuple[str, ...]]], now: float, cfg: Config) -> None:
+    def __init__(self, nodes: Sequence[Node], running: Sequence[Job],
+                 placed: Iterable[tuple[Job, str, tuple[str, ...]]], now: float, cfg: Config,
+                 tracks: "Tracks | None" = None) -> None:
         self.now = now
         self.learned = bool(cfg.estimate.backfill)
-        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
-        self.allocs: dict[str, list[Alloc]] = {n.name: [] for n in nodes}
         self.reserved: set[str] = set()      # nodes holding a reservation
-        self._models: dict[str, dict[str, str]] = {}   # node -> {uuid: model}, built when first needed
         self._profiles: dict[str, tuple[int, Profile]] = {}
-        self._names: list[str] | None = None
-        allocs = self.allocs
-        for j in running:
-            end = None
-            for node, gpus in j.on_nodes:
-                if node in allocs:
-                    if end is None:
-                        end = _expected_end(j, now, cfg)
-                    allocs[node].append(Alloc(now, end, self._gpus(node, gpus), j.cpus, j.mem, j.id))
+        # `tracks` (tracks.py): the running jobs' allocations kept from the last pass, repaired; this
+        # pass copies a node's list (and profiles it itself) only once it writes on it.
+        self._tracks = tracks
+        self._own: set[str] = set()
+        self.nodes: dict[str, Node]
+        self.allocs: dict[str, list[Alloc]]
+        self._models: dict[str, dict[str, str]]     # node -> {uuid: model}
+        self._names: list[str] | None
+        if tracks is not None:
+            tracks.sync(nodes, running, now, cfg)
+            self.nodes, self.allocs, self._models = tracks.nodes, dict(tracks.allocs), tracks.models
+            self._names = tracks.names
+        else:
+            self.nodes = {n.name: n for n in nodes}
+            self.allocs = {n.name: [] for n in nodes}
+            self._models = {}                # built when first needed
+            self._names = None
+            allocs = self.allocs
+            for j in running:
+                end = None
+                for node, gpus in j.on_nodes:
+                    if node in allocs:
+                        if end is None:
+                            end = _expected_end(j, now, cfg)
+                        allocs[node].append(Alloc(now, end, self._gpus(node, gpus), j.cpus, j.mem, j.id))
         for job, node, gpus in placed:
             self.place(job, node, gpus)
+
+    def add(self, node: str, alloc: Alloc) -> None:
+        """Write `alloc` on the node's timeline (this pass's own copy of it)."""
+        mine = self.allocs[node]
+        if self._tracks is not None and node not in self._own:
+            mine = self.allocs[node] = list(mine)
+            self._own.add(node)
+        mine.append(alloc)
 
     @property
     def models(self) -> dict[str, dict[str, str]]:
@@ -87,22 +112,14 @@ class Timelines:
         return m
 
     def _gpus(self, node: str, uuids: Iterable[str]) -> dict[str, int]:
-        """model -> count of these GPUs of the node (a GPU it does not list counts as model "")."""
-        if not uuids:
-            return {}
-        models = self._model_of(node)
-        out: dict[str, int] = {}
-        for u in uuids:
-            m = models.get(u, "")
-            out[m] = out.get(m, 0) + 1
-        return out
+        return gpus_by_model(self._model_of(node), uuids)
 
     def _alloc(self, job: Job, node: str, uuids: Iterable[str], end: float, start: float | None = None) -> Alloc:
         return Alloc(self.now if start is None else start, end, self._gpus(node, uuids), job.cpus, job.mem, job.id)
 
     def place(self, job: Job, node: str, gpus: Iterable[str]) -> None:
         if node in self.allocs:
-            self.allocs[node].append(self._alloc(job, node, gpus, self.now + self.span(job)))
+            self.add(node, self._alloc(job, node, gpus, self.now + self.span(job)))
 
     def span(self, job: Job) -> float:
         return span(job, self.learned)
@@ -133,8 +150,8 @@ class Timelines:
         if best is None:
             return None
         name, t = best
-        self.allocs[name].append(Alloc(t, t + self.span(job), self._pick_models(job, name, t), job.cpus, job.mem,
-                                       job.id, reserved=True))
+        self.add(name, Alloc(t, t + self.span(job), self._pick_models(job, name, t), job.cpus, job.mem, job.id,
+                             reserved=True))
         self.reserved.add(name)
         return best
 
@@ -145,7 +162,9 @@ class Timelines:
         model or None); breakpoint 0 is -inf (nothing allocated before the first start). Cached
         until the node's allocation list grows (it is only ever appended to, here and in gang.py)."""
         allocs = self.allocs[node]
-        got = self._profiles.get(node)
+        # A node this pass has not written on reads (and fills) the profile kept with `tracks`.
+        cache = self._profiles if self._tracks is None or node in self._own else self._tracks.profiles
+        got = cache.get(node)
         if got is not None and got[0] == len(allocs):
             return got[1]
         n = self.nodes[node]
@@ -193,7 +212,7 @@ class Timelines:
             points.append(t)
             usage.append((jobs, cpus, mem, gpus, _models_at(allocs, t) if per_model else None))
         prof: Profile = (points, usage, sorted(ends), only)
-        self._profiles[node] = (len(allocs), prof)
+        cache[node] = (len(allocs), prof)
         return prof
 
     def _earliest(self, job: Job, node: str, after: float) -> float | None:
@@ -281,6 +300,18 @@ class Timelines:
         return out
 
 
+def gpus_by_model(models: dict[str, str], uuids: Iterable[str]) -> dict[str, int]:
+    """model -> count of these GPUs, by the node's {uuid: model} (a GPU it does not list counts as
+    model "")."""
+    if not uuids:
+        return {}
+    out: dict[str, int] = {}
+    for u in uuids:
+        m = models.get(u, "")
+        out[m] = out.get(m, 0) + 1
+    return out
+
+
 def _models_at(allocs: Iterable[Alloc], t: float) -> dict[str, int]:
     """GPUs in use per model at t (a node with several models, or GPUs it does not list)."""
     models: dict[str, int] = {}
@@ -316,3 +347,15 @@ def _expected_end(job: Job, now: float, cfg: Config) -> float:
         end = min(end, job.preempt_time + (q.grace if q else 0) + cfg.kill_wait)
     # An overdue job is being killed right now; it will be gone in a moment, not in the past.
     return max(end, now + 1.0)
+
+
+def _valid_until(job: Job, now: float, cfg: Config, end: float) -> float | None:
+    """Until when `_expected_end` gives `end` again as the clock moves on (tracks.py): until it is
+    no later than `now` + 1 (an overdue end moves with the clock), and until the clock passes an
+    estimate it counted. None: for ever."""
+    until = end - 1.0 if end != _FOREVER else None
+    a = job.current
+    began = (a.start_time or a.dispatch_time) if a else None
+    if began and job.learned_est and cfg.estimate.backfill and began + job.learned_est > now:
+        until = began + job.learned_est if until is None else min(until, began + job.learned_est)
+    return until

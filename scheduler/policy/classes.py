@@ -32,7 +32,7 @@ from ..jobs import states
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Place, Verdict
 from ..settings.config import Config
-from . import priority
+from . import priority, settle
 from .capacity import avoided
 from .priority import Score
 from .queue import Key, Queue
@@ -122,10 +122,8 @@ def _unordered(j: Job) -> Score:      # the score of a walk that merges nothing 
 
 
 def _group_key(j: Job, draining: bool) -> Key:
-    """A job's class key, or ("own", id) for one judged on its own (_own, with `draining`: whether
-    its victims drain)."""
-    own = j.nodes > 1 or j.earmark or draining or j.deps and any(k == "singleton" for k, _ in j.deps)
-    return ("own", j.id) if own else class_key(j)
+    """A job's class key, or ("own", id) for one judged on its own (_own; `draining`: its victims drain)."""
+    return ("own", j.id) if draining or _own(j, ()) else class_key(j)
 
 
 def _scorer(p: "_Pass", cfg: Config, bursting: Collection[int]) -> Callable[[Job], Score]:
@@ -224,7 +222,8 @@ class _Walk:
         self.full: set[int] = set()     # parked classes whose verdict holds only while nothing changes
         self.churn = 0          # classes the last change sent back into the merge
         quiet = 0               # turns since then
-        while heads:
+        self.since, self.check = 0, settle.SETTLE_CHECK    # turns without a change; when to ask (settle.py)
+        while heads and not settle.done(self, version):
             s, i = heapq.heappop(heads)
             jobs, key = lists[i], self.keys[i]
             hit = self._valid(key, version, jobs[at[i]])
@@ -254,6 +253,7 @@ class _Walk:
                         continue
                 if now != version:
                     version = now
+                    self.since, self.check = 0, settle.SETTLE_CHECK
                     changed_room = room != self._room_stamp()
                     if changed_room:
                         room = self._room_stamp()

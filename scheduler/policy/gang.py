@@ -101,7 +101,7 @@ def _wait_for(p: "_Pass", job: Job, victims: list[Job]) -> Why | None:
 def reserve(p: "_Pass", job: Job, not_before: float | None = None) -> None:
     """Backfill's reservation for a gang: the earliest time `job.nodes` nodes can all hold it."""
     if p.timelines is None:
-        p.timelines = Timelines([f.node for f in p.free.free.values()], p.running, p.placed, p.now, p.cfg)
+        p.timelines = Timelines([f.node for f in p.free.free.values()], p.running, p.placed, p.now, p.cfg, p.tracks)
     got = reserve_on(p.timelines, job, capacity.could_ever_hold, not_before)
     if got is not None:
         p.starts.append(Start(job.id, got[1], ",".join(got[0])))
@@ -122,8 +122,8 @@ def reserve_on(tl: Timelines, job: Job, could_hold: Callable[[Job, Node], bool],
         if len(ok) >= job.nodes:
             chosen = tuple(ok[:job.nodes])
             for n in chosen:
-                tl.allocs[n].append(Alloc(t, t + _limit(job), tl._pick_models(job, n, t), job.cpus, job.mem,
-                                          job.id, reserved=True))
+                tl.add(n, Alloc(t, t + _limit(job), tl._pick_models(job, n, t), job.cpus, job.mem, job.id,
+                                reserved=True))
                 tl.reserved.add(n)
             return chosen, t
     return None

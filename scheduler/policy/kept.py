@@ -1,8 +1,9 @@
 """What plan() keeps from pass to pass for a caller that plans one changing queue again and again
 (the daemon): the request-class Queue (queue.py) that the class walk reads, and, for a pass that
 walks only to the blocker (backfill off: strict.py `run_kept`), the Backlog (backlog.py) of the
-pending jobs in plan()'s order. `inputs` files what changed since the last pass and says which of
-the two plan() takes; the plan is the same as without either (tests/property/test_plan_classes.py).
+pending jobs in plan()'s order; and the running jobs' backfill timelines (tracks.py), repaired by
+the pass that reserves. `inputs` files what changed since the last pass and says which of the
+first two plan() takes; the plan is the same as without any (tests/property/test_plan_classes.py).
 
 The simulator keeps its Backlog itself, job by job as its queue changes (sim/kept.py); a caller
 that holds only snapshots (the daemon) has its changes found here, by identity: a record is
@@ -13,6 +14,7 @@ from ..settings.config import Config
 from . import strict
 from .backlog import Backlog
 from .queue import Queue
+from .tracks import Tracks
 
 
 def _order(j: Job) -> tuple[float, int]:
@@ -23,18 +25,19 @@ class Kept:
     def __init__(self) -> None:
         self.queue = Queue()
         self.backlog: Backlog | None = None
+        self.tracks = Tracks()
 
-    def inputs(self, snap: Snapshot, cfg: Config) -> dict[str, Backlog | Queue]:
+    def inputs(self, snap: Snapshot, cfg: Config) -> dict[str, Backlog | Queue | Tracks]:
         """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`."""
         if not strict.applies(cfg):
             self.backlog = None         # a later pass that walks to the blocker files it anew
-            return {"queue": self.queue}
+            return {"queue": self.queue, "tracks": self.tracks}
         w = cfg.priority
         burst = (w.burst_jobs, w.burst_window) if w.burst_penalty else None
         if self.backlog is None or self.backlog.burst != burst:
             self.backlog = Backlog(burst)
         sync(self.backlog, [j for j in snap.jobs if j.state == states.PENDING])
-        return {"backlog": self.backlog, "queue": self.queue}
+        return {"backlog": self.backlog, "queue": self.queue, "tracks": self.tracks}
 
 
 def sync(backlog: Backlog, pending: list[Job]) -> None:

@@ -14,7 +14,8 @@ one for its passes; a caller without one gets a fresh Queue per pass.
 """
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_not
 from typing import Any
 
 from ..jobs.model import Job
@@ -111,13 +112,15 @@ class Queue:
         burst flag."""
         draining = frozenset(draining)
         known = self.jobs
-        get = known.get
-        changed = [j for j in waiting if get(j.id) is not j]
+        # The same as [j for j in waiting if known.get(j.id) is not j], in C: a pass over every
+        # waiting job is most of what filing a few changes costs on a deep queue.
+        ids = list(map(_ID, waiting))
+        changed = list(compress(waiting, map(is_not, map(known.get, ids), waiting)))
         if burst != self.burst or len(changed) > REBUILD_SHARE * len(waiting):
             return self._rebuild(waiting, draining, burst, key)
         if changed and draining == self.draining:
             changed = [j for j in changed if not self._swap(j, key)]
-        gone = [known[i] for i in known.keys() - {j.id for j in waiting}] \
+        gone = [known[i] for i in known.keys() - set(ids)] \
             if len(known) + sum(1 for j in changed if j.id not in known) != len(waiting) else []
         if draining != self.draining:
             # Whether a job is a class of its own reads the draining preemptors: re-file who changed.
@@ -173,7 +176,7 @@ class Queue:
                     now = [True] * (hi - lo)
                 else:
                     first = max(lo, allowance)
-                    times = [j.submit_time for j in mine[first - allowance:hi]]
+                    times = list(map(_SUBMIT_TIME, mine[first - allowance:hi]))
                     now = [False] * (first - lo) + [not a < t - window for a, t in zip(times, times[allowance:])]
                 for j, flag in zip(mine[lo:hi], now):
                     if flag != (j.id in bursting):

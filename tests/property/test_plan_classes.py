@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from labq.scheduler import policy
 from labq.scheduler.jobs import states
-from labq.scheduler.policy import classes, priority, queue, strict
+from labq.scheduler.policy import classes, priority, queue, settle, strict
 from labq.scheduler.policy.backlog import gated
 from labq.scheduler.policy.kept import Kept
 from tests.harness import ClusterBuilder, G, cfg
@@ -143,10 +143,16 @@ def always_grouped(monkeypatch):
     monkeypatch.setattr(classes, "MIN_JOBS_PER_CLASS", 0)   # small queues too take the class walk
 
 
+@pytest.fixture
+def settling(monkeypatch):
+    """The walk asks whether the pass has settled (policy/settle.py) before every turn: small queues too."""
+    monkeypatch.setattr(settle, "SETTLE_CHECK", 0)
+
+
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(scenes())
-def test_the_class_walk_decides_as_the_per_job_pass(always_grouped, scene):
+def test_the_class_walk_decides_as_the_per_job_pass(always_grouped, settling, scene):
     snap, c = scene
     same(policy.plan(snap, c), policy.plan_per_job(snap, c))
     # expected_starts' pass: --begin jobs reserved from their begin, a reservation for each blocked job
@@ -432,6 +438,7 @@ def _filed_as_whole(kept: Kept, snap, c) -> None:
 @given(scenes(), st.data())
 def test_the_daemons_kept_queue_and_backlog_decide_as_the_per_job_pass_as_the_queue_changes(scene, data):
     snap, c = scene
+    settle_check(data)
     burst = data.draw(st.sampled_from([(1, 600.0), (2, 60.0), (3, 6000.0), (100, 600.0)]))
     c = replace(c, priority=replace(c.priority, burst_jobs=burst[0], burst_window=burst[1]))
     kept = Kept()
@@ -442,6 +449,16 @@ def test_the_daemons_kept_queue_and_backlog_decide_as_the_per_job_pass_as_the_qu
         snap = _changed(snap, data) if data.draw(st.booleans()) else _reasons(snap, data)
         if data.draw(st.integers(0, 5)) == 0:      # a reload turns backfill on or off
             c = replace(c, backfill_depth=data.draw(st.sampled_from([0, 1])))
+
+
+def settle_check(data) -> None:
+    """The walk asks whether the pass has settled (policy/settle.py) from its first turn, or later."""
+    settle.SETTLE_CHECK = data.draw(st.sampled_from([0, 1, 64]))
+
+
+@pytest.fixture(autouse=True)
+def _settle_check_restored(monkeypatch):
+    monkeypatch.setattr(settle, "SETTLE_CHECK", settle.SETTLE_CHECK)
 
 
 def _deep(n: int, b=None):

@@ -1,0 +1,91 @@
+"""The end of a pass that can change nothing more (classes._Walk): once no reservation is left to
+make, no class judged on its own is left, and no request left may start now or try to preempt, the
+state of the pass is final, and every class left takes one verdict for all its jobs, in any order.
+On a full cluster that is most of the classes of a pass.
+
+The verdict of such a class is read as `_Pass._verdict` would reach it in that state: a gate
+(hold, begin, retry backoff, dependency) is judged as the walk judges it; else a cap
+(`Usage.blocked`), else the "no room" verdict of its request shape (`_Pass._no_room`: no node has
+room, it may not preempt, it gets no reservation). tests/property/test_plan_classes.py checks the
+plans against the per-job pass."""
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, cast
+
+from ..jobs.plan import Pending, Verdict
+
+if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
+    from .classes import _Walk
+
+_DEFAULTS: tuple[Any, ...] = tuple(f.default for f in fields(Pending))
+# The walk asks whether the pass has settled after this many turns without a change of state, then
+# after four times as many, and so on: an ask that finds it unsettled costs a look per class left.
+SETTLE_CHECK = 64
+
+
+def done(w: "_Walk", version: tuple[int, ...]) -> bool:
+    """Before each turn of the walk `w`: whether the pass has settled (then every class left has
+    taken its verdict: `finish`), asked once `w.check` turns have gone by without a change."""
+    if w.since < w.check:
+        w.since += 1
+        return False
+    if settled(w):
+        finish(w, version)
+        return True
+    w.check *= 4
+    w.since += 1
+    return False
+
+
+def settled(w: "_Walk") -> bool:
+    """Whether no verdict left in the merge of the walk `w` can change the pass state."""
+    p, cfg = w.p, w.p.cfg
+    if cfg.backfill_depth == 0 or len(p.starts) < cfg.backfill_depth:
+        return False
+    preempting = cfg.preemption and (p.lowest_victim() is not None or bool(p.usage.guarantees))
+    asked: set[tuple[Any, ...]] = set()
+    keys, lists, at = w.keys, w.lists, w.at
+    for _, i in w.heads:
+        key = keys[i]
+        if key[0] == "own":
+            return False
+        # What a fit reads of a job: its shape; a preemption try, its QoS and account too.
+        ask = (key[5], key[6], key[7], key[8], key[0], key[1]) if preempting else key[5:9]
+        if ask in asked:
+            continue
+        asked.add(ask)
+        job = lists[i][at[i]]
+        if p.free.find(job)[0] is not None or preempting and p._may_preempt(job):
+            return False
+    return True
+
+
+def finish(w: "_Walk", version: tuple[int, ...]) -> None:
+    """Every class left in the merge of `w` takes the verdict of its next job for the rest of its
+    jobs (`settled` said the state no longer changes)."""
+    p, lists, ids, at, keys = w.p, w.lists, w.ids, w.at, w.keys
+    now, blocked, runs = p.now, p.usage.blocked, p.runs
+    rooms: dict[tuple[int, str, int, int], Verdict] = {}      # request shape -> its "no room" verdict
+    for _, i in w.heads:
+        jobs, k = lists[i], at[i]
+        job = jobs[k]
+        at[i] = len(jobs)
+        if (job.held or job.deps or job.begin is not None and job.begin > now
+                or job.eligible_time is not None and job.eligible_time > now):
+            key = keys[i]
+            if w._judge(job, key, version, k + 1 < len(jobs)) != version:
+                raise AssertionError("a settled pass changed its state")
+            if k + 1 < len(jobs):
+                runs.append((ids[i][k + 1:], w.cache[key][3]))
+            continue
+        capped = blocked(job)
+        if capped is not None:
+            verdict = cast(Verdict, tuple(capped) + _DEFAULTS[1 + len(capped):])
+        else:
+            shape = (job.gpus, job.gpu_type, job.cpus, job.mem)
+            got = rooms.get(shape)
+            if got is None:
+                why = p._no_room(job)
+                got = rooms[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
+            verdict = got
+        runs.append((ids[i][k:], verdict))
+    w.heads = []

@@ -1,0 +1,118 @@
+"""What the running jobs hold on each node's backfill timeline (backfill.py), kept from pass to pass
+by a caller that plans one changing cluster again and again (the daemon: policy/kept.py).
+
+A pass that reserves builds a Timelines of every running job's allocation on every up node, then
+reads each node's usage profile to find the reservation: a walk over all of them for one
+reservation, every pass. Given `Tracks`, a pass starts from the allocations and profiles kept here
+and copies only the nodes it writes on (its own admissions and reservations, which are not kept);
+the profiles of the nodes nothing changed on are read as they were. `sync` repairs what is kept
+from the pass's running jobs and nodes, by identity (records are frozen: a changed job is a new
+object): a job that ended or was cancelled leaves its nodes, one that started or changed is filed
+(again), and a node that changed, came up or went away files every node anew. A running job's
+expected end can read the clock (an estimate it is about to pass, an end already past that counts
+as `now` + 1: backfill._expected_end): each is filed again once the clock reaches the time its end
+was good until. A new Config files everything anew.
+
+The plan is the same as from a Timelines built anew (tests/property/test_plan_classes.py). Kept
+allocations of running jobs start when they were filed, not at the pass's `now`: every question a
+Timelines answers is about `now` or later, where the usage is the same."""
+from collections.abc import Iterable, Sequence
+from heapq import heappop, heappush
+from itertools import count
+
+from ..jobs.model import Job, Node
+from ..settings.config import Config
+from .backfill import Alloc, Profile, _expected_end, _valid_until, gpus_by_model
+
+
+def _shape(n: Node) -> tuple[object, ...]:
+    """What a Timelines reads of a node (capacity.could_ever_hold too)."""
+    return (n.cpus, n.mem, n.slots, n.gpus)
+
+
+class Tracks:
+    def __init__(self) -> None:
+        self.cfg: Config | None = None
+        self.nodes: dict[str, Node] = {}
+        self.allocs: dict[str, list[Alloc]] = {}
+        self.profiles: dict[str, tuple[int, Profile]] = {}    # node -> (len(allocs), Timelines._profile's)
+        self.models: dict[str, dict[str, str]] = {}           # node -> {GPU uuid: model}
+        self.names: list[str] = []              # the nodes, sorted
+        self.jobs: dict[int, Job] = {}          # running job id -> the record as filed
+        self.until: list[tuple[float, int, int, Job]] = []   # heap: (when its end reads the clock, n, id, record)
+        self._n = count()
+
+    def sync(self, nodes: Sequence[Node], running: Sequence[Job], now: float, cfg: Config) -> None:
+        """Hold exactly the allocations of `running` on `nodes` as at `now`."""
+        if cfg is not self.cfg or self._moved(nodes):
+            return self._refile(nodes, running, now, cfg)
+        known = self.jobs
+        changed = [j for j in running if known.get(j.id) is not j]
+        new = sum(1 for j in changed if j.id not in known)
+        if len(known) + new != len(running):
+            here = {j.id for j in running}
+            for i in [i for i in known if i not in here]:
+                self._drop(known.pop(i))
+        for j in changed:
+            old = known.get(j.id)
+            if old is not None:
+                self._drop(old)
+            self._add(j, now, cfg)
+        # Taken out first, then filed again: a job filed again at `now` may be due again at `now`
+        # (an overdue end is now + 1, good until now), and is so only at the next pass.
+        until, due = self.until, []
+        while until and until[0][0] <= now:
+            due.append(heappop(until))
+        for _, _, i, j in due:
+            if known.get(i) is j:
+                self._drop(j)
+                self._add(j, now, cfg)
+
+    def _moved(self, nodes: Sequence[Node]) -> bool:
+        """Whether the up nodes or what a Timelines reads of them changed (a node's record changes
+        at every heartbeat: those are taken as they are)."""
+        if len(nodes) != len(self.nodes):
+            return True
+        mine = self.nodes
+        for n in nodes:
+            old = mine.get(n.name)
+            if old is not n:
+                if old is None or _shape(old) != _shape(n):
+                    return True
+                mine[n.name] = n
+        return False
+
+    def _refile(self, nodes: Iterable[Node], running: Iterable[Job], now: float, cfg: Config) -> None:
+        self.cfg = cfg
+        self.nodes = {n.name: n for n in nodes}
+        self.allocs = {n.name: [] for n in nodes}
+        self.profiles, self.jobs, self.until = {}, {}, []
+        self.models = {n.name: {g.uuid: g.model for g in n.gpus} for n in nodes}
+        self.names = sorted(self.allocs)
+        for j in running:
+            self._add(j, now, cfg)
+
+    def _add(self, j: Job, now: float, cfg: Config) -> None:
+        self.jobs[j.id] = j
+        end = None
+        for node, gpus in j.on_nodes:
+            mine = self.allocs.get(node)
+            if mine is not None:
+                if end is None:
+                    end = _expected_end(j, now, cfg)
+                mine.append(Alloc(now, end, gpus_by_model(self.models[node], gpus), j.cpus, j.mem, j.id))
+                self.profiles.pop(node, None)
+        if end is not None:
+            until = _valid_until(j, now, cfg, end)
+            if until is not None:
+                heappush(self.until, (until, next(self._n), j.id, j))
+
+    def _drop(self, j: Job) -> None:
+        for node, _ in j.on_nodes:
+            mine = self.allocs.get(node)
+            if mine is not None:
+                for k, a in enumerate(mine):
+                    if a.job_id == j.id and not a.reserved:
+                        del mine[k]
+                        self.profiles.pop(node, None)
+                        break
