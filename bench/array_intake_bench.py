@@ -4,7 +4,8 @@ A private redis-server (AOF, as `labq up` runs it), the scheduler in-process, on
 pushes one `sub -H -a 1-N` request into the inbox and times the scheduler's tick that takes it
 (intake, commit and the plan after it: process CPU and wall), counts the keys it added, then times
 what the thin `stat` does with the arrays queued so far (rows read, lines compacted, table made).
-bench/live_bench.py times the same submit through the CLI on a whole stack.
+Then it cancels each array whole (`del A`) and times the scheduler's ticks until it is answered and
+ended. bench/live_bench.py times the same submit through the CLI on a whole stack.
 
     .venv/bin/python bench/array_intake_bench.py [--tasks 10000] [--runs 5]
 """
@@ -66,6 +67,24 @@ def measure(tasks: int, runs: int) -> dict:
             statview.rows_table(statview.rows_cells(rows, time.time()))
             out["stat_cpu"].append((time.process_time() - c0) * 1e3)
             out["stat_wall"].append((time.perf_counter() - w0) * 1e3)
+        # `labq del A` of each held array (issue 39 step 3): the ticks until its reply, CPU and wall,
+        # the keys and acct rows it leaves.
+        out.update(del_cpu=[], del_wall=[], del_keys=[], del_acct=[])
+        for i in range(runs):
+            a = json.loads(r.lrange(k.reply(f"a{i}"), 0, -1)[0])["job_id"]
+            before, acct = r.dbsize(), r.hlen(k.acct_rows)
+            for cmd in inbox.send_commands(k, "alice", {"rid": f"d{i}", "op": "cancel",
+                                                        "body": json.dumps({"ids": [str(a)]})}):
+                r.execute_command(*cmd)
+            c0, w0 = time.process_time(), time.perf_counter()
+            for _ in range(1000):
+                s.tick(time.time())
+                if r.lrange(k.reply(f"d{i}"), 0, -1) and r.hlen(k.acct_rows) - acct >= 1 and not s.jobs:
+                    break
+            out["del_cpu"].append((time.process_time() - c0) * 1e3)
+            out["del_wall"].append((time.perf_counter() - w0) * 1e3)
+            out["del_keys"].append(r.dbsize() - before)
+            out["del_acct"].append(r.hlen(k.acct_rows) - acct)
         return out
     finally:
         stack.stop_all()
@@ -83,6 +102,8 @@ def main() -> int:
     print(f"keys added per array: {got['keys']}")
     print("stat's rows + table, client CPU with 1.. arrays queued: "
           + ", ".join(f"{x:.1f}" for x in got["stat_cpu"]) + " ms")
+    print(f"`del A` of each, scheduler ticks until answered and ended: CPU {_ms(got['del_cpu'])}; "
+          f"wall {_ms(got['del_wall'])}; keys added {got['del_keys']}; acct rows {got['del_acct']}")
     return 0
 
 

@@ -51,6 +51,8 @@ def job_dict(j, now: float | None = None) -> dict:
                                                "mem": j.mem, "time_limit": j.time_limit, "nodes": j.nodes},
         "nodes": j.nodes, "nodelist": [n for n, _ in j.parts] or ([j.node] if j.node else []),
         "array_job_id": j.array_id, "array_task_id": j.array_index,
+        # one record for many tasks (a held array's rest cancelled whole): how many, which
+        "array_tasks": getattr(j, "task_count", 1), "array_task_ids": getattr(j, "array_runs", ()) or None,
         "cost": (j.cost + running_cost(j, now)) / MICRO, "committed": committed,
         # script and env: in hand only where the scheduler gave them to their owner (hot.show)
         "command": list(j.argv) if not j.has_script else ["<script>", *j.argv], "script": j.script or None,

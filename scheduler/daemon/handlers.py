@@ -189,7 +189,7 @@ class Handlers:
             return replace(job, held=held), "held" if held else "released"
         return self._each_job(user, body, act, diverge=not held)
 
-    def _each_job(self, user: str, body: dict, act, make=None, diverge: bool = True) -> Change:
+    def _each_job(self, user: str, body: dict, act, make=None, diverge: bool = True, whole=None) -> Change:
         """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch.
         With `make`, `act` only judges and `make(job)` builds each new record later, CHUNK at a time
         (Change.chunks, committed one transaction each): a 100,000-task cancel never holds a second
@@ -205,14 +205,23 @@ class Handlers:
         admin = user in self.s.cfg.security.admins
         # Tasks of a held array kept as one rest diverge: taken out of it as records (jobs/rest.py).
         # Without `diverge` (hold, requeue: nothing to change in a held pending task) they stay there.
-        left, taken = rest.diverge(self.s.rests, ids, lambda u: u == user or admin) \
-            if diverge and self.s.rests else ({}, [])
+        may = lambda u: u == user or admin    # noqa: E731
+        # With `whole` (cancel), a rest named whole (`A`) ends as ONE record, whole(rest): O(1) in
+        # its task count (issue 39 step 3); its tasks made records before end the ordinary way.
+        ends = rest.whole(self.s.rests, ids, may) if whole is not None and self.s.rests else {}
+        resting = {a: r for a, r in self.s.rests.items() if a not in ends}
+        left, taken = rest.diverge(resting, ids, may) if diverge and resting else ({}, [])
+        left.update(dict.fromkeys(ends))
         change, results, errors, runs = Change(rests=left), [], [], Runs()
+        for r in ends.values():
+            change.jobs.append(whole(r))
+            _ended_runs(runs, r)
         todo, seen = [], set()
         look = Lookup(self.s, ids, taken, left)
         for text in ids:
-            found = resolve_ref(text, look.record, look.tasks, look.task)
-            if not found:
+            whole_one = text.isdigit() and int(text) in ends     # its tasks made records before, if any
+            found = look.tasks(int(text)) if whole_one else resolve_ref(text, look.record, look.tasks, look.task)
+            if not found and not whole_one:
                 errors.append({"id": text, "ok": False, "error": f"no such job: {text}"})
                 results.append(errors[-1])
             for job in found:
@@ -283,7 +292,8 @@ class Handlers:
                 return tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now)
             # The runner sees the control key, TERMs the tree and reports `cancelled`.
             return replace(job, cancel_requested=True)
-        return self._each_job(user, body, judge, make)
+        return self._each_job(user, body, judge, make,
+                              whole=lambda r: rest.ended(r, states.CANCELLED, f"cancelled by {user}", now))
 
     # -- requeue -------------------------------------------------------------------------------
     def requeue(self, user: str, body: dict, now: float) -> Change:
@@ -332,6 +342,16 @@ def _controls(old: Job, new: Job) -> list:
     if (new.cancel_requested and not old.cancel_requested) or (new.requeue_requested and not old.requeue_requested):
         return [(old.id, "cancel")]      # requeue: transitions._close sends it back
     return []
+
+
+def _ended_runs(runs: Runs, r) -> None:
+    """The reply's runs of a rest's tasks that ended as one record: one run a run of step 1."""
+    for lo, hi in r.runs:
+        if r.step == 1:
+            runs.extend([{"state": states.CANCELLED, "array": r.array_id, "from": r.lo + lo, "to": r.lo + hi}])
+        else:
+            for p in range(lo, hi + 1):
+                runs.add_id(r.array_id, r.lo + p * r.step, states.CANCELLED)
 
 
 def _chunks(todo: list, act, make):

@@ -66,6 +66,10 @@ class Attempt:
 DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany", "singleton")
 
 
+def _span(first: int, last: int, step: int) -> str:
+    return str(first) if first == last else f"{first}-{last}" + (f":{step}" if step != 1 else "")
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     id: int
@@ -98,6 +102,9 @@ class Job:
     array_index: int | None = None
     array_count: int | None = None
     array_throttle: int | None = None      # at most this many tasks of the array run at once (%N)
+    # An ended record that stands for many tasks of its array, (first, last, step) index runs: the
+    # tasks still resting when `del` took a held array's rest whole (jobs/rest.ended), one record.
+    array_runs: tuple[tuple[int, int, int], ...] = ()
     submit_time: float = 0.0
     request_id: str = ""
     mem_limit: int = 0                    # --mem-limit bytes (0: the request, `mem`)
@@ -146,8 +153,15 @@ class Job:
     @property
     def display_id(self) -> str:
         if self.array_id is not None:
+            if self.array_runs:
+                return f"{self.array_id}_[{','.join(_span(*r) for r in self.array_runs)}]"
             return f"{self.array_id}_{self.array_index}"
         return str(self.id)
+
+    @property
+    def task_count(self) -> int:
+        """The array tasks this record stands for: 1, or many for an array_runs record."""
+        return sum((b - a) // s + 1 for a, b, s in self.array_runs) if self.array_runs else 1
 
     @property
     def has_script(self) -> bool:

@@ -128,7 +128,9 @@ def select(since: float, until: float, user: str | None = None, account: str | N
 # (REDIS_FIELDS). A job ended by an older labq has no row until the scheduler back-fills it
 # (SchedulerStore.acct_rows_missing / backfill_acct_rows); a reader takes its record meanwhile.
 REDIS_FIELDS = TABLE_ORDER[:13] + ("cost", "cpus", "mem", "nodes", "qos", "time_limit", "est", "learned_est",
-                                   "gpu_type", "attempt_gpus")
+                                   "gpu_type", "attempt_gpus", "tasks", "task_ids")
+# `tasks`, `task_ids`: added for one record that stands for many tasks (Job.array_runs, `del` of a held
+# array's rest): their count, and the `[1-10000]` that acct shows for its index (rows before: absent).
 # (gpus, cpus, mem, nodes, qos, time_limit, est, learned_est): the job fields ledger.forecast reads
 FORECAST = tuple(REDIS_FIELDS.index(f) for f in ("gpus", "cpus", "mem", "nodes", "qos", "time_limit", "est",
                                                  "learned_est"))
@@ -147,7 +149,8 @@ def redis_row(j: Job) -> str:
     return _ENC.encode((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
                         j.start_time, j.end_time, total, j.gpus, len(j.attempts), j.cost, j.cpus, j.mem, j.nodes,
                         j.qos, j.time_limit, j.est, j.learned_est, j.gpu_type,
-                        [a.gpus[0] if a.gpus else None for a in j.attempts]))
+                        [a.gpus[0] if a.gpus else None for a in j.attempts], j.task_count,
+                        j.display_id[len(str(j.array_id)) + 1:] if j.array_runs else None))
 
 
 def redis_rows(texts) -> list[list]:
@@ -158,7 +161,8 @@ def redis_rows(texts) -> list[list]:
 def finish(rows, committed) -> list[tuple]:
     """Redis acct rows as TABLE_ORDER tuples, `committed[i]` the COMMITTED of rows[i]; GPUS the
     job's total (a gang's per-node count times its nodes)."""
-    return [(*v[:11], v[11] * (v[16] or 1), v[12], c, v[13]) for v, c in zip(rows, committed)]
+    return [(v[0], v[1], v[24] if len(v) > 24 and v[24] else v[2], *v[3:11], v[11] * (v[16] or 1), v[12], c, v[13])
+            for v, c in zip(rows, committed)]
 
 
 class _Shape(NamedTuple):

@@ -6,7 +6,8 @@ from sys import intern
 
 from ..jobs.model import Attempt, Job
 
-_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env", "parts"}
+_TUPLE_FIELDS = {"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env", "parts",
+                 "array_runs"}
 _ATTEMPT_TUPLES = {"gpus", "charges", "parts"}
 _JOB_FIELDS = {f.name for f in fields(Job)}
 _ATTEMPT_FIELDS = {f.name for f in fields(Attempt)}

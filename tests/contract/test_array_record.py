@@ -6,8 +6,6 @@ del) and a new leader finds them. Fakeredis and a real redis-server."""
 import json
 import time
 
-import pytest
-
 from labq.cli import statview
 from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs import states
@@ -174,17 +172,46 @@ def test_release_of_the_whole_array_lets_it_run(conns):
     assert r.hlen(K.rests) == 0
 
 
-def test_del_of_a_whole_held_array_ends_every_task_as_records_would(conns):
+def test_del_of_a_whole_held_array_ends_its_resting_tasks_as_one_record(conns):
+    """Issue 39 step 3: `del A` of a rest is O(1): one ended record `A_[lo-hi]` (CA) with its task
+    count, one acct row, the rest and its counts gone."""
     r, raw = conns
     now = time.time()
     s = setup(r, raw, now)
     a = _submit(r, s, now, "big", {**HELD, "array": [0, 1499, 1]})["job_id"]
+    keys = r.dbsize()
     got = _act(r, s, now + 1, "del", "cancel", [str(a)])
     assert got["ok"] and got["runs"] == [{"state": "CA", "array": a, "from": 0, "to": 1499}], got
     ended = reads.Reader(r, K).ended()
-    assert len(ended) == 1500 and {j.state for j in ended} == {"CA"} and not s.rests and not s.jobs
+    assert [(j.display_id, j.state, j.task_count) for j in ended] == [(f"{a}_[0-1499]", "CA", 1500)]
+    assert not s.rests and not s.jobs and s.tally.pending == 0
     assert r.hgetall(K.acct_rows) == {str(j.id): acctrows.redis_row(j) for j in ended}
-    assert r.hlen(K.rests) == 0 and not r.exists(K.rest(a)) and s.tally.pending == 0
+    assert r.hlen(K.rests) == 0 and not r.exists(K.rest(a))
+    assert r.dbsize() - keys <= 6, f"{r.dbsize() - keys} keys for one array cancelled whole"
+    v = acctrows.redis_rows(r.hvals(K.acct_rows))[0]
+    shown = acctrows.finish([v], [0])[0]
+    assert (v[acctrows.REDIS_FIELDS.index("tasks")], f"{shown[1]}_{shown[2]}") == (1500, f"{a}_[0-1499]")
+
+
+def test_del_of_a_held_array_some_of_whose_tasks_diverged(conns):
+    """Tasks made records before (one cancelled, one running) end the ordinary way; the tasks still
+    resting end as one record naming their runs, with a step."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**HELD, "gpus": 0, "cpus": 1, "mem": 0, "array": [0, 2 * N - 2, 2]})["job_id"]
+    assert _act(r, s, now + 1, "rel", "release", [f"{a}_10"])["ok"]
+    s.tick(now + 2, woke(r))
+    assert _act(r, s, now + 3, "del7", "cancel", [f"{a}_14"])["ok"]
+    got = _act(r, s, now + 4, "del", "cancel", [str(a)])
+    assert got["ok"] and sum(x["to"] - x["from"] + 1 for x in got["runs"]) == N - 1, got["runs"][:3]
+    ended = {j.id: j for j in reads.Reader(r, K).ended()}
+    one = ended[a]
+    assert one.display_id == f"{a}_[0-8:2,12,16-{2 * N - 2}:2]" and one.task_count == N - 2, one.display_id
+    assert ended[a + 7].state == "CA" and ended[a + 7].task_count == 1
+    running = reads.Reader(r, K).job(a + 5)
+    assert running.state in states.ON_NODE and running.cancel_requested
+    assert r.hlen(K.acct_rows) == 2 and not s.rests and s.tally.pending == 0
 
 
 def test_the_archiver_keeps_the_script_of_an_array_whose_tasks_rest(conns):
@@ -198,8 +225,6 @@ def test_the_archiver_keeps_the_script_of_an_array_whose_tasks_rest(conns):
     assert r.get(K.script(a)) == "#!/bin/sh\necho hi\n"
 
 
-@pytest.mark.xfail(strict=True, reason="step 3 of the design, not built: `del A` of a held array "
-                   "materialises and cancels each task (one acct row a task), not one ended record")
 def test_del_of_a_whole_held_array_writes_one_acct_row(conns):
     r, raw = conns
     now = time.time()
@@ -208,3 +233,18 @@ def test_del_of_a_whole_held_array_writes_one_acct_row(conns):
     got = _act(r, s, now + 1, "del", "cancel", [str(a)])
     assert got["ok"], got
     assert r.hlen(K.acct_rows) <= 1, f"{r.hlen(K.acct_rows)} acct rows for one array cancelled whole"
+
+
+def test_the_archive_keeps_the_one_record_of_a_held_array_cancelled_whole(conns, tmp_path):
+    from labq.scheduler.store.archive import Archive, Archiver
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**HELD, "array": [1, N, 1]})["job_id"]
+    assert _act(r, s, now + 1, "del", "cancel", [str(a)])["ok"]
+    Archiver(r, K, Archive(str(tmp_path / "h.db")), keep=0).step(now + 10)
+    assert r.hlen(K.acct_rows) == 0 and r.zcard(K.history) == 0
+    got = Archive(str(tmp_path / "h.db"))
+    rows = got.acct_table(0, float("inf"))
+    assert [(v[0], v[1], v[6]) for v in rows] == [(a, a, "CA")]
+    assert got.jobs([a])[a].display_id == f"{a}_[1-{N}]" and got.jobs([a])[a].task_count == N
