@@ -252,8 +252,8 @@ class Inboxes:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
         streamed = change.chunks is not None
         if streamed:
-            change = self._streamed(rid, change)
-        if req.expires is not None and self.committer.batch is not None:
+            change = self._streamed(rid, change, req.expires)
+        elif req.expires is not None and self.committer.batch is not None:
             self.committer.batch.expires = min(self.committer.batch.expires, req.expires)
         # A script or exported environment (private.py) is handed over, never kept in a `done` key.
         reply = (rid, change.reply, req.op != private.OP)
@@ -267,17 +267,25 @@ class Inboxes:
         if change.nodes:
             self.state.nodes = self.store.nodes(now)
 
-    def _streamed(self, rid: str, change: Change) -> Change:
+    def _streamed(self, rid: str, change: Change, expires: float | None) -> Change:
         """A mass cancel: each chunk committed on its own with the runs of ids committed so far
         (store.partial), then the reply with the ack. A leader that dies between chunks leaves whole
         chunks; its successor handles the request again (it was never acknowledged), cancels the
-        rest and names in its reply what the dead leader committed (whose records have ended)."""
+        rest and names in its reply what the dead leader committed (whose records have ended).
+        The client's expiry holds for the first chunk only: once tasks have ended, the cancel is
+        finished and answered as one, never answered 'expired' (which says that nothing was done)."""
         prior = self.store.partial(rid)
         self.flush()
         done = Runs()
         done.extend(prior)
-        for part in change.chunks:
+        for i, part in enumerate(change.chunks):
             done.extend(part.reply["runs"])
+            if i == 0 and not prior and expires is not None:
+                self.committer.begin(self.state.usage)
+                self.committer.batch.expires = expires
+                self.commit(part, partial=(rid, list(done.runs)))
+                self.flush()
+                continue
             self.commit(part, partial=(rid, list(done.runs)))
         if done.count > CHUNK:
             release_memory()

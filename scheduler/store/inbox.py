@@ -114,6 +114,9 @@ def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | No
                                f"`labq stat --rid {rid}`") from None
     if isinstance(late, (str, bytes)):
         return json.loads(late)
+    if op == "cancel":     # a mass cancel begun in time is finished past its expiry (daemon/requests.py)
+        raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} is unknown "
+                               f"(a cancel of many jobs goes on once begun) - check `labq stat --rid {rid}`")
     raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not submitted "
                            "(the scheduler drops it once it expires; is `labq scheduler` running?)")
 

@@ -72,6 +72,22 @@ def test_stat_rid_says_what_became_of_a_request(conns):
 
 
 @pytest.mark.redis
+def test_a_cancel_the_client_gave_up_on_is_not_said_undone(redis_server):
+    """A mass cancel that began before its deadline goes on to its end (test_mass_cancel): a client
+    that gave up waiting cannot say that nothing was done."""
+    r = redis_server.client()
+    r.flushall()
+    for client in (Client(config.loads(""), url=redis_server.url, user="alice"),
+                   ThinClient(redis_server.url, "labq", user="alice")):
+        with pytest.raises(UnreachableError) as e:
+            client.request("cancel", {"ids": ["7"]}, timeout=2, tries=1)
+        text = str(e.value)
+        rid = text.split("request ")[1].split()[0]
+        assert "not submitted" not in text and f"labq stat --rid {rid}" in text and "\n" not in text, text
+        r.delete(K.requests, K.wake)
+
+
+@pytest.mark.redis
 def test_a_client_that_gives_up_says_not_submitted_with_its_request_id(redis_server):
     r = redis_server.client()
     r.flushall()

@@ -133,3 +133,67 @@ def _asked(r, s, op, body):
     send(r, "alice", op, body, "asked")
     s.tick(time.time(), woke(r))
     return reply(r, "asked")
+
+
+class Clock:
+    """The scheduler's wall clock (what it checks a client's expiry against), moved by the test."""
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def _late_cancel(r, s, monkeypatch, first, late_after: int):
+    """A cancel whose client's expiry passes once `late_after` chunks are written."""
+    clock, real, written = Clock(time.time()), writes.put_partial, []
+    s.clock = clock
+
+    def put(p, k, rid, runs):
+        real(p, k, rid, runs)
+        written.append(runs)
+        if len(written) >= late_after:
+            clock.t += 60           # the tick went on past the client's deadline
+    monkeypatch.setattr(writes, "put_partial", put)
+    push(r, "alice", {"rid": "del", "op": "cancel", "body": json.dumps({"ids": [str(first)]}),
+                      "expires": f"{clock.t + 30:.3f}"})
+    r.lpush(K.wake, "user:alice")
+    return clock
+
+
+def _answered(r, s, clock):
+    """Ticks until the cancel is answered (a commit refused as expired reloads; a later tick answers)."""
+    for _ in range(3):
+        s.tick(clock.t, woke(r))
+        if r.exists(K.reply("del")):
+            return
+    raise AssertionError("the cancel was never answered")
+
+
+def test_a_mass_cancel_begun_before_its_clients_deadline_is_finished_and_answered(conns, small_chunks, monkeypatch):
+    """The first chunk was committed in time: the cancel goes on to its end and its answer is the
+    cancel's, never 'expired' (which the client reads as nothing done, while every task had ended)."""
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    first, running = _array(r, s)
+    clock = _late_cancel(r, s, monkeypatch, first, late_after=1)
+    _answered(r, s, clock)
+    _said(reply(r, "del"), first, running)
+    _all_cancelled(r, s, first, running)
+
+
+def test_a_mass_cancel_whose_deadline_passes_before_its_first_chunk_does_nothing(conns, small_chunks, monkeypatch):
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    first, running = _array(r, s)
+    clock = _late_cancel(r, s, monkeypatch, first, late_after=0)
+    real_flush = s.flush
+
+    def late_flush():
+        clock.t += 60     # in time when screened, late when its first chunk is written
+        real_flush()
+    s.flush = late_flush
+    _answered(r, s, clock)
+    got = reply(r, "del")
+    assert got is not None and not got["ok"] and "expired" in got["error"], got
+    assert not any(job(r, i).state == states.CANCELLED for i in range(first, first + N))
