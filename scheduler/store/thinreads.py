@@ -40,6 +40,18 @@ def _hash(reply) -> dict:
     return dict(zip(reply[::2], reply[1::2]))
 
 
+def noperm(e) -> Exception | None:
+    """A NOPERM reply as one line that says what to do (exit 3), or None for any other error. Roles
+    generated before this labq's keys (e.g. the held arrays' labq:rests) refuse them: Redis answers,
+    so "does not answer" would send the user after the wrong fault."""
+    text = str(e)
+    if not text.startswith("NOPERM"):
+        return None
+    from ..errors import RefusedError
+    return RefusedError(f"Redis refused a read ({text.splitlines()[0]}): the Redis ACL roles predate "
+                        "this labq's keys; an admin runs `labq admin acl --apply`")
+
+
 class ThinReader:
     def __init__(self, conn, keys: Keys, unreachable, history=None):
         self.c, self.k, self._unreachable = conn, keys, unreachable
@@ -53,7 +65,7 @@ class ThinReader:
             raise self._unreachable(e) from None
         for r in out:
             if isinstance(r, resp.RespError):
-                raise self._unreachable(r)
+                raise noperm(r) or self._unreachable(r)
         return out
 
     def text(self, key: str) -> str | None:

@@ -7,7 +7,7 @@ from ..errors import UnreachableError, UsageError
 from . import inbox, resp
 from .faults import ConnectionLost, RespError, without_credentials
 from .keys import Keys
-from .thinreads import ThinReader
+from .thinreads import ThinReader, noperm
 
 
 class ThinStore:
@@ -28,7 +28,7 @@ class ThinStore:
             return inbox.call(self._send, self._pop, self.k, user, op, body, timeout, tries, sign,
                               lost=(ConnectionLost, OSError))
         except (ConnectionLost, RespError) as e:
-            raise self.unreachable(e) from None
+            raise noperm(e) or self.unreachable(e) from None
 
     def _send(self, cmds) -> list:
         return self._c.pipeline(cmds, resend=False)   # a signed request is sent afresh, never resent

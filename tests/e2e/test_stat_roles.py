@@ -46,3 +46,40 @@ def test_stat_as_the_client_role_with_allow_volatile(roles, argv):
     assert "NOPERM" not in p.stdout + p.stderr
     if argv == ["stat"]:
         assert "JOBID" in p.stdout, p.stdout    # the table's header: the command went on past the warning
+
+
+def test_stat_under_roles_generated_before_the_rest_keys_says_to_reapply_them():
+    """Roles an older labq generated lack the held arrays' keys (labq:rests, labq:rest:*, issue 39):
+    `labq stat` gets NOPERM; it says so in one line naming `labq admin acl --apply`, exit 3."""
+    import redis
+
+    from labq.scheduler.store.keys import Keys
+    rp = start_redis()
+    d = tempfile.mkdtemp(prefix="labq-stat-oldroles-", dir="/tmp")
+    try:
+        admin_cfg, pw_path, user_cfg = (os.path.join(d, n) for n in ("admin.toml", "secrets", "user.toml"))
+        with open(admin_cfg, "w") as f:
+            f.write(f'[redis]\nurl = "{rp.url}"\npassword_file = "{pw_path}"\n')
+        p = subprocess.run([sys.executable, "-m", "labq", "--config", admin_cfg, "admin", "acl", "--apply"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        pw = acl.read_passwords(pw_path)
+        k = Keys()
+        new = acl.roles(k, [])[acl.CLIENT]
+        old = " ".join(f"%R~{x}" for x in acl.patterns(k, acl.NOT_READ | {"rests", "rest"}))
+        assert new[-1].startswith("(%R~") and k.rests not in old
+        admin = redis.Redis.from_url(acl.client_url(rp.url, pw[acl.ADMIN]).replace(acl.CLIENT, acl.ADMIN, 1))
+        admin.execute_command("ACL", "SETUSER", acl.CLIENT, "reset", "on", f"#{acl.password_hash(pw[acl.CLIENT])}",
+                              *new[:-1], f"({old} {' '.join(acl.READ)})")
+        with open(user_cfg, "w") as f:
+            f.write(f'[redis]\nurl = "{acl.client_url(rp.url, pw[acl.CLIENT])}"\n')
+        env = {k: v for k, v in os.environ.items() if k != "LABQ_REDIS_URL"}
+        p = subprocess.run([sys.executable, "-m", "labq", "--config", user_cfg, "stat"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        assert p.returncode == 3 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and "labq admin acl --apply" in p.stderr, p.stderr
+    finally:
+        rp.proc.terminate()
+        rp.proc.wait(10)
+        shutil.rmtree(rp.dir, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
