@@ -206,9 +206,9 @@ class Handlers:
         # Tasks of a held array kept as one rest diverge: taken out of it as records (jobs/rest.py).
         # Without `diverge` (hold, requeue: nothing to change in a held pending task) they stay there.
         may = lambda u: u == user or admin    # noqa: E731
-        # With `whole` (cancel), a rest named whole (`A`) ends as ONE record, whole(rest): O(1) in
-        # its task count (issue 39 step 3); its tasks made records before end the ordinary way.
-        ends = rest.whole(self.s.rests, ids, may) if whole is not None and self.s.rests else {}
+        # With `whole` (cancel), a rest named whole (`A`) that no job depends on ends as ONE record,
+        # whole(rest): O(1) in its task count (issue 39 step 3); tasks made records end the ordinary way.
+        ends = rest.undepended(rest.whole(self.s.rests, ids, may) if whole else {}, self.s.jobs.values())
         resting = {a: r for a, r in self.s.rests.items() if a not in ends}
         left, taken = rest.diverge(resting, ids, may) if diverge and resting else ({}, [])
         left.update(dict.fromkeys(ends))

@@ -107,6 +107,16 @@ def whole(rests: dict, ids, may) -> dict:
             if t.isascii() and t.isdigit() and len(t) < 17 and int(t) in rests and may(rests[int(t)].user)}
 
 
+def undepended(rests: dict, jobs) -> dict:
+    """Those of `rests` none of whose resting tasks a job of `jobs` depends on. A task a job depends on
+    must end as a record of its own, which the dependency reads (`afterany` is satisfied by its CA);
+    in one record standing for many it would read as 'no record', never satisfied."""
+    if not rests:
+        return rests
+    wanted = {t for j in jobs for kind, ts in j.deps if kind != "singleton" for t in ts}
+    return {a: r for a, r in rests.items() if not any(r.position_of_id(t) is not None for t in wanted)}
+
+
 def of_array(tasks_template: Job, lo: int, step: int) -> Rest:
     """The rest of a new array whose task 0 is `tasks_template` (jobspec.expand's first task)."""
     return Rest(template=tasks_template, lo=lo, step=step, runs=((0, (tasks_template.array_count or 0) - 1),))

@@ -248,3 +248,20 @@ def test_the_archive_keeps_the_one_record_of_a_held_array_cancelled_whole(conns,
     rows = got.acct_table(0, float("inf"))
     assert [(v[0], v[1], v[6]) for v in rows] == [(a, a, "CA")]
     assert got.jobs([a])[a].display_id == f"{a}_[1-{N}]" and got.jobs([a])[a].task_count == N
+
+
+def test_a_job_after_any_task_of_a_held_array_cancelled_whole_may_start(conns):
+    """`del A` of a held array a pending job depends on: the tasks it names end CA as records of their
+    own, so `afterany` is satisfied (as before step 3) and never read as 'no record'."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**HELD, "array": [1, 1500, 1]})["job_id"]
+    d = _submit(r, s, now + 1, "dep", {**BODY, "dependency": f"afterany:{a}_3"}, user="bob")["job_id"]
+    got = _act(r, s, now + 2, "del", "cancel", [str(a)])
+    assert got["ok"], got
+    s.tick(now + 3, woke(r))
+    dep = reads.Reader(r, K).job(d)
+    assert dep.reason != states.DEPENDENCY_NEVER and dep.state != states.CANCELLED, dep.detail
+    assert reads.Reader(r, K).job(a + 2).state == states.CANCELLED
+    assert not s.rests
