@@ -72,10 +72,10 @@ class Simulator:
         self.parking = Parking(cfg, self.nodes) if cfg.budgets else None
         self.queue.backlog = kept.backlog(cfg, self.parking)    # backfill off: the queue kept in plan()'s order
         self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
-        # plan()'s free capacity and quota usage, kept as jobs start and end (not given to the
-        # reference whole passes, `skip=False`, which plan() counts alone); `_inert` and the windows
-        # read the free room of its nodes
-        self.standing = policy.Standing(self.nodes, cfg, EPOCH)
+        # plan()'s free capacity and quota usage, kept as jobs start and end, and the running jobs'
+        # backfill timelines, repaired pass to pass as the daemon's (policy.Kept); neither is given to
+        # the reference whole passes, `skip=False`; `_inert` and the windows read standing's free room
+        self.standing, self.tracks = policy.Standing(self.nodes, cfg, EPOCH), policy.Tracks()
         self.node_by_name = {n.name: n for n in self.nodes}
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
         self.single_model = easy.single_model(self.nodes)
@@ -324,10 +324,11 @@ class Simulator:
         usage = self._usage(t) if usage is None else usage
         snap = Snapshot(now=t, nodes=self.nodes, jobs=(*pending, *self.running.values()),
                         spent=self.spent_now(t)[1], usage=tuple(sorted(usage.items())))
-        # What the running jobs hold of each budget, as the pass start summed it (not for the
-        # reference, whole passes: `skip=False`, which plan() sums alone).
-        held = self.parking.known(t, self.attempts) if self.parking is not None and self.skip else None
-        return policy.plan(snap, self.cfg, held=held, standing=self.standing if self.skip else None)
+        if not self.skip:       # the reference, whole passes: plan() sums, counts and files all alone
+            return policy.plan(snap, self.cfg)
+        # What the running jobs hold of each budget, as the pass start summed it.
+        held = self.parking.known(t, self.attempts) if self.parking is not None else None
+        return policy.plan(snap, self.cfg, held=held, standing=self.standing, tracks=self.tracks)
 
     def _apply(self, t: float, p, everyone: bool = False) -> None:
         """The Plan, applied by the daemon's applier (applier.apply_plan); the replay then times what

@@ -334,3 +334,25 @@ def test_nodes_are_always_up_on_the_virtual_clock():
     down = tuple(replace(n, state="drain", lease_expiry=0.0) for n in nodes(1))
     rep = report(simulate([tj("a", 0, 10, gpus=1)], down, cfg()))
     assert rep["jobs"]["completed"] == 1
+
+
+def test_a_backfill_replay_keeps_its_running_jobs_timelines_between_passes(monkeypatch):
+    """As the daemon does (policy.Kept): every backfill pass of one replay is given the same Tracks,
+    repaired from pass to pass; the reference (skip=False) builds its timelines anew, and the
+    schedules are the same."""
+    from labq.scheduler import policy
+    from labq.scheduler.sim import engine
+    given, plan = [], policy.plan
+
+    def spy(*a, **kw):
+        given.append(kw.get("tracks"))
+        return plan(*a, **kw)
+    monkeypatch.setattr(engine.policy, "plan", spy)
+    trace = load(KTH, extra=KTH_EXTRA, time_column="req_time_s", cpus_as_gpus=True)
+    c = policy_config(cfg(), "backfill")
+    fast = simulate(trace, nodes(8, 8, 16), c)
+    kept, given[:] = given[:], []
+    full = simulate(trace, nodes(8, 8, 16), c, skip=False)
+    assert kept and isinstance(kept[0], policy.Tracks) and all(t is kept[0] for t in kept)
+    assert given and set(given) == {None}
+    assert schedule(fast) == schedule(full)
