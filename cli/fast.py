@@ -154,9 +154,12 @@ def _dispatch(config, command: str, params: dict) -> None:
         if command == "acct":
             from . import acct
             return acct.run(Ctx(config), **params)
-        if command in ("prio", "share"):
-            from . import prio, share
-            return (prio.run if command == "prio" else share.run)(Ctx(config), **params)
+        if command == "prio":
+            from . import prio
+            return prio.run(Ctx(config), **params)
+        if command == "share":
+            from . import share  # not prio's policy.priority, which imports the whole config
+            return share.run(Ctx(config), **params)
         if command in ("budget", "alerts"):
             from . import budget
             return (budget.show if command == "budget" else budget.alerts)(Ctx(config), **params)

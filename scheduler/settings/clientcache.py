@@ -47,6 +47,9 @@ def _complete(got: dict) -> bool:
     return {"currency", "history_url", "limits", "allow_volatile"} <= got.keys()
 
 
+BOOK_KEYS = {"budgets", "currency", "node_hour", "source", "shares", "fairshare_half_life"}
+
+
 def books(path: str | None, system: bool, full) -> dict:
     """books_of(full(path)) of the config at `path` (resolved as config.load does; `full` is
     config.load, which validates the whole file), kept beside the client settings once `full` has
@@ -58,7 +61,8 @@ def books(path: str | None, system: bool, full) -> dict:
         return books_of(full(path))
     cache = _cache_file()
     got = _cached(cache, stamp)
-    if got is not None and isinstance(got.get("books"), dict):
+    # Books an older labq kept lack what was added since (the shares): load the config again then.
+    if got is not None and isinstance(got.get("books"), dict) and BOOK_KEYS <= got["books"].keys():
         return got["books"]
     out = books_of(full(path))
     _keep(cache, stamp, {**(got if got is not None and _complete(got) else _settings(read_toml(path))), "books": out})

@@ -1,6 +1,7 @@
 """The fast path of the hot commands (cli/fast.py): it parses exactly as click does or leaves the
 argv to click, and imports neither click nor redis-py nor asyncio (tests/e2e/test_fastpath_e2e.py:
 each hot command prints the same through both paths on a real stack)."""
+import json
 import os
 import re
 import subprocess
@@ -204,3 +205,34 @@ def test_budget_reads_its_budgets_from_the_settings_cache(redis_server, tmp_path
     p = subprocess.run(argv[:-2] + ["report"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "cost in USD" in p.stdout, p.stderr[-800:]
     assert not CONFIG_MODULES.findall(p.stderr), sorted(set(CONFIG_MODULES.findall(p.stderr)))
+
+
+@pytest.mark.redis
+def test_share_reads_its_shares_from_the_settings_cache(redis_server, tmp_path):
+    """`labq share` takes the accounts' shares and the fair-share half-life from the client settings
+    cache as `labq budget` takes its budgets: the first call loads the whole config, the next ones
+    neither parse TOML nor build it; books an older labq kept (without shares) and a new share in the
+    file are each seen at once (issue 39 item 4)."""
+    bench = BudgetBench(redis_server, tmp_path)
+    bench.run_job(20)
+    env = {**_env(XDG_CACHE_HOME=str(tmp_path / "cache")), "LABQ_REDIS_URL": redis_server.url}
+    base = [sys.executable, "-X", "importtime", "-m", "labq", "--config", str(bench.cfg_path)]
+
+    def share():
+        p = subprocess.run(base + ["share", "--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr[-800:]
+        return [(d["account"], d["raw_shares"]) for d in json.loads(p.stdout)], CONFIG_MODULES.findall(p.stderr)
+
+    first, second = share(), share()
+    assert first[0] == second[0] == [("eta", 1.0)]
+    assert first[1], "the first call loads the config"
+    assert not second[1], sorted(set(second[1]))
+    cache = tmp_path / "cache" / "labq" / "client-settings.json"
+    kept = json.loads(cache.read_text())
+    del kept["settings"]["books"]["shares"]
+    cache.write_text(json.dumps(kept))
+    older = share()
+    assert older[0] == [("eta", 1.0)] and older[1], "books without shares: the config is loaded again"
+    bench.cfg_path.write_text(bench.cfg_path.read_text().replace('users = ["', 'share = 3\nusers = ["'))
+    changed = share()
+    assert changed[0] == [("eta", 3.0)] and changed[1]
