@@ -454,7 +454,8 @@ STRICT_FLAGS = {"disallow_any_generics": True, "disallow_subclassing_any": True,
 # The deciding core that `make lint` type-checks as `mypy --strict` would (issue 40 item 6).
 STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill", "money.ledger", "money.periods",
                "daemon.transitions", "daemon.attempt", "daemon.triage", "daemon.decode", "daemon.dispatch",
-               "daemon.bookkeeper", "daemon.change", "daemon.applier"]
+               "daemon.bookkeeper", "daemon.change", "daemon.applier", "daemon.state", "daemon.lookup",
+               "jobs.idruns"]
 
 
 def test_mypy_is_strict_on_the_deciding_core():

@@ -4,12 +4,33 @@ walked per id. Tasks of a held array kept as one rest (jobs/rest.py) are found t
 request takes out of their rest (`taken`, already Jobs), and those of a rest it leaves alone
 (another user's, named for the refusal; or a hold or requeue, which change nothing of them):
 `resting`, they stay in their rest."""
+from collections.abc import Collection, Iterable, Sequence
+from typing import Protocol
+
 from ..jobs import rest
 from ..jobs.model import Job
+from ..jobs.rest import Rest
+
+
+class Records(Protocol):
+    """Job records in Redis, for the ended jobs a request names (store/state.SchedulerStore)."""
+    def job(self, jid: int) -> Job | None: ...
+    def jobs(self, ids: Sequence[int]) -> list[Job]: ...
+
+
+class Known(Protocol):
+    """What a lookup reads of the scheduler (handlers.State is one)."""
+    @property
+    def jobs(self) -> dict[int, Job]: ...
+    @property
+    def rests(self) -> dict[int, Rest]: ...
+    @property
+    def store(self) -> Records: ...
 
 
 class Lookup:
-    def __init__(self, s, ids, taken=(), left=None):
+    def __init__(self, s: Known, ids: Iterable[str], taken: Iterable[Job] = (),
+                 left: Collection[int] | None = None) -> None:
         self.s = s
         self.taken = {j.id: j for j in taken}
         # Rests the request leaves untouched: their tasks are seen, never taken.

@@ -5,7 +5,9 @@ and commits it (store/commit.py writes it, `SchedulerState.apply` takes it into 
 here reads a clock or Redis: a test builds a state by hand and applies Changes to it.
 """
 from collections import Counter
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..jobs import rest, states
 from ..jobs.estimate import Estimator
@@ -17,6 +19,7 @@ from ..policy.depend import targets as dependency_targets
 from ..policy.kept import Kept
 from ..settings.config import Config
 from . import transitions as tr
+from .change import Change
 from .crashguard import CrashGuard
 
 
@@ -24,16 +27,16 @@ class Tally:
     """Counts the submit handler checks, kept as jobs change instead of counted per submit
     (a scan of the whole queue per submit was 20 ms at 100,000 pending)."""
 
-    def __init__(self, jobs=()):
+    def __init__(self, jobs: Iterable[Job] = ()) -> None:
         self.pending = 0
-        self.pending_by_user: Counter = Counter()
-        self.active_by_user: Counter = Counter()
-        self.active_by_account: Counter = Counter()
-        self.on_node: dict = {}            # id -> job, the jobs holding a node (on_limit = "refuse" counts them)
+        self.pending_by_user: Counter[str] = Counter()
+        self.active_by_user: Counter[str] = Counter()
+        self.active_by_account: Counter[str] = Counter()
+        self.on_node: dict[int, Job] = {}          # id -> job, the jobs holding a node (on_limit = "refuse" counts them)
         for j in jobs:
             self.add(j, +1)
 
-    def add(self, job, sign: int) -> None:
+    def add(self, job: Job, sign: int) -> None:
         self.active_by_user[job.user] += sign
         self.active_by_account[job.account] += sign
         if job.state == states.PENDING:
@@ -45,7 +48,7 @@ class Tally:
             else:
                 self.on_node.pop(job.id, None)
 
-    def add_alike(self, job, n: int) -> None:
+    def add_alike(self, job: Job, n: int) -> None:
         """`n` new jobs alike to `job` in user, account and state (an array's tasks) entered the table."""
         if job.state in states.ON_NODE:
             raise ValueError("add_alike counts jobs that hold no node")
@@ -55,7 +58,7 @@ class Tally:
             self.pending += n
             self.pending_by_user[job.user] += n
 
-    def replace(self, old, new) -> None:
+    def replace(self, old: Job | None, new: Job | None) -> None:
         """`old` (or None) left the active table, `new` (or None, when it ended) entered it."""
         if old is not None:
             self.add(old, -1)
@@ -63,7 +66,7 @@ class Tally:
             self.add(new, +1)
 
 
-def learned_from(ended, cfg: Config) -> Estimator:
+def learned_from(ended: Iterable[Job], cfg: Config) -> Estimator:
     """An estimator that has seen `ended` (the recent ended jobs, oldest end first): their last
     attempts, where they ended on the job's own terms."""
     est = Estimator.from_config(cfg)
@@ -85,7 +88,7 @@ class SchedulerState:
     seq: int = 0                     # the last job id handed out
     seq_written: int = 0             # the last job id written to Redis
     kept: Kept = field(default_factory=Kept)    # plan()'s request classes and ordered backlog, pass to pass
-    answered: dict = field(default_factory=dict)    # rid -> reply, for the requests of the read being handled
+    answered: dict[str, dict[str, Any] | None] = field(default_factory=dict)    # rid -> reply, for the requests of the read being handled
     down_since: dict[str, float] = field(default_factory=dict)   # node -> when its lease was first seen gone
     # When this scheduler could see Redis again after failing to (issue 35): nobody could beat or post
     # while it was away, so a runner's silence counts from then (events.py).
@@ -106,7 +109,7 @@ class SchedulerState:
             self.tally.add_alike(r.template, r.left)
         self.seq = self.seq_written = seq
 
-    def fresh_tasks(self, jobs, staged) -> bool:
+    def fresh_tasks(self, jobs: Sequence[Job], staged: Container[int]) -> bool:
         """Whether `jobs` are a new array's tasks as expand made them (consecutive ids, alike but for
         id and index), none of them in the table or `staged` (ids in the open batch) yet, in a state
         that holds no node."""
@@ -117,7 +120,7 @@ class SchedulerState:
             return False
         return all(i not in self.jobs and i not in staged for i in range(first, first + n))
 
-    def usage_after(self, ended, now: float) -> dict:
+    def usage_after(self, ended: Iterable[Job], now: float) -> dict[str, tuple[float, float]]:
         """Fair-share usage with every attempt that ends in `ended` added (GPU-equivalent seconds,
         decayed from then on): an attempt counts once, when the record first shows its end."""
         usage = self.usage
@@ -133,7 +136,7 @@ class SchedulerState:
                 usage = fairshare.add(usage, j.account, fairshare.weight(old) * ran, now, half)
         return usage
 
-    def apply(self, change, tasks: bool, usage: dict) -> None:
+    def apply(self, change: Change, tasks: bool, usage: dict[str, tuple[float, float]]) -> None:
         """Take a committed Change's records into the table (`tasks`: a new array's, as fresh_tasks
         found them), its `rests` (Change.rests), and the fair-share usage they leave (usage_after,
         computed before)."""
@@ -166,7 +169,7 @@ class SchedulerState:
         self.news = self.news or _shape(nodes) != _shape(self.nodes)
         self.nodes = nodes
 
-    def snapshot(self, now: float, spent: dict[str, int], ended: tuple) -> Snapshot:
+    def snapshot(self, now: float, spent: dict[str, int], ended: tuple[tuple[int, str], ...]) -> Snapshot:
         """What plan() sees at `now`: `spent` the budgets' settled spend, `ended` (ended_states)."""
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority.fairshare_half_life)
@@ -214,7 +217,7 @@ class SchedulerState:
             self.tally.replace(old, None)
 
 
-def _news(change, tasks: bool, jobs: dict, rests: dict) -> bool:
+def _news(change: Change, tasks: bool, jobs: dict[int, Job], rests: dict[int, Rest]) -> bool:
     """Whether a plan could act on `change`: anything but new held pending jobs (a new rest is
     held), replies and alerts. A tick whose commits are no news leaves planning to the tick's own
     plan (loop._plan_due): one more pass per batch of held submits was most of a batch's fixed
@@ -227,6 +230,6 @@ def _news(change, tasks: bool, jobs: dict, rests: dict) -> bool:
                for j in (change.jobs[:1] if tasks else change.jobs))
 
 
-def _shape(nodes) -> list:
+def _shape(nodes: Iterable[Node]) -> list[tuple[object, ...]]:
     """What a plan reads of the nodes, but their leases' times (which move every tick)."""
     return [(n.name, n.cpus, n.mem, n.slots, n.gpus, n.state, n.runs) for n in nodes]
