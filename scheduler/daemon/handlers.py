@@ -4,8 +4,9 @@ checkpoint, and (admins) drain and resume.
 A handler decides; it writes nothing. It returns a `Change` (job records, control values, the
 reply) that the daemon commits in one transaction with the acknowledgement of the request.
 """
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from .. import policy
 from ..errors import RefusedError, UsageError
@@ -21,13 +22,14 @@ from ..jobs.jobspec import (
     tasks_named,
 )
 from ..jobs.model import Job, Node, Snapshot
+from ..jobs.rest import Rest
 from ..money import ledger, periods
 from ..security import members
 from ..settings.config import Config
 from ..units import fmt_money
 from . import transitions as tr
 from .change import Change
-from .lookup import Lookup
+from .lookup import Lookup, Records
 from .state import Tally
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
@@ -39,18 +41,14 @@ MAX_TASKS_NAMED = 1_000_000
 # commit.BIG_COMMIT, so that the freed memory is handed back once at the end (requests._streamed), not
 # per part (malloc_trim walks the whole heap: 20 trims doubled a 100,000-task cancel's time).
 CHUNK = 2000
+# What a request does to one named job: (the new record, or None where it may not; its state or the error).
+Judge = Callable[[Job], tuple[Job | None, str]]
 
 
 class Books(Protocol):
     """The bookkeeper's part (bookkeeper.Bookkeeper): budget balances and the budget requests."""
     def spent_now(self, now: float) -> dict[str, int]: ...
-    def request(self, op: str, user: str, body: dict, now: float) -> Change: ...
-
-
-class Records(Protocol):
-    """Job records in Redis, for the ended jobs a request names (store/state.SchedulerStore)."""
-    def job(self, jid: int) -> Job | None: ...
-    def jobs(self, ids) -> list[Job]: ...
+    def request(self, op: str, user: str, body: dict[str, Any], now: float) -> Change: ...
 
 
 class State(Protocol):
@@ -59,33 +57,33 @@ class State(Protocol):
     cfg: Config
     nodes: tuple[Node, ...]
     jobs: dict[int, Job]
-    rests: dict               # array id -> jobs/rest.Rest: a held array's tasks not yet records
+    rests: dict[int, Rest]    # array id -> a held array's tasks not yet records
     tally: Tally
     books: Books
     store: Records
     estimator: Estimator      # run times learned from ended jobs, stamped on each submit
 
     def next_ids(self, n: int) -> int: ...
-    def ended_states(self, extra: Job | None = None) -> tuple: ...
+    def ended_states(self, extra: Job | None = None) -> tuple[tuple[int, str], ...]: ...
     def snapshot(self, now: float) -> Snapshot: ...
 
 
-def estimate_dict(job: Job, cfg) -> dict:
+def estimate_dict(job: Job, cfg: Config) -> dict[str, Any]:
     """The learned run time of a job and what it rests on (`--test-only`'s, `show --json`'s shape)."""
     if job.learned_est:
         return {"seconds": job.learned_est, "basis": job.learned_basis}
     return {"seconds": None, "basis": f"fewer than {cfg.estimate.min_samples} runs of user {job.user} have ended"}
 
 
-def start_basis(cfg) -> str:
+def start_basis(cfg: Config) -> str:
     return "learned run times" if cfg.estimate.backfill else "time limits"
 
 
 class Handlers:
-    def __init__(self, state: State):
+    def __init__(self, state: State) -> None:
         self.s = state
 
-    def handle(self, user: str, op: str, body: dict, now: float) -> Change:
+    def handle(self, user: str, op: str, body: dict[str, Any], now: float) -> Change:
         if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/daemon/bookkeeper.py
             return self.s.books.request(op, user, body, now)
         fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
@@ -97,7 +95,7 @@ class Handlers:
         return fn(user, body, now)
 
     # -- submit --------------------------------------------------------------------------------
-    def submit(self, user: str, body: dict, now: float) -> Change:
+    def submit(self, user: str, body: dict[str, Any], now: float) -> Change:
         cfg = self.s.cfg
         # The learned run time goes into the record (labq show reads it there; backfill, the short-job
         # priority and the forecast budget mode use it where the config says so).
@@ -138,7 +136,7 @@ class Handlers:
         return Change(jobs=jobs, rests=rests, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
                                         "display": shown, **held})
 
-    def test_only(self, job: Job, now: float) -> dict:
+    def test_only(self, job: Job, now: float) -> dict[str, Any]:
         """Forecast, each budget's availability after it, and the verdict — without submitting."""
         probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
         snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
@@ -148,7 +146,7 @@ class Handlers:
         why = next((p for p in plan.pending if p.job_id == probe.id), None)
         running = [j for j in self.s.jobs.values() if j.state in states.ON_NODE]
         spent = dict(snap.spent)
-        budgets = []
+        budgets: list[dict[str, Any]] = []
         model = next((g.model for n in self.s.nodes for g in n.gpus
                       if not job.gpu_type or g.model == job.gpu_type), "")
         for b in ledger.budgets_for(job, self.s.cfg.budgets):
@@ -169,39 +167,33 @@ class Handlers:
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
                 "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
 
-    def starts(self, user: str, body: dict, now: float) -> Change:
+    def starts(self, user: str, body: dict[str, Any], now: float) -> Change:
         """Expected starts of the pending jobs (`labq stat --start`), from the scheduler's own snapshot:
         the ended jobs that dependencies name and the budgets' effective limits are in it."""
         got = policy.expected_starts(self.s.snapshot(now), self.s.cfg)
         return Change(reply={"ok": True, "now": now, "starts": {str(k): v for k, v in got.items()}})
 
     # -- hold / release --------------------------------------------------------------------------
-    def hold(self, user: str, body: dict, now: float) -> Change:
+    def hold(self, user: str, body: dict[str, Any], now: float) -> Change:
         return self._set_held(user, body, True)
 
-    def release(self, user: str, body: dict, now: float) -> Change:
+    def release(self, user: str, body: dict[str, Any], now: float) -> Change:
         return self._set_held(user, body, False)
 
-    def _set_held(self, user: str, body: dict, held: bool) -> Change:
-        def act(job):
+    def _set_held(self, user: str, body: dict[str, Any], held: bool) -> Change:
+        def act(job: Job) -> tuple[Job | None, str]:
             if job.state != states.PENDING:
                 return None, f"job {job.display_id} is {job.state}, not pending"
             return replace(job, held=held), "held" if held else "released"
         return self._each_job(user, body, act, diverge=not held)
 
-    def _each_job(self, user: str, body: dict, act, make=None, diverge: bool = True, whole=None) -> Change:
+    def _each_job(self, user: str, body: dict[str, Any], act: Judge, make: Callable[[Job], Job] | None = None,
+                  diverge: bool = True, whole: Callable[[Rest], Job] | None = None) -> Change:
         """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch.
         With `make`, `act` only judges and `make(job)` builds each new record later, CHUNK at a time
         (Change.chunks, committed one transaction each): a 100,000-task cancel never holds a second
         copy of every Job, nor a result dict per task (the reply names runs of ids, idruns.py)."""
-        ids = body.get("ids")
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-            raise UsageError("expected a list of job ids")
-        if len(ids) > MAX_IDS:
-            raise RefusedError(f"{len(ids)} job ids in one request; at most {MAX_IDS} (send them in parts)")
-        named = sum(tasks_named(i) for i in ids)
-        if named > MAX_TASKS_NAMED:
-            raise RefusedError(f"the ids name {named} tasks; at most {MAX_TASKS_NAMED} in one request")
+        ids = _named_ids(body)
         admin = user in self.s.cfg.security.admins
         # Tasks of a held array kept as one rest diverge: taken out of it as records (jobs/rest.py).
         # Without `diverge` (hold, requeue: nothing to change in a held pending task) they stay there.
@@ -212,11 +204,15 @@ class Handlers:
         resting = {a: r for a, r in self.s.rests.items() if a not in ends}
         left, taken = rest.diverge(resting, ids, may) if diverge and resting else ({}, [])
         left.update(dict.fromkeys(ends))
-        change, results, errors, runs = Change(rests=left), [], [], Runs()
-        for r in ends.values():
-            change.jobs.append(whole(r))
-            _ended_runs(runs, r)
-        todo, seen = [], set()
+        change, runs = Change(rests=left), Runs()
+        results: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = []
+        if whole is not None:       # without it, `ends` is empty
+            for r in ends.values():
+                change.jobs.append(whole(r))
+                _ended_runs(runs, r)
+        todo: list[Job | None] = []     # _chunks lets each go once its chunk is built
+        seen: set[int] = set()
         look = Lookup(self.s, ids, taken, left)
         for text in ids:
             whole_one = text.isdigit() and int(text) in ends     # its tasks made records before, if any
@@ -251,7 +247,7 @@ class Handlers:
         return change
 
     # -- checkpoint ----------------------------------------------------------------------------
-    def checkpoint(self, user: str, body: dict, now: float) -> Change:
+    def checkpoint(self, user: str, body: dict[str, Any], now: float) -> Change:
         """A running job says it has just saved a checkpoint (`labq checkpoint`, from inside it)."""
         jid = body.get("job_id")
         job = self.s.jobs.get(jid) if isinstance(jid, int) and not isinstance(jid, bool) else None
@@ -263,14 +259,14 @@ class Handlers:
         return Change(jobs=[new], reply={"ok": True, "job_id": jid, "time": now})
 
     # -- drain / resume ------------------------------------------------------------------------
-    def drain(self, user: str, body: dict, now: float) -> Change:
+    def drain(self, user: str, body: dict[str, Any], now: float) -> Change:
         """Take nothing new on the node; what runs there finishes."""
         return self._node_admin(user, body, "drain")
 
-    def resume(self, user: str, body: dict, now: float) -> Change:
+    def resume(self, user: str, body: dict[str, Any], now: float) -> Change:
         return self._node_admin(user, body, None)
 
-    def _node_admin(self, user: str, body: dict, value) -> Change:
+    def _node_admin(self, user: str, body: dict[str, Any], value: str | None) -> Change:
         if user not in self.s.cfg.security.admins:
             raise RefusedError(f"only admins ({', '.join(self.s.cfg.security['admins'])}) may drain or resume nodes")
         name = body.get("node")
@@ -279,15 +275,15 @@ class Handlers:
         return Change(nodes=[(name, value)], reply={"ok": True, "node": name, "state": value or "up"})
 
     # -- cancel --------------------------------------------------------------------------------
-    def cancel(self, user: str, body: dict, now: float) -> Change:
-        def judge(job):
+    def cancel(self, user: str, body: dict[str, Any], now: float) -> Change:
+        def judge(job: Job) -> tuple[Job | None, str]:
             if job.state == states.PENDING:
                 return job, states.CANCELLED
             if job.state in states.ON_NODE:
                 return job, "cancelling"
             return None, f"job {job.display_id} already ended"
 
-        def make(job):
+        def make(job: Job) -> Job:
             if job.state == states.PENDING:
                 return tr.end_pending(job, states.CANCELLED, f"cancelled by {user}", now)
             # The runner sees the control key, TERMs the tree and reports `cancelled`.
@@ -296,11 +292,11 @@ class Handlers:
                               whole=lambda r: rest.ended(r, states.CANCELLED, f"cancelled by {user}", now))
 
     # -- requeue -------------------------------------------------------------------------------
-    def requeue(self, user: str, body: dict, now: float) -> Change:
+    def requeue(self, user: str, body: dict[str, Any], now: float) -> Change:
         """`labq requeue`: a running job is stopped (SIGTERM, SIGKILL after kill_wait) and goes back to
         PD with the same id and restart_count + 1. An ended job stays ended: jobs that depend on it
         have already been judged by its state."""
-        def act(job):
+        def act(job: Job) -> tuple[Job | None, str]:
             if job.state == states.PENDING:
                 return job, "pending (nothing to requeue)"
             if job.state in states.ON_NODE and job.cancel_requested:
@@ -338,13 +334,26 @@ class Handlers:
             (j for j in self.s.jobs.values() if j.array_id == a), key=lambda j: j.id))
 
 
-def _controls(old: Job, new: Job) -> list:
+def _named_ids(body: dict[str, Any]) -> list[str]:
+    """The job ids a cancel/hold/release/requeue names, within MAX_IDS and MAX_TASKS_NAMED."""
+    ids = body.get("ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise UsageError("expected a list of job ids")
+    if len(ids) > MAX_IDS:
+        raise RefusedError(f"{len(ids)} job ids in one request; at most {MAX_IDS} (send them in parts)")
+    named = sum(tasks_named(i) for i in ids)
+    if named > MAX_TASKS_NAMED:
+        raise RefusedError(f"the ids name {named} tasks; at most {MAX_TASKS_NAMED} in one request")
+    return ids
+
+
+def _controls(old: Job, new: Job) -> list[tuple[int, str]]:
     if (new.cancel_requested and not old.cancel_requested) or (new.requeue_requested and not old.requeue_requested):
         return [(old.id, "cancel")]      # requeue: transitions._close sends it back
     return []
 
 
-def _ended_runs(runs: Runs, r) -> None:
+def _ended_runs(runs: Runs, r: Rest) -> None:
     """The reply's runs of a rest's tasks that ended as one record: one run a run of step 1."""
     for lo, hi in r.runs:
         if r.step == 1:
@@ -354,13 +363,14 @@ def _ended_runs(runs: Runs, r) -> None:
                 runs.add_id(r.array_id, r.lo + p * r.step, states.CANCELLED)
 
 
-def _chunks(todo: list, act, make):
+def _chunks(todo: list[Job | None], act: Judge, make: Callable[[Job], Job]) -> Iterator[Change]:
     """The new records of `todo`, CHUNK at a time, each with the runs of ids it acts on (its reply);
     each old record let go once its chunk is built (the table drops it when the chunk commits), so
     two copies of a chunk live at once, not of all."""
     for i in range(0, len(todo), CHUNK):
-        part = todo[i:i + CHUNK]
-        todo[i:i + CHUNK] = [None] * len(part)
+        chunk = todo[i:i + CHUNK]
+        todo[i:i + CHUNK] = [None] * len(chunk)
+        part = [j for j in chunk if j is not None]     # every one: a slot is let go only here
         runs = Runs()
         for j in part:
             runs.add(j, act(j)[1])
@@ -369,7 +379,7 @@ def _chunks(todo: list, act, make):
                      reply={"runs": runs.runs})
 
 
-def _max_submit(job: Job, n: int, tally, cfg) -> None:
+def _max_submit(job: Job, n: int, tally: Tally, cfg: Config) -> None:
     """max_submit counts pending and running jobs, like SLURM's MaxSubmitJobs: beyond it, refuse."""
     for cap, who, have in ((cfg.account_named(job.account), f"account {job.account}",
                             tally.active_by_account[job.account]),
