@@ -4,6 +4,7 @@ through store/commit.py, is tests/contract/test_group_commit.py)."""
 from dataclasses import replace
 
 from labq.scheduler.daemon import crashguard, transitions as tr
+from labq.scheduler.daemon.change import Change
 from labq.scheduler.daemon.state import SchedulerState
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.estimate import Estimator
@@ -27,7 +28,7 @@ def test_an_ended_attempt_leaves_the_table_and_the_tally_and_adds_its_usage():
     assert st.tally.on_node.keys() == {1} and st.tally.pending == 1
     done, _ = tr.finished(st.jobs[1], 1, {"outcome": "completed", "exit_code": 0, "end_time": NOW}, NOW, st.cfg)
     usage = st.usage_after([done], NOW)
-    st.apply([done], False, usage)
+    st.apply(Change(jobs=[done]), False, usage)
     assert st.jobs.keys() == {2} and st.tally.on_node == {} and st.tally.active_by_account["eta"] == 0
     assert st.usage["eta"][0] > 0 and st.usage["eta"][1] == NOW
     # The same end again (a redelivered event's record) counts nothing more.
@@ -39,7 +40,7 @@ def test_a_new_arrays_tasks_are_taken_as_a_whole_and_counted_once():
     template = ClusterBuilder(NOW).job(user="carol").jobs[0]
     tasks = expand(template, 1, list(range(5)))
     assert st.fresh_tasks(tasks, staged={}) and not st.fresh_tasks(tasks, staged={3: tasks[2]})
-    st.apply(tasks, True, st.usage)
+    st.apply(Change(jobs=tasks), True, st.usage)
     assert sorted(st.jobs) == [1, 2, 3, 4, 5] and st.tally.pending_by_user["carol"] == 5
     assert not st.fresh_tasks(tasks, staged={})      # known now: a second staging is record by record
 
@@ -56,5 +57,5 @@ def test_a_snapshot_sees_a_newer_checkpoint_file_and_the_ended_jobs_depended_on(
     assert st.jobs[1].current.last_checkpoint is None      # the table keeps the record as committed
     assert snap.spent == (("b", 5),) and snap.ended == ((7, states.COMPLETED),)
     # No pending job depends on 7 any more: it is forgotten.
-    st.apply([replace(st.jobs[2], state=states.CANCELLED)], False, st.usage)
+    st.apply(Change(jobs=[replace(st.jobs[2], state=states.CANCELLED)]), False, st.usage)
     assert st.ended_wanted() == ([], {}) and st.ended == {}
