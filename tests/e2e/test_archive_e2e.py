@@ -18,7 +18,8 @@ pytestmark = E2E_MARKS
 def test_ended_jobs_leave_redis_and_every_command_still_sees_them():
     e = E2E(E2E_CONFIG + '[history]\nkeep = "0s"\n')
     try:
-        ids = [e.sub("-G", "1", "-t", "5m", "--", "true") for _ in range(3)]
+        # Long enough to cost something (billing runs from the process's start to its end: `true` can round to $0).
+        ids = [e.sub("-G", "1", "-t", "5m", "--", "sleep", "0.2") for _ in range(3)]
         for jid in ids:
             e.wait_state(jid, {"CD"})
         r = e.client.r
@@ -94,7 +95,8 @@ def test_a_scheduler_on_postgresql_archives_and_every_answer_stays_the_same(post
     text = E2E_CONFIG + f'[history]\nkeep = "30d"\nurl = "{url}"\n'
     e = E2E(text)
     try:
-        ids = [e.sub("-G", "1", "-t", "5m", "--", "true") for _ in range(3)]
+        # Long enough to cost something (billing runs from the process's start to its end: `true` can round to $0).
+        ids = [e.sub("-G", "1", "-t", "5m", "--", "sleep", "0.2") for _ in range(3)]
         ids.append(e.sub("-t", "5m", "--", "false"))
         held = e.sub("-H", "-t", "5m", "--", "true")
         assert e.labq("del", str(held)).returncode == 0

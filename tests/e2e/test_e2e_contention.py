@@ -138,7 +138,9 @@ BUDGET5 = CONFIG.replace("limit = 120.0\nreserve = 0.1", "limit = 5.0").replace(
 def test_refusals_compare_with_what_is_left():
     e = E2E(BUDGET5)
     try:
-        first = e.sub("-G", "1", "-t", "1m", "--", "true")
+        # It runs long enough to cost something: billed from its process's start to its end, `true`
+        # (a millisecond at $2/h) can round to $0 on an idle machine (ci3: spent 0).
+        first = e.sub("-G", "1", "-t", "1m", "--", "sleep", "0.2")
         assert e.wait_state(first, states.TERMINAL, 60).state == states.COMPLETED
         assert dict(e.client.read.spent())["eta-sweep"] > 0
         # $5.00 of a $5 budget that has spent a little: it can never be paid
