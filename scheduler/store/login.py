@@ -68,6 +68,6 @@ def first_node(url: str, prefix: str, timeout: float, dead) -> tuple[int, int]:
             for node in store.nodes(time.time()):
                 return len(node.gpus), node.cpus
         except ERRORS:
-            pass
+            pass        # Redis still starting (or loading its AOF): ask again until the timeout
         time.sleep(0.1)
     return 0, 0

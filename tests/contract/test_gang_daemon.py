@@ -96,6 +96,15 @@ def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
 
 
 
+def _parts_started(r, s, agent):
+    """Both parts of job 1 claimed, started at NOW + 1 and heart-beaten (on the test's clock)."""
+    for rank, n in enumerate(("a", "b")):
+        agent.claim(1, 1, n, 100 + rank, rank)
+        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
+        r.hset(K.part(1, 1, rank), mapping={"claimed_at": NOW + 1, "hb": NOW + 1})
+    s.tick(NOW + 2)
+
+
 def test_a_cancelled_gang_holds_its_gpus_until_its_last_part_has_ended(conns):
     """`labq del` of a running gang: every part's runner gets the cancel and keeps its kill grace. The
     attempt ends, its GPUs are freed and billing stops only when the last part has ended. Ended at its
@@ -103,11 +112,7 @@ def test_a_cancelled_gang_holds_its_gpus_until_its_last_part_has_ended(conns):
     the control key was cleared under a part's runner slow to read it (each part keeps its own copy)."""
     r, raw = conns
     s, agent, j = _running_gang(r, raw)
-    for rank, n in enumerate(("a", "b")):
-        agent.claim(1, 1, n, 100 + rank, rank)
-        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
-        r.hset(K.part(1, 1, rank), mapping={"claimed_at": NOW + 1, "hb": NOW + 1})     # on our clock
-    s.tick(NOW + 2)
+    _parts_started(r, s, agent)
     push(r, "alice", {"rid": "c", "op": "cancel", "body": json.dumps({"ids": ["1"]})})
     s.tick(NOW + 3, woke(r))
     assert job(r, 1).cancel_requested and r.get(K.control(1)) == "cancel"
@@ -136,11 +141,7 @@ def test_a_gang_whose_part_failed_holds_its_gpus_until_its_last_part_has_ended(c
     their GPUs until the last has ended, as a preempted or cancelled gang's does."""
     r, raw = conns
     s, agent, j = _running_gang(r, raw)
-    for rank, n in enumerate(("a", "b")):
-        agent.claim(1, 1, n, 100 + rank, rank)
-        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
-        r.hset(K.part(1, 1, rank), mapping={"claimed_at": NOW + 1, "hb": NOW + 1})     # on our clock
-    s.tick(NOW + 2)
+    _parts_started(r, s, agent)
     agent.post("finished", 1, 1, "a", {"outcome": "node_failure", "end_time": NOW + 4})
     submit(r, "alice", {**BODY, "nodes": 3}, "g3")      # needs a's and b's GPUs too
     s.tick(NOW + 4, woke(r))
