@@ -21,7 +21,8 @@ from dataclasses import replace
 from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore, SlotRef
 
-from . import batchenv, cgroup, gang, gpuwatch, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
+from . import batchenv, cgroup, gang, jobmsg, launch, memwatch, probe, procscan, proctree, spawn, waiting
+from .attemptstate import RunState
 from .claiming import epoch_over, fence
 from .ending import HARD, Ending, end_message
 
@@ -82,161 +83,137 @@ def _run_job(job_id: int, attempt: int, s: launch.Settings, slot: SlotRef | None
         store.release_slot(slot)
         return {"ran": False, "reason": why, "released": True}
     run = Run(store, s, job, attempt, term, rank, slot)
-    run.lease_seen(sent, pttl)
-    run.control0, run.env = control, env
+    run.st.lease_seen(sent, pttl)
+    run.st.control0, run.st.env = control, env
     return run.execute()
 
 
-class Run(Ending):
+class Run:
+    """The watch of one attempt: start it, sample it, stop it when due; its end is `end`'s (ending.py).
+    Both work on one RunState (attemptstate.py)."""
+
     def __init__(self, store: AgentStore, s: launch.Settings, job, attempt: int,
                  term: waiting.Sigterm | None = None, rank: int = 0, slot: SlotRef | None = None):
-        self.store, self.s, self.job, self.n, self.slot = store, s, job, attempt, slot
-        self.rank, self.part = rank, gang.part_of(job.attempts[-1], rank)    # a gang's part here
-        self.env = job.env          # what the submitter exported (read with the claim)
-        self.term = term or waiting.Sigterm()
-        self.proc = None
-        self.ckpt_dir = None
-        self.start, self.t0 = None, None
-        self.ppid = self.term.ppid
-        self.lease_until = math.inf     # monotonic time by which the job must be dead (the lease's end)
-        self.control_due = False        # the control thread saw a push: read the control key now
-        self.control0 = None            # the control as read with the record, before the start
-        self.grace = None       # seconds, from a "preempt:GRACE" control
-        self.peak_rss, self.peak_pss, self.next_pss = 0, None, 0.0
-        self.mem_limit = job.mem_limit or job.mem
-        self.cg: cgroup.JobCgroup | None = None
-        self.tree_gone = False          # _finish reaped every process of the job: its cgroup is empty
-        self.watchdog: memwatch.Watchdog | None = None
-        self.table = procscan.ProcTable()
-        self.kill_now: tuple[str, str] | None = None     # (stop reason, message) found by a tick
-        self.stopped_at: float | None = None             # when a stop's first signal went to the job
-        self.ident: launch.Identity | None = None        # whom the job runs as (its log files are theirs)
-        self.gpu = gpuwatch.Account(gpuwatch.snapshot_path(s.spool), job, self.part.gpus, s.node,
-                                    s.idle_gpu_util, s.idle_gpu_after)
-        self.oom0 = self.kmsg0 = None
-        self.announced = False          # the `started` post went through (a Redis blip may delay it)
-        self.body = {"outcome": "error", "exit_code": None, "signal": None, "start_time": None,
-                     "end_time": None, "usage": {}, "message": ""}
+        self.st = RunState.new(store, s, job, attempt, term, rank, slot)
+        self.end = Ending(self.st)
 
     # -- the attempt, start to end -------------------------------------------------------------
     def execute(self) -> dict:
         """Exactly one `finished` per claimed attempt, whatever happens in between."""
+        st = self.st
         try:
             self._run()
         except launch.StartError as e:
-            self.body["message"] = str(e)
+            st.body["message"] = str(e)
         except faults.ERRORS as e:
             # Redis lost where the runner cannot carry on without it: the node's failure, not the
             # job's (an `error` would end it F without its having run). Requeued.
-            self.body.update(outcome="node_failure", message=end_message("redis_lost", repr(e)))
-            self._cleanup_after_error()
+            st.body.update(outcome="node_failure", message=end_message("redis_lost", repr(e)))
+            self.end.cleanup_after_error()
         except BaseException as e:     # a bug, Redis gone, SystemExit from a signal: never leave a tree behind
-            self.body.update(outcome="error", message=f"runner failed: {e!r}")
-            self._cleanup_after_error()
+            st.body.update(outcome="error", message=f"runner failed: {e!r}")
+            self.end.cleanup_after_error()
             raise
         finally:
-            if self.cg is not None and not self.tree_gone:
-                self.cg.kill()
-            self.body["end_time"] = self.body["end_time"] or time.time()
+            if st.cg is not None and not st.tree_gone:
+                st.cg.kill()
+            st.body["end_time"] = st.body["end_time"] or time.time()
             try:
-                self._keep_result()
-                if self._post_finished():     # first: removing the cgroup waits for the kernel to empty it
-                    self._drop_result()
+                self.end.keep_result()
+                if self.end.post_finished():     # first: removing the cgroup waits for the kernel to empty it
+                    self.end.drop_result()
             finally:
                 self._release_cgroup()
-                if self.s.pbs_env or self.s.sge_env:
-                    batchenv.end(self.s.spool, self.job.id)      # TMPDIR goes with the job, as pbs_mom's
-        out = {"ran": self.proc is not None, "outcome": self.body["outcome"], "exit_code": self.body["exit_code"]}
-        return {**out, "released": True} if self.slot is not None else out
-
-    def lease_seen(self, sent: float, pttl: int | None) -> None:
-        """A PTTL of the node lease read by a request sent at monotonic `sent`: the lease lasts at
-        least until sent + pttl. -2 (gone) fences at once; -1 (no expiry) and None tell nothing."""
-        if pttl is None or pttl == -1:
-            return
-        self.lease_until = sent + max(pttl, 0) / 1000.0
+                if st.s.pbs_env or st.s.sge_env:
+                    batchenv.end(st.s.spool, st.job.id)      # TMPDIR goes with the job, as pbs_mom's
+        out = {"ran": st.proc is not None, "outcome": st.body["outcome"], "exit_code": st.body["exit_code"]}
+        return {**out, "released": True} if st.slot is not None else out
 
     def _run(self) -> None:
-        job, s = self.job, self.s
-        early = waiting.control_verb(self.control0) or ("cancel" if job.cancel_requested else None)
-        if waiting.stops_part(self.control0, self.n):
-            self.body.update(outcome="cancelled", message=end_message("gang_stop") + " before it started")
+        st = self.st
+        job, s = st.job, st.s
+        early = waiting.control_verb(st.control0) or ("cancel" if job.cancel_requested else None)
+        if waiting.stops_part(st.control0, st.n):
+            st.body.update(outcome="cancelled", message=end_message("gang_stop") + " before it started")
             return
-        if early in ("cancel", "preempt") or self.term.got:
+        if early in ("cancel", "preempt") or st.term.got:
             outcome = "cancelled" if early == "cancel" else "preempted"
-            self.body.update(outcome=outcome, message=f"{outcome} before it started"
-                             + (" (the node agent is stopping)" if self.term.got and early != "cancel" else ""))
+            st.body.update(outcome=outcome, message=f"{outcome} before it started"
+                           + (" (the node agent is stopping)" if st.term.got and early != "cancel" else ""))
             return
-        if self._not_startable():
+        if self.end.not_startable():
             return
-        if self.env is None:    # AgentStore.claim could not read it: run without it, never (a wrong upgrade order)
-            why = self.store.env_denied(job, s.node)
-            log.error("job %s attempt %s not started: %s", job.id, self.n, why)
+        if st.env is None:    # AgentStore.claim could not read it: run without it, never (a wrong upgrade order)
+            why = st.store.env_denied(job, s.node)
+            log.error("job %s attempt %s not started: %s", job.id, st.n, why)
             raise launch.StartError(why)
-        ident = self.ident = launch.identity(job, s)
-        if len(self.part.nodes) > 1:
-            self.part = gang.rendezvous(self.store, job.id, self.n, self.part, gang.node_addr(s.addr), RENDEZVOUS_S,
-                                        self._rendezvous_stopped)
-        out_fd, err_fd = launch.open_logs(job, ident, self.rank, s.node)
+        ident = st.ident = launch.identity(job, s)
+        if len(st.part.nodes) > 1:
+            st.part = gang.rendezvous(st.store, job.id, st.n, st.part, gang.node_addr(s.addr), RENDEZVOUS_S,
+                                      self._rendezvous_stopped)
+        out_fd, err_fd = launch.open_logs(job, ident, st.rank, s.node)
         try:
             try:
-                ckpt = self.ckpt_dir = launch.checkpoint_dir(s, job, ident)
+                ckpt = st.ckpt_dir = launch.checkpoint_dir(s, job, ident)
                 script = launch.write_script(s, job, ident) if job.script else None
             except OSError as e:
                 raise launch.StartError(f"cannot prepare the spool {s.spool}: {e}") from None
             cmd = launch.command(job, script)
             start = time.time()
-            exported = replace(job, env=self.env)
-            env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt, self.part)
+            exported = replace(job, env=st.env)
+            env = launch.environment(exported, job.attempts[-1], s, ident, start, ckpt, st.part)
             proctree.become_subreaper()
-            self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            st.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             self._limits()
-            if self._not_startable():
+            if self.end.not_startable():
                 return
             self._spawn(cmd, env, ident, out_fd, err_fd)
         finally:
             os.close(out_fd)
             if err_fd != out_fd:
                 os.close(err_fd)
-        self.start, self.t0 = start, time.monotonic()
-        self.body["start_time"] = start
-        self._note_leader()
-        self._announce()
-        if self.gpu.gpus:
+        st.start, st.t0 = start, time.monotonic()
+        st.body["start_time"] = start
+        self.end.note_leader()
+        self.end.announce()
+        if st.gpu.gpus:
             # The GPUs' counters at the start (energy is a delta). What this first sample finds is
             # alerted like any other: the GPU then counts as alerted, and no later tick would say it.
-            for alert in self.gpu.tick((self.proc.pid,)):
+            for alert in st.gpu.tick((st.proc.pid,)):
                 self._post("alert", alert)
-        self._finish(self._watch())
+        self.end.finish(self._watch())
 
     # -- limits --------------------------------------------------------------------------------
     def _limits(self) -> None:
         """The job's cgroup where the agent found a delegated subtree; the watchdog for whatever
         memory limit the kernel will not enforce; the host OOM counters for the evidence."""
-        s, job = self.s, self.job
+        st = self.st
+        s, job = st.s, st.job
         if s.cgroup_base:
-            cg = cgroup.JobCgroup.for_attempt(s.cgroup_base, job.id, self.n)
+            cg = cgroup.JobCgroup.for_attempt(s.cgroup_base, job.id, st.n)
             try:
-                cg.create(mem_max=self.mem_limit, cpus=job.cpus if s.limit_cpus else 0, pids_max=s.pids_max)
-                self.cg = cg
+                cg.create(mem_max=st.mem_limit, cpus=job.cpus if s.limit_cpus else 0, pids_max=s.pids_max)
+                st.cg = cg
             except OSError as e:
                 log.warning("job %s: no cgroup at %s (%s); the runner enforces the memory limit", job.id, cg.path, e)
-        if self.mem_limit > 0 and not (self.cg and "memory" in self.cg.controllers):
-            self.watchdog = memwatch.Watchdog(self.mem_limit, probe.tree_pss)
-        self.oom0, self.kmsg0 = memwatch.host_oom_kills(), memwatch.monotonic_us()
+        if st.mem_limit > 0 and not (st.cg and "memory" in st.cg.controllers):
+            st.watchdog = memwatch.Watchdog(st.mem_limit, probe.tree_pss)
+        st.oom0, st.kmsg0 = memwatch.host_oom_kills(), memwatch.monotonic_us()
 
     def _spawn(self, cmd, env, ident, out_fd: int, err_fd: int) -> None:
         """The job is born in its cgroup (spawn.spawn: cloned into it, or the forked child writes
         itself into cgroup.procs before it execs the job), so this runner never moves. One that
         cannot be started there is not started at all (StartError: the attempt ends `error`)."""
-        procs = os.path.join(self.cg.path, "cgroup.procs") if self.cg is not None else ""
-        self.proc = spawn.spawn(cmd, env, ident, self.job.workdir, out_fd, err_fd, self.job.umask,
-                                 cgroup_procs=procs)
+        st = self.st
+        procs = os.path.join(st.cg.path, "cgroup.procs") if st.cg is not None else ""
+        st.proc = spawn.spawn(cmd, env, ident, st.job.workdir, out_fd, err_fd, st.job.umask,
+                              cgroup_procs=procs)
 
     def _release_cgroup(self) -> None:
-        cg, self.cg = self.cg, None
+        st = self.st
+        cg, st.cg = st.cg, None
         if cg is not None:
-            if not self.tree_gone:
+            if not st.tree_gone:
                 cg.kill()
             cg.remove()
 
@@ -244,15 +221,16 @@ class Run(Ending):
     def _watch(self) -> str:
         """Why the attempt ended: "exited", or the stop reason once the tree is down (or its last
         stop phase has passed, after which _finish sends SIGKILL)."""
-        limit = self.job.time_limit
-        deadline = self.t0 + limit if limit > 0 else math.inf
-        warn_at = deadline - self.job.warn_signal[1] if self.job.warn_signal else math.inf
-        tick_s = min(TICK, self.s.lease / 3)     # the lease must be re-read well within its length
-        next_tick, stopping, kill_at, phases = self.t0 + tick_s, None, math.inf, []
+        st = self.st
+        limit = st.job.time_limit
+        deadline = st.t0 + limit if limit > 0 else math.inf
+        warn_at = deadline - st.job.warn_signal[1] if st.job.warn_signal else math.inf
+        tick_s = min(TICK, st.s.lease / 3)     # the lease must be re-read well within its length
+        next_tick, stopping, kill_at, phases = st.t0 + tick_s, None, math.inf, []
         # The control watch starts once the job has run a moment: a job that ends at once never
         # pays for its thread and connection, and a push made before it starts waits in the list.
-        watch_at = self.t0 + CONTROL_AFTER
-        waiter, watch = waiting.LeaderWaiter(self.proc.pid, self.term.rfd), None
+        watch_at = st.t0 + CONTROL_AFTER
+        waiter, watch = waiting.LeaderWaiter(st.proc.pid, st.term.rfd), None
         try:
             while True:
                 exited = waiter.exited()
@@ -260,16 +238,16 @@ class Run(Ending):
                     # The job's own exit, also when its agent died meanwhile (the job runs in this
                     # process, which only its own fencing could have killed it from): its outcome.
                     return stopping or "exited"
-                self.term.drain()
+                st.term.drain()
                 now = time.monotonic()
-                if stopping and (self.term.orphaned or now >= self.lease_until):
-                    return "orphaned" if self.term.orphaned else "fenced"    # no more grace: kill now
+                if stopping and (st.term.orphaned or now >= st.lease_until):
+                    return "orphaned" if st.term.orphaned else "fenced"    # no more grace: kill now
                 if stopping and now >= kill_at:
                     if not phases:
                         return stopping
                     kill_at = self._signal_phase(stopping, phases, now)
                 if now >= watch_at:
-                    watch = waiting.ControlWatch(self)
+                    watch = waiting.ControlWatch(self.st)
                     watch.start()
                     watch_at = math.inf
                 due = now >= next_tick
@@ -277,21 +255,21 @@ class Run(Ending):
                     next_tick = now + tick_s
                     self._tick()
                 if stopping is None:
-                    why = self._why_stop(now >= deadline, due or self.control_due)
+                    why = self._why_stop(now >= deadline, due or st.control_due)
                     if why in HARD:
                         return why          # no grace: _finish kills at once
                     if why:
                         stopping, phases = why, self._stop_phases(why)
                         first, grace = phases[0][0].name.removeprefix("SIG"), phases[0][1] if len(phases) > 1 else None
                         kill_at = self._signal_phase(why, phases, now)    # the signal first: the line must not delay it
-                        self._say(jobmsg.stopped(why, self.job.display_id, self.s.node, time.time(), first, grace))
+                        self.end.say(jobmsg.stopped(why, st.job.display_id, st.s.node, time.time(), first, grace))
                 if stopping is None and now >= warn_at:
-                    name = self.job.warn_signal[0]
-                    log.info("job %s attempt %d: SIG%s %ds before the limit", self.job.id, self.n, name,
-                             self.job.warn_signal[1])
-                    proctree.warn(self.proc.pid, getattr(signal, f"SIG{name}"), "batch" in self.job.warn_signal[2:])
+                    name = st.job.warn_signal[0]
+                    log.info("job %s attempt %d: SIG%s %ds before the limit", st.job.id, st.n, name,
+                             st.job.warn_signal[1])
+                    proctree.warn(st.proc.pid, getattr(signal, f"SIG{name}"), "batch" in st.job.warn_signal[2:])
                     warn_at = math.inf
-                wake = max(min(next_tick, deadline, kill_at, warn_at, self.lease_until, watch_at)
+                wake = max(min(next_tick, deadline, kill_at, warn_at, st.lease_until, watch_at)
                            - time.monotonic(), 0.0)
                 waiter.wait(min(wake, STOP_POLL) if stopping else wake)
         finally:
@@ -301,31 +279,33 @@ class Run(Ending):
 
     def _signal_phase(self, why: str, phases: list, now: float) -> float:
         """Send the next stop signal to the tree; returns when the phase after it is due."""
+        st = self.st
         sig, wait = phases.pop(0)
-        self.stopped_at = self.stopped_at or time.time()
-        log.info("job %s attempt %d: %s, %s to the tree, %ds before the next step", self.job.id, self.n, why,
+        st.stopped_at = st.stopped_at or time.time()
+        log.info("job %s attempt %d: %s, %s to the tree, %ds before the next step", st.job.id, st.n, why,
                  sig.name, wait)
-        proctree.signal_tree(self.proc.pid, sig)
+        proctree.signal_tree(st.proc.pid, sig)
         return now + wait
 
     def _why_stop(self, past_deadline: bool, check_control: bool) -> str | None:
-        if self.kill_now:
-            return self.kill_now[0]
-        if self.term.orphaned or os.getppid() != self.ppid:
+        st = self.st
+        if st.kill_now:
+            return st.kill_now[0]
+        if st.term.orphaned or os.getppid() != st.ppid:
             return "orphaned"         # the slot runner (and so the agent's supervision) is gone
-        if time.monotonic() >= self.lease_until:
+        if time.monotonic() >= st.lease_until:
             return "fenced"
-        if self.term.got:
+        if st.term.got:
             return "shutdown"
         if check_control:
-            self.control_due = False
+            st.control_due = False
             ctl = self._control()
-            if waiting.stops_part(ctl, self.n):
+            if waiting.stops_part(ctl, st.n):
                 return "gang_stop"
             if waiting.control_verb(ctl) == "cancel":
                 return "cancelled"
             if waiting.control_verb(ctl) == "preempt":
-                self.grace = waiting.control_grace(ctl)
+                st.grace = waiting.control_grace(ctl)
                 return "preempted"
         return "timeout" if past_deadline else None
 
@@ -334,60 +314,85 @@ class Run(Ending):
         A preemption: the checkpoint signal (--signal's, else the QoS's, else TERM) and the grace
         (from the control; a node stop gives the QoS grace capped by worker.stop_grace), then SIGTERM
         and kill_wait. Everything else: SIGTERM and kill_wait."""
-        term = (signal.SIGTERM, self.s.kill_wait)
+        st = self.st
+        term = (signal.SIGTERM, st.s.kill_wait)
         if why not in ("preempted", "shutdown"):
             return [term]
         if why == "shutdown":
-            grace = self.s.shutdown_grace(self.job.qos)
+            grace = st.s.shutdown_grace(st.job.qos)
         else:
-            grace = self.grace if self.grace is not None else self.s.kill_wait
-        return [(getattr(signal, f"SIG{self.s.checkpoint_signal(self.job)}"), grace), term]
+            grace = st.grace if st.grace is not None else st.s.kill_wait
+        return [(getattr(signal, f"SIG{st.s.checkpoint_signal(st.job)}"), grace), term]
+
+    def _rendezvous_stopped(self) -> str | None:
+        """Why a part waiting for node rank 0 gives up, its outcome set: stopped (the stop's), or
+        its node's lease or agent gone (nothing ran: a node failure, requeued). It heart-beats
+        while it waits, as a running part does: its lease stays current and the scheduler and
+        agent see it alive. (It read the lease once, with its claim, and gave up when that ran
+        out, ending the gang `error`: the job F, though nothing had run.)"""
+        st = self.st
+        now = time.monotonic()
+        if now >= st.waiting_beat:
+            st.waiting_beat = now + min(1.0, st.s.lease / 3)
+            try:
+                st.lease_seen(now, st.store.heartbeat(st.job.id, st.n, st.s.node, rank=st.rank))
+            except faults.ERRORS as e:       # the lease it saw last still bounds the wait
+                log.warning("job %s: heartbeat failed: %s", st.job.id, e)
+        ctl = self._control()
+        if waiting.stops_part(ctl, st.n) or waiting.control_verb(ctl) in ("cancel", "preempt"):
+            st.body["outcome"] = "preempted" if waiting.control_verb(ctl) == "preempt" else "cancelled"
+            return f"stopped ({ctl})"
+        if st.term.got or st.term.orphaned or time.monotonic() >= st.lease_until:
+            st.body["outcome"] = "preempted" if st.term.got and not st.term.orphaned else "node_failure"
+            return "the node agent is stopping or its lease lapsed"
+        return None
 
     def _control(self) -> str | None:
+        st = self.st
         try:
-            return self.store.control(self.job.id, self.n, self.rank)
+            return st.store.control(st.job.id, st.n, st.rank)
         except faults.ERRORS as e:
-            log.warning("job %s: cannot read control: %s", self.job.id, e)
+            log.warning("job %s: cannot read control: %s", st.job.id, e)
             return None
 
     def _tick(self) -> None:
-        pids = self.cg.pids() if self.cg is not None else self.table.pids()
-        t = procscan.stats(pids, None if self.cg is not None else self.table, self.table.seen)
-        self.peak_rss = max(self.peak_rss, t.max_rss_bytes)
+        st = self.st
+        pids = st.cg.pids() if st.cg is not None else st.table.pids()
+        t = procscan.stats(pids, None if st.cg is not None else st.table, st.table.seen)
+        st.peak_rss = max(st.peak_rss, t.max_rss_bytes)
         now = time.monotonic()
-        if now >= self.next_pss:
+        if now >= st.next_pss:
             pss = probe.tree_pss(t.pids)
             # smaps_rollup walks page tables: for a very large job, sample less often so that PSS
             # never takes more than 0.5 % of a core.
-            self.next_pss = now + max(PSS_EVERY, (time.monotonic() - now) * 200)
-            self.peak_pss = max(self.peak_pss or 0, pss)
-        if self.watchdog is not None and self.kill_now is None:
-            why = self.watchdog.check(t.rss_bytes, t.pids)
-            if self.watchdog.last_pss is not None:
-                self.peak_pss = max(self.peak_pss or 0, self.watchdog.last_pss)
+            st.next_pss = now + max(PSS_EVERY, (time.monotonic() - now) * 200)
+            st.peak_pss = max(st.peak_pss or 0, pss)
+        if st.watchdog is not None and st.kill_now is None:
+            why = st.watchdog.check(t.rss_bytes, t.pids)
+            if st.watchdog.last_pss is not None:
+                st.peak_pss = max(st.peak_pss or 0, st.watchdog.last_pss)
             if why:
-                log.warning("job %s attempt %d: %s", self.job.id, self.n, why)
-                self.kill_now = ("oom", why)
-        for alert in self.gpu.tick(t.pids):
+                log.warning("job %s attempt %d: %s", st.job.id, st.n, why)
+                st.kill_now = ("oom", why)
+        for alert in st.gpu.tick(t.pids):
             self._post("alert", alert)
-        if self.gpu.lost and self.kill_now is None:
-            self.kill_now = ("gpu_lost", f"GPU {self.gpu.lost} was lost (NVML); the job was stopped and requeued")
-        self._tick_checkpoint()
-        if not self.announced:
-            self._announce()
+        if st.gpu.lost and st.kill_now is None:
+            st.kill_now = ("gpu_lost", f"GPU {st.gpu.lost} was lost (NVML); the job was stopped and requeued")
+        self.end.tick_checkpoint()
+        if not st.announced:
+            self.end.announce()
             return          # its post was this tick's heartbeat, or failed as one would
         try:
             sent = time.monotonic()
-            self.lease_seen(sent, self.store.heartbeat(
-                self.job.id, self.n, self.s.node, rank=self.rank, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
-                ckpt=self.body.get("last_checkpoint") or ""))
+            st.lease_seen(sent, st.store.heartbeat(
+                st.job.id, st.n, st.s.node, rank=st.rank, cpu_s=round(t.cpu_s, 3), rss=t.rss_bytes, procs=t.procs,
+                ckpt=st.body.get("last_checkpoint") or ""))
         except faults.ERRORS as e:      # a Redis blip must not kill a running job (unless it outlasts the lease)
-            log.warning("job %s: heartbeat failed: %s", self.job.id, e)
+            log.warning("job %s: heartbeat failed: %s", st.job.id, e)
 
     def _post(self, kind: str, body: dict) -> None:
+        st = self.st
         try:
-            self.store.post(kind, self.job.id, self.n, self.s.node, body)
+            st.store.post(kind, st.job.id, st.n, st.s.node, body)
         except faults.ERRORS as e:
-            log.warning("job %s: cannot post %s: %s", self.job.id, kind, e)
-
-    # -- the end -------------------------------------------------------------------------------
+            log.warning("job %s: cannot post %s: %s", st.job.id, kind, e)

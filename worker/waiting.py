@@ -72,6 +72,7 @@ class ControlWatch(threading.Thread):
     within one blocking read after `stop()` (the attempt is over; the runner takes the next)."""
 
     def __init__(self, run):
+        """`run`: the attempt's attemptstate.RunState (its control_due is set from this thread)."""
         super().__init__(daemon=True, name=f"control-{run.job.id}")
         self.run_, self.store = run, AgentStore.open(run.s.redis_url, run.s.prefix)
         self.done = threading.Event()

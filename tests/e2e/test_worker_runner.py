@@ -370,7 +370,7 @@ def test_a_lease_lapsing_between_claim_and_start_is_a_node_failure(real_redis, r
              "def claim(self, jid, n, node, *a, **kw):\n"
              "    self.r.set(self.k.node_lease(node), 'up', px=300)\n    return _claim(self, jid, n, node, *a, **kw)\n"
              # ... and the runner is held just before the spawn until that lease has run out.
-             "def limits(self):\n    while time.monotonic() < self.lease_until: time.sleep(0.01)\n"
+             "def limits(self):\n    while time.monotonic() < self.st.lease_until: time.sleep(0.01)\n"
              "    return _limits(self)\n"
              "A.claim, Run._limits = claim, limits")
     p = start_hooked(runner_env(redis_server, tmp_path), hooks)

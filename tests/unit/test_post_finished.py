@@ -25,11 +25,11 @@ class _Away:
 def _run(orphaned: bool, kept: bool, fail: int, monkeypatch):
     monkeypatch.setattr(ending, "POST_WAIT", (0.001, 0.001))
     store = _Away(fail)
-    run = types.SimpleNamespace(proc=object(), announced=True, store=store, job=types.SimpleNamespace(id=7), n=1,
-                                s=types.SimpleNamespace(node="n1"), body={}, slot=None, kept=kept,
-                                term=types.SimpleNamespace(orphaned=orphaned), ppid=os.getppid())
+    st = types.SimpleNamespace(proc=object(), announced=True, store=store, job=types.SimpleNamespace(id=7), n=1,
+                               s=types.SimpleNamespace(node="n1"), body={}, slot=None, kept=kept,
+                               term=types.SimpleNamespace(orphaned=orphaned), ppid=os.getppid())
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("posted", ending.Ending._post_finished(run)), daemon=True)
+    t = threading.Thread(target=lambda: out.setdefault("posted", ending.Ending(st).post_finished()), daemon=True)
     t.start()
     t.join(60)
     assert not t.is_alive(), f"still retrying after {store.posts} posts"
