@@ -1,7 +1,7 @@
 """What a node's event about an attempt changes — pure: (the job table, the event, the node that
 sent it, now) -> Change. `started` stamps the attempt; `finished` ends it with its charges; a
-gang's part that completed waits for the others, any other end of a part ends the whole attempt
-and stops the parts still running (shared fate); an agent's own alert is recorded. `lost`: which
+gang's attempt ends when its last part has ended, and a part that failed stops the others at once
+(shared fate); an agent's own alert is recorded. `lost`: which
 attempts their node or their runner lost. The daemon (events.py) reads the streams, heartbeats
 and leases, names the sender, runs the crash guard on what ended and commits."""
 import logging
@@ -54,47 +54,86 @@ def decide(jobs: Mapping[int, Job], eid: str, ev: Event, sender: str, now: float
 
 
 def _part_finished(job: Job, a: Attempt, ev: Event, sender: str, parts: set[str], now: float, cfg: Config) -> Change:
-    """A gang's part ended. A part that completed waits for the others: the attempt completes
-    when the last one has; so does a part of a gang being preempted or cancelled (each part keeps its
-    grace: the job is requeued, or its GPUs freed, only once none runs, and billed to that end). Any
-    other end (a failure, a timeout, a part's own cancel) ends the attempt for the whole job at once,
-    and the parts still running are killed (shared fate). Each part's usage is kept on the attempt by
-    node (usage["nodes"]), also when it reports after the end."""
+    """A gang's part ended. The attempt ends, its GPUs are freed and the job requeued or closed only
+    when its last part has ended (each part's usage kept by node, usage["nodes"]), and it is billed to
+    that end: a part that completed waits for the others; so does a part of a gang being preempted or
+    cancelled (each keeps its grace). A part that failed (an error, a timeout, node_failure) stops the
+    others at once (shared fate), but they hold their GPUs until they have ended too: ending the
+    attempt at the failure placed another job on GPUs a part still used (the chaos soak's job 567)
+    and left the part's last seconds unbilled (job 561). The attempt ends as its first part that did
+    not complete."""
     usage, outcome = ev.body.get("usage") or {}, ev.body.get("outcome")
     graced = job.state == states.PREEMPTING or job.cancel_requested
-    if graced and outcome != "completed" and isinstance(usage, dict):
-        usage = {**usage, "outcome": outcome}       # what this part's end was, for the attempt's close
+    if outcome != "completed" and isinstance(usage, dict):
+        usage = {**usage, **ended_as(ev.body, outcome)}       # for the attempt's close
     kept = tr.part_usage(job, ev.attempt, sender, usage)
-    # A part that ends after its attempt (or before the others) writes its usage; the attempt
-    # does not end with it (no `ended`).
+    # A part that ends after its attempt writes its usage; the attempt does not end with it (no `ended`).
     if a.end_time or job.current is not a:
         return Change(jobs=[kept] if kept is not None else [])
     seen = (kept or job).attempts[ev.attempt - 1].usage.get("nodes") or {}
-    if (outcome == "completed" or graced) and set(seen) != parts:
-        # A gang being preempted or cancelled: every part had the signal and keeps its grace (each
-        # rank saves its checkpoint), so the attempt holds its nodes until the last part has ended; ending
-        # it at the first would requeue the job beside its own parts (the chaos soak's job 191), or
-        # place another job on GPUs a part still uses.
+    if set(seen) != parts:
         log.info("job %s attempt %d: part on %s %s, %d of %d done", job.display_id, ev.attempt, sender,
                  outcome, len(seen), len(parts))
-        return Change(jobs=[kept] if kept is not None else [])
-    body = ev.body
-    early = [u["outcome"] for u in seen.values() if isinstance(u, dict) and u.get("outcome") not in (None, "completed")]
-    if early and outcome == "completed":        # the attempt ends as its first part that did not complete
-        body = {**body, "outcome": early[0]}
-    result = tr.finished(kept or job, ev.attempt, body, now, cfg)
+        out = Change(jobs=[kept] if kept is not None else [])
+        if kept is not None and outcome != "completed" and not graced and not _failed(job.current):
+            log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
+                     ev.attempt, sender, outcome)
+            out.controls = [(job.id, gang_stop(ev.attempt))]
+        return out
+    return _close_gang(kept or job, ev.attempt, ev.body, seen, now, cfg)
+
+
+def ended_as(body: Mapping[str, Any], outcome: Any) -> dict[str, Any]:
+    """What a part's end that was not a completion keeps for its attempt's close."""
+    return {"outcome": outcome, "exit_code": body.get("exit_code"), "end_time": body.get("end_time"),
+            "message": body.get("message", "")}
+
+
+def _failed(a: Attempt | None) -> list[dict[str, Any]]:
+    """The parts of attempt `a` that ended without completing, in the order they reported."""
+    nodes = (a.usage.get("nodes") or {}) if a is not None else {}
+    return [u for u in nodes.values() if isinstance(u, dict) and u.get("outcome") not in (None, "completed")]
+
+
+def _close_gang(job: Job, attempt: int, body: Mapping[str, Any], seen: Mapping[str, Any], now: float,
+                cfg: Config) -> Change:
+    """The last part has ended: the attempt ends as its first part that did not complete (its exit
+    status and message), at the latest part's end."""
+    out_body = dict(body)
+    early = _failed(job.attempts[attempt - 1])
+    if early:
+        first = early[0]
+        ends = [float(u["end_time"]) for u in early if isinstance(u.get("end_time"), (int, float))]
+        out_body.update(outcome=first["outcome"], exit_code=first.get("exit_code"),
+                        message=first.get("message") or body.get("message", ""))
+        if ends and body.get("end_time") is not None:
+            out_body["end_time"] = max([float(body["end_time"])] + ends)
+    result = tr.finished(job, attempt, out_body, now, cfg)
     if result is None:
         return Change()
     new, charges = result
     for node, u in seen.items():    # the closing part's usage is the attempt's; every part's is by node
-        new = tr.part_usage(new, ev.attempt, node, u) or new
-    out = Change(jobs=[new], charges=list(charges), ended=new)
-    if job.state == states.RUNNING and not job.cancel_requested and ev.body.get("outcome") != "completed":
-        # A gang being preempted or cancelled is not stopped: each part had the signal and keeps its grace.
-        log.info("job %s attempt %d: part on %s ended (%s); stopping the other parts", job.display_id,
-                 ev.attempt, sender, ev.body.get("outcome"))
-        out.controls = [(job.id, gang_stop(ev.attempt))]
-    return out
+        new = tr.part_usage(new, attempt, node, u) or new
+    return Change(jobs=[new], charges=list(charges), ended=new)
+
+
+def part_lost(job: Job, node: str, last: float, now: float, cfg: Config,
+              why: str = "") -> "tuple[Job, Sequence[tr.Charge]]":
+    """A gang's part lost with its node or its runner (events._lost_part), its last sign of life at
+    `last`: recorded as a part that ended `node_failure` there. The other parts are stopped by the
+    caller; the attempt ends (NF, requeued) when they have ended too, or at once when none is left."""
+    a = job.current
+    assert a is not None, "part_lost: the job has no attempt"
+    end = max(a.dispatch_time or now, min(last or now, now))
+    body = {"outcome": "node_failure", "end_time": end, "message": why or f"part on {node} lost (node lease expired)"}
+    kept = tr.part_usage(job, a.attempt, node, ended_as(body, "node_failure")) or job
+    seen = kept.attempts[a.attempt - 1].usage.get("nodes") or {}
+    if set(seen) != {n for n, _ in a.parts}:
+        return kept, ()
+    change = _close_gang(kept, a.attempt, body, seen, now, cfg)
+    if change.ended is None:
+        return kept, ()
+    return change.ended, change.charges
 
 
 def agent_alert(eid: str, ev: Event, now: float) -> Change:
@@ -112,8 +151,8 @@ def lost(on_node: list[Job], beats: list[tuple[float | None, float | None, float
     `on_node` the jobs holding a node, `beats` each one's (heartbeat, checkpoint, claimed at), `up`
     the nodes by name, `down_since` when this scheduler first saw each lease gone. A gang's verdict
     is the shell's (`gangs`, events._lost_part: it reads each part's beats and withdraws the dispatch
-    entry of a part no runner took): a node name (that part withdrawn), an (NF record, charges)
-    pair, or None. A lost gang's other parts are killed by the stop written with (after) its record.
+    entry of a part no runner took): a node name (that part withdrawn), a (record, charges) pair
+    (part_lost: a part recorded lost, the attempt closed NF once no part runs), or None. A lost gang's other parts are killed by the stop written with (after) its record.
 
     Fencing: a node's runners kill their jobs by the time its lease expires (worker/runner.py), so
     an attempt is declared lost only `fence_margin` after the lease was first seen gone; until then
@@ -126,7 +165,13 @@ def lost(on_node: list[Job], beats: list[tuple[float | None, float | None, float
             continue
         if job.parts:
             hit = gangs.get(job.id)
-            if isinstance(hit, str):       # a part no runner took: withdrawn, uncounted, uncharged
+            if isinstance(hit, str) and a.start_time:
+                # A part no runner took while another runs: that one holds its GPUs till it has
+                # ended, and is billed; the attempt ends as a node failure then.
+                out.append(part_lost(job, hit, a.dispatch_time or now, now, cfg,
+                                     f"no runner on node {hit} took its part within {cfg.start_timeout:.0f}s"))
+                stops.append((job.id, gang_stop(a.attempt)))
+            elif isinstance(hit, str):       # no part started: withdrawn whole, uncounted, uncharged
                 out.append((tr.withdrawn(job, "timeout", now, cfg.start_timeout, hit), ()))
                 stops.append((job.id, gang_stop(a.attempt)))
             elif hit:

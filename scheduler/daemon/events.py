@@ -113,10 +113,10 @@ class NodeEvents:
         return sorted(self.tally.on_node.values(), key=_ID)
 
     def _lost_part(self, job: Job, up: dict, now: float):
-        """A gang is lost with any one of its parts: a node down past the fence margin, or a part's
-        runner silent past lease + margin (since its last heartbeat, or since its claim if it
-        never beat: killed before `started`): (NF record, charges); its other parts are killed
-        (gang stop) with it. A part no runner claimed is taken back instead (the node's name is
+        """A gang's part is lost with its node down past the fence margin, or with its runner silent
+        past lease + margin (since its last heartbeat, or since its claim if it never beat: killed
+        before `started`): (record, charges) from attempt.part_lost; its other parts are killed (gang
+        stop), and the attempt ends NF once they have ended too (their GPUs are theirs till then). A part no runner claimed is taken back instead (the node's name is
         returned): requeued like an attempt no runner claimed, not counted, not charged."""
         a = job.current
         beats = self.store.attempt_heartbeats([(job.id, f"{a.attempt}.{r}" if r else a.attempt)
@@ -145,10 +145,9 @@ class NodeEvents:
                 continue
             else:
                 last = hb
-            new, charges = tr.node_failed(job, last, now, self.cfg)
-            log.warning("job %s lost with its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
+            log.warning("job %s lost its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
                         job.display_id, name, now - last)
-            return new, charges
+            return attempt.part_lost(job, name, last, now, self.cfg)
         return None
 
     def _unclaimed(self, now: float) -> None:

@@ -1,6 +1,7 @@
 """A multi-node job through the daemon and the store (fakeredis and a real redis-server): submitted,
 placed whole, dispatched to each of its nodes, started by its parts, ended once for the whole job
-when its first part ends (the others are stopped at once), requeued whole when a node is lost."""
+when its last part has ended (a part that fails stops the others at once), requeued whole when a
+node is lost, once its other parts have ended."""
 import contextlib
 import json
 
@@ -63,37 +64,44 @@ def test_a_gang_is_dispatched_to_each_of_its_nodes(conns):
     assert j.state == states.RUNNING and j.current.start_time == NOW + 1
 
 
-def test_the_first_part_to_fail_ends_the_job_once_and_stops_the_others(conns):
+def test_the_first_part_to_fail_stops_the_others_and_the_job_ends_once_when_the_last_has(conns):
+    """A part fails: the others are stopped at once, but the attempt ends (FAILED, with the failed
+    part's exit status) only when the last part has ended, billed to that end; late duplicates change
+    nothing. Ended at the failure (before), it freed GPUs the other part still used."""
     r, raw = conns
     s, agent, j = _running_gang(r, raw)
-    for n in ("a", "b"):
-        agent.post("started", 1, 1, n, {"start_time": NOW + 1})
-    agent.post("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3, "end_time": NOW + 60, "message": "x",
+    _parts_started(r, s, agent)
+    agent.post("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3, "end_time": NOW + 20, "message": "x",
                                        "usage": {"cpu_s": 5.0}})
-    s.tick(NOW + 61)
+    s.tick(NOW + 21)
     j = job(r, 1)
-    assert j.state == states.FAILED and j.exit_code == 3 and len(j.attempts) == 1
+    assert j.state == states.RUNNING and j.current.end_time is None
     assert r.get(K.control(1)) == "stop:1"
     for n in ("a", "b"):                        # both parts' runners are woken
         assert r.lrange(K.node_control(n, 1), 0, -1) == ["stop:1"]
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 22,
+                                       "usage": {"cpu_s": 1.0}})
+    s.tick(NOW + 23)
+    j = job(r, 1)
+    assert j.state == states.FAILED and j.exit_code == 3 and len(j.attempts) == 1
+    assert j.attempts[0].outcome == "exit" and j.attempts[0].end_time == NOW + 22
     cost = j.cost
-    assert abs(cost - 4 * 59 / 3600 * 10 ** 6) <= 1     # 4 GPUs (2 nodes x 2) for 59 s (its process's) at $1/GPU-hour
-    assert j.attempts[0].usage == {"cpu_s": 5.0, "nodes": {"b": {"cpu_s": 5.0}}}
-    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 61})
-    s.tick(NOW + 62)
+    assert abs(cost - 4 * 21 / 3600 * 10 ** 6) <= 1     # 4 GPUs (2 nodes x 2) for 21 s, to the last part's end
+    assert j.attempts[0].usage["nodes"]["b"]["cpu_s"] == 5.0 and j.attempts[0].usage["nodes"]["a"]["cpu_s"] == 1.0
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 22})
+    s.tick(NOW + 24)
     again = job(r, 1)
     assert again.state == states.FAILED and again.cost == cost and len(again.attempts) == 1
     # the control key cleared (a requeue's or an end's record write does) or replaced: a part whose
     # runner reads late still finds its stop, which names its attempt only
     r.delete(K.control(1))
     assert [agent.control(1, 1, rank) for rank in (0, 1)] == ["stop:1", "stop:1"] and agent.control(1, 2) is None
-    # its acct row (store/acctrows.redis_row) was written with the end, and again with the late part
+    # its acct row (store/acctrows.redis_row) was written with the end
     assert r.hget(K.acct_rows, "1") == acctrows.redis_row(again) and r.hlen(K.acct_rows) == 1
     # the room is free again on both nodes: a 2-node job of the whole nodes starts at once
     submit(r, "alice", {**BODY, "nodes": 3}, "g3")
-    s.tick(NOW + 63, woke(r))
+    s.tick(NOW + 25, woke(r))
     assert job(r, 2).state == states.RUNNING
-
 
 
 def _parts_started(r, s, agent):
@@ -133,9 +141,6 @@ def test_a_cancelled_gang_holds_its_gpus_until_its_last_part_has_ended(conns):
     assert job(r, 2).state == states.RUNNING
 
 
-@pytest.mark.xfail(strict=True, reason="issue 35, open: a failed part ends the attempt at once and frees the GPUs "
-                   "its peers still use while they are being stopped (the final soak, seed 71: job 567's attempt 3 "
-                   "placed on GPU g2-1 0.45 s before attempt 2's part there died; job 561 ran unbilled)")
 def test_a_gang_whose_part_failed_holds_its_gpus_until_its_last_part_has_ended(conns):
     """A part's runner dies (node_failure): the other parts are stopped at once, and the attempt keeps
     their GPUs until the last has ended, as a preempted or cancelled gang's does."""
@@ -207,21 +212,25 @@ def test_a_lost_node_requeues_the_gang_once_and_stops_its_other_part(conns):
     r.delete(K.node_lease("b"))                 # b's agent died (kill -9): its lease is gone
     s.tick(NOW + 3)                             # b is seen down ...
     assert job(r, 1).state == states.RUNNING
-    s.tick(NOW + 10)                            # ... and after fence_margin the gang is lost whole
+    s.tick(NOW + 10)                            # ... and after fence_margin its part is lost
     j = job(r, 1)
-    assert j.restart_count == 1 and j.attempts[0].outcome == "node_failure"
     assert r.lrange(K.node_control("a", 1), 0, -1) == ["stop:1"]      # a's part is killed at once
-    assert r.get(K.control(1)) == "stop:1"      # written after the requeued record, which clears controls
-    # requeued once and placed again in the same tick, on the two nodes that are up: attempt 2,
-    # which stop:1 does not name
-    assert j.state == states.RUNNING and [n for n, _ in j.parts] == ["a", "c"] and j.current.attempt == 2
-    # a's part, killed, reports its usage: kept on attempt 1 by node, nothing else changes
+    assert r.get(K.control(1)) == "stop:1"
+    # but a's part holds its GPUs until it has ended: before, the gang was requeued and placed again on
+    # a in the same tick, beside its own part still being killed there
+    assert j.state == states.RUNNING and j.current.attempt == 1 and j.current.end_time is None
+    # a's part, killed, reports its end: the attempt ends node_failure, and the job is requeued once
+    # and placed again on the two nodes that are up: attempt 2, which stop:1 does not name
     agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": NOW + 10,
                                        "usage": {"cpu_s": 9.0}})
     s.tick(NOW + 11)
     j = job(r, 1)
     assert j.restart_count == 1 and len(j.attempts) == 2 and j.state == states.RUNNING
-    assert j.attempts[0].usage["nodes"] == {"a": {"cpu_s": 9.0}} and j.attempts[0].outcome == "node_failure"
+    assert [n for n, _ in j.parts] == ["a", "c"] and j.current.attempt == 2
+    assert j.attempts[0].usage["nodes"]["a"] == {"cpu_s": 9.0, "outcome": "cancelled", "exit_code": -9,
+                                                 "end_time": NOW + 10, "message": ""}
+    assert j.attempts[0].usage["nodes"]["b"]["outcome"] == "node_failure"
+    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].end_time == NOW + 10
     assert r.hlen(K.acct_rows) == 0, "requeued, not ended: no acct row"
     for n in ("a", "c"):                        # attempt 2 runs and completes on both: one acct row, 2 attempts
         agent.post("started", 1, 2, n, {"start_time": NOW + 12})
@@ -254,10 +263,14 @@ def test_a_part_silent_past_lease_and_margin_loses_the_gang_while_its_node_is_up
     assert job(r, 1).state == states.RUNNING and job(r, 1).current.attempt == 1
     r.hset(K.part(1, 1, 0), "hb", silent + 1)
     s.tick(silent + 1)
-    j = job(r, 1)
-    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].end_time == NOW + 1 and j.restart_count == 1
+    assert job(r, 1).state == states.RUNNING and job(r, 1).current.end_time is None   # rank 0 still runs
     assert r.lrange(K.node_control("a", 1), 0, -1) == ["stop:1"]
     assert [r.hget(K.part(1, 1, rank), "control") for rank in (0, 1)] == ["stop:1", "stop:1"]
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": silent + 2})
+    s.tick(silent + 3)
+    j = job(r, 1)
+    # requeued once, charged to the end of its last part (rank 0 held its GPUs till then)
+    assert j.attempts[0].outcome == "node_failure" and j.attempts[0].end_time == silent + 2 and j.restart_count == 1
 
 def test_a_part_no_runner_takes_is_withdrawn_after_start_timeout(conns):
     r, raw = conns
@@ -270,9 +283,16 @@ def test_a_part_no_runner_takes_is_withdrawn_after_start_timeout(conns):
     r.hset(K.part(1, 1, 0), "hb", NOW + CFG.start_timeout + 5)                 # it beats on
     s.tick(NOW + CFG.start_timeout + 5)
     j = job(r, 1)
-    assert j.attempts[0].outcome == "withdrawn" and j.restart_count == 0 and j.attempts[0].cost == 0
-    assert r.get(K.control(1)) == "stop:1" and j.current.attempt == 2     # requeued, placed again
     assert r.hget(K.part(1, 1, 1), "claimed") == "withdrawn"              # a late runner on b will not run it
+    # rank 0 is stopped and keeps its GPUs until it has ended (before: requeued and placed again beside it,
+    # its run unbilled)
+    assert r.get(K.control(1)) == "stop:1" and j.state == states.RUNNING and j.current.attempt == 1
+    end = NOW + CFG.start_timeout + 6
+    agent.post("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9, "end_time": end})
+    s.tick(end + 1)
+    j = job(r, 1)
+    assert j.attempts[0].outcome == "node_failure" and j.restart_count == 1 and j.current.attempt == 2
+    assert j.attempts[0].end_time == end and j.attempts[0].cost > 0       # what rank 0 ran, billed
 
 
 def test_test_only_quotes_a_gang_on_all_its_nodes(conns):

@@ -36,12 +36,29 @@ def test_a_gang_part_that_completes_first_waits_for_the_others():
     assert change.jobs[0].current.usage["nodes"] == {"b": {"cpu_s": 3}}
 
 
-def test_a_gang_part_that_fails_ends_the_attempt_and_stops_the_other_parts():
+def test_a_gang_part_that_fails_stops_the_other_parts_and_the_attempt_ends_with_the_last():
+    """Shared fate without overcommit: the failure stops the others at once, but the attempt (and its
+    GPUs) ends only with the last part, as the failed part's end (its exit status), billed to the last end."""
     jobs = _table(ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1))
-    ev = Event("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3})
-    change = attempt.decide(jobs, "1-0", ev, "b", NOW, cfg())
-    assert change.ended is not None and change.ended.state == states.FAILED
-    assert change.controls == [(1, attempt.gang_stop(1))]
+    first = attempt.decide(jobs, "1-0", Event("finished", 1, 1, "b", {"outcome": "exit", "exit_code": 3,
+                                                                     "end_time": NOW - 5}), "b", NOW, cfg())
+    assert first.ended is None and [j.state for j in first.jobs] == [states.RUNNING]
+    assert first.controls == [(1, attempt.gang_stop(1))]
+    last = attempt.decide({1: first.jobs[0]}, "1-1", Event("finished", 1, 1, "a", {"outcome": "cancelled",
+                          "exit_code": -9, "end_time": NOW - 1}), "a", NOW, cfg())
+    assert last.ended is not None and last.ended.state == states.FAILED and last.ended.exit_code == 3
+    assert last.ended.attempts[0].outcome == "exit" and last.ended.attempts[0].end_time == NOW - 1
+    assert last.controls == []
+
+
+def test_a_lost_part_waits_for_the_others_then_ends_the_attempt_node_failure():
+    jobs = _table(ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1))
+    held, charges = attempt.part_lost(jobs[1], "b", NOW - 30, NOW, cfg())
+    assert held.state == states.RUNNING and held.current.end_time is None and charges == ()
+    last = attempt.decide({1: held}, "1-0", Event("finished", 1, 1, "a", {"outcome": "cancelled", "exit_code": -9,
+                          "end_time": NOW + 1}), "a", NOW + 2, cfg())
+    assert last.ended is not None and last.ended.state == states.PENDING and last.ended.restart_count == 1
+    assert last.ended.attempts[0].outcome == "node_failure" and last.ended.attempts[0].end_time == NOW + 1
 
 
 def test_a_preempted_gangs_attempt_ends_only_when_its_last_part_has_ended():
@@ -116,9 +133,20 @@ def test_a_silent_runner_on_a_live_node_is_lost_only_past_lease_and_margin():
 def test_a_gang_is_decided_by_the_shells_verdict_and_its_other_parts_are_stopped():
     b = ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1)
     assert _lost(b, [(NOW, None, None)], gangs={1: None}).jobs == []
-    withdrawn = _lost(b, [(NOW, None, None)], gangs={1: "b"})
+    # a part no runner took, while another part runs: that one is stopped and holds its GPUs until it ends
+    held = _lost(b, [(NOW, None, None)], gangs={1: "b"})
+    assert [j.state for j in held.jobs] == [states.RUNNING] and held.charges == []
+    assert held.jobs[0].current.usage["nodes"]["b"]["outcome"] == "node_failure"
+    assert held.controls == [(1, attempt.gang_stop(1))]
+    # ... and when no part has started: withdrawn whole at once, uncounted, uncharged
+    import dataclasses
+    unstarted = ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1)
+    on_node = [j for j in unstarted.build().jobs if j.state in states.ON_NODE]
+    on_node = [dataclasses.replace(j, attempts=j.attempts[:-1] + (dataclasses.replace(j.current, start_time=None),))
+               for j in on_node]
+    withdrawn = attempt.lost(on_node, [(None, None, None)], {1: "b"}, {}, {}, NOW, cfg())
     assert [j.state for j in withdrawn.jobs] == [states.PENDING] and withdrawn.charges == []
-    assert withdrawn.controls == [(1, attempt.gang_stop(1))]
+    assert withdrawn.jobs[0].restart_count == 0 and withdrawn.controls == [(1, attempt.gang_stop(1))]
     snap = b.build()
     failed = _lost(b, [(NOW, None, None)], gangs={1: (snap.jobs[0], ["charge"])})
     assert failed.jobs == [snap.jobs[0]] and failed.charges == ["charge"] and failed.controls == [(1, "stop:1")]
