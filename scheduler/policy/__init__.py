@@ -21,7 +21,7 @@ from ..jobs.plan import Pending, Pendings, Place, Plan, Preempt, Start, Verdict,
 from ..money import ledger
 from ..settings.config import Config
 from ..units import fmt_at
-from . import capacity, classes, gang, preempt, priority, strict
+from . import capacity, classes, gang, preempt, priority, settle, strict
 from .backfill import Timelines
 from .backlog import Backlog
 from .budget import BudgetBook, Held as BudgetHeld, never_affordable
@@ -38,9 +38,10 @@ _STATE = attrgetter("state")
 __all__ = ["plan", "plan_per_job", "Backlog", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
 
 
+@settle.guarded
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None = None,
          held: BudgetHeld | None = None, standing: Standing | None = None, backlog: Backlog | None = None,
-         tracks: Tracks | None = None) -> Plan:
+         tracks: Tracks | None = None, settles: bool = True) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
     as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
     request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
@@ -48,16 +49,17 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None
     `standing`: the free capacity and quota usage of the same running jobs (standing.py); the plan
     is the same without them. `backlog`: the pending jobs, kept in order by the caller
     (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges.
-    `tracks`: the running jobs' backfill timelines, kept by the caller from its last pass (tracks.py)."""
+    `tracks`: the running jobs' backfill timelines, kept by the caller from its last pass (tracks.py).
+    `settles`: a pass may end early once settled (settle.py; off when it broke its invariant)."""
     # The running and the pending jobs, picked in C (a deep queue's pass reads each job once here).
     jobs = snap.jobs
     said = list(map(_STATE, jobs))
     running = list(compress(jobs, map(states.ON_NODE.__contains__, said)))
     if backlog is not None:
-        return _kept(snap, cfg, running, backlog, held, standing, queue, tracks)
+        return _kept(snap, cfg, running, backlog, held, standing, queue, tracks, settles)
     pending = list(compress(jobs, map(eq, said, repeat(states.PENDING))))
     deps = Dependencies(snap)
-    p = _Pass(snap, cfg, running, deps, held, standing, tracks)
+    p = _Pass(snap, cfg, running, deps, held, standing, tracks, settles)
     p.reserve_begins = _begins
     if queue is None:
         expires, waiting = expire(pending, snap.now, deps)
@@ -80,13 +82,13 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None
 
 
 def _kept(snap: Snapshot, cfg: Config, running: list[Job], backlog: Backlog, held: BudgetHeld | None,
-          standing: Standing | None, queue: Queue | None, tracks: Tracks | None) -> Plan:
+          standing: Standing | None, queue: Queue | None, tracks: Tracks | None, settles: bool) -> Plan:
     """plan() over a kept Backlog; a pass its walk cannot take (strict.run_kept) takes the list
     (through `queue`, the caller's kept Queue, if any)."""
     if backlog.deps:        # dependency targets may be pending: the index reads every active job
         snap = replace(snap, jobs=(*running, *backlog.jobs.values()))
     deps = Dependencies(snap)
-    p = _Pass(snap, cfg, running, deps, held, standing, tracks)
+    p = _Pass(snap, cfg, running, deps, held, standing, tracks, settles)
     expires, _ = expire(list(backlog.marked.values()), snap.now, deps)
     if expires or not strict.run_kept(p, backlog, cfg):
         gone = {e.job_id for e in expires}
@@ -130,9 +132,9 @@ class _Pass:
 
     def __init__(self, snap: Snapshot, cfg: Config, running: list[Job], deps: Dependencies,
                  held: BudgetHeld | None = None, standing: Standing | None = None,
-                 tracks: Tracks | None = None) -> None:
+                 tracks: Tracks | None = None, settles: bool = True) -> None:
         self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
-        self.tracks = tracks
+        self.tracks, self.settles = tracks, settles
         # The free capacity at the start of the pass, kept unchanged, tells `Priority` (higher jobs
         # took the room) apart from `Resources` (there was no room to begin with).
         if standing is None:

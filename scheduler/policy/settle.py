@@ -7,9 +7,16 @@ The verdict of such a class is read as `_Pass._verdict` would reach it in that s
 (hold, begin, retry backoff, dependency) is judged as the walk judges it; else a cap
 (`Usage.blocked`), else the "no room" verdict of its request shape (`_Pass._no_room`: no node has
 room, it may not preempt, it gets no reservation). tests/property/test_plan_classes.py checks the
-plans against the per-job pass."""
+plans against the per-job pass.
+
+Should a gate's verdict change the state of a settled pass after all (its invariant broken: a bug),
+the pass is not trusted: `Unsettled` is raised, plan() logs it and plans the snapshot again with a
+whole pass (`guarded`), rather than fail the scheduler's tick or hand out a plan nobody checked."""
+import functools
+import logging
+from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..jobs.plan import Pending, Verdict
 
@@ -17,9 +24,28 @@ if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
     from .classes import _Walk
 
 _DEFAULTS: tuple[Any, ...] = tuple(f.default for f in fields(Pending))
+_log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
 # The walk asks whether the pass has settled after this many turns without a change of state, then
 # after four times as many, and so on: an ask that finds it unsettled costs a look per class left.
 SETTLE_CHECK = 64
+
+
+class Unsettled(Exception):
+    """A pass taken for settled changed its state: its shortcut verdicts may be wrong."""
+
+
+def guarded(plan: F) -> F:
+    """`plan` (which takes `settles=`), planned again with `settles=False` (a whole pass, no
+    settled shortcut) when a settled pass broke its invariant; the break is logged."""
+    @functools.wraps(plan)
+    def planned(*a: Any, **kw: Any) -> Any:
+        try:
+            return plan(*a, **kw)
+        except Unsettled as e:
+            _log.warning("plan(): %s; planned again as a whole pass", e)
+            return plan(*a, **{**kw, "settles": False})
+    return cast(F, planned)
 
 
 def done(w: "_Walk", version: tuple[int, ...]) -> bool:
@@ -39,7 +65,7 @@ def done(w: "_Walk", version: tuple[int, ...]) -> bool:
 def settled(w: "_Walk") -> bool:
     """Whether no verdict left in the merge of the walk `w` can change the pass state."""
     p, cfg = w.p, w.p.cfg
-    if cfg.backfill_depth == 0 or len(p.starts) < cfg.backfill_depth:
+    if not p.settles or cfg.backfill_depth == 0 or len(p.starts) < cfg.backfill_depth:
         return False
     preempting = cfg.preemption and (p.lowest_victim() is not None or bool(p.usage.guarantees))
     asked: set[tuple[Any, ...]] = set()
@@ -73,7 +99,7 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
                 or job.eligible_time is not None and job.eligible_time > now):
             key = keys[i]
             if w._judge(job, key, version, k + 1 < len(jobs)) != version:
-                raise AssertionError("a settled pass changed its state")
+                raise Unsettled(f"a settled pass changed its state at job {job.id}")
             if k + 1 < len(jobs):
                 runs.append((ids[i][k + 1:], w.cache[key][3]))
             continue
