@@ -13,6 +13,7 @@ import redis
 
 from labq.scheduler.jobs import states
 from labq.scheduler.store.keys import Keys
+from labq.worker import shimbin
 from tests.harness import E2E, wait_for
 
 CONFIG = """
@@ -309,6 +310,9 @@ def test_a_preempted_gang_resumes_from_its_checkpoint_on_another_set_of_nodes(ga
 
 
 
+@pytest.mark.skipif(bool(shimbin.real_install("slurm", os.environ.get("PATH", ""))),
+                    reason="a real SLURM is installed here: the worker leaves its own srun off jobs' PATH "
+                           "(labq never hides a real SLURM, worker/shimbin.py), so a job's srun is SLURM's")
 def test_srun_in_a_gang_runs_one_task_per_node_and_the_node_file_lists_both(gangs):
     """compat (issue 37 item 2, issue 42): `srun` in a multi-node script is each node's one task;
     `srun -n1` is rank 0's alone; PBS_NODEFILE names every node once per slot."""
