@@ -37,15 +37,18 @@ class RequestList:
         would look there before the next recovery (issue 35). Asked before the new events are read
         (a pipeline keeps its order), which join the pending entries the recovery then handles.
         Its own round trip was ~70 us of scheduler CPU a tick, a fifth of an idle one."""
-        p = self.r.pipeline(transaction=False)
-        p.llen(self.k.taken)
-        p.llen(self.k.requests)
+        cmds = [("LLEN", self.k.taken), ("LLEN", self.k.requests)]
         if streams:
-            p.execute_command("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", 1, "STREAMS", *streams,
-                              *["0"] * len(streams), NEVER_DECODE=True)
-            p.execute_command("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count, "STREAMS", *streams,
-                              *[">"] * len(streams), NEVER_DECODE=True)
-        got = p.execute()
+            cmds += [("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", n, "STREAMS", *streams, *[at] * len(streams))
+                     for n, at in ((1, "0"), (count, ">"))]
+        got = wire.call(self.r, cmds, False)
+        if got is None:
+            p = self.r.pipeline(transaction=False)
+            for cmd in cmds:
+                p.execute_command(*cmd, NEVER_DECODE=True)
+            got = p.execute()
+        else:
+            got[2:] = [stream_reply(x) for x in got[2:]]
         pending, new = (got[2], got[3]) if streams else (None, None)
         return bool(got[0]) or bool(entries(pending)), int(got[1]), entries(new)
 
@@ -55,13 +58,18 @@ class RequestList:
         events", which the tick does whole, so every token pushed before the DEL is served."""
         # One round trip: Redis runs the DEL as the BLPOP returns, woken or timed out. A token pushed
         # between the two is served all the same: a tick follows every wait.
-        p = self.r.pipeline(transaction=False)
-        p.execute_command("BLPOP", self.k.wake, max(0.01, timeout), NEVER_DECODE=True)
-        p.delete(self.k.wake)
-        return bool(p.execute()[0])
+        cmds = [("BLPOP", self.k.wake, max(0.01, timeout)), ("DEL", self.k.wake)]
+        got = wire.call(self.r, cmds, False)
+        if got is None:
+            p = self.r.pipeline(transaction=False)
+            p.execute_command(*cmds[0], NEVER_DECODE=True)
+            p.delete(self.k.wake)
+            got = p.execute()
+        return bool(got[0])
 
     def wakes_waiting(self) -> bool:
-        return self.r.llen(self.k.wake) > 0
+        got = wire.call(self.r, [("LLEN", self.k.wake)])
+        return (got[0] if got is not None else self.r.llen(self.k.wake)) > 0
 
     def taken_requests(self) -> list:
         """What a predecessor took and never answered, oldest first: [(entry id, raw bytes)]."""
@@ -92,6 +100,16 @@ class RequestList:
 
     def drop_in_hand(self) -> None:
         self.txn(lambda p: p.delete(self.k.in_hand))
+
+
+def stream_reply(res):
+    """An XREADGROUP reply as wire.call reads it, in redis-py's shape: each entry's fields a dict
+    (RESP2 gives a flat list; an entry trimmed while pending has none: None)."""
+    if res is None:
+        return []
+    per = res.items() if isinstance(res, dict) else res
+    return [(stream, [(eid, wire.hash_of(fields) if fields is not None else None) for eid, fields in got])
+            for stream, got in per]
 
 
 def entries(res) -> list:

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 import redis
 
 from ..errors import StalePlanError
-from ..jobs.model import Gpu, Job, Node
+from ..jobs.model import Job, Node
 from ..jobs.states import ACTIVE
-from . import acctrows, conn, requestq, rests as rest_rows, statrows, wire, writes
+from . import acctrows, conn, noderows, requestq, rests as rest_rows, statrows, wire, writes
 from .conn import ERRORS
 from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
@@ -37,6 +37,7 @@ class SchedulerStore(RequestList):
         self.doubt = ""    # why the sentinels did not confirm the master of that txn (conn.Keep.wait)
         self.held: dict[str, bytes] = {}     # entry id -> the bytes of each request taken, until acknowledged
         self._spent: dict[str, int] | None = None   # the spent hash as read since the last transaction
+        self._node_names: list[str] = []     # the registered nodes as last read (noderows.read)
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:
@@ -97,7 +98,8 @@ class SchedulerStore(RequestList):
 
     def leader(self) -> str | None:
         """Who holds the leader lease now (None: nobody)."""
-        return self.r.get(self.k.leader)
+        got = wire.call(self.r, [("GET", self.k.leader)])
+        return got[0] if got is not None else self.r.get(self.k.leader)
 
     def release_leader(self) -> None:
         with self.lease_lock, self.r.pipeline() as p:
@@ -115,8 +117,7 @@ class SchedulerStore(RequestList):
         self._spent = None      # written or not, read afresh after it
         with self.lease_lock, conn.kept_pipeline(self.r) as (p, keep):
             try:
-                p.watch(self.k.leader)
-                if p.get(self.k.leader) != self.me:
+                if wire.watch_get(p, self.k.leader) != self.me:
                     raise StalePlanError("this scheduler no longer holds the leader lease")
                 p.multi()
                 build(p)
@@ -193,34 +194,8 @@ class SchedulerStore(RequestList):
         return int(self.r.get(self.k.seq) or 0)
 
     def nodes(self, now: float) -> tuple[Node, ...]:
-        names = sorted(self.r.smembers(self.k.nodes))
-        if not names:
-            return ()
-        p = self.r.pipeline(transaction=False)
-        for n in names:
-            p.hgetall(self.k.node(n))
-            p.pttl(self.k.node_lease(n))
-            p.get(self.k.node_admin(n))
-            p.get(self.k.node_lease(n))
-            p.hgetall(self.k.node_health(n))
-        out = []
-        res = p.execute()
-        for i, n in enumerate(names):
-            h, pttl, admin, holder, health = res[5 * i:5 * i + 5]
-            if not h:
-                continue
-            gpus = tuple(Gpu(u, int(ix), m, int(mem)) for u, ix, m, mem in json.loads(h.get("gpus", "[]")))
-            expiry = now + pttl / 1000 if pttl and pttl > 0 else 0.0
-            # A lease of another epoch than the registered agent's: that agent is not alive in it.
-            if h.get("epoch") and holder != h["epoch"]:
-                expiry = 0.0
-            state = "down" if expiry <= now else (admin or "up")
-            reason = health.get("reason", "") if health else ""
-            if state == "up" and health:
-                state = "unhealthy"      # no work until a runner proves alive (events.py)
-            out.append(Node(n, int(h["cpus"]), int(h["mem"]), int(h["slots"]), gpus, state, expiry,
-                            float(h.get("hb", 0)), h.get("runs", ""), reason))
-        return tuple(out)
+        self._node_names, got = noderows.read(self.r, self.k, now, self._node_names)
+        return got
 
     def spent(self) -> dict[str, int]:
         """The spent hash, read once between transactions: only the leader's transactions write it
@@ -275,11 +250,17 @@ class SchedulerStore(RequestList):
             return None
 
     def figures(self) -> Figures:
-        p = self.r.pipeline(transaction=False)
-        p.get(self.k.seq)
-        p.xinfo_stream(self.k.ledger)
-        p.xrevrange(self.k.ledger, count=1)
-        seq, info, last = p.execute(raise_on_error=False)
+        cmds = [("GET", self.k.seq), ("XINFO", "STREAM", self.k.ledger), ("XREVRANGE", self.k.ledger, "+", "-", "COUNT", 1)]
+        got = wire.call(self.r, cmds, raise_on_error=False)
+        if got is None:
+            p = self.r.pipeline(transaction=False)
+            for cmd in cmds:
+                p.execute_command(*cmd)
+            got = p.execute(raise_on_error=False)
+        else:     # as redis-py's callbacks make them: the stream's info a dict, the entry's fields a dict
+            got[1] = got[1] if isinstance(got[1], Exception) else wire.hash_of(got[1])
+            got[2] = [(x[0], wire.hash_of(x[1])) for x in got[2]] if isinstance(got[2], list) else got[2]
+        seq, info, last = got
         if isinstance(info, Exception):   # no ledger yet
             info = {}
         count = info.get("entries-added", info.get("length", 0)) or 0
@@ -340,7 +321,11 @@ class SchedulerStore(RequestList):
 
     def replies_done(self, rids: list[str]) -> list:
         """The kept reply of each request id already answered (None where not): one MGET per batch."""
-        return self.r.mget([self.k.done(r) for r in rids]) if rids else []
+        if not rids:
+            return []
+        cmd = ("MGET", *[self.k.done(r) for r in rids])
+        got = wire.call(self.r, [cmd])
+        return got[0] if got is not None else self.r.execute_command(*cmd)
 
     def partial(self, rid: str) -> list:      # runs of ids a dead leader committed of cancel `rid`
         text = self.r.get(self.k.partial(rid))

@@ -18,6 +18,10 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from . import resp
 from .faults import ConnectionLost, RespError
 
+# What a lost connection raises here: the socket's own errors while reading (ConnectionLost and
+# Desync are OSErrors; ValueError: a garbled length), redis-py's while it sends.
+_LOST = (OSError, ValueError, redis.ConnectionError, redis.TimeoutError)
+
 _PLAIN = frozenset((str, bytes, int, float))     # a float as redis-py writes it: repr() is str()
 _FAST = (Connection, UnixDomainSocketConnection)
 # redis-py's own Python parsers, whose buffer says whether a reply is half read. hiredis's (chosen by
@@ -49,9 +53,9 @@ def _usable(c, stack) -> bool:
 def _exchange(c, cmds, decode: bool) -> list:
     """Send `cmds` at once on `c`'s socket and read one reply each (an error reply as a RespError in
     its place). Anything past the last reply means the socket held something else: Desync."""
-    sock = c._sock
-    sock.sendall(b"".join([resp.encode(a) for a in cmds]))
-    reader = resp.Reader(sock.recv, decode)
+    # Sent by the connection (its errors: a dropped socket is disconnected, ConnectionError), read here.
+    c.send_packed_command([b"".join([resp.encode(a) for a in cmds])], check_health=False)
+    reader = resp.Reader(c._sock.recv, decode)
     out = [reader.read() for _ in cmds]
     if reader.pos != len(reader.buf):
         raise Desync("bytes past the last reply")
@@ -72,7 +76,7 @@ def transaction(p) -> list:
             got = _exchange(c, [("MULTI",), *(args for args, _ in stack), ("EXEC",)], True)
             if got[0] != "OK" or any(r != "QUEUED" and not isinstance(r, RespError) for r in got[1:-1]):
                 raise Desync(f"MULTI answered {str(got[0])[:40]!r}")
-        except (OSError, ValueError) as e:     # ConnectionLost and Desync are OSErrors; ValueError: a garbled length
+        except _LOST as e:
             c.disconnect()
             raise redis.WatchError("A ConnectionError occurred on while watching one or more keys") from e
         p.watching = False          # EXEC (or its refusal) unwatches
@@ -113,19 +117,59 @@ def moves(r: redis.Redis, cmds: list[tuple]) -> list | None:
     """Raw (undecoded) replies of `cmds` (LMOVEs: idempotent only in that a repeat moves more) sent as
     one pipeline; None where this path cannot take them, or the connection failed (the caller sends
     them through redis-py then: what the lost try moved stays in `taken`, which the next tick finds)."""
+    return call(r, cmds, False)
+
+
+def call(r: redis.Redis, cmds: list[tuple], decode: bool = True, raise_on_error: bool = True) -> list | None:
+    """The replies of `cmds` sent at once, as resp.Reader reads them: no response callbacks (an
+    HGETALL is a flat list in RESP2, a SMEMBERS a list); an error reply raised as redis-py raises it
+    (or, without `raise_on_error`, left in its place as a redis.ResponseError).
+    None where this path cannot take them or the connection failed: the caller sends them through
+    redis-py then, so each must be safe to send twice (a read, or an LMOVE whose repeat is seen).
+    A tick's reads (the lease, the requests waiting, the nodes, the state file's figures, the wait
+    for a wake-up) each cost ~100 µs of redis-py a round trip, a third of the fixed cost per batch."""
     pool = r.connection_pool
     c = pool.get_connection()
     try:
         if not _usable(c, [(cmd, None) for cmd in cmds]):
             return None
         try:
-            got = _exchange(c, cmds, False)
-        except (OSError, ValueError):
+            got = _exchange(c, cmds, decode)
+        except _LOST:
             c.disconnect()
             return None
+        if not raise_on_error:
+            return [_error(c, x) if isinstance(x, RespError) else x for x in got]
         bad = next((x for x in got if isinstance(x, RespError)), None)
         if bad is not None:
             raise _error(c, bad)
         return got
     finally:
         pool.release(c)
+
+
+def watch_get(p, key: str):
+    """`p.watch(key)` then `p.get(key)` (a pipeline not yet watching), in one round trip where this
+    path can take it: the fence of every transaction (store/state.SchedulerStore.txn) was two."""
+    if p.connection is None and not p.watching:
+        c = p.connection = p.connection_pool.get_connection()
+        if _usable(c, [(("WATCH", key), None)]):
+            try:
+                ok, holder = _exchange(c, [("WATCH", key), ("GET", key)], True)
+            except _LOST:
+                c.disconnect()      # nothing watched yet: redis-py reconnects and asks again below
+            else:
+                for x in (ok, holder):
+                    if isinstance(x, RespError):
+                        raise _error(c, x)
+                p.watching = True
+                return holder
+    p.watch(key)
+    return p.get(key)
+
+
+def hash_of(reply) -> dict:
+    """An HGETALL as call() reads it (RESP2: a flat list; RESP3: a map) as the dict redis-py gives."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2])) if reply else {}

@@ -7,7 +7,6 @@ import json
 from redis.connection import AbstractConnection
 
 from labq.scheduler.jobs import states
-from labq.scheduler.store import wire
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import BODY, CFG, K, job, one_admitted, reply, setup, submit, woke
 
@@ -82,8 +81,6 @@ def test_submits_read_the_budgets_balances_once_a_batch_not_once_each(real_redis
         sent.append(1)
         return send(c, *a, **kw)
     monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
-    exchange = wire._exchange
-    monkeypatch.setattr(wire, "_exchange", lambda *a: (sent.append(1), exchange(*a))[1])
     s.now = NOW + 1
     s._intake(NOW + 1, pending=False)
     trips = len(sent)
