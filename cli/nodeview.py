@@ -13,7 +13,7 @@ HEADERS = ["NODE", "STATE", "GPUS", "MODEL", "CPUS", "MEM", "JOBS", "SLOTS", "RU
 
 def nodes(c, as_json) -> None:
     """Nodes with free/total GPUs, CPUs and memory (spec.NODES's options); `c` the thin client."""
-    jobs = c.read.active()
+    jobs = c.read.on_node()       # node_dict counts these only; as views, without the job model's ~14 ms
     ns = c.read.nodes()
     runners = c.read.runners([n.name for n in ns])
     ds = [{**render.node_dict(n, jobs), "runners": runners.get(n.name, {})} for n in ns]

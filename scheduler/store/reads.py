@@ -3,6 +3,7 @@ import json
 from typing import NamedTuple
 
 from ..jobs.model import Job
+from ..money.fairshare import usage_from
 from . import acctrows, codec, rests
 from .keys import Keys
 
@@ -297,18 +298,6 @@ class Reader:
     def ledger_keys(self) -> set[str]:
         keys = set(self.r.smembers(self.k.ledger_keys))
         return keys | self.history.keys() if self.history is not None else keys
-
-
-def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
-    """The fair-share usage hash, account -> (decayed value, as of epoch); bad entries are skipped."""
-    out = {}
-    for acct, text in raw.items():
-        try:
-            value, since = json.loads(text)
-            out[acct] = (float(value), float(since))
-        except (ValueError, TypeError):
-            continue
-    return out
 
 
 class Specs:

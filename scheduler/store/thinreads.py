@@ -136,7 +136,7 @@ class ThinReader:
 
     def usage(self) -> dict[str, tuple[float, float]]:
         """reads.Reader.usage: the fair-share usage hash, account -> (decayed value, as of epoch)."""
-        from .reads import usage_from
+        from ..money.fairshare import usage_from
         return usage_from(_hash(self._pipe([("HGETALL", self.k.usage)])[0]))
 
     def limits(self) -> dict[str, dict]:
@@ -210,6 +210,18 @@ class ThinReader:
             return jobs
         from .rests import every_task
         return sorted(jobs + every_task(self.rests()), key=lambda j: j.id)
+
+    def on_node(self) -> list:
+        """The active jobs on a node (states.ON_NODE) as jobview.JobView, in active()'s order (by id): what `labq nodes` and
+        `labq share` read of active() (a held array's resting tasks are pending), without the model."""
+        from ..jobs.states import ON_NODE
+        from .jobview import loads
+        ids = self._pipe([("ZRANGE", self.k.active, 0, -1)])[0]
+        out = []
+        for i in range(0, len(ids), 2000):
+            raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
+            out += [j for j in (loads(raw, self._spec) for raw in raws if raw) if j.state in ON_NODE]
+        return out
 
     def rests(self) -> dict:
         """Held arrays' tasks not yet records (store/rests.py), by array id."""

@@ -1,0 +1,107 @@
+"""Job records as read-only views, for the thin client's rare commands (`labq nodes`, `share`, `show`):
+the same attributes and derived properties as model.Job and model.Attempt, decoded without the model.
+
+Importing the model costs ~14 ms of CPU (dataclasses, and the dataclass decorator building Job's ~75
+fields), more than half of what `labq sub` costs in all: issue 39 item 4 wants a rare command to cost
+no more than 1.5 times `sub`. A view is what codec.loads would give (a record leaves out the fields at
+their default: they come from the tables below), minus the interning; it cannot be changed, and
+nothing passes it to the scheduler, dataclasses.replace or the policy.
+
+JOB_DEFAULTS and ATTEMPT_DEFAULTS are model.Job's and model.Attempt's defaults, and the properties
+model's: tests/unit/test_jobview.py holds each equal to the model's on the same records.
+"""
+import json
+
+from ..jobs import states
+
+JOB_REQUIRED = ("id", "user", "account")
+JOB_DEFAULTS = {
+    "argv": (), "script": None, "name": "", "project": "", "qos": "normal", "budget": "", "workdir": "/",
+    "gpus": 0, "gpu_type": "", "cpus": 1, "mem": 0, "nodes": 1, "time_limit": 0, "est": None,
+    "learned_est": None, "learned_basis": "", "max_wait": None, "out": "", "err": "", "warn_signal": None,
+    "checkpoint_exit_code": None, "tags": (), "array_id": None, "array_index": None, "array_count": None,
+    "array_throttle": None, "array_runs": (), "submit_time": 0.0, "request_id": "", "mem_limit": 0,
+    "deadline": None, "deps": (), "kill_on_invalid_dep": False, "preemptible": None, "requeue": True, "retries": 0,
+    "retry_on": (), "requeue_on_timeout": False, "export": "NONE", "umask": 0o022, "env": (), "scripted": False,
+    "state": states.PENDING, "reason": states.NONE, "detail": "", "restart_count": 0, "held": False, "begin": None,
+    "cancel_requested": False, "requeue_requested": False, "retries_used": 0, "eligible_time": None,
+    "preempt_count": 0, "preempted_for": None, "preempt_time": None, "borrowed": False, "earmark": "",
+    "earmark_gpus": (), "node": "", "gpu_uuids": (), "parts": (), "start_time": None, "end_time": None,
+    "exit_code": None, "commit": (), "rates": (), "cost_rate": 0, "attempts": (),
+}
+ATTEMPT_REQUIRED = ("attempt", "node", "gpus")
+ATTEMPT_DEFAULTS = {
+    "start_time": None, "end_time": None, "outcome": None, "exit_code": None, "cost": 0, "charges": (),
+    "lost_work_s": 0.0, "last_checkpoint": None, "dispatch_time": None, "parts": (),
+}
+# codec._TUPLE_FIELDS and codec._ATTEMPT_TUPLES: lists in JSON, tuples in a record
+_JOB_TUPLES = frozenset({"argv", "tags", "gpu_uuids", "commit", "rates", "deps", "retry_on", "earmark_gpus", "env",
+                         "parts", "array_runs"})
+_ATTEMPT_TUPLES = frozenset({"gpus", "charges", "parts"})
+_JOB_FIELDS = frozenset(JOB_REQUIRED) | JOB_DEFAULTS.keys()
+_ATTEMPT_FIELDS = frozenset(ATTEMPT_REQUIRED) | ATTEMPT_DEFAULTS.keys() | {"usage"}
+
+
+def _tuples(v):
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _span(first: int, last: int, step: int) -> str:
+    return str(first) if first == last else f"{first}-{last}" + (f":{step}" if step != 1 else "")
+
+
+class AttemptView:
+    def __init__(self, d: dict):
+        self.__dict__.update(ATTEMPT_DEFAULTS)
+        self.usage = {}             # model.Attempt's default_factory=dict
+        self.__dict__.update((k, _tuples(v) if k in _ATTEMPT_TUPLES else v) for k, v in d.items()
+                             if k in _ATTEMPT_FIELDS)
+
+
+class JobView:
+    def __init__(self, d: dict):
+        self.__dict__.update(JOB_DEFAULTS)
+        self.__dict__.update((k, _tuples(v) if k in _JOB_TUPLES else v) for k, v in d.items() if k in _JOB_FIELDS)
+        self.attempts = tuple(AttemptView(a) for a in d.get("attempts", ()))
+
+    # model.Job's properties, the same rules
+    @property
+    def display_id(self) -> str:
+        if self.array_id is not None:
+            if self.array_runs:
+                return f"{self.array_id}_[{','.join(_span(*r) for r in self.array_runs)}]"
+            return f"{self.array_id}_{self.array_index}"
+        return str(self.id)
+
+    @property
+    def task_count(self) -> int:
+        return sum((b - a) // s + 1 for a, b, s in self.array_runs) if self.array_runs else 1
+
+    @property
+    def has_script(self) -> bool:
+        return self.scripted or bool(self.script)
+
+    @property
+    def on_nodes(self) -> tuple:
+        return self.parts or ((self.node, self.gpu_uuids),)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.nodes
+
+    @property
+    def current(self):
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def cost(self) -> int:
+        return sum(a.cost for a in self.attempts)
+
+
+def loads(text, specs=None) -> JobView:
+    """codec.loads's job as a view; `specs(array_id)` as there (an array's shared argv)."""
+    d = json.loads(text)
+    ref = d.get("spec")
+    if ref and specs is not None:
+        d.update(specs(ref) or {})
+    return JobView(d)

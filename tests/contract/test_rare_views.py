@@ -1,0 +1,66 @@
+"""`labq nodes` and `labq share` read the running jobs as views (store/jobview.py, ThinReader.on_node)
+instead of model.Job records (issue 39 item 4): what they print from them is what the records give,
+and neither command imports the job model."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from labq.cli import render, share as share_view
+from labq.cli.ctx import thin_client
+from labq.scheduler.client import current_user
+from labq.scheduler.jobs import states
+from labq.scheduler.store.keys import Keys
+from tests.harness import ROOT, BudgetBench, push
+
+MODEL = re.compile(r"\|\s+(labq\.scheduler\.jobs\.model|dataclasses)$", re.M)
+
+
+def _running(bench, **body) -> int:
+    """A job the bench's scheduler has started on n1 and that stays there."""
+    rid = f"r{time.monotonic_ns()}"
+    b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 2, "mem": 1 << 30, "time_limit": 60, "est": 10,
+         "account": "eta", **body}
+    push(bench.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
+    bench.r.delete(Keys().wake)
+    bench.s.tick(time.time(), [f"user:{current_user()}"])
+    return json.loads(bench.r.lrange(Keys().reply(rid), 0, -1)[-1])["job_id"]
+
+
+@pytest.mark.redis
+def test_nodes_and_share_read_running_jobs_as_the_records_give_them(redis_server, tmp_path, monkeypatch):
+    bench = BudgetBench(redis_server, tmp_path)
+    bench.run_job(20)
+    jid = _running(bench)
+    _running(bench, gpus=0, cpus=1)
+    env = {**os.environ, "LABQ_REDIS_URL": redis_server.url, "PYTHONPATH": ROOT,
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("LABQ_CONFIG", None)
+    monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
+    c = thin_client(str(bench.cfg_path))
+    views, records = c.read.on_node(), c.read.active()
+    assert [j.id for j in views] == [j.id for j in records if j.state in states.ON_NODE] and jid in [j.id for j in
+                                                                                                  views]
+    now = time.time()
+    for n in c.read.nodes():
+        assert render.node_dict(n, views) == render.node_dict(n, records)
+    usage = c.fairshare(now, views, 3600.0)
+    assert usage == c.fairshare(now, records, 3600.0) and usage["eta"] > 0
+    assert share_view.rows(usage, {"eta": 2.0}) == share_view.rows(c.fairshare(now, records, 3600.0), {"eta": 2.0})
+
+    def labq(*argv):
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", "--config", str(bench.cfg_path), *argv],
+                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr[-800:]
+        return p
+
+    assert str(jid) in json.loads(labq("nodes", "--json").stdout)[0]["jobs"]
+    labq("share")       # the first fills the client settings cache with the shares (clientcache.books)
+    for argv, shown in ((["nodes"], "n1 "), (["share"], "eta ")):
+        p = labq(*argv)
+        assert shown in p.stdout, p.stdout
+        assert not MODEL.findall(p.stderr), (argv, sorted(set(MODEL.findall(p.stderr))))
