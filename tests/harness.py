@@ -37,6 +37,7 @@ from labq.scheduler.settings import config, config as config_mod
 from labq.scheduler.store import codec, inbox
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
+from labq.scheduler.store.thinreads import ThinReader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")
@@ -383,6 +384,38 @@ def setup(r, raw, now):
     s = Scheduler(r, CFG, me="s1", clock=FROZEN)
     s.tick(now)
     return s
+
+
+def submit_ok(r, s, now, rid, body, user="alice"):
+    submit(r, user, body, rid)
+    s.tick(now, woke(r))
+    got = reply(r, rid)
+    assert got and got["ok"], got
+    return got
+
+
+def act(r, s, now, rid, op, ids, user="alice"):
+    push(r, user, {"rid": rid, "op": op, "body": json.dumps({"ids": ids})})
+    s.tick(now, woke(r))
+    return reply(r, rid)
+
+
+def thin(r):
+    """The thin client's reader over the test's connection (its RESP pipeline, on redis-py)."""
+    class Pipe:
+        def __init__(self, r):
+            self.r = r
+
+        def __call__(self, cmds):
+            multi = cmds[0] == ("MULTI",)
+            p = self.r.pipeline(transaction=multi)
+            for c in (cmds[1:-1] if multi else cmds):
+                p.execute_command(*c)
+            got = p.execute()
+            return [None] * (len(cmds) - 1) + [got] if multi else got
+    read = ThinReader.__new__(ThinReader)
+    read.k, read.history, read._specs, read._pipe = K, None, {}, Pipe(r)
+    return read
 
 
 def one_admitted(conns, body=None):

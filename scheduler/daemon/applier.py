@@ -17,7 +17,7 @@ Pure: it computes the new records and the controls to send; it writes nothing an
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..jobs import states
@@ -239,6 +239,15 @@ def _pend(w: _Work, job_id: int, verdict: Verdict, reasons: bool) -> Job | None:
         return None
     # The room a preemptor freed stays its own (plan() reads the earmark): kept in the record.
     return tr.pend(j, j.reason, j.detail, *verdict[2:])
+
+
+def without(p: Plan, ids: Container[int]) -> Plan:
+    """`p` without its verdicts and expiries on `ids`: a held rest's tasks that plan() saw and that
+    are no records (state.held_tails)."""
+    if not ids:
+        return p
+    return replace(p, pending=tuple(pd for pd in p.pending if pd.job_id not in ids),
+                   expires=tuple(e for e in p.expires if e.job_id not in ids))
 
 
 def without_flips(p: Plan, jobs: Mapping[int, Job]) -> Plan:

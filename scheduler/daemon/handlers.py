@@ -57,7 +57,7 @@ class State(Protocol):
     cfg: Config
     nodes: tuple[Node, ...]
     jobs: dict[int, Job]
-    rests: dict[int, Rest]    # array id -> a held array's tasks not yet records
+    rests: dict[int, Rest]    # array id -> a big array's tasks not yet records
     tally: Tally
     books: Books
     store: Records
@@ -127,7 +127,7 @@ class Handlers:
         if body.get("test_only"):
             return Change(reply=self.test_only(template, now))
         first = self.s.next_ids(n)
-        jobs, rests = rest.made(template, first, indices, throttle)     # a big held array: one record
+        jobs, rests = rest.made(template, first, indices, throttle)     # a big array: one record
         shown = f"{first}_[{indices[0]}-{indices[-1]}]" if indices else str(first)
         # Ids are consecutive; a huge array's reply names the range rather than every id.
         ids = {"job_ids": list(range(first, first + n))} if n <= 1000 else {}
@@ -185,37 +185,30 @@ class Handlers:
             if job.state != states.PENDING:
                 return None, f"job {job.display_id} is {job.state}, not pending"
             return replace(job, held=held), "held" if held else "released"
-        return self._each_job(user, body, act, diverge=not held)
+        # Only the rests whose tasks this changes: `hold A` of a rest pending holds the rest whole,
+        # and `A_i` of it leaves the rest as a record; a rest already so stays as it is.
+        return self._each_job(user, body, act, diverge=lambda r: r.template.held != held,
+                              whole=lambda r: rest.flipped(r, held))
 
     def _each_job(self, user: str, body: dict[str, Any], act: Judge, make: Callable[[Job], Job] | None = None,
-                  diverge: bool = True, whole: Callable[[Rest], Job] | None = None) -> Change:
+                  diverge: Callable[[Rest], bool] = lambda r: True,
+                  whole: Callable[[Rest], Job | Rest] | None = None) -> Change:
         """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch.
         With `make`, `act` only judges and `make(job)` builds each new record later, CHUNK at a time
         (Change.chunks, committed one transaction each): a 100,000-task cancel never holds a second
         copy of every Job, nor a result dict per task (the reply names runs of ids, idruns.py)."""
         ids = _named_ids(body)
         admin = user in self.s.cfg.security.admins
-        # Tasks of a held array kept as one rest diverge: taken out of it as records (jobs/rest.py).
-        # Without `diverge` (hold, requeue: nothing to change in a held pending task) they stay there.
         may = lambda u: u == user or admin    # noqa: E731
-        # With `whole` (cancel), a rest named whole (`A`) that no job depends on ends as ONE record,
-        # whole(rest): O(1) in its task count (issue 39 step 3); tasks made records end the ordinary way.
-        ends = rest.undepended(rest.whole(self.s.rests, ids, may) if whole else {}, self.s.jobs.values())
-        resting = {a: r for a, r in self.s.rests.items() if a not in ends}
-        left, taken = rest.diverge(resting, ids, may) if diverge and resting else ({}, [])
-        left.update(dict.fromkeys(ends))
-        change, runs = Change(rests=left), Runs()
+        change, runs = Change(), Runs()
+        told, taken = self._rests_named(ids, may, diverge, whole, change)
         results: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = []
-        if whole is not None:       # without it, `ends` is empty
-            for r in ends.values():
-                change.jobs.append(whole(r))
-                _ended_runs(runs, r)
         todo: list[Job | None] = []     # _chunks lets each go once its chunk is built
         seen: set[int] = set()
-        look = Lookup(self.s, ids, taken, left)
+        look = Lookup(self.s, ids, taken, change.rests)
         for text in ids:
-            whole_one = text.isdigit() and int(text) in ends     # its tasks made records before, if any
+            whole_one = text.isdigit() and int(text) in told     # its tasks made records before, if any
             found = look.tasks(int(text)) if whole_one else resolve_ref(text, look.record, look.tasks, look.task)
             if not found and not whole_one:
                 errors.append({"id": text, "ok": False, "error": f"no such job: {text}"})
@@ -240,11 +233,38 @@ class Handlers:
                 runs.add(job, said)
                 if runs.count <= LISTED:
                     results.append({"id": job.display_id, "ok": True, "state": said})
+            if whole_one:       # after its records: A_[0-99] and A_[100-99999] read as one run
+                rest.told(runs, *told[int(text)])
         del look, seen
         if make is not None:
             change.chunks = _chunks(todo, act, make)
         change.reply = idruns.reply(runs, results, errors)
         return change
+
+    def _rests_named(self, ids: list[str], may: Callable[[str], bool], diverge: Callable[[Rest], bool],
+                     whole: Callable[[Rest], Job | Rest] | None,
+                     change: Change) -> tuple[dict[int, tuple[Rest, str]], list[Job]]:
+        """What a request does to the rests (jobs/rest.py), into `change`: ({array id: (a rest named
+        whole, what its tasks became)}, the tasks taken out of theirs as Jobs). A rest `diverge`
+        picks gives up the tasks named as records (requeue: none). With `whole`, a rest named whole
+        (`A`) that no job depends on becomes whole(rest), O(1) in its task count: ONE ended record
+        (cancel) or the rest changed (hold, release); its tasks made records before act as ever."""
+        named = rest.whole({a: r for a, r in self.s.rests.items() if diverge(r)}, ids, may) if whole else {}
+        ends = rest.undepended(named, self.s.jobs.values())
+        resting = {a: r for a, r in self.s.rests.items() if a not in ends and diverge(r)}
+        left, taken = rest.diverge(resting, ids, may) if resting else ({}, [])
+        change.rests.update(left)
+        told = {}
+        for a, r in ends.items():
+            got = whole(r) if whole else None
+            if isinstance(got, Job):
+                change.rests[a] = None
+                change.jobs.append(got)
+                told[a] = (r, got.state)
+            elif got is not None:
+                change.rests[a] = got
+                told[a] = (r, "held" if got.template.held else "released")
+        return told, taken
 
     # -- checkpoint ----------------------------------------------------------------------------
     def checkpoint(self, user: str, body: dict[str, Any], now: float) -> Change:
@@ -306,7 +326,7 @@ class Handlers:
             if job.state in states.ON_NODE:
                 return replace(job, requeue_requested=True), "requeueing"
             return None, f"job {job.display_id} already ended ({job.state}); only running jobs can be requeued"
-        return self._each_job(user, body, act, diverge=False)
+        return self._each_job(user, body, act, diverge=lambda r: False)
 
     def dep_ids(self, text: str) -> list[int]:
         """The job ids a dependency on `text` means: `42` (the job, or every task of array 42) or
@@ -351,16 +371,6 @@ def _controls(old: Job, new: Job) -> list[tuple[int, str]]:
     if (new.cancel_requested and not old.cancel_requested) or (new.requeue_requested and not old.requeue_requested):
         return [(old.id, "cancel")]      # requeue: transitions._close sends it back
     return []
-
-
-def _ended_runs(runs: Runs, r: Rest) -> None:
-    """The reply's runs of a rest's tasks that ended as one record: one run a run of step 1."""
-    for lo, hi in r.runs:
-        if r.step == 1:
-            runs.extend([{"state": states.CANCELLED, "array": r.array_id, "from": r.lo + lo, "to": r.lo + hi}])
-        else:
-            for p in range(lo, hi + 1):
-                runs.add_id(r.array_id, r.lo + p * r.step, states.CANCELLED)
 
 
 def _chunks(todo: list[Job | None], act: Judge, make: Callable[[Job], Job]) -> Iterator[Change]:

@@ -92,8 +92,7 @@ class Scheduler(NodeEvents, Inboxes):
         the nodes' events, read, decided and committed round by round (group commit) → attempts lost
         or never claimed → the budgets' duties → a policy pass, applied. Each phase reads through the
         store, asks a pure decider for a Change and commits it (`commit`: the state takes it, the
-        committer writes it). Returns whether this scheduler is the leader. (`woke`, what the wake
-        list held, is no longer read: a tick reads every request and event whatever woke it.)"""
+        committer writes it). Returns whether this scheduler is the leader. (`woke` is not read.)"""
         if not self._hold_lease():
             return False
         try:
@@ -376,10 +375,11 @@ class Scheduler(NodeEvents, Inboxes):
         the two every pending job gets, and writing them all at each job's end was most of the
         scheduler's work per trivial job (issue 12). The next pass with `reasons`, at most a tick
         later, writes them."""
-        started = time.monotonic()
+        started, st = time.monotonic(), self.state
+        if (window := st.windows()) is not None:    # an array kept as a rest: the tasks this pass must see
+            self.commit(window)
         snap = self.snapshot(now)
-        st = self.state
-        p = policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg))
+        p = applier.without(policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg)), st.tails)
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded

@@ -81,7 +81,7 @@ class SchedulerState:
     estimator: Estimator             # run times learned from ended jobs: stamped on each submit, fed at each end
     guard: CrashGuard
     jobs: dict[int, Job] = field(default_factory=dict)      # the active jobs, by id
-    rests: dict[int, Rest] = field(default_factory=dict)    # array id -> a held array's tasks not yet records
+    rests: dict[int, Rest] = field(default_factory=dict)    # array id -> a big array's tasks not yet records
     tally: Tally = field(default_factory=Tally)             # pending/active counts per user and account
     nodes: tuple[Node, ...] = ()
     usage: dict[str, tuple[float, float]] = field(default_factory=dict)   # fair share: account -> (value, as of)
@@ -100,6 +100,7 @@ class SchedulerState:
     last_plan: float = float("-inf")
     last_reasons: float = float("-inf")   # when a pass last wrote every pending job's new reason
     news: bool = True                # since the last plan, something a plan acts on changed (apply, see_nodes)
+    tails: frozenset[int] = frozenset()     # ids of the held tasks the last snapshot held that are no records
 
     def loaded(self, jobs: dict[int, Job], seq: int, rests: dict[int, Rest]) -> None:
         """The active jobs, the id sequence and the held arrays' rests as Redis holds them (a new
@@ -164,6 +165,16 @@ class SchedulerState:
                 self.put(j)
         self.usage = usage
 
+    def windows(self) -> Change | None:
+        """The tasks plan() must see of each array kept as a rest not held, made records ahead of a
+        pass (rest.topped_up): the slots of the up nodes (each start takes one), the blocked ones
+        backfill reserves for, and one more to carry the array's reason; with burst tails on, at
+        least a burst allowance (the window tests/property/test_array_window.py proves)."""
+        if not self.rests:
+            return None
+        left, jobs = rest.topped_up(self.rests, self.jobs.values(), window(self.nodes, self.cfg))
+        return Change(jobs=jobs, rests=left) if left else None
+
     def see_nodes(self, nodes: tuple[Node, ...]) -> None:
         """The nodes as read this tick; a change of what a plan reads of them is news."""
         self.news = self.news or _shape(nodes) != _shape(self.nodes)
@@ -181,9 +192,19 @@ class SchedulerState:
                 j = jobs.get(jid)
                 if j is not None and j.current and at > (j.current.last_checkpoint or 0):
                     jobs[jid] = tr.checkpointed(j, at) or j
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()), usage=tuple(sorted(usage.items())),
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()) + self.held_tails(), usage=tuple(sorted(usage.items())),
                         spent=tuple(sorted(spent.items())), ended=ended,
                         shown=tuple(sorted(self.ended_shown.items())))
+
+    def held_tails(self) -> tuple[Job, ...]:
+        """A burst allowance of each held rest's first tasks, which plan() sees but are no records
+        (`tails`: their ids, whose verdicts are not applied): held tasks count in their user's burst
+        tail, so a job submitted after a big held array would escape it were they left out."""
+        p = self.cfg.priority
+        held = {a: r for a, r in self.rests.items() if r.template.held} if p.burst_penalty else {}
+        got = tuple(rest.topped_up(held, self.jobs.values(), 0, p.burst_jobs)[1]) if held else ()
+        self.tails = frozenset(j.id for j in got)
+        return got
 
     def ended_wanted(self, extra: Job | None = None) -> tuple[list[int], dict[int, str]]:
         """(ids, resting): the ended jobs a pending job (and `extra`, a --test-only probe) depends on
@@ -217,14 +238,20 @@ class SchedulerState:
             self.tally.replace(old, None)
 
 
+def window(nodes: Iterable[Node], cfg: Config) -> int:
+    """How many pending tasks of each array plan() sees as records (SchedulerState.windows)."""
+    width = sum(n.slots for n in nodes if n.state == "up") + cfg.backfill_depth + 1
+    return max(width, cfg.priority.burst_jobs) if cfg.priority.burst_penalty else width
+
+
 def _news(change: Change, tasks: bool, jobs: dict[int, Job], rests: dict[int, Rest]) -> bool:
-    """Whether a plan could act on `change`: anything but new held pending jobs (a new rest is
-    held), replies and alerts. A tick whose commits are no news leaves planning to the tick's own
+    """Whether a plan could act on `change`: anything but new held pending jobs (a new held rest
+    among them), replies and alerts. A tick whose commits are no news leaves planning to the tick's own
     plan (loop._plan_due): one more pass per batch of held submits was most of a batch's fixed
     cost at 10,000 pending (issue 39 item 3)."""
     if change.charges or change.controls or change.dispatch or change.nodes or change.books:
         return True
-    if any(a in rests for a in change.rests):
+    if any(a in rests or not (r is None or r.template.held) for a, r in change.rests.items()):
         return True
     return any(j.id in jobs or not j.held or j.state != states.PENDING
                for j in (change.jobs[:1] if tasks else change.jobs))

@@ -1,23 +1,26 @@
 """An array's tasks not yet made into records: one `Rest` for all of them (issue 39 item 1).
 
-A held 10,000-task array was 10,000 records, stat rows and index entries written at submit, and
+A 10,000-task array was 10,000 records, stat rows and index entries written at submit, and
 10,000 jobs in the scheduler's table, for tasks that all stay alike until one of them is touched.
 A Rest is the array's first task (the template: every field as `jobspec.expand` makes task 0),
 its index arithmetic (`lo`, `step`) and the runs of positions still resting; task at position p
 has id `array_id + p` and index `lo + p * step`, ids reserved at submit. A task leaves the rest
 ("diverges", is materialised) when something acts on it alone (`del/hold/release A_i`) or on the
 whole (`release A`): it becomes an ordinary Job, and everything downstream of the table (plan(),
-the applier, dispatch, acct) needs nothing new. Pure: no Redis (store/rests.py keeps them).
+the applier, dispatch, acct) needs nothing new. A rest not held (its template pending) keeps a
+WINDOW of its first tasks as records (`topped_up`, before each pass): enough that plan() decides
+what it would over every task (tests/property/test_array_window.py); the rest carries the window's
+reason. Pure: no Redis (store/rests.py keeps them).
 """
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 
-from .jobspec import _copies, expand, parse_task_ids
+from .jobspec import HELD_DETAIL, _copies, expand, parse_task_ids
 from .model import Job
-from .states import NONE as REASON_NONE, PENDING
+from .states import HELD, NONE as REASON_NONE, PENDING
 
-# Held arrays from this many tasks are kept as a rest; smaller ones cost little as records, and
-# every path they take is the ordinary one.
+# Arrays from this many tasks are kept as a rest; smaller ones cost little as records, and every
+# path they take is the ordinary one.
 REST_MIN = 1000
 
 
@@ -122,10 +125,10 @@ def of_array(tasks_template: Job, lo: int, step: int) -> Rest:
     return Rest(template=tasks_template, lo=lo, step=step, runs=((0, (tasks_template.array_count or 0) - 1),))
 
 
-def wanted(held: bool, indices) -> bool:
-    """Is this new array kept as a rest? Held and big (REST_MIN); `indices` are always an evenly
+def wanted(indices) -> bool:
+    """Is this new array kept as a rest? Big (REST_MIN), held or not; `indices` are always an evenly
     stepped range (jobspec.array_range)."""
-    return held and indices is not None and len(indices) >= REST_MIN
+    return indices is not None and len(indices) >= REST_MIN
 
 
 def holding(rests: dict, jid: int) -> tuple["Rest", int] | None:
@@ -189,9 +192,9 @@ def tasks_of(rests: dict, ids) -> dict:
 
 
 def made(template: Job, first: int, indices, throttle) -> tuple[list, dict]:
-    """A new submission: (its records, {}) as jobspec.expand makes them, or, for a held array from
+    """A new submission: (its records, {}) as jobspec.expand makes them, or, for an array from
     REST_MIN tasks, ([], {array id: its rest}): ids first..first+n-1 are reserved all the same."""
-    if not wanted(template.held, indices):
+    if not wanted(indices):
         return expand(template, first, indices, throttle), {}
     task0 = replace(template, id=first, array_index=indices[0], array_id=first, array_count=len(indices),
                     array_throttle=throttle)
@@ -209,3 +212,54 @@ def states_of(rests: dict, ids) -> tuple[dict, dict]:
             st[jid] = PENDING
             shown[jid] = f"{rest.array_id}_{rest.lo + pos * rest.step}"
     return st, shown
+
+
+def flipped(r: Rest, held: bool) -> Rest:
+    """`hold A` / `release A` of a rest: every resting task held or let go at once, as a rest (a
+    released one keeps only its window as records, `topped_up`)."""
+    t = r.template
+    return replace(r, template=replace(t, held=held, reason=HELD if held else REASON_NONE,
+                                       detail=HELD_DETAIL if held else ""))
+
+
+def topped_up(rests: dict, jobs, width: int, held: int = 0) -> tuple[dict, list[Job]]:
+    """({array id: the rest left}, the tasks made records) so that each rest not held has `width`
+    pending tasks as records before its first resting position, and each held one `held` (a burst
+    allowance: held tasks count in their user's burst tail), taken from the front (plan() then
+    decides what it would over every task: tests/property/test_array_window.py); and carries the
+    reason of the last of them, which the tasks behind share (stat, metrics). `jobs`: the table."""
+    live = {a: r for a, r in rests.items() if held or not r.template.held}
+    if not live:
+        return {}, []
+    have = dict.fromkeys(live, 0)
+    carrier: dict[int, Job] = {}
+    for j in jobs:
+        a = j.array_id
+        if a in have and j.state == PENDING and j.id - a < live[a].runs[0][0]:
+            have[a] += 1
+            if not j.held and (a not in carrier or j.id > carrier[a].id):
+                carrier[a] = j
+    left: dict = {}
+    out: list[Job] = []
+    for a, r in live.items():
+        c, t = carrier.get(a), r.template
+        if c is not None and (c.reason, c.detail) != (t.reason, t.detail):
+            r = replace(r, template=replace(t, reason=c.reason, detail=c.detail))
+            left[a] = r
+        need = (held if r.template.held else width) - have[a]
+        if need > 0:
+            pos = [p for _, p in zip(range(need), r.positions())]
+            out += r.tasks(pos)
+            left[a] = r.without(pos)
+    return left, out
+
+
+def told(runs, r: Rest, said: str) -> None:
+    """Into `runs` (idruns.Runs, a reply's), the tasks of `r` acted on whole (ended as one record,
+    held, released): one run a run of step 1."""
+    for lo, hi in r.runs:
+        if r.step == 1:
+            runs.extend([{"state": said, "array": r.array_id, "from": r.lo + lo, "to": r.lo + hi}])
+        else:
+            for p in range(lo, hi + 1):
+                runs.add_id(r.array_id, r.lo + p * r.step, said)

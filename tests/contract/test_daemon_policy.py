@@ -95,8 +95,10 @@ def test_test_only_gives_the_expected_start_of_a_job_that_would_wait(conns):
     assert got["starts_now"] is False and got["expected_start"] == NOW + 3600 + CFG.kill_wait
 
 
-def test_a_big_commit_extends_the_lease_to_outlive_it(conns):
+def test_a_big_commit_extends_the_lease_to_outlive_it(conns, monkeypatch):
+    from labq.scheduler.jobs import rest
     from tests.harness import reply
+    monkeypatch.setattr(rest, "REST_MIN", 10**9)     # a big commit: 5,000 records (a big array is one rest)
     r, raw = conns
     s = _setup(r, raw)
     seen = []

@@ -9,7 +9,7 @@ import pytest
 
 from labq.scheduler.daemon import handlers
 from labq.scheduler.daemon.loop import Scheduler
-from labq.scheduler.jobs import states
+from labq.scheduler.jobs import rest, states
 from labq.scheduler.store import writes
 from labq.scheduler.thinclient import ThinClient
 from tests.harness import BODY, CFG, FROZEN, K, job, push, reply, setup, taken, woke
@@ -20,6 +20,13 @@ N = 2_500
 def send(r, user, op, body, rid):
     push(r, user, {"rid": rid, "op": op, "body": json.dumps(body)})
     r.lpush(K.wake, f"user:{user}")
+
+
+@pytest.fixture(autouse=True)
+def as_records(monkeypatch):
+    """The chunks of a cancel of many records: a 2,500-task array as records, not one rest (a cancel
+    of a rest whole is one record: tests/contract/test_array_record.py)."""
+    monkeypatch.setattr(rest, "REST_MIN", 10**9)
 
 
 @pytest.fixture

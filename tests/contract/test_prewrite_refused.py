@@ -2,10 +2,12 @@
 lease lapses meanwhile (a prewrite that outlasts it: a 10,000-task array on a slow Redis), the
 transaction is refused and the request is done again under new ids; the records written ahead must
 not stay behind, where `labq show` would find a pending job that is in no queue. Fakeredis and a
-real redis-server. (Not held: a big held array is one record, jobs/rest.py, and writes nothing ahead.)"""
+real redis-server. (As records, REST_MIN patched: a big array is one record, jobs/rest.py, and writes
+nothing ahead.)"""
 import json
 import time
 
+from labq.scheduler.jobs import rest
 from labq.scheduler.store import reads, writes
 from tests.harness import BODY, K, push, reply, setup, woke
 
@@ -13,6 +15,7 @@ N = 1_500      # above writes.PREWRITE_MIN
 
 
 def test_records_written_ahead_of_a_refused_transaction_do_not_stay(conns, monkeypatch):
+    monkeypatch.setattr(rest, "REST_MIN", 10**9)     # the records' path (a big array is one rest)
     r, raw = conns
     s = setup(r, raw, time.time())
     prewrite, lapsed = writes.put_new_jobs, []

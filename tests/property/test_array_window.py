@@ -12,6 +12,8 @@ from dataclasses import replace
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import policy
+from labq.scheduler.daemon import state
+from labq.scheduler.jobs import rest
 from tests.harness import ClusterBuilder, cfg
 
 CONFIGS = (
@@ -76,6 +78,47 @@ def test_a_window_of_each_arrays_first_tasks_plans_as_all_of_them(c, toml, beyon
                 continue
         kept.append(j)
     whole, part = policy.plan(snap, conf), policy.plan(replace(snap, jobs=tuple(kept)), conf)
+    assert part.places == whole.places
+    assert part.preempts == whole.preempts
+    assert part.expires == whole.expires
+    assert part.starts == whole.starts
+    seen = {j.id for j in kept}
+    assert _verdicts(part, seen) == _verdicts(whole, seen)
+
+
+def _as_the_daemon_keeps_them(snap, conf, beyond):
+    """The snapshot's jobs as the scheduler holds them (issue 39 item 1): each array one rest (its
+    `beyond` positions made records on their own, as `del/hold A_i` does) plus the window that
+    state.window and rest.topped_up make records; of a held rest, a burst allowance where burst
+    tails count (state.held_tails: plan() sees them, no records; without them, a job submitted after
+    a big held array escaped its burst tail)."""
+    table, arrays = [], {}
+    for j in snap.jobs:
+        if j.array_id is not None and j.state == "PD":
+            arrays.setdefault(j.array_id, []).append(j)
+        else:
+            table.append(j)
+    rests = {}
+    for a, tasks in arrays.items():
+        whole = rest.Rest(template=tasks[0], lo=0, step=1, runs=((0, len(tasks) - 1),))
+        out = [p for p in sorted(beyond) if p < len(tasks)]
+        table += whole.tasks(out)
+        rests[a] = whole.without(out)
+    rests = {a: r for a, r in rests.items() if r is not None}
+    burst = conf.priority.burst_jobs if conf.priority.burst_penalty else 0
+    _, made = rest.topped_up(rests, table, state.window(snap.nodes, conf), burst)
+    return tuple(sorted(table + made, key=lambda j: j.id))
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), st.sampled_from(CONFIGS), st.sets(st.integers(0, 80), max_size=6))
+def test_the_schedulers_rests_and_windows_plan_as_all_their_tasks(c, toml, beyond):
+    """The daemon's own window (state.window, rest.topped_up) over rests: plan() decides what it
+    decides over every task as a record."""
+    conf = cfg(toml)
+    snap = c.build()
+    kept = _as_the_daemon_keeps_them(snap, conf, beyond)
+    whole, part = policy.plan(snap, conf), policy.plan(replace(snap, jobs=kept), conf)
     assert part.places == whole.places
     assert part.preempts == whole.preempts
     assert part.expires == whole.expires

@@ -24,11 +24,52 @@ def test_its_tasks_are_the_tasks_expand_makes():
     assert r.task(7) == tasks[7] and r.position_of_index(24) == 7 and r.position_of_index(25) is None
 
 
-def test_a_small_or_unheld_array_stays_records():
+def test_a_small_array_stays_records_and_a_big_one_rests_held_or_not():
+    """A big pending array rests too (issue 39 item 1: one record until its tasks start); before,
+    only a held one did."""
     jobs, made = rest.made(T, 1, list(range(1, 11)), None)
     assert len(jobs) == 10 and made == {}
     jobs, made = rest.made(replace(T, held=False), 1, list(range(1, rest.REST_MIN + 1)), None)
-    assert len(jobs) == rest.REST_MIN and made == {}
+    assert jobs == [] and made[1].left == rest.REST_MIN and not made[1].template.held
+
+
+def _pending(first=100, n=2000):
+    t = replace(T, held=False, reason=states.NONE, detail="")
+    return rest.made(t, first, list(range(1, n + 1)), None)[1][first]
+
+
+def test_a_pending_rest_keeps_a_window_of_its_first_tasks_as_records():
+    r = _pending()
+    left, made = rest.topped_up({100: r}, [], 5)
+    assert [t.display_id for t in made] == [f"100_{i}" for i in range(1, 6)] and left[100].runs == ((5, 1999),)
+    table = {t.id: t for t in made}
+    assert rest.topped_up({100: left[100]}, table.values(), 5) == ({}, [])
+    # two start (no longer pending), one is held on its own: two more made, the held one still counts
+    table[100], table[101] = replace(made[0], state=states.RUNNING), replace(made[1], state=states.RUNNING)
+    table[102] = replace(made[2], held=True)
+    left2, more = rest.topped_up({100: left[100]}, table.values(), 5)
+    assert [t.id for t in more] == [105, 106] and left2[100].runs == ((7, 1999),)
+    # a task made a record out of order (del/hold A_i) does not stand for the ones before it
+    beyond = r.task(1500)
+    _, got = rest.topped_up({100: r.without([1500])}, [beyond], 3)
+    assert [t.id for t in got] == [100, 101, 102]
+
+
+def test_a_held_rest_keeps_no_window_and_a_pending_one_carries_its_windows_reason():
+    held = rest.flipped(_pending(), True)
+    assert held.template.held and held.template.reason == states.HELD
+    assert rest.topped_up({100: held}, [], 5) == ({}, [])
+    left, made = rest.topped_up({100: rest.flipped(held, False)}, [], 3)
+    table = [replace(t, reason=states.RESOURCES, detail="no room") for t in made]
+    got, more = rest.topped_up(left, table, 3)
+    assert more == [] and (got[100].template.reason, got[100].template.detail) == (states.RESOURCES, "no room")
+    assert got[100].runs == left[100].runs
+
+
+def test_a_window_that_takes_every_task_leaves_no_rest():
+    r = _pending(n=rest.REST_MIN)
+    left, made = rest.topped_up({100: r}, [], rest.REST_MIN + 5)
+    assert left == {100: None} and len(made) == rest.REST_MIN
 
 
 @settings(max_examples=60, deadline=None)
