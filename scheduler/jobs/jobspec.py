@@ -296,6 +296,14 @@ def parse_task_ids(text: str):
     return int(m.group(1)), tasks
 
 
+def _wanted_of(job: Job, wanted) -> list[Job]:
+    """`job` if its index is wanted; of one record standing for many ended tasks (`A_[i-j]`), each
+    wanted task it names, as its own (`show A_5` after `del A`: issue 39 item 1)."""
+    if not job.array_runs:
+        return [job] if job.array_index in wanted else []
+    return [t for i in sorted(wanted) if (t := job.task_at(i)) is not None]
+
+
 def resolve_ref(text: str, job_of, tasks_of, task_of=None) -> list[Job]:
     """The jobs `text` names: `42` (a job, or the tasks of array 42) or `42_3`/`42_[1-3]` (tasks),
     looked up through `job_of(id)` and `tasks_of(array id)`. One rule for the client (which reads
@@ -307,7 +315,7 @@ def resolve_ref(text: str, job_of, tasks_of, task_of=None) -> list[Job]:
             a, wanted = tasks
             if task_of is not None and len(wanted) < 64:
                 return [t for i in sorted(wanted) if (t := task_of(a, i)) is not None]
-            return [j for j in tasks_of(a) if j.array_index in wanted]
+            return [t for j in tasks_of(a) for t in _wanted_of(j, wanted)]
         jid = int(text)
     except ValueError:
         raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None

@@ -5,7 +5,7 @@ changes (state, reason, allocation, attempts). Changes are made with `dataclasse
 snapshot handed to `plan()` can never be mutated under it.
 """
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
 from operator import attrgetter, call
 
@@ -162,6 +162,18 @@ class Job:
     def task_count(self) -> int:
         """The array tasks this record stands for: 1, or many for an array_runs record."""
         return sum((b - a) // s + 1 for a, b, s in self.array_runs) if self.array_runs else 1
+
+    def task_at(self, index: int) -> "Job | None":
+        """Task `index` of the tasks this array_runs record stands for (they ended together: `del A`
+        of a rest, jobs/rest.ended), as a record of its own; None where it names no such task. An
+        array's ids and indices step together: id = this id + (index - this index) / step."""
+        first = self.array_index
+        if first is None:
+            return None
+        for lo, hi, step in self.array_runs:
+            if lo <= index <= hi and not (index - lo) % step:
+                return replace(self, id=self.id + (index - first) // step, array_index=index, array_runs=())
+        return None
 
     @property
     def has_script(self) -> bool:

@@ -9,6 +9,7 @@ from labq.scheduler.daemon import state
 from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs import states
 from labq.scheduler.store import reads
+from labq.scheduler.thinclient import ThinClient
 from tests.harness import BODY, CFG, FROZEN, K, act as _act, finish, setup, submit_ok as _submit, thin as _thin, woke
 
 N = 10_000
@@ -130,3 +131,44 @@ def test_a_new_leader_takes_the_rest_and_its_window_as_they_are(conns):
     now_pending, w = _pending_in_window(s2, a), state.window(s2.nodes, s2.cfg)
     assert now_pending[:len(window)] == window and len(now_pending) == w and s2.rests[a].left == left - 16
     assert s2.tally.pending == s.tally.pending == N - 16 and _running(s2, a) == _running(s, a)
+
+
+def _resolve(r, text):
+    """What `labq show TEXT` finds (ThinClient.resolve over the test's connection)."""
+    c = ThinClient.__new__(ThinClient)
+    c.read = _thin(r)
+    return c.resolve(text)
+
+
+def test_show_of_a_task_finds_it_resting_and_after_del_of_the_whole_array(conns):
+    """`labq show A_i` of a task that is no record of its own: resting (the rest's template), and
+    after `del A` (the one record A_[i-j] that ended it) — its own id, index and state, not 'no such
+    job'. Failed before for the second: the ended tasks had no record to find."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**SMALL, "array": [0, N - 1, 1]})["job_id"]
+    w = state.window(s.nodes, s.cfg)
+    [t] = _resolve(r, f"{a}_5000")
+    assert (t.id, t.display_id, t.state) == (a + 5000, f"{a}_5000", states.PENDING)
+    assert _act(r, s, now + 1, "del", "cancel", [str(a)])["ok"]
+    for i in (w - 1, w, 5000, N - 1):
+        [t] = _resolve(r, f"{a}_{i}")
+        assert (t.id, t.display_id, t.state, t.task_count) == (a + i, f"{a}_{i}", states.CANCELLED, 1), i
+    assert [t.display_id for t in _resolve(r, f"{a}_[{w - 1}-{w + 1}]")] == [f"{a}_{i}" for i in (w - 1, w, w + 1)]
+    assert _resolve(r, f"{a}_{N}") == []
+
+
+def test_show_of_a_task_of_a_held_array_deleted_whole_with_a_step(conns):
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**SMALL, "hold": True, "array": [0, 2 * N - 2, 2]})["job_id"]
+    assert _act(r, s, now + 1, "del7", "cancel", [f"{a}_14"])["ok"]
+    assert _act(r, s, now + 2, "del", "cancel", [str(a)])["ok"]
+    [one] = [j for j in reads.Reader(r, K).ended() if j.task_count > 1]
+    assert one.display_id == f"{a}_[0-12:2,16-{2 * N - 2}:2]"
+    for i, jid in ((0, a), (12, a + 6), (14, a + 7), (16, a + 8), (2 * N - 2, a + N - 1)):
+        [t] = _resolve(r, f"{a}_{i}")
+        assert (t.id, t.display_id, t.state) == (jid, f"{a}_{i}", states.CANCELLED), i
+    assert _resolve(r, f"{a}_13") == []
