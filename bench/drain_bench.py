@@ -19,11 +19,12 @@ import time
 
 import redis
 
-from labq.scheduler.daemon.loop import Scheduler, tune_gc
+from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs.model import Gpu
 from labq.scheduler.settings import config
 from labq.scheduler.store import conn
 from labq.scheduler.store.agentside import AgentStore
+from labq.scheduler.store.commit import tune_gc
 from labq.scheduler.store.keys import Keys
 
 CFG = """

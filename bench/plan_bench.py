@@ -13,12 +13,12 @@ import random
 import statistics
 import time
 
-from labq.scheduler.daemon.loop import tune_gc
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node, Snapshot
 from labq.scheduler.policy import plan
 from labq.scheduler.policy.queue import Queue
 from labq.scheduler.settings import config
+from labq.scheduler.store.commit import tune_gc
 
 G = 1 << 30
 NOW = 1_700_000_000.0

@@ -30,7 +30,8 @@ IMPURE = {"redis", "hiredis", "psutil", "pynvml", "socket", "subprocess", "time"
 EDGES = {
     "labq.scheduler.store": "Redis: the only package that talks to it",
     "labq.scheduler.daemon.loop": "the scheduler's run loop: clock, lease, signals, hooks",
-    "labq.scheduler.daemon.events": "the daemon's side of the nodes' events (a mixin of Scheduler): reads the store",
+    "labq.scheduler.daemon.events": "the daemon's side of the nodes' events (composed by Scheduler): reads the store",
+    "labq.scheduler.daemon.shell": "declares what the scheduler's shell hands its parts: names the store's types",
     "labq.scheduler.client": "the Python client: request ids, wall clock, Redis",
     "labq.scheduler.thinclient": "the hot CLI commands' client: a RESP socket (store/resp.py), munge",
     "labq.scheduler.daemon.hooks": "alert delivery: HTTP and commands, in threads",
@@ -38,7 +39,7 @@ EDGES = {
     "labq.scheduler.security.munge": "the munge credential daemon (a subprocess)",
     "labq.scheduler.security.auth": "checks munge credentials (through munge)",
     "labq.scheduler.daemon.requests":
-        "the daemon's side of the users' inboxes (a mixin of Scheduler): munge, Redis errors",
+        "the daemon's side of the users' inboxes (composed by Scheduler): munge, Redis errors",
     "labq.scheduler.daemon.durability": "refuses a volatile or rolled-back Redis: its persistence and a state file",
     "labq.scheduler.settings.clientcache":
         "the client settings cache: its directory is in the environment ($XDG_CACHE_HOME)",

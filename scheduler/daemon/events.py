@@ -1,50 +1,62 @@
 """What the agents tell the scheduler: started/finished events and alerts from the nodes' streams,
 attempts lost with their node or their runner (both decided by attempt.py, pure), attempts no
-runner claimed. A mixin of `Scheduler` (daemon/loop.py), which holds the state; each Change goes through
-`commit` with the event's ack."""
+runner claimed. The scheduler (daemon/loop.py) holds a NodeEvents over its state and store; each
+Change goes through the `commit` it was given, with the event's ack."""
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from operator import attrgetter
+from typing import Any
 
 from ..errors import LabqError
-from ..jobs.model import Job
+from ..jobs.model import Job, Node
 from ..money import alerts as budget_alerts
 from ..store import dispatchq, nodehealth
+from ..store.state import SchedulerStore
 from . import attempt, crashguard, decode, dispatch as dispatching, transitions as tr
 from .attempt import gang_stop
 from .change import Change
 from .journal import end_level
+from .shell import Commit
+from .state import SchedulerState
 
 _ID = attrgetter("id")
 log = logging.getLogger("labq.scheduler")
 
 
 class NodeEvents:
-    def _node_streams(self) -> list[str]:
+    """The nodes' side of a tick: read (the store), decided (attempt.py), committed (`commit`)."""
+
+    def __init__(self, state: SchedulerState, store: SchedulerStore, commit: Commit) -> None:
+        self.state, self.store, self.commit = state, store, commit
+        self.k = store.k
+        self.streams: set[str] = set()       # the per-node event streams with our consumer group
+
+    def node_streams(self) -> list[str]:
         """The events streams to read: the shared one (older agents, tools) and each node's own,
         whose writer (the node's Redis user) proves the node an event comes from."""
-        for n in self.nodes:
+        for n in self.state.nodes:
             s = self.k.node_events(n.name)
-            if s not in self.event_streams:
+            if s not in self.streams:
                 self.store.ensure_group(s)
-                self.event_streams.add(s)
-        return [self.k.events, *sorted(self.event_streams)]
+                self.streams.add(s)
+        return [self.k.events, *sorted(self.streams)]
 
-    def _event(self, now: float, stream: str, eid: str, f: dict) -> None:
+    def event(self, now: float, stream: str, eid: str, f: dict[str, Any]) -> None:
         # `now` is the tick's only clock. An end the node reports after it (the event came in during
         # the tick) is billed up to `now` (transitions.finished), and this tick's plan may give
         # the freed room to another job from `now` on: the allocation is billed to one job at a time.
         try:
-            ev = decode.event(f, self.cfg.max_request_bytes)
+            ev = decode.event(f, self.state.cfg.max_request_bytes)
         except LabqError as e:
-            return self._dead(stream, eid, f, str(e))
+            return self.dead(stream, eid, f, str(e))
         if ev.kind == "alert":
             change = attempt.agent_alert(eid, ev, now)
         else:
             # Only the node the attempt was placed on speaks for it. On a per-node stream
             # (labq:events:<node>, writable by that node's ACL role alone) the stream names the node.
             sender = stream[len(self.k.events) + 1:] if stream.startswith(self.k.events + ":") else ev.node
-            change = self._crash_guard(attempt.decide(self.jobs, eid, ev, sender, now, self.cfg), now)
+            change = self._crash_guard(attempt.decide(self.state.jobs, eid, ev, sender, now, self.state.cfg), now)
         self.commit(change, ack=(stream, eid))
         ended = change.ended
         if ended is not None:
@@ -66,7 +78,7 @@ class NodeEvents:
         count = self.state.guard.record(new.user, a.outcome, a.end_time or now)
         if not count:
             return change
-        pool = [j for j in self.jobs.values() if j.id != new.id] + [new]
+        pool = [j for j in self.state.jobs.values() if j.id != new.id] + [new]
         held = crashguard.hold(pool, new.user, self.state.guard.detail(count))
         log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
                     new.user, count, self.state.guard.window, len(held))
@@ -75,21 +87,21 @@ class NodeEvents:
         return replace(change, jobs=jobs, alerts=[*change.alerts, alert],
                        ended=next((j for j in jobs if j.id == new.id), new))
 
-    def _lost_attempts(self, now: float) -> None:
+    def lost_attempts(self, now: float) -> None:
         """Attempts whose node lease expired, or whose runner stopped heart-beating: read here (leases,
         heartbeats, a gang's parts), decided by attempt.lost (pure), committed in one change."""
         self._check_health(now)
-        up = {n.name: n for n in self.nodes}
-        for n in self.nodes:
+        up = {n.name: n for n in self.state.nodes}
+        for n in self.state.nodes:
             if n.state == "down":
                 self.state.down_since.setdefault(n.name, now)
             else:
                 self.state.down_since.pop(n.name, None)
         on_node = self._on_node()
-        beats = self.store.attempt_heartbeats([(j.id, j.current.attempt) for j in on_node])
+        beats = self.store.attempt_heartbeats([(j.id, j.attempts[-1].attempt) for j in on_node])
         # The runner's view of $LABQ_CHECKPOINT_DIR, for the victim choice (snapshot()).
         self.state.file_checkpoints = {j.id: ck for j, (_, ck, _) in zip(on_node, beats) if ck}
-        if now - self.state.sighted <= self.cfg.node_lease + self.cfg.fence_margin:
+        if now - self.state.sighted <= self.state.cfg.node_lease + self.state.cfg.fence_margin:
             # Redis came back lately: no runner could beat or post a result while it was away (it
             # kept its result, worker/results.py). Each gets what a heartbeat gives before it is lost.
             on_node = []
@@ -98,11 +110,12 @@ class NodeEvents:
         for job in on_node:
             hit = gangs.get(job.id)
             if isinstance(hit, str):
+                att, limit = job.attempts[-1].attempt, self.state.cfg.start_timeout
                 log.warning("job %s attempt %d: no runner on node %s took its part within %.0fs; withdrawn",
-                            job.display_id, job.current.attempt, hit, self.cfg.start_timeout)
+                            job.display_id, att, hit, limit)
                 alerts += self._unhealthy(hit, now, f"no runner took part of job {job.display_id} attempt "
-                                                    f"{job.current.attempt} within {self.cfg.start_timeout:.0f}s")
-        change = attempt.lost(on_node, beats, gangs, up, self.state.down_since, now, self.cfg)
+                                                    f"{att} within {limit:.0f}s")
+        change = attempt.lost(on_node, beats, gangs, up, self.state.down_since, now, self.state.cfg)
         change.alerts += alerts       # in the transaction that takes the parts back
         if change.jobs or change.alerts:
             self.commit(change)
@@ -110,15 +123,15 @@ class NodeEvents:
     def _on_node(self) -> list[Job]:
         """The jobs holding a node, by id, as the tally keeps them: a walk of the whole table was
         ~1.4 ms of every tick at 10,000 pending (issue 39), for the few that run."""
-        return sorted(self.tally.on_node.values(), key=_ID)
+        return sorted(self.state.tally.on_node.values(), key=_ID)
 
-    def _lost_part(self, job: Job, up: dict, now: float):
+    def _lost_part(self, job: Job, up: dict[str, Node], now: float) -> str | tuple[Job, Sequence[tr.Charge]] | None:
         """A gang's part is lost with its node down past the fence margin, or with its runner silent
         past lease + margin (since its last heartbeat, or since its claim if it never beat: killed
         before `started`): (record, charges) from attempt.part_lost; its other parts are killed (gang
         stop), and the attempt ends NF once they have ended too (their GPUs are theirs till then). A part no runner claimed is taken back instead (the node's name is
         returned): requeued like an attempt no runner claimed, not counted, not charged."""
-        a = job.current
+        a = job.attempts[-1]
         beats = self.store.attempt_heartbeats([(job.id, f"{a.attempt}.{r}" if r else a.attempt)
                                                for r in range(len(job.parts))])
         ended = a.usage.get("nodes") or {}     # parts that reported their end and wait for the others
@@ -127,12 +140,12 @@ class NodeEvents:
                 continue        # its runner is gone, so it beats no more: not lost (nor its node's to fence)
             node = up.get(name)
             down = node is None or node.state == "down"
-            gone = down and now - self.state.down_since.get(name, now) >= self.cfg.fence_margin
+            gone = down and now - self.state.down_since.get(name, now) >= self.state.cfg.fence_margin
             hb = beat or claimed_at     # a runner starts nothing once the lease it saw with its claim is over
             if hb is None:
                 # Never started here: its node died (or its lease has yet to run out), or no runner
                 # came while another part started (the attempt as a whole, unstarted, is _unclaimed's).
-                late = a.start_time and 0 < self.cfg.start_timeout < now - (a.dispatch_time or now)
+                late = a.start_time and 0 < self.state.cfg.start_timeout < now - (a.dispatch_time or now)
                 if (gone or late) and dispatchq.withdraw(self.store.r, self.k, job.id,
                                                          f"{a.attempt}.{rank}" if rank else a.attempt):
                     return name
@@ -141,38 +154,44 @@ class NodeEvents:
                 if not gone:
                     continue
                 last = node.last_heartbeat if node else now
-            elif now - hb <= self.cfg.node_lease + self.cfg.fence_margin:
+            elif now - hb <= self.state.cfg.node_lease + self.state.cfg.fence_margin:
                 continue
             else:
                 last = hb
             log.warning("job %s lost its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
                         job.display_id, name, now - last)
-            return attempt.part_lost(job, name, last, now, self.cfg)
+            return attempt.part_lost(job, name, last, now, self.state.cfg)
         return None
 
-    def _unclaimed(self, now: float) -> None:
+    def unclaimed(self, now: float) -> None:
         """Take back attempts no runner claimed: cancelled ones at once, others after
         scheduler.start_timeout (a runner that never came, a dispatch entry lost with Redis)."""
         waiting = [j for j in self._on_node() if j.current and not j.current.start_time]
         if not waiting:
             return
-        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.current.attempt) for j in waiting])
+        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.attempts[-1].attempt) for j in waiting])
         managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
-        for u in dispatching.unclaimed(waiting, claims, now, self.cfg.start_timeout, managed):
-            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, u.job.current.attempt):
+        for u in dispatching.unclaimed(waiting, claims, now, self.state.cfg.start_timeout, managed):
+            n = u.job.attempts[-1].attempt
+            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, n):
                 continue      # a runner claimed it meanwhile: it runs, and its events will tell
             log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
-                        u.job.current.attempt, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
+                        n, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")
             alerts = [] if u.why != "timeout" else self._unhealthy(
-                u.job.node, now, f"no runner took job {u.job.display_id} attempt {u.job.current.attempt} "
-                                 f"within {self.cfg.start_timeout:.0f}s")
+                u.job.node, now, f"no runner took job {u.job.display_id} attempt {n} "
+                                 f"within {self.state.cfg.start_timeout:.0f}s")
             # A gang's other parts may have claimed theirs: they are stopped before they start. Each
             # withdrawn attempt is committed at once: its dispatch entry is gone already.
-            stop = [(u.job.id, gang_stop(u.job.current.attempt))] if u.job.parts else []
-            self.commit(Change(jobs=[tr.withdrawn(u.job, u.why, now, self.cfg.start_timeout)], controls=stop,
+            stop = [(u.job.id, gang_stop(n))] if u.job.parts else []
+            self.commit(Change(jobs=[tr.withdrawn(u.job, u.why, now, self.state.cfg.start_timeout)], controls=stop,
                                alerts=alerts))
 
-    def _unhealthy(self, node: str, now: float, reason: str) -> list[dict]:
+    def dead(self, stream: str, eid: str, fields: Any, reason: str) -> None:
+        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
+        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
+        self.commit(Change(), ack=(stream, eid), dead=(stream, eid, fields, reason))
+
+    def _unhealthy(self, node: str, now: float, reason: str) -> list[dict[str, Any]]:
         """Its runners took no work within start_timeout: no more work there (this tick's plan
         included) until one of them proves alive (_check_health); the alert that says so (none
         where the node was marked already), for the change that takes the work back."""
@@ -180,7 +199,7 @@ class NodeEvents:
             return []
         log.error("node %s is unhealthy: %s; nothing is dispatched there until a runner proves alive", node, reason)
         self.state.nodes = tuple(replace(n, state="unhealthy", reason=reason) if n.name == node and n.state == "up"
-                                 else n for n in self.nodes)
+                                 else n for n in self.state.nodes)
         a = budget_alerts.Alert(f"node:{node}|unhealthy|{now}", "node_unhealthy", f"node:{node}", "error",
                                 f"node {node} is unhealthy: {reason}; it gets no work until a runner proves alive",
                                 now, {"node": node, "reason": reason})
@@ -188,7 +207,7 @@ class NodeEvents:
 
     def _check_health(self, now: float) -> None:
         """An unhealthy node is healthy again once a runner of it wrote its state after the mark."""
-        sick = [n.name for n in self.nodes if n.state == "unhealthy"]
+        sick = [n.name for n in self.state.nodes if n.state == "unhealthy"]
         if not sick:
             return
         marked = nodehealth.since(self.store.r, self.k, sick)
@@ -198,5 +217,6 @@ class NodeEvents:
             nodehealth.clear(self.store.r, self.k, n)
             log.warning("node %s: a runner proved alive; healthy again", n)
         if well:
-            self.state.nodes = tuple(replace(n, state="up", reason="") if n.name in well else n for n in self.nodes)
+            self.state.nodes = tuple(replace(n, state="up", reason="") if n.name in well else n
+                                     for n in self.state.nodes)
             self.state.news = True

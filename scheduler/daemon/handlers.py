@@ -60,9 +60,10 @@ class State(Protocol):
     rests: dict[int, Rest]    # array id -> a big array's tasks not yet records
     tally: Tally
     books: Books
-    store: Records
     estimator: Estimator      # run times learned from ended jobs, stamped on each submit
 
+    @property
+    def store(self) -> Records: ...     # read-only here: the daemon's is a SchedulerStore, which is one
     def next_ids(self, n: int) -> int: ...
     def ended_states(self, extra: Job | None = None) -> tuple[tuple[int, str], ...]: ...
     def snapshot(self, now: float) -> Snapshot: ...

@@ -12,6 +12,8 @@ import signal
 import subprocess
 import threading
 import urllib.request
+from collections.abc import Mapping
+from typing import Any
 
 log = logging.getLogger("labq.alerts")
 MAX_IN_FLIGHT = 16          # beyond this many deliveries still running, new ones are dropped (logged)
@@ -41,7 +43,7 @@ def _data(alert: dict) -> dict:
 
 
 class Hooks:
-    def __init__(self, settings: dict):
+    def __init__(self, settings: Mapping[str, Any]):
         self.command = settings.get("command") or ""
         self.webhook = settings.get("webhook") or ""
         self.timeout = float(settings.get("timeout") or 10)

@@ -5,15 +5,18 @@ any instant either loses nothing (the request or event is redelivered) or has wr
 import gc
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any, cast
 
 from .. import policy
 from ..errors import RefusedError, StalePlanError
 from ..jobs.estimate import Estimator
-from ..jobs.model import Job, Snapshot
+from ..jobs.model import Job, Node, Snapshot
+from ..jobs.rest import Rest
 from ..settings.config import Config
 from ..store import login, writes
-from ..store.commit import BIG_COMMIT, Committer, release_memory
+from ..store.commit import BIG_COMMIT, Committer, release_memory, tune_gc
 from ..store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from ..store.keys import Keys
 from ..store.reads import Reader
@@ -25,37 +28,28 @@ from .events import NodeEvents
 from .handlers import Handlers
 from .hooks import Hooks
 from .requests import Inboxes
-from .state import SchedulerState, learned_from
+from .shell import Ack, Dead, Partial, Reply
+from .state import OfState, SchedulerState, Tally, learned_from
 
 log = logging.getLogger("labq.scheduler")
-
-
-def tune_gc() -> None:
-    """A pass over 100,000 pending jobs makes millions of short-lived tuples; at the default
-    thresholds the collector walks the whole long-lived job table again and again (it was a third
-    of plan()'s time). Job records hold no cycles, so collect rarely and leave loaded state frozen."""
-    gc.set_threshold(100_000, 50, 100)
-    gc.freeze()
 
 
 REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 
 
-def _sleep_until(deadline: float, stop) -> None:
+def _sleep_until(deadline: float, stop: Callable[[], bool]) -> None:
     while not stop() and time.monotonic() < deadline:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
-def _of_state(name: str) -> property:
-    return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
-
-
-class Scheduler(NodeEvents, Inboxes):
+class Scheduler:
     """The shell around the scheduler's state (state.py): it holds the state, the store and the
-    committer, reads, asks the deciders for Changes, and commits them."""
+    committer, and composes the parts that read and decide (the inboxes, the node events, the
+    bookkeeper, the applier); each hands it Changes, which it commits."""
 
-    def __init__(self, r, cfg: Config = None, me: str | None = None, clock=time.time, durable=None, metrics=None,
-                 archiver=None, history=None, store: SchedulerStore | None = None):
+    def __init__(self, r: Any, cfg: Config, me: str | None = None, clock: Callable[[], float] = time.time,
+                 durable: Any = None, metrics: Any = None, archiver: Any = None, history: Any = None,
+                 store: SchedulerStore | None = None) -> None:
         """Over the connection `r`, or over `store` (store/login.py opens it: `labq scheduler`)."""
         self.k, self.clock = Keys(cfg.prefix), clock
         self.me = store.me if store is not None else me or login.scheduler_name()
@@ -64,7 +58,6 @@ class Scheduler(NodeEvents, Inboxes):
         self.store = store if store is not None else SchedulerStore(r, self.k, self.me)
         self.committer = Committer()             # the open batch; it writes through self.store
         self.blind = False                         # Redis was out of sight (state.sighted: when it came back)
-        self.event_streams: set[str] = set()       # the per-node event streams with our consumer group
         self.leading = False
         self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
@@ -81,13 +74,16 @@ class Scheduler(NodeEvents, Inboxes):
         self.archiver = archiver           # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = history             # store/archive.History: what the archiver moved, for reads
         self.acct_backlog: list[int] = []  # ended jobs without a Redis acct row (an older labq's), back-filled
+        self.events = NodeEvents(self.state, self.store, self.commit)
+        self.inboxes = Inboxes(self, self.events)     # last: it takes what it uses of this shell now
 
     # What the handlers (handlers.State), the metrics and the tests read of the state.
-    cfg, jobs, nodes = _of_state("cfg"), _of_state("jobs"), _of_state("nodes")
-    tally, estimator, rests, ended = _of_state("tally"), _of_state("estimator"), _of_state("rests"), _of_state("ended")
+    cfg, jobs, nodes = OfState[Config](), OfState[dict[int, Job]](), OfState[tuple[Node, ...]]()
+    tally, estimator = OfState[Tally](), OfState[Estimator]()
+    rests, ended = OfState[dict[int, Rest]](), OfState[dict[int, str]]()
 
     # -- the loop --------------------------------------------------------------------------------
-    def tick(self, now: float, woke=()) -> bool:
+    def tick(self, now: float, woke: object = ()) -> bool:
         """One round, top to bottom: the lease (a new leader reloads the state) → the requests and
         the nodes' events, read, decided and committed round by round (group commit) → attempts lost
         or never claimed → the budgets' duties → a policy pass, applied. Each phase reads through the
@@ -100,9 +96,9 @@ class Scheduler(NodeEvents, Inboxes):
             if not self.leading and not self._lead(now):
                 return False
             self.state.see_nodes(self.store.nodes(now))
-            self._intake(now, pending=False)
-            self._lost_attempts(now)
-            self._unclaimed(now)
+            self.inboxes.intake(now, pending=False)
+            self.events.lost_attempts(now)
+            self.events.unclaimed(now)
             change = self.books.tick(now, self.jobs, self.cfg)
             if change is not None:
                 self.commit(change)
@@ -180,7 +176,7 @@ class Scheduler(NodeEvents, Inboxes):
             self.store.release_leader()
             return False
 
-    def run(self, stop=lambda: False) -> None:
+    def run(self, stop: Callable[[], bool] = lambda: False) -> None:
         if self.durable is not None:
             self.durable.check(adopt=not self.replicas_ack())    # refused at start: one line and exit 3
         log.info("scheduler %s starting (tick %.2fs, lease %.0fs)", self.me, self.cfg.tick, self.lease_s)
@@ -196,7 +192,7 @@ class Scheduler(NodeEvents, Inboxes):
                 log.warning("could not release the leader lease: %s", e)
             log.info("scheduler %s stopped", self.me)
 
-    def _loop(self, stop) -> None:
+    def _loop(self, stop: Callable[[], bool]) -> None:
         woke = False
         ready = False
         while not stop():
@@ -253,8 +249,8 @@ class Scheduler(NodeEvents, Inboxes):
             st.sighted, self.blind = now, False
             st.down_since.clear()
         st.nodes = self.store.nodes(now)
-        self.event_streams = set()
-        self._node_streams()
+        self.events.streams = set()
+        self.events.node_streams()
         self.books.load(now)
         self._use_budgets()
         st.usage = Reader(self.store.r, self.k, self.history).usage()
@@ -263,7 +259,7 @@ class Scheduler(NodeEvents, Inboxes):
             ended = Reader(self.store.r, self.k).attempt_ends(now - st.guard.window, crashguard.REBUILD_JOBS)
             st.guard.rebuild_ends(mine + ended, now)
         st.estimator = learned_from(Reader(self.store.r, self.k).recent_runs(st.cfg.estimate.history), st.cfg)
-        self._intake(now, pending=True)
+        self.inboxes.intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes", len(st.jobs), len(st.nodes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
 
@@ -280,16 +276,16 @@ class Scheduler(NodeEvents, Inboxes):
         return True
 
     # -- committing: the state takes each Change at once, the committer (store/commit.py) writes it --
-    def commit(self, change: Change, ack=None, reply=None, dead=None, partial=None) -> None:
+    def commit(self, change: Change, ack: Ack | None = None, reply: Reply | None = None, dead: Dead | None = None,
+               partial: Partial | None = None) -> None:
         """Stage one change with what caused it (Committer.stage names them). The state takes it now;
         Redis gets it with the open batch (`flush`), or at once when no batch is open."""
         c, st = self.committer, self.state
         solo = c.batch is None
-        if solo:
-            c.begin(st.usage)
+        batch = c.begin(st.usage) if c.batch is None else c.batch
         try:
             charges = c.new_charges(self.store, change)
-            tasks = st.fresh_tasks(change.jobs, c.batch.jobs)
+            tasks = st.fresh_tasks(change.jobs, batch.jobs)
             usage = st.usage if tasks else st.usage_after(change.jobs, self.now)   # new tasks ended nothing
             # Everything that could raise is done: from here on the change is staged whole or not at all.
             c.stage(change, charges, st.jobs, st.rests, tasks, reply, ack, dead, partial)
@@ -352,7 +348,7 @@ class Scheduler(NodeEvents, Inboxes):
     def snapshot(self, now: float) -> Snapshot:
         return self.state.snapshot(now, self.books.spent_now(now), self.ended_states())
 
-    def ended_states(self, extra: Job | None = None) -> tuple:
+    def ended_states(self, extra: Job | None = None) -> tuple[tuple[int, str], ...]:
         """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
         An ended job never changes, so each is read from Redis once and kept while some pending job
         still depends on it."""
@@ -379,7 +375,8 @@ class Scheduler(NodeEvents, Inboxes):
         if (window := st.windows()) is not None:    # an array kept as a rest: the tasks this pass must see
             self.commit(window)
         snap = self.snapshot(now)
-        p = applier.without(policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg)), st.tails)
+        p = applier.without(policy.plan(snap, st.cfg, **cast(dict[str, Any], st.kept.inputs(snap, st.cfg))),
+                            st.tails)     # cast: plan() checks its keyword arguments' types
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded

@@ -1,21 +1,26 @@
 """The daemon's side of the users' inboxes: who sent each request (munge), one request answered in
-isolation (a failing one is answered or dead-lettered alone), refusals and dead letters. A mixin of
-`Scheduler` (daemon.py), which holds the state; each change goes through `commit` with the ack."""
+isolation (a failing one is answered or dead-lettered alone), refusals and dead letters. The scheduler
+(daemon/loop.py) holds an Inboxes and hands it what it may use of itself (shell.Shell) and its node
+events; each change goes through the shell's `commit` with the ack."""
 import collections
 import json
 import logging
 import time
+from typing import Any
 
 from ..errors import LabqError, RefusedError, StalePlanError, UsageError
 from ..jobs import idruns, rest
 from ..jobs.idruns import Runs
 from ..security import auth, private
+from ..settings.config import Config
 from ..store import histpages
 from ..store.commit import release_memory
 from ..store.faults import ERRORS as REDIS_ERRORS
 from . import decode, triage
 from .change import Change
+from .events import NodeEvents
 from .handlers import BUDGET_OPS, CHUNK
+from .shell import Shell
 
 log = logging.getLogger("labq.scheduler")
 # What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
@@ -31,11 +36,20 @@ READ_COUNT = 500            # requests, and events per stream, per read
 
 
 class Inboxes:
-    recovering = False       # handling what a predecessor took (store.taken_requests), not fresh requests
-    claimed: set = set()     # the entries whose credential this round claimed (_round resets it)
+    def __init__(self, shell: Shell, events: NodeEvents) -> None:
+        self.shell, self.events = shell, events
+        self.state, self.store, self.k, self.committer = shell.state, shell.store, shell.k, shell.committer
+        self.handlers = shell.handlers
+        self.recovering = False     # handling what a predecessor took (store.taken_requests), not fresh requests
+        self.claimed: set[str] = set()     # the entries whose credential this round claimed (_round resets it)
+        self.sent: collections.Counter[Any] | None = None     # per user this tick: requests, bytes (intake bounds)
+
+    @property
+    def cfg(self) -> Config:
+        return self.state.cfg       # replaced as the budgets change: read it where it is used
 
     # -- requests and events: read in batches, each batch one transaction ----------------------
-    def _intake(self, now: float, pending: bool) -> None:
+    def intake(self, now: float, pending: bool) -> None:
         """Take requests and read the event streams, handle what was read, commit it as one batch;
         again until both are empty. What a predecessor left unanswered (`pending`) goes one at a time."""
         if pending:
@@ -43,7 +57,7 @@ class Inboxes:
             self._recover_pending(now)
             return
         # The first read of the tick asks in the same round trip whether a deposed leader left anything.
-        left, waiting, events = self.store.look(self._node_streams(), READ_COUNT)
+        left, waiting, events = self.store.look(self.events.node_streams(), READ_COUNT)
         if left:
             log.warning("a deposed leader left requests or events taken and unanswered: handling them")
             self.sent = None
@@ -54,7 +68,7 @@ class Inboxes:
         while done < MAX_REQUESTS_PER_TICK:
             requests = [(self.k.taken, eid, raw) for eid, raw in self.store.take_requests(READ_COUNT, waiting)]
             if events is None:
-                events = self.store.read_group(self._node_streams(), False, READ_COUNT)
+                events = self.store.read_group(self.events.node_streams(), False, READ_COUNT)
             if not requests and not events:
                 break
             self._round(now, requests, events)
@@ -78,14 +92,14 @@ class Inboxes:
                 sender = self._bounded(sender, fields)
                 self._isolated(self._request, now, stream, eid, fields, old, sender)
             for stream, eid, fields in events:
-                self._isolated(self._event, now, stream, eid, fields)
+                self._isolated(self.events.event, now, stream, eid, fields)
         finally:
-            self.flush()
+            self.shell.flush()
 
     def _bounded(self, sender, fields: dict):
         """The sender, or the refusal of one who passed this tick's share (triage.bounded); counted
         from the first tick, not in a recovery (`sent` None)."""
-        sent = getattr(self, "sent", None)
+        sent = self.sent
         if not isinstance(sender, str) or sent is None:
             return sender
         sent[sender] += 1
@@ -109,7 +123,7 @@ class Inboxes:
         self.store.held.clear()
         requests = [(self.k.taken, eid, raw) for eid, raw in self.store.taken_requests()]
         while True:
-            events = self.store.read_group(self._node_streams(), True, READ_COUNT)
+            events = self.store.read_group(self.events.node_streams(), True, READ_COUNT)
             if not requests and not events:
                 break
             for entry, is_event in [(e, False) for e in requests] + [(e, True) for e in events]:
@@ -134,7 +148,7 @@ class Inboxes:
             if problem is None:
                 out.append((stream, eid, fields))
             elif events:
-                self._dead(stream, eid, raw, problem)
+                self.events.dead(stream, eid, raw, problem)
             else:
                 self._refuse(stream, eid, decode.reply_id(fields, eid), fields or {"entry": raw}, problem,
                              dead=True, remember=False)
@@ -149,7 +163,7 @@ class Inboxes:
         stream, eid, raw = entry
         fields, _ = self._fields(raw, is_event)
         if is_event:
-            self._dead(stream, eid, raw, "this event stopped the scheduler twice; not run again")
+            self.events.dead(stream, eid, raw, "this event stopped the scheduler twice; not run again")
         else:
             self._refuse(stream, eid, decode.reply_id(fields, eid), fields or {"entry": raw},
                          "this request stopped the scheduler twice; not run again", dead=True, remember=False)
@@ -166,7 +180,7 @@ class Inboxes:
             log.exception("entry %s of %s failed; answered with an error and acknowledged", eid, stream)
             why = f"internal error: {type(e).__name__}: {str(e)[:300]}"
             if stream == self.k.events or stream.startswith(self.k.events + ":"):
-                self._dead(stream, eid, fields, why)
+                self.events.dead(stream, eid, fields, why)
             else:
                 self._refuse(stream, eid, decode.reply_id(fields, eid), fields, why, dead=True)
 
@@ -175,15 +189,10 @@ class Inboxes:
         """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
         `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
         answer = triage.refusal(rid, error, code)
-        self.commit(answer.change, reply=(rid, answer.change.reply, remember), ack=(stream, eid),
+        self.shell.commit(answer.change, reply=(rid, answer.change.reply, remember), ack=(stream, eid),
                     dead=(stream, eid, fields, error) if dead else None)
         if dead:
             log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
-
-    def _dead(self, stream: str, eid: str, fields: dict, reason: str) -> None:
-        """Move an event no handler could take to the dead letters, acknowledged; logged once."""
-        log.warning("event %s on %s dead-lettered: %s", eid, stream, reason)
-        self.commit(Change(), ack=(stream, eid), dead=(stream, eid, fields, reason))
 
     def _all_senders(self, requests, now: float) -> list:
         """The batch's senders at once; if one entry breaks that, each is identified on its own
@@ -237,14 +246,14 @@ class Inboxes:
             # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
             # for this answer is a matter of real time (a long tick may read a request after the
             # client gave up and told its user nothing was done), not of the tick's `now`.
-            got = triage.expired(got, now, self.clock()) or got
+            got = triage.expired(got, now, self.shell.clock()) or got
         if isinstance(got, triage.Answered):
-            self.commit(got.change, reply=(rid, got.change.reply, got.remember), ack=(stream, eid))
+            self.shell.commit(got.change, reply=(rid, got.change.reply, got.remember), ack=(stream, eid))
             return
         req = got
         solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
         if solo:
-            self.flush()
+            self.shell.flush()
             self.committer.begin(self.state.usage)
         try:
             change = self._handle(user, req, now)
@@ -257,12 +266,12 @@ class Inboxes:
             self.committer.batch.expires = min(self.committer.batch.expires, req.expires)
         # A script or exported environment (private.py) is handed over, never kept in a `done` key.
         reply = (rid, change.reply, req.op != private.OP)
-        self.commit(change, reply=reply, ack=(stream, eid), partial=(rid, None) if streamed else None)
+        self.shell.commit(change, reply=reply, ack=(stream, eid), partial=(rid, None) if streamed else None)
         self.state.answered[rid] = change.reply
-        if self.metrics:
-            self.metrics.requests.inc()
+        if self.shell.metrics:
+            self.shell.metrics.requests.inc()
         if solo:
-            self.flush()
+            self.shell.flush()
             self.committer.begin(self.state.usage)
         if change.nodes:
             self.state.nodes = self.store.nodes(now)
@@ -275,7 +284,7 @@ class Inboxes:
         The client's expiry holds for the first chunk only: once tasks have ended, the cancel is
         finished and answered as one, never answered 'expired' (which says that nothing was done)."""
         prior = self.store.partial(rid)
-        self.flush()
+        self.shell.flush()
         done = Runs()
         done.extend(prior)
         for i, part in enumerate(change.chunks):
@@ -283,10 +292,10 @@ class Inboxes:
             if i == 0 and not prior and expires is not None:
                 self.committer.begin(self.state.usage)
                 self.committer.batch.expires = expires
-                self.commit(part, partial=(rid, list(done.runs)))
-                self.flush()
+                self.shell.commit(part, partial=(rid, list(done.runs)))
+                self.shell.flush()
                 continue
-            self.commit(part, partial=(rid, list(done.runs)))
+            self.shell.commit(part, partial=(rid, list(done.runs)))
         if done.count > CHUNK:
             release_memory()
         self.committer.begin(self.state.usage)
@@ -306,7 +315,7 @@ class Inboxes:
         if req.op == STATUS_OP:
             return Change(reply=self._request_status(user, req.body))
         if req.op == private.OP:        # a script and exported environment, for their owner and admins
-            return Change(reply=private.answer(self, user, req.body))
+            return Change(reply=private.answer(self.shell, user, req.body))
         if req.op == histpages.OP:     # a page of the archive, for a client that cannot open it
             return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
         return self.handlers.handle(user, req.op, req.body, now)
@@ -322,13 +331,13 @@ class Inboxes:
         jid = kept.get("job_id") if kept is not None and kept.get("ok") else None
         job = None
         if isinstance(jid, int):      # a held array kept as one rest (jobs/rest.py) has no record yet
-            job = self.jobs.get(jid) or rest.tasks_of(self.rests, [jid]).get(jid) or self.store.job(jid)
+            job = self.state.jobs.get(jid) or rest.tasks_of(self.state.rests, [jid]).get(jid) or self.store.job(jid)
         return triage.status(rid, kept, job, user, self.cfg.security.admins)
 
     def _archive_to_serve(self):
-        if self.archiver is None:
+        if self.shell.archiver is None:
             raise UsageError("this scheduler keeps no archive (it was started without one)")
-        return self.archiver.archive
+        return self.shell.archiver.archive
 
     def _archive_now(self, user: str, now: float) -> Change:
         """Archive passes now (what history.keep lets go), in the leading scheduler: it is the one
@@ -341,13 +350,13 @@ class Inboxes:
         jobs = ledger = 0
         start = time.monotonic()
         while True:
-            self.archiver.next = float("-inf")
-            j, n = self.archiver.step(now)     # the tick's clock: what is old enough is judged at `now`
+            self.shell.archiver.next = float("-inf")
+            j, n = self.shell.archiver.step(now)     # the tick's clock: what is old enough is judged at `now`
             jobs, ledger = jobs + j, ledger + n
-            more = max(j, n) >= self.archiver.size
+            more = max(j, n) >= self.shell.archiver.size
             if not more or time.monotonic() - start > ARCHIVE_NOW_S:
                 return Change(reply={"ok": True, "jobs": jobs, "ledger": ledger, "more": more,
-                                     "keep": self.archiver.keep})
+                                     "keep": self.shell.archiver.keep})
 
 
 def _maybe_more(entries) -> bool:

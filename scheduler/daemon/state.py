@@ -7,7 +7,7 @@ here reads a clock or Redis: a test builds a state by hand and applies Changes t
 from collections import Counter
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from ..jobs import rest, states
 from ..jobs.estimate import Estimator
@@ -73,6 +73,23 @@ def learned_from(ended: Iterable[Job], cfg: Config) -> Estimator:
     for job in sorted(ended, key=lambda j: (j.end_time or 0, j.id)):
         est.observe_ended(job)
     return est
+
+
+T = TypeVar("T")
+
+
+class OfState(Generic[T]):
+    """A field of the SchedulerState, read and written through the object that holds the state as
+    `state` (the shell's `cfg`, `jobs`...: what handlers.State, the metrics and the tests read)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, holder: Any, owner: type | None = None) -> T:
+        return cast(T, getattr(holder.state, self.name))
+
+    def __set__(self, holder: Any, value: T) -> None:
+        setattr(holder.state, self.name, value)
 
 
 @dataclass

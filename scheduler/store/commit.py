@@ -16,6 +16,14 @@ log = logging.getLogger("labq.scheduler")
 BIG_COMMIT = 5000
 
 
+def tune_gc() -> None:
+    """A pass over 100,000 pending jobs makes millions of short-lived tuples; at the default
+    thresholds the collector walks the whole long-lived job table again and again (it was a third
+    of plan()'s time). Job records hold no cycles, so collect rarely and leave loaded state frozen."""
+    gc.set_threshold(100_000, 50, 100)
+    gc.freeze()
+
+
 def release_memory() -> None:
     """After a big commit, hand the freed arenas back to the system (glibc keeps them otherwise).
     What a commit frees goes by reference counts (records hold no cycles); the young generations
@@ -32,13 +40,14 @@ class Committer:
     """Holds the open batch; writes it through the store it is given (store/state.SchedulerStore: its
     fenced transaction)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.batch: Batch | None = None         # what is staged for the next transaction
         self.unreplicated = False     # the last commit reached fewer replicas than redis.min_replicas_ack
 
-    def begin(self, usage: dict) -> None:
+    def begin(self, usage: dict) -> Batch:
         """Open a batch (fair-share usage as it begins: what changed is written with it)."""
         self.batch = Batch(usage=usage)
+        return self.batch
 
     def take(self) -> Batch | None:
         """The open batch, closed."""

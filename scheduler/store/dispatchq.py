@@ -106,7 +106,8 @@ def with_runners(r, k: Keys, nodes) -> set[str]:
     return {n for n, hit in zip(nodes, p.execute()) if hit}
 
 
-def withdraw(r, k: Keys, job_id: int, attempt: int) -> bool:
-    """Take an unclaimed attempt back: True when the scheduler won the claim (no runner will run it),
-    False when a runner claimed it first (it started; its events will tell)."""
+def withdraw(r, k: Keys, job_id: int, attempt: int | str) -> bool:
+    """Take an unclaimed attempt back (`attempt`: "N.RANK" for a gang's part): True when the scheduler
+    won the claim (no runner will run it), False when a runner claimed it first (it started; its
+    events will tell)."""
     return bool(r.hsetnx(k.attempt(job_id, attempt), "claimed", WITHDRAWN))

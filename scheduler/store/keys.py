@@ -100,7 +100,7 @@ class Keys:
     def control(self, jid: int) -> str:       # STRING (S): "cancel" | "preempt" for the running attempt
         return f"{self.p}:job:{jid}:control"
 
-    def attempt(self, jid: int, n: int) -> str:   # HASH (W): runner status {claimed, pid, start, hb}
+    def attempt(self, jid: int, n: int | str) -> str:   # HASH (W): runner status {claimed, pid, start, hb}
         return f"{self.p}:job:{jid}:a{n}"
 
     def part(self, jid: int, n: int, rank: int) -> str:   # HASH (W): a gang part's status; rank 0's is

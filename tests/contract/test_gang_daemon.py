@@ -352,7 +352,7 @@ def test_the_new_leader_writes_the_gangs_start(conns, way):
         _started(agent, "b", NOW + 1)
         r.set(K.leader, "s2")       # the lease is s2's (taken) or another's: s1's commit is refused
         with contextlib.suppress(StalePlanError):
-            s1._intake(NOW + 3, pending=False)
+            s1.inboxes.intake(NOW + 3, pending=False)
         assert [r.xpending(K.node_events(n), GROUP)["pending"] for n in ("a", "b")] == [1, 1]
         if way != "deposed_read_both":
             r.delete(K.leader)

@@ -33,7 +33,7 @@ def _round_trips():
 def test_an_idle_intake_is_one_round_trip(conns):
     r, s, now = one_admitted(conns)
     with _round_trips() as n:
-        s._intake(now + 1, pending=False)
+        s.inboxes.intake(now + 1, pending=False)
     assert n[0] == 1
 
 
@@ -48,12 +48,12 @@ def test_what_a_deposed_leader_left_behind_is_still_found_in_that_round_trip(con
     agent = AgentStore(r, K)
     agent.post("started", 1, 1, "n1", {"pid": 123, "start_time": now + 1})
     with contextlib.suppress(StalePlanError):
-        s1._intake(now + 11, pending=False)           # takes them, and its commit is refused
+        s1.inboxes.intake(now + 11, pending=False)           # takes them, and its commit is refused
     assert r.llen(K.taken) == 1
     submit(r, "alice", BODY, "c")                       # new ones, read in the same round trip
     agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "start_time": now + 1,
                                         "end_time": now + 11})
-    s2._intake(now + 12, pending=False)
+    s2.inboxes.intake(now + 12, pending=False)
     assert reply(r, "b")["job_id"] == 2 and reply(r, "c")["job_id"] == 3 and r.llen(K.taken) == 0
     j = job(r, 1)
     assert j.state == states.COMPLETED and j.current.start_time == now + 1

@@ -28,10 +28,8 @@ class SlowReload(SchedulerStore):
         return super().active_jobs()
 
 
-def slow_leader(r, raw, me):
-    s = Scheduler(r, CFG, me=me, clock=FROZEN)
-    s.store = SlowReload(r, K, me)
-    s.books.store = s.store
+def slow_leader(r, raw, me, store=SlowReload):
+    s = Scheduler(r, CFG, me=me, clock=FROZEN, store=store(r, K, me))
     s.lease_s = LEASE
     return s
 
@@ -66,7 +64,6 @@ def test_a_reload_that_another_scheduler_overtook_is_not_used(conns):
     now = time.time()
     setup(r, raw, now)
     r.delete(K.leader)
-    s2 = slow_leader(r, raw, "s2")
 
     class Thief(SlowReload):
         slow = LEASE
@@ -74,8 +71,7 @@ def test_a_reload_that_another_scheduler_overtook_is_not_used(conns):
         def active_jobs(self):
             r.set(K.leader, "s9", px=60_000)             # another scheduler holds the lease now
             return super().active_jobs()
-    s2.store = Thief(r, K, "s2")
-    s2.books.store = s2.store
+    s2 = slow_leader(r, raw, "s2", Thief)
     assert s2.tick(now + 1) is False
     assert r.get(K.leader) == "s9"
 

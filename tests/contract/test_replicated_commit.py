@@ -148,7 +148,7 @@ def test_a_promoted_copy_that_lacks_acknowledged_jobs_is_refused(pair, tmp_path)
         s.durable = Durability(s.store, "sentinel://test/labq", True, path)
         s.durable.check()
         send(m, "r4")
-        s._intake(NOW + 1, pending=False)          # the commit alone: no end-of-tick look at the figures
+        s.inboxes.intake(NOW + 1, pending=False)          # the commit alone: no end-of-tick look at the figures
         jid = json.loads(m.lrange(K.reply("r4"), 0, -1)[0])["job_id"]
         with pytest.raises(RefusedError) as e:
             Durability(SchedulerStore(copy, K, "s2"), "sentinel://test/labq", True, path).check()

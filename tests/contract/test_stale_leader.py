@@ -29,7 +29,7 @@ def test_a_leader_resumed_after_its_successor_recovered_leaves_no_request_or_eve
                                         "end_time": now + 11})
     # s1 resumes where it stopped: the tick's intake, its lease already checked
     with contextlib.suppress(StalePlanError):
-        s1._intake(now + 11, pending=False)
+        s1.inboxes.intake(now + 11, pending=False)
     s2.tick(now + 12, woke(r))
     assert reply(r, "b")["job_id"] == 2
     j = job(r, 1)

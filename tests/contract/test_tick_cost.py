@@ -38,13 +38,13 @@ def test_lost_and_unclaimed_attempts_are_found_without_walking_the_pending_queue
     assert len(s.jobs) == 31 and job(r, 1).state == states.RUNNING
     s.jobs = Walked(s.jobs)
     Walked.walks = 0
-    s._lost_attempts(now + 2)
-    s._unclaimed(now + 2)
+    s.events.lost_attempts(now + 2)
+    s.events.unclaimed(now + 2)
     assert Walked.walks == 0
     # The running job is still the one they judge: never claimed, it is withdrawn after start_timeout.
     AgentStore(r, K).runner_state("n1", 0, "idle")      # the node's agent runs persistent runners
     r.delete(K.dispatch("n1"))                          # lost: no runner will ever see it
-    s._unclaimed(now + s.cfg.start_timeout + 10)
+    s.events.unclaimed(now + s.cfg.start_timeout + 10)
     assert job(r, 1).attempts[0].outcome == "withdrawn"
     assert Walked.walks == 0
 
@@ -82,7 +82,7 @@ def test_submits_read_the_budgets_balances_once_a_batch_not_once_each(real_redis
         return send(c, *a, **kw)
     monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
     s.now = NOW + 1
-    s._intake(NOW + 1, pending=False)
+    s.inboxes.intake(NOW + 1, pending=False)
     trips = len(sent)
     assert real_redis.llen(K.requests) == 0 and len(real_redis.lrange(K.reply("r9"), 0, -1)) == 1
     assert trips <= 6, f"{trips} round trips"

@@ -98,7 +98,7 @@ def test_a_ticks_look_reads_the_events_as_redis_py_reads_them(r, monkeypatch):
     agent.post("started", 1, 1, "n1", {"pid": 7, "start_time": NOW})
     agent.post("alert", 0, 0, "n1", {"text": "é"})
     submit(r, "alice", BODY, "a")
-    streams = s._node_streams()
+    streams = s.events.node_streams()
     r.xgroup_create(K.events + ":copy", "g", id="0", mkstream=True)      # nothing to do with the look
     fast = s.store.look(streams, 10)
     # The same entries again, as pending ones: read through redis-py from id 0.
