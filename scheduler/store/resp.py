@@ -102,7 +102,8 @@ class Reader:
         items, buf, pos = [], self.buf, self.pos
         append, find, decode = items.append, buf.find, self.decode
         for _ in range(n):
-            if buf[pos:pos + 1] == b"$":
+            kind = buf[pos:pos + 1]
+            if kind == b"$":
                 end = find(CRLF, pos)
                 if end > 0:
                     k = int(buf[pos + 1:end])
@@ -112,6 +113,12 @@ class Reader:
                         append(data.decode() if decode else data)
                         pos = stop + 2
                         continue
+            elif kind == b":":      # an integer (a transaction's RPUSH, EXPIRE, ZADD, LREM replies)
+                end = find(CRLF, pos)
+                if end > 0:
+                    append(int(buf[pos + 1:end]))
+                    pos = end + 2
+                    continue
             self.pos = pos
             append(self.read())     # anything else, or a string that runs past the buffer
             buf, pos = self.buf, self.pos

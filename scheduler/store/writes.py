@@ -14,6 +14,7 @@ REPLY_TTL = 600
 DONE_TTL = 86400
 CONTROL_TTL = 7 * 86400
 ALERTS_MAXLEN = 100_000
+_compact = json.JSONEncoder(separators=(",", ":")).encode      # json.dumps(x, separators=…), one encoder
 
 
 def put_jobs(p, k: Keys, jobs, new=None) -> None:
@@ -120,13 +121,13 @@ def mark_charged(p, k: Keys, key: str) -> None:
 
 def put_reply(p, k: Keys, rid: str, reply: dict, remember: bool = True, push: bool = True) -> None:
     """The reply to request `rid`; remembered for retries of the same id unless `remember` is False
-    (a refused credential: the id is the sender's claim, and must not bind the id's real owner).
-    `push=False`: remembered only; `push_reply` hands it to the waiting client later (after WAIT)."""
-    text = json.dumps(reply, separators=(",", ":"))
+    (a refused credential: the id is the sender's claim, and must not bind the id's real owner);
+    `push=False`: remembered only, `push_reply` hands it to the client later (after WAIT)."""
+    text = _compact(reply)
     if push:
         push_reply(p, k, rid, reply, text)
-    if remember:
-        p.set(k.done(rid), text, ex=DONE_TTL)
+    if remember:    # the command as p.set(ex=) writes it, without its argument handling (one per request)
+        p.execute_command("SET", k.done(rid), text, "EX", DONE_TTL)
 
 
 def put_partial(p, k: Keys, rid: str, runs: list | None) -> None:
@@ -138,8 +139,8 @@ def put_partial(p, k: Keys, rid: str, runs: list | None) -> None:
 
 
 def push_reply(p, k: Keys, rid: str, reply: dict, text: str = "") -> None:
-    p.rpush(k.reply(rid), text or json.dumps(reply, separators=(",", ":")))
-    p.expire(k.reply(rid), REPLY_TTL)
+    p.execute_command("RPUSH", k.reply(rid), text or _compact(reply))
+    p.execute_command("EXPIRE", k.reply(rid), REPLY_TTL)
 
 
 def put_usage(p, k: Keys, account: str, value: float, since: float) -> None:
@@ -147,8 +148,7 @@ def put_usage(p, k: Keys, account: str, value: float, since: float) -> None:
 
 
 DEAD_MAXLEN = 10_000
-# Fields a dead letter shows as they were (names and numbers, never a secret); every other value is
-# kept as its size alone: a body holds scripts, exported variables and credentials.
+# What a dead letter shows as it was (never a secret); any other value is its size (scripts, env, credentials).
 DEAD_SHOWN = frozenset(("rid", "op", "expires", "kind", "job", "attempt", "node", "user"))
 
 
@@ -177,7 +177,7 @@ PREWRITE_MIN = 1000      # new jobs in one change from which their records are w
 
 def put_specs(p, k: Keys, new) -> None:
     """What the jobs a change creates keep apart from their records, written once per submission in
-    the transaction that indexes them: each array's shared spec (argv, codec.shares_spec) and each
+    the transaction that indexes them: each array's shared spec (argv, codec.shares_spec), each
     submission's script (keys.script, which clients cannot read)."""
     seen = set()
     for job in new:

@@ -7,7 +7,8 @@ import time
 import pytest
 import redis
 
-from labq.scheduler.store import conn, wire
+from labq.scheduler.store import conn, resp, wire
+from labq.scheduler.store.faults import RespError
 from tests.harness import BODY, push, reply, setup
 
 NOW = 1_800_000_000.0
@@ -151,3 +152,16 @@ def test_a_connection_reading_through_hiredis_goes_through_redis_py(redis_server
     r.flushall()
     assert _run(r, _mixed("h"), True) == _run(r, _mixed("p"), False)
     r.close()
+
+
+def test_queued_replies_cut_anywhere_by_the_socket_read_the_same():
+    """A group commit's ~500 QUEUED are taken off the buffer in a loop (wire._queued); cut at any
+    byte by the reads, with a refusal among them, the replies are what read() gives one by one."""
+    data = (b"+OK\r\n" + b"+QUEUED\r\n" * 3 + b"-ERR wrong number of arguments\r\n" + b"+QUEUED\r\n"
+            + b"*5\r\n:1\r\n+OK\r\n$2\r\n\xc3\xa9\r\n:-22\r\n$-1\r\n")
+    for size in (1, 2, 5, 9, 10, len(data)):
+        chunks = [data[i:i + size] for i in range(0, len(data), size)]
+        reader = resp.Reader(lambda n, chunks=chunks: chunks.pop(0) if chunks else b"")
+        got = wire._queued(reader, 7)
+        assert got[:4] == ["OK", "QUEUED", "QUEUED", "QUEUED"] and isinstance(got[4], RespError)
+        assert got[5:] == ["QUEUED", [1, "OK", "é", -22, None]] and reader.pos == len(reader.buf), size
