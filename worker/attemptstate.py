@@ -58,7 +58,7 @@ class RunState:
     leader_start: int | None = None         # the leader's start ticks, as named to the agent (exitwatch)
     body: dict[str, Any] = field(default_factory=lambda: {
         "outcome": "error", "exit_code": None, "signal": None, "start_time": None, "end_time": None,
-        "usage": {}, "message": ""})
+        "usage": {}, "message": "", "ran": False})     # ran: its process was started (a gang's billed end)
 
     @classmethod
     def new(cls, store: AgentStore, s: launch.Settings, job: Job, attempt: int, term: waiting.Sigterm | None,

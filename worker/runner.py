@@ -173,7 +173,7 @@ class Run:
             if err_fd != out_fd:
                 os.close(err_fd)
         st.start, st.t0 = start, time.monotonic()
-        st.body["start_time"] = start
+        st.body.update(start_time=start, ran=True)
         self.end.note_leader()
         self.end.announce()
         if st.gpu.gpus:

@@ -6,6 +6,7 @@ attempts their node or their runner lost. The daemon (events.py) reads the strea
 and leases, names the sender, runs the crash guard on what ended and commits."""
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
@@ -67,6 +68,8 @@ def _part_finished(job: Job, a: Attempt, ev: Event, sender: str, parts: set[str]
     if outcome != "completed" and isinstance(usage, dict):
         usage = {**usage, **ended_as(ev.body, outcome)}       # for the attempt's close
     kept = tr.part_usage(job, ev.attempt, sender, usage)
+    if kept is not None:        # a part that never started its process holds no end (ev.body["ran"], worker)
+        kept = _with_end(kept, ev.attempt, sender, ev.body.get("end_time") if ev.body.get("ran", True) else None)
     # A part that ends after its attempt writes its usage; the attempt does not end with it (no `ended`).
     if a.end_time or job.current is not a:
         return Change(jobs=[kept] if kept is not None else [])
@@ -95,19 +98,29 @@ def _failed(a: Attempt | None) -> list[dict[str, Any]]:
     return [u for u in nodes.values() if isinstance(u, dict) and u.get("outcome") not in (None, "completed")]
 
 
+def _with_end(job: Job, attempt: int, node: str, end: Any) -> Job:
+    """Each part's end (None: it never started its process), usage["ends"] until the attempt closes."""
+    a = job.attempts[attempt - 1]
+    ends = {**(a.usage.get("ends") or {}), node: float(end) if isinstance(end, (int, float)) else None}
+    new = replace(a, usage={**a.usage, "ends": ends})
+    return replace(job, attempts=job.attempts[:attempt - 1] + (new,) + job.attempts[attempt:])
+
+
 def _close_gang(job: Job, attempt: int, body: Mapping[str, Any], seen: Mapping[str, Any], now: float,
                 cfg: Config) -> Change:
     """The last part has ended: the attempt ends as its first part that did not complete (its exit
-    status and message), at the latest part's end."""
+    status and message), at the latest end of a part that ran: a part that never started (cancelled
+    or fenced before its start) bills nothing past its peers (the soak's jobs 202, 208, 525)."""
     out_body = dict(body)
-    early = _failed(job.attempts[attempt - 1])
+    a = job.attempts[attempt - 1]
+    early = _failed(a)
     if early:
         first = early[0]
-        ends = [float(u["end_time"]) for u in early if isinstance(u.get("end_time"), (int, float))]
         out_body.update(outcome=first["outcome"], exit_code=first.get("exit_code"),
                         message=first.get("message") or body.get("message", ""))
-        if ends and body.get("end_time") is not None:
-            out_body["end_time"] = max([float(body["end_time"])] + ends)
+    ran = [e for e in (a.usage.get("ends") or {}).values() if e is not None]
+    if ran:
+        out_body["end_time"] = max(ran)
     result = tr.finished(job, attempt, out_body, now, cfg)
     if result is None:
         return Change()
@@ -117,8 +130,8 @@ def _close_gang(job: Job, attempt: int, body: Mapping[str, Any], seen: Mapping[s
     return Change(jobs=[new], charges=list(charges), ended=new)
 
 
-def part_lost(job: Job, node: str, last: float, now: float, cfg: Config,
-              why: str = "") -> "tuple[Job, Sequence[tr.Charge]]":
+def part_lost(job: Job, node: str, last: float, now: float, cfg: Config, why: str = "",
+              unstarted: bool = False) -> "tuple[Job, Sequence[tr.Charge]]":
     """A gang's part lost with its node or its runner (events._lost_part), its last sign of life at
     `last`: recorded as a part that ended `node_failure` there. The other parts are stopped by the
     caller; the attempt ends (NF, requeued) when they have ended too, or at once when none is left."""
@@ -127,6 +140,7 @@ def part_lost(job: Job, node: str, last: float, now: float, cfg: Config,
     end = max(a.dispatch_time or now, min(last or now, now))
     body = {"outcome": "node_failure", "end_time": end, "message": why or f"part on {node} lost (node lease expired)"}
     kept = tr.part_usage(job, a.attempt, node, ended_as(body, "node_failure")) or job
+    kept = _with_end(kept, a.attempt, node, None if unstarted else end)
     seen = kept.attempts[a.attempt - 1].usage.get("nodes") or {}
     if set(seen) != {n for n, _ in a.parts}:
         return kept, ()
@@ -169,7 +183,8 @@ def lost(on_node: list[Job], beats: list[tuple[float | None, float | None, float
                 # A part no runner took while another runs: that one holds its GPUs till it has
                 # ended, and is billed; the attempt ends as a node failure then.
                 out.append(part_lost(job, hit, a.dispatch_time or now, now, cfg,
-                                     f"no runner on node {hit} took its part within {cfg.start_timeout:.0f}s"))
+                                     f"no runner on node {hit} took its part within {cfg.start_timeout:.0f}s",
+                                     unstarted=True))
                 stops.append((job.id, gang_stop(a.attempt)))
             elif isinstance(hit, str):       # no part started: withdrawn whole, uncounted, uncharged
                 out.append((tr.withdrawn(job, "timeout", now, cfg.start_timeout, hit), ()))

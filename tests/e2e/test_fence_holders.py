@@ -109,3 +109,35 @@ def test_the_agent_resumes_a_silent_runner_whose_job_ended_and_kills_one_whose_j
     p, leader, escaped = got["runs"]
     assert p.wait(30) == -9, "a runner whose job still runs is killed"
     wait_for(lambda: not os.path.exists(f"/proc/{leader}") or state(leader) == "Z", 30, what="its job killed")
+
+
+def test_a_fence_resumes_a_runner_whose_job_just_ended_and_kills_one_whose_job_runs(redis_server, tmp_path):
+    """The agent fences (no lease renewal, Redis away) the moment a job exits 0, before its runner
+    has reaped it and saved the result: the 30-minute soak (seed 71, job 94) saw that runner killed,
+    the attempt ended node_failure and the finished work run again. Now a runner whose job's leader
+    has exited is resumed to save and post it, and only a runner whose job still runs is killed."""
+    from labq.worker.agent import Slot
+    agent = Agent(agent_config(tmp_path, lease="3s"), redis_server.url)
+    agent.slots = []            # its own runners are never started here: two stand-ins instead
+    got = {}
+    for i, how in enumerate(("ends", "runs")):
+        p = subprocess.Popen([sys.executable, "-c", STANDIN, how], stdout=subprocess.PIPE, text=True)
+        leader, escaped = map(int, p.stdout.readline().split())
+        wait_for(lambda: state(p.pid) == "T", 30, what="the stand-in stopped")
+        if how == "ends":
+            wait_for(lambda: state(leader) == "Z", 30, what="the job's leader exited")
+        got[how] = (p, leader, escaped)
+        agent.slots.append(Slot(index=i, proc=p))
+    agent._fence(time.time())
+    p, leader, escaped = got["ends"]
+    try:
+        assert agent.slots[0].proc is p, "left to post its outcome"
+        wait_for(lambda: state(escaped) in ("Z", "X") or not os.path.exists(f"/proc/{escaped}"), 30,
+                 what="the job's escaped process killed")
+        assert p.poll() is None and state(p.pid) != "T", "resumed, to reap its job and post the outcome"
+    finally:
+        p.kill()
+        p.wait(30)
+    p, leader, escaped = got["runs"]
+    assert p.wait(30) == -9 and agent.slots[1].proc is None, "a runner whose job still runs is killed"
+    assert results.death(agent.settings.spool, 1, p.pid) is not None, "its death marked for its successor"

@@ -51,6 +51,21 @@ def test_a_gang_part_that_fails_stops_the_other_parts_and_the_attempt_ends_with_
     assert last.controls == []
 
 
+def test_a_gang_part_that_never_started_bills_nothing_past_its_peers_end():
+    """A part cancelled or fenced before its process started (its runner posts ran = false) ends
+    later than the part that ran: the attempt is billed to the end of the part that ran (the soak,
+    seed 71: jobs 202, 208 and 525 billed 2.2-12.9 s past their last stamp)."""
+    b = ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1,
+                                                                            rates=(("default", 1),))
+    jobs = _table(b)
+    first = attempt.decide(jobs, "1-0", Event("finished", 1, 1, "a", {"outcome": "node_failure", "ran": True,
+                           "end_time": NOW - 20}), "a", NOW, cfg())
+    last = attempt.decide({1: first.jobs[0]}, "1-1", Event("finished", 1, 1, "b", {
+        "outcome": "node_failure", "ran": False, "end_time": NOW - 5, "message": "not started"}), "b", NOW, cfg())
+    assert last.ended is not None and last.ended.attempts[0].end_time == NOW - 20
+    assert last.ended.attempts[0].usage.get("ends") is None, "kept only while the attempt runs"
+
+
 def test_a_lost_part_waits_for_the_others_then_ends_the_attempt_node_failure():
     jobs = _table(ClusterBuilder(NOW).node("a", gpus=1).node("b", gpus=1).running_gang(("a", "b"), gpus=1))
     held, charges = attempt.part_lost(jobs[1], "b", NOW - 30, NOW, cfg())
