@@ -63,7 +63,10 @@ class NodeEvents:
             # Learned once it is written: a redelivered event finds the attempt closed (no result).
             self.state.estimator.observe_ended(ended)
             self.state.freed = True
-            outcome = str(ev.body.get("outcome"))
+            # The attempt's outcome, not this event's: a gang's closing part may report `cancelled`
+            # after its peer's failure, which is what ended the attempt.
+            closed = ended.attempts[ev.attempt - 1] if 0 < ev.attempt <= len(ended.attempts) else None
+            outcome = str(closed.outcome if closed is not None else ev.body.get("outcome"))
             log.log(end_level(outcome), "job %s attempt %d %s -> %s", ended.display_id, ev.attempt, outcome,
                     ended.state)
 
