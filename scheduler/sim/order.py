@@ -33,7 +33,7 @@ more than a few microseconds apart (or equal: then submit time and id decide, as
 """
 import heapq
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator
 from itertools import filterfalse, islice
 from operator import itemgetter
@@ -79,12 +79,16 @@ class Order:
         raise NotImplementedError
 
 
+# `fitting` draws from the shape index while the jobs that fit are at most this share of the queue.
+FEW_SHARE = 8
+
+
 class SubmitOrder(Order):
     """The whole queue in submit order (queue.py: accounts_in_submit_order and one_order)."""
 
-    def __init__(self, jobs: dict, fifo: list, keys: dict, leave=()):
+    def __init__(self, jobs: dict, fifo: list, keys: dict, leave=(), by_shape=None):
         super().__init__(jobs, leave)
-        self.fifo, self.keys = fifo, keys
+        self.fifo, self.keys, self.by_shape = fifo, keys, by_shape
         self.ids: Iterator[int] | None = None
 
     def _draw(self, n: int) -> bool:
@@ -101,11 +105,39 @@ class SubmitOrder(Order):
 
     def fitting(self, latest: dict, t: float, leave=None):
         jobs, keys = self.jobs, self.keys
-        for i in ids_but(self.fifo, *((self.leave,) if leave is None else leave)):    # a spent budget's jobs passed over in C
+        leave = (self.leave,) if leave is None else leave
+        few = self._few(latest, t) if isinstance(latest, dict) else None    # (easy._Late: many shapes, asked lazily)
+        if few is not None:
+            yield from map(jobs.__getitem__, ids_but(few, *leave))
+            return
+        for i in ids_but(self.fifo, *leave):    # a spent budget's jobs passed over in C
             s, span = keys[i]
             late = latest.get(s)
             if late is not None and late >= t + span:
                 yield jobs[i]
+
+    def _few(self, latest: dict, t: float) -> list | None:
+        """The (submit time, id) of every job `fitting` yields, in order, found from each shape's
+        jobs by span (Queue.by_shape) when they are few against the queue; None when they are not
+        (then the walk in submit order meets the first of them soon). On a deep queue whose room fits
+        only short runs of a few shapes, the walk read the whole queue for each window."""
+        by_shape, most = self.by_shape, len(self.fifo) // FEW_SHARE
+        if by_shape is None:
+            return None
+        out: list = []
+        for s, late in latest.items():
+            mine = by_shape.get(s, ()) if late is not None else ()
+            n = bisect_right(mine, (late - t, math.inf, math.inf))
+            # `late >= t + span` exactly as the walk tests it: the subtraction may round otherwise.
+            while n < len(mine) and late >= t + mine[n][0]:
+                n += 1
+            while n and not late >= t + mine[n - 1][0]:
+                n -= 1
+            if len(out) + n > most:
+                return None
+            out.extend((submit, i) for _, submit, i in mine[:n])
+        out.sort()
+        return out
 
 
 def ids_but(keys: Iterable, *leave):

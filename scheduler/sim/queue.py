@@ -179,7 +179,7 @@ class Queue:
         `leave`, drawn on demand; given in_one_order()."""
         if self.runtimes is not None:
             return ShortOrder(self.jobs, self.runtimes, self.shaped, self.cfg, now, usage, leave)
-        return SubmitOrder(self.jobs, self.fifo, self.keys, leave)
+        return SubmitOrder(self.jobs, self.fifo, self.keys, leave, self.by_shape)
 
     def heads(self, *leave) -> list[Job]:
         """Each account's first pending job but those in the sets `leave`: given
