@@ -29,7 +29,7 @@ from ..settings.config import Config
 from ..units import fmt_money
 from . import transitions as tr
 from .change import Change
-from .lookup import Lookup, Records
+from .lookup import Lookup, Records, rests_named
 from .state import Tally
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
@@ -202,7 +202,7 @@ class Handlers:
         admin = user in self.s.cfg.security.admins
         may = lambda u: u == user or admin    # noqa: E731
         change, runs = Change(), Runs()
-        told, taken = self._rests_named(ids, may, diverge, whole, change)
+        told, taken = rests_named(self.s, ids, may, diverge, whole, change, act)
         results: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = []
         todo: list[Job | None] = []     # _chunks lets each go once its chunk is built
@@ -210,7 +210,7 @@ class Handlers:
         look = Lookup(self.s, ids, taken, change.rests)
         for text in ids:
             whole_one = text.isdigit() and int(text) in told     # its tasks made records before, if any
-            found = look.tasks(int(text)) if whole_one else resolve_ref(text, look.record, look.tasks, look.task)
+            found = look.records(int(text)) if whole_one else resolve_ref(text, look.record, look.tasks, look.task)
             if not found and not whole_one:
                 errors.append({"id": text, "ok": False, "error": f"no such job: {text}"})
                 results.append(errors[-1])
@@ -241,31 +241,6 @@ class Handlers:
             change.chunks = _chunks(todo, act, make)
         change.reply = idruns.reply(runs, results, errors)
         return change
-
-    def _rests_named(self, ids: list[str], may: Callable[[str], bool], diverge: Callable[[Rest], bool],
-                     whole: Callable[[Rest], Job | Rest] | None,
-                     change: Change) -> tuple[dict[int, tuple[Rest, str]], list[Job]]:
-        """What a request does to the rests (jobs/rest.py), into `change`: ({array id: (a rest named
-        whole, what its tasks became)}, the tasks taken out of theirs as Jobs). A rest `diverge`
-        picks gives up the tasks named as records (requeue: none). With `whole`, a rest named whole
-        (`A`) that no job depends on becomes whole(rest), O(1) in its task count: ONE ended record
-        (cancel) or the rest changed (hold, release); its tasks made records before act as ever."""
-        named = rest.whole({a: r for a, r in self.s.rests.items() if diverge(r)}, ids, may) if whole else {}
-        ends = rest.undepended(named, self.s.jobs.values())
-        resting = {a: r for a, r in self.s.rests.items() if a not in ends and diverge(r)}
-        left, taken = rest.diverge(resting, ids, may) if resting else ({}, [])
-        change.rests.update(left)
-        told = {}
-        for a, r in ends.items():
-            got = whole(r) if whole else None
-            if isinstance(got, Job):
-                change.rests[a] = None
-                change.jobs.append(got)
-                told[a] = (r, got.state)
-            elif got is not None:
-                change.rests[a] = got
-                told[a] = (r, "held" if got.template.held else "released")
-        return told, taken
 
     # -- checkpoint ----------------------------------------------------------------------------
     def checkpoint(self, user: str, body: dict[str, Any], now: float) -> Change:

@@ -1,15 +1,16 @@
 """The jobs one cancel/hold/release/requeue names (handlers._each_job): in memory, else read from
 Redis in one bulk read for all its plain ids; each array's tasks indexed once per request, not
-walked per id. Tasks of a held array kept as one rest (jobs/rest.py) are found too: those the
+walked per id. Tasks of a big array kept as one rest (jobs/rest.py) are found too: those the
 request takes out of their rest (`taken`, already Jobs), and those of a rest it leaves alone
 (another user's, named for the refusal; or a hold or requeue, which change nothing of them):
 `resting`, they stay in their rest."""
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
 from ..jobs import rest
 from ..jobs.model import Job
 from ..jobs.rest import Rest
+from .change import Change
 
 
 class Records(Protocol):
@@ -49,13 +50,19 @@ class Lookup:
                 self.resting.add(jid)
         return got
 
-    def tasks(self, a: int) -> list[Job]:
+    def records(self, a: int) -> list[Job]:
+        """Array `a`'s tasks that are records (in the table or taken), not those still in its rest."""
         if self.arrays is None:
             self.arrays = {}
             for j in sorted([*self.s.jobs.values(), *self.taken.values()], key=lambda j: j.id):
                 if j.array_id is not None:
                     self.arrays.setdefault(j.array_id, []).append(j)
             self.index = {(j.array_id, j.array_index): j for js in self.arrays.values() for j in js}
+        return self.arrays.get(a, [])
+
+    def tasks(self, a: int) -> list[Job]:
+        self.records(a)
+        assert self.arrays is not None
         if a in self.rests:         # a rest it may not touch: its tasks, once, beside its records
             seen = self.rests.pop(a).tasks()
             self.resting.update(j.id for j in seen)
@@ -66,3 +73,36 @@ class Lookup:
     def task(self, a: int, i: int) -> Job | None:
         self.tasks(a)
         return self.index.get((a, i))
+
+
+def rests_named(s: Known, ids: list[str], may: Callable[[str], bool], diverge: Callable[[Rest], bool],
+                whole: Callable[[Rest], Job | Rest] | None, change: Change,
+                act: Callable[[Job], tuple[Job | None, str]]) -> tuple[dict[int, tuple[Rest, str]], list[Job]]:
+    """What a request does to the rests (jobs/rest.py), into `change`: ({array id: (a rest named
+    whole, what its tasks became)}, the tasks taken out of theirs as Jobs). A rest `diverge`
+    picks gives up the tasks named as records (requeue: none). With `whole`, a rest named whole
+    (`A`) that no job depends on becomes whole(rest), O(1) in its task count: ONE ended record
+    (cancel) or the rest changed (hold, release); its tasks made records before act as ever."""
+    named = rest.whole({a: r for a, r in s.rests.items() if diverge(r)}, ids, may) if whole else {}
+    ends = rest.undepended(named, s.jobs.values())
+    resting = {a: r for a, r in s.rests.items() if a not in ends and diverge(r)}
+    left, taken = rest.diverge(resting, ids, may) if resting else ({}, [])
+    change.rests.update(left)
+    told: dict[int, tuple[Rest, str]] = {}
+    for a, r in ends.items():
+        got = whole(r) if whole else None
+        if isinstance(got, Job):
+            change.rests[a] = None
+            change.jobs.append(got)
+            told[a] = (r, got.state)
+        elif got is not None:
+            change.rests[a] = got
+            told[a] = (r, "held" if got.template.held else "released")
+    # A rest named whole that the request leaves as it is (`release A` of a pending one, `requeue
+    # A`): its tasks are alike, so one verdict says what each would get, never N Jobs built.
+    alike = {a: r for a, r in s.rests.items() if a not in ends and not diverge(r)}
+    for a, r in rest.whole(alike, ids, may).items():
+        new, said = act(r.template)
+        if new is not None:
+            told[a] = (r, said)
+    return told, taken

@@ -7,7 +7,7 @@ import time
 
 from labq.scheduler.daemon import state
 from labq.scheduler.daemon.loop import Scheduler
-from labq.scheduler.jobs import states
+from labq.scheduler.jobs import rest, states
 from labq.scheduler.store import reads
 from labq.scheduler.thinclient import ThinClient
 from tests.harness import BODY, CFG, FROZEN, K, act as _act, finish, setup, submit_ok as _submit, thin as _thin, woke
@@ -172,3 +172,22 @@ def test_show_of_a_task_of_a_held_array_deleted_whole_with_a_step(conns):
         [t] = _resolve(r, f"{a}_{i}")
         assert (t.id, t.display_id, t.state) == (jid, f"{a}_{i}", states.CANCELLED), i
     assert _resolve(r, f"{a}_13") == []
+
+
+def test_release_and_requeue_of_a_rest_they_leave_as_it_is_build_none_of_its_tasks(conns, monkeypatch):
+    """`release A` of a pending rest and `requeue A` change nothing of the resting tasks: one verdict
+    for them all (the reply's run), not every task built as a Job in the request (before: 9,900)."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**SMALL, "array": [0, N - 1, 1]})["job_id"]
+    w = state.window(s.nodes, s.cfg)
+    built, real = [], rest.Rest.tasks
+    monkeypatch.setattr(rest.Rest, "tasks", lambda self, positions=None: built.append(
+        got := real(self, positions)) or got)
+    got = _act(r, s, now + 1, "rel", "release", [str(a)])
+    assert {"state": "released", "array": a, "from": 16, "to": N - 1} in got["runs"], got["runs"]
+    got = _act(r, s, now + 2, "rq", "requeue", [str(a)])
+    assert {"state": "pending (nothing to requeue)", "array": a, "from": 16, "to": N - 1} in got["runs"], got["runs"]
+    assert max(map(len, built), default=0) <= w, [len(b) for b in built]
+    assert s.rests[a].left > N - 2 * w and not s.rests[a].template.held
