@@ -299,15 +299,12 @@ class Agent:
         self.fenced = True
         for s in self.slots:
             if s.proc is not None and s.proc.poll() is None:
-                if not results.stop_unless_holding(self.settings.spool, s.proc.pid):
-                    log.warning("node %s: runner pid %d holds a finished result; left to post it", self.name,
-                                s.proc.pid)
-                    continue
-                if not deadslot.kill_unless_over(s.proc.pid):
-                    # Its job had exited, unreaped: the result is one step from the spool (the soak's
-                    # job 94, exited 0 as the fence began, was killed with its runner and run again).
-                    log.warning("node %s: runner pid %d has a job that ended; resumed to post its outcome",
-                                self.name, s.proc.pid)
+                # A job that exited unreaped is one step from the spool (the soak's job 94, exited 0
+                # as the fence began, was killed with its runner and run again).
+                if not (results.stop_unless_holding(self.settings.spool, s.proc.pid)
+                        and deadslot.kill_unless_over(s.proc.pid)):
+                    log.warning("node %s: runner pid %d holds a finished result or a job that ended; left to "
+                                "post it", self.name, s.proc.pid)
                     continue
                 s.proc.kill()
                 s.proc.wait()
