@@ -107,7 +107,7 @@ def _id_pick(text):
         return None
     import re
 
-    from labq.scheduler.jobs.jobspec import parse_task_ids
+    from labq.scheduler.jobs.refs import parse_task_ids
     whole, tasks = set(), {}
     for item in (x.strip() for x in re.split(r",(?![^\[]*\])", text) if x.strip()):
         t = parse_task_ids(item)
@@ -127,7 +127,7 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     from labq.scheduler.jobs.logpath import out_path
 
     from . import render
-    found = c.resolve(job_id)
+    found = c.resolve(job_id, views=True)     # views: the job model would cost ~14 ms (issue 39 item 4)
     if not found:
         raise UsageError(f"no such job: {job_id}")
     if script or env:

@@ -14,9 +14,6 @@ def with_script(c, j):
     `script` stays null, said on stderr, when the scheduler does not answer."""
     if not (j.has_script and j.user == getattr(c, "user", None)):
         return j
-    # not at the top: `stat` and `del` import this module, and neither needs dataclasses
-    from dataclasses import replace
-
     from labq.scheduler.store.inbox import request_timeout
     try:
         got = c.private(j, timeout=min(request_timeout(), SCRIPT_WAIT))
@@ -24,6 +21,11 @@ def with_script(c, j):
         echo(f"labq: job {j.display_id}: its script is not shown ({e}); `labq show --script "
              f"{j.display_id}` asks again", err=True)
         return j
+    from labq.scheduler.store.jobview import JobView
+    if isinstance(j, JobView):      # `labq show` reads views (hot.show)
+        return j.replaced(script=got.get("script"))
+    # not at the top: `stat` and `del` import this module, and neither needs dataclasses
+    from dataclasses import replace
     return replace(j, script=got.get("script"))
 
 

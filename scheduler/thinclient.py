@@ -65,16 +65,18 @@ class ClientBase:
     def cancel(self, ids: list[str]) -> dict:
         return self.act_on("cancel", ids)
 
-    def resolve(self, text: str) -> list:
-        """Jobs named by `42` (or every task of array 42) or `42_3` (model.Job records)."""
-        from .jobs.jobspec import resolve_ref
-        return resolve_ref(text, self.read.job, self._array)
+    def resolve(self, text: str, views: bool = False) -> list:
+        """Jobs named by `42` (or every task of array 42) or `42_3` (model.Job records; with `views`,
+        store/jobview.JobView records where the thin reader finds them all in Redis: `labq show`)."""
+        from .jobs.refs import resolve_ref
+        return resolve_ref(text, self.read.job_view if views else self.read.job, lambda a: self._array(a, views))
 
-    def _array(self, array_id: int) -> list:
-        first = self.read.job(array_id)
+    def _array(self, array_id: int, views: bool = False) -> list:
+        first = (self.read.job_view if views else self.read.job)(array_id)
         if first is None or first.array_id != array_id:
             return []
-        return [j for j in self.read.jobs(range(array_id, array_id + first.array_count)) if j.array_id == array_id]
+        ids = range(array_id, array_id + first.array_count)
+        return [j for j in (self.read.jobs_view if views else self.read.jobs)(ids) if j.array_id == array_id]
 
     def private(self, job, timeout: float | None = None) -> dict:
         """{script, export, env} of `job` (model.Job), asked of the scheduler (scheduler/security/private.py):

@@ -11,13 +11,15 @@ from ..errors import UsageError
 from . import bounds, exportenv, states
 from .model import DEPENDENCY_KINDS, JOB_SETTERS, JOB_VALUES, Job
 
+# job references (refs.py, which `labq show` imports without this module), as they were here
+from .refs import parse_task_ids as parse_task_ids, resolve_ref as resolve_ref, tasks_named as tasks_named
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: `labq show`/`wait`/`logs` resolve ids here without the config (~20 ms)
     from ..settings.config import Config
 
 HELD_DETAIL = "held (labq release ID to let it run)"     # plan()'s detail for a held job (a test keeps them equal)
 _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
-_MAX_ARRAY = bounds.DEFAULT_MAX_ARRAY    # job-id ranges like 42_[1-9] (no config at hand there)
 # Signals a job may ask for before its limit (--signal); SIGKILL/SIGSTOP would defeat the purpose.
 SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 
@@ -261,67 +263,3 @@ def resolve_deps(parsed, lookup) -> tuple[tuple[str, tuple[int, ...]], ...]:
             raise UsageError(f"dependency: at most {MAX_DEP_JOBS} jobs (array tasks count one by one)")
         out.append((kind, tuple(ids)))
     return tuple(out)
-
-
-_TASKS = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$")
-
-
-def tasks_named(text: str) -> int:
-    """How many tasks `text` names (1 for a plain id), counted without building the set: what a
-    request may name is bounded before anything is parsed (handlers.MAX_TASKS_NAMED)."""
-    m = _TASKS.match(text)
-    if not m or m.group(3) is None:
-        return 1
-    n = 0
-    for part in m.group(3).split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit() and len(lo) < 16 and (not hi or (hi.isdigit() and len(hi) < 16)):
-            n += max(1, int(hi or lo) - int(lo) + 1)
-    return n
-
-
-def parse_task_ids(text: str):
-    """`42_3` or `42_[1-3,7]` → (42, {1, 2, 3, 7}); None when `text` names no array task."""
-    m = _TASKS.match(text)
-    if not m:
-        return None
-    if m.group(2) is not None:
-        return int(m.group(1)), {int(m.group(2))}
-    tasks: set[int] = set()
-    for part in m.group(3).split(","):
-        lo, dash, hi = part.partition("-")
-        if not lo or (dash and not hi) or int(hi or lo) < int(lo) or int(hi or lo) - int(lo) > _MAX_ARRAY:
-            raise UsageError(f"job id: expected 42_[1-3,7], got {text!r}")
-        tasks.update(range(int(lo), int(hi or lo) + 1))
-    return int(m.group(1)), tasks
-
-
-def _wanted_of(job: Job, wanted) -> list[Job]:
-    """`job` if its index is wanted; of one record standing for many ended tasks (`A_[i-j]`), each
-    wanted task it names, as its own (`show A_5` after `del A`: issue 39 item 1)."""
-    if not job.array_runs:
-        return [job] if job.array_index in wanted else []
-    return [t for i in sorted(wanted) if (t := job.task_at(i)) is not None]
-
-
-def resolve_ref(text: str, job_of, tasks_of, task_of=None) -> list[Job]:
-    """The jobs `text` names: `42` (a job, or the tasks of array 42) or `42_3`/`42_[1-3]` (tasks),
-    looked up through `job_of(id)` and `tasks_of(array id)`. One rule for the client (which reads
-    Redis) and the scheduler's handlers (which look in memory first); [] when nothing matches.
-    `task_of(array id, index)`, where given, finds a few tasks without a walk over the array."""
-    try:
-        tasks = parse_task_ids(str(text))
-        if tasks:
-            a, wanted = tasks
-            if task_of is not None and len(wanted) < 64:
-                return [t for i in sorted(wanted) if (t := task_of(a, i)) is not None]
-            return [t for j in tasks_of(a) for t in _wanted_of(j, wanted)]
-        jid = int(text)
-    except ValueError:
-        raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None
-    job = job_of(jid)
-    if job is None:
-        return []
-    if job.array_id == jid:
-        return tasks_of(jid) or [job]
-    return [job]

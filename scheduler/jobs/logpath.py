@@ -2,10 +2,14 @@
 %r restart count, %n node rank (a gang's part; 0 on one node), %N node name, %% a literal percent.
 Relative paths are relative to the job's working directory. A gang's parts share one file unless
 the pattern has %n or %N."""
+from __future__ import annotations
+
 import os
 import re
 
-from .model import Job
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # annotations only: `labq show` passes a job view (store/jobview.py), without the model
+    from .model import Job
 
 DEFAULT_OUT = "labq-%j.out"
 PATTERN = r"%([jAaxurnN%])"

@@ -16,9 +16,13 @@ cannot fence: a node reads the copies of every attempt dispatched to it, for as 
 exist, including a job's that another node runs too (a gang's parts each get a copy); a node's
 root is trusted with the jobs it runs.
 """
+from __future__ import annotations
+
 from ..errors import RefusedError, UsageError
-from ..jobs.model import Job
-from ..store import reads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # the client imports OP (`labq show --json`): neither the model nor store/reads.py
+    from ..jobs.model import Job
 
 OP = "show_private"
 
@@ -36,6 +40,7 @@ def answer(sched, user: str, body: dict) -> dict:
     if job.user != user and user not in admins:
         raise RefusedError(f"job {job.display_id} is {job.user}'s: only its owner and admins "
                            f"({', '.join(admins) or 'none set'}) read its script and exported environment")
+    from ..store import reads
     script, env = reads.private(sched.store.r, sched.k, job)
     return {"ok": True, "job_id": job.id, "id": job.display_id, "script": script, "export": job.export,
             "env": dict(env)}

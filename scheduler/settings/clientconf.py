@@ -48,12 +48,15 @@ def read_toml(path: str) -> dict:
 def books_of(cfg) -> dict:
     """What `labq budget`, `labq report` and `labq share` read of a loaded config (config.Config)
     besides the client settings, as JSON keeps it: each budget's fields, the currency, rates.node_hour,
-    the source, each account's share, priority.fairshare_half_life."""
+    the source, each account's share, priority.fairshare_half_life, the [priority] table, each QoS's
+    priority."""
     from dataclasses import asdict  # the config's import has paid for it
     got = {"budgets": [asdict(b) for b in cfg.budgets], "currency": cfg.rates.currency,
            "node_hour": dict(cfg.rates.node_hour), "source": cfg.source,
            "shares": {a.name: a.share for a in cfg.accounts},
-           "fairshare_half_life": cfg.priority.fairshare_half_life}
+           "fairshare_half_life": cfg.priority.fairshare_half_life,
+           # what `labq prio` reads (multifactor.py): the weights and each QoS's priority
+           "priority": asdict(cfg.priority), "qos": {q.name: q.priority for q in cfg.qos}}
     return json.loads(json.dumps(got))
 
 

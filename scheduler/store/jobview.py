@@ -64,6 +64,12 @@ class JobView:
         self.__dict__.update((k, _tuples(v) if k in _JOB_TUPLES else v) for k, v in d.items() if k in _JOB_FIELDS)
         self.attempts = tuple(AttemptView(a) for a in d.get("attempts", ()))
 
+    def replaced(self, **changes) -> "JobView":
+        """A copy with `changes` (dataclasses.replace's part for a view: privateview.with_script)."""
+        out = object.__new__(JobView)
+        out.__dict__.update(self.__dict__, **changes)
+        return out
+
     # model.Job's properties, the same rules
     @property
     def display_id(self) -> str:
@@ -76,6 +82,16 @@ class JobView:
     @property
     def task_count(self) -> int:
         return sum((b - a) // s + 1 for a, b, s in self.array_runs) if self.array_runs else 1
+
+    def task_at(self, index: int):
+        """model.Job.task_at: task `index` of the tasks this array_runs record stands for, a view."""
+        first = self.array_index
+        if first is None:
+            return None
+        for lo, hi, step in self.array_runs:
+            if lo <= index <= hi and not (index - lo) % step:
+                return self.replaced(id=self.id + (index - first) // step, array_index=index, array_runs=())
+        return None
 
     @property
     def has_script(self) -> bool:

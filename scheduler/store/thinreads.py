@@ -212,15 +212,42 @@ class ThinReader:
         return sorted(jobs + every_task(self.rests()), key=lambda j: j.id)
 
     def on_node(self) -> list:
-        """The active jobs on a node (states.ON_NODE) as jobview.JobView, in active()'s order (by id): what `labq nodes` and
-        `labq share` read of active() (a held array's resting tasks are pending), without the model."""
+        """The active jobs on a node (states.ON_NODE) as jobview.JobView, in active()'s order (by id):
+        what `labq nodes` and `labq share` read of active() (a held array's resting tasks are pending),
+        without the model."""
         from ..jobs.states import ON_NODE
+        return [j for j in self.views(self._pipe([("ZRANGE", self.k.active, 0, -1)])[0]) if j.state in ON_NODE]
+
+    def active_views(self) -> list:
+        """active() as jobview.JobView records, without the model (`labq prio`); active() itself where a
+        held array rests (jobs/rest.py makes its tasks) or a record went between the two reads (to the
+        archive, where active() finds it)."""
+        ids, n = self._pipe([("ZRANGE", self.k.active, 0, -1), ("HLEN", self.k.rests)])
+        out = [] if n else self.views(ids)
+        return out if len(out) == len(ids) and not n else self.active()
+
+    def job_view(self, jid: int):
+        """job(jid) as a jobview.JobView where Redis holds its record; job(jid) itself (a resting task,
+        an archived job) where it does not."""
+        raw = self._pipe([("GET", self.k.job(jid))])[0]
+        if not raw:
+            return self.job(jid)
         from .jobview import loads
-        ids = self._pipe([("ZRANGE", self.k.active, 0, -1)])[0]
+        return loads(raw, self._spec)
+
+    def jobs_view(self, ids) -> list:
+        """jobs(ids) as jobview.JobView records where Redis holds them all; jobs(ids) itself otherwise."""
+        ids = [int(j) for j in ids]
+        out = self.views(ids)
+        return out if len(out) == len(ids) else self.jobs(ids)
+
+    def views(self, ids) -> list:
+        """jobs_in_redis(ids) as jobview.JobView records."""
+        from .jobview import loads
         out = []
         for i in range(0, len(ids), 2000):
             raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
-            out += [j for j in (loads(raw, self._spec) for raw in raws if raw) if j.state in ON_NODE]
+            out += [loads(raw, self._spec) for raw in raws if raw]
         return out
 
     def rests(self) -> dict:

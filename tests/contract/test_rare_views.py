@@ -1,6 +1,7 @@
-"""`labq nodes` and `labq share` read the running jobs as views (store/jobview.py, ThinReader.on_node)
-instead of model.Job records (issue 39 item 4): what they print from them is what the records give,
-and neither command imports the job model."""
+"""`labq nodes`, `labq share`, `labq prio` and `labq show` read jobs as views (store/jobview.py,
+ThinReader.on_node, active_views, job_view) instead of model.Job records (issue 39 item 4): what they print
+from them is what the records give, and none imports the job model (nor prio the planner or the config
+once the client settings cache holds its weights: tests/unit/test_prio_books.py)."""
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from labq.scheduler.jobs import states
 from labq.scheduler.store.keys import Keys
 from tests.harness import ROOT, BudgetBench, push
 
-MODEL = re.compile(r"\|\s+(labq\.scheduler\.jobs\.model|dataclasses)$", re.M)
+MODEL = re.compile(r"\|\s+(labq\.scheduler\.(jobs\.model|policy|settings\.config)|dataclasses|tomllib)$", re.M)
 
 
 def _running(bench, **body) -> int:
@@ -37,6 +38,7 @@ def test_nodes_and_share_read_running_jobs_as_the_records_give_them(redis_server
     bench.run_job(20)
     jid = _running(bench)
     _running(bench, gpus=0, cpus=1)
+    held = _running(bench, hold=True)
     env = {**os.environ, "LABQ_REDIS_URL": redis_server.url, "PYTHONPATH": ROOT,
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
     env.pop("LABQ_CONFIG", None)
@@ -46,6 +48,9 @@ def test_nodes_and_share_read_running_jobs_as_the_records_give_them(redis_server
     assert [j.id for j in views] == [j.id for j in records if j.state in states.ON_NODE] and jid in [j.id for j in
                                                                                                   views]
     now = time.time()
+    for view, record in zip(views + [c.read.job_view(held)], records):
+        assert render.job_dict(view, now) == render.job_dict(record, now)
+    assert [j.id for j in c.resolve(str(jid), views=True)] == [jid] and c.resolve("999999", views=True) == []
     for n in c.read.nodes():
         assert render.node_dict(n, views) == render.node_dict(n, records)
     usage = c.fairshare(now, views, 3600.0)
@@ -60,7 +65,10 @@ def test_nodes_and_share_read_running_jobs_as_the_records_give_them(redis_server
 
     assert str(jid) in json.loads(labq("nodes", "--json").stdout)[0]["jobs"]
     labq("share")       # the first fills the client settings cache with the shares (clientcache.books)
-    for argv, shown in ((["nodes"], "n1 "), (["share"], "eta ")):
+    assert [j["job_id"] for j in json.loads(labq("prio", "--json").stdout)["jobs"]] == [held] == \
+        [j.id for j in c.read.active_views() if j.state == states.PENDING]
+    for argv, shown in ((["nodes"], "n1 "), (["share"], "eta "), (["prio"], f"{held} "), (["show", str(jid)], "state: R\n"),
+                        (["show", str(held), "--json"], '"Held"')):
         p = labq(*argv)
         assert shown in p.stdout, p.stdout
         assert not MODEL.findall(p.stderr), (argv, sorted(set(MODEL.findall(p.stderr))))

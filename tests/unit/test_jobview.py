@@ -25,6 +25,7 @@ JOBS = [
         exit_code=3, end_time=80.0, attempts=(RUN, ENDED), scripted=True, reason=states.PRIORITY),
     Job(9, "dan", "eta", array_id=7, array_index=2, array_count=4, held=True, reason=states.HELD),
     Job(7, "dan", "eta", array_id=7, array_runs=((3, 9, 2), (12, 12, 1)), state=states.CANCELLED),
+    Job(30, "dan", "eta", array_id=27, array_index=3, array_runs=((3, 9, 2), (12, 12, 1)), state=states.CANCELLED),
     Job(11, "erin", "eta", est=60, learned_est=50, learned_basis="p75", warn_signal=("USR1", 60), deadline=99.0,
         preemptible=False, requeue=False, umask=0o077, export="ALL", preempt_count=1, borrowed=True),
 ]
@@ -55,6 +56,11 @@ def test_a_view_has_every_value_the_model_has(job):
     assert len(view.attempts) == len(model.attempts)
     for va, ma in zip(view.attempts, model.attempts):
         _same(va, ma, [f.name for f in fields(Attempt)])
+    for index in range(15):     # model.Job.task_at: a task of an array_runs record (`show A_5` after `del A`)
+        got, want = view.task_at(index), model.task_at(index)
+        assert (got is None) == (want is None), index
+        if want is not None:
+            _same(got, want, [f.name for f in fields(Job) if f.name != "attempts"] + ["display_id", "task_count"])
     assert (view.current is None) == (model.current is None)
     if model.current is not None:
         _same(view.current, model.current, [f.name for f in fields(Attempt)])
@@ -76,3 +82,11 @@ def test_the_usage_dict_is_each_attempts_own():
     a, b = jobview.loads(text), jobview.loads(text)
     a.attempts[0].usage["x"] = 1
     assert b.attempts[0].usage == {} == codec.loads(text).attempts[0].usage
+
+
+def test_a_replaced_view_is_a_copy_with_the_changes():
+    """privateview.with_script gives `labq show --json` its owner's script so."""
+    view = jobview.loads(codec.dumps(JOBS[2]))
+    got = view.replaced(script="#!/bin/sh\n")
+    assert (got.script, got.id, got.attempts, got.has_script) == ("#!/bin/sh\n", 3, view.attempts, True)
+    assert view.script is None
