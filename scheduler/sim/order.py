@@ -108,7 +108,7 @@ class SubmitOrder(Order):
         leave = (self.leave,) if leave is None else leave
         few = self._few(latest, t) if isinstance(latest, dict) else None    # (easy._Late: many shapes, asked lazily)
         if few is not None:
-            yield from map(jobs.__getitem__, ids_but(few, *leave))
+            yield from map(jobs.__getitem__, ids_but(few, *leave, at=2))
             return
         for i in ids_but(self.fifo, *leave):    # a spent budget's jobs passed over in C
             s, span = keys[i]
@@ -117,7 +117,7 @@ class SubmitOrder(Order):
                 yield jobs[i]
 
     def _few(self, latest: dict, t: float) -> list | None:
-        """The (submit time, id) of every job `fitting` yields, in order, found from each shape's
+        """The by_shape entries (span, submit time, id) of every job `fitting` yields, in its order, found from each shape's
         jobs by span (Queue.by_shape) when they are few against the queue; None when they are not
         (then the walk in submit order meets the first of them soon). On a deep queue whose room fits
         only short runs of a few shapes, the walk read the whole queue for each window."""
@@ -135,14 +135,17 @@ class SubmitOrder(Order):
                 n -= 1
             if len(out) + n > most:
                 return None
-            out.extend((submit, i) for _, submit, i in mine[:n])
-        out.sort()
+            out += mine[:n]
+        out.sort(key=_SUBMITTED)       # (in C: a shape's prefix can be thousands of jobs)
         return out
 
 
-def ids_but(keys: Iterable, *leave):
-    """The ids of sorted (…, id) `keys` but those in the sets `leave`, lazily."""
-    ids: Iterator[int] = map(itemgetter(1), keys)
+_SUBMITTED = itemgetter(1, 2)
+
+
+def ids_but(keys: Iterable, *leave, at: int = 1):
+    """The ids of sorted `keys` (the id at `at`) but those in the sets `leave`, lazily."""
+    ids: Iterator[int] = map(itemgetter(at), keys)
     for ids_out in leave:
         if ids_out:
             ids = filterfalse(ids_out.__contains__, ids)
