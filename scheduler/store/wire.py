@@ -11,6 +11,10 @@ reads handle a failover; not TLS; not fakeredis), nothing unread in redis-py's b
 plain (str, bytes, int, float). Anything else goes through redis-py as before. What a caller
 sees is what redis-py gives: the same replies (response callbacks applied), the same exceptions (an
 error reply parsed by the connection's parser; a connection lost while watching is a WatchError)."""
+import os
+import threading
+import weakref
+
 import redis
 from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.connection import Connection, UnixDomainSocketConnection
@@ -153,23 +157,61 @@ def call(r: redis.Redis, cmds: list[tuple], decode: bool = True, raise_on_error:
     A tick's reads (the lease, the requests waiting, the nodes, the state file's figures, the wait
     for a wake-up) each cost ~100 µs of redis-py a round trip, a third of the fixed cost per batch."""
     pool = r.connection_pool
-    c = pool.get_connection()
-    try:
-        if not _usable(c, [(cmd, None) for cmd in cmds]):
-            return None
+    kept = _kept(pool)
+    if not kept.lock.acquire(blocking=False):      # another thread is on it: a connection of the pool's
+        c = pool.get_connection()
         try:
-            got = _exchange(c, cmds, decode)
-        except _LOST:
-            c.disconnect()
-            return None
-        if not raise_on_error:
-            return [_error(c, x) if isinstance(x, RespError) else x for x in got]
-        bad = next((x for x in got if isinstance(x, RespError)), None)
-        if bad is not None:
-            raise _error(c, bad)
+            return _call(c, cmds, decode, raise_on_error)
+        finally:
+            pool.release(c)
+    try:
+        if kept.c is None:
+            kept.c = pool.get_connection()
+        c, got = kept.c, None
+        try:
+            got = _call(c, cmds, decode, raise_on_error)
+        finally:
+            if got is None or c._sock is None:   # lost, or not for this path: the pool's again
+                kept.c = None
+                pool.release(c)
         return got
     finally:
-        pool.release(c)
+        kept.lock.release()
+
+
+class _Kept:
+    """The connection wire.call keeps out of its pool between calls: a checkout was ~30 µs of
+    redis-py (a poll of the socket for stray bytes, its decorators), five or six a tick."""
+
+    def __init__(self):
+        self.pid, self.c, self.lock = os.getpid(), None, threading.Lock()
+
+
+_KEPTS: "weakref.WeakKeyDictionary[object, _Kept]" = weakref.WeakKeyDictionary()
+
+
+def _kept(pool) -> _Kept:
+    """This process's kept connection of `pool` (a child after a fork takes its own)."""
+    k = _KEPTS.get(pool)
+    if k is None or k.pid != os.getpid():
+        k = _KEPTS[pool] = _Kept()
+    return k
+
+
+def _call(c, cmds: list[tuple], decode: bool, raise_on_error: bool) -> list | None:
+    if not _usable(c, [(cmd, None) for cmd in cmds]):
+        return None
+    try:
+        got = _exchange(c, cmds, decode)
+    except _LOST:
+        c.disconnect()
+        return None
+    if not raise_on_error:
+        return [_error(c, x) if isinstance(x, RespError) else x for x in got]
+    bad = next((x for x in got if isinstance(x, RespError)), None)
+    if bad is not None:
+        raise _error(c, bad)
+    return got
 
 
 def watch_get(p, key: str):
