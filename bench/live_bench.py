@@ -15,6 +15,7 @@ processes, and a queue that changes while it is measured.
   child, user + system), min and median of several runs.
 
     .venv/bin/python bench/live_bench.py [--quick]     # prints the rows (bench/run.py puts them in RESULTS.md)
+    .venv/bin/python bench/live_bench.py --drains 3    # the three drains only, 3 times on one stack, and each fit
 """
 import json
 import os
@@ -218,9 +219,32 @@ def run(bs, quick: bool) -> list[Row]:
     return rows
 
 
+def drains_only(bs, reps: int) -> None:
+    """The three drains `reps` times on one stack (the queue grows by 10,000 held jobs each time), each
+    fit printed, then the least of each cost: where a change to the intake is compared before and after."""
+    fits = []
+    for rep in range(reps):
+        ds = [drain(bs, 1, 100), drain(bs, 20, 25), drain(bs, 100, (SINGLES - 600) // 100)]
+        print(f"run {rep + 1}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        for d in ds:
+            print(f"  {d['clients']:>3} clients: {d['rate']:,.0f} requests/s, scheduler CPU {d['cpu']:.2f} s = "
+                  f"{d['cpu'] * 1e6 / d['requests']:.0f} µs a request, {d['batches']} batches", flush=True)
+        fit = split(ds)
+        if fit is not None:
+            fits.append(fit)
+            print(f"  fit: {fit[0] * 1e6:.0f} µs per request, {fit[1] * 1e3:.2f} ms per batch", flush=True)
+    if fits:
+        print(f"min of {len(fits)}: {min(f[0] for f in fits) * 1e6:.0f} µs per request, "
+              f"{min(f[1] for f in fits) * 1e3:.2f} ms per batch")
+
+
 def main() -> int:
     quick = "--quick" in sys.argv
     with BenchStack(slots=4, max_pending=200_000) as bs:
+        if "--drains" in sys.argv:
+            compiled()
+            drains_only(bs, int(sys.argv[sys.argv.index("--drains") + 1]))
+            return 0
         for r in run(bs, quick):
             print(f"{r.name:<70} {r.measured():>14}  {r.target_text():>10}  {r.result()}\n    {r.note}", flush=True)
     return 0
