@@ -9,6 +9,7 @@ import gc
 import io
 import time
 from collections import namedtuple
+from functools import partial
 from itertools import repeat
 from operator import add, floordiv, itemgetter, mod, truediv
 
@@ -54,7 +55,8 @@ def run(ctx, start, end, since, until, job_ids, user, allusers, account, state, 
         # The thin client (no redis-py: ~0.1 s of start-up); no garbage collection: this process makes
         # ~100k tuples and strings that all live until it exits, and each pass would walk them all.
         gc.disable()
-        return _table(_table_rows(ctx, lo, hi, user, account, wanted, picked if job_ids else None), fmt, noheader)
+        return _table(_table_rows(ctx, lo, hi, user, account, wanted, picked if job_ids else None), fmt, noheader,
+                      currency=ctx.thin.currency)
     read = ctx.client.read
     # Archived jobs come as compact rows (store/acctrows.py), the recent ones as records.
     jobs = [j for j in read.acct_rows(lo, hi, user, account) if (not wanted or j.state in wanted) and picked(j)]
@@ -68,7 +70,8 @@ def run(ctx, start, end, since, until, job_ids, user, allusers, account, state, 
         return echo_json([{**render.job_dict(j), "committed_cost": committed[j.id] / MICRO,
                            "final_cost": j.cost / MICRO} for j in _records(read, jobs)])
     fields = slurmfmt.sacct_fields(slurmfmt.DEFAULT_SACCT if fmt in _OUTPUTS else fmt)
-    extra = {j.id: {"cost": fmt_money(j.cost), "committed": fmt_money(committed[j.id])} for j in jobs}
+    m = partial(fmt_money, currency=ctx.cfg.rates.currency)
+    extra = {j.id: {"cost": m(j.cost), "committed": m(committed[j.id])} for j in jobs}
     sep = "|" if parsable or parsable2 else None
     out = slurmfmt.sacct(fields, jobs, extra, header=not noheader, sep=sep, trailing=parsable)
     return echo(out) if out else None
@@ -107,9 +110,11 @@ def _duplicates(ctx, jobs: list, fmt, as_json, sep, trailing, noheader):
         return echo_json([{**render.job_dict(v), "attempt": v.restart_count + 1 if v.attempts else None,
                            "committed_cost": c / MICRO, "final_cost": v.cost / MICRO} for v, c in zip(rows, committed)])
     if fmt in ("table", "csv") and sep is None:
-        return _table(acctdup.table_rows(rows, committed), fmt, noheader, per_attempt=True)
+        return _table(acctdup.table_rows(rows, committed), fmt, noheader, per_attempt=True,
+                      currency=ctx.cfg.rates.currency)
     fields = slurmfmt.sacct_fields(slurmfmt.DEFAULT_SACCT if fmt in _OUTPUTS else fmt)
-    extra = [{"cost": fmt_money(v.cost), "committed": fmt_money(c), "state": acctdup.LONG.get(v.state, "")}
+    m = partial(fmt_money, currency=ctx.cfg.rates.currency)
+    extra = [{"cost": m(v.cost), "committed": m(c), "state": acctdup.LONG.get(v.state, "")}
              for v, c in zip(rows, committed)]
     out = slurmfmt.sacct(fields, rows, extra, header=not noheader, sep=sep, trailing=trailing)
     return echo(out) if out else None
@@ -164,7 +169,7 @@ def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
     return rows
 
 
-def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = False) -> None:
+def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = False, *, currency: str) -> None:
     """The table (or CSV) of `rows` (_table_rows). A month of a busy lab is ~100k rows: the work is
     done column by column: each distinct value formatted (and padded) once, the rest in C (map,
     zip, join), no object per row."""
@@ -183,7 +188,8 @@ def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = Fals
     # (values, {distinct value: its cell}) of each column after JOBID
     cells = [(names, _texts(names)), (users, _texts(users)), (accts, _texts(accts)), (sts, _texts(sts)), exits,
              (starts, _stamps(starts, heads)), (ends, _stamps(ends, heads)), (els, _durations(els)),
-             (gpus, _texts(gpus)), (natts, _texts(natts)), (comms, _money(comms, as_csv)), (costs, _money(costs, as_csv))]
+             (gpus, _texts(gpus)), (natts, _texts(natts)), (comms, _money(comms, as_csv, currency)),
+             (costs, _money(costs, as_csv, currency))]
     if as_csv:
         out = io.StringIO()
         w = csv.writer(out)
@@ -205,7 +211,7 @@ def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = Fals
     if lines:
         echo("\n".join(lines))
     if not noheader:
-        echo(f"{n} {'attempts' if per_attempt else 'jobs'}, total cost {fmt_money(sum(costs))}")
+        echo(f"{n} {'attempts' if per_attempt else 'jobs'}, total cost {fmt_money(sum(costs), currency=currency)}")
 
 
 def _texts(values) -> dict:
@@ -215,13 +221,13 @@ def _texts(values) -> dict:
 # The formatters below take a column's distinct values and make each one's text with map() over
 # C functions (int, divmod's halves, dict lookups, str concatenation) instead of a Python call per
 # value: a month of a busy lab has ~100k distinct costs, times and run times.
-def _money(values, as_csv: bool) -> dict:
+def _money(values, as_csv: bool, currency: str) -> dict:
     if as_csv:
         return {m: f"{m / MICRO:.6f}" for m in set(values)}
-    sym, distinct = currency_symbol(), set(values)
+    sym, distinct = currency_symbol(currency), set(values)
     common = list(filter((10_000).__le__, distinct)) if sym else []     # $1,234.56: the usual case
     out = dict(zip(common, map(add, repeat(sym), map(format, map(truediv, common, repeat(MICRO)), repeat(",.2f")))))
-    out.update((m, fmt_money(m)) for m in distinct.difference(common))   # fmt_money's own text for the rest
+    out.update((m, fmt_money(m, currency=currency)) for m in distinct.difference(common))   # fmt_money's own text for the rest
     return out
 
 

@@ -1,6 +1,7 @@
 """`labq budget` (the balances) and `labq alerts` without click: from the fast path (fast.py) or
 click's (budgetcmd.py, whose group also has `set` and `override`)."""
 import json
+from functools import partial
 
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_money, unit_name
@@ -31,14 +32,16 @@ def show(ctx, period, as_json) -> None:
     if period is not None and not bals and books["budgets"]:
         raise UsageError(f"--period: no budget has a period named {period!r} (expected like 2026-11, 2026-Q4, 2026-W47)")
     recent = c.read.alerts(2000)
-    ds = [render.budget_dict(b, books["budgets"], budget_alerts(recent, b.name, b.period)) for b in bals]
+    cur = books["currency"]
+    ds = [render.budget_dict(b, books["budgets"], cur, budget_alerts(recent, b.name, b.period)) for b in bals]
     if as_json:
         return echo_json(ds)
     if not bals:
         return echo(f"no budgets configured ({books['source']})")
-    rows = [[b.name, b.period or "-", unit_name(b.unit), fmt_money(b.limit, b.unit),
-             fmt_money(b.overrides, b.unit) if b.overrides else "-", fmt_money(b.spent, b.unit),
-             fmt_money(b.accrued, b.unit), fmt_money(b.committed, b.unit), fmt_money(b.available, b.unit),
+    m = partial(fmt_money, currency=cur)
+    rows = [[b.name, b.period or "-", unit_name(b.unit, cur), m(b.limit, b.unit),
+             m(b.overrides, b.unit) if b.overrides else "-", m(b.spent, b.unit),
+             m(b.accrued, b.unit), m(b.committed, b.unit), m(b.available, b.unit),
              ",".join(sorted({a["kind"] for a in d["alerts"]})) or "-"] for b, d in zip(bals, ds)]
     echo(statview.table(rows, ["BUDGET", "PERIOD", "UNIT", "LIMIT", "OVERRIDE", "SPENT", "ACCRUED",
                                "COMMITTED", "AVAILABLE", "ALERTS"]))

@@ -42,8 +42,8 @@ def budget_set(ctx, name, limit, reset):
         raise UsageError("budget set: give --limit AMOUNT or --reset")
     body = {"budget": name, "reset": True} if reset else {"budget": name, "limit": _amount(limit, "--limit")}
     r = ctx.client.books("budget_set", body)
-    click.echo(f"budget {name}: limit {fmt_money(round(r['prev'] * 1e6), r['unit'])} -> "
-               f"{fmt_money(round(r['limit'] * 1e6), r['unit'])}")
+    click.echo(f"budget {name}: limit {_money(ctx, round(r['prev'] * 1e6), r['unit'])} -> "
+               f"{_money(ctx, round(r['limit'] * 1e6), r['unit'])}")
 
 
 @budget.command("override")
@@ -65,7 +65,7 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
         if as_json:
             return echo_json([{**o.__dict__, "amount": o.amount / 1e6, "active": o.active(now)} for o in os_])
         units = {b.name: b.unit for b in ctx.cfg.budgets}
-        rows = [[o.id, o.budget, fmt_money(o.amount, units.get(o.budget, "usd")),
+        rows = [[o.id, o.budget, _money(ctx, o.amount, units.get(o.budget, "usd")),
                  o.state if o.state != "active" or o.active(now) else "expiring", o.approver, o.by, core.ts_text(o.created),
                  core.ts_text(o.ended or o.expires), o.reason] for o in os_]
         return click.echo(statview.table(rows, ["ID", "BUDGET", "AMOUNT", "STATE", "APPROVER", "BY", "CREATED",
@@ -83,7 +83,7 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
     o = r["override"]
     if as_json:
         return echo_json(o)
-    click.echo(f"override {o['id']} on budget {name}: +{fmt_money(o['amount'], r['unit'])} until {core.ts_text(o['expires'])}")
+    click.echo(f"override {o['id']} on budget {name}: +{_money(ctx, o['amount'], r['unit'])} until {core.ts_text(o['expires'])}")
 
 
 @click.command()
@@ -92,3 +92,8 @@ def budget_override(ctx, name, amount, approver, expires, reason, listing, revok
 def alerts(ctx, name, since, count, as_json):
     """Alerts: budget warnings, forecast overruns, exhaustion, overrides, and the agents' (idle GPUs, …)."""
     core.alerts(ctx, name, since, count, as_json)
+
+
+def _money(ctx, micro: int, unit: str) -> str:
+    """Money as the scheduler's books are kept, in the config's currency."""
+    return fmt_money(micro, unit, currency=ctx.cfg.rates.currency)

@@ -67,7 +67,7 @@ def thin_client(config):
 
     from .out import config_source, url_or_default
     s = client_settings(*config_source(config))
-    client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"])
+    client = ThinClient(url_or_default(s["redis_url"]), s["prefix"], security=s["security"], currency=s["currency"])
     client.limits, client.allow_volatile = s["limits"], s["allow_volatile"]
     # Archived jobs, opened on a miss; asked of the scheduler where this user cannot open the archive.
     # Where the archive is: the configured history.url, else what the scheduler published in Redis.

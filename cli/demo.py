@@ -6,12 +6,13 @@ import shutil
 import sys
 import tempfile
 import time
+from functools import partial
 
 import click
 
 from labq.scheduler.jobs import states
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.units import fmt_money
+from labq.scheduler.units import fmt_money as money
 
 from . import render, statview
 from .embedded import ROOT, Stack
@@ -138,6 +139,7 @@ def _watch(client, ids, timeout=900):
 
 
 def _report(client, ids, checkpoints):
+    fmt_money = partial(money, currency=client.currency)
     jobs = sorted(client.read.jobs(ids), key=lambda j: j.id)
     waves = waves_of(jobs)
     click.echo(f"\n{len(waves)} waves (never more than 4 running): " + "  ".join(f"{w}" for w in waves))

@@ -7,6 +7,7 @@ import gc
 import os
 import sys
 import time
+from functools import partial
 
 from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs import states
@@ -54,7 +55,8 @@ def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=No
         rows, names = c.read.stat_rows()
         nodes = c.read.nodes(names)
     if rows is not None:       # the index: pre-rendered rows (statrows.py)
-        text = statview.rows_table(statview.rows_cells(statview.select(rows, user, account, wanted, picked), now, expand))
+        text = statview.rows_table(statview.rows_cells(statview.select(rows, user, account, wanted, picked), now, expand),
+                                   c.currency)
         capacity = None if noheader else statview.rows_capacity(nodes, rows)
     else:                      # the records: --json, -o, or rows not (yet) kept for every active job
         jobs = c.read.active()
@@ -67,9 +69,9 @@ def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=No
         pairs = [(j.display_id, j) for j in shown] if expand else statview.compact(shown)
         if fmt:
             from . import slurmfmt
-            return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader))
+            return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader, currency=c.currency))
         from . import render
-        text = statview.table([render.stat_row(j, now, label) for label, j in pairs], statview.STAT_HEADERS)
+        text = statview.table([render.stat_row(j, now, label, c.currency) for label, j in pairs], statview.STAT_HEADERS)
         if nodes is None:
             nodes = c.read.nodes()
         capacity = None if noheader else statview.capacity_line(nodes, jobs)
@@ -133,8 +135,8 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     if script or env:
         return privateview.show(c, found[0], script, env)     # an array's tasks share them
     if len(found) > 1:
-        return _show_array(found, as_json)
-    j = found[0]
+        return _show_array(found, as_json, c.currency)
+    j, money = found[0], partial(fmt_money, currency=c.currency)
     d = render.job_dict(privateview.with_script(c, j) if as_json else j)
     if as_json:
         return echo_json(d)
@@ -147,7 +149,7 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
              + (f", max wait {fmt_duration(j.max_wait)}" if j.max_wait is not None else ""),
              f"  command: {' '.join(d['command'])}", f"  workdir: {j.workdir}", f"  output: {out_path(j)}",
              f"  submitted {ts(j.submit_time)}, started {ts(j.start_time)}, ended {ts(j.end_time)}",
-             f"  restarts: {j.restart_count}  exit code: {statview.exit_code(j) or '-'}  cost: {fmt_money(round(d['cost'] * MICRO))}"]
+             f"  restarts: {j.restart_count}  exit code: {statview.exit_code(j) or '-'}  cost: {money(round(d['cost'] * MICRO))}"]
     if j.learned_est:
         lines.append(f"  estimated run time {fmt_duration(j.learned_est)} ({j.learned_basis})")
     if j.deps:
@@ -165,11 +167,11 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
                      + (f"; eligible again {ts(j.eligible_time)}" if j.state == states.PENDING and j.eligible_time
                         else ""))
     if j.commit:
-        lines.append("  committed: " + ", ".join(f"{b} {fmt_money(m)}" for b, m in j.commit))
+        lines.append("  committed: " + ", ".join(f"{b} {money(m)}" for b, m in j.commit))
     for a in j.attempts:
         lines.append(f"  attempt {a.attempt}: node {a.node} gpus {','.join(a.gpus) or '-'} "
                      f"{ts(a.start_time or a.dispatch_time)} → {ts(a.end_time)} {a.outcome or 'running'}"
-                     f" exit {statview.code_signal(a.exit_code) or '-'} cost {fmt_money(a.cost)}"
+                     f" exit {statview.code_signal(a.exit_code) or '-'} cost {money(a.cost)}"
                      + (f" cpu {a.usage.get('cpu_s', 0):.1f}s" if a.usage else "")
                      + (f" last checkpoint {ts(a.last_checkpoint)}" if a.last_checkpoint else "")
                      + (f" lost work {a.lost_work_s:.0f}s" if a.lost_work_s else ""))
@@ -221,7 +223,7 @@ def _run_shown(c, run) -> list[str]:
     return out
 
 
-def _show_array(tasks, as_json):
+def _show_array(tasks, as_json, currency: str):
     """An array parent: its request once, and how many tasks are in each state (ids compact)."""
     from . import render
     now, first = time.time(), tasks[0]
@@ -242,7 +244,7 @@ def _show_array(tasks, as_json):
              f"time limit {fmt_duration(first.time_limit)}"]
     lines += [f"  {states.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(statview.compact_ids(ids))}"
               for s, ids in by_state.items()]
-    lines.append(f"  cost so far: {fmt_money(cost)}")
+    lines.append(f"  cost so far: {fmt_money(cost, currency=currency)}")
     echo("\n".join(lines))
 
 

@@ -3,7 +3,7 @@ import time
 
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.hostlist import compact as compact_nodes
-from labq.scheduler.units import MICRO, accrue, currency_code, fmt_duration, fmt_money, fmt_size
+from labq.scheduler.units import MICRO, accrue, fmt_duration, fmt_money, fmt_size
 
 
 def usage_text(u: dict) -> str:
@@ -96,11 +96,11 @@ def elapsed(j, now: float) -> float:
     return total
 
 
-def stat_row(j, now: float, shown: str | None = None):
+def stat_row(j, now: float, shown: str | None = None, currency: str = "USD"):
     node = compact_nodes([n for n, _ in j.parts]) if j.parts else j.node
     where = node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else node or ""
     return [shown or j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
-            j.total_gpus, fmt_money(j.cost + running_cost(j, now)), j.nodes, where]
+            j.total_gpus, fmt_money(j.cost + running_cost(j, now), currency=currency), j.nodes, where]
 
 
 def node_dict(n, jobs) -> dict:
@@ -115,11 +115,11 @@ def node_dict(n, jobs) -> dict:
                                                           "in_use": g.uuid in used} for g in n.gpus]}
 
 
-def budget_dict(b, budgets, alerts=()) -> dict:
+def budget_dict(b, budgets, currency: str, alerts=()) -> dict:
     """`b` a balance (money/balance.Balance); `budgets` the config's as clientcache.books keeps them;
     `alerts` the alert stream entries of this budget in this period (cli/budget.py)."""
     spec = next(x for x in budgets if x["name"] == b.name)
-    return {"name": b.name, "unit": b.unit, "currency": currency_code() if b.unit == "usd" else None,
+    return {"name": b.name, "unit": b.unit, "currency": currency.upper() if b.unit == "usd" else None,
             "limit": b.limit / MICRO, "spent": b.spent / MICRO,
             "accrued": b.accrued / MICRO, "committed": b.committed / MICRO, "available": b.available / MICRO,
             "reserve": spec["reserve"], "account": spec["account"] or None, "project": spec["project"] or None,

@@ -47,7 +47,7 @@ def row(rep: dict) -> tuple:
     return (rep["policy"], fmt_duration(rep["makespan_s"]), "n/a" if util is None else f"{util:.1%}",
             fmt_duration(w["mean"]), fmt_duration(w["p50"]), fmt_duration(w["p95"]),
             fmt_duration(rep["completion_time_s"]["mean"]), f"{rep['bounded_slowdown']['mean']:,.2f}",
-            fmt_money(round(rep["cost"] * 1e6)), f"{rep['wall_s']:.1f} s")
+            fmt_money(round(rep["cost"] * 1e6), currency=rep["currency"]), f"{rep['wall_s']:.1f} s")
 
 
 def show(trace_name: str, rows, as_json: bool, plot_path: str | None) -> None:

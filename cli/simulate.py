@@ -251,7 +251,7 @@ def fits(trace: str, jobs, groups, nodes, gpus_column: str, drop: bool) -> None:
 def report_lines(rep: dict) -> list[str]:
     """The report as aligned lines (labq simulate, labq plan --file)."""
     c, j = rep["cluster"], rep["jobs"]
-    money = lambda v: fmt_money(round(v * 1e6))   # noqa: E731
+    money = lambda v: fmt_money(round(v * 1e6), currency=rep["currency"])   # noqa: E731
     w = rep["wait_s"]
     util = rep["utilisation"]
     lines = []

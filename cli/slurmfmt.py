@@ -76,12 +76,12 @@ SQUEUE = {
     "e": ("END_TIME", lambda j, now, shown: _ts(j.end_time)),
     "Z": ("WORK_DIR", lambda j, now, shown: j.workdir),
     "o": ("COMMAND", lambda j, now, shown: " ".join(j.argv) if not j.has_script else "<script>"),
-    "$": ("COST", lambda j, now, shown: fmt_money(j.cost + render.running_cost(j, now))),
+    "$": ("COST", None),       # squeue() fills it in: money is printed in the client's currency
 }
 _FIELD = re.compile(r"%(\.?)(\d*)([A-Za-z$%])")
 
 
-def squeue(fmt: str, rows, now: float, header: bool = True) -> str:
+def squeue(fmt: str, rows, now: float, header: bool = True, currency: str = "USD") -> str:
     """`rows`: (shown id, job) pairs. Fields `%[.][width]X`: `.` right-aligns; a width truncates
     and pads, as squeue does; other text is copied."""
     parts, pos = [], 0
@@ -108,8 +108,10 @@ def squeue(fmt: str, rows, now: float, header: bool = True) -> str:
             out.append(v if width is None else (v[:width].rjust(width) if right else v[:width].ljust(width)))
         return "".join(out).rstrip()
 
-    lines = [line(lambda k: SQUEUE[k][0])] if header else []
-    lines += [line(lambda k, j=j, s=s: str(SQUEUE[k][1](j, now, s))) for s, j in rows]
+    fields = {**SQUEUE, "$": ("COST", lambda j, now, shown: fmt_money(j.cost + render.running_cost(j, now),
+                                                                   currency=currency))}
+    lines = [line(lambda k: fields[k][0])] if header else []
+    lines += [line(lambda k, j=j, s=s: str(fields[k][1](j, now, s))) for s, j in rows]
     return "\n".join(lines)
 
 

@@ -116,7 +116,7 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
     body = build_body(opts, argv, script, getattr(client, "limits", None))
     reply = client.submit(body)
     if reply.get("test_only"):
-        return print_test_only(reply, opts)
+        return print_test_only(reply, opts, client.currency)
     if opts["as_json"]:
         echo_json(reply)
     elif opts["parsable"]:
@@ -327,14 +327,14 @@ def _retry_and_limits(opts, body: dict) -> None:
         body["checkpoint_exit_code"] = bounds.integer("--checkpoint-exit-code", opts["checkpoint_exit_code"], 1, 255)
 
 
-def print_test_only(reply, opts):
+def print_test_only(reply, opts, currency: str = "USD"):
     if opts["as_json"]:
         return echo_json(reply)
-    rate = units.fmt_money(round(reply["cost_per_hour"] * units.MICRO))
+    rate = units.fmt_money(round(reply["cost_per_hour"] * units.MICRO), currency=currency)
     echo(f"forecast: {reply['forecast_text']} at {rate}/h for the time limit")
     for b in reply["budgets"]:
-        echo(f"budget {b['budget']}: commits {units.fmt_money(round(b['forecast'] * units.MICRO), b['unit'])}, "
-             f"available after: {units.fmt_money(round(b['available_after'] * units.MICRO), b['unit'])}")
+        m = lambda v, unit=b["unit"]: units.fmt_money(round(v * units.MICRO), unit, currency=currency)   # noqa: E731
+        echo(f"budget {b['budget']}: commits {m(b['forecast'])}, available after: {m(b['available_after'])}")
     est = reply.get("estimate")
     if est:
         echo(f"estimated run time {units.fmt_duration(est['seconds'])} ({est['basis']})" if est["seconds"]

@@ -1,5 +1,6 @@
 """`labq plan`: what-if for N identical jobs, or a list of different ones, before anything is submitted."""
 import os
+from functools import partial
 
 import click
 
@@ -81,10 +82,11 @@ def plan(ctx, count, path, gpus, gpus_per_node, cpus, mem, time_, job_nodes, nod
     click.echo("concurrency: " + ", ".join(f"{k} {'∞' if v is None else v}" for k, v in c.items() if k != "overall")
                + f" → {c['overall']} at once (bound by {w.binding})")
     click.echo(f"waves: {w.waves}   makespan: {fmt_duration(w.makespan_s)} (if every job uses its whole limit)")
-    click.echo(f"cost: {fmt_money(w.cost)} for {count} jobs")
+    m = partial(fmt_money, currency=cfg.rates.currency)
+    click.echo(f"cost: {m(w.cost)} for {count} jobs")
     if limit is not None:
-        click.echo(f"budget: {fmt_money(limit)}, left after: {fmt_money(w.budget_remaining)}; warn at "
-                   + ", ".join(f"{f:.0%} = {fmt_money(a)}" for f, a in w.warn_levels))
+        click.echo(f"budget: {m(limit)}, left after: {m(w.budget_remaining)}; warn at "
+                   + ", ".join(f"{f:.0%} = {m(a)}" for f, a in w.warn_levels))
 
 
 def _plan_file(ctx, path, nodes, budget, progress, as_json):
@@ -115,7 +117,7 @@ def _plan_file(ctx, path, nodes, budget, progress, as_json):
         click.echo(line)
     if name:
         b = rep["budget"]
-        amount = ((lambda v: fmt_money(round(v * 1e6))) if b["unit"] == "usd"
+        amount = ((lambda v: fmt_money(round(v * 1e6), currency=cfg.rates.currency)) if b["unit"] == "usd"
                   else (lambda v: f"{v:,.3f} {b['unit'].replace('_', '-')}"))
         click.echo(f"{'budget left':<15}{amount(b['left'])} of {amount(b['limit'])} ({name})"
                    + (f"; {b['held_jobs']:,} jobs waited for it" if b["held_jobs"] else ""))

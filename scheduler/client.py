@@ -14,6 +14,7 @@ from .thinclient import ClientBase, current_user
 class Client(ClientBase):
     def __init__(self, cfg: Config, url: str | None = None, user: str | None = None, r=None):
         self.cfg = cfg
+        self.currency = cfg.rates.currency      # money is printed in it (the thin client's: its settings')
         self.url = url or cfg.redis_url
         self.r = r if r is not None else conn.connect(self.url)
         self.k = Keys(cfg.prefix)

@@ -116,7 +116,7 @@ class ClientBase:
 
 
 class ThinClient(ClientBase):
-    def __init__(self, url: str, prefix: str = "labq", user: str | None = None, security=None):
+    def __init__(self, url: str, prefix: str = "labq", user: str | None = None, security=None, currency: str = "USD"):
         if not url:
             raise UnreachableError("no Redis URL: set redis.url in the config, or start `labq up`")
         self.url = url
@@ -124,6 +124,7 @@ class ThinClient(ClientBase):
         self.store = ThinStore(url, self.k)
         self.user = user or current_user()
         self.security = security or {"auth": "none"}
+        self.currency = currency        # rates.currency of the client settings: money is printed in it
         self.read = self.store.read
 
     # -- requests ------------------------------------------------------------------------------

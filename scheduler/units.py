@@ -166,33 +166,24 @@ def accrue(rate_per_hour: int, seconds: float) -> int:
     return rate_per_hour * max(0, int(seconds * 1000)) // MS_PER_HOUR
 
 
-# rates.currency: every amount of money labq prints is in it. Set where a config is read in
-# (config.load/loads/from_dict, clientcache.client_settings; never by a Config, so replace() writes
-# nothing), so the dozens of places that print money need not carry it; "usd" below is the budget
-# unit meaning "money", whatever the currency.
+# rates.currency: every amount of money labq prints is in it. Whoever prints money passes the currency
+# of the config it read (cfg.rates.currency, or the client settings' "currency"): there is no process-wide
+# currency (issue 40: a module global that reading a config wrote, and tests set back by hand). "usd"
+# below is the budget unit meaning "money", whatever the currency.
 _SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CNY": "¥", "INR": "₹", "KRW": "₩"}
-_currency = {"code": "USD"}
 
 
-def set_currency(code: str) -> None:
-    _currency["code"] = code.upper()
+def currency_symbol(currency: str) -> str:
+    return _SYMBOLS.get(currency.upper(), "")
 
 
-def currency_symbol() -> str:
-    return _SYMBOLS.get(_currency["code"], "")
-
-
-def currency_code() -> str:
-    return _currency["code"]
-
-
-def unit_name(unit: str) -> str:
+def unit_name(unit: str, currency: str) -> str:
     """A budget unit as shown (the budget table's UNIT, metrics' `unit` label): money is the
     currency's code in lower case ("usd" is the config's word for money, whatever the currency)."""
-    return _currency["code"].lower() if unit == "usd" else unit
+    return currency.lower() if unit == "usd" else unit
 
 
-def fmt_money(micro: int, unit: str = "usd") -> str:
+def fmt_money(micro: int, unit: str = "usd", *, currency: str) -> str:
     """Money, one rule: to the cent, with thousands separators, in the currency (`€1,234.50`, `€0.00`,
     `1.50 CHF`); an amount that is not zero but under half a cent is `<€0.01` (the exact amounts are
     in --json and CSV). Other units: `1.500 gpu-hours`."""
@@ -201,5 +192,5 @@ def fmt_money(micro: int, unit: str = "usd") -> str:
     text, sign = f"{abs(micro) / MICRO:,.2f}", "-" if micro < 0 else ""
     if micro and text == "0.00":
         text, sign = "0.01", ">-" if micro < 0 else "<"
-    sym = currency_symbol()
-    return f"{sign}{sym}{text}" if sym else f"{sign}{text} {_currency['code']}"
+    sym = currency_symbol(currency)
+    return f"{sign}{sym}{text}" if sym else f"{sign}{text} {currency.upper()}"

@@ -18,6 +18,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, Protocol
 
 from ..errors import RefusedError, UsageError
@@ -116,7 +117,8 @@ class Bookkeeper:
                 books.overrides.append(gone)
                 books.entries.append(Entry("override_expired", f"override:{o.id}:expired", o.budget, o.amount,
                                            (("id", str(o.id)),)))
-                raised.append(alerts.override_alert(gone, "override_expired", now, self._unit(o.budget)))
+                raised.append(alerts.override_alert(gone, "override_expired", now, self._unit(o.budget),
+                                                    currency=cfg.rates.currency))
         live = {**self.overrides, **{o.id: o for o in books.overrides}}
         budgets = self._effective(live.values(), now)
         spent = self.store.spent()
@@ -124,7 +126,7 @@ class Bookkeeper:
         now_spent = periods.spent_now(budgets, spent, now)
         running = [j for j in jobs.values() if j.state in states.ON_NODE]
         statuses = [budgetwatch.status(b, now_spent[b.name], running, now, periods.current(b, now)) for b in budgets]
-        raised += alerts.evaluate(statuses, self.fired, now)
+        raised += alerts.evaluate(statuses, self.fired, now, cfg.rates.currency)
         books.fired += [a.key for a in raised]
         stop = budgetwatch.stop(budgets, now_spent, running, replace(cfg, budgets=budgets), now,
                                 lead=cfg.tick + budgetwatch.CONTROL_POLL, protected=self._protected())
@@ -213,8 +215,8 @@ class Bookkeeper:
         key = f"limit:{b.name}:{now:.6f}:{self._seq}"
         entry = Entry("limit", key, b.name, new, (("prev", str(b.limit)), ("by", user)))
         books = Books(entries=[entry], limits=[(b.name, record)])
-        a = alerts.Alert(key, "limit", f"budget:{b.name}", "info",
-                         f"budget {b.name}: limit {fmt_money(b.limit, b.unit)} -> {fmt_money(new, b.unit)} by {user}",
+        m = partial(fmt_money, unit=b.unit, currency=self.base.rates.currency)
+        a = alerts.Alert(key, "limit", f"budget:{b.name}", "info", f"budget {b.name}: limit {m(b.limit)} -> {m(new)} by {user}",
                          now, {"budget": b.name, "limit": new / 1e6, "prev": b.limit / 1e6, "by": user})
         books.fired.append(key)
         return {"budget": b.name, "limit": new / 1e6, "prev": b.limit / 1e6, "unit": b.unit}, books, [a]
@@ -231,7 +233,7 @@ class Bookkeeper:
         entry = Entry("override", f"override:{oid}", b.name, amount,
                       (("id", str(oid)), ("approver", approver), ("reason", reason), ("by", user),
                        ("expires", str(o.expires))))
-        a = alerts.override_alert(o, "override", now, b.unit)
+        a = alerts.override_alert(o, "override", now, b.unit, currency=self.base.rates.currency)
         return {"override": o.__dict__, "unit": b.unit}, Books(entries=[entry], overrides=[o], fired=[a.key]), [a]
 
     def _budget_revoke(self, user: str, body: dict[str, Any], now: float) -> Done:
@@ -244,7 +246,8 @@ class Bookkeeper:
         gone = replace(o, state="revoked", ended=now)
         entry = Entry("override_revoked", f"override:{oid}:revoked", o.budget, o.amount,
                       (("id", str(oid)), ("by", user)))
-        a = alerts.override_alert(gone, "override_revoked", now, self._unit(o.budget), user)
+        a = alerts.override_alert(gone, "override_revoked", now, self._unit(o.budget), user,
+                                 currency=self.base.rates.currency)
         return {"override": gone.__dict__}, Books(entries=[entry], overrides=[gone], fired=[a.key]), [a]
 
     def _ledger_import(self, user: str, body: dict[str, Any], now: float) -> Done:

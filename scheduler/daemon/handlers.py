@@ -166,7 +166,7 @@ class Handlers:
                 "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
                 "estimate": estimate_dict(job, self.s.cfg), "start_from": start_basis(self.s.cfg),
                 "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
-                "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit))}
+                "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit), currency=self.s.cfg.rates.currency)}
 
     def starts(self, user: str, body: dict[str, Any], now: float) -> Change:
         """Expected starts of the pending jobs (`labq stat --start`), from the scheduler's own snapshot:

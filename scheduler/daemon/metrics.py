@@ -24,7 +24,8 @@ REFRESH = 2.0       # seconds between two computations of the gauges
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: int | None, rests=None) -> list:
+def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: int | None, rests=None, *,
+           currency: str) -> list:
     """[(name, help, [(labels dict, value)])] — pure: from the scheduler's view of one instant.
     `rests`: held arrays kept as one record each (jobs/rest.py), pending as many times as they hold tasks."""
     pending: Counter = Counter()
@@ -52,7 +53,7 @@ def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: i
     for b in budgets:
         label = periods.current(b, now)
         bal = ledger.balance(b, spent.get(b.name, 0), live, now, label, periods.span_at(b, now, label))
-        lab = {"budget": b.name, "unit": unit_name(b.unit), "period": label or "none"}
+        lab = {"budget": b.name, "unit": unit_name(b.unit, currency), "period": label or "none"}
         for k, v in (("limit", bal.limit + bal.overrides), ("spent", bal.spent + bal.accrued),
                      ("committed", bal.committed), ("available", bal.available)):
             budget_rows[k].append((lab, v / MICRO))
@@ -130,7 +131,7 @@ class Metrics:
             log.warning("metrics: %s", e)
             return
         self._gauges = gauges(list(sched.jobs.values()), sched.nodes, sched.cfg.budgets, spent, now,
-                              sched.leading, dead, getattr(sched, "rests", None))
+                              sched.leading, dead, getattr(sched, "rests", None), currency=sched.cfg.rates.currency)
 
     def close(self) -> None:
         self.server.shutdown()

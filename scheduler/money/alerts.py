@@ -60,11 +60,11 @@ def key(budget: str, period: str, kind: str) -> str:
     return f"{budget}|{period}|{kind}"
 
 
-def evaluate(statuses, fired, now: float) -> list[Alert]:
+def evaluate(statuses, fired, now: float, currency: str) -> list[Alert]:
     """The alerts that `statuses` raise and that are not in `fired` yet, in a stable order."""
     out = []
     for st in statuses:
-        for kind, level, text in _raised(st):
+        for kind, level, text in _raised(st, currency):
             k = key(st.budget, st.period, kind)
             if k in fired:
                 continue
@@ -78,8 +78,8 @@ def evaluate(statuses, fired, now: float) -> list[Alert]:
     return out
 
 
-def _raised(st: Status):
-    m = lambda v: fmt_money(v, st.unit)   # noqa: E731
+def _raised(st: Status, currency: str):
+    m = lambda v: fmt_money(v, st.unit, currency=currency)   # noqa: E731
     if st.limit <= 0 and st.used <= 0:
         return
     used = f"{m(st.spent)} spent + {m(st.accrued)} accruing of {m(st.limit)}"
@@ -93,11 +93,11 @@ def _raised(st: Status):
         yield "exhausted", "critical", f"exhausted ({used}); on_exhaust applies"
 
 
-def override_alert(o, kind: str, now: float, unit: str = "usd", who: str = "") -> Alert:
+def override_alert(o, kind: str, now: float, unit: str = "usd", who: str = "", *, currency: str) -> Alert:
     """`override` (granted), `override_expired` or `override_revoked`: one alert each, keyed by the override."""
-    verb = {"override": f"raised by {fmt_money(o.amount, unit)} until expiry",
-            "override_expired": f"override of {fmt_money(o.amount, unit)} expired",
-            "override_revoked": f"override of {fmt_money(o.amount, unit)} revoked by {who or '?'}"}[kind]
+    amount = fmt_money(o.amount, unit, currency=currency)
+    verb = {"override": f"raised by {amount} until expiry", "override_expired": f"override of {amount} expired",
+            "override_revoked": f"override of {amount} revoked by {who or '?'}"}[kind]
     return Alert(f"override:{o.id}:{kind}", kind, f"budget:{o.budget}", "info",
                  f"budget {o.budget}: {verb} (override {o.id}, approved by {o.approver}: {o.reason})", now,
                  {"budget": o.budget, "override": o.id, "amount": o.amount / 1e6, "approver": o.approver,

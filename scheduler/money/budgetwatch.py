@@ -18,6 +18,7 @@ it: lowering a limit below what running jobs were admitted under stops new start
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..jobs import states
@@ -70,8 +71,8 @@ def stop(budgets, spent: dict, running, cfg: Config, now: float, lead: float = 0
         st = status(b, spent.get(b.name, 0), live, now + lead)
         if not st.exhausted:
             continue
-        why = (f"budget {b.name} exhausted: {fmt_money(st.spent, b.unit)} spent + "
-               f"{fmt_money(st.accrued, b.unit)} accruing of {fmt_money(st.limit, b.unit)}")
+        m = partial(fmt_money, unit=b.unit, currency=cfg.rates.currency)
+        why = f"budget {b.name} exhausted: {m(st.spent)} spent + {m(st.accrued)} accruing of {m(st.limit)}"
         if b.on_exhaust == "cancel":
             for j in sorted(mine, key=lambda j: j.id):
                 cancels[j.id] = f"cancelled: {why} (on_exhaust = cancel)"

@@ -12,6 +12,7 @@ there. A long job thus holds each week only the week's share of its cost, not it
 every week it touches.
 """
 from collections.abc import Iterable, Sequence
+from functools import partial
 
 from ..jobs import states
 from ..jobs.model import Job, Node
@@ -33,6 +34,7 @@ class BudgetBook:
         they have committed), where the caller knows it already (the replay's parked.py sums it once
         per set of running attempts); the rest is summed here."""
         self.cfg, self.now = cfg, now
+        self.money = partial(fmt_money, currency=cfg.rates.currency)
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}
         self._on_nodes = running
         self._running: list[Job] | None = None
@@ -118,7 +120,7 @@ class BudgetBook:
             held = self._held(b, lab)
             if spent + held + need <= cap:
                 continue
-            detail = f"needs {fmt_money(need, b.unit)} in {lab}; " + self._state(b, lab, spent, held)
+            detail = f"needs {self.money(need, b.unit)} in {lab}; " + self._state(b, lab, spent, held)
             return (states.BUDGET_RESERVED if spent + need <= cap else states.BUDGET_EXHAUSTED), detail
         return None
 
@@ -130,9 +132,9 @@ class BudgetBook:
         if text is None:
             cap = self.caps[b.name]
             text = self.texts[key] = (
-                f"budget {b.name}{' ' + lab if lab else ''}: limit {fmt_money(b.limit, b.unit)} (reserve {b.reserve:.0%}),"
-                f" spent {fmt_money(spent, b.unit)}, committed {fmt_money(held, b.unit)},"
-                f" available {fmt_money(cap - spent - held, b.unit)}")
+                f"budget {b.name}{' ' + lab if lab else ''}: limit {self.money(b.limit, b.unit)} (reserve {b.reserve:.0%}),"
+                f" spent {self.money(spent, b.unit)}, committed {self.money(held, b.unit)},"
+                f" available {self.money(cap - spent - held, b.unit)}")
         return text
 
     def blocked(self, commit: Iterable[tuple[str, int]]) -> tuple[str, str] | None:
@@ -148,7 +150,7 @@ class BudgetBook:
             cap, spent, held = self.caps[name], self.spent[name], self.committed[name]
             if spent + held + need <= cap:
                 continue
-            detail = f"needs {fmt_money(need, b.unit)}; " + self._state(b, "", spent, held)
+            detail = f"needs {self.money(need, b.unit)}; " + self._state(b, "", spent, held)
             reason = states.BUDGET_RESERVED if spent + need <= cap else states.BUDGET_EXHAUSTED
             return reason, detail
         return None
@@ -200,6 +202,7 @@ def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict[str, int
     for a budget without periods (spending never starts again), what is left of it after `spent`.
     What running jobs have committed is not counted: it settles, and the job can then be paid
     (it pends BudgetReserved meanwhile)."""
+    money = partial(fmt_money, currency=cfg.rates.currency)
     for b in ledger.budgets_for(job, cfg.budgets):
         need = ledger.forecast(job, b.unit, gpu_model, cfg)
         if b.period != "none":
@@ -208,18 +211,18 @@ def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict[str, int
             seconds = min(ledger.billed(ledger.planned_seconds(job, cfg), cfg), SHORTEST[b.period])
             need = accrue(ledger.rate(job, b.unit, gpu_model, cfg), seconds) + ledger.overhead(b.unit, cfg)
             if need > ledger.cap(b):
-                return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)} in one {b.period}, "
-                        f"limit {fmt_money(b.limit, b.unit)} a {b.period}, available at most "
-                        f"{fmt_money(ledger.cap(b), b.unit)} (reserve {b.reserve:.0%})")
+                return (f"budget {b.name}: job would cost {money(need, b.unit)} in one {b.period}, "
+                        f"limit {money(b.limit, b.unit)} a {b.period}, available at most "
+                        f"{money(ledger.cap(b), b.unit)} (reserve {b.reserve:.0%})")
             continue
         if need > ledger.cap(b):
-            return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)}, "
-                    f"limit {fmt_money(b.limit, b.unit)}, available at most {fmt_money(ledger.cap(b), b.unit)}"
+            return (f"budget {b.name}: job would cost {money(need, b.unit)}, "
+                    f"limit {money(b.limit, b.unit)}, available at most {money(ledger.cap(b), b.unit)}"
                     f" (reserve {b.reserve:.0%})")
         used = (spent or {}).get(b.name, 0) if b.period == "none" else 0
         if need > ledger.cap(b) - used:
-            return (f"budget {b.name}: job would cost {fmt_money(need, b.unit)}, only "
-                    f"{fmt_money(max(0, ledger.cap(b) - used), b.unit)} is left of its limit "
-                    f"{fmt_money(b.limit, b.unit)} (spent {fmt_money(used, b.unit)}, reserve {b.reserve:.0%}, "
+            return (f"budget {b.name}: job would cost {money(need, b.unit)}, only "
+                    f"{money(max(0, ledger.cap(b) - used), b.unit)} is left of its limit "
+                    f"{money(b.limit, b.unit)} (spent {money(used, b.unit)}, reserve {b.reserve:.0%}, "
                     f"no period: it is never renewed)")
     return None

@@ -8,16 +8,13 @@ environment names the directory): config.py reads clientconf.py, never this modu
 import json
 import os
 
-from .. import units
 from .clientconf import _settings, books_of, read_toml, resolve_path
 
 
 def client_settings(path: str | None = None, system: bool = True) -> dict:
     """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
     config.load does): what a client needs to reach Redis and to sign its requests."""
-    got = _read(resolve_path(path, system))
-    units.set_currency(got["currency"])     # the thin commands print money too (stat's COST column)
-    return got
+    return _read(resolve_path(path, system))
 
 
 def _read(path: str | None) -> dict:

@@ -193,13 +193,7 @@ class Config:
 def load(path: str | None = None, system: bool = True) -> Config:
     """The config at `path`, else /etc/labq/labq.toml if present and `system`, else defaults (no environment)."""
     path = resolve_path(path, system)
-    return from_dict(read_toml(path), source=path) if path else _loaded(Config())
-
-
-def _loaded(cfg: Config) -> Config:
-    """A config read in sets the currency money is printed in; a Config (or its replace()) sets nothing."""
-    units.set_currency(cfg.rates.currency)
-    return cfg
+    return from_dict(read_toml(path), source=path) if path else Config()
 
 
 def loads(text: str, source: str = "<string>") -> Config:
@@ -237,7 +231,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     cfg = Config(**kw)
     if cfg.qos_named("normal") is None:
         raise ConfigError("qos.normal", "the default QoS 'normal' must be defined")
-    return _loaded(cfg)
+    return cfg
 
 
 def _redis(t):

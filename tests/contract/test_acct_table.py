@@ -94,7 +94,7 @@ def test_the_table_and_csv_print_what_the_old_formatter_printed(lab, zone, curre
     monkeypatch.setenv("TZ", zone)
     time.tzset()
     try:
-        cfg = config.load(cfg_path)          # sets the currency the reference prints in
+        cfg = config.load(cfg_path)          # its currency is the one the reference prints in
         for q in QUERIES:
             args = ("--since", "2026-12-01", "--until", "2027-05-01", *q) if "--until" not in q else \
                 ("--since", "2026-11-01", *q)
@@ -126,19 +126,19 @@ def _reference(r, archive, cfg, args) -> str:
     committed.update(committed_by_job(records, models, cfg))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        _old_table(jobs, committed, opts.get("-o", "table"), "-n" in args)
+        _old_table(jobs, committed, opts.get("-o", "table"), "-n" in args, cfg.rates.currency)
     return out.getvalue()
 
 
 # -- cli/acct.py's formatter as of 1429870, verbatim -----------------------------------------------
-def _old_table(jobs, committed, fmt, noheader) -> None:
+def _old_table(jobs, committed, fmt, noheader, currency) -> None:
     import csv
     # GPUS: the job's total since issue 37 (a gang's GPUs on all its nodes; the formatter before
     # printed the per-node count)
     headers = ["JOBID", "NAME", "USER", "ACCOUNT", "STATE", "EXIT", "START", "END", "ELAPSED", "GPUS", "ATTEMPTS",
                "COMMITTED", "COST"]
     # A month of a busy lab is ~100k rows: amounts, durations and times repeat, so each is formatted once.
-    money = _memo((lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else fmt_money)
+    money = _memo((lambda m: f"{m / MICRO:.6f}") if fmt == "csv" else (lambda m: fmt_money(m, currency=currency)))
     dur, ts = _memo(fmt_duration), _Stamps()
     code = _memo(lambda v: slurmfmt.exit_code(_Ended(*v)))
     rows = [[j.display_id, j.name, j.user, j.account, j.state, code((j.exit_code, j.state)) if fmt != "csv" else
@@ -158,7 +158,7 @@ def _old_table(jobs, committed, fmt, noheader) -> None:
     if text:
         click.echo(text)
     if not noheader:
-        click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs))}")
+        click.echo(f"{len(jobs)} jobs, total cost {fmt_money(sum(j.cost for j in jobs), currency=currency)}")
 
 
 def _memo(fn):

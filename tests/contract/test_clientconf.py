@@ -71,17 +71,15 @@ def test_a_cached_config_spares_the_toml_parser(tmp_path, cache_home):
     assert "| tomllib" in first.stderr and "| tomllib" not in second.stderr
 
 
-def test_the_currency_is_set_from_the_cache_too(tmp_path):
+def test_the_currency_comes_from_the_cache_too(tmp_path):
+    """The thin commands print money in the settings' currency (ThinClient.currency): read from the
+    file, then from the cache. (It set a process-wide currency before issue 40.)"""
     from labq.scheduler import units
     p = tmp_path / "labq.toml"
     p.write_text(GOOD + '[rates]\ncurrency = "EUR"\n')
-    try:
-        for _ in range(2):              # parsed, then cached
-            units.set_currency("USD")
-            clientcache.client_settings(str(p))
-            assert units.fmt_money(2_000_000).startswith("€")
-    finally:
-        units.set_currency("USD")
+    for _ in range(2):              # parsed, then cached
+        currency = clientcache.client_settings(str(p))["currency"]
+        assert units.fmt_money(2_000_000, currency=currency).startswith("€")
 
 
 BOOKS = GOOD + '[rates]\ncurrency = "EUR"\nnode_hour = {n1 = 3.5}\n[[budgets]]\nname = "b"\nlimit = 5.0\nperiod = "month"\n'

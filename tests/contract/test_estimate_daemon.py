@@ -76,7 +76,9 @@ def test_show_and_test_only_print_the_estimate(capsys):
             learned_basis="p75 of 17 runs of user alice, name train")
 
     class Client:
-        def resolve(self, _):
+        currency = "USD"        # what hot.show reads of a client besides its jobs
+
+        def resolve(self, _, views=False):
             return [j]
     hot.show(Client(), "7")
     assert "estimated run time 00:42:00 (p75 of 17 runs of user alice, name train)" in capsys.readouterr().out

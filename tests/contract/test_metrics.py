@@ -26,7 +26,8 @@ def test_gauges_count_the_queue_gpus_and_budgets_of_one_instant():
     snap = (ClusterBuilder().node("n1", gpus=2).node("n2", gpus=1, state="drain")
             .running("n1", gpus=1, account="eta").job(gpus=1, account="eta", state=states.PENDING, reason="Resources")
             .job(gpus=8, account="eta", reason="BudgetExhausted").build())
-    fams = metrics.gauges(snap.jobs, snap.nodes, c.budgets, {"eta": 7_000_000}, snap.now, True, 3)
+    fams = metrics.gauges(snap.jobs, snap.nodes, c.budgets, {"eta": 7_000_000}, snap.now, True, 3,
+                          currency=c.rates.currency)
     assert _rows(fams, "labq_jobs_pending") == {(("account", "eta"), ("reason", "Resources")): 1,
                                                 (("account", "eta"), ("reason", "BudgetExhausted")): 1}
     assert _rows(fams, "labq_jobs_running") == {(("account", "eta"), ("node", "n1")): 1}
@@ -139,14 +140,10 @@ def test_the_grafana_dashboard_queries_only_metrics_the_scheduler_serves():
 
 
 def test_a_money_budgets_unit_label_is_the_configured_currency():
-    from labq.scheduler import units
-    try:
-        c = cfg('[rates]\ncurrency = "EUR"\n[[budgets]]\nname = "eta"\nlimit = 100.0\n')
-        fams = metrics.gauges([], [], c.budgets, {}, 1_000_000.0, True, 0)
-        (lab, _), = _rows(fams, "labq_budget_limit").items()
-        assert dict(lab)["unit"] == "eur"
-    finally:
-        units.set_currency("USD")
+    c = cfg('[rates]\ncurrency = "EUR"\n[[budgets]]\nname = "eta"\nlimit = 100.0\n')
+    fams = metrics.gauges([], [], c.budgets, {}, 1_000_000.0, True, 0, currency=c.rates.currency)
+    (lab, _), = _rows(fams, "labq_budget_limit").items()
+    assert dict(lab)["unit"] == "eur"
 
 
 def test_the_pending_gauge_counts_a_held_array_kept_as_one_rest():
@@ -156,5 +153,5 @@ def test_the_pending_gauge_counts_a_held_array_kept_as_one_rest():
     t = Job(id=0, user="alice", account="eta", held=True, reason=states.HELD)
     _, made = rest.made(t, 10, list(range(1, 2001)), None)
     held = Job(id=3, user="alice", account="eta", held=True, reason=states.HELD)
-    fams = metrics.gauges([held], [], [], {}, 1_000_000.0, True, 0, rests={10: made[10].without([4, 5])})
+    fams = metrics.gauges([held], [], [], {}, 1_000_000.0, True, 0, rests={10: made[10].without([4, 5])}, currency="USD")
     assert _rows(fams, "labq_jobs_pending") == {(("account", "eta"), ("reason", "Held")): 1 + 1998}

@@ -78,9 +78,9 @@ def test_accrual_is_monotone_and_additive_within_rounding(rate, a, b):
 
 
 def test_money_formatting():
-    assert units.fmt_money(4_000_000) == "$4.00"
-    assert units.fmt_money(2222) == "<$0.01"
-    assert units.fmt_money(1_500_000, "gpu_hours") == "1.500 gpu-hours"
+    assert units.fmt_money(4_000_000, currency="USD") == "$4.00"
+    assert units.fmt_money(2222, currency="USD") == "<$0.01"
+    assert units.fmt_money(1_500_000, "gpu_hours", currency="USD") == "1.500 gpu-hours"
 
 
 def test_job_records_round_trip_through_json():

@@ -21,35 +21,35 @@ def kinds(got):
 
 
 def test_each_threshold_fires_once_per_budget_and_period():
-    assert alerts.evaluate([st(spent=69 * M)], set(), 0) == []
-    got = alerts.evaluate([st(spent=60 * M, accrued=10 * M)], set(), 5)
+    assert alerts.evaluate([st(spent=69 * M)], set(), 0, "USD") == []
+    got = alerts.evaluate([st(spent=60 * M, accrued=10 * M)], set(), 5, "USD")
     assert kinds(got) == [("warn", 0.7)] and got[0].key == "b|2026-11|warn:0.7" and got[0].ts == 5
     fired = {a.key for a in got}
-    assert alerts.evaluate([st(spent=71 * M)], fired, 6) == []
+    assert alerts.evaluate([st(spent=71 * M)], fired, 6, "USD") == []
     # A jump past both levels and the limit raises every one not yet raised, in order.
-    got = alerts.evaluate([st(spent=95 * M, accrued=6 * M)], fired, 7)
+    got = alerts.evaluate([st(spent=95 * M, accrued=6 * M)], fired, 7, "USD")
     assert kinds(got) == [("warn", 0.9), ("exhausted", None)] and got[1].level == "critical"
     fired |= {a.key for a in got}
-    assert alerts.evaluate([st(spent=200 * M)], fired, 8) == []
+    assert alerts.evaluate([st(spent=200 * M)], fired, 8, "USD") == []
     # The next period starts again.
-    assert kinds(alerts.evaluate([st(spent=75 * M, period="2026-12")], fired, 9)) == [("warn", 0.7)]
+    assert kinds(alerts.evaluate([st(spent=75 * M, period="2026-12")], fired, 9, "USD")) == [("warn", 0.7)]
 
 
 def test_forecast_alert_before_exhaustion_only():
-    got = alerts.evaluate([st(spent=10 * M, committed=95 * M, warn=())], set(), 0)
+    got = alerts.evaluate([st(spent=10 * M, committed=95 * M, warn=())], set(), 0, "USD")
     assert kinds(got) == [("forecast", None)] and "$105.00" in got[0].message
-    assert kinds(alerts.evaluate([st(spent=100 * M, committed=5 * M, warn=())], set(), 0)) == [("exhausted", None)]
-    assert alerts.evaluate([st(limit=0, warn=())], set(), 0) == []      # an empty zero budget is not news
+    assert kinds(alerts.evaluate([st(spent=100 * M, committed=5 * M, warn=())], set(), 0, "USD")) == [("exhausted", None)]
+    assert alerts.evaluate([st(limit=0, warn=())], set(), 0, "USD") == []      # an empty zero budget is not news
 
 
 def test_stream_fields_and_override_alerts():
-    a = alerts.evaluate([st(spent=80 * M)], set(), 3)[0]
+    a = alerts.evaluate([st(spent=80 * M)], set(), 3, "USD")[0]
     f = a.fields()
     assert set(f) == {"kind", "scope", "level", "message", "ts", "key", "data"} and f["scope"] == "budget:b"
     assert json.loads(f["data"])["spent"] == 80.0
     o = Override(3, "b", 20 * M, "pi", "deadline", "root", 100.0, 200.0)
     for kind in ("override", "override_expired", "override_revoked"):
-        x = alerts.override_alert(o, kind, 150.0, "usd", "root")
+        x = alerts.override_alert(o, kind, 150.0, "usd", "root", currency="USD")
         assert x.key == f"override:3:{kind}" and x.level == "info" and "$20.00" in x.message
 
 
@@ -81,7 +81,7 @@ def test_webhook_and_command_get_the_alert(tmp_path):
     try:
         h = Hooks({"command": f"env | grep ^LABQ_ALERT_ | sort > {out}",
                    "webhook": f"http://127.0.0.1:{server.server_port}/hook", "timeout": 10})
-        a = alerts.evaluate([st(spent=75 * M)], set(), 1234.5)[0].fields()
+        a = alerts.evaluate([st(spent=75 * M)], set(), 1234.5, "USD")[0].fields()
         h.deliver(a)
         h.join()
     finally:
