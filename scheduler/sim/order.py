@@ -34,7 +34,7 @@ more than a few microseconds apart (or equal: then submit time and id decide, as
 import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import filterfalse, islice
 from operator import itemgetter
 
@@ -79,16 +79,16 @@ class Order:
         raise NotImplementedError
 
 
-# `fitting` draws from the shape index while the jobs that fit are at most this share of the queue.
+# `fitting` sorts a shape's jobs that end in time when they are at most this share of its jobs.
 FEW_SHARE = 8
 
 
 class SubmitOrder(Order):
     """The whole queue in submit order (queue.py: accounts_in_submit_order and one_order)."""
 
-    def __init__(self, jobs: dict, fifo: list, keys: dict, leave=(), by_shape=None):
+    def __init__(self, jobs: dict, fifo: list, keys: dict, leave=(), by_shape=None, shape_fifo=None):
         super().__init__(jobs, leave)
-        self.fifo, self.keys, self.by_shape = fifo, keys, by_shape
+        self.fifo, self.keys, self.by_shape, self.shape_fifo = fifo, keys, by_shape, shape_fifo
         self.ids: Iterator[int] | None = None
 
     def _draw(self, n: int) -> bool:
@@ -106,9 +106,8 @@ class SubmitOrder(Order):
     def fitting(self, latest: dict, t: float, leave=None):
         jobs, keys = self.jobs, self.keys
         leave = (self.leave,) if leave is None else leave
-        few = self._few(latest, t) if isinstance(latest, dict) else None    # (easy._Late: many shapes, asked lazily)
-        if few is not None:
-            yield from map(jobs.__getitem__, ids_but(few, *leave, at=2))
+        if isinstance(latest, dict) and self.by_shape is not None:    # (easy._Late: many shapes, asked lazily)
+            yield from map(jobs.__getitem__, ids_but(heapq.merge(*self._shaped(latest, t)), *leave))
             return
         for i in ids_but(self.fifo, *leave):    # a spent budget's jobs passed over in C
             s, span = keys[i]
@@ -116,31 +115,38 @@ class SubmitOrder(Order):
             if late is not None and late >= t + span:
                 yield jobs[i]
 
-    def _few(self, latest: dict, t: float) -> list | None:
-        """The by_shape entries (span, submit time, id) of every job `fitting` yields, in its order, found from each shape's
-        jobs by span (Queue.by_shape) when they are few against the queue; None when they are not
-        (then the walk in submit order meets the first of them soon). On a deep queue whose room fits
-        only short runs of a few shapes, the walk read the whole queue for each window."""
-        by_shape, most = self.by_shape, len(self.fifo) // FEW_SHARE
-        if by_shape is None:
-            return None
+    def _shaped(self, latest: dict, t: float) -> list:
+        """Per shape with room, the (submit time, id) of its jobs `fitting` yields, in submit order,
+        from the shape's own jobs (Queue.by_shape by span, Queue.shape_fifo in submit order): all of
+        them; a prefix by span, sorted, when few of the shape's jobs end in time; else the shape's
+        jobs in submit order, filtered lazily (then many fit, and the first are met soon). On a deep
+        queue whose room fits only short runs of a few shapes, a walk over the whole queue in submit
+        order read all of it for each of easy.py's windows."""
         out: list = []
+        keys = self.keys
         for s, late in latest.items():
-            mine = by_shape.get(s, ()) if late is not None else ()
+            mine = self.by_shape.get(s, ()) if late is not None else ()
             n = bisect_right(mine, (late - t, math.inf, math.inf))
             # `late >= t + span` exactly as the walk tests it: the subtraction may round otherwise.
             while n < len(mine) and late >= t + mine[n][0]:
                 n += 1
             while n and not late >= t + mine[n - 1][0]:
                 n -= 1
-            if len(out) + n > most:
-                return None
-            out += mine[:n]
-        out.sort(key=_SUBMITTED)       # (in C: a shape's prefix can be thousands of jobs)
+            if n == len(mine) and n:
+                out.append(self.shape_fifo[s])
+            elif n and n * FEW_SHARE <= len(mine):
+                out.append(sorted(map(_SUBMITTED, mine[:n])))      # (in C: thousands of jobs)
+            elif n:
+                out.append(filter(_ends_by(late, t, keys), self.shape_fifo[s]))
         return out
 
 
 _SUBMITTED = itemgetter(1, 2)
+
+
+def _ends_by(late: float, t: float, keys: dict) -> Callable[[tuple], bool]:
+    """Whether a queued (submit time, id)'s run (`keys`: id -> (shape, span)) ends by `late`, from `t`."""
+    return lambda k: late >= t + keys[k[1]][1]
 
 
 def ids_but(keys: Iterable, *leave, at: int = 1):

@@ -53,6 +53,7 @@ class Queue:
         self.shapes = Shapes()
         # shape -> [(run as backfill counts it: `span`, submit time, id)], sorted: easy.py's index
         self.by_shape: dict[tuple, list] = {}
+        self.shape_fifo: dict[tuple, list] = {}              # shape -> [(submit time, id)], sorted
         self.keys: dict[int, tuple] = {}                     # id -> (shape, span)
         self.learned = bool(cfg.estimate.backfill)
         # Short jobs first: the jobs by expected run time, from which order.py draws plan()'s order;
@@ -84,6 +85,7 @@ class Queue:
         self.shapes.add(job)
         s, span = self.keys[job.id] = (shape(job), self.span(job))
         insort(self.by_shape.setdefault(s, []), (span, job.submit_time, job.id))
+        insort(self.shape_fifo.setdefault(s, []), key)
         if self.runtimes is not None:
             self.runtimes.add(job, span)
             self.shaped.setdefault(s, Runtimes()).add(job, span)
@@ -114,6 +116,10 @@ class Queue:
         del mine[bisect_left(mine, (span, job.submit_time, job.id))]
         if not mine:
             del self.by_shape[s]
+        mine = self.shape_fifo[s]
+        del mine[bisect_left(mine, key)]
+        if not mine:
+            del self.shape_fifo[s]
         if self.runtimes is not None:
             self.runtimes.remove(job, span)
             self.shaped[s].remove(job, span)
@@ -179,7 +185,7 @@ class Queue:
         `leave`, drawn on demand; given in_one_order()."""
         if self.runtimes is not None:
             return ShortOrder(self.jobs, self.runtimes, self.shaped, self.cfg, now, usage, leave)
-        return SubmitOrder(self.jobs, self.fifo, self.keys, leave, self.by_shape)
+        return SubmitOrder(self.jobs, self.fifo, self.keys, leave, self.by_shape, self.shape_fifo)
 
     def heads(self, *leave) -> list[Job]:
         """Each account's first pending job but those in the sets `leave`: given
