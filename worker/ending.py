@@ -240,7 +240,7 @@ class Ending:
         agent's runner of this slot posts the kept result (an orphan retrying forever outlived its
         agent by hours: seen after a test's Redis was gone)."""
         st = self.st
-        wait = POST_WAIT[0]
+        wait, first = POST_WAIT[0], True
         while True:
             if st.proc is not None and not st.announced:
                 # `started` could not be posted (Redis was away): first, so that the attempt's
@@ -251,13 +251,15 @@ class Ending:
                     st.store.post("finished", st.job.id, st.n, st.s.node, st.body, st.slot)
                     return True
             except faults.AWAY as e:
+                if first:
+                    self._sync_result()      # an outage may last: the kept copy must outlive a crash
                 if st.kept and (st.term.orphaned or os.getppid() != st.ppid):
                     log.warning("job %s: its agent is gone and Redis away (%s): its result stays on the spool "
                                 "for the next runner of this slot", st.job.id, e)
                     return False
                 log.warning("job %s: posting finished failed (%s), retrying in %.1fs", st.job.id, e, wait)
             time.sleep(wait)
-            wait = min(wait * 2, POST_WAIT[1])
+            wait, first = min(wait * 2, POST_WAIT[1]), False
 
     def keep_result(self) -> None:
         st = self.st
@@ -267,6 +269,14 @@ class Ending:
                 st.kept = True
             except OSError as e:
                 log.warning("job %s: cannot keep its result on the spool: %s", st.job.id, e)
+
+    def _sync_result(self) -> None:
+        st = self.st
+        if st.kept and st.slot is not None:
+            try:
+                results.sync(st.s.spool, st.slot.index)
+            except OSError as e:
+                log.warning("job %s: cannot sync its kept result: %s", st.job.id, e)
 
     def drop_result(self) -> None:
         st = self.st
