@@ -293,16 +293,13 @@ class Agent:
                 self._fence(now)
 
     def _fence(self, now: float) -> None:
-        """Kill the runners: their jobs die with them. Not one holding a finished attempt's result
-        (results.py), nor one whose job's leader has exited unreaped (deadslot.kill_unless_over): its
-        job is over, and the result must reach the scheduler, however late."""
+        """Kill the runners: their jobs die with them. Not one holding a finished attempt's result,
+        nor one whose job has exited (deadslot.fence): its job is over, and the result must reach the
+        scheduler, however late."""
         self.fenced = True
         for s in self.slots:
             if s.proc is not None and s.proc.poll() is None:
-                # A job that exited unreaped is one step from the spool (the soak's job 94, exited 0
-                # as the fence began, was killed with its runner and run again).
-                if not (results.stop_unless_holding(self.settings.spool, s.proc.pid)
-                        and deadslot.kill_unless_over(s.proc.pid)):
+                if not deadslot.fence(self.settings.spool, s.index, s.proc.pid):
                     log.warning("node %s: runner pid %d holds a finished result or a job that ended; left to "
                                 "post it", self.name, s.proc.pid)
                     continue

@@ -150,6 +150,21 @@ class Waker:
             os.close(fd)
 
 
+def fence(spool: str, slot: int, runner: int) -> bool:
+    """The agent's fence of one runner (no lease renewal): True when it was killed with its tree;
+    False when it was left to post: it holds a kept result (results.stop_unless_holding), or its
+    job's leader has exited, reaped with the result not kept yet (exitwatch.leader_over), or
+    unreaped (kill_unless_over). The soak killed such runners 250-400 ms after their jobs exited 0
+    (jobs 94 and 527, seed 71): the attempts ended node_failure and the finished work ran again."""
+    if not results.stop_unless_holding(spool, runner):
+        return False
+    if exitwatch.leader_over(spool, slot):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(runner, signal.SIGCONT)
+        return False
+    return kill_unless_over(runner)
+
+
 def kill_unless_over(runner: int) -> bool:
     """A runner silent past the lease, stopped by the caller (results.stop_unless_holding): kill it
     and its tree (True), unless its job is over - its leader, the runner's child in a session of its

@@ -70,6 +70,23 @@ def exited_at(spool: str, slot: int, pid: int, start: int | None) -> float | Non
     return float(got["at"]) if ok and isinstance(got.get("at"), (int, float)) else None
 
 
+def leader_over(spool: str, slot: int) -> bool:
+    """Whether the leader `slot`'s runner named has exited: marked by the watch, or no longer there
+    (reaped by its runner, which may not have kept the result yet), or a zombie. False when none is
+    named (not started, or already forgotten)."""
+    named = _read(_path(spool, slot, "leader"))
+    pid, start = named.get("pid"), named.get("start")
+    if not isinstance(pid, int) or not isinstance(start, int):
+        return False
+    if exited_at(spool, slot, pid, start) is not None or started(pid) != start:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def forget(spool: str, slot: int) -> None:
     for kind in ("leader", "exit"):
         with contextlib.suppress(FileNotFoundError):

@@ -141,3 +141,48 @@ def test_a_fence_resumes_a_runner_whose_job_just_ended_and_kills_one_whose_job_r
     p, leader, escaped = got["runs"]
     assert p.wait(30) == -9 and agent.slots[1].proc is None, "a runner whose job still runs is killed"
     assert results.death(agent.settings.spool, 1, p.pid) is not None, "its death marked for its successor"
+
+
+# A runner stand-in whose job's leader (named on the spool, as the runner names it) has exited and
+# been reaped by it, its result not kept yet ("ends"), or still runs ("runs"); then it waits, stopped.
+REAPED = """
+import os, signal, sys, time
+leader = os.fork()
+if leader == 0:
+    time.sleep(0.2 if sys.argv[1] == "ends" else 60)
+    os._exit(0)
+print(leader, flush=True)
+sys.stdin.readline()
+if sys.argv[1] == "ends":
+    os.waitpid(leader, 0)
+os.kill(os.getpid(), signal.SIGSTOP)
+time.sleep(60)
+"""
+
+
+def test_a_fence_spares_a_runner_that_reaped_its_job_before_keeping_the_result(tmp_path):
+    """The soak (seed 71, ec24cad→fe8699e, job 527): a job exited 0 400 ms before its node fenced;
+    its runner, loaded, had reaped it but not yet kept the result, so it held none and had no zombie
+    child, and was killed: node_failure, the finished work ran again. The leader the runner named on
+    the spool (exitwatch) says the job is over: the runner is resumed to post."""
+    from labq.worker import deadslot, exitwatch
+    spool = str(tmp_path / "spool")
+    for slot, how in enumerate(("ends", "runs")):
+        p = subprocess.Popen([sys.executable, "-c", REAPED, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        try:
+            leader = int(p.stdout.readline())
+            assert exitwatch.note(spool, slot, leader) is not None
+            p.stdin.write("\n")
+            p.stdin.flush()
+            wait_for(lambda: state(p.pid) == "T", 30, what="the stand-in stopped")
+            if how == "ends":
+                assert deadslot.fence(spool, slot, p.pid) is False, "its job is over: left to post"
+                wait_for(lambda: state(p.pid) != "T", 30, what="the runner resumed")
+                assert p.poll() is None
+            else:
+                assert deadslot.fence(spool, slot, p.pid) is True
+                assert p.wait(30) == -9, "a runner whose job still runs is killed"
+        finally:
+            p.kill()
+            p.wait(30)
