@@ -103,7 +103,7 @@ def test_redis_away_longer_than_the_lease_as_the_job_ends_delays_the_record_only
         fin = wait_for(lambda: events(r, "finished"), 60, what="the finished event")
         # Posted, then dropped: the agent (or the slot's runner) unlinks it just after the post, so a
         # kill in between would leave it for the next incarnation (ci1 under load 25 saw that window).
-        wait_for(lambda: os.listdir(tmp_path / "spool" / "results") == [], 30, what="the kept result dropped once posted")
+        wait_for(lambda: _kept(tmp_path) == [], 30, what="the kept result dropped once posted")
     finally:
         agent.kill()
         agent.wait(30)
@@ -139,6 +139,12 @@ def test_an_agent_killed_as_its_job_ends_loses_nothing(redis_server, real_redis,
     assert [f["body"]["outcome"] for f in fin] == ["completed"], fin
 
 
+def _kept(tmp_path) -> list[str]:
+    """The results kept on the spool (results.keep's slot-N.json): a runner's death mark or the exit
+    watch's stamp (slot-N.died, slot-N.exit) may stay behind an outage, and are no result."""
+    return [n for n in os.listdir(tmp_path / "spool" / "results") if n.endswith(".json")]
+
+
 def _zombie_or_gone(pid) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -164,8 +170,9 @@ def test_a_runner_killed_holding_a_result_leaves_it_to_the_next(redis_server, re
     try:
         fin = wait_for(lambda: events(real_redis, "finished"), timeout=30, what="the kept result posted")
         idle_runners(real_redis, 1)
+        # dropped just after the post (ci at 774bf2c looked before the drop, under load 23)
+        wait_for(lambda: _kept(tmp_path) == [], 30, what="the kept result dropped once posted")
     finally:
         a.stop()
         t.join(60)
     assert [f["body"] for f in fin] == [body]
-    assert os.listdir(tmp_path / "spool" / "results") == []
