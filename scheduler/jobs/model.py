@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
 from operator import attrgetter, call
 
-from . import states
+from . import arrayid, states
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +64,6 @@ class Attempt:
 
 # The kinds of `-d` (Job.deps), as SLURM names them: parsed in jobspec.py, judged in policy/depend.py.
 DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany", "singleton")
-
-
-def _span(first: int, last: int, step: int) -> str:
-    return str(first) if first == last else f"{first}-{last}" + (f":{step}" if step != 1 else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,16 +148,11 @@ class Job:
 
     @property
     def display_id(self) -> str:
-        if self.array_id is not None:
-            if self.array_runs:
-                return f"{self.array_id}_[{','.join(_span(*r) for r in self.array_runs)}]"
-            return f"{self.array_id}_{self.array_index}"
-        return str(self.id)
+        return arrayid.display_id(self.id, self.array_id, self.array_index, self.array_runs)
 
     @property
     def task_count(self) -> int:
-        """The array tasks this record stands for: 1, or many for an array_runs record."""
-        return sum((b - a) // s + 1 for a, b, s in self.array_runs) if self.array_runs else 1
+        return arrayid.task_count(self.array_runs)
 
     def task_at(self, index: int) -> "Job | None":
         """Task `index` of the tasks this array_runs record stands for (they ended together: `del A`

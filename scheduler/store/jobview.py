@@ -12,7 +12,7 @@ model's: tests/unit/test_jobview.py holds each equal to the model's on the same 
 """
 import json
 
-from ..jobs import states
+from ..jobs import arrayid, states
 
 JOB_REQUIRED = ("id", "user", "account")
 JOB_DEFAULTS = {
@@ -46,10 +46,6 @@ def _tuples(v):
     return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
-def _span(first: int, last: int, step: int) -> str:
-    return str(first) if first == last else f"{first}-{last}" + (f":{step}" if step != 1 else "")
-
-
 class AttemptView:
     def __init__(self, d: dict):
         self.__dict__.update(ATTEMPT_DEFAULTS)
@@ -73,15 +69,11 @@ class JobView:
     # model.Job's properties, the same rules
     @property
     def display_id(self) -> str:
-        if self.array_id is not None:
-            if self.array_runs:
-                return f"{self.array_id}_[{','.join(_span(*r) for r in self.array_runs)}]"
-            return f"{self.array_id}_{self.array_index}"
-        return str(self.id)
+        return arrayid.display_id(self.id, self.array_id, self.array_index, self.array_runs)
 
     @property
     def task_count(self) -> int:
-        return sum((b - a) // s + 1 for a, b, s in self.array_runs) if self.array_runs else 1
+        return arrayid.task_count(self.array_runs)
 
     def task_at(self, index: int):
         """model.Job.task_at: task `index` of the tasks this array_runs record stands for, a view."""
