@@ -7,7 +7,6 @@ runner's death as the agent saw it (results.mark_death, when Redis was away then
 import contextlib
 import logging
 import os
-import select
 import signal
 import time
 
@@ -138,7 +137,7 @@ class Waker:
         self.old = signal.signal(signal.SIGCHLD, lambda *_: None)
 
     def wait(self, timeout: float) -> None:
-        select.select([self.rfd], [], [], timeout)
+        proctree.readable([self.rfd], timeout)
         with contextlib.suppress(BlockingIOError, OSError):
             while os.read(self.rfd, 512):    # drain the wake-ups: one wait per wake, not per signal
                 continue

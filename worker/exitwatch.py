@@ -11,10 +11,10 @@ import contextlib
 import json
 import logging
 import os
-import select
 import threading
 import time
 
+from . import proctree
 from .results import DIR
 
 log = logging.getLogger("labq.agent")
@@ -113,7 +113,7 @@ class Watch(threading.Thread):
                 if not self.fds:
                     self.done.wait(RESCAN)
                     continue
-                ready, _, _ = select.select(list(self.fds.values()), [], [], RESCAN)
+                ready = proctree.readable(list(self.fds.values()), RESCAN)
                 at = time.time()
                 for slot, fd in list(self.fds.items()):
                     if fd in ready:

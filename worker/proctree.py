@@ -4,6 +4,7 @@ psutil (worker/probe.py has what does)."""
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import time
 
@@ -84,6 +85,19 @@ def descendants(pid: int | None = None) -> list[int]:
         out.append(p)
         todo.extend(_kids(p))
     return out
+
+
+def readable(fds: list[int], timeout: float) -> set[int]:
+    """Which of `fds` are readable within `timeout` seconds: poll(2), not select(2), which raises
+    ValueError for a descriptor numbered 1024 or above (an agent embedded in a process with many
+    files open: the test run's exit watch died so, ci at b692a81)."""
+    p = select.poll()
+    for fd in fds:
+        p.register(fd, select.POLLIN)
+    try:
+        return {fd for fd, _ in p.poll(max(0.0, timeout) * 1000)}
+    except InterruptedError:
+        return set()
 
 
 def children(pid: int) -> list[int]:

@@ -1,14 +1,14 @@
 """What a runner sleeps on while its job runs: the job leader's exit (a pidfd), signals to the runner
-itself, and controls from the scheduler (a blocking read on a thread), all through one select()."""
+itself, and controls from the scheduler (a blocking read on a thread), all through one poll()."""
 import contextlib
 import os
-import select
 import signal
 import threading
 
 from labq.scheduler.store import faults
 from labq.scheduler.store.agentside import AgentStore
 
+from . import proctree
 from .proctree import PARENT_DIED
 
 STOP_POLL = 0.1        # while a stopping tree drains (an exited leader's pidfd stays readable)
@@ -119,10 +119,7 @@ class LeaderWaiter:
             timeout = min(timeout, STOP_POLL)
         else:
             fds.append(self.fd)
-        try:
-            select.select(fds, [], [], timeout)
-        except InterruptedError:
-            return   # a signal woke us early; the watch loop re-checks everything
+        proctree.readable(fds, timeout)      # a signal may wake it early: the watch loop re-checks everything
 
     def close(self) -> None:
         if self.fd is not None:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from labq.worker import exitwatch
 from tests.harness import wait_for
 
@@ -67,3 +69,26 @@ def test_a_new_leader_of_the_slot_drops_the_last_ones_mark(tmp_path):
     finally:
         open(os.path.join(spool, "go"), "w").close()
         p.wait()
+
+
+def test_the_watch_waits_on_descriptors_numbered_1024_and_above():
+    """select(2) raises ValueError for a descriptor of 1024 or more: the test run's exit watch died
+    so once the run held that many files (ci at b692a81). proctree.readable polls instead."""
+    import resource
+
+    from labq.worker import proctree
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1600:
+        pytest.skip(f"the hard limit on open files here is {hard}: no descriptor 1500 to test with")
+    if soft != resource.RLIM_INFINITY and soft < 1600:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1600, hard))
+    r, w = os.pipe()
+    high = os.dup2(r, 1500)
+    try:
+        assert proctree.readable([high], 0) == set()
+        os.write(w, b"x")
+        assert proctree.readable([high], 5) == {high}
+    finally:
+        for fd in (r, w, high):
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
