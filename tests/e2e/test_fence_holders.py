@@ -79,6 +79,16 @@ time.sleep(60)
 """
 
 
+def _stopped_standin(how: str) -> tuple[subprocess.Popen, int, int]:
+    """A STANDIN runner, stopped, with its job's leader exited ("ends") or running ("runs")."""
+    p = subprocess.Popen([sys.executable, "-c", STANDIN, how], stdout=subprocess.PIPE, text=True)
+    leader, escaped = map(int, p.stdout.readline().split())
+    wait_for(lambda: state(p.pid) == "T", 30, what="the stand-in stopped")
+    if how == "ends":
+        wait_for(lambda: state(leader) == "Z", 30, what="the job's leader exited")
+    return p, leader, escaped
+
+
 def test_the_agent_resumes_a_silent_runner_whose_job_ended_and_kills_one_whose_job_runs(redis_server, real_redis,
                                                                                        tmp_path):
     """A runner SIGSTOPped past the lease as its job exited 0: the agent killed it for its silence
@@ -87,11 +97,7 @@ def test_the_agent_resumes_a_silent_runner_whose_job_ended_and_kills_one_whose_j
     runner whose job still runs is killed with its tree as before."""
     got = {}
     for how in ("ends", "runs"):
-        p = subprocess.Popen([sys.executable, "-c", STANDIN, how], stdout=subprocess.PIPE, text=True)
-        leader, escaped = map(int, p.stdout.readline().split())
-        wait_for(lambda: state(p.pid) == "T", 30, what="the stand-in stopped")
-        if how == "ends":
-            wait_for(lambda: state(leader) == "Z", 30, what="the job's leader exited")
+        p, leader, escaped = _stopped_standin(how)
         jid = 35 if how == "ends" else 36
         real_redis.hset(K.node_runners(NODE), str(jid), f"running {jid}.1 pid={p.pid} {time.time():.3f}")
         real_redis.hset(K.attempt(jid, 1), mapping={"claimed": f"{NODE}:{p.pid}", "hb": time.time() - 10})
@@ -121,11 +127,7 @@ def test_a_fence_resumes_a_runner_whose_job_just_ended_and_kills_one_whose_job_r
     agent.slots = []            # its own runners are never started here: two stand-ins instead
     got = {}
     for i, how in enumerate(("ends", "runs")):
-        p = subprocess.Popen([sys.executable, "-c", STANDIN, how], stdout=subprocess.PIPE, text=True)
-        leader, escaped = map(int, p.stdout.readline().split())
-        wait_for(lambda: state(p.pid) == "T", 30, what="the stand-in stopped")
-        if how == "ends":
-            wait_for(lambda: state(leader) == "Z", 30, what="the job's leader exited")
+        p, leader, escaped = _stopped_standin(how)
         got[how] = (p, leader, escaped)
         agent.slots.append(Slot(index=i, proc=p))
     agent._fence(time.time())
