@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from .. import policy
 from ..errors import RefusedError, StalePlanError
@@ -375,8 +375,7 @@ class Scheduler:
         if (window := st.windows()) is not None:    # an array kept as a rest: the tasks this pass must see
             self.commit(window)
         snap = self.snapshot(now)
-        p = applier.without(policy.plan(snap, st.cfg, **cast(dict[str, Any], st.kept.inputs(snap, st.cfg))),
-                            st.tails)     # cast: plan() checks its keyword arguments' types
+        p = applier.without(policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg)), st.tails)
         if self.metrics:
             self.metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded

@@ -8,6 +8,8 @@ first two plan() takes; the plan is the same as without any (tests/property/test
 The simulator keeps its Backlog itself, job by job as its queue changes (sim/kept.py); a caller
 that holds only snapshots (the daemon) has its changes found here, by identity: a record is
 frozen, so a changed job is a new object."""
+from typing import TypedDict
+
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
 from ..settings.config import Config
@@ -15,6 +17,13 @@ from . import strict
 from .backlog import Backlog
 from .queue import Queue
 from .tracks import Tracks
+
+
+class Inputs(TypedDict, total=False):
+    """plan()'s keyword arguments that Kept.inputs gives (typed, so that `plan(**inputs)` is checked)."""
+    backlog: Backlog
+    queue: Queue
+    tracks: Tracks
 
 
 def _order(j: Job) -> tuple[float, int]:
@@ -27,7 +36,7 @@ class Kept:
         self.backlog: Backlog | None = None
         self.tracks = Tracks()
 
-    def inputs(self, snap: Snapshot, cfg: Config) -> dict[str, Backlog | Queue | Tracks]:
+    def inputs(self, snap: Snapshot, cfg: Config) -> Inputs:
         """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`."""
         if not strict.applies(cfg):
             self.backlog = None         # a later pass that walks to the blocker files it anew
