@@ -456,7 +456,7 @@ STRICT_FLAGS = {"disallow_any_generics": True, "disallow_subclassing_any": True,
 STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill", "money.ledger", "money.periods",
                "daemon.transitions", "daemon.attempt", "daemon.triage", "daemon.decode", "daemon.dispatch",
                "daemon.bookkeeper", "daemon.change", "daemon.applier", "daemon.state", "daemon.lookup",
-               "jobs.idruns", "daemon.handlers"]
+               "jobs.idruns", "daemon.handlers", "store.batch"]
 
 
 def test_mypy_is_strict_on_the_deciding_core():

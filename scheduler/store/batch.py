@@ -10,28 +10,44 @@ in-memory view is ahead of Redis: the scheduler drops its leadership and reloads
 An entry whose handling raises stages nothing: it is answered (or dropped) on its own and the rest of
 the batch still commits.
 """
+from __future__ import annotations
+
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:     # annotations only: the store writes what the model, the ledger and the deciders made
+    from ..daemon.transitions import Charge
+    from ..jobs.model import Job
+    from ..jobs.rest import Rest
+    from ..money.ledger import Books
+
+# What comes with a change, as the deciders' shell hands it to Committer.stage (daemon/shell.py names these).
+Ack = tuple[str, str]                       # (stream, entry id) acknowledged with the change
+Reply = tuple[str, dict[str, Any], bool]    # (request id, the answer, whether its `done` key keeps it)
+Dead = tuple[str, str, Any, str]            # (stream, entry id, its fields, why) into the dead letters
+Partial = tuple[str, list[Any] | None]      # (request id, the id runs a chunked cancel committed so far)
 
 
 @dataclass
 class Batch:
-    jobs: dict = field(default_factory=dict)       # job id -> the newest record (last write wins)
-    charges: list = field(default_factory=list)
-    charged: set = field(default_factory=set)      # ledger keys staged in this batch
-    controls: list = field(default_factory=list)
-    dispatch: list = field(default_factory=list)
-    nodes: list = field(default_factory=list)
-    alerts: list = field(default_factory=list)
-    books: list = field(default_factory=list)
-    new: set = field(default_factory=set)          # ids of jobs created in this batch
-    replies: list = field(default_factory=list)    # (rid, reply)
-    acks: list = field(default_factory=list)       # (stream, entry id)
-    dead: list = field(default_factory=list)       # (stream, entry id, fields, reason): dead letters
-    partials: list = field(default_factory=list)   # (rid, runs or None): a mass cancel's progress
-    usage: dict | None = None                      # fair-share usage when the batch began
-    tasks: dict = field(default_factory=dict)      # array id -> its new tasks as expand made them (Tasks)
-    rests: dict = field(default_factory=dict)      # array id -> its rest as now (None: gone), Change.rests
-    rests_new: set = field(default_factory=set)    # the rests this batch makes (their scripts are written)
+    jobs: dict[int, Job] = field(default_factory=dict)     # job id -> the newest record (last write wins)
+    charges: list[Charge] = field(default_factory=list)
+    charged: set[str] = field(default_factory=set)        # ledger keys (Charge.key) staged in this batch
+    controls: list[tuple[int, str]] = field(default_factory=list)   # Change.controls
+    dispatch: list[Job] = field(default_factory=list)
+    nodes: list[tuple[str, str | None]] = field(default_factory=list)   # Change.nodes
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    books: list[Books] = field(default_factory=list)
+    new: set[int] = field(default_factory=set)            # ids of jobs created in this batch
+    replies: list[Reply] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    dead: list[Dead] = field(default_factory=list)        # dead letters
+    partials: list[Partial] = field(default_factory=list)  # a mass cancel's progress
+    usage: dict[str, tuple[float, float]] | None = None   # fair-share usage when the batch began
+    tasks: dict[int, list[Job]] = field(default_factory=dict)   # array id -> its new tasks as expand made
+                                                                # them (jobspec.Tasks)
+    rests: dict[int, Rest | None] = field(default_factory=dict)  # array id -> its rest as now (None: gone)
+    rests_new: set[int] = field(default_factory=set)      # the rests this batch makes (their scripts are written)
     expires: float = float("inf")                  # the first client expiry of a request in it: committed
                                                    # before it or not at all (Scheduler.flush)
 

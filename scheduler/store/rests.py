@@ -52,7 +52,7 @@ def drop(p, k: Keys, array_id: int) -> None:
 
 
 def put_changed(p, k: Keys, changed: dict, new: set) -> None:
-    """A batch's rests (daemon/batch.Batch.rests): each as it now is, or gone."""
+    """A batch's rests (store/batch.Batch.rests): each as it now is, or gone."""
     for a, rest in changed.items():
         if rest is None:
             drop(p, k, a)
