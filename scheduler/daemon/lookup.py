@@ -9,6 +9,7 @@ from typing import Protocol
 
 from ..jobs import rest
 from ..jobs.model import Job
+from ..jobs.refs import wanted_of
 from ..jobs.rest import Rest
 from .change import Change
 
@@ -41,6 +42,7 @@ class Lookup:
         self.read = {j.id: j for j in s.store.jobs(wanted)} if wanted else {}
         self.arrays: dict[int, list[Job]] | None = None
         self.resting: set[int] = set()     # ids of the tasks found still in their rest
+        self.ended: dict[int, list[Job]] = {}     # an array's records in Redis only (read once a request)
 
     def record(self, jid: int) -> Job | None:
         got = self.s.jobs.get(jid) or self.taken.get(jid) or self.read.get(jid)
@@ -71,8 +73,25 @@ class Lookup:
         return self.arrays.get(a, [])
 
     def task(self, a: int, i: int) -> Job | None:
+        """Task `i` of array `a`: a record in memory or resting, else one that ended (`del A_i` of it is
+        "already ended", not "no such job"), alone or inside the one record `del A` made (A_[i-j])."""
         self.tasks(a)
-        return self.index.get((a, i))
+        got = self.index.get((a, i))
+        if got is None:
+            got = next((t for j in self._ended_of(a) for t in wanted_of(j, {i})), None)
+        return got
+
+    def _ended_of(self, a: int) -> list[Job]:
+        """Array `a`'s records that are in Redis only (ended), read once per request and only where a
+        named task is found nowhere in memory: the array's ids are a + 0..count-1, and a record that
+        stands for many ended tasks holds the first one's id (jobs/rest.ended)."""
+        if a not in self.ended:
+            head = self.s.jobs.get(a) or self.taken.get(a) or self.read.get(a) \
+                or rest.tasks_of(self.s.rests, [a]).get(a) or self.s.store.job(a)
+            ids = [] if head is None or head.array_id != a else \
+                [x for x in range(a, a + (head.array_count or 1)) if x not in self.s.jobs and x not in self.taken]
+            self.ended[a] = [j for j in self.s.store.jobs(ids) if j.array_id == a] if ids else []
+        return self.ended[a]
 
 
 def rests_named(s: Known, ids: list[str], may: Callable[[str], bool], diverge: Callable[[Rest], bool],

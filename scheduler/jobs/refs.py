@@ -48,7 +48,7 @@ def parse_task_ids(text: str):
     return int(m.group(1)), tasks
 
 
-def _wanted_of(job: Job, wanted) -> list[Job]:
+def wanted_of(job: Job, wanted) -> list[Job]:
     """`job` if its index is wanted; of one record standing for many ended tasks (`A_[i-j]`), each
     wanted task it names, as its own (`show A_5` after `del A`: issue 39 item 1)."""
     if not job.array_runs:
@@ -67,7 +67,7 @@ def resolve_ref(text: str, job_of, tasks_of, task_of=None) -> list[Job]:
             a, wanted = tasks
             if task_of is not None and len(wanted) < 64:
                 return [t for i in sorted(wanted) if (t := task_of(a, i)) is not None]
-            return [t for j in tasks_of(a) for t in _wanted_of(j, wanted)]
+            return [t for j in tasks_of(a) for t in wanted_of(j, wanted)]
         jid = int(text)
     except ValueError:
         raise UsageError(f"job id: expected 42 or 42_3, got {text!r}") from None

@@ -191,3 +191,20 @@ def test_release_and_requeue_of_a_rest_they_leave_as_it_is_build_none_of_its_tas
     assert {"state": "pending (nothing to requeue)", "array": a, "from": 16, "to": N - 1} in got["runs"], got["runs"]
     assert max(map(len, built), default=0) <= w, [len(b) for b in built]
     assert s.rests[a].left > N - 2 * w and not s.rests[a].template.held
+
+
+def test_del_of_a_task_that_ended_inside_the_one_record_of_del_a_finds_it(conns):
+    """`labq del A_i` (the scheduler's lookup, daemon/lookup.py) of a task that ended inside the one
+    record `del A` made (A_[i-j]), or as a record of its own: "already ended", never "no such job".
+    Failed before: the lookup looked for an array's tasks in memory only (the active jobs and rests)."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    a = _submit(r, s, now, "big", {**SMALL, "hold": True, "array": [0, 2 * N - 2, 2]})["job_id"]
+    assert _act(r, s, now + 1, "del7", "cancel", [f"{a}_14"])["ok"]
+    assert _act(r, s, now + 2, "del", "cancel", [str(a)])["ok"]
+    for i, rid in ((14, "again7"), (0, "again0"), (16, "again16"), (2 * N - 2, "again-last")):
+        got = _act(r, s, now + 3, rid, "cancel", [f"{a}_{i}"])
+        assert got["results"] == [{"id": f"{a}_{i}", "ok": False, "error": f"job {a}_{i} already ended"}], got
+    got = _act(r, s, now + 3, "odd", "cancel", [f"{a}_13", f"{a}_{2 * N}"])
+    assert [x["error"] for x in got["results"]] == [f"no such job: {a}_13", f"no such job: {a}_{2 * N}"]
