@@ -14,6 +14,7 @@ from .keys import Keys
 _STATE = '"state":'     # a record's state key (ThinReader.on_node)
 # A record's attempts, none and some (ThinReader.ran); the second should an attempt's usage hold the first.
 _NEVER_RAN, _RAN = '"attempts":[]', '"attempts":[{'
+_COMMIT = '"commit":'     # a record's commitment (ThinReader.holdings)
 # model.Gpu's fields by name, and by position as the node record lists them ([uuid, index, model, mem])
 GpuView = namedtuple("GpuView", "uuid index model mem")
 
@@ -162,7 +163,9 @@ class ThinReader:
         out = []
         for i in range(0, len(ids), 2000):
             for raw in self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]:
-                d = json.loads(raw) if raw else {}
+                # A record without a commitment has no commit key (codec.dumps leaves the empty default
+                # out): not decoded, as at 10,000 held jobs (~70 ms of json.loads for none of them).
+                d = json.loads(raw) if raw and _COMMIT in raw else {}
                 if d.get("commit"):
                     a = (d.get("attempts") or [None])[-1]
                     out.append(SimpleNamespace(commit=d["commit"], rates=d.get("rates", ()), current=None if a is None

@@ -2,7 +2,8 @@
 budgets as the client's settings cache keeps them, clientcache.books) equal the full client's
 (Client.balances, ledger.Budget and model.Job) on one real Redis: a monthly budget in another time
 zone with a job running across its midnight, a budget without periods, an active override, a limit
-set by `labq budget set`, and a past period (issue 39 item 4)."""
+set by `labq budget set`, and a past period (issue 39 item 4). The thin client decodes only the
+records that hold a commitment: at 10,000 held jobs, decoding every active one cost ~70 ms."""
 import json
 from datetime import datetime, timezone
 
@@ -45,6 +46,9 @@ reserve = 0.1
 BODY = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3 * 3600, "account": "eta"}
 
 
+json_loads = json.loads
+
+
 def _request(r, user, op, body, rid):
     push(r, user, {"rid": rid, "op": op, "body": json.dumps(body)})
     r.lpush(K.wake, f"user:{user}")
@@ -54,7 +58,7 @@ def _woke(r):
     return r.lrange(K.wake, 0, -1)
 
 
-def test_thin_balances_are_the_full_clients(redis_server, tmp_path):
+def test_thin_balances_are_the_full_clients(redis_server, tmp_path, monkeypatch):
     r = redis_server.client()
     r.flushall()
     path = tmp_path / "labq.toml"
@@ -72,8 +76,21 @@ def test_thin_balances_are_the_full_clients(redis_server, tmp_path):
                                             "reason": "deadline"}, "o")
     _request(r, "root", "budget_set", {"budget": "m", "limit": 80}, "l")
     s.tick(T0 + 4, _woke(r))
+    for i, name in enumerate(("held", 'x"commit":[1]', "held")):     # never run: no commitment, not decoded
+        _request(r, "alice", "submit", {**BODY, "hold": True, "name": name}, f"h{i}")
+    s.tick(T0 + 4, _woke(r))
     full = Client(cfg, r=r, user="alice")
     thin = ThinClient(redis_server.url, "labq", user="alice")
+    decoded = []
+
+    def loads(text, *a, **kw):
+        decoded.append(text)
+        return json_loads(text, *a, **kw)
+    monkeypatch.setattr(json, "loads", loads)
+    assert len(thin.read.holdings()) == 2 and len(thin.read.active()) == 5
+    records = [t for t in decoded if t.startswith('{"id":')]
+    assert len(records) == 5 + 2, "holdings() decoded the two records with a commitment only"
+    monkeypatch.undo()
     books = clientconf.books_of(cfg)
     for now, period in [(T0 + 5, None), (T0 + 1800, None), (T0 + 3605, None), (T0 + 3 * 3600, None),
                         (T0 + 8000, None), (T0 + 3605, "2026-11"), (T0 + 3605, "2026-12"), (T0 + 3605, "2026-W49")]:
