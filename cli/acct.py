@@ -15,22 +15,13 @@ from operator import add, floordiv, itemgetter, mod, truediv
 
 from labq.scheduler.errors import RefusedError
 from labq.scheduler.jobs import when
-from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money, parse_duration
+from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money
 
 from . import render, slurmfmt
 from .out import echo, echo_json
+from .report import _since
 
 _OUTPUTS = ("table", "csv", "json")
-
-
-def _since(text, what):
-    """--since/--until: a date (YYYY-MM-DD) or how long ago (7d)."""
-    if not text:
-        return None
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%d"))
-    except ValueError:
-        return time.time() - parse_duration(text, what, bare_unit=1)
 
 
 def window(since, until, start, end, named: bool, now: float) -> tuple[float, float]:
@@ -150,13 +141,17 @@ def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
             read.append({g[0]: g[2] for n in ctx.thin.read.nodes() for g in n.gpus})   # [uuid, index, model, mem]
         return read[0]
 
+    def prices():                    # the config's rates as the client settings cache keeps them: no config
+        from labq.scheduler.money.pricing import Prices
+        return Prices(ctx.books["pricing"])
+
     def priced(fresh) -> list[int]:  # COMMITTED of Redis's acct rows, from the client's rates (as of records)
         from labq.scheduler.store.acctrows import committed
-        return committed(fresh, gpu_models(), ctx.cfg)
+        return committed(fresh, gpu_models(), prices())
     rows, records = ctx.thin.read.acct_table(lo, hi, user, account, committed=priced)
     if records:
         from labq.scheduler.money.report import committed_by_job
-        committed = committed_by_job(records, gpu_models(), ctx.cfg)
+        committed = committed_by_job(records, gpu_models(), prices())
         rows = [*rows, *((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
                           j.start_time, j.end_time, render.elapsed(j, j.end_time or 0), j.gpus * (j.nodes or 1),
                           len(j.attempts),

@@ -50,7 +50,7 @@ def export(ctx, since, until, fmt, what):
     lab's own tools."""
     from labq.scheduler.money.report import committed_by_job
 
-    from .acct import _since
+    from .report import _since
     if fmt not in FORMATS:
         raise UsageError(f"--format: expected csv or json, got {fmt!r}")
     if what not in ("jobs", "ledger"):

@@ -50,7 +50,7 @@ def show(ctx, period, as_json) -> None:
 def alerts(ctx, name, since, count, as_json) -> None:
     """The newest alerts (spec.ALERTS's options), through the thin client: redis-py's import alone
     cost ~8x `labq sub` (issue 39 item 4)."""
-    from .acct import _since
+    from .report import _since
     start, count = _since(since, "--since") or 0, bounded_count(count)
     got = [a for a in ctx.thin.read.alerts(100_000 if (name or since) else count)
            if float(a.get("ts") or 0) >= start and (not name or a.get("scope") == f"budget:{name}")][-count:]

@@ -1,10 +1,9 @@
 """`labq report`: cost by account, user, QoS, GPU type, node, status or tag; forecast accuracy;
 reconciliation against imported bills; a plot of spending against the limit."""
-import csv
-import io
-from datetime import datetime, timezone
+import time
 
 from labq.scheduler.errors import UsageError
+from labq.scheduler.units import parse_duration
 
 from . import statview
 from .out import echo, echo_json, fail
@@ -30,6 +29,8 @@ def _emit(rows, keys, fmt, headers=None):
     if fmt == "json":
         return echo_json(rows)
     if fmt == "csv":
+        import csv
+        import io
         out = io.StringIO()
         w = csv.writer(out)
         w.writerow(keys)
@@ -43,7 +44,6 @@ def _emit(rows, keys, fmt, headers=None):
 def run(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node_idle, tz, plot_path, budget_name,
         period):
     """`labq report` with its options (spec.REPORT), from the fast path (fast.py) or click's (reportcmd.py)."""
-    from .acct import _since
     fmt = "json" if as_json else fmt
     lo, hi = _since(since, "--since") or 0, _since(until, "--until") or float("inf")
     if plot_path:
@@ -62,7 +62,7 @@ def run(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node
     c = ctx.thin
     # Archived jobs as compact rows (store/acctrows); of the active ones only those that have run: the
     # others have nothing to count, and 10,000 held ones cost ~1 s of decoding (issue 39 item 4).
-    jobs = c.read.acct_rows(lo) + c.read.ran()
+    jobs = c.read.acct_rows(lo, views=True) + c.read.ran()
     if forecast_accuracy:
         return _emit(rep.forecast_accuracy(jobs, lo, hi), ["user", "jobs", "p50", "p90", "margin_90"], fmt,
                      ["USER", "JOBS", "ACTUAL/EST P50", "P90", "MARGIN FOR 90%"])
@@ -70,13 +70,14 @@ def run(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node
         prices = ctx.books["node_hour"]
         if not prices:
             fail("no rented nodes: rates.node_hour gives no whole-instance prices", 2)
-        import time
         # Up to --until, else up to now (or the last recorded end, should a clock be ahead of ours).
         ends = [a.end_time for j in jobs for a in j.attempts if a.end_time and a.node in prices]
         rows = rep.node_idle(jobs, prices, lo, hi if hi != float("inf") else max([time.time(), *ends]))
         return _emit(rows, ["node", "hours", "instance_cost", "paid", "idle_cost", "utilisation"], fmt,
                      ["NODE", "HOURS", "INSTANCE", "PAID BY JOBS", "IDLE COST", "PAID/INSTANCE"])
     if reconcile:
+        from datetime import datetime
+
         from labq.scheduler.money.periods import zone
         try:
             z = zone(tz)
@@ -99,5 +100,15 @@ def run(ctx, by_, since, until, fmt, as_json, forecast_accuracy, reconcile, node
 
 
 def _day(t) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d")
+    return time.strftime("%Y-%m-%d", time.gmtime(t))
+
+
+def _since(text, what):
+    """--since/--until (acct's too): a date (YYYY-MM-DD) or how long ago (7d)."""
+    if not text:
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        return time.time() - parse_duration(text, what, bare_unit=1)
 

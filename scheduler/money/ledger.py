@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from ..jobs.model import Job, Node
-from ..units import MICRO, MS_PER_HOUR, accrue as accrue  # in units: the thin CLI needs it without this module
+from ..jobs.model import Job
+from ..units import accrue as accrue  # in units: the thin CLI needs it without this module
 from .balance import (  # balances live in balance.py (the thin CLI's, without this module); named here too
     Balance as Balance,
     accrued as accrued,
@@ -26,6 +26,14 @@ from .balance import (  # balances live in balance.py (the thin CLI's, without t
     override_active as override_active,
 )
 from .periods import field as spent_field
+from .pricing import (  # prices live in pricing.py (the thin CLI's `acct`, without this module); named here too
+    billed as billed,
+    dominant_share as dominant_share,
+    forecast as forecast,
+    overhead as overhead,
+    planned_seconds as planned_seconds,
+    rate as rate,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: config.py reads this module (Config.budget_caps: cap), not the reverse
@@ -60,75 +68,6 @@ class Budget:
         if self.project:
             return job.project == self.project
         return job.budget == self.name
-
-
-def rate(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None) -> int:
-    """Micro-units of `unit` per hour of this job's allocation on a node with `gpu_model` GPUs.
-
-    On a node with a whole-instance price (rates.node_hour), the job pays that price times its
-    dominant share of the node (the largest of its GPU, CPU and memory fractions), so a node that
-    is fully allocated is paid exactly once, whatever shapes share it. A gang (-N) pays for every
-    node: its per-node shape times its nodes (priced as `node`, the first of them)."""
-    if unit == "gpu_hours":
-        return job.gpus * job.nodes * MICRO
-    if unit == "cpu_hours":
-        return job.cpus * job.nodes * MICRO
-    r = cfg.rates
-    price = r.node_price(node.name) if node is not None else 0.0
-    if price and node is not None:
-        return _money(price * dominant_share(job, node), job, cfg)
-    # The same few requests are quoted at every pass: their rate is kept on the config (bounded).
-    key = (job.gpus, job.cpus, job.mem, job.nodes, job.qos, gpu_model)
-    memo = cfg.rate_memo
-    got = memo.get(key)
-    if got is None:
-        if len(memo) >= 4096:
-            memo.clear()
-        per_hour = job.gpus * r.gpu_rate(gpu_model) + job.cpus * r.cpu_hour + job.mem / (1 << 30) * r.mem_gib_hour
-        got = memo[key] = _money(per_hour, job, cfg)
-    return got
-
-
-def _money(per_hour: float, job: Job, cfg: Config) -> int:
-    qos = cfg.qos_named(job.qos)
-    return round(per_hour * job.nodes * (qos.rate_factor if qos else 1.0) * MICRO)
-
-
-def dominant_share(job: Job, node: Node) -> float:
-    shares = [job.cpus / node.cpus if node.cpus else 0.0, job.mem / node.mem if node.mem else 0.0]
-    if node.gpus:
-        shares.append(job.gpus / len(node.gpus))
-    return min(max(shares), 1.0)
-
-
-def overhead(unit: str, cfg: Config) -> int:
-    return round(cfg.rates.overhead_per_attempt * MICRO) if unit == "usd" else 0
-
-
-def planned_seconds(job: Job, cfg: Config) -> float:
-    """`safe`: the time limit plus kill_wait, everything an attempt can be billed for (a job that
-    ignores SIGTERM at its limit is killed kill_wait later); `forecast`: est × (1 + margin), where est
-    is --est, else (with estimate.forecast = true) the run time learned from the user's ended jobs."""
-    if cfg.budget_mode == "forecast":
-        est = job.est or (job.learned_est if cfg.estimate.forecast else None)
-        if est:
-            return min(job.time_limit, est * (1 + cfg.rates.forecast_margin))
-    return job.time_limit + cfg.kill_wait
-
-
-def billed(seconds: float, cfg: Config) -> float:
-    """The seconds an attempt of this length is billed for (rates.billing)."""
-    if cfg.rates.billing == "started_hour" and seconds > 0:
-        return -(-int(seconds * 1000) // MS_PER_HOUR) * 3600.0
-    return seconds
-
-
-def forecast(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None = None,
-             per_hour: int | None = None) -> int:
-    """What an attempt commits: its rate (`per_hour` when the caller has it) over its planned, billed seconds."""
-    if per_hour is None:
-        per_hour = rate(job, unit, gpu_model, cfg, node)
-    return accrue(per_hour, billed(planned_seconds(job, cfg), cfg)) + overhead(unit, cfg)
 
 
 def ceiling_seconds(job: Job, cfg: Config) -> float | None:

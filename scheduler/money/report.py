@@ -15,12 +15,11 @@ Also: forecast accuracy (--est against the actual run time, per user) and reconc
 imported bills against labq's own costs.
 """
 import math
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections import namedtuple
 
 from ..jobs import states
 from ..units import MICRO
-from . import ledger
+from .pricing import forecast
 
 FAILED = frozenset({"exit", "oom", "error", "timeout", "node_failure"})
 KEYS = ("account", "user", "qos", "gpu_type", "node", "status", "project", "name")
@@ -62,22 +61,25 @@ def _value(key: str, j, a, models: dict) -> str:
     return getattr(j, key) or "-"
 
 
-@dataclass
 class Row:
-    group: tuple
-    job_ids: set = field(default_factory=set)
-    completed: set = field(default_factory=set)
-    ended: set = field(default_factory=set)
-    attempts: int = 0
-    gpu_s: float = 0.0
-    cpu_s: float = 0.0
-    cost: int = 0
-    failed_cost: int = 0
-    preempt_lost_cost: int = 0
-    lost_work_s: float = 0.0
-    idle_gpu_s: float = 0.0
-    util_weight: float = 0.0      # GPU-seconds of the attempts that reported a mean utilisation
-    util_sum: float = 0.0
+    """One group's sums. (A plain class, not a dataclass: `labq report` then imports neither
+    dataclasses nor typing, ~10 ms of its CPU, issue 39 item 4.)"""
+
+    def __init__(self, group: tuple) -> None:
+        self.group = group
+        self.job_ids: set = set()
+        self.completed: set = set()
+        self.ended: set = set()
+        self.attempts = 0
+        self.gpu_s = 0.0
+        self.cpu_s = 0.0
+        self.cost = 0
+        self.failed_cost = 0
+        self.preempt_lost_cost = 0
+        self.lost_work_s = 0.0
+        self.idle_gpu_s = 0.0
+        self.util_weight = 0.0      # GPU-seconds of the attempts that reported a mean utilisation
+        self.util_sum = 0.0
 
     def add(self, j, a) -> None:
         s = span(a)
@@ -117,19 +119,9 @@ class Row:
                 "gpu_util_mean": round(self.util_sum / self.util_weight, 2) if self.util_weight else None}
 
 
-class PartAttempt(NamedTuple):
-    """One node's part of a gang's attempt, as `report --by node` credits it."""
-    attempt: int
-    node: str
-    gpus: tuple
-    dispatch_time: float | None
-    start_time: float | None
-    end_time: float | None
-    outcome: str | None
-    exit_code: int | None
-    cost: int
-    lost_work_s: float
-    usage: dict
+# One node's part of a gang's attempt, as `report --by node` credits it.
+PartAttempt = namedtuple("PartAttempt", "attempt node gpus dispatch_time start_time end_time outcome exit_code cost "
+                                        "lost_work_s usage")
 
 
 class PartJob:
@@ -215,7 +207,7 @@ def _began(a):
 
 def committed_cost(j, gpu_model: str, cfg) -> int:
     """What admitting one attempt of `j` commits, in the currency (the forecast of DESIGN §5)."""
-    return ledger.forecast(j, "usd", gpu_model, cfg)
+    return forecast(j, "usd", gpu_model, cfg)
 
 
 def committed_by_job(jobs, models: dict, cfg) -> dict[int, int]:

@@ -44,7 +44,8 @@ def _complete(got: dict) -> bool:
     return {"currency", "history_url", "limits", "allow_volatile"} <= got.keys()
 
 
-BOOK_KEYS = {"budgets", "currency", "node_hour", "source", "shares", "fairshare_half_life", "priority", "qos"}
+BOOK_KEYS = {"budgets", "currency", "node_hour", "source", "shares", "fairshare_half_life", "priority", "qos",
+             "pricing"}
 
 
 def books(path: str | None, system: bool, full) -> dict:
@@ -58,7 +59,8 @@ def books(path: str | None, system: bool, full) -> dict:
         return books_of(full(path))
     cache = _cache_file()
     got = _cached(cache, stamp)
-    # Books an older labq kept lack what was added since (the shares, the priorities): load the config again then.
+    # Books an older labq kept lack what was added since (the shares, the priorities, the prices): load the
+    # config again then.
     if got is not None and isinstance(got.get("books"), dict) and BOOK_KEYS <= got["books"].keys():
         return got["books"]
     out = books_of(full(path))

@@ -49,14 +49,22 @@ def books_of(cfg) -> dict:
     """What `labq budget`, `labq report` and `labq share` read of a loaded config (config.Config)
     besides the client settings, as JSON keeps it: each budget's fields, the currency, rates.node_hour,
     the source, each account's share, priority.fairshare_half_life, the [priority] table, each QoS's
-    priority."""
+    priority, and the prices (rates, QoS rate factors, what a forecast reads)."""
     from dataclasses import asdict  # the config's import has paid for it
+    r = cfg.rates
     got = {"budgets": [asdict(b) for b in cfg.budgets], "currency": cfg.rates.currency,
            "node_hour": dict(cfg.rates.node_hour), "source": cfg.source,
            "shares": {a.name: a.share for a in cfg.accounts},
            "fairshare_half_life": cfg.priority.fairshare_half_life,
            # what `labq prio` reads (multifactor.py): the weights and each QoS's priority
-           "priority": asdict(cfg.priority), "qos": {q.name: q.priority for q in cfg.qos}}
+           "priority": asdict(cfg.priority), "qos": {q.name: q.priority for q in cfg.qos},
+           # what `labq acct` prices COMMITTED with (money/pricing.Prices)
+           "pricing": {"gpu_hour": r.gpu_hour, "gpu_hour_by_model": dict(r.gpu_hour_by_model), "cpu_hour": r.cpu_hour,
+                       "mem_gib_hour": r.mem_gib_hour, "overhead_per_attempt": r.overhead_per_attempt,
+                       "forecast_margin": r.forecast_margin, "billing": r.billing, "node_hour": dict(r.node_hour),
+                       "kill_wait": cfg.kill_wait, "budget_mode": cfg.budget_mode,
+                       "estimate_forecast": cfg.estimate.forecast,
+                       "qos_rate_factor": {q.name: q.rate_factor for q in cfg.qos}}}
     return json.loads(json.dumps(got))
 
 

@@ -9,11 +9,14 @@ never disagree; the record stays the source of truth for `labq show` and `acct -
 `AcctJob` and `AcctAttempt` answer the attribute names of model.Job and model.Attempt that acct,
 slurmfmt's sacct fields and scheduler/money/report.py read, so those functions take either.
 """
+from __future__ import annotations
+
 import json
 from collections import namedtuple
-from typing import NamedTuple
 
-from ..jobs.model import Job
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # annotations only: the thin `labq acct` reads rows without the model
+    from ..jobs.model import Job
 
 # (column, SQL type) in row order, `id` first; types SQLite and PostgreSQL read alike (PostgreSQL's
 # REAL is 4 bytes: no epoch time fits in it).
@@ -165,23 +168,16 @@ def finish(rows, committed) -> list[tuple]:
             for v, c in zip(rows, committed)]
 
 
-class _Shape(NamedTuple):
-    """What ledger.forecast reads of a job (model.Job's names), from a Redis acct row."""
-    gpus: int
-    cpus: int
-    mem: int
-    nodes: int
-    qos: str
-    time_limit: int
-    est: int | None
-    learned_est: int | None
+# What ledger.forecast reads of a job (model.Job's names), from a Redis acct row. (collections', not
+# typing's NamedTuple: the thin `labq acct` does not import typing.)
+_Shape = namedtuple("_Shape", "gpus cpus mem nodes qos time_limit est learned_est")
 
 
 def committed(rows, models: dict, cfg) -> list[int]:
     """report.committed_by_job's answer for each decoded Redis acct row, in order: the same forecast
-    of the same fields (`models`: GPU uuid -> model, as the nodes report them; `cfg`: the rates),
-    computed once per distinct (shape, GPU model)."""
-    from ..money.report import committed_cost
+    of the same fields (`models`: GPU uuid -> model, as the nodes report them; `cfg`: the config, or
+    money/pricing.Prices of it), computed once per distinct (shape, GPU model)."""
+    from ..money.pricing import forecast
     memo: dict = {}
     out = []
     for v in rows:
@@ -190,7 +186,37 @@ def committed(rows, models: dict, cfg) -> list[int]:
             key = (shape, models.get(g, v[GPU_TYPE]) if g is not None else "")
             c = memo.get(key)
             if c is None:
-                c = memo[key] = committed_cost(_Shape(*shape), key[1], cfg)
+                c = memo[key] = forecast(_Shape(*shape), "usd", key[1], cfg)    # report.committed_cost's
             total += c
         out.append(total)
     return out
+
+
+def acct_table(ids: list[int], texts, load, history, since: float, until: float, user, account,
+               committed=None) -> tuple[list, list]:
+    """reads.Reader.acct_table for either client (here, not in reads.py: the thin `labq acct` then
+    imports neither the model nor the codec): `ids` the ended jobs in Redis in the window; `texts` their
+    Redis acct rows (redis_row; None for a job that has none: ended under an older labq), or
+    None; `load(ids)` their records; `history` the archive (or None); `committed(rows) -> [micro]`
+    prices decoded Redis rows (committed()), without which only records are read.
+
+    Redis is read before the archive, and the archiver commits a job to the archive before it leaves
+    Redis: a job found in neither Redis step (archived meanwhile) is in the archive's answer, and one
+    found in Redis is dropped from that answer (in both after a crash between the archive's steps)."""
+    fresh, no_row = [], ids
+    if committed is not None and texts is not None:
+        no_row = [i for i, t in zip(ids, texts) if t is None]
+        fresh = redis_rows([t for t in texts if t is not None])
+    loaded = load(no_row) if no_row else []
+    have = {v[0] for v in fresh} | {j.id for j in loaded}
+    if user or account:
+        fresh = [v for v in fresh if (not user or v[USER] == user) and (not account or v[ACCOUNT] == account)]
+    recent = [j for j in loaded if (not user or j.user == user) and (not account or j.account == account)]
+    done = finish(fresh, committed(fresh)) if fresh else []
+    if history is None:
+        return done, recent
+    rows = history.acct_table(since, until, user, account)
+    if have:
+        rows = [v for v in rows if v[0] not in have]
+    # An older archive answers with records (model.Job), the others with plain tuples of TABLE_ORDER.
+    return (done, rows + recent) if rows and not isinstance(rows[0], tuple) else (rows + done, recent)

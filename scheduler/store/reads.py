@@ -4,7 +4,8 @@ from typing import NamedTuple
 
 from ..jobs.model import Job
 from ..money.fairshare import usage_from
-from . import acctrows, codec, rests
+from . import codec, rests
+from .acctrows import acct_table
 from .keys import Keys
 
 
@@ -62,35 +63,6 @@ def _run(d: dict) -> Run:
     return Run(d["id"], d["user"], d.get("name", ""), tuple(tuple(t) for t in d.get("tags", ())), d.get("end_time"),
                RunAttempt(a.get("outcome"), a.get("start_time"), a.get("dispatch_time"), a.get("end_time"))
                if a is not None else None)
-
-
-def acct_table(ids: list[int], texts, load, history, since: float, until: float, user, account,
-               committed=None) -> tuple[list, list]:
-    """Reader.acct_table for either client: `ids` the ended jobs in Redis in the window; `texts` their
-    Redis acct rows (acctrows.redis_row; None for a job that has none: ended under an older labq), or
-    None; `load(ids)` their records; `history` the archive (or None); `committed(rows) -> [micro]`
-    prices decoded Redis rows (acctrows.committed), without which only records are read.
-
-    Redis is read before the archive, and the archiver commits a job to the archive before it leaves
-    Redis: a job found in neither Redis step (archived meanwhile) is in the archive's answer, and one
-    found in Redis is dropped from that answer (in both after a crash between the archive's steps)."""
-    fresh, no_row = [], ids
-    if committed is not None and texts is not None:
-        no_row = [i for i, t in zip(ids, texts) if t is None]
-        fresh = acctrows.redis_rows([t for t in texts if t is not None])
-    loaded = load(no_row) if no_row else []
-    have = {v[0] for v in fresh} | {j.id for j in loaded}
-    if user or account:
-        fresh = [v for v in fresh if (not user or v[acctrows.USER] == user)
-                 and (not account or v[acctrows.ACCOUNT] == account)]
-    recent = [j for j in loaded if (not user or j.user == user) and (not account or j.account == account)]
-    done = acctrows.finish(fresh, committed(fresh)) if fresh else []
-    if history is None:
-        return done, recent
-    rows = history.acct_table(since, until, user, account)
-    if have:
-        rows = [v for v in rows if v[0] not in have]
-    return (done, rows + recent) if rows and isinstance(rows[0], Job) else (rows + done, recent)
 
 
 class Reader:
@@ -189,7 +161,7 @@ class Reader:
     def acct_table(self, since: float, until: float = float("inf"), user=None, account=None,
                    committed=None) -> tuple[list, list]:
         """What `labq acct`'s table prints of the ended jobs: (tuples of store/acctrows.TABLE_ORDER:
-        the archive's, and with `committed` (reads.acct_table) Redis's acct rows; the records of the
+        the archive's, and with `committed` (acctrows.acct_table) Redis's acct rows; the records of the
         others: Redis's jobs without a row, and an older archive's)."""
         ids = self._recent_ids(since, until)
         texts = None

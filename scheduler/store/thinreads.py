@@ -112,7 +112,7 @@ class ThinReader:
                    committed=None) -> tuple[list, list]:
         """reads.Reader.acct_table's answer, without redis-py (`labq acct`'s table): the window's ids,
         then (with `committed`) their Redis acct rows, one HMGET per 2,000 in one round trip."""
-        from .reads import acct_table
+        from .acctrows import acct_table
         ids = self._pipe([("ZRANGEBYSCORE", self.k.history, since, "+inf" if until == float("inf") else until)])[0]
         texts = None
         if committed is not None and ids:
@@ -122,12 +122,13 @@ class ThinReader:
                           self.history, since, until, user, account, committed)
 
     def acct_rows(self, since: float = 0, until: float = float("inf"), user=None, account=None,
-                  columns=None) -> list:
+                  columns=None, views: bool = False) -> list:
         """reads.Reader.acct_rows's answer, without redis-py (`labq report`): Redis's records of the
-        jobs that ended in the window, and the archive's compact rows of the others."""
+        jobs that ended in the window (with `views`, as jobview.JobView), and the archive's compact
+        rows of the others."""
         ids = [int(i) for i in self._pipe([("ZRANGEBYSCORE", self.k.history, since,
                                             "+inf" if until == float("inf") else until)])[0]]
-        recent = [j for j in self.jobs_in_redis(ids)
+        recent = [j for j in (self.views(ids) if views else self.jobs_in_redis(ids))
                   if (not user or j.user == user) and (not account or j.account == account)]
         if self.history is None:
             return recent
@@ -218,12 +219,13 @@ class ThinReader:
         return sorted(jobs + every_task(self.rests()), key=lambda j: j.id)
 
     def ran(self) -> list:
-        """The active jobs `labq report` counts, as active() gives them (records, by id): all but those
+        """The active jobs `labq report` counts, as active() gives them (by id; as jobview.JobView where
+        Redis holds them, without the model): all but those
         pending that never ran. Those (a held queue's 10,000 jobs) have no attempt to count, and their
         records say so in their text: no state key (pending is the default, left out: codec.dumps)
         and `"attempts":[]`, so they are not decoded (~0.1 ms each). A held array's resting tasks
         have not run either."""
-        from . import codec
+        from .jobview import loads
         ids = self._pipe([("ZRANGE", self.k.active, 0, -1)])[0]
         out, gone = [], []
         for i in range(0, len(ids), 2000):
@@ -233,7 +235,7 @@ class ThinReader:
                 if not raw:
                     gone.append(jid)       # archived between the two reads: jobs() finds it there
                 elif _STATE in raw or _NEVER_RAN not in raw or _RAN in raw:
-                    out.append(codec.loads(raw, self._spec))
+                    out.append(loads(raw, self._spec))
         return sorted(out + self.jobs(gone), key=lambda j: j.id) if gone else out
 
     def on_node(self) -> list:

@@ -8,6 +8,7 @@ Then: Redis's rows are what is read, a job archived between the reads is listed 
 scheduler back-fills the rows an upgrade lacks."""
 import contextlib
 import io
+import json
 import os
 import random
 import subprocess
@@ -250,7 +251,9 @@ def _table_of(reader, cfg, lo=0.0, hi=float("inf")):
     from types import SimpleNamespace
 
     from labq.cli.acct import _table_rows
-    return _table_rows(SimpleNamespace(thin=SimpleNamespace(read=reader), cfg=cfg), lo, hi, None, None, None, None)
+    from labq.scheduler.settings.clientconf import books_of
+    ctx = SimpleNamespace(thin=SimpleNamespace(read=reader), cfg=cfg, books=json.loads(json.dumps(books_of(cfg))))
+    return _table_rows(ctx, lo, hi, None, None, None, None)
 
 
 @pytest.fixture
