@@ -62,6 +62,9 @@ class Chaos:
         self.failovers: list[dict] = []
         # (Redis killed or stopped, Redis answering again), wall clock: a gang's stop cannot travel then
         self.redis_down: list[tuple[float, float]] = []
+        # (the job processes under a runner, its SIGSTOP, its SIGCONT), wall clock: a stopped runner
+        # cannot pass its gang part the stop order, so that part may outlive a failed peer meanwhile
+        self.runner_frozen: list[tuple[frozenset[int], float, float]] = []
         self.gang_runner_kills = 0
         self.planned = False
         self.pauses: list[tuple[str, float]] = []
@@ -267,8 +270,12 @@ class Chaos:
         r = self._runner()
         if r is None:
             return None
-        pause = self.pause()
+        pause, below = self.pause(), frozenset()
+        with _gone():
+            below = frozenset(c.pid for c in r.children(recursive=True))
+        t0 = time.time()
         _stop_for(r, pause)
+        self.runner_frozen.append((below, t0, time.time()))
         self._record("runner_stop", pause)
         return f"pid {r.pid} {pause:.1f}s"
 

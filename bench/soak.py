@@ -35,7 +35,9 @@ says, from those stamps, the job records and `labq ledger verify`:
               ran and lost a part, and the longest spread. The one exception (DESIGN): a part that
               died while Redis was away, whose stop cannot travel; the others must then be gone 1.25 s
               after their agent's fence (the node lease after Redis went away) or after Redis came
-              back, whichever is first (gang_parts_outlived_in_outage lists them, with that bound)
+              back, whichever is first (gang_parts_outlived_in_outage lists them, with that bound).
+              And the soak's own SIGSTOP of a surviving part's runner when the stop was due: that part
+              must be gone 1.25 s after the SIGCONT (gang_parts_outlived_runner_frozen lists them)
   failover    each SIGSTOP of the leading scheduler past its lease: how soon the standby led, and
               whether the resumed one stepped down (alive, never the leader again): all must
 
@@ -304,7 +306,7 @@ class Soak:
         lives = {i: _lives(os.path.join(self.stamps, str(i))) for i in self.ids}
         places = {i: where(os.path.join(self.stamps, str(i))) for i in self.ids}
         stamped = stamp_checks(lives, jobs, self.chaos.agent_dead, self.chaos.agent_frozen, places)
-        stamped |= gang_checks(lives, places, jobs, self.chaos.redis_down, self.chaos.lease)
+        stamped |= gang_checks(lives, places, jobs, self.chaos.redis_down, self.chaos.lease, self.chaos.runner_frozen)
         stamped |= billed_checks(lives, places, jobs)
         spent = {k: int(v) for k, v in self.client.read.spent().items()}
         charged, over = self._charges(jobs)

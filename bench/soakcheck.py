@@ -102,25 +102,28 @@ def stamp_checks(lives: dict, jobs: dict, agent_dead, agent_frozen=(), places: d
             "finished_not_completed": sorted(unrecorded)}
 
 
-def gang_checks(lives: dict, places: dict, jobs: dict, outages=(), lease: float = 0.0) -> dict:
+def gang_checks(lives: dict, places: dict, jobs: dict, outages=(), lease: float = 0.0, frozen=()) -> dict:
     """A gang's parts, from their stamps: `gang_parts_outlived` — attempts where a part died (no
     end stamp) and another part stamped more than GANG_BOUND after it; `gang_spread_max_s` — the
     longest such time seen; `gangs_run` — gang attempts stamped, `gang_attempts_broken` — those
     where a part died.
 
-    The one exception DESIGN keeps: a part that died while Redis was away (`outages`, wall-clock
-    (from, to)), whose stop cannot travel. The others must then be gone GANG_BOUND after their own
-    agent's fence (`lease` after Redis went away) or after Redis came back, whichever is first:
-    `gang_parts_outlived_in_outage` lists each such attempt [job, attempt, spread, allowed], and one
-    past that bound is in `gang_parts_outlived` too."""
-    outlived, excused, spread_max, run, broken = [], [], 0.0, 0, 0
+    The exceptions, where the stop order cannot reach a part:
+    - a part that died while Redis was away (`outages`, wall-clock (from, to)). The others must then
+      be gone GANG_BOUND after their own agent's fence (`lease` after Redis went away) or after Redis
+      came back, whichever is first: `gang_parts_outlived_in_outage` lists each such attempt
+      [job, attempt, spread, allowed], and one past that bound is in `gang_parts_outlived` too;
+    - a surviving part whose own runner the soak held stopped (SIGSTOP) when the stop was due
+      (`frozen`: (the job pids under that runner, from, to)): it must be gone GANG_BOUND after the
+      runner's SIGCONT; `gang_parts_outlived_runner_frozen` lists [job, attempt, spread, allowed]."""
+    outlived, excused, thawed, spread_max, run, broken = [], [], [], 0.0, 0, 0
     for i, spans in lives.items():
         j = jobs.get(i)
         if j is None or j.nodes < 2:
             continue
-        by_attempt: dict[int, list[tuple[float, float, bool]]] = {}
-        for key, life in spans.items():
-            by_attempt.setdefault(key[0], []).append(life)
+        by_attempt: dict[int, list[tuple[int, float, bool]]] = {}
+        for (a, pid), (_, hi, ended) in spans.items():
+            by_attempt.setdefault(a, []).append((pid, hi, ended))
         for a, parts in by_attempt.items():
             run += 1
             dead = [hi for _, hi, ended in parts if not ended]
@@ -130,17 +133,31 @@ def gang_checks(lives: dict, places: dict, jobs: dict, outages=(), lease: float 
             died = min(dead)
             spread = max(hi for _, hi, _ in parts) - died
             spread_max = max(spread_max, spread)
+            if spread <= GANG_BOUND:
+                continue
             away = [(lo, hi) for lo, hi in outages if lo - GANG_PERIOD <= died <= hi]
-            if away and spread > GANG_BOUND:
+            if away:
                 lo, hi = away[0]
                 allowed = min(hi, lo + lease) - died + GANG_BOUND if lease else hi - died + GANG_BOUND
                 excused.append([i, a, round(spread, 2), round(allowed, 2)])
                 if spread <= allowed:
                     continue
-            if spread > GANG_BOUND:
-                outlived.append([i, a, round(spread, 2)])
+            late = [(pid, hi - died) for pid, hi, _ in parts if hi - died > GANG_BOUND]
+            bounds = [_thawed_by(pid, died, frozen) for pid, _ in late]
+            if all(b is not None and over <= b for b, (_, over) in zip(bounds, late)):
+                thawed.append([i, a, round(spread, 2), round(max(b for b in bounds if b is not None), 2)])
+                continue
+            outlived.append([i, a, round(spread, 2)])
     return {"gang_parts_outlived": outlived, "gang_parts_outlived_in_outage": excused,
+            "gang_parts_outlived_runner_frozen": thawed,
             "gang_spread_max_s": round(spread_max, 2), "gangs_run": run, "gang_attempts_broken": broken}
+
+
+def _thawed_by(pid: int, died: float, frozen) -> float | None:
+    """How long after `died` the part `pid` may last because its runner was stopped when the stop
+    order was due (a freeze overlapping [died, died + GANG_BOUND]): until GANG_BOUND after its SIGCONT."""
+    ends = [hi for pids, lo, hi in frozen if pid in pids and lo <= died + GANG_BOUND and hi >= died]
+    return max(ends) - died + GANG_BOUND if ends else None
 
 
 def billed_checks(lives: dict, places: dict, jobs: dict) -> dict:

@@ -106,6 +106,29 @@ def test_a_gang_part_that_died_while_redis_was_away_is_the_one_exception(tmp_pat
     assert [x[0] for x in SOAK.gang_checks(lives, places, jobs)["gang_parts_outlived"]] == [3, 4]
 
 
+def test_a_gang_part_whose_runner_the_soak_stopped_may_outlive_its_peer_until_thawed(tmp_path):
+    """The soak's own SIGSTOP of a part's runner holds the stop order back (the seed-72 soak, job 127:
+    2.73 s with its runner stopped 3.1 s): that part must be gone GANG_BOUND after the SIGCONT. A freeze
+    of another runner, or one over before the peer died, excuses nothing."""
+    thawed = write(tmp_path, "5", ["start 0 100.0 51 0 g2", "start 0 100.1 52 1 g3", "alive 0 101.0 52 1 g3",
+                                   "alive 0 103.7 51 0 g2"])
+    too_long = write(tmp_path, "6", ["start 0 100.0 61 0 g2", "start 0 100.1 62 1 g3", "alive 0 101.0 62 1 g3",
+                                     "alive 0 106.0 61 0 g2"])
+    lives = {5: SOAK._lives(thawed), 6: SOAK._lives(too_long)}
+    places = {5: SOAK.where(thawed), 6: SOAK.where(too_long)}
+    jobs = {5: gang(5, (99.9, 103.8, "g2", "g3")), 6: gang(6, (99.9, 106.1, "g2", "g3"))}
+    frozen = [(frozenset({51, 61}), 100.5, 103.6)]          # both survivors' runners stopped 100.5–103.6
+    got = SOAK.gang_checks(lives, places, jobs, frozen=frozen)
+    assert got["gang_parts_outlived_runner_frozen"] == [[5, 0, 2.7, 3.85]]
+    assert got["gang_parts_outlived"] == [[6, 0, 5.0]]
+    # the dead part's runner, not the survivor's, was stopped: no excuse
+    assert [x[0] for x in SOAK.gang_checks(lives, places, jobs, frozen=[(frozenset({52, 62}), 100.5, 103.6)])
+            ["gang_parts_outlived"]] == [5, 6]
+    # a freeze that ended before the peer died: no excuse
+    assert [x[0] for x in SOAK.gang_checks(lives, places, jobs, frozen=[(frozenset({51, 61}), 90.0, 95.0)])
+            ["gang_parts_outlived"]] == [5, 6]
+
+
 def test_an_agents_death_concerns_its_own_node_only(tmp_path):
     p = write(tmp_path, "1", ["start 0 201.0 31 0 g2", "end 0 203.0 31 0 g2"])
     lives, places, jobs = {1: SOAK._lives(p)}, {1: SOAK.where(p)}, {1: job(1)}
