@@ -219,9 +219,9 @@ class _Pass:
         if job.begin is not None and job.begin > now:
             if self.reserve_begins and self.cfg.backfill_depth > len(self.starts):
                 self._reserve(job, job.begin)
-            return states.BEGIN_TIME, f"not before --begin, {job.begin - now:.0f}s from now"
+            return states.BEGIN_TIME, f"not before --begin, {fmt_at(job.begin)}"
         if job.eligible_time is not None and job.eligible_time > now:
-            return states.BEGIN_TIME, f"retry backoff: eligible again in {job.eligible_time - now:.0f}s"
+            return states.BEGIN_TIME, f"retry backoff: eligible again at {fmt_at(job.eligible_time)}"
         if job.deps:
             dep = self.deps.verdict(job)
             if dep:

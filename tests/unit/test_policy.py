@@ -230,3 +230,21 @@ def test_held_and_begin_time_pend_with_their_reasons():
     b.job(gpus=1, begin=ClusterBuilder().now - 1)
     s = summarize(policy.plan(b.build(), cfg()))
     assert s["pending"] == {1: states.HELD, 2: states.BEGIN_TIME} and list(s["places"]) == [3]
+
+
+def test_a_begin_time_or_backoff_wait_says_the_same_from_pass_to_pass():
+    """A job waiting for --begin or for its retry backoff keeps one detail while it waits: the instant,
+    not "3393s from now". Relative text changed at every pass, and each change rewrote the job's record:
+    100,000 singles submitted with --begin now+1hour were all rewritten on every pass, and the
+    scheduler took them in at ~60/s (bench/memory_bench.py's singles, 2026-12-06)."""
+    from dataclasses import replace
+
+    from labq.scheduler.units import fmt_at
+    t0 = ClusterBuilder().now
+    b = ClusterBuilder().node("n", gpus=4).job(gpus=1, begin=t0 + 3600).job(gpus=1)
+    snap = b.build()
+    snap = replace(snap, jobs=tuple(replace(j, eligible_time=t0 + 90) if j.id == 2 else j for j in snap.jobs))
+    first, later = (policy.plan(replace(snap, now=t), cfg()) for t in (t0, t0 + 7))
+    assert summarize(first)["pending"] == {1: states.BEGIN_TIME, 2: states.BEGIN_TIME}
+    assert [(p.job_id, p.detail) for p in first.pending] == [(p.job_id, p.detail) for p in later.pending]
+    assert fmt_at(t0 + 3600) in first.pending[0].detail and fmt_at(t0 + 90) in first.pending[1].detail
