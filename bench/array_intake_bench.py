@@ -64,7 +64,7 @@ def measure(tasks: int, runs: int) -> dict:
             c = ThinClient(url)
             c0, w0 = time.process_time(), time.perf_counter()
             rows, _ = c.read.stat_rows()
-            statview.rows_table(statview.rows_cells(rows, time.time()))
+            statview.rows_table(statview.rows_cells(rows, time.time()), currency=c.currency)
             out["stat_cpu"].append((time.process_time() - c0) * 1e3)
             out["stat_wall"].append((time.perf_counter() - w0) * 1e3)
         # `labq del A` of each held array (issue 39 step 3): the ticks until its reply, CPU and wall,

@@ -56,7 +56,7 @@ def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=No
         nodes = c.read.nodes(names)
     if rows is not None:       # the index: pre-rendered rows (statrows.py)
         text = statview.rows_table(statview.rows_cells(statview.select(rows, user, account, wanted, picked), now, expand),
-                                   c.currency)
+                                   currency=c.currency)
         capacity = None if noheader else statview.rows_capacity(nodes, rows)
     else:                      # the records: --json, -o, or rows not (yet) kept for every active job
         jobs = c.read.active()
@@ -71,7 +71,7 @@ def _stat(c, user=None, account=None, state=None, job_ids=None, me=False, fmt=No
             from . import slurmfmt
             return echo(slurmfmt.squeue(fmt, pairs, now, header=not noheader, currency=c.currency))
         from . import render
-        text = statview.table([render.stat_row(j, now, label, c.currency) for label, j in pairs], statview.STAT_HEADERS)
+        text = statview.table([render.stat_row(j, now, label, currency=c.currency) for label, j in pairs], statview.STAT_HEADERS)
         if nodes is None:
             nodes = c.read.nodes()
         capacity = None if noheader else statview.capacity_line(nodes, jobs)

@@ -96,7 +96,7 @@ def elapsed(j, now: float) -> float:
     return total
 
 
-def stat_row(j, now: float, shown: str | None = None, currency: str = "USD"):
+def stat_row(j, now: float, shown: str | None = None, *, currency: str):
     node = compact_nodes([n for n, _ in j.parts]) if j.parts else j.node
     where = node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else node or ""
     return [shown or j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),

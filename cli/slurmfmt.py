@@ -81,7 +81,7 @@ SQUEUE = {
 _FIELD = re.compile(r"%(\.?)(\d*)([A-Za-z$%])")
 
 
-def squeue(fmt: str, rows, now: float, header: bool = True, currency: str = "USD") -> str:
+def squeue(fmt: str, rows, now: float, header: bool = True, *, currency: str) -> str:
     """`rows`: (shown id, job) pairs. Fields `%[.][width]X`: `.` right-aligns; a width truncates
     and pads, as squeue does; other text is copied."""
     parts, pos = [], 0

@@ -179,7 +179,7 @@ def _line(r, shown: str, now: float) -> list:
 _ORDER = (R.NAME, R.USER, R.ACCOUNT, R.QOS, R.STATE, R.TIME, R.GPUS, R.COST, R.NODES, R.WHERE)
 
 
-def rows_table(lines, currency: str = "USD") -> str:
+def rows_table(lines, *, currency: str) -> str:
     """`table` of rows_cells' lines, the same text: JOBID padded line by line, each distinct tail
     (its COST in this client's currency) measured and padded once, then each line is its padded id
     and its padded tail (two C calls a line)."""
@@ -204,10 +204,10 @@ def rows_table(lines, currency: str = "USD") -> str:
     return "\n".join([head, *map(str.__add__, map(str.ljust, ids, repeat(w0)), map(pad.__getitem__, tails))])
 
 
-def stat_text(nodes, rows, now: float, expand: bool = False, currency: str = "USD", **filters) -> str:
+def stat_text(nodes, rows, now: float, expand: bool = False, *, currency: str, **filters) -> str:
     """The capacity line (over every active job) and the table of the rows the filters keep."""
     lines = rows_cells(select(rows, **filters), now, expand)
-    return rows_capacity(nodes, rows) + "\n" + rows_table(lines, currency)
+    return rows_capacity(nodes, rows) + "\n" + rows_table(lines, currency=currency)
 
 
 def compact_ids(ids) -> list[str]:

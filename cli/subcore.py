@@ -116,7 +116,7 @@ def run(client, opts: dict, args, dashdash: bool, merge) -> None:
     body = build_body(opts, argv, script, getattr(client, "limits", None))
     reply = client.submit(body)
     if reply.get("test_only"):
-        return print_test_only(reply, opts, client.currency)
+        return print_test_only(reply, opts, currency=client.currency)
     if opts["as_json"]:
         echo_json(reply)
     elif opts["parsable"]:
@@ -327,7 +327,7 @@ def _retry_and_limits(opts, body: dict) -> None:
         body["checkpoint_exit_code"] = bounds.integer("--checkpoint-exit-code", opts["checkpoint_exit_code"], 1, 255)
 
 
-def print_test_only(reply, opts, currency: str = "USD"):
+def print_test_only(reply, opts, *, currency: str):
     if opts["as_json"]:
         return echo_json(reply)
     rate = units.fmt_money(round(reply["cost_per_hour"] * units.MICRO), currency=currency)

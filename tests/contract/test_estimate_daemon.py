@@ -87,7 +87,7 @@ def test_show_and_test_only_print_the_estimate(capsys):
     assert got["estimate"] == {"seconds": 2520, "basis": "p75 of 17 runs of user alice, name train"}
     reply_ = {"cost_per_hour": 0, "forecast_text": "$0.00", "budgets": [], "verdict": "would start now on n1",
               "starts_now": True, "estimate": {"seconds": None, "basis": "fewer than 3 runs of user bob have ended"}}
-    print_test_only(reply_, {"as_json": False})
+    print_test_only(reply_, {"as_json": False}, currency=Client.currency)
     assert "estimated run time: none yet (fewer than 3 runs of user bob have ended)" in capsys.readouterr().out
 
 

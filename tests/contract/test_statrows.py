@@ -9,11 +9,13 @@ from hypothesis import given, settings, strategies as st
 from labq.cli import render, statview
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node
+from labq.scheduler.settings import config
 from labq.scheduler.store import resp, statrows, writes
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.store.thinreads import ThinReader
 
 NOW = 1_800_000_000.0
+CURRENCY = config.loads("").rates.currency      # money is printed in the config's currency
 NODES = (Node("a", 16, 64 << 30, 4, (Gpu("G0", 0, "A100"), Gpu("G1", 1, "A100")), "up"),
          Node("b", 8, 32 << 30, 2, (Gpu("G2", 0, "H100"),), "drain"),
          Node("c", 4, 8 << 30, 1, (), "down"))
@@ -42,7 +44,7 @@ def jobs(draw):
 
 
 def _from_records(jobs, shown, now):
-    cells = [render.stat_row(j, now, label) for label, j in statview.compact(shown)]
+    cells = [render.stat_row(j, now, label, currency=CURRENCY) for label, j in statview.compact(shown)]
     return statview.capacity_line(NODES, jobs) + "\n" + statview.table(cells, statview.STAT_HEADERS)
 
 
@@ -51,7 +53,7 @@ def _from_rows(jobs, now, **filters):
     texts = [statrows.dumps(j) for j in jobs]
     rows = statrows.parse(texts[::-1])
     assert [int(r[statrows.ID]) for r in rows] == sorted(j.id for j in jobs)
-    return statview.stat_text(NODES, rows, now, **filters)
+    return statview.stat_text(NODES, rows, now, currency=CURRENCY, **filters)
 
 
 
@@ -108,8 +110,9 @@ def test_picked_ids_and_expand_show_what_the_records_show(js, text):
     pick, keep = hot._id_pick(text), hot._id_filter(text)
     shown = [j for j in js if keep(j)]
     rows = statrows.parse([statrows.dumps(j) for j in js])
-    got = statview.rows_table(statview.rows_cells(statview.select(rows, picked=pick), NOW, expand=True))
-    assert got == statview.table([render.stat_row(j, NOW, j.display_id) for j in shown], statview.STAT_HEADERS)
+    got = statview.rows_table(statview.rows_cells(statview.select(rows, picked=pick), NOW, expand=True), currency=CURRENCY)
+    assert got == statview.table([render.stat_row(j, NOW, j.display_id, currency=CURRENCY) for j in shown],
+                                 statview.STAT_HEADERS)
 
 
 @settings(max_examples=300, deadline=None)
@@ -149,8 +152,8 @@ def test_rows_are_written_and_dropped_with_the_records(real_redis, thin):
         p.execute()
     rows, names = thin.stat_rows()
     assert [r[statrows.ID] for r in rows] == ["1", "2", "3"] and statrows.cells(rows[1][statrows.TAIL])[statrows.WHERE] == "a"
-    line = statview.rows_table(statview.rows_cells(rows, NOW)).splitlines()[2].split()
-    assert line[0] == "2" and line[8] == render.stat_row(running, NOW)[8] == "$0.06"   # from the process start (issue 35)
+    line = statview.rows_table(statview.rows_cells(rows, NOW), currency=CURRENCY).splitlines()[2].split()
+    assert line[0] == "2" and line[8] == render.stat_row(running, NOW, currency=CURRENCY)[8] == "$0.06"   # from the process start (issue 35)
     with real_redis.pipeline() as p:
         writes.put_jobs(p, k, [_job(3, states.COMPLETED, end_time=NOW)])
         p.execute()

@@ -43,3 +43,29 @@ def test_reading_a_config_changes_no_other_formatting():
     config.Config()
     assert units.fmt_money(2_000_000, currency="GBP") == "£2.00"
     assert not hasattr(units, "set_currency"), "no process-wide currency to set"
+
+
+def test_the_cli_helpers_have_no_currency_of_their_own(capsys):
+    """stat's rows (from records and from the kept index), squeue's %$ and `sub --test-only` print the
+    currency they are handed, and must be handed one: no helper falls back to a default currency."""
+    import inspect
+
+    from labq.cli import render, slurmfmt, statview, subcore
+    from labq.scheduler.jobs.model import Attempt, Job
+    from labq.scheduler.store import statrows
+
+    helpers = (render.stat_row, slurmfmt.squeue, statview.rows_table, statview.stat_text, subcore.print_test_only)
+    for f in helpers:
+        p = inspect.signature(f).parameters["currency"]
+        assert p.default is inspect.Parameter.empty and p.kind is p.KEYWORD_ONLY, f"{f.__qualname__}: {p}"
+    cur = config.loads('[rates]\ncurrency = "EUR"\n').rates.currency
+    j = Job(id=7, user="ann", account="x", name="j",      # requeued after an attempt that cost 1.50
+            attempts=(Attempt(1, "a", (), start_time=0.0, end_time=60.0, cost=1_500_000),))
+    assert render.stat_row(j, 0.0, currency=cur)[8] == "€1.50"
+    assert slurmfmt.squeue("%i %$", [("7", j)], 0.0, header=False, currency=cur) == "7 €1.50"
+    rows = statrows.parse([statrows.dumps(j)])
+    assert "€1.50" in statview.rows_table(statview.rows_cells(rows, 0.0), currency=cur)
+    assert "€1.50" in statview.stat_text((), rows, 0.0, currency=cur)
+    reply = {"cost_per_hour": 2.0, "forecast_text": "now", "budgets": [], "verdict": "would start", "starts_now": True}
+    subcore.print_test_only(reply, {"as_json": False}, currency=cur)
+    assert "at €2.00/h" in capsys.readouterr().out

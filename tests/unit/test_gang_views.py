@@ -13,6 +13,7 @@ from labq.scheduler.store import acctrows, statrows
 from tests.harness import ClusterBuilder
 
 NOW = 1_000_000.0
+CURRENCY = config.loads("").rates.currency      # money is printed in the config's currency
 
 
 def _gang():
@@ -26,10 +27,10 @@ def test_stat_shows_the_node_count_and_the_compact_node_list_from_rows_and_recor
     b = _gang()
     gang = b.jobs[0]
     rows = statrows.parse([statrows.dumps(j) for j in b.jobs])
-    _, cells, one = [line.split() for line in statview.rows_table(statview.rows_cells(rows, NOW)).splitlines()]
+    _, cells, one = [line.split() for line in statview.rows_table(statview.rows_cells(rows, NOW), currency=CURRENCY).splitlines()]
     assert statview.STAT_HEADERS[-2:] == ["NODES", "NODE(REASON)"]
     assert (cells[-4], cells[-2], cells[-1]) == ("8", "2", "node[1-2]")
-    full = render.stat_row(gang, NOW)
+    full = render.stat_row(gang, NOW, currency=CURRENCY)
     assert (full[7], full[-2], full[-1]) == (8, 2, "node[1-2]")
     assert (one[-2], one[-1]) == ("1", "node3")
     for line in (statview.rows_capacity(b.nodes, rows), statview.capacity_line(b.nodes, b.jobs)):
@@ -38,7 +39,7 @@ def test_stat_shows_the_node_count_and_the_compact_node_list_from_rows_and_recor
 
 def test_squeue_and_sacct_fields_know_the_nodes():
     gang = _gang().jobs[0]
-    assert slurmfmt.squeue("%D %N %R", [("1", gang)], NOW, header=False) == "2 node[1-2] node[1-2]"
+    assert slurmfmt.squeue("%D %N %R", [("1", gang)], NOW, header=False, currency=CURRENCY) == "2 node[1-2] node[1-2]"
     got = slurmfmt.sacct(slurmfmt.sacct_fields("NNodes,NodeList,ReqTRES"), [gang], {}, header=False, sep="|")
     assert got.strip() == "2|node[1-2]|cpu=16,mem=0B,node=2,gres/gpu=8"
 
