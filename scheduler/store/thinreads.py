@@ -225,9 +225,9 @@ class ThinReader:
         records say so in their text: no state key (pending is the default, left out: codec.dumps)
         and `"attempts":[]`, so they are not decoded (~0.1 ms each). A held array's resting tasks
         have not run either."""
-        from .jobview import loads
+        from .jobview import loads_many
         ids = self._pipe([("ZRANGE", self.k.active, 0, -1)])[0]
-        out, gone = [], []
+        texts, gone = [], []
         for i in range(0, len(ids), 2000):
             part = ids[i:i + 2000]
             raws = self._pipe([("MGET", *[self.k.job(j) for j in part])])[0]
@@ -235,7 +235,8 @@ class ThinReader:
                 if not raw:
                     gone.append(jid)       # archived between the two reads: jobs() finds it there
                 elif _STATE in raw or _NEVER_RAN not in raw or _RAN in raw:
-                    out.append(loads(raw, self._spec))
+                    texts.append(raw)
+        out = loads_many(texts, self._spec)
         return sorted(out + self.jobs(gone), key=lambda j: j.id) if gone else out
 
     def on_node(self) -> list:
@@ -279,11 +280,11 @@ class ThinReader:
 
     def views(self, ids) -> list:
         """jobs_in_redis(ids) as jobview.JobView records."""
-        from .jobview import loads
+        from .jobview import loads_many
         out = []
         for i in range(0, len(ids), 2000):
             raws = self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]
-            out += [loads(raw, self._spec) for raw in raws if raw]
+            out += loads_many([raw for raw in raws if raw], self._spec)
         return out
 
     def rests(self) -> dict:
