@@ -58,7 +58,7 @@ def _exchange(c, cmds, decode: bool) -> list:
     """Send `cmds` at once on `c`'s socket and read one reply each (an error reply as a RespError in
     its place). Anything past the last reply means the socket held something else: Desync."""
     # Sent by the connection (its errors: a dropped socket is disconnected, ConnectionError), read here.
-    c.send_packed_command([b"".join([resp.encode(a) for a in cmds])], check_health=False)
+    c.send_packed_command([resp.pack(cmds)], check_health=False)
     reader = resp.Reader(c._sock.recv, decode)
     out = _queued(reader, len(cmds)) if cmds[0] == ("MULTI",) else [reader.read() for _ in cmds]
     if reader.pos != len(reader.buf):

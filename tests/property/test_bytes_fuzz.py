@@ -9,6 +9,7 @@ import fakeredis
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from labq.scheduler.store import inbox
 from labq.scheduler.store.keys import GROUP
 from tests.harness import BODY, K, reply, setup, submit, taken
 
@@ -29,12 +30,19 @@ as_json = st.fixed_dictionaries({"op": texts, "body": texts, "user": texts},
                                 optional={"rid": texts, "expires": texts, "cred": texts}).flatmap(
     lambda base: st.dictionaries(st.text(max_size=8), st.one_of(texts, st.integers(), st.none(), st.lists(texts)),
                                  max_size=3).map(lambda extra: {**base, **extra}))
+# A body written as itself, last (inbox.entry_text, the way clients send one): a good one, odd ones,
+# one that is no JSON at all between its braces.
+as_entry = st.tuples(as_json, st.sampled_from([GOOD.decode(), '{"ids": [1, 2]}', "{}", "{x}", '{"a": "\\ud800"}',
+                                               '{"argv": [1e999]}', "{" * 200 + "}"])).map(
+    lambda t: inbox.entry_text({**{k: v for k, v in t[0].items() if k != "user"}, "body": t[1]},
+                               str(t[0]["user"])).encode("utf-8", "surrogatepass"))
 # A request is one JSON object of text fields (store/inbox.py): bytes of every kind, JSON of every
 # shape, and nearly right JSON with bytes spliced in.
 request = st.one_of(
     value, as_json.map(lambda d: json.dumps(d, ensure_ascii=False).encode("utf-8", "surrogatepass")),
     st.tuples(as_json.map(lambda d: json.dumps(d).encode()), st.integers(0, 80), junk).map(
-        lambda t: t[0][:t[1]] + t[2] + t[0][t[1]:]))
+        lambda t: t[0][:t[1]] + t[2] + t[0][t[1]:]),
+    as_entry, st.tuples(as_entry, st.integers(0, 200), junk).map(lambda t: t[0][:t[1]] + t[2] + t[0][t[1]:]))
 event = st.fixed_dictionaries({b"kind": value, b"job": value, b"attempt": value},
                               optional={b"node": value, b"body": value}).flatmap(
     lambda base: st.dictionaries(name, value, max_size=3).map(lambda extra: {**base, **extra}))
