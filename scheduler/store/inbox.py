@@ -52,10 +52,12 @@ def wake_token(user: str) -> str:
     return _USER + user
 
 
-def send_commands(k: Keys, user: str, fields: dict) -> list[tuple]:
+def send_commands(k: Keys, user: str, fields: dict, legacy: bool = False) -> list[tuple]:
     """The request (with the sender's name: it counts only where auth is "none", where whoever can
-    write to Redis is that user) onto the request list, then the wake-up."""
-    return [("LPUSH", k.requests, entry_text(fields, user)), ("LPUSH", k.wake, wake_token(user))]
+    write to Redis is that user) onto the request list, then the wake-up. `legacy`: the body as a
+    string of JSON, for a scheduler from before 2026-12-06 (OLD_REFUSAL)."""
+    entry = json.dumps({**fields, "user": user}, separators=(",", ":")) if legacy else entry_text(fields, user)
+    return [("LPUSH", k.requests, entry), ("LPUSH", k.wake, wake_token(user))]
 
 
 def entry_text(fields: dict, user: str) -> str:
@@ -98,8 +100,23 @@ def await_reply(pop, k: Keys, rid: str, seconds: float):
             return got
 
 
+# What a scheduler from before 2026-12-06 answers a body sent as an object (its decode.entry took text
+# fields only), having done nothing.
+OLD_REFUSAL = "'body': expected UTF-8 text, got dict"
+
+
 def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None = None, tries: int = 3,
          sign=None, lost=()) -> dict:
+    """_call; a scheduler from before the body went as an object (OLD_REFUSAL, which did nothing) is
+    asked again the old way, under a new request id (its refusal is kept for the first)."""
+    got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost)
+    if got.get("ok") is False and got.get("error") == OLD_REFUSAL:
+        got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost, legacy=True)
+    return got
+
+
+def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None, tries: int, sign, lost,
+          legacy: bool = False) -> dict:
     """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
     times. `sign(fields) -> fields` adds a credential (scheduler/security/auth.py): a fresh one per try, as
     each is valid once. `lost`: the connection errors of the caller's client.
@@ -115,7 +132,7 @@ def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | No
     sent = False
     try:
         for _ in range(tries):
-            _sent(send(send_commands(k, user, sign(fields) if sign else fields)), rid)
+            _sent(send(send_commands(k, user, sign(fields) if sign else fields, legacy)), rid)
             sent = True
             got = await_reply(pop, k, rid, per_try)
             if got:

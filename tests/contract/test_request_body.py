@@ -71,3 +71,25 @@ def test_both_shapes_decode_to_the_same_fields():
     assert new != old and decode.entry(new, 1 << 20) == decode.entry(old, 1 << 20) == ({**fields, "user": "alice"}, None)
     assert inbox.entry_text({"rid": "x", "op": "submit", "body": "not an object"}, "alice") == \
         json.dumps({"rid": "x", "op": "submit", "body": "not an object", "user": "alice"}, separators=(",", ":"))
+
+
+def test_a_client_asks_a_scheduler_from_before_again_the_old_way():
+    """A scheduler from before 2026-12-06 refuses a body sent as an object (inbox.OLD_REFUSAL, nothing
+    done): the client sends the request again with the body as a string, under a new id, and
+    returns that answer. A scheduler that takes the object is asked once."""
+    sent, answers = [], []
+
+    def send(cmds):
+        sent.append(cmds[0][2])
+        return [1, 1]
+
+    def pop(key, seconds):
+        return key, json.dumps(answers.pop(0))
+    answers[:] = [{"ok": False, "code": 2, "error": inbox.OLD_REFUSAL}, {"ok": True, "job_id": 7}]
+    assert inbox.call(send, pop, K, "alice", "submit", {**BODY, "argv": [MARK]}) == {"ok": True, "job_id": 7}
+    first, again = (json.loads(e) for e in sent)
+    assert first["body"] == {**BODY, "argv": [MARK]} and json.loads(again["body"]) == first["body"]
+    assert again["rid"] != first["rid"] and again["expires"]
+    sent.clear()
+    answers[:] = [{"ok": False, "code": 2, "error": "queue full"}]
+    assert inbox.call(send, pop, K, "alice", "submit", BODY)["error"] == "queue full" and len(sent) == 1
