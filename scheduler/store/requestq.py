@@ -19,7 +19,7 @@ class RequestList:
         n = min(count, self.r.llen(self.k.requests) if waiting is None else waiting)
         if not n:
             return []
-        got = wire.moves(self.r, [("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT")] * n)
+        got = wire.moves(self.r, ("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT"), n)
         if got is None:
             p = self.r.pipeline(transaction=False)
             for _ in range(n):

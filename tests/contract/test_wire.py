@@ -92,9 +92,19 @@ def test_a_watched_key_that_changed_is_a_watch_error_and_nothing_is_written(both
 
 def test_request_moves_give_the_raw_entries_oldest_first(both):
     both.lpush("rq", *[f"é{i}".encode() for i in range(5)])
-    got = wire.moves(both, [("LMOVE", "rq", "tk", "RIGHT", "LEFT")] * 7)
+    got = wire.moves(both, ("LMOVE", "rq", "tk", "RIGHT", "LEFT"), 7)
     assert got == [f"é{i}".encode() for i in range(5)] + [None, None]
     assert both.llen("tk") == 5
+
+
+def test_request_moves_are_packed_once_whatever_their_count(both, monkeypatch):
+    """A tick's LMOVEs are one command n times: checked and packed once (failed before: packed n times)."""
+    both.lpush("rq", *[b"x%d" % i for i in range(300)])
+    packed = []
+    real = wire.resp.pack
+    monkeypatch.setattr(wire.resp, "pack", lambda cmds: packed.append(len(cmds)) or real(cmds))
+    got = wire.moves(both, ("LMOVE", "rq", "tk", "RIGHT", "LEFT"), 300)
+    assert got == [b"x%d" % i for i in range(300)] and packed == [1] and both.llen("rq") == 0
 
 
 class Counted:
