@@ -5,8 +5,9 @@ same request bytes), in a loop, so that N of them are N real clients of a live s
     python bench/drainclient.py CONFIG --churn   # submit one held job and cancel it, until stdin closes
 
 It says "ready" once imported and connected (the start-up is not the scheduler's cost), submits on
-the first line read from stdin, and prints {"t0", "t1", "n", "lat_ms", "errors"}: wall-clock start
-and end (time.time, comparable across processes) and each request's round trip.
+the first line read from stdin, and prints {"t0", "t1", "n", "cpu", "lat_ms", "errors"}: wall-clock start
+and end (time.time, comparable across processes), its own CPU seconds over the requests (start-up
+not counted) and each request's round trip.
 """
 import json
 import os
@@ -28,7 +29,7 @@ def main() -> int:
     n = int(what)
     sys.stdin.readline()
     lat, errors = [], []
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
     for _ in range(n):
         s = time.perf_counter()
         try:
@@ -36,8 +37,8 @@ def main() -> int:
         except Exception as e:     # counted and shown by the bench, never hidden
             errors.append(f"{type(e).__name__}: {e}"[:200])
         lat.append((time.perf_counter() - s) * 1000)
-    t1 = time.time()
-    print(json.dumps({"t0": t0, "t1": t1, "n": n, "lat_ms": lat, "errors": errors[:5], "failed": len(errors)}),
+    t1, cpu = time.time(), time.process_time() - cpu0
+    print(json.dumps({"t0": t0, "t1": t1, "n": n, "cpu": cpu, "lat_ms": lat, "errors": errors[:5], "failed": len(errors)}),
           flush=True)
     return 0
 

@@ -82,7 +82,8 @@ def drain(bs, n: int, per: int) -> dict:
     lat = sorted(x for g in got for x in g["lat_ms"])
     total = n * per
     return {"clients": n, "requests": total, "span": span, "rate": total / span, "cpu": cpu1 - cpu0,
-            "batches": ex1 - ex0, "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]}
+            "batches": ex1 - ex0, "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)],
+            "client_cpu": sum(g.get("cpu", 0.0) for g in got)}
 
 
 def split(drains: list) -> tuple[float, float] | None:
@@ -112,7 +113,8 @@ def drain_rows(bs, quick: bool) -> list[Row]:
                              f"onto a queue of held jobs growing with them; round trip p50 {d['p50']:.1f} ms, "
                              f"p99 {d['p99']:.1f} ms; scheduler CPU {d['cpu']:.2f} s = "
                              f"{d['cpu'] * 1e6 / d['requests']:.0f} µs per request, {d['batches']:,} batches "
-                             f"({d['requests'] / max(1, d['batches']):.1f} requests each)"))
+                             f"({d['requests'] / max(1, d['batches']):.1f} requests each); the clients' own CPU "
+                             f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs per request"))
     both = split(drains)
     if both is None:
         why = "the drains' batch counts do not separate the two costs (see their notes)"
@@ -228,7 +230,8 @@ def drains_only(bs, reps: int) -> None:
         print(f"run {rep + 1}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         for d in ds:
             print(f"  {d['clients']:>3} clients: {d['rate']:,.0f} requests/s, scheduler CPU {d['cpu']:.2f} s = "
-                  f"{d['cpu'] * 1e6 / d['requests']:.0f} µs a request, {d['batches']} batches", flush=True)
+                  f"{d['cpu'] * 1e6 / d['requests']:.0f} µs a request, {d['batches']} batches; clients' CPU "
+                  f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs a request", flush=True)
         fit = split(ds)
         if fit is not None:
             fits.append(fit)
