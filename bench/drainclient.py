@@ -2,6 +2,7 @@
 same request bytes), in a loop, so that N of them are N real clients of a live scheduler.
 
     python bench/drainclient.py CONFIG COUNT     # COUNT held submits after a line on stdin; prints JSON
+    python bench/drainclient.py CONFIG COUNT --begin   # not held: pending until an hour from now
     python bench/drainclient.py CONFIG --churn   # submit one held job and cancel it, until stdin closes
 
 It says "ready" once imported and connected (the start-up is not the scheduler's cost), submits on
@@ -21,7 +22,10 @@ def main() -> int:
     from labq.cli.fast import thin_client
     from labq.cli.subcore import build_body
     client = thin_client(config)
-    body = build_body({"account": "parked", "hold": True, "chdir": os.getcwd(), "time_": "10m"}, ["true"], None)
+    # --begin: not held but pending until an hour from now (BeginTime), so that every plan pass sees them
+    opts = {"account": "parked", "chdir": os.getcwd(), "time_": "10m"}
+    opts.update({"begin": "now+1hour"} if "--begin" in sys.argv[3:] else {"hold": True})
+    body = build_body(opts, ["true"], None)
     client.read.nodes()                       # connected before the start
     print("ready", flush=True)
     if what == "--churn":

@@ -16,6 +16,7 @@ processes, and a queue that changes while it is measured.
 
     .venv/bin/python bench/live_bench.py [--quick]     # prints the rows (bench/run.py puts them in RESULTS.md)
     .venv/bin/python bench/live_bench.py --drains 3    # the three drains only, 3 times on one stack, and each fit
+    .venv/bin/python bench/live_bench.py --drains 3 --begin   # the same with jobs not held (plan() sees them)
 """
 import json
 import os
@@ -54,9 +55,9 @@ def user_env(bs) -> dict:
     return dict(bs.stack.env(), XDG_CACHE_HOME=os.path.join(bs.dir, "cache"))
 
 
-def clients(bs, n: int, per: int) -> list[subprocess.Popen]:
+def clients(bs, n: int, per: int, begin: bool = False) -> list[subprocess.Popen]:
     argv = [sys.executable, os.path.join(HERE, "drainclient.py"), bs.cfg_path]
-    ps = [subprocess.Popen(argv + [str(per)], env=user_env(bs), cwd=bs.work, stdin=subprocess.PIPE,
+    ps = [subprocess.Popen(argv + [str(per)] + (["--begin"] if begin else []), env=user_env(bs), cwd=bs.work, stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True) for _ in range(n)]
     for p in ps:
         if p.stdout.readline().strip() != "ready":
@@ -64,9 +65,10 @@ def clients(bs, n: int, per: int) -> list[subprocess.Popen]:
     return ps
 
 
-def drain(bs, n: int, per: int) -> dict:
-    """n client processes × per held submits, all released at once; the figures of that drain."""
-    ps = clients(bs, n, per)
+def drain(bs, n: int, per: int, begin: bool = False) -> dict:
+    """n client processes × per held submits (`begin`: not held, pending until an hour from now, which
+    every plan pass sees), all released at once; the figures of that drain."""
+    ps = clients(bs, n, per, begin)
     pid, r = bs.stack.procs["scheduler"].pid, bs.client.r
     cpu0, ex0 = sched_cpu(pid), execs(r)
     for p in ps:
@@ -221,12 +223,13 @@ def run(bs, quick: bool) -> list[Row]:
     return rows
 
 
-def drains_only(bs, reps: int) -> None:
-    """The three drains `reps` times on one stack (the queue grows by 10,000 held jobs each time), each
-    fit printed, then the least of each cost: where a change to the intake is compared before and after."""
+def drains_only(bs, reps: int, begin: bool = False) -> None:
+    """The three drains `reps` times on one stack (the queue grows by 10,000 held jobs each time; with
+    `begin`, jobs not held that plan() sees pending), each fit printed, then the least of each cost:
+    where a change to the intake is compared before and after."""
     fits = []
     for rep in range(reps):
-        ds = [drain(bs, 1, 100), drain(bs, 20, 25), drain(bs, 100, (SINGLES - 600) // 100)]
+        ds = [drain(bs, 1, 100, begin), drain(bs, 20, 25, begin), drain(bs, 100, (SINGLES - 600) // 100, begin)]
         print(f"run {rep + 1}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         for d in ds:
             print(f"  {d['clients']:>3} clients: {d['rate']:,.0f} requests/s, scheduler CPU {d['cpu']:.2f} s = "
@@ -246,7 +249,7 @@ def main() -> int:
     with BenchStack(slots=4, max_pending=200_000) as bs:
         if "--drains" in sys.argv:
             compiled()
-            drains_only(bs, int(sys.argv[sys.argv.index("--drains") + 1]))
+            drains_only(bs, int(sys.argv[sys.argv.index("--drains") + 1]), "--begin" in sys.argv)
             return 0
         for r in run(bs, quick):
             print(f"{r.name:<70} {r.measured():>14}  {r.target_text():>10}  {r.result()}\n    {r.note}", flush=True)
