@@ -8,8 +8,8 @@ import click
 
 from labq.scheduler.errors import LabqError, RefusedError, UnreachableError, UsageError
 
-from .common import bounded_count, pass_ctx, redis_url
-from .out import echo_json
+from .common import pass_ctx, redis_url
+from .out import bounded_count, echo_json
 
 DEFAULT_PASSWORD_FILE = "/etc/labq/secrets"      # a directory: one file per role
 _SIZE = re.compile(r"<\d+ bytes>")

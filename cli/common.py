@@ -2,7 +2,7 @@
 import click
 
 from .ctx import Ctx
-from .out import bounded_count, guarded, url_or_default  # noqa: F401 - bounded_count: out.py's
+from .out import guarded, url_or_default
 
 
 def redis_url(cfg) -> str:

@@ -13,13 +13,5 @@ def main():
         click_main()
 
 
-def __getattr__(name):
-    """`from labq.cli.main import cli` (the click group) still works, importing click only then."""
-    if name in ("cli", "COMMANDS", "LazyGroup"):
-        from . import group
-        return getattr(group, name)
-    raise AttributeError(name)
-
-
 if __name__ == "__main__":
     main()

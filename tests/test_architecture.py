@@ -1,6 +1,7 @@
 """The boundaries of the code, checked on the source with ast: what the pure core may reach (through
 every import: relative, lazy, importlib, and transitively), that only scheduler/store/ talks to Redis,
-the size limits, and that the labq packages are imported under the labq namespace.
+the size limits, that no module re-exports another's names, and that the labq packages are imported
+under the labq namespace.
 
 Each check is a function of a source tree, so that test_the_checker_* can plant a violation in a
 scratch copy and see it fail.
@@ -98,6 +99,27 @@ MAX_MODULE, MAX_FUNCTION = 400, 60
 # (`labq plan`'s whatif.py lives in sim/, which it replays through), jobs <-> settings and jobs <-> money
 # (transitions.py, which bills through money/, lives in daemon/ beside the deciders that call it).
 TWO_WAY_FOLDERS: dict[frozenset[str], str] = {}
+
+# Re-export shims (issue 40 item 4): a module that imports a labq name it never uses, so that others
+# import that name through it (two names for one thing, and an import that runs a module for nothing).
+# Import a name from the module that defines it. Files that still do, each with its owner; shrink, never grow.
+REEXPORTS = {
+    "scheduler/jobs/jobspec.py": "intake: daemon/handlers.py imports refs.py's parse_task_ids, resolve_ref and "
+                                 "tasks_named through it (the other users import refs.py now)",
+    "scheduler/money/ledger.py": "balance.py's and pricing.py's names, which policy/, sim/, daemon/handlers.py, store/, "
+                                 "thinclient.py, bench/soak.py and a dozen tests import through ledger: a commit per owner",
+    "scheduler/policy/__init__.py": "plan: refusal.py's and budget.py's names at the package's face",
+    "scheduler/policy/priority.py": "plan: the whole module is multifactor.py's formulas, named again (policy/ and "
+                                    "sim/order.py import them through it)",
+    "scheduler/sim/__init__.py": "sim: the simulator's face (engine, metrics, policies, trace), which cli/ and the tests use",
+    "scheduler/sim/room.py": "sim: capacity.covers",
+}
+# A module-level __getattr__ hands out names the module does not define: allowed only where it defers an
+# import, with the reason.
+MODULE_GETATTR = {
+    "scheduler/store/faults.py": "redis-py's error classes, imported on first use: a command that meets no Redis "
+                                 "error imports no redis",
+}
 
 
 # -- reading a tree ------------------------------------------------------------------------------
@@ -402,6 +424,35 @@ def too_long(g: Graph, long_modules=LONG_MODULES, long_functions=LONG_FUNCTIONS)
     return out
 
 
+def reexports(g: Graph, allowed=REEXPORTS) -> list[str]:
+    """Names a module imports from a labq module at its top level and never uses (its `__all__` is no
+    use), and module-level `__getattr__`s outside MODULE_GETATTR."""
+    out = []
+    for mod, path in g.files.items():
+        rel, tree = g.rel(mod), ast.parse(path.read_text())
+        if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body) and rel not in MODULE_GETATTR:
+            out.append(f"{rel}: a module __getattr__ (names the module does not define; see MODULE_GETATTR)")
+        if rel in allowed:
+            continue
+        base = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        imported = {}
+        for n in tree.body:
+            if isinstance(n, ast.ImportFrom):
+                b = base
+                for _ in range(max(0, n.level - 1)):
+                    b = b.rpartition(".")[0]
+                m = (f"{b}.{n.module}" if n.module else b) if n.level else n.module or ""
+                if m.split(".")[0] == "labq":
+                    imported.update({a.asname or a.name: (m, n.lineno) for a in n.names if f"{m}.{a.name}" not in g.files})
+        listed = {id(c) for n in tree.body if isinstance(n, ast.Assign)
+                  and any(getattr(t, "id", "") == "__all__" for t in n.targets) for c in ast.walk(n.value)}
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {   # and quoted annotations
+            n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in listed}
+        out += [f"{rel}:{line}: imports {name} from {m} and never uses it (import it from {m})"
+                for name, (m, line) in imported.items() if name not in used]
+    return out
+
+
 def layering(g: Graph) -> list[str]:
     """scheduler imports neither worker nor cli; worker does not import cli; psutil/pynvml only in the
     worker's probes."""
@@ -500,6 +551,11 @@ def test_module_attributes_exist():
     assert not bad, "\n".join(bad)
 
 
+def test_no_reexport_shims():
+    bad = reexports(GRAPH)
+    assert not bad, "re-exported names (see REEXPORTS):\n" + "\n".join(bad)
+
+
 def test_layering():
     bad = layering(GRAPH)
     assert not bad, "\n".join(bad)
@@ -524,6 +580,11 @@ def test_the_allow_lists_only_name_files_that_need_them():
         a, b = sorted(pair)
         assert any(v.startswith(f"{a} <-> {b}:") for v in two_way_folders(GRAPH, allowed={})), \
             f"{a} and {b} no longer import each other: remove them from TWO_WAY_FOLDERS"
+    for rel in REEXPORTS:
+        assert any(v.startswith(rel + ":") for v in reexports(GRAPH, allowed={})), \
+            f"{rel} re-exports nothing now: remove it from REEXPORTS"
+    for rel in MODULE_GETATTR:
+        assert "def __getattr__(" in (ROOT / rel).read_text(), f"{rel} has no __getattr__: remove it from MODULE_GETATTR"
     for m, name in IMPURE_ALLOWED:
         assert name in GRAPH.outer.get(m, {}), f"{m} no longer reaches {name}: remove it from IMPURE_ALLOWED"
     for rel in LONG_MODULES:
@@ -600,6 +661,17 @@ def test_the_checker_finds_a_name_a_module_no_longer_has(scratch):
     assert not missing_attributes(Graph(scratch))
     plant(scratch, "cli/render.py", "def _f():\n    from labq.scheduler.store import conn\n    return conn.REFUSED")
     assert any("conn.REFUSED" in v for v in missing_attributes(Graph(scratch)))
+
+
+def test_the_checker_finds_a_planted_reexport(scratch):
+    assert not reexports(Graph(scratch))
+    plant(scratch, "cli/statview.py", "from labq.scheduler.jobs.refs import parse_task_ids as parse_task_ids")
+    plant(scratch, "scheduler/jobs/model.py", "from .arrayid import display_id  # noqa: F401")
+    plant(scratch, "cli/query.py", "def __getattr__(name):\n    from . import render\n    return getattr(render, name)")
+    bad = reexports(Graph(scratch))
+    assert any(v.startswith("cli/statview.py:") and "parse_task_ids" in v for v in bad), bad
+    assert any(v.startswith("scheduler/jobs/model.py:") and "display_id" in v for v in bad), bad
+    assert any(v.startswith("cli/query.py:") and "__getattr__" in v for v in bad), bad
 
 
 def test_the_checker_finds_redis_outside_the_store_and_long_code(scratch):

@@ -38,7 +38,6 @@ class Monitor:
         self.backend, self.path, self.node, self.interval, self.clock = backend, path, node, interval, clock
         self.lost: dict[str, str] = {}
         self.samples = 0
-        self.last_ok: float | None = None
         self.changed = False        # the device list changed (MIG reconfigured): re-register
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="labq-gpu-monitor", daemon=True)
@@ -83,7 +82,6 @@ class Monitor:
             log.warning("cannot write %s: %s", self.path, e)
             return
         self.samples += 1
-        self.last_ok = now
 
 
 def write_snapshot(path: str, doc: dict) -> None:

@@ -20,7 +20,6 @@ DEFAULT_MAX_ARRAY = 100_000
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20
 MAX_AHEAD = 100 * 365 * 86400   # --begin/--deadline: epoch seconds at most this far from now
 MAX_NODES = 1024                # -N: nodes of one gang (more than any lab has)
-MAX_DIGITS = 30                 # a number given as text: more digits than this is no time or size
 
 
 def is_int(v) -> bool:

@@ -15,8 +15,9 @@ reason. Pure: no Redis (store/rests.py keeps them).
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 
-from .jobspec import HELD_DETAIL, _copies, expand, parse_task_ids
+from .jobspec import HELD_DETAIL, _copies, expand
 from .model import Job
+from .refs import parse_task_ids
 from .states import HELD, NONE as REASON_NONE, PENDING
 
 # Arrays from this many tasks are kept as a rest; smaller ones cost little as records, and every

@@ -8,6 +8,7 @@ from .. import units
 from ..errors import ConfigError
 from ..jobs import bounds
 from ..money.ledger import Budget
+from ..money.periods import PERIODS
 from .clientconf import _check_keys, _dur, _str, boolean, host_port, strings
 
 
@@ -80,7 +81,7 @@ def budget(i, t):
         limit=units.to_micro(num(f"{k}.limit", t["limit"], lo=0, hi=MAX_MONEY)),
         account=_str(f"{k}.account", t.get("account", "")),
         project=_str(f"{k}.project", t.get("project", "")),
-        period=_str(f"{k}.period", t.get("period", "none"), ("none", "week", "month", "quarter")),
+        period=_str(f"{k}.period", t.get("period", "none"), PERIODS),
         warn=tuple(float(w) for w in warn),
         reserve=reserve,
         on_exhaust=_str(f"{k}.on_exhaust", t.get("on_exhaust", "hold"), ("hold", "preempt", "cancel")),

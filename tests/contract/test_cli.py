@@ -97,7 +97,7 @@ def test_stat_compacts_pending_array_tasks():
 
 
 def test_task_id_ranges():
-    from labq.scheduler.jobs.jobspec import parse_task_ids
+    from labq.scheduler.jobs.refs import parse_task_ids
     assert parse_task_ids("42_[1-3,7]") == (42, {1, 2, 3, 7}) and parse_task_ids("42_3") == (42, {3})
     assert parse_task_ids("42") is None
     with pytest.raises(UsageError):
