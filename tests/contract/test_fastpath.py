@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from labq.cli import fast, spec
 from labq.cli.group import COMMANDS
-from labq.cli.main import cli
+from labq.cli.group import cli
 from tests.harness import ROOT, BudgetBench
 
 

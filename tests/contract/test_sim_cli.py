@@ -77,7 +77,7 @@ def test_plot_without_matplotlib_is_one_line_and_exit_2(tmp_path):
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from labq.cli.main import cli
+    from labq.cli.group import cli
     empty = tmp_path / "labq.toml"
     empty.write_text("")
     out = tmp_path / "replay.png"

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from labq.cli.main import cli
+from labq.cli.group import cli
 from tests.harness import DATA, ROOT
 
 SMALL = os.path.join(DATA, "sim_small.csv")

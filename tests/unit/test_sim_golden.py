@@ -10,7 +10,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from labq.cli.main import cli
+from labq.cli.group import cli
 from tests.harness import DATA
 
 GOLDEN = os.path.join(DATA, "sim_golden.json")
