@@ -11,6 +11,10 @@ is in the note. Redis's figure is the growth of `INFO memory` used_memory over t
 divided by the number of jobs. Where the scheduler's memory goes: tracemalloc over 10,000 decodes
 of one of the job records gives the Python heap one Job object holds.
 
+A second stack gets 100,000 SINGLE jobs, each its own request from one of 16 connections, not held,
+pending an hour: the queue a lab builds with a loop of `labq sub`, with no array record to fold it into
+(`_singles`). Its rows are the §11 figures for a deep queue; the array's show what the one record saves.
+
 This stack runs `tick = "10s"` (leader lease 30 s). Without --quick a second stack with the default
 tick (lease 10 s, extended by a big commit before it is built) tries the same submit and reports what
 happens (`probe_default_tick`); before that extension the 100,000-task request was never answered.
@@ -48,7 +52,7 @@ PROBE_TIMEOUT = 30
 
 
 def run(quick: bool) -> list[Row]:
-    rows = _measure()
+    rows = _measure() + _singles()
     if not quick:
         rows.append(probe_default_tick())
     return rows
@@ -97,6 +101,49 @@ def _measure() -> list[Row]:
         ratio,
         Row(f"{JOBS:,}-task array submit (one request), tick {TICK}", took * 1000, "ms", key="array100k",
             note=f"onto an empty queue; leader lease {lease:.0f} s"),
+    ]
+
+
+SINGLE_CLIENTS = 16
+
+
+def _singles() -> list[Row]:
+    """100,000 single jobs, each its own request, not held, pending an hour (BeginTime): the queue a
+    lab builds with a loop of `labq sub` — no array record to fold them into, every one a job record
+    in Redis and in the scheduler's pending queue. Sent by SINGLE_CLIENTS connections at once (threads:
+    the client's cost is not what is measured)."""
+    from concurrent.futures import ThreadPoolExecutor
+    with BenchStack(slots=1, max_pending=2 * JOBS, tick=TICK) as bs:
+        pid = bs.stack.procs["scheduler"].pid
+        r = bs.client.r
+        before, used0 = proc_status(pid), _used_memory(r)
+        body = bs.body(["true"], begin="now+1hour")
+        per = JOBS // SINGLE_CLIENTS
+
+        def send(_n: int) -> int:
+            client = Client(bs.cfg, url=bs.stack.url)
+            return sum(1 for _ in range(per) if client.submit(dict(body), timeout=SUBMIT_TIMEOUT)["job_id"])
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(SINGLE_CLIENTS) as pool:
+            sent = sum(pool.map(send, range(SINGLE_CLIENTS)))
+        took = time.perf_counter() - t0
+        time.sleep(bs.cfg.tick + 1)          # one more full pass over the whole queue
+        after, used1 = proc_status(pid), _used_memory(r)
+        pending, keys = len(bs.client.read.active()), r.dbsize()
+    rss, hwm = after["VmRSS"] / 1e6, after["VmHWM"] / 1e6
+    return [
+        Row(f"scheduler RSS, {pending:,} single pending jobs", rss, "MB", 200, key="mem.sched.singles",
+            note=f"VmRSS of the `labq scheduler` process; {before['VmRSS'] / 1e6:.0f} MB before, peak (VmHWM) "
+                 f"{hwm:.0f} MB; {sent:,} submits from {SINGLE_CLIENTS} connections in {took:.0f} s; tick {TICK}"),
+        Row(f"Redis bytes per pending job ({pending:,} single jobs)", (used1 - used0) / max(sent, 1), "bytes", 2048,
+            key="mem.redis.singles",
+            note=f"INFO used_memory {used0 / 1e6:.1f} → {used1 / 1e6:.1f} MB over the submits; {keys:,} keys "
+                 f"(a job record, its environment, the kept reply of its request)"),
+        Row(f"single submits taken in while the pending queue grows to {pending:,}", sent / took, "jobs/s",
+            key="mem.singles.rate",
+            note=f"{sent:,} not-held submits from {SINGLE_CLIENTS} connections in {took:.0f} s: every pass plans "
+                 f"the whole queue so far (the drain rows submit held jobs, which no pass plans)"),
     ]
 
 
