@@ -5,8 +5,8 @@ gang's attempt ends when its last part has ended, and a part that failed stops t
 attempts their node or their runner lost. The daemon (events.py) reads the streams, heartbeats
 and leases, names the sender, runs the crash guard on what ended and commits."""
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -14,8 +14,9 @@ from ..jobs import states
 from ..jobs.model import Attempt, Job, Node
 from ..money import alerts as budget_alerts
 from ..settings.config import Config
-from . import transitions as tr
+from . import crashguard, transitions as tr
 from .change import Change
+from .crashguard import CrashGuard
 from .decode import Event
 
 log = logging.getLogger("labq.scheduler")
@@ -132,7 +133,7 @@ def _close_gang(job: Job, attempt: int, body: Mapping[str, Any], seen: Mapping[s
 
 def part_lost(job: Job, node: str, last: float, now: float, cfg: Config, why: str = "",
               unstarted: bool = False) -> "tuple[Job, Sequence[tr.Charge]]":
-    """A gang's part lost with its node or its runner (events._lost_part), its last sign of life at
+    """A gang's part lost with its node or its runner (part_verdict), its last sign of life at
     `last`: recorded as a part that ended `node_failure` there. The other parts are stopped by the
     caller; the attempt ends (NF, requeued) when they have ended too, or at once when none is left."""
     a = job.current
@@ -164,7 +165,7 @@ def lost(on_node: list[Job], beats: list[tuple[float | None, float | None, float
     """Attempts lost with their node or their runner: `NF`, charged to the last sign of life, requeued.
     `on_node` the jobs holding a node, `beats` each one's (heartbeat, checkpoint, claimed at), `up`
     the nodes by name, `down_since` when this scheduler first saw each lease gone. A gang's verdict
-    is the shell's (`gangs`, events._lost_part: it reads each part's beats and withdraws the dispatch
+    is the shell's (`gangs`, part_verdict, after the shell withdrew the dispatch
     entry of a part no runner took): a node name (that part withdrawn), a (record, charges) pair
     (part_lost: a part recorded lost, the attempt closed NF once no part runs), or None. A lost gang's other parts are killed by the stop written with (after) its record.
 
@@ -210,3 +211,85 @@ def lost(on_node: list[Job], beats: list[tuple[float | None, float | None, float
         log.warning("job %s lost on node %s (last heartbeat %.0fs ago)", job.display_id, job.node, now - last)
         out.append((new, charges))
     return Change(jobs=[j for j, _ in out], charges=[c for _, cs in out for c in cs], controls=stops)
+
+
+def of_event(jobs: Mapping[int, Job], guard: CrashGuard, eid: str, ev: Event, sender: str, now: float,
+             cfg: Config) -> Change:
+    """What an agent's event writes: its alert, or what it does to its attempt (`decide`) with the
+    crash guard's verdict on an attempt it ends (`guarded`)."""
+    if ev.kind == "alert":
+        return agent_alert(eid, ev, now)
+    return guarded(decide(jobs, eid, ev, sender, now, cfg), jobs, guard, now)
+
+
+def guarded(change: Change, jobs: Mapping[int, Job], guard: CrashGuard, now: float) -> Change:
+    """An attempt's end counted by the crash guard (which keeps the count): when the user's failures
+    trip it, every pending job of theirs (this one too, if it was requeued) is held, in the same
+    change, with a crash_cascade alert."""
+    new = change.ended
+    if new is None:
+        return change
+    a = new.attempts[-1]
+    count = guard.record(new.user, a.outcome, a.end_time or now)
+    if not count:
+        return change
+    pool = [j for j in jobs.values() if j.id != new.id] + [new]
+    held = crashguard.hold(pool, new.user, guard.detail(count))
+    log.warning("crash guard: user %s had %d failed attempts within %.0fs; %d pending job(s) held",
+                new.user, count, guard.window, len(held))
+    got = held if any(h.id == new.id for h in held) else [new, *held]
+    alert = crashguard.alert(new.user, count, guard.window, [h.id for h in held], now)
+    return replace(change, jobs=got, alerts=[*change.alerts, alert],
+                   ended=next((j for j in got if j.id == new.id), new))
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """A gang's part no runner claimed, to take back (store: dispatchq.withdraw(job, key)) before its
+    verdict is known: won, the part is withdrawn (`part_verdict` returns its node); lost to a runner
+    that claimed it meanwhile, `part_verdict` is asked again with `rank` among those `tried`."""
+    node: str
+    rank: int
+    key: int | str         # the attempt's dispatch key: N, or "N.RANK" for a part past the first
+
+
+PartVerdict = Withdraw | tuple[Job, Sequence[tr.Charge]] | None
+Beat = tuple[float | None, float | None, float | None]     # (heartbeat, checkpoint file, claimed at)
+
+
+def part_verdict(job: Job, beats: Sequence[Beat], up: Mapping[str, Node], down_since: Mapping[str, float],
+                 now: float, cfg: Config, tried: Container[int] = ()) -> PartVerdict:
+    """A gang's part is lost with its node down past the fence margin, or with its runner silent past
+    lease + margin (since its last heartbeat, or since its claim if it never beat: killed before
+    `started`): (record, charges) from part_lost; its other parts are killed (gang stop), and the
+    attempt ends NF once they have ended too (their GPUs are theirs till then). A part no runner
+    claimed whose node is gone or whose start timed out is to be taken back (Withdraw): requeued like
+    an attempt no runner claimed, not counted, not charged. `beats`: each part's, by rank."""
+    a = job.attempts[-1]
+    ended = a.usage.get("nodes") or {}     # parts that reported their end and wait for the others
+    for rank, ((name, _), (beat, _, claimed_at)) in enumerate(zip(job.parts, beats)):
+        if name in ended or rank in tried:
+            continue        # gone, so it beats no more (not lost); or claimed by a runner meanwhile: starting
+        node = up.get(name)
+        down = node is None or node.state == "down"
+        gone = down and now - down_since.get(name, now) >= cfg.fence_margin
+        hb = beat or claimed_at     # a runner starts nothing once the lease it saw with its claim is over
+        if hb is None:
+            # Never started here: its node died (or its lease has yet to run out), or no runner
+            # came while another part started (the attempt as a whole, unstarted, is `unclaimed`'s).
+            late = a.start_time and 0 < cfg.start_timeout < now - (a.dispatch_time or now)
+            if gone or late:
+                return Withdraw(name, rank, f"{a.attempt}.{rank}" if rank else a.attempt)
+            continue
+        if down:
+            if not gone:
+                continue
+            last = node.last_heartbeat if node else now
+        elif now - hb <= cfg.node_lease + cfg.fence_margin:
+            continue
+        else:
+            last = hb
+        log.warning("job %s lost its part on node %s (last heartbeat %.0fs ago); stopping the other parts",
+                    job.display_id, name, now - last)
+        return part_lost(job, name, last, now, cfg)
+    return None

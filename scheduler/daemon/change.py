@@ -31,3 +31,5 @@ class Change:
                                                    # None once every task left it (a held array kept as one record)
     ended: Job | None = None   # the record whose attempt this change ends (a node's `finished`), as written:
                                # the run-time estimator learns from it and the plan refills its room
+    health: list[tuple[str, str | None]] = field(default_factory=list)   # (node, why it is unhealthy): marked
+                               # (the first mark stays); (node, None): a runner proved it alive, mark gone

@@ -12,11 +12,20 @@ An attempt is *claimed* when a runner wins HSETNX `claimed` on the attempt's has
 withdraws an attempt by winning that same HSETNX first, so exactly one of them happens: a runner
 never starts an attempt the scheduler took back, and the scheduler never requeues one that started.
 """
-from collections.abc import Iterable
+import logging
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..jobs import states
-from ..jobs.model import Job
+from ..jobs.model import Job, Node
+from ..money import alerts as budget_alerts
+from ..settings.config import Config
+from . import transitions as tr
+from .attempt import gang_stop
+from .change import Change
+
+log = logging.getLogger("labq.scheduler")
 
 
 @dataclass(frozen=True)
@@ -44,3 +53,36 @@ def unclaimed(jobs: Iterable[Job], claims: dict[tuple[int, int], str | None], no
         elif start_timeout > 0 and now - (a.dispatch_time or now) > start_timeout:
             out.append(Unclaimed(j, "timeout"))
     return out
+
+
+def withdrawn(u: Unclaimed, now: float, nodes: Iterable[Node], cfg: Config) -> Change:
+    """An unclaimed attempt the scheduler won back (store: dispatchq.withdraw): the job requeued (or
+    ended, where cancelled), a gang's other parts stopped before they start; after a start timeout,
+    its node marked unhealthy (`unhealthy`)."""
+    n = u.job.attempts[-1].attempt
+    health, alerts = ([], []) if u.why != "timeout" else unhealthy(
+        nodes, u.job.node, now, f"no runner took job {u.job.display_id} attempt {n} within {cfg.start_timeout:.0f}s")
+    stop = [(u.job.id, gang_stop(n))] if u.job.parts else []
+    return Change(jobs=[tr.withdrawn(u.job, u.why, now, cfg.start_timeout)], controls=stop, alerts=alerts,
+                  health=health)
+
+
+def unhealthy(nodes: Iterable[Node], node: str, now: float, reason: str,
+              marked: Container[str] = ()) -> tuple[list[tuple[str, str | None]], list[dict[str, Any]]]:
+    """Its runners took no work within start_timeout: no more work there (this tick's plan included)
+    until one of them proves alive (`healthy_again`). The mark and the alert that says so, for the
+    change that takes the work back; none where the node was marked already (its `reason`, or
+    `marked` by the same change): the first mark's time and reason stay."""
+    if not node or node in marked or any(n.name == node and n.reason for n in nodes):
+        return [], []
+    log.error("node %s is unhealthy: %s; nothing is dispatched there until a runner proves alive", node, reason)
+    a = budget_alerts.Alert(f"node:{node}|unhealthy|{now}", "node_unhealthy", f"node:{node}", "error",
+                            f"node {node} is unhealthy: {reason}; it gets no work until a runner proves alive",
+                            now, {"node": node, "reason": reason})
+    return [(node, reason)], [a.fields()]
+
+
+def healthy_again(sick: Iterable[str], marked: Mapping[str, float], beats: Mapping[str, float],
+                  now: float) -> list[str]:
+    """The unhealthy nodes one of whose runners wrote its state after the mark (store/nodehealth.signs)."""
+    return sorted(n for n in sick if beats.get(n, 0.0) > marked.get(n, now))

@@ -6,7 +6,8 @@ here reads a clock or Redis: a test builds a state by hand and applies Changes t
 """
 from collections import Counter
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any, Generic, TypeVar, cast
 
 from ..jobs import rest, states
@@ -21,6 +22,8 @@ from ..settings.config import Config
 from . import transitions as tr
 from .change import Change
 from .crashguard import CrashGuard
+
+_ID = attrgetter("id")
 
 
 class Tally:
@@ -181,6 +184,35 @@ class SchedulerState:
             for j in jobs:
                 self.put(j)
         self.usage = usage
+        if change.ended is not None:
+            # Learned once it is staged: a redelivered event finds the attempt closed (no result).
+            self.estimator.observe_ended(change.ended)
+            self.freed = True
+        if change.health:
+            self.see_health(change.health)
+
+    def see_health(self, health: Sequence[tuple[str, str | None]]) -> None:
+        """Nodes marked unhealthy (an up one gets no work from this tick's plan on), or healthy again
+        (news: a plan may place work there). A mark on a node not up keeps its reason only."""
+        marks = dict(health)
+        self.news = self.news or any(why is None for why in marks.values())
+        self.nodes = tuple(n if n.name not in marks else
+                           replace(n, state="up", reason="") if marks[n.name] is None and n.state == "unhealthy" else
+                           replace(n, state="unhealthy" if n.state == "up" else n.state, reason=marks[n.name] or "")
+                           if marks[n.name] is not None else n for n in self.nodes)
+
+    def see_down(self, now: float) -> None:
+        """When this scheduler first saw each node's lease gone (the fence margin counts from then)."""
+        for n in self.nodes:
+            if n.state == "down":
+                self.down_since.setdefault(n.name, now)
+            else:
+                self.down_since.pop(n.name, None)
+
+    def on_node(self) -> list[Job]:
+        """The jobs holding a node, by id, as the tally keeps them: a walk of the whole table was
+        ~1.4 ms of every tick at 10,000 pending (issue 39), for the few that run."""
+        return sorted(self.tally.on_node.values(), key=_ID)
 
     def windows(self) -> Change | None:
         """The tasks plan() must see of each array kept as a rest not held, made records ahead of a

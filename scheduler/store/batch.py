@@ -36,6 +36,7 @@ class Batch:
     controls: list[tuple[int, str]] = field(default_factory=list)   # Change.controls
     dispatch: list[Job] = field(default_factory=list)
     nodes: list[tuple[str, str | None]] = field(default_factory=list)   # Change.nodes
+    health: list[tuple[str, str | None]] = field(default_factory=list)  # Change.health: marked, or None: well again
     alerts: list[dict[str, Any]] = field(default_factory=list)
     books: list[Books] = field(default_factory=list)
     new: set[int] = field(default_factory=set)            # ids of jobs created in this batch
@@ -52,8 +53,8 @@ class Batch:
                                                    # before it or not at all (Scheduler.flush)
 
     def __bool__(self) -> bool:
-        return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.alerts
-                    or self.books or self.replies or self.acks or self.dead or self.rests)
+        return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.health
+                    or self.alerts or self.books or self.replies or self.acks or self.dead or self.rests)
 
     def size(self) -> int:
         return len(self.jobs)

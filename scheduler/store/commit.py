@@ -8,7 +8,7 @@ import logging
 
 from ..errors import StalePlanError
 from ..jobs import states
-from . import codec, dispatchq, faults, rests, writes
+from . import codec, dispatchq, faults, nodehealth, rests, writes
 from .batch import Batch
 
 log = logging.getLogger("labq.scheduler")
@@ -87,6 +87,7 @@ class Committer:
         b.controls += change.controls
         b.dispatch += change.dispatch
         b.nodes += change.nodes
+        b.health += change.health
         b.alerts += change.alerts
         if change.books:
             b.books.append(change.books)
@@ -175,8 +176,7 @@ def _build(p, store, b: Batch, now: float, usage: dict, active, seq, period, rep
         writes.put_books(p, store.k, books, now)
     if not replicas:
         _announce_into(p, store.k, b, replies=False)
-    for name, admin in b.nodes:
-        writes.put_node_admin(p, store.k, name, admin)
+    _nodes_into(p, store.k, b, now)
     for reply in b.replies:
         writes.put_reply(p, store.k, *reply, push=not replicas)
     for d in b.dead:
@@ -188,6 +188,14 @@ def _build(p, store, b: Batch, now: float, usage: dict, active, seq, period, rep
         by_stream.setdefault(stream, []).append(eid)
     for stream, eids in by_stream.items():
         store.ack(p, stream, *eids)
+
+
+def _nodes_into(p, k, b: Batch, now: float) -> None:
+    """The nodes' admin states (drain, resume) and health marks (Change.health) the batch changes."""
+    for name, admin in b.nodes:
+        writes.put_node_admin(p, k, name, admin)
+    for name, why in b.health:
+        nodehealth.put(p, k, name, why, now)
 
 
 def _announce_into(p, k, b: Batch, replies: bool) -> None:

@@ -5,16 +5,20 @@ rewrites its idle state every blocking pop, a heartbeat)."""
 from .keys import Keys
 
 
-def mark(r, k: Keys, node: str, reason: str, now: float) -> bool:
-    """Mark `node` unhealthy; False when it already was (the first mark's time and reason stay)."""
-    p = r.pipeline(transaction=True)
+def put(p, k: Keys, node: str, reason: str | None, now: float) -> None:
+    """Into the commit's transaction (Change.health): mark `node` unhealthy (the first mark's time and
+    reason stay), or, `reason` None, clear its mark."""
+    if reason is None:
+        p.delete(k.node_health(node))
+        return
     p.hsetnx(k.node_health(node), "since", now)
     p.hsetnx(k.node_health(node), "reason", reason)
-    return bool(p.execute()[0])
 
 
-def clear(r, k: Keys, node: str) -> None:
-    r.delete(k.node_health(node))
+def signs(r, k: Keys, nodes) -> tuple[dict[str, float], dict[str, float]]:
+    """(when each marked node of `nodes` was marked, its runners' newest state time): whether one
+    proved alive since (dispatch.healthy_again)."""
+    return since(r, k, nodes), runner_beats(r, k, nodes)
 
 
 def since(r, k: Keys, nodes) -> dict[str, float]:
