@@ -8,7 +8,9 @@ failure.
 """
 import bisect
 import json
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from ..jobs import states
 from ..jobs.model import Job
@@ -49,32 +51,32 @@ class CrashGuard:
         del self.recent[user]
         return n
 
-    def rebuild(self, jobs, now: float) -> None:
+    def rebuild(self, jobs: Iterable[Job], now: float) -> None:
         """After a restart: count the failed attempts that ended within the window (jobs from the
         active set and the recent history), oldest first."""
         self.rebuild_ends([(a.end_time, j.user, a.outcome) for j in jobs for a in j.attempts], now)
 
-    def rebuild_ends(self, ends, now: float) -> None:
+    def rebuild_ends(self, ends: Iterable[tuple[float | None, str, str | None]], now: float) -> None:
         """`rebuild` from (end time, user, outcome) of attempts, as the store reads them without
         decoding whole records."""
-        ends = sorted((at, user, outcome) for at, user, outcome in ends
-                      if at and at > now - self.window and outcome in FAILURES)
+        recent = sorted((at, user, outcome) for at, user, outcome in ends
+                        if at and at > now - self.window and outcome in FAILURES)
         self.recent.clear()
-        for at, user, outcome in ends:
-            self.record(user, outcome, at)
+        for at, user, outcome in recent:
+            self.record(user, outcome, at or 0.0)     # `at` is set: only ends within the window are kept
 
     def detail(self, count: int) -> str:
         return (f"held by the crash guard: {count} failed attempts within {_span(self.window)} "
                 f"(labq release ID to let it run)")
 
 
-def hold(jobs, user: str, detail: str) -> list[Job]:
+def hold(jobs: Iterable[Job], user: str, detail: str) -> list[Job]:
     """The user's pending jobs, held with reason CrashCascade."""
     return [replace(j, held=True, reason=states.CRASH_GUARD, detail=detail)
             for j in jobs if j.user == user and j.state == states.PENDING]
 
 
-def alert(user: str, count: int, window: float, held_ids, now: float) -> dict:
+def alert(user: str, count: int, window: float, held_ids: Iterable[int], now: float) -> dict[str, Any]:
     """The `crash_cascade` entry for the alerts stream (Keys.alerts: kind, scope, level, message, ts, data)."""
     held_ids = sorted(held_ids)
     return {"kind": "crash_cascade", "scope": f"user:{user}", "level": "warn",

@@ -16,6 +16,7 @@ from ..jobs.model import Job, Node, Snapshot
 from ..jobs.rest import Rest
 from ..settings.config import Config
 from ..store import login, writes
+from ..store.batch import Ack, Dead, Partial, Reply
 from ..store.commit import BIG_COMMIT, Committer, release_memory, tune_gc
 from ..store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from ..store.keys import Keys
@@ -28,7 +29,6 @@ from .events import NodeEvents
 from .handlers import Handlers
 from .hooks import Hooks
 from .requests import Inboxes
-from .shell import Ack, Dead, Partial, Reply
 from .state import OfState, SchedulerState, Tally, learned_from
 
 log = logging.getLogger("labq.scheduler")

@@ -6,6 +6,7 @@ import collections
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import LabqError, RefusedError, StalePlanError, UsageError
@@ -18,6 +19,7 @@ from ..store.commit import release_memory
 from ..store.faults import ERRORS as REDIS_ERRORS
 from . import decode, triage
 from .change import Change
+from .decode import Request
 from .events import NodeEvents
 from .handlers import BUDGET_OPS, CHUNK
 from .shell import Shell
@@ -33,6 +35,10 @@ STATUS_OP = "request_status"   # `labq stat --rid`: what became of a request a c
 SOLO_OPS = frozenset(("drain", "resume", ARCHIVE_OP, *BUDGET_OPS))
 MAX_REQUESTS_PER_TICK = 20_000
 READ_COUNT = 500            # requests, and events per stream, per read
+# An entry as read: (stream, entry id, what was read: a request's bytes, an event's fields, None if trimmed)
+Raw = tuple[str, str, Any]
+Entry = tuple[str, str, dict[str, str]]      # an entry whose fields decoded (decode.fields, decode.entry)
+Sender = str | RefusedError | None           # a login name, its refusal, or not known yet (identified alone)
 
 
 class Inboxes:
@@ -42,7 +48,7 @@ class Inboxes:
         self.handlers = shell.handlers
         self.recovering = False     # handling what a predecessor took (store.taken_requests), not fresh requests
         self.claimed: set[str] = set()     # the entries whose credential this round claimed (_round resets it)
-        self.sent: collections.Counter[Any] | None = None     # per user this tick: requests, bytes (intake bounds)
+        self.sent: collections.Counter[str | tuple[str, str]] | None = None   # per user this tick: requests, bytes
 
     @property
     def cfg(self) -> Config:
@@ -57,6 +63,8 @@ class Inboxes:
             self._recover_pending(now)
             return
         # The first read of the tick asks in the same round trip whether a deposed leader left anything.
+        waiting: int | None
+        events: list[Raw] | None
         left, waiting, events = self.store.look(self.events.node_streams(), READ_COUNT)
         if left:
             log.warning("a deposed leader left requests or events taken and unanswered: handling them")
@@ -80,12 +88,12 @@ class Inboxes:
                 # wait returns at once. Reading again to find nothing was two round trips a tick.
                 break
 
-    def _round(self, now: float, requests, events) -> None:
+    def _round(self, now: float, read: list[Raw], read_events: list[Raw]) -> None:
         """Entries as read (raw bytes) handled against the in-memory view, written as one batch."""
         self.state.answered, self.claimed = {}, set()
         self.committer.begin(self.state.usage)
         try:
-            requests, events = self._decoded(requests, False), self._decoded(events, True)
+            requests, events = self._decoded(read, False), self._decoded(read_events, True)
             prior = self.store.replies_done([decode.reply_id(f, eid) for _, eid, f in requests])
             who = self._all_senders(requests, now)
             for (stream, eid, fields), old, sender in zip(requests, prior, who):
@@ -96,7 +104,7 @@ class Inboxes:
         finally:
             self.shell.flush()
 
-    def _bounded(self, sender, fields: dict):
+    def _bounded(self, sender: Sender, fields: dict[str, str]) -> Sender:
         """The sender, or the refusal of one who passed this tick's share (triage.bounded); counted
         from the first tick, not in a recovery (`sent` None)."""
         sent = self.sent
@@ -139,7 +147,7 @@ class Inboxes:
         if held:
             self.store.drop_in_hand()
 
-    def _decoded(self, entries, events: bool) -> list:
+    def _decoded(self, entries: list[Raw], events: bool) -> list[Entry]:
         """The entries whose fields are UTF-8 text of a sane size (decode.fields, decode.entry),
         decoded; each other is dead-lettered (values redacted) and a request answered, on its own."""
         out = []
@@ -154,11 +162,11 @@ class Inboxes:
                              dead=True, remember=False)
         return out
 
-    def _fields(self, raw, event: bool) -> tuple[dict, str | None]:
+    def _fields(self, raw: Any, event: bool) -> tuple[dict[str, str], str | None]:
         """An event is a stream entry (a dict of bytes); a request one JSON object (bytes)."""
         return (decode.fields if event else decode.entry)(raw, self.cfg.max_request_bytes)
 
-    def _poison(self, entry, is_event: bool) -> None:
+    def _poison(self, entry: Raw, is_event: bool) -> None:
         """An entry the leaders died on POISON_STRIKES times: answered and dead-lettered, not handled."""
         stream, eid, raw = entry
         fields, _ = self._fields(raw, is_event)
@@ -168,7 +176,8 @@ class Inboxes:
             self._refuse(stream, eid, decode.reply_id(fields, eid), fields or {"entry": raw},
                          "this request stopped the scheduler twice; not run again", dead=True, remember=False)
 
-    def _isolated(self, handle, now, stream, eid, fields, *extra) -> None:
+    def _isolated(self, handle: Callable[..., None], now: float, stream: str, eid: str, fields: dict[str, str],
+                  *extra: Any) -> None:
         """Handle one entry; one that raises stages nothing (a handler decides, commit() stages a
         change whole or not at all) and is answered (a request) and dead-lettered on its own, so
         that the rest of its batch still commits, whatever the commit granularity."""
@@ -184,7 +193,7 @@ class Inboxes:
             else:
                 self._refuse(stream, eid, decode.reply_id(fields, eid), fields, why, dead=True)
 
-    def _refuse(self, stream: str, eid: str, rid: str, fields: dict, error: str, code: int = 2,
+    def _refuse(self, stream: str, eid: str, rid: str, fields: dict[str, Any], error: str, code: int = 2,
                 dead: bool = False, remember: bool = True) -> None:
         """Answer a request with `error` and acknowledge it; `dead` keeps it in the dead letters too;
         `remember` False where the sender is not known yet (the rid must not bind its real owner)."""
@@ -194,7 +203,7 @@ class Inboxes:
         if dead:
             log.warning("request %s on %s dead-lettered: %s", eid, stream, error)
 
-    def _all_senders(self, requests, now: float) -> list:
+    def _all_senders(self, requests: list[Entry], now: float) -> list[Sender]:
         """The batch's senders at once; if one entry breaks that, each is identified on its own
         inside its isolation (_request with user None), so a poison credential harms only itself."""
         try:
@@ -205,21 +214,21 @@ class Inboxes:
             log.exception("identifying a batch of %d requests failed; one by one instead", len(requests))
             return [None] * len(requests)
 
-    def _senders(self, requests, now: float) -> list:
+    def _senders(self, requests: Sequence[Entry], now: float) -> list[Sender]:
         """Who sent each request: the `user` it names in single-host mode (only the socket's owner
         can write), whom munge vouches for otherwise (decoded concurrently, claimed in one round
         trip); a RefusedError where refused."""
         sec = self.cfg.security
         entries = [(fields.get("user", ""), fields, f"{stream}/{eid}") for stream, eid, fields in requests]
 
-        def claim_many(claims):
+        def claim_many(claims: list[tuple[str, str]]) -> list[str | None]:
             return [self._redelivery(entry, held) for (_, entry), held in
                     zip(claims, self.store.claim_credentials(claims, sec.credential_ttl))]
         return [who if not isinstance(who, str) or decode.USER.match(who) else
                 RefusedError(f"user: expected the sender's login name, got {who[:40]!r}")
                 for who in auth.identify_many(entries, sec, now, claim_many)]
 
-    def _redelivery(self, entry: str, held):
+    def _redelivery(self, entry: str, held: str | None) -> str | None:
         """A credential this entry claimed before ("same") is a redelivery only for what a predecessor
         took (recovery) or what this round claimed already (a batch identified again one by one). An
         entry's id is the digest of its bytes, so a fresh entry of the same bytes is a replay."""
@@ -229,19 +238,20 @@ class Inboxes:
             self.claimed.add(entry)
         return held
 
-    def _request(self, now: float, stream: str, eid: str, fields: dict, prior=None, user=None) -> None:
+    def _request(self, now: float, stream: str, eid: str, fields: dict[str, str], prior: str | None = None,
+                 user: Sender = None) -> None:
         """Identify (munge, the store) → screen (triage.py: refused, a retry answered again, invalid,
         expired) → handle (handlers.py), for this one entry; whatever a handler raises becomes this
         entry's error reply (in _isolated)."""
         rid = decode.reply_id(fields, eid)
         if user is None:
             user = self._senders([(stream, eid, fields)], now)[0]
+        answered: dict[str, Any] | None = None       # refused before its id's answer is looked at
         if isinstance(user, RefusedError):
             log.warning("inbox %s entry %s: %s", stream, eid, user)
-            prior = None       # refused before its id's answer is looked at
         else:
-            prior = json.loads(prior) if prior is not None else self.state.answered.get(rid)
-        got = triage.screen(eid, fields, user, prior, self.cfg.max_request_bytes)
+            answered = json.loads(prior) if prior is not None else self.state.answered.get(rid)
+        got = triage.screen(eid, fields, user, answered, self.cfg.max_request_bytes)
         if isinstance(got, decode.Request):
             # The one wall-clock read in a tick, and it stamps nothing: whether the client still waits
             # for this answer is a matter of real time (a long tick may read a request after the
@@ -251,6 +261,7 @@ class Inboxes:
             self.shell.commit(got.change, reply=(rid, got.change.reply, got.remember), ack=(stream, eid))
             return
         req = got
+        assert isinstance(user, str), "triage.screen answers every request of a sender it does not know"
         solo = req.op in SOLO_OPS     # budget and node changes: later requests must see them applied
         if solo:
             self.shell.flush()
@@ -260,8 +271,8 @@ class Inboxes:
         except LabqError as e:
             change = Change(reply={"ok": False, "code": e.exit_code, "error": str(e)})
         streamed = change.chunks is not None
-        if streamed:
-            change = self._streamed(rid, change, req.expires)
+        if change.chunks is not None:
+            change = self._streamed(rid, change, change.chunks, req.expires)
         elif req.expires is not None and self.committer.batch is not None:
             self.committer.batch.expires = min(self.committer.batch.expires, req.expires)
         # A script or exported environment (private.py) is handed over, never kept in a `done` key.
@@ -276,7 +287,7 @@ class Inboxes:
         if change.nodes:
             self.state.nodes = self.store.nodes(now)
 
-    def _streamed(self, rid: str, change: Change, expires: float | None) -> Change:
+    def _streamed(self, rid: str, change: Change, chunks: Iterator[Change], expires: float | None) -> Change:
         """A mass cancel: each chunk committed on its own with the runs of ids committed so far
         (store.partial), then the reply with the ack. A leader that dies between chunks leaves whole
         chunks; its successor handles the request again (it was never acknowledged), cancels the
@@ -287,11 +298,10 @@ class Inboxes:
         self.shell.flush()
         done = Runs()
         done.extend(prior)
-        for i, part in enumerate(change.chunks):
-            done.extend(part.reply["runs"])
+        for i, part in enumerate(chunks):
+            done.extend(_reply(part)["runs"])
             if i == 0 and not prior and expires is not None:
-                self.committer.begin(self.state.usage)
-                self.committer.batch.expires = expires
+                self.committer.begin(self.state.usage).expires = expires
                 self.shell.commit(part, partial=(rid, list(done.runs)))
                 self.shell.flush()
                 continue
@@ -301,14 +311,14 @@ class Inboxes:
         self.committer.begin(self.state.usage)
         if not prior:
             return change
-        gone, r = idruns.covered(prior), change.reply
+        gone, r = idruns.covered(prior), _reply(change)
         kept = [x for x in r["results"] if x["id"] not in gone]
         runs = Runs()
         runs.extend(prior)
         runs.extend(idruns.without(r["runs"], gone))
         return Change(reply=idruns.reply(runs, idruns.expand(prior) + kept, [x for x in kept if not x["ok"]]))
 
-    def _handle(self, user: str, req, now: float) -> Change:
+    def _handle(self, user: str, req: Request, now: float) -> Change:
         """The archive's requests are answered here (they touch its database); the rest by handlers."""
         if req.op == ARCHIVE_OP:
             return self._archive_now(user, now)
@@ -320,7 +330,7 @@ class Inboxes:
             return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
         return self.handlers.handle(user, req.op, req.body, now)
 
-    def _request_status(self, user: str, body: dict) -> dict:
+    def _request_status(self, user: str, body: dict[str, Any]) -> dict[str, Any]:
         """What became of request `of` (`labq stat --rid`): its answer and its job read here, the
         reply decided by triage.status."""
         rid = triage.status_of(body)
@@ -334,7 +344,7 @@ class Inboxes:
             job = self.state.jobs.get(jid) or rest.tasks_of(self.state.rests, [jid]).get(jid) or self.store.job(jid)
         return triage.status(rid, kept, job, user, self.cfg.security.admins)
 
-    def _archive_to_serve(self):
+    def _archive_to_serve(self) -> Any:
         if self.shell.archiver is None:
             raise UsageError("this scheduler keeps no archive (it was started without one)")
         return self.shell.archiver.archive
@@ -359,7 +369,13 @@ class Inboxes:
                                      "keep": self.shell.archiver.keep})
 
 
-def _maybe_more(entries) -> bool:
+def _reply(change: Change) -> dict[str, Any]:
+    """A mass cancel's reply (handlers._chunks: each chunk's and the whole's carry their runs)."""
+    assert change.reply is not None, "a mass cancel's changes carry their replies"
+    return change.reply
+
+
+def _maybe_more(entries: list[Raw]) -> bool:
     """Whether a read_group stopped at its count on some stream (more may be waiting there)."""
     per = collections.Counter(stream for stream, _, _ in entries)
     return bool(per) and max(per.values()) >= READ_COUNT

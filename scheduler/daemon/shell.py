@@ -7,17 +7,13 @@ from typing import Any, Protocol
 
 from ..jobs.model import Job
 from ..settings.config import Config
+from ..store.batch import Ack, Dead, Partial, Reply
 from ..store.commit import Committer
 from ..store.keys import Keys
 from ..store.state import SchedulerStore
 from .change import Change
 from .handlers import Handlers
 from .state import SchedulerState
-
-Ack = tuple[str, str]                       # (stream, entry id) acknowledged with the change
-Reply = tuple[str, dict[str, Any], bool]    # (request id, the answer, whether its `done` key keeps it)
-Dead = tuple[str, str, Any, str]            # (stream, entry id, its fields, why) into the dead letters
-Partial = tuple[str, list[Any] | None]      # (request id, the id runs a chunked cancel committed so far)
 
 
 class Commit(Protocol):

@@ -10,7 +10,9 @@ entry (a replay). A redelivery of the same entry after a scheduler crash is not 
 """
 import hashlib
 import pwd
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import RefusedError
 
@@ -62,7 +64,7 @@ def identify(fields: dict, inbox_user: str, security: dict, now: float, claim) -
     return settle(v, claim(v.key))
 
 
-def identify_many(entries, security: dict, now: float, claim_many) -> list:
+def identify_many(entries, security: Mapping[str, Any], now: float, claim_many) -> list:
     """identify() for a batch [(inbox user, fields, entry id)]: a user name or a RefusedError for
     each. The credentials are decoded concurrently (munged serves several at once; ctypes lets go
     of the GIL) and claimed in one round trip: `claim_many([(key, entry id), …])` -> ["new" |

@@ -21,9 +21,10 @@ if TYPE_CHECKING:     # annotations only: the store writes what the model, the l
     from ..jobs.rest import Rest
     from ..money.ledger import Books
 
-# What comes with a change, as the deciders' shell hands it to Committer.stage (daemon/shell.py names these).
+# What comes with a change, as the deciders' shell hands it to Committer.stage (daemon/shell.py imports these).
 Ack = tuple[str, str]                       # (stream, entry id) acknowledged with the change
-Reply = tuple[str, dict[str, Any], bool]    # (request id, the answer, whether its `done` key keeps it)
+Reply = tuple[str, dict[str, Any] | None, bool]   # (request id, the answer: Change.reply, whether its `done` key
+                                                  # keeps it)
 Dead = tuple[str, str, Any, str]            # (stream, entry id, its fields, why) into the dead letters
 Partial = tuple[str, list[Any] | None]      # (request id, the id runs a chunked cancel committed so far)
 
