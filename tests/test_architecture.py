@@ -49,6 +49,25 @@ EDGES = {
     "labq.scheduler.daemon.metrics": "the Prometheus endpoint: wall clock for the tick histogram",
 }
 
+# The daemon's deciders (issue 40 item 1): a tick reads through scheduler/store/, asks these for a Change
+# over the scheduler's state (daemon/state.py) and what it read, and commits it (store/commit.py). Each
+# is pure core (impure_reach: no I/O, clock, randomness, environment, through any import, annotations'
+# included) and is handed no store: it reads no attribute and calls through no name that holds one
+# (STORE_HOLDERS; mypy --strict on each, STRICT_CORE, keeps their typed inputs free of a store).
+DECIDERS = ["daemon.attempt", "daemon.dispatch", "daemon.crashguard", "daemon.triage", "daemon.decode",
+            "daemon.handlers", "daemon.lookup", "daemon.bookkeeper", "daemon.applier", "daemon.transitions",
+            "daemon.state", "daemon.change"]
+STORE_HOLDERS = {"store", "r", "redis", "conn", "pipe", "committer", "archiver", "history"}
+# Deciders that still read the store through an object they were handed, each with its owner and why;
+# shrink, never grow.
+READS_OUTSIDE_THE_TICK = {
+    "scheduler/daemon/handlers.py": "intake (issue 39): `dep_ids` and `_record` read ended jobs' records "
+                                    "(state.store: lookup.Records) a dependency or a task id names",
+    "scheduler/daemon/lookup.py": "intake (issue 39): Lookup reads the ended records a request names (Records)",
+    "scheduler/daemon/bookkeeper.py": "issue 40 item 1, left: the bookkeeper reads its books, spent and the "
+                                      "ledger's known keys (BooksStore) where the tick should read them for it",
+}
+
 # The modules that hold or make a Redis connection. Only scheduler/store/ imports them (at any depth of
 # a file, lazily or through importlib): everything else reaches Redis through store/'s functions and
 # objects, and knows of it only what store/faults.py says (its errors, an address without its login).
@@ -280,6 +299,39 @@ def impure_reach(g: Graph, mod: str, allowed=IMPURE_ALLOWED) -> list[str]:
             for m in via for name, line in g.outer[m].items() if name in IMPURE and (m, name) not in allowed]
 
 
+def store_reads(g: Graph, mod: str) -> list[str]:
+    """Where decider `mod` reaches a store it was handed: an attribute named as one is read
+    (`state.store`, `self.r`), or a name that holds one is called through (`store.job(1)`)."""
+    out = []
+    for n in ast.walk(ast.parse(g.files[mod].read_text())):
+        hit = ""
+        if isinstance(n, ast.Attribute) and n.attr in STORE_HOLDERS:
+            hit = ast.unparse(n)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            root = n.func.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in STORE_HOLDERS:
+                hit = ast.unparse(n.func)
+        if hit:
+            out.append(f"{g.rel(mod)}:{n.lineno}: {hit} (a decider is handed what the tick read, not a store)")
+    return out
+
+
+def edges_reached(g: Graph, mod: str) -> list[str]:
+    """The edges (scheduler/store/ among them) `mod` imports, at any depth, for annotations too: a
+    store module that is handed its connection imports no redis, so impure_reach alone misses it."""
+    via = g.reach(mod)
+    return [f"{mod} reaches the edge {m} ({g.chain(via, m)})" for m in sorted(via) if m != mod and is_edge(m)]
+
+
+def decider_violations(g: Graph, mod: str, allowed=READS_OUTSIDE_THE_TICK) -> list[str]:
+    """What keeps decider `mod` from being (state, what the tick read) -> Change: an impurity or an
+    edge it reaches (impure_reach, edges_reached), or a store it reads through (store_reads, unless
+    `allowed`)."""
+    return impure_reach(g, mod) + edges_reached(g, mod) + ([] if g.rel(mod) in allowed else store_reads(g, mod))
+
+
 def redis_outside_store(g: Graph, allowed=REDIS_OUTSIDE_STORE) -> list[str]:
     """Redis calls on a connection attribute reached through an object (`ctx.client.r.get`): a second
     net behind connection_imports, for a connection a store object hands out."""
@@ -489,6 +541,15 @@ def test_the_named_core_is_in_the_core():
     assert set(f"labq.scheduler.{n}" for n in named) <= set(core(GRAPH))
 
 
+@pytest.mark.parametrize("name", DECIDERS)
+def test_every_decider_is_pure_and_reads_no_store(name):
+    mod = f"labq.scheduler.{name}"
+    assert mod in core(GRAPH), f"{mod} is a decider: it may not be an edge"
+    assert name in STRICT_CORE, f"{mod} is a decider: mypy --strict checks it (STRICT_CORE, pyproject)"
+    bad = decider_violations(GRAPH, mod)
+    assert not bad, "a decider is (state, what the tick read) -> Change:\n" + "\n".join(bad)
+
+
 def test_mypy_checks_the_whole_core():
     """pyproject's [tool.mypy] files cover every pure-core module (`make lint` type-checks them): a new
     pure module joins the list, or this fails."""
@@ -507,7 +568,7 @@ STRICT_FLAGS = {"disallow_any_generics": True, "disallow_subclassing_any": True,
 STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill", "money.ledger", "money.periods",
                "daemon.transitions", "daemon.attempt", "daemon.triage", "daemon.decode", "daemon.dispatch",
                "daemon.bookkeeper", "daemon.change", "daemon.applier", "daemon.state", "daemon.lookup",
-               "jobs.idruns", "daemon.handlers", "store.batch"]
+               "jobs.idruns", "daemon.handlers", "store.batch", "daemon.crashguard"]
 
 
 def test_mypy_is_strict_on_the_deciding_core():
@@ -587,6 +648,9 @@ def test_the_allow_lists_only_name_files_that_need_them():
         assert "def __getattr__(" in (ROOT / rel).read_text(), f"{rel} has no __getattr__: remove it from MODULE_GETATTR"
     for m, name in IMPURE_ALLOWED:
         assert name in GRAPH.outer.get(m, {}), f"{m} no longer reaches {name}: remove it from IMPURE_ALLOWED"
+    for rel in READS_OUTSIDE_THE_TICK:
+        mod = next(m for m in GRAPH.files if GRAPH.rel(m) == rel)
+        assert store_reads(GRAPH, mod), f"{rel} reads no store now: remove it from READS_OUTSIDE_THE_TICK"
     for rel in LONG_MODULES:
         assert any(v.startswith(rel) for v in too_long(GRAPH, long_modules={})), \
             f"{rel} is short enough now: remove it from LONG_MODULES"
@@ -726,3 +790,23 @@ def test_the_checker_finds_an_aliased_impurity(scratch, rel, text, found):
     plant(scratch, rel, text)
     g = Graph(scratch)
     assert any(found in v for v in impure_reach(g, mod)), impure_reach(g, mod)
+
+
+# A planted store call, clock read or randomness in a decider fails the decider test (issue 40 item 1).
+@pytest.mark.parametrize("rel,text,found", [
+    ("scheduler/daemon/dispatch.py", "def _peek(state):\n    return state.store.job(1)", "state.store"),
+    ("scheduler/daemon/attempt.py", "def _peek(store, jid):\n    return store.job(jid)", "store.job"),
+    ("scheduler/daemon/triage.py", "def _heal(self, node):\n    self.r.delete(node)", "self.r"),
+    ("scheduler/daemon/state.py", "from ..store import nodehealth", "reaches the edge labq.scheduler.store"),
+    ("scheduler/daemon/crashguard.py", "def _late():\n    import time\n    return time.time()", "reaches time"),
+    ("scheduler/daemon/applier.py", "from datetime import datetime as dt\nT = dt.now()", "reaches clock"),
+    ("scheduler/daemon/transitions.py", "import random\nJITTER = random.random()", "reaches random"),
+    ("scheduler/daemon/decode.py", "import os\nSALT = os.urandom(8)", "reaches urandom"),
+])
+def test_the_checker_finds_a_planted_decider_violation(scratch, rel, text, found):
+    g = Graph(scratch)
+    mod = next(m for m in g.files if g.rel(m) == rel)
+    assert mod.removeprefix("labq.scheduler.") in DECIDERS and not decider_violations(g, mod)
+    plant(scratch, rel, text)
+    bad = decider_violations(Graph(scratch), mod)
+    assert any(found in v for v in bad), bad
