@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import LabqError, RefusedError, StalePlanError, UsageError
-from ..jobs import idruns, rest
+from ..jobs import rest
 from ..jobs.idruns import Runs
 from ..security import auth, private
 from ..settings.config import Config
@@ -284,8 +284,6 @@ class Inboxes:
         if solo:
             self.shell.flush()
             self.committer.begin(self.state.usage)
-        if change.nodes:
-            self.state.nodes = self.store.nodes(now)
 
     def _streamed(self, rid: str, change: Change, chunks: Iterator[Change], expires: float | None) -> Change:
         """A mass cancel: each chunk committed on its own with the runs of ids committed so far
@@ -309,14 +307,7 @@ class Inboxes:
         if done.count > CHUNK:
             release_memory()
         self.committer.begin(self.state.usage)
-        if not prior:
-            return change
-        gone, r = idruns.covered(prior), _reply(change)
-        kept = [x for x in r["results"] if x["id"] not in gone]
-        runs = Runs()
-        runs.extend(prior)
-        runs.extend(idruns.without(r["runs"], gone))
-        return Change(reply=idruns.reply(runs, idruns.expand(prior) + kept, [x for x in kept if not x["ok"]]))
+        return triage.resumed(prior, change)
 
     def _handle(self, user: str, req: Request, now: float) -> Change:
         """The archive's requests are answered here (they touch its database); the rest by handlers."""
@@ -370,7 +361,7 @@ class Inboxes:
 
 
 def _reply(change: Change) -> dict[str, Any]:
-    """A mass cancel's reply (handlers._chunks: each chunk's and the whole's carry their runs)."""
+    """A mass cancel's chunk's reply (handlers._chunks: each carries its runs)."""
     assert change.reply is not None, "a mass cancel's changes carry their replies"
     return change.reply
 

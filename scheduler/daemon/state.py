@@ -190,6 +190,16 @@ class SchedulerState:
             self.freed = True
         if change.health:
             self.see_health(change.health)
+        if change.nodes:
+            self.see_admin(change.nodes)
+
+    def see_admin(self, admin: Sequence[tuple[str, str | None]]) -> None:
+        """Nodes drained or resumed (Change.nodes), as store/noderows.py reads them back: a node not
+        down takes its admin state, or on resume is up again (unhealthy while a mark stays)."""
+        states_ = dict(admin)
+        self.nodes = tuple(n if n.name not in states_ or n.state == "down" else
+                           replace(n, state=states_[n.name] or ("unhealthy" if n.reason else "up"))
+                           for n in self.nodes)
 
     def see_health(self, health: Sequence[tuple[str, str | None]]) -> None:
         """Nodes marked unhealthy (an up one gets no work from this tick's plan on), or healthy again

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import LabqError, RefusedError, UsageError
+from ..jobs import idruns
+from ..jobs.idruns import Runs
 from ..jobs.model import Job
 from . import decode
 from .change import Change
@@ -96,3 +98,18 @@ def status(rid: str, kept: Mapping[str, Any] | None, job: Job | None, user: str,
             return unknown     # not theirs to see
         return {**out, "state": "submitted", "job_id": jid, "count": kept.get("count", 1)}
     return {**out, "state": "done", "detail": "answered ok"}
+
+
+def resumed(prior: list[Any], change: Change) -> Change:
+    """A mass cancel handled again after a leader died between its chunks: `prior` the runs of ids
+    that leader committed (store.partial, read by the shell), `change` this handling's whole answer.
+    The reply names both, what was cancelled before once (those records have ended since)."""
+    if not prior:
+        return change
+    assert change.reply is not None, "a mass cancel's change carries its reply (handlers._chunks)"
+    gone, r = idruns.covered(prior), change.reply
+    kept = [x for x in r["results"] if x["id"] not in gone]
+    runs = Runs()
+    runs.extend(prior)
+    runs.extend(idruns.without(r["runs"], gone))
+    return Change(reply=idruns.reply(runs, idruns.expand(prior) + kept, [x for x in kept if not x["ok"]]))

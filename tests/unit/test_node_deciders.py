@@ -87,3 +87,14 @@ def test_the_state_learns_health_and_ends_from_the_change_alone():
     ended = ClusterBuilder(NOW).node("n1").running("n1").build().jobs[0]
     st.apply(Change(ended=ended), False, st.usage)
     assert st.freed
+
+
+def test_the_state_learns_a_drain_and_a_resume_from_the_change():
+    """Change.nodes into state.nodes as store/noderows.py would read them back (was a re-read of every node)."""
+    snap = ClusterBuilder(NOW).node("n1").node("n2", state="down").node("n3").build()
+    st = SchedulerState(cfg=cfg(), estimator=Estimator.from_config(cfg()), guard=CrashGuard(0, 0))
+    st.nodes = snap.nodes[:2] + (dataclasses.replace(snap.nodes[2], state="unhealthy", reason="frozen"),)
+    st.apply(Change(nodes=[("n1", "drain"), ("n2", "drain"), ("n3", "drain")]), False, st.usage)
+    assert [n.state for n in st.nodes] == ["drain", "down", "drain"]
+    st.apply(Change(nodes=[("n1", None), ("n3", None)]), False, st.usage)
+    assert [n.state for n in st.nodes] == ["up", "down", "unhealthy"]

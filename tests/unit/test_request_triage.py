@@ -81,3 +81,23 @@ def test_stat_rid_is_answered_from_the_kept_answer_and_shows_another_users_job_o
                                                                   "job_id": 7, "count": 3}
     assert triage.status(rid, kept, None, "alice", ())["state"] == "submitted"     # archived: the id is theirs
     assert triage.status(rid, {"ok": True}, None, "alice", ())["state"] == "done"
+
+
+def test_a_mass_cancel_handled_again_names_what_the_dead_leader_cancelled_once():
+    """triage.resumed (issue 40 item 1: decided from what the shell read, store.partial, not read by it)."""
+    from labq.scheduler.daemon.change import Change
+    from labq.scheduler.jobs import idruns
+
+    def runs(*ids):
+        out = idruns.Runs()
+        for i in ids:
+            out.add_id(None, i, "cancelled")
+        return out
+
+    prior = runs(1, 2).runs                              # the dead leader's chunk
+    again = runs(2, 3)                                   # this handling: 2 is named again (it had ended)
+    change = Change(reply=idruns.reply(again, idruns.expand(again.runs), []))
+    assert triage.resumed([], change) is change
+    got = triage.resumed(prior, change).reply
+    assert got["ok"] and [x["id"] for x in got["results"]] == ["1", "2", "3"]
+    assert got["runs"] == [{"state": "cancelled", "array": None, "from": 1, "to": 3}]
