@@ -64,8 +64,9 @@ READS_OUTSIDE_THE_TICK = {
     "scheduler/daemon/handlers.py": "intake (issue 39): `dep_ids` and `_record` read ended jobs' records "
                                     "(state.store: lookup.Records) a dependency or a task id names",
     "scheduler/daemon/lookup.py": "intake (issue 39): Lookup reads the ended records a request names (Records)",
-    "scheduler/daemon/bookkeeper.py": "issue 40 item 1, left: the bookkeeper reads its books, spent and the "
-                                      "ledger's known keys (BooksStore) where the tick should read them for it",
+    "scheduler/daemon/bookkeeper.py": "issue 40 item 1, left: spent_now (asked by a submit and a snapshot) reads "
+                                      "the spent hash and a ledger import its known keys (BooksStore); the tick "
+                                      "reads the rest for it (load, tick)",
 }
 
 # The modules that hold or make a Redis connection. Only scheduler/store/ imports them (at any depth of

@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
@@ -42,10 +42,10 @@ Done = tuple[dict[str, Any], Books, list[alerts.Alert]]
 
 
 class BooksStore(Protocol):
-    """What the bookkeeper reads from Redis (store/state.SchedulerStore has it)."""
-    def books(self) -> dict[str, Any]: ...
+    """What the bookkeeper still reads from Redis itself (store/state.SchedulerStore has it): the
+    balances a submit and a snapshot ask for (spent_now), the keys a ledger import may repeat. The
+    tick reads the rest for it (load, tick)."""
     def spent(self) -> dict[str, int]: ...
-    def charged(self, key: str) -> bool: ...
     def known_keys(self, keys: list[str]) -> set[str]: ...
 
 
@@ -60,8 +60,8 @@ class Bookkeeper:
         self._seq = 0
 
     # -- state ---------------------------------------------------------------------------------
-    def load(self, now: float) -> None:
-        st = self.store.books()
+    def load(self, st: Mapping[str, Any], now: float) -> None:
+        """The books as a new leader read them (store.books: overrides, limits, period labels, fired alerts)."""
         self.overrides = {int(k): Override.loads(v) for k, v in st["overrides"].items()}
         self.limits = {k: json.loads(v) for k, v in st["limits"].items()}
         self.periods, self.fired = dict(st["periods"]), set(st["fired"])
@@ -104,9 +104,17 @@ class Bookkeeper:
         return periods.current(b, now) if b else ""
 
     # -- each tick -----------------------------------------------------------------------------
-    def tick(self, now: float, jobs: Mapping[int, Job], cfg: Config) -> Change | None:
+    def due_periods(self, now: float) -> list[str]:
+        """The ledger keys of the `period` entries a tick at `now` would write (a rollover not yet in
+        this leader's books): the tick reads which of them a predecessor wrote (store.known_keys)."""
+        return [f"period:{b.name}:{lab}" for b in self.base.budgets
+                if b.period != "none" and self.periods.get(b.name) != (lab := periods.current(b, now))]
+
+    def tick(self, now: float, jobs: Mapping[int, Job], cfg: Config, spent: Mapping[str, int],
+             charged: Container[str]) -> Change | None:
         """What this tick writes for the budgets (expired overrides, period rollovers with the running
-        attempts' parts booked, fired alerts, the stop policy's preempts and cancels), or None."""
+        attempts' parts booked, fired alerts, the stop policy's preempts and cancels), or None; from
+        what the tick read: `spent` (store.spent) and which of `due_periods` are `charged` already."""
         if not self.base.budgets:
             return None
         books = Books()
@@ -121,8 +129,7 @@ class Bookkeeper:
                                                     currency=cfg.rates.currency))
         live = {**self.overrides, **{o.id: o for o in books.overrides}}
         budgets = self._effective(live.values(), now)
-        spent = self.store.spent()
-        booked = self._roll_periods(books, budgets, spent, jobs, now, cfg)
+        booked = self._roll_periods(books, budgets, spent, jobs, now, cfg, charged)
         now_spent = periods.spent_now(budgets, spent, now)
         running = [j for j in jobs.values() if j.state in states.ON_NODE]
         statuses = [budgetwatch.status(b, now_spent[b.name], running, now, periods.current(b, now)) for b in budgets]
@@ -141,7 +148,7 @@ class Bookkeeper:
         return replace(done.change, charges=booked, alerts=[a.fields() for a in raised], books=books)
 
     def _roll_periods(self, books: Books, budgets: Iterable[Budget], spent: Mapping[str, int], jobs: Mapping[int, Job],
-                      now: float, cfg: Config) -> list[tr.Charge]:
+                      now: float, cfg: Config, charged: Container[str]) -> list[tr.Charge]:
         """Each periodic budget whose period changed: a `period` entry (into `books`) and the
         charges booking the running attempts' parts of the period that closed (returned)."""
         booked: list[tr.Charge] = []
@@ -156,7 +163,7 @@ class Bookkeeper:
                 books.entries.append(Entry("period", f"period:{b.name}:{lab}", b.name, 0,
                                            (("period", lab), ("prev", prev), ("closed", str(closed)))))
                 books.periods.append((b.name, lab))
-        books.entries = [e for e in books.entries if e.type != "period" or not self.store.charged(e.key)]
+        books.entries = [e for e in books.entries if e.type != "period" or e.key not in charged]
         return booked
 
     def _close_period(self, b: Budget, prev: str, jobs: Mapping[int, Job], cfg: Config) -> list[tr.Charge]:

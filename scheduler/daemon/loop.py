@@ -99,9 +99,10 @@ class Scheduler:
             self.inboxes.intake(now, pending=False)
             self.events.lost_attempts(now)
             self.events.unclaimed(now)
-            change = self.books.tick(now, self.jobs, self.cfg)
-            if change is not None:
-                self.commit(change)
+            if self.books.base.budgets:    # the budgets' duties: read here, decided (bookkeeper.py), committed
+                spent, charged = self.store.spent(), self.store.known_keys(self.books.due_periods(now))
+                if (change := self.books.tick(now, self.jobs, self.cfg, spent, charged)) is not None:
+                    self.commit(change)
             if self._plan_due(now):
                 self._plan(now)
             if self.durable is not None and not self.committer.unreplicated:   # figures a failover may yet undo: not kept
@@ -251,7 +252,7 @@ class Scheduler:
         st.nodes = self.store.nodes(now)
         self.events.streams = set()
         self.events.node_streams()
-        self.books.load(now)
+        self.books.load(self.store.books(), now)
         self._use_budgets()
         st.usage = Reader(self.store.r, self.k, self.history).usage()
         if st.guard.on:   # the failures of the last window, as the previous leader counted them

@@ -1,0 +1,47 @@
+"""The bookkeeper's tick decides from what the tick read (issue 40 item 1): the books a new leader
+loaded, the spent hash and which period entries a predecessor wrote are handed in; the tick itself
+asks its store nothing (a store that refuses every call proves it)."""
+import pytest
+
+from labq.scheduler.daemon.bookkeeper import Bookkeeper
+from tests.harness import cfg
+
+WEEKLY = """
+[rates]
+gpu_hour = 2.0
+[accounts.lab]
+users = ["alice"]
+[[budgets]]
+name = "lab"
+account = "lab"
+limit = 1000.0
+period = "week"
+"""
+MONDAY = 1_795_996_800.0      # 2026-11-30 00:00 UTC, the start of ISO week 49
+KEY = "period:lab:2026-W49"
+
+
+class NoStore:
+    def __getattr__(self, name):
+        pytest.fail(f"the bookkeeper read its store ({name}) during a tick")
+
+
+def _books():
+    c = cfg(WEEKLY)
+    books = Bookkeeper(NoStore(), c)
+    books.load({"overrides": {}, "limits": {}, "periods": {"lab": "2026-W48"}, "fired": set()}, MONDAY + 60)
+    return books, c
+
+
+def test_a_period_rollover_is_decided_from_what_the_tick_read():
+    books, c = _books()
+    assert books.due_periods(MONDAY + 60) == [KEY]
+    change = books.tick(MONDAY + 60, {}, c, {}, set())
+    assert change is not None and [e.key for e in change.books.entries] == [KEY]
+    assert change.books.periods == [("lab", "2026-W49")]
+
+
+def test_a_period_entry_a_predecessor_wrote_is_not_written_again():
+    books, c = _books()
+    change = books.tick(MONDAY + 60, {}, c, {}, {KEY})
+    assert change is not None and change.books.entries == [] and change.books.periods == [("lab", "2026-W49")]
