@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from labq.cli import fast, spec
-from labq.cli.group import COMMANDS
-from labq.cli.group import cli
+from labq.cli.group import COMMANDS, cli
 from tests.harness import ROOT, BudgetBench
 
 
