@@ -12,20 +12,26 @@ from .keys import CONSUMER, GROUP
 
 
 class RequestList:
+    # Wake tokens left when the wait returned (about one a request or event): how many requests the
+    # tick's first read (look) moves in its own round trip; and those it moved, for take_requests.
+    _wake_hint = 0
+    _premoved: list = []
+
     def take_requests(self, count: int, waiting: int | None = None) -> list:
         """Up to `count` requests, oldest first, moved into `taken` (LMOVE: a leader that dies
         holding them leaves them there for the next): [(entry id, raw bytes)]. `waiting`: the
-        request list's length where the caller has just read it (look)."""
-        n = min(count, self.r.llen(self.k.requests) if waiting is None else waiting)
-        if not n:
-            return []
+        request list's length where the caller has just read it (look), counting those look moved."""
+        pre, self._premoved = self._premoved, []
+        n = min(count, self.r.llen(self.k.requests) if waiting is None else waiting) - len(pre)
+        if n <= 0:
+            return pre
         got = wire.moves(self.r, ("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT"), n)
         if got is None:
             p = self.r.pipeline(transaction=False)
             for _ in range(n):
                 p.execute_command("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT", NEVER_DECODE=True)
             got = p.execute()
-        return self._named([raw for raw in got if raw is not None])
+        return pre + self._named([raw for raw in got if raw is not None])
 
     def look(self, streams: list[str], count: int) -> tuple[bool, int, list]:
         """A tick's first read, one round trip: (left behind, requests waiting, new events).
@@ -36,11 +42,16 @@ class RequestList:
         its successor recovered, it moved them there and its commit failed on the lease; nobody else
         would look there before the next recovery (issue 35). Asked before the new events are read
         (a pipeline keeps its order), which join the pending entries the recovery then handles.
-        Its own round trip was ~70 us of scheduler CPU a tick, a fifth of an idle one."""
+        Its own round trip was ~70 us of scheduler CPU a tick, a fifth of an idle one. So are the
+        first requests' LMOVEs, as many as the wake-up left tokens (after the lengths: a leader that
+        finds entries left behind handles what it moved with them; take_requests hands them out)."""
         cmds = [("LLEN", self.k.taken), ("LLEN", self.k.requests)]
         if streams:
             cmds += [("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", n, "STREAMS", *streams, *[at] * len(streams))
                      for n, at in ((1, "0"), (count, ">"))]
+        reads, moves = len(cmds), min(count, self._wake_hint)
+        self._wake_hint = 0
+        cmds += [("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT")] * moves
         got = wire.call(self.r, cmds, False)
         if got is None:
             p = self.r.pipeline(transaction=False)
@@ -48,7 +59,8 @@ class RequestList:
                 p.execute_command(*cmd, NEVER_DECODE=True)
             got = p.execute()
         else:
-            got[2:] = [stream_reply(x) for x in got[2:]]
+            got[2:reads] = [stream_reply(x) for x in got[2:reads]]
+        self._premoved = self._named([raw for raw in got[reads:] if raw is not None])
         pending, new = (got[2], got[3]) if streams else (None, None)
         return bool(got[0]) or bool(entries(pending)), int(got[1]), entries(new)
 
@@ -58,13 +70,15 @@ class RequestList:
         events", which the tick does whole, so every token pushed before the DEL is served."""
         # One round trip: Redis runs the DEL as the BLPOP returns, woken or timed out. A token pushed
         # between the two is served all the same: a tick follows every wait.
-        cmds = [("BLPOP", self.k.wake, max(0.01, timeout)), ("DEL", self.k.wake)]
+        cmds = [("BLPOP", self.k.wake, max(0.01, timeout)), ("LLEN", self.k.wake), ("DEL", self.k.wake)]
         got = wire.call(self.r, cmds, False)
         if got is None:
             p = self.r.pipeline(transaction=False)
             p.execute_command(*cmds[0], NEVER_DECODE=True)
+            p.llen(self.k.wake)
             p.delete(self.k.wake)
             got = p.execute()
+        self._wake_hint = 1 + int(got[1]) if got[0] else 0
         return bool(got[0])
 
     def wakes_waiting(self) -> bool:
@@ -72,7 +86,9 @@ class RequestList:
         return (got[0] if got is not None else self.r.llen(self.k.wake)) > 0
 
     def taken_requests(self) -> list:
-        """What a predecessor took and never answered, oldest first: [(entry id, raw bytes)]."""
+        """What a predecessor took and never answered, oldest first: [(entry id, raw bytes)] (what
+        look moved too: it is in `taken`)."""
+        self._premoved = []
         return self._named(list(reversed(self.r.execute_command("LRANGE", self.k.taken, 0, -1, NEVER_DECODE=True))))
 
     def _named(self, raws) -> list:
