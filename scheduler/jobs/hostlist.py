@@ -4,14 +4,20 @@ Names that end in digits are grouped by their prefix and the digits' width (node
 different names); runs of consecutive numbers become ranges. The order of the groups is the order
 of their first names; `SLURM_NODELIST` readers (scontrol show hostnames, Lightning) expand it again.
 """
+from __future__ import annotations
+
 import re
+
+TYPE_CHECKING = False    # typing.TYPE_CHECKING without importing typing (mypy reads the name alike)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 _NUM = re.compile(r"^(.*?)(\d+)$")
 
 
-def compact(names) -> str:
+def compact(names: Iterable[str]) -> str:
     groups: dict[tuple[str, int], list[int]] = {}
-    order: list = []
+    order: list[str | tuple[str, int]] = []
     for name in names:
         m = _NUM.match(name)
         if not m:

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
 from operator import attrgetter, call
 
+TYPE_CHECKING = False    # typing.TYPE_CHECKING without importing typing (mypy reads the name alike)
+if TYPE_CHECKING:
+    from typing import Any
+
 from . import arrayid, states
 
 
@@ -55,7 +59,7 @@ class Attempt:
     charges: tuple[tuple[str, int], ...] = ()   # (budget, micro-units of its unit)
     lost_work_s: float = 0.0
     last_checkpoint: float | None = None   # newest checkpoint seen during the attempt
-    usage: dict = field(default_factory=dict, hash=False, compare=True)
+    usage: "dict[str, Any]" = field(default_factory=dict, hash=False, compare=True)
     dispatch_time: float | None = None   # when the scheduler admitted it
     # A multi-node attempt: (node, its GPUs) per part, in rank order (node rank 0 first); `node` is the
     # first part's and `gpus` all parts' GPUs. () for a one-node attempt.
@@ -91,7 +95,7 @@ class Job:
     out: str = ""
     err: str = ""
     # --signal [B:]SIG@SECS: (name, seconds before the limit), + "batch" with B: (the job's own process only)
-    warn_signal: tuple | None = None
+    warn_signal: "tuple[Any, ...] | None" = None
     checkpoint_exit_code: int | None = None      # exiting with it means: requeue me now
     tags: tuple[tuple[str, str], ...] = ()
     array_id: int | None = None
@@ -198,7 +202,7 @@ JOB_VALUES = attrgetter(*JOB_FIELDS)
 _JOB_SETTER = dict(zip(JOB_FIELDS, JOB_SETTERS))
 
 
-def evolve(job: Job, **changes) -> Job:
+def evolve(job: Job, **changes: "Any") -> Job:
     """dataclasses.replace(job, **changes) at under half its cost (a pass gives thousands of jobs a
     new reason): the slots copied by their descriptors, called by map, then the changed ones set.
     Job has no __post_init__ and no field outside __init__, so nothing replace() runs is skipped."""

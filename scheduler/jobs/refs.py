@@ -12,6 +12,8 @@ from .bounds import DEFAULT_MAX_ARRAY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # annotations only: the client resolves to job views (store/jobview.py) as well
+    from collections.abc import Callable, Collection
+
     from .model import Job
 
 _TASKS = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$")
@@ -32,7 +34,7 @@ def tasks_named(text: str) -> int:
     return n
 
 
-def parse_task_ids(text: str):
+def parse_task_ids(text: str) -> tuple[int, set[int]] | None:
     """`42_3` or `42_[1-3,7]` → (42, {1, 2, 3, 7}); None when `text` names no array task."""
     m = _TASKS.match(text)
     if not m:
@@ -48,7 +50,7 @@ def parse_task_ids(text: str):
     return int(m.group(1)), tasks
 
 
-def wanted_of(job: Job, wanted) -> list[Job]:
+def wanted_of(job: Job, wanted: Collection[int]) -> list[Job]:
     """`job` if its index is wanted; of one record standing for many ended tasks (`A_[i-j]`), each
     wanted task it names, as its own (`show A_5` after `del A`: issue 39 item 1)."""
     if not job.array_runs:
@@ -56,7 +58,8 @@ def wanted_of(job: Job, wanted) -> list[Job]:
     return [t for i in sorted(wanted) if (t := job.task_at(i)) is not None]
 
 
-def resolve_ref(text: str, job_of, tasks_of, task_of=None) -> list[Job]:
+def resolve_ref(text: str | int, job_of: Callable[[int], Job | None], tasks_of: Callable[[int], list[Job]],
+                task_of: Callable[[int, int], Job | None] | None = None) -> list[Job]:
     """The jobs `text` names: `42` (a job, or the tasks of array 42) or `42_3`/`42_[1-3]` (tasks),
     looked up through `job_of(id)` and `tasks_of(array id)`. One rule for the client (which reads
     Redis) and the scheduler's handlers (which look in memory first); [] when nothing matches.

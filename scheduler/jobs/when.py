@@ -27,7 +27,7 @@ _US_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})(?:/(\d{2}|\d{4}))?$")
 FORMS = "16:00, now+30minutes, tomorrow, midnight, 2026-12-03T09:00 or 30m"
 
 
-def parse(text, now: float, what: str = "--begin", tz=None, future: bool = True) -> float:
+def parse(text: str, now: float, what: str = "--begin", tz: dt.tzinfo | None = None, future: bool = True) -> float:
     """`future`: a time of day not yet reached today is today, a passed one tomorrow (sbatch
     --begin); False: always today's (sacct -S 08:00 means this morning), and `now-2hours` is allowed."""
     s = str(text).strip().lower()

@@ -29,6 +29,8 @@ from . import ledger, periods
 from .alerts import Status
 
 if TYPE_CHECKING:     # annotations only: settings/ reads money/ (Budget, cap), never the reverse
+    from collections.abc import Iterable, Mapping
+
     from ..settings.config import Config
 
 CONTROL_POLL = 1.0     # seconds: the runner reads labq:job:<id>:control once a second (worker/runner.py)
@@ -40,7 +42,7 @@ class Stop:
     cancels: tuple[tuple[int, str], ...] = ()      # (job id, detail)
 
 
-def status(b, spent: int, running, now: float, period: str = "") -> Status:
+def status(b: ledger.Budget, spent: int, running: Iterable[Job], now: float, period: str = "") -> Status:
     bal = ledger.balance(b, spent, running, now, period, periods.span_at(b, now, period))
     return Status(b.name, b.unit, period, ledger.hard_limit(b), spent, bal.accrued, bal.committed, b.warn)
 
@@ -51,8 +53,8 @@ def preemptible(job: Job, cfg: Config) -> bool:
     return able and job.preempt_count < (q.max_preemptions if q else 0)
 
 
-def stop(budgets, spent: dict, running, cfg: Config, now: float, lead: float = 0.0,
-         protected: dict | None = None) -> Stop:
+def stop(budgets: Iterable[ledger.Budget], spent: Mapping[str, int], running: Iterable[Job], cfg: Config, now: float,
+         lead: float = 0.0, protected: Mapping[str, float] | None = None) -> Stop:
     """The stop actions for every exhausted budget whose on_exhaust is preempt or cancel.
 
     `spent`: budget -> settled in its current period; `protected`: budget -> time its limit was
@@ -65,7 +67,7 @@ def stop(budgets, spent: dict, running, cfg: Config, now: float, lead: float = 0
         if b.on_exhaust not in ("preempt", "cancel"):
             continue
         mine = [j for j in live if b.name in dict(j.commit) and j.id not in cancels and j.id not in preempts
-                and (j.current.dispatch_time or 0) >= protected.get(b.name, float("-inf"))]
+                and ((j.current.dispatch_time if j.current else 0) or 0) >= protected.get(b.name, float("-inf"))]
         if not mine:
             continue
         st = status(b, spent.get(b.name, 0), live, now + lead)
@@ -83,7 +85,7 @@ def stop(budgets, spent: dict, running, cfg: Config, now: float, lead: float = 0
     return Stop(tuple(preempts.values()), tuple(sorted(cancels.items())))
 
 
-def _lowest_first(j: Job, cfg: Config):
+def _lowest_first(j: Job, cfg: Config) -> tuple[int, float, int]:
     q = cfg.qos_named(j.qos)
     # Lowest QoS priority first; among equals the most recently started (the least work to lose).
     return (q.priority if q else 0, -((j.current.dispatch_time if j.current else 0) or 0), j.id)

@@ -11,7 +11,12 @@ import json
 
 TYPE_CHECKING = False    # typing.TYPE_CHECKING without importing typing (mypy reads the name alike)
 if TYPE_CHECKING:       # the model costs `labq share` ~14 ms: it passes store/jobview.JobView records
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
     from ..jobs.model import Job
+
+Usage = dict[str, tuple[float, float]]   # account -> (decayed value, as of epoch)
 
 CPUS_PER_GPU = 16
 
@@ -24,16 +29,17 @@ def weight(job: Job) -> float:
 def decayed(value: float, since: float, now: float, half_life: float) -> float:
     if half_life <= 0 or now <= since:
         return value
-    return value * 0.5 ** ((now - since) / half_life)
+    halved: float = 0.5 ** ((now - since) / half_life)     # float ** float is typed Any
+    return value * halved
 
 
-def add(usage: dict, account: str, amount: float, now: float, half_life: float) -> dict:
+def add(usage: Usage, account: str, amount: float, now: float, half_life: float) -> Usage:
     """A new {account: (value, as_of)} with `amount` added to `account` at `now`."""
     value, since = usage.get(account, (0.0, now))
     return {**usage, account: (decayed(value, since, now, half_life) + amount, now)}
 
 
-def current(usage: dict, running, now: float, half_life: float) -> dict[str, float]:
+def current(usage: Usage, running: Iterable[Job], now: float, half_life: float) -> dict[str, float]:
     """Each account's decayed usage at `now`, counting what running jobs have used so far."""
     out = {a: decayed(v, since, now, half_life) for a, (v, since) in usage.items()}
     for j in running:
@@ -56,7 +62,7 @@ def factors(usage: dict[str, float], shares: dict[str, float]) -> dict[str, floa
     return out
 
 
-def usage_from(raw: dict) -> dict[str, tuple[float, float]]:
+def usage_from(raw: Mapping[Any, Any]) -> Usage:
     """The fair-share usage hash as Redis holds it (store/reads.py, thinreads.py), account -> (decayed
     value, as of epoch); bad entries are skipped."""
     out = {}

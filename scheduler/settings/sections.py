@@ -5,7 +5,7 @@ tests written against the dicts keep working while they move to attributes.
 """
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Self
 
 
 class Section(Mapping[str, Any]):
@@ -32,7 +32,7 @@ class Section(Mapping[str, Any]):
         """The section's key names (the config checks a table against them)."""
         return set(cls._names())
 
-    def with_(self, **changes: Any):
+    def with_(self, **changes: Any) -> Self:
         """A copy with some values changed (dataclasses.replace)."""
         return replace(self, **changes)  # type: ignore[type-var]
 
