@@ -223,14 +223,14 @@ def of_event(jobs: Mapping[int, Job], guard: CrashGuard, eid: str, ev: Event, se
 
 
 def guarded(change: Change, jobs: Mapping[int, Job], guard: CrashGuard, now: float) -> Change:
-    """An attempt's end counted by the crash guard (which keeps the count): when the user's failures
-    trip it, every pending job of theirs (this one too, if it was requeued) is held, in the same
-    change, with a crash_cascade alert."""
+    """An attempt's end as the crash guard would count it (the state records it with the change:
+    state.apply): when the user's failures trip it, every pending job of theirs (this one too, if it
+    was requeued) is held, in the same change, with a crash_cascade alert."""
     new = change.ended
     if new is None:
         return change
     a = new.attempts[-1]
-    count = guard.record(new.user, a.outcome, a.end_time or now)
+    count = guard.count(new.user, a.outcome, a.end_time or now)
     if not count:
         return change
     pool = [j for j in jobs.values() if j.id != new.id] + [new]

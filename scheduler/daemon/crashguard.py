@@ -36,6 +36,16 @@ class CrashGuard:
     def on(self) -> bool:
         return self.failures > 0 and self.window > 0
 
+    def count(self, user: str, outcome: str | None, at: float) -> int:
+        """What `record` would return for this end, counting nothing (the decider asks; the state
+        records the end once its change is committed: state.apply)."""
+        if not self.on or outcome not in FAILURES:
+            return 0
+        times = sorted([*self.recent.get(user, ()), at])
+        while times and times[0] <= times[-1] - self.window:
+            times.pop(0)
+        return len(times) if len(times) >= self.failures else 0
+
     def record(self, user: str, outcome: str | None, at: float) -> int:
         """Count one attempt end; the number of failures in the window when this one trips the
         guard, else 0."""

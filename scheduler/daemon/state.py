@@ -188,6 +188,8 @@ class SchedulerState:
             # Learned once it is staged: a redelivered event finds the attempt closed (no result).
             self.estimator.observe_ended(change.ended)
             self.freed = True
+            end = change.ended.attempts[-1]     # counted as attempt.guarded judged it (its end is set)
+            self.guard.record(change.ended.user, end.outcome, end.end_time or 0.0)
         if change.health:
             self.see_health(change.health)
         if change.nodes:

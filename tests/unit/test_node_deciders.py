@@ -98,3 +98,18 @@ def test_the_state_learns_a_drain_and_a_resume_from_the_change():
     assert [n.state for n in st.nodes] == ["drain", "down", "drain"]
     st.apply(Change(nodes=[("n1", None), ("n3", None)]), False, st.usage)
     assert [n.state for n in st.nodes] == ["up", "down", "unhealthy"]
+
+
+def test_the_crash_guard_counts_an_end_when_its_change_is_committed_not_when_it_is_decided():
+    """attempt.guarded asks CrashGuard.count (nothing counted); state.apply records the end: an event
+    decided but never committed (its commit refused, redelivered later) is counted once, not twice."""
+    guard = CrashGuard(2, 600)
+    snap = ClusterBuilder(NOW).node("n1").running("n1").running("n1").build()
+    ends = [dataclasses.replace(j, attempts=(dataclasses.replace(j.current, end_time=NOW, outcome="exit"),))
+            for j in snap.jobs]
+    for _ in range(3):      # decided again and again: counts nothing
+        assert attempt.guarded(Change(jobs=[ends[0]], ended=ends[0]), {}, guard, NOW).alerts == []
+    st = SchedulerState(cfg=cfg(), estimator=Estimator.from_config(cfg()), guard=guard)
+    st.apply(Change(jobs=[ends[0]], ended=ends[0]), False, st.usage)
+    tripped = attempt.guarded(Change(jobs=[ends[1]], ended=ends[1]), {}, guard, NOW)
+    assert [a["kind"] for a in tripped.alerts] == ["crash_cascade"]
