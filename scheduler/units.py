@@ -13,7 +13,7 @@ from .errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # typing is 2.4 ms of `labq sub`'s imports, for one annotation
-    from typing import TypeVar
+    from typing import Any, TypeVar
     _N = TypeVar("_N", int, float)
 
 MICRO = 1_000_000
@@ -28,7 +28,7 @@ MAX_SECONDS = 2 ** 53    # any duration or size beyond it is a typo; the callers
 _TOO_LONG = 40           # characters: longer text is no duration or size a person means
 
 
-def parse_duration(text, what: str = "duration", bare_unit: int = 60) -> int:
+def parse_duration(text: object, what: str = "duration", bare_unit: int = 60) -> int:
     """Seconds in `text`. A bare number is minutes (SLURM) unless `bare_unit` says otherwise.
     Always an integer in [0, 2^53] or a UsageError naming `what`: never inf, NaN or an overflow."""
     bad = f"{what}: expected a duration like 2h, 90m, 1:30:00 or 2-0, got {_shown(text)}"
@@ -47,18 +47,18 @@ def parse_duration(text, what: str = "duration", bare_unit: int = 60) -> int:
         raise UsageError(bad) from None
 
 
-def _bounded(v, what: str, text) -> int:
+def _bounded(v: float, what: str, text: object) -> int:
     if not math.isfinite(v) or abs(v) > MAX_SECONDS:
         raise UsageError(f"{what}: expected a finite number up to {MAX_SECONDS}, got {_shown(text)}")
     return _non_negative(int(v), what, text)
 
 
-def _shown(text) -> str:
+def _shown(text: object) -> str:
     s = repr(text)
     return s if len(s) <= 40 else f"{s[:20]}… ({len(s)} characters)"
 
 
-def parse_seconds(text, what: str = "duration") -> float:
+def parse_seconds(text: object, what: str = "duration") -> float:
     """Seconds in `text`, fractions kept: `0.5s`, `500ms`, `1m30s`, a bare number of seconds (config
     keys like scheduler.tick, where a sub-second value is the point)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -93,13 +93,13 @@ def _slurm_duration(s: str, bare_unit: int) -> int:
     raise ValueError(s)
 
 
-def _non_negative(v: _N, what: str, text) -> _N:
+def _non_negative(v: _N, what: str, text: object) -> _N:
     if v < 0:
         raise UsageError(f"{what}: must not be negative, got {text!r}")
     return v
 
 
-def parse_gpus(text, what: str = "--gpus") -> tuple[str, int]:
+def parse_gpus(text: object, what: str = "--gpus") -> tuple[str, int]:
     """`2` or `MODEL:2` (the model may contain spaces and colons; the count is after the last one)."""
     model, _, count = str(text).rpartition(":")
     try:
@@ -113,7 +113,7 @@ def parse_gpus(text, what: str = "--gpus") -> tuple[str, int]:
     return model, n
 
 
-def parse_size(text, what: str = "size") -> int:
+def parse_size(text: object, what: str = "size") -> int:
     """Bytes in `text` (`12G`, `512M`, `64GiB`, `1.5T`, `1048576`)."""
     if isinstance(text, bool):
         raise UsageError(f"{what}: expected a size like 12G or 512M, got {text!r}")
@@ -126,7 +126,7 @@ def parse_size(text, what: str = "size") -> int:
     return _bounded(float(m.group(1)) * _SIZES[m.group(2)], what, text)
 
 
-def fmt_duration(seconds) -> str:
+def fmt_duration(seconds: float) -> str:
     """SLURM's `[D-]HH:MM:SS`."""
     seconds = int(max(0, seconds))
     d, rem = divmod(seconds, 86400)
@@ -151,7 +151,7 @@ def fmt_size(n: int) -> str:
     return f"{n}B"
 
 
-def to_micro(amount, what: str = "amount") -> int:
+def to_micro(amount: Any, what: str = "amount") -> int:
     try:
         v = float(amount) * MICRO
     except (TypeError, ValueError, OverflowError):

@@ -12,7 +12,7 @@ import json
 import os
 
 from .. import units
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 
 DEFAULT_PATH = "/etc/labq/labq.toml"
 # tomllib recurses per nesting level: a few thousand `[` exhaust Python's stack (issue 34).
@@ -91,7 +91,7 @@ def limits(t: dict) -> dict:
     if "max_time_limit" in t:
         try:
             out["max_time_limit"] = units.parse_duration(t["max_time_limit"], "max_time_limit", bare_unit=1)
-        except units.UsageError:
+        except UsageError:
             pass    # a bad value: the scheduler refuses to start on it; no client-side bound then
     return out
 
@@ -189,7 +189,7 @@ MAX_CONFIG_DURATION = 10 * 365 * 86400   # any configured duration; leases and t
 def _dur(key: str, v: object, hi: int = MAX_CONFIG_DURATION) -> int:
     try:
         s = units.parse_duration(v, key, bare_unit=1)
-    except units.UsageError as e:
+    except UsageError as e:
         raise ConfigError(key, str(e).split(": ", 1)[-1]) from None
     if s > hi:
         raise ConfigError(key, f"must be at most {hi}s, got {str(v)[:40]!r}")

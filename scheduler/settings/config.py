@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .. import units
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 from ..jobs import bounds
 from ..money.ledger import Budget, cap
 from .clientconf import (
@@ -367,7 +367,7 @@ def _worker(t):
     if out["mem"] != "auto":
         try:
             out["mem"] = _num("worker.mem", units.parse_size(out["mem"], "worker.mem"), lo=0, integer=True)
-        except units.UsageError as e:
+        except UsageError as e:
             raise ConfigError("worker.mem", str(e).split(": ", 1)[-1]) from None
     _num("worker.slots", out["slots"], lo=0, integer=True, hi=4096)
     _str("worker.gpu_model", out["gpu_model"])

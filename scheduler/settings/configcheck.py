@@ -5,7 +5,7 @@ import math
 from typing import Any
 
 from .. import units
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 from ..jobs import bounds
 from ..money.ledger import Budget
 from ..money.periods import PERIODS
@@ -126,7 +126,7 @@ def scheduler_times(t) -> dict:
         # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
         try:
             tick = units.parse_seconds(v, "scheduler.tick")
-        except units.UsageError as e:
+        except UsageError as e:
             raise ConfigError("scheduler.tick", str(e).split(": ", 1)[-1]) from None
         if tick > 3600:
             raise ConfigError("scheduler.tick", f"must be at most 3600 seconds, got {bounds._short(v)}")
