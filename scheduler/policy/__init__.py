@@ -30,6 +30,7 @@ from .expire import expire
 from .queue import Queue
 from .quota import Usage
 from .refusal import refusal, refusal_of_shape, refusals, request_text
+from .seen import Seen
 from .standing import Standing
 from .tracks import Tracks
 
@@ -41,7 +42,7 @@ __all__ = ["plan", "plan_per_job", "Backlog", "refusal", "refusal_of_shape", "re
 @settle.guarded
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None = None,
          held: BudgetHeld | None = None, standing: Standing | None = None, backlog: Backlog | None = None,
-         tracks: Tracks | None = None, settles: bool = True) -> Plan:
+         tracks: Tracks | None = None, settles: bool = True, seen: Seen | None = None) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
     as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
     request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
@@ -50,31 +51,34 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None
     is the same without them. `backlog`: the pending jobs, kept in order by the caller
     (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges.
     `tracks`: the running jobs' backfill timelines, kept by the caller from its last pass (tracks.py).
-    `settles`: a pass may end early once settled (settle.py; off when it broke its invariant)."""
-    # The running and the pending jobs, picked in C (a deep queue's pass reads each job once here).
+    `settles`: a pass may end early once settled (settle.py; off when it broke its invariant).
+    `seen`: what changed since the caller's last snapshot (seen.py), which `queue` then files
+    instead of reading every job; ignored unless it saw `snap`'s own jobs."""
+    # The running and the pending jobs, picked in C (a deep queue's pass reads each job once here),
+    # or, with a Seen of this snapshot, as it found them by what changed.
     jobs = snap.jobs
-    said = list(map(_STATE, jobs))
-    running = list(compress(jobs, map(states.ON_NODE.__contains__, said)))
+    if seen is not None and seen.jobs is not jobs:
+        seen = None
+    said = list(map(_STATE, jobs)) if seen is None else []
+    running = list(compress(jobs, map(states.ON_NODE.__contains__, said))) if seen is None else seen.running
     if backlog is not None:
         return _kept(snap, cfg, running, backlog, held, standing, queue, tracks, settles)
-    pending = list(compress(jobs, map(eq, said, repeat(states.PENDING))))
     deps = Dependencies(snap)
     p = _Pass(snap, cfg, running, deps, held, standing, tracks, settles)
     p.reserve_begins = _begins
     if queue is None:
+        pending = list(compress(jobs, map(eq, said, repeat(states.PENDING))))
         expires, waiting = expire(pending, snap.now, deps)
         p.keep_earmarks(pending)
     else:
         # The kept Queue knows which jobs may expire or hold an earmark: the rest are not looked at.
-        classes.file(queue, p, pending, cfg)
+        classes.file(queue, p, seen or list(compress(jobs, map(eq, said, repeat(states.PENDING)))), cfg)
         marked = list(queue.marked.values())
         expires, _ = expire(marked, snap.now, deps)
         p.keep_earmarks(marked)
-        waiting = pending
+        waiting = []        # the walk reads the queue
         if expires:
-            gone = {e.job_id for e in expires}
-            waiting = [j for j in pending if j.id not in gone]
-            classes.file(queue, p, waiting, cfg)
+            queue.drop({e.job_id for e in expires}, classes.group_key)
     # Backfill off, no kept queue: the walk stops at the blocker (strict.py).
     if queue is not None or not strict.applies(cfg) or not strict.run(p, waiting, cfg):
         classes.run(p, waiting, cfg, queue)

@@ -35,7 +35,7 @@ from ..settings.config import Config
 from . import priority, settle
 from .capacity import avoided
 from .priority import Score
-from .queue import Key, Queue
+from .queue import Key, Queue, Waiting
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
     from . import _Pass
@@ -91,10 +91,10 @@ def _walk_kind(waiting: list[Job], draining: Collection[int]) -> str:
     return "cached" if len(waiting) * alike >= MIN_JOBS_TO_CACHE * pairs else "plain"
 
 
-def file(queue: Queue, p: "_Pass", waiting: list[Job], cfg: Config) -> None:
-    """File this pass's `waiting` jobs in `queue` (queue.py)."""
+def file(queue: Queue, p: "_Pass", waiting: Waiting, cfg: Config) -> None:
+    """File this pass's `waiting` jobs in `queue` (queue.py), or what changed since its last (a Seen)."""
     w = cfg.priority
-    queue.sync(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, _group_key)
+    queue.file(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, group_key)
 
 
 def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None) -> None:
@@ -121,7 +121,7 @@ def _unordered(j: Job) -> Score:      # the score of a walk that merges nothing 
     raise AssertionError("one_by_one takes the jobs in the order given")
 
 
-def _group_key(j: Job, draining: bool) -> Key:
+def group_key(j: Job, draining: bool) -> Key:
     """A job's class key, or ("own", id) for one judged on its own (_own; `draining`: its victims drain)."""
     return ("own", j.id) if draining or _own(j, ()) else class_key(j)
 

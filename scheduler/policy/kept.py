@@ -1,5 +1,6 @@
 """What plan() keeps from pass to pass for a caller that plans one changing queue again and again
-(the daemon): the request-class Queue (queue.py) that the class walk reads, and, for a pass that
+(the daemon): the last snapshot's jobs (seen.py), to find what changed; the request-class Queue
+(queue.py) that the class walk reads, filed from those changes, and, for a pass that
 walks only to the blocker (backfill off: strict.py `run_kept`), the Backlog (backlog.py) of the
 pending jobs in plan()'s order; and the running jobs' backfill timelines (tracks.py), repaired by
 the pass that reserves. `inputs` files what changed since the last pass and says which of the
@@ -10,12 +11,12 @@ that holds only snapshots (the daemon) has its changes found here, by identity: 
 frozen, so a changed job is a new object."""
 from typing import TypedDict
 
-from ..jobs import states
 from ..jobs.model import Job, Snapshot
 from ..settings.config import Config
 from . import strict
 from .backlog import Backlog
 from .queue import Queue
+from .seen import Seen
 from .tracks import Tracks
 
 
@@ -24,6 +25,7 @@ class Inputs(TypedDict, total=False):
     backlog: Backlog
     queue: Queue
     tracks: Tracks
+    seen: Seen
 
 
 def _order(j: Job) -> tuple[float, int]:
@@ -35,18 +37,21 @@ class Kept:
         self.queue = Queue()
         self.backlog: Backlog | None = None
         self.tracks = Tracks()
+        self.seen = Seen()
 
     def inputs(self, snap: Snapshot, cfg: Config) -> Inputs:
-        """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`."""
+        """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`;
+        `seen=`, what changed since the last snapshot (seen.py)."""
+        self.seen.see(snap.jobs)
         if not strict.applies(cfg):
             self.backlog = None         # a later pass that walks to the blocker files it anew
-            return {"queue": self.queue, "tracks": self.tracks}
+            return {"queue": self.queue, "tracks": self.tracks, "seen": self.seen}
         w = cfg.priority
         burst = (w.burst_jobs, w.burst_window) if w.burst_penalty else None
         if self.backlog is None or self.backlog.burst != burst:
             self.backlog = Backlog(burst)
-        sync(self.backlog, [j for j in snap.jobs if j.state == states.PENDING])
-        return {"backlog": self.backlog, "queue": self.queue, "tracks": self.tracks}
+        sync(self.backlog, list(self.seen.pending.values()))
+        return {"backlog": self.backlog, "queue": self.queue, "tracks": self.tracks, "seen": self.seen}
 
 
 def sync(backlog: Backlog, pending: list[Job]) -> None:

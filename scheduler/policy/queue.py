@@ -13,18 +13,21 @@ plan() with one Queue over a sequence of changing snapshots against plan_per_job
 one for its passes; a caller without one gets a fresh Queue per pass.
 """
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
-from itertools import compress
-from operator import attrgetter, is_not
+from collections.abc import Callable, Collection, Iterable
+from itertools import chain, compress, repeat
+from operator import attrgetter, ge, is_not, ne, sub
 from typing import Any
 
 from ..jobs.model import Job
 from . import priority
+from .seen import Seen
 
 # A group's key: (class key, burst flag) here, (QoS, account, burst flag, gated) in backlog.py.
 Key = tuple[Any, ...]
 # A job's group key without the burst flag, from the job and whether it is a class of its own.
 KeyOf = Callable[[Job, bool], Key]
+# What a pass files: its waiting jobs, or what changed since the snapshot filed last (seen.py).
+Waiting = list[Job] | Seen
 
 _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
 # Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting
@@ -106,22 +109,64 @@ class Queue:
         self.marked: dict[int, Job] = {}          # jobs something can end (marks) or whose room is kept
         self.draining: frozenset[int] = frozenset()
         self.burst: tuple[int, float] | None = None   # (allowance, window), None: no burst penalty
+        self.left: set[int] = set()               # ids still waiting that `drop` left out
+        self.seen_at: int | None = None           # Seen.n of the snapshot `update` filed last
+
+    def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf) -> None:
+        """`sync` a list of the waiting jobs; `update` from a Seen."""
+        if isinstance(waiting, Seen):
+            return self.update(waiting, draining, burst, key)
+        self.sync(waiting, draining, burst, key)
 
     def sync(self, waiting: list[Job], draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf) -> None:
         """File `waiting` (this pass's waiting jobs); `key(j, own)`: a job's group key without the
         burst flag."""
         draining = frozenset(draining)
         known = self.jobs
+        self.left, self.seen_at = set(), None
         # The same as [j for j in waiting if known.get(j.id) is not j], in C: a pass over every
         # waiting job is most of what filing a few changes costs on a deep queue.
         ids = list(map(_ID, waiting))
         changed = list(compress(waiting, map(is_not, map(known.get, ids), waiting)))
         if burst != self.burst or len(changed) > REBUILD_SHARE * len(waiting):
             return self._rebuild(waiting, draining, burst, key)
-        if changed and draining == self.draining:
-            changed = [j for j in changed if not self._swap(j, key)]
         gone = [known[i] for i in known.keys() - set(ids)] \
             if len(known) + sum(1 for j in changed if j.id not in known) != len(waiting) else []
+        self._file(changed, gone, draining, key)
+
+    def update(self, seen: Seen, draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf) -> None:
+        """File this pass's waiting jobs (`seen.pending`) as `sync` would, from what changed since
+        the snapshot filed last (`seen.changed`, `seen.gone`: policy/seen.py), without reading the
+        jobs that did not. A Queue last filed otherwise, or from a snapshot other than this one (a
+        pass planned again) or the one before, is filed by `sync`."""
+        if self.seen_at is None or seen.n - self.seen_at not in (0, 1):
+            self.sync(list(seen.pending.values()), draining, burst, key)
+            self.seen_at = seen.n
+            return
+        self.seen_at = seen.n
+        draining, known, waiting = frozenset(draining), self.jobs, seen.pending
+        # The jobs a pass left out (`drop`) that still wait come back (the plan may not have been
+        # applied, or the pass is planned again).
+        back = [waiting[i] for i in self.left if i in waiting]
+        self.left = set()
+        fresh = {j.id: j for j in (*back, *seen.changed) if known.get(j.id) is not j}
+        if burst != self.burst or len(fresh) > REBUILD_SHARE * len(waiting):
+            self._rebuild(list(waiting.values()), draining, burst, key)
+            self.seen_at = seen.n
+            return
+        self._file(list(fresh.values()), [known[i] for i in seen.gone if i in known and i not in fresh], draining, key)
+
+    def drop(self, ids: Collection[int], key: KeyOf) -> None:
+        """Leave out jobs that still wait but that this pass does not walk (they expire); `update`
+        files them again while they wait."""
+        self._file([], [self.jobs[i] for i in ids if i in self.jobs], self.draining, key)
+        self.left |= set(ids)
+
+    def _file(self, changed: list[Job], gone: list[Job], draining: frozenset[int], key: KeyOf) -> None:
+        """Re-file `changed` (new or replaced records), unfile `gone` (known records that left)."""
+        known = self.jobs
+        if changed and draining == self.draining:
+            changed = [j for j in changed if not self._swap(j, key)]
         if draining != self.draining:
             # Whether a job is a class of its own reads the draining preemptors: re-file who changed.
             skip = {j.id for j in changed} | {j.id for j in gone}
@@ -141,8 +186,8 @@ class Queue:
             mine.insert(bisect_left(mine, _order(j), key=_order), j)
             spots.append((j.user, _order(j)))
         refile = {j.id: j for j in changed}
-        if burst is not None:
-            for j in self._retail(spots, *burst):
+        if self.burst is not None:
+            for j in self._retail(spots, *self.burst):
                 if j.id not in refile:
                     refile[j.id] = j
                     self._ungroup(j)
@@ -172,22 +217,27 @@ class Queue:
                     ranges.append([p, p + allowance + 1])
             for lo, hi in ranges:
                 hi = min(hi, len(mine))
+                span = mine[lo:hi]
                 if allowance <= 0:
-                    now = [True] * (hi - lo)
+                    now: Iterable[bool] = repeat(True)
                 else:
+                    # not (a < t - window), i.e. a >= t - window, for each job's time t and the time
+                    # a of the job `allowance` places before it; none before the first such place.
                     first = max(lo, allowance)
                     times = list(map(_SUBMIT_TIME, mine[first - allowance:hi]))
-                    now = [False] * (first - lo) + [not a < t - window for a, t in zip(times, times[allowance:])]
-                for j, flag in zip(mine[lo:hi], now):
-                    if flag != (j.id in bursting):
-                        if flag:
-                            bursting.add(j.id)
-                            tail.add(j.id)
-                        else:
-                            bursting.discard(j.id)
-                            tail.discard(j.id)
-                        if j.id in self.where:
-                            out.append(j)
+                    now = chain(repeat(False, first - lo), map(ge, times, map(sub, times[allowance:], repeat(window))))
+                # Only the jobs whose flag moved are looked at one by one (the comparison is in C:
+                # a pass's few hundred changes cover most of a deep queue's places).
+                was = map(bursting.__contains__, map(_ID, span))
+                for j in compress(span, map(ne, now, was)):
+                    if j.id in bursting:
+                        bursting.discard(j.id)
+                        tail.discard(j.id)
+                    else:
+                        bursting.add(j.id)
+                        tail.add(j.id)
+                    if j.id in self.where:
+                        out.append(j)
         return out
 
     def _rebuild(self, waiting: list[Job], draining: frozenset[int], burst: tuple[int, float] | None,

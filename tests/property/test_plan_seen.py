@@ -1,0 +1,67 @@
+"""What changed between a caller's snapshots, found by identity place by place (policy/seen.py),
+against a reading of the whole snapshot, over snapshots that change as the daemon's do (its jobs
+dict: records replaced in place, ended ones gone, new ones at the end) and as they may not (moved,
+shuffled). plan() through policy.Kept, which files its Queue from those changes, is checked against
+the per-job pass in test_plan_classes.py."""
+import random
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from labq.scheduler.jobs import states
+from labq.scheduler.jobs.model import Job
+from labq.scheduler.policy import seen as seen_mod
+from labq.scheduler.policy.seen import Seen
+
+STATES = (states.PENDING, states.PENDING, states.RUNNING, states.PREEMPTING, states.COMPLETING)
+
+
+def _job(i: int, state: str, k: int = 0) -> Job:
+    return Job(id=i, user="alice", account="eta", argv=("true",), workdir="/tmp", submit_time=float(i),
+               state=state, detail=f"v{k}")
+
+
+def _step(jobs: dict[int, Job], rng: random.Random, nxt: int, k: int, order: str) -> int:
+    """One pass's changes to the jobs dict: replaced in place, gone, new at the end; `order`:
+    "dict" as the daemon's, "moved" (some taken out and put back at the end), "shuffled"."""
+    for i in list(jobs):
+        r = rng.random()
+        if r < 0.1:
+            del jobs[i]
+        elif r < 0.25:
+            jobs[i] = replace(jobs[i], state=rng.choice(STATES), detail=f"v{k}")
+    for _ in range(rng.randrange(4)):
+        jobs[nxt] = _job(nxt, rng.choice(STATES), k)
+        nxt += 1
+    if order == "moved":
+        for i in rng.sample(list(jobs), min(3, len(jobs))):
+            jobs[i] = jobs.pop(i)
+    elif order == "shuffled":
+        items = list(jobs.items())
+        rng.shuffle(items)
+        jobs.clear()
+        jobs.update(items)
+    return nxt
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 10 ** 6), st.integers(0, 60), st.sampled_from(["dict", "dict", "moved", "shuffled"]),
+       st.sampled_from([(8, 256), (1, 1), (0, 0), (2, 4)]))
+def test_seen_finds_what_a_reading_of_the_whole_snapshot_finds(monkeypatch, seed, n, order, limits):
+    monkeypatch.setattr(seen_mod, "AHEAD", limits[0])
+    monkeypatch.setattr(seen_mod, "BUDGET", limits[1])
+    rng = random.Random(seed)
+    jobs = {i: _job(i, rng.choice(STATES)) for i in range(n)}
+    s, before, nxt = Seen(), {}, n
+    for k in range(6):
+        snap = tuple(jobs.values())
+        s.see(snap)
+        pending = {j.id: j for j in snap if j.state == states.PENDING}
+        assert s.running == [j for j in snap if j.state in states.ON_NODE]
+        assert s.pending == pending
+        assert all(pending.get(j.id) is j for j in s.changed)
+        assert {j.id for j in s.changed if before.get(j.id) is not j} == \
+            {i for i, j in pending.items() if before.get(i) is not j}
+        assert s.gone == before.keys() - pending.keys()
+        before = pending
+        nxt = _step(jobs, rng, nxt, k + 1, order)
