@@ -151,8 +151,7 @@ _STATIC, _CAPS, _FULL, _ROOM = 0, 1, 2, 3
 # judged on its own, reads of the job only its shape (capacity.find, _no_room's text), its QoS and,
 # with guarantees, its account (_may_preempt): no node had room, so backfill's `accept` (which reads
 # the time limit) was never asked. In the same state (version) every class alike in these takes it,
-# unjudged.
-
+# unjudged; without guarantees, while the room stamp is unchanged too (as ROOM's cache, above).
 
 _DEFAULTS: tuple[Any, ...] = tuple(f.default for f in fields(Pending))
 Dim = tuple[int, str, object]   # what a parked verdict concerns: (kind, "a"/"u"/"t", account/user/array)
@@ -178,7 +177,7 @@ class _Walk:
         self.cache: dict[Key, Hit] = {}     # class key -> (state version, kind, stamp, plan.Verdict)
         self.admitted: dict[tuple[str, object], int] = {}   # ("a", account) / ("u", user) / ("t", array): so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
-        self.rooms: dict[Key, tuple[tuple[int, ...], Verdict]] = {}  # room key -> (state version, "no room" verdict)
+        self.rooms: dict[Key, tuple[tuple[int, ...], tuple[int, ...], Verdict]] = {}  # key -> (version, stamp, verdict)
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
             setattr(p, name, self._counting(getattr(p, name)))
 
@@ -364,10 +363,11 @@ class _Walk:
         p, touched = self.p, self.touched
         room = self._room_key(job, key)
         hit = self.rooms.get(room) if room is not None else None
-        if hit is not None and hit[0] == version and p.usage.blocked(job) is None:
+        if (hit is not None and (hit[0] == version or not p.usage.guarantees and hit[1] == self._room_stamp())
+                and p.usage.blocked(job) is None):
             # Nothing judged, nothing changed: the version holds, and the verdict (no room) is
             # cached as _judge would cache it.
-            verdict = hit[1]
+            verdict = hit[2]
             p.runs.append(((job.id,), verdict))
             if more:
                 guarded = p.usage.guarantees
@@ -377,7 +377,7 @@ class _Walk:
         got = p.judge(job)
         if (room is not None and not isinstance(got, Place) and got[0] in ROOM
                 and self.touched == touched and p.version() == version):
-            self.rooms[room] = (version, cast(Verdict, tuple(got) + _DEFAULTS[1 + len(got):]))
+            self.rooms[room] = (version, self._room_stamp(), cast(Verdict, tuple(got) + _DEFAULTS[1 + len(got):]))
         if isinstance(got, Place):
             p.places.append(got)
             for k in (("a", job.account), ("u", job.user), ("t", job.array_id)):

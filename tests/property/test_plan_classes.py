@@ -253,6 +253,30 @@ def test_a_no_room_verdict_is_judged_again_once_an_admission_reaches_a_cap(monke
     same(got, policy.plan_per_job(b.build(), c))
 
 
+def test_a_no_room_verdict_taken_by_an_alike_class_after_an_admission_that_moved_no_room(always_grouped,
+                                                                                         monkeypatch):
+    """H takes the one reservation; A (eta) finds no room; B's admission changes the pass state but
+    not the room (no preemption, reservation, blocker or room given back): C (phi, another class of
+    A's shape and QoS) takes A's "no room" unjudged (classes._Walk.rooms, by room stamp)."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-40)   # H
+    b.job(gpus=4, cpus=2, account="eta", user="alice", submit_offset=-30)               # A
+    b.job(gpus=1, cpus=1, time_limit=600, account="eta", user="bob", submit_offset=-20)  # B
+    b.job(gpus=4, cpus=2, account="phi", user="carol", submit_offset=-10)               # C
+    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=100,
+                          limit=100000))
+    judged = []
+    real = policy._Pass.judge
+    monkeypatch.setattr(policy._Pass, "judge", lambda p, j: judged.append(j.id) or real(p, j))
+    got = policy.plan(b.build(), c)
+    reasons = {p.job_id: p.reason for p in got.pending}
+    assert [p.job_id for p in got.places] == [4]
+    assert reasons[3] == reasons[5] == states.RESOURCES
+    assert judged == [2, 3, 4], judged
+    same(got, policy.plan_per_job(b.build(), c))
+
+
 def _changed(snap, data):
     """The next pass's snapshot: some pending jobs gone (admitted, cancelled), some replaced (a new
     reason, a new shape or submit time, one that expires now), some new (alike or not), and maybe a
