@@ -120,6 +120,17 @@ MAX_MODULE, MAX_FUNCTION = 400, 60
 # (transitions.py, which bills through money/, lives in daemon/ beside the deciders that call it).
 TWO_WAY_FOLDERS: dict[frozenset[str], str] = {}
 
+# A store object's connection (`….store.r`, `client.r`) reached from outside scheduler/store/ and handed on
+# (to a reader, as a bound method): the connection leaves the store (issue 40 item 5). Files that still do,
+# each with its owner; shrink, never grow.
+CONNECTION_HANDED_OUT = {
+    "scheduler/daemon/loop.py": "house: the start-up/reload reads build store/reads.Reader over self.store.r",
+    "scheduler/daemon/events.py": "house: nodehealth.signs and dispatchq's withdraw/claims/with_runners take self.store.r",
+    "scheduler/security/private.py": "intake: `labq show --private` reads reads.private(sched.store.r, ...)",
+    "cli/ctx.py": "rare/intake: the thin client's reader is handed `get=c.r.get`",
+    "cli/admin.py": "see CONNECTS_OUTSIDE_STORE: Reader(c.r, ...), SchedulerStore(c.r, ...)",
+}
+
 # Re-export shims (issue 40 item 4): a module that imports a labq name it never uses, so that others
 # import that name through it (two names for one thing, and an import that runs a module for nothing).
 # Import a name from the module that defines it. Files that still do, each with its owner; shrink, never grow.
@@ -348,6 +359,20 @@ def redis_outside_store(g: Graph, allowed=REDIS_OUTSIDE_STORE) -> list[str]:
                 if (n.func.attr in REDIS_ONLY and (last in CONNECTIONS or recv.endswith(".r"))) or \
                         (n.func.attr in REDIS_GENERIC and recv.endswith(".r")):
                     out.append(f"{rel}:{n.lineno}: {recv}.{n.func.attr}(...) talks to Redis outside scheduler/store/")
+    return out
+
+
+def connections_handed_out(g: Graph, allowed=CONNECTION_HANDED_OUT) -> list[str]:
+    """`X.r` outside scheduler/store/ where X is not bare `self`: a store object's connection taken out of it."""
+    out = []
+    for mod, path in g.files.items():
+        rel = g.rel(mod)
+        if rel.startswith("scheduler/store/") or rel in allowed:
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Attribute) and n.attr == "r" and isinstance(n.ctx, ast.Load) and \
+                    not (isinstance(n.value, ast.Name) and n.value.id == "self"):
+                out.append(f"{rel}:{n.lineno}: {ast.unparse(n)}: a connection taken out of its store object")
     return out
 
 
@@ -601,6 +626,11 @@ def test_only_the_store_imports_the_connection_modules():
     assert not bad, "\n".join(bad)
 
 
+def test_no_connection_leaves_the_store():
+    bad = connections_handed_out(GRAPH)
+    assert not bad, "\n".join(bad)
+
+
 def test_no_new_import_circles():
     bad = circles(GRAPH)
     assert not bad, "import circles (break them; see CIRCLES):\n" + "\n".join(bad)
@@ -646,6 +676,9 @@ def test_the_allow_lists_only_name_files_that_need_them():
         a, b = sorted(pair)
         assert any(v.startswith(f"{a} <-> {b}:") for v in two_way_folders(GRAPH, allowed={})), \
             f"{a} and {b} no longer import each other: remove them from TWO_WAY_FOLDERS"
+    for rel in CONNECTION_HANDED_OUT:
+        assert any(v.startswith(rel + ":") for v in connections_handed_out(GRAPH, allowed={})), \
+            f"{rel} takes no connection out of a store object now: remove it from CONNECTION_HANDED_OUT"
     for rel in REEXPORTS:
         assert any(v.startswith(rel + ":") for v in reexports(GRAPH, allowed={})), \
             f"{rel} re-exports nothing now: remove it from REEXPORTS"
@@ -730,6 +763,16 @@ def test_the_checker_finds_a_name_a_module_no_longer_has(scratch):
     assert not missing_attributes(Graph(scratch))
     plant(scratch, "cli/render.py", "def _f():\n    from labq.scheduler.store import conn\n    return conn.REFUSED")
     assert any("conn.REFUSED" in v for v in missing_attributes(Graph(scratch)))
+
+
+def test_the_checker_finds_a_connection_taken_out_of_the_store(scratch):
+    assert not connections_handed_out(Graph(scratch))
+    plant(scratch, "cli/render.py", "def _peek(ctx):\n    from labq.scheduler.store import reads\n"
+                                    "    return reads.private(ctx.client.r, ctx.k, 1)")
+    plant(scratch, "worker/probe.py", "def _get(store):\n    return store.r.get")
+    bad = connections_handed_out(Graph(scratch))
+    assert any(v.startswith("cli/render.py:") and "ctx.client.r" in v for v in bad), bad
+    assert any(v.startswith("worker/probe.py:") and "store.r" in v for v in bad), bad
 
 
 def test_the_checker_finds_a_planted_reexport(scratch):
