@@ -26,6 +26,7 @@ from ..daemon.applier import apply_plan
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
 from ..money import fairshare, periods
+from ..policy.tracks import Tracks
 from ..settings.config import Config
 from . import easy, kept, strict, submit
 from .clock import Clock
@@ -75,7 +76,7 @@ class Simulator:
         # plan()'s free capacity and quota usage, kept as jobs start and end, and the running jobs'
         # backfill timelines, repaired pass to pass as the daemon's (policy.Kept); neither is given to
         # the reference whole passes, `skip=False`; `_inert` and the windows read standing's free room
-        self.standing, self.tracks = policy.Standing(self.nodes, cfg, EPOCH), policy.Tracks()
+        self.standing, self.tracks = policy.Standing(self.nodes, cfg, EPOCH), Tracks()
         self.node_by_name = {n.name: n for n in self.nodes}
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
         self.single_model = easy.single_model(self.nodes)
@@ -214,10 +215,9 @@ class Simulator:
             b = self.budgets.get(c.budget)
             key = periods.field(c.budget, c.period or (periods.current(b, t) if b else ""))
             self.spent[key] = self.spent.get(key, 0) + c.amount
-        a = new.attempts[-1]
-        if self.fairshare and a.end_time > a.dispatch_time:
-            self.usage = fairshare.add(self.usage, job.account,
-                                       fairshare.weight(job) * (a.end_time - a.dispatch_time), t, self.half_life)
+        ran = (new.attempts[-1].end_time or t) - (new.attempts[-1].dispatch_time or t)     # an ended attempt has both
+        if self.fairshare and ran > 0:
+            self.usage = fairshare.add(self.usage, job.account, fairshare.weight(job) * ran, t, self.half_life)
         if new.state == states.PENDING:
             if self.hooks:
                 new = self.hooks.stamp(new, self.trace[jid - 1], t)
@@ -247,7 +247,8 @@ class Simulator:
         budget would not admit it either)."""
         if len(self.queue) == len(self.idle):
             return True           # no pending job but those idle for their budget: nothing to place, expire or preempt for
-        if (self.never_skip or self.queue.timed or (self.queue.budgeted > len(self.idle) and not self.parking.admits_all(self.queue.budgeted))
+        pk = self.parking       # (a job charged to a budget: there are budgets, so parked jobs too)
+        if (self.never_skip or self.queue.timed or (pk is not None and self.queue.budgeted > len(self.idle) and not pk.admits_all(self.queue.budgeted))
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
         return not self.queue.shapes.fit_some(self.standing.placer.free)
@@ -370,7 +371,7 @@ class Simulator:
         duration = self.trace[job.id - 1].duration
         run = min(duration, job.time_limit)
         self.natural_end[job.id] = t + run
-        self.clock.at(t + run, (job.id, job.current.attempt, "completed" if duration <= job.time_limit else "timeout"))
+        self.clock.at(t + run, (job.id, job.attempts[-1].attempt, "completed" if duration <= job.time_limit else "timeout"))
 
     def _preempt(self, t: float, job: Job, pr) -> None:
         self.draining += 1
@@ -380,7 +381,7 @@ class Simulator:
         # grace or when the job exits first (here: when its work would have been done).
         end = min(t + max(0, pr.grace), self.natural_end[job.id])
         self.natural_end[job.id] = end
-        self.clock.at(end, (job.id, job.current.attempt, "preempted"))
+        self.clock.at(end, (job.id, job.attempts[-1].attempt, "preempted"))
 
     def _preemptible(self, job: Job) -> bool:
         if job.borrowed:
@@ -393,8 +394,7 @@ class Simulator:
 
 def simulate(trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
              template: dict | None = None, queue_limits: bool = False, hooks=None) -> Result:
-    """Replay `trace` on `nodes` under `cfg`. `template`: Job fields every job gets (budget, project,
-    account). `skip=False` calls plan() at every instant with the whole queue (the reference).
-    `queue_limits`: refuse submits beyond scheduler.max_pending(_per_user), as the daemon does.
-    `hooks`: a policies.Hooks (expected runtimes), or None."""
+    """Replay `trace` on `nodes` under `cfg`. `template`: Job fields every job gets (budget, project, account).
+    `skip=False` calls plan() at every instant with the whole queue (the reference). `queue_limits`: refuse
+    submits beyond scheduler.max_pending(_per_user), as the daemon does. `hooks`: policies.Hooks, or None."""
     return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits, hooks).run()

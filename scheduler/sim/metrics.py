@@ -37,23 +37,34 @@ def capacity(nodes) -> dict:
 
 def waits(res: Result) -> list[float]:
     """Each job's wait (first start − submit), for the jobs that ran and ended."""
-    return [j.attempts[0].dispatch_time - j.submit_time for j in res.jobs.values()
+    return [_at(j.attempts[0].dispatch_time) - j.submit_time for j in res.jobs.values()
             if j.state in states.TERMINAL and j.attempts]
+
+
+def _at(t: float | None) -> float:
+    """A time a replay always sets where the report reads it (an ended job's end, its attempts' starts)."""
+    if t is None:
+        raise ValueError("a replayed job that ended without its times")
+    return t
+
+
+def _ran(a) -> float:
+    return _at(a.end_time) - _at(a.dispatch_time)
 
 
 def report(res: Result) -> dict:
     cap = capacity(res.nodes)
     finished = [j for j in res.jobs.values() if j.state in states.TERMINAL and j.attempts]
     waited = waits(res)
-    resp = [j.end_time - j.submit_time for j in finished]
-    runs = [j.attempts[-1].end_time - j.attempts[-1].dispatch_time for j in finished]
+    resp = [_at(j.end_time) - j.submit_time for j in finished]
+    runs = [_ran(j.attempts[-1]) for j in finished]
     bsld = [max(1.0, r / max(run, BSLD_BOUND_S)) for r, run in zip(resp, runs)]
     attempts = [(j, a) for j in res.jobs.values() for a in j.attempts if a.end_time is not None]
     first = EPOCH + res.trace[0].submit if res.trace else EPOCH
-    last = max((a.end_time for _, a in attempts), default=first)
+    last = max((_at(a.end_time) for _, a in attempts), default=first)
     makespan = max(0.0, last - first)
-    used = {"gpus": sum(len(a.gpus) * (a.end_time - a.dispatch_time) for _, a in attempts),
-            "cpus": sum(j.cpus * (a.end_time - a.dispatch_time) for j, a in attempts)}
+    used = {"gpus": sum(len(a.gpus) * _ran(a) for _, a in attempts),
+            "cpus": sum(j.cpus * _ran(a) for j, a in attempts)}
     util = {k: (used[k] / (cap[k] * makespan) if cap[k] and makespan else None) for k in ("gpus", "cpus")}
     primary = "gpus" if cap["gpus"] else "cpus"
     preempted = [(j, a) for j, a in attempts if a.outcome == "preempted"]

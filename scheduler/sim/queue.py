@@ -42,6 +42,9 @@ class Queue:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.jobs: dict[int, Job] = {}
+        # Backfill on (easy.py): each request shape's jobs (and short jobs first); strict.py's windows
+        # read only submit order and the accounts' lists. At 200,000 pending each index costs ~20 MB.
+        self.ordered = cfg.backfill_depth > 0
         self.fifo: list[tuple[float, int]] = []             # (submit time, id), sorted
         self.by_account: dict[str, list[tuple[float, int]]] = {}
         self.qos_levels: Counter = Counter()                 # QoS priority -> pending jobs
@@ -58,7 +61,7 @@ class Queue:
         self.learned = bool(cfg.estimate.backfill)
         # Short jobs first: the jobs by expected run time, from which order.py draws plan()'s order;
         # and per request shape, for easy.py's jobs that could start.
-        self.runtimes = Runtimes() if cfg.priority.short_job_weight else None
+        self.runtimes = Runtimes() if cfg.priority.short_job_weight and self.ordered else None
         self.shaped: dict[tuple, Runtimes] = {}
         self.timed = 0
         self.gangs = 0                                       # pending jobs over several nodes (sub -N)
@@ -83,12 +86,8 @@ class Queue:
         if self.penalised and not pending:
             self.bursts.add(job)
         self.shapes.add(job)
-        s, span = self.keys[job.id] = (shape(job), self.span(job))
-        insort(self.by_shape.setdefault(s, []), (span, job.submit_time, job.id))
-        insort(self.shape_fifo.setdefault(s, []), key)
-        if self.runtimes is not None:
-            self.runtimes.add(job, span)
-            self.shaped.setdefault(s, Runtimes()).add(job, span)
+        if self.ordered:
+            self._order(job)
         self.timed += timed(job)
         self.gangs += job.nodes > 1
         self.budgeted += self.charged(job)
@@ -100,37 +99,40 @@ class Queue:
         job = self.jobs.pop(job_id)
         key = (job.submit_time, job.id)
         del self.fifo[bisect_left(self.fifo, key)]
-        mine = self.by_account[job.account]
-        del mine[bisect_left(mine, key)]
-        if not mine:
-            del self.by_account[job.account]
-        self.qos_levels[self._qos(job)] -= 1
-        if not self.qos_levels[self._qos(job)]:
-            del self.qos_levels[self._qos(job)]
+        _drop(self.by_account, job.account, key)
+        _less(self.qos_levels, self._qos(job))
         self.per_user[job.user] -= 1
         if self.penalised and not pending:
             self.bursts.remove(job)
         self.shapes.remove(job)
-        s, span = self.keys.pop(job.id)
-        mine = self.by_shape[s]
-        del mine[bisect_left(mine, (span, job.submit_time, job.id))]
-        if not mine:
-            del self.by_shape[s]
-        mine = self.shape_fifo[s]
-        del mine[bisect_left(mine, key)]
-        if not mine:
-            del self.shape_fifo[s]
-        if self.runtimes is not None:
-            self.runtimes.remove(job, span)
-            self.shaped[s].remove(job, span)
-            if not self.shaped[s]:
-                del self.shaped[s]
+        if self.ordered:
+            self._unorder(job)
         self.timed -= timed(job)
         self.gangs -= job.nodes > 1
         self.budgeted -= self.charged(job)
         if self.backlog is not None:
             self.backlog.remove(job_id)
         return job
+
+    def _order(self, job: Job) -> None:
+        key = (job.submit_time, job.id)
+        s, span = self.keys[job.id] = (shape(job), self.span(job))
+        insort(self.by_shape.setdefault(s, []), (span, job.submit_time, job.id))
+        insort(self.shape_fifo.setdefault(s, []), key)
+        if self.runtimes is not None:
+            self.runtimes.add(job, span)
+            self.shaped.setdefault(s, Runtimes()).add(job, span)
+
+    def _unorder(self, job: Job) -> None:
+        key = (job.submit_time, job.id)
+        s, span = self.keys.pop(job.id)
+        _drop(self.by_shape, s, (span, job.submit_time, job.id))
+        _drop(self.shape_fifo, s, key)
+        if self.runtimes is not None:
+            self.runtimes.remove(job, span)
+            self.shaped[s].remove(job, span)
+            if not self.shaped[s]:
+                del self.shaped[s]
 
     def replace(self, job: Job) -> None:
         """The pending job's new record, alike in all the queue counts (plan() gave or took its earmark)."""
@@ -213,6 +215,20 @@ class Queue:
             keys = map(fifo.__getitem__, range(bisect_left(fifo, (ranked[0].submit_time, ranked[0].id)), len(fifo)))
             return list(map(jobs, islice(ids_but(keys, *leave), n)))
         return [jobs(i) for h in ranked[:n] for i in islice(ids_but(self.by_account[h.account], *leave), n)]
+
+
+def _drop(index: dict, at, key: tuple) -> None:
+    """`key` out of the sorted list `index[at]`, and the list once empty."""
+    mine = index[at]
+    del mine[bisect_left(mine, key)]
+    if not mine:
+        del index[at]
+
+
+def _less(counts: Counter, key) -> None:
+    counts[key] -= 1
+    if not counts[key]:
+        del counts[key]
 
 
 class Bursts:

@@ -356,3 +356,24 @@ def test_a_backfill_replay_keeps_its_running_jobs_timelines_between_passes(monke
     assert kept and isinstance(kept[0], policy.Tracks) and all(t is kept[0] for t in kept)
     assert given and set(given) == {None}
     assert schedule(fast) == schedule(full)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "priority", "fairshare", "backfill", "learned"])
+def test_the_queue_keeps_the_per_shape_orders_only_where_a_backfill_window_reads_them(policy):
+    """easy.py's indexes (each request shape's jobs by span and in submit order, short jobs first)
+    cost ~20 MB each at 200,000 pending: a backfill-off replay (strict.py's windows, kept.py's walk)
+    never reads them, so its queue keeps none; a backfill one keeps them for every job."""
+    from labq.scheduler.jobs.model import Job
+    from labq.scheduler.sim import resolve
+    from labq.scheduler.sim.queue import Queue
+    c, _ = resolve(cfg(), policy)
+    q = Queue(c)
+    for i in range(50):
+        q.add(Job(id=i + 1, user=f"u{i % 3}", account="x", gpus=1 + i % 4, submit_time=EPOCH + i, time_limit=600 + i))
+    backfill = c.backfill_depth > 0
+    assert len(q.keys) == (50 if backfill else 0)
+    assert bool(q.by_shape) == bool(q.shape_fifo) == backfill
+    assert len(q.fifo) == sum(map(len, q.by_account.values())) == 50       # strict.py's windows read these
+    for i in range(1, 51):
+        q.remove(i)
+    assert not (q.keys or q.by_shape or q.shape_fifo or q.fifo or q.by_account or q.shaped)
