@@ -62,6 +62,7 @@ class Scheduler:
         self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
         self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
+        self.written = 0                   # records committed since memory was last handed back
         self.handlers = Handlers(self)
         # Budget limits, overrides, periods, alerts and the stop policy. `self.cfg.budgets` follows its
         # effective budgets (`budget set` limits, active overrides: _use_budgets); the file's are in it.
@@ -322,7 +323,9 @@ class Scheduler:
             self.hooks.deliver(a)
             if self.metrics:
                 self.metrics.alert(a)
-        if b.size() >= BIG_COMMIT:
+        self.written += b.size()
+        if self.written >= BIG_COMMIT:      # many small commits too: 100,000 single submits held 2.3x the RSS
+            self.written = 0
             release_memory()
 
     def next_ids(self, n: int) -> int:
