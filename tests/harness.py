@@ -104,6 +104,21 @@ class ClusterBuilder:
 
 
 # The sweep of the demo: $120 for account eta (alice), 10 % reserve, $2 per GPU-hour.
+# One weekly money budget for account "lab" (user alice): the periodic-budget tests' world.
+WEEKLY_TOML = """
+[rates]
+gpu_hour = 2.0
+[accounts.lab]
+users = ["alice"]
+[[budgets]]
+name = "lab"
+account = "lab"
+limit = 1000.0
+period = "week"
+"""
+MONDAY_W49 = 1_795_996_800.0      # 2026-11-30 00:00 UTC, the start of ISO week 49
+
+
 SWEEP_TOML = """
 [rates]
 gpu_hour = 2.0

@@ -4,20 +4,9 @@ asks its store nothing (a store that refuses every call proves it)."""
 import pytest
 
 from labq.scheduler.daemon.bookkeeper import Bookkeeper
-from tests.harness import cfg
+from tests.harness import MONDAY_W49, WEEKLY_TOML, cfg
 
-WEEKLY = """
-[rates]
-gpu_hour = 2.0
-[accounts.lab]
-users = ["alice"]
-[[budgets]]
-name = "lab"
-account = "lab"
-limit = 1000.0
-period = "week"
-"""
-MONDAY = 1_795_996_800.0      # 2026-11-30 00:00 UTC, the start of ISO week 49
+WEEKLY, MONDAY = WEEKLY_TOML, MONDAY_W49
 KEY = "period:lab:2026-W49"
 
 

@@ -2,21 +2,10 @@
 month-long jobs no longer strand a weekly budget (issue: 9.4 % utilisation in a weekly replay)."""
 from labq.scheduler import policy
 from labq.scheduler.jobs import states
-from tests.harness import ClusterBuilder, cfg
+from tests.harness import MONDAY_W49, WEEKLY_TOML, ClusterBuilder, cfg
 
 WEEK = 7 * 86400
-WEEKLY = """
-[rates]
-gpu_hour = 2.0
-[accounts.lab]
-users = ["alice"]
-[[budgets]]
-name = "lab"
-account = "lab"
-limit = 1000.0
-period = "week"
-"""
-MONDAY = 1_795_996_800.0      # 2026-11-30 00:00 UTC, the start of ISO week 49
+WEEKLY, MONDAY = WEEKLY_TOML, MONDAY_W49
 
 
 def _month_long_running(b: ClusterBuilder, node: str, started_ago: float):
