@@ -74,7 +74,7 @@ from bench.soakcheck import (  # noqa: E402
 )
 from labq.cli.subcore import build_body  # noqa: E402
 from labq.scheduler.jobs import states  # noqa: E402
-from labq.scheduler.money import ledger  # noqa: E402
+from labq.scheduler.money import pricing  # noqa: E402
 from tests.harness import E2E, two_labs, wait_for  # noqa: E402
 
 GRACE, KILL_WAIT, TICK, MAX_PREEMPTIONS = 3, 2, 0.5, 2
@@ -371,7 +371,7 @@ class Soak:
             for a in j.attempts:
                 for name, amount in a.charges:
                     charged[name] = charged.get(name, 0) + amount
-                    if amount > ledger.forecast(j, budgets[name].unit, "fake", self.cfg):
+                    if amount > pricing.forecast(j, budgets[name].unit, "fake", self.cfg):
                         over.append((j.id, a.attempt, amount))
         return charged, over
 

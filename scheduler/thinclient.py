@@ -99,12 +99,12 @@ class ClientBase:
         return ledger.effective(budgets, limits, self.read.overrides(), now)
 
     def balances_of(self, budgets, now: float | None = None, period: str | None = None) -> list:
-        """Each of `budgets` (the config's) in its current period, or in `period` (ledger.balances)."""
-        from .money import ledger
+        """Each of `budgets` (the config's) in its current period, or in `period` (balance.balances)."""
+        from .money import balance
         now = now or time.time()
         running = [j for j in self.read.active() if j.commit]
         spent = self.read.spent()
-        return ledger.balances(self.effective_budgets(budgets, now), spent, running, now, period)
+        return balance.balances(self.effective_budgets(budgets, now), spent, running, now, period)
 
     def job(self, text: str):
         jobs = self.resolve(text)

@@ -137,8 +137,6 @@ CONNECTION_HANDED_OUT = {
 REEXPORTS = {
     "scheduler/jobs/jobspec.py": "intake: daemon/handlers.py imports refs.py's parse_task_ids, resolve_ref and "
                                  "tasks_named through it (the other users import refs.py now)",
-    "scheduler/money/ledger.py": "balance.py's and pricing.py's names, which policy/, sim/, daemon/handlers.py, store/, "
-                                 "thinclient.py, bench/soak.py and a dozen tests import through ledger: a commit per owner",
     "scheduler/policy/__init__.py": "plan: refusal.py's and budget.py's names at the package's face",
     "scheduler/policy/priority.py": "plan: the whole module is multifactor.py's formulas, named again (policy/ and "
                                     "sim/order.py import them through it)",

@@ -23,10 +23,10 @@ from ..jobs.jobspec import (
 )
 from ..jobs.model import Job, Node, Snapshot
 from ..jobs.rest import Rest
-from ..money import ledger, periods
+from ..money import balance, ledger, periods, pricing
 from ..security import members
 from ..settings.config import Config
-from ..units import fmt_money
+from ..units import accrue, fmt_money
 from . import transitions as tr
 from .change import Change
 from .lookup import Lookup, Records, rests_named
@@ -155,8 +155,8 @@ class Handlers:
         model = next((g.model for n in self.s.nodes for g in n.gpus
                       if not job.gpu_type or g.model == job.gpu_type), "")
         for b in ledger.budgets_for(job, self.s.cfg.budgets):
-            need = dict(placed.commit)[b.name] if placed else ledger.forecast(job, b.unit, model, self.s.cfg)
-            bal = ledger.balance(b, spent.get(b.name, 0), running, now, span=periods.span_at(b, now))
+            need = dict(placed.commit)[b.name] if placed else pricing.forecast(job, b.unit, model, self.s.cfg)
+            bal = balance.balance(b, spent.get(b.name, 0), running, now, span=periods.span_at(b, now))
             budgets.append({"budget": b.name, "unit": b.unit, "forecast": need / 1e6,
                             "available_after": (ledger.cap(b) - bal.spent - bal.committed - bal.accrued - need) / 1e6})
         if placed:
@@ -165,12 +165,12 @@ class Handlers:
         else:
             verdict = f"would pend: {why.reason} ({why.detail})" if why else "would pend"
         start = now if placed else policy.expected_starts(snap, self.s.cfg).get(probe.id)
-        rate = placed.cost_rate if placed else ledger.rate(job, "usd", model, self.s.cfg)
+        rate = placed.cost_rate if placed else pricing.rate(job, "usd", model, self.s.cfg)
         return {"ok": True, "test_only": True, "verdict": verdict, "starts_now": placed is not None,
                 "reason": why.reason if why else None, "budgets": budgets, "expected_start": start,
                 "estimate": estimate_dict(job, self.s.cfg), "start_from": start_basis(self.s.cfg),
-                "cost_per_hour": rate / 1e6, "forecast_cost": ledger.accrue(rate, job.time_limit) / 1e6,
-                "forecast_text": fmt_money(ledger.accrue(rate, job.time_limit), currency=self.s.cfg.rates.currency)}
+                "cost_per_hour": rate / 1e6, "forecast_cost": accrue(rate, job.time_limit) / 1e6,
+                "forecast_text": fmt_money(accrue(rate, job.time_limit), currency=self.s.cfg.rates.currency)}
 
     def starts(self, user: str, body: dict[str, Any], now: float) -> Change:
         """Expected starts of the pending jobs (`labq stat --start`), from the scheduler's own snapshot:

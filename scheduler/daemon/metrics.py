@@ -16,7 +16,7 @@ import time
 from collections import Counter
 
 from ..jobs import states
-from ..money import ledger, periods
+from ..money import balance, periods
 from ..units import MICRO, unit_name
 
 log = logging.getLogger("labq.metrics")
@@ -52,7 +52,7 @@ def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: i
     budget_rows: dict[str, list] = {"limit": [], "spent": [], "committed": [], "available": []}
     for b in budgets:
         label = periods.current(b, now)
-        bal = ledger.balance(b, spent.get(b.name, 0), live, now, label, periods.span_at(b, now, label))
+        bal = balance.balance(b, spent.get(b.name, 0), live, now, label, periods.span_at(b, now, label))
         lab = {"budget": b.name, "unit": unit_name(b.unit, currency), "period": label or "none"}
         for k, v in (("limit", bal.limit + bal.overrides), ("spent", bal.spent + bal.accrued),
                      ("committed", bal.committed), ("available", bal.available)):

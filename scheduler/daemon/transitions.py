@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..jobs import states
 from ..jobs.model import Attempt, Job, evolve
 from ..jobs.plan import Place
-from ..money import ledger, periods
+from ..money import ledger, periods, pricing
 
 if TYPE_CHECKING:     # annotations only: settings/ reads jobs/ (bounds), never the reverse
     from ..money.ledger import Budget
@@ -206,7 +206,7 @@ def attempt_charges(job: Job, cur: Attempt, b: Budget, rate: int, start: float, 
     if b.period == "none":
         amount = ledger.charge(rate, start, end, b.unit, cfg)
         return [Charge(job.id, cur.attempt, b.name, b.unit, amount if most is None else min(amount, most))]
-    parts = periods.split(b, rate, start, end, ledger.overhead(b.unit, cfg), lambda s: ledger.billed(s, cfg))
+    parts = periods.split(b, rate, start, end, pricing.overhead(b.unit, cfg), lambda s: pricing.billed(s, cfg))
     over = sum(parts.values()) - most if most is not None else 0
     for lab in reversed(list(parts)):
         if over <= 0:

@@ -25,7 +25,7 @@ from ..jobs import states
 from ..jobs.model import Job
 from ..jobs.plan import Preempt
 from ..units import fmt_money
-from . import ledger, periods
+from . import balance, ledger, periods
 from .alerts import Status
 
 if TYPE_CHECKING:     # annotations only: settings/ reads money/ (Budget, cap), never the reverse
@@ -43,7 +43,7 @@ class Stop:
 
 
 def status(b: ledger.Budget, spent: int, running: Iterable[Job], now: float, period: str = "") -> Status:
-    bal = ledger.balance(b, spent, running, now, period, periods.span_at(b, now, period))
+    bal = balance.balance(b, spent, running, now, period, periods.span_at(b, now, period))
     return Status(b.name, b.unit, period, ledger.hard_limit(b), spent, bal.accrued, bal.committed, b.warn)
 
 

@@ -3,7 +3,7 @@
 A job's rate is what its allocation costs per hour, in each budget's unit. Allocation is billed:
 what is reserved, for as long as the attempt's process ran (`run_span`: its start and end as the
 node measured them, at most the time limit + kill_wait; nothing when no process started). The
-scheduler commits `forecast()` when it admits an attempt; the commitment shrinks as the attempt
+scheduler commits `pricing.forecast()` when it admits an attempt; the commitment shrinks as the attempt
 accrues (from its process's start; from its dispatch until the start is known) and is replaced by
 the charge when it ends.
 """
@@ -13,27 +13,10 @@ import json
 from dataclasses import dataclass, field, replace
 
 from ..jobs.model import Job
-from ..units import accrue as accrue  # in units: the thin CLI needs it without this module
-from .balance import (  # balances live in balance.py (the thin CLI's, without this module); named here too
-    Balance as Balance,
-    accrued as accrued,
-    amount_of as amount_of,
-    balance as balance,
-    balances as balances,
-    effective_terms,
-    in_span as in_span,
-    outstanding as outstanding,
-    override_active as override_active,
-)
+from ..units import accrue
+from .balance import effective_terms, override_active
 from .periods import field as spent_field
-from .pricing import (  # prices live in pricing.py (the thin CLI's `acct`, without this module); named here too
-    billed as billed,
-    dominant_share as dominant_share,
-    forecast as forecast,
-    overhead as overhead,
-    planned_seconds as planned_seconds,
-    rate as rate,
-)
+from .pricing import billed, overhead
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: config.py reads this module (Config.budget_caps: cap), not the reverse

@@ -18,7 +18,7 @@ from operator import attrgetter, eq
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
 from ..jobs.plan import Pending, Pendings, Place, Plan, Preempt, Start, Verdict, Why
-from ..money import ledger
+from ..money import pricing
 from ..settings.config import Config
 from ..units import fmt_at
 from . import capacity, classes, gang, preempt, priority, settle, strict
@@ -287,7 +287,7 @@ class _Pass:
             if self.timelines is not None:
                 self.timelines.place(job, name, gpus)
         return Place(job.id, parts[0][0], tuple(u for _, g in parts for u in g), commit, rates,
-                     ledger.rate(job, "usd", model, self.cfg, spots[0].node), borrowed, parts if len(parts) > 1 else ())
+                     pricing.rate(job, "usd", model, self.cfg, spots[0].node), borrowed, parts if len(parts) > 1 else ())
 
     def _blocked(self, job: Job, roomy: bool) -> Why:
         """The job found no node (a gang: not enough nodes) it may start on now: wait for its victims,

@@ -16,7 +16,7 @@ from functools import partial
 
 from ..jobs import states
 from ..jobs.model import Job, Node
-from ..money import ledger, periods
+from ..money import balance, ledger, periods, pricing
 from ..money.ledger import Budget
 from ..settings.config import Config
 from ..units import accrue, fmt_money
@@ -69,7 +69,7 @@ class BudgetBook:
             for j in self.running:
                 for name, _ in j.commit:
                     if name in summed:
-                        out[name] += ledger.outstanding(j, name, now) + ledger.accrued(j, name, now)
+                        out[name] += balance.outstanding(j, name, now) + balance.accrued(j, name, now)
             for name, amount in self._added.items():
                 out[name] += amount
             self._committed = out
@@ -83,20 +83,20 @@ class BudgetBook:
         if bs is None:
             bs = self.mine[who] = ledger.budgets_for(job, self.cfg.budgets)
         cfg, now = self.cfg, self.now
-        seconds = ledger.billed(ledger.planned_seconds(job, cfg), cfg)
+        seconds = pricing.billed(pricing.planned_seconds(job, cfg), cfg)
         rates: list[tuple[str, int]] = []
         pairs: list[tuple[str, int]] = []
         for b in bs:
-            # ledger.forecast at this rate, the seconds computed once
-            rate = ledger.rate(job, b.unit, gpu_model, cfg, node)
+            # pricing.forecast at this rate, the seconds computed once
+            rate = pricing.rate(job, b.unit, gpu_model, cfg, node)
             rates.append((b.name, rate))
-            pairs.append((b.name, accrue(rate, seconds) + ledger.overhead(b.unit, cfg)))
+            pairs.append((b.name, accrue(rate, seconds) + pricing.overhead(b.unit, cfg)))
         commit = Quote(pairs)
         for b, (name, rate) in zip(bs, rates):
             if b.period == "none":
                 continue
             lab, end = self.periods[name]
-            extra = ledger.overhead(b.unit, cfg)
+            extra = pricing.overhead(b.unit, cfg)
             if now < now + seconds <= end:
                 # Within the current period: what periods.split gives for one span, computed alike.
                 commit.parts[name] = {lab: accrue(rate, now + seconds - now) + extra}
@@ -109,7 +109,7 @@ class BudgetBook:
         if (b.name, lab) not in self.held:
             span = periods.bounds(b.period, lab, b.timezone)
             name, now = b.name, self.now
-            self.held[(b.name, lab)] = sum(sum(ledger.in_span(j, name, now, span)) for j in self.running
+            self.held[(b.name, lab)] = sum(sum(balance.in_span(j, name, now, span)) for j in self.running
                                            if name in dict(j.commit))
         return self.held[(b.name, lab)]
 
@@ -191,7 +191,7 @@ def affordable_at_any_length(job: Job, gpu_model: str, cfg: Config) -> bool:
     for b in ledger.budgets_for(job, cfg.budgets):
         if b.period == "none":
             return False
-        need = accrue(ledger.rate(job, b.unit, gpu_model, cfg), SHORTEST[b.period]) + ledger.overhead(b.unit, cfg)
+        need = accrue(pricing.rate(job, b.unit, gpu_model, cfg), SHORTEST[b.period]) + pricing.overhead(b.unit, cfg)
         if need > ledger.cap(b):
             return False
     return True
@@ -204,12 +204,12 @@ def never_affordable(job: Job, gpu_model: str, cfg: Config, spent: dict[str, int
     (it pends BudgetReserved meanwhile)."""
     money = partial(fmt_money, currency=cfg.rates.currency)
     for b in ledger.budgets_for(job, cfg.budgets):
-        need = ledger.forecast(job, b.unit, gpu_model, cfg)
+        need = pricing.forecast(job, b.unit, gpu_model, cfg)
         if b.period != "none":
             # Its cost is spread over the periods it spans: what no start time can avoid is the
             # share of one whole (shortest) period, or all of it when it fits in one period.
-            seconds = min(ledger.billed(ledger.planned_seconds(job, cfg), cfg), SHORTEST[b.period])
-            need = accrue(ledger.rate(job, b.unit, gpu_model, cfg), seconds) + ledger.overhead(b.unit, cfg)
+            seconds = min(pricing.billed(pricing.planned_seconds(job, cfg), cfg), SHORTEST[b.period])
+            need = accrue(pricing.rate(job, b.unit, gpu_model, cfg), seconds) + pricing.overhead(b.unit, cfg)
             if need > ledger.cap(b):
                 return (f"budget {b.name}: job would cost {money(need, b.unit)} in one {b.period}, "
                         f"limit {money(b.limit, b.unit)} a {b.period}, available at most "

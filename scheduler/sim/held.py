@@ -2,8 +2,8 @@
 `_held`; without periods, `committed`), kept as jobs start and end instead of summed over every
 running job at each pass start of a replay.
 
-A running job holds max(accrued, part) (ledger.in_span: what it has accrued in the period plus what
-its commitment still holds there; without periods ledger.outstanding + ledger.accrued, with the
+A running job holds max(accrued, part) (balance.in_span: what it has accrued in the period plus what
+its commitment still holds there; without periods balance.outstanding + balance.accrued, with the
 commitment as the part). The part is fixed while the job runs and, until its commitment ends, the
 accrued is at most the part: both are accrue() of the same rate over two stretches from the same
 start, the accrued one no longer. So the sum is a running total of the parts of the jobs within
@@ -14,8 +14,9 @@ changes every part: they are taken anew.
 import heapq
 import math
 
+from .. import units
 from ..jobs.model import Job
-from ..money import ledger, periods
+from ..money import balance, periods
 
 MARGIN = 1.0       # seconds
 
@@ -36,7 +37,7 @@ class Holdings:
     def start(self, job: Job) -> None:
         self.end(job.id)
         self.jobs[job.id] = job
-        self.committed += ledger.amount_of(job.commit, self.b.name)
+        self.committed += balance.amount_of(job.commit, self.b.name)
         if self.lab is not None:
             self._part(job)
 
@@ -44,7 +45,7 @@ class Holdings:
         job = self.jobs.pop(job_id, None)
         if job is None:
             return
-        self.committed -= ledger.amount_of(job.commit, self.b.name)
+        self.committed -= balance.amount_of(job.commit, self.b.name)
         got = self.parts.pop(job_id, None)       # (none before the first `at`: no part taken yet)
         if job_id in self.outrun:
             self.outrun.discard(job_id)
@@ -74,22 +75,22 @@ class Holdings:
         """What the job holds at `t`, as BudgetBook sums it."""
         name = self.b.name
         if not self.span:
-            return ledger.outstanding(job, name, t) + ledger.accrued(job, name, t)
-        return sum(ledger.in_span(job, name, t, self.span))
+            return balance.outstanding(job, name, t) + balance.accrued(job, name, t)
+        return sum(balance.in_span(job, name, t, self.span))
 
     def _part(self, job: Job) -> None:
         cur, name = job.current, self.b.name
         d = cur.dispatch_time if cur else None
-        rate, committed = ledger.amount_of(job.rates, name), ledger.amount_of(job.commit, name)
+        rate, committed = balance.amount_of(job.rates, name), balance.amount_of(job.commit, name)
         if not (d and rate and committed):
             self.parts[job.id] = (0, -math.inf)        # what it holds moves with the time: never steady
             self.outrun.add(job.id)
             return
         until = d + committed * 3600 / rate - MARGIN
         if self.span:
-            # ledger.in_span at the later of its dispatch and the period's start: nothing accrued yet
+            # balance.in_span at the later of its dispatch and the period's start: nothing accrued yet
             lo = max(d, self.span[0])
-            part = max(0, ledger.accrue(rate, min(d + committed * 3600 / rate, self.span[1]) - lo))
+            part = max(0, units.accrue(rate, min(d + committed * 3600 / rate, self.span[1]) - lo))
         else:
             part = committed      # outstanding + accrued at its dispatch
         self.parts[job.id] = (part, until)

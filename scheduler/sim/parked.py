@@ -24,14 +24,14 @@ cut changed, not a walk over the idle ones (a rollover brings every one back at 
 
 Parked: a job charged to exactly one budget, on one node, with nothing timed (--max-wait, deadline,
 begin, hold, dependency) and no earmark. The engine leaves the parked jobs out of plan() only while
-nothing else they could change holds: no pending dependency, and burst tails computed alike
-(`excludes`).
+nothing else they could change holds: no pending dependency, and burst tails computed alike (`excludes`).
 """
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 
+from .. import units
 from ..jobs.model import Job
-from ..money import ledger, periods
+from ..money import ledger, periods, pricing
 from ..policy.capacity import could_ever_hold
 from ..settings.config import Config
 from .bounds import INF, Bounds, Peak, max_rate
@@ -61,7 +61,7 @@ class Parking:
         self.room: dict[str, tuple] = {}                  # budget -> (x, time left, period) of the last update
         # budget -> its room in any later period, at most: cap less all the running jobs have committed
         self.later: dict[str, int] = {}
-        self.top = {name: ledger.cap(b) - ledger.overhead(b.unit, cfg) for name, b in self.budgets.items()}
+        self.top = {name: ledger.cap(b) - pricing.overhead(b.unit, cfg) for name, b in self.budgets.items()}
         self.period: dict[str, tuple] = {}                # budget -> (label, start, end) of its last period
         # The queued jobs idle at their budget's cut (x, r): c > x and rate > r. Kept as jobs come and
         # go and as the cut moves; `fresh`: those that joined it between two updates.
@@ -145,9 +145,9 @@ class Parking:
             return None
         b = mine[0]
         rate = self._rate(job, b.unit)
-        seconds = ledger.billed(ledger.planned_seconds(job, self.cfg), self.cfg)
+        seconds = pricing.billed(pricing.planned_seconds(job, self.cfg), self.cfg)
         dear = self._rate(job, b.unit, dearest=True)
-        return (b.name, ledger.accrue(rate, seconds - SLACK), rate), (ledger.accrue(dear, seconds + SLACK), seconds)
+        return (b.name, units.accrue(rate, seconds - SLACK), rate), (units.accrue(dear, seconds + SLACK), seconds)
 
     def _rate(self, job: Job, unit: str, dearest: bool = False) -> int:
         """The job's cheapest rate on any node that could hold it, over every GPU model it might get;
@@ -156,10 +156,10 @@ class Parking:
         if key not in self._rates:
             nodes = [n for n in self.nodes if could_ever_hold(job, n)]
             if dearest:
-                rates = [ledger.rate(job, unit, model, self.cfg, n) for n in nodes for model in _quoted(job, [n])]
-                rates += [ledger.rate(job, unit, model, self.cfg, None) for model in _quoted(job, self.nodes)]
+                rates = [pricing.rate(job, unit, model, self.cfg, n) for n in nodes for model in _quoted(job, [n])]
+                rates += [pricing.rate(job, unit, model, self.cfg, None) for model in _quoted(job, self.nodes)]
             else:
-                rates = [ledger.rate(job, unit, model, self.cfg, n) for n in nodes
+                rates = [pricing.rate(job, unit, model, self.cfg, n) for n in nodes
                          for model in {"", *(g.model for g in n.gpus)}]
             self._rates[key] = (max if dearest else min)(rates, default=0)
         return self._rates[key]

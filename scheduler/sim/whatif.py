@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from .. import units
 from ..errors import RefusedError, UsageError
 from ..jobs.model import Job, Node
-from ..money import ledger
+from ..money import ledger, pricing
 from ..settings.config import Config
 from ..units import MICRO
 
@@ -74,7 +74,7 @@ def what_if(nodes, job: Job, count: int, cfg: Config, budget_limit: int | None =
     conc["overall"] = overall
     waves = math.ceil(count / overall)
     model = next((g.model for n in nodes for g in n.gpus if not job.gpu_type or g.model == job.gpu_type), "")
-    cost = count * ledger.accrue(ledger.rate(job, "usd", model, cfg), job.time_limit)
+    cost = count * units.accrue(pricing.rate(job, "usd", model, cfg), job.time_limit)
     remaining = None if budget_limit is None else budget_limit - cost
     levels = tuple((w, int(budget_limit * w)) for w in warn) if budget_limit is not None else ()
     return WhatIf(conc, binding, waves, waves * job.time_limit, cost, budget_limit, remaining, levels)

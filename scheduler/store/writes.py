@@ -6,7 +6,7 @@ from itertools import chain, groupby, repeat
 from operator import attrgetter
 
 from ..jobs import states
-from ..money.ledger import spent_field
+from ..money.periods import field as spent_field
 from . import acctrows, codec, resp, statrows
 from .keys import Keys
 

@@ -11,7 +11,7 @@ from labq.scheduler.client import Client
 from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu
-from labq.scheduler.money import ledger
+from labq.scheduler.money import ledger, pricing
 from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
@@ -110,7 +110,7 @@ class World:
         ended = [(j, a) for j in jobs for a in j.attempts if a.end_time is not None]
         assert len(charges) == 2 * len(ended)
         for name, unit in (("usd", "usd"), ("gpuh", "gpu_hours")):
-            want = sum(ledger.charge(ledger.rate(j, unit, "fake", CFG), a.dispatch_time, a.end_time, unit, CFG)
+            want = sum(ledger.charge(pricing.rate(j, unit, "fake", CFG), a.dispatch_time, a.end_time, unit, CFG)
                        for j, a in ended)
             assert sum(int(e["amount"]) for e in charges if e["budget"] == name) == want
             assert int(rd.spent().get(name, 0)) == want

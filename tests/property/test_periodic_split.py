@@ -4,7 +4,8 @@ from datetime import datetime, timezone
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler.money import ledger, periods
+from labq.scheduler import units
+from labq.scheduler.money import periods, pricing
 from labq.scheduler.settings import config
 
 WEEKLY = config.loads('[[budgets]]\nname = "w"\naccount = "a"\nlimit = 10.0\nperiod = "week"\n'
@@ -17,10 +18,10 @@ T0 = datetime(2026, 3, 20, tzinfo=timezone.utc).timestamp()   # DST starts in Be
        extra=st.integers(0, 10**6), hours=st.booleans())
 def test_parts_add_up_and_closing_a_period_books_the_same_part(start, length, rate, extra, hours):
     cfg = config.loads(f'[rates]\nbilling = "{"started_hour" if hours else "second"}"\n')
-    billed = lambda s: ledger.billed(s, cfg)   # noqa: E731
+    billed = lambda s: pricing.billed(s, cfg)   # noqa: E731
     a, b = T0 + start, T0 + start + length
     parts = periods.split(WEEKLY, rate, a, b, extra, billed)
-    assert sum(parts.values()) == ledger.accrue(rate, billed(b - a)) + extra
+    assert sum(parts.values()) == units.accrue(rate, billed(b - a)) + extra
     assert list(parts) == sorted(parts) and all(v >= 0 for v in parts.values())
     for lab in list(parts)[:-1]:     # each edge the attempt ran through: what closing it booked then
         edge = periods.bounds("week", lab, WEEKLY.timezone)[1]

@@ -396,11 +396,11 @@ def test_a_node_with_a_whole_instance_price_is_split_by_dominant_share():
     b = ClusterBuilder().node("rented", gpus=4, cpus=32, mem=256 * G).node("owned", gpus=4, cpus=32, mem=256 * G)
     b.job(gpus=1, cpus=16, mem=32 * G)              # dominant share: CPUs, 16/32
     text = '[rates]\ngpu_hour = 2.0\nnode_hour = { "rented" = 10.0 }\n'
-    from labq.scheduler.money import ledger
+    from labq.scheduler.money import pricing
     job, rented = b.build().jobs[0], b.nodes[0]
-    assert ledger.rate(job, "usd", "fake", cfg(text), rented) == 5_000_000      # $10/h × 1/2
-    assert ledger.rate(job, "usd", "fake", cfg(text), b.nodes[1]) == 2_000_000  # per-resource: 1 GPU × $2
-    assert ledger.rate(job, "gpu_hours", "fake", cfg(text), rented) == 1_000_000
+    assert pricing.rate(job, "usd", "fake", cfg(text), rented) == 5_000_000      # $10/h × 1/2
+    assert pricing.rate(job, "usd", "fake", cfg(text), b.nodes[1]) == 2_000_000  # per-resource: 1 GPU × $2
+    assert pricing.rate(job, "gpu_hours", "fake", cfg(text), rented) == 1_000_000
     # The plan charges the node it places on: with only the rented node up, the job pays its share.
     b.nodes = b.nodes[:1]
     assert _plan(b, text).places[0].cost_rate == 5_000_000

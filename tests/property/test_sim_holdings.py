@@ -3,8 +3,9 @@ BudgetBook sums it over every running job at each pass: the two must agree at an
 current period or across a period's end, for jobs within their commitment and jobs past it."""
 from hypothesis import given, settings, strategies as st
 
+from labq.scheduler import units
 from labq.scheduler.jobs.model import Attempt, Job
-from labq.scheduler.money import ledger, periods
+from labq.scheduler.money import balance, periods
 from labq.scheduler.money.ledger import Budget
 from labq.scheduler.sim.held import Holdings
 
@@ -14,9 +15,9 @@ MONDAY = 1_795_996_800.0      # 2026-11-30 00:00 UTC: week 49 starts
 def booked(b: Budget, jobs, t: float, lab: str) -> int:
     """BudgetBook's sum (policy/budget.py `_held`, `committed`), job by job."""
     if b.period == "none":
-        return sum(ledger.outstanding(j, b.name, t) + ledger.accrued(j, b.name, t) for j in jobs)
+        return sum(balance.outstanding(j, b.name, t) + balance.accrued(j, b.name, t) for j in jobs)
     span = periods.bounds(b.period, lab, b.timezone)
-    return sum(sum(ledger.in_span(j, b.name, t, span)) for j in jobs)
+    return sum(sum(balance.in_span(j, b.name, t, span)) for j in jobs)
 
 
 job_spec = st.tuples(st.floats(0, 6 * 86400), st.integers(1, 10**8), st.floats(60, 20 * 86400),
@@ -32,7 +33,7 @@ def test_holdings_equal_the_sum_over_running_jobs(period, specs, asks, gone):
     jobs = {}
     for i, (at, rate, length, outruns) in enumerate(specs):
         # a commitment of `length` seconds at `rate`; a job that outruns it runs past its end
-        commit = ledger.accrue(rate, length) or 1
+        commit = units.accrue(rate, length) or 1
         jobs[i] = Job(id=i, user="u", account="a", time_limit=3600, commit=(("lab", commit),), rates=(("lab", rate),),
                       attempts=(Attempt(1, "n0", (), dispatch_time=MONDAY + at),))
     started = sorted(jobs.values(), key=lambda j: j.current.dispatch_time)

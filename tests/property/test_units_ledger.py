@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler import units
 from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs.model import Job
-from labq.scheduler.money import ledger
+from labq.scheduler.money import pricing
 from tests.harness import cfg
 
 
@@ -37,44 +37,44 @@ def test_rates_per_unit_and_model():
     c = cfg("[rates]\ngpu_hour = 2.0\ncpu_hour = 0.1\nmem_gib_hour = 0.01\n"
             "gpu_hour_by_model = { 'H100' = 4.5 }\n[qos.normal]\npriority=100\n[qos.low]\nrate_factor = 0.5\n")
     j = Job(id=1, user="a", account="x", gpus=2, cpus=4, mem=10 << 30, time_limit=3600)
-    assert ledger.rate(j, "usd", "fake", c) == 2 * 2_000_000 + 400_000 + 100_000
-    assert ledger.rate(j, "usd", "H100", c) == 9_000_000 + 400_000 + 100_000
-    assert ledger.rate(j, "gpu_hours", "H100", c) == 2_000_000
-    assert ledger.rate(j, "cpu_hours", "H100", c) == 4_000_000
+    assert pricing.rate(j, "usd", "fake", c) == 2 * 2_000_000 + 400_000 + 100_000
+    assert pricing.rate(j, "usd", "H100", c) == 9_000_000 + 400_000 + 100_000
+    assert pricing.rate(j, "gpu_hours", "H100", c) == 2_000_000
+    assert pricing.rate(j, "cpu_hours", "H100", c) == 4_000_000
     low = Job(id=1, user="a", account="x", gpus=1, qos="low", time_limit=3600)
-    assert ledger.rate(low, "usd", "fake", c) == (2_000_000 + 100_000) // 2   # 1 GPU + 1 CPU, half price
+    assert pricing.rate(low, "usd", "fake", c) == (2_000_000 + 100_000) // 2   # 1 GPU + 1 CPU, half price
 
 
 def test_a_kept_rate_is_the_config_s_own():
-    """ledger.rate keeps each request's money rate on the config: asked again it is the same, a
+    """pricing.rate keeps each request's money rate on the config: asked again it is the same, a
     config with other QoS factors (sharing the same [rates]) has its own, and the memo stays bounded."""
     from dataclasses import replace
 
     from labq.scheduler.settings.config import Qos
     c = cfg("[qos.normal]\npriority=100\n[qos.low]\nrate_factor = 0.5\n")
     low = Job(id=1, user="a", account="x", gpus=1, qos="low", time_limit=3600)
-    assert ledger.rate(low, "usd", "fake", c) == ledger.rate(low, "usd", "fake", c) == 1_000_000
+    assert pricing.rate(low, "usd", "fake", c) == pricing.rate(low, "usd", "fake", c) == 1_000_000
     dear = replace(c, qos=tuple(replace(q, rate_factor=2.0) if q.name == "low" else q for q in c.qos))
     assert dear.rates is c.rates and dear.qos != c.qos and isinstance(dear.qos[0], Qos)
-    assert ledger.rate(low, "usd", "fake", dear) == 4_000_000
+    assert pricing.rate(low, "usd", "fake", dear) == 4_000_000
     for n in range(5000):
-        ledger.rate(Job(id=1, user="a", account="x", gpus=1, mem=n, time_limit=60), "usd", "fake", c)
+        pricing.rate(Job(id=1, user="a", account="x", gpus=1, mem=n, time_limit=60), "usd", "fake", c)
     assert len(c.rate_memo) <= 4096
 
 
 def test_safe_and_forecast_modes():
     j = Job(id=1, user="a", account="x", gpus=1, time_limit=7200, est=1800)
-    assert ledger.forecast(j, "usd", "fake", cfg()) == 4_016_666   # 2 h + kill_wait 30 s at $2/h
+    assert pricing.forecast(j, "usd", "fake", cfg()) == 4_016_666   # 2 h + kill_wait 30 s at $2/h
     f = cfg("[scheduler]\nbudget_mode = 'forecast'\n[rates]\nforecast_margin = 0.2\noverhead_per_attempt = 0.05\n")
-    assert ledger.forecast(j, "usd", "fake", f) == 1_200_000 + 50_000
+    assert pricing.forecast(j, "usd", "fake", f) == 1_200_000 + 50_000
 
 
 @given(st.integers(0, 10**9), st.floats(0, 10**6, allow_nan=False), st.floats(0, 10**6, allow_nan=False))
 def test_accrual_is_monotone_and_additive_within_rounding(rate, a, b):
     lo, hi = sorted((a, b))
-    assert ledger.accrue(rate, lo) <= ledger.accrue(rate, hi)
-    whole = ledger.accrue(rate, lo + hi)
-    assert ledger.accrue(rate, lo) + ledger.accrue(rate, hi) <= whole + 1 + rate // 1_000_000
+    assert units.accrue(rate, lo) <= units.accrue(rate, hi)
+    whole = units.accrue(rate, lo + hi)
+    assert units.accrue(rate, lo) + units.accrue(rate, hi) <= whole + 1 + rate // 1_000_000
 
 
 def test_money_formatting():

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from labq.scheduler.jobs import states
-from labq.scheduler.money import budgetwatch, ledger, periods
+from labq.scheduler.money import budgetwatch, ledger, periods, pricing
 from labq.scheduler.money.ledger import Budget, Override
 from labq.scheduler.settings import config
 from tests.harness import ClusterBuilder
@@ -146,7 +146,7 @@ def test_billing_per_started_hour():
     assert ledger.charge(2_000_000, 0, 0, "usd", c) == 0
     assert ledger.charge(2_000_000, 0, 3601, "usd", config.loads("")) == 2_000_555
     j = Job(id=1, user="a", account="x", gpus=1, time_limit=5400)
-    assert ledger.forecast(j, "usd", "fake", c) == 4_000_000             # 1 h 30 m commits two hours
+    assert pricing.forecast(j, "usd", "fake", c) == 4_000_000             # 1 h 30 m commits two hours
     with pytest.raises(config.ConfigError) as e:
         config.loads("[rates]\nbilling = 'minute'\n")
     assert e.value.key == "rates.billing"

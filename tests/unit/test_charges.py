@@ -3,10 +3,11 @@ measured, never above (time limit + kill_wait) × rate, nothing when no process 
 ledger.run_span and transitions.finished / node_failed, no Redis."""
 import pytest
 
+from labq.scheduler import units
 from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.jobs.plan import Place
-from labq.scheduler.money import ledger
+from labq.scheduler.money import balance, ledger
 from labq.scheduler.units import MICRO
 from tests.harness import cfg
 
@@ -55,7 +56,7 @@ def test_an_attempt_is_never_billed_past_its_limit_plus_kill_wait(c):
     # `-t 3 --signal USR1@120`: the process ran 212.7 s against a 210 s commitment (late reap).
     j = tr.started(admitted(c, commit=7 * MICRO if c is SAFE else 2 * MICRO), 1, {"start_time": T0 + 1})
     new, charges = tr.finished(j, 1, {"outcome": "timeout", "exit_code": -9, "end_time": T0 + 213.7}, T0 + 300, c)
-    assert sum(ch.amount for ch in charges) == 7 * MICRO == ledger.accrue(RATE, 210)
+    assert sum(ch.amount for ch in charges) == 7 * MICRO == units.accrue(RATE, 210)
     assert new.attempts[0].cost == 7 * MICRO
     assert new.attempts[0].end_time == T0 + 213.7
 
@@ -78,8 +79,8 @@ def test_a_late_end_after_an_outage_is_billed_as_the_process_ran():
 
 def test_what_a_running_attempt_has_accrued_counts_from_its_process_start():
     j = admitted(SAFE)
-    assert ledger.accrued(j, "b", T0 + 30) == MICRO                 # start not known yet: since dispatch
+    assert balance.accrued(j, "b", T0 + 30) == MICRO                 # start not known yet: since dispatch
     j = tr.started(j, 1, {"start_time": T0 + 3})
-    assert ledger.accrued(j, "b", T0 + 33) == MICRO                 # 30 s of its process
-    assert ledger.outstanding(j, "b", T0 + 33) == 6 * MICRO
-    assert ledger.in_span(j, "b", T0 + 33, (T0, T0 + 120)) == (MICRO, 2_900_000)   # held: to T0 + 120 from its start
+    assert balance.accrued(j, "b", T0 + 33) == MICRO                 # 30 s of its process
+    assert balance.outstanding(j, "b", T0 + 33) == 6 * MICRO
+    assert balance.in_span(j, "b", T0 + 33, (T0, T0 + 120)) == (MICRO, 2_900_000)   # held: to T0 + 120 from its start

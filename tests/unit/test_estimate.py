@@ -10,7 +10,7 @@ from labq.scheduler.errors import ConfigError
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.estimate import Estimator, run_seconds
 from labq.scheduler.jobs.model import Attempt, Job
-from labq.scheduler.money import ledger
+from labq.scheduler.money import pricing
 from labq.scheduler.policy import backfill, priority
 from labq.scheduler.settings import config as config_mod
 from tests.harness import ClusterBuilder, cfg, summarize
@@ -173,7 +173,7 @@ def test_forecast_mode_uses_the_learned_run_time_when_est_is_absent():
     job = Job(id=1, user="a", account="a", time_limit=36000, learned_est=1000)
     on = cfg('[scheduler]\nbudget_mode = "forecast"\n[estimate]\nforecast = true\n')
     off = cfg('[scheduler]\nbudget_mode = "forecast"\n')
-    assert ledger.planned_seconds(job, on) == pytest.approx(1000 * 1.2)
-    assert ledger.planned_seconds(replace(job, est=2000), on) == pytest.approx(2000 * 1.2)   # --est first
-    assert ledger.planned_seconds(job, off) == 36000 + off.kill_wait
-    assert ledger.planned_seconds(job, cfg()) == 36000 + 30                                 # safe mode: the limit
+    assert pricing.planned_seconds(job, on) == pytest.approx(1000 * 1.2)
+    assert pricing.planned_seconds(replace(job, est=2000), on) == pytest.approx(2000 * 1.2)   # --est first
+    assert pricing.planned_seconds(job, off) == 36000 + off.kill_wait
+    assert pricing.planned_seconds(job, cfg()) == 36000 + 30                                 # safe mode: the limit

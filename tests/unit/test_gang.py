@@ -9,7 +9,7 @@ from labq.scheduler.daemon import applier, transitions as tr
 from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs import jobspec, states
 from labq.scheduler.jobs.model import Attempt
-from labq.scheduler.money import ledger
+from labq.scheduler.money import pricing
 from labq.scheduler.store import codec
 from tests.harness import ClusterBuilder, G, cfg
 
@@ -87,9 +87,9 @@ def test_rate_and_commitment_cover_every_node():
     b = ClusterBuilder()
     one = b.job(gpus=8, cpus=10).jobs[-1]
     two = replace(one, nodes=2)
-    assert ledger.rate(two, "usd", "fake", c) == 2 * ledger.rate(one, "usd", "fake", c)
-    assert ledger.rate(two, "gpu_hours", "", c) == 16 * 10**6
-    assert ledger.rate(two, "cpu_hours", "", c) == 20 * 10**6
+    assert pricing.rate(two, "usd", "fake", c) == 2 * pricing.rate(one, "usd", "fake", c)
+    assert pricing.rate(two, "gpu_hours", "", c) == 16 * 10**6
+    assert pricing.rate(two, "cpu_hours", "", c) == 20 * 10**6
 
 
 def test_admit_and_end_keep_the_parts_on_the_attempt():

@@ -7,7 +7,7 @@ from labq.scheduler import policy
 from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Job
-from labq.scheduler.money import ledger
+from labq.scheduler.money import pricing
 from tests.harness import ClusterBuilder, cfg
 
 LABS = """
@@ -119,4 +119,4 @@ def test_expected_start_of_a_begin_job_is_its_begin_or_later():
     b.job(gpus=1, jid=11, begin=b.now + 3600)
     starts = policy.expected_starts(b.build(), cfg('[scheduler]\nkill_wait = "5s"\n'))
     assert starts[10] == b.now + 605 and starts[11] == b.now + 3600
-    assert ledger.planned_seconds(b.jobs[1], cfg()) == 600 + 30
+    assert pricing.planned_seconds(b.jobs[1], cfg()) == 600 + 30

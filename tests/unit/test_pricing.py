@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler.jobs.model import Job
-from labq.scheduler.money import ledger, pricing
+from labq.scheduler.money import pricing
 from labq.scheduler.settings.clientconf import books_of
 from tests.harness import cfg
 
@@ -60,6 +60,6 @@ def test_the_cached_prices_forecast_what_the_config_forecasts(jobs):
             j = Job(id=1, user="u", account="a", gpus=gpus, cpus=cpus, mem=mem, nodes=nodes, qos=qos, time_limit=limit,
                     est=est, learned_est=learned)
             for unit in ("usd", "gpu_hours", "cpu_hours"):
-                want = ledger.forecast(j, unit, model, c)
+                want = pricing.forecast(j, unit, model, c)
                 got = pricing.forecast(j, unit, model, prices)
                 assert got == want and type(got) is type(want), (c.source, unit, model)
