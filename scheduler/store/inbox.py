@@ -89,13 +89,16 @@ def _sent(replies, rid: str) -> None:
     raise UnreachableError(f"Redis refused request {rid} ({text}); it was not submitted")
 
 
-def await_reply(pop, k: Keys, rid: str, seconds: float):
+def await_reply(pop, k: Keys, rid: str, seconds: float, first=None):
     """BLPOP in slices shorter than the connection's socket timeout, so that a caller may wait
-    minutes (a 100,000-task array) without the socket giving up first."""
+    minutes (a 100,000-task array) without the socket giving up first. `first(seconds)`: the first
+    slice's wait, where it goes with the request itself (send_pop)."""
     deadline = time.monotonic() + seconds
     while True:
         left = deadline - time.monotonic()
-        got = pop(k.reply(rid), max(1, min(POP_SLICE, int(left))))
+        wait = max(1, min(POP_SLICE, int(left)))
+        got = first(wait) if first is not None else pop(k.reply(rid), wait)
+        first = None
         if got or left <= POP_SLICE:
             return got
 
@@ -106,20 +109,23 @@ OLD_REFUSAL = "'body': expected UTF-8 text, got dict"
 
 
 def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None = None, tries: int = 3,
-         sign=None, lost=()) -> dict:
+         sign=None, lost=(), send_pop=None) -> dict:
     """_call; a scheduler from before the body went as an object (OLD_REFUSAL, which did nothing) is
     asked again the old way, under a new request id (its refusal is kept for the first)."""
-    got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost)
+    got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost, send_pop=send_pop)
     if got.get("ok") is False and got.get("error") == OLD_REFUSAL:
-        got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost, legacy=True)
+        got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost, True, send_pop)
     return got
 
 
 def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None, tries: int, sign, lost,
-          legacy: bool = False) -> dict:
+          legacy: bool = False, send_pop=None) -> dict:
     """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
     times. `sign(fields) -> fields` adds a credential (scheduler/security/auth.py): a fresh one per try, as
-    each is valid once. `lost`: the connection errors of the caller's client.
+    each is valid once. `lost`: the connection errors of the caller's client. `send_pop(cmds, key,
+    seconds, check)`, where the client has it: the commands and the first BLPOP of the reply in one
+    round trip, `check` called with the commands' replies before the wait (the thin client's: one
+    round trip a request, not two; ~10-25 % of its CPU a request, issue 39 item 3).
 
     Every try carries the same expiry, and the scheduler commits nothing of a request after it
     (checked at commit, commit.py): the client waits past the expiry by a margin, so once it gives
@@ -129,18 +135,21 @@ def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | N
     fields = request_fields(op, body, expires=time.time() + timeout - min(5.0, timeout / 4))
     rid = fields["rid"]
     per_try = timeout / tries
-    sent = False
+    went: list = []          # a try's request is on the list (_sent passed)
     try:
         for _ in range(tries):
-            _sent(send(send_commands(k, user, sign(fields) if sign else fields, legacy)), rid)
-            sent = True
-            got = await_reply(pop, k, rid, per_try)
+            cmds = send_commands(k, user, sign(fields) if sign else fields, legacy)
+            first = None if send_pop is None else _with_request(send_pop, cmds, k.reply(rid), rid, went)
+            if first is None:
+                _sent(send(cmds), rid)
+                went.append(True)
+            got = await_reply(pop, k, rid, per_try, first)
             if got:
                 return json.loads(got[1])
         late = send([("LPOP", k.reply(rid))])[0]     # an answer pushed as the last wait ended
     except lost as e:
         what = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        if not sent and _never_connected(e):
+        if not went and _never_connected(e):
             raise UnreachableError(f"Redis does not answer ({what}): request {rid} was not submitted") from None
         raise UnreachableError(f"Redis stopped answering ({what}): request {rid} is unknown - check "
                                f"`labq stat --rid {rid}`") from None
@@ -151,6 +160,17 @@ def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | N
                                f"(a cancel of many jobs goes on once begun) - check `labq stat --rid {rid}`")
     raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not submitted "
                            "(the scheduler drops it once it expires; is `labq scheduler` running?)")
+
+
+def _with_request(send_pop, cmds: list, key: str, rid: str, went: list):
+    """The first wait of a try, sent with its request: `went` is told once the request is in."""
+    def checked(replies) -> None:
+        _sent(replies, rid)
+        went.append(True)
+
+    def first(seconds: int):
+        return send_pop(cmds, key, seconds, checked)
+    return first
 
 
 def _never_connected(e: Exception) -> bool:

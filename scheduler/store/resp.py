@@ -279,21 +279,25 @@ class Connection:
     def raw_roundtrip(self, cmds) -> list:
         return self._roundtrip(cmds)
 
-    def _roundtrip(self, cmds, extra_wait: float = 0.0) -> list:
+    def _roundtrip(self, cmds, extra_wait: float = 0.0, check=None) -> list:
         if extra_wait:
             self.sock.settimeout(self.timeout + extra_wait)
         sent = False
         try:
             self.sock.sendall(pack(cmds))
             sent = True
-            return [self.reader.read() for _ in cmds]
+            if check is None:
+                return [self.reader.read() for _ in cmds]
+            first = [self.reader.read() for _ in cmds[:-1]]
+            self._checked(check, first)
+            return first + [self.reader.read()]
         except TimeoutError:       # socket.timeout is TimeoutError
             self.close()
             raise ConnectionLost(f"{self.describe()} did not answer within {self.timeout + extra_wait:.0f}s",
                                  sent=sent) from None
         except ConnectionLost as e:
             self.close()
-            e.sent = sent
+            e.sent = sent and not e.refused      # refused (_checked): nothing was done
             raise
         except OSError as e:
             self.close()
@@ -302,11 +306,25 @@ class Connection:
             if extra_wait and self.sock is not None:
                 self.sock.settimeout(self.timeout)
 
-    def pipeline(self, cmds, extra_wait: float = 0.0, resend: bool = True) -> list:
+    def _checked(self, check, replies: list) -> None:
+        """`check(replies)` of all but a pipeline's last command, before its last reply is read: a
+        blocking command (BLPOP) sent behind writes that were refused is not waited for. Whatever
+        check raises closes the connection, so that the unread reply can never be taken for the
+        answer of a later command; a demoted master's refusal (nothing done) is raised first, as
+        pipeline() raises it, so that it is sent again to the new master."""
+        self._demoted(replies)      # its ConnectionLost closes the connection in _roundtrip
+        try:
+            check(replies)
+        except BaseException:
+            self.close()
+            raise
+
+    def pipeline(self, cmds, extra_wait: float = 0.0, resend: bool = True, check=None) -> list:
         """Send all of `cmds` at once, then read their replies; error replies come back as RespError
         values in their place. Reconnects and sends again once if the connection was lost — after
         the commands were sent only when `resend` (a signed request must not be sent twice: its
-        credential would be a replay; the caller sends it afresh)."""
+        credential would be a replay; the caller sends it afresh). `check`: called with the replies
+        of all commands but the last before that one's is waited for (_checked)."""
         cmds = [list(c) for c in cmds]
         if not cmds:
             return []
@@ -315,7 +333,7 @@ class Connection:
             try:
                 if self.sock is None:
                     self._open()
-                return self._demoted(self._roundtrip(cmds, extra_wait))
+                return self._demoted(self._roundtrip(cmds, extra_wait, check))
             except ConnectionLost as e:
                 if (e.sent and not resend) or (attempt and not e.refused):
                     raise

@@ -26,12 +26,31 @@ class ThinStore:
         """inbox.call over this connection: the scheduler's reply to one request."""
         try:
             return inbox.call(self._send, self._pop, self.k, user, op, body, timeout, tries, sign,
-                              lost=(ConnectionLost, OSError))
+                              lost=(ConnectionLost, OSError), send_pop=self._send_pop)
         except (ConnectionLost, RespError) as e:
             raise noperm(e) or self.unreachable(e) from None
 
     def _send(self, cmds) -> list:
         return self._c.pipeline(cmds, resend=False)   # a signed request is sent afresh, never resent
+
+    def _send_pop(self, cmds, key: str, seconds: int, check):
+        """The request's commands and the first BLPOP of its reply in one round trip (inbox._call):
+        `check` says whether the request went in before the wait. A connection lost during the wait,
+        the request in, waits again on a new one, as a lone BLPOP does (`_pop`)."""
+        went = []
+
+        def checked(replies):
+            check(replies)
+            went.append(True)
+        try:
+            got = self._c.pipeline([*cmds, ("BLPOP", key, seconds)], seconds, resend=False, check=checked)[-1]
+        except ConnectionLost:
+            if not went:
+                raise
+            return self._pop(key, seconds)
+        if isinstance(got, RespError):      # raised, as execute() raises a lone BLPOP's
+            raise got
+        return got
 
     def _pop(self, key: str, seconds: int):
         return self._c.execute("BLPOP", key, seconds, extra_wait=seconds)

@@ -144,3 +144,35 @@ def test_no_message_holds_the_password(redis_server):
             assert secret not in str(e.value) and "not submitted" in str(e.value), str(e.value)
     finally:
         r.execute_command("ACL", "DELUSER", "pw-test-client")
+
+
+@pytest.mark.redis
+def test_the_thin_client_says_a_refused_request_at_once_and_waits_again_after_a_drop(redis_server):
+    """The thin client sends its request and the first wait for the reply in one round trip: a
+    request Redis refuses (here NOPERM on the request list) is said "not submitted" at once, not
+    after the wait; a connection lost while it waits, the request in, is waited on again on a new
+    connection, as a lone BLPOP was."""
+    r = redis_server.client()
+    r.flushall()
+    r.execute_command("ACL", "SETUSER", "no-requests", "on", ">pw", "~*", "&*", "+@all", "-lpush")
+    try:
+        client = ThinClient(f"unix://no-requests:pw@{redis_server.sock}", "labq", user="alice")
+        t0 = time.monotonic()
+        with pytest.raises(UnreachableError) as e:
+            client.request("submit", BODY, timeout=30, tries=1)
+        assert "was not submitted" in str(e.value) and time.monotonic() - t0 < 5, str(e.value)
+        assert client.read.nodes() == []            # the connection left behind is not read again
+    finally:
+        r.execute_command("ACL", "DELUSER", "no-requests")
+
+    def answer_after_a_drop():
+        wait_for(lambda: r.llen(K.requests) == 1, 30, what="the request in Redis")
+        rid = json.loads(r.lindex(K.requests, 0))["rid"]
+        r.client_kill_filter(_type="normal", skipme=True)
+        r.rpush(K.reply(rid), json.dumps({"ok": True, "job_id": 42}))
+    t = threading.Thread(target=answer_after_a_drop)
+    t.start()
+    assert ThinClient(redis_server.url, "labq", user="alice").request("submit", BODY, timeout=30, tries=1) == \
+        {"ok": True, "job_id": 42}
+    t.join()
+    assert r.llen(K.requests) == 1      # sent once: the wait, not the request, was repeated

@@ -4,6 +4,7 @@ pipelines, error replies, AUTH with a user and password, SELECT, RESP3, reconnec
 import shutil
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -299,3 +300,25 @@ def test_commands_already_sent_are_not_resent_when_asked(tmp_path):
     t.join(5)
     srv.close()
     assert len(got) == 3 and got[1] == got[2]
+
+
+@pytest.mark.redis
+def test_a_checked_pipeline_waits_only_behind_what_its_check_accepts(conn, real_redis):
+    """The thin client's request and the wait for its reply go in one round trip (store/thinstore.py):
+    `check` sees the writes' replies before the blocking command's is waited for. A check that
+    raises is not kept waiting, and the connection it leaves is never read again (a fresh one is
+    opened); one that passes gets the blocking command's reply."""
+    def refuse(replies):
+        if any(isinstance(r, resp.RespError) for r in replies):
+            raise RuntimeError("refused")
+    real_redis.set("s", "text")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError):
+        conn.pipeline([("LPUSH", "s", "x"), ("BLPOP", "reply", 5)], 5, resend=False, check=refuse)
+    assert time.monotonic() - t0 < 2 and conn.sock is None
+    real_redis.rpush("reply", "late")      # the abandoned BLPOP took nothing
+    assert conn.execute("LPOP", "reply") == "late"
+    seen = []
+    threading.Timer(0.3, lambda: real_redis.rpush("reply", "answer")).start()
+    got = conn.pipeline([("LPUSH", "req", "x"), ("BLPOP", "reply", 5)], 5, resend=False, check=seen.append)
+    assert seen == [[1]] and got == [1, ["reply", "answer"]] and real_redis.llen("req") == 1
