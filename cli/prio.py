@@ -1,10 +1,14 @@
 """`labq prio`: each pending job's priority factors and their weights, sprio-style, without click: from
 the fast path (fast.py) or click's (faircmd.py)."""
 import time
+from collections import namedtuple
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
 from labq.scheduler import multifactor as priority  # policy/priority.py's, without the planner
 from labq.scheduler.jobs import states
+from labq.scheduler.store import statrows as R
 
 from . import statview
 from .out import echo, echo_json
@@ -15,14 +19,13 @@ SHORT = "SHORT"      # the short-job factor's part: a column only where priority
 
 class Weights(dict):
     """The config's [priority] table as the client settings cache keeps it (clientcache.books): its
-    values by name and as attributes, as sections.Priority gives them."""
-    __slots__ = ()
+    values by name and as attributes, as sections.Priority gives them. The attributes are the dict
+    itself (its __dict__), not a __getattr__: multifactor.factors reads five of them per pending job,
+    and a Python-level __getattr__ was a fifth of `labq prio` at 10,000 jobs."""
 
-    def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    def __init__(self, table: dict):
+        super().__init__(table)
+        self.__dict__ = self
 
 
 class Books:
@@ -39,6 +42,45 @@ class Books:
         return self._qos.get(name)
 
 
+class Pending(namedtuple("Pending", "id array_id array_index user account qos submit_time time_limit learned_est est")):
+    """A pending job as its `stat` row gives it (store/statrows.py): what multifactor.py and the table
+    read of a job, without decoding its record (issue 39 item 4). The row's expected run time stands
+    in as the time limit, which multifactor.expected_runtime falls back to. A tuple made in C
+    (_make over columns): a Python __init__ per job was a tenth of `labq prio` at 10,000 jobs."""
+    __slots__ = ()
+    state = states.PENDING
+
+    @property
+    def display_id(self) -> str:
+        return str(self.id) if self.array_id is None else f"{self.array_id}_{self.array_index}"
+
+
+def pending_jobs(c) -> tuple[list, list]:
+    """(the pending jobs, the jobs on a node): from the `stat` rows (ThinReader.pending_rows), or from
+    the records (active_views) where the index lacks rows."""
+    got = c.read.pending_rows()
+    if got is None:
+        jobs = c.read.active_views()
+        return [j for j in jobs if j.state == states.PENDING], [j for j in jobs if j.state in states.ON_NODE]
+    rows, running = got
+    return pending_of(rows), running
+
+
+def pending_of(rows) -> list:
+    """The jobs of pending jobs' `stat` rows (statrows.parse's, each with its `prio` field) as Pending."""
+    tails = {t: R.cells(t) for t in set(map(itemgetter(R.TAIL), rows))}    # a user's jobs share theirs: split once
+    cells = list(map(tails.__getitem__, map(itemgetter(R.TAIL), rows)))
+    prio = list(map(str.split, map(itemgetter(R.PRIO), rows), repeat(",")))
+    aids = idxs = repeat(None)
+    if any(map(itemgetter(R.ARRAY_ID), rows)):
+        aids = [int(a) if a else None for a in map(itemgetter(R.ARRAY_ID), rows)]
+        idxs = [int(x) if x else None for x in map(itemgetter(R.ARRAY_INDEX), rows)]
+    return list(map(Pending._make, zip(map(int, map(itemgetter(R.ID), rows)), aids, idxs,
+                                       map(itemgetter(R.USER), cells), map(itemgetter(R.ACCOUNT), cells),
+                                       map(itemgetter(R.QOS), cells), map(float, map(itemgetter(0), prio)),
+                                       map(float, map(itemgetter(1), prio)), repeat(None), repeat(None))))
+
+
 def run(ctx, user, account, expand, as_json) -> None:
     """Pending jobs in the order the scheduler considers them, with each factor's weighted part.
 
@@ -46,11 +88,10 @@ def run(ctx, user, account, expand, as_json) -> None:
     (0..1, 2^(−usage share ÷ account share)) − burst_penalty × burst (0 or 1)
     + short_job_weight × short (0..1, fading with the wait; off by default)."""
     # The thin client, not redis-py (~150 ms to import, issue 39 item 4); the weights from the client
-    # settings cache; the jobs as views (store/jobview.py), not the model (~14 ms more)
+    # settings cache; the jobs from their `stat` rows, not the records (pending_jobs)
     cfg, c, now = Books(ctx.books), ctx.thin, time.time()
-    jobs = c.read.active_views()
-    usage = c.fairshare(now, jobs, cfg.priority.fairshare_half_life)
-    pending = [j for j in jobs if j.state == states.PENDING]
+    pending, running = pending_jobs(c)
+    usage = c.fairshare(now, running, cfg.priority.fairshare_half_life)
     order = priority.ordered(pending, now, dict(usage), cfg)
     f = priority.factors(pending, now, dict(usage), cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
@@ -71,17 +112,23 @@ def run(ctx, user, account, expand, as_json) -> None:
 def _table(shown, f, w, expand: bool) -> str:
     """The rows of `shown` (`f`: their factors), one line a job but for an array's tasks with the same
     factors one after another, which share one `42_[5-9000]` line (-r: each its own). At 10,000
-    pending jobs every line is formatted: the weights are read once, a single job's id is its line's
-    (no run to compact), and the columns go to statview.columns as they are made."""
+    pending jobs every line is formatted, column by column in C: a float's text costs ~0.5 µs, so the
+    columns with few distinct values (QoS, fair share, burst) format each value once."""
     qw, aw, fw, bp, sw = (w[k] for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty",
                                           "short_job_weight"))
-    short = bool(sw)
+    xs = list(map(f.__getitem__, map(attrgetter("id"), shown)))
+    two = "{:.2f}".format
+    cols = [list(map(attrgetter(a), shown)) for a in ("user", "account", "qos")] + [
+        list(map(two, map(attrgetter("priority"), xs))), _each([qw * x.qos for x in xs], two),
+        list(map(two, [aw * x.age for x in xs])), _each([fw * x.fairshare for x in xs], two),
+        _each(list(map(attrgetter("burst"), xs)), lambda b: f"-{bp * b:.2f}" if b else "0")]
+    if sw:
+        cols.append(list(map(two, [sw * x.short for x in xs])))
+    headers = HEADERS + ((SHORT,) if sw else ())
+    if not any(map(attrgetter("array_id"), shown)):
+        return statview.columns([list(map(str, map(attrgetter("id"), shown))), *cols], headers)
     rows: list = []
-    for j in shown:
-        x = f[j.id]
-        row = (j.user, j.account, j.qos, f"{x.priority:.2f}", f"{qw * x.qos:.2f}", f"{aw * x.age:.2f}",
-               f"{fw * x.fairshare:.2f}", f"-{bp * x.burst:.2f}" if x.burst else "0",
-               *((f"{sw * x.short:.2f}",) if short else ()))
+    for j, row in zip(shown, zip(*cols)):
         if j.array_id is None:
             rows.append((str(j.id), row))
         elif not expand and rows and rows[-1][1] == row and type(rows[-1][0]) is list \
@@ -89,6 +136,12 @@ def _table(shown, f, w, expand: bool) -> str:
             rows[-1][0].append(j.display_id)
         else:
             rows.append(([j.display_id], row))
-    headers = HEADERS + ((SHORT,) if short else ())
     ids = [i if type(i) is str else ", ".join(statview.compact_ids(i)) for i, _ in rows]
-    return statview.columns([ids, *map(list, zip(*(r for _, r in rows)))] if rows else [[] for _ in headers], headers)
+    return statview.columns([ids, *map(list, zip(*(r for _, r in rows)))], headers)
+
+
+def _each(values: list, fmt) -> list:
+    """fmt of each value, each distinct value formatted once; a zero each time (0.0 and -0.0 are one
+    key of a dict, and print apart)."""
+    d = {v: fmt(v) for v in set(values)}
+    return [d[v] if v else fmt(v) for v in values] if 0.0 in d else list(map(d.__getitem__, values))

@@ -5,7 +5,7 @@ its runners (only its own node's keys, attempt status and the events stream), U 
 (LPUSH onto the request list and the wake list, nothing else).
 """
 
-ROWS_VERSION = 3    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
+ROWS_VERSION = 4    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
 ACCT_VERSION = 1    # the shape of an ended job's acct row in Redis (acctrows.redis_row): likewise, back-filled
 
 

@@ -99,3 +99,36 @@ def test_nodes_share_and_budget_read_only_the_live_jobs_records(redis_server, tm
     asked.clear()
     assert [j.id for j in c.read.on_node()] == [run] and len(c.read.holdings()) == 1
     assert asked == [4, 4], "every active record"
+
+
+@pytest.mark.redis
+def test_prio_from_the_stat_rows_prints_what_the_records_give(redis_server, tmp_path, monkeypatch):
+    """`labq prio` reads pending jobs from their `stat` rows (statrows.py's `prio` field) and the records
+    of only the jobs on a node; where the index lacks rows (a scheduler that predates this row shape)
+    it reads the records: the same jobs, order and factors either way (age aside: time passes)."""
+    bench = BudgetBench(redis_server, tmp_path)
+    bench.run_job(20)
+    _running(bench)
+    held = [_running(bench, hold=True, est=e) for e in (5, 50, 500)]
+    arr = _running(bench, hold=True, array=[0, 9, 1])
+    env = {**os.environ, "LABQ_REDIS_URL": redis_server.url, "PYTHONPATH": ROOT,
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("LABQ_CONFIG", None)
+
+    def prio(*argv):
+        p = subprocess.run([sys.executable, "-m", "labq", "--config", str(bench.cfg_path), "prio", *argv],
+                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr[-800:]
+        return p.stdout
+
+    def shown(got):
+        return [(j["id"], j["job_id"], j["user"], j["account"], j["qos"], j["factors"]["fairshare"],
+                 j["factors"]["burst"], j["factors"]["qos"]) for j in json.loads(got)["jobs"]]
+
+    rows, table = prio("--json"), prio("-r")
+    assert {j[1] for j in shown(rows)} >= set(held) | {arr} and f"{arr}_9 " in table
+    assert sorted(json.loads(rows)["usage"]) == ["eta"]
+    bench.r.delete(Keys().stat_rows)
+    records = prio("--json")
+    assert shown(rows) == shown(records) and sorted(json.loads(records)["usage"]) == ["eta"]
+    assert [line.split()[:4] for line in prio("-r").splitlines()] == [line.split()[:4] for line in table.splitlines()]

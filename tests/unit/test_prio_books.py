@@ -5,12 +5,12 @@ import json
 
 from hypothesis import given, settings, strategies as st
 
-from labq.cli.prio import Books
+from labq.cli.prio import Books, pending_of
 from labq.scheduler import multifactor
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.policy import priority
 from labq.scheduler.settings.clientconf import books_of
-from labq.scheduler.store import codec, jobview
+from labq.scheduler.store import codec, jobview, statrows
 from tests.harness import cfg
 
 CONFIG = """
@@ -67,4 +67,23 @@ def test_prio_ranks_as_the_planner_does(specs, usage):
     views = [jobview.loads(codec.dumps(j)) for j in records]
     assert multifactor.factors(views, NOW, usage, books) == priority.factors(records, NOW, usage, c)
     assert [j.id for j in multifactor.ordered(views, NOW, usage, books)] == \
+        [j.id for j in priority.ordered(records, NOW, usage, c)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs, st.dictionaries(st.sampled_from(["eta", "phi", "zed"]), st.floats(0, 1e6), max_size=3),
+       st.sampled_from([None, 120]))
+def test_prio_ranks_from_the_stat_rows_as_the_planner_does(specs, usage, learned):
+    """`labq prio` reads pending jobs from their `stat` rows (statrows.py's `prio` field: submit time,
+    expected run time), not their records: the same factors, order and ids as the records give."""
+    c = cfg(CONFIG)
+    books = Books(json.loads(json.dumps(books_of(c))))
+    records = [Job(i + 1, user, account, qos=qos, submit_time=NOW - wait, est=est, time_limit=limit,
+                   learned_est=learned, **({"array_id": 1, "array_index": 5 + i} if i % 3 == 1 else {}))
+               for i, (user, account, qos, wait, est, limit) in enumerate(specs)]
+    rows = statrows.parse([statrows.dumps(j) for j in reversed(records)])
+    pending = pending_of(rows)
+    assert [(j.id, j.display_id) for j in pending] == [(j.id, j.display_id) for j in records]
+    assert multifactor.factors(pending, NOW, usage, books) == priority.factors(records, NOW, usage, c)
+    assert [j.id for j in multifactor.ordered(pending, NOW, usage, books)] == \
         [j.id for j in priority.ordered(records, NOW, usage, c)]
