@@ -125,7 +125,7 @@ class Chaos:
         if name is None:
             return None
         other = next(n for n in SCHEDULERS if n != name)
-        old = self.client.r.get(self.client.k.leader)
+        old = self.client.store.r.get(self.client.k.leader)
         long = not self.failovers or self.rnd.random() < 0.8     # the first always past the lease
         pause = (self.rnd.uniform(self.leader_lease + 1, 3 * self.leader_lease) if long
                  else self.rnd.uniform(0.3, 0.8 * self.leader_lease))
@@ -138,7 +138,7 @@ class Chaos:
             if long:
                 # the standby leads once the frozen one's lease lapses: wait for it (generously), then
                 # hold the old one a while more, so that its resume meets a settled successor
-                took = wait_for(lambda: _quiet(lambda: _taken(self.client.r.get(self.client.k.leader), old)),
+                took = wait_for(lambda: _quiet(lambda: _taken(self.client.store.r.get(self.client.k.leader), old)),
                                 120, 0.05, what=f"the standby to lead (see {self.e.log.name})") and \
                     time.monotonic() - start
             time.sleep(max(0.0, pause - (time.monotonic() - start)))
@@ -157,7 +157,7 @@ class Chaos:
         end = time.monotonic() + 2 * self.leader_lease
         led_again = False
         while time.monotonic() < end:
-            now = _quiet(lambda: self.client.r.get(self.client.k.leader))
+            now = _quiet(lambda: self.client.store.r.get(self.client.k.leader))
             led_again = led_again or (now == old and self.stack.procs[other].poll() is None)
             time.sleep(0.05)
         alive = self.stack.procs[name].poll() is None
@@ -167,7 +167,7 @@ class Chaos:
 
     def _leading(self) -> str | None:
         """Which of the two schedulers holds the leader lease (its value names host:pid:nonce)."""
-        who = _quiet(lambda: self.client.r.get(self.client.k.leader))
+        who = _quiet(lambda: self.client.store.r.get(self.client.k.leader))
         pid = who.split(":")[1] if who and who.count(":") >= 2 else ""
         for name in SCHEDULERS:
             p = self.stack.procs.get(name)
@@ -211,7 +211,7 @@ class Chaos:
     def _start_scheduler(self, name: str = "scheduler") -> None:
         self.stack.start(name, "scheduler")
         k = self.client.k
-        wait_for(lambda: _quiet(lambda: self.client.r.get(k.leader)), 180, 0.1,
+        wait_for(lambda: _quiet(lambda: self.client.store.r.get(k.leader)), 180, 0.1,
                  what=f"a leader (see {self.e.log.name})")
 
     def start_agent(self, node: str) -> None:

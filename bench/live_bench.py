@@ -69,7 +69,7 @@ def drain(bs, n: int, per: int, begin: bool = False) -> dict:
     """n client processes × per held submits (`begin`: not held, pending until an hour from now, which
     every plan pass sees), all released at once; the figures of that drain."""
     ps = clients(bs, n, per, begin)
-    pid, r = bs.stack.procs["scheduler"].pid, bs.client.r
+    pid, r = bs.stack.procs["scheduler"].pid, bs.client.store.r
     cpu0, ex0 = sched_cpu(pid), execs(r)
     for p in ps:
         p.stdin.write("go\n")
@@ -156,7 +156,7 @@ def command_rows(bs, quick: bool) -> list[Row]:
     n = 5 if quick else 11
     env, cwd = user_env(bs), bs.work
     timed(bs.labq_argv("stat"), env, cwd, 1)       # the settings cache filled, as after a user's first command
-    pending = bs.client.r.hlen(bs.client.k.stat_rows) if hasattr(bs.client.k, "stat_rows") else len(bs.client.read.active())
+    pending = bs.client.store.r.hlen(bs.client.k.stat_rows) if hasattr(bs.client.k, "stat_rows") else len(bs.client.read.active())
     rows = []
     w, c = timed(bs.labq_argv("stat"), env, cwd, n)
     what = f"{pending:,} single held jobs pending, a churn client changing the queue; median of {n}"

@@ -115,7 +115,7 @@ def _singles() -> list[Row]:
     from concurrent.futures import ThreadPoolExecutor
     with BenchStack(slots=1, max_pending=2 * JOBS, tick=TICK) as bs:
         pid = bs.stack.procs["scheduler"].pid
-        r = bs.client.r
+        r = bs.client.store.r
         before, used0 = proc_status(pid), _used_memory(r)
         body = bs.body(["true"], begin="now+1hour")
         per = JOBS // SINGLE_CLIENTS
@@ -167,7 +167,7 @@ def mass_cancel(bs, pid: int, array_id: int) -> tuple[Row, Row]:
     said = f"job {array_id}_[1-{JOBS}]: cancelled"
     if said not in p.stdout:
         raise RuntimeError(f"labq del {array_id} did not say {said!r}: {p.stdout.strip()[-300:]!r}")
-    bs._wait(lambda: not bs.client.r.hlen(bs.client.k.stat_rows), SUBMIT_TIMEOUT, "the cancelled tasks to leave")
+    bs._wait(lambda: not bs.client.store.r.hlen(bs.client.k.stat_rows), SUBMIT_TIMEOUT, "the cancelled tasks to leave")
     after = proc_status(pid)
     peak = after["VmHWM"]
     skipped = "" if reset else "cannot reset VmHWM (/proc/PID/clear_refs)"

@@ -59,7 +59,7 @@ def _concurrent(bs, clients: int, per_client: int, ids) -> float:
 def _without_fsync(bs, n: int) -> Row:
     """The same loop with Redis's appendfsync at everysec instead of the stack's always: what the
     per-request fsync costs (a diagnostic beside the target, not a setting labq uses)."""
-    r = bs.client.r
+    r = bs.client.store.r
     was = r.config_get("appendfsync").get("appendfsync", "always")
     ids: list = []
     r.config_set("appendfsync", "everysec")

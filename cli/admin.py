@@ -35,24 +35,23 @@ def acl(ctx, do_apply, aclfile, nodes, password_file, scheduler_user):
     labq-admin). With --apply or --aclfile, a password is made for each role that has none, in a
     file of its own (PATH/ROLE, mode 0600, owned by the daemon that reads it); the files of roles
     that have one are never touched: copy each node's file to that node."""
-    from labq.scheduler.store import acl as roles_mod, conn, faults, passwords as pw_files
+    from labq.scheduler.store import acl as roles_mod, faults, login, passwords as pw_files
     from labq.scheduler.store.keys import Keys
-    from labq.scheduler.store.reads import Reader
     cfg = ctx.cfg
     path = password_file or cfg.redis_password_file or DEFAULT_PASSWORD_FILE
     if not os.path.isabs(path):
         raise UsageError(f"--password-file: expected an absolute path, got {path!r}")
     owners = _owners(scheduler_user) if do_apply or aclfile else {}
     passwords = roles_mod.read_passwords(path)
-    r = None
+    link = None
     if do_apply or not nodes:
         if roles_mod.ADMIN in passwords:
-            conn.login_as(roles_mod.ADMIN, path)
-        r = conn.connect(redis_url(cfg))
+            login.as_admin(path)
+        link = login.AdminLink(redis_url(cfg), cfg.prefix)
     names = set(nodes) | ({cfg.worker["name"]} if cfg.worker["name"] else set())
-    if r is not None:
+    if link is not None:
         try:
-            names |= Reader(r, Keys(cfg.prefix)).node_names()
+            names |= link.node_names()
         except faults.ERRORS as e:
             if do_apply:
                 raise UnreachableError(f"Redis at {faults.without_credentials(redis_url(cfg))} does not answer: "
@@ -71,7 +70,7 @@ def acl(ctx, do_apply, aclfile, nodes, password_file, scheduler_user):
         click.echo(f"wrote {aclfile} (redis.conf: aclfile {aclfile})")
     if do_apply:
         try:
-            roles_mod.apply(r, rules, passwords)
+            link.apply_roles(rules, passwords)
         except faults.REFUSED as e:   # NOPERM, an old Redis without selectors, a bad password
             raise RefusedError(f"Redis at {faults.without_credentials(redis_url(cfg))} refused the ACL roles: {e} "
                                f"(Redis 7 and an admin login are needed: {roles_mod.ADMIN} from {path}, or the "
@@ -117,9 +116,7 @@ def dead(ctx, count, as_json):
     Values are shown as their sizes: a request holds scripts, exported variables, credentials."""
     bounded_count(count)
     admins_only(ctx, "dead")
-    c = ctx.client
-    from labq.scheduler.store.reads import Reader
-    rows = [{**row, "entry": _redacted(row.get("entry", ""))} for row in Reader(c.r, c.k).dead(count)]
+    rows = [{**row, "entry": _redacted(row.get("entry", ""))} for row in ctx.client.read.dead(count)]
     if as_json:
         return echo_json(rows)
     if not rows:
@@ -154,14 +151,14 @@ def admins_only(ctx, what: str) -> None:
     role cannot read what these commands read: an admin's command logs in as labq-admin where its
     password file is readable here."""
     from labq.scheduler.client import current_user
-    from labq.scheduler.store import acl as roles_mod, conn
+    from labq.scheduler.store import acl as roles_mod, login
     admins, me = ctx.cfg.security.admins, current_user()
     if me not in admins:
         raise RefusedError(f"labq admin {what} is for admins (security.admins: {', '.join(admins) or 'none'}); "
                            f"you are {me}")
     path = ctx.cfg.redis_password_file or DEFAULT_PASSWORD_FILE
     if os.access(path, os.R_OK) and roles_mod.ADMIN in roles_mod.read_passwords(path):
-        conn.login_as(roles_mod.ADMIN, path)
+        login.as_admin(path)
 
 
 @admin.command("accept-loss")
@@ -174,9 +171,8 @@ def accept_loss(ctx, state_file):
     backwards (the jobs and ledger entries it lost stay lost). Run it as the scheduler's user (as
     root, the file is given to the owner of its directory)."""
     from labq.scheduler.daemon.durability import StateFile, default_path
-    from labq.scheduler.store.state import SchedulerStore
-    c, cfg = ctx.client, ctx.cfg
-    store = SchedulerStore(c.r, c.k, "accept-loss")
+    cfg = ctx.cfg
+    store = ctx.client.store.scheduler_store("accept-loss")
     f = StateFile(state_file or cfg.state_file or store.recorded_state_file() or default_path(cfg.prefix,
                                                                                                redis_url(cfg)))
     try:

@@ -54,7 +54,7 @@ class Ctx:
             c = self._client
             url = self.cfg.history["url"]
             c.read.history = History(path_of(url) if url else None, ask=lambda op, body: c._checked(
-                c.request(op, body)), get=c.r.get, keys=c.k)
+                c.request(op, body)), get=c.read.text, keys=c.k)
         return self._client
 
 

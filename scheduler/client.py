@@ -1,13 +1,11 @@
 """The Python API the CLI uses: requests through the user's inbox (store/inbox.py), reads straight
-from Redis. The hot CLI commands use the thin client (thinclient.py) instead, without redis-py."""
+from Redis, both through its store object (store/clientstore.py, which holds the redis-py
+connection). The hot CLI commands use the thin client (thinclient.py) instead, without redis-py."""
 import time
 
-from .errors import UnreachableError
 from .settings.config import Config
-from .store import conn, inbox
+from .store.clientstore import ClientStore
 from .store.keys import Keys
-from .store.reads import Reader
-from .store.state import SchedulerStore
 from .thinclient import ClientBase, current_user
 
 
@@ -16,10 +14,11 @@ class Client(ClientBase):
         self.cfg = cfg
         self.currency = cfg.rates.currency      # money is printed in it (the thin client's: its settings')
         self.url = url or cfg.redis_url
-        self.r = r if r is not None else conn.connect(self.url)
         self.k = Keys(cfg.prefix)
+        # `r`: a connection a test or bench made (a role's login, a server of its own), else one to `url`.
+        self.store = ClientStore(self.url, self.k, r)
         self.user = user or current_user()
-        self.read = Reader(self.r, self.k)
+        self.read = self.store.read
 
     @property
     def security(self) -> dict:
@@ -27,12 +26,7 @@ class Client(ClientBase):
 
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
-        try:
-            send, pop = conn.send_and_pop(self.r)
-            return inbox.call(send, pop, self.k, self.user, op, body, timeout, tries, self._sign, lost=conn.ERRORS)
-        except conn.ERRORS as e:     # before anything was sent (the connection is made lazily)
-            raise UnreachableError(f"Redis at {conn.without_credentials(self.url)} does not answer: {e}; "
-                                   "nothing was submitted") from None
+        return self.store.call(self.user, op, body, timeout, tries, self._sign)
 
     def checkpoint(self, job_id: int) -> dict:
         return self._checked(self.request("checkpoint", {"job_id": job_id}))
@@ -47,7 +41,7 @@ class Client(ClientBase):
 
     # -- reads (resolve, job: thinclient.ClientBase) -----------------------------------------------
     def nodes(self):
-        return SchedulerStore(self.r, self.k, "reader").nodes(time.time())
+        return self.store.nodes(time.time())
 
     def expected_starts(self) -> dict:
         """job id (a string) -> expected start, as the scheduler plans it (`labq stat --start`)."""
@@ -63,4 +57,4 @@ class Client(ClientBase):
         return self.balances_of(self.cfg.budgets, now, period)
 
     def ping(self) -> None:
-        conn.ping(self.r)
+        self.store.ping()

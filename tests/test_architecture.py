@@ -76,15 +76,10 @@ READS_OUTSIDE_THE_TICK = {
 CONNECTION_MODULES = ("redis", "hiredis", "rq", "labq.scheduler.store.conn", "labq.scheduler.store.resp",
                       "labq.scheduler.store.sentinel")
 # Files outside store/ that still import a connection module, each with the owner who is changing it
-# and why; shrink, never grow.
-CONNECTS_OUTSIDE_STORE = {
-    "scheduler/client.py":
-        "arch (issue 40 item 5, left): the Python client holds its redis-py connection (Client.r, which cli/admin.py "
-        "and the e2e tests read through); it moves into a store object as ThinClient's did (store/thinstore.py)",
-    "cli/admin.py":
-        "sec (issue 34) owns the ACL code this session: `labq admin acl --apply` connects as labq-admin for "
-        "store/acl.apply(r, ...), admins_only logs in as it",
-}
+# and why; shrink, never grow. Gone (issue 40 item 5): scheduler/client.py (its connection is
+# store/clientstore.ClientStore's), cli/admin.py (store/login.py logs in as labq-admin and its AdminLink
+# applies the ACL roles).
+CONNECTS_OUTSIDE_STORE: dict[str, str] = {}
 
 # Import circles there are today, each with its owner; shrink, never grow (a circle that changes shows
 # as new). Gone (issue 40): config <-> configcheck <-> periods <-> ledger, worker.probe <-> proctree,
@@ -123,13 +118,9 @@ TWO_WAY_FOLDERS: dict[frozenset[str], str] = {}
 # A store object's connection (`….store.r`, `client.r`) reached from outside scheduler/store/ and handed on
 # (to a reader, as a bound method): the connection leaves the store (issue 40 item 5). Files that still do,
 # each with its owner; shrink, never grow.
-CONNECTION_HANDED_OUT = {
-    "scheduler/daemon/loop.py": "house: the start-up/reload reads build store/reads.Reader over self.store.r",
-    "scheduler/daemon/events.py": "house: nodehealth.signs and dispatchq's withdraw/claims/with_runners take self.store.r",
-    "scheduler/security/private.py": "intake: `labq show --private` reads reads.private(sched.store.r, ...)",
-    "cli/ctx.py": "rare/intake: the thin client's reader is handed `get=c.r.get`",
-    "cli/admin.py": "see CONNECTS_OUTSIDE_STORE: Reader(c.r, ...), SchedulerStore(c.r, ...)",
-}
+CONNECTION_HANDED_OUT: dict[str, str] = {}
+# Gone (issue 40 item 5): daemon/loop.py (store.reader()), daemon/events.py (store.nodeside),
+# security/private.py (Reader.private), cli/ctx.py (Reader.text), cli/admin.py (the client's store).
 
 # Re-export shims (issue 40 item 4): a module that imports a labq name it never uses, so that others
 # import that name through it (two names for one thing, and an import that runs a module for nothing).
@@ -773,6 +764,28 @@ def test_the_checker_finds_a_connection_taken_out_of_the_store(scratch):
     assert any(v.startswith("worker/probe.py:") and "store.r" in v for v in bad), bad
 
 
+# Where CONNECTION_HANDED_OUT's entries were (issue 40 item 5), each way a connection was taken out.
+HANDED_OUT = [
+    ("scheduler/daemon/loop.py", "def _rests(self):\n    from ..store.reads import Reader\n"
+                                 "    return Reader(self.store.r, self.k).rests()", "self.store.r"),
+    ("scheduler/daemon/events.py", "def _claims(self, ids):\n    from ..store import dispatchq\n"
+                                   "    return dispatchq.claims(self.store.r, self.k, ids)", "self.store.r"),
+    ("scheduler/security/private.py", "def _peek(sched, job):\n    from ..store import reads\n"
+                                      "    return reads.private(sched.store.r, sched.k, job)", "sched.store.r"),
+    ("cli/ctx.py", "def _getter(c):\n    return c.r.get", "c.r"),
+    ("cli/admin.py", "def _store(c):\n    from labq.scheduler.store.state import SchedulerStore\n"
+                     "    return SchedulerStore(c.r, c.k, 'x')", "c.r"),
+]
+
+
+@pytest.mark.parametrize("rel,text,found", HANDED_OUT, ids=[p[0] for p in HANDED_OUT])
+def test_the_checker_finds_a_planted_handed_out_connection(scratch, rel, text, found):
+    assert not [v for v in connections_handed_out(Graph(scratch)) if v.startswith(rel + ":")]
+    plant(scratch, rel, text)
+    bad = [v for v in connections_handed_out(Graph(scratch)) if v.startswith(rel + ":")]
+    assert any(found in v for v in bad), bad
+
+
 def test_the_checker_finds_a_planted_reexport(scratch):
     assert not reexports(Graph(scratch))
     plant(scratch, "cli/statview.py", "from labq.scheduler.jobs.refs import parse_task_ids as parse_task_ids")
@@ -810,6 +823,10 @@ PLANTED = [
      "imports labq.scheduler.store.conn"),
     ("scheduler/daemon/handlers.py", "from ..store import sentinel as s", "imports labq.scheduler.store.sentinel"),
     ("worker/probe.py", "from redis.client import Pipeline as Batch", "imports redis"),
+    # where CONNECTS_OUTSIDE_STORE's entries were: the client's own connection, the admin's login
+    ("scheduler/client.py", "from .store import conn\nR = conn.connect('redis://x')", "imports labq.scheduler.store.conn"),
+    ("cli/admin.py", "def _as_admin(path):\n    from labq.scheduler.store import acl, conn\n"
+                     "    conn.login_as(acl.ADMIN, path)", "imports labq.scheduler.store.conn"),
 ]
 
 

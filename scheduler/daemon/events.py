@@ -2,7 +2,7 @@
 attempts lost with their node or their runner, attempts no runner claimed, nodes whose runners
 proved alive. The scheduler (daemon/loop.py) holds a NodeEvents over its state and store; each of
 its steps reads through the store (taking back, where it decides so, a dispatch entry no runner
-claimed: dispatchq.withdraw, a claim the runners race for), asks a pure decider (attempt.py,
+claimed: store/nodeside.withdraw, a claim the runners race for), asks a pure decider (attempt.py,
 dispatch.py) for a Change over the state and what it read, and commits that Change through the
 `commit` it was given, with the event's ack. It decides nothing itself and changes the state only
 through what it commits (state.apply)."""
@@ -12,7 +12,6 @@ from typing import Any
 
 from ..errors import LabqError
 from ..jobs.model import Job, Node
-from ..store import dispatchq, nodehealth
 from ..store.state import SchedulerStore
 from . import attempt, decode, dispatch as dispatching, transitions as tr
 from .change import Change
@@ -73,7 +72,7 @@ class NodeEvents:
         st = self.state
         sick = [n.name for n in st.nodes if n.state == "unhealthy"]
         if sick:
-            well = dispatching.healthy_again(sick, *nodehealth.signs(self.store.r, self.k, sick), now)
+            well = dispatching.healthy_again(sick, *self.store.nodeside.health_signs(sick), now)
             for n in well:
                 log.warning("node %s: a runner proved alive; healthy again", n)
             if well:
@@ -117,7 +116,7 @@ class NodeEvents:
         tried: set[int] = set()
         while isinstance(v := attempt.part_verdict(job, beats, up, st.down_since, now, st.cfg, tried),
                          attempt.Withdraw):
-            if dispatchq.withdraw(self.store.r, self.k, job.id, v.key):
+            if self.store.nodeside.withdraw(job.id, v.key):
                 return v.node
             tried.add(v.rank)
         return v
@@ -130,11 +129,11 @@ class NodeEvents:
         waiting = [j for j in st.on_node() if j.current and not j.current.start_time]
         if not waiting:
             return
-        claims = dispatchq.claims(self.store.r, self.k, [(j.id, j.attempts[-1].attempt) for j in waiting])
-        managed = dispatchq.with_runners(self.store.r, self.k, [j.node for j in waiting])
+        claims = self.store.nodeside.claims([(j.id, j.attempts[-1].attempt) for j in waiting])
+        managed = self.store.nodeside.with_runners([j.node for j in waiting])
         for u in dispatching.unclaimed(waiting, claims, now, st.cfg.start_timeout, managed):
             n = u.job.attempts[-1].attempt
-            if not dispatchq.withdraw(self.store.r, self.k, u.job.id, n):
+            if not self.store.nodeside.withdraw(u.job.id, n):
                 continue      # a runner claimed it meanwhile: it runs, and its events will tell
             log.warning("job %s attempt %d on node %s withdrawn (%s): no runner took it", u.job.display_id,
                         n, u.job.node, "cancelled" if u.why == "cancel" else "start timeout")

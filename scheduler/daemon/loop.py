@@ -20,7 +20,6 @@ from ..store.batch import Ack, Dead, Partial, Reply
 from ..store.commit import BIG_COMMIT, Committer, release_memory, tune_gc
 from ..store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from ..store.keys import Keys
-from ..store.reads import Reader
 from ..store.state import SchedulerStore
 from . import applier, crashguard, sdnotify
 from .bookkeeper import Bookkeeper
@@ -242,7 +241,7 @@ class Scheduler:
     def _recover(self, now: float) -> None:
         """Rebuild the in-memory view from Redis, then finish what a predecessor left unacknowledged."""
         st = self.state
-        st.loaded(self.store.active_jobs(), self.store.job_seq(), Reader(self.store.r, self.k).rests())
+        st.loaded(self.store.active_jobs(), self.store.job_seq(), self.store.reader().rests())
         self.store.rebuild_stat_rows(st.jobs.values(), st.rests.values())
         self.acct_backlog = self.store.acct_rows_missing()
         self.store.ensure_group(self.k.events)
@@ -255,12 +254,12 @@ class Scheduler:
         self.events.node_streams()
         self.books.load(self.store.books(), now)
         self._use_budgets()
-        st.usage = Reader(self.store.r, self.k, self.history).usage()
+        st.usage = self.store.reader(self.history).usage()
         if st.guard.on:   # the failures of the last window, as the previous leader counted them
             mine = [(a.end_time, j.user, a.outcome) for j in st.jobs.values() for a in j.attempts]
-            ended = Reader(self.store.r, self.k).attempt_ends(now - st.guard.window, crashguard.REBUILD_JOBS)
+            ended = self.store.reader().attempt_ends(now - st.guard.window, crashguard.REBUILD_JOBS)
             st.guard.rebuild_ends(mine + ended, now)
-        st.estimator = learned_from(Reader(self.store.r, self.k).recent_runs(st.cfg.estimate.history), st.cfg)
+        st.estimator = learned_from(self.store.reader().recent_runs(st.cfg.estimate.history), st.cfg)
         self.inboxes.intake(now, pending=True)
         log.info("leader: %d active jobs, %d nodes", len(st.jobs), len(st.nodes))
         gc.freeze()      # what was just loaded lives long: keep the collector off it
@@ -359,7 +358,7 @@ class Scheduler:
         st = self.state
         missing, resting = st.ended_wanted(extra)
         if missing:
-            st.ended_found(missing, Reader(self.store.r, self.k, self.history).jobs(missing))
+            st.ended_found(missing, self.store.reader(self.history).jobs(missing))
         return tuple(sorted({**st.ended, **resting}.items()))
 
     def _use_budgets(self) -> None:

@@ -40,8 +40,7 @@ def answer(sched, user: str, body: dict) -> dict:
     if job.user != user and user not in admins:
         raise RefusedError(f"job {job.display_id} is {job.user}'s: only its owner and admins "
                            f"({', '.join(admins) or 'none set'}) read its script and exported environment")
-    from ..store import reads
-    script, env = reads.private(sched.store.r, sched.k, job)
+    script, env = sched.store.reader().private(job)
     return {"ok": True, "job_id": job.id, "id": job.display_id, "script": script, "export": job.export,
             "env": dict(env)}
 

@@ -9,6 +9,7 @@ import uuid
 from . import acl, conn, schema
 from .faults import ERRORS
 from .keys import Keys
+from .reads import Reader
 from .state import SchedulerStore
 
 
@@ -47,6 +48,27 @@ class SchedulerLink:
             # (an archive from before the key existed included): clients find it there, never guess.
             archiver.publish()
         return archiver, History(path)
+
+
+def as_admin(password_file: str) -> None:
+    """This command, and its children, log in as labq-admin (`labq admin acl --apply` and the
+    commands for admins: the client role cannot read or do what they do)."""
+    conn.login_as(acl.ADMIN, password_file)
+
+
+class AdminLink:
+    """`labq admin acl`'s connection (as labq-admin after as_admin, else as the URL says)."""
+
+    def __init__(self, url: str, prefix: str):
+        self._r = conn.connect(url)
+        self.keys = Keys(prefix)
+
+    def node_names(self) -> set[str]:
+        """The nodes that ever registered: each gets its role."""
+        return Reader(self._r, self.keys).node_names()
+
+    def apply_roles(self, rules: dict[str, list[str]], passwords: dict[str, str]) -> None:
+        acl.apply(self._r, rules, passwords)
 
 
 def worker(cfg, url: str, node: str) -> str:

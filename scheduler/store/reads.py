@@ -194,6 +194,14 @@ class Reader:
             j = self.history.jobs([jid]).get(int(jid))
         return j
 
+    def private(self, job: Job) -> tuple[str | None, tuple]:
+        """A job's script and exported environment (module private(); security/private.py)."""
+        return private(self.r, self.k, job)
+
+    def text(self, key: str) -> str | None:
+        """One string key (store/history.py reads the cluster id and the archive's path so)."""
+        return self.r.get(key)
+
     def dead(self, count: int) -> list[dict]:
         """The newest `count` dead letters (labq:dead), oldest first, each with its entry id."""
         return [{"id": i, **f} for i, f in reversed(self.r.xrevrange(self.k.dead, count=count))]

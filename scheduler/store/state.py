@@ -19,7 +19,8 @@ from . import acctrows, conn, noderows, requestq, rests as rest_rows, statrows, 
 from .conn import ERRORS
 from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
-from .reads import load_job, load_jobs
+from .nodeside import NodeSide
+from .reads import Reader, load_job, load_jobs
 from .requestq import RequestList
 
 log = logging.getLogger("labq.scheduler")
@@ -38,6 +39,7 @@ class SchedulerStore(RequestList):
         self.held: dict[str, bytes] = {}     # entry id -> the bytes of each request taken, until acknowledged
         self._spent: dict[str, int] | None = None   # the spent hash as read since the last transaction
         self._node_names: list[str] = []     # the registered nodes as last read (noderows.read)
+        self.nodeside = NodeSide(r, keys)    # claims, withdrawals, health signs (daemon/events.py)
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:
@@ -180,6 +182,10 @@ class SchedulerStore(RequestList):
         return ids[batch:]
 
     # -- loading -------------------------------------------------------------------------------
+    def reader(self, history=None) -> Reader:
+        """The read side over this connection (`history`: the archive ended jobs move to)."""
+        return Reader(self.r, self.k, history)
+
     def active_jobs(self) -> dict[int, Job]:
         return {j.id: j for j in load_jobs(self.r, self.k, self.r.zrange(self.k.active, 0, -1))}
 

@@ -22,7 +22,7 @@ def test_ended_jobs_leave_redis_and_every_command_still_sees_them():
         ids = [e.sub("-G", "1", "-t", "5m", "--", "sleep", "0.2") for _ in range(3)]
         for jid in ids:
             e.wait_state(jid, {"CD"})
-        r = e.client.r
+        r = e.client.store.r
         wait_for(lambda: r.zcard(e.client.k.history) == 0 and r.xlen(e.client.k.ledger) == 0, 60,
                  what="the archive pass")
         assert not any(r.exists(e.client.k.job(j)) for j in ids), "the records left Redis"
@@ -103,7 +103,7 @@ def test_a_scheduler_on_postgresql_archives_and_every_answer_stays_the_same(post
         ids.append(held)
         for jid, want in zip(ids, ["CD", "CD", "CD", "F", "CA"]):
             e.wait_state(jid, {want})
-        r, k = e.client.r, e.client.k
+        r, k = e.client.store.r, e.client.k
         wait_for(lambda: r.xlen(k.ledger) >= 4, 60, what="the 4 attempts' charges")
         queries = [("acct", "--since", "2000-01-01"), ("acct", "--since", "2000-01-01", "-o", "csv"),
                    ("acct", "--since", "2000-01-01", "--json"), ("report", "--by", "account,user,status", "--json"),

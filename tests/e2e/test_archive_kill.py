@@ -35,7 +35,7 @@ def test_kill_9_between_the_sqlite_commit_and_the_redis_delete(step):
         ids = [e.sub("-G", "1", "-t", "5m", "--", "true") for _ in range(JOBS)]
         committed = os.path.join(pause, f"{step}-committed")
         wait_for(lambda: os.path.exists(committed), 120, what=f"the archiver to commit a batch of {step}")
-        r, k = e.client.r, e.client.k
+        r, k = e.client.store.r, e.client.k
         db = sqlite3.connect(db_path)
         if step == "jobs":
             archived = [i for (i,) in db.execute("SELECT id FROM jobs")]

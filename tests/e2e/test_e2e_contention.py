@@ -103,7 +103,7 @@ def test_a_checkpoint_file_counts_when_the_victim_is_chosen(tmp_path):
         wait_for(lambda: (e.job(v2).current.last_checkpoint or 0) < time.time() - 1, 10, what="a second to pass")
         go.touch()
         k = Keys(e.cfg.prefix)
-        wait_for(lambda: e.client.r.hget(k.attempt(v1, 1), "ckpt"), 30, what="v1's heartbeat to report its file")
+        wait_for(lambda: e.client.store.r.hget(k.attempt(v1, 1), "ckpt"), 30, what="v1's heartbeat to report its file")
         hi = e.sub("-G", "1", "-t", "1m", "--", "true")
         e.wait_state(hi, states.TERMINAL, 60)
         # v1's file is newer than v2's `labq checkpoint`: preempting v1 loses less work (without the
@@ -163,7 +163,7 @@ def test_refusals_compare_with_what_is_left():
 
 def test_a_standby_scheduler_leaves_wake_ups_to_the_leader(e2e):
     k = Keys(e2e.cfg.prefix)
-    me = wait_for(lambda: e2e.client.r.get(k.leader), 30, what="a leader")
+    me = wait_for(lambda: e2e.client.store.r.get(k.leader), 30, what="a leader")
     e2e.stack.start("standby", "scheduler")
     log = e2e.log.name
     wait_for(lambda: open(log).read().count("starting (tick") >= 2, 60, what="the standby to start")
@@ -173,15 +173,15 @@ def test_a_standby_scheduler_leaves_wake_ups_to_the_leader(e2e):
         c = Client(e2e.cfg, url=e2e.stack.url, user=f"newcomer{i}")
         reply = c.request("cancel", {"ids": ["999999"]}, timeout=15, tries=1)
         assert "results" in reply or reply.get("ok") is not None, reply
-    assert e2e.client.r.get(k.leader) == me
+    assert e2e.client.store.r.get(k.leader) == me
     e2e.stack.stop("standby")
 
 
 def test_a_leader_that_exits_cleanly_releases_its_lease(e2e):
     k = Keys(e2e.cfg.prefix)
-    wait_for(lambda: e2e.client.r.get(k.leader), 30, what="a leader")
+    wait_for(lambda: e2e.client.store.r.get(k.leader), 30, what="a leader")
     assert e2e.stack.stop("scheduler") == 0
-    assert e2e.client.r.get(k.leader) is None
+    assert e2e.client.store.r.get(k.leader) is None
     e2e.stack.start("scheduler", "scheduler")
     jid = e2e.sub("--", "true")
     assert e2e.wait_state(jid, states.TERMINAL, 60).state == states.COMPLETED

@@ -51,7 +51,7 @@ def test_each_hot_command_says_the_same_through_both_paths():
                      ("drain", "nosuchnode"), ("resume", "nosuchnode")):
             a, b = both(*args)
             assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr), args
-        rows = e.client.r.hlen(e.client.k.stat_rows)
+        rows = e.client.store.r.hlen(e.client.k.stat_rows)
         assert rows == len(e.client.read.active()) == 8
         a, b = both("del", str(first))
         assert (a.returncode, a.stdout) == (0, f"job {first}: cancelled\n")

@@ -54,7 +54,7 @@ class Site:
         self.stack.start_redis()
         self.stack.start("scheduler", "scheduler")
         self.client = Client(config.load(self.cfgs["node-a"]), url=self.stack.url)
-        self.r = self.client.r
+        self.r = self.client.store.r
 
     def start_agent(self, name):
         argv = [sys.executable, "-m", "labq.cli.main", "--config", self.cfgs[name], "worker"]

@@ -59,7 +59,7 @@ class Two:
         self.stack = Stack(self.dir, self.cfg_path, log=self.log)
         self.stack.start_redis()
         self.client = Client(self.cfg, url=self.stack.url)
-        self.r = self.client.r
+        self.r = self.client.store.r
         AgentStore(self.r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(2)],
                                        "h", 1, 3600)
         for name in ("s1", "s2"):
