@@ -6,9 +6,10 @@ CPUs, left over), so that large holes stay open for large jobs; ties go to the n
 the plan deterministic.
 """
 from bisect import bisect_left, insort
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 from ..jobs import states
 from ..jobs.model import Gpu, Job, Node
@@ -17,6 +18,27 @@ from ..jobs.model import Gpu, Job, Node
 Shape = tuple[int, str, int, int]
 # What Placer.hold set aside: (GPUs, CPUs, memory, slots).
 Held = tuple[list[Gpu], int, int, int]
+
+
+class Room(Protocol):
+    """What the fit rule reads of a place: a Free (what a pass has left of a node) or a Node (all of it,
+    empty: could_ever_hold)."""
+    @property
+    def slots(self) -> int: ...
+    @property
+    def cpus(self) -> int: ...
+    @property
+    def mem(self) -> int: ...
+    @property
+    def gpus(self) -> Sequence[Gpu]: ...
+
+
+def fits(room: Room, job: Job) -> bool:
+    """The one fit rule (issue 40 item 2): a free slot, the CPUs, the memory, and enough GPUs of the
+    model asked for. The policy and the applier ask it through Free.fits, the submit check through
+    could_ever_hold."""
+    return (room.slots >= 1 and room.cpus >= job.cpus and room.mem >= job.mem
+            and len([g for g in room.gpus if not job.gpu_type or g.model == job.gpu_type]) >= job.gpus)
 
 
 @dataclass(slots=True, eq=False)
@@ -31,9 +53,7 @@ class Free:
     def copy(self) -> "Free":
         return Free(self.node, self.cpus, self.mem, self.slots, list(self.gpus))
 
-    def fits(self, job: Job) -> bool:
-        return (self.slots >= 1 and self.cpus >= job.cpus and self.mem >= job.mem
-                and len(self.matching(job)) >= job.gpus)
+    fits = fits         # the rule itself as the method, not a call more in plan()'s hottest loop
 
     def matching(self, job: Job) -> list[Gpu]:
         return [g for g in self.gpus if not job.gpu_type or g.model == job.gpu_type]
@@ -270,6 +290,6 @@ def covers(small: Shape, big: Shape) -> bool:
 
 
 def could_ever_hold(job: Job, node: Node) -> bool:
-    """Whether the node, empty, could hold the job: the submit-time feasibility check."""
-    gpus = [g for g in node.gpus if not job.gpu_type or g.model == job.gpu_type]
-    return node.slots >= 1 and node.cpus >= job.cpus and node.mem >= job.mem and len(gpus) >= job.gpus
+    """Whether the node, empty, could hold the job (the fit rule on all of it): the submit-time
+    feasibility check."""
+    return fits(node, job)
