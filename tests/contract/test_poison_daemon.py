@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.store.keys import GROUP
+from labq.scheduler.store.reads import Reader
 from tests.harness import BODY, CFG, FROZEN, K, reply, setup, submit, taken, woke
 
 
@@ -98,7 +99,7 @@ def test_admin_dead_lists_the_dead_letters(conns, monkeypatch):
     from labq.cli import admin
     from labq.cli.common import Ctx
     ctx = Ctx(None)
-    monkeypatch.setattr(Ctx, "client", property(lambda self: type("C", (), {"r": r, "k": K})()))
+    monkeypatch.setattr(Ctx, "client", property(lambda self: type("C", (), {"read": Reader(r, K), "k": K})()))
     out = CliRunner().invoke(admin.admin, ["dead", "--json"], obj=ctx)
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)
