@@ -6,9 +6,9 @@ same request bytes), in a loop, so that N of them are N real clients of a live s
     python bench/drainclient.py CONFIG --churn   # submit one held job and cancel it, until stdin closes
 
 It says "ready" once imported and connected (the start-up is not the scheduler's cost), submits on
-the first line read from stdin, and prints {"t0", "t1", "n", "cpu", "lat_ms", "errors"}: wall-clock start
+the first line read from stdin, and prints {"t0", "t1", "n", "cpu", "sys", "lat_ms", "errors"}: wall-clock start
 and end (time.time, comparable across processes), its own CPU seconds over the requests (start-up
-not counted) and each request's round trip.
+not counted; "sys": the kernel's part of it) and each request's round trip.
 """
 import json
 import os
@@ -33,7 +33,7 @@ def main() -> int:
     n = int(what)
     sys.stdin.readline()
     lat, errors = [], []
-    t0, cpu0 = time.time(), time.process_time()
+    t0, cpu0, sys0 = time.time(), time.process_time(), os.times().system
     for _ in range(n):
         s = time.perf_counter()
         try:
@@ -41,9 +41,9 @@ def main() -> int:
         except Exception as e:     # counted and shown by the bench, never hidden
             errors.append(f"{type(e).__name__}: {e}"[:200])
         lat.append((time.perf_counter() - s) * 1000)
-    t1, cpu = time.time(), time.process_time() - cpu0
-    print(json.dumps({"t0": t0, "t1": t1, "n": n, "cpu": cpu, "lat_ms": lat, "errors": errors[:5], "failed": len(errors)}),
-          flush=True)
+    t1, cpu, sys_cpu = time.time(), time.process_time() - cpu0, os.times().system - sys0
+    print(json.dumps({"t0": t0, "t1": t1, "n": n, "cpu": cpu, "sys": sys_cpu, "lat_ms": lat, "errors": errors[:5],
+                      "failed": len(errors)}), flush=True)
     return 0
 
 

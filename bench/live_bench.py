@@ -7,7 +7,8 @@ processes, and a queue that changes while it is measured.
   first request sent to the last answered, and the scheduler's own CPU (/proc/PID/stat) per request.
   Three runs (1, 20 and 100 clients) give the scheduler's CPU split into a cost per request and a
   fixed cost per batch (a batch is one MULTI/EXEC: Redis' own count of EXEC calls), by a least-squares
-  fit of cpu = a·requests + b·batches. The drains leave 10,000 single held jobs pending.
+  fit of cpu = a·requests + b·batches. The clients' CPU and Redis' are given too: on 2 cores the three
+  share the machine, so the drain's rate is bound by their sum. The drains leave 10,000 single held jobs pending.
 - the commands, with those 10,000 singles pending and a churn client (drainclient.py --churn)
   submitting and cancelling a job ~10 times a second meanwhile: `labq stat`, `labq sub -H`,
   `labq sub -H -a 1-10000` (the array, then `labq del` of it), `labq --help` and rare commands'
@@ -70,12 +71,13 @@ def drain(bs, n: int, per: int, begin: bool = False) -> dict:
     every plan pass sees), all released at once; the figures of that drain."""
     ps = clients(bs, n, per, begin)
     pid, r = bs.stack.procs["scheduler"].pid, bs.client.store.r
-    cpu0, ex0 = sched_cpu(pid), execs(r)
+    rpid = bs.stack.procs["redis"].pid      # Redis' CPU: on 2 cores it takes from both the others
+    cpu0, ex0, rcpu0 = sched_cpu(pid), execs(r), sched_cpu(rpid)
     for p in ps:
         p.stdin.write("go\n")
         p.stdin.flush()
     got = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in ps]
-    cpu1, ex1 = sched_cpu(pid), execs(r)
+    cpu1, ex1, rcpu1 = sched_cpu(pid), execs(r), sched_cpu(rpid)
     failed = sum(g["failed"] for g in got)
     if failed:
         errs = [e for g in got for e in g["errors"]]
@@ -85,7 +87,8 @@ def drain(bs, n: int, per: int, begin: bool = False) -> dict:
     total = n * per
     return {"clients": n, "requests": total, "span": span, "rate": total / span, "cpu": cpu1 - cpu0,
             "batches": ex1 - ex0, "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)],
-            "client_cpu": sum(g.get("cpu", 0.0) for g in got)}
+            "client_cpu": sum(g.get("cpu", 0.0) for g in got), "client_sys": sum(g.get("sys", 0.0) for g in got),
+            "redis_cpu": rcpu1 - rcpu0}
 
 
 def split(drains: list) -> tuple[float, float] | None:
@@ -116,7 +119,8 @@ def drain_rows(bs, quick: bool) -> list[Row]:
                              f"p99 {d['p99']:.1f} ms; scheduler CPU {d['cpu']:.2f} s = "
                              f"{d['cpu'] * 1e6 / d['requests']:.0f} µs per request, {d['batches']:,} batches "
                              f"({d['requests'] / max(1, d['batches']):.1f} requests each); the clients' own CPU "
-                             f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs per request"))
+                             f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs per request, Redis' "
+                             f"{d['redis_cpu'] * 1e6 / d['requests']:.0f} µs"))
     both = split(drains)
     if both is None:
         why = "the drains' batch counts do not separate the two costs (see their notes)"
@@ -234,7 +238,8 @@ def drains_only(bs, reps: int, begin: bool = False) -> None:
         for d in ds:
             print(f"  {d['clients']:>3} clients: {d['rate']:,.0f} requests/s, scheduler CPU {d['cpu']:.2f} s = "
                   f"{d['cpu'] * 1e6 / d['requests']:.0f} µs a request, {d['batches']} batches; clients' CPU "
-                  f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs a request", flush=True)
+                  f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs a request ({d['client_sys'] * 1e6 / d['requests']:.0f} "
+                  f"system), Redis' {d['redis_cpu'] * 1e6 / d['requests']:.0f} µs", flush=True)
         fit = split(ds)
         if fit is not None:
             fits.append(fit)
