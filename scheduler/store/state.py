@@ -350,7 +350,9 @@ class SchedulerStore(RequestList):
         for eid in eids:
             raw = self.held.pop(eid, None)
             if raw is not None:
-                p.lrem(self.k.taken, 1, raw)
+                # From the tail, where the oldest taken (the first answered) lie: Redis found each at
+                # once, where from the head it compared past all taken after it (twins are equal bytes).
+                p.lrem(self.k.taken, -1, raw)
 
     def claim_credentials(self, claims: list[tuple[str, str]], ttl: float) -> list:
         """Record that inbox entry `entry` uses the credential `key`, for each (key, entry): "new",
