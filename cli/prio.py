@@ -6,7 +6,7 @@ from itertools import repeat
 from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
-from labq.scheduler import multifactor as priority  # policy/priority.py's, without the planner
+from labq.scheduler import multifactor  # the planner's own formulas, without importing the planner
 from labq.scheduler.jobs import states
 from labq.scheduler.store import statrows as R
 
@@ -92,8 +92,8 @@ def run(ctx, user, account, expand, as_json) -> None:
     cfg, c, now = Books(ctx.books), ctx.thin, time.time()
     pending, running = pending_jobs(c)
     usage = c.fairshare(now, running, cfg.priority.fairshare_half_life)
-    order = priority.ordered(pending, now, dict(usage), cfg)
-    f = priority.factors(pending, now, dict(usage), cfg)
+    order = multifactor.ordered(pending, now, dict(usage), cfg)
+    f = multifactor.factors(pending, now, dict(usage), cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
     w = cfg.priority
     if as_json:

@@ -17,7 +17,7 @@ Fair share comes from decayed usage (`Snapshot.usage`), never from budgets. The 
 (−priority, submit time, id) — so shuffling the input never changes the plan, and equal priorities
 go to the older job.
 
-It is policy/priority.py's, kept outside policy/ so that `labq prio` computes the same factors and
+The planner (policy/) orders by these; they are kept outside policy/ so that `labq prio` computes the same factors and
 order without importing the planner (policy/__init__.py: ~70 ms of CPU, issue 39 item 4).
 """
 from __future__ import annotations

@@ -129,8 +129,6 @@ REEXPORTS = {
     "scheduler/jobs/jobspec.py": "intake: daemon/handlers.py imports refs.py's parse_task_ids, resolve_ref and "
                                  "tasks_named through it (the other users import refs.py now)",
     "scheduler/policy/__init__.py": "plan: refusal.py's and budget.py's names at the package's face",
-    "scheduler/policy/priority.py": "plan: the whole module is multifactor.py's formulas, named again (policy/ and "
-                                    "sim/order.py import them through it)",
     "scheduler/sim/__init__.py": "sim: the simulator's face (engine, metrics, policies, trace), which cli/ and the tests use",
     "scheduler/sim/room.py": "sim: capacity.covers",
 }

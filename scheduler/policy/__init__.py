@@ -2,7 +2,7 @@
 
 Passes, in order: end the jobs that can no longer run (queue wait past --max-wait, a start that could not finish
 before --deadline, a dependency that can never be satisfied with --kill-on-invalid-dep); order the rest by
-multifactor priority (priority.py); then, for each job: hold/begin/dependency gates, caps and quotas (quota.py),
+multifactor priority (multifactor.py); then, for each job: hold/begin/dependency gates, caps and quotas (quota.py),
 a best-fit node that delays no backfill reservation (capacity.py, backfill.py), protected capacity, and every
 budget at that node's rate (budget.py). Everything that fits is admitted in this one pass. A job that is blocked
 on capacity may preempt lower-QoS or borrowed work (preempt.py), else the top `backfill_depth` blocked jobs get
@@ -15,13 +15,14 @@ from dataclasses import replace
 from itertools import compress, repeat
 from operator import attrgetter, eq
 
+from .. import multifactor
 from ..jobs import states
 from ..jobs.model import Job, Snapshot
 from ..jobs.plan import Pending, Pendings, Place, Plan, Preempt, Start, Verdict, Why
 from ..money import pricing
 from ..settings.config import Config
 from ..units import fmt_at
-from . import capacity, classes, gang, preempt, priority, settle, strict
+from . import capacity, classes, gang, preempt, settle, strict
 from .backfill import Timelines
 from .backlog import Backlog
 from .budget import BudgetBook, Held as BudgetHeld, never_affordable
@@ -35,7 +36,6 @@ from .standing import Standing
 from .tracks import Tracks
 
 _STATE = attrgetter("state")
-
 __all__ = ["plan", "plan_per_job", "Backlog", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
 
 
@@ -112,7 +112,7 @@ def plan_per_job(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     deps = Dependencies(snap)
     expires, waiting = expire(pending, snap.now, deps)
-    order = priority.ordered(waiting, snap.now, dict(snap.usage), cfg)
+    order = multifactor.ordered(waiting, snap.now, dict(snap.usage), cfg)
     p = _Pass(snap, cfg, running, deps)
     p.reserve_begins = _begins
     p.keep_earmarks(pending)

@@ -2,15 +2,15 @@
 pass (strict.py `run_kept`) walks instead of the whole queue, so that a pass costs the jobs it
 changes and the jobs it judges, not the depth of the queue.
 
-A job's priority (priority.py) differs from another's of the same QoS, fair-share account and
+A job's priority (multifactor.py) differs from another's of the same QoS, fair-share account and
 burst flag only by its age term, which never decreases with the wait; so, without the short-job
 term, each `Group` of jobs alike in those (and in whether a gate may stop them before the blocker's
 verdict: a hold, --begin, a retry backoff, dependencies, an array throttle) is in priority order
 when kept in (submit time, id) order, and none of that depends on `now`. The pass merges the
-groups' heads by priority.ordered's own key (classes._scorer).
+groups' heads by multifactor.ordered's own key (classes._scorer).
 
 The burst flag is the one input that changes without the job changing: a job is in its user's
-burst tail (priority.burst_tail) when, in the user's pending jobs in (submit time, id) order, the
+burst tail (multifactor.burst_tail) when, in the user's pending jobs in (submit time, id) order, the
 job `burst_jobs` places before it was submitted within `burst_window` of it. A submit or a start
 at place p changes that pair only for the jobs at places p .. p + burst_jobs, so each change
 re-checks those few, never the user's queue (`_retail`); a job whose flag changed moves group.
@@ -118,7 +118,7 @@ class Backlog:
         return True
 
     def _tail(self, keys: list[tuple[float, int]], k: int) -> bool:
-        """priority.burst_tail's rule for the job at place k of its user's sorted keys."""
+        """multifactor.burst_tail's rule for the job at place k of its user's sorted keys."""
         a, window = self.burst or (0, 0.0)
         if a <= 0:
             return True

@@ -9,7 +9,7 @@ state changes again.
 
 Order: within a class (and burst flag) the priority order is submit order, because the other terms
 of the priority are the same for all of them and the age term grows with the wait (faster than the
-short-job term fades: short_job_weight ≤ age_weight, priority.py). Each class is a
+short-job term fades: short_job_weight ≤ age_weight, multifactor.py). Each class is a
 list in that order; the pass takes the best next job among the classes. A class whose verdict still
 holds takes its whole run at once (its jobs that come before every other class's next job, found
 by binary search), so a class of 10,000 alike jobs costs a few verdicts and searches, not 10,000.
@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any, cast
 from ..jobs import states
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Place, Verdict
+from ..multifactor import Score, ordered, scorer
 from ..settings.config import Config
-from . import priority, settle
+from . import settle
 from .capacity import avoided
-from .priority import Score
 from .queue import Key, Queue, Waiting
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
@@ -102,7 +102,7 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None)
     `queue`: the caller's Queue with `waiting` filed (`file`), else the classes are filed anew."""
     kind = "merge" if queue is not None else _walk_kind(waiting, p.draining)
     if kind != "merge":
-        order = priority.ordered(waiting, p.now, dict(p.snap.usage), cfg)
+        order = ordered(waiting, p.now, dict(p.snap.usage), cfg)
         if kind == "cached":
             _Walk(p, [], [], _unordered).one_by_one(order)
         else:
@@ -127,8 +127,8 @@ def group_key(j: Job, draining: bool) -> Key:
 
 
 def _scorer(p: "_Pass", cfg: Config, bursting: Collection[int]) -> Callable[[Job], Score]:
-    """priority.scorer at the pass's time and fair-share usage."""
-    return priority.scorer(p.now, dict(p.snap.usage), cfg, bursting)
+    """multifactor.scorer at the pass's time and fair-share usage."""
+    return scorer(p.now, dict(p.snap.usage), cfg, bursting)
 
 
 # How long a verdict judged without changing anything stays true (the property test checks each):

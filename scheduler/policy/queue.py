@@ -2,7 +2,7 @@
 reads instead of grouping and sorting every waiting job on every pass.
 
 A `Queue` holds, for each (class key, burst flag), that class's jobs in their priority order within
-the class (submit time, id), and each user's burst tail (priority.burst_tail). Neither depends on
+the class (submit time, id), and each user's burst tail (multifactor.burst_tail). Neither depends on
 `now`, so a pass only files what changed since the last: `sync` compares the waiting jobs with the
 ones it holds by identity (a job changes by being replaced: records are frozen), re-files the new and
 changed ones, drops the gone ones, and recomputes the burst tail of the users they belong to. A
@@ -18,8 +18,8 @@ from itertools import chain, compress, repeat
 from operator import attrgetter, ge, is_not, ne, sub
 from typing import Any
 
+from .. import multifactor
 from ..jobs.model import Job
-from . import priority
 from .seen import Seen
 
 # A group's key: (class key, burst flag) here, (QoS, account, burst flag, gated) in backlog.py.
@@ -195,7 +195,7 @@ class Queue:
             self._group(j, key(j, j.id in draining))
 
     def _retail(self, spots: list[tuple[str, tuple[float, int]]], allowance: int, window: float) -> list[Job]:
-        """Re-check priority.burst_tail's rule where users' lists changed: a job's flag reads only the
+        """Re-check multifactor.burst_tail's rule where users' lists changed: a job's flag reads only the
         job `allowance` places before it, so a change at place p moves it for places p..p+allowance
         alone (the ranges of one user merged, each compared in one sweep as burst_tail does).
         Returns the known jobs whose flag changed."""
@@ -246,7 +246,7 @@ class Queue:
         self.draining, self.burst = draining, burst
         self.jobs = {j.id: j for j in waiting}
         self.marked = {j.id: j for j in waiting if _marked(j)}
-        self.bursting = priority.burst_tail(waiting, *burst) if burst is not None else set()
+        self.bursting = multifactor.burst_tail(waiting, *burst) if burst is not None else set()
         lists: dict[Key, list[Job]] = {}
         bursting = self.bursting
         for j in waiting:

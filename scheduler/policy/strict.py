@@ -10,8 +10,8 @@ verdict as one run, the others (few) are judged on their own, each from the same
 
 The order up to the blocker is drawn lazily. Without the short-job term a job's priority differs
 from another's of the same QoS, fair-share account and burst flag only by its age term, which never
-decreases with the wait, so within such a group priority.ordered's order is (submit time, id); a
-merge of the groups by priority.ordered's own key gives its order one job at a time (the key is
+decreases with the wait, so within such a group multifactor.ordered's order is (submit time, id); a
+merge of the groups by multifactor.ordered's own key gives its order one job at a time (the key is
 classes._scorer, the same sum term by term). A deep queue then costs a few cheap walks over its
 jobs (grouping, the burst tail), not a sorted key and a verdict per job at every pass.
 
@@ -22,11 +22,12 @@ from dataclasses import fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from .. import multifactor
 from ..jobs import states
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Place
 from ..settings.config import Config
-from . import classes, priority
+from . import classes
 from .backlog import Backlog
 from .queue import Key
 
@@ -48,7 +49,7 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config) -> bool:
     `applies`; False (and nothing considered) when a waiting job's turn after the blocker could
     change the pass (an earmark: its room is held until its turn; a gang)."""
     w = cfg.priority
-    bursting = priority.burst_tail(waiting, w.burst_jobs, w.burst_window) if w.burst_penalty else ()
+    bursting = multifactor.burst_tail(waiting, w.burst_jobs, w.burst_window) if w.burst_penalty else ()
     by_account = bool(w.fairshare_weight)
     # Gated: a job that may meet a gate (hold, --begin, retry backoff, dependencies, a cap) before
     # the blocker's verdict; the rest take that verdict at once (_behind).

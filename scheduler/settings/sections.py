@@ -49,7 +49,7 @@ class Priority(Section):
     burst_jobs: int = 100
     burst_window: float = 600
     burst_penalty: float = 20.0
-    # Short jobs first (policy/priority.py): off at 0; at most age_weight, so aging still wins.
+    # Short jobs first (multifactor.py): off at 0; at most age_weight, so aging still wins.
     short_job_weight: float = 0.0
     short_job_scale: float = 3600
 

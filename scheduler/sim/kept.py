@@ -7,7 +7,7 @@ as it joins, leaves or changes.
 Used where no budget is configured (the parked jobs of parked.py stay the window's, strict.py)."""
 from dataclasses import replace
 
-from .. import policy
+from .. import multifactor, policy
 from ..jobs.model import Snapshot
 from ..jobs.plan import Pendings, pending_runs
 from .room import fits_somewhere
@@ -55,5 +55,5 @@ def _stuck_at_head(sim, t: float) -> bool:
         return False
     heads = [g.jobs[0] for g in sim.queue.backlog.groups.values()]
     if fits_somewhere(sim.standing.placer.free, heads):
-        heads = [min(heads, key=policy.priority.scorer(t, sim._usage(t), sim.cfg, sim.queue.backlog.bursting))]
+        heads = [min(heads, key=multifactor.scorer(t, sim._usage(t), sim.cfg, sim.queue.backlog.bursting))]
     return not fits_somewhere(sim.standing.placer.free, heads)

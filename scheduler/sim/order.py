@@ -1,12 +1,12 @@
 """plan()'s order over a replay's pending jobs, produced lazily: the first n jobs of a pass without
 ranking the whole queue (easy.py's windows over a deep queue).
 
-plan() considers pending jobs by (−priority, submit time, id) (policy/priority.py). queue.py says
+plan() considers pending jobs by (−priority, submit time, id) (multifactor.py). queue.py says
 when that is submit order. With short jobs first (priority.short_job_weight > 0) it is not: then
 
     priority = constant + age_weight × a + short_job_weight × (1 − a) × scale / (scale + E)
 
-where a = min(wait / age_max, 1), E is the job's expected run time (priority.expected_runtime) and
+where a = min(wait / age_max, 1), E is the job's expected run time (multifactor.expected_runtime) and
 the constant (QoS, fair share, burst terms) is the same for every pending job under queue.py's
 conditions (one QoS level, one account or no fair-share weight, no burst tail). The priority falls
 as E grows (for any wait: each step of the float sum is monotone in E) and, for one E, rises with
@@ -39,7 +39,7 @@ from itertools import filterfalse, islice
 from operator import itemgetter
 
 from ..money import fairshare
-from ..policy.priority import expected_runtime
+from ..multifactor import expected_runtime
 
 
 class Order:
@@ -318,7 +318,7 @@ class ShortOrder(Order):
 
 def scorer(cfg, now: float, usage: dict, qos_name: str, account: str):
     """priority(submit time, E) for the pending jobs of one QoS level and account, none a burst's
-    tail: priority.ordered's sum, term by term in the same order (so the same floats), for a job
+    tail: multifactor.ordered's sum, term by term in the same order (so the same floats), for a job
     of QoS `qos_name` and `account`."""
     w = cfg.priority
     qw, aw, fw, sw = w.qos_weight, w.age_weight, w.fairshare_weight, w.short_job_weight

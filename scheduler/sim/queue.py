@@ -1,7 +1,7 @@
 """The pending jobs of a replay, kept in the orders that let the simulator know plan()'s order
 without a pass.
 
-plan() considers pending jobs by (−priority, submit time, id) (policy/priority.py), with
+plan() considers pending jobs by (−priority, submit time, id) (multifactor.py), with
 
     priority = qos_weight × QoS priority + age_weight × age + fairshare_weight × account factor
                − burst_penalty × (1 if the job is the tail of its user's submit burst)
@@ -10,11 +10,11 @@ plan() considers pending jobs by (−priority, submit time, id) (policy/priority
 account. So, while every pending job has the same QoS priority (or qos_weight is 0) and no pending
 job is the tail of a burst (or burst_penalty is 0), **each account's jobs come in submit order**;
 and when, besides, fair share is off (or a single account pends), the whole queue does. Those two
-facts are all `window()` relies on; the order of the accounts' first jobs is priority.factors' own.
+facts are all `window()` relies on; the order of the accounts' first jobs is multifactor.factors' own.
 
 Whether a job is the tail of a burst depends only on the pending jobs of its user: with the user's
 pending jobs in (submit time, id) order s_0, s_1, ..., job k has `burst_jobs` = a earlier jobs within
-`burst_window` = w before it (priority.burst_tail) exactly when s_k − s_(k−a) ≤ w. `Bursts` counts
+`burst_window` = w before it (multifactor.burst_tail) exactly when s_k − s_(k−a) ≤ w. `Bursts` counts
 those k per user, and a submit or start changes the pairs of at most a + 1 of them: O(a) per change,
 never a pass over the queue. With no tail in the whole queue there is none in any part of it either
 (a part has fewer earlier jobs within the window), so a pass over a part ranks alike.
@@ -23,9 +23,10 @@ from bisect import bisect_left, insort
 from collections import Counter
 from itertools import islice
 
+from .. import multifactor
 from ..jobs.model import Job
 from ..money import ledger
-from ..policy import backfill, priority
+from ..policy import backfill
 from ..settings.config import Config
 from .order import Runtimes, ShortOrder, SubmitOrder, ids_but
 from .room import Shapes, shape
@@ -155,7 +156,7 @@ class Queue:
         return self._charged[who]
 
     def bursting(self, now: float) -> bool:
-        """Whether some pending job is the tail of its user's submit burst (priority.burst_tail's rule)."""
+        """Whether some pending job is the tail of its user's submit burst (multifactor.burst_tail's rule)."""
         return self.bursts.any()
 
     def accounts_in_submit_order(self, now: float) -> bool:
@@ -197,8 +198,8 @@ class Queue:
         return [self.jobs[i] for i in firsts if i is not None]
 
     def ranked(self, jobs: list[Job], now: float, usage: dict) -> list[Job]:
-        """Jobs (heads(), a window) in plan()'s order: priority.ordered, the sort plan() makes."""
-        return priority.ordered(jobs, now, usage, self.cfg) if len(jobs) > 1 else jobs
+        """Jobs (heads(), a window) in plan()'s order: multifactor.ordered, the sort plan() makes."""
+        return multifactor.ordered(jobs, now, usage, self.cfg) if len(jobs) > 1 else jobs
 
     def window(self, n: int, ranked: list[Job], *leave) -> list[Job]:
         """Pending jobs that include the first `n` of plan()'s order, given accounts_in_submit_order()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler.jobs.model import Gpu, Job, Node
+from labq.scheduler.multifactor import burst_tail
 from labq.scheduler.policy.backlog import Backlog, gated
-from labq.scheduler.policy.priority import burst_tail
 from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim import TraceJob, policy_config, simulate
 from labq.scheduler.sim.engine import Simulator

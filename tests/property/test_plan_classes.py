@@ -13,9 +13,9 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from labq.scheduler import policy
+from labq.scheduler import multifactor, policy
 from labq.scheduler.jobs import states
-from labq.scheduler.policy import classes, priority, queue, settle, strict
+from labq.scheduler.policy import classes, queue, settle, strict
 from labq.scheduler.policy.backlog import gated
 from labq.scheduler.policy.kept import Kept
 from tests.harness import ClusterBuilder, G, cfg
@@ -445,7 +445,7 @@ def _filed_as_whole(kept: Kept, snap, c) -> None:
     pending = [j for j in snap.jobs if j.state == states.PENDING]
     w = c.priority
     burst = (w.burst_jobs, w.burst_window) if w.burst_penalty else None
-    whole = priority.burst_tail(pending, *burst) if burst else set()
+    whole = multifactor.burst_tail(pending, *burst) if burst else set()
     if kept.backlog is not None:
         b = kept.backlog
         assert b.jobs == {j.id: j for j in pending}
@@ -455,7 +455,7 @@ def _filed_as_whole(kept: Kept, snap, c) -> None:
             assert all((j.qos, j.account, j.id in whole, gated(j)) == key for j in (b.jobs[i] for i in g.ids))
     q = kept.queue     # it holds the jobs the pass walked: those expiring in it were left out
     if q.jobs and burst == q.burst:
-        assert q.bursting == (priority.burst_tail(list(q.jobs.values()), *burst) if burst else set())
+        assert q.bursting == (multifactor.burst_tail(list(q.jobs.values()), *burst) if burst else set())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -537,8 +537,8 @@ def test_a_record_that_changed_only_its_reason_is_not_filed_again(monkeypatch):
     kept = Kept()
     policy.plan(snap, c, **kept.inputs(snap, c))
     tails, unfiled = [], []
-    real_tail, real_unfile = priority.burst_tail, queue.unfile
-    monkeypatch.setattr(priority, "burst_tail", lambda *a: tails.append(1) or real_tail(*a))
+    real_tail, real_unfile = multifactor.burst_tail, queue.unfile
+    monkeypatch.setattr(multifactor, "burst_tail", lambda *a: tails.append(1) or real_tail(*a))
     monkeypatch.setattr(queue, "unfile", lambda *a: unfiled.append(1) or real_unfile(*a))
     # A few records with a new reason (below the share that files everything anew).
     jobs = tuple(replace(j, detail="something else") if j.id % 20 == 0 and j.state == states.PENDING else j

@@ -4,10 +4,9 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import policy
+from labq.scheduler import multifactor, policy
 from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.jobs import states
-from labq.scheduler.policy import priority
 from labq.scheduler.units import fmt_at
 from tests.harness import ClusterBuilder, G, cfg, forward_until_started, summarize
 
@@ -44,9 +43,9 @@ def test_burst_penalty_ranks_a_users_flood_below_another_users_job():
     b.job(gpus=1, user="calm", submit_offset=0)
     snap = b.build()
     text = "[priority]\nburst_jobs = 3\nburst_window = \"10m\"\n"
-    f = priority.factors([j for j in snap.jobs], snap.now, {}, cfg(text))
+    f = multifactor.factors([j for j in snap.jobs], snap.now, {}, cfg(text))
     assert [f[i].burst for i in range(1, 6)] == [0, 0, 0, 1, 1] and f[6].burst == 0
-    order = priority.ordered(list(snap.jobs), snap.now, {}, cfg(text))
+    order = multifactor.ordered(list(snap.jobs), snap.now, {}, cfg(text))
     assert [j.id for j in order].index(6) < [j.id for j in order].index(4)
 
 
@@ -60,16 +59,16 @@ def test_the_fast_order_is_the_order_of_the_factors(rows):
     snap = b.build()
     c = cfg("[priority]\nburst_jobs = 2\n[accounts.a]\nshare = 2.0\n")
     usage = {"a": 100.0, "b": 5000.0}
-    f = priority.factors(list(snap.jobs), snap.now, usage, c)
+    f = multifactor.factors(list(snap.jobs), snap.now, usage, c)
     slow = sorted(snap.jobs, key=lambda j: (-f[j.id].priority, j.submit_time, j.id))
-    assert [j.id for j in priority.ordered(list(snap.jobs), snap.now, usage, c)] == [j.id for j in slow]
+    assert [j.id for j in multifactor.ordered(list(snap.jobs), snap.now, usage, c)] == [j.id for j in slow]
 
 
 def test_priority_factors_are_deterministic_and_total():
     b = ClusterBuilder().node("n", gpus=1)
     for _ in range(4):
         b.job(gpus=1)        # identical priorities and submit times: the id decides
-    order = priority.ordered(list(reversed(b.build().jobs)), b.now, {}, cfg())
+    order = multifactor.ordered(list(reversed(b.build().jobs)), b.now, {}, cfg())
     assert [j.id for j in order] == [1, 2, 3, 4]
 
 

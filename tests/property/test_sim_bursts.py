@@ -1,9 +1,9 @@
 """The simulator's incremental burst count (scheduler/sim/queue.py `Bursts`) against
-priority.burst_tail over the same pending jobs, after every submit and start of a random history."""
+multifactor.burst_tail over the same pending jobs, after every submit and start of a random history."""
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler.jobs.model import Job
-from labq.scheduler.policy.priority import burst_tail
+from labq.scheduler.multifactor import burst_tail
 from labq.scheduler.sim.queue import Bursts
 
 ops = st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.integers(0, 40)), min_size=1, max_size=80)

@@ -1,13 +1,13 @@
 """order.py draws plan()'s order of a replay's queue without ranking it: with short jobs first
-(priority.short_job_weight), the jobs it draws must come exactly as priority.ordered sorts them,
+(priority.short_job_weight), the jobs it draws must come exactly as multifactor.ordered sorts them,
 through any sequence of submits and starts, at any instant; and so must the ones it draws of some
 request shapes whose runs end by a given time (easy.py's jobs that could start)."""
 from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
+from labq.scheduler import multifactor
 from labq.scheduler.jobs.model import Job
-from labq.scheduler.policy import priority
 from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim.engine import EPOCH
 from labq.scheduler.sim.queue import Queue
@@ -45,9 +45,9 @@ def test_the_drawn_order_is_plan_order(rows, w, gone, later, used, learned_backf
             q.remove(i + 1)
     now, usage = EPOCH + 5000 + later, {"lab": used}
     pending = list(q.jobs.values())
-    want = priority.ordered(pending, now, usage, cfg)
+    want = multifactor.ordered(pending, now, usage, cfg)
     # A job expected to take no time (no limit, no estimate) ties every wait: rounding orders those.
-    assert q.short_order(now) == all(priority.expected_runtime(j) >= 1 for j in pending)
+    assert q.short_order(now) == all(multifactor.expected_runtime(j) >= 1 for j in pending)
     if not q.short_order(now):
         return
     order = q.order(now, usage)
@@ -72,5 +72,5 @@ def test_a_bucket_comes_out_at_its_shortest_run_and_oldest_job():
     for i, (submit, run) in enumerate([(10, 3600), (300, 4000), (0, 4200)]):
         q.add(Job(id=i + 1, user="u", account="lab", qos="normal", gpus=1, submit_time=EPOCH + submit, time_limit=run))
     now = EPOCH + 410
-    assert [j.id for j in priority.ordered(list(q.jobs.values()), now, {}, cfg)] == [1, 3, 2]
+    assert [j.id for j in multifactor.ordered(list(q.jobs.values()), now, {}, cfg)] == [1, 3, 2]
     assert [j.id for j in q.order(now, {}).first(3)] == [1, 3, 2]

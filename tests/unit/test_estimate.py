@@ -5,13 +5,13 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler import policy
+from labq.scheduler import multifactor, policy
 from labq.scheduler.errors import ConfigError
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.estimate import Estimator, run_seconds
 from labq.scheduler.jobs.model import Attempt, Job
 from labq.scheduler.money import pricing
-from labq.scheduler.policy import backfill, priority
+from labq.scheduler.policy import backfill
 from labq.scheduler.settings import config as config_mod
 from tests.harness import ClusterBuilder, cfg, summarize
 
@@ -141,10 +141,10 @@ def test_short_jobs_first_when_the_weight_is_on():
     b = (ClusterBuilder().node("n", gpus=1).job(gpus=1, time_limit=36000, learned_est=30000)
          .job(gpus=1, time_limit=36000, learned_est=60).job(gpus=1, time_limit=600))
     snap = b.build()
-    assert [j.id for j in priority.ordered(list(snap.jobs), snap.now, {}, cfg())] == [1, 2, 3]
-    assert [j.id for j in priority.ordered(list(snap.jobs), snap.now, {}, SHORT)] == [2, 3, 1]
+    assert [j.id for j in multifactor.ordered(list(snap.jobs), snap.now, {}, cfg())] == [1, 2, 3]
+    assert [j.id for j in multifactor.ordered(list(snap.jobs), snap.now, {}, SHORT)] == [2, 3, 1]
     assert [p.job_id for p in policy.plan(snap, SHORT).places] == [2]
-    f = priority.factors(list(snap.jobs), snap.now, {}, SHORT)
+    f = multifactor.factors(list(snap.jobs), snap.now, {}, SHORT)
     assert f[2].short > f[3].short > f[1].short > 0
     assert f[2].as_json(SHORT.priority)["weighted"]["short"] == round(10 * f[2].short, 4)
 
@@ -163,8 +163,8 @@ def test_aging_bound_a_job_that_waited_age_max_ranks_above_every_later_job(long_
                 submit_time=long_job.submit_time + later)
     if short.submit_time > now:
         short = replace(short, submit_time=now)
-    assert [j.id for j in priority.ordered([short, long_job], now, {}, c)] == [1, 2]
-    f = priority.factors([short, long_job], now, {}, c)
+    assert [j.id for j in multifactor.ordered([short, long_job], now, {}, c)] == [1, 2]
+    f = multifactor.factors([short, long_job], now, {}, c)
     assert f[1].priority >= f[2].priority
 
 

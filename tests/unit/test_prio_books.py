@@ -1,6 +1,6 @@
 """`labq prio` ranks from the client settings cache (clientconf.books_of: the [priority] table, each QoS's
 priority, each account's share) and job views (store/jobview.py), not from config.Config and model.Job
-(issue 39 item 4): the factors and the order are the very ones the planner's policy/priority.py gives."""
+(issue 39 item 4): the factors and the order are the very ones the planner's multifactor.py gives."""
 import json
 
 from hypothesis import given, settings, strategies as st
@@ -8,7 +8,6 @@ from hypothesis import given, settings, strategies as st
 from labq.cli.prio import Books, pending_of
 from labq.scheduler import multifactor
 from labq.scheduler.jobs.model import Job
-from labq.scheduler.policy import priority
 from labq.scheduler.settings.clientconf import books_of
 from labq.scheduler.store import codec, jobview, statrows
 from tests.harness import cfg
@@ -65,9 +64,9 @@ def test_prio_ranks_as_the_planner_does(specs, usage):
     records = [Job(i + 1, user, account, qos=qos, submit_time=NOW - wait, est=est, time_limit=limit)
                for i, (user, account, qos, wait, est, limit) in enumerate(specs)]
     views = [jobview.loads(codec.dumps(j)) for j in records]
-    assert multifactor.factors(views, NOW, usage, books) == priority.factors(records, NOW, usage, c)
+    assert multifactor.factors(views, NOW, usage, books) == multifactor.factors(records, NOW, usage, c)
     assert [j.id for j in multifactor.ordered(views, NOW, usage, books)] == \
-        [j.id for j in priority.ordered(records, NOW, usage, c)]
+        [j.id for j in multifactor.ordered(records, NOW, usage, c)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -84,6 +83,6 @@ def test_prio_ranks_from_the_stat_rows_as_the_planner_does(specs, usage, learned
     rows = statrows.parse([statrows.dumps(j) for j in reversed(records)])
     pending = pending_of(rows)
     assert [(j.id, j.display_id) for j in pending] == [(j.id, j.display_id) for j in records]
-    assert multifactor.factors(pending, NOW, usage, books) == priority.factors(records, NOW, usage, c)
+    assert multifactor.factors(pending, NOW, usage, books) == multifactor.factors(records, NOW, usage, c)
     assert [j.id for j in multifactor.ordered(pending, NOW, usage, books)] == \
-        [j.id for j in priority.ordered(records, NOW, usage, c)]
+        [j.id for j in multifactor.ordered(records, NOW, usage, c)]
