@@ -19,7 +19,7 @@ import re
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import RefusedError, UsageError
 from ..jobs import states
@@ -31,7 +31,7 @@ from ..settings.config import Config
 from ..units import fmt_money, to_micro
 from . import transitions as tr
 from .applier import apply_plan
-from .change import Change
+from .change import Change, Read, Unread
 
 log = logging.getLogger("labq.scheduler")
 MAX_OVERRIDE_S = 366 * 86400
@@ -41,17 +41,12 @@ _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 Done = tuple[dict[str, Any], Books, list[alerts.Alert]]
 
 
-class BooksStore(Protocol):
-    """What the bookkeeper still reads from Redis itself (store/state.SchedulerStore has it): the
-    balances a submit and a snapshot ask for (spent_now), the keys a ledger import may repeat. The
-    tick reads the rest for it (load, tick)."""
-    def spent(self) -> dict[str, int]: ...
-    def known_keys(self, keys: list[str]) -> set[str]: ...
-
-
 class Bookkeeper:
-    def __init__(self, store: BooksStore, cfg: Config) -> None:
-        self.store, self.base = store, cfg
+    """Reads nothing itself: what it decides from beyond its books is handed in as the tick read it
+    (load, tick, spent_now's `spent`, request's `read`), or asked for (change.Unread)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.base = cfg
         self.budgets = cfg.budgets              # the effective budgets
         self.overrides: dict[int, Override] = {}
         self.limits: dict[str, dict[str, Any]] = {}     # budget -> {limit, by, at, prev}
@@ -94,9 +89,12 @@ class Bookkeeper:
         self.fired.update(books.fired)
         return bool(books.overrides or books.limits) and self.refresh(now)
 
-    def spent_now(self, now: float) -> dict[str, int]:
-        """budget -> settled in its current period."""
-        return periods.spent_now(self.budgets, self.store.spent(), now)
+    def spent_now(self, now: float, spent: Mapping[str, int] | None) -> dict[str, int]:
+        """budget -> settled in its current period, from the spent hash as the tick read it (None: not
+        read since the last transaction, Unread)."""
+        if spent is None:
+            raise Unread(spent=True)
+        return periods.spent_now(self.budgets, spent, now)
 
     def period(self, budget: str, now: float) -> str:
         """The period a charge to `budget` settled at `now` belongs to."""
@@ -194,11 +192,13 @@ class Bookkeeper:
         return next((b.unit for b in self.base.budgets if b.name == budget), "usd")
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, op: str, user: str, body: dict[str, Any], now: float) -> Change:
+    def request(self, op: str, user: str, body: dict[str, Any], now: float, read: Read) -> Change:
+        """A budget request's Change; `read.charged`: the ledger keys the tick read (a ledger import's)."""
         admins = self.base.security.admins
         if user not in admins:
             raise RefusedError(f"only admins ({', '.join(admins)}) may {op.replace('_', ' ')}")
-        done: Done = getattr(self, "_" + op)(user, body, now)
+        done: Done = self._ledger_import(user, body, now, read.charged) if op == "ledger_import" else \
+            getattr(self, "_" + op)(user, body, now)
         reply, books, raised = done
         return Change(reply={"ok": True, **reply}, books=books, alerts=[a.fields() for a in raised])
 
@@ -257,7 +257,7 @@ class Bookkeeper:
                                  currency=self.base.rates.currency)
         return {"override": gone.__dict__}, Books(entries=[entry], overrides=[gone], fired=[a.key]), [a]
 
-    def _ledger_import(self, user: str, body: dict[str, Any], now: float) -> Done:
+    def _ledger_import(self, user: str, body: dict[str, Any], now: float, charged: Mapping[str, bool]) -> Done:
         rows, source = body.get("rows"), str(body.get("source") or "")[:200]
         if not isinstance(rows, list) or not rows or len(rows) > MAX_IMPORT_ROWS:
             raise UsageError(f"rows: expected 1 to {MAX_IMPORT_ROWS} rows of [date, scope, amount]")
@@ -273,8 +273,10 @@ class Bookkeeper:
             key = "import:" + hashlib.sha1(f"{text}|{seen[text]}".encode()).hexdigest()[:20]
             entries.append(Entry("import", key, "", amount,
                                  (("date", row[0]), ("scope", row[1][:200]), ("source", source), ("by", user))))
-        known = self.store.known_keys([e.key for e in entries])
-        fresh = [e for e in entries if e.key not in known]
+        unread = [e.key for e in entries if e.key not in charged]
+        if unread:      # which rows an earlier import of the same file wrote: the tick reads it
+            raise Unread(keys=unread)
+        fresh = [e for e in entries if not charged[e.key]]
         return {"imported": len(fresh), "duplicates": len(entries) - len(fresh)}, Books(entries=fresh), []
 
 

@@ -1,10 +1,14 @@
 """What a decision writes, as plain data. Every decider of the daemon returns one `Change`: a
 request's handler, a node's event, the bookkeeper, the plan applier (`Applied.change`); the daemon
 commits it (`Scheduler.commit`: the state takes it, store/commit.py writes it) in one transaction with
-the acknowledgement of what caused it."""
+the acknowledgement of what caused it.
+
+What a decider reads beyond the scheduler's state is what the tick read for it (`Read`), handed in as
+plain data; one that needs more raises `Unread`, having changed nothing, and the shell reads that and
+asks it again (daemon/requests.py)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,3 +37,23 @@ class Change:
                                # the run-time estimator learns from it and the plan refills its room
     health: list[tuple[str, str | None]] = field(default_factory=list)   # (node, why it is unhealthy): marked
                                # (the first mark stays); (node, None): a runner proved it alive, mark gone
+
+
+@dataclass
+class Read:
+    """What the tick read for the deciders beyond the scheduler's state (issue 40 item 1)."""
+    # The records of jobs a request names that were not in the table when read (ended ones; None:
+    # no such record), this round's: read in one go for the round's requests, more on Unread.
+    records: dict[int, Job | None] = field(default_factory=dict)
+    spent: dict[str, int] | None = None       # the budgets' spent hash, as read since the last transaction
+    charged: dict[str, bool] = field(default_factory=dict)    # ledger keys asked this round: in the ledger?
+
+
+class Unread(Exception):
+    """What a decider needs that the tick has not read: job records (`ids`), the spent hash, ledger
+    keys. Raised before the decider changed anything; the shell reads them into the state's Read and
+    asks again, so a request costs a round trip of its own only where the round's read missed."""
+
+    def __init__(self, ids: Iterable[int] = (), spent: bool = False, keys: Iterable[str] = ()) -> None:
+        self.ids, self.spent, self.keys = sorted(set(ids)), spent, list(keys)
+        super().__init__(f"unread: {len(self.ids)} records, spent={spent}, {len(self.keys)} ledger keys")

@@ -28,8 +28,8 @@ from ..security import members
 from ..settings.config import Config
 from ..units import accrue, fmt_money
 from . import transitions as tr
-from .change import Change
-from .lookup import Lookup, Records, rests_named
+from .change import Change, Read
+from .lookup import Lookup, record_of, records_of, rests_named
 from .state import Tally
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
@@ -47,13 +47,14 @@ Judge = Callable[[Job], tuple[Job | None, str]]
 
 class Books(Protocol):
     """The bookkeeper's part (bookkeeper.Bookkeeper): budget balances and the budget requests."""
-    def spent_now(self, now: float) -> dict[str, int]: ...
-    def request(self, op: str, user: str, body: dict[str, Any], now: float) -> Change: ...
+    def spent_now(self, now: float, spent: dict[str, int] | None) -> dict[str, int]: ...
+    def request(self, op: str, user: str, body: dict[str, Any], now: float, read: Read) -> Change: ...
 
 
 class State(Protocol):
     """What the handlers read of the scheduler, and the one thing they ask of it (job ids). The
-    daemon (daemon.Scheduler) is one; the handlers write nothing through it."""
+    daemon (daemon.Scheduler) is one; the handlers write nothing through it. What they read beyond
+    the state is what the tick read (`read`); where that lacks something they raise change.Unread."""
     cfg: Config
     nodes: tuple[Node, ...]
     jobs: dict[int, Job]
@@ -61,9 +62,7 @@ class State(Protocol):
     tally: Tally
     books: Books
     estimator: Estimator      # run times learned from ended jobs, stamped on each submit
-
-    @property
-    def store(self) -> Records: ...     # read-only here: the daemon's is a SchedulerStore, which is one
+    read: Read                # what the tick read for the requests: ended records, the spent hash, ledger keys
     def next_ids(self, n: int) -> int: ...
     def ended_states(self, extra: Job | None = None) -> tuple[tuple[int, str], ...]: ...
     def snapshot(self, now: float) -> Snapshot: ...
@@ -86,7 +85,7 @@ class Handlers:
 
     def handle(self, user: str, op: str, body: dict[str, Any], now: float) -> Change:
         if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/daemon/bookkeeper.py
-            return self.s.books.request(op, user, body, now)
+            return self.s.books.request(op, user, body, now, self.s.read)
         fn = {"submit": self.submit, "cancel": self.cancel, "drain": self.drain, "resume": self.resume,
               "checkpoint": self.checkpoint, "hold": self.hold, "release": self.release,
               "requeue": self.requeue, "starts": self.starts}.get(op)
@@ -111,7 +110,7 @@ class Handlers:
         wait = body.get("hold_until_budget", False)
         if not isinstance(wait, bool):
             raise UsageError(f"hold_until_budget: expected true or false, got {wait!r}")
-        why, unpaid = policy.refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now) if cfg.budgets else {},
+        why, unpaid = policy.refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now, self.s.read.spent) if cfg.budgets else {},
                                       self.s.tally.on_node.values())
         if why or (unpaid and not wait):
             raise RefusedError(why or unpaid)
@@ -145,7 +144,7 @@ class Handlers:
         """Forecast, each budget's availability after it, and the verdict — without submitting."""
         probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
         snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
-                        spent=tuple(sorted(self.s.books.spent_now(now).items())), ended=self.s.ended_states(probe))
+                        spent=tuple(sorted(self.s.books.spent_now(now, self.s.read.spent).items())), ended=self.s.ended_states(probe))
         plan = policy.plan(snap, self.s.cfg)
         placed = next((p for p in plan.places if p.job_id == probe.id), None)
         why = next((p for p in plan.pending if p.job_id == probe.id), None)
@@ -310,7 +309,7 @@ class Handlers:
 
     def dep_ids(self, text: str) -> list[int]:
         """The job ids a dependency on `text` means: `42` (the job, or every task of array 42) or
-        `42_3` (one task); empty when there is no such job. Ended jobs are read from Redis."""
+        `42_3` (one task); empty when there is no such job. Ended jobs' records are the tick's (Unread)."""
         tasks = parse_task_ids(text)
         head = self._record(tasks[0] if tasks else int(text))
         if head is None or (tasks and head.array_id != head.id):
@@ -321,15 +320,18 @@ class Handlers:
         if not tasks:
             return list(ids)
         resting = rest.tasks_of(self.s.rests, ids) if self.s.rests else {}
-        return sorted(j.id for j in [*self.s.store.jobs(ids), *resting.values()] if j.array_index in tasks[1])
+        # In the table, else as the tick read them: only ids and indices are read, which never change.
+        active = [j for i in ids if (j := self.s.jobs.get(i)) is not None]
+        ended = records_of(self.s.read.records, [i for i in ids if i not in self.s.jobs and i not in resting])
+        return sorted(j.id for j in [*active, *ended, *resting.values()] if j.array_index in tasks[1])
 
     def _record(self, jid: int) -> Job | None:
         if jid in self.s.jobs:
             return self.s.jobs[jid]
-        return rest.tasks_of(self.s.rests, [jid]).get(jid) or self.s.store.job(jid)
+        return rest.tasks_of(self.s.rests, [jid]).get(jid) or record_of(self.s.read.records, jid)
 
     def resolve(self, text: str) -> list[Job]:
-        """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs are read from Redis."""
+        """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs as the tick read them."""
         return resolve_ref(text, self._record, lambda a: sorted(
             (j for j in self.s.jobs.values() if j.array_id == a), key=lambda j: j.id))
 

@@ -1,23 +1,25 @@
-"""The jobs one cancel/hold/release/requeue names (handlers._each_job): in memory, else read from
-Redis in one bulk read for all its plain ids; each array's tasks indexed once per request, not
+"""The jobs one cancel/hold/release/requeue names (handlers._each_job): in memory, else among the
+records the tick read for the round's requests (change.Read.records: `named` says which, read in one
+bulk read per round; Unread asks for any more); each array's tasks indexed once per request, not
 walked per id. Tasks of a big array kept as one rest (jobs/rest.py) are found too: those the
 request takes out of their rest (`taken`, already Jobs), and those of a rest it leaves alone
 (another user's, named for the refusal; or a hold or requeue, which change nothing of them):
 `resting`, they stay in their rest."""
-from collections.abc import Callable, Collection, Iterable, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol
 
 from ..jobs import rest
 from ..jobs.model import Job
 from ..jobs.refs import wanted_of
 from ..jobs.rest import Rest
-from .change import Change
+from .change import Change, Read, Unread
 
-
-class Records(Protocol):
-    """Job records in Redis, for the ended jobs a request names (store/state.SchedulerStore)."""
-    def job(self, jid: int) -> Job | None: ...
-    def jobs(self, ids: Sequence[int]) -> list[Job]: ...
+ACTS_ON_IDS = ("cancel", "hold", "release", "requeue")
+MAX_NAMED = 10_000      # handlers.MAX_IDS: a request naming more is refused, its records never read
+_REF = re.compile(r'"(\d{1,16})(?:_[^"]*)?"')           # "42", "42_3", "42_[1-3]" as JSON strings
+_DEPENDENCY = re.compile(r'"dependency"\s*:\s*"([^"]*)"')
+_DEP_ID = re.compile(r":(\d{1,16})")
 
 
 class Known(Protocol):
@@ -27,7 +29,37 @@ class Known(Protocol):
     @property
     def rests(self) -> dict[int, Rest]: ...
     @property
-    def store(self) -> Records: ...
+    def read(self) -> Read: ...
+
+
+def named(op: str, body: str) -> list[int]:
+    """The job ids a request's body (its JSON text, not parsed: the round reads before any request
+    is decoded) may name an ended record of: a cancel's, hold's, release's or requeue's ids (an
+    array's for its tasks), a submit's dependencies. A guess, never a decision: an id guessed wrongly
+    is one more record read, one missed is read when its handler asks (Unread)."""
+    if op in ACTS_ON_IDS:
+        got = [int(i) for i in _REF.findall(body)]
+        return got if len(got) <= MAX_NAMED else []
+    if op == "submit" and '"dependency"' in body:
+        m = _DEPENDENCY.search(body)
+        return [int(i) for i in _DEP_ID.findall(m.group(1))] if m else []
+    return []
+
+
+def record_of(records: Mapping[int, Job | None], jid: int) -> Job | None:
+    """Job `jid`'s record as the tick read it (None: none in Redis); Unread where it was not read."""
+    if jid not in records:
+        raise Unread([jid])
+    return records[jid]
+
+
+def records_of(records: Mapping[int, Job | None], ids: Iterable[int]) -> list[Job]:
+    """The records of `ids` there are, as the tick read them; Unread for those it did not read."""
+    ids = list(ids)
+    missing = [i for i in ids if i not in records]
+    if missing:
+        raise Unread(missing)
+    return [j for i in ids if (j := records[i]) is not None]
 
 
 class Lookup:
@@ -39,13 +71,13 @@ class Lookup:
         self.rests = {a: r for a, r in s.rests.items() if a not in (left or {})}
         wanted = sorted({int(t) for t in ids if t.isascii() and t.isdigit() and len(t) < 17}
                         - s.jobs.keys() - self.taken.keys())
-        self.read = {j.id: j for j in s.store.jobs(wanted)} if wanted else {}
+        self.found = {j.id: j for j in records_of(s.read.records, wanted)} if wanted else {}
         self.arrays: dict[int, list[Job]] | None = None
         self.resting: set[int] = set()     # ids of the tasks found still in their rest
         self.ended: dict[int, list[Job]] = {}     # an array's records in Redis only (read once a request)
 
     def record(self, jid: int) -> Job | None:
-        got = self.s.jobs.get(jid) or self.taken.get(jid) or self.read.get(jid)
+        got = self.s.jobs.get(jid) or self.taken.get(jid) or self.found.get(jid)
         if got is None and self.rests:
             got = rest.tasks_of(self.rests, [jid]).get(jid)
             if got is not None:
@@ -82,15 +114,15 @@ class Lookup:
         return got
 
     def _ended_of(self, a: int) -> list[Job]:
-        """Array `a`'s records that are in Redis only (ended), read once per request and only where a
-        named task is found nowhere in memory: the array's ids are a + 0..count-1, and a record that
+        """Array `a`'s records that are in Redis only (ended), asked once per request and only where a
+        named task is found nowhere in memory (Unread: the tick reads them): the array's ids are a + 0..count-1, and a record that
         stands for many ended tasks holds the first one's id (jobs/rest.ended)."""
         if a not in self.ended:
-            head = self.s.jobs.get(a) or self.taken.get(a) or self.read.get(a) \
-                or rest.tasks_of(self.s.rests, [a]).get(a) or self.s.store.job(a)
+            head = self.s.jobs.get(a) or self.taken.get(a) or self.found.get(a) \
+                or rest.tasks_of(self.s.rests, [a]).get(a) or record_of(self.s.read.records, a)
             ids = [] if head is None or head.array_id != a else \
                 [x for x in range(a, a + (head.array_count or 1)) if x not in self.s.jobs and x not in self.taken]
-            self.ended[a] = [j for j in self.s.store.jobs(ids) if j.array_id == a] if ids else []
+            self.ended[a] = [j for j in records_of(self.s.read.records, ids) if j.array_id == a] if ids else []
         return self.ended[a]
 
 

@@ -23,7 +23,7 @@ from ..store.keys import Keys
 from ..store.state import SchedulerStore
 from . import applier, crashguard, sdnotify
 from .bookkeeper import Bookkeeper
-from .change import Change
+from .change import Change, Read
 from .events import NodeEvents
 from .handlers import Handlers
 from .hooks import Hooks
@@ -65,7 +65,7 @@ class Scheduler:
         self.handlers = Handlers(self)
         # Budget limits, overrides, periods, alerts and the stop policy. `self.cfg.budgets` follows its
         # effective budgets (`budget set` limits, active overrides: _use_budgets); the file's are in it.
-        self.books = Bookkeeper(self.store, cfg)
+        self.books = Bookkeeper(cfg)
         self.hooks = Hooks(cfg.alerts)     # delivers each alert once its transaction is written
         self.now = 0.0                     # the time of what is being processed (the injected clock)
         self.metrics = metrics             # metrics.Metrics when scheduler.metrics is set
@@ -80,7 +80,7 @@ class Scheduler:
     # What the handlers (handlers.State), the metrics and the tests read of the state.
     cfg, jobs, nodes = OfState[Config](), OfState[dict[int, Job]](), OfState[tuple[Node, ...]]()
     tally, estimator = OfState[Tally](), OfState[Estimator]()
-    rests, ended = OfState[dict[int, Rest]](), OfState[dict[int, str]]()
+    rests, ended, read = OfState[dict[int, Rest]](), OfState[dict[int, str]](), OfState[Read]()
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke: object = ()) -> bool:
@@ -313,8 +313,8 @@ class Scheduler:
         durable = self.durable
         self.committer.write(self.store, b, self.now, st.usage, st.jobs, seq, self.books.period, self.replicas_ack(),
                              acknowledged=None if durable is None else lambda: durable.acknowledged(st.seq))
-        if seq is not None:
-            st.seq_written = seq
+        # Its charges are in the spent hash now (read again where a decider asks); its ids are written.
+        st.read.spent, st.seq_written = None, st.seq_written if seq is None else seq
         for books in b.books:      # the books learn what was written, alerts go out
             if self.books.applied(books, self.now):
                 self._use_budgets()
@@ -349,7 +349,7 @@ class Scheduler:
 
     # -- planning ------------------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
-        return self.state.snapshot(now, self.books.spent_now(now), self.ended_states())
+        return self.state.snapshot(now, self.books.spent_now(now, self.store.spent()), self.ended_states())
 
     def ended_states(self, extra: Job | None = None) -> tuple[tuple[int, str], ...]:
         """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.

@@ -125,7 +125,7 @@ class Metrics:
         self._next = wall() + REFRESH
         now = sched.now or time.time()
         try:
-            spent = sched.books.spent_now(now) if sched.leading else {}
+            spent = sched.books.spent_now(now, sched.store.spent()) if sched.leading else {}
             dead = sched.store.dead_letters() if hasattr(sched.store, "dead_letters") else None
         except Exception as e:      # noqa: BLE001 - a scrape must never stop the scheduler
             log.warning("metrics: %s", e)

@@ -23,6 +23,7 @@ from .decode import Request
 from .events import NodeEvents
 from .handlers import BUDGET_OPS, CHUNK
 from .shell import Shell
+from .tickread import TickRead
 
 log = logging.getLogger("labq.scheduler")
 # What a failing entry must not swallow: losing the lease or Redis stops the tick, and the entry
@@ -46,6 +47,7 @@ class Inboxes:
         self.shell, self.events = shell, events
         self.state, self.store, self.k, self.committer = shell.state, shell.store, shell.k, shell.committer
         self.handlers = shell.handlers
+        self.reads = TickRead(shell.state, shell.store)    # what the handlers read beyond the state
         self.recovering = False     # handling what a predecessor took (store.taken_requests), not fresh requests
         self.claimed: set[str] = set()     # the entries whose credential this round claimed (_round resets it)
         self.sent: collections.Counter[str | tuple[str, str]] | None = None   # per user this tick: requests, bytes
@@ -94,6 +96,7 @@ class Inboxes:
         self.committer.begin(self.state.usage)
         try:
             requests, events = self._decoded(read, False), self._decoded(read_events, True)
+            self.reads.round(requests)
             prior = self.store.replies_done([decode.reply_id(f, eid) for _, eid, f in requests])
             who = self._all_senders(requests, now)
             for (stream, eid, fields), old, sender in zip(requests, prior, who):
@@ -319,7 +322,7 @@ class Inboxes:
             return Change(reply=private.answer(self.shell, user, req.body))
         if req.op == histpages.OP:     # a page of the archive, for a client that cannot open it
             return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
-        return self.handlers.handle(user, req.op, req.body, now)
+        return self.reads.decided(lambda: self.handlers.handle(user, req.op, req.body, now))
 
     def _request_status(self, user: str, body: dict[str, Any]) -> dict[str, Any]:
         """What became of request `of` (`labq stat --rid`): its answer and its job read here, the

@@ -20,7 +20,7 @@ from ..policy.depend import targets as dependency_targets
 from ..policy.kept import Kept
 from ..settings.config import Config
 from . import transitions as tr
-from .change import Change
+from .change import Change, Read
 from .crashguard import CrashGuard
 
 _ID = attrgetter("id")
@@ -121,11 +121,13 @@ class SchedulerState:
     last_reasons: float = float("-inf")   # when a pass last wrote every pending job's new reason
     news: bool = True                # since the last plan, something a plan acts on changed (apply, see_nodes)
     tails: frozenset[int] = frozenset()     # ids of the held tasks the last snapshot held that are no records
+    read: Read = field(default_factory=Read)    # what the tick read for the deciders beyond this state
 
     def loaded(self, jobs: dict[int, Job], seq: int, rests: dict[int, Rest]) -> None:
         """The active jobs, the id sequence and the held arrays' rests as Redis holds them (a new
         leader's start)."""
         self.jobs, self.tally, self.rests, self.news = jobs, Tally(jobs.values()), rests, True
+        self.read = Read()
         for r in rests.values():
             self.tally.add_alike(r.template, r.left)
         self.seq = self.seq_written = seq

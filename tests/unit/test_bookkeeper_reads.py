@@ -1,8 +1,6 @@
 """The bookkeeper's tick decides from what the tick read (issue 40 item 1): the books a new leader
-loaded, the spent hash and which period entries a predecessor wrote are handed in; the tick itself
-asks its store nothing (a store that refuses every call proves it)."""
-import pytest
-
+loaded, the spent hash and which period entries a predecessor wrote are handed in; the bookkeeper
+holds no store to ask (it is made from the config alone)."""
 from labq.scheduler.daemon.bookkeeper import Bookkeeper
 from tests.harness import MONDAY_W49, WEEKLY_TOML, cfg
 
@@ -10,14 +8,9 @@ WEEKLY, MONDAY = WEEKLY_TOML, MONDAY_W49
 KEY = "period:lab:2026-W49"
 
 
-class NoStore:
-    def __getattr__(self, name):
-        pytest.fail(f"the bookkeeper read its store ({name}) during a tick")
-
-
 def _books():
     c = cfg(WEEKLY)
-    books = Bookkeeper(NoStore(), c)
+    books = Bookkeeper(c)
     books.load({"overrides": {}, "limits": {}, "periods": {"lab": "2026-W48"}, "fired": set()}, MONDAY + 60)
     return books, c
 
