@@ -122,9 +122,6 @@ CONNECTION_HANDED_OUT: dict[str, str] = {}
 # import that name through it (two names for one thing, and an import that runs a module for nothing).
 # Import a name from the module that defines it. Files that still do, each with its owner; shrink, never grow.
 REEXPORTS = {
-    "scheduler/jobs/jobspec.py": "intake: daemon/handlers.py imports refs.py's parse_task_ids, resolve_ref and "
-                                 "tasks_named through it (the other users import refs.py now)",
-    "scheduler/policy/__init__.py": "plan: refusal.py's and budget.py's names at the package's face",
     "scheduler/sim/__init__.py": "sim: the simulator's face (engine, metrics, policies, trace), which cli/ and the tests use",
     "scheduler/sim/room.py": "sim: capacity.covers",
 }

@@ -13,17 +13,12 @@ from ..errors import RefusedError, UsageError
 from ..jobs import idruns, rest, states
 from ..jobs.estimate import Estimator
 from ..jobs.idruns import LISTED, Runs
-from ..jobs.jobspec import (
-    array_range,
-    array_throttle,
-    job_from_submit,
-    parse_task_ids,
-    resolve_ref,
-    tasks_named,
-)
+from ..jobs.jobspec import array_range, array_throttle, job_from_submit
 from ..jobs.model import Job, Node, Snapshot
+from ..jobs.refs import parse_task_ids, resolve_ref, tasks_named
 from ..jobs.rest import Rest
 from ..money import balance, ledger, periods, pricing
+from ..policy.refusal import refusals
 from ..security import members
 from ..settings.config import Config
 from ..units import accrue, fmt_money
@@ -110,7 +105,7 @@ class Handlers:
         wait = body.get("hold_until_budget", False)
         if not isinstance(wait, bool):
             raise UsageError(f"hold_until_budget: expected true or false, got {wait!r}")
-        why, unpaid = policy.refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now, self.s.read.spent) if cfg.budgets else {},
+        why, unpaid = refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now, self.s.read.spent) if cfg.budgets else {},
                                       self.s.tally.on_node.values())
         if why or (unpaid and not wait):
             raise RefusedError(why or unpaid)

@@ -11,9 +11,6 @@ from ..errors import UsageError
 from . import bounds, exportenv, states
 from .model import DEPENDENCY_KINDS, JOB_SETTERS, JOB_VALUES, Job
 
-# job references (refs.py, which `labq show` imports without this module), as they were here
-from .refs import parse_task_ids as parse_task_ids, resolve_ref as resolve_ref, tasks_named as tasks_named
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: `labq show`/`wait`/`logs` resolve ids here without the config (~20 ms)
     from ..settings.config import Config

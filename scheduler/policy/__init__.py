@@ -25,18 +25,18 @@ from ..units import fmt_at
 from . import capacity, classes, gang, preempt, settle, strict
 from .backfill import Timelines
 from .backlog import Backlog
-from .budget import BudgetBook, Held as BudgetHeld, never_affordable
+from .budget import BudgetBook, Held as BudgetHeld
 from .depend import Dependencies
 from .expire import expire
 from .queue import Queue
 from .quota import Usage
-from .refusal import refusal, refusal_of_shape, refusals, request_text
+from .refusal import request_text
 from .seen import Seen
 from .standing import Standing
 from .tracks import Tracks
 
 _STATE = attrgetter("state")
-__all__ = ["plan", "plan_per_job", "Backlog", "refusal", "refusal_of_shape", "refusals", "never_affordable", "expected_starts", "Standing"]
+__all__ = ["plan", "plan_per_job", "Backlog", "expected_starts", "Standing"]
 
 
 @settle.guarded

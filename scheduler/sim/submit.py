@@ -1,7 +1,7 @@
 """A trace job at its submit: the shape the replay gives it, and whether `labq sub` would refuse it."""
-from .. import policy
 from ..jobs.model import Job
-from ..policy.budget import affordable_at_any_length
+from ..policy.budget import affordable_at_any_length, never_affordable
+from ..policy.refusal import refusal_of_shape
 
 
 def gang_shape(tj, nodes, most: int | None = None) -> tuple[int, int, int, int]:
@@ -33,7 +33,7 @@ def refusal(sim, job: Job):
     # the budgets, whose forecast reads each job's own time limit and estimate.
     key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.nodes, job.user, job.account)
     if key not in sim._refusals:
-        sim._refusals[key] = policy.refusal_of_shape(job, sim.nodes, cfg)
+        sim._refusals[key] = refusal_of_shape(job, sim.nodes, cfg)
     why, cheapest = sim._refusals[key]
     if why is None and cfg.budgets:
         priced = (*key, job.qos)
@@ -41,7 +41,7 @@ def refusal(sim, job: Job):
         if always is None:
             always = sim._affordable[priced] = affordable_at_any_length(job, cheapest, cfg)
         if not always:
-            why = policy.never_affordable(job, cheapest, cfg)
+            why = never_affordable(job, cheapest, cfg)
     if why:
         return "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why
     if sim.queue_limits:

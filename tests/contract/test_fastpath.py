@@ -137,7 +137,7 @@ def test_a_refused_rare_command_imports_no_redis_py_nor_the_config(argv):
 
 @pytest.mark.parametrize("argv", [["show", "1"], ["wait", "1"], ["logs", "1"]])
 def test_a_job_is_shown_without_the_config(argv):
-    """`labq show` renders a job record (cli/render.py) and resolves its id (jobspec.resolve_ref):
+    """`labq show` renders a job record (cli/render.py) and resolves its id (refs.resolve_ref):
     neither needs the whole config (~20 ms of CPU, issue 39 item 4)."""
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labq", *argv], env=_env(), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler import multifactor, policy
 from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.jobs import states
+from labq.scheduler.policy.refusal import refusal
 from labq.scheduler.units import fmt_at
 from tests.harness import ClusterBuilder, G, cfg, forward_until_started, summarize
 
@@ -104,12 +105,12 @@ def test_refuse_at_submit_where_configured():
     job = Job(id=9, user="alice", account="eta", argv=("x",), gpus=4)
     # Alone over max_gpus it could never run: refused whatever on_limit says (pending would be for ever).
     for extra in ("", 'on_limit = "refuse"\n'):
-        msg = policy.refusal(job, snap.nodes, cfg("[accounts.eta]\nmax_gpus = 2\n" + extra), running=snap.jobs)
+        msg = refusal(job, snap.nodes, cfg("[accounts.eta]\nmax_gpus = 2\n" + extra), running=snap.jobs)
         assert msg == "account eta: the job asks for 4 GPUS, max_gpus=2: it could never run"
     small = replace(job, gpus=2)
     # Over the cap only because of what runs now: pends by default, refused with on_limit = "refuse".
-    assert policy.refusal(small, snap.nodes, cfg("[accounts.eta]\nmax_gpus = 3\n"), running=snap.jobs) is None
-    msg = policy.refusal(small, snap.nodes, cfg('[accounts.eta]\nmax_gpus = 3\non_limit = "refuse"\n'),
+    assert refusal(small, snap.nodes, cfg("[accounts.eta]\nmax_gpus = 3\n"), running=snap.jobs) is None
+    msg = refusal(small, snap.nodes, cfg('[accounts.eta]\nmax_gpus = 3\non_limit = "refuse"\n'),
                          running=snap.jobs)
     assert msg == 'account eta holds 2 GPUs, needs 2 more, max_gpus=3 (on_limit = "refuse")'
 

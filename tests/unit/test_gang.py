@@ -10,6 +10,7 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs import jobspec, states
 from labq.scheduler.jobs.model import Attempt
 from labq.scheduler.money import pricing
+from labq.scheduler.policy.refusal import refusal
 from labq.scheduler.store import codec
 from tests.harness import ClusterBuilder, G, cfg
 
@@ -63,14 +64,14 @@ def test_the_scheduler_checks_the_node_count_again():
 def test_refused_at_submit_only_when_no_set_of_nodes_could_ever_hold_it():
     b = ClusterBuilder().node("a", gpus=8).node("b", gpus=8).node("c", gpus=4)
     job = b.job(gpus=8, nodes=2).jobs[-1]
-    assert policy.refusal(job, b.nodes, cfg()) is None
+    assert refusal(job, b.nodes, cfg()) is None
     three = replace(job, nodes=3)
-    why = policy.refusal(three, b.nodes, cfg())
+    why = refusal(three, b.nodes, cfg())
     assert why.startswith("no set of 3 nodes could ever hold 8xGPU") and "2 node(s) could (a, b)" in why
-    assert "on each node" in policy.refusal(replace(job, gpus=16), b.nodes, cfg())
+    assert "on each node" in refusal(replace(job, gpus=16), b.nodes, cfg())
     # caps count the whole gang: 2 x 8 GPUs is over max_gpus = 12
     capped = cfg("[accounts.eta]\nusers = [\"alice\"]\nmax_gpus = 12\n")
-    assert "asks for 16 GPUS" in policy.refusal(replace(job, account="eta"), b.nodes, capped)
+    assert "asks for 16 GPUS" in refusal(replace(job, account="eta"), b.nodes, capped)
 
 
 def test_the_record_and_its_attempt_round_trip_with_the_node_list():

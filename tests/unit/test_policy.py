@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler import policy
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Job, Snapshot
+from labq.scheduler.policy.refusal import refusal
 from tests.harness import SWEEP_TOML, ClusterBuilder, G, cfg, summarize
 
 SWEEP = cfg(SWEEP_TOML)
@@ -139,11 +140,11 @@ def test_qos_then_age_then_id_order():
 def test_refusal_at_submit_names_the_numbers():
     b = ClusterBuilder().node("n1", gpus=4, cpus=16, mem=64 * G).build()
     big = Job(id=1, user="alice", account="eta", argv=("x",), gpus=5)
-    assert "largest node n1 has 4 GPUs" in policy.refusal(big, b.nodes, SWEEP)
+    assert "largest node n1 has 4 GPUs" in refusal(big, b.nodes, SWEEP)
     costly = Job(id=1, user="alice", account="eta", argv=("x",), gpus=4, time_limit=20 * 3600)
-    msg = policy.refusal(costly, b.nodes, SWEEP)
+    msg = refusal(costly, b.nodes, SWEEP)
     assert "$160.07" in msg and "$120.00" in msg and "$108.00" in msg
-    assert policy.refusal(Job(id=1, user="a", account="eta", argv=("x",), gpus=1, time_limit=3600), b.nodes, SWEEP) is None
+    assert refusal(Job(id=1, user="a", account="eta", argv=("x",), gpus=1, time_limit=3600), b.nodes, SWEEP) is None
 
 
 # -- properties ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.money import pricing
+from labq.scheduler.policy.refusal import refusal
 from tests.harness import ClusterBuilder, cfg
 
 LABS = """
@@ -103,13 +104,13 @@ def test_a_budget_without_periods_refuses_what_is_left_cannot_pay():
             '[[budgets]]\nname = "x"\naccount = "x"\nlimit = 5.0\n')
     nodes = ClusterBuilder().node("n", gpus=1).build().nodes
     job = Job(id=1, user="u", account="x", argv=("x",), gpus=1, time_limit=9000)   # $5.00
-    assert policy.refusal(job, nodes, c) is None
-    msg = policy.refusal(job, nodes, c, {"x": 600})
+    assert refusal(job, nodes, c) is None
+    msg = refusal(job, nodes, c, {"x": 600})
     assert msg.startswith("budget x: job would cost $5.00, only $5.00 is left") or "only $4.99" in msg, msg
-    assert policy.refusal(replace(job, time_limit=8000), nodes, c, {"x": 600}) is None
+    assert refusal(replace(job, time_limit=8000), nodes, c, {"x": 600}) is None
     weekly = cfg('[scheduler]\nkill_wait = "0s"\n[rates]\ngpu_hour = 2.0\n[accounts.x]\n'
                  '[[budgets]]\nname = "x"\naccount = "x"\nlimit = 5.0\nperiod = "week"\n')
-    assert policy.refusal(job, nodes, weekly, {"x": 600}) is None     # next week can pay it
+    assert refusal(job, nodes, weekly, {"x": 600}) is None     # next week can pay it
 
 
 def test_expected_start_of_a_begin_job_is_its_begin_or_later():
