@@ -6,6 +6,7 @@ leader handles now, for the poison guard.
 
 A mixin of SchedulerStore (state.py), which holds the connection, the keys and `txn`."""
 import hashlib
+import itertools
 
 from . import wire
 from .keys import CONSUMER, GROUP
@@ -16,6 +17,7 @@ class RequestList:
     # tick's first read (look) moves in its own round trip; and those it moved, for take_requests.
     _wake_hint = 0
     _premoved: list = []
+    _taken_len: int | None = None     # LLEN of `taken` as the open transaction began watching it (txn)
 
     def take_requests(self, count: int, waiting: int | None = None) -> list:
         """Up to `count` requests, oldest first, moved into `taken` (LMOVE: a leader that dies
@@ -60,6 +62,8 @@ class RequestList:
             got = p.execute()
         else:
             got[2:reads] = [stream_reply(x) for x in got[2:reads]]
+        if not got[0]:
+            self.held.clear()     # `taken` was empty: nothing held before is there (acknowledged, or by a successor)
         self._premoved = self._named([raw for raw in got[reads:] if raw is not None])
         pending, new = (got[2], got[3]) if streams else (None, None)
         return bool(got[0]) or bool(entries(pending)), int(got[1]), entries(new)
@@ -102,6 +106,37 @@ class RequestList:
             self.held[eid] = raw
             out.append((eid, raw))
         return out
+
+    # -- acknowledgements (commit.py, in the transaction that answers) ----------------------------
+    def ack(self, p, stream: str, *eids: str) -> None:
+        """Acknowledge: an event in its group; a request leaves `taken` (its answer is kept in
+        done:<rid>, never its body)."""
+        if stream != self.k.taken:
+            p.xack(stream, GROUP, *eids)
+            return
+        if self._oldest_held(eids):
+            # All of `taken` is ours (its length, read as the transaction watched it, is that of
+            # `held`), in the order moved: these are its k oldest, at its tail. One LTRIM, where an
+            # LREM each sent each request's bytes again (~1.8 KB: 43 % of a commit of submits).
+            p.ltrim(self.k.taken, 0, -len(eids) - 1)
+            for eid in eids:
+                del self.held[eid]
+            return
+        for eid in eids:
+            raw = self.held.pop(eid, None)
+            if raw is not None:
+                # From the tail, where the oldest taken (the first answered) lie: Redis found each at
+                # once, where from the head it compared past all taken after it (twins are equal bytes).
+                p.lrem(self.k.taken, -1, raw)
+
+    def _oldest_held(self, eids: tuple[str, ...]) -> bool:
+        """Whether `eids` are the oldest entries this leader holds, and `taken` holds nothing else: its
+        length when the transaction began watching it is that of `held` (anything another client moved
+        there, or a move whose reply was lost, makes it longer; WATCH fails the transaction on any
+        change after). Then they are the tail of `taken`: each move pushed on its head."""
+        n = len(eids)
+        return self._taken_len == len(self.held) and n <= len(self.held) and \
+            set(itertools.islice(self.held, n)) == set(eids)
 
     # -- the entry in hand (daemon._recover_pending) ---------------------------------------------
     def in_hand(self) -> tuple[str, int]:

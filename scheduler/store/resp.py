@@ -319,6 +319,16 @@ class Connection:
             self.close()
             raise
 
+    def _after_check(self, last) -> None:
+        """The last reply of a checked pipeline, demoted (a BLPOP that a failover UNBLOCKED): the
+        writes before it went in (the check passed), so the whole is never sent again; the caller
+        waits again on its own (ConnectionLost, sent)."""
+        try:
+            self._demoted([last])
+        except ConnectionLost as e:
+            e.sent, e.refused = True, False
+            raise
+
     def pipeline(self, cmds, extra_wait: float = 0.0, resend: bool = True, check=None) -> list:
         """Send all of `cmds` at once, then read their replies; error replies come back as RespError
         values in their place. Reconnects and sends again once if the connection was lost — after
@@ -333,7 +343,11 @@ class Connection:
             try:
                 if self.sock is None:
                     self._open()
-                return self._demoted(self._roundtrip(cmds, extra_wait, check))
+                got = self._roundtrip(cmds, extra_wait, check)
+                if check is None:
+                    return self._demoted(got)
+                self._after_check(got[-1])
+                return got
             except ConnectionLost as e:
                 if (e.sent and not resend) or (attempt and not e.refused):
                     raise

@@ -119,7 +119,9 @@ class SchedulerStore(RequestList):
         self._spent = None      # written or not, read afresh after it
         with self.lease_lock, conn.kept_pipeline(self.r) as (p, keep):
             try:
-                if wire.watch_get(p, self.k.leader) != self.me:
+                # `taken` watched too: acknowledged by its length (ack), it must not change under us.
+                holder, self._taken_len = wire.watch_get(p, self.k.leader, self.k.taken)
+                if holder != self.me:
                     raise StalePlanError("this scheduler no longer holds the leader lease")
                 p.multi()
                 build(p)
@@ -340,19 +342,6 @@ class SchedulerStore(RequestList):
     def dead_letters(self) -> int:
         """Entries in the dead-letter stream (labq admin dead; the metrics gauge)."""
         return self.r.xlen(self.k.dead)
-
-    def ack(self, p, stream: str, *eids: str) -> None:
-        """Acknowledge: an event in its group; a request leaves `taken` (its answer is kept in
-        done:<rid>, never its body)."""
-        if stream != self.k.taken:
-            p.xack(stream, GROUP, *eids)
-            return
-        for eid in eids:
-            raw = self.held.pop(eid, None)
-            if raw is not None:
-                # From the tail, where the oldest taken (the first answered) lie: Redis found each at
-                # once, where from the head it compared past all taken after it (twins are equal bytes).
-                p.lrem(self.k.taken, -1, raw)
 
     def claim_credentials(self, claims: list[tuple[str, str]], ttl: float) -> list:
         """Record that inbox entry `entry` uses the credential `key`, for each (key, entry): "new",

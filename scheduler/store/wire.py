@@ -218,24 +218,25 @@ def _call(c, cmds: list[tuple], decode: bool, raise_on_error: bool, alike: bool 
     return got
 
 
-def watch_get(p, key: str):
-    """`p.watch(key)` then `p.get(key)` (a pipeline not yet watching), in one round trip where this
-    path can take it: the fence of every transaction (store/state.SchedulerStore.txn) was two."""
+def watch_get(p, key: str, listed: str) -> tuple:
+    """`p.watch(key, listed)`, then `p.get(key)` and `p.llen(listed)` (a pipeline not yet watching),
+    in one round trip where this path can take it: the fence of every transaction
+    (store/state.SchedulerStore.txn) was two, and the length of the list it watches comes with it."""
     if p.connection is None and not p.watching:
         c = p.connection = p.connection_pool.get_connection()
-        if _usable(c, [(("WATCH", key), None)]):
+        if _usable(c, [(("WATCH", key, listed), None)]):
             try:
-                ok, holder = _exchange(c, [("WATCH", key), ("GET", key)], True)
+                got = _exchange(c, [("WATCH", key, listed), ("GET", key), ("LLEN", listed)], True)
             except _LOST:
                 c.disconnect()      # nothing watched yet: redis-py reconnects and asks again below
             else:
-                for x in (ok, holder):
+                for x in got:
                     if isinstance(x, RespError):
                         raise _error(c, x)
                 p.watching = True
-                return holder
-    p.watch(key)
-    return p.get(key)
+                return got[1], got[2]
+    p.watch(key, listed)
+    return p.get(key), p.llen(listed)
 
 
 def hash_of(reply) -> dict:

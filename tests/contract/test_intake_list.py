@@ -64,6 +64,50 @@ def test_requests_a_leader_took_and_never_answered_are_answered_by_the_next(conn
     assert taken(r) == 0
 
 
+def test_a_batch_is_acknowledged_by_one_trim_and_no_one_elses_request_goes_with_it(conns, monkeypatch):
+    """The requests a commit answers leave `taken` by one LTRIM of its oldest (store/requestq.ack)
+    only where `taken` holds nothing but what this leader moved. A request another client moved
+    there (a deposed leader resumed, issue 35) before the commit stays, and one moved while the
+    commit is built fails it (WATCH): the next tick answers every request, that one too."""
+    r, raw = conns
+    s = setup(r, raw, time.time())
+    trimmed = []
+    real = s.store._oldest_held
+    monkeypatch.setattr(s.store, "_oldest_held", lambda eids: trimmed.append(real(eids)) or trimmed[-1])
+    for i in range(3):
+        submit(r, "alice", {**BODY, "name": f"j{i}"}, f"r{i}")
+    s.tick(time.time())
+    assert all(reply(r, f"r{i}")["ok"] for i in range(3)) and taken(r) == 0 and trimmed == [True]
+    foreign = json.dumps({"rid": "f", "op": "submit", "body": json.dumps(BODY), "user": "bob"})
+    real_txn = s.store.txn
+
+    def older_one_first(build, *a):     # moved in after this tick took its own, older than them
+        r.rpush(K.taken, foreign)
+        monkeypatch.setattr(s.store, "txn", real_txn)
+        return real_txn(build, *a)
+    monkeypatch.setattr(s.store, "txn", older_one_first)
+    submit(r, "alice", BODY, "a1")
+    submit(r, "alice", BODY, "a2")
+    s.tick(time.time())
+    assert reply(r, "a1")["ok"] and reply(r, "a2")["ok"]
+    assert r.lrange(K.taken, 0, -1) == [foreign] and reply(r, "f") is None and trimmed[-1] is False
+    s.tick(time.time())                 # left behind: handled by the recovery, not lost
+    assert reply(r, "f")["ok"] and taken(r) == 0
+    real_ack = s.store.ack
+
+    def moved_meanwhile(p, stream, *eids):
+        r.lpush(K.taken, foreign.replace('"f"', '"g"'))
+        monkeypatch.setattr(s.store, "ack", real_ack)
+        return real_ack(p, stream, *eids)
+    monkeypatch.setattr(s.store, "ack", moved_meanwhile)
+    submit(r, "alice", BODY, "b1")
+    s.tick(time.time())                 # the commit fails: nothing of it is written
+    assert reply(r, "b1") is None
+    for _ in range(3):
+        s.tick(time.time())
+    assert reply(r, "b1")["ok"] and reply(r, "g")["ok"] and taken(r) == 0
+
+
 @pytest.mark.redis
 def test_a_full_redis_is_one_line_and_nothing_submitted(redis_server):
     r = redis_server.client()

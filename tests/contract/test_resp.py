@@ -322,3 +322,34 @@ def test_a_checked_pipeline_waits_only_behind_what_its_check_accepts(conn, real_
     threading.Timer(0.3, lambda: real_redis.rpush("reply", "answer")).start()
     got = conn.pipeline([("LPUSH", "req", "x"), ("BLPOP", "reply", 5)], 5, resend=False, check=seen.append)
     assert seen == [[1]] and got == [1, ["reply", "answer"]] and real_redis.llen("req") == 1
+
+
+def test_a_checked_pipeline_whose_wait_a_failover_cuts_is_not_sent_again(tmp_path):
+    """Behind Sentinel, a demoted master UNBLOCKs the BLPOP that followed the request's writes: those
+    went in (the check passed), so the request is not sent again (a credential resent is a replay);
+    ConnectionLost (sent) tells the caller to wait again on its own (store/thinstore._send_pop)."""
+    path = str(tmp_path / "demoted.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(4)
+    got = []
+
+    def serve():
+        c, _ = srv.accept()
+        got.append(c.recv(1000))
+        c.sendall(b":1\r\n:1\r\n-UNBLOCKED force unblock from blocking operation\r\n")
+        c.recv(1000)
+        c.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    conn = resp.Connection(f"unix://{path}", timeout=5)
+    conn._open()
+    conn.opts.update(scheme="sentinel", service="labq")     # as behind Sentinel (no reconnect is tried)
+    seen = []
+    with pytest.raises(resp.ConnectionLost) as e:
+        conn.pipeline([("LPUSH", "q", "x"), ("LPUSH", "w", "t"), ("BLPOP", "r", 1)], 1, resend=False,
+                      check=seen.append)
+    assert e.value.sent and seen == [[1, 1]] and len(got) == 1
+    conn.close()
+    t.join(5)
+    srv.close()
