@@ -325,11 +325,6 @@ class Handlers:
             return self.s.jobs[jid]
         return rest.tasks_of(self.s.rests, [jid]).get(jid) or record_of(self.s.read.records, jid)
 
-    def resolve(self, text: str) -> list[Job]:
-        """`42` (a job, or every active task of array 42), `42_3` (one task). Ended jobs as the tick read them."""
-        return resolve_ref(text, self._record, lambda a: sorted(
-            (j for j in self.s.jobs.values() if j.array_id == a), key=lambda j: j.id))
-
 
 _SET_ID = getattr(Job, "id").__set__       # the slot's own setter (frozen: no setattr), as jobspec._copies uses
 
