@@ -193,9 +193,10 @@ class Handlers:
                   diverge: Callable[[Rest], bool] = lambda r: True,
                   whole: Callable[[Rest], Job | Rest] | None = None) -> Change:
         """Apply `act(job) -> (new job or None, state or error)` to each named job the user may touch.
-        With `make`, `act` only judges and `make(job)` builds each new record later, CHUNK at a time
-        (Change.chunks, committed one transaction each): a 100,000-task cancel never holds a second
-        copy of every Job, nor a result dict per task (the reply names runs of ids, idruns.py)."""
+        With `make`, `act` only judges and `make(job)` builds each new record later; more than CHUNK
+        of them CHUNK at a time (Change.chunks, committed one transaction each): a 100,000-task cancel
+        never holds a second copy of every Job, nor a result dict per task (the reply names runs of
+        ids, idruns.py)."""
         ids = _named_ids(body)
         admin = user in self.s.cfg.security.admins
         may = lambda u: u == user or admin    # noqa: E731
@@ -235,8 +236,14 @@ class Handlers:
             if whole_one:       # after its records: A_[0-99] and A_[100-99999] read as one run
                 rest.told(runs, *told[int(text)])
         del look, seen
-        if make is not None:
+        if make is not None and len(todo) > CHUNK:
             change.chunks = _chunks(todo, act, make)
+        elif make is not None:
+            # A few records: committed with the reply in the round's batch, like any request. Streamed,
+            # each cancel read its partial key and was a transaction of its own (~3 round trips).
+            for old in (j for j in todo if j is not None):
+                change.jobs.append(new := make(old))
+                change.controls += _controls(old, new)
         change.reply = idruns.reply(runs, results, errors)
         return change
 
