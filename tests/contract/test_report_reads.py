@@ -91,4 +91,13 @@ def test_report_counts_what_every_record_gives(redis_server, tmp_path, monkeypat
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr[-800:]
         assert expect and json.loads(out.stdout) == json.loads(json.dumps(expect)), args
+    # The `stat` rows (statrows.py's `prio` field: a pending job's attempt count) say which ran: only
+    # their records are read. Where the index lacks rows, every active record is, with the same answer.
+    asked, pipe = [], read._pipe
+    monkeypatch.setattr(read, "_pipe", lambda cmds: asked.extend(len(c) - 1 for c in cmds if c[0] == "MGET")
+                        or pipe(cmds))
+    assert [j.id for j in read.ran()] == [81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 8
+    r.delete(K.stat_rows)
+    asked.clear()
+    assert [j.id for j in read.ran()] == [81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 48
     conn.close()

@@ -150,3 +150,20 @@ def test_billing_per_started_hour():
     with pytest.raises(config.ConfigError) as e:
         config.loads("[rates]\nbilling = 'minute'\n")
     assert e.value.key == "rates.billing"
+
+
+def test_utc_without_zoneinfo_gives_zoneinfos_labels_and_bounds():
+    """periods.zone("UTC") is datetime's own UTC (zoneinfo's import cost every `labq budget` ~3 ms): the
+    same labels and period bounds as ZoneInfo("UTC"), around year, quarter, month and week edges."""
+    from datetime import datetime as dt, timezone
+
+    from labq.scheduler.money import periods
+    assert periods.zone("UTC") is periods.zone("") is timezone.utc
+    for t in (dt(2026, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp() + d for d in (-1e6, 0, 0.5, 1, 86400 * 3)):
+        for period in ("week", "month", "quarter"):
+            lab = dt.fromtimestamp(t, ZoneInfo("UTC"))
+            want = {"week": lambda: "%d-W%02d" % lab.isocalendar()[:2], "month": lambda: f"{lab.year}-{lab.month:02d}",
+                    "quarter": lambda: f"{lab.year}-Q{(lab.month - 1) // 3 + 1}"}[period]()
+            assert periods.label(period, t, "UTC") == want
+            start, end = periods.bounds(period, want, "UTC")
+            assert start <= t < end
