@@ -4,7 +4,11 @@ against `labq sub`'s, each a whole `labq` process on a private stack (redis-serv
 `labq worker`: bench/stackutil.py) that has run a few jobs, so each command has rows to print. CPU is
 the reaped child's user + system (live_bench.timed); min and median of n runs.
 
-    .venv/bin/python bench/rare_bench.py [--quick]   # prints one line per command; bench/run.py takes rows()
+    .venv/bin/python bench/rare_bench.py [--quick] [--pending N]   # one line per command; bench/run.py takes rows()
+
+--pending N first submits N held single jobs (20 client processes, as live_bench.py's drains leave
+10,000 before bench/run.py measures these): `prio`, `report`, `budget`, `nodes` and `share` cost most
+where the queue is long.
 """
 import os
 import shutil
@@ -13,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from live_bench import compiled, timed, user_env  # noqa: E402
+from live_bench import compiled, drain, timed, user_env  # noqa: E402
 from rows import Row  # noqa: E402
 from stackutil import BenchStack, labq_command  # noqa: E402
 
@@ -47,6 +51,7 @@ def measure(bs, quick: bool) -> list[tuple[str, list[float], list[float]]]:
 
 
 def rows(bs, quick: bool) -> list[Row]:
+    active = bs.client.r.zcard(bs.client.k.active)     # live_bench's drains leave 10,000 held jobs
     figures = measure(bs, quick)
     sub = min(figures[0][2])
     worst = max(figures[1:], key=lambda f: min(f[2]))
@@ -54,15 +59,19 @@ def rows(bs, quick: bool) -> list[Row]:
     note = "; ".join(f"`labq {name}` {min(c):.0f}/{statistics.median(c):.0f}" for name, _w, c in figures)
     return [Row("rare commands' CPU against `labq sub`'s (the costliest, as a ratio)", min(worst[2]) / sub, "x", 1.5,
                 key="rare.ratio", note=f"`labq {worst[0]}` {min(worst[2]):.0f} ms against `labq sub` {sub:.0f} ms "
-                                       f"(min/median ms CPU: {note}); load {load[0]:.1f}")]
+                                       f"(min/median ms CPU: {note}); {active:,} active jobs; load {load[0]:.1f}")]
 
 
 def main() -> int:
     quick = "--quick" in sys.argv
+    pending = int(sys.argv[sys.argv.index("--pending") + 1]) if "--pending" in sys.argv else 0
     compiled()
-    with BenchStack(slots=2) as bs:
+    with BenchStack(slots=2, max_pending=max(100_000, 2 * pending)) as bs:
         with open(bs.cfg_path, "a") as f:
             f.write(BUDGET)
+        if pending:
+            drain(bs, 20, -(-pending // 20))
+            print(f"{bs.client.r.zcard(bs.client.k.active):,} active jobs", flush=True)
         for name, w, c in measure(bs, quick):
             print(f"labq {name:<28} CPU min {min(c):5.0f} median {statistics.median(c):5.0f} ms   "
                   f"wall min {min(w):5.0f} median {statistics.median(w):5.0f} ms", flush=True)
