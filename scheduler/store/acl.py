@@ -28,9 +28,11 @@ READ = ["+get", "+mget", "+strlen", "+exists", "+type", "+ttl", "+pttl", "+hget"
         "+xrevrange", "+xlen", "+lrange", "+llen", "+lindex"]
 # Keys a client may not read: other people's requests (with their credentials), replay records,
 # dead letters (what was left of others' requests: admins read them with `labq admin dead`).
-# Nor scripts and exported environments (job_env, script: issue 34, they hold tokens and passwords):
+# Nor scripts and exported environments (job_env, env_text, env_refs, script: issue 34, they hold tokens
+# and passwords; env_refs names no secret, but nobody else has a use for it):
 # their owners and admins read them through the scheduler (scheduler/security/private.py).
-NOT_READ = {"requests", "taken", "credential", "done", "job_env", "script", "handover", "dead", "partial"}
+NOT_READ = {"requests", "taken", "credential", "done", "job_env", "env_text", "env_refs", "script", "handover", "dead",
+            "partial"}
 
 
 def node_role(node: str) -> str:

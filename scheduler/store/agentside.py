@@ -198,9 +198,12 @@ class AgentStore:
         if job is None:
             return won, int(pttl), ()
         raw = env[0] if env[0] is not None else self._apart(self.k.job_env(codec.env_ref(job)), DENIED)
+        digest = codec.env_digest(raw) if raw is not DENIED else None
+        if digest:      # a submission's own key names its text (store/envs.py): read where a node may
+            raw = self._apart(self.k.env_text(digest), DENIED)
         if raw is DENIED:   # not handed over, and not ours to read: never run without it (env_denied)
             return won, int(pttl), None
-        return won, int(pttl), (tuple((n, v) for n, v in json.loads(raw)) if raw else job.env)
+        return won, int(pttl), (codec.env_pairs(raw) if raw else job.env)
 
     def env_denied(self, job: Job, node: str) -> str:
         """Why claim() gave no environment: what the runner says as it fails the attempt. A scheduler

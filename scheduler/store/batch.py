@@ -50,6 +50,8 @@ class Batch:
                                                                 # them (jobspec.Tasks)
     rests: dict[int, Rest | None] = field(default_factory=dict)  # array id -> its rest as now (None: gone)
     rests_new: set[int] = field(default_factory=set)      # the rests this batch makes (their scripts are written)
+    env_keys: dict[int, str] = field(default_factory=dict)  # env_ref -> the key its dispatched jobs' environment
+                                                            # text is copied from (store/envs.sources)
     expires: float = float("inf")                  # the first client expiry of a request in it: committed
                                                    # before it or not at all (Scheduler.flush)
 

@@ -1,6 +1,7 @@
 """Job records to and from JSON. Tuples become lists on the way out and come back as tuples."""
 import json
 from dataclasses import MISSING, fields
+from hashlib import sha256
 from operator import attrgetter
 from sys import intern
 
@@ -49,22 +50,53 @@ def record_ref(d: dict) -> int:
     return d["array_id"] if d.get("array_id") is not None else d["id"]
 
 
-# The text of each environment encoded lately: jobs from one shell share their environment's object
-# (exportenv.shared), so this is a lookup, not an encode of ~40 variables (~8 µs) per submit.
+# The text of each environment encoded lately, with its digest: jobs from one shell share their
+# environment's object (exportenv.shared), so this is a lookup, not an encode of ~40 variables (~8 µs)
+# and a hash per submit.
 _ENV_TEXTS: dict = {}
+# A keys.job_env value that names its text's digest (keys.env_text) instead of holding the text: the
+# ~1.5 KB a login shell exports is stored once per distinct environment, not once per submission
+# (issue 39: 100,000 single jobs from one shell held 100,000 copies, 60 % of Redis's bytes). A value
+# without it is the text itself (written before schema 3, or by hand).
+ENV_BY_DIGEST = "@"
 
 
 def env_json(job: Job) -> str:
+    return env_stored(job)[0]
+
+
+def env_stored(job: Job) -> tuple[str, str]:
+    """(the JSON text of the job's exported environment, its digest: keys.env_text's name)."""
     env = job.env
     try:
-        text = _ENV_TEXTS.get(env)
+        got = _ENV_TEXTS.get(env)
     except TypeError:       # not tuples (a Job built by hand with lists): encoded as it is
-        return _ENCODER.encode(env)
-    if text is None:
+        text = _ENCODER.encode(env)
+        return text, text_digest(text)
+    if got is None:
         if len(_ENV_TEXTS) >= 256:
             del _ENV_TEXTS[next(iter(_ENV_TEXTS))]
-        _ENV_TEXTS[env] = text = _ENCODER.encode(env)
-    return text
+        text = _ENCODER.encode(env)
+        _ENV_TEXTS[env] = got = (text, text_digest(text))
+    return got
+
+
+def text_digest(text: str) -> str:
+    """The name an environment's text is stored under (keys.env_text): 128 bits of its SHA-256, so
+    no two texts of a lab share one. It names keys only the scheduler reads (acl.NOT_READ)."""
+    return sha256(text.encode()).hexdigest()[:32]
+
+
+def env_digest(raw) -> str | None:
+    """The digest a keys.job_env value names, or None where it holds the text itself (or nothing)."""
+    if isinstance(raw, bytes):
+        raw = raw.decode()
+    return raw[1:] if raw and raw.startswith(ENV_BY_DIGEST) else None
+
+
+def env_pairs(text) -> tuple[tuple[str, str], ...]:
+    """The (name, value) pairs of an environment's JSON text."""
+    return tuple((n, v) for n, v in json.loads(text))
 
 
 def spec(job: Job) -> str:

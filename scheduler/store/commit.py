@@ -8,7 +8,7 @@ import logging
 
 from ..errors import StalePlanError
 from ..jobs import states
-from . import codec, dispatchq, faults, nodehealth, rests, writes
+from . import codec, dispatchq, envs, faults, nodehealth, rests, writes
 from .batch import Batch
 
 log = logging.getLogger("labq.scheduler")
@@ -108,6 +108,8 @@ class Committer:
         `acknowledged()` is told when `replicas` acknowledged it (redis.min_replicas_ack)."""
         new = [b.jobs[i] for i in sorted(b.new) if b.jobs[i].state in states.ACTIVE]
         fresh = store.put_new_jobs(new, b.tasks) if new else set()
+        if b.dispatch:      # where each one's environment text is, for the copy a node may read
+            b.env_keys = envs.sources(store.r, store.k, [codec.env_ref(j) for j in b.dispatch])
 
         def build(p):
             _build(p, store, b, now, usage, active, seq, period, replicas, new, fresh)
@@ -160,6 +162,7 @@ def _build(p, store, b: Batch, now: float, usage: dict, active, seq, period, rep
     writes.put_jobs(p, store.k, [j for j in b.jobs.values() if j.id not in fresh], new=b.new)
     writes.index_jobs(p, store.k, [b.jobs[i] for i in sorted(fresh)])
     writes.put_specs(p, store.k, new)
+    envs.put_new(p, store.k, [b.jobs[i] for i in sorted(b.new)])
     for acct in [a for a in usage if usage[a] != usage0.get(a)]:
         writes.put_usage(p, store.k, acct, *usage[acct])
     rests.put_changed(p, store.k, b.rests, b.rests_new)
@@ -201,7 +204,8 @@ def _nodes_into(p, k, b: Batch, now: float) -> None:
 def _announce_into(p, k, b: Batch, replies: bool) -> None:
     for j in b.dispatch:     # a gang: one entry on each part's node (the runner finds its rank)
         for node, _ in j.current.parts or ((j.current.node, ()),):
-            dispatchq.push(p, k, node, j.id, j.current.attempt, codec.env_ref(j), j.has_script)
+            ref = codec.env_ref(j)
+            dispatchq.push(p, k, node, j.id, j.current.attempt, ref, j.has_script, b.env_keys.get(ref))
     if replies:
         for rid, reply, *_ in b.replies:
             writes.push_reply(p, k, rid, reply)

@@ -23,12 +23,14 @@ CONTROL_TTL = 7 * 86400
 HANDOVER_TTL = 86400
 
 
-def push(p, k: Keys, node: str, job_id: int, attempt: int, ref: int | None = None, script: bool = True) -> None:
+def push(p, k: Keys, node: str, job_id: int, attempt: int, ref: int | None = None, script: bool = True,
+         env: str | None = None) -> None:
     """Into a MULTI pipeline: the attempt goes out with the transaction that admits it; with `ref`
     (codec.env_ref), its submission's script and exported environment are copied under the node's
-    name (keys.handover), the only copies a node role may read (acl.py), deleted at claim."""
+    name (keys.handover), the only copies a node role may read (acl.py), deleted at claim. `env`: the
+    key that holds the environment's text (envs.sources: keys.env_text), else keys.job_env(ref)."""
     if ref is not None:
-        for what, src in (("script", k.script(ref)),) * script + (("env", k.job_env(ref)),):
+        for what, src in (("script", k.script(ref)),) * script + (("env", env or k.job_env(ref)),):
             dst = k.handover(node, job_id, what)
             p.copy(src, dst, replace=True)      # nothing where the submission has none
             if what == "env":

@@ -86,6 +86,15 @@ class Keys:
         return f"{self.p}:env:{ref}"          # (--export), by array id or job id (codec.env_ref); not
                                               # readable by clients (acl.NOT_READ): it may hold tokens
 
+    def env_text(self, digest: str) -> str:   # STRING (S): the JSON text of an exported environment, once
+        return f"{self.p}:envtext:{digest}"   # per distinct text (codec.env_stored's digest), which
+                                              # job_env values name as "@DIGEST" (schema 3). Not readable
+                                              # by clients or nodes (acl.NOT_READ): it holds their tokens
+
+    def env_refs(self, digest: str) -> str:   # SET (S): the submissions (job_env refs) whose job_env names
+        return f"{self.p}:envrefs:{digest}"   # env_text(digest): the text goes with the last of them
+                                              # (writes.drop_specs)
+
     def script(self, ref: int) -> str:        # STRING (S): the script text of a submission, by array id or
         return f"{self.p}:script:{ref}"       # job id (codec.env_ref); records only say `scripted`. Not
                                               # readable by clients (acl.NOT_READ): `labq show --script`

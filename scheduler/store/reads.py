@@ -36,7 +36,10 @@ def private(r, k: Keys, job: Job) -> tuple[str | None, tuple]:
     script, env = r.mget([k.script(ref), k.job_env(ref)])
     if isinstance(script, bytes):
         script = script.decode()
-    return (script or job.script or None), (tuple((n, v) for n, v in json.loads(env)) if env else job.env)
+    digest = codec.env_digest(env)
+    if digest:      # stored once for every submission that exported the same (store/envs.py)
+        env = r.get(k.env_text(digest))
+    return (script or job.script or None), (codec.env_pairs(env) if env else job.env)
 
 
 class Run(NamedTuple):

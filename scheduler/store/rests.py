@@ -9,7 +9,7 @@ count. The scheduler writes them in the transaction that makes or changes the re
 import json
 
 from ..jobs.rest import Rest, tasks_of
-from . import codec, statrows
+from . import codec, envs, statrows
 from .keys import Keys
 
 _ENC = json.JSONEncoder(separators=(",", ":"))
@@ -42,7 +42,7 @@ def put(p, k: Keys, rest: Rest, new: bool = False) -> None:
         if codec.shares_spec(t):
             p.set(k.spec(a), codec.spec(t))
         if t.env:
-            p.set(k.job_env(a), codec.env_json(t))
+            envs.put(p, k, a, t)
 
 
 def drop(p, k: Keys, array_id: int) -> None:

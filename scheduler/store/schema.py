@@ -11,9 +11,10 @@ import json
 import redis
 
 from ..errors import UsageError
+from . import envs
 from .keys import Keys
 
-CURRENT = 2
+CURRENT = 3
 CHUNK = 1000
 
 
@@ -56,7 +57,9 @@ def private_apart(r: redis.Redis, k: Keys) -> None:
         p.execute()
 
 
-MIGRATIONS: dict[int, object] = {1: private_apart}   # from-version -> fn(r, keys): the data at from-version + 1
+# from-version -> fn(r, keys): the data at from-version + 1. 2 -> 3 (issue 39): each exported environment's
+# text stored once, job_env naming it by digest (store/envs.py).
+MIGRATIONS: dict[int, object] = {1: private_apart, 2: envs.by_digest}
 
 
 def check(r: redis.Redis, keys: Keys, current: int = CURRENT) -> int:

@@ -7,7 +7,7 @@ from operator import attrgetter
 
 from ..jobs import states
 from ..money.periods import field as spent_field
-from . import acctrows, codec, resp, statrows
+from . import acctrows, codec, envs, resp, statrows
 from .keys import Keys
 
 REPLY_TTL = 600
@@ -26,8 +26,6 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
     active, ended, stale, records, rows, acct = {}, {}, [], {}, {}, {}
     for job, record, row in _texts(jobs):
         records[k.job(job.id)] = record
-        if job.env and codec.env_ref(job) == job.id:     # once per submission (an array's first task)
-            records[k.job_env(job.id)] = codec.env_json(job)
         if job.state in states.ACTIVE:
             if new is None or job.id in new:
                 active[str(job.id)] = job.id
@@ -178,7 +176,7 @@ PREWRITE_MIN = 1000      # new jobs in one change from which their records are w
 def put_specs(p, k: Keys, new) -> None:
     """What the jobs a change creates keep apart from their records, written once per submission in
     the transaction that indexes them: each array's shared spec (argv, codec.shares_spec), each
-    submission's script (keys.script, which clients cannot read)."""
+    submission's script (keys.script, which clients cannot read); environments: envs.put_new."""
     seen = set()
     for job in new:
         if job.array_id is None:
@@ -196,14 +194,16 @@ def drop_specs(r, k: Keys, submissions) -> None:
     """What put_specs and put_jobs kept apart (the spec, the script, the exported environment) of
     each (array id or job id, task count) whose tasks have all left Redis (the archiver's: every
     archived record holds its script, and the archive is not served with it)."""
-    gone = []
+    gone, refs = [], []
     for ref, count in submissions:
         keys = [k.rest(ref), *(k.job(i) for i in range(ref, ref + count))]    # a rest's tasks need them yet
         # A lone job's record left in the same pass: no round trip to ask.
         if count == 1 or not any(r.exists(*keys[i:i + 10_000]) for i in range(0, len(keys), 10_000)):
-            gone += [k.spec(ref), k.script(ref), k.job_env(ref)]
+            gone += [k.spec(ref), k.script(ref)]
+            refs.append(ref)
     for i in range(0, len(gone), 3000):
         r.delete(*gone[i:i + 3000])
+    envs.drop(r, k, refs)
 
 
 def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:

@@ -11,7 +11,7 @@ import pytest
 from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs.model import Gpu, Job
 from labq.scheduler.settings import config
-from labq.scheduler.store import acl, codec, histpages, schema
+from labq.scheduler.store import acl, codec, envs, histpages, schema
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.archive import Archive, Archiver
 from labq.scheduler.store.reads import Reader
@@ -44,7 +44,7 @@ def test_the_script_and_environment_are_kept_apart_and_shown_to_owner_and_admins
     s.tick(time.time(), woke(r))
     jid, arr = reply(r, "one")["job_id"], reply(r, "arr")["job_id"]
     for ref, jobs in ((jid, [jid]), (arr, [arr, arr + 1, arr + 2])):
-        assert r.get(K.script(ref)) == SCRIPT and dict(json.loads(r.get(K.job_env(ref)))) == ENV
+        assert r.get(K.script(ref)) == SCRIPT and dict(json.loads(envs.text(r, K, ref))) == ENV
         for i in jobs:
             rec = r.get(K.job(i))
             assert "hunter2" not in rec and "wandb" not in rec and json.loads(rec)["scripted"] is True
@@ -77,6 +77,7 @@ def test_archived_submissions_leave_redis_and_the_archive_serves_no_script(conns
     s.archiver = Archiver(r, K, Archive(str(tmp_path / "h.db")), keep=0)
     s.archiver.step(now + 10 ** 6)
     assert not r.exists(K.job(jid)) and not r.exists(K.script(jid)) and not r.exists(K.job_env(jid))
+    assert not list(r.scan_iter(K.env_text("*"))) and not list(r.scan_iter(K.env_refs("*"))), "its last submission"
     archive = s.archiver.archive
     assert archive.jobs([jid])[jid].script == SCRIPT, "the archive keeps the script (its owner may ask)"
     served = histpages.answer(archive, {"what": "jobs", "ids": [jid]})["rows"] + \
@@ -102,13 +103,13 @@ def test_schema_1_records_and_specs_are_moved_apart_at_start(conns):
     r.set(K.spec(2), json.dumps({"script": SCRIPT + "#arr\n", "argv": ["x" * 300]}))
     r.zadd(K.active, {"1": 1, "2": 2})
     r.zadd(K.history, {"3": 3})
-    assert schema.check(r, K) == 1 and int(r.get(K.schema)) == schema.CURRENT == 2
+    assert schema.check(r, K) == 1 and int(r.get(K.schema)) == schema.CURRENT == 3
     for i in (1, 2, 3):
         assert "hunter2" not in r.get(K.job(i)) and "wandb" not in r.get(K.job(i)), i
         assert json.loads(r.get(K.job(i)))["scripted"] is True
     assert json.loads(r.get(K.spec(2))) == {"argv": ["x" * 300]}
     assert r.get(K.script(1)) == SCRIPT and r.get(K.script(2)) == SCRIPT + "#arr\n"
-    assert dict(json.loads(r.get(K.job_env(1)))) == ENV
+    assert dict(json.loads(envs.text(r, K, 1))) == ENV and r.get(K.job_env(1)).startswith(codec.ENV_BY_DIGEST)
     agent = AgentStore(r, K)
     got = [agent.first_read(i)[0] for i in (1, 3)]     # nothing handed over: the submission's own keys
     assert got[0].script == SCRIPT and got[1].script == SCRIPT + "#arr\n" and got[1].argv == ("x" * 300,)
@@ -117,7 +118,7 @@ def test_schema_1_records_and_specs_are_moved_apart_at_start(conns):
     assert {k: r.get(k) for k in before} == before, "a second pass changes nothing"
 
 
-@pytest.mark.parametrize("key", ["script", "job_env"])
+@pytest.mark.parametrize("key", ["script", "job_env", "env_text", "env_refs"])
 def test_the_client_role_may_not_read_them_and_a_node_only_its_handovers(key):
     rules = acl.roles(K, ["n1", "n2"])
     pattern = getattr(K, key)("*")

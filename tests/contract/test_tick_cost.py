@@ -7,6 +7,7 @@ import json
 from redis.connection import AbstractConnection
 
 from labq.scheduler.jobs import states
+from labq.scheduler.store import envs
 from labq.scheduler.store.agentside import AgentStore
 from tests.harness import BODY, CFG, K, job, one_admitted, reply, setup, submit, woke
 
@@ -103,7 +104,7 @@ def test_jobs_submitted_from_one_shell_share_one_copy_of_its_environment(conns):
     assert jobs[1].env is jobs[0].env and jobs[2].env is jobs[0].env
     assert jobs[3].env is not jobs[0].env and dict(jobs[3].env)["VAR0"] == "other"
     for j in jobs:
-        assert json.loads(r.get(K.job_env(j.id))) == [list(p) for p in j.env]
+        assert json.loads(envs.text(r, K, j.id)) == [list(p) for p in j.env]
 
 
 def test_a_tick_that_took_only_held_submits_waits_for_the_ticks_plan(conns, monkeypatch):

@@ -195,7 +195,7 @@ def test_exported_variables_live_apart_from_the_job_record(stack):
     role cannot read (acl.NOT_READ), not in the job record every client may read."""
     import json
 
-    from labq.scheduler.store import acl
+    from labq.scheduler.store import acl, envs
     from labq.scheduler.store.keys import Keys
     out = run(stack, "-a", "0-1", "--", "/bin/sh", "-c", 'echo "token=$MY_TOKEN"', env=user_env(stack, MY_TOKEN="s3cret"))
     assert out.strip() == "token=s3cret"
@@ -203,8 +203,9 @@ def test_exported_variables_live_apart_from_the_job_record(stack):
     first = max(int(i) for i in r.zrange(k.history, 0, -1))
     arr = stack.job(first).array_id
     assert all("s3cret" not in r.get(k.job(i)) for i in (arr, arr + 1))
-    assert dict(json.loads(r.get(k.job_env(arr))))["MY_TOKEN"] == "s3cret" and not r.exists(k.job_env(arr + 1))
+    assert dict(json.loads(envs.text(r, k, arr)))["MY_TOKEN"] == "s3cret" and not r.exists(k.job_env(arr + 1))
     roles = acl.roles(k, ["n1"])
     # Nor may a node role read it: the scheduler hands it over to the node it dispatches to (keys.handover).
-    assert k.job_env("*") not in " ".join(roles[acl.CLIENT]) + " ".join(roles[acl.node_role("n1")])
+    assert all(key("*") not in " ".join(roles[acl.CLIENT]) + " ".join(roles[acl.node_role("n1")])
+               for key in (k.job_env, k.env_text, k.env_refs))
     assert k.handover("n1", "*", "*") in " ".join(roles[acl.node_role("n1")])
