@@ -53,9 +53,9 @@ def test_the_table_prints_what_the_row_by_row_formatter_printed(seed):
     jobs, f = _queue(rng)
     rng.shuffle(jobs) if seed % 3 == 0 else None     # an order that splits runs
     for short in (0.0, 7.0):
-        w = prio.Weights(qos_weight=1.5, age_weight=10.0, fairshare_weight=50.0, burst_penalty=20.0,
-                         short_job_weight=short)
+        w = prio.Weights(dict(qos_weight=1.5, age_weight=10.0, fairshare_weight=50.0, burst_penalty=20.0,
+                              short_job_weight=short))
         for expand in (False, True):
             assert prio._table(jobs, f, w, expand) == _old(jobs, f, w, expand), (seed, short, expand)
-    w = prio.Weights(qos_weight=1.0, age_weight=1.0, fairshare_weight=1.0, burst_penalty=1.0, short_job_weight=0)
+    w = prio.Weights(dict(qos_weight=1.0, age_weight=1.0, fairshare_weight=1.0, burst_penalty=1.0, short_job_weight=0))
     assert prio._table([], {}, w, False) == _old([], {}, w, False)
