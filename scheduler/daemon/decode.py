@@ -91,8 +91,10 @@ def entry(raw: bytes | None, max_bytes: int) -> tuple[dict[str, str], str | None
     # body's text handed on as the text of a body always was (decode.request parses it, within bounds).
     cut = text.find(_BODY) if text[-1:] == "}" else -1
     obj = _object(text[:cut] + "}") if cut >= 0 else None
+    body = None
     if isinstance(obj, dict):
-        obj["body"] = text[cut + len(_BODY) - 1:-1]
+        # Cut from text decoded as UTF-8, so it is UTF-8 written back (no JSON escape decoded yet)
+        body = obj["body"] = text[cut + len(_BODY) - 1:-1]
     else:       # no such body, or what precedes it is no object of its own: the whole (its rid, its error)
         obj = _object(text)
     if not isinstance(obj, dict):
@@ -100,7 +102,7 @@ def entry(raw: bytes | None, max_bytes: int) -> tuple[dict[str, str], str | None
     out: dict[str, str] = {}
     problem = None if len(obj) <= MAX_FIELDS else f"{len(obj)} fields; expected at most {MAX_FIELDS}"
     for name, value in obj.items():
-        if len(name) > MAX_NAME_BYTES or not isinstance(value, str) or not _encodes(name + value):
+        if len(name) > MAX_NAME_BYTES or not isinstance(value, str) or (value is not body and not _encodes(name + value)):
             what = "text that is not UTF-8" if isinstance(value, str) else type(value).__name__
             problem = problem or f"{_shown(name[:64])}: expected UTF-8 text, got {what}"
         else:

@@ -130,7 +130,14 @@ class Reader:
                         append(data.decode() if decode else data)
                         pos = stop + 2
                         continue
-            elif kind == b":":      # an integer (a transaction's RPUSH, EXPIRE, ZADD, LREM replies)
+            elif kind == b"+":      # a status (a transaction's SET and MSET replies: OK)
+                end = find(CRLF, pos)
+                if end > 0:
+                    data = buf[pos + 1:end]
+                    append(data.decode() if decode else data)
+                    pos = end + 2
+                    continue
+            elif kind == b":":      # an integer (a transaction's RPUSH, EXPIRE, ZADD, LTRIM replies)
                 end = find(CRLF, pos)
                 if end > 0:
                     append(int(buf[pos + 1:end]))

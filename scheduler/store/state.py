@@ -125,7 +125,7 @@ class SchedulerStore(RequestList):
                     raise StalePlanError("this scheduler no longer holds the leader lease")
                 p.multi()
                 build(p)
-                got = wire.transaction(p)
+                got = wire.transaction(p, read=False)      # no caller reads a commit's replies
             except redis.WatchError:
                 raise StalePlanError("the leader lease changed during a transaction") from None
             self.acked = keep.wait(replicas, conn.WAIT_MS) if replicas else 0
