@@ -578,7 +578,9 @@ STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill",
                # the rest of the core that passes --strict as it is (types, issue 40 item 6)
                "errors", "jobs.states", "jobs.plan", "jobs.logpath", "jobs.arrayid", "jobs.when", "jobs.hostlist",
                "jobs.model", "jobs.refs", "money.fairshare", "money.budgetwatch", "settings.statedir",
-               "settings.sections", "security.members", "daemon.journal", "units"]
+               "settings.sections", "security.members", "daemon.journal", "units", "settings.config", "settings.clientconf",
+               "settings.configcheck", "settings.clientcache", "money.pricing", "money.alerts", "jobs.bounds",
+               "jobs.estimate", "jobs.exportenv"]
 
 
 def test_mypy_is_strict_on_the_deciding_core():

@@ -6,12 +6,18 @@ is one line naming the field or flag and the bound: a UsageError (exit 2) for ma
 (not finite, not an integer, beyond 2^53, nested too deep), a RefusedError (exit 3) beyond a bound
 the site configured (`scheduler.max_time_limit`, `max_array_size`, `max_request_bytes`).
 """
+from __future__ import annotations
+
 import json
 import math
 import re
 from itertools import accumulate
 
 from ..errors import RefusedError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: the thin client's checks import no typing
+    from typing import Any, NoReturn, TypeGuard
 
 MAX_INT = 2 ** 53               # beyond it a float (JSON readers, Lua) no longer holds every integer
 MAX_DEPTH = 32                  # JSON nesting of a request body; a deep one would exhaust the C stack
@@ -22,18 +28,18 @@ MAX_AHEAD = 100 * 365 * 86400   # --begin/--deadline: epoch seconds at most this
 MAX_NODES = 1024                # -N: nodes of one gang (more than any lab has)
 
 
-def is_int(v) -> bool:
+def is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def integer(what: str, v, lo: int = 0, hi: int = MAX_INT) -> int:
+def integer(what: str, v: object, lo: int = 0, hi: int = MAX_INT) -> int:
     """`v` when it is an integer in [lo, hi]; else a UsageError naming `what`."""
     if not is_int(v) or not lo <= v <= hi:
         raise UsageError(f"{what}: expected an integer ≥ {lo} and ≤ {hi}, got {_short(v)}")
     return v
 
 
-def number(what: str, v, lo: float = 0, hi: float = MAX_INT) -> float:
+def number(what: str, v: object, lo: float = 0, hi: float = MAX_INT) -> float:
     """`v` as a float when it is a finite number in [lo, hi]."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (is_int(v) and abs(v) > MAX_INT):
         raise UsageError(f"{what}: expected a number from {lo:g} to {hi:g}, got {_short(v)}")
@@ -65,7 +71,7 @@ def array_tasks(what: str, lo: int, hi: int, step: int, max_array: int) -> int:
     return n
 
 
-def epoch(what: str, v, now: float) -> float:
+def epoch(what: str, v: object, now: float) -> float:
     """An absolute time (begin, deadline): finite, not negative, within MAX_AHEAD of now."""
     try:
         return number(what, v, 0, now + MAX_AHEAD)
@@ -90,7 +96,7 @@ def depth(text: str) -> int:
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def _no_constant(name):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
@@ -105,7 +111,7 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
-def loads(text, what: str, max_bytes: int, max_depth: int = MAX_DEPTH):
+def loads(text: object, what: str, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """Parse a request body: at most `max_bytes` (scripts included), nested at most `max_depth`,
     no NaN/Infinity. A UsageError/RefusedError names `what` and the bound."""
     if not isinstance(text, (str, bytes)):
@@ -127,11 +133,11 @@ def loads(text, what: str, max_bytes: int, max_depth: int = MAX_DEPTH):
         raise UsageError(f"{what}: not valid JSON: {str(e)[:200]}") from None
 
 
-def encoded_size(obj) -> int:
+def encoded_size(obj: object) -> int:
     """Bytes of `obj` as the client sends it (compact JSON)."""
     return len(json.dumps(obj, separators=(",", ":")).encode())
 
 
-def _short(v) -> str:
+def _short(v: object) -> str:
     s = repr(v)
     return s if len(s) <= 40 else f"{s[:20]}… ({len(s)} characters)"

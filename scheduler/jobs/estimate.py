@@ -22,10 +22,18 @@ runs from deciding for everything after.
 Memory is bounded: `window` samples per basis, at most `max_keys` bases (the least recently used
 one is dropped). Pure: no clock, no environment, no Redis — the daemon and the simulator feed it.
 """
+from __future__ import annotations
+
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from .model import Job, evolve
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: config.py is not this module's to import
+    from ..settings.config import Config
+
+Key = tuple[object, ...]     # a basis: ("name", user, name), ("tags", user, tags) or ("user", user)
 
 # Outcomes that end an attempt on the job's own terms: its length is the work's length.
 LEARNED_OUTCOMES = frozenset({"completed", "exit", "oom", "timeout"})
@@ -45,9 +53,9 @@ class Estimate:
         return f"p{round(self.quantile * 100)} of {self.samples} runs of {self.basis}{cap}"
 
 
-def keys(job: Job) -> list[tuple[tuple, str]]:
+def keys(job: Job) -> list[tuple[Key, str]]:
     """The bases a job is estimated from, most specific first: (key, words for it)."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[Key, str]] = []
     if job.name:
         out.append((("name", job.user, job.name), f"user {job.user}, name {job.name}"))
     if job.tags:
@@ -69,16 +77,16 @@ def run_seconds(job: Job) -> tuple[float, float] | None:
 
 
 class Estimator:
-    def __init__(self, quantile: float = 0.75, min_samples: int = 3, window: int = 32, max_keys: int = 100_000):
+    def __init__(self, quantile: float = 0.75, min_samples: int = 3, window: int = 32, max_keys: int = 100_000) -> None:
         if not 0 < quantile <= 1 or min_samples < 1 or window < min_samples or max_keys < 1:
             raise ValueError("estimator: expected 0 < quantile ≤ 1, 1 ≤ min_samples ≤ window, max_keys ≥ 1")
         self.quantile, self.min_samples, self.window, self.max_keys = quantile, min_samples, window, max_keys
-        self._runs: OrderedDict = OrderedDict()      # key -> deque of (end time, seconds), oldest first
-        self._cache: dict = {}                       # key -> (seconds, samples, newest) while unchanged
+        self._runs: OrderedDict[Key, deque[tuple[float, float]]] = OrderedDict()      # key -> deque of (end time, seconds), oldest first
+        self._cache: dict[Key, tuple[float, int, float]] = {}                       # key -> (seconds, samples, newest) while unchanged
         self.observed = 0
 
     @classmethod
-    def from_config(cls, cfg) -> "Estimator":
+    def from_config(cls, cfg: Config) -> Estimator:
         e = cfg.estimate
         return cls(e.quantile, e.min_samples, e.window, e.max_keys)
 
@@ -126,7 +134,7 @@ class Estimator:
             return evolve(job, learned_est=None, learned_basis="") if job.learned_est is not None else job
         return evolve(job, learned_est=e.seconds, learned_basis=e.text())
 
-    def _value(self, key):
+    def _value(self, key: Key) -> tuple[float, int, float] | None:
         if key in self._cache:
             return self._cache[key]
         runs = self._runs.get(key)

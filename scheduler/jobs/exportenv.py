@@ -9,7 +9,16 @@ The client captures the values (`capture`) and sends them in the submit request;
 checks them (`validate`) and stores them with the job; the runner builds the job's environment from
 them (worker/jobenv.py). Pure: the environment to read is an argument.
 """
+from __future__ import annotations
+
 from ..errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: `labq sub` captures without importing typing
+    from collections.abc import Mapping
+    from typing import Any
+
+    Env = tuple[tuple[str, str], ...]
 
 # The captured variables travel in the submit request (bounded at 1 MiB) and live in the job
 # record; a login environment is a few KiB, and 256 KiB is twice Linux's limit on one string.
@@ -17,7 +26,7 @@ MAX_ENV_BYTES = 256 * 1024
 MODES = ("ALL", "NONE")
 
 
-def capture(spec: str | None, environ) -> dict:
+def capture(spec: str | None, environ: Mapping[str, str]) -> dict[str, Any]:
     """{"export": "ALL" | "NONE", "env": {name: value}} for a `--export` value (None = ALL)."""
     text = "ALL" if spec is None else str(spec).strip()
     items = [x.strip() for x in text.split(",") if x.strip()]
@@ -28,7 +37,8 @@ def capture(spec: str | None, environ) -> dict:
         if len(items) > 1:
             raise UsageError(f"--export: NONE takes no variables (SLURM's rule), got {spec!r}")
         return {"export": "NONE", "env": {}}
-    mode, env = "NONE", {}
+    mode = "NONE"
+    env: dict[str, str] = {}
     if head == "ALL":
         mode, env, items = "ALL", dict(environ), items[1:]
     for item in items:
@@ -43,7 +53,7 @@ def capture(spec: str | None, environ) -> dict:
     return out
 
 
-def validate(body: dict) -> tuple[str, tuple[tuple[str, str], ...]]:
+def validate(body: dict[str, Any]) -> tuple[str, Env]:
     """(mode, sorted (name, value) pairs) from a request body; UsageError names what is wrong."""
     mode = body.get("export", "NONE")
     if mode not in MODES:
@@ -69,10 +79,10 @@ def validate(body: dict) -> tuple[str, tuple[tuple[str, str], ...]]:
 # and every pending single job held a copy of its own (~2 KB: 20 MB at 10,000 pending). The newest
 # SHARED_ENVS; the oldest is let go first.
 SHARED_ENVS = 256
-_SEEN: dict = {}
+_SEEN: dict[Env, Env] = {}
 
 
-def shared(env: tuple) -> tuple:
+def shared(env: Env) -> Env:
     """`env`, or the equal environment seen lately (the same object for every job that carries it)."""
     got = _SEEN.get(env)
     if got is None:
@@ -82,7 +92,7 @@ def shared(env: tuple) -> tuple:
     return got
 
 
-def _plain(env: dict) -> bool:
+def _plain(env: dict[str, Any]) -> bool:
     """Whether every name and value is a string, no name empty, no "=" in a name, no NUL anywhere and
     the whole within MAX_ENV_BYTES: the checks of `validate`, on joined texts in C (a submit carries
     a shell's ~40 variables; checking them one by one was a tenth of the scheduler's CPU per request).
@@ -94,6 +104,6 @@ def _plain(env: dict) -> bool:
             and len(keys) + 1 + len(values) + len(env) <= MAX_ENV_BYTES)
 
 
-def _check_name(name, where) -> None:
+def _check_name(name: object, where: object) -> None:
     if not isinstance(name, str) or not name or "=" in name or "\0" in name:
         raise UsageError(f"--export: {name!r} is not a variable name (in {where!r})")

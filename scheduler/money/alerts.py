@@ -12,9 +12,12 @@ stream entry, so it fires once per budget and period, also across scheduler rest
 limit changes and the agents' own alerts (idle GPUs, …) are alerts too, keyed by what caused them.
 """
 import json
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..units import fmt_money
+from .ledger import Override
 
 LEVELS = ("info", "warn", "error", "critical")   # the agents use "error" for a lost GPU
 
@@ -48,9 +51,9 @@ class Alert:
     level: str
     message: str
     ts: float
-    data: dict = field(default_factory=dict, hash=False, compare=True)
+    data: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
 
-    def fields(self) -> dict:
+    def fields(self) -> dict[str, Any]:
         """The entry for the alerts stream (Keys.alerts)."""
         return {"kind": self.kind, "scope": self.scope, "level": self.level, "message": self.message,
                 "ts": self.ts, "key": self.key, "data": json.dumps(self.data, separators=(",", ":"), sort_keys=True)}
@@ -60,15 +63,15 @@ def key(budget: str, period: str, kind: str) -> str:
     return f"{budget}|{period}|{kind}"
 
 
-def evaluate(statuses, fired, now: float, currency: str) -> list[Alert]:
+def evaluate(statuses: Iterable[Status], fired: Collection[str], now: float, currency: str) -> list[Alert]:
     """The alerts that `statuses` raise and that are not in `fired` yet, in a stable order."""
-    out = []
+    out: list[Alert] = []
     for st in statuses:
         for kind, level, text in _raised(st, currency):
             k = key(st.budget, st.period, kind)
             if k in fired:
                 continue
-            data = {"budget": st.budget, "period": st.period, "unit": st.unit, "limit": st.limit / 1e6,
+            data: dict[str, Any] = {"budget": st.budget, "period": st.period, "unit": st.unit, "limit": st.limit / 1e6,
                     "spent": st.spent / 1e6, "accrued": st.accrued / 1e6, "committed": st.committed / 1e6}
             if kind.startswith("warn:"):
                 data["threshold"] = float(kind.split(":", 1)[1])
@@ -78,8 +81,10 @@ def evaluate(statuses, fired, now: float, currency: str) -> list[Alert]:
     return out
 
 
-def _raised(st: Status, currency: str):
-    m = lambda v: fmt_money(v, st.unit, currency=currency)   # noqa: E731
+def _raised(st: Status, currency: str) -> Iterator[tuple[str, str, str]]:
+    def m(v: int) -> str:
+        return fmt_money(v, st.unit, currency=currency)
+
     if st.limit <= 0 and st.used <= 0:
         return
     used = f"{m(st.spent)} spent + {m(st.accrued)} accruing of {m(st.limit)}"
@@ -93,7 +98,7 @@ def _raised(st: Status, currency: str):
         yield "exhausted", "critical", f"exhausted ({used}); on_exhaust applies"
 
 
-def override_alert(o, kind: str, now: float, unit: str = "usd", who: str = "", *, currency: str) -> Alert:
+def override_alert(o: Override, kind: str, now: float, unit: str = "usd", who: str = "", *, currency: str) -> Alert:
     """`override` (granted), `override_expired` or `override_revoked`: one alert each, keyed by the override."""
     amount = fmt_money(o.amount, unit, currency=currency)
     verb = {"override": f"raised by {amount} until expiry", "override_expired": f"override of {amount} expired",
@@ -104,7 +109,7 @@ def override_alert(o, kind: str, now: float, unit: str = "usd", who: str = "", *
                   "reason": o.reason, "expires": o.expires, "by": o.by})
 
 
-def from_event(eid: str, node: str, body: dict, now: float) -> Alert | None:
+def from_event(eid: str, node: str, body: dict[str, Any], now: float) -> Alert | None:
     """An alert an agent posted on the events stream (kind "alert"), or None when it is malformed.
     Keyed by the event id: a redelivered event is the same alert."""
     kind, message = body.get("kind"), body.get("message")

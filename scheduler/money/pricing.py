@@ -11,6 +11,8 @@ from ..units import MICRO, MS_PER_HOUR, accrue
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..jobs.model import Job, Node
     from ..settings.config import Config
 
@@ -87,7 +89,7 @@ def forecast(job: Job, unit: str, gpu_model: str, cfg: Config, node: Node | None
 class _Rates:
     """config.Rates's prices and what is asked of them, from Prices' table."""
 
-    def __init__(self, t: dict) -> None:
+    def __init__(self, t: dict[str, Any]) -> None:
         self.gpu_hour, self.cpu_hour, self.mem_gib_hour = t["gpu_hour"], t["cpu_hour"], t["mem_gib_hour"]
         self.overhead_per_attempt, self.forecast_margin, self.billing = (t["overhead_per_attempt"],
                                                                          t["forecast_margin"], t["billing"])
@@ -116,12 +118,12 @@ class Prices:
     figures without loading the config (tomllib and its ~20 ms). forecast(job, unit, model, Prices(t))
     is forecast(job, unit, model, cfg) for the config `t` was made of (tests/unit/test_pricing.py)."""
 
-    def __init__(self, t: dict) -> None:
+    def __init__(self, t: dict[str, Any]) -> None:
         self.rates = _Rates(t)
         self.kill_wait, self.budget_mode = t["kill_wait"], t["budget_mode"]
         self.estimate = _Estimate(t["estimate_forecast"])
         self._qos = {name: _Factor(f) for name, f in t["qos_rate_factor"].items()}
-        self.rate_memo: dict = {}
+        self.rate_memo: dict[tuple[int, int, int, int, str, str], int] = {}
 
     def qos_named(self, name: str) -> _Factor | None:
         return self._qos.get(name)

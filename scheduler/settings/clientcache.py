@@ -5,19 +5,30 @@ settings read from a file are kept in $XDG_CACHE_HOME/labq (~/.cache/labq), stam
 inode, size and mtime, and read back while the stamp still matches. An edge of the core (the
 environment names the directory): config.py reads clientconf.py, never this module.
 """
+from __future__ import annotations
+
 import json
 import os
 
 from .clientconf import _settings, books_of, read_toml, resolve_path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: the hot CLI commands import neither typing nor the config
+    from collections.abc import Callable
+    from typing import Any
 
-def client_settings(path: str | None = None, system: bool = True) -> dict:
+    from .config import Config
+
+    Stamp = list[str | int]     # the file's absolute path, inode, size and mtime (ns)
+
+
+def client_settings(path: str | None = None, system: bool = True) -> dict[str, Any]:
     """{redis_url, prefix, redis_password_file, security} of the config at `path` (resolved as
     config.load does): what a client needs to reach Redis and to sign its requests."""
     return _read(resolve_path(path, system))
 
 
-def _read(path: str | None) -> dict:
+def _read(path: str | None) -> dict[str, Any]:
     if not path:
         return _settings({})
     stamp = _stamp(path)
@@ -31,7 +42,7 @@ def _read(path: str | None) -> dict:
     return got
 
 
-def _stamp(path: str) -> list | None:
+def _stamp(path: str) -> Stamp | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -39,7 +50,7 @@ def _stamp(path: str) -> list | None:
     return [os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _complete(got: dict) -> bool:
+def _complete(got: dict[str, Any]) -> bool:
     """Not an older labq's settings (which lack some)."""
     return {"currency", "history_url", "limits", "allow_volatile"} <= got.keys()
 
@@ -48,7 +59,7 @@ BOOK_KEYS = {"budgets", "currency", "node_hour", "source", "shares", "fairshare_
              "pricing"}
 
 
-def books(path: str | None, system: bool, full) -> dict:
+def books(path: str | None, system: bool, full: Callable[[str | None], Config]) -> dict[str, Any]:
     """books_of(full(path)) of the config at `path` (resolved as config.load does; `full` is
     config.load, which validates the whole file), kept beside the client settings once `full` has
     accepted this very file (the same stamp): the next `labq budget` then neither parses TOML nor
@@ -62,7 +73,8 @@ def books(path: str | None, system: bool, full) -> dict:
     # Books an older labq kept lack what was added since (the shares, the priorities, the prices): load the
     # config again then.
     if got is not None and isinstance(got.get("books"), dict) and BOOK_KEYS <= got["books"].keys():
-        return got["books"]
+        kept: dict[str, Any] = got["books"]
+        return kept
     out = books_of(full(path))
     _keep(cache, stamp, {**(got if got is not None and _complete(got) else _settings(read_toml(path))), "books": out})
     return out
@@ -74,16 +86,17 @@ def _cache_file() -> str:
     return os.path.join(base, "labq", "client-settings.json")
 
 
-def _cached(cache: str, stamp: list):
+def _cached(cache: str, stamp: Stamp) -> dict[str, Any] | None:
     try:
         with open(cache) as f:
             d = json.load(f)
     except (OSError, ValueError):
         return None
-    return d.get("settings") if isinstance(d, dict) and d.get("stamp") == stamp else None
+    settings: dict[str, Any] | None = d.get("settings") if isinstance(d, dict) and d.get("stamp") == stamp else None
+    return settings
 
 
-def _keep(cache: str, stamp: list, settings: dict) -> None:
+def _keep(cache: str, stamp: Stamp, settings: dict[str, Any]) -> None:
     """Best effort: without a writable cache directory the next command parses the file again."""
     try:
         os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)

@@ -8,6 +8,8 @@ tables (and misspelt table names) are the daemons' and `labq config check`'s to 
 Pure but for reading the file: the settings cache in the user's cache directory (whose path is in
 the environment) is clientcache.py's, which config.py never imports.
 """
+from __future__ import annotations
+
 import json
 import os
 
@@ -17,6 +19,12 @@ from ..errors import ConfigError, UsageError
 DEFAULT_PATH = "/etc/labq/labq.toml"
 # tomllib recurses per nesting level: a few thousand `[` exhaust Python's stack (issue 34).
 TOO_DEEP = "arrays or inline tables nested too deeply"
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # for annotations only: the hot CLI commands import neither typing nor the config
+    from typing import Any
+
+    from .config import Config
 
 
 def resolve_path(path: str | None, system: bool = True) -> str | None:
@@ -28,7 +36,7 @@ def resolve_path(path: str | None, system: bool = True) -> str | None:
     return DEFAULT_PATH if system and os.path.exists(DEFAULT_PATH) else None
 
 
-def read_toml(path: str) -> dict:
+def read_toml(path: str) -> dict[str, Any]:
     import tomllib  # here, not at the top: without a config file the client never needs it
     try:
         with open(path, "rb") as f:
@@ -45,7 +53,7 @@ def read_toml(path: str) -> dict:
         raise ConfigError(path, f"not UTF-8 text (byte {e.start}): TOML files are UTF-8") from None
 
 
-def books_of(cfg) -> dict:
+def books_of(cfg: Config) -> dict[str, Any]:
     """What `labq budget`, `labq report` and `labq share` read of a loaded config (config.Config)
     besides the client settings, as JSON keeps it: each budget's fields, the currency, rates.node_hour,
     the source, each account's share, priority.fairshare_half_life, the [priority] table, each QoS's
@@ -65,10 +73,11 @@ def books_of(cfg) -> dict:
                        "kill_wait": cfg.kill_wait, "budget_mode": cfg.budget_mode,
                        "estimate_forecast": cfg.estimate.forecast,
                        "qos_rate_factor": {q.name: q.rate_factor for q in cfg.qos}}}
-    return json.loads(json.dumps(got))
+    books: dict[str, Any] = json.loads(json.dumps(got))
+    return books
 
 
-def _settings(data: dict) -> dict:
+def _settings(data: dict[str, Any]) -> dict[str, Any]:
     out = redis_table(_table("redis", data.get("redis", {})))
     sec = _table("security", data.get("security", {}))
     refuse_removed(sec)
@@ -81,7 +90,7 @@ def _settings(data: dict) -> dict:
     return out
 
 
-def limits(t: dict) -> dict:
+def limits(t: dict[str, Any]) -> dict[str, int]:
     """The request bounds of [scheduler] that `labq sub` checks for fast feedback. Values config.py
     would refuse are left out here: the scheduler refuses to start on them, and it checks again."""
     out = {}
@@ -100,7 +109,7 @@ REDIS_KEYS = {"url", "prefix", "password_file", "allow_volatile",       # allow_
               "sentinels", "service", "sentinel_auth", "min_replicas_ack"}
 
 
-def redis_table(t):
+def redis_table(t: dict[str, Any]) -> dict[str, Any]:
     _check_keys("redis", t, REDIS_KEYS)
     url = _str("redis.url", t.get("url", ""))
     if url and not url.startswith(("redis://", "rediss://", "unix://")):
@@ -118,7 +127,7 @@ def redis_table(t):
     return {"redis_url": url, "prefix": prefix, "redis_password_file": pw, "min_replicas_ack": ack}
 
 
-def _replicas_ack(t, sentinel: bool) -> int:
+def _replicas_ack(t: dict[str, Any], sentinel: bool) -> int:
     """redis.min_replicas_ack: the replicas a write must reach before labq acknowledges it (WAIT);
     "auto" (the default): 1 behind Sentinel (a failover then loses nothing acknowledged), else 0."""
     v = t.get("min_replicas_ack", "auto")
@@ -129,7 +138,7 @@ def _replicas_ack(t, sentinel: bool) -> int:
     return v
 
 
-def _sentinel_url(t) -> str:
+def _sentinel_url(t: dict[str, Any]) -> str:
     """redis.sentinels + redis.service as the one URL every process is handed (store/sentinel.py);
     "" without sentinels."""
     hosts = strings("redis.sentinels", t.get("sentinels", []), "\"host:port\" strings")
@@ -166,13 +175,13 @@ def host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def refuse_removed(t):
+def refuse_removed(t: dict[str, Any]) -> None:
     if "acl" in t:
         raise ConfigError("security.acl", "this key was removed: set security.auth = \"munge\" and apply the "
                                           "Redis ACL roles with `labq admin acl --apply` (see systemd/README.md)")
 
 
-def security_table(t):
+def security_table(t: dict[str, Any]) -> dict[str, Any]:
     """[security]'s values (config.py checks the key names: its _SECURITY lists them)."""
     admins = strings("security.admins", t.get("admins", ["root"]), "user names", empty=False)
     ttl = _dur("security.credential_ttl", t.get("credential_ttl", "5m"))
@@ -225,25 +234,25 @@ def strings(key: str, v: object, what: str, empty: bool = True) -> list[str]:
     return v
 
 
-def _table(key: str, v: object) -> dict:
+def _table(key: str, v: object) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise ConfigError(key, f"expected a table, got {v!r}")
     return v
 
 
-def _check_keys(section: str, table: dict, allowed: set[str] | frozenset[str]) -> None:
+def _check_keys(section: str, table: dict[str, Any], allowed: set[str] | frozenset[str]) -> None:
     for k in table:
         if k not in allowed:
             raise ConfigError(f"{section}.{k}", f"unknown key (known: {', '.join(sorted(allowed))})")
 
 
-def history_table(t) -> dict:
+def history_table(t: dict[str, Any]) -> dict[str, Any]:
     """[history]: keep (how long ended jobs and ledger entries stay in Redis before the scheduler
     archives them; 0 = at once), url (the archive: sqlite:///PATH or postgresql://…; "" = history.db in the
     scheduler's state directory), purge_after (archived jobs deleted after this long; "" = never)."""
     _check_keys("history", t, {"keep", "url", "purge_after"})
 
-    def seconds(key, v):
+    def seconds(key: str, v: object) -> float:
         return float(_dur(f"history.{key}", v))
 
     url = _str("history.url", t.get("url", ""))

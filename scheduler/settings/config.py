@@ -6,6 +6,7 @@ misspelt limit that is silently ignored is worse than a refusal to start.
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from .. import units
 from ..errors import ConfigError, UsageError
@@ -142,7 +143,7 @@ class Config:
     estimate: Estimate = field(default_factory=Estimate)
     source: str = "<built-in defaults>"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # A section given as a plain dict (`replace(cfg, priority={...})`, written before the
         # sections were typed) becomes its dataclass: readers may use attributes everywhere.
         for name, kind in (("priority", Priority), ("worker", Worker), ("alerts", Alerts), ("history", History),
@@ -163,15 +164,15 @@ class Config:
     # Looked up once per pending job per plan pass: index them (cached_property works on a frozen
     # dataclass because it writes the instance __dict__ directly).
     @cached_property
-    def _qos_index(self) -> dict:
+    def _qos_index(self) -> dict[str, Qos]:
         return {q.name: q for q in self.qos}
 
     @cached_property
-    def _account_index(self) -> dict:
+    def _account_index(self) -> dict[str, Account]:
         return {a.name: a for a in self.accounts}
 
     @cached_property
-    def _user_index(self) -> dict:
+    def _user_index(self) -> dict[str, User]:
         return {u.name: u for u in self.users}
 
     @cached_property
@@ -180,7 +181,7 @@ class Config:
         return {b.name: b for b in self.budgets}, {b.name: cap(b) for b in self.budgets}
 
     @cached_property
-    def rate_memo(self) -> dict:
+    def rate_memo(self) -> dict[tuple[int, int, int, int, str, str], int]:
         """ledger.rate's memo of money rates without a node price: (request, QoS, GPU model) -> rate
         (of this config's rates and QoS factors: a replaced config starts its own)."""
         return {}
@@ -203,10 +204,10 @@ def loads(text: str, source: str = "<string>") -> Config:
         raise ConfigError(source, f"not valid TOML: {TOO_DEEP if isinstance(e, RecursionError) else e}") from None
 
 
-def from_dict(data: dict, source: str = "<dict>") -> Config:
+def from_dict(data: dict[str, Any], source: str = "<dict>") -> Config:
     _check_keys("", data, {"redis", "scheduler", "priority", "qos", "rates", "accounts", "users", "budgets",
                             "worker", "alerts", "security", "history", "estimate"})
-    kw: dict = {"source": source}
+    kw: dict[str, Any] = {"source": source}
     kw.update(_redis(_table("redis", data.get("redis", {}))))
     kw.update(_scheduler(_table("scheduler", data.get("scheduler", {}))))
     kw["priority"] = Priority(**_priority(_table("priority", data.get("priority", {}))))
@@ -234,13 +235,13 @@ def from_dict(data: dict, source: str = "<dict>") -> Config:
     return cfg
 
 
-def _redis(t):
+def _redis(t: dict[str, Any]) -> dict[str, Any]:
     _check_keys("redis", t, {"url", "prefix", "password_file", "allow_volatile", "sentinels", "service",
                              "sentinel_auth", "min_replicas_ack"})   # the thin client: clientconf.py's checks
     return {**redis_table(t), "allow_volatile": _bool("redis.allow_volatile", t.get("allow_volatile", False))}
 
 
-def _scheduler(t):
+def _scheduler(t: dict[str, Any]) -> dict[str, Any]:
     _check_keys("scheduler", t, {"tick", "max_pending", "max_pending_per_user", "node_lease",
                                  "default_time", "kill_wait", "budget_mode", "backfill_depth", "preemption", "lease",
                                  "crash_guard_failures", "crash_guard_window", "retry_backoff", "retry_backoff_max",
@@ -265,7 +266,7 @@ def _scheduler(t):
     return out
 
 
-def _priority(t):
+def _priority(t: dict[str, Any]) -> dict[str, Any]:
     _check_keys("priority", t, Priority.keys_())
     out = dict(Priority())
     for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty", "short_job_weight"):
@@ -282,7 +283,7 @@ def _priority(t):
     return out
 
 
-def _estimate(t):
+def _estimate(t: dict[str, Any]) -> dict[str, Any]:
     _check_keys("estimate", t, Estimate.keys_())
     out = dict(Estimate())
     if "quantile" in t:
@@ -299,7 +300,7 @@ def _estimate(t):
     return out
 
 
-def _qos(name, t):
+def _qos(name: str, t: dict[str, Any]) -> Qos:
     k = f"qos.{name}"
     _check_keys(k, t, {"priority", "preemptible", "grace", "min_runtime", "max_preemptions", "rate_factor",
                        "reserved", "signal"})
@@ -319,7 +320,7 @@ def _qos(name, t):
     )
 
 
-def _rates(t):
+def _rates(t: dict[str, Any]) -> Rates:
     _check_keys("rates", t, {"currency", "gpu_hour", "gpu_hour_by_model", "cpu_hour", "mem_gib_hour",
                              "overhead_per_attempt", "forecast_margin", "billing", "node_hour"})
     by_model = _table("rates.gpu_hour_by_model", t.get("gpu_hour_by_model", {}))
@@ -338,7 +339,7 @@ def _rates(t):
     )
 
 
-def _account(name, t):
+def _account(name: str, t: dict[str, Any]) -> Account:
     k = f"accounts.{name}"
     _check_keys(k, t, {"users", "open", "share", "guarantee", "borrow_limit", "on_limit", "max_running", "max_gpus",
                        "max_cpus", "max_submit"})
@@ -349,13 +350,13 @@ def _account(name, t):
                    borrow_limit=None if borrow is None else _num(f"{k}.borrow_limit", borrow, lo=0, integer=True))
 
 
-def _user(name, t):
+def _user(name: str, t: dict[str, Any]) -> User:
     k = f"users.{name}"
     _check_keys(k, t, {"on_limit", "max_running", "max_gpus", "max_cpus", "max_submit"})
     return User(name=name, **_caps(k, t))
 
 
-def _worker(t):
+def _worker(t: dict[str, Any]) -> dict[str, Any]:
     _check_keys("worker", t, Worker.keys_())
     out = dict(Worker())
     out.update(t)
@@ -387,7 +388,7 @@ def _worker(t):
     return out
 
 
-def _security(t):
+def _security(t: dict[str, Any]) -> dict[str, Any]:
     refuse_removed(t)
     _check_keys("security", t, Security.keys_())
     return security_table(t)   # the thin client reads this table alone, with the same checks (clientconf.py)

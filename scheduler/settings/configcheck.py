@@ -25,7 +25,7 @@ def num(key: str, v: Any, lo: float | None = None, integer: bool = False, hi: fl
     return v
 
 
-def address(key: str, v) -> str:
+def address(key: str, v: object) -> str:
     """"" (off) or host:port with a port in 1..65535 (host may be empty: all interfaces is explicit "0.0.0.0")."""
     v = _str(key, v)
     if v == "":
@@ -44,18 +44,18 @@ MAX_MONEY = 10 ** 12
 MAX_RATE = 10 ** 9
 
 
-def caps(k: str, t: dict) -> dict:
+def caps(k: str, t: dict[str, Any]) -> dict[str, Any]:
     out = {c: num(f"{k}.{c}", t[c], lo=0, integer=True) if c in t else None for c in CAPS}
     out["on_limit"] = _str(f"{k}.on_limit", t.get("on_limit", "pend"), ("pend", "refuse"))
     return out
 
 
-def users(k: str, t: dict) -> tuple[str, ...]:
+def users(k: str, t: dict[str, Any]) -> tuple[str, ...]:
     """An account's or budget's `users`: who may charge it (scheduler/security/members.py)."""
     return tuple(strings(f"{k}.users", t.get("users", []), "user names"))
 
 
-def budget(i, t):
+def budget(i: int, t: dict[str, Any]) -> Budget:
     k = f"budgets[{i}]"
     _check_keys(k, t, {"name", "account", "project", "unit", "limit", "period", "warn", "reserve", "on_exhaust",
                        "timezone", "users", "open"})
@@ -100,7 +100,7 @@ def zone(key: str, v: object) -> str:
     return name
 
 
-def alerts(t):
+def alerts(t: dict[str, Any]) -> dict[str, Any]:
     _check_keys("alerts", t, {"command", "webhook", "timeout"})
     hook = _str("alerts.webhook", t.get("webhook", ""))
     if hook and not hook.startswith(("http://", "https://")):
@@ -118,9 +118,9 @@ _SCHED_DURS = {"node_lease": 86400, "default_time": None, "kill_wait": 86400, "c
                "retry_backoff": None, "retry_backoff_max": None, "max_time_limit": None}
 
 
-def scheduler_times(t) -> dict:
+def scheduler_times(t: dict[str, Any]) -> dict[str, Any]:
     """[scheduler]'s numbers and durations of the loop: tick, bounds, leases, timeouts, backoffs."""
-    out = {}
+    out: dict[str, Any] = {}
     if "tick" in t:
         v = t["tick"]
         # Sub-second ticks are useful in tests and demos: a bare number here is seconds, and may be a fraction.
