@@ -75,7 +75,7 @@ def build(job, where: Place) -> dict[str, str]:
                PWD=job.workdir)
     env.setdefault("OMP_NUM_THREADS", str(max(1, job.cpus)))
     env.update(labq_vars(job, where))
-    gang = gang_vars(job, where.part) if where.part is not None and len(where.part.nodes) > 1 else {}
+    gang = gang_vars(where.part) if where.part is not None and len(where.part.nodes) > 1 else {}
     env.update({k: v for k, v in gang.items() if not k.startswith("SLURM_")})
     if where.slurm_env:
         env.update(slurm_vars(job, where))
@@ -116,7 +116,7 @@ def labq_vars(job, where: Place) -> dict[str, str]:
     return out
 
 
-def gang_vars(job, part) -> dict[str, str]:
+def gang_vars(part) -> dict[str, str]:
     """A gang's part: its rank among the job's nodes and the rendezvous. One process per node starts
     the command: LOCAL_WORLD_SIZE is the GPUs per node (at least 1), what `torchrun
     --nproc-per-node` would start, and WORLD_SIZE that times the nodes."""

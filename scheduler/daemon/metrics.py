@@ -80,7 +80,7 @@ def gauges(jobs, nodes, budgets, spent: dict, now: float, leading: bool, dead: i
 class Metrics:
     """The registry and its HTTP endpoint; the daemon calls `after_tick` from its loop."""
 
-    def __init__(self, address: str, read_extra=lambda: {}):
+    def __init__(self, address: str):
         import prometheus_client as pc
         from prometheus_client.core import GaugeMetricFamily
 
