@@ -17,14 +17,15 @@ by binary search), so a class of 10,000 alike jobs costs a few verdicts and sear
 A class whose verdict holds is parked (out of the merge) until a change that concerns it, so once
 admissions stop a pass costs a look per class (_Walk.go). A "no room" verdict is also shared by
 classes alike in what it reads (shape, QoS), in the same state (_Walk.rooms). The classes and their
-order are kept from pass to pass by the caller's Queue (queue.py).
+order are kept from pass to pass by the caller's Queue (queue.py), and a class joins the merge only
+once it may come next (fronts.py).
 
 A job whose verdict depends on its own id (a singleton dependency; a preemptor whose victims are
 draining) is a class of its own and never cached. A field a verdict starts to read must join
 `class_key`; tests/property/test_plan_classes.py checks the result against the per-job pass.
 """
 import heapq
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, cast
 
@@ -35,6 +36,7 @@ from ..multifactor import Score, ordered, scorer
 from ..settings.config import Config
 from . import settle
 from .capacity import avoided
+from .fronts import Reach
 from .queue import Key, Queue, Waiting
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
@@ -104,7 +106,7 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None)
     if kind != "merge":
         order = ordered(waiting, p.now, dict(p.snap.usage), cfg)
         if kind == "cached":
-            _Walk(p, [], [], _unordered).one_by_one(order)
+            _Walk(p, _unordered).one_by_one(order)
         else:
             for job in order:
                 p.consider(job)
@@ -112,9 +114,8 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None)
     if queue is None:
         queue = Queue()
         file(queue, p, waiting, cfg)
-    groups = list(queue.groups.values())
-    _Walk(p, [g.jobs for g in groups], [g.key[0] for g in groups], _scorer(p, cfg, queue.bursting),
-          [g.ids for g in groups]).go()
+    w = cfg.priority
+    _Walk(p, _scorer(p, cfg, queue.bursting), queue, lazy=not w.short_job_weight and w.age_weight >= 0).go()
 
 
 def _unordered(j: Job) -> Score:      # the score of a walk that merges nothing (one_by_one): never asked
@@ -165,15 +166,11 @@ class _Walk:
     sends every parked class back into the merge (their next jobs may be judged otherwise), so the
     walk parks only once it has taken a class's worth of turns without a change."""
 
-    def __init__(self, p: "_Pass", lists: list[list[Job]], keys: list[Key], score: Callable[[Job], Score],
-                 ids: Sequence[list[int]] = ()) -> None:
-        self.p, self.lists, self.keys, self.score, self.ids = p, lists, keys, score, ids
-        self.at = [0] * len(lists)          # next job of each class
-        self.heads = [(score(jobs[0]), i) for i, jobs in enumerate(lists)]
-        # The largest GPUs and CPUs any waiting job needs (Usage.tight after an admission).
-        self.most = (max((jobs[0].total_gpus for jobs in lists), default=0),
-                     max((jobs[0].cpus * jobs[0].nodes for jobs in lists), default=0))
-        heapq.heapify(self.heads)
+    def __init__(self, p: "_Pass", score: Callable[[Job], Score], queue: Queue | None = None,
+                 lazy: bool = True) -> None:
+        self.p, self.score = p, score
+        self.reached = r = Reach(score, queue, lazy)    # the classes reached (fronts.py)
+        self.lists, self.keys, self.ids, self.at, self.heads, self.most = r.lists, r.keys, r.ids, r.at, r.heads, r.most
         self.cache: dict[Key, Hit] = {}     # class key -> (state version, kind, stamp, plan.Verdict)
         self.admitted: dict[tuple[str, object], int] = {}   # ("a", account) / ("u", user) / ("t", array): so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
@@ -222,8 +219,10 @@ class _Walk:
         self.churn = 0          # classes the last change sent back into the merge
         quiet = 0               # turns since then
         self.since, self.check = 0, settle.SETTLE_CHECK    # turns without a change; when to ask (settle.py)
+        taken = self.reached.taken
         while heads and not settle.done(self, version):
             s, i = heapq.heappop(heads)
+            taken(i)
             jobs, key = lists[i], self.keys[i]
             hit = self._valid(key, version, jobs[at[i]])
             if hit is not None:

@@ -2,8 +2,12 @@
 reads instead of grouping and sorting every waiting job on every pass.
 
 A `Queue` holds, for each (class key, burst flag), that class's jobs in their priority order within
-the class (submit time, id), and each user's burst tail (multifactor.burst_tail). Neither depends on
-`now`, so a pass only files what changed since the last: `sync` compares the waiting jobs with the
+the class (submit time, id), and each user's burst tail (multifactor.burst_tail). It also keeps each
+*family*'s classes (QoS, account, burst flag: what the priority adds besides the age) in the order
+of their first jobs: within a family, without short-jobs-first, a class whose first job was
+submitted earlier comes first at any `now` (multifactor.scorer: the age term only grows with the
+wait), so a pass merges the families' heads and scores only the classes it reaches (classes.py).
+None of this depends on `now`, so a pass only files what changed since the last: `sync` compares the waiting jobs with the
 ones it holds by identity (a job changes by being replaced: records are frozen), re-files the new and
 changed ones, drops the gone ones, and recomputes the burst tail of the users they belong to. A
 class's constant terms of the priority (QoS, fair share) are the walk's, per pass.
@@ -12,10 +16,10 @@ It is a cache: plan() decides exactly as without it (tests/property/test_plan_cl
 plan() with one Queue over a sequence of changing snapshots against plan_per_job). The daemon keeps
 one for its passes; a caller without one gets a fresh Queue per pass.
 """
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterable
 from itertools import chain, compress, repeat
-from operator import attrgetter, ge, is_not, ne, sub
+from operator import attrgetter, ge, is_not, itemgetter, ne, sub
 from typing import Any
 
 from .. import multifactor
@@ -30,6 +34,7 @@ KeyOf = Callable[[Job, bool], Key]
 Waiting = list[Job] | Seen
 
 _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
+_FIRST_TWO = itemgetter(0, 1)
 # Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting
 # jobs are new or changed.
 REBUILD_SHARE = 0.25
@@ -92,6 +97,16 @@ def unfile(groups: dict[Key, Group], where: dict[int, Key], j: Job) -> None:
         del groups[k]
 
 
+# A class's place in its family: its first job's (submit time, id), then its key (never compared:
+# the ids differ).
+Front = tuple[float, int, Key]
+
+
+def family(j: Job, k: Key) -> Key:
+    """The family of the group `k` that holds `j`: (QoS, account, burst flag)."""
+    return (j.qos, j.account, k[1])
+
+
 class Queue:
     """Waiting jobs by (class key, burst flag). `own(j)` says which jobs are classes of their own
     (classes._own: it reads the pass's draining preemptors, so a change to those re-files them)."""
@@ -111,6 +126,9 @@ class Queue:
         self.burst: tuple[int, float] | None = None   # (allowance, window), None: no burst penalty
         self.left: set[int] = set()               # ids still waiting that `drop` left out
         self.seen_at: int | None = None           # Seen.n of the snapshot `update` filed last
+        self.families: dict[Key, list[Front]] = {}   # family -> its classes by their first job
+        # (GPUs, CPUs) a job of each class needs in all -> how many classes (classes.py: the most)
+        self.needs: dict[tuple[int, int], int] = {}
 
     def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf) -> None:
         """`sync` a list of the waiting jobs; `update` from a Seen."""
@@ -261,6 +279,12 @@ class Queue:
             jobs.sort(key=_ID)              # then stably by submit time: (submit time, id), the order
             jobs.sort(key=_SUBMIT_TIME)     # within a class (plain keys sort faster than tuples)
             self.groups[k] = Group(k, jobs)
+            head = jobs[0]
+            self.families.setdefault(family(head, k), []).append((head.submit_time, head.id, k))
+            need = (head.total_gpus, head.cpus * head.nodes)
+            self.needs[need] = self.needs.get(need, 0) + 1
+        for fronts in self.families.values():
+            fronts.sort(key=_FIRST_TWO)
         users: dict[str, list[Job]] = {}
         for j in waiting:
             users.setdefault(j.user, []).append(j)
@@ -292,7 +316,38 @@ class Queue:
         del mine[bisect_left(mine, _order(j), key=_order)]
 
     def _ungroup(self, j: Job) -> None:
+        k = self.where[j.id]
+        g = self.groups[k]
+        head = g.jobs[0]
         unfile(self.groups, self.where, j)
+        if head.id == j.id:
+            self._front(k, head, g.jobs[0] if g.jobs else None)
 
     def _group(self, j: Job, k: Key) -> None:
-        file(self.groups, self.where, j, (k, j.id in self.bursting))
+        k = (k, j.id in self.bursting)
+        g = self.groups.get(k)
+        head = g.jobs[0] if g is not None else None
+        file(self.groups, self.where, j, k)
+        g = self.groups[k]
+        if g.jobs[0] is not head:
+            self._front(k, head, g.jobs[0])
+
+    def _front(self, k: Key, was: Job | None, now: Job | None) -> None:
+        """Group `k`'s first job went from `was` to `now` (None: the group was made or is gone):
+        its place in its family (and, made or gone, its needs) follow."""
+        any_ = now if now is not None else was
+        assert any_ is not None
+        fronts = self.families.setdefault(family(any_, k), [])
+        if was is not None:
+            del fronts[bisect_left(fronts, (was.submit_time, was.id))]
+        if now is not None:
+            insort(fronts, (now.submit_time, now.id, k))
+        if was is None or now is None:
+            need = (any_.total_gpus, any_.cpus * any_.nodes)
+            left = self.needs.get(need, 0) + (1 if was is None else -1)
+            if left:
+                self.needs[need] = left
+            else:
+                del self.needs[need]
+        if not fronts:
+            del self.families[family(any_, k)]

@@ -69,9 +69,7 @@ def settled(w: "_Walk") -> bool:
         return False
     preempting = cfg.preemption and (p.lowest_victim() is not None or bool(p.usage.guarantees))
     asked: set[tuple[Any, ...]] = set()
-    keys, lists, at = w.keys, w.lists, w.at
-    for _, i in w.heads:
-        key = keys[i]
+    for _, key, jobs, _, k in w.reached.rest():
         if key[0] == "own":
             return False
         # What a fit reads of a job: its shape; a preemption try, its QoS and account too.
@@ -79,7 +77,7 @@ def settled(w: "_Walk") -> bool:
         if ask in asked:
             continue
         asked.add(ask)
-        job = lists[i][at[i]]
+        job = jobs[k]
         if p.free.find(job)[0] is not None or preempting and p._may_preempt(job):
             return False
     return True
@@ -88,20 +86,19 @@ def settled(w: "_Walk") -> bool:
 def finish(w: "_Walk", version: tuple[int, ...]) -> None:
     """Every class left in the merge of `w` takes the verdict of its next job for the rest of its
     jobs (`settled` said the state no longer changes)."""
-    p, lists, ids, at, keys = w.p, w.lists, w.ids, w.at, w.keys
+    p, at = w.p, w.at
     now, blocked, runs = p.now, p.usage.blocked, p.runs
     rooms: dict[tuple[int, str, int, int], Verdict] = {}      # request shape -> its "no room" verdict
-    for _, i in w.heads:
-        jobs, k = lists[i], at[i]
+    for i, key, jobs, ids, k in list(w.reached.rest()):
         job = jobs[k]
-        at[i] = len(jobs)
+        if i >= 0:
+            at[i] = len(jobs)
         if (job.held or job.deps or job.begin is not None and job.begin > now
                 or job.eligible_time is not None and job.eligible_time > now):
-            key = keys[i]
             if w._judge(job, key, version, k + 1 < len(jobs)) != version:
                 raise Unsettled(f"a settled pass changed its state at job {job.id}")
             if k + 1 < len(jobs):
-                runs.append((ids[i][k + 1:], w.cache[key][3]))
+                runs.append((ids[k + 1:], w.cache[key][3]))
             continue
         capped = blocked(job)
         if capped is not None:
@@ -113,5 +110,5 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
                 why = p._no_room(job)
                 got = rooms[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
             verdict = got
-        runs.append((ids[i][k:], verdict))
-    w.heads = []
+        runs.append((ids[k:], verdict))
+    w.reached.clear()

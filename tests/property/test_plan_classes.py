@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from labq.scheduler import multifactor, policy
+from labq.scheduler.daemon.applier import apply_plan
 from labq.scheduler.jobs import states
 from labq.scheduler.policy import classes, queue, settle, strict
 from labq.scheduler.policy.backlog import gated
@@ -324,6 +325,7 @@ def test_a_kept_queue_decides_as_the_per_job_pass_as_the_queue_changes(monkeypat
     q = classes.Queue()
     for _ in range(4):
         same(policy.plan(snap, c, queue=q), policy.plan_per_job(snap, c))
+        _families_as_whole(q)
         snap = _changed(snap, data)
         if data.draw(st.integers(0, 9)) == 0:     # the burst settings changed (a reload)
             c = replace(c, priority=replace(c.priority, burst_jobs=c.priority.burst_jobs + 1))
@@ -456,6 +458,20 @@ def _filed_as_whole(kept: Kept, snap, c) -> None:
     q = kept.queue     # it holds the jobs the pass walked: those expiring in it were left out
     if q.jobs and burst == q.burst:
         assert q.bursting == (multifactor.burst_tail(list(q.jobs.values()), *burst) if burst else set())
+    _families_as_whole(q)
+
+
+def _families_as_whole(q) -> None:
+    """The Queue's families (fronts.py reads them) are its groups, each at its first job's place."""
+    fams = {}
+    for k, g in q.groups.items():
+        fams.setdefault((g.jobs[0].qos, g.jobs[0].account, k[1]), []).append((g.jobs[0].submit_time, g.jobs[0].id, k))
+    assert q.families == {f: sorted(fr) for f, fr in fams.items()}
+    needs = {}
+    for g in q.groups.values():
+        need = (g.jobs[0].total_gpus, g.jobs[0].cpus * g.jobs[0].nodes)
+        needs[need] = needs.get(need, 0) + 1
+    assert q.needs == needs
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -590,3 +606,56 @@ def test_the_kept_queue_filed_from_what_changed_decides_as_the_per_job_pass(scen
             ended = {e.job_id for e in got.expires}
             snap = replace(snap, jobs=tuple(j for j in snap.jobs if j.id not in ended))
         snap = _daemon_order(snap, data)
+
+
+# -- the daemon's kept plan() as the clock and the cluster change (issue 41) ---------------------------
+# Kept (the Queue with its families, fronts.py; the Seen; the Backlog; the Tracks) decides as a whole
+# pass over each snapshot of a queue that changes the way a live one does between passes: the clock
+# moves (a --begin time or a retry backoff passes, ages cross age_max), the last pass's admissions
+# start (the daemon's applier), running jobs end, pending ones are cancelled, new ones come, nodes
+# drain and come back, budgets are charged and fair-share usage moves. A verdict kept past a change of
+# an input it read shows up as a reason or an admission that differs.
+
+# Ages cross age_max within a few passes (seconds), fair share weighs, a burst is a few jobs.
+PRIORITY = dict(age_max=900.0, fairshare_weight=50.0, burst_jobs=2, burst_window=120.0)
+
+
+def _step(snap, got, c, data):
+    """The next snapshot after the plan `got` of `snap`: applied, then changed."""
+    jobs = {j.id: j for j in snap.jobs}
+    done = apply_plan(got, jobs, jobs, snap.nodes, snap.now)
+    for j in done.started + done.pended + done.expired:
+        jobs[j.id] = j
+    for j in done.expired:
+        jobs.pop(j.id, None)
+    now = snap.now + data.draw(st.sampled_from([0.0, 1.0, 30.0, 600.0, 1000.0]))
+    for j in list(jobs.values()):
+        what = data.draw(st.sampled_from(["keep"] * 10 + ["end", "cancel", "twin", "backoff"]))
+        if what == "end" and j.state in states.ON_NODE or what == "cancel" and j.state == states.PENDING:
+            del jobs[j.id]
+        elif what == "twin" and j.state == states.PENDING:
+            nxt = max(jobs) + 1
+            jobs[nxt] = replace(j, id=nxt, submit_time=now, reason="", detail="", earmark="", earmark_gpus=())
+        elif what == "backoff" and j.state == states.PENDING and not j.held:
+            jobs[j.id] = replace(j, eligible_time=now + data.draw(st.sampled_from([-1.0, 20.0])))
+    nodes = tuple(replace(n, lease_expiry=now + 30.0, state=data.draw(st.sampled_from(["up"] * 5 + ["drain"])))
+                  for n in snap.nodes)
+    spent = tuple((b, s + data.draw(st.sampled_from([0, 0, 10**6, 10**8]))) for b, s in snap.spent)
+    usage = (("eta", data.draw(st.sampled_from([0.0, 5.0, 500.0]))), ("phi", data.draw(st.sampled_from([0.0, 50.0]))))
+    return replace(snap, now=now, nodes=nodes, jobs=tuple(jobs.values()), spent=spent, usage=usage)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenes(), st.data())
+def test_kept_passes_decide_as_whole_passes_as_the_queue_and_the_clock_change(scene, data):
+    snap, c = scene
+    settle_check(data)
+    c = replace(c, priority=replace(c.priority, **PRIORITY))
+    kept = Kept()
+    for _ in range(6):
+        got = policy.plan(snap, c, **kept.inputs(snap, c))
+        same(got, policy.plan_per_job(snap, c))
+        same(got, policy.plan(snap, c))         # a whole pass, nothing kept
+        snap = _step(snap, got, c, data)
+        if data.draw(st.integers(0, 5)) == 0:      # a reload turns backfill on or off
+            c = replace(c, backfill_depth=data.draw(st.sampled_from([0, 1, 3])))

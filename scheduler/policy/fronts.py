@@ -1,0 +1,80 @@
+"""Which classes a pass's class walk (classes._Walk) has reached: it scores a class's next job
+only once the class may come next, not every class of the queue at the start of every pass.
+
+The kept Queue (queue.py) keeps each family's classes (QoS, account, burst flag) in the order of
+their first jobs, which is their priority order at any time when short-jobs-first is off
+(multifactor.scorer: within a family only the age term differs, and it only grows with the wait;
+ties go by submit time and id, as the order does). So the merge needs, of each family, only the
+first class it has not reached: none after it can come before it. Once the walk first takes a
+family's front class from the heap, the family's next class joins the heap. A pass that settles
+(settle.py) reads the classes left, reached or not, through `rest`.
+
+With short-jobs-first on (a class's order within its family moves with the time), each class is a
+family of its own: every class joins the heap at the start, as before families.
+"""
+import heapq
+from collections.abc import Callable, Iterator
+
+from ..jobs.model import Job
+from ..multifactor import Score
+from .queue import Front, Key, Queue
+
+
+class Reach:
+    """The classes reached so far, by index i: jobs, class key, ids, next job, and the family
+    whose next class joins the heap once class i is first taken from it (else -1); `heads`, the
+    heap of (score of the next job, i)."""
+
+    def __init__(self, score: Callable[[Job], Score], queue: Queue | None = None, lazy: bool = True) -> None:
+        self.score = score
+        self.lists: list[list[Job]] = []
+        self.keys: list[Key] = []
+        self.ids: list[list[int]] = []
+        self.at: list[int] = []
+        self.fam: list[int] = []
+        self.groups = queue.groups if queue is not None else {}
+        self.sources: list[list[Front]] = (list(queue.families.values()) if queue is not None and lazy
+                                           else [[(0.0, 0, k)] for k in self.groups])
+        self.front = [0] * len(self.sources)     # how many of each family's classes were reached
+        self.heads = [self.reach(f) for f in range(len(self.sources))]
+        heapq.heapify(self.heads)
+        # The largest GPUs and CPUs any waiting job needs (Usage.tight after an admission).
+        needs = queue.needs if queue is not None else {}
+        self.most = (max((g for g, _ in needs), default=0), max((c for _, c in needs), default=0))
+
+    def reach(self, f: int) -> tuple[Score, int]:
+        """The heap entry of family f's next class, which the walk reaches now."""
+        src, k = self.sources[f], self.front[f]
+        self.front[f] = k + 1
+        key = src[k][2]
+        g = self.groups[key]
+        i = len(self.lists)
+        self.lists.append(g.jobs)
+        self.keys.append(key[0])
+        self.ids.append(g.ids)
+        self.at.append(0)
+        self.fam.append(f if k + 1 < len(src) else -1)
+        return self.score(g.jobs[0]), i
+
+    def taken(self, i: int) -> None:
+        """Class i was taken from the heap: if it was its family's front, the next one joins."""
+        f = self.fam[i]
+        if f >= 0:
+            self.fam[i] = -1
+            heapq.heappush(self.heads, self.reach(f))
+
+    def rest(self) -> Iterator[tuple[int, Key, list[Job], list[int], int]]:
+        """(i, class key, jobs, ids, next job) of each class left in the merge (i: -1 for a class
+        not reached yet)."""
+        lists, keys, ids, at, groups = self.lists, self.keys, self.ids, self.at, self.groups
+        for _, i in self.heads:
+            yield i, keys[i], lists[i], ids[i], at[i]
+        for f, src in enumerate(self.sources):
+            for _, _, key in src[self.front[f]:]:
+                g = groups[key]
+                yield -1, key[0], g.jobs, g.ids, 0
+
+    def clear(self) -> None:
+        """Every class left has taken its verdict (settle.finish)."""
+        self.heads.clear()
+        self.front = [len(src) for src in self.sources]
