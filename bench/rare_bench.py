@@ -51,7 +51,7 @@ def measure(bs, quick: bool) -> list[tuple[str, list[float], list[float]]]:
 
 
 def rows(bs, quick: bool) -> list[Row]:
-    active = bs.client.r.zcard(bs.client.k.active)     # live_bench's drains leave 10,000 held jobs
+    active = bs.client.store.r.zcard(bs.client.k.active)     # live_bench's drains leave 10,000 held jobs
     figures = measure(bs, quick)
     sub = min(figures[0][2])
     worst = max(figures[1:], key=lambda f: min(f[2]))
@@ -71,7 +71,7 @@ def main() -> int:
             f.write(BUDGET)
         if pending:
             drain(bs, 20, -(-pending // 20))
-            print(f"{bs.client.r.zcard(bs.client.k.active):,} active jobs", flush=True)
+            print(f"{bs.client.store.r.zcard(bs.client.k.active):,} active jobs", flush=True)
         for name, w, c in measure(bs, quick):
             print(f"labq {name:<28} CPU min {min(c):5.0f} median {statistics.median(c):5.0f} ms   "
                   f"wall min {min(w):5.0f} median {statistics.median(w):5.0f} ms", flush=True)
