@@ -174,6 +174,9 @@ class _Walk:
         self.cache: dict[Key, Hit] = {}     # class key -> (state version, kind, stamp, plan.Verdict)
         self.admitted: dict[tuple[str, object], int] = {}   # ("a", account) / ("u", user) / ("t", array): so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
+        self.frozen = False                 # settle._frozen
+        self.dead: dict[tuple[int, str, int, int], Verdict] = {}    # shape -> "no room" (settle.dead)
+        self.dead_at = 0                    # Placer.grown when `dead` was found
         self.rooms: dict[Key, tuple[tuple[int, ...], tuple[int, ...], Verdict]] = {}  # key -> (version, stamp, verdict)
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
             setattr(p, name, self._counting(getattr(p, name)))
@@ -219,10 +222,10 @@ class _Walk:
         self.churn = 0          # classes the last change sent back into the merge
         quiet = 0               # turns since then
         self.since, self.check = 0, settle.SETTLE_CHECK    # turns without a change; when to ask (settle.py)
-        taken = self.reached.taken
+        taken, early = self.reached.taken, self._early
         while heads and not settle.done(self, version):
             s, i = heapq.heappop(heads)
-            taken(i)
+            taken(i, early)
             jobs, key = lists[i], self.keys[i]
             hit = self._valid(key, version, jobs[at[i]])
             if hit is not None:
@@ -232,7 +235,7 @@ class _Walk:
                 if quiet >= self.churn:
                     self._park(i, key, hit)
                     continue
-                end = self._run_end(i, heads[0][0] if heads else None)
+                end = self.reached.run_end(i, heads[0][0] if heads else None)
                 p.runs.append((ids[i][at[i]:end], hit[3]))
                 at[i] = end
                 quiet += 1
@@ -264,6 +267,14 @@ class _Walk:
         for i, verdict in (*((i, v[0]) for i, v in self.parked.items()), *static.items()):
             if at[i] < len(lists[i]):
                 p.runs.append((ids[i][at[i]:], verdict))
+
+    def _early(self, i: int) -> bool:
+        """Park class i as the walk reaches it, unjudged, where settle.dead knows its verdict ("no
+        room" until a change sends it back: with no cache entry, any change that concerns it does)."""
+        verdict = None if self.keys[i][0] == "own" else settle.dead(self, self.lists[i][0])
+        if verdict is not None:
+            self._park(i, self.keys[i], ((), _ROOM, None, verdict))
+        return verdict is not None
 
     def _park(self, i: int, key: Key, hit: Hit) -> None:
         """Class i leaves the merge with its verdict, which holds until a change concerns it."""
@@ -309,7 +320,7 @@ class _Walk:
             self.full.discard(i)
             for dim in dims:
                 self.dims[dim].discard(i)
-            end = self._run_end(i, limit, 0)     # parked right after a judgement: its next job may come after
+            end = self.reached.run_end(i, limit, 0)     # parked right after a judgement: its next job may come after
             if end > at[i]:
                 runs.append((ids[i][at[i]:end], verdict))
             at[i] = end
@@ -331,21 +342,6 @@ class _Walk:
                 version = judge(job, key, version)
             else:
                 p.runs.append(((job.id,), hit[3]))
-
-    def _run_end(self, i: int, limit: Score | None, first: int = 1) -> int:
-        """The end of class i's run: its jobs that come before `limit` (the next job of any other
-        class), the first `first` of them known to. Its order is the priority order, so a binary
-        search finds the end."""
-        jobs, lo, hi = self.lists[i], self.at[i] + first, len(self.lists[i])
-        if limit is None:
-            return hi
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.score(jobs[mid]) < limit:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
 
     def _room_key(self, job: Job, key: Key) -> Key | None:
         """What a "no room" verdict reads of a job that passed the gates (the comment on ROOM_KEY); None for

@@ -36,14 +36,14 @@ class Reach:
         self.sources: list[list[Front]] = (list(queue.families.values()) if queue is not None and lazy
                                            else [[(0.0, 0, k)] for k in self.groups])
         self.front = [0] * len(self.sources)     # how many of each family's classes were reached
-        self.heads = [self.reach(f) for f in range(len(self.sources))]
+        self.heads = [(score(self.lists[i][0]), i) for i in map(self.reach, range(len(self.sources)))]
         heapq.heapify(self.heads)
         # The largest GPUs and CPUs any waiting job needs (Usage.tight after an admission).
         needs = queue.needs if queue is not None else {}
         self.most = (max((g for g, _ in needs), default=0), max((c for _, c in needs), default=0))
 
-    def reach(self, f: int) -> tuple[Score, int]:
-        """The heap entry of family f's next class, which the walk reaches now."""
+    def reach(self, f: int) -> int:
+        """Family f's next class, which the walk reaches now: its index."""
         src, k = self.sources[f], self.front[f]
         self.front[f] = k + 1
         key = src[k][2]
@@ -54,14 +54,20 @@ class Reach:
         self.ids.append(g.ids)
         self.at.append(0)
         self.fam.append(f if k + 1 < len(src) else -1)
-        return self.score(g.jobs[0]), i
+        return i
 
-    def taken(self, i: int) -> None:
-        """Class i was taken from the heap: if it was its family's front, the next one joins."""
+    def taken(self, i: int, parks: Callable[[int], bool]) -> None:
+        """Class i was taken from the heap: if it was its family's front, the family's next class
+        joins the heap, unless `parks` takes it (its verdict known for now: classes._Walk._early),
+        and then the one after it, and so on."""
         f = self.fam[i]
-        if f >= 0:
+        while f >= 0:
             self.fam[i] = -1
-            heapq.heappush(self.heads, self.reach(f))
+            i = self.reach(f)
+            if not parks(i):
+                heapq.heappush(self.heads, (self.score(self.lists[i][0]), i))
+                return
+            f = self.fam[i]
 
     def rest(self) -> Iterator[tuple[int, Key, list[Job], list[int], int]]:
         """(i, class key, jobs, ids, next job) of each class left in the merge (i: -1 for a class
@@ -78,3 +84,18 @@ class Reach:
         """Every class left has taken its verdict (settle.finish)."""
         self.heads.clear()
         self.front = [len(src) for src in self.sources]
+
+    def run_end(self, i: int, limit: Score | None, first: int = 1) -> int:
+        """The end of class i's run: its jobs that come before `limit` (the next job of any other
+        class), the first `first` of them known to. Its order is the priority order, so a binary
+        search finds the end."""
+        jobs, lo, hi = self.lists[i], self.at[i] + first, len(self.lists[i])
+        if limit is None:
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.score(jobs[mid]) < limit:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
@@ -112,3 +113,35 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
             verdict = got
         runs.append((ids[k:], verdict))
     w.reached.clear()
+
+
+def dead(w: "_Walk", job: Job) -> Verdict | None:
+    """The verdict of a job of a class the walk `w` reaches now, where it is known unjudged: "no
+    room" for good, as its turn (later, room only shrinks) would find it. So where the pass can no
+    longer reserve, preempt or get room back (no earmark or draining preemptor left: `_frozen`), the
+    job (not judged on its own: the caller's) meets no gate or cap and its shape fits no node
+    (Placer.failed). None: not known."""
+    p, now = w.p, w.p.now
+    if not (w.frozen or _frozen(w)) or (job.held or job.deps or job.begin is not None and job.begin > now
+                                        or job.eligible_time is not None and job.eligible_time > now
+                                        or p.usage.blocked(job) is not None):
+        return None
+    if w.dead_at != p.free.grown:
+        w.dead, w.dead_at = {}, p.free.grown
+    shape = (g, model, c, m) = (job.gpus, job.gpu_type, job.cpus, job.mem)
+    verdict = w.dead.get(shape)
+    if verdict is None:
+        if not any(g >= fg and c >= fc and m >= fm and (not fmodel or fmodel == model)
+                   for fg, fmodel, fc, fm in p.free.failed):
+            return None
+        why = p._no_room(job)
+        verdict = w.dead[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
+    return verdict
+
+
+def _frozen(w: "_Walk") -> bool:
+    """Whether the pass of `w` can no longer reserve, preempt or get room back (then for good)."""
+    p, cfg = w.p, w.p.cfg
+    w.frozen = (0 < cfg.backfill_depth <= len(p.starts) and not p.earmarked and not p.draining
+                and not (cfg.preemption and (p.lowest_victim() is not None or p.usage.guarantees)))
+    return w.frozen
