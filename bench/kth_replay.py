@@ -24,8 +24,14 @@ if ROOT not in sys.path:
 
 from labq.scheduler.jobs.model import Node  # noqa: E402
 from labq.scheduler.settings import config as config_mod  # noqa: E402
-from labq.scheduler.sim import describe, load, policy_config, report, simulate  # noqa: E402
-from labq.scheduler.sim.metrics import BSLD_BOUND_S, percentile  # noqa: E402
+from labq.scheduler.sim.engine import simulate  # noqa: E402
+from labq.scheduler.sim.metrics import (  # noqa: E402
+    BSLD_BOUND_S,
+    percentile,
+    report,  # noqa: E402
+)
+from labq.scheduler.sim.policies import describe, policy_config  # noqa: E402
+from labq.scheduler.sim.trace import load  # noqa: E402
 from labq.scheduler.units import fmt_duration  # noqa: E402
 
 TRACES = os.path.join(os.path.dirname(ROOT), "shared", "traces")

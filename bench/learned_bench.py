@@ -22,7 +22,10 @@ if ROOT not in sys.path:
 
 from labq.scheduler.jobs.model import Node  # noqa: E402
 from labq.scheduler.settings import config as config_mod  # noqa: E402
-from labq.scheduler.sim import load, policy_config, report, resolve, simulate  # noqa: E402
+from labq.scheduler.sim.engine import simulate  # noqa: E402
+from labq.scheduler.sim.metrics import report  # noqa: E402
+from labq.scheduler.sim.policies import policy_config, resolve  # noqa: E402
+from labq.scheduler.sim.trace import load  # noqa: E402
 from labq.scheduler.units import fmt_duration  # noqa: E402
 
 TRACE = os.path.join(os.path.dirname(ROOT), "shared", "traces", "kth_sp2_1996.csv")

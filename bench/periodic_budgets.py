@@ -14,9 +14,11 @@ import statistics
 import sys
 import time
 
-from labq.scheduler import sim
 from labq.scheduler.jobs.model import Gpu, Node
 from labq.scheduler.settings import config
+from labq.scheduler.sim.engine import simulate
+from labq.scheduler.sim.metrics import report
+from labq.scheduler.sim.trace import TraceJob
 
 CFG = """
 [rates]
@@ -32,11 +34,11 @@ WEEK = 7 * 86400
 def trace():
     rng, jobs = random.Random(21), []
     for i in range(3):
-        jobs.append(sim.TraceJob(name=f"long{i}", submit=0.0, duration=30 * 86400.0, time_limit=30 * 86400,
+        jobs.append(TraceJob(name=f"long{i}", submit=0.0, duration=30 * 86400.0, time_limit=30 * 86400,
                                  gpus=8, cpus=8))
     for i in range(2500):
         d = rng.uniform(1, 8) * 3600
-        jobs.append(sim.TraceJob(name=f"s{i}", submit=60 + i * 6 * WEEK / 2500, duration=d,
+        jobs.append(TraceJob(name=f"s{i}", submit=60 + i * 6 * WEEK / 2500, duration=d,
                                  time_limit=int(d * 1.5), gpus=rng.choice([1, 1, 2]), cpus=1))
     return jobs
 
@@ -46,8 +48,8 @@ def main():
     nodes = [Node(f"n{k}", 64, 512 << 30, 64, tuple(Gpu(f"G{k}-{g}", g, "fake", 80 << 30) for g in range(8)))
              for k in range(8)]
     t0 = time.monotonic()
-    res = sim.simulate(trace(), nodes, cfg, template={"budget": "lab"})
-    rep = sim.report(res)
+    res = simulate(trace(), nodes, cfg, template={"budget": "lab"})
+    rep = report(res)
     spent = res.spent if hasattr(res, "spent") else {}
     weeks = sorted((k.split("@")[1], v / 1e6) for k, v in spent.items() if "@" in k)
     print(f"utilisation {rep['utilisation']:.3f} of GPUs, makespan {rep['makespan_s'] / 86400:.1f} d, "

@@ -38,14 +38,14 @@ CASES = {
 def one(trace: str, nodes: str, policy: str) -> dict:
     """In the child: one replay, measured."""
     from labq.cli.whatif import parse_nodes
-    from labq.scheduler import sim
     from labq.scheduler.settings import config as config_mod
+    from labq.scheduler.sim import engine, metrics, policies, result, trace as simtrace
     kw = {"extra": trace.replace(".csv", "_extra.csv"), "time_column": "req_time_s"} if "kth" in trace else {}
-    jobs = sim.load(trace, **kw)
+    jobs = simtrace.load(trace, **kw)
     cluster = parse_nodes(nodes)
     base = os.environ.get("SIM_BENCH_CONFIG")                # --config: budgets etc. under every policy
     base_cfg = config_mod.loads(open(base).read()) if base else config_mod.Config()
-    cfg, hooks = sim.resolve(base_cfg, policy)     # learned, sjf-oracle: their hooks too
+    cfg, hooks = policies.resolve(base_cfg, policy)     # learned, sjf-oracle: their hooks too
     t0, c0 = time.perf_counter(), time.process_time()
     pace = _progress(t0, c0) if os.environ.get("SIM_BENCH_PROGRESS") else None
     submitted: list[float] = []        # CPU seconds when the last job had been submitted
@@ -55,12 +55,12 @@ def one(trace: str, nodes: str, policy: str) -> dict:
             submitted.append(time.process_time() - c0)
         if pace:
             pace(done, total)
-    res = sim.simulate(jobs, cluster, cfg, hooks=hooks, progress=progress)
+    res = engine.simulate(jobs, cluster, cfg, hooks=hooks, progress=progress)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    rep = sim.report(res)
+    rep = metrics.report(res)
     # After the last submit the replay only drains the queue: with a spent budget, one job per end
     # for months of simulated time. Its share of the CPU and its simulated span, apart.
-    last = sim.EPOCH + max((j.submit for j in jobs), default=0)
+    last = result.EPOCH + max((j.submit for j in jobs), default=0)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "passes": res.plan_calls, "decided": getattr(res, "instants", res.plan_skipped) - res.plan_skipped, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"],

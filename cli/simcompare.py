@@ -23,21 +23,22 @@ def policies(text: str) -> list[str]:
 
 def run(ctx, names, jobs, cluster_nodes, depth, progress, queue_limits, groups=None):
     """[(name, report, waits)] in the order given; every policy is checked before the first replay."""
-    from labq.scheduler import sim
     from labq.scheduler.sim import groups as simgroups
-    from labq.scheduler.sim.metrics import waits
-    resolved = [(name, *sim.resolve(ctx.cfg, name, depth)) for name in names]
+    from labq.scheduler.sim.engine import simulate
+    from labq.scheduler.sim.metrics import report, waits
+    from labq.scheduler.sim.policies import describe, resolve
+    resolved = [(name, *resolve(ctx.cfg, name, depth)) for name in names]
     out = []
     for name, cfg, hooks in resolved:
         t0 = time.monotonic()
         if groups:
-            res = simgroups.replay(jobs, groups, cfg, lambda n=name: sim.resolve(ctx.cfg, n, depth)[1],
+            res = simgroups.replay(jobs, groups, cfg, lambda n=name: resolve(ctx.cfg, n, depth)[1],
                                    progress=progress(f"{name:>10}"), queue_limits=queue_limits)
         else:
-            res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress(f"{name:>10}"), queue_limits=queue_limits,
+            res = simulate(jobs, cluster_nodes, cfg, progress=progress(f"{name:>10}"), queue_limits=queue_limits,
                                hooks=hooks)
-        rep = {"policy": name, "config": sim.describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""),
-               **sim.report(res), "wall_s": round(time.monotonic() - t0, 2)}
+        rep = {"policy": name, "config": describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""),
+               **report(res), "wall_s": round(time.monotonic() - t0, 2)}
         out.append((name, rep, waits(res)))
     return out
 

@@ -172,13 +172,13 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     The KTH SP2 log on its 100 processors, each job's requested time as its limit:
       labq simulate kth_sp2_1996.csv --cpus 100 --extra kth_sp2_1996_extra.csv \\
           --time-column req_time_s --policy backfill"""
-    from labq.scheduler import sim
+    from labq.scheduler.sim import engine, metrics, policies, trace as simtrace
     need_matplotlib(plot_path)
     _say_which_config(ctx.cfg, as_json)
     depth = _int(backfill_depth, "--backfill-depth", 0) if backfill_depth is not None else None
     names = simcompare.policies(compare) if compare is not None else None
-    cfg, hooks = sim.resolve(ctx.cfg, policy, depth)
-    jobs = sim.load(trace, extra=extra, time_column=time_column, time_factor=_float(time_factor, "--time-factor"),
+    cfg, hooks = policies.resolve(ctx.cfg, policy, depth)
+    jobs = simtrace.load(trace, extra=extra, time_column=time_column, time_factor=_float(time_factor, "--time-factor"),
                     cpus_as_gpus=gpus_from_cpus, sort=sort_rows)
     if not jobs:
         raise UsageError(f"trace: {trace}: no jobs")
@@ -197,13 +197,13 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
         return simcompare.show(os.path.basename(trace), rows, as_json, plot_path)
     t0 = time.monotonic()
     if groups:
-        res = simgroups.replay(jobs, groups, cfg, lambda: sim.resolve(ctx.cfg, policy, depth)[1],
+        res = simgroups.replay(jobs, groups, cfg, lambda: policies.resolve(ctx.cfg, policy, depth)[1],
                                progress=progress_for(progress, "replaying"), queue_limits=enforce_queue_limits)
     else:
-        res = sim.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
+        res = engine.simulate(jobs, cluster_nodes, cfg, progress=progress_for(progress, "replaying"),
                            queue_limits=enforce_queue_limits, hooks=hooks)
-    rep = sim.report(res)
-    rep = {"trace": os.path.basename(trace), "policy": policy, "config": sim.describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""), **rep,
+    rep = metrics.report(res)
+    rep = {"trace": os.path.basename(trace), "policy": policy, "config": policies.describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""), **rep,
            "config_file": _config_file(ctx.cfg), "wall_s": round(time.monotonic() - t0, 2)}
     if plot_path:
         from labq.scheduler.sim.plot import plot

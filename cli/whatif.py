@@ -124,7 +124,7 @@ def _plan_file(ctx, path, nodes, budget, progress, as_json):
 
 
 def _describe(cfg) -> str:
-    from labq.scheduler.sim import describe
+    from labq.scheduler.sim.policies import describe
     return describe(cfg)
 
 

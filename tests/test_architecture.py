@@ -121,10 +121,7 @@ CONNECTION_HANDED_OUT: dict[str, str] = {}
 # Re-export shims (issue 40 item 4): a module that imports a labq name it never uses, so that others
 # import that name through it (two names for one thing, and an import that runs a module for nothing).
 # Import a name from the module that defines it. Files that still do, each with its owner; shrink, never grow.
-REEXPORTS = {
-    "scheduler/sim/__init__.py": "sim: the simulator's face (engine, metrics, policies, trace), which cli/ and the tests use",
-    "scheduler/sim/room.py": "sim: capacity.covers",
-}
+REEXPORTS: dict[str, str] = {}
 # A module-level __getattr__ hands out names the module does not define: allowed only where it defers an
 # import, with the reason.
 MODULE_GETATTR = {

@@ -27,9 +27,10 @@ from .. import multifactor
 from ..jobs.model import Job
 from ..money import ledger
 from ..policy import backfill
+from ..policy.capacity import shape
 from ..settings.config import Config
 from .order import Runtimes, ShortOrder, SubmitOrder, ids_but
-from .room import Shapes, shape
+from .room import Shapes
 
 
 def timed(job: Job) -> bool:

@@ -10,9 +10,9 @@ from bisect import bisect_left, insort
 from collections import Counter
 
 from ..jobs.model import Job
-from ..policy.capacity import covers, shape
+from ..policy.capacity import shape
 
-__all__ = ["Shapes", "covers", "fits_somewhere", "shape"]
+__all__ = ["Shapes", "fits_somewhere"]
 
 
 def fits_somewhere(free: dict, jobs) -> bool:

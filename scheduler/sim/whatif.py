@@ -150,7 +150,8 @@ def plan_file(path: str, nodes, cfg: Config, budget: str | None = None, amount: 
               progress=None):
     """(simulator Result, report) for the job list at `path` on `nodes`, every job charged to the
     configured budget `budget`, or to a budget of `amount` micro-dollars (`PLAN_BUDGET`)."""
-    from .. import sim
+    from .engine import simulate
+    from .metrics import report
     template = {}
     if amount is not None:
         cfg = replace(cfg, budgets=tuple(b for b in cfg.budgets if b.name != PLAN_BUDGET)
@@ -160,5 +161,5 @@ def plan_file(path: str, nodes, cfg: Config, budget: str | None = None, amount: 
         b = next(b for b in cfg.budgets if b.name == budget)
         template.update({"account": b.account} if b.account else {"project": b.project} if b.project
                         else {"budget": b.name})
-    res = sim.simulate(load_jobs(path, cfg), nodes, cfg, progress=progress, template=template)
-    return res, sim.report(res)
+    res = simulate(load_jobs(path, cfg), nodes, cfg, progress=progress, template=template)
+    return res, report(res)

@@ -70,7 +70,10 @@ def test_gantt_lanes_fit_the_budget_with_one_colour_per_account():
 
     from labq.cli.whatif import parse_nodes
     from labq.scheduler.settings import config as config_mod
-    from labq.scheduler.sim import TraceJob, plot as simplot, policy_config, simulate
+    from labq.scheduler.sim import plot as simplot
+    from labq.scheduler.sim.engine import simulate
+    from labq.scheduler.sim.policies import policy_config
+    from labq.scheduler.sim.trace import TraceJob
     trace = [TraceJob(name=str(i), submit=float(i * 60), duration=3600.0, time_limit=7200, gpus=1 + i % 4,
                       cpus=2, user=f"u{i % 5}", account=f"acc{i % 12}") for i in range(200)]
     res = simulate(trace, parse_nodes("20x8"), policy_config(config_mod.Config(), "backfill"))

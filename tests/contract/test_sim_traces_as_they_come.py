@@ -62,7 +62,7 @@ def test_fractional_gpus_are_rounded_up_and_counted(tmp_path):
     rep = json.loads(r.stdout)
     assert rep["jobs"]["gpus_rounded_up"] == 2 and rep["jobs"]["completed"] == 4
     assert rep["utilisation_by"]["gpus"] is not None
-    from labq.scheduler.sim import load
+    from labq.scheduler.sim.trace import load
     assert [(j.gpus, j.gpus_asked) for j in load(str(p))] == [(1, 0.5), (2, 1.25), (2, None), (0, None)]
     text = labq("simulate", str(p), "--nodes", "1x4", "--policy", "fifo").stdout
     assert "2 asked for a fraction of a GPU: rounded up" in text
@@ -120,7 +120,7 @@ def test_fractional_cpus_are_rounded_up_and_counted(tmp_path):
     """A container's CPU quota (3.152 in a public heterogeneous-GPU trace) holds whole cores: 4 here."""
     p = tmp_path / "frac.csv"
     p.write_text("job_id,submit_s,duration_s,gpus,cpus,mem_gib\na,0,10,1,3.152,2.5\nb,0,10,1,4,1\nc,0,10,0,0.25,0\n")
-    from labq.scheduler.sim import load
+    from labq.scheduler.sim.trace import load
     assert [(j.cpus, j.cpus_asked, j.mem) for j in load(str(p))] == [
         (4, 3.152, int(2.5 * (1 << 30))), (4, None, 1 << 30), (1, 0.25, 0)]
     r = labq("--config", "/dev/null", "simulate", str(p), "--nodes", "1x2:8", "--policy", "fifo", "--json")

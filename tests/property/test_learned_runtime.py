@@ -6,7 +6,19 @@ from hypothesis import given, settings, strategies as st
 from labq.scheduler.jobs.estimate import LEARNED_OUTCOMES, Estimator
 from labq.scheduler.jobs.model import Job, Node
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import EPOCH, TraceJob, describe, report, resolve, simulate
+from labq.scheduler.sim.engine import simulate
+
+# min_samples 1 so that most jobs get an estimate; a window larger than any trace so that the
+from labq.scheduler.sim.metrics import report
+
+# min_samples 1 so that most jobs get an estimate; a window larger than any trace so that the
+from labq.scheduler.sim.policies import describe, resolve
+
+# min_samples 1 so that most jobs get an estimate; a window larger than any trace so that the
+from labq.scheduler.sim.result import EPOCH
+
+# min_samples 1 so that most jobs get an estimate; a window larger than any trace so that the
+from labq.scheduler.sim.trace import TraceJob
 
 # min_samples 1 so that most jobs get an estimate; a window larger than any trace so that the
 # quantile depends on the set of runs seen, not on the order of ends at one instant.

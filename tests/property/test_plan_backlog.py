@@ -13,8 +13,9 @@ from labq.scheduler.jobs.model import Gpu, Job, Node
 from labq.scheduler.multifactor import burst_tail
 from labq.scheduler.policy.backlog import Backlog, gated
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import TraceJob, policy_config, simulate
-from labq.scheduler.sim.engine import Simulator
+from labq.scheduler.sim.engine import Simulator, simulate
+from labq.scheduler.sim.policies import policy_config
+from labq.scheduler.sim.trace import TraceJob
 from tests.harness import G
 
 ops = st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.integers(0, 40), st.sampled_from(["a", "b"])),

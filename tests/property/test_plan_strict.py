@@ -15,7 +15,9 @@ from labq.scheduler.jobs.model import Gpu, Node
 from labq.scheduler.jobs.plan import Pendings
 from labq.scheduler.policy import strict
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import TraceJob, policy_config, simulate
+from labq.scheduler.sim.engine import simulate
+from labq.scheduler.sim.policies import policy_config
+from labq.scheduler.sim.trace import TraceJob
 from tests.harness import ClusterBuilder, G, cfg
 
 CONFIG = """

@@ -13,8 +13,11 @@ from hypothesis import given, settings, strategies as st
 from labq.cli.whatif import parse_nodes
 from labq.scheduler.jobs.model import Gpu, Node
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import TraceJob, easy, load, policy_config, report, resolve, simulate
-from labq.scheduler.sim.engine import EPOCH
+from labq.scheduler.sim import easy
+from labq.scheduler.sim.engine import EPOCH, simulate
+from labq.scheduler.sim.metrics import report
+from labq.scheduler.sim.policies import policy_config, resolve
+from labq.scheduler.sim.trace import TraceJob, load
 from tests.harness import DATA
 
 G = 1 << 30

@@ -9,10 +9,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from labq.scheduler.jobs.model import Gpu, Job, Node
-from labq.scheduler.policy.capacity import Free
+from labq.scheduler.policy.capacity import Free, shape
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import TraceJob, policy_config, simulate
-from labq.scheduler.sim.room import Shapes, fits_somewhere, shape
+from labq.scheduler.sim.engine import simulate
+from labq.scheduler.sim.policies import policy_config
+from labq.scheduler.sim.room import Shapes, fits_somewhere
+from labq.scheduler.sim.trace import TraceJob
 
 G = 1 << 30
 req = st.tuples(st.sampled_from([0, 1, 2, 4]), st.sampled_from(["", "A", "B"]), st.sampled_from([0.5, 1, 3.25, 8, 16]),

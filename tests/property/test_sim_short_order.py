@@ -8,10 +8,10 @@ from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import multifactor
 from labq.scheduler.jobs.model import Job
+from labq.scheduler.policy.capacity import shape
 from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim.engine import EPOCH
 from labq.scheduler.sim.queue import Queue
-from labq.scheduler.sim.room import shape
 
 # (submit, time limit, learned estimate or None, --est or None); run times often near each other
 # (order.py's buckets hold E's within a factor 2^(1/4)), some far apart.

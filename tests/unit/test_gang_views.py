@@ -7,8 +7,12 @@ from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu, Job, Node
 from labq.scheduler.money import report
 from labq.scheduler.settings import config
-from labq.scheduler.sim import TraceJob, policy_config, report as sim_report, simulate, whatif
+from labq.scheduler.sim import whatif
+from labq.scheduler.sim.engine import simulate
+from labq.scheduler.sim.metrics import report as sim_report
+from labq.scheduler.sim.policies import policy_config
 from labq.scheduler.sim.submit import gang_shape
+from labq.scheduler.sim.trace import TraceJob
 from labq.scheduler.store import acctrows, statrows
 from tests.harness import ClusterBuilder
 

@@ -11,9 +11,12 @@ from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu, Node
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import EPOCH, TraceJob, load, policy_config, report, simulate
 from labq.scheduler.sim.clock import Clock
-from labq.scheduler.sim.metrics import percentile
+from labq.scheduler.sim.engine import simulate
+from labq.scheduler.sim.metrics import percentile, report
+from labq.scheduler.sim.policies import policy_config
+from labq.scheduler.sim.result import EPOCH
+from labq.scheduler.sim.trace import TraceJob, load
 from tests.harness import DATA
 
 SMALL = os.path.join(DATA, "sim_small.csv")
@@ -364,7 +367,7 @@ def test_the_queue_keeps_the_per_shape_orders_only_where_a_backfill_window_reads
     cost ~20 MB each at 200,000 pending: a backfill-off replay (strict.py's windows, kept.py's walk)
     never reads them, so its queue keeps none; a backfill one keeps them for every job."""
     from labq.scheduler.jobs.model import Job
-    from labq.scheduler.sim import resolve
+    from labq.scheduler.sim.policies import resolve
     from labq.scheduler.sim.queue import Queue
     c, _ = resolve(cfg(), policy)
     q = Queue(c)

@@ -10,7 +10,11 @@ from labq.cli.whatif import parse_nodes
 from labq.scheduler import policy
 from labq.scheduler.jobs import states
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import load, policy_config, report, resolve, simulate, strict
+from labq.scheduler.sim import strict
+from labq.scheduler.sim.engine import simulate
+from labq.scheduler.sim.metrics import report
+from labq.scheduler.sim.policies import policy_config, resolve
+from labq.scheduler.sim.trace import load
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import gpu_trace  # noqa: E402
@@ -99,7 +103,8 @@ def test_a_fair_share_window_is_drawn_again_from_the_heads_left_after_the_jobs_l
     3-GPU job. Drawn from the old heads it would hold that job in place of a sixteenth account,
     which it blocks, and start one job fewer at once than whole passes do."""
     from labq.scheduler.jobs.model import Gpu, Node
-    from labq.scheduler.sim import EPOCH, TraceJob
+    from labq.scheduler.sim.result import EPOCH
+    from labq.scheduler.sim.trace import TraceJob
     gib = 1 << 30
     nodes = tuple(Node(f"n{i}", 64, 512 * gib, 64, tuple(Gpu(f"GPU-{i}-{g}", g, "fake") for g in range(8)))
                   for i in range(3))
@@ -127,7 +132,7 @@ def test_a_backfill_pass_counts_held_the_jobs_its_first_admissions_price_out_bef
     windowed pass must walk them (easy.candidates) unless each was counted held already: skipping
     every job its admissions price out would leave 66 of them uncounted."""
     from labq.scheduler.jobs.model import Gpu, Node
-    from labq.scheduler.sim import TraceJob
+    from labq.scheduler.sim.trace import TraceJob
     gib = 1 << 30
     nodes = tuple(Node(f"n{i}", 64, 512 * gib, 64, tuple(Gpu(f"GPU-{i}-{g}", g, "fake") for g in range(8)))
                   for i in range(2))

@@ -6,7 +6,9 @@ import pytest
 from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs.model import Gpu, Node
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import TraceJob, policies, simulate
+from labq.scheduler.sim import policies
+from labq.scheduler.sim.engine import simulate
+from labq.scheduler.sim.trace import TraceJob
 
 G = 1 << 30
 NODES = (Node("n0", 16, 64 * G, 16, tuple(Gpu(f"GPU-{g}", g, "fake") for g in range(2))),)

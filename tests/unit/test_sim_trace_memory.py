@@ -5,7 +5,7 @@ accounts and outcomes of a trace are one string each, not one per job."""
 import csv
 import tracemalloc
 
-from labq.scheduler.sim import load
+from labq.scheduler.sim.trace import load
 
 ROWS = 5000
 
@@ -44,7 +44,8 @@ def test_a_replay_keeps_no_run_times_of_the_attempts_that_ended(tmp_path):
     to it): a 200,000-job replay kept one per job to the end."""
     from labq.cli.whatif import parse_nodes
     from labq.scheduler.settings import config as config_mod
-    from labq.scheduler.sim import Simulator, policy_config
+    from labq.scheduler.sim.engine import Simulator
+    from labq.scheduler.sim.policies import policy_config
     jobs = load(_write(tmp_path / "t.csv"))[:200]
     sim = Simulator(jobs, parse_nodes("1x8:64:512G"), policy_config(config_mod.Config(), "fifo"))
     res = sim.run()
