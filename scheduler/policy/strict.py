@@ -28,7 +28,7 @@ from ..jobs.model import Job
 from ..jobs.plan import Pending, Place
 from ..settings.config import Config
 from . import classes
-from .backlog import Backlog
+from .backlog import Backlog, Behind
 from .queue import Key
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
@@ -139,11 +139,8 @@ def run_kept(p: "_Pass", backlog: Backlog, cfg: Config) -> bool:
         for i in [i for g, k in plain for i in g.ids[k:]][1:]:
             p.consider(now[i])
         return True
-    # One list of ids, copied slice by slice in C: no walk over the jobs behind the blocker.
-    ids = []
-    for g, k in plain:
-        ids += g.ids[k:]
-    p.runs.append((ids, tuple(got) + _DEFAULTS[1 + len(got):]))
+    # The ids behind the blocker, read (slice by slice, in C) only by a caller that asks for them.
+    p.runs.append((Behind(backlog, plain), tuple(got) + _DEFAULTS[1 + len(got):]))
     return True
 
 

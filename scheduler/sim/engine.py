@@ -11,9 +11,9 @@ for an Expire, `preempting` for a Preempt (the victim ends at now + min(grace, w
 outcome `preempted` as the runner reports it, requeued by `finished` with its lost work recorded),
 and the Pending reasons. A periodic budget's rollover is an instant too, because spending starts again from zero there.
 
-plan() is not called where it provably could not change anything; in strict order it is given only the
-part of the queue that decides the pass (`_plan`), else (backfill off) walks the queue kept in its order
-up to the blocker (kept.py); the jobs a spent budget keeps waiting are parked out of it (parked.py). The result is identical to calling it
+plan() is not called where it provably could not change anything. Backfill off, it walks the queue kept
+in its order up to the blocker (kept.py), or with budgets is given the part of the queue that decides
+the pass (strict.py; a spent budget's waiting jobs parked out: parked.py); backfill on, the head (easy.py). The result is identical to calling it
 on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 """
 import math
@@ -281,11 +281,11 @@ class Simulator:
         if self._inert():
             self.skipped += 1
             return
+        if self.queue.backlog is not None:
+            return kept.run(self, t)
         if not self._strict(t):
             if self._easy(t):
                 return self._apply(t, easy.plan(self, t))
-            if self.queue.backlog is not None:
-                return kept.run(self, t)
             return self._apply(t, self._call(t, self._queued()))
         p = strict.plan(self, t)
         if p is None:

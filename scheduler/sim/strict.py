@@ -1,4 +1,5 @@
-"""A strict-order pass (backfill off, engine `_strict`) given only the part of the queue that decides it.
+"""A strict-order pass of a replay with budgets (backfill off, engine `_strict`; without budgets the
+replay walks the kept queue instead, kept.py) given only the part of the queue that decides it.
 
 With `backfill_depth = 0`, no gate but capacity and budgets, nothing preemptible and nothing timed,
 plan() starts jobs in its order and nothing past the first that does not fit: that job holds every

@@ -168,11 +168,13 @@ def test_budgets_that_never_bind_add_no_pass(tmp_path, name):
     assert fast.instants - fast.plan_skipped == bare.instants - bare.plan_skipped
 
 
-@pytest.mark.parametrize("name", ["fifo", "backfill"])
+@pytest.mark.parametrize("name", ["backfill"])
 def test_budgets_that_never_bind_add_no_plan_call(tmp_path, monkeypatch, name):
     """A window of one job is for a head whose budget may price out the rest: a head its budget
-    provably admits takes the windows of a replay without budgets (easy.py, strict.py), so budgets
-    with room to spare cost no extra plan() call over a deep queue."""
+    provably admits takes the windows of a replay without budgets (easy.py), so budgets with room
+    to spare cost no extra plan() call over a deep queue. (Backfill off, a replay without budgets
+    walks the kept queue, kept.py, and one with budgets takes strict.py's windows: their counts
+    differ by path; test_budgets_that_never_bind_add_no_pass checks their schedules.)"""
     path = gpu_trace.write(str(tmp_path / "t.csv"), 500, seed=5, days=2)
     nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
     calls = []
