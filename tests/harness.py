@@ -394,9 +394,10 @@ BODY = {"argv": ["python", "train.py"], "workdir": "/tmp", "gpus": 1, "cpus": 4,
         "time_limit": 7200, "account": "eta"}
 
 
-def setup(r, raw, now):
+def setup(r, raw, now, cfg=CFG):
+    """One 4-GPU node registered and a scheduler over `cfg` that has ticked once."""
     AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
-    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
+    s = Scheduler(r, cfg, me="s1", clock=FROZEN)
     s.tick(now)
     return s
 

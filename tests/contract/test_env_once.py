@@ -5,12 +5,11 @@ before; data written before (schema 2, job_env holding the text) is read as it i
 import json
 import time
 
-from labq.scheduler.daemon.loop import Scheduler
-from labq.scheduler.jobs.model import Gpu, Job
+from labq.scheduler.jobs.model import Job
 from labq.scheduler.settings import config
 from labq.scheduler.store import codec, envs, reads, schema
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import BODY, FROZEN, SWEEP_TOML, K, push, reply, submit, woke
+from tests.harness import BODY, SWEEP_TOML, K, push, reply, setup, submit, woke
 
 ENV = {"HOME": "/home/alice", "WANDB_API_KEY": "wandb-s3cret", "PATH": "/usr/bin:/bin"}
 OTHER = {**ENV, "PATH": "/opt/bin:/usr/bin"}
@@ -18,11 +17,8 @@ CFG = config.loads(SWEEP_TOML + '[security]\nadmins = ["root"]\n')
 
 
 def _lab(conns):
-    r, _ = conns
-    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
-    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
-    s.tick(time.time())
-    return r, s
+    r, raw = conns
+    return r, setup(r, raw, time.time(), cfg=CFG)
 
 
 def _env_of(r, s, user, jid, rid):

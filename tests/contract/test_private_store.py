@@ -8,14 +8,13 @@ import time
 
 import pytest
 
-from labq.scheduler.daemon.loop import Scheduler
-from labq.scheduler.jobs.model import Gpu, Job
+from labq.scheduler.jobs.model import Job
 from labq.scheduler.settings import config
 from labq.scheduler.store import acl, codec, envs, histpages, schema
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.archive import Archive, Archiver
 from labq.scheduler.store.reads import Reader
-from tests.harness import BODY, FROZEN, SWEEP_TOML, K, finish, push, reply, submit, woke
+from tests.harness import BODY, SWEEP_TOML, K, finish, push, reply, setup, submit, woke
 
 SCRIPT = "#!/bin/sh\nexport DB_PASSWORD=hunter2\npython train.py\n"
 ENV = {"WANDB_API_KEY": "wandb-s3cret"}
@@ -23,11 +22,8 @@ CFG = config.loads(SWEEP_TOML + '[security]\nadmins = ["root"]\n')
 
 
 def _lab(conns):
-    r, _ = conns
-    AgentStore(r, K).register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(4)], "h", 1, 3600)
-    s = Scheduler(r, CFG, me="s1", clock=FROZEN)
-    s.tick(time.time())
-    return r, s
+    r, raw = conns
+    return r, setup(r, raw, time.time(), cfg=CFG)
 
 
 def _ask(r, s, user, job, rid):
