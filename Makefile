@@ -89,7 +89,7 @@ docs-check: redis install
 # (its table goes to bench/out/); `BENCH_ARGS='--only live'` remeasures one group. Every run replaces its
 # rows of bench/RESULTS.md, the one current table (bench/current.py); the run's detail: bench/out/REPORT.md.
 bench: redis install
-	@[ -x $(BIN)/py-spy ] || $(BIN)/pip install -q -e '.[test,bench]' > $(VENV)/pip-bench.log 2>&1 || \
+	@[ -x $(BIN)/py-spy ] || $(BIN)/pip install -q -e '.[test,bench]' --config-settings editable_mode=compat > $(VENV)/pip-bench.log 2>&1 || \
 	  echo "py-spy could not be installed (see $(VENV)/pip-bench.log): the profiles will be skipped"
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
