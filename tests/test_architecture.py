@@ -48,6 +48,8 @@ EDGES = {
         "where labq's files are: the environment ($STATE_DIRECTORY, $LABQ_STATE_DIR, $XDG_STATE_HOME)",
     "labq.scheduler.daemon.metrics": "the Prometheus endpoint: wall clock for the tick histogram",
     "labq.scheduler.daemon.tickread": "reads what the request handlers decide from beyond the state (change.Read)",
+    "labq.scheduler.daemon.planning": "the policy pass (composed by Scheduler): reads the spend and ended jobs, "
+                                      "times the pass",
 }
 
 # The daemon's deciders (issue 40 item 1): a tick reads through scheduler/store/, asks these for a Change
@@ -64,6 +66,17 @@ STORE_HOLDERS = {"store", "r", "redis", "conn", "pipe", "committer", "archiver",
 # what they read beyond the state is the tick's (change.Read, read by daemon/tickread.py), and where
 # that lacks something they raise change.Unread, the tick reads it and asks again.
 READS_OUTSIDE_THE_TICK: dict[str, str] = {}
+# A decider is handed the shell as a Protocol it declares (handlers.State, lookup.Known): a method that
+# Protocol declares, where an edge's class that has every one of them (the shell, loop.Scheduler) reads
+# a store in it (or in a method of its own it calls), is a read through the shell, which store_reads
+# cannot see by names (`self.s.snapshot(now)`). The ones left, as "decider file:method", each with its
+# owner and why; shrink, never grow. Gone (issue 40 item 1): handlers.State.snapshot and ended_states (the
+# handlers ask the state's pure `view` and `ended_view`; the ended records are the tick's, Unread(ended=)).
+READS_THROUGH_THE_SHELL: dict[str, str] = {
+    "scheduler/daemon/handlers.py:next_ids": "types: a big array's ids are taken from Redis at once (an INCRBY "
+    "ahead of the transaction, loop.next_ids), so that a deposed leader never hands out the same ids; a write, "
+    "the one thing the handlers ask of the shell",
+}
 
 # The modules that hold or make a Redis connection. Only scheduler/store/ imports them (at any depth of
 # a file, lazily or through importlib): everything else reaches Redis through store/'s functions and
@@ -291,8 +304,13 @@ def impure_reach(g: Graph, mod: str, allowed=IMPURE_ALLOWED) -> list[str]:
 def store_reads(g: Graph, mod: str) -> list[str]:
     """Where decider `mod` reaches a store it was handed: an attribute named as one is read
     (`state.store`, `self.r`), or a name that holds one is called through (`store.job(1)`)."""
+    return [f"{g.rel(mod)}:{line}: {hit} (a decider is handed what the tick read, not a store)"
+            for line, hit in _store_hits(ast.parse(g.files[mod].read_text()))]
+
+
+def _store_hits(tree: ast.AST) -> list[tuple[int, str]]:
     out = []
-    for n in ast.walk(ast.parse(g.files[mod].read_text())):
+    for n in ast.walk(tree):
         hit = ""
         if isinstance(n, ast.Attribute) and n.attr in STORE_HOLDERS:
             hit = ast.unparse(n)
@@ -303,7 +321,89 @@ def store_reads(g: Graph, mod: str) -> list[str]:
             if isinstance(root, ast.Name) and root.id in STORE_HOLDERS:
                 hit = ast.unparse(n.func)
         if hit:
-            out.append(f"{g.rel(mod)}:{n.lineno}: {hit} (a decider is handed what the tick read, not a store)")
+            out.append((n.lineno, hit))
+    return out
+
+
+def _protocols(tree: ast.Module) -> dict[str, set[str]]:
+    """The Protocol classes a module declares -> the methods (properties too) each declares."""
+    return {c.name: {f.name for f in c.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+            for c in tree.body if isinstance(c, ast.ClassDef)
+            and any((b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")) == "Protocol" for b in c.bases)}
+
+
+def _class_names(c: ast.ClassDef) -> dict[str, ast.AST]:
+    """What a class defines: its functions, and the names it assigns (descriptors: loop's OfState)."""
+    out: dict[str, ast.AST] = {}
+    for n in c.body:
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
+            out[n.name] = n
+        elif isinstance(n, ast.Assign | ast.AnnAssign):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in targets:
+                out.update((e.id, n) for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Name))
+    return out
+
+
+def _classes(g: Graph) -> dict[str, list[ast.ClassDef]]:
+    """The classes of scheduler/, by name."""
+    out: dict[str, list[ast.ClassDef]] = {}
+    for m in g.files:
+        if m.startswith("labq.scheduler"):
+            for c in ast.parse(g.files[m].read_text()).body:
+                if isinstance(c, ast.ClassDef):
+                    out.setdefault(c.name, []).append(c)
+    return out
+
+
+def _parts(c: ast.ClassDef) -> dict[str, str]:
+    """The parts a class composes: `self.planner = Planner(...)` -> {"planner": "Planner"}."""
+    return {t.attr: n.value.func.id for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+            for n in ast.walk(f) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name)
+            for t in n.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+
+
+def _reads_in(classes: dict[str, list[ast.ClassDef]], c: ast.ClassDef, method: str) -> list[tuple[int, str]]:
+    """The store reads in `method` of class `c`, in every `self.<method>()` it calls and every
+    `self.<part>.<method>()` of a part it composes (_parts), at any depth."""
+    out, seen, todo = [], set(), [(c, method)]
+    while todo:
+        k, m = todo.pop()
+        names = _class_names(k)
+        if (k.name, m) in seen or not isinstance(names.get(m), ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        seen.add((k.name, m))
+        out += _store_hits(names[m])
+        parts = _parts(k)
+        for n in ast.walk(names[m]):
+            f = n.func if isinstance(n, ast.Call) else None
+            if not isinstance(f, ast.Attribute):
+                continue
+            if isinstance(f.value, ast.Name) and f.value.id == "self":
+                todo.append((k, f.attr))
+            elif isinstance(f.value, ast.Attribute) and isinstance(f.value.value, ast.Name) \
+                    and f.value.value.id == "self" and f.value.attr in parts:
+                todo += [(pc, f.attr) for pc in classes.get(parts[f.value.attr], [])]
+    return out
+
+
+def shell_reads(g: Graph, mod: str, allowed=READS_THROUGH_THE_SHELL) -> list[str]:
+    """Where decider `mod` reads through the shell it is handed (READS_THROUGH_THE_SHELL)."""
+    protocols = _protocols(ast.parse(g.files[mod].read_text()))
+    if not any(protocols.values()):
+        return []
+    out, classes = [], _classes(g)
+    for edge in sorted(m for m in g.files if m.startswith("labq.scheduler") and is_edge(m)):
+        for c in ast.parse(g.files[edge].read_text()).body:
+            names = _class_names(c) if isinstance(c, ast.ClassDef) else {}
+            for proto, methods in protocols.items():
+                if not methods or not methods <= names.keys():
+                    continue
+                for m in sorted(x for x in methods if f"{g.rel(mod)}:{x}" not in allowed):
+                    out += [f"{g.rel(mod)}: {proto}.{m} is {g.rel(edge)}'s {c.name}.{m}, which reads {hit} "
+                            "(a decider reads through the shell it is handed: read it in the tick, change.Unread)"
+                            for _, hit in _reads_in(classes, c, m)[:1]]
     return out
 
 
@@ -318,7 +418,8 @@ def decider_violations(g: Graph, mod: str, allowed=READS_OUTSIDE_THE_TICK) -> li
     """What keeps decider `mod` from being (state, what the tick read) -> Change: an impurity or an
     edge it reaches (impure_reach, edges_reached), or a store it reads through (store_reads, unless
     `allowed`)."""
-    return impure_reach(g, mod) + edges_reached(g, mod) + ([] if g.rel(mod) in allowed else store_reads(g, mod))
+    return impure_reach(g, mod) + edges_reached(g, mod) + ([] if g.rel(mod) in allowed else store_reads(g, mod)) \
+        + shell_reads(g, mod)
 
 
 def redis_outside_store(g: Graph, allowed=REDIS_OUTSIDE_STORE) -> list[str]:
@@ -668,6 +769,11 @@ def test_the_allow_lists_only_name_files_that_need_them():
     for rel in READS_OUTSIDE_THE_TICK:
         mod = next(m for m in GRAPH.files if GRAPH.rel(m) == rel)
         assert store_reads(GRAPH, mod), f"{rel} reads no store now: remove it from READS_OUTSIDE_THE_TICK"
+    for key in READS_THROUGH_THE_SHELL:
+        rel, method = key.split(":")
+        mod = next(m for m in GRAPH.files if GRAPH.rel(m) == rel)
+        assert any(f".{method} is " in v for v in shell_reads(GRAPH, mod, allowed={})), \
+            f"{key} reads nothing through the shell now: remove it from READS_THROUGH_THE_SHELL"
     for rel in LONG_MODULES:
         assert any(v.startswith(rel) for v in too_long(GRAPH, long_modules={})), \
             f"{rel} is short enough now: remove it from LONG_MODULES"
@@ -859,6 +965,12 @@ def test_the_checker_finds_an_aliased_impurity(scratch, rel, text, found):
     ("scheduler/daemon/handlers.py", "def _record(self, jid):\n    return self.s.store.job(jid)", "self.s.store"),
     ("scheduler/daemon/lookup.py", "def _ended(s, ids):\n    return s.store.jobs(ids)", "s.store"),
     ("scheduler/daemon/bookkeeper.py", "def _spent(self):\n    return self.store.spent()", "self.store"),
+    # what handlers.State declared (issue 40 item 1): the shell's snapshot reads the spent hash and the ended
+    # records through the part it composes (planning.Planner); its ended_jobs reads the store's reader itself
+    ("scheduler/daemon/handlers.py", "class Peek(Protocol):\n    def snapshot(self, now: float) -> Snapshot: ...",
+     "Peek.snapshot is scheduler/daemon/loop.py"),
+    ("scheduler/daemon/handlers.py", "class Peek(Protocol):\n    def ended_jobs(self, ids: list[int]) -> list[Job]: ...",
+     "Peek.ended_jobs is scheduler/daemon/loop.py"),
 ])
 def test_the_checker_finds_a_planted_decider_violation(scratch, rel, text, found):
     g = Graph(scratch)

@@ -47,13 +47,19 @@ class Read:
     records: dict[int, Job | None] = field(default_factory=dict)
     spent: dict[str, int] | None = None       # the budgets' spent hash, as read since the last transaction
     charged: dict[str, bool] = field(default_factory=dict)    # ledger keys asked this round: in the ledger?
+    # The records of ended jobs that dependencies name (a --test-only probe's, `stat --start`'s), read
+    # through the archive too (store/reads.Reader.jobs: an ended job may have moved there), this round's.
+    ended: dict[int, Job | None] = field(default_factory=dict)
 
 
 class Unread(Exception):
     """What a decider needs that the tick has not read: job records (`ids`), the spent hash, ledger
-    keys. Raised before the decider changed anything; the shell reads them into the state's Read and
-    asks again, so a request costs a round trip of its own only where the round's read missed."""
+    keys, ended jobs that dependencies name (`ended`, read through the archive too). Raised before the
+    decider changed anything; the shell reads them into the state's Read and asks again, so a request
+    costs a round trip of its own only where the round's read missed."""
 
-    def __init__(self, ids: Iterable[int] = (), spent: bool = False, keys: Iterable[str] = ()) -> None:
-        self.ids, self.spent, self.keys = sorted(set(ids)), spent, list(keys)
-        super().__init__(f"unread: {len(self.ids)} records, spent={spent}, {len(self.keys)} ledger keys")
+    def __init__(self, ids: Iterable[int] = (), spent: bool = False, keys: Iterable[str] = (),
+                 ended: Iterable[int] = ()) -> None:
+        self.ids, self.spent, self.keys, self.ended = sorted(set(ids)), spent, list(keys), sorted(set(ended))
+        super().__init__(f"unread: {len(self.ids)} records, spent={spent}, {len(self.keys)} ledger keys, "
+                         f"{len(self.ended)} ended records")

@@ -25,7 +25,7 @@ from ..units import accrue, fmt_money
 from . import transitions as tr
 from .change import Change, Read
 from .lookup import Lookup, record_of, records_of, rests_named
-from .state import Tally
+from .state import SchedulerState, Tally
 
 BUDGET_OPS = ("budget_set", "budget_override", "budget_revoke", "ledger_import")
 # What one cancel/hold/release/requeue may name: a request is handled inside a tick, so its cost
@@ -58,9 +58,8 @@ class State(Protocol):
     books: Books
     estimator: Estimator      # run times learned from ended jobs, stamped on each submit
     read: Read                # what the tick read for the requests: ended records, the spent hash, ledger keys
+    state: SchedulerState     # the state itself, for what plan() would see (its `view`, which changes nothing)
     def next_ids(self, n: int) -> int: ...
-    def ended_states(self, extra: Job | None = None) -> tuple[tuple[int, str], ...]: ...
-    def snapshot(self, now: float) -> Snapshot: ...
 
 
 def estimate_dict(job: Job, cfg: Config) -> dict[str, Any]:
@@ -138,8 +137,9 @@ class Handlers:
     def test_only(self, job: Job, now: float) -> dict[str, Any]:
         """Forecast, each budget's availability after it, and the verdict — without submitting."""
         probe = replace(job, id=max(self.s.jobs, default=0) + 1_000_000_000)
+        ended, _ = self.s.state.ended_view(probe, self.s.read.ended)
         snap = Snapshot(now=now, nodes=self.s.nodes, jobs=tuple(self.s.jobs.values()) + (probe,),
-                        spent=tuple(sorted(self.s.books.spent_now(now, self.s.read.spent).items())), ended=self.s.ended_states(probe))
+                        spent=tuple(sorted(self.s.books.spent_now(now, self.s.read.spent).items())), ended=ended)
         plan = policy.plan(snap, self.s.cfg)
         placed = next((p for p in plan.places if p.job_id == probe.id), None)
         why = next((p for p in plan.pending if p.job_id == probe.id), None)
@@ -169,7 +169,10 @@ class Handlers:
     def starts(self, user: str, body: dict[str, Any], now: float) -> Change:
         """Expected starts of the pending jobs (`labq stat --start`), from the scheduler's own snapshot:
         the ended jobs that dependencies name and the budgets' effective limits are in it."""
-        got = policy.expected_starts(self.s.snapshot(now), self.s.cfg)
+        st = self.s.state
+        spent = self.s.books.spent_now(now, self.s.read.spent)
+        snap, _ = st.view(now, spent, *st.ended_view(None, self.s.read.ended))
+        got = policy.expected_starts(snap, self.s.cfg)
         return Change(reply={"ok": True, "now": now, "starts": {str(k): v for k, v in got.items()}})
 
     # -- hold / release --------------------------------------------------------------------------

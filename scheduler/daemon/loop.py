@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .. import policy
 from ..errors import RefusedError, StalePlanError
 from ..jobs.estimate import Estimator
 from ..jobs.model import Job, Node, Snapshot
@@ -21,19 +20,17 @@ from ..store.commit import BIG_COMMIT, Committer, release_memory, tune_gc
 from ..store.faults import ERRORS as REDIS_ERRORS, REFUSED as REDIS_REFUSED, is_full
 from ..store.keys import Keys
 from ..store.state import SchedulerStore
-from . import applier, crashguard, sdnotify
+from . import crashguard, sdnotify
 from .bookkeeper import Bookkeeper
 from .change import Change, Read
 from .events import NodeEvents
 from .handlers import Handlers
 from .hooks import Hooks
+from .planning import Planner
 from .requests import Inboxes
 from .state import OfState, SchedulerState, Tally, learned_from
 
 log = logging.getLogger("labq.scheduler")
-
-
-REASON_CHUNK = 2000        # jobs per transaction when a pass gives many jobs a new reason
 
 
 def _sleep_until(deadline: float, stop: Callable[[], bool]) -> None:
@@ -60,7 +57,6 @@ class Scheduler:
         self.leading = False
         self.lease_s = cfg.lease or max(10.0, 3 * cfg.tick)
         self.renewed = float("-inf")       # monotonic time of the last lease renewal
-        self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
         self.written = 0                   # records committed since memory was last handed back
         self.handlers = Handlers(self)
         # Budget limits, overrides, periods, alerts and the stop policy. `self.cfg.budgets` follows its
@@ -75,6 +71,7 @@ class Scheduler:
         self.history = history             # store/archive.History: what the archiver moved, for reads
         self.acct_backlog: list[int] = []  # ended jobs without a Redis acct row (an older labq's), back-filled
         self.events = NodeEvents(self.state, self.store, self.commit)
+        self.planner = Planner(self, self.books)      # the policy pass: when due, what plan() sees, applied
         self.inboxes = Inboxes(self, self.events)     # last: it takes what it uses of this shell now
 
     # What the handlers (handlers.State), the metrics and the tests read of the state.
@@ -103,8 +100,8 @@ class Scheduler:
                 spent, charged = self.store.spent(), self.store.known_keys(self.books.due_periods(now))
                 if (change := self.books.tick(now, self.jobs, self.cfg, spent, charged)) is not None:
                     self.commit(change)
-            if self._plan_due(now):
-                self._plan(now)
+            if self.planner.due(now):
+                self.planner.plan(now)
             if self.durable is not None and not self.committer.unreplicated:   # figures a failover may yet undo: not kept
                 self.durable.seen()
         except StalePlanError as e:
@@ -142,26 +139,6 @@ class Scheduler:
             raise StalePlanError(kept.lost)
         self.renewed = kept.renewed
         return True
-
-    def _plan_due(self, now: float) -> bool:
-        """While requests keep streaming in, answer them first and plan at most once a tick; a lone submit on
-        an idle queue is planned at once, a tick of no news (state._news) waits for the tick's plan. An
-        attempt's end freed room: plan again at once, unless planning would take more than a third of the
-        loop (at most every 2 x the last plan's own time), or a busy node drains at one job per slot per tick."""
-        st = self.state
-        refill = st.freed and time.monotonic() - self.plan_done >= 2 * self.plan_cost
-        return now - st.last_plan >= st.cfg.tick or refill or (st.news and not self.store.wakes_waiting())
-
-    def _plan(self, now: float) -> None:
-        # `now` is the tick's only clock: the ends processed in this tick were capped at it
-        # (transitions.finished), so an admission at `now` never precedes them.
-        st, began = self.state, time.monotonic()
-        reasons = now - st.last_reasons >= st.cfg.tick
-        self._schedule(now, reasons)
-        st.last_plan, st.freed, st.news = now, False, False
-        st.last_reasons = now if reasons else st.last_reasons
-        self.plan_done = time.monotonic()
-        self.plan_cost = self.plan_done - began
 
     def _durable_ok(self) -> bool:
         """Lead only a Redis that keeps what it acknowledged (durability.py); else step aside."""
@@ -347,53 +324,16 @@ class Scheduler:
         """redis.min_replicas_ack, or the `ack` of a sentinel:// URL given by the environment."""
         return max(self.cfg.min_replicas_ack, getattr(getattr(self.store, "r", None), "labq_min_ack", 0))
 
-    # -- planning ------------------------------------------------------------------------------
+    # -- planning (planning.py) ------------------------------------------------------------------
     def snapshot(self, now: float) -> Snapshot:
-        return self.state.snapshot(now, self.books.spent_now(now, self.store.spent()), self.ended_states())
+        """What plan() sees at `now` (the shell's: the ended jobs depended on are read and kept)."""
+        return self.planner.snapshot(now)
 
-    def ended_states(self, extra: Job | None = None) -> tuple[tuple[int, str], ...]:
-        """(id, state) of each ended job a pending job (and `extra`, a --test-only probe) depends on.
-        An ended job never changes, so each is read from Redis once and kept while some pending job
-        still depends on it."""
-        st = self.state
-        missing, resting = st.ended_wanted(extra)
-        if missing:
-            st.ended_found(missing, self.store.reader(self.history).jobs(missing))
-        return tuple(sorted({**st.ended, **resting}.items()))
+    def ended_jobs(self, ids: list[int]) -> list[Job]:
+        """The records of ended jobs `ids` there are, in Redis or moved to the archive (`history`)."""
+        return self.store.reader(self.history).jobs(ids)
 
     def _use_budgets(self) -> None:
         """The bookkeeper's effective budgets into this scheduler's config (admission, refusals)."""
         if self.books.budgets != self.cfg.budgets:
             self.state.cfg = replace(self.cfg, budgets=self.books.budgets)
-
-    def _schedule(self, now: float, reasons: bool = True) -> None:
-        """One policy pass over the snapshot, applied (applier.py) and committed: admissions with
-        their dispatch, expiries and preemptions in one transaction; new reasons after. Without
-        `reasons` (a pass that refills room freed within the tick) a waiting job's flip between
-        Resources and Priority is not written: whether the pass placed anything decides which of
-        the two every pending job gets, and writing them all at each job's end was most of the
-        scheduler's work per trivial job (issue 12). The next pass with `reasons`, at most a tick
-        later, writes them."""
-        started, st = time.monotonic(), self.state
-        if (window := st.windows()) is not None:    # an array kept as a rest: the tasks this pass must see
-            self.commit(window)
-        snap = self.snapshot(now)
-        p = applier.without(policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg)), st.tails)
-        if self.metrics:
-            self.metrics.plan_seconds.observe(time.monotonic() - started)
-        if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded
-            p = applier.without_flips(p, st.jobs)
-        done = applier.apply_plan(p, st.jobs, st.jobs, st.nodes, now)
-        for r in done.rejected:
-            log.warning("plan not applied: %s", r.why)
-            if self.metrics:
-                self.metrics.plan_rejected.labels(type(r.decision).__name__).inc()
-        for j in done.stopping:
-            log.info("job %s preempted: %s", j.display_id, j.detail)
-        for change in applier.changes(done, REASON_CHUNK):
-            self.commit(change)
-        if len(done.pended) >= BIG_COMMIT:
-            release_memory()
-        for j in done.started:
-            log.info("job %s -> %s gpus=%s", j.display_id, j.node, ",".join(j.gpu_uuids) or "-")
-

@@ -47,7 +47,7 @@ class Inboxes:
         self.shell, self.events = shell, events
         self.state, self.store, self.k, self.committer = shell.state, shell.store, shell.k, shell.committer
         self.handlers = shell.handlers
-        self.reads = TickRead(shell.state, shell.store)    # what the handlers read beyond the state
+        self.reads = TickRead(shell.state, shell.store, shell.ended_jobs)    # what the handlers read beyond the state
         self.recovering = False     # handling what a predecessor took (store.taken_requests), not fresh requests
         self.claimed: set[str] = set()     # the entries whose credential this round claimed (_round resets it)
         self.sent: collections.Counter[str | tuple[str, str]] | None = None   # per user this tick: requests, bytes

@@ -5,7 +5,7 @@ and commits it (store/commit.py writes it, `SchedulerState.apply` takes it into 
 here reads a clock or Redis: a test builds a state by hand and applies Changes to it.
 """
 from collections import Counter
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, Generic, TypeVar, cast
@@ -20,7 +20,7 @@ from ..policy.depend import targets as dependency_targets
 from ..policy.kept import Kept
 from ..settings.config import Config
 from . import transitions as tr
-from .change import Change, Read
+from .change import Change, Read, Unread
 from .crashguard import CrashGuard
 
 _ID = attrgetter("id")
@@ -244,7 +244,15 @@ class SchedulerState:
         self.nodes = nodes
 
     def snapshot(self, now: float, spent: dict[str, int], ended: tuple[tuple[int, str], ...]) -> Snapshot:
-        """What plan() sees at `now`: `spent` the budgets' settled spend, `ended` (ended_states)."""
+        """What plan() sees at `now` (`view`), for the shell's pass: `spent` the budgets' settled spend,
+        `ended` (ended_states); it keeps which of the jobs are held tails (`tails`, applier.without)."""
+        snap, self.tails = self.view(now, spent, ended, tuple(sorted(self.ended_shown.items())))
+        return snap
+
+    def view(self, now: float, spent: Mapping[str, int], ended: tuple[tuple[int, str], ...],
+             shown: tuple[tuple[int, str], ...]) -> tuple[Snapshot, frozenset[int]]:
+        """(what plan() sees at `now`, the ids of the held tails in it); changes nothing, so a
+        handler may ask it (`labq stat --start`, `sub --test-only`)."""
         running = [j for j in self.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(self.usage, running, now, self.cfg.priority.fairshare_half_life)
         jobs = self.jobs
@@ -255,9 +263,10 @@ class SchedulerState:
                 j = jobs.get(jid)
                 if j is not None and j.current and at > (j.current.last_checkpoint or 0):
                     jobs[jid] = tr.checkpointed(j, at) or j
-        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()) + self.held_tails(), usage=tuple(sorted(usage.items())),
+        tails = self.held_tails()
+        return Snapshot(now=now, nodes=self.nodes, jobs=tuple(jobs.values()) + tails, usage=tuple(sorted(usage.items())),
                         spent=tuple(sorted(spent.items())), ended=ended,
-                        shown=tuple(sorted(self.ended_shown.items())))
+                        shown=shown), frozenset(j.id for j in tails)
 
     def held_tails(self) -> tuple[Job, ...]:
         """A burst allowance of each held rest's first tasks, which plan() sees but are no records
@@ -265,20 +274,24 @@ class SchedulerState:
         tail, so a job submitted after a big held array would escape it were they left out."""
         p = self.cfg.priority
         held = {a: r for a, r in self.rests.items() if r.template.held} if p.burst_penalty else {}
-        got = tuple(rest.topped_up(held, self.jobs.values(), 0, p.burst_jobs)[1]) if held else ()
-        self.tails = frozenset(j.id for j in got)
-        return got
+        return tuple(rest.topped_up(held, self.jobs.values(), 0, p.burst_jobs)[1]) if held else ()
 
-    def ended_wanted(self, extra: Job | None = None) -> tuple[list[int], dict[int, str]]:
-        """(ids, resting): the ended jobs a pending job (and `extra`, a --test-only probe) depends on
-        whose state is not kept yet (sorted), and the tasks depended on that are in a held array's
-        rest (pending: no ended state to keep, jobs/rest.py). Those no pending job depends on any
-        more are forgotten."""
+    def ended_query(self, extra: Job | None = None) -> tuple[set[int], dict[int, str], dict[int, str]]:
+        """(want, resting, shown): the ids of the ended jobs a pending job (and `extra`, a --test-only
+        probe) depends on, and the tasks depended on that are in a held array's rest (pending: no
+        ended state to keep, jobs/rest.py) with their display ids. Changes nothing (ended_view)."""
         want = dependency_targets([j for j in self.jobs.values() if j.deps and j.state == states.PENDING]
                                   + ([extra] if extra else []))
         want -= self.jobs.keys()
         resting, shown = rest.states_of(self.rests, want) if self.rests else ({}, {})
         want -= resting.keys()
+        return want, resting, shown
+
+    def ended_wanted(self, extra: Job | None = None) -> tuple[list[int], dict[int, str]]:
+        """The shell's update (loop.ended_states): (ids, resting), the ended jobs depended on whose state
+        is not kept yet (sorted) and the resting tasks depended on (ended_query). Those no pending job
+        depends on any more are forgotten."""
+        want, resting, shown = self.ended_query(extra)
         missing = sorted(want - self.ended.keys())
         self.ended = {i: self.ended[i] for i in want if i in self.ended}
         self.ended_shown = {i: s for i, s in self.ended_shown.items() if i in want}
@@ -290,6 +303,24 @@ class SchedulerState:
         states_ = {j.id: j.state for j in found}
         self.ended.update((i, states_.get(i, "")) for i in missing)
         self.ended_shown.update((j.id, j.display_id) for j in found if j.array_id is not None)
+
+    def ended_view(self, extra: Job | None, read: Mapping[int, Job | None]) -> tuple[tuple[tuple[int, str], ...],
+                                                                                  tuple[tuple[int, str], ...]]:
+        """(ended, shown) as ended_states would make them, for a handler: the states kept, else as the
+        tick read them (`read`: change.Read.ended); Unread(ended=...) for the rest. Changes nothing."""
+        want, resting, shown = self.ended_query(extra)
+        missing = sorted(want - self.ended.keys())
+        unread = [i for i in missing if i not in read]
+        if unread:
+            raise Unread(ended=unread)
+        got = {i: self.ended[i] for i in want if i in self.ended}
+        names = {i: s for i, s in self.ended_shown.items() if i in want} | shown
+        for i in missing:
+            j = read[i]
+            got[i] = j.state if j is not None else ""
+            if j is not None and j.array_id is not None:
+                names[i] = j.display_id
+        return tuple(sorted({**got, **resting}.items())), tuple(sorted(names.items()))
 
     def put(self, j: Job) -> None:
         old = self.jobs.get(j.id)

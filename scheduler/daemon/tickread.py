@@ -24,15 +24,16 @@ class Holder(Protocol):
 
 
 class TickRead:
-    def __init__(self, state: Holder, store: Store) -> None:
-        self.state, self.store = state, store
+    def __init__(self, state: Holder, store: Store, ended: Callable[[list[int]], list[Job]]) -> None:
+        """`ended`: the records of ended jobs, through the archive too (loop.Scheduler.ended_jobs)."""
+        self.state, self.store, self.ended = state, store, ended
 
     def round(self, requests: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
         """A round's read for its handlers: the records of the jobs its requests name that are not in
         the table (lookup.named: ended ones, mostly), in one bulk read for the round, not one per
         request; the ledger keys asked are the round's too."""
         st = self.state
-        st.read.records, st.read.charged = {}, {}
+        st.read.records, st.read.charged, st.read.ended = {}, {}, {}
         named = {i for _, _, f in requests for i in lookup.named(f.get("op", ""), f.get("body") or "")}
         missing = [i for i in named if i not in st.jobs]
         if missing:
@@ -54,7 +55,8 @@ class TickRead:
         ids = [i for i in need.ids if i not in read.records]
         keys = [k for k in need.keys if k not in read.charged]
         spent = need.spent and read.spent is None
-        if not (ids or keys or spent):      # asked again for what it was handed: a bug, not a loop
+        ended = [i for i in need.ended if i not in read.ended]
+        if not (ids or keys or spent or ended):      # asked again for what it was handed: a bug, not a loop
             raise RuntimeError(f"a handler asked for what was read already ({need})")
         if ids:
             found = {j.id: j for j in self.store.jobs(ids)}
@@ -64,3 +66,6 @@ class TickRead:
         if keys:
             known = self.store.known_keys(keys)
             read.charged.update((k, k in known) for k in keys)
+        if ended:
+            got = {j.id: j for j in self.ended(ended)}
+            read.ended.update((i, got.get(i)) for i in ended)

@@ -284,7 +284,6 @@ def test_a_stale_placement_is_rejected_by_the_applier_not_written(conns, monkeyp
     """The daemon applies a plan through applier.apply_plan: a placement on a GPU another job holds
     (a policy bug, played here by a plan made before job 1 was admitted) is logged and left out."""
     from labq.scheduler import policy
-    from labq.scheduler.daemon import loop
     from labq.scheduler.daemon.metrics import Metrics
     from labq.scheduler.jobs.plan import Place, Plan
     r, s, now = one_admitted(conns)
@@ -295,7 +294,7 @@ def test_a_stale_placement_is_rejected_by_the_applier_not_written(conns, monkeyp
     def stale(snap, cfg, **kw):
         p = real(snap, cfg, **kw)
         return Plan(places=(Place(2, "n1", (held,), (), (), 0),), pending=p.pending, starts=p.starts)
-    monkeypatch.setattr(loop.policy, "plan", stale)
+    monkeypatch.setattr(policy, "plan", stale)
     s.metrics = Metrics("127.0.0.1:0")
     try:
         with caplog.at_level("WARNING", logger="labq.scheduler"):

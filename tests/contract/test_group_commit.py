@@ -157,9 +157,9 @@ def test_a_big_array_is_written_ahead_in_chunks_and_survives_a_restart(real_conn
 
 
 def test_new_reasons_for_many_jobs_are_written_in_bounded_chunks(real_conns, monkeypatch):
-    from labq.scheduler.daemon import loop
+    from labq.scheduler.daemon import planning
     r, raw = real_conns
-    monkeypatch.setattr(loop, "REASON_CHUNK", 500)
+    monkeypatch.setattr(planning, "REASON_CHUNK", 500)
     monkeypatch.setattr(rest, "REST_MIN", 10**9)     # the records' path (a big array is one rest)
     s = started(r, raw)
     # Not held (a held job carries its reason from the submit on): the pass starts a few and gives

@@ -85,7 +85,7 @@ class _Store:
 
 def test_a_decider_is_asked_again_with_what_it_asked_for():
     holder, store = _Holder(), _Store()
-    reads = TickRead(holder, store)
+    reads = TickRead(holder, store, store.jobs)
     asks = iter([Unread([7, 8]), Unread(spent=True, keys=["import:a", "import:b"])])
 
     def decide():
@@ -99,3 +99,31 @@ def test_a_decider_is_asked_again_with_what_it_asked_for():
     assert holder.read.charged == {"import:a": True, "import:b": False}
     with pytest.raises(RuntimeError, match="asked for what was read already"):
         reads.read(Unread([7]))
+
+
+def test_the_ended_jobs_dependencies_name_are_read_by_the_tick_once_a_round(conns, monkeypatch):
+    """`sub --test-only` and `stat --start` see the ended jobs dependencies name as the policy pass does,
+    read by the tick (change.Unread(ended=...): the shell's ended_jobs, the archive too), once for the
+    round; the handlers keep nothing in the state (issue 40 item 1: no read through the shell)."""
+    r, raw = conns
+    now = time.time()
+    s = setup(r, raw, now)
+    [jid] = _ended(r, s, now, 1)
+    reads = []
+    real = s.ended_jobs
+    for holder in (s, s.inboxes.reads):      # the shell's (the pass) and the tick's read for the handlers
+        monkeypatch.setattr(holder, "ended_jobs" if holder is s else "ended", lambda ids: reads.append(list(ids)) or real(ids))
+    dep = {**BODY, "dependency": f"afterany:{jid}"}
+    submit(r, "alice", {**dep, "test_only": True}, "t")
+    push(r, "alice", {"rid": "st1", "op": "starts", "body": "{}"})
+    s.tick(now + 2, woke(r))
+    assert reply(r, "t")["starts_now"] is True and reply(r, "t")["reason"] is None and reply(r, "st1")["ok"]
+    assert reads == [[jid]] and s.state.ended == {}         # the round's read, once; the handlers keep nothing
+    submit(r, "alice", {**dep, "hold": True}, "held")
+    push(r, "alice", {"rid": "st2", "op": "starts", "body": "{}"})
+    s.tick(now + 3, woke(r))
+    assert reply(r, "held")["ok"] and reply(r, "st2")["ok"]
+    assert reads == [[jid]] * 3 and s.state.ended == {jid: "CA"}   # this round's, then the pass's, which keeps it
+    push(r, "alice", {"rid": "st3", "op": "starts", "body": "{}"})
+    s.tick(now + 4, woke(r))
+    assert reply(r, "st3")["ok"] and reads == [[jid]] * 3          # kept: read no more

@@ -3,8 +3,10 @@ fair-share usage and what plan() sees out; no Redis and no daemon (the daemon's 
 through store/commit.py, is tests/contract/test_group_commit.py)."""
 from dataclasses import replace
 
+import pytest
+
 from labq.scheduler.daemon import crashguard, transitions as tr
-from labq.scheduler.daemon.change import Change
+from labq.scheduler.daemon.change import Change, Unread
 from labq.scheduler.daemon.state import SchedulerState
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.estimate import Estimator
@@ -59,3 +61,25 @@ def test_a_snapshot_sees_a_newer_checkpoint_file_and_the_ended_jobs_depended_on(
     # No pending job depends on 7 any more: it is forgotten.
     st.apply(Change(jobs=[replace(st.jobs[2], state=states.CANCELLED)]), False, st.usage)
     assert st.ended_wanted() == ([], {}) and st.ended == {}
+
+
+def test_a_handler_sees_the_ended_jobs_as_the_shell_would_and_changes_nothing():
+    """ended_view (a handler's: `stat --start`, `sub --test-only`) reads the ended states kept, else the
+    tick's read (Unread(ended=...) where it has none), and leaves the state as it was; what it says is
+    what the shell's ended_wanted + ended_found would keep (issue 40 item 1)."""
+    b = ClusterBuilder(NOW).node("n1", gpus=1).running("n1", gpus=1).job(deps=(("afterok", (7, 9)),))
+    st = _state(b)
+    probe = replace(st.jobs[2], id=50, deps=(("afternotok", (8,)),))
+    with pytest.raises(Unread) as asked:
+        st.ended_view(probe, {})
+    assert asked.value.ended == [7, 8, 9] and not asked.value.ids and st.ended == {} and st.ended_shown == {}
+    seven = replace(b.jobs[0], id=7, state=states.COMPLETED)
+    eight = replace(b.jobs[0], id=8, state=states.FAILED, array_id=8, array_index=0)
+    read = {7: seven, 8: eight, 9: None}
+    view = st.ended_view(probe, read)
+    assert view == (((7, states.COMPLETED), (8, states.FAILED), (9, "")), ((8, "8_0"),))
+    assert st.ended == {} and st.ended_shown == {}              # nothing kept: the shell keeps (ended_wanted)
+    missing, resting = st.ended_wanted(probe)
+    st.ended_found(missing, [seven, eight])
+    assert view == (tuple(sorted({**st.ended, **resting}.items())), tuple(sorted(st.ended_shown.items())))
+    assert st.ended_view(probe, {}) == view                    # kept now: nothing more to read
