@@ -13,12 +13,17 @@ what it would over every task (tests/property/test_array_window.py); the rest ca
 reason. Pure: no Redis (store/rests.py keeps them).
 """
 from bisect import bisect_right
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .jobspec import HELD_DETAIL, _copies, expand
 from .model import Job
 from .refs import parse_task_ids
 from .states import HELD, NONE as REASON_NONE, PENDING
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # annotations only: the thin CLI loads this module, and no typing with it
+    from .idruns import Runs
 
 # Arrays from this many tasks are kept as a rest; smaller ones cost little as records, and every
 # path they take is the ordinary one.
@@ -48,11 +53,11 @@ class Rest:
     def user(self) -> str:
         return self.template.user
 
-    def positions(self):
+    def positions(self) -> Iterator[int]:
         for a, b in self.runs:
             yield from range(a, b + 1)
 
-    def ids(self):
+    def ids(self) -> Iterator[int]:
         first = self.array_id
         for a, b in self.runs:
             yield from range(first + a, first + b + 1)
@@ -72,16 +77,17 @@ class Rest:
     def task(self, pos: int) -> Job:
         return replace(self.template, id=self.array_id + pos, array_index=self.lo + pos * self.step)
 
-    def tasks(self, positions=None) -> list[Job]:
+    def tasks(self, positions: Iterable[int] | None = None) -> list[Job]:
         """The tasks at `positions` (default: every one still resting), as ordinary Jobs."""
         copy = _copies(self.template)
         first, lo, step = self.array_id, self.lo, self.step
         return [copy(first + p, lo + p * step) for p in (self.positions() if positions is None else positions)]
 
-    def without(self, positions) -> "Rest | None":
+    def without(self, positions: Iterable[int]) -> "Rest | None":
         """This rest less `positions` (materialised); None when nothing is left."""
         gone = sorted(set(positions))
-        runs, g = [], 0
+        runs: list[tuple[int, int]] = []
+        g = 0
         for a, b in self.runs:
             while g < len(gone) and gone[g] < a:
                 g += 1
@@ -105,13 +111,13 @@ def ended(rest: Rest, state: str, detail: str, now: float) -> Job:
                    array_runs=runs)
 
 
-def whole(rests: dict, ids, may) -> dict:
+def whole(rests: Mapping[int, Rest], ids: Iterable[str], may: Callable[[str], bool]) -> dict[int, Rest]:
     """{array id: rest} of the rests `ids` name whole (the array's own id, `A`), that `may(user)` act on."""
     return {int(t): rests[int(t)] for t in ids
             if t.isascii() and t.isdigit() and len(t) < 17 and int(t) in rests and may(rests[int(t)].user)}
 
 
-def undepended(rests: dict, jobs) -> dict:
+def undepended(rests: dict[int, Rest], jobs: Iterable[Job]) -> dict[int, Rest]:
     """Those of `rests` none of whose resting tasks a job of `jobs` depends on. A task a job depends on
     must end as a record of its own, which the dependency reads (`afterany` is satisfied by its CA);
     in one record standing for many it would read as 'no record', never satisfied."""
@@ -126,13 +132,13 @@ def of_array(tasks_template: Job, lo: int, step: int) -> Rest:
     return Rest(template=tasks_template, lo=lo, step=step, runs=((0, (tasks_template.array_count or 0) - 1),))
 
 
-def wanted(indices) -> bool:
+def wanted(indices: Sequence[int] | None) -> bool:
     """Is this new array kept as a rest? Big (REST_MIN), held or not; `indices` are always an evenly
     stepped range (jobspec.array_range)."""
     return indices is not None and len(indices) >= REST_MIN
 
 
-def holding(rests: dict, jid: int) -> tuple["Rest", int] | None:
+def holding(rests: Mapping[int, Rest], jid: int) -> tuple[Rest, int] | None:
     """(the rest, position) that holds job id `jid`, or None. Rests are few: a scan is enough."""
     for rest in rests.values():
         pos = rest.position_of_id(jid)
@@ -141,7 +147,7 @@ def holding(rests: dict, jid: int) -> tuple["Rest", int] | None:
     return None
 
 
-def named(rests: dict, text: str) -> tuple["Rest", list[int]] | None:
+def named(rests: Mapping[int, Rest], text: str) -> tuple[Rest, list[int]] | None:
     """The rest and the positions of it that `text` (`42`, `42_3`, `42_[1-3]`) names, or None."""
     try:
         tasks = parse_task_ids(text)
@@ -162,11 +168,11 @@ def named(rests: dict, text: str) -> tuple["Rest", list[int]] | None:
     return (got[0], [got[1]]) if got else None
 
 
-def diverge(rests: dict, ids, may) -> tuple[dict, list[Job]]:
+def diverge(rests: Mapping[int, Rest], ids: Iterable[str], may: Callable[[str], bool]) -> tuple[dict[int, Rest | None], list[Job]]:
     """The tasks the request's ids name, taken out of their rests: ({array id: the rest left, or
     None when empty}, the tasks as ordinary Jobs). `may(user)`: whether the request may act on that
     user's jobs (a rest it may not touch stays whole; the handler then finds nothing to act on)."""
-    left: dict = {}
+    left: dict[int, Rest | None] = {}
     out: list[Job] = []
     current = dict(rests)
     for text in ids:
@@ -175,15 +181,15 @@ def diverge(rests: dict, ids, may) -> tuple[dict, list[Job]]:
             continue
         rest, pos = got
         out += rest.tasks(pos)
-        left[rest.array_id] = rest.without(pos)
-        if left[rest.array_id] is None:
+        left[rest.array_id] = after = rest.without(pos)
+        if after is None:
             del current[rest.array_id]
         else:
-            current[rest.array_id] = left[rest.array_id]
+            current[rest.array_id] = after
     return left, out
 
 
-def tasks_of(rests: dict, ids) -> dict:
+def tasks_of(rests: Mapping[int, Rest], ids: Collection[int]) -> dict[int, Job]:
     """{id: the task as a Job} of the ids that rest (a reader asked for ids with no record)."""
     out: dict[int, Job] = {}
     for rest in rests.values():
@@ -192,20 +198,22 @@ def tasks_of(rests: dict, ids) -> dict:
     return out
 
 
-def made(template: Job, first: int, indices, throttle) -> tuple[list, dict]:
+def made(template: Job, first: int, indices: list[int] | None,
+         throttle: int | None) -> tuple[list[Job], dict[int, Rest | None]]:
     """A new submission: (its records, {}) as jobspec.expand makes them, or, for an array from
     REST_MIN tasks, ([], {array id: its rest}): ids first..first+n-1 are reserved all the same."""
-    if not wanted(indices):
+    if indices is None or not wanted(indices):
         return expand(template, first, indices, throttle), {}
     task0 = replace(template, id=first, array_index=indices[0], array_id=first, array_count=len(indices),
                     array_throttle=throttle)
     return [], {first: of_array(task0, indices[0], indices[1] - indices[0])}
 
 
-def states_of(rests: dict, ids) -> tuple[dict, dict]:
+def states_of(rests: Mapping[int, Rest], ids: Iterable[int]) -> tuple[dict[int, str], dict[int, str]]:
     """({id: PD}, {id: display id}) of the ids that rest: the tasks a dependency names are pending
     while they rest, and never an ended state to keep."""
-    st, shown = {}, {}
+    st: dict[int, str] = {}
+    shown: dict[int, str] = {}
     for jid in ids:
         got = holding(rests, jid)
         if got:
@@ -223,7 +231,8 @@ def flipped(r: Rest, held: bool) -> Rest:
                                        detail=HELD_DETAIL if held else ""))
 
 
-def topped_up(rests: dict, jobs, width: int, held: int = 0) -> tuple[dict, list[Job]]:
+def topped_up(rests: Mapping[int, Rest], jobs: Iterable[Job], width: int,
+              held: int = 0) -> tuple[dict[int, Rest | None], list[Job]]:
     """({array id: the rest left}, the tasks made records) so that each rest not held has `width`
     pending tasks as records before its first resting position, and each held one `held` (a burst
     allowance: held tasks count in their user's burst tail), taken from the front (plan() then
@@ -240,7 +249,7 @@ def topped_up(rests: dict, jobs, width: int, held: int = 0) -> tuple[dict, list[
             have[a] += 1
             if not j.held and (a not in carrier or j.id > carrier[a].id):
                 carrier[a] = j
-    left: dict = {}
+    left: dict[int, Rest | None] = {}
     out: list[Job] = []
     for a, r in live.items():
         c, t = carrier.get(a), r.template
@@ -255,7 +264,7 @@ def topped_up(rests: dict, jobs, width: int, held: int = 0) -> tuple[dict, list[
     return left, out
 
 
-def told(runs, r: Rest, said: str) -> None:
+def told(runs: "Runs", r: Rest, said: str) -> None:
     """Into `runs` (idruns.Runs, a reply's), the tasks of `r` acted on whole (ended as one record,
     held, released): one run a run of step 1."""
     for lo, hi in r.runs:

@@ -22,12 +22,33 @@ from ..errors import RefusedError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # the client imports OP (`labq show --json`): neither the model nor store/reads.py
+    from typing import Any, Protocol
+
     from ..jobs.model import Job
+    from ..settings.config import Config
+
+    class Reads(Protocol):
+        def private(self, job: Job) -> tuple[str | None, tuple[Any, ...]]: ...
+
+    class Store(Protocol):
+        def job(self, jid: int) -> Job | None: ...
+        def reader(self) -> Reads: ...
+
+    class Shell(Protocol):
+        """What `answer` reads of the scheduler (loop.Scheduler): its table, store, config, archiver."""
+        @property
+        def jobs(self) -> dict[int, Job]: ...
+        @property
+        def cfg(self) -> Config: ...
+        @property
+        def store(self) -> Store: ...
+        @property
+        def archiver(self) -> Any: ...      # store/archive.Archiver, or None: the scheduler keeps no archive
 
 OP = "show_private"
 
 
-def answer(sched, user: str, body: dict) -> dict:
+def answer(sched: Shell, user: str, body: dict[str, Any]) -> dict[str, Any]:
     """{ok, job_id, id, script, export, env} of job `body["job"]` (its numeric id) for `user`, its
     owner or an admin; RefusedError for anyone else."""
     jid = body.get("job")
@@ -45,8 +66,9 @@ def answer(sched, user: str, body: dict) -> dict:
             "env": dict(env)}
 
 
-def _archived(sched, jid: int) -> Job | None:
+def _archived(sched: Shell, jid: int) -> Job | None:
     archiver = getattr(sched, "archiver", None)
     if archiver is None:
         return None
-    return archiver.archive.jobs([jid]).get(jid)
+    got: Job | None = archiver.archive.jobs([jid]).get(jid)
+    return got
