@@ -6,6 +6,7 @@ import json
 
 from redis.connection import AbstractConnection
 
+from labq.scheduler.daemon.planning import Planner
 from labq.scheduler.jobs import states
 from labq.scheduler.store import envs
 from labq.scheduler.store.agentside import AgentStore
@@ -113,8 +114,8 @@ def test_a_tick_that_took_only_held_submits_waits_for_the_ticks_plan(conns, monk
     r, raw = conns
     s = setup(r, raw, NOW)
     plans = []
-    plan = type(s)._schedule
-    monkeypatch.setattr(type(s), "_schedule", lambda self, *a: (plans.append(a[0]), plan(self, *a))[1])
+    plan = Planner._schedule     # the policy pass, composed by the scheduler (daemon/planning.py)
+    monkeypatch.setattr(Planner, "_schedule", lambda self, *a: (plans.append(a[0]), plan(self, *a))[1])
     tick = s.cfg.tick
     for i in range(3):
         submit(r, "alice", {**BODY, "hold": True}, f"h{i}")
