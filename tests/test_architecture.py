@@ -678,7 +678,8 @@ STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill",
                "jobs.model", "jobs.refs", "money.fairshare", "money.budgetwatch", "settings.statedir",
                "settings.sections", "security.members", "daemon.journal", "units", "settings.config", "settings.clientconf",
                "settings.configcheck", "settings.clientcache", "money.pricing", "money.alerts", "jobs.bounds",
-               "jobs.estimate", "jobs.exportenv", "jobs.rest", "security.private"]
+               "jobs.estimate", "jobs.exportenv", "jobs.rest", "security.private",
+               "money.balance", "money.report"]
 
 
 def test_mypy_is_strict_on_the_deciding_core():

@@ -6,13 +6,63 @@ dataclasses (~14 ms of CPU, issue 39 item 4): a budget is anything with ledger.B
 config's, or the client settings cache's), a running job anything with model.Job's commit, rates and
 current (.start_time, .dispatch_time), an override anything with ledger.Override's fields.
 """
+from __future__ import annotations
+
 from collections import namedtuple
 
 from ..units import accrue
 from . import periods
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # annotations only: the thin CLI (`labq budget`) imports this module without typing
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any, Protocol
 
-def amount_of(pairs, budget: str) -> int:
+    class Started(Protocol):
+        """What a balance reads of an attempt: model.Attempt's times."""
+        @property
+        def start_time(self) -> float | None: ...
+        @property
+        def dispatch_time(self) -> float | None: ...
+
+    class Running(Protocol):
+        """What a balance reads of a running job: model.Job's commit, rates and current attempt."""
+        @property
+        def commit(self) -> Sequence[tuple[str, int]]: ...
+        @property
+        def rates(self) -> Sequence[tuple[str, int]]: ...
+        @property
+        def current(self) -> Started | None: ...
+
+    class Budgeted(Protocol):
+        """What a balance reads of a budget: ledger.Budget's fields (the config's, or the client
+        settings cache's record of one)."""
+        @property
+        def name(self) -> str: ...
+        @property
+        def unit(self) -> str: ...
+        @property
+        def limit(self) -> int: ...
+        @property
+        def overrides(self) -> int: ...
+        @property
+        def period(self) -> str: ...
+        @property
+        def timezone(self) -> str: ...
+
+    class Raise(Protocol):
+        """What a balance reads of an override: ledger.Override's fields."""
+        @property
+        def budget(self) -> str: ...
+        @property
+        def amount(self) -> int: ...
+        @property
+        def state(self) -> str: ...
+        @property
+        def expires(self) -> float: ...
+
+
+def amount_of(pairs: Iterable[tuple[str, int]], budget: str) -> int:
     """The amount for `budget` in a job's (budget, amount) pairs (its commit or rates), else 0: a
     job pays one budget or two, and a scheduler pass asks about every running job."""
     for name, amount in pairs:
@@ -21,26 +71,26 @@ def amount_of(pairs, budget: str) -> int:
     return 0
 
 
-def outstanding(job, budget: str, now: float) -> int:
+def outstanding(job: Running, budget: str, now: float) -> int:
     """A running job's commitment to `budget` minus what it has accrued so far (never below 0)."""
     committed = amount_of(job.commit, budget)
     return max(0, committed - accrued(job, budget, now)) if committed else 0
 
 
-def accrued(job, budget: str, now: float) -> int:
+def accrued(job: Running, budget: str, now: float) -> int:
     """What the running attempt has cost `budget` so far: since its process started (as it will be
     charged, ledger.run_span), since its admission while the start is not known yet."""
     return accrue(amount_of(job.rates, budget), now - _began(job, now))
 
 
-def _began(job, now: float) -> float:
+def _began(job: Running, now: float) -> float:
     cur = job.current
     if cur is None:
         return now
     return max(cur.start_time or 0, cur.dispatch_time or 0) or now
 
 
-def in_span(job, budget: str, now: float, span: tuple[float, float]) -> tuple[int, int]:
+def in_span(job: Running, budget: str, now: float, span: tuple[float, float]) -> tuple[int, int]:
     """(accrued, outstanding) of a running job's commitment to `budget` inside one period
     `span` = [from, to): what it has cost there so far, and what its commitment still holds there.
 
@@ -66,10 +116,11 @@ class Balance(namedtuple("Balance", "name unit limit spent committed accrued ove
 
     @property
     def available(self) -> int:
-        return self.limit + self.overrides - self.spent - self.committed - self.accrued
+        left: int = self.limit + self.overrides - self.spent - self.committed - self.accrued
+        return left
 
 
-def balance(b, spent: int, running, now: float, period: str = "",
+def balance(b: Budgeted, spent: int, running: Iterable[Running], now: float, period: str = "",
             span: tuple[float, float] | None = None) -> Balance:
     """The budget as `labq budget` shows it. `committed` is what running jobs may still spend;
     with `span` (a periodic budget's current period), only what they spend and hold inside it."""
@@ -86,7 +137,8 @@ def balance(b, spent: int, running, now: float, period: str = "",
                    overrides=b.overrides, period=period)
 
 
-def balances(budgets, spent: dict, running, now: float, period: str | None = None) -> list[Balance]:
+def balances(budgets: Iterable[Budgeted], spent: Mapping[str, int], running: Sequence[Running], now: float,
+             period: str | None = None) -> list[Balance]:
     """Each of `budgets` (ledger.effective()'s) as `labq budget` shows it: in its current period, or in
     `period` (a label like 2026-11: settled spending only, for the budgets whose periods are named
     that way). `spent`: the spent hash (periods.field -> micro); `running`: jobs holding commitments."""
@@ -108,11 +160,12 @@ def balances(budgets, spent: dict, running, now: float, period: str | None = Non
     return out
 
 
-def override_active(o, now: float) -> bool:
+def override_active(o: Raise, now: float) -> bool:
     return o.state == "active" and now < o.expires
 
 
-def effective_terms(budgets, limits: dict, overrides, now: float) -> list:
+def effective_terms(budgets: Iterable[Any], limits: Mapping[str, int], overrides: Iterable[Raise],
+                    now: float) -> list[tuple[Any, int, int]]:
     """(budget, its limit, what its active overrides add) of each of `budgets`: the limit `labq
     budget set` gave it (`limits`: budget -> micro), else the configured one (ledger.effective)."""
     extra: dict[str, int] = {}

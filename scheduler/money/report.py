@@ -14,12 +14,84 @@ end), a cost and an outcome. A job belongs to every group one of its attempts fa
 Also: forecast accuracy (--est against the actual run time, per user) and reconciliation of
 imported bills against labq's own costs.
 """
+from __future__ import annotations
+
 import math
 from collections import namedtuple
 
 from ..jobs import states
 from ..units import MICRO
 from .pricing import forecast
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:     # annotations only: `labq report` imports this module without typing (see Row)
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from typing import Any, Protocol
+
+    from ..settings.config import Config
+
+    class Tried(Protocol):
+        """What a report reads of an attempt: model.Attempt, an archived row's, a gang's node part."""
+        @property
+        def attempt(self) -> int: ...
+        @property
+        def node(self) -> str: ...
+        @property
+        def gpus(self) -> Sequence[str]: ...
+        @property
+        def dispatch_time(self) -> float | None: ...
+        @property
+        def start_time(self) -> float | None: ...
+        @property
+        def end_time(self) -> float | None: ...
+        @property
+        def outcome(self) -> str | None: ...
+        @property
+        def exit_code(self) -> int | None: ...
+        @property
+        def cost(self) -> int: ...
+        @property
+        def lost_work_s(self) -> float: ...
+        @property
+        def usage(self) -> Mapping[str, Any] | None: ...
+
+    class Billed(Protocol):
+        """What a report reads of a job: model.Job, or an archived acct row's record of one."""
+        @property
+        def id(self) -> int: ...
+        @property
+        def user(self) -> str: ...
+        @property
+        def account(self) -> str: ...
+        @property
+        def state(self) -> str: ...
+        @property
+        def gpus(self) -> int: ...
+        @property
+        def cpus(self) -> int: ...
+        @property
+        def gpu_type(self) -> str: ...
+        @property
+        def est(self) -> float | None: ...
+        @property
+        def end_time(self) -> float | None: ...
+        @property
+        def tags(self) -> Sequence[tuple[str, str]]: ...
+        @property
+        def attempts(self) -> Sequence[Tried]: ...
+
+    class Raised(Protocol):
+        """What the spend plot reads of an override: ledger.Override's fields."""
+        @property
+        def budget(self) -> str: ...
+        @property
+        def amount(self) -> int: ...
+        @property
+        def created(self) -> float: ...
+        @property
+        def expires(self) -> float: ...
+        @property
+        def ended(self) -> float | None: ...
 
 FAILED = frozenset({"exit", "oom", "error", "timeout", "node_failure"})
 KEYS = ("account", "user", "qos", "gpu_type", "node", "status", "project", "name")
@@ -34,12 +106,13 @@ def parse_by(text: str) -> tuple[str, ...]:
     return keys or ("account",)
 
 
-def span(a) -> float:
+def span(a: Tried) -> float:
     start = a.dispatch_time or a.start_time
     return max(0.0, (a.end_time or start or 0) - (start or 0))
 
 
-def attempts_in(jobs, since: float = 0, until: float = float("inf")):
+def attempts_in(jobs: Iterable[Billed], since: float = 0,
+                until: float = float("inf")) -> Iterator[tuple[Billed, Tried]]:
     """(job, attempt) for every ended attempt whose end falls in [since, until)."""
     for j in jobs:
         for a in j.attempts:
@@ -47,7 +120,7 @@ def attempts_in(jobs, since: float = 0, until: float = float("inf")):
                 yield j, a
 
 
-def _value(key: str, j, a, models: dict) -> str:
+def _value(key: str, j: Billed, a: Tried, models: Mapping[str, str]) -> str:
     if key.startswith("tag:"):
         return dict(j.tags).get(key[4:], "-")
     if key == "status":
@@ -58,18 +131,19 @@ def _value(key: str, j, a, models: dict) -> str:
         if not a.gpus:
             return "none"
         return models.get(a.gpus[0]) or j.gpu_type or "?"
-    return getattr(j, key) or "-"
+    got: str = getattr(j, key) or "-"
+    return got
 
 
 class Row:
     """One group's sums. (A plain class, not a dataclass: `labq report` then imports neither
     dataclasses nor typing, ~10 ms of its CPU, issue 39 item 4.)"""
 
-    def __init__(self, group: tuple) -> None:
+    def __init__(self, group: tuple[str, ...]) -> None:
         self.group = group
-        self.job_ids: set = set()
-        self.completed: set = set()
-        self.ended: set = set()
+        self.job_ids: set[int] = set()
+        self.completed: set[int] = set()
+        self.ended: set[int] = set()
         self.attempts = 0
         self.gpu_s = 0.0
         self.cpu_s = 0.0
@@ -81,9 +155,9 @@ class Row:
         self.util_weight = 0.0      # GPU-seconds of the attempts that reported a mean utilisation
         self.util_sum = 0.0
 
-    def add(self, j, a) -> None:
+    def add(self, j: Billed, a: Tried) -> None:
         s = span(a)
-        nodes = getattr(j, "nodes", 1) or 1     # an archived row from before schema 3 has none: 1
+        nodes: int = getattr(j, "nodes", 1) or 1     # an archived row from before schema 3 has none: 1
         gpus = len(a.gpus) or j.gpus * nodes    # a gang's attempt lists every node's GPUs
         self.job_ids.add(j.id)
         if j.state in states.TERMINAL:
@@ -106,7 +180,7 @@ class Row:
             self.util_weight += gpus * s
             self.util_sum += u["gpu_util_mean"] * gpus * s
 
-    def as_dict(self, keys) -> dict:
+    def as_dict(self, keys: Sequence[str]) -> dict[str, Any]:
         done = len(self.completed)
         return {**dict(zip(keys, self.group)), "jobs": len(self.job_ids), "attempts": self.attempts,
                 "gpu_hours": round(self.gpu_s / 3600, 4), "cpu_hours": round(self.cpu_s / 3600, 4),
@@ -128,18 +202,18 @@ class PartJob:
     """A gang's job as one of its node parts: one node (its CPUs and GPUs), the rest the job's."""
     nodes = 1
 
-    def __init__(self, job):
+    def __init__(self, job: Billed) -> None:
         self._job = job
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._job, name)
 
 
-def node_parts(j, a):
+def node_parts(j: Billed, a: Tried) -> Iterator[tuple[Billed, Tried]]:
     """(job, attempt) per node of a gang's attempt — each part its node, its GPUs, an equal share of
     the cost and of the idle GPU time — or the attempt itself where it ran on one node (or where its
     parts were not kept: an acct row archived before they were)."""
-    parts = getattr(a, "parts", ()) or ()
+    parts: Sequence[tuple[str, Sequence[str]]] = getattr(a, "parts", ()) or ()
     if len(parts) < 2:
         yield j, a
         return
@@ -153,10 +227,11 @@ def node_parts(j, a):
                                a.exit_code, cost, a.lost_work_s, share)
 
 
-def by(jobs, keys, models: dict | None = None, since: float = 0, until: float = float("inf")) -> list[dict]:
+def by(jobs: Iterable[Billed], keys: Sequence[str], models: Mapping[str, str] | None = None, since: float = 0,
+       until: float = float("inf")) -> list[dict[str, Any]]:
     """One row per group of `keys`, sorted by cost (highest first), then by group."""
     models = models or {}
-    rows: dict[tuple, Row] = {}
+    rows: dict[tuple[str, ...], Row] = {}
     for j0, a0 in attempts_in(jobs, since, until):
         for j, a in (node_parts(j0, a0) if "node" in keys else ((j0, a0),)):
             g = tuple(_value(k, j, a, models) for k in keys)
@@ -165,7 +240,7 @@ def by(jobs, keys, models: dict | None = None, since: float = 0, until: float = 
     return sorted(out, key=lambda d: (-d["cost"], tuple(str(d[k]) for k in keys)))
 
 
-def total(rows, keys) -> dict:
+def total(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, object]:
     """The sum row (rates recomputed from the sums, not averaged)."""
     t: dict[str, object] = {k: "TOTAL" if i == 0 else "" for i, k in enumerate(keys)}
     for k in ("jobs", "attempts", "gpu_hours", "cpu_hours", "cost", "failed_cost", "preempt_lost_cost",
@@ -177,13 +252,13 @@ def total(rows, keys) -> dict:
     return t
 
 
-def node_idle(jobs, prices: dict[str, float], since: float, until: float) -> list[dict]:
+def node_idle(jobs: Sequence[Billed], prices: Mapping[str, float], since: float, until: float) -> list[dict[str, Any]]:
     """Rented nodes (rates.node_hour): what the instance cost over the window, what its jobs paid
     for their dominant shares, and the rest — the idle cost nobody was charged. The window is
     [since, until), or from a node's first attempt when `since` is 0."""
     out = []
     for name in sorted(prices):
-        spans = [(_began(a), a) for j in jobs for a in j.attempts if a.node == name and _began(a) is not None]
+        spans = [(t, a) for j in jobs for a in j.attempts if a.node == name and (t := _began(a)) is not None]
         if not spans:
             continue
         lo = since or min(start for start, _ in spans)
@@ -201,16 +276,16 @@ def node_idle(jobs, prices: dict[str, float], since: float, until: float) -> lis
     return out
 
 
-def _began(a):
+def _began(a: Tried) -> float | None:
     return a.dispatch_time if a.dispatch_time is not None else a.start_time
 
 
-def committed_cost(j, gpu_model: str, cfg) -> int:
+def committed_cost(j: Any, gpu_model: str, cfg: Config) -> int:
     """What admitting one attempt of `j` commits, in the currency (the forecast of DESIGN §5)."""
     return forecast(j, "usd", gpu_model, cfg)
 
 
-def committed_by_job(jobs, models: dict, cfg) -> dict[int, int]:
+def committed_by_job(jobs: Iterable[Billed], models: Mapping[str, str], cfg: Config) -> dict[int, int]:
     """job id -> what admission encumbered for all its attempts (`acct`'s COMMITTED); `models`:
     GPU uuid -> model, as the nodes report them."""
     return {j.id: sum(committed_cost(j, models.get(a.gpus[0], j.gpu_type) if a.gpus else "", cfg)
@@ -218,13 +293,13 @@ def committed_by_job(jobs, models: dict, cfg) -> dict[int, int]:
 
 
 # -- forecast accuracy -----------------------------------------------------------------------
-def percentile(values, p: float) -> float:
+def percentile(values: Iterable[float], p: float) -> float:
     """Nearest-rank percentile of a non-empty list."""
     v = sorted(values)
     return v[max(0, math.ceil(p * len(v)) - 1)]
 
 
-def forecast_accuracy(jobs, since: float = 0, until: float = float("inf")) -> list[dict]:
+def forecast_accuracy(jobs: Iterable[Billed], since: float = 0, until: float = float("inf")) -> list[dict[str, Any]]:
     """Per user (and `*` for all): completed jobs that gave --est, actual run time / est at p50 and
     p90, and the forecast_margin that would have covered 90 % of those runs."""
     ratios: dict[str, list[float]] = {}
@@ -245,7 +320,8 @@ def forecast_accuracy(jobs, since: float = 0, until: float = float("inf")) -> li
 
 
 # -- reconciliation ----------------------------------------------------------------------------
-def reconcile(imported, jobs, day_of) -> list[dict]:
+def reconcile(imported: Iterable[tuple[str, str, int]], jobs: Iterable[Billed],
+              day_of: Callable[[float], str]) -> list[dict[str, Any]]:
     """Imported bill rows against labq's own costs, per (date, scope).
 
     `imported`: (date, scope, micro) rows; the date is `YYYY-MM-DD` or `YYYY-MM` (then the whole
@@ -257,7 +333,10 @@ def reconcile(imported, jobs, day_of) -> list[dict]:
     if not imported:
         return []
     monthly = all(len(d) == 7 for d, _, _ in imported)
-    cut = (lambda d: d[:7]) if monthly else (lambda d: d)
+
+    def cut(d: str) -> str:
+        return d[:7] if monthly else d
+
     want: dict[tuple[str, str], int] = {}
     for date, scope, amount in imported:
         want[(cut(date), scope)] = want.get((cut(date), scope), 0) + amount
@@ -265,6 +344,7 @@ def reconcile(imported, jobs, day_of) -> list[dict]:
     first, last = min(d for d, _ in want), max(d for d, _ in want)
     have: dict[tuple[str, str], int] = {}
     for j, a in attempts_in(jobs):
+        assert a.end_time is not None      # attempts_in yields ended attempts only
         d = cut(day_of(a.end_time))
         if not first <= d <= last:
             continue
@@ -279,9 +359,10 @@ def reconcile(imported, jobs, day_of) -> list[dict]:
 
 
 # -- spending over time (labq report --plot) ----------------------------------------------------
-def spend_series(entries, budget: str, period: str) -> list[tuple[float, int]]:
+def spend_series(entries: Iterable[Mapping[str, Any]], budget: str, period: str) -> list[tuple[float, int]]:
     """(time, cumulative micro-units) of `budget`'s charges settled in `period`, oldest first."""
-    out, total = [], 0
+    out: list[tuple[float, int]] = []
+    total = 0
     for e in sorted((e for e in entries if e.get("type") == "charge" and e.get("budget") == budget
                      and e.get("period", "") == period), key=lambda e: float(e.get("ts") or 0)):
         total += int(e["amount"])
@@ -289,7 +370,7 @@ def spend_series(entries, budget: str, period: str) -> list[tuple[float, int]]:
     return out
 
 
-def limit_steps(limit: int, overrides, budget: str, start: float, end: float) -> list[tuple[float, int]]:
+def limit_steps(limit: int, overrides: Iterable[Raised], budget: str, start: float, end: float) -> list[tuple[float, int]]:
     """(time, limit + the overrides active then) at each change within [start, end]."""
     edges = {start, end}
     mine = [o for o in overrides if o.budget == budget]
