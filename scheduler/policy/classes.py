@@ -37,7 +37,7 @@ from ..settings.config import Config
 from . import settle
 from .capacity import avoided
 from .fronts import Reach
-from .queue import Key, Queue, Waiting
+from .queue import Group, Key, Queue, Waiting
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
     from . import _Pass
@@ -175,9 +175,9 @@ class _Walk:
         self.admitted: dict[tuple[str, object], int] = {}   # ("a", account) / ("u", user) / ("t", array): so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
         self.frozen = False                 # settle._frozen
-        self.dead: dict[tuple[int, str, int, int], Verdict] = {}    # shape -> "no room" (settle.dead)
-        self.dead_at = 0                    # Placer.grown when `dead` was found
+        self.dead = settle.Dead()           # what settle.dead found in this pass
         self.rooms: dict[Key, tuple[tuple[int, ...], tuple[int, ...], Verdict]] = {}  # key -> (version, stamp, verdict)
+        self.passed: list[tuple[Key, Key, Group, Hit]] = []    # (class key, group key, group, its park): _passes
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
             setattr(p, name, self._counting(getattr(p, name)))
 
@@ -222,10 +222,10 @@ class _Walk:
         self.churn = 0          # classes the last change sent back into the merge
         quiet = 0               # turns since then
         self.since, self.check = 0, settle.SETTLE_CHECK    # turns without a change; when to ask (settle.py)
-        taken, early = self.reached.taken, self._early
+        taken, passes = self.reached.taken, self._passes
         while heads and not settle.done(self, version):
             s, i = heapq.heappop(heads)
-            taken(i, early)
+            taken(i, passes)
             jobs, key = lists[i], self.keys[i]
             hit = self._valid(key, version, jobs[at[i]])
             if hit is not None:
@@ -267,13 +267,15 @@ class _Walk:
         for i, verdict in (*((i, v[0]) for i, v in self.parked.items()), *static.items()):
             if at[i] < len(lists[i]):
                 p.runs.append((ids[i][at[i]:], verdict))
+        settle.passed_runs(self)
 
-    def _early(self, i: int) -> bool:
-        """Park class i as the walk reaches it, unjudged, where settle.dead knows its verdict ("no
-        room" until a change sends it back: with no cache entry, any change that concerns it does)."""
-        verdict = None if self.keys[i][0] == "own" else settle.dead(self, self.lists[i][0])
+    def _passes(self, key: Key, g: Group) -> bool:
+        """Take a class the walk reaches unjudged, where settle.dead knows its verdict ("no room"
+        until a change sends it back: settle.recall parks it then, with no cache entry, so that
+        `_unpark` sends it back): kept in `passed`, costing no index, heap entry or park."""
+        verdict = settle.passes(self, key, g)
         if verdict is not None:
-            self._park(i, self.keys[i], ((), _ROOM, None, verdict))
+            self.passed.append((key[0], key, g, ((), _ROOM, None, verdict)))
         return verdict is not None
 
     def _park(self, i: int, key: Key, hit: Hit) -> None:
@@ -299,6 +301,7 @@ class _Walk:
         reservations, the blocker, victims found or returned room changed; a cap (or, with
         guarantees, no room) when the admitted job shares its account, user or array; no room, when
         it shares its array, or its account or user is near a cap. Returns how many went back."""
+        settle.recall(self, placed, changed_room)
         parked = self.parked
         if changed_room:
             gone = [i for i, v in parked.items() if v[1] != _STATIC]

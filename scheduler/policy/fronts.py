@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 from ..jobs.model import Job
 from ..multifactor import Score
-from .queue import Front, Key, Queue
+from .queue import Front, Group, Key, Queue
 
 
 class Reach:
@@ -46,28 +46,38 @@ class Reach:
         """Family f's next class, which the walk reaches now: its index."""
         src, k = self.sources[f], self.front[f]
         self.front[f] = k + 1
-        key = src[k][2]
+        i = self.add(src[k][2])
+        self.fam[i] = f if k + 1 < len(src) else -1
+        return i
+
+    def add(self, key: Key) -> int:
+        """Class `key` (of the Queue's groups) reached: its index (its family's next class unchanged)."""
         g = self.groups[key]
         i = len(self.lists)
         self.lists.append(g.jobs)
         self.keys.append(key[0])
         self.ids.append(g.ids)
         self.at.append(0)
-        self.fam.append(f if k + 1 < len(src) else -1)
+        self.fam.append(-1)
         return i
 
-    def taken(self, i: int, parks: Callable[[int], bool]) -> None:
+    def taken(self, i: int, passes: Callable[[Key, Group], bool]) -> None:
         """Class i was taken from the heap: if it was its family's front, the family's next class
-        joins the heap, unless `parks` takes it (its verdict known for now: classes._Walk._early),
-        and then the one after it, and so on."""
+        joins the heap, unless `passes` takes it unreached (its verdict known for now, without an
+        index, a heap entry or a park: classes._Walk._passes; most classes of a pass on a full
+        cluster), and then the one after it, and so on."""
         f = self.fam[i]
-        while f >= 0:
-            self.fam[i] = -1
+        if f < 0:
+            return
+        self.fam[i] = -1
+        src, k, groups = self.sources[f], self.front[f], self.groups
+        n = len(src)
+        while k < n and passes(src[k][2], groups[src[k][2]]):
+            k += 1
+        self.front[f] = k
+        if k < n:
             i = self.reach(f)
-            if not parks(i):
-                heapq.heappush(self.heads, (self.score(self.lists[i][0]), i))
-                return
-            f = self.fam[i]
+            heapq.heappush(self.heads, (self.score(self.lists[i][0]), i))
 
     def rest(self) -> Iterator[tuple[int, Key, list[Job], list[int], int]]:
         """(i, class key, jobs, ids, next job) of each class left in the merge (i: -1 for a class

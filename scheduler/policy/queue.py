@@ -58,11 +58,13 @@ def _marked(j: Job) -> bool:
 
 
 class Group:
-    """One class's waiting jobs (and their ids) in (submit time, id) order."""
-    __slots__ = ("key", "jobs", "ids")
+    """One class's waiting jobs (and their ids) in (submit time, id) order; `plain`: what settle.dead
+    reads of a class without gates, found at its first use (0: not yet; None: it has gates)."""
+    __slots__ = ("key", "jobs", "ids", "plain")
 
     def __init__(self, key: Key, jobs: list[Job]) -> None:
         self.key, self.jobs, self.ids = key, jobs, [j.id for j in jobs]
+        self.plain: Key | int | None = 0
 
     def add(self, j: Job) -> None:
         at = bisect_left(self.jobs, _order(j), key=_order)

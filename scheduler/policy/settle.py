@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
+from .queue import Group, Key
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
     from .classes import _Walk
@@ -115,27 +116,79 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
     w.reached.clear()
 
 
+class Dead:
+    """What `dead` found so far in a pass: the "no room" verdict of each request shape (while no room
+    came back: Placer.grown), and whether the caps pass the jobs of an (account, user, GPUs, CPUs,
+    nodes) (while nothing was admitted: Usage.blocked reads nothing else of a job without a throttle)."""
+    __slots__ = ("verdicts", "grown", "open", "placed")
+
+    def __init__(self) -> None:
+        self.verdicts: dict[tuple[int, str, int, int], Verdict] = {}
+        self.grown = 0
+        self.open: dict[tuple[str, str, int, int, int], bool] = {}
+        self.placed = 0
+
+
+def passes(w: "_Walk", key: Key, g: Group) -> Verdict | None:
+    """`dead` for the class `g` (group key `key`) that the walk `w` reaches now, None for one judged on
+    its own. A class without gates (hold, begin, retry backoff, dependencies, throttle: Group.plain)
+    is read by what `dead` reads of it: its account, user and need (Usage.blocked's answer kept
+    while nothing is admitted) and its shape (the "no room" verdict kept while no room comes back)."""
+    plain = g.plain
+    if plain == 0:
+        k = key[0]
+        plain = g.plain = None if k[0] == "own" or k[11] is not None or k[12] is not None or k[13] is not None \
+            or k[14] or k[15] else ((k[1], k[2], k[5], k[7], k[18]), (k[5], k[6], k[7], k[8]))
+    if plain is None:
+        return None if key[0][0] == "own" else dead(w, g.jobs[0])
+    if not (w.frozen or _frozen(w)):
+        return None
+    p, d = w.p, w.dead
+    who, shape = cast(tuple[tuple[str, str, int, int, int], tuple[int, str, int, int]], plain)
+    if d.placed != len(p.places):
+        d.open, d.placed = {}, len(p.places)
+    passed = d.open.get(who)
+    if passed is None:
+        passed = d.open[who] = p.usage.blocked(g.jobs[0]) is None
+    if not passed:
+        return None
+    if d.grown != p.free.grown:
+        d.verdicts, d.grown = {}, p.free.grown
+    return d.verdicts.get(shape) or dead(w, g.jobs[0])
+
+
 def dead(w: "_Walk", job: Job) -> Verdict | None:
     """The verdict of a job of a class the walk `w` reaches now, where it is known unjudged: "no
     room" for good, as its turn (later, room only shrinks) would find it. So where the pass can no
     longer reserve, preempt or get room back (no earmark or draining preemptor left: `_frozen`), the
     job (not judged on its own: the caller's) meets no gate or cap and its shape fits no node
     (Placer.failed). None: not known."""
-    p, now = w.p, w.p.now
+    p, now, d = w.p, w.p.now, w.dead
     if not (w.frozen or _frozen(w)) or (job.held or job.deps or job.begin is not None and job.begin > now
-                                        or job.eligible_time is not None and job.eligible_time > now
-                                        or p.usage.blocked(job) is not None):
+                                        or job.eligible_time is not None and job.eligible_time > now):
         return None
-    if w.dead_at != p.free.grown:
-        w.dead, w.dead_at = {}, p.free.grown
+    if job.array_throttle:
+        if p.usage.blocked(job) is not None:
+            return None
+    else:
+        if d.placed != len(p.places):
+            d.open, d.placed = {}, len(p.places)
+        who = (job.account, job.user, job.gpus, job.cpus, job.nodes)
+        passes = d.open.get(who)
+        if passes is None:
+            passes = d.open[who] = p.usage.blocked(job) is None
+        if not passes:
+            return None
+    if d.grown != p.free.grown:
+        d.verdicts, d.grown = {}, p.free.grown
     shape = (g, model, c, m) = (job.gpus, job.gpu_type, job.cpus, job.mem)
-    verdict = w.dead.get(shape)
+    verdict = d.verdicts.get(shape)
     if verdict is None:
         if not any(g >= fg and c >= fc and m >= fm and (not fmodel or fmodel == model)
                    for fg, fmodel, fc, fm in p.free.failed):
             return None
         why = p._no_room(job)
-        verdict = w.dead[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
+        verdict = d.verdicts[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
     return verdict
 
 
@@ -145,3 +198,41 @@ def _frozen(w: "_Walk") -> bool:
     w.frozen = (0 < cfg.backfill_depth <= len(p.starts) and not p.earmarked and not p.draining
                 and not (cfg.preemption and (p.lowest_victim() is not None or p.usage.guarantees)))
     return w.frozen
+
+
+def recall(w: "_Walk", placed: Job | None, changed_room: bool) -> None:
+    """Park, as reached, the classes `w` passed unreached with their `dead` verdict (classes._Walk._passes)
+    that a change may concern, so that `_unpark` applies its rules to them as to any parked class: every
+    one where the room stamp moved (never, once frozen); else, after an admission (`placed`), those of
+    its array, and those of its account or user if a cap of theirs is near (Usage.tight)."""
+    if not w.passed or not changed_room and placed is None:
+        return
+    acct = user = array = None
+    if placed is not None:
+        array = placed.array_id
+        if w.p.usage.tight(placed.account, placed.user, *w.most):
+            acct, user = placed.account, placed.user
+        elif array is None and not changed_room:
+            return
+    keep = []
+    for entry in w.passed:
+        key, group_key, _, hit = entry
+        if changed_room or key[1] == acct or key[2] == user or array is not None and key[16] == array:
+            w._park(w.reached.add(group_key), key, hit)
+        else:
+            keep.append(entry)
+    w.passed = keep
+
+
+def passed_runs(w: "_Walk") -> None:
+    """The runs of the classes `w` passed unreached: one per verdict, their ids together (a pass on a full
+    cluster passes most of its classes; a run each made as many lists and tuples for the collector)."""
+    by: dict[int, tuple[Verdict, list[int]]] = {}
+    for _, _, g, hit in w.passed:
+        verdict = hit[3]
+        got = by.get(id(verdict))
+        if got is None:
+            by[id(verdict)] = (verdict, g.ids[:])
+        else:
+            got[1].extend(g.ids)
+    w.p.runs.extend((ids, verdict) for verdict, ids in by.values())

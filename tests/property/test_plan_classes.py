@@ -659,3 +659,48 @@ def test_kept_passes_decide_as_whole_passes_as_the_queue_and_the_clock_change(sc
         snap = _step(snap, got, c, data)
         if data.draw(st.integers(0, 5)) == 0:      # a reload turns backfill on or off
             c = replace(c, backfill_depth=data.draw(st.sampled_from([0, 1, 3])))
+
+
+def _passed_scene(array: bool = False):
+    """H (high QoS) takes the one reservation: the pass is frozen (settle._frozen). In phi's family
+    (normal QoS), P0 is the front class; X (X1, X2: P0's shape, another time limit) comes next and
+    fits no node, so the walk passes it unreached (settle.passes); B (phi, small) is admitted and
+    takes phi to max_running; C (small) is reached before B's admission, Y (P0's shape) only after
+    it, when C's turn comes. `array`: P0, X and B are dave's (no caps near), X and B tasks of one
+    array throttled to 1, which B's admission reaches."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-40)       # H
+    who = dict(account="default", user="dave") if array else dict(account="phi", user="carol")
+    b.job(gpus=4, cpus=4, submit_offset=-35, **who)                                          # P0
+
+    def task(k):
+        return dict(array_id=100, array_throttle=1, array_index=k) if array else {}
+    b.job(gpus=4, cpus=4, time_limit=7200, submit_offset=-30, **who, **task(0))             # X1
+    b.job(gpus=1, cpus=1, time_limit=600, submit_offset=-20, **who, **task(2))              # B
+    b.job(gpus=4, cpus=4, time_limit=7200, submit_offset=-10, **who, **task(1))             # X2
+    b.job(gpus=1, cpus=1, time_limit=3600, submit_offset=-5, **who)                         # C
+    b.job(gpus=4, cpus=4, time_limit=86400, submit_offset=0, **who)                         # Y
+    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0, max_running=2,
+                          limit=100000))
+    return b.build(), c
+
+
+@pytest.mark.parametrize("array", [False, True])
+def test_a_class_passed_unreached_is_judged_again_once_an_admission_reaches_a_cap(monkeypatch, array):
+    """Issue 41: a class the frozen walk passes with its "no room" verdict (settle.passes: no index,
+    no park) is woken by an admission of its account that reaches a cap, or of its array that reaches
+    the throttle (settle.recall): X1, before B, keeps "no room"; X2, after it, meets the cap. A
+    recall that misses it fails here, as does a class reached after B (Y) given the caps' answer
+    from before B (settle.Dead.open kept past an admission)."""
+    snap, c = _passed_scene(array)
+    passed = []
+    real = settle.passes
+    monkeypatch.setattr(settle, "passes", lambda w, key, g: passed.append(g.ids[0]) or real(w, key, g))
+    got = policy.plan(snap, c, queue=queue.Queue())
+    reasons = {p.job_id: p.reason for p in got.pending}
+    assert [p.job_id for p in got.places] == [5] and 4 in passed
+    assert reasons[3] == reasons[4] == states.RESOURCES
+    assert reasons[6] == (states.ARRAY_TASK_LIMIT if array else states.ACCOUNT_JOB_LIMIT)
+    assert reasons[8] == (states.RESOURCES if array else states.ACCOUNT_JOB_LIMIT)
+    same(got, policy.plan_per_job(snap, c))
