@@ -12,6 +12,10 @@ a cancel needs it running (not already draining; a cancel, not already cancellin
 once per plan. In the daemon nothing is rejected unless the policy has a bug: the plan was made
 from the same state. The check makes such a bug a warning instead of two jobs on one GPU.
 
+A reason is written when it changed, except that a record saying Resources keeps it where the pass
+says Priority because higher-priority jobs took the room free at its start (`_stays`): after the pass
+both are true, and the flips as room frees and refills were most of the records a pass rewrote.
+
 Pure: it computes the new records and the controls to send; it writes nothing and reads no clock
 (`now` is the tick's).
 """
@@ -213,14 +217,36 @@ def _room(w: _Work, name: str) -> Free | None:
     return w.rooms[name]
 
 
+# A Priority verdict's detail when the room free at the start of the pass was taken by higher-priority
+# jobs (policy._Pass._no_room, gang.py), and what follows a detail when the job holds a reservation.
+TOOK = "higher-priority jobs took the free resources in this pass"
+AT = "; expected to start at "
+
+
+def _stays(j: Job, verdict: Verdict) -> bool:
+    """Whether a job's record keeps its Resources reason ("no up node has ... free") where the pass
+    says Priority because higher-priority jobs took the room that was free at its start: after the
+    pass both are true (what they took is not free), so the record says what it said, with the same
+    expected start (reservation) and no earmark. Writing each flip as room frees and refills rewrote
+    500-1,800 pending records a pass at 10,000 pending jobs, each filed again by the next pass."""
+    reason, detail, earmark, gpus = verdict
+    if reason != states.PRIORITY or j.reason != states.RESOURCES or earmark or j.earmark or gpus or j.earmark_gpus \
+            or not detail.startswith(TOOK):
+        return False
+    at = j.detail.find(AT)
+    return (j.detail[at:] if at >= 0 else "") == detail[len(TOOK):]
+
+
 def _changed(w: _Work, ids: Iterable[int], verdict: Verdict, reasons: bool) -> list[int]:
     """The ids of a run that `_pend` must look at: all but the pending, untouched jobs whose record
-    already has the verdict (the reason and detail too, with `reasons`)."""
+    already has the verdict (the reason and detail too, with `reasons`, unless the record `_stays`)."""
     get, touched, pending = w.pending.get, w.touched, states.PENDING
     reason, detail, earmark, gpus = verdict
     if reasons:
-        return [i for i in ids if (j := get(i)) is None or j.state != pending or i in touched or j.reason != reason
-                or j.detail != detail or j.earmark != earmark or j.earmark_gpus != gpus]
+        took = reason == states.PRIORITY and detail.startswith(TOOK)
+        return [i for i in ids if (j := get(i)) is None or j.state != pending or i in touched
+                or (j.reason != reason or j.detail != detail) and not (took and _stays(j, verdict))
+                or j.earmark != earmark or j.earmark_gpus != gpus]
     return [i for i in ids if (j := get(i)) is None or j.state != pending or i in touched or j.earmark != earmark
             or j.earmark_gpus != gpus]
 
@@ -232,7 +258,7 @@ def _pend(w: _Work, job_id: int, verdict: Verdict, reasons: bool) -> Job | None:
         w.reject(Pending(job_id, *verdict), f"job {job_id} is not pending" + (f" ({j.state})" if j is not None else ""))
         return None
     if reasons:
-        if (j.reason, j.detail, j.earmark, j.earmark_gpus) == verdict:
+        if (j.reason, j.detail, j.earmark, j.earmark_gpus) == verdict or _stays(j, verdict):
             return None
         return tr.pend(j, *verdict)
     if (j.earmark, j.earmark_gpus) == verdict[2:]:

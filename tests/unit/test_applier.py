@@ -6,7 +6,7 @@ from labq.scheduler import policy
 from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.daemon.applier import apply_plan
 from labq.scheduler.jobs import states
-from labq.scheduler.jobs.plan import Cancel, Expire, Pending, Place, Plan, Preempt
+from labq.scheduler.jobs.plan import Cancel, Expire, Pending, Pendings, Place, Plan, Preempt
 from tests.harness import ClusterBuilder, G, cfg
 
 NOW = 1_000_000.0
@@ -114,3 +114,28 @@ def test_a_reason_makes_a_record_only_when_it_changed_and_without_reasons_only_a
     assert [(j.id, j.reason) for j in shown.pended] == [(2, states.PRIORITY), (3, states.PREEMPTING_FOR)]
     kept = apply_plan(p, jobs, jobs, nodes, NOW, reasons=False)
     assert [(j.id, j.reason, j.earmark) for j in kept.pended] == [(3, states.NONE, "n")]
+
+
+def test_a_resources_record_stays_where_the_pass_says_higher_priority_jobs_took_the_room():
+    """Issue 41: a job waiting on Resources whose pass found room at its start, taken by higher-priority
+    jobs, keeps its record (both are true after the pass), with the same expected start; any other
+    change of reason or start is written, with reasons or without."""
+    snap = ClusterBuilder(NOW).node("n", gpus=1).job(gpus=1).job(gpus=1).job(gpus=1).job(gpus=1).job(gpus=1).build()
+    jobs, nodes = state(snap)
+    took, at = "higher-priority jobs took the free resources in this pass", "; expected to start at 12:00 on n"
+    jobs[1] = tr.pend(jobs[1], states.RESOURCES, "no up node has 1xGPU, 1 CPUs, 0 B and a slot free")
+    jobs[2] = tr.pend(jobs[2], states.RESOURCES, "no up node has 1xGPU, 1 CPUs, 0 B and a slot free" + at)
+    jobs[3] = tr.pend(jobs[3], states.RESOURCES, "no up node has 1xGPU, 1 CPUs, 0 B and a slot free")
+    jobs[4] = tr.pend(jobs[4], states.PRIORITY, took)
+    jobs[5] = tr.pend(jobs[5], states.RESOURCES, "no up node has 1xGPU, 1 CPUs, 0 B and a slot free")
+    p = Plan(pending=(Pending(1, states.PRIORITY, took), Pending(2, states.PRIORITY, took + at),
+                      Pending(3, states.PRIORITY, took + at), Pending(4, states.RESOURCES, "no up node has it free"),
+                      Pending(5, states.PRIORITY, "behind job 1, which waits for resources (backfill off)")))
+    done = apply_plan(p, jobs, jobs, nodes, NOW)
+    assert [(j.id, j.reason, j.detail) for j in done.pended] == [
+        (3, states.PRIORITY, took + at), (4, states.RESOURCES, "no up node has it free"),
+        (5, states.PRIORITY, "behind job 1, which waits for resources (backfill off)")]
+    # The same verdicts as one run each (plan.Pendings, the class walk's): the same records.
+    runs = Plan(pending=Pendings([], [((1, 2), (states.PRIORITY, took + at, "", ())),
+                                             ((3,), (states.PRIORITY, took, "", ()))]))
+    assert [j.id for j in apply_plan(runs, jobs, jobs, nodes, NOW).pended] == [1]
