@@ -71,12 +71,10 @@ READS_OUTSIDE_THE_TICK: dict[str, str] = {}
 # a store in it (or in a method of its own it calls), is a read through the shell, which store_reads
 # cannot see by names (`self.s.snapshot(now)`). The ones left, as "decider file:method", each with its
 # owner and why; shrink, never grow. Gone (issue 40 item 1): handlers.State.snapshot and ended_states (the
-# handlers ask the state's pure `view` and `ended_view`; the ended records are the tick's, Unread(ended=)).
-READS_THROUGH_THE_SHELL: dict[str, str] = {
-    "scheduler/daemon/handlers.py:next_ids": "types: a big array's ids are taken from Redis at once (an INCRBY "
-    "ahead of the transaction, loop.next_ids), so that a deposed leader never hands out the same ids; a write, "
-    "the one thing the handlers ask of the shell",
-}
+# handlers ask the state's pure `view` and `ended_view`; the ended records are the tick's, Unread(ended=)),
+# and next_ids (a big array's INCRBY ahead of the transaction): a submit's Change names its ids
+# (Change.last_id) and the shell takes them as it commits.
+READS_THROUGH_THE_SHELL: dict[str, str] = {}
 
 # The modules that hold or make a Redis connection. Only scheduler/store/ imports them (at any depth of
 # a file, lazily or through importlib): everything else reaches Redis through store/'s functions and

@@ -1,5 +1,5 @@
 """The one plan applier: what a Plan does to the job records, re-checked against the state it is
-applied to. The daemon (`Scheduler._schedule`), the bookkeeper's stop policy and the simulator all
+applied to. The daemon (`planning.Planner._schedule`), the bookkeeper's stop policy and the simulator all
 call `apply_plan`; each commits (or replays) what it returns.
 
 Like Nomad's plan applier, it trusts nothing the planner said about the state: each decision is
@@ -278,7 +278,7 @@ def without(p: Plan, ids: Container[int]) -> Plan:
 
 def without_flips(p: Plan, jobs: Mapping[int, Job]) -> Plan:
     """`p` without the Resources/Priority flips of jobs already waiting for room: what a pass that
-    refills room freed within the tick leaves unwritten (loop._schedule)."""
+    refills room freed within the tick leaves unwritten (planning.Planner._schedule)."""
     return replace(p, pending=tuple(pd for pd in p.pending if not _flip(jobs.get(pd.job_id), pd)))
 
 

@@ -47,9 +47,9 @@ class Books(Protocol):
 
 
 class State(Protocol):
-    """What the handlers read of the scheduler, and the one thing they ask of it (job ids). The
-    daemon (daemon.Scheduler) is one; the handlers write nothing through it. What they read beyond
-    the state is what the tick read (`read`); where that lacks something they raise change.Unread."""
+    """What the handlers read of the scheduler (daemon.Scheduler is one); they ask nothing of it and
+    write nothing through it. What they read beyond the state is what the tick read (`read`); where
+    that lacks something they raise change.Unread. New job ids follow `seq` (Change.last_id)."""
     cfg: Config
     nodes: tuple[Node, ...]
     jobs: dict[int, Job]
@@ -59,7 +59,7 @@ class State(Protocol):
     estimator: Estimator      # run times learned from ended jobs, stamped on each submit
     read: Read                # what the tick read for the requests: ended records, the spent hash, ledger keys
     state: SchedulerState     # the state itself, for what plan() would see (its `view`, which changes nothing)
-    def next_ids(self, n: int) -> int: ...
+    seq: int                  # the last job id handed out
 
 
 def estimate_dict(job: Job, cfg: Config) -> dict[str, Any]:
@@ -120,7 +120,7 @@ class Handlers:
         _max_submit(template, n, tally, cfg)
         if body.get("test_only"):
             return Change(reply=self.test_only(template, now))
-        first = self.s.next_ids(n)
+        first = self.s.seq + 1     # taken as the change commits (Change.last_id)
         rests: dict[int, Rest | None] = {}
         if indices is None:
             jobs = [_numbered(template, first)]
@@ -131,7 +131,7 @@ class Handlers:
         ids = {"job_ids": list(range(first, first + n))} if n <= 1000 else {}
         # --hold-until-budget: taken all the same; it pends BudgetExhausted until the budget has room.
         held = {"budget_hold": unpaid} if unpaid else {}
-        return Change(jobs=jobs, rests=rests, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
+        return Change(jobs=jobs, rests=rests, last_id=first + n - 1, reply={"ok": True, "job_id": first, "count": n, "last_job_id": first + n - 1, **ids,
                                         "display": shown, **held})
 
     def test_only(self, job: Job, now: float) -> dict[str, Any]:

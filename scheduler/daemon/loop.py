@@ -78,6 +78,7 @@ class Scheduler:
     cfg, jobs, nodes = OfState[Config](), OfState[dict[int, Job]](), OfState[tuple[Node, ...]]()
     tally, estimator = OfState[Tally](), OfState[Estimator]()
     rests, ended, read = OfState[dict[int, Rest]](), OfState[dict[int, str]](), OfState[Read]()
+    seq = OfState[int]()
 
     # -- the loop --------------------------------------------------------------------------------
     def tick(self, now: float, woke: object = ()) -> bool:
@@ -262,6 +263,8 @@ class Scheduler:
         solo = c.batch is None
         batch = c.begin(st.usage) if c.batch is None else c.batch
         try:
+            if change.last_id:
+                self._take_ids(change.last_id)
             charges = c.new_charges(self.store, change)
             tasks = st.fresh_tasks(change.jobs, batch.jobs)
             usage = st.usage if tasks else st.usage_after(change.jobs, self.now)   # new tasks ended nothing
@@ -304,21 +307,20 @@ class Scheduler:
             self.written = 0
             release_memory()
 
-    def next_ids(self, n: int) -> int:
-        """The first of `n` new consecutive job ids. The leader hands ids out from memory and writes
-        the sequence with the batch (an INCRBY per submit was an fsync per submit). A big array's
-        records are written ahead of the transaction (writes.put_new_jobs), so its ids are taken
-        from Redis at once: a deposed leader that does not know it yet then gets ids no one else
-        holds, or finds the sequence moved and stops."""
+    def _take_ids(self, last: int) -> None:
+        """Hand out the new job ids a change names (state.seq + 1 .. `last`, Change.last_id). The leader
+        hands ids out from memory and writes the sequence with the batch (an INCRBY per submit was an
+        fsync per submit). A big array's records are written ahead of the transaction
+        (writes.put_new_jobs), so its ids are taken from Redis first: a deposed leader that does not
+        know it yet then gets ids no one else holds, or finds the sequence moved and stops."""
         st = self.state
-        first = st.seq + 1
+        n = last - st.seq
         if n >= writes.PREWRITE_MIN:
             got = self.store.advance_seq(st.seq - st.seq_written + n)
-            if got != st.seq + n:
+            if got != last:
                 raise StalePlanError("the job id sequence moved under this scheduler")
             st.seq_written = got
-        st.seq += n
-        return first
+        st.seq = last
 
     def replicas_ack(self) -> int:
         """redis.min_replicas_ack, or the `ack` of a sentinel:// URL given by the environment."""

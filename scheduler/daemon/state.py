@@ -245,7 +245,8 @@ class SchedulerState:
 
     def snapshot(self, now: float, spent: dict[str, int], ended: tuple[tuple[int, str], ...]) -> Snapshot:
         """What plan() sees at `now` (`view`), for the shell's pass: `spent` the budgets' settled spend,
-        `ended` (ended_states); it keeps which of the jobs are held tails (`tails`, applier.without)."""
+        `ended` (planning.Planner.ended_states); it keeps which of the jobs are held tails (`tails`,
+        applier.without)."""
         snap, self.tails = self.view(now, spent, ended, tuple(sorted(self.ended_shown.items())))
         return snap
 
@@ -288,7 +289,7 @@ class SchedulerState:
         return want, resting, shown
 
     def ended_wanted(self, extra: Job | None = None) -> tuple[list[int], dict[int, str]]:
-        """The shell's update (loop.ended_states): (ids, resting), the ended jobs depended on whose state
+        """The shell's update (planning.Planner.ended_states): (ids, resting), the ended jobs depended on whose state
         is not kept yet (sorted) and the resting tasks depended on (ended_query). Those no pending job
         depends on any more are forgotten."""
         want, resting, shown = self.ended_query(extra)
@@ -341,7 +342,7 @@ def window(nodes: Iterable[Node], cfg: Config) -> int:
 def _news(change: Change, tasks: bool, jobs: dict[int, Job], rests: dict[int, Rest]) -> bool:
     """Whether a plan could act on `change`: anything but new held pending jobs (a new held rest
     among them), replies and alerts. A tick whose commits are no news leaves planning to the tick's own
-    plan (loop._plan_due): one more pass per batch of held submits was most of a batch's fixed
+    plan (planning.Planner.due): one more pass per batch of held submits was most of a batch's fixed
     cost at 10,000 pending (issue 39 item 3)."""
     if change.charges or change.controls or change.dispatch or change.nodes or change.books:
         return True

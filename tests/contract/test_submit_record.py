@@ -19,7 +19,9 @@ def test_a_single_submit_numbers_its_template_and_copies_nothing(conns, monkeypa
     real = jobspec._copies
     monkeypatch.setattr(jobspec, "_copies", lambda job: copies.append(job) or real(job))
     # The handler decides from what the tick read (the budgets' spent hash): asked as the tick asks it.
-    one = s.inboxes.reads.decided(lambda: s.handlers.submit("alice", body, now)).jobs
+    first = s.inboxes.reads.decided(lambda: s.handlers.submit("alice", body, now))
+    s.commit(first)      # a submit's ids are handed out as its change commits (Change.last_id), not as it is decided
+    one = first.jobs
     two = s.inboxes.reads.decided(lambda: s.handlers.submit("alice", body, now)).jobs
     assert copies == []
     assert len(one) == len(two) == 1 and one[0] is not two[0] and two[0].id == one[0].id + 1
