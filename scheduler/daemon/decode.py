@@ -154,12 +154,34 @@ def request(fields: Mapping[str, str], eid: str, max_bytes: int) -> Request:
     op = fields.get("op")
     if not isinstance(op, str) or not _OP.match(op):
         raise UsageError(f"op: expected a request name like submit or cancel, got {bounds._short(op)}")
-    body = bounds.loads(fields.get("body") or "{}", f"{op}: body", max_bytes)
+    text = fields.get("body") or "{}"
+    body = _submit_body(text, max_bytes) if op == "submit" else bounds.loads(text, f"{op}: body", max_bytes)
     if not isinstance(body, dict):
         raise UsageError(f"{op}: body: expected a JSON object, got {type(body).__name__}")
     given = fields.get("expires")
     expires = _float("expires", given) if given is not None else None
     return Request(reply_id(fields, eid), op, body, expires)
+
+
+# Submit bodies parsed lately, by their text: a loop of `labq sub` from one shell sends the same text
+# (its ~1.5 KB exported environment included) again and again, and a parse was ~10 % of the scheduler's
+# CPU per request (issue 39). The same dict is handed to each: nothing downstream may change it (the
+# handlers read a body; jobspec.job_from_submit keys the jobs it made by this very object).
+SHARED_BODIES = 64
+_BODIES: dict[str, tuple[int, Any]] = {}
+
+
+def _submit_body(text: object, max_bytes: int) -> Any:
+    """bounds.loads of a submit's body, or the object an equal text gave lately."""
+    got = _BODIES.get(text) if type(text) is str else None
+    if got is not None and got[0] <= max_bytes:
+        return got[1]
+    body = bounds.loads(text, "submit: body", max_bytes)
+    if type(text) is str and isinstance(body, dict):
+        if len(_BODIES) >= SHARED_BODIES:
+            del _BODIES[next(iter(_BODIES))]
+        _BODIES[text] = (len(text.encode()), body)
+    return body
 
 
 def event(fields: Mapping[str, str], max_bytes: int) -> Event:
