@@ -13,10 +13,18 @@ def _per_node(k: Keys, n: str) -> list[tuple]:
             ("HGETALL", k.node_health(n))]
 
 
-def read(r, k: Keys, now: float, known: list[str]) -> tuple[list[str], tuple[Node, ...]]:
+def commands(k: Keys, known: list[str]) -> list[tuple]:
+    """What `read` asks in its round trip: the registered set, then the records of the `known` names."""
+    return [("SMEMBERS", k.nodes), *[c for n in known for c in _per_node(k, n)]]
+
+
+def read(r, k: Keys, now: float, known: list[str], got: list | None = None) -> tuple[list[str], tuple[Node, ...]]:
     """(the registered names, sorted; the nodes at `now`). `known`: the names read last time, whose
-    records are asked for with the set; a set that changed costs a second round trip."""
-    got = wire.call(r, [("SMEMBERS", k.nodes), *[c for n in known for c in _per_node(k, n)]])
+    records are asked for with the set; a set that changed costs a second round trip. `got`: the
+    replies to `commands(k, known)` where another round trip carried them (the loop's wait for a
+    wake-up, store/requestq.py), decoded."""
+    if got is None:
+        got = wire.call(r, commands(k, known))
     if got is None:
         return _slow(r, k, now)
     names = sorted(got[0])

@@ -99,7 +99,11 @@ class SchedulerStore(RequestList):
                 return False
 
     def leader(self) -> str | None:
-        """Who holds the leader lease now (None: nobody)."""
+        """Who holds the leader lease now (None: nobody): as the loop's wait for a wake-up read it
+        the moment it returned, where that was just now (requestq.woken), else read."""
+        woke = self.woken("leader")
+        if woke is not None:
+            return woke[0]
         got = wire.call(self.r, [("GET", self.k.leader)])
         return got[0] if got is not None else self.r.get(self.k.leader)
 
@@ -202,7 +206,10 @@ class SchedulerStore(RequestList):
         return int(self.r.get(self.k.seq) or 0)
 
     def nodes(self, now: float) -> tuple[Node, ...]:
-        self._node_names, got = noderows.read(self.r, self.k, now, self._node_names)
+        woke = self.woken("nodes")      # read with the wake-up just now: (the names asked, the replies)
+        if woke is not None and woke[0] != self._node_names:
+            woke = None
+        self._node_names, got = noderows.read(self.r, self.k, now, self._node_names, woke and woke[1])
         return got
 
     def spent(self) -> dict[str, int]:
