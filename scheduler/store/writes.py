@@ -3,12 +3,12 @@ import json
 import time
 from dataclasses import replace
 from itertools import chain, groupby, repeat
-from operator import attrgetter
 
 from ..jobs import states
 from ..money.periods import field as spent_field
 from . import acctrows, codec, envs, resp, statrows
 from .keys import Keys
+from .splice import ALIKE, ID, INDEX, cut, texts
 
 REPLY_TTL = 600
 DONE_TTL = 86400
@@ -24,7 +24,7 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
     new jobs; None: any); an active job outside it is there already and is not added again (a pass
     that gives 10,000 jobs a new reason sent 20,000 ZADD arguments for nothing)."""
     active, ended, stale, records, rows, acct = {}, {}, [], {}, {}, {}
-    for job, record, row in _texts(jobs):
+    for job, record, row in texts(jobs):
         records[k.job(job.id)] = record
         if job.state in states.ACTIVE:
             if new is None or job.id in new:
@@ -51,39 +51,6 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
         p.hset(k.acct_rows, mapping=acct)
     if stale:
         p.delete(*stale)
-
-
-def _texts(jobs):
-    """(job, record, row or None) of each job, in order: what codec.dumps and statrows.dumps give (as
-    bytes where spliced; for an ended job, acctrows.redis_row's in place of statrows.dumps's). Runs of array tasks alike but for id and index (a pass giving a
-    10,000-task array a new reason, twice: `Priority` while others start, then `Resources`) are
-    encoded once with stand-ins and each task's texts spliced from the pieces, as _encoded_runs does:
-    encoding every record and row was a quarter of such a pass."""
-    jobs = list(jobs)
-    i, n = 0, len(jobs)
-    while i < n:
-        job, j = jobs[i], i + 1
-        if job.array_id is not None and not job.attempts:
-            same = _ALIKE(job)
-            while j < n and not jobs[j].attempts and _ALIKE(jobs[j]) == same:
-                j += 1
-        if j - i > 1:
-            stand = replace(job, id=_ID, array_index=_INDEX)
-            # A run is alike but for id and index: one state. An ended run (a pending array
-            # cancelled) gets its acct rows spliced alike, in place of the stat rows it has no use for.
-            of = statrows.dumps if job.state in states.ACTIVE else acctrows.redis_row
-            rec, row = _cut(codec.dumps(stand)), _cut(of(stand))
-            if rec is not None and row is not None:
-                (ra, rb, rc, _), (wa, wb, wc, _) = rec, row
-                join = b"".join
-                for x in jobs[i:j]:
-                    ib, xb = b"%d" % x.id, b"%d" % x.array_index
-                    yield x, join((ra, ib, rb, xb, rc)), join((wa, ib, wb, xb, wc))
-                i = j
-                continue
-        for x in jobs[i:j]:
-            yield x, codec.dumps(x), None
-        i = j
 
 
 def put_charge(p, k: Keys, charge, now: float, period: str = "") -> None:
@@ -241,8 +208,6 @@ def drop_unindexed(r, k: Keys, ids) -> None:
         r.hdel(k.stat_rows, *ids)
 
 
-_ID, _INDEX = -7_777_777_771, -7_777_777_772     # stand-ins, replaced in the encoded text
-_ALIKE = attrgetter(*(n for n in codec.JOB_NAMES if n not in ("id", "array_index")))
 RUN_MAX = 4096      # tasks per encoded run: what put_new_jobs holds beyond a chunk
 
 
@@ -250,17 +215,6 @@ def _bulk2(key: str, value: str) -> bytes:
     """A key and its value as two RESP bulk strings (MSET's or HSET's arguments)."""
     kb, vb = key.encode(), value.encode()
     return b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(kb), kb, len(vb), vb)
-
-
-def _cut(text: str):
-    """`text` (of a job with the stand-ins) as bytes cut around them: (before id, between, after),
-    or None unless each stand-in occurs once, the id's first."""
-    t, i, x = text.encode(), str(_ID).encode(), str(_INDEX).encode()
-    if t.count(i) != 1 or t.count(x) != 1 or t.index(i) > t.index(x):
-        return None
-    a, rest = t.split(i)
-    b, c = rest.split(x)
-    return a, b, c, len(a) + len(b) + len(c)
 
 
 def _encoded(k: Keys, jobs):
@@ -280,15 +234,15 @@ def _encoded_runs(k: Keys, jobs, tasks=None):
     jobspec.expand made them, which are alike by construction), tasks that are still those very
     objects: one identity test, not a look at 67 fields. A task that differs otherwise, or text in
     which a stand-in is not unique, is encoded on its own."""
-    kcut = _cut(k.job(_ID) + str(_INDEX))          # the key: (prefix, "", "", …)
+    kcut = cut(k.job(ID) + str(INDEX))          # the key: (prefix, "", "", …)
     tasks = tasks or {}
     i, n = 0, len(jobs)
     while i < n:
         job = jobs[i]
         tmpl = None
         if job.array_id is not None and not job.attempts and kcut is not None:
-            stand = replace(job, id=_ID, array_index=_INDEX)
-            tmpl = (_cut(codec.dumps(stand)), _cut(statrows.dumps(stand)))
+            stand = replace(job, id=ID, array_index=INDEX)
+            tmpl = (cut(codec.dumps(stand)), cut(statrows.dumps(stand)))
         if tmpl is None or tmpl[0] is None or tmpl[1] is None:
             _, rec, row = next(_encoded(k, (job,)))
             yield [job.id], rec, row
@@ -300,8 +254,8 @@ def _encoded_runs(k: Keys, jobs, tasks=None):
             while j < end and _made(made, jobs[j], aid):
                 j += 1
         else:
-            same = _ALIKE(job)
-            while j < end and not jobs[j].attempts and _ALIKE(jobs[j]) == same:
+            same = ALIKE(job)
+            while j < end and not jobs[j].attempts and ALIKE(jobs[j]) == same:
                 j += 1
         yield _spliced(kcut[0], tmpl[0], tmpl[1], jobs[i:j])
         i = j

@@ -244,7 +244,7 @@ def test_an_array_changed_in_its_own_batch_is_written_and_counted_as_its_jobs_ar
 
 def test_passes_that_change_many_reasons_keep_records_rows_and_index_equal_to_the_jobs(real_conns):
     """Reasons given to a big array's tasks pass after pass are written from one template per run
-    (writes._texts), and jobs already in the active index are not added again: the records, rows
+    (splice.texts), and jobs already in the active index are not added again: the records, rows
     and index still equal the scheduler's jobs."""
     from labq.scheduler.store import statrows
     r, raw = real_conns

@@ -9,7 +9,7 @@ from hypothesis import example, given, settings, strategies as st
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.jobspec import expand
 from labq.scheduler.jobs.model import Attempt, Job
-from labq.scheduler.store import acctrows, codec, statrows, writes
+from labq.scheduler.store import acctrows, codec, splice, statrows, writes
 from labq.scheduler.store.keys import Keys
 
 K = Keys("labq")
@@ -72,7 +72,7 @@ def test_runs_are_the_records_one_by_one(first, n, step, lo, changes, made, run_
                 max_size=6), st.booleans())
 @example(1, 2, 1, 0, [(0, "ended"), (1, "ended")], False)     # a run of ended tasks: acct rows (seen in CI)
 def test_texts_of_a_batch_are_each_jobs_own(first, n, step, lo, changes, plain_first):
-    """writes._texts (put_jobs' records and rows, runs of alike array tasks spliced from one template)
+    """splice.texts (put_jobs' records and rows, runs of alike array tasks spliced from one template)
     gives each job the record codec.dumps gives and, where it gives one, the row statrows.dumps gives (an
     ended job: the acct row acctrows.redis_row gives)."""
     template = Job(id=0, user="ann", account="x", name="t", argv=("python", "ü.py"), submit_time=1.5)
@@ -88,7 +88,7 @@ def test_texts_of_a_batch_are_each_jobs_own(first, n, step, lo, changes, plain_f
                         "ended": replace(j, state=states.CANCELLED, end_time=3.0)}[c]
     if plain_first:
         jobs.insert(0, replace(template, id=first - 1))
-    got = list(writes._texts(iter(jobs)))
+    got = list(splice.texts(iter(jobs)))
     assert [g[0] for g in got] == jobs
     for j, rec, row in got:
         assert (rec if isinstance(rec, bytes) else rec.encode()) == codec.dumps(j).encode()
