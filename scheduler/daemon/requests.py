@@ -114,7 +114,7 @@ class Inboxes:
         if not isinstance(sender, str) or sent is None:
             return sender
         sent[sender] += 1
-        sent[(sender, "bytes")] += sum(len(v) for v in fields.values())
+        sent[(sender, "bytes")] += sum(map(len, fields.values()))
         return triage.bounded(sender, sent[sender], sent[(sender, "bytes")])
 
     def _recover_pending(self, now: float) -> None:
