@@ -23,7 +23,9 @@ order without importing the planner (policy/__init__.py: ~70 ms of CPU, issue 39
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from operator import attrgetter
+from functools import partial
+from itertools import compress, repeat
+from operator import add, and_, attrgetter, eq, itemgetter, lt, mul, neg, not_, sub, truediv
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .money import fairshare
@@ -111,6 +113,59 @@ def ordered(pending: Sequence[Job], now: float, usage: dict[str, float], cfg: Co
         keyed.append((-score, j.submit_time, j.id, i))
     keyed.sort()      # plain tuples, no key function: ids are unique, so the index never decides
     return [pending[t[3]] for t in keyed]
+
+
+def ranked(ids: Sequence[int], users: Sequence[str], accounts: Sequence[str], qoses: Sequence[str],
+           submits: Sequence[float], now: float, usage: dict[str, float], cfg: Config
+           ) -> tuple[list[int], dict[int, Factors]] | None:
+    """`ordered` and `factors` of pending jobs given column by column (ids, users, accounts, QoS names,
+    submit times; one place per job): (the places in `ordered`'s order, `factors`' dict). The very
+    floats: each sum is made of the same terms in the same order, but by C loops over the columns
+    (map with operator's functions) where those two run Python code per job: `labq prio` at 10,000
+    pending jobs (issue 39 item 4). None where the short-job term is on (a Python call per job:
+    take those two) or the age weight is negative (the age term's `min` below is `ordered`'s `if`
+    only for a weight ≥ 0)."""
+    w = cfg.priority
+    qw, aw, fw, bw, sw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty, w.short_job_weight
+    if sw or aw < 0:
+        return None
+    fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
+    bursting = burst_columns(ids, users, submits, w.burst_jobs, w.burst_window) if bw else set()
+    waits = list(map(sub, repeat(now), submits))
+    age_max = w.age_max or 1
+    # ordered: qos + (aw if wait·per_s ≥ aw else max(wait, 0)·per_s) + fair share − burst
+    per_s = aw / age_max
+    qos_o = {q.name: q.priority * qw for q in cfg.qos}
+    fs_o = {a: fw * v for a, v in fs.items()}
+    score: Iterable[float] = map(add, map(add, map(qos_o.get, qoses, repeat(0.0)),
+                                          map(min, map(mul, map(max, waits, repeat(0.0)), repeat(per_s)), repeat(aw))),
+                                 map(fs_o.get, accounts, repeat(fw)))
+    burst = list(map({True: 1.0, False: 0.0}.__getitem__, map(bursting.__contains__, ids)))
+    if bursting:
+        score = map(sub, score, map(mul, repeat(bw), burst))     # bw·1.0 is bw's value, bw·0.0 is 0.0
+    order = list(map(itemgetter(3), sorted(zip(map(neg, score), submits, ids, range(len(ids))))))
+    # factors: qw·qos + aw·age + fw·share − bp·burst + sw·short (short 0.0: the term is off)
+    q = list(map({x.name: float(x.priority) for x in cfg.qos}.get, qoses, repeat(0.0)))
+    age = list(map(min, map(truediv, map(max, waits, repeat(0.0)), repeat(age_max)), repeat(1.0)))
+    share = list(map(fs.get, accounts, repeat(1.0)))
+    total = map(add, map(sub, map(add, map(add, map(mul, repeat(qw), q), map(mul, repeat(aw), age)),
+                                  map(mul, repeat(fw), share)), map(mul, repeat(bw), burst)), repeat(sw * 0.0))
+    made = map(partial(tuple.__new__, Factors), zip(ids, q, age, share, burst, total, repeat(0.0)))
+    return order, dict(zip(ids, made))
+
+
+def burst_columns(ids: Sequence[int], users: Sequence[str], submits: Sequence[float], allowance: int,
+                  window: float) -> set[int]:
+    """burst_tail's ids from columns (as `ranked` takes them), by C loops: the jobs sorted by (user,
+    submit time, id), the job at place k is in the tail when the one at k − allowance is the same
+    user's and `not` submitted earlier than the window before it."""
+    if allowance <= 0:
+        return set(ids)
+    keyed = sorted(zip(users, submits, ids))
+    us, ts = list(map(itemgetter(0), keyed)), list(map(itemgetter(1), keyed))
+    tail = map(and_, map(eq, us, us[allowance:]),
+               map(not_, map(lt, ts, map(sub, ts[allowance:], repeat(window)))))
+    return set(compress(list(map(itemgetter(2), keyed))[allowance:], tail))
 
 
 def scorer(now: float, usage: dict[str, float], cfg: Config, bursting: Collection[int]) -> Callable[[Job], Score]:
