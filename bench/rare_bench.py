@@ -5,10 +5,17 @@ against `labq sub`'s, each a whole `labq` process on a private stack (redis-serv
 the reaped child's user + system (live_bench.timed); min and median of n runs.
 
     .venv/bin/python bench/rare_bench.py [--quick] [--pending N]   # one line per command; bench/run.py takes rows()
+    .venv/bin/python bench/rare_bench.py --pending 10000 --vs /work/bench/tree [--rounds 7]   # A/B, below
 
 --pending N first submits N held single jobs (20 client processes, as live_bench.py's drains leave
 10,000 before bench/run.py measures these): `prio`, `report`, `budget`, `nodes` and `share` cost most
 where the queue is long.
+
+--vs TREE measures side by side: on the one stack, each command (`stat` too) is run by TREE's `labq`
+(its .venv, TREE on PYTHONPATH) and by this checkout's, alternately, `--rounds` times; each side with
+its own settings cache. Both read the same rows, so TREE must keep this checkout's row shape
+(statrows.ROWS_VERSION). It prints min/median CPU of each side, the ratio to that side's `sub -H`,
+and the load average before and after each command.
 """
 import os
 import shutil
@@ -62,6 +69,34 @@ def rows(bs, quick: bool) -> list[Row]:
                                        f"(min/median ms CPU: {note}); {active:,} active jobs; load {load[0]:.1f}")]
 
 
+AB = (("sub", "-A", "parked", "-H", "--", "true"), ("stat",), ("prio",), ("report",), ("budget",), ("nodes",),
+      ("share",), ("acct",))
+
+
+def side_by_side(bs, tree: str, rounds: int, extra=()) -> None:
+    """Each of AB (and `extra`) run by TREE's labq and this checkout's in turn, `rounds` times."""
+    tree = os.path.abspath(tree)
+    sides = {"base": ([os.path.join(tree, ".venv", "bin", "labq")],
+                      dict(user_env(bs), PYTHONPATH=tree, XDG_CACHE_HOME=os.path.join(bs.dir, "cache-base"))),
+             "new": (labq_command(), dict(user_env(bs), XDG_CACHE_HOME=os.path.join(bs.dir, "cache-new")))}
+    for cmd, env in sides.values():     # the settings caches filled, as after a user's first command
+        timed(cmd + ["--config", bs.cfg_path, "stat"], env, bs.work, 1)
+    sub = {}
+    print(f"{'command':<24} {'base min/median':>16} {'new min/median':>16}   new/base   vs sub (base, new)   load")
+    for args in AB + tuple(extra):
+        cpu = {s: [] for s in sides}
+        load0 = os.getloadavg()[0]
+        for _ in range(rounds):
+            for s, (cmd, env) in sides.items():
+                cpu[s] += timed(cmd + ["--config", bs.cfg_path, *args], env, bs.work, 1)[1]
+        if args[0] == "sub":
+            sub = {s: min(c) for s, c in cpu.items()}
+        b, n = cpu["base"], cpu["new"]
+        print(f"{' '.join(args)[:24]:<24} {min(b):7.1f} /{statistics.median(b):6.1f} {min(n):8.1f} /{statistics.median(n):6.1f}"
+              f"   {min(n) / min(b):7.2f}x   {min(b) / sub['base']:5.2f}x {min(n) / sub['new']:5.2f}x"
+              f"   {load0:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main() -> int:
     quick = "--quick" in sys.argv
     pending = int(sys.argv[sys.argv.index("--pending") + 1]) if "--pending" in sys.argv else 0
@@ -72,6 +107,12 @@ def main() -> int:
         if pending:
             drain(bs, 20, -(-pending // 20))
             print(f"{bs.client.store.r.zcard(bs.client.k.active):,} active jobs", flush=True)
+        if "--vs" in sys.argv:
+            rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 7
+            extra = [("prio", "--json")] if "--json" in sys.argv else []
+            side_by_side(bs, sys.argv[sys.argv.index("--vs") + 1], rounds, extra)
+            print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            return 0
         for name, w, c in measure(bs, quick):
             print(f"labq {name:<28} CPU min {min(c):5.0f} median {statistics.median(c):5.0f} ms   "
                   f"wall min {min(w):5.0f} median {statistics.median(w):5.0f} ms", flush=True)
