@@ -4,8 +4,9 @@ import gc
 import time
 from collections import namedtuple
 from functools import partial
-from itertools import repeat
-from operator import attrgetter, itemgetter
+from itertools import compress, repeat
+from math import copysign
+from operator import attrgetter, itemgetter, lt, mul, not_
 from types import SimpleNamespace
 
 from labq.scheduler import multifactor  # the planner's own formulas, without importing the planner
@@ -137,7 +138,8 @@ def _run(ctx, user, account, expand, as_json) -> None:
     # settings cache; the jobs from their `stat` rows, not the records (pending_jobs)
     cfg, c, now = Books(ctx.books), ctx.thin, time.time()
     order, f, usage = ranked(c, now, cfg)
-    shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)]
+    shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)] \
+        if user or account else order
     w = cfg.priority
     if as_json:
         return echo_json({"weights": {k: w[k] for k in ("qos_weight", "age_weight", "fairshare_weight",
@@ -161,12 +163,15 @@ def _table(shown, f, w, expand: bool) -> str:
                                           "short_job_weight"))
     xs = list(map(f.__getitem__, map(attrgetter("id"), shown)))
     two = "{:.2f}".format
+
+    def part(weight, name):     # weight × each job's factor `name`, by map
+        return list(map(mul, repeat(weight), map(attrgetter(name), xs)))
     cols = [list(map(attrgetter(a), shown)) for a in ("user", "account", "qos")] + [
-        list(map(two, map(attrgetter("priority"), xs))), _each([qw * x.qos for x in xs], two),
-        list(map(two, [aw * x.age for x in xs])), _each([fw * x.fairshare for x in xs], two),
+        list(map(two, map(attrgetter("priority"), xs))), _each(part(qw, "qos"), two),
+        list(map(two, part(aw, "age"))), _each(part(fw, "fairshare"), two),
         _each(list(map(attrgetter("burst"), xs)), lambda b: f"-{bp * b:.2f}" if b else "0")]
     if sw:
-        cols.append(list(map(two, [sw * x.short for x in xs])))
+        cols.append(list(map(two, part(sw, "short"))))
     headers = HEADERS + ((SHORT,) if sw else ())
     if not any(map(attrgetter("array_id"), shown)):
         return statview.columns([list(map(str, map(attrgetter("id"), shown))), *cols], headers)
@@ -184,7 +189,12 @@ def _table(shown, f, w, expand: bool) -> str:
 
 
 def _each(values: list, fmt) -> list:
-    """fmt of each value, each distinct value formatted once; a zero each time (0.0 and -0.0 are one
-    key of a dict, and print apart)."""
+    """fmt of each value, each distinct value formatted once; a zero each time where some zero is
+    -0.0 (0.0 and -0.0 are one key of a dict, and may print apart)."""
     d = {v: fmt(v) for v in set(values)}
-    return [d[v] if v else fmt(v) for v in values] if 0.0 in d else list(map(d.__getitem__, values))
+    if 0.0 in d and fmt(0.0) != fmt(-0.0) and any(map(lt, map(copysign, repeat(1.0),
+                                                                  compress(values, map(not_, values))), repeat(0.0))):
+        return [d[v] if v else fmt(v) for v in values]
+    if 0.0 in d:
+        d[0.0] = fmt(0.0)       # the key may be a -0.0 that fmt prints alike
+    return list(map(d.__getitem__, values))

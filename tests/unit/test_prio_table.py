@@ -59,3 +59,11 @@ def test_the_table_prints_what_the_row_by_row_formatter_printed(seed):
             assert prio._table(jobs, f, w, expand) == _old(jobs, f, w, expand), (seed, short, expand)
     w = prio.Weights(dict(qos_weight=1.0, age_weight=1.0, fairshare_weight=1.0, burst_penalty=1.0, short_job_weight=0))
     assert prio._table([], {}, w, False) == _old([], {}, w, False)
+
+
+@pytest.mark.parametrize("values", [[0.0, -0.0, 1.5, 0.0], [-0.0, 0.0, -0.0], [0.0, 2.0] * 50, [-0.0] * 3, [], [1.0, 1.0]])
+def test_each_formats_every_value_as_fmt_does_signed_zeros_too(values):
+    two = "{:.2f}".format
+    assert prio._each(list(values), two) == list(map(two, values))
+    burst = lambda b: f"-{20.0 * b:.2f}" if b else "0"     # noqa: E731 - _table's burst cell
+    assert prio._each(list(values), burst) == list(map(burst, values))
