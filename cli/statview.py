@@ -50,24 +50,13 @@ def table(rows, headers) -> str:
 
 
 def columns(cols, headers) -> str:
-    """`table` from its columns (lists of str). Column by column, in C: `acct` prints ~100k rows of a
-    month and `stat` 10,000. The first column (ids) is padded cell by cell; the others mostly repeat a
-    few values (users, states, $0.00), each padded once and looked up."""
-    padded = []
-    last = len(headers) - 1
-    for i, (h, col) in enumerate(zip(headers, cols)):
-        if i == last:          # not padded: rstrip then returns most lines as they are
-            padded.append([h, *col])
-            continue
-        if i == 0:
-            w = max(len(h), max(map(len, col), default=0))
-            padded.append(list(map(str.ljust, [h, *col], repeat(w))))
-            continue
-        seen = set(col)
-        w = max(len(h), max(map(len, seen), default=0))
-        pad = {v: v.ljust(w) for v in seen}
-        padded.append([h.ljust(w), *map(pad.__getitem__, col)])
-    return "\n".join(map(str.rstrip, map("  ".join, zip(*padded))))
+    """`table` from its columns (lists of str), in C: `acct` prints ~100k rows of a month, `stat` and
+    `prio` 10,000. Each column's width is its longest cell's (one pass of len); each line is then one
+    %-format of its cells (`%-Ws  %-Ws  …  %s`: padded as str.ljust pads, the last cell not), no
+    padded copy of every cell and no join per line."""
+    widths = [max(len(h), max(map(len, col), default=0)) for h, col in zip(headers[:-1], cols)]
+    line = "  ".join([*(f"%-{w}s" for w in widths), "%s"])
+    return "\n".join(map(str.rstrip, map(line.__mod__, [tuple(headers), *zip(*cols)])))
 
 
 STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODES", "NODE(REASON)"]
