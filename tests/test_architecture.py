@@ -677,7 +677,7 @@ STRICT_CORE = ["policy", "policy.capacity", "policy.classes", "policy.backfill",
                "settings.sections", "security.members", "daemon.journal", "units", "settings.config", "settings.clientconf",
                "settings.configcheck", "settings.clientcache", "money.pricing", "money.alerts", "jobs.bounds",
                "jobs.estimate", "jobs.exportenv", "jobs.rest", "security.private",
-               "money.balance", "money.report"]
+               "money.balance", "money.report", "jobs.jobspec"]
 
 
 def test_mypy_is_strict_on_the_deciding_core():

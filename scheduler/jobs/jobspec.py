@@ -1,5 +1,7 @@
 """Submit requests → job records, validated field by field. Requests come from an inbox anyone can
 write, so nothing here trusts its input: each bad field is a UsageError naming the field."""
+from __future__ import annotations
+
 import os
 import re
 from collections import deque
@@ -14,7 +16,14 @@ from .model import DEPENDENCY_KINDS, JOB_SETTERS, JOB_VALUES, Job
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # for annotations only: `labq show`/`wait`/`logs` resolve ids here without the config (~20 ms)
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
     from ..settings.config import Config
+
+    Body = dict[str, Any]                          # a submit request's body, as decoded (untrusted)
+    Lookup = Callable[[str], list[int]]            # the ids a dependency's text names (handlers.dep_ids)
+    Deps = tuple[tuple[str, tuple[int, ...]], ...]
 
 HELD_DETAIL = "held (labq release ID to let it run)"     # plan()'s detail for a held job (a test keeps them equal)
 _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
@@ -22,16 +31,20 @@ _STR = ("name", "account", "project", "qos", "budget", "gpu_type", "out", "err")
 SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG"})
 
 
-def _int(body, key, lo, default=None, optional=False, hi=bounds.MAX_INT):
+def _int(body: Body, key: str, lo: int, default: int | None = None, hi: int = bounds.MAX_INT) -> int:
     v = body.get(key, default)
     if type(v) is int and lo <= v <= hi:      # the usual case, before the checks that name what is wrong
         return v
-    if v is None and optional:
-        return None
     return bounds.integer(key, v, lo, hi)
 
 
-def _bool(body, key, default=False):
+def _opt_int(body: Body, key: str, lo: int, hi: int = bounds.MAX_INT) -> int | None:
+    """_int of a field that may be absent or null (None)."""
+    v = body.get(key)
+    return None if v is None else _int(body, key, lo, hi=hi)
+
+
+def _bool(body: Body, key: str, default: bool = False) -> bool:
     v = body.get(key, default)
     if not isinstance(v, bool):
         raise UsageError(f"{key}: expected true or false, got {v!r}")
@@ -45,12 +58,12 @@ def _bool(body, key, default=False):
 # names a begin time, a deadline (both checked against now) or dependencies (read from the queue) is
 # made afresh each time. Held by id, with the body itself, so that an id is never reused while kept.
 SHARED_TEMPLATES = 64
-_MADE: dict = {}
+_MADE: dict[int, tuple[Body, str, Config, Job]] = {}
 _SET_SUBMIT_TIME = getattr(Job, "submit_time").__set__
 _NOW_OR_QUEUE = ("begin", "deadline", "dependency")
 
 
-def job_from_submit(body: dict, user: str, cfg: "Config", now: float, lookup=None) -> Job:
+def job_from_submit(body: Body, user: str, cfg: Config, now: float, lookup: Lookup | None = None) -> Job:
     """A pending job (id 0, to be assigned) from a submit request's body. `lookup(text)` gives the
     ids of the jobs a dependency names (`42`: the job, or every task of array 42; `42_3`: one
     task), empty when there is none; without it a submit with dependencies is refused. A new Job
@@ -70,11 +83,11 @@ def job_from_submit(body: dict, user: str, cfg: "Config", now: float, lookup=Non
     return job
 
 
-def _job_from_submit(body: dict, user: str, cfg: "Config", now: float, lookup=None) -> Job:
+def _job_from_submit(body: Body, user: str, cfg: Config, now: float, lookup: Lookup | None = None) -> Job:
     argv, script, workdir, tags = _command(body)
-    time_limit = _int(body, "time_limit", 1, optional=True) or cfg.default_time
+    time_limit = _opt_int(body, "time_limit", 1) or cfg.default_time
     bounds.time_limit("time_limit", time_limit, cfg.max_time_limit)
-    est = _int(body, "est", 1, optional=True)
+    est = _opt_int(body, "est", 1)
     if est is not None:
         bounds.time_limit("est", est, cfg.max_time_limit)
     warn_signal = body.get("signal")
@@ -91,7 +104,7 @@ def _job_from_submit(body: dict, user: str, cfg: "Config", now: float, lookup=No
     held = body.get("hold", False)
     if not isinstance(held, bool):
         raise UsageError(f"hold: expected true or false, got {held!r}")
-    ckpt_code = _int(body, "checkpoint_exit_code", 1, optional=True)
+    ckpt_code = _opt_int(body, "checkpoint_exit_code", 1)
     if ckpt_code is not None and ckpt_code > 255:
         raise UsageError(f"checkpoint_exit_code: expected 1–255, got {ckpt_code}")
     qos = body.get("qos") or "normal"
@@ -115,7 +128,7 @@ def _job_from_submit(body: dict, user: str, cfg: "Config", now: float, lookup=No
         project=intern(body.get("project", "")), qos=intern(qos), budget=intern(body.get("budget", "")),
         workdir=intern(workdir), gpus=_int(body, "gpus", 0, 0), gpu_type=intern(body.get("gpu_type", "")),
         cpus=_int(body, "cpus", 1, 1), mem=_int(body, "mem", 0, 0), nodes=_int(body, "nodes", 1, 1, hi=bounds.MAX_NODES),
-        time_limit=time_limit, est=est, max_wait=_int(body, "max_wait", 0, optional=True, hi=bounds.MAX_AHEAD),
+        time_limit=time_limit, est=est, max_wait=_opt_int(body, "max_wait", 0, hi=bounds.MAX_AHEAD),
         out=intern(body.get("out", "")), err=intern(body.get("err", "")),
         tags=tuple((k, v) for k, v in tags), submit_time=now, warn_signal=warn_signal,
         checkpoint_exit_code=ckpt_code, begin=float(begin) if begin is not None else None, held=held, request_id=str(body.get("rid", "")),
@@ -131,10 +144,10 @@ def _job_from_submit(body: dict, user: str, cfg: "Config", now: float, lookup=No
 # argv tuple shared with the last equal ones, they are held once; codec.from_dict does the same for
 # records loaded from Redis.
 SHARED_ARGVS = 256
-_ARGVS: dict = {}
+_ARGVS: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def shared_argv(argv: list) -> tuple:
+def shared_argv(argv: Iterable[str]) -> tuple[str, ...]:
     """tuple(argv), or the equal tuple a recent submit made (its strings interned)."""
     t = tuple(argv)
     got = _ARGVS.get(t)
@@ -145,7 +158,7 @@ def shared_argv(argv: list) -> tuple:
     return got
 
 
-def _command(body) -> tuple[list, str | None, str, list]:
+def _command(body: object) -> tuple[list[str], str | None, str, list[list[str]]]:
     """(argv, script, workdir, tags) of a submit body, checked."""
     if not isinstance(body, dict):
         raise UsageError("submit: expected a JSON object")
@@ -169,7 +182,8 @@ def _command(body) -> tuple[list, str | None, str, list]:
     return argv, script, workdir, tags
 
 
-def _run_policy(body: dict, now: float, time_limit: int, begin, ckpt_code, lookup) -> dict:
+def _run_policy(body: Body, now: float, time_limit: int, begin: float | None, ckpt_code: int | None,
+                lookup: Lookup | None) -> dict[str, Any]:
     """Dependencies, deadline, retries and requeue, preemptibility, memory limit: Job fields."""
     deps = resolve_deps(parse_dependency(body.get("dependency")), lookup or (lambda text: []))
     retries = _int(body, "retries", 0, 0)
@@ -202,7 +216,7 @@ def _run_policy(body: dict, now: float, time_limit: int, begin, ckpt_code, looku
                 requeue_on_timeout=_bool(body, "requeue_on_timeout"), preemptible=preemptible, mem_limit=mem_limit)
 
 
-def array_range(body: dict, max_array: int = bounds.DEFAULT_MAX_ARRAY) -> list[int] | None:
+def array_range(body: Body, max_array: int = bounds.DEFAULT_MAX_ARRAY) -> list[int] | None:
     """The task indices of `-a LO-HI[:STEP]`, as [lo, hi, step] in the request, or None. The count
     is checked by arithmetic first: `[0, 10**19, 1]` is refused, never expanded."""
     a = body.get("array")
@@ -214,7 +228,7 @@ def array_range(body: dict, max_array: int = bounds.DEFAULT_MAX_ARRAY) -> list[i
     return list(range(a[0], a[1] + 1, a[2]))
 
 
-class Tasks(list):
+class Tasks(list[Job]):
     """The tasks of one new array as `expand` made them: task k is alike to task 0 in every field but
     id and array_index. The committer uses that: a task still this very object when the batch is
     written (nothing in the batch replaced it) is staged and encoded without a look at its fields."""
@@ -238,7 +252,7 @@ def expand(template: Job, first_id: int, indices: list[int] | None, throttle: in
     return out
 
 
-def _copies(job: Job):
+def _copies(job: Job) -> Callable[[int, int | None], Job]:
     """`copy(id, array_index)`: a new Job equal to `job` but for those two, each slot set by its
     descriptor (the descriptors called by map, not a loop), never through Job()."""
     setters, values = JOB_SETTERS, JOB_VALUES(job)
@@ -254,7 +268,7 @@ def _copies(job: Job):
     return copy
 
 
-def array_throttle(body: dict) -> int | None:
+def array_throttle(body: Body) -> int | None:
     t = body.get("array_throttle")
     if t is None:
         return None
@@ -266,7 +280,7 @@ MAX_DEP_JOBS = 10_000       # job ids one job may depend on, array tasks counted
 _DEP_ID = re.compile(r"^\d+(?:_\d+)?$")
 
 
-def parse_dependency(text) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def parse_dependency(text: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """`afterok:12:13,afternotok:14,singleton` (SLURM's syntax; `,` = all of) → ((kind, (id text, …)), …).
     An id is a job (`42`, every task when 42 is an array) or one array task (`42_3`)."""
     if text is None or text == "":
@@ -291,12 +305,12 @@ def parse_dependency(text) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(out)
 
 
-def describe_deps(deps) -> str:
+def describe_deps(deps: Iterable[tuple[str, Iterable[object]]]) -> str:
     """`afterok:12:13,singleton`, the SLURM spelling (an array's tasks appear one by one)."""
     return ",".join(kind + "".join(f":{i}" for i in ids) for kind, ids in deps)
 
 
-def resolve_deps(parsed, lookup) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def resolve_deps(parsed: Iterable[tuple[str, tuple[str, ...]]], lookup: Lookup) -> Deps:
     """Each id text → the job ids it names, through `lookup`; an unknown id is a UsageError."""
     out, total = [], 0
     for kind, texts in parsed:
