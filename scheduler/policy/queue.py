@@ -124,6 +124,9 @@ class Queue:
         self.where: dict[int, Key] = {}           # id -> its group's key
         self.groups: dict[Key, Group] = {}
         self.users: dict[str, list[Job]] = {}     # user -> waiting jobs in (submit time, id) order
+        # user -> those jobs' submit times and ids, place by place (`_retail` compares them in C)
+        self.times: dict[str, list[float]] = {}
+        self.uids: dict[str, list[int]] = {}
         self.bursting: set[int] = set()           # ids in their user's burst tail
         self.tails: dict[str, set[int]] = {}      # user -> those of the user's
         self.marked: dict[int, Job] = {}          # jobs something can end (marks) or whose room is kept
@@ -206,7 +209,10 @@ class Queue:
             if _marked(j):
                 self.marked[j.id] = j
             mine = self.users.setdefault(j.user, [])
-            mine.insert(bisect_left(mine, _order(j), key=_order), j)
+            at = bisect_left(mine, _order(j), key=_order)
+            mine.insert(at, j)
+            self.times.setdefault(j.user, []).insert(at, j.submit_time)
+            self.uids.setdefault(j.user, []).insert(at, j.id)
             spots.append((j.user, _order(j)))
         refile = {j.id: j for j in changed}
         if self.burst is not None:
@@ -227,9 +233,9 @@ class Queue:
             mine = self.users.get(user)
             if mine:
                 at.setdefault(user, []).append(bisect_left(mine, key, key=_order))
-        out, bursting = [], self.bursting
+        out, bursting, where = [], self.bursting, self.where
         for user, places in at.items():
-            mine = self.users[user]
+            mine, times_of, ids_of = self.users[user], self.times[user], self.uids[user]
             tail = self.tails.setdefault(user, set())
             places.sort()
             ranges: list[list[int]] = []
@@ -240,27 +246,28 @@ class Queue:
                     ranges.append([p, p + allowance + 1])
             for lo, hi in ranges:
                 hi = min(hi, len(mine))
-                span = mine[lo:hi]
                 if allowance <= 0:
                     now: Iterable[bool] = repeat(True)
                 else:
                     # not (a < t - window), i.e. a >= t - window, for each job's time t and the time
                     # a of the job `allowance` places before it; none before the first such place.
+                    # The times are a list of their own: a slice, not an attribute read per job.
                     first = max(lo, allowance)
-                    times = list(map(_SUBMIT_TIME, mine[first - allowance:hi]))
+                    times = times_of[first - allowance:hi]
                     now = chain(repeat(False, first - lo), map(ge, times, map(sub, times[allowance:], repeat(window))))
                 # Only the jobs whose flag moved are looked at one by one (the comparison is in C:
                 # a pass's few hundred changes cover most of a deep queue's places).
-                was = map(bursting.__contains__, map(_ID, span))
-                for j in compress(span, map(ne, now, was)):
-                    if j.id in bursting:
-                        bursting.discard(j.id)
-                        tail.discard(j.id)
+                was = map(bursting.__contains__, ids_of[lo:hi])
+                for k in compress(range(lo, hi), map(ne, now, was)):
+                    jid = ids_of[k]
+                    if jid in bursting:
+                        bursting.discard(jid)
+                        tail.discard(jid)
                     else:
-                        bursting.add(j.id)
-                        tail.add(j.id)
-                    if j.id in self.where:
-                        out.append(j)
+                        bursting.add(jid)
+                        tail.add(jid)
+                    if jid in where:
+                        out.append(mine[k])
         return out
 
     def _rebuild(self, waiting: list[Job], draining: frozenset[int], burst: tuple[int, float] | None,
@@ -298,6 +305,8 @@ class Queue:
             jobs.sort(key=_ID)
             jobs.sort(key=_SUBMIT_TIME)
             self.tails[u] = {j.id for j in jobs if j.id in bursting}
+            self.times[u] = list(map(_SUBMIT_TIME, jobs))
+            self.uids[u] = list(map(_ID, jobs))
         self.users = users
 
     def _swap(self, j: Job, key: KeyOf) -> bool:
@@ -319,7 +328,8 @@ class Queue:
         del self.jobs[j.id]
         self.marked.pop(j.id, None)
         mine = self.users[j.user]
-        del mine[bisect_left(mine, _order(j), key=_order)]
+        at = bisect_left(mine, _order(j), key=_order)
+        del mine[at], self.times[j.user][at], self.uids[j.user][at]
 
     def _ungroup(self, j: Job) -> None:
         k = self.where[j.id]

@@ -116,6 +116,11 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
     w.reached.clear()
 
 
+# What settle.dead reads of a class without gates (Group.plain): (account, user, GPUs, CPUs, nodes)
+# and its shape. A name of its own: cast() with the subscripted type spelled out built it per call.
+Plain = tuple[tuple[str, str, int, int, int], tuple[int, str, int, int]]
+
+
 class Dead:
     """What `dead` found so far in a pass: the "no room" verdict of each request shape (while no room
     came back: Placer.grown), and whether the caps pass the jobs of an (account, user, GPUs, CPUs,
@@ -144,7 +149,7 @@ def passes(w: "_Walk", key: Key, g: Group) -> Verdict | None:
     if not (w.frozen or _frozen(w)):
         return None
     p, d = w.p, w.dead
-    who, shape = cast(tuple[tuple[str, str, int, int, int], tuple[int, str, int, int]], plain)
+    who, shape = cast(Plain, plain)
     if d.placed != len(p.places):
         d.open, d.placed = {}, len(p.places)
     passed = d.open.get(who)

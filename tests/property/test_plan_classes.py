@@ -467,6 +467,8 @@ def _families_as_whole(q) -> None:
     for k, g in q.groups.items():
         fams.setdefault((g.jobs[0].qos, g.jobs[0].account, k[1]), []).append((g.jobs[0].submit_time, g.jobs[0].id, k))
     assert q.families == {f: sorted(fr) for f, fr in fams.items()}
+    for user, mine in q.users.items():      # the times and ids _retail compares, place by place
+        assert q.times[user] == [j.submit_time for j in mine] and q.uids[user] == [j.id for j in mine]
     needs = {}
     for g in q.groups.values():
         need = (g.jobs[0].total_gpus, g.jobs[0].cpus * g.jobs[0].nodes)
