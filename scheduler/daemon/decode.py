@@ -155,7 +155,7 @@ def request(fields: Mapping[str, str], eid: str, max_bytes: int) -> Request:
     if not isinstance(op, str) or not _OP.match(op):
         raise UsageError(f"op: expected a request name like submit or cancel, got {bounds._short(op)}")
     text = fields.get("body") or "{}"
-    body = _submit_body(text, max_bytes) if op == "submit" else bounds.loads(text, f"{op}: body", max_bytes)
+    body = submit_body(text, max_bytes) if op == "submit" else bounds.loads(text, f"{op}: body", max_bytes)
     if not isinstance(body, dict):
         raise UsageError(f"{op}: body: expected a JSON object, got {type(body).__name__}")
     given = fields.get("expires")
@@ -171,8 +171,9 @@ SHARED_BODIES = 64
 _BODIES: dict[str, tuple[int, Any]] = {}
 
 
-def _submit_body(text: object, max_bytes: int) -> Any:
-    """bounds.loads of a submit's body, or the object an equal text gave lately."""
+def submit_body(text: object, max_bytes: int) -> Any:
+    """bounds.loads of a submit's body, or the object an equal text gave lately (the round's read parses
+    a body that names dependencies here first: tickread.round, lookup.named)."""
     got = _BODIES.get(text) if type(text) is str else None
     if got is not None and got[0] <= max_bytes:
         return got[1]

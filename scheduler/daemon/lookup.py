@@ -5,11 +5,14 @@ walked per id. Tasks of a big array kept as one rest (jobs/rest.py) are found to
 request takes out of their rest (`taken`, already Jobs), and those of a rest it leaves alone
 (another user's, named for the refusal; or a hold or requeue, which change nothing of them):
 `resting`, they stay in their rest."""
+import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol
 
+from ..errors import LabqError
 from ..jobs import rest
+from ..jobs.jobspec import parse_dependency
 from ..jobs.model import Job
 from ..jobs.refs import wanted_of
 from ..jobs.rest import Rest
@@ -18,8 +21,6 @@ from .change import Change, Read, Unread
 ACTS_ON_IDS = ("cancel", "hold", "release", "requeue")
 MAX_NAMED = 10_000      # handlers.MAX_IDS: a request naming more is refused, its records never read
 _REF = re.compile(r'"(\d{1,16})(?:_[^"]*)?"')           # "42", "42_3", "42_[1-3]" as JSON strings
-_DEPENDENCY = re.compile(r'"dependency"\s*:\s*"([^"]*)"')
-_DEP_ID = re.compile(r":(\d{1,16})")
 
 
 class Known(Protocol):
@@ -32,17 +33,23 @@ class Known(Protocol):
     def read(self) -> Read: ...
 
 
-def named(op: str, body: str) -> list[int]:
-    """The job ids a request's body (its JSON text, not parsed: the round reads before any request
-    is decoded) may name an ended record of: a cancel's, hold's, release's or requeue's ids (an
-    array's for its tasks), a submit's dependencies. A guess, never a decision: an id guessed wrongly
-    is one more record read, one missed is read when its handler asks (Unread)."""
+def named(op: str, body: str, parse: Callable[[str], object] = json.loads) -> list[int]:
+    """The job ids a request's body (its JSON text: the round reads before any request is decoded)
+    may name an ended record of: a cancel's, hold's, release's or requeue's ids (an array's for its
+    tasks: the head of each id text, read from the text, which is a list of ids), a submit's
+    dependencies (its body parsed by `parse`, decode.submit_body in the tick, which the request's own
+    decoding then finds parsed; its dependency text read as jobspec does). Never a decision: an id
+    named wrongly is one more record read, one missed is read when its handler asks (Unread)."""
     if op in ACTS_ON_IDS:
         got = [int(i) for i in _REF.findall(body)]
         return got if len(got) <= MAX_NAMED else []
     if op == "submit" and '"dependency"' in body:
-        m = _DEPENDENCY.search(body)
-        return [int(i) for i in _DEP_ID.findall(m.group(1))] if m else []
+        try:
+            parsed = parse(body)
+            deps = parse_dependency(parsed.get("dependency")) if isinstance(parsed, dict) else ()
+        except (LabqError, ValueError, RecursionError):     # refused when it is decoded: names nothing
+            return []
+        return sorted({int(t.partition("_")[0]) for _, ids in deps for t in ids})
     return []
 
 

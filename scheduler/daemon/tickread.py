@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..jobs.model import Job
-from . import lookup
+from ..settings.config import Config
+from . import decode, lookup
 from .change import Change, Read, Unread
 
 
@@ -21,6 +22,7 @@ class Holder(Protocol):
     """Where the reads go (state.SchedulerState): the read, and the table it need not repeat."""
     read: Read
     jobs: dict[int, Job]
+    cfg: Config
 
 
 class TickRead:
@@ -34,7 +36,11 @@ class TickRead:
         request; the ledger keys asked are the round's too."""
         st = self.state
         st.read.records, st.read.charged, st.read.ended = {}, {}, {}
-        named = {i for _, _, f in requests for i in lookup.named(f.get("op", ""), f.get("body") or "")}
+        limit = st.cfg.max_request_bytes
+
+        def parse(text: str) -> object:     # parsed once: the request's decoding finds it (decode.submit_body)
+            return decode.submit_body(text, limit)
+        named = {i for _, _, f in requests for i in lookup.named(f.get("op", ""), f.get("body") or "", parse)}
         missing = [i for i in named if i not in st.jobs]
         if missing:
             self.read(Unread(missing))

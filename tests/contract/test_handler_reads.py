@@ -61,6 +61,18 @@ def test_named_guesses_the_ids_a_body_names_without_parsing_it():
     assert lookup.named("cancel", json.dumps({"ids": [str(i) for i in range(lookup.MAX_NAMED + 1)]})) == []
 
 
+def test_named_reads_a_submits_dependency_as_jobspec_does_not_a_lookalike():
+    """A submit's dependency ids are read from its parsed body (issue 40 item 1): an exported variable
+    named `dependency` (`--export=ALL` in a shell that has one) names nothing; it did, by the body's text."""
+    env = {"dependency": "afterok:77"}
+    assert lookup.named("submit", json.dumps({**BODY, "env": env, "export": "ALL"})) == []
+    assert lookup.named("submit", json.dumps({**BODY, "env": env, "dependency": "afterok:5_1:6"})) == [5, 6]
+    assert lookup.named("submit", json.dumps({**BODY, "dependency": "afterok:5?afterok:6"})) == []   # refused
+    parsed = []
+    text = json.dumps({**BODY, "dependency": "afterany:9"})
+    assert lookup.named("submit", text, lambda t: parsed.append(t) or json.loads(t)) == [9] and parsed == [text]
+
+
 class _Holder:
     def __init__(self):
         self.read, self.jobs = Read(), {}

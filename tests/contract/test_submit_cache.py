@@ -1,5 +1,5 @@
 """A loop of `labq sub` from one shell sends the same body text again and again (issue 39): the scheduler
-parses a submit's body once per text (daemon/decode._submit_body) and checks it into a job once per
+parses a submit's body once per text (daemon/decode.submit_body) and checks it into a job once per
 body, user and config (jobspec.job_from_submit's templates); each submit still gets a job of its own,
 stamped with its own time and id. What depends on the moment or the queue (a begin time, a deadline,
 dependencies), another user, another config or a lower size bound is judged afresh. Fakeredis and a
