@@ -165,6 +165,21 @@ def summarize(plan) -> dict:
 
 
 # -- paths and polling ---------------------------------------------------------------------------
+def gpu_procs(backend) -> dict[int, int]:
+    """pid -> GPU memory bytes over all devices of a worker/probe.py backend (a process may use several
+    GPUs), from its samples. A test's view (issue 40: no test-only code in the product)."""
+    out: dict[int, int] = {}
+    for s in backend.sample():
+        for pid, b in s.procs.items():
+            out[pid] = out.get(pid, 0) + (b or 0)
+    return out
+
+
+def worker_pids(agent) -> list[int]:
+    """The pids of a worker/agent.py Agent's live runner processes, one per slot. A test's view."""
+    return [s.proc.pid for s in agent.slots if s.proc is not None and s.proc.poll() is None]
+
+
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.05, what: str = "condition"):
     """Poll until predicate() is truthy; generous timeouts keep this deterministic on a loaded machine."""
     end = time.monotonic() + timeout

@@ -375,9 +375,6 @@ class Agent:
     def _reap_strays(self, now: float) -> None:
         deadslot.reap_strays({s.proc.pid for s in self.slots if s.proc is not None}, self.exited)
 
-    def worker_pids(self) -> list[int]:
-        return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]
-
     def _catch_signals(self):
         if threading.current_thread() is not threading.main_thread():
             return lambda: None

@@ -233,15 +233,6 @@ def make_gpu_backend(spec, node_name: str, model: str = "fake"):
     raise ValueError(f"worker.gpus: expected \"auto\", a number of fake GPUs or a .json file, got {spec!r}")
 
 
-def gpu_procs(backend) -> dict[int, int]:
-    """pid -> GPU memory bytes over all devices (a process may use several GPUs)."""
-    out: dict[int, int] = {}
-    for s in backend.sample():
-        for pid, b in s.procs.items():
-            out[pid] = out.get(pid, 0) + (b or 0)
-    return out
-
-
 # -- host --------------------------------------------------------------------------------------
 def host_cpus() -> int:
     """CPUs this process may run on: the affinity mask, which a container or cpuset narrows."""

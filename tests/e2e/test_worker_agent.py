@@ -13,7 +13,7 @@ import pytest
 
 from labq.scheduler.store import dispatchq
 from labq.worker.agent import Agent
-from tests.harness import NODE, ROOT, K, agent_config, events, idle_runners, put_job, send, wait_for
+from tests.harness import NODE, ROOT, K, agent_config, events, idle_runners, put_job, send, wait_for, worker_pids
 
 
 @pytest.fixture
@@ -76,12 +76,12 @@ def test_dispatch_entry_rules():
 
 def test_restarts_a_dead_runner(agent, real_redis):
     a, _ = agent
-    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(a.worker_pids()), timeout=30)
+    pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(worker_pids(a)), timeout=30)
     idle_runners(real_redis, 2)
     os.kill(pids[0], signal.SIGKILL)
-    wait_for(lambda: len(a.worker_pids()) == 2 and pids[0] not in a.worker_pids(), timeout=30,
+    wait_for(lambda: len(worker_pids(a)) == 2 and pids[0] not in worker_pids(a), timeout=30,
              what="a replacement runner")
-    assert pids[1] in a.worker_pids()
+    assert pids[1] in worker_pids(a)
 
 
 def test_stop_releases_the_lease_and_stops_runners(redis_server, real_redis, tmp_path):
@@ -89,14 +89,14 @@ def test_stop_releases_the_lease_and_stops_runners(redis_server, real_redis, tmp
     t = threading.Thread(target=a.run, daemon=True)
     t.start()
     wait_for(lambda: real_redis.exists(K.node_lease(NODE)), timeout=30, what="lease")
-    pids = wait_for(lambda: a.worker_pids(), timeout=30)
+    pids = wait_for(lambda: worker_pids(a), timeout=30)
     idle_runners(real_redis, 1)
     a.stop()
     t.join(60)
     assert not t.is_alive()
     assert not real_redis.exists(K.node_lease(NODE)), "released at once, not left to expire"
     assert "node" in real_redis.lrange(K.wake, 0, -1)
-    assert a.worker_pids() == [] and all(not os.path.exists(f"/proc/{p}") for p in pids)
+    assert worker_pids(a) == [] and all(not os.path.exists(f"/proc/{p}") for p in pids)
 
 
 def start_agent_process(redis_server, tmp_path, slots=1, extra=""):

@@ -11,7 +11,7 @@ import pytest
 
 from labq.scheduler.jobs.model import Gpu
 from labq.worker import probe, procscan, proctree
-from tests.harness import ROOT, wait_for
+from tests.harness import ROOT, gpu_procs, wait_for
 
 
 # -- GPU backends ------------------------------------------------------------------------------
@@ -29,7 +29,7 @@ def test_fake_backend_samples_and_gpu_procs():
     b.procs = {"GPU-fake-n1-0": {100: 5, 101: 7}, "GPU-fake-n1-1": {100: 3}}
     samples = {s.uuid: s for s in b.sample()}
     assert samples["GPU-fake-n1-0"].mem_used == 12
-    assert probe.gpu_procs(b) == {100: 8, 101: 7}
+    assert gpu_procs(b) == {100: 8, 101: 7}
 
 
 def test_make_gpu_backend_specs():
@@ -92,7 +92,7 @@ def test_nvml_backend_enumerates_mig_and_turns_unsupported_calls_into_none():
     assert s["GPU-gpu0"].power_mw is None and s["GPU-gpu0"].energy_mj == 1000
     # N/A memory is None, not guessed; the pid still counts (the placement check needs it)
     assert s["GPU-gpu0"].procs == {9: 256, 10: None}
-    assert probe.gpu_procs(b) == {9: 768, 10: 0}
+    assert gpu_procs(b) == {9: 768, 10: 0}
     assert not any(x.lost for x in s.values())
     b.close()
 
