@@ -40,8 +40,8 @@ def _sleep_until(deadline: float, stop: Callable[[], bool]) -> None:
 
 class Scheduler:
     """The shell around the scheduler's state (state.py): it holds the state, the store and the
-    committer, and composes the parts that read and decide (the inboxes, the node events, the
-    bookkeeper, the applier); each hands it Changes, which it commits."""
+    committer, and composes the parts that read and decide (the inboxes, requests.py; the node events,
+    events.py; the policy pass, planning.py; the bookkeeper); each hands it Changes, which it commits."""
 
     def __init__(self, r: Any, cfg: Config, me: str | None = None, clock: Callable[[], float] = time.time,
                  durable: Any = None, metrics: Any = None, archiver: Any = None, history: Any = None,
