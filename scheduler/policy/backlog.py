@@ -26,6 +26,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..jobs.model import Job
+from .floors import Floors
 from .queue import Group, Key, file, unfile
 
 
@@ -47,8 +48,11 @@ class Backlog:
     with them what a pass reads before its walk: the jobs that may expire (`marked`), those whose
     room is earmarked, the gangs and the jobs with dependencies (counted)."""
 
-    def __init__(self, burst: tuple[int, float] | None):
+    def __init__(self, burst: tuple[int, float] | None, floors: Floors | None = None):
         self.burst = burst                          # (burst_jobs, burst_window), None: no penalty
+        # Each group's least budget floors (budget.py), for a caller that keeps no budget reasons'
+        # figures (the simulator): the walk then pends a group its budget admits none of, unquoted.
+        self.floors = floors
         self.jobs: dict[int, Job] = {}
         self.groups: dict[Key, Group] = {}
         self.where: dict[int, Key] = {}             # id -> its group's key
@@ -94,6 +98,8 @@ class Backlog:
         if not self.needs[need]:
             del self.needs[need]
         self._ungroup(j)
+        if self.floors is not None:
+            self.floors.forget(job_id)
         self.bursting.discard(job_id)
         keys = self.users[j.user]
         at = bisect_left(keys, _key(j))
@@ -114,7 +120,7 @@ class Backlog:
         the daemon's passes are a new reason); False: not so (remove, then add). Its group keeps the
         old record, alike in every field that orders and files it: a walk reads `jobs[id]`."""
         old = self.jobs.get(j.id)
-        if old is None or _FILED(old) != _FILED(j):
+        if old is None or _FILED(old) != _FILED(j) or self.floors is not None:     # (floors read more)
             return False
         self.jobs[j.id] = j
         for kept in (self.marked, self.earmarked):
@@ -146,9 +152,15 @@ class Backlog:
                 self._group(j)
 
     def _group(self, j: Job) -> None:
-        file(self.groups, self.where, j, (j.qos, j.account, j.id in self.bursting, gated(j)))
+        key = (j.qos, j.account, j.id in self.bursting, gated(j))
+        file(self.groups, self.where, j, key)
+        if self.floors is not None:
+            self.floors.add(key, j, bisect_left(self.groups[key].jobs, _key(j), key=_key))
 
     def _ungroup(self, j: Job) -> None:
+        if self.floors is not None:
+            key = self.where[j.id]
+            self.floors.remove(key, j.id, bisect_left(self.groups[key].jobs, _key(j), key=_key))
         unfile(self.groups, self.where, j)
 
 

@@ -19,10 +19,13 @@ from ..jobs.model import Job, Node
 from ..money import balance, ledger, periods, pricing
 from ..money.ledger import Budget
 from ..settings.config import Config
-from ..units import accrue, fmt_money
+from ..units import MS_PER_HOUR, accrue, fmt_money
 
 # (budget, period label) -> what the running jobs hold there ("" for a budget without periods).
 Held = dict[tuple[str, str], int]
+# Seconds taken off a floor's run: a quote computes (now + s) - now, which float rounding may put one
+# millisecond below s.
+SLACK = 0.002
 
 
 class BudgetBook:
@@ -165,6 +168,37 @@ class BudgetBook:
             b = next(b for b in self.cfg.budgets if b.name == name)
             for lab, amount in parts.items():
                 self.held[(name, lab)] = self._held(b, lab) + amount
+
+    def room(self, name: str) -> tuple[int, int, str]:
+        """What budget `name` leaves now, after this pass's admissions (which only take more: the
+        figures only fall along a pass), for a `Floors` bound: (x, r, reason). A job whose every quote
+        needs at least c over its run at a rate of at least `rate` an hour pends for this budget when
+        c > x and `rate` > r: its need in the current period is at least min(c, what `rate` accrues to
+        the period's end) plus the overhead, and x is the room left for that (r: the largest rate
+        that accrues no more than x by the period's end; without periods none: -1). `reason`:
+        BudgetExhausted where spending alone leaves no room, else BudgetReserved (the figure that
+        tells each job's apart is not computed)."""
+        b = self.named[name]
+        cap, spent, extra = self.caps[name], self.spent[name], pricing.overhead(b.unit, self.cfg)
+        if b.period == "none":
+            x = cap - spent - self.committed[name] - extra
+            r = -1
+        else:
+            lab, end = self.periods[name]
+            x = cap - spent - self._held(b, lab) - extra
+            r = max_rate(x, end - self.now - SLACK)
+        return x, r, states.BUDGET_RESERVED if spent + extra <= cap else states.BUDGET_EXHAUSTED
+
+
+ALL_RATES = 1 << 62
+
+
+def max_rate(x: int, seconds: float) -> int:
+    """The largest rate r with accrue(r, seconds) <= x (-1 where none)."""
+    if x < 0:
+        return -1
+    ms = max(0, int(seconds * 1000))
+    return ((x + 1) * MS_PER_HOUR - 1) // ms if ms else ALL_RATES
 
 
 # The shortest a period can be (a DST change takes an hour away): a job whose time limit covers one

@@ -15,9 +15,17 @@ merge of the groups by multifactor.ordered's own key gives its order one job at 
 classes._scorer, the same sum term by term). A deep queue then costs a few cheap walks over its
 jobs (grouping, the burst tail), not a sorted key and a verdict per job at every pass.
 
+A job its budget would not admit pends for it before the blocker (fit or not) and changes nothing. A
+caller that keeps no reasons' figures (the simulator) gives its Backlog budget floors (budget.Floors):
+the walk then passes over a group's next jobs that a budget has no room for by their floors, in O(1)
+for a whole group or a scan in C, and pends those before the blocker unquoted (detail UNQUOTED), not
+one quote each: a spent budget's deep queue costs a look per group, not a quote per job.
+
 The plan is the one of the whole pass (tests/property/test_plan_strict.py against plan_per_job).
 """
 import heapq
+from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -25,11 +33,13 @@ from typing import TYPE_CHECKING, Any
 from .. import multifactor
 from ..jobs import states
 from ..jobs.model import Job
-from ..jobs.plan import Pending, Place
+from ..jobs.plan import Pending, Place, Verdict
+from ..multifactor import Score
 from ..settings.config import Config
 from . import classes
 from .backlog import Backlog, Behind
-from .queue import Key
+from .floors import Floors
+from .queue import Group, Key
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
     from . import _Pass
@@ -105,13 +115,7 @@ def run_kept(p: "_Pass", backlog: Backlog, cfg: Config) -> bool:
     at = [0] * len(groups)
     heads = [(score(g.jobs[0]), i) for i, g in enumerate(groups)]
     heapq.heapify(heads)
-    while heads and p.blocker is None:
-        _, i = heapq.heappop(heads)
-        jobs = groups[i].jobs
-        p.consider(now[groups[i].ids[at[i]]])
-        at[i] += 1
-        if at[i] < len(jobs):
-            heapq.heappush(heads, (score(jobs[at[i]]), i))
+    _walk(p, groups, at, heads, score, now, _floors(p, backlog, cfg, capped))
     if p.blocker is None:
         return True
     # Nothing is admitted after the blocker, so the usage stays as it is: an account that no job
@@ -142,6 +146,62 @@ def run_kept(p: "_Pass", backlog: Backlog, cfg: Config) -> bool:
     # The ids behind the blocker, read (slice by slice, in C) only by a caller that asks for them.
     p.runs.append((Behind(backlog, plain), tuple(got) + _DEFAULTS[1 + len(got):]))
     return True
+
+
+def _walk(p: "_Pass", groups: list[Group], at: list[int], heads: list[tuple[Score, int]], score: Callable[[Job], Score],
+          now: dict[int, Job], floors: tuple[Floors, set[Key]] | None) -> None:
+    """Judge the groups' jobs in order (a merge of their heads) up to the blocker, and move `at` past
+    them. With budget floors (`_floors`), the jobs of a group from its head on that a budget has no
+    room for by their floors (Floors.skip) are passed over at once: each pends for that budget at
+    its turn if it comes before the blocker (scored before it), and otherwise takes the blocker's
+    verdict like any other (budgets and what they leave only shrink along a pass)."""
+    out: list[tuple[int, int, int, str]] = []      # (group, first, end, budget reason) passed over
+    while heads and p.blocker is None:
+        _, i = heapq.heappop(heads)
+        g = groups[i]
+        if floors is not None and g.key in floors[1]:
+            end, why = floors[0].skip(g.key, at[i], p.book)
+            if end > at[i]:
+                out.append((i, at[i], end, why))
+                at[i] = end
+                if end < len(g.jobs):
+                    heapq.heappush(heads, (score(g.jobs[end]), i))
+                continue
+        p.consider(now[g.ids[at[i]]])
+        at[i] += 1
+        if at[i] < len(g.jobs):
+            heapq.heappush(heads, (score(g.jobs[at[i]]), i))
+    last = score(p.blocker) if p.blocker is not None else None
+    for i, first, end, why in out:
+        g = groups[i]
+        cut = end if last is None else bisect_left(g.jobs, last, first, end, key=score)
+        if cut > first:
+            p.runs.append((g.ids[first:cut], _priced(why)))
+        if cut < end:       # past the blocker: its last stretch, whose end never came up
+            at[i] = cut
+
+
+def _floors(p: "_Pass", backlog: Backlog, cfg: Config, capped: set[str] | None) -> tuple[Floors, set[Key]] | None:
+    """The backlog's budget floors and the groups whose jobs they may pend unquoted: a job of such a
+    group meets no gate, cap, protected capacity or victims of its own before the budget quote, and
+    a budget reason is all a quote that breaks gives it before the blocker (`_Pass._admit`,
+    `_blocked`: backfill off, a job its budgets would not admit waits on them, fit or not). None
+    where the backlog keeps none (the daemon: its reasons carry each job's figures) or for another
+    config or cluster."""
+    floors = backlog.floors
+    if floors is None or not cfg.budgets or capped is None or p.usage.protected or not floors.fits(cfg, p.snap.nodes):
+        return None
+    mine = {backlog.where[i] for i in p.draining if i in backlog.where}
+    return floors, {k for k in backlog.groups if not k[3] and k[1] not in capped and k not in mine}
+
+
+# The detail of the jobs pended for a budget by their floors: no quote, so no figures (a caller that
+# keeps budget floors, the simulator, keeps no reasons).
+UNQUOTED = "a budget of theirs has no room for their forecast now (not quoted: no figures)"
+
+
+def _priced(why: str) -> Verdict:
+    return (why, UNQUOTED, "", ())
 
 
 def _behind(p: "_Pass", gated: list[Job], plain: list[Job]) -> None:

@@ -42,7 +42,6 @@ from itertools import accumulate
 
 from ..policy.backfill import _expected_end
 from .order import SubmitOrder
-from .strict import before
 
 WINDOW = 4
 # Shapes in the queue past which candidates first tries the walk in order (`_many`): with fewer, the
@@ -369,3 +368,12 @@ def _reserved_points(sim, t: float, p) -> dict:
             out.setdefault(name, []).append((at, (node.cpus - used["cpus"], node.mem - used["mem"],
                                                       node.slots - len(active), len(node.gpus) - used["gpus"])))
     return out
+
+
+def before(ids, jobs, job_id, key) -> list:
+    """Those of `ids` that come before the job `job_id` in the order whose sort key `key` gives
+    (order.py); all of them without one."""
+    if job_id is None:
+        return list(ids)
+    at = key(jobs[job_id])
+    return [i for i in ids if key(jobs[i]) < at]

@@ -12,9 +12,10 @@ outcome `preempted` as the runner reports it, requeued by `finished` with its lo
 and the Pending reasons. A periodic budget's rollover is an instant too, because spending starts again from zero there.
 
 plan() is not called where it provably could not change anything. Backfill off, it walks the queue kept
-in its order up to the blocker (kept.py), or with budgets is given the part of the queue that decides
-the pass (strict.py; a spent budget's waiting jobs parked out: parked.py); backfill on, the head (easy.py). The result is identical to calling it
-on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
+in its order up to the blocker (kept.py), budgets or not (a budget that admits none of a group's
+next jobs pends them at once: policy/budget.py Floors); backfill on, it is given the head (easy.py),
+with budgets less a spent budget's waiting jobs (parked out: parked.py). The result is identical to
+calling it on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 """
 import math
 from collections import Counter
@@ -28,13 +29,12 @@ from ..jobs.model import Job, Snapshot
 from ..money import fairshare, periods
 from ..policy.tracks import Tracks
 from ..settings.config import Config
-from . import easy, kept, strict, submit
+from . import easy, kept, submit
 from .clock import Clock
 from .parked import NONE, Parking
 from .queue import Queue
-from .result import EPOCH, Refused, Result, prepare_nodes
+from .result import BUDGET_REASONS, EPOCH, Refused, Result, prepare_nodes
 from .settle import bring_back, settle
-from .strict import BUDGET_REASONS
 from .trace import TraceJob
 
 # Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.
@@ -70,8 +70,11 @@ class Simulator:
         self.fairshare = bool(cfg.priority["fairshare_weight"])
         self.usage: dict = {}
         self.budget_held: set[int] = set()
-        self.parking = Parking(cfg, self.nodes) if cfg.budgets else None
-        self.queue.backlog = kept.backlog(cfg, self.parking)    # backfill off: the queue kept in plan()'s order
+        # Pending jobs charged to a budget that no pass has pended for it yet: while there are any,
+        # a kept walk's instant where nothing fits is still a pass (its budget reasons are counted).
+        self.fresh: set[int] = set()
+        self.queue.backlog = kept.backlog(cfg, self.nodes)    # backfill off: the queue kept in plan()'s order
+        self.parking = Parking(cfg, self.nodes) if cfg.budgets and self.queue.backlog is None else None
         self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
         # plan()'s free capacity and quota usage, kept as jobs start and end, and the running jobs'
         # backfill timelines, repaired pass to pass as the daemon's (policy.Kept); neither is given to
@@ -90,7 +93,7 @@ class Simulator:
         self.now = EPOCH
         # Preemption that needs no blocked job of its own (reclaimed guarantees) makes any skip unsafe.
         self.never_skip = cfg.preemption and any(a.guarantee for a in cfg.accounts)
-        # Budgets alone hold only jobs that fit (a budget reason); the first that does not fit ends a strict pass.
+        # No gate but capacity and budgets (kept.py, easy.py).
         self.budget_gated_only = not (self.never_skip or cfg.users or any(q.reserved for q in cfg.qos)
                                       or any(a.borrow_limit is not None or a.max_running is not None
                                              or a.max_gpus is not None or a.max_cpus is not None for a in cfg.accounts))
@@ -179,10 +182,13 @@ class Simulator:
         self.queue.add(job)
         if self.parking is not None:
             self.parking.add(job)
+        elif self.queue.backlog is not None and job.id not in self.budget_held and self.queue.charged(job):
+            self.fresh.add(job.id)
 
     def _unqueue(self, job_id: int) -> Job:
         if self.parking is not None:
             self.parking.remove(job_id)
+        self.fresh.discard(job_id)
         return self.queue.remove(job_id)
 
     def _leave(self, job: Job) -> None:
@@ -242,25 +248,19 @@ class Simulator:
         """Whether plan() provably changes nothing now: no Place (no pending request fits any node's
         free room), no Preempt (no preemptible job runs, no guarantee could be reclaimed), no Expire
         (no pending job has a --max-wait, --deadline, --begin, retry time or dependency), and no
-        budget reason to record (no pending job is charged to a budget but those idle for it, which
-        are counted held already: plan() gives a job that does not fit a budget's reason when the
-        budget would not admit it either)."""
+        budget reason to record that would be new (no pending job is charged to a budget but those
+        idle for it, which are counted held already, or, walking the kept queue, those pended for it
+        at some pass already: `fresh`; plan() gives a job that does not fit a budget's reason when
+        the budget would not admit it either)."""
         if len(self.queue) == len(self.idle):
             return True           # no pending job but those idle for their budget: nothing to place, expire or preempt for
-        pk = self.parking       # (a job charged to a budget: there are budgets, so parked jobs too)
+        pk = self.parking       # (a job charged to a budget, backfill on: there are parked jobs too)
         if (self.never_skip or self.queue.timed or (pk is not None and self.queue.budgeted > len(self.idle) and not pk.admits_all(self.queue.budgeted))
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
-        return not self.queue.shapes.fit_some(self.standing.placer.free)
-
-    def _strict(self, t: float) -> bool:
-        """Whether plan() provably starts pending jobs in its order and nothing past the first that
-        does not fit: backfill off (backfill_depth 0: `blocker` in policy/__init__.py), nothing that
-        could preempt or be waited for, no gate but capacity and budgets (no cap, protected capacity,
-        hold, begin or dependency), and each account's jobs in submit order (queue.py)."""
-        return (self.cfg.backfill_depth == 0 and self.budget_gated_only and not self.queue.timed and not self.draining
-                and not (self.cfg.preemption and self.preemptible_running)
-                and self.queue.accounts_in_submit_order(t))
+        if self.queue.shapes.fit_some(self.standing.placer.free):
+            return False
+        return not self.fresh or kept.admitted(self, self.now, map(self.queue.jobs.__getitem__, self.fresh))
 
     def _easy(self, t: float) -> bool:
         """Whether a backfill pass may be given only the head of the queue (easy.py says when that
@@ -283,15 +283,9 @@ class Simulator:
             return
         if self.queue.backlog is not None:
             return kept.run(self, t)
-        if not self._strict(t):
-            if self._easy(t):
-                return self._apply(t, easy.plan(self, t))
-            return self._apply(t, self._call(t, self._queued()))
-        p = strict.plan(self, t)
-        if p is None:
-            self.skipped += 1
-            return
-        self._apply(t, p)
+        if self._easy(t):
+            return self._apply(t, easy.plan(self, t))
+        self._apply(t, self._call(t, self._queued()))
 
     def _queued(self) -> tuple[Job, ...]:
         """The queued jobs plan() is given in a whole pass: all but the idle ones."""
@@ -353,7 +347,13 @@ class Simulator:
         # reports only each stuck job's last one (`_stuck`) and which jobs a budget held.
         for ids, verdict in p.pending.runs():
             if verdict[0] in BUDGET_REASONS:
-                self.budget_held.update(ids)
+                self.held(ids)
+
+    def held(self, ids) -> None:
+        """These pending jobs were pended for a budget."""
+        self.budget_held.update(ids)
+        if self.fresh:
+            self.fresh.difference_update(ids)
 
     def _start(self, t: float, job: Job) -> None:
         self.running[job.id] = job

@@ -4,21 +4,29 @@ so a pass costs what it judges, not the depth of the queue, whatever the priorit
 fair share, burst tails) make the order. The replay's queue (queue.py) files each job into the Backlog
 as it joins, leaves or changes.
 
-Used where no budget is configured (the parked jobs of parked.py stay the window's, strict.py)."""
+With budgets the Backlog keeps each group's least budget floors (policy/budget.py `Floors`): a group
+(or a job) whose budget has no room for even its floor is pended for it unquoted, so a spent budget's
+queue costs a look per group, not a quote per job. The replay reads of those verdicts only that a
+budget held the job (engine `_apply`), never their figures."""
 from dataclasses import replace
 
 from .. import multifactor, policy
 from ..jobs.model import Snapshot
 from ..jobs.plan import Pendings, pending_runs
+from ..policy.budget import BudgetBook
+from ..policy.floors import Floors
+from .result import BUDGET_REASONS
 from .room import fits_somewhere
 
 
-def backlog(cfg, parking):
-    """A Backlog for the replay, or None where its passes go the other ways."""
-    if cfg.backfill_depth != 0 or parking is not None or not policy.strict.applies(cfg):
+def backlog(cfg, nodes):
+    """A Backlog for the replay, or None where its passes go the other ways (backfill on, short
+    jobs first)."""
+    if not policy.strict.applies(cfg):
         return None
     w = cfg.priority
-    return policy.Backlog((w.burst_jobs, w.burst_window) if w.burst_penalty else None)
+    return policy.Backlog((w.burst_jobs, w.burst_window) if w.burst_penalty else None,
+                          Floors(cfg, nodes) if cfg.budgets else None)
 
 
 def run(sim, t: float) -> None:
@@ -30,30 +38,43 @@ def run(sim, t: float) -> None:
 
 
 def plan(sim, t: float):
-    """The Plan of the whole pass over the queue. The runs of jobs that took a verdict without an
-    earmark, where no queued job has one, are left out: applying them changes no record (the replay
-    keeps no reasons, engine `_apply`), and reading them would cost the depth of the queue."""
+    """The Plan of the whole pass over the queue. Where no queued job has an earmark, the runs of
+    jobs that took a verdict without one are left out: applying them changes no record (the replay
+    keeps no reasons, engine `_apply`), and reading them would cost the depth of the queue; of a
+    budget reason the replay keeps only who got it (engine `held`)."""
     sim.calls += 1
     snap = Snapshot(now=t, nodes=sim.nodes, jobs=tuple(sim.running.values()), spent=sim.spent_now(t)[1],
                     usage=tuple(sorted(sim._usage(t).items())))
     p = policy.plan(snap, sim.cfg, standing=sim.standing, backlog=sim.queue.backlog)
     if sim.queue.backlog.earmarked:
         return p
-    return replace(p, pending=Pendings((), [r for r in pending_runs(p.pending) if len(r[0]) == 1 or r[1][2]]))
+    kept = []
+    for ids, verdict in pending_runs(p.pending):
+        if verdict[0] in BUDGET_REASONS:
+            sim.held(ids)
+        elif len(ids) == 1 or verdict[2]:
+            kept.append((ids, verdict))
+    return replace(p, pending=Pendings((), kept))
 
 
 def _stuck_at_head(sim, t: float) -> bool:
     """Whether plan()'s first job provably fits nowhere and holds every other: the first job is
     the head of some group (backlog.py), and where no gate but capacity applies, nothing is
     timed, draining or preemptible and no room is earmarked for a preemptor (which takes it past
-    any blocker) (engine `_strict`'s conditions, any order; a gang that has no node with its
-    per-node shape free cannot start either),
-    a first job that fits no node's room blocks the pass and nothing starts."""
+    any blocker), a first job that fits no node's room and is charged to no budget (which might
+    pend it and go on) blocks the pass: nothing starts and no job is pended for a budget."""
     q = sim.queue
     if (not sim.budget_gated_only or q.timed or sim.draining or sim.queue.backlog.earmarked
             or sim.cfg.preemption and sim.preemptible_running):
         return False
     heads = [g.jobs[0] for g in sim.queue.backlog.groups.values()]
-    if fits_somewhere(sim.standing.placer.free, heads):
+    if fits_somewhere(sim.standing.placer.free, heads) or q.budgeted:
         heads = [min(heads, key=multifactor.scorer(t, sim._usage(t), sim.cfg, sim.queue.backlog.bursting))]
-    return not fits_somewhere(sim.standing.placer.free, heads)
+    return not fits_somewhere(sim.standing.placer.free, heads) and (not q.charged(heads[0]) or admitted(sim, t, heads))
+
+
+def admitted(sim, t: float, jobs) -> bool:
+    """Whether the budgets provably admit every one of these pending jobs at `t` (budget.Floors.admitted):
+    no pass now gives any of them a budget reason."""
+    book = BudgetBook(sim.cfg, sim.spent_now(t)[0], list(sim.running.values()), t)
+    return sim.queue.backlog.floors.admitted(jobs, book)

@@ -11,7 +11,7 @@ from collections import Counter
 from ..jobs import states
 from ..money import periods
 from ..units import MICRO
-from .engine import BUDGET_REASONS, EPOCH, Result
+from .result import BUDGET_REASONS, EPOCH, Result
 
 BSLD_BOUND_S = 10.0
 

@@ -164,21 +164,10 @@ class Parking:
             self._rates[key] = (max if dearest else min)(rates, default=0)
         return self._rates[key]
 
-    def room_for_one(self, job: Job, queued: int) -> bool:
-        """Whether the job's budget is that of every one of the `queued` jobs (parkable all), and,
-        at the last update, its room less the job's bound is below every queued job's bound: once
-        the job is admitted its budget likely has room for no other (strict.py's window of one; a
-        guess, which only sets how many plan() calls a pass takes, never what it decides)."""
-        k = self.key.get(job.id)
-        if k is None or k[0] not in self.room:
-            return False
-        return (sum(len(lst.ids) for lst in self.active[k[0]].values()) == queued
-                and self.room[k[0]][0] - k[1] < self._smallest(k[0]))
-
     def room_to_spare(self, job: Job) -> bool:
         """Whether the budget provably admits the queued job (`admits`) and its room less the job's
         need still holds the smallest bound among its queued jobs: the admission likely leaves room
-        for another (easy.py's guess for a window of one, as `room_for_one` is strict.py's)."""
+        for another (easy.py's guess for a window of one)."""
         name = self.key[job.id][0] if self.admits(job) else None
         return name is not None and self.room[name][0] - self.most[job.id][0] >= self._smallest(name)
 

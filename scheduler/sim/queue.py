@@ -10,7 +10,7 @@ plan() considers pending jobs by (−priority, submit time, id) (multifactor.py)
 account. So, while every pending job has the same QoS priority (or qos_weight is 0) and no pending
 job is the tail of a burst (or burst_penalty is 0), **each account's jobs come in submit order**;
 and when, besides, fair share is off (or a single account pends), the whole queue does. Those two
-facts are all `window()` relies on; the order of the accounts' first jobs is multifactor.factors' own.
+facts are all easy.py's order (order.py) relies on.
 
 Whether a job is the tail of a burst depends only on the pending jobs of its user: with the user's
 pending jobs in (submit time, id) order s_0, s_1, ..., job k has `burst_jobs` = a earlier jobs within
@@ -21,15 +21,13 @@ never a pass over the queue. With no tail in the whole queue there is none in an
 """
 from bisect import bisect_left, insort
 from collections import Counter
-from itertools import islice
 
-from .. import multifactor
 from ..jobs.model import Job
 from ..money import ledger
 from ..policy import backfill
 from ..policy.capacity import shape
 from ..settings.config import Config
-from .order import Runtimes, ShortOrder, SubmitOrder, ids_but
+from .order import Runtimes, ShortOrder, SubmitOrder
 from .room import Shapes
 
 
@@ -44,8 +42,8 @@ class Queue:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.jobs: dict[int, Job] = {}
-        # Backfill on (easy.py): each request shape's jobs (and short jobs first); strict.py's windows
-        # read only submit order and the accounts' lists. At 200,000 pending each index costs ~20 MB.
+        # Backfill on (easy.py): each request shape's jobs (and short jobs first). At 200,000 pending
+        # each index costs ~20 MB.
         self.ordered = cfg.backfill_depth > 0
         self.fifo: list[tuple[float, int]] = []             # (submit time, id), sorted
         self.by_account: dict[str, list[tuple[float, int]]] = {}
@@ -190,33 +188,6 @@ class Queue:
         if self.runtimes is not None:
             return ShortOrder(self.jobs, self.runtimes, self.shaped, self.cfg, now, usage, leave)
         return SubmitOrder(self.jobs, self.fifo, self.keys, leave, self.by_shape, self.shape_fifo)
-
-    def heads(self, *leave) -> list[Job]:
-        """Each account's first pending job but those in the sets `leave`: given
-        accounts_in_submit_order(), plan()'s first job is one of them (of the queue without `leave`)."""
-        lists = (self.fifo,) if self.one_order() else self.by_account.values()
-        firsts = (next(ids_but(keys, *leave), None) for keys in lists)
-        return [self.jobs[i] for i in firsts if i is not None]
-
-    def ranked(self, jobs: list[Job], now: float, usage: dict) -> list[Job]:
-        """Jobs (heads(), a window) in plan()'s order: multifactor.ordered, the sort plan() makes."""
-        return multifactor.ordered(jobs, now, usage, self.cfg) if len(jobs) > 1 else jobs
-
-    def window(self, n: int, ranked: list[Job], *leave) -> list[Job]:
-        """Pending jobs that include the first `n` of plan()'s order, given accounts_in_submit_order()
-        and the ranked heads: those n then come first in the window's own order too. A job of an
-        account whose head is not among the n best heads has n jobs before it (the heads), so the
-        first n are among the first n jobs of the accounts with the n best heads. Those in `leave`
-        (sets of jobs that do nothing in the pass) are left out: the same holds of the queue without them.
-        In one order the window starts at the first ranked head, the queue's first job not in the
-        first of `leave` (heads()): every job before it is left out."""
-        jobs = self.jobs.__getitem__
-        if self.one_order():
-            # from the first ranked head on: the jobs before it are all left out (heads())
-            fifo = self.fifo
-            keys = map(fifo.__getitem__, range(bisect_left(fifo, (ranked[0].submit_time, ranked[0].id)), len(fifo)))
-            return list(map(jobs, islice(ids_but(keys, *leave), n)))
-        return [jobs(i) for h in ranked[:n] for i in islice(ids_but(self.by_account[h.account], *leave), n)]
 
 
 def _drop(index: dict, at, key: tuple) -> None:

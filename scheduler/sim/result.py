@@ -2,12 +2,14 @@
 import math
 from dataclasses import dataclass, field, replace
 
+from ..jobs import states
 from ..jobs.model import Job, Node
 from ..settings.config import Config
 from .trace import TraceJob
 
 # Trace time 0 on the virtual clock. Never 0.0: the transitions read a zero time as "unset".
 EPOCH = 1_000_000_000.0
+BUDGET_REASONS = frozenset({states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED})
 
 
 @dataclass
@@ -25,8 +27,7 @@ class Result:
     trace: list[TraceJob]
     jobs: dict[int, Job]                    # id -> final record (ended, or still pending at the end)
     refused: list[Refused]
-    # ids that pended for a budget at some pass, or waited at an instant when a budget of theirs
-    # provably had no room for them (parked.py): the same whether or not plan() was asked about them
+    # ids that pended for a budget at some pass (the same as whole passes at every instant give)
     budget_held: set[int] = field(default_factory=set)
     spent: dict[str, int] = field(default_factory=dict)  # the `spent` hash: NAME or NAME@PERIOD -> micro
     plan_calls: int = 0

@@ -14,6 +14,7 @@ from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu, Node
 from labq.scheduler.jobs.plan import Pendings
 from labq.scheduler.policy import strict
+from labq.scheduler.policy.floors import Floors
 from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim.engine import simulate
 from labq.scheduler.sim.policies import policy_config
@@ -67,11 +68,11 @@ WHO = [("eta", "alice"), ("eta", "bob"), ("phi", "carol"), ("default", "dave")]
 
 
 @st.composite
-def scenes(draw):
-    text = CONFIG.format(preempt=draw(st.sampled_from(["true", "false"])),
+def scenes(draw, config=CONFIG, limits=(2, 50, 100000)):
+    text = config.format(period=draw(st.sampled_from(["none", "week"])), preempt=draw(st.sampled_from(["true", "false"])),
                          fairshare=draw(st.sampled_from([0, 50])), burst_jobs=draw(st.sampled_from([1, 3, 100])),
                          burst_window=draw(st.sampled_from(["60s", "1h"])), burst_penalty=draw(st.sampled_from([0, 20])),
-                         max_running=draw(st.sampled_from([1, 3, 100])), limit=draw(st.sampled_from([2, 50, 100000])))
+                         max_running=draw(st.sampled_from([1, 3, 100])), limit=draw(st.sampled_from(limits)))
     b = ClusterBuilder()
     for n in range(draw(st.integers(1, 3))):
         b.node(f"n{n}", gpus=draw(st.sampled_from([0, 2, 4])), cpus=16, mem=64 * G, slots=8)
@@ -136,6 +137,72 @@ def test_a_pass_over_the_backlog_decides_as_the_whole_pass(monkeypatch, scene):
     running = replace(snap, jobs=tuple(j for j in snap.jobs if j.state != states.PENDING))
     same(policy.plan(running, c, backlog=b), policy.plan_per_job(snap, c))
     assert ran in ([True], [False])
+
+
+# Budget floors pend jobs unquoted only where no cap reads them first: no user caps here.
+FLOORED = CONFIG.replace('[users.bob]\nmax_gpus = 3\n', '') + 'period = "{period}"\n'
+BUDGET = {states.BUDGET_RESERVED, states.BUDGET_EXHAUSTED}
+
+
+def backlog_of(snap, c, floors=None):
+    w = c.priority
+    b = policy.Backlog((w.burst_jobs, w.burst_window) if w.burst_penalty else None, floors)
+    for j in snap.jobs:
+        if j.state == states.PENDING:
+            b.add(j)
+    return b, replace(snap, jobs=tuple(j for j in snap.jobs if j.state != states.PENDING))
+
+
+def same_but_unquoted(a, b) -> int:
+    """`same`, but a job `a` pended for a budget unquoted (by its floors: strict.UNQUOTED) need only
+    be pended for a budget in `b`; how many were."""
+    assert sorted(a.places, key=lambda p: p.job_id) == sorted(b.places, key=lambda p: p.job_id)
+    assert a.expires == b.expires and a.preempts == b.preempts and a.starts == b.starts
+    mine, theirs = {p.job_id: (p.reason, p.detail) for p in a.pending}, {p.job_id: (p.reason, p.detail) for p in b.pending}
+    assert mine.keys() == theirs.keys() and len(a.pending) == len(b.pending)
+    unquoted = {i for i, (_, d) in mine.items() if d == strict.UNQUOTED}
+    assert all(mine[i][0] in BUDGET and theirs[i][0] in BUDGET for i in unquoted)
+    assert {i: v for i, v in mine.items() if i not in unquoted} == {i: v for i, v in theirs.items() if i not in unquoted}
+    return len(unquoted)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(scenes(FLOORED, (1, 3, 5, 9, 50, 100000)))
+def test_a_walk_with_budget_floors_pends_unquoted_only_whom_the_budget_would(scene):
+    """A Backlog that keeps budget floors (budget.Floors: the simulator's) lets the walk pend, without a
+    quote, the jobs a budget has no room for by their floors: the same plan as the per-job pass, each
+    of those pended there for a budget too (a planted floor 2x too high, or a walk that keeps skipping
+    past the blocker, fails this)."""
+    snap, c = scene
+    b, running = backlog_of(snap, c, Floors(c, snap.nodes))
+    same_but_unquoted(policy.plan(running, c, backlog=b), policy.plan_per_job(snap, c))
+
+
+def test_a_spent_budget_pends_its_groups_unquoted_up_to_the_blocker():
+    """A spent budget's 40 jobs before an unbudgeted blocker and 20 after it: the first are pended for
+    the budget without a quote each (one floor look per group), the rest take the blocker's verdict."""
+    b = ClusterBuilder()
+    b.node("n0", gpus=2, cpus=16, mem=64 * G, slots=8)
+    b.running("n0", gpus=2, cpus=1, account="phi", user="carol", time_limit=3600)
+    for k in range(40):
+        b.job(gpus=1, account="eta", user="alice", time_limit=3600, submit_offset=-1000.0 + k)
+    b.job(gpus=1, account="phi", user="carol", time_limit=3600, submit_offset=-500.0)
+    for k in range(20):
+        b.job(gpus=1, account="eta", user="alice", time_limit=3600, submit_offset=-100.0 + k)
+    snap = replace(b.build(), spent=(("eta-b", 10**8),))
+    c = cfg(FLOORED.format(preempt="false", fairshare=0, burst_jobs=100, burst_window="1h", burst_penalty=0,
+                           max_running=100, limit=50, period="none"))
+    backlog, running = backlog_of(snap, c, Floors(c, snap.nodes))
+    quotes = []
+    real = policy.BudgetBook.quote
+    policy.BudgetBook.quote = lambda self, *a, **kw: quotes.append(1) or real(self, *a, **kw)
+    try:
+        got = policy.plan(running, c, backlog=backlog)
+    finally:
+        policy.BudgetBook.quote = real
+    assert same_but_unquoted(got, policy.plan_per_job(snap, c)) == 40
+    assert len(quotes) <= 1          # the blocker's own: none for the budget's jobs
 
 
 def test_it_leaves_to_the_class_walk_a_pass_where_a_turn_after_the_blocker_changes_it():

@@ -1,6 +1,7 @@
-"""A budget no longer turns off the strict-order window (scheduler/sim/engine.py `_strict`): a budget
-pends jobs that fit, never one that does not, so the first job that does not fit still ends the pass.
-A deep queue under fifo with budgets that run out must replay exactly as with whole-queue passes."""
+"""Budgeted replays: backfill off, the walk of the kept queue (sim/kept.py; a budget that has no room for
+a group's next jobs by their floors pends them unquoted, policy/budget.py Floors); backfill on, easy.py's
+windows less a spent budget's parked jobs (sim/parked.py). A deep queue with budgets that run out must
+replay exactly as with whole-queue passes, budget-held jobs included."""
 import os
 import sys
 
@@ -9,11 +10,12 @@ import pytest
 from labq.cli.whatif import parse_nodes
 from labq.scheduler import policy
 from labq.scheduler.jobs import states
+from labq.scheduler.policy.strict import UNQUOTED
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim import strict
 from labq.scheduler.sim.engine import simulate
 from labq.scheduler.sim.metrics import report
 from labq.scheduler.sim.policies import policy_config, resolve
+from labq.scheduler.sim.result import BUDGET_REASONS
 from labq.scheduler.sim.trace import load
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -24,13 +26,14 @@ BUDGETS = FEW + '[[budgets]]\nname = "rl"\naccount = "vc-rl"\nlimit = 40.0\nperi
 
 
 def count_budget_verdicts(monkeypatch) -> list:
-    """The ids plan() pends for a budget, call after call, until `monkeypatch.undo()`."""
+    """The ids plan() quotes and pends for a budget, call after call, until `monkeypatch.undo()` (not
+    those a budget's floors price out unquoted: policy/strict.py UNQUOTED)."""
     verdicts: list = []
     real = policy.plan
 
     def counted(snap, c, *a, **kw):
         p = real(snap, c, *a, **kw)
-        verdicts.extend(pd.job_id for pd in p.pending if pd.reason in strict.BUDGET_REASONS)
+        verdicts.extend(pd.job_id for pd in p.pending if pd.reason in BUDGET_REASONS and pd.detail != UNQUOTED)
         return p
     monkeypatch.setattr(policy, "plan", counted)
     return verdicts
@@ -172,9 +175,8 @@ def test_budgets_that_never_bind_add_no_pass(tmp_path, name):
 def test_budgets_that_never_bind_add_no_plan_call(tmp_path, monkeypatch, name):
     """A window of one job is for a head whose budget may price out the rest: a head its budget
     provably admits takes the windows of a replay without budgets (easy.py), so budgets with room
-    to spare cost no extra plan() call over a deep queue. (Backfill off, a replay without budgets
-    walks the kept queue, kept.py, and one with budgets takes strict.py's windows: their counts
-    differ by path; test_budgets_that_never_bind_add_no_pass checks their schedules.)"""
+    to spare cost no extra plan() call over a deep queue. (Backfill off, both walk the kept queue,
+    kept.py, one pass an instant: test_budgets_that_never_bind_add_no_pass counts those.)"""
     path = gpu_trace.write(str(tmp_path / "t.csv"), 500, seed=5, days=2)
     nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
     calls = []
