@@ -34,12 +34,17 @@ def cut(buf: bytes, pos: int, n: int, decode: bool) -> tuple[list, int, bool]:
     be one still arriving: more bytes then, and cut again)."""
     if buf[pos:pos + 1] not in (b"$", b""):
         return [], pos, False           # another kind of item
-    pieces = buf[pos:].split(CRLF, 2 * n)
+    rest = buf[pos:]
+    # All ASCII (the usual rows): decoded once and split as text, a character a byte (no decode per item).
+    text = decode and rest.isascii()
+    pieces = rest.decode("ascii").split("\r\n", 2 * n) if text else rest.split(CRLF, 2 * n)
+    dollar = "$" if text else b"$"
     k = (len(pieces) - 1) // 2          # whole (header, string) pairs: the last piece is what follows them
     if k == 0:
         head = pieces[0]
-        return [], pos, not (len(pieces) > 1 and (head[:1] != b"$" or head[1:2] == b"-"))    # a null is whole
+        return [], pos, not (len(pieces) > 1 and (head[:1] != dollar or head[1:2] in ("-", b"-")))   # a null is whole
     heads, data = pieces[0:2 * k:2], pieces[1:2 * k:2]
-    if b"".join(map(_FIRST, heads)) != b"$" * k or list(map(int, map(_AFTER_FIRST, heads))) != list(map(len, data)):
+    if dollar[:0].join(map(_FIRST, heads)) != dollar * k or list(map(int, map(_AFTER_FIRST, heads))) != list(map(len, data)):
         return [], pos, False
-    return (list(map(bytes.decode, data)) if decode else data), pos + sum(map(len, heads)) + sum(map(len, data)) + 4 * k, True
+    items = data if text or not decode else list(map(bytes.decode, data))
+    return items, pos + sum(map(len, heads)) + sum(map(len, data)) + 4 * k, True
