@@ -81,21 +81,39 @@ def parse(texts, keep=None) -> list[list[str]]:
     """The hash's values as rows (lists of FIELDS' texts: a row's cells stay one text, its tail),
     in job id order; `keep`: the ids to keep (the rest are skipped), or None for all.
 
-    Sorted in C, before they are split: a row starts with its id (digits, no leading zero, then a
-    tab), so the texts in text order, then stably by the id's length, are in id order (no int()
-    per row, no key call but a C method's; a key function called per row was a tenth of `stat` at
-    10,000 jobs). Rows with equal tails then share one tail object: every later pass that reads the
-    tails (padding, counting, filtering) touches a few objects instead of one string per row spread
-    over the heap (at 10,000 rows such a pass took 1.3-2.9 ms, now 0.03-0.3)."""
-    texts = sorted(texts)
-    texts.sort(key=_ID_LENGTH)
-    rows = list(map(str.split, texts, repeat("\t"), repeat(TAIL)))
+    Ordered before they are split (in_order), so that the rows are made in the order every later
+    pass walks them (the passes over rows made in the hash's order, scattered over the heap, took
+    ~2x as long). Rows with equal tails then share one tail object: every later pass that reads the
+    tails (padding, counting, filtering) touches a few objects instead of one string per row (at
+    10,000 rows such a pass took 1.3-2.9 ms, now 0.03-0.3)."""
+    rows = list(map(str.split, in_order(texts), repeat("\t"), repeat(TAIL)))
     if keep is not None:
         rows = list(compress(rows, map(keep.__contains__, map(int, map(itemgetter(ID), rows)))))
     tails = list(map(itemgetter(TAIL), rows))
     one: dict = {}
     any(map(list.__setitem__, rows, repeat(TAIL), map(one.setdefault, tails, tails)))     # None each: runs them all
     return rows
+
+
+def in_order(texts: list[str]) -> list[str]:
+    """Rows' texts in id order, by C loops (no Python code per row). Where the ids are dense (a
+    queue's usually are) each text goes to the slot of its id and the slots are read in order: no
+    comparison at all (~0.7 ms less than the sort at 10,000 rows). Otherwise, or where an id comes
+    twice (both are kept), a sort: a row starts with its id (digits, no leading zero, then a tab),
+    so text order, then stably the id's length, is id order."""
+    if not texts:
+        return []
+    ids = list(map(int, map(itemgetter(0), map(str.partition, texts, repeat("\t")))))
+    lo, hi = min(ids), max(ids)
+    if hi - lo < 4 * len(ids) + 64:
+        slots: list = [None] * (hi - lo + 1)
+        any(map(slots.__setitem__, map(int.__sub__, ids, repeat(lo)), texts))
+        out = list(filter(None, slots))
+        if len(out) == len(texts):
+            return out
+    out = sorted(texts)
+    out.sort(key=_ID_LENGTH)
+    return out
 
 
 _ID_LENGTH = methodcaller("index", "\t")

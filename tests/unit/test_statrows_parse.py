@@ -26,3 +26,13 @@ def test_rows_come_in_id_order_with_shared_tails():
 def test_an_id_twice_keeps_both_rows():
     rows = R.parse([_text(3, "b"), _text(2, "a"), _text(3, "c")])
     assert [(r[R.ID], r[R.TAIL]) for r in rows] == [("2", "a"), ("3", "b"), ("3", "c")]
+
+
+def test_in_order_sorts_dense_sparse_and_twice_seen_ids():
+    rng = random.Random(7)
+    for ids in ([5], list(range(1, 500)), [1, 10**9, 7, 10**6], [3, 3, 2], list(range(90, 110)) + [100_000],
+                [9, 10, 11, 99, 100, 101, 1000]):
+        texts = [_text(i, "t") for i in ids]
+        rng.shuffle(texts)
+        assert R.in_order(texts) == sorted(texts, key=lambda t: (int(t.split("\t")[0]), t))
+    assert R.in_order([]) == [] and R.parse([]) == []
