@@ -706,3 +706,33 @@ def test_a_class_passed_unreached_is_judged_again_once_an_admission_reaches_a_ca
     assert reasons[6] == (states.ARRAY_TASK_LIMIT if array else states.ACCOUNT_JOB_LIMIT)
     assert reasons[8] == (states.RESOURCES if array else states.ACCOUNT_JOB_LIMIT)
     same(got, policy.plan_per_job(snap, c))
+
+
+@st.composite
+def frozen_scenes(draw):
+    """Passes that freeze early (one reservation, taken first by H; no preemption) over families of
+    several classes each: big requests that fit no node (passed unreached: settle.passes) among small
+    ones admitted up to a cap (phi's max_running and max_gpus, bob's max_gpus) or dave's array
+    throttle: the admissions that must wake passed classes (settle.recall)."""
+    c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0,
+                          max_running=draw(st.sampled_from([1, 2, 3, 100])), limit=100000))
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16, slots=16)
+    b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-10000)    # H
+    throttle = draw(st.sampled_from([1, 2]))
+    for k in range(draw(st.integers(2, 30))):
+        acct, user = draw(st.sampled_from([("phi", "carol"), ("eta", "bob"), ("default", "dave")]))
+        big = draw(st.booleans())
+        task = dict(array_id=500, array_index=k, array_throttle=throttle) if user == "dave" and draw(st.booleans()) else {}
+        b.job(gpus=4 if big else draw(st.sampled_from([0, 1])), cpus=4 if big else 1, account=acct, user=user,
+              time_limit=draw(st.sampled_from([600, 7200, 86400])), submit_offset=-draw(st.integers(0, 5000)), **task)
+    return b.build(), c
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frozen_scenes())
+def test_classes_a_frozen_walk_passes_decide_as_the_per_job_pass(scene):
+    """Issue 41: the classes a frozen walk passes unreached and those its wake rule sends back
+    (settle.passes, settle.recall) take the per-job pass's verdicts, with a kept Queue's families."""
+    snap, c = scene
+    same(policy.plan(snap, c, queue=queue.Queue()), policy.plan_per_job(snap, c))
