@@ -191,6 +191,7 @@ class Durability:
         if last_job_id > base.last_job_id:
             self.file.save(replace(base, last_job_id=last_job_id))
 
-    def seen(self) -> None:
-        """After a leading tick: remember what Redis now holds."""
-        self.file.save(self.store.figures())
+    def seen(self, committed=None) -> None:
+        """After a leading tick: remember what Redis now holds, as the store that `committed` the tick's
+        changes knows it (SchedulerStore.figures_now: read only where its commits do not tell)."""
+        self.file.save((committed or self.store).figures_now())

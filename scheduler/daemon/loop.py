@@ -104,7 +104,7 @@ class Scheduler:
             if self.planner.due(now):
                 self.planner.plan(now)
             if self.durable is not None and not self.committer.unreplicated:   # figures a failover may yet undo: not kept
-                self.durable.seen()
+                self.durable.seen(self.store)     # the figures as this store's commits left them
         except StalePlanError as e:
             log.warning("%s; reloading state", e)
             self.leading = False

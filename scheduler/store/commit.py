@@ -115,6 +115,7 @@ class Committer:
             _build(p, store, b, now, usage, active, seq, period, replicas, new, fresh)
 
         self._write_or_undo(store, b, build, replicas, fresh, acknowledged)
+        store.wrote(seq, bool(b.charges or b.books))      # what the state file's figures now are (durability.seen)
 
     def _write_or_undo(self, store, b, build, replicas: int, fresh: set, acknowledged) -> None:
         """_write; when it is refused (the lease lapsed while a big array was written ahead), the

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import redis
 
@@ -39,6 +40,7 @@ class SchedulerStore(RequestList):
         self.held: dict[str, bytes] = {}     # entry id -> the bytes of each request taken, until acknowledged
         self._spent: dict[str, int] | None = None   # the spent hash as read since the last transaction
         self._node_names: list[str] = []     # the registered nodes as last read (noderows.read)
+        self._known: Figures | None = None   # Redis's figures as read, then as this leader's commits moved them
         self.nodeside = NodeSide(r, keys)    # claims, withdrawals, health signs (daemon/events.py)
 
     # -- leader lease ------------------------------------------------------------------------
@@ -48,7 +50,7 @@ class SchedulerStore(RequestList):
         with self.lease_lock:
             got = self._acquire_leader(ttl_s)
         if got == "taken":          # another leader may have written meanwhile
-            self._spent = None
+            self._spent = self._known = None
         return got
 
     @contextmanager
@@ -121,6 +123,7 @@ class SchedulerStore(RequestList):
     def txn(self, build, replicas: int = 0) -> list:
         """MULTI `build(pipe)`, fenced by the leader lease; then WAIT for `replicas` (self.acked: how many)."""
         self._spent = None      # written or not, read afresh after it
+        known, self._known = self._known, None     # unknown unless it commits (then `wrote` says what moved)
         with self.lease_lock, conn.kept_pipeline(self.r) as (p, keep):
             try:
                 # `taken` watched too: acknowledged by its length (ack), it must not change under us.
@@ -132,6 +135,7 @@ class SchedulerStore(RequestList):
                 got = wire.transaction(p, read=False)      # no caller reads a commit's replies
             except redis.WatchError:
                 raise StalePlanError("the leader lease changed during a transaction") from None
+            self._known = known
             self.acked = keep.wait(replicas, conn.WAIT_MS) if replicas else 0
             self.doubt = keep.doubt
             if keep.stale:      # nothing of an old master's is acknowledged: reload from the one Sentinel names
@@ -280,7 +284,18 @@ class SchedulerStore(RequestList):
             info = {}
         count = info.get("entries-added", info.get("length", 0)) or 0
         lid, fields = last[0] if isinstance(last, list) and last else ("", {})
-        return Figures(int(seq or 0), int(count), lid, entry_hash(fields) if lid else "")
+        self._known = Figures(int(seq or 0), int(count), lid, entry_hash(fields) if lid else "")
+        return self._known
+
+    def figures_now(self) -> Figures:
+        """The figures as read, then moved by this leader's commits (`wrote`: a tick that adds nothing
+        to the ledger moves only the id sequence it wrote), read where not known (a round trip a tick)."""
+        return self._known if self._known is not None else self.figures()
+
+    def wrote(self, seq: int | None, ledger: bool) -> None:
+        """A commit went in: it wrote the job id sequence `seq` (None: not), and `ledger` entries or not."""
+        if self._known is not None:
+            self._known = None if ledger else self._known if seq is None else replace(self._known, last_job_id=seq)
 
     def cluster_id(self) -> str:
         """This cluster's id: made at the first start of a scheduler on this Redis, then kept."""
@@ -318,7 +333,10 @@ class SchedulerStore(RequestList):
 
     def advance_seq(self, by: int) -> int:
         """Take `by` job ids from Redis at once (INCRBY): the new end of the sequence."""
-        return self.r.incrby(self.k.seq, by)
+        self._known, known = None, self._known
+        got = self.r.incrby(self.k.seq, by)
+        self._known = known and replace(known, last_job_id=got)
+        return got
 
     def put_new_jobs(self, jobs, tasks=None) -> set[int]:
         """A big change's new records, written ahead of its transaction (writes.put_new_jobs)."""
