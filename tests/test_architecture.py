@@ -59,7 +59,9 @@ EDGES = {
 # (STORE_HOLDERS; mypy --strict on each, STRICT_CORE, keeps their typed inputs free of a store).
 DECIDERS = ["daemon.attempt", "daemon.dispatch", "daemon.crashguard", "daemon.triage", "daemon.decode",
             "daemon.handlers", "daemon.lookup", "daemon.bookkeeper", "daemon.applier", "daemon.transitions",
-            "daemon.state", "daemon.change"]
+            "daemon.state", "daemon.change",
+            # `labq show --script`'s verdict and reply (daemon/requests.py reads the job and its private keys)
+            "security.private"]
 STORE_HOLDERS = {"store", "r", "redis", "conn", "pipe", "committer", "archiver", "history"}
 # Deciders that still read the store through an object they were handed, each with its owner and why;
 # shrink, never grow. Gone (issue 40 item 1): daemon/handlers.py, daemon/lookup.py, daemon/bookkeeper.py:
@@ -964,6 +966,8 @@ def test_the_checker_finds_an_aliased_impurity(scratch, rel, text, found):
     ("scheduler/daemon/handlers.py", "def _record(self, jid):\n    return self.s.store.job(jid)", "self.s.store"),
     ("scheduler/daemon/lookup.py", "def _ended(s, ids):\n    return s.store.jobs(ids)", "s.store"),
     ("scheduler/daemon/bookkeeper.py", "def _spent(self):\n    return self.store.spent()", "self.store"),
+    # what security/private.py read of the shell it was handed until its reads moved to daemon/requests.py
+    ("scheduler/security/private.py", "def _peek(sched, jid):\n    return sched.store.job(jid)", "sched.store"),
     # what handlers.State declared (issue 40 item 1): the shell's snapshot reads the spent hash and the ended
     # records through the part it composes (planning.Planner); its ended_jobs reads the store's reader itself
     ("scheduler/daemon/handlers.py", "class Peek(Protocol):\n    def snapshot(self, now: float) -> Snapshot: ...",

@@ -319,10 +319,19 @@ class Inboxes:
         if req.op == STATUS_OP:
             return Change(reply=self._request_status(user, req.body))
         if req.op == private.OP:        # a script and exported environment, for their owner and admins
-            return Change(reply=private.answer(self.shell, user, req.body))
+            return Change(reply=self._private(user, req.body))
         if req.op == histpages.OP:     # a page of the archive, for a client that cannot open it
             return Change(reply=histpages.answer(self._archive_to_serve(), req.body))
         return self.reads.decided(lambda: self.handlers.handle(user, req.op, req.body, now))
+
+    def _private(self, user: str, body: dict[str, Any]) -> dict[str, Any]:
+        """`labq show --script/--json`: the job read here (table, Redis, archive), then, once allowed
+        (security/private.py decides), its script and exported environment."""
+        jid = private.job_id(body)
+        archive = self.shell.archiver.archive if self.shell.archiver is not None else None
+        found = self.state.jobs.get(jid) or self.store.job(jid) or (archive.jobs([jid]).get(jid) if archive else None)
+        job = private.allowed(found, jid, user, self.cfg.security.admins)
+        return private.answer(job, *self.store.reader().private(job))
 
     def _request_status(self, user: str, body: dict[str, Any]) -> dict[str, Any]:
         """What became of request `of` (`labq stat --rid`): its answer and its job read here, the

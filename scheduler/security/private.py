@@ -22,53 +22,35 @@ from ..errors import RefusedError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # the client imports OP (`labq show --json`): neither the model nor store/reads.py
-    from typing import Any, Protocol
+    from collections.abc import Sequence
+    from typing import Any
 
     from ..jobs.model import Job
-    from ..settings.config import Config
-
-    class Reads(Protocol):
-        def private(self, job: Job) -> tuple[str | None, tuple[Any, ...]]: ...
-
-    class Store(Protocol):
-        def job(self, jid: int) -> Job | None: ...
-        def reader(self) -> Reads: ...
-
-    class Shell(Protocol):
-        """What `answer` reads of the scheduler (loop.Scheduler): its table, store, config, archiver."""
-        @property
-        def jobs(self) -> dict[int, Job]: ...
-        @property
-        def cfg(self) -> Config: ...
-        @property
-        def store(self) -> Store: ...
-        @property
-        def archiver(self) -> Any: ...      # store/archive.Archiver, or None: the scheduler keeps no archive
 
 OP = "show_private"
 
 
-def answer(sched: Shell, user: str, body: dict[str, Any]) -> dict[str, Any]:
-    """{ok, job_id, id, script, export, env} of job `body["job"]` (its numeric id) for `user`, its
-    owner or an admin; RefusedError for anyone else."""
+def job_id(body: dict[str, Any]) -> int:
+    """The job a request names (`body["job"]`, its numeric id); UsageError for anything else."""
     jid = body.get("job")
     if type(jid) is not int or jid <= 0:
         raise UsageError(f"job: expected a job id (a positive integer), got {str(jid)[:40]!r}")
-    job = sched.jobs.get(jid) or sched.store.job(jid) or _archived(sched, jid)
+    return jid
+
+
+def allowed(job: Job | None, jid: int, user: str, admins: Sequence[str]) -> Job:
+    """Job `jid` as read (in the table, Redis or the archive; None: none), if `user` may read its
+    private part: its owner or an admin. UsageError where there is no such job, RefusedError for anyone else."""
     if job is None:
         raise UsageError(f"no such job: {jid}")
-    admins = sched.cfg.security.admins
     if job.user != user and user not in admins:
         raise RefusedError(f"job {job.display_id} is {job.user}'s: only its owner and admins "
                            f"({', '.join(admins) or 'none set'}) read its script and exported environment")
-    script, env = sched.store.reader().private(job)
+    return job
+
+
+def answer(job: Job, script: str | None, env: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """{ok, job_id, id, script, export, env}: the reply, from what the scheduler read for it
+    (daemon/requests.py: the job, then its script and exported environment once `allowed`)."""
     return {"ok": True, "job_id": job.id, "id": job.display_id, "script": script, "export": job.export,
             "env": dict(env)}
-
-
-def _archived(sched: Shell, jid: int) -> Job | None:
-    archiver = getattr(sched, "archiver", None)
-    if archiver is None:
-        return None
-    got: Job | None = archiver.archive.jobs([jid]).get(jid)
-    return got
