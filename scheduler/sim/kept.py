@@ -62,19 +62,46 @@ def _stuck_at_head(sim, t: float) -> bool:
     the head of some group (backlog.py), and where no gate but capacity applies, nothing is
     timed, draining or preemptible and no room is earmarked for a preemptor (which takes it past
     any blocker), a first job that fits no node's room and is charged to no budget (which might
-    pend it and go on) blocks the pass: nothing starts and no job is pended for a budget."""
+    pend it and go on), or one its budgets provably admit, blocks the pass: nothing starts. With
+    budgets the walk first passes over whole groups a budget has no room for by their floors
+    (budget floors, policy/strict.py), which change nothing where every job of theirs was counted
+    held already: the first job is then the head of the groups after those."""
     q = sim.queue
-    if (not sim.budget_gated_only or q.timed or sim.draining or sim.queue.backlog.earmarked
+    if (not sim.budget_gated_only or q.timed or sim.draining or q.backlog.earmarked
             or sim.cfg.preemption and sim.preemptible_running):
         return False
-    heads = [g.jobs[0] for g in sim.queue.backlog.groups.values()]
-    if fits_somewhere(sim.standing.placer.free, heads) or q.budgeted:
-        heads = [min(heads, key=multifactor.scorer(t, sim._usage(t), sim.cfg, sim.queue.backlog.bursting))]
-    return not fits_somewhere(sim.standing.placer.free, heads) and (not q.charged(heads[0]) or admitted(sim, t, heads))
+    free, backlog = sim.standing.placer.free, q.backlog
+    heads = [g.jobs[0] for g in backlog.groups.values()]
+    if not q.budgeted:
+        if fits_somewhere(free, heads):
+            heads = [min(heads, key=multifactor.scorer(t, sim._usage(t), sim.cfg, backlog.bursting))]
+        return not fits_somewhere(free, heads)
+    book, passed = None, set()
+    score = multifactor.scorer(t, sim._usage(t), sim.cfg, backlog.bursting)
+    for head in sorted(heads, key=score):
+        if fits_somewhere(free, [head]):
+            return False
+        if not q.charged(head) or backlog.floors.admitted([head], book := book or _book(sim, t)):
+            # the blocker: the jobs passed over before it (scored before it) pend for their budget
+            return not _fresh_before(sim, passed, score, score(head))
+        g = backlog.groups[backlog.where[head.id]]
+        if g.key[3] or backlog.floors.skip(g.key, 0, book)[0] < len(g.jobs):
+            return False
+        passed.add(g.key)
+    return not _fresh_before(sim, passed, score, None)     # every group passed over
+
+
+def _fresh_before(sim, passed: set, score, last) -> bool:
+    """Whether a job of the groups `passed` over, scored before `last` (any, None), was never counted held."""
+    where, jobs = sim.queue.backlog.where, sim.queue.jobs
+    return any(where.get(i) in passed and (last is None or score(jobs[i]) < last) for i in sim.fresh)
+
+
+def _book(sim, t: float) -> BudgetBook:
+    return BudgetBook(sim.cfg, sim.spent_now(t)[0], list(sim.running.values()), t)
 
 
 def admitted(sim, t: float, jobs) -> bool:
     """Whether the budgets provably admit every one of these pending jobs at `t` (budget.Floors.admitted):
     no pass now gives any of them a budget reason."""
-    book = BudgetBook(sim.cfg, sim.spent_now(t)[0], list(sim.running.values()), t)
-    return sim.queue.backlog.floors.admitted(jobs, book)
+    return sim.queue.backlog.floors.admitted(jobs, _book(sim, t))
