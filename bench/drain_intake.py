@@ -12,18 +12,16 @@ b·batches, as live_bench does. Jobs are held: the queue of held jobs grows as i
     .venv/bin/python bench/drain_intake.py --profile 100    # cProfile of ticks of 100 requests each
     OTHER_TREE/.venv/bin/python bench/drain_intake.py       # the same over another checkout (A/B)
 
-Self-contained (imports only labq), so one copy runs against any tree's venv.
+Imports only labq and bench/drain_bench.py (its private redis-server), so this copy runs against any tree's venv.
 """
 import cProfile
 import os
 import pstats
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
+import drain_bench
 import redis
 
 from labq.cli.subcore import build_body
@@ -46,35 +44,13 @@ users = ["{user}"]
 """
 
 
-class Redis:
-    """A private redis-server on a unix socket, AOF on and fsynced always (as `labq up` runs it)."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="labq-intake-", dir="/tmp")
-        self.sock = os.path.join(self.dir, "r.sock")
-        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-        self.proc = subprocess.Popen([exe, "--port", "0", "--unixsocket", self.sock, "--dir", self.dir, "--save", "",
-                                      "--appendonly", "yes", "--appendfsync", "always"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        end = time.monotonic() + 20
-        while True:
-            try:
-                redis.Redis(unix_socket_path=self.sock).ping()
-                return
-            except (redis.ConnectionError, FileNotFoundError):
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.02)
+class Redis(drain_bench.Redis):
+    """drain_bench's private redis-server (AOF fsynced always, as `labq up` runs it), and its CPU."""
 
     def cpu(self) -> float:
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def close(self):
-        self.proc.terminate()
-        self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Harness:
