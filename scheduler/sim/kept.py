@@ -76,7 +76,8 @@ def _stuck_at_head(sim, t: float) -> bool:
         if fits_somewhere(free, heads):
             heads = [min(heads, key=multifactor.scorer(t, sim._usage(t), sim.cfg, backlog.bursting))]
         return not fits_somewhere(free, heads)
-    book, passed = None, set()
+    book = None
+    passed: set[tuple] = set()
     score = multifactor.scorer(t, sim._usage(t), sim.cfg, backlog.bursting)
     for head in sorted(heads, key=score):
         if fits_somewhere(free, [head]):
