@@ -328,7 +328,7 @@ class Inboxes:
         """`labq show --script/--json`: the job read here (table, Redis, archive), then, once allowed
         (security/private.py decides), its script and exported environment."""
         jid = private.job_id(body)
-        archive = self.shell.archiver.archive if self.shell.archiver is not None else None
+        archive = self.shell.archiver.existing() if self.shell.archiver is not None else None
         found = self.state.jobs.get(jid) or self.store.job(jid) or (archive.jobs([jid]).get(jid) if archive else None)
         job = private.allowed(found, jid, user, self.cfg.security.admins)
         return private.answer(job, *self.store.reader().private(job))

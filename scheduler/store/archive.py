@@ -292,18 +292,15 @@ class Archiver:
     def __init__(self, r, keys, archive, keep: float, purge_after: float | None = None,
                  batch: int = 1000, every: float = 10.0, committed=None, pass_s: float | None = None,
                  cluster: str = ""):
-        """`archive`: an Archive, or its path (opened, and created, when there is first something
-        to move: a scheduler that never archives leaves no file behind). `committed`: Archive's.
-        `pass_s`: how long one pass may hold the scheduler's loop (its next tick waits for it); the
-        batch (`size`) then shrinks, down to 50, or grows, up to `batch`, to fit."""
+        """`archive`: an Archive, or its path (opened, and created, when there is first something to move: a
+        scheduler that never archives leaves no file behind). `committed`: Archive's. `pass_s`: how long one
+        pass may hold the scheduler's loop; the batch (`size`) then shrinks, down to 50, or grows, to fit."""
         self.r, self.k, self._archive, self.keep = r, keys, archive, keep
         self.purge_after, self.batch, self.every, self.committed = purge_after, batch, every, committed
-        self.pass_s, self.size = pass_s, batch
+        self.pass_s, self.size, self.next = pass_s, batch, float("-inf")
         self.cluster = cluster      # this Redis's id (keys.cluster): the archive must be this cluster's
-        self.next = float("-inf")
-        # A test's hook (tests/e2e/test_archive_kill.py): a directory where, for each step with a file
-        # `pause-STEP` there, the pass announces its SQLite commit (`STEP-committed`) and then waits,
-        # before its Redis deletes, for a kill -9 at that exact point (or a file `go`).
+        # A test's hook (tests/e2e/test_archive_kill.py): for each file `pause-STEP` in this directory, the pass
+        # says `STEP-committed` (SQLite), then waits before its Redis deletes for a kill -9 there (or a file `go`).
         self.pause_dir = os.environ.get("LABQ_TEST_ARCHIVE_PAUSE", "")
 
     def step(self, now: float) -> tuple[int, int]:
@@ -318,17 +315,21 @@ class Archiver:
             self.size = max(min(50, self.batch), min(self.batch, int(self.size * self.pass_s / took)))
         # A full batch means more is waiting: come back next tick rather than in `every` seconds.
         self.next = now if full else now + self.every
-        if self.purge_after is not None and (not isinstance(self._archive, str) or dialect.is_pg(self._archive)
-                                             or os.path.exists(self._archive)):
-            self.archive.purge(now - self.purge_after)
+        if self.purge_after is not None and (db := self.existing()) is not None:
+            db.purge(now - self.purge_after)
         return moved
+
+    def existing(self) -> Archive | None:
+        """The archive for a read, None where nothing was archived yet (a read creates no file)."""
+        a = self._archive      # a path: opened once there is something there (or a PostgreSQL URL)
+        return None if isinstance(a, str) and not dialect.is_pg(a) and not os.path.exists(a) else self.archive
 
     @property
     def archive(self) -> Archive:
         if isinstance(self._archive, str):
             db = Archive(self._archive, committed=self.committed)
             if self.cluster:
-                db.claim_cluster(self.cluster)
+                db.claim_cluster(self.cluster)      # before keeping it: another cluster's is refused each time
             self._archive = db
         return self._archive
 

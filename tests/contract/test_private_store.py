@@ -84,6 +84,18 @@ def test_archived_submissions_leave_redis_and_the_archive_serves_no_script(conns
     assert _ask(r, s, "bob", jid, "q2")["code"] == 3
 
 
+def test_asking_for_an_unknown_job_creates_no_archive(conns, tmp_path):
+    """A scheduler that never archived leaves no history file behind (store/archive.Archiver): asking
+    for the script of a job it does not know once opened (created) the archive and claimed it for this
+    cluster, so the next scheduler on the same state directory, with another Redis, refused to start."""
+    r, s = _lab(conns)
+    path = tmp_path / "h.db"
+    s.archiver = Archiver(r, K, str(path), keep=0, cluster="this-one")
+    got = _ask(r, s, "alice", 999, "q1")
+    assert got["code"] == 2 and "no such job: 999" in got["error"]
+    assert not path.exists()
+
+
 def test_schema_1_records_and_specs_are_moved_apart_at_start(conns):
     """What a scheduler before issue 34 wrote: the script in each record (a spec's, for a big
     array), an exported environment inline in an older record."""
