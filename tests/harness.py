@@ -34,7 +34,7 @@ from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node, Snapshot
 from labq.scheduler.settings import config, config as config_mod
-from labq.scheduler.store import codec, inbox
+from labq.scheduler.store import acctrows, codec, inbox, splice, statrows
 from labq.scheduler.store.agentside import AgentStore
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.store.thinreads import ThinReader
@@ -162,6 +162,17 @@ def summarize(plan) -> dict:
     return {"places": {p.job_id: (p.node, p.gpus) for p in plan.places},
             "expires": sorted(e.job_id for e in plan.expires),
             "pending": {p.job_id: p.reason for p in plan.pending}}
+
+
+def assert_spliced(jobs: list) -> None:
+    """store/splice.texts gives each job, in order, the record codec.dumps gives and, where it gives one,
+    the row statrows.dumps gives (an ended job: the acct row acctrows.redis_row gives)."""
+    got = list(splice.texts(iter(jobs)))
+    assert [g[0] for g in got] == jobs
+    for j, rec, row in got:
+        assert (rec if isinstance(rec, bytes) else rec.encode()) == codec.dumps(j).encode()
+        want = statrows.dumps(j) if j.state in states.ACTIVE else acctrows.redis_row(j)
+        assert row is None or row == want.encode()
 
 
 # -- paths and polling ---------------------------------------------------------------------------

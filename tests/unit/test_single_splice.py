@@ -8,7 +8,8 @@ from hypothesis import example, given, settings, strategies as st
 
 from labq.scheduler.jobs import jobspec, states
 from labq.scheduler.jobs.model import Attempt, Job
-from labq.scheduler.store import acctrows, codec, splice, statrows
+from labq.scheduler.store import codec, splice
+from tests.harness import assert_spliced
 
 TEMPLATE = Job(id=0, user="ann", account="x", name="t", argv=("python", "ü.py"), submit_time=1.5, held=True,
                reason=states.HELD, detail=jobspec.HELD_DETAIL, env=(("A", "1"),))
@@ -38,12 +39,7 @@ def test_runs_of_alike_single_jobs_get_each_jobs_own_texts(first, times, changes
                         "array": replace(j, array_id=j.id, array_index=0, array_count=1),
                         "stand-in": replace(j, name=repr(splice.TS)),
                         "true": replace(j, cpus=True)}[c]                        # True == 1, its text is not
-    got = list(splice.texts(iter(jobs)))
-    assert [g[0] for g in got] == jobs
-    for j, rec, row in got:
-        assert (rec if isinstance(rec, bytes) else rec.encode()) == codec.dumps(j).encode()
-        want = statrows.dumps(j) if j.state in states.ACTIVE else acctrows.redis_row(j)
-        assert row is None or row == want.encode()
+    assert_spliced(jobs)
 
 
 def test_a_group_commit_of_copies_encodes_once(monkeypatch):

@@ -9,8 +9,9 @@ from hypothesis import example, given, settings, strategies as st
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.jobspec import expand
 from labq.scheduler.jobs.model import Attempt, Job
-from labq.scheduler.store import acctrows, codec, splice, statrows, writes
+from labq.scheduler.store import codec, statrows, writes
 from labq.scheduler.store.keys import Keys
+from tests.harness import assert_spliced
 
 K = Keys("labq")
 
@@ -88,9 +89,4 @@ def test_texts_of_a_batch_are_each_jobs_own(first, n, step, lo, changes, plain_f
                         "ended": replace(j, state=states.CANCELLED, end_time=3.0)}[c]
     if plain_first:
         jobs.insert(0, replace(template, id=first - 1))
-    got = list(splice.texts(iter(jobs)))
-    assert [g[0] for g in got] == jobs
-    for j, rec, row in got:
-        assert (rec if isinstance(rec, bytes) else rec.encode()) == codec.dumps(j).encode()
-        want = statrows.dumps(j) if j.state in states.ACTIVE else acctrows.redis_row(j)
-        assert row is None or row == want.encode()
+    assert_spliced(jobs)
