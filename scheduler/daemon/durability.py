@@ -115,7 +115,7 @@ class StateFile:
             st = os.stat(self.path)
             if (st.st_dev, st.st_ino) == self._at and st.st_size == SLOT and os.pwrite(self._fd, data, 0) == SLOT:
                 return True
-        except OSError:
+        except OSError:     # gone, or the disk refused the write: save() writes and renames afresh, and says so
             pass
         self._keep(None)
         return False
