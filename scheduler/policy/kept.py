@@ -2,8 +2,9 @@
 (the daemon): the last snapshot's jobs (seen.py), to find what changed; the request-class Queue
 (queue.py) that the class walk reads, filed from those changes, and, for a pass that
 walks only to the blocker (backfill off: strict.py `run_kept`), the Backlog (backlog.py) of the
-pending jobs in plan()'s order; and the running jobs' backfill timelines (tracks.py), repaired by
-the pass that reserves. `inputs` files what changed since the last pass and says which of the
+pending jobs in plan()'s order; the running jobs' free capacity and quota usage (standing.py),
+counted from the starts and ends that Seen found, as the simulator counts them; and the running
+jobs' backfill timelines (tracks.py), repaired by the pass that reserves. `inputs` files what changed since the last pass and says which of the
 first two plan() takes; the plan is the same as without any (tests/property/test_plan_classes.py).
 
 The simulator keeps its Backlog itself, job by job as its queue changes (sim/kept.py); a caller
@@ -17,6 +18,7 @@ from . import strict
 from .backlog import Backlog
 from .queue import Queue
 from .seen import Seen
+from .standing import Standing
 from .tracks import Tracks
 
 
@@ -26,6 +28,7 @@ class Inputs(TypedDict, total=False):
     queue: Queue
     tracks: Tracks
     seen: Seen
+    standing: Standing
 
 
 def _order(j: Job) -> tuple[float, int]:
@@ -38,20 +41,39 @@ class Kept:
         self.backlog: Backlog | None = None
         self.tracks = Tracks()
         self.seen = Seen()
+        self.standing: Standing | None = None
 
     def inputs(self, snap: Snapshot, cfg: Config) -> Inputs:
         """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`;
         `seen=`, what changed since the last snapshot (seen.py)."""
         self.seen.see(snap.jobs)
+        standing = self._standing(snap, cfg)
         if not strict.applies(cfg):
             self.backlog = None         # a later pass that walks to the blocker files it anew
-            return {"queue": self.queue, "tracks": self.tracks, "seen": self.seen}
+            return {"queue": self.queue, "tracks": self.tracks, "seen": self.seen, "standing": standing}
         w = cfg.priority
         burst = (w.burst_jobs, w.burst_window) if w.burst_penalty else None
         if self.backlog is None or self.backlog.burst != burst:
             self.backlog = Backlog(burst)
         sync(self.backlog, list(self.seen.pending.values()))
-        return {"backlog": self.backlog, "queue": self.queue, "tracks": self.tracks, "seen": self.seen}
+        return {"backlog": self.backlog, "queue": self.queue, "tracks": self.tracks, "seen": self.seen,
+                "standing": standing}
+
+    def _standing(self, snap: Snapshot, cfg: Config) -> Standing:
+        """The running jobs' count, moved by what ended and started since the last snapshot (ends
+        first: a replaced record's old self leaves before its new one comes); counted whole again
+        when the nodes or the config changed (Standing.stands)."""
+        s = self.standing
+        if s is not None and s.stands(snap.nodes, cfg, snap.now):
+            for j in self.seen.left:
+                s.end(j)
+            for j in self.seen.came:
+                s.start(j)
+            return s
+        s = self.standing = Standing(snap.nodes, cfg, snap.now)
+        for j in self.seen.running:
+            s.start(j)
+        return s
 
 
 def sync(backlog: Backlog, pending: list[Job]) -> None:

@@ -38,15 +38,26 @@ class Seen:
         self.running: list[Job] = []           # the jobs on a node, in snapshot order
         self.changed: list[Job] = []           # pending records new or replaced
         self.gone: set[int] = set()            # ids pending before and not now (ended, started, dropped)
+        # records on a node last time and not now (ended or replaced), and on a node now and not last
+        # time (started or replaced): the changes a kept count of the running jobs takes (standing.py)
+        self.left: list[Job] = []
+        self.came: list[Job] = []
 
     def see(self, jobs: tuple[Job, ...]) -> None:
         """Take `jobs` (a snapshot's) as the present ones."""
         self.n += 1
         got = _aligned(self.jobs, jobs, self.on_node, BUDGET + len(jobs) // 8)
+        was = self.running
         if got is None:
             self._whole(jobs)
         else:
             flags, dropped, added = got
+            self.left = [j for j in dropped if j.state in states.ON_NODE]
+            self.came = [j for j in added if j.state in states.ON_NODE]
+            both = {id(j) for j in self.left} & {id(j) for j in self.came} if self.left and self.came else ()
+            if both:        # moved, not changed (dropped at its old place, added at its new one)
+                self.left = [j for j in self.left if id(j) not in both]
+                self.came = [j for j in self.came if id(j) not in both]
             left = {j.id for j in dropped if self.pending.get(j.id) is j}
             self.changed = list(compress(added, map(eq, map(_STATE, added), repeat(states.PENDING))))
             self.gone = left - {j.id for j in self.changed}
@@ -57,6 +68,10 @@ class Seen:
             self.on_node = flags
         self.jobs = jobs
         self.running = list(compress(jobs, self.on_node))
+        if got is None:     # by identity: `was` is held here, so no address of it was reused
+            now, then = set(map(id, self.running)), set(map(id, was))
+            self.left = [j for j in was if id(j) not in now]
+            self.came = [j for j in self.running if id(j) not in then]
 
     def _whole(self, jobs: tuple[Job, ...]) -> None:
         said = list(map(_STATE, jobs))

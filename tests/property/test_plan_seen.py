@@ -52,7 +52,7 @@ def test_seen_finds_what_a_reading_of_the_whole_snapshot_finds(monkeypatch, seed
     monkeypatch.setattr(seen_mod, "BUDGET", limits[1])
     rng = random.Random(seed)
     jobs = {i: _job(i, rng.choice(STATES)) for i in range(n)}
-    s, before, nxt = Seen(), {}, n
+    s, before, nxt, was = Seen(), {}, n, []
     for k in range(6):
         snap = tuple(jobs.values())
         s.see(snap)
@@ -63,5 +63,9 @@ def test_seen_finds_what_a_reading_of_the_whole_snapshot_finds(monkeypatch, seed
         assert {j.id for j in s.changed if before.get(j.id) is not j} == \
             {i for i, j in pending.items() if before.get(i) is not j}
         assert s.gone == before.keys() - pending.keys()
-        before = pending
+        # the records on a node that left and came, by identity (what standing.py counts)
+        on = s.running
+        assert sorted(map(id, s.left)) == sorted(id(j) for j in was if not any(j is x for x in on))
+        assert sorted(map(id, s.came)) == sorted(id(j) for j in on if not any(j is x for x in was))
+        before, was = pending, on
         nxt = _step(jobs, rng, nxt, k + 1, order)

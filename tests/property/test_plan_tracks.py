@@ -91,9 +91,11 @@ def _next(snap, got, data):
                             start_time=None, submit_time=now, gpus=data.draw(st.sampled_from([1, 2]))))
         nxt += 1
     nodes = [replace(n, lease_expiry=now + 30, last_heartbeat=now) for n in snap.nodes]
-    what = data.draw(st.sampled_from(["none"] * 4 + ["drain", "up", "cpus"]))
+    what = data.draw(st.sampled_from(["none"] * 4 + ["drain", "up", "cpus", "silent"]))
     k = data.draw(st.integers(0, len(nodes) - 1))
-    if what != "none":
+    if what == "silent":        # no heartbeat: the same record, its lease maybe run out (the kept Standing)
+        nodes[k] = snap.nodes[k]
+    elif what != "none":
         nodes[k] = replace(nodes[k], **{"drain": {"state": "drain"}, "up": {"state": "up"},
                                         "cpus": {"cpus": nodes[k].cpus + 8}}[what])
     return replace(snap, now=now, nodes=tuple(nodes), jobs=tuple(jobs))
