@@ -9,6 +9,7 @@ import sys
 import time
 from functools import partial
 
+from labq.scheduler import tables
 from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs import states
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
@@ -233,7 +234,7 @@ def _show_array(tasks, as_json, currency: str):
     cost = sum(t.cost + render.running_cost(t, now) for t in tasks)
     d = {"array_job_id": first.array_id, "name": first.name, "user": first.user, "account": first.account,
          "qos": first.qos, "tasks": len(tasks), "states": {s: len(ids) for s, ids in by_state.items()},
-         "task_ids": {s: statview.compact_ids(ids) for s, ids in by_state.items()}, "cost": cost / MICRO,
+         "task_ids": {s: tables.compact_ids(ids) for s, ids in by_state.items()}, "cost": cost / MICRO,
          "request": render.job_dict(first, now)["request"]}
     if as_json:
         return echo_json(d)
@@ -242,7 +243,7 @@ def _show_array(tasks, as_json, currency: str):
              f"  request per task: {first.gpus} GPU{'s' if first.gpus != 1 else ''}"
              f"{' ' + first.gpu_type if first.gpu_type else ''}, {first.cpus} CPUs, {fmt_size(first.mem)}, "
              f"time limit {fmt_duration(first.time_limit)}"]
-    lines += [f"  {states.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(statview.compact_ids(ids))}"
+    lines += [f"  {states.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(tables.compact_ids(ids))}"
               for s, ids in by_state.items()]
     lines.append(f"  cost so far: {fmt_money(cost, currency=currency)}")
     echo("\n".join(lines))
@@ -351,7 +352,7 @@ def control(c, op, job_ids) -> None:
         else:
             echo(f"labq: {r['error']}", err=True)
     for what, ids in said:
-        echo(f"job {', '.join(statview.compact_ids(ids))}: {what}")
+        echo(f"job {', '.join(tables.compact_ids(ids))}: {what}")
     if not reply.get("ok"):
         sys.exit(reply.get("code") or 2)
 

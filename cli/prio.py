@@ -4,31 +4,20 @@ import gc
 import time
 from collections import namedtuple
 from functools import partial
-from itertools import compress, repeat
-from math import copysign
-from operator import attrgetter, itemgetter, lt, mul, not_
+from itertools import repeat
+from operator import attrgetter, itemgetter, mul
 from types import SimpleNamespace
 
-from labq.scheduler import multifactor  # the planner's own formulas, without importing the planner
+from labq.scheduler import priotable  # the planner's own formulas, without importing the planner
 from labq.scheduler.jobs import states
+from labq.scheduler.priotable import Weights
 from labq.scheduler.store import statrows as R
 
-from . import statview
 from .out import echo
 
-HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
-SHORT = "SHORT"      # the short-job factor's part: a column only where priority.short_job_weight is set
-
-
-class Weights(dict):
-    """The config's [priority] table as the client settings cache keeps it (clientcache.books): its
-    values by name and as attributes, as sections.Priority gives them. The attributes are the dict
-    itself (its __dict__), not a __getattr__: multifactor.factors reads five of them per pending job,
-    and a Python-level __getattr__ was a fifth of `labq prio` at 10,000 jobs."""
-
-    def __init__(self, table: dict):
-        super().__init__(table)
-        self.__dict__ = self
+# A published ranking older than this is not shown: its scheduler stopped refreshing it (it redoes
+# a quiet queue's every ranking.REFRESH seconds), and ages have moved since.
+STALE = 120.0
 
 
 class Books:
@@ -63,21 +52,34 @@ def ranked(c, now: float, cfg) -> tuple[list, dict, dict]:
     usage, running jobs included): the jobs from the `stat` rows (ThinReader.pending_rows), or from
     the records (active_views) where the index lacks rows; multifactor.ranked over the rows' columns
     where it can (no Python code per job), else multifactor.ordered and factors over the jobs."""
-    got, cols = c.read.pending_rows(), None
+    got = c.read.pending_rows()
     if got is None:
         jobs = c.read.active_views()
         pending, running = [j for j in jobs if j.state == states.PENDING], [j for j in jobs if j.state in states.ON_NODE]
+        cols = None
     else:
         rows, running = got
         cols = _columns(rows)
         pending = _pending(cols)
+        cols = (cols[0], cols[3], cols[4], cols[5], cols[6])
     usage = dict(c.fairshare(now, running, cfg.priority.fairshare_half_life))
-    fast = cols and multifactor.ranked(cols[0], cols[3], cols[4], cols[5], cols[6], now, dict(usage), cfg)
-    if fast:
-        order, f = fast
-        return list(map(pending.__getitem__, order)), f, usage
-    return (multifactor.ordered(pending, now, dict(usage), cfg), multifactor.factors(pending, now, dict(usage), cfg),
-            usage)
+    order, f = priotable.rank(pending, now, usage, cfg, cols)
+    return order, f, usage
+
+
+def published(c, now: float) -> str | None:
+    """The scheduler's last ranking (daemon/ranking.py), its weights line saying how old it is; None
+    where there is none (a commit since changed the jobs: it went with that commit) or it is older
+    than STALE (no scheduler has refreshed it: `prio` ranks the rows itself)."""
+    got = c.read.text(c.read.k.ranking)
+    if not got:
+        return None
+    at, _, text = got.partition("\n")
+    age = now - float(at)
+    if age > STALE:
+        return None
+    head, _, rest = text.partition("\n")
+    return f"{head}; as of {max(age, 0):.0f} s ago\n{rest}"
 
 
 def pending_of(rows) -> list:
@@ -137,17 +139,16 @@ def _run(ctx, user, account, expand, as_json) -> None:
     # The thin client, not redis-py (~150 ms to import, issue 39 item 4); the weights from the client
     # settings cache; the jobs from their `stat` rows, not the records (pending_jobs)
     cfg, c, now = Books(ctx.books), ctx.thin, time.time()
+    if not (user or account or expand or as_json) and (text := published(c, now)) is not None:
+        return echo(text)
     order, f, usage = ranked(c, now, cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)] \
         if user or account else order
     w = cfg.priority
     if as_json:
         return echo(json_text(shown, f, w, usage))
-    echo(f"weights: qos {w['qos_weight']:g}, age {w['age_weight']:g} (age_max {w['age_max']:.0f}s), "
-               f"fairshare {w['fairshare_weight']:g}, burst penalty {w['burst_penalty']:g}"
-               + (f", short jobs {w['short_job_weight']:g} (scale {w['short_job_scale']:.0f}s)"
-                  if w["short_job_weight"] else ""))
-    echo(_table(shown, f, w, expand))
+    echo(priotable.weights_line(w))
+    echo(priotable.table(shown, f, w, expand))
 
 
 def json_text(shown, f, w, usage: dict) -> str:
@@ -212,48 +213,3 @@ _JOB = """    {
       }
     }"""
 
-
-def _table(shown, f, w, expand: bool) -> str:
-    """The rows of `shown` (`f`: their factors), one line a job but for an array's tasks with the same
-    factors one after another, which share one `42_[5-9000]` line (-r: each its own). At 10,000
-    pending jobs every line is formatted, column by column in C: a float's text costs ~0.5 µs, so the
-    columns with few distinct values (QoS, fair share, burst) format each value once."""
-    qw, aw, fw, bp, sw = (w[k] for k in ("qos_weight", "age_weight", "fairshare_weight", "burst_penalty",
-                                          "short_job_weight"))
-    xs = list(map(f.__getitem__, map(attrgetter("id"), shown)))
-    two = "{:.2f}".format
-
-    def part(weight, name):     # weight × each job's factor `name`, by map
-        return list(map(mul, repeat(weight), map(attrgetter(name), xs)))
-    cols = [list(map(attrgetter(a), shown)) for a in ("user", "account", "qos")] + [
-        list(map(two, map(attrgetter("priority"), xs))), _each(part(qw, "qos"), two),
-        list(map(two, part(aw, "age"))), _each(part(fw, "fairshare"), two),
-        _each(list(map(attrgetter("burst"), xs)), lambda b: f"-{bp * b:.2f}" if b else "0")]
-    if sw:
-        cols.append(list(map(two, part(sw, "short"))))
-    headers = HEADERS + ((SHORT,) if sw else ())
-    if not any(map(attrgetter("array_id"), shown)):
-        return statview.columns([list(map(str, map(attrgetter("id"), shown))), *cols], headers)
-    rows: list = []
-    for j, row in zip(shown, zip(*cols)):
-        if j.array_id is None:
-            rows.append((str(j.id), row))
-        elif not expand and rows and rows[-1][1] == row and type(rows[-1][0]) is list \
-                and rows[-1][0][-1].startswith(f"{j.array_id}_"):
-            rows[-1][0].append(j.display_id)
-        else:
-            rows.append(([j.display_id], row))
-    ids = [i if type(i) is str else ", ".join(statview.compact_ids(i)) for i, _ in rows]
-    return statview.columns([ids, *map(list, zip(*(r for _, r in rows)))], headers)
-
-
-def _each(values: list, fmt) -> list:
-    """fmt of each value, each distinct value formatted once; a zero each time where some zero is
-    -0.0 (0.0 and -0.0 are one key of a dict, and may print apart)."""
-    d = {v: fmt(v) for v in set(values)}
-    if 0.0 in d and fmt(0.0) != fmt(-0.0) and any(map(lt, map(copysign, repeat(1.0),
-                                                                  compress(values, map(not_, values))), repeat(0.0))):
-        return [d[v] if v else fmt(v) for v in values]
-    if 0.0 in d:
-        d[0.0] = fmt(0.0)       # the key may be a -0.0 that fmt prints alike
-    return list(map(d.__getitem__, values))

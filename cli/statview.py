@@ -11,6 +11,7 @@ from operator import itemgetter
 
 from labq.scheduler.jobs import states
 from labq.scheduler.store import statrows as R
+from labq.scheduler.tables import columns
 from labq.scheduler.units import accrue, fmt_duration, fmt_money, fmt_size
 
 
@@ -47,16 +48,6 @@ def table(rows, headers) -> str:
     """The cells under their headers, each column as wide as its widest cell, two spaces apart, no
     trailing blanks."""
     return columns([list(map(str, col)) for col in zip(*rows)] if rows else [[] for _ in headers], headers)
-
-
-def columns(cols, headers) -> str:
-    """`table` from its columns (lists of str), in C: `acct` prints ~100k rows of a month, `stat` and
-    `prio` 10,000. Each column's width is its longest cell's (one pass of len); each line is then one
-    %-format of its cells (`%-Ws  %-Ws  …  %s`: padded as str.ljust pads, the last cell not), no
-    padded copy of every cell and no join per line."""
-    widths = [max(len(h), max(map(len, col), default=0)) for h, col in zip(headers[:-1], cols)]
-    line = "  ".join([*(f"%-{w}s" for w in widths), "%s"])
-    return "\n".join(map(str.rstrip, map(line.__mod__, [tuple(headers), *zip(*cols)])))
 
 
 STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS", "COST", "NODES", "NODE(REASON)"]
@@ -197,30 +188,6 @@ def stat_text(nodes, rows, now: float, expand: bool = False, *, currency: str, *
     """The capacity line (over every active job) and the table of the rows the filters keep."""
     lines = rows_cells(select(rows, **filters), now, expand)
     return rows_capacity(nodes, rows) + "\n" + rows_table(lines, currency=currency)
-
-
-def compact_ids(ids) -> list[str]:
-    """`["57_0", "57_1", …, "57_8999", "60"]` → `["57_[0-8999]", "60"]`: runs of one array's
-    consecutive task indices, in the given order."""
-    out, run = [], []
-
-    def flush():
-        if run:
-            a, lo, hi = run[0][0], run[0][1], run[-1][1]
-            out.append(f"{a}_[{lo}-{hi}]" if hi != lo else f"{a}_{lo}")
-            run.clear()
-
-    for i in ids:
-        arr, sep, idx = str(i).partition("_")
-        if sep and idx.isdigit():
-            if run and (run[-1][0] != arr or run[-1][1] + 1 != int(idx)):
-                flush()
-            run.append((arr, int(idx)))
-        else:
-            flush()
-            out.append(str(i))
-    flush()
-    return out
 
 
 def code_signal(code: int | None) -> str:

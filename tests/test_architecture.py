@@ -50,6 +50,8 @@ EDGES = {
     "labq.scheduler.daemon.tickread": "reads what the request handlers decide from beyond the state (change.Read)",
     "labq.scheduler.daemon.planning": "the policy pass (composed by Scheduler): reads the spend and ended jobs, "
                                       "times the pass",
+    "labq.scheduler.daemon.ranking": "publishes `labq prio`'s ranking (composed by planning.Planner): writes it "
+                                     "through the store, times its render",
 }
 
 # The daemon's deciders (issue 40 item 1): a tick reads through scheduler/store/, asks these for a Change

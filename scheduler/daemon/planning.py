@@ -10,6 +10,7 @@ from ..jobs.model import Job, Snapshot
 from ..store.commit import BIG_COMMIT, release_memory
 from . import applier
 from .bookkeeper import Bookkeeper
+from .ranking import Ranking
 from .shell import Shell
 
 log = logging.getLogger("labq.scheduler")
@@ -21,6 +22,7 @@ class Planner:
     def __init__(self, shell: Shell, books: Bookkeeper) -> None:
         self.shell, self.books = shell, books
         self.plan_done, self.plan_cost = float("-inf"), 0.0    # monotonic end and length of the last plan
+        self.ranking = Ranking(shell)       # `labq prio`'s text, published on a quiet pass
 
     def due(self, now: float) -> bool:
         """While requests keep streaming in, answer them first and plan at most once a tick; a lone submit on
@@ -41,6 +43,7 @@ class Planner:
         st.last_reasons = now if reasons else st.last_reasons
         self.plan_done = time.monotonic()
         self.plan_cost = self.plan_done - began
+        self.ranking.after_pass(now)
 
     def snapshot(self, now: float) -> Snapshot:
         return self.shell.state.snapshot(now, self.books.spent_now(now, self.shell.store.spent()), self.ended_states())

@@ -78,6 +78,11 @@ class Keys:
         return f"{self.p}:statrows:v{ROWS_VERSION}"
 
     @property
+    def ranking(self) -> str:                 # STRING (S): "time\ntext": `labq prio`'s text as the scheduler
+        return f"{self.p}:ranking:v1"         # rendered it then (daemon/ranking.py); deleted by the first
+                                              # commit that changes a job after it (store/commit.py)
+
+    @property
     def acct_rows(self) -> str:               # HASH (S): id of each ended job in `history` -> its acct row
         return f"{self.p}:acctrows:v{ACCT_VERSION}"   # (acctrows.redis_row): written with the job's end,
                                               # removed with its record by the archiver

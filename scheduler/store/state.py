@@ -21,6 +21,7 @@ from .conn import ERRORS
 from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
 from .nodeside import NodeSide
+from .ranking import Published
 from .reads import Reader, load_job, load_jobs
 from .requestq import RequestList
 
@@ -32,9 +33,7 @@ class SchedulerStore(RequestList):
 
     def __init__(self, r: redis.Redis, keys: Keys, me: str):
         self.r, self.k, self.me = r, keys, me
-        # A renewal from keeping_lease's thread never lands between a transaction's WATCH and its
-        # EXEC (a PEXPIRE of the watched key would abort it).
-        self.lease_lock = threading.Lock()
+        self.lease_lock = threading.Lock()  # a renewal's PEXPIRE between a txn's WATCH and EXEC would abort it
         self.acked = 0     # replicas that acknowledged the last replicated txn (WAIT's answer)
         self.doubt = ""    # why the sentinels did not confirm the master of that txn (conn.Keep.wait)
         self.held: dict[str, bytes] = {}     # entry id -> the bytes of each request taken, until acknowledged
@@ -42,6 +41,7 @@ class SchedulerStore(RequestList):
         self._node_names: list[str] = []     # the registered nodes as last read (noderows.read)
         self._known: Figures | None = None   # Redis's figures as read, then as this leader's commits moved them
         self.nodeside = NodeSide(r, keys)    # claims, withdrawals, health signs (daemon/events.py)
+        self.ranking = Published(keys)       # `labq prio`'s ranking, published (daemon/ranking.py)
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:
@@ -154,7 +154,7 @@ class SchedulerStore(RequestList):
         older = [f"{base}:v{v}" for v in range(1, int(version))]
 
         def build(p):
-            p.delete(self.k.stat_rows, *older)
+            p.delete(self.k.stat_rows, self.k.ranking, *older)     # and an older leader's ranking
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
             for r in rests:

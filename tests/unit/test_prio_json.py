@@ -10,6 +10,7 @@ import pytest
 from labq.cli import prio
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.multifactor import Factors
+from labq.scheduler.priotable import Weights
 
 
 def _dumps(shown, f, w, usage) -> str:
@@ -31,7 +32,7 @@ def test_json_text_is_json_dumps_indent_2(seed):
         age, fs = rng.random(), rng.choice((1.0, 0.5, 0.123456789, 0.0, -0.0))
         f[i + 1] = Factors(i + 1, rng.choice((0.0, 100.0, -0.0, 3.0)), age, fs, rng.choice((0.0, 1.0)),
                            rng.random() * 1000 - 10, rng.choice((0.0, 0.25, 1 / 3)))
-    w = prio.Weights(dict(qos_weight=rng.choice((1, 1.5)), age_weight=rng.choice((10, 7.25)), fairshare_weight=50.0,
+    w = Weights(dict(qos_weight=rng.choice((1, 1.5)), age_weight=rng.choice((10, 7.25)), fairshare_weight=50.0,
                           burst_penalty=rng.choice((20, 0.0)), short_job_weight=rng.choice((0, 7.0))))
     usage = {"eta": 12.5, "phi": 0.0} if seed % 2 else {}
     assert prio.json_text(jobs, f, w, usage) == _dumps(jobs, f, w, usage)

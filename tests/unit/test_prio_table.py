@@ -1,12 +1,13 @@
-"""`labq prio`'s table (cli/prio._table, made column by column for 10,000 pending jobs) prints what the
-row-by-row formatter before it printed (`_old` below: cli/prio.py as of bade641): singles, runs of an
+"""`labq prio`'s table (priotable.table, made column by column for 10,000 pending jobs) prints what the
+row-by-row formatter before it printed (`_old` below: cli/prio.py as of bade641; priotable.py now): singles, runs of an
 array's tasks with the same factors (one `42_[5-9]` line, each its own with -r), runs broken by a
 factor, a single or another array between them, with and without the short-job column, and none."""
 import random
 
 import pytest
 
-from labq.cli import prio, statview
+from labq.cli import statview
+from labq.scheduler import priotable as prio, tables
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.multifactor import Factors
 
@@ -25,7 +26,7 @@ def _old(shown, f, w, expand):
             rows[-1][0].append(j.display_id)
         else:
             rows.append(([j.display_id], row))
-    return statview.table([(", ".join(statview.compact_ids(ids)), *row) for ids, row in rows],
+    return statview.table([(", ".join(tables.compact_ids(ids)), *row) for ids, row in rows],
                           prio.HEADERS + ((prio.SHORT,) if short else ()))
 
 
@@ -56,14 +57,14 @@ def test_the_table_prints_what_the_row_by_row_formatter_printed(seed):
         w = prio.Weights(dict(qos_weight=1.5, age_weight=10.0, fairshare_weight=50.0, burst_penalty=20.0,
                               short_job_weight=short))
         for expand in (False, True):
-            assert prio._table(jobs, f, w, expand) == _old(jobs, f, w, expand), (seed, short, expand)
+            assert prio.table(jobs, f, w, expand) == _old(jobs, f, w, expand), (seed, short, expand)
     w = prio.Weights(dict(qos_weight=1.0, age_weight=1.0, fairshare_weight=1.0, burst_penalty=1.0, short_job_weight=0))
-    assert prio._table([], {}, w, False) == _old([], {}, w, False)
+    assert prio.table([], {}, w, False) == _old([], {}, w, False)
 
 
 @pytest.mark.parametrize("values", [[0.0, -0.0, 1.5, 0.0], [-0.0, 0.0, -0.0], [0.0, 2.0] * 50, [-0.0] * 3, [], [1.0, 1.0]])
 def test_each_formats_every_value_as_fmt_does_signed_zeros_too(values):
     two = "{:.2f}".format
-    assert prio._each(list(values), two) == list(map(two, values))
+    assert prio.each(list(values), two) == list(map(two, values))
     burst = lambda b: f"-{20.0 * b:.2f}" if b else "0"     # noqa: E731 - _table's burst cell
-    assert prio._each(list(values), burst) == list(map(burst, values))
+    assert prio.each(list(values), burst) == list(map(burst, values))

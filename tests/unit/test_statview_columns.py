@@ -1,4 +1,4 @@
-"""statview.columns (every table of the CLI: stat, prio, acct, report, budget…) lays cells out as the
+"""tables.columns (every table of the CLI: stat, prio, acct, report, budget…) lays cells out as the
 padded-copy layout before it did (`_padded` below: each cell str.ljust'ed to its column's width, two
 spaces apart, the last column not padded, each line rstripped): cells with %, spaces, empty cells,
 non-ASCII, empty tables, one column."""
@@ -7,6 +7,7 @@ from itertools import repeat
 from hypothesis import given, settings, strategies as st
 
 from labq.cli import statview
+from labq.scheduler import tables
 
 
 def _padded(cols, headers) -> str:
@@ -30,6 +31,6 @@ cell = st.one_of(st.sampled_from(["", " ", "%", "%s", "%(x)s", "%-3d", "é中", 
         lambda n: st.lists(st.lists(cell, min_size=n, max_size=n), min_size=k, max_size=k)))))
 def test_columns_lay_out_as_padded_cells(case):
     headers, cols = case
-    assert statview.columns(cols, headers) == _padded(cols, headers)
+    assert tables.columns(cols, headers) == _padded(cols, headers)
     rows = [list(r) for r in zip(*cols)]
     assert statview.table(rows, headers) == _padded(cols if rows else [[] for _ in headers], headers)

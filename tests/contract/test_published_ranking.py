@@ -1,0 +1,111 @@
+"""`labq prio`'s ranking published by the leader (daemon/ranking.py, store/ranking.py, issue 39 item 4):
+rendered on a quiet pass only, it is the very text the client renders from the `stat` rows at that
+time; the first commit that changes a job deletes it in that commit's transaction (a `labq prio`
+after a submit lists the new job); a plain `labq prio` prints it with its age, the other forms and a
+ranking older than prio.STALE rank the rows."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from labq.cli import prio
+from labq.cli.ctx import thin_client
+from labq.scheduler import priotable
+from labq.scheduler.client import current_user
+from labq.scheduler.daemon import ranking
+from labq.scheduler.store.keys import Keys
+from tests import harness
+from tests.harness import ROOT, BudgetBench, push
+
+K = Keys()
+# a second account (fair share tells them apart), a burst allowance of 2 and ages that show in seconds
+MORE = '[accounts.phi]\nusers = ["{user}"]\nshare = 3\n[priority]\nburst_jobs = 2\nage_max = 600\n'
+
+
+def _submit(bench, now, **body) -> int:
+    rid = f"r{time.monotonic_ns()}"
+    b = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "time_limit": 600, "est": 10, "account": "eta",
+         **body}
+    push(bench.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
+    bench.r.delete(K.wake)
+    bench.s.tick(now, [f"user:{current_user()}"])
+    reply = json.loads(bench.r.lrange(K.reply(rid), 0, -1)[-1])
+    assert "job_id" in reply, reply
+    return reply["job_id"]
+
+
+def _client_text(bench, now) -> str:
+    """What the client renders from the rows at `now` (cli/prio.py's ranked), as a plain `prio` prints it."""
+    c = thin_client(str(bench.cfg_path))
+    order, f, _ = prio.ranked(c, now, bench.cfg)
+    w = priotable.Weights({k: getattr(bench.cfg.priority, k) for k in priotable.WEIGHTS + priotable.SCALES})
+    return priotable.weights_line(w) + "\n" + priotable.table(order, f, w, False)
+
+
+def _labq(bench, tmp_path, *argv) -> str:
+    env = {**os.environ, "LABQ_REDIS_URL": bench.rp.url, "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("LABQ_CONFIG", None)
+    p = subprocess.run([sys.executable, "-m", "labq", "--config", str(bench.cfg_path), *argv], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-800:]
+    return p.stdout
+
+
+@pytest.mark.redis
+def test_published_ranking_is_the_clients_text_and_goes_with_the_next_change(redis_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
+    monkeypatch.setattr(harness, "BUDGET_CONFIG", harness.BUDGET_CONFIG + MORE)
+    bench = BudgetBench(redis_server, tmp_path)
+    bench.run_job(20)       # some usage, each account its own: fair shares below 1
+    bench.run_job(10, account="phi")
+    now = time.time()
+    # runs (n1's every CPU; no GPU: no cost) since 100 s, so that the rest wait for Resources and
+    # fair share counts its use so far
+    _submit(bench, now - 100, cpus=16)
+    for est in (5, 50, 500):
+        _submit(bench, now - est, est=est)
+        _submit(bench, now - est, est=est, account="phi")
+    _submit(bench, now, array=[0, 5, 1])
+    _submit(bench, now, hold=True, est=1)
+    assert not bench.r.exists(K.ranking), "the last submit's commit deleted any ranking published before it"
+    rank = bench.s.planner.ranking = ranking.Ranking(bench.s)      # this test's passes alone publish
+    assert not rank.after_pass(now), "a first pass has no pass before it to be quiet since"
+    assert rank.after_pass(now + 0.5), "a quiet pass publishes"
+    at, _, text = bench.r.get(K.ranking).partition("\n")
+    assert float(at) == now + 0.5 and text == _client_text(bench, now + 0.5)
+    assert len(text.splitlines()) == 2 + 7 + 1 and "_[0-5]" in text and "-" in text.split("BURST")[1]
+    assert not rank.after_pass(now + 1), "published, and within ranking.REFRESH: not again"
+
+    shown = _labq(bench, tmp_path, "prio").splitlines()
+    assert shown[0].startswith(text.splitlines()[0] + "; as of ") and shown[0].endswith(" s ago")
+    assert shown[1:] == text.splitlines()[1:]
+    assert "as of" not in _labq(bench, tmp_path, "prio", "-r").splitlines()[0], "-r ranks the rows"
+
+    new = _submit(bench, now + 2)        # its commit deletes the ranking in its own transaction
+    assert not bench.r.exists(K.ranking) and not bench.s.store.ranking.ranked
+    shown = _labq(bench, tmp_path, "prio")
+    assert "as of" not in shown and f"\n{new} " in shown
+
+    assert not rank.after_pass(now + 2.5), "quiet, but within ranking.GAP of the last render"
+    assert rank.after_pass(now + 0.5 + ranking.GAP)
+    bench.r.set(K.ranking, f"{time.time() - prio.STALE - 1!r}\n{text}")
+    assert "as of" not in _labq(bench, tmp_path, "prio"), "a ranking older than STALE: ranked from the rows"
+
+
+@pytest.mark.redis
+def test_a_quiet_queues_ranking_is_redone_after_refresh_and_a_new_leader_drops_it(redis_server, tmp_path):
+    bench = BudgetBench(redis_server, tmp_path)
+    now = time.time()
+    _submit(bench, now, cpus=16)
+    _submit(bench, now)
+    rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
+    assert not rank.after_pass(now)
+    assert rank.after_pass(now + 1) and bench.r.get(K.ranking).startswith(repr(now + 1))
+    assert not rank.after_pass(now + ranking.REFRESH)
+    assert rank.after_pass(now + 1 + ranking.REFRESH)
+    assert bench.r.get(K.ranking).startswith(repr(now + 1 + ranking.REFRESH))
+    bench.s.store.rebuild_stat_rows(bench.s.jobs.values())      # as a scheduler does on taking the lease
+    assert not bench.r.exists(K.ranking)
