@@ -16,6 +16,11 @@ from . import bulkread
 from .faults import ConnectionLost, RespError, unquote
 
 CRLF = b"\r\n"
+# recv(n) allocates n bytes and gives back the rest. Above glibc's mmap threshold (128 KiB) each call was
+# an mmap, an mremap and a munmap (strace: 3 of the thin client's ~17 syscalls a request, twice a
+# request); below it the heap serves it. A reply that fills a first read is a big one (`stat`): then
+# reads of _RECV each.
+_FIRST = 1 << 16
 _RECV = 1 << 18
 
 
@@ -87,11 +92,14 @@ class Reader:
     def __init__(self, recv, decode: bool = True):
         self.recv, self.decode = recv, decode
         self.buf, self.pos = b"", 0
+        self.size = _FIRST
 
     def _fill(self):
-        chunk = self.recv(_RECV)
+        chunk = self.recv(self.size)
         if not chunk:
             raise ConnectionLost("the server closed the connection")
+        if len(chunk) == self.size:
+            self.size = _RECV
         self.buf = self.buf[self.pos:] + chunk
         self.pos = 0
 
@@ -208,6 +216,7 @@ class Connection:
         self.sock = None
         self.reader = None
         self.until = 0.0     # behind Sentinel: when the call under way stops waiting for a master
+        self.waits = 0.0     # the socket's timeout as last set (_wait_for)
 
     def describe(self) -> str:
         o = self.opts
@@ -244,7 +253,7 @@ class Connection:
 
     def _ready(self, s):
         s.settimeout(self.timeout)
-        self.sock = s
+        self.sock, self.waits = s, self.timeout
         self.reader = Reader(s.recv, self.decode)
         self._handshake()
 
@@ -290,9 +299,15 @@ class Connection:
     def raw_roundtrip(self, cmds) -> list:
         return self._roundtrip(cmds)
 
+    def _wait_for(self, seconds: float) -> None:
+        """The socket's timeout, set only where it changes: each settimeout is a syscall, and a loop
+        of requests (a blocking pop behind each) set it twice a request (issue 39 item 3)."""
+        if seconds != self.waits:
+            self.sock.settimeout(seconds)
+            self.waits = seconds
+
     def _roundtrip(self, cmds, extra_wait: float = 0.0, check=None) -> list:
-        if extra_wait:
-            self.sock.settimeout(self.timeout + extra_wait)
+        self._wait_for(self.timeout + extra_wait)      # each exchange under its own, however the last ended
         sent = False
         try:
             self.sock.sendall(pack(cmds))
@@ -313,9 +328,6 @@ class Connection:
         except OSError as e:
             self.close()
             raise ConnectionLost(f"connection to {self.describe()} failed: {e.strerror or e}", sent=sent) from None
-        finally:
-            if extra_wait and self.sock is not None:
-                self.sock.settimeout(self.timeout)
 
     def _checked(self, check, replies: list) -> None:
         """`check(replies)` of all but a pipeline's last command, before its last reply is read: a
