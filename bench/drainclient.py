@@ -6,9 +6,10 @@ same request bytes), in a loop, so that N of them are N real clients of a live s
     python bench/drainclient.py CONFIG --churn   # submit one held job and cancel it, until stdin closes
 
 It says "ready" once imported and connected (the start-up is not the scheduler's cost), submits on
-the first line read from stdin, and prints {"t0", "t1", "n", "cpu", "sys", "lat_ms", "errors"}: wall-clock start
+the first line read from stdin, and prints {"t0", "t1", "n", "cpu", "sys", "lat_ms", "errors", "waits", "preempted"}: wall-clock start
 and end (time.time, comparable across processes), its own CPU seconds over the requests (start-up
-not counted; "sys": the kernel's part of it) and each request's round trip.
+not counted; "sys": the kernel's part of it, in clock ticks), each request's round trip, and its
+voluntary and involuntary context switches over the requests (Linux).
 """
 import json
 import os
@@ -33,7 +34,7 @@ def main() -> int:
     n = int(what)
     sys.stdin.readline()
     lat, errors = [], []
-    t0, cpu0, sys0 = time.time(), time.process_time(), os.times().system
+    t0, cpu0, sys0, sw0 = time.time(), time.process_time(), os.times().system, switches()
     for _ in range(n):
         s = time.perf_counter()
         try:
@@ -41,10 +42,22 @@ def main() -> int:
         except Exception as e:     # counted and shown by the bench, never hidden
             errors.append(f"{type(e).__name__}: {e}"[:200])
         lat.append((time.perf_counter() - s) * 1000)
-    t1, cpu, sys_cpu = time.time(), time.process_time() - cpu0, os.times().system - sys0
+    t1, cpu, sys_cpu, sw1 = time.time(), time.process_time() - cpu0, os.times().system - sys0, switches()
     print(json.dumps({"t0": t0, "t1": t1, "n": n, "cpu": cpu, "sys": sys_cpu, "lat_ms": lat, "errors": errors[:5],
-                      "failed": len(errors)}), flush=True)
+                      "failed": len(errors), "waits": sw1[0] - sw0[0], "preempted": sw1[1] - sw0[1]}), flush=True)
     return 0
+
+
+def switches() -> tuple[int, int]:
+    """This process's (voluntary, involuntary) context switches so far: a voluntary one is a wait
+    for Redis' answer (each wake-up costs the client far more CPU than its Python does), an
+    involuntary one another process taking the core."""
+    try:
+        with open("/proc/self/status") as f:
+            got = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+        return int(got["voluntary_ctxt_switches"]), int(got["nonvoluntary_ctxt_switches"])
+    except (OSError, KeyError, ValueError):     # not Linux: not counted
+        return 0, 0
 
 
 def churn(client, body) -> int:

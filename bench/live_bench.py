@@ -46,7 +46,19 @@ def sched_cpu(pid: int) -> float:
 
 def execs(r) -> int:
     """MULTI/EXEC transactions Redis has run: the scheduler's batches (clients never use MULTI)."""
-    return int(r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+    return int(commands(r).get("exec", 0))
+
+
+def commands(r) -> dict[str, int]:
+    """Redis' count of each command it has run (INFO commandstats): a drain's share per request is
+    what clients and scheduler ask of Redis (its CPU), command by command."""
+    return {k.removeprefix("cmdstat_"): int(v.get("calls", 0)) for k, v in r.info("commandstats").items()}
+
+
+def per_request(before: dict, after: dict, n: int) -> str:
+    """The commands a drain of n requests added, per request, most first ("lpush 2.00, ...")."""
+    got = sorted(((after[k] - before.get(k, 0)) / n, k) for k in after if after[k] - before.get(k, 0) >= n / 100)
+    return ", ".join(f"{k} {x:.2f}" for x, k in reversed(got))
 
 
 def user_env(bs) -> dict:
@@ -72,12 +84,13 @@ def drain(bs, n: int, per: int, begin: bool = False) -> dict:
     ps = clients(bs, n, per, begin)
     pid, r = bs.stack.procs["scheduler"].pid, bs.client.store.r
     rpid = bs.stack.procs["redis"].pid      # Redis' CPU: on 2 cores it takes from both the others
-    cpu0, ex0, rcpu0 = sched_cpu(pid), execs(r), sched_cpu(rpid)
+    cpu0, cmd0, rcpu0 = sched_cpu(pid), commands(r), sched_cpu(rpid)
     for p in ps:
         p.stdin.write("go\n")
         p.stdin.flush()
     got = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in ps]
-    cpu1, ex1, rcpu1 = sched_cpu(pid), execs(r), sched_cpu(rpid)
+    cpu1, cmd1, rcpu1 = sched_cpu(pid), commands(r), sched_cpu(rpid)
+    ex0, ex1 = cmd0.get("exec", 0), cmd1.get("exec", 0)
     failed = sum(g["failed"] for g in got)
     if failed:
         errs = [e for g in got for e in g["errors"]]
@@ -88,7 +101,8 @@ def drain(bs, n: int, per: int, begin: bool = False) -> dict:
     return {"clients": n, "requests": total, "span": span, "rate": total / span, "cpu": cpu1 - cpu0,
             "batches": ex1 - ex0, "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)],
             "client_cpu": sum(g.get("cpu", 0.0) for g in got), "client_sys": sum(g.get("sys", 0.0) for g in got),
-            "redis_cpu": rcpu1 - rcpu0}
+            "redis_cpu": rcpu1 - rcpu0, "waits": sum(g.get("waits", 0) for g in got) / total,
+            "commands": per_request(cmd0, cmd1, total)}
 
 
 def split(drains: list) -> tuple[float, float] | None:
@@ -119,8 +133,9 @@ def drain_rows(bs, quick: bool) -> list[Row]:
                              f"p99 {d['p99']:.1f} ms; scheduler CPU {d['cpu']:.2f} s = "
                              f"{d['cpu'] * 1e6 / d['requests']:.0f} µs per request, {d['batches']:,} batches "
                              f"({d['requests'] / max(1, d['batches']):.1f} requests each); the clients' own CPU "
-                             f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs per request, Redis' "
-                             f"{d['redis_cpu'] * 1e6 / d['requests']:.0f} µs"))
+                             f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs per request ({d['waits']:.2f} waits for "
+                             f"Redis each), Redis' {d['redis_cpu'] * 1e6 / d['requests']:.0f} µs; Redis commands "
+                             f"per request: {d['commands']}"))
     both = split(drains)
     if both is None:
         why = "the drains' batch counts do not separate the two costs (see their notes)"
@@ -239,7 +254,8 @@ def drains_only(bs, reps: int, begin: bool = False) -> None:
             print(f"  {d['clients']:>3} clients: {d['rate']:,.0f} requests/s, scheduler CPU {d['cpu']:.2f} s = "
                   f"{d['cpu'] * 1e6 / d['requests']:.0f} µs a request, {d['batches']} batches; clients' CPU "
                   f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs a request ({d['client_sys'] * 1e6 / d['requests']:.0f} "
-                  f"system), Redis' {d['redis_cpu'] * 1e6 / d['requests']:.0f} µs", flush=True)
+                  f"system; {d['waits']:.2f} waits), Redis' {d['redis_cpu'] * 1e6 / d['requests']:.0f} µs", flush=True)
+        print(f"  Redis commands per request (100 clients): {ds[-1]['commands']}", flush=True)
         fit = split(ds)
         if fit is not None:
             fits.append(fit)
