@@ -1,5 +1,5 @@
 """What code outside store/ may know of Redis without holding a connection: which exceptions mean
-it is away or refused, and the address a message may name (never its login).
+it is away or refused, a URL's parts, and the address a message may name (never its login).
 
 Only store/ imports the connection modules (redis-py, conn.py, resp.py, sentinel.py;
 tests/test_architecture.py checks it), so this module is how the daemons, the worker and the CLI
@@ -30,6 +30,40 @@ def unquote(s: str) -> str:
         return s
     from urllib.parse import unquote
     return unquote(s)
+
+
+def parse_url(url: str) -> dict:
+    """redis://, rediss://, unix:// → {scheme, host, port, path, db, username, password, protocol, query}.
+
+    URLs are redis-py's: redis://[[user]:password@]host[:port][/db], rediss://… (TLS), and
+    unix://[[user]:password@]/path/to.sock[?db=N][&password=…]; `?protocol=3` speaks RESP3 (HELLO 3).
+    A sentinel:// URL is store/sentinel.py's (resp.url_parts)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"expected redis://, rediss://, unix:// or sentinel:// URL, got {url!r}")
+    rest, _, query_s = rest.partition("?")
+    query = dict(q.partition("=")[::2] for q in query_s.split("&") if q)
+    query = {k: unquote(v) for k, v in query.items()}
+    cred, at, where = rest.rpartition("@")
+    user, _, password = cred.partition(":") if at else ("", "", "")
+    out = {"scheme": scheme, "username": unquote(user) or None, "password": unquote(password) or None,
+           "host": None, "port": None, "path": None, "db": 0, "protocol": int(query.get("protocol", 2)),
+           "query": query}
+    if query.get("password"):
+        out["password"] = query["password"]
+    if scheme == "unix":
+        out["path"] = where
+    else:
+        hostport, _, db = where.partition("/")
+        host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
+        if not colon:
+            host, port = hostport, ""
+        out["host"] = host.strip("[]") or "localhost"
+        out["port"] = int(port or 6379)
+        out["db"] = int(db) if db else 0
+    if query.get("db"):
+        out["db"] = int(query["db"])
+    return out
 
 
 def without_credentials(url: str) -> str:

@@ -7,54 +7,26 @@ It does what those commands need and nothing more: one connection, commands and 
 reconnect-and-retry when the connection drops (every command the client sends is safe to repeat:
 reads, and requests the scheduler deduplicates by request id).
 
-URLs are redis-py's: redis://[[user]:password@]host[:port][/db], rediss://… (TLS), and
-unix://[[user]:password@]/path/to.sock[?db=N][&password=…]; `?protocol=3` speaks RESP3 (HELLO 3).
+URLs are redis-py's (faults.parse_url), or sentinel:// (store/sentinel.py).
 """
 import _socket  # the C module: socket.py (its enums, selectors) is ~2 ms of every `labq sub`; TCP imports it
 
 from . import bulkread
-from .faults import ConnectionLost, RespError, unquote
+from .faults import ConnectionLost, RespError, parse_url
 
 CRLF = b"\r\n"
-# recv(n) allocates n bytes and gives back the rest. Above glibc's mmap threshold (128 KiB) each call was
-# an mmap, an mremap and a munmap (strace: 3 of the thin client's ~17 syscalls a request, twice a
-# request); below it the heap serves it. A reply that fills a first read is a big one (`stat`): then
-# reads of _RECV each.
+# recv(n) allocates n bytes: above glibc's mmap threshold (128 KiB) an mmap, mremap and munmap each
+# call (twice a thin-client request); below it, the heap. A reply that fills a first read is a big one.
 _FIRST = 1 << 16
 _RECV = 1 << 18
 
 
-def parse_url(url: str) -> dict:
-    """redis://, rediss://, unix:// → {scheme, host, port, path, db, username, password, protocol, query}."""
-    scheme, sep, rest = url.partition("://")
-    if scheme == "sentinel" and sep:
+def url_parts(url: str) -> dict:
+    """faults.parse_url's parts of `url`; a sentinel:// URL's as store/sentinel.py reads them."""
+    if url.startswith("sentinel://"):
         from . import sentinel
         return sentinel.parse(url)
-    if not sep or scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"expected redis://, rediss://, unix:// or sentinel:// URL, got {url!r}")
-    rest, _, query_s = rest.partition("?")
-    query = dict(q.partition("=")[::2] for q in query_s.split("&") if q)
-    query = {k: unquote(v) for k, v in query.items()}
-    cred, at, where = rest.rpartition("@")
-    user, _, password = cred.partition(":") if at else ("", "", "")
-    out = {"scheme": scheme, "username": unquote(user) or None, "password": unquote(password) or None,
-           "host": None, "port": None, "path": None, "db": 0, "protocol": int(query.get("protocol", 2)),
-           "query": query}
-    if query.get("password"):
-        out["password"] = query["password"]
-    if scheme == "unix":
-        out["path"] = where
-    else:
-        hostport, _, db = where.partition("/")
-        host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
-        if not colon:
-            host, port = hostport, ""
-        out["host"] = host.strip("[]") or "localhost"
-        out["port"] = int(port or 6379)
-        out["db"] = int(db) if db else 0
-    if query.get("db"):
-        out["db"] = int(query["db"])
-    return out
+    return parse_url(url)
 
 
 def encode(args) -> bytes:
@@ -211,7 +183,7 @@ class Connection:
     """One connection, opened on first use, reopened once if it drops."""
 
     def __init__(self, url: str, connect_timeout: float = 5.0, timeout: float = 30.0, decode: bool = True):
-        self.url, self.opts = url, parse_url(url)
+        self.url, self.opts = url, url_parts(url)
         self.connect_timeout, self.timeout, self.decode = connect_timeout, timeout, decode
         self.sock = None
         self.reader = None

@@ -35,7 +35,7 @@ def is_sentinel(url: str) -> bool:
 
 
 def parse(url: str) -> dict:
-    """The sentinel URL's parts, shaped like resp.parse_url's (scheme "sentinel") plus `sentinels`
+    """The sentinel URL's parts, shaped like faults.parse_url's (scheme "sentinel") plus `sentinels`
     [(host, port)], `service`, `ack` and `sentinel_auth`. ValueError names what is wrong."""
     rest = url[len(SCHEME) + 3:]
     rest, _, query_s = rest.partition("?")

@@ -10,7 +10,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from labq.scheduler.store import resp
+from labq.scheduler.store import faults, resp
 
 
 # -- the parser ----------------------------------------------------------------------------------
@@ -98,13 +98,13 @@ def test_encode_is_a_resp_array_of_bulk_strings():
     ("redis://[::1]:7000?protocol=3", {"host": "::1", "port": 7000, "protocol": 3}),
 ])
 def test_urls_as_redis_py_reads_them(url, want):
-    got = resp.parse_url(url)
+    got = faults.parse_url(url)
     assert {k: got[k] for k in want} == want
 
 
 def test_a_bad_url_is_a_value_error():
     with pytest.raises(ValueError):
-        resp.parse_url("http://localhost")
+        faults.parse_url("http://localhost")
 
 
 # -- against a real redis-server -----------------------------------------------------------------

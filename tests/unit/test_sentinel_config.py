@@ -21,7 +21,7 @@ def test_sentinels_become_one_url_with_the_ack_default_of_one():
     url = "sentinel://10.0.0.1:26379,10.0.0.2:26379,r3.lab:26380/labq-main?ack=1"
     assert cfg.redis_url == thin["redis_url"] == url
     assert cfg.min_replicas_ack == thin["min_replicas_ack"] == 1
-    o = resp.parse_url(url)
+    o = resp.url_parts(url)
     assert o["sentinels"] == [("10.0.0.1", 26379), ("10.0.0.2", 26379), ("r3.lab", 26380)]
     assert (o["service"], o["ack"], o["sentinel_auth"]) == ("labq-main", 1, False)
 
