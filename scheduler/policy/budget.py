@@ -34,8 +34,8 @@ class BudgetBook:
     def __init__(self, cfg: Config, spent: dict[str, int], running: Sequence[Job], now: float,
                  held: Held | None = None) -> None:
         """`held`: (budget, period) -> what the running jobs hold there, ("" without periods: what
-        they have committed), where the caller knows it already (the replay's parked.py sums it once
-        per set of running attempts); the rest is summed here."""
+        they have committed), where the caller knows it already (the replay's sim/idle.py sums it once
+        a pass start, for every call of that pass); the rest is summed here."""
         self.cfg, self.now = cfg, now
         self.money = partial(fmt_money, currency=cfg.rates.currency)
         self.spent = {b.name: spent.get(b.name, 0) for b in cfg.budgets}

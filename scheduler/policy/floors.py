@@ -16,6 +16,7 @@ from ..money.ledger import Budget
 from ..settings.config import Config
 from ..units import accrue
 from .budget import SLACK, BudgetBook, Quote
+from .capacity import could_ever_hold
 
 Floor = tuple[tuple[str, int, int], ...]    # per budget of a job: (name, least need over its run, least rate)
 NOT_CHARGED = -(1 << 62)     # the floors of a job not charged to a budget, in that budget's lists: always "may fit"
@@ -68,12 +69,21 @@ class Floors:
             got = self.rates[key] = min(rates)
         return got
 
-    def _dearest(self, job: Job, unit: str) -> int:
-        key = (job.gpus, job.cpus, job.mem, job.nodes, job.qos, unit, "dearest")
+    def dearest(self, job: Job, unit: str) -> int:
+        """The dearest rate an hour plan() may quote the job at: over the GPU models of its type (""
+        where the cluster has none), on each node that could ever hold it and on no node (how a job
+        that fits nowhere is quoted); a gang, over every model and priced node."""
+        key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.nodes, job.qos, unit, "dearest")
         got = self.rates.get(key)
         if got is None:
-            rates = [pricing.rate(job, unit, m, self.cfg) for m in self.models]
-            rates += [pricing.rate(job, unit, "", self.cfg, n) for n in self.nodes if self.cfg.rates.node_price(n.name)]
+            cfg = self.cfg
+            if job.nodes > 1:
+                rates = [pricing.rate(job, unit, m, cfg) for m in self.models]
+                rates += [pricing.rate(job, unit, "", cfg, n) for n in self.nodes if cfg.rates.node_price(n.name)]
+            else:
+                rates = [pricing.rate(job, unit, m, cfg, n) for n in self.nodes if could_ever_hold(job, n)
+                         for m in _quoted(job, (n,))]
+                rates += [pricing.rate(job, unit, m, cfg) for m in _quoted(job, self.nodes)]
             got = self.rates[key] = max(rates)
         return got
 
@@ -92,11 +102,22 @@ class Floors:
                 bs = self.mine[who] = ledger.budgets_for(job, cfg.budgets)
             if not bs:
                 continue
-            seconds = pricing.billed(pricing.planned_seconds(job, cfg), cfg) + SLACK
             for b in bs:
-                need = accrue(self._dearest(job, b.unit), seconds) + pricing.overhead(b.unit, cfg)
+                need, seconds = self.most(job, b)
                 was = most.get(b.name, (0, 0.0))
                 most[b.name] = (max(was[0], need), max(was[1], seconds))
+        return self.admits(most, book)
+
+    def most(self, job: Job, b: Budget) -> tuple[int, float]:
+        """(the dearest quote of `job` for budget `b`: its dearest rate over its run plus the overhead,
+        its billed seconds): what `admits` reads of one job."""
+        seconds = pricing.billed(pricing.planned_seconds(job, self.cfg), self.cfg) + SLACK
+        return accrue(self.dearest(job, b.unit), seconds) + pricing.overhead(b.unit, self.cfg), seconds
+
+    @staticmethod
+    def admits(most: dict[str, tuple[int, float]], book: BudgetBook) -> bool:
+        """Whether each budget named in `most` has room for a need of `most[name][0]` over a run of
+        `most[name][1]` seconds from now, in every period such a run may touch, as `book` has it."""
         for name, (need, seconds) in most.items():
             b = book.named[name]
             q = Quote([(name, need)])
@@ -148,6 +169,12 @@ class Floors:
             if m > end:
                 end, why = m, reason
         return end, why
+
+
+def _quoted(job: Job, nodes: Iterable[Node]) -> set[str]:
+    """The GPU models plan() might quote the job at on `nodes`: those of its type, else none ("")."""
+    models = {g.model for n in nodes for g in n.gpus if not job.gpu_type or g.model == job.gpu_type}
+    return (models or {""}) | ({""} if not job.gpus else set())
 
 
 class Least:

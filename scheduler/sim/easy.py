@@ -21,7 +21,7 @@ so at J's turn in the whole pass room and reservations are at most what that rou
 call's own extras are such a round on the state before the pass (room now, no reservation): the
 first jobs after the head whose request fits some node's room now, which every job between them
 does not; that call is kept only when the head itself made every reservation (`_reserved_by`).
-With budgets, the jobs for which a head's admissions leave no budget room (parked.py `held_after`)
+With budgets, the jobs for which a head's admissions leave no budget room (idle.py `held_after`)
 are pended for it at their turn and do nothing else (a budget-broke job does not reserve): once they
 are all the rest of the queue, the head's pass decides. A head whose first job is charged to a budget
 that may not admit it, or whose room it leaves too small for any other of its jobs, starts at one
@@ -66,9 +66,9 @@ def plan(sim, t: float):
     order = q.order(t, usage, idle)
     first = order.first
     head = first(WINDOW)
-    # A first job charged to a budget that may have room for it alone (parked.py `room_to_spare`): its
+    # A first job charged to a budget that may have room for it alone (idle.py `room_to_spare`): its
     # admission prices out the jobs after it (below), and a window of its own decides.
-    charged = sim.parking is not None and q.charged(first(1)[0]) and not sim.parking.room_to_spare(first(1)[0])
+    charged = sim.budget_idle is not None and q.charged(first(1)[0]) and not sim.budget_idle.room_to_spare(first(1)[0])
     if not charged:
         # The first call also takes the first jobs after the head that fit some node's room now (before
         # any admission or reservation, so every job before them in the queue fits nowhere and can do
@@ -129,11 +129,11 @@ def _widen(sim, t: float, p, decided, size: int, order, gone):
 
 def _priced(sim, p, order):
     """A test of a queued job outside the pass `p`: whether the admissions of p's jobs before it in
-    plan()'s `order` leave its budget no room for it (parked.py `priced_out`). Of the last pass,
+    plan()'s `order` leave its budget no room for it (idle.py `priced_out`). Of the last pass,
     which decides those jobs as the whole pass does, such a job is pended for its budget at its turn
     and does nothing else; of an earlier one, a wider pass may decide the jobs before it otherwise:
     it is then only not taken yet. None: nothing to test."""
-    pk = sim.parking
+    pk = sim.budget_idle
     if pk is None or not p.places:
         return None
     jobs, per = sim.queue.jobs, {}          # type: tuple[dict, dict]
@@ -158,11 +158,11 @@ def _priced(sim, p, order):
 def _spent_by(sim, p, head, keep_held: bool = True) -> frozenset | set:
     """The queued jobs for which the budget has no room once the admissions of `head` (a head of the
     queue) are in: those after it, and with `keep_held=False` those of it not admitted too."""
-    if sim.parking is None or not sim.queue.budgeted:
+    if sim.budget_idle is None or not sim.queue.budgeted:
         return frozenset()
     ids = {j.id for j in head}
     placed = [pl for pl in p.places if pl.job_id in ids]
-    return sim.parking.held_after(placed) - (ids if keep_held else {pl.job_id for pl in placed})
+    return sim.budget_idle.held_after(placed) - (ids if keep_held else {pl.job_id for pl in placed})
 
 
 class _Nothing:
@@ -194,7 +194,7 @@ def candidates(sim, t: float, p, head, k: int, order, gone=frozenset(), marks=No
     ok: dict = {}                     # shape -> how many of its jobs (roughly) could start
     by_shape = sim.queue.by_shape
     many = (_many(sim, t, p, room, inside, k)
-            if sim.parking is None and isinstance(order, SubmitOrder) and len(by_shape) > MANY_SHAPES else None)
+            if sim.budget_idle is None and isinstance(order, SubmitOrder) and len(by_shape) > MANY_SHAPES else None)
     fit = {} if many is not None else _fitting_shapes(sim, t, p, room)
     points = _reserved_points(sim, t, p) if fit else {}
     for s, nodes in fit.items():

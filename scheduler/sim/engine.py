@@ -13,8 +13,8 @@ and the Pending reasons. A periodic budget's rollover is an instant too, because
 
 plan() is not called where it provably could not change anything. Backfill off, it walks the queue kept
 in its order up to the blocker (kept.py), budgets or not (a budget that admits none of a group's
-next jobs pends them at once: policy/budget.py Floors); backfill on, it is given the head (easy.py),
-with budgets less a spent budget's waiting jobs (parked out: parked.py). The result is identical to
+next jobs pends them at once: policy/floors.py Floors); backfill on, it is given the head (easy.py),
+with budgets less the jobs whose budget floor exceeds the budget's room (left out: idle.py). The result is identical to
 calling it on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
 """
 import math
@@ -31,10 +31,9 @@ from ..policy.tracks import Tracks
 from ..settings.config import Config
 from . import easy, kept, submit
 from .clock import Clock
-from .parked import NONE, Parking
+from .idle import NONE, Idle
 from .queue import Queue
 from .result import BUDGET_REASONS, EPOCH, Refused, Result, prepare_nodes
-from .settle import bring_back, settle
 from .trace import TraceJob
 
 # Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.
@@ -74,7 +73,7 @@ class Simulator:
         # a kept walk's instant where nothing fits is still a pass (its budget reasons are counted).
         self.fresh: set[int] = set()
         self.queue.backlog = kept.backlog(cfg, self.nodes)    # backfill off: the queue kept in plan()'s order
-        self.parking = Parking(cfg, self.nodes) if cfg.budgets and self.queue.backlog is None else None
+        self.budget_idle = Idle(cfg, self.nodes) if cfg.budgets and self.queue.backlog is None else None
         self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
         # plan()'s free capacity and quota usage, kept as jobs start and end, and the running jobs'
         # backfill timelines, repaired pass to pass as the daemon's (policy.Kept); neither is given to
@@ -84,7 +83,7 @@ class Simulator:
         self.model = {n.name: (n.gpus[0].model if n.gpus else "") for n in self.nodes}
         self.single_model = easy.single_model(self.nodes)
         self.preemptible_running = self.draining = self.gangs_running = 0
-        self.attempts = 0           # bumped whenever a job starts, is preempted or ends: parked.py's memo key
+        self.attempts = 0           # bumped whenever a job starts, is preempted or ends: idle.py's memo key
         self.active_by: Counter = Counter()
         self._refusals: dict = {}
         self._affordable: dict = {}           # (request, user, account, QoS) -> budget.affordable_at_any_length
@@ -137,7 +136,7 @@ class Simulator:
 
     def _stuck(self) -> dict[int, Job]:
         """The jobs still pending at the end, each with the reason one last pass over all of them gives."""
-        stuck = self._pending()
+        stuck = dict(self.queue.jobs)
         if not stuck:
             return {}
         t = self.now
@@ -147,12 +146,6 @@ class Simulator:
             for i in ids:
                 stuck[i] = tr.pend(stuck[i], verdict[0], verdict[1])
         return stuck
-
-    def _pending(self) -> dict[int, Job]:
-        """Every pending job: the queue's and the parked ones."""
-        if self.parking is None or not self.parking.jobs:
-            return dict(self.queue.jobs)
-        return {**self.queue.jobs, **self.parking.jobs}
 
     def _end_time(self) -> float:
         return max((a.end_time for j in self.ended.values() for a in j.attempts if a.end_time), default=EPOCH)
@@ -180,14 +173,14 @@ class Simulator:
 
     def _enqueue(self, job: Job) -> None:
         self.queue.add(job)
-        if self.parking is not None:
-            self.parking.add(job)
+        if self.budget_idle is not None:
+            self.budget_idle.add(job)
         elif self.queue.backlog is not None and job.id not in self.budget_held and self.queue.charged(job):
             self.fresh.add(job.id)
 
     def _unqueue(self, job_id: int) -> Job:
-        if self.parking is not None:
-            self.parking.remove(job_id)
+        if self.budget_idle is not None:
+            self.budget_idle.remove(job_id)
         self.fresh.discard(job_id)
         return self.queue.remove(job_id)
 
@@ -210,8 +203,6 @@ class Simulator:
         new, charges = done
         del self.running[jid], self.natural_end[jid]
         self.attempts += 1
-        if self.parking is not None:
-            self.parking.ended(jid)
         self.standing.end(job)
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
@@ -236,8 +227,6 @@ class Simulator:
     def _reestimate(self, t: float, ids) -> None:
         """Ask the hooks again for these pending jobs' expected runtimes (learned from what ended)."""
         for i in ids:
-            if self.parking is not None and i in self.parking.jobs:
-                bring_back(self, i)      # its forecast may change: judged anew
             job = self.queue.jobs.get(i)
             if job is not None:
                 self._unqueue(i)
@@ -254,8 +243,8 @@ class Simulator:
         the budget would not admit it either)."""
         if len(self.queue) == len(self.idle):
             return True           # no pending job but those idle for their budget: nothing to place, expire or preempt for
-        pk = self.parking       # (a job charged to a budget, backfill on: there are parked jobs too)
-        if (self.never_skip or self.queue.timed or (pk is not None and self.queue.budgeted > len(self.idle) and not pk.admits_all(self.queue.budgeted))
+        bi = self.budget_idle
+        if (self.never_skip or self.queue.timed or (bi is not None and self.queue.budgeted > len(self.idle) and not bi.admits_all(self.queue.budgeted))
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
         if self.queue.shapes.fit_some(self.standing.placer.free):
@@ -274,10 +263,23 @@ class Simulator:
                 and not self.draining and not (self.cfg.preemption and self.preemptible_running)
                 and self.queue.in_one_order(t))
 
+    def _settle(self, t: float) -> None:
+        """At a pass start: the queued jobs whose budget provably keeps them waiting (idle.py) are
+        counted held by it and, where a pass over the rest decides the same, left out of it."""
+        self.idle = NONE
+        bi = self.budget_idle
+        if bi is None:
+            return
+        self.budget_held.update(bi.update(t, self.spent_now(t)[0], list(self.running.values()), self.attempts))
+        if bi.idle and bi.excludes(self.queue):
+            self.idle = bi.idle
+
     def _plan(self, t: float) -> None:
-        settle(self, t)
+        # (The reference counts the idle jobs held too: a budget keeps them waiting, although a whole
+        # pass quotes only those it reaches before the blocker's reservation is made.)
+        self._settle(t)
         if not self.skip:
-            return self._apply(t, self._call(t, tuple(self._pending().values())), everyone=True)
+            return self._apply(t, self._call(t, tuple(self.queue.jobs.values())))
         if self._inert():
             self.skipped += 1
             return
@@ -322,15 +324,13 @@ class Simulator:
         if not self.skip:       # the reference, whole passes: plan() sums, counts and files all alone
             return policy.plan(snap, self.cfg)
         # What the running jobs hold of each budget, as the pass start summed it.
-        held = self.parking.known(t, self.attempts) if self.parking is not None else None
+        held = self.budget_idle.known(t, self.attempts) if self.budget_idle is not None else None
         return policy.plan(snap, self.cfg, held=held, standing=self.standing, tracks=self.tracks)
 
-    def _apply(self, t: float, p, everyone: bool = False) -> None:
+    def _apply(self, t: float, p) -> None:
         """The Plan, applied by the daemon's applier (applier.apply_plan); the replay then times what
-        it started and preempted. A rejection would be a policy bug: the plan was made from this state.
-        `everyone`: plan() was given the parked jobs too."""
-        jobs = self._pending() if everyone else self.queue.jobs
-        done = apply_plan(p, jobs, self.running, self.nodes, t, reasons=False)
+        it started and preempted. A rejection would be a policy bug: the plan was made from this state."""
+        done = apply_plan(p, self.queue.jobs, self.running, self.nodes, t, reasons=False)
         if done.rejected:
             raise AssertionError(f"plan() decided what its own snapshot does not allow: {done.rejected[0].why}")
         for job in done.started:
@@ -342,7 +342,7 @@ class Simulator:
         for job, pr in zip(done.stopping, done.preempts):     # plan() gives no Cancel
             self._preempt(t, job, pr)
         for job in done.pended:      # an earmark changed: plan() reads it, so it is kept in the record
-            self.queue.replace(job)        # (a parked job has none: it never preempts)
+            self.queue.replace(job)        # (an idle job has none: it never preempts)
         # The reasons themselves are not kept: the daemon writes them into the records, the replay
         # reports only each stuck job's last one (`_stuck`) and which jobs a budget held.
         for ids, verdict in p.pending.runs():
@@ -358,8 +358,6 @@ class Simulator:
     def _start(self, t: float, job: Job) -> None:
         self.running[job.id] = job
         self.attempts += 1
-        if self.parking is not None:
-            self.parking.started(job)
         self.standing.start(job)
         self.gangs_running += job.nodes > 1
         if self._preemptible(job):

@@ -25,7 +25,7 @@ def most_gpus(nodes, gpu_type: str) -> int:
 
 def refusal(sim, job: Job):
     """(kind, message) when `labq sub` would refuse the job in the replay `sim` (an engine.Simulator),
-    else None. The queue bounds count every pending job, parked ones (parked.py) too."""
+    else None. The queue bounds count every pending job, idle ones (idle.py) too."""
     cfg = sim.cfg
     if cfg.qos_named(job.qos) is None:
         return "qos", f"qos: unknown QoS {job.qos!r}"
@@ -45,11 +45,10 @@ def refusal(sim, job: Job):
     if why:
         return "capacity" if why.startswith(("no node", "no set")) else "budget" if why.startswith("budget") else "cap", why
     if sim.queue_limits:
-        parked = sim.parking
-        pending = len(sim.queue) + (len(parked) if parked else 0)
+        pending = len(sim.queue)
         if pending + 1 > cfg.max_pending:
             return "queue", f"queue full: {pending} jobs pending, scheduler.max_pending={cfg.max_pending}"
-        mine = sim.queue.per_user[job.user] + (parked.users[job.user] if parked else 0)
+        mine = sim.queue.per_user[job.user]
         if mine + 1 > cfg.max_pending_per_user:
             return "queue", f"user {job.user} has {mine} jobs pending, scheduler.max_pending_per_user={cfg.max_pending_per_user}"
     for cap, who in ((cfg.account_named(job.account), ("account", job.account)),

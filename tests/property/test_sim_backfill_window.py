@@ -180,7 +180,7 @@ def test_a_job_backfills_on_its_expected_run_not_its_limit(monkeypatch):
 
 @pytest.mark.parametrize("policy", ["backfill-learned", "learned"])
 def test_a_budgeted_replay_over_learned_runs_equals_whole_passes(tmp_path, monkeypatch, policy):
-    """Budgets that run out (sim/parked.py, easy.py's budget paths) with backfill over learned run
+    """Budgets that run out (sim/idle.py, easy.py's budget paths) with backfill over learned run
     times: windowed in submit order (backfill-learned), whole passes under short jobs first (order.py
     is not used with budgets); either way the schedule, spending and budget-held jobs of whole passes."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))

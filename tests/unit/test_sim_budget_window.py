@@ -1,6 +1,6 @@
 """Budgeted replays: backfill off, the walk of the kept queue (sim/kept.py; a budget that has no room for
 a group's next jobs by their floors pends them unquoted, policy/budget.py Floors); backfill on, easy.py's
-windows less a spent budget's parked jobs (sim/parked.py). A deep queue with budgets that run out must
+windows less a spent budget's idle jobs (sim/idle.py). A deep queue with budgets that run out must
 replay exactly as with whole-queue passes, budget-held jobs included."""
 import os
 import sys
@@ -67,7 +67,7 @@ def test_a_budgeted_strict_replay_equals_whole_passes(tmp_path, monkeypatch, lim
 @pytest.mark.parametrize("name", ["backfill", "priority", "fairshare"])
 @pytest.mark.parametrize("limit, period", [(150.0, "week"), (60.0, "none")])
 def test_a_budgeted_replay_parks_what_the_budget_holds_and_equals_whole_passes(tmp_path, name, limit, period):
-    """Jobs a spent budget provably keeps waiting are parked out of plan()'s passes (sim/parked.py),
+    """Jobs a spent budget provably keeps waiting are left out of plan()'s passes (sim/idle.py),
     and a backfill pass over a deep queue is windowed (sim/easy.py) with budgets too: the same
     schedule, spending and budget-held jobs as plan() over every pending job at every instant."""
     path = gpu_trace.write(str(tmp_path / "t.csv"), 500, seed=5, days=2)
@@ -159,7 +159,7 @@ ROOMY = ('[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = 90000.0\n
 @pytest.mark.parametrize("name", ["fifo", "backfill", "fairshare"])
 def test_budgets_that_never_bind_add_no_pass(tmp_path, name):
     """An instant where no pending request fits is no pass when every budgeted job's budget provably
-    admits it (parked.py `admits_all`: no budget reason to record): budgets with room to spare decide
+    admits it (idle.py `admits_all`: no budget reason to record): budgets with room to spare decide
     exactly as many passes as no budgets, and the same as plan() over every pending job."""
     path = gpu_trace.write(str(tmp_path / "t.csv"), 500, seed=5, days=2)
     nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
@@ -222,3 +222,20 @@ def test_a_backfill_window_leaves_out_the_jobs_earlier_admissions_price_out(tmp_
     full = simulate(jobs, nodes, cfg, hooks=hooks, skip=False)
     assert schedule(fast) == schedule(full)
     assert fast.budget_held == full.budget_held and fast.spent == full.spent
+
+
+def test_a_queue_limited_budgeted_backfill_replay_equals_whole_passes(tmp_path):
+    """A replay that enforces max_pending_per_user while a spent budget keeps jobs idle (sim/idle.py:
+    left out of the backfill passes, still queued and counted by the bounds; sim/submit.py read the
+    parked ones apart before) refuses the same submits as with whole passes, and some."""
+    text = ('[scheduler]\nmax_pending_per_user = 10\n'
+            '[[budgets]]\nname = "vision"\naccount = "vc-vision"\nlimit = 20.0\nperiod = "none"\n')
+    cfg = policy_config(config_mod.loads(text), "backfill")
+    path = gpu_trace.write(str(tmp_path / "t.csv"), 800, seed=5, days=2)
+    nodes, jobs = parse_nodes("2x8:64:512G"), load(path)
+    fast = simulate(jobs, nodes, cfg, queue_limits=True)
+    full = simulate(jobs, nodes, cfg, skip=False, queue_limits=True)
+    assert schedule(fast) == schedule(full)
+    assert [(r.trace.name, r.kind) for r in fast.refused] == [(r.trace.name, r.kind) for r in full.refused]
+    assert any(r.kind == "queue" for r in fast.refused)
+    assert fast.budget_held == full.budget_held and fast.budget_held

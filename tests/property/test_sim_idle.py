@@ -1,15 +1,15 @@
-"""A job the replay parks for its budget (scheduler/sim/parked.py) is one plan()'s budget gate pends
-on every node that could hold it: the parking bound never exceeds the need plan() quotes, whatever
-the shape, time limit, unit, billing, overhead, period and instant (a period's last seconds too)."""
+"""A job the replay leaves out of a backfill pass as idle for its budget (scheduler/sim/idle.py, by its
+policy/floors.py floor against BudgetBook.room) is one plan()'s budget gate pends on every node that
+could hold it: the floor never exceeds the need plan() quotes, whatever the shape, time limit, unit,
+billing, overhead, period and instant (a period's last seconds too)."""
 from hypothesis import example, given, settings, strategies as st
 
-from labq.scheduler.jobs.model import Attempt, Gpu, Job, Node
+from labq.scheduler.jobs.model import Gpu, Job, Node
 from labq.scheduler.money import periods
 from labq.scheduler.policy.budget import BudgetBook
 from labq.scheduler.policy.capacity import could_ever_hold
 from labq.scheduler.settings import config as config_mod
-from labq.scheduler.sim.bounds import max_rate
-from labq.scheduler.sim.parked import Parking, Peak
+from labq.scheduler.sim.idle import Idle
 
 G = 1 << 30
 NODES = (Node("a", 32, 256 * G, 8, tuple(Gpu(f"A-{i}", i, "A100") for i in range(4))),
@@ -42,10 +42,11 @@ def scene(period, unit, billing, overhead, price, gpus, cpus, limit, before_end,
        price=st.sampled_from([0.0, 20.0]), gpus=st.integers(0, 4), cpus=st.integers(1, 32),
        limit=st.integers(1, 20 * 86400), before_end=st.floats(0.001, 40 * 86400), off=st.integers(-3, 3),
        gpu_type=st.sampled_from(["", "A100", "H100"]))
-def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhead, price, gpus, cpus, limit,
+def test_an_idle_job_is_one_the_budget_gate_pends(period, unit, billing, overhead, price, gpus, cpus, limit,
                                                    before_end, off, gpu_type):
     """The budget's spending is put right at the edge: the job's smallest need over every node and
-    GPU model it could get, give or take `off` micro-units. Parked exactly when none fits."""
+    GPU model it could get, give or take `off` micro-units. Idle only when none fits; never when the
+    cheapest fits."""
     cfg, b, now, job = scene(period, unit, billing, overhead, price, gpus, cpus, limit, before_end, gpu_type)
     holders = [n for n in NODES if could_ever_hold(job, n)]
     if not holders:
@@ -56,9 +57,9 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
               for model in {g.model for g in node.gpus if not gpu_type or g.model == gpu_type} or {""}]
     need = min(q.parts["b"][label] if period != "none" else dict(q)["b"] for q in quotes)
     spent = max(0, 500_000_000 - need + off)
-    pk = Parking(cfg, NODES)
+    pk = Idle(cfg, NODES)
     pk.add(job)
-    new, _, _ = pk.update(now, {"b": spent}, {})
+    new = pk.update(now, {"b": spent}, [], 0)
     assert set(new) == pk.idle               # the first update: every idle job is newly idle
     book = BudgetBook(cfg, {"b": spent}, (), now)
     if pk.idle:
@@ -74,7 +75,7 @@ def test_a_parked_job_is_one_the_budget_gate_pends(period, unit, billing, overhe
        limit=st.integers(1, 20 * 86400), before_end=st.floats(0.001, 40 * 86400),
        off=st.sampled_from([-1000, -3, -2, -1, 0, 1, 2, 3]),
        gpu_type=st.sampled_from(["", "A100", "H100"]))
-def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period, unit, billing, overhead, price,
+def test_a_job_idle_py_says_its_budget_admits_is_admitted_on_any_node(period, unit, billing, overhead, price,
                                                                          gpus, cpus, limit, before_end, off, gpu_type):
     """The other side (strict.py skips a pass whose first job fits nowhere when its budget provably
     admits it): spending put at the edge of the job's largest need over every node and GPU model,
@@ -94,9 +95,9 @@ def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period
     def need(q):
         return sum(q.parts["b"].values()) if period != "none" else dict(q)["b"]
     spent = max(0, 500_000_000 - max(map(need, quotes)) + off)
-    pk = Parking(cfg, NODES)
+    pk = Idle(cfg, NODES)
     pk.add(job)
-    pk.update(now, {"b": spent}, {})
+    pk.update(now, {"b": spent}, [], 0)
     book = BudgetBook(cfg, {"b": spent}, (), now)
     admitted = pk.admits(job)
     if admitted:
@@ -104,45 +105,6 @@ def test_a_job_the_parking_says_its_budget_admits_is_admitted_on_any_node(period
     one_period = period == "none" or all(len(q.parts["b"]) == 1 for q in quotes)
     if off == -1000 and one_period and billing == "second" and spent:
         assert admitted          # the dearest placement fits with room to spare (past the bound's 2 ms): said so
-
-
-@settings(max_examples=300, deadline=None)
-@given(period=st.sampled_from(["none", "week"]),
-       jobs=st.lists(st.tuples(st.integers(0, 50_000_000), st.integers(0, 20_000_000), st.floats(0, 9 * 86400)),
-                     min_size=0, max_size=6),
-       steps=st.lists(st.tuples(st.floats(0, 4 * 86400), st.sets(st.integers(0, 5))), min_size=1, max_size=10))
-def test_what_running_jobs_hold_is_kept_as_they_start_and_end(period, jobs, steps):
-    """Parking keeps what the running jobs hold of a budget as they start and end (sim/held.py),
-    not summed per pass: at every later instant, whichever of the jobs run then (started before the
-    period or after it, outrunning their commitment or not, with no commitment or no rate), the sum
-    is what a fresh BudgetBook (plan()'s) sums."""
-    cfg = config(period, "usd", "second", 0.0, 0.0)
-    b = cfg.budgets[0]
-    base = 1_700_000_000.0
-    every = [Job(id=i + 1, user="u", account="lab", argv=("x",), workdir="/", state="running", gpus=1,
-                 time_limit=86400, submit_time=base - ago, commit=(("b", commit),), rates=(("b", rate),),
-                 attempts=(Attempt(attempt=1, node="a", gpus=("A-0",), dispatch_time=base - ago),))
-             for i, (commit, rate, ago) in enumerate(jobs)]
-    pk = Parking(cfg, NODES)
-    t = base
-    for step, which in steps:
-        t += step
-        running = {j.id: j for k, j in enumerate(every) if k in which}
-        label = periods.current(b, t) if period != "none" else ""
-        book = BudgetBook(cfg, {}, tuple(running.values()), t)
-        fresh = book.committed["b"] if period == "none" else book._held(b, label)
-        pk.sync(running)
-        assert pk.holdings["b"].at(t, label) == fresh
-
-
-@settings(max_examples=200, deadline=None)
-@given(n=st.integers(1, 9), values=st.lists(st.integers(-50, 50), min_size=1, max_size=60))
-def test_the_peak_of_recent_rooms_is_the_largest_of_the_last_n(n, values):
-    """Parking parks a job once its bound exceeds the room at each of the last RECENT passes: the
-    peak is kept in O(1) a pass (parked.Peak), the largest of the last n rooms pushed."""
-    peak = Peak(n)
-    for k, v in enumerate(values):
-        assert peak.push(v) == max(values[max(0, k - n + 1):k + 1])
 
 
 @settings(max_examples=200, deadline=None)
@@ -154,20 +116,20 @@ def test_the_peak_of_recent_rooms_is_the_largest_of_the_last_n(n, values):
 @example(period="week", shapes=[(4, 3 * 86400)],     # the room stays, the period's end nears: the rate test
          ops=[("add", 0, 0, 0.0)] + [("update", 0, 200_000_000, step) for step in (0.0, 1.9 * 86400, 0.5 * 86400)])
 def test_the_idle_set_follows_the_cut_as_jobs_come_and_go(period, shapes, ops):
-    """The idle set is kept as a cut that moves (parked.py `_move`), not drawn anew: after every
-    update it is exactly the queued jobs whose bound is over the room (c > x and a rate too dear to
-    run to the period's end within x), and the ids an update calls new (counted held) are idle now,
-    every one that was not idle at the last update among them."""
+    """The idle set is kept as a cut that moves (idle.py `_move`), not drawn anew: after every
+    update it is exactly the queued jobs whose floor is over the room (c > x and a rate too dear to
+    run to the period's end within x: BudgetBook.room), and the ids an update calls new (counted
+    held) are idle now, every one that was not idle at the last update among them."""
     cfg = config(period, "usd", "second", 0.0, 0.0)
     jobs = [Job(id=i + 1, user="u", account="lab", argv=("x",), workdir="/", gpus=g, cpus=4, mem=G, time_limit=lim,
                 submit_time=1_700_000_000.0) for i, (g, lim) in enumerate(shapes)]
-    pk = Parking(cfg, NODES)
+    pk = Idle(cfg, NODES)
     queued: set[int] = set()
     before: set[int] = set()
     t = 1_700_000_000.0
     for op, k, spent, step in ops:
         job = jobs[k % len(jobs)]
-        if op == "add" and job.id not in queued and job.id not in pk.jobs:
+        if op == "add" and job.id not in queued:
             pk.add(job)
             queued.add(job.id)
         elif op == "remove" and job.id in queued:
@@ -175,17 +137,10 @@ def test_the_idle_set_follows_the_cut_as_jobs_come_and_go(period, shapes, ops):
             queued.discard(job.id)
         elif op == "update":
             t += step
-            new, park, back = pk.update(t, {"b": spent}, {})
-            if "b" not in pk.room:
-                continue
-            x, left, _ = pk.room["b"]
-            r = max_rate(x, left)
+            new = pk.update(t, {"b": spent}, [], 0)
+            x, r, _ = BudgetBook(cfg, {"b": spent}, (), t).room("b")
+            assert pk.cut["b"] == (x, r)
             over = {i for i in queued if pk.key[i][1] > x and pk.key[i][2] > r}
             assert pk.idle == over
             assert over - before <= set(new) <= over
-            for i in back:
-                queued.add(pk.unpark(i).id)
-            for i in park:
-                pk.park(jobs[i - 1])
-                queued.discard(i)
             before = set(pk.idle)
