@@ -15,16 +15,19 @@ where the queue is long.
 (its .venv, TREE on PYTHONPATH) and by this checkout's, alternately, `--rounds` times; each side with
 its own settings cache. Both read the same rows, so TREE must keep this checkout's row shape
 (statrows.ROWS_VERSION). It prints min/median CPU of each side, the ratio to that side's `sub -H`,
-and the load average before and after each command.
+and the load average before and after each command. With --churn a churn client (drainclient.py
+--churn: submit a held job, cancel it, again) changes the queue meanwhile, as live_bench.py's
+command rows have it: a quiet queue favours `prio` (its published ranking, docs/internals.md).
 """
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from live_bench import compiled, drain, timed, user_env  # noqa: E402
+from live_bench import HERE, compiled, drain, timed, user_env  # noqa: E402
 from rows import Row  # noqa: E402
 from stackutil import BenchStack, labq_command  # noqa: E402
 
@@ -110,7 +113,16 @@ def main() -> int:
         if "--vs" in sys.argv:
             rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 7
             extra = [("prio", "--json")] if "--json" in sys.argv else []
-            side_by_side(bs, sys.argv[sys.argv.index("--vs") + 1], rounds, extra)
+            churn = subprocess.Popen([sys.executable, os.path.join(HERE, "drainclient.py"), bs.cfg_path, "--churn"],
+                                     env=user_env(bs), cwd=bs.work, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True) if "--churn" in sys.argv else None
+            try:
+                if churn:
+                    churn.stdout.readline()
+                side_by_side(bs, sys.argv[sys.argv.index("--vs") + 1], rounds, extra)
+            finally:
+                if churn:
+                    print(f"churn: {churn.communicate('', timeout=120)[0].strip()}")
             print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             return 0
         for name, w, c in measure(bs, quick):

@@ -15,8 +15,8 @@ from labq.scheduler.store import statrows as R
 
 from .out import echo
 
-# A published ranking older than this is not shown: its scheduler stopped refreshing it (it redoes
-# a quiet queue's every ranking.REFRESH seconds), and ages have moved since.
+# A published ranking older than this is not shown: no scheduler refreshes it (one redoes a queue's
+# every ranking.REFRESH seconds at the latest), and ages have moved since.
 STALE = 120.0
 
 
@@ -68,18 +68,19 @@ def ranked(c, now: float, cfg) -> tuple[list, dict, dict]:
 
 
 def published(c, now: float) -> str | None:
-    """The scheduler's last ranking (daemon/ranking.py), its weights line saying how old it is; None
-    where there is none (a commit since changed the jobs: it went with that commit) or it is older
-    than STALE (no scheduler has refreshed it: `prio` ranks the rows itself)."""
-    got = c.read.text(c.read.k.ranking)
-    if not got:
+    """The scheduler's last ranking (daemon/ranking.py), its weights line saying how old it is and how
+    many changes to jobs were committed since; None where there is none, some of this user's jobs changed since (their
+    own submit, start or cancel shows at once: `prio` ranks the rows), or it is older than STALE (no
+    scheduler has refreshed it)."""
+    got, mine, others = c.read.ranking(c.user)
+    if not got or mine:
         return None
     at, _, text = got.partition("\n")
     age = now - float(at)
     if age > STALE:
         return None
     head, _, rest = text.partition("\n")
-    return f"{head}; as of {max(age, 0):.0f} s ago\n{rest}"
+    return f"{head}; as of {max(age, 0):.0f} s ago" + (f", {others} job changes since" if others else "") + "\n" + rest
 
 
 def pending_of(rows) -> list:

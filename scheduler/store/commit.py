@@ -162,7 +162,7 @@ def _build(p, store, b: Batch, now: float, usage: dict, active, seq, period, rep
     # A job not new in this batch was in the table, so in the active index (loaded from it).
     writes.put_jobs(p, store.k, [j for j in b.jobs.values() if j.id not in fresh], new=b.new)
     if b.jobs or b.rests:
-        store.ranking.stale(p)
+        store.ranking.stale(p, b.jobs.values(), b.rests)
     writes.index_jobs(p, store.k, [b.jobs[i] for i in sorted(fresh)])
     writes.put_specs(p, store.k, new)
     envs.put_new(p, store.k, [b.jobs[i] for i in sorted(b.new)])

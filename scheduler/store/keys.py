@@ -78,9 +78,12 @@ class Keys:
         return f"{self.p}:statrows:v{ROWS_VERSION}"
 
     @property
-    def ranking(self) -> str:                 # STRING (S): "time\ntext": `labq prio`'s text as the scheduler
-        return f"{self.p}:ranking:v1"         # rendered it then (daemon/ranking.py); deleted by the first
-                                              # commit that changes a job after it (store/commit.py)
+    def ranking(self) -> str:                 # STRING (S): "time\ntext": `labq prio`'s text as the leader
+        return f"{self.p}:ranking:v1"         # rendered it then (daemon/ranking.py)
+
+    @property
+    def ranking_since(self) -> str:           # HASH (S): user -> jobs of theirs the commits since the ranking
+        return f"{self.p}:ranking:v1:since"   # changed (store/ranking.py)
 
     @property
     def acct_rows(self) -> str:               # HASH (S): id of each ended job in `history` -> its acct row

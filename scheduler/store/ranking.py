@@ -1,6 +1,9 @@
-"""The published ranking (Keys.ranking): `labq prio`'s text as the leader rendered it on a quiet pass
-(daemon/ranking.py), and its removal by the first commit that changes a job or a rest after it, in
-that commit's own transaction, so that no `labq prio` prints a ranking older than the rows it is of."""
+"""The published ranking (Keys.ranking): `labq prio`'s text as the leader rendered it (daemon/ranking.py),
+and what changed since, written by the commits after it in their own transactions: each user's count
+of jobs changed (Keys.ranking_since), so that a `labq prio` shows the ranking as of its time to a user
+none of whose jobs changed since, and says how many of the others' did; a change to a rest (a held
+array's tasks, no records here) deletes the ranking."""
+from collections import Counter
 
 
 class Published:
@@ -8,17 +11,32 @@ class Published:
 
     def __init__(self, keys) -> None:
         self.k = keys
-        self.ranked = False     # published, and no commit changed a job since
-        self.touched = 0        # commits that changed a job or a rest so far: a pass without is quiet
+        self.ranked = False     # published by this leader and not deleted since
+        self.touched = 0        # commits that changed a job or a rest so far
 
-    def stale(self, p) -> None:
-        """A commit (pipeline `p`) changes a job or a rest: the ranking goes with it, if there is one."""
+    def stale(self, p, jobs, rests) -> None:
+        """A commit (pipeline `p`) changes `jobs` and `rests`: counted by user beside the ranking, or
+        the ranking deleted where a rest changes."""
         self.touched += 1
-        if self.ranked:
-            p.delete(self.k.ranking)
+        if not self.ranked:
+            return
+        if rests:
+            p.delete(self.k.ranking, self.k.ranking_since)
             self.ranked = False
+            return
+        for user, n in Counter(j.user for j in jobs).items():
+            p.hincrby(self.k.ranking_since, user, n)
 
     def publish(self, txn, text: str, at: float) -> None:
-        """Write `text`, rendered at `at`, by the store's fenced transaction `txn`."""
-        txn(lambda p: p.set(self.k.ranking, f"{at!r}\n{text}"))
+        """Write `text`, rendered at `at`, by the store's fenced transaction `txn`; nothing changed since."""
+        def build(p) -> None:
+            p.set(self.k.ranking, f"{at!r}\n{text}")
+            p.delete(self.k.ranking_since)
+        txn(build)
         self.ranked = True
+
+    def withdraw(self, txn) -> None:
+        """No ranking (the queue is too long to render one): the last one goes."""
+        if self.ranked:
+            txn(lambda p: p.delete(self.k.ranking, self.k.ranking_since))
+            self.ranked = False

@@ -364,6 +364,12 @@ class ThinReader:
             return (rows if len(rows) == len(active) + len(tasks) else None), names
         return (rows if len(rows) == len(active) else None), names
 
+    def ranking(self, user: str) -> tuple:
+        """(the published ranking or None, `user`'s jobs changed since, all users': store/ranking.py)."""
+        got, mine, since = self._multi(("GET", self.k.ranking), ("HGET", self.k.ranking_since, user),
+                                       ("HVALS", self.k.ranking_since))
+        return (got.decode() if isinstance(got, bytes) else got), int(mine or 0), sum(map(int, since))
+
     def _multi(self, *cmds) -> list:
         return self._pipe([("MULTI",), *cmds, ("EXEC",)])[-1]
 

@@ -1,13 +1,16 @@
 """`labq prio`'s ranking published by the leader (daemon/ranking.py, store/ranking.py, issue 39 item 4):
-rendered on a quiet pass only, it is the very text the client renders from the `stat` rows at that
-time; the first commit that changes a job deletes it in that commit's transaction (a `labq prio`
-after a submit lists the new job); a plain `labq prio` prints it with its age, the other forms and a
-ranking older than prio.STALE rank the rows."""
+it is the very text the client renders from the `stat` rows at its time; the commits after it count
+each user's changed jobs beside it in their own transactions, so a user whose job changed since gets
+the rows ranked (their new job listed) and the others get the ranking with its age and how many jobs
+changed since; redone after ranking.GAP where jobs changed, after ranking.REFRESH where none did;
+the other forms of `prio` and a ranking older than prio.STALE rank the rows; a rest's change and a
+new leader delete it."""
 import json
 import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -55,7 +58,7 @@ def _labq(bench, tmp_path, *argv) -> str:
 
 
 @pytest.mark.redis
-def test_published_ranking_is_the_clients_text_and_goes_with_the_next_change(redis_server, tmp_path, monkeypatch):
+def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_rows(redis_server, tmp_path, monkeypatch):
     monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
     monkeypatch.setattr(harness, "BUDGET_CONFIG", harness.BUDGET_CONFIG + MORE)
     bench = BudgetBench(redis_server, tmp_path)
@@ -70,42 +73,61 @@ def test_published_ranking_is_the_clients_text_and_goes_with_the_next_change(red
         _submit(bench, now - est, est=est, account="phi")
     _submit(bench, now, array=[0, 5, 1])
     _submit(bench, now, hold=True, est=1)
-    assert not bench.r.exists(K.ranking), "the last submit's commit deleted any ranking published before it"
     rank = bench.s.planner.ranking = ranking.Ranking(bench.s)      # this test's passes alone publish
-    assert not rank.after_pass(now), "a first pass has no pass before it to be quiet since"
-    assert rank.after_pass(now + 0.5), "a quiet pass publishes"
+    assert rank.after_pass(now + 0.5)
     at, _, text = bench.r.get(K.ranking).partition("\n")
     assert float(at) == now + 0.5 and text == _client_text(bench, now + 0.5)
     assert len(text.splitlines()) == 2 + 7 + 1 and "_[0-5]" in text and "-" in text.split("BURST")[1]
-    assert not rank.after_pass(now + 1), "published, and within ranking.REFRESH: not again"
+    assert not rank.after_pass(now + 0.5 + ranking.GAP), "nothing changed since: not before ranking.REFRESH"
 
     shown = _labq(bench, tmp_path, "prio").splitlines()
     assert shown[0].startswith(text.splitlines()[0] + "; as of ") and shown[0].endswith(" s ago")
     assert shown[1:] == text.splitlines()[1:]
     assert "as of" not in _labq(bench, tmp_path, "prio", "-r").splitlines()[0], "-r ranks the rows"
 
-    new = _submit(bench, now + 2)        # its commit deletes the ranking in its own transaction
-    assert not bench.r.exists(K.ranking) and not bench.s.store.ranking.ranked
+    new = _submit(bench, now + 2)       # its commit counts the submitter's change beside the ranking
+    changes = bench.r.hgetall(K.ranking_since)      # the submit's commit and its pass's (the job's reason)
+    assert bench.r.get(K.ranking) == f"{at}\n{text}" and list(changes) == [current_user()]
     shown = _labq(bench, tmp_path, "prio")
-    assert "as of" not in shown and f"\n{new} " in shown
+    assert "as of" not in shown and f"\n{new} " in shown, "the submitter's own prio ranks the rows: the new job"
+    other = SimpleNamespace(read=thin_client(str(bench.cfg_path)).read, user="someone-else")
+    seen = prio.published(other, time.time()).splitlines()
+    assert seen[0].endswith(f" s ago, {changes[current_user()]} job changes since") and seen[1:] == text.splitlines()[1:]
 
-    assert not rank.after_pass(now + 2.5), "quiet, but within ranking.GAP of the last render"
-    assert rank.after_pass(now + 0.5 + ranking.GAP)
+    assert not rank.after_pass(now + 3), "within ranking.GAP of the last render"
+    bench.r.lpush(K.wake, "1")
+    assert not rank.after_pass(now + 0.5 + ranking.GAP), "requests wait: not now"
+    bench.r.delete(K.wake)
+    assert rank.after_pass(now + 0.5 + ranking.GAP), "jobs changed since"
+    assert not bench.r.exists(K.ranking_since) and f"\n{new} " in _labq(bench, tmp_path, "prio")
+    assert "as of" in _labq(bench, tmp_path, "prio")
     bench.r.set(K.ranking, f"{time.time() - prio.STALE - 1!r}\n{text}")
     assert "as of" not in _labq(bench, tmp_path, "prio"), "a ranking older than STALE: ranked from the rows"
 
 
 @pytest.mark.redis
-def test_a_quiet_queues_ranking_is_redone_after_refresh_and_a_new_leader_drops_it(redis_server, tmp_path):
+def test_a_ranking_is_redone_after_refresh_a_rest_a_long_queue_and_a_new_leader_drop_it(redis_server, tmp_path,
+                                                                                      monkeypatch):
     bench = BudgetBench(redis_server, tmp_path)
     now = time.time()
     _submit(bench, now, cpus=16)
     _submit(bench, now)
     rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
-    assert not rank.after_pass(now)
-    assert rank.after_pass(now + 1) and bench.r.get(K.ranking).startswith(repr(now + 1))
-    assert not rank.after_pass(now + ranking.REFRESH)
-    assert rank.after_pass(now + 1 + ranking.REFRESH)
-    assert bench.r.get(K.ranking).startswith(repr(now + 1 + ranking.REFRESH))
+    assert rank.after_pass(now) and bench.r.get(K.ranking).startswith(repr(now))
+    assert not rank.after_pass(now + ranking.REFRESH - 1)
+    assert rank.after_pass(now + ranking.REFRESH)
+    assert bench.r.get(K.ranking).startswith(repr(now + ranking.REFRESH))
+    _submit(bench, now + ranking.REFRESH + 1, hold=True, array=[0, 1999, 1])     # a rest: the ranking goes
+    assert bench.s.state.rests and not bench.r.exists(K.ranking) and not bench.s.store.ranking.ranked
+    assert not rank.after_pass(now + 3 * ranking.REFRESH), "not while a held array rests"
+    monkeypatch.setattr(ranking, "MOST", 0)
+    bench.s.state.rests.clear()
+    assert rank.after_pass(now + 4 * ranking.REFRESH) is False and not bench.r.exists(K.ranking)
+    monkeypatch.setattr(ranking, "MOST", 10)
+    assert rank.after_pass(now + 5 * ranking.REFRESH) and bench.r.exists(K.ranking)
+    monkeypatch.setattr(ranking, "MOST", 0)
+    assert not rank.after_pass(now + 6 * ranking.REFRESH) and not bench.r.exists(K.ranking), "more than MOST: withdrawn"
+    bench.s.store.ranking.ranked = True
+    bench.r.set(K.ranking, "1\nx")
     bench.s.store.rebuild_stat_rows(bench.s.jobs.values())      # as a scheduler does on taking the lease
     assert not bench.r.exists(K.ranking)
