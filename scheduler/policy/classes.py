@@ -37,7 +37,7 @@ from ..settings.config import Config
 from . import settle
 from .capacity import avoided
 from .fronts import Reach
-from .queue import Group, Key, Queue, Waiting
+from .queue import Front, Group, Key, Queue, Waiting
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
     from . import _Pass
@@ -178,6 +178,7 @@ class _Walk:
         self.dead = settle.Dead()           # what settle.dead found in this pass
         self.rooms: dict[Key, tuple[tuple[int, ...], tuple[int, ...], Verdict]] = {}  # key -> (version, stamp, verdict)
         self.passed: list[tuple[Key, Key, Group, Hit]] = []    # (class key, group key, group, its park): _passes
+        self.parks: dict[int, Hit] = {}     # id(verdict) -> the park of the classes passed with it (park_of)
         for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
             setattr(p, name, self._counting(getattr(p, name)))
 
@@ -269,14 +270,15 @@ class _Walk:
                 p.runs.append((ids[i][at[i]:], verdict))
         settle.passed_runs(self)
 
-    def _passes(self, key: Key, g: Group) -> bool:
-        """Take a class the walk reaches unjudged, where settle.dead knows its verdict ("no room"
-        until a change sends it back: settle.recall parks it then, with no cache entry, so that
-        `_unpark` sends it back): kept in `passed`, costing no index, heap entry or park."""
-        verdict = settle.passes(self, key, g)
-        if verdict is not None:
-            self.passed.append((key[0], key, g, ((), _ROOM, None, verdict)))
-        return verdict is not None
+    def _passes(self, src: list[Front], k: int, groups: dict[Key, Group]) -> int:
+        """Take the classes from a family's k-th on while settle.dead knows their verdict ("no room" until
+        a change sends one back: settle.recall parks it then, with no cache entry, so that `_unpark`
+        sends it back), in `passed`, with no index, heap entry or park; returns where it stopped."""
+        return settle.passes_from(self, src, k, groups)
+
+    def park_of(self, verdict: Verdict) -> Hit:     # one park for the classes passed with a verdict
+        self.parks[id(verdict)] = hit = ((), _ROOM, None, verdict)
+        return hit
 
     def _park(self, i: int, key: Key, hit: Hit) -> None:
         """Class i leaves the merge with its verdict, which holds until a change concerns it."""

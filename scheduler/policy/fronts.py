@@ -61,19 +61,19 @@ class Reach:
         self.fam.append(-1)
         return i
 
-    def taken(self, i: int, passes: Callable[[Key, Group], bool]) -> None:
+    def taken(self, i: int, passes: Callable[[list[Front], int, dict[Key, Group]], int]) -> None:
         """Class i was taken from the heap: if it was its family's front, the family's next class
         joins the heap, unless `passes` takes it unreached (its verdict known for now, without an
         index, a heap entry or a park: classes._Walk._passes; most classes of a pass on a full
-        cluster), and then the one after it, and so on."""
+        cluster), and then the one after it, and so on: `passes(src, k, groups)` says where that
+        run of the family's order `src` from its k-th class ends."""
         f = self.fam[i]
         if f < 0:
             return
         self.fam[i] = -1
-        src, k, groups = self.sources[f], self.front[f], self.groups
+        src = self.sources[f]
         n = len(src)
-        while k < n and passes(src[k][2], groups[src[k][2]]):
-            k += 1
+        k = passes(src, self.front[f], self.groups)
         self.front[f] = k
         if k < n:
             i = self.reach(f)

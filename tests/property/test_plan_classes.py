@@ -666,7 +666,7 @@ def test_kept_passes_decide_as_whole_passes_as_the_queue_and_the_clock_change(sc
 def _passed_scene(array: bool = False):
     """H (high QoS) takes the one reservation: the pass is frozen (settle._frozen). In phi's family
     (normal QoS), P0 is the front class; X (X1, X2: P0's shape, another time limit) comes next and
-    fits no node, so the walk passes it unreached (settle.passes); B (phi, small) is admitted and
+    fits no node, so the walk passes it unreached (settle.passes_from); B (phi, small) is admitted and
     takes phi to max_running; C (small) is reached before B's admission, Y (P0's shape) only after
     it, when C's turn comes. `array`: P0, X and B are dave's (no caps near), X and B tasks of one
     array throttled to 1, which B's admission reaches."""
@@ -690,15 +690,20 @@ def _passed_scene(array: bool = False):
 
 @pytest.mark.parametrize("array", [False, True])
 def test_a_class_passed_unreached_is_judged_again_once_an_admission_reaches_a_cap(monkeypatch, array):
-    """Issue 41: a class the frozen walk passes with its "no room" verdict (settle.passes: no index,
+    """Issue 41: a class the frozen walk passes with its "no room" verdict (settle.passes_from: no index,
     no park) is woken by an admission of its account that reaches a cap, or of its array that reaches
     the throttle (settle.recall): X1, before B, keeps "no room"; X2, after it, meets the cap. A
     recall that misses it fails here, as does a class reached after B (Y) given the caps' answer
     from before B (settle.Dead.open kept past an admission)."""
     snap, c = _passed_scene(array)
     passed = []
-    real = settle.passes
-    monkeypatch.setattr(settle, "passes", lambda w, key, g: passed.append(g.ids[0]) or real(w, key, g))
+    real = settle.passes_from
+
+    def passes_from(w, src, k, groups):
+        end = real(w, src, k, groups)
+        passed.extend(groups[f[2]].ids[0] for f in src[k:end])
+        return end
+    monkeypatch.setattr(settle, "passes_from", passes_from)
     got = policy.plan(snap, c, queue=queue.Queue())
     reasons = {p.job_id: p.reason for p in got.pending}
     assert [p.job_id for p in got.places] == [5] and 4 in passed
@@ -711,7 +716,7 @@ def test_a_class_passed_unreached_is_judged_again_once_an_admission_reaches_a_ca
 @st.composite
 def frozen_scenes(draw):
     """Passes that freeze early (one reservation, taken first by H; no preemption) over families of
-    several classes each: big requests that fit no node (passed unreached: settle.passes) among small
+    several classes each: big requests that fit no node (passed unreached: settle.passes_from) among small
     ones admitted up to a cap (phi's max_running and max_gpus, bob's max_gpus) or dave's array
     throttle: the admissions that must wake passed classes (settle.recall)."""
     c = cfg(CONFIG.format(depth=1, preempt="false", reserved=0, min_runtime="0s", guarantee=0,
@@ -733,6 +738,6 @@ def frozen_scenes(draw):
 @given(frozen_scenes())
 def test_classes_a_frozen_walk_passes_decide_as_the_per_job_pass(scene):
     """Issue 41: the classes a frozen walk passes unreached and those its wake rule sends back
-    (settle.passes, settle.recall) take the per-job pass's verdicts, with a kept Queue's families."""
+    (settle.passes_from, settle.recall) take the per-job pass's verdicts, with a kept Queue's families."""
     snap, c = scene
     same(policy.plan(snap, c, queue=queue.Queue()), policy.plan_per_job(snap, c))
