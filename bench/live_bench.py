@@ -18,6 +18,7 @@ processes, and a queue that changes while it is measured.
     .venv/bin/python bench/live_bench.py [--quick]     # prints the rows (bench/run.py puts them in RESULTS.md)
     .venv/bin/python bench/live_bench.py --drains 3    # the three drains only, 3 times on one stack, and each fit
     .venv/bin/python bench/live_bench.py --drains 3 --begin   # the same with jobs not held (plan() sees them)
+    .venv/bin/python bench/live_bench.py --drains 3 --clients-of /work/bench/base   # and 100 of that tree's clients
 """
 import json
 import os
@@ -68,9 +69,15 @@ def user_env(bs) -> dict:
     return dict(bs.stack.env(), XDG_CACHE_HOME=os.path.join(bs.dir, "cache"))
 
 
-def clients(bs, n: int, per: int, begin: bool = False) -> list[subprocess.Popen]:
+def clients(bs, n: int, per: int, begin: bool = False, tree: str | None = None) -> list[subprocess.Popen]:
+    """n drain clients; `tree`: another checkout's (its venv, its drainclient.py and its code: the
+    stack's environment puts this tree first on PYTHONPATH, which would run this tree's code in them)."""
     argv = [sys.executable, os.path.join(HERE, "drainclient.py"), bs.cfg_path]
-    ps = [subprocess.Popen(argv + [str(per)] + (["--begin"] if begin else []), env=user_env(bs), cwd=bs.work, stdin=subprocess.PIPE,
+    env = user_env(bs)
+    if tree:
+        argv[:2] = [os.path.join(tree, ".venv", "bin", "python"), os.path.join(tree, "bench", "drainclient.py")]
+        env["PYTHONPATH"] = tree
+    ps = [subprocess.Popen(argv + [str(per)] + (["--begin"] if begin else []), env=env, cwd=bs.work, stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True) for _ in range(n)]
     for p in ps:
         if p.stdout.readline().strip() != "ready":
@@ -78,10 +85,10 @@ def clients(bs, n: int, per: int, begin: bool = False) -> list[subprocess.Popen]
     return ps
 
 
-def drain(bs, n: int, per: int, begin: bool = False) -> dict:
+def drain(bs, n: int, per: int, begin: bool = False, tree: str | None = None) -> dict:
     """n client processes × per held submits (`begin`: not held, pending until an hour from now, which
-    every plan pass sees), all released at once; the figures of that drain."""
-    ps = clients(bs, n, per, begin)
+    every plan pass sees; `tree`: another checkout's clients), all released at once; the figures of that drain."""
+    ps = clients(bs, n, per, begin, tree)
     pid, r = bs.stack.procs["scheduler"].pid, bs.client.store.r
     rpid = bs.stack.procs["redis"].pid      # Redis' CPU: on 2 cores it takes from both the others
     cpu0, cmd0, rcpu0 = sched_cpu(pid), commands(r), sched_cpu(rpid)
@@ -242,10 +249,11 @@ def run(bs, quick: bool) -> list[Row]:
     return rows
 
 
-def drains_only(bs, reps: int, begin: bool = False) -> None:
+def drains_only(bs, reps: int, begin: bool = False, other: str | None = None) -> None:
     """The three drains `reps` times on one stack (the queue grows by 10,000 held jobs each time; with
     `begin`, jobs not held that plan() sees pending), each fit printed, then the least of each cost:
-    where a change to the intake is compared before and after."""
+    where a change to the intake is compared before and after. `other`: a checkout whose clients
+    drain 100 more right after each run, on this stack: the clients' side A/B, same minutes."""
     fits = []
     for rep in range(reps):
         ds = [drain(bs, 1, 100, begin), drain(bs, 20, 25, begin), drain(bs, 100, (SINGLES - 600) // 100, begin)]
@@ -256,6 +264,12 @@ def drains_only(bs, reps: int, begin: bool = False) -> None:
                   f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs a request ({d['client_sys'] * 1e6 / d['requests']:.0f} "
                   f"system; {d['waits']:.2f} waits), Redis' {d['redis_cpu'] * 1e6 / d['requests']:.0f} µs", flush=True)
         print(f"  Redis commands per request (100 clients): {ds[-1]['commands']}", flush=True)
+        if other:
+            d = drain(bs, 100, (SINGLES - 600) // 100, begin, other)
+            print(f"  100 clients of {other}: {d['rate']:,.0f} requests/s; clients' CPU "
+                  f"{d['client_cpu'] * 1e6 / d['requests']:.0f} µs a request, Redis' "
+                  f"{d['redis_cpu'] * 1e6 / d['requests']:.0f} µs, scheduler's {d['cpu'] * 1e6 / d['requests']:.0f} µs",
+                  flush=True)
         fit = split(ds)
         if fit is not None:
             fits.append(fit)
@@ -270,7 +284,8 @@ def main() -> int:
     with BenchStack(slots=4, max_pending=200_000) as bs:
         if "--drains" in sys.argv:
             compiled()
-            drains_only(bs, int(sys.argv[sys.argv.index("--drains") + 1]), "--begin" in sys.argv)
+            other = sys.argv[sys.argv.index("--clients-of") + 1] if "--clients-of" in sys.argv else None
+            drains_only(bs, int(sys.argv[sys.argv.index("--drains") + 1]), "--begin" in sys.argv, other)
             return 0
         for r in run(bs, quick):
             print(f"{r.name:<70} {r.measured():>14}  {r.target_text():>10}  {r.result()}\n    {r.note}", flush=True)
