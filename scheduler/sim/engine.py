@@ -247,7 +247,7 @@ class Simulator:
         if (self.never_skip or self.queue.timed or (bi is not None and self.queue.budgeted > len(self.idle) and not bi.admits_all(self.queue.budgeted))
                 or (self.cfg.preemption and self.preemptible_running)):
             return False
-        if self.queue.shapes.fit_some(self.standing.placer.free):
+        if self.queue.shapes.fit_some(self.standing.placer.free, bi.shapes if self.idle and bi is not None else None):
             return False
         return not self.fresh or kept.admitted(self, self.now, map(self.queue.jobs.__getitem__, self.fresh))
 

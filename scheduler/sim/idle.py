@@ -21,6 +21,7 @@ the burst tails of the rest come out alike (`excludes`). The daemon keeps no suc
 record every job's reason with the quote's figures (policy/floors.py says the same of floors).
 """
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
 from ..jobs.model import Job, Node
@@ -28,11 +29,14 @@ from ..jobs.plan import Place
 from ..money import ledger
 from ..money.ledger import Budget
 from ..policy.budget import SLACK, BudgetBook, max_rate
+from ..policy.capacity import shape
 from ..policy.floors import Floors, Smallest
 from ..settings.config import Config
 from .queue import Queue, timed
 
 INF = float("inf")
+# admits_all reads the needs of a budget's jobs that are not idle one by one up to this many.
+AWAKE = 256
 NONE: frozenset[int] = frozenset()
 
 
@@ -75,6 +79,8 @@ class Idle:
         self.left: dict[str, float | None] = {}             # budget -> seconds to its period's end (None: no periods)
         self.lab: dict[str, str] = {}                        # budget -> its current period's label ("": none)
         self.idle: set[int] = set()                          # the queued jobs over their budget's cut
+        self.shape: dict[int, tuple[int, str, int, int]] = {}  # kept queued job -> its request shape
+        self.shapes: Counter[tuple[int, str, int, int]] = Counter()    # request shape -> idle jobs of it
         self.fresh: list[int] = []                           # those that joined it since the last update
         self.book: BudgetBook | None = None
         self.synced: tuple[float, object] | tuple[()] = ()
@@ -98,6 +104,7 @@ class Idle:
         (name, c, rate), = self.floors.floor(job)
         need, seconds = self.most[job.id] = self.floors.most(job, mine[0])
         self.key[job.id] = (name, c, rate)
+        s = self.shape[job.id] = shape(job)
         self.by[name].setdefault(rate, ByCost()).add(c, job.id)
         self.needs[name].add(-need)
         self.runs[name].add(-int(seconds * 1000))
@@ -105,6 +112,7 @@ class Idle:
         x, r = self.cut.get(name, NO_CUT)
         if c > x and rate > r:
             self.idle.add(job.id)
+            self.shapes[s] += 1
             self.fresh.append(job.id)
 
     def remove(self, job_id: int) -> None:
@@ -121,7 +129,10 @@ class Idle:
         self.needs[name].remove(-need)
         self.runs[name].remove(-int(seconds * 1000))
         self.count[name] -= 1
-        self.idle.discard(job_id)
+        s = self.shape.pop(job_id)
+        if job_id in self.idle:
+            self.idle.discard(job_id)
+            self.shapes[s] -= 1
 
     # -- a pass start --------------------------------------------------------------------------
     def update(self, t: float, spent: dict[str, int], running: list[Job], attempts: object) -> list[int]:
@@ -164,13 +175,19 @@ class Idle:
                 if x < x0:
                     added += ids
                 else:
-                    idle.difference_update(ids)
+                    self._wake(ids)
             elif was:
-                idle.difference_update(lst.ids[lst.over(x0):])
+                self._wake(lst.ids[lst.over(x0):])
             elif now:
                 added += lst.ids[lst.over(x):]
         idle.update(added)
+        self.shapes.update(map(self.shape.__getitem__, added))
         return added
+
+    def _wake(self, ids: list[int]) -> None:
+        """These idle jobs are no longer."""
+        self.idle.difference_update(ids)
+        self.shapes.subtract(Counter(map(self.shape.__getitem__, ids)))
 
     def known(self, t: float, attempts: object) -> dict[tuple[str, str], int]:
         """(budget, period) -> what the running jobs hold there (plan()'s `held`), as the update's
@@ -197,12 +214,26 @@ class Idle:
 
     def admits_all(self, budgeted: int) -> bool:
         """Whether, at the last update, every one of the `budgeted` queued jobs charged to a budget is
-        kept here and provably admitted by its budget (then a pass gives none of them a budget
-        reason): per budget, its jobs' largest dearest need over their longest run."""
+        kept here and, unless idle (counted held already), provably admitted by its budget (then a
+        pass gives none of them a new budget reason): per budget, the largest dearest need over the
+        longest run of its jobs not idle — read off the jobs themselves when they are few (`AWAKE`),
+        else of all its jobs (more than enough)."""
         if budgeted != len(self.key) or self.book is None:
             return False
-        most = {name: (-self.needs[name].least(), -self.runs[name].least() / 1000)
-                for name, n in self.count.items() if n}
+        most = {}
+        for name, n in self.count.items():
+            if not n:
+                continue
+            x, r = self.cut[name]
+            ends = [(lst, lst.over(x) if rate > r else len(lst.ids)) for rate, lst in self.by[name].items()]
+            awake = sum(k for _, k in ends)
+            if not awake:
+                continue           # every one idle: counted held
+            if awake < n and awake <= AWAKE:
+                got = [self.most[i] for lst, k in ends for i in lst.ids[:k]]
+                most[name] = (max(need for need, _ in got), max(sec for _, sec in got))
+            else:
+                most[name] = (-self.needs[name].least(), -self.runs[name].least() / 1000)
         return Floors.admits(most, self.book)
 
     def room_to_spare(self, job: Job) -> bool:

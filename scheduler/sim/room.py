@@ -65,12 +65,15 @@ class Shapes:
                 if m <= mem:
                     yield (g, model, c, m)
 
-    def fit_some(self, free: dict) -> bool:
+    def fit_some(self, free: dict, less: Counter | None = None) -> bool:
         """Whether some shape fits some node's free room (name -> capacity.Free): fits_somewhere
-        over a job of every shape."""
+        over a job of every shape; `less`: shape -> how many of its jobs not to count (a spent
+        budget's idle ones, idle.py)."""
+        count = self.count
         for f in free.values():
             if f.slots < 1:
                 continue
-            for _ in self.within(f.cpus, f.mem, _free_gpus(f)):
-                return True
+            for s in self.within(f.cpus, f.mem, _free_gpus(f)):
+                if not less or count[s] > less[s]:
+                    return True
         return False

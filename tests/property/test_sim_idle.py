@@ -2,12 +2,14 @@
 policy/floors.py floor against BudgetBook.room) is one plan()'s budget gate pends on every node that
 could hold it: the floor never exceeds the need plan() quotes, whatever the shape, time limit, unit,
 billing, overhead, period and instant (a period's last seconds too)."""
+from collections import Counter
+
 from hypothesis import example, given, settings, strategies as st
 
 from labq.scheduler.jobs.model import Gpu, Job, Node
 from labq.scheduler.money import periods
 from labq.scheduler.policy.budget import BudgetBook
-from labq.scheduler.policy.capacity import could_ever_hold
+from labq.scheduler.policy.capacity import could_ever_hold, shape
 from labq.scheduler.settings import config as config_mod
 from labq.scheduler.sim.idle import Idle
 
@@ -118,7 +120,7 @@ def test_a_job_idle_py_says_its_budget_admits_is_admitted_on_any_node(period, un
 def test_the_idle_set_follows_the_cut_as_jobs_come_and_go(period, shapes, ops):
     """The idle set is kept as a cut that moves (idle.py `_move`), not drawn anew: after every
     update it is exactly the queued jobs whose floor is over the room (c > x and a rate too dear to
-    run to the period's end within x: BudgetBook.room), and the ids an update calls new (counted
+    run to the period's end within x: BudgetBook.room), counted per request shape, and the ids an update calls new (counted
     held) are idle now, every one that was not idle at the last update among them."""
     cfg = config(period, "usd", "second", 0.0, 0.0)
     jobs = [Job(id=i + 1, user="u", account="lab", argv=("x",), workdir="/", gpus=g, cpus=4, mem=G, time_limit=lim,
@@ -142,5 +144,6 @@ def test_the_idle_set_follows_the_cut_as_jobs_come_and_go(period, shapes, ops):
             assert pk.cut["b"] == (x, r)
             over = {i for i in queued if pk.key[i][1] > x and pk.key[i][2] > r}
             assert pk.idle == over
+            assert +pk.shapes == Counter(shape(jobs[i - 1]) for i in over)     # (what _inert leaves out)
             assert over - before <= set(new) <= over
             before = set(pk.idle)
