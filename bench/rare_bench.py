@@ -5,7 +5,7 @@ against `labq sub`'s, each a whole `labq` process on a private stack (redis-serv
 the reaped child's user + system (live_bench.timed); min and median of n runs.
 
     .venv/bin/python bench/rare_bench.py [--quick] [--pending N]   # one line per command; bench/run.py takes rows()
-    .venv/bin/python bench/rare_bench.py --pending 10000 --vs /work/bench/tree [--rounds 7]   # A/B, below
+    .venv/bin/python bench/rare_bench.py --pending 10000 --vs /work/bench/tree [--rounds 7] [--churn [--others]]   # A/B
 
 --pending N first submits N held single jobs (20 client processes, as live_bench.py's drains leave
 10,000 before bench/run.py measures these): `prio`, `report`, `budget`, `nodes` and `share` cost most
@@ -17,7 +17,10 @@ its own settings cache. Both read the same rows, so TREE must keep this checkout
 (statrows.ROWS_VERSION). It prints min/median CPU of each side, the ratio to that side's `sub -H`,
 and the load average before and after each command. With --churn a churn client (drainclient.py
 --churn: submit a held job, cancel it, again) changes the queue meanwhile, as live_bench.py's
-command rows have it: a quiet queue favours `prio` (its published ranking, docs/internals.md).
+command rows have it: a quiet queue favours `prio` (its published ranking, docs/internals.md). The
+churn is the bench user's, as is every command, so `prio` ranks the rows (that user's jobs changed);
+with --others (as root) every command but `sub` runs as `nobody` (setpriv): what a user sees while
+another changes the queue.
 """
 import os
 import shutil
@@ -76,14 +79,17 @@ AB = (("sub", "-A", "parked", "-H", "--", "true"), ("stat",), ("prio",), ("repor
       ("share",), ("acct",))
 
 
-def side_by_side(bs, tree: str, rounds: int, extra=()) -> None:
-    """Each of AB (and `extra`) run by TREE's labq and this checkout's in turn, `rounds` times."""
+def side_by_side(bs, tree: str, rounds: int, extra=(), others: bool = False) -> None:
+    """Each of AB (and `extra`) run by TREE's labq and this checkout's in turn, `rounds` times; with
+    `others`, all but `sub` as `nobody`."""
     tree = os.path.abspath(tree)
+    if others:
+        as_nobody(bs)
     sides = {"base": ([os.path.join(tree, ".venv", "bin", "labq")],
                       dict(user_env(bs), PYTHONPATH=tree, XDG_CACHE_HOME=os.path.join(bs.dir, "cache-base"))),
              "new": (labq_command(), dict(user_env(bs), XDG_CACHE_HOME=os.path.join(bs.dir, "cache-new")))}
     for cmd, env in sides.values():     # the settings caches filled, as after a user's first command
-        timed(cmd + ["--config", bs.cfg_path, "stat"], env, bs.work, 1)
+        timed((NOBODY if others else []) + cmd + ["--config", bs.cfg_path, "stat"], env, bs.work, 1)
     sub = {}
     print(f"{'command':<24} {'base min/median':>16} {'new min/median':>16}   new/base   vs sub (base, new)   load")
     for args in AB + tuple(extra):
@@ -91,13 +97,29 @@ def side_by_side(bs, tree: str, rounds: int, extra=()) -> None:
         load0 = os.getloadavg()[0]
         for _ in range(rounds):
             for s, (cmd, env) in sides.items():
-                cpu[s] += timed(cmd + ["--config", bs.cfg_path, *args], env, bs.work, 1)[1]
+                who = NOBODY if others and args[0] != "sub" else []
+                cpu[s] += timed(who + cmd + ["--config", bs.cfg_path, *args], env, bs.work, 1)[1]
         if args[0] == "sub":
             sub = {s: min(c) for s, c in cpu.items()}
         b, n = cpu["base"], cpu["new"]
         print(f"{' '.join(args)[:24]:<24} {min(b):7.1f} /{statistics.median(b):6.1f} {min(n):8.1f} /{statistics.median(n):6.1f}"
               f"   {min(n) / min(b):7.2f}x   {min(b) / sub['base']:5.2f}x {min(n) / sub['new']:5.2f}x"
               f"   {load0:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
+
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]     # execs the command: its CPU
+
+
+def as_nobody(bs) -> None:
+    """The stack's directory, config, Redis socket and both settings caches open to `nobody`."""
+    for d in ("cache-base", "cache-new"):
+        os.makedirs(os.path.join(bs.dir, d), exist_ok=True)
+    for root, _dirs, files in os.walk(bs.dir):
+        if os.path.basename(root) in ("cache-base", "cache-new", "redis") or root in (bs.dir, bs.work):
+            os.chmod(root, 0o777)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o777)
+    os.chmod(bs.cfg_path, 0o644)
 
 
 def main() -> int:
@@ -119,7 +141,7 @@ def main() -> int:
             try:
                 if churn:
                     churn.stdout.readline()
-                side_by_side(bs, sys.argv[sys.argv.index("--vs") + 1], rounds, extra)
+                side_by_side(bs, sys.argv[sys.argv.index("--vs") + 1], rounds, extra, "--others" in sys.argv)
             finally:
                 if churn:
                     print(f"churn: {churn.communicate('', timeout=120)[0].strip()}")
