@@ -123,6 +123,20 @@ def _id_pick(text):
     return lambda jid, aid, idx: jid in whole or aid in whole or (aid in tasks and idx in tasks[aid])
 
 
+def _behind(c, j, d: dict) -> dict:
+    """`show`'s job_dict `d` with the job it waits behind named (`behind_job`, in `reason_detail` too).
+    Backfill off, the record says only that it is behind the first job that waits for resources
+    (states.BEHIND_BLOCKER: a new blocker rewrites no record); the scheduler keeps which job that is in
+    one key (Keys.blocker), read for such a job alone."""
+    d["behind_job"] = None
+    if j.state != states.PENDING or j.detail != states.BEHIND_BLOCKER:
+        return d
+    blocker = c.read.text(c.read.k.blocker)
+    if blocker and blocker != j.display_id:     # else none now, or the record is older than the key
+        d["behind_job"], d["reason_detail"] = blocker, states.behind(blocker)
+    return d
+
+
 def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     """One job in full: request, state and the reason with its numbers, attempts, cost. An array's
     id: a summary of its tasks (name one, like 42_3, for the full view). Scripts and exported variables
@@ -138,11 +152,11 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     if len(found) > 1:
         return _show_array(found, as_json, c.currency)
     j, money = found[0], partial(fmt_money, currency=c.currency)
-    d = render.job_dict(privateview.with_script(c, j) if as_json else j)
+    d = _behind(c, j, render.job_dict(privateview.with_script(c, j) if as_json else j))
     if as_json:
         return echo_json(d)
     lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
-             f"  state: {j.state}" + (f"  reason: {j.reason} — {j.detail}" if j.state == states.PENDING else
+             f"  state: {j.state}" + (f"  reason: {j.reason} — {d['reason_detail'] or ''}" if j.state == states.PENDING else
                                       f"  {j.detail}" if j.detail else ""),
              f"  request: {j.gpus} GPU{'s' if j.gpus != 1 else ''}{' ' + j.gpu_type if j.gpu_type else ''}, "
              f"{j.cpus} CPUs, {fmt_size(j.mem)}" + (f" on each of {j.nodes} nodes" if j.nodes > 1 else "")

@@ -37,6 +37,8 @@ class Change:
                                # the run-time estimator learns from it and the plan refills its room
     health: list[tuple[str, str | None]] = field(default_factory=list)   # (node, why it is unhealthy): marked
                                # (the first mark stays); (node, None): a runner proved it alive, mark gone
+    blocker: str | None = None  # a pass's new blocker (backfill off: Plan.blocker), its display id; "": none
+                                # now; None: unchanged. One key, not the detail of every job behind it
     last_id: int = 0           # a submit's new job ids are the state's seq + 1 .. last_id: handed out as the
                                # shell commits it (loop.Scheduler.commit; a big array's taken from Redis first)
 

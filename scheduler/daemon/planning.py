@@ -10,6 +10,7 @@ from ..jobs.model import Job, Snapshot
 from ..store.commit import BIG_COMMIT, release_memory
 from . import applier
 from .bookkeeper import Bookkeeper
+from .change import Change
 from .ranking import Ranking
 from .shell import Shell
 
@@ -82,7 +83,14 @@ class Planner:
                 metrics.plan_rejected.labels(type(r.decision).__name__).inc()
         for j in done.stopping:
             log.info("job %s preempted: %s", j.display_id, j.detail)
-        for change in applier.changes(done, REASON_CHUNK):
+        out = applier.changes(done, REASON_CHUNK)
+        blocker = st.jobs[p.blocker].display_id if p.blocker is not None and p.blocker in st.jobs else ""
+        # Written with the reasons it stands for, and only when it changed: O(1) a pass, where naming
+        # it in each detail behind it rewrote every one of those records whenever it changed (issue 41).
+        if reasons and blocker != st.blocker:
+            out = out or [Change()]
+            out[0].blocker = blocker
+        for change in out:
             self.shell.commit(change)
         if len(done.pended) >= BIG_COMMIT:
             release_memory()

@@ -122,6 +122,7 @@ class SchedulerState:
     news: bool = True                # since the last plan, something a plan acts on changed (apply, see_nodes)
     tails: frozenset[int] = frozenset()     # ids of the held tasks the last snapshot held that are no records
     read: Read = field(default_factory=Read)    # what the tick read for the deciders beyond this state
+    blocker: str | None = None       # Keys.blocker as this leader wrote it (Change.blocker); None: not yet
 
     def loaded(self, jobs: dict[int, Job], seq: int, rests: dict[int, Rest]) -> None:
         """The active jobs, the id sequence and the held arrays' rests as Redis holds them (a new
@@ -131,6 +132,7 @@ class SchedulerState:
         for r in rests.values():
             self.tally.add_alike(r.template, r.left)
         self.seq = self.seq_written = seq
+        self.blocker = None     # whatever a predecessor left there is written over by the first pass
 
     def fresh_tasks(self, jobs: Sequence[Job], staged: Container[int]) -> bool:
         """Whether `jobs` are a new array's tasks as expand made them (consecutive ids, alike but for
@@ -194,6 +196,8 @@ class SchedulerState:
             self.guard.record(change.ended.user, end.outcome, end.end_time or 0.0)
         if change.health:
             self.see_health(change.health)
+        if change.blocker is not None:
+            self.blocker = change.blocker
         if change.nodes:
             self.see_admin(change.nodes)
 

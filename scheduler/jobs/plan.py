@@ -140,3 +140,5 @@ class Plan:
     preempts: tuple[Preempt, ...] = ()
     starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
     cancels: tuple[Cancel, ...] = ()     # the stop policy's; policy.plan() gives none
+    blocker: int | None = None           # backfill off: the job every job behind which waits (their detail,
+                                         # states.BEHIND_BLOCKER, does not name it); None: none this pass

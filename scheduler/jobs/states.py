@@ -103,6 +103,16 @@ REASONS = frozenset({PRIORITY, RESOURCES, HELD, DEPENDENCY, BEGIN_TIME, ACCOUNT_
                      DEPENDENCY_NEVER, USER_GPU_LIMIT, USER_CPU_LIMIT, ACCOUNT_CPU_LIMIT, PREEMPTING_FOR,
                      PREEMPTION_DEFERRED, RESERVED_CAPACITY, RESERVATION, CRASH_GUARD})
 
+# Backfill off: the detail of every job behind the pass's blocker. It does not name the blocker, so a
+# new blocker rewrites none of their records (issue 41); the pass keeps the blocker's id once
+# (Plan.blocker, Keys.blocker) and `labq show` names it (behind()).
+BEHIND_BLOCKER = "behind the first job that waits for resources (backfill off)"
+
+
+def behind(blocker: str) -> str:
+    """BEHIND_BLOCKER as `labq show` prints it, naming the blocker (its display id)."""
+    return f"behind job {blocker}, which waits for resources (backfill off)"
+
 
 def parse_states(text: str, what: str = "--state") -> frozenset[str]:
     """`PD,R`, `pending,running` (any case, SLURM's short or long names) → state codes; an unknown

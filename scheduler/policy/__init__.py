@@ -35,7 +35,6 @@ from .seen import Seen
 from .standing import Standing
 from .tracks import Tracks
 
-_STATE = attrgetter("state")
 __all__ = ["plan", "plan_per_job", "Backlog", "expected_starts", "Standing"]
 
 
@@ -43,23 +42,22 @@ __all__ = ["plan", "plan_per_job", "Backlog", "expected_starts", "Standing"]
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None = None,
          held: BudgetHeld | None = None, standing: Standing | None = None, backlog: Backlog | None = None,
          tracks: Tracks | None = None, settles: bool = True, seen: Seen | None = None) -> Plan:
-    """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons
-    as `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's
-    request-class index, kept from its last pass (queue.py); `held`: what the running jobs hold of
-    some budgets, as the caller last summed it for the same running attempts (BudgetBook);
-    `standing`: the free capacity and quota usage of the same running jobs (standing.py); the plan
-    is the same without them. `backlog`: the pending jobs, kept in order by the caller
-    (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges.
-    `tracks`: the running jobs' backfill timelines, kept by the caller from its last pass (tracks.py).
-    `settles`: a pass may end early once settled (settle.py; off when it broke its invariant).
-    `seen`: what changed since the caller's last snapshot (seen.py), which `queue` then files
-    instead of reading every job; ignored unless it saw `snap`'s own jobs."""
+    """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons as
+    `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's request-class index, kept
+    from its last pass (queue.py); `held`: what the running jobs hold of some budgets, as the caller last summed it
+    for the same running attempts (BudgetBook); `standing`: the free capacity and quota usage of the same running
+    jobs (standing.py); the plan is the same without them. `backlog`: the pending jobs, kept in order by the caller
+    (backlog.py), instead of those of `snap.jobs`: a backfill-off pass then costs what it judges. `tracks`: the
+    running jobs' backfill timelines, kept by the caller from its last pass (tracks.py). `settles`: a pass may end
+    early once settled (settle.py; off when it broke its invariant). `seen`: what changed since the caller's last
+    snapshot (seen.py), which `queue` then files instead of reading every job; ignored unless it saw `snap`'s own
+    jobs."""
     # The running and the pending jobs, picked in C (a deep queue's pass reads each job once here),
     # or, with a Seen of this snapshot, as it found them by what changed.
     jobs = snap.jobs
     if seen is not None and seen.jobs is not jobs:
         seen = None
-    said = list(map(_STATE, jobs)) if seen is None else []
+    said = list(map(attrgetter("state"), jobs)) if seen is None else []
     running = list(compress(jobs, map(states.ON_NODE.__contains__, said))) if seen is None else seen.running
     if backlog is not None:
         return _kept(snap, cfg, running, backlog, held, standing, queue, tracks, settles)
@@ -82,7 +80,8 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None
     # Backfill off, no kept queue: the walk stops at the blocker (strict.py).
     if queue is not None or not strict.applies(cfg) or not strict.run(p, waiting, cfg):
         classes.run(p, waiting, cfg, queue)
-    return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
+    return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts),
+                blocker=p.blocker.id if p.blocker else None)     # named once, not behind it
 
 
 def _kept(snap: Snapshot, cfg: Config, running: list[Job], backlog: Backlog, held: BudgetHeld | None,
@@ -103,7 +102,8 @@ def _kept(snap: Snapshot, cfg: Config, running: list[Job], backlog: Backlog, hel
             classes.run(p, waiting, cfg, queue)
         elif not strict.applies(cfg) or not strict.run(p, waiting, cfg):
             classes.run(p, waiting, cfg)
-    return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts))
+    return Plan(tuple(p.places), tuple(expires), Pendings(p.pending, p.runs), tuple(p.preempts), tuple(p.starts),
+                blocker=p.blocker.id if p.blocker else None)     # named once, not behind it
 
 
 def plan_per_job(snap: Snapshot, cfg: Config, _begins: bool = False) -> Plan:
@@ -240,7 +240,7 @@ class _Pass:
             # Its own room, set aside since it preempted: no reservation or blocker was ever given it.
             return self._admit(job, kept, job.earmark_gpus)
         if self.blocker is not None:
-            return states.PRIORITY, f"behind job {self.blocker.display_id}, which waits for resources (backfill off)"
+            return states.PRIORITY, states.BEHIND_BLOCKER
         accept = None
         if self.timelines is not None and self.timelines.reserved:
             accept = lambda f: self.timelines.fits_now(job, f.node.name)   # noqa: E731

@@ -43,7 +43,7 @@ def verdict(p: "_Pass", job: Job) -> Place | Why:
     if kept:
         return p._admit(job, kept, job.earmark_gpus)
     if p.blocker is not None:
-        return states.PRIORITY, f"behind job {p.blocker.display_id}, which waits for resources (backfill off)"
+        return states.PRIORITY, states.BEHIND_BLOCKER
     accept = None
     if p.timelines is not None and p.timelines.reserved:
         tl = p.timelines

@@ -52,12 +52,14 @@ class Batch:
     rests_new: set[int] = field(default_factory=set)      # the rests this batch makes (their scripts are written)
     env_keys: dict[int, str] = field(default_factory=dict)  # env_ref -> the key its dispatched jobs' environment
                                                             # text is copied from (store/envs.sources)
+    blocker: str | None = None     # Change.blocker: the pass's blocker as it now is ("": none), None: as it was
     expires: float = float("inf")                  # the first client expiry of a request in it: committed
                                                    # before it or not at all (Scheduler.flush)
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.charges or self.controls or self.dispatch or self.nodes or self.health
-                    or self.alerts or self.books or self.replies or self.acks or self.dead or self.rests)
+                    or self.alerts or self.books or self.replies or self.acks or self.dead or self.rests
+                    or self.blocker is not None)
 
     def size(self) -> int:
         return len(self.jobs)

@@ -99,6 +99,8 @@ class Committer:
             b.dead.append(dead)
         if partial is not None:
             b.partials.append(partial)
+        if change.blocker is not None:
+            b.blocker = change.blocker
 
     def write(self, store, b: Batch, now: float, usage: dict, active, seq: int | None, period, replicas: int,
               acknowledged=None) -> None:
@@ -183,6 +185,7 @@ def _build(p, store, b: Batch, now: float, usage: dict, active, seq, period, rep
     if not replicas:
         _announce_into(p, store.k, b, replies=False)
     _nodes_into(p, store.k, b, now)
+    writes.put_blocker(p, store.k, b.blocker)
     for reply in b.replies:
         writes.put_reply(p, store.k, *reply, push=not replicas)
     for d in b.dead:

@@ -86,6 +86,10 @@ class Keys:
         return f"{self.p}:ranking:v1:since"   # changed (store/ranking.py)
 
     @property
+    def blocker(self) -> str:                 # STRING (S): backfill off, the display id of the job the last
+        return f"{self.p}:blocker"            # pass's jobs behind it wait for (states.BEHIND_BLOCKER; absent: none)
+
+    @property
     def acct_rows(self) -> str:               # HASH (S): id of each ended job in `history` -> its acct row
         return f"{self.p}:acctrows:v{ACCT_VERSION}"   # (acctrows.redis_row): written with the job's end,
                                               # removed with its record by the archiver

@@ -346,6 +346,14 @@ def add_alert(p, k: Keys, alert: dict) -> None:
     p.xadd(k.alerts, alert, maxlen=ALERTS_MAXLEN, approximate=True)
 
 
+def put_blocker(p, k: Keys, blocker: str | None) -> None:
+    """The pass's blocker (Change.blocker); "" says there is none, None leaves it as it was."""
+    if blocker:
+        p.set(k.blocker, blocker)
+    elif blocker is not None:
+        p.delete(k.blocker)
+
+
 def put_node_admin(p, k: Keys, node: str, admin: str | None) -> None:
     """An admin's state for a node (drain); None or "" lifts it."""
     if admin:

@@ -150,7 +150,8 @@ def test_with_backfill_off_the_daemon_plans_over_its_kept_backlog_as_a_whole_pas
             submit(r, "alice", {**BODY, "gpus": gpus, "account": "a"}, f"r{k}")
         s.tick(NOW + 1, woke(r))
         assert job(r, 1).node == "n1" and job(r, 2).state == states.PENDING
-        assert job(r, 3).reason == states.PRIORITY and "behind job 2" in job(r, 3).detail
+        assert job(r, 3).reason == states.PRIORITY and job(r, 3).detail == states.BEHIND_BLOCKER
+        assert r.get(K.blocker) == "2"                         # named once, in the pass's commit
         agent.post("started", 1, 1, "n1", {"start_time": NOW + 1})
         s.tick(NOW + 2)
         agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": NOW + 3})
@@ -158,7 +159,8 @@ def test_with_backfill_off_the_daemon_plans_over_its_kept_backlog_as_a_whole_pas
         s.tick(NOW + 4)
         assert job(r, 2).node == "n1"                          # the blocker starts once room is back
         assert job(r, 3).reason == states.RESOURCES            # and the next job blocks the rest
-        assert job(r, 4).reason == states.PRIORITY and "behind job 3" in job(r, 4).detail
+        assert job(r, 4).reason == states.PRIORITY and job(r, 4).detail == states.BEHIND_BLOCKER
+        assert r.get(K.blocker) == "3"
     finally:
         policy.plan = real
     assert seen and all(kept for kept, _, _ in seen)
@@ -166,3 +168,44 @@ def test_with_backfill_off_the_daemon_plans_over_its_kept_backlog_as_a_whole_pas
         assert sorted(got.places, key=lambda p: p.job_id) == sorted(whole.places, key=lambda p: p.job_id)
         assert {p.job_id: (p.reason, p.detail) for p in got.pending} == \
             {p.job_id: (p.reason, p.detail) for p in whole.pending}
+
+
+def test_with_backfill_off_a_new_blocker_rewrites_none_of_the_records_behind_it(redis_server, monkeypatch, capsys):
+    """Issue 41: the jobs behind the blocker keep their records when the blocker changes (their
+    detail does not name it); the pass writes the new blocker's id into one key, and `labq show`
+    (text and --json) names it from there."""
+    from labq.cli import hot
+    from labq.scheduler.store import writes
+    from labq.scheduler.thinclient import ThinClient
+    r = redis_server.client()
+    r.flushall()
+    cfg = config.loads('[scheduler]\nbackfill_depth = 0\n[accounts.a]\nusers = ["alice"]\n')
+    agent = AgentStore(r, K)
+    agent.register("n1", 16, 64 << 30, 16, [Gpu(f"GPU-{i}", i, "fake") for i in range(2)], "h", 1, 10 ** 9)
+    s = Scheduler(r, cfg, me="s1", clock=FROZEN)
+    s.tick(NOW)
+    for k, gpus in enumerate((1, 2, 1, 1, 1, 1, 1, 1)):      # job 2 (two GPUs) blocks 3..8
+        submit(r, "alice", {**BODY, "gpus": gpus, "account": "a"}, f"r{k}")
+    s.tick(NOW + 1, woke(r))
+    assert r.get(K.blocker) == "2" and job(r, 8).detail == states.BEHIND_BLOCKER
+    written = []
+    real = writes.put_jobs
+    monkeypatch.setattr(writes, "put_jobs", lambda p, k, jobs, **kw: (written.extend(j.id for j in jobs),
+                                                                      real(p, k, jobs, **kw))[1])
+    agent.post("started", 1, 1, "n1", {"start_time": NOW + 1})
+    s.tick(NOW + 2)
+    agent.post("finished", 1, 1, "n1", {"outcome": "completed", "exit_code": 0, "end_time": NOW + 3})
+    for t in range(3, 3 + 2 * int(cfg.tick) + 2):          # past a pass with reasons
+        s.tick(NOW + t)
+    assert job(r, 2).node == "n1" and job(r, 3).reason == states.RESOURCES
+    assert r.get(K.blocker) == "3"                           # the new blocker, named once...
+    assert 3 in written and not set(written) & {4, 5, 6, 7, 8}, written     # ...and no record behind it rewritten
+    c = ThinClient(redis_server.url)
+    hot.show(c, "5")
+    assert "reason: Priority — behind job 3, which waits for resources (backfill off)" in capsys.readouterr().out
+    hot.show(c, "5", as_json=True)
+    got = json.loads(capsys.readouterr().out)
+    assert got["behind_job"] == "3" and got["reason_detail"] == states.behind("3")
+    hot.show(c, "3", as_json=True)                           # the blocker itself waits on Resources
+    got = json.loads(capsys.readouterr().out)
+    assert got["behind_job"] is None and got["reason"] == states.RESOURCES

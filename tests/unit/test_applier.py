@@ -130,11 +130,11 @@ def test_a_resources_record_stays_where_the_pass_says_higher_priority_jobs_took_
     jobs[5] = tr.pend(jobs[5], states.RESOURCES, "no up node has 1xGPU, 1 CPUs, 0 B and a slot free")
     p = Plan(pending=(Pending(1, states.PRIORITY, took), Pending(2, states.PRIORITY, took + at),
                       Pending(3, states.PRIORITY, took + at), Pending(4, states.RESOURCES, "no up node has it free"),
-                      Pending(5, states.PRIORITY, "behind job 1, which waits for resources (backfill off)")))
+                      Pending(5, states.PRIORITY, states.BEHIND_BLOCKER)))
     done = apply_plan(p, jobs, jobs, nodes, NOW)
     assert [(j.id, j.reason, j.detail) for j in done.pended] == [
         (3, states.PRIORITY, took + at), (4, states.RESOURCES, "no up node has it free"),
-        (5, states.PRIORITY, "behind job 1, which waits for resources (backfill off)")]
+        (5, states.PRIORITY, states.BEHIND_BLOCKER)]
     # The same verdicts as one run each (plan.Pendings, the class walk's): the same records.
     runs = Plan(pending=Pendings([], [((1, 2), (states.PRIORITY, took + at, "", ())),
                                              ((3,), (states.PRIORITY, took, "", ()))]))
