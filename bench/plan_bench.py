@@ -267,7 +267,7 @@ def changing_case(n_pending: int, n_nodes: int, passes: int, changes: int, backf
     extra = [j for j in fresh.jobs if j.state == states.PENDING]
     jid = max(jobs) + 1
     tune_gc()
-    kept, now, cpu, filing, placed = Kept(), NOW, [], [], 0
+    kept, now, cpu, filing, placed, written = Kept(), NOW, [], [], 0, []
     for k in range(passes + 1):
         if k:
             now += 1.0
@@ -288,13 +288,15 @@ def changing_case(n_pending: int, n_nodes: int, passes: int, changes: int, backf
             filing.append(c1 - c0)
             placed += len(p.places)
         done = apply_plan(p, jobs, jobs, nodes, now)
+        if k:
+            written.append(len(done.pended))      # records a new reason rewrites (the daemon's writes)
         for j in done.started + done.pended + done.expired:
             jobs[j.id] = j
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     return {"median_s": statistics.median(cpu), "min_s": min(cpu), "max_s": max(cpu), "runs": passes,
             "filing_s": statistics.median(filing), "placed": placed, "load": load, "backfill": backfill,
-            "changes": changes, "pending": n_pending, "nodes": n_nodes}
+            "changes": changes, "pending": n_pending, "nodes": n_nodes, "rewritten": statistics.median(written)}
 
 
 def changing_text(r: dict) -> str:
@@ -302,7 +304,8 @@ def changing_text(r: dict) -> str:
     return (f"{r['pending']} x {r['nodes']} random, changing queue ({c} ends, {c} cancels, {c} submits a pass; "
             f"backfill {'on' if r['backfill'] else 'off'}): plan() CPU min {r['min_s'] * 1000:.1f} ms, median "
             f"{r['median_s'] * 1000:.1f}, max {r['max_s'] * 1000:.1f} (of which filing the changes, median "
-            f"{r['filing_s'] * 1000:.1f}); {r['placed']} started in {r['runs']} passes; load {r['load']}")
+            f"{r['filing_s'] * 1000:.1f}); {r['placed']} started in {r['runs']} passes; records given a new reason a "
+            f"pass, median {r['rewritten']:.0f}; load {r['load']}")
 
 
 # (pending, nodes) -> (passes, changes of each kind a pass) for bench/run.py's changing-queue rows
