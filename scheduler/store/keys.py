@@ -78,6 +78,10 @@ class Keys:
         return f"{self.p}:statrows:v{ROWS_VERSION}"
 
     @property
+    def ran(self) -> str:                     # SET (S): ids of the active jobs that ran or are on a node, and
+        return f"{self.p}:ran:v1"             # "-": kept with the records (ThinReader.ran; absent: an older labq)
+
+    @property
     def ranking(self) -> str:                 # STRING (S): "time\ntext": `labq prio`'s text as the leader
         return f"{self.p}:ranking:v1"         # rendered it then (daemon/ranking.py)
 

@@ -144,9 +144,10 @@ class SchedulerStore(RequestList):
             return got
 
     def rebuild_stat_rows(self, jobs, rests=()) -> None:
-        """The `stat` rows of the active jobs, afresh from their records (statrows.py), and of the held
-        arrays' `rests` (store/rests.py): run when this scheduler becomes leader, so rows of an older
-        shape or an older labq are replaced."""
+        """The `stat` rows of the active jobs and the ids of those that ran (Keys.ran), afresh from their
+        records (statrows.py), and of the held arrays' `rests` (store/rests.py): run when this scheduler
+        becomes leader, so rows of an older shape or an older labq are replaced."""
+        jobs = list(jobs)       # read twice: the rows and Keys.ran
         rows = [(str(j.id), statrows.dumps(j)) for j in jobs]
         # The hashes of older row shapes (keys.ROWS_VERSION): nothing reads them once this one is
         # written, and they held a row for every job active when labq was upgraded.
@@ -155,6 +156,7 @@ class SchedulerStore(RequestList):
 
         def build(p):
             p.delete(self.k.stat_rows, self.k.ranking, self.k.ranking_since, *older)    # and an old ranking
+            writes.put_ran(p, self.k, jobs)
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
             for r in rests:
@@ -167,10 +169,7 @@ class SchedulerStore(RequestList):
         older labq's archiver left them) are dropped here. As many rows as ended jobs: none missing
         (rows of gone jobs and as many jobs without one, after a downgrade and back, would go
         unnoticed: those jobs' records are then read, and the rows are memory only)."""
-        p = self.r.pipeline(transaction=False)
-        p.hlen(self.k.acct_rows)
-        p.zcard(self.k.history)
-        n_rows, n_ended = p.execute()
+        n_rows, n_ended = self.r.pipeline(transaction=False).hlen(self.k.acct_rows).zcard(self.k.history).execute()
         if n_rows == n_ended:       # the usual start: every ended job has its row (a count, not two lists)
             return []
         ids, have = self.r.zrange(self.k.history, 0, -1), set(self.r.hkeys(self.k.acct_rows))

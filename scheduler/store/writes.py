@@ -23,13 +23,17 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
     few commands, not 400,000). `new`: the ids that may not be in the active index yet (the batch's
     new jobs; None: any); an active job outside it is there already and is not added again (a pass
     that gives 10,000 jobs a new reason sent 20,000 ZADD arguments for nothing)."""
-    active, ended, stale, records, rows, acct = {}, {}, [], {}, {}, {}
+    active, ended, stale, records, rows, acct, ran = {}, {}, [], {}, {}, {}, []
     for job, record, row in texts(jobs):
         records[k.job(job.id)] = record
         if job.state in states.ACTIVE:
             if new is None or job.id in new:
                 active[str(job.id)] = job.id
             rows[str(job.id)] = row if row is not None else statrows.dumps(job)
+            if job.attempts or job.state != states.PENDING:
+                # Keys.ran: `labq report` reads these records alone. Attempts never go, so a job is
+                # never taken out before it ends (a pass rewriting 10,000 never-run jobs sends nothing).
+                ran.append(job.id)
             if job.state == states.PENDING and job.attempts:
                 # Requeued: the control that stopped the last attempt (cancel for labq requeue,
                 # preempt) must not stop the next one before it starts.
@@ -44,9 +48,12 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
         p.zadd(k.active, active)
     if rows:
         p.hset(k.stat_rows, mapping=rows)
+    if ran:
+        p.sadd(k.ran, *ran)
     if ended:
         p.zrem(k.active, *ended)
         p.hdel(k.stat_rows, *ended)
+        p.srem(k.ran, *ended)
         p.zadd(k.history, ended)
         p.hset(k.acct_rows, mapping=acct)
     if stale:
@@ -199,6 +206,13 @@ def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:
     if records:
         _mset(r, k, records, rows, n)
     return done
+
+
+def put_ran(p, k: Keys, jobs) -> None:
+    """Keys.ran afresh from the active `jobs` (a new leader's rebuild, with the `stat` rows), with
+    its mark "-": readers tell a kept set, even one without ids, from one an older labq left."""
+    p.delete(k.ran)
+    p.sadd(k.ran, "-", *(j.id for j in jobs if j.attempts or j.state != states.PENDING))
 
 
 def drop_unindexed(r, k: Keys, ids) -> None:

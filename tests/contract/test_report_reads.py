@@ -55,6 +55,7 @@ def test_report_counts_what_every_record_gives(redis_server, tmp_path, monkeypat
     jobs = _queue(random.Random(39))
     p = r.pipeline(transaction=False)
     writes.put_jobs(p, K, jobs)
+    writes.put_ran(p, K, [j for j in jobs if j.state in states.ACTIVE])     # as a leader's rebuild keeps it
     p.execute()
     AgentStore(r, K).register("n1", 16, 64 << 30, 8, [Gpu(f"GPU-{i}", i, "a100") for i in range(4)], "h", 1, 10 ** 9)
     conn = resp.Connection(redis_server.url)
@@ -91,11 +92,15 @@ def test_report_counts_what_every_record_gives(redis_server, tmp_path, monkeypat
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr[-800:]
         assert expect and json.loads(out.stdout) == json.loads(json.dumps(expect)), args
-    # The `stat` rows (statrows.py's `prio` field: a pending job's attempt count) say which ran: only
-    # their records are read. Where the index lacks rows, every active record is, with the same answer.
+    # The kept ids (Keys.ran) say which ran: only their records are read; without them, the `stat`
+    # rows (statrows.py's `prio` field: a pending job's attempt count) say. Where the index lacks rows,
+    # every active record is read, with the same answer.
     asked, pipe = [], read._pipe
     monkeypatch.setattr(read, "_pipe", lambda cmds: asked.extend(len(c) - 1 for c in cmds if c[0] == "MGET")
                         or pipe(cmds))
+    assert [j.id for j in read.ran()] == [81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 8
+    r.delete(K.ran)
+    asked.clear()
     assert [j.id for j in read.ran()] == [81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 8
     r.delete(K.stat_rows)
     asked.clear()
