@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from sys import intern
 
 from .model import Job, evolve
 
@@ -132,7 +133,9 @@ class Estimator:
         # plain submit costs the scheduler (bench/live_bench.py's drain).
         if e is None:
             return evolve(job, learned_est=None, learned_basis="") if job.learned_est is not None else job
-        return evolve(job, learned_est=e.seconds, learned_basis=e.text())
+        # One text object for every job stamped alike (interned): each job kept its own copy, ~100 bytes
+        # a job, ~20 MB of a 200,000-job replay's peak (issue 41: ≤ 500 MB) and of a deep pending queue.
+        return evolve(job, learned_est=e.seconds, learned_basis=intern(e.text()))
 
     def _value(self, key: Key) -> tuple[float, int, float] | None:
         if key in self._cache:

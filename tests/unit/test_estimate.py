@@ -83,6 +83,14 @@ def test_stamp_writes_the_estimate_into_the_record():
     assert got.learned_est == 2520 and got.learned_basis == "p75 of 1 runs of user alice, name train"
 
 
+def test_jobs_stamped_alike_share_one_basis_text():
+    """A deep queue (or a 200,000-job replay) keeps every stamped job: equal texts are one object."""
+    e = Estimator(min_samples=1)
+    e.observe_ended(ended(42 * 60))
+    a, b = (e.stamp(Job(id=i, user="alice", account="a", name="train", time_limit=3600)) for i in (9, 10))
+    assert a.learned_basis == b.learned_basis == "p75 of 1 runs of user alice, name train"
+    assert a.learned_basis is b.learned_basis
+
 def test_config_keys_and_their_checks():
     c = config_mod.Config()
     assert c.priority["short_job_weight"] == 0 and c.estimate["backfill"] is False and c.estimate["forecast"] is False
