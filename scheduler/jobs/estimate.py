@@ -82,7 +82,8 @@ class Estimator:
         if not 0 < quantile <= 1 or min_samples < 1 or window < min_samples or max_keys < 1:
             raise ValueError("estimator: expected 0 < quantile ≤ 1, 1 ≤ min_samples ≤ window, max_keys ≥ 1")
         self.quantile, self.min_samples, self.window, self.max_keys = quantile, min_samples, window, max_keys
-        self._runs: OrderedDict[Key, deque[tuple[float, float]]] = OrderedDict()      # key -> deque of (end time, seconds), oldest first
+        # key -> deque of (end time, seconds), oldest first; a basis seen once holds its one run bare (below)
+        self._runs: OrderedDict[Key, deque[tuple[float, float]] | tuple[float, float]] = OrderedDict()
         self._cache: dict[Key, tuple[float, int, float]] = {}                       # key -> (seconds, samples, newest) while unchanged
         self.observed = 0
 
@@ -96,14 +97,20 @@ class Estimator:
         self.observed += 1
         for key, _ in keys(job):
             runs = self._runs.get(key)
+            run = (end, max(0.0, float(seconds)))
             if runs is None:
-                runs = self._runs[key] = deque(maxlen=self.window)
+                # Bare until a second run: most names are seen once (a one-off run; a replayed trace's job
+                # ids), and a deque each was ~600 bytes (~60 MB of a 200,000-job replay, issue 41: ≤ 500 MB).
+                self._runs[key] = run
                 if len(self._runs) > self.max_keys:
                     old, _ = self._runs.popitem(last=False)
                     self._cache.pop(old, None)
             else:
                 self._runs.move_to_end(key)
-            runs.append((end, max(0.0, float(seconds))))
+                if isinstance(runs, deque):
+                    runs.append(run)
+                else:
+                    self._runs[key] = deque((runs, run), maxlen=self.window)
             self._cache.pop(key, None)
 
     def observe_ended(self, job: Job) -> bool:
@@ -140,8 +147,11 @@ class Estimator:
     def _value(self, key: Key) -> tuple[float, int, float] | None:
         if key in self._cache:
             return self._cache[key]
-        runs = self._runs.get(key)
-        if runs is None or len(runs) < self.min_samples:
+        kept = self._runs.get(key)
+        if kept is None:
+            return None
+        runs = kept if isinstance(kept, deque) else (kept,)
+        if len(runs) < self.min_samples:
             return None
         ordered = sorted(s for _, s in runs)
         rank = max(1, -(-len(ordered) * self.quantile // 1))     # nearest rank: ceil(q·n)

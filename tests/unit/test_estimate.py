@@ -91,6 +91,19 @@ def test_jobs_stamped_alike_share_one_basis_text():
     assert a.learned_basis == b.learned_basis == "p75 of 1 runs of user alice, name train"
     assert a.learned_basis is b.learned_basis
 
+def test_a_basis_seen_once_holds_its_run_bare_and_estimates_alike():
+    """Most names run once (a one-off; a replayed trace's job ids): no deque until a second run."""
+    from collections import deque
+    e = Estimator(min_samples=1, window=2)
+    job = Job(id=9, user="alice", account="a", name="train", time_limit=3600)
+    e.observe_ended(ended(42 * 60))
+    assert not any(isinstance(r, deque) for r in e._runs.values())
+    assert e.stamp(job).learned_basis == "p75 of 1 runs of user alice, name train"
+    for minutes in (10, 20):
+        e.observe_ended(ended(minutes * 60))
+    assert all(isinstance(r, deque) and len(r) == 2 for r in e._runs.values())      # the window: the last two
+    assert e.stamp(job).learned_est == 1200
+
 def test_config_keys_and_their_checks():
     c = config_mod.Config()
     assert c.priority["short_job_weight"] == 0 and c.estimate["backfill"] is False and c.estimate["forecast"] is False
