@@ -115,8 +115,8 @@ class StateFile:
             st = os.stat(self.path)
             if (st.st_dev, st.st_ino) == self._at and st.st_size == SLOT and os.pwrite(self._fd, data, 0) == SLOT:
                 return True
-        except OSError:     # gone, or the disk refused the write: save() writes and renames afresh, and says so
-            pass
+        except OSError:
+            pass    # gone, or the disk refused the write: save() writes and renames afresh, and says so
         self._keep(None)
         return False
 

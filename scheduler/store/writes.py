@@ -30,7 +30,7 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
             if new is None or job.id in new:
                 active[str(job.id)] = job.id
             rows[str(job.id)] = row if row is not None else statrows.dumps(job)
-            if job.attempts or job.state != states.PENDING:
+            if has_run(job):
                 # Keys.ran: `labq report` reads these records alone. Attempts never go, so a job is
                 # never taken out before it ends (a pass rewriting 10,000 never-run jobs sends nothing).
                 ran.append(job.id)
@@ -208,11 +208,16 @@ def put_new_jobs(r, k: Keys, jobs, tasks=None) -> set[int]:
     return done
 
 
+def has_run(job) -> bool:
+    """Whether an active job belongs in Keys.ran: it has an attempt, or it is not pending."""
+    return bool(job.attempts) or job.state != states.PENDING
+
+
 def put_ran(p, k: Keys, jobs) -> None:
     """Keys.ran afresh from the active `jobs` (a new leader's rebuild, with the `stat` rows), with
     its mark "-": readers tell a kept set, even one without ids, from one an older labq left."""
     p.delete(k.ran)
-    p.sadd(k.ran, "-", *(j.id for j in jobs if j.attempts or j.state != states.PENDING))
+    p.sadd(k.ran, "-", *(j.id for j in jobs if has_run(j)))
 
 
 def drop_unindexed(r, k: Keys, ids) -> None:
