@@ -117,6 +117,8 @@ class Committer:
             _build(p, store, b, now, usage, active, seq, period, replicas, new, fresh)
 
         self._write_or_undo(store, b, build, replicas, fresh, acknowledged)
+        if b.jobs or b.rests:
+            store.ranking.settle(b.rests)
         store.wrote(seq, bool(b.charges or b.books))      # what the state file's figures now are (durability.seen)
 
     def _write_or_undo(self, store, b, build, replicas: int, fresh: set, acknowledged) -> None:

@@ -16,16 +16,22 @@ class Published:
 
     def stale(self, p, jobs, rests) -> None:
         """A commit (pipeline `p`) changes `jobs` and `rests`: counted by user beside the ranking, or
-        the ranking deleted where a rest changes."""
-        self.touched += 1
+        the ranking deleted where a rest changes. Only writes: the flags move by `settle`, once the
+        transaction is in (a transaction built again would count twice; one that failed would leave
+        `ranked` False over a ranking still readable, and the commits after it would not count)."""
         if not self.ranked:
             return
         if rests:
             p.delete(self.k.ranking, self.k.ranking_since)
-            self.ranked = False
             return
         for user, n in Counter(j.user for j in jobs).items():
             p.hincrby(self.k.ranking_since, user, n)
+
+    def settle(self, rests) -> None:
+        """The commit that `stale` wrote into is in."""
+        self.touched += 1
+        if rests:
+            self.ranked = False
 
     def publish(self, txn, text: str, at: float) -> None:
         """Write `text`, rendered at `at`, by the store's fenced transaction `txn`; nothing changed since."""
@@ -34,6 +40,10 @@ class Published:
             p.delete(self.k.ranking_since)
         txn(build)
         self.ranked = True
+
+    def dropped(self) -> None:
+        """A new leader's transaction deleted the ranking (SchedulerStore.rebuild_stat_rows)."""
+        self.ranked = False
 
     def withdraw(self, txn) -> None:
         """No ranking (the queue is too long to render one): the last one goes."""

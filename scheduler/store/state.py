@@ -162,6 +162,7 @@ class SchedulerStore(RequestList):
             for r in rests:
                 p.hset(self.k.rests, str(r.array_id), rest_rows.row(r))
         self.txn(build)
+        self.ranking.dropped()
 
     def acct_rows_missing(self) -> list[int]:
         """Ended jobs in Redis that have no acct row (acctrows.redis_row: they ended under an older

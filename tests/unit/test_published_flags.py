@@ -1,0 +1,80 @@
+"""store/ranking.Published's flags (`ranked`, `touched`) move once a commit's transaction is in, not
+while it is built (issue 39 item 4): a transaction built twice counts once, one that fails leaves the
+ranking counted against (its DEL did not happen: the ranking is still readable), and a new leader's
+rebuild, which deletes the ranking, says there is none."""
+import pytest
+
+from labq.scheduler.errors import StalePlanError
+from labq.scheduler.jobs.model import Job
+from labq.scheduler.store.batch import Batch
+from labq.scheduler.store.commit import Committer
+from labq.scheduler.store.keys import Keys
+from labq.scheduler.store.ranking import Published
+
+
+class Recorder:
+    """A pipeline that records each command by name."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *a, **kw: self.calls.append((name, a))
+
+
+class Store:
+    """What Committer.write reaches of a SchedulerStore, its transaction built `builds` times into
+    Recorders (the last one kept), then refused where `fails`."""
+
+    def __init__(self, builds=1, fails=False):
+        self.k, self.builds, self.fails = Keys(), builds, fails
+        self.ranking = Published(self.k)
+        self.ranking.ranked = True
+        self.pipes = []
+
+    def txn(self, build, replicas=0):
+        for _ in range(self.builds):
+            self.pipes.append(Recorder())
+            build(self.pipes[-1])
+        if self.fails:
+            raise StalePlanError("the leader lease changed during a transaction")
+        return []
+
+    def wrote(self, *a):
+        pass
+
+
+def _write(store, rests=None) -> None:
+    b = Batch()
+    b.jobs[7] = Job(id=7, user="alice", account="eta", argv=["true"], workdir="/tmp", submit_time=1.0)
+    b.rests = rests or {}
+    Committer().write(store, b, 2.0, {}, {}, None, lambda budget, now: "p", 0)
+
+
+def test_a_transaction_built_twice_counts_once():
+    store = Store(builds=2)
+    _write(store)
+    assert store.ranking.touched == 1
+    assert [c for c in store.pipes[-1].calls if c[0] == "hincrby"] == [("hincrby", (Keys().ranking_since, "alice", 1))]
+
+
+def test_a_failed_commit_leaves_the_flags_and_the_next_one_counts_against_the_ranking():
+    store = Store(fails=True)
+    with pytest.raises(StalePlanError):
+        _write(store, rests={9: None})
+    assert ("delete", (Keys().ranking, Keys().ranking_since)) in store.pipes[-1].calls, "the DEL was sent, and failed"
+    assert store.ranking.ranked and store.ranking.touched == 0, "the ranking is still there: still counted against"
+    store.fails = False
+    _write(store)
+    assert ("hincrby", (Keys().ranking_since, "alice", 1)) in store.pipes[-1].calls
+    _write(store, rests={9: None})
+    assert not store.ranking.ranked and store.ranking.touched == 2
+
+
+def test_a_new_leaders_rebuild_says_there_is_no_ranking(fake_redis, monkeypatch):
+    from labq.scheduler.store.state import SchedulerStore
+    store = SchedulerStore(fake_redis, Keys(), "s1")
+    monkeypatch.setattr(store, "txn", lambda build, replicas=0: build(Recorder()))
+    store.ranking.ranked = True
+    store.rebuild_stat_rows([])
+    assert not store.ranking.ranked, "deleted with the rows: the next quiet pass publishes at once"
