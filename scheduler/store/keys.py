@@ -82,6 +82,10 @@ class Keys:
         return f"{self.p}:ran:v1"             # "-": kept with the records (ThinReader.ran; absent: an older labq)
 
     @property
+    def ran_by(self) -> str:                  # STRING (S): the leader (Keys.leader's value) that rebuilt Keys.ran:
+        return f"{self.p}:ran:v1:by"          # readers trust the set only while that leader leads (a downgrade)
+
+    @property
     def ranking(self) -> str:                 # STRING (S): "time\ntext": `labq prio`'s text as the leader
         return f"{self.p}:ranking:v1"         # rendered it then (daemon/ranking.py)
 

@@ -156,7 +156,7 @@ class SchedulerStore(RequestList):
 
         def build(p):
             p.delete(self.k.stat_rows, self.k.ranking, self.k.ranking_since, *older)    # and an old ranking
-            writes.put_ran(p, self.k, jobs)
+            writes.put_ran(p, self.k, jobs, self.me)
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
             for r in rests:

@@ -1,8 +1,6 @@
-"""The reads of the thin client (thinclient.py), over store/resp.py. Nothing here writes.
-
-Job records decode into model.Job (imported only then); `stat` reads its index instead
-(statrows.py) and nodes come back as light NodeView objects with the fields `stat` sums.
-"""
+"""The reads of the thin client (thinclient.py), over store/resp.py. Nothing here writes. Job records decode
+into model.Job (imported only then); `stat` reads its index instead (statrows.py) and nodes come back as light
+NodeView objects with the fields `stat` sums."""
 import json
 import time
 from collections import namedtuple
@@ -223,14 +221,16 @@ class ThinReader:
 
     def ran(self) -> list:
         """The active jobs `labq report` counts, as active() gives them (by id; as jobview.JobView where
-        Redis holds them, without the model): all but those pending that never ran. Those (a held
-        queue's 10,000 jobs) have no attempt to count: the scheduler keeps the others' ids (Keys.ran), so
-        only their records are read. Where that set is absent (an older scheduler) or holds more ids than
-        there are active jobs, the `stat` rows say (statrows.py: a pending job's `prio` ends with its attempt
-        count; ~0.8 MB at 10,000 held jobs); without rows, every record is (_ran_records). Resting tasks never ran."""
+        Redis holds them, without the model): all but those pending that never ran (a held queue's 10,000
+        jobs: no attempt to count). The scheduler keeps the others' ids (Keys.ran): only their records
+        are read. Where that set is absent (an older scheduler), kept by a leader that no longer leads (a
+        downgrade to a labq that does not keep it; no leader this instant) or holds more ids than active
+        jobs, the `stat` rows say (statrows.py: a pending job's `prio` ends with its attempt count; ~0.8
+        MB at 10,000 held jobs); without rows, every record is (_ran_records). Resting tasks never ran."""
         from .statrows import ID, PRIO, TAIL
-        kept, n_active = self._multi(("SMEMBERS", self.k.ran), ("ZCARD", self.k.active))
-        if "-" in kept and len(kept) - 1 <= n_active:     # "-": the mark of a kept set (writes.put_ran)
+        kept, n_active, by, leader = self._multi(("SMEMBERS", self.k.ran), ("ZCARD", self.k.active),
+                                                 ("GET", self.k.ran_by), ("GET", self.k.leader))
+        if "-" in kept and by is not None and by == leader and len(kept) - 1 <= n_active:
             return self._ran_records(sorted(int(i) for i in kept if i != "-"))
         texts, n_active = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active))
         if len(texts) != n_active:

@@ -213,11 +213,14 @@ def has_run(job) -> bool:
     return bool(job.attempts) or job.state != states.PENDING
 
 
-def put_ran(p, k: Keys, jobs) -> None:
+def put_ran(p, k: Keys, jobs, leader: str) -> None:
     """Keys.ran afresh from the active `jobs` (a new leader's rebuild, with the `stat` rows), with
-    its mark "-": readers tell a kept set, even one without ids, from one an older labq left."""
+    its mark "-": readers tell a kept set, even one without ids, from one an older labq left; and
+    `leader`, who keeps it from now on (Keys.ran_by): a labq older than the set that leads after
+    a downgrade does not keep it, and readers then see another leader (ThinReader.ran)."""
     p.delete(k.ran)
     p.sadd(k.ran, "-", *(j.id for j in jobs if has_run(j)))
+    p.set(k.ran_by, leader)
 
 
 def drop_unindexed(r, k: Keys, ids) -> None:

@@ -55,7 +55,8 @@ def test_report_counts_what_every_record_gives(redis_server, tmp_path, monkeypat
     jobs = _queue(random.Random(39))
     p = r.pipeline(transaction=False)
     writes.put_jobs(p, K, jobs)
-    writes.put_ran(p, K, [j for j in jobs if j.state in states.ACTIVE])     # as a leader's rebuild keeps it
+    writes.put_ran(p, K, [j for j in jobs if j.state in states.ACTIVE], "sched:1:a")   # as a leader's rebuild keeps it
+    p.set(K.leader, "sched:1:a")
     p.execute()
     AgentStore(r, K).register("n1", 16, 64 << 30, 8, [Gpu(f"GPU-{i}", i, "a100") for i in range(4)], "h", 1, 10 ** 9)
     conn = resp.Connection(redis_server.url)
@@ -99,6 +100,25 @@ def test_report_counts_what_every_record_gives(redis_server, tmp_path, monkeypat
     monkeypatch.setattr(read, "_pipe", lambda cmds: asked.extend(len(c) - 1 for c in cmds if c[0] == "MGET")
                         or pipe(cmds))
     assert [j.id for j in read.ran()] == [81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 8
+    # A labq older than Keys.ran leads (a downgrade) and starts job 41 without adding it to the set:
+    # the set names another leader, so the rows say, and job 41 is counted.
+    r.set(K.leader, "older:2:b")
+    started = replace(next(j for j in jobs if j.id == 41), state=states.RUNNING, node="n1", start_time=time.time(),
+                      attempts=(Attempt(1, "n1", ("GPU-1",), dispatch_time=time.time(), start_time=time.time()),))
+    p = r.pipeline(transaction=False)
+    writes.put_jobs(p, K, [started])
+    p.execute()
+    r.srem(K.ran, 41)           # as that older labq leaves it: it knows nothing of the set
+    asked.clear()
+    assert [j.id for j in read.ran()] == [41, 81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 9
+    assert r.sismember(K.ran, "-"), "the mark alone does not make the set trusted"
+    r.delete(K.leader)          # no leader this instant: the rows say too
+    asked.clear()
+    assert [j.id for j in read.ran()] == [41, 81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 9
+    p = r.pipeline(transaction=False)
+    writes.put_jobs(p, K, [next(j for j in jobs if j.id == 41)])      # back as it was, for what follows
+    p.execute()
+    r.set(K.leader, "sched:1:a")
     r.delete(K.ran)
     asked.clear()
     assert [j.id for j in read.ran()] == [81, 82, 83, 84, 85, 86, 87, 88] and sum(asked) == 8
