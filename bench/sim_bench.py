@@ -10,6 +10,10 @@ backlog starts one job per end, for months).
                               [--pythonpath DIR]   # replay another checkout's labq (a `before` column)
                               [--config FILE]      # a labq config every policy starts from (budgets)
     SIM_BENCH_PROGRESS=1 python bench/sim_bench.py ...     # each replay's pace on stderr, every 10 % of its jobs
+    python bench/sim_bench.py --one TRACE NODES POLICY     # one replay in this process: its JSON line
+    SIM_BENCH_THROUGH=1 (or --through): backfill on, every pass through plan() with the daemon's kept
+                                        state (sim/through.py) instead of the replay's shortcuts
+    SIM_BENCH_PROFILE=15 ... --one ...                     # and its cProfile top 15 (own time) on stderr
 
 Traces: the KTH SP2 log from ../shared/traces/ (each job's requested time as its limit) squeezed onto
 100, 50 and 25 processors; bench/gpu_trace.py's seeded 20,000-job GPU trace (generated into a temp
@@ -55,8 +59,15 @@ def one(trace: str, nodes: str, policy: str) -> dict:
             submitted.append(time.process_time() - c0)
         if pace:
             pace(done, total)
-    res = engine.simulate(jobs, cluster, cfg, hooks=hooks, progress=progress)
+    # --through: backfill on, each pass through plan() with the daemon's kept state (sim/through.py)
+    kw = {"through": True} if os.environ.get("SIM_BENCH_THROUGH") else {}
+    prof = _profiler()
+    res = engine.simulate(jobs, cluster, cfg, hooks=hooks, progress=progress, **kw)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if prof:
+        prof.disable()
+        import pstats
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(int(os.environ["SIM_BENCH_PROFILE"]))
     rep = metrics.report(res)
     # After the last submit the replay only drains the queue: with a spent budget, one job per end
     # for months of simulated time. Its share of the CPU and its simulated span, apart.
@@ -66,6 +77,17 @@ def one(trace: str, nodes: str, policy: str) -> dict:
             "passes": res.plan_calls, "decided": getattr(res, "instants", res.plan_skipped) - res.plan_skipped, "refused": len(res.refused), "jobs": len(jobs), "mean_wait": rep["wait_s"]["mean"], "jct": rep["completion_time_s"]["mean"],
             "drain_cpu_s": round(cpu - (submitted[0] if submitted else cpu), 1),
             "drain_days": round(max(0.0, res.end_time - last) / 86400, 1)}
+
+
+def _profiler():
+    """SIM_BENCH_PROFILE=N: the replay under cProfile, its top N functions by own time on stderr
+    (the CPU figure then includes the profiler's cost)."""
+    if not os.environ.get("SIM_BENCH_PROFILE"):
+        return None
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
+    return prof
 
 
 def _progress(t0: float, c0: float):
@@ -133,7 +155,10 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="this tree")
     ap.add_argument("--config", help="a labq config (TOML) each policy starts from: e.g. a budget")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "sim.json"))
+    ap.add_argument("--through", action="store_true", help="backfill on: passes through plan() with the kept state")
     a = ap.parse_args(argv)
+    if a.through:
+        os.environ["SIM_BENCH_THROUGH"] = "1"
     if a.config:
         os.environ["SIM_BENCH_CONFIG"] = os.path.abspath(a.config)
     cases = a.cases.split(",")

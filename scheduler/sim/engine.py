@@ -14,10 +14,10 @@ and the Pending reasons. A periodic budget's rollover is an instant too, because
 plan() is not called where it provably could not change anything. Backfill off, it walks the queue kept
 in its order up to the blocker (kept.py), budgets or not (a budget that admits none of a group's
 next jobs pends them at once: policy/floors.py Floors); backfill on, it is given the head (easy.py),
-with budgets less the jobs whose budget floor exceeds the budget's room (left out: idle.py). The result is identical to
-calling it on the whole queue at every instant (`skip=False`; tests/unit/test_sim.py).
+with budgets less the jobs whose budget floor exceeds the budget's room (left out: idle.py), or, `through`, the
+whole queue with the daemon's kept state (through.py). The result is identical to calling it on the whole
+queue at every instant (`skip=False`; tests/unit/test_sim.py, tests/property/test_sim_through.py).
 """
-import math
 from collections import Counter
 from itertools import filterfalse
 
@@ -34,6 +34,8 @@ from .clock import Clock
 from .idle import NONE, Idle
 from .queue import Queue
 from .result import BUDGET_REASONS, EPOCH, Refused, Result, prepare_nodes
+from .spent import Spent
+from .through import Through
 from .trace import TraceJob
 
 # Clock items besides attempt ends (job id, attempt, outcome): instants where only time changed something.
@@ -43,7 +45,7 @@ WAKE = ("wake",)            # a running job reaches its QoS min_runtime and may 
 
 class Simulator:
     def __init__(self, trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
-                 template: dict | None = None, queue_limits: bool = False, hooks=None):
+                 template: dict | None = None, queue_limits: bool = False, hooks=None, through: bool = False):
         self.trace, self.cfg, self.skip, self.progress = trace, cfg, skip, progress
         self.hooks = hooks         # policies.Hooks: expected runtimes, told of every end (None: none)
         # The daemon's max_pending bounds protect a live scheduler; a trace's own scheduler had
@@ -56,13 +58,9 @@ class Simulator:
         self.ended: dict[int, Job] = {}
         self.natural_end: dict[int, float] = {}
         self.refused: list[Refused] = []
-        self.budgets = {b.name: b for b in cfg.budgets}
-        self.spent: dict[str, int] = {}       # the `spent` hash: NAME or NAME@PERIOD -> settled micro-units
-        # spent_now's memos: (start, end, ((budget, its `spent` field), ...)) of the periods of its last
-        # read, and (charges settled then, the balances, as a Snapshot has them)
-        self.charges = 0
-        self._fields: tuple = (math.inf, -math.inf, ())
-        self._balances: tuple = (-1, {}, ())
+        self.ledger = Spent(cfg)
+        self.spent = self.ledger.spent        # the `spent` hash: NAME or NAME@PERIOD -> settled micro-units
+        self.spent_now = self.ledger.now
         self.rollovers = any(b.period != "none" for b in cfg.budgets)
         self.half_life = cfg.priority["fairshare_half_life"]
         # Fair-share usage is what plan() ranks accounts by; it reads it only with a fair-share weight.
@@ -73,6 +71,9 @@ class Simulator:
         # a kept walk's instant where nothing fits is still a pass (its budget reasons are counted).
         self.fresh: set[int] = set()
         self.queue.backlog = kept.backlog(cfg, self.nodes)    # backfill off: the queue kept in plan()'s order
+        # `through`: a pass the backlog does not take goes through plan() with the daemon's kept state
+        # (through.py), not easy.py's head or a whole pass
+        self.through = Through() if through and skip and self.queue.backlog is None else None
         self.budget_idle = Idle(cfg, self.nodes) if cfg.budgets and self.queue.backlog is None else None
         self.idle: frozenset | set = NONE     # queued jobs idle for their budget: left out of this pass
         # plan()'s free capacity and quota usage, kept as jobs start and end, and the running jobs'
@@ -173,6 +174,7 @@ class Simulator:
 
     def _enqueue(self, job: Job) -> None:
         self.queue.add(job)
+        self._put(job)
         if self.budget_idle is not None:
             self.budget_idle.add(job)
         elif self.queue.backlog is not None and job.id not in self.budget_held and self.queue.charged(job):
@@ -184,7 +186,13 @@ class Simulator:
         self.fresh.discard(job_id)
         return self.queue.remove(job_id)
 
+    def _put(self, job: Job) -> None:
+        if self.through is not None:
+            self.through.put(job)
+
     def _leave(self, job: Job) -> None:
+        if self.through is not None:
+            self.through.leave(job.id)
         self.active_by[("account", job.account)] -= 1
         self.active_by[("user", job.user)] -= 1
         self.ended[job.id] = job
@@ -207,11 +215,7 @@ class Simulator:
         self.preemptible_running -= self._preemptible(job)
         self.draining -= job.state == states.PREEMPTING
         self.gangs_running -= job.nodes > 1
-        self.charges += len(charges)
-        for c in charges:
-            b = self.budgets.get(c.budget)
-            key = periods.field(c.budget, c.period or (periods.current(b, t) if b else ""))
-            self.spent[key] = self.spent.get(key, 0) + c.amount
+        self.ledger.settle(charges, t)
         ran = (new.attempts[-1].end_time or t) - (new.attempts[-1].dispatch_time or t)     # an ended attempt has both
         if self.fairshare and ran > 0:
             self.usage = fairshare.add(self.usage, job.account, fairshare.weight(job) * ran, t, self.half_life)
@@ -285,6 +289,8 @@ class Simulator:
             return
         if self.queue.backlog is not None:
             return kept.run(self, t)
+        if self.through is not None:
+            return self._apply(t, self.through.plan(self, t))
         if self._easy(t):
             return self._apply(t, easy.plan(self, t))
         self._apply(t, self._call(t, self._queued()))
@@ -293,23 +299,6 @@ class Simulator:
         """The queued jobs plan() is given in a whole pass: all but the idle ones."""
         jobs, idle = self.queue.jobs, self.idle
         return tuple(map(jobs.__getitem__, filterfalse(idle.__contains__, jobs))) if idle else tuple(jobs.values())
-
-    def spent_now(self, t: float) -> tuple[dict, tuple]:
-        """What each budget has settled in its current period at `t` (periods.spent_now), and as
-        plan()'s Snapshot has it: read again only after a charge, the fields named again only in
-        other periods."""
-        start, end, fields = self._fields
-        if not start <= t < end:
-            budgets = self.cfg.budgets
-            spans = [periods.bounds(b.period, periods.current(b, t), b.timezone) for b in budgets if b.period != "none"]
-            fields = tuple((b.name, periods.field(b.name, periods.current(b, t))) for b in budgets)
-            self._fields = (max((s for s, _ in spans), default=-math.inf), min((e for _, e in spans), default=math.inf),
-                            fields)
-            self._balances = (-1, {}, ())
-        if self._balances[0] != self.charges:
-            spent = {name: int(self.spent.get(key, 0)) for name, key in fields}
-            self._balances = (self.charges, spent, tuple(sorted(spent.items())))
-        return self._balances[1], self._balances[2]
 
     def _usage(self, t: float) -> dict:
         if not self.fairshare:
@@ -343,6 +332,7 @@ class Simulator:
             self._preempt(t, job, pr)
         for job in done.pended:      # an earmark changed: plan() reads it, so it is kept in the record
             self.queue.replace(job)        # (an idle job has none: it never preempts)
+            self._put(job)
         # The reasons themselves are not kept: the daemon writes them into the records, the replay
         # reports only each stuck job's last one (`_stuck`) and which jobs a budget held.
         for ids, verdict in p.pending.runs():
@@ -357,6 +347,7 @@ class Simulator:
 
     def _start(self, t: float, job: Job) -> None:
         self.running[job.id] = job
+        self._put(job)
         self.attempts += 1
         self.standing.start(job)
         self.gangs_running += job.nodes > 1
@@ -374,6 +365,7 @@ class Simulator:
     def _preempt(self, t: float, job: Job, pr) -> None:
         self.draining += 1
         self.running[job.id] = job
+        self._put(job)
         self.attempts += 1
         # As the runner does: once it has seen the control the attempt ends `preempted`, after the
         # grace or when the job exits first (here: when its work would have been done).
@@ -391,8 +383,9 @@ class Simulator:
 
 
 def simulate(trace: list[TraceJob], nodes, cfg: Config, skip: bool = True, progress=None,
-             template: dict | None = None, queue_limits: bool = False, hooks=None) -> Result:
+             template: dict | None = None, queue_limits: bool = False, hooks=None, through: bool = False) -> Result:
     """Replay `trace` on `nodes` under `cfg`. `template`: Job fields every job gets (budget, project, account).
     `skip=False` calls plan() at every instant with the whole queue (the reference). `queue_limits`: refuse
-    submits beyond scheduler.max_pending(_per_user), as the daemon does. `hooks`: policies.Hooks, or None."""
-    return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits, hooks).run()
+    submits beyond scheduler.max_pending(_per_user), as the daemon does. `hooks`: policies.Hooks, or None.
+    `through`: backfill on, each pass through plan() with the daemon's kept state (through.py)."""
+    return Simulator(trace, nodes, cfg, skip, progress, template, queue_limits, hooks, through).run()

@@ -1,0 +1,38 @@
+"""A replay's pass through plan() with the state the daemon keeps between its passes (policy/kept.py's
+parts): the request-class Queue, the backfill Tracks and what changed since the last pass (a Seen),
+beside the replay's own Standing. No shortcut of the replay's own (easy.py's head, idle.py's budget
+idlers) decides anything here: the pass is plan()'s, as the daemon runs it, and plan() gives the
+same plan as over the whole queue afresh (tests/property/test_sim_through.py against `skip=False`).
+
+The daemon's snapshot lists its jobs dict in order, a record replaced in place when it changes, ended
+ones leaving and new ones coming at the end; the replay keeps `active` the same way, so the Seen
+finds the changes as it does for the daemon (seen.py)."""
+from .. import policy
+from ..jobs.model import Job, Snapshot
+from ..policy.queue import Queue
+from ..policy.seen import Seen
+
+
+class Through:
+    def __init__(self) -> None:
+        self.active: dict[int, Job] = {}      # the queued and running jobs, as the daemon's st.jobs
+        self.queue = Queue()
+        self.seen = Seen()
+
+    def put(self, job: Job) -> None:
+        """The job's present record (in its old place, or at the end when new)."""
+        self.active[job.id] = job
+
+    def leave(self, job_id: int) -> None:
+        self.active.pop(job_id, None)
+
+    def plan(self, sim, t: float):
+        """plan() over every queued and running job, given the kept state."""
+        sim.calls += 1
+        jobs = tuple(self.active.values())
+        snap = Snapshot(now=t, nodes=sim.nodes, jobs=jobs, spent=sim.spent_now(t)[1],
+                        usage=tuple(sorted(sim._usage(t).items())))
+        self.seen.see(jobs)
+        held = sim.budget_idle.known(t, sim.attempts) if sim.budget_idle is not None else None
+        return policy.plan(snap, sim.cfg, held=held, standing=sim.standing, tracks=sim.tracks, queue=self.queue,
+                           seen=self.seen)

@@ -1,0 +1,124 @@
+"""A replay whose passes go through plan() with the daemon's kept state (sim/through.py: the request-class
+Queue, the backfill Tracks, a Seen of what changed, the replay's Standing) schedules, spends and counts
+budget-held jobs exactly as a replay of whole passes (skip=False): backfill at any depth, short jobs
+first over learned or true run times, fair share and QoS levels, budgets, preemption, gangs, GPU
+models; and none of its passes is easy.py's or a whole pass of the replay's own."""
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from labq.scheduler.jobs.model import Gpu, Node
+from labq.scheduler.settings import config as config_mod
+from labq.scheduler.sim import easy, through
+from labq.scheduler.sim.engine import Simulator, simulate
+from labq.scheduler.sim.policies import resolve
+from labq.scheduler.sim.trace import TraceJob
+
+G = 1 << 30
+ACCOUNTS = ("vision", "rl", "other")
+POLICIES = ("backfill", "learned", "sjf-oracle", "fairshare-backfill", "budgets", "preempt")
+
+
+def cluster(count, gpus, typed):
+    nodes = [Node(f"n{i}", 32, 256 * G, 32, tuple(Gpu(f"G-{i}-{g}", g, "A") for g in range(gpus))) for i in range(count)]
+    if typed:        # a second model on one more node
+        nodes.append(Node("nb", 32, 256 * G, 32, tuple(Gpu(f"G-b-{g}", g, "B") for g in range(gpus))))
+    return tuple(nodes)
+
+
+job = st.tuples(st.integers(0, 400), st.integers(1, 3000), st.sampled_from([1, 1, 1, 2, 4, 8, 16]),
+                st.floats(1.0, 4.0), st.sampled_from(ACCOUNTS), st.integers(0, 3), st.sampled_from(["", "", "A", "B"]),
+                st.sampled_from(["", "", "low"]))
+
+QOS = ('[qos.normal]\npriority = 100\n'
+       '[qos.low]\npriority = 0\npreemptible = true\nmin_runtime = "60s"\ngrace = "30s"\n')
+BUDGETS = ('[rates]\ngpu_hour_by_model = { "A" = 1.5, "B" = 3.0 }\n'
+           '[[budgets]]\nname = "vision"\naccount = "vision"\nlimit = 3.0\nperiod = "week"\n'
+           '[[budgets]]\nname = "rl"\naccount = "rl"\nlimit = 1.0\nperiod = "none"\n')
+
+
+def trace(rows, nodes):
+    models = {g.model for n in nodes for g in n.gpus}
+    most = max(len(n.gpus) for n in nodes) * len(nodes)
+    out = []
+    for i, (submit, run, gpus, over, account, user, gtype, qos) in enumerate(sorted(rows)):
+        if gtype and gtype not in models or gpus > most:
+            continue
+        out.append(TraceJob(name=str(i), submit=float(submit), duration=float(run),
+                            time_limit=max(1, int(run * over)) if i % 6 else max(1, run // 2),    # some time out
+                            gpus=gpus, cpus=2, user=f"{account}{user}", account=account, gpu_type=gtype,
+                            qos=qos or "normal"))
+    return out
+
+
+def replay(policy, depth):
+    """(Config, a function giving fresh hooks: Learned keeps state)."""
+    text = QOS + (BUDGETS if policy == "budgets" else "")
+    base = config_mod.loads(text)
+    name = {"fairshare-backfill": "fairshare", "budgets": "backfill", "preempt": "config"}.get(policy, policy)
+    cfg, _ = resolve(base, name, depth)
+    if policy == "fairshare-backfill":
+        cfg = replace(cfg, backfill_depth=depth)
+    if policy == "preempt":
+        cfg = replace(cfg, backfill_depth=depth, preemption=True)
+    return cfg, (lambda: resolve(base, name, depth)[1])
+
+
+def schedule(res):
+    return {i: (j.state, tuple((a.node, a.gpus, a.dispatch_time, a.end_time, a.outcome) for a in j.attempts))
+            for i, j in res.jobs.items()}
+
+
+def only_through(monkeypatch):
+    """Fail any pass that is not through.py's (easy.py's head, the replay's whole pass); the times of
+    those that are."""
+    def no(*a, **k):
+        raise AssertionError("a pass that is not through plan() with the kept state")
+    monkeypatch.setattr(easy, "plan", no)
+    monkeypatch.setattr(Simulator, "_queued", no)
+    calls = []
+    planned = through.Through.plan
+
+    def counted(self, sim, t):
+        calls.append(t)
+        return planned(self, sim, t)
+    monkeypatch.setattr(through.Through, "plan", counted)
+    return calls
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=30, deadline=None)
+@given(rows=st.lists(job, min_size=5, max_size=80), depth=st.integers(1, 3),
+       shape=st.sampled_from([(1, 8), (2, 4), (3, 8)]), typed=st.booleans())
+def test_a_replay_through_the_kept_state_equals_whole_passes(policy, rows, depth, shape, typed):
+    nodes = cluster(*shape, typed)
+    jobs = trace(rows, nodes)
+    cfg, hooks = replay(policy, depth)
+    with pytest.MonkeyPatch.context() as mp:
+        calls = only_through(mp)
+        fast = simulate(jobs, nodes, cfg, hooks=hooks(), through=True)
+    full = simulate(jobs, nodes, cfg, skip=False, hooks=hooks())
+    assert schedule(fast) == schedule(full)
+    assert fast.budget_held == full.budget_held and fast.spent == full.spent and fast.refused == full.refused
+    assert len(calls) == fast.plan_calls
+
+
+def test_the_seen_finds_a_pass_s_changes_not_the_whole_queue(monkeypatch):
+    """200 one-GPU jobs on 8 GPUs: the queue is deep for most of the replay, and after the first pass
+    each pass's Seen files what changed (seen.py `_aligned`), never a reading of the whole snapshot."""
+    from labq.scheduler.policy import seen
+    calls, wholes = only_through(monkeypatch), []
+    whole = seen.Seen._whole
+
+    def counted(self, jobs):
+        wholes.append(len(jobs))
+        return whole(self, jobs)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(seen.Seen, "_whole", counted)
+        rows = [TraceJob(name=f"j{i}", submit=float(i), duration=float(60 + (i * 37) % 900),
+                         time_limit=60 + (i * 37) % 900 + 100, gpus=1, user=f"u{i % 3}") for i in range(200)]
+        cfg, hooks = replay("learned", 1)
+        res = simulate(rows, cluster(1, 8, False), cfg, hooks=hooks(), through=True)
+    assert len(calls) > 100 and wholes == []
+    assert schedule(res) == schedule(simulate(rows, cluster(1, 8, False), cfg, skip=False, hooks=hooks()))
