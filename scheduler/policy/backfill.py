@@ -136,17 +136,19 @@ class Timelines:
         times, the first node by name."""
         best: tuple[str, float] | None = None
         after = not_before or self.now
-        if self._names is None or len(self._names) != len(self.allocs):
-            self._names = sorted(self.allocs)
-        for name in self._names:
-            node = self.nodes[name]
-            if not could_hold(job, node):
-                continue
-            t = self._earliest(job, name, after)
-            if t is not None and (best is None or t < best[1]):
-                best = (name, t)
-                if t <= after:
-                    break     # no node can do better than `after`, and ties go to the first by name
+        if self._tracks is not None:
+            best = self._kept_first(self._tracks, job, could_hold, after)
+        else:
+            if self._names is None or len(self._names) != len(self.allocs):
+                self._names = sorted(self.allocs)
+            for name in self._names:
+                if not could_hold(job, self.nodes[name]):
+                    continue
+                t = self._earliest(job, name, after)
+                if t is not None and (best is None or t < best[1]):
+                    best = (name, t)
+                    if t <= after:
+                        break     # no node can do better than `after`, and ties go to the first by name
         if best is None:
             return None
         name, t = best
@@ -155,15 +157,33 @@ class Timelines:
         self.reserved.add(name)
         return best
 
+    def _kept_first(self, tracks: "Tracks", job: Job, could_hold: Callable[[Job, Node], bool],
+                    after: float) -> tuple[str, float] | None:
+        """reserve's (node, time) from each node's earliest start kept with the tracks (earliest.py),
+        asked again only where a node's kept timeline changed or the clock passed it; the nodes this
+        pass wrote on are asked on its own copies."""
+        def ask(name: str) -> float | None:       # on the kept timeline
+            return self._earliest(job, name, after, kept=True) if could_hold(job, self.nodes[name]) else None
+        kept = tracks.earliest_for((job.cpus, job.mem, job.gpus, job.gpu_type, self.span(job)), could_hold,
+                                         after, ask).first(self._own)
+        for name in self._own:
+            if could_hold(job, self.nodes[name]):
+                t = self._earliest(job, name, after)
+                if t is not None and (kept is None or (t, name) < kept):
+                    kept = (t, name)
+        return None if kept is None else (kept[1], kept[0])
+
     # -- the arithmetic ----------------------------------------------------------------------------
-    def _profile(self, node: str) -> Profile:
+    def _profile(self, node: str, kept: bool = False) -> Profile:
         """(breakpoints, usage per segment, sorted finite ends, GPU models used) of the node: segment
         i is [breakpoints[i], breakpoints[i+1]) and its usage (jobs, CPUs, memory, GPUs, GPUs per
         model or None); breakpoint 0 is -inf (nothing allocated before the first start). Cached
         until the node's allocation list grows (it is only ever appended to, here and in gang.py)."""
-        allocs = self.allocs[node]
-        # A node this pass has not written on reads (and fills) the profile kept with `tracks`.
-        cache = self._profiles if self._tracks is None or node in self._own else self._tracks.profiles
+        tracks = self._tracks     # a node not written on this pass (or `kept`) reads the profile kept there
+        if tracks is not None and (kept or node not in self._own):
+            allocs, cache = tracks.allocs[node], tracks.profiles
+        else:
+            allocs, cache = self.allocs[node], self._profiles
         got = cache.get(node)
         if got is not None and got[0] == len(allocs):
             return got[1]
@@ -215,11 +235,11 @@ class Timelines:
         cache[node] = (len(allocs), prof)
         return prof
 
-    def _earliest(self, job: Job, node: str, after: float) -> float | None:
+    def _earliest(self, job: Job, node: str, after: float, kept: bool = False) -> float | None:
         """The first of `after` and each allocation's finite end past it at which the job fits on the
         node for its span. A candidate that fails on some segment is followed by the first candidate
         past that segment: every one before would cover it too."""
-        points, usage, ends, only = self._profile(node)
+        points, usage, ends, only = self._profile(node, kept)
         span = self.span(job)
         n = self.nodes[node]
         t = after

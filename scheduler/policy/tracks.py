@@ -15,7 +15,10 @@ was good until. A new Config files everything anew.
 
 The plan is the same as from a Timelines built anew (tests/property/test_plan_classes.py). Kept
 allocations of running jobs start when they were filed, not at the pass's `now`: every question a
-Timelines answers is about `now` or later, where the usage is the same."""
+Timelines answers is about `now` or later, where the usage is the same.
+
+Each node whose kept allocations change is logged, so that each node's earliest start for a request
+shape, kept here too (earliest.py), is asked again only where it may have moved."""
 from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from itertools import count
@@ -23,6 +26,13 @@ from itertools import count
 from ..jobs.model import Job, Node
 from ..settings.config import Config
 from .backfill import Alloc, Profile, _expected_end, _valid_until, gpus_by_model
+from .earliest import Ask, Earliest, Shape
+
+# Request shapes whose earliest starts are kept (the last used; a pass reserves for backfill_depth
+# jobs, most of them blocked again at the next pass), and how long the log of changed nodes may grow
+# (per node) before it is cleared and every kept answer with it.
+SHAPES = 32
+LOG_PER_NODE = 8
 
 
 def _shape(n: Node) -> tuple[object, ...]:
@@ -41,11 +51,31 @@ class Tracks:
         self.jobs: dict[int, Job] = {}          # running job id -> the record as filed
         self.until: list[tuple[float, int, int, Job]] = []   # heap: (when its end reads the clock, n, id, record)
         self._n = count()
+        self.gen = 0                            # bumped when all is filed anew: every kept Earliest is void
+        self.log: list[str] = []                # the nodes whose allocations changed, in order
+        self.earliest: dict[tuple[Shape, object], Earliest] = {}
+
+    def earliest_for(self, shape: Shape, could_hold: object, after: float, ask: Ask) -> Earliest:
+        """The kept answers for `shape` (and the `could_hold` rule), valid for `after`: asked again
+        where the log says a node changed since, or the clock passed them; asked of every node
+        the first time, after all was filed anew, or for an earlier `after` (a --begin)."""
+        key = (shape, could_hold)
+        e = self.earliest.pop(key, None)
+        if e is not None and e.gen == self.gen and after >= e.after:
+            e.refresh(self.log[e.pos:], after, ask)
+            e.pos = len(self.log)
+        else:
+            e = Earliest(self.gen, len(self.log), after, {n: ask(n) for n in self.names})
+        self.earliest[key] = e          # the last used at the end: the first is the one dropped
+        if len(self.earliest) > SHAPES:
+            del self.earliest[next(iter(self.earliest))]
+        return e
 
     def sync(self, nodes: Sequence[Node], running: Sequence[Job], now: float, cfg: Config) -> None:
         """Hold exactly the allocations of `running` on `nodes` as at `now`."""
         if cfg is not self.cfg or self._moved(nodes):
             return self._refile(nodes, running, now, cfg)
+        self._trim()
         known = self.jobs
         changed = [j for j in running if known.get(j.id) is not j]
         new = sum(1 for j in changed if j.id not in known)
@@ -68,6 +98,19 @@ class Tracks:
                 self._drop(j)
                 self._add(j, now, cfg)
 
+    def _trim(self) -> None:
+        """Keep the log within LOG_PER_NODE entries a node: its older half cut, with the kept answers
+        that have not read it yet (not used since)."""
+        most = LOG_PER_NODE * len(self.nodes) + 64
+        if len(self.log) > most:
+            cut = len(self.log) - most // 2
+            del self.log[:cut]
+            for key, e in list(self.earliest.items()):
+                if e.pos < cut:
+                    del self.earliest[key]
+                else:
+                    e.pos -= cut
+
     def _moved(self, nodes: Sequence[Node]) -> bool:
         """Whether the up nodes or what a Timelines reads of them changed (a node's record changes
         at every heartbeat: those are taken as they are)."""
@@ -87,6 +130,7 @@ class Tracks:
         self.nodes = {n.name: n for n in nodes}
         self.allocs = {n.name: [] for n in nodes}
         self.profiles, self.jobs, self.until = {}, {}, []
+        self.gen, self.log, self.earliest = self.gen + 1, [], {}
         self.models = {n.name: {g.uuid: g.model for g in n.gpus} for n in nodes}
         self.names = sorted(self.allocs)
         for j in running:
@@ -102,6 +146,7 @@ class Tracks:
                     end = _expected_end(j, now, cfg)
                 mine.append(Alloc(now, end, gpus_by_model(self.models[node], gpus), j.cpus, j.mem, j.id))
                 self.profiles.pop(node, None)
+                self.log.append(node)
         if end is not None:
             until = _valid_until(j, now, cfg, end)
             if until is not None:
@@ -115,4 +160,5 @@ class Tracks:
                     if a.job_id == j.id and not a.reserved:
                         del mine[k]
                         self.profiles.pop(node, None)
+                        self.log.append(node)
                         break
