@@ -69,18 +69,36 @@ def ranked(c, now: float, cfg) -> tuple[list, dict, dict]:
 
 def published(c, now: float) -> str | None:
     """The scheduler's last ranking (daemon/ranking.py), its weights line saying how old it is and how
-    many changes to jobs were committed since; None where there is none, some of this user's jobs changed since (their
-    own submit, start or cancel shows at once: `prio` ranks the rows), or it is older than STALE (no
-    scheduler has refreshed it)."""
+    many changes to others' jobs were committed since; with this user's own changed jobs patched in
+    where some changed since (their own submit, start or cancel shows at once: priopatch.py). None
+    where there is none, it is older than STALE (no scheduler has refreshed it), or the patch
+    declines (`prio` ranks the rows)."""
     got, mine, others = c.read.ranking(c.user)
-    if not got or mine:
+    if not got:
         return None
     at, _, text = got.partition("\n")
     age = now - float(at)
     if age > STALE:
         return None
+    if mine:
+        text = _patched(c, at, text)
+        if text is None:
+            return None
     head, _, rest = text.partition("\n")
+    others -= mine
     return f"{head}; as of {max(age, 0):.0f} s ago" + (f", {others} job changes since" if others else "") + "\n" + rest
+
+
+def _patched(c, at: str, text: str) -> str | None:
+    """`text` with this user's jobs as they are now (priopatch.patch), or None."""
+    got = c.read.ranking_patch(c.user)
+    if got is None:
+        return None
+    head, entries, ids, rows = got
+    if not head.startswith(f'{{"at": "{at}"'):
+        return None         # another ranking since the first read
+    from labq.scheduler import priopatch
+    return priopatch.patch(text, head, entries, ids, pending_of([r for r in rows if r[R.PRIO]]), c.user)
 
 
 def pending_of(rows) -> list:

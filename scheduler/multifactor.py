@@ -124,7 +124,7 @@ def ordered(pending: Sequence[Job], now: float, usage: dict[str, float], cfg: Co
 
 
 def ranked(ids: Sequence[int], users: Sequence[str], accounts: Sequence[str], qoses: Sequence[str],
-           submits: Sequence[float], now: float, usage: dict[str, float], cfg: Config
+           submits: Sequence[float], now: float, usage: dict[str, float], cfg: Config, keys: list[Any] | None = None
            ) -> tuple[list[int], dict[int, Factors]] | None:
     """`ordered` and `factors` of pending jobs given column by column (ids, users, accounts, QoS names,
     submit times; one place per job): (the places in `ordered`'s order, `factors`' dict). The very
@@ -132,7 +132,8 @@ def ranked(ids: Sequence[int], users: Sequence[str], accounts: Sequence[str], qo
     (map with operator's functions) where those two run Python code per job: `labq prio` at 10,000
     pending jobs (issue 39 item 4). None where the short-job term is on (a Python call per job:
     take those two) or the age weight is negative (the age term's `min` below is `ordered`'s `if`
-    only for a weight ≥ 0)."""
+    only for a weight ≥ 0). `keys`, where given, gets each job's sort key (-score, submit time, id,
+    place) in that order: the published ranking's index (priopatch.py)."""
     w = cfg.priority
     qw, aw, fw, bw, sw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty, w.short_job_weight
     if sw or aw < 0:
@@ -151,7 +152,10 @@ def ranked(ids: Sequence[int], users: Sequence[str], accounts: Sequence[str], qo
     burst = list(map({True: 1.0, False: 0.0}.__getitem__, map(bursting.__contains__, ids)))
     if bursting:
         score = map(sub, score, map(mul, repeat(bw), burst))     # bw·1.0 is bw's value, bw·0.0 is 0.0
-    order = list(map(itemgetter(3), sorted(zip(map(neg, score), submits, ids, range(len(ids))))))
+    keyed = sorted(zip(map(neg, score), submits, ids, range(len(ids))))
+    if keys is not None:
+        keys += keyed
+    order = list(map(itemgetter(3), keyed))
     # factors: qw·qos + aw·age + fw·share − bp·burst + sw·short (short 0.0: the term is off)
     q = list(map({x.name: float(x.priority) for x in cfg.qos}.get, qoses, repeat(0.0)))
     age = list(map(min, map(truediv, map(max, waits, repeat(0.0)), repeat(age_max)), repeat(1.0)))

@@ -13,13 +13,13 @@ from itertools import compress, repeat
 from math import copysign
 from operator import attrgetter, lt, mul, not_
 
-from . import multifactor
 from .tables import columns, compact_ids
 
 TYPE_CHECKING = False   # typing's import costs `labq prio` ~3-4 ms (multifactor.py); mypy reads the name alike
 if TYPE_CHECKING:
     from typing import Any
 
+    from . import multifactor
     from .settings.config import Config
 
 HEADERS = ("JOBID", "USER", "ACCOUNT", "QOS", "PRIORITY", "QOS", "AGE", "FAIRSHARE", "BURST")
@@ -49,16 +49,18 @@ def weights_line(w: Mapping[str, Any]) -> str:
 
 
 def rank(pending: Sequence[Any], now: float, usage: Mapping[str, float], cfg: Config,
-         cols: tuple[Sequence[int], Sequence[str], Sequence[str], Sequence[str], Sequence[float]] | None = None
-         ) -> tuple[list[Any], dict[int, multifactor.Factors]]:
+         cols: tuple[Sequence[int], Sequence[str], Sequence[str], Sequence[str], Sequence[float]] | None = None,
+         keys: list[Any] | None = None) -> tuple[list[Any], dict[int, multifactor.Factors]]:
     """(`pending` in the order a pass considers them, their factors by id): multifactor.ranked over
     their columns (ids, users, accounts, QoS names, submit times: `cols`, else taken from the jobs),
-    no Python code per job; multifactor.ordered and factors where it declines (the short-job term)."""
+    no Python code per job; multifactor.ordered and factors where it declines (the short-job term).
+    `keys`: multifactor.ranked's sort keys, where it ranked (left empty where it declined)."""
+    from . import multifactor  # here: a published ranking's `labq prio` ranks nothing (~0.6 ms of imports)
     if cols is None:
         cols = (list(map(_id, pending)), list(map(_user, pending)), list(map(_account, pending)),
                 list(map(_qos, pending)), list(map(_submit, pending)))
     ids, users, accounts, qoses, submits = cols
-    fast = multifactor.ranked(ids, users, accounts, qoses, submits, now, dict(usage), cfg) if pending else None
+    fast = multifactor.ranked(ids, users, accounts, qoses, submits, now, dict(usage), cfg, keys) if pending else None
     if fast:
         order, f = fast
         return list(map(pending.__getitem__, order)), f
@@ -69,15 +71,50 @@ def text(pending: Sequence[Any], now: float, usage: Mapping[str, float], cfg: Co
     """What a plain `labq prio` prints of `pending` at `now` (`usage`: each account's decayed usage,
     running jobs included): the weights line and the table."""
     order, f = rank(pending, now, usage, cfg)
-    w = Weights({k: getattr(cfg.priority, k) for k in WEIGHTS + SCALES})
+    w = weights_of(cfg)
     return weights_line(w) + "\n" + table(order, f, w, False)
 
 
+def weights_of(cfg: Config) -> Weights:
+    return Weights({k: getattr(cfg.priority, k) for k in WEIGHTS + SCALES})
+
+
 def table(shown: Sequence[Any], f: Mapping[int, multifactor.Factors], w: Mapping[str, Any], expand: bool) -> str:
-    """The rows of `shown` (`f`: their factors), one line a job but for an array's tasks with the same
+    """The rows of `shown` (`f`: their factors) laid out (lines)."""
+    ids, cols, headers, _ = lines(shown, f, w, expand)
+    return columns([ids, *cols], headers)
+
+
+def lines(shown: Sequence[Any], f: Mapping[int, multifactor.Factors], w: Mapping[str, Any], expand: bool
+          ) -> tuple[list[str], list[list[str]], tuple[str, ...], list[list[int]] | None]:
+    """(the JOBID cells, the other columns' cells, the headers, the places in `shown` of each line's
+    jobs, None where each line is one job): one line a job but for an array's tasks with the same
     factors one after another, which share one `42_[5-9000]` line (-r: each its own). At 10,000
     pending jobs every line is formatted, column by column in C: a float's text costs ~0.5 µs, so the
     columns with few distinct values (QoS, fair share, burst) format each value once."""
+    cols = cells(shown, f, w)
+    headers = HEADERS + ((SHORT,) if w["short_job_weight"] else ())
+    if not any(map(attrgetter("array_id"), shown)):
+        return list(map(str, map(attrgetter("id"), shown))), cols, headers, None
+    rows: list[tuple[Any, tuple[str, ...]]] = []
+    members: list[list[int]] = []
+    for k, (j, row) in enumerate(zip(shown, zip(*cols))):
+        if j.array_id is None:
+            rows.append((str(j.id), row))
+            members.append([k])
+        elif not expand and rows and rows[-1][1] == row and type(rows[-1][0]) is list \
+                and rows[-1][0][-1].startswith(f"{j.array_id}_"):
+            rows[-1][0].append(j.display_id)
+            members[-1].append(k)
+        else:
+            rows.append(([j.display_id], row))
+            members.append([k])
+    ids = [i if type(i) is str else ", ".join(compact_ids(i)) for i, _ in rows]
+    return ids, [list(c) for c in zip(*(r for _, r in rows))] if rows else [[] for _ in cols], headers, members
+
+
+def cells(shown: Sequence[Any], f: Mapping[int, Any], w: Mapping[str, Any]) -> list[list[str]]:
+    """The cells of `shown` but JOBID, column by column (each job's row alike whatever the others are)."""
     qw, aw, fw, bp, sw = (w[k] for k in WEIGHTS)
     xs = list(map(f.__getitem__, map(attrgetter("id"), shown)))
     two = "{:.2f}".format
@@ -90,20 +127,7 @@ def table(shown: Sequence[Any], f: Mapping[int, multifactor.Factors], w: Mapping
         each(list(map(attrgetter("burst"), xs)), lambda b: f"-{bp * b:.2f}" if b else "0")]
     if sw:
         cols.append(list(map(two, part(sw, "short"))))
-    headers = HEADERS + ((SHORT,) if sw else ())
-    if not any(map(attrgetter("array_id"), shown)):
-        return columns([list(map(str, map(attrgetter("id"), shown))), *cols], headers)
-    rows: list[tuple[Any, tuple[str, ...]]] = []
-    for j, row in zip(shown, zip(*cols)):
-        if j.array_id is None:
-            rows.append((str(j.id), row))
-        elif not expand and rows and rows[-1][1] == row and type(rows[-1][0]) is list \
-                and rows[-1][0][-1].startswith(f"{j.array_id}_"):
-            rows[-1][0].append(j.display_id)
-        else:
-            rows.append(([j.display_id], row))
-    ids = [i if type(i) is str else ", ".join(compact_ids(i)) for i, _ in rows]
-    return columns([ids, *map(list, zip(*(r for _, r in rows)))], headers)
+    return cols
 
 
 def each(values: list[Any], fmt: Callable[[Any], str]) -> list[str]:

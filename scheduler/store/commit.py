@@ -118,7 +118,7 @@ class Committer:
 
         self._write_or_undo(store, b, build, replicas, fresh, acknowledged)
         if b.jobs or b.rests:
-            store.ranking.settle(b.rests)
+            store.ranking.settle(b.jobs.values(), b.rests)
         store.wrote(seq, bool(b.charges or b.books))      # what the state file's figures now are (durability.seen)
 
     def _write_or_undo(self, store, b, build, replicas: int, fresh: set, acknowledged) -> None:

@@ -94,6 +94,14 @@ class Keys:
         return f"{self.p}:ranking:v1:since"   # changed (store/ranking.py)
 
     @property
+    def ranking_index(self) -> str:           # HASH (S): "" -> the ranking's parameters and lines' sort keys,
+        return f"{self.p}:ranking:v1:index"   # user -> their pending jobs in it (priopatch.py)
+
+    @property
+    def ranking_mine(self) -> str:            # HASH (S): user -> "id:submit time,…" of their jobs the commits
+        return f"{self.p}:ranking:v1:mine"    # since the ranking changed, "*" past ranking.CAP (store/ranking.py)
+
+    @property
     def blocker(self) -> str:                 # STRING (S): backfill off, the display id of the job the last
         return f"{self.p}:blocker"            # pass's jobs behind it wait for (states.BEHIND_BLOCKER; absent: none)
 

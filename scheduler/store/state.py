@@ -155,7 +155,7 @@ class SchedulerStore(RequestList):
         older = [f"{base}:v{v}" for v in range(1, int(version))]
 
         def build(p):
-            p.delete(self.k.stat_rows, self.k.ranking, self.k.ranking_since, *older)    # and an old ranking
+            p.delete(self.k.stat_rows, *self.ranking.keys(), *older)    # and an old ranking
             writes.put_ran(p, self.k, jobs, self.me)
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from . import resp
 from .keys import Keys
+from .rankreads import RankingReads
 
 _STATE = '"state":'     # a record's state key (ThinReader.on_node)
 # A record's attempts, none and some (ThinReader.ran); the second should an attempt's usage hold the first.
@@ -56,7 +57,7 @@ def noperm(e) -> Exception | None:
                         "this labq's keys; an admin runs `labq admin acl --apply`")
 
 
-class ThinReader:
+class ThinReader(RankingReads):
     def __init__(self, conn, keys: Keys, unreachable, history=None):
         self.c, self.k, self._unreachable = conn, keys, unreachable
         self.history = history      # store/archive.History: where ended jobs go after history.keep
@@ -365,12 +366,6 @@ class ThinReader:
             rows = sorted(rows + parse(tasks), key=lambda r: int(r[0]))
             return (rows if len(rows) == len(active) + len(tasks) else None), names
         return (rows if len(rows) == len(active) else None), names
-
-    def ranking(self, user: str) -> tuple:
-        """(the published ranking or None, `user`'s jobs changed since, all users': store/ranking.py)."""
-        got, mine, since = self._multi(("GET", self.k.ranking), ("HGET", self.k.ranking_since, user),
-                                       ("HVALS", self.k.ranking_since))
-        return (got.decode() if isinstance(got, bytes) else got), int(mine or 0), sum(map(int, since))
 
     def _multi(self, *cmds) -> list:
         return self._pipe([("MULTI",), *cmds, ("EXEC",)])[-1]

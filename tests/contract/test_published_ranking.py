@@ -1,8 +1,8 @@
 """`labq prio`'s ranking published by the leader (daemon/ranking.py, store/ranking.py, issue 39 item 4):
 it is the very text the client renders from the `stat` rows at its time; the commits after it count
 each user's changed jobs beside it in their own transactions, so a user whose job changed since gets
-the rows ranked (their new job listed) and the others get the ranking with its age and how many jobs
-changed since; redone after ranking.GAP where jobs changed, after ranking.REFRESH where none did;
+the ranking with their own jobs patched in (their new job listed: priopatch.py) and the others get
+the ranking with its age and how many jobs changed since; redone after ranking.GAP where jobs changed, after ranking.REFRESH where none did;
 the other forms of `prio` and a ranking older than prio.STALE rank the rows; a rest's change and a
 new leader delete it."""
 import json
@@ -88,8 +88,11 @@ def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_
     new = _submit(bench, now + 2)       # its commit counts the submitter's change beside the ranking
     changes = bench.r.hgetall(K.ranking_since)      # the submit's commit and its pass's (the job's reason)
     assert bench.r.get(K.ranking) == f"{at}\n{text}" and list(changes) == [current_user()]
-    shown = _labq(bench, tmp_path, "prio")
-    assert "as of" not in shown and f"\n{new} " in shown, "the submitter's own prio ranks the rows: the new job"
+    shown = _labq(bench, tmp_path, "prio").splitlines()
+    # the submitter's own prio: the ranking with their jobs as they are now (priopatch.py), the new job
+    # in it, as the rows ranked at the ranking's time give it
+    assert shown[0].startswith(text.splitlines()[0] + "; as of ") and shown[0].endswith(" s ago")
+    assert f"{new} " in "\n".join(shown) and shown[1:] == _client_text(bench, float(at)).splitlines()[1:]
     other = SimpleNamespace(read=thin_client(str(bench.cfg_path)).read, user="someone-else")
     seen = prio.published(other, time.time()).splitlines()
     assert seen[0].endswith(f" s ago, {changes[current_user()]} job changes since") and seen[1:] == text.splitlines()[1:]

@@ -62,7 +62,7 @@ def test_a_failed_commit_leaves_the_flags_and_the_next_one_counts_against_the_ra
     store = Store(fails=True)
     with pytest.raises(StalePlanError):
         _write(store, rests={9: None})
-    assert ("delete", (Keys().ranking, Keys().ranking_since)) in store.pipes[-1].calls, "the DEL was sent, and failed"
+    assert ("delete", store.ranking.keys()) in store.pipes[-1].calls, "the DEL was sent, and failed"
     assert store.ranking.ranked and store.ranking.touched == 0, "the ranking is still there: still counted against"
     store.fails = False
     _write(store)
@@ -78,3 +78,24 @@ def test_a_new_leaders_rebuild_says_there_is_no_ranking(fake_redis, monkeypatch)
     store.ranking.ranked = True
     store.rebuild_stat_rows([])
     assert not store.ranking.ranked, "deleted with the rows: the next quiet pass publishes at once"
+
+
+def test_the_commits_list_each_users_changed_ids_once_up_to_cap(monkeypatch):
+    from labq.scheduler.store import ranking
+    monkeypatch.setattr(ranking, "CAP", 2)
+    store = Store()
+    _write(store)
+    _write(store)
+    assert ("hset", (Keys().ranking_mine, "alice", "7:1.0")) in store.pipes[-1].calls and store.ranking.mine == {"alice": [(7, 1.0)]}
+    store.fails = True
+    b = Batch()
+    b.jobs = {i: Job(id=i, user="alice", account="eta", argv=["true"], workdir="/tmp", submit_time=1.0) for i in (8, 9)}
+    with pytest.raises(StalePlanError):
+        Committer().write(store, b, 2.0, {}, {}, None, lambda budget, now: "p", 0)
+    assert ("hset", (Keys().ranking_mine, "alice", "*")) in store.pipes[-1].calls, "past CAP: prio ranks the rows"
+    assert store.ranking.mine == {"alice": [(7, 1.0)]}, "not in: the list as it was"
+    store.fails = False
+    Committer().write(store, b, 2.0, {}, {}, None, lambda budget, now: "p", 0)
+    assert store.ranking.mine == {"alice": None}
+    store.ranking.publish(lambda build: build(Recorder()), "t", 3.0, {})
+    assert store.ranking.mine == {}

@@ -1,0 +1,124 @@
+"""priopatch.patch (`labq prio` for a user whose jobs changed since the published ranking, issue 39
+item 4): where it does not decline, its text is the very text the leader would have rendered at the
+ranking's time from the queue with that user's jobs as they are now (priotable.text, byte for byte),
+over random queues of several users (singles and arrays, equal submit times, bursts, aged-out jobs,
+jobs submitted after the ranking, QoS names and accounts the config lacks) and random changes of one
+user's jobs (submits, cancels, starts, a job changed and still pending), which move other jobs of
+theirs in or out of the tail of a burst. Submits and cancels of
+single jobs, the churn of the live bench, are patched, not declined."""
+from hypothesis import given, settings, strategies as st
+
+from labq.cli.prio import Pending
+from labq.scheduler import priopatch, priotable
+from labq.scheduler.settings import config as config_mod
+
+AT = 1_000_000.0
+USERS = ["alice", "bob", "carol"]
+job = st.tuples(st.sampled_from(USERS), st.sampled_from(["eta", "phi", "zed"]),
+                st.sampled_from(["normal", "low", "high", "gone"]),
+                st.one_of(st.floats(-20_000, 600), st.floats(-30, 0), st.sampled_from([-700.0, -600.0, -5.0, 0.0, -1e6])),
+                st.sampled_from([0, 0, 0, 0, 0, 1, 3]))      # how many tasks: 0 a single, else an array of that many
+
+
+def _cfg(tmp, qw, aw, fw, bp, burst_jobs, window):
+    path = tmp / "labq.toml"
+    path.write_text(f"""
+[priority]
+qos_weight = {qw!r}
+age_weight = {aw!r}
+age_max = 7200
+fairshare_weight = {fw!r}
+burst_jobs = {burst_jobs}
+burst_window = {window}
+burst_penalty = {bp!r}
+[qos.normal]
+priority = 100
+[qos.low]
+priority = 3
+[qos.high]
+priority = 1000
+[accounts.eta]
+share = 3
+users = ["alice"]
+[accounts.phi]
+share = 0.5
+users = ["bob"]
+""")
+    return config_mod.load(str(path))
+
+
+def _jobs(specs, first: int) -> list:
+    out, jid = [], first
+    for user, account, qos, ago, tasks in specs:
+        if not tasks:
+            out.append(Pending(jid, None, None, user, account, qos, AT + ago, 60.0, None, None))
+            jid += 1
+        for t in range(tasks):
+            out.append(Pending(jid, first + 10_000, t, user, account, qos, AT + ago, 60.0, None, None))
+            jid += 1
+        first += 1
+    return out
+
+
+def _text(pending, usage, cfg) -> str:
+    return priotable.text(sorted(pending, key=lambda j: j.id), AT, usage, cfg)
+
+
+def _check(tmp_path, specs, usage, weights, change, user) -> str | None:
+    cfg = _cfg(tmp_path, *weights)
+    before = _jobs(specs, 1)
+    text, fields = priopatch.render(before, AT, usage, cfg)
+    assert text == _text(before, usage, cfg), "the published text is priotable's"
+    if not fields:
+        return None
+    drop, keep_changed, new = change
+    mine = sorted((j for j in before if j.user == user), key=lambda j: (j.submit_time, j.id))   # burst order
+    gone = {j.id for j in mine[:drop]}                         # started, cancelled: pending no more
+    again = {j.id for j in mine[drop:drop + keep_changed]}     # rewritten (a reason), still pending
+    added = [j._replace(user=user) for j in _jobs(new, 5_000)]  # submitted since
+    after = [j for j in before if j.id not in gone] + added
+    rows = [j for j in after if j.id in again] + added
+    submits = {j.id: j.submit_time for j in before + added}
+    changed = [(i, submits.get(i, AT - 1.0)) for i in sorted(gone | again | {j.id for j in added} | {4_999})]
+    got = priopatch.patch(text, fields[priopatch.HEAD], fields.get(user, ""),
+                          changed, rows, user)
+    if got is not None:
+        assert got == _text(after, usage, cfg)
+    return got
+
+
+weight = st.one_of(st.integers(0, 60), st.floats(0, 60), st.sampled_from([0, 1, 1.5, 10, 50.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(job, max_size=40), st.dictionaries(st.sampled_from(["eta", "phi", "zed"]), st.floats(0, 1e6), max_size=3),
+       st.tuples(weight, weight, weight, weight, st.integers(1, 4), st.sampled_from([0, 1, 10, 600])),
+       st.tuples(st.integers(0, 4), st.integers(0, 2), st.lists(job, max_size=4)), st.sampled_from(USERS))
+def test_a_patched_ranking_is_the_ranking_of_the_changed_queue(tmp_path_factory, specs, usage, weights, change, user):
+    _check(tmp_path_factory.mktemp("p"), specs, usage, weights, change, user)
+
+
+burst = st.tuples(st.sampled_from(USERS[:2]), st.sampled_from(["eta", "phi"]), st.sampled_from(["normal", "low"]),
+                  st.one_of(st.floats(-40, 5), st.sampled_from([-20.0, -1e4])), st.just(0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(burst, min_size=5, max_size=40), st.tuples(st.just(1), st.integers(1, 30), st.floats(1, 30), st.just(10),
+                                                           st.integers(1, 4), st.sampled_from([5, 600])),
+       st.tuples(st.integers(0, 4), st.integers(0, 2), st.lists(burst, max_size=4)), st.sampled_from(USERS[:2]))
+def test_single_jobs_in_bursts_are_patched_with_the_flags_they_flip(tmp_path_factory, specs, weights, change, user):
+    """Single jobs only, submitted close together: a change moves others of the user into or out of
+    the tail of a burst, and none of it declines."""
+    assert _check(tmp_path_factory.mktemp("b"), specs, {"eta": 1.0}, weights, change, user) is not None
+
+
+def test_a_users_churn_of_single_jobs_is_patched(tmp_path):
+    """The live bench's set-up: one user holds the queue (a burst of it), submits and cancels."""
+    specs = [("alice", "eta", "normal", -1.0 * i, 0) for i in range(300)] + \
+            [("bob", "phi", "high", -3.0 * i, 0) for i in range(20)]
+    weights = (10, 1000, 100, 20.0, 100, 600)
+    for change in [(0, 0, [("alice", "eta", "normal", 5.0, 0)]), (1, 0, []), (3, 2, [("alice", "eta", "low", 1.0, 0)]),
+                   (0, 5, [])]:
+        got = _check(tmp_path, specs, {"eta": 5.0, "phi": 1.0}, weights, change, "alice")
+        assert got is not None, change
+    assert _check(tmp_path, specs, {}, weights, (2, 0, [("bob", "phi", "high", 1.0, 0)]), "bob") is not None
