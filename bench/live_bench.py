@@ -19,6 +19,8 @@ processes, and a queue that changes while it is measured.
     .venv/bin/python bench/live_bench.py --drains 3    # the three drains only, 3 times on one stack, and each fit
     .venv/bin/python bench/live_bench.py --drains 3 --begin   # the same with jobs not held (plan() sees them)
     .venv/bin/python bench/live_bench.py --drains 3 --clients-of /work/bench/base   # and 100 of that tree's clients
+    .venv/bin/python bench/live_bench.py --alternate 4 /work/bench/base   # 100 of its clients and of ours, ABBA, 4 pairs
+    ... --fsync everysec      # Redis' appendfsync for the run (`labq up`: always; each fsync ~4-5 ms here, loaded)
 """
 import json
 import os
@@ -279,9 +281,31 @@ def drains_only(bs, reps: int, begin: bool = False, other: str | None = None) ->
               f"{min(f[1] for f in fits) * 1e3:.2f} ms per batch")
 
 
+def alternate(bs, reps: int, other: str) -> None:
+    """100-client drains on one stack, `other`'s clients and this tree's, `reps` times each, in the
+    order ABBA ABBA (each drain leaves 9,400 more held jobs, and the scheduler's cost grows with them):
+    the clients' side A/B, interleaved (the scheduler is this tree's in both)."""
+    for rep in range(reps):
+        for tree in ((other, None) if rep % 2 == 0 else (None, other)):
+            d = drain(bs, 100, (SINGLES - 600) // 100, tree=tree)
+            n = d["requests"]
+            print(f"{rep + 1} {tree or 'this tree'}: {d['rate']:,.0f} requests/s; per request: clients' CPU "
+                  f"{d['client_cpu'] * 1e6 / n:.0f} µs ({d['client_sys'] * 1e6 / n:.0f} system, {d['waits']:.2f} waits), "
+                  f"Redis' {d['redis_cpu'] * 1e6 / n:.0f} µs, scheduler's {d['cpu'] * 1e6 / n:.0f} µs; p50 "
+                  f"{d['p50']:.1f} ms, p99 {d['p99']:.1f} ms; {d['batches']} batches; load {os.getloadavg()[0]:.2f}\n"
+                  f"    Redis commands per request: {d['commands']}", flush=True)
+
+
 def main() -> int:
     quick = "--quick" in sys.argv
     with BenchStack(slots=4, max_pending=200_000) as bs:
+        if "--fsync" in sys.argv:       # how much of a drain is waits for fsync (appendfsync always)
+            bs.client.store.r.config_set("appendfsync", sys.argv[sys.argv.index("--fsync") + 1])
+        if "--alternate" in sys.argv:     # --alternate N TREE
+            i = sys.argv.index("--alternate")
+            compiled()
+            alternate(bs, int(sys.argv[i + 1]), sys.argv[i + 2])
+            return 0
         if "--drains" in sys.argv:
             compiled()
             other = sys.argv[sys.argv.index("--clients-of") + 1] if "--clients-of" in sys.argv else None
