@@ -13,15 +13,18 @@ it count and list each user's jobs they change beside it (Keys.ranking_since, ra
 prio` shows it to a user none of whose jobs changed since (and says how many of the others' did),
 and to one whose did with their own jobs patched in from their `stat` rows (priopatch.py, beside the
 text its index: the sort keys and each user's jobs), so that a user's own submit, start or cancel
-shows at once. Not while a held array
-rests (its tasks are no records here; the client spreads them from their one row), and a change to a
-rest deletes it; nor of more than MOST pending jobs.
+shows at once. A rest's pending tasks (a big or held array's tasks not yet records) are ranked as the
+client spreads them from their one row (`spread`), and a change to a rest counts as a change of its
+owner's (store/ranking.py); nor of more than MOST pending jobs.
 """
 import time
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from .. import priopatch
 from ..jobs import states
 from ..jobs.model import Job
+from ..jobs.rest import Rest
 from ..money import fairshare
 from .shell import Shell
 
@@ -43,24 +46,58 @@ class Ranking:
     def after_pass(self, now: float) -> bool:
         """Publish the ranking at `now` where it is due (above); whether it did."""
         st, published = self.shell.state, self.shell.store.ranking
-        if st.rests or now - self.at < max(GAP, COST_GAP * self.cost):
+        if now - self.at < max(GAP, COST_GAP * self.cost):
             return False
         if published.ranked and published.touched == self.touched and now - self.at < REFRESH:
             return False
         if self.shell.store.wakes_waiting():    # requests wait: answered first, rendered on a pass with none
             return False
         began, touched = time.perf_counter(), published.touched
-        pending = sorted((j for j in st.jobs.values() if j.state == states.PENDING), key=_id)
-        if len(pending) > MOST:
+        pending: list[Job | Task] = [j for j in st.jobs.values() if j.state == states.PENDING]
+        if len(pending) + sum(r.left for r in st.rests.values() if r.template.state == states.PENDING) > MOST:
             published.withdraw(self.shell.store.txn)
             self.at, self.touched = now, touched
             return False
+        pending += spread(st.rests.values())
+        pending.sort(key=_id)
         running = [j for j in st.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(st.usage, running, now, st.cfg.priority.fairshare_half_life)
         text, index = priopatch.render(pending, now, usage, st.cfg)
-        published.publish(self.shell.store.txn, text, now, index)
+        published.publish(self.shell.store.txn, text, now, index, {a: r.user for a, r in st.rests.items()})
         self.at, self.cost, self.touched = now, time.perf_counter() - began, touched
         return True
 
-def _id(j: Job) -> int:
+
+class Task(NamedTuple):
+    """A resting task as priotable ranks it: the fields its `stat` row, spread from the rest's one row
+    (statrows.rest_texts), gives the client (cli/prio.Pending)."""
+    id: int
+    array_id: int
+    array_index: int
+    user: str
+    account: str
+    qos: str
+    submit_time: float
+    time_limit: float
+    learned_est: float | None
+    est: float | None
+
+    @property
+    def display_id(self) -> str:
+        return f"{self.array_id}_{self.array_index}"
+
+
+def spread(rests: Iterable[Rest]) -> list[Task]:
+    """The pending tasks of `rests` (a held array's are pending too, held), as the client spreads them."""
+    out: list[Task] = []
+    for r in rests:
+        t = r.template
+        if t.state == states.PENDING:
+            a, lo, step = r.array_id, r.lo, r.step
+            out += [Task(a + p, a, lo + p * step, t.user, t.account, t.qos, t.submit_time, t.time_limit,
+                         t.learned_est, t.est) for p in r.positions()]
+    return out
+
+
+def _id(j: Job | Task) -> int:
     return j.id

@@ -3,8 +3,8 @@ it is the very text the client renders from the `stat` rows at its time; the com
 each user's changed jobs beside it in their own transactions, so a user whose job changed since gets
 the ranking with their own jobs patched in (their new job listed: priopatch.py) and the others get
 the ranking with its age and how many jobs changed since; redone after ranking.GAP where jobs changed, after ranking.REFRESH where none did;
-the other forms of `prio` and a ranking older than prio.STALE rank the rows; a rest's change and a
-new leader delete it."""
+the other forms of `prio` and a ranking older than prio.STALE rank the rows; a rest's tasks are ranked
+as the client spreads them and its change counts as its owner's; a long queue and a new leader delete it."""
 import json
 import os
 import subprocess
@@ -109,8 +109,9 @@ def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_
 
 
 @pytest.mark.redis
-def test_a_ranking_is_redone_after_refresh_a_rest_a_long_queue_and_a_new_leader_drop_it(redis_server, tmp_path,
-                                                                                      monkeypatch):
+def test_a_ranking_is_redone_after_refresh_ranks_a_rest_and_a_long_queue_and_a_new_leader_drop_it(redis_server, tmp_path,
+                                                                                             monkeypatch):
+    monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
     bench = BudgetBench(redis_server, tmp_path)
     now = time.time()
     _submit(bench, now, cpus=16)
@@ -120,9 +121,15 @@ def test_a_ranking_is_redone_after_refresh_a_rest_a_long_queue_and_a_new_leader_
     assert not rank.after_pass(now + ranking.REFRESH - 1)
     assert rank.after_pass(now + ranking.REFRESH)
     assert bench.r.get(K.ranking).startswith(repr(now + ranking.REFRESH))
-    _submit(bench, now + ranking.REFRESH + 1, hold=True, array=[0, 1999, 1])     # a rest: the ranking goes
-    assert bench.s.state.rests and not bench.r.exists(K.ranking) and not bench.s.store.ranking.ranked
-    assert not rank.after_pass(now + 3 * ranking.REFRESH), "not while a held array rests"
+    arr = _submit(bench, now + ranking.REFRESH + 1, hold=True, array=[0, 1999, 1])   # a rest: its owner's change
+    assert bench.s.state.rests and bench.r.exists(K.ranking) and bench.s.store.ranking.ranked
+    assert bench.r.hget(K.ranking_mine, current_user()) == "*", "the owner's prio ranks the rows (array lines)"
+    assert rank.after_pass(now + 3 * ranking.REFRESH), "ranked with the rest's tasks, spread as the client does"
+    at, _, text = bench.r.get(K.ranking).partition("\n")
+    assert text == _client_text(bench, float(at)) and f"\n{arr}_[0-" in text and "-1999]" in text
+    assert bench.s.store.ranking.owners == {arr: current_user()}
+    monkeypatch.setattr(ranking, "MOST", 2000)      # a pending job and 2,000 resting tasks: the rest counts
+    assert not rank.after_pass(now + 4 * ranking.REFRESH) and not bench.r.exists(K.ranking)
     monkeypatch.setattr(ranking, "MOST", 0)
     bench.s.state.rests.clear()
     assert rank.after_pass(now + 4 * ranking.REFRESH) is False and not bench.r.exists(K.ranking)

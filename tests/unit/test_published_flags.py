@@ -99,3 +99,14 @@ def test_the_commits_list_each_users_changed_ids_once_up_to_cap(monkeypatch):
     assert store.ranking.mine == {"alice": None}
     store.ranking.publish(lambda build: build(Recorder()), "t", 3.0, {})
     assert store.ranking.mine == {}
+
+
+def test_a_rests_change_counts_as_its_owners_and_only_an_unknown_owner_deletes_the_ranking():
+    store = Store()
+    store.ranking.owners = {9: "bob"}
+    _write(store, rests={9: None})          # bob's array: gone (cancelled whole)
+    calls = store.pipes[-1].calls
+    assert ("hincrby", (Keys().ranking_since, "bob", 1)) in calls and ("hset", (Keys().ranking_mine, "bob", "*")) in calls
+    assert store.ranking.ranked and store.ranking.owners == {} and store.ranking.mine["bob"] is None
+    _write(store, rests={10: None})         # an array no ranking or commit since knew of
+    assert ("delete", store.ranking.keys()) in store.pipes[-1].calls and not store.ranking.ranked
