@@ -36,6 +36,9 @@ class Reach:
         self.sources: list[list[Front]] = (list(queue.families.values()) if queue is not None and lazy
                                            else [[(0.0, 0, k)] for k in self.groups])
         self.front = [0] * len(self.sources)     # how many of each family's classes were reached
+        # whether the classes' order is the Queue's families', whose runs of passed classes settle.passes_from
+        # keeps as blocks (blocks.py)
+        self.kept = queue is not None and lazy
         self.heads = [(score(self.lists[i][0]), i) for i in map(self.reach, range(len(self.sources)))]
         heapq.heapify(self.heads)
         # The largest GPUs and CPUs any waiting job needs (Usage.tight after an admission).

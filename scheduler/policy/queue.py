@@ -16,7 +16,7 @@ It is a cache: plan() decides exactly as without it (tests/property/test_plan_cl
 plan() with one Queue over a sequence of changing snapshots against plan_per_job). The daemon keeps
 one for its passes; a caller without one gets a fresh Queue per pass.
 """
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable
 from itertools import chain, compress, repeat
 from operator import attrgetter, ge, is_not, itemgetter, ne, sub
@@ -24,6 +24,8 @@ from typing import Any
 
 from .. import multifactor
 from ..jobs.model import Job
+from . import blocks
+from .blocks import Block
 from .seen import Seen
 
 # A group's key: (class key, burst flag) here, (QoS, account, burst flag, gated) in backlog.py.
@@ -59,12 +61,15 @@ def _marked(j: Job) -> bool:
 
 class Group:
     """One class's waiting jobs (and their ids) in (submit time, id) order; `plain`: what settle.dead
-    reads of a class without gates, found at its first use (0: not yet; None: it has gates)."""
-    __slots__ = ("key", "jobs", "ids", "plain")
+    reads of a class without gates, found at its first use (0: not yet; None: it has gates); `within`:
+    the block of passed classes it is in (blocks.py), `block`: the one it starts."""
+    __slots__ = ("key", "jobs", "ids", "plain", "within", "block")
 
     def __init__(self, key: Key, jobs: list[Job]) -> None:
         self.key, self.jobs, self.ids = key, jobs, [j.id for j in jobs]
         self.plain: Key | int | None = 0
+        self.within: Block | None = None
+        self.block: Block | None = None
 
     def add(self, j: Job) -> None:
         at = bisect_left(self.jobs, _order(j), key=_order)
@@ -334,10 +339,12 @@ class Queue:
     def _ungroup(self, j: Job) -> None:
         k = self.where[j.id]
         g = self.groups[k]
+        if g.within is not None:
+            g.within.changed(g)
         head = g.jobs[0]
         unfile(self.groups, self.where, j)
         if head.id == j.id:
-            self._front(k, head, g.jobs[0] if g.jobs else None)
+            self._front(k, head, g.jobs[0] if g.jobs else None, g)
 
     def _group(self, j: Job, k: Key) -> None:
         k = (k, j.id in self.bursting)
@@ -345,19 +352,27 @@ class Queue:
         head = g.jobs[0] if g is not None else None
         file(self.groups, self.where, j, k)
         g = self.groups[k]
+        if g.within is not None:
+            g.within.changed(g)
         if g.jobs[0] is not head:
-            self._front(k, head, g.jobs[0])
+            self._front(k, head, g.jobs[0], g)
 
-    def _front(self, k: Key, was: Job | None, now: Job | None) -> None:
-        """Group `k`'s first job went from `was` to `now` (None: the group was made or is gone):
-        its place in its family (and, made or gone, its needs) follow."""
+    def _front(self, k: Key, was: Job | None, now: Job | None, g: Group) -> None:
+        """Group `k` (`g`)'s first job went from `was` to `now` (None: the group was made or is gone):
+        its place in its family, its block of passed classes (blocks.py) and, made or gone, its
+        needs follow."""
         any_ = now if now is not None else was
         assert any_ is not None
         fronts = self.families.setdefault(family(any_, k), [])
         if was is not None:
             del fronts[bisect_left(fronts, (was.submit_time, was.id))]
+            blocks.remove(g, (was.submit_time, was.id))
         if now is not None:
-            insort(fronts, (now.submit_time, now.id, k))
+            at = bisect_left(fronts, (now.submit_time, now.id))
+            fronts.insert(at, (now.submit_time, now.id, k))
+            if 0 < at < len(fronts) - 1:
+                groups = self.groups
+                blocks.insert(g, fronts[at], (groups[fronts[at - 1][2]], groups[fronts[at + 1][2]]))
         if was is None or now is None:
             need = (any_.total_gpus, any_.cpus * any_.nodes)
             left = self.needs.get(need, 0) + (1 if was is None else -1)

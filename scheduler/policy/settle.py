@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
+from . import blocks
 from .queue import Front, Group, Key
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
@@ -116,33 +117,33 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
     w.reached.clear()
 
 
-# What settle.dead reads of a class without gates (Group.plain): (account, user, GPUs, CPUs, nodes)
-# and its shape. A name of its own: cast() with the subscripted type spelled out built it per call.
-Plain = tuple[tuple[str, str, int, int, int], tuple[int, str, int, int]]
-
-
 class Dead:
     """What `dead` found so far in a pass: the "no room" verdict of each request shape (while no room
     came back: Placer.grown), and whether the caps pass the jobs of an (account, user, GPUs, CPUs,
     nodes) (while nothing was admitted: Usage.blocked reads nothing else of a job without a throttle)."""
-    __slots__ = ("verdicts", "grown", "open", "placed")
+    __slots__ = ("verdicts", "grown", "open", "placed", "used")
 
     def __init__(self) -> None:
         self.verdicts: dict[tuple[int, str, int, int], Verdict] = {}
         self.grown = 0
         self.open: dict[tuple[str, str, int, int, int], bool] = {}
         self.placed = 0
+        # the blocks of passed classes the pass took (blocks.py), each with the verdicts it took them with
+        self.used: list[tuple[blocks.Block, dict[blocks.Shape, Verdict]]] = []
 
 
 def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) -> int:
     """The classes of a family's order `src` (queue.Queue.families) from its k-th on whose `dead`
-    verdict the walk `w` knows now, taken one after another, each kept in `w.passed` with its
-    verdict's park (`w.park_of`); returns the first it does not take. A class without gates (hold,
-    begin, retry backoff, dependencies, throttle: Group.plain) is read by what `dead` reads of it:
-    its account, user and need (Usage.blocked's answer kept while nothing is admitted) and its shape
-    (the "no room" verdict kept while no room comes back); a class judged on its own is not taken.
-    One loop over the run, not a call per class: nothing in it changes the state of the pass, so
-    `w.dead`'s stamps are checked once (at 10k×50 a pass takes ~3,600 classes here)."""
+    verdict the walk `w` knows now, taken one after another; returns the first it does not take. A
+    class without gates (hold, begin, retry backoff, dependencies, throttle: Group.plain) is read by
+    what `dead` reads of it: its account, user and need (Usage.blocked's answer kept while nothing is
+    admitted) and its shape (the "no room" verdict kept while no room comes back); a class judged on
+    its own is not taken. With the kept Queue's families (fronts.Reach.kept), runs of plain classes
+    are kept as blocks (blocks.py): a block that starts here and whose inputs all pass is taken whole,
+    at a look per input; the plain classes taken one by one since the last block join the next block
+    taken or become one (`w.dead.used`). The other classes taken are kept in `w.passed` with their
+    verdict's park (`w.park_of`). Nothing here changes the state of the pass, so `w.dead`'s stamps
+    are checked once (at 10k×50 a pass takes ~3,600 classes here)."""
     n = len(src)
     if k >= n or not (w.frozen or _frozen(w)):
         return k            # neither a plain class nor a gated one passes an unfrozen pass (`dead`)
@@ -151,37 +152,73 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
         d.open, d.placed = {}, len(p.places)
     if d.grown != p.free.grown:
         d.verdicts, d.grown = {}, p.free.grown
-    opened, verdicts, blocked, out, parks = d.open, d.verdicts, p.usage.blocked, w.passed, w.parks
+    verdicts, out, parks, kept = d.verdicts, w.passed, w.parks, w.reached.kept
+    run: list[Group] = []       # plain classes taken one by one since the last block, and their entries
+    fronts: list[Front] = []
     while k < n:
         key = src[k][2]
         g = groups[key]
-        plain = g.plain
-        if plain == 0:
-            plain = _plain(key, g)
-        if plain is None:
-            verdict = None if key[0][0] == "own" else dead(w, g.jobs[0])
-        else:
-            who, shape = cast(Plain, plain)
-            open_ = opened.get(who)
-            if open_ is None:
-                open_ = opened[who] = blocked(g.jobs[0]) is None
-            verdict = (verdicts.get(shape) or dead(w, g.jobs[0])) if open_ else None
+        if kept:
+            took = _block_at(w, g, run, fronts)
+            if took:
+                k += took
+                run, fronts = [], []
+                continue
+        verdict = _dead_class(w, g)
         if verdict is None:
-            return k
-        hit = parks.get(id(verdict))
-        if hit is None:
-            hit = w.park_of(verdict)
-        out.append((key[0], key, g, hit))
+            break
+        if kept and g.plain is not None:
+            run.append(g)
+            fronts.append(src[k])
+        else:
+            if run:
+                d.used.append((blocks.Block(run, fronts), verdicts))
+                run, fronts = [], []
+            hit = parks.get(id(verdict))
+            if hit is None:
+                hit = w.park_of(verdict)
+            out.append((key[0], key, g, hit))
         k += 1
+    if run:
+        d.used.append((blocks.Block(run, fronts), verdicts))
     return k
 
 
-def _plain(key: Key, g: Group) -> Key | None:
-    """Group.plain of the class `g` (group key `key`), found at its first use and kept on it."""
-    k = key[0]
-    plain = g.plain = None if k[0] == "own" or k[11] is not None or k[12] is not None or k[13] is not None \
-        or k[14] or k[15] else ((k[1], k[2], k[5], k[7], k[18]), (k[5], k[6], k[7], k[8]))
-    return plain
+def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> int:
+    """The walk `w` reaches class `g` taking classes: the number of classes it takes as `g`'s block (0:
+    none; `run`, `fronts`: the plain classes taken one by one before it, which join it). A block
+    whose inputs do not all pass now is no more (its classes are taken one by one); taking that starts
+    inside a block ends it there."""
+    b = g.block
+    if b is None:
+        if g.within is not None:
+            g.within.split(g)
+        return 0
+    d = w.dead
+    blocked = w.p.usage.blocked
+    if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j)):
+        blocks.kill(b)
+        return 0
+    took = len(b.groups)
+    if run:
+        b.prepend(run, fronts)
+    d.used.append((b, d.verdicts))
+    return took
+
+
+def _dead_class(w: "_Walk", g: Group) -> Verdict | None:
+    """The `dead` verdict of class `g` now, or None; a plain class's answers kept in `w.dead`."""
+    plain = g.plain
+    if plain == 0:
+        plain = blocks.plain(g)
+    if plain is None:
+        return None if g.key[0][0] == "own" else dead(w, g.jobs[0])
+    d = w.dead
+    who, shape = cast(blocks.Plain, plain)
+    open_ = d.open.get(who)
+    if open_ is None:
+        open_ = d.open[who] = w.p.usage.blocked(g.jobs[0]) is None
+    return (d.verdicts.get(shape) or dead(w, g.jobs[0])) if open_ else None
 
 
 def dead(w: "_Walk", job: Job) -> Verdict | None:
@@ -232,7 +269,7 @@ def recall(w: "_Walk", placed: Job | None, changed_room: bool) -> None:
     that a change may concern, so that `_unpark` applies its rules to them as to any parked class: every
     one where the room stamp moved (never, once frozen); else, after an admission (`placed`), those of
     its array, and those of its account or user if a cap of theirs is near (Usage.tight)."""
-    if not w.passed or not changed_room and placed is None:
+    if not (w.passed or w.dead.used) or not changed_room and placed is None:
         return
     acct = user = array = None
     if placed is not None:
@@ -241,6 +278,13 @@ def recall(w: "_Walk", placed: Job | None, changed_room: bool) -> None:
             acct, user = placed.account, placed.user
         elif array is None and not changed_room:
             return
+    used = []
+    for b, verdicts in w.dead.used:     # a block some of whose classes the change concerns: one by one
+        if changed_room or any(who[0] == acct or who[1] == user for who in b.whos):
+            w.passed += blocks.entries_of(b, verdicts, lambda v: w.parks.get(id(v)) or w.park_of(v))
+        else:
+            used.append((b, verdicts))
+    w.dead.used = used
     keep = []
     for entry in w.passed:
         key, group_key, _, hit = entry
@@ -263,3 +307,4 @@ def passed_runs(w: "_Walk") -> None:
         else:
             got[1].extend(g.ids)
     w.p.runs.extend((ids, verdict) for verdict, ids in by.values())
+    blocks.runs(w.dead.used, w.p.runs)

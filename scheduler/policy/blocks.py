@@ -1,0 +1,193 @@
+"""Runs of a family's passed classes kept from pass to pass (issue 41): a pass that settles
+(settle.passes_from) passes most classes of a deep queue unreached, each with its "no room" verdict,
+and the next pass would visit each of them again. A `Block` keeps such a run: its classes (a
+family's consecutive ones, in the kept Queue's order) by what their verdicts read, each (account,
+user, GPUs, CPUs, nodes) (whether the caps pass it) and each request shape (its "no room" verdict).
+The next pass that reaches the run's first class takes the whole run when every input gives a pass
+again, at a look per input, not per class; their ids are read from the classes at the end of the pass.
+
+A block holds only *plain* classes (no gates, no throttle, not judged on its own: `plain`), whose
+verdict in a frozen pass reads nothing but those inputs, so the same answers give the same verdicts,
+class by class, as the one-by-one walk. The kept Queue (queue.py) keeps the rest of the invariant,
+that a block's classes are its family's consecutive classes: a class whose first job changes leaves
+its block (`remove`) and, put between two classes of one, joins it (`insert`; a class that is not
+plain kills it). A job filed into or out of a class changes no input of its block. So a queue that
+changes by a few jobs a pass keeps its blocks, where dropping a run on any change kept none (at
+10k×50 every family changes every pass). tests/property/test_plan_blocks.py checks passes that take
+blocks against whole passes as the queue changes; each of the Queue's rules (remove, insert, a class
+that is not plain killing the block, `Block.changed`) planted away fails it, as do the walk's own
+(`settle._block_at`: the count of a block taken, the split where taking starts inside one).
+"""
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from itertools import chain
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, cast
+
+from ..jobs.model import Job
+from ..jobs.plan import Verdict
+
+if TYPE_CHECKING:       # a Group holds its block; queue.py imports this module
+    from .queue import Front, Group, Key
+
+Who = tuple[str, str, int, int, int]        # (account, user, GPUs, CPUs, nodes): what Usage.blocked reads
+Shape = tuple[int, str, int, int]           # (GPUs, model, CPUs, memory): what "no room" reads
+# What settle.dead reads of a class without gates (Group.plain). A name of its own: cast() with the
+# subscripted type spelled out built it per call.
+Plain = tuple[Who, Shape]
+_IDS = attrgetter("ids")
+
+
+def plain(g: "Group") -> "Key | None":
+    """Group.plain of the class `g`, found at its first use and kept on it: (who, shape), or None for a
+    class with gates (hold, begin, retry backoff, dependencies, throttle) or judged on its own."""
+    k = g.key[0]
+    got = g.plain = None if k[0] == "own" or k[11] is not None or k[12] is not None or k[13] is not None \
+        or k[14] or k[15] else ((k[1], k[2], k[5], k[7], k[18]), (k[5], k[6], k[7], k[8]))
+    return got
+
+
+class Block:
+    """A run of plain classes (`groups`, in family order; `fronts`, their entries in the family's order:
+    (submit time, id) of the first job, group key), by who and by shape. Each class is in at most one
+    block (Group.within); the first one names it (Group.block)."""
+    __slots__ = ("fronts", "groups", "whos", "shapes", "ids")
+
+    def __init__(self, groups: "list[Group]", fronts: "list[Front]") -> None:
+        self.groups, self.fronts = groups, fronts
+        self.whos: dict[Who, list[Group]] = {}
+        self.shapes: dict[Shape, list[Group]] = {}
+        # shape -> the ids of the block's jobs of that shape, made at a pass's end and kept until a job
+        # or class of that shape changes (`changed`): the same tuple pass to pass while none does
+        self.ids: dict[Shape, tuple[int, ...]] = {}
+        self._index(groups)
+        groups[0].block = self
+
+    def changed(self, g: "Group") -> None:
+        """A job was filed into or out of the block's class `g` (queue.py)."""
+        self.ids.pop(cast(Plain, g.plain)[1], None)
+
+    def _index(self, groups: "list[Group]") -> None:
+        whos, shapes, ids = self.whos, self.shapes, self.ids
+        for g in groups:
+            who, shape = cast(Plain, g.plain)
+            got = whos.get(who)
+            if got is None:
+                whos[who] = [g]
+            else:
+                got.append(g)
+            got = shapes.get(shape)
+            if got is None:
+                shapes[shape] = [g]
+            else:
+                got.append(g)
+                ids.pop(shape, None)
+            if g.within is not None and g.within is not self:
+                kill(g.within)      # a class is in one block: one it was in is no run now
+            g.within = self
+
+    def prepend(self, groups: "list[Group]", fronts: "list[Front]") -> None:
+        """Classes taken one by one just before the block's first: they join it."""
+        self.groups[0].block = None
+        self.groups = groups + self.groups
+        self.fronts = fronts + self.fronts
+        self._index(groups)
+        groups[0].block = self
+
+    def split(self, g: "Group") -> None:
+        """Class `g` (not the first) and those after it leave the block (a pass starts taking classes at `g`)."""
+        at = self.groups.index(g)
+        for h in self.groups[at:]:
+            h.within = None
+        del self.groups[at:], self.fronts[at:]
+        self.whos, self.shapes, self.ids = {}, {}, {}
+        self._index(self.groups)
+
+
+def kill(b: Block | None) -> None:
+    """No pass takes the block again; its classes are in none."""
+    if b is not None:
+        for g in b.groups:
+            g.within = None
+        if b.groups:
+            b.groups[0].block = None
+        b.groups, b.fronts = [], []
+
+
+def remove(g: "Group", front: tuple[float, int]) -> None:
+    """Class `g`, whose first job was at `front`, leaves its family's order there (queue.py: its
+    first job changed, or it is gone): it leaves its block."""
+    b = g.within
+    if b is None:
+        return
+    at = bisect_left(b.fronts, front)
+    del b.groups[at], b.fronts[at]
+    who, shape = cast(Plain, g.plain)
+    b.ids.pop(shape, None)
+    _drop(b.whos, who, g)
+    _drop(b.shapes, shape, g)
+    g.within = None
+    if at == 0:
+        g.block = None
+        if b.groups:
+            b.groups[0].block = b
+
+
+def _drop(by: "dict[Any, list[Group]]", k: Any, g: "Group") -> None:
+    mine = by[k]
+    mine.remove(g)
+    if not mine:
+        del by[k]
+
+
+def insert(g: "Group", front: "Front", between: "tuple[Group, Group]") -> None:
+    """Class `g` was put in its family's order (at `front`) between two classes: if they are of one
+    block, `g` joins it, or kills it where `g` is not plain."""
+    b = between[0].within
+    if b is None or between[1].within is not b:
+        return
+    p = g.plain
+    if p == 0:
+        p = plain(g)
+    if p is None:
+        return kill(b)
+    at = bisect_left(b.fronts, front)
+    b.fronts.insert(at, front)
+    b.groups.insert(at, g)
+    b.ids.pop(cast(Plain, p)[1], None)
+    b._index([g])
+
+
+def holds(b: Block, opened: dict[Who, bool], verdicts: dict[Shape, Verdict], passes: Callable[[Job], bool],
+          dead: Callable[[Job], Verdict | None]) -> bool:
+    """Whether every class of `b` passes now: each who's caps pass (`opened`, this pass's answers so
+    far; `passes` asks the rest) and each shape has a "no room" verdict (`verdicts`; `dead` asks the
+    rest), each asked of the first job of a class of it. The answers are kept as the one-by-one walk keeps them."""
+    if all(map(opened.get, b.whos)) and all(map(verdicts.get, b.shapes)):
+        return True         # every answer known, and each a pass (verdicts are non-empty tuples)
+    for who, gs in b.whos.items():
+        ok = opened.get(who)
+        if ok is None:
+            ok = opened[who] = passes(gs[0].jobs[0])
+        if not ok:
+            return False
+    return all(verdicts.get(shape) or dead(gs[0].jobs[0]) for shape, gs in b.shapes.items())
+
+
+def runs(used: list[tuple[Block, dict[Shape, Verdict]]], out: list[tuple[Sequence[int], Verdict]]) -> None:
+    """The runs (plan.Pendings) of the blocks a pass took, each with the verdicts it was taken with: a run
+    per block and shape, its ids a tuple kept on the block (made again only for a shape whose classes changed)."""
+    for b, verdicts in used:
+        ids = b.ids
+        if len(ids) != len(b.shapes):
+            for shape, gs in b.shapes.items():
+                if shape not in ids:
+                    ids[shape] = tuple(chain.from_iterable(map(_IDS, gs)))
+        out.extend(zip(ids.values(), map(verdicts.__getitem__, ids)))
+
+
+def entries_of(b: Block, verdicts: dict[Shape, Verdict], park_of: Callable[[Verdict], Any]
+               ) -> list[tuple[Any, Any, Any, Any]]:
+    """The block's classes as the walk's one-by-one passed entries (settle.recall, when a change
+    concerns some of them): (class key, group key, group, the park of its verdict)."""
+    return [(g.key[0], g.key, g, park_of(verdicts[cast(Plain, g.plain)[1]])) for g in b.groups]
