@@ -122,3 +122,22 @@ def test_the_seen_finds_a_pass_s_changes_not_the_whole_queue(monkeypatch):
         res = simulate(rows, cluster(1, 8, False), cfg, hooks=hooks(), through=True)
     assert len(calls) > 100 and wholes == []
     assert schedule(res) == schedule(simulate(rows, cluster(1, 8, False), cfg, skip=False, hooks=hooks()))
+
+
+def test_runs_that_change_no_record_are_not_applied(monkeypatch):
+    """The replay keeps no reasons: where no queued job has an earmark, the runs of jobs pended without
+    one are not handed to the applier (which would read each of their jobs: the depth of the queue,
+    every pass); the budget-held jobs are counted all the same (tests above)."""
+    from labq.scheduler.sim import engine
+    given = []
+    real = engine.apply_plan
+
+    def counted(p, *a, **k):
+        given.append(sum(len(ids) for ids, _ in p.pending.runs()))
+        return real(p, *a, **k)
+    monkeypatch.setattr(engine, "apply_plan", counted)
+    rows = [TraceJob(name=f"j{i}", submit=float(i), duration=float(600 + (i * 37) % 900),
+                     time_limit=2000, gpus=1 + i % 2, user=f"u{i % 3}") for i in range(300)]
+    cfg, hooks = replay("backfill", 1)
+    simulate(rows, cluster(1, 8, False), cfg, hooks=hooks(), through=True)
+    assert len(given) > 100 and sum(given) < 10 * len(given), (sum(given), len(given))
