@@ -45,13 +45,14 @@ Factors = namedtuple("Factors", "job_id qos age fairshare burst priority short")
 
 
 def render(pending: Sequence[Any], now: float, usage: Mapping[str, float], cfg: Config) -> tuple[str, dict[str, str]]:
-    """(priotable.text of `pending` at `now`, the index's fields: {} where multifactor.ranked declined)."""
+    """(priotable.text of `pending` at `now`, the index's fields: {} where multifactor.ranked declined;
+    an empty queue's too, so that the first submits after it are patched in)."""
     keys: list = []
     order, f = priotable.rank(pending, now, usage, cfg, None, keys)
     w = priotable.weights_of(cfg)
     ids, cols, headers, members = priotable.lines(order, f, w, False)
     text = priotable.weights_line(w) + "\n" + columns([ids, *cols], headers)
-    if not keys:
+    if pending and not keys:        # ranked declined (the short-job term, a negative age weight)
         return text, {}
     return text, index(order, f, keys, [ids, *cols], headers, members, cfg, usage, now)
 

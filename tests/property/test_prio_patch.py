@@ -122,3 +122,5 @@ def test_a_users_churn_of_single_jobs_is_patched(tmp_path):
         got = _check(tmp_path, specs, {"eta": 5.0, "phi": 1.0}, weights, change, "alice")
         assert got is not None, change
     assert _check(tmp_path, specs, {}, weights, (2, 0, [("bob", "phi", "high", 1.0, 0)]), "bob") is not None
+    assert _check(tmp_path, [], {}, weights, (0, 0, [("bob", "phi", "high", 1.0, 0)]), "bob") is not None, \
+        "a ranking of an empty queue has an index: the first submits after it are patched in"
