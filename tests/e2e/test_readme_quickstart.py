@@ -56,6 +56,8 @@ def test_the_quick_start_runs_on_a_machine_with_2_cpus_and_no_gpu():
         for cmd in cmds:
             if cmd[1] == "del":     # the job is still running: the README's `labq del 1` has something to cancel
                 wait_for(lambda: "R" in up.run("stat", "-h", "-o", "%t").stdout.split(), 60, what="job 1 to run")
+            if cmd[1] == "logs":    # "its output so far": on a loaded machine the job may not have started yet
+                wait_for(lambda: os.path.exists(os.path.join(up.dir, "labq-1.out")), 60, what="job 1's output file")
             p = up.run(*cmd[1:])
             assert p.returncode == 0, (cmd, p.stdout, p.stderr)
             if cmd[1] == "sub":
