@@ -76,7 +76,9 @@ class Planner:
             metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded
             p = applier.without_flips(p, st.jobs)
-        done = applier.apply_plan(p, st.jobs, st.jobs, st.nodes, now)
+        # Checked against the jobs on nodes as the tally keeps them: with every active job there, a
+        # pass that placed read each pending record to find the jobs on the nodes it placed on.
+        done = applier.apply_plan(p, st.jobs, st.tally.on_node, st.nodes, now)
         for r in done.rejected:
             log.warning("plan not applied: %s", r.why)
             if metrics:
