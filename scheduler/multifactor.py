@@ -123,6 +123,11 @@ def ordered(pending: Sequence[Job], now: float, usage: dict[str, float], cfg: Co
     return [pending[t[3]] for t in keyed]
 
 
+def by_columns(cfg: Config) -> bool:
+    """Whether `ranked` ranks under `cfg`: not with the short-job term on or a negative age weight."""
+    return not cfg.priority.short_job_weight and cfg.priority.age_weight >= 0
+
+
 def ranked(ids: Sequence[int], users: Sequence[str], accounts: Sequence[str], qoses: Sequence[str],
            submits: Sequence[float], now: float, usage: dict[str, float], cfg: Config, keys: list[Any] | None = None
            ) -> tuple[list[int], dict[int, Factors]] | None:
@@ -136,7 +141,7 @@ def ranked(ids: Sequence[int], users: Sequence[str], accounts: Sequence[str], qo
     place) in that order: the published ranking's index (priopatch.py)."""
     w = cfg.priority
     qw, aw, fw, bw, sw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty, w.short_job_weight
-    if sw or aw < 0:
+    if not by_columns(cfg):
         return None
     fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
     bursting = burst_columns(ids, users, submits, w.burst_jobs, w.burst_window) if bw else set()

@@ -52,8 +52,9 @@ def render(pending: Sequence[Any], now: float, usage: Mapping[str, float], cfg: 
     w = priotable.weights_of(cfg)
     ids, cols, headers, members = priotable.lines(order, f, w, False)
     text = priotable.weights_line(w) + "\n" + columns([ids, *cols], headers)
-    if pending and not keys:        # ranked declined (the short-job term, a negative age weight)
-        return text, {}
+    from .multifactor import by_columns
+    if not keys and (pending or not by_columns(cfg)):     # ranked declined (the short-job term, a negative
+        return text, {}         # age weight): the patch cannot render those terms
     return text, index(order, f, keys, [ids, *cols], headers, members, cfg, usage, now)
 
 
@@ -94,6 +95,8 @@ def patch(text: str, head: str, entries: str, changed: Sequence[tuple[int, float
     meta, _, keytext = head.partition("\n")
     h = json.loads(meta)
     w = priotable.Weights(h["w"])
+    if w["short_job_weight"] or w["age_weight"] < 0:
+        return None         # an index published with those terms on (by 797fe82's leader): not patched
     weights, header, *lines = text.split("\n")
     keys = keytext.split("\n") if keytext else []
     mine = [r for r in rows if r.user == user]

@@ -6,6 +6,8 @@ jobs submitted after the ranking, QoS names and accounts the config lacks) and r
 user's jobs (submits, cancels, starts, a job changed and still pending), which move other jobs of
 theirs in or out of the tail of a burst. Submits and cancels of
 single jobs, the churn of the live bench, are patched, not declined."""
+import json
+
 from hypothesis import given, settings, strategies as st
 
 from labq.cli.prio import Pending
@@ -124,3 +126,18 @@ def test_a_users_churn_of_single_jobs_is_patched(tmp_path):
     assert _check(tmp_path, specs, {}, weights, (2, 0, [("bob", "phi", "high", 1.0, 0)]), "bob") is not None
     assert _check(tmp_path, [], {}, weights, (0, 0, [("bob", "phi", "high", 1.0, 0)]), "bob") is not None, \
         "a ranking of an empty queue has an index: the first submits after it are patched in"
+
+
+def test_no_index_where_the_terms_are_not_patched(tmp_path):
+    """With the short-job term on multifactor.ranked declines, and the patch cannot render the term: no
+    index is published, for an empty queue too, and an index that has it is not patched (tests/e2e/test_estimate_e2e.py's SHORT column printed 0.00 so)."""
+    path = tmp_path / "labq.toml"
+    _cfg(tmp_path, 10, 1000, 0, 0, 2, 600)
+    path.write_text(path.read_text().replace("[priority]\n", "[priority]\nshort_job_weight = 5\n", 1))
+    assert priopatch.render([], AT, {}, config_mod.load(str(path)))[1] == {}
+    cfg = _cfg(tmp_path, 10, 1000, 0, 0, 2, 600)
+    meta, _, keys = priopatch.render([], AT, {}, cfg)[1][priopatch.HEAD].partition("\n")
+    h = json.loads(meta)
+    h["w"]["short_job_weight"] = 5
+    text = priotable.text([], AT, {}, cfg)
+    assert priopatch.patch(text, json.dumps(h) + "\n" + keys, "", [(7, AT)], [], "bob") is None
