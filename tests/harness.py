@@ -137,6 +137,32 @@ def cfg(text: str = "") -> config_mod.Config:
     return config_mod.loads(text)
 
 
+def prio_config(qw, aw, fw, bp, age_max, burst_jobs, burst_window) -> str:
+    """A config of priority weights, three QoS levels and two accounts with shares (the prio tests')."""
+    return f"""
+[priority]
+qos_weight = {qw!r}
+age_weight = {aw!r}
+age_max = {age_max}
+fairshare_weight = {fw!r}
+burst_jobs = {burst_jobs}
+burst_window = {burst_window}
+burst_penalty = {bp!r}
+[qos.normal]
+priority = 100
+[qos.low]
+priority = 3
+[qos.high]
+priority = 1000
+[accounts.eta]
+share = 3
+users = ["alice"]
+[accounts.phi]
+share = 0.5
+users = ["bob"]
+"""
+
+
 def forward_until_started(snap: Snapshot, c, until_started: int, limit: float) -> float | None:
     """Run the cluster forward with every job lasting exactly its time limit; the time job
     `until_started` starts, or None if it has not by `limit` (backfill's promises, tested)."""

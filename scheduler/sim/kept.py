@@ -46,8 +46,14 @@ def plan(sim, t: float):
     snap = Snapshot(now=t, nodes=sim.nodes, jobs=tuple(sim.running.values()), spent=sim.spent_now(t)[1],
                     usage=tuple(sorted(sim._usage(t).items())))
     p = policy.plan(snap, sim.cfg, standing=sim.standing, backlog=sim.queue.backlog)
-    if sim.queue.backlog.earmarked:
-        return p
+    return p if sim.queue.backlog.earmarked else quiet(sim, p)
+
+
+def quiet(sim, p):
+    """Plan `p` without the runs of jobs pended without an earmark, where no queued job has one:
+    applying them changes no record (the replay keeps no reasons, engine `_apply`) and reading them
+    would cost the depth of the queue, every pass; of a budget reason the replay keeps only who got
+    it (engine `held`)."""
     kept = []
     for ids, verdict in pending_runs(p.pending):
         if verdict[0] in BUDGET_REASONS:

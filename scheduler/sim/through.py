@@ -7,14 +7,11 @@ same plan as over the whole queue afresh (tests/property/test_sim_through.py aga
 The daemon's snapshot lists its jobs dict in order, a record replaced in place when it changes, ended
 ones leaving and new ones coming at the end; the replay keeps `active` the same way, so the Seen
 finds the changes as it does for the daemon (seen.py)."""
-from dataclasses import replace
-
 from .. import policy
 from ..jobs.model import Job, Snapshot
-from ..jobs.plan import Pendings, pending_runs
 from ..policy.queue import Queue
 from ..policy.seen import Seen
-from .result import BUDGET_REASONS
+from . import kept
 
 
 class Through:
@@ -40,15 +37,5 @@ class Through:
         held = sim.budget_idle.known(t, sim.attempts) if sim.budget_idle is not None else None
         p = policy.plan(snap, sim.cfg, held=held, standing=sim.standing, tracks=sim.tracks, queue=self.queue,
                         seen=self.seen)
-        if any(j.earmark for j in self.queue.marked.values()):
-            return p
-        # No queued job has an earmark: a run of jobs pended without one changes no record (the replay
-        # keeps no reasons: engine `_apply`), and the applier would read each of its jobs (the depth
-        # of the queue, every pass); of a budget reason the replay keeps only who got it (engine `held`).
-        kept = []
-        for ids, verdict in pending_runs(p.pending):
-            if verdict[0] in BUDGET_REASONS:
-                sim.held(ids)
-            elif len(ids) == 1 or verdict[2]:
-                kept.append((ids, verdict))
-        return replace(p, pending=Pendings((), kept))
+        # No queued job has an earmark: the runs pended without one change no record (kept.quiet).
+        return p if any(j.earmark for j in self.queue.marked.values()) else kept.quiet(sim, p)

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from labq.scheduler import multifactor
 from labq.scheduler.jobs.model import Job
-from tests.harness import cfg
+from tests.harness import cfg, prio_config
 
 NOW = 1_000_000.0
 weight = st.one_of(st.integers(0, 60), st.floats(0, 60), st.sampled_from([0, 0.0, 1, 1.5, 10, 50.0]))
@@ -17,29 +17,6 @@ jobs = st.lists(st.tuples(st.sampled_from(["alice", "bob", "carol"]), st.sampled
                 max_size=40)
 
 
-def _config(qw, aw, fw, bp, age_max, burst_jobs, burst_window) -> str:
-    return f"""
-[priority]
-qos_weight = {qw!r}
-age_weight = {aw!r}
-age_max = {age_max}
-fairshare_weight = {fw!r}
-burst_jobs = {burst_jobs}
-burst_window = {burst_window}
-burst_penalty = {bp!r}
-[qos.normal]
-priority = 100
-[qos.low]
-priority = 3
-[qos.high]
-priority = 1000
-[accounts.eta]
-share = 3
-users = ["alice"]
-[accounts.phi]
-share = 0.5
-users = ["bob"]
-"""
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,7 +25,7 @@ users = ["bob"]
 def test_ranked_is_factors_and_ordered_bit_for_bit(specs, usage, qw, aw, fw, bp, age_max, burst_jobs, window):
     if aw > 60 or qw > 60 or fw > 60 or bp > 60:    # TOML's float text of st.floats' largest
         return
-    c = cfg(_config(qw, aw, fw, bp, age_max, burst_jobs, window))
+    c = cfg(prio_config(qw, aw, fw, bp, age_max, burst_jobs, window))
     records = [Job(i + 1, user, account, qos=qos, submit_time=NOW - wait)
                for i, (user, account, qos, wait) in enumerate(specs)]
     records.reverse()       # not in id order: the order and the tail must not depend on it

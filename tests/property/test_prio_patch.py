@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from labq.cli.prio import Pending
 from labq.scheduler import priopatch, priotable
 from labq.scheduler.settings import config as config_mod
+from tests.harness import prio_config
 
 AT = 1_000_000.0
 USERS = ["alice", "bob", "carol"]
@@ -24,28 +25,7 @@ job = st.tuples(st.sampled_from(USERS), st.sampled_from(["eta", "phi", "zed"]),
 
 def _cfg(tmp, qw, aw, fw, bp, burst_jobs, window):
     path = tmp / "labq.toml"
-    path.write_text(f"""
-[priority]
-qos_weight = {qw!r}
-age_weight = {aw!r}
-age_max = 7200
-fairshare_weight = {fw!r}
-burst_jobs = {burst_jobs}
-burst_window = {window}
-burst_penalty = {bp!r}
-[qos.normal]
-priority = 100
-[qos.low]
-priority = 3
-[qos.high]
-priority = 1000
-[accounts.eta]
-share = 3
-users = ["alice"]
-[accounts.phi]
-share = 0.5
-users = ["bob"]
-""")
+    path.write_text(prio_config(qw, aw, fw, bp, 7200, burst_jobs, window))
     return config_mod.load(str(path))
 
 
