@@ -24,12 +24,16 @@ class RequestList:
     _woke: dict = {}                  # what the last wait_wake read as it returned (woken), and when
     _woke_at = 0.0
     _node_names: list = []            # the registered nodes as last read (SchedulerStore.nodes)
+    _look_for: tuple = ()             # (streams, count) of the last look: what a wait reads ahead for the next
+    _looked: tuple | None = None      # what the last wait read ahead (look's answer), for the next look
+    _moved = 0                        # requests the last take_requests handed out: a wait's LMOVEs ahead
 
     def take_requests(self, count: int, waiting: int | None = None) -> list:
         """Up to `count` requests, oldest first, moved into `taken` (LMOVE: a leader that dies
         holding them leaves them there for the next): [(entry id, raw bytes)]. `waiting`: the
         request list's length where the caller has just read it (look), counting those look moved."""
         pre, self._premoved = self._premoved, []
+        self._moved = len(pre)
         n = min(count, self.r.llen(self.k.requests) if waiting is None else waiting) - len(pre)
         if n <= 0:
             return pre
@@ -39,7 +43,9 @@ class RequestList:
             for _ in range(n):
                 p.execute_command("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT", NEVER_DECODE=True)
             got = p.execute()
-        return pre + self._named([raw for raw in got if raw is not None])
+        out = pre + self._named([raw for raw in got if raw is not None])
+        self._moved = len(out)
+        return out
 
     def look(self, streams: list[str], count: int) -> tuple[bool, int, list]:
         """A tick's first read, one round trip: (left behind, requests waiting, new events).
@@ -53,13 +59,12 @@ class RequestList:
         Its own round trip was ~70 us of scheduler CPU a tick, a fifth of an idle one. So are the
         first requests' LMOVEs, as many as the wake-up left tokens (after the lengths: a leader that
         finds entries left behind handles what it moved with them; take_requests hands them out)."""
-        cmds = [("LLEN", self.k.taken), ("LLEN", self.k.requests)]
-        if streams:
-            cmds += [("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", n, "STREAMS", *streams, *[at] * len(streams))
-                     for n, at in ((1, "0"), (count, ">"))]
-        reads, moves = len(cmds), min(count, self._wake_hint)
-        self._wake_hint = 0
-        cmds += [("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT")] * moves
+        self._look_for = (list(streams), count)
+        moves, self._wake_hint = min(count, self._wake_hint), 0
+        ahead, self._looked = self._looked, None
+        if ahead is not None:       # read as the wait returned, in its round trip (wait_wake)
+            return ahead
+        cmds, reads = self._look_commands(streams, count, moves)
         got = wire.call(self.r, cmds, False)
         if got is None:
             p = self.r.pipeline(transaction=False)
@@ -68,9 +73,21 @@ class RequestList:
             got = p.execute()
         else:
             got[2:reads] = [stream_reply(x) for x in got[2:reads]]
+        return self._looked_at(got, bool(streams), reads)
+
+    def _look_commands(self, streams: list[str], count: int, moves: int) -> tuple[list, int]:
+        """look's commands (and how many of them read before the `moves` LMOVEs)."""
+        cmds = [("LLEN", self.k.taken), ("LLEN", self.k.requests)]
+        if streams:
+            cmds += [("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", n, "STREAMS", *streams, *[at] * len(streams))
+                     for n, at in ((1, "0"), (count, ">"))]
+        return cmds + [("LMOVE", self.k.requests, self.k.taken, "RIGHT", "LEFT")] * moves, len(cmds)
+
+    def _looked_at(self, got: list, streams: bool, reads: int) -> tuple[bool, int, list]:
+        """look's answer from its commands' replies (the streams' already in redis-py's shape)."""
         if not got[0]:
             self.held.clear()     # `taken` was empty: nothing held before is there (acknowledged, or by a successor)
-        self._premoved = self._named([raw for raw in got[reads:] if raw is not None])
+        self._premoved = self._premoved + self._named([raw for raw in got[reads:] if raw is not None])
         pending, new = (got[2], got[3]) if streams else (None, None)
         return bool(got[0]) or bool(entries(pending)), int(got[1]), entries(new)
 
@@ -86,14 +103,30 @@ class RequestList:
         names = list(self._node_names)
         cmds = [("BLPOP", self.k.wake, max(0.01, timeout)), ("LLEN", self.k.wake), ("DEL", self.k.wake),
                 ("GET", self.k.leader), *noderows.commands(self.k, names)]
+        # And the next tick's first look, run by Redis as the BLPOP returns: a round trip and an fsync'd
+        # write (its LMOVEs) fewer a batch (issue 39: each write round trip waits for an fsync under
+        # appendfsync always). As many LMOVEs as the last intake took (a guess: those answered send
+        # again; one that finds the list empty moves nothing), take_requests moves the rest. What they
+        # move is in `taken` at once: a scheduler that dies or is deposed before its tick leaves it to
+        # the next leader, as a look's.
+        ahead = bool(self._look_for) and self._looked is None
+        nodes_end = len(cmds)
+        if ahead:
+            streams, count = self._look_for
+            look, reads = self._look_commands(streams, count, max(1, min(count, self._moved)))
+            cmds += look
         got = wire.call(self.r, cmds, False)
         self._woke = {}
         if got is not None:
             try:
-                self._woke = {"leader": (_text(got[3]),), "nodes": (names, _text(got[4:]))}
+                self._woke = {"leader": (_text(got[3]),), "nodes": (names, _text(got[4:nodes_end]))}
             except UnicodeDecodeError:      # a node wrote bytes that are no text: read as before
                 pass
             self._woke_at = time.monotonic()
+            if ahead:
+                looked = got[nodes_end:]
+                looked[2:reads] = [stream_reply(x) for x in looked[2:reads]]
+                self._looked = self._looked_at(looked, bool(streams), reads)
         if got is None:
             p = self.r.pipeline(transaction=False)
             p.execute_command(*cmds[0], NEVER_DECODE=True)
@@ -116,7 +149,7 @@ class RequestList:
     def taken_requests(self) -> list:
         """What a predecessor took and never answered, oldest first: [(entry id, raw bytes)] (what
         look moved too: it is in `taken`)."""
-        self._premoved = []
+        self._premoved, self._looked = [], None      # its events are pending entries: read as those
         return self._named(list(reversed(self.r.execute_command("LRANGE", self.k.taken, 0, -1, NEVER_DECODE=True))))
 
     def _named(self, raws) -> list:

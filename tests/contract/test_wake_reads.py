@@ -6,10 +6,11 @@ wire path; fakeredis goes through redis-py, which reads as before)."""
 import time
 from types import SimpleNamespace
 
+from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs.model import Gpu
 from labq.scheduler.store import requestq, wire
 from labq.scheduler.store.agentside import AgentStore
-from tests.harness import K, setup
+from tests.harness import BODY, CFG, FROZEN, K, reply, setup, submit, taken
 
 
 def _round_trips(monkeypatch) -> list:
@@ -61,3 +62,61 @@ def test_what_a_wait_read_serves_only_the_tick_right_after_it(real_redis, redis_
     real_redis.set(K.leader, "s2")
     assert s.store.leader() == "s1"
     assert s.store.leader() == "s2"
+
+
+def test_the_tick_after_a_wait_takes_the_requests_the_wait_moved(real_redis, redis_server, monkeypatch):
+    """The wait carries the tick's first look too (the lengths, the events, the LMOVEs of the requests
+    that woke it, sized by the last intake): the tick's intake sends no look of its own, and every
+    request is answered once (failed before: the look was a round trip of its own, LLEN first)."""
+    s = setup(real_redis, None, time.time())
+    now = time.time()
+    s.tick(now)
+    for i in range(3):
+        submit(real_redis, "alice", {**BODY, "hold": True}, f"w{i}")
+    assert s.store.wait_wake(1.0)
+    seen = _round_trips(monkeypatch)
+    s.tick(now)
+    assert "LLEN" not in seen, seen
+    got = [reply(real_redis, f"w{i}") for i in range(3)]
+    assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [1, 2, 3]
+    assert taken(real_redis) == 0
+
+
+def test_what_a_wait_moved_is_answered_once_by_the_next_leader_when_its_own_dies(real_redis, redis_server):
+    """A crash point the merged wait adds: requests moved into `taken` by the wait, the scheduler
+    killed before its tick handles them. The next leader answers each once."""
+    s1 = setup(real_redis, None, time.time())
+    now = time.time()
+    for rids in (("a0", "a1", "a2"), ("d0", "d1", "d2")):    # the first three size the wait's moves
+        for rid in rids:
+            submit(real_redis, "alice", {**BODY, "hold": True}, rid)
+        assert s1.store.wait_wake(1.0)
+        if rids[0] == "a0":
+            s1.tick(now)
+    assert real_redis.llen(K.taken) == 3      # moved by the wait, then s1 is killed
+    real_redis.delete(K.leader)
+    s2 = Scheduler(real_redis, CFG, me="s2", clock=FROZEN)
+    assert s2.tick(now + 1)
+    got = [reply(real_redis, f"d{i}") for i in range(3)]
+    assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [4, 5, 6]
+    assert taken(real_redis) == 0 and len(real_redis.lrange(K.reply("d0"), 0, -1)) == 1
+
+
+def test_what_a_deposed_leaders_wait_moved_is_answered_once_by_its_successor(real_redis, redis_server):
+    """The wait moved requests, then another scheduler took the lease (the first was frozen): the
+    deposed one's commit is refused, its successor finds them left in `taken` and answers each once."""
+    s1 = setup(real_redis, None, time.time())
+    now = time.time()
+    s1.tick(now)
+    for i in range(2):
+        submit(real_redis, "alice", {**BODY, "hold": True}, f"z{i}")
+    assert s1.store.wait_wake(1.0)
+    real_redis.delete(K.leader)
+    s2 = Scheduler(real_redis, CFG, me="s2", clock=FROZEN)
+    assert s2.tick(now + 1)                  # leads; the requests s1 moved are in `taken`
+    s1.tick(now + 2)                         # its lease check or its commit fails: nothing written
+    assert not s1.leading
+    s2.tick(now + 3)
+    got = [reply(real_redis, f"z{i}") for i in range(2)]
+    assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [1, 2]
+    assert taken(real_redis) == 0 and all(len(real_redis.lrange(K.reply(f"z{i}"), 0, -1)) == 1 for i in range(2))
