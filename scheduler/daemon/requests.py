@@ -97,7 +97,10 @@ class Inboxes:
         try:
             requests, events = self._decoded(read, False), self._decoded(read_events, True)
             self.reads.round(requests)
-            prior = self.store.replies_done([decode.reply_id(f, eid) for _, eid, f in requests])
+            # With the commit's WATCH (txn), but not in a recovery: a leader's reload renews its lease
+            # from a thread, which must not wait on the lease lock while an entry is handled.
+            prior = self.store.replies_done([decode.reply_id(f, eid) for _, eid, f in requests],
+                                            watch=not self.recovering)
             who = self._all_senders(requests, now)
             for (stream, eid, fields), old, sender in zip(requests, prior, who):
                 sender = self._bounded(sender, fields)
@@ -105,7 +108,10 @@ class Inboxes:
             for stream, eid, fields in events:
                 self._isolated(self.events.event, now, stream, eid, fields)
         finally:
-            self.shell.flush()
+            try:
+                self.shell.flush()
+            finally:
+                self.store.unwatch()       # where nothing was committed (or a solo op flushed on its own)
 
     def _bounded(self, sender: Sender, fields: dict[str, str]) -> Sender:
         """The sender, or the refusal of one who passed this tick's share (triage.bounded); counted

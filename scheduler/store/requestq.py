@@ -5,11 +5,13 @@ next. Also the wake list the loop waits on between ticks, and the entry in hand:
 leader handles now, for the poison guard.
 
 A mixin of SchedulerStore (state.py), which holds the connection, the keys and `txn`."""
+import contextlib
 import hashlib
 import itertools
+import threading
 import time
 
-from . import noderows, wire
+from . import conn, noderows, wire
 from .keys import CONSUMER, GROUP
 
 WOKE_FRESH = 0.05      # seconds: what a wait read as it returned serves the tick right after it, no later
@@ -163,6 +165,62 @@ class RequestList:
             self.held[eid] = raw
             out.append((eid, raw))
         return out
+
+    # -- the round's first read, with its commit's fence (SchedulerStore.txn) ------------------------
+    _early: tuple | None = None    # (ExitStack, pipeline, Keep, lease holder, thread) of a WATCH replies_done opened
+
+    def replies_done(self, rids: list[str], watch: bool = False) -> list:
+        """The kept reply of each request id already answered (None where not): one MGET per batch.
+        `watch`: in the same round trip, the WATCH that fences the round's commit (txn takes it), the
+        lease's holder, `taken`'s length and the budgets' balances where not read since the last
+        commit (spent): one round trip a batch fewer (issue 39). Only a round with nothing else to
+        watch for: the lease lock is held until the commit (or unwatch), which a renewal thread
+        (keeping_lease, a leader's reload) would wait on."""
+        if not rids:
+            return []
+        cmd = ("MGET", *[self.k.done(r) for r in rids])
+        if watch and self._early is None:
+            more = [cmd] + ([("HGETALL", self.k.spent())] if self._spent is None else [])
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(self.lease_lock)
+                p, keep = stack.enter_context(conn.kept_pipeline(self.r))
+                holder, self._taken_len, *got = wire.watch_get(p, self.k.leader, self.k.taken, more)
+            except BaseException:
+                stack.close()
+                raise
+            self._early = (stack, p, keep, holder, threading.get_ident())
+            if len(got) > 1:
+                self._spent = {k: int(v) for k, v in wire.hash_of(got[1]).items()}
+            return got[0]
+        got = wire.call(self.r, [cmd])
+        return got[0] if got is not None else self.r.execute_command(*cmd)
+
+    @contextlib.contextmanager
+    def fenced(self):
+        """(pipeline, its Keep, the lease's holder) of a transaction, WATCHing the lease and `taken`
+        (whose length is _taken_len): the WATCH replies_done opened, else one opened now."""
+        early, self._early = self._early, None
+        if early is None:
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(self.lease_lock)
+                p, keep = stack.enter_context(conn.kept_pipeline(self.r))
+                holder, self._taken_len = wire.watch_get(p, self.k.leader, self.k.taken)
+            except BaseException:
+                stack.close()
+                raise
+            early = (stack, p, keep, holder, None)
+        with early[0]:
+            yield early[1:4]
+
+    def unwatch(self) -> None:
+        """Drop a WATCH replies_done opened and no commit took (its connection back, UNWATCHed); only
+        from the thread that opened it (a lease renewal's thread never holds one)."""
+        early = self._early
+        if early is not None and early[4] == threading.get_ident():
+            self._early = None
+            early[0].close()
 
     # -- acknowledgements (commit.py, in the transaction that answers) ----------------------------
     def ack(self, p, stream: str, *eids: str) -> None:

@@ -47,6 +47,7 @@ class SchedulerStore(RequestList):
     def acquire_leader(self, ttl_s: float) -> str | bool:
         """Take or renew the lease: "taken" (it was free), "renewed" (it was ours), or False while
         another scheduler holds it."""
+        self.unwatch()          # the lease lock is its; a renewal's PEXPIRE would fail its commit anyway
         with self.lease_lock:
             got = self._acquire_leader(ttl_s)
         if got == "taken":          # another leader may have written meanwhile
@@ -110,6 +111,7 @@ class SchedulerStore(RequestList):
         return got[0] if got is not None else self.r.get(self.k.leader)
 
     def release_leader(self) -> None:
+        self.unwatch()
         with self.lease_lock, self.r.pipeline() as p:
             try:
                 p.watch(self.k.leader)
@@ -124,10 +126,9 @@ class SchedulerStore(RequestList):
         """MULTI `build(pipe)`, fenced by the leader lease; then WAIT for `replicas` (self.acked: how many)."""
         self._spent = None      # written or not, read afresh after it
         known, self._known = self._known, None     # unknown unless it commits (then `wrote` says what moved)
-        with self.lease_lock, conn.kept_pipeline(self.r) as (p, keep):
+        # `taken` watched too: acknowledged by its length (ack), it must not change under us.
+        with self.fenced() as (p, keep, holder):
             try:
-                # `taken` watched too: acknowledged by its length (ack), it must not change under us.
-                holder, self._taken_len = wire.watch_get(p, self.k.leader, self.k.taken)
                 if holder != self.me:
                     raise StalePlanError("this scheduler no longer holds the leader lease")
                 p.multi()
@@ -351,14 +352,6 @@ class SchedulerStore(RequestList):
         ident = "0" if pending else ">"
         return requestq.entries(self.r.execute_command("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count,
                                                        "STREAMS", *streams, *[ident] * len(streams), NEVER_DECODE=True))
-
-    def replies_done(self, rids: list[str]) -> list:
-        """The kept reply of each request id already answered (None where not): one MGET per batch."""
-        if not rids:
-            return []
-        cmd = ("MGET", *[self.k.done(r) for r in rids])
-        got = wire.call(self.r, [cmd])
-        return got[0] if got is not None else self.r.execute_command(*cmd)
 
     def partial(self, rid: str) -> list:      # runs of ids a dead leader committed of cancel `rid`
         text = self.r.get(self.k.partial(rid))

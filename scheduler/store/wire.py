@@ -231,15 +231,16 @@ def _call(c, cmds: list[tuple], decode: bool, raise_on_error: bool, alike: bool 
     return got
 
 
-def watch_get(p, key: str, listed: str) -> tuple:
-    """`p.watch(key, listed)`, then `p.get(key)` and `p.llen(listed)` (a pipeline not yet watching),
-    in one round trip where this path can take it: the fence of every transaction
-    (store/state.SchedulerStore.txn) was two, and the length of the list it watches comes with it."""
+def watch_get(p, key: str, listed: str, more: list[tuple] = ()) -> tuple:
+    """`p.watch(key, listed)`, then `p.get(key)`, `p.llen(listed)` and the reads `more` (a pipeline not
+    yet watching), in one round trip where this path can take it: the fence of every transaction
+    (store/state.SchedulerStore.txn) was two, and the length of the list it watches comes with it
+    (`more`: a round's done keys and balances, requestq.replies_done; as call() reads them)."""
     if p.connection is None and not p.watching:
         c = p.connection = p.connection_pool.get_connection()
-        if _usable(c, [(("WATCH", key, listed), None)]):
+        if _usable(c, [(("WATCH", key, listed), None), *((m, None) for m in more)]):
             try:
-                got = _exchange(c, [("WATCH", key, listed), ("GET", key), ("LLEN", listed)], True)
+                got = _exchange(c, [("WATCH", key, listed), ("GET", key), ("LLEN", listed), *more], True)
             except _LOST:
                 c.disconnect()      # nothing watched yet: redis-py reconnects and asks again below
             else:
@@ -247,9 +248,9 @@ def watch_get(p, key: str, listed: str) -> tuple:
                     if isinstance(x, RespError):
                         raise _error(c, x)
                 p.watching = True
-                return got[1], got[2]
+                return got[1], got[2], *got[3:]
     p.watch(key, listed)
-    return p.get(key), p.llen(listed)
+    return p.get(key), p.llen(listed), *[p.execute_command(*m) for m in more]
 
 
 def hash_of(reply) -> dict:

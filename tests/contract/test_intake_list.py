@@ -67,8 +67,9 @@ def test_requests_a_leader_took_and_never_answered_are_answered_by_the_next(conn
 def test_a_batch_is_acknowledged_by_one_trim_and_no_one_elses_request_goes_with_it(conns, monkeypatch):
     """The requests a commit answers leave `taken` by one LTRIM of its oldest (store/requestq.ack)
     only where `taken` holds nothing but what this leader moved. A request another client moved
-    there (a deposed leader resumed, issue 35) before the commit stays, and one moved while the
-    commit is built fails it (WATCH): the next tick answers every request, that one too."""
+    there (a deposed leader resumed, issue 35) before the commit's fence (its WATCH, opened with the
+    round's done keys: requestq.replies_done) stays, and one moved after it (while the round is
+    handled or its commit built) fails the commit: the next tick answers every request, that one too."""
     r, raw = conns
     s = setup(r, raw, time.time())
     trimmed = []
@@ -79,13 +80,13 @@ def test_a_batch_is_acknowledged_by_one_trim_and_no_one_elses_request_goes_with_
     s.tick(time.time())
     assert all(reply(r, f"r{i}")["ok"] for i in range(3)) and taken(r) == 0 and trimmed == [True]
     foreign = json.dumps({"rid": "f", "op": "submit", "body": json.dumps(BODY), "user": "bob"})
-    real_txn = s.store.txn
+    real_done = s.store.replies_done
 
-    def older_one_first(build, *a):     # moved in after this tick took its own, older than them
+    def older_one_first(rids, *a, **kw):     # moved in after this tick took its own, older than them
         r.rpush(K.taken, foreign)
-        monkeypatch.setattr(s.store, "txn", real_txn)
-        return real_txn(build, *a)
-    monkeypatch.setattr(s.store, "txn", older_one_first)
+        monkeypatch.setattr(s.store, "replies_done", real_done)
+        return real_done(rids, *a, **kw)
+    monkeypatch.setattr(s.store, "replies_done", older_one_first)
     submit(r, "alice", BODY, "a1")
     submit(r, "alice", BODY, "a2")
     s.tick(time.time())
@@ -106,6 +107,19 @@ def test_a_batch_is_acknowledged_by_one_trim_and_no_one_elses_request_goes_with_
     for _ in range(3):
         s.tick(time.time())
     assert reply(r, "b1")["ok"] and reply(r, "g")["ok"] and taken(r) == 0
+    real_txn = s.store.txn
+
+    def moved_while_handled(build, *a):     # after the fence, before the commit is built
+        r.lpush(K.taken, foreign.replace('"f"', '"h"'))
+        monkeypatch.setattr(s.store, "txn", real_txn)
+        return real_txn(build, *a)
+    monkeypatch.setattr(s.store, "txn", moved_while_handled)
+    submit(r, "alice", BODY, "c1")
+    s.tick(time.time())                 # the commit fails on the fence: nothing of it is written
+    assert reply(r, "c1") is None
+    for _ in range(3):
+        s.tick(time.time())
+    assert [len(r.lrange(K.reply(x), 0, -1)) for x in ("c1", "h")] == [1, 1] and taken(r) == 0
 
 
 @pytest.mark.redis

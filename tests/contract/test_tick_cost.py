@@ -70,8 +70,8 @@ def test_a_woken_wait_empties_the_wake_list_in_one_round_trip(real_redis, monkey
 def test_submits_read_the_budgets_balances_once_a_batch_not_once_each(real_redis, monkeypatch):
     """The intake of a tick that answers 10 submits, with budgets set: each submit read the whole
     spent hash (HGETALL, a round trip) for its budget check. Now: the tick's first look (store.look),
-    the moves, the done keys, the balances at most once, and the commit (WATCH, the lease,
-    MULTI..EXEC): 6 round trips, 16 before."""
+    the moves, the done keys and the balances with the commit's fence (WATCH, the lease), and
+    MULTI..EXEC: 4 round trips, 16 before (6 before the fence carried the done keys and balances)."""
     assert CFG.budgets
     s = setup(real_redis, None, NOW)
     for i in range(10):
@@ -87,7 +87,7 @@ def test_submits_read_the_budgets_balances_once_a_batch_not_once_each(real_redis
     s.inboxes.intake(NOW + 1, pending=False)
     trips = len(sent)
     assert real_redis.llen(K.requests) == 0 and len(real_redis.lrange(K.reply("r9"), 0, -1)) == 1
-    assert trips <= 6, f"{trips} round trips"
+    assert trips <= 4, f"{trips} round trips"
 
 
 def test_jobs_submitted_from_one_shell_share_one_copy_of_its_environment(conns):
