@@ -21,6 +21,7 @@ processes, and a queue that changes while it is measured.
     .venv/bin/python bench/live_bench.py --drains 3 --clients-of /work/bench/base   # and 100 of that tree's clients
     .venv/bin/python bench/live_bench.py --alternate 4 /work/bench/base   # 100 of its clients and of ours, ABBA, 4 pairs
     ... --fsync everysec      # Redis' appendfsync for the run (`labq up`: always; each fsync ~4-5 ms here, loaded)
+(A change to the scheduler: bench/live_vs.py N TREE runs both checkouts' whole stacks, ABBA.)
 """
 import json
 import os
