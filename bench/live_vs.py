@@ -4,13 +4,15 @@ against this tree's scheduler). Each run is a fresh private stack (live_bench's 
 `labq scheduler`, `labq worker`) of one checkout, its scheduler and its clients, in the order ABBA ABBA;
 each drains `--drains` times 100 clients × 94 held submits (the first on a warm stack, the queue
 growing 9,400 held jobs each). Per drain: requests/s, each process's CPU per request (the scheduler's,
-the clients', Redis'), requests a batch (a batch is one EXEC), and with `--strace` the scheduler's
+the clients', Redis'), requests a batch (a batch is one EXEC; `--clients 1`: one a batch, so the
+scheduler's CPU per request is its fixed cost per batch and one request's), and with `--strace` the scheduler's
 round trips a batch (its sendto calls) and Redis' fsyncs a batch (fdatasync, with their wall time),
 counted by `strace --seccomp-bpf -c -w`, which costs Redis CPU: read the rates of untraced runs.
 
     .venv/bin/python bench/live_vs.py 4 /work/bench/base              # ABBA ×2, `appendfsync always`
     .venv/bin/python bench/live_vs.py 2 /work/bench/base --strace     # the counts
     .venv/bin/python bench/live_vs.py 2 /work/bench/base --fsync everysec --drains 1
+    .venv/bin/python bench/live_vs.py 2 /work/bench/base --clients 1 --per 1000   # a batch per request
 
 A run is this file run again by the checkout's own interpreter with the checkout first on PYTHONPATH
 (`--one-stack`): this tree's bench code, that checkout's labq; it prints one JSON line a drain."""
@@ -46,7 +48,7 @@ def _counted(out: str) -> dict[str, tuple[int, float]]:
     return got
 
 
-def one_stack(drains: int, fsync: str | None, trace: bool) -> None:
+def one_stack(drains: int, fsync: str | None, trace: bool, clients: int, per: int) -> None:
     sys.path.insert(0, HERE)
     import live_bench
     from stackutil import BenchStack
@@ -60,7 +62,7 @@ def one_stack(drains: int, fsync: str | None, trace: bool) -> None:
                 tracers = {name: (_trace(pids[name], TRACED[name], f"{bs.dir}/strace.{name}"), f"{bs.dir}/strace.{name}")
                            for name in TRACED}
                 time.sleep(1)           # attached before the clients start
-            d = live_bench.drain(bs, 100, (live_bench.SINGLES - 600) // 100)
+            d = live_bench.drain(bs, clients, per)
             counts = {}
             for name, (p, out) in tracers.items():
                 p.send_signal(signal.SIGINT)
@@ -105,14 +107,16 @@ def versus(reps: int, other: str, argv: list[str]) -> None:
 
 def main() -> int:
     drains, fsync, trace = int(_arg("--drains", "2")), _arg("--fsync"), "--strace" in sys.argv
+    clients, per = int(_arg("--clients", "100")), int(_arg("--per", "94"))
     if trace and not shutil.which("strace"):
         raise SystemExit("--strace: strace is not installed")
     if "--one-stack" in sys.argv:
-        one_stack(drains, fsync, trace)
+        one_stack(drains, fsync, trace, clients, per)
         return 0
     if len(sys.argv) < 3 or not sys.argv[1].isdigit():
         raise SystemExit(__doc__)
-    rest = ["--drains", str(drains)] + (["--fsync", fsync] if fsync else []) + (["--strace"] if trace else [])
+    rest = ["--drains", str(drains), "--clients", str(clients), "--per", str(per)] + \
+        (["--fsync", fsync] if fsync else []) + (["--strace"] if trace else [])
     versus(int(sys.argv[1]), os.path.abspath(sys.argv[2]), rest)
     return 0
 
