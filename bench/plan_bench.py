@@ -247,19 +247,21 @@ def tick_case(n_pending: int, n_nodes: int, runs: int) -> str:
 
 
 def changing_case(n_pending: int, n_nodes: int, passes: int, changes: int, backfill: bool = True,
-                  seed: int = 2) -> str:
+                  seed: int = 2, short: bool = False) -> str:
     """plan() as the daemon calls it (policy.Kept, kept from pass to pass) on a queue that changes
     between passes: before each, `changes` running jobs end, `changes` pending jobs are cancelled
     and `changes` new ones submitted, and the clock moves 1 s; each pass's plan is applied
     (applier.apply_plan: admissions start, reasons written), so the next pass sees its records.
     Timed (CPU): Kept.inputs (filing what changed) and plan(); the first pass, which files the
-    whole queue, is not."""
+    whole queue, is not. `short`: short jobs first (short_job_weight = age_weight, as `labq simulate`'s
+    learned policy)."""
     from dataclasses import replace
 
     from labq.scheduler.daemon.applier import apply_plan
     from labq.scheduler.policy.kept import Kept
     rng = random.Random(seed)
-    cfg = config.loads(CONFIG + ("" if backfill else "[scheduler]\nbackfill_depth = 0\n"))
+    cfg = config.loads(CONFIG + ("" if backfill else "[scheduler]\nbackfill_depth = 0\n")
+                       + ("[priority]\nshort_job_weight = 10\n" if short else ""))
     snap = snapshot(n_pending, n_nodes)
     nodes = tuple(replace(n, lease_expiry=NOW + 10 ** 6) for n in snap.nodes)
     jobs = {j.id: j for j in snap.jobs}
@@ -296,13 +298,14 @@ def changing_case(n_pending: int, n_nodes: int, passes: int, changes: int, backf
         load = f.read().split()[0]
     return {"median_s": statistics.median(cpu), "min_s": min(cpu), "max_s": max(cpu), "runs": passes,
             "filing_s": statistics.median(filing), "placed": placed, "load": load, "backfill": backfill,
-            "changes": changes, "pending": n_pending, "nodes": n_nodes, "rewritten": statistics.median(written)}
+            "changes": changes, "pending": n_pending, "nodes": n_nodes, "rewritten": statistics.median(written),
+            "short": short}
 
 
 def changing_text(r: dict) -> str:
     c = r["changes"]
     return (f"{r['pending']} x {r['nodes']} random, changing queue ({c} ends, {c} cancels, {c} submits a pass; "
-            f"backfill {'on' if r['backfill'] else 'off'}): plan() CPU min {r['min_s'] * 1000:.1f} ms, median "
+            f"backfill {'on' if r['backfill'] else 'off'}{', short jobs first' if r.get('short') else ''}): plan() CPU min {r['min_s'] * 1000:.1f} ms, median "
             f"{r['median_s'] * 1000:.1f}, max {r['max_s'] * 1000:.1f} (of which filing the changes, median "
             f"{r['filing_s'] * 1000:.1f}); {r['placed']} started in {r['runs']} passes; records given a new reason a "
             f"pass, median {r['rewritten']:.0f}; load {r['load']}")
@@ -318,10 +321,11 @@ if __name__ == "__main__":
         at = sys.argv.index("--tick")
         print(tick_case(*(int(x) for x in sys.argv[at + 1:at + 4])))
         sys.exit(0)
-    if "--changing" in sys.argv:   # --changing P N PASSES CHANGES [--no-backfill]: plan() on a changing queue
+    if "--changing" in sys.argv:   # --changing P N PASSES CHANGES [--no-backfill] [--short]: plan() on a changing queue
         at = sys.argv.index("--changing")
         p, n, k, c = (int(x) for x in sys.argv[at + 1:at + 5])
-        print(changing_text(changing_case(p, n, k, c, backfill="--no-backfill" not in sys.argv)))
+        print(changing_text(changing_case(p, n, k, c, backfill="--no-backfill" not in sys.argv,
+                                          short="--short" in sys.argv)))
         sys.exit(0)
     if "--cpu" in sys.argv:   # --cpu P N RUNS [--arrays] [--no-queue]: one case, CPU and wall (RESULTS.md `planner`)
         at = sys.argv.index("--cpu")

@@ -26,6 +26,7 @@ from collections import namedtuple
 from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 from itertools import compress, repeat
+from math import log2
 from operator import add, and_, attrgetter, eq, itemgetter, lt, mul, neg, not_, sub, truediv
 
 from .money import fairshare
@@ -204,6 +205,39 @@ def scorer(now: float, usage: dict[str, float], cfg: Config, bursting: Collectio
             s += sw * short_factor(j, age, w)
         return (-s, j.submit_time, j.id)
     return score
+
+
+def runtime_floor(e: float) -> float:
+    """A floor under the expected run time `e` shared by the run times within ~19 % of it (four
+    steps an octave, a step lower than the floor of e's own step so that log2's rounding never puts
+    it above e); below 1 s, e itself: the short-job term's families (policy/queue.py, fronts.py)."""
+    return 2.0 ** ((int(log2(e) * 4) - 1) / 4) if e >= 1 else e
+
+
+def bounder(now: float, usage: dict[str, float], cfg: Config) -> Callable[[str, Any, bool, float, int, float], Score]:
+    """bound(qos, account, burst flag, submit time, id, floor): a Score at or before `scorer`'s (same
+    `now` and usage) of every job with that QoS, account and burst flag submitted at or after
+    (submit time, id) whose expected run time is at least `floor`: the short-job term falls as the
+    run time grows and the sum rises with the wait (short_job_weight <= age_weight). The priority
+    is padded far past the floats' rounding (a few ulps), so that the bound holds for the rounded
+    sums too; a looser bound only costs a look."""
+    w = cfg.priority
+    qw, aw, fw, bw, sw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty, w.short_job_weight
+    qos = {q.name: q.priority * qw for q in cfg.qos}
+    fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
+    fs = {a: fw * v for a, v in fs.items()}
+    age_max, scale = w.age_max or 1, w.short_job_scale or 1
+    per_s = aw / age_max
+
+    def bound(q: str, account: Any, burst: bool, submit: float, jid: int, floor: float) -> Score:
+        age = now - submit
+        s = (qos.get(q, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
+             + fs.get(account, fw) - (bw if burst else 0.0))
+        fade = 1.0 - min(max(age, 0.0) / age_max, 1.0)
+        if fade > 0:
+            s += sw * (fade * scale / (scale + floor))
+        return (-(s + abs(s) * 1e-9 + 1e-12), submit, jid)
+    return bound
 
 
 def burst_tail(pending: Iterable[Job], allowance: int, window: float) -> set[int]:

@@ -36,7 +36,7 @@ from ..multifactor import Score, ordered, scorer
 from ..settings.config import Config
 from . import settle
 from .capacity import avoided
-from .fronts import Reach
+from .fronts import Bound, Reach, lazy, runtimes
 from .queue import Front, Group, Key, Queue, Waiting
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
@@ -96,7 +96,7 @@ def _walk_kind(waiting: list[Job], draining: Collection[int]) -> str:
 def file(queue: Queue, p: "_Pass", waiting: Waiting, cfg: Config) -> None:
     """File this pass's `waiting` jobs in `queue` (queue.py), or what changed since its last (a Seen)."""
     w = cfg.priority
-    queue.file(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, group_key)
+    queue.file(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, group_key, runtimes(w))
 
 
 def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None) -> None:
@@ -114,8 +114,7 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None)
     if queue is None:
         queue = Queue()
         file(queue, p, waiting, cfg)
-    w = cfg.priority
-    _Walk(p, _scorer(p, cfg, queue.bursting), queue, lazy=not w.short_job_weight and w.age_weight >= 0).go()
+    _Walk(p, _scorer(p, cfg, queue.bursting), queue, lazy=lazy(p.now, dict(p.snap.usage), cfg)).go()
 
 
 def _unordered(j: Job) -> Score:      # the score of a walk that merges nothing (one_by_one): never asked
@@ -167,7 +166,7 @@ class _Walk:
     walk parks only once it has taken a class's worth of turns without a change."""
 
     def __init__(self, p: "_Pass", score: Callable[[Job], Score], queue: Queue | None = None,
-                 lazy: bool = True) -> None:
+                 lazy: bool | Bound = True) -> None:
         self.p, self.score = p, score
         self.reached = r = Reach(score, queue, lazy)    # the classes reached (fronts.py)
         self.lists, self.keys, self.ids, self.at, self.heads, self.most = r.lists, r.keys, r.ids, r.at, r.heads, r.most

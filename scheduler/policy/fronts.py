@@ -9,15 +9,46 @@ first class it has not reached: none after it can come before it. Once the walk 
 family's front class from the heap, the family's next class joins the heap. A pass that settles
 (settle.py) reads the classes left, reached or not, through `rest`.
 
-With short-jobs-first on (a class's order within its family moves with the time), each class is a
-family of its own: every class joins the heap at the start, as before families.
+With short-jobs-first on, a class's order within its family moves with the time: a shorter class
+passes a longer one that came first. The Queue then splits each family by a floor of its classes'
+expected run time (queue.family, multifactor.runtime_floor: run times within ~19 %), and a family
+takes part in the merge under a bound (multifactor.bounder): the priority of a job of its floor's
+run time submitted when its first class not reached yet was, which no class left in it can pass
+(the short-job term falls as the run time grows, the sum rises with the wait). When the walk would
+take a bound (it comes first), the family's next class is reached with its own score and the family
+goes back under the bound of the rest: the walk takes classes in the very order of the whole pass
+(the bounds never come first when the walk takes a class), scoring a class only once some class of
+its family may come next, not every class of the queue at the start of every pass.
 """
 import heapq
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..jobs.model import Job
-from ..multifactor import Score
+from ..multifactor import Score, bounder
+from ..settings.config import Config
+from ..settings.sections import Priority
 from .queue import Front, Group, Key, Queue
+
+# settle.passes_from, as the walk asks it: where the run of a family's classes it takes unreached ends
+Passes = Callable[[list[Front], int, dict[Key, Group]], int]
+# multifactor.bounder's bound: (QoS, account, burst flag, submit time, id, run time floor) -> Score
+Bound = Callable[[str, Any, bool, float, int, float], Score]
+
+
+def runtimes(w: Priority) -> bool:
+    """Whether the families are split by run time and merged under bounds: the short-job term on, at
+    most the age weight (else no bound holds: a job could rank lower the longer it waits)."""
+    return 0 < w.short_job_weight <= w.age_weight
+
+
+def lazy(now: float, usage: dict[str, float], cfg: Config) -> "bool | Bound":
+    """How the walk reaches the classes: by the families' fronts (True), under the bounds of families
+    split by run time (`runtimes`: the bound), or every class at the start (False)."""
+    w = cfg.priority
+    if runtimes(w):
+        return bounder(now, usage, cfg)
+    return not w.short_job_weight and w.age_weight >= 0
 
 
 class Reach:
@@ -25,8 +56,10 @@ class Reach:
     whose next class joins the heap once class i is first taken from it (else -1); `heads`, the
     heap of (score of the next job, i)."""
 
-    def __init__(self, score: Callable[[Job], Score], queue: Queue | None = None, lazy: bool = True) -> None:
+    def __init__(self, score: Callable[[Job], Score], queue: Queue | None = None, lazy: "bool | Bound" = True) -> None:
         self.score = score
+        # short-jobs-first: the bound of a family's classes from a front on (families split by run time)
+        self.bound = lazy if callable(lazy) else None
         self.lists: list[list[Job]] = []
         self.keys: list[Key] = []
         self.ids: list[list[int]] = []
@@ -39,8 +72,14 @@ class Reach:
         # whether the classes' order is the Queue's families', whose runs of passed classes settle.passes_from
         # keeps as blocks (blocks.py)
         self.kept = queue is not None and lazy
-        self.heads = [(score(self.lists[i][0]), i) for i in map(self.reach, range(len(self.sources)))]
+        if self.bound is None:
+            self.heads = [(score(self.lists[i][0]), i) for i in map(self.reach, range(len(self.sources)))]
+        else:
+            assert queue is not None
+            self.fkeys = list(queue.families)
+            self.heads = [(self._bound(f, src[0]), -1 - f) for f, src in enumerate(self.sources)]
         heapq.heapify(self.heads)
+        self._top(None)
         # The largest GPUs and CPUs any waiting job needs (Usage.tight after an admission).
         needs = queue.needs if queue is not None else {}
         self.most = (max((g for g, _ in needs), default=0), max((c for _, c in needs), default=0))
@@ -50,8 +89,43 @@ class Reach:
         src, k = self.sources[f], self.front[f]
         self.front[f] = k + 1
         i = self.add(src[k][2])
-        self.fam[i] = f if k + 1 < len(src) else -1
+        self.fam[i] = f if k + 1 < len(src) and self.bound is None else -1
         return i
+
+    def _bound(self, f: int, front: Front) -> Score:
+        """The bound of family f's classes from `front` on (the Queue's family key: QoS, account, burst
+        flag, run time floor)."""
+        q, account, burst, floor = self.fkeys[f]
+        assert self.bound is not None
+        return self.bound(q, account, burst, front[0], front[1], floor)
+
+    def _top(self, passes: Passes | None) -> None:
+        """While a family's bound comes first in the heap, its next class joins the heap (unless
+        `passes` takes it unreached: `taken`), and the family goes back under the bound of the rest:
+        the first entry of the heap is a class's next job, as the walk reads it."""
+        heads, sources, front = self.heads, self.sources, self.front
+        while heads and heads[0][1] < 0:
+            f = -1 - heapq.heappop(heads)[1]
+            src, k = sources[f], front[f]
+            if passes is not None:
+                k = front[f] = passes(src, k, self.groups)
+            if k < len(src):
+                i = self.reach(f)
+                heapq.heappush(heads, (self.score(self.lists[i][0]), i))
+                if k + 1 < len(src):
+                    heapq.heappush(heads, (self._bound(f, src[k + 1]), -1 - f))
+
+    def sweep(self, passes: Passes) -> None:
+        """The pass settled (settle.finish): `passes` takes each family's classes left whose verdict it
+        knows (kept as blocks for the next pass), not only those of the families whose bound came first;
+        the classes it leaves take their verdicts one by one (`rest`). (A bound left in the heap still
+        bounds its family's rest.)"""
+        if self.bound is None:
+            return
+        groups, front = self.groups, self.front
+        for f, src in enumerate(self.sources):
+            if front[f] < len(src):
+                front[f] = passes(src, front[f], groups)
 
     def add(self, key: Key) -> int:
         """Class `key` (of the Queue's groups) reached: its index (its family's next class unchanged)."""
@@ -64,12 +138,15 @@ class Reach:
         self.fam.append(-1)
         return i
 
-    def taken(self, i: int, passes: Callable[[list[Front], int, dict[Key, Group]], int]) -> None:
+    def taken(self, i: int, passes: Passes) -> None:
         """Class i was taken from the heap: if it was its family's front, the family's next class
         joins the heap, unless `passes` takes it unreached (its verdict known for now, without an
         index, a heap entry or a park: classes._Walk._passes; most classes of a pass on a full
         cluster), and then the one after it, and so on: `passes(src, k, groups)` says where that
-        run of the family's order `src` from its k-th class ends."""
+        run of the family's order `src` from its k-th class ends. With families under bounds, a bound
+        the taking leaves first is replaced (`_top`)."""
+        if self.bound is not None:
+            return self._top(passes)
         f = self.fam[i]
         if f < 0:
             return
@@ -87,7 +164,8 @@ class Reach:
         not reached yet)."""
         lists, keys, ids, at, groups = self.lists, self.keys, self.ids, self.at, self.groups
         for _, i in self.heads:
-            yield i, keys[i], lists[i], ids[i], at[i]
+            if i >= 0:      # a bound's classes (i < 0) are the family's left, below
+                yield i, keys[i], lists[i], ids[i], at[i]
         for f, src in enumerate(self.sources):
             for _, _, key in src[self.front[f]:]:
                 g = groups[key]

@@ -112,8 +112,11 @@ def unfile(groups: dict[Key, Group], where: dict[int, Key], j: Job) -> None:
 Front = tuple[float, int, Key]
 
 
-def family(j: Job, k: Key) -> Key:
-    """The family of the group `k` that holds `j`: (QoS, account, burst flag)."""
+def family(j: Job, k: Key, runtimes: bool = False) -> Key:
+    """The family of the group `k` that holds `j`: (QoS, account, burst flag), and with `runtimes`
+    (the short-job term on: fronts.py) a floor of its expected run time (multifactor.runtime_floor)."""
+    if runtimes:
+        return (j.qos, j.account, k[1], multifactor.runtime_floor(multifactor.expected_runtime(j)))
     return (j.qos, j.account, k[1])
 
 
@@ -122,6 +125,7 @@ class Queue:
     (classes._own: it reads the pass's draining preemptors, so a change to those re-files them)."""
 
     def __init__(self) -> None:
+        self.runtimes = False       # whether the families are split by run time (`file`)
         self._reset()
 
     def _reset(self) -> None:
@@ -143,8 +147,13 @@ class Queue:
         # (GPUs, CPUs) a job of each class needs in all -> how many classes (classes.py: the most)
         self.needs: dict[tuple[int, int], int] = {}
 
-    def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf) -> None:
-        """`sync` a list of the waiting jobs; `update` from a Seen."""
+    def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf,
+             runtimes: bool = False) -> None:
+        """`sync` a list of the waiting jobs; `update` from a Seen. `runtimes`: the families split by
+        run time (`family`); a change files every job anew."""
+        if runtimes != self.runtimes:
+            self.runtimes = runtimes
+            self._reset()
         if isinstance(waiting, Seen):
             return self.update(waiting, draining, burst, key)
         self.sync(waiting, draining, burst, key)
@@ -298,7 +307,7 @@ class Queue:
             jobs.sort(key=_SUBMIT_TIME)     # within a class (plain keys sort faster than tuples)
             self.groups[k] = Group(k, jobs)
             head = jobs[0]
-            self.families.setdefault(family(head, k), []).append((head.submit_time, head.id, k))
+            self.families.setdefault(family(head, k, self.runtimes), []).append((head.submit_time, head.id, k))
             need = (head.total_gpus, head.cpus * head.nodes)
             self.needs[need] = self.needs.get(need, 0) + 1
         for fronts in self.families.values():
@@ -363,7 +372,7 @@ class Queue:
         needs follow."""
         any_ = now if now is not None else was
         assert any_ is not None
-        fronts = self.families.setdefault(family(any_, k), [])
+        fronts = self.families.setdefault(family(any_, k, self.runtimes), [])
         if was is not None:
             del fronts[bisect_left(fronts, (was.submit_time, was.id))]
             blocks.remove(g, (was.submit_time, was.id))
@@ -381,4 +390,4 @@ class Queue:
             else:
                 del self.needs[need]
         if not fronts:
-            del self.families[family(any_, k)]
+            del self.families[family(any_, k, self.runtimes)]

@@ -92,6 +92,7 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
     p, at = w.p, w.at
     now, blocked, runs = p.now, p.usage.blocked, p.runs
     rooms: dict[tuple[int, str, int, int], Verdict] = {}      # request shape -> its "no room" verdict
+    w.reached.sweep(w._passes)
     for i, key, jobs, ids, k in list(w.reached.rest()):
         job = jobs[k]
         if i >= 0:

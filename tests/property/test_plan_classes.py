@@ -6,7 +6,8 @@ Jobs are drawn from a few templates, so classes repeat (arrays, sweeps) and the 
 the snapshots mix holds, --begin, dependencies (singletons too), array throttles, account and user
 caps, guarantees and borrowing, budgets, protected QoS capacity, preemption and backfill depths,
 and multi-node jobs (gangs), pending and running. A pass that starts from a kept Standing of the
-running jobs (policy/standing.py) decides the same too.
+running jobs (policy/standing.py) decides the same too, and so do passes over a kept Queue with short
+jobs first (its families split by run time, merged under bounds: policy/fronts.py) as the clock moves.
 """
 from dataclasses import replace
 
@@ -741,3 +742,53 @@ def test_classes_a_frozen_walk_passes_decide_as_the_per_job_pass(scene):
     (settle.passes_from, settle.recall) take the per-job pass's verdicts, with a kept Queue's families."""
     snap, c = scene
     same(policy.plan(snap, c, queue=queue.Queue()), policy.plan_per_job(snap, c))
+
+
+# Run times at and around the floors' steps, below 1 s (each its own floor) and 0.
+LEARNED = [None, None, 0.0, 0.5, 1.0, 30.0, 600.0, 650.0, 3600.0, 3601.0, 4000.0, 86400.0]
+
+
+def short_first(c, data):
+    w = c.priority
+    return replace(c, priority=replace(
+        w, short_job_weight=data.draw(st.sampled_from([w.age_weight, w.age_weight / 2])),
+        short_job_scale=data.draw(st.sampled_from([60.0, 3600.0])),
+        age_max=data.draw(st.sampled_from([600.0, 7 * 86400.0])),      # 600: some jobs' age term capped
+        burst_jobs=data.draw(st.sampled_from([1, 100])), burst_window=600.0))
+
+
+def learned(snap, data):
+    jobs = tuple(replace(j, learned_est=data.draw(st.sampled_from(LEARNED))) if j.state == states.PENDING else j
+                 for j in snap.jobs)
+    return replace(snap, jobs=jobs)
+
+
+def families_as_whole(q) -> None:
+    """The Queue's families are its groups split by run time floor, each at its first job's place,
+    and a family's floor is at most the expected run time of each of its classes (the bound's premise)."""
+    fams = {}
+    for k, g in q.groups.items():
+        head = g.jobs[0]
+        e = multifactor.expected_runtime(head)
+        assert all(multifactor.expected_runtime(j) == e for j in g.jobs)
+        floor = multifactor.runtime_floor(e)
+        assert floor <= e
+        fams.setdefault((head.qos, head.account, k[1], floor), []).append((head.submit_time, head.id, k))
+    assert q.families == {f: sorted(fr) for f, fr in fams.items()}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenes(), st.data())
+def test_a_kept_queue_with_short_jobs_first_decides_as_the_per_job_pass(scene, data):
+    snap, c = scene
+    settle_check(data)
+    c = short_first(c, data)
+    snap = learned(snap, data)
+    q = classes.Queue()
+    for _ in range(4):
+        same(policy.plan(snap, c, queue=q), policy.plan_per_job(snap, c))
+        families_as_whole(q)
+        snap = learned(_changed(snap, data), data) if data.draw(st.booleans()) else _changed(snap, data)
+        snap = replace(snap, now=snap.now + data.draw(st.sampled_from([0.0, 1.0, 300.0, 5000.0])))
+    c = replace(c, priority=replace(c.priority, short_job_weight=0.0))     # a reload turns it off: filed anew
+    same(policy.plan(snap, c, queue=q), policy.plan_per_job(snap, c))

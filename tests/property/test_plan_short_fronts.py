@@ -1,0 +1,63 @@
+"""Short jobs first through the kept Queue (policy/fronts.py), whose families are split by a floor of
+their classes' expected run time and merged under bounds: the bound is at or before the score of every
+job it stands for, and a pass scores the classes its walk may reach, not every class of the queue.
+(That such passes decide as the per-job pass: tests/property/test_plan_classes.py.)"""
+from dataclasses import replace
+
+from hypothesis import given, settings, strategies as st
+
+from labq.scheduler import multifactor, policy
+from labq.scheduler.jobs.model import Job
+from labq.scheduler.policy import classes, queue
+from tests.harness import ClusterBuilder, cfg
+
+
+@settings(max_examples=2000, deadline=None)
+@given(qos=st.sampled_from(["normal", "high", "other"]), account=st.sampled_from(["eta", "phi", "nobody"]),
+       burst=st.booleans(), first=st.floats(-1e6, 1e6), later=st.floats(0, 1e6), jid=st.integers(1, 10 ** 6),
+       gap=st.integers(0, 5), e=st.floats(0, 1e7), now=st.floats(-1e6, 2e6),
+       weights=st.tuples(st.floats(0, 1e4), st.floats(0, 1), st.floats(0, 1e3), st.floats(1, 1e6), st.floats(1, 1e5)),
+       usage=st.dictionaries(st.sampled_from(["eta", "phi"]), st.floats(0, 1e6)))
+def test_the_bound_is_at_or_before_the_score_of_every_job_it_stands_for(qos, account, burst, first, later, jid, gap,
+                                                                        e, now, weights, usage):
+    """A job of the family's QoS, account and burst flag, submitted at or after the bound's (submit time,
+    id), whose expected run time has the bound's floor (at least it), scores at or after the bound."""
+    aw, share, fw, age_max, scale = weights
+    c = cfg("[qos.normal]\npriority = 100\n[qos.high]\npriority = 200\n[accounts.eta]\nshare = 2\n"
+            "[accounts.phi]\nshare = 1\n")
+    c = replace(c, priority=replace(c.priority, age_weight=aw, short_job_weight=aw * share, fairshare_weight=fw,
+                                    age_max=age_max, short_job_scale=scale))
+    j = Job(id=jid + gap, user="u", account=account, argv=("true",), workdir="/tmp", qos=qos, time_limit=3600,
+            learned_est=e, submit_time=first + later if gap else first)
+    bound = multifactor.bounder(now, usage, c)(qos, account, burst, first, jid, multifactor.runtime_floor(e))
+    assert bound <= multifactor.scorer(now, usage, c, {j.id} if burst else ())(j)
+
+
+def test_a_pass_with_short_jobs_first_scores_the_classes_it_may_reach_not_every_class(monkeypatch):
+    """2,000 waiting jobs of as many run times on a full cluster, passes with the kept Queue: each
+    scores a few classes (the families' next ones its walk reaches), not the 2,000 (every class at the
+    start of every pass, as before the bounds)."""
+    b = ClusterBuilder().node("n0", gpus=2, cpus=8, lease=10 ** 6)
+    b.running("n0", gpus=2, cpus=8, time_limit=86400)
+    for k in range(2000):
+        b.job(gpus=1, cpus=1, time_limit=600 + 7 * k, submit_offset=-float(k % 500))
+    snap = b.build()
+    c = cfg("[scheduler]\nbackfill_depth = 1\n[priority]\nshort_job_weight = 10\n")
+    scored = []
+    real = classes.scorer
+
+    def counting(*a, **k):
+        score = real(*a, **k)
+
+        def counted(j):
+            scored.append(j.id)
+            return score(j)
+        return counted
+    monkeypatch.setattr(classes, "scorer", counting)
+    q = queue.Queue()
+    for t in range(3):
+        snap = replace(snap, now=snap.now + 60 * t)
+        scored.clear()
+        got = policy.plan(snap, c, queue=q)
+        assert len(scored) < 100
+        assert got.places == () and got.starts == policy.plan_per_job(snap, c).starts
