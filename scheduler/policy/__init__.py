@@ -299,7 +299,7 @@ class _Pass:
         if waiting:
             return waiting
         if roomy:
-            return states.RESERVATION, "starting now would delay a higher-priority job's reserved start"
+            return states.RESERVATION, settle.DELAYS
         may_preempt = self.cfg.preemption and self._may_preempt(job)
         may_reserve = self.cfg.backfill_depth > len(self.starts)
         # A job its budgets would not admit waits on them, not on room: it neither preempts, nor

@@ -130,6 +130,14 @@ class Timelines:
             return True
         return self._fits(job, node, self.now, self.now + self.span(job))
 
+    def room_until(self, job: Job, node: str) -> float:
+        """When the node's room for the job's request, from now on, first falls short (inf: never):
+        `fits_now` holds exactly for a job of that request whose now + span is no later (the first
+        segment without room is the one `_fits` stops at, or, starting past the window, never reads)."""
+        points, usage, _, only = self._profile(node)
+        bad = self._first_fail(job, self.nodes[node], points, usage, only, self.now, _FOREVER)
+        return _FOREVER if bad is None else points[bad]
+
     def reserve(self, job: Job, could_hold: Callable[[Job, Node], bool],
                 not_before: float | None = None) -> tuple[str, float] | None:
         """Reserve the earliest (time, node) that holds the job for its time limit, or None: of equal

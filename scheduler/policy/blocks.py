@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..jobs.model import Job
 from ..jobs.plan import Verdict
+from .backfill import span
+from .delays import RESERVED
 
 if TYPE_CHECKING:       # a Group holds its block; queue.py imports this module
     from .queue import Front, Group, Key
@@ -51,7 +53,7 @@ class Block:
     """A run of plain classes (`groups`, in family order; `fronts`, their entries in the family's order:
     (submit time, id) of the first job, group key), by who and by shape. Each class is in at most one
     block (Group.within); the first one names it (Group.block)."""
-    __slots__ = ("fronts", "groups", "whos", "shapes", "ids")
+    __slots__ = ("fronts", "groups", "whos", "shapes", "ids", "least")
 
     def __init__(self, groups: "list[Group]", fronts: "list[Front]") -> None:
         self.groups, self.fronts = groups, fronts
@@ -60,15 +62,29 @@ class Block:
         # shape -> the ids of the block's jobs of that shape, made at a pass's end and kept until a job
         # or class of that shape changes (`changed`): the same tuple pass to pass while none does
         self.ids: dict[Shape, tuple[int, ...]] = {}
+        # shape -> (learned, the shortest span then of its classes, a class of it): a Reservation verdict
+        # holds for the block's classes of a shape when it holds for that class's first job (settle.dead)
+        self.least: dict[Shape, tuple[bool, float, Group]] = {}
         self._index(groups)
         groups[0].block = self
 
     def changed(self, g: "Group") -> None:
         """A job was filed into or out of the block's class `g` (queue.py)."""
-        self.ids.pop(cast(Plain, g.plain)[1], None)
+        self.touch(cast(Plain, g.plain)[1])
+
+    def touch(self, shape: Shape) -> None:
+        """The block's classes of `shape` changed: their ids are made again when asked."""
+        self.ids.pop(shape, None)
+
+    def _left(self, shape: Shape, g: "Group") -> None:
+        """Class `g` left the block: the shortest span of its shape is found again if it was `g`'s."""
+        self.ids.pop(shape, None)
+        got = self.least.get(shape)
+        if got is not None and got[2] is g:
+            del self.least[shape]
 
     def _index(self, groups: "list[Group]") -> None:
-        whos, shapes, ids = self.whos, self.shapes, self.ids
+        whos, shapes = self.whos, self.shapes
         for g in groups:
             who, shape = cast(Plain, g.plain)
             got = whos.get(who)
@@ -81,7 +97,10 @@ class Block:
                 shapes[shape] = [g]
             else:
                 got.append(g)
-                ids.pop(shape, None)
+                self.touch(shape)
+                least = self.least.get(shape)
+                if least is not None and (s := span(g.jobs[0], least[0])) < least[1]:
+                    self.least[shape] = (least[0], s, g)
             if g.within is not None and g.within is not self:
                 kill(g.within)      # a class is in one block: one it was in is no run now
             g.within = self
@@ -94,14 +113,37 @@ class Block:
         self._index(groups)
         groups[0].block = self
 
+    def extend(self, other: "Block") -> None:
+        """The classes of block `other`, right after this one's last in their family, join it (`other` is no more)."""
+        groups, fronts = other.groups, other.fronts
+        self.groups = self.groups + groups
+        self.fronts = self.fronts + fronts
+        self._index(groups)
+
     def split(self, g: "Group") -> None:
         """Class `g` (not the first) and those after it leave the block (a pass starts taking classes at `g`)."""
         at = self.groups.index(g)
         for h in self.groups[at:]:
             h.within = None
         del self.groups[at:], self.fronts[at:]
-        self.whos, self.shapes, self.ids = {}, {}, {}
+        self.whos, self.shapes, self.ids, self.least = {}, {}, {}, {}
         self._index(self.groups)
+
+    def cut(self, k: int) -> "tuple[list[Group], list[Front]]":
+        """The block's first `k` classes and the one after them leave it (a pass takes those `k` and stops
+        at that one, settle._block_at); the rest stay a block. Returns the `k` (classes, their entries)."""
+        gone, fronts = self.groups[:k + 1], self.fronts[:k]
+        del self.groups[:k + 1], self.fronts[:k + 1]
+        gone[0].block = None
+        for g in gone:
+            who, shape = cast(Plain, g.plain)
+            self._left(shape, g)
+            _drop(self.whos, who, g)
+            _drop(self.shapes, shape, g)
+            g.within = None
+        if self.groups:
+            self.groups[0].block = self
+        return gone[:k], fronts
 
 
 def kill(b: Block | None) -> None:
@@ -123,7 +165,7 @@ def remove(g: "Group", front: tuple[float, int]) -> None:
     at = bisect_left(b.fronts, front)
     del b.groups[at], b.fronts[at]
     who, shape = cast(Plain, g.plain)
-    b.ids.pop(shape, None)
+    b._left(shape, g)
     _drop(b.whos, who, g)
     _drop(b.shapes, shape, g)
     g.within = None
@@ -154,15 +196,17 @@ def insert(g: "Group", front: "Front", between: "tuple[Group, Group]") -> None:
     at = bisect_left(b.fronts, front)
     b.fronts.insert(at, front)
     b.groups.insert(at, g)
-    b.ids.pop(cast(Plain, p)[1], None)
+    b.touch(cast(Plain, p)[1])
     b._index([g])
 
 
 def holds(b: Block, opened: dict[Who, bool], verdicts: dict[Shape, Verdict], passes: Callable[[Job], bool],
-          dead: Callable[[Job], Verdict | None]) -> bool:
+          dead: Callable[[Job], Verdict | None], learned: bool = False) -> bool:
     """Whether every class of `b` passes now: each who's caps pass (`opened`, this pass's answers so
     far; `passes` asks the rest) and each shape has a "no room" verdict (`verdicts`; `dead` asks the
-    rest), each asked of the first job of a class of it. The answers are kept as the one-by-one walk keeps them."""
+    rest of the first job of a class of it) or, where it has room, a Reservation verdict for the shape's
+    class of the shortest span (backfill.span: `learned`), which then holds for each of its classes. The
+    answers are kept as the one-by-one walk keeps them."""
     if all(map(opened.get, b.whos)) and all(map(verdicts.get, b.shapes)):
         return True         # every answer known, and each a pass (verdicts are non-empty tuples)
     for who, gs in b.whos.items():
@@ -171,19 +215,50 @@ def holds(b: Block, opened: dict[Who, bool], verdicts: dict[Shape, Verdict], pas
             ok = opened[who] = passes(gs[0].jobs[0])
         if not ok:
             return False
-    return all(verdicts.get(shape) or dead(gs[0].jobs[0]) for shape, gs in b.shapes.items())
+    return all(verdicts.get(shape) or dead(_least(b, shape, gs, learned)) for shape, gs in b.shapes.items())
 
 
-def runs(used: list[tuple[Block, dict[Shape, Verdict]]], out: list[tuple[Sequence[int], Verdict]]) -> None:
+def _least(b: Block, shape: Shape, gs: "list[Group]", learned: bool) -> Job:
+    got = b.least.get(shape)
+    if got is None or got[0] != learned:
+        g = min(gs, key=lambda g: span(g.jobs[0], learned))
+        got = b.least[shape] = (learned, span(g.jobs[0], learned), g)
+    return got[2].jobs[0]
+
+
+def taken(b: Block, verdicts: dict[Shape, Verdict]) -> dict[Shape, Verdict]:
+    """The verdict of each shape of `b`, which `holds` passed: its "no room" one, else Reservation."""
+    if all(map(verdicts.get, b.shapes)):
+        return verdicts
+    return {shape: verdicts.get(shape) or RESERVED for shape in b.shapes}
+
+
+def runs(used: list[tuple[Block, dict[Shape, Verdict]]], out: list[tuple[Sequence[int], Verdict]],
+         lost: dict[Shape, Any] | None = None, cut: "Callable[[Group], tuple[int, Verdict]] | None" = None) -> None:
     """The runs (plan.Pendings) of the blocks a pass took, each with the verdicts it was taken with: a run
-    per block and shape, its ids a tuple kept on the block (made again only for a shape whose classes changed)."""
+    per block and shape, its ids a tuple kept on the block (made again only for a shape whose classes changed);
+    of a shape taken with Reservation that an admission later left without room (`lost`), a run per class
+    before and after it (`cut`: settle.cut)."""
     for b, verdicts in used:
         ids = b.ids
         if len(ids) != len(b.shapes):
             for shape, gs in b.shapes.items():
                 if shape not in ids:
                     ids[shape] = tuple(chain.from_iterable(map(_IDS, gs)))
-        out.extend(zip(ids.values(), map(verdicts.__getitem__, ids)))
+        if not lost or cut is None:
+            out.extend(zip(ids.values(), map(verdicts.__getitem__, ids)))
+            continue
+        for shape, got in ids.items():
+            verdict = verdicts[shape]
+            if verdict is not RESERVED or shape not in lost:
+                out.append((got, verdict))
+                continue
+            for g in b.shapes[shape]:
+                k, other = cut(g)
+                if k:
+                    out.append((g.ids[:k], verdict))
+                if k < len(g.ids):
+                    out.append((g.ids[k:], other))
 
 
 def entries_of(b: Block, verdicts: dict[Shape, Verdict], park_of: Callable[[Verdict], Any]

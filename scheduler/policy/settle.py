@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
-from . import blocks
+from . import blocks, delays
 from .queue import Front, Group, Key
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
     from .classes import _Walk
 
 _DEFAULTS: tuple[Any, ...] = tuple(f.default for f in fields(Pending))
+DELAYS, RESERVED = delays.DELAYS, delays.RESERVED
+_FOREVER = float("inf")
 _log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 # The walk asks whether the pass has settled after this many turns without a change of state, then
@@ -120,13 +122,20 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
 
 class Dead:
     """What `dead` found so far in a pass: the "no room" verdict of each request shape (while no room
-    came back: Placer.grown), and whether the caps pass the jobs of an (account, user, GPUs, CPUs,
-    nodes) (while nothing was admitted: Usage.blocked reads nothing else of a job without a throttle)."""
-    __slots__ = ("verdicts", "grown", "open", "placed", "used")
+    came back: Placer.grown), each shape's `_bound` (while no room was taken: Placer.changes), and
+    whether the caps pass the jobs of an (account, user, GPUs, CPUs, nodes) (while nothing was admitted:
+    Usage.blocked reads nothing else of a job without a throttle)."""
+    __slots__ = ("verdicts", "grown", "bounds", "changes", "open", "placed", "used", "reserved", "lost")
 
     def __init__(self) -> None:
         self.verdicts: dict[tuple[int, str, int, int], Verdict] = {}
         self.grown = 0
+        self.bounds: dict[tuple[int, str, int, int], float] = {}
+        self.changes = -1
+        # request shape -> a job of it, of the shapes some class was passed with Reservation; and of those,
+        # the ones an admission left without room: (its score, their "no room" verdict) (`recall`)
+        self.reserved: dict[tuple[int, str, int, int], Job] = {}
+        self.lost: dict[tuple[int, str, int, int], tuple[Any, Verdict]] = {}
         self.open: dict[tuple[str, str, int, int, int], bool] = {}
         self.placed = 0
         # the blocks of passed classes the pass took (blocks.py), each with the verdicts it took them with
@@ -153,9 +162,10 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
         d.open, d.placed = {}, len(p.places)
     if d.grown != p.free.grown:
         d.verdicts, d.grown = {}, p.free.grown
-    verdicts, out, parks, kept = d.verdicts, w.passed, w.parks, w.reached.kept
+    out, parks, kept = w.passed, w.parks, w.reached.kept
     run: list[Group] = []       # plain classes taken one by one since the last block, and their entries
     fronts: list[Front] = []
+    after = False       # whether the last of `d.used` is a block taken here right before `run`: they join
     while k < n:
         key = src[k][2]
         g = groups[key]
@@ -164,6 +174,9 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
             if took:
                 k += took
                 run, fronts = [], []
+                if after:
+                    _join(d)
+                after = True
                 continue
         verdict = _dead_class(w, g)
         if verdict is None:
@@ -173,16 +186,38 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
             fronts.append(src[k])
         else:
             if run:
-                d.used.append((blocks.Block(run, fronts), verdicts))
+                _close(d, run, fronts, after)
                 run, fronts = [], []
+            after = False
             hit = parks.get(id(verdict))
             if hit is None:
                 hit = w.park_of(verdict)
             out.append((key[0], key, g, hit))
         k += 1
     if run:
-        d.used.append((blocks.Block(run, fronts), verdicts))
+        _close(d, run, fronts, after)
     return k
+
+
+def _close(d: Dead, run: list[Group], fronts: list[Front], after: bool) -> None:
+    """The plain classes taken one by one become a block, joined to the block taken right before them (`after`)."""
+    b = blocks.Block(run, fronts)
+    d.used.append((b, blocks.taken(b, d.verdicts)))
+    if after:
+        _join(d)
+
+
+def _join(d: Dead) -> None:
+    """The last two blocks taken, one right after the other in their family, become one (the smaller
+    joins the larger): else a family's blocks, cut where a pass stops (`_block_at`), only ever split."""
+    (a, _), (b, _) = d.used[-2:]
+    del d.used[-2:]
+    if len(a.groups) >= len(b.groups):
+        a.extend(b)
+    else:
+        b.prepend(a.groups, a.fronts)
+        a = b
+    d.used.append((a, blocks.taken(a, d.verdicts)))
 
 
 def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> int:
@@ -197,13 +232,24 @@ def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> in
         return 0
     d = w.dead
     blocked = w.p.usage.blocked
-    if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j)):
-        blocks.kill(b)
-        return 0
+    learned = w.p.timelines is not None and w.p.timelines.learned
+    if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned):
+        # Its classes up to the first whose verdict is not known now are taken (a block of their own); that
+        # one leaves it, the walk stops there; the rest stay a block for the walk's next turn in the family.
+        k = next((k for k, h in enumerate(b.groups) if _dead_class(w, h) is None), len(b.groups))
+        if k == len(b.groups):      # (holds answers for every class: not reached)
+            blocks.kill(b)
+            return 0
+        got, fronts_of = b.cut(k)
+        if not got:
+            return 0
+        b = blocks.Block(run + got, fronts + fronts_of)
+        d.used.append((b, blocks.taken(b, d.verdicts)))
+        return k
     took = len(b.groups)
     if run:
         b.prepend(run, fronts)
-    d.used.append((b, d.verdicts))
+    d.used.append((b, blocks.taken(b, d.verdicts)))
     return took
 
 
@@ -227,7 +273,9 @@ def dead(w: "_Walk", job: Job) -> Verdict | None:
     room" for good, as its turn (later, room only shrinks) would find it. So where the pass can no
     longer reserve, preempt or get room back (no earmark or draining preemptor left: `_frozen`), the
     job (not judged on its own: the caller's) meets no gate or cap and its shape fits no node
-    (Placer.failed). None: not known."""
+    (Placer.failed); or Reservation, where its shape has room but it would delay the reservation
+    wherever it started (delays.py; an admission before its turn may still take the room: `recall`).
+    None: not known."""
     p, now, d = w.p, w.p.now, w.dead
     if not (w.frozen or _frozen(w)) or (job.held or job.deps or job.begin is not None and job.begin > now
                                         or job.eligible_time is not None and job.eligible_time > now):
@@ -251,7 +299,13 @@ def dead(w: "_Walk", job: Job) -> Verdict | None:
     if verdict is None:
         if not any(g >= fg and c >= fc and m >= fm and (not fmodel or fmodel == model)
                    for fg, fmodel, fc, fm in p.free.failed):
-            return None
+            bound = delays.bound(w, job, shape)
+            if bound is not None:       # room now: Reservation where the job would delay it (delays.py)
+                tl = p.timelines
+                if bound == _FOREVER or tl is None or p.now + tl.span(job) <= bound:
+                    return None
+                d.reserved[shape] = job
+                return RESERVED
         why = p._no_room(job)
         verdict = d.verdicts[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
     return verdict
@@ -269,9 +323,14 @@ def recall(w: "_Walk", placed: Job | None, changed_room: bool) -> None:
     """Park, as reached, the classes `w` passed unreached with their `dead` verdict (classes._Walk._passes)
     that a change may concern, so that `_unpark` applies its rules to them as to any parked class: every
     one where the room stamp moved (never, once frozen); else, after an admission (`placed`), those of
-    its array, and those of its account or user if a cap of theirs is near (Usage.tight)."""
-    if not (w.passed or w.dead.used) or not changed_room and placed is None:
+    its array, and those of its account or user if a cap of theirs is near (Usage.tight). A request shape
+    passed with Reservation that the admission left without room is noted (`lost`): its jobs whose turn
+    comes after the admission get "no room" instead (`passed_runs`), a cut per class at the pass's end."""
+    d = w.dead
+    if not (w.passed or d.used) or not changed_room and placed is None:
         return
+    if placed is not None and d.reserved:
+        delays.lose(w, placed)
     acct = user = array = None
     if placed is not None:
         array = placed.array_id
@@ -280,17 +339,21 @@ def recall(w: "_Walk", placed: Job | None, changed_room: bool) -> None:
         elif array is None and not changed_room:
             return
     used = []
-    for b, verdicts in w.dead.used:     # a block some of whose classes the change concerns: one by one
+    for b, verdicts in d.used:     # a block some of whose classes the change concerns: one by one
         if changed_room or any(who[0] == acct or who[1] == user for who in b.whos):
             w.passed += blocks.entries_of(b, verdicts, lambda v: w.parks.get(id(v)) or w.park_of(v))
         else:
             used.append((b, verdicts))
-    w.dead.used = used
+    d.used = used
     keep = []
     for entry in w.passed:
-        key, group_key, _, hit = entry
+        key, group_key, g, hit = entry
         if changed_room or key[1] == acct or key[2] == user or array is not None and key[16] == array:
-            w._park(w.reached.add(group_key), key, hit)
+            i = w.reached.add(group_key)
+            if hit[3] is RESERVED:
+                hit = delays.reparked(w, i, g)
+            if hit is not None:
+                w._park(i, key, hit)
         else:
             keep.append(entry)
     w.passed = keep
@@ -300,12 +363,21 @@ def passed_runs(w: "_Walk") -> None:
     """The runs of the classes `w` passed unreached: one per verdict, their ids together (a pass on a full
     cluster passes most of its classes; a run each made as many lists and tuples for the collector)."""
     by: dict[int, tuple[Verdict, list[int]]] = {}
-    for _, _, g, hit in w.passed:
-        verdict = hit[3]
+
+    def add(verdict: Verdict, ids: list[int]) -> None:
         got = by.get(id(verdict))
         if got is None:
-            by[id(verdict)] = (verdict, g.ids[:])
+            by[id(verdict)] = (verdict, ids[:])
         else:
-            got[1].extend(g.ids)
+            got[1].extend(ids)
+    lost = w.dead.lost
+    for _, _, g, hit in w.passed:
+        verdict, ids = hit[3], g.ids
+        if lost and verdict is RESERVED:
+            got = delays.cut(w, g)
+            if got is not None:
+                add(got[1], ids[got[0]:])
+                ids = ids[:got[0]]
+        add(verdict, ids)
     w.p.runs.extend((ids, verdict) for verdict, ids in by.values())
-    blocks.runs(w.dead.used, w.p.runs)
+    blocks.runs(w.dead.used, w.p.runs, lost, lambda g: cast(tuple[int, Verdict], delays.cut(w, g)))

@@ -124,3 +124,32 @@ def test_a_second_pass_over_an_unchanged_deep_queue_takes_its_passed_classes_as_
     same(again, first)
     same(again, policy.plan_per_job(snap, c))
     assert taken and sum(taken) >= 10 and len(taken) <= 2
+
+
+def test_classes_that_would_delay_the_reservation_are_passed_unjudged(monkeypatch):
+    """One GPU is free and H holds the reservation for when the running job ends: each of a deep queue's
+    one-GPU jobs fits the free GPU but would delay H. A frozen pass gives them Reservation unreached
+    (settle.dead, a bound per request shape) and keeps them as blocks; neither pass judges them one by one
+    (each was judged, every pass: O(pending) on a busy 64-GPU replay, issue 41)."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16, slots=16)
+    b.running("n0", gpus=3, cpus=3, time_limit=3600, started_ago=60.0, account="phi", user="carol")
+    b.job(gpus=4, cpus=4, qos="high", account="eta", user="alice", submit_offset=-10000)    # H
+    for k in range(40):
+        acct, user = WHO[1 + k % 3]
+        b.job(gpus=1, cpus=1 + k % 3, time_limit=7200 * (1 + k % 5), account=acct, user=user, submit_offset=-k)
+    snap = b.build()
+    c = cfg(CONFIG.format(max_running=100))
+    kept, judged = Kept(), []
+    real = policy._Pass.judge
+
+    def judge(self, job):
+        judged.append(job.id)
+        return real(self, job)
+    with monkeypatch.context() as mp:
+        mp.setattr(policy._Pass, "judge", judge)
+        first = policy.plan(snap, c, **kept.inputs(snap, c))
+        again = policy.plan(snap, c, **kept.inputs(snap, c))
+    assert sum(p.reason == states.RESERVATION for p in first.pending) == 40
+    same(first, policy.plan_per_job(snap, c))
+    same(again, first)
+    assert len(judged) <= 8, judged
