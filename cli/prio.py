@@ -94,11 +94,31 @@ def _patched(c, at: str, text: str) -> str | None:
     got = c.read.ranking_patch(c.user)
     if got is None:
         return None
-    head, entries, ids, rows = got
+    head, entries, ids, rows, arrays, rests = got
     if not head.startswith(f'{{"at": "{at}"'):
         return None         # another ranking since the first read
     from labq.scheduler import priopatch
-    return priopatch.patch(text, head, entries, ids, pending_of([r for r in rows if r[R.PRIO]]), c.user)
+    return priopatch.patch(text, head, entries, ids, pending_of([r for r in rows if r[R.PRIO]]) + spread(rests),
+                           c.user, arrays)
+
+
+def spread(rests) -> list:
+    """The pending tasks of rests (their rows in Keys.rests: store/rests.row's JSON, None where gone) as
+    Pending, as statrows.rest_texts spreads them (task at position p: id A + p, index lo + p·step),
+    made in C over the positions rather than a row text each."""
+    import json
+    from itertools import chain
+    out: list = []
+    for value in filter(None, rests):
+        d = json.loads(value)
+        t = pending_of([r for r in R.parse([d["row"]]) if r[R.PRIO]])
+        if not t:
+            continue        # not pending (its tasks are not in the ranking)
+        a, lo, step = t[0].id, d["lo"], d["step"]
+        pos = list(chain.from_iterable(range(x, y + 1) for x, y in d["runs"]))
+        out += map(partial(tuple.__new__, Pending), zip(map(a.__add__, pos), repeat(a),
+                                                        map(lo.__add__, map(step.__mul__, pos)), *map(repeat, t[0][3:])))
+    return out
 
 
 def pending_of(rows) -> list:

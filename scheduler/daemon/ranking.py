@@ -58,12 +58,14 @@ class Ranking:
             published.withdraw(self.shell.store.txn)
             self.at, self.touched = now, touched
             return False
-        pending += spread(st.rests.values())
+        resting = spread(st.rests.values())
+        pending += resting
         pending.sort(key=_id)
         running = [j for j in st.jobs.values() if j.state in states.ON_NODE]
         usage = fairshare.current(st.usage, running, now, st.cfg.priority.fairshare_half_life)
-        text, index = priopatch.render(pending, now, usage, st.cfg)
-        published.publish(self.shell.store.txn, text, now, index, {a: r.user for a, r in st.rests.items()})
+        text, index = priopatch.render(pending, now, usage, st.cfg, set(map(_id, resting)))
+        published.publish(self.shell.store.txn, text, now, index,
+                          {a: (r.user, r.template.submit_time) for a, r in st.rests.items()})
         self.at, self.cost, self.touched = now, time.perf_counter() - began, touched
         return True
 

@@ -22,17 +22,30 @@ class RankingReads:
 
     def ranking_patch(self, user: str) -> tuple | None:
         """(the ranking's index: its parameters and keys, `user`'s jobs in it; (id, submit time) of each
-        job of theirs the commits since changed; the `stat` rows of those) for priopatch.patch; None where the ids are
-        past ranking.CAP, there is no index, or the Redis roles predate these keys (NOPERM)."""
+        job of theirs the commits since changed; the `stat` rows of those; (array id, submit time) of
+        each rest of theirs they changed; those rests' rows, None where gone) for priopatch.patch;
+        None where the ids are past ranking.CAP, there is no index, or the Redis roles predate these
+        keys (NOPERM)."""
         from ..errors import RefusedError
+        from .ranking import ARRAYS
         from .statrows import parse
         try:
-            head, entries, mine = self._multi(("HGET", self.k.ranking_index, ""), ("HGET", self.k.ranking_index, user),
-                                              ("HGET", self.k.ranking_mine, user))
+            head, entries, mine, both = self._multi(
+                ("HGET", self.k.ranking_index, ""), ("HGET", self.k.ranking_index, user),
+                ("HGET", self.k.ranking_mine, user), ("HGET", self.k.ranking_mine, ARRAYS + user))
         except RefusedError:
             return None
-        if not head or not mine or mine == "*":
+        jobs, _, arrays = (both or mine or "*").partition("\n")
+        if not head or jobs == "*":
             return None
-        changed = [(int(i), float(s)) for i, _, s in map(str.partition, mine.split(","), repeat(":"))]
-        texts = self._pipe([("HMGET", self.k.stat_rows, *[i for i, _ in changed])])[0]
-        return head, entries or "", changed, parse([t for t in texts if t])
+        changed, rests = _pairs(jobs), _pairs(arrays)
+        cmds = [("HMGET", self.k.stat_rows, *[i for i, _ in changed])] if changed else []
+        cmds += [("HMGET", self.k.rests, *[a for a, _ in rests])] if rests else []
+        got = self._pipe(cmds) if cmds else []
+        texts = got[0] if changed else []
+        return head, entries or "", changed, parse([t for t in texts if t]), rests, got[-1] if rests else []
+
+
+def _pairs(text: str) -> list[tuple[int, float]]:
+    """"id:submit time,…" as pairs."""
+    return [(int(i), float(s)) for i, _, s in map(str.partition, text.split(","), repeat(":"))] if text else []

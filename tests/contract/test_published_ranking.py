@@ -108,6 +108,13 @@ def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_
     assert "as of" not in _labq(bench, tmp_path, "prio"), "a ranking older than STALE: ranked from the rows"
 
 
+def _owners_prio(bench) -> list[str]:
+    """The lines of the submitter's plain `prio` from the published ranking, patched (not ranked)."""
+    got = prio.published(SimpleNamespace(read=thin_client(str(bench.cfg_path)).read, user=current_user()), time.time())
+    assert got is not None, "patched, not ranked from the rows"
+    return got.splitlines()[1:]
+
+
 @pytest.mark.redis
 def test_a_ranking_is_redone_after_refresh_ranks_a_rest_and_a_long_queue_and_a_new_leader_drop_it(redis_server, tmp_path,
                                                                                              monkeypatch):
@@ -123,11 +130,13 @@ def test_a_ranking_is_redone_after_refresh_ranks_a_rest_and_a_long_queue_and_a_n
     assert bench.r.get(K.ranking).startswith(repr(now + ranking.REFRESH))
     arr = _submit(bench, now + ranking.REFRESH + 1, hold=True, array=[0, 1999, 1])   # a rest: its owner's change
     assert bench.s.state.rests and bench.r.exists(K.ranking) and bench.s.store.ranking.ranked
-    assert bench.r.hget(K.ranking_mine, current_user()) == "*", "the owner's prio ranks the rows (array lines)"
+    at = bench.r.get(K.ranking).partition("\n")[0]
+    assert bench.r.hget(K.ranking_mine, current_user()) == "*", "an older client declines (array lines)"
+    assert _owners_prio(bench) == _client_text(bench, float(at)).splitlines()[1:], "the rest patched in"
     assert rank.after_pass(now + 3 * ranking.REFRESH), "ranked with the rest's tasks, spread as the client does"
     at, _, text = bench.r.get(K.ranking).partition("\n")
     assert text == _client_text(bench, float(at)) and f"\n{arr}_[0-" in text and "-1999]" in text
-    assert bench.s.store.ranking.owners == {arr: current_user()}
+    assert bench.s.store.ranking.owners == {arr: (current_user(), now + ranking.REFRESH + 1)}
     monkeypatch.setattr(ranking, "MOST", 2000)      # a pending job and 2,000 resting tasks: the rest counts
     assert not rank.after_pass(now + 4 * ranking.REFRESH) and not bench.r.exists(K.ranking)
     monkeypatch.setattr(ranking, "MOST", 0)
@@ -141,3 +150,32 @@ def test_a_ranking_is_redone_after_refresh_ranks_a_rest_and_a_long_queue_and_a_n
     bench.r.set(K.ranking, "1\nx")
     bench.s.store.rebuild_stat_rows(bench.s.jobs.values())      # as a scheduler does on taking the lease
     assert not bench.r.exists(K.ranking)
+
+
+@pytest.mark.redis
+def test_the_owners_prio_patches_a_rests_changes_in(redis_server, tmp_path, monkeypatch):
+    """A rest's submit, a task of it released alone (it leaves the rest: a record), its cancel whole and
+    a small array's task cancelled: each time the owner's `prio` is the published ranking patched
+    (priopatch.py), equal to the client's ranking of the rows at the ranking's time."""
+    monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
+    monkeypatch.setattr(harness, "BUDGET_CONFIG", harness.BUDGET_CONFIG + MORE)
+    bench = BudgetBench(redis_server, tmp_path)
+    now = time.time()
+    _submit(bench, now - 100, cpus=16)
+    _submit(bench, now - 50, est=50)
+    small = _submit(bench, now - 20, array=[0, 5, 1], account="phi")
+    rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
+    for step, (ids, body) in enumerate([(None, {"hold": True, "array": [0, 1999, 1]}), (["{arr}_7"], "release"),
+                                        ([f"{small}_2"], "cancel"), (["{arr}"], "cancel")]):
+        t = now + step * ranking.REFRESH
+        assert rank.after_pass(t), step
+        if ids is None:
+            arr = _submit(bench, t + 1, **body)
+        else:
+            push(bench.r, current_user(), {"rid": f"c{step}", "op": body,
+                                           "body": json.dumps({"ids": [i.format(arr=arr) for i in ids]})})
+            bench.r.delete(K.wake)
+            bench.s.tick(t + 1, [f"user:{current_user()}"])
+        assert bench.r.hget(K.ranking_mine, current_user()) == "*" or step == 2, "an older client declines"
+        assert _owners_prio(bench) == _client_text(bench, t).splitlines()[1:], step
+    assert not bench.s.state.rests and f"{arr}_" not in "\n".join(_owners_prio(bench))

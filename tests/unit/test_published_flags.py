@@ -103,10 +103,18 @@ def test_the_commits_list_each_users_changed_ids_once_up_to_cap(monkeypatch):
 
 def test_a_rests_change_counts_as_its_owners_and_only_an_unknown_owner_deletes_the_ranking():
     store = Store()
-    store.ranking.owners = {9: "bob"}
+    store.ranking.owners = {9: ("bob", 5.0)}
     _write(store, rests={9: None})          # bob's array: gone (cancelled whole)
     calls = store.pipes[-1].calls
-    assert ("hincrby", (Keys().ranking_since, "bob", 1)) in calls and ("hset", (Keys().ranking_mine, "bob", "*")) in calls
-    assert store.ranking.ranked and store.ranking.owners == {} and store.ranking.mine["bob"] is None
+    assert ("hincrby", (Keys().ranking_since, "bob", 1)) in calls
+    assert ("hset", (Keys().ranking_mine, "bob", "*", {"\nbob": "\n9:5.0"})) in calls, \
+        "'*' for an older client; the array listed for bob's prio to patch"
+    assert store.ranking.ranked and store.ranking.owners == {} and store.ranking.mine["bob"] == []
+    assert store.ranking.arrays == {"bob": {9: 5.0}}
+    b = Batch()
+    b.jobs[8] = Job(id=8, user="bob", account="eta", argv=["true"], workdir="/tmp", submit_time=3.0)
+    Committer().write(store, b, 2.0, {}, {}, None, lambda budget, now: "p", 0)
+    assert ("hset", (Keys().ranking_mine, "bob", "*", {"\nbob": "8:3.0\n9:5.0"})) in store.pipes[-1].calls, \
+        "a later job of bob's: both fields again (his prio reads the arrays' one first)"
     _write(store, rests={10: None})         # an array no ranking or commit since knew of
     assert ("delete", store.ranking.keys()) in store.pipes[-1].calls and not store.ranking.ranked
