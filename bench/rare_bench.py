@@ -5,7 +5,7 @@ against `labq sub`'s, each a whole `labq` process on a private stack (redis-serv
 the reaped child's user + system (live_bench.timed); min and median of n runs.
 
     .venv/bin/python bench/rare_bench.py [--quick] [--pending N]   # one line per command; bench/run.py takes rows()
-    .venv/bin/python bench/rare_bench.py --pending 10000 --vs /work/bench/tree [--rounds 7] [--churn [--others]]   # A/B
+    .venv/bin/python bench/rare_bench.py --pending 10000 --vs /work/bench/tree [--rounds 7] [--churn [--others]] [--array]
 
 --pending N first submits N held single jobs (20 client processes, as live_bench.py's drains leave
 10,000 before bench/run.py measures these): `prio`, `report`, `budget`, `nodes` and `share` cost most
@@ -20,7 +20,8 @@ and the load average before and after each command. With --churn a churn client 
 command rows have it: a quiet queue favours `prio` (its published ranking, docs/internals.md). The
 churn is the bench user's, as is every command, so `prio` ranks the rows (that user's jobs changed);
 with --others (as root) every command but `sub` runs as `nobody` (setpriv): what a user sees while
-another changes the queue.
+another changes the queue. With --array each round of `prio` comes right after the live bench's last
+step, a held 10,000-task array submitted and cancelled by the bench user (live_bench.command_rows).
 """
 import os
 import shutil
@@ -79,9 +80,12 @@ AB = (("sub", "-A", "parked", "-H", "--", "true"), ("stat",), ("prio",), ("repor
       ("share",), ("acct",))
 
 
-def side_by_side(bs, tree: str, rounds: int, extra=(), others: bool = False) -> None:
+def side_by_side(bs, tree: str, rounds: int, extra=(), others: bool = False, array: bool = False) -> None:
     """Each of AB (and `extra`) run by TREE's labq and this checkout's in turn, `rounds` times; with
-    `others`, all but `sub` as `nobody`."""
+    `others`, all but `sub` as `nobody`; with `array`, each round of `prio` follows the live bench's
+    last step (a held 10,000-task array submitted and cancelled by `labq del`, its owner the bench
+    user), the side that goes first alternating, and says how many of each side's runs printed the
+    published ranking ("as of" on its weights line) rather than ranking the rows."""
     tree = os.path.abspath(tree)
     if others:
         as_nobody(bs)
@@ -94,17 +98,35 @@ def side_by_side(bs, tree: str, rounds: int, extra=(), others: bool = False) -> 
     print(f"{'command':<24} {'base min/median':>16} {'new min/median':>16}   new/base   vs sub (base, new)   load")
     for args in AB + tuple(extra):
         cpu = {s: [] for s in sides}
+        published = dict.fromkeys(sides, 0)
         load0 = os.getloadavg()[0]
-        for _ in range(rounds):
-            for s, (cmd, env) in sides.items():
+        for k in range(rounds):
+            if array and args == ("prio",):
+                _array_cancelled(bs)
+            for s in (list(sides) if k % 2 == 0 or not array else list(sides)[::-1]):
+                cmd, env = sides[s]
                 who = NOBODY if others and args[0] != "sub" else []
-                cpu[s] += timed(who + cmd + ["--config", bs.cfg_path, *args], env, bs.work, 1)[1]
+                argv = who + cmd + ["--config", bs.cfg_path, *args]
+                cpu[s] += timed(argv, env, bs.work, 1)[1]
+                if array and args == ("prio",):
+                    published[s] += "; as of " in subprocess.run(argv, env=env, cwd=bs.work, capture_output=True,
+                                                                 text=True, timeout=120).stdout.split("\n", 1)[0]
         if args[0] == "sub":
             sub = {s: min(c) for s, c in cpu.items()}
         b, n = cpu["base"], cpu["new"]
         print(f"{' '.join(args)[:24]:<24} {min(b):7.1f} /{statistics.median(b):6.1f} {min(n):8.1f} /{statistics.median(n):6.1f}"
               f"   {min(n) / min(b):7.2f}x   {min(b) / sub['base']:5.2f}x {min(n) / sub['new']:5.2f}x"
               f"   {load0:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
+        if array and args == ("prio",):
+            print(f"  prio printed the published ranking (patched) in {published['base']} of {rounds} (base), "
+                  f"{published['new']} of {rounds} (new), each right after its timed run", flush=True)
+
+
+def _array_cancelled(bs) -> None:
+    """The live bench's last step: a held 10,000-task array submitted and cancelled whole."""
+    import re
+    out = bs.run_labq("sub", "-A", "parked", "-H", "-a", "1-10000", "--", "true", env=user_env(bs)).stdout
+    bs.run_labq("del", re.search(r"\d+", out).group(), timeout=300, env=user_env(bs))
 
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]     # execs the command: its CPU
@@ -141,7 +163,8 @@ def main() -> int:
             try:
                 if churn:
                     churn.stdout.readline()
-                side_by_side(bs, sys.argv[sys.argv.index("--vs") + 1], rounds, extra, "--others" in sys.argv)
+                side_by_side(bs, sys.argv[sys.argv.index("--vs") + 1], rounds, extra, "--others" in sys.argv,
+                             "--array" in sys.argv)
             finally:
                 if churn:
                     print(f"churn: {churn.communicate('', timeout=120)[0].strip()}")
