@@ -90,6 +90,10 @@ class Keys:
         return f"{self.p}:ranking:v1"         # rendered it then (daemon/ranking.py)
 
     @property
+    def ranking_by(self) -> str:              # STRING (S): the leader (Keys.leader's value) that published the
+        return f"{self.p}:ranking:v1:by"      # ranking: readers trust it only while that leader leads (a downgrade)
+
+    @property
     def ranking_since(self) -> str:           # HASH (S): user -> jobs of theirs the commits since the ranking
         return f"{self.p}:ranking:v1:since"   # changed (store/ranking.py)
 

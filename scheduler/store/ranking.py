@@ -8,7 +8,9 @@ records) counts as its owner's and lists the array (id and submit time) in the f
 "jobs\narrays" (the owner's `prio` takes its lines out and puts back its tasks as the rest's row now
 spreads them); the user's own field then says "*", which a client older than that field declines
 (it would leave the array's lines as they were). The ranking is deleted only where a gone rest's
-owner is not known."""
+owner is not known. Keys.ranking_by names the leader that published it: a labq older than the ranking
+that leads after a downgrade neither deletes it nor counts changes beside it, and readers, which read
+it with Keys.leader in one MULTI, then rank the rows (as Keys.ran_by, 5c8e44a)."""
 from collections import Counter
 
 CAP = 256       # a user's changed ids and arrays listed beside the ranking; past it "*": that user's `prio` ranks the rows
@@ -18,8 +20,8 @@ ARRAYS = "\n"   # ranking_mine's field ARRAYS + user: no user name holds a newli
 class Published:
     """What the leader's store knows of its published ranking (composed by state.SchedulerStore)."""
 
-    def __init__(self, keys) -> None:
-        self.k = keys
+    def __init__(self, keys, me: str = "") -> None:
+        self.k, self.me = keys, me      # `me`: this leader's Keys.leader value, written beside the ranking
         self.ranked = False     # published by this leader and not deleted since
         self.touched = 0        # commits that changed a job or a rest so far
         self.owners: dict[int, tuple[str, float]] = {}   # array id -> (user, submit time) of each rest known
@@ -28,7 +30,7 @@ class Published:
         self.arrays: dict[str, dict[int, float]] = {}   # user -> array id -> submit time of their changed rests
 
     def keys(self) -> tuple[str, ...]:
-        return self.k.ranking, self.k.ranking_since, self.k.ranking_index, self.k.ranking_mine
+        return self.k.ranking, self.k.ranking_since, self.k.ranking_index, self.k.ranking_mine, self.k.ranking_by
 
     def stale(self, p, jobs, rests) -> None:
         """A commit (pipeline `p`) changes `jobs` and `rests`: counted by user beside the ranking, and
@@ -98,6 +100,7 @@ class Published:
         nothing changed since; `owners`: the rests' (array id -> (user, submit time)) as ranked."""
         def build(p) -> None:
             p.set(self.k.ranking, f"{at!r}\n{text}")
+            p.set(self.k.ranking_by, self.me)       # readers trust it while this leader leads
             p.delete(self.k.ranking_since, self.k.ranking_index, self.k.ranking_mine)
             if index:
                 p.hset(self.k.ranking_index, mapping=index)

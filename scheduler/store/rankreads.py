@@ -15,9 +15,19 @@ class RankingReads:
         raise NotImplementedError
 
     def ranking(self, user: str) -> tuple:
-        """(the published ranking or None, `user`'s jobs changed since, all users': store/ranking.py)."""
-        got, mine, since = self._multi(("GET", self.k.ranking), ("HGET", self.k.ranking_since, user),
-                                       ("HVALS", self.k.ranking_since))
+        """(the published ranking or None, `user`'s jobs changed since, all users': store/ranking.py).
+        None too where the leader that published it no longer leads (Keys.ranking_by: a labq older than
+        the ranking, after a downgrade, leaves it as it was and counts no change), none leads this
+        instant, or the Redis roles predate that key (NOPERM)."""
+        from ..errors import RefusedError
+        try:
+            got, mine, since, by, leader = self._multi(
+                ("GET", self.k.ranking), ("HGET", self.k.ranking_since, user), ("HVALS", self.k.ranking_since),
+                ("GET", self.k.ranking_by), ("GET", self.k.leader))
+        except RefusedError:
+            return None, 0, 0
+        if by is None or by != leader:
+            return None, 0, 0
         return (got.decode() if isinstance(got, bytes) else got), int(mine or 0), sum(map(int, since))
 
     def ranking_patch(self, user: str) -> tuple | None:

@@ -41,7 +41,7 @@ class SchedulerStore(RequestList):
         self._node_names: list[str] = []     # the registered nodes as last read (noderows.read)
         self._known: Figures | None = None   # Redis's figures as read, then as this leader's commits moved them
         self.nodeside = NodeSide(r, keys)    # claims, withdrawals, health signs (daemon/events.py)
-        self.ranking = Published(keys)       # `labq prio`'s ranking, published (daemon/ranking.py)
+        self.ranking = Published(keys, me)   # `labq prio`'s ranking, published (daemon/ranking.py)
 
     # -- leader lease ------------------------------------------------------------------------
     def acquire_leader(self, ttl_s: float) -> str | bool:

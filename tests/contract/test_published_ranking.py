@@ -3,7 +3,8 @@ it is the very text the client renders from the `stat` rows at its time; the com
 each user's changed jobs beside it in their own transactions, so a user whose job changed since gets
 the ranking with their own jobs patched in (their new job listed: priopatch.py) and the others get
 the ranking with its age and how many jobs changed since; redone after ranking.GAP where jobs changed, after ranking.REFRESH where none did;
-the other forms of `prio` and a ranking older than prio.STALE rank the rows; a rest's tasks are ranked
+the other forms of `prio`, a ranking older than prio.STALE and one whose publisher no longer leads (a
+downgrade: Keys.ranking_by) rank the rows; a rest's tasks are ranked
 as the client spreads them and its change counts as its owner's; a long queue and a new leader delete it."""
 import json
 import os
@@ -96,6 +97,14 @@ def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_
     other = SimpleNamespace(read=thin_client(str(bench.cfg_path)).read, user="someone-else")
     seen = prio.published(other, time.time()).splitlines()
     assert seen[0].endswith(f" s ago, {changes[current_user()]} job changes since") and seen[1:] == text.splitlines()[1:]
+    leader, ttl = bench.r.get(K.leader), bench.r.pttl(K.leader)
+    assert leader and bench.r.get(K.ranking_by) == leader, "published by this leader"
+    bench.r.set(K.leader, "older:2:b")      # a labq older than the ranking leads (a downgrade): it counts no change
+    assert prio.published(other, time.time()) is None, "its publisher no longer leads: `prio` ranks the rows"
+    bench.r.delete(K.leader)
+    assert prio.published(other, time.time()) is None, "no leader this instant: the rows say"
+    bench.r.set(K.leader, leader, px=ttl if ttl > 0 else None)
+    assert prio.published(other, time.time()).splitlines()[1:] == text.splitlines()[1:]
 
     assert not rank.after_pass(now + 3), "within ranking.GAP of the last render"
     bench.r.lpush(K.wake, "1")
