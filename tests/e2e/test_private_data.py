@@ -3,7 +3,8 @@ exported (`--export`) are read by their owner and admins (through the scheduler,
 --script`), the scheduler and the nodes, never by the client role that every user holds.
 
 On a real redis-server with the roles `labq admin acl --apply` generates, a private munged, real
-unprivileged users running the real CLI, and the real scheduler and worker daemons.
+unprivileged users running the real CLI, and the real scheduler and worker daemons. And what those
+roles must let every user read: a user's own `labq prio`, the published ranking patched (issue 39).
 """
 import json
 import os
@@ -220,3 +221,30 @@ def test_the_node_role_runs_scripted_jobs_with_their_exported_environment(lab):
     assert open(os.path.join(lab.work, f"labq-{arr}_2.out")).read().split()[:3] == ["ran", DB_PASSWORD, WANDB]
     left = [key for key in s.scan_iter(f"{K.p}:handover:*")]
     assert left == [], f"the handed-over copies go once the jobs started: {left}"
+
+
+def test_a_users_own_prio_is_the_published_ranking_patched_under_the_client_role(lab):
+    """`labq prio` of a real unprivileged user who just submitted a job and a held 1,000-task array
+    (a rest), under the labq-client role: the leader's published ranking with their jobs patched in
+    (its index, the changed jobs' and rests' listing, the rest's row: keys the generated roles let
+    every user read), as of the ranking's time, not ranked from the rows; another user sees the
+    ranking as published, with the count of changes since."""
+    s = lab.role(acl.SCHEDULER)
+    for _ in range(3):      # the leader may publish anew between the submits and `prio`: then again
+        wait_for(lambda: s.exists(K.ranking) and not s.exists(K.ranking_since), 60, what="a ranking of a quiet queue")
+        at = s.get(K.ranking).partition("\n")[0]
+        job = lab.submit(lab.alice, "-H")
+        arr = lab.submit(lab.alice, "-H", "-a", "1-1000")
+        own, theirs = lab.labq(lab.alice, "prio"), lab.labq(lab.bob, "prio")
+        if s.get(K.ranking).partition("\n")[0] == at:
+            break
+    else:
+        pytest.fail("the leader published a ranking between the submits and prio three times")
+    assert own.returncode == 0 and "Traceback" not in own.stderr and "NOPERM" not in own.stderr, own.stderr
+    head, *lines = own.stdout.splitlines()
+    assert "; as of " in head, "the published ranking, patched: not ranked from the rows"
+    assert any(line.split()[0] == str(job) for line in lines) and any(line.startswith(f"{arr}_[1-") for line in lines)
+    assert s.hget(K.ranking_mine, lab.alice.pw_name) == "*" and f"\n{arr}:" in s.hget(K.ranking_mine,
+                                                                                       "\n" + lab.alice.pw_name)
+    assert theirs.returncode == 0 and "job changes since" in theirs.stdout.splitlines()[0], theirs.stderr
+    assert not any(line.startswith(f"{arr}_") for line in theirs.stdout.splitlines()), "as published: before it"
