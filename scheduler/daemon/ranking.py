@@ -5,7 +5,8 @@ the scheduler has the jobs in memory and renders the same text (priotable.py) on
 PriorityCalcPeriod).
 
 When: after a pass where jobs changed since the last one (store/ranking.py counts the commits), at
-most every GAP seconds and COST_GAP times the last render's own time apart (~45 ms with its index at 10,000 pending
+most every GAP seconds (at once where a user went past ranking.CAP since: their `prio` ranks the rows
+until then) and COST_GAP times the last render's own time apart (~45 ms with its index at 10,000 pending
 jobs: under 1 % of the scheduler's time); a ranking of a queue that stays as it is is redone after
 REFRESH (its ages and the decayed usage move); never while requests wait (a pass that finds wake-ups
 queued: a stream of submits is answered first, and the live bench's drains pay nothing). The commits after
@@ -46,8 +47,8 @@ class Ranking:
     def after_pass(self, now: float) -> bool:
         """Publish the ranking at `now` where it is due (above); whether it did."""
         st, published = self.shell.state, self.shell.store.ranking
-        if now - self.at < max(GAP, COST_GAP * self.cost):
-            return False
+        if now - self.at < max(0 if published.starred else GAP, COST_GAP * self.cost):
+            return False        # a user past ranking.CAP: at once (but COST_GAP), their `prio` ranks the rows till then
         if published.ranked and published.touched == self.touched and now - self.at < REFRESH:
             return False
         if self.shell.store.wakes_waiting():    # requests wait: answered first, rendered on a pass with none

@@ -28,6 +28,7 @@ class Published:
         self.mine: dict[str, list[tuple[int, float]] | None] = {}   # user -> (id, submit time) of their
                                                                      # changed jobs since (None: past CAP)
         self.arrays: dict[str, dict[int, float]] = {}   # user -> array id -> submit time of their changed rests
+        self.starred = False    # a user went past CAP since: their `prio` ranks the rows until the next ranking
 
     def keys(self) -> tuple[str, ...]:
         return self.k.ranking, self.k.ranking_since, self.k.ranking_index, self.k.ranking_mine, self.k.ranking_by
@@ -86,6 +87,7 @@ class Published:
             self.ranked, self.mine, self.arrays = False, {}, {}
         elif self.ranked:
             listed, arrays = self._listed(jobs, owners)
+            self.starred |= any(ids is None and self.mine.get(u, ()) is not None for u, ids in listed.items())
             self.mine.update(listed)
             self.arrays.update(arrays)
         for a, r in rests.items():
@@ -105,7 +107,7 @@ class Published:
             if index:
                 p.hset(self.k.ranking_index, mapping=index)
         txn(build)
-        self.ranked, self.mine, self.arrays, self.owners = True, {}, {}, dict(owners or {})
+        self.ranked, self.mine, self.arrays, self.owners, self.starred = True, {}, {}, dict(owners or {}), False
 
     def dropped(self) -> None:
         """A new leader's transaction deleted the ranking (SchedulerStore.rebuild_stat_rows)."""

@@ -188,3 +188,28 @@ def test_the_owners_prio_patches_a_rests_changes_in(redis_server, tmp_path, monk
         assert bench.r.hget(K.ranking_mine, current_user()) == "*" or step == 2, "an older client declines"
         assert _owners_prio(bench) == _client_text(bench, t).splitlines()[1:], step
     assert not bench.s.state.rests and f"{arr}_" not in "\n".join(_owners_prio(bench))
+
+
+@pytest.mark.redis
+def test_a_user_past_cap_is_ranked_again_at_once_not_after_gap(redis_server, tmp_path, monkeypatch):
+    """A submit script puts its user past store/ranking.CAP: their `prio` ranks the rows until the next
+    ranking, which the next quiet pass publishes at once, not ranking.GAP after the last one (but
+    COST_GAP times its render apart); a user within CAP waits GAP as before."""
+    from labq.scheduler.store import ranking as published
+    monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
+    monkeypatch.setattr(published, "CAP", 3)
+    bench = BudgetBench(redis_server, tmp_path)
+    now = time.time()
+    _submit(bench, now, cpus=16)
+    rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
+    assert rank.after_pass(now)
+    rank.cost = 0.0         # the render's own time does not decide here
+    for k in range(3):
+        _submit(bench, now + 0.1 + k / 10, hold=True)
+    assert bench.r.hget(K.ranking_mine, current_user()) != "*" and not rank.after_pass(now + 1), "within CAP: GAP"
+    _submit(bench, now + 0.5, hold=True)
+    assert bench.r.hget(K.ranking_mine, current_user()) == "*"
+    assert rank.after_pass(now + 1), "past CAP: at once"
+    assert not bench.r.exists(K.ranking_mine)
+    _submit(bench, now + 1.2, hold=True)
+    assert not rank.after_pass(now + 1.5) and rank.after_pass(now + 1 + ranking.GAP), "within CAP again: GAP"
