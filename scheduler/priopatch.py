@@ -32,10 +32,10 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, namedtuple
 from collections.abc import Container, Mapping, Sequence
 from itertools import compress, groupby, repeat
-from operator import add, attrgetter, getitem, is_not, itemgetter, lt, not_, sub
+from operator import attrgetter, is_not, itemgetter, lt, not_, sub
 
 from . import priotable
-from .tables import columns
+from .tables import columns, compact_tasks, widen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def patch(text: str, head: str, entries: str, changed: Sequence[tuple[int, float
     wide = [max(max(x, default=0), len(name)) for x, name in zip(lens, names)]
     gone = set(taken)
     if wide != widths:
-        lines, header = _widen(lines, starts, widths, wide), _widen([header], starts, widths, wide)[0]
+        lines, header = widen(lines, starts, widths, wide), widen([header], starts, widths, wide)[0]
     out: list[str | None] = list(lines)
     for t in taken:
         out[t] = None
@@ -308,10 +308,10 @@ def _lines(news: list[tuple[Any, int]], h: dict, w, at: float
     qos_o, fs_o = {q: p * qw for q, p in qos.items()}, {a: fw * v for a, v in fs.items()}
     rows = list(map(itemgetter(0), news))
     combos = list(zip(map(attrgetter("qos"), rows), map(attrgetter("account"), rows), map(_submit, rows),
-                      map(itemgetter(1), news)))
+                      map(itemgetter(1), news), map(_user, rows)))
     made = {}
     for c in set(combos):
-        q_name, account, submit, flag = c
+        q_name, account, submit, flag, _ = c
         wait = at - submit
         score = qos_o.get(q_name, 0.0) + min(max(wait, 0.0) * per_s, aw) + fs_o.get(account, fw)
         burst = 1.0 if flag else 0.0
@@ -319,28 +319,22 @@ def _lines(news: list[tuple[Any, int]], h: dict, w, at: float
             score = score - bw * burst
         q, age, share = qos.get(q_name, 0.0), min(max(wait, 0.0) / age_max, 1.0), fs.get(account, 1.0)
         made[c] = (-score, Factors(0, q, age, share, burst, qw * q + aw * age + fw * share - bw * burst + sw * 0.0, 0.0))
-    per = list(map(made.__getitem__, combos))
-    keyed = sorted(zip(map(itemgetter(0), per), map(_submit, rows), map(attrgetter("id"), rows), range(len(rows))))
-    shown = list(map(rows.__getitem__, map(itemgetter(3), keyed)))
-    f = dict(zip(map(attrgetter("id"), rows), map(itemgetter(1), per)))
-    ids, cols, _, members = priotable.lines(shown, f, w, False)
-    spans = members if members is not None else [[k] for k in range(len(shown))]
-    return [(keyed[m[0]][:3], keyed[m[-1]][:3], (ids[x], *(c[x] for c in cols))) for x, m in enumerate(spans)]
-
-
-def _widen(lines: list[str], starts: list[int], widths: list[int], wide: list[int]) -> list[str]:
-    """`lines` laid out again from `widths` to `wide`: each column that changes gains or loses spaces
-    at its end, the last first (the earlier columns' places stay), by C loops over the lines."""
-    for c in reversed(range(len(widths))):
-        d = wide[c] - widths[c]
-        if not d:
-            continue
-        end = starts[c] + widths[c]
-        head = map(getitem, lines, repeat(slice(None, end + min(d, 0))))
-        if d > 0:
-            head = map(add, head, repeat(" " * d))
-        lines = list(map(add, head, map(getitem, lines, repeat(slice(end, None)))))
-    return lines
+    keyed = sorted(zip(map(itemgetter(0), map(made.__getitem__, combos)), map(_submit, rows), map(_id, rows),
+                       range(len(rows))))
+    order = list(map(itemgetter(3), keyed))
+    cells = {c: tuple(x[0] for x in priotable.cells([rows[i]], {rows[i].id: made[c][1]}, w))
+             for c, i in dict(zip(combos, range(len(rows)))).items()}     # a job's cells are its own alone
+    out, at = [], 0
+    for (a, c), run in groupby(zip(map(attrgetter("array_id"), map(rows.__getitem__, order)),
+                                   map(combos.__getitem__, order))):
+        n = len(list(run))      # one after another, one array's, alike: priotable.lines' one line
+        if a is None:
+            out += [(keyed[k][:3], keyed[k][:3], (str(keyed[k][2]), *cells[c])) for k in range(at, at + n)]
+        else:
+            ds = list(map(attrgetter("display_id"), map(rows.__getitem__, order[at:at + n])))
+            out.append((keyed[at][:3], keyed[at + n - 1][:3], (", ".join(compact_tasks(a, ds)), *cells[c])))
+        at += n
+    return out
 
 
 def _row(i: int, submit: float, cells: list[str]) -> Row:

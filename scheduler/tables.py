@@ -2,6 +2,8 @@
 pre-renders `labq prio`'s (priotable.py): in scheduler/, so that the daemon lays a table out with the
 very code the client uses."""
 from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import add, getitem, itemgetter, ne, sub
 
 
 def columns(cols: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
@@ -37,3 +39,27 @@ def compact_ids(ids: Sequence[object]) -> list[str]:
             out.append(str(i))
     flush()
     return out
+
+
+def compact_tasks(a: int, ds: list[str]) -> list[str]:
+    """compact_ids of one array `a`'s display ids ("A_i", in order), by C loops over their indices (an
+    array's 10,000 tasks in a patched `labq prio`, priopatch.py)."""
+    x = list(map(int, map(itemgetter(2), map(str.partition, ds, repeat("_")))))
+    cut = [0, *compress(range(1, len(x)), map(ne, map(sub, x[1:], x), repeat(1))), len(x)]
+    return [f"{a}_[{x[i]}-{x[j - 1]}]" if j - i > 1 else f"{a}_{x[i]}" for i, j in zip(cut, cut[1:])]
+
+
+def widen(lines: list[str], starts: list[int], widths: list[int], wide: list[int]) -> list[str]:
+    """`lines` of a table as `columns` lays it out (its columns starting at `starts`) laid out again
+    from `widths` to `wide`: each column that changes gains or loses spaces at its end, the last
+    first (the earlier columns' places stay), by C loops over the lines (priopatch.py)."""
+    for c in reversed(range(len(widths))):
+        d = wide[c] - widths[c]
+        if not d:
+            continue
+        end = starts[c] + widths[c]
+        head = map(getitem, lines, repeat(slice(None, end + min(d, 0))))
+        if d > 0:
+            head = map(add, head, repeat(" " * d))
+        lines = list(map(add, head, map(getitem, lines, repeat(slice(end, None)))))
+    return lines
