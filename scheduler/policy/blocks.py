@@ -234,31 +234,27 @@ def taken(b: Block, verdicts: dict[Shape, Verdict]) -> dict[Shape, Verdict]:
 
 
 def runs(used: list[tuple[Block, dict[Shape, Verdict]]], out: list[tuple[Sequence[int], Verdict]],
-         lost: dict[Shape, Any] | None = None, cut: "Callable[[Group], tuple[int, Verdict]] | None" = None) -> None:
+         lost: dict[Shape, Any] | None = None,
+         split: "Callable[[Block, Shape, tuple[int, ...]], list[tuple[Sequence[int], Verdict]]] | None" = None) -> None:
     """The runs (plan.Pendings) of the blocks a pass took, each with the verdicts it was taken with: a run
     per block and shape, its ids a tuple kept on the block (made again only for a shape whose classes changed);
-    of a shape taken with Reservation that an admission later left without room (`lost`), a run per class
-    before and after it (`cut`: settle.cut)."""
+    of a shape taken with Reservation that an admission later left without room (`lost`), the runs before
+    and after it (`split`: delays.split)."""
     for b, verdicts in used:
         ids = b.ids
         if len(ids) != len(b.shapes):
             for shape, gs in b.shapes.items():
                 if shape not in ids:
                     ids[shape] = tuple(chain.from_iterable(map(_IDS, gs)))
-        if not lost or cut is None:
+        if not lost or split is None:
             out.extend(zip(ids.values(), map(verdicts.__getitem__, ids)))
             continue
         for shape, got in ids.items():
             verdict = verdicts[shape]
             if verdict is not RESERVED or shape not in lost:
                 out.append((got, verdict))
-                continue
-            for g in b.shapes[shape]:
-                k, other = cut(g)
-                if k:
-                    out.append((g.ids[:k], verdict))
-                if k < len(g.ids):
-                    out.append((g.ids[k:], other))
+            else:
+                out += split(b, shape, got)
 
 
 def entries_of(b: Block, verdicts: dict[Shape, Verdict], park_of: Callable[[Verdict], Any]

@@ -11,6 +11,7 @@ Reservation keeps it for its jobs whose turn comes before such an admission and 
 (`lose`, `cut`: a binary search per class at the pass's end). tests/property/test_plan_blocks.py holds it
 to the per-job pass and to whole passes."""
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,6 +20,7 @@ from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports settle.py, which imports this module
+    from .blocks import Block
     from .classes import _Walk
     from .queue import Group
 
@@ -106,3 +108,40 @@ def cut(w: "_Walk", g: "Group") -> tuple[int, Verdict] | None:
         else:
             hi = mid
     return lo, verdict
+
+
+def split(w: "_Walk", b: "Block", shape: tuple[int, str, int, int], ids: tuple[int, ...]
+          ) -> list[tuple[Sequence[int], Verdict]]:
+    """The runs of block `b`'s classes of `shape` (their ids `ids`), taken with Reservation, whose shape an
+    admission later left without room (`lose`): Reservation before it, "no room" after. Without short
+    jobs first a block's classes are in the priority order of their first jobs (fronts.py), so those
+    after it start at a binary search over the block, and the classes before it, most often few, are
+    read one by one (`cut`); with it, every class of the shape is."""
+    limit, other = w.dead.lost[shape]
+    before: list[int] = []
+    after: Sequence[int]
+    if w.reached.bound is not None:
+        rest: list[int] = []
+        for g in b.shapes[shape]:
+            k = cast(tuple[int, Verdict], cut(w, g))[0]
+            before += g.ids[:k]
+            rest += g.ids[k:]
+        after = rest
+    else:
+        groups, score = b.groups, w.score
+        lo, hi = 0, len(groups)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if score(groups[mid].jobs[0]) < limit:
+                lo = mid + 1
+            else:
+                hi = mid
+        for g in groups[:lo]:
+            if cast(tuple[Any, Any], g.plain)[1] == shape:
+                before += g.ids[:cast(tuple[int, Verdict], cut(w, g))[0]]
+        if before:
+            took = set(before)
+            after = [i for i in ids if i not in took]
+        else:
+            after = ids
+    return [(run, v) for run, v in ((before, RESERVED), (after, other)) if run]

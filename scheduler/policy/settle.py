@@ -380,4 +380,4 @@ def passed_runs(w: "_Walk") -> None:
                 ids = ids[:got[0]]
         add(verdict, ids)
     w.p.runs.extend((ids, verdict) for verdict, ids in by.values())
-    blocks.runs(w.dead.used, w.p.runs, lost, lambda g: cast(tuple[int, Verdict], delays.cut(w, g)))
+    blocks.runs(w.dead.used, w.p.runs, lost, lambda b, shape, ids: delays.split(w, b, shape, ids))
