@@ -136,9 +136,9 @@ def split(w: "_Walk", b: "Block", shape: tuple[int, str, int, int], ids: tuple[i
                 lo = mid + 1
             else:
                 hi = mid
-        for g in groups[:lo]:
+        for g in groups[:lo]:       # each comes before it by its first job: a class of one wholly
             if cast(tuple[Any, Any], g.plain)[1] == shape:
-                before += g.ids[:cast(tuple[int, Verdict], cut(w, g))[0]]
+                before += g.ids if len(g.ids) == 1 else g.ids[:cast(tuple[int, Verdict], cut(w, g))[0]]
         if before:
             took = set(before)
             after = [i for i in ids if i not in took]
