@@ -99,15 +99,7 @@ def cut(w: "_Walk", g: "Group") -> tuple[int, Verdict] | None:
     if got is None:
         return None
     limit, verdict = got
-    jobs, score = g.jobs, w.score
-    lo, hi = 0, len(jobs)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if score(jobs[mid]) < limit:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo, verdict
+    return bisect_left(g.jobs, limit, key=w.score), verdict
 
 
 def split(w: "_Walk", b: "Block", shape: tuple[int, str, int, int], ids: tuple[int, ...]
@@ -128,14 +120,8 @@ def split(w: "_Walk", b: "Block", shape: tuple[int, str, int, int], ids: tuple[i
             rest += g.ids[k:]
         after = rest
     else:
-        groups, score = b.groups, w.score
-        lo, hi = 0, len(groups)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if score(groups[mid].jobs[0]) < limit:
-                lo = mid + 1
-            else:
-                hi = mid
+        groups = b.groups
+        lo = bisect_left(groups, limit, key=lambda g: w.score(g.jobs[0]))
         for g in groups[:lo]:       # each comes before it by its first job: a class of one wholly
             if cast(tuple[Any, Any], g.plain)[1] == shape:
                 before += g.ids if len(g.ids) == 1 else g.ids[:cast(tuple[int, Verdict], cut(w, g))[0]]
