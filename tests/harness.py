@@ -137,8 +137,9 @@ def cfg(text: str = "") -> config_mod.Config:
     return config_mod.loads(text)
 
 
-def prio_config(qw, aw, fw, bp, age_max, burst_jobs, burst_window) -> str:
-    """A config of priority weights, three QoS levels and two accounts with shares (the prio tests')."""
+def prio_config(qw, aw, fw, bp, age_max, burst_jobs, burst_window, more: str = "") -> str:
+    """A config of priority weights, three QoS levels and two accounts with shares (the prio tests');
+    `more`: further [priority] lines (the short-job term's)."""
     return f"""
 [priority]
 qos_weight = {qw!r}
@@ -148,7 +149,7 @@ fairshare_weight = {fw!r}
 burst_jobs = {burst_jobs}
 burst_window = {burst_window}
 burst_penalty = {bp!r}
-[qos.normal]
+{more}[qos.normal]
 priority = 100
 [qos.low]
 priority = 3

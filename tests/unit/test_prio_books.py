@@ -10,32 +10,9 @@ from labq.scheduler import multifactor
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.settings.clientconf import books_of
 from labq.scheduler.store import codec, jobview, statrows
-from tests.harness import cfg
+from tests.harness import cfg, prio_config
 
-CONFIG = """
-[priority]
-qos_weight = 1.5
-age_weight = 10
-age_max = "2h"
-fairshare_weight = 50
-burst_jobs = 2
-burst_window = "10m"
-burst_penalty = 20
-short_job_weight = 7
-short_job_scale = "30m"
-[qos.normal]
-priority = 100
-[qos.low]
-priority = 3
-[qos.high]
-priority = 1000
-[accounts.eta]
-share = 3
-users = ["alice"]
-[accounts.phi]
-share = 0.5
-users = ["bob"]
-"""
+CONFIG = prio_config(1.5, 10, 50, 20, '"2h"', 2, '"10m"', 'short_job_weight = 7\nshort_job_scale = "30m"\n')
 
 NOW = 1_000_000.0
 jobs = st.lists(st.tuples(st.sampled_from(["alice", "bob", "carol"]), st.sampled_from(["eta", "phi", "zed"]),
