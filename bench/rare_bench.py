@@ -22,6 +22,11 @@ churn is the bench user's, as is every command, so `prio` ranks the rows (that u
 with --others (as root) every command but `sub` runs as `nobody` (setpriv): what a user sees while
 another changes the queue. With --array each round of `prio` comes right after the live bench's last
 step, a held 10,000-task array submitted and cancelled by the bench user (live_bench.command_rows).
+
+--ended N first writes N ended jobs (ended_jobs: records as the scheduler's commit of their end writes
+them, writes.put_jobs, over the last 7 days, 1-2 attempts of minutes, one in 20 across an hour's edge)
+and waits until the scheduler has folded them into `labq report`'s totals (store/totals.py): what a
+lab's week of ended jobs costs `report` and `acct`. --only CMD,CMD: just those of the A/B (and `sub`).
 """
 import os
 import shutil
@@ -96,7 +101,10 @@ def side_by_side(bs, tree: str, rounds: int, extra=(), others: bool = False, arr
         timed((NOBODY if others else []) + cmd + ["--config", bs.cfg_path, "stat"], env, bs.work, 1)
     sub = {}
     print(f"{'command':<24} {'base min/median':>16} {'new min/median':>16}   new/base   vs sub (base, new)   load")
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     for args in AB + tuple(extra):
+        if only and args[0] != "sub" and " ".join(args) not in only:
+            continue
         cpu = {s: [] for s in sides}
         published = dict.fromkeys(sides, 0)
         load0 = os.getloadavg()[0]
@@ -117,9 +125,54 @@ def side_by_side(bs, tree: str, rounds: int, extra=(), others: bool = False, arr
         print(f"{' '.join(args)[:24]:<24} {min(b):7.1f} /{statistics.median(b):6.1f} {min(n):8.1f} /{statistics.median(n):6.1f}"
               f"   {min(n) / min(b):7.2f}x   {min(b) / sub['base']:5.2f}x {min(n) / sub['new']:5.2f}x"
               f"   {load0:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
+        if args[0] == "report":      # both read the same rows: the same text, byte for byte (the churn's
+            # cancels change acct's, not report's: a job never run counts nothing)
+            outs = {s: subprocess.run(sides[s][0] + ["--config", bs.cfg_path, *args, "--json"], env=sides[s][1],
+                                      cwd=bs.work, capture_output=True, text=True, timeout=120).stdout for s in sides}
+            print(f"  {args[0]} --json the same on both sides: {outs['base'] == outs['new']} "
+                  f"({len(outs['new'])} bytes)", flush=True)
         if array and args == ("prio",):
             print(f"  prio printed the published ranking (patched) in {published['base']} of {rounds} (base), "
                   f"{published['new']} of {rounds} (new), each right after its timed run", flush=True)
+
+
+def ended_jobs(bs, n: int, seed: int = 39) -> None:
+    """N ended jobs in the stack's Redis, as writes.put_jobs commits ends (ids from 900,000,000: the
+    scheduler's own never reach them), then waited for until folded into the report's cells."""
+    import random
+    import time
+
+    from labq.scheduler.jobs import states
+    from labq.scheduler.jobs.model import Attempt, Job
+    from labq.scheduler.store import writes
+    rng, now, r, k = random.Random(seed), time.time(), bs.client.store.r, bs.client.k
+    jobs = []
+    for i in range(n):
+        end = now - rng.uniform(60, 7 * 86_400)
+        runs = [rng.uniform(5, 1800) for _ in range(rng.choice((1, 1, 1, 2)))]
+        if i % 20 == 0:
+            runs[0] += 3600        # across an hour's edge: read whole (store/totals.py's split)
+        atts, t = [], end
+        for a, run in enumerate(reversed(runs)):
+            last = a == 0
+            atts.insert(0, Attempt(len(runs) - a, "n0", ("GPU-0",) if i % 3 else (), dispatch_time=t - run - 1,
+                                   start_time=t - run, end_time=t, outcome="completed" if last else "preempted",
+                                   exit_code=0 if last else None, cost=rng.randrange(10 ** 7),
+                                   usage={"gpu_util_mean": rng.uniform(0, 100)} if i % 3 else None))
+            t -= run + rng.uniform(0, 120)
+        jobs.append(Job(id=900_000_000 + i, user=rng.choice(("alice", "bob", "carol")), name="train",
+                        account=rng.choice(("bench", "parked")), gpus=1 if i % 3 else 0, cpus=2, state=states.COMPLETED,
+                        exit_code=0, attempts=tuple(atts), start_time=atts[0].start_time, end_time=end,
+                        submit_time=atts[0].dispatch_time - 5))
+    for i in range(0, n, 2000):
+        p = r.pipeline(transaction=False)
+        writes.put_jobs(p, k, jobs[i:i + 2000])
+        p.execute()
+    deadline = time.monotonic() + 300
+    while r.hlen(k.report_new) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print(f"{n:,} ended jobs written; {r.hlen(k.report_new)} not folded yet, {r.hlen(k.report_cells)} cells, "
+          f"{r.zcard(k.report_split)} split", flush=True)
 
 
 def _array_cancelled(bs) -> None:
@@ -154,6 +207,8 @@ def main() -> int:
         if pending:
             drain(bs, 20, -(-pending // 20))
             print(f"{bs.client.store.r.zcard(bs.client.k.active):,} active jobs", flush=True)
+        if "--ended" in sys.argv:
+            ended_jobs(bs, int(sys.argv[sys.argv.index("--ended") + 1]))
         if "--vs" in sys.argv:
             rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 7
             extra = [("prio", "--json")] if "--json" in sys.argv else []

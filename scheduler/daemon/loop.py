@@ -70,6 +70,9 @@ class Scheduler:
         self.archiver = archiver           # store/archive.Archiver: ended jobs and old ledger entries out of Redis
         self.history = history             # store/archive.History: what the archiver moved, for reads
         self.acct_backlog: list[int] = []  # ended jobs without a Redis acct row (an older labq's), back-filled
+        # `labq report`'s totals: folded a batch a loop while a backlog waits, else once a second (a
+        # read each tick would be a round trip a batch; readers count what waits, store/totals.read).
+        self.fold_at, self.fold_more = 0.0, True
         self.events = NodeEvents(self.state, self.store, self.commit)
         self.planner = Planner(self, self.books)      # the policy pass: when due, what plan() sees, applied
         self.inboxes = Inboxes(self, self.events)     # last: it takes what it uses of this shell now
@@ -182,7 +185,7 @@ class Scheduler:
                     self.metrics.after_tick(self, time.monotonic() - started)
                 if leading and self.archiver:
                     self.archiver.step(self.clock())
-                if leading and self.acct_backlog:     # a batch a loop, so that ticks go on meanwhile
+                if leading:     # a batch a loop, so that ticks go on meanwhile
                     self._backfill_acct()
                 if not ready:
                     ready = sdnotify.notify("READY=1")
@@ -210,8 +213,12 @@ class Scheduler:
                 time.sleep(1)
 
     def _backfill_acct(self) -> None:
+        """Acct rows an older labq did not write, and `labq report`'s totals (store/totals.fold)."""
         try:
-            self.acct_backlog = self.store.backfill_acct_rows(self.acct_backlog)
+            if self.acct_backlog:
+                self.acct_backlog = self.store.backfill_acct_rows(self.acct_backlog)
+            if self.fold_more or time.monotonic() >= self.fold_at:
+                self.fold_more, self.fold_at = self.store.fold_report(), time.monotonic() + 1.0
         except StalePlanError as e:     # the lease went since the tick: the next leader's start finds the rest
             log.warning("%s; reloading state", e)
             self.leading = False
@@ -222,6 +229,7 @@ class Scheduler:
         st.loaded(self.store.active_jobs(), self.store.job_seq(), self.store.reader().rests())
         self.store.rebuild_stat_rows(st.jobs.values(), st.rests.values())
         self.acct_backlog = self.store.acct_rows_missing()
+        self.fold_more = True       # rebuild_stat_rows put every ended job to fold again
         self.store.ensure_group(self.k.events)
         self.leading = True
         if self.blind:

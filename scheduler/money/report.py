@@ -137,26 +137,29 @@ def _value(key: str, j: Billed, a: Tried, models: Mapping[str, str]) -> str:
 
 class Row:
     """One group's sums. (A plain class, not a dataclass: `labq report` then imports neither
-    dataclasses nor typing, ~10 ms of its CPU, issue 39 item 4.)"""
+    dataclasses nor typing, ~10 ms of its CPU, issue 39 item 4.) Times are summed as integer
+    microseconds, so any grouping of the sums (money/totals.py's cells) gives the same total."""
 
     def __init__(self, group: tuple[str, ...]) -> None:
         self.group = group
         self.job_ids: set[int] = set()
         self.completed: set[int] = set()
         self.ended: set[int] = set()
+        self.kept = [0] * 13        # vector()'s sums of the kept cells added (absorb)
         self.attempts = 0
-        self.gpu_s = 0.0
-        self.cpu_s = 0.0
+        self.gpu_us = 0
+        self.cpu_us = 0
         self.cost = 0
         self.failed_cost = 0
         self.preempt_lost_cost = 0
-        self.lost_work_s = 0.0
-        self.idle_gpu_s = 0.0
-        self.util_weight = 0.0      # GPU-seconds of the attempts that reported a mean utilisation
-        self.util_sum = 0.0
+        self.lost_work_us = 0
+        self.idle_gpu_us = 0
+        self.util_weight = 0        # GPU-microseconds of the attempts that reported a mean utilisation
+        self.util_sum = 0           # of utilisation (millionths of a percent) x those GPU-microseconds
 
     def add(self, j: Billed, a: Tried) -> None:
         s = span(a)
+        us = round(s * 1_000_000)
         nodes: int = getattr(j, "nodes", 1) or 1     # an archived row from before schema 3 has none: 1
         gpus = len(a.gpus) or j.gpus * nodes    # a gang's attempt lists every node's GPUs
         self.job_ids.add(j.id)
@@ -165,32 +168,43 @@ class Row:
             if j.state == states.COMPLETED:
                 self.completed.add(j.id)
         self.attempts += 1
-        self.gpu_s += gpus * s
-        self.cpu_s += j.cpus * nodes * s
+        self.gpu_us += gpus * us
+        self.cpu_us += j.cpus * nodes * us
         self.cost += a.cost
         if a.outcome in FAILED:
             self.failed_cost += a.cost
         if a.outcome == "preempted" and s > 0:
             self.preempt_lost_cost += round(a.cost * min(a.lost_work_s, s) / s)
-            self.lost_work_s += a.lost_work_s
+            self.lost_work_us += round(a.lost_work_s * 1_000_000)
         u = a.usage or {}
         if isinstance(u.get("gpu_idle_s"), (int, float)):
-            self.idle_gpu_s += u["gpu_idle_s"]
-        if isinstance(u.get("gpu_util_mean"), (int, float)) and gpus and s > 0:
-            self.util_weight += gpus * s
-            self.util_sum += u["gpu_util_mean"] * gpus * s
+            self.idle_gpu_us += round(u["gpu_idle_s"] * 1_000_000)
+        if isinstance(u.get("gpu_util_mean"), (int, float)) and gpus and us > 0:
+            self.util_weight += gpus * us
+            self.util_sum += round(u["gpu_util_mean"] * 1_000_000) * gpus * us
+
+    def vector(self) -> list[int]:
+        """Every sum as integers: jobs, completed, ended, then the attempts' sums."""
+        k = self.kept
+        return [len(self.job_ids) + k[0], len(self.completed) + k[1], len(self.ended) + k[2],
+                self.attempts + k[3], self.gpu_us + k[4], self.cpu_us + k[5], self.cost + k[6],
+                self.failed_cost + k[7], self.preempt_lost_cost + k[8], self.lost_work_us + k[9],
+                self.idle_gpu_us + k[10], self.util_weight + k[11], self.util_sum + k[12]]
+
+    def absorb(self, vec: Sequence[int]) -> None:
+        """A kept cell's vector (of jobs not among those add() saw) into these sums."""
+        self.kept = [a + b for a, b in zip(self.kept, vec)]
 
     def as_dict(self, keys: Sequence[str]) -> dict[str, Any]:
-        done = len(self.completed)
-        return {**dict(zip(keys, self.group)), "jobs": len(self.job_ids), "attempts": self.attempts,
-                "gpu_hours": round(self.gpu_s / 3600, 4), "cpu_hours": round(self.cpu_s / 3600, 4),
-                "cost": self.cost / MICRO,
-                "success_rate": round(done / len(self.ended), 4) if self.ended else None,
-                "cost_per_success": round(self.cost / done / MICRO, 6) if done else None,
-                "failed_cost": self.failed_cost / MICRO, "preempt_lost_cost": self.preempt_lost_cost / MICRO,
-                "lost_work_hours": round(self.lost_work_s / 3600, 4),
-                "idle_gpu_hours": round(self.idle_gpu_s / 3600, 4) if self.idle_gpu_s else None,
-                "gpu_util_mean": round(self.util_sum / self.util_weight, 2) if self.util_weight else None}
+        jobs, done, ended, attempts, gpu, cpu, cost, failed, lost, lost_us, idle, uw, us = self.vector()
+        h = 3_600_000_000
+        return {**dict(zip(keys, self.group)), "jobs": jobs, "attempts": attempts,
+                "gpu_hours": round(gpu / h, 4), "cpu_hours": round(cpu / h, 4), "cost": cost / MICRO,
+                "success_rate": round(done / ended, 4) if ended else None,
+                "cost_per_success": round(cost / done / MICRO, 6) if done else None,
+                "failed_cost": failed / MICRO, "preempt_lost_cost": lost / MICRO,
+                "lost_work_hours": round(lost_us / h, 4), "idle_gpu_hours": round(idle / h, 4) if idle else None,
+                "gpu_util_mean": round(us / (uw * 1_000_000), 2) if uw else None}
 
 
 # One node's part of a gang's attempt, as `report --by node` credits it.
@@ -228,10 +242,15 @@ def node_parts(j: Billed, a: Tried) -> Iterator[tuple[Billed, Tried]]:
 
 
 def by(jobs: Iterable[Billed], keys: Sequence[str], models: Mapping[str, str] | None = None, since: float = 0,
-       until: float = float("inf")) -> list[dict[str, Any]]:
-    """One row per group of `keys`, sorted by cost (highest first), then by group."""
+       until: float = float("inf"), cells: Iterable[tuple[Sequence[str], Sequence[int]]] = ()) -> list[dict[str, Any]]:
+    """One row per group of `keys`, sorted by cost (highest first), then by group; `cells`: kept sums
+    of other jobs (money/totals.py), (their DIMS' values, Row.vector), where `keys` are all CELL_KEYS."""
     models = models or {}
     rows: dict[tuple[str, ...], Row] = {}
+    dims = ("account", "user", "qos", "project", "status")     # totals.DIMS, status as the job's state
+    for values, vec in cells:
+        g = tuple(values[dims.index(k)] if k == "status" else values[dims.index(k)] or "-" for k in keys)
+        rows.setdefault(g, Row(g)).absorb(vec)
     for j0, a0 in attempts_in(jobs, since, until):
         for j, a in (node_parts(j0, a0) if "node" in keys else ((j0, a0),)):
             g = tuple(_value(k, j, a, models) for k in keys)

@@ -28,7 +28,7 @@ import time
 
 from ..errors import UsageError
 from ..jobs.model import Job
-from . import acctrows, codec, dialect, writes
+from . import acctrows, codec, dialect, totals, writes
 from .reads import Specs
 
 SCHEMA = 4
@@ -364,6 +364,7 @@ class Archiver:
             p.sadd(self.k.node_purge(node), *jids)
         p.zrem(self.k.history, *ids)
         p.hdel(self.k.acct_rows, *ids)                   # their acct rows (acctrows.redis_row) with them
+        totals.drop(self.r, self.k, p, ids)              # and what `labq report`'s totals held of them
         self.published(p)
         p.execute()
         writes.drop_specs(self.r, self.k, {(codec.env_ref(j), j.array_count or 1) for j in jobs})
@@ -389,7 +390,6 @@ class Archiver:
         self.published(p)
         p.execute()
         return len(got)
-
 
     def _paused(self, step: str) -> None:
         if not self.pause_dir or not os.path.exists(os.path.join(self.pause_dir, f"pause-{step}")):

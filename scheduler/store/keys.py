@@ -86,6 +86,26 @@ class Keys:
         return f"{self.p}:ran:v1:by"          # readers trust the set only while that leader leads (a downgrade)
 
     @property
+    def report_new(self) -> str:              # HASH (S): id of an ended job -> its report contribution
+        return f"{self.p}:report:v1:new"      # (money/totals.contribution, "?": not known), not yet in cells
+
+    @property
+    def report_cells(self) -> str:            # HASH (S): cell (JSON [hour, account, user, qos, project,
+        return f"{self.p}:report:v1:cells"    # state]) -> the summed Row.vector of its ended jobs in Redis
+
+    @property
+    def report_folded(self) -> str:           # HASH (S): id -> the contribution report_cells holds of it
+        return f"{self.p}:report:v1:folded"   # ("s": in report_split), removed when archived
+
+    @property
+    def report_split(self) -> str:            # ZSET (S): ended jobs whose attempts end in several hours,
+        return f"{self.p}:report:v1:split"    # score = end time (as in `history`): read whole
+
+    @property
+    def report_by(self) -> str:               # STRING (S): the leader (Keys.leader's value) that rebuilt the
+        return f"{self.p}:report:v1:by"       # report keys: readers trust them only while it leads
+
+    @property
     def ranking(self) -> str:                 # STRING (S): "time\ntext": `labq prio`'s text as the leader
         return f"{self.p}:ranking:v1"         # rendered it then (daemon/ranking.py)
 

@@ -16,7 +16,7 @@ import redis
 from ..errors import StalePlanError
 from ..jobs.model import Job, Node
 from ..jobs.states import ACTIVE
-from . import acctrows, conn, noderows, requestq, rests as rest_rows, statrows, wire, writes
+from . import acctrows, conn, noderows, requestq, rests as rest_rows, statrows, totals, wire, writes
 from .conn import ERRORS
 from .figures import Figures, entry_hash
 from .keys import CONSUMER, GROUP, Keys
@@ -155,9 +155,12 @@ class SchedulerStore(RequestList):
         base, _, version = self.k.stat_rows.rpartition(":v")
         older = [f"{base}:v{v}" for v in range(1, int(version))]
 
+        ended = self.r.zrange(self.k.history, 0, -1)      # `labq report`'s totals afresh (store/totals.py)
+
         def build(p):
             p.delete(self.k.stat_rows, *self.ranking.keys(), *older)    # and an old ranking
             writes.put_ran(p, self.k, jobs, self.me)
+            totals.rebuild(p, self.k, ended, self.me)
             for i in range(0, len(rows), 10_000):
                 p.hset(self.k.stat_rows, mapping=dict(rows[i:i + 10_000]))
             for r in rests:
@@ -191,6 +194,10 @@ class SchedulerStore(RequestList):
         if rows:
             self.txn(lambda p: p.hset(self.k.acct_rows, mapping=rows))
         return ids[batch:]
+
+    def fold_report(self) -> bool:
+        """store/totals.fold: a batch of ended jobs into `labq report`'s cells; True where more wait."""
+        return totals.fold(self.r, self.k, self.txn, lambda ids: load_jobs(self.r, self.k, ids))
 
     # -- loading -------------------------------------------------------------------------------
     def reader(self, history=None) -> Reader:

@@ -6,7 +6,8 @@ from itertools import chain, groupby, repeat
 
 from ..jobs import states
 from ..money.periods import field as spent_field
-from . import acctrows, codec, envs, resp, statrows
+from ..money.totals import contribution
+from . import acctrows, codec, envs, resp, statrows, totals
 from .keys import Keys
 from .splice import ALIKE, ID, INDEX, cut, texts
 
@@ -23,7 +24,7 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
     few commands, not 400,000). `new`: the ids that may not be in the active index yet (the batch's
     new jobs; None: any); an active job outside it is there already and is not added again (a pass
     that gives 10,000 jobs a new reason sent 20,000 ZADD arguments for nothing)."""
-    active, ended, stale, records, rows, acct, ran = {}, {}, [], {}, {}, {}, []
+    active, ended, stale, records, rows, acct, ran, counted = {}, {}, [], {}, {}, {}, [], {}
     for job, record, row in texts(jobs):
         records[k.job(job.id)] = record
         if job.state in states.ACTIVE:
@@ -41,6 +42,8 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
         else:
             ended[str(job.id)] = job.end_time or time.time()
             acct[str(job.id)] = row if row is not None else acctrows.redis_row(job)
+            if job.attempts:        # `labq report`'s part of it (store/totals.py); none without an attempt
+                counted[str(job.id)] = contribution(job, ended[str(job.id)])
             stale.append(k.control(job.id))
     if records:   # one MSET: a command per record cost more to pack and parse than to run
         p.mset(records)
@@ -56,6 +59,7 @@ def put_jobs(p, k: Keys, jobs, new=None) -> None:
         p.srem(k.ran, *ended)
         p.zadd(k.history, ended)
         p.hset(k.acct_rows, mapping=acct)
+        totals.put(p, k, {i: v for i, v in counted.items() if v})
     if stale:
         p.delete(*stale)
 

@@ -1,0 +1,174 @@
+"""`labq report`'s kept totals in Redis (money/totals.py says what a contribution and a cell are).
+
+The transaction that ends a job (writes.put_jobs) puts its contribution in Keys.report_new, computed
+from the job it has in hand. Each loop the leader folds up to FOLD of them into Keys.report_cells
+(fold: read the cells they touch, add, write, in one fenced transaction; the scheduler is their one
+writer, and its loop runs the archiver after it), noting in Keys.report_folded what each job put in
+its cell: a job's record rewritten after its end is then folded again without counting it twice, and
+the archiver takes out what an archived job put in (drop, in the transaction that removes its record).
+Split jobs go to Keys.report_split. A new leader rebuilds it all (rebuild: every ended job "?", its
+record read by fold), as it does Keys.ran; readers trust the keys only while Keys.report_by leads.
+
+A reader (read) takes the cells of the window's whole hours, corrects them by what report_new holds
+and what those jobs' folded parts were, and reads the records of split jobs, of unknown ones and of
+the jobs that ended in the window's partial first and last hours: its cost is the cells' count and
+those few records, not the jobs of the window.
+"""
+from __future__ import annotations
+
+from ..money import totals as tot
+from .keys import Keys
+
+FOLD = 2000
+
+
+def put(p, k: Keys, new: dict[str, str]) -> None:
+    """In put_jobs' transaction: the contributions of jobs that ended (those that count: not "")."""
+    if new:
+        p.hset(k.report_new, mapping=new)
+
+
+def rebuild(p, k: Keys, ended_ids, leader: str) -> None:
+    """In a new leader's rebuild: every ended job in Redis to fold afresh from its record."""
+    p.delete(k.report_new, k.report_cells, k.report_folded, k.report_split)
+    ids = list(ended_ids)
+    for i in range(0, len(ids), 10_000):
+        p.hset(k.report_new, mapping=dict.fromkeys(ids[i:i + 10_000], tot.UNKNOWN))
+    p.set(k.report_by, leader)
+
+
+def fold(r, k: Keys, txn, load) -> bool:
+    """Up to FOLD of report_new into the cells, in one transaction `txn(build)`; `load(ids)` their
+    records (for "?"). True where more wait."""
+    pending = r.hgetall(k.report_new)
+    if not pending:
+        return False
+    ids = list(pending)[:FOLD]
+    scores = dict(zip(ids, r.zmscore(k.history, ids)))
+    new = {i: pending[i] for i in ids}
+    unknown = [i for i in ids if new[i] == tot.UNKNOWN]
+    for j in load(unknown) if unknown else ():
+        new[str(j.id)] = tot.contribution(j, scores[str(j.id)]) if scores[str(j.id)] is not None else ""
+    for i in ids:
+        if new[i] == tot.UNKNOWN or scores[i] is None:      # no record, or no longer ended: nothing
+            new[i] = ""
+    old = dict(zip(ids, r.hmget(k.report_folded, ids)))
+    delta: dict[str, list[int]] = {}
+    for i in ids:
+        for text, sign in ((old[i], -1), (new[i], 1)):
+            got = tot.parse(text) if text else None
+            if got:
+                tot.add(delta, got[0], got[1], sign)
+    cells = _summed(r, k, delta)
+
+    def build(p):
+        _write_cells(p, k, cells)
+        keep = {i: v for i, v in new.items() if v}
+        if keep:
+            p.hset(k.report_folded, mapping=keep)
+        gone = [i for i, v in new.items() if not v]
+        if gone:
+            p.hdel(k.report_folded, *gone)
+        split = {i: scores[i] for i, v in new.items() if v == tot.SPLIT}
+        if split:
+            p.zadd(k.report_split, split)
+        unsplit = [i for i in ids if old[i] == tot.SPLIT and new[i] != tot.SPLIT]
+        if unsplit:
+            p.zrem(k.report_split, *unsplit)
+        p.hdel(k.report_new, *ids)
+    txn(build)
+    return len(pending) > len(ids)
+
+
+def drop(r, k: Keys, p, ids) -> None:
+    """In the archiver's transaction that removes `ids`' records: what they put in the cells out."""
+    if not ids:
+        return
+    delta: dict[str, list[int]] = {}
+    for text in r.hmget(k.report_folded, ids):
+        got = tot.parse(text) if text else None
+        if got:
+            tot.add(delta, got[0], got[1], -1)
+    _write_cells(p, k, _summed(r, k, delta))
+    p.hdel(k.report_folded, *ids)
+    p.hdel(k.report_new, *ids)
+    p.zrem(k.report_split, *ids)
+
+
+def _summed(r, k: Keys, delta: dict[str, list[int]]) -> dict[str, str | None]:
+    """The cells' texts after `delta` (None: to delete)."""
+    if not delta:
+        return {}
+    names = list(delta)
+    now: dict[str, list[int]] = {}
+    for name, text in zip(names, r.hmget(k.report_cells, names)):
+        now[name] = [int(v) for v in text.split(" ")] if text else [0] * len(delta[name])
+        tot.add(now, name, delta[name])
+    return {name: tot.dumps(vec) for name, vec in now.items()}
+
+
+def _write_cells(p, k: Keys, cells: dict[str, str | None]) -> None:
+    keep = {c: v for c, v in cells.items() if v is not None}
+    if keep:
+        p.hset(k.report_cells, mapping=keep)
+    gone = [c for c, v in cells.items() if v is None]
+    if gone:
+        p.hdel(k.report_cells, *gone)
+
+
+def read(reader, since: float, until: float):
+    """ThinReader's side: (cells, ids, oldest) for report.by: the kept cells of [since, until)'s whole
+    hours as (DIMS' values, vector), the ids of the ended jobs in Redis whose records must be read and
+    the oldest ended job in Redis (for here()); None where the keys are not trusted (another leader
+    rebuilt them, or none) or no whole hour is in it."""
+    k = reader.k
+    first, last = tot.window(since, until)
+    if last is not None and last <= first:
+        return None
+    # As report's full read (acct_rows(since): every job that ended since, its attempts up to until):
+    # a job kept whole in an hour past the window's last has no attempt in it, a split one may.
+    late = ("ZRANGEBYSCORE", k.history, last * tot.HOUR, f"({(last + 1) * tot.HOUR}") if last is not None else \
+        ("ZRANGEBYSCORE", k.history, "+inf", "-inf")
+    got = reader._multi(("GET", k.report_by), ("GET", k.leader), ("HGETALL", k.report_cells),
+                        ("HGETALL", k.report_new), ("ZRANGEBYSCORE", k.report_split, since, "+inf"),
+                        ("ZRANGEBYSCORE", k.history, since, f"({first * tot.HOUR}"), late,
+                        ("ZRANGE", k.history, 0, 0))
+    by, leader, cells, new, split, early, late, oldest = _text(got[0]), _text(got[1]), *got[2:]
+    if by is None or by != leader:
+        return None
+    sums: dict[str, list[int]] = {}
+    for i in range(0, len(cells), 2):
+        c = _text(cells[i])
+        if first <= tot.hour_of(c) and (last is None or tot.hour_of(c) < last):
+            sums[c] = [int(v) for v in _text(cells[i + 1]).split(" ")]
+    raw = {int(_text(i)) for i in (*early, *late)}
+    new = {_text(new[i]): _text(new[i + 1]) for i in range(0, len(new), 2)}
+    raw |= {int(_text(i)) for i in split if _text(i) not in new}
+    if new:
+        ids = list(new)
+        replies = reader._pipe([("HMGET", k.report_folded, *ids), *[("ZSCORE", k.history, i) for i in ids]])
+        for i, old, score in zip(ids, replies[0], replies[1:]):
+            for text, sign in ((_text(old), -1), (new[i], 1)):
+                got = tot.parse(text) if text else None
+                if got and _whole(got[0], first, last):
+                    tot.add(sums, got[0], got[1], sign)
+            if new[i] in (tot.SPLIT, tot.UNKNOWN) and score is not None and since <= float(score):
+                raw.add(int(i))
+    return list(tot.cells_in(sums, first, last)), sorted(raw), oldest
+
+
+def here(reader, since: float, until: float, oldest) -> set[int] | None:
+    """The ids of the ended jobs in Redis that ended in [since, until] (the archive's rows of jobs
+    still there are theirs: counted in the cells), as they were when read() read; None where the
+    archiver moved some since (it moves the oldest first: then the oldest is another)."""
+    now, ids = reader._multi(("ZRANGE", reader.k.history, 0, 0), ("ZRANGEBYSCORE", reader.k.history, since, until))
+    return {int(_text(i)) for i in ids} if list(now) == list(oldest) else None
+
+
+def _whole(cell: str, first: int, last: int | None) -> bool:
+    h = tot.hour_of(cell)
+    return first <= h and (last is None or h < last)
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else v
