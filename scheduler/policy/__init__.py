@@ -41,7 +41,7 @@ __all__ = ["plan", "plan_per_job", "Backlog", "expected_starts", "Standing"]
 @settle.guarded
 def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None = None,
          held: BudgetHeld | None = None, standing: Standing | None = None, backlog: Backlog | None = None,
-         tracks: Tracks | None = None, settles: bool = True, seen: Seen | None = None) -> Plan:
+         tracks: Tracks | None = None, settles: bool = True, seen: Seen | None = None, quiet: bool = False) -> Plan:
     """The plan, each class of alike jobs judged once (classes.py): the same admissions and reasons as
     `plan_per_job`, without looking at every blocked job one by one. `queue`: the caller's request-class index, kept
     from its last pass (queue.py); `held`: what the running jobs hold of some budgets, as the caller last summed it
@@ -51,7 +51,7 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None
     running jobs' backfill timelines, kept by the caller from its last pass (tracks.py). `settles`: a pass may end
     early once settled (settle.py; off when it broke its invariant). `seen`: what changed since the caller's last
     snapshot (seen.py), which `queue` then files instead of reading every job; ignored unless it saw `snap`'s own
-    jobs."""
+    jobs. `quiet`: the caller keeps no reasons; runs that change no record are not made (settle.passed_runs)."""
     # The running and the pending jobs, picked in C (a deep queue's pass reads each job once here),
     # or, with a Seen of this snapshot, as it found them by what changed.
     jobs = snap.jobs
@@ -63,7 +63,7 @@ def plan(snap: Snapshot, cfg: Config, _begins: bool = False, queue: Queue | None
         return _kept(snap, cfg, running, backlog, held, standing, queue, tracks, settles)
     deps = Dependencies(snap)
     p = _Pass(snap, cfg, running, deps, held, standing, tracks, settles)
-    p.reserve_begins = _begins
+    p.reserve_begins, p.quiet = _begins, quiet
     if queue is None:
         pending = list(compress(jobs, map(eq, said, repeat(states.PENDING))))
         expires, waiting = expire(pending, snap.now, deps)
@@ -138,7 +138,7 @@ class _Pass:
                  held: BudgetHeld | None = None, standing: Standing | None = None,
                  tracks: Tracks | None = None, settles: bool = True) -> None:
         self.snap, self.cfg, self.now, self.running, self.deps = snap, cfg, snap.now, running, deps
-        self.tracks, self.settles = tracks, settles
+        self.tracks, self.settles, self.quiet = tracks, settles, False
         # The free capacity at the start of the pass, kept unchanged, tells `Priority` (higher jobs
         # took the room) apart from `Resources` (there was no room to begin with).
         if standing is None:

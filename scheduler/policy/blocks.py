@@ -19,7 +19,7 @@ that is not plain killing the block, `Block.changed`) planted away fails it, as 
 (`settle._block_at`: the count of a block taken, the split where taking starts inside one).
 """
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
@@ -31,6 +31,7 @@ from .delays import RESERVED
 
 if TYPE_CHECKING:       # a Group holds its block; queue.py imports this module
     from .queue import Front, Group, Key
+    from .settle import Dead
 
 Who = tuple[str, str, int, int, int]        # (account, user, GPUs, CPUs, nodes): what Usage.blocked reads
 Shape = tuple[int, str, int, int]           # (GPUs, model, CPUs, memory): what "no room" reads
@@ -57,8 +58,9 @@ class Block:
 
     def __init__(self, groups: "list[Group]", fronts: "list[Front]") -> None:
         self.groups, self.fronts = groups, fronts
-        self.whos: dict[Who, list[Group]] = {}
-        self.shapes: dict[Shape, list[Group]] = {}
+        # who / shape -> its classes (a dict for its order and an O(1) removal: a list's was O(classes))
+        self.whos: dict[Who, dict[Group, None]] = {}
+        self.shapes: dict[Shape, dict[Group, None]] = {}
         # shape -> the ids of the block's jobs of that shape, made at a pass's end and kept until a job
         # or class of that shape changes (`changed`): the same tuple pass to pass while none does
         self.ids: dict[Shape, tuple[int, ...]] = {}
@@ -89,14 +91,14 @@ class Block:
             who, shape = cast(Plain, g.plain)
             got = whos.get(who)
             if got is None:
-                whos[who] = [g]
+                whos[who] = {g: None}
             else:
-                got.append(g)
+                got[g] = None
             got = shapes.get(shape)
             if got is None:
-                shapes[shape] = [g]
+                shapes[shape] = {g: None}
             else:
-                got.append(g)
+                got[g] = None
                 self.touch(shape)
                 least = self.least.get(shape)
                 if least is not None and (s := span(g.jobs[0], least[0])) < least[1]:
@@ -104,6 +106,15 @@ class Block:
             if g.within is not None and g.within is not self:
                 kill(g.within)      # a class is in one block: one it was in is no run now
             g.within = self
+
+    def _out(self, groups: "Iterable[Group]") -> None:
+        """Classes `groups`, taken out of `self.groups` already, leave the block's indexes."""
+        for g in groups:
+            who, shape = cast(Plain, g.plain)
+            self._left(shape, g)
+            _drop(self.whos, who, g)
+            _drop(self.shapes, shape, g)
+            g.within = None
 
     def prepend(self, groups: "list[Group]", fronts: "list[Front]") -> None:
         """Classes taken one by one just before the block's first: they join it."""
@@ -123,27 +134,38 @@ class Block:
     def split(self, g: "Group") -> None:
         """Class `g` (not the first) and those after it leave the block (a pass starts taking classes at `g`)."""
         at = self.groups.index(g)
-        for h in self.groups[at:]:
-            h.within = None
+        gone = self.groups[at:]
         del self.groups[at:], self.fronts[at:]
+        if len(gone) <= at:         # out of the indexes, whichever side is the smaller
+            self._out(gone)
+            return
+        for h in gone:
+            h.within = None
         self.whos, self.shapes, self.ids, self.least = {}, {}, {}, {}
         self._index(self.groups)
 
-    def cut(self, k: int) -> "tuple[list[Group], list[Front]]":
+    def cut(self, k: int) -> "Block | None":
         """The block's first `k` classes and the one after them leave it (a pass takes those `k` and stops
-        at that one, settle._block_at); the rest stay a block. Returns the `k` (classes, their entries)."""
-        gone, fronts = self.groups[:k + 1], self.fronts[:k]
-        del self.groups[:k + 1], self.fronts[:k + 1]
-        gone[0].block = None
-        for g in gone:
-            who, shape = cast(Plain, g.plain)
-            self._left(shape, g)
-            _drop(self.whos, who, g)
-            _drop(self.shapes, shape, g)
-            g.within = None
-        if self.groups:
-            self.groups[0].block = self
-        return gone[:k], fronts
+        at that one, settle._block_at); the rest stay a block. Returns the block of those `k` (None: k = 0):
+        this one, or a new one, whichever moves fewer classes (each costs its indexes: blocks of thousands
+        of classes are cut a few classes in, or a few from their end, pass after pass)."""
+        groups, fronts, at = self.groups, self.fronts, self.groups[k]
+        if k <= len(groups) - k - 1:
+            groups[0].block = None
+            first, first_fronts = groups[:k], fronts[:k]
+            del groups[:k + 1], fronts[:k + 1]
+            self._out(first)
+            self._out((at,))
+            if groups:
+                groups[0].block = self
+            return Block(first, first_fronts) if k else None
+        rest, rest_fronts = groups[k + 1:], fronts[k + 1:]
+        del groups[k:], fronts[k:]
+        self._out((at,))
+        self._out(rest)
+        if rest:
+            Block(rest, rest_fronts)
+        return self
 
 
 def kill(b: Block | None) -> None:
@@ -165,19 +187,16 @@ def remove(g: "Group", front: tuple[float, int]) -> None:
     at = bisect_left(b.fronts, front)
     del b.groups[at], b.fronts[at]
     who, shape = cast(Plain, g.plain)
-    b._left(shape, g)
-    _drop(b.whos, who, g)
-    _drop(b.shapes, shape, g)
-    g.within = None
+    b._out((g,))
     if at == 0:
         g.block = None
         if b.groups:
             b.groups[0].block = b
 
 
-def _drop(by: "dict[Any, list[Group]]", k: Any, g: "Group") -> None:
+def _drop(by: "dict[Any, dict[Group, None]]", k: Any, g: "Group") -> None:
     mine = by[k]
-    mine.remove(g)
+    del mine[g]
     if not mine:
         del by[k]
 
@@ -212,13 +231,45 @@ def holds(b: Block, opened: dict[Who, bool], verdicts: dict[Shape, Verdict], pas
     for who, gs in b.whos.items():
         ok = opened.get(who)
         if ok is None:
-            ok = opened[who] = passes(gs[0].jobs[0])
+            ok = opened[who] = passes(next(iter(gs)).jobs[0])
         if not ok:
             return False
     return all(verdicts.get(shape) or dead(_least(b, shape, gs, learned)) for shape, gs in b.shapes.items())
 
 
-def _least(b: Block, shape: Shape, gs: "list[Group]", learned: bool) -> Job:
+def first_unknown(b: Block, d: "Dead", passes: Callable[[Job], bool], dead: Callable[[Job], Verdict | None],
+                  now: float, learned: bool) -> int:
+    """Of a block that `holds` did not pass: the place of its first class whose `dead` verdict is not known
+    now (len: none), as settle._dead_class class by class would find it (caps kept in `d.open`, "no room" in
+    `d.verdicts`), but each shape passed with Reservation asked once: a later class of it is past its bound
+    (delays.bound) by its span alone. A pass cuts blocks of hundreds of classes there (settle._block_at)."""
+    bounds: dict[Shape, float] = {}     # shape -> its bound, of the shapes whose classes took Reservation
+    groups = b.groups
+    for k, g in enumerate(groups):
+        who, shape = cast(Plain, g.plain)
+        ok = d.open.get(who)
+        if ok is None:
+            ok = d.open[who] = passes(g.jobs[0])
+        if not ok:
+            return k
+        if d.verdicts.get(shape):
+            continue
+        job = g.jobs[0]
+        bound = bounds.get(shape)
+        if bound is None:
+            got = dead(job)
+            if got is None:
+                return k
+            if got is RESERVED:
+                bounds[shape] = d.bounds[shape]
+        elif now + span(job, learned) <= bound:       # as settle.dead: room now, and it would not delay
+            return k
+        else:
+            d.reserved[shape] = job
+    return len(groups)
+
+
+def _least(b: Block, shape: Shape, gs: "dict[Group, None]", learned: bool) -> Job:
     got = b.least.get(shape)
     if got is None or got[0] != learned:
         g = min(gs, key=lambda g: span(g.jobs[0], learned))

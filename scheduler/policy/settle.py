@@ -236,15 +236,16 @@ def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> in
     if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned):
         # Its classes up to the first whose verdict is not known now are taken (a block of their own); that
         # one leaves it, the walk stops there; the rest stay a block for the walk's next turn in the family.
-        k = next((k for k, h in enumerate(b.groups) if _dead_class(w, h) is None), len(b.groups))
+        k = blocks.first_unknown(b, d, lambda j: blocked(j) is None, lambda j: dead(w, j), w.p.now, learned)
         if k == len(b.groups):      # (holds answers for every class: not reached)
             blocks.kill(b)
             return 0
-        got, fronts_of = b.cut(k)
-        if not got:
+        got = b.cut(k)
+        if got is None:
             return 0
-        b = blocks.Block(run + got, fronts + fronts_of)
-        d.used.append((b, blocks.taken(b, d.verdicts)))
+        if run:
+            got.prepend(run, fronts)
+        d.used.append((got, blocks.taken(got, d.verdicts)))
         return k
     took = len(b.groups)
     if run:
@@ -361,7 +362,12 @@ def recall(w: "_Walk", placed: Job | None, changed_room: bool) -> None:
 
 def passed_runs(w: "_Walk") -> None:
     """The runs of the classes `w` passed unreached: one per verdict, their ids together (a pass on a full
-    cluster passes most of its classes; a run each made as many lists and tuples for the collector)."""
+    cluster passes most of its classes; a run each made as many lists and tuples for the collector).
+    None for a caller that keeps no reasons (plan's `quiet`, the replay): their verdicts ("no room",
+    Reservation) name no earmark and no budget, and no job of a passed class has one (a class of its
+    own), so applying them changes no record; made, they cost the depth of the queue every pass."""
+    if w.p.quiet:
+        return
     by: dict[int, tuple[Verdict, list[int]]] = {}
 
     def add(verdict: Verdict, ids: list[int]) -> None:

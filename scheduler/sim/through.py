@@ -5,8 +5,11 @@ idlers) decides anything here: the pass is plan()'s, as the daemon runs it, and 
 same plan as over the whole queue afresh (tests/property/test_sim_through.py against `skip=False`).
 
 The daemon's snapshot lists its jobs dict in order, a record replaced in place when it changes, ended
-ones leaving and new ones coming at the end; the replay keeps `active` the same way, so the Seen
-finds the changes as it does for the daemon (seen.py)."""
+ones leaving and new ones coming at the end; the replay keeps `active` the same way, and tells the
+Seen which ids it put or took out since the last pass (`Seen.tell`: what `see` would find by comparing
+every job, at the cost of the changes)."""
+from itertools import count
+
 from .. import policy
 from ..jobs.model import Job, Snapshot
 from ..policy.queue import Queue
@@ -19,13 +22,24 @@ class Through:
         self.active: dict[int, Job] = {}      # the queued and running jobs, as the daemon's st.jobs
         self.queue = Queue()
         self.seen = Seen()
+        self.touched: set[int] = set()      # ids put or taken out since the last pass
+        self.places: dict[int, int] = {}    # id -> its place in `active`'s order (a new id's is the last)
+        self.next = count()
 
     def put(self, job: Job) -> None:
         """The job's present record (in its old place, or at the end when new)."""
+        if job.id not in self.active:
+            self.places[job.id] = next(self.next)
         self.active[job.id] = job
+        self.touched.add(job.id)
 
     def leave(self, job_id: int) -> None:
-        self.active.pop(job_id, None)
+        if self.active.pop(job_id, None) is not None:
+            del self.places[job_id]
+            self.touched.add(job_id)
+
+    def _place(self, job: Job) -> int:
+        return self.places[job.id]
 
     def plan(self, sim, t: float):
         """plan() over every queued and running job, given the kept state."""
@@ -33,9 +47,10 @@ class Through:
         jobs = tuple(self.active.values())
         snap = Snapshot(now=t, nodes=sim.nodes, jobs=jobs, spent=sim.spent_now(t)[1],
                         usage=tuple(sorted(sim._usage(t).items())))
-        self.seen.see(jobs)
+        self.seen.tell(jobs, self.touched, self.active, self._place)
+        self.touched = set()
         held = sim.budget_idle.known(t, sim.attempts) if sim.budget_idle is not None else None
         p = policy.plan(snap, sim.cfg, held=held, standing=sim.standing, tracks=sim.tracks, queue=self.queue,
-                        seen=self.seen)
+                        seen=self.seen, quiet=True)
         # No queued job has an earmark: the runs pended without one change no record (kept.quiet).
         return p if any(j.earmark for j in self.queue.marked.values()) else kept.quiet(sim, p)
