@@ -4,9 +4,11 @@ the report over whole hours is a sum of cells, not a walk over every job that en
 A job's contribution is its report.Row over all its ended attempts (report.Row.vector: integer
 micro-units and microseconds, so that any grouping of the sums gives the same total, to the bit).
 Its cell is (hour, account, user, qos, project, state): the hour (UTC, `HOUR` s) in which its
-attempts and its end fall. A job whose attempts end in several hours (a retry across an hour's edge)
-is "split" ("s"): the report reads its record, as it does a job that has no kept contribution yet
-("?"), and the jobs of the window's partial first and last hours. A job without an ended attempt
+attempts and its end fall. A job whose attempts end in several hours (a retry across an hour's edge),
+or that ended in another hour than they did, is "split": its contribution is kept per hour of its
+attempts (split()) and added where all those in the window are whole hours. The report reads the
+records of jobs with no kept contribution yet ("?"), of split jobs with attempts in the window's
+partial first or last hour, and of the jobs that ended in those hours. A job without an ended attempt
 counts for nothing ("").
 
 Only --by keys that are the job's own (CELL_KEYS) can be answered from cells: gpu_type and node are
@@ -22,31 +24,56 @@ from .report import Row
 HOUR = 3600
 DIMS = ("account", "user", "qos", "project", "state")
 CELL_KEYS = frozenset(("account", "user", "qos", "project", "status"))
-SPLIT, UNKNOWN = "s", "?"
+SPLIT, UNKNOWN = "s\t", "?"
 _ENC = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def contribution(j, end: float) -> str:
     """The kept text of ended job `j` whose history score (its end) is `end`: "" (nothing to
-    count), SPLIT, or "CELL\\tN N N…" (the cell, JSON [hour, *DIMS], and Row.vector's integers)."""
-    ends = [a.end_time for a in j.attempts if a.end_time is not None]
-    if not ends:
-        return ""
-    hour = math.floor(end / HOUR)
-    if any(math.floor(t / HOUR) != hour for t in ends):
-        return SPLIT
-    row = Row(())
+    count), "CELL\\tN N N…" (the cell, JSON [hour, *DIMS], and Row.vector's integers), or SPLIT
+    "JSON DIMS\\tCOMPLETED ENDED\\tHOUR N N…\\t…" (per hour of its attempts, Row.vector's sums from
+    the attempts on)."""
+    hours: dict[int, Row] = {}
+    whole = Row(())
     for a in j.attempts:
         if a.end_time is not None:
-            row.add(j, a)
+            hours.setdefault(math.floor(a.end_time / HOUR), Row(())).add(j, a)
+            whole.add(j, a)
+    if not hours:
+        return ""
+    hour = math.floor(end / HOUR)
+    if list(hours) != [hour]:
+        head = SPLIT + _ENC.encode([j.account, j.user, j.qos, j.project, j.state])
+        flags = " ".join(map(str, whole.vector()[1:3]))
+        return "\t".join([head, flags, *(" ".join(map(str, (h, *r.vector()[3:]))) for h, r in sorted(hours.items()))])
     cell = _ENC.encode([hour, j.account, j.user, j.qos, j.project, j.state])
-    return cell + "\t" + " ".join(map(str, row.vector()))
+    return cell + "\t" + " ".join(map(str, whole.vector()))
 
 
 def parse(text: str) -> tuple[str, list[int]] | None:
     """(cell, vector) of a kept text; None for "", SPLIT or UNKNOWN (nothing kept in a cell)."""
+    if text.startswith(SPLIT):
+        return None
     cell, tab, vec = text.partition("\t")
     return (cell, [int(v) for v in vec.split(" ")]) if tab else None
+
+
+def split(text: str, first: int, last: int | None, edges: tuple[int, ...]):
+    """A split job's part of the window's whole hours [first, last): (DIMS' values, vector), or None
+    where it has no attempt in them, or "raw" where one ended in a partial hour of the window (`edges`):
+    its record is read instead."""
+    parts = text.split("\t")
+    vec = [1, *map(int, parts[2].split(" ")), *[0] * 10]
+    seen = False
+    for piece in parts[3:]:
+        h, *sums = map(int, piece.split(" "))
+        if h in edges:
+            return "raw"
+        if h >= first and (last is None or h < last):
+            seen = True
+            for i, v in enumerate(sums):
+                vec[3 + i] += v
+    return (tuple(json.loads(parts[1])), vec) if seen else None
 
 
 def add(into: dict[str, list[int]], cell: str, vec: list[int], sign: int = 1) -> None:

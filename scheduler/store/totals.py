@@ -10,9 +10,10 @@ Split jobs go to Keys.report_split. A new leader rebuilds it all (rebuild: every
 record read by fold), as it does Keys.ran; readers trust the keys only while Keys.report_by leads.
 
 A reader (read) takes the cells of the window's whole hours, corrects them by what report_new holds
-and what those jobs' folded parts were, and reads the records of split jobs, of unknown ones and of
-the jobs that ended in the window's partial first and last hours: its cost is the cells' count and
-those few records, not the jobs of the window.
+and what those jobs' folded parts were, adds the split jobs' parts per hour (their texts in
+report_folded), and reads the records of unknown jobs, of split ones with an attempt in the window's
+partial first or last hour, and of the jobs that ended in those hours: its cost is the cells' and
+split jobs' count and those few records, not the jobs of the window.
 """
 from __future__ import annotations
 
@@ -69,10 +70,10 @@ def fold(r, k: Keys, txn, load) -> bool:
         gone = [i for i, v in new.items() if not v]
         if gone:
             p.hdel(k.report_folded, *gone)
-        split = {i: scores[i] for i, v in new.items() if v == tot.SPLIT}
+        split = {i: scores[i] for i, v in new.items() if v.startswith(tot.SPLIT)}
         if split:
             p.zadd(k.report_split, split)
-        unsplit = [i for i in ids if old[i] == tot.SPLIT and new[i] != tot.SPLIT]
+        unsplit = [i for i in ids if (old[i] or "").startswith(tot.SPLIT) and not new[i].startswith(tot.SPLIT)]
         if unsplit:
             p.zrem(k.report_split, *unsplit)
         p.hdel(k.report_new, *ids)
@@ -143,18 +144,40 @@ def read(reader, since: float, until: float):
             sums[c] = [int(v) for v in _text(cells[i + 1]).split(" ")]
     raw = {int(_text(i)) for i in (*early, *late)}
     new = {_text(new[i]): _text(new[i + 1]) for i in range(0, len(new), 2)}
-    raw |= {int(_text(i)) for i in split if _text(i) not in new}
-    if new:
-        ids = list(new)
-        replies = reader._pipe([("HMGET", k.report_folded, *ids), *[("ZSCORE", k.history, i) for i in ids]])
-        for i, old, score in zip(ids, replies[0], replies[1:]):
-            for text, sign in ((_text(old), -1), (new[i], 1)):
-                got = tot.parse(text) if text else None
-                if got and _whole(got[0], first, last):
-                    tot.add(sums, got[0], got[1], sign)
-            if new[i] in (tot.SPLIT, tot.UNKNOWN) and score is not None and since <= float(score):
+    texts = _waiting(reader, new, [_text(i) for i in split if _text(i) not in new], sums, raw, since, first, last)
+    edges = tuple(h for h, partial in ((first - 1, since < first * tot.HOUR),
+                                       (last, last is not None and until > last * tot.HOUR)) if partial)
+    out = list(tot.cells_in(sums, first, last))
+    for i, text in texts:
+        if int(i) in raw:       # ended in a partial hour: its record is read (and counted) whole
+            continue
+        got = tot.split(text, first, last, edges)
+        if got == "raw":
+            raw.add(int(i))
+        elif got is not None:
+            out.append(got)
+    return out, sorted(raw), oldest
+
+
+def _waiting(reader, new: dict, split: list, sums: dict, raw: set, since: float, first: int, last: int | None):
+    """read()'s second round trip: `new` (report_new) into `sums` (less what those jobs' folded
+    parts put there before), their unknown ones (that ended since `since`) into `raw`; returns the
+    (id, text) of the split jobs, `split`'s as folded (report_folded) and new ones."""
+    if not new and not split:
+        return []
+    k, ids, texts = reader.k, list(new), []
+    replies = reader._pipe([("HMGET", k.report_folded, *ids, *split), *[("ZSCORE", k.history, i) for i in ids]])
+    for i, old, score in zip(ids, replies[0], replies[1:]):
+        for text, sign in ((_text(old), -1), (new[i], 1)):
+            got = tot.parse(text) if text else None
+            if got and _whole(got[0], first, last):
+                tot.add(sums, got[0], got[1], sign)
+        if score is not None and since <= float(score):      # else it ended before the window
+            if new[i] == tot.UNKNOWN:
                 raw.add(int(i))
-    return list(tot.cells_in(sums, first, last)), sorted(raw), oldest
+            elif new[i].startswith(tot.SPLIT):
+                texts.append((i, new[i]))
+    return texts + [(i, _text(t)) for i, t in zip(split, replies[0][len(ids):]) if t]
 
 
 def here(reader, since: float, until: float, oldest) -> set[int] | None:
