@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 
 from .report import Row
 
@@ -59,31 +60,29 @@ def parse(text: str) -> tuple[str, list[int]] | None:
 
 
 def split(text: str, first: int, last: int | None, edges: tuple[int, ...]):
-    """A split job's part of the window's whole hours [first, last): (DIMS' values, vector), or None
+    """A split job's part of the window's whole hours [first, last): (dims_of's text, vector), or None
     where it has no attempt in them, or "raw" where one ended in a partial hour of the window (`edges`):
     its record is read instead."""
     parts = text.split("\t")
-    vec = [1, *map(int, parts[2].split(" ")), *[0] * 10]
-    seen = False
+    acc = None
     for piece in parts[3:]:
-        h, *sums = map(int, piece.split(" "))
-        if h in edges:
+        h, _, rest = piece.partition(" ")
+        hour = int(h)
+        if hour in edges:
             return "raw"
-        if h >= first and (last is None or h < last):
-            seen = True
-            for i, v in enumerate(sums):
-                vec[3 + i] += v
-    return (tuple(json.loads(parts[1])), vec) if seen else None
+        if hour >= first and (last is None or hour < last):
+            got = map(int, rest.split(" "))
+            acc = list(got) if acc is None else list(map(operator.add, acc, got))
+    return None if acc is None else (parts[1][1:-1], [1, *map(int, parts[2].split(" ")), *acc])
 
 
 def add(into: dict[str, list[int]], cell: str, vec: list[int], sign: int = 1) -> None:
     """into[cell] += sign * vec (a cell that sums to all zeros stays: see dumps)."""
     have = into.get(cell)
     if have is None:
-        into[cell] = [sign * v for v in vec]
-    else:
-        for i, v in enumerate(vec):
-            have[i] += sign * v
+        into[cell] = list(vec) if sign == 1 else [-v for v in vec]
+    else:       # C loops: a week's ~1,000 cells
+        into[cell] = list(map(operator.add if sign == 1 else operator.sub, have, vec))
 
 
 def dumps(vec: list[int]) -> str | None:
@@ -101,9 +100,11 @@ def window(since: float, until: float) -> tuple[int, int | None]:
     return first, (None if until == float("inf") else math.floor(until / HOUR))
 
 
-def cells_in(cells: dict[str, list[int]], first: int, last: int | None):
-    """(dims, vector) of the cells whose hour lies in [first, last), dims as DIMS."""
-    for cell, vec in cells.items():
-        h = hour_of(cell)
-        if h >= first and (last is None or h < last) and vec[0]:
-            yield tuple(json.loads(cell)[1:]), vec
+def dims_of(cell: str) -> str:
+    """A cell's DIMS as the text of JSON values between commas (the key sums() adds cells under)."""
+    return cell[cell.index(",") + 1:-1]
+
+
+def sums(by_dims: dict[str, list[int]]):
+    """(DIMS' values, vector) of sums keyed by dims_of's text, those that count a job."""
+    return [(tuple(json.loads("[" + d + "]")), vec) for d, vec in by_dims.items() if vec[0]]

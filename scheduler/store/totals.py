@@ -137,17 +137,16 @@ def read(reader, since: float, until: float):
     by, leader, cells, new, split, early, late, oldest = _text(got[0]), _text(got[1]), *got[2:]
     if by is None or by != leader:
         return None
-    sums: dict[str, list[int]] = {}
+    sums: dict[str, list[int]] = {}      # the whole hours' cells added up by their dims (tot.dims_of)
     for i in range(0, len(cells), 2):
         c = _text(cells[i])
-        if first <= tot.hour_of(c) and (last is None or tot.hour_of(c) < last):
-            sums[c] = [int(v) for v in _text(cells[i + 1]).split(" ")]
+        if _whole(c, first, last):
+            tot.add(sums, tot.dims_of(c), list(map(int, _text(cells[i + 1]).split(" "))))
     raw = {int(_text(i)) for i in (*early, *late)}
     new = {_text(new[i]): _text(new[i + 1]) for i in range(0, len(new), 2)}
     texts = _waiting(reader, new, [_text(i) for i in split if _text(i) not in new], sums, raw, since, first, last)
     edges = tuple(h for h, partial in ((first - 1, since < first * tot.HOUR),
                                        (last, last is not None and until > last * tot.HOUR)) if partial)
-    out = list(tot.cells_in(sums, first, last))
     for i, text in texts:
         if int(i) in raw:       # ended in a partial hour: its record is read (and counted) whole
             continue
@@ -155,8 +154,8 @@ def read(reader, since: float, until: float):
         if got == "raw":
             raw.add(int(i))
         elif got is not None:
-            out.append(got)
-    return out, sorted(raw), oldest
+            tot.add(sums, *got)
+    return tot.sums(sums), sorted(raw), oldest
 
 
 def _waiting(reader, new: dict, split: list, sums: dict, raw: set, since: float, first: int, last: int | None):
@@ -171,7 +170,7 @@ def _waiting(reader, new: dict, split: list, sums: dict, raw: set, since: float,
         for text, sign in ((_text(old), -1), (new[i], 1)):
             got = tot.parse(text) if text else None
             if got and _whole(got[0], first, last):
-                tot.add(sums, got[0], got[1], sign)
+                tot.add(sums, tot.dims_of(got[0]), got[1], sign)
         if score is not None and since <= float(score):      # else it ended before the window
             if new[i] == tot.UNKNOWN:
                 raw.add(int(i))

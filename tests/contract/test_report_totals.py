@@ -152,7 +152,7 @@ def test_contribution_is_the_rows_sums():
     # split: its dims, completed and ended, then per hour of its attempts their sums (no job count)
     assert text.split("\t")[1:] == ['["acc","u","normal","","CD"]', "1 1", f"{h - 1} 1 0 0 2500000 0 0 0 0 0 0",
                                     f"{h} 1 90500000 181000000 2500000 0 0 0 0 90500000 3620000000000000"]
-    assert tot.split(text, h, None, ()) == (("acc", "u", "normal", "", "CD"), [1, 1, 1, *map(int, text.split("\t")[4].split()[1:])])
+    assert tot.split(text, h, None, ()) == ('"acc","u","normal","","CD"', [1, 1, 1, *map(int, text.split("\t")[4].split()[1:])])
     assert tot.split(text, h - 1, h + 1, (h - 2,))[1][3] == 2 and tot.split(text, h - 1, None, (h,)) == "raw"
     assert tot.split(text, h + 1, None, (h,)) == "raw" and tot.split(text, h + 1, None, ()) is None
     assert tot.contribution(replace(j, attempts=()), T0) == ""
