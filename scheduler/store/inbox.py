@@ -23,12 +23,29 @@ from .keys import Keys
 
 _USER = "user:"
 POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
+# json.dumps(x, separators=...) builds a JSONEncoder (and its C encoder) per call: one, kept, writes the
+# same text. A request's text is most of a client's Python, run cold in a busy drain (issue 39 item 3).
+_TEXT = json.JSONEncoder(separators=(",", ":")).encode
+_SCAN = json.JSONDecoder().raw_decode     # json.loads less its two regex matches for white space, cold ~15 µs
+
+
+def parsed(text: str):
+    """A reply's JSON (as the scheduler writes it: no white space around it); json.loads's error otherwise
+    (and its reading of bytes, as redis-py may hand them)."""
+    if type(text) is str:
+        try:
+            got, end = _SCAN(text)
+            if end == len(text):
+                return got
+        except ValueError:
+            pass
+    return json.loads(text)
 
 
 def request_fields(op: str, body: dict, rid: str | None = None, expires: float | None = None) -> dict:
     """The stream fields of one request. Everything a request carries is added here, and only here."""
     rid = rid or body.get("rid") or os.urandom(16).hex()   # uuid4().hex's shape, without importing uuid
-    fields = {"rid": rid, "op": op, "body": json.dumps(body, separators=(",", ":"))}
+    fields = {"rid": rid, "op": op, "body": _TEXT(body)}
     if expires is not None:
         fields["expires"] = f"{expires:.3f}"
     return fields
@@ -56,7 +73,7 @@ def send_commands(k: Keys, user: str, fields: dict, legacy: bool = False) -> lis
     """The request (with the sender's name: it counts only where auth is "none", where whoever can
     write to Redis is that user) onto the request list, then the wake-up. `legacy`: the body as a
     string of JSON, for a scheduler from before 2026-12-06 (OLD_REFUSAL)."""
-    entry = json.dumps({**fields, "user": user}, separators=(",", ":")) if legacy else entry_text(fields, user)
+    entry = _TEXT({**fields, "user": user}) if legacy else entry_text(fields, user)
     return [("LPUSH", k.requests, entry), ("LPUSH", k.wake, wake_token(user))]
 
 
@@ -70,10 +87,10 @@ def entry_text(fields: dict, user: str) -> str:
     body = fields.get("body")
     head = {n: v for n, v in fields.items() if n != "body"}
     head["user"] = user
-    text = json.dumps(head, separators=(",", ":"))
+    text = _TEXT(head)
     if isinstance(body, str) and body[:1] == "{" and body[-1:] == "}":
         return f'{text[:-1]},"body":{body}}}'
-    return json.dumps({**fields, "user": user}, separators=(",", ":"))
+    return _TEXT({**fields, "user": user})
 
 
 def _sent(replies, rid: str) -> None:
@@ -145,7 +162,7 @@ def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | N
                 went.append(True)
             got = await_reply(pop, k, rid, per_try, first)
             if got:
-                return json.loads(got[1])
+                return parsed(got[1])
         late = send([("LPOP", k.reply(rid))])[0]     # an answer pushed as the last wait ended
     except lost as e:
         what = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
@@ -154,7 +171,7 @@ def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | N
         raise UnreachableError(f"Redis stopped answering ({what}): request {rid} is unknown - check "
                                f"`labq stat --rid {rid}`") from None
     if isinstance(late, (str, bytes)):
-        return json.loads(late)
+        return parsed(late)
     if op == "cancel":     # a mass cancel begun in time is finished past its expiry (daemon/requests.py)
         raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} is unknown "
                                f"(a cancel of many jobs goes on once begun) - check `labq stat --rid {rid}`")

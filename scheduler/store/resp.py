@@ -11,7 +11,7 @@ URLs are redis-py's (faults.parse_url), or sentinel:// (store/sentinel.py).
 """
 import _socket  # the C module: socket.py (its enums, selectors) is ~2 ms of every `labq sub`; TCP imports it
 
-from . import bulkread
+from . import bulkread, kwait
 from .faults import ConnectionLost, RespError, parse_url
 
 CRLF = b"\r\n"
@@ -66,8 +66,8 @@ class Reader:
         self.buf, self.pos = b"", 0
         self.size = _FIRST
 
-    def _fill(self):
-        chunk = self.recv(self.size)
+    def _fill(self, chunk=None):
+        chunk = self.recv(self.size) if chunk is None else chunk
         if not chunk:
             raise ConnectionLost("the server closed the connection")
         if len(chunk) == self.size:
@@ -189,6 +189,8 @@ class Connection:
         self.reader = None
         self.until = 0.0     # behind Sentinel: when the call under way stops waiting for a master
         self.waits = 0.0     # the socket's timeout as last set (_wait_for)
+        self.kernel, self.least = False, 1     # kwait.py: the kernel's timeouts, SO_RCVLOWAT as last set
+        self.full = timeout     # the exchange under way's timeout for each read
 
     def describe(self) -> str:
         o = self.opts
@@ -224,9 +226,10 @@ class Connection:
         self._ready(s)
 
     def _ready(self, s):
-        s.settimeout(self.timeout)
+        self.kernel, self.least = kwait.usable(s), 1
+        kwait.set_timeouts(s, self.timeout, self.timeout) if self.kernel else s.settimeout(self.timeout)
         self.sock, self.waits = s, self.timeout
-        self.reader = Reader(s.recv, self.decode)
+        self.reader = Reader(self._recv, self.decode)
         self._handshake()
 
     def _tls(self, s):
@@ -275,21 +278,31 @@ class Connection:
         """The socket's timeout, set only where it changes: each settimeout is a syscall, and a loop
         of requests (a blocking pop behind each) set it twice a request (issue 39 item 3)."""
         if seconds != self.waits:
-            self.sock.settimeout(seconds)
+            kwait.set_timeouts(self.sock, seconds) if self.kernel else self.sock.settimeout(seconds)
             self.waits = seconds
 
-    def _roundtrip(self, cmds, extra_wait: float = 0.0, check=None) -> list:
-        self._wait_for(self.timeout + extra_wait)      # each exchange under its own, however the last ended
+    def _recv(self, n: int) -> bytes:
+        """The reader's reads: each waits for any bytes, up to the exchange's whole timeout."""
+        kwait.set_least(self, 1)
+        self._wait_for(self.full)
+        return self.sock.recv(n)
+
+    def _roundtrip(self, cmds, extra_wait: float = 0.0, check=None, least: int = 0) -> list:
+        self.full = self.timeout + extra_wait      # each exchange under its own, however the last ended
+        if not self.kernel:         # else SO_SNDTIMEO (the timeout) bounds a send, and _recv sets the reads'
+            self._wait_for(self.full)
         sent = False
         try:
             self.sock.sendall(pack(cmds))
             sent = True
+            if least and self.kernel:
+                kwait.first_read(self, least, extra_wait + 0.05)
             if check is None:
                 return [self.reader.read() for _ in cmds]
             first = [self.reader.read() for _ in cmds[:-1]]
             self._checked(check, first)
             return first + [self.reader.read()]
-        except TimeoutError:       # socket.timeout is TimeoutError
+        except (TimeoutError, BlockingIOError):    # socket.timeout; EAGAIN at SO_RCVTIMEO / SO_SNDTIMEO
             self.close()
             raise ConnectionLost(f"{self.describe()} did not answer within {self.timeout + extra_wait:.0f}s",
                                  sent=sent) from None
@@ -324,12 +337,13 @@ class Connection:
             e.sent, e.refused = True, False
             raise
 
-    def pipeline(self, cmds, extra_wait: float = 0.0, resend: bool = True, check=None) -> list:
+    def pipeline(self, cmds, extra_wait: float = 0.0, resend: bool = True, check=None, least: int = 0) -> list:
         """Send all of `cmds` at once, then read their replies; error replies come back as RespError
         values in their place. Reconnects and sends again once if the connection was lost — after
         the commands were sent only when `resend` (a signed request must not be sent twice: its
         credential would be a replay; the caller sends it afresh). `check`: called with the replies
-        of all commands but the last before that one's is waited for (_checked)."""
+        of all commands but the last before that one's is waited for (_checked); `least`: the bytes
+        the replies come to at least once the last is in (kwait.least_for: its first read waits for them)."""
         cmds = [list(c) for c in cmds]
         if not cmds:
             return []
@@ -338,7 +352,7 @@ class Connection:
             try:
                 if self.sock is None:
                     self._open()
-                got = self._roundtrip(cmds, extra_wait, check)
+                got = self._roundtrip(cmds, extra_wait, check, least)
                 if check is None:
                     return self._demoted(got)
                 self._after_check(got[-1])

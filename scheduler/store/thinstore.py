@@ -4,7 +4,7 @@
 The connection stays in here: the thin client holds this object, never the socket (only store/
 imports the connection modules, tests/test_architecture.py)."""
 from ..errors import UnreachableError, UsageError
-from . import inbox, resp
+from . import inbox, kwait, resp
 from .faults import ConnectionLost, RespError, without_credentials
 from .keys import Keys
 from .thinreads import ThinReader, noperm
@@ -36,14 +36,16 @@ class ThinStore:
     def _send_pop(self, cmds, key: str, seconds: int, check):
         """The request's commands and the first BLPOP of its reply in one round trip (inbox._call):
         `check` says whether the request went in before the wait. A connection lost during the wait,
-        the request in, waits again on a new one, as a lone BLPOP does (`_pop`)."""
+        the request in, waits again on a new one, as a lone BLPOP does (`_pop`). Its first read waits
+        in the kernel for the writes' replies and the reply together (kwait.least_for): one wake-up."""
         went = []
 
         def checked(replies):
             check(replies)
             went.append(True)
         try:
-            got = self._c.pipeline([*cmds, ("BLPOP", key, seconds)], seconds, resend=False, check=checked)[-1]
+            got = self._c.pipeline([*cmds, ("BLPOP", key, seconds)], seconds, resend=False, check=checked,
+                                   least=kwait.least_for(len(cmds), key))[-1]
         except ConnectionLost:
             if not went:
                 raise

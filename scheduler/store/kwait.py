@@ -1,0 +1,73 @@
+"""Waits in the kernel for resp.Connection's plain sockets (unix, TCP; Linux): the socket is left
+blocking and its timeouts are SO_RCVTIMEO / SO_SNDTIMEO, not Python's (which polls before each recv
+and each send: a syscall each), and a read may ask for a least number of bytes (SO_RCVLOWAT).
+
+Why (issue 39 item 3): the thin client sends a request's writes and the blocking pop of its reply in
+one round trip. Redis answers the writes at once and the pop when the scheduler has replied, so the
+client was woken twice a request; each wake-up runs its Python cold (caches gone to the other
+processes), the cost of most of a client's CPU in a busy drain. Asked to wait for more bytes than
+the writes' replies can fill, the first read returns once, with the whole answer.
+
+TLS sockets, and other systems, keep Python's timeouts (`usable` says which)."""
+import _socket
+import struct
+import sys
+
+_TIMEVAL = struct.Struct("@ll")      # struct timeval on Linux: tv_sec, tv_usec as longs
+_LINUX = sys.platform.startswith("linux")
+# The largest reply of a write that succeeded: ":" + a 64-bit integer + CRLF (LPUSH's new length).
+WRITE_REPLY_MAX = 22
+
+
+def usable(sock) -> bool:
+    """Whether `sock` (a plain socket, just connected) can wait in the kernel; it is then made blocking."""
+    if not _LINUX or type(sock).__name__ != "socket":     # an ssl.SSLSocket keeps Python's
+        return False
+    sock.settimeout(None)
+    return True
+
+
+def set_timeouts(sock, read: float, send: float | None = None) -> None:
+    """SO_RCVTIMEO (and SO_SNDTIMEO) in seconds: a read or send that waits that long fails with EAGAIN."""
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, _timeval(read))
+    if send is not None:
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, _timeval(send))
+
+
+def set_least(conn, n: int) -> None:
+    """A resp.Connection's SO_RCVLOWAT, where it changes: a blocking read returns once n bytes are in
+    (or at its timeout, with what came)."""
+    if conn.least != n:
+        conn.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVLOWAT, n)
+        conn.least = n
+
+
+def least_for(writes: int, key: str) -> int:
+    """The bytes to wait for after `writes` write commands and one BLPOP of `key`: more than the writes'
+    replies alone can be (so they never wake the reader by themselves), no more than the shortest
+    whole answer with a value (":1" each, then *2, the key, an empty value). 0: no such number (a
+    short key). An error reply to a write is longer than a number (Redis' are 40+ bytes: NOPERM, OOM,
+    READONLY, MISCONF), so it wakes the reader at once; a shorter one, or BLPOP's nil when it times out,
+    is read when the wait's time is up, one BLPOP timeout at most."""
+    k = len(key.encode())
+    shortest = 4 * writes + 4 + (1 + len(str(k)) + 2 + k + 2) + 6
+    least = WRITE_REPLY_MAX * writes + 1
+    return least if least <= shortest else 0
+
+
+def first_read(conn, least: int, wait: float) -> None:
+    """A checked exchange's first read (resp.Connection, its request just sent): in the kernel until
+    `least` bytes are in, one wake-up for the writes' replies and the blocking pop's together, or until
+    `wait` (the pop's own timeout, whose nil is short) with what came; its reader reads on from there."""
+    set_least(conn, least)
+    conn._wait_for(wait)
+    try:
+        chunk = conn.sock.recv(conn.reader.size)
+    except BlockingIOError:         # nothing yet (a slow Redis): the reader waits on, as ever
+        return
+    conn.reader._fill(chunk)        # b"": the server closed the connection (ConnectionLost)
+
+
+def _timeval(seconds: float) -> bytes:
+    seconds = max(seconds, 0.001)       # 0 would be "no timeout"
+    return _TIMEVAL.pack(int(seconds), int((seconds - int(seconds)) * 1e6))

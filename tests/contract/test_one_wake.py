@@ -1,0 +1,107 @@
+"""The thin client's request and the first wait for its reply: one round trip and one wake-up
+(store/kwait.py). Its first read waits in the kernel (SO_RCVLOWAT) for more bytes than the writes'
+replies alone can be, so they and the reply come back together; a refusal still comes back at once,
+BLPOP's nil when its own timeout is up, and an answer in pieces is read whole."""
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+from labq.scheduler.errors import UnreachableError
+from labq.scheduler.store import kwait, resp
+from labq.scheduler.store.keys import Keys
+from labq.scheduler.thinclient import ThinClient
+from tests.harness import BODY
+
+K = Keys()
+KEY = K.reply("0123456789abcdef0123456789abcdef")
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_RCVLOWAT waits: Linux")
+
+
+def test_the_least_is_more_than_the_writes_replies_and_no_more_than_an_answer():
+    least = kwait.least_for(2, KEY)
+    biggest_writes = len(b":%d\r\n" % (2 ** 63 - 1)) * 2
+    shortest = len(b":1\r\n:1\r\n" + resp.pack([(KEY, "")]))     # BLPOP's answer: *2, the key, an empty value
+    assert biggest_writes < least <= shortest
+    assert kwait.least_for(2, "k") == 0         # a key too short to tell the two apart: no waiting for it
+
+
+@pytest.fixture
+def conn(redis_server, real_redis):
+    c = resp.Connection(redis_server.url)
+    yield c
+    c.close()
+
+
+def _request(conn, key: str, seconds: int, seen: list):
+    return conn.pipeline([("LPUSH", K.requests, "x"), ("LPUSH", K.wake, "t"), ("BLPOP", key, seconds)], seconds,
+                         resend=False, check=seen.append, least=kwait.least_for(2, key))
+
+
+@linux
+@pytest.mark.redis
+def test_the_writes_replies_and_a_late_answer_come_in_one_read(conn, real_redis):
+    conn.execute("PING")
+    assert conn.kernel
+    threading.Timer(0.3, lambda: real_redis.rpush(KEY, "answer")).start()
+    seen = []
+    assert _request(conn, KEY, 5, seen) == [1, 1, [KEY, "answer"]] and seen == [[1, 1]]
+    # The reader never asked for more: the first read held the writes' replies until the answer came.
+    assert conn.least == kwait.least_for(2, KEY)
+    assert conn.execute("LLEN", K.requests) == 1 and conn.least == 1     # other reads wait for any byte
+
+
+@linux
+@pytest.mark.redis
+def test_no_answer_is_the_pops_nil_when_its_own_timeout_is_up(conn):
+    t0 = time.monotonic()
+    assert _request(conn, KEY, 1, [])[-1] is None
+    assert 0.9 <= time.monotonic() - t0 < 5          # not the connection's 30 s on top
+
+
+@pytest.mark.redis
+def test_a_full_redis_is_said_at_once_not_after_the_wait(redis_server):
+    r = redis_server.client()
+    r.flushall()
+    before = r.config_get("maxmemory")["maxmemory"], r.config_get("maxmemory-policy")["maxmemory-policy"]
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(UnreachableError) as e:
+            ThinClient(redis_server.url, "labq", user="alice").request("submit", BODY, timeout=30, tries=1)
+        assert str(e.value).startswith("Redis is full (maxmemory reached)") and time.monotonic() - t0 < 5
+    finally:
+        r.config_set("maxmemory", before[0])
+        r.config_set("maxmemory-policy", before[1])
+
+
+@linux
+def test_an_answer_in_pieces_is_read_whole(tmp_path):
+    """A server that answers the writes, then the reply in two parts: the first read returns what
+    came by the pop's timeout, and the reader reads on, any byte at a time, to the end."""
+    path = str(tmp_path / "slow.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(1)
+    key, value = KEY.encode(), b'{"ok":true,"job_id":7}'
+    whole = b"*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(value), value)
+
+    def serve():
+        c, _ = srv.accept()
+        c.recv(10000)
+        c.sendall(b":1\r\n:1\r\n")
+        time.sleep(1.3)           # past the first read's wait (the pop's 1 s): it returns the writes' replies
+        c.sendall(whole[:20])
+        time.sleep(0.2)
+        c.sendall(whole[20:])
+        c.recv(100)
+        c.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with resp.Connection(f"unix://{path}", timeout=5) as c:
+        assert _request(c, KEY, 1, []) == [1, 1, [KEY, value.decode()]] and c.least == 1
+    t.join(5)
+    srv.close()
