@@ -124,9 +124,8 @@ class ThinReader(RankingReads):
 
     def acct_rows(self, since: float = 0, until: float = float("inf"), user=None, account=None,
                   columns=None, views: bool = False) -> list:
-        """reads.Reader.acct_rows's answer, without redis-py (`labq report`): Redis's records of the
-        jobs that ended in the window (with `views`, as jobview.JobView), and the archive's compact
-        rows of the others."""
+        """reads.Reader.acct_rows's answer, without redis-py (`labq report`): Redis's records of the jobs
+        that ended in the window (with `views`, jobview.JobView), and the archive's rows of the others."""
         ids = [int(i) for i in self._pipe([("ZRANGEBYSCORE", self.k.history, since,
                                             "+inf" if until == float("inf") else until)])[0]]
         recent = [j for j in (self.views(ids) if views else self.jobs_in_redis(ids))
@@ -221,23 +220,27 @@ class ThinReader(RankingReads):
         return sorted(jobs + every_task(self.rests()), key=lambda j: j.id)
 
     def ran(self) -> list:
-        """The active jobs `labq report` counts, as active() gives them (by id; as jobview.JobView where
-        Redis holds them, without the model): all but those pending that never ran (a held queue's 10,000
-        jobs: no attempt to count). The scheduler keeps the others' ids (Keys.ran): only their records
-        are read. Where that set is absent (an older scheduler), kept by a leader that no longer leads (a
-        downgrade to a labq that does not keep it; no leader this instant) or holds more ids than active
-        jobs, the `stat` rows say (statrows.py: a pending job's `prio` ends with its attempt count; ~0.8
-        MB at 10,000 held jobs); without rows, every record is (_ran_records). Resting tasks never ran."""
+        """The active jobs `labq report` counts, as active() gives them (by id; jobview.JobView where Redis
+        holds them): all but those pending that never ran (a held queue's 10,000). Those in Keys.ran where
+        it is trusted (_kept_ran); else as the `stat` rows say (a pending job's `prio` ends with its attempt
+        count; ~0.8 MB at 10,000 held jobs); else every record (_ran_records). Resting tasks never ran."""
         from .statrows import ID, PRIO, TAIL
-        kept, n_active, by, leader = self._multi(("SMEMBERS", self.k.ran), ("ZCARD", self.k.active),
-                                                 ("GET", self.k.ran_by), ("GET", self.k.leader))
-        if "-" in kept and by is not None and by == leader and len(kept) - 1 <= n_active:
-            return self._ran_records(sorted(int(i) for i in kept if i != "-"))
+        kept = self._kept_ran()
+        if kept is not None:
+            return self._ran_records(kept)
         texts, n_active = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active))
         if len(texts) != n_active:
             return self._ran_records(self._pipe([("ZRANGE", self.k.active, 0, -1)])[0])
         return self._ran_records(sorted(int(r[ID]) for r in (t.split("\t", TAIL) for t in texts)
                                         if not r[PRIO].endswith(",0")))
+
+    def _kept_ran(self) -> list | None:
+        """Keys.ran's ids in order; None where it is absent (an older scheduler), kept by a leader not
+        leading now (a downgrade; no leader this instant) or holds more ids than active jobs."""
+        kept, n_active, by, leader = self._multi(("SMEMBERS", self.k.ran), ("ZCARD", self.k.active),
+                                                 ("GET", self.k.ran_by), ("GET", self.k.leader))
+        ok = "-" in kept and by is not None and by == leader and len(kept) - 1 <= n_active
+        return sorted(int(i) for i in kept if i != "-") if ok else None
 
     def _ran_records(self, ids) -> list:
         """The records of `ids` (in order) but those pending that never ran, as ran() gives them. They
@@ -273,10 +276,12 @@ class ThinReader(RankingReads):
         return out
 
     def _live(self) -> list:
-        """The ids, in order, of the active jobs whose `stat` row has a live part (statrows.py: on a node,
-        or an attempt still open): those on_node() and holdings() look for are among them, and the
-        index says so in ~0.6 MB of rows at 10,000 pending jobs where their records are ~3.5 MB. Every
-        active id where the index lacks rows (written by a scheduler that predates it, not rebuilt yet)."""
+        """The ids, in order, of active jobs among which are all those on a node or with an attempt open
+        (on_node(), holdings()): Keys.ran's (_kept_ran: few more, requeued ones); else those whose `stat`
+        row has a live part (statrows.py; ~0.6 MB at 10,000 pending jobs); else every active id."""
+        kept = self._kept_ran()
+        if kept is not None:
+            return kept
         from .statrows import LIVE, TAIL
         texts, n_active = self._multi(("HVALS", self.k.stat_rows), ("ZCARD", self.k.active))
         if len(texts) < n_active:

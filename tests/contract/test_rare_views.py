@@ -76,10 +76,10 @@ def test_nodes_and_share_read_running_jobs_as_the_records_give_them(redis_server
 
 @pytest.mark.redis
 def test_nodes_share_and_budget_read_only_the_live_jobs_records(redis_server, tmp_path, monkeypatch):
-    """on_node() (`nodes`, `share`) and holdings() (`budget`) read the records of the jobs whose `stat` row
-    is live (on a node, or an attempt open), not every active job's: at 10,000 held jobs that was ~3.5 MB
-    of records for one running job. Where the index lacks rows (a scheduler that predates them) they read
-    every active record, with the same answers."""
+    """on_node() (`nodes`, `share`) and holdings() (`budget`) read the records of the jobs in Keys.ran, or
+    where it is not trusted those whose `stat` row is live (on a node, or an attempt open), not every
+    active job's: at 10,000 held jobs that was ~3.5 MB of records for one running job. Where neither says
+    (a scheduler that predates them) they read every active record, with the same answers."""
     bench = BudgetBench(redis_server, tmp_path)
     run = _running(bench)
     for _ in range(3):
@@ -94,7 +94,11 @@ def test_nodes_share_and_budget_read_only_the_live_jobs_records(redis_server, tm
         return pipe(cmds)
     monkeypatch.setattr(c.read, "_pipe", counting)
     assert [j.id for j in c.read.on_node()] == [run] and len(c.read.holdings()) == 1
-    assert asked == [1, 1], "the running job's record, once each"
+    assert asked == [1, 1], "the running job's record, once each (Keys.ran's ids)"
+    bench.r.set(Keys().ran_by, "another leader")      # not trusted: the live parts of the `stat` rows say
+    asked.clear()
+    assert [j.id for j in c.read.on_node()] == [run] and len(c.read.holdings()) == 1
+    assert asked == [1, 1], "the running job's record, once each (the rows' live parts)"
     bench.r.delete(Keys().stat_rows)
     asked.clear()
     assert [j.id for j in c.read.on_node()] == [run] and len(c.read.holdings()) == 1
