@@ -26,7 +26,8 @@ step, a held 10,000-task array submitted and cancelled by the bench user (live_b
 --ended N first writes N ended jobs (ended_jobs: records as the scheduler's commit of their end writes
 them, writes.put_jobs, over the last 7 days, 1-2 attempts of minutes, one in 20 across an hour's edge)
 and waits until the scheduler has folded them into `labq report`'s totals (store/totals.py): what a
-lab's week of ended jobs costs `report` and `acct`. --only CMD,CMD: just those of the A/B (and `sub`).
+lab's week of ended jobs costs `report` and `acct`. --only CMD,CMD: just those of the A/B (and `sub`);
+--filters adds `prio -u USER` and `prio -A parked` to it.
 """
 import os
 import shutil
@@ -212,6 +213,9 @@ def main() -> int:
         if "--vs" in sys.argv:
             rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 7
             extra = [("prio", "--json")] if "--json" in sys.argv else []
+            if "--filters" in sys.argv:      # prio of one user's / account's jobs (scheduler/priofilter.py)
+                from labq.scheduler.client import current_user
+                extra += [("prio", "-u", current_user()), ("prio", "-A", "parked")]
             churn = subprocess.Popen([sys.executable, os.path.join(HERE, "drainclient.py"), bs.cfg_path, "--churn"],
                                      env=user_env(bs), cwd=bs.work, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True) if "--churn" in sys.argv else None

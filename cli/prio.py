@@ -178,8 +178,12 @@ def _run(ctx, user, account, expand, as_json) -> None:
     # The thin client, not redis-py (~150 ms to import, issue 39 item 4); the weights from the client
     # settings cache; the jobs from their `stat` rows, not the records (pending_jobs)
     cfg, c, now = Books(ctx.books), ctx.thin, time.time()
-    if not (user or account or expand or as_json) and (text := published(c, now)) is not None:
-        return echo(text)
+    if not (expand or as_json) and (text := published(c, now)) is not None:
+        if user or account:     # its lines of theirs (priofilter.py), else ranked below
+            from labq.scheduler.priofilter import only
+            text = only(text, user, account)
+        if text is not None:
+            return echo(text)
     order, f, usage = ranked(c, now, cfg)
     shown = [j for j in order if (not user or j.user == user) and (not account or j.account == account)] \
         if user or account else order

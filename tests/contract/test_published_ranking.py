@@ -17,7 +17,7 @@ import pytest
 
 from labq.cli import prio
 from labq.cli.ctx import thin_client
-from labq.scheduler import priotable
+from labq.scheduler import priofilter, priotable
 from labq.scheduler.client import current_user
 from labq.scheduler.daemon import ranking
 from labq.scheduler.store.keys import Keys
@@ -85,6 +85,10 @@ def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_
     assert shown[0].startswith(text.splitlines()[0] + "; as of ") and shown[0].endswith(" s ago")
     assert shown[1:] == text.splitlines()[1:]
     assert "as of" not in _labq(bench, tmp_path, "prio", "-r").splitlines()[0], "-r ranks the rows"
+    theirs = _labq(bench, tmp_path, "prio", "-A", "phi").splitlines()      # -u/-A: its lines (priofilter)
+    assert theirs[0] == shown[0] or theirs[0].startswith(text.splitlines()[0] + "; as of ")
+    assert theirs[1:] == priofilter.only(text, None, "phi").splitlines()[1:] and len(theirs) == 2 + 3
+    assert all(" phi " in line for line in theirs[2:])
 
     new = _submit(bench, now + 2)       # its commit counts the submitter's change beside the ranking
     changes = bench.r.hgetall(K.ranking_since)      # the submit's commit and its pass's (the job's reason)
