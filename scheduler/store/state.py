@@ -197,7 +197,7 @@ class SchedulerStore(RequestList):
 
     def fold_report(self) -> bool:
         """store/totals.fold: a batch of ended jobs into `labq report`'s cells; True where more wait."""
-        return totals.fold(self.r, self.k, self.txn, lambda ids: load_jobs(self.r, self.k, ids))
+        return totals.fold(self.r, self.k, self.txn)
 
     # -- loading -------------------------------------------------------------------------------
     def reader(self, history=None) -> Reader:
