@@ -36,7 +36,7 @@ from ..multifactor import Score, ordered, scorer
 from ..settings.config import Config
 from . import settle
 from .capacity import avoided
-from .fronts import Bound, Reach, lazy, runtimes
+from .fronts import Bound, Reach, apart, lazy, runtimes
 from .queue import Front, Group, Key, Queue, Waiting
 
 if TYPE_CHECKING:       # the pass is policy/__init__'s, which imports this module
@@ -96,7 +96,8 @@ def _walk_kind(waiting: list[Job], draining: Collection[int]) -> str:
 def file(queue: Queue, p: "_Pass", waiting: Waiting, cfg: Config) -> None:
     """File this pass's `waiting` jobs in `queue` (queue.py), or what changed since its last (a Seen)."""
     w = cfg.priority
-    queue.file(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, group_key, runtimes(w))
+    queue.file(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, group_key, runtimes(w),
+               apart(w))
 
 
 def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None) -> None:

@@ -1,8 +1,8 @@
 """Which classes a pass's class walk (classes._Walk) has reached: it scores a class's next job
 only once the class may come next, not every class of the queue at the start of every pass.
 
-The kept Queue (queue.py) keeps each family's classes (QoS, account, burst flag) in the order of
-their first jobs, which is their priority order at any time when short-jobs-first is off
+The kept Queue (queue.py) keeps each family's classes (QoS, account, burst flag; the QoS and the
+account only where their weights are not 0: `apart`) in the order of their first jobs, which is their priority order at any time when short-jobs-first is off
 (multifactor.scorer: within a family only the age term differs, and it only grows with the wait;
 ties go by submit time and id, as the order does). So the merge needs, of each family, only the
 first class it has not reached: none after it can come before it. Once the walk first takes a
@@ -40,6 +40,15 @@ def runtimes(w: Priority) -> bool:
     """Whether the families are split by run time and merged under bounds: the short-job term on, at
     most the age weight (else no bound holds: a job could rank lower the longer it waits)."""
     return 0 < w.short_job_weight <= w.age_weight
+
+
+def apart(w: Priority) -> tuple[bool, bool]:
+    """Whether the QoS and the account part families (queue.family). A term whose weight is 0 adds
+    exactly 0.0 to every job's score (multifactor.scorer: a QoS level times qos_weight; without a
+    fair-share weight no account factor), and the bounds alike (multifactor.bounder): jobs of any
+    QoS (account) then score alike and one family holds them. With the replay's FIFO weights a pass
+    merges a family per run-time floor, not one per account and floor."""
+    return bool(w.qos_weight), bool(w.fairshare_weight)
 
 
 def lazy(now: float, usage: dict[str, float], cfg: Config) -> "bool | Bound":

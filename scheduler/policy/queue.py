@@ -112,12 +112,15 @@ def unfile(groups: dict[Key, Group], where: dict[int, Key], j: Job) -> None:
 Front = tuple[float, int, Key]
 
 
-def family(j: Job, k: Key, runtimes: bool = False) -> Key:
+def family(j: Job, k: Key, runtimes: bool = False, apart: tuple[bool, bool] = (True, True)) -> Key:
     """The family of the group `k` that holds `j`: (QoS, account, burst flag), and with `runtimes`
-    (the short-job term on: fronts.py) a floor of its expected run time (multifactor.runtime_floor)."""
+    (the short-job term on: fronts.py) a floor of its expected run time (multifactor.runtime_floor).
+    `apart`: whether the QoS and the account part families (fronts.apart: only where their weight
+    is not 0)."""
+    q, a = j.qos if apart[0] else "", j.account if apart[1] else ""
     if runtimes:
-        return (j.qos, j.account, k[1], multifactor.runtime_floor(multifactor.expected_runtime(j)))
-    return (j.qos, j.account, k[1])
+        return (q, a, k[1], multifactor.runtime_floor(multifactor.expected_runtime(j)))
+    return (q, a, k[1])
 
 
 class Queue:
@@ -126,6 +129,7 @@ class Queue:
 
     def __init__(self) -> None:
         self.runtimes = False       # whether the families are split by run time (`file`)
+        self.apart = (True, True)   # whether the QoS and the account part families (`file`)
         self._reset()
 
     def _reset(self) -> None:
@@ -148,11 +152,11 @@ class Queue:
         self.needs: dict[tuple[int, int], int] = {}
 
     def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf,
-             runtimes: bool = False) -> None:
-        """`sync` a list of the waiting jobs; `update` from a Seen. `runtimes`: the families split by
-        run time (`family`); a change files every job anew."""
-        if runtimes != self.runtimes:
-            self.runtimes = runtimes
+             runtimes: bool = False, apart: tuple[bool, bool] = (True, True)) -> None:
+        """`sync` a list of the waiting jobs; `update` from a Seen. `runtimes`, `apart`: how `family`
+        splits the families; a change files every job anew."""
+        if (runtimes, apart) != (self.runtimes, self.apart):
+            self.runtimes, self.apart = runtimes, apart
             self._reset()
         if isinstance(waiting, Seen):
             return self.update(waiting, draining, burst, key)
@@ -307,7 +311,7 @@ class Queue:
             jobs.sort(key=_SUBMIT_TIME)     # within a class (plain keys sort faster than tuples)
             self.groups[k] = Group(k, jobs)
             head = jobs[0]
-            self.families.setdefault(family(head, k, self.runtimes), []).append((head.submit_time, head.id, k))
+            self.families.setdefault(family(head, k, self.runtimes, self.apart), []).append((head.submit_time, head.id, k))
             need = (head.total_gpus, head.cpus * head.nodes)
             self.needs[need] = self.needs.get(need, 0) + 1
         for fronts in self.families.values():
@@ -372,7 +376,7 @@ class Queue:
         needs follow."""
         any_ = now if now is not None else was
         assert any_ is not None
-        fronts = self.families.setdefault(family(any_, k, self.runtimes), [])
+        fronts = self.families.setdefault(family(any_, k, self.runtimes, self.apart), [])
         if was is not None:
             del fronts[bisect_left(fronts, (was.submit_time, was.id))]
             blocks.remove(g, (was.submit_time, was.id))
@@ -390,4 +394,4 @@ class Queue:
             else:
                 del self.needs[need]
         if not fronts:
-            del self.families[family(any_, k, self.runtimes)]
+            del self.families[family(any_, k, self.runtimes, self.apart)]

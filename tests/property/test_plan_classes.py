@@ -323,6 +323,9 @@ def test_a_kept_queue_decides_as_the_per_job_pass_as_the_queue_changes(monkeypat
         monkeypatch.setattr(queue, "REBUILD_SHARE", 2.0)    # every change filed one by one
     burst = data.draw(st.sampled_from([(0, 600.0), (1, 600.0), (2, 60.0), (3, 6000.0), (100, 600.0)]))
     c = replace(c, priority=replace(c.priority, burst_jobs=burst[0], burst_window=burst[1]))
+    # a QoS or fair-share weight of 0: families of any QoS (account) merged (fronts.apart)
+    zero = data.draw(st.sampled_from([(), ("qos_weight",), ("fairshare_weight",), ("qos_weight", "fairshare_weight")]))
+    c = replace(c, priority=replace(c.priority, **dict.fromkeys(zero, 0.0)))
     q = classes.Queue()
     for _ in range(4):
         same(policy.plan(snap, c, queue=q), policy.plan_per_job(snap, c))
@@ -463,10 +466,13 @@ def _filed_as_whole(kept: Kept, snap, c) -> None:
 
 
 def _families_as_whole(q) -> None:
-    """The Queue's families (fronts.py reads them) are its groups, each at its first job's place."""
+    """The Queue's families (fronts.py reads them) are its groups, each at its first job's place: by QoS,
+    account and burst flag, the QoS (account) only where its weight is not 0 (queue.family)."""
     fams = {}
     for k, g in q.groups.items():
-        fams.setdefault((g.jobs[0].qos, g.jobs[0].account, k[1]), []).append((g.jobs[0].submit_time, g.jobs[0].id, k))
+        head = g.jobs[0]
+        fam = (head.qos if q.apart[0] else "", head.account if q.apart[1] else "", k[1])
+        fams.setdefault(fam, []).append((head.submit_time, head.id, k))
     assert q.families == {f: sorted(fr) for f, fr in fams.items()}
     for user, mine in q.users.items():      # the times and ids _retail compares, place by place
         assert q.times[user] == [j.submit_time for j in mine] and q.uids[user] == [j.id for j in mine]
