@@ -105,3 +105,25 @@ def test_an_answer_in_pieces_is_read_whole(tmp_path):
         assert _request(c, KEY, 1, []) == [1, 1, [KEY, value.decode()]] and c.least == 1
     t.join(5)
     srv.close()
+
+
+@linux
+@pytest.mark.redis
+def test_over_tcp_too(tmp_path):
+    """TCP waits the same way (there the kernel does not even wake the reader for the writes' replies)."""
+    import redis
+
+    from tests.contract.test_resp import _free_port, _redis_with
+    proc, port = _redis_with(["--port", str(_free_port())], tmp_path)
+    try:
+        with resp.Connection(f"redis://127.0.0.1:{port}/0") as c:
+            c.execute("PING")
+            assert c.kernel
+            other = redis.Redis(port=port)
+            threading.Timer(0.3, lambda: other.rpush(KEY, "answer")).start()
+            assert _request(c, KEY, 5, []) == [1, 1, [KEY, "answer"]] and c.least == kwait.least_for(2, KEY)
+            t0 = time.monotonic()
+            assert _request(c, KEY, 1, [])[-1] is None and time.monotonic() - t0 < 5
+    finally:
+        proc.terminate()
+        proc.wait(10)
