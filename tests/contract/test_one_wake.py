@@ -2,7 +2,9 @@
 (store/kwait.py). Its first read waits in the kernel (SO_RCVLOWAT) for more bytes than the writes'
 replies alone can be, so they and the reply come back together; a refusal still comes back at once,
 BLPOP's nil when its own timeout is up, and an answer in pieces is read whole."""
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -13,7 +15,7 @@ from labq.scheduler.errors import UnreachableError
 from labq.scheduler.store import kwait, resp
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.thinclient import ThinClient
-from tests.harness import BODY
+from tests.harness import BODY, wait_for
 
 K = Keys()
 KEY = K.reply("0123456789abcdef0123456789abcdef")
@@ -112,10 +114,16 @@ def test_an_answer_in_pieces_is_read_whole(tmp_path):
 def test_over_tcp_too(tmp_path):
     """TCP waits the same way (there the kernel does not even wake the reader for the writes' replies)."""
     import redis
-
-    from tests.contract.test_resp import _free_port, _redis_with
-    proc, port = _redis_with(["--port", str(_free_port())], tmp_path)
+    exe = shutil.which("redis-server")
+    if not exe:
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, "--port", str(port), "--dir", str(tmp_path), "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        wait_for(lambda: _answers(port), 20, what="redis-server on TCP")
         with resp.Connection(f"redis://127.0.0.1:{port}/0") as c:
             c.execute("PING")
             assert c.kernel
@@ -127,3 +135,11 @@ def test_over_tcp_too(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
