@@ -24,8 +24,8 @@ another changes the queue. With --array each round of `prio` comes right after t
 step, a held 10,000-task array submitted and cancelled by the bench user (live_bench.command_rows).
 
 --ended N first writes N ended jobs (ended_jobs: records as the scheduler's commit of their end writes
-them, writes.put_jobs, over the last 7 days, 1-2 attempts of minutes, one in 20 across an hour's edge)
-and waits until the scheduler has folded them into `labq report`'s totals (store/totals.py): what a
+them, writes.put_jobs, over the last 6.5 days (inside history.keep: none archived meanwhile), 1-2
+attempts of minutes, one in 20 across an hour's edge) and waits until the scheduler has folded them into `labq report`'s totals (store/totals.py): what a
 lab's week of ended jobs costs `report` and `acct`. --only CMD,CMD: just those of the A/B (and `sub`);
 --filters adds `prio -u USER` and `prio -A parked` to it.
 """
@@ -149,7 +149,7 @@ def ended_jobs(bs, n: int, seed: int = 39) -> None:
     rng, now, r, k = random.Random(seed), time.time(), bs.client.store.r, bs.client.k
     jobs = []
     for i in range(n):
-        end = now - rng.uniform(60, 7 * 86_400)
+        end = now - rng.uniform(60, 6.5 * 86_400)      # inside history.keep (7 days): none archived meanwhile
         runs = [rng.uniform(5, 1800) for _ in range(rng.choice((1, 1, 1, 2)))]
         if i % 20 == 0:
             runs[0] += 3600        # across an hour's edge: read whole (store/totals.py's split)

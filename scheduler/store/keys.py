@@ -94,6 +94,10 @@ class Keys:
         return f"{self.p}:report:v1:cells"    # state]) -> the summed Row.vector of its ended jobs in Redis
 
     @property
+    def report_all(self) -> str:              # HASH (S): DIMS (money/totals.dims_of) -> report_cells' and the
+        return f"{self.p}:report:v1:all"      # split jobs' vectors summed over every hour (a report of all time)
+
+    @property
     def report_folded(self) -> str:           # HASH (S): id -> the contribution report_cells holds of it
         return f"{self.p}:report:v1:folded"   # ("s": in report_split), removed when archived
 

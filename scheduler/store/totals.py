@@ -3,7 +3,8 @@
 The transaction that ends a job (writes.put_jobs) puts its contribution in Keys.report_new, computed
 from the job it has in hand. Each loop the leader folds up to FOLD of them into Keys.report_cells
 (fold: read the cells they touch, add, write, in one fenced transaction; the scheduler is their one
-writer, and its loop runs the archiver after it), noting in Keys.report_folded what each job put in
+writer, and its loop runs the archiver after it) and their sums over all hours into Keys.report_all
+(what a report of all time reads), noting in Keys.report_folded what each job put in
 its cell: a job's record rewritten after its end is then folded again without counting it twice, and
 the archiver takes out what an archived job put in (drop, in the transaction that removes its record).
 Split jobs go to Keys.report_split. A new leader rebuilds it all (rebuild: every ended job "?", its
@@ -31,7 +32,7 @@ def put(p, k: Keys, new: dict[str, str]) -> None:
 
 def rebuild(p, k: Keys, ended_ids, leader: str) -> None:
     """In a new leader's rebuild: every ended job in Redis to fold afresh from its record."""
-    p.delete(k.report_new, k.report_cells, k.report_folded, k.report_split)
+    p.delete(k.report_new, k.report_cells, k.report_all, k.report_folded, k.report_split)
     ids = list(ended_ids)
     for i in range(0, len(ids), 10_000):
         p.hset(k.report_new, mapping=dict.fromkeys(ids[i:i + 10_000], tot.UNKNOWN))
@@ -61,15 +62,15 @@ def fold(r, k: Keys, txn, load=None) -> bool:
             new[i] = ""
     old = dict(zip(ids, r.hmget(k.report_folded, ids)))
     delta: dict[str, list[int]] = {}
+    every: dict[str, list[int]] = {}
     for i in ids:
         for text, sign in ((old[i], -1), (new[i], 1)):
-            got = tot.parse(text) if text else None
-            if got:
-                tot.add(delta, got[0], got[1], sign)
-    cells = _summed(r, k, delta)
+            _delta(text, sign, delta, every)
+    cells, alls = _summed(r, k.report_cells, delta), _summed(r, k.report_all, every)
 
     def build(p):
-        _write_cells(p, k, cells)
+        _write_cells(p, k.report_cells, cells)
+        _write_cells(p, k.report_all, alls)
         keep = {i: v for i, v in new.items() if v}
         if keep:
             p.hset(k.report_folded, mapping=keep)
@@ -92,35 +93,47 @@ def drop(r, k: Keys, p, ids) -> None:
     if not ids:
         return
     delta: dict[str, list[int]] = {}
+    every: dict[str, list[int]] = {}
     for text in r.hmget(k.report_folded, ids):
-        got = tot.parse(text) if text else None
-        if got:
-            tot.add(delta, got[0], got[1], -1)
-    _write_cells(p, k, _summed(r, k, delta))
+        _delta(text, -1, delta, every)
+    _write_cells(p, k.report_cells, _summed(r, k.report_cells, delta))
+    _write_cells(p, k.report_all, _summed(r, k.report_all, every))
     p.hdel(k.report_folded, *ids)
     p.hdel(k.report_new, *ids)
     p.zrem(k.report_split, *ids)
 
 
-def _summed(r, k: Keys, delta: dict[str, list[int]]) -> dict[str, str | None]:
-    """The cells' texts after `delta` (None: to delete)."""
+def _delta(text: str | None, sign: int, cells: dict, every: dict) -> None:
+    """A kept text (a job's contribution) times `sign` into the `cells` and the all-hours `every` deltas."""
+    got = tot.parse(text) if text else None
+    if got:
+        tot.add(cells, got[0], got[1], sign)
+        tot.add(every, tot.dims_of(got[0]), got[1], sign)
+    elif text and text.startswith(tot.SPLIT):
+        whole = tot.split(text, -1 << 62, None, ())
+        if whole is not None and whole != "raw":
+            tot.add(every, whole[0], whole[1], sign)
+
+
+def _summed(r, key: str, delta: dict[str, list[int]]) -> dict[str, str | None]:
+    """The texts of hash `key`'s fields after `delta` (None: to delete)."""
     if not delta:
         return {}
     names = list(delta)
     now: dict[str, list[int]] = {}
-    for name, text in zip(names, r.hmget(k.report_cells, names)):
+    for name, text in zip(names, r.hmget(key, names)):
         now[name] = [int(v) for v in text.split(" ")] if text else [0] * len(delta[name])
         tot.add(now, name, delta[name])
     return {name: tot.dumps(vec) for name, vec in now.items()}
 
 
-def _write_cells(p, k: Keys, cells: dict[str, str | None]) -> None:
+def _write_cells(p, key: str, cells: dict[str, str | None]) -> None:
     keep = {c: v for c, v in cells.items() if v is not None}
     if keep:
-        p.hset(k.report_cells, mapping=keep)
+        p.hset(key, mapping=keep)
     gone = [c for c, v in cells.items() if v is None]
     if gone:
-        p.hdel(k.report_cells, *gone)
+        p.hdel(key, *gone)
 
 
 def read(reader, since: float, until: float):
@@ -136,8 +149,11 @@ def read(reader, since: float, until: float):
     # a job kept whole in an hour past the window's last has no attempt in it, a split one may.
     late = ("ZRANGEBYSCORE", k.history, last * tot.HOUR, f"({(last + 1) * tot.HOUR}") if last is not None else \
         ("ZRANGEBYSCORE", k.history, "+inf", "-inf")
-    got = reader._multi(("GET", k.report_by), ("GET", k.leader), ("HGETALL", k.report_cells),
-                        ("HGETALL", k.report_new), ("ZRANGEBYSCORE", k.report_split, since, "+inf"),
+    # Every hour (the default `labq report`): the all-hours sums, split jobs in them (report_all).
+    every = since <= 0 and last is None
+    got = reader._multi(("GET", k.report_by), ("GET", k.leader), ("HGETALL", k.report_all if every else k.report_cells),
+                        ("HGETALL", k.report_new),
+                        ("ZRANGEBYSCORE", k.report_split, "+inf" if every else since, "+inf"),
                         ("ZRANGEBYSCORE", k.history, since, f"({first * tot.HOUR}"), late,
                         ("ZRANGE", k.history, 0, 0))
     by, leader, cells, new, split, early, late, oldest = _text(got[0]), _text(got[1]), *got[2:]
@@ -146,11 +162,12 @@ def read(reader, since: float, until: float):
     sums: dict[str, list[int]] = {}      # the whole hours' cells added up by their dims (tot.dims_of)
     for i in range(0, len(cells), 2):
         c = _text(cells[i])
-        if _whole(c, first, last):
-            tot.add(sums, tot.dims_of(c), list(map(int, _text(cells[i + 1]).split(" "))))
+        if every or _whole(c, first, last):
+            tot.add(sums, c if every else tot.dims_of(c), list(map(int, _text(cells[i + 1]).split(" "))))
     raw = {int(_text(i)) for i in (*early, *late)}
     new = {_text(new[i]): _text(new[i + 1]) for i in range(0, len(new), 2)}
-    texts = _waiting(reader, new, [_text(i) for i in split if _text(i) not in new], sums, raw, since, first, last)
+    texts = _waiting(reader, new, [_text(i) for i in split if _text(i) not in new], sums, raw, since, first, last,
+                     every)
     edges = tuple(h for h, partial in ((first - 1, since < first * tot.HOUR),
                                        (last, last is not None and until > last * tot.HOUR)) if partial)
     for i, text in texts:
@@ -164,10 +181,12 @@ def read(reader, since: float, until: float):
     return tot.sums(sums), sorted(raw), oldest
 
 
-def _waiting(reader, new: dict, split: list, sums: dict, raw: set, since: float, first: int, last: int | None):
+def _waiting(reader, new: dict, split: list, sums: dict, raw: set, since: float, first: int, last: int | None,
+             every: bool = False):
     """read()'s second round trip: `new` (report_new) into `sums` (less what those jobs' folded
-    parts put there before), their unknown ones (that ended since `since`) into `raw`; returns the
-    (id, text) of the split jobs, `split`'s as folded (report_folded) and new ones."""
+    parts put there before: with `every`, the all-hours sums, a split job's too), their unknown ones
+    (that ended since `since`) into `raw`; returns the (id, text) of the split jobs, `split`'s as
+    folded (report_folded) and new ones."""
     if not new and not split:
         return []
     k, ids, texts = reader.k, list(new), []
@@ -177,6 +196,10 @@ def _waiting(reader, new: dict, split: list, sums: dict, raw: set, since: float,
             got = tot.parse(text) if text else None
             if got and _whole(got[0], first, last):
                 tot.add(sums, tot.dims_of(got[0]), got[1], sign)
+        if every and (was := _text(old)) and was.startswith(tot.SPLIT):
+            gone = tot.split(was, first, None, ())      # in report_all: out, as its new text comes in
+            if gone is not None and gone != "raw":
+                tot.add(sums, gone[0], gone[1], -1)
         if score is not None and since <= float(score):      # else it ended before the window
             if new[i] == tot.UNKNOWN:
                 raw.add(int(i))
