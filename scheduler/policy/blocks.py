@@ -19,9 +19,8 @@ that is not plain killing the block, `Block.changed`) planted away fails it, as 
 (`settle._block_at`: the count of a block taken, the split where taking starts inside one).
 """
 from bisect import bisect_left
-from heapq import heapify, heappop, heappush
 from collections.abc import Callable, Iterable, Sequence
-from itertools import chain, count
+from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
@@ -40,7 +39,6 @@ Shape = tuple[int, str, int, int]           # (GPUs, model, CPUs, memory): what 
 # subscripted type spelled out built it per call.
 Plain = tuple[Who, Shape]
 _IDS = attrgetter("ids")
-_SEQ = count()      # ties in a block's heaps (`Block.least`) go by it, never by the classes
 
 
 def plain(g: "Group") -> "Key | None":
@@ -66,12 +64,9 @@ class Block:
         # shape -> the ids of the block's jobs of that shape, made at a pass's end and kept until a job
         # or class of that shape changes (`changed`): the same tuple pass to pass while none does
         self.ids: dict[Shape, tuple[int, ...]] = {}
-        # shape -> (learned, a heap of (span, seq, class)) of its classes (a class's jobs share their span:
-        # its inputs are in the class key): a Reservation verdict holds for the block's classes of a shape
-        # when it holds for the first job of the shortest (settle.dead). Kept as classes come; one that
-        # left is dropped when it comes to the top (`_least`): in the drain the shortest is the next to
-        # start, and a min over the shape's classes each time it left was ~5 % of the 64-GPU replay.
-        self.least: dict[Shape, tuple[bool, list[tuple[float, int, Group]]]] = {}
+        # shape -> (learned, the shortest span then of its classes, a class of it): a Reservation verdict
+        # holds for the block's classes of a shape when it holds for that class's first job (settle.dead)
+        self.least: dict[Shape, tuple[bool, float, Group]] = {}
         self._index(groups)
         groups[0].block = self
 
@@ -84,8 +79,11 @@ class Block:
         self.ids.pop(shape, None)
 
     def _left(self, shape: Shape, g: "Group") -> None:
-        """Class `g` left the block (its heap entry is dropped when read: `_least`)."""
+        """Class `g` left the block: the shortest span of its shape is found again if it was `g`'s."""
         self.ids.pop(shape, None)
+        got = self.least.get(shape)
+        if got is not None and got[2] is g:
+            del self.least[shape]
 
     def _index(self, groups: "list[Group]") -> None:
         whos, shapes = self.whos, self.shapes
@@ -99,13 +97,12 @@ class Block:
             got = shapes.get(shape)
             if got is None:
                 shapes[shape] = {g: None}
-                self.least.pop(shape, None)     # (of classes all gone)
             else:
                 got[g] = None
-                self.ids.pop(shape, None)
+                self.touch(shape)
                 least = self.least.get(shape)
-                if least is not None:
-                    heappush(least[1], (span(g.jobs[0], least[0]), next(_SEQ), g))
+                if least is not None and (s := span(g.jobs[0], least[0])) < least[1]:
+                    self.least[shape] = (least[0], s, g)
             if g.within is not None and g.within is not self:
                 kill(g.within)      # a class is in one block: one it was in is no run now
             g.within = self
@@ -122,16 +119,16 @@ class Block:
     def prepend(self, groups: "list[Group]", fronts: "list[Front]") -> None:
         """Classes taken one by one just before the block's first: they join it."""
         self.groups[0].block = None
-        self.groups = groups + self.groups
-        self.fronts = fronts + self.fronts
+        self.groups[:0] = groups        # in place: a copy of a block of thousands increfs each class
+        self.fronts[:0] = fronts
         self._index(groups)
         groups[0].block = self
 
     def extend(self, other: "Block") -> None:
         """The classes of block `other`, right after this one's last in their family, join it (`other` is no more)."""
         groups, fronts = other.groups, other.fronts
-        self.groups = self.groups + groups
-        self.fronts = self.fronts + fronts
+        self.groups += groups
+        self.fronts += fronts
         self._index(groups)
 
     def split(self, g: "Group") -> None:
@@ -275,19 +272,11 @@ def first_unknown(b: Block, d: "Dead", passes: Callable[[Job], bool], dead: Call
 
 
 def _least(b: Block, shape: Shape, gs: "dict[Group, None]", learned: bool) -> Job:
-    """The first job of a class of `shape` in `b` of the shortest span (backfill.span: `learned`)."""
     got = b.least.get(shape)
-    if got is not None and got[0] == learned and len(got[1]) <= 2 * len(gs) + 16:   # (else mostly stale)
-        heap = got[1]
-        while heap:
-            g = heap[0][2]
-            if g.within is b:
-                return g.jobs[0]
-            heappop(heap)
-    heap = [(span(g.jobs[0], learned), next(_SEQ), g) for g in gs]
-    heapify(heap)
-    b.least[shape] = (learned, heap)
-    return heap[0][2].jobs[0]
+    if got is None or got[0] != learned:
+        g = min(gs, key=lambda g: span(g.jobs[0], learned))
+        got = b.least[shape] = (learned, span(g.jobs[0], learned), g)
+    return got[2].jobs[0]
 
 
 def taken(b: Block, verdicts: dict[Shape, Verdict]) -> dict[Shape, Verdict]:
