@@ -79,11 +79,8 @@ class Block:
         self.ids.pop(shape, None)
 
     def _left(self, shape: Shape, g: "Group") -> None:
-        """Class `g` left the block: the shortest span of its shape is found again if it was `g`'s."""
+        """Class `g` left the block (if it was its shape's shortest, that span stays a lower bound: `_passes`)."""
         self.ids.pop(shape, None)
-        got = self.least.get(shape)
-        if got is not None and got[2] is g:
-            del self.least[shape]
 
     def _index(self, groups: "list[Group]") -> None:
         whos, shapes = self.whos, self.shapes
@@ -220,7 +217,8 @@ def insert(g: "Group", front: "Front", between: "tuple[Group, Group]") -> None:
 
 
 def holds(b: Block, opened: dict[Who, bool], verdicts: dict[Shape, Verdict], passes: Callable[[Job], bool],
-          dead: Callable[[Job], Verdict | None], learned: bool = False) -> bool:
+          dead: Callable[[Job], Verdict | None], learned: bool = False, d: "Dead | None" = None,
+          now: float = 0.0) -> bool:
     """Whether every class of `b` passes now: each who's caps pass (`opened`, this pass's answers so
     far; `passes` asks the rest) and each shape has a "no room" verdict (`verdicts`; `dead` asks the
     rest of the first job of a class of it) or, where it has room, a Reservation verdict for the shape's
@@ -236,7 +234,23 @@ def holds(b: Block, opened: dict[Who, bool], verdicts: dict[Shape, Verdict], pas
                 ok = opened[who] = passes(next(iter(gs)).jobs[0])
             if not ok:
                 return False
-    return all(verdicts.get(shape) or dead(_least(b, shape, gs, learned)) for shape, gs in b.shapes.items())
+    return all(verdicts.get(shape) or _passes(b, shape, gs, learned, dead, d, now) for shape, gs in b.shapes.items())
+
+
+def _passes(b: Block, shape: Shape, gs: "dict[Group, None]", learned: bool, dead: Callable[[Job], Verdict | None],
+            d: "Dead | None", now: float) -> bool:
+    """Whether the classes of `shape` in `b`, which has no "no room" verdict yet, take a `dead` one: that of its
+    shortest class. Once that class left, its span is a lower bound of the shape's (`least`, kept as classes
+    come): a verdict of any class of the shape that is Reservation with that bound past the shape's bound holds
+    for all, without a min over the shape's classes (in the drain the shortest is the next to start)."""
+    got = b.least.get(shape)
+    if got is not None and got[0] == learned and got[2].within is not b and d is not None:
+        verdict = dead(next(iter(gs)).jobs[0])
+        if not verdict:
+            return False        # (so would the shortest's be: the verdict reads only its span)
+        if verdict is not RESERVED or now + got[1] > d.bounds[shape]:
+            return True
+    return bool(dead(_least(b, shape, gs, learned)))
 
 
 def first_unknown(b: Block, d: "Dead", passes: Callable[[Job], bool], dead: Callable[[Job], Verdict | None],
@@ -273,7 +287,7 @@ def first_unknown(b: Block, d: "Dead", passes: Callable[[Job], bool], dead: Call
 
 def _least(b: Block, shape: Shape, gs: "dict[Group, None]", learned: bool) -> Job:
     got = b.least.get(shape)
-    if got is None or got[0] != learned:
+    if got is None or got[0] != learned or got[2].within is not b:
         g = min(gs, key=lambda g: span(g.jobs[0], learned))
         got = b.least[shape] = (learned, span(g.jobs[0], learned), g)
     return got[2].jobs[0]

@@ -233,7 +233,8 @@ def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> in
     d = w.dead
     blocked = w.p.usage.blocked
     learned = w.p.timelines is not None and w.p.timelines.learned
-    if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned):
+    if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned, d,
+                        w.p.now):
         # Its classes up to the first whose verdict is not known now are taken (a block of their own); that
         # one leaves it, the walk stops there; the rest stay a block for the walk's next turn in the family.
         k = blocks.first_unknown(b, d, lambda j: blocked(j) is None, lambda j: dead(w, j), w.p.now, learned)
