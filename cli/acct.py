@@ -4,9 +4,7 @@ sacct's habits: the window defaults to since midnight today (all time once -j na
 take sacct's time forms, `--format=JobID,JobName%30,State` picks fields, -P/--parsable2 separates
 them with `|`, exit codes read `code:signal`.
 """
-import csv
 import gc
-import io
 import time
 from collections import namedtuple
 from functools import partial
@@ -14,7 +12,6 @@ from itertools import repeat
 from operator import add, floordiv, itemgetter, mod, truediv
 
 from labq.scheduler.errors import RefusedError
-from labq.scheduler.jobs import when
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money
 
 from . import render, slurmfmt
@@ -27,6 +24,8 @@ _OUTPUTS = ("table", "csv", "json")
 def window(since, until, start, end, named: bool, now: float) -> tuple[float, float]:
     """The end-time window: -S/-E (sacct's forms) or --since/--until; by default since midnight
     today, or all time when -j names the jobs (as sacct does)."""
+    if start or end:        # here, not at the top: sacct's forms import datetime (a plain `acct` none)
+        from labq.scheduler.jobs import when
     lo = (when.parse(start, now, "--starttime", future=False) if start else _since(since, "--since"))
     hi = (when.parse(end, now, "--endtime", future=False) if end else _since(until, "--until"))
     if lo is None and not named:
@@ -186,6 +185,8 @@ def _table(rows: list[tuple], fmt: str, noheader: bool, per_attempt: bool = Fals
              (gpus, _texts(gpus)), (natts, _texts(natts)), (comms, _money(comms, as_csv, currency)),
              (costs, _money(costs, as_csv, currency))]
     if as_csv:
+        import csv  # here: a table's `acct` does without it
+        import io
         out = io.StringIO()
         w = csv.writer(out)
         if not noheader:
