@@ -69,6 +69,8 @@ def _both(read, lo, hi, keys):
 def _windows(rng):
     yield 0, float("inf")
     yield T0, float("inf")
+    yield 0, T0 + rng.uniform(0, 30 * 3600)         # all before --until: cells, not the all-hours sums
+    yield 1.0, float("inf")                          # since a second after the epoch: cells too
     for _ in range(6):
         lo = T0 + rng.choice((0, 3600 * rng.randrange(30), rng.uniform(-3600, 30 * 3600)))
         yield lo, rng.choice((float("inf"), lo + rng.uniform(3600, 20 * 3600), lo + 7200 * rng.randrange(1, 10)))
