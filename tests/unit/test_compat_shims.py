@@ -158,7 +158,19 @@ def test_squeue_refuses_in_one_line(argv, message, calls, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err and not calls
 
 
-def test_the_worker_switch_leaves_jobs_without_the_folder(tmp_path):
-    assert shimbin.for_jobs(str(tmp_path), {"compat_commands": False}) == "" and not (tmp_path / "bin").exists()
-    d = shimbin.for_jobs(str(tmp_path), {"compat_commands": True})
-    assert d == str(tmp_path / "bin") and shimbin.ours(os.path.join(d, "srun"))
+def test_the_worker_switch_leaves_jobs_without_the_folder(tmp_path, monkeypatch):
+    # The folder leaves out a family whose real commands the node has: the agent's PATH and the jobs'
+    # default PATH are this test's own folders, so a machine with SLURM installed sees the same.
+    agent, default = tmp_path / "agent-bin", tmp_path / "default-bin"
+    agent.mkdir()
+    default.mkdir()
+    monkeypatch.setenv("PATH", str(agent))
+    monkeypatch.setattr(jobenv, "DEFAULT_PATH", str(default))
+    spool = tmp_path / "spool"
+    assert shimbin.for_jobs(str(spool), {"compat_commands": False}) == "" and not (spool / "bin").exists()
+    d = shimbin.for_jobs(str(spool), {"compat_commands": True})
+    assert d == str(spool / "bin") and shimbin.ours(os.path.join(d, "srun"))
+    (default / shimbin.REAL["slurm"]).write_text("#!/bin/sh\necho real slurm\n")
+    (default / shimbin.REAL["slurm"]).chmod(0o755)
+    d = shimbin.for_jobs(str(tmp_path / "spool2"), {"compat_commands": True})
+    assert not os.path.exists(os.path.join(d, "srun")), "a node with SLURM keeps its commands: none of ours"
