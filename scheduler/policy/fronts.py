@@ -76,7 +76,7 @@ class Reach:
         self.fam: list[int] = []
         self.groups = queue.groups if queue is not None else {}
         self.sources: list[list[Front]] = (list(queue.families.values()) if queue is not None and lazy
-                                           else [[(0.0, 0, k)] for k in self.groups])
+                                           else [[(0.0, 0, k, g)] for k, g in self.groups.items()])
         self.front = [0] * len(self.sources)     # how many of each family's classes were reached
         # whether the classes' order is the Queue's families', whose runs of passed classes settle.passes_from
         # keeps as blocks (blocks.py)
@@ -97,7 +97,7 @@ class Reach:
         """Family f's next class, which the walk reaches now: its index."""
         src, k = self.sources[f], self.front[f]
         self.front[f] = k + 1
-        i = self.add(src[k][2])
+        i = self.add(src[k][2], src[k][3])
         self.fam[i] = f if k + 1 < len(src) and self.bound is None else -1
         return i
 
@@ -136,9 +136,11 @@ class Reach:
             if front[f] < len(src):
                 front[f] = passes(src, front[f], groups)
 
-    def add(self, key: Key) -> int:
-        """Class `key` (of the Queue's groups) reached: its index (its family's next class unchanged)."""
-        g = self.groups[key]
+    def add(self, key: Key, g: Group | None = None) -> int:
+        """Class `key` (of the Queue's groups; `g`, its Group where known) reached: its index (its
+        family's next class unchanged)."""
+        if g is None:
+            g = self.groups[key]
         i = len(self.lists)
         self.lists.append(g.jobs)
         self.keys.append(key[0])
@@ -171,13 +173,12 @@ class Reach:
     def rest(self) -> Iterator[tuple[int, Key, list[Job], list[int], int]]:
         """(i, class key, jobs, ids, next job) of each class left in the merge (i: -1 for a class
         not reached yet)."""
-        lists, keys, ids, at, groups = self.lists, self.keys, self.ids, self.at, self.groups
+        lists, keys, ids, at = self.lists, self.keys, self.ids, self.at
         for _, i in self.heads:
             if i >= 0:      # a bound's classes (i < 0) are the family's left, below
                 yield i, keys[i], lists[i], ids[i], at[i]
         for f, src in enumerate(self.sources):
-            for _, _, key in src[self.front[f]:]:
-                g = groups[key]
+            for _, _, key, g in src[self.front[f]:]:
                 yield -1, key[0], g.jobs, g.ids, 0
 
     def clear(self) -> None:

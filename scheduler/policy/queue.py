@@ -107,9 +107,10 @@ def unfile(groups: dict[Key, Group], where: dict[int, Key], j: Job) -> None:
         del groups[k]
 
 
-# A class's place in its family: its first job's (submit time, id), then its key (never compared:
-# the ids differ).
-Front = tuple[float, int, Key]
+# A class's place in its family: its first job's (submit time, id), then its key and its Group (never
+# compared: the ids differ). The Group rides along so that a walk over a family's classes reads it
+# without hashing the key (a tuple of ~17 fields, hashed anew at every lookup).
+Front = tuple[float, int, Key, "Group"]
 
 
 def family(j: Job, k: Key, runtimes: bool = False, apart: tuple[bool, bool] = (True, True)) -> Key:
@@ -309,9 +310,9 @@ class Queue:
         for k, jobs in lists.items():
             jobs.sort(key=_ID)              # then stably by submit time: (submit time, id), the order
             jobs.sort(key=_SUBMIT_TIME)     # within a class (plain keys sort faster than tuples)
-            self.groups[k] = Group(k, jobs)
+            self.groups[k] = g = Group(k, jobs)
             head = jobs[0]
-            self.families.setdefault(family(head, k, self.runtimes, self.apart), []).append((head.submit_time, head.id, k))
+            self.families.setdefault(family(head, k, self.runtimes, self.apart), []).append((head.submit_time, head.id, k, g))
             need = (head.total_gpus, head.cpus * head.nodes)
             self.needs[need] = self.needs.get(need, 0) + 1
         for fronts in self.families.values():
@@ -382,10 +383,9 @@ class Queue:
             blocks.remove(g, (was.submit_time, was.id))
         if now is not None:
             at = bisect_left(fronts, (now.submit_time, now.id))
-            fronts.insert(at, (now.submit_time, now.id, k))
+            fronts.insert(at, (now.submit_time, now.id, k, g))
             if 0 < at < len(fronts) - 1:
-                groups = self.groups
-                blocks.insert(g, fronts[at], (groups[fronts[at - 1][2]], groups[fronts[at + 1][2]]))
+                blocks.insert(g, fronts[at], (fronts[at - 1][3], fronts[at + 1][3]))
         if was is None or now is None:
             need = (any_.total_gpus, any_.cpus * any_.nodes)
             left = self.needs.get(need, 0) + (1 if was is None else -1)

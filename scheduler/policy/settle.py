@@ -167,8 +167,7 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
     fronts: list[Front] = []
     after = False       # whether the last of `d.used` is a block taken here right before `run`: they join
     while k < n:
-        key = src[k][2]
-        g = groups[key]
+        _, _, key, g = src[k]
         if kept:
             took = _block_at(w, g, run, fronts)
             if took:

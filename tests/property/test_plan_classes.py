@@ -472,7 +472,7 @@ def _families_as_whole(q) -> None:
     for k, g in q.groups.items():
         head = g.jobs[0]
         fam = (head.qos if q.apart[0] else "", head.account if q.apart[1] else "", k[1])
-        fams.setdefault(fam, []).append((head.submit_time, head.id, k))
+        fams.setdefault(fam, []).append((head.submit_time, head.id, k, g))     # the class's own Group beside its key
     assert q.families == {f: sorted(fr) for f, fr in fams.items()}
     for user, mine in q.users.items():      # the times and ids _retail compares, place by place
         assert q.times[user] == [j.submit_time for j in mine] and q.uids[user] == [j.id for j in mine]
@@ -779,7 +779,7 @@ def families_as_whole(q) -> None:
         assert all(multifactor.expected_runtime(j) == e for j in g.jobs)
         floor = multifactor.runtime_floor(e)
         assert floor <= e
-        fams.setdefault((head.qos, head.account, k[1], floor), []).append((head.submit_time, head.id, k))
+        fams.setdefault((head.qos, head.account, k[1], floor), []).append((head.submit_time, head.id, k, g))
     assert q.families == {f: sorted(fr) for f, fr in fams.items()}
 
 
