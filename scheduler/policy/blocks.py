@@ -78,12 +78,9 @@ class Block:
         """The block's classes of `shape` changed: their ids are made again when asked."""
         self.ids.pop(shape, None)
 
-    def _left(self, shape: Shape, g: "Group") -> None:
-        """Class `g` left the block (if it was its shape's shortest, that span stays a lower bound: `_passes`)."""
-        self.ids.pop(shape, None)
-
     def _index(self, groups: "list[Group]") -> None:
-        whos, shapes = self.whos, self.shapes
+        # (inline: blocks of hundreds of classes are joined and cut pass after pass)
+        whos, shapes, ids, least = self.whos, self.shapes, self.ids, self.least
         for g in groups:
             who, shape = cast(Plain, g.plain)
             got = whos.get(who)
@@ -96,21 +93,32 @@ class Block:
                 shapes[shape] = {g: None}
             else:
                 got[g] = None
-                self.touch(shape)
-                least = self.least.get(shape)
-                if least is not None and (s := span(g.jobs[0], least[0])) < least[1]:
-                    self.least[shape] = (least[0], s, g)
-            if g.within is not None and g.within is not self:
-                kill(g.within)      # a class is in one block: one it was in is no run now
+                if ids:
+                    ids.pop(shape, None)        # (touch)
+                if least:
+                    old = least.get(shape)
+                    if old is not None and (s := span(g.jobs[0], old[0])) < old[1]:
+                        least[shape] = (old[0], s, g)
+            within = g.within
+            if within is not None and within is not self:
+                kill(within)      # a class is in one block: one it was in is no run now
             g.within = self
 
     def _out(self, groups: "Iterable[Group]") -> None:
         """Classes `groups`, taken out of `self.groups` already, leave the block's indexes."""
+        whos, shapes, ids = self.whos, self.shapes, self.ids
         for g in groups:
             who, shape = cast(Plain, g.plain)
-            self._left(shape, g)
-            _drop(self.whos, who, g)
-            _drop(self.shapes, shape, g)
+            if ids:
+                ids.pop(shape, None)            # (_left)
+            mine = whos[who]
+            del mine[g]
+            if not mine:
+                del whos[who]
+            mine = shapes[shape]
+            del mine[g]
+            if not mine:
+                del shapes[shape]
             g.within = None
 
     def prepend(self, groups: "list[Group]", fronts: "list[Front]") -> None:
@@ -189,13 +197,6 @@ def remove(g: "Group", front: tuple[float, int]) -> None:
         g.block = None
         if b.groups:
             b.groups[0].block = b
-
-
-def _drop(by: "dict[Any, dict[Group, None]]", k: Any, g: "Group") -> None:
-    mine = by[k]
-    del mine[g]
-    if not mine:
-        del by[k]
 
 
 def insert(g: "Group", front: "Front", between: "tuple[Group, Group]") -> None:
