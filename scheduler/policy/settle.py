@@ -168,7 +168,7 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
     after = False       # whether the last of `d.used` is a block taken here right before `run`: they join
     while k < n:
         _, _, key, g = src[k]
-        if kept:
+        if kept and (g.block is not None or g.within is not None):     # (else _block_at takes none)
             took = _block_at(w, g, run, fronts)
             if took:
                 k += took
