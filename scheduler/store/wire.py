@@ -250,7 +250,14 @@ def watch_get(p, key: str, listed: str, more: list[tuple] = ()) -> tuple:
                 p.watching = True
                 return got[1], got[2], *got[3:]
     p.watch(key, listed)
-    return p.get(key), p.llen(listed), *[p.execute_command(*m) for m in more]
+    try:
+        return p.get(key), p.llen(listed), *[p.execute_command(*m) for m in more]
+    except redis.WatchError as e:
+        # redis-py's word for a connection lost while watching (no EXEC yet, so no key changed under
+        # us): Redis away, which the scheduler's loop rides out (a Sentinel failover), where a
+        # WatchError escaped its tick and stopped the scheduler.
+        p.reset()
+        raise redis.ConnectionError(f"connection lost while watching: {e}") from e
 
 
 def hash_of(reply) -> dict:

@@ -175,3 +175,18 @@ def test_queued_replies_cut_anywhere_by_the_socket_read_the_same():
         got = wire._queued(reader, 7)
         assert got[:4] == ["OK", "QUEUED", "QUEUED", "QUEUED"] and isinstance(got[4], RespError)
         assert got[5:] == ["QUEUED", [1, "OK", "é", -22, None]] and reader.pos == len(reader.buf), size
+
+
+def test_a_connection_lost_while_watching_is_redis_away_not_a_watch_error(both):
+    """A Sentinel failover under load: the round's first read (watch_get, requestq.replies_done) loses
+    its connection after the WATCH. redis-py says WatchError there, which the scheduler's loop took
+    for a refusal and stopped on (tests/e2e/test_sentinel_failover.py, kill -9 of the master); it
+    is Redis away, which the loop rides out. The connection here is killed by its own command (Redis
+    answers it, then closes the connection: the read after it is lost), on either path of watch_get."""
+    kill_all = ("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "no")
+    with both.pipeline() as p:
+        with pytest.raises(redis.ConnectionError, match="connection lost while watching"):
+            wire.watch_get(p, "lease", "taken", [kill_all, ("PING",)])
+        assert not p.watching
+    both.set("after", "1")      # the client's pool serves the next command on a new connection
+    assert both.get("after") == "1"
