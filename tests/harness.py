@@ -137,6 +137,26 @@ def cfg(text: str = "") -> config_mod.Config:
     return config_mod.loads(text)
 
 
+def prio_pending(specs, first: int, at: float, resting: set | None = None) -> list:
+    """The prio tests' pending jobs (cli/prio.Pending) of `specs` (user, account, QoS, submitted how
+    long before `at`, tasks: 0 a single, else an array of that many[, from which task on they rest:
+    -1 none]), ids from `first`; an array's as jobspec.expand makes them (its id its first task's, its
+    tasks' in a row); `resting` given the ids of those that rest (rest.py)."""
+    from labq.cli.prio import Pending
+    out, jid = [], first
+    for user, account, qos, ago, tasks, *rest in specs:
+        if not tasks:
+            out.append(Pending(jid, None, None, user, account, qos, at + ago, 60.0, None, None))
+            jid += 1
+        a = jid
+        for t in range(tasks):
+            out.append(Pending(jid, a, 3 + 2 * t, user, account, qos, at + ago, 60.0, None, None))
+            if resting is not None and rest and rest[0] >= 0 and t >= rest[0]:
+                resting.add(jid)
+            jid += 1
+    return out
+
+
 def prio_config(qw, aw, fw, bp, age_max, burst_jobs, burst_window, more: str = "") -> str:
     """A config of priority weights, three QoS levels and two accounts with shares (the prio tests');
     `more`: further [priority] lines (the short-job term's)."""

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from labq.cli.prio import Pending
 from labq.scheduler import priofilter, priotable
 from labq.scheduler.settings import config as config_mod
-from tests.harness import prio_config
+from tests.harness import prio_config, prio_pending
 
 AT = 1_000_000.0
 USERS = ["alice", "bob", "carol"]
@@ -24,20 +24,6 @@ def _cfg(tmp, qw, aw, fw, bp, burst_jobs, window):
     path = tmp / "labq.toml"
     path.write_text(prio_config(qw, aw, fw, bp, 7200, burst_jobs, window))
     return config_mod.load(str(path))
-
-
-def _jobs(specs, first: int) -> list:
-    """The jobs of `specs`, ids from `first`; an array's as jobspec.expand makes them."""
-    out, jid = [], first
-    for user, account, qos, ago, tasks in specs:
-        if not tasks:
-            out.append(Pending(jid, None, None, user, account, qos, AT + ago, 60.0, None, None))
-            jid += 1
-        a = jid
-        for t in range(tasks):
-            out.append(Pending(jid, a, 3 + 2 * t, user, account, qos, AT + ago, 60.0, None, None))
-            jid += 1
-    return out
 
 
 def _live(pending, usage, cfg, user, account) -> tuple[str, int]:
@@ -56,7 +42,7 @@ def _live(pending, usage, cfg, user, account) -> tuple[str, int]:
 def test_a_users_or_accounts_lines_of_the_published_ranking_are_their_ranking(tmp_path_factory, specs, usage, weights,
                                                                                user, account):
     cfg = _cfg(tmp_path_factory.mktemp("f"), *weights)
-    pending = _jobs(specs, 1)
+    pending = prio_pending(specs, 1, AT)
     text = priotable.text(sorted(pending, key=lambda j: j.id), AT, usage, cfg)
     want, n = _live(pending, usage, cfg, user, account)
     got = priofilter.only(text, user, account)

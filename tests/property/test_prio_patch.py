@@ -11,10 +11,9 @@ import json
 
 from hypothesis import given, settings, strategies as st
 
-from labq.cli.prio import Pending
 from labq.scheduler import priopatch, priotable
 from labq.scheduler.settings import config as config_mod
-from tests.harness import prio_config
+from tests.harness import prio_config, prio_pending
 
 AT = 1_000_000.0
 USERS = ["alice", "bob", "carol"]
@@ -31,24 +30,6 @@ def _cfg(tmp, qw, aw, fw, bp, burst_jobs, window):
     return config_mod.load(str(path))
 
 
-def _jobs(specs, first: int, resting: set | None = None) -> list:
-    """The jobs of `specs`, ids from `first`; an array's as jobspec.expand makes them (its id its first
-    task's, its tasks' in a row), `resting` given the ids of those that rest (rest.py: from a
-    position on, the window's first tasks records)."""
-    out, jid = [], first
-    for user, account, qos, ago, tasks, *rest in specs:
-        if not tasks:
-            out.append(Pending(jid, None, None, user, account, qos, AT + ago, 60.0, None, None))
-            jid += 1
-        a = jid
-        for t in range(tasks):
-            out.append(Pending(jid, a, 3 + 2 * t, user, account, qos, AT + ago, 60.0, None, None))
-            if resting is not None and rest and rest[0] >= 0 and t >= rest[0]:
-                resting.add(jid)
-            jid += 1
-    return out
-
-
 def _text(pending, usage, cfg) -> str:
     return priotable.text(sorted(pending, key=lambda j: j.id), AT, usage, cfg)
 
@@ -59,7 +40,7 @@ def _check(tmp_path, specs, usage, weights, change, user) -> str | None:
     cancelled whole; whether an array of theirs is listed unchanged, as a rest's hold is), patched."""
     cfg = _cfg(tmp_path, *weights)
     resting: set = set()
-    before = _jobs(specs, 1, resting)
+    before = prio_pending(specs, 1, AT, resting)
     text, fields = priopatch.render(before, AT, usage, cfg, resting)
     assert text == _text(before, usage, cfg), "the published text is priotable's"
     if not fields:
@@ -80,7 +61,7 @@ def _check(tmp_path, specs, usage, weights, change, user) -> str | None:
     if held and theirs[dels:]:
         arrays[theirs[-1]] = next(j.submit_time for j in mine if j.array_id == theirs[-1])
     added_rest: set = set()
-    added = [j._replace(user=user) for j in _jobs(new, 5_000, added_rest)]   # submitted since
+    added = [j._replace(user=user) for j in prio_pending(new, 5_000, AT, added_rest)]   # submitted since
     arrays.update({j.array_id: j.submit_time for j in added if j.id in added_rest})
     after = [j for j in before if j.id not in gone] + added
     now_resting = (resting - listed - gone) | added_rest
