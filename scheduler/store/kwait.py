@@ -8,7 +8,7 @@ client was woken twice a request; each wake-up runs its Python cold (caches gone
 processes), the cost of most of a client's CPU in a busy drain. Asked to wait for more bytes than
 the writes' replies can fill, the first read returns once, with the whole answer.
 
-TLS sockets, connections behind Sentinel (resp.Connection._ready) and other systems keep Python's timeouts."""
+TLS sockets, and other systems, keep Python's timeouts (`usable` says which)."""
 import _socket
 import sys
 

@@ -226,8 +226,7 @@ class Connection:
         self._ready(s)
 
     def _ready(self, s):
-        # Not behind Sentinel: a failover's kill -9 left a kernel-waiting client unanswered (test_sentinel_failover)
-        self.kernel, self.least = self.opts["scheme"] != "sentinel" and kwait.usable(s), 1
+        self.kernel, self.least = kwait.usable(s), 1
         kwait.set_timeouts(s, self.timeout, self.timeout) if self.kernel else s.settimeout(self.timeout)
         self.sock, self.waits = s, self.timeout
         self.reader = Reader(self._recv, self.decode)
