@@ -49,16 +49,17 @@ def plan(sim, t: float):
     return p if sim.queue.backlog.earmarked else quiet(sim, p)
 
 
-def quiet(sim, p):
+def quiet(sim, p, singles: bool = True):
     """Plan `p` without the runs of jobs pended without an earmark, where no queued job has one:
     applying them changes no record (the replay keeps no reasons, engine `_apply`) and reading them
     would cost the depth of the queue, every pass; of a budget reason the replay keeps only who got
-    it (engine `held`)."""
+    it (engine `held`). `singles` False: the runs of one job go too (sim/through.py: every class
+    judged one by one has one, each then read by the applier to change nothing)."""
     kept = []
     for ids, verdict in pending_runs(p.pending):
         if verdict[0] in BUDGET_REASONS:
             sim.held(ids)
-        elif len(ids) == 1 or verdict[2]:
+        elif (singles and len(ids) == 1) or verdict[2]:
             kept.append((ids, verdict))
     return replace(p, pending=Pendings((), kept))
 
