@@ -47,9 +47,13 @@ def _request(conn, key: str, seconds: int, seen: list):
 def test_the_writes_replies_and_a_late_answer_come_in_one_read(conn, real_redis):
     conn.execute("PING")
     assert conn.kernel
-    threading.Timer(0.3, lambda: real_redis.rpush(KEY, "answer")).start()
+    pusher = threading.Timer(0.3, lambda: real_redis.rpush(KEY, "answer"))
+    pusher.start()
     seen = []
     assert _request(conn, KEY, 5, seen) == [1, 1, [KEY, "answer"]] and seen == [[1, 1]]
+    # The pusher has its reply before the fixture closes its client: redis-py sends a command again
+    # when its connection is closed under it, and a second "answer" would outlive this test.
+    pusher.join(10)
     # The reader never asked for more: the first read held the writes' replies until the answer came.
     assert conn.least == kwait.least_for(2, KEY)
     assert conn.execute("LLEN", K.requests) == 1 and conn.least == 1     # other reads wait for any byte
@@ -128,8 +132,10 @@ def test_over_tcp_too(tmp_path):
             c.execute("PING")
             assert c.kernel
             other = redis.Redis(port=port)
-            threading.Timer(0.3, lambda: other.rpush(KEY, "answer")).start()
+            pusher = threading.Timer(0.3, lambda: other.rpush(KEY, "answer"))
+            pusher.start()
             assert _request(c, KEY, 5, []) == [1, 1, [KEY, "answer"]] and c.least == kwait.least_for(2, KEY)
+            pusher.join(10)
             t0 = time.monotonic()
             assert _request(c, KEY, 1, [])[-1] is None and time.monotonic() - t0 < 5
     finally:

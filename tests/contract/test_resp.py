@@ -319,8 +319,10 @@ def test_a_checked_pipeline_waits_only_behind_what_its_check_accepts(conn, real_
     real_redis.rpush("reply", "late")      # the abandoned BLPOP took nothing
     assert conn.execute("LPOP", "reply") == "late"
     seen = []
-    threading.Timer(0.3, lambda: real_redis.rpush("reply", "answer")).start()
+    pusher = threading.Timer(0.3, lambda: real_redis.rpush("reply", "answer"))
+    pusher.start()
     got = conn.pipeline([("LPUSH", "req", "x"), ("BLPOP", "reply", 5)], 5, resend=False, check=seen.append)
+    pusher.join(10)         # its reply read before the fixture closes the client (test_one_wake says why)
     assert seen == [[1]] and got == [1, ["reply", "answer"]] and real_redis.llen("req") == 1
 
 
