@@ -9,6 +9,7 @@ ones leaving and new ones coming at the end; the replay keeps `active` the same 
 Seen which ids it put or took out since the last pass (`Seen.tell`: what `see` would find by comparing
 every job, at the cost of the changes)."""
 from itertools import count
+from typing import cast
 
 from .. import policy
 from ..jobs.model import Job, Snapshot
@@ -44,7 +45,10 @@ class Through:
     def plan(self, sim, t: float):
         """plan() over every queued and running job, given the kept state."""
         sim.calls += 1
-        jobs = tuple(self.active.values())
+        # A view, not a tuple: the pass reads the jobs one by one only where a pending job has dependencies
+        # (depend.py; the Seen is told the changes), and a tuple of a deep queue's ~15,000 jobs a pass was
+        # ~6 % of the 20,000-job drain. `active` changes only between passes.
+        jobs = cast(tuple[Job, ...], self.active.values())
         snap = Snapshot(now=t, nodes=sim.nodes, jobs=jobs, spent=sim.spent_now(t)[1],
                         usage=tuple(sorted(sim._usage(t).items())))
         self.seen.tell(jobs, self.touched, self.active, self._place)
