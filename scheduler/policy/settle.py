@@ -223,12 +223,13 @@ def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> in
     """The walk `w` reaches class `g` taking classes: the number of classes it takes as `g`'s block (0:
     none; `run`, `fronts`: the plain classes taken one by one before it, which join it). A block
     whose inputs do not all pass now is no more (its classes are taken one by one); taking that starts
-    inside a block ends it there."""
+    inside a block (at `g`, the classes before it reached) drops those before `g` or, where they are the
+    more, ends the block there (Block.lead)."""
     b = g.block
     if b is None:
-        if g.within is not None:
-            g.within.split(g)
-        return 0
+        b = g.within
+        if b is None or not b.lead(g):
+            return 0
     d = w.dead
     blocked = w.p.usage.blocked
     learned = w.p.timelines is not None and w.p.timelines.learned
