@@ -68,10 +68,9 @@ class Block:
         # who -> a job of it: the caps read only its who (`holds`); the first class of a who's dict was
         # found past the deleted entries a cut leaves at its front, O(classes cut) per look
         self.some: dict[Who, Job] = {}
-        # shape -> (learned, a heap of (span, number, class) of its classes, (number, class) of those come
-        # since it was last asked), made when its shortest left (`_least`); classes that left stay in the
-        # heap until they come up
-        self.heaps: dict[Shape, tuple[bool, list[tuple[float, int, Group]], list[tuple[int, Group]]]] = {}
+        # shape -> [learned, a heap of (span, number, class) of its classes, the highest number in it], made
+        # when its shortest left (`_least`); classes that left stay in the heap until they come up
+        self.heaps: dict[Shape, list[Any]] = {}
         # shape -> the ids of the block's jobs of that shape, made at a pass's end and kept until a job
         # or class of that shape changes (`changed`): the same tuple pass to pass while none does
         self.ids: dict[Shape, tuple[int, ...]] = {}
@@ -91,9 +90,9 @@ class Block:
 
     def _index(self, groups: "list[Group]") -> None:
         # (inline: blocks of hundreds of classes are joined and cut pass after pass)
-        whos, shapes, ids, least, heaps = self.whos, self.shapes, self.ids, self.least, self.heaps
+        whos, shapes, ids, least = self.whos, self.shapes, self.ids, self.least
         for g in groups:
-            who, shape = cast(Plain, g.plain)
+            who, shape = g.plain     # type: ignore[misc]  # (a plain class's; cast() is a call per class)
             got = whos.get(who)
             if got is None:
                 whos[who] = {g: None}
@@ -105,10 +104,7 @@ class Block:
                 shapes[shape] = {g: next(_ENTERED)}
             else:
                 if g not in had:
-                    n = had[g] = next(_ENTERED)
-                    heap = heaps.get(shape)
-                    if heap is not None:        # (into the heap when next asked: blocks join pass after pass)
-                        heap[2].append((n, g))
+                    had[g] = next(_ENTERED)     # (into the shape's heap, if any, when next asked: `_shortest`)
                 if ids:
                     ids.pop(shape, None)        # (touch)
                 if least:
@@ -116,15 +112,15 @@ class Block:
                     if old is not None and (s := span(g.jobs[0], old[0])) < old[1]:
                         least[shape] = (old[0], s, g)
             within = g.within
-            if within is not None and within is not self:
-                kill(within)      # a class is in one block: one it was in is no run now
+            if within is not None and within is not self and within.groups:
+                kill(within)      # a class is in one block: one it was in is no run now (`absorb`: is none)
             g.within = self
 
     def _out(self, groups: "Iterable[Group]") -> None:
         """Classes `groups`, taken out of `self.groups` already, leave the block's indexes."""
         whos, shapes, ids = self.whos, self.shapes, self.ids
         for g in groups:
-            who, shape = cast(Plain, g.plain)
+            who, shape = g.plain     # type: ignore[misc]
             if ids:
                 ids.pop(shape, None)            # (_left)
             mine = whos[who]
@@ -139,7 +135,7 @@ class Block:
             g.within = None
 
     def prepend(self, groups: "list[Group]", fronts: "list[Front]") -> None:
-        """Classes taken one by one just before the block's first: they join it."""
+        """Classes taken one by one (or a block's, `absorb`) just before the block's first: they join it."""
         self.groups[0].block = None
         self.groups[:0] = groups        # in place: a copy of a block of thousands increfs each class
         self.fronts[:0] = fronts
@@ -148,7 +144,7 @@ class Block:
 
     def extend(self, other: "Block") -> None:
         """The classes of block `other`, right after this one's last in their family, join it (`other` is no more)."""
-        groups, fronts = other.groups, other.fronts
+        groups, fronts = absorb(other)
         self.groups += groups
         self.fronts += fronts
         self._index(groups)
@@ -207,6 +203,15 @@ class Block:
         if rest:
             Block(rest, rest_fronts)
         return self
+
+
+def absorb(b: Block) -> "tuple[list[Group], list[Front]]":
+    """Block `b`'s classes and entries, as another block takes them all (`_index` then puts each in it):
+    `b` is no more, without a pass over its classes (`kill`'s) before that one's."""
+    groups, fronts = b.groups, b.fronts
+    groups[0].block = None
+    b.groups, b.fronts = [], []
+    return groups, fronts
 
 
 def kill(b: Block | None) -> None:
@@ -299,7 +304,7 @@ def first_unknown(b: Block, d: "Dead", passes: Callable[[Job], bool], dead: Call
     bounds: dict[Shape, float] = {}     # shape -> its bound, of the shapes whose classes took Reservation
     groups = b.groups
     for k, g in enumerate(groups):
-        who, shape = cast(Plain, g.plain)
+        who, shape = g.plain     # type: ignore[misc]
         ok = d.open.get(who)
         if ok is None:
             ok = d.open[who] = passes(g.jobs[0])
@@ -335,16 +340,18 @@ def _shortest(b: Block, shape: Shape, gs: "dict[Group, int]", learned: bool) -> 
     on the block (in the drain the shortest starts next and the min was made again each pass: ~10 % of
     the 20,000-job 64-GPU replay). An entry whose class left or whose span moved is dropped or put back."""
     got = b.heaps.get(shape)
-    if got is None or got[0] != learned or len(got[1]) + len(got[2]) > 2 * len(gs) + 8:     # (its leavers)
+    if got is None or got[0] != learned or len(got[1]) > 2 * len(gs) + 8:     # (its leavers)
         heap = [(span(g.jobs[0], learned), n, g) for g, n in gs.items()]
         heapify(heap)
-        b.heaps[shape] = (learned, heap, [])
+        b.heaps[shape] = [learned, heap, next(reversed(gs.values()))]
     else:
-        heap, came = got[1], got[2]
-        for n, g in came:
-            if gs.get(g) == n:
-                heappush(heap, (span(g.jobs[0], learned), n, g))
-        came.clear()
+        heap, upto = got[1], got[2]
+        # The classes come since: last in `gs` (numbered as they enter, a dict keeps that order)
+        for g, n in reversed(gs.items()):
+            if n <= upto:
+                break
+            heappush(heap, (span(g.jobs[0], learned), n, g))
+        got[2] = max(upto, next(reversed(gs.values())))
     while True:
         s, n, g = heap[0]
         if gs.get(g) != n:

@@ -214,7 +214,7 @@ def _join(d: Dead) -> None:
     if len(a.groups) >= len(b.groups):
         a.extend(b)
     else:
-        b.prepend(a.groups, a.fronts)
+        b.prepend(*blocks.absorb(a))
         a = b
     d.used.append((a, blocks.taken(a, d.verdicts)))
 
