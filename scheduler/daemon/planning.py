@@ -70,15 +70,15 @@ class Planner:
         started, st, metrics = time.monotonic(), self.shell.state, self.shell.metrics
         if (window := st.windows()) is not None:    # an array kept as a rest: the tasks this pass must see
             self.shell.commit(window)
-        snap = self.snapshot(now)
-        p = applier.without(policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg)), st.tails)
+        snap, told = st.pass_snapshot(now, self.books.spent_now(now, self.shell.store.spent()), self.ended_states())
+        p = applier.without(policy.plan(snap, st.cfg, **st.kept.inputs(snap, st.cfg, told)), st.tails)
         if metrics:
             metrics.plan_seconds.observe(time.monotonic() - started)
         if not reasons:     # drop the flips before they are applied (a new record each) only to be discarded
             p = applier.without_flips(p, st.jobs)
         # Checked against the jobs on nodes as the tally keeps them: with every active job there, a
         # pass that placed read each pending record to find the jobs on the nodes it placed on.
-        done = applier.apply_plan(p, st.jobs, st.tally.on_node, st.nodes, now)
+        done = applier.apply_plan(p, st.jobs, st.tally.on_node, st.nodes, now, confirmed=st.confirmed)
         for r in done.rejected:
             log.warning("plan not applied: %s", r.why)
             if metrics:

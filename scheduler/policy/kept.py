@@ -10,7 +10,7 @@ first two plan() takes; the plan is the same as without any (tests/property/test
 The simulator keeps its Backlog itself, job by job as its queue changes (sim/kept.py); a caller
 that holds only snapshots (the daemon) has its changes found here, by identity: a record is
 frozen, so a changed job is a new object."""
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypedDict
 
 from ..jobs.model import Job, Snapshot
@@ -45,10 +45,15 @@ class Kept:
         self.standing: Standing | None = None
         self.synced = -1        # Seen.n of the snapshot the backlog holds the pending jobs of
 
-    def inputs(self, snap: Snapshot, cfg: Config) -> Inputs:
+    def inputs(self, snap: Snapshot, cfg: Config,
+               told: tuple[Iterable[int], Mapping[int, Job], Callable[[Job], int]] | None = None) -> Inputs:
         """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`;
-        `seen=`, what changed since the last snapshot (seen.py)."""
-        self.seen.see(snap.jobs)
+        `seen=`, what changed since the last snapshot (seen.py), found, or `told` (Seen.tell's
+        arguments but the jobs: the daemon's pass, state.SchedulerState.pass_snapshot)."""
+        if told is None:
+            self.seen.see(snap.jobs)
+        else:
+            self.seen.tell(snap.jobs, *told)
         standing = self._standing(snap, cfg)
         if not strict.applies(cfg):
             self.backlog = None         # a later pass that walks to the blocker files it anew

@@ -21,9 +21,9 @@ def test_each_pass_is_applied_against_the_jobs_on_nodes_alone(conns, monkeypatch
     seen = []
     real = applier.apply_plan
 
-    def spy(p, pending, running, nodes, now, reasons=True):
+    def spy(p, pending, running, nodes, now, **kw):
         seen.append((dict(running), {i: j for i, j in pending.items() if j.state in states.ON_NODE}))
-        return real(p, pending, running, nodes, now, reasons)
+        return real(p, pending, running, nodes, now, **kw)
     monkeypatch.setattr(applier, "apply_plan", spy)
     for k in range(4):                      # one runs (GPU-0), one more fits, two wait
         submit(r, "alice", {**BODY, "account": "a", "gpus": 1 if k < 2 else 2}, f"r{k}")
