@@ -1,22 +1,20 @@
-"""Runs of a family's passed classes kept from pass to pass (issue 41): a pass that settles
-(settle.passes_from) passes most classes of a deep queue unreached, each with its "no room" verdict,
-and the next pass would visit each of them again. A `Block` keeps such a run: its classes (a
-family's consecutive ones, in the kept Queue's order) by what their verdicts read, each (account,
-user, GPUs, CPUs, nodes) (whether the caps pass it) and each request shape (its "no room" verdict).
-The next pass that reaches the run's first class takes the whole run when every input gives a pass
+"""Runs of a family's passed classes kept from pass to pass (issue 41): a pass that settles (settle.passes_from) passes
+most classes of a deep queue unreached, each with its "no room" verdict, and the next pass would visit each of them
+again. A `Block` keeps such a run: its classes (a family's consecutive ones, in the kept Queue's order) by what their
+verdicts read, each (account, user, GPUs, CPUs, nodes) (whether the caps pass it) and each request shape (its "no
+room" verdict). The next pass that reaches the run's first class takes the whole run when every input gives a pass
 again, at a look per input, not per class; their ids are read from the classes at the end of the pass.
 
-A block holds only *plain* classes (no gates, no throttle, not judged on its own: `plain`), whose
-verdict in a frozen pass reads nothing but those inputs, so the same answers give the same verdicts,
-class by class, as the one-by-one walk. The kept Queue (queue.py) keeps the rest of the invariant,
-that a block's classes are its family's consecutive classes: a class whose first job changes leaves
-its block (`remove`) and, put between two classes of one, joins it (`insert`; a class that is not
-plain kills it). A job filed into or out of a class changes no input of its block. So a queue that
-changes by a few jobs a pass keeps its blocks, where dropping a run on any change kept none (at
-10k×50 every family changes every pass). tests/property/test_plan_blocks.py checks passes that take
-blocks against whole passes as the queue changes; each of the Queue's rules (remove, insert, a class
-that is not plain killing the block, `Block.changed`) planted away fails it, as do the walk's own
-(`settle._block_at`: the count of a block taken, the split where taking starts inside one).
+A block holds only *plain* classes (no gates, no throttle, not judged on its own: `plain`), whose verdict in a frozen
+pass reads nothing but those inputs, so the same answers give the same verdicts, class by class, as the one-by-one
+walk. The kept Queue (queue.py) keeps the rest of the invariant, that a block's classes are its family's consecutive
+classes: a class whose first job changes leaves its block (`remove`) and, put between two classes of one, joins it
+(`insert`; a class that is not plain kills it). A job filed into or out of a class changes no input of its block. So a
+queue that changes by a few jobs a pass keeps its blocks, where dropping a run on any change kept none (at 10k×50
+every family changes every pass). tests/property/test_plan_blocks.py checks passes that take blocks against whole
+passes as the queue changes; each of the Queue's rules (remove, insert, a class that is not plain killing the block,
+`Block.changed`) planted away fails it, as do the walk's own (`settle._block_at`: the count of a block taken, the
+split where taking starts inside one).
 """
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
