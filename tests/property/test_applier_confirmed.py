@@ -90,6 +90,18 @@ def _pass(s: SchedulerState, now: float, told: bool) -> tuple:
             tuple((type(r.decision).__name__, r.why) for r in done.rejected))
 
 
+def _step(rng: random.Random, told: SchedulerState, whole: SchedulerState, now: float, k: int) -> None:
+    """The same random changes to both states, then pass `k` of each: the same outcome and table."""
+    jobs, tasks = _changes(rng, told, now)
+    whole.seq = told.seq
+    for s in (told, whole):
+        s.apply(Change(jobs=list(jobs)), False, s.usage)
+        if tasks:
+            s.apply(Change(jobs=list(tasks)), True, s.usage)
+    assert _pass(told, now, True) == _pass(whole, now, False), f"pass {k}"
+    assert told.jobs == whole.jobs
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 10 ** 6), st.integers(1, 30), st.booleans(), st.booleans())
 def test_a_pass_told_what_changed_writes_what_a_pass_read_whole_writes(seed, passes, burst, strict):
@@ -101,14 +113,7 @@ def test_a_pass_told_what_changed_writes_what_a_pass_read_whole_writes(seed, pas
     now = NOW
     for k in range(passes):
         now += 1.0
-        jobs, tasks = _changes(rng, told, now)
-        whole.seq = told.seq
-        for s in (told, whole):
-            s.apply(Change(jobs=list(jobs)), False, s.usage)
-            if tasks:
-                s.apply(Change(jobs=list(tasks)), True, s.usage)
-        assert _pass(told, now, True) == _pass(whole, now, False), f"pass {k}"
-        assert told.jobs == whole.jobs
+        _step(rng, told, whole, now, k)
         # what the index keeps is what a reading of the table finds
         want = targets([j for j in told.jobs.values() if j.deps and j.state == states.PENDING]) - told.jobs.keys()
         assert told.ended_query()[0] == want
@@ -133,12 +138,5 @@ def test_a_deep_queue_told_what_changed_writes_what_a_pass_read_whole_writes():
     now = NOW + 100.0
     for k in range(6):
         now += 1.0
-        jobs, tasks = _changes(rng, told, now)
-        whole.seq = told.seq
-        for s in (told, whole):
-            s.apply(Change(jobs=list(jobs)), False, s.usage)
-            if tasks:
-                s.apply(Change(jobs=list(tasks)), True, s.usage)
-        assert _pass(told, now, True) == _pass(whole, now, False), f"pass {k}"
-        assert told.jobs == whole.jobs
+        _step(rng, told, whole, now, k)
     assert len(told.confirmed.ids) > 10_000, "the deep runs were confirmed and skipped"
