@@ -214,30 +214,56 @@ def runtime_floor(e: float) -> float:
     return 2.0 ** ((int(log2(e) * 4) - 1) / 4) if e >= 1 else e
 
 
-def bounder(now: float, usage: dict[str, float], cfg: Config) -> Callable[[str, Any, bool, float, int, float], Score]:
+def bounder(now: float, usage: dict[str, float], cfg: Config) -> Bounder:
     """bound(qos, account, burst flag, submit time, id, floor): a Score at or before `scorer`'s (same
     `now` and usage) of every job with that QoS, account and burst flag submitted at or after
     (submit time, id) whose expected run time is at least `floor`: the short-job term falls as the
     run time grows and the sum rises with the wait (short_job_weight <= age_weight). The priority
     is padded far past the floats' rounding (a few ulps), so that the bound holds for the rounded
-    sums too; a looser bound only costs a look."""
-    w = cfg.priority
-    qw, aw, fw, bw, sw = w.qos_weight, w.age_weight, w.fairshare_weight, w.burst_penalty, w.short_job_weight
-    qos = {q.name: q.priority * qw for q in cfg.qos}
-    fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if fw else {}
-    fs = {a: fw * v for a, v in fs.items()}
-    age_max, scale = w.age_max or 1, w.short_job_scale or 1
-    per_s = aw / age_max
+    sums too; a looser bound only costs a look. With `aged` and `tied` (Bounder)."""
+    return Bounder(now, usage, cfg)
 
-    def bound(q: str, account: Any, burst: bool, submit: float, jid: int, floor: float) -> Score:
-        age = now - submit
-        s = (qos.get(q, 0.0) + (aw if age * per_s >= aw else max(age, 0.0) * per_s)
-             + fs.get(account, fw) - (bw if burst else 0.0))
-        fade = 1.0 - min(max(age, 0.0) / age_max, 1.0)
+
+class Bounder:
+    """`bounder`'s bound, and of a job that has waited its full age (`aged`: the age term whole, the
+    short-job term faded to exactly 0), its exact Score (`tied`): every such job of a QoS, account and
+    burst flag has the same priority, bit for bit (the scorer sums the same terms in the same order
+    and adds 0.0), and they go by (submit time, id), FIFO. So (tied priority, submit time, id) of an
+    aged job bounds every aged job submitted at or after it exactly, where the padded bound comes
+    before every one of them (a walk under it reached every aged class of the family: fronts.py)."""
+    __slots__ = ("now", "qos", "fs", "aw", "fw", "bw", "sw", "per_s", "age_max", "scale")
+
+    def __init__(self, now: float, usage: dict[str, float], cfg: Config) -> None:
+        w = cfg.priority
+        self.now, self.aw, self.fw, self.bw, self.sw = now, w.age_weight, w.fairshare_weight, w.burst_penalty, \
+            w.short_job_weight
+        self.qos = {q.name: q.priority * w.qos_weight for q in cfg.qos}
+        fs = fairshare.factors(usage, {a.name: a.share for a in cfg.accounts}) if self.fw else {}
+        self.fs = {a: self.fw * v for a, v in fs.items()}
+        self.age_max, self.scale = w.age_max or 1, w.short_job_scale or 1
+        self.per_s = self.aw / self.age_max
+
+    def __call__(self, q: str, account: Any, burst: bool, submit: float, jid: int, floor: float) -> Score:
+        age = self.now - submit
+        aw = self.aw
+        s = (self.qos.get(q, 0.0) + (aw if age * self.per_s >= aw else max(age, 0.0) * self.per_s)
+             + self.fs.get(account, self.fw) - (self.bw if burst else 0.0))
+        fade = 1.0 - min(max(age, 0.0) / self.age_max, 1.0)
         if fade > 0:
-            s += sw * (fade * scale / (scale + floor))
+            s += self.sw * (fade * self.scale / (self.scale + floor))
         return (-(s + abs(s) * 1e-9 + 1e-12), submit, jid)
-    return bound
+
+    def aged(self, submit: float) -> bool:
+        """Whether a job submitted at `submit` has its whole age term and no short-job term now, as the
+        scorer reckons both (later submits: no longer, as both tests are monotone in the submit time)."""
+        age = self.now - submit
+        return age * self.per_s >= self.aw and age >= self.age_max
+
+    def tied(self, q: str, account: Any, burst: bool, submit: float, jid: int) -> Score:
+        """The Score of an `aged` job with that QoS, account, burst flag, submit time and id: the
+        scorer's terms, summed as it sums them."""
+        return (-(self.qos.get(q, 0.0) + self.aw + self.fs.get(account, self.fw) - (self.bw if burst else 0.0)),
+                submit, jid)
 
 
 def burst_tail(pending: Iterable[Job], allowance: int, window: float) -> set[int]:

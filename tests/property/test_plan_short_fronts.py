@@ -61,3 +61,58 @@ def test_a_pass_with_short_jobs_first_scores_the_classes_it_may_reach_not_every_
         got = policy.plan(snap, c, queue=q)
         assert len(scored) < 100
         assert got.places == () and got.starts == policy.plan_per_job(snap, c).starts
+
+
+@settings(max_examples=2000, deadline=None)
+@given(qos=st.sampled_from(["normal", "high", "other"]), account=st.sampled_from(["eta", "phi", "nobody"]),
+       burst=st.booleans(), submit=st.floats(-1e6, 1e6), earlier=st.floats(0, 1e6), jid=st.integers(1, 10 ** 6),
+       waited=st.floats(0.9, 3), e=st.floats(0, 1e7),
+       weights=st.tuples(st.floats(0, 1e4), st.floats(0, 1), st.floats(0, 1e3), st.floats(1, 1e6), st.floats(1, 1e5)),
+       usage=st.dictionaries(st.sampled_from(["eta", "phi"]), st.floats(0, 1e6)))
+def test_a_job_that_waited_its_full_age_scores_its_tied_priority_bit_for_bit(qos, account, burst, submit, earlier,
+                                                                            jid, waited, e, weights, usage):
+    """An `aged` job's Score is `tied`'s exactly, whatever its run time (the short-job term faded to 0),
+    and a job submitted earlier is aged too: the walk bounds a family's aged classes by the first one's
+    exact Score (fronts.Reach._bound), which is right only if both hold to the bit."""
+    aw, share, fw, age_max, scale = weights
+    c = cfg("[qos.normal]\npriority = 100\n[qos.high]\npriority = 200\n[accounts.eta]\nshare = 2\n"
+            "[accounts.phi]\nshare = 1\n")
+    c = replace(c, priority=replace(c.priority, age_weight=aw, short_job_weight=aw * share, fairshare_weight=fw,
+                                    age_max=age_max, short_job_scale=scale))
+    now = submit + age_max * waited
+    j = Job(id=jid, user="u", account=account, argv=("true",), workdir="/tmp", qos=qos, time_limit=3600,
+            learned_est=e, submit_time=submit)
+    b = multifactor.bounder(now, usage, c)
+    if b.aged(submit):
+        assert b.aged(submit - earlier)
+        assert b.tied(qos, account, burst, submit, jid) == multifactor.scorer(now, usage, c, {jid} if burst else ())(j)
+
+
+def test_a_pass_over_a_queue_that_waited_past_age_max_scores_a_few_classes_not_every_one(monkeypatch):
+    """2,000 waiting jobs of as many run times, each waited past age_max (their priorities tie: FIFO), on
+    a full cluster: a pass with the kept Queue scores a few classes, not the 2,000 (the padded bound of
+    a family came before each of its aged classes: a deep short-jobs-first drain reached them all)."""
+    b = ClusterBuilder().node("n0", gpus=2, cpus=8, lease=10 ** 6)
+    b.running("n0", gpus=2, cpus=8, time_limit=86400 * 30)
+    for k in range(2000):
+        b.job(gpus=1, cpus=1, time_limit=600 + 7 * k, submit_offset=-8 * 86400 - float(k % 500))
+    snap = b.build()
+    c = cfg("[scheduler]\nbackfill_depth = 1\n[priority]\nshort_job_weight = 10\n")
+    scored = []
+    real = classes.scorer
+
+    def counting(*a, **k):
+        score = real(*a, **k)
+
+        def counted(j):
+            scored.append(j.id)
+            return score(j)
+        return counted
+    monkeypatch.setattr(classes, "scorer", counting)
+    q = queue.Queue()
+    for t in range(3):
+        snap = replace(snap, now=snap.now + 60 * t)
+        scored.clear()
+        got = policy.plan(snap, c, queue=q)
+        assert len(scored) < 100
+        assert got.places == () and got.starts == policy.plan_per_job(snap, c).starts
