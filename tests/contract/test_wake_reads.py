@@ -120,3 +120,26 @@ def test_what_a_deposed_leaders_wait_moved_is_answered_once_by_its_successor(rea
     got = [reply(real_redis, f"z{i}") for i in range(2)]
     assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [1, 2]
     assert taken(real_redis) == 0 and all(len(real_redis.lrange(K.reply(f"z{i}"), 0, -1)) == 1 for i in range(2))
+
+
+def test_a_batch_bigger_than_the_last_is_moved_by_the_wait_alone(real_redis, redis_server, monkeypatch):
+    """The wait's LMOVEs are sized past the last intake (requestq.ahead_moves): a batch a few requests
+    bigger than the one before takes no LMOVE round trip of its own, a write Redis fsyncs before it
+    answers under appendfsync always (failed before: sized at the last intake, the 4th of 4 requests
+    after an intake of 3 went in a round trip of its own)."""
+    s = setup(real_redis, None, time.time())
+    now = time.time()
+    s.tick(now)
+    for i in range(3):
+        submit(real_redis, "alice", {**BODY, "hold": True}, f"w{i}")
+    assert s.store.wait_wake(1.0)
+    s.tick(now)                              # an intake of 3: the next wait's LMOVEs are sized by it
+    for i in range(4):
+        submit(real_redis, "alice", {**BODY, "hold": True}, f"x{i}")
+    seen = _round_trips(monkeypatch)
+    assert s.store.wait_wake(1.0)
+    s.tick(now)
+    assert seen[0] == "BLPOP" and "LMOVE" not in seen, seen
+    got = [reply(real_redis, f"x{i}") for i in range(4)]
+    assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [4, 5, 6, 7]
+    assert taken(real_redis) == 0
