@@ -38,28 +38,57 @@ class Desync(ConnectionLost):
     """A reply that cannot be the one the command asked for: the connection is dropped."""
 
 
-def _usable(c, stack) -> bool:
+def _ready(c) -> bool:
+    """Whether `c` is a connection this path can send on and read from (above)."""
     if type(c) not in _FAST or getattr(c, "_resp2_fallback", False) or c._sock is None:
         return False
     parser = getattr(c, "_parser", None)
-    if type(parser) not in _PARSERS or parser._buffer is None or parser._buffer.unread_bytes():
-        return False
-    plain = _PLAIN.issuperset
-    for args, _ in stack:
+    return type(parser) in _PARSERS and parser._buffer is not None and not parser._buffer.unread_bytes()
+
+
+# RESP's headers of each array size and bulk length, made once: a group commit of 100 submits packs
+# ~1,500 arguments, and a header formatted each (resp.pack, which the clients keep: these tables are
+# ~0.1 ms of an import) with the type checks of every argument in a pass of their own was ~14 % of the
+# scheduler's CPU per request in the 100-client drain (py-spy; issue 39).
+_ARRAY = tuple(b"*%d\r\n" % n for n in range(64))
+_BULK = tuple(b"$%d\r\n" % n for n in range(1024))
+
+
+def _packed(cmds) -> bytes | None:
+    """resp.pack's bytes of `cmds`; None where a command's name is not a plain word (redis-py splits
+    such a name on whitespace) or an argument is not plain (a StrEnum is its text; a bool or None is
+    redis-py's to pack, or refuse): redis-py sends those."""
+    out: list = []
+    app, arrays, bulks, crlf = out.append, _ARRAY, _BULK, b"\r\n"
+    for args in cmds:
         head = args[0]
         if type(head) is not str or not (head.isascii() and head.isalpha()):
-            return False     # redis-py splits such a name on whitespace
-        if not plain(map(type, args)) and not all(type(a) in _PLAIN or isinstance(a, str) for a in args):
-            return False     # a StrEnum is its text; a bool, None or float is redis-py's to pack (or refuse)
-    return True
+            return None
+        k = len(args)
+        app(arrays[k] if k < 64 else b"*%d\r\n" % k)
+        for a in args:
+            t = type(a)
+            if t is str:
+                a = a.encode()
+            elif t is not bytes:
+                if t is int or t is float:
+                    a = str(a).encode()
+                elif isinstance(a, str):
+                    a = a.encode()
+                else:
+                    return None
+            n = len(a)
+            app(bulks[n] if n < 1024 else b"$%d\r\n" % n)
+            app(a)
+            app(crlf)
+    return b"".join(out)
 
 
-def _exchange(c, cmds, decode: bool, alike: bool = False) -> list:
-    """Send `cmds` at once on `c`'s socket and read one reply each (an error reply as a RespError in
-    its place). Anything past the last reply means the socket held something else: Desync.
-    `alike`: every command is the first (a tick's LMOVEs), packed once."""
+def _exchange(c, cmds, decode: bool, packed: bytes) -> list:
+    """Send `packed` (`cmds`, _packed) at once on `c`'s socket and read one reply each (an error reply
+    as a RespError in its place). Anything past the last reply means the socket held something
+    else: Desync."""
     # Sent by the connection (its errors: a dropped socket is disconnected, ConnectionError), read here.
-    packed = resp.pack(cmds[:1]) * len(cmds) if alike else resp.pack(cmds)
     c.send_packed_command([packed], check_health=False)
     reader = resp.Reader(c._sock.recv, decode)
     out = _queued(reader, len(cmds)) if cmds[0] == ("MULTI",) else [reader.read() for _ in cmds]
@@ -102,11 +131,13 @@ def transaction(p, read: bool = True) -> list:
     them (~3 us a request: a group commit of 100 submits has ~400 replies); errors are raised alike.
     What it returns then is each reply as Redis gave it, or redis-py's where this path cannot go."""
     c, stack = p.connection, p.command_stack
-    if p.scripts or not stack or not _usable(c, stack):
+    cmds = [("MULTI",), *(args for args, _ in stack), ("EXEC",)]
+    packed = _packed(cmds) if stack and not p.scripts and _ready(c) else None
+    if packed is None:
         return p.execute()
     try:
         try:
-            got = _exchange(c, [("MULTI",), *(args for args, _ in stack), ("EXEC",)], True)
+            got = _exchange(c, cmds, True, packed)
             if got[0] != "OK" or any(r != "QUEUED" and not isinstance(r, RespError) for r in got[1:-1]):
                 raise Desync(f"MULTI answered {str(got[0])[:40]!r}")
         except _LOST as e:
@@ -216,10 +247,11 @@ def _kept(pool) -> _Kept:
 
 
 def _call(c, cmds: list[tuple], decode: bool, raise_on_error: bool, alike: bool = False) -> list | None:
-    if not _usable(c, [(cmd, None) for cmd in (cmds[:1] if alike else cmds)]):
+    packed = (_packed(cmds[:1]) if alike else _packed(cmds)) if _ready(c) else None
+    if packed is None:
         return None
     try:
-        got = _exchange(c, cmds, decode, alike)
+        got = _exchange(c, cmds, decode, packed * len(cmds) if alike else packed)
     except _LOST:
         c.disconnect()
         return None
@@ -238,9 +270,11 @@ def watch_get(p, key: str, listed: str, more: list[tuple] = ()) -> tuple:
     (`more`: a round's done keys and balances, requestq.replies_done; as call() reads them)."""
     if p.connection is None and not p.watching:
         c = p.connection = p.connection_pool.get_connection()
-        if _usable(c, [(("WATCH", key, listed), None), *((m, None) for m in more)]):
+        cmds = [("WATCH", key, listed), ("GET", key), ("LLEN", listed), *more]
+        packed = _packed(cmds) if _ready(c) else None
+        if packed is not None:
             try:
-                got = _exchange(c, [("WATCH", key, listed), ("GET", key), ("LLEN", listed), *more], True)
+                got = _exchange(c, cmds, True, packed)
             except _LOST:
                 c.disconnect()      # nothing watched yet: redis-py reconnects and asks again below
             else:

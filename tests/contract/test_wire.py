@@ -101,8 +101,8 @@ def test_request_moves_are_packed_once_whatever_their_count(both, monkeypatch):
     """A tick's LMOVEs are one command n times: checked and packed once (failed before: packed n times)."""
     both.lpush("rq", *[b"x%d" % i for i in range(300)])
     packed = []
-    real = wire.resp.pack
-    monkeypatch.setattr(wire.resp, "pack", lambda cmds: packed.append(len(cmds)) or real(cmds))
+    real = wire._packed
+    monkeypatch.setattr(wire, "_packed", lambda cmds: packed.append(len(cmds)) or real(cmds))
     got = wire.moves(both, ("LMOVE", "rq", "tk", "RIGHT", "LEFT"), 300)
     assert got == [b"x%d" % i for i in range(300)] and packed == [1] and both.llen("rq") == 0
 
