@@ -93,7 +93,7 @@ class Handlers:
         cfg = self.s.cfg
         # The learned run time goes into the record (labq show reads it there; backfill, the short-job
         # priority and the forecast budget mode use it where the config says so).
-        template = self.s.estimator.stamp(job_from_submit(body, user, cfg, now, self.dep_ids))
+        template = self.s.estimator.stamp(job_from_submit(body, user, cfg, now, self.dep_ids), own=True)
         why = members.refusal(template, user, cfg)
         if why:
             raise RefusedError(why)

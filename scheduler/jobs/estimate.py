@@ -38,6 +38,8 @@ Key = tuple[object, ...]     # a basis: ("name", user, name), ("tags", user, tag
 
 # Outcomes that end an attempt on the job's own terms: its length is the work's length.
 LEARNED_OUTCOMES = frozenset({"completed", "exit", "oom", "timeout"})
+_SET_EST = getattr(Job, "learned_est").__set__      # a slot's own setter (Job is frozen), for stamp(own=True)
+_SET_BASIS = getattr(Job, "learned_basis").__set__
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,16 +135,26 @@ class Estimator:
                             newest, capped)
         return None
 
-    def stamp(self, job: Job) -> Job:
-        """The job with its estimate written into the record (`learned_est`, `learned_basis`)."""
+    def stamp(self, job: Job, own: bool = False) -> Job:
+        """The job with its estimate written into the record (`learned_est`, `learned_basis`). `own`: a
+        job the caller alone holds (jobspec.job_from_submit's, numbered in place by the handler after),
+        stamped in place: its copy (71 slots) was ~3 µs of the ~6 a stamp cost (issue 39)."""
         e = self.estimate(job)
+        if e is None:
+            if job.learned_est is None:
+                return job
+            est, basis = None, ""
+        else:
+            # One text object for every job stamped alike (interned): each job kept its own copy, ~100 bytes
+            # a job, ~20 MB of a 200,000-job replay's peak (issue 41: ≤ 500 MB) and of a deep pending queue.
+            est, basis = e.seconds, intern(e.text())
+        if own:
+            _SET_EST(job, est)
+            _SET_BASIS(job, basis)
+            return job
         # evolve, not replace(): this runs once per submit, and replace() was ~15 µs of the ~100 µs a
         # plain submit costs the scheduler (bench/live_bench.py's drain).
-        if e is None:
-            return evolve(job, learned_est=None, learned_basis="") if job.learned_est is not None else job
-        # One text object for every job stamped alike (interned): each job kept its own copy, ~100 bytes
-        # a job, ~20 MB of a 200,000-job replay's peak (issue 41: ≤ 500 MB) and of a deep pending queue.
-        return evolve(job, learned_est=e.seconds, learned_basis=intern(e.text()))
+        return evolve(job, learned_est=est, learned_basis=basis)
 
     def _value(self, key: Key) -> tuple[float, int, float] | None:
         if key in self._cache:

@@ -91,6 +91,21 @@ def test_jobs_stamped_alike_share_one_basis_text():
     assert a.learned_basis == b.learned_basis == "p75 of 1 runs of user alice, name train"
     assert a.learned_basis is b.learned_basis
 
+
+def test_a_job_the_caller_owns_is_stamped_in_place_as_a_copy_would_be():
+    """stamp(own=True), the submit handler's (jobspec.job_from_submit's job, which nothing else holds):
+    the same object, every field as the copying stamp gives it; an estimate gone clears it alike."""
+    from dataclasses import astuple
+    e = Estimator(min_samples=1)
+    e.observe_ended(ended(42 * 60))
+    job = Job(id=9, user="alice", account="a", name="train", time_limit=3600)
+    copied = e.stamp(job)
+    assert job.learned_est is None, "the copying stamp leaves the job as it was"
+    got = e.stamp(job, own=True)
+    assert got is job and astuple(got) == astuple(copied)
+    gone = Estimator(min_samples=1)
+    assert gone.stamp(job, own=True) is job and job.learned_est is None and job.learned_basis == ""
+
 def test_a_basis_seen_once_holds_its_run_bare_and_estimates_alike():
     """Most names run once (a one-off; a replayed trace's job ids): no deque until a second run."""
     from collections import deque
