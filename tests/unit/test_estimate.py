@@ -106,6 +106,19 @@ def test_a_job_the_caller_owns_is_stamped_in_place_as_a_copy_would_be():
     gone = Estimator(min_samples=1)
     assert gone.stamp(job, own=True) is job and job.learned_est is None and job.learned_basis == ""
 
+
+def test_jobs_stamped_alike_are_stamped_from_what_is_learned_now():
+    """stamp keeps what it wrote per (user, name, tags, time limit) until the next run is learned: a
+    job capped by a shorter limit, or of other tags, is stamped on its own; a new run changes the next."""
+    e = Estimator(min_samples=1)
+    e.observe_ended(ended(42 * 60))
+    job = lambda **kw: Job(id=9, user="alice", account="a", name="train", **{"time_limit": 3600, **kw})  # noqa: E731
+    assert e.stamp(job()).learned_est == 2520
+    assert e.stamp(job(time_limit=600)).learned_est == 600, "capped by its own limit"
+    assert e.stamp(job(tags=(("k", "v"),))).learned_est == 2520
+    e.observe_ended(ended(10 * 60))
+    assert e.stamp(job()).learned_basis == "p75 of 2 runs of user alice, name train"
+
 def test_a_basis_seen_once_holds_its_run_bare_and_estimates_alike():
     """Most names run once (a one-off; a replayed trace's job ids): no deque until a second run."""
     from collections import deque
