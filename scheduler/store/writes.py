@@ -3,6 +3,7 @@ import json
 import time
 from dataclasses import replace
 from itertools import chain, groupby, repeat
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 
 from ..jobs import states
 from ..money.periods import field as spent_field
@@ -15,7 +16,16 @@ REPLY_TTL = 600
 DONE_TTL = 86400
 CONTROL_TTL = 7 * 86400
 ALERTS_MAXLEN = 100_000
-_compact = json.JSONEncoder(separators=(",", ":")).encode      # json.dumps(x, separators=…), one encoder
+_ENCODER = json.JSONEncoder(separators=(",", ":"))       # json.dumps(x, separators=…), one encoder
+# Its C encoder made once (encode makes one a call: 0.9 of a reply's 1.6 µs hot, issue 39); no check for
+# cycles (`markers` None): a reply is a tree of fresh dicts; one holding itself raises RecursionError.
+_C_ENCODE = c_make_encoder and c_make_encoder(None, _ENCODER.default, encode_basestring_ascii, None, ":", ",",
+                                              False, False, True)
+
+
+def _compact(reply) -> str:
+    """json.dumps(reply, separators=(",", ":"))."""
+    return "".join(_C_ENCODE(reply, 0)) if _C_ENCODE and type(reply) is dict else _ENCODER.encode(reply)
 
 
 def put_jobs(p, k: Keys, jobs, new=None) -> None:
