@@ -258,22 +258,22 @@ def insert(g: "Group", front: "Front", between: "tuple[Group, Group]") -> None:
 
 def holds(b: Block, opened: dict[Who, bool], verdicts: dict[Shape, Verdict], passes: Callable[[Job], bool],
           dead: Callable[[Job], Verdict | None], learned: bool = False, d: "Dead | None" = None,
-          now: float = 0.0) -> bool:
+          now: float = 0.0, capped: bool = True) -> bool:
     """Whether every class of `b` passes now: each who's caps pass (`opened`, this pass's answers so
-    far; `passes` asks the rest) and each shape has a "no room" verdict (`verdicts`; `dead` asks the
-    rest of the first job of a class of it) or, where it has room, a Reservation verdict for the shape's
-    class of the shortest span (backfill.span: `learned`), which then holds for each of its classes. The
-    answers are kept as the one-by-one walk keeps them."""
-    if all(map(opened.get, b.whos)):
-        if all(map(verdicts.get, b.shapes)):
-            return True         # every answer known, and each a pass (verdicts are non-empty tuples)
-    else:
+    far; `passes` asks the rest; not asked where no account or user has a cap: `capped` False) and each
+    shape has a "no room" verdict (`verdicts`; `dead` asks the rest of the first job of a class of it)
+    or, where it has room, a Reservation verdict for the shape's class of the shortest span
+    (backfill.span: `learned`), which then holds for each of its classes. The answers are kept as the
+    one-by-one walk keeps them."""
+    if capped and not all(map(opened.get, b.whos)):
         for who, gs in b.whos.items():
             ok = opened.get(who)
             if ok is None:
                 ok = opened[who] = passes(b.some[who])
             if not ok:
                 return False
+    if all(map(verdicts.get, b.shapes)):
+        return True         # every answer known, and each a pass (verdicts are non-empty tuples)
     return all(verdicts.get(shape) or _passes(b, shape, gs, learned, dead, d, now) for shape, gs in b.shapes.items())
 
 
@@ -294,7 +294,7 @@ def _passes(b: Block, shape: Shape, gs: "dict[Group, int]", learned: bool, dead:
 
 
 def first_unknown(b: Block, d: "Dead", passes: Callable[[Job], bool], dead: Callable[[Job], Verdict | None],
-                  now: float, learned: bool) -> int:
+                  now: float, learned: bool, capped: bool = True) -> int:
     """Of a block that `holds` did not pass: the place of its first class whose `dead` verdict is not known
     now (len: none), as settle._dead_class class by class would find it (caps kept in `d.open`, "no room" in
     `d.verdicts`), but each shape passed with Reservation asked once: a later class of it is past its bound
@@ -303,11 +303,12 @@ def first_unknown(b: Block, d: "Dead", passes: Callable[[Job], bool], dead: Call
     groups = b.groups
     for k, g in enumerate(groups):
         who, shape = g.plain     # type: ignore[misc]
-        ok = d.open.get(who)
-        if ok is None:
-            ok = d.open[who] = passes(g.jobs[0])
-        if not ok:
-            return k
+        if capped:
+            ok = d.open.get(who)
+            if ok is None:
+                ok = d.open[who] = passes(g.jobs[0])
+            if not ok:
+                return k
         if d.verdicts.get(shape):
             continue
         job = g.jobs[0]

@@ -68,6 +68,7 @@ class Reach:
 
     def __init__(self, score: Callable[[Job], Score], queue: Queue | None = None, lazy: "bool | Bound" = True) -> None:
         self.score = score
+        self.queue = queue      # (settle.settled reads its shapes)
         # short-jobs-first: the bound of a family's classes from a front on (families split by run time)
         self.bound = lazy if callable(lazy) else None
         self.lists: list[list[Job]] = []
@@ -79,6 +80,7 @@ class Reach:
         self.sources: list[list[Front]] = (list(queue.families.values()) if queue is not None and lazy
                                            else [[(0.0, 0, k, g)] for k, g in self.groups.items()])
         self.front = [0] * len(self.sources)     # how many of each family's classes were reached
+        self.young: dict[int, int] = {}     # family -> its first class whose first job is not aged (_bound)
         # whether the classes' order is the Queue's families', whose runs of passed classes settle.passes_from
         # keeps as blocks (blocks.py)
         self.kept = queue is not None and lazy
@@ -91,7 +93,7 @@ class Reach:
         heapq.heapify(self.heads)
         self._top(None)
         # The largest GPUs and CPUs any waiting job needs (Usage.tight after an admission).
-        needs = queue.needs if queue is not None else {}
+        needs = queue.kinds.needs if queue is not None else {}
         self.most = (max((g for g, _ in needs), default=0), max((c for _, c in needs), default=0))
 
     def reach(self, f: int) -> int:
@@ -117,8 +119,10 @@ class Reach:
         if not bound.aged(front[0]):
             return bound(q, account, burst, front[0], front[1], floor)
         tied = bound.tied(q, account, burst, front[0], front[1])
-        aged = bound.aged
-        y = bisect_left(src, True, k + 1, key=lambda e: not aged(e[0]))
+        y = self.young.get(f)
+        if y is None:       # (the same all pass: the families do not change during one)
+            aged = bound.aged
+            y = self.young[f] = bisect_left(src, True, k + 1, key=lambda e: not aged(e[0]))
         return tied if y == len(src) else min(tied, bound(q, account, burst, src[y][0], src[y][1], floor))
 
     def _top(self, passes: Passes | None) -> None:

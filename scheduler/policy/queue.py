@@ -26,6 +26,7 @@ from .. import multifactor
 from ..jobs.model import Job
 from . import blocks
 from .blocks import Block
+from .kinds import Kinds
 from .seen import Seen
 
 # A group's key: (class key, burst flag) here, (QoS, account, burst flag, gated) in backlog.py.
@@ -149,8 +150,7 @@ class Queue:
         self.left: set[int] = set()               # ids still waiting that `drop` left out
         self.seen_at: int | None = None           # Seen.n of the snapshot `update` filed last
         self.families: dict[Key, list[Front]] = {}   # family -> its classes by their first job
-        # (GPUs, CPUs) a job of each class needs in all -> how many classes (classes.py: the most)
-        self.needs: dict[tuple[int, int], int] = {}
+        self.kinds = Kinds()        # the classes' needs and shapes (kinds.py)
 
     def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf,
              runtimes: bool = False, apart: tuple[bool, bool] = (True, True)) -> None:
@@ -313,8 +313,7 @@ class Queue:
             self.groups[k] = g = Group(k, jobs)
             head = jobs[0]
             self.families.setdefault(family(head, k, self.runtimes, self.apart), []).append((head.submit_time, head.id, k, g))
-            need = (head.total_gpus, head.cpus * head.nodes)
-            self.needs[need] = self.needs.get(need, 0) + 1
+            self.kinds.count(k, g, head, True)
         for fronts in self.families.values():
             fronts.sort(key=_FIRST_TWO)
         users: dict[str, list[Job]] = {}
@@ -374,7 +373,7 @@ class Queue:
     def _front(self, k: Key, was: Job | None, now: Job | None, g: Group) -> None:
         """Group `k` (`g`)'s first job went from `was` to `now` (None: the group was made or is gone):
         its place in its family, its block of passed classes (blocks.py) and, made or gone, its
-        needs follow."""
+        kinds follow."""
         any_ = now if now is not None else was
         assert any_ is not None
         fronts = self.families.setdefault(family(any_, k, self.runtimes, self.apart), [])
@@ -387,11 +386,6 @@ class Queue:
             if 0 < at < len(fronts) - 1:
                 blocks.insert(g, fronts[at], (fronts[at - 1][3], fronts[at + 1][3]))
         if was is None or now is None:
-            need = (any_.total_gpus, any_.cpus * any_.nodes)
-            left = self.needs.get(need, 0) + (1 if was is None else -1)
-            if left:
-                self.needs[need] = left
-            else:
-                del self.needs[need]
+            self.kinds.count(k, g, any_, was is None)
         if not fronts:
             del self.families[family(any_, k, self.runtimes, self.apart)]

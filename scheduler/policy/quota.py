@@ -34,6 +34,7 @@ class Usage:
                        if a.borrow_limit is not None or any(getattr(a, c) is not None for c in
                                                             ("max_running", "max_gpus", "max_cpus"))}
         self.user_caps = bool(cfg.users)
+        self.caps = self.user_caps or bool(self.capped)    # whether a cap may stop a job without a throttle
         # (priority, reserved GPUs) of each class that protects capacity, highest first
         self.protected = sorted(((q.priority, q.reserved) for q in cfg.qos if q.reserved), reverse=True)
         for j in running:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
-from . import blocks, delays
+from . import blocks, delays, kinds
 from .queue import Front, Group, Key
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
@@ -74,6 +74,10 @@ def settled(w: "_Walk") -> bool:
         return False
     preempting = cfg.preemption and (p.lowest_victim() is not None or bool(p.usage.guarantees))
     asked: set[tuple[Any, ...]] = set()
+    q = w.reached.queue
+    if q is not None and not preempting and kinds.OWN not in q.kinds.shapes and all(
+            p.free.find(next(iter(gs)).jobs[0])[0] is None for gs in q.kinds.shapes.values()):
+        return True     # no class of the queue may start now, so none left may: a look per shape, not per class
     for _, key, jobs, _, k in w.reached.rest():
         if key[0] == "own":
             return False
@@ -230,14 +234,15 @@ def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> in
         b = g.within
         if b is None or not b.lead(g):
             return 0
-    d = w.dead
-    blocked = w.p.usage.blocked
+    d, u = w.dead, w.p.usage
+    blocked = u.blocked
     learned = w.p.timelines is not None and w.p.timelines.learned
+    capped = u.caps
     if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned, d,
-                        w.p.now):
+                        w.p.now, capped):
         # Its classes up to the first whose verdict is not known now are taken (a block of their own); that
         # one leaves it, the walk stops there; the rest stay a block for the walk's next turn in the family.
-        k = blocks.first_unknown(b, d, lambda j: blocked(j) is None, lambda j: dead(w, j), w.p.now, learned)
+        k = blocks.first_unknown(b, d, lambda j: blocked(j) is None, lambda j: dead(w, j), w.p.now, learned, capped)
         if k == len(b.groups):      # (holds answers for every class: not reached)
             blocks.kill(b)
             return 0
@@ -264,10 +269,13 @@ def _dead_class(w: "_Walk", g: Group) -> Verdict | None:
         return None if g.key[0][0] == "own" else dead(w, g.jobs[0])
     d = w.dead
     who, shape = cast(blocks.Plain, plain)
-    open_ = d.open.get(who)
-    if open_ is None:
-        open_ = d.open[who] = w.p.usage.blocked(g.jobs[0]) is None
-    return (d.verdicts.get(shape) or dead(w, g.jobs[0])) if open_ else None
+    if w.p.usage.caps:
+        open_ = d.open.get(who)
+        if open_ is None:
+            open_ = d.open[who] = w.p.usage.blocked(g.jobs[0]) is None
+        if not open_:
+            return None
+    return d.verdicts.get(shape) or dead(w, g.jobs[0])
 
 
 def dead(w: "_Walk", job: Job) -> Verdict | None:
@@ -285,7 +293,7 @@ def dead(w: "_Walk", job: Job) -> Verdict | None:
     if job.array_throttle:
         if p.usage.blocked(job) is not None:
             return None
-    else:
+    elif p.usage.caps:
         if d.placed != len(p.places):
             d.open, d.placed = {}, len(p.places)
         who = (job.account, job.user, job.gpus, job.cpus, job.nodes)

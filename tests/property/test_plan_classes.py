@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from labq.scheduler import multifactor, policy
 from labq.scheduler.daemon.applier import apply_plan
 from labq.scheduler.jobs import states
-from labq.scheduler.policy import classes, queue, settle, strict
+from labq.scheduler.policy import classes, kinds, queue, settle, strict
 from labq.scheduler.policy.backlog import gated
 from labq.scheduler.policy.kept import Kept
 from tests.harness import ClusterBuilder, G, cfg
@@ -476,11 +476,16 @@ def _families_as_whole(q) -> None:
     assert q.families == {f: sorted(fr) for f, fr in fams.items()}
     for user, mine in q.users.items():      # the times and ids _retail compares, place by place
         assert q.times[user] == [j.submit_time for j in mine] and q.uids[user] == [j.id for j in mine]
-    needs = {}
-    for g in q.groups.values():
+    needs, shapes = {}, {}
+    for k, g in q.groups.items():
         need = (g.jobs[0].total_gpus, g.jobs[0].cpus * g.jobs[0].nodes)
         needs[need] = needs.get(need, 0) + 1
-    assert q.needs == needs
+        head = g.jobs[0]
+        own = k[0][0] == "own"
+        shapes.setdefault(kinds.OWN if own else (head.gpus, head.gpu_type, head.cpus, head.mem), set()).add(id(g))
+    assert q.kinds.needs == needs
+    # each request shape's classes, those judged on their own apart (settle.settled asks a class of each)
+    assert {s: set(map(id, gs)) for s, gs in q.kinds.shapes.items()} == shapes
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
