@@ -41,6 +41,9 @@ _FIRST_TWO = itemgetter(0, 1)
 # Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting
 # jobs are new or changed.
 REBUILD_SHARE = 0.25
+# Two blocks a pass takes one right after the other are not joined where a pass of the last RECENT cut
+# there (settle._join): in a drain a class that can backfill when room comes back sits between them.
+RECENT = 64
 
 
 # A job's place in its group and its user's list, (submit time, id); in C, as bisect's key.
@@ -64,10 +67,11 @@ class Group:
     """One class's waiting jobs (and their ids) in (submit time, id) order; `plain`: what settle.dead
     reads of a class without gates, found at its first use (0: not yet; None: it has gates); `within`:
     the block of passed classes it is in (blocks.py), `block`: the one it starts."""
-    __slots__ = ("key", "jobs", "ids", "plain", "within", "block")
+    __slots__ = ("key", "jobs", "ids", "plain", "within", "block", "cut")
 
     def __init__(self, key: Key, jobs: list[Job]) -> None:
         self.key, self.jobs, self.ids = key, jobs, [j.id for j in jobs]
+        self.cut = -1       # the Queue's pass count when a pass last cut its block at it (settle._block_at)
         self.plain: Key | int | None = 0
         self.within: Block | None = None
         self.block: Block | None = None
@@ -132,6 +136,7 @@ class Queue:
     def __init__(self) -> None:
         self.runtimes = False       # whether the families are split by run time (`file`)
         self.apart = (True, True)   # whether the QoS and the account part families (`file`)
+        self.passes = 0             # passes filed
         self._reset()
 
     def _reset(self) -> None:
@@ -156,6 +161,7 @@ class Queue:
              runtimes: bool = False, apart: tuple[bool, bool] = (True, True)) -> None:
         """`sync` a list of the waiting jobs; `update` from a Seen. `runtimes`, `apart`: how `family`
         splits the families; a change files every job anew."""
+        self.passes += 1
         if (runtimes, apart) != (self.runtimes, self.apart):
             self.runtimes, self.apart = runtimes, apart
             self._reset()

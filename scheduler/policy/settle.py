@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
 from . import blocks, delays, kinds
-from .queue import Front, Group, Key
+from .queue import RECENT, Front, Group, Key, Queue
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
     from .classes import _Walk
@@ -129,21 +129,19 @@ class Dead:
     came back: Placer.grown), each shape's `_bound` (while no room was taken: Placer.changes), and
     whether the caps pass the jobs of an (account, user, GPUs, CPUs, nodes) (while nothing was admitted:
     Usage.blocked reads nothing else of a job without a throttle)."""
-    __slots__ = ("verdicts", "grown", "bounds", "changes", "open", "placed", "used", "reserved", "lost")
+    __slots__ = ("verdicts", "grown", "bounds", "changes", "open", "placed", "used", "reserved", "lost", "recent")
 
-    def __init__(self) -> None:
+    def __init__(self, queue: Queue | None = None) -> None:
         self.verdicts: dict[tuple[int, str, int, int], Verdict] = {}
-        self.grown = 0
         self.bounds: dict[tuple[int, str, int, int], float] = {}
-        self.changes = -1
+        self.grown, self.changes, self.placed = 0, -1, 0
         # request shape -> a job of it, of the shapes some class was passed with Reservation; and of those,
         # the ones an admission left without room: (its score, their "no room" verdict) (`recall`)
         self.reserved: dict[tuple[int, str, int, int], Job] = {}
         self.lost: dict[tuple[int, str, int, int], tuple[Any, Verdict]] = {}
         self.open: dict[tuple[str, str, int, int, int], bool] = {}
-        self.placed = 0
-        # the blocks of passed classes the pass took (blocks.py), each with the verdicts it took them with
-        self.used: list[tuple[blocks.Block, dict[blocks.Shape, Verdict]]] = []
+        self.used: list[tuple[blocks.Block, dict[blocks.Shape, Verdict]]] = []     # blocks taken, their verdicts
+        self.recent = queue.passes - RECENT if queue is not None else 0     # a cut since is recent (`_join`)
 
 
 def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) -> int:
@@ -211,9 +209,12 @@ def _close(d: Dead, run: list[Group], fronts: list[Front], after: bool) -> None:
 
 
 def _join(d: Dead) -> None:
-    """The last two blocks taken, one right after the other in their family, become one (the smaller
-    joins the larger): else a family's blocks, cut where a pass stops (`_block_at`), only ever split."""
+    """The last two blocks taken, one right after the other in their family, become one (the smaller joins
+    the larger): else a family's blocks, cut where a pass stops (`_block_at`), only ever split. Not where
+    a pass cut lately (queue.RECENT): in the drain the next pass with room there cut them again."""
     (a, _), (b, _) = d.used[-2:]
+    if b.groups[0].cut >= d.recent:
+        return
     del d.used[-2:]
     if len(a.groups) >= len(b.groups):
         a.extend(b)
@@ -246,6 +247,7 @@ def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> in
         if k == len(b.groups):      # (holds answers for every class: not reached)
             blocks.kill(b)
             return 0
+        b.groups[k].cut = w.reached.queue.passes      # type: ignore[union-attr]  # (kept: a Queue's)
         got = b.cut(k)
         if got is None:
             return 0
