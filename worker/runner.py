@@ -256,8 +256,9 @@ class Run:
                     self._tick()
                 if stopping is None:
                     why = self._why_stop(now >= deadline, due or st.control_due)
-                    if why in HARD:
-                        return why          # no grace: _finish kills at once
+                    if why in HARD:     # no grace: _finish kills at once; but a leader that exited since
+                        # the look above (this runner frozen, its agent killed meanwhile) exited on its own
+                        return "exited" if why in ("orphaned", "fenced") and waiter.exited() else why
                     if why:
                         stopping, phases = why, self._stop_phases(why)
                         first, grace = phases[0][0].name.removeprefix("SIG"), phases[0][1] if len(phases) > 1 else None

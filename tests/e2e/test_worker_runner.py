@@ -412,3 +412,27 @@ def test_a_claim_won_on_a_lapsed_lease_is_reported_not_left_silent(real_redis, r
     assert res["ran"] is False and not marker.exists()
     body = finished(real_redis)
     assert body["outcome"] == "node_failure" and body["start_time"] is None and "lease" in body["message"], body
+
+
+def test_a_job_that_exits_as_its_agent_dies_is_its_own_exit(real_redis, redis_server, tmp_path):
+    """The watch read the leader running, then (the runner frozen in between: CI, kill -9 of the agent
+    as its job exited 0) found its agent gone: the job had exited meanwhile on its own, nothing of the
+    runner's fencing killed it, so its outcome is its exit, not a node failure (before: `orphaned`,
+    node_failure, the finished work run again). The hook forces the interleaving: the first look at
+    the leader waits for its exit and answers "running", and the agent is gone from then on."""
+    put_job(real_redis, argv=("/bin/sh", "-c", "exit 0"), workdir=str(tmp_path))
+    hooks = ("import labq.worker.waiting as w\n"
+             "real_exited, real_ppid, gone = w.LeaderWaiter.exited, os.getppid, []\n"
+             "def stale(self):\n"
+             "    if not gone:\n"
+             "        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)\n"
+             "        gone.append(1)\n"
+             "        return False\n"
+             "    return real_exited(self)\n"
+             "w.LeaderWaiter.exited = stale\n"
+             "os.getppid = lambda: 1 if gone else real_ppid()")
+    p = start_hooked(runner_env(redis_server, tmp_path), hooks)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["outcome"] == "completed", err[-2000:]
+    assert finished(real_redis)["outcome"] == "completed"
