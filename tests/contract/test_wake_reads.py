@@ -68,12 +68,7 @@ def test_the_tick_after_a_wait_takes_the_requests_the_wait_moved(real_redis, red
     """The wait carries the tick's first look too (the lengths, the events, the LMOVEs of the requests
     that woke it, sized by the last intake): the tick's intake sends no look of its own, and every
     request is answered once (failed before: the look was a round trip of its own, LLEN first)."""
-    s = setup(real_redis, None, time.time())
-    now = time.time()
-    s.tick(now)
-    for i in range(3):
-        submit(real_redis, "alice", {**BODY, "hold": True}, f"w{i}")
-    assert s.store.wait_wake(1.0)
+    s, now = _three_woke(real_redis)
     seen = _round_trips(monkeypatch)
     s.tick(now)
     assert "LLEN" not in seen, seen
@@ -127,12 +122,7 @@ def test_a_batch_bigger_than_the_last_is_moved_by_the_wait_alone(real_redis, red
     bigger than the one before takes no LMOVE round trip of its own, a write Redis fsyncs before it
     answers under appendfsync always (failed before: sized at the last intake, the 4th of 4 requests
     after an intake of 3 went in a round trip of its own)."""
-    s = setup(real_redis, None, time.time())
-    now = time.time()
-    s.tick(now)
-    for i in range(3):
-        submit(real_redis, "alice", {**BODY, "hold": True}, f"w{i}")
-    assert s.store.wait_wake(1.0)
+    s, now = _three_woke(real_redis)
     s.tick(now)                              # an intake of 3: the next wait's LMOVEs are sized by it
     for i in range(4):
         submit(real_redis, "alice", {**BODY, "hold": True}, f"x{i}")
@@ -143,3 +133,14 @@ def test_a_batch_bigger_than_the_last_is_moved_by_the_wait_alone(real_redis, red
     got = [reply(real_redis, f"x{i}") for i in range(4)]
     assert all(g and g["ok"] for g in got) and sorted(g["job_id"] for g in got) == [4, 5, 6, 7]
     assert taken(real_redis) == 0
+
+
+def _three_woke(real_redis):
+    """A scheduler that took its first tick, and whose wait three held submits (w0..w2) woke."""
+    s = setup(real_redis, None, time.time())
+    now = time.time()
+    s.tick(now)
+    for i in range(3):
+        submit(real_redis, "alice", {**BODY, "hold": True}, f"w{i}")
+    assert s.store.wait_wake(1.0)
+    return s, now

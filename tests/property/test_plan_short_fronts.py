@@ -41,26 +41,7 @@ def test_a_pass_with_short_jobs_first_scores_the_classes_it_may_reach_not_every_
     b.running("n0", gpus=2, cpus=8, time_limit=86400)
     for k in range(2000):
         b.job(gpus=1, cpus=1, time_limit=600 + 7 * k, submit_offset=-float(k % 500))
-    snap = b.build()
-    c = cfg("[scheduler]\nbackfill_depth = 1\n[priority]\nshort_job_weight = 10\n")
-    scored = []
-    real = classes.scorer
-
-    def counting(*a, **k):
-        score = real(*a, **k)
-
-        def counted(j):
-            scored.append(j.id)
-            return score(j)
-        return counted
-    monkeypatch.setattr(classes, "scorer", counting)
-    q = queue.Queue()
-    for t in range(3):
-        snap = replace(snap, now=snap.now + 60 * t)
-        scored.clear()
-        got = policy.plan(snap, c, queue=q)
-        assert len(scored) < 100
-        assert got.places == () and got.starts == policy.plan_per_job(snap, c).starts
+    _few_scored(monkeypatch, b.build())
 
 
 @settings(max_examples=2000, deadline=None)
@@ -96,7 +77,12 @@ def test_a_pass_over_a_queue_that_waited_past_age_max_scores_a_few_classes_not_e
     b.running("n0", gpus=2, cpus=8, time_limit=86400 * 30)
     for k in range(2000):
         b.job(gpus=1, cpus=1, time_limit=600 + 7 * k, submit_offset=-8 * 86400 - float(k % 500))
-    snap = b.build()
+    _few_scored(monkeypatch, b.build())
+
+
+def _few_scored(monkeypatch, snap):
+    """Three passes of short jobs first with the kept Queue, a minute apart, on a cluster where nothing
+    starts: each scores fewer than 100 classes and decides as the per-job pass."""
     c = cfg("[scheduler]\nbackfill_depth = 1\n[priority]\nshort_job_weight = 10\n")
     scored = []
     real = classes.scorer
