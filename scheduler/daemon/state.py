@@ -5,7 +5,7 @@ and commits it (store/commit.py writes it, `SchedulerState.apply` takes it into 
 here reads a clock or Redis: a test builds a state by hand and applies Changes to it.
 """
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, Generic, TypeVar, cast
@@ -18,6 +18,7 @@ from ..jobs.rest import Rest
 from ..money import fairshare
 from ..policy.depend import targets as dependency_targets
 from ..policy.kept import Kept
+from ..policy.seen import Told
 from ..settings.config import Config
 from . import transitions as tr
 from .applier import Confirmed
@@ -26,8 +27,6 @@ from .crashguard import CrashGuard
 from .index import Index
 
 _ID = attrgetter("id")
-# What a pass's snapshot tells the kept Seen (Seen.tell): the ids changed since the last, the table, places.
-Told = tuple[Iterable[int], Mapping[int, Job], Callable[[Job], int]]
 
 
 class Tally:

@@ -10,7 +10,7 @@ first two plan() takes; the plan is the same as without any (tests/property/test
 The simulator keeps its Backlog itself, job by job as its queue changes (sim/kept.py); a caller
 that holds only snapshots (the daemon) has its changes found here, by identity: a record is
 frozen, so a changed job is a new object."""
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import TypedDict
 
 from ..jobs.model import Job, Snapshot
@@ -18,7 +18,7 @@ from ..settings.config import Config
 from . import strict
 from .backlog import Backlog
 from .queue import Queue
-from .seen import Seen
+from .seen import Seen, Told
 from .standing import Standing
 from .tracks import Tracks
 
@@ -45,8 +45,7 @@ class Kept:
         self.standing: Standing | None = None
         self.synced = -1        # Seen.n of the snapshot the backlog holds the pending jobs of
 
-    def inputs(self, snap: Snapshot, cfg: Config,
-               told: tuple[Iterable[int], Mapping[int, Job], Callable[[Job], int]] | None = None) -> Inputs:
+    def inputs(self, snap: Snapshot, cfg: Config, told: Told | None = None) -> Inputs:
         """plan()'s keyword arguments for `snap`: `backlog=` where its walk applies, else `queue=`;
         `seen=`, what changed since the last snapshot (seen.py), found, or `told` (Seen.tell's
         arguments but the jobs: the daemon's pass, state.SchedulerState.pass_snapshot)."""

@@ -21,6 +21,10 @@ from operator import attrgetter, eq, is_not
 from ..jobs import states
 from ..jobs.model import Job
 
+# What a caller that makes each change tells `Seen.tell` beside the jobs: the ids changed since the last
+# snapshot, the present record of each id, a job's place (the daemon's pass: state.pass_snapshot).
+Told = tuple[Iterable[int], Mapping[int, Job], Callable[[Job], int]]
+
 _ID, _STATE = attrgetter("id"), attrgetter("state")
 # How far past a place where the tuples differ the old record of the new one is looked for (records
 # that left in a row), and how many such places a pass may meet before reading the snapshot whole.
