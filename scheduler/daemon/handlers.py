@@ -18,7 +18,7 @@ from ..jobs.model import Job, Node, Snapshot
 from ..jobs.refs import parse_task_ids, resolve_ref, tasks_named
 from ..jobs.rest import Rest
 from ..money import balance, ledger, periods, pricing
-from ..policy.refusal import refusals
+from ..policy.refusal import Refusals
 from ..security import members
 from ..settings.config import Config
 from ..units import accrue, fmt_money
@@ -76,6 +76,7 @@ def start_basis(cfg: Config) -> str:
 class Handlers:
     def __init__(self, state: State) -> None:
         self.s = state
+        self.refusals = Refusals()     # per request shape while the nodes and config stand
 
     def handle(self, user: str, op: str, body: dict[str, Any], now: float) -> Change:
         if op in BUDGET_OPS:   # budget set / override / revoke, ledger import: scheduler/daemon/bookkeeper.py
@@ -104,7 +105,7 @@ class Handlers:
         wait = body.get("hold_until_budget", False)
         if not isinstance(wait, bool):
             raise UsageError(f"hold_until_budget: expected true or false, got {wait!r}")
-        why, unpaid = refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now, self.s.read.spent) if cfg.budgets else {},
+        why, unpaid = self.refusals(template, self.s.nodes, cfg, self.s.books.spent_now(now, self.s.read.spent) if cfg.budgets else {},
                                       self.s.tally.on_node.values())
         if why or (unpaid and not wait):
             raise RefusedError(why or unpaid)

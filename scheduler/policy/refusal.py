@@ -34,6 +34,47 @@ def refusals(job: Job, nodes: Sequence[Node], cfg: Config, spent: dict[str, int]
     return why, None if why else never_affordable(job, cheapest, cfg, spent)
 
 
+# Shapes a Refusals keeps between changes of the nodes or the config (a lab submits a few).
+SHAPES = 256
+
+
+class Refusals:
+    """`refusals` for the daemon's stream of submits: what `refusal_of_shape` says of a request's
+    shape (its GPUs, model, CPUs, memory, nodes, user and account: all it reads of the job) is kept
+    while the nodes and the config are the same objects (both are replaced, never changed, when
+    they change), so a submit asks the nodes once per shape, not each time (~5 us a submit on one
+    node in the 100-client drain, more with each node; issue 39). A shape whose account or user
+    cap has on_limit = "refuse" counts the running jobs: asked afresh each time. The budgets'
+    part (`never_affordable`, which reads `spent`) is asked each time."""
+
+    def __init__(self) -> None:
+        self.nodes: Sequence[Node] | None = None
+        self.cfg: Config | None = None
+        self.shapes: dict[tuple[object, ...], tuple[str | None, str]] = {}
+
+    def __call__(self, job: Job, nodes: Sequence[Node], cfg: Config, spent: dict[str, int] | None = None,
+                 running: Iterable[Job] = ()) -> tuple[str | None, str | None]:
+        if nodes is not self.nodes or cfg is not self.cfg:
+            self.nodes, self.cfg, self.shapes = nodes, cfg, {}
+        key = (job.gpus, job.gpu_type, job.cpus, job.mem, job.nodes, job.user, job.account)
+        got = self.shapes.get(key)
+        if got is None:
+            got = refusal_of_shape(job, nodes, cfg, running)
+            if not _counts_running(job, cfg):
+                if len(self.shapes) >= SHAPES:
+                    self.shapes.clear()
+                self.shapes[key] = got
+        why, cheapest = got
+        return why, None if why else never_affordable(job, cheapest, cfg, spent)
+
+
+def _counts_running(job: Job, cfg: Config) -> bool:
+    """Whether `over_alone` reads the running jobs for `job`: a cap of its account or user refuses
+    what is over it now."""
+    return any(c is not None and c.on_limit == "refuse" for c in (cfg.account_named(job.account),
+                                                                  cfg.user_named(job.user)))
+
+
 def refusal_of_shape(job: Job, nodes: Sequence[Node], cfg: Config,
                      running: Iterable[Job] = ()) -> tuple[str | None, str]:
     """`refusal` but for the budgets, which it asks last: (why, or None; the cheapest GPU model of
