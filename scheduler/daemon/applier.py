@@ -77,6 +77,7 @@ class _Work:
     rooms: dict[str, Free | None] = field(default_factory=dict)
     holders: dict[str, list[Job]] | None = None
     named: dict[str, Node] | None = None
+    free: Mapping[str, Free] | None = None
     touched: set[int] = field(default_factory=set)
     rejected: list[Rejected] = field(default_factory=list)
 
@@ -151,15 +152,18 @@ class Confirmed:
 
 
 def apply_plan(plan: Plan, pending: Mapping[int, Job], running: Mapping[int, Job], nodes: Iterable[Node],
-               now: float, reasons: bool = True, confirmed: Confirmed | None = None) -> Applied:
+               now: float, reasons: bool = True, confirmed: Confirmed | None = None,
+               free: Mapping[str, Free] | None = None) -> Applied:
     """Apply `plan` to the pending and running jobs (one mapping may hold both: the state decides)
     on `nodes` at `now`. `reasons`: whether a new reason alone makes a new record (the daemon shows
     it in `labq stat`); without it only an earmark change does (the simulator keeps reasons apart).
+    `free`: the room free on each up node before the plan, as the caller keeps it (the replay: its
+    policy.Standing's), instead of summing every running job's holdings on a plan's first placement.
     `confirmed` (with `reasons` only): what the caller's earlier passes found unchanged, told the
     ids whose records changed since; it learns this pass's."""
     if confirmed is not None and not reasons:
         raise ValueError("a Confirmed keeps the records that have their reasons: apply with reasons")
-    w = _Work(pending, running, nodes, now)
+    w = _Work(pending, running, nodes, now, free=free)
     started = [j for j in (_place(w, p) for p in plan.places) if j is not None]
     expired = []
     for e in plan.expires:
@@ -276,7 +280,12 @@ def _free(node: Node, holders: list[Job]) -> Free:
 
 def _room(w: _Work, name: str) -> Free | None:
     """The room on node `name` (None: not up), worked out on its first placement in this plan."""
-    if name not in w.rooms:
+    if name not in w.rooms and w.free is not None:
+        # A copy: placements occupy it. At 512 GPUs the sum over ~300 running jobs a placing plan was
+        # an eighth of a replay through plan() (16 of 121 s profiled, t9 20k; plan() 66 s).
+        spot = w.free.get(name)
+        w.rooms[name] = spot.copy() if spot is not None else None
+    elif name not in w.rooms:
         if w.holders is None:    # the jobs on each node: one pass, and only for a plan that places
             w.holders = {}
             for r in w.running.values():

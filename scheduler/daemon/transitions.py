@@ -40,7 +40,7 @@ class Charge:
 def admit(job: Job, place: Place, now: float) -> Job:
     n = len(job.attempts) + 1
     a = Attempt(attempt=n, node=place.node, gpus=place.gpus, dispatch_time=now, parts=place.parts)
-    return replace(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
+    return evolve(job, state=states.RUNNING, reason=states.NONE, detail="", node=place.node,
                    gpu_uuids=place.gpus, parts=place.parts, start_time=job.start_time or now, commit=place.commit,
                    rates=place.rates, cost_rate=place.cost_rate, borrowed=place.borrowed, earmark="", earmark_gpus=(),
                    attempts=job.attempts + (a,))
@@ -48,7 +48,7 @@ def admit(job: Job, place: Place, now: float) -> Job:
 
 def preempting(job: Job, for_job: int | None, detail: str, now: float) -> Job:
     """The preempt control went out: the job drains (`PR`) for `for_job` during its grace."""
-    return replace(job, state=states.PREEMPTING, preempted_for=for_job, preempt_time=now, detail=detail)
+    return evolve(job, state=states.PREEMPTING, preempted_for=for_job, preempt_time=now, detail=detail)
 
 
 def pend(job: Job, reason: str, detail: str, earmark: str = "", earmark_gpus: Iterable[str] = ()) -> Job:
@@ -58,7 +58,7 @@ def pend(job: Job, reason: str, detail: str, earmark: str = "", earmark_gpus: It
 
 def end_pending(job: Job, state: str, detail: str, now: float) -> Job:
     """A job that never ran ends (expired, cancelled while pending): no attempt, no charge."""
-    return replace(job, state=state, reason=states.NONE, detail=detail, end_time=now, earmark="", earmark_gpus=())
+    return evolve(job, state=state, reason=states.NONE, detail=detail, end_time=now, earmark="", earmark_gpus=())
 
 
 def started(job: Job, attempt: int, body: dict[str, Any]) -> Job | None:
@@ -69,7 +69,7 @@ def started(job: Job, attempt: int, body: dict[str, Any]) -> Job | None:
     if cur.start_time and not _earlier_part(cur, began):
         return None
     a = replace(cur, start_time=began)
-    return replace(job, attempts=job.attempts[:-1] + (a,))
+    return evolve(job, attempts=job.attempts[:-1] + (a,))
 
 
 def _earlier_part(cur: Attempt, began: float | None) -> bool:
@@ -84,7 +84,7 @@ def checkpointed(job: Job, at: float) -> Job | None:
     cur = job.current
     if job.state not in states.ON_NODE or cur is None or cur.end_time:
         return None
-    return replace(job, attempts=job.attempts[:-1] + (replace(cur, last_checkpoint=at),))
+    return evolve(job, attempts=job.attempts[:-1] + (replace(cur, last_checkpoint=at),))
 
 
 def finished(job: Job, attempt: int, body: dict[str, Any], now: float, cfg: Config) -> Closed | None:
@@ -116,7 +116,7 @@ def part_usage(job: Job, attempt: int, node: str, usage: dict[str, Any]) -> Job 
         return None
     nodes[node] = usage
     new = replace(a, usage={**a.usage, "nodes": nodes})
-    return replace(job, attempts=job.attempts[:attempt - 1] + (new,) + job.attempts[attempt:])
+    return evolve(job, attempts=job.attempts[:attempt - 1] + (new,) + job.attempts[attempt:])
 
 
 def node_failed(job: Job, last_heartbeat: float, now: float, cfg: Config, why: str = "node lease expired") -> Closed:
@@ -137,9 +137,9 @@ def withdrawn(job: Job, why: str, now: float, start_timeout: float = 0, node: st
     common: dict[str, Any] = dict(attempts=job.attempts[:-1] + (a,), commit=(), rates=(), cost_rate=0, node="", gpu_uuids=(),
                   parts=(), preempted_for=None, preempt_time=None, borrowed=False, requeue_requested=False)
     if why == "cancel":
-        return replace(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
+        return evolve(job, state=states.CANCELLED, reason=states.NONE, end_time=now,
                        detail="cancelled before a runner took it", **common)
-    return replace(job, state=states.PENDING, reason=states.NONE, **common,
+    return evolve(job, state=states.PENDING, reason=states.NONE, **common,
                    detail=f"requeued: no runner on node {node or cur.node} took it within {start_timeout:.0f}s")
 
 
@@ -175,10 +175,10 @@ def _close(job: Job, cur: Attempt, outcome: str, end: float, exit_code: int | No
         preempt_count=job.preempt_count + counts_as_preemption(job, outcome), requeue_requested=False)
     state, detail, more = after_attempt(job, outcome, exit_code, cur.start_time or start, end, last_ckpt, message, cfg)
     if state == states.PENDING:
-        new = replace(job, state=state, reason=states.NONE, detail=detail, restart_count=job.restart_count + 1,
+        new = evolve(job, state=state, reason=states.NONE, detail=detail, restart_count=job.restart_count + 1,
                       **common, **more)
     else:
-        new = replace(job, state=state, reason=states.NONE, detail=detail, end_time=end,
+        new = evolve(job, state=state, reason=states.NONE, detail=detail, end_time=end,
                       **{**common, "node": cur.node, "gpu_uuids": cur.gpus, "parts": cur.parts})
     return new, charges
 

@@ -319,7 +319,10 @@ class Simulator:
     def _apply(self, t: float, p) -> None:
         """The Plan, applied by the daemon's applier (applier.apply_plan); the replay then times what
         it started and preempted. A rejection would be a policy bug: the plan was made from this state."""
-        done = apply_plan(p, self.queue.jobs, self.running, self.nodes, t, reasons=False)
+        # The room a placement needs is the Standing's, kept as jobs start and end; the reference
+        # (whole passes) works it out from the running jobs, so the two are held to each other.
+        done = apply_plan(p, self.queue.jobs, self.running, self.nodes, t, reasons=False,
+                          free=self.standing.placer.free if self.skip else None)
         if done.rejected:
             raise AssertionError(f"plan() decided what its own snapshot does not allow: {done.rejected[0].why}")
         for job in done.started:

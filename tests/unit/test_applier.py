@@ -7,6 +7,7 @@ from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.daemon.applier import apply_plan
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.plan import Cancel, Expire, Pending, Pendings, Place, Plan, Preempt
+from labq.scheduler.policy import capacity
 from tests.harness import ClusterBuilder, G, cfg
 
 NOW = 1_000_000.0
@@ -139,3 +140,26 @@ def test_a_resources_record_stays_where_the_pass_says_higher_priority_jobs_took_
     runs = Plan(pending=Pendings([], [((1, 2), (states.PRIORITY, took + at, "", ())),
                                              ((3,), (states.PRIORITY, took, "", ()))]))
     assert [j.id for j in apply_plan(runs, jobs, jobs, nodes, NOW).pended] == [1]
+
+
+def test_the_room_kept_by_the_caller_checks_a_plan_as_the_running_jobs_do():
+    """`free` (the replay's Standing) stands for summing the running jobs: the same verdicts, and
+    what it says is taken, or a node it leaves out, is refused though the records say otherwise."""
+    b = (ClusterBuilder(NOW).node("n", gpus=2, cpus=4, mem=8 * G).node("gone", gpus=1, lease=-1.0)
+         .running("n", gpus=1).job(gpus=1).job(gpus=1).job(gpus=1, cpus=8))
+    jobs, nodes = state(b.build())
+    held = jobs[1].gpu_uuids[0]
+    p = Plan(places=(place(2, gpus=(held,)), place(3, gpus=("GPU-n-1",)), place(4, gpus=("GPU-n-0",)),
+                     place(4, node="gone", gpus=("GPU-gone-0",))))
+    summed = apply_plan(p, jobs, jobs, nodes, NOW)
+    free = capacity.free_capacity(nodes, [j for j in jobs.values() if j.state == states.RUNNING], NOW)
+    kept = apply_plan(p, jobs, jobs, nodes, NOW, free=free)
+    assert (kept.started, [r.why for r in kept.rejected]) == (summed.started, [r.why for r in summed.rejected])
+    assert [j.id for j in kept.started] == [3] and len(kept.rejected) == 3
+    assert free["n"].gpus == [g for g in nodes[0].gpus if g.uuid != held], "the caller's room is not occupied"
+    # The caller's room, not the records, decides: it says GPU-n-1 is taken and n alone is up.
+    taken = {"n": replace(free["n"].copy(), gpus=[g for g in free["n"].gpus if g.uuid != "GPU-n-1"])}
+    assert [r.why for r in apply_plan(Plan(places=(place(3, gpus=("GPU-n-1",)),)), jobs, jobs, nodes, NOW,
+                                      free=taken).rejected] == ["job 3 on n: GPU GPU-n-1 is not free"]
+    assert [r.why for r in apply_plan(Plan(places=(place(3, gpus=("GPU-n-1",)),)), jobs, jobs, nodes, NOW,
+                                      free={}).rejected] == ["job 3 on n: the node is not up"]
