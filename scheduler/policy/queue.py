@@ -1,20 +1,19 @@
-"""The waiting jobs by request class, kept from pass to pass: what plan()'s class walk (classes.py)
-reads instead of grouping and sorting every waiting job on every pass.
+"""The waiting jobs by request class, kept from pass to pass: what plan()'s class walk (classes.py) reads instead of
+grouping and sorting every waiting job on every pass.
 
-A `Queue` holds, for each (class key, burst flag), that class's jobs in their priority order within
-the class (submit time, id), and each user's burst tail (multifactor.burst_tail). It also keeps each
-*family*'s classes (QoS, account, burst flag: what the priority adds besides the age) in the order
-of their first jobs: within a family, without short-jobs-first, a class whose first job was
-submitted earlier comes first at any `now` (multifactor.scorer: the age term only grows with the
-wait), so a pass merges the families' heads and scores only the classes it reaches (classes.py).
-None of this depends on `now`, so a pass only files what changed since the last: `sync` compares the waiting jobs with the
-ones it holds by identity (a job changes by being replaced: records are frozen), re-files the new and
-changed ones, drops the gone ones, and recomputes the burst tail of the users they belong to. A
-class's constant terms of the priority (QoS, fair share) are the walk's, per pass.
+A `Queue` holds, for each (class key, burst flag), that class's jobs in their priority order within the class (submit
+time, id), and each user's burst tail (multifactor.burst_tail). It also keeps each *family*'s classes (QoS, account,
+burst flag: what the priority adds besides the age) in the order of their first jobs: within a family, without
+short-jobs-first, a class whose first job was submitted earlier comes first at any `now` (multifactor.scorer: the age
+term only grows with the wait), so a pass merges the families' heads and scores only the classes it reaches
+(classes.py). None of this depends on `now`, so a pass only files what changed since the last: `sync` compares the
+waiting jobs with the ones it holds by identity (a job changes by being replaced: records are frozen), re-files the new
+and changed ones, drops the gone ones, and recomputes the burst tail of the users they belong to. A class's constant
+terms of the priority (QoS, fair share) are the walk's, per pass.
 
-It is a cache: plan() decides exactly as without it (tests/property/test_plan_classes.py runs
-plan() with one Queue over a sequence of changing snapshots against plan_per_job). The daemon keeps
-one for its passes; a caller without one gets a fresh Queue per pass.
+It is a cache: plan() decides exactly as without it (tests/property/test_plan_classes.py runs plan() with one Queue over
+a sequence of changing snapshots against plan_per_job). The daemon keeps one for its passes; a caller without one gets a
+fresh Queue per pass.
 """
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable
@@ -38,8 +37,7 @@ Waiting = list[Job] | Seen
 
 _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
 _FIRST_TWO = itemgetter(0, 1)
-# Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting
-# jobs are new or changed.
+# Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting jobs are new or changed.
 REBUILD_SHARE = 0.25
 # Two blocks a pass takes one right after the other are not joined where a pass of the last RECENT cut
 # there (settle._join): in a drain a class that can backfill when room comes back sits between them.
@@ -77,7 +75,7 @@ class Group:
         self.block: Block | None = None
 
     def add(self, j: Job) -> None:
-        at = bisect_left(self.jobs, _order(j), key=_order)
+        at = _place(self.jobs, _order(j))
         self.jobs.insert(at, j)
         self.ids.insert(at, j.id)
 
@@ -88,6 +86,11 @@ class Group:
     def drop(self, j: Job) -> None:
         at = bisect_left(self.jobs, _order(j), key=_order)
         del self.jobs[at], self.ids[at]
+
+
+def _place(jobs: list[Job], at: tuple[float, int]) -> int:
+    """Where (submit time, id) `at` goes in `jobs`: a new submit's, the end, known without a bisect (~1 us)."""
+    return len(jobs) if not jobs or _order(jobs[-1]) < at else bisect_left(jobs, at, key=_order)
 
 
 def file(groups: dict[Key, Group], where: dict[int, Key], j: Job, k: Key) -> None:
@@ -234,7 +237,7 @@ class Queue:
             if _marked(j):
                 self.marked[j.id] = j
             mine = self.users.setdefault(j.user, [])
-            at = bisect_left(mine, _order(j), key=_order)
+            at = _place(mine, _order(j))
             mine.insert(at, j)
             self.times.setdefault(j.user, []).insert(at, j.submit_time)
             self.uids.setdefault(j.user, []).insert(at, j.id)
