@@ -266,6 +266,13 @@ class Bounder:
                 submit, jid)
 
 
+def aged(now: float, w: Priority) -> Callable[[float], bool]:
+    """Bounder.aged at `now` under the weights `w`, without the rest of a Bounder."""
+    aw, age_max = w.age_weight, w.age_max or 1
+    per_s = aw / age_max
+    return lambda submit: (now - submit) * per_s >= aw and now - submit >= age_max
+
+
 def burst_tail(pending: Iterable[Job], allowance: int, window: float) -> set[int]:
     """Ids of jobs that had at least `allowance` earlier jobs of the same user submitted within
     `window` before them: the tail of a burst. (Ties in submit time go by id, the submit order.)

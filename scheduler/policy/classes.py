@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..jobs import states
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Place, Verdict
-from ..multifactor import Score, ordered, scorer
+from ..multifactor import Score, aged, ordered, scorer
 from ..settings.config import Config
 from . import settle
 from .capacity import avoided
@@ -97,7 +97,7 @@ def file(queue: Queue, p: "_Pass", waiting: Waiting, cfg: Config) -> None:
     """File this pass's `waiting` jobs in `queue` (queue.py), or what changed since its last (a Seen)."""
     w = cfg.priority
     queue.file(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, group_key, runtimes(w),
-               apart(w))
+               apart(w), aged(p.now, w))
 
 
 def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None) -> None:
@@ -115,7 +115,7 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None)
     if queue is None:
         queue = Queue()
         file(queue, p, waiting, cfg)
-    _Walk(p, _scorer(p, cfg, queue.bursting), queue, lazy=lazy(p.now, dict(p.snap.usage), cfg)).go()
+    _Walk(p, _scorer(p, cfg, queue.bursting), queue, lazy=lazy(p.now, dict(p.snap.usage), cfg, queue.split)).go()
 
 
 def _unordered(j: Job) -> Score:      # the score of a walk that merges nothing (one_by_one): never asked

@@ -52,12 +52,14 @@ def apart(w: Priority) -> tuple[bool, bool]:
     return bool(w.qos_weight), bool(w.fairshare_weight)
 
 
-def lazy(now: float, usage: dict[str, float], cfg: Config) -> "bool | Bound":
+def lazy(now: float, usage: dict[str, float], cfg: Config, split: bool = True) -> "bool | Bound":
     """How the walk reaches the classes: by the families' fronts (True), under the bounds of families
-    split by run time (`runtimes`: the bound), or every class at the start (False)."""
+    split by run time (`runtimes`: the bound), or every class at the start (False). `split`: whether
+    the Queue's families are split by run time; not while every job waited past the short-job term
+    (queue.Queue.file): then its families' fronts are their priority order, as without the term."""
     w = cfg.priority
     if runtimes(w):
-        return bounder(now, usage, cfg)
+        return bounder(now, usage, cfg) if split else True
     return not w.short_job_weight and w.age_weight >= 0
 
 

@@ -19,17 +19,14 @@ from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable
 from itertools import chain, compress, repeat
 from operator import attrgetter, ge, is_not, itemgetter, ne, sub
-from typing import Any
 
 from .. import multifactor
 from ..jobs.model import Job
 from . import blocks
-from .blocks import Block
+from .groups import Group as Group, Key as Key, file as file, place, unfile as unfile  # (re-exported)
 from .kinds import Kinds
 from .seen import Seen
 
-# A group's key: (class key, burst flag) here, (QoS, account, burst flag, gated) in backlog.py.
-Key = tuple[Any, ...]
 # A job's group key without the burst flag, from the job and whether it is a class of its own.
 KeyOf = Callable[[Job, bool], Key]
 # What a pass files: its waiting jobs, or what changed since the snapshot filed last (seen.py).
@@ -61,60 +58,6 @@ def _marked(j: Job) -> bool:
     return j.max_wait is not None or j.deadline is not None or bool(j.deps) or bool(j.earmark)
 
 
-class Group:
-    """One class's waiting jobs (and their ids) in (submit time, id) order; `plain`: what settle.dead
-    reads of a class without gates, found at its first use (0: not yet; None: it has gates); `within`:
-    the block of passed classes it is in (blocks.py), `block`: the one it starts."""
-    __slots__ = ("key", "jobs", "ids", "plain", "within", "block", "cut")
-
-    def __init__(self, key: Key, jobs: list[Job]) -> None:
-        self.key, self.jobs, self.ids = key, jobs, [j.id for j in jobs]
-        self.cut = -1       # the Queue's pass count when a pass last cut its block at it (settle._block_at)
-        self.plain: Key | int | None = 0
-        self.within: Block | None = None
-        self.block: Block | None = None
-
-    def add(self, j: Job) -> None:
-        at = _place(self.jobs, _order(j))
-        self.jobs.insert(at, j)
-        self.ids.insert(at, j.id)
-
-    def swap(self, j: Job) -> None:
-        """The job's new record in its old one's place (the same (submit time, id))."""
-        self.jobs[bisect_left(self.jobs, _order(j), key=_order)] = j
-
-    def drop(self, j: Job) -> None:
-        at = bisect_left(self.jobs, _order(j), key=_order)
-        del self.jobs[at], self.ids[at]
-
-
-def _place(jobs: list[Job], at: tuple[float, int]) -> int:
-    """Where (submit time, id) `at` goes in `jobs`: a new submit's, the end, known without a bisect (~1 us)."""
-    return len(jobs) if not jobs or _order(jobs[-1]) < at else bisect_left(jobs, at, key=_order)
-
-
-def file(groups: dict[Key, Group], where: dict[int, Key], j: Job, k: Key) -> None:
-    """Put `j` in group `k` (made when it is the first), remembering where (Queue, backlog.Backlog):
-    as the group's own key, so that a class's jobs share one (~260 B a job otherwise: 26 MB of the
-    scheduler at 100,000 single pending jobs, issue 39)."""
-    g = groups.get(k)
-    if g is None:
-        groups[k] = Group(k, [j])
-    else:
-        k = g.key
-        g.add(j)
-    where[j.id] = k
-
-
-def unfile(groups: dict[Key, Group], where: dict[int, Key], j: Job) -> None:
-    """Take `j` out of its group; a group left empty goes."""
-    k = where.pop(j.id)
-    g = groups[k]
-    g.drop(j)
-    if not g.jobs:
-        del groups[k]
-
-
 # A class's place in its family: its first job's (submit time, id), then its key and its Group (never
 # compared: the ids differ). The Group rides along so that a walk over a family's classes reads it
 # without hashing the key (a tuple of ~17 fields, hashed anew at every lookup).
@@ -137,7 +80,9 @@ class Queue:
     (classes._own: it reads the pass's draining preemptors, so a change to those re-files them)."""
 
     def __init__(self) -> None:
-        self.runtimes = False       # whether the families are split by run time (`file`)
+        self.runtimes = False       # whether the families are to be split by run time (`file`)
+        self.split = False          # whether they are now: not while every job filed has aged (`file`)
+        self.newest = float("-inf")     # the latest submit time of a job filed
         self.apart = (True, True)   # whether the QoS and the account part families (`file`)
         self.passes = 0             # passes filed
         self._reset()
@@ -161,16 +106,26 @@ class Queue:
         self.kinds = Kinds()        # the classes' needs and shapes (kinds.py)
 
     def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf,
-             runtimes: bool = False, apart: tuple[bool, bool] = (True, True)) -> None:
+             runtimes: bool = False, apart: tuple[bool, bool] = (True, True),
+             aged: Callable[[float], bool] | None = None) -> None:
         """`sync` a list of the waiting jobs; `update` from a Seen. `runtimes`, `apart`: how `family`
-        splits the families; a change files every job anew."""
+        splits the families; a change files every job anew. `aged(submit time)`: whether a job has
+        waited past the short-job term (multifactor.aged): once every job filed has, all score alike
+        but for (submit time, id), FIFO, and the families are not split (fronts.lazy), until one
+        that has not comes (each change of `split` files every job anew)."""
         self.passes += 1
         if (runtimes, apart) != (self.runtimes, self.apart):
-            self.runtimes, self.apart = runtimes, apart
+            self.runtimes, self.apart, self.split = runtimes, apart, runtimes
             self._reset()
         if isinstance(waiting, Seen):
-            return self.update(waiting, draining, burst, key)
-        self.sync(waiting, draining, burst, key)
+            self.update(waiting, draining, burst, key)
+        else:
+            self.sync(waiting, draining, burst, key)
+        split = runtimes and not (aged is not None and aged(self.newest))
+        if split != self.split:
+            self.split, seen_at, left = split, self.seen_at, self.left
+            self._rebuild(list(self.jobs.values()), self.draining, self.burst, key)
+            self.seen_at, self.left = seen_at, left
 
     def sync(self, waiting: list[Job], draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf) -> None:
         """File `waiting` (this pass's waiting jobs); `key(j, own)`: a job's group key without the
@@ -234,10 +189,12 @@ class Queue:
             spots.append((j.user, _order(j)))
         for j in changed:
             known[j.id] = j
+            if j.submit_time > self.newest:
+                self.newest = j.submit_time
             if _marked(j):
                 self.marked[j.id] = j
             mine = self.users.setdefault(j.user, [])
-            at = _place(mine, _order(j))
+            at = place(mine, _order(j))
             mine.insert(at, j)
             self.times.setdefault(j.user, []).insert(at, j.submit_time)
             self.uids.setdefault(j.user, []).insert(at, j.id)
@@ -303,6 +260,7 @@ class Queue:
         self._reset()
         self.draining, self.burst = draining, burst
         self.jobs = {j.id: j for j in waiting}
+        self.newest = max(self.newest, max(map(_SUBMIT_TIME, waiting), default=self.newest))
         self.marked = {j.id: j for j in waiting if _marked(j)}
         self.bursting = multifactor.burst_tail(waiting, *burst) if burst is not None else set()
         lists: dict[Key, list[Job]] = {}
@@ -321,7 +279,7 @@ class Queue:
             jobs.sort(key=_SUBMIT_TIME)     # within a class (plain keys sort faster than tuples)
             self.groups[k] = g = Group(k, jobs)
             head = jobs[0]
-            self.families.setdefault(family(head, k, self.runtimes, self.apart), []).append((head.submit_time, head.id, k, g))
+            self.families.setdefault(family(head, k, self.split, self.apart), []).append((head.submit_time, head.id, k, g))
             self.kinds.count(k, g, head, True)
         for fronts in self.families.values():
             fronts.sort(key=_FIRST_TWO)
@@ -385,7 +343,7 @@ class Queue:
         kinds follow."""
         any_ = now if now is not None else was
         assert any_ is not None
-        fronts = self.families.setdefault(family(any_, k, self.runtimes, self.apart), [])
+        fronts = self.families.setdefault(family(any_, k, self.split, self.apart), [])
         if was is not None:
             del fronts[bisect_left(fronts, (was.submit_time, was.id))]
             blocks.remove(g, (was.submit_time, was.id))
@@ -397,4 +355,4 @@ class Queue:
         if was is None or now is None:
             self.kinds.count(k, g, any_, was is None)
         if not fronts:
-            del self.families[family(any_, k, self.runtimes, self.apart)]
+            del self.families[family(any_, k, self.split, self.apart)]

@@ -774,9 +774,12 @@ def learned(snap, data):
     return replace(snap, jobs=jobs)
 
 
-def families_as_whole(q) -> None:
+def families_as_whole(q, now: float, c) -> None:
     """The Queue's families are its groups split by run time floor, each at its first job's place,
-    and a family's floor is at most the expected run time of each of its classes (the bound's premise)."""
+    and a family's floor is at most the expected run time of each of its classes (the bound's premise);
+    not split only while every job waiting has waited past the short-job term (their scores tie, FIFO)."""
+    aged = multifactor.aged(now, c.priority)
+    assert q.split or all(aged(j.submit_time) for j in q.jobs.values())
     fams = {}
     for k, g in q.groups.items():
         head = g.jobs[0]
@@ -784,7 +787,8 @@ def families_as_whole(q) -> None:
         assert all(multifactor.expected_runtime(j) == e for j in g.jobs)
         floor = multifactor.runtime_floor(e)
         assert floor <= e
-        fams.setdefault((head.qos, head.account, k[1], floor), []).append((head.submit_time, head.id, k, g))
+        fams.setdefault((head.qos, head.account, k[1]) + ((floor,) if q.split else ()), []).append(
+            (head.submit_time, head.id, k, g))
     assert q.families == {f: sorted(fr) for f, fr in fams.items()}
 
 
@@ -798,7 +802,7 @@ def test_a_kept_queue_with_short_jobs_first_decides_as_the_per_job_pass(scene, d
     q = classes.Queue()
     for _ in range(4):
         same(policy.plan(snap, c, queue=q), policy.plan_per_job(snap, c))
-        families_as_whole(q)
+        families_as_whole(q, snap.now, c)
         snap = learned(_changed(snap, data), data) if data.draw(st.booleans()) else _changed(snap, data)
         snap = replace(snap, now=snap.now + data.draw(st.sampled_from([0.0, 1.0, 300.0, 5000.0])))
     c = replace(c, priority=replace(c.priority, short_job_weight=0.0))     # a reload turns it off: filed anew

@@ -64,6 +64,7 @@ def test_a_job_that_waited_its_full_age_scores_its_tied_priority_bit_for_bit(qos
     j = Job(id=jid, user="u", account=account, argv=("true",), workdir="/tmp", qos=qos, time_limit=3600,
             learned_est=e, submit_time=submit)
     b = multifactor.bounder(now, usage, c)
+    assert multifactor.aged(now, c.priority)(submit) == b.aged(submit)     # (the Queue's, queue.Queue.file)
     if b.aged(submit):
         assert b.aged(submit - earlier)
         assert b.tied(qos, account, burst, submit, jid) == multifactor.scorer(now, usage, c, {jid} if burst else ())(j)
@@ -102,3 +103,23 @@ def _few_scored(monkeypatch, snap):
         got = policy.plan(snap, c, queue=q)
         assert len(scored) < 100
         assert got.places == () and got.starts == policy.plan_per_job(snap, c).starts
+
+
+def test_a_queue_that_waited_past_age_max_is_not_split_until_a_job_that_did_not_comes():
+    """Every job waiting has waited past age_max: their scores tie (FIFO), so the kept Queue files them
+    in families not split by run time (a deep short-jobs-first drain merged ~45 families' aged classes
+    a pass). Two jobs submitted since, a long one and then a short one, one GPU free: the short one
+    starts, as the per-job pass has it; a Queue that stayed unsplit started the long one (FIFO)."""
+    c = cfg("[scheduler]\nbackfill_depth = 1\n[priority]\nshort_job_weight = 10\n")
+    b = ClusterBuilder().node("n0", gpus=2, cpus=8, lease=10 ** 6)
+    b.running("n0", gpus=1, cpus=1, time_limit=86400 * 30)
+    for k in range(12):
+        b.job(gpus=2, cpus=2, time_limit=600 + 7 * k, submit_offset=-8 * 86400 - float(k))
+    snap, q = b.build(), queue.Queue()
+    assert policy.plan(snap, c, queue=q).places == () and not q.split
+    long = replace(snap.jobs[-1], id=1001, gpus=1, cpus=1, time_limit=86400, submit_time=snap.now - 60)
+    short = replace(long, id=1002, time_limit=600, submit_time=snap.now - 30)
+    snap = replace(snap, now=snap.now + 60, jobs=snap.jobs + (long, short))
+    got = policy.plan(snap, c, queue=q)
+    assert q.split and [p.job_id for p in got.places] == [short.id]
+    assert got.places == policy.plan_per_job(snap, c).places
