@@ -93,9 +93,9 @@ def settled(w: "_Walk") -> bool:
 
 
 def finish(w: "_Walk", version: tuple[int, ...]) -> None:
-    """Every class left in the merge of `w` takes the verdict of its next job for the rest of its
-    jobs (`settled` said the state no longer changes)."""
-    p, at = w.p, w.at
+    """Every class left in the merge of `w` takes the verdict of its next job for the rest of its jobs
+    (`settled`: the state no longer changes); with `quiet`, one without gates gets no run (`passed_runs`)."""
+    p, at, quiet = w.p, w.at, w.p.quiet
     now, blocked, runs = p.now, p.usage.blocked, p.runs
     rooms: dict[tuple[int, str, int, int], Verdict] = {}      # request shape -> its "no room" verdict
     w.reached.sweep(w._passes)
@@ -110,17 +110,15 @@ def finish(w: "_Walk", version: tuple[int, ...]) -> None:
             if k + 1 < len(jobs):
                 runs.append((ids[k + 1:], w.cache[key][3]))
             continue
+        if quiet:       # a cap or "no room": no earmark, no budget; each run a copy of its class's ids
+            continue
         capped = blocked(job)
-        if capped is not None:
-            verdict = cast(Verdict, tuple(capped) + _DEFAULTS[1 + len(capped):])
-        else:
-            shape = (job.gpus, job.gpu_type, job.cpus, job.mem)
-            got = rooms.get(shape)
-            if got is None:
-                why = p._no_room(job)
-                got = rooms[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
-            verdict = got
-        runs.append((ids[k:], verdict))
+        shape = (job.gpus, job.gpu_type, job.cpus, job.mem)
+        got = cast(Verdict, tuple(capped) + _DEFAULTS[1 + len(capped):]) if capped is not None else rooms.get(shape)
+        if got is None:
+            why = p._no_room(job)
+            got = rooms[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
+        runs.append((ids[k:], got))
     w.reached.clear()
 
 
@@ -202,8 +200,7 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
 
 def _close(d: Dead, run: list[Group], fronts: list[Front], after: bool) -> None:
     """The plain classes taken one by one become a block, joined to the block taken right before them (`after`)."""
-    b = blocks.Block(run, fronts)
-    d.used.append((b, blocks.taken(b, d.verdicts)))
+    d.used.append((b := blocks.Block(run, fronts), blocks.taken(b, d.verdicts)))
     if after:
         _join(d)
 
