@@ -23,7 +23,7 @@ from operator import attrgetter, ge, is_not, itemgetter, ne, sub
 from .. import multifactor
 from ..jobs.model import Job
 from . import blocks
-from .groups import Group as Group, Key as Key, file as file, place, unfile as unfile  # (re-exported)
+from .groups import Group as Group, Key as Key, _order, file as file, place, unfile as unfile  # (re-exported)
 from .kinds import Kinds
 from .seen import Seen
 
@@ -41,8 +41,6 @@ REBUILD_SHARE = 0.25
 RECENT = 64
 
 
-# A job's place in its group and its user's list, (submit time, id); in C, as bisect's key.
-_order = attrgetter("submit_time", "id")
 # Every field a waiting job is filed by, here and in backlog.py (order, class key and what a held
 # job's adds, own class, marks, needs, gates; `attempts`: capacity.avoided): a new record equal in
 # these is put in its old one's place. One tuple built in C: between the daemon's passes most

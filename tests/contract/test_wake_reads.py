@@ -68,7 +68,7 @@ def test_the_tick_after_a_wait_takes_the_requests_the_wait_moved(real_redis, red
     """The wait carries the tick's first look too (the lengths, the events, the LMOVEs of the requests
     that woke it, sized by the last intake): the tick's intake sends no look of its own, and every
     request is answered once (failed before: the look was a round trip of its own, LLEN first)."""
-    s, now = _three_woke(real_redis)
+    s, now = _woke(real_redis)
     seen = _round_trips(monkeypatch)
     s.tick(now)
     assert "LLEN" not in seen, seen
@@ -100,12 +100,7 @@ def test_what_a_wait_moved_is_answered_once_by_the_next_leader_when_its_own_dies
 def test_what_a_deposed_leaders_wait_moved_is_answered_once_by_its_successor(real_redis, redis_server):
     """The wait moved requests, then another scheduler took the lease (the first was frozen): the
     deposed one's commit is refused, its successor finds them left in `taken` and answers each once."""
-    s1 = setup(real_redis, None, time.time())
-    now = time.time()
-    s1.tick(now)
-    for i in range(2):
-        submit(real_redis, "alice", {**BODY, "hold": True}, f"z{i}")
-    assert s1.store.wait_wake(1.0)
+    s1, now = _woke(real_redis, 2, "z")
     real_redis.delete(K.leader)
     s2 = Scheduler(real_redis, CFG, me="s2", clock=FROZEN)
     assert s2.tick(now + 1)                  # leads; the requests s1 moved are in `taken`
@@ -122,7 +117,7 @@ def test_a_batch_bigger_than_the_last_is_moved_by_the_wait_alone(real_redis, red
     bigger than the one before takes no LMOVE round trip of its own, a write Redis fsyncs before it
     answers under appendfsync always (failed before: sized at the last intake, the 4th of 4 requests
     after an intake of 3 went in a round trip of its own)."""
-    s, now = _three_woke(real_redis)
+    s, now = _woke(real_redis)
     s.tick(now)                              # an intake of 3: the next wait's LMOVEs are sized by it
     for i in range(4):
         submit(real_redis, "alice", {**BODY, "hold": True}, f"x{i}")
@@ -135,12 +130,12 @@ def test_a_batch_bigger_than_the_last_is_moved_by_the_wait_alone(real_redis, red
     assert taken(real_redis) == 0
 
 
-def _three_woke(real_redis):
-    """A scheduler that took its first tick, and whose wait three held submits (w0..w2) woke."""
+def _woke(real_redis, n=3, prefix="w"):
+    """A scheduler that took its first tick, and whose wait `n` held submits (prefix0, prefix1, ...) woke."""
     s = setup(real_redis, None, time.time())
     now = time.time()
     s.tick(now)
-    for i in range(3):
-        submit(real_redis, "alice", {**BODY, "hold": True}, f"w{i}")
+    for i in range(n):
+        submit(real_redis, "alice", {**BODY, "hold": True}, f"{prefix}{i}")
     assert s.store.wait_wake(1.0)
     return s, now

@@ -373,9 +373,7 @@ def test_a_lease_lapsing_between_claim_and_start_is_a_node_failure(real_redis, r
              "def limits(self):\n    while time.monotonic() < self.st.lease_until: time.sleep(0.01)\n"
              "    return _limits(self)\n"
              "A.claim, Run._limits = claim, limits")
-    p = start_hooked(runner_env(redis_server, tmp_path), hooks)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
+    out, err = _ran_hooked(redis_server, tmp_path, hooks)
     body = finished(real_redis)
     assert body["outcome"] == "node_failure" and body["start_time"] is None, body
     assert "lease" in body["message"] and events(real_redis, "started") == [] and not marker.exists()
@@ -394,9 +392,7 @@ def test_the_lease_a_claim_sees_counts_from_before_the_request(real_redis, redis
              # A slow reply: it reaches the runner once the lease is gone.
              f"    while self.r.exists({lease!r}): time.sleep(0.01)\n    return got\n"
              "A.claim = claim")
-    p = start_hooked(runner_env(redis_server, tmp_path), hooks)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
+    out, err = _ran_hooked(redis_server, tmp_path, hooks)
     body = finished(real_redis)
     assert body["outcome"] == "node_failure" and events(real_redis, "started") == [] and not marker.exists(), body
 
@@ -431,8 +427,14 @@ def test_a_job_that_exits_as_its_agent_dies_is_its_own_exit(real_redis, redis_se
              "    return real_exited(self)\n"
              "w.LeaderWaiter.exited = stale\n"
              "os.getppid = lambda: 1 if gone else real_ppid()")
+    out, err = _ran_hooked(redis_server, tmp_path, hooks)
+    assert json.loads(out.strip().splitlines()[-1])["outcome"] == "completed", err[-2000:]
+    assert finished(real_redis)["outcome"] == "completed"
+
+
+def _ran_hooked(redis_server, tmp_path, hooks):
+    """A hooked runner (harness.start_hooked) run to its end, which must be clean: its (stdout, stderr)."""
     p = start_hooked(runner_env(redis_server, tmp_path), hooks)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
-    assert json.loads(out.strip().splitlines()[-1])["outcome"] == "completed", err[-2000:]
-    assert finished(real_redis)["outcome"] == "completed"
+    return out, err
