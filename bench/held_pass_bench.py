@@ -21,6 +21,7 @@ from labq.scheduler.daemon.planning import Planner
 from labq.scheduler.daemon.state import SchedulerState
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.estimate import Estimator
+from labq.scheduler.jobs.jobspec import HELD_DETAIL
 from labq.scheduler.jobs.model import Job, Node
 from labq.scheduler.settings import config
 from labq.scheduler.store.commit import tune_gc
@@ -30,8 +31,11 @@ G = 1 << 30
 
 
 def held_job(jid: int, at: float) -> Job:
+    """A held job as the submit builds it (jobspec.build): with the Held reason it is given there, so
+    that a pass, which would give it that reason anyway, rewrites and refiles none of the new ones."""
     return Job(id=jid, user="alice", account="parked", argv=("true",), workdir="/tmp", cpus=1, mem=0,
-               time_limit=600, submit_time=at, state=states.PENDING, held=True)
+               time_limit=600, submit_time=at, state=states.PENDING, held=True,
+               reason=states.HELD, detail=HELD_DETAIL)
 
 
 class _Store:
