@@ -101,15 +101,16 @@ def _arrays(n_pending: int, n_arrays: int, jid: int, rng) -> tuple:
 
 
 def time_plan(n_pending: int, n_nodes: int, runs: int, cfg=None, arrays: int = 0) -> dict:
-    """Median (and min, max) seconds of plan() over `runs` passes on one snapshot."""
+    """Median (and min, max) CPU seconds of plan() over `runs` passes on one snapshot (CPU, not wall:
+    the machine is shared, and a wall would time the other processes too)."""
     cfg = cfg or config.loads(CONFIG)
     snap = snapshot(n_pending, n_nodes, arrays=arrays)
     tune_gc()          # the collector settings the scheduler runs plan() under
     times, result = [], None
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         result = plan(snap, cfg)
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     reasons: dict = {}
     for p in result.pending:
         reasons[p.reason] = reasons.get(p.reason, 0) + 1
