@@ -192,7 +192,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
         rows = simcompare.run(ctx, names, jobs, cluster_nodes, depth, lambda label: progress_for(progress, label),
                               enforce_queue_limits, groups)
         if plot_path:
-            from labq.scheduler.sim.plot import plot_waits
+            from .simplot import plot_waits
             plot_waits(rows, plot_path, f"{os.path.basename(trace)}: wait by policy")
         return simcompare.show(os.path.basename(trace), rows, as_json, plot_path)
     t0 = time.monotonic()
@@ -206,7 +206,7 @@ def simulate(ctx, trace, nodes, cpus, policy, backfill_depth, extra, time_column
     rep = {"trace": os.path.basename(trace), "policy": policy, "config": policies.describe(cfg) + (f" — {hooks.label}" if hooks and hooks.label else ""), **rep,
            "config_file": _config_file(ctx.cfg), "wall_s": round(time.monotonic() - t0, 2)}
     if plot_path:
-        from labq.scheduler.sim.plot import plot
+        from .simplot import plot
         plot(res, plot_path, f"{os.path.basename(trace)} — {policy}")
     if as_json:
         return echo_json(rep)

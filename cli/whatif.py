@@ -56,7 +56,7 @@ def plan(ctx, count, path, gpus, gpus_per_node, cpus, mem, time_, job_nodes, nod
       12,1,4,12G,2h,sweep
       2,A100:4,32,128G,1-0,pretrain
     """
-    from labq.scheduler.sim.whatif import what_if
+    from labq.scheduler.whatif import what_if
     cfg = ctx.cfg
     if path is not None:
         if count is not None or any(v is not None for v in (gpus, gpus_per_node, cpus, mem, time_, job_nodes)):
@@ -90,7 +90,7 @@ def plan(ctx, count, path, gpus, gpus_per_node, cpus, mem, time_, job_nodes, nod
 
 
 def _plan_file(ctx, path, nodes, budget, progress, as_json):
-    from labq.scheduler.sim.whatif import PLAN_BUDGET, plan_file
+    from labq.scheduler.whatif import PLAN_BUDGET, plan_file
 
     from .simulate import cluster, progress_for, report_lines
     cfg = ctx.cfg

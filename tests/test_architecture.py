@@ -640,7 +640,7 @@ def test_the_named_core_is_in_the_core():
     """The issue's pure core, by name: none of these may become an edge."""
     named = ["policy", "policy.capacity", "money.ledger", "daemon.transitions", "money.periods", "money.alerts",
              "money.fairshare", "sim", "sim.engine", "jobs.model", "jobs.plan", "jobs.states", "money.budgetwatch",
-             "daemon.crashguard", "sim.whatif", "jobs.jobspec", "settings.config",
+             "daemon.crashguard", "whatif", "jobs.jobspec", "settings.config",
              # the daemon's deciders: (state, input) -> Change
              "daemon.attempt", "daemon.applier", "daemon.bookkeeper", "daemon.handlers", "daemon.change",
              "daemon.triage", "daemon.state"]

@@ -68,9 +68,9 @@ def test_gantt_lanes_fit_the_budget_with_one_colour_per_account():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from labq.cli import simplot
     from labq.cli.whatif import parse_nodes
     from labq.scheduler.settings import config as config_mod
-    from labq.scheduler.sim import plot as simplot
     from labq.scheduler.sim.engine import simulate
     from labq.scheduler.sim.policies import policy_config
     from labq.scheduler.sim.trace import TraceJob

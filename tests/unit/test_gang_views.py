@@ -3,11 +3,11 @@ and sacct fields, `nodes`, and `report`'s GPU-hours over every node."""
 from dataclasses import replace
 
 from labq.cli import render, slurmfmt, statview
+from labq.scheduler import whatif
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Gpu, Job, Node
 from labq.scheduler.money import report
 from labq.scheduler.settings import config
-from labq.scheduler.sim import whatif
 from labq.scheduler.sim.engine import simulate
 from labq.scheduler.sim.metrics import report as sim_report
 from labq.scheduler.sim.policies import policy_config

@@ -11,7 +11,7 @@ import pytest
 from labq.scheduler.errors import RefusedError
 from labq.scheduler.jobs.model import Job
 from labq.scheduler.settings import config
-from labq.scheduler.sim.whatif import gangs_at_once, what_if
+from labq.scheduler.whatif import gangs_at_once, what_if
 from tests.harness import ROOT, ClusterBuilder
 
 

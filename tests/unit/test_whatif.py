@@ -7,7 +7,7 @@ import pytest
 
 from labq.scheduler.errors import UsageError
 from labq.scheduler.jobs.model import Job
-from labq.scheduler.sim.whatif import PLAN_BUDGET, load_jobs, plan_file, what_if
+from labq.scheduler.whatif import PLAN_BUDGET, load_jobs, plan_file, what_if
 from tests.harness import ROOT, SWEEP_TOML, ClusterBuilder, G, cfg
 
 

@@ -4,12 +4,12 @@ and, for a heterogeneous job list (`--file`), the simulator's replay of it."""
 import math
 from dataclasses import dataclass, replace
 
-from .. import units
-from ..errors import RefusedError, UsageError
-from ..jobs.model import Job, Node
-from ..money import ledger, pricing
-from ..settings.config import Config
-from ..units import MICRO
+from . import units
+from .errors import RefusedError, UsageError
+from .jobs.model import Job, Node
+from .money import ledger, pricing
+from .settings.config import Config
+from .units import MICRO
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def load_jobs(path: str, cfg: Config) -> list:
         nodes  a multi-node job's node count (1): gpus, cpus and mem are then per node
 
     Every job is submitted at once; lines starting with # are comments."""
-    from .trace import TraceJob, read_numbered
+    from .sim.trace import TraceJob, read_numbered
     header, rows = read_numbered(path, "--file")
     if "time" not in header:
         raise UsageError(f"--file: {path}: missing column 'time' (have: {', '.join(header) or 'none'}; "
@@ -150,8 +150,8 @@ def plan_file(path: str, nodes, cfg: Config, budget: str | None = None, amount: 
               progress=None):
     """(simulator Result, report) for the job list at `path` on `nodes`, every job charged to the
     configured budget `budget`, or to a budget of `amount` micro-dollars (`PLAN_BUDGET`)."""
-    from .engine import simulate
-    from .metrics import report
+    from .sim.engine import simulate
+    from .sim.metrics import report
     template = {}
     if amount is not None:
         cfg = replace(cfg, budgets=tuple(b for b in cfg.budgets if b.name != PLAN_BUDGET)

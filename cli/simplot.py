@@ -8,7 +8,7 @@ rest grey), so that who held the cluster reads at a glance.
 """
 import heapq
 
-from .engine import EPOCH, Result
+from labq.scheduler.sim.result import EPOCH, Result
 
 BUSIEST = 8           # nodes in the Gantt chart at most
 LANES = 48            # lanes in the Gantt chart at most
