@@ -48,6 +48,17 @@ def sched_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_wait(pid: int) -> float:
+    """Seconds the process's main thread has waited runnable for a CPU (/proc/PID/schedstat's second
+    field; 0 where the kernel keeps no schedstats): Redis and the scheduler waiting their turn among
+    the clients is time the drain's batches lose (issue 39)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def execs(r) -> int:
     """MULTI/EXEC transactions Redis has run: the scheduler's batches (clients never use MULTI)."""
     return int(commands(r).get("exec", 0))
@@ -95,11 +106,13 @@ def drain(bs, n: int, per: int, begin: bool = False, tree: str | None = None) ->
     pid, r = bs.stack.procs["scheduler"].pid, bs.client.store.r
     rpid = bs.stack.procs["redis"].pid      # Redis' CPU: on 2 cores it takes from both the others
     cpu0, cmd0, rcpu0 = sched_cpu(pid), commands(r), sched_cpu(rpid)
+    wait0, rwait0 = run_wait(pid), run_wait(rpid)
     for p in ps:
         p.stdin.write("go\n")
         p.stdin.flush()
     got = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in ps]
     cpu1, cmd1, rcpu1 = sched_cpu(pid), commands(r), sched_cpu(rpid)
+    wait1, rwait1 = run_wait(pid), run_wait(rpid)
     ex0, ex1 = cmd0.get("exec", 0), cmd1.get("exec", 0)
     failed = sum(g["failed"] for g in got)
     if failed:
@@ -111,7 +124,8 @@ def drain(bs, n: int, per: int, begin: bool = False, tree: str | None = None) ->
     return {"clients": n, "requests": total, "span": span, "rate": total / span, "cpu": cpu1 - cpu0,
             "batches": ex1 - ex0, "p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)],
             "client_cpu": sum(g.get("cpu", 0.0) for g in got), "client_sys": sum(g.get("sys", 0.0) for g in got),
-            "redis_cpu": rcpu1 - rcpu0, "waits": sum(g.get("waits", 0) for g in got) / total,
+            "redis_cpu": rcpu1 - rcpu0, "run_wait": wait1 - wait0, "redis_run_wait": rwait1 - rwait0,
+            "waits": sum(g.get("waits", 0) for g in got) / total,
             "commands": per_request(cmd0, cmd1, total)}
 
 

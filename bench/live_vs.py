@@ -78,6 +78,9 @@ def _line(tree: str, d: dict) -> str:
     text = (f"{tree}: {d['rate']:,.0f} requests/s; CPU per request: scheduler {per('cpu'):.0f} µs, clients "
             f"{per('client_cpu'):.0f}, Redis {per('redis_cpu'):.0f}, sum {per('cpu') + per('client_cpu') + per('redis_cpu'):.0f}; "
             f"{n / b:.1f} requests a batch; p50 {d['p50']:.1f} ms; load {d['load']:.2f}")
+    if "run_wait" in d:     # waiting runnable for a CPU, a batch (schedstat)
+        text += (f"\n    run-queue wait a batch: scheduler {d['run_wait'] * 1e3 / b:.2f} ms, "
+                 f"Redis {d['redis_run_wait'] * 1e3 / b:.2f} ms; span a batch {d['span'] * 1e3 / b:.2f} ms")
     c = d["counts"]
     if "sendto" in c:
         text += f"\n    scheduler round trips a batch {c['sendto'][0] / b:.2f}"
