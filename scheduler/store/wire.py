@@ -107,11 +107,8 @@ def _queued(reader: resp.Reader, n: int) -> list:
     out = [reader.read()]
     left, queued = n - 2, "QUEUED" if reader.decode else b"QUEUED"
     while left > 0:
-        buf, pos, k = reader.buf, reader.pos, 0
-        while k < left and buf.startswith(_QUEUED, pos):
-            pos += 9
-            k += 1
-        reader.pos = pos
+        k = _run(reader.buf, reader.pos, left)
+        reader.pos += 9 * k
         out += [queued] * k
         left -= k
         if left > 0:
@@ -119,6 +116,28 @@ def _queued(reader: resp.Reader, n: int) -> list:
             left -= 1
     out.append(reader.read())
     return out
+
+
+def _run(buf: bytes, pos: int, most: int) -> int:
+    """How many whole QUEUED replies, at most `most`, stand in `buf` from `pos` on: up to the first
+    refusal ("-", never inside a QUEUED), compared as one slice against as many QUEUED, where a
+    startswith each was ~0.7 us a command (8 % of the scheduler's CPU in the 100-client drain,
+    py-spy --gil; issue 39). Anything else among them (no reply Redis gives a queued command) is
+    found by halving: the replies before it are QUEUED, it is read as it is."""
+    k = min(most, (len(buf) - pos) // 9)
+    refused = buf.find(b"-", pos, pos + 9 * k)
+    if refused >= 0:
+        k = (refused - pos) // 9
+    if buf[pos:pos + 9 * k] == _QUEUED * k:
+        return k
+    lo, hi = 0, k - 1               # the first lo are QUEUED, the first hi + 1 are not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if buf[pos:pos + 9 * mid] == _QUEUED * mid:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _error(c, e: RespError) -> redis.ResponseError:

@@ -177,6 +177,22 @@ def test_queued_replies_cut_anywhere_by_the_socket_read_the_same():
         assert got[5:] == ["QUEUED", [1, "OK", "é", -22, None]] and reader.pos == len(reader.buf), size
 
 
+@pytest.mark.parametrize("odd", [3, 0, 40, 99])
+def test_a_long_run_of_queued_is_taken_whole_and_anything_else_among_them_read_as_it_is(odd):
+    """wire._run takes a run of QUEUED by one slice compared (issue 39); a reply among them that no
+    queued command gets (here "+OK", at `odd`) is found by halving, never counted as QUEUED, and the
+    replies are what read() gives one by one, cut at any size."""
+    replies = [b"+QUEUED\r\n"] * 100
+    replies[odd] = b"+OK\r\n"
+    data = b"+OK\r\n" + b"".join(replies) + b"*1\r\n:7\r\n"
+    for size in (1, 7, 9, 64, 500, len(data)):
+        chunks = [data[i:i + size] for i in range(0, len(data), size)]
+        reader = resp.Reader(lambda n, chunks=chunks: chunks.pop(0) if chunks else b"")
+        got = wire._queued(reader, 102)
+        assert got[0] == "OK" and got[-1] == [7] and reader.pos == len(reader.buf), size
+        assert [i for i, r in enumerate(got[1:-1]) if r != "QUEUED"] == [odd] and got[1 + odd] == "OK", size
+
+
 def test_a_connection_lost_while_watching_is_redis_away_not_a_watch_error(both):
     """A Sentinel failover under load: the round's first read (watch_get, requestq.replies_done) loses
     its connection after the WATCH. redis-py says WatchError there, which the scheduler's loop took
