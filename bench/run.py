@@ -9,6 +9,9 @@ why (from figures taken in the run), and shows the top of a py-spy profile of th
 Groups, in the order they run (`--only NAME`, repeatable or comma-separated):
   plan    plan() over 1k/10k/100k pending × 10/50/1,000 nodes, and how its cost grows
   live    a private labq stack: submit → start, throughput, API submission, arrays, CLI walls
+  drain   only the live group's drains (1, 20, 100 client processes) and their fit, on a stack of their own:
+          the rows without peers, remeasured without blanking the peer cells of the others (`--only drain`;
+          not run without --only, as the live group measures them)
   memory  scheduler RSS and Redis bytes per job with 100,000 pending (a second private stack)
   tsp     task-spooler doing the same work (its own server; skipped when `tsp` is missing)
   slurm   single-node SLURM doing the same work (munged + slurmctld + slurmd on loopback, as root)
@@ -51,7 +54,8 @@ for p in (ROOT, HERE):
 
 from rows import Fig, Row, fmt  # noqa: E402
 
-GROUPS = ("plan", "live", "memory", "tsp", "slurm", "runner", "kth", "replay")
+GROUPS = ("plan", "live", "drain", "memory", "tsp", "slurm", "runner", "kth", "replay")
+OPT_IN = ("drain",)         # run only when named: their rows are another group's too
 QUICK_PLAN_BUDGET_S = 60
 KTH_TIMEOUT_S = 240
 KTH_MD = os.path.join(HERE, "results", "kth.md")
@@ -276,6 +280,21 @@ def live_rows(quick: bool, profiles: list, profile: bool) -> list[Row]:
     return rows
 
 
+def drain_rows(quick: bool) -> list[Row]:
+    """The live group's drain rows alone, on a private stack of their own."""
+    import live_bench
+    from stackutil import BenchStack, Unusable
+    try:
+        bs = BenchStack(slots=4, max_pending=200_000).__enter__()
+    except Unusable as e:
+        return [Row(LIVE_NAMES[2], skipped=f"labq stack not usable ({e})")]
+    try:
+        live_bench.compiled()
+        return _guard("drain from client processes", lambda: live_bench.drain_rows(bs, quick))
+    finally:
+        bs.close()
+
+
 def live_profiles(bs, missed: set, quick: bool, profiles: list) -> None:
     """Profiles of the hot paths behind the live rows that missed (untimed, after the timed runs)."""
     import profile_bench
@@ -492,7 +511,7 @@ def main(argv=None) -> int:
     bad = [g for g in only if g not in GROUPS]
     if bad:
         ap.error(f"unknown group {', '.join(bad)} (expected {', '.join(GROUPS)})")
-    groups = [g for g in GROUPS if not only or g in only]
+    groups = [g for g in GROUPS if g in only or not only and g not in OPT_IN]
     out = a.out or os.path.join(HERE, "out", "REPORT.md")
     args = argv if argv is not None else sys.argv[1:]
     command = f"{os.path.relpath(sys.executable, ROOT)} bench/run.py" + "".join(f" {shlex.quote(x)}" for x in args)
@@ -519,6 +538,8 @@ def main(argv=None) -> int:
                 plan_profiles(got, a.quick, profiles)
         elif g == "live":
             rows += live_rows(a.quick, profiles, profile)
+        elif g == "drain":
+            rows += drain_rows(a.quick)
         elif g == "memory":
             rows += memory_rows(a.quick)
         elif g in ("tsp", "slurm"):
