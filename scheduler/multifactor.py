@@ -26,7 +26,7 @@ from collections import namedtuple
 from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 from itertools import compress, repeat
-from math import log2
+from math import inf, log2, nextafter
 from operator import add, and_, attrgetter, eq, itemgetter, lt, mul, neg, not_, sub, truediv
 
 from .money import fairshare
@@ -253,6 +253,15 @@ class Bounder:
             s += self.sw * (fade * self.scale / (self.scale + floor))
         return (-(s + abs(s) * 1e-9 + 1e-12), submit, jid)
 
+    def linear(self, q: str, account: Any, burst: bool, key: tuple[float, float], jid: int, slope: float,
+               epoch: float) -> Score:
+        """A Score at or before `scorer`'s of every job of that QoS, account and burst flag that is young at
+        `epoch` whose Linear key is at or after `key` and whose slope is at most `slope` (Linear), padded as
+        the bound is."""
+        s = (self.qos.get(q, 0.0) - key[0] + slope * (max(self.now - epoch, 0.0) / self.age_max)
+             + self.fs.get(account, self.fw) - (self.bw if burst else 0.0))
+        return (-(s + abs(s) * 1e-9 + 1e-12), key[1], jid)
+
     def aged(self, submit: float) -> bool:
         """Whether a job submitted at `submit` has its whole age term and no short-job term now, as the
         scorer reckons both (later submits: no longer, as both tests are monotone in the submit time)."""
@@ -264,6 +273,43 @@ class Bounder:
         scorer's terms, summed as it sums them."""
         return (-(self.qos.get(q, 0.0) + self.aw + self.fs.get(account, self.fw) - (self.bw if burst else 0.0)),
                 submit, jid)
+
+
+class Linear:
+    """The order of the short-jobs-first families' classes (policy/queue.py) from an epoch R on. A young job's
+    priority is, besides its family's constant terms, sw·x + v·a (a = wait / age_max, x its short-job factor
+    unfaded, v = age_weight - sw·x >= 0: the slope, fixed per class), so at any now >= R it is at most
+    P + v·(now - R) / age_max, where P = sw·x + v·a at R (`key`: (-P, submit time)): a family's classes in P
+    order are in priority order at R and nearly so for a while after, and the family's rest from a class on
+    is bounded by that class's P and the family's largest slope (Bounder.linear); in submit time order the
+    bound left a gap of up to sw times the run-time floor's width in x (7 hours' age at 1 h run times).
+    A job within `window` of its full age at `upto` (`old`) is keyed (-age_weight, submit time): those go
+    by submit time first, under the bounds of before (the tied priority of the aged, fronts.Reach._bound),
+    so that every young-keyed job is at least `window` from its full age and scores below the tied priority
+    by a margin fronts.py can check against the floats' rounding."""
+    __slots__ = ("epoch", "upto", "window", "aw", "sw", "scale", "age_max", "below")
+
+    def __init__(self, w: Priority, epoch: float, window: float) -> None:
+        self.epoch, self.upto, self.aw, self.sw = epoch, epoch, w.age_weight, w.short_job_weight
+        self.age_max, self.scale = w.age_max or 1, w.short_job_scale or 1
+        self.window = window * self.age_max
+        self.below = -nextafter(self.aw, -inf)      # (-P of a young-keyed job: never -aw, the old ones' key)
+
+    def slope(self, j: Job) -> float:
+        return self.aw - self.sw * (self.scale / (self.scale + expected_runtime(j)))
+
+    def old(self, submit: float) -> bool:
+        """Whether a job submitted then was within `window` of its full age at `upto`."""
+        return self.upto - submit >= self.age_max - self.window
+
+    def key(self, j: Job) -> tuple[float, float]:
+        """(-P, submit time) of a class whose first job is `j` (P: the class docstring's); -age_weight for
+        an `old` one (the Queue moves classes there as they age: Queue._age)."""
+        if self.old(j.submit_time):
+            return -self.aw, j.submit_time
+        age = self.epoch - j.submit_time
+        sx = self.sw * (self.scale / (self.scale + expected_runtime(j)))
+        return max(-(sx + (self.aw - sx) * (max(age, 0.0) / self.age_max)), self.below), j.submit_time
 
 
 def aged(now: float, w: Priority) -> Callable[[float], bool]:

@@ -222,7 +222,7 @@ def kill(b: Block | None) -> None:
         b.groups, b.fronts = [], []
 
 
-def remove(g: "Group", front: tuple[float, int]) -> None:
+def remove(g: "Group", front: "tuple[float | tuple[float, float], int]") -> None:
     """Class `g`, whose first job was at `front`, leaves its family's order there (queue.py: its
     first job changed, or it is gone): it leaves its block."""
     b = g.within

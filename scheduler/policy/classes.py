@@ -97,7 +97,7 @@ def file(queue: Queue, p: "_Pass", waiting: Waiting, cfg: Config) -> None:
     """File this pass's `waiting` jobs in `queue` (queue.py), or what changed since its last (a Seen)."""
     w = cfg.priority
     queue.file(waiting, p.draining, (w.burst_jobs, w.burst_window) if w.burst_penalty else None, group_key, runtimes(w),
-               apart(w), aged(p.now, w))
+               apart(w), aged(p.now, w), p.now, w)
 
 
 def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None) -> None:

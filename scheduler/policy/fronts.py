@@ -23,6 +23,8 @@ its family may come next, not every class of the queue at the start of every pas
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from math import inf
+from typing import cast
 
 from ..jobs.model import Job
 from ..multifactor import Bounder, Score, bounder
@@ -91,6 +93,9 @@ class Reach:
         else:
             assert queue is not None
             self.fkeys = list(queue.families)
+            self.linear = queue.linear
+            self.slopes = [queue.slopes[k] for k in self.fkeys]
+            self.flats = [queue.flats[k] for k in self.fkeys]
             self.heads = [(self._bound(f, 0), -1 - f) for f in range(len(self.sources))]
         heapq.heapify(self.heads)
         self._top(None)
@@ -108,24 +113,48 @@ class Reach:
 
     def _bound(self, f: int, k: int) -> Score:
         """The bound of family f's classes from its k-th on (the Queue's family key: QoS, account, burst
-        flag, run time floor). Where the k-th class's first job has waited its full age, those of the
-        classes up to the first younger one tie in priority and go by (submit time, id): the k-th's
-        exact Score bounds them (multifactor.Bounder.tied), and the younger ones' padded bound the
-        rest. The padded bound alone comes before every aged job, so each pass reached every aged
-        class of the family, one after another (~90 % of a deep 20,000-job short-jobs-first drain,
-        whose queue has waited past age_max)."""
+        flag, run time floor). The classes near or past their full age come first, by submit time
+        (multifactor.Linear.old): where the k-th's first job has waited its full age, those up to the
+        first younger one tie in priority and go by (submit time, id): the k-th's exact Score bounds them
+        (multifactor.Bounder.tied); a younger one's padded bound (the priority of a job of the floor's
+        run time submitted then: `bounder`) bounds every class after it. The rest go by their Linear key:
+        `_linear` bounds them."""
         q, account, burst, floor = self.fkeys[f]
-        bound, src = self.bound, self.sources[f]
-        assert bound is not None
-        front = src[k]
-        if not bound.aged(front[0]):
-            return bound(q, account, burst, front[0], front[1], floor)
-        tied = bound.tied(q, account, burst, front[0], front[1])
+        bound, src, lin = self.bound, self.sources[f], self.linear
+        assert bound is not None and lin is not None
+        key, jid = cast(tuple[float, float], src[k][0]), src[k][1]
+        top = -lin.aw
+        if key[0] != top:
+            return self._linear(f, key, jid)
+        if not bound.aged(key[1]):
+            return bound(q, account, burst, key[1], jid, floor)
+        tied = bound.tied(q, account, burst, key[1], jid)
         y = self.young.get(f)
         if y is None:       # (the same all pass: the families do not change during one)
             aged = bound.aged
-            y = self.young[f] = bisect_left(src, True, k + 1, key=lambda e: not aged(e[0]))
-        return tied if y == len(src) else min(tied, bound(q, account, burst, src[y][0], src[y][1], floor))
+            y = self.young[f] = bisect_left(src, True, k + 1, key=lambda e: cast(tuple[float, float], e[0])[0] != top
+                                            or not aged(cast(tuple[float, float], e[0])[1]))
+        if y == len(src):
+            return tied
+        key, jid = cast(tuple[float, float], src[y][0]), src[y][1]
+        return min(tied, self._linear(f, key, jid) if key[0] != top else bound(q, account, burst, key[1], jid, floor))
+
+    def _linear(self, f: int, key: tuple[float, float], jid: int) -> Score:
+        """The bound of family f's young-keyed classes from the one keyed `key` on: its P plus the family's
+        largest slope times the time since the epoch (Bounder.linear). Each of them is at least the Linear
+        window from its full age, so it scores below the tied priority by the window's share of age_max
+        times its slope at least: where that margin is far past the floats' rounding, no such class comes
+        before an aged one of the family's QoS, account and burst flag, and the bound is put no earlier
+        than those (else a family whose bound passed the tied priority, with classes near their full age,
+        had them reached one by one before every aged class of the pass)."""
+        q, account, burst, _ = self.fkeys[f]
+        bound, lin = self.bound, self.linear
+        assert bound is not None and lin is not None
+        got = bound.linear(q, account, burst, key, jid, self.slopes[f], lin.epoch)
+        tied = bound.tied(q, account, burst, inf, 0)
+        if lin.window / lin.age_max * self.flats[f] > 1e-9 * (abs(tied[0]) + lin.aw + lin.sw + bound.bw + 1):
+            return max(got, tied)
+        return got
 
     def _top(self, passes: Passes | None) -> None:
         """While a family's bound comes first in the heap, its next class joins the heap (unless

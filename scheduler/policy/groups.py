@@ -1,7 +1,9 @@
 """A request class's waiting jobs, kept in their order within the class (policy/queue.py's Queue and
 backlog.py's Backlog file jobs in them)."""
 from bisect import bisect_left
-from operator import attrgetter
+from collections.abc import Iterable
+from itertools import chain, compress, repeat
+from operator import attrgetter, ge, ne, sub
 from typing import TYPE_CHECKING, Any
 
 from ..jobs.model import Job
@@ -67,3 +69,55 @@ def unfile(groups: dict[Key, Group], where: dict[int, Key], j: Job) -> None:
     g.drop(j)
     if not g.jobs:
         del groups[k]
+
+
+def retail(users: dict[str, list[Job]], times: dict[str, list[float]], uids: dict[str, list[int]],
+           tails: dict[str, set[int]], bursting: set[int], where: dict[int, Key],
+           spots: list[tuple[str, tuple[float, int]]], allowance: int, window: float) -> list[Job]:
+    """Re-check multifactor.burst_tail's rule where users' lists changed: a job's flag reads only the
+    job `allowance` places before it, so a change at place p moves it for places p..p+allowance
+    alone (the ranges of one user merged, each compared in one sweep as burst_tail does).
+    Returns the known jobs whose flag changed (`where`: the known jobs' groups). The Queue's (queue.py)
+    users' waiting jobs in (submit time, id) order, their submit times and ids place by place, their burst
+    tails and the ids in any tail, kept here as they change."""
+    at: dict[str, list[int]] = {}
+    for user, key in spots:
+        mine = users.get(user)
+        if mine:
+            at.setdefault(user, []).append(bisect_left(mine, key, key=_order))
+    out: list[Job] = []
+    for user, places in at.items():
+        mine, times_of, ids_of = users[user], times[user], uids[user]
+        tail = tails.setdefault(user, set())
+        places.sort()
+        ranges: list[list[int]] = []
+        for p in places:
+            if ranges and p <= ranges[-1][1]:
+                ranges[-1][1] = max(ranges[-1][1], p + allowance + 1)
+            else:
+                ranges.append([p, p + allowance + 1])
+        for lo, hi in ranges:
+            hi = min(hi, len(mine))
+            if allowance <= 0:
+                now: Iterable[bool] = repeat(True)
+            else:
+                # not (a < t - window), i.e. a >= t - window, for each job's time t and the time
+                # a of the job `allowance` places before it; none before the first such place.
+                # The times are a list of their own: a slice, not an attribute read per job.
+                first = max(lo, allowance)
+                span = times_of[first - allowance:hi]
+                now = chain(repeat(False, first - lo), map(ge, span, map(sub, span[allowance:], repeat(window))))
+            # Only the jobs whose flag moved are looked at one by one (the comparison is in C:
+            # a pass's few hundred changes cover most of a deep queue's places).
+            was = map(bursting.__contains__, ids_of[lo:hi])
+            for k in compress(range(lo, hi), map(ne, now, was)):
+                jid = ids_of[k]
+                if jid in bursting:
+                    bursting.discard(jid)
+                    tail.discard(jid)
+                else:
+                    bursting.add(jid)
+                    tail.add(jid)
+                if jid in where:
+                    out.append(mine[k])
+    return out

@@ -15,17 +15,23 @@ It is a cache: plan() decides exactly as without it (tests/property/test_plan_cl
 a sequence of changing snapshots against plan_per_job). The daemon keeps one for its passes; a caller without one gets a
 fresh Queue per pass.
 """
+import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable
-from itertools import chain, compress, repeat
-from operator import attrgetter, ge, is_not, itemgetter, ne, sub
+from itertools import compress
+from math import inf
+from operator import attrgetter, is_not, itemgetter
+from typing import TYPE_CHECKING
 
 from .. import multifactor
 from ..jobs.model import Job
 from . import blocks
-from .groups import Group as Group, Key as Key, _order, file as file, place, unfile as unfile  # (re-exported)
+from .groups import Group as Group, Key as Key, _order, file as file, place, retail, unfile as unfile  # (re-exported)
 from .kinds import Kinds
 from .seen import Seen
+
+if TYPE_CHECKING:
+    from ..settings.sections import Priority
 
 # A job's group key without the burst flag, from the job and whether it is a class of its own.
 KeyOf = Callable[[Job, bool], Key]
@@ -39,6 +45,13 @@ REBUILD_SHARE = 0.25
 # Two blocks a pass takes one right after the other are not joined where a pass of the last RECENT cut
 # there (settle._join): in a drain a class that can backfill when room comes back sits between them.
 RECENT = 64
+# With short jobs first the families' classes are ordered by their priority at an epoch (multifactor.Linear),
+# taken anew (every job filed again) once the clock is this share of age_max past it: the bound of a family's
+# rest loosens by the spread of its slopes times the time since (fronts.Reach._bound).
+EPOCH = 1 / 8
+# A class within this share of age_max of its full age goes by submit time (multifactor.Linear.old): the young-keyed
+# ones score below the tied priority by at least this share of their slope (fronts.Reach._linear's margin).
+WINDOW = 1 / 1024
 
 
 # Every field a waiting job is filed by, here and in backlog.py (order, class key and what a held
@@ -56,10 +69,10 @@ def _marked(j: Job) -> bool:
     return j.max_wait is not None or j.deadline is not None or bool(j.deps) or bool(j.earmark)
 
 
-# A class's place in its family: its first job's (submit time, id), then its key and its Group (never
-# compared: the ids differ). The Group rides along so that a walk over a family's classes reads it
+# A class's place in its family: its first job's (submit time, id) (with short jobs first, split by run time:
+# (its multifactor.Linear key, id)), then its key and its Group (never compared: the ids differ). The Group rides along so that a walk over a family's classes reads it
 # without hashing the key (a tuple of ~17 fields, hashed anew at every lookup).
-Front = tuple[float, int, Key, "Group"]
+Front = tuple["float | tuple[float, float]", int, Key, "Group"]
 
 
 def family(j: Job, k: Key, runtimes: bool = False, apart: tuple[bool, bool] = (True, True)) -> Key:
@@ -83,6 +96,10 @@ class Queue:
         self.newest = float("-inf")     # the latest submit time of a job filed
         self.apart = (True, True)   # whether the QoS and the account part families (`file`)
         self.passes = 0             # passes filed
+        # the order of split families' classes (multifactor.Linear: (-P, submit time) at its epoch), and the
+        # weights it was made for
+        self.linear: multifactor.Linear | None = None
+        self.weights: tuple[float, ...] = ()
         self._reset()
 
     def _reset(self) -> None:
@@ -102,25 +119,36 @@ class Queue:
         self.seen_at: int | None = None           # Seen.n of the snapshot `update` filed last
         self.families: dict[Key, list[Front]] = {}   # family -> its classes by their first job
         self.kinds = Kinds()        # the classes' needs and shapes (kinds.py)
+        self.slopes: dict[Key, float] = {}      # split family -> the largest slope of a class filed (Linear)
+        self.flats: dict[Key, float] = {}       # and the smallest
+        self.young: list[tuple[float, int, Key]] = []    # heap: (submit time, id, group) of young-keyed firsts
 
     def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf,
              runtimes: bool = False, apart: tuple[bool, bool] = (True, True),
-             aged: Callable[[float], bool] | None = None) -> None:
+             aged: Callable[[float], bool] | None = None, now: float = 0.0, w: "Priority | None" = None) -> None:
         """`sync` a list of the waiting jobs; `update` from a Seen. `runtimes`, `apart`: how `family`
         splits the families; a change files every job anew. `aged(submit time)`: whether a job has
         waited past the short-job term (multifactor.aged): once every job filed has, all score alike
         but for (submit time, id), FIFO, and the families are not split (fronts.lazy), until one
-        that has not comes (each change of `split` files every job anew)."""
+        that has not comes (each change of `split` files every job anew). Split, a family's classes go
+        in the order of their priority at an epoch (`linear`), taken anew at `now` every EPOCH of age_max
+        (`w`: the weights)."""
         self.passes += 1
-        if (runtimes, apart) != (self.runtimes, self.apart):
-            self.runtimes, self.apart, self.split = runtimes, apart, runtimes
+        weights = (w.age_weight, w.short_job_weight, w.short_job_scale, w.age_max) if runtimes and w else ()
+        if (runtimes, apart, weights) != (self.runtimes, self.apart, self.weights):
+            self.runtimes, self.apart, self.split, self.weights = runtimes, apart, runtimes, weights
+            self.linear = multifactor.Linear(w, now, WINDOW) if w is not None and runtimes else None
             self._reset()
+        if self.split and self.linear is not None and now > self.linear.upto:
+            self._age(now)
         if isinstance(waiting, Seen):
             self.update(waiting, draining, burst, key)
         else:
             self.sync(waiting, draining, burst, key)
         split = runtimes and not (aged is not None and aged(self.newest))
-        if split != self.split:
+        lin = self.linear
+        if split != self.split or split and lin is not None and now - lin.epoch > EPOCH * lin.age_max:
+            self.linear = multifactor.Linear(w, now, WINDOW) if split and w is not None else None
             self.split, seen_at, left = split, self.seen_at, self.left
             self._rebuild(list(self.jobs.values()), self.draining, self.burst, key)
             self.seen_at, self.left = seen_at, left
@@ -199,59 +227,13 @@ class Queue:
             spots.append((j.user, _order(j)))
         refile = {j.id: j for j in changed}
         if self.burst is not None:
-            for j in self._retail(spots, *self.burst):
+            for j in retail(self.users, self.times, self.uids, self.tails, self.bursting, self.where, spots,
+                            *self.burst):
                 if j.id not in refile:
                     refile[j.id] = j
                     self._ungroup(j)
         for j in refile.values():
             self._group(j, key(j, j.id in draining))
-
-    def _retail(self, spots: list[tuple[str, tuple[float, int]]], allowance: int, window: float) -> list[Job]:
-        """Re-check multifactor.burst_tail's rule where users' lists changed: a job's flag reads only the
-        job `allowance` places before it, so a change at place p moves it for places p..p+allowance
-        alone (the ranges of one user merged, each compared in one sweep as burst_tail does).
-        Returns the known jobs whose flag changed."""
-        at: dict[str, list[int]] = {}
-        for user, key in spots:
-            mine = self.users.get(user)
-            if mine:
-                at.setdefault(user, []).append(bisect_left(mine, key, key=_order))
-        out, bursting, where = [], self.bursting, self.where
-        for user, places in at.items():
-            mine, times_of, ids_of = self.users[user], self.times[user], self.uids[user]
-            tail = self.tails.setdefault(user, set())
-            places.sort()
-            ranges: list[list[int]] = []
-            for p in places:
-                if ranges and p <= ranges[-1][1]:
-                    ranges[-1][1] = max(ranges[-1][1], p + allowance + 1)
-                else:
-                    ranges.append([p, p + allowance + 1])
-            for lo, hi in ranges:
-                hi = min(hi, len(mine))
-                if allowance <= 0:
-                    now: Iterable[bool] = repeat(True)
-                else:
-                    # not (a < t - window), i.e. a >= t - window, for each job's time t and the time
-                    # a of the job `allowance` places before it; none before the first such place.
-                    # The times are a list of their own: a slice, not an attribute read per job.
-                    first = max(lo, allowance)
-                    times = times_of[first - allowance:hi]
-                    now = chain(repeat(False, first - lo), map(ge, times, map(sub, times[allowance:], repeat(window))))
-                # Only the jobs whose flag moved are looked at one by one (the comparison is in C:
-                # a pass's few hundred changes cover most of a deep queue's places).
-                was = map(bursting.__contains__, ids_of[lo:hi])
-                for k in compress(range(lo, hi), map(ne, now, was)):
-                    jid = ids_of[k]
-                    if jid in bursting:
-                        bursting.discard(jid)
-                        tail.discard(jid)
-                    else:
-                        bursting.add(jid)
-                        tail.add(jid)
-                    if jid in where:
-                        out.append(mine[k])
-        return out
 
     def _rebuild(self, waiting: list[Job], draining: frozenset[int], burst: tuple[int, float] | None,
                  key: KeyOf) -> None:
@@ -277,10 +259,16 @@ class Queue:
             jobs.sort(key=_SUBMIT_TIME)     # within a class (plain keys sort faster than tuples)
             self.groups[k] = g = Group(k, jobs)
             head = jobs[0]
-            self.families.setdefault(family(head, k, self.split, self.apart), []).append((head.submit_time, head.id, k, g))
+            fam = family(head, k, self.split, self.apart)
+            self.families.setdefault(fam, []).append((self._key(head), head.id, k, g))
+            if self.split and self.linear is not None:
+                self._slope(fam, head)
+                if not self.linear.old(head.submit_time):
+                    self.young.append((head.submit_time, head.id, k))
             self.kinds.count(k, g, head, True)
         for fronts in self.families.values():
             fronts.sort(key=_FIRST_TWO)
+        heapq.heapify(self.young)
         users: dict[str, list[Job]] = {}
         for j in waiting:
             users.setdefault(j.user, []).append(j)
@@ -291,6 +279,46 @@ class Queue:
             self.times[u] = list(map(_SUBMIT_TIME, jobs))
             self.uids[u] = list(map(_ID, jobs))
         self.users = users
+
+    def _age(self, now: float) -> None:
+        """The classes whose first job waited its full age by `now` (since the last pass) take the aged
+        key (Linear.key): they go by submit time, at their tied priority (fronts.Reach._bound); a class
+        left young-keyed would have its rest bounded above every aged class of the pass."""
+        lin, young, groups = self.linear, self.young, self.groups
+        assert lin is not None
+        moved, seen = [], set()
+        was = lin.upto
+        lin.upto = now
+        while young:
+            t, jid, k = young[0]
+            if not lin.old(t):
+                break
+            heapq.heappop(young)
+            g = groups.get(k)
+            if g is None or g.jobs[0].id != jid or jid in seen:
+                continue            # (gone, or its first job changed: filed again under its new key)
+            seen.add(jid)
+            moved.append(g)
+        for g in moved:
+            lin.upto = was
+            head = g.jobs[0]
+            self._front(g.key, head, None, g, count=False)
+            lin.upto = now
+            self._front(g.key, None, head, g, count=False)
+
+    def _slope(self, fam: Key, j: Job) -> None:
+        assert self.linear is not None
+        slope = self.linear.slope(j)
+        if slope > self.slopes.get(fam, -1.0):
+            self.slopes[fam] = slope
+        if slope < self.flats.get(fam, inf):
+            self.flats[fam] = slope
+
+    def _key(self, j: Job) -> "float | tuple[float, float]":
+        """The place in its family of a class whose first job is `j` (with its id): its submit time, or
+        split, its Linear key."""
+        lin = self.linear
+        return lin.key(j) if self.split and lin is not None else j.submit_time
 
     def _swap(self, j: Job, key: KeyOf) -> bool:
         """Put a known job's new record where its old one is, when nothing that files it changed
@@ -335,22 +363,29 @@ class Queue:
         if g.jobs[0] is not head:
             self._front(k, head, g.jobs[0], g)
 
-    def _front(self, k: Key, was: Job | None, now: Job | None, g: Group) -> None:
+    def _front(self, k: Key, was: Job | None, now: Job | None, g: Group, count: bool = True) -> None:
         """Group `k` (`g`)'s first job went from `was` to `now` (None: the group was made or is gone):
         its place in its family, its block of passed classes (blocks.py) and, made or gone, its
         kinds follow."""
         any_ = now if now is not None else was
         assert any_ is not None
-        fronts = self.families.setdefault(family(any_, k, self.split, self.apart), [])
+        fam = family(any_, k, self.split, self.apart)
+        fronts = self.families.setdefault(fam, [])
         if was is not None:
-            del fronts[bisect_left(fronts, (was.submit_time, was.id))]
-            blocks.remove(g, (was.submit_time, was.id))
+            place = (self._key(was), was.id)
+            del fronts[bisect_left(fronts, place)]
+            blocks.remove(g, place)
         if now is not None:
-            at = bisect_left(fronts, (now.submit_time, now.id))
-            fronts.insert(at, (now.submit_time, now.id, k, g))
+            place = (self._key(now), now.id)
+            at = bisect_left(fronts, place)
+            fronts.insert(at, (*place, k, g))
+            if self.split and self.linear is not None:
+                self._slope(fam, now)
+                if not self.linear.old(now.submit_time):
+                    heapq.heappush(self.young, (now.submit_time, now.id, k))
             if 0 < at < len(fronts) - 1:
                 blocks.insert(g, fronts[at], (fronts[at - 1][3], fronts[at + 1][3]))
-        if was is None or now is None:
+        if count and (was is None or now is None):
             self.kinds.count(k, g, any_, was is None)
         if not fronts:
-            del self.families[family(any_, k, self.split, self.apart)]
+            del self.families[fam]

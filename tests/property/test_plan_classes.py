@@ -775,9 +775,11 @@ def learned(snap, data):
 
 
 def families_as_whole(q, now: float, c) -> None:
-    """The Queue's families are its groups split by run time floor, each at its first job's place,
-    and a family's floor is at most the expected run time of each of its classes (the bound's premise);
-    not split only while every job waiting has waited past the short-job term (their scores tie, FIFO)."""
+    """The Queue's families are its groups split by run time floor, each at its first job's place (split:
+    its Linear key at the Queue's epoch, multifactor.Linear: the classes near or past their full age first,
+    by submit time), a family's floor is at most the expected run time of each of its classes and its
+    slopes span theirs (the bounds' premises); not split only while every job waiting has waited past the
+    short-job term (their scores tie, FIFO)."""
     aged = multifactor.aged(now, c.priority)
     assert q.split or all(aged(j.submit_time) for j in q.jobs.values())
     fams = {}
@@ -787,8 +789,10 @@ def families_as_whole(q, now: float, c) -> None:
         assert all(multifactor.expected_runtime(j) == e for j in g.jobs)
         floor = multifactor.runtime_floor(e)
         assert floor <= e
-        fams.setdefault((head.qos, head.account, k[1]) + ((floor,) if q.split else ()), []).append(
-            (head.submit_time, head.id, k, g))
+        fam = (head.qos, head.account, k[1]) + ((floor,) if q.split else ())
+        fams.setdefault(fam, []).append((q.linear.key(head) if q.split else head.submit_time, head.id, k, g))
+        if q.split:
+            assert q.linear.upto >= now and q.flats[fam] <= q.linear.slope(head) <= q.slopes[fam]
     assert q.families == {f: sorted(fr) for f, fr in fams.items()}
 
 

@@ -123,3 +123,27 @@ def test_a_queue_that_waited_past_age_max_is_not_split_until_a_job_that_did_not_
     got = policy.plan(snap, c, queue=q)
     assert q.split and [p.job_id for p in got.places] == [short.id]
     assert got.places == policy.plan_per_job(snap, c).places
+
+
+def test_a_class_that_reaches_its_full_age_within_an_epoch_goes_by_submit_time_among_the_aged():
+    """The kept Queue orders a split family's classes by their priority at an epoch (multifactor.Linear)
+    and moves a class among the old ones, by submit time, as it nears its full age (Queue._age): a
+    young-keyed family's bound is put after every aged class (fronts.Reach._linear). C's job (1 h) ages
+    between two passes a few seconds apart (one epoch); G's next job (10 min, another family), submitted
+    after C's, comes to its class's head aged once G's first started: one GPU free, C's job starts, as in
+    the per-job pass. A Queue that left C keyed young (its move skipped) started G's."""
+    c = cfg("[scheduler]\nbackfill_depth = 1\n[priority]\nshort_job_weight = 10\nage_max = 1000\n")
+    b = ClusterBuilder().node("n0", gpus=2, cpus=8, lease=10 ** 6)
+    b.running("n0", gpus=1, cpus=1, time_limit=86400 * 30)
+    b.job(gpus=1, cpus=1, time_limit=600, submit_offset=-5000, jid=10)     # G's first: aged, starts first
+    b.job(gpus=1, cpus=1, time_limit=3600, submit_offset=-895, jid=20)     # C: ages in 5 s (offsets: 100 s before)
+    b.job(gpus=1, cpus=1, time_limit=600, submit_offset=-890, jid=30)      # G's next: ages in 10 s
+    for k in range(8):      # young, no room (two GPUs): the split stays, and the second pass files few changes
+        b.job(gpus=2, cpus=1, time_limit=86400 + k, submit_offset=-float(k), jid=40 + k)
+    snap, q = b.build(), queue.Queue()
+    got = policy.plan(snap, c, queue=q)
+    assert q.split and [p.job_id for p in got.places] == [10] == [p.job_id for p in policy.plan_per_job(snap, c).places]
+    snap = replace(snap, now=snap.now + 20, jobs=tuple(j for j in snap.jobs if j.id != 10))
+    got = policy.plan(snap, c, queue=q)
+    assert q.split and q.linear is not None and q.linear.epoch == snap.now - 20    # (the same epoch)
+    assert [p.job_id for p in got.places] == [20] == [p.job_id for p in policy.plan_per_job(snap, c).places]
