@@ -40,6 +40,15 @@ from labq.scheduler.store.keys import Keys
 from labq.scheduler.store.thinreads import ThinReader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def bench_module(name: str, alias: str):
+    """bench/NAME.py loaded by its path as module `alias` (bench/ is no package): the tests of its pure parts."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(alias, os.path.join(ROOT, "bench", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 DATA = os.path.join(ROOT, "tests", "data")
 
 G = 1 << 30

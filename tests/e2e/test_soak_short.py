@@ -6,21 +6,16 @@ leader past its lease and SIGCONT once the standby leads (45%), kill -9 of one a
 runner of a gang's part (75%). The assertions are the soak's invariants, read from the jobs' own
 stamps, never its timing: on a loaded machine the run is slower, not different.
 The long run is `python bench/soak.py --minutes 30`."""
-import importlib.util
-import os
 
 import pytest
 
-from tests.harness import E2E_MARKS, ROOT
+from tests.harness import E2E_MARKS, bench_module
 
 pytestmark = [*E2E_MARKS, pytest.mark.timeout(1200)]
 
 
 def _soak():
-    spec = importlib.util.spec_from_file_location("soak", os.path.join(ROOT, "bench", "soak.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("soak", "soak")
 
 
 FAULTS = ((0.3, "scheduler_kill"), (0.45, "scheduler_stop"), (0.6, "agent_kill"), (0.75, "gang_runner_kill"))

@@ -1,17 +1,13 @@
 """bench/drain_timeline.py's reading of strace output into a batch's phases (pure: synthetic lines in)."""
-import importlib.util
 import os
 
 import pytest
 
-from tests.harness import ROOT
+from tests.harness import bench_module
 
 
 def _timeline():
-    spec = importlib.util.spec_from_file_location("timeline_for_test", os.path.join(ROOT, "bench", "drain_timeline.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("drain_timeline", "timeline_for_test")
 
 
 TL = _timeline()

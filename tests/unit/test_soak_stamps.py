@@ -1,17 +1,12 @@
 """bench/soak.py's issue-35 checks over the jobs' own stamps (pure: synthetic stamps in, verdicts out)."""
-import importlib.util
-import os
 
 from labq.scheduler.jobs import states
 from labq.scheduler.jobs.model import Job
-from tests.harness import ROOT
+from tests.harness import bench_module
 
 
 def _soak():
-    spec = importlib.util.spec_from_file_location("soak_for_stamps", os.path.join(ROOT, "bench", "soak.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("soak", "soak_for_stamps")
 
 
 SOAK = _soak()
