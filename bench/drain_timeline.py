@@ -63,10 +63,6 @@ def fsyncs(path: str) -> list[float]:
         return [float(m[1]) for m in map(SYNC.match, (x.rstrip() for x in f)) if m]
 
 
-def run_wait(pid: int) -> float:
-    return live_bench.run_wait(pid)
-
-
 def main() -> int:
     drains = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 1
     with BenchStack(slots=4, max_pending=200_000) as bs:
@@ -75,9 +71,9 @@ def main() -> int:
             sched, redis = f"{bs.dir}/strace.scheduler", f"{bs.dir}/strace.redis"
             tracers = [_trace(pids["scheduler"], "sendto,recvfrom,pwrite64", sched), _trace(pids["redis"], "fdatasync,fsync", redis)]
             time.sleep(1)           # attached before the clients start
-            w0 = {k: run_wait(p) for k, p in pids.items()}
+            w0 = {k: live_bench.run_wait(p) for k, p in pids.items()}
             d = live_bench.drain(bs, 100, 94)
-            w1 = {k: run_wait(p) for k, p in pids.items()}
+            w1 = {k: live_bench.run_wait(p) for k, p in pids.items()}
             for p in tracers:
                 p.send_signal(signal.SIGINT)
                 p.wait()

@@ -372,13 +372,13 @@ class Queue:
         fam = family(any_, k, self.split, self.apart)
         fronts = self.families.setdefault(fam, [])
         if was is not None:
-            place = (self._key(was), was.id)
-            del fronts[bisect_left(fronts, place)]
-            blocks.remove(g, place)
+            spot = (self._key(was), was.id)
+            del fronts[bisect_left(fronts, spot)]
+            blocks.remove(g, spot)
         if now is not None:
-            place = (self._key(now), now.id)
-            at = bisect_left(fronts, place)
-            fronts.insert(at, (*place, k, g))
+            spot = (self._key(now), now.id)
+            at = bisect_left(fronts, spot)
+            fronts.insert(at, (*spot, k, g))
             if self.split and self.linear is not None:
                 self._slope(fam, now)
                 if not self.linear.old(now.submit_time):

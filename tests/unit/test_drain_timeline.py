@@ -52,6 +52,18 @@ def test_redis_fsyncs_are_read_with_their_time(tmp_path):
     assert TL.fsyncs(str(p)) == pytest.approx([0.00058, 0.001])
 
 
+def _schedstat_wait() -> float:
+    with open("/proc/self/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
 def test_a_run_queue_wait_is_read_from_schedstat_and_none_is_zero():
-    assert TL.run_wait(os.getpid()) >= 0.0
-    assert TL.run_wait(2 ** 22 + 12345) == 0.0       # past pid_max: no such process
+    """live_bench.run_wait: schedstat's second field (waiting runnable), not its first (on a CPU), whose
+    count only grows: read between two reads of the field itself."""
+    run_wait = TL.live_bench.run_wait
+    if not os.path.exists("/proc/self/schedstat"):
+        pytest.skip("no /proc/PID/schedstat here (a kernel without schedstats)")
+    before = _schedstat_wait()
+    got = run_wait(os.getpid())
+    assert before <= got <= _schedstat_wait()
+    assert run_wait(2 ** 22 + 12345) == 0.0       # past pid_max: no such process
