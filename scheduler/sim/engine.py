@@ -53,7 +53,8 @@ class Simulator:
         self.queue_limits = queue_limits
         self.nodes = prepare_nodes(nodes)
         self.template = {"argv": ("trace",), "workdir": "/", **(template or {})}
-        self.queue = Queue(cfg)
+        # Through plan() (`through`), no order is drawn from the replay's queue: it keeps none.
+        self.queue = Queue(cfg, ordered=not (through and skip))
         self.running: dict[int, Job] = {}
         self.ended: dict[int, Job] = {}
         self.natural_end: dict[int, float] = {}
@@ -97,7 +98,7 @@ class Simulator:
         self.budget_gated_only = not (self.never_skip or cfg.users or any(q.reserved for q in cfg.qos)
                                       or any(a.borrow_limit is not None or a.max_running is not None
                                              or a.max_gpus is not None or a.max_cpus is not None for a in cfg.accounts))
-        self.clock = Clock([(EPOCH + t.submit, i) for i, t in enumerate(trace)])
+        self.clock = Clock(EPOCH + t.submit for t in trace)
         if self.rollovers and trace:
             self.clock.at(self._rollover(EPOCH + trace[0].submit), ROLLOVER)
 

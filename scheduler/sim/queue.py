@@ -39,12 +39,13 @@ def timed(job: Job) -> bool:
 
 
 class Queue:
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, ordered: bool = True):
         self.cfg = cfg
         self.jobs: dict[int, Job] = {}
-        # Backfill on (easy.py): each request shape's jobs (and short jobs first). At 200,000 pending
-        # each index costs ~20 MB.
-        self.ordered = cfg.backfill_depth > 0
+        # Backfill on (easy.py): the jobs in submit order, per account, per request shape (and short jobs
+        # first). At 200,000 pending each index costs ~20 MB. `ordered` False (a replay through plan(),
+        # through.py) or backfill off (kept.py walks its Backlog), nothing draws an order from them.
+        self.ordered = ordered and cfg.backfill_depth > 0
         self.fifo: list[tuple[float, int]] = []             # (submit time, id), sorted
         self.by_account: dict[str, list[tuple[float, int]]] = {}
         self.qos_levels: Counter = Counter()                 # QoS priority -> pending jobs
@@ -77,10 +78,7 @@ class Queue:
     def add(self, job: Job, pending: bool = False) -> None:
         """A job joins the queue; `pending`: it was pending already (parked), so the burst tails,
         which count every pending job, have it."""
-        key = (job.submit_time, job.id)
         self.jobs[job.id] = job
-        insort(self.fifo, key)
-        insort(self.by_account.setdefault(job.account, []), key)
         self.qos_levels[self._qos(job)] += 1
         self.per_user[job.user] += 1
         if self.penalised and not pending:
@@ -97,9 +95,6 @@ class Queue:
     def remove(self, job_id: int, pending: bool = False) -> Job:
         """A job leaves the queue; `pending`: it stays pending (parked), in the burst tails."""
         job = self.jobs.pop(job_id)
-        key = (job.submit_time, job.id)
-        del self.fifo[bisect_left(self.fifo, key)]
-        _drop(self.by_account, job.account, key)
         _less(self.qos_levels, self._qos(job))
         self.per_user[job.user] -= 1
         if self.penalised and not pending:
@@ -116,6 +111,8 @@ class Queue:
 
     def _order(self, job: Job) -> None:
         key = (job.submit_time, job.id)
+        insort(self.fifo, key)
+        insort(self.by_account.setdefault(job.account, []), key)
         s, span = self.keys[job.id] = (shape(job), self.span(job))
         insort(self.by_shape.setdefault(s, []), (span, job.submit_time, job.id))
         insort(self.shape_fifo.setdefault(s, []), key)
@@ -125,6 +122,8 @@ class Queue:
 
     def _unorder(self, job: Job) -> None:
         key = (job.submit_time, job.id)
+        del self.fifo[bisect_left(self.fifo, key)]
+        _drop(self.by_account, job.account, key)
         s, span = self.keys.pop(job.id)
         _drop(self.by_shape, s, (span, job.submit_time, job.id))
         _drop(self.shape_fifo, s, key)

@@ -125,14 +125,14 @@ def test_policy_variants_are_configs():
 # -- the clock -------------------------------------------------------------------------------------
 
 def test_the_clock_batches_an_instant_ends_first():
-    c = Clock([(1.0, "a"), (1.0, "b"), (3.0, "c")])
+    c = Clock([1.0, 1.0, 3.0])        # arrivals by their places in the trace
     c.at(1.0, "end1")
     out = []
     for t, ends, arrivals in c.batches():
         out.append((t, ends, arrivals))
         if t == 1.0 and "end1" in ends:
             c.at(1.0, "zero-length")      # scheduled while the instant is handled: a further batch
-    assert out == [(1.0, ["end1"], ["a", "b"]), (1.0, ["zero-length"], []), (3.0, [], ["c"])]
+    assert out == [(1.0, ["end1"], [0, 1]), (1.0, ["zero-length"], []), (3.0, [], [2])]
 
 
 # -- the replay ------------------------------------------------------------------------------------
@@ -365,18 +365,21 @@ def test_a_backfill_replay_keeps_its_running_jobs_timelines_between_passes(monke
 def test_the_queue_keeps_the_per_shape_orders_only_where_a_backfill_window_reads_them(policy):
     """easy.py's indexes (each request shape's jobs by span and in submit order, short jobs first)
     cost ~20 MB each at 200,000 pending: a backfill-off replay (strict.py's windows, kept.py's walk)
-    never reads them, so its queue keeps none; a backfill one keeps them for every job."""
+    never reads them, so its queue keeps none; nor does a replay through plan() (`ordered=False`,
+    through.py); a backfill one keeps them for every job, and the submit order (order.SubmitOrder) too."""
     from labq.scheduler.jobs.model import Job
     from labq.scheduler.sim.policies import resolve
     from labq.scheduler.sim.queue import Queue
     c, _ = resolve(cfg(), policy)
-    q = Queue(c)
-    for i in range(50):
-        q.add(Job(id=i + 1, user=f"u{i % 3}", account="x", gpus=1 + i % 4, submit_time=EPOCH + i, time_limit=600 + i))
-    backfill = c.backfill_depth > 0
-    assert len(q.keys) == (50 if backfill else 0)
-    assert bool(q.by_shape) == bool(q.shape_fifo) == backfill
-    assert len(q.fifo) == sum(map(len, q.by_account.values())) == 50       # strict.py's windows read these
-    for i in range(1, 51):
-        q.remove(i)
-    assert not (q.keys or q.by_shape or q.shape_fifo or q.fifo or q.by_account or q.shaped)
+    for ordered in (True, False):
+        q = Queue(c, ordered=ordered)
+        for i in range(50):
+            q.add(Job(id=i + 1, user=f"u{i % 3}", account="x", gpus=1 + i % 4, submit_time=EPOCH + i, time_limit=600 + i))
+        backfill = c.backfill_depth > 0 and ordered
+        assert len(q.keys) == (50 if backfill else 0)
+        assert bool(q.by_shape) == bool(q.shape_fifo) == backfill
+        assert len(q.fifo) == sum(map(len, q.by_account.values())) == (50 if backfill else 0)
+        assert (q.runtimes is not None) == (backfill and policy == "learned")
+        for i in range(1, 51):
+            q.remove(i)
+        assert not (q.keys or q.by_shape or q.shape_fifo or q.fifo or q.by_account or q.shaped)

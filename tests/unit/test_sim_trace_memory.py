@@ -51,3 +51,41 @@ def test_a_replay_keeps_no_run_times_of_the_attempts_that_ended(tmp_path):
     res = sim.run()
     assert len(res.jobs) == 200 and not sim.running
     assert sim.natural_end == {}
+
+
+def test_a_replay_through_plan_keeps_no_orders_of_its_own(tmp_path):
+    """Through plan() (through.py) the replay's queue draws no order (easy.py's head, order.py), so it
+    keeps none of their indexes (~20 MB each at 200,000 pending): learned's short-jobs-first ones too.
+    The shortcut path, the same replay, keeps them while jobs wait."""
+    from labq.cli.whatif import parse_nodes
+    from labq.scheduler.settings import config as config_mod
+    from labq.scheduler.sim.engine import Simulator
+    from labq.scheduler.sim.policies import resolve
+    jobs = load(_write(tmp_path / "t.csv"))[:400]
+    for through in (True, False):
+        cfg, hooks = resolve(config_mod.Config(), "learned")
+        seen: list[tuple[int, int]] = []
+        sim = Simulator(jobs, parse_nodes("1x8:64:512G"), cfg, hooks=hooks, through=through,
+                        progress=lambda done, total: seen.append(
+                            (len(sim.queue), len(sim.queue.fifo) + len(sim.queue.by_shape) + len(sim.queue.keys)
+                             + (sim.queue.runtimes is not None))))
+        sim.run()
+        assert max(n for n, _ in seen) > 100        # a deep queue while the jobs came
+        kept = max(k for _, k in seen)
+        assert (kept == 0) if through else (kept > 100), (through, kept)
+
+
+def test_the_clock_holds_the_arrivals_as_bare_times():
+    """The replay's clock keeps each submit time as 8 bytes: a (time, place) pair a job was ~110 bytes,
+    22 MB of a 200,000-job replay."""
+    from labq.scheduler.sim.clock import Clock
+    times = [float(i // 3) for i in range(ROWS)]
+    tracemalloc.start()
+    try:
+        clock = Clock(t + 1e9 for t in times)
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept < 16 * ROWS, kept
+    got = [(t, arrivals) for t, _, arrivals in clock.batches()]
+    assert got[:2] == [(1e9, [0, 1, 2]), (1e9 + 1, [3, 4, 5])] and sum(len(a) for _, a in got) == ROWS
