@@ -89,3 +89,24 @@ def test_the_clock_holds_the_arrivals_as_bare_times():
     assert kept < 16 * ROWS, kept
     got = [(t, arrivals) for t, _, arrivals in clock.batches()]
     assert got[:2] == [(1e9, [0, 1, 2]), (1e9 + 1, [3, 4, 5])] and sum(len(a) for _, a in got) == ROWS
+
+
+def test_the_report_reads_the_records_without_lists_beside_them(tmp_path):
+    """At a replay's end every job's record is alive; the report sums over them in passes rather than
+    copying each figure into a list per job (~150 bytes a job, ~30 MB at 200,000)."""
+    from labq.cli.whatif import parse_nodes
+    from labq.scheduler.settings import config as config_mod
+    from labq.scheduler.sim import metrics
+    from labq.scheduler.sim.engine import simulate
+    from labq.scheduler.sim.policies import policy_config
+    jobs = load(_write(tmp_path / "t.csv"))[:1500]
+    res = simulate(jobs, parse_nodes("64x8:64:512G"), policy_config(config_mod.Config(), "fifo"))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        rep = metrics.report(res)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert rep["jobs"]["completed"] == len(jobs)
+    assert peak < 120 * len(jobs), peak / len(jobs)       # (the lists: ~155 a job; now ~85)
