@@ -106,16 +106,13 @@ def _sent(replies, rid: str) -> None:
     raise UnreachableError(f"Redis refused request {rid} ({text}); it was not submitted")
 
 
-def await_reply(pop, k: Keys, rid: str, seconds: float, first=None):
+def await_reply(pop, k: Keys, rid: str, seconds: float):
     """BLPOP in slices shorter than the connection's socket timeout, so that a caller may wait
-    minutes (a 100,000-task array) without the socket giving up first. `first(seconds)`: the first
-    slice's wait, where it goes with the request itself (send_pop)."""
+    minutes (a 100,000-task array) without the socket giving up first."""
     deadline = time.monotonic() + seconds
     while True:
         left = deadline - time.monotonic()
-        wait = max(1, min(POP_SLICE, int(left)))
-        got = first(wait) if first is not None else pop(k.reply(rid), wait)
-        first = None
+        got = pop(k.reply(rid), max(1, min(POP_SLICE, int(left))))
         if got or left <= POP_SLICE:
             return got
 
@@ -153,14 +150,21 @@ def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | N
     rid = fields["rid"]
     per_try = timeout / tries
     went: list = []          # a try's request is on the list (_sent passed)
+
+    def check(replies) -> None:     # made once a call, not a try: each is run cold (issue 39)
+        _sent(replies, rid)
+        went.append(True)
     try:
         for _ in range(tries):
             cmds = send_commands(k, user, sign(fields) if sign else fields, legacy)
-            first = None if send_pop is None else _with_request(send_pop, cmds, k.reply(rid), rid, went)
-            if first is None:
-                _sent(send(cmds), rid)
-                went.append(True)
-            got = await_reply(pop, k, rid, per_try, first)
+            if send_pop is None:
+                check(send(cmds))
+                got = await_reply(pop, k, rid, per_try)
+            else:       # the first slice's wait goes with the request; any later ones as await_reply's
+                start = time.monotonic()
+                got = send_pop(cmds, k.reply(rid), max(1, min(POP_SLICE, int(per_try))), check)
+                if not got and per_try > POP_SLICE:
+                    got = await_reply(pop, k, rid, per_try - (time.monotonic() - start))
             if got:
                 return parsed(got[1])
         late = send([("LPOP", k.reply(rid))])[0]     # an answer pushed as the last wait ended
@@ -177,17 +181,6 @@ def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | N
                                f"(a cancel of many jobs goes on once begun) - check `labq stat --rid {rid}`")
     raise UnreachableError(f"the scheduler did not answer within {timeout:.0f}s: request {rid} was not submitted "
                            "(the scheduler drops it once it expires; is `labq scheduler` running?)")
-
-
-def _with_request(send_pop, cmds: list, key: str, rid: str, went: list):
-    """The first wait of a try, sent with its request: `went` is told once the request is in."""
-    def checked(replies) -> None:
-        _sent(replies, rid)
-        went.append(True)
-
-    def first(seconds: int):
-        return send_pop(cmds, key, seconds, checked)
-    return first
 
 
 def _never_connected(e: Exception) -> bool:

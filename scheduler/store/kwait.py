@@ -12,10 +12,13 @@ TLS sockets, and other systems, keep Python's timeouts (`usable` says which)."""
 import _socket
 import sys
 
+from .faults import ConnectionLost, RespError
+
 # struct timeval on Linux: tv_sec, tv_usec as C longs (written without struct: its import is ~0.2 ms of
 # every `labq sub`)
 _LONG, _ORDER = (8 if sys.maxsize > 2 ** 32 else 4), sys.byteorder
 _LINUX = sys.platform.startswith("linux")
+CRLF = b"\r\n"
 # The largest reply of a write that succeeded: ":" + a 64-bit integer + CRLF (LPUSH's new length).
 WRITE_REPLY_MAX = 22
 
@@ -56,17 +59,80 @@ def least_for(writes: int, key: str) -> int:
     return least if least <= shortest else 0
 
 
-def first_read(conn, least: int, wait: float) -> None:
+def first_read(conn, least: int, wait: float, writes: int = 0) -> list | None:
     """A checked exchange's first read (resp.Connection, its request just sent): in the kernel until
     `least` bytes are in, one wake-up for the writes' replies and the blocking pop's together, or until
-    `wait` (the pop's own timeout, whose nil is short) with what came; its reader reads on from there."""
+    `wait` (the pop's own timeout, whose nil is short) with what came; its reader reads on from there.
+    `writes`: the writes' replies and the pop's [key, value] where the read holds exactly those (popped)."""
     set_least(conn, least)
     conn._wait_for(wait)
     try:
         chunk = conn.sock.recv(conn.reader.size)
     except BlockingIOError:         # nothing yet (a slow Redis): the reader waits on, as ever
-        return
+        return None
     conn.reader._fill(chunk)        # b"": the server closed the connection (ConnectionLost)
+    return popped(conn.reader, writes) if writes else None
+
+
+def push_pop(conn, writes, key: str, seconds: int, check):
+    """The last reply of conn.pipeline([*writes, ("BLPOP", key, seconds)], seconds, resend=False,
+    check=check, least=least_for(...)) (an error reply raised): a request and the first wait for its
+    answer (store/thinstore.py), on a connection already open, not Sentinel's, without pipeline()'s
+    loop: its calls, like every call of the request path, are run cold in a busy drain (issue 39).
+    `conn.passed`, after a ConnectionLost: whether `check` had passed (the writes went in)."""
+    cmds = [*writes, ("BLPOP", key, seconds)]
+    least = least_for(len(writes), key)
+    conn.passed = False
+    got = None
+    if conn.sock is not None and conn.opts["scheme"] != "sentinel":
+        try:
+            got = conn._roundtrip(cmds, seconds, check, least)
+        except ConnectionLost as e:
+            if e.sent:
+                raise
+    if got is None:         # not open, Sentinel's, or lost before anything was sent: as ever
+        got = conn.pipeline(cmds, seconds, resend=False, check=check, least=least)
+    if isinstance(got[-1], RespError):      # raised, as execute() raises a lone BLPOP's
+        raise got[-1]
+    return got[-1]
+
+
+def popped(reader, writes: int) -> list | None:
+    """The replies of `writes` writes that went in and of a BLPOP that got [key, value], cut out of the
+    reader's buffer where it holds exactly those, whole: the thin client's usual answer to a request,
+    in one read (first_read). None, the buffer untouched, for anything else (a refusal, BLPOP's
+    nil, an answer still arriving): the reader reads that as any reply. One pass of C slicing where
+    read() a reply was ~10 Python calls each, run cold in a busy drain (issue 39: a client's CPU a
+    request is mostly its Python run with the caches gone to the other processes)."""
+    buf, pos, out = reader.buf, reader.pos, []
+    try:
+        for _ in range(writes):
+            end = buf.index(CRLF, pos)
+            if buf[pos] != 58:         # ":"
+                return None
+            out.append(int(buf[pos + 1:end]))
+            pos = end + 2
+        if buf[pos:pos + 4] != b"*2\r\n":
+            return None
+        pos += 4
+        pair = []
+        for _ in range(2):
+            end = buf.index(CRLF, pos)
+            n = int(buf[pos + 1:end]) if buf[pos] == 36 else -1     # "$"
+            stop = end + 2 + n
+            if n < 0 or buf[stop:stop + 2] != CRLF:
+                return None
+            pair.append(buf[end + 2:stop])
+            pos = stop + 2
+    except (IndexError, ValueError):       # cut short: read on as usual
+        return None
+    if pos != len(buf):
+        return None
+    reader.pos = pos
+    out.append([x.decode() for x in pair] if reader.decode else pair)
+    return out
+
+
 
 
 def _timeval(seconds: float) -> bytes:

@@ -189,7 +189,7 @@ class Connection:
         self.reader = None
         self.until = 0.0     # behind Sentinel: when the call under way stops waiting for a master
         self.waits = 0.0     # the socket's timeout as last set (_wait_for)
-        self.kernel, self.least = False, 1     # kwait.py: the kernel's timeouts, SO_RCVLOWAT as last set
+        self.kernel, self.least, self.passed = False, 1, False     # kwait.py: kernel timeouts, SO_RCVLOWAT, push_pop
         self.full = timeout     # the exchange under way's timeout for each read
 
     def describe(self) -> str:
@@ -271,9 +271,6 @@ class Connection:
                 self.sock = self.reader = None
 
     # -- commands --------------------------------------------------------------------------------
-    def raw_roundtrip(self, cmds) -> list:
-        return self._roundtrip(cmds)
-
     def _wait_for(self, seconds: float) -> None:
         """The socket's timeout, set only where it changes: each settimeout is a syscall, and a loop
         of requests (a blocking pop behind each) set it twice a request (issue 39 item 3)."""
@@ -296,7 +293,9 @@ class Connection:
             self.sock.sendall(pack(cmds))
             sent = True
             if least and self.kernel:
-                kwait.first_read(self, least, extra_wait + 0.05)
+                got = kwait.first_read(self, least, extra_wait + 0.05, len(cmds) - 1 if check else 0)
+                if got is not None:     # the usual answer, whole (kwait.popped)
+                    return self._checked(check, got[:-1]) or got
             if check is None:
                 return [self.reader.read() for _ in cmds]
             first = [self.reader.read() for _ in cmds[:-1]]
@@ -314,6 +313,8 @@ class Connection:
             self.close()
             raise ConnectionLost(f"connection to {self.describe()} failed: {e.strerror or e}", sent=sent) from None
 
+    raw_roundtrip = _roundtrip
+
     def _checked(self, check, replies: list) -> None:
         """`check(replies)` of all but a pipeline's last command, before its last reply is read: a
         blocking command (BLPOP) sent behind writes that were refused is not waited for. Whatever
@@ -326,6 +327,7 @@ class Connection:
         except BaseException:
             self.close()
             raise
+        self.passed = True
 
     def _after_check(self, last) -> None:
         """The last reply of a checked pipeline, demoted (a BLPOP that a failover UNBLOCKED): the

@@ -38,21 +38,12 @@ class ThinStore:
         `check` says whether the request went in before the wait. A connection lost during the wait,
         the request in, waits again on a new one, as a lone BLPOP does (`_pop`). Its first read waits
         in the kernel for the writes' replies and the reply together (kwait.least_for): one wake-up."""
-        went = []
-
-        def checked(replies):
-            check(replies)
-            went.append(True)
         try:
-            got = self._c.pipeline([*cmds, ("BLPOP", key, seconds)], seconds, resend=False, check=checked,
-                                   least=kwait.least_for(len(cmds), key))[-1]
+            return kwait.push_pop(self._c, cmds, key, seconds, check)
         except ConnectionLost:
-            if not went:
+            if not self._c.passed:
                 raise
             return self._pop(key, seconds)
-        if isinstance(got, RespError):      # raised, as execute() raises a lone BLPOP's
-            raise got
-        return got
 
     def _pop(self, key: str, seconds: int):
         return self._c.execute("BLPOP", key, seconds, extra_wait=seconds)

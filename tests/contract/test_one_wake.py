@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, strategies as st
 
 from labq.scheduler.errors import UnreachableError
 from labq.scheduler.store import kwait, resp
@@ -149,3 +150,49 @@ def _answers(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+# -- the usual answer cut out in one pass (kwait.popped), and the request on an open connection ---------
+_writes = st.lists(st.integers(0, 2 ** 63 - 1), min_size=1, max_size=3)
+_texts = st.text(max_size=300) | st.sampled_from(["", "a\r\nb", "$3\r\n", "\r\n"])
+
+
+def _answer(writes: list, key: str, value: str) -> bytes:
+    k, v = key.encode(), value.encode()
+    return b"".join(b":%d\r\n" % n for n in writes) + b"*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v)
+
+
+@given(_writes, _texts, _texts)
+def test_a_whole_answer_is_cut_out_as_the_reader_reads_it(writes, key, value):
+    data = _answer(writes, key, value)
+    r = resp.Reader(lambda n: b"")
+    r._fill(data)
+    assert kwait.popped(r, len(writes)) == [*writes, [key, value]] and r.pos == len(data)
+
+
+@given(_writes, _texts, st.data())
+def test_anything_else_is_left_to_the_reader(writes, value, data):
+    """A refused write, BLPOP's nil, an answer cut short, bytes past it: None, the buffer untouched."""
+    whole = _answer(writes, KEY, value)
+    i = data.draw(st.integers(0, len(writes) - 1))
+    refused = whole.replace(b":%d\r\n" % writes[i], b"-OOM command not allowed\r\n", 1)
+    nil = b"".join(b":%d\r\n" % n for n in writes) + b"*-1\r\n"
+    cut = whole[:data.draw(st.integers(0, len(whole) - 1))]
+    for buf in (refused, nil, cut, whole + b":1\r\n"):
+        r = resp.Reader(lambda n: b"")
+        r._fill(buf) if buf else None
+        assert kwait.popped(r, len(writes)) is None and r.pos == 0
+
+
+@pytest.mark.redis
+def test_a_request_on_an_open_connection_is_one_exchange(conn, real_redis):
+    """push_pop sends the request and reads its answer itself where the connection is open (pipeline's
+    loop is for opening one, and for Sentinel's); `passed` says the writes went in."""
+    conn.execute("PING")
+    real_redis.rpush(KEY, "answer")
+
+    def no_pipeline(*a, **kw):
+        raise AssertionError("an open connection's request went through pipeline()")
+    conn.pipeline, seen = no_pipeline, []
+    assert kwait.push_pop(conn, [("LPUSH", K.requests, "x"), ("LPUSH", K.wake, "t")], KEY, 5, seen.append) == [KEY, "answer"]
+    assert seen == [[1, 1]] and conn.passed and real_redis.llen(K.requests) == 1
