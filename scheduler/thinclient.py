@@ -129,7 +129,9 @@ class ThinClient(ClientBase):
 
     # -- requests ------------------------------------------------------------------------------
     def request(self, op: str, body: dict, timeout: float | None = None, tries: int = 3) -> dict:
-        return self.store.call(self.user, op, body, timeout, tries, self._sign)
+        # Signed only in multi-user mode (_sign): no call a try otherwise, each run cold (issue 39)
+        return self.store.call(self.user, op, body, timeout, tries,
+                               self._sign if self.security.get("auth") == "munge" else None)
 
     # -- reads ---------------------------------------------------------------------------------
     def nodes(self):

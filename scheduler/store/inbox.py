@@ -23,10 +23,21 @@ from .keys import Keys
 
 _USER = "user:"
 POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
-# json.dumps(x, separators=...) builds a JSONEncoder (and its C encoder) per call: one, kept, writes the
-# same text. A request's text is most of a client's Python, run cold in a busy drain (issue 39 item 3).
-_TEXT = json.JSONEncoder(separators=(",", ":")).encode
-_SCAN = json.JSONDecoder().raw_decode     # json.loads less its two regex matches for white space, cold ~15 µs
+# json.dumps(x, separators=...) builds a JSONEncoder (and its C encoder) per call. A request's text is
+# most of a client's Python, run cold in a busy drain (issue 39 item 3), where each Python call costs:
+# JSONEncoder.encode's own two (encode, iterencode) are left out, its C encoder made as iterencode makes
+# it (a fresh circular-reference check each) and its pieces joined; the same text.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_MAKE = json.encoder.c_make_encoder
+_SCAN = json.JSONDecoder().scan_once     # json.loads less its regex matches for white space and raw_decode's call
+
+
+def _TEXT(o) -> str:
+    if _MAKE is None:
+        return _ENCODER.encode(o)
+    e = _ENCODER
+    return "".join(_MAKE({}, e.default, json.encoder.encode_basestring_ascii, None, e.key_separator,
+                         e.item_separator, False, False, True)(o, 0))
 
 
 def parsed(text: str):
@@ -34,10 +45,10 @@ def parsed(text: str):
     (and its reading of bytes, as redis-py may hand them)."""
     if type(text) is str:
         try:
-            got, end = _SCAN(text)
+            got, end = _SCAN(text, 0)
             if end == len(text):
                 return got
-        except ValueError:
+        except (StopIteration, ValueError):     # not JSON from its first character: json.loads says why
             pass
     return json.loads(text)
 
@@ -74,7 +85,7 @@ def send_commands(k: Keys, user: str, fields: dict, legacy: bool = False) -> lis
     write to Redis is that user) onto the request list, then the wake-up. `legacy`: the body as a
     string of JSON, for a scheduler from before 2026-12-06 (OLD_REFUSAL)."""
     entry = _TEXT({**fields, "user": user}) if legacy else entry_text(fields, user)
-    return [("LPUSH", k.requests, entry), ("LPUSH", k.wake, wake_token(user))]
+    return [("LPUSH", k.requests, entry), ("LPUSH", k.wake, _USER + user)]     # wake_token's, without its call
 
 
 def entry_text(fields: dict, user: str) -> str:
@@ -84,8 +95,8 @@ def entry_text(fields: dict, user: str) -> str:
     was parsed twice, its escapes and all (~20 µs a request, issue 39 item 3). The body's text is the
     very text a credential signed. Any other body (tests send odd ones) goes as a string, as clients
     before this did, and the scheduler takes both."""
-    body = fields.get("body")
-    head = {n: v for n, v in fields.items() if n != "body"}
+    head = dict(fields)
+    body = head.pop("body", None)
     head["user"] = user
     text = _TEXT(head)
     if isinstance(body, str) and body[:1] == "{" and body[-1:] == "}":

@@ -4,6 +4,7 @@ Writers: S = the scheduler (single writer of jobs, allocations and the ledger), 
 its runners (only its own node's keys, attempt status and the events stream), U = a user's client
 (LPUSH onto the request list and the wake list, nothing else).
 """
+from functools import cached_property
 
 ROWS_VERSION = 4    # the shape of a `stat` row (statrows.py): a new shape is a new key, rebuilt at start
 ACCT_VERSION = 1    # the shape of an ended job's acct row in Redis (acctrows.redis_row): likewise, back-filled
@@ -18,7 +19,7 @@ class Keys:
         return f"{self.p}:schema"
 
     # -- requests and replies --------------------------------------------------------------------
-    @property
+    @cached_property    # the two each request names: a property's call, run cold in a busy drain (issue 39)
     def requests(self) -> str:                # LIST (U: LPUSH only): one JSON object a request {rid, op,
         return f"{self.p}:requests"           # body, user, expires, cred} (store/inbox.py); the scheduler
                                               # LMOVEs them into `taken`, oldest first
@@ -27,7 +28,7 @@ class Keys:
     def taken(self) -> str:                   # LIST (S): requests read and not answered yet; what a leader
         return f"{self.p}:requests:taken"     # left here when it died, its successor handles (LREM on answer)
 
-    @property
+    @cached_property
     def wake(self) -> str:                    # LIST (U, W): any token; wakes the scheduler (emptied on wake)
         return f"{self.p}:wake"
 

@@ -64,14 +64,24 @@ def first_read(conn, least: int, wait: float, writes: int = 0) -> list | None:
     `least` bytes are in, one wake-up for the writes' replies and the blocking pop's together, or until
     `wait` (the pop's own timeout, whose nil is short) with what came; its reader reads on from there.
     `writes`: the writes' replies and the pop's [key, value] where the read holds exactly those (popped)."""
-    set_least(conn, least)
-    conn._wait_for(wait)
+    if conn.least != least:     # each call here is run cold in a busy drain (issue 39): only where it changes
+        set_least(conn, least)
+    if conn.waits != wait:
+        conn._wait_for(wait)
+    reader = conn.reader
     try:
-        chunk = conn.sock.recv(conn.reader.size)
+        chunk = conn.sock.recv(reader.size)
     except BlockingIOError:         # nothing yet (a slow Redis): the reader waits on, as ever
         return None
-    conn.reader._fill(chunk)        # b"": the server closed the connection (ConnectionLost)
-    return popped(conn.reader, writes) if writes else None
+    if writes and reader.pos == len(reader.buf) and len(chunk) < reader.size:
+        got = popped(chunk, writes, reader.decode)      # the whole answer, nothing before it: not buffered
+        if got is not None:
+            return got
+    reader._fill(chunk)             # b"": the server closed the connection (ConnectionLost)
+    return None
+
+
+_LEAST: dict = {}      # least_for by (writes, the key's bytes): one shape a client, its call run cold each request
 
 
 def push_pop(conn, writes, key: str, seconds: int, check):
@@ -81,7 +91,10 @@ def push_pop(conn, writes, key: str, seconds: int, check):
     loop: its calls, like every call of the request path, are run cold in a busy drain (issue 39).
     `conn.passed`, after a ConnectionLost: whether `check` had passed (the writes went in)."""
     cmds = [*writes, ("BLPOP", key, seconds)]
-    least = least_for(len(writes), key)
+    size = (len(writes), len(key.encode()))
+    least = _LEAST.get(size)
+    if least is None:
+        least = _LEAST[size] = least_for(len(writes), key)
     conn.passed = False
     got = None
     if conn.sock is not None and conn.opts["scheme"] != "sentinel":
@@ -97,14 +110,14 @@ def push_pop(conn, writes, key: str, seconds: int, check):
     return got[-1]
 
 
-def popped(reader, writes: int) -> list | None:
-    """The replies of `writes` writes that went in and of a BLPOP that got [key, value], cut out of the
-    reader's buffer where it holds exactly those, whole: the thin client's usual answer to a request,
-    in one read (first_read). None, the buffer untouched, for anything else (a refusal, BLPOP's
-    nil, an answer still arriving): the reader reads that as any reply. One pass of C slicing where
-    read() a reply was ~10 Python calls each, run cold in a busy drain (issue 39: a client's CPU a
-    request is mostly its Python run with the caches gone to the other processes)."""
-    buf, pos, out = reader.buf, reader.pos, []
+def popped(buf: bytes, writes: int, decode: bool) -> list | None:
+    """The replies of `writes` writes that went in and of a BLPOP that got [key, value], where `buf` (a
+    first read) is exactly those, whole: the thin client's usual answer to a request, in one read
+    (first_read). None for anything else (a refusal, BLPOP's nil, an answer still arriving): the
+    reader reads that as any reply. One pass of C slicing where read() a reply was ~10 Python calls
+    each, run cold in a busy drain (issue 39: a client's CPU a request is mostly its Python run with
+    the caches gone to the other processes)."""
+    pos, out = 0, []
     try:
         for _ in range(writes):
             end = buf.index(CRLF, pos)
@@ -114,25 +127,20 @@ def popped(reader, writes: int) -> list | None:
             pos = end + 2
         if buf[pos:pos + 4] != b"*2\r\n":
             return None
-        pos += 4
-        pair = []
-        for _ in range(2):
-            end = buf.index(CRLF, pos)
-            n = int(buf[pos + 1:end]) if buf[pos] == 36 else -1     # "$"
-            stop = end + 2 + n
-            if n < 0 or buf[stop:stop + 2] != CRLF:
-                return None
-            pair.append(buf[end + 2:stop])
-            pos = stop + 2
+        end = buf.index(CRLF, pos + 4)
+        n = int(buf[pos + 5:end]) if buf[pos + 4] == 36 else -1     # "$"
+        key, pos = buf[end + 2:end + 2 + n], end + 4 + n
+        if n < 0 or buf[pos - 2:pos] != CRLF:
+            return None
+        end = buf.index(CRLF, pos)
+        n = int(buf[pos + 1:end]) if buf[pos] == 36 else -1
+        value, pos = buf[end + 2:end + 2 + n], end + 4 + n
+        if n < 0 or pos != len(buf) or buf[pos - 2:] != CRLF:
+            return None
     except (IndexError, ValueError):       # cut short: read on as usual
         return None
-    if pos != len(buf):
-        return None
-    reader.pos = pos
-    out.append([x.decode() for x in pair] if reader.decode else pair)
+    out.append([key.decode(), value.decode()] if decode else [key, value])
     return out
-
-
 
 
 def _timeval(seconds: float) -> bytes:

@@ -316,12 +316,12 @@ class Connection:
     raw_roundtrip = _roundtrip
 
     def _checked(self, check, replies: list) -> None:
-        """`check(replies)` of all but a pipeline's last command, before its last reply is read: a
-        blocking command (BLPOP) sent behind writes that were refused is not waited for. Whatever
-        check raises closes the connection, so that the unread reply can never be taken for the
-        answer of a later command; a demoted master's refusal (nothing done) is raised first, as
-        pipeline() raises it, so that it is sent again to the new master."""
-        self._demoted(replies)      # its ConnectionLost closes the connection in _roundtrip
+        """`check(replies)` of all but a pipeline's last command, before its last reply is read: a blocking
+        command (BLPOP) sent behind refused writes is not waited for. Whatever check raises closes the
+        connection, so that the unread reply can never be taken for the answer of a later command; a demoted
+        master's refusal (nothing done) is raised first, as pipeline() does, to send it to the new master."""
+        if self.opts["scheme"] == "sentinel":
+            self._demoted(replies)      # its ConnectionLost closes the connection in _roundtrip
         try:
             check(replies)
         except BaseException:
