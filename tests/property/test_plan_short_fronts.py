@@ -4,7 +4,7 @@ job it stands for, and a pass scores the classes its walk may reach, not every c
 (That such passes decide as the per-job pass: tests/property/test_plan_classes.py.)"""
 from dataclasses import replace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from labq.scheduler import multifactor, policy
 from labq.scheduler.jobs.model import Job
@@ -147,3 +147,33 @@ def test_a_class_that_reaches_its_full_age_within_an_epoch_goes_by_submit_time_a
     got = policy.plan(snap, c, queue=q)
     assert q.split and q.linear is not None and q.linear.epoch == snap.now - 20    # (the same epoch)
     assert [p.job_id for p in got.places] == [20] == [p.job_id for p in policy.plan_per_job(snap, c).places]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(now=st.floats(0, 1e7), age_max=st.floats(1, 1e6), aw=st.floats(0.01, 1e4),
+       near=st.lists(st.integers(-3, 3), max_size=30), young=st.lists(st.floats(0, 1), max_size=10),
+       lo=st.integers(0, 5))
+# (a submit time an ulp before the cut that `aged` says is not aged: age times age_weight / age_max rounds down)
+@example(now=427098.43198156403, age_max=555094.4376294108, aw=3051.0967239503175, near=[-2, -1, 0, 1], young=[0.5], lo=0)
+def test_a_familys_first_young_class_is_the_one_aged_says(now, age_max, aw, near, young, lo):
+    """fronts.first_young (a search in C near the submit time age_max ago, then `aged`'s exact answer)
+    finds the first class from `lo` on that is not an aged top-keyed one, as a search asking `aged` at
+    each step does: submit times within a few ulps of the cut, ties among them, young keys after."""
+    from math import nextafter
+
+    from labq.scheduler.policy import fronts
+    c = cfg("")
+    c = replace(c, priority=replace(c.priority, age_weight=aw, short_job_weight=aw, age_max=age_max))
+    b = multifactor.bounder(now, {}, c)
+    top, cut = -aw, now - age_max
+    times = []
+    for d in sorted(near):
+        t = cut
+        for _ in range(abs(d)):
+            t = nextafter(t, -1e18 if d < 0 else 1e18)
+        times.append(t)
+    src = [((top, t), i, ("k", i), None) for i, t in enumerate(times)]
+    src += [((top + 1 + y, now), len(src) + i, ("k", len(src) + i), None) for i, y in enumerate(sorted(young))]
+    lo = min(lo, len(src))
+    want = next((i for i in range(lo, len(src)) if src[i][0][0] != top or not b.aged(src[i][0][1])), len(src))
+    assert fronts.first_young(src, lo, top, b) == want
