@@ -36,6 +36,7 @@ from ..multifactor import Score, aged, ordered, scorer
 from ..settings.config import Config
 from . import settle
 from .capacity import avoided
+from .counting import counting
 from .fronts import Bound, Reach, apart, lazy, runtimes
 from .queue import Front, Group, Key, Queue, Waiting
 
@@ -107,7 +108,9 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None)
     if kind != "merge":
         order = ordered(waiting, p.now, dict(p.snap.usage), cfg)
         if kind == "cached":
-            _Walk(p, _unordered).one_by_one(order)
+            w = _Walk(p, _unordered)
+            with counting(w):
+                w.one_by_one(order)
         else:
             for job in order:
                 p.consider(job)
@@ -115,7 +118,9 @@ def run(p: "_Pass", waiting: list[Job], cfg: Config, queue: Queue | None = None)
     if queue is None:
         queue = Queue()
         file(queue, p, waiting, cfg)
-    _Walk(p, _scorer(p, cfg, queue.bursting), queue, lazy=lazy(p.now, dict(p.snap.usage), cfg, queue.split)).go()
+    w = _Walk(p, _scorer(p, cfg, queue.bursting), queue, lazy=lazy(p.now, dict(p.snap.usage), cfg, queue.split))
+    with counting(w):       # (the pass's methods counted while it walks)
+        w.go()
 
 
 def _unordered(j: Job) -> Score:      # the score of a walk that merges nothing (one_by_one): never asked
@@ -173,20 +178,12 @@ class _Walk:
         self.lists, self.keys, self.ids, self.at, self.heads, self.most = r.lists, r.keys, r.ids, r.at, r.heads, r.most
         self.cache: dict[Key, Hit] = {}     # class key -> (state version, kind, stamp, plan.Verdict)
         self.admitted: dict[tuple[str, object], int] = {}   # ("a", account) / ("u", user) / ("t", array): so far
-        self.touched = 0                    # calls into budget quotes, admission, preemption, reservation
+        self.touched = 0                    # calls into budget quotes, admission, preemption, reservation (counting.py)
         self.frozen = False                 # settle._frozen
         self.dead = settle.Dead(queue)      # what settle.dead found in this pass
         self.rooms: dict[Key, tuple[tuple[int, ...], tuple[int, ...], Verdict]] = {}  # key -> (version, stamp, verdict)
         self.passed: list[tuple[Key, Key, Group, Hit]] = []    # (class key, group key, group, its park): _passes
         self.parks: dict[int, Hit] = {}     # id(verdict) -> the park of the classes passed with it (park_of)
-        for name in ("_admit", "_budget_even_if_room", "_preempt", "_reserve"):
-            setattr(p, name, self._counting(getattr(p, name)))
-
-    def _counting(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(*a: Any) -> Any:
-            self.touched += 1
-            return fn(*a)
-        return counted
 
     def _stamp(self, key: Key) -> tuple[int, ...]:
         p, n = self.p, self.admitted
