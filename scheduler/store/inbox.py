@@ -134,31 +134,36 @@ OLD_REFUSAL = "'body': expected UTF-8 text, got dict"
 
 
 def call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None = None, tries: int = 3,
-         sign=None, lost=(), send_pop=None) -> dict:
+         sign=None, lost=(), send_pop=None, first=None, got=None) -> dict:
     """_call; a scheduler from before the body went as an object (OLD_REFUSAL, which did nothing) is
-    asked again the old way, under a new request id (its refusal is kept for the first)."""
-    got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost, send_pop=send_pop)
+    asked again the old way, under a new request id (its refusal is kept for the first). `first`: a first
+    try the caller made itself (_call); `got`: the reply it had, the request then answered."""
+    if got is None:
+        got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost, send_pop=send_pop, first=first)
     if got.get("ok") is False and got.get("error") == OLD_REFUSAL:
         got = _call(send, pop, k, user, op, body, timeout, tries, sign, lost, True, send_pop)
     return got
 
 
 def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | None, tries: int, sign, lost,
-          legacy: bool = False, send_pop=None) -> dict:
+          legacy: bool = False, send_pop=None, first=None) -> dict:
     """Send a request and return the scheduler's reply (a dict), resending the same id up to `tries`
     times. `sign(fields) -> fields` adds a credential (scheduler/security/auth.py): a fresh one per try, as
     each is valid once. `lost`: the connection errors of the caller's client. `send_pop(cmds, key,
     seconds, check)`, where the client has it: the commands and the first BLPOP of the reply in one
     round trip, `check` called with the commands' replies before the wait (the thin client's: one
-    round trip a request, not two; ~10-25 % of its CPU a request, issue 39 item 3).
+    round trip a request, not two; ~10-25 % of its CPU a request, issue 39 item 3). `first`: (fields,
+    sent) of a first try the caller made itself, here carried on as that try (thinstore.ThinStore._first:
+    the usual case in one function; sent: the request went and its first read is in the connection's
+    reader, send_pop reading on from there; else nothing went, and the try is made here).
 
     Every try carries the same expiry, and the scheduler commits nothing of a request after it
     (checked at commit, commit.py): the client waits past the expiry by a margin, so once it gives
     up with no answer it can say for sure that nothing was done. Where Redis went away under it,
     it cannot: it says so, with the request id that `labq stat --rid` answers for."""
     timeout = request_timeout() if timeout is None else timeout
-    fields = request_fields(op, body, expires=time.time() + timeout - min(5.0, timeout / 4))
-    rid = fields["rid"]
+    fields = first[0] if first else request_fields(op, body, expires=time.time() + timeout - min(5.0, timeout / 4))
+    rid, resumed = fields["rid"], bool(first and first[1])
     per_try = timeout / tries
     went: list = []          # a try's request is on the list (_sent passed)
 
@@ -173,7 +178,8 @@ def _call(send, pop, k: Keys, user: str, op: str, body: dict, timeout: float | N
                 got = await_reply(pop, k, rid, per_try)
             else:       # the first slice's wait goes with the request; any later ones as await_reply's
                 start = time.monotonic()
-                got = send_pop(cmds, k.reply(rid), max(1, min(POP_SLICE, int(per_try))), check)
+                got = send_pop(cmds, k.reply(rid), max(1, min(POP_SLICE, int(per_try))), check, resumed)
+                resumed = False
                 if not got and per_try > POP_SLICE:
                     got = await_reply(pop, k, rid, per_try - (time.monotonic() - start))
             if got:

@@ -84,12 +84,14 @@ def first_read(conn, least: int, wait: float, writes: int = 0) -> list | None:
 _LEAST: dict = {}      # least_for by (writes, the key's bytes): one shape a client, its call run cold each request
 
 
-def push_pop(conn, writes, key: str, seconds: int, check):
+def push_pop(conn, writes, key: str, seconds: int, check, sent: bool = False):
     """The last reply of conn.pipeline([*writes, ("BLPOP", key, seconds)], seconds, resend=False,
     check=check, least=least_for(...)) (an error reply raised): a request and the first wait for its
     answer (store/thinstore.py), on a connection already open, not Sentinel's, without pipeline()'s
     loop: its calls, like every call of the request path, are run cold in a busy drain (issue 39).
-    `conn.passed`, after a ConnectionLost: whether `check` had passed (the writes went in)."""
+    `conn.passed`, after a ConnectionLost: whether `check` had passed (the writes went in). `sent`: the
+    request already sent on the open connection and its first read in the reader (thinstore.ThinStore
+    ._first, whose read was not the usual answer): read on from there, never sent again."""
     cmds = [*writes, ("BLPOP", key, seconds)]
     size = (len(writes), len(key.encode()))
     least = _LEAST.get(size)
@@ -97,7 +99,9 @@ def push_pop(conn, writes, key: str, seconds: int, check):
         least = _LEAST[size] = least_for(len(writes), key)
     conn.passed = False
     got = None
-    if conn.sock is not None and conn.opts["scheme"] != "sentinel":
+    if sent:
+        got = conn._roundtrip(cmds, seconds, check, 0, True)
+    elif conn.sock is not None and conn.opts["scheme"] != "sentinel":
         try:
             got = conn._roundtrip(cmds, seconds, check, least)
         except ConnectionLost as e:

@@ -284,14 +284,14 @@ class Connection:
         self._wait_for(self.full)
         return self.sock.recv(n)
 
-    def _roundtrip(self, cmds, extra_wait: float = 0.0, check=None, least: int = 0) -> list:
+    def _roundtrip(self, cmds, extra_wait: float = 0.0, check=None, least: int = 0, sent: bool = False) -> list:
         self.full = self.timeout + extra_wait      # each exchange under its own, however the last ended
         if not self.kernel:         # else SO_SNDTIMEO (the timeout) bounds a send, and _recv sets the reads'
             self._wait_for(self.full)
-        sent = False
         try:
-            self.sock.sendall(pack(cmds))
-            sent = True
+            if not sent:    # else sent, and their first read in the reader (thinstore.ThinStore._first): read on
+                self.sock.sendall(pack(cmds))
+                sent = True
             if least and self.kernel:
                 got = kwait.first_read(self, least, extra_wait + 0.05, len(cmds) - 1 if check else 0)
                 if got is not None:     # the usual answer, whole (kwait.popped)
