@@ -30,6 +30,10 @@ class Group:
         self.within: Block | None = None
         self.block: Block | None = None
 
+    def anew(self) -> None:
+        """As a new Group of the same jobs (Queue._refront): in no block, never cut (`plain` reads the key alone)."""
+        self.cut, self.within, self.block = -1, None, None
+
     def add(self, j: Job) -> None:
         at = place(self.jobs, _order(j))
         self.jobs.insert(at, j)

@@ -177,3 +177,27 @@ def test_a_familys_first_young_class_is_the_one_aged_says(now, age_max, aw, near
     lo = min(lo, len(src))
     want = next((i for i in range(lo, len(src)) if src[i][0][0] != top or not b.aged(src[i][0][1])), len(src))
     assert fronts.first_young(src, lo, top, b) == want
+
+
+def test_a_new_epoch_orders_the_kept_families_as_filing_every_job_anew_does():
+    """Past an epoch (queue.EPOCH of age_max) the kept Queue orders its split families' classes anew
+    from the classes it holds (Queue._refront), not by filing every job again: the families, slopes,
+    young classes and blocks of passed classes are those of a Queue filed afresh at that pass, and the
+    plan the same as the per-job pass's."""
+    c = cfg("[scheduler]\nbackfill_depth = 1\n[priority]\nshort_job_weight = 10\nage_max = 1000\n")
+    b = ClusterBuilder().node("n0", gpus=2, cpus=8, lease=10 ** 6)
+    b.running("n0", gpus=2, cpus=1, time_limit=86400 * 30)
+    for k in range(40):     # young, no room: classes of many run times, a few per family
+        b.job(gpus=1 + k % 2, cpus=1, time_limit=300 + 97 * k, submit_offset=-float(20 * k), jid=10 + k)
+    snap, q = b.build(), queue.Queue()
+    policy.plan(snap, c, queue=q)
+    epoch = q.linear.epoch if q.linear else None
+    later = replace(snap, now=snap.now + 200)
+    got, fresh = policy.plan(later, c, queue=q), queue.Queue()
+    assert q.split and q.linear is not None and q.linear.epoch == later.now != epoch
+    assert got == policy.plan(later, c, queue=fresh) and got.places == policy.plan_per_job(later, c).places
+
+    def shape(x: queue.Queue):
+        return ({f: [(e[0], e[1], e[2], e[3].block is not None, e[3].within is not None) for e in src]
+                 for f, src in x.families.items()}, x.slopes, x.flats, sorted(x.young))
+    assert shape(q) == shape(fresh)
