@@ -242,12 +242,11 @@ def _block_at(w: "_Walk", g: Group, front: Front, run: list[Group], fronts: list
         b.drop(lo)
         lo = 0
     blocked, capped, learned = u.blocked, u.caps, p.timelines is not None and p.timelines.learned
-    hi, timed = len(b.groups), p.timelines is not None
-    # (past its first class a block holds the classes the pass reached, most often one that can start: no holds)
-    if lo and timed and not capped or not passing.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None,
-                                                        lambda j: dead(w, j), learned, d, p.now, capped):
+    hi = len(b.groups)
+    if not passing.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned, d,
+                         p.now, capped):
         hi = passing.first_unknown(b, lo, d, lambda j: blocked(j) is None, lambda j: dead(w, j), p.now, learned,
-                                   capped, timed)
+                                   capped, p.timelines is not None)
         if hi == lo:
             return 0
     took = hi - lo
