@@ -30,8 +30,8 @@ class Group:
         self.block: Block | None = None
 
     def anew(self) -> None:
-        """As a new Group of the same jobs (Queue._refront): in no block (`plain` reads the key alone)."""
-        self.within, self.block = None, None
+        """As a new Group of the same jobs (Queue._refront): in no block, never cut (`plain` reads the key alone)."""
+        self.cut, self.within, self.block = -1, None, None
 
     def add(self, j: Job) -> None:
         at = place(self.jobs, _order(j))
