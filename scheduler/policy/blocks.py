@@ -158,17 +158,6 @@ class Block:
         self._index(groups)
         groups[0].block = self
 
-    def drop(self, k: int) -> None:
-        """The block's first `k` classes (not all) leave it."""
-        groups = self.groups
-        groups[0].block = None
-        gone = groups[:k]
-        del groups[:k], self.fronts[:k]
-        if self.spans is not None:
-            self.spans.drop(k)
-        self._out(gone)
-        groups[0].block = self
-
     def extend(self, other: "Block") -> None:
         """The classes of block `other`, right after this one's last in their family, join it (`other` is no more)."""
         if self.spans is not None:

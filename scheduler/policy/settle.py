@@ -32,8 +32,6 @@ DELAYS, RESERVED = delays.DELAYS, delays.RESERVED
 _FOREVER = float("inf")
 _log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
-# A block a pass reaches at most this many in (its front class reached) drops those before: its runs its whole's.
-LEAD = 8
 # The walk asks whether the pass has settled after this many turns without a change of state, then
 # after four times as many, and so on: an ask that finds it unsettled costs a look per class left.
 SETTLE_CHECK = 64
@@ -130,7 +128,7 @@ class Dead:
     came back: Placer.grown), each shape's `_bound` (while no room was taken: Placer.changes), and
     whether the caps pass the jobs of an (account, user, GPUs, CPUs, nodes) (while nothing was admitted:
     Usage.blocked reads nothing else of a job without a throttle)."""
-    __slots__ = ("verdicts", "grown", "bounds", "changes", "open", "placed", "used", "reserved", "lost", "entered")
+    __slots__ = ("verdicts", "grown", "bounds", "changes", "open", "placed", "used", "reserved", "lost")
 
     def __init__(self) -> None:
         self.verdicts: dict[tuple[int, str, int, int], Verdict] = {}
@@ -142,7 +140,6 @@ class Dead:
         self.lost: dict[tuple[int, str, int, int], tuple[Any, Verdict]] = {}
         self.open: dict[tuple[str, str, int, int, int], bool] = {}
         self.used: list[blocks.Used] = []     # the blocks taken, the classes of each taken, their verdicts
-        self.entered: dict[int, int] = {}     # the id of each of those blocks -> its entries in `used`
 
 
 def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) -> int:
@@ -204,7 +201,6 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
 def _close(d: Dead, run: list[Group], fronts: list[Front], after: bool) -> None:
     """The plain classes taken one by one become a block, joined to the block taken right before them (`after`)."""
     d.used.append((b := blocks.Block(run, fronts), 0, len(run), blocks.taken(b, d.verdicts)))
-    d.entered[id(b)] = 1
     if after:
         _join(d)
 
@@ -212,15 +208,15 @@ def _close(d: Dead, run: list[Group], fronts: list[Front], after: bool) -> None:
 def _join(d: Dead) -> None:
     """The last two blocks taken, one right after the other in their family (the first taken to its end,
     the second from its start), become one: else a family's blocks, made of the runs taken one by one,
-    stay apart. The smaller joins the larger, but where the pass took the first block earlier too (an entry
-    of `used` that names it) the second joins it, as the places of the first's classes stay."""
+    stay apart. The smaller joins the larger, but where the pass took the first block from its class `lo`
+    on (its classes before, judged by the pass, or taken earlier in it: an entry of `used` each) the second
+    joins it, as the places of the first's classes stay."""
     (a, lo, hi, _), (b, _, end, _) = d.used[-2:]
     del d.used[-2:]
-    if d.entered.get(id(a), 0) > 1 or len(a.groups) >= len(b.groups):
+    if lo or len(a.groups) >= len(b.groups):
         a.extend(b)
     else:
         b.prepend(*blocks.absorb(a))
-        d.entered[id(b)] = d.entered.pop(id(a), 0) + d.entered.get(id(b), 0)     # (at least its entries)
         a = b
     d.used.append((a, lo, hi + end, blocks.taken(a, d.verdicts)))
 
@@ -238,10 +234,9 @@ def _block_at(w: "_Walk", g: Group, front: Front, run: list[Group], fronts: list
             return 0
         lo = bisect_left(b.fronts, front)
     d, u, p = w.dead, w.p.usage, w.p
-    if lo and lo <= LEAD and not d.entered.get(id(b)):     # (not taken yet this pass: the places of `used` stay)
-        b.drop(lo)
-        lo = 0
-    blocked, capped, learned = u.blocked, u.caps, p.timelines is not None and p.timelines.learned
+    blocked = u.blocked
+    learned = p.timelines is not None and p.timelines.learned
+    capped = u.caps
     hi = len(b.groups)
     if not passing.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned, d,
                          p.now, capped):
@@ -257,7 +252,6 @@ def _block_at(w: "_Walk", g: Group, front: Front, run: list[Group], fronts: list
             b.prepend(run, fronts)
             hi += len(run)
     d.used.append((b, lo, hi, blocks.taken(b, d.verdicts)))
-    d.entered[id(b)] = d.entered.get(id(b), 0) + 1
     return took
 
 
@@ -317,7 +311,7 @@ def dead(w: "_Walk", job: Job) -> Verdict | None:
                     return None
                 d.reserved[shape] = job
                 return RESERVED
-        why = p._no_room(job, False)      # (a block may hold a class the pass reached: one with a start)
+        why = p._no_room(job, False)      # (a block's job may be one the pass reached: one that holds a start)
         verdict = d.verdicts[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
     return verdict
 

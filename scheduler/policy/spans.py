@@ -80,10 +80,6 @@ class Spans:
     def remove(self, at: int) -> None:
         del self.spans[at], self.kinds[at]
 
-    def drop(self, k: int) -> None:
-        """The first `k` classes leave (chunk 0 holds anything before cut 1)."""
-        del self.spans[:k], self.kinds[:k]
-
     def prepend(self, groups: "list[Group]", fronts: Sequence[Any]) -> None:
         """Classes `groups` join the block before its first (`fronts`: the block's entries now, theirs first):
         into chunk 0, or every chunk made again where that one would hold over two chunks' worth."""
