@@ -384,10 +384,10 @@ class _Pass:
         if got is not None:
             self.starts.append(Start(job.id, got[1], got[0]))
 
-    def _no_room(self, job: Job, own: bool = True) -> Why:     # not `own`: any job's of its shape (settle.dead)
+    def _no_room(self, job: Job) -> Why:
         if not self.free.free:
             return states.NODE_DOWN, "no node is up"
-        start = self.starts[-1] if own and self.starts and self.starts[-1].job_id == job.id else None
+        start = self.starts[-1] if self.starts and self.starts[-1].job_id == job.id else None
         when = f"; expected to start at {fmt_at(start.at)} on {start.node}" if start else ""
         if self.initial.fits_unchanged(job):
             return states.PRIORITY, "higher-priority jobs took the free resources in this pass" + when

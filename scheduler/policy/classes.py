@@ -180,7 +180,7 @@ class _Walk:
         self.admitted: dict[tuple[str, object], int] = {}   # ("a", account) / ("u", user) / ("t", array): so far
         self.touched = 0                    # calls into budget quotes, admission, preemption, reservation (counting.py)
         self.frozen = False                 # settle._frozen
-        self.dead = settle.Dead()      # what settle.dead found in this pass
+        self.dead = settle.Dead(queue)      # what settle.dead found in this pass
         self.rooms: dict[Key, tuple[tuple[int, ...], tuple[int, ...], Verdict]] = {}  # key -> (version, stamp, verdict)
         self.passed: list[tuple[Key, Key, Group, Hit]] = []    # (class key, group key, group, its park): _passes
         self.parks: dict[int, Hit] = {}     # id(verdict) -> the park of the classes passed with it (park_of)

@@ -20,7 +20,7 @@ from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports settle.py, which imports this module
-    from .blocks import Used
+    from .blocks import Block
     from .classes import _Walk
     from .queue import Group
 
@@ -86,7 +86,7 @@ def lose(w: "_Walk", placed: Job) -> None:
     d, free = w.dead, w.p.free
     for shape, job in d.reserved.items():
         if shape not in d.lost and free.find(job)[0] is None:
-            why = w.p._no_room(job, False)
+            why = w.p._no_room(job)
             d.lost[shape] = (w.score(placed), cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):]))
 
 
@@ -102,29 +102,27 @@ def cut(w: "_Walk", g: "Group") -> tuple[int, Verdict] | None:
     return bisect_left(g.jobs, limit, key=w.score), verdict
 
 
-def split(w: "_Walk", u: "Used", shape: tuple[int, str, int, int], ids: Sequence[int]
+def split(w: "_Walk", b: "Block", shape: tuple[int, str, int, int], ids: tuple[int, ...]
           ) -> list[tuple[Sequence[int], Verdict]]:
-    """The runs of the classes of `shape` a pass took of a block (`u`: blocks.Used; their ids `ids`), taken
-    with Reservation, whose shape an admission later left without room (`lose`): Reservation before it,
-    "no room" after. Without short jobs first a block's classes are in the priority order of their first
-    jobs (fronts.py), so those after it start at a binary search over the block, and the classes before
-    it, most often few, are read one by one (`cut`); with it, every class of the shape is."""
+    """The runs of block `b`'s classes of `shape` (their ids `ids`), taken with Reservation, whose shape an
+    admission later left without room (`lose`): Reservation before it, "no room" after. Without short
+    jobs first a block's classes are in the priority order of their first jobs (fronts.py), so those
+    after it start at a binary search over the block, and the classes before it, most often few, are
+    read one by one (`cut`); with it, every class of the shape is."""
     limit, other = w.dead.lost[shape]
-    b, lo, hi, _ = u
     before: list[int] = []
     after: Sequence[int]
     if w.reached.bound is not None:
         rest: list[int] = []
-        whole = lo == 0 and hi == len(b.groups)
-        for g in b.shapes[shape] if whole else (g for g in b.groups[lo:hi] if cast(Any, g.plain)[1] == shape):
+        for g in b.shapes[shape]:
             k = cast(tuple[int, Verdict], cut(w, g))[0]
             before += g.ids[:k]
             rest += g.ids[k:]
         after = rest
     else:
         groups = b.groups
-        end = bisect_left(groups, limit, lo, hi, key=lambda g: w.score(g.jobs[0]))
-        for g in groups[lo:end]:       # each comes before it by its first job: a class of one wholly
+        lo = bisect_left(groups, limit, key=lambda g: w.score(g.jobs[0]))
+        for g in groups[:lo]:       # each comes before it by its first job: a class of one wholly
             if cast(tuple[Any, Any], g.plain)[1] == shape:
                 before += g.ids if len(g.ids) == 1 else g.ids[:cast(tuple[int, Verdict], cut(w, g))[0]]
         if before:

@@ -21,10 +21,11 @@ class Group:
     """One class's waiting jobs (and their ids) in (submit time, id) order; `plain`: what settle.dead
     reads of a class without gates, found at its first use (0: not yet; None: it has gates); `within`:
     the block of passed classes it is in (blocks.py), `block`: the one it starts."""
-    __slots__ = ("key", "jobs", "ids", "plain", "within", "block")
+    __slots__ = ("key", "jobs", "ids", "plain", "within", "block", "cut")
 
     def __init__(self, key: Key, jobs: list[Job]) -> None:
         self.key, self.jobs, self.ids = key, jobs, [j.id for j in jobs]
+        self.cut = -1       # the Queue's pass count when a pass last cut its block at it (settle._block_at)
         self.plain: Key | int | None = 0
         self.within: Block | None = None
         self.block: Block | None = None

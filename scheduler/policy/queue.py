@@ -42,6 +42,9 @@ _ID, _SUBMIT_TIME = attrgetter("id"), attrgetter("submit_time")
 _FIRST_TWO = itemgetter(0, 1)
 # Filing anew (grouping and sorting all) beats filing one by one once this many of the waiting jobs are new or changed.
 REBUILD_SHARE = 0.25
+# Two blocks a pass takes one right after the other are not joined where a pass of the last RECENT cut
+# there (settle._join): in a drain a class that can backfill when room comes back sits between them.
+RECENT = 64
 # With short jobs first the families' classes are ordered by their priority at an epoch (multifactor.Linear),
 # taken anew (every job filed again) once the clock is this share of age_max past it: the bound of a family's
 # rest loosens by the spread of its slopes times the time since (fronts.Reach._bound).

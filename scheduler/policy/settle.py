@@ -14,15 +14,14 @@ the pass is not trusted: `Unsettled` is raised, plan() logs it and plans the sna
 whole pass (`guarded`), rather than fail the scheduler's tick or hand out a plan nobody checked."""
 import functools
 import logging
-from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..jobs.model import Job
 from ..jobs.plan import Pending, Verdict
-from . import blocks, delays, kinds, passing
-from .queue import Front, Group, Key
+from . import blocks, delays, kinds
+from .queue import RECENT, Front, Group, Key, Queue
 
 if TYPE_CHECKING:       # the walk is classes.py's, which imports this module
     from .classes import _Walk
@@ -128,9 +127,9 @@ class Dead:
     came back: Placer.grown), each shape's `_bound` (while no room was taken: Placer.changes), and
     whether the caps pass the jobs of an (account, user, GPUs, CPUs, nodes) (while nothing was admitted:
     Usage.blocked reads nothing else of a job without a throttle)."""
-    __slots__ = ("verdicts", "grown", "bounds", "changes", "open", "placed", "used", "reserved", "lost")
+    __slots__ = ("verdicts", "grown", "bounds", "changes", "open", "placed", "used", "reserved", "lost", "recent")
 
-    def __init__(self) -> None:
+    def __init__(self, queue: Queue | None = None) -> None:
         self.verdicts: dict[tuple[int, str, int, int], Verdict] = {}
         self.bounds: dict[tuple[int, str, int, int], float] = {}
         self.grown, self.changes, self.placed = 0, -1, 0
@@ -139,7 +138,8 @@ class Dead:
         self.reserved: dict[tuple[int, str, int, int], Job] = {}
         self.lost: dict[tuple[int, str, int, int], tuple[Any, Verdict]] = {}
         self.open: dict[tuple[str, str, int, int, int], bool] = {}
-        self.used: list[blocks.Used] = []     # the blocks taken, the classes of each taken, their verdicts
+        self.used: list[tuple[blocks.Block, dict[blocks.Shape, Verdict]]] = []     # blocks taken, their verdicts
+        self.recent = queue.passes - RECENT if queue is not None else 0     # a cut since is recent (`_join`)
 
 
 def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) -> int:
@@ -169,7 +169,7 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
     while k < n:
         _, _, key, g = src[k]
         if kept and (g.block is not None or g.within is not None):     # (else _block_at takes none)
-            took = _block_at(w, g, src[k], run, fronts)
+            took = _block_at(w, g, run, fronts)
             if took:
                 k += took
                 run, fronts = [], []
@@ -200,58 +200,62 @@ def passes_from(w: "_Walk", src: list[Front], k: int, groups: dict[Key, Group]) 
 
 def _close(d: Dead, run: list[Group], fronts: list[Front], after: bool) -> None:
     """The plain classes taken one by one become a block, joined to the block taken right before them (`after`)."""
-    d.used.append((b := blocks.Block(run, fronts), 0, len(run), blocks.taken(b, d.verdicts)))
+    d.used.append((b := blocks.Block(run, fronts), blocks.taken(b, d.verdicts)))
     if after:
         _join(d)
 
 
 def _join(d: Dead) -> None:
-    """The last two blocks taken, one right after the other in their family (the first taken to its end,
-    the second from its start), become one: else a family's blocks, made of the runs taken one by one,
-    stay apart. The smaller joins the larger, but where the pass took the first block from its class `lo`
-    on (its classes before, judged by the pass, or taken earlier in it: an entry of `used` each) the second
-    joins it, as the places of the first's classes stay."""
-    (a, lo, hi, _), (b, _, end, _) = d.used[-2:]
+    """The last two blocks taken, one right after the other in their family, become one (the smaller joins
+    the larger): else a family's blocks, cut where a pass stops (`_block_at`), only ever split. Not where
+    a pass cut lately (queue.RECENT): in the drain the next pass with room there cut them again."""
+    (a, _), (b, _) = d.used[-2:]
+    if b.groups[0].cut >= d.recent:
+        return
     del d.used[-2:]
-    if lo or len(a.groups) >= len(b.groups):
+    if len(a.groups) >= len(b.groups):
         a.extend(b)
     else:
         b.prepend(*blocks.absorb(a))
         a = b
-    d.used.append((a, lo, hi + end, blocks.taken(a, d.verdicts)))
+    d.used.append((a, blocks.taken(a, d.verdicts)))
 
 
-def _block_at(w: "_Walk", g: Group, front: Front, run: list[Group], fronts: list[Front]) -> int:
-    """The walk `w` reaches class `g` (at `front` in its family) taking classes: the number of classes it
-    takes of `g`'s block from `g` on (0: none; `run`, `fronts`: the plain classes taken one by one right
-    before it, which join the block where `g` is its first). Where the block's inputs do not all pass now
-    (`holds`), the classes up to the first whose verdict is not known now (`first_unknown`); that one the
-    walk judges, and the block stays whole (the pass takes part of it: `blocks.Used`)."""
-    b, lo = g.block, 0
+def _block_at(w: "_Walk", g: Group, run: list[Group], fronts: list[Front]) -> int:
+    """The walk `w` reaches class `g` taking classes: the number of classes it takes as `g`'s block (0:
+    none; `run`, `fronts`: the plain classes taken one by one before it, which join it). A block
+    whose inputs do not all pass now is no more (its classes are taken one by one); taking that starts
+    inside a block (at `g`, the classes before it reached) drops those before `g` or, where they are the
+    more, ends the block there (Block.lead)."""
+    b = g.block
     if b is None:
         b = g.within
-        if b is None:
+        if b is None or not b.lead(g):
             return 0
-        lo = bisect_left(b.fronts, front)
-    d, u, p = w.dead, w.p.usage, w.p
+    d, u = w.dead, w.p.usage
     blocked = u.blocked
-    learned = p.timelines is not None and p.timelines.learned
+    learned = w.p.timelines is not None and w.p.timelines.learned
     capped = u.caps
-    hi = len(b.groups)
-    if not passing.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned, d,
-                         p.now, capped):
-        hi = passing.first_unknown(b, lo, d, lambda j: blocked(j) is None, lambda j: dead(w, j), p.now, learned,
-                                   capped, p.timelines is not None)
-        if hi == lo:
+    if not blocks.holds(b, d.open, d.verdicts, lambda j: blocked(j) is None, lambda j: dead(w, j), learned, d,
+                        w.p.now, capped):
+        # Its classes up to the first whose verdict is not known now are taken (a block of their own); that
+        # one leaves it, the walk stops there; the rest stay a block for the walk's next turn in the family.
+        k = blocks.first_unknown(b, d, lambda j: blocked(j) is None, lambda j: dead(w, j), w.p.now, learned, capped)
+        if k == len(b.groups):      # (holds answers for every class: not reached)
+            blocks.kill(b)
             return 0
-    took = hi - lo
+        b.groups[k].cut = w.reached.queue.passes      # type: ignore[union-attr]  # (kept: a Queue's)
+        got = b.cut(k)
+        if got is None:
+            return 0
+        if run:
+            got.prepend(run, fronts)
+        d.used.append((got, blocks.taken(got, d.verdicts)))
+        return k
+    took = len(b.groups)
     if run:
-        if lo:
-            _close(d, run, fronts, False)
-        else:
-            b.prepend(run, fronts)
-            hi += len(run)
-    d.used.append((b, lo, hi, blocks.taken(b, d.verdicts)))
+        b.prepend(run, fronts)
+    d.used.append((b, blocks.taken(b, d.verdicts)))
     return took
 
 
@@ -311,7 +315,7 @@ def dead(w: "_Walk", job: Job) -> Verdict | None:
                     return None
                 d.reserved[shape] = job
                 return RESERVED
-        why = p._no_room(job, False)      # (a block's job may be one the pass reached: one that holds a start)
+        why = p._no_room(job)
         verdict = d.verdicts[shape] = cast(Verdict, tuple(why) + _DEFAULTS[1 + len(why):])
     return verdict
 
@@ -344,11 +348,11 @@ def recall(w: "_Walk", placed: Job | None, changed_room: bool) -> None:
         elif array is None and not changed_room:
             return
     used = []
-    for u in d.used:     # a block some of whose classes the change concerns: one by one
-        if changed_room or any(who[0] == acct or who[1] == user for who in u[0].whos):
-            w.passed += blocks.entries_of(u, lambda v: w.parks.get(id(v)) or w.park_of(v))
+    for b, verdicts in d.used:     # a block some of whose classes the change concerns: one by one
+        if changed_room or any(who[0] == acct or who[1] == user for who in b.whos):
+            w.passed += blocks.entries_of(b, verdicts, lambda v: w.parks.get(id(v)) or w.park_of(v))
         else:
-            used.append(u)
+            used.append((b, verdicts))
     d.used = used
     keep = []
     for entry in w.passed:
@@ -390,4 +394,4 @@ def passed_runs(w: "_Walk") -> None:
                 ids = ids[:got[0]]
         add(verdict, ids)
     w.p.runs.extend((ids, verdict) for verdict, ids in by.values())
-    blocks.runs(w.dead.used, w.p.runs, lost, lambda u, shape, ids: delays.split(w, u, shape, ids))
+    blocks.runs(w.dead.used, w.p.runs, lost, lambda b, shape, ids: delays.split(w, b, shape, ids))

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from labq.scheduler import policy
 from labq.scheduler.daemon.applier import apply_plan
 from labq.scheduler.jobs import states
-from labq.scheduler.policy import passing
+from labq.scheduler.policy import blocks
 from labq.scheduler.policy.kept import Kept
 from tests.harness import ClusterBuilder, cfg
 
@@ -29,8 +29,7 @@ priority = 200
 users = ["alice", "bob"]
 [accounts.phi]
 users = ["carol"]
-{caps}"""
-CAPS = """max_running = {max_running}
+max_running = {max_running}
 max_gpus = 6
 [users.bob]
 max_gpus = 3
@@ -53,9 +52,7 @@ def _job(b: ClusterBuilder, draw, jid=None, offset=None) -> None:
 def deep_scenes(draw):
     """A node mostly full, H (high QoS) holding the one reservation, and a deep normal-QoS queue of a few
     accounts and users: families of many classes, most of them plain."""
-    # Without caps a pass finds where it stops in a block by the spans of its classes (passing._by_spans)
-    caps = CAPS.format(max_running=draw(st.sampled_from([2, 4, 100]))) if draw(st.booleans()) else ""
-    c = cfg(CONFIG.format(caps=caps))
+    c = cfg(CONFIG.format(max_running=draw(st.sampled_from([2, 4, 100]))))
     b = ClusterBuilder().node("n0", gpus=4, cpus=16, slots=16)
     b.running("n0", gpus=2, cpus=2, time_limit=3600, started_ago=60.0, account="phi", user="carol")
     b.running("n0", gpus=1, cpus=1, time_limit=600, started_ago=60.0, account="eta", user="bob")
@@ -117,12 +114,12 @@ def test_a_second_pass_over_an_unchanged_deep_queue_takes_its_passed_classes_as_
     for k in range(40):
         b.job(gpus=4, cpus=4 + k % 3, time_limit=600 * (1 + k % 5), account="phi", user="carol", submit_offset=-k)
     snap = b.build()
-    c = cfg(CONFIG.format(caps=CAPS.format(max_running=100)))
+    c = cfg(CONFIG.format(max_running=100))
     kept = Kept()
     first = policy.plan(snap, c, **kept.inputs(snap, c))
     taken = []
-    real = passing.holds
-    monkeypatch.setattr(passing, "holds", lambda bl, *a: real(bl, *a) and not taken.append(len(bl.groups)))
+    real = blocks.holds
+    monkeypatch.setattr(blocks, "holds", lambda bl, *a: real(bl, *a) and not taken.append(len(bl.groups)))
     again = policy.plan(snap, c, **kept.inputs(snap, c))
     same(again, first)
     same(again, policy.plan_per_job(snap, c))
@@ -141,7 +138,7 @@ def test_classes_that_would_delay_the_reservation_are_passed_unjudged(monkeypatc
         acct, user = WHO[1 + k % 3]
         b.job(gpus=1, cpus=1 + k % 3, time_limit=7200 * (1 + k % 5), account=acct, user=user, submit_offset=-k)
     snap = b.build()
-    c = cfg(CONFIG.format(caps=CAPS.format(max_running=100)))
+    c = cfg(CONFIG.format(max_running=100))
     kept, judged = Kept(), []
     real = policy._Pass.judge
 
