@@ -59,29 +59,42 @@ def least_for(writes: int, key: str) -> int:
     return least if least <= shortest else 0
 
 
-def first_read(conn, least: int, wait: float, writes: int = 0) -> list | None:
+def first_read(conn, least: int, wait: float, writes: int = 0, lost=BlockingIOError) -> list | None:
     """A checked exchange's first read (resp.Connection, its request just sent): in the kernel until
     `least` bytes are in, one wake-up for the writes' replies and the blocking pop's together, or until
     `wait` (the pop's own timeout, whose nil is short) with what came; its reader reads on from there.
-    `writes`: the writes' replies and the pop's [key, value] where the read holds exactly those (popped)."""
-    if conn.least != least:     # each call here is run cold in a busy drain (issue 39): only where it changes
-        set_least(conn, least)
-    if conn.waits != wait:
-        conn._wait_for(wait)
+    `writes`: the writes' replies and the pop's [key, value] where the read holds exactly those (popped).
+    `lost`: the errors of the read (and of its settings) left to the reader, which reads on to its own:
+    BlockingIOError, nothing yet (a slow Redis); OSError, any (thinstore.ThinStore._first, whose caller
+    carries the try on as one lost after the send, or read on; the server's close, b"", included)."""
     reader = conn.reader
     try:
+        if conn.least != least:     # each call here is run cold in a busy drain (issue 39): only where it changes
+            set_least(conn, least)
+        if conn.waits != wait:
+            conn._wait_for(wait)
         chunk = conn.sock.recv(reader.size)
-    except BlockingIOError:         # nothing yet (a slow Redis): the reader waits on, as ever
-        return None
-    if writes and reader.pos == len(reader.buf) and len(chunk) < reader.size:
-        got = popped(chunk, writes, reader.decode)      # the whole answer, nothing before it: not buffered
-        if got is not None:
-            return got
-    reader._fill(chunk)             # b"": the server closed the connection (ConnectionLost)
+        if writes and chunk and reader.pos == len(reader.buf) and len(chunk) < reader.size:
+            got = popped(chunk, writes, reader.decode)      # the whole answer, nothing before it: not buffered
+            if got is not None:
+                return got
+        reader._fill(chunk)             # b"": the server closed the connection (ConnectionLost)
+    except lost:
+        pass
     return None
 
 
 _LEAST: dict = {}      # least_for by (writes, the key's bytes): one shape a client, its call run cold each request
+
+
+def least_of(writes: int, key: bytes) -> int:
+    """least_for(writes, key), kept by (writes, the key's length): one shape a client (reply keys of
+    32-character ids), computed once."""
+    size = (writes, len(key))
+    least = _LEAST.get(size)
+    if least is None:
+        least = _LEAST[size] = least_for(writes, key.decode())
+    return least
 
 
 def push_pop(conn, writes, key: str, seconds: int, check, sent: bool = False):
@@ -93,10 +106,7 @@ def push_pop(conn, writes, key: str, seconds: int, check, sent: bool = False):
     request already sent on the open connection and its first read in the reader (thinstore.ThinStore
     ._first, whose read was not the usual answer): read on from there, never sent again."""
     cmds = [*writes, ("BLPOP", key, seconds)]
-    size = (len(writes), len(key.encode()))
-    least = _LEAST.get(size)
-    if least is None:
-        least = _LEAST[size] = least_for(len(writes), key)
+    least = least_of(len(writes), key.encode())
     conn.passed = False
     got = None
     if sent:

@@ -24,11 +24,10 @@ class ThinStore:
             raise UsageError(f"redis.url: {e}") from None
         self.url, self.k = url, keys
         self.read = ThinReader(self._c, keys, self.unreachable)
-        # _first's fixed parts: the request list's LPUSH up to the entry, a reply key less its id (ids are
-        # 32 characters: one least for all), the wake-ups by user
+        # _first's fixed parts: the request list's LPUSH up to the entry, a reply key less its id, the
+        # wake-ups by user
         self._push = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%b\r\n" % (len(keys.requests.encode()), keys.requests.encode())
         self._reply = keys.reply("")
-        self._least = kwait.least_for(2, keys.reply("0" * 32))
         self._wakes: dict = {}
 
     def unreachable(self, e: Exception) -> UnreachableError:
@@ -39,7 +38,7 @@ class ThinStore:
         where the connection is open and plain (not Sentinel's, not TLS) and nothing is signed."""
         c = self._c
         try:
-            if sign is None and c.sock is not None and c.kernel and self._least and "rid" not in body \
+            if sign is None and c.sock is not None and c.kernel and "rid" not in body \
                     and c.opts["scheme"] != "sentinel":
                 return self._first(user, op, body, inbox.request_timeout() if timeout is None else timeout, tries)
             return inbox.call(self._send, self._pop, self.k, user, op, body, timeout, tries, sign,
@@ -61,29 +60,22 @@ class ThinStore:
         key, seconds = (self._reply + rid).encode(), max(1, min(inbox.POP_SLICE, int(timeout / tries)))
         out = b"%b$%d\r\n%b\r\n%b*3\r\n$5\r\nBLPOP\r\n$%d\r\n%b\r\n$%d\r\n%d\r\n" % (
             self._push, len(entry), entry, wake, len(key), key, len(str(seconds)), seconds)
-        c.passed, reader = False, c.reader
+        least = kwait.least_of(2, key)
+        if not least:           # a key too short to wait in the kernel for (kwait.least_for): _call's try
+            return self._rest(user, op, body, timeout, tries, fields, False)
+        c.passed = False
         try:
-            if c.least != self._least:
-                kwait.set_least(c, self._least)
-            if c.waits != seconds + 0.05:
-                c._wait_for(seconds + 0.05)
             c.sock.sendall(out)
         except OSError:         # nothing went (as resp.Connection's): sent in _call on a new connection
             c.close()
             return self._rest(user, op, body, timeout, tries, fields, False)
-        try:
-            chunk = c.sock.recv(reader.size)
-        except OSError:         # nothing yet (a slow Redis), or an error: the reader reads on (its EOF or error)
-            chunk = None
-        if chunk and reader.pos == len(reader.buf) and len(chunk) < reader.size:
-            got = kwait.popped(chunk, 2, c.decode)      # the writes' replies and [key, value], whole
-            if got is not None:
-                c.passed, reply = True, inbox.parsed(got[2][1])
-                if reply.get("ok") is not False:        # else perhaps OLD_REFUSAL: inbox.call's
-                    return reply
-                return self._rest(user, op, body, timeout, tries, fields, True, reply)
-        if chunk:
-            reader._fill(chunk)
+        # any error of the read reads as a connection lost after the send: _call reads on (its EOF or error)
+        got = kwait.first_read(c, least, seconds + 0.05, 2, OSError)
+        if got is not None:     # the writes' replies and [key, value], whole
+            c.passed, reply = True, inbox.parsed(got[2][1])
+            if reply.get("ok") is not False:        # else perhaps OLD_REFUSAL: inbox.call's
+                return reply
+            return self._rest(user, op, body, timeout, tries, fields, True, reply)
         return self._rest(user, op, body, timeout, tries, fields, True)
 
     def _rest(self, user, op, body, timeout, tries, fields, sent: bool, got=None) -> dict:
