@@ -10,6 +10,7 @@ from ..errors import StalePlanError
 from ..jobs import states
 from . import codec, dispatchq, envs, faults, nodehealth, rests, writes
 from .batch import Batch
+from .replies import put_replies
 
 log = logging.getLogger("labq.scheduler")
 
@@ -188,8 +189,7 @@ def _build(p, store, b: Batch, now: float, usage: dict, active, seq, period, rep
         _announce_into(p, store.k, b, replies=False)
     _nodes_into(p, store.k, b, now)
     writes.put_blocker(p, store.k, b.blocker)
-    for reply in b.replies:
-        writes.put_reply(p, store.k, *reply, push=not replicas)
+    put_replies(p, store.k, b.replies, push=not replicas)
     for d in b.dead:
         writes.put_dead(p, store.k, *d, now)
     for rid, runs in b.partials:
