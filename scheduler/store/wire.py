@@ -60,7 +60,14 @@ def _packed(cmds) -> bytes | None:
     redis-py's to pack, or refuse): redis-py sends those."""
     out: list = []
     app, arrays, bulks, crlf = out.append, _ARRAY, _BULK, b"\r\n"
+    last, piece, start = None, b"", 0
     for args in cmds:
+        if args is last:        # the same command again ([cmd] * n: the LMOVEs a wait sends ahead): packed once
+            if not piece:
+                piece = b"".join(out[start:])
+            app(piece)
+            continue
+        last, piece, start = args, b"", len(out)
         head = args[0]
         if type(head) is not str or not (head.isascii() and head.isalpha()):
             return None

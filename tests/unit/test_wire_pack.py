@@ -1,7 +1,8 @@
 """store/wire._packed, the scheduler's packer of its pipelines (made-once RESP headers, its arguments'
 type checks in the same pass), writes what resp.pack writes for every command of plain arguments:
 text (non-ASCII, long), bytes (empty, 1,023 and 1,024 long and past), integers, floats, a StrEnum,
-arrays of 63, 64 arguments and more; and declines (None, redis-py sends them) a command holding a bool,
+arrays of 63, 64 arguments and more, one command object repeated ([cmd] * n, packed once) among others;
+and declines (None, redis-py sends them) a command holding a bool,
 None or bytearray, or one whose name is not a plain word."""
 import enum
 
@@ -33,6 +34,21 @@ command = st.tuples(name, st.lists(arg, max_size=70)).map(lambda c: (c[0], *c[1]
 @given(st.lists(command, min_size=1, max_size=6))
 def test_packed_is_what_resp_pack_writes(cmds):
     assert wire._packed(cmds) == resp.pack(cmds)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(command, st.integers(1, 4)), min_size=1, max_size=5))
+def test_a_command_repeated_is_what_resp_pack_writes(runs):
+    """Runs of one command object ([cmd] * n, as a wait's LMOVEs) beside others and beside equal commands
+    that are other objects: packed once a run, the same bytes."""
+    cmds = [c for cmd, n in runs for c in [cmd] * n]
+    assert wire._packed(cmds) == resp.pack(cmds)
+    again = cmds + [tuple(cmds[0])] + [cmds[0]] * 2      # an equal copy between runs of the object
+    assert wire._packed(again) == resp.pack(again)
+
+
+def test_a_repeated_command_that_must_be_declined_is():
+    assert wire._packed([("SET", "k", "v")] * 3 + [("SET", "k", None)] * 2) is None
 
 
 def test_the_edges_of_the_header_tables():
