@@ -15,6 +15,7 @@ BIN := $(VENV)/bin
 $(BIN)/labq: pyproject.toml worker/_clone.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[test,lint]' --config-settings editable_mode=compat > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	$(BIN)/python -m labq.launcher $@
 	@touch $@
 
 install: $(BIN)/labq

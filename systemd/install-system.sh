@@ -37,6 +37,7 @@ quiet() { "$@" >"$WHEELS/pip.log" 2>&1 || { cat "$WHEELS/pip.log" >&2; echo "ins
 quiet "$PREFIX/bin/pip" wheel -q --no-deps -w "$WHEELS" "$SRC"
 quiet "$PREFIX/bin/pip" install -q --upgrade --force-reinstall --no-deps "$WHEELS"/labq-*.whl
 quiet "$PREFIX/bin/pip" install -q "$WHEELS"/labq-*.whl     # its dependencies, where missing
+quiet "$PREFIX/bin/python" -m labq.launcher "$PREFIX/bin/labq"   # pip's launcher, less its `import re`
 
 mkdir -p "$BINDIR" "$SYSCONFDIR" "$UNITDIR" "$DOCDIR"
 ln -sf "$PREFIX/bin/labq" "$BINDIR/labq"

@@ -4,6 +4,7 @@ not tied to this checkout), and `labq sub`/`stat`/`wait` work against daemons st
 import os
 import pathlib
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -102,6 +103,13 @@ def test_install_system_serves_every_user(scratch, person):
         assert (home / "whoami").stat().st_uid == person.pw_uid
         stat = as_user("stat")
         assert stat.returncode == 0 and stat.stderr == "", stat.stderr
+        # Issue 39 item 4: the installed command (its launcher included) reads the queue without
+        # `re`, `json` or `enum` (~12 ms of CPU of a ~45 ms `labq stat`)
+        timed = subprocess.run([str(labq), "--config", str(cfg), "stat"], user=person.pw_uid, group=person.pw_gid,
+                               extra_groups=[], cwd=home, capture_output=True, text=True, timeout=120,
+                               env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPROFILEIMPORTTIME": "1"})
+        heavy = sorted({m for m in re.findall(r"\|\s+(\S+)$", timed.stderr, re.M) if m in ("re", "json", "enum")})
+        assert timed.returncode == 0 and "import time:" in timed.stderr and not heavy, (heavy, timed.stderr[-300:])
         show = as_user("show", jid)
         assert show.returncode == 0 and "CD" in show.stdout, show.stdout + show.stderr
         # Issue 36: no uninstall. It removes what install-system made and keeps the config.
