@@ -5,8 +5,9 @@ of CPU, issue 39); click itself costs ~25 ms more. The fast path (fast.py) print
 laid out as click's HelpFormatter lays out the group's page; tests/unit/test_cli_help.py compares
 the two at several terminal widths, and anything but a bare `labq --help` goes to click.
 """
-import shutil
 import textwrap
+
+from .helppage import width as _width
 
 # command name -> (module, attribute)
 COMMANDS = {
@@ -101,7 +102,7 @@ def page() -> str | None:
     """`labq --help`, or None where a command has no line in SHORT (click then lists it)."""
     if set(COMMANDS) - set(SHORT):
         return None
-    width = max(min(shutil.get_terminal_size().columns, 80) - 2, 50)
+    width = _width()
     usage = "Usage: labq "
     lines = (_wrap("[OPTIONS] COMMAND [ARGS]...", width, usage, " " * len(usage)) if width >= len(usage) + 20
              else None)

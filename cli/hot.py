@@ -11,7 +11,7 @@ from functools import partial
 
 from labq.scheduler import tables
 from labq.scheduler.errors import UsageError
-from labq.scheduler.jobs import states
+from labq.scheduler.jobs import codes
 from labq.scheduler.units import MICRO, fmt_duration, fmt_money, fmt_size, parse_duration
 
 from . import privateview, statview
@@ -91,7 +91,7 @@ def _states(text):
     if not text:
         return None
     try:
-        return states.parse_states(text)
+        return codes.parse_states(text)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -126,14 +126,14 @@ def _id_pick(text):
 def _behind(c, j, d: dict) -> dict:
     """`show`'s job_dict `d` with the job it waits behind named (`behind_job`, in `reason_detail` too).
     Backfill off, the record says only that it is behind the first job that waits for resources
-    (states.BEHIND_BLOCKER: a new blocker rewrites no record); the scheduler keeps which job that is in
+    (codes.BEHIND_BLOCKER: a new blocker rewrites no record); the scheduler keeps which job that is in
     one key (Keys.blocker), read for such a job alone."""
     d["behind_job"] = None
-    if j.state != states.PENDING or j.detail != states.BEHIND_BLOCKER:
+    if j.state != codes.PENDING or j.detail != codes.BEHIND_BLOCKER:
         return d
     blocker = c.read.text(c.read.k.blocker)
     if blocker and blocker != j.display_id:     # else none now, or the record is older than the key
-        d["behind_job"], d["reason_detail"] = blocker, states.behind(blocker)
+        d["behind_job"], d["reason_detail"] = blocker, codes.behind(blocker)
     return d
 
 
@@ -156,7 +156,7 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
     if as_json:
         return echo_json(d)
     lines = [f"Job {j.display_id} ({j.name}) user={j.user} account={j.account} qos={j.qos}",
-             f"  state: {j.state}" + (f"  reason: {j.reason} — {d['reason_detail'] or ''}" if j.state == states.PENDING else
+             f"  state: {j.state}" + (f"  reason: {j.reason} — {d['reason_detail'] or ''}" if j.state == codes.PENDING else
                                       f"  {j.detail}" if j.detail else ""),
              f"  request: {j.gpus} GPU{'s' if j.gpus != 1 else ''}{' ' + j.gpu_type if j.gpu_type else ''}, "
              f"{j.cpus} CPUs, {fmt_size(j.mem)}" + (f" on each of {j.nodes} nodes" if j.nodes > 1 else "")
@@ -172,14 +172,14 @@ def show(c, job_id, as_json=False, script=False, env=False, **_) -> None:
                                                                    else ""))
     if j.deadline:
         lines.append(f"  deadline: {ts(j.deadline)}")
-    if j.preempt_count or j.borrowed or j.state == states.PREEMPTING:
+    if j.preempt_count or j.borrowed or j.state == codes.PREEMPTING:
         lines.append(f"  preempted {j.preempt_count} time(s)" + ("; runs on borrowed GPUs (may be reclaimed)"
                                                                   if j.borrowed else "")
                      + (f"; draining for job {j.preempted_for}" if j.preempted_for else ""))
     if j.retries:
         lines.append(f"  retries: {j.retries_used}/{j.retries} used"
                      + (f", on exit codes {','.join(map(str, j.retry_on))}" if j.retry_on else "")
-                     + (f"; eligible again {ts(j.eligible_time)}" if j.state == states.PENDING and j.eligible_time
+                     + (f"; eligible again {ts(j.eligible_time)}" if j.state == codes.PENDING and j.eligible_time
                         else ""))
     if j.commit:
         lines.append("  committed: " + ", ".join(f"{b} {money(m)}" for b, m in j.commit))
@@ -257,7 +257,7 @@ def _show_array(tasks, as_json, currency: str):
              f"  request per task: {first.gpus} GPU{'s' if first.gpus != 1 else ''}"
              f"{' ' + first.gpu_type if first.gpu_type else ''}, {first.cpus} CPUs, {fmt_size(first.mem)}, "
              f"time limit {fmt_duration(first.time_limit)}"]
-    lines += [f"  {states.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(tables.compact_ids(ids))}"
+    lines += [f"  {codes.LONG.get(s, s):<13} {len(ids):>6}  {', '.join(tables.compact_ids(ids))}"
               for s, ids in by_state.items()]
     lines.append(f"  cost so far: {fmt_money(cost, currency=currency)}")
     echo("\n".join(lines))
@@ -288,18 +288,18 @@ def logs(c, job_id, follow=False, err=False, **_) -> None:
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
         except FileNotFoundError:
-            if not follow and j.state != states.PENDING:
+            if not follow and j.state != codes.PENDING:
                 fail(f"no output yet at {path}", 2)
         except PermissionError:
             fail(f"cannot read {path}: permission denied", 2)
-        if not follow or j.state in states.TERMINAL:
+        if not follow or j.state in codes.TERMINAL:
             return
         time.sleep(0.5)
         j = c.job(job_id)
 
 
 def exit_status(j) -> int:
-    if j.state == states.COMPLETED:
+    if j.state == codes.COMPLETED:
         return 0
     if j.exit_code is not None and j.exit_code > 0:
         return min(j.exit_code, 255)
@@ -319,7 +319,7 @@ def wait_for_jobs(client, ids, quiet=False, timeout=None, sleep=time.sleep, cloc
     order, shown, code, pause = list(jobs), 0, 0, POLL_FIRST
     end = clock() + timeout if timeout else None
     while True:
-        while shown < len(order) and jobs[order[shown]].state in states.TERMINAL:
+        while shown < len(order) and jobs[order[shown]].state in codes.TERMINAL:
             job = jobs[order[shown]]
             if not quiet:
                 echo(f"{job.display_id} {job.state} exit={statview.exit_code(job) or '-'}")
@@ -330,7 +330,7 @@ def wait_for_jobs(client, ids, quiet=False, timeout=None, sleep=time.sleep, cloc
             fail(f"timed out waiting for job {jobs[order[shown]].display_id}", 1)
         sleep(pause)
         pause = min(pause * 1.5, POLL_MAX)
-        jobs.update(_reread(client, [i for i in order[shown:] if jobs[i].state not in states.TERMINAL]))
+        jobs.update(_reread(client, [i for i in order[shown:] if jobs[i].state not in codes.TERMINAL]))
 
 
 def _reread(client, ids: list[int]) -> dict:
@@ -358,7 +358,7 @@ def control(c, op, job_ids) -> None:
     said = []     # runs of results with the same outcome: one line for a 9,000-task array, not 9,000
     for r in reply.get("results", []):
         if r["ok"]:
-            what = "cancelled" if r["state"] == states.CANCELLED else r["state"]
+            what = "cancelled" if r["state"] == codes.CANCELLED else r["state"]
             if said and said[-1][0] == what:
                 said[-1][1].append(r["id"])
             else:
@@ -378,7 +378,7 @@ def delete(c, job_ids, user=None, **_) -> None:
         raise UsageError("del: give job ids, or -u USER for all of a user's jobs")
     if user:
         picked = _id_filter(",".join(job_ids)) if job_ids else (lambda j: True)
-        mine = [str(j.id) for j in c.read.active() if j.user == user and j.state in states.ACTIVE and picked(j)]
+        mine = [str(j.id) for j in c.read.active() if j.user == user and j.state in codes.ACTIVE and picked(j)]
         if not mine:
             return echo(f"labq: no pending or running jobs of {user}" + (" among those named" if job_ids else ""))
         job_ids = mine

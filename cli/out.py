@@ -1,6 +1,5 @@
 """Output, exit codes and where the private Redis lives: what every command needs, without click
 (the fast path of the hot commands, fast.py, imports this and not click)."""
-import json
 import os
 import sys
 
@@ -16,6 +15,7 @@ def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
 
 
 def echo_json(obj) -> None:
+    import json  # not at the top: `json` imports `re` and `enum`, which the plain views need not (cjson.py)
     echo(json.dumps(obj, indent=2, sort_keys=False))
 
 

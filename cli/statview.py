@@ -4,12 +4,12 @@ Imports neither click nor the model: the thin `stat` renders rows with this alon
 `capacity_line` take job records (or anything with the attributes they read), `select`,
 `rows_cells` and `rows_capacity` the index's rows, `table` any cells.
 """
-import json
 from collections import Counter
 from itertools import compress, repeat
 from operator import itemgetter
 
-from labq.scheduler.jobs import states
+from labq.scheduler import cjson
+from labq.scheduler.jobs import codes
 from labq.scheduler.store import statrows as R
 from labq.scheduler.tables import columns
 from labq.scheduler.units import accrue, fmt_duration, fmt_money, fmt_size
@@ -32,7 +32,7 @@ def compact(jobs):
             run.clear()
 
     for j in sorted(jobs, key=lambda j: j.id):
-        groupable = j.state == states.PENDING and j.array_id is not None
+        groupable = j.state == codes.PENDING and j.array_id is not None
         if run and not (groupable and j.array_id == run[-1].array_id and j.reason == run[-1].reason
                         and j.id == run[-1].id + 1):
             flush()
@@ -55,8 +55,8 @@ STAT_HEADERS = ["JOBID", "NAME", "USER", "ACCOUNT", "QOS", "ST", "TIME", "GPUS",
 
 def capacity_line(nodes, jobs) -> str:
     """From job records (or anything with their attributes)."""
-    on = [(j.gpus, j.cpus, j.mem, _nodes(j), j.node) for j in jobs if j.state in states.ON_NODE]
-    return _capacity(nodes, on, sum(1 for j in jobs if j.state == states.PENDING))
+    on = [(j.gpus, j.cpus, j.mem, _nodes(j), j.node) for j in jobs if j.state in codes.ON_NODE]
+    return _capacity(nodes, on, sum(1 for j in jobs if j.state == codes.PENDING))
 
 
 def _capacity(nodes, on, pend: int) -> str:
@@ -95,11 +95,11 @@ def rows_capacity(nodes, rows) -> str:
     on = []
     for r in compress(rows, map(itemgetter(R.LIVE), rows)):     # in C: the few rows with a live part
         c = R.cells(r[R.TAIL])
-        if c[R.STATE] in states.ON_NODE:
-            spans, settled, rate, since, gpus, cpus, mem, node = json.loads(r[R.LIVE])
+        if c[R.STATE] in codes.ON_NODE:
+            spans, settled, rate, since, gpus, cpus, mem, node = cjson.loads(r[R.LIVE])
             on.append((gpus, cpus, mem, int(c[R.NODES]), node))
     per = Counter(map(itemgetter(R.TAIL), rows))
-    pend = sum(n for t, n in per.items() if t.startswith(states.PENDING + "\t"))
+    pend = sum(n for t, n in per.items() if t.startswith(codes.PENDING + "\t"))
     return _capacity(nodes, on, pend)
 
 
@@ -116,7 +116,7 @@ def rows_cells(rows, now: float, expand: bool = False) -> list:
     first = None    # the open run of pending array tasks: its first row, array, reason ("(Held)"), last id and index
     aid = reason = last = hi = None
     n = 0
-    PD = states.PENDING
+    PD = codes.PENDING
 
     def close():
         out.append(_line(first, f"{aid}_[{first[R.ARRAY_INDEX]}-{hi}]" if n > 1 else f"{aid}_{hi}", now))
@@ -145,10 +145,10 @@ def _line(r, shown: str, now: float) -> list:
     r = list(r)
     if r[R.LIVE]:
         c = R.cells(r[R.TAIL])
-        spans, settled, rate, since, *_ = json.loads(r[R.LIVE])
+        spans, settled, rate, since, *_ = cjson.loads(r[R.LIVE])
         secs = int(max(0, sum((end or now) - start for start, end in spans))) if spans else 0
         c[R.TIME] = fmt_duration(secs)
-        c[R.COST] = str(settled + (accrue(rate, now - since) if c[R.STATE] in states.ON_NODE and since else 0))
+        c[R.COST] = str(settled + (accrue(rate, now - since) if c[R.STATE] in codes.ON_NODE and since else 0))
         r[R.TAIL] = "\t".join(c)
     if r[R.ARRAY_ID]:
         r[R.ID] = shown
@@ -200,5 +200,5 @@ def code_signal(code: int | None) -> str:
 def exit_code(j) -> str:
     """A job's `code:signal` (sacct's ExitCode): `0:0` once completed, "" before the end."""
     if j.exit_code is None:
-        return "0:0" if j.state == states.COMPLETED else ""
+        return "0:0" if j.state == codes.COMPLETED else ""
     return code_signal(j.exit_code)

@@ -6,7 +6,6 @@ when it has none, its `#SBATCH` lines (cli/sbatch.py).
 The click command (submit.py) and the fast path (fast.py) both call `run`.
 """
 import os
-import shlex
 import sys
 
 from labq.scheduler import units
@@ -90,6 +89,7 @@ def directives(script: str) -> list[str]:
     for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
         s = line.strip()
         if s.startswith("#LABQ"):
+            import shlex  # here: it imports `re` (and `enum`), which a script without directives needs not
             try:
                 out += shlex.split(s[len("#LABQ"):])
             except ValueError as e:

@@ -87,9 +87,9 @@ class ClientBase:
     def fairshare(self, now: float, jobs, half_life: float) -> dict[str, float]:
         """Each account's decayed usage now, running jobs included (`labq prio`, `labq share`);
         `half_life`: the config's priority.fairshare_half_life."""
-        from .jobs import states
+        from .jobs import codes
         from .money import fairshare
-        running = [j for j in jobs if j.state in states.ON_NODE]
+        running = [j for j in jobs if j.state in codes.ON_NODE]
         return fairshare.current(self.read.usage(), running, now, half_life)
 
     def effective_budgets(self, budgets, now: float) -> tuple:

@@ -7,7 +7,6 @@ micro-units (1e-6 of the unit) so that sums are exact.
 from __future__ import annotations
 
 import math
-import re
 
 from .errors import UsageError
 
@@ -19,8 +18,6 @@ if TYPE_CHECKING:     # typing is 2.4 ms of `labq sub`'s imports, for one annota
 MICRO = 1_000_000
 MS_PER_HOUR = 3_600_000
 _SUFFIX = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SUFFIXED = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|[smhdw]))+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhdw])")
 _SIZES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -39,8 +36,9 @@ def parse_duration(text: object, what: str = "duration", bare_unit: int = 60) ->
     s = str(text).strip().lower()
     if len(s) > _TOO_LONG:
         raise UsageError(bad)
-    if _SUFFIXED.match(s):
-        return _bounded(sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s)), what, text)
+    suffixed = _suffixed(s)
+    if suffixed is not None:
+        return _bounded(suffixed, what, text)
     try:
         return _bounded(_slurm_duration(s, bare_unit), what, text)
     except ValueError:
@@ -65,8 +63,8 @@ def parse_seconds(text: object, what: str = "duration") -> float:
         _bounded(text, what, text)      # finite, within 2^53: NaN would pass any comparison
         return float(_non_negative(text, what, text))
     s = str(text).strip().lower()
-    if _SUFFIXED.match(s) and len(s) <= _TOO_LONG:
-        v = sum(float(n) * _SUFFIX[u] for n, u in _PART.findall(s))
+    v = _suffixed(s) if len(s) <= _TOO_LONG else None
+    if v is not None:
         _bounded(v, what, text)
         return v
     return float(parse_duration(text, what, bare_unit=1))
@@ -120,10 +118,51 @@ def parse_size(text: object, what: str = "size") -> int:
     if isinstance(text, int):
         return _bounded(text, what, text)
     # 12G, 12GB, 12GiB and 12Gi (Kubernetes' spelling) are all 12 × 2^30, as SLURM counts
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:ib|i|b)?\s*$", str(text).lower())
+    m = _size_parts(str(text).lower())
     if not m or len(str(text)) > _TOO_LONG:
         raise UsageError(f"{what}: expected a size like 12G or 512M, got {_shown(text)}")
-    return _bounded(float(m.group(1)) * _SIZES[m.group(2)], what, text)
+    return _bounded(float(m[0]) * _SIZES[m[1]], what, text)
+
+
+# The two forms below are read by hand, not by `re`: its import (and enum's, which it imports) is ~4 ms of
+# every `labq sub` and `labq stat`, which need no other regex (issue 39 item 4). tests/unit/test_units_forms.py
+# holds them to the regexes they replace, r"^(?:(\d+(?:\.\d+)?)(ms|[smhdw]))+$" and
+# r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:ib|i|b)?\s*$".
+def _number_end(s: str, i: int) -> int:
+    """Where digits, and a point and digits after them if there are, read from i end; i where no digit is at i."""
+    j, n = i, len(s)
+    while j < n and s[j].isdecimal():
+        j += 1
+    if j > i and j + 1 < n and s[j] == "." and s[j + 1].isdecimal():
+        j += 2
+        while j < n and s[j].isdecimal():
+            j += 1
+    return j
+
+
+def _suffixed(s: str) -> float | None:
+    """Seconds in `2h30m`, `45s`, `1.5d`, `250ms` (digits and a unit, again and again, nothing else); None otherwise."""
+    total: float = 0
+    i, n = 0, len(s)
+    if not n:
+        return None
+    while i < n:
+        j = _number_end(s, i)
+        unit = "ms" if s.startswith("ms", j) else s[j:j + 1]
+        if j == i or unit not in _SUFFIX:
+            return None
+        total += float(s[i:j]) * _SUFFIX[unit]
+        i = j + len(unit)
+    return total
+
+
+def _size_parts(s: str) -> tuple[str, str] | None:
+    """(number, unit letter or "") of `12g`, `1.5 tib`, `64gi`, `512`; None where it is not that form."""
+    s = s.strip()
+    j = _number_end(s, 0)
+    rest = s[j:].lstrip()
+    unit = rest[:1] if rest[:1] in ("k", "m", "g", "t") else ""
+    return (s[:j], unit) if j and rest[len(unit):] in ("", "ib", "i", "b") else None
 
 
 def fmt_duration(seconds: float) -> str:

@@ -8,11 +8,10 @@ the site configured (`scheduler.max_time_limit`, `max_array_size`, `max_request_
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 from itertools import accumulate
 
+from .. import cjson
 from ..errors import RefusedError, UsageError
 
 TYPE_CHECKING = False
@@ -80,16 +79,14 @@ def epoch(what: str, v: object, now: float) -> float:
                          f"got {_short(v)}") from None
 
 
-# A JSON string: the loop unrolled (a run of plain characters, then an escape and its run): the same
-# texts as "(?:[^"\\]|\\.)*", a third of its time on a body with many strings (an exported environment).
-_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-
-
 def depth(text: str) -> int:
     """The deepest nesting of `text` read as JSON, counted without parsing it (the parser's own
     recursion is what a 100,000-deep body would exhaust). Strings are removed first."""
-    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
+    import re  # here: only a body with more brackets than the bound is counted, and `labq sub` needs no `re`
+    # A JSON string: the loop unrolled (a run of plain characters, then an escape and its run): the same
+    # texts as "(?:[^"\\]|\\.)*", a third of its time on a body with many strings (an exported environment).
+    strings = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+    brackets = re.sub(r"[^\[\]{}]+", "", strings.sub("", text))
     return max(0, max(accumulate(map(_STEP.__getitem__, brackets)), default=0))
 
 
@@ -107,8 +104,15 @@ def _finite(text: str) -> float:
     return f
 
 
-# json.loads with these hooks built a decoder per call.
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+_SCAN = cjson.scanner(cjson.Decoder(parse_float=_finite, parse_constant=_no_constant))
+
+
+def _slow(text: str) -> Any:
+    """json's own reading, with the same hooks: white space around the value, and json's errors."""
+    import json
+    if text.startswith("\ufeff"):
+        return json.loads(text)
+    return json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite).decode(text)
 
 
 def loads(text: object, what: str, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
@@ -128,14 +132,14 @@ def loads(text: object, what: str, max_bytes: int, max_depth: int = MAX_DEPTH) -
     if text.count("[") + text.count("{") > max_depth and (d := depth(text)) > max_depth:
         raise UsageError(f"{what}: JSON nested {d} deep, at most {max_depth}")
     try:
-        return _DECODER.decode(text) if not text.startswith("\ufeff") else json.loads(text)
+        return cjson.loads(text, _SCAN, _slow)
     except (ValueError, RecursionError) as e:
         raise UsageError(f"{what}: not valid JSON: {str(e)[:200]}") from None
 
 
 def encoded_size(obj: object) -> int:
     """Bytes of `obj` as the client sends it (compact JSON)."""
-    return len(json.dumps(obj, separators=(",", ":")).encode())
+    return len(cjson.compact(obj).encode())
 
 
 def _short(v: object) -> str:

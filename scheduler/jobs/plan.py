@@ -141,4 +141,4 @@ class Plan:
     starts: tuple[Start, ...] = ()       # expected starts of reserved jobs (labq stat --start)
     cancels: tuple[Cancel, ...] = ()     # the stop policy's; policy.plan() gives none
     blocker: int | None = None           # backfill off: the job every job behind which waits (their detail,
-                                         # states.BEHIND_BLOCKER, does not name it); None: none this pass
+                                         # codes.BEHIND_BLOCKER, does not name it); None: none this pass

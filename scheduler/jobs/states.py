@@ -1,39 +1,42 @@
 """Job state codes (SLURM's), attempt outcomes and pending reasons: the machine-readable vocabulary.
-States and reasons are `StrEnum`s: each member is the very text records, JSON and filters use."""
+States and reasons are `StrEnum`s: each member is the very text records, JSON and filters use (the
+state codes' text is codes.py's, which the thin commands read without `enum`)."""
 from enum import StrEnum
+
+from . import codes
 
 
 class State(StrEnum):
     """A job's state code. A str: equal to the text in records, JSON and `--state` filters."""
-    PENDING = "PD"
-    RUNNING = "R"
-    COMPLETING = "CG"
-    PREEMPTING = "PR"
-    COMPLETED = "CD"
-    FAILED = "F"
-    CANCELLED = "CA"
-    TIMEOUT = "TO"
-    OOM = "OOM"
-    NODE_FAIL = "NF"
-    EXPIRED = "EX"
-    DEADLINE = "DL"
-    REJECTED = "RJ"
+    PENDING = codes.PENDING
+    RUNNING = codes.RUNNING
+    COMPLETING = codes.COMPLETING
+    PREEMPTING = codes.PREEMPTING
+    COMPLETED = codes.COMPLETED
+    FAILED = codes.FAILED
+    CANCELLED = codes.CANCELLED
+    TIMEOUT = codes.TIMEOUT
+    OOM = codes.OOM
+    NODE_FAIL = codes.NODE_FAIL
+    EXPIRED = codes.EXPIRED
+    DEADLINE = codes.DEADLINE
+    REJECTED = codes.REJECTED
 
 
 PENDING, RUNNING, COMPLETING, PREEMPTING = State.PENDING, State.RUNNING, State.COMPLETING, State.PREEMPTING
 COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM = State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.OOM
 NODE_FAIL, EXPIRED, DEADLINE, REJECTED = State.NODE_FAIL, State.EXPIRED, State.DEADLINE, State.REJECTED
 
-# SLURM's long names (squeue %T, sacct State); labq's PR is a job draining for a preemptor.
-LONG = {PENDING: "PENDING", RUNNING: "RUNNING", COMPLETING: "COMPLETING", PREEMPTING: "PREEMPTED",
-        COMPLETED: "COMPLETED", FAILED: "FAILED", CANCELLED: "CANCELLED", TIMEOUT: "TIMEOUT", OOM: "OUT_OF_MEMORY",
-        NODE_FAIL: "NODE_FAIL", EXPIRED: "EXPIRED", DEADLINE: "DEADLINE", REJECTED: "REJECTED"}
-_BY_NAME: dict[str, State] = {**{v: k for k, v in LONG.items()}, **{str(k): k for k in LONG},
-                              "PREEMPTING": PREEMPTING, "OOM": OOM}
+LONG = {State(k): v for k, v in codes.LONG.items()}
+ACTIVE = frozenset(map(State, codes.ACTIVE))
+ON_NODE = frozenset(map(State, codes.ON_NODE))
+TERMINAL = frozenset(map(State, codes.TERMINAL))
 
-ACTIVE = frozenset({PENDING, RUNNING, COMPLETING, PREEMPTING})
-ON_NODE = frozenset({RUNNING, COMPLETING, PREEMPTING})
-TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL, EXPIRED, DEADLINE, REJECTED})
+
+def parse_states(text: str, what: str = "--state") -> frozenset[State]:
+    """`PD,R`, `pending,running` (any case, SLURM's short or long names) → state codes; an unknown
+    name is a ValueError naming the known ones (a filter that matches nothing would look like an empty queue)."""
+    return frozenset(map(State, codes.parse_states(text, what)))
 
 # Attempt outcomes, as the runner reports them, and the job state each one ends in.
 OUTCOME_STATE = {
@@ -103,25 +106,3 @@ REASONS = frozenset({PRIORITY, RESOURCES, HELD, DEPENDENCY, BEGIN_TIME, ACCOUNT_
                      DEPENDENCY_NEVER, USER_GPU_LIMIT, USER_CPU_LIMIT, ACCOUNT_CPU_LIMIT, PREEMPTING_FOR,
                      PREEMPTION_DEFERRED, RESERVED_CAPACITY, RESERVATION, CRASH_GUARD})
 
-# Backfill off: the detail of every job behind the pass's blocker. It does not name the blocker, so a
-# new blocker rewrites none of their records (issue 41); the pass keeps the blocker's id once
-# (Plan.blocker, Keys.blocker) and `labq show` names it (behind()).
-BEHIND_BLOCKER = "behind the first job that waits for resources (backfill off)"
-
-
-def behind(blocker: str) -> str:
-    """BEHIND_BLOCKER as `labq show` prints it, naming the blocker (its display id)."""
-    return f"behind job {blocker}, which waits for resources (backfill off)"
-
-
-def parse_states(text: str, what: str = "--state") -> frozenset[str]:
-    """`PD,R`, `pending,running` (any case, SLURM's short or long names) → state codes; an unknown
-    name is a ValueError naming the known ones (a filter that matches nothing would look like an empty queue)."""
-    out = set()
-    for name in (x.strip().upper() for x in str(text).split(",") if x.strip()):
-        if name not in _BY_NAME:
-            raise ValueError(f"{what}: unknown state {name!r} (known: {', '.join(f'{k}/{v}' for k, v in LONG.items())})")
-        out.add(_BY_NAME[name])
-    if not out:
-        raise ValueError(f"{what}: expected states like PD,R or PENDING,RUNNING, got {text!r}")
-    return frozenset(out)

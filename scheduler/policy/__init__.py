@@ -16,7 +16,7 @@ from itertools import compress, repeat
 from operator import attrgetter, eq
 
 from .. import multifactor
-from ..jobs import states
+from ..jobs import codes, states
 from ..jobs.model import Job, Snapshot
 from ..jobs.plan import Pending, Pendings, Place, Plan, Preempt, Start, Verdict, Why
 from ..money import pricing
@@ -240,7 +240,7 @@ class _Pass:
             # Its own room, set aside since it preempted: no reservation or blocker was ever given it.
             return self._admit(job, kept, job.earmark_gpus)
         if self.blocker is not None:
-            return states.PRIORITY, states.BEHIND_BLOCKER
+            return states.PRIORITY, codes.BEHIND_BLOCKER
         accept = None
         if self.timelines is not None and self.timelines.reserved:
             accept = lambda f: self.timelines.fits_now(job, f.node.name)   # noqa: E731

@@ -17,7 +17,7 @@ Pure, like every pass: `p` is the policy's `_Pass`.
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
-from ..jobs import states
+from ..jobs import codes, states
 from ..jobs.model import Job, Node
 from ..jobs.plan import Place, Start, Why
 from ..units import fmt_at, fmt_size
@@ -43,7 +43,7 @@ def verdict(p: "_Pass", job: Job) -> Place | Why:
     if kept:
         return p._admit(job, kept, job.earmark_gpus)
     if p.blocker is not None:
-        return states.PRIORITY, states.BEHIND_BLOCKER
+        return states.PRIORITY, codes.BEHIND_BLOCKER
     accept = None
     if p.timelines is not None and p.timelines.reserved:
         tl = p.timelines

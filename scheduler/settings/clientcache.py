@@ -7,9 +7,9 @@ environment names the directory): config.py reads clientconf.py, never this modu
 """
 from __future__ import annotations
 
-import json
 import os
 
+from ..cjson import dumps, loads
 from .clientconf import _settings, books_of, read_toml, resolve_path
 
 TYPE_CHECKING = False
@@ -89,7 +89,7 @@ def _cache_file() -> str:
 def _cached(cache: str, stamp: Stamp) -> dict[str, Any] | None:
     try:
         with open(cache) as f:
-            d = json.load(f)
+            d = loads(f.read())
     except (OSError, ValueError):
         return None
     settings: dict[str, Any] | None = d.get("settings") if isinstance(d, dict) and d.get("stamp") == stamp else None
@@ -102,7 +102,7 @@ def _keep(cache: str, stamp: Stamp, settings: dict[str, Any]) -> None:
         os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
         tmp = f"{cache}.{os.getpid()}"
         with open(tmp, "w") as f:
-            json.dump({"stamp": stamp, "settings": settings}, f)
+            f.write(dumps({"stamp": stamp, "settings": settings}))
         os.replace(tmp, cache)
     except OSError:
         pass    # the cache only saves time: an unwritable one means reading the file next time

@@ -10,10 +10,9 @@ the environment) is clientcache.py's, which config.py never imports.
 """
 from __future__ import annotations
 
-import json
 import os
 
-from .. import units
+from .. import cjson, units
 from ..errors import ConfigError, UsageError
 
 DEFAULT_PATH = "/etc/labq/labq.toml"
@@ -73,7 +72,7 @@ def books_of(cfg: Config) -> dict[str, Any]:
                        "kill_wait": cfg.kill_wait, "budget_mode": cfg.budget_mode,
                        "estimate_forecast": cfg.estimate.forecast,
                        "qos_rate_factor": {q.name: q.rate_factor for q in cfg.qos}}}
-    books: dict[str, Any] = json.loads(json.dumps(got))
+    books: dict[str, Any] = cjson.loads(cjson.dumps(got))
     return books
 
 

@@ -14,43 +14,20 @@ it imports no Redis library itself:
                         one's reply or error (an exception) in its place;
   pop(key, seconds)     BLPOPs one key for up to `seconds` (whole), returning (key, value) or None.
 """
-import json
 import os
 import time
 
+from .. import cjson
 from ..errors import UnreachableError, UsageError
 from .keys import Keys
 
 _USER = "user:"
 POP_SLICE = 20      # seconds per BLPOP: under the connection's read timeout (30 s)
-# json.dumps(x, separators=...) builds a JSONEncoder (and its C encoder) per call. A request's text is
-# most of a client's Python, run cold in a busy drain (issue 39 item 3), where each Python call costs:
-# JSONEncoder.encode's own two (encode, iterencode) are left out, its C encoder made as iterencode makes
-# it (a fresh circular-reference check each) and its pieces joined; the same text.
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
-_MAKE = json.encoder.c_make_encoder
-_SCAN = json.JSONDecoder().scan_once     # json.loads less its regex matches for white space and raw_decode's call
-
-
-def _TEXT(o) -> str:
-    if _MAKE is None:
-        return _ENCODER.encode(o)
-    e = _ENCODER
-    return "".join(_MAKE({}, e.default, json.encoder.encode_basestring_ascii, None, e.key_separator,
-                         e.item_separator, False, False, True)(o, 0))
-
-
-def parsed(text: str):
-    """A reply's JSON (as the scheduler writes it: no white space around it); json.loads's error otherwise
-    (and its reading of bytes, as redis-py may hand them)."""
-    if type(text) is str:
-        try:
-            got, end = _SCAN(text, 0)
-            if end == len(text):
-                return got
-        except (StopIteration, ValueError):     # not JSON from its first character: json.loads says why
-            pass
-    return json.loads(text)
+# A request's text is most of a client's Python, run cold in a busy drain (issue 39 item 3), where each
+# Python call costs: cjson's C encoder and scanner are called straight, json.dumps's and json.loads's
+# layers left out (and `json`'s import with them); the same text and values.
+_TEXT = cjson.compact       # json.dumps(o, separators=(",", ":"))
+parsed = cjson.loads        # a reply's JSON (as the scheduler writes it); json.loads's reading and error otherwise
 
 
 def request_fields(op: str, body: dict, rid: str | None = None, expires: float | None = None) -> dict:

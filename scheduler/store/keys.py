@@ -132,7 +132,7 @@ class Keys:
 
     @property
     def blocker(self) -> str:                 # STRING (S): backfill off, the display id of the job the last
-        return f"{self.p}:blocker"            # pass's jobs behind it wait for (states.BEHIND_BLOCKER; absent: none)
+        return f"{self.p}:blocker"            # pass's jobs behind it wait for (codes.BEHIND_BLOCKER; absent: none)
 
     @property
     def acct_rows(self) -> str:               # HASH (S): id of each ended job in `history` -> its acct row

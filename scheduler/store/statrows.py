@@ -30,12 +30,12 @@ a client that finds the rows incomplete reads the records instead (cli/statview.
 
 This module needs no model: the thin client reads rows with it.
 """
-import json
 from itertools import compress, repeat
 from operator import itemgetter, methodcaller
 
+from ..cjson import compact as _text, loads
+from ..jobs.codes import ON_NODE, PENDING
 from ..jobs.hostlist import compact
-from ..jobs.states import ON_NODE, PENDING
 from ..units import fmt_duration
 
 FIELDS = ("id", "array_id", "array_index", "live", "prio", "tail")
@@ -64,8 +64,7 @@ def dumps(job) -> str:
         # Accruing from the process's start once the node has said it, as it is billed (render.accrued)
         since = (max(cur.start_time or 0, cur.dispatch_time)
                  if cur is not None and not cur.end_time and cur.dispatch_time else 0)
-        live = json.dumps([spans, settled, job.cost_rate, since, job.gpus, job.cpus, job.mem, node],
-                          separators=(",", ":"))
+        live = _text([spans, settled, job.cost_rate, since, job.gpus, job.cpus, job.mem, node])
     else:
         time = fmt_duration(sum(end - start for start, end in spans)) if spans else fmt_duration(0)
     # multifactor.expected_runtime's, not imported: it would bring typing (~5 ms) into every `stat`
@@ -135,7 +134,7 @@ def ids(r) -> tuple:
 def rest_texts(value) -> list[str]:
     """The rows of a rest's tasks (store/rests.row's JSON: {lo, step, runs, row}), as the hash would
     hold them were each task a record: the shared row with each task's id and index."""
-    d = json.loads(value)
+    d = loads(value)
     first, _, _, rest = d["row"].split("\t", 3)
     a, lo, step = int(first), d["lo"], d["step"]
     return [f"{a + p}\t{first}\t{lo + p * step}\t{rest}" for x, y in d["runs"] for p in range(x, y + 1)]

@@ -1,13 +1,13 @@
 """The reads of the thin client (thinclient.py), over store/resp.py. Nothing here writes. Job records decode
 into model.Job (imported only then); `stat` reads its index instead (statrows.py) and nodes come back as light
 NodeView objects with the fields `stat` sums."""
-import json
 import time
 from collections import namedtuple
 from itertools import compress
 from operator import itemgetter
 from types import SimpleNamespace
 
+from .. import cjson
 from . import resp
 from .keys import Keys
 from .rankreads import RankingReads
@@ -26,7 +26,7 @@ class NodeView:
 
     def __init__(self, name, h: dict, pttl, admin, now: float, health: dict | None = None, holder=None):
         self.name, self.cpus, self.mem, self.slots = name, int(h["cpus"]), int(h["mem"]), int(h["slots"])
-        self.gpus = [GpuView(u, int(ix), m, int(mem)) for u, ix, m, mem in json.loads(h.get("gpus", "[]"))]
+        self.gpus = [GpuView(u, int(ix), m, int(mem)) for u, ix, m, mem in cjson.loads(h.get("gpus", "[]"))]
         # As SchedulerStore.nodes: a lapsed lease is down, and so is one that names another epoch than
         # the registered agent's (that agent is not alive in it); otherwise the admin mark (drain) or up.
         self.lease_expiry = now + pttl / 1000 if pttl and pttl > 0 and (not h.get("epoch") or holder == h["epoch"]) \
@@ -145,7 +145,7 @@ class ThinReader(RankingReads):
         return usage_from(_hash(self._pipe([("HGETALL", self.k.usage)])[0]))
 
     def limits(self) -> dict[str, dict]:
-        return {k: json.loads(v) for k, v in _hash(self._pipe([("HGETALL", self.k.limits)])[0]).items()}
+        return {k: cjson.loads(v) for k, v in _hash(self._pipe([("HGETALL", self.k.limits)])[0]).items()}
 
     def overrides(self) -> list:
         from ..money.ledger import Override
@@ -153,7 +153,7 @@ class ThinReader(RankingReads):
 
     def override_records(self) -> list:
         """Every override with ledger.Override's fields, without the ledger module (money/balance.py)."""
-        return [SimpleNamespace(**json.loads(v)) for v in self._pipe([("HVALS", self.k.overrides)])[0]]
+        return [SimpleNamespace(**cjson.loads(v)) for v in self._pipe([("HVALS", self.k.overrides)])[0]]
 
     def holdings(self) -> list:
         """The active jobs that hold a commitment (model.Job.commit), each with what the balances read
@@ -167,7 +167,7 @@ class ThinReader(RankingReads):
             for raw in self._pipe([("MGET", *[self.k.job(j) for j in ids[i:i + 2000]])])[0]:
                 # A record without a commitment has no commit key (codec.dumps leaves the empty default
                 # out): not decoded, as at 10,000 held jobs (~70 ms of json.loads for none of them).
-                d = json.loads(raw) if raw and _COMMIT in raw else {}
+                d = cjson.loads(raw) if raw and _COMMIT in raw else {}
                 if d.get("commit"):
                     a = (d.get("attempts") or [None])[-1]
                     out.append(SimpleNamespace(commit=d["commit"], rates=d.get("rates", ()), current=None if a is None
@@ -208,7 +208,7 @@ class ThinReader(RankingReads):
         one GET per array, not per task."""
         if array_id not in self._specs:
             raw = self._pipe([("GET", self.k.spec(int(array_id)))])[0]
-            self._specs[array_id] = json.loads(raw) if raw else None
+            self._specs[array_id] = cjson.loads(raw) if raw else None
         return self._specs[array_id]
 
     def active(self) -> list:
@@ -266,7 +266,7 @@ class ThinReader(RankingReads):
         fields at their default (codec.dumps), a pending job's its state, so at 10,000 pending jobs
         these decode the few that run, not 10,000. (The key's quotes are JSON's own: a string value
         holding that text has them escaped.)"""
-        from ..jobs.states import ON_NODE
+        from ..jobs.codes import ON_NODE
         from .jobview import loads
         ids = self._live()
         out = []
@@ -304,7 +304,7 @@ class ThinReader(RankingReads):
         not every pending job's (~3.5 MB at 10,000 held jobs). None where the index lacks rows (a
         scheduler that predates this row shape): the caller reads active_views() instead. The rows
         are picked by C loops (compress), not a Python test per row."""
-        from ..jobs.states import ON_NODE
+        from ..jobs.codes import ON_NODE
         from .statrows import ID, LIVE, PRIO, STATE, TAIL, cells
         # In id order, though multifactor orders them itself: the jobs' objects are then made in about
         # the order prio walks them (the oldest first); in the hash's order they lay scattered over the

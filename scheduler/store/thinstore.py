@@ -5,8 +5,8 @@ The connection stays in here: the thin client holds this object, never the socke
 imports the connection modules, tests/test_architecture.py)."""
 import os
 import time
-from json.encoder import encode_basestring_ascii as _quoted
 
+from ..cjson import quote as _quoted
 from ..errors import UnreachableError, UsageError
 from . import inbox, kwait, resp
 from .faults import ConnectionLost, RespError, without_credentials

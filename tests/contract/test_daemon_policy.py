@@ -3,7 +3,7 @@ usage kept in Redis, and reclaim of borrowed GPUs — on fakeredis and a real re
 import json
 
 from labq.scheduler.daemon.loop import Scheduler
-from labq.scheduler.jobs import states
+from labq.scheduler.jobs import codes, states
 from labq.scheduler.jobs.model import Gpu
 from labq.scheduler.settings import config
 from labq.scheduler.store.agentside import AgentStore
@@ -150,7 +150,7 @@ def test_with_backfill_off_the_daemon_plans_over_its_kept_backlog_as_a_whole_pas
             submit(r, "alice", {**BODY, "gpus": gpus, "account": "a"}, f"r{k}")
         s.tick(NOW + 1, woke(r))
         assert job(r, 1).node == "n1" and job(r, 2).state == states.PENDING
-        assert job(r, 3).reason == states.PRIORITY and job(r, 3).detail == states.BEHIND_BLOCKER
+        assert job(r, 3).reason == states.PRIORITY and job(r, 3).detail == codes.BEHIND_BLOCKER
         assert r.get(K.blocker) == "2"                         # named once, in the pass's commit
         agent.post("started", 1, 1, "n1", {"start_time": NOW + 1})
         s.tick(NOW + 2)
@@ -159,7 +159,7 @@ def test_with_backfill_off_the_daemon_plans_over_its_kept_backlog_as_a_whole_pas
         s.tick(NOW + 4)
         assert job(r, 2).node == "n1"                          # the blocker starts once room is back
         assert job(r, 3).reason == states.RESOURCES            # and the next job blocks the rest
-        assert job(r, 4).reason == states.PRIORITY and job(r, 4).detail == states.BEHIND_BLOCKER
+        assert job(r, 4).reason == states.PRIORITY and job(r, 4).detail == codes.BEHIND_BLOCKER
         assert r.get(K.blocker) == "3"
     finally:
         policy.plan = real
@@ -187,7 +187,7 @@ def test_with_backfill_off_a_new_blocker_rewrites_none_of_the_records_behind_it(
     for k, gpus in enumerate((1, 2, 1, 1, 1, 1, 1, 1)):      # job 2 (two GPUs) blocks 3..8
         submit(r, "alice", {**BODY, "gpus": gpus, "account": "a"}, f"r{k}")
     s.tick(NOW + 1, woke(r))
-    assert r.get(K.blocker) == "2" and job(r, 8).detail == states.BEHIND_BLOCKER
+    assert r.get(K.blocker) == "2" and job(r, 8).detail == codes.BEHIND_BLOCKER
     written = []
     real = writes.put_jobs
     monkeypatch.setattr(writes, "put_jobs", lambda p, k, jobs, **kw: (written.extend(j.id for j in jobs),
@@ -205,7 +205,7 @@ def test_with_backfill_off_a_new_blocker_rewrites_none_of_the_records_behind_it(
     assert "reason: Priority — behind job 3, which waits for resources (backfill off)" in capsys.readouterr().out
     hot.show(c, "5", as_json=True)
     got = json.loads(capsys.readouterr().out)
-    assert got["behind_job"] == "3" and got["reason_detail"] == states.behind("3")
+    assert got["behind_job"] == "3" and got["reason_detail"] == codes.behind("3")
     hot.show(c, "3", as_json=True)                           # the blocker itself waits on Resources
     got = json.loads(capsys.readouterr().out)
     assert got["behind_job"] is None and got["reason"] == states.RESOURCES

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import click
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from labq.cli import fast, spec
 from labq.cli.group import COMMANDS, cli
+from labq.scheduler.store.keys import Keys
 from tests.harness import ROOT, BudgetBench
 
 
@@ -66,6 +68,8 @@ def _env(**kw):
 HEAVY = re.compile(r"\|\s+(redis|asyncio|click|rq|ssl)(\.|$)", re.M)
 # sub, stat and del need no job record, so neither the model nor the config (no config file here)
 RECORDS = re.compile(r"\|\s+(labq\.scheduler\.(config|model)|tomllib|dataclasses)$", re.M)
+# nor `json`, `re` or `enum` (~12 ms of CPU of a ~45 ms `labq stat`: scheduler/cjson.py, jobs/codes.py)
+LEAN = re.compile(r"\|\s+(json|re|enum|shutil|shlex)$", re.M)
 
 
 @pytest.mark.parametrize("argv", [["sub", "--test-only", "--", "true"], ["stat"], ["show", "1"], ["del", "1"],
@@ -82,6 +86,7 @@ def test_hot_commands_import_no_redis_py_asyncio_or_click(argv):
     assert not HEAVY.findall(p.stderr), sorted(set(HEAVY.findall(p.stderr)))
     if argv[0] in ("sub", "stat", "q", "del"):
         assert not RECORDS.findall(p.stderr), sorted(set(RECORDS.findall(p.stderr)))
+        assert not LEAN.findall(p.stderr), sorted(set(LEAN.findall(p.stderr)))
 
 
 def test_help_and_odd_forms_still_go_to_click():
@@ -93,7 +98,7 @@ def test_help_and_odd_forms_still_go_to_click():
 
 # A help call needs none of it: neither click, nor a command's module, nor the config and the job model.
 HELP_HEAVY = ("click", "redis", "asyncio", "dataclasses", "tomllib", "labq.scheduler.settings.config",
-              "labq.scheduler.jobs.model")
+              "labq.scheduler.jobs.model", "re", "json", "enum", "shutil")
 
 
 @pytest.mark.parametrize("name", ["acct", "budget", "report", "show", "sub", "nodes", "admin", "simulate"])
@@ -235,3 +240,26 @@ def test_share_reads_its_shares_from_the_settings_cache(redis_server, tmp_path):
     bench.cfg_path.write_text(bench.cfg_path.read_text().replace('users = ["', 'share = 3\nusers = ["'))
     changed = share()
     assert changed[0] == [("eta", 3.0)] and changed[1]
+
+
+@pytest.mark.redis
+def test_sub_and_stat_on_a_live_queue_import_no_json_re_or_enum(redis_server, tmp_path):
+    """A submit with a time limit and memory, then `labq stat` with the job running (its row's live
+    figures are JSON): neither imports `json`, `re` or `enum` (scheduler/cjson.py, jobs/codes.py,
+    units.py's forms by hand), which were ~12 ms of a ~45 ms `stat` (issue 39 item 4). (`labq show`
+    decodes the whole job record, model.Job: it still imports them.)"""
+    bench = BudgetBench(redis_server, tmp_path)
+    bench.run_job(20)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPROFILEIMPORTTIME": "1"}
+    bench.labq("stat", env=env)                          # the settings cache filled, as after a first command
+    code, out, err = bench.labq("sub", "-A", "eta", "-t", "2h", "--mem", "1G", "--parsable", "--", "sleep", "60", env=env)
+    assert code == 0 and out.strip().isdigit(), err[-800:]
+    assert not LEAN.findall(err), sorted(set(LEAN.findall(err)))
+    jid = out.strip()
+    bench.r.delete(Keys().wake)           # as the run loop drains it: nothing else is waiting, so it plans now
+    bench.s.tick(time.time())
+    assert bench.s.jobs[int(jid)].state == "R", (bench.s.jobs[int(jid)].reason, bench.s.jobs[int(jid)].detail)
+    for argv in (["stat"], ["stat", "-t", "running,pending"]):
+        code, out, err = bench.labq(*argv, env=env, scheduler=False)
+        assert code == 0 and jid in out, (argv, out, err[-800:])
+        assert "import time:" in err and not LEAN.findall(err), (argv, sorted(set(LEAN.findall(err))))

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from labq.scheduler import cjson
 from labq.scheduler.client import Client
 from labq.scheduler.daemon.loop import Scheduler
 from labq.scheduler.jobs.model import Gpu
@@ -83,10 +84,13 @@ def test_thin_balances_are_the_full_clients(redis_server, tmp_path, monkeypatch)
     thin = ThinClient(redis_server.url, "labq", user="alice")
     decoded = []
 
-    def loads(text, *a, **kw):
-        decoded.append(text)
-        return json_loads(text, *a, **kw)
-    monkeypatch.setattr(json, "loads", loads)
+    def counted(real):
+        def loads(text, *a, **kw):
+            decoded.append(text)
+            return real(text, *a, **kw)
+        return loads
+    monkeypatch.setattr(json, "loads", counted(json_loads))
+    monkeypatch.setattr(cjson, "loads", counted(cjson.loads))
     assert len(thin.read.holdings()) == 2 and len(thin.read.active()) == 5
     records = [t for t in decoded if t.startswith('{"id":')]
     assert len(records) == 5 + 2, "holdings() decoded the two records with a commitment only"

@@ -5,7 +5,7 @@ from dataclasses import replace
 from labq.scheduler import policy
 from labq.scheduler.daemon import transitions as tr
 from labq.scheduler.daemon.applier import apply_plan
-from labq.scheduler.jobs import states
+from labq.scheduler.jobs import codes, states
 from labq.scheduler.jobs.plan import Cancel, Expire, Pending, Pendings, Place, Plan, Preempt
 from labq.scheduler.policy import capacity
 from tests.harness import ClusterBuilder, G, cfg
@@ -131,11 +131,11 @@ def test_a_resources_record_stays_where_the_pass_says_higher_priority_jobs_took_
     jobs[5] = tr.pend(jobs[5], states.RESOURCES, "no up node has 1xGPU, 1 CPUs, 0 B and a slot free")
     p = Plan(pending=(Pending(1, states.PRIORITY, took), Pending(2, states.PRIORITY, took + at),
                       Pending(3, states.PRIORITY, took + at), Pending(4, states.RESOURCES, "no up node has it free"),
-                      Pending(5, states.PRIORITY, states.BEHIND_BLOCKER)))
+                      Pending(5, states.PRIORITY, codes.BEHIND_BLOCKER)))
     done = apply_plan(p, jobs, jobs, nodes, NOW)
     assert [(j.id, j.reason, j.detail) for j in done.pended] == [
         (3, states.PRIORITY, took + at), (4, states.RESOURCES, "no up node has it free"),
-        (5, states.PRIORITY, states.BEHIND_BLOCKER)]
+        (5, states.PRIORITY, codes.BEHIND_BLOCKER)]
     # The same verdicts as one run each (plan.Pendings, the class walk's): the same records.
     runs = Plan(pending=Pendings([], [((1, 2), (states.PRIORITY, took + at, "", ())),
                                              ((3,), (states.PRIORITY, took, "", ()))]))
