@@ -15,10 +15,14 @@ BIN := $(VENV)/bin
 $(BIN)/labq: pyproject.toml worker/_clone.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[test,lint]' --config-settings editable_mode=compat > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
-	$(BIN)/python -m labq.launcher $@
 	@touch $@
 
+# pip's launcher imports re (and so enum) for a Windows suffix: labq/launcher.py writes ours over it,
+# again after any later pip install (make bench's) put pip's back.
+LAUNCHER = grep -qs "labq/launcher.py" $(BIN)/labq || $(BIN)/python -m labq.launcher $(BIN)/labq
+
 install: $(BIN)/labq
+	@$(LAUNCHER)
 
 # For every user of a machine (root): /opt/labq (a venv of /usr/bin/python3 with labq as a wheel),
 # /usr/local/bin/labq, /etc/labq/labq.toml when absent, the systemd units, /usr/share/doc/labq.
@@ -92,6 +96,7 @@ docs-check: redis install
 bench: redis install
 	@[ -x $(BIN)/py-spy ] || $(BIN)/pip install -q -e '.[test,bench]' --config-settings editable_mode=compat > $(VENV)/pip-bench.log 2>&1 || \
 	  echo "py-spy could not be installed (see $(VENV)/pip-bench.log): the profiles will be skipped"
+	@$(LAUNCHER)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
