@@ -113,8 +113,11 @@ def split_global(argv: list[str]):
 def run(argv: list[str]) -> bool:
     """Run a hot command here; False when the click group should take this argv."""
     if argv in (["--help"], ["-h"]) and os.path.basename(sys.argv[0]) == "labq":   # click's prog name: labq
-        from .commands import page
-        text = page()
+        from .helppage import ROOT, shipped
+        text = shipped(ROOT)        # at the shipped width; else laid out here
+        if text is None:
+            from .commands import page
+            text = page()
         if text is not None:
             os.write(1, text.encode())
         return text is not None

@@ -145,6 +145,9 @@ def write_shipped(cli, names, path: str = SHIPPED) -> str:
         cmd = cli.get_command(parent, name)
         page = cmd.get_help(click.Context(cmd, info_name=name, parent=parent, **cmd.context_settings)) + "\n"
         parts.append(f"{name}\n{page}")
+    # `labq --help` itself, as "labq" (no command's name): commands.page() lays it out at any width, but
+    # its textwrap imports re and enum, ~40 % of the call's instructions (issue 39 item 4)
+    parts.append(f"{ROOT}\n{cli.get_help(parent)}\n")
     text = sources_sum() + "\n" + _SEP.join(parts)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(text)
@@ -152,9 +155,12 @@ def write_shipped(cli, names, path: str = SHIPPED) -> str:
     return text
 
 
+ROOT = "labq"       # the key of `labq --help`'s own page in helppages.txt: no command's name
+
+
 def show(name: str) -> bool:
     """Print `labq NAME --help`; False where click should take the command line instead."""
-    page = shipped(name) or kept(name)
+    page = (shipped(name) or kept(name)) if name != ROOT else None
     if page is None:
         return False
     os.write(1, page.encode())

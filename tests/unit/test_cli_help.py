@@ -171,3 +171,18 @@ def test_shipped_pages_hold_only_for_their_sources_and_width(tmp_path, monkeypat
     assert helppage.shipped("acct") is None              # other sources: click decides, and its page is kept
     monkeypatch.setattr(helppage, "SHIPPED", str(tmp_path / "absent.txt"))
     assert helppage.shipped("acct") is None
+
+
+def test_the_help_page_at_the_shipped_width_is_read_not_laid_out():
+    """`labq --help` at the shipped width (an 80-column terminal) is read from helppages.txt as the
+    commands' pages are: commands.page()'s textwrap imports re and enum, ~40 % of the call (issue 39
+    item 4). The page is click's; a command named like the page's key is click's refusal still."""
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": ROOT, "PYTHONPROFILEIMPORTTIME": "1"}
+    fast, slow = (subprocess.run([LABQ, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                                 env={**env, "LABQ_FAST": f}) for f in ("1", "0"))
+    assert fast.returncode == 0 and fast.stdout == slow.stdout
+    heavy = sorted({line.rsplit("|", 1)[1].strip() for line in fast.stderr.splitlines() if "|" in line}
+                   & {"re", "enum", "textwrap", "click", "labq.cli.commands"})
+    assert not heavy, heavy
+    odd = subprocess.run([LABQ, "labq", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+    assert odd.returncode == 2 and "No such command 'labq'" in odd.stderr, odd.stderr[-300:]
