@@ -33,8 +33,7 @@ from .seen import Seen
 if TYPE_CHECKING:
     from ..settings.sections import Priority
 
-# A job's group key without the burst flag, from the job and whether it is a class of its own.
-KeyOf = Callable[[Job, bool], Key]
+KeyOf = Callable[[Job, bool], Key]  # a job's group key (no burst flag) from the job and whether it is its own class
 # What a pass files: its waiting jobs, or what changed since the snapshot filed last (seen.py).
 Waiting = list[Job] | Seen
 
@@ -122,6 +121,7 @@ class Queue:
         self.slopes: dict[Key, float] = {}      # split family -> the largest slope of a class filed (Linear)
         self.flats: dict[Key, float] = {}       # and the smallest
         self.young: list[tuple[float, int, Key]] = []    # heap: (submit time, id, group) of young-keyed firsts
+        self.aged: dict[Key, int] = {}      # split family -> fronts.kept_young's answer at its last pass
 
     def file(self, waiting: "Waiting", draining: Iterable[int], burst: tuple[int, float] | None, key: KeyOf,
              runtimes: bool = False, apart: tuple[bool, bool] = (True, True),
