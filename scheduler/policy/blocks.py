@@ -127,9 +127,10 @@ class Block:
                 del whos[who], self.some[who]
             had = shapes[shape]
             del had[g]
-            if not had:
+            if not had:     # (a class of it that comes next is not checked against the shortest of these)
                 del shapes[shape]
                 self.heaps.pop(shape, None)
+                self.least.pop(shape, None)
             g.within = None
 
     def prepend(self, groups: "list[Group]", fronts: "list[Front]") -> None:
