@@ -34,8 +34,7 @@ if TYPE_CHECKING:       # a Group holds its block; queue.py imports this module
 
 Who = tuple[str, str, int, int, int]        # (account, user, GPUs, CPUs, nodes): what Usage.blocked reads
 Shape = tuple[int, str, int, int]           # (GPUs, model, CPUs, memory): what "no room" reads
-# What settle.dead reads of a class without gates (Group.plain). A name of its own: cast() with the
-# subscripted type spelled out built it per call.
+# What settle.dead reads of a class without gates (Group.plain). Named: cast() of the spelled-out type built it per call.
 Plain = tuple[Who, Shape]
 _IDS = attrgetter("ids")
 # The order classes enter blocks in: a class's number in its block's shape index (`Block.shapes`), so that
