@@ -58,10 +58,10 @@ def loads(text: str | bytes, scan: Callable[[str, int], tuple[Any, int]] = _SCAN
     if type(text) is str:
         try:
             got, end = scan(text, 0)
-            if end == len(text):
-                return got
         except (StopIteration, ValueError):     # not a value from the first character: json says why
-            pass
+            got, end = None, -1
+        if end == len(text):
+            return got
     if slow is None:
         import json
         slow = json.loads
