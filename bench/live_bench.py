@@ -213,6 +213,9 @@ def command_rows(bs, quick: bool) -> list[Row]:
     rows.append(Row("`labq sub -H -- true` client CPU", min(c), "ms", key="sub.cpu",
                     note=f"min of {n} (CPU {_mm(c)}); the reference for rare commands (§11: cost what `sub` costs)"))
     sub_cpu = min(c)
+    w, c = timed(bs.labq_argv("sub", "--test-only", "-A", "parked", "--", "true"), env, cwd, n)
+    rows.append(Row("`labq sub --test-only -- true` wall", statistics.median(w), "ms", key="subtest.wall",
+                    note=f"median of {n} ({_mm(w)}; CPU {_mm(c)}): the scheduler's verdict, nothing queued"))
     # As a user types them: no --config (a global option before the command is click's to parse).
     w, c = timed(labq_command() + ["--help"], env, cwd, n)
     rows.append(Row("`labq --help` CPU", min(c), "ms", 30, key="help.cpu", note=f"min of {n} (CPU {_mm(c)}; wall {_mm(w)})"))
