@@ -154,3 +154,21 @@ def test_an_overdue_running_jobs_end_moves_with_the_clock_from_pass_to_pass():
         got = policy.plan(snap, c, **kept.inputs(snap, c))
         assert [s.at for s in got.starts] == [snap.now + 1]
         same(got, policy.plan_per_job(snap, c))
+
+
+def test_a_running_job_replaced_by_a_record_with_a_later_limit_moves_the_reservation_behind_it():
+    """The same id, a new record (its limit raised while it runs): the kept timelines file it again,
+    so the reservation behind it moves to its new end, as a whole pass has it."""
+    b = ClusterBuilder().node("n0", gpus=4, cpus=16)
+    b.running("n0", gpus=4, cpus=1, time_limit=3600, started_ago=60.0)
+    b.job(gpus=4, cpus=1)
+    snap, c = b.build(), cfg("[scheduler]\nbackfill_depth = 1\n")
+    kept = Kept()
+    got = policy.plan(snap, c, **kept.inputs(snap, c))
+    first = [s.at for s in got.starts]
+    assert len(first) == 1
+    longer = tuple(replace(j, time_limit=7200) if j.state in states.ON_NODE else j for j in snap.jobs)
+    snap = replace(snap, jobs=longer)
+    got = policy.plan(snap, c, **kept.inputs(snap, c))
+    assert [s.at for s in got.starts] == [first[0] + 3600]
+    same(got, policy.plan_per_job(snap, c))
