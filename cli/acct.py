@@ -14,7 +14,7 @@ from operator import add, floordiv, itemgetter, mod, truediv
 from labq.scheduler.errors import RefusedError
 from labq.scheduler.units import MICRO, currency_symbol, fmt_duration, fmt_money
 
-from . import render, slurmfmt
+from . import statview
 from .out import echo, echo_json
 from .report import _since
 
@@ -47,6 +47,7 @@ def run(ctx, start, end, since, until, job_ids, user, allusers, account, state, 
         gc.disable()
         return _table(_table_rows(ctx, lo, hi, user, account, wanted, picked if job_ids else None), fmt, noheader,
                       currency=ctx.thin.currency)
+    from . import render, slurmfmt  # here: the table's `acct` needs neither (slurmfmt imports `re`, render `enum`)
     read = ctx.client.read
     # Archived jobs come as compact rows (store/acctrows.py), the recent ones as records.
     jobs = [j for j in read.acct_rows(lo, hi, user, account) if (not wanted or j.state in wanted) and picked(j)]
@@ -92,7 +93,7 @@ def _duplicates(ctx, jobs: list, fmt, as_json, sep, trailing, noheader):
     whose costs and state are then the attempt's."""
     from labq.scheduler.money.report import committed_by_job
 
-    from . import acctdup
+    from . import acctdup, render, slurmfmt
     rows = acctdup.views(jobs)
     models = {g.uuid: g.model for n in ctx.client.nodes() for g in n.gpus}
     committed = [committed_by_job([v], models, ctx.cfg)[v.id] for v in rows]
@@ -150,6 +151,8 @@ def _table_rows(ctx, lo, hi, user, account, wanted, picked) -> list[tuple]:
     rows, records = ctx.thin.read.acct_table(lo, hi, user, account, committed=priced)
     if records:
         from labq.scheduler.money.report import committed_by_job
+
+        from . import render
         committed = committed_by_job(records, gpu_models(), prices())
         rows = [*rows, *((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
                           j.start_time, j.end_time, render.elapsed(j, j.end_time or 0), j.gpus * (j.nodes or 1),
@@ -228,7 +231,7 @@ def _money(values, as_csv: bool, currency: str) -> dict:
 
 
 def _exit_codes(pairs) -> dict:
-    return {(c, st): slurmfmt.exit_code(_Ended(c, st)) for c, st in pairs}
+    return {(c, st): statview.exit_code(_Ended(c, st)) for c, st in pairs}
 
 
 # "MM:SS" of each second of an hour

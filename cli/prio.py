@@ -9,7 +9,7 @@ from operator import attrgetter, itemgetter, mul
 from types import SimpleNamespace
 
 from labq.scheduler import priotable  # the planner's own formulas, without importing the planner
-from labq.scheduler.jobs import states
+from labq.scheduler.jobs import codes  # not states: its StrEnum imports `enum` (codes.py)
 from labq.scheduler.priotable import Weights
 from labq.scheduler.store import statrows as R
 
@@ -40,7 +40,7 @@ class Pending(namedtuple("Pending", "id array_id array_index user account qos su
     in as the time limit, which multifactor.expected_runtime falls back to. A tuple made in C
     (_make over columns): a Python __init__ per job was a tenth of `labq prio` at 10,000 jobs."""
     __slots__ = ()
-    state = states.PENDING
+    state = codes.PENDING
 
     @property
     def display_id(self) -> str:
@@ -55,7 +55,7 @@ def ranked(c, now: float, cfg) -> tuple[list, dict, dict]:
     got = c.read.pending_rows()
     if got is None:
         jobs = c.read.active_views()
-        pending, running = [j for j in jobs if j.state == states.PENDING], [j for j in jobs if j.state in states.ON_NODE]
+        pending, running = [j for j in jobs if j.state == codes.PENDING], [j for j in jobs if j.state in codes.ON_NODE]
         cols = None
     else:
         rows, running = got
@@ -106,11 +106,12 @@ def spread(rests) -> list:
     """The pending tasks of rests (their rows in Keys.rests: store/rests.row's JSON, None where gone) as
     Pending, as statrows.rest_texts spreads them (task at position p: id A + p, index lo + p·step),
     made in C over the positions rather than a row text each."""
-    import json
     from itertools import chain
+
+    from labq.scheduler import cjson
     out: list = []
     for value in filter(None, rests):
-        d = json.loads(value)
+        d = cjson.loads(value)
         t = pending_of([r for r in R.parse([d["row"]]) if r[R.PRIO]])
         if not t:
             continue        # not pending (its tasks are not in the ranking)

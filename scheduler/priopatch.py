@@ -27,14 +27,13 @@ No index is published where the short-job term is on or the age weight is negati
 Needs no model: the thin client imports it."""
 from __future__ import annotations
 
-import json
 from bisect import bisect_left, bisect_right
 from collections import Counter, namedtuple
 from collections.abc import Container, Mapping, Sequence
 from itertools import compress, groupby, repeat
 from operator import attrgetter, is_not, itemgetter, lt, not_, sub
 
-from . import priotable
+from . import cjson, priotable  # cjson: `json` imports `re` and `enum` (cjson.py)
 from .tables import columns, compact_tasks, widen
 
 TYPE_CHECKING = False
@@ -88,7 +87,7 @@ def index(order, f, keys: list, cols: list[list[str]], headers: Sequence[str], m
     if any(map(attrgetter("array_id"), order)):
         tasks = [j.array_id and f" {j.display_id}{'+' if j.id in resting else ''}" or "" for j in order]
     by_user = sorted(zip(map(_user, order), map(_submit, order), map(itemgetter(2), keys), line_of, tasks, bursts))
-    out = {HEAD: json.dumps(head) + "\n" + "\n".join(lines)}
+    out = {HEAD: cjson.dumps(head) + "\n" + "\n".join(lines)}
     for user, jobs in groupby(by_user, itemgetter(0)):
         out[user] = "\n".join(map("%r %d %d%s %d".__mod__, map(itemgetter(1, 2, 3, 4, 5), jobs)))
     return out
@@ -105,7 +104,7 @@ def patch(text: str, head: str, entries: str, changed: Sequence[tuple[int, float
     changed, `rows` the pending ones of those jobs as their `stat` rows give them now and the tasks
     of those rests as their rows spread them (cli/prio). None where it declines (above)."""
     meta, _, keytext = head.partition("\n")
-    h = json.loads(meta)
+    h = cjson.loads(meta)
     w = priotable.Weights(h["w"])
     if w["short_job_weight"] or w["age_weight"] < 0:
         return None         # an index published with those terms on (by 797fe82's leader): not patched

@@ -11,8 +11,10 @@ slurmfmt's sacct fields and scheduler/money/report.py read, so those functions t
 """
 from __future__ import annotations
 
-import json
 from collections import namedtuple
+
+# json.dumps(separators=(",", ":")) and json.loads by C alone: `json` imports `re` and `enum` (cjson.py)
+from ..cjson import compact as _compact, loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # annotations only: the thin `labq acct` reads rows without the model
@@ -34,7 +36,6 @@ DDL = ("CREATE TABLE IF NOT EXISTS acct (" + ", ".join(f"{c} {t}" for c, (_, t) 
        "CREATE INDEX IF NOT EXISTS acct_end ON acct (end_time);\n"
        'CREATE INDEX IF NOT EXISTS acct_user ON acct ("user", end_time);\n'
        "CREATE INDEX IF NOT EXISTS acct_account ON acct (account, end_time);\n")
-_ENC = json.JSONEncoder(separators=(",", ":"))
 # An attempt's report fields, in this order in the row's `attempts` JSON.
 _ATTEMPT = ("attempt", "node", "gpus", "dispatch_time", "start_time", "end_time", "outcome", "exit_code",
             "cost", "lost_work_s", "usage", "charges", "parts")
@@ -56,7 +57,7 @@ def row(j: Job, committed: int) -> tuple:
     return (j.id, j.end_time, j.user, j.account, j.state, j.name, j.project, j.qos, j.array_id, j.array_index,
             j.submit_time, j.start_time, j.exit_code, j.cpus, j.mem, j.gpus, j.nodes, j.gpu_type, j.time_limit,
             j.est, j.node, j.restart_count, j.workdir, j.reason, j.cost, committed, elapsed(j), len(j.attempts),
-            _ENC.encode(j.tags), _ENC.encode(att))
+            _compact(j.tags), _compact(att))
 
 
 class AcctAttempt(namedtuple("AcctAttempt", _ATTEMPT)):
@@ -77,7 +78,7 @@ class AcctJob(_Row):
 
     @property
     def tags(self) -> tuple:
-        return tuple(tuple(t) for t in json.loads(self.tags_json))
+        return tuple(tuple(t) for t in loads(self.tags_json))
 
     @property
     def attempts(self) -> tuple:
@@ -86,7 +87,7 @@ class AcctJob(_Row):
         # before the gangs' parts were kept has none: ().)
         return tuple(AcctAttempt(a[0], a[1], tuple(a[2]), *a[3:11], tuple(tuple(c) for c in a[11:12] and a[11]),
                                  tuple((n, tuple(g)) for n, g in a[12:13] and a[12]))
-                     for a in json.loads(self.attempts_json))
+                     for a in loads(self.attempts_json))
 
 
 # What acct's table and CSV print (cli/acct.py _table), in the order it reads them: a query for
@@ -149,7 +150,7 @@ def redis_row(j: Job) -> str:
         start = a.start_time or a.dispatch_time
         if start:
             total += (a.end_time or now) - start
-    return _ENC.encode((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
+    return _compact((j.id, j.array_id, j.array_index, j.name, j.user, j.account, j.state, j.exit_code,
                         j.start_time, j.end_time, total, j.gpus, len(j.attempts), j.cost, j.cpus, j.mem, j.nodes,
                         j.qos, j.time_limit, j.est, j.learned_est, j.gpu_type,
                         [a.gpus[0] if a.gpus else None for a in j.attempts], j.task_count,
@@ -158,7 +159,7 @@ def redis_row(j: Job) -> str:
 
 def redis_rows(texts) -> list[list]:
     """Decoded Redis acct rows (lists in REDIS_FIELDS order), one json.loads for all."""
-    return json.loads("[" + ",".join(texts) + "]") if texts else []
+    return loads("[" + ",".join(texts) + "]") if texts else []
 
 
 def finish(rows, committed) -> list[tuple]:
