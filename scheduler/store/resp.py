@@ -61,10 +61,9 @@ def pack(cmds) -> bytes:
 class Reader:
     """Parses replies from a byte source (`recv(n) -> bytes`, b"" at end of stream)."""
 
-    def __init__(self, recv, decode: bool = True):
-        self.recv, self.decode = recv, decode
-        self.buf, self.pos = b"", 0
-        self.size = _FIRST
+    def __init__(self, recv, decode: bool = True, recv_into=None):
+        self.recv, self.decode, self.recv_into = recv, decode, recv_into    # recv_into(view) -> n: bulkread.whole
+        self.buf, self.pos, self.size = b"", 0, _FIRST
 
     def _fill(self, chunk=None):
         chunk = self.recv(self.size) if chunk is None else chunk
@@ -86,13 +85,15 @@ class Reader:
 
     def _bytes(self, n: int) -> bytes:
         while len(self.buf) - self.pos < n + 2:
+            if n > _RECV and self.recv_into is not None:
+                return bulkread.whole(self, n)
             self._fill()
         data = self.buf[self.pos:self.pos + n]
         self.pos += n + 2
         return data
 
     def _str(self, b: bytes):
-        return b.decode() if self.decode else b
+        return b.decode() if self.decode else bytes(b)      # bytes(b): b itself, or whole()'s bytearray's
 
     def _items(self, n: int) -> list:
         """An aggregate's n items. Bulk strings already in the buffer are cut out here without a
@@ -185,8 +186,7 @@ class Connection:
     def __init__(self, url: str, connect_timeout: float = 5.0, timeout: float = 30.0, decode: bool = True):
         self.url, self.opts = url, url_parts(url)
         self.connect_timeout, self.timeout, self.decode = connect_timeout, timeout, decode
-        self.sock = None
-        self.reader = None
+        self.sock = self.reader = None
         self.until = 0.0     # behind Sentinel: when the call under way stops waiting for a master
         self.waits = 0.0     # the socket's timeout as last set (_wait_for)
         self.kernel, self.least, self.passed = False, 1, False     # kwait.py: kernel timeouts, SO_RCVLOWAT, push_pop
@@ -229,7 +229,7 @@ class Connection:
         self.kernel, self.least = kwait.usable(s), 1
         kwait.set_timeouts(s, self.timeout, self.timeout) if self.kernel else s.settimeout(self.timeout)
         self.sock, self.waits = s, self.timeout
-        self.reader = Reader(self._recv, self.decode)
+        self.reader = Reader(self._recv, self.decode, self._recv)
         self._handshake()
 
     def _tls(self, s):
@@ -278,11 +278,11 @@ class Connection:
             kwait.set_timeouts(self.sock, seconds) if self.kernel else self.sock.settimeout(seconds)
             self.waits = seconds
 
-    def _recv(self, n: int) -> bytes:
-        """The reader's reads: each waits for any bytes, up to the exchange's whole timeout."""
+    def _recv(self, n):
+        """The reader's reads (n bytes at most, or into buffer n: bulkread.whole), each up to the exchange's timeout."""
         kwait.set_least(self, 1)
         self._wait_for(self.full)
-        return self.sock.recv(n)
+        return self.sock.recv(n) if n.__class__ is int else self.sock.recv_into(n)
 
     def _roundtrip(self, cmds, extra_wait: float = 0.0, check=None, least: int = 0, sent: bool = False) -> list:
         self.full = self.timeout + extra_wait      # each exchange under its own, however the last ended

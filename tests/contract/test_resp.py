@@ -63,6 +63,39 @@ def test_resp3_values_parse_back_whatever_the_chunking(vals, cuts):
     assert [r.read() for _ in vals] == vals
 
 
+def _reader_into(data: bytes, cuts, decode: bool = True):
+    """A Reader over `data` with recv_into (Connection's): the pieces cut at `cuts`, each read at most
+    as much as the buffer it is given takes, the rest kept for the next read."""
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    pieces = [data[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    def recv(n):
+        if isinstance(n, int):
+            return pieces.pop(0) if pieces else b""
+        got = pieces.pop(0) if pieces else b""
+        if len(got) > len(n):
+            pieces.insert(0, got[len(n):])
+            got = got[:len(n)]
+        n[:len(got)] = got
+        return len(got)
+    return resp.Reader(recv, decode, recv)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(resp._RECV + 1, 3 * resp._RECV), st.lists(st.integers(0, 4 * resp._RECV), max_size=8),
+       st.sampled_from(["x", "é", "x\r\n"]))
+def test_a_long_string_is_read_into_its_own_buffer_and_the_stream_goes_on(n, cuts, char):
+    """A bulk string longer than a read (bulkread.whole: `labq prio`'s published ranking) comes whole,
+    decoded or as bytes, and the replies after it parse as before."""
+    text = (char * n)[:n]
+    data = _enc(["head", text, 7], False) + _enc(text, False) + _enc("after", False)
+    r = _reader_into(data, cuts)
+    assert [r.read() for _ in range(3)] == [["head", text, 7], text, "after"]
+    r = _reader_into(data, cuts, decode=False)
+    got = [r.read() for _ in range(3)]
+    assert got == [[b"head", text.encode(), 7], text.encode(), b"after"] and type(got[1]) is bytes
+
+
 def test_error_replies_are_values_and_the_stream_goes_on():
     r = _reader(b"-WRONGTYPE Operation against a key\r\n:5\r\n!5\r\nERR x\r\n", [3, 7, 20])
     e = r.read()
@@ -131,6 +164,14 @@ def test_a_large_reply_arrives_whole(conn):
     conn.pipeline([("HSET", "big", *[x for i in range(5000) for x in (f"f{i}", "x" * 300)])])
     vals = conn.execute("HVALS", "big")
     assert len(vals) == 5000 and all(v == "x" * 300 for v in vals)
+
+
+@pytest.mark.redis
+def test_a_long_string_arrives_whole(conn):
+    text = "é" + "x" * (3 * resp._RECV) + "é"        # past a read: received into its own buffer (bulkread.whole)
+    assert conn.execute("SET", "long", text) == "OK"
+    assert conn.pipeline([("MULTI",), ("GET", "long"), ("GET", "long"), ("EXEC",), ("GET", "k")])[3:] == [[text, text], None]
+    assert conn.execute("GET", "long") == text and conn.execute("PING") == "PONG"
 
 
 @pytest.mark.redis
