@@ -1,8 +1,8 @@
 """`labq budget` (the balances) and `labq alerts` without click: from the fast path (fast.py) or
 click's (budgetcmd.py, whose group also has `set` and `override`)."""
-import json
 from functools import partial
 
+from labq.scheduler.cjson import loads  # json.loads without `json` (cjson.py)
 from labq.scheduler.errors import UsageError
 from labq.scheduler.units import fmt_money, unit_name
 
@@ -14,7 +14,7 @@ def budget_alerts(all_alerts, name: str, period: str) -> list[dict]:
     out = []
     for a in all_alerts:
         try:
-            data = json.loads(a.get("data") or "{}")
+            data = loads(a.get("data") or "{}")
         except ValueError:
             data = {}
         if a.get("scope") == f"budget:{name}" and data.get("period", period) == period:
@@ -55,7 +55,7 @@ def alerts(ctx, name, since, count, as_json) -> None:
     got = [a for a in ctx.thin.read.alerts(100_000 if (name or since) else count)
            if float(a.get("ts") or 0) >= start and (not name or a.get("scope") == f"budget:{name}")][-count:]
     if as_json:
-        return echo_json([{**a, "ts": float(a.get("ts") or 0), "data": json.loads(a.get("data") or "{}")} for a in got])
+        return echo_json([{**a, "ts": float(a.get("ts") or 0), "data": loads(a.get("data") or "{}")} for a in got])
     if not got:
         return echo("no alerts")
     echo(statview.table([[ts_text(a.get("ts")), a.get("level", ""), a.get("kind", ""), a.get("scope", ""),

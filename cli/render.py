@@ -1,7 +1,7 @@
 """Jobs, nodes and budgets as the `--json` shapes of DESIGN §8 and as aligned tables."""
 import time
 
-from labq.scheduler.jobs import states
+from labq.scheduler.jobs import codes  # not states: its StrEnum imports `enum` (codes.py)
 from labq.scheduler.jobs.hostlist import compact as compact_nodes
 from labq.scheduler.units import MICRO, accrue, fmt_duration, fmt_money, fmt_size
 
@@ -44,7 +44,7 @@ def job_dict(j, now: float | None = None) -> dict:
     return {
         "id": j.display_id, "job_id": j.id, "name": j.name, "user": j.user, "account": j.account,
         "project": j.project, "qos": j.qos, "state": j.state,
-        "reason": j.reason if j.state == states.PENDING else None, "reason_detail": j.detail or None,
+        "reason": j.reason if j.state == codes.PENDING else None, "reason_detail": j.detail or None,
         "submit_time": j.submit_time, "start_time": j.start_time, "end_time": j.end_time,
         "restart_count": j.restart_count, "exit_code": j.exit_code, "node": j.node or None,
         "gpus": list(j.gpu_uuids), "request": {"gpus": j.gpus, "gpu_type": j.gpu_type or None, "cpus": j.cpus,
@@ -78,7 +78,7 @@ def _deps(deps) -> str:
 def running_cost(j, now: float) -> int:
     """What the running attempt has accrued so far (settled attempts are in j.cost)."""
     a = j.current
-    if j.state not in states.ON_NODE or a is None or a.end_time or not a.dispatch_time:
+    if j.state not in codes.ON_NODE or a is None or a.end_time or not a.dispatch_time:
         return 0
     return accrue(j.cost_rate, now - max(a.start_time or 0, a.dispatch_time))   # as it is billed
 
@@ -98,14 +98,14 @@ def elapsed(j, now: float) -> float:
 
 def stat_row(j, now: float, shown: str | None = None, *, currency: str):
     node = compact_nodes([n for n, _ in j.parts]) if j.parts else j.node
-    where = node if j.state in states.ON_NODE else f"({j.reason})" if j.state == states.PENDING else node or ""
+    where = node if j.state in codes.ON_NODE else f"({j.reason})" if j.state == codes.PENDING else node or ""
     return [shown or j.display_id, j.name[:20], j.user, j.account, j.qos, j.state, fmt_duration(elapsed(j, now)),
             j.total_gpus, fmt_money(j.cost + running_cost(j, now), currency=currency), j.nodes, where]
 
 
 def node_dict(n, jobs) -> dict:
     # a gang holds its per-node shape and its part's GPUs on each of its nodes
-    mine = [j for j in jobs if j.state in states.ON_NODE and n.name in {p for p, _ in j.on_nodes}]
+    mine = [j for j in jobs if j.state in codes.ON_NODE and n.name in {p for p, _ in j.on_nodes}]
     used = {u for j in mine for p, us in j.on_nodes if p == n.name for u in us}
     return {"name": n.name, "state": n.state, "gpus_total": len(n.gpus), "gpus_free": len(n.gpus) - len(used),
             "gpu_models": sorted({g.model for g in n.gpus}), "cpus_total": n.cpus,

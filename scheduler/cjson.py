@@ -51,6 +51,11 @@ def compact(obj: object) -> str:
     return "".join(_json.make_encoder({}, _default, _QUOTE, None, ":", ",", False, False, True)(obj, 0))
 
 
+def compact_utf8(obj: object) -> str:
+    """json.dumps(obj, separators=(",", ":"), ensure_ascii=False): the report's cells (money/totals.py)."""
+    return "".join(_json.make_encoder({}, _default, _json.encode_basestring, None, ":", ",", False, False, True)(obj, 0))
+
+
 def loads(text: str | bytes, scan: Callable[[str, int], tuple[Any, int]] = _SCAN,
           slow: Callable[[Any], Any] | None = None) -> Any:
     """json.loads(text) (or `slow(text)`, json's reading with scan's hooks): `scan` over the whole text,

@@ -5,7 +5,6 @@ the pattern has %n or %N."""
 from __future__ import annotations
 
 import os
-import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # annotations only: `labq show` passes a job view (store/jobview.py), without the model
@@ -28,8 +27,24 @@ def expand(job: Job, pattern: str, rank: int = 0, node: str = "") -> str:
         "N": node or job.node,
         "%": "%",
     }
-    path = re.sub(PATTERN, lambda m: values[m.group(1)], pattern or DEFAULT_OUT)
+    path = _sub(pattern or DEFAULT_OUT, values)
     return path if os.path.isabs(path) else os.path.join(job.workdir, path)
+
+
+def _sub(pattern: str, values: dict[str, str]) -> str:
+    """re.sub(PATTERN, values of each %X, pattern) by hand, left to right as re.sub: `labq show` prints
+    the log paths, and `re` (with the `enum` it imports) was ~a fifth of its instructions (issue 39 item 4)."""
+    out, i = [], 0
+    while (j := pattern.find("%", i)) >= 0 and j + 1 < len(pattern):
+        c = pattern[j + 1]
+        if c in values:
+            out += (pattern[i:j], values[c])
+            i = j + 2
+        else:
+            out.append(pattern[i:j + 1])
+            i = j + 1
+    out.append(pattern[i:])
+    return "".join(out)
 
 
 def out_path(job: Job, rank: int = 0, node: str = "") -> str:

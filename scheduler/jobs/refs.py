@@ -5,8 +5,6 @@ resolves an id without them (issue 39 item 4); jobspec.py re-exports these names
 """
 from __future__ import annotations
 
-import re
-
 from ..errors import UsageError
 from .bounds import DEFAULT_MAX_ARRAY
 
@@ -16,14 +14,23 @@ if TYPE_CHECKING:     # annotations only: the client resolves to job views (stor
 
     from .model import Job
 
-_TASKS = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$")
 _MAX_ARRAY = DEFAULT_MAX_ARRAY    # job-id ranges like 42_[1-9] (no config at hand there)
+_TASKS = r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$"
+
+
+def _tasks(text: str):
+    """_TASKS's match of `text`; None without `re` where it holds no "_" (`labq show 42` imports
+    neither `re` nor the `enum` it imports: issue 39 item 4)."""
+    if "_" not in text:
+        return None
+    import re
+    return re.match(_TASKS, text)
 
 
 def tasks_named(text: str) -> int:
     """How many tasks `text` names (1 for a plain id), counted without building the set: what a
     request may name is bounded before anything is parsed (handlers.MAX_TASKS_NAMED)."""
-    m = _TASKS.match(text)
+    m = _tasks(text)
     if not m or m.group(3) is None:
         return 1
     n = 0
@@ -36,7 +43,7 @@ def tasks_named(text: str) -> int:
 
 def parse_task_ids(text: str) -> tuple[int, set[int]] | None:
     """`42_3` or `42_[1-3,7]` → (42, {1, 2, 3, 7}); None when `text` names no array task."""
-    m = _TASKS.match(text)
+    m = _tasks(text)
     if not m:
         return None
     if m.group(2) is not None:

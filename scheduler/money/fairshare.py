@@ -7,7 +7,7 @@ The factor is SLURM's classic one, 2^(-usage_share / share): 1 for an account th
 """
 from __future__ import annotations
 
-import json
+from ..cjson import loads  # json.loads without `json`, `re`, `enum` (cjson.py)
 
 TYPE_CHECKING = False    # typing.TYPE_CHECKING without importing typing (mypy reads the name alike)
 if TYPE_CHECKING:       # the model costs `labq share` ~14 ms: it passes store/jobview.JobView records
@@ -68,7 +68,7 @@ def usage_from(raw: Mapping[Any, Any]) -> Usage:
     out = {}
     for acct, text in raw.items():
         try:
-            value, since = json.loads(text)
+            value, since = loads(text)
             out[acct] = (float(value), float(since))
         except (ValueError, TypeError):
             continue

@@ -11,7 +11,6 @@ Deterministic: the time is always an argument, never read from a clock.
 """
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
 
@@ -32,8 +31,22 @@ if TYPE_CHECKING:     # annotations only: the thin CLI (money/balance.py) import
         def timezone(self) -> str: ...
 
 PERIODS = ("none", "week", "month", "quarter")
-_LABEL = {"week": re.compile(r"^(\d{4})-W(\d{2})$"), "month": re.compile(r"^(\d{4})-(\d{2})$"),
-          "quarter": re.compile(r"^(\d{4})-Q([1-4])$")}
+# A label's form, as the regexes ^(\d{4})-W(\d{2})$, ^(\d{4})-(\d{2})$, ^(\d{4})-Q([1-4])$ read it (parsed
+# by hand, _parse: `labq budget` imports neither `re` nor the `enum` it imports, issue 39 item 4)
+_LABEL = {"week": "-W", "month": "-", "quarter": "-Q"}
+
+
+def _parse(period: str, lab: str) -> tuple[int, int] | None:
+    """(year, week, month or quarter) of `lab` in `period`'s form (_LABEL), or None: \\d is any Unicode
+    decimal digit (str.isdecimal, which int() reads), and `$` passes one newline at the end."""
+    text = lab[:-1] if lab.endswith("\n") else lab
+    sep = _LABEL[period]
+    y, mid, n = text[:4], text[4:4 + len(sep)], text[4 + len(sep):]
+    if len(y) != 4 or not y.isdecimal() or mid != sep:
+        return None
+    if period == "quarter":
+        return (int(y), int(n)) if len(n) == 1 and n in "1234" else None
+    return (int(y), int(n)) if len(n) == 2 and n.isdecimal() else None
 
 
 def field(name: str, period: str) -> str:
@@ -88,10 +101,10 @@ def bounds(period: str, lab: str, tz: str = "UTC") -> tuple[float, float]:
     """[start, end) of the period named `lab`, in epoch seconds. ValueError for a malformed label."""
     if period == "none":
         return float("-inf"), float("inf")
-    m = _LABEL[period].match(lab or "")
-    if not m:
+    m = _parse(period, lab or "")
+    if m is None:
         raise ValueError(f"period: expected a {period} like {_EXAMPLE[period]}, got {lab!r}")
-    y, n = int(m.group(1)), int(m.group(2))
+    y, n = m
     z = zone(tz)
     if period == "week":
         if not 1 <= n <= 53:

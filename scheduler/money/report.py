@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 
-from ..jobs import states
+from ..jobs import codes  # not states: its StrEnum imports `enum` (codes.py)
 from ..units import MICRO
 from .pricing import forecast
 
@@ -163,9 +163,9 @@ class Row:
         nodes: int = getattr(j, "nodes", 1) or 1     # an archived row from before schema 3 has none: 1
         gpus = len(a.gpus) or j.gpus * nodes    # a gang's attempt lists every node's GPUs
         self.job_ids.add(j.id)
-        if j.state in states.TERMINAL:
+        if j.state in codes.TERMINAL:
             self.ended.add(j.id)
-            if j.state == states.COMPLETED:
+            if j.state == codes.COMPLETED:
                 self.completed.add(j.id)
         self.attempts += 1
         self.gpu_us += gpus * us
@@ -323,7 +323,7 @@ def forecast_accuracy(jobs: Iterable[Billed], since: float = 0, until: float = f
     p90, and the forecast_margin that would have covered 90 % of those runs."""
     ratios: dict[str, list[float]] = {}
     for j in jobs:
-        if j.state != states.COMPLETED or not j.est or j.end_time is None or not since <= j.end_time < until:
+        if j.state != codes.COMPLETED or not j.est or j.end_time is None or not since <= j.end_time < until:
             continue
         ran = sum(max(0.0, (a.end_time or 0) - (a.start_time or a.dispatch_time or 0)) for a in j.attempts
                   if a.end_time)

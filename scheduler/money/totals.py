@@ -16,17 +16,16 @@ an attempt's, name and tags too many to keep (those reports read every job, as b
 """
 from __future__ import annotations
 
-import json
 import math
 import operator
 
+from ..cjson import compact_utf8, loads  # json.dumps(ensure_ascii=False), json.loads without `json` (cjson.py)
 from .report import Row
 
 HOUR = 3600
 DIMS = ("account", "user", "qos", "project", "state")
 CELL_KEYS = frozenset(("account", "user", "qos", "project", "status"))
 SPLIT, UNKNOWN = "s\t", "?"
-_ENC = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def contribution(j, end: float) -> str:
@@ -44,10 +43,10 @@ def contribution(j, end: float) -> str:
         return ""
     hour = math.floor(end / HOUR)
     if list(hours) != [hour]:
-        head = SPLIT + _ENC.encode([j.account, j.user, j.qos, j.project, j.state])
+        head = SPLIT + compact_utf8([j.account, j.user, j.qos, j.project, j.state])
         flags = " ".join(map(str, whole.vector()[1:3]))
         return "\t".join([head, flags, *(" ".join(map(str, (h, *r.vector()[3:]))) for h, r in sorted(hours.items()))])
-    cell = _ENC.encode([hour, j.account, j.user, j.qos, j.project, j.state])
+    cell = compact_utf8([hour, j.account, j.user, j.qos, j.project, j.state])
     return cell + "\t" + " ".join(map(str, whole.vector()))
 
 
@@ -107,4 +106,4 @@ def dims_of(cell: str) -> str:
 
 def sums(by_dims: dict[str, list[int]]):
     """(DIMS' values, vector) of sums keyed by dims_of's text, those that count a job."""
-    return [(tuple(json.loads("[" + d + "]")), vec) for d, vec in by_dims.items() if vec[0]]
+    return [(tuple(loads("[" + d + "]")), vec) for d, vec in by_dims.items() if vec[0]]

@@ -1,8 +1,9 @@
 """The rare commands on a live queue import neither `json`, `re` nor `enum` (issue 39 item 4: a rare
-command costs what `labq sub` costs; those three were ~25 M of the ~85-105 M instructions of each,
+command costs what `labq sub` costs; those three were ~20 M of the ~80-105 M instructions of each,
 `sub` ~62 M): `prio` printing the published ranking with the user's own change patched in
-(priopatch.py), `acct`'s table of an ended job. The C encoder and scanner (scheduler/cjson.py) and
-the plain state codes (jobs/codes.py) stand in for them."""
+(priopatch.py), `acct`'s table of an ended job, `show` of it (its log paths: logpath._sub), `budget`
+of a monthly budget (periods._parse), `report`, `alerts`, `nodes` and `share`. The C encoder and
+scanner (scheduler/cjson.py), the plain state codes (jobs/codes.py) and parsing by hand stand in."""
 import os
 import re
 import subprocess
@@ -15,10 +16,12 @@ from labq.scheduler.client import current_user
 from labq.scheduler.daemon import ranking
 from labq.scheduler.store.keys import Keys
 from tests.contract.test_published_ranking import _submit
+from tests import harness
 from tests.harness import ROOT, BudgetBench
 
 K = Keys()
 LEAN = re.compile(r"\|\s+(json|re|enum)$", re.M)
+MONTHLY = '[[budgets]]\nname = "eta-month"\naccount = "eta"\nlimit = 5.0\nperiod = "month"\n'
 
 
 def _labq(bench, tmp_path, *argv) -> tuple[str, list[str]]:
@@ -35,6 +38,7 @@ def _labq(bench, tmp_path, *argv) -> tuple[str, list[str]]:
 @pytest.mark.redis
 def test_rare_commands_on_a_live_queue_import_no_json_re_or_enum(redis_server, tmp_path, monkeypatch):
     monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
+    monkeypatch.setattr(harness, "BUDGET_CONFIG", harness.BUDGET_CONFIG + MONTHLY)
     bench = BudgetBench(redis_server, tmp_path)
     ended = bench.run_job(20)
     now = time.time()
@@ -44,11 +48,14 @@ def test_rare_commands_on_a_live_queue_import_no_json_re_or_enum(redis_server, t
     assert rank.after_pass(now + 0.5)
     new = _submit(bench, now + 2, hold=True)        # within ranking.GAP: the ranking stays, this user's change counts
     assert bench.r.hget(K.ranking_since, current_user()), "the submitter's change since the ranking"
-    for argv in (("stat",), ("prio", "-r")):         # the client settings cache and its books filled, as after a first command
+    for argv in (("stat",), ("prio", "-r"), ("budget",)):   # the client settings cache and its books filled, as after a first command
         _labq(bench, tmp_path, *argv)
     out, heavy = _labq(bench, tmp_path, "prio")
     assert "; as of " in out.split("\n", 1)[0] and f"\n{new} " in out, out     # the ranking, patched
     assert not heavy, ("prio", heavy)
-    out, heavy = _labq(bench, tmp_path, "acct")
-    assert f"\n{ended} " in out, out
-    assert not heavy, ("acct", heavy)
+    for argv, shown in ((("acct",), f"\n{ended} "), (("show", str(ended)), f"labq-{ended}.out"),
+                        (("budget",), "eta-month"), (("report",), "eta "), (("alerts",), ""), (("nodes",), "n1"),
+                        (("share",), "eta")):
+        out, heavy = _labq(bench, tmp_path, *argv)
+        assert shown in out, (argv, out)
+        assert not heavy, (argv, heavy)

@@ -19,6 +19,7 @@ VALUES = st.recursive(SCALARS, lambda kids: st.lists(kids, max_size=5) | st.tupl
 def test_the_text_is_json_dumps(value, compact):
     want = json.dumps(value, separators=(",", ":")) if compact else json.dumps(value)
     assert (cjson.compact(value) if compact else cjson.dumps(value)) == want
+    assert cjson.compact_utf8(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 @settings(max_examples=400, deadline=None)
@@ -53,7 +54,7 @@ def test_what_json_refuses_to_write_is_refused_alike():
     for bad in (object(), {1j: 1}, {"a": {1, 2}}, loop):
         with pytest.raises((TypeError, ValueError)) as want:
             json.dumps(bad)
-        for dump in (cjson.dumps, cjson.compact):
+        for dump in (cjson.dumps, cjson.compact, cjson.compact_utf8):
             with pytest.raises(want.type) as got:
                 dump(bad)
             assert str(got.value) == str(want.value)

@@ -42,9 +42,14 @@ def test_the_defaults_are_the_models():
 
 
 def _same(view, model, names):
+    """Each value equal and of the model's type; a state code or reason the model holds as a member of
+    states.State or states.Reason (a StrEnum: a default's) may be the view's plain text of it (jobs/codes.py:
+    equal and hashed alike, as the model's own state read from a record is), so that the views import no
+    `enum` (issue 39 item 4)."""
     for name in names:
         got, want = getattr(view, name), getattr(model, name)
-        assert (got, type(got)) == (want, type(want)), name
+        kind = str if isinstance(want, (states.State, states.Reason)) and type(got) is str else type(want)
+        assert (got, type(got)) == (want, kind), name
 
 
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: str(j.id))
