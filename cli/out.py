@@ -10,7 +10,11 @@ from labq.scheduler.store.faults import ConnectionLost
 def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
     """click.echo's behaviour for text: one line (or as it is, nl=False), flushed."""
     f = sys.stderr if err else sys.stdout
-    f.write(f"{text}\n" if nl else text)
+    if nl and type(text) is str and len(text) > 1 << 16:
+        f.write(text)       # a long text (`prio`'s 720 KB at 10,000 jobs) not copied whole to add a newline
+        f.write("\n")
+    else:
+        f.write(f"{text}\n" if nl else text)
     f.flush()
 
 
