@@ -34,7 +34,8 @@ def expand(job: Job, pattern: str, rank: int = 0, node: str = "") -> str:
 def _sub(pattern: str, values: dict[str, str]) -> str:
     """re.sub(PATTERN, values of each %X, pattern) by hand, left to right as re.sub: `labq show` prints
     the log paths, and `re` (with the `enum` it imports) was ~a fifth of its instructions (issue 39 item 4)."""
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while (j := pattern.find("%", i)) >= 0 and j + 1 < len(pattern):
         c = pattern[j + 1]
         if c in values:

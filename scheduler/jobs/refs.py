@@ -10,6 +10,7 @@ from .bounds import DEFAULT_MAX_ARRAY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:     # annotations only: the client resolves to job views (store/jobview.py) as well
+    import re
     from collections.abc import Callable, Collection
 
     from .model import Job
@@ -18,7 +19,7 @@ _MAX_ARRAY = DEFAULT_MAX_ARRAY    # job-id ranges like 42_[1-9] (no config at ha
 _TASKS = r"^(\d+)_(?:(\d+)|\[([\d,\-]+)\])$"
 
 
-def _tasks(text: str):
+def _tasks(text: str) -> re.Match[str] | None:
     """_TASKS's match of `text`; None without `re` where it holds no "_" (`labq show 42` imports
     neither `re` nor the `enum` it imports: issue 39 item 4)."""
     if "_" not in text:

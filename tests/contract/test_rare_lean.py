@@ -15,8 +15,8 @@ import pytest
 from labq.scheduler.client import current_user
 from labq.scheduler.daemon import ranking
 from labq.scheduler.store.keys import Keys
-from tests.contract.test_published_ranking import _submit
 from tests import harness
+from tests.contract.test_published_ranking import _submit
 from tests.harness import ROOT, BudgetBench
 
 K = Keys()
