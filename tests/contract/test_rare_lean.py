@@ -4,6 +4,7 @@ command costs what `labq sub` costs; those three were ~20 M of the ~80-105 M ins
 (priopatch.py), `acct`'s table of an ended job, `show` of it (its log paths: logpath._sub), `budget`
 of a monthly budget (periods._parse), `report`, `alerts`, `nodes` and `share`. The C encoder and
 scanner (scheduler/cjson.py), the plain state codes (jobs/codes.py) and parsing by hand stand in."""
+import json
 import os
 import re
 import subprocess
@@ -16,12 +17,22 @@ from labq.scheduler.client import current_user
 from labq.scheduler.daemon import ranking
 from labq.scheduler.store.keys import Keys
 from tests import harness
-from tests.contract.test_published_ranking import _submit
-from tests.harness import ROOT, BudgetBench
+from tests.harness import ROOT, BudgetBench, push
 
 K = Keys()
 LEAN = re.compile(r"\|\s+(json|re|enum)$", re.M)
 MONTHLY = '[[budgets]]\nname = "eta-month"\naccount = "eta"\nlimit = 5.0\nperiod = "month"\n'
+
+
+def _submit(bench, now, **body) -> int:
+    """A job submitted at `now` (a tick of the bench's scheduler at that time answers it): its id."""
+    rid = f"r{time.monotonic_ns()}"
+    b = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "time_limit": 600, "est": 10, "account": "eta",
+         **body}
+    push(bench.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
+    bench.r.delete(K.wake)
+    bench.s.tick(now, [f"user:{current_user()}"])
+    return json.loads(bench.r.lrange(K.reply(rid), 0, -1)[-1])["job_id"]
 
 
 def _labq(bench, tmp_path, *argv) -> tuple[str, list[str]]:
