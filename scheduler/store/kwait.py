@@ -61,7 +61,8 @@ def least_for(writes: int, key: str) -> int:
 
 def first_read(conn, least: int, wait: float, writes: int = 0, lost=BlockingIOError) -> list | None:
     """A checked exchange's first read (resp.Connection, its request just sent): in the kernel until
-    `least` bytes are in, one wake-up for the writes' replies and the blocking pop's together, or until
+    `least` bytes are in, one wake-up for the writes' replies and the blocking pop's together (on a unix
+    socket, from its second request: poll first, `arrived`), or until
     `wait` (the pop's own timeout, whose nil is short) with what came; its reader reads on from there.
     `writes`: the writes' replies and the pop's [key, value] where the read holds exactly those (popped).
     `lost`: the errors of the read (and of its settings) left to the reader, which reads on to its own:
@@ -73,6 +74,8 @@ def first_read(conn, least: int, wait: float, writes: int = 0, lost=BlockingIOEr
             set_least(conn, least)
         if conn.waits != wait:
             conn._wait_for(wait)
+        if not arrived(conn, wait):
+            raise BlockingIOError       # nothing by the pop's timeout: as recv's own
         chunk = conn.sock.recv(reader.size)
         if writes and chunk and reader.pos == len(reader.buf) and len(chunk) < reader.size:
             got = popped(chunk, writes, reader.decode)      # the whole answer, nothing before it: not buffered
@@ -82,6 +85,35 @@ def first_read(conn, least: int, wait: float, writes: int = 0, lost=BlockingIOEr
     except lost:
         pass
     return None
+
+
+def arrived(conn, wait: float) -> bool:
+    """Whether bytes came within `wait` seconds, waited for in poll() on a unix socket from its second
+    request on (else True at once: recv waits alone).
+
+    Why (issue 39 item 3): a reader asleep in recv() on a unix socket is woken by anything done to
+    it, not only by bytes: when Redis reads the request, the send buffer it frees wakes the reader
+    (unix_write_space), which finds nothing and sleeps again; Redis' side of that wake-up was 8 % of
+    its CPU in the 100-client drain (perf: sock_wfree -> unix_write_space -> try_to_wake_up). A waiter
+    in poll() for POLLIN is not woken by it; poll returns with the writes' replies, and the reader
+    then sleeps in recv(), the request read, until the whole answer is in: two wake-ups a request,
+    not three (recv's own timeout then counts from the writes' replies: a nil is read that much later,
+    an fsync's ms). TCP wakes a reader for neither (SO_RCVLOWAT is kept there). A socket's first request
+    goes without: the `select` import (~0.3 ms) would cost `labq sub`, one request a process, more
+    than the wake-up it saves."""
+    sock, got = conn.sock, conn.poller
+    if got is None or got[0] is not sock:
+        conn.poller = (sock, conn.opts["scheme"] == "unix")     # True: poll from the next request on
+        return True
+    po = got[1]
+    if po is False:
+        return True
+    if po is True:
+        import select
+        po = select.poll()
+        po.register(sock, select.POLLIN)
+        conn.poller = (sock, po)
+    return bool(po.poll(wait * 1000))
 
 
 _LEAST: dict = {}      # least_for by (writes, the key's bytes): one shape a client, its call run cold each request

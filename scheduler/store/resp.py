@@ -189,7 +189,7 @@ class Connection:
         self.sock = self.reader = None
         self.until = 0.0     # behind Sentinel: when the call under way stops waiting for a master
         self.waits = 0.0     # the socket's timeout as last set (_wait_for)
-        self.kernel, self.least, self.passed = False, 1, False     # kwait.py: kernel timeouts, SO_RCVLOWAT, push_pop
+        self.kernel, self.least, self.passed, self.poller = False, 1, False, None  # kwait: RCVLOWAT, push_pop, poll
         self.full = timeout     # the exchange under way's timeout for each read
 
     def describe(self) -> str:
