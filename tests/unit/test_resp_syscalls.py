@@ -28,6 +28,14 @@ class FakeSocket:
         got, self.out = self.out[:n], self.out[n:]
         return got
 
+    def recv_into(self, view):
+        """A socket's recv_into (a long bulk string's read, store/bulkread.whole): the size asked is the view's."""
+        n = len(view)
+        self.asked.append(n)
+        got, self.out = self.out[:n], self.out[n:]
+        view[:len(got)] = got
+        return len(got)
+
     def close(self):
         pass
 
