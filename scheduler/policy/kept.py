@@ -40,8 +40,8 @@ class Kept:
     def __init__(self) -> None:
         self.queue = Queue()
         self.backlog: Backlog | None = None
-        self.tracks = Tracks()
         self.seen = Seen()
+        self.tracks = Tracks(self.seen)
         self.standing: Standing | None = None
         self.synced = -1        # Seen.n of the snapshot the backlog holds the pending jobs of
 

@@ -59,6 +59,7 @@ class Through:
         snap = Snapshot(now=t, nodes=sim.nodes, jobs=jobs, spent=sim.spent_now(t)[1],
                         usage=tuple(sorted(sim._usage(t).items())))
         self.seen.tell(jobs, self.touched, self.active, self._place)
+        sim.tracks.seen = self.seen         # (Tracks.sync reads what changed in the running jobs from it)
         self.touched = set()
         held = sim.budget_idle.known(t, sim.attempts) if sim.budget_idle is not None else None
         p = policy.plan(snap, sim.cfg, held=held, standing=sim.standing, tracks=sim.tracks, queue=self.queue,

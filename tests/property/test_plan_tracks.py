@@ -2,6 +2,7 @@
 decide as whole passes: over changing snapshots where running jobs end, admitted jobs start, the
 clock moves past time limits and learned estimates, and nodes change, plan() with the daemon's Kept
 equals plan_per_job, reservations (Start: job, time, node) included."""
+import random
 from dataclasses import replace
 
 import pytest
@@ -9,9 +10,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from labq.scheduler import policy
 from labq.scheduler.jobs import states
-from labq.scheduler.jobs.model import Attempt
+from labq.scheduler.jobs.model import Attempt, Job
 from labq.scheduler.policy import classes, settle, tracks
 from labq.scheduler.policy.kept import Kept
+from labq.scheduler.sim.through import Through
 from tests.harness import ClusterBuilder, G, cfg
 
 CONFIG = """
@@ -172,3 +174,60 @@ def test_a_running_job_replaced_by_a_record_with_a_later_limit_moves_the_reserva
     got = policy.plan(snap, c, **kept.inputs(snap, c))
     assert [s.at for s in got.starts] == [first[0] + 3600]
     same(got, policy.plan_per_job(snap, c))
+
+
+def _held(t):
+    """What a Tracks holds, but the order of its log within a sync (the log is read as a set of nodes from a
+    sync's end on: Earliest.refresh; so the test keeps it whole, a cut falling inside one sync's entries)."""
+    return (list(t.jobs.items()), t.allocs, sorted(t.until, key=lambda u: u[:3]), sorted(t.log), t.synced >= 0)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 10 ** 6), st.integers(0, 30), st.sampled_from(["tell", "see", "mixed"]))
+def test_tracks_synced_from_what_a_seen_found_changed_hold_what_a_comparison_of_every_running_job_holds(
+        monkeypatch, seed, n, how):
+    """Tracks.sync given the caller's Seen (its `left` and `came` since the last snapshot, where the running jobs
+    are that Seen's) against one that compares every running job: the same records in the same order, the same
+    allocations on each node in the same order, the same due ends; as sim/through.py tells the changes, as the
+    daemon's Kept sees them, and a mix. Passes that build no timelines (no sync) come between some."""
+    monkeypatch.setattr(tracks, "LOG_PER_NODE", 10 ** 6)
+    rng = random.Random(seed)
+    b = ClusterBuilder()
+    for k in range(3):
+        b.node(f"n{k}", gpus=4, cpus=16)
+    nodes, c, now = b.build().nodes, cfg("[estimate]\nbackfill = true\n"), 1000.0
+
+    def job(i, k):
+        state = rng.choice([states.PENDING, states.RUNNING, states.RUNNING, states.PREEMPTING])
+        node = rng.choice(["n0", "n1", "n2"])
+        return Job(id=i, user="alice", account="eta", argv=("true",), workdir="/tmp", submit_time=float(i),
+                   state=state, detail=f"v{k}", node=None if state == states.PENDING else node,
+                   gpu_uuids=() if state == states.PENDING else (f"GPU-{node}-{rng.randrange(4)}",),
+                   start_time=None if state == states.PENDING else now - rng.choice([10.0, 500.0]),
+                   time_limit=rng.choice([600, 3600]), learned_est=rng.choice([None, 300.0]))
+    t = Through()
+    told, whole = tracks.Tracks(t.seen), tracks.Tracks()
+    for i in range(n):
+        t.put(job(i, 0))
+    nxt = n
+    for k in range(10):
+        snap = tuple(t.active.values())
+        if how == "tell" or how == "mixed" and rng.random() < 0.5:
+            t.seen.tell(snap, t.touched, t.active, t._place)
+        else:
+            t.seen.see(snap)
+        t.touched = set()
+        if rng.random() < 0.8:
+            for kept in (told, whole):
+                kept.sync(nodes, t.seen.running, now, c)
+            assert _held(told)[:4] == _held(whole)[:4]
+        now += rng.choice([0.0, 100.0, 700.0])
+        for i in list(t.active):
+            r = rng.random()
+            if r < 0.15:
+                t.leave(i)
+            elif r < 0.35:
+                t.put(replace(job(i, k + 1), submit_time=t.active[i].submit_time))
+        for _ in range(rng.randrange(4)):
+            t.put(job(nxt, k + 1))
+            nxt += 1
