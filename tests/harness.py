@@ -870,6 +870,19 @@ class BudgetBench:
         out, err = p.communicate(timeout=120)
         return p.returncode, out, err
 
+    def submit_at(self, now, **body) -> int:
+        """A held-light job (no GPU, 600 s limit) submitted at `now`, answered by a tick of the scheduler at
+        that time (test_published_ranking, test_rare_lean): its id."""
+        rid = f"r{time.monotonic_ns()}"
+        b = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "time_limit": 600, "est": 10,
+             "account": "eta", **body}
+        push(self.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
+        self.r.delete(Keys().wake)
+        self.s.tick(now, [f"user:{current_user()}"])
+        got = json.loads(self.r.lrange(Keys().reply(rid), 0, -1)[-1])
+        assert "job_id" in got, got
+        return got["job_id"]
+
     def run_job(self, seconds, **body):
         rid = f"r{time.monotonic_ns()}"
         b = {"argv": ["true"], "workdir": "/tmp", "gpus": 1, "cpus": 1, "time_limit": 3600, "est": 10,

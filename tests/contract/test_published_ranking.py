@@ -29,18 +29,6 @@ K = Keys()
 MORE = '[accounts.phi]\nusers = ["{user}"]\nshare = 3\n[priority]\nburst_jobs = 2\nage_max = 600\n'
 
 
-def _submit(bench, now, **body) -> int:
-    rid = f"r{time.monotonic_ns()}"
-    b = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "time_limit": 600, "est": 10, "account": "eta",
-         **body}
-    push(bench.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
-    bench.r.delete(K.wake)
-    bench.s.tick(now, [f"user:{current_user()}"])
-    reply = json.loads(bench.r.lrange(K.reply(rid), 0, -1)[-1])
-    assert "job_id" in reply, reply
-    return reply["job_id"]
-
-
 def _client_text(bench, now) -> str:
     """What the client renders from the rows at `now` (cli/prio.py's ranked), as a plain `prio` prints it."""
     c = thin_client(str(bench.cfg_path))
@@ -68,12 +56,12 @@ def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_
     now = time.time()
     # runs (n1's every CPU; no GPU: no cost) since 100 s, so that the rest wait for Resources and
     # fair share counts its use so far
-    _submit(bench, now - 100, cpus=16)
+    bench.submit_at(now - 100, cpus=16)
     for est in (5, 50, 500):
-        _submit(bench, now - est, est=est)
-        _submit(bench, now - est, est=est, account="phi")
-    _submit(bench, now, array=[0, 5, 1])
-    _submit(bench, now, hold=True, est=1)
+        bench.submit_at(now - est, est=est)
+        bench.submit_at(now - est, est=est, account="phi")
+    bench.submit_at(now, array=[0, 5, 1])
+    bench.submit_at(now, hold=True, est=1)
     rank = bench.s.planner.ranking = ranking.Ranking(bench.s)      # this test's passes alone publish
     assert rank.after_pass(now + 0.5)
     at, _, text = bench.r.get(K.ranking).partition("\n")
@@ -90,7 +78,7 @@ def test_published_ranking_is_the_clients_text_and_a_users_own_change_ranks_the_
     assert theirs[1:] == priofilter.only(text, None, "phi").splitlines()[1:] and len(theirs) == 2 + 3
     assert all(" phi " in line for line in theirs[2:])
 
-    new = _submit(bench, now + 2)       # its commit counts the submitter's change beside the ranking
+    new = bench.submit_at(now + 2)       # its commit counts the submitter's change beside the ranking
     changes = bench.r.hgetall(K.ranking_since)      # the submit's commit and its pass's (the job's reason)
     assert bench.r.get(K.ranking) == f"{at}\n{text}" and list(changes) == [current_user()]
     shown = _labq(bench, tmp_path, "prio").splitlines()
@@ -134,14 +122,14 @@ def test_a_ranking_is_redone_after_refresh_ranks_a_rest_and_a_long_queue_and_a_n
     monkeypatch.setenv("LABQ_REDIS_URL", redis_server.url)
     bench = BudgetBench(redis_server, tmp_path)
     now = time.time()
-    _submit(bench, now, cpus=16)
-    _submit(bench, now)
+    bench.submit_at(now, cpus=16)
+    bench.submit_at(now)
     rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
     assert rank.after_pass(now) and bench.r.get(K.ranking).startswith(repr(now))
     assert not rank.after_pass(now + ranking.REFRESH - 1)
     assert rank.after_pass(now + ranking.REFRESH)
     assert bench.r.get(K.ranking).startswith(repr(now + ranking.REFRESH))
-    arr = _submit(bench, now + ranking.REFRESH + 1, hold=True, array=[0, 1999, 1])   # a rest: its owner's change
+    arr = bench.submit_at(now + ranking.REFRESH + 1, hold=True, array=[0, 1999, 1])   # a rest: its owner's change
     assert bench.s.state.rests and bench.r.exists(K.ranking) and bench.s.store.ranking.ranked
     at = bench.r.get(K.ranking).partition("\n")[0]
     assert bench.r.hget(K.ranking_mine, current_user()) == "*", "an older client declines (array lines)"
@@ -174,16 +162,16 @@ def test_the_owners_prio_patches_a_rests_changes_in(redis_server, tmp_path, monk
     monkeypatch.setattr(harness, "BUDGET_CONFIG", harness.BUDGET_CONFIG + MORE)
     bench = BudgetBench(redis_server, tmp_path)
     now = time.time()
-    _submit(bench, now - 100, cpus=16)
-    _submit(bench, now - 50, est=50)
-    small = _submit(bench, now - 20, array=[0, 5, 1], account="phi")
+    bench.submit_at(now - 100, cpus=16)
+    bench.submit_at(now - 50, est=50)
+    small = bench.submit_at(now - 20, array=[0, 5, 1], account="phi")
     rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
     for step, (ids, body) in enumerate([(None, {"hold": True, "array": [0, 1999, 1]}), (["{arr}_7"], "release"),
                                         ([f"{small}_2"], "cancel"), (["{arr}"], "cancel")]):
         t = now + step * ranking.REFRESH
         assert rank.after_pass(t), step
         if ids is None:
-            arr = _submit(bench, t + 1, **body)
+            arr = bench.submit_at(t + 1, **body)
         else:
             push(bench.r, current_user(), {"rid": f"c{step}", "op": body,
                                            "body": json.dumps({"ids": [i.format(arr=arr) for i in ids]})})
@@ -204,16 +192,16 @@ def test_a_user_past_cap_is_ranked_again_at_once_not_after_gap(redis_server, tmp
     monkeypatch.setattr(published, "CAP", 3)
     bench = BudgetBench(redis_server, tmp_path)
     now = time.time()
-    _submit(bench, now, cpus=16)
+    bench.submit_at(now, cpus=16)
     rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
     assert rank.after_pass(now)
     rank.cost = 0.0         # the render's own time does not decide here
     for k in range(3):
-        _submit(bench, now + 0.1 + k / 10, hold=True)
+        bench.submit_at(now + 0.1 + k / 10, hold=True)
     assert bench.r.hget(K.ranking_mine, current_user()) != "*" and not rank.after_pass(now + 1), "within CAP: GAP"
-    _submit(bench, now + 0.5, hold=True)
+    bench.submit_at(now + 0.5, hold=True)
     assert bench.r.hget(K.ranking_mine, current_user()) == "*"
     assert rank.after_pass(now + 1), "past CAP: at once"
     assert not bench.r.exists(K.ranking_mine)
-    _submit(bench, now + 1.2, hold=True)
+    bench.submit_at(now + 1.2, hold=True)
     assert not rank.after_pass(now + 1.5) and rank.after_pass(now + 1 + ranking.GAP), "within CAP again: GAP"

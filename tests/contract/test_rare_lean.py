@@ -4,7 +4,6 @@ command costs what `labq sub` costs; those three were ~20 M of the ~80-105 M ins
 (priopatch.py), `acct`'s table of an ended job, `show` of it (its log paths: logpath._sub), `budget`
 of a monthly budget (periods._parse), `report`, `alerts`, `nodes` and `share`. The C encoder and
 scanner (scheduler/cjson.py), the plain state codes (jobs/codes.py) and parsing by hand stand in."""
-import json
 import os
 import re
 import subprocess
@@ -17,22 +16,11 @@ from labq.scheduler.client import current_user
 from labq.scheduler.daemon import ranking
 from labq.scheduler.store.keys import Keys
 from tests import harness
-from tests.harness import ROOT, BudgetBench, push
+from tests.harness import ROOT, BudgetBench
 
 K = Keys()
 LEAN = re.compile(r"\|\s+(json|re|enum)$", re.M)
 MONTHLY = '[[budgets]]\nname = "eta-month"\naccount = "eta"\nlimit = 5.0\nperiod = "month"\n'
-
-
-def _submit(bench, now, **body) -> int:
-    """A job submitted at `now` (a tick of the bench's scheduler at that time answers it): its id."""
-    rid = f"r{time.monotonic_ns()}"
-    b = {"argv": ["true"], "workdir": "/tmp", "gpus": 0, "cpus": 1, "time_limit": 600, "est": 10, "account": "eta",
-         **body}
-    push(bench.r, current_user(), {"rid": rid, "op": "submit", "body": json.dumps(b)})
-    bench.r.delete(K.wake)
-    bench.s.tick(now, [f"user:{current_user()}"])
-    return json.loads(bench.r.lrange(K.reply(rid), 0, -1)[-1])["job_id"]
 
 
 def _labq(bench, tmp_path, *argv) -> tuple[str, list[str]]:
@@ -54,10 +42,10 @@ def test_rare_commands_on_a_live_queue_import_no_json_re_or_enum(redis_server, t
     ended = bench.run_job(20)
     now = time.time()
     for est in (5, 50):
-        _submit(bench, now - est, est=est, hold=True)
+        bench.submit_at(now - est, est=est, hold=True)
     rank = bench.s.planner.ranking = ranking.Ranking(bench.s)
     assert rank.after_pass(now + 0.5)
-    new = _submit(bench, now + 2, hold=True)        # within ranking.GAP: the ranking stays, this user's change counts
+    new = bench.submit_at(now + 2, hold=True)        # within ranking.GAP: the ranking stays, this user's change counts
     assert bench.r.hget(K.ranking_since, current_user()), "the submitter's change since the ranking"
     for argv in (("stat",), ("prio", "-r"), ("budget",)):   # the client settings cache and its books filled, as after a first command
         _labq(bench, tmp_path, *argv)
