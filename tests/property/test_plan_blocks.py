@@ -153,3 +153,22 @@ def test_classes_that_would_delay_the_reservation_are_passed_unjudged(monkeypatc
     same(first, policy.plan_per_job(snap, c))
     same(again, first)
     assert len(judged) <= 8, judged
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(deep_scenes(), st.data())
+def test_a_walk_that_stops_at_a_blocks_first_class_asks_that_class_alone(monkeypatch, scene, data):
+    """settle._block_at asks the class it reaches first: where the walk stops there, neither `holds` nor
+    `first_unknown` walks the block (a look per class of it, pass after pass at a deep queue's front), so
+    `first_unknown` never finds the first class unknown; the plans stay those of whole passes."""
+    found = []
+    real = blocks.first_unknown
+    monkeypatch.setattr(blocks, "first_unknown", lambda *a: found.append(real(*a)) or found[-1])
+    snap, c = scene
+    kept = Kept()
+    for _ in range(6):
+        got = policy.plan(snap, c, **kept.inputs(snap, c))
+        same(got, policy.plan_per_job(snap, c))
+        snap = _next(snap, got, data)
+    assert 0 not in found
