@@ -25,7 +25,10 @@ def test_a_short_soak_loses_nothing_runs_nothing_twice_and_keeps_its_promises():
     soak = _soak()
     # a small budget for lab-c (one job at a time), raised by an override that expires under its jobs
     r = soak.soak(120, seed=3, budget=1.0, fixed=FAULTS)
-    assert soak.failures(r) == [], r
+    failed = soak.failures(r)
+    # the failing checks' findings and the whole report as text (pytest cuts a dict's repr to a line, and a
+    # soak's run is not repeatable)
+    assert failed == [], f"{ {k: r.get(k) for k in failed} }\n{r}"
     assert r["kills"] == {"scheduler": 1, "worker": 1}, r
     # the frozen leader was succeeded by the standby, and resumed it stepped down: alive, not leading
     assert r["faults"]["scheduler_stop"] == 1 and len(r["scheduler_failovers"]) == 1, r
