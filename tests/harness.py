@@ -444,6 +444,19 @@ def submit(r, user, body, rid):
     push(r, user, {"rid": rid, "op": "submit", "body": json.dumps(body)})
 
 
+@contextlib.contextmanager
+def redis_full(r):
+    """Redis out of memory (maxmemory 1, noeviction) for the block: every write refused; its settings back after."""
+    before = r.config_get("maxmemory")["maxmemory"], r.config_get("maxmemory-policy")["maxmemory-policy"]
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    try:
+        yield
+    finally:
+        r.config_set("maxmemory", before[0])
+        r.config_set("maxmemory-policy", before[1])
+
+
 def push(r, user, fields: dict):
     """A request as a client sends it (store/inbox.send_commands): fields given as they are."""
     for cmd in inbox.send_commands(K, user, fields):

@@ -16,7 +16,7 @@ from labq.scheduler.errors import UnreachableError
 from labq.scheduler.store import kwait, resp
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.thinclient import ThinClient
-from tests.harness import BODY, wait_for
+from tests.harness import BODY, redis_full, wait_for
 
 K = Keys()
 KEY = K.reply("0123456789abcdef0123456789abcdef")
@@ -72,17 +72,11 @@ def test_no_answer_is_the_pops_nil_when_its_own_timeout_is_up(conn):
 def test_a_full_redis_is_said_at_once_not_after_the_wait(redis_server):
     r = redis_server.client()
     r.flushall()
-    before = r.config_get("maxmemory")["maxmemory"], r.config_get("maxmemory-policy")["maxmemory-policy"]
-    r.config_set("maxmemory-policy", "noeviction")
-    r.config_set("maxmemory", 1)
-    try:
+    with redis_full(r):
         t0 = time.monotonic()
         with pytest.raises(UnreachableError) as e:
             ThinClient(redis_server.url, "labq", user="alice").request("submit", BODY, timeout=30, tries=1)
         assert str(e.value).startswith("Redis is full (maxmemory reached)") and time.monotonic() - t0 < 5
-    finally:
-        r.config_set("maxmemory", before[0])
-        r.config_set("maxmemory-policy", before[1])
 
 
 @linux

@@ -14,7 +14,7 @@ from labq.scheduler.errors import UnreachableError
 from labq.scheduler.store import kwait, resp
 from labq.scheduler.store.keys import Keys
 from labq.scheduler.thinclient import ThinClient
-from tests.harness import BODY
+from tests.harness import BODY, redis_full
 
 K = Keys()
 KEY = K.reply("0123456789abcdef0123456789abcdef")
@@ -117,18 +117,12 @@ def test_a_full_redis_is_said_at_once_from_the_second_request_too(redis_server):
     assert client.request("submit", BODY, timeout=30, tries=1) == {"ok": True}
     t.join(10)
     assert client.store._c.poller[1] is True        # the next request waits in poll first
-    before = r.config_get("maxmemory")["maxmemory"], r.config_get("maxmemory-policy")["maxmemory-policy"]
-    r.config_set("maxmemory-policy", "noeviction")
-    r.config_set("maxmemory", 1)
-    try:
+    with redis_full(r):
         t0 = time.monotonic()
         with pytest.raises(UnreachableError) as e:
             client.request("submit", BODY, timeout=30, tries=1)
         assert str(e.value).startswith("Redis is full (maxmemory reached)") and time.monotonic() - t0 < 5
         assert client.store._c.poller[1] not in (True, False)
-    finally:
-        r.config_set("maxmemory", before[0])
-        r.config_set("maxmemory-policy", before[1])
     r.flushall()
 
 
